@@ -1,0 +1,60 @@
+package cmdutil
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Exit codes of the continuum binary. They are mapped in one place, cli.Main.
+const (
+	ExitOK    = 0
+	ExitFailure = 1 // the command ran and failed (validation errors, unreachable source, ...)
+	ExitUsage = 2 // bad flags or arguments, or an input file that cannot be read or parsed
+)
+
+// ExitError carries an exit code; its message, if any, is printed by Main.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Exit returns an error that ends the process with code and prints nothing:
+// the command has already said what went wrong.
+func Exit(code int) error { return &ExitError{Code: code} }
+
+// FlagErrorf reports a usage error: Main prints it with the usage hint and
+// exits with ExitUsage.
+func FlagErrorf(format string, args ...any) error {
+	return &FlagError{Err: fmt.Errorf(format, args...)}
+}
+
+// FlagError is a usage error.
+type FlagError struct{ Err error }
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
+
+// ExitCode maps an error to the process exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	var fe *FlagError
+	if errors.As(err, &fe) {
+		return ExitUsage
+	}
+	return ExitFailure
+}

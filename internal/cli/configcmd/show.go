@@ -1,0 +1,87 @@
+package configcmd
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/iostreams"
+)
+
+// ShowOptions are the parsed flags and dependencies of `config show`.
+type ShowOptions struct {
+	IO     *iostreams.IOStreams
+	Env    config.LookupEnv
+	File   string
+	Output string
+}
+
+var showFormats = []string{"yaml", "json"}
+
+// NewCmdShow returns `config show`. runF replaces the run step in tests.
+func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Command {
+	opts := &ShowOptions{IO: f.IOStreams, Env: f.Env}
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Print the effective configuration, secrets masked",
+		Long: `Print the effective configuration: the defaults, then the file given by
+--config, with ${VAR} references resolved. Secrets (etcd client_key and
+auth.password, backend api_key, admin token, event bus TLS key) are masked;
+certificates are shown as they are. Without a configuration file, the
+defaults are shown.
+
+A file with validation errors is not shown: its findings are printed instead
+and the exit status is 1.`,
+		Example: `  continuum config show --config continuum.yaml
+  continuum config show -o json | jq .dynamo.discovery`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.File = f.ConfigPath()
+			if err := cmdutil.OneOf("--output", opts.Output, showFormats); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return showRun(opts)
+		},
+	}
+	cmd.Flags().StringVarP(&opts.Output, "output", "o", "yaml", "output format: yaml or json")
+	cmdutil.RegisterEnumCompletion(cmd, "output", showFormats)
+	return cmd
+}
+
+func showRun(opts *ShowOptions) error {
+	cfg := config.Default()
+	if opts.File != "" {
+		doc, err := config.Load(opts.File, config.Options{Env: opts.Env})
+		if err != nil {
+			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s", describeUnreadable(err))}
+		}
+		if doc.Findings.Errors() > 0 {
+			for _, f := range doc.Findings {
+				if f.Severity == config.SeverityError {
+					fmt.Fprintln(opts.IO.ErrOut, f.String())
+				}
+			}
+			return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%s has %d errors; run continuum config validate %s", opts.File, doc.Findings.Errors(), opts.File)}
+		}
+		cfg = doc.Config
+	}
+	masked := cfg.Masked()
+	if opts.Output == "json" {
+		enc := json.NewEncoder(opts.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(masked)
+	}
+	enc := yaml.NewEncoder(opts.IO.Out)
+	enc.SetIndent(2)
+	if err := enc.Encode(masked); err != nil {
+		return err
+	}
+	return enc.Close()
+}

@@ -1,0 +1,161 @@
+// Package cli is the continuum command tree: the root command, its global
+// flags, and the one place where errors become exit codes.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/cli/configcmd"
+	"github.com/continuum-router/continuum/internal/cli/versioncmd"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// Set by the linker: -X github.com/continuum-router/continuum/internal/cli.version=...
+var (
+	version string
+	commit  string
+)
+
+// DefaultConfigFile is read when neither --config nor CONTINUUM_CONFIG is given.
+const DefaultConfigFile = "continuum.yaml"
+
+// globalFlags are the root's persistent flags.
+type globalFlags struct {
+	configFile string
+	logLevel   string
+	logFormat  string
+}
+
+// NewRootCmd builds the command tree over f. The returned Factory closures
+// read the global flags once they are parsed.
+func NewRootCmd(f *cmdutil.Factory) *cobra.Command {
+	g := &globalFlags{}
+	f.ConfigPath = func() string {
+		if g.configFile != "" {
+			return g.configFile
+		}
+		if p := os.Getenv("CONTINUUM_CONFIG"); p != "" {
+			return p
+		}
+		if _, err := os.Stat(DefaultConfigFile); err == nil {
+			return DefaultConfigFile
+		}
+		return ""
+	}
+	f.Logger = func() (*slog.Logger, error) {
+		return telemetry.NewLogger(f.IOStreams.ErrOut, g.logLevel, g.logFormat)
+	}
+	root := &cobra.Command{
+		Use:   "continuum",
+		Short: "Router and toolkit for NVIDIA Dynamo inference fleets",
+		Long: `Continuum routes OpenAI-compatible traffic to NVIDIA Dynamo inference fleets.
+It discovers workers (etcd, Dynamo's file store, Kubernetes), follows their
+live load and KV-cache events, picks a prefill and a decode worker for each
+request, and dispatches through dynamo.frontend --router-mode direct.
+
+The same binary carries the tools to operate it: discover the fleet, tail
+load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		DisableAutoGenTag: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if err := cmdutil.OneOf("--log-level", g.logLevel, telemetry.LogLevels); err != nil {
+				return err
+			}
+			return cmdutil.OneOf("--log-format", g.logFormat, telemetry.LogFormats)
+		},
+	}
+	root.SetIn(f.IOStreams.In)
+	root.SetOut(f.IOStreams.Out)
+	root.SetErr(f.IOStreams.ErrOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cmdutil.FlagError{Err: err} })
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.configFile, "config", "", "configuration file (default $CONTINUUM_CONFIG, else ./continuum.yaml if present)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	cmdutil.RegisterEnumCompletion(root, "log-level", telemetry.LogLevels)
+	cmdutil.RegisterEnumCompletion(root, "log-format", telemetry.LogFormats)
+	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
+
+	root.AddGroup(&cobra.Group{ID: "configure", Title: "Configure:"})
+	cfg := configcmd.NewCmdConfig(f)
+	cfg.GroupID = "configure"
+	root.AddCommand(cfg)
+	root.AddCommand(versioncmd.NewCmdVersion(f))
+	root.Version = versioncmd.Format(f.Build)
+	root.SetVersionTemplate("{{.Version}}\n")
+	return root
+}
+
+// Build returns the build information of this binary.
+func Build() cmdutil.BuildInfo {
+	b := cmdutil.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if b.Version == "" {
+			b.Version = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && b.Commit == "" {
+				b.Commit = s.Value
+			}
+		}
+	}
+	if b.Version == "" {
+		b.Version = "(devel)"
+	}
+	if b.Commit == "" {
+		b.Commit = "unknown"
+	}
+	return b
+}
+
+// Main runs the command line and returns the process exit code.
+func Main() int {
+	ios := iostreams.System()
+	f := &cmdutil.Factory{IOStreams: ios, Build: Build(), Env: os.LookupEnv}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, f, os.Args[1:])
+}
+
+// Run executes args against a fresh command tree and maps the outcome to an
+// exit code, printing the error if the command has not.
+func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
+	root := NewRootCmd(f)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return cmdutil.ExitOK
+	}
+	var ee *cmdutil.ExitError
+	var fe *cmdutil.FlagError
+	switch {
+	case errors.As(err, &ee) && ee.Err == nil:
+		// The command has reported already.
+	case errors.As(err, &fe):
+		fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\nRun '%s --help' for usage.\n", err, commandPath(root, args))
+	default:
+		fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\n", err)
+	}
+	return cmdutil.ExitCode(err)
+}
+
+func commandPath(root *cobra.Command, args []string) string {
+	if c, _, err := root.Find(args); err == nil && c != nil {
+		return c.CommandPath()
+	}
+	return root.CommandPath()
+}

@@ -1,0 +1,287 @@
+package config_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/config"
+)
+
+// want is one expected finding, written in a fixture as
+//
+//	# want: error dynamo.discovery.etcd.endpoints[1] 13 "substring of the message"
+type want struct {
+	severity, path string
+	line           int
+	substr         string
+}
+
+var (
+	wantLine = regexp.MustCompile(`^# want: (error|warning) (\S+) (\d+) "(.*)"$`)
+	envLine  = regexp.MustCompile(`^# env: ([A-Za-z_][A-Za-z0-9_]*)=(.*)$`)
+)
+
+func readFixture(t *testing.T, path string) (wants []want, env map[string]string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if m := wantLine.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[3])
+			p := m[2]
+			if p == `""` {
+				p = ""
+			}
+			sub, err := strconv.Unquote(`"` + m[4] + `"`)
+			if err != nil {
+				t.Fatalf("%s: bad want line %q: %v", path, line, err)
+			}
+			wants = append(wants, want{m[1], p, n, sub})
+		} else if strings.HasPrefix(line, "# want:") {
+			t.Fatalf("%s: malformed want line %q", path, line)
+		}
+		if m := envLine.FindStringSubmatch(line); m != nil {
+			env[m[1]] = m[2]
+		}
+	}
+	return wants, env
+}
+
+func envOf(m map[string]string) config.LookupEnv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// TestFixtures loads every file under testdata/config and requires exactly
+// the findings its "# want:" lines list: valid/ files have no errors.
+func TestFixtures(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/config/*/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimPrefix(file, "../../testdata/config/"), func(t *testing.T) {
+			wants, env := readFixture(t, file)
+			doc, err := config.Load(file, config.Options{Env: envOf(env)})
+			if err != nil {
+				t.Fatalf("load: %v", err)
+			}
+			valid := filepath.Base(filepath.Dir(file)) == "valid"
+			if valid && doc.Findings.Errors() > 0 {
+				t.Errorf("a valid fixture has errors")
+			}
+			if !valid && doc.Findings.Errors()+doc.Findings.Warnings() == 0 {
+				t.Errorf("an invalid fixture has no findings")
+			}
+			matched := make([]bool, len(doc.Findings))
+			for _, w := range wants {
+				found := false
+				for i, f := range doc.Findings {
+					if !matched[i] && f.Severity.String() == w.severity && f.Path == w.path && f.Line == w.line && strings.Contains(f.Message, w.substr) {
+						matched[i], found = true, true
+						break
+					}
+				}
+				if !found {
+					t.Errorf("missing: %s %s line %d %q", w.severity, w.path, w.line, w.substr)
+				}
+			}
+			for i, f := range doc.Findings {
+				if !matched[i] {
+					t.Errorf("unexpected: %s", f)
+				}
+			}
+		})
+	}
+}
+
+func parse(t *testing.T, yaml string) *config.Document {
+	t.Helper()
+	doc, err := config.Parse("test.yaml", []byte(yaml), config.Options{Env: envOf(nil)})
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return doc
+}
+
+func hasFinding(doc *config.Document, sev config.Severity, path, substr string) bool {
+	return slices.ContainsFunc(doc.Findings, func(f config.Finding) bool {
+		return f.Severity == sev && f.Path == path && strings.Contains(f.Message, substr)
+	})
+}
+
+func yamlList(prefix string, n int, item func(i int) string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for i := range n {
+		b.WriteString(item(i))
+	}
+	return b.String()
+}
+
+// TestCountLimits checks each count bound at its limit and one past it.
+func TestCountLimits(t *testing.T) {
+	backends := func(n int) string {
+		return yamlList("backends:\n", n, func(i int) string {
+			return fmt.Sprintf("  - {name: b%d, url: \"http://b%d:8000\"}\n", i, i)
+		})
+	}
+	tests := []struct {
+		name, path, substr string
+		limit              int
+		build              func(n int) string
+	}{
+		{"etcd endpoints", "dynamo.discovery.etcd.endpoints", "at most 16", config.MaxEtcdEndpoints, func(n int) string {
+			return yamlList("dynamo:\n  discovery:\n    etcd:\n      endpoints:\n", n, func(i int) string {
+				return fmt.Sprintf("        - \"http://etcd-%d:2379\"\n", i)
+			})
+		}},
+		{"etcd namespaces", "dynamo.discovery.etcd.namespaces", "at most 16", config.MaxDynamoNamespaces, func(n int) string {
+			return yamlList("dynamo:\n  discovery:\n    etcd:\n      namespaces:\n", n, func(i int) string {
+				return fmt.Sprintf("        - ns%d\n", i)
+			})
+		}},
+		{"kubernetes dynamo_namespaces", "dynamo.discovery.kubernetes.dynamo_namespaces", "at most 16", config.MaxDynamoNamespaces, func(n int) string {
+			return yamlList("dynamo:\n  discovery:\n    source: kubernetes\n    kubernetes:\n      namespace: d\n      dynamo_namespaces:\n", n, func(i int) string {
+				return fmt.Sprintf("        - ns%d\n", i)
+			})
+		}},
+		{"shim backends", "dynamo.shim.backends", "at most 64", config.MaxShimBackends, func(n int) string {
+			return backends(n) + yamlList("dynamo:\n  shim:\n    backends:\n", n, func(i int) string {
+				return fmt.Sprintf("      - b%d\n", i)
+			})
+		}},
+		{"model_map", "dynamo.shim.model_map", "at most 1024", config.MaxModelMapEntries, func(n int) string {
+			return yamlList("dynamo:\n  shim:\n    model_map:\n", n, func(i int) string {
+				return fmt.Sprintf("      m%d: M%d\n", i, i)
+			})
+		}},
+		{"direct_allow_cidrs", "dynamo.load.direct_allow_cidrs", "at most 64", config.MaxDirectAllowCIDRs, func(n int) string {
+			return yamlList("dynamo:\n  load:\n    direct_allow_cidrs:\n", n, func(i int) string {
+				return fmt.Sprintf("      - \"10.%d.0.0/16\"\n", i)
+			})
+		}},
+		{"kubernetes components", "dynamo.discovery.kubernetes.models", "at most 256", config.MaxKubeComponents, func(n int) string {
+			return yamlList("dynamo:\n  discovery:\n    source: kubernetes_pods\n    kubernetes:\n      namespace: d\n      dynamo_namespace: g\n      models:\n", n, func(i int) string {
+				return fmt.Sprintf("        - {component: c%d, model: m}\n", i)
+			})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if doc := parse(t, tt.build(tt.limit)); hasFinding(doc, config.SeverityError, tt.path, tt.substr) {
+				t.Errorf("at the limit (%d): unexpected error", tt.limit)
+			}
+			if doc := parse(t, tt.build(tt.limit+1)); !hasFinding(doc, config.SeverityError, tt.path, tt.substr) {
+				t.Errorf("past the limit (%d): no error %q at %s; got %v", tt.limit+1, tt.substr, tt.path, doc.Findings)
+			}
+		})
+	}
+}
+
+func TestStalenessBounds(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		ok    bool
+	}{{"100ms", true}, {"99ms", false}, {"5m", true}, {"5m0.001s", false}, {"3s", true}} {
+		doc := parse(t, "dynamo:\n  load:\n    max_staleness: \""+tt.value+"\"\n")
+		if got := !hasFinding(doc, config.SeverityError, "dynamo.load.max_staleness", "out of range"); got != tt.ok {
+			t.Errorf("max_staleness %s: ok=%v, want %v", tt.value, got, tt.ok)
+		}
+	}
+}
+
+func TestEventBusBudget(t *testing.T) {
+	for _, tt := range []struct {
+		streams int
+		budget  int64
+		ok      bool
+	}{{1024, 64 << 20, true}, {1024, 64<<20 - 1, false}, {1, 64 << 10, true}, {1, 64<<10 - 1, false}} {
+		doc := parse(t, fmt.Sprintf("dynamo:\n  event_bus:\n    max_streams_per_session: %d\n    max_session_buffer_bytes: %d\n", tt.streams, tt.budget))
+		if got := !hasFinding(doc, config.SeverityError, "dynamo.event_bus.max_session_buffer_bytes", "below"); got != tt.ok {
+			t.Errorf("streams %d budget %d: ok=%v, want %v", tt.streams, tt.budget, got, tt.ok)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := parse(t, "").Config
+	d := c.Dynamo
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"source", d.Discovery.Source, "etcd"},
+		{"namespace", d.Discovery.Etcd.Namespace, "dynamo"},
+		{"backoff initial", d.Discovery.Etcd.WatchReconnectBackoff.Initial.String(), "500ms"},
+		{"backoff max", d.Discovery.Etcd.WatchReconnectBackoff.Max.String(), "30s"},
+		{"k8s backoff max", d.Discovery.Kubernetes.WatchReconnectBackoff.Max.String(), "30s"},
+		{"max_staleness", d.Load.MaxStaleness.String(), "3s"},
+		{"transport", d.Load.Transport, "direct"},
+		{"allow_http_artifacts", d.KV.AllowHTTPArtifacts, true},
+		{"allow_hf_artifacts", d.KV.AllowHFArtifacts, false},
+		{"overlap_score_credit", d.KV.OverlapScoreCredit, 1.0},
+		{"prefill_load_scale", d.KV.PrefillLoadScale, 1.0},
+		{"router_temperature", d.KV.RouterTemperature, 0.0},
+		{"send_token_data", d.KV.SendTokenData, false},
+		{"conditional", d.KV.ConditionalDisaggregation.Enabled, false},
+		{"max_sessions", d.EventBus.MaxSessions, 64},
+		{"max_streams_per_session", d.EventBus.MaxStreamsPerSession, 1024},
+		{"max_session_buffer_bytes", d.EventBus.MaxSessionBufferBytes, int64(67108864)},
+		{"heartbeat", d.EventBus.HeartbeatInterval.String(), "10s"},
+		{"idle", d.EventBus.IdleTimeout.String(), "30s"},
+		{"dynamo enabled", d.Enabled, false},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	b := parse(t, "backends: [{name: a, url: \"http://a:1\"}]\n").Config.Backends[0]
+	if b.Type != "openai" || b.Role != "unified" || !b.Enabled || b.Timeout.D() <= 0 {
+		t.Errorf("backend defaults: %+v", b)
+	}
+	br := parse(t, "dynamo: {event_bus: {brokers: [{id: a}]}}\n").Config.Dynamo.EventBus.Brokers[0]
+	if br.Role != "broker" {
+		t.Errorf("broker role default = %q", br.Role)
+	}
+}
+
+func TestUnreadable(t *testing.T) {
+	for _, in := range []string{"a: [", "\t- x", "a: b: c", "{"} {
+		if _, err := config.Parse("bad.yaml", []byte(in), config.Options{}); err == nil {
+			t.Errorf("%q: parsed without error", in)
+		}
+	}
+	if _, err := config.Load(filepath.Join(t.TempDir(), "missing.yaml"), config.Options{}); err == nil {
+		t.Error("missing file: no error")
+	}
+}
+
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x-0: &m0 {name: a}\n")
+	for i := 1; i < 12; i++ {
+		fmt.Fprintf(&b, "x-%d: &m%d {<<: [", i, i)
+		for j := range 9 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*m%d", i-1)
+		}
+		b.WriteString("]}\n")
+	}
+	b.WriteString("backends:\n  - <<: *m11\n")
+	_, err := config.Parse("bomb.yaml", []byte(b.String()), config.Options{})
+	if err == nil || !strings.Contains(err.Error(), "YAML nodes") {
+		t.Fatalf("an alias bomb: err = %v", err)
+	}
+}

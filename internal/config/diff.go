@@ -1,0 +1,260 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Tier is how a configuration change takes effect (design document §10).
+type Tier int
+
+// Reload tiers, from the lightest to the heaviest.
+const (
+	// TierImmediate: read at use (next freshness check, next request) or
+	// applied by its own supervisor without touching discovery.
+	TierImmediate Tier = iota + 1
+	// TierSubscriptionRestart: load and kv-events subscriptions restart with
+	// the new connection policy; discovery and the registry are untouched.
+	TierSubscriptionRestart
+	// TierWatcherRestart: the discovery watcher is replaced.
+	TierWatcherRestart
+	// TierProcessRestart: a listener address changed; only a restart applies it.
+	TierProcessRestart
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierImmediate:
+		return "immediate"
+	case TierSubscriptionRestart:
+		return "subscription_restart"
+	case TierWatcherRestart:
+		return "watcher_restart"
+	case TierProcessRestart:
+		return "process_restart"
+	}
+	return fmt.Sprintf("Tier(%d)", int(t))
+}
+
+// Watcher restart reasons, as logged and as the design document names them.
+const (
+	ReasonEnabled    = "enabled"
+	ReasonSource     = "source"
+	ReasonNamespace  = "namespace"
+	ReasonConnection = "connection"
+	ReasonOther      = "other"
+	ReasonNamespaces = "namespaces"
+	ReasonBackoff    = "backoff"
+)
+
+// reasonRank orders reasons when several apply: the first wins.
+var reasonRank = []string{ReasonEnabled, ReasonSource, ReasonNamespace, ReasonConnection, ReasonOther, ReasonNamespaces, ReasonBackoff}
+
+// Change is one changed configuration path and how it takes effect.
+type Change struct {
+	Path   string
+	Tier   Tier
+	Reason string // for TierWatcherRestart
+}
+
+// WatcherRestart describes the one discovery watcher replacement a reload needs.
+type WatcherRestart struct {
+	Reason string
+	// CountRestart is false when discovery is being turned off: the restart
+	// counter (discovery_events_total{kind="restart"}) is not incremented.
+	CountRestart bool
+	// KeepSnapshot: only the backoff changed, so the old registry snapshot is
+	// served until the new watcher's first full resync.
+	KeepSnapshot bool
+	// Prune lists the namespaces whose workers and publishers are dropped
+	// (reason "namespaces"); the registry is otherwise kept.
+	Prune []string
+}
+
+// Plan is the classification of every change between two configurations.
+type Plan struct {
+	Changes              []Change
+	RestartSubscriptions bool
+	Watcher              *WatcherRestart
+}
+
+// Diff classifies every difference between old and new by reload tier.
+func Diff(oldCfg, newCfg *Config) Plan {
+	var paths []string
+	diffPaths(reflect.ValueOf(*oldCfg), reflect.ValueOf(*newCfg), "", &paths)
+	var plan Plan
+	reasons := map[string]bool{}
+	for _, p := range paths {
+		ch := classify(p, oldCfg, newCfg)
+		plan.Changes = append(plan.Changes, ch)
+		switch ch.Tier {
+		case TierSubscriptionRestart:
+			plan.RestartSubscriptions = true
+		case TierWatcherRestart:
+			reasons[ch.Reason] = true
+		}
+	}
+	for _, r := range reasonRank {
+		if !reasons[r] {
+			continue
+		}
+		w := &WatcherRestart{Reason: r, CountRestart: newCfg.Dynamo.Enabled, KeepSnapshot: r == ReasonBackoff}
+		if r == ReasonNamespaces {
+			newNS := newCfg.Dynamo.Discovery.Namespaces()
+			for _, ns := range oldCfg.Dynamo.Discovery.Namespaces() {
+				if !slices.Contains(newNS, ns) {
+					w.Prune = append(w.Prune, ns)
+				}
+			}
+		}
+		plan.Watcher = w
+		break
+	}
+	return plan
+}
+
+// diffPaths appends the paths of leaves that differ. Lists and maps are
+// leaves: a changed list is one change.
+func diffPaths(a, b reflect.Value, path string, out *[]string) {
+	if a.Kind() == reflect.Struct && a.Type() != durationType {
+		t := a.Type()
+		for i := range a.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			diffPaths(a.Field(i), b.Field(i), joinPath(path, name), out)
+		}
+		return
+	}
+	if a.Kind() == reflect.Pointer && !a.IsNil() && !b.IsNil() && a.Elem().Kind() == reflect.Struct {
+		diffPaths(a.Elem(), b.Elem(), path, out)
+		return
+	}
+	if !equalValue(a, b) {
+		*out = append(*out, path)
+	}
+}
+
+// equalValue is DeepEqual that treats nil and empty lists and maps alike.
+func equalValue(a, b reflect.Value) bool {
+	if (a.Kind() == reflect.Slice || a.Kind() == reflect.Map) && a.Len() == 0 && b.Len() == 0 {
+		return true
+	}
+	return reflect.DeepEqual(a.Interface(), b.Interface())
+}
+
+func classify(path string, oldCfg, newCfg *Config) Change {
+	ch := Change{Path: path, Tier: TierImmediate}
+	switch {
+	case path == "server.bind_address", path == "admin.bind_address":
+		ch.Tier = TierProcessRestart
+	case path == "dynamo.enabled":
+		ch.Tier, ch.Reason = TierWatcherRestart, ReasonEnabled
+	case path == "dynamo.load.transport", path == "dynamo.load.direct_allow_cidrs":
+		ch.Tier = TierSubscriptionRestart
+	case strings.HasPrefix(path, "dynamo.discovery."):
+		if r := discoveryReason(strings.TrimPrefix(path, "dynamo.discovery."), oldCfg, newCfg); r != "" {
+			ch.Tier, ch.Reason = TierWatcherRestart, r
+		}
+	}
+	return ch
+}
+
+// discoveryReason says why a change under dynamo.discovery restarts the
+// watcher, or "" when no running watcher reads the changed field.
+func discoveryReason(p string, oldCfg, newCfg *Config) string {
+	if !oldCfg.Dynamo.Enabled && !newCfg.Dynamo.Enabled {
+		return ""
+	}
+	if p == "source" {
+		return ReasonSource
+	}
+	od, nd := &oldCfg.Dynamo.Discovery, &newCfg.Dynamo.Discovery
+	if od.Source != nd.Source {
+		return ReasonSource
+	}
+	section, field, _ := strings.Cut(p, ".")
+	active := map[string]string{SourceEtcd: "etcd", SourceFile: "file", SourceKubernetes: "kubernetes", SourceKubernetesPods: "kubernetes"}[nd.Source]
+	if section != active {
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(field, "watch_reconnect_backoff"):
+		return ReasonBackoff
+	case field == "namespace" && section == "kubernetes":
+		return ReasonNamespace
+	case field == "namespace", field == "namespaces", field == "dynamo_namespace", field == "dynamo_namespaces":
+		return namespaceReason(od, nd)
+	case field == "model", field == "models":
+		if nd.Source == SourceKubernetes {
+			return "" // the metadata source reads models from cards
+		}
+		if namespaceReason(od, nd) == ReasonNamespaces && keptModelsEqual(od, nd) {
+			return ReasonNamespaces
+		}
+		return ReasonOther
+	case section == "kubernetes":
+		return ReasonOther
+	default:
+		return ReasonConnection // endpoints, tls, auth, root
+	}
+}
+
+// namespaceReason: a scalar namespace change resets the registry; a change
+// of the namespace list prunes removed namespaces when kept ones keep their
+// model mapping.
+func namespaceReason(od, nd *Discovery) string {
+	on, nn := od.Namespaces(), nd.Namespaces()
+	if slices.Equal(on, nn) {
+		return ""
+	}
+	listed := func(d *Discovery) bool {
+		switch d.Source {
+		case SourceKubernetes, SourceKubernetesPods:
+			return len(d.Kubernetes.DynamoNamespaces) > 0
+		case SourceFile:
+			return len(d.File.Namespaces) > 0
+		}
+		return len(d.Etcd.Namespaces) > 0
+	}
+	if !listed(od) && !listed(nd) {
+		return ReasonNamespace
+	}
+	if !keptModelsEqual(od, nd) {
+		return ReasonOther
+	}
+	return ReasonNamespaces
+}
+
+// keptModelsEqual reports whether every namespace in both configurations
+// maps its components to the same models (kubernetes_pods only).
+func keptModelsEqual(od, nd *Discovery) bool {
+	if nd.Source != SourceKubernetesPods {
+		return true
+	}
+	if od.Kubernetes.Model != nd.Kubernetes.Model {
+		return false
+	}
+	nn := nd.Namespaces()
+	for _, ns := range od.Namespaces() {
+		if !slices.Contains(nn, ns) {
+			continue
+		}
+		if !slices.Equal(modelsIn(od, ns), modelsIn(nd, ns)) {
+			return false
+		}
+	}
+	return true
+}
+
+func modelsIn(d *Discovery, ns string) []ComponentModel {
+	single := len(d.Namespaces()) == 1
+	var out []ComponentModel
+	for _, m := range d.Kubernetes.Models {
+		if m.DynamoNamespace == ns || (m.DynamoNamespace == "" && single) {
+			out = append(out, ComponentModel{Component: m.Component, Model: m.Model})
+		}
+	}
+	slices.SortFunc(out, func(a, b ComponentModel) int { return strings.Compare(a.Component, b.Component) })
+	return out
+}

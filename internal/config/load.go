@@ -1,0 +1,118 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxFileBytes bounds a configuration file; larger files are not read.
+const MaxFileBytes = 4 << 20
+
+// ErrUnreadable marks a file that could not be read or parsed as YAML at all,
+// as opposed to one that parsed and has findings.
+var ErrUnreadable = errors.New("configuration unreadable")
+
+// Document is one loaded configuration file: the effective configuration
+// (defaults, then the file, with ${VAR} references resolved) and every
+// finding about it.
+type Document struct {
+	File     string
+	Config   *Config
+	Findings Findings
+	pos      map[string]position
+	failed   map[string]bool
+}
+
+// Options adjust loading.
+type Options struct {
+	// Env resolves ${VAR} references; os.LookupEnv when nil.
+	Env LookupEnv
+}
+
+// Load reads, decodes and validates the file at path. The error is non-nil
+// (and wraps ErrUnreadable) only when the file cannot be read or is not YAML;
+// everything else is a finding in the returned document.
+func Load(path string, opts Options) (*Document, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnreadable, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %w", ErrUnreadable, path, err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrUnreadable, path, MaxFileBytes)
+	}
+	return Parse(path, data, opts)
+}
+
+// Parse decodes and validates YAML read from the named file.
+func Parse(name string, data []byte, opts Options) (*Document, error) {
+	env := opts.Env
+	if env == nil {
+		env = os.LookupEnv
+	}
+	doc := &Document{File: name, Config: Default()}
+	dec := &decoder{file: name, env: env, pos: map[string]position{}, failed: map[string]bool{}}
+
+	yd := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
+	switch err := yd.Decode(&root); {
+	case errors.Is(err, io.EOF):
+		// An empty file is the default configuration.
+	case err != nil:
+		return nil, fmt.Errorf("%w: %s: %s", ErrUnreadable, name, strings.TrimPrefix(err.Error(), "yaml: "))
+	default:
+		var extra yaml.Node
+		if err := yd.Decode(&extra); err == nil {
+			dec.errorf(&extra, "", "a configuration file holds one YAML document; remove the extra '---' document")
+		} else if !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: %s: %s", ErrUnreadable, name, strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		top := &root
+		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+			top = root.Content[0]
+		}
+		if err := dec.decode(top, reflect.ValueOf(doc.Config).Elem(), ""); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnreadable, name, err)
+		}
+	}
+	doc.pos = dec.pos
+	doc.failed = dec.failed
+	doc.Findings = append(dec.findings, validate(doc)...)
+	sortFindings(doc.Findings)
+	return doc, nil
+}
+
+// position returns where path (or its nearest written ancestor) stands in
+// the file; 1:1 when nothing of it was written.
+func (d *Document) position(path string) position {
+	for {
+		if p, ok := d.pos[path]; ok {
+			return p
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			if p, ok := d.pos[""]; ok {
+				return p
+			}
+			return position{1, 1}
+		}
+		path = path[:i]
+	}
+}
+
+// Has reports whether the file wrote path (a key present, even if null).
+func (d *Document) Has(path string) bool {
+	_, ok := d.pos[path]
+	return ok
+}

@@ -1,0 +1,178 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Limits of the design document that configuration validation enforces.
+const (
+	MaxEtcdEndpoints     = 16
+	MaxDynamoNamespaces  = 16
+	MaxShimBackends      = 64
+	MaxModelMapEntries   = 1024
+	MaxDirectAllowCIDRs  = 64
+	MaxKubeComponents    = 256
+	MinMaxStaleness      = 100 * time.Millisecond
+	MaxMaxStaleness      = 5 * time.Minute
+	kubeLabelValueMaxLen = 63
+)
+
+// checkEtcdEndpoint accepts http(s)://host:port and host:port and returns the
+// scheme ("http", "https", or "" for the bare form), or a reason to reject.
+func checkEtcdEndpoint(s string) (scheme, problem string) {
+	rest := s
+	if i := strings.Index(s, "://"); i >= 0 {
+		scheme = s[:i]
+		if scheme != "http" && scheme != "https" {
+			return "", fmt.Sprintf("scheme %q is not supported: use http://host:port, https://host:port or host:port", scheme)
+		}
+		rest = s[i+3:]
+	}
+	switch {
+	case rest == "":
+		return "", "empty endpoint: write host:port"
+	case strings.Contains(rest, "@"):
+		return "", "credentials in the URL are not allowed: remove user@ and set dynamo.discovery.etcd.auth instead"
+	case strings.Contains(rest, "?"):
+		return "", "a query string is not allowed: write only scheme://host:port"
+	case strings.Contains(rest, "#"):
+		return "", "a fragment is not allowed: write only scheme://host:port"
+	case strings.Contains(rest, "/"):
+		return "", "a path is not allowed (not even a trailing '/'): write only scheme://host:port"
+	}
+	if p := checkHostPort(rest, false); p != "" {
+		return "", p
+	}
+	return scheme, ""
+}
+
+// checkHostPort validates host:port with IPv6 hosts in brackets. With
+// allowEmptyHost, ":8080" (every address) is accepted and port 0 too.
+func checkHostPort(s string, listen bool) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
+			return fmt.Sprintf("%q: put an IPv6 address in brackets, as in [::1]:2379", s)
+		}
+		return fmt.Sprintf("%q is not host:port", s)
+	}
+	if p := checkPort(port, listen); p != "" {
+		return fmt.Sprintf("%q: %s", s, p)
+	}
+	if host == "" {
+		if listen {
+			return ""
+		}
+		return fmt.Sprintf("%q has no host", s)
+	}
+	if strings.HasPrefix(s, "[") {
+		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
+			return fmt.Sprintf("%q: %q in brackets is not an IPv6 address", s, host)
+		}
+		return ""
+	}
+	if !validHostname(host) {
+		return fmt.Sprintf("%q: %q is not a valid host name or address", s, host)
+	}
+	return ""
+}
+
+func checkPort(port string, listen bool) string {
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 || (n == 0 && !listen) {
+		return fmt.Sprintf("port %q must be a number from 1 to 65535", port)
+	}
+	return ""
+}
+
+func portOf(hostport string) (int, bool) {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(p)
+	return n, err == nil && n > 0
+}
+
+func validHostname(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkDynamoNamespace applies the seed's namespace rule: non-empty, and no
+// '/', white space or control characters.
+func checkDynamoNamespace(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	for _, c := range s {
+		switch {
+		case c == '/':
+			return fmt.Sprintf("%q contains '/'; a Dynamo namespace is one key segment", s)
+		case unicode.IsSpace(c):
+			return fmt.Sprintf("%q contains white space", s)
+		case unicode.IsControl(c):
+			return fmt.Sprintf("%q contains a control character", s)
+		}
+	}
+	return ""
+}
+
+var (
+	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	labelValue   = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
+	lowerHex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	anyHex64     = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	brokerID     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+	backendName  = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+)
+
+func checkDNS1123Label(s string) string {
+	if len(s) > 63 || !dns1123Label.MatchString(s) {
+		return fmt.Sprintf("%q is not a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit", s)
+	}
+	return ""
+}
+
+func checkLabelValue(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if len(s) > kubeLabelValueMaxLen || !labelValue.MatchString(s) {
+		return fmt.Sprintf("%q is not a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", s)
+	}
+	return ""
+}
+
+// checkHashRef validates "<algo>:<64 lowercase hex>".
+func checkHashRef(s, algo, what string) string {
+	hexPart, ok := strings.CutPrefix(s, algo+":")
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s must be %q followed by 64 lowercase hex digits", what, algo+":")
+	case anyHex64.MatchString(hexPart) && !lowerHex64.MatchString(hexPart):
+		return fmt.Sprintf("%s must use lowercase hex digits: write %q", what, algo+":"+strings.ToLower(hexPart))
+	case !lowerHex64.MatchString(hexPart):
+		return fmt.Sprintf("%s must be %q followed by exactly 64 lowercase hex digits", what, algo+":")
+	}
+	return ""
+}

@@ -1,0 +1,58 @@
+// Package iostreams carries a command's input and output streams and what is
+// known about them: whether they are terminals and whether colour is wanted.
+package iostreams
+
+import (
+	"bytes"
+	"io"
+	"os"
+
+	"golang.org/x/term"
+)
+
+// IOStreams is the standard streams of one command invocation.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+
+	stdinTTY  bool
+	stdoutTTY bool
+	color     bool
+}
+
+// System returns the process's standard streams.
+func System() *IOStreams {
+	outTTY := isTerminal(os.Stdout)
+	_, noColor := os.LookupEnv("NO_COLOR")
+	return &IOStreams{
+		In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr,
+		stdinTTY:  isTerminal(os.Stdin),
+		stdoutTTY: outTTY,
+		color:     outTTY && !noColor && os.Getenv("TERM") != "dumb",
+	}
+}
+
+// Test returns streams backed by buffers: no terminal, no colour.
+func Test() (ios *IOStreams, in, out, errOut *bytes.Buffer) {
+	in, out, errOut = &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}
+	return &IOStreams{In: in, Out: out, ErrOut: errOut}, in, out, errOut
+}
+
+// IsStdinTTY reports whether standard input is a terminal.
+func (s *IOStreams) IsStdinTTY() bool { return s.stdinTTY }
+
+// IsStdoutTTY reports whether standard output is a terminal.
+func (s *IOStreams) IsStdoutTTY() bool { return s.stdoutTTY }
+
+// ColorEnabled reports whether output may carry ANSI colour: stdout is a
+// terminal, NO_COLOR is unset and TERM is not "dumb".
+func (s *IOStreams) ColorEnabled() bool { return s.color }
+
+// SetTTY overrides terminal detection (tests).
+func (s *IOStreams) SetTTY(stdin, stdout bool) { s.stdinTTY, s.stdoutTTY = stdin, stdout }
+
+// SetColorEnabled overrides colour detection (tests).
+func (s *IOStreams) SetColorEnabled(on bool) { s.color = on }
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
