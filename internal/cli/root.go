@@ -146,9 +146,9 @@ func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
 	case errors.As(err, &ee) && ee.Err == nil:
 		// The command has reported already.
 	case errors.As(err, &fe):
-		fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\nRun '%s --help' for usage.\n", err, commandPath(root, args))
+		_, _ = fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\nRun '%s --help' for usage.\n", err, commandPath(root, args))
 	default:
-		fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\n", err)
+		_, _ = fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\n", err)
 	}
 	return cmdutil.ExitCode(err)
 }

@@ -44,7 +44,7 @@ func Load(path string, opts Options) (*Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %w", ErrUnreadable, path, err)

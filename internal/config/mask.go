@@ -8,6 +8,7 @@ const Mask = "********"
 // Masked returns a deep copy of c in which every secret field (etcd
 // client_key and auth.password, backend api_key, the admin token, the event
 // bus TLS key) that is set reads as Mask. Certificates are shown as they are.
+// Absent lists and maps are empty in the copy, so they print as [] and {}.
 func (c *Config) Masked() *Config {
 	out := reflect.New(reflect.TypeOf(*c)).Elem()
 	copyMasked(out, reflect.ValueOf(*c), false)
@@ -30,18 +31,12 @@ func copyMasked(dst, src reflect.Value, secret bool) {
 		copyMasked(p.Elem(), src.Elem(), secret)
 		dst.Set(p)
 	case reflect.Slice:
-		if src.IsNil() {
-			return
-		}
 		s := reflect.MakeSlice(src.Type(), src.Len(), src.Len())
 		for i := range src.Len() {
 			copyMasked(s.Index(i), src.Index(i), secret)
 		}
 		dst.Set(s)
 	case reflect.Map:
-		if src.IsNil() {
-			return
-		}
 		m := reflect.MakeMapWithSize(src.Type(), src.Len())
 		iter := src.MapRange()
 		for iter.Next() {

@@ -110,12 +110,16 @@ func validHostname(h string) bool {
 			return false
 		}
 		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			if !hostnameChar(c) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+func hostnameChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // checkDynamoNamespace applies the seed's namespace rule: non-empty, and no

@@ -7,9 +7,9 @@ import (
 
 // Exit codes of the continuum binary. They are mapped in one place, cli.Main.
 const (
-	ExitOK    = 0
+	ExitOK      = 0
 	ExitFailure = 1 // the command ran and failed (validation errors, unreachable source, ...)
-	ExitUsage = 2 // bad flags or arguments, or an input file that cannot be read or parsed
+	ExitUsage   = 2 // bad flags or arguments, or an input file that cannot be read or parsed
 )
 
 // ExitError carries an exit code; its message, if any, is printed by Main.

@@ -65,7 +65,7 @@ func showRun(opts *ShowOptions) error {
 		if doc.Findings.Errors() > 0 {
 			for _, f := range doc.Findings {
 				if f.Severity == config.SeverityError {
-					fmt.Fprintln(opts.IO.ErrOut, f.String())
+					_, _ = fmt.Fprintln(opts.IO.ErrOut, f.String())
 				}
 			}
 			return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%s has %d errors; run continuum config validate %s", opts.File, doc.Findings.Errors(), opts.File)}

@@ -1,0 +1,35 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// FuzzParse feeds arbitrary bytes through load and validation: no panic, and
+// a document or an error, never both missing.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("../../testdata/config/*/*.yaml")
+	for _, file := range files {
+		if data, err := os.ReadFile(file); err == nil {
+			f.Add(data)
+		}
+	}
+	testutil.AddCorpus(f, "FuzzParse")
+	f.Add([]byte("dynamo: {shim: {model_map: {a: b}}}"))
+	f.Add([]byte("x-a: &a {b: *a}"))
+	env := func(k string) (string, bool) { return "v" + k, len(k)%2 == 0 }
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, err := config.Parse("fuzz.yaml", data, config.Options{Env: env})
+		if err == nil && doc == nil {
+			t.Fatal("no document and no error")
+		}
+		if err == nil {
+			_ = doc.Config.Masked()
+			_ = config.Diff(config.Default(), doc.Config)
+		}
+	})
+}
