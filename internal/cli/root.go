@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -139,6 +140,9 @@ func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return cmdutil.ExitOK
+	}
+	if strings.HasPrefix(err.Error(), "unknown command ") {
+		err = &cmdutil.FlagError{Err: err} // cobra's own usage error
 	}
 	var ee *cmdutil.ExitError
 	var fe *cmdutil.FlagError
