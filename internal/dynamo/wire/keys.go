@@ -1,0 +1,258 @@
+// Package wire holds pure codecs of Dynamo's discovery bytes: etcd keys and
+// the Endpoint, Model (card) and EventChannel records stored under them. It
+// imports nothing of Continuum and does no I/O, so it can be fuzzed alone.
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Keyspace is one of the etcd buckets Dynamo registers workers under.
+type Keyspace int
+
+// The keyspaces a read-only observer watches.
+const (
+	KeyspaceInstances Keyspace = iota + 1
+	KeyspaceModelCards
+	KeyspaceEventChannels
+)
+
+// Bucket prefixes, each followed by "/".
+const (
+	PrefixInstances     = "v1/instances/"
+	PrefixModelCards    = "v1/mdc/"
+	PrefixEventChannels = "v1/event_channels/"
+)
+
+func (k Keyspace) String() string {
+	switch k {
+	case KeyspaceInstances:
+		return "instances"
+	case KeyspaceModelCards:
+		return "model_cards"
+	case KeyspaceEventChannels:
+		return "event_channels"
+	}
+	return "unknown"
+}
+
+// WatchPrefixes returns the three prefixes watched for one Dynamo namespace.
+// The event-channel prefix covers every scope inside the namespace.
+func WatchPrefixes(namespace string) [3]string {
+	return [3]string{
+		PrefixInstances + namespace + "/",
+		PrefixModelCards + namespace + "/",
+		PrefixEventChannels + "namespace/" + EncodeSegment(namespace) + "/",
+	}
+}
+
+// ScopeKind is the scope an event channel is registered at.
+type ScopeKind string
+
+// Event channel scopes.
+const (
+	ScopeNamespace ScopeKind = "namespace"
+	ScopeComponent ScopeKind = "component"
+	ScopeEndpoint  ScopeKind = "endpoint"
+)
+
+// Key is a parsed etcd key.
+type Key struct {
+	Space     Keyspace
+	Namespace string
+	Component string
+	// Endpoint is the endpoint name (instances, model cards, endpoint-scoped
+	// channels).
+	Endpoint string
+	// InstanceID is the worker's instance id (instances, model cards) or the
+	// publisher id (event channels), parsed from lowercase hex.
+	InstanceID uint64
+	// ModelSuffix is the LoRA suffix of a model card key ("" for base cards).
+	ModelSuffix string
+	// Scope and Topic are set for event channels.
+	Scope ScopeKind
+	Topic string
+	// Legacy marks the Dynamo 1.2 channel key <ns>/<component>/<topic>/<hex>.
+	Legacy bool
+}
+
+// ErrKey is wrapped by every key parse error.
+var ErrKey = errors.New("malformed key")
+
+func keyErr(key, format string, args ...any) error {
+	return fmt.Errorf("%w %q: %s", ErrKey, key, fmt.Sprintf(format, args...))
+}
+
+// ParseKey parses a full etcd key of one of the three buckets.
+func ParseKey(key string) (Key, error) {
+	switch {
+	case strings.HasPrefix(key, PrefixInstances):
+		return parseWorkerKey(key, KeyspaceInstances, strings.TrimPrefix(key, PrefixInstances))
+	case strings.HasPrefix(key, PrefixModelCards):
+		return parseWorkerKey(key, KeyspaceModelCards, strings.TrimPrefix(key, PrefixModelCards))
+	case strings.HasPrefix(key, PrefixEventChannels):
+		return parseChannelKey(key, strings.TrimPrefix(key, PrefixEventChannels))
+	}
+	return Key{}, keyErr(key, "not under %s, %s or %s", PrefixInstances, PrefixModelCards, PrefixEventChannels)
+}
+
+// ParseRelativeKey parses a key relative to its bucket, as the maps of a
+// DynamoWorkerMetadata resource hold them.
+func ParseRelativeKey(space Keyspace, rel string) (Key, error) {
+	if space == KeyspaceEventChannels {
+		return parseChannelKey(rel, rel)
+	}
+	return parseWorkerKey(rel, space, rel)
+}
+
+func parseWorkerKey(full string, space Keyspace, rel string) (Key, error) {
+	seg := strings.Split(rel, "/")
+	n := len(seg)
+	if n < 4 || n > 5 || (space == KeyspaceInstances && n != 4) {
+		return Key{}, keyErr(full, "want <namespace>/<component>/<endpoint>/<hex id>%s", map[bool]string{true: "[/<lora suffix>]"}[space == KeyspaceModelCards])
+	}
+	for i, s := range seg[:3] {
+		if s == "" {
+			return Key{}, keyErr(full, "empty %s segment", [3]string{"namespace", "component", "endpoint"}[i])
+		}
+	}
+	id, err := parseHexID(seg[3])
+	if err != nil {
+		return Key{}, keyErr(full, "%v", err)
+	}
+	k := Key{Space: space, Namespace: seg[0], Component: seg[1], Endpoint: seg[2], InstanceID: id}
+	if n == 5 {
+		if seg[4] == "" {
+			return Key{}, keyErr(full, "empty LoRA suffix")
+		}
+		k.ModelSuffix = seg[4]
+	}
+	return k, nil
+}
+
+// parseChannelKey parses the scoped form
+// namespace/<ns>[/component/<c>[/endpoint/<e>]]/topic/<topic>/<hex> (segments
+// escaped) and the legacy form <ns>/<component>/<topic>/<hex>.
+func parseChannelKey(full, rel string) (Key, error) {
+	seg := strings.Split(rel, "/")
+	n := len(seg)
+	if n < 4 {
+		return Key{}, keyErr(full, "too few segments for an event channel")
+	}
+	id, err := parseHexID(seg[n-1])
+	if err != nil {
+		return Key{}, keyErr(full, "%v", err)
+	}
+	k := Key{Space: KeyspaceEventChannels, InstanceID: id}
+	if n == 4 { // a scoped key has at least five segments
+		// Legacy: <ns>/<component>/<topic>/<hex>; component may be empty.
+		if seg[0] == "" || seg[2] == "" {
+			return Key{}, keyErr(full, "empty namespace or topic")
+		}
+		k.Namespace, k.Component, k.Topic, k.Legacy = seg[0], seg[1], seg[2], true
+		k.Scope = ScopeNamespace
+		if k.Component != "" {
+			k.Scope = ScopeComponent
+		}
+		return k, nil
+	}
+	if seg[n-3] != "topic" {
+		return Key{}, keyErr(full, "no topic segment")
+	}
+	if k.Topic, err = DecodeSegment(seg[n-2]); err != nil || k.Topic == "" {
+		return Key{}, keyErr(full, "bad topic segment")
+	}
+	scope := seg[:n-3]
+	pairs := [][2]string{}
+	for i := 0; i+1 < len(scope); i += 2 {
+		v, err := DecodeSegment(scope[i+1])
+		if err != nil || v == "" {
+			return Key{}, keyErr(full, "bad %s segment", scope[i])
+		}
+		pairs = append(pairs, [2]string{scope[i], v})
+	}
+	if len(scope)%2 != 0 || len(pairs) == 0 || len(pairs) > 3 {
+		return Key{}, keyErr(full, "bad scope path")
+	}
+	names := []string{"namespace", "component", "endpoint"}
+	for i, p := range pairs {
+		if p[0] != names[i] {
+			return Key{}, keyErr(full, "scope segment %q where %q belongs", p[0], names[i])
+		}
+	}
+	k.Namespace = pairs[0][1]
+	k.Scope = ScopeNamespace
+	if len(pairs) > 1 {
+		k.Component, k.Scope = pairs[1][1], ScopeComponent
+	}
+	if len(pairs) > 2 {
+		k.Endpoint, k.Scope = pairs[2][1], ScopeEndpoint
+	}
+	return k, nil
+}
+
+// parseHexID parses an instance or publisher id written as lowercase hex
+// without 0x or padding (uppercase is accepted too).
+func parseHexID(s string) (uint64, error) {
+	if s == "" || len(s) > 16 {
+		return 0, fmt.Errorf("id %q is not 1 to 16 hex digits", s)
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("id %q is not hex", s)
+	}
+	return v, nil
+}
+
+// FormatID renders an id the way keys and the registry hold it: lowercase hex.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// EncodeSegment escapes an event-channel key segment: ASCII letters, digits,
+// '-' and '_' stay; every other byte becomes %XX with uppercase hex.
+func EncodeSegment(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// DecodeSegment reverses EncodeSegment. A truncated escape or a result that
+// is not UTF-8 is an error.
+func DecodeSegment(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", errors.New("truncated escape")
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", errors.New("bad escape")
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	out := b.String()
+	if !utf8Valid(out) {
+		return "", errors.New("not UTF-8")
+	}
+	return out, nil
+}

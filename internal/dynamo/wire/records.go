@@ -1,0 +1,408 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+func utf8Valid(s string) bool { return utf8.ValidString(s) }
+
+// Record types, the "type" tag of Dynamo's DiscoveryInstance JSON.
+const (
+	TypeEndpoint     = "Endpoint"
+	TypeModel        = "Model"
+	TypeEventChannel = "EventChannel"
+)
+
+// ID is an instance or publisher id: a JSON number (decimal), or a string of
+// hex digits as keys write it. Both normalise to the same value.
+type ID struct {
+	Value uint64
+	Set   bool
+}
+
+// UnmarshalJSON accepts a non-negative integer or a hex string; null leaves
+// the id unset.
+func (id *ID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case bytes.Equal(b, []byte("null")):
+		*id = ID{}
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := parseHexID(strings.TrimPrefix(strings.ToLower(s), "0x"))
+		if err != nil {
+			return err
+		}
+		*id = ID{v, true}
+		return nil
+	}
+	v, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("id %s is not a non-negative integer", b)
+	}
+	*id = ID{v, true}
+	return nil
+}
+
+// Transport is an Endpoint record's request-plane address, externally tagged
+// as {"tcp": ...}, {"http": ...} or {"nats_tcp": ...}. It is internal: it is
+// never shown to clients or operators.
+type Transport struct {
+	Kind    string
+	Address string
+}
+
+// UnmarshalJSON reads the one-entry tagged map; a bare string is kept too.
+func (t *Transport) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		var s string
+		if json.Unmarshal(b, &s) == nil {
+			*t = Transport{Address: s}
+			return nil
+		}
+		return err
+	}
+	for k, v := range m {
+		var addr string
+		_ = json.Unmarshal(v, &addr)
+		*t = Transport{Kind: k, Address: addr}
+		break
+	}
+	return nil
+}
+
+// Endpoint is a worker's request endpoint under v1/instances/.
+type Endpoint struct {
+	Namespace  string    `json:"namespace"`
+	Component  string    `json:"component"`
+	Endpoint   string    `json:"endpoint"`
+	InstanceID ID        `json:"instance_id"`
+	Transport  Transport `json:"transport"`
+}
+
+// ErrRecord is wrapped by every record parse error.
+var ErrRecord = errors.New("malformed record")
+
+// recordHead reads the fields every record shares.
+type recordHead struct {
+	Type string `json:"type"`
+}
+
+// RecordType returns the "type" tag of a record, or "" when absent.
+func RecordType(value []byte) (string, error) {
+	var h recordHead
+	if err := json.Unmarshal(value, &h); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRecord, err)
+	}
+	return h.Type, nil
+}
+
+// ParseEndpoint parses an Endpoint record. Unknown fields are ignored and
+// every field is optional.
+func ParseEndpoint(value []byte) (*Endpoint, error) {
+	var e Endpoint
+	if err := json.Unmarshal(value, &e); err != nil {
+		return nil, fmt.Errorf("%w: endpoint: %w", ErrRecord, err)
+	}
+	return &e, nil
+}
+
+// ModelRecord is a model deployment card under v1/mdc/.
+type ModelRecord struct {
+	Namespace   string
+	Component   string
+	Endpoint    string
+	InstanceID  ID
+	ModelSuffix string
+	// Card holds the typed fields that parsed; CardErrors names those that
+	// did not (the worker is still built).
+	Card       Card
+	CardErrors []string
+	// CardJSON is the whole card as it came, kept opaque.
+	CardJSON json.RawMessage
+}
+
+// WorkerType is the role a card claims.
+type WorkerType string
+
+// Worker types. Anything else parses as WorkerUnknown (no role claim).
+const (
+	WorkerUnknown    WorkerType = ""
+	WorkerPrefill    WorkerType = "Prefill"
+	WorkerDecode     WorkerType = "Decode"
+	WorkerAggregated WorkerType = "Aggregated"
+	WorkerEncode     WorkerType = "Encode"
+)
+
+// Card is the subset of Dynamo's ModelDeploymentCard the router reads.
+type Card struct {
+	DisplayName      string
+	Name             string
+	WorkerType       WorkerType
+	RawWorkerType    string
+	KVCacheBlockSize *uint32
+	Runtime          RuntimeConfig
+	// LoRA is true for adapter cards (a non-null "lora" field).
+	LoRA bool
+	// Versions holds release-version strings the card carries, by key.
+	Versions map[string]string
+	// Artifact slots, raw: tokenizer, prompt_formatter, chat_template_file.
+	Tokenizer, PromptFormatter, ChatTemplateFile json.RawMessage
+}
+
+// Model returns the served model name: display_name, else name.
+func (c *Card) Model() string {
+	if c.DisplayName != "" {
+		return c.DisplayName
+	}
+	return c.Name
+}
+
+// RuntimeConfig is the card's runtime_config; nil pointers were absent.
+type RuntimeConfig struct {
+	TotalKVBlocks         *uint64
+	MaxNumBatchedTokens   *uint64
+	MaxNumSeqs            *uint64
+	ContextLength         *uint32
+	DataParallelStartRank uint32
+	DataParallelSize      uint32
+	// DataParallelDeclared is true when the card sets data_parallel_size.
+	DataParallelDeclared bool
+	// DisaggregatedEndpoint is a string in older cards and an object
+	// {bootstrap_host, bootstrap_port} in newer ones; kept as text.
+	DisaggregatedEndpoint string
+}
+
+// CoreCardFields are the typed fields kept when an oversized card's opaque
+// blob is dropped.
+var CoreCardFields = []string{"display_name", "name", "worker_type", "kv_cache_block_size", "runtime_config", "lora"}
+
+// versionKeys are the release-version strings logged once per instance.
+var versionKeys = []string{"dynamo_version", "runtime_version", "version", "release"}
+
+type modelEnvelope struct {
+	Namespace   string          `json:"namespace"`
+	Component   string          `json:"component"`
+	Endpoint    string          `json:"endpoint"`
+	InstanceID  ID              `json:"instance_id"`
+	ModelSuffix *string         `json:"model_suffix"`
+	CardJSON    json.RawMessage `json:"card_json"`
+}
+
+// ParseModel parses a Model record. The envelope must be JSON; inside the
+// card, each typed field that fails is recorded in CardErrors and left at
+// its zero value, and the rest still parse.
+func ParseModel(value []byte) (*ModelRecord, error) {
+	var env modelEnvelope
+	if err := json.Unmarshal(value, &env); err != nil {
+		return nil, fmt.Errorf("%w: model: %w", ErrRecord, err)
+	}
+	m := &ModelRecord{Namespace: env.Namespace, Component: env.Component, Endpoint: env.Endpoint, InstanceID: env.InstanceID}
+	m.Card.Runtime.DataParallelSize = 1
+	if env.ModelSuffix != nil {
+		m.ModelSuffix = *env.ModelSuffix
+	}
+	if len(env.CardJSON) > 0 && !bytes.Equal(bytes.TrimSpace(env.CardJSON), []byte("null")) {
+		m.CardJSON = env.CardJSON
+		m.Card, m.CardErrors = parseCard(env.CardJSON)
+	}
+	return m, nil
+}
+
+func parseCard(raw json.RawMessage) (Card, []string) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return Card{}, []string{"card_json is not an object"}
+	}
+	var c Card
+	var errs []string
+	field := func(name string, dst any) {
+		v, ok := fields[name]
+		if !ok || bytes.Equal(v, []byte("null")) {
+			return
+		}
+		if err := json.Unmarshal(v, dst); err != nil {
+			errs = append(errs, name)
+		}
+	}
+	field("display_name", &c.DisplayName)
+	field("name", &c.Name)
+	field("worker_type", &c.RawWorkerType)
+	switch wt := WorkerType(c.RawWorkerType); wt {
+	case WorkerPrefill, WorkerDecode, WorkerAggregated, WorkerEncode:
+		c.WorkerType = wt
+	}
+	var bs uint32
+	if v, ok := fields["kv_cache_block_size"]; ok && !bytes.Equal(v, []byte("null")) {
+		if json.Unmarshal(v, &bs) == nil {
+			c.KVCacheBlockSize = &bs
+		} else {
+			errs = append(errs, "kv_cache_block_size")
+		}
+	}
+	if v, ok := fields["lora"]; ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+		c.LoRA = true
+	}
+	if v, ok := fields["runtime_config"]; ok {
+		c.Runtime, errs = parseRuntime(v, errs)
+	} else {
+		c.Runtime.DataParallelSize = 1
+	}
+	for _, k := range versionKeys {
+		var s string
+		if v, ok := fields[k]; ok && json.Unmarshal(v, &s) == nil && s != "" {
+			if c.Versions == nil {
+				c.Versions = map[string]string{}
+			}
+			c.Versions[k] = s
+		}
+	}
+	c.Tokenizer = fields["tokenizer"]
+	c.PromptFormatter = fields["prompt_formatter"]
+	c.ChatTemplateFile = fields["chat_template_file"]
+	return c, errs
+}
+
+func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) {
+	rc := RuntimeConfig{DataParallelSize: 1}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		if !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			errs = append(errs, "runtime_config")
+		}
+		return rc, errs
+	}
+	u64 := func(name string) *uint64 {
+		v, ok := fields[name]
+		if !ok || bytes.Equal(v, []byte("null")) {
+			return nil
+		}
+		var n uint64
+		if err := json.Unmarshal(v, &n); err != nil {
+			errs = append(errs, "runtime_config."+name)
+			return nil
+		}
+		return &n
+	}
+	u32 := func(name string) *uint32 {
+		v, ok := fields[name]
+		if !ok || bytes.Equal(v, []byte("null")) {
+			return nil
+		}
+		var n uint32
+		if err := json.Unmarshal(v, &n); err != nil {
+			errs = append(errs, "runtime_config."+name)
+			return nil
+		}
+		return &n
+	}
+	rc.TotalKVBlocks = u64("total_kv_blocks")
+	rc.MaxNumBatchedTokens = u64("max_num_batched_tokens")
+	rc.MaxNumSeqs = u64("max_num_seqs")
+	rc.ContextLength = u32("context_length")
+	if p := u32("data_parallel_start_rank"); p != nil {
+		rc.DataParallelStartRank = *p
+	}
+	if p := u32("data_parallel_size"); p != nil {
+		rc.DataParallelDeclared = true
+		if *p > 0 {
+			rc.DataParallelSize = *p
+		} else {
+			errs = append(errs, "runtime_config.data_parallel_size")
+		}
+	}
+	if v, ok := fields["disaggregated_endpoint"]; ok && !bytes.Equal(v, []byte("null")) {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			rc.DisaggregatedEndpoint = s
+		} else {
+			var compact bytes.Buffer
+			if json.Compact(&compact, v) == nil {
+				rc.DisaggregatedEndpoint = compact.String()
+			}
+		}
+	}
+	return rc, errs
+}
+
+// EventChannel is a publisher registration under v1/event_channels/.
+type EventChannel struct {
+	Namespace   string
+	Component   string
+	Endpoint    string
+	Scope       ScopeKind
+	Topic       string
+	PublisherID ID
+	// TransportKind is "Zmq", "ZmqBroker", "Nats" or whatever the record says.
+	TransportKind string
+	// ZmqEndpoint is the publisher address of a Zmq channel (tcp://host:port).
+	ZmqEndpoint string
+	Legacy      bool
+}
+
+type channelJSON struct {
+	Scope *struct {
+		Kind      string `json:"kind"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+		Component string `json:"component"`
+		Endpoint  *struct {
+			Namespace string `json:"namespace"`
+			Component string `json:"component"`
+			Name      string `json:"name"`
+		} `json:"endpoint"`
+	} `json:"scope"`
+	Namespace  string `json:"namespace"`
+	Component  string `json:"component"`
+	Topic      string `json:"topic"`
+	InstanceID ID     `json:"instance_id"`
+	Transport  *struct {
+		Kind   string `json:"kind"`
+		Config *struct {
+			Endpoint string `json:"endpoint"`
+		} `json:"config"`
+	} `json:"transport"`
+}
+
+// ParseEventChannel parses an EventChannel record, scoped or legacy.
+func ParseEventChannel(value []byte) (*EventChannel, error) {
+	var cj channelJSON
+	if err := json.Unmarshal(value, &cj); err != nil {
+		return nil, fmt.Errorf("%w: event channel: %w", ErrRecord, err)
+	}
+	ch := &EventChannel{Topic: cj.Topic, PublisherID: cj.InstanceID}
+	if s := cj.Scope; s != nil {
+		ch.Scope = ScopeKind(s.Kind)
+		switch ch.Scope {
+		case ScopeNamespace:
+			ch.Namespace = s.Name
+		case ScopeComponent:
+			ch.Namespace, ch.Component = s.Namespace, s.Component
+		case ScopeEndpoint:
+			if s.Endpoint != nil {
+				ch.Namespace, ch.Component, ch.Endpoint = s.Endpoint.Namespace, s.Endpoint.Component, s.Endpoint.Name
+			}
+		}
+	} else {
+		ch.Legacy = true
+		ch.Namespace, ch.Component = cj.Namespace, cj.Component
+	}
+	if t := cj.Transport; t != nil {
+		ch.TransportKind = t.Kind
+		if t.Config != nil {
+			ch.ZmqEndpoint = t.Config.Endpoint
+		}
+	}
+	return ch, nil
+}
