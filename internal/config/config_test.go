@@ -285,3 +285,48 @@ func TestAliasBomb(t *testing.T) {
 		t.Fatalf("an alias bomb: err = %v", err)
 	}
 }
+
+func TestMergeKeysAndScalars(t *testing.T) {
+	doc, err := config.Load("../../testdata/config/valid/anchors-override.yaml", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := doc.Config.Backends[0]
+	if b.Timeout.String() != "10s" || b.Role != "prefill" || b.Type != "openai" || b.Name != "a" {
+		t.Errorf("merge precedence: %+v", b)
+	}
+	doc, err = config.Load("../../testdata/config/invalid/merge.yaml", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := doc.Config
+	if c.Dynamo.EventBus.MaxSessions != 10 {
+		t.Errorf("010 read as %d, want decimal 10", c.Dynamo.EventBus.MaxSessions)
+	}
+	if !c.Backends[2].Enabled || c.Backends[2].URL != "HTTP://c:8000" {
+		t.Errorf("True / HTTP:// not accepted: %+v", c.Backends[2])
+	}
+}
+
+func TestFindingsAreBounded(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	var b strings.Builder
+	b.WriteString("x-v: &v \"" + long + "\"\nbackends:\n")
+	for range 2000 {
+		b.WriteString("  - {name: *v, url: *v, role: *v}\n")
+	}
+	doc := parse(t, b.String())
+	if n := len(doc.Findings); n > config.MaxFindings+1 {
+		t.Errorf("%d findings, want at most %d", n, config.MaxFindings+1)
+	}
+	size := 0
+	for _, f := range doc.Findings {
+		size += len(f.Message) + len(f.Path)
+	}
+	if size > (config.MaxFindings+1)*2200 {
+		t.Errorf("findings hold %d bytes", size)
+	}
+	if last := doc.Findings[len(doc.Findings)-1]; !strings.Contains(last.Message, "more findings are not shown") {
+		t.Errorf("no summary finding: %s", last)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -16,6 +17,36 @@ import (
 // maxNodes bounds the YAML nodes one load visits, aliases included, so a
 // document of nested aliases cannot make decoding exponential.
 const maxNodes = 200_000
+
+// MaxFindings bounds the findings reported for one file; the rest are
+// summarised in one last finding.
+const MaxFindings = 500
+
+// quote renders a value from the file for a message, cut to 64 bytes.
+func quote(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return strconv.Quote(s)
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clip bounds a message or path built from values in the file.
+func clip(s string) string {
+	const limit = 1024
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
 
 var errTooManyNodes = errors.New("document too large: more than 200000 YAML nodes after expanding aliases")
 
@@ -28,14 +59,19 @@ type decoder struct {
 	env      LookupEnv
 	pos      map[string]position
 	failed   map[string]bool // paths whose value was rejected while decoding
+	dropped  int             // findings past MaxFindings
 	findings Findings
 	visited  int
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
 	d.failed[path] = true
+	if len(d.findings) >= MaxFindings {
+		d.dropped++
+		return
+	}
 	d.findings = append(d.findings, Finding{
-		Severity: SeverityError, Path: path, Message: fmt.Sprintf(format, args...),
+		Severity: SeverityError, Path: clip(path), Message: clip(fmt.Sprintf(format, args...)),
 		File: d.file, Line: n.Line, Column: n.Column,
 	})
 }
@@ -77,7 +113,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 		}
 		dur, err := time.ParseDuration(s)
 		if err != nil {
-			d.errorf(n, path, "%q is not a duration: write a number with a unit, such as \"500ms\", \"30s\" or \"5m\"", s)
+			d.errorf(n, path, "%s is not a duration: write a number with a unit, such as \"500ms\", \"30s\" or \"5m\"", quote(s))
 			return nil
 		}
 		v.SetInt(int64(dur))
@@ -105,21 +141,21 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 			return nil
 		}
 		switch s {
-		case "true":
+		case "true", "True", "TRUE":
 			v.SetBool(true)
-		case "false":
+		case "false", "False", "FALSE":
 			v.SetBool(false)
 		default:
-			d.errorf(n, path, "%q is not a boolean: write true or false", s)
+			d.errorf(n, path, "%s is not a boolean: write true or false", quote(s))
 		}
 	case reflect.Int, reflect.Int64:
 		s, ok := d.scalarText(n, path, "an integer")
 		if !ok {
 			return nil
 		}
-		i, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
+		i, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
 		if err != nil || (t.Kind() == reflect.Int && (i > math.MaxInt32 || i < math.MinInt32)) {
-			d.errorf(n, path, "%q is not an integer in range", s)
+			d.errorf(n, path, "%s is not a decimal integer in range", quote(s))
 			return nil
 		}
 		v.SetInt(i)
@@ -130,7 +166,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 		}
 		f, err := strconv.ParseFloat(strings.ReplaceAll(s, "_", ""), 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			d.errorf(n, path, "%q is not a finite number", s)
+			d.errorf(n, path, "%s is not a finite number", quote(s))
 			return nil
 		}
 		v.SetFloat(f)
@@ -162,7 +198,7 @@ func kindName(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
-		return fmt.Sprintf("the scalar %q", n.Value)
+		return "the scalar " + quote(n.Value)
 	}
 	return "an unsupported YAML node"
 }
@@ -173,78 +209,116 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) error
 		return nil
 	}
 	fields := fieldsOf(v.Type())
+	ps, err := d.pairs(n, path, map[*yaml.Node]bool{})
+	if err != nil {
+		return err
+	}
 	seen := map[string]bool{}
-	return d.eachPair(n, func(k, val *yaml.Node) error {
+	for _, p := range ps {
+		k, val := p.k, p.v
 		key := k.Value
 		fp := joinPath(path, key)
 		f, ok := fields.byName[key]
 		if !ok && path == "" && strings.HasPrefix(key, "x-") {
-			return nil // extension keys hold YAML anchors
+			continue // extension keys hold YAML anchors
 		}
 		if !ok {
-			msg := fmt.Sprintf("unknown key %q", key)
+			msg := fmt.Sprintf("unknown key %s", quote(key))
 			if s := suggest(key, fields.names); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			} else if path == "" {
 				msg += "; top-level keys are " + strings.Join(fields.names, ", ")
 			}
 			d.errorf(k, fp, "%s", msg)
-			return nil
+			continue
 		}
 		if seen[key] {
 			d.errorf(k, fp, "key %q is given twice in this mapping; keep one", key)
-			return nil
+			continue
 		}
 		seen[key] = true
 		// A block under a key is reported at the key; a scalar at its value.
 		if rv := resolveAlias(val); rv.Kind == yaml.MappingNode || rv.Kind == yaml.SequenceNode {
 			d.mark(k, fp)
 		}
-		return d.decode(val, v.Field(f), fp)
-	})
-}
-
-// eachPair visits the key/value pairs of a mapping, expanding "<<" merge
-// keys in front of the mapping's own pairs.
-func (d *decoder) eachPair(n *yaml.Node, fn func(k, v *yaml.Node) error) error {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
-			val = resolveAlias(val)
-			merged := []*yaml.Node{val}
-			if val.Kind == yaml.SequenceNode {
-				merged = val.Content
-			}
-			for _, m := range merged {
-				m = resolveAlias(m)
-				if m.Kind != yaml.MappingNode {
-					continue
-				}
-				d.visited++
-				if d.visited > maxNodes {
-					return errTooManyNodes
-				}
-				if err := d.eachPair(m, fn); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, "", "mapping keys must be plain strings")
-			continue
-		}
-		if err := fn(k, val); err != nil {
+		if err := d.decode(val, v.Field(f), fp); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+type pair struct{ k, v *yaml.Node }
+
+// pairs returns the key/value pairs of a mapping with "<<" merge keys
+// expanded as YAML specifies: the mapping's own keys first, then merged keys
+// it does not set itself, earlier merge sources winning over later ones.
+// active holds the mappings being expanded, so a merge cycle ends.
+func (d *decoder) pairs(n *yaml.Node, path string, active map[*yaml.Node]bool) ([]pair, error) {
+	if active[n] {
+		d.errorf(n, path, "a merge key (<<) refers to a mapping that contains it")
+		return nil, nil
+	}
+	active[n] = true
+	defer delete(active, n)
+	var own []pair
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		switch {
+		case k.Kind == yaml.ScalarNode && k.Tag == "!!merge":
+			merges = append(merges, resolveAlias(val))
+		case k.Kind != yaml.ScalarNode:
+			d.errorf(k, path, "mapping keys must be plain strings")
+		default:
+			own = append(own, pair{k, val})
+		}
+	}
+	if len(merges) == 0 {
+		return own, nil
+	}
+	seen := make(map[string]bool, len(own))
+	for _, p := range own {
+		seen[p.k.Value] = true
+	}
+	out := own
+	for _, m := range merges {
+		sources := []*yaml.Node{m}
+		if m.Kind == yaml.SequenceNode {
+			sources = m.Content
+		}
+		for _, src := range sources {
+			src = resolveAlias(src)
+			d.visited++
+			if d.visited > maxNodes {
+				return nil, errTooManyNodes
+			}
+			if src.Kind != yaml.MappingNode {
+				d.errorf(src, path, "a merge key (<<) takes a mapping or a list of mappings")
+				continue
+			}
+			sub, err := d.pairs(src, path, active)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range sub {
+				if !seen[p.k.Value] {
+					seen[p.k.Value] = true
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) error {
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n, path, "expected a list, found %s", kindName(n))
 		return nil
+	}
+	if d.visited+len(n.Content) > maxNodes {
+		return errTooManyNodes
 	}
 	out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, item := range n.Content {
@@ -266,22 +340,25 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) error {
 		return nil
 	}
 	out := reflect.MakeMap(v.Type())
-	err := d.eachPair(n, func(k, val *yaml.Node) error {
-		fp := mapEntryPath(path, k.Value)
-		d.mark(k, fp)
-		if out.MapIndex(reflect.ValueOf(k.Value)).IsValid() {
-			d.errorf(k, fp, "key %q is given twice in this mapping; keep one", k.Value)
-			return nil
+	ps, err := d.pairs(n, path, map[*yaml.Node]bool{})
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		fp := mapEntryPath(path, p.k.Value)
+		d.mark(p.k, fp)
+		if out.MapIndex(reflect.ValueOf(p.k.Value)).IsValid() {
+			d.errorf(p.k, fp, "key %s is given twice in this mapping; keep one", quote(p.k.Value))
+			continue
 		}
 		elem := reflect.New(v.Type().Elem()).Elem()
-		if err := d.decode(val, elem, fp); err != nil {
+		if err := d.decode(p.v, elem, fp); err != nil {
 			return err
 		}
-		out.SetMapIndex(reflect.ValueOf(k.Value), elem)
-		return nil
-	})
+		out.SetMapIndex(reflect.ValueOf(p.k.Value), elem)
+	}
 	v.Set(out)
-	return err
+	return nil
 }
 
 func joinPath(parent, key string) string {

@@ -151,7 +151,9 @@ func classify(path string, oldCfg, newCfg *Config) Change {
 	case path == "dynamo.enabled":
 		ch.Tier, ch.Reason = TierWatcherRestart, ReasonEnabled
 	case path == "dynamo.load.transport", path == "dynamo.load.direct_allow_cidrs":
-		ch.Tier = TierSubscriptionRestart
+		if oldCfg.Dynamo.Enabled || newCfg.Dynamo.Enabled {
+			ch.Tier = TierSubscriptionRestart
+		}
 	case strings.HasPrefix(path, "dynamo.discovery."):
 		if r := discoveryReason(strings.TrimPrefix(path, "dynamo.discovery."), oldCfg, newCfg); r != "" {
 			ch.Tier, ch.Reason = TierWatcherRestart, r
@@ -205,8 +207,8 @@ func discoveryReason(p string, oldCfg, newCfg *Config) string {
 // model mapping.
 func namespaceReason(od, nd *Discovery) string {
 	on, nn := od.Namespaces(), nd.Namespaces()
-	if slices.Equal(on, nn) {
-		return ""
+	if sameSet(on, nn) {
+		return "" // reordered, not changed
 	}
 	listed := func(d *Discovery) bool {
 		switch d.Source {
@@ -245,6 +247,13 @@ func keptModelsEqual(od, nd *Discovery) bool {
 		}
 	}
 	return true
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 func modelsIn(d *Discovery, ns string) []ComponentModel {

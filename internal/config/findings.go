@@ -37,7 +37,15 @@ type Finding struct {
 }
 
 func (f Finding) String() string {
-	return fmt.Sprintf("%s:%d:%d: %s: %s: %s", f.File, f.Line, f.Column, f.Severity, f.Path, f.Message)
+	return fmt.Sprintf("%s:%d:%d: %s: %s: %s", f.File, f.Line, f.Column, f.Severity, f.DisplayPath(), f.Message)
+}
+
+// DisplayPath is the path for people: "(document)" for the file as a whole.
+func (f Finding) DisplayPath() string {
+	if f.Path == "" {
+		return "(document)"
+	}
+	return f.Path
 }
 
 // Findings is a sorted list of findings.

@@ -88,8 +88,14 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 	}
 	doc.pos = dec.pos
 	doc.failed = dec.failed
-	doc.Findings = append(dec.findings, validate(doc)...)
+	doc.Findings = dec.findings
+	more, dropped := validate(doc)
+	doc.Findings = append(doc.Findings, more...)
 	sortFindings(doc.Findings)
+	if dropped += dec.dropped; dropped > 0 {
+		doc.Findings = append(doc.Findings, Finding{Severity: SeverityError, File: name, Line: 1, Column: 1,
+			Message: fmt.Sprintf("%d more findings are not shown; fix the ones above first", dropped)})
+	}
 	return doc, nil
 }
 

@@ -29,7 +29,7 @@ const (
 func checkEtcdEndpoint(s string) (scheme, problem string) {
 	rest := s
 	if i := strings.Index(s, "://"); i >= 0 {
-		scheme = s[:i]
+		scheme = strings.ToLower(s[:i])
 		if scheme != "http" && scheme != "https" {
 			return "", fmt.Sprintf("scheme %q is not supported: use http://host:port, https://host:port or host:port", scheme)
 		}
@@ -44,6 +44,8 @@ func checkEtcdEndpoint(s string) (scheme, problem string) {
 		return "", "a query string is not allowed: write only scheme://host:port"
 	case strings.Contains(rest, "#"):
 		return "", "a fragment is not allowed: write only scheme://host:port"
+	case scheme == "" && (strings.HasPrefix(strings.ToLower(rest), "http:") || strings.HasPrefix(strings.ToLower(rest), "https:")):
+		return "", "malformed URL: write http://host:port or https://host:port"
 	case strings.Contains(rest, "/"):
 		return "", "a path is not allowed (not even a trailing '/'): write only scheme://host:port"
 	}
@@ -171,6 +173,8 @@ func checkLabelValue(s string) string {
 func checkHashRef(s, algo, what string) string {
 	hexPart, ok := strings.CutPrefix(s, algo+":")
 	switch {
+	case ok && len(hexPart) != 64:
+		return fmt.Sprintf("%s must be %q followed by exactly 64 lowercase hex digits", what, algo+":")
 	case !ok:
 		return fmt.Sprintf("%s must be %q followed by 64 lowercase hex digits", what, algo+":")
 	case anyHex64.MatchString(hexPart) && !lowerHex64.MatchString(hexPart):

@@ -291,6 +291,7 @@ func Default() *Config {
 				Transport:    TransportDirect,
 			},
 			KV: KV{
+				ArtifactCacheDir:   defaultArtifactCacheDir(),
 				AllowHTTPArtifacts: true,
 				OverlapScoreCredit: 1.0,
 				PrefillLoadScale:   1.0,
@@ -305,6 +306,15 @@ func Default() *Config {
 			},
 		},
 	}
+}
+
+// defaultArtifactCacheDir is <user cache dir>/continuum/artifacts, or a
+// directory under the system temp dir where the user has none.
+func defaultArtifactCacheDir() string {
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "continuum", "artifacts")
+	}
+	return filepath.Join(os.TempDir(), "continuum-artifacts")
 }
 
 func defaultBackoff() Backoff {

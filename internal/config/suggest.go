@@ -3,6 +3,9 @@ package config
 // suggest returns the candidate closest to s by edit distance, or "" when
 // none is close enough to be a likely typo.
 func suggest(s string, candidates []string) string {
+	if len(s) > 64 {
+		return ""
+	}
 	best, bestDist := "", -1
 	for _, c := range candidates {
 		d := editDistance(s, c)

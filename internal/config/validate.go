@@ -9,9 +9,12 @@ import (
 )
 
 type validator struct {
-	doc *Document
-	c   *Config
-	out Findings
+	doc         *Document
+	c           *Config
+	out         Findings
+	suggestions int
+	// dropped counts findings past MaxFindings.
+	dropped int
 	// backends by name, for references from shim, api keys and pools.
 	backends map[string]*Backend
 }
@@ -20,9 +23,13 @@ func (v *validator) add(sev Severity, path, format string, args ...any) {
 	if v.doc.failed[path] {
 		return // the decoder has already said what is wrong with this value
 	}
+	if len(v.out)+len(v.doc.Findings) >= MaxFindings {
+		v.dropped++
+		return
+	}
 	p := v.doc.position(path)
 	v.out = append(v.out, Finding{
-		Severity: sev, Path: path, Message: fmt.Sprintf(format, args...),
+		Severity: sev, Path: clip(path), Message: clip(fmt.Sprintf(format, args...)),
 		File: v.doc.File, Line: p.line, Column: p.col,
 	})
 }
@@ -35,7 +42,7 @@ func (v *validator) warnf(path, format string, args ...any) {
 }
 
 // validate applies every rule of the design document to a decoded document.
-func validate(doc *Document) Findings {
+func validate(doc *Document) (Findings, int) {
 	v := &validator{doc: doc, c: doc.Config, backends: map[string]*Backend{}}
 	v.server()
 	v.backendList()
@@ -45,7 +52,7 @@ func validate(doc *Document) Findings {
 	v.shim()
 	v.kv()
 	v.eventBus()
-	return v.out
+	return v.out, v.dropped
 }
 
 func (v *validator) server() {
@@ -78,7 +85,7 @@ func (v *validator) backendList() {
 		switch {
 		case b.Name == "":
 			v.errorf(p+".name", "every backend needs a name")
-		case !backendName.MatchString(b.Name):
+		case len(b.Name) > 253 || !backendName.MatchString(b.Name):
 			v.errorf(p+".name", "%q: use letters, digits, '-', '_' and '.', starting and ending with a letter or digit", b.Name)
 		case v.backends[b.Name] != nil:
 			v.errorf(p+".name", "backend name %q is used twice; names must be unique", b.Name)
@@ -114,7 +121,7 @@ func (v *validator) apiKeys() {
 	for i, k := range v.c.APIKeys {
 		p := fmt.Sprintf("api_keys[%d]", i)
 		h := k.KeyHash
-		if lowerHex64.MatchString(h) {
+		if len(h) == 64 && lowerHex64.MatchString(h) {
 			h = "sha256:" + h
 		}
 		if msg := checkHashRef(h, "sha256", "key_hash"); msg != "" {
@@ -142,8 +149,8 @@ func (v *validator) knownBackends(path string, names []string) {
 		ep := fmt.Sprintf("%s[%d]", path, j)
 		switch {
 		case v.backends[n] == nil:
-			msg := fmt.Sprintf("%q is not a configured backend (backends[].name)", n)
-			if s := suggest(n, v.backendNames()); s != "" {
+			msg := fmt.Sprintf("%s is not a configured backend (backends[].name)", quote(n))
+			if s := v.suggestBackend(n); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			}
 			v.errorf(ep, "%s", msg)
@@ -153,6 +160,21 @@ func (v *validator) knownBackends(path string, names []string) {
 		seen[n] = true
 	}
 }
+
+// suggestBackend finds a close backend name for a typo, within a bounded
+// budget so that a file of many bad references stays cheap.
+func (v *validator) suggestBackend(n string) string {
+	if v.suggestions >= maxSuggestions || len(v.c.Backends) > maxSuggestCandidates {
+		return ""
+	}
+	v.suggestions++
+	return suggest(n, v.backendNames())
+}
+
+const (
+	maxSuggestions       = 64
+	maxSuggestCandidates = 256
+)
 
 func (v *validator) backendNames() []string {
 	names := make([]string, 0, len(v.c.Backends))
@@ -202,6 +224,7 @@ func (v *validator) discovery() {
 }
 
 func (v *validator) etcd(active bool) {
+	selected := v.c.Dynamo.Discovery.Source == SourceEtcd
 	e := &v.c.Dynamo.Discovery.Etcd
 	const p = "dynamo.discovery.etcd"
 	if active && len(e.Endpoints) == 0 {
@@ -256,7 +279,7 @@ func (v *validator) etcd(active bool) {
 		if a.Username == "" {
 			v.errorf(p+".auth.username", "auth needs a username")
 		}
-		if e.TLS == nil && !okHTTPS {
+		if selected && e.TLS == nil && !okHTTPS {
 			v.warnf(p+".auth", "auth over a plaintext connection sends the password and session token in clear text: use https:// endpoints with a tls block")
 		}
 	}
@@ -400,8 +423,10 @@ func (v *validator) shim() {
 	switch {
 	case len(s.Backends) > 0 && len(s.Pools) > 0:
 		v.errorf(p+".pools", "backends and pools are exclusive: use pools, one per Dynamo namespace")
+	case len(namespaces) > 1 && len(s.Backends) > 0:
+		v.errorf(p+".backends", "%d Dynamo namespaces are watched: replace shim.backends with shim.pools, exactly one pool per namespace", len(namespaces))
 	case len(namespaces) > 1 && len(s.Pools) == 0 && v.c.Dynamo.Enabled:
-		v.errorf(p+".pools", "%d Dynamo namespaces are watched: use shim.pools with exactly one pool per namespace instead of shim.backends", len(namespaces))
+		v.errorf(p+".pools", "%d Dynamo namespaces are watched: add shim.pools, exactly one pool per namespace", len(namespaces))
 	}
 	if len(s.Pools) > 0 {
 		v.pools(namespaces)
@@ -477,9 +502,6 @@ func (v *validator) pools(namespaces []string) {
 			owner[b] = i
 		}
 	}
-	if !v.c.Dynamo.Enabled {
-		return
-	}
 	for _, ns := range namespaces {
 		if _, ok := byNS[ns]; !ok {
 			v.errorf(p, "no pool for Dynamo namespace %q: add {namespace: %q, backends: [...]}", ns, ns)
@@ -516,12 +538,6 @@ func (v *validator) kv() {
 	if cd.Enabled {
 		v.warnf(p+".conditional_disaggregation.enabled", "dynamo.frontend --router-mode direct (Dynamo 1.5.x) rejects requests without a prefill id while prefill workers are registered, so bypassed requests fail with 503 disaggregated_prefill_decode_unavailable; enable only for frontends that accept them")
 	}
-	if k.Enabled && len(k.PinnedArtifacts) == 0 {
-		v.warnf(p+".pinned_artifacts", "kv.enabled with no pinned artifacts: no tokenizer or template is loaded, so selection stays load-based; pin the fleet's artifacts (continuum pin-artifact --from-discovery)")
-	}
-	if k.Enabled && !v.c.Dynamo.Enabled {
-		v.warnf(p+".enabled", "kv.enabled has no effect while dynamo.enabled is false")
-	}
 }
 
 func (v *validator) eventBus() {
@@ -546,9 +562,6 @@ func (v *validator) eventBus() {
 		if len(b.Brokers) == 0 {
 			v.warnf(p+".brokers", "no brokers are allowed: no session can authenticate")
 		}
-		if !v.c.Dynamo.Enabled {
-			v.warnf(p+".enabled", "the event bus carries load and kv-events subscriptions, which run only while dynamo.enabled is true")
-		}
 	}
 	if b.MaxSessions < 1 {
 		v.errorf(p+".max_sessions", "must be at least 1")
@@ -563,8 +576,6 @@ func (v *validator) eventBus() {
 	}
 	if b.IdleTimeout <= 0 {
 		v.errorf(p+".idle_timeout", "must be positive, such as \"30s\"")
-	} else if b.HeartbeatInterval > 0 && b.HeartbeatInterval >= b.IdleTimeout {
-		v.warnf(p+".heartbeat_interval", "heartbeat_interval (%s) is not below idle_timeout (%s): healthy sessions may be closed as idle", b.HeartbeatInterval, b.IdleTimeout)
 	}
 	v.brokers()
 }
@@ -572,14 +583,13 @@ func (v *validator) eventBus() {
 func (v *validator) brokers() {
 	b := &v.c.Dynamo.EventBus
 	const p = "dynamo.event_bus.brokers"
-	namespaces := v.c.Dynamo.Discovery.Namespaces()
 	ids := map[string]bool{}
 	for i, e := range b.Brokers {
 		ep := fmt.Sprintf("%s[%d]", p, i)
 		switch {
 		case e.ID == "":
 			v.errorf(ep+".id", "every broker entry needs an id")
-		case !brokerID.MatchString(e.ID) || len(e.ID) > 253:
+		case len(e.ID) > 253 || !brokerID.MatchString(e.ID):
 			v.errorf(ep+".id", "%q: a broker id is a lowercase DNS name without wildcards (it is matched against the client certificate's DNS SAN)", e.ID)
 		case ids[e.ID]:
 			v.errorf(ep+".id", "broker id %q is used twice", e.ID)
@@ -604,8 +614,6 @@ func (v *validator) brokers() {
 				nsp := fmt.Sprintf("%s.namespaces[%d]", ep, j)
 				if msg := checkDynamoNamespace(ns); msg != "" {
 					v.errorf(nsp, "%s", msg)
-				} else if !slices.Contains(namespaces, ns) {
-					v.warnf(nsp, "%q is not a watched Dynamo namespace (%s); this allowance is unused", ns, strings.Join(namespaces, ", "))
 				}
 			}
 		case BusRoleKVListener:
@@ -615,7 +623,6 @@ func (v *validator) brokers() {
 			if len(e.Backends) == 0 {
 				v.errorf(ep+".backends", "a kv_listener needs the backends it may announce")
 			}
-			v.warnf(ep, "no kv source with transport: event_bus consumes kv_listener %q; its sessions would carry nothing", e.ID)
 		default:
 			v.errorf(ep+".role", "role %q is not one of broker, kv_listener", e.Role)
 		}

@@ -86,6 +86,7 @@ func TestValidateEnvConfig(t *testing.T) {
 
 func TestShow(t *testing.T) {
 	t.Setenv("TMPDIR", "/tmp")
+	t.Setenv("XDG_CACHE_HOME", "/var/cache")
 	t.Setenv("CONTINUUM_CONFIG", "")
 	env := map[string]string{"ETCD_PASSWORD": "s3cret"}
 	for _, tt := range []struct{ name, out string }{{"yaml", "yaml"}, {"json", "json"}} {

@@ -133,7 +133,7 @@ func writeText(ios *iostreams.IOStreams, results []fileResult) error {
 			continue
 		}
 		for _, f := range r.Findings {
-			if _, err := fmt.Fprintf(w, "%s:%d:%d: %s: %s: %s\n", f.File, f.Line, f.Column, sev(f.Severity), f.Path, f.Message); err != nil {
+			if _, err := fmt.Fprintf(w, "%s:%d:%d: %s: %s: %s\n", f.File, f.Line, f.Column, sev(f.Severity), f.DisplayPath(), f.Message); err != nil {
 				return err
 			}
 		}
@@ -210,7 +210,7 @@ func writeGitHub(w io.Writer, results []fileResult) error {
 			continue
 		}
 		for _, f := range r.Findings {
-			_, err := fmt.Fprintf(w, "::%s file=%s,line=%d,col=%d::%s\n", f.Severity, ghProperty(f.File), f.Line, f.Column, ghData(f.Path+": "+f.Message))
+			_, err := fmt.Fprintf(w, "::%s file=%s,line=%d,col=%d::%s\n", f.Severity, ghProperty(f.File), f.Line, f.Column, ghData(f.DisplayPath()+": "+f.Message))
 			if err != nil {
 				return err
 			}
