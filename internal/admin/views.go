@@ -1,0 +1,111 @@
+// Package admin holds the admin API's JSON views of the fleet, shared by the
+// router's /admin handlers and the commands that print the same shapes
+// (discover, top). Views never carry transport addresses, pod IPs, node
+// names, UIDs, publisher endpoints or raw cards.
+package admin
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+)
+
+// TimeFormat is how the admin API writes instants: RFC 3339 in UTC with an
+// explicit offset, to the second.
+const TimeFormat = "2006-01-02T15:04:05+00:00"
+
+// Capacity is a worker's declared capacity; null fields were not declared.
+type Capacity struct {
+	TotalKVBlocks       *uint64 `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens"`
+	MaxNumSeqs          *uint64 `json:"max_num_seqs"`
+	ContextLength       *uint32 `json:"context_length"`
+}
+
+// Worker is one worker as GET /admin/dynamo/workers shows it.
+type Worker struct {
+	InstanceID            string   `json:"instance_id"`
+	Namespace             string   `json:"namespace"`
+	WorkerID              string   `json:"worker_id"`
+	Role                  string   `json:"role"`
+	Model                 string   `json:"model"`
+	Component             string   `json:"component"`
+	Endpoint              string   `json:"endpoint"`
+	DPStartRank           uint32   `json:"dp_start_rank"`
+	DPSize                uint32   `json:"dp_size"`
+	BlockSize             *uint32  `json:"block_size"`
+	Capacity              Capacity `json:"capacity"`
+	DisaggregatedEndpoint *string  `json:"disaggregated_endpoint"`
+	FirstSeen             string   `json:"first_seen"`
+	LastUpdated           string   `json:"last_updated"`
+}
+
+// Publisher is one event-plane publisher, without its address.
+type Publisher struct {
+	PublisherID string `json:"publisher_id"`
+	Namespace   string `json:"namespace"`
+	Component   string `json:"component"`
+	Topic       string `json:"topic"`
+}
+
+// Problem says why records did not become (all of) a worker or publisher.
+type Problem struct {
+	Kind     string   `json:"kind"`
+	Keys     []string `json:"keys"`
+	KeyCount int      `json:"key_count"`
+	Reason   string   `json:"reason"`
+}
+
+// WorkerView renders a worker.
+func WorkerView(w *fleet.Worker) Worker {
+	v := Worker{
+		InstanceID: w.InstanceHex(), Namespace: w.ID.Namespace, WorkerID: w.WorkerIDDecimal(),
+		Role: string(w.Role), Model: w.Model, Component: w.Component, Endpoint: w.Endpoint,
+		DPStartRank: w.DPStartRank, DPSize: w.DPSize, BlockSize: w.BlockSize,
+		Capacity: Capacity{TotalKVBlocks: w.Capacity.TotalKVBlocks, MaxNumBatchedTokens: w.Capacity.MaxNumBatchedTokens,
+			MaxNumSeqs: w.Capacity.MaxNumSeqs, ContextLength: w.Capacity.ContextLength},
+		FirstSeen: formatTime(w.FirstSeen), LastUpdated: formatTime(w.LastUpdated),
+	}
+	if w.DisaggregatedEndpoint != "" {
+		s := w.DisaggregatedEndpoint
+		v.DisaggregatedEndpoint = &s
+	}
+	return v
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(TimeFormat)
+}
+
+// PublisherView renders a publisher.
+func PublisherView(p *fleet.Publisher) Publisher {
+	return Publisher{PublisherID: strconv.FormatUint(p.PublisherID, 10), Namespace: p.Namespace, Component: p.Component, Topic: p.Topic}
+}
+
+// ProblemView renders a problem.
+func ProblemView(p fleet.Problem) Problem {
+	keys := p.Keys
+	if keys == nil {
+		keys = []string{}
+	}
+	return Problem{Kind: p.Kind, Keys: keys, KeyCount: p.KeyCount, Reason: p.Reason}
+}
+
+// Views renders a whole snapshot; the lists are never null.
+func Views(s *fleet.Snapshot) (workers []Worker, publishers []Publisher, problems []Problem) {
+	workers, publishers, problems = []Worker{}, []Publisher{}, []Problem{}
+	for _, w := range s.Workers {
+		workers = append(workers, WorkerView(w))
+	}
+	for _, p := range s.Publishers {
+		publishers = append(publishers, PublisherView(p))
+	}
+	for _, p := range s.Problems {
+		problems = append(problems, ProblemView(p))
+	}
+	return workers, publishers, problems
+}

@@ -1,0 +1,276 @@
+package fleet_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+)
+
+// fixture is a file under testdata/dynamo: events in, fleet view out.
+type fixture struct {
+	Description string  `yaml:"description"`
+	Events      []event `yaml:"events"`
+	Want        want    `yaml:"want"`
+	Then        *struct {
+		Events []event `yaml:"events"`
+		Want   want    `yaml:"want"`
+	} `yaml:"then"`
+}
+
+type event struct {
+	Put         string         `yaml:"put"`
+	Delete      string         `yaml:"delete"`
+	Value       map[string]any `yaml:"value"`
+	Raw         *string        `yaml:"raw"`
+	ResyncBegin bool           `yaml:"resync_begin"`
+	ResyncEnd   bool           `yaml:"resync_end"`
+}
+
+type want struct {
+	Workers    []map[string]any `yaml:"workers"`
+	Publishers []map[string]any `yaml:"publishers"`
+	Problems   []struct {
+		Kind string   `yaml:"kind"`
+		Keys []string `yaml:"keys"`
+	} `yaml:"problems"`
+}
+
+var t0 = time.Date(2026, 9, 23, 4, 11, 2, 0, time.UTC)
+
+func apply(t *testing.T, r *fleet.Reducer, events []event, clock *time.Time) {
+	t.Helper()
+	for _, e := range events {
+		*clock = clock.Add(time.Second)
+		switch {
+		case e.Put != "":
+			var value []byte
+			if e.Raw != nil {
+				value = []byte(*e.Raw)
+			} else {
+				var err error
+				if value, err = json.Marshal(e.Value); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.Put(e.Put, value, *clock)
+		case e.Delete != "":
+			r.Delete(e.Delete)
+		case e.ResyncBegin:
+			r.ResyncBegin()
+		case e.ResyncEnd:
+			r.ResyncEnd()
+		}
+	}
+}
+
+// normalise turns views and wants into comparable JSON values.
+func normalise(t *testing.T, v any, worker bool) []any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range out {
+		m := item.(map[string]any)
+		if !worker {
+			continue
+		}
+		delete(m, "first_seen")
+		delete(m, "last_updated")
+		if _, ok := m["dp_size"]; !ok {
+			m["dp_size"] = 1.0
+		}
+		for _, k := range []string{"dp_start_rank"} {
+			if _, ok := m[k]; !ok {
+				m[k] = 0.0
+			}
+		}
+		for _, k := range []string{"block_size", "disaggregated_endpoint"} {
+			if _, ok := m[k]; !ok {
+				m[k] = nil
+			}
+		}
+		capacity, _ := m["capacity"].(map[string]any)
+		if capacity == nil {
+			capacity = map[string]any{}
+		}
+		for _, k := range []string{"total_kv_blocks", "max_num_batched_tokens", "max_num_seqs", "context_length"} {
+			if _, ok := capacity[k]; !ok {
+				capacity[k] = nil
+			}
+		}
+		m["capacity"] = capacity
+	}
+	return out
+}
+
+func check(t *testing.T, snap *fleet.Snapshot, w want) {
+	t.Helper()
+	workers, publishers, problems := admin.Views(snap)
+	if got, exp := normalise(t, workers, true), normalise(t, orEmpty(w.Workers), true); !reflect.DeepEqual(got, exp) {
+		t.Errorf("workers:\n got %s\nwant %s", dump(got), dump(exp))
+	}
+	if w.Publishers != nil {
+		if got, exp := normalise(t, publishers, false), normalise(t, w.Publishers, false); !reflect.DeepEqual(got, exp) {
+			t.Errorf("publishers:\n got %s\nwant %s", dump(got), dump(exp))
+		}
+	}
+	var gotProblems, wantProblems []string
+	for _, p := range problems {
+		gotProblems = append(gotProblems, p.Kind+" "+strings.Join(p.Keys, ","))
+	}
+	for _, p := range w.Problems {
+		wantProblems = append(wantProblems, p.Kind+" "+strings.Join(p.Keys, ","))
+	}
+	if !reflect.DeepEqual(gotProblems, wantProblems) {
+		t.Errorf("problems:\n got %q\nwant %q\n(all: %+v)", gotProblems, wantProblems, problems)
+	}
+}
+
+func orEmpty(v []map[string]any) []map[string]any {
+	if v == nil {
+		return []map[string]any{}
+	}
+	return v
+}
+
+func dump(v any) string {
+	b, _ := json.MarshalIndent(v, "", " ")
+	return string(b)
+}
+
+func TestFixtures(t *testing.T) {
+	files, _ := filepath.Glob("../../../testdata/dynamo/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no fixtures")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fx fixture
+			dec := yaml.NewDecoder(strings.NewReader(string(data)))
+			dec.KnownFields(true)
+			if err := dec.Decode(&fx); err != nil {
+				t.Fatal(err)
+			}
+			r := fleet.NewReducer()
+			clock := t0
+			apply(t, r, fx.Events, &clock)
+			check(t, r.Build(clock), fx.Want)
+			if fx.Then != nil {
+				apply(t, r, fx.Then.Events, &clock)
+				check(t, r.Build(clock), fx.Then.Want)
+			}
+		})
+	}
+}
+
+func endpoint(id int) []byte {
+	return fmt.Appendf(nil, `{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d}`, id)
+}
+
+func key(id int) string { return fmt.Sprintf("v1/instances/dynamo/decode/generate/%x", id) }
+
+// TestFirstSeenSurvivesResync: a resync that re-puts the same records keeps
+// first_seen and last_updated and leaves the reducer clean.
+func TestFirstSeenSurvivesResync(t *testing.T) {
+	r := fleet.NewReducer()
+	r.Put(key(1), endpoint(1), t0)
+	first := r.Build(t0.Add(time.Second))
+	r.ResyncBegin()
+	r.Put(key(1), endpoint(1), t0.Add(time.Hour))
+	r.ResyncEnd()
+	if r.Dirty() {
+		t.Error("an idempotent resync made the reducer dirty")
+	}
+	second := r.Build(t0.Add(2 * time.Hour))
+	if !second.Workers[0].FirstSeen.Equal(first.Workers[0].FirstSeen) || !second.Workers[0].LastUpdated.Equal(t0) {
+		t.Errorf("first_seen %v -> %v, last_updated %v", first.Workers[0].FirstSeen, second.Workers[0].FirstSeen, second.Workers[0].LastUpdated)
+	}
+	// A changed value updates last_updated but not first_seen.
+	r.Put(key(1), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":1,"transport":{"tcp":"new"}}`), t0.Add(3*time.Hour))
+	third := r.Build(t0.Add(4 * time.Hour))
+	if !third.Workers[0].FirstSeen.Equal(first.Workers[0].FirstSeen) || !third.Workers[0].LastUpdated.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("after update: %+v", third.Workers[0])
+	}
+	// Gone and back: a new first_seen.
+	r.Delete(key(1))
+	r.Build(t0.Add(5 * time.Hour))
+	r.Put(key(1), endpoint(1), t0.Add(6*time.Hour))
+	if got := r.Build(t0.Add(7 * time.Hour)).Workers[0].FirstSeen; !got.Equal(t0.Add(7 * time.Hour)) {
+		t.Errorf("returning worker first_seen %v", got)
+	}
+}
+
+func TestKeyspaceCap(t *testing.T) {
+	r := fleet.NewReducer()
+	for i := range fleet.MaxRecordsPerKeyspace + 10 {
+		r.Put(key(i), endpoint(i), t0)
+	}
+	snap := r.Build(t0)
+	if len(snap.Workers) != fleet.MaxRecordsPerKeyspace {
+		t.Fatalf("%d workers held", len(snap.Workers))
+	}
+	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity || !strings.Contains(snap.Problems[0].Reason, "10 new instances keys refused") {
+		t.Fatalf("problems %+v", snap.Problems)
+	}
+	// Updates of held keys still apply.
+	r.Put(key(0), []byte(`{"type":"Endpoint","component":"prefill","endpoint":"generate","instance_id":0}`), t0)
+	if w := r.Build(t0).Workers; w[len(w)-1].Role != fleet.RolePrefill {
+		t.Errorf("update of a held key was refused")
+	}
+}
+
+func TestRecordSizeCaps(t *testing.T) {
+	r := fleet.NewReducer()
+	big := make([]byte, fleet.MaxRecordBytes+1)
+	r.Put(key(1), big, t0)
+	pad := strings.Repeat("x", fleet.MaxRetainedCardBytes)
+	r.Put(key(2), endpoint(2), t0)
+	r.Put("v1/mdc/dynamo/decode/generate/2", fmt.Appendf(nil, `{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":9},"padding":%q}}`, pad), t0)
+	snap := r.Build(t0)
+	if len(snap.Workers) != 1 {
+		t.Fatalf("workers %+v", snap.Workers)
+	}
+	w := snap.Workers[0]
+	if w.Card == nil || w.Card.Raw != nil || w.Model != "m" || *w.BlockSize != 16 || *w.Capacity.TotalKVBlocks != 9 {
+		t.Errorf("oversized card: typed fields must stay and the blob go: %+v card=%+v", w, w.Card)
+	}
+	kinds := map[string]bool{}
+	for _, p := range snap.Problems {
+		kinds[p.Kind] = true
+	}
+	if !kinds[fleet.ProblemOversized] || !kinds[fleet.ProblemCardDropped] {
+		t.Errorf("problems %+v", snap.Problems)
+	}
+}
+
+// TestCardSharedAcrossSnapshots: the opaque card is parsed once and shared.
+func TestCardSharedAcrossSnapshots(t *testing.T) {
+	r := fleet.NewReducer()
+	r.Put(key(2), endpoint(2), t0)
+	r.Put("v1/mdc/dynamo/decode/generate/2", []byte(`{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m"}}`), t0)
+	a := r.Build(t0)
+	r.Put(key(3), endpoint(3), t0)
+	b := r.Build(t0)
+	if a.Workers[0].Card == nil || a.Workers[0].Card != b.Workers[1].Card {
+		t.Error("card copied between snapshots")
+	}
+}

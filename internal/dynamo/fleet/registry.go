@@ -1,0 +1,187 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// MaxMixedWarningsPerPublish bounds the mixed-namespace warnings one publish
+// logs; the rest are summarised in one line.
+const MaxMixedWarningsPerPublish = 8
+
+// ProblemObserver is told about problems that appear in a published
+// snapshot and were not in the previous one (metrics, logs).
+type ProblemObserver func(p Problem)
+
+// Registry publishes fleet snapshots. Readers call Snapshot without locks;
+// Wait blocks until a newer generation is published. The snapshot is always
+// swapped before its generation is announced.
+type Registry struct {
+	logger  *slog.Logger
+	observe ProblemObserver
+
+	snap    atomic.Pointer[Snapshot]
+	gen     atomic.Uint64
+	enabled atomic.Bool
+	picker  atomic.Value
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every publish
+	problems map[string]bool
+	mixed    map[[2]string]bool
+	versions map[WorkerID]bool
+}
+
+// NewRegistry returns a registry holding an empty snapshot at generation 0.
+func NewRegistry(logger *slog.Logger, observe ProblemObserver) *Registry {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{logger: logger, observe: observe, changed: make(chan struct{}),
+		problems: map[string]bool{}, mixed: map[[2]string]bool{}, versions: map[WorkerID]bool{}}
+	r.snap.Store(&Snapshot{})
+	return r
+}
+
+// Snapshot returns the current fleet view. It never blocks.
+func (r *Registry) Snapshot() *Snapshot { return r.snap.Load() }
+
+// Generation returns the generation of the current snapshot.
+func (r *Registry) Generation() uint64 { return r.gen.Load() }
+
+// SetEnabled records whether discovery is on (dynamo.enabled).
+func (r *Registry) SetEnabled(on bool) { r.enabled.Store(on) }
+
+// IsEnabled reports whether discovery is on.
+func (r *Registry) IsEnabled() bool { return r.enabled.Load() }
+
+// SetPicker installs the picker used for selection; any value the router's
+// picker contract accepts.
+func (r *Registry) SetPicker(p any) { r.picker.Store(&p) }
+
+// Picker returns the installed picker, or nil.
+func (r *Registry) Picker() any {
+	if p, ok := r.picker.Load().(*any); ok {
+		return *p
+	}
+	return nil
+}
+
+// Wait blocks until the generation is greater than after, and returns it.
+// It holds no snapshot while it waits.
+func (r *Registry) Wait(ctx context.Context, after uint64) (uint64, error) {
+	for {
+		r.mu.Lock()
+		ch := r.changed
+		r.mu.Unlock()
+		if g := r.gen.Load(); g > after {
+			return g, nil
+		}
+		select {
+		case <-ctx.Done():
+			return r.gen.Load(), ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Publish installs snap as the next generation and returns it.
+func (r *Registry) Publish(snap *Snapshot) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report(snap)
+	r.snap.Store(snap)
+	g := r.gen.Add(1)
+	close(r.changed)
+	r.changed = make(chan struct{})
+	return g
+}
+
+// Reset empties the view (a watcher replaced by another), as a new generation.
+func (r *Registry) Reset() uint64 { return r.Publish(&Snapshot{}) }
+
+func problemKey(p Problem) string {
+	return p.Kind + "\x00" + p.Namespace + "\x00" + strings.Join(p.Keys, "\x00") + "\x00" + fmt.Sprint(p.KeyCount)
+}
+
+// report logs what is new in snap: problems (once per key set while they
+// last), release versions (once per instance) and mixed namespaces.
+func (r *Registry) report(snap *Snapshot) {
+	seen := make(map[string]bool, len(snap.Problems))
+	for _, p := range snap.Problems {
+		k := problemKey(p)
+		seen[k] = true
+		if r.problems[k] {
+			continue
+		}
+		if r.observe != nil {
+			r.observe(p)
+		}
+		r.logger.Warn("dynamo discovery problem", "kind", p.Kind, "namespace", p.Namespace, "keys", p.Keys, "count", p.KeyCount, "reason", p.Reason)
+	}
+	r.problems = seen
+
+	live := make(map[WorkerID]bool, len(snap.Workers))
+	for _, w := range snap.Workers {
+		live[w.ID] = true
+		if r.versions[w.ID] {
+			continue
+		}
+		r.versions[w.ID] = true
+		if w.Card != nil && len(w.Card.Typed.Versions) > 0 && r.logger.Enabled(context.Background(), slog.LevelDebug) {
+			r.logger.Debug("dynamo worker release", "namespace", w.ID.Namespace, "instance_id", w.InstanceHex(), "versions", w.Card.Typed.Versions)
+		}
+	}
+	for id := range r.versions {
+		if !live[id] {
+			delete(r.versions, id)
+		}
+	}
+	r.reportMixed(snap)
+}
+
+// reportMixed warns once per (namespace, model) that becomes mixed: prefill
+// or decode workers next to aggregated ones serving one model.
+func (r *Registry) reportMixed(snap *Snapshot) {
+	type roles struct{ disagg, agg bool }
+	byModel := map[[2]string]*roles{}
+	for _, w := range snap.Workers {
+		k := [2]string{w.ID.Namespace, w.Model}
+		m := byModel[k]
+		if m == nil {
+			m = &roles{}
+			byModel[k] = m
+		}
+		switch w.Role {
+		case RolePrefill, RoleDecode:
+			m.disagg = true
+		case RoleAggregated:
+			m.agg = true
+		}
+	}
+	mixedNow := map[[2]string]bool{}
+	var fresh [][2]string
+	for k, m := range byModel {
+		if m.disagg && m.agg {
+			mixedNow[k] = true
+			if !r.mixed[k] {
+				fresh = append(fresh, k)
+			}
+		}
+	}
+	r.mixed = mixedNow
+	slices.SortFunc(fresh, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	for i, k := range fresh {
+		if i == MaxMixedWarningsPerPublish {
+			r.logger.Warn("more dynamo namespaces became mixed", "count", len(fresh)-i)
+			break
+		}
+		r.logger.Warn("dynamo namespace serves a model with both prefill/decode and aggregated workers; aggregated workers are not decode candidates there",
+			"namespace", k[0], "model", k[1])
+	}
+}

@@ -1,0 +1,124 @@
+package fleet_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+)
+
+func TestRegistryWaitSeesPublishedSnapshot(t *testing.T) {
+	reg := fleet.NewRegistry(nil, nil)
+	if reg.Generation() != 0 || len(reg.Snapshot().Workers) != 0 {
+		t.Fatal("not empty at start")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var last uint64
+		for last < 50 {
+			g, err := reg.Wait(ctx, last)
+			if err != nil {
+				errs <- err
+				return
+			}
+			// The snapshot is swapped before its generation is announced.
+			if got := len(reg.Snapshot().Workers); uint64(got) < g {
+				errs <- fmt.Errorf("generation %d announced with %d workers", g, got)
+				return
+			}
+			last = g
+		}
+	}()
+	r := fleet.NewReducer()
+	for i := 1; i <= 50; i++ {
+		r.Put(key(i), endpoint(i), t0)
+		reg.Publish(r.Build(t0))
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := reg.Wait(ctx, reg.Generation()); err == nil {
+		t.Error("Wait ignored a cancelled context")
+	}
+}
+
+func TestRegistryReportsProblemsOnce(t *testing.T) {
+	var logs bytes.Buffer
+	var observed []string
+	reg := fleet.NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)), func(p fleet.Problem) { observed = append(observed, p.Kind) })
+	r := fleet.NewReducer()
+	r.Put(key(1), endpoint(1), t0)
+	r.Put("v1/instances/dynamo/decode/generate/ff", endpoint(1), t0)
+	reg.Publish(r.Build(t0))
+	r.Put(key(2), endpoint(2), t0)
+	reg.Publish(r.Build(t0)) // same duplicate: not reported again
+	if len(observed) != 1 || observed[0] != fleet.ProblemDuplicate {
+		t.Fatalf("observed %v", observed)
+	}
+	r.Delete("v1/instances/dynamo/decode/generate/ff")
+	reg.Publish(r.Build(t0))
+	r.Put("v1/instances/dynamo/decode/generate/ff", endpoint(1), t0)
+	reg.Publish(r.Build(t0)) // back again: reported again
+	if len(observed) != 2 {
+		t.Fatalf("observed %v", observed)
+	}
+	if n := strings.Count(logs.String(), "kind=duplicate"); n != 2 {
+		t.Errorf("%d duplicate warnings:\n%s", n, logs.String())
+	}
+}
+
+func TestRegistryMixedNamespaceWarnings(t *testing.T) {
+	var logs bytes.Buffer
+	reg := fleet.NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	r := fleet.NewReducer()
+	id := 1
+	for m := range 10 {
+		for _, comp := range []string{"prefill", "backend"} {
+			r.Put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", comp, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, comp, id), t0)
+			wt := map[string]string{"prefill": "Prefill", "backend": "Aggregated"}[comp]
+			r.Put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", comp, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":"model-%d","worker_type":%q}}`, comp, id, m, wt), t0)
+			id++
+		}
+	}
+	reg.Publish(r.Build(t0))
+	out := logs.String()
+	if n := strings.Count(out, "serves a model with both"); n != fleet.MaxMixedWarningsPerPublish {
+		t.Errorf("%d mixed warnings, want %d:\n%s", n, fleet.MaxMixedWarningsPerPublish, out)
+	}
+	if !strings.Contains(out, "more dynamo namespaces became mixed") || !strings.Contains(out, "count=2") {
+		t.Errorf("no summary line:\n%s", out)
+	}
+	logs.Reset()
+	reg.Publish(r.Build(t0))
+	if strings.Contains(logs.String(), "mixed") {
+		t.Errorf("mixed warned again for unchanged pairs:\n%s", logs.String())
+	}
+}
+
+func TestRegistryPickerAndEnabled(t *testing.T) {
+	reg := fleet.NewRegistry(nil, nil)
+	if reg.Picker() != nil || reg.IsEnabled() {
+		t.Fatal("not empty")
+	}
+	reg.SetPicker("round-robin")
+	reg.SetEnabled(true)
+	if reg.Picker() != "round-robin" || !reg.IsEnabled() {
+		t.Fatal("not stored")
+	}
+}

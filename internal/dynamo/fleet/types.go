@@ -1,0 +1,144 @@
+// Package fleet turns Dynamo's discovery records into the router's view of a
+// fleet: a pure reducer from etcd-shaped key/value events to a Snapshot of
+// workers, event publishers and problems, and the Registry that publishes
+// snapshots lock-free to readers.
+package fleet
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// Memory bounds of the reducer (seed section 8).
+const (
+	// MaxRecordBytes: a larger etcd value is refused before it is parsed.
+	MaxRecordBytes = 16 << 20
+	// MaxRetainedCardBytes: a larger card keeps its typed fields and drops
+	// its opaque JSON.
+	MaxRetainedCardBytes = 1 << 20
+	// MaxRecordsPerKeyspace: new keys past this many in one keyspace are
+	// refused; updates of held keys are still applied.
+	MaxRecordsPerKeyspace = 16384
+)
+
+// Role is what a worker does in a disaggregated fleet.
+type Role string
+
+// Roles. RoleUnknown workers are shown to operators but never routed to.
+const (
+	RolePrefill    Role = "prefill"
+	RoleDecode     Role = "decode"
+	RoleAggregated Role = "aggregated"
+	RoleUnknown    Role = "unknown"
+)
+
+// WorkerID identifies a worker: the namespace it was discovered under (from
+// the watched prefix, never the payload) and its instance id.
+type WorkerID struct {
+	Namespace  string
+	InstanceID uint64
+}
+
+// Capacity is what a worker's card declares; nil fields were not declared.
+type Capacity struct {
+	TotalKVBlocks       *uint64 `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens"`
+	MaxNumSeqs          *uint64 `json:"max_num_seqs"`
+	ContextLength       *uint32 `json:"context_length"`
+}
+
+// Card is a worker's model card: its typed fields and, unless it was larger
+// than MaxRetainedCardBytes, the whole card as opaque JSON. One Card is
+// shared by every snapshot that holds the worker; it is never copied.
+type Card struct {
+	Typed wire.Card
+	// Raw is nil when the card was too large to retain.
+	Raw json.RawMessage
+}
+
+// Worker is one materialised Dynamo worker (a generate endpoint).
+type Worker struct {
+	ID        WorkerID
+	Role      Role
+	Model     string
+	Component string
+	Endpoint  string
+	// DPStartRank and DPSize give the global data-parallel ranks
+	// DPStartRank .. DPStartRank+DPSize-1; DPDeclared says whether the card
+	// set data_parallel_size (then the rank header is always sent).
+	DPStartRank           uint32
+	DPSize                uint32
+	DPDeclared            bool
+	BlockSize             *uint32
+	Capacity              Capacity
+	DisaggregatedEndpoint string
+	FirstSeen             time.Time
+	LastUpdated           time.Time
+	// Card is nil for a worker without a (usable) card.
+	Card *Card
+
+	transport wire.Transport
+}
+
+// InstanceHex is the instance id as keys and the registry write it.
+func (w *Worker) InstanceHex() string { return wire.FormatID(w.ID.InstanceID) }
+
+// WorkerIDDecimal is the instance id as the frontend's headers and
+// GET /health write it.
+func (w *Worker) WorkerIDDecimal() string { return strconv.FormatUint(w.ID.InstanceID, 10) }
+
+// Transport is the worker's internal request-plane address. It is never
+// shown to clients, operators or metrics.
+func (w *Worker) Transport() wire.Transport { return w.transport }
+
+// Publisher is an event-plane publisher (kv_metrics, kv-events, ...).
+type Publisher struct {
+	Namespace     string
+	Component     string
+	Endpoint      string
+	Scope         wire.ScopeKind
+	Topic         string
+	PublisherID   uint64
+	TransportKind string
+	Key           string
+
+	zmqEndpoint string
+}
+
+// ZmqEndpoint is the publisher's tcp:// address (internal; never exposed).
+func (p *Publisher) ZmqEndpoint() string { return p.zmqEndpoint }
+
+// Problem kinds: why a record did not become (all of) a worker or publisher.
+const (
+	ProblemDuplicate    = "duplicate"
+	ProblemRoleConflict = "role_conflict"
+	ProblemMalformed    = "malformed"
+	ProblemOversized    = "oversized"
+	ProblemOverCapacity = "over_capacity"
+	ProblemUnknownRole  = "unknown_role"
+	ProblemCardFields   = "card_fields"
+	ProblemCardDropped  = "card_dropped"
+)
+
+// MaxProblemKeys is how many keys a problem names; KeyCount has the total.
+const MaxProblemKeys = 4
+
+// Problem is one reason the fleet view differs from the records.
+type Problem struct {
+	Kind      string
+	Namespace string
+	// Keys are up to MaxProblemKeys of the etcd keys involved, sorted.
+	Keys     []string
+	KeyCount int
+	Reason   string
+}
+
+// Snapshot is one immutable fleet view. Readers share it; nobody mutates it.
+type Snapshot struct {
+	Workers    []*Worker
+	Publishers []*Publisher
+	Problems   []Problem
+}
