@@ -1,0 +1,163 @@
+// Package discovery runs a discovery source under a supervisor: each pass
+// streams etcd-shaped events into the fleet reducer, and the supervisor owns
+// the reconnect backoff, the connected gauge and publishing snapshots.
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// SeedTimeout bounds each pass's connect, optional authentication and
+// initial range get (or list); the long-lived watch has none.
+const SeedTimeout = 30 * time.Second
+
+// Sink receives one pass's events. A pass starts with ResyncBegin, puts every
+// record it read, opens its watches and calls ResyncEnd; then it streams
+// Put and Delete, calling Flush after each batch.
+type Sink interface {
+	Put(key string, value []byte)
+	Delete(key string)
+	ResyncBegin()
+	// ResyncEnd ends the initial read; the pass's watches are open.
+	ResyncEnd()
+	// Flush ends a batch: the view is published if it changed.
+	Flush()
+}
+
+// Source is one discovery backend.
+type Source interface {
+	// Name is the configured source name (etcd, file, ...).
+	Name() string
+	// Run performs one pass. It returns nil when ctx ends, or the reason the
+	// pass failed; it never retries by itself.
+	Run(ctx context.Context, sink Sink) error
+}
+
+// Backoff is the doubling reconnect delay between passes.
+type Backoff struct {
+	Initial, Max time.Duration
+}
+
+// Watcher supervises one source for the lifetime of its configuration. Its
+// reducer lives as long as it does, so first_seen survives reconnects.
+type Watcher struct {
+	Source   Source
+	Registry *fleet.Registry
+	Backoff  Backoff
+	Metrics  *telemetry.DiscoveryMetrics
+	Logger   *slog.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Sleep waits between passes; a context-aware timer when nil.
+	Sleep func(ctx context.Context, d time.Duration) error
+
+	reducer *fleet.Reducer
+}
+
+// Run supervises passes until ctx ends. It returns nil on cancellation.
+func (w *Watcher) Run(ctx context.Context) error {
+	if w.Now == nil {
+		w.Now = time.Now
+	}
+	if w.Sleep == nil {
+		w.Sleep = sleep
+	}
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	if w.Backoff.Initial <= 0 || w.Backoff.Max < w.Backoff.Initial {
+		return fmt.Errorf("discovery backoff %v..%v is not valid", w.Backoff.Initial, w.Backoff.Max)
+	}
+	w.reducer = fleet.NewReducer()
+	delay := w.Backoff.Initial
+	for {
+		s := &sink{w: w}
+		err := w.Source.Run(ctx, s)
+		w.setConnected(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("pass ended")
+		}
+		// Reset the backoff only after a session that stayed established
+		// (all watches open) for at least the maximum delay.
+		if !s.established.IsZero() && w.Now().Sub(s.established) >= w.Backoff.Max {
+			delay = w.Backoff.Initial
+		}
+		w.Logger.Warn("dynamo discovery pass ended; retrying", "source", w.Source.Name(), "err", err, "retry_in", delay)
+		if err := w.Sleep(ctx, delay); err != nil {
+			return nil
+		}
+		delay = min(delay*2, w.Backoff.Max)
+	}
+}
+
+func (w *Watcher) setConnected(on bool) {
+	if w.Metrics == nil {
+		return
+	}
+	if on {
+		w.Metrics.Connected.Set(1)
+	} else {
+		w.Metrics.Connected.Set(0)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// sink feeds one pass's events to the watcher's reducer.
+type sink struct {
+	w           *Watcher
+	resyncing   bool
+	established time.Time
+}
+
+func (s *sink) Put(key string, value []byte) { s.w.reducer.Put(key, value, s.w.Now()) }
+func (s *sink) Delete(key string)            { s.w.reducer.Delete(key) }
+
+func (s *sink) ResyncBegin() {
+	s.resyncing = true
+	s.w.reducer.ResyncBegin()
+}
+
+func (s *sink) ResyncEnd() {
+	s.resyncing = false
+	s.w.reducer.ResyncEnd()
+	s.established = s.w.Now()
+	s.w.setConnected(true)
+	s.Flush()
+}
+
+func (s *sink) Flush() {
+	if s.resyncing || !s.w.reducer.Dirty() {
+		return
+	}
+	s.w.Registry.Publish(s.w.reducer.Build(s.w.Now()))
+}
+
+// ProblemCounter returns a registry observer that counts problems in
+// continuum_dynamo_discovery_events_total by kind.
+func ProblemCounter(m *telemetry.DiscoveryMetrics) fleet.ProblemObserver {
+	return func(p fleet.Problem) {
+		if m != nil {
+			m.Events.WithLabelValues(p.Kind).Inc()
+		}
+	}
+}

@@ -1,0 +1,276 @@
+// Package etcd is the read-only etcd discovery source: per pass it range-gets
+// Dynamo's three prefixes at one revision, then watches them from the next
+// revision. It never writes, deletes, grants or keeps alive anything.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// keepAlive probes the connection so that a silent server ends the pass.
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 10 * time.Second
+)
+
+// Source watches one etcd cluster for a set of Dynamo namespaces.
+type Source struct {
+	endpoints  []string
+	namespaces []string
+	tlsConfig  *tls.Config
+	username   string
+	password   string
+	logger     *slog.Logger
+
+	// afterSeed runs between the range get and opening the watches (tests).
+	afterSeed func()
+}
+
+var _ discovery.Source = (*Source)(nil)
+
+// New builds a source from configuration. TLS files are read here, so a
+// missing file is reported with its path before any pass starts.
+func New(cfg config.Etcd, namespaces []string, logger *slog.Logger) (*Source, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("etcd: no endpoints")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{namespaces: namespaces, logger: logger}
+	useTLS := cfg.TLS != nil
+	for _, e := range cfg.Endpoints {
+		if strings.HasPrefix(strings.ToLower(e), "https://") {
+			useTLS = true
+		}
+	}
+	for _, e := range cfg.Endpoints {
+		host := e
+		if i := strings.Index(e, "://"); i >= 0 {
+			host = e[i+3:]
+		}
+		scheme := "http://"
+		if useTLS {
+			scheme = "https://"
+		}
+		s.endpoints = append(s.endpoints, scheme+host)
+	}
+	if useTLS {
+		tc, err := tlsConfig(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		s.tlsConfig = tc
+	}
+	if cfg.Auth != nil {
+		s.username, s.password = cfg.Auth.Username, cfg.Auth.Password
+	}
+	return s, nil
+}
+
+func tlsConfig(t *config.EtcdTLS) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t == nil {
+		return tc, nil
+	}
+	tc.ServerName = t.ServerName
+	if t.CACert != "" {
+		pem, err := os.ReadFile(t.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("etcd tls.ca_cert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd tls.ca_cert %s: no PEM certificate in the file", t.CACert)
+		}
+		tc.RootCAs = pool
+	}
+	if t.ClientCert != "" || t.ClientKey != "" {
+		cert, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("etcd tls.client_cert %s / client_key: %w", t.ClientCert, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// Name implements discovery.Source.
+func (s *Source) Name() string { return config.SourceEtcd }
+
+func (s *Source) prefixes() []string {
+	var out []string
+	for _, ns := range s.namespaces {
+		p := wire.WatchPrefixes(ns)
+		out = append(out, p[:]...)
+	}
+	return out
+}
+
+// Run performs one pass: connect, range get, watch, stream.
+func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
+	seedCtx, cancelSeed := context.WithTimeout(ctx, discovery.SeedTimeout)
+	defer cancelSeed()
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:            s.endpoints,
+		DialTimeout:          discovery.SeedTimeout,
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		TLS:                  s.tlsConfig,
+		Username:             s.username,
+		Password:             s.password,
+		Context:              ctx,
+		Logger:               zap.NewNop(),
+		RejectOldCluster:     false,
+	})
+	if err != nil {
+		return fmt.Errorf("etcd connect %v: %w", s.endpoints, err)
+	}
+	defer func() { _ = client.Close() }()
+
+	prefixes := s.prefixes()
+	var rev int64
+	type kv struct{ k, v []byte }
+	var seed []kv
+	for i, p := range prefixes {
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if i > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := client.Get(seedCtx, p, opts...)
+		if err != nil {
+			return fmt.Errorf("etcd range get %q: %w", p, err)
+		}
+		if i == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, e := range resp.Kvs {
+			seed = append(seed, kv{e.Key, e.Value})
+		}
+	}
+	if s.afterSeed != nil {
+		s.afterSeed()
+	}
+
+	watchCtx, cancelWatch := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancelWatch()
+	type batch struct {
+		resp clientv3.WatchResponse
+		ok   bool
+	}
+	events := make(chan batch)
+	chans := make([]clientv3.WatchChan, len(prefixes))
+	for i, p := range prefixes {
+		chans[i] = client.Watch(watchCtx, p, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
+	}
+	// Wait until every watch is created, under the seed timeout.
+	for i, ch := range chans {
+		select {
+		case resp, ok := <-ch:
+			if !ok || resp.Err() != nil || !resp.Created {
+				return fmt.Errorf("etcd watch %q from revision %d: %w", prefixes[i], rev+1, watchErr(resp, ok))
+			}
+		case <-seedCtx.Done():
+			return fmt.Errorf("etcd watch %q: not created within %s: %w", prefixes[i], discovery.SeedTimeout, seedCtx.Err())
+		}
+	}
+	cancelSeed()
+
+	sink.ResyncBegin()
+	for _, e := range seed {
+		sink.Put(string(e.k), e.v)
+	}
+	seed = nil
+	sink.ResyncEnd()
+	s.logger.Info("dynamo discovery seeded", "source", "etcd", "rev", rev, "namespaces", s.namespaces)
+
+	for _, ch := range chans {
+		go func(ch clientv3.WatchChan) {
+			for {
+				resp, ok := <-ch
+				select {
+				case events <- batch{resp, ok}:
+				case <-watchCtx.Done():
+					return
+				}
+				if !ok {
+					return
+				}
+			}
+		}(ch)
+	}
+	connLost := make(chan error, 1)
+	go watchConnection(watchCtx, client, connLost)
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-connLost:
+			return err
+		case b := <-events:
+			if !b.ok || b.resp.Canceled || b.resp.Err() != nil {
+				return fmt.Errorf("etcd watch ended: %w", watchErr(b.resp, b.ok))
+			}
+			for _, ev := range b.resp.Events {
+				switch ev.Type {
+				case clientv3.EventTypePut:
+					sink.Put(string(ev.Kv.Key), ev.Kv.Value)
+				case clientv3.EventTypeDelete:
+					sink.Delete(string(ev.Kv.Key))
+				}
+			}
+			sink.Flush()
+		}
+	}
+}
+
+func watchErr(resp clientv3.WatchResponse, ok bool) error {
+	switch {
+	case !ok:
+		return errors.New("watch channel closed")
+	case resp.CompactRevision != 0:
+		return fmt.Errorf("revision compacted (compact revision %d)", resp.CompactRevision)
+	case resp.Err() != nil:
+		return resp.Err()
+	case resp.Canceled:
+		return fmt.Errorf("watch canceled: %s", resp.CancelReason)
+	}
+	return errors.New("watch not created")
+}
+
+// watchConnection ends the pass when the client's connection fails, so a
+// stopped server leads to a full resync rather than a silent resume.
+func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- error) {
+	conn := client.ActiveConnection()
+	state := conn.GetState()
+	for {
+		if state == connectivity.TransientFailure || state == connectivity.Shutdown {
+			select {
+			case lost <- fmt.Errorf("etcd connection %s", state):
+			default:
+			}
+			return
+		}
+		if !conn.WaitForStateChange(ctx, state) {
+			return
+		}
+		state = conn.GetState()
+	}
+}

@@ -1,0 +1,264 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/etcd"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+func endpointValue(id uint64, component string) string {
+	return fmt.Sprintf(`{"type":"Endpoint","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"10.0.0.4:31000"}}`, component, id)
+}
+
+func instanceKey(ns, component string, id uint64) string {
+	return fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, component, id)
+}
+
+type harness struct {
+	reg     *fleet.Registry
+	metrics *telemetry.DiscoveryMetrics
+	done    chan struct{}
+}
+
+func run(t *testing.T, src *etcd.Source) *harness {
+	t.Helper()
+	h := &harness{metrics: telemetry.NewDiscoveryMetrics(nil), done: make(chan struct{})}
+	h.reg = fleet.NewRegistry(nil, discovery.ProblemCounter(h.metrics))
+	w := &discovery.Watcher{Source: src, Registry: h.reg, Metrics: h.metrics,
+		Backoff: discovery.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { defer close(h.done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-h.done })
+	return h
+}
+
+func (h *harness) workers() map[string]*fleet.Worker {
+	out := map[string]*fleet.Worker{}
+	for _, w := range h.reg.Snapshot().Workers {
+		out[w.ID.Namespace+"/"+w.InstanceHex()] = w
+	}
+	return out
+}
+
+func put(t *testing.T, c *clientv3.Client, k, v string, opts ...clientv3.OpOption) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, k, v, opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newSource(t *testing.T, cfg config.Etcd, namespaces ...string) *etcd.Source {
+	t.Helper()
+	if len(namespaces) == 0 {
+		namespaces = []string{"dynamo"}
+	}
+	s, err := etcd.New(cfg, namespaces, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestPutDeleteAndNamespaces(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	put(t, c, instanceKey("prod", "decode", 1), endpointValue(1, "decode"))
+	put(t, c, instanceKey("other", "decode", 9), endpointValue(9, "decode"))
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}, "prod", "canary"))
+	testutil.Eventually(t, 10*time.Second, "seeded worker", func() bool { return h.workers()["prod/1"] != nil })
+	put(t, c, instanceKey("canary", "prefill", 2), endpointValue(2, "prefill"))
+	testutil.Eventually(t, 10*time.Second, "watched put", func() bool { return h.workers()["canary/2"] != nil })
+	if h.workers()["other/9"] != nil {
+		t.Error("a namespace that is not watched was read")
+	}
+	if promtest.ToFloat64(h.metrics.Connected) != 1 {
+		t.Error("connected gauge is not 1")
+	}
+	ctx := context.Background()
+	if _, err := c.Delete(ctx, instanceKey("prod", "decode", 1)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "watched delete", func() bool { return h.workers()["prod/1"] == nil })
+}
+
+func TestLeaseExpiryRemovesWorker(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
+	lease, err := c.Grant(context.Background(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, instanceKey("dynamo", "decode", 5), endpointValue(5, "decode"), clientv3.WithLease(lease.ID))
+	testutil.Eventually(t, 10*time.Second, "leased worker", func() bool { return h.workers()["dynamo/5"] != nil })
+	testutil.Eventually(t, 20*time.Second, "lease expiry", func() bool { return h.workers()["dynamo/5"] == nil })
+}
+
+// TestCompactionResync: a delete made between the range get and the watch,
+// then compacted away, is recovered by the full resync that follows.
+func TestCompactionResync(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
+	put(t, c, instanceKey("dynamo", "decode", 2), endpointValue(2, "decode"))
+	src := newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}})
+	var once sync.Once
+	var passes atomic.Int32
+	src.SetAfterSeed(func() {
+		passes.Add(1)
+		once.Do(func() {
+			ctx := context.Background()
+			if _, err := c.Delete(ctx, instanceKey("dynamo", "decode", 1)); err != nil {
+				t.Error(err)
+			}
+			resp, err := c.Put(ctx, "unrelated", "x")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	h := run(t, src)
+	testutil.Eventually(t, 15*time.Second, "resynced view", func() bool {
+		w := h.workers()
+		return passes.Load() >= 2 && w["dynamo/2"] != nil && w["dynamo/1"] == nil
+	})
+}
+
+// TestServerRestart: a stopped server ends the pass; after it comes back the
+// watcher reconnects with backoff, resyncs, and keeps first_seen.
+func TestServerRestart(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
+	testutil.Eventually(t, 10*time.Second, "seeded", func() bool { return h.workers()["dynamo/1"] != nil })
+	first := h.workers()["dynamo/1"].FirstSeen
+	gen := h.reg.Generation()
+	srv.Stop()
+	testutil.Eventually(t, 30*time.Second, "disconnect noticed", func() bool { return promtest.ToFloat64(h.metrics.Connected) == 0 })
+	srv.Start()
+	testutil.Eventually(t, 30*time.Second, "reconnected", func() bool { return promtest.ToFloat64(h.metrics.Connected) == 1 })
+	w := h.workers()["dynamo/1"]
+	if w == nil || !w.FirstSeen.Equal(first) {
+		t.Fatalf("after restart: %+v, first_seen was %v", w, first)
+	}
+	if h.reg.Generation() != gen {
+		t.Errorf("an idempotent resync published generation %d (was %d)", h.reg.Generation(), gen)
+	}
+}
+
+// TestAuthReadOnlyUser proves the read-only contract with the server's own
+// permission checks: a user allowed only to read the three prefixes works.
+func TestAuthReadOnlyUser(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	root := srv.Client(t, clientv3.Config{})
+	ctx := context.Background()
+	put(t, root, instanceKey("dynamo", "decode", 3), endpointValue(3, "decode"))
+	steps := []func() error{
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "dynamo-reader"); return err },
+		func() error { _, err := root.UserAdd(ctx, "router", "routerpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "router", "dynamo-reader"); return err },
+	}
+	for _, p := range []string{"v1/instances/dynamo/", "v1/mdc/dynamo/", "v1/event_channels/namespace/dynamo/"} {
+		steps = append(steps, func() error {
+			_, err := root.RoleGrantPermission(ctx, "dynamo-reader", p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		})
+	}
+	steps = append(steps, func() error { _, err := root.AuthEnable(ctx); return err })
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}, Auth: &config.Auth{Username: "router", Password: "routerpw"}}))
+	testutil.Eventually(t, 15*time.Second, "worker read by the read-only user", func() bool { return h.workers()["dynamo/3"] != nil })
+	admin := srv.Client(t, clientv3.Config{Username: "root", Password: "rootpw"})
+	put(t, admin, instanceKey("dynamo", "decode", 4), endpointValue(4, "decode"))
+	testutil.Eventually(t, 15*time.Second, "watched put under auth", func() bool { return h.workers()["dynamo/4"] != nil })
+	// The same user cannot write: the server enforces what the code promises.
+	router := srv.Client(t, clientv3.Config{Username: "router", Password: "routerpw"})
+	if _, err := router.Put(ctx, instanceKey("dynamo", "decode", 7), "x"); err == nil {
+		t.Error("the read-only role could write")
+	}
+}
+
+func TestTLS(t *testing.T) {
+	pki := testutil.NewTestPKI(t)
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{TLS: &transport.TLSInfo{
+		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CAFile, ClientCertAuth: true}})
+	tlsCfg, err := (&transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CAFile}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(t, clientv3.Config{TLS: tlsCfg})
+	put(t, c, instanceKey("dynamo", "decode", 6), endpointValue(6, "decode"))
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}, TLS: &config.EtcdTLS{
+		CACert: pki.CAFile, ClientCert: pki.ClientCert, ClientKey: pki.ClientKey, ServerName: "localhost"}}))
+	testutil.Eventually(t, 15*time.Second, "worker over TLS", func() bool { return h.workers()["dynamo/6"] != nil })
+	if _, err := etcd.New(config.Etcd{Endpoints: []string{srv.Endpoint}, TLS: &config.EtcdTLS{CACert: "/nonexistent/ca.pem"}}, []string{"dynamo"}, nil); err == nil {
+		t.Error("a missing CA file was accepted")
+	}
+}
+
+// TestReadOnlyContract: no call in the package's code writes, deletes,
+// grants, keeps alive or compacts anything in etcd.
+func TestReadOnlyContract(t *testing.T) {
+	forbidden := map[string]bool{"Put": true, "Delete": true, "Grant": true, "KeepAlive": true, "KeepAliveOnce": true,
+		"Revoke": true, "Txn": true, "Compact": true, "Do": true, "Lease": true, "NewLease": true, "NewKV": true}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "etcd.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && forbidden[sel.Sel.Name] {
+				if id, ok := sel.X.(*ast.Ident); ok && (id.Name == "sink") {
+					return true // the reducer sink, not etcd
+				}
+				t.Errorf("%s: call to %s", fset.Position(call.Pos()), sel.Sel.Name)
+			}
+		}
+		return true
+	})
+}
+
+func TestSeedTimeoutUnreachable(t *testing.T) {
+	src := newSource(t, config.Etcd{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", 1)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	reg := fleet.NewRegistry(nil, nil)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: time.Second, Max: time.Second}}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if reg.Generation() != 0 {
+		t.Error("published without a source")
+	}
+}

@@ -1,0 +1,81 @@
+package testutil
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestPKI is a CA with a server and a client certificate, written as PEM
+// files in a temp dir. The server certificate is valid for 127.0.0.1, ::1
+// and localhost.
+type TestPKI struct {
+	CAFile, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+// NewTestPKI generates fresh keys and certificates for one test.
+func NewTestPKI(t testing.TB) *TestPKI {
+	t.Helper()
+	dir := t.TempDir()
+	caKey := newKey(t)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "continuum test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	p := &TestPKI{CAFile: filepath.Join(dir, "ca.pem")}
+	writePEM(t, p.CAFile, "CERTIFICATE", caDER)
+	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
+		key := newKey(t)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certFile, keyFile := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+		writePEM(t, certFile, "CERTIFICATE", der)
+		kb, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writePEM(t, keyFile, "EC PRIVATE KEY", kb)
+		return certFile, keyFile
+	}
+	p.ServerCert, p.ServerKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
+	p.ClientCert, p.ClientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
+	return p
+}
+
+func newKey(t testing.TB) *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
