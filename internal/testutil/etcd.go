@@ -9,19 +9,19 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
 // Etcd is an in-process etcd server on loopback, in a temp dir.
 type Etcd struct {
-	t        testing.TB
-	dir      string
+	t                  testing.TB
+	dir                string
 	clientURL, peerURL url.URL
-	tls      *transport.TLSInfo
-	server   *embed.Etcd
+	tls                *transport.TLSInfo
+	server             *embed.Etcd
 	// Endpoint is the client URL (http:// or https://127.0.0.1:port).
 	Endpoint string
 }
@@ -39,7 +39,7 @@ func freePort(t testing.TB) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }
 

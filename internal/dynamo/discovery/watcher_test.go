@@ -46,9 +46,9 @@ func TestBackoff(t *testing.T) {
 	defer cancel()
 	src := &scripted{clock: &clock, cancel: cancel, sessions: []time.Duration{
 		-1, -1, -1, -1, -1, -1, // 500ms 1s 2s 4s 8s 8s
-		3 * time.Second,        // short session: no reset -> 8s
-		8 * time.Second,        // session >= max: reset -> 500ms
-		-1,                     // 1s
+		3 * time.Second, // short session: no reset -> 8s
+		8 * time.Second, // session >= max: reset -> 500ms
+		-1,              // 1s
 	}}
 	var delays []time.Duration
 	w := &discovery.Watcher{

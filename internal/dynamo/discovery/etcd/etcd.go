@@ -196,7 +196,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 	for _, e := range seed {
 		sink.Put(string(e.k), e.v)
 	}
-	seed = nil
+
 	sink.ResyncEnd()
 	s.logger.Info("dynamo discovery seeded", "source", "etcd", "rev", rev, "namespaces", s.namespaces)
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
