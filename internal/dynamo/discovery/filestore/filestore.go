@@ -1,0 +1,276 @@
+// Package filestore is the discovery source for Dynamo's file key-value
+// store (DYN_FILE_KV), for fleets on one machine: one directory per bucket
+// under the root, one file per key named by the percent-encoded key, kept
+// alive by its owner touching it. A file not touched for the TTL is not a
+// live record. The source only reads.
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// Dynamo's file store constants.
+const (
+	// TTL is how long a file lives without a touch (Dynamo's DEFAULT_TTL,
+	// the same as its etcd lease).
+	TTL = 10 * time.Second
+	// TempPrefix marks files being written; they are never records.
+	TempPrefix = ".tmp_"
+)
+
+var buckets = []string{"v1/instances", "v1/mdc", "v1/event_channels"}
+
+// Source reads one file store root.
+type Source struct {
+	root       string
+	namespaces []string
+	prefixes   []string
+	logger     *slog.Logger
+
+	ttl  time.Duration
+	scan time.Duration
+	now  func() time.Time
+}
+
+var _ discovery.Source = (*Source)(nil)
+
+// New builds a source over root for the given Dynamo namespaces.
+func New(root string, namespaces []string, logger *slog.Logger) (*Source, error) {
+	if root == "" {
+		return nil, errors.New("file store: no root directory")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{root: filepath.Clean(root), namespaces: namespaces, logger: logger, ttl: TTL, scan: TTL / 3, now: time.Now}
+	for _, ns := range namespaces {
+		p := wire.WatchPrefixes(ns)
+		s.prefixes = append(s.prefixes, p[:]...)
+	}
+	return s, nil
+}
+
+// Name implements discovery.Source.
+func (s *Source) Name() string { return config.SourceFile }
+
+// keyOf maps a file path under a bucket to its etcd-shaped key, or "" for a
+// file that is not a record of a watched namespace.
+func (s *Source) keyOf(bucket, name string) string {
+	if strings.HasPrefix(name, TempPrefix) {
+		return ""
+	}
+	rel, err := url.PathUnescape(name)
+	if err != nil {
+		return ""
+	}
+	key := bucket + "/" + rel
+	for _, p := range s.prefixes {
+		if strings.HasPrefix(key, p) {
+			return key
+		}
+	}
+	return ""
+}
+
+// fileState identifies a file's content without reading it: a keep-alive
+// touch changes only the mtime; a rewrite (temp file and rename) changes the
+// inode.
+type fileState struct {
+	ino  uint64
+	size int64
+}
+
+func stateOf(fi fs.FileInfo) fileState {
+	st := fileState{size: fi.Size()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = uint64(sys.Ino) //nolint:unconvert // Ino is not uint64 on every platform
+	}
+	return st
+}
+
+// Run performs one pass: list every bucket, then follow changes.
+func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
+	if fi, err := os.Stat(s.root); err != nil || !fi.IsDir() {
+		return fmt.Errorf("file store root %s: %w", s.root, errOr(err, "not a directory"))
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("file store watch: %w", err)
+	}
+	defer func() { _ = w.Close() }()
+	// Watch the root and v1/ for buckets that appear later, and each bucket.
+	for _, dir := range append([]string{"", "v1"}, buckets...) {
+		if err := w.Add(filepath.Join(s.root, dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file store watch %s: %w", filepath.Join(s.root, dir), err)
+		}
+	}
+	held := map[string]fileState{}
+	sink.ResyncBegin()
+	s.scanAll(sink, held)
+	sink.ResyncEnd()
+	s.logger.Info("dynamo discovery seeded", "source", "file", "root", s.root, "records", len(held))
+
+	tick := time.NewTicker(s.scan)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-w.Errors:
+			return fmt.Errorf("file store watch: %w", err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("file store watch closed")
+			}
+			s.handle(w, ev, sink, held)
+			sink.Flush()
+		case <-tick.C:
+			s.scanAll(sink, held)
+			sink.Flush()
+		}
+	}
+}
+
+func errOr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// handle applies one filesystem event.
+func (s *Source) handle(w *fsnotify.Watcher, ev fsnotify.Event, sink discovery.Sink, held map[string]fileState) {
+	dir, name := filepath.Split(ev.Name)
+	bucket, ok := s.bucketOf(filepath.Clean(dir))
+	if !ok {
+		// A bucket directory may have been created: watch it and read it.
+		for _, b := range buckets {
+			if filepath.Clean(ev.Name) == filepath.Join(s.root, b) && ev.Has(fsnotify.Create) {
+				if err := w.Add(ev.Name); err == nil {
+					s.scanBucket(b, sink, held)
+				}
+			}
+		}
+		return
+	}
+	key := s.keyOf(bucket, name)
+	if key == "" {
+		return
+	}
+	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+		if _, ok := held[key]; ok {
+			delete(held, key)
+			sink.Delete(key)
+		}
+		return
+	}
+	// A write rereads; a touch (chmod) only proves the file is alive.
+	s.refresh(ev.Name, key, ev.Has(fsnotify.Write) || ev.Has(fsnotify.Create), sink, held)
+}
+
+func (s *Source) bucketOf(dir string) (string, bool) {
+	for _, b := range buckets {
+		if dir == filepath.Join(s.root, b) {
+			return b, true
+		}
+	}
+	return "", false
+}
+
+// scanAll lists every bucket: new or changed live files are put, files gone
+// or older than the TTL are deleted.
+func (s *Source) scanAll(sink discovery.Sink, held map[string]fileState) {
+	for _, b := range buckets {
+		s.scanBucket(b, sink, held)
+	}
+}
+
+func (s *Source) scanBucket(bucket string, sink discovery.Sink, held map[string]fileState) {
+	dir := filepath.Join(s.root, bucket)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.logger.Warn("file store bucket unreadable", "dir", dir, "err", err)
+		return
+	}
+	present := map[string]bool{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		key := s.keyOf(bucket, e.Name())
+		if key == "" {
+			continue
+		}
+		present[key] = true
+		s.refresh(filepath.Join(dir, e.Name()), key, false, sink, held)
+	}
+	for key := range held {
+		if strings.HasPrefix(key, bucket+"/") && !present[key] {
+			delete(held, key)
+			sink.Delete(key)
+		}
+	}
+}
+
+// refresh reads a file if it is live and new or changed, and deletes its key
+// once it has outlived the TTL.
+func (s *Source) refresh(path, key string, force bool, sink discovery.Sink, held map[string]fileState) {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		if _, ok := held[key]; ok {
+			delete(held, key)
+			sink.Delete(key)
+		}
+		return
+	}
+	if s.now().Sub(fi.ModTime()) > s.ttl {
+		if _, ok := held[key]; ok {
+			delete(held, key)
+			sink.Delete(key)
+		}
+		return
+	}
+	st := stateOf(fi)
+	old, isHeld := held[key]
+	if isHeld && old == st && !force {
+		return // touched, not rewritten
+	}
+	if !isHeld && len(held) >= len(buckets)*fleet.MaxRecordsPerKeyspace {
+		return // the reducer refuses past its caps; do not read more
+	}
+	value, err := readCapped(path)
+	if err != nil {
+		return // gone between stat and read: the remove event follows
+	}
+	held[key] = st
+	sink.Put(key, value)
+}
+
+// readCapped reads at most one byte more than the reducer accepts, so an
+// oversized file is refused without being read whole.
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	return io.ReadAll(io.LimitReader(f, fleet.MaxRecordBytes+1))
+}

@@ -1,0 +1,167 @@
+package filestore_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/filestore"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// fileName encodes a key the way Dynamo's Key::url_safe does: every byte
+// that is not an ASCII letter or digit becomes %XX (uppercase hex).
+func fileName(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// write publishes a record the way Dynamo does: a temp file, then a rename.
+func write(t *testing.T, root, bucket, key, value string) string {
+	t.Helper()
+	dir := filepath.Join(root, bucket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, ".tmp_0123456789abcdef")
+	if err := os.WriteFile(tmp, []byte(value), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	final := filepath.Join(dir, fileName(key))
+	if err := os.Rename(tmp, final); err != nil {
+		t.Fatal(err)
+	}
+	return final
+}
+
+func endpoint(id int, component string) string {
+	return fmt.Sprintf(`{"type":"Endpoint","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"127.0.0.1:1"}}`, component, id)
+}
+
+func start(t *testing.T, root string, ttl time.Duration) *fleet.Registry {
+	t.Helper()
+	src, err := filestore.New(root, []string{"dynamo", "ns.one"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.SetTiming(ttl, 20*time.Millisecond)
+	reg := fleet.NewRegistry(nil, nil)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return reg
+}
+
+func ids(reg *fleet.Registry) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range reg.Snapshot().Workers {
+		out[w.ID.Namespace+"/"+w.InstanceHex()] = true
+	}
+	return out
+}
+
+func TestFileStore(t *testing.T) {
+	root := t.TempDir()
+	write(t, root, "v1/instances", "dynamo/decode/generate/1", endpoint(1, "decode"))
+	write(t, root, "v1/instances", "other/decode/generate/9", endpoint(9, "decode"))
+	reg := start(t, root, time.Hour)
+	testutil.Eventually(t, 10*time.Second, "seeded worker", func() bool { return ids(reg)["dynamo/1"] })
+	if ids(reg)["other/9"] {
+		t.Error("an unwatched namespace was read")
+	}
+
+	// A bucket created after start is followed.
+	write(t, root, "v1/mdc", "dynamo/decode/generate/1", `{"type":"Model","component":"decode","endpoint":"generate","instance_id":1,"card_json":{"display_name":"m","worker_type":"Decode"}}`)
+	testutil.Eventually(t, 10*time.Second, "card joined", func() bool {
+		w := reg.Snapshot().Workers
+		return len(w) == 1 && w[0].Model == "m"
+	})
+
+	// Event-channel keys keep their own %XX escapes through the file name.
+	write(t, root, "v1/event_channels", "namespace/ns%2Eone/topic/kv_metrics/2a",
+		`{"type":"EventChannel","scope":{"kind":"namespace","name":"ns.one"},"topic":"kv_metrics","instance_id":42,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:5"}}}`)
+	testutil.Eventually(t, 10*time.Second, "publisher", func() bool {
+		p := reg.Snapshot().Publishers
+		return len(p) == 1 && p[0].Namespace == "ns.one" && p[0].PublisherID == 42
+	})
+
+	// A temp file is never a record.
+	if err := os.WriteFile(filepath.Join(root, "v1/instances", ".tmp_ffff"), []byte(endpoint(3, "decode")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "v1/instances", "dynamo/prefill/generate/2", endpoint(2, "prefill"))
+	testutil.Eventually(t, 10*time.Second, "second worker", func() bool { return ids(reg)["dynamo/2"] })
+	if ids(reg)["dynamo/3"] {
+		t.Error("a temp file became a worker")
+	}
+
+	// Removing a file removes the worker.
+	if err := os.Remove(filepath.Join(root, "v1/instances", fileName("dynamo/prefill/generate/2"))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "removed worker", func() bool { return !ids(reg)["dynamo/2"] })
+}
+
+// TestTTL: a file not touched for the TTL is not live; touching it again
+// brings the record back, as Dynamo's keep-alive does.
+func TestTTL(t *testing.T) {
+	root := t.TempDir()
+	path := write(t, root, "v1/instances", "dynamo/decode/generate/1", endpoint(1, "decode"))
+	reg := start(t, root, 5*time.Second)
+	testutil.Eventually(t, 10*time.Second, "live worker", func() bool { return ids(reg)["dynamo/1"] })
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "expired worker", func() bool { return !ids(reg)["dynamo/1"] })
+	now := time.Now()
+	if err := os.Chtimes(path, now, now); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "touched worker", func() bool { return ids(reg)["dynamo/1"] })
+}
+
+func TestFileNameDecoding(t *testing.T) {
+	// Dynamo's own example: dynamo/backend/generate/17216e63492ef21f.
+	if got, _ := url.PathUnescape("dynamo%2Fbackend%2Fgenerate%2F17216e63492ef21f"); got != "dynamo/backend/generate/17216e63492ef21f" {
+		t.Fatal(got)
+	}
+	if fileName("dynamo/backend/generate/17216e63492ef21f") != "dynamo%2Fbackend%2Fgenerate%2F17216e63492ef21f" {
+		t.Fatal("test encoder disagrees with Dynamo's example")
+	}
+}
+
+func TestMissingRoot(t *testing.T) {
+	src, err := filestore.New(filepath.Join(t.TempDir(), "absent"), []string{"dynamo"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Run(context.Background(), nopSink{}); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+type nopSink struct{}
+
+func (nopSink) Put(string, []byte) {}
+func (nopSink) Delete(string)      {}
+func (nopSink) ResyncBegin()       {}
+func (nopSink) ResyncEnd()         {}
+func (nopSink) Flush()             {}
