@@ -18,6 +18,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
+	"github.com/continuum-router/continuum/internal/cli/discover"
 	"github.com/continuum-router/continuum/internal/cli/versioncmd"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -91,7 +92,13 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	cmdutil.RegisterEnumCompletion(root, "log-format", telemetry.LogFormats)
 	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
 
-	root.AddGroup(&cobra.Group{ID: "configure", Title: "Configure:"})
+	root.AddGroup(
+		&cobra.Group{ID: "operate", Title: "Operate a fleet:"},
+		&cobra.Group{ID: "configure", Title: "Configure:"},
+	)
+	disc := discover.NewCmdDiscover(f, nil)
+	disc.GroupID = "operate"
+	root.AddCommand(disc)
 	cfg := configcmd.NewCmdConfig(f)
 	cfg.GroupID = "configure"
 	root.AddCommand(cfg)

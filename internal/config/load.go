@@ -122,3 +122,12 @@ func (d *Document) Has(path string) bool {
 	_, ok := d.pos[path]
 	return ok
 }
+
+// Validate applies every rule to a configuration built in code (from flags,
+// say). Findings carry paths; positions are 1:1 and the file is name.
+func Validate(name string, c *Config) Findings {
+	doc := &Document{File: name, Config: c, pos: map[string]position{}, failed: map[string]bool{}}
+	fs, _ := validate(doc)
+	sortFindings(fs)
+	return fs
+}

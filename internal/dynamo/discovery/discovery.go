@@ -57,6 +57,8 @@ type Watcher struct {
 	Now func() time.Time
 	// Sleep waits between passes; a context-aware timer when nil.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// OnPassEnd, when set, is told why each pass ended (not on cancellation).
+	OnPassEnd func(err error)
 
 	reducer *fleet.Reducer
 }
@@ -86,6 +88,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		if err == nil {
 			err = errors.New("pass ended")
+		}
+		if w.OnPassEnd != nil {
+			w.OnPassEnd(err)
 		}
 		// Reset the backoff only after a session that stayed established
 		// (all watches open) for at least the maximum delay.

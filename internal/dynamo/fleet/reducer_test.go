@@ -3,47 +3,21 @@ package fleet_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// fixture is a file under testdata/dynamo: events in, fleet view out.
-type fixture struct {
-	Description string  `yaml:"description"`
-	Events      []event `yaml:"events"`
-	Want        want    `yaml:"want"`
-	Then        *struct {
-		Events []event `yaml:"events"`
-		Want   want    `yaml:"want"`
-	} `yaml:"then"`
-}
-
-type event struct {
-	Put         string         `yaml:"put"`
-	Delete      string         `yaml:"delete"`
-	Value       map[string]any `yaml:"value"`
-	Raw         *string        `yaml:"raw"`
-	ResyncBegin bool           `yaml:"resync_begin"`
-	ResyncEnd   bool           `yaml:"resync_end"`
-}
-
-type want struct {
-	Workers    []map[string]any `yaml:"workers"`
-	Publishers []map[string]any `yaml:"publishers"`
-	Problems   []struct {
-		Kind string   `yaml:"kind"`
-		Keys []string `yaml:"keys"`
-	} `yaml:"problems"`
-}
+type (
+	event = testutil.DynamoEvent
+	want  = testutil.DynamoWant
+)
 
 var t0 = time.Date(2026, 9, 23, 4, 11, 2, 0, time.UTC)
 
@@ -53,16 +27,7 @@ func apply(t *testing.T, r *fleet.Reducer, events []event, clock *time.Time) {
 		*clock = clock.Add(time.Second)
 		switch {
 		case e.Put != "":
-			var value []byte
-			if e.Raw != nil {
-				value = []byte(*e.Raw)
-			} else {
-				var err error
-				if value, err = json.Marshal(e.Value); err != nil {
-					t.Fatal(err)
-				}
-			}
-			r.Put(e.Put, value, *clock)
+			r.Put(e.Put, e.Bytes(t), *clock)
 		case e.Delete != "":
 			r.Delete(e.Delete)
 		case e.ResyncBegin:
@@ -160,16 +125,7 @@ func TestFixtures(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var fx fixture
-			dec := yaml.NewDecoder(strings.NewReader(string(data)))
-			dec.KnownFields(true)
-			if err := dec.Decode(&fx); err != nil {
-				t.Fatal(err)
-			}
+			fx := testutil.LoadDynamoFixture(t, file)
 			r := fleet.NewReducer()
 			clock := t0
 			apply(t, r, fx.Events, &clock)

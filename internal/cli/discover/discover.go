@@ -1,0 +1,434 @@
+// Package discover implements `continuum discover`: a one-shot (or watched)
+// dump of the fleet a discovery source sees, with the reasons records were
+// rejected.
+package discover
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/iostreams"
+)
+
+// Options are the parsed flags and dependencies of `discover`.
+type Options struct {
+	IO         *iostreams.IOStreams
+	Env        config.LookupEnv
+	Logger     func() (*slog.Logger, error)
+	ConfigFile string
+
+	Source              string
+	EtcdEndpoints       []string
+	Namespaces          []string
+	FileRoot            string
+	CACert              string
+	ClientCert          string
+	ClientKey           string
+	ServerName          string
+	Username            string
+	PasswordEnv         string
+	Output              string
+	Watch               bool
+	Timeout             time.Duration
+	changedSource       bool
+	changedRoot         bool
+	changedEtcdSecurity bool
+}
+
+var outputs = []string{"table", "json", "yaml"}
+
+// NewCmdDiscover returns `continuum discover`. runF replaces the run step in tests.
+func NewCmdDiscover(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Env: f.Env, Logger: f.Logger}
+	cmd := &cobra.Command{
+		Use:   "discover",
+		Short: "Show the Dynamo fleet a discovery source sees, and why records were rejected",
+		Long: `Connect to the discovery source, read the fleet once and print it: workers by
+namespace and model with their roles, data-parallel ranks and capacity, the
+event publishers, and the problems that explain why a record is not a
+routable worker (duplicates, role conflicts, malformed or oversized records).
+
+The source comes from --config, and flags override it. With --watch, changes
+(added, removed, updated) are printed with their generation until interrupted.
+
+Exit status 1 when the source cannot be reached within --timeout.`,
+		Example: `  continuum discover --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo
+  continuum discover --source file --file-root /tmp/dynamo_store_kv -o json
+  continuum discover --config continuum.yaml --watch`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.ConfigFile = f.ConfigPath()
+			if err := cmdutil.OneOf("--output", opts.Output, outputs); err != nil {
+				return err
+			}
+			fl := cmd.Flags()
+			opts.changedSource = fl.Changed("source")
+			opts.changedRoot = fl.Changed("file-root")
+			for _, n := range []string{"etcd-ca-cert", "etcd-client-cert", "etcd-client-key", "etcd-server-name", "etcd-username"} {
+				opts.changedEtcdSecurity = opts.changedEtcdSecurity || fl.Changed(n)
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Source, "source", "", "discovery source: etcd or file (default from --config, else etcd)")
+	fl.StringSliceVar(&opts.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (http(s)://host:port or host:port)")
+	fl.StringArrayVar(&opts.Namespaces, "namespace", nil, "Dynamo namespace to read (repeatable; default from --config, else dynamo)")
+	fl.StringVar(&opts.FileRoot, "file-root", "", "root of Dynamo's file store (DYN_FILE_KV) for --source file")
+	fl.StringVar(&opts.CACert, "etcd-ca-cert", "", "CA certificate to verify etcd with")
+	fl.StringVar(&opts.ClientCert, "etcd-client-cert", "", "client certificate for etcd")
+	fl.StringVar(&opts.ClientKey, "etcd-client-key", "", "client key for etcd")
+	fl.StringVar(&opts.ServerName, "etcd-server-name", "", "TLS server name to expect from etcd")
+	fl.StringVar(&opts.Username, "etcd-username", "", "etcd user (read-only is enough)")
+	fl.StringVar(&opts.PasswordEnv, "etcd-password-env", "ETCD_PASSWORD", "environment variable holding the etcd password")
+	fl.StringVarP(&opts.Output, "output", "o", "table", "output format: table, json or yaml")
+	fl.BoolVarP(&opts.Watch, "watch", "w", false, "keep watching and print changes until interrupted")
+	fl.DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "how long to wait for the first complete read")
+	cmdutil.RegisterEnumCompletion(cmd, "output", outputs)
+	cmdutil.RegisterEnumCompletion(cmd, "source", []string{config.SourceEtcd, config.SourceFile})
+	_ = cmd.MarkFlagDirname("file-root")
+	return cmd
+}
+
+// discovery settings after --config and the flags.
+func (o *Options) resolve() (*config.Config, error) {
+	cfg := config.Default()
+	if o.ConfigFile != "" {
+		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
+		if err != nil {
+			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
+		}
+		if n := doc.Findings.Errors(); n > 0 {
+			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", o.ConfigFile, n, o.ConfigFile)
+		}
+		cfg = doc.Config
+	}
+	d := &cfg.Dynamo.Discovery
+	if o.changedSource {
+		d.Source = o.Source
+	}
+	if len(o.EtcdEndpoints) > 0 {
+		d.Etcd.Endpoints = o.EtcdEndpoints
+	}
+	if o.changedRoot {
+		d.File.Root = o.FileRoot
+	}
+	if len(o.Namespaces) > 0 {
+		one, many := o.Namespaces[0], []string(nil)
+		if len(o.Namespaces) > 1 {
+			one, many = config.DefaultNamespace, o.Namespaces
+		}
+		d.Etcd.Namespace, d.Etcd.Namespaces = one, many
+		d.File.Namespace, d.File.Namespaces = one, many
+	}
+	if o.changedEtcdSecurity {
+		if o.CACert != "" || o.ClientCert != "" || o.ClientKey != "" || o.ServerName != "" {
+			d.Etcd.TLS = &config.EtcdTLS{CACert: o.CACert, ClientCert: o.ClientCert, ClientKey: o.ClientKey, ServerName: o.ServerName}
+		}
+		if o.Username != "" {
+			pw, _ := o.Env(o.PasswordEnv)
+			d.Etcd.Auth = &config.Auth{Username: o.Username, Password: pw}
+		}
+	}
+	if d.Source == config.SourceEtcd && len(d.Etcd.Endpoints) == 0 {
+		return nil, cmdutil.FlagErrorf("no etcd endpoints: pass --etcd-endpoints, or --config with dynamo.discovery.etcd.endpoints")
+	}
+	// Discovery works whether or not routing is enabled; judge its settings.
+	cfg.Dynamo.Enabled = true
+	var problems []string
+	for _, f := range config.Validate("flags", cfg) {
+		if f.Severity == config.SeverityError && strings.HasPrefix(f.Path, "dynamo.discovery.") {
+			problems = append(problems, f.Path+": "+f.Message)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, cmdutil.FlagErrorf("%s", strings.Join(problems, "\n"))
+	}
+	return cfg, nil
+}
+
+// Report is the JSON (and YAML) shape of one fleet dump.
+type Report struct {
+	Source     string            `json:"source"`
+	Namespaces []string          `json:"namespaces"`
+	Generation uint64            `json:"generation"`
+	Workers    []admin.Worker    `json:"workers"`
+	Publishers []admin.Publisher `json:"publishers"`
+	Problems   []admin.Problem   `json:"problems"`
+}
+
+// Run connects, prints the fleet and, with --watch, follows it.
+func Run(ctx context.Context, o *Options) error {
+	cfg, err := o.resolve()
+	if err != nil {
+		return err
+	}
+	logger, err := o.Logger()
+	if err != nil {
+		return err
+	}
+	d := &cfg.Dynamo.Discovery
+	src, backoff, err := sources.New(d, logger)
+	if err != nil {
+		return err
+	}
+	reg := fleet.NewRegistry(logger, nil)
+	var mu sync.Mutex
+	var lastErr error
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
+		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); _ = <-done }()
+
+	waitCtx, cancelWait := context.WithTimeout(ctx, o.Timeout)
+	gen, err := reg.Wait(waitCtx, 0)
+	cancelWait()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted
+		}
+		mu.Lock()
+		reason := lastErr
+		mu.Unlock()
+		if reason == nil {
+			reason = errors.New("no complete read yet")
+		}
+		return fmt.Errorf("discovery source %s not reachable within %s: %w", src.Name(), o.Timeout, reason)
+	}
+	snap := reg.Snapshot()
+	report := buildReport(src.Name(), d.Namespaces(), gen, snap)
+	if err := o.print(report); err != nil {
+		return err
+	}
+	if !o.Watch {
+		return nil
+	}
+	for {
+		next, err := reg.Wait(ctx, gen)
+		if err != nil {
+			return nil
+		}
+		cur := reg.Snapshot()
+		if err := o.printChanges(next, snap, cur); err != nil {
+			return err
+		}
+		gen, snap = next, cur
+	}
+}
+
+func buildReport(source string, namespaces []string, gen uint64, snap *fleet.Snapshot) Report {
+	r := Report{Source: source, Namespaces: namespaces, Generation: gen}
+	if r.Namespaces == nil {
+		r.Namespaces = []string{}
+	}
+	r.Workers, r.Publishers, r.Problems = admin.Views(snap)
+	return r
+}
+
+func (o *Options) print(r Report) error {
+	switch o.Output {
+	case "json":
+		enc := json.NewEncoder(o.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "yaml":
+		return writeYAML(o.IO.Out, r)
+	}
+	return writeTable(o.IO.Out, r, time.Now())
+}
+
+// writeYAML renders r through its JSON form, so field names and order match.
+func writeYAML(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	blockStyle(&n)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func blockStyle(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		n.Style = 0
+	}
+	if n.Kind == yaml.ScalarNode && n.Style == yaml.DoubleQuotedStyle {
+		n.Style = 0
+	}
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
+}
+
+func dash(p *uint64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func age(since string, now time.Time) string {
+	t, err := time.Parse(admin.TimeFormat, since)
+	if err != nil {
+		return "-"
+	}
+	d := now.Sub(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func writeTable(out io.Writer, r Report, now time.Time) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "source %s, namespaces %s, generation %d: %d workers, %d publishers, %d problems\n\n",
+		r.Source, strings.Join(r.Namespaces, ","), r.Generation, len(r.Workers), len(r.Publishers), len(r.Problems))
+	if len(r.Workers) > 0 {
+		fmt.Fprintln(tw, "NAMESPACE\tMODEL\tROLE\tINSTANCE\tWORKER_ID\tDP_RANKS\tBLOCK\tKV_BLOCKS\tBATCH_TOKENS\tAGE")
+		for _, w := range r.Workers {
+			ranks := fmt.Sprint(w.DPStartRank)
+			if w.DPSize > 1 {
+				ranks = fmt.Sprintf("%d-%d", w.DPStartRank, w.DPStartRank+w.DPSize-1)
+			}
+			block := "-"
+			if w.BlockSize != nil {
+				block = fmt.Sprint(*w.BlockSize)
+			}
+			model := w.Model
+			if model == "" {
+				model = "(no card)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.Namespace, model, w.Role, w.InstanceID, w.WorkerID,
+				ranks, block, dash(w.Capacity.TotalKVBlocks), dash(w.Capacity.MaxNumBatchedTokens), age(w.FirstSeen, now))
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Publishers) > 0 {
+		fmt.Fprintln(tw, "NAMESPACE\tCOMPONENT\tTOPIC\tPUBLISHER_ID")
+		for _, p := range r.Publishers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Namespace, p.Component, p.Topic, p.PublisherID)
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Problems) > 0 {
+		fmt.Fprintln(tw, "PROBLEM\tKEYS\tREASON")
+		for _, p := range r.Problems {
+			keys := strings.Join(p.Keys, " ")
+			if p.KeyCount > len(p.Keys) {
+				keys += fmt.Sprintf(" (+%d more)", p.KeyCount-len(p.Keys))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Kind, keys, p.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+// Change is one line of --watch output in JSON.
+type Change struct {
+	Generation uint64         `json:"generation"`
+	Event      string         `json:"event"`
+	Worker     *admin.Worker  `json:"worker,omitempty"`
+	Problem    *admin.Problem `json:"problem,omitempty"`
+}
+
+func (o *Options) printChanges(gen uint64, before, after *fleet.Snapshot) error {
+	var changes []Change
+	old := map[fleet.WorkerID]admin.Worker{}
+	for _, w := range before.Workers {
+		old[w.ID] = admin.WorkerView(w)
+	}
+	seen := map[fleet.WorkerID]bool{}
+	for _, w := range after.Workers {
+		v := admin.WorkerView(w)
+		seen[w.ID] = true
+		prev, ok := old[w.ID]
+		switch {
+		case !ok:
+			changes = append(changes, Change{Generation: gen, Event: "added", Worker: &v})
+		case !sameWorker(prev, v):
+			changes = append(changes, Change{Generation: gen, Event: "updated", Worker: &v})
+		}
+	}
+	for _, w := range before.Workers {
+		if !seen[w.ID] {
+			v := old[w.ID]
+			changes = append(changes, Change{Generation: gen, Event: "removed", Worker: &v})
+		}
+	}
+	oldProblems := map[string]bool{}
+	for _, p := range before.Problems {
+		oldProblems[p.Kind+strings.Join(p.Keys, ",")] = true
+	}
+	for _, p := range after.Problems {
+		if !oldProblems[p.Kind+strings.Join(p.Keys, ",")] {
+			v := admin.ProblemView(p)
+			changes = append(changes, Change{Generation: gen, Event: "problem", Problem: &v})
+		}
+	}
+	for _, c := range changes {
+		if err := o.printChange(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sameWorker(a, b admin.Worker) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func (o *Options) printChange(c Change) error {
+	if o.Output != "table" {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.IO.Out, "%s\n", b)
+		return err
+	}
+	if c.Problem != nil {
+		_, err := fmt.Fprintf(o.IO.Out, "gen %d  problem  %s  %s: %s\n", c.Generation, c.Problem.Kind, strings.Join(c.Problem.Keys, " "), c.Problem.Reason)
+		return err
+	}
+	w := c.Worker
+	_, err := fmt.Fprintf(o.IO.Out, "gen %d  %-7s  %s/%s  %s  %s  worker_id=%s\n", c.Generation, c.Event, w.Namespace, w.InstanceID, w.Role, w.Model, w.WorkerID)
+	return err
+}

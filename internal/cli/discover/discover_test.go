@@ -1,0 +1,163 @@
+package discover_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/continuum-router/continuum/internal/cli"
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/cli/discover"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+func runCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	ios, _, out, errOut := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: func(k string) (string, bool) { return os.LookupEnv(k) }}
+	code := cli.Run(ctx, f, args)
+	return code, out.String(), errOut.String()
+}
+
+// loadFixtures writes the put events of fixtures into etcd; the fixtures'
+// keys are distinct, except where a later put replaces an earlier one.
+func loadFixtures(t *testing.T, c *clientv3.Client, names ...string) {
+	t.Helper()
+	root := testutil.RepoRoot(t)
+	for _, n := range names {
+		fx := testutil.LoadDynamoFixture(t, filepath.Join(root, "testdata/dynamo", n))
+		for _, e := range fx.Events {
+			if e.Put == "" {
+				continue
+			}
+			if _, err := c.Put(context.Background(), e.Put, string(e.Bytes(t))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+var times = regexp.MustCompile(`"(first_seen|last_updated)": "[^"]+"`)
+
+// TestDiscoverJSONAgainstEtcd: the fixtures loaded into a real etcd give
+// the expected fleet view and problems through the command.
+func TestDiscoverJSONAgainstEtcd(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	loadFixtures(t, c, "basic.yaml", "duplicates.yaml", "join.yaml")
+	code, out, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", srv.Endpoint, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep discover.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not the report: %v\n%s", err, out)
+	}
+	if rep.Source != "etcd" || rep.Generation == 0 || len(rep.Namespaces) != 1 || rep.Namespaces[0] != "dynamo" {
+		t.Errorf("header %+v", rep)
+	}
+	normalised := times.ReplaceAllString(out, `"$1": "<time>"`)
+	testutil.Golden(t, "testdata/dynamo/golden/discover-etcd.json.golden", []byte(normalised))
+	for _, leak := range []string{"10.0.0.4", "10.0.0.7", "tcp://", "card_json", "transport"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("output leaks %q", leak)
+		}
+	}
+}
+
+func TestDiscoverTableAndYAML(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	loadFixtures(t, srv.Client(t, clientv3.Config{}), "basic.yaml", "roles.yaml")
+	code, out, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", srv.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"NAMESPACE", "Qwen/Qwen3-32B", "decode", "1a7f2b", "2-5", "12000", "role_conflict", "kv_metrics"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = runCLI(t, context.Background(), "discover", "--etcd-endpoints", srv.Endpoint, "-o", "yaml")
+	if code != 0 || !strings.Contains(out, "source: etcd") || !strings.Contains(out, "worker_id: \"1736491\"") {
+		t.Errorf("yaml exit %d:\n%s", code, out)
+	}
+}
+
+func TestDiscoverUnreachable(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	code, _, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", "http://"+addr, "--timeout", "1s")
+	if code != 1 || !strings.Contains(errOut, "not reachable within 1s") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestDiscoverFileStoreWatch(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	root := t.TempDir()
+	dir := filepath.Join(root, "v1/instances")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(id int) {
+		v := fmt.Sprintf(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d}`, id)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("dynamo%%2Fdecode%%2Fgenerate%%2F%x", id)), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1)
+	ios, _, _, errOut := iostreams.Test()
+	out := &syncBuffer{}
+	ios.Out = out
+	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv, Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := &discover.Options{IO: ios, Env: os.LookupEnv, Logger: f.Logger, Source: "file", FileRoot: root, Output: "json", Watch: true, Timeout: 10 * time.Second}
+	discover.SetChanged(opts, true, true)
+	done := make(chan error, 1)
+	go func() { done <- discover.Run(ctx, opts) }()
+	// The first report is printed before the watch; a new worker follows as
+	// an "added" change.
+	testutil.Eventually(t, 10*time.Second, "first report", func() bool { return strings.Contains(out.String(), `"generation"`) })
+	write(2)
+	testutil.Eventually(t, 10*time.Second, "added change", func() bool { return strings.Contains(out.String(), `"event":"added"`) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("%v %s", err, errOut)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
