@@ -199,9 +199,12 @@ func Run(ctx context.Context, o *Options) error {
 		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { cancel(); _ = <-done }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx) // returns nil on cancellation; the backoff is validated
+	}()
+	defer func() { cancel(); <-done }()
 
 	waitCtx, cancelWait := context.WithTimeout(ctx, o.Timeout)
 	gen, err := reg.Wait(waitCtx, 0)
