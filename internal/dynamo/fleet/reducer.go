@@ -32,13 +32,68 @@ type record struct {
 // Reducer holds the records of one watcher and materialises snapshots from
 // them. It is a pure function of the events fed to it and the timestamps
 // passed in; it does no I/O and is not safe for concurrent use.
+//
+// Work is incremental: a put or delete marks the identities it touches, and
+// Build recomputes only those, merging them into the sorted lists of the
+// previous snapshot.
 type Reducer struct {
 	seed      maphash.Seed
 	spaces    map[wire.Keyspace]map[string]*record
 	refused   map[wire.Keyspace]int
-	firstSeen map[WorkerID]time.Time
 	resyncing bool
 	dirty     bool
+
+	// Indexes from identities to the records that claim them.
+	gens  map[WorkerID]map[string]*record // generate endpoints
+	cards map[WorkerID]map[string]*record // base cards, scoped and legacy
+	chans map[pubID]map[string]*record
+	bad   map[string]*record // records that failed to parse
+
+	dirtyW     map[WorkerID]struct{}
+	dirtyP     map[pubID]struct{}
+	problemsUp bool
+
+	// Materialised state of the last Build.
+	workers   map[WorkerID]*Worker
+	wprobs    map[WorkerID][]Problem
+	pubs      map[pubID]*Publisher
+	pprobs    map[pubID]Problem
+	firstSeen map[WorkerID]time.Time
+	order     []*Worker
+	porder    []*Publisher
+	problems  []Problem
+	probGen   uint64
+	mix       map[NamespaceModel]*roleCount
+	mixed     []NamespaceModel
+	mixedUp   bool
+	added     []*Worker
+}
+
+// roleCount counts the routable roles serving one (namespace, model).
+type roleCount struct{ disagg, agg int }
+
+func (r *Reducer) countRoles(w *Worker, delta int) {
+	if w == nil || (w.Role != RolePrefill && w.Role != RoleDecode && w.Role != RoleAggregated) {
+		return
+	}
+	k := NamespaceModel{w.ID.Namespace, w.Model}
+	c := r.mix[k]
+	if c == nil {
+		c = &roleCount{}
+		r.mix[k] = c
+	}
+	wasMixed := c.disagg > 0 && c.agg > 0
+	if w.Role == RoleAggregated {
+		c.agg += delta
+	} else {
+		c.disagg += delta
+	}
+	if isMixed := c.disagg > 0 && c.agg > 0; isMixed != wasMixed {
+		r.mixedUp = true
+	}
+	if c.disagg == 0 && c.agg == 0 {
+		delete(r.mix, k)
+	}
 }
 
 // NewReducer returns an empty reducer.
@@ -48,8 +103,14 @@ func NewReducer() *Reducer {
 		spaces: map[wire.Keyspace]map[string]*record{
 			wire.KeyspaceInstances: {}, wire.KeyspaceModelCards: {}, wire.KeyspaceEventChannels: {},
 		},
-		refused:   map[wire.Keyspace]int{},
+		refused: map[wire.Keyspace]int{},
+		gens:    map[WorkerID]map[string]*record{}, cards: map[WorkerID]map[string]*record{},
+		chans: map[pubID]map[string]*record{}, bad: map[string]*record{},
+		dirtyW: map[WorkerID]struct{}{}, dirtyP: map[pubID]struct{}{},
+		workers: map[WorkerID]*Worker{}, wprobs: map[WorkerID][]Problem{},
+		pubs: map[pubID]*Publisher{}, pprobs: map[pubID]Problem{},
 		firstSeen: map[WorkerID]time.Time{},
+		mix:       map[NamespaceModel]*roleCount{},
 		dirty:     true,
 	}
 }
@@ -75,7 +136,10 @@ func (r *Reducer) ResyncBegin() {
 			rec.seen = false
 		}
 	}
-	clear(r.refused)
+	if len(r.refused) > 0 {
+		clear(r.refused)
+		r.problemsUp = true
+	}
 }
 
 // ResyncEnd drops every key the resync did not put.
@@ -88,6 +152,7 @@ func (r *Reducer) ResyncEnd() {
 		for k, rec := range s {
 			if !rec.seen {
 				delete(s, k)
+				r.unindex(rec)
 				r.dirty = true
 			}
 		}
@@ -121,12 +186,17 @@ func (r *Reducer) Put(key string, value []byte, now time.Time) {
 		}
 	} else if len(recs) >= MaxRecordsPerKeyspace {
 		r.refused[space]++
+		r.problemsUp = true
 		r.dirty = true
 		return
 	}
 	rec := &record{key: key, hash: h, putAt: now, seen: true}
 	parseRecord(rec, space, value)
+	if old, ok := recs[key]; ok {
+		r.unindex(old)
+	}
 	recs[key] = rec
+	r.index(rec)
 	r.dirty = true
 }
 
@@ -136,9 +206,82 @@ func (r *Reducer) Delete(key string) {
 	if space == 0 {
 		return
 	}
-	if _, ok := r.spaces[space][key]; ok {
+	if old, ok := r.spaces[space][key]; ok {
 		delete(r.spaces[space], key)
+		r.unindex(old)
 		r.dirty = true
+	}
+}
+
+// identities returns the index entries a record claims.
+func (rec *record) identities() (wid WorkerID, isGen, isCard bool, pid pubID, isChan bool) {
+	switch {
+	case rec.endpoint != nil:
+		return WorkerID{rec.ns, rec.endpoint.InstanceID.Value}, rec.endpoint.Endpoint == GenerateEndpoint, false, pubID{}, false
+	case rec.model != nil:
+		m := rec.model
+		return WorkerID{rec.ns, m.InstanceID.Value}, false, m.ModelSuffix == "" && !m.Card.LoRA, pubID{}, false
+	case rec.channel != nil:
+		return WorkerID{}, false, false, pubID{rec.ns, rec.channel.PublisherID.Value}, true
+	}
+	return WorkerID{}, false, false, pubID{}, false
+}
+
+func addTo[K comparable](m map[K]map[string]*record, k K, rec *record) {
+	set := m[k]
+	if set == nil {
+		set = map[string]*record{}
+		m[k] = set
+	}
+	set[rec.key] = rec
+}
+
+func removeFrom[K comparable](m map[K]map[string]*record, k K, key string) {
+	if set := m[k]; set != nil {
+		delete(set, key)
+		if len(set) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+func (r *Reducer) index(rec *record) {
+	if rec.problem != nil {
+		r.bad[rec.key] = rec
+		r.problemsUp = true
+		return
+	}
+	wid, isGen, isCard, pid, isChan := rec.identities()
+	switch {
+	case isGen:
+		addTo(r.gens, wid, rec)
+		r.dirtyW[wid] = struct{}{}
+	case isCard:
+		addTo(r.cards, wid, rec)
+		r.dirtyW[wid] = struct{}{}
+	case isChan:
+		addTo(r.chans, pid, rec)
+		r.dirtyP[pid] = struct{}{}
+	}
+}
+
+func (r *Reducer) unindex(rec *record) {
+	if rec.problem != nil {
+		delete(r.bad, rec.key)
+		r.problemsUp = true
+		return
+	}
+	wid, isGen, isCard, pid, isChan := rec.identities()
+	switch {
+	case isGen:
+		removeFrom(r.gens, wid, rec.key)
+		r.dirtyW[wid] = struct{}{}
+	case isCard:
+		removeFrom(r.cards, wid, rec.key)
+		r.dirtyW[wid] = struct{}{}
+	case isChan:
+		removeFrom(r.chans, pid, rec.key)
+		r.dirtyP[pid] = struct{}{}
 	}
 }
 
@@ -160,14 +303,12 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		return
 	}
 	want := map[wire.Keyspace]string{wire.KeyspaceInstances: wire.TypeEndpoint, wire.KeyspaceModelCards: wire.TypeModel, wire.KeyspaceEventChannels: wire.TypeEventChannel}[space]
-	typ, err := wire.RecordType(value)
-	if err != nil {
-		problemFor(rec, ProblemMalformed, "value is not JSON: %v", err)
-		return
-	}
-	if typ != "" && typ != want {
-		problemFor(rec, ProblemMalformed, "record type %q under %s; want %q", typ, space, want)
-		return
+	wrongType := func(typ string) bool {
+		if typ != "" && typ != want {
+			problemFor(rec, ProblemMalformed, "record type %q under %s; want %q", typ, space, want)
+			return true
+		}
+		return false
 	}
 	switch space {
 	case wire.KeyspaceInstances:
@@ -175,6 +316,7 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		switch {
 		case err != nil:
 			problemFor(rec, ProblemMalformed, "endpoint record: %v", err)
+		case wrongType(e.Type):
 		case !e.InstanceID.Set:
 			problemFor(rec, ProblemMalformed, "endpoint record has no instance_id")
 		default:
@@ -190,6 +332,9 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		m, err := wire.ParseModel(value)
 		if err != nil {
 			problemFor(rec, ProblemMalformed, "model record: %v", err)
+			return
+		}
+		if wrongType(m.Type) {
 			return
 		}
 		if !m.InstanceID.Set {
@@ -212,6 +357,7 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		switch {
 		case err != nil:
 			problemFor(rec, ProblemMalformed, "event channel record: %v", err)
+		case wrongType(ch.Type):
 		case !ch.PublisherID.Set:
 			problemFor(rec, ProblemMalformed, "event channel record has no instance_id (publisher id)")
 		default:
@@ -223,152 +369,247 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 	}
 }
 
-type cardKey struct {
-	id                  WorkerID
-	component, endpoint string
-}
-
 type pubID struct {
 	namespace string
 	id        uint64
 }
 
 // Build materialises the current records into a snapshot and clears the
-// dirty flag. now stamps workers seen for the first time.
+// dirty flag. now stamps workers seen for the first time. Only identities
+// touched since the last Build are recomputed.
 func (r *Reducer) Build(now time.Time) *Snapshot {
 	r.dirty = false
-	snap := &Snapshot{}
-	var problems []Problem
-	gens := map[WorkerID][]*record{}
-	scoped := map[cardKey][]*record{}
-	legacy := map[WorkerID][]*record{}
-	chans := map[pubID][]*record{}
-	for _, space := range []wire.Keyspace{wire.KeyspaceInstances, wire.KeyspaceModelCards, wire.KeyspaceEventChannels} {
-		for _, rec := range r.spaces[space] {
-			if rec.problem != nil {
-				problems = append(problems, *rec.problem)
-				continue
+	if len(r.dirtyW) > 0 {
+		var removed, fresh []*Worker
+		for id := range r.dirtyW {
+			if old := r.workers[id]; old != nil {
+				removed = append(removed, old)
 			}
-			switch {
-			case rec.endpoint != nil:
-				if rec.endpoint.Endpoint == GenerateEndpoint {
-					id := WorkerID{rec.ns, rec.endpoint.InstanceID.Value}
-					gens[id] = append(gens[id], rec)
-				}
-			case rec.model != nil:
-				m := rec.model
-				if m.ModelSuffix != "" || m.Card.LoRA {
-					continue // adapter cards do not join
-				}
-				id := WorkerID{rec.ns, m.InstanceID.Value}
-				if m.Component == "" && m.Endpoint == "" {
-					legacy[id] = append(legacy[id], rec)
-				} else {
-					ck := cardKey{id, m.Component, m.Endpoint}
-					scoped[ck] = append(scoped[ck], rec)
-				}
-			case rec.channel != nil:
-				p := pubID{rec.ns, rec.channel.PublisherID.Value}
-				chans[p] = append(chans[p], rec)
+			r.recomputeWorker(id, now)
+			if w := r.workers[id]; w != nil {
+				fresh = append(fresh, w)
 			}
 		}
+		clear(r.dirtyW)
+		r.order = resort(r.order, removed, fresh, r.workers, compareWorkers)
 	}
-	for space, n := range r.refused {
-		problems = append(problems, Problem{Kind: ProblemOverCapacity, Reason: fmt.Sprintf("%d new %s keys refused: at most %d keys are held per keyspace", n, space, MaxRecordsPerKeyspace)})
-	}
-	dup := func(what string, recs []*record, identity string) {
-		keys := make([]string, len(recs))
-		for i, rec := range recs {
-			keys[i] = rec.key
+	if len(r.dirtyP) > 0 {
+		var removed, fresh []*Publisher
+		for id := range r.dirtyP {
+			if old := r.pubs[id]; old != nil {
+				removed = append(removed, old)
+			}
+			r.recomputePublisher(id)
+			if p := r.pubs[id]; p != nil {
+				fresh = append(fresh, p)
+			}
 		}
-		slices.Sort(keys)
-		problems = append(problems, Problem{Kind: ProblemDuplicate, Namespace: recs[0].ns, Keys: keys[:min(len(keys), MaxProblemKeys)], KeyCount: len(keys),
-			Reason: fmt.Sprintf("%d %s records claim %s; every claimant is rejected", len(keys), what, identity)})
+		clear(r.dirtyP)
+		r.porder = resort(r.porder, removed, fresh, r.pubs, comparePublishers)
 	}
-	rejectedScoped := map[cardKey]bool{}
-	for ck, recs := range scoped {
-		if len(recs) > 1 {
-			dup("model card", recs, fmt.Sprintf("instance %s of %s/%s", wire.FormatID(ck.id.InstanceID), ck.component, ck.endpoint))
-			rejectedScoped[ck] = true
+	if r.problemsUp {
+		r.problemsUp = false
+		r.problems = r.collectProblems()
+		r.probGen++
+	}
+	if r.mixedUp {
+		r.mixedUp = false
+		r.mixed = nil
+		for k, c := range r.mix {
+			if c.disagg > 0 && c.agg > 0 {
+				r.mixed = append(r.mixed, k)
+			}
+		}
+		slices.SortFunc(r.mixed, func(a, b NamespaceModel) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Model, b.Model))
+		})
+	}
+	added := r.added
+	r.added = nil
+	return &Snapshot{Workers: r.order, Publishers: r.porder, Problems: r.problems, Mixed: r.mixed, added: added, problemsGen: r.probGen}
+}
+
+// resortSmall is the most changes resort applies one by one; past it the
+// whole list is sorted again.
+const resortSmall = 64
+
+// resort returns a new sorted list: old without removed, with fresh added.
+// old is never modified: published snapshots share it.
+func resort[T any, K comparable](old, removed, fresh []*T, all map[K]*T, cmpFn func(a, b *T) int) []*T {
+	if len(removed)+len(fresh) > resortSmall {
+		out := make([]*T, 0, len(all))
+		for _, v := range all {
+			out = append(out, v)
+		}
+		slices.SortFunc(out, cmpFn)
+		return out
+	}
+	drop := make([]int, 0, len(removed))
+	for _, v := range removed {
+		if i, ok := slices.BinarySearchFunc(old, v, cmpFn); ok && old[i] == v {
+			drop = append(drop, i)
 		}
 	}
-	rejectedLegacy := map[WorkerID]bool{}
-	for id, recs := range legacy {
-		if len(recs) > 1 {
-			dup("legacy model card", recs, "instance "+wire.FormatID(id.InstanceID))
-			rejectedLegacy[id] = true
-		}
+	slices.Sort(drop)
+	out := make([]*T, 0, len(old)-len(drop)+len(fresh))
+	prev := 0
+	for _, i := range drop {
+		out = append(out, old[prev:i]...)
+		prev = i + 1
 	}
-	live := make(map[WorkerID]bool, len(gens))
-	for id, recs := range gens {
-		if len(recs) > 1 {
-			dup("generate endpoint", recs, "instance "+wire.FormatID(id.InstanceID))
+	out = append(out, old[prev:]...)
+	for _, v := range fresh {
+		i, _ := slices.BinarySearchFunc(out, v, cmpFn)
+		out = slices.Insert(out, i, v)
+	}
+	return out
+}
+
+func dupProblem(what string, recs []*record, identity string) Problem {
+	keys := make([]string, len(recs))
+	for i, rec := range recs {
+		keys[i] = rec.key
+	}
+	slices.Sort(keys)
+	return Problem{Kind: ProblemDuplicate, Namespace: recs[0].ns, Keys: keys[:min(len(keys), MaxProblemKeys)], KeyCount: len(keys),
+		Reason: fmt.Sprintf("%d %s records claim %s; every claimant is rejected", len(keys), what, identity)}
+}
+
+func values(m map[string]*record) []*record {
+	out := make([]*record, 0, len(m))
+	for _, rec := range m {
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b *record) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// recomputeWorker materialises one identity from its generate endpoint and
+// base cards, with the problems that explain what it is not.
+func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
+	var probs []Problem
+	type group struct{ component, endpoint string }
+	groups := map[group][]*record{}
+	for _, rec := range values(r.cards[id]) {
+		m := rec.model
+		groups[group{m.Component, m.Endpoint}] = append(groups[group{m.Component, m.Endpoint}], rec)
+	}
+	for g, recs := range groups {
+		if len(recs) < 2 {
 			continue
 		}
-		rec := recs[0]
+		if g.component == "" && g.endpoint == "" {
+			probs = append(probs, dupProblem("legacy model card", recs, "instance "+wire.FormatID(id.InstanceID)))
+		} else {
+			probs = append(probs, dupProblem("model card", recs, fmt.Sprintf("instance %s of %s/%s", wire.FormatID(id.InstanceID), g.component, g.endpoint)))
+		}
+	}
+	var w *Worker
+	gens := values(r.gens[id])
+	switch {
+	case len(gens) > 1:
+		probs = append(probs, dupProblem("generate endpoint", gens, "instance "+wire.FormatID(id.InstanceID)))
+	case len(gens) == 1:
+		rec := gens[0]
 		e := rec.endpoint
-		ck := cardKey{id, e.Component, e.Endpoint}
 		var cardRec *record
+		scoped, legacy := groups[group{e.Component, e.Endpoint}], groups[group{}]
 		switch {
-		case rejectedScoped[ck]:
-		case len(scoped[ck]) == 1:
-			cardRec = scoped[ck][0]
-		case !rejectedLegacy[id] && len(legacy[id]) == 1:
-			cardRec = legacy[id][0]
+		case len(scoped) > 1:
+		case len(scoped) == 1:
+			cardRec = scoped[0]
+		case len(legacy) == 1:
+			cardRec = legacy[0]
 		}
-		w, prob := materialize(id, rec, cardRec)
+		var prob *Problem
+		w, prob = materialize(id, rec, cardRec)
 		if prob != nil {
-			problems = append(problems, *prob)
-			continue
+			probs = append(probs, *prob)
+			break
 		}
 		if cardRec != nil && cardRec.card != nil {
 			if cardRec.card.Raw == nil {
-				problems = append(problems, Problem{Kind: ProblemCardDropped, Namespace: id.Namespace, Keys: []string{cardRec.key}, KeyCount: 1,
+				probs = append(probs, Problem{Kind: ProblemCardDropped, Namespace: id.Namespace, Keys: []string{cardRec.key}, KeyCount: 1,
 					Reason: fmt.Sprintf("card larger than %d bytes: its opaque JSON is dropped, its typed fields kept", MaxRetainedCardBytes)})
 			}
 			if errs := cardRec.model.CardErrors; len(errs) > 0 {
-				problems = append(problems, Problem{Kind: ProblemCardFields, Namespace: id.Namespace, Keys: []string{cardRec.key}, KeyCount: 1,
+				probs = append(probs, Problem{Kind: ProblemCardFields, Namespace: id.Namespace, Keys: []string{cardRec.key}, KeyCount: 1,
 					Reason: "card fields that did not parse were ignored: " + strings.Join(errs, ", ")})
 			}
 		}
 		if w.Role == RoleUnknown {
-			problems = append(problems, Problem{Kind: ProblemUnknownRole, Namespace: id.Namespace, Keys: []string{rec.key}, KeyCount: 1,
+			probs = append(probs, Problem{Kind: ProblemUnknownRole, Namespace: id.Namespace, Keys: []string{rec.key}, KeyCount: 1,
 				Reason: fmt.Sprintf("neither component %q nor the card's worker_type %q names a prefill, decode or aggregated role; shown but never routed to", w.Component, cardWorkerType(cardRec))})
 		}
 		first, ok := r.firstSeen[id]
 		if !ok {
 			first = now
 			r.firstSeen[id] = now
+			r.added = append(r.added, w)
 		}
 		w.FirstSeen = first
 		w.LastUpdated = rec.putAt
 		if cardRec != nil && cardRec.putAt.After(w.LastUpdated) {
 			w.LastUpdated = cardRec.putAt
 		}
-		live[id] = true
-		snap.Workers = append(snap.Workers, w)
 	}
-	if !r.resyncing {
-		for id := range r.firstSeen {
-			if !live[id] {
-				delete(r.firstSeen, id)
-			}
+	r.countRoles(r.workers[id], -1)
+	r.countRoles(w, +1)
+	if w != nil {
+		r.workers[id] = w
+	} else {
+		delete(r.workers, id)
+		if !r.resyncing {
+			delete(r.firstSeen, id)
 		}
 	}
-	for p, recs := range chans {
-		if len(recs) > 1 {
-			dup("event channel", recs, "publisher "+wire.FormatID(p.id))
-			continue
-		}
+	if len(probs) > 0 || len(r.wprobs[id]) > 0 {
+		r.problemsUp = true
+	}
+	if len(probs) > 0 {
+		r.wprobs[id] = probs
+	} else {
+		delete(r.wprobs, id)
+	}
+}
+
+func (r *Reducer) recomputePublisher(id pubID) {
+	recs := values(r.chans[id])
+	_, hadProblem := r.pprobs[id]
+	delete(r.pprobs, id)
+	delete(r.pubs, id)
+	switch {
+	case len(recs) > 1:
+		r.pprobs[id] = dupProblem("event channel", recs, "publisher "+wire.FormatID(id.id))
+	case len(recs) == 1:
 		rec := recs[0]
 		ch := rec.channel
-		snap.Publishers = append(snap.Publishers, &Publisher{
+		r.pubs[id] = &Publisher{
 			Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
-			PublisherID: p.id, TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
-		})
+			PublisherID: id.id, TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
+		}
 	}
-	sortSnapshot(snap, problems)
-	return snap
+	if _, has := r.pprobs[id]; has || hadProblem {
+		r.problemsUp = true
+	}
+}
+
+func (r *Reducer) collectProblems() []Problem {
+	var out []Problem
+	for _, rec := range r.bad {
+		out = append(out, *rec.problem)
+	}
+	for _, ps := range r.wprobs {
+		out = append(out, ps...)
+	}
+	for _, p := range r.pprobs {
+		out = append(out, p)
+	}
+	for space, n := range r.refused {
+		out = append(out, Problem{Kind: ProblemOverCapacity, Reason: fmt.Sprintf("%d new %s keys refused: at most %d keys are held per keyspace", n, space, MaxRecordsPerKeyspace)})
+	}
+	slices.SortFunc(out, compareProblems)
+	return out
 }
 
 func cardWorkerType(rec *record) string {
@@ -437,17 +678,16 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 	return w, nil
 }
 
-func sortSnapshot(s *Snapshot, problems []Problem) {
-	slices.SortFunc(s.Workers, func(a, b *Worker) int {
-		return cmp.Or(cmp.Compare(a.ID.Namespace, b.ID.Namespace), cmp.Compare(a.Model, b.Model),
-			cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID.InstanceID, b.ID.InstanceID))
-	})
-	slices.SortFunc(s.Publishers, func(a, b *Publisher) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.PublisherID, b.PublisherID))
-	})
-	slices.SortFunc(problems, func(a, b Problem) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace),
-			cmp.Compare(strings.Join(a.Keys, "\n"), strings.Join(b.Keys, "\n")), cmp.Compare(a.Reason, b.Reason))
-	})
-	s.Problems = problems
+func compareWorkers(a, b *Worker) int {
+	return cmp.Or(cmp.Compare(a.ID.Namespace, b.ID.Namespace), cmp.Compare(a.Model, b.Model),
+		cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID.InstanceID, b.ID.InstanceID))
+}
+
+func comparePublishers(a, b *Publisher) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.PublisherID, b.PublisherID))
+}
+
+func compareProblems(a, b Problem) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace),
+		slices.Compare(a.Keys, b.Keys), cmp.Compare(a.Reason, b.Reason))
 }

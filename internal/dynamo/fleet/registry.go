@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,8 +32,7 @@ type Registry struct {
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every publish
 	problems map[string]bool
-	mixed    map[[2]string]bool
-	versions map[WorkerID]bool
+	mixed    map[NamespaceModel]bool
 }
 
 // NewRegistry returns a registry holding an empty snapshot at generation 0.
@@ -43,7 +41,7 @@ func NewRegistry(logger *slog.Logger, observe ProblemObserver) *Registry {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Registry{logger: logger, observe: observe, changed: make(chan struct{}),
-		problems: map[string]bool{}, mixed: map[[2]string]bool{}, versions: map[WorkerID]bool{}}
+		problems: map[string]bool{}, mixed: map[NamespaceModel]bool{}}
 	r.snap.Store(&Snapshot{})
 	return r
 }
@@ -110,78 +108,53 @@ func problemKey(p Problem) string {
 }
 
 // report logs what is new in snap: problems (once per key set while they
-// last), release versions (once per instance) and mixed namespaces.
+// last), release versions (once per new instance) and mixed namespaces. It
+// costs nothing for the parts of the view that did not change.
 func (r *Registry) report(snap *Snapshot) {
-	seen := make(map[string]bool, len(snap.Problems))
-	for _, p := range snap.Problems {
-		k := problemKey(p)
-		seen[k] = true
-		if r.problems[k] {
-			continue
+	prev := r.snap.Load()
+	if snap.problemsGen != prev.problemsGen || len(snap.Problems) != len(prev.Problems) {
+		seen := make(map[string]bool, len(snap.Problems))
+		for _, p := range snap.Problems {
+			k := problemKey(p)
+			seen[k] = true
+			if r.problems[k] {
+				continue
+			}
+			if r.observe != nil {
+				r.observe(p)
+			}
+			r.logger.Warn("dynamo discovery problem", "kind", p.Kind, "namespace", p.Namespace, "keys", p.Keys, "count", p.KeyCount, "reason", p.Reason)
 		}
-		if r.observe != nil {
-			r.observe(p)
-		}
-		r.logger.Warn("dynamo discovery problem", "kind", p.Kind, "namespace", p.Namespace, "keys", p.Keys, "count", p.KeyCount, "reason", p.Reason)
+		r.problems = seen
 	}
-	r.problems = seen
-
-	live := make(map[WorkerID]bool, len(snap.Workers))
-	for _, w := range snap.Workers {
-		live[w.ID] = true
-		if r.versions[w.ID] {
-			continue
-		}
-		r.versions[w.ID] = true
-		if w.Card != nil && len(w.Card.Typed.Versions) > 0 && r.logger.Enabled(context.Background(), slog.LevelDebug) {
-			r.logger.Debug("dynamo worker release", "namespace", w.ID.Namespace, "instance_id", w.InstanceHex(), "versions", w.Card.Typed.Versions)
-		}
-	}
-	for id := range r.versions {
-		if !live[id] {
-			delete(r.versions, id)
-		}
-	}
-	r.reportMixed(snap)
-}
-
-// reportMixed warns once per (namespace, model) that becomes mixed: prefill
-// or decode workers next to aggregated ones serving one model.
-func (r *Registry) reportMixed(snap *Snapshot) {
-	type roles struct{ disagg, agg bool }
-	byModel := map[[2]string]*roles{}
-	for _, w := range snap.Workers {
-		k := [2]string{w.ID.Namespace, w.Model}
-		m := byModel[k]
-		if m == nil {
-			m = &roles{}
-			byModel[k] = m
-		}
-		switch w.Role {
-		case RolePrefill, RoleDecode:
-			m.disagg = true
-		case RoleAggregated:
-			m.agg = true
-		}
-	}
-	mixedNow := map[[2]string]bool{}
-	var fresh [][2]string
-	for k, m := range byModel {
-		if m.disagg && m.agg {
-			mixedNow[k] = true
-			if !r.mixed[k] {
-				fresh = append(fresh, k)
+	if r.logger.Enabled(context.Background(), slog.LevelDebug) {
+		for _, w := range snap.added {
+			if w.Card != nil && len(w.Card.Typed.Versions) > 0 {
+				r.logger.Debug("dynamo worker release", "namespace", w.ID.Namespace, "instance_id", w.InstanceHex(), "versions", w.Card.Typed.Versions)
 			}
 		}
 	}
-	r.mixed = mixedNow
-	slices.SortFunc(fresh, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	r.reportMixed(snap.Mixed)
+}
+
+// reportMixed warns once per (namespace, model) that becomes mixed, at most
+// MaxMixedWarningsPerPublish times per publish plus one summary line.
+func (r *Registry) reportMixed(mixed []NamespaceModel) {
+	now := make(map[NamespaceModel]bool, len(mixed))
+	var fresh []NamespaceModel
+	for _, k := range mixed {
+		now[k] = true
+		if !r.mixed[k] {
+			fresh = append(fresh, k)
+		}
+	}
+	r.mixed = now
 	for i, k := range fresh {
 		if i == MaxMixedWarningsPerPublish {
 			r.logger.Warn("more dynamo namespaces became mixed", "count", len(fresh)-i)
 			break
 		}
 		r.logger.Warn("dynamo namespace serves a model with both prefill/decode and aggregated workers; aggregated workers are not decode candidates there",
-			"namespace", k[0], "model", k[1])
+			"namespace", k.Namespace, "model", k.Model)
 	}
 }

@@ -136,9 +136,22 @@ type Problem struct {
 	Reason   string
 }
 
+// NamespaceModel names a model served in one Dynamo namespace.
+type NamespaceModel struct {
+	Namespace, Model string
+}
+
 // Snapshot is one immutable fleet view. Readers share it; nobody mutates it.
 type Snapshot struct {
 	Workers    []*Worker
 	Publishers []*Publisher
 	Problems   []Problem
+	// Mixed lists the (namespace, model) pairs served by prefill or decode
+	// workers and aggregated workers at once, sorted.
+	Mixed []NamespaceModel
+
+	// added holds the workers that are new in this snapshot; problemsGen
+	// changes whenever Problems is rebuilt.
+	added       []*Worker
+	problemsGen uint64
 }

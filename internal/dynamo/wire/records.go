@@ -84,6 +84,7 @@ func (t *Transport) UnmarshalJSON(b []byte) error {
 
 // Endpoint is a worker's request endpoint under v1/instances/.
 type Endpoint struct {
+	Type       string    `json:"type"`
 	Namespace  string    `json:"namespace"`
 	Component  string    `json:"component"`
 	Endpoint   string    `json:"endpoint"`
@@ -120,6 +121,7 @@ func ParseEndpoint(value []byte) (*Endpoint, error) {
 
 // ModelRecord is a model deployment card under v1/mdc/.
 type ModelRecord struct {
+	Type        string
 	Namespace   string
 	Component   string
 	Endpoint    string
@@ -188,10 +190,8 @@ type RuntimeConfig struct {
 // blob is dropped.
 var CoreCardFields = []string{"display_name", "name", "worker_type", "kv_cache_block_size", "runtime_config", "lora"}
 
-// versionKeys are the release-version strings logged once per instance.
-var versionKeys = []string{"dynamo_version", "runtime_version", "version", "release"}
-
 type modelEnvelope struct {
+	Type        string          `json:"type"`
 	Namespace   string          `json:"namespace"`
 	Component   string          `json:"component"`
 	Endpoint    string          `json:"endpoint"`
@@ -208,7 +208,7 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 	if err := json.Unmarshal(value, &env); err != nil {
 		return nil, fmt.Errorf("%w: model: %w", ErrRecord, err)
 	}
-	m := &ModelRecord{Namespace: env.Namespace, Component: env.Component, Endpoint: env.Endpoint, InstanceID: env.InstanceID}
+	m := &ModelRecord{Type: env.Type, Namespace: env.Namespace, Component: env.Component, Endpoint: env.Endpoint, InstanceID: env.InstanceID}
 	m.Card.Runtime.DataParallelSize = 1
 	if env.ModelSuffix != nil {
 		m.ModelSuffix = *env.ModelSuffix
@@ -220,57 +220,75 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 	return m, nil
 }
 
+// cardFields holds the card fields the router reads, each kept raw so that
+// one that fails to decode does not affect the others.
+type cardFields struct {
+	DisplayName      json.RawMessage `json:"display_name"`
+	Name             json.RawMessage `json:"name"`
+	WorkerType       json.RawMessage `json:"worker_type"`
+	KVCacheBlockSize json.RawMessage `json:"kv_cache_block_size"`
+	Lora             json.RawMessage `json:"lora"`
+	RuntimeConfig    json.RawMessage `json:"runtime_config"`
+	DynamoVersion    json.RawMessage `json:"dynamo_version"`
+	RuntimeVersion   json.RawMessage `json:"runtime_version"`
+	Version          json.RawMessage `json:"version"`
+	Release          json.RawMessage `json:"release"`
+	Tokenizer        json.RawMessage `json:"tokenizer"`
+	PromptFormatter  json.RawMessage `json:"prompt_formatter"`
+	ChatTemplateFile json.RawMessage `json:"chat_template_file"`
+}
+
+func isNull(v json.RawMessage) bool {
+	return len(v) == 0 || bytes.Equal(bytes.TrimSpace(v), []byte("null"))
+}
+
 func parseCard(raw json.RawMessage) (Card, []string) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return Card{}, []string{"card_json is not an object"}
+	var f cardFields
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return Card{Runtime: RuntimeConfig{DataParallelSize: 1}}, []string{"card_json is not an object"}
 	}
 	var c Card
 	var errs []string
-	field := func(name string, dst any) {
-		v, ok := fields[name]
-		if !ok || bytes.Equal(v, []byte("null")) {
-			return
+	field := func(name string, v json.RawMessage, dst any) bool {
+		if isNull(v) {
+			return false
 		}
 		if err := json.Unmarshal(v, dst); err != nil {
 			errs = append(errs, name)
+			return false
 		}
+		return true
 	}
-	field("display_name", &c.DisplayName)
-	field("name", &c.Name)
-	field("worker_type", &c.RawWorkerType)
+	field("display_name", f.DisplayName, &c.DisplayName)
+	field("name", f.Name, &c.Name)
+	field("worker_type", f.WorkerType, &c.RawWorkerType)
 	switch wt := WorkerType(c.RawWorkerType); wt {
 	case WorkerPrefill, WorkerDecode, WorkerAggregated, WorkerEncode:
 		c.WorkerType = wt
 	}
 	var bs uint32
-	if v, ok := fields["kv_cache_block_size"]; ok && !bytes.Equal(v, []byte("null")) {
-		if json.Unmarshal(v, &bs) == nil {
-			c.KVCacheBlockSize = &bs
-		} else {
-			errs = append(errs, "kv_cache_block_size")
-		}
+	if field("kv_cache_block_size", f.KVCacheBlockSize, &bs) {
+		c.KVCacheBlockSize = &bs
 	}
-	if v, ok := fields["lora"]; ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-		c.LoRA = true
-	}
-	if v, ok := fields["runtime_config"]; ok {
-		c.Runtime, errs = parseRuntime(v, errs)
+	c.LoRA = !isNull(f.Lora)
+	if !isNull(f.RuntimeConfig) {
+		c.Runtime, errs = parseRuntime(f.RuntimeConfig, errs)
 	} else {
 		c.Runtime.DataParallelSize = 1
 	}
-	for _, k := range versionKeys {
+	for _, v := range []struct {
+		key string
+		raw json.RawMessage
+	}{{"dynamo_version", f.DynamoVersion}, {"runtime_version", f.RuntimeVersion}, {"version", f.Version}, {"release", f.Release}} {
 		var s string
-		if v, ok := fields[k]; ok && json.Unmarshal(v, &s) == nil && s != "" {
+		if !isNull(v.raw) && json.Unmarshal(v.raw, &s) == nil && s != "" {
 			if c.Versions == nil {
 				c.Versions = map[string]string{}
 			}
-			c.Versions[k] = s
+			c.Versions[v.key] = s
 		}
 	}
-	c.Tokenizer = fields["tokenizer"]
-	c.PromptFormatter = fields["prompt_formatter"]
-	c.ChatTemplateFile = fields["chat_template_file"]
+	c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile = f.Tokenizer, f.PromptFormatter, f.ChatTemplateFile
 	return c, errs
 }
 
@@ -338,6 +356,7 @@ func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) 
 
 // EventChannel is a publisher registration under v1/event_channels/.
 type EventChannel struct {
+	Type        string
 	Namespace   string
 	Component   string
 	Endpoint    string
@@ -352,6 +371,7 @@ type EventChannel struct {
 }
 
 type channelJSON struct {
+	Type  string `json:"type"`
 	Scope *struct {
 		Kind      string `json:"kind"`
 		Name      string `json:"name"`
@@ -381,7 +401,7 @@ func ParseEventChannel(value []byte) (*EventChannel, error) {
 	if err := json.Unmarshal(value, &cj); err != nil {
 		return nil, fmt.Errorf("%w: event channel: %w", ErrRecord, err)
 	}
-	ch := &EventChannel{Topic: cj.Topic, PublisherID: cj.InstanceID}
+	ch := &EventChannel{Type: cj.Type, Topic: cj.Topic, PublisherID: cj.InstanceID}
 	if s := cj.Scope; s != nil {
 		ch.Scope = ScopeKind(s.Kind)
 		switch ch.Scope {

@@ -135,7 +135,7 @@ func TestParseEventChannel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wire.EventChannel{Namespace: "dynamo", Component: "decode", Endpoint: "generate", Scope: wire.ScopeEndpoint, Topic: "kv_metrics",
+	want := wire.EventChannel{Type: "EventChannel", Namespace: "dynamo", Component: "decode", Endpoint: "generate", Scope: wire.ScopeEndpoint, Topic: "kv_metrics",
 		PublisherID: wire.ID{Value: 2046539, Set: true}, TransportKind: "Zmq", ZmqEndpoint: "tcp://10.0.0.7:41000"}
 	if *ch != want {
 		t.Errorf("got %+v", *ch)

@@ -66,6 +66,10 @@ func put(t *testing.T, c *clientv3.Client, k, v string, opts ...clientv3.OpOptio
 	}
 }
 
+func newSourceErr(cfg config.Etcd) (*etcd.Source, error) {
+	return etcd.New(cfg, []string{"dynamo"}, nil)
+}
+
 func newSource(t *testing.T, cfg config.Etcd, namespaces ...string) *etcd.Source {
 	t.Helper()
 	if len(namespaces) == 0 {

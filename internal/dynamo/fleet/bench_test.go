@@ -1,0 +1,52 @@
+package fleet_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+)
+
+const benchWorkers = 16384
+
+func loadedReducer(b *testing.B, n int) *fleet.Reducer {
+	b.Helper()
+	r := fleet.NewReducer()
+	for i := range n {
+		r.Put(fmt.Sprintf("v1/instances/dynamo/decode/generate/%x", i+1), endpoint(i+1), t0)
+		r.Put(fmt.Sprintf("v1/mdc/dynamo/decode/generate/%x", i+1), fmt.Appendf(nil,
+			`{"type":"Model","component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m%d","worker_type":"Decode","kv_cache_block_size":64,"runtime_config":{"total_kv_blocks":12000,"max_num_batched_tokens":8192,"data_parallel_size":1}}}`, i+1, i%8), t0)
+	}
+	return r
+}
+
+// BenchmarkFirstBuild16k is the first materialisation of a 16,384-worker
+// fleet whose 32,768 records are already held (the end of an initial sync).
+func BenchmarkFirstBuild16k(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		r := loadedReducer(b, benchWorkers)
+		b.StartTimer()
+		if n := len(r.Build(t0).Workers); n != benchWorkers {
+			b.Fatalf("%d workers", n)
+		}
+	}
+}
+
+// BenchmarkApplyAndPublish16k is one watch event (a changed endpoint record)
+// applied to a 16,384-worker fleet and published as a new generation.
+func BenchmarkApplyAndPublish16k(b *testing.B) {
+	r := loadedReducer(b, benchWorkers)
+	reg := fleet.NewRegistry(nil, nil)
+	reg.Publish(r.Build(t0))
+	values := [2][]byte{endpoint(1), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":1,"transport":{"tcp":"x"}}`)}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		r.Put("v1/instances/dynamo/decode/generate/1", values[i%2], t0)
+		reg.Publish(r.Build(t0))
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
