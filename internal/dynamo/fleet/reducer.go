@@ -588,10 +588,35 @@ func (r *Reducer) recomputePublisher(id pubID) {
 			Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
 			PublisherID: id.id, TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
 		}
+		if reason := unsupportedChannel(ch); reason != "" {
+			r.pprobs[id] = Problem{Kind: ProblemUnsupported, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
+		}
 	}
 	if _, has := r.pprobs[id]; has || hadProblem {
 		r.problemsUp = true
 	}
+}
+
+// Event-plane topics the router subscribes to.
+const (
+	TopicLoad      = "kv_metrics"
+	TopicKVEvents  = "kv-events"
+	TopicKVEvents2 = "kv_events" // older Dynamo releases
+)
+
+// unsupportedChannel says why a load or kv-events channel cannot be
+// subscribed to directly, or "" when it can (or is not one of those topics).
+func unsupportedChannel(ch *wire.EventChannel) string {
+	if ch.Topic != TopicLoad && ch.Topic != TopicKVEvents && ch.Topic != TopicKVEvents2 {
+		return ""
+	}
+	switch {
+	case ch.TransportKind != "Zmq":
+		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", ch.Topic, ch.TransportKind)
+	case !strings.HasPrefix(ch.ZmqEndpoint, "tcp://"):
+		return fmt.Sprintf("%s channel endpoint %q is not tcp://host:port; its worker is treated as quiet", ch.Topic, ch.ZmqEndpoint)
+	}
+	return ""
 }
 
 func (r *Reducer) collectProblems() []Problem {

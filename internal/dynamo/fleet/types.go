@@ -121,6 +121,7 @@ const (
 	ProblemUnknownRole  = "unknown_role"
 	ProblemCardFields   = "card_fields"
 	ProblemCardDropped  = "card_dropped"
+	ProblemUnsupported  = "unsupported"
 )
 
 // MaxProblemKeys is how many keys a problem names; KeyCount has the total.
