@@ -1,0 +1,338 @@
+// Package zmtp is a bounded ZMTP 3.x subscriber: NULL security, a SUB socket
+// on one connection, ZMTP 3.0 subscriptions, and multipart messages whose
+// every declared length is checked against a limit before anything is
+// allocated. It knows nothing about Dynamo.
+package zmtp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Limits bound what one subscription receives.
+type Limits struct {
+	// MaxFrameBytes is the largest frame body held in memory.
+	MaxFrameBytes int
+	// MaxMessageBytes bounds the frames of one message together.
+	MaxMessageBytes int
+	// MaxFrames bounds the frames of one message.
+	MaxFrames int
+	// DiscardBytes is the largest frame skipped unread (ErrOversized, the
+	// connection stays up); a frame declared larger ends the connection.
+	DiscardBytes uint64
+}
+
+// Limits per use: kv_metrics carries ActiveLoad payloads of at most 16 KiB
+// (plus the 5-byte frame header); kv-events frames are at most 1 MiB.
+var (
+	LimitsKVMetrics = Limits{MaxFrameBytes: 16<<10 + 5, MaxMessageBytes: 16<<10 + 5 + 256 + 16, MaxFrames: 4, DiscardBytes: 1 << 20}
+	LimitsKVEvents  = Limits{MaxFrameBytes: 1 << 20, MaxMessageBytes: 1<<20 + 256 + 16, MaxFrames: 4, DiscardBytes: 16 << 20}
+)
+
+// Buffer sizes of an idle subscription.
+const (
+	readBufferBytes    = 2 << 10
+	initialFrameBuffer = 512
+	maxCommandBytes    = 1 << 10
+	greetingBytes      = 64
+)
+
+// Errors. ErrProtocol and ErrOversized wrap the detail.
+var (
+	// ErrProtocol: the peer broke ZMTP; the connection must be closed.
+	ErrProtocol = errors.New("zmtp protocol violation")
+	// ErrOversized: a message larger than the limits was skipped; the
+	// connection stays usable.
+	ErrOversized = errors.New("zmtp message over the size limit")
+)
+
+func protocolErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
+}
+
+// Flag bits of a frame header.
+const (
+	flagMore    = 0x01
+	flagLong    = 0x02
+	flagCommand = 0x04
+	flagMask    = 0x07
+)
+
+// Sub is one subscribed connection. It is not safe for concurrent use.
+type Sub struct {
+	conn   net.Conn
+	r      *bufio.Reader
+	lim    Limits
+	buf    []byte
+	frames [][]byte
+}
+
+// greeting is ZMTP 3.0 with the NULL mechanism, as a client.
+func greeting() []byte {
+	g := make([]byte, greetingBytes)
+	g[0], g[9] = 0xFF, 0x7F
+	g[10], g[11] = 3, 0
+	copy(g[12:32], "NULL")
+	return g
+}
+
+// Subscribe performs the ZMTP handshake on conn as a SUB socket and
+// subscribes to topic (empty: everything). The context bounds the handshake.
+// On error the connection is left to the caller to close.
+func Subscribe(ctx context.Context, conn net.Conn, topic []byte, lim Limits) (*Sub, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+		defer func() { _ = conn.SetDeadline(time.Time{}) }()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	s := &Sub{conn: conn, r: bufio.NewReaderSize(conn, readBufferBytes), lim: lim, buf: make([]byte, 0, initialFrameBuffer)}
+	if _, err := conn.Write(greeting()); err != nil {
+		return nil, err
+	}
+	if err := s.readGreeting(); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(readyCommand("SUB")); err != nil {
+		return nil, err
+	}
+	if err := s.readReady(); err != nil {
+		return nil, err
+	}
+	// ZMTP 3.0 subscription: a one-frame message, 0x01 then the topic.
+	if _, err := conn.Write(frame(0, append([]byte{1}, topic...))); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+func (s *Sub) readGreeting() error {
+	var g [greetingBytes]byte
+	if _, err := io.ReadFull(s.r, g[:10]); err != nil {
+		return err
+	}
+	if g[0] != 0xFF || g[9]&0x01 == 0 {
+		return protocolErr("peer greeting is not ZMTP 3 (signature % x)", g[:10])
+	}
+	if _, err := io.ReadFull(s.r, g[10:11]); err != nil {
+		return err
+	}
+	if g[10] < 3 {
+		return protocolErr("peer speaks ZMTP %d; 3 or later is required", g[10])
+	}
+	if _, err := io.ReadFull(s.r, g[11:]); err != nil {
+		return err
+	}
+	mech := bytes.TrimRight(g[12:32], "\x00")
+	if string(mech) != "NULL" {
+		return protocolErr("peer security mechanism %q; only NULL is supported", mech)
+	}
+	return nil
+}
+
+// readyCommand builds READY with one property, Socket-Type.
+func readyCommand(socketType string) []byte {
+	body := []byte{5}
+	body = append(body, "READY"...)
+	body = append(body, byte(len("Socket-Type")))
+	body = append(body, "Socket-Type"...)
+	body = binary.BigEndian.AppendUint32(body, uint32(len(socketType)))
+	body = append(body, socketType...)
+	return frame(flagCommand, body)
+}
+
+// frame encodes one frame with the given flags.
+func frame(flags byte, body []byte) []byte {
+	if len(body) > 255 {
+		out := []byte{flags | flagLong}
+		out = binary.BigEndian.AppendUint64(out, uint64(len(body)))
+		return append(out, body...)
+	}
+	return append([]byte{flags, byte(len(body))}, body...)
+}
+
+// header reads one frame header: flags and the declared body size.
+func (s *Sub) header() (byte, uint64, error) {
+	flags, err := s.r.ReadByte()
+	if err != nil {
+		return 0, 0, err
+	}
+	if flags&^flagMask != 0 {
+		return 0, 0, protocolErr("reserved frame flag bits set (0x%02x)", flags)
+	}
+	if flags&flagLong == 0 {
+		n, err := s.r.ReadByte()
+		return flags, uint64(n), err
+	}
+	var b [8]byte
+	if _, err := io.ReadFull(s.r, b[:]); err != nil {
+		return 0, 0, err
+	}
+	return flags, binary.BigEndian.Uint64(b[:]), nil
+}
+
+func (s *Sub) readReady() error {
+	flags, size, err := s.header()
+	if err != nil {
+		return err
+	}
+	if flags&flagCommand == 0 || size > maxCommandBytes {
+		return protocolErr("expected a READY command")
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(s.r, body); err != nil {
+		return err
+	}
+	name, props, ok := splitCommand(body)
+	switch {
+	case !ok:
+		return protocolErr("malformed command")
+	case name == "ERROR":
+		return protocolErr("peer refused: %q", errorReason(props))
+	case name != "READY":
+		return protocolErr("expected READY, got %q", name)
+	}
+	st, ok := property(props, "Socket-Type")
+	if !ok {
+		return protocolErr("READY without Socket-Type")
+	}
+	if st != "PUB" && st != "XPUB" {
+		return protocolErr("peer socket type %q cannot feed a SUB socket", st)
+	}
+	return nil
+}
+
+func splitCommand(body []byte) (string, []byte, bool) {
+	if len(body) < 1 || int(body[0])+1 > len(body) {
+		return "", nil, false
+	}
+	n := int(body[0])
+	return string(body[1 : 1+n]), body[1+n:], true
+}
+
+func errorReason(b []byte) string {
+	if len(b) < 1 || int(b[0])+1 > len(b) {
+		return ""
+	}
+	return string(b[1 : 1+int(b[0])])
+}
+
+// property finds a metadata property in a READY body (case-insensitive name).
+func property(b []byte, name string) (string, bool) {
+	for len(b) > 0 {
+		n := int(b[0])
+		if 1+n+4 > len(b) {
+			return "", false
+		}
+		key := string(b[1 : 1+n])
+		vlen := binary.BigEndian.Uint32(b[1+n : 5+n])
+		if uint64(5+n)+uint64(vlen) > uint64(len(b)) {
+			return "", false
+		}
+		val := string(b[5+n : 5+n+int(vlen)])
+		if bytes.EqualFold([]byte(key), []byte(name)) {
+			return val, true
+		}
+		b = b[5+n+int(vlen):]
+	}
+	return "", false
+}
+
+// Next returns the next message. Its frames are valid until the next call.
+// ErrOversized means one message was skipped and Next may be called again;
+// any other error ends the subscription.
+func (s *Sub) Next() ([][]byte, error) {
+	s.frames = s.frames[:0]
+	s.buf = s.buf[:0]
+	oversized := false
+	for {
+		flags, size, err := s.header()
+		if err != nil {
+			return nil, err
+		}
+		if flags&flagCommand != 0 {
+			// PING, or whatever a newer peer sends: bounded and ignored.
+			if flags&flagMore != 0 || size > maxCommandBytes {
+				return nil, protocolErr("command frame of %d bytes", size)
+			}
+			if _, err := s.r.Discard(int(size)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if oversized || size > uint64(s.lim.MaxFrameBytes) || len(s.frames) >= s.lim.MaxFrames ||
+			uint64(len(s.buf))+size > uint64(s.lim.MaxMessageBytes) {
+			if size > s.lim.DiscardBytes {
+				return nil, protocolErr("frame of %d bytes declared", size)
+			}
+			if err := s.discard(size); err != nil {
+				return nil, err
+			}
+			oversized = true
+		} else {
+			start := len(s.buf)
+			s.grow(int(size))
+			s.buf = s.buf[:start+int(size)]
+			if _, err := io.ReadFull(s.r, s.buf[start:]); err != nil {
+				return nil, err
+			}
+			s.frames = append(s.frames, s.buf[start:start+int(size):start+int(size)])
+		}
+		if flags&flagMore == 0 {
+			if oversized {
+				return nil, ErrOversized
+			}
+			return s.frames, nil
+		}
+	}
+}
+
+func (s *Sub) discard(n uint64) error {
+	for n > 0 {
+		step := min(n, 1<<30)
+		if _, err := s.r.Discard(int(step)); err != nil {
+			return err
+		}
+		n -= step
+	}
+	return nil
+}
+
+// grow makes room for n more bytes, doubling the buffer up to the message
+// limit. Frames already appended point into the old array; they are
+// re-sliced from the new one.
+func (s *Sub) grow(n int) {
+	need := len(s.buf) + n
+	if need <= cap(s.buf) {
+		return
+	}
+	c := max(cap(s.buf), initialFrameBuffer)
+	for c < need {
+		c *= 2
+	}
+	c = min(c, s.lim.MaxMessageBytes)
+	nb := make([]byte, len(s.buf), c)
+	copy(nb, s.buf)
+	off := 0
+	for i, f := range s.frames {
+		s.frames[i] = nb[off : off+len(f) : off+len(f)]
+		off += len(f)
+	}
+	s.buf = nb
+}
+
+// Close closes the connection.
+func (s *Sub) Close() error { return s.conn.Close() }
+
+// Conn returns the underlying connection.
+func (s *Sub) Conn() net.Conn { return s.conn }

@@ -1,0 +1,347 @@
+package zmtp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func message(topic string, seq uint64, payload []byte) [][]byte {
+	pid := binary.BigEndian.AppendUint64(nil, 0x1f3a4b)
+	sq := binary.BigEndian.AppendUint64(nil, seq)
+	fr := append([]byte{1}, binary.BigEndian.AppendUint32(nil, uint32(len(payload)))...)
+	return [][]byte{[]byte(topic), pid, sq, append(fr, payload...)}
+}
+
+// receive subscribes to endpoint and returns the first message whose
+// sequence is at least minSeq, while publish keeps sending.
+func subscribe(t *testing.T, endpoint, topic string) *zmtp.Sub {
+	t.Helper()
+	d := &zmtp.Direct{}
+	conn, err := d.Connect(ctxT(t), endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := zmtp.Subscribe(ctxT(t), conn, []byte(topic), zmtp.LimitsKVMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub
+}
+
+// TestGoZeromqPublisher: our SUB against a go-zeromq/zmq4 PUB.
+func TestGoZeromqPublisher(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "tcp://" + pub.Addr().String()
+	sub := subscribe(t, endpoint, "kv_metrics")
+	// The subscription reaches the publisher asynchronously: publish until
+	// a message arrives (other topics are filtered by the publisher).
+	go func() {
+		for seq := uint64(0); ctx.Err() == nil; seq++ {
+			_ = pub.Send(zmq4.NewMsgFrom(message("kv_events", seq, []byte("other"))...))
+			_ = pub.Send(zmq4.NewMsgFrom(message("kv_metrics", seq, []byte("hello"))...))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	frames, err := sub.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 4 || string(frames[0]) != "kv_metrics" || !bytes.HasSuffix(frames[3], []byte("hello")) {
+		t.Fatalf("frames %q", frames)
+	}
+}
+
+const pyPublisher = `
+import sys, time, struct, zmq
+ctx = zmq.Context()
+pub = ctx.socket(zmq.PUB)
+port = pub.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+seq = 0
+deadline = time.time() + 20
+while time.time() < deadline:
+    payload = b"libzmq-%d" % seq
+    frame = struct.pack(">BI", 1, len(payload)) + payload
+    pub.send_multipart([b"kv_metrics", struct.pack(">Q", 0x1f3a4b), struct.pack(">Q", seq), frame])
+    seq += 1
+    time.sleep(0.005)
+`
+
+// TestLibzmqPublisher: our SUB against libzmq (Debian python3-zmq).
+func TestLibzmqPublisher(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import zmq").Run(); err != nil {
+		t.Skipf("libzmq through python3-zmq is not installed (apt-get install python3-zmq): %v", err)
+	}
+	cmd := exec.Command(py, "-c", pyPublisher)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := subscribe(t, "tcp://127.0.0.1:"+strings.TrimSpace(line), "kv_metrics")
+	for i := 0; i < 3; i++ {
+		frames, err := sub.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frames) != 4 || !bytes.Contains(frames[3], []byte("libzmq-")) {
+			t.Fatalf("frames %q", frames)
+		}
+	}
+}
+
+// newRawPeer is a hand-written ZMTP 3.0 PUB for fault injection: it
+// completes the handshake, then writes script.
+func newRawPeer(t *testing.T, greeting []byte, ready []byte, script func(w io.Writer)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write(greeting)
+		_, _ = c.Write(ready)
+		// Read what the subscriber sends (greeting, READY, subscription).
+		buf := make([]byte, 64+64+64)
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, _ = io.ReadAtLeast(c, buf, 64)
+		script(c)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	return "tcp://" + ln.Addr().String()
+}
+
+func pubGreeting() []byte {
+	g := make([]byte, 64)
+	g[0], g[9], g[10] = 0xFF, 0x7F, 3
+	copy(g[12:], "NULL")
+	return g
+}
+
+func readyFrame(socketType string) []byte {
+	body := append([]byte{5}, "READY"...)
+	body = append(body, 11)
+	body = append(body, "Socket-Type"...)
+	body = binary.BigEndian.AppendUint32(body, uint32(len(socketType)))
+	body = append(body, socketType...)
+	return append([]byte{0x04, byte(len(body))}, body...)
+}
+
+func shortFrame(more bool, body []byte) []byte {
+	f := byte(0)
+	if more {
+		f = 1
+	}
+	return append([]byte{f, byte(len(body))}, body...)
+}
+
+func longHeader(more bool, n uint64) []byte {
+	f := byte(2)
+	if more {
+		f = 3
+	}
+	return binary.BigEndian.AppendUint64([]byte{f}, n)
+}
+
+func writeMessage(w io.Writer, frames [][]byte) {
+	for i, f := range frames {
+		more := i < len(frames)-1
+		if len(f) > 255 {
+			_, _ = w.Write(append(longHeader(more, uint64(len(f))), f...))
+		} else {
+			_, _ = w.Write(shortFrame(more, f))
+		}
+	}
+}
+
+func dialRaw(t *testing.T, endpoint string) (*zmtp.Sub, error) {
+	t.Helper()
+	conn, err := (&zmtp.Direct{}).Connect(ctxT(t), endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return zmtp.Subscribe(ctxT(t), conn, []byte("kv_metrics"), zmtp.LimitsKVMetrics)
+}
+
+// TestHugeDeclaredFrameCostsNothing: a peer declaring a 2^60-byte frame is
+// refused before anything is allocated.
+func TestHugeDeclaredFrameCostsNothing(t *testing.T) {
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		_, _ = w.Write(longHeader(false, 1<<60))
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = sub.Next()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, zmtp.ErrProtocol) {
+		t.Fatalf("err = %v, want a protocol error", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+		t.Errorf("allocated %d bytes for a declared 2^60-byte frame", grew)
+	}
+}
+
+// TestOversizedSkippedThenNext: a frame over the limit but within the
+// discard bound is skipped; the connection carries on.
+func TestOversizedSkippedThenNext(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 20<<10)
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		writeMessage(w, message("kv_metrics", 1, big))
+		writeMessage(w, [][]byte{[]byte("kv_metrics"), {1}, {2}, {3}, {4}, {5}}) // too many frames
+		writeMessage(w, message("kv_metrics", 2, []byte("ok")))
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := sub.Next(); !errors.Is(err, zmtp.ErrOversized) {
+			t.Fatalf("message %d: err = %v, want ErrOversized", i, err)
+		}
+	}
+	frames, err := sub.Next()
+	if err != nil || !bytes.HasSuffix(frames[3], []byte("ok")) {
+		t.Fatalf("after skipping: %q %v", frames, err)
+	}
+}
+
+func TestProtocolViolations(t *testing.T) {
+	zmtp2 := pubGreeting()
+	zmtp2[10] = 2
+	curve := pubGreeting()
+	copy(curve[12:32], "CURVE\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+	tests := []struct {
+		name            string
+		greeting, ready []byte
+		script          func(io.Writer)
+	}{
+		{"http peer", []byte("HTTP/1.1 400 Bad Request\r\n\r\n" + strings.Repeat(" ", 64)), nil, func(io.Writer) {}},
+		{"zmtp 2", zmtp2, readyFrame("PUB"), func(io.Writer) {}},
+		{"curve", curve, readyFrame("PUB"), func(io.Writer) {}},
+		{"not a PUB", pubGreeting(), readyFrame("REP"), func(io.Writer) {}},
+		{"error command", pubGreeting(), append([]byte{0x04, 10, 5}, "ERROR\x03bad"...), func(io.Writer) {}},
+		{"reserved flags", pubGreeting(), readyFrame("PUB"), func(w io.Writer) { _, _ = w.Write([]byte{0x80, 1, 0}) }},
+		{"huge command", pubGreeting(), readyFrame("PUB"), func(w io.Writer) { _, _ = w.Write(binary.BigEndian.AppendUint64([]byte{0x06}, 1<<40)) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := newRawPeer(t, tt.greeting, tt.ready, tt.script)
+			sub, err := dialRaw(t, ep)
+			if err == nil {
+				_, err = sub.Next()
+			}
+			if !errors.Is(err, zmtp.ErrProtocol) {
+				t.Fatalf("err = %v, want a protocol error", err)
+			}
+		})
+	}
+}
+
+func TestHandshakeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // never answers
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := zmtp.Subscribe(ctx, conn, nil, zmtp.LimitsKVMetrics); err == nil {
+		t.Fatal("a silent peer completed the handshake")
+	}
+}
+
+func TestDirectConnectorCIDRs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ok := &zmtp.Direct{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		c, err := ok.Connect(ctxT(t), fmt.Sprintf("tcp://%s:%d", host, port))
+		if err != nil {
+			t.Fatalf("%s: %v", host, err)
+		}
+		_ = c.Close()
+	}
+	deny := &zmtp.Direct{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	if _, err := deny.Connect(ctxT(t), fmt.Sprintf("tcp://localhost:%d", port)); !errors.Is(err, zmtp.ErrNotAllowed) {
+		t.Fatalf("err = %v, want ErrNotAllowed", err)
+	}
+	for _, bad := range []string{"ipc:///tmp/x", "tcp://:1", "tcp://host", "tcp://*:5"} {
+		if _, err := ok.Connect(ctxT(t), bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
