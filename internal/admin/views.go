@@ -5,6 +5,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -25,20 +26,20 @@ type Capacity struct {
 
 // Worker is one worker as GET /admin/dynamo/workers shows it.
 type Worker struct {
-	InstanceID            string   `json:"instance_id"`
-	Namespace             string   `json:"namespace"`
-	WorkerID              string   `json:"worker_id"`
-	Role                  string   `json:"role"`
-	Model                 string   `json:"model"`
-	Component             string   `json:"component"`
-	Endpoint              string   `json:"endpoint"`
-	DPStartRank           uint32   `json:"dp_start_rank"`
-	DPSize                uint32   `json:"dp_size"`
-	BlockSize             *uint32  `json:"block_size"`
-	Capacity              Capacity `json:"capacity"`
-	DisaggregatedEndpoint *string  `json:"disaggregated_endpoint"`
-	FirstSeen             string   `json:"first_seen"`
-	LastUpdated           string   `json:"last_updated"`
+	InstanceID            string          `json:"instance_id"`
+	Namespace             string          `json:"namespace"`
+	WorkerID              string          `json:"worker_id"`
+	Role                  string          `json:"role"`
+	Model                 string          `json:"model"`
+	Component             string          `json:"component"`
+	Endpoint              string          `json:"endpoint"`
+	DPStartRank           uint32          `json:"dp_start_rank"`
+	DPSize                uint32          `json:"dp_size"`
+	BlockSize             *uint32         `json:"block_size"`
+	Capacity              Capacity        `json:"capacity"`
+	DisaggregatedEndpoint json.RawMessage `json:"disaggregated_endpoint"`
+	FirstSeen             string          `json:"first_seen"`
+	LastUpdated           string          `json:"last_updated"`
 }
 
 // Publisher is one event-plane publisher, without its address.
@@ -67,9 +68,9 @@ func WorkerView(w *fleet.Worker) Worker {
 			MaxNumSeqs: w.Capacity.MaxNumSeqs, ContextLength: w.Capacity.ContextLength},
 		FirstSeen: formatTime(w.FirstSeen), LastUpdated: formatTime(w.LastUpdated),
 	}
-	if w.DisaggregatedEndpoint != "" {
-		s := w.DisaggregatedEndpoint
-		v.DisaggregatedEndpoint = &s
+	v.DisaggregatedEndpoint = w.DisaggregatedEndpoint
+	if len(v.DisaggregatedEndpoint) == 0 {
+		v.DisaggregatedEndpoint = json.RawMessage("null")
 	}
 	return v
 }

@@ -364,10 +364,11 @@ func writeTable(out io.Writer, r Report, now time.Time) error {
 
 // Change is one line of --watch output in JSON.
 type Change struct {
-	Generation uint64         `json:"generation"`
-	Event      string         `json:"event"`
-	Worker     *admin.Worker  `json:"worker,omitempty"`
-	Problem    *admin.Problem `json:"problem,omitempty"`
+	Generation uint64           `json:"generation"`
+	Event      string           `json:"event"`
+	Worker     *admin.Worker    `json:"worker,omitempty"`
+	Publisher  *admin.Publisher `json:"publisher,omitempty"`
+	Problem    *admin.Problem   `json:"problem,omitempty"`
 }
 
 func (o *Options) printChanges(gen uint64, before, after *fleet.Snapshot) error {
@@ -394,14 +395,40 @@ func (o *Options) printChanges(gen uint64, before, after *fleet.Snapshot) error 
 			changes = append(changes, Change{Generation: gen, Event: "removed", Worker: &v})
 		}
 	}
-	oldProblems := map[string]bool{}
+	oldPubs := map[string]bool{}
+	for _, p := range before.Publishers {
+		oldPubs[p.Key] = true
+	}
+	newPubs := map[string]bool{}
+	for _, p := range after.Publishers {
+		newPubs[p.Key] = true
+		if !oldPubs[p.Key] {
+			v := admin.PublisherView(p)
+			changes = append(changes, Change{Generation: gen, Event: "publisher_added", Publisher: &v})
+		}
+	}
+	for _, p := range before.Publishers {
+		if !newPubs[p.Key] {
+			v := admin.PublisherView(p)
+			changes = append(changes, Change{Generation: gen, Event: "publisher_removed", Publisher: &v})
+		}
+	}
+	problemID := func(p fleet.Problem) string { return p.Kind + "\x00" + strings.Join(p.Keys, ",") + "\x00" + p.Reason }
+	oldProblems, newProblems := map[string]bool{}, map[string]bool{}
 	for _, p := range before.Problems {
-		oldProblems[p.Kind+strings.Join(p.Keys, ",")] = true
+		oldProblems[problemID(p)] = true
 	}
 	for _, p := range after.Problems {
-		if !oldProblems[p.Kind+strings.Join(p.Keys, ",")] {
+		newProblems[problemID(p)] = true
+		if !oldProblems[problemID(p)] {
 			v := admin.ProblemView(p)
 			changes = append(changes, Change{Generation: gen, Event: "problem", Problem: &v})
+		}
+	}
+	for _, p := range before.Problems {
+		if !newProblems[problemID(p)] {
+			v := admin.ProblemView(p)
+			changes = append(changes, Change{Generation: gen, Event: "problem_cleared", Problem: &v})
 		}
 	}
 	for _, c := range changes {
@@ -428,7 +455,11 @@ func (o *Options) printChange(c Change) error {
 		return err
 	}
 	if c.Problem != nil {
-		_, err := fmt.Fprintf(o.IO.Out, "gen %d  problem  %s  %s: %s\n", c.Generation, c.Problem.Kind, strings.Join(c.Problem.Keys, " "), c.Problem.Reason)
+		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s  %s: %s\n", c.Generation, c.Event, c.Problem.Kind, strings.Join(c.Problem.Keys, " "), c.Problem.Reason)
+		return err
+	}
+	if p := c.Publisher; p != nil {
+		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s/%s  %s  publisher_id=%s\n", c.Generation, c.Event, p.Namespace, p.Component, p.Topic, p.PublisherID)
 		return err
 	}
 	w := c.Worker

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -37,11 +38,16 @@ type record struct {
 // Build recomputes only those, merging them into the sorted lists of the
 // previous snapshot.
 type Reducer struct {
-	seed      maphash.Seed
-	spaces    map[wire.Keyspace]map[string]*record
-	refused   map[wire.Keyspace]int
-	resyncing bool
-	dirty     bool
+	seed   maphash.Seed
+	spaces map[wire.Keyspace]map[string]*record
+	// refused marks keyspaces that refused new keys at their cap;
+	// refusedNow collects the marks of a resync in progress, and seen counts
+	// the keys a resync has put again (the cap applies to those).
+	refused    map[wire.Keyspace]bool
+	refusedNow map[wire.Keyspace]bool
+	seen       map[wire.Keyspace]int
+	resyncing  bool
+	dirty      bool
 
 	// Indexes from identities to the records that claim them.
 	gens  map[WorkerID]map[string]*record // generate endpoints
@@ -103,8 +109,8 @@ func NewReducer() *Reducer {
 		spaces: map[wire.Keyspace]map[string]*record{
 			wire.KeyspaceInstances: {}, wire.KeyspaceModelCards: {}, wire.KeyspaceEventChannels: {},
 		},
-		refused: map[wire.Keyspace]int{},
-		gens:    map[WorkerID]map[string]*record{}, cards: map[WorkerID]map[string]*record{},
+		refused: map[wire.Keyspace]bool{}, refusedNow: map[wire.Keyspace]bool{}, seen: map[wire.Keyspace]int{},
+		gens: map[WorkerID]map[string]*record{}, cards: map[WorkerID]map[string]*record{},
 		chans: map[pubID]map[string]*record{}, bad: map[string]*record{},
 		dirtyW: map[WorkerID]struct{}{}, dirtyP: map[pubID]struct{}{},
 		workers: map[WorkerID]*Worker{}, wprobs: map[WorkerID][]Problem{},
@@ -136,10 +142,8 @@ func (r *Reducer) ResyncBegin() {
 			rec.seen = false
 		}
 	}
-	if len(r.refused) > 0 {
-		clear(r.refused)
-		r.problemsUp = true
-	}
+	clear(r.refusedNow)
+	clear(r.seen)
 }
 
 // ResyncEnd drops every key the resync did not put.
@@ -148,6 +152,11 @@ func (r *Reducer) ResyncEnd() {
 		return
 	}
 	r.resyncing = false
+	if !maps.Equal(r.refused, r.refusedNow) {
+		r.refused, r.refusedNow = r.refusedNow, r.refused
+		r.problemsUp = true
+		r.dirty = true
+	}
 	for _, s := range r.spaces {
 		for k, rec := range s {
 			if !rec.seen {
@@ -179,20 +188,32 @@ func (r *Reducer) Put(key string, value []byte, now time.Time) {
 	}
 	recs := r.spaces[space]
 	h := maphash.Bytes(r.seed, value)
-	if old, ok := recs[key]; ok {
+	old, held := recs[key]
+	if held && r.resyncing && !old.seen {
+		r.seen[space]++
+	}
+	switch {
+	case held:
 		old.seen = true
 		if old.hash == h {
 			return
 		}
-	} else if len(recs) >= MaxRecordsPerKeyspace {
-		r.refused[space]++
-		r.problemsUp = true
-		r.dirty = true
+	case r.resyncing && r.seen[space] >= MaxRecordsPerKeyspace, !r.resyncing && len(recs) >= MaxRecordsPerKeyspace:
+		// New keys past the cap are refused; keys held are still updated.
+		if r.resyncing {
+			r.refusedNow[space] = true
+		} else if !r.refused[space] {
+			r.refused[space] = true
+			r.problemsUp = true
+			r.dirty = true
+		}
 		return
+	case r.resyncing:
+		r.seen[space]++
 	}
 	rec := &record{key: key, hash: h, putAt: now, seen: true}
 	parseRecord(rec, space, value)
-	if old, ok := recs[key]; ok {
+	if held {
 		r.unindex(old)
 	}
 	recs[key] = rec
@@ -360,10 +381,12 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		case wrongType(ch.Type):
 		case !ch.PublisherID.Set:
 			problemFor(rec, ProblemMalformed, "event channel record has no instance_id (publisher id)")
+		case ch.Topic != "" && ch.Topic != k.Topic:
+			problemFor(rec, ProblemMalformed, "record topic %q differs from the key's topic %q", ch.Topic, k.Topic)
+		case !ch.Legacy && ch.Scope != wire.ScopeNamespace && ch.Scope != wire.ScopeComponent && ch.Scope != wire.ScopeEndpoint:
+			problemFor(rec, ProblemUnsupported, "event channel scope kind %q is not namespace, component or endpoint", ch.Scope)
 		default:
-			if ch.Topic == "" {
-				ch.Topic = k.Topic
-			}
+			ch.Topic = k.Topic
 			rec.channel = ch
 		}
 	}
@@ -545,7 +568,9 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		if !ok {
 			first = now
 			r.firstSeen[id] = now
-			r.added = append(r.added, w)
+		}
+		if prev := r.workers[id]; prev == nil || prev.Card != w.Card {
+			r.added = append(r.added, w) // new, or a new card: its release is logged
 		}
 		w.FirstSeen = first
 		w.LastUpdated = rec.putAt
@@ -584,12 +609,13 @@ func (r *Reducer) recomputePublisher(id pubID) {
 	case len(recs) == 1:
 		rec := recs[0]
 		ch := rec.channel
+		if reason := unsupportedChannel(ch); reason != "" {
+			r.pprobs[id] = Problem{Kind: ProblemUnsupported, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
+			break
+		}
 		r.pubs[id] = &Publisher{
 			Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
 			PublisherID: id.id, TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
-		}
-		if reason := unsupportedChannel(ch); reason != "" {
-			r.pprobs[id] = Problem{Kind: ProblemUnsupported, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
 		}
 	}
 	if _, has := r.pprobs[id]; has || hadProblem {
@@ -630,8 +656,10 @@ func (r *Reducer) collectProblems() []Problem {
 	for _, p := range r.pprobs {
 		out = append(out, p)
 	}
-	for space, n := range r.refused {
-		out = append(out, Problem{Kind: ProblemOverCapacity, Reason: fmt.Sprintf("%d new %s keys refused: at most %d keys are held per keyspace", n, space, MaxRecordsPerKeyspace)})
+	for space, on := range r.refused {
+		if on {
+			out = append(out, Problem{Kind: ProblemOverCapacity, Reason: fmt.Sprintf("new %s keys refused: at most %d keys are held per keyspace", space, MaxRecordsPerKeyspace)})
+		}
 	}
 	slices.SortFunc(out, compareProblems)
 	return out

@@ -184,13 +184,43 @@ func TestKeyspaceCap(t *testing.T) {
 	if len(snap.Workers) != fleet.MaxRecordsPerKeyspace {
 		t.Fatalf("%d workers held", len(snap.Workers))
 	}
-	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity || !strings.Contains(snap.Problems[0].Reason, "10 new instances keys refused") {
+	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity || !strings.Contains(snap.Problems[0].Reason, "new instances keys refused") {
 		t.Fatalf("problems %+v", snap.Problems)
 	}
 	// Updates of held keys still apply.
 	r.Put(key(0), []byte(`{"type":"Endpoint","component":"prefill","endpoint":"generate","instance_id":0}`), t0)
 	if w := r.Build(t0).Workers; w[len(w)-1].Role != fleet.RolePrefill {
 		t.Errorf("update of a held key was refused")
+	}
+}
+
+// TestKeyspaceCapDuringResync: during a resync the cap counts the keys put
+// again, so a worker that replaced a departed one at the cap is accepted,
+// and an identical resync at the cap changes nothing.
+func TestKeyspaceCapDuringResync(t *testing.T) {
+	r := fleet.NewReducer()
+	for i := range fleet.MaxRecordsPerKeyspace {
+		r.Put(key(i), endpoint(i), t0)
+	}
+	r.Build(t0)
+	r.ResyncBegin()
+	for i := 1; i <= fleet.MaxRecordsPerKeyspace; i++ { // worker 0 left, worker 16384 came
+		r.Put(key(i), endpoint(i), t0)
+	}
+	r.ResyncEnd()
+	snap := r.Build(t0)
+	if len(snap.Workers) != fleet.MaxRecordsPerKeyspace || len(snap.Problems) != 0 {
+		t.Fatalf("%d workers, problems %+v", len(snap.Workers), snap.Problems)
+	}
+	r.Put(key(fleet.MaxRecordsPerKeyspace+1), endpoint(fleet.MaxRecordsPerKeyspace+1), t0) // refused
+	r.Build(t0)
+	r.ResyncBegin()
+	for i := 1; i <= fleet.MaxRecordsPerKeyspace+1; i++ {
+		r.Put(key(i), endpoint(i), t0)
+	}
+	r.ResyncEnd()
+	if r.Dirty() {
+		t.Error("an identical resync at the cap made the reducer dirty")
 	}
 }
 

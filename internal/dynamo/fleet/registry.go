@@ -88,6 +88,25 @@ func (r *Registry) Wait(ctx context.Context, after uint64) (uint64, error) {
 	}
 }
 
+// Subscription follows the registry's generations. It holds a number, never
+// a snapshot, so a slow subscriber pins no memory.
+type Subscription struct {
+	reg  *Registry
+	seen uint64
+}
+
+// Subscribe returns a subscription that has seen the current generation.
+func (r *Registry) Subscribe() *Subscription { return &Subscription{reg: r, seen: r.Generation()} }
+
+// Next blocks until a newer generation is published and returns the latest.
+func (s *Subscription) Next(ctx context.Context) (uint64, error) {
+	g, err := s.reg.Wait(ctx, s.seen)
+	if err == nil {
+		s.seen = g
+	}
+	return g, err
+}
+
 // Publish installs snap as the next generation and returns it.
 func (r *Registry) Publish(snap *Snapshot) uint64 {
 	r.mu.Lock()
@@ -104,7 +123,7 @@ func (r *Registry) Publish(snap *Snapshot) uint64 {
 func (r *Registry) Reset() uint64 { return r.Publish(&Snapshot{}) }
 
 func problemKey(p Problem) string {
-	return p.Kind + "\x00" + p.Namespace + "\x00" + strings.Join(p.Keys, "\x00") + "\x00" + fmt.Sprint(p.KeyCount)
+	return p.Kind + "\x00" + p.Namespace + "\x00" + strings.Join(p.Keys, "\x00") + "\x00" + fmt.Sprint(p.KeyCount) + "\x00" + p.Reason
 }
 
 // report logs what is new in snap: problems (once per key set while they

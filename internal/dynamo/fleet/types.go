@@ -69,12 +69,14 @@ type Worker struct {
 	// DPStartRank and DPSize give the global data-parallel ranks
 	// DPStartRank .. DPStartRank+DPSize-1; DPDeclared says whether the card
 	// set data_parallel_size (then the rank header is always sent).
-	DPStartRank           uint32
-	DPSize                uint32
-	DPDeclared            bool
-	BlockSize             *uint32
-	Capacity              Capacity
-	DisaggregatedEndpoint string
+	DPStartRank uint32
+	DPSize      uint32
+	DPDeclared  bool
+	BlockSize   *uint32
+	Capacity    Capacity
+	// DisaggregatedEndpoint is the card's value as compact JSON (a string
+	// in older cards, an object in newer ones); nil when absent.
+	DisaggregatedEndpoint json.RawMessage
 	FirstSeen             time.Time
 	LastUpdated           time.Time
 	// Card is nil for a worker without a (usable) card.

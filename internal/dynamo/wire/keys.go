@@ -147,7 +147,7 @@ func parseChannelKey(full, rel string) (Key, error) {
 		return Key{}, keyErr(full, "%v", err)
 	}
 	k := Key{Space: KeyspaceEventChannels, InstanceID: id}
-	if n == 4 { // a scoped key has at least five segments
+	if n == 4 && seg[0] != "namespace" { // a scoped key has at least five segments
 		// Legacy: <ns>/<component>/<topic>/<hex>; component may be empty.
 		if seg[0] == "" || seg[2] == "" {
 			return Key{}, keyErr(full, "empty namespace or topic")

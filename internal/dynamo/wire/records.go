@@ -109,14 +109,45 @@ func RecordType(value []byte) (string, error) {
 	return h.Type, nil
 }
 
-// ParseEndpoint parses an Endpoint record. Unknown fields are ignored and
-// every field is optional.
+// endpointFields holds an Endpoint record's fields raw, so that one of the
+// wrong type is ignored rather than failing the record (N-2 rules).
+type endpointFields struct {
+	Type       json.RawMessage `json:"type"`
+	Namespace  json.RawMessage `json:"namespace"`
+	Component  json.RawMessage `json:"component"`
+	Endpoint   json.RawMessage `json:"endpoint"`
+	InstanceID json.RawMessage `json:"instance_id"`
+	Transport  json.RawMessage `json:"transport"`
+}
+
+// ParseEndpoint parses an Endpoint record. Unknown fields are ignored,
+// every field is optional, and a field of the wrong type is left empty;
+// only a value that is not a JSON object, or an instance_id that is not an
+// id, fails.
 func ParseEndpoint(value []byte) (*Endpoint, error) {
-	var e Endpoint
-	if err := json.Unmarshal(value, &e); err != nil {
+	var f endpointFields
+	if err := json.Unmarshal(value, &f); err != nil {
 		return nil, fmt.Errorf("%w: endpoint: %w", ErrRecord, err)
 	}
-	return &e, nil
+	e := &Endpoint{}
+	str := func(raw json.RawMessage, dst *string) {
+		if !isNull(raw) {
+			_ = json.Unmarshal(raw, dst)
+		}
+	}
+	str(f.Type, &e.Type)
+	str(f.Namespace, &e.Namespace)
+	str(f.Component, &e.Component)
+	str(f.Endpoint, &e.Endpoint)
+	if !isNull(f.InstanceID) {
+		if err := json.Unmarshal(f.InstanceID, &e.InstanceID); err != nil {
+			return nil, fmt.Errorf("%w: endpoint instance_id: %w", ErrRecord, err)
+		}
+	}
+	if !isNull(f.Transport) {
+		_ = json.Unmarshal(f.Transport, &e.Transport)
+	}
+	return e, nil
 }
 
 // ModelRecord is a model deployment card under v1/mdc/.
@@ -181,9 +212,9 @@ type RuntimeConfig struct {
 	DataParallelSize      uint32
 	// DataParallelDeclared is true when the card sets data_parallel_size.
 	DataParallelDeclared bool
-	// DisaggregatedEndpoint is a string in older cards and an object
-	// {bootstrap_host, bootstrap_port} in newer ones; kept as text.
-	DisaggregatedEndpoint string
+	// DisaggregatedEndpoint is a JSON string in older cards and an object
+	// {bootstrap_host, bootstrap_port} in newer ones; kept as compact JSON.
+	DisaggregatedEndpoint json.RawMessage
 }
 
 // CoreCardFields are the typed fields kept when an oversized card's opaque
@@ -288,7 +319,19 @@ func parseCard(raw json.RawMessage) (Card, []string) {
 			c.Versions[v.key] = s
 		}
 	}
-	c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile = f.Tokenizer, f.PromptFormatter, f.ChatTemplateFile
+	slot := func(name string, raw json.RawMessage) json.RawMessage {
+		if isNull(raw) {
+			return nil
+		}
+		if len(raw) > MaxArtifactSlotBytes {
+			errs = append(errs, name)
+			return nil
+		}
+		return raw
+	}
+	c.Tokenizer = slot("tokenizer", f.Tokenizer)
+	c.PromptFormatter = slot("prompt_formatter", f.PromptFormatter)
+	c.ChatTemplateFile = slot("chat_template_file", f.ChatTemplateFile)
 	return c, errs
 }
 
@@ -340,19 +383,22 @@ func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) 
 			errs = append(errs, "runtime_config.data_parallel_size")
 		}
 	}
-	if v, ok := fields["disaggregated_endpoint"]; ok && !bytes.Equal(v, []byte("null")) {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			rc.DisaggregatedEndpoint = s
-		} else {
-			var compact bytes.Buffer
-			if json.Compact(&compact, v) == nil {
-				rc.DisaggregatedEndpoint = compact.String()
-			}
+	if v, ok := fields["disaggregated_endpoint"]; ok && !isNull(v) {
+		var compact bytes.Buffer
+		if json.Compact(&compact, v) == nil && compact.Len() <= maxDisaggregatedEndpointBytes {
+			rc.DisaggregatedEndpoint = compact.Bytes()
 		}
 	}
 	return rc, errs
 }
+
+// maxDisaggregatedEndpointBytes bounds the disaggregated_endpoint kept.
+const maxDisaggregatedEndpointBytes = 1 << 10
+
+// MaxArtifactSlotBytes bounds each artifact slot (tokenizer,
+// prompt_formatter, chat_template_file) kept from a card: a slot is a path,
+// a checksum and a size.
+const MaxArtifactSlotBytes = 4 << 10
 
 // EventChannel is a publisher registration under v1/event_channels/.
 type EventChannel struct {

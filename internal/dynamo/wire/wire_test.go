@@ -96,7 +96,7 @@ func TestParseModel(t *testing.T) {
 	c := m.Card
 	if c.Model() != "Qwen/Qwen3-32B" || c.WorkerType != wire.WorkerPrefill || *c.KVCacheBlockSize != 64 ||
 		*c.Runtime.TotalKVBlocks != 12000 || *c.Runtime.MaxNumBatchedTokens != 8192 || *c.Runtime.ContextLength != 32768 ||
-		!c.Runtime.DataParallelDeclared || c.Runtime.DataParallelSize != 1 || c.Runtime.DisaggregatedEndpoint != "dynamo/decode/generate" ||
+		!c.Runtime.DataParallelDeclared || c.Runtime.DataParallelSize != 1 || string(c.Runtime.DisaggregatedEndpoint) != `"dynamo/decode/generate"` ||
 		c.Versions["dynamo_version"] != "1.5.0" || len(m.CardErrors) != 0 || len(m.CardJSON) == 0 {
 		t.Errorf("%+v %+v", m, c)
 	}
@@ -113,7 +113,7 @@ func TestParseModelPartial(t *testing.T) {
 	c := m.Card
 	if c.Model() != "m" || c.WorkerType != wire.WorkerUnknown || c.RawWorkerType != "Encoder9000" || c.KVCacheBlockSize != nil || c.LoRA ||
 		c.Runtime.TotalKVBlocks != nil || *c.Runtime.MaxNumSeqs != 4 || c.Runtime.DataParallelSize != 4 || c.Runtime.DataParallelStartRank != 8 ||
-		c.Runtime.DisaggregatedEndpoint != `{"bootstrap_host":"h","bootstrap_port":1}` {
+		string(c.Runtime.DisaggregatedEndpoint) != `{"bootstrap_host":"h","bootstrap_port":1}` {
 		t.Errorf("%+v", c)
 	}
 	if !slices.Equal(m.CardErrors, []string{"kv_cache_block_size", "runtime_config.total_kv_blocks"}) {

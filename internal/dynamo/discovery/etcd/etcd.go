@@ -16,7 +16,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
@@ -27,6 +29,12 @@ import (
 const (
 	keepAliveTime    = 10 * time.Second
 	keepAliveTimeout = 10 * time.Second
+	// pageSize is the number of keys one range get returns.
+	pageSize = 256
+	// maxRecvBytes bounds one response: a page of records of at most
+	// fleet.MaxRecordBytes each is refused by the reducer past that size
+	// anyway, and etcd's own request limit is 1.5 MiB by default.
+	maxRecvBytes = 64 << 20
 )
 
 // Source watches one etcd cluster for a set of Dynamo namespaces.
@@ -137,7 +145,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		Password:             s.password,
 		Context:              ctx,
 		Logger:               zap.NewNop(),
-		RejectOldCluster:     false,
+		MaxCallRecvMsgSize:   maxRecvBytes,
 	})
 	if err != nil {
 		return fmt.Errorf("etcd connect %v: %w", s.endpoints, err)
@@ -145,23 +153,37 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 	defer func() { _ = client.Close() }()
 
 	prefixes := s.prefixes()
+	// Read every prefix at one revision, a page at a time, straight into
+	// the reducer: memory is bounded by the page, not by the fleet.
+	sink.ResyncBegin()
 	var rev int64
-	type kv struct{ k, v []byte }
-	var seed []kv
-	for i, p := range prefixes {
-		opts := []clientv3.OpOption{clientv3.WithPrefix()}
-		if i > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := client.Get(seedCtx, p, opts...)
-		if err != nil {
-			return fmt.Errorf("etcd range get %q: %w", p, err)
-		}
-		if i == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, e := range resp.Kvs {
-			seed = append(seed, kv{e.Key, e.Value})
+	for _, p := range prefixes {
+		end := clientv3.GetPrefixRangeEnd(p)
+		from := p
+		limit := int64(pageSize)
+		for {
+			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			resp, err := client.Get(seedCtx, from, opts...)
+			if status.Code(err) == codes.ResourceExhausted && limit > 1 {
+				limit /= 2 // large records: smaller pages
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("etcd range get %q: %w", p, err)
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			for _, e := range resp.Kvs {
+				sink.Put(string(e.Key), e.Value)
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
 	if s.afterSeed != nil {
@@ -191,12 +213,6 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		}
 	}
 	cancelSeed()
-
-	sink.ResyncBegin()
-	for _, e := range seed {
-		sink.Put(string(e.k), e.v)
-	}
-
 	sink.ResyncEnd()
 	s.logger.Info("dynamo discovery seeded", "source", "etcd", "rev", rev, "namespaces", s.namespaces)
 

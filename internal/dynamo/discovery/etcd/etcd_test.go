@@ -266,3 +266,22 @@ func TestSeedTimeoutUnreachable(t *testing.T) {
 		t.Error("published without a source")
 	}
 }
+
+// TestPagedSeed: more keys than one range-get page are all read, at one
+// revision.
+func TestPagedSeed(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	var ops []clientv3.Op
+	for i := 1; i <= 600; i++ {
+		ops = append(ops, clientv3.OpPut(instanceKey("dynamo", "decode", uint64(i)), endpointValue(uint64(i), "decode")))
+		if len(ops) == 100 {
+			if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
+	testutil.Eventually(t, 15*time.Second, "600 workers", func() bool { return len(h.reg.Snapshot().Workers) == 600 })
+}

@@ -98,6 +98,42 @@ type fileState struct {
 	size int64
 }
 
+// heldSet is what a pass holds, with a count per bucket for the cap.
+type heldSet struct {
+	files     map[string]fileState
+	perBucket map[string]int
+}
+
+func newHeldSet() *heldSet {
+	return &heldSet{files: map[string]fileState{}, perBucket: map[string]int{}}
+}
+
+// bucketOf returns the bucket of a key ("v1/instances/...").
+func bucketOf(key string) string {
+	for _, b := range buckets {
+		if strings.HasPrefix(key, b+"/") {
+			return b
+		}
+	}
+	return ""
+}
+
+func (h *heldSet) put(key string, st fileState) {
+	if _, ok := h.files[key]; !ok {
+		h.perBucket[bucketOf(key)]++
+	}
+	h.files[key] = st
+}
+
+func (h *heldSet) del(key string) bool {
+	if _, ok := h.files[key]; !ok {
+		return false
+	}
+	delete(h.files, key)
+	h.perBucket[bucketOf(key)]--
+	return true
+}
+
 func stateOf(fi fs.FileInfo) fileState {
 	st := fileState{size: fi.Size()}
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -122,11 +158,11 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 			return fmt.Errorf("file store watch %s: %w", filepath.Join(s.root, dir), err)
 		}
 	}
-	held := map[string]fileState{}
+	held := newHeldSet()
 	sink.ResyncBegin()
 	s.scanAll(sink, held)
 	sink.ResyncEnd()
-	s.logger.Info("dynamo discovery seeded", "source", "file", "root", s.root, "records", len(held))
+	s.logger.Info("dynamo discovery seeded", "source", "file", "root", s.root, "records", len(held.files))
 
 	tick := time.NewTicker(s.scan)
 	defer tick.Stop()
@@ -157,7 +193,7 @@ func errOr(err error, msg string) error {
 }
 
 // handle applies one filesystem event.
-func (s *Source) handle(w *fsnotify.Watcher, ev fsnotify.Event, sink discovery.Sink, held map[string]fileState) {
+func (s *Source) handle(w *fsnotify.Watcher, ev fsnotify.Event, sink discovery.Sink, held *heldSet) {
 	dir, name := filepath.Split(ev.Name)
 	bucket, ok := s.bucketOf(filepath.Clean(dir))
 	if !ok {
@@ -176,8 +212,7 @@ func (s *Source) handle(w *fsnotify.Watcher, ev fsnotify.Event, sink discovery.S
 		return
 	}
 	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-		if _, ok := held[key]; ok {
-			delete(held, key)
+		if held.del(key) {
 			sink.Delete(key)
 		}
 		return
@@ -197,34 +232,32 @@ func (s *Source) bucketOf(dir string) (string, bool) {
 
 // scanAll lists every bucket: new or changed live files are put, files gone
 // or older than the TTL are deleted.
-func (s *Source) scanAll(sink discovery.Sink, held map[string]fileState) {
+func (s *Source) scanAll(sink discovery.Sink, held *heldSet) {
 	for _, b := range buckets {
 		s.scanBucket(b, sink, held)
 	}
 }
 
-func (s *Source) scanBucket(bucket string, sink discovery.Sink, held map[string]fileState) {
+func (s *Source) scanBucket(bucket string, sink discovery.Sink, held *heldSet) {
 	dir := filepath.Join(s.root, bucket)
-	entries, err := os.ReadDir(dir)
+	present := map[string]bool{}
+	err := readDirBounded(dir, maxListedFiles, func(e fs.DirEntry) {
+		if !e.Type().IsRegular() {
+			return
+		}
+		key := s.keyOf(bucket, e.Name())
+		if key == "" {
+			return
+		}
+		present[key] = true
+		s.refresh(filepath.Join(dir, e.Name()), key, false, sink, held)
+	})
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.logger.Warn("file store bucket unreadable", "dir", dir, "err", err)
 		return
 	}
-	present := map[string]bool{}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		key := s.keyOf(bucket, e.Name())
-		if key == "" {
-			continue
-		}
-		present[key] = true
-		s.refresh(filepath.Join(dir, e.Name()), key, false, sink, held)
-	}
-	for key := range held {
-		if strings.HasPrefix(key, bucket+"/") && !present[key] {
-			delete(held, key)
+	for key := range held.files {
+		if strings.HasPrefix(key, bucket+"/") && !present[key] && held.del(key) {
 			sink.Delete(key)
 		}
 	}
@@ -232,36 +265,63 @@ func (s *Source) scanBucket(bucket string, sink discovery.Sink, held map[string]
 
 // refresh reads a file if it is live and new or changed, and deletes its key
 // once it has outlived the TTL.
-func (s *Source) refresh(path, key string, force bool, sink discovery.Sink, held map[string]fileState) {
+func (s *Source) refresh(path, key string, force bool, sink discovery.Sink, held *heldSet) {
 	fi, err := os.Stat(path)
 	if err != nil || !fi.Mode().IsRegular() {
-		if _, ok := held[key]; ok {
-			delete(held, key)
+		if held.del(key) {
 			sink.Delete(key)
 		}
 		return
 	}
 	if s.now().Sub(fi.ModTime()) > s.ttl {
-		if _, ok := held[key]; ok {
-			delete(held, key)
+		if held.del(key) {
 			sink.Delete(key)
 		}
 		return
 	}
 	st := stateOf(fi)
-	old, isHeld := held[key]
+	old, isHeld := held.files[key]
 	if isHeld && old == st && !force {
 		return // touched, not rewritten
 	}
-	if !isHeld && len(held) >= len(buckets)*fleet.MaxRecordsPerKeyspace {
-		return // the reducer refuses past its caps; do not read more
+	if !isHeld && held.perBucket[bucketOf(key)] >= fleet.MaxRecordsPerKeyspace {
+		return // the reducer refuses past its cap; do not read more
 	}
 	value, err := readCapped(path)
 	if err != nil {
 		return // gone between stat and read: the remove event follows
 	}
-	held[key] = st
+	held.put(key, st)
 	sink.Put(key, value)
+}
+
+// maxListedFiles bounds the directory entries read from one bucket: twice
+// what the reducer holds per keyspace, so temp files cannot crowd out keys.
+const maxListedFiles = 2 * fleet.MaxRecordsPerKeyspace
+
+// readDirBounded visits at most limit entries of dir, reading them in
+// chunks so a huge directory is never listed whole.
+func readDirBounded(dir string, limit int, fn func(fs.DirEntry)) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	seen := 0
+	for seen < limit {
+		entries, err := f.ReadDir(min(1024, limit-seen))
+		for _, e := range entries {
+			fn(e)
+		}
+		seen += len(entries)
+		if errors.Is(err, io.EOF) || len(entries) == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readCapped reads at most one byte more than the reducer accepts, so an
