@@ -1,0 +1,119 @@
+package load_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// BenchmarkDecode is one kv_metrics message from frames to a stored sample
+// on one core (frame checks, envelope, ActiveLoad, dedupe, store). The
+// baseline sub-benchmark decodes the same envelope and payload with the
+// general-purpose vmihailenco/msgpack into maps, with no checks at all.
+func BenchmarkDecode(b *testing.B) {
+	store := load.NewStore(time.Minute, nil)
+	store.SetLiveAndRetain(map[uint64]load.LiveWorker{1186445869714687: {DPSize: 1}})
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1186445869714687, ActiveDecodeBlocks: u64(120), ActivePrefillTokens: u64(4096), KVUsedBlocks: u64(800)})
+	const n = 1024
+	msgs := make([][][]byte, n)
+	for i := range msgs {
+		msgs[i] = wire.EncodeEventMessage("kv_metrics", 0x1f3a4b, uint64(i), 1_700_000_000_000, payload)
+	}
+	b.Run("continuum", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			// A fresh reader per lap of the messages keeps sequences rising.
+			r := load.NewReader(0x1f3a4b, store, func(string) {})
+			for _, m := range msgs {
+				r.Handle(m, time.Time{})
+			}
+			i += n
+			store.DropPublisher(0x1f3a4b)
+		}
+		b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("baseline-vmihailenco-msgpack", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			for _, m := range msgs {
+				var env map[string]any
+				if err := msgpack.Unmarshal(m[3][5:], &env); err != nil {
+					b.Fatal(err)
+				}
+				var l map[string]any
+				if err := msgpack.Unmarshal(env["payload"].([]byte), &l); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i += n
+		}
+		b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
+
+// BenchmarkIdleSubscriptions measures the memory (heap and goroutine
+// stacks) of 1,024 connected, idle kv_metrics subscriptions run by the
+// supervisor, against a peer in another process. Target: at most 8 KiB each.
+func BenchmarkIdleSubscriptions(b *testing.B) {
+	const subs = 1024
+	endpoint := startIdlePeer(b)
+	for b.Loop() {
+		f := newFleet()
+		for i := range uint64(subs) {
+			f.r.Put(channelKey(0x1000+i), []byte(`{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":`+itoa(0x1000+i)+`,"transport":{"kind":"Zmq","config":{"endpoint":"`+endpoint+`"}}}`), t0)
+		}
+		snap := f.r.Build(t0)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		store := load.NewStore(time.Minute, nil)
+		sup := &load.Supervisor{Registry: f.reg, Store: store, Connector: &zmtp.Direct{}}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = sup.Run(ctx) }()
+		f.reg.Publish(snap)
+		testutil.Eventually(b, 60*time.Second, "all connected", func() bool {
+			n := 0
+			for _, s := range sup.Subscriptions() {
+				if s.State == load.StateConnected {
+					n++
+				}
+			}
+			return n == subs
+		})
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perSub := float64((after.HeapInuse+after.StackInuse)-(before.HeapInuse+before.StackInuse)) / subs
+		b.ReportMetric(perSub, "bytes/sub")
+		b.ReportMetric(float64(after.StackInuse-before.StackInuse)/subs, "stack-bytes/sub")
+		cancel()
+		<-done
+	}
+}
+
+func itoa(v uint64) string {
+	const digits = "0123456789"
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = digits[v%10]
+		v /= 10
+	}
+	return string(b[i:])
+}

@@ -1,0 +1,17 @@
+package load
+
+import "time"
+
+// Handle feeds one message to a reader for publisher pid (tests).
+type Reader struct{ r *reader }
+
+// NewReader returns a reader counting results into count.
+func NewReader(pid uint64, store *Store, count func(string)) *Reader {
+	return &Reader{&reader{pid: pid, store: store, count: count}}
+}
+
+// Handle applies one message.
+func (r *Reader) Handle(frames [][]byte, now time.Time) { r.r.handle(frames, now) }
+
+// SetNow replaces the store's clock.
+func (s *Store) SetNow(now func() time.Time) { s.now = now }

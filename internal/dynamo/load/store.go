@@ -1,0 +1,183 @@
+// Package load follows Dynamo workers' live load: a bounded store of the
+// latest ActiveLoad sample per (worker, dp rank), and the supervisor that
+// keeps one kv_metrics subscription per publisher of the registry's fleet.
+package load
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// MaxStoreKeys bounds the (worker_id, dp_rank) keys the store holds.
+const MaxStoreKeys = 65536
+
+// Key is one data-parallel rank of one worker.
+type Key struct {
+	WorkerID uint64
+	DPRank   uint32
+}
+
+// Sample is the latest load of one key and where it came from.
+type Sample struct {
+	Load        wire.ActiveLoad
+	PublisherID uint64
+	Sequence    uint64
+	// PublishedAt is the publisher's clock (Unix ms); ReceivedAt is ours.
+	PublishedAt uint64
+	ReceivedAt  time.Time
+}
+
+// LiveWorker is a worker of the current snapshot, with the ranks its card
+// declares.
+type LiveWorker struct {
+	Namespace   string
+	DPStartRank uint32
+	DPSize      uint32
+}
+
+func (w LiveWorker) hasRank(r uint32) bool {
+	size := max(w.DPSize, 1)
+	return r >= w.DPStartRank && uint64(r) < uint64(w.DPStartRank)+uint64(size)
+}
+
+// Observer is told when a key's sample changes or goes (gauges).
+type Observer interface {
+	SampleSet(k Key, namespace string, s *Sample)
+	SampleDropped(k Key, namespace string)
+}
+
+// Store holds the latest sample per key. Reads take a read lock only.
+type Store struct {
+	mu      sync.RWMutex
+	samples map[Key]*Sample
+	byPub   map[uint64]map[Key]struct{}
+	live    map[uint64]LiveWorker
+	obs     Observer
+
+	maxStaleness atomic.Int64
+	now          func() time.Time
+}
+
+// NewStore returns an empty store whose gate admits no worker until
+// SetLiveAndRetain is called.
+func NewStore(maxStaleness time.Duration, obs Observer) *Store {
+	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: map[uint64]LiveWorker{}, obs: obs, now: time.Now}
+	s.maxStaleness.Store(int64(maxStaleness))
+	return s
+}
+
+// SetMaxStaleness changes the default freshness window (hot reload).
+func (s *Store) SetMaxStaleness(d time.Duration) { s.maxStaleness.Store(int64(d)) }
+
+// Apply stores a sample if it passes the gates, and returns "" or the
+// result it was refused with (identity_mismatch, duplicate, over_capacity).
+func (s *Store) Apply(smp Sample) string {
+	k := Key{smp.Load.WorkerID, smp.Load.DPRank}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.live[k.WorkerID]
+	if !ok || !w.hasRank(k.DPRank) {
+		return wire.ResultIdentityMismatch
+	}
+	old := s.samples[k]
+	switch {
+	case old != nil && old.PublisherID == smp.PublisherID && smp.Sequence <= old.Sequence:
+		return wire.ResultDuplicate
+	case old == nil && len(s.samples) >= MaxStoreKeys:
+		return wire.ResultOverCapacity
+	}
+	if old != nil {
+		s.unlink(old.PublisherID, k)
+	}
+	v := smp
+	s.samples[k] = &v
+	set := s.byPub[v.PublisherID]
+	if set == nil {
+		set = map[Key]struct{}{}
+		s.byPub[v.PublisherID] = set
+	}
+	set[k] = struct{}{}
+	if s.obs != nil {
+		s.obs.SampleSet(k, w.Namespace, &v)
+	}
+	return ""
+}
+
+// DropPublisher forgets every sample a publisher sent: on each (re)connect
+// and each sequence gap, a change may have been missed.
+func (s *Store) DropPublisher(publisherID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.byPub[publisherID] {
+		delete(s.samples, k)
+		if s.obs != nil {
+			s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
+		}
+	}
+	delete(s.byPub, publisherID)
+}
+
+func (s *Store) unlink(publisherID uint64, k Key) {
+	if set := s.byPub[publisherID]; set != nil {
+		delete(set, k)
+		if len(set) == 0 {
+			delete(s.byPub, publisherID)
+		}
+	}
+}
+
+// SetLiveAndRetain installs the live-worker gate and, in the same step,
+// drops the samples (and gauge series) of workers that left.
+func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, smp := range s.samples {
+		w, ok := live[k.WorkerID]
+		if ok && w.hasRank(k.DPRank) {
+			continue
+		}
+		s.unlink(smp.PublisherID, k)
+		delete(s.samples, k)
+		if s.obs != nil {
+			s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
+		}
+	}
+	s.live = live
+}
+
+// Fresh returns the sample of (worker, rank) if it is at most maxAge old.
+func (s *Store) Fresh(workerID uint64, rank uint32, maxAge time.Duration) (Sample, bool) {
+	s.mu.RLock()
+	smp := s.samples[Key{workerID, rank}]
+	s.mu.RUnlock()
+	if smp == nil || s.now().Sub(smp.ReceivedAt) > maxAge {
+		return Sample{}, false
+	}
+	return *smp, true
+}
+
+// FreshDefault is Fresh with dynamo.load.max_staleness.
+func (s *Store) FreshDefault(workerID uint64, rank uint32) (Sample, bool) {
+	return s.Fresh(workerID, rank, time.Duration(s.maxStaleness.Load()))
+}
+
+// Latest returns the last sample of (worker, rank), however old.
+func (s *Store) Latest(workerID uint64, rank uint32) (Sample, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	smp := s.samples[Key{workerID, rank}]
+	if smp == nil {
+		return Sample{}, false
+	}
+	return *smp, true
+}
+
+// Len returns the number of keys held.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.samples)
+}

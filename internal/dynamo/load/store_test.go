@@ -1,0 +1,124 @@
+package load_test
+
+import (
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+func u64(v uint64) *uint64 { return &v }
+
+func sample(worker uint64, rank uint32, pid, seq uint64, decode uint64) load.Sample {
+	return load.Sample{Load: wire.ActiveLoad{WorkerID: worker, DPRank: rank, ActiveDecodeBlocks: u64(decode)}, PublisherID: pid, Sequence: seq, ReceivedAt: t0}
+}
+
+func TestStoreGatesAndDedupe(t *testing.T) {
+	m := telemetry.NewLoadMetrics(nil)
+	s := load.NewStore(3*time.Second, load.Gauges{M: m})
+	s.SetNow(func() time.Time { return t0.Add(time.Second) })
+	if r := s.Apply(sample(1, 0, 7, 1, 10)); r != wire.ResultIdentityMismatch {
+		t.Fatalf("sample before the gate: %q", r)
+	}
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "dynamo", DPStartRank: 2, DPSize: 2}})
+	for _, tt := range []struct {
+		s    load.Sample
+		want string
+	}{
+		{sample(1, 2, 7, 1, 10), ""},
+		{sample(1, 3, 7, 2, 11), ""},
+		{sample(1, 4, 7, 3, 12), wire.ResultIdentityMismatch}, // rank outside 2..3
+		{sample(2, 0, 7, 4, 12), wire.ResultIdentityMismatch}, // not a live worker
+		{sample(1, 2, 7, 1, 99), wire.ResultDuplicate},        // same publisher, old sequence
+		{sample(1, 2, 8, 0, 20), ""},                          // a restarted publisher replaces it
+	} {
+		if got := s.Apply(tt.s); got != tt.want {
+			t.Errorf("apply %+v: %q, want %q", tt.s, got, tt.want)
+		}
+	}
+	got, ok := s.FreshDefault(1, 2)
+	if !ok || *got.Load.ActiveDecodeBlocks != 20 || got.PublisherID != 8 {
+		t.Fatalf("fresh %+v %v", got, ok)
+	}
+	if v := promtest.ToFloat64(m.ActiveDecodeBlocks.WithLabelValues("dynamo", "1", "2")); v != 20 {
+		t.Errorf("gauge %v", v)
+	}
+	if promtest.CollectAndCount(m.KVUsedBlocks) != 0 {
+		t.Error("a nil field made a series")
+	}
+	if _, ok := s.Fresh(1, 2, 500*time.Millisecond); ok {
+		t.Error("a 1 s old sample is fresh within 500 ms")
+	}
+	// Dropping a publisher drops its samples and their series.
+	s.DropPublisher(8)
+	if _, ok := s.Latest(1, 2); ok {
+		t.Error("sample of a dropped publisher kept")
+	}
+	if _, ok := s.Latest(1, 3); !ok {
+		t.Error("another publisher's sample dropped")
+	}
+	// A departed worker: samples and series go with it.
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{})
+	if s.Len() != 0 || promtest.CollectAndCount(m.ActiveDecodeBlocks) != 0 {
+		t.Errorf("after departure: %d samples, %d series", s.Len(), promtest.CollectAndCount(m.ActiveDecodeBlocks))
+	}
+}
+
+func TestStoreCapacity(t *testing.T) {
+	s := load.NewStore(time.Second, nil)
+	live := map[uint64]load.LiveWorker{}
+	for i := range uint64(load.MaxStoreKeys + 1) {
+		live[i] = load.LiveWorker{DPSize: 1}
+	}
+	s.SetLiveAndRetain(live)
+	for i := range uint64(load.MaxStoreKeys) {
+		if r := s.Apply(sample(i, 0, 1, i, 1)); r != "" {
+			t.Fatalf("%d: %q", i, r)
+		}
+	}
+	if r := s.Apply(sample(load.MaxStoreKeys, 0, 1, load.MaxStoreKeys, 1)); r != wire.ResultOverCapacity {
+		t.Fatalf("past the cap: %q", r)
+	}
+	if r := s.Apply(sample(5, 0, 2, 0, 3)); r != "" {
+		t.Fatalf("update of a held key refused: %q", r)
+	}
+}
+
+// TestReaderOrder: per-subscription dedupe, and a sequence gap drops the
+// publisher's samples before the new one applies.
+func TestReaderOrder(t *testing.T) {
+	s := load.NewStore(time.Hour, nil)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
+	results := map[string]int{}
+	r := load.NewReader(7, s, func(res string) { results[res]++ })
+	msg := func(seq uint64, rank uint32, decode uint64) [][]byte {
+		return wire.EncodeEventMessage("kv_metrics", 7, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, DPRank: rank, ActiveDecodeBlocks: u64(decode)}))
+	}
+	r.Handle(msg(5, 0, 10), t0)
+	r.Handle(msg(6, 1, 11), t0)
+	r.Handle(msg(6, 1, 99), t0) // duplicate
+	r.Handle(msg(9, 0, 12), t0) // gap: rank 1's sample goes
+	if _, ok := s.Latest(1, 1); ok {
+		t.Error("a gap kept the publisher's other samples")
+	}
+	if got, _ := s.Latest(1, 0); *got.Load.ActiveDecodeBlocks != 12 {
+		t.Errorf("rank 0 = %+v", got)
+	}
+	r.Handle(wire.EncodeEventMessage("kv_metrics", 8, 10, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1})), t0) // another publisher on this socket
+	bad := msg(11, 0, 1)
+	bad[3][0] = 9
+	r.Handle(bad, t0)
+	want := map[string]int{telemetry.ResultAccepted: 3, wire.ResultDuplicate: 1, wire.ResultIdentityMismatch: 1, wire.ResultUnknownVersion: 1}
+	for k, v := range want {
+		if results[k] != v {
+			t.Errorf("results %v, want %v", results, want)
+			break
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package load_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// fleetState builds registry snapshots from records, as discovery would.
+type fleetState struct {
+	r   *fleet.Reducer
+	reg *fleet.Registry
+}
+
+func newFleet() *fleetState {
+	return &fleetState{r: fleet.NewReducer(), reg: fleet.NewRegistry(nil, nil)}
+}
+
+func (f *fleetState) worker(id uint64, dpSize int) {
+	f.r.Put(fmt.Sprintf("v1/instances/dynamo/decode/generate/%x", id), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d}`, id), t0)
+	f.r.Put(fmt.Sprintf("v1/mdc/dynamo/decode/generate/%x", id), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Decode","runtime_config":{"data_parallel_size":%d}}}`, id, dpSize), t0)
+	f.reg.Publish(f.r.Build(t0))
+}
+
+func (f *fleetState) removeWorker(id uint64) {
+	f.r.Delete(fmt.Sprintf("v1/instances/dynamo/decode/generate/%x", id))
+	f.reg.Publish(f.r.Build(t0))
+}
+
+func channelKey(pid uint64) string {
+	return fmt.Sprintf("v1/event_channels/namespace/dynamo/component/decode/endpoint/generate/topic/kv_metrics/%x", pid)
+}
+
+func (f *fleetState) publisher(pid uint64, endpoint string) {
+	f.r.Put(channelKey(pid), fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, pid, endpoint), t0)
+	f.reg.Publish(f.r.Build(t0))
+}
+
+func (f *fleetState) removePublisher(pid uint64) {
+	f.r.Delete(channelKey(pid))
+	f.reg.Publish(f.r.Build(t0))
+}
+
+type runningSupervisor struct {
+	sup     *load.Supervisor
+	store   *load.Store
+	metrics *telemetry.LoadMetrics
+}
+
+func startSupervisor(t *testing.T, reg *fleet.Registry) *runningSupervisor {
+	t.Helper()
+	m := telemetry.NewLoadMetrics(nil)
+	store := load.NewStore(time.Minute, load.Gauges{M: m})
+	sup := &load.Supervisor{Registry: reg, Store: store, Connector: &zmtp.Direct{}, Metrics: m}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sup.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(2 * load.StopGrace):
+			t.Error("supervisor did not stop within its grace")
+		}
+	})
+	return &runningSupervisor{sup: sup, store: store, metrics: m}
+}
+
+// publishLoop sends a sample every few milliseconds until the test ends.
+func publishLoop(t *testing.T, pub *testutil.GoPublisher, pid, worker uint64, decode uint64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for seq := uint64(0); ; seq++ {
+			payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: worker, ActiveDecodeBlocks: u64(decode)})
+			_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, seq, uint64(time.Now().UnixMilli()), payload))
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+func TestSupervisorFollowsRegistry(t *testing.T) {
+	f := newFleet()
+	f.worker(1, 1)
+	pubA := testutil.StartGoPublisher(t)
+	publishLoop(t, pubA, 0xa1, 1, 10)
+	f.publisher(0xa1, pubA.Endpoint)
+	s := startSupervisor(t, f.reg)
+
+	testutil.Eventually(t, 10*time.Second, "first sample", func() bool {
+		smp, ok := s.store.FreshDefault(1, 0)
+		return ok && smp.PublisherID == 0xa1
+	})
+	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "direct")); v != 1 {
+		t.Errorf("connected subscriptions gauge %v", v)
+	}
+	if subs := s.sup.Subscriptions(); len(subs) != 1 || subs[0].PublisherID != 0xa1 || subs[0].State != load.StateConnected {
+		t.Errorf("subscriptions %+v", subs)
+	}
+
+	// The worker restarts its publisher: a new publisher id replaces the old.
+	pubB := testutil.StartGoPublisher(t)
+	publishLoop(t, pubB, 0xb2, 1, 20)
+	f.removePublisher(0xa1)
+	f.publisher(0xb2, pubB.Endpoint)
+	testutil.Eventually(t, 10*time.Second, "sample of the new publisher", func() bool {
+		smp, ok := s.store.FreshDefault(1, 0)
+		return ok && smp.PublisherID == 0xb2 && *smp.Load.ActiveDecodeBlocks == 20
+	})
+	if subs := s.sup.Subscriptions(); len(subs) != 1 || subs[0].PublisherID != 0xb2 {
+		t.Errorf("subscriptions after the restart %+v", subs)
+	}
+
+	// The worker leaves: its samples and series go.
+	f.removeWorker(1)
+	testutil.Eventually(t, 10*time.Second, "departed worker dropped", func() bool {
+		_, ok := s.store.Latest(1, 0)
+		return !ok && promtest.CollectAndCount(s.metrics.ActiveDecodeBlocks) == 0
+	})
+	if n := promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultIdentityMismatch)); n == 0 {
+		testutil.Eventually(t, 10*time.Second, "identity mismatch counted", func() bool {
+			return promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultIdentityMismatch)) > 0
+		})
+	}
+}
+
+// TestSupervisorLibzmq: a libzmq publisher, whose bytes our SUB decodes.
+func TestSupervisorLibzmq(t *testing.T) {
+	var msgs [][][]byte
+	for seq := range uint64(400) {
+		msgs = append(msgs, wire.EncodeEventMessage("kv_metrics", 0xc3, seq, 1, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(30 + seq)})))
+	}
+	pub := testutil.StartLibzmqPublisher(t, msgs, 5*time.Millisecond)
+	f := newFleet()
+	f.worker(3, 1)
+	f.publisher(0xc3, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	testutil.Eventually(t, 10*time.Second, "connected", func() bool {
+		subs := s.sup.Subscriptions()
+		return len(subs) == 1 && subs[0].State == load.StateConnected
+	})
+	pub.Go()
+	testutil.Eventually(t, 10*time.Second, "libzmq samples", func() bool {
+		smp, ok := s.store.FreshDefault(3, 0)
+		return ok && smp.Load.KVUsedBlocks != nil && *smp.Load.KVUsedBlocks > 30 && smp.Load.ActiveDecodeBlocks == nil
+	})
+}
+
+// TestSupervisorRefusesUnallowedAddress: a publisher outside
+// direct_allow_cidrs is never dialled and counts transport_refused.
+func TestSupervisorRefusesUnallowedAddress(t *testing.T) {
+	f := newFleet()
+	f.worker(4, 1)
+	pub := testutil.StartGoPublisher(t)
+	f.publisher(0xd4, pub.Endpoint)
+	m := telemetry.NewLoadMetrics(nil)
+	store := load.NewStore(time.Minute, nil)
+	prefixes, err := zmtp.ParseCIDRs([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := &load.Supervisor{Registry: f.reg, Store: store, Connector: &zmtp.Direct{Allow: prefixes}, Metrics: m}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sup.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 10*time.Second, "transport_refused", func() bool {
+		return promtest.ToFloat64(m.Events.WithLabelValues(wire.ResultTransportRefused)) > 0
+	})
+}

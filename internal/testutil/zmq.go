@@ -1,0 +1,120 @@
+package testutil
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// GoPublisher is a go-zeromq/zmq4 PUB socket bound to a dynamic loopback port.
+type GoPublisher struct {
+	Endpoint string
+	sock     zmq4.Socket
+}
+
+// StartGoPublisher binds a PUB socket that closes when the test ends.
+func StartGoPublisher(t testing.TB) *GoPublisher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	sock := zmq4.NewPub(ctx)
+	if err := sock.Listen("tcp://127.0.0.1:0"); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sock.Close(); cancel() })
+	return &GoPublisher{Endpoint: "tcp://" + sock.Addr().String(), sock: sock}
+}
+
+// Send publishes one multipart message.
+func (p *GoPublisher) Send(frames [][]byte) error { return p.sock.Send(zmq4.NewMsgFrom(frames...)) }
+
+// Close stops the publisher.
+func (p *GoPublisher) Close() { _ = p.sock.Close() }
+
+// Python is the interpreter whose python3-zmq binds libzmq (Debian's).
+const Python = "/usr/bin/python3"
+
+// RequireLibzmq skips the test when python3-zmq is missing, except in CI
+// (CI set), where .ci/run installs it and a skip would hide a failure.
+func RequireLibzmq(t testing.TB) {
+	t.Helper()
+	if err := exec.Command(Python, "-c", "import zmq").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("python3-zmq (libzmq) is required in CI: %v", err)
+		}
+		t.Skipf("libzmq through python3-zmq is not installed (apt-get install python3-zmq): %v", err)
+	}
+}
+
+const libzmqPublisher = `
+import sys, time, zmq
+msgs = [[bytes.fromhex(f) for f in line.split(",")] for line in open(sys.argv[1]).read().split("\n") if line]
+interval = float(sys.argv[2])
+ctx = zmq.Context()
+pub = ctx.socket(zmq.PUB)
+port = pub.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+sys.stdin.readline()   # wait until the test says go
+for m in msgs:
+    pub.send_multipart(m)
+    time.sleep(interval)
+sys.stdin.readline()   # then idle until the test ends
+`
+
+// LibzmqPublisher is a libzmq PUB socket in a python3 child process.
+type LibzmqPublisher struct {
+	Endpoint string
+	stdin    interface{ Write([]byte) (int, error) }
+}
+
+// StartLibzmqPublisher binds a libzmq PUB socket on a dynamic loopback port;
+// Go sends msgs, one every interval.
+func StartLibzmqPublisher(t testing.TB, msgs [][][]byte, interval time.Duration) *LibzmqPublisher {
+	t.Helper()
+	RequireLibzmq(t)
+	file := filepath.Join(t.TempDir(), "messages")
+	var b strings.Builder
+	for _, m := range msgs {
+		for i, f := range m {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(hex.EncodeToString(f))
+		}
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(Python, "-c", libzmqPublisher, file, strconv.FormatFloat(interval.Seconds(), 'f', -1, 64))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("libzmq publisher: %v", err)
+	}
+	return &LibzmqPublisher{Endpoint: "tcp://127.0.0.1:" + strings.TrimSpace(line), stdin: in}
+}
+
+// Go starts sending.
+func (p *LibzmqPublisher) Go() { _, _ = p.stdin.Write([]byte("\n")) }
