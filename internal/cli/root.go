@@ -19,6 +19,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
 	"github.com/continuum-router/continuum/internal/cli/discover"
+	"github.com/continuum-router/continuum/internal/cli/tailload"
 	"github.com/continuum-router/continuum/internal/cli/versioncmd"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -99,6 +100,9 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	disc := discover.NewCmdDiscover(f, nil)
 	disc.GroupID = "operate"
 	root.AddCommand(disc)
+	tail := tailload.NewCmdTailLoad(f, nil)
+	tail.GroupID = "operate"
+	root.AddCommand(tail)
 	cfg := configcmd.NewCmdConfig(f)
 	cfg.GroupID = "configure"
 	root.AddCommand(cfg)

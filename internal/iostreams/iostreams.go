@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/term"
 )
@@ -33,10 +34,23 @@ func System() *IOStreams {
 	}
 }
 
-// Test returns streams backed by buffers: no terminal, no colour.
+// Test returns streams backed by buffers: no terminal, no colour. Writes are
+// serialised, as they are on a real file, since commands write from several
+// goroutines (logs, progress); read the buffers once the command is done.
 func Test() (ios *IOStreams, in, out, errOut *bytes.Buffer) {
 	in, out, errOut = &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}
-	return &IOStreams{In: in, Out: out, ErrOut: errOut}, in, out, errOut
+	return &IOStreams{In: in, Out: &lockedWriter{w: out}, ErrOut: &lockedWriter{w: errOut}}, in, out, errOut
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // IsStdinTTY reports whether standard input is a terminal.

@@ -34,22 +34,10 @@ type Options struct {
 	Logger     func() (*slog.Logger, error)
 	ConfigFile string
 
-	Source              string
-	EtcdEndpoints       []string
-	Namespaces          []string
-	FileRoot            string
-	CACert              string
-	ClientCert          string
-	ClientKey           string
-	ServerName          string
-	Username            string
-	PasswordEnv         string
-	Output              string
-	Watch               bool
-	Timeout             time.Duration
-	changedSource       bool
-	changedRoot         bool
-	changedEtcdSecurity bool
+	Discovery cmdutil.DiscoveryFlags
+	Output    string
+	Watch     bool
+	Timeout   time.Duration
 }
 
 var outputs = []string{"table", "json", "yaml"}
@@ -78,12 +66,7 @@ Exit status 1 when the source cannot be reached within --timeout.`,
 			if err := cmdutil.OneOf("--output", opts.Output, outputs); err != nil {
 				return err
 			}
-			fl := cmd.Flags()
-			opts.changedSource = fl.Changed("source")
-			opts.changedRoot = fl.Changed("file-root")
-			for _, n := range []string{"etcd-ca-cert", "etcd-client-cert", "etcd-client-key", "etcd-server-name", "etcd-username"} {
-				opts.changedEtcdSecurity = opts.changedEtcdSecurity || fl.Changed(n)
-			}
+			opts.Discovery.Capture(cmd.Flags())
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -91,80 +74,12 @@ Exit status 1 when the source cannot be reached within --timeout.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Source, "source", "", "discovery source: etcd or file (default from --config, else etcd)")
-	fl.StringSliceVar(&opts.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (http(s)://host:port or host:port)")
-	fl.StringArrayVar(&opts.Namespaces, "namespace", nil, "Dynamo namespace to read (repeatable; default from --config, else dynamo)")
-	fl.StringVar(&opts.FileRoot, "file-root", "", "root of Dynamo's file store (DYN_FILE_KV) for --source file")
-	fl.StringVar(&opts.CACert, "etcd-ca-cert", "", "CA certificate to verify etcd with")
-	fl.StringVar(&opts.ClientCert, "etcd-client-cert", "", "client certificate for etcd")
-	fl.StringVar(&opts.ClientKey, "etcd-client-key", "", "client key for etcd")
-	fl.StringVar(&opts.ServerName, "etcd-server-name", "", "TLS server name to expect from etcd")
-	fl.StringVar(&opts.Username, "etcd-username", "", "etcd user (read-only is enough)")
-	fl.StringVar(&opts.PasswordEnv, "etcd-password-env", "ETCD_PASSWORD", "environment variable holding the etcd password")
+	opts.Discovery.Register(cmd)
 	fl.StringVarP(&opts.Output, "output", "o", "table", "output format: table, json or yaml")
 	fl.BoolVarP(&opts.Watch, "watch", "w", false, "keep watching and print changes until interrupted")
 	fl.DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "how long to wait for the first complete read")
 	cmdutil.RegisterEnumCompletion(cmd, "output", outputs)
-	cmdutil.RegisterEnumCompletion(cmd, "source", []string{config.SourceEtcd, config.SourceFile})
-	_ = cmd.MarkFlagDirname("file-root")
 	return cmd
-}
-
-// discovery settings after --config and the flags.
-func (o *Options) resolve() (*config.Config, error) {
-	cfg := config.Default()
-	if o.ConfigFile != "" {
-		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
-		if err != nil {
-			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
-		}
-		if n := doc.Findings.Errors(); n > 0 {
-			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", o.ConfigFile, n, o.ConfigFile)
-		}
-		cfg = doc.Config
-	}
-	d := &cfg.Dynamo.Discovery
-	if o.changedSource {
-		d.Source = o.Source
-	}
-	if len(o.EtcdEndpoints) > 0 {
-		d.Etcd.Endpoints = o.EtcdEndpoints
-	}
-	if o.changedRoot {
-		d.File.Root = o.FileRoot
-	}
-	if len(o.Namespaces) > 0 {
-		one, many := o.Namespaces[0], []string(nil)
-		if len(o.Namespaces) > 1 {
-			one, many = config.DefaultNamespace, o.Namespaces
-		}
-		d.Etcd.Namespace, d.Etcd.Namespaces = one, many
-		d.File.Namespace, d.File.Namespaces = one, many
-	}
-	if o.changedEtcdSecurity {
-		if o.CACert != "" || o.ClientCert != "" || o.ClientKey != "" || o.ServerName != "" {
-			d.Etcd.TLS = &config.EtcdTLS{CACert: o.CACert, ClientCert: o.ClientCert, ClientKey: o.ClientKey, ServerName: o.ServerName}
-		}
-		if o.Username != "" {
-			pw, _ := o.Env(o.PasswordEnv)
-			d.Etcd.Auth = &config.Auth{Username: o.Username, Password: pw}
-		}
-	}
-	if d.Source == config.SourceEtcd && len(d.Etcd.Endpoints) == 0 {
-		return nil, cmdutil.FlagErrorf("no etcd endpoints: pass --etcd-endpoints, or --config with dynamo.discovery.etcd.endpoints")
-	}
-	// Discovery works whether or not routing is enabled; judge its settings.
-	cfg.Dynamo.Enabled = true
-	var problems []string
-	for _, f := range config.Validate("flags", cfg) {
-		if f.Severity == config.SeverityError && strings.HasPrefix(f.Path, "dynamo.discovery.") {
-			problems = append(problems, f.Path+": "+f.Message)
-		}
-	}
-	if len(problems) > 0 {
-		return nil, cmdutil.FlagErrorf("%s", strings.Join(problems, "\n"))
-	}
-	return cfg, nil
 }
 
 // Report is the JSON (and YAML) shape of one fleet dump.
@@ -179,7 +94,7 @@ type Report struct {
 
 // Run connects, prints the fleet and, with --watch, follows it.
 func Run(ctx context.Context, o *Options) error {
-	cfg, err := o.resolve()
+	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
 	if err != nil {
 		return err
 	}

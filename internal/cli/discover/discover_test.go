@@ -130,7 +130,8 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 	ios.Out = out
 	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv, Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
 	ctx, cancel := context.WithCancel(context.Background())
-	opts := &discover.Options{IO: ios, Env: os.LookupEnv, Logger: f.Logger, Source: "file", FileRoot: root, Output: "json", Watch: true, Timeout: 10 * time.Second}
+	opts := &discover.Options{IO: ios, Env: os.LookupEnv, Logger: f.Logger, Output: "json", Watch: true, Timeout: 10 * time.Second}
+	opts.Discovery.Source, opts.Discovery.FileRoot = "file", root
 	discover.SetChanged(opts, true, true)
 	done := make(chan error, 1)
 	go func() { done <- discover.Run(ctx, opts) }()

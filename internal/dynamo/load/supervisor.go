@@ -59,6 +59,8 @@ type Supervisor struct {
 	Connector zmtp.Connector
 	Metrics   *telemetry.LoadMetrics
 	Logger    *slog.Logger
+	// Observe, when set, sees every message and its result.
+	Observe func(Event)
 
 	mu      sync.Mutex
 	subs    map[uint64]*subscription
@@ -287,7 +289,7 @@ func (s *Supervisor) read(ctx context.Context, sub *subscription, zs *zmtp.Sub, 
 	// been missed while disconnected.
 	s.Store.DropPublisher(sub.pub.PublisherID)
 	s.transition(sub, StateConnected)
-	r := &reader{pid: sub.pub.PublisherID, store: s.Store, count: s.count}
+	r := &reader{pid: sub.pub.PublisherID, topic: fleet.TopicLoad, store: s.Store, count: s.count, observe: s.Observe}
 	var err error
 	for {
 		var frames [][]byte
@@ -314,43 +316,89 @@ func (s *Supervisor) read(ctx context.Context, sub *subscription, zs *zmtp.Sub, 
 	go s.connect(ctx, sub, next, delay)
 }
 
+// Event is one message as a subscription saw it, for observers (tail-load).
+// Frames and Envelope.Payload are valid only during the callback.
+type Event struct {
+	PublisherID uint64
+	Topic       string
+	Frames      [][]byte
+	Envelope    wire.Envelope
+	Load        *wire.ActiveLoad
+	// Result is telemetry.ResultAccepted or the reason the message was
+	// dropped; Detail says more.
+	Result string
+	Detail string
+}
+
 // reader applies one subscription's messages: decode, identity, order.
 type reader struct {
-	pid     uint64
-	store   *Store
-	count   func(string)
-	lastSeq uint64
-	haveSeq bool
+	pid   uint64
+	topic string
+	// anyPublisher accepts messages of any publisher id (tail-load on a
+	// bare endpoint); store may be nil (decode only).
+	anyPublisher bool
+	store        *Store
+	count        func(string)
+	observe      func(Event)
+	lastSeq      uint64
+	haveSeq      bool
 }
 
 func (r *reader) handle(frames [][]byte, now time.Time) {
-	env, rej := wire.DecodeEventMessage(frames, fleet.TopicLoad, wire.MaxLoadPayloadBytes)
+	ev := Event{PublisherID: r.pid, Topic: r.topic, Frames: frames}
+	ev.Result, ev.Detail = r.apply(frames, now, &ev)
+	r.count(ev.Result)
+	if r.observe != nil {
+		r.observe(ev)
+	}
+}
+
+func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, string) {
+	topic := r.topic
+	if topic == "" {
+		topic = fleet.TopicLoad
+	}
+	maxPayload := wire.MaxKVEventsPayloadBytes
+	if topic == fleet.TopicLoad {
+		maxPayload = wire.MaxLoadPayloadBytes
+	}
+	env, rej := wire.DecodeEventMessage(frames, topic, maxPayload)
 	if rej != nil {
-		r.count(rej.Result)
-		return
+		return rej.Result, rej.Detail
+	}
+	ev.Envelope = env
+	if r.anyPublisher && !r.haveSeq {
+		r.pid = env.PublisherID
 	}
 	if env.PublisherID != r.pid {
-		r.count(wire.ResultIdentityMismatch)
-		return
+		if !r.anyPublisher {
+			return wire.ResultIdentityMismatch, "publisher id differs from the discovery record's"
+		}
+		r.pid, r.haveSeq = env.PublisherID, false // a restarted publisher on this endpoint
 	}
+	ev.PublisherID = r.pid
 	if r.haveSeq {
 		if env.Sequence <= r.lastSeq {
-			r.count(wire.ResultDuplicate)
-			return
+			return wire.ResultDuplicate, "sequence not after the last one applied"
 		}
-		if env.Sequence != r.lastSeq+1 {
+		if env.Sequence != r.lastSeq+1 && r.store != nil {
 			r.store.DropPublisher(r.pid) // a gap: a change may have been missed
 		}
 	}
 	r.lastSeq, r.haveSeq = env.Sequence, true
+	if topic != fleet.TopicLoad {
+		return telemetry.ResultAccepted, ""
+	}
 	l, err := wire.DecodeActiveLoad(env.Payload)
 	if err != nil {
-		r.count(wire.ResultMalformed)
-		return
+		return wire.ResultMalformed, "ActiveLoad: " + err.Error()
+	}
+	ev.Load = &l
+	if r.store == nil {
+		return telemetry.ResultAccepted, ""
 	}
 	if res := r.store.Apply(Sample{Load: l, PublisherID: r.pid, Sequence: env.Sequence, PublishedAt: env.PublishedAt, ReceivedAt: now}); res != "" {
-		r.count(res)
-		return
+		return res, "refused by the load store"
 	}
-	r.count(telemetry.ResultAccepted)
+	return telemetry.ResultAccepted, ""
 }

@@ -1,0 +1,294 @@
+// Package tailload implements `continuum tail-load`: decode a publisher's
+// (or a whole fleet's) kv_metrics frames live.
+package tailload
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// Options are the parsed flags and dependencies of `tail-load`.
+type Options struct {
+	IO         *iostreams.IOStreams
+	Env        config.LookupEnv
+	Logger     func() (*slog.Logger, error)
+	ConfigFile string
+	Discovery  cmdutil.DiscoveryFlags
+
+	Endpoint string
+	Topic    string
+	JSON     bool
+	Raw      bool
+	Count    int
+	Timeout  time.Duration
+}
+
+// NewCmdTailLoad returns `continuum tail-load`. runF replaces the run step in tests.
+func NewCmdTailLoad(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Env: f.Env, Logger: f.Logger}
+	cmd := &cobra.Command{
+		Use:   "tail-load [tcp://HOST:PORT]",
+		Short: "Decode ZMQ load frames live, from one publisher or a whole fleet",
+		Long: `Subscribe to Dynamo event-plane publishers and print every message decoded:
+the envelope (publisher id, sequence, publish time) and the ActiveLoad sample
+(worker, dp rank, active decode blocks, active prefill tokens, kv used blocks),
+or why a frame was rejected, with the same checks serve applies.
+
+With an endpoint, one publisher is tailed. Without one, the fleet is read
+from the discovery source (--config, or the discover flags) and every
+publisher of the topic is tailed. A summary of results goes to stderr on exit.`,
+		Example: `  continuum tail-load tcp://10.0.0.7:41000
+  continuum tail-load --json --count 5 tcp://127.0.0.1:5555
+  continuum tail-load --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ConfigFile = f.ConfigPath()
+			opts.Discovery.Capture(cmd.Flags())
+			if len(args) == 1 {
+				opts.Endpoint = args[0]
+				if _, _, err := zmtp.SplitTCPEndpoint(opts.Endpoint); err != nil {
+					return cmdutil.FlagErrorf("%v", err)
+				}
+			}
+			if opts.Count < 0 {
+				return cmdutil.FlagErrorf("--count must not be negative")
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Topic, "topic", fleet.TopicLoad, "event-plane topic to subscribe to")
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON lines")
+	fl.BoolVar(&opts.Raw, "raw", false, "add a hex dump of each message's frames")
+	fl.IntVar(&opts.Count, "count", 0, "exit after N messages (0: until interrupted)")
+	fl.DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "without an endpoint: how long to wait for the fleet's first read")
+	opts.Discovery.Register(cmd)
+	return cmd
+}
+
+// Line is one JSON line of output for a decoded message.
+type Line struct {
+	PublisherID         string   `json:"publisher_id"`
+	Sequence            uint64   `json:"sequence"`
+	Topic               string   `json:"topic"`
+	PublishedAt         *uint64  `json:"published_at"`
+	WorkerID            *string  `json:"worker_id"`
+	DPRank              *uint32  `json:"dp_rank"`
+	ActiveDecodeBlocks  *uint64  `json:"active_decode_blocks"`
+	ActivePrefillTokens *uint64  `json:"active_prefill_tokens"`
+	KVUsedBlocks        *uint64  `json:"kv_used_blocks"`
+	Frames              []string `json:"frames,omitempty"`
+}
+
+// RejectLine is one JSON line for a rejected message.
+type RejectLine struct {
+	Result      string   `json:"result"`
+	Detail      string   `json:"detail"`
+	PublisherID string   `json:"publisher_id,omitempty"`
+	Frames      []string `json:"frames,omitempty"`
+}
+
+type printer struct {
+	o       *Options
+	mu      sync.Mutex
+	seen    int
+	results map[string]int
+	stop    context.CancelFunc
+}
+
+// Run tails until interrupted or --count messages were printed.
+func Run(ctx context.Context, o *Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := &printer{o: o, results: map[string]int{}, stop: cancel}
+	defer p.summary()
+	if o.Endpoint != "" {
+		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: p.observe,
+			OnState: func(state string, err error) {
+				if err != nil {
+					fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %v\n", o.Endpoint, err)
+				}
+			}})
+	}
+	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
+	if err != nil {
+		return err
+	}
+	logger, err := o.Logger()
+	if err != nil {
+		return err
+	}
+	src, backoff, err := sources.New(&cfg.Dynamo.Discovery, logger)
+	if err != nil {
+		return err
+	}
+	reg := fleet.NewRegistry(logger, nil)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitCtx, cancelWait := context.WithTimeout(ctx, o.Timeout)
+	_, err = reg.Wait(waitCtx, 0)
+	cancelWait()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("discovery source %s not reachable within %s", src.Name(), o.Timeout)
+	}
+	n := 0
+	for _, pub := range reg.Snapshot().Publishers {
+		if pub.Topic == o.Topic {
+			n++
+		}
+	}
+	fmt.Fprintf(o.IO.ErrOut, "tail-load: %d %s publishers in the fleet\n", n, o.Topic)
+	connector := &zmtp.Direct{}
+	if cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs); err == nil {
+		connector.Allow = cidrs
+	}
+	load.TailFleet(ctx, reg, o.Topic, connector, p.observe)
+	return nil
+}
+
+func hexFrames(frames [][]byte) []string {
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		out[i] = hex.EncodeToString(f)
+	}
+	return out
+}
+
+func (p *printer) observe(ev load.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.o.Count > 0 && p.seen >= p.o.Count {
+		return
+	}
+	p.seen++
+	p.results[ev.Result]++
+	if p.o.JSON {
+		p.writeJSON(ev)
+	} else {
+		p.writeText(ev)
+	}
+	if p.o.Count > 0 && p.seen >= p.o.Count {
+		p.stop()
+	}
+}
+
+func (p *printer) writeJSON(ev load.Event) {
+	var v any
+	var frames []string
+	if p.o.Raw {
+		frames = hexFrames(ev.Frames)
+	}
+	if ev.Result != telemetry.ResultAccepted {
+		r := RejectLine{Result: ev.Result, Detail: ev.Detail, Frames: frames}
+		if ev.PublisherID != 0 {
+			r.PublisherID = strconv.FormatUint(ev.PublisherID, 10)
+		}
+		v = r
+	} else {
+		env := ev.Envelope
+		l := Line{PublisherID: strconv.FormatUint(env.PublisherID, 10), Sequence: env.Sequence, Topic: env.Topic, Frames: frames}
+		if env.PublishedAt != 0 {
+			at := env.PublishedAt
+			l.PublishedAt = &at
+		}
+		if a := ev.Load; a != nil {
+			id := strconv.FormatUint(a.WorkerID, 10)
+			rank := a.DPRank
+			l.WorkerID, l.DPRank = &id, &rank
+			l.ActiveDecodeBlocks, l.ActivePrefillTokens, l.KVUsedBlocks = a.ActiveDecodeBlocks, a.ActivePrefillTokens, a.KVUsedBlocks
+		}
+		v = l
+	}
+	b, err := json.Marshal(v)
+	if err == nil {
+		fmt.Fprintf(p.o.IO.Out, "%s\n", b)
+	}
+}
+
+func opt(v *uint64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatUint(*v, 10)
+}
+
+func (p *printer) writeText(ev load.Event) {
+	w := p.o.IO.Out
+	now := time.Now().UTC().Format("15:04:05.000")
+	if ev.Result != telemetry.ResultAccepted {
+		fmt.Fprintf(w, "%s  %-17s %s\n", now, "REJECT "+ev.Result, ev.Detail)
+	} else {
+		env := ev.Envelope
+		age := "-"
+		if env.PublishedAt != 0 {
+			age = time.Since(time.UnixMilli(int64(env.PublishedAt))).Round(time.Millisecond).String()
+		}
+		if a := ev.Load; a != nil {
+			fmt.Fprintf(w, "%s  pub=%s seq=%d  worker=%s rank=%d  decode=%s prefill=%s kv_used=%s  age=%s\n", now,
+				wire.FormatID(env.PublisherID), env.Sequence, wire.FormatID(a.WorkerID), a.DPRank,
+				opt(a.ActiveDecodeBlocks), opt(a.ActivePrefillTokens), opt(a.KVUsedBlocks), age)
+		} else {
+			fmt.Fprintf(w, "%s  pub=%s seq=%d  topic=%s payload=%d bytes  age=%s\n", now, wire.FormatID(env.PublisherID), env.Sequence, env.Topic, len(env.Payload), age)
+		}
+	}
+	if p.o.Raw {
+		for i, f := range ev.Frames {
+			fmt.Fprintf(w, "  frame %d (%d bytes)\n", i, len(f))
+			dump(w, f)
+		}
+	}
+}
+
+func dump(w io.Writer, b []byte) {
+	const limit = 4096
+	if len(b) > limit {
+		b = b[:limit]
+	}
+	for _, line := range strings.Split(strings.TrimRight(hex.Dump(b), "\n"), "\n") {
+		fmt.Fprintf(w, "    %s\n", line)
+	}
+}
+
+func (p *printer) summary() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	parts := make([]string, 0, len(p.results))
+	for _, k := range slices.Sorted(maps.Keys(p.results)) {
+		parts = append(parts, fmt.Sprintf("%d %s", p.results[k], k))
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	fmt.Fprintf(p.o.IO.ErrOut, "tail-load: %d messages: %s\n", p.seen, strings.Join(parts, ", "))
+}

@@ -1,0 +1,139 @@
+package tailload_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/cli"
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/cli/tailload"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+func u64(v uint64) *uint64 { return &v }
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	t.Setenv("CONTINUUM_CONFIG", "")
+	ios, _, out, errOut := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := cli.Run(ctx, f, args)
+	return code, out.String(), errOut.String()
+}
+
+// TestTailLibzmqJSON: `tail-load --json --count 5` against a libzmq
+// publisher prints five decoded samples.
+func TestTailLibzmqJSON(t *testing.T) {
+	var msgs [][][]byte
+	for seq := range uint64(2000) {
+		l := wire.ActiveLoad{WorkerID: 1186445869714687, DPRank: 1, KVUsedBlocks: u64(seq)}
+		if seq%2 == 0 {
+			l.ActiveDecodeBlocks = u64(7)
+		}
+		msgs = append(msgs, wire.EncodeEventMessage("kv_metrics", 0x1f3a4b, seq, 1_700_000_000_000+seq, wire.EncodeActiveLoad(l)))
+	}
+	pub := testutil.StartLibzmqPublisher(t, msgs, 2*time.Millisecond)
+	pub.Go()
+	code, out, errOut := run(t, "tail-load", "--json", "--count", "5", pub.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("%d lines:\n%s", len(lines), out)
+	}
+	for _, line := range lines {
+		var l tailload.Line
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if l.PublisherID != "2046539" || l.Topic != "kv_metrics" || *l.WorkerID != "1186445869714687" || *l.DPRank != 1 ||
+			l.KVUsedBlocks == nil || *l.PublishedAt != 1_700_000_000_000+l.Sequence || *l.KVUsedBlocks != l.Sequence {
+			t.Errorf("line %s", line)
+		}
+		if (l.Sequence%2 == 0) != (l.ActiveDecodeBlocks != nil) || l.ActivePrefillTokens != nil {
+			t.Errorf("nulls not kept: %s", line)
+		}
+		if !strings.Contains(line, `"active_prefill_tokens":null`) {
+			t.Errorf("null field missing from %s", line)
+		}
+	}
+	if !strings.Contains(errOut, "5 messages: 5 accepted") {
+		t.Errorf("summary: %q", errOut)
+	}
+}
+
+// TestTailRejectsAndRaw: rejected frames print their result; --raw dumps.
+func TestTailRejectsAndRaw(t *testing.T) {
+	pub := testutil.StartGoPublisher(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := uint64(0); ctx.Err() == nil; seq++ {
+			m := wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3}))
+			m[3][0] = 2 // unknown frame version
+			_ = pub.Send(m)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	code, out, errOut := run(t, "tail-load", "--json", "--raw", "--count", "2", pub.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Count(out, `"result":"unknown_version"`) != 2 || !strings.Contains(out, `"frames":["6b765f6d657472696373"`) {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestTailFleet: without an endpoint, every kv_metrics publisher of the
+// fleet (here from Dynamo's file store) is tailed.
+func TestTailFleet(t *testing.T) {
+	pub := testutil.StartGoPublisher(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "v1/event_channels")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec := fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","instance_id":77,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, pub.Endpoint)
+	if err := os.WriteFile(filepath.Join(dir, "namespace%2Fdynamo%2Ftopic%2Fkv_metrics%2F4d"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := uint64(0); ctx.Err() == nil; seq++ {
+			_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 77, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 5, ActivePrefillTokens: u64(100)})))
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	code, out, errOut := run(t, "tail-load", "--source", "file", "--file-root", root, "--count", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Count(out, "pub=4d") != 3 || !strings.Contains(out, "prefill=100") || !strings.Contains(errOut, "1 kv_metrics publishers") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+}
+
+func TestTailBadEndpoint(t *testing.T) {
+	if code, _, errOut := run(t, "tail-load", "ipc:///tmp/x"); code != 2 || !strings.Contains(errOut, "tcp://host:port") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}
