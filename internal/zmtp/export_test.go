@@ -1,0 +1,4 @@
+package zmtp
+
+// BufferCap is the capacity of the message buffer (tests).
+func (s *Sub) BufferCap() int { return cap(s.buf) }
