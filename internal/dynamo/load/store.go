@@ -164,6 +164,18 @@ func (s *Store) FreshDefault(workerID uint64, rank uint32) (Sample, bool) {
 	return s.Fresh(workerID, rank, time.Duration(s.maxStaleness.Load()))
 }
 
+// MaxStaleness is the default freshness window.
+func (s *Store) MaxStaleness() time.Duration { return time.Duration(s.maxStaleness.Load()) }
+
+// View calls fn with a lookup of the latest samples under one read lock, for
+// callers that read many keys at once (pickers). fn must not keep the
+// samples nor call back into the store.
+func (s *Store) View(fn func(get func(Key) *Sample)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fn(func(k Key) *Sample { return s.samples[k] })
+}
+
 // Latest returns the last sample of (worker, rank), however old.
 func (s *Store) Latest(workerID uint64, rank uint32) (Sample, bool) {
 	s.mu.RLock()

@@ -1,0 +1,329 @@
+package pick_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+func u64(v uint64) *uint64 { return &v }
+
+// w describes a worker for a test fleet.
+type w struct {
+	ns, component, workerType, model string
+	id                               uint64
+	dp                               int // data_parallel_size; 0 = not declared
+	noCapacity                       bool
+}
+
+func snapshot(t testing.TB, ws ...w) *fleet.Snapshot {
+	t.Helper()
+	r := fleet.NewReducer()
+	for _, x := range ws {
+		ns := x.ns
+		if ns == "" {
+			ns = "dynamo"
+		}
+		model := x.model
+		if model == "" {
+			model = "m"
+		}
+		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, x.component, x.id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, x.component, x.id), t0)
+		rc := `"total_kv_blocks":1000,"max_num_batched_tokens":8192`
+		if x.noCapacity {
+			rc = ""
+		}
+		if x.dp > 0 {
+			if rc != "" {
+				rc += ","
+			}
+			rc += fmt.Sprintf(`"data_parallel_size":%d`, x.dp)
+		}
+		bs := `,"kv_cache_block_size":16`
+		if x.noCapacity {
+			bs = ""
+		}
+		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, x.component, x.id), fmt.Appendf(nil,
+			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q%s,"runtime_config":{%s}}}`,
+			x.component, x.id, model, x.workerType, bs, rc), t0)
+	}
+	return r.Build(t0)
+}
+
+type loads struct {
+	store *load.Store
+	live  map[uint64]load.LiveWorker
+}
+
+func newLoads(snap *fleet.Snapshot) *loads {
+	l := &loads{store: load.NewStore(3*time.Second, nil), live: map[uint64]load.LiveWorker{}}
+	for _, w := range snap.Workers {
+		l.live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+	}
+	l.store.SetLiveAndRetain(l.live)
+	return l
+}
+
+var seq uint64
+
+// sample stores a sample received at 'at'.
+func (l *loads) sample(worker uint64, rank uint32, at time.Time, decode, prefill, kvUsed *uint64) {
+	seq++
+	res := l.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: worker, DPRank: rank, ActiveDecodeBlocks: decode, ActivePrefillTokens: prefill, KVUsedBlocks: kvUsed},
+		PublisherID: worker, Sequence: seq, ReceivedAt: at})
+	if res != "" {
+		panic(res)
+	}
+}
+
+func picker(l *loads, now time.Time) *pick.LoadBased {
+	return &pick.LoadBased{Loads: l.store, Ledger: pick.NewLedger(), Now: func() time.Time { return now }}
+}
+
+func req(namespaces ...string) pick.Request {
+	if len(namespaces) == 0 {
+		namespaces = []string{"dynamo"}
+	}
+	return pick.Request{Model: "m", Namespaces: namespaces, EstPromptTokens: 160}
+}
+
+func mustPick(t *testing.T, p *pick.LoadBased, snap *fleet.Snapshot, r pick.Request) pick.Pin {
+	t.Helper()
+	pin, err := p.Pick(snap, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pin
+}
+
+func TestDecodeByLoad(t *testing.T) {
+	snap := snapshot(t, w{component: "backend", workerType: "Aggregated", id: 1}, w{component: "backend", workerType: "Aggregated", id: 2})
+	l := newLoads(snap)
+	now := t0.Add(time.Second)
+	l.sample(1, 0, t0, u64(500), nil, nil)
+	l.sample(2, 0, t0, u64(100), nil, nil)
+	pin := mustPick(t, picker(l, now), snap, req())
+	if pin.Decode.Worker.ID.InstanceID != 2 || pin.DecodeReason != pick.ReasonLoad || pin.Prefill != nil {
+		t.Fatalf("%+v", pin)
+	}
+}
+
+func TestKVUsedBlocksWhenDecodeBlocksNil(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, nil, nil, u64(10))
+	l.sample(2, 0, t0, nil, nil, u64(900))
+	if pin := mustPick(t, picker(l, t0), snap, req()); pin.Decode.Worker.ID.InstanceID != 1 || pin.DecodeReason != pick.ReasonLoad {
+		t.Fatalf("%+v", pin)
+	}
+}
+
+func TestTiesRotate(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2}, w{component: "decode", workerType: "Decode", id: 3})
+	l := newLoads(snap)
+	for _, id := range []uint64{1, 2, 3} {
+		l.sample(id, 0, t0, u64(5), nil, nil)
+	}
+	p := picker(l, t0)
+	seen := map[uint64]int{}
+	for range 6 {
+		seen[mustPick(t, p, snap, req()).Decode.Worker.ID.InstanceID]++
+	}
+	if seen[1] != 2 || seen[2] != 2 || seen[3] != 2 {
+		t.Fatalf("ties not rotated: %v", seen)
+	}
+}
+
+func TestDataParallelRanks(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1, dp: 4})
+	l := newLoads(snap)
+	for r, v := range []uint64{40, 30, 5, 50} {
+		l.sample(1, uint32(r), t0, u64(v), nil, nil)
+	}
+	pin := mustPick(t, picker(l, t0), snap, req())
+	if pin.Decode.DPRank != 2 || !pin.Decode.SendRank {
+		t.Fatalf("%+v", pin.Decode)
+	}
+	// Without a declared data_parallel_size no rank header is sent.
+	snap2 := snapshot(t, w{component: "decode", workerType: "Decode", id: 1})
+	if pin := mustPick(t, picker(newLoads(snap2), t0), snap2, req()); pin.Decode.SendRank {
+		t.Fatalf("rank header without a declared dp size: %+v", pin.Decode)
+	}
+}
+
+func TestStaleRoundRobin(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, u64(5), nil, nil)
+	p := picker(l, t0.Add(time.Minute)) // every sample is stale
+	a, b := mustPick(t, p, snap, req()), mustPick(t, p, snap, req())
+	if a.DecodeReason != pick.ReasonRoundRobinStale || a.Decode.Worker == b.Decode.Worker {
+		t.Fatalf("%+v %+v", a, b)
+	}
+}
+
+func TestQuietAndSilentWorkers(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2},
+		w{component: "decode", workerType: "Decode", id: 3}, w{component: "decode", workerType: "Decode", id: 4})
+	l := newLoads(snap)
+	now := t0.Add(10 * time.Second)
+	l.sample(1, 0, now, u64(300), nil, nil) // fresh, loaded
+	l.sample(2, 0, t0, u64(0), nil, nil)    // went idle and silent: quiet, backlog 0
+	l.sample(3, 0, t0, u64(1), nil, nil)    // silent with a backlog: no cost
+	/* worker 4 never published: quiet */
+	p := picker(l, now)
+	got := map[uint64]int{}
+	for range 4 {
+		got[mustPick(t, p, snap, req()).Decode.Worker.ID.InstanceID]++
+	}
+	if got[2] != 2 || got[4] != 2 || got[1] != 0 || got[3] != 0 {
+		t.Fatalf("quiet workers should share the picks: %v", got)
+	}
+}
+
+func TestMissingCapacityHasNoCost(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1, noCapacity: true}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, u64(0), nil, nil)
+	l.sample(2, 0, t0, u64(999), nil, nil)
+	if pin := mustPick(t, picker(l, t0), snap, req()); pin.Decode.Worker.ID.InstanceID != 2 {
+		t.Fatalf("a worker without capacity was costed: %+v", pin)
+	}
+}
+
+func TestPrefillDecodePair(t *testing.T) {
+	snap := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "prefill", workerType: "Prefill", id: 11},
+		w{component: "decode", workerType: "Decode", id: 20})
+	l := newLoads(snap)
+	l.sample(20, 0, t0, u64(1), nil, nil)
+	l.sample(10, 0, t0, nil, u64(8000), nil)
+	l.sample(11, 0, t0, nil, u64(100), nil)
+	pin := mustPick(t, picker(l, t0), snap, req())
+	if pin.Decode.Worker.ID.InstanceID != 20 || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 || pin.PrefillReason != pick.ReasonLoad {
+		t.Fatalf("%+v", pin)
+	}
+	// Dynamo 1.4.2 vLLM workers send no active_prefill_tokens: prefill rotates.
+	snap2 := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "prefill", workerType: "Prefill", id: 11},
+		w{component: "decode", workerType: "Decode", id: 20})
+	l2 := newLoads(snap2)
+	l2.sample(10, 0, t0, nil, nil, u64(5))
+	l2.sample(11, 0, t0, nil, nil, u64(5))
+	l2.sample(20, 0, t0, nil, nil, u64(5))
+	p := picker(l2, t0)
+	a, b := mustPick(t, p, snap2, req()), mustPick(t, p, snap2, req())
+	if a.PrefillReason != pick.ReasonRoundRobinStale || a.Prefill.Worker == b.Prefill.Worker || a.DecodeReason != pick.ReasonLoad {
+		t.Fatalf("%+v / %+v", a, b)
+	}
+}
+
+func TestMixedNamespace(t *testing.T) {
+	// prefill + decode + aggregated: aggregated is no decode candidate.
+	snap := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "decode", workerType: "Decode", id: 20},
+		w{component: "backend", workerType: "Aggregated", id: 30})
+	l := newLoads(snap)
+	l.sample(20, 0, t0, u64(900), nil, nil)
+	l.sample(30, 0, t0, u64(0), nil, nil)
+	pin := mustPick(t, picker(l, t0), snap, req())
+	if pin.Decode.Worker.ID.InstanceID != 20 || pin.Prefill == nil {
+		t.Fatalf("%+v", pin)
+	}
+	// prefill + aggregated, no decode: aggregated decodes, no prefill id.
+	snap2 := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "backend", workerType: "Aggregated", id: 30})
+	pin2 := mustPick(t, picker(newLoads(snap2), t0), snap2, req())
+	if pin2.Decode.Worker.ID.InstanceID != 30 || pin2.Prefill != nil || pin2.PrefillReason != pick.ReasonNoPrefillPool {
+		t.Fatalf("%+v", pin2)
+	}
+}
+
+func TestNamespaces(t *testing.T) {
+	snap := snapshot(t,
+		w{ns: "prod", component: "prefill", workerType: "Prefill", id: 10}, w{ns: "prod", component: "decode", workerType: "Decode", id: 20},
+		w{ns: "canary", component: "prefill", workerType: "Prefill", id: 11}, w{ns: "canary", component: "decode", workerType: "Decode", id: 21})
+	l := newLoads(snap)
+	l.sample(20, 0, t0, u64(900), nil, nil)
+	l.sample(21, 0, t0, u64(10), nil, nil)
+	pin := mustPick(t, picker(l, t0), snap, req("prod", "canary"))
+	if pin.Namespace != "canary" || pin.Decode.Worker.ID.InstanceID != 21 || pin.Prefill.Worker.ID.InstanceID != 11 {
+		t.Fatalf("%+v", pin)
+	}
+	// Only prod has replicas for this request: canary is not a candidate.
+	if pin := mustPick(t, picker(l, t0), snap, req("prod")); pin.Namespace != "prod" || pin.Prefill.Worker.ID.InstanceID != 10 {
+		t.Fatalf("%+v", pin)
+	}
+	if _, err := picker(l, t0).Pick(snap, pick.Request{Model: "other", Namespaces: []string{"prod"}}); !errors.Is(err, pick.ErrNoWorkers) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestInFlight: dispatched requests count until the next sample.
+func TestInFlight(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, u64(10), nil, nil)
+	l.sample(2, 0, t0, u64(12), nil, nil)
+	now := t0.Add(time.Second)
+	p := picker(l, now)
+	first := mustPick(t, p, snap, req())
+	if first.Decode.Worker.ID.InstanceID != 1 {
+		t.Fatalf("%+v", first)
+	}
+	p.Ledger.Dispatched(first, 160, now) // 10 blocks on worker 1
+	if second := mustPick(t, p, snap, req()); second.Decode.Worker.ID.InstanceID != 2 {
+		t.Fatalf("the in-flight request was not counted: %+v", second)
+	}
+	// Worker 1 reports after the dispatch: the ledger entry is answered.
+	l.sample(1, 0, now.Add(time.Millisecond), u64(10), nil, nil)
+	p.Now = func() time.Time { return now.Add(2 * time.Millisecond) }
+	if third := mustPick(t, p, snap, req()); third.Decode.Worker.ID.InstanceID != 1 {
+		t.Fatalf("a sample after the dispatch did not clear it: %+v", third)
+	}
+}
+
+// TestStalled: a worker sent a large request that then reports nothing for
+// 5 s is passed over while another has a cost; not when nothing is fresh.
+func TestStalled(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, u64(0), nil, nil)
+	l.sample(2, 0, t0.Add(6*time.Second), u64(400), nil, nil)
+	ledger := pick.NewLedger()
+	pin := pick.Pin{Decode: pick.Target{Worker: snap.Workers[0], DPRank: 0}}
+	if snap.Workers[0].ID.InstanceID != 1 {
+		pin.Decode.Worker = snap.Workers[1]
+	}
+	ticket := ledger.Dispatched(pin, 48, t0.Add(time.Second)) // 3 blocks
+	p := &pick.LoadBased{Loads: l.store, Ledger: ledger, Now: func() time.Time { return t0.Add(7 * time.Second) }}
+	if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 2 {
+		t.Fatalf("a stalled worker was picked: %+v", got)
+	}
+	ledger.Finished(ticket) // the frontend answered: it was not stalled
+	if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 1 {
+		t.Fatalf("a finished request still stalls the worker: %+v", got)
+	}
+}
+
+func TestPodsSourceRoundRobin(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1, noCapacity: true}, w{component: "decode", workerType: "Decode", id: 2, noCapacity: true})
+	p := picker(newLoads(snap), t0)
+	a, b := mustPick(t, p, snap, req()), mustPick(t, p, snap, req())
+	if a.Decode.Worker == b.Decode.Worker || a.DecodeReason != pick.ReasonRoundRobinStale {
+		t.Fatalf("%+v %+v", a, b)
+	}
+}
+
+func TestEstimateTokens(t *testing.T) {
+	if got := pick.EstimateTokens("hello world, this is a test"); got < 7 || got > 9 {
+		t.Errorf("estimate %d", got)
+	}
+	if pick.EstimateTokens("") != 0 {
+		t.Error("empty text")
+	}
+}
