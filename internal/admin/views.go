@@ -110,3 +110,35 @@ func Views(s *fleet.Snapshot) (workers []Worker, publishers []Publisher, problem
 	}
 	return workers, publishers, problems
 }
+
+// Signals says which load signals the source provides.
+type Signals struct {
+	Load     bool `json:"load"`
+	Capacity bool `json:"capacity"`
+}
+
+// Subscription is one load or kv-events subscription, without addresses.
+type Subscription struct {
+	Family      string `json:"family"`
+	PublisherID string `json:"publisher_id"`
+	Namespace   string `json:"namespace"`
+	Component   string `json:"component"`
+	State       string `json:"state"`
+	Transport   string `json:"transport"`
+	Broker      string `json:"broker,omitempty"`
+}
+
+// WorkersResponse is GET /admin/dynamo/workers.
+type WorkersResponse struct {
+	Enabled           bool           `json:"enabled"`
+	Connected         bool           `json:"connected"`
+	Source            string         `json:"source,omitempty"`
+	Signals           Signals        `json:"signals"`
+	Namespace         string         `json:"namespace,omitempty"`
+	Namespaces        []string       `json:"namespaces"`
+	Generation        uint64         `json:"generation"`
+	Workers           []Worker       `json:"workers"`
+	LoadPublishers    int            `json:"load_publishers"`
+	KVEventPublishers int            `json:"kv_event_publishers"`
+	Subscriptions     []Subscription `json:"subscriptions"`
+}

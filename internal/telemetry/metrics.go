@@ -80,3 +80,44 @@ func NewLoadMetrics(reg prometheus.Registerer) *LoadMetrics {
 	}
 	return m
 }
+
+// RouterMetrics are the router's families.
+type RouterMetrics struct {
+	Selections      *prometheus.CounterVec
+	DisaggRequests  *prometheus.CounterVec
+	DisaggErrors    *prometheus.CounterVec
+	Requests        *prometheus.CounterVec
+	RequestDuration *prometheus.HistogramVec
+}
+
+// NewRouterMetrics creates the router families and registers them on reg
+// when reg is not nil.
+func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
+	m := &RouterMetrics{
+		Selections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_selection_total",
+			Help: "Worker selections by role (prefill, decode) and reason (load, round_robin_stale, no_prefill_pool, kv_aware, conditional_bypass).",
+		}, []string{"role", "reason"}),
+		DisaggRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "disaggregated_requests_total",
+			Help: "Requests by routing path (disaggregated, aggregated, unified, fallback), once per request.",
+		}, []string{"routing_path"}),
+		DisaggErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "disaggregated_errors_total",
+			Help: "Disaggregated dispatch failures by phase (orchestration, decode).",
+		}, []string{"phase"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_http_requests_total",
+			Help: "HTTP requests by route and status class.",
+		}, []string{"route", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "continuum_http_request_duration_seconds",
+			Help:    "HTTP request duration by route, to the last byte.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		}, []string{"route"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration)
+	}
+	return m
+}

@@ -1,0 +1,86 @@
+package router
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/config"
+)
+
+func (s *Server) mountAdmin(mux *http.ServeMux) {
+	mux.Handle("GET /admin/dynamo/workers", s.adminAuth(http.HandlerFunc(s.adminWorkers)))
+	mux.Handle("GET /admin/config", s.adminAuth(http.HandlerFunc(s.adminConfig)))
+}
+
+// adminAuth checks the bearer token in constant time and writes one audit
+// line per call. Without admin.token the admin API does not exist.
+func (s *Server) adminAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := s.cfg.Load().Admin.Token
+		if token == "" {
+			writeError(w, http.StatusNotFound, CodeNotFound, "the admin API is off: set admin.token")
+			return
+		}
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		ok := subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+		s.logger.Info("admin call", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "authorized", ok)
+		if !ok {
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid admin token is required")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) adminWorkers(w http.ResponseWriter, _ *http.Request) {
+	cfg := s.cfg.Load()
+	resp := s.WorkersView(cfg)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// WorkersView builds the GET /admin/dynamo/workers response.
+func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
+	resp := admin.WorkersResponse{Workers: []admin.Worker{}, Subscriptions: []admin.Subscription{}, Namespaces: []string{}}
+	if !cfg.Dynamo.Enabled || s.opts.Registry == nil {
+		return resp
+	}
+	d := &cfg.Dynamo.Discovery
+	resp.Enabled = true
+	resp.Source = d.Source
+	resp.Signals = admin.Signals{Load: d.Source != config.SourceKubernetesPods, Capacity: d.Source != config.SourceKubernetesPods}
+	resp.Namespaces = d.Namespaces()
+	if len(resp.Namespaces) > 0 {
+		resp.Namespace = resp.Namespaces[0]
+	}
+	if s.opts.DiscoveryConnected != nil {
+		resp.Connected = s.opts.DiscoveryConnected()
+	}
+	resp.Generation = s.opts.Registry.Generation()
+	snap := s.opts.Registry.Snapshot()
+	resp.Workers, _, _ = admin.Views(snap)
+	for _, p := range snap.Publishers {
+		switch p.Topic {
+		case "kv_metrics":
+			resp.LoadPublishers++
+		case "kv-events", "kv_events":
+			resp.KVEventPublishers++
+		}
+	}
+	if s.opts.Subscriptions != nil {
+		for _, sub := range s.opts.Subscriptions() {
+			resp.Subscriptions = append(resp.Subscriptions, admin.Subscription{Family: sub.Family, PublisherID: strconv.FormatUint(sub.PublisherID, 10),
+				Namespace: sub.Namespace, Component: sub.Component, State: sub.State, Transport: sub.Transport, Broker: sub.Broker})
+		}
+	}
+	return resp
+}
+
+func (s *Server) adminConfig(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.cfg.Load().Masked())
+}

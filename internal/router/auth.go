@@ -1,0 +1,110 @@
+package router
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+)
+
+// keyPolicy is one API key's allowance.
+type keyPolicy struct {
+	hash    [32]byte
+	allowed map[string]bool // nil: every backend
+	bucket  *tokenBucket    // nil: no rate limit
+}
+
+func (k *keyPolicy) allows(backend string) bool {
+	return k == nil || k.allowed == nil || k.allowed[backend]
+}
+
+// keys matches client credentials against api_keys.
+type keys struct {
+	list []*keyPolicy
+}
+
+func newKeys(cfg []config.APIKey) *keys {
+	ks := &keys{}
+	for _, k := range cfg {
+		h := strings.TrimPrefix(k.KeyHash, "sha256:")
+		raw, err := hex.DecodeString(h)
+		if err != nil || len(raw) != 32 {
+			continue // validation refuses these
+		}
+		p := &keyPolicy{}
+		copy(p.hash[:], raw)
+		if len(k.AllowedBackends) > 0 {
+			p.allowed = map[string]bool{}
+			for _, b := range k.AllowedBackends {
+				p.allowed[b] = true
+			}
+		}
+		if rl := k.RateLimit; rl != nil && rl.RequestsPerSecond > 0 {
+			burst := float64(rl.Burst)
+			if burst <= 0 {
+				burst = math.Ceil(rl.RequestsPerSecond)
+			}
+			p.bucket = &tokenBucket{rate: rl.RequestsPerSecond, burst: burst, tokens: burst}
+		}
+		ks.list = append(ks.list, p)
+	}
+	return ks
+}
+
+// open reports whether the router takes requests without a key.
+func (ks *keys) open() bool { return len(ks.list) == 0 }
+
+// match returns the policy of the request's bearer token, comparing hashes
+// in constant time, or nil.
+func (ks *keys) match(r *http.Request) *keyPolicy {
+	token := bearer(r)
+	if token == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(token))
+	var found *keyPolicy
+	for _, k := range ks.list {
+		if subtle.ConstantTimeCompare(sum[:], k.hash[:]) == 1 {
+			found = k
+		}
+	}
+	return found
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+		return strings.TrimSpace(t)
+	}
+	return strings.TrimSpace(r.Header.Get("x-api-key"))
+}
+
+// tokenBucket is a per-key rate limit.
+type tokenBucket struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+// take takes one token, or returns how long until one is available.
+func (b *tokenBucket) take(now time.Time) (bool, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.last.IsZero() {
+		b.tokens = math.Min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+}

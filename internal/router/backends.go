@@ -1,0 +1,198 @@
+// Package router is the HTTP server: the OpenAI-compatible API, the
+// middleware (x-dynamo-* stripping, API keys, rate limits), the backends
+// with health checks and circuit breakers, dispatch through Dynamo's
+// direct-mode shim with pin headers, the admin API and /metrics.
+package router
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+)
+
+// Breaker and health-check settings.
+const (
+	breakerFailures   = 5
+	breakerOpenFor    = 10 * time.Second
+	healthInterval    = 10 * time.Second
+	healthTimeout     = 3 * time.Second
+	healthFailures    = 2
+	maxIdleConnsPerBE = 256
+)
+
+// Backend is one upstream with its health and breaker state.
+type Backend struct {
+	cfg config.Backend
+
+	healthy      atomic.Bool
+	healthFails  atomic.Int32
+	consecutive  atomic.Int32
+	openUntil    atomic.Int64 // unix nanos; breaker open while now < openUntil
+	probing      atomic.Bool  // a half-open probe is in flight
+	inflight     atomic.Int64
+	lastHealthAt atomic.Int64
+}
+
+// Name is the configured name.
+func (b *Backend) Name() string { return b.cfg.Name }
+
+// URL is the base URL without a trailing slash.
+func (b *Backend) URL() string { return strings.TrimRight(b.cfg.URL, "/") }
+
+// Available reports whether the backend may take a request now: enabled,
+// healthy, breaker closed (or half-open with no probe in flight).
+func (b *Backend) Available(now time.Time) bool {
+	if !b.cfg.Enabled || !b.healthy.Load() {
+		return false
+	}
+	return now.UnixNano() >= b.openUntil.Load() || !b.probing.Load()
+}
+
+// acquire takes a slot: when the breaker is half-open, only one request
+// (the probe) goes through. It returns false when the backend is closed to
+// requests.
+func (b *Backend) acquire(now time.Time) bool {
+	if !b.cfg.Enabled || !b.healthy.Load() {
+		return false
+	}
+	if until := b.openUntil.Load(); until != 0 {
+		if now.UnixNano() < until {
+			return false
+		}
+		if !b.probing.CompareAndSwap(false, true) {
+			return false
+		}
+	}
+	b.inflight.Add(1)
+	return true
+}
+
+// release records the outcome of a request taken with acquire.
+func (b *Backend) release(ok bool, now time.Time) {
+	b.inflight.Add(-1)
+	if ok {
+		b.consecutive.Store(0)
+		b.openUntil.Store(0)
+		b.probing.Store(false)
+		return
+	}
+	if n := b.consecutive.Add(1); n >= breakerFailures || b.probing.Load() {
+		b.openUntil.Store(now.Add(breakerOpenFor).UnixNano())
+		b.probing.Store(false)
+	}
+}
+
+// Serves reports whether the backend lists model (an empty list serves any).
+func (b *Backend) Serves(model string) bool {
+	if len(b.cfg.Models) == 0 {
+		return true
+	}
+	for _, m := range b.cfg.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// backends holds the configured backends by name and checks their health.
+type backends struct {
+	mu     sync.RWMutex
+	byName map[string]*Backend
+	order  []*Backend
+	client *http.Client
+}
+
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   maxIdleConnsPerBE,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // per backend timeouts bound the whole request
+		ForceAttemptHTTP2:     false,
+		DisableCompression:    true,
+	}
+}
+
+func newBackends(cfgs []config.Backend, client *http.Client) *backends {
+	bs := &backends{byName: map[string]*Backend{}, client: client}
+	for _, c := range cfgs {
+		b := &Backend{cfg: c}
+		b.healthy.Store(true) // optimistic until the first check says otherwise
+		bs.byName[c.Name] = b
+		bs.order = append(bs.order, b)
+	}
+	return bs
+}
+
+func (bs *backends) get(name string) *Backend {
+	bs.mu.RLock()
+	defer bs.mu.RUnlock()
+	return bs.byName[name]
+}
+
+func (bs *backends) all() []*Backend {
+	bs.mu.RLock()
+	defer bs.mu.RUnlock()
+	return bs.order
+}
+
+// runHealth checks every backend's GET /v1/models until ctx ends.
+func (bs *backends) runHealth(ctx context.Context) {
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, b := range bs.all() {
+			if !b.cfg.Enabled {
+				continue
+			}
+			wg.Add(1)
+			go func(b *Backend) {
+				defer wg.Done()
+				bs.check(ctx, b)
+			}(b)
+		}
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (bs *backends) check(ctx context.Context, b *Backend) {
+	cctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, b.URL()+"/v1/models", nil)
+	if err != nil {
+		return
+	}
+	if b.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+b.cfg.APIKey)
+	}
+	resp, err := bs.client.Do(req)
+	ok := err == nil && resp.StatusCode < 500
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	b.lastHealthAt.Store(time.Now().UnixNano())
+	if ok {
+		b.healthFails.Store(0)
+		b.healthy.Store(true)
+	} else if b.healthFails.Add(1) >= healthFailures {
+		b.healthy.Store(false)
+	}
+}

@@ -1,0 +1,43 @@
+package router
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Error codes the router answers with (OpenAI-shaped bodies).
+const (
+	CodeBadRequest                = "invalid_request_error"
+	CodeUnauthorized              = "invalid_api_key"
+	CodeForbidden                 = "model_not_allowed"
+	CodeRateLimited               = "rate_limit_exceeded"
+	CodeNoBackend                 = "no_backend_available"
+	CodeUpstream                  = "upstream_error"
+	CodeTimeout                   = "upstream_timeout"
+	CodePrefillDecodeUnavailable  = "disaggregated_prefill_decode_unavailable"
+	CodeDisaggregatedDecodeFailed = "disaggregated_decode_failed"
+	CodeNotFound                  = "not_found"
+)
+
+type apiError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// writeError writes {"error": {...}} with status.
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	typ := "invalid_request_error"
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case status == http.StatusUnauthorized:
+		typ = "authentication_error"
+	case status >= 500:
+		typ = "server_error"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]apiError{"error": {Message: message, Type: typ, Code: code}})
+}

@@ -1,0 +1,459 @@
+package router_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+const model = "Qwen/Qwen3-32B"
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+// fleetRecords writes a worker's records into a reducer.
+func worker(r *fleet.Reducer, ns, component, workerType string, id uint64, dp int) {
+	r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
+		`{"component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"10.0.0.4:31000"}}`, component, id), t0)
+	dpField := ""
+	if dp > 0 {
+		dpField = fmt.Sprintf(`,"data_parallel_size":%d`, dp)
+	}
+	r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
+		`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":1000,"max_num_batched_tokens":8192%s}}}`,
+		component, id, model, workerType, dpField), t0)
+}
+
+// plainBackend is an OpenAI server that is not a Dynamo frontend.
+func plainBackend(t *testing.T) (*httptest.Server, *[]http.Header) {
+	var seen []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		seen = append(seen, r.Header.Clone())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"plain","choices":[{"message":{"content":"from the plain backend"}}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &seen
+}
+
+type harness struct {
+	fe      *fleetsim.Frontend
+	router  *httptest.Server
+	reg     *fleet.Registry
+	reducer *fleet.Reducer
+	metrics *telemetry.RouterMetrics
+	plain   *[]http.Header
+}
+
+func closedURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return "http://" + addr
+}
+
+// newHarness runs a router over one frontend emulator ("fe") and one plain
+// backend ("plain"), with a prefill worker 10 and a data-parallel decode
+// worker 20 (ranks 0-1).
+func newHarness(t *testing.T, edit func(*config.Config)) *harness {
+	t.Helper()
+	h := &harness{fe: fleetsim.NewFrontend(), reducer: fleet.NewReducer()}
+	feSrv := httptest.NewServer(h.fe)
+	t.Cleanup(feSrv.Close)
+	plain, seen := plainBackend(t)
+	h.plain = seen
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{
+		{Name: "fe", Type: "openai", URL: feSrv.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second), APIKey: "sk-upstream"},
+		{Name: "plain", Type: "openai", URL: plain.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)},
+	}
+	cfg.DisaggregatedServing.Enabled = true
+	cfg.Dynamo.Enabled = true
+	cfg.Dynamo.Shim.Backends = []string{"fe"}
+	cfg.Admin.Token = "admin-secret"
+	if edit != nil {
+		edit(cfg)
+	}
+	worker(h.reducer, "dynamo", "prefill", "Prefill", 10, 0)
+	worker(h.reducer, "dynamo", "decode", "Decode", 20, 2)
+	h.fe.SetWorkers(model, []uint64{10}, []uint64{20})
+	h.reg = fleet.NewRegistry(nil, nil)
+	h.reg.SetEnabled(true)
+	h.reg.Publish(h.reducer.Build(t0))
+	store := load.NewStore(3*time.Second, nil)
+	h.metrics = telemetry.NewRouterMetrics(nil)
+	promReg := prometheus.NewRegistry()
+	srv := router.New(router.Options{Config: cfg, Registry: h.reg, Store: store, Metrics: h.metrics, Gatherer: promReg,
+		DiscoveryConnected: func() bool { return true }})
+	srv.SetReady(true)
+	h.router = httptest.NewServer(srv.Handler())
+	t.Cleanup(h.router.Close)
+	return h
+}
+
+func (h *harness) post(t *testing.T, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.router.URL+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
+}
+
+func chat(stream bool) string {
+	return fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":"hello there, how are you today?"}]}`, model, stream)
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestPinsDecimalHeaders(t *testing.T) {
+	h := newHarness(t, nil)
+	resp := h.post(t, chat(false), map[string]string{"x-dynamo-worker-instance-id": "999", "X-Dynamo-Prefill-Instance-Id": "1", "x-dynamo-dp-rank": "7"})
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	reqs := h.fe.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	r := reqs[0]
+	if r.Worker == nil || *r.Worker != 20 || r.Prefill == nil || *r.Prefill != 10 {
+		t.Fatalf("pins %+v", r)
+	}
+	if r.DPRank == nil || *r.DPRank > 1 {
+		t.Errorf("the card declares data_parallel_size: the rank header must be sent: %v", r.DynamoHeaders)
+	}
+	if r.PrefillDPRank != nil {
+		t.Errorf("prefill rank sent without a declared dp size: %v", r.DynamoHeaders)
+	}
+	if got := r.DynamoHeaders.Get("x-dynamo-worker-instance-id"); got != "20" {
+		t.Errorf("worker header %q, want decimal 20", got)
+	}
+	if r.Authorization != "Bearer sk-upstream" {
+		t.Errorf("upstream api key not injected: %q", r.Authorization)
+	}
+	for k := range resp.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-dynamo-") || strings.HasPrefix(strings.ToLower(k), "x-continuum-") {
+			t.Errorf("header %s returned to a client that did not ask", k)
+		}
+	}
+	if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(router.PathDisaggregated)) != 1 ||
+		promtest.ToFloat64(h.metrics.Selections.WithLabelValues("decode", "round_robin_stale")) != 1 {
+		t.Errorf("metrics not counted")
+	}
+}
+
+func TestRevealHeadersOnRequest(t *testing.T) {
+	h := newHarness(t, nil)
+	resp := h.post(t, chat(false), map[string]string{"x-backend": ""})
+	readAll(t, resp)
+	if resp.Header.Get("x-continuum-worker") != "20" || resp.Header.Get("x-continuum-prefill-worker") != "10" ||
+		resp.Header.Get("x-continuum-backend") != "fe" || resp.Header.Get("x-continuum-routing-path") != "disaggregated" {
+		t.Fatalf("headers %v", resp.Header)
+	}
+}
+
+func TestStreamRelayed(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fe.Tokens = 5
+	resp := h.post(t, chat(true), nil)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d %v", resp.StatusCode, resp.Header)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	events := 0
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			events++
+		}
+	}
+	if events != 6 {
+		t.Fatalf("%d events, want 5 chunks and [DONE]", events)
+	}
+}
+
+// TestPrefillRefusal503: the frontend wants a prefill id the fleet view did
+// not have: 503 disaggregated_prefill_decode_unavailable, no retry.
+func TestPrefillRefusal503(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
+			h.reducer.Delete("v1/instances/dynamo/prefill/generate/a") // the router no longer sees the prefill worker
+			h.reg.Publish(h.reducer.Build(t0))
+			resp := h.post(t, chat(stream), nil)
+			body := readAll(t, resp)
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "disaggregated_prefill_decode_unavailable") {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if n := len(h.fe.Requests()); n != 1 {
+				t.Errorf("%d attempts: a direct-mode refusal is not retried", n)
+			}
+			if len(*h.plain) != 0 {
+				t.Error("a direct-mode refusal fell back to unified")
+			}
+			if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("orchestration")) != 1 {
+				t.Error("orchestration error not counted")
+			}
+		})
+	}
+}
+
+// TestRefusalInsideStream: a 200 stream that carries the refusal is relayed.
+func TestRefusalInsideStream(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fe.RejectInStream = true
+	h.reducer.Delete("v1/instances/dynamo/prefill/generate/a")
+	h.reg.Publish(h.reducer.Build(t0))
+	resp := h.post(t, chat(true), nil)
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || !strings.Contains(body, "Prefill worker ID required") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}
+
+// TestDecodeFailure: other shim failures fall back to unified when
+// configured, else answer disaggregated_decode_failed.
+func TestDecodeFailure(t *testing.T) {
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = fallback })
+			h.fe.SetWorkers(model, []uint64{10}, []uint64{99}) // the frontend does not know worker 20
+			resp := h.post(t, chat(false), nil)
+			body := readAll(t, resp)
+			if fallback {
+				if resp.StatusCode != 200 || !strings.Contains(body, "plain backend") {
+					t.Fatalf("status %d: %s", resp.StatusCode, body)
+				}
+				if hdr := (*h.plain)[0]; hdr.Get("x-dynamo-worker-instance-id") != "" {
+					t.Error("the unified fallback carried pin headers")
+				}
+				if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(router.PathFallback)) != 1 {
+					t.Error("fallback path not counted")
+				}
+			} else if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "disaggregated_decode_failed") {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("decode")) != 1 {
+				t.Error("decode error not counted")
+			}
+		})
+	}
+}
+
+// TestStreamingFallbackRules: before a stream starts, 429 falls back;
+// other 4xx pass through.
+func TestStreamingFallbackRules(t *testing.T) {
+	for _, tt := range []struct {
+		status   int
+		fallback bool
+	}{{429, true}, {408, true}, {503, true}, {400, false}, {404, false}} {
+		t.Run(fmt.Sprint(tt.status), func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
+			h.fe.Status = tt.status
+			resp := h.post(t, chat(true), nil)
+			body := readAll(t, resp)
+			if tt.fallback && (resp.StatusCode != 200 || !strings.Contains(body, "plain backend")) {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if !tt.fallback && resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d passed through: %s", resp.StatusCode, tt.status, body)
+			}
+		})
+	}
+}
+
+// TestRetrySecondReplicaSamePin: a replica that cannot be reached is
+// skipped for the next one, with the same pin.
+func TestRetrySecondReplicaSamePin(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = append(c.Backends, config.Backend{Name: "dead", Type: "openai", URL: closedURL(t), Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
+		c.Dynamo.Shim.Backends = []string{"dead", "fe"}
+	})
+	for range 4 {
+		resp := h.post(t, chat(false), nil)
+		if body := readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	for _, r := range h.fe.Requests() {
+		if *r.Worker != 20 || *r.Prefill != 10 {
+			t.Fatalf("pin changed on retry: %+v", r)
+		}
+	}
+}
+
+func TestNamespacePools(t *testing.T) {
+	canary := fleetsim.NewFrontend()
+	canarySrv := httptest.NewServer(canary)
+	defer canarySrv.Close()
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = append(c.Backends, config.Backend{Name: "fe-canary", Type: "openai", URL: canarySrv.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
+		c.Dynamo.Discovery.Etcd.Namespaces = []string{"dynamo", "canary"}
+		c.Dynamo.Shim.Backends = nil
+		c.Dynamo.Shim.Pools = []config.ShimPool{{Namespace: "dynamo", Backends: []string{"fe"}}, {Namespace: "canary", Backends: []string{"fe-canary"}}}
+	})
+	// Only canary has workers for another model.
+	worker(h.reducer, "canary", "backend", "Aggregated", 30, 0)
+	h.reg.Publish(h.reducer.Build(t0))
+	canary.SetWorkers(model, nil, []uint64{30})
+	seen := map[string]int{}
+	for range 6 {
+		resp := h.post(t, chat(false), map[string]string{"x-backend": ""})
+		if body := readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		seen[resp.Header.Get("x-continuum-backend")+"/"+resp.Header.Get("x-continuum-worker")]++
+	}
+	for k := range seen {
+		if k != "fe/20" && k != "fe-canary/30" {
+			t.Fatalf("a pin crossed namespaces: %v", seen)
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("both namespaces should serve (stale round robin): %v", seen)
+	}
+}
+
+func TestNoWorkerPlainRouting(t *testing.T) {
+	h := newHarness(t, nil)
+	resp := h.post(t, `{"model":"other-model","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "plain backend") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}
+
+func TestTokenDataStripped(t *testing.T) {
+	h := newHarness(t, nil)
+	resp := h.post(t, fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"nvext":{"token_data":[1,2,3],"cache_salt":"s"}}`, model), nil)
+	readAll(t, resp)
+	r := h.fe.Requests()[0]
+	if r.HadTokenData || !bytes.Contains(r.Body, []byte(`"cache_salt":"s"`)) {
+		t.Fatalf("body %s", r.Body)
+	}
+}
+
+func TestAPIKeys(t *testing.T) {
+	const key = "sk-client-1"
+	h := newHarness(t, func(c *config.Config) {
+		c.APIKeys = []config.APIKey{
+			{KeyHash: "sha256:" + sha256hex(key), AllowedBackends: []string{"plain"}, RateLimit: &config.RateLimit{RequestsPerSecond: 0.001, Burst: 2}},
+		}
+	})
+	if resp := h.post(t, chat(false), nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no key: %d", resp.StatusCode)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	// The key may not use the shim replica: the request goes the plain way.
+	resp := h.post(t, chat(false), auth)
+	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "plain backend") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	h.post(t, chat(false), auth)
+	resp = h.post(t, chat(false), auth)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("rate limit: %d %v", resp.StatusCode, resp.Header)
+	}
+	if (*h.plain)[0].Get("Authorization") != "" {
+		t.Error("the client's key was forwarded upstream")
+	}
+}
+
+func TestAdminWorkers(t *testing.T) {
+	h := newHarness(t, nil)
+	get := func(token string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/admin/dynamo/workers", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	if resp := get("wrong"); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", resp.StatusCode)
+	}
+	resp := get("admin-secret")
+	body := readAll(t, resp)
+	var v admin.WorkersResponse
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if !v.Enabled || !v.Connected || v.Source != "etcd" || v.Namespace != "dynamo" || len(v.Workers) != 2 || v.Generation == 0 || !v.Signals.Load {
+		t.Fatalf("%s", body)
+	}
+	for _, leak := range []string{"10.0.0.4", "tcp", "card_json", "transport"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("admin response leaks %q", leak)
+		}
+	}
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal([]byte(body), &raw)
+	for _, k := range []string{"enabled", "connected", "source", "signals", "namespace", "namespaces", "generation", "workers", "load_publishers", "kv_event_publishers", "subscriptions"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("field %s missing", k)
+		}
+	}
+}
+
+func TestModelsAndReady(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Dynamo.Shim.ModelMap = map[string]string{"qwen3": model} })
+	resp, err := http.Get(h.router.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	if !strings.Contains(body, `"qwen3"`) || !strings.Contains(body, model) {
+		t.Fatalf("%s", body)
+	}
+	resp, err = http.Get(h.router.URL + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("ready %d", resp.StatusCode)
+	}
+}

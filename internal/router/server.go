@@ -1,0 +1,363 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 32 << 20
+
+// maxBufferedResponse bounds a buffered upstream response held for
+// inspection.
+const maxBufferedResponse = 64 << 20
+
+// Options wire a Server to the rest of the process.
+type Options struct {
+	Config   *config.Config
+	Registry *fleet.Registry
+	Store    *load.Store
+	Ledger   *pick.Ledger
+	Metrics  *telemetry.RouterMetrics
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+	// Subscriptions lists the load subscriptions for the admin API.
+	Subscriptions func() []load.SubscriptionInfo
+	// DiscoveryConnected reports the discovery source's state.
+	DiscoveryConnected func() bool
+	// Transport overrides the upstream transport (tests, benchmarks).
+	Transport http.RoundTripper
+}
+
+// Server is the router.
+type Server struct {
+	opts     Options
+	cfg      atomic.Pointer[config.Config]
+	backends *backends
+	keys     *keys
+	client   *http.Client
+	logger   *slog.Logger
+	ready    atomic.Bool
+	rr       atomic.Uint64
+}
+
+// New builds a server from configuration.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = telemetry.NewRouterMetrics(nil)
+	}
+	if o.Ledger == nil {
+		o.Ledger = pick.NewLedger()
+	}
+	rt := o.Transport
+	if rt == nil {
+		rt = newTransport()
+	}
+	client := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	s := &Server{opts: o, client: client, logger: o.Logger,
+		backends: newBackends(o.Config.Backends, client), keys: newKeys(o.Config.APIKeys)}
+	s.cfg.Store(o.Config)
+	if o.Registry != nil && o.Registry.Picker() == nil && o.Store != nil {
+		o.Registry.SetPicker(&pick.LoadBased{Loads: o.Store, Ledger: o.Ledger})
+	}
+	return s
+}
+
+// Run checks backend health until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	s.backends.runHealth(ctx)
+	return nil
+}
+
+// SetReady sets readiness (false while draining).
+func (s *Server) SetReady(on bool) { s.ready.Store(on) }
+
+// Handler returns the HTTP handler: every request first loses its
+// client-sent x-dynamo-* headers.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.inference("/v1/chat/completions"))
+	mux.HandleFunc("POST /v1/completions", s.inference("/v1/completions"))
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /ready", s.readiness)
+	if s.opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if s.cfg.Load().Admin.BindAddress == "" {
+		s.mountAdmin(mux)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
+	})
+	return stripDynamoHeaders(mux)
+}
+
+// AdminHandler is the admin API alone, for admin.bind_address.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.mountAdmin(mux)
+	return stripDynamoHeaders(mux)
+}
+
+// stripDynamoHeaders removes every x-dynamo-* header a client sent, before
+// anything else sees the request, whatever the configuration.
+func stripDynamoHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k := range r.Header {
+			if len(k) >= 9 && strings.EqualFold(k[:9], "x-dynamo-") {
+				delete(r.Header, k)
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
+	cfg := s.cfg.Load()
+	ready := s.ready.Load()
+	reason := "draining"
+	if ready && cfg.Dynamo.Enabled && s.opts.Registry != nil && s.opts.Registry.Generation() == 0 {
+		ready, reason = false, "dynamo discovery not seeded yet"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "not_ready", "reason": reason})
+		return
+	}
+	_, _ = io.WriteString(w, `{"status":"ready"}`)
+}
+
+// models lists configured backend models, the models discovered workers
+// serve, and the client ids of shim.model_map.
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	cfg := s.cfg.Load()
+	policy := s.keys.match(r)
+	if !s.keys.open() && policy == nil {
+		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
+		return
+	}
+	set := map[string]bool{}
+	for _, b := range s.backends.all() {
+		if b.cfg.Enabled && !b.cfg.Internal && policy.allows(b.Name()) {
+			for _, m := range b.cfg.Models {
+				set[m] = true
+			}
+		}
+	}
+	if cfg.Dynamo.Enabled && s.opts.Registry != nil {
+		served := map[string]bool{}
+		for _, wk := range s.opts.Registry.Snapshot().Workers {
+			if wk.Model != "" && wk.Role != fleet.RoleUnknown {
+				served[wk.Model] = true
+			}
+		}
+		for m := range served {
+			set[m] = true
+		}
+		for client, dyn := range cfg.Dynamo.Shim.ModelMap {
+			if served[dyn] {
+				set[client] = true
+			}
+		}
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	ids := make([]string, 0, len(set))
+	for m := range set {
+		ids = append(ids, m)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		out.Data = append(out.Data, model{ID: id, Object: "model", OwnedBy: "continuum"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// request is what the router reads of an inference body.
+type request struct {
+	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Prompt json.RawMessage `json:"prompt"`
+	Nvext  json.RawMessage `json:"nvext"`
+}
+
+// promptText gathers the text a token estimate is made from.
+func (q *request) promptText() string {
+	var parts []string
+	add := func(raw json.RawMessage) {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			parts = append(parts, s)
+			return
+		}
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) == nil {
+			for _, item := range list {
+				var p struct {
+					Text string `json:"text"`
+				}
+				if json.Unmarshal(item, &p) == nil && p.Text != "" {
+					parts = append(parts, p.Text)
+				} else if json.Unmarshal(item, &s) == nil {
+					parts = append(parts, s)
+				}
+			}
+		}
+	}
+	for _, m := range q.Messages {
+		add(m.Content)
+	}
+	if len(q.Prompt) > 0 {
+		add(q.Prompt)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// withoutTokenData removes nvext.token_data from a body: a client may not
+// hand the frontend its own tokens.
+func withoutTokenData(body []byte, nvext json.RawMessage) ([]byte, error) {
+	var ext map[string]json.RawMessage
+	if json.Unmarshal(nvext, &ext) != nil {
+		return body, nil
+	}
+	if _, ok := ext["token_data"]; !ok {
+		return body, nil
+	}
+	delete(ext, "token_data")
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(body, &all); err != nil {
+		return nil, err
+	}
+	if len(ext) == 0 {
+		delete(all, "nvext")
+	} else {
+		b, err := json.Marshal(ext)
+		if err != nil {
+			return nil, err
+		}
+		all["nvext"] = b
+	}
+	return json.Marshal(all)
+}
+
+// statusRecorder remembers the status written, for logs and metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// inference handles chat and text completions.
+func (s *Server) inference(path string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		s.serveInference(rec, r, path)
+		status := rec.status
+		if r.Context().Err() != nil {
+			status = 499 // the client went away
+		}
+		s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(status/100)+"xx").Inc()
+		s.opts.Metrics.RequestDuration.WithLabelValues(path).Observe(time.Since(start).Seconds())
+		if status >= 500 || status == 499 {
+			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start))
+		}
+	}
+}
+
+func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path string) {
+	policy := s.keys.match(r)
+	if !s.keys.open() && policy == nil {
+		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
+		return
+	}
+	if policy != nil && policy.bucket != nil {
+		if ok, wait := policy.bucket.take(time.Now()); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			writeError(w, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded for this API key")
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, CodeBadRequest, fmt.Sprintf("request body larger than %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "could not read the request body")
+		return
+	}
+	var q request
+	if err := json.Unmarshal(body, &q); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
+		return
+	}
+	if q.Model == "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "model is required")
+		return
+	}
+	if len(q.Nvext) > 0 {
+		if body, err = withoutTokenData(body, q.Nvext); err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON")
+			return
+		}
+	}
+	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: r.Header.Values("x-backend") != nil}
+	x.route()
+}
