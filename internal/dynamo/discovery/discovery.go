@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -60,8 +61,12 @@ type Watcher struct {
 	// OnPassEnd, when set, is told why each pass ended (not on cancellation).
 	OnPassEnd func(err error)
 
-	reducer *fleet.Reducer
+	reducer   *fleet.Reducer
+	connected atomic.Bool
 }
+
+// Connected reports whether the current pass is seeded and watching.
+func (w *Watcher) Connected() bool { return w.connected.Load() }
 
 // Run supervises passes until ctx ends. It returns nil on cancellation.
 func (w *Watcher) Run(ctx context.Context) error {
@@ -106,6 +111,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 func (w *Watcher) setConnected(on bool) {
+	w.connected.Store(on)
 	if w.Metrics == nil {
 		return
 	}

@@ -1,0 +1,208 @@
+// Package serve implements `continuum serve`: the router, with Dynamo
+// discovery, load subscriptions and shim dispatch when configured.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// Options are the parsed flags and dependencies of `serve`.
+type Options struct {
+	IO         *iostreams.IOStreams
+	Env        config.LookupEnv
+	Logger     func() (*slog.Logger, error)
+	ConfigFile string
+	// Grace bounds draining in-flight requests at shutdown.
+	Grace time.Duration
+	// Ready, when set, receives the listening addresses once serving.
+	Ready func(main, admin string)
+}
+
+// NewCmdServe returns `continuum serve`. runF replaces the run step in tests.
+func NewCmdServe(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Env: f.Env, Logger: f.Logger}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the router",
+		Long: `Run the OpenAI-compatible router (chat and text completions, models, health,
+readiness, metrics and the admin API) over the configured backends.
+
+With dynamo.enabled, the router discovers the Dynamo fleet, follows every
+worker's kv_metrics load, picks a prefill and a decode worker per request
+and dispatches through the dynamo.frontend --router-mode direct replicas of
+dynamo.shim with x-dynamo-* pin headers.
+
+On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
+for --shutdown-grace, then stops discovery and subscriptions.`,
+		Example: `  continuum serve --config continuum.yaml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.ConfigFile = f.ConfigPath()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().DurationVar(&opts.Grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish at shutdown")
+	return cmd
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, o *Options) error {
+	cfg := config.Default()
+	if o.ConfigFile != "" {
+		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
+		if err != nil {
+			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
+		}
+		for _, f := range doc.Findings {
+			if f.Severity == config.SeverityError {
+				fmt.Fprintln(o.IO.ErrOut, f.String())
+			}
+		}
+		if n := doc.Findings.Errors(); n > 0 {
+			return fmt.Errorf("%s has %d errors; run continuum config validate %s", o.ConfigFile, n, o.ConfigFile)
+		}
+		cfg = doc.Config
+	}
+	logger, err := o.Logger()
+	if err != nil {
+		return err
+	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	dm := telemetry.NewDiscoveryMetrics(promReg)
+	lm := telemetry.NewLoadMetrics(promReg)
+	rm := telemetry.NewRouterMetrics(promReg)
+
+	reg := fleet.NewRegistry(logger, discovery.ProblemCounter(dm))
+	reg.SetEnabled(cfg.Dynamo.Enabled)
+	store := load.NewStore(cfg.Dynamo.Load.MaxStaleness.D(), load.Gauges{M: lm})
+	var sup *load.Supervisor
+	var watcher *discovery.Watcher
+	runCtx, stopAll := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAll()
+	g, gctx := errgroup.WithContext(runCtx)
+
+	if cfg.Dynamo.Enabled {
+		src, backoff, err := sources.New(&cfg.Dynamo.Discovery, logger)
+		if err != nil {
+			return err
+		}
+		watcher = &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Metrics: dm, Logger: logger}
+		g.Go(func() error { return watcher.Run(gctx) })
+		switch cfg.Dynamo.Load.Transport {
+		case config.TransportBroker:
+			logger.Error("dynamo.load.transport: broker needs the event bus, which this build does not include yet; workers are treated as quiet")
+		default:
+			cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
+			if err != nil {
+				return err
+			}
+			sup = &load.Supervisor{Registry: reg, Store: store, Connector: &zmtp.Direct{Allow: cidrs}, Metrics: lm, Logger: logger}
+			g.Go(func() error { return sup.Run(gctx) })
+		}
+	} else if len(cfg.Dynamo.Shim.Backends)+len(cfg.Dynamo.Shim.Pools) > 0 {
+		logger.Warn("dynamo.shim is configured but dynamo.enabled is false: nothing is pinned")
+	}
+
+	ropts := router.Options{Config: cfg, Registry: reg, Store: store, Metrics: rm, Gatherer: promReg, Logger: logger}
+	if watcher != nil {
+		ropts.DiscoveryConnected = watcher.Connected
+	}
+	if sup != nil {
+		ropts.Subscriptions = sup.Subscriptions
+	}
+	srv := router.New(ropts)
+	g.Go(func() error { return srv.Run(gctx) })
+
+	mainLn, err := net.Listen("tcp", cfg.Server.BindAddress)
+	if err != nil {
+		stopAll()
+		_ = g.Wait()
+		return fmt.Errorf("server.bind_address %s: %w", cfg.Server.BindAddress, err)
+	}
+	if len(cfg.APIKeys) == 0 && !isLoopback(mainLn.Addr()) {
+		logger.Warn("no api_keys: the router accepts requests from anyone who can reach it", "address", mainLn.Addr().String())
+	}
+	servers := []*http.Server{{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}}
+	listeners := []net.Listener{mainLn}
+	adminAddr := ""
+	if cfg.Admin.BindAddress != "" {
+		adminLn, err := net.Listen("tcp", cfg.Admin.BindAddress)
+		if err != nil {
+			_ = mainLn.Close()
+			stopAll()
+			_ = g.Wait()
+			return fmt.Errorf("admin.bind_address %s: %w", cfg.Admin.BindAddress, err)
+		}
+		adminAddr = adminLn.Addr().String()
+		servers = append(servers, &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, adminLn)
+	}
+	serveErr := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() {
+			if err := s.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	srv.SetReady(true)
+	logger.Info("continuum serving", "address", mainLn.Addr().String(), "admin", adminAddr, "dynamo", cfg.Dynamo.Enabled)
+	if o.Ready != nil {
+		o.Ready(mainLn.Addr().String(), adminAddr)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	case <-gctx.Done():
+		runErr = errors.New("a background task stopped")
+	}
+	// Drain: not ready, finish in-flight requests, then stop the rest.
+	srv.SetReady(false)
+	logger.Info("shutting down", "grace", o.Grace)
+	shutCtx, cancel := context.WithTimeoutCause(context.Background(), o.Grace, fmt.Errorf("shutdown grace of %s exceeded", o.Grace))
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(shutCtx); err != nil {
+			logger.Warn("requests still in flight at the end of the grace period", "err", context.Cause(shutCtx))
+			_ = s.Close()
+		}
+	}
+	stopAll()
+	if err := g.Wait(); err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
+func isLoopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
+}

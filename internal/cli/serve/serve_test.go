@@ -1,0 +1,176 @@
+package serve_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/cli/serve"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+const model = "Qwen/Qwen3-32B"
+
+func u64(v uint64) *uint64 { return &v }
+
+// TestServeRoutesByLoad: serve over a real etcd, real ZMQ publishers and the
+// frontend emulator pins each request to the less loaded decode worker and
+// the less loaded prefill worker, with decimal headers.
+func TestServeRoutesByLoad(t *testing.T) {
+	etcd := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := etcd.Client(t, clientv3.Config{})
+	fe := fleetsim.NewFrontend()
+	feSrv := httptest.NewServer(fe)
+	defer feSrv.Close()
+	fe.SetWorkers(model, []uint64{0x10, 0x11}, []uint64{0x20, 0x21})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	put := func(k, v string) {
+		if _, err := c.Put(context.Background(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each worker: records, and a publisher sending its load every 20 ms.
+	workers := []struct {
+		id            uint64
+		component, wt string
+		decode        *uint64
+		prefill       *uint64
+	}{
+		{0x10, "prefill", "Prefill", nil, u64(6000)},
+		{0x11, "prefill", "Prefill", nil, u64(10)},
+		{0x20, "decode", "Decode", u64(700), nil},
+		{0x21, "decode", "Decode", u64(20), nil},
+	}
+	for i, w := range workers {
+		put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", w.component, w.id),
+			fmt.Sprintf(`{"type":"Endpoint","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"127.0.0.1:1"}}`, w.component, w.id))
+		put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", w.component, w.id),
+			fmt.Sprintf(`{"type":"Model","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":1000,"max_num_batched_tokens":8192,"data_parallel_size":1}}}`,
+				w.component, w.id, model, w.wt))
+		pub := testutil.StartGoPublisher(t)
+		pid := uint64(0x100 + i)
+		put(fmt.Sprintf("v1/event_channels/namespace/dynamo/component/%s/endpoint/generate/topic/kv_metrics/%x", w.component, pid),
+			fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":%q,"name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`,
+				w.component, pid, pub.Endpoint))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := uint64(0); ctx.Err() == nil; seq++ {
+				l := wire.ActiveLoad{WorkerID: w.id, ActiveDecodeBlocks: w.decode, ActivePrefillTokens: w.prefill}
+				_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, seq, uint64(time.Now().UnixMilli()), wire.EncodeActiveLoad(l)))
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+	}
+
+	cfgFile := filepath.Join(t.TempDir(), "continuum.yaml")
+	cfg := fmt.Sprintf(`
+server: {bind_address: "127.0.0.1:0"}
+admin: {token: "adm"}
+backends:
+  - {name: frontend, url: %q, models: [%q]}
+disaggregated_serving: {enabled: true}
+dynamo:
+  enabled: true
+  discovery:
+    etcd: {endpoints: [%q]}
+  load:
+    direct_allow_cidrs: ["127.0.0.0/8"]
+  shim:
+    backends: [frontend]
+`, feSrv.URL, model, etcd.Endpoint)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ios, _, _, errOut := iostreams.Test()
+	addr := make(chan string, 1)
+	opts := &serve.Options{IO: ios, Env: os.LookupEnv, ConfigFile: cfgFile, Grace: 5 * time.Second,
+		Logger: func() (*slogLogger, error) { return discardLogger(), nil },
+		Ready:  func(main, _ string) { addr <- main }}
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(ctx, opts) }()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve: %v %s", err, errOut)
+	}
+
+	// Wait until the four subscriptions are connected and samples arrived.
+	testutil.Eventually(t, 20*time.Second, "subscriptions connected", func() bool {
+		req, _ := http.NewRequest(http.MethodGet, base+"/admin/dynamo/workers", nil)
+		req.Header.Set("Authorization", "Bearer adm")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var v admin.WorkersResponse
+		if json.NewDecoder(resp.Body).Decode(&v) != nil || len(v.Workers) != 4 || len(v.Subscriptions) != 4 {
+			return false
+		}
+		for _, s := range v.Subscriptions {
+			if s.State != "connected" {
+				return false
+			}
+		}
+		return true
+	})
+	testutil.Eventually(t, 10*time.Second, "load-based pins", func() bool {
+		fe.Reset()
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)))
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		reqs := fe.Requests()
+		return resp.StatusCode == 200 && len(reqs) == 1 && *reqs[0].Worker == 0x21 && *reqs[0].Prefill == 0x11 &&
+			reqs[0].DynamoHeaders.Get("x-dynamo-worker-instance-id") == "33" && reqs[0].DynamoHeaders.Get("x-dynamo-dp-rank") == "0"
+	})
+	metrics, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	for _, want := range []string{`continuum_dynamo_selection_total{reason="load",role="decode"}`, `continuum_dynamo_discovery_connected 1`, `continuum_dynamo_load_subscriptions{state="connected",transport="direct"} 4`} {
+		if !strings.Contains(string(mb), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve ended with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
