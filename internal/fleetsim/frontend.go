@@ -55,6 +55,9 @@ type Frontend struct {
 	Tokens int
 	// Status, when set, answers every request with it (fault injection).
 	Status int
+	// Execute, when set, runs a valid request on the simulated workers and
+	// writes its response; otherwise the frontend answers at once.
+	Execute func(w http.ResponseWriter, r *http.Request, rec Recorded)
 }
 
 type modelWorkers struct {
@@ -176,8 +179,11 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	tokens := f.Tokens
 	inStream := f.RejectInStream
+	execute := f.Execute
 	f.mu.Unlock()
 	switch {
+	case errText == "" && execute != nil:
+		execute(w, r, rec)
 	case errText != "" && q.Stream && inStream && errText == PrefillRequiredError:
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -36,6 +38,10 @@ type Options struct {
 	ConfigFile string
 	// Grace bounds draining in-flight requests at shutdown.
 	Grace time.Duration
+	// Bind overrides server.bind_address.
+	Bind string
+	// Demo runs a simulated Dynamo fleet in-process and routes to it.
+	Demo bool
 	// Ready, when set, receives the listening addresses once serving.
 	Ready func(main, admin string)
 }
@@ -56,8 +62,9 @@ dynamo.shim with x-dynamo-* pin headers.
 
 On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
 for --shutdown-grace, then stops discovery and subscriptions.`,
-		Example: `  continuum serve --config continuum.yaml`,
-		Args:    cobra.NoArgs,
+		Example: `  continuum serve --demo
+  continuum serve --config continuum.yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.ConfigFile = f.ConfigPath()
 			if runF != nil {
@@ -67,26 +74,29 @@ for --shutdown-grace, then stops discovery and subscriptions.`,
 		},
 	}
 	cmd.Flags().DurationVar(&opts.Grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish at shutdown")
+	cmd.Flags().StringVar(&opts.Bind, "bind", "", "listen address, overriding server.bind_address")
+	cmd.Flags().BoolVar(&opts.Demo, "demo", false, "start a simulated Dynamo fleet in-process and route to it (no --config needed)")
 	return cmd
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, o *Options) error {
-	cfg := config.Default()
-	if o.ConfigFile != "" {
-		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
+	var demo *fleetsim.Demo
+	if o.Demo {
+		bind := o.Bind
+		if bind == "" {
+			bind = "127.0.0.1:8080"
+		}
+		d, err := fleetsim.StartDemo(fleetsim.Options{Prefill: 2, Decode: 2, Speed: 4}, bind)
 		if err != nil {
-			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
+			return fmt.Errorf("demo fleet: %w", err)
 		}
-		for _, f := range doc.Findings {
-			if f.Severity == config.SeverityError {
-				fmt.Fprintln(o.IO.ErrOut, f.String())
-			}
-		}
-		if n := doc.Findings.Errors(); n > 0 {
-			return fmt.Errorf("%s has %d errors; run continuum config validate %s", o.ConfigFile, n, o.ConfigFile)
-		}
-		cfg = doc.Config
+		defer d.Stop()
+		demo = d
+	}
+	cfg, err := o.config(demo)
+	if err != nil {
+		return err
 	}
 	logger, err := o.Logger()
 	if err != nil {
@@ -173,6 +183,9 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	srv.SetReady(true)
 	logger.Info("continuum serving", "address", mainLn.Addr().String(), "admin", adminAddr, "dynamo", cfg.Dynamo.Enabled)
+	if demo != nil {
+		printDemo(o.IO.Out, demo, mainLn.Addr().String())
+	}
 	if o.Ready != nil {
 		o.Ready(mainLn.Addr().String(), adminAddr)
 	}
@@ -200,6 +213,56 @@ func Run(ctx context.Context, o *Options) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// config loads --config (or the demo's embedded configuration) and applies
+// --bind.
+func (o *Options) config(demo *fleetsim.Demo) (*config.Config, error) {
+	cfg := config.Default()
+	var doc *config.Document
+	var err error
+	switch {
+	case demo != nil:
+		doc, err = config.Parse("(demo)", []byte(demo.Config), config.Options{Env: o.Env})
+	case o.ConfigFile != "":
+		doc, err = config.Load(o.ConfigFile, config.Options{Env: o.Env})
+	}
+	if err != nil {
+		return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
+	}
+	if doc != nil {
+		for _, f := range doc.Findings {
+			if f.Severity == config.SeverityError {
+				fmt.Fprintln(o.IO.ErrOut, f.String())
+			}
+		}
+		if n := doc.Findings.Errors(); n > 0 {
+			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", doc.File, n, doc.File)
+		}
+		cfg = doc.Config
+	}
+	if o.Bind != "" {
+		cfg.Server.BindAddress = o.Bind
+	}
+	return cfg, nil
+}
+
+func printDemo(w io.Writer, d *fleetsim.Demo, addr string) {
+	model := d.Sim.Model()
+	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: 2 prefill and 2 decode workers of %s,
+registered in Dynamo's file store at %s and publishing their load over ZMQ.
+
+Try it:
+  curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -H 'x-backend: 1' -i \
+    -d '{"model":"%s","messages":[{"role":"user","content":"Hello!"}]}'
+  curl -sN http://%s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"%s","stream":true,"messages":[{"role":"user","content":"Hello!"}]}'
+  curl -s -H 'Authorization: Bearer %s' http://%s/admin/dynamo/workers
+  continuum discover --source file --file-root %s
+  continuum tail-load --source file --file-root %s
+
+Press Ctrl-C to stop.
+`, model, d.Root, addr, model, addr, model, fleetsim.DemoAdminToken, addr, d.Root, d.Root)
 }
 
 func isLoopback(a net.Addr) bool {

@@ -174,3 +174,60 @@ dynamo:
 		t.Fatal("serve did not stop")
 	}
 }
+
+// TestServeDemo: `serve --demo` answers chat requests within seconds of
+// start, buffered and streamed, pinned to a prefill and a decode worker.
+func TestServeDemo(t *testing.T) {
+	ios, _, out, errOut := iostreams.Test()
+	addr := make(chan string, 1)
+	opts := &serve.Options{IO: ios, Env: os.LookupEnv, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
+		Logger: func() (*slogLogger, error) { return discardLogger(), nil },
+		Ready:  func(main, _ string) { addr <- main }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(ctx, opts) }()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve --demo: %v %s", err, errOut)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve --demo did not start within 30 s")
+	}
+	var resp *http.Response
+	testutil.Eventually(t, 10*time.Second, "a pinned answer", func() bool {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"Qwen/Qwen3-32B","max_tokens":3,"messages":[{"role":"user","content":"Hello!"}]}`))
+		req.Header.Set("x-backend", "")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		resp = r
+		return r.StatusCode == 200 && r.Header.Get("x-continuum-routing-path") == "disaggregated"
+	})
+	if resp.Header.Get("x-continuum-worker") == "" || resp.Header.Get("x-continuum-prefill-worker") == "" {
+		t.Errorf("headers %v", resp.Header)
+	}
+	r, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"Qwen/Qwen3-32B","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"Hello!"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if strings.Count(string(body), "data: ") != 4 || !strings.HasSuffix(strings.TrimSpace(string(body)), "data: [DONE]") {
+		t.Errorf("stream:\n%s", body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "curl -s http://"+strings.TrimPrefix(base, "http://")) {
+		t.Errorf("banner:\n%s", out.String())
+	}
+}
