@@ -63,7 +63,6 @@ type simWorker struct {
 	seq           uint64
 	prefillTokens uint64
 	decodeBlocks  uint64
-	cancelPublish context.CancelFunc
 }
 
 // Start launches the fleet.
