@@ -51,7 +51,11 @@ func (b *Backend) Available(now time.Time) bool {
 	if !b.cfg.Enabled || !b.healthy.Load() {
 		return false
 	}
-	return now.UnixNano() >= b.openUntil.Load() || !b.probing.Load()
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true
+	}
+	return now.UnixNano() >= until && !b.probing.Load() // half-open: one probe
 }
 
 // acquire takes a slot: when the breaker is half-open, only one request

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
@@ -67,7 +66,7 @@ func (x *exchange) route() {
 // may use now.
 func (x *exchange) pools(cfg *config.Config) map[string][]*Backend {
 	out := map[string][]*Backend{}
-	now := time.Now()
+	now := x.s.opts.Now()
 	add := func(ns string, names []string) {
 		for _, n := range names {
 			b := x.s.backends.get(n)
@@ -128,7 +127,7 @@ func (x *exchange) shim(cfg *config.Config) bool {
 		routingPath = PathDisaggregated
 	}
 	hdr := pinHeaders(pin)
-	ticket := x.s.opts.Ledger.Dispatched(pin, est, time.Now())
+	ticket := x.s.opts.Ledger.Dispatched(pin, est, x.s.opts.Now())
 	defer x.s.opts.Ledger.Finished(ticket)
 
 	res := x.send(pools[pin.Namespace], hdr, &pin)
@@ -177,7 +176,7 @@ func pinHeaders(pin pick.Pin) http.Header {
 // that refuse unpinned requests, so they are not plain candidates.
 func (x *exchange) plain(_ *pick.Pin, routingPath string) {
 	cfg := x.s.cfg.Load()
-	now := time.Now()
+	now := x.s.opts.Now()
 	shimReplica := map[string]bool{}
 	if cfg.DisaggregatedServing.Enabled && cfg.Dynamo.Enabled {
 		for _, n := range cfg.Dynamo.Shim.Backends {
@@ -247,7 +246,7 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin) 
 	tried := 0
 	for i := 0; i < len(replicas) && tried < maxReplicaAttempts; i++ {
 		b := replicas[(start+i)%len(replicas)]
-		if !b.acquire(time.Now()) {
+		if !b.acquire(x.s.opts.Now()) {
 			continue
 		}
 		tried++
@@ -270,7 +269,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL()+x.path, bytes.NewReader(x.body))
 	if err != nil {
-		b.release(false, time.Now())
+		b.release(false, x.s.opts.Now())
 		return sendResult{kind: sentFailed, detail: err.Error()}, false
 	}
 	copyRequestHeaders(req.Header, x.r.Header)
@@ -287,10 +286,10 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	resp, err := x.s.client.Do(req)
 	if err != nil {
 		if x.r.Context().Err() != nil {
-			b.release(true, time.Now())
+			b.release(true, x.s.opts.Now())
 			return sendResult{kind: sentClientGone}, false
 		}
-		b.release(false, time.Now())
+		b.release(false, x.s.opts.Now())
 		status := http.StatusBadGateway
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
@@ -299,8 +298,19 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	}
 	defer func() { _ = resp.Body.Close() }()
 	failed := resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout
-	b.release(resp.StatusCode < 500, time.Now())
+	b.release(resp.StatusCode < 500, x.s.opts.Now())
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if pin == nil && !stream {
+		// Plain routing has nothing to inspect: copy through.
+		x.writeHead(resp, b, pin)
+		bp := streamBufPool.Get().(*[]byte)
+		_, err := io.CopyBuffer(x.w, resp.Body, *bp)
+		streamBufPool.Put(bp)
+		if err != nil && x.r.Context().Err() != nil {
+			return sendResult{kind: sentClientGone}, false
+		}
+		return sendResult{kind: sentOK, status: resp.StatusCode}, false
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || !stream {
 		// Buffered (or an error before a stream): inspect, then relay.
 		data, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedResponse))

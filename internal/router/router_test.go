@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -455,5 +456,105 @@ func TestModelsAndReady(t *testing.T) {
 	}
 	if resp.StatusCode != 200 {
 		t.Fatalf("ready %d", resp.StatusCode)
+	}
+}
+
+// TestClientDisconnectCancelsUpstream: a client that goes away cancels the
+// upstream request.
+func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	started := make(chan struct{})
+	cancelled := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		_, _ = io.ReadAll(r.Body) // the server notices a closed connection once the body is read
+		close(started)
+		<-r.Context().Done()
+		close(cancelled)
+	}))
+	defer slow.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "slow", Type: "openai", URL: slow.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	metrics := telemetry.NewRouterMetrics(nil)
+	srv := router.New(router.Options{Config: cfg, Metrics: metrics})
+	rt := httptest.NewServer(srv.Handler())
+	defer rt.Close()
+	ctx, cancel := contextWithCancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rt.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
+	go func() {
+		<-started
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatal("the request completed")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for promtest.ToFloat64(metrics.Requests.WithLabelValues("/v1/chat/completions", "4xx")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cancelled request was not counted as 499")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBreakerOpensAndProbes: consecutive failures open a backend's breaker;
+// after the open period one probe goes through and a success closes it.
+func TestBreakerOpensAndProbes(t *testing.T) {
+	var mu sync.Mutex
+	fail := true
+	calls := 0
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if fail {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	defer be.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	clock := time.Unix(0, 0)
+	srv := router.New(router.Options{Config: cfg, Now: func() time.Time { return clock }})
+	rt := httptest.NewServer(srv.Handler())
+	defer rt.Close()
+	post := func() int {
+		resp, err := http.Post(rt.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 5 {
+		post()
+	}
+	if got := post(); got != http.StatusServiceUnavailable {
+		t.Fatalf("breaker open: status %d, want 503", got)
+	}
+	mu.Lock()
+	if calls != 5 {
+		t.Errorf("%d upstream calls, want 5", calls)
+	}
+	fail = false
+	mu.Unlock()
+	clock = clock.Add(11 * time.Second) // half-open: one probe
+	if got := post(); got != 200 {
+		t.Fatalf("probe: %d", got)
+	}
+	if got := post(); got != 200 {
+		t.Fatalf("closed again: %d", got)
 	}
 }

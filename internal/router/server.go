@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,11 @@ import (
 
 // MaxBodyBytes bounds a request body.
 const MaxBodyBytes = 32 << 20
+
+// maxPooledBody: larger request buffers are not kept for reuse.
+const maxPooledBody = 1 << 20
+
+var bodyPool = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 8<<10)) }}
 
 // maxBufferedResponse bounds a buffered upstream response held for
 // inspection.
@@ -46,6 +53,8 @@ type Options struct {
 	DiscoveryConnected func() bool
 	// Transport overrides the upstream transport (tests, benchmarks).
 	Transport http.RoundTripper
+	// Now is the clock of breakers and rate limits; time.Now when nil.
+	Now func() time.Time
 }
 
 // Server is the router.
@@ -70,6 +79,9 @@ func New(o Options) *Server {
 	}
 	if o.Ledger == nil {
 		o.Ledger = pick.NewLedger()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	rt := o.Transport
 	if rt == nil {
@@ -327,13 +339,21 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		return
 	}
 	if policy != nil && policy.bucket != nil {
-		if ok, wait := policy.bucket.take(time.Now()); !ok {
+		if ok, wait := policy.bucket.take(s.opts.Now()); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 			writeError(w, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded for this API key")
 			return
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			bodyPool.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body := buf.Bytes()
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
