@@ -19,6 +19,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
 	"github.com/continuum-router/continuum/internal/cli/discover"
+	"github.com/continuum-router/continuum/internal/cli/fleetsimcmd"
 	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/cli/tailload"
 	"github.com/continuum-router/continuum/internal/cli/versioncmd"
@@ -101,6 +102,9 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	disc := discover.NewCmdDiscover(f, nil)
 	disc.GroupID = "operate"
 	root.AddCommand(disc)
+	sim := fleetsimcmd.NewCmdFleetSim(f, nil)
+	sim.GroupID = "operate"
+	root.AddCommand(sim)
 	sv := serve.NewCmdServe(f, nil)
 	sv.GroupID = "operate"
 	root.AddCommand(sv)

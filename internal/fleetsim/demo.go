@@ -25,8 +25,14 @@ type Demo struct {
 const DemoAdminToken = "demo"
 
 // StartDemo starts a fleet of o.Prefill prefill and o.Decode decode workers
-// registered in a temporary file store, and a direct-mode frontend over it.
+// registered in a temporary file store, and a direct-mode frontend over it
+// on a loopback port; bind is the router address the configuration names.
 func StartDemo(o Options, bind string) (*Demo, error) {
+	return StartDemoOn(o, bind, "127.0.0.1:0")
+}
+
+// StartDemoOn is StartDemo with the frontend's listen address.
+func StartDemoOn(o Options, bind, frontendBind string) (*Demo, error) {
 	root, err := os.MkdirTemp("", "continuum-demo-")
 	if err != nil {
 		return nil, err
@@ -37,14 +43,14 @@ func StartDemo(o Options, bind string) (*Demo, error) {
 		_ = os.RemoveAll(root)
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", frontendBind)
 	if err != nil {
 		sim.Stop()
 		_ = os.RemoveAll(root)
 		return nil, err
 	}
 	d := &Demo{Sim: sim, Root: root, FrontendURL: "http://" + ln.Addr().String(),
-		server: &http.Server{Handler: sim.Frontend, ReadHeaderTimeout: 10 * time.Second}}
+		server: &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}}
 	go func() { _ = d.server.Serve(ln) }()
 	d.Config = fmt.Sprintf(`# The embedded demo configuration of continuum serve --demo.
 server:

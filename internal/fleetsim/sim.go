@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +61,12 @@ type simWorker struct {
 	role            string
 	pub             zmq4.Socket
 	endpoint        string
+	files           []string
+
+	// Fault state: dead (records no longer kept alive, requests refused),
+	// silent (publisher stopped), paused (requests hang, nothing published).
+	dead, silent, paused bool
+	resume               chan struct{}
 
 	mu            sync.Mutex
 	seq           uint64
@@ -142,6 +151,7 @@ func fileName(key string) string {
 // the way a worker writes them: a temp file, then a rename.
 func (s *Sim) register() error {
 	o := s.opts
+	var lastFile string
 	write := func(bucket, key string, v any) error {
 		dir := filepath.Join(o.Root, bucket)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -157,6 +167,7 @@ func (s *Sim) register() error {
 		}
 		final := filepath.Join(dir, fileName(key))
 		s.files = append(s.files, final)
+		lastFile = final
 		return os.Rename(tmp, final)
 	}
 	for id, w := range s.workers {
@@ -166,12 +177,14 @@ func (s *Sim) register() error {
 			"instance_id": id, "transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", id)}}); err != nil {
 			return err
 		}
+		w.files = append(w.files, lastFile)
 		if err := write("v1/mdc", rel, map[string]any{"type": "Model", "namespace": o.Namespace, "component": w.role, "endpoint": "generate", "instance_id": id,
 			"card_json": map[string]any{"display_name": o.Model, "worker_type": wt, "kv_cache_block_size": o.BlockSize,
 				"runtime_config": map[string]any{"total_kv_blocks": o.TotalKVBlocks, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
 					"context_length": 32768, "data_parallel_start_rank": 0, "data_parallel_size": 1}}}); err != nil {
 			return err
 		}
+		w.files = append(w.files, lastFile)
 		ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/kv_metrics/%x", wire.EncodeSegment(o.Namespace), w.role, w.publisherID)
 		if err := write("v1/event_channels", ch, map[string]any{"type": "EventChannel",
 			"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": o.Namespace, "component": w.role, "name": "generate"}},
@@ -192,8 +205,16 @@ func (s *Sim) keepAlive(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			for _, f := range s.files {
-				_ = os.Chtimes(f, now, now)
+			for _, w := range s.workers {
+				w.mu.Lock()
+				dead := w.dead
+				w.mu.Unlock()
+				if dead {
+					continue // a killed worker's records expire with its TTL
+				}
+				for _, f := range w.files {
+					_ = os.Chtimes(f, now, now)
+				}
 			}
 		}
 	}
@@ -217,6 +238,10 @@ func (s *Sim) Model() string { return s.opts.Model }
 // publish sends the worker's current load (change-driven, as upstream).
 func (w *simWorker) publish() {
 	w.mu.Lock()
+	if w.silent || w.paused || w.dead {
+		w.mu.Unlock()
+		return
+	}
 	l := wire.ActiveLoad{WorkerID: w.id, ActiveDecodeBlocks: ptr(w.decodeBlocks), ActivePrefillTokens: ptr(w.prefillTokens)}
 	seq := w.seq
 	w.seq++
@@ -270,8 +295,14 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	if rec.Prefill != nil {
 		prefillW = s.workers[*rec.Prefill]
 	}
-	if decodeW == nil || prefillW == nil {
+	if decodeW == nil || prefillW == nil || decodeW.isDead() || prefillW.isDead() {
 		http.Error(w, UnknownInstanceError, http.StatusInternalServerError)
+		return
+	}
+	if err := decodeW.waitResumed(ctx); err != nil {
+		return
+	}
+	if err := prefillW.waitResumed(ctx); err != nil {
 		return
 	}
 	prefillW.adjust(int64(prompt), 0)
@@ -320,4 +351,124 @@ func words(n int) string {
 		parts[i] = demoWords[i%len(demoWords)]
 	}
 	return strings.Join(parts, " ")
+}
+
+func (w *simWorker) isDead() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dead
+}
+
+// waitResumed blocks while the worker is paused.
+func (w *simWorker) waitResumed(ctx context.Context) error {
+	w.mu.Lock()
+	ch := w.resume
+	paused := w.paused
+	w.mu.Unlock()
+	if !paused {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
+	}
+}
+
+// Fault names a fault to inject into a worker.
+type Fault string
+
+// Faults.
+const (
+	FaultKill          Fault = "kill"           // stop keeping its records alive; refuse its requests
+	FaultStopPublisher Fault = "stop-publisher" // publish no more load
+	FaultPause         Fault = "pause"          // hang requests and publish nothing (a stalled engine)
+	FaultResume        Fault = "resume"         // undo pause and stop-publisher
+)
+
+// ErrNoWorker is returned for an unknown worker id.
+var ErrNoWorker = errors.New("no such simulated worker")
+
+// Inject applies a fault to the worker with instance id.
+func (s *Sim) Inject(id uint64, f Fault) error {
+	w := s.workers[id]
+	if w == nil {
+		return ErrNoWorker
+	}
+	w.mu.Lock()
+	switch f {
+	case FaultKill:
+		w.dead = true
+	case FaultStopPublisher:
+		w.silent = true
+	case FaultPause:
+		if !w.paused {
+			w.paused, w.resume = true, make(chan struct{})
+		}
+	case FaultResume:
+		w.silent = false
+		if w.paused {
+			w.paused = false
+			close(w.resume)
+		}
+	default:
+		w.mu.Unlock()
+		return fmt.Errorf("unknown fault %q", f)
+	}
+	w.mu.Unlock()
+	if f == FaultResume {
+		w.publish()
+	}
+	return nil
+}
+
+// WorkerInfo describes a simulated worker.
+type WorkerInfo struct {
+	InstanceID  uint64 `json:"instance_id"`
+	Role        string `json:"role"`
+	PublisherID uint64 `json:"publisher_id"`
+	Dead        bool   `json:"dead"`
+	Silent      bool   `json:"silent"`
+	Paused      bool   `json:"paused"`
+}
+
+// Workers lists the simulated workers.
+func (s *Sim) Workers() []WorkerInfo {
+	var out []WorkerInfo
+	for _, w := range s.workers {
+		w.mu.Lock()
+		out = append(out, WorkerInfo{InstanceID: w.id, Role: w.role, PublisherID: w.publisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
+		w.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.InstanceID, b.InstanceID) })
+	return out
+}
+
+// Handler serves the frontend and, under /sim/, the control API:
+// GET /sim/workers, POST /sim/workers/{id}/{kill|stop-publisher|pause|resume}.
+func (s *Sim) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sim/workers", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Workers())
+	})
+	mux.HandleFunc("POST /sim/workers/{id}/{fault}", func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseUint(r.PathValue("id"), 0, 64)
+		if err != nil {
+			http.Error(w, "worker id must be a number (decimal or 0x hex)", http.StatusBadRequest)
+			return
+		}
+		if err := s.Inject(id, Fault(r.PathValue("fault"))); err != nil {
+			code := http.StatusBadRequest
+			if errors.Is(err, ErrNoWorker) {
+				code = http.StatusNotFound
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("/", s.Frontend)
+	return mux
 }

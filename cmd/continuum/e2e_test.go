@@ -1,0 +1,278 @@
+package main_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// Process-level end-to-end tests: the built binary, `fleet-sim` and `serve`
+// as real processes on loopback.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func binary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process-level end-to-end test")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "continuum-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "continuum")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// proc is a running child process with its output collected.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stdout strings.Builder
+	stderr strings.Builder
+	done   chan struct{}
+	err    error
+}
+
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary(t), args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "CONTINUUM_CONFIG=")
+	so, _ := p.cmd.StdoutPipe()
+	se, _ := p.cmd.StderrPipe()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, pipe := range []struct {
+		r io.Reader
+		b *strings.Builder
+	}{{so, &p.stdout}, {se, &p.stderr}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(pipe.r)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				p.mu.Lock()
+				pipe.b.WriteString(sc.Text() + "\n")
+				p.mu.Unlock()
+			}
+		}()
+	}
+	go func() { wg.Wait(); p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.out(), p.errOut())
+		}
+	})
+	return p
+}
+
+func (p *proc) out() string    { p.mu.Lock(); defer p.mu.Unlock(); return p.stdout.String() }
+func (p *proc) errOut() string { p.mu.Lock(); defer p.mu.Unlock(); return p.stderr.String() }
+
+var (
+	frontendRe = regexp.MustCompile(`frontend:\s+(http://\S+)`)
+	servingRe  = regexp.MustCompile(`"msg":"continuum serving","address":"([^"]+)"`)
+	instanceRe = regexp.MustCompile(`decode\s+instance (\d+)`)
+)
+
+// fleet starts fleet-sim and serve over it, and returns the router's and
+// the frontend's base URLs.
+func fleet(t *testing.T) (router, frontend string, sim, srv *proc) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "continuum.yaml")
+	sim = start(t, "fleet-sim", "--prefill", "2", "--decode", "2", "--speed", "4", "--router-bind", "127.0.0.1:0", "--write-config", cfg)
+	testutil.Eventually(t, 30*time.Second, "fleet-sim ready", func() bool { return strings.Contains(sim.out(), "router configuration:") })
+	frontend = frontendRe.FindStringSubmatch(sim.out())[1]
+	srv = start(t, "serve", "--config", cfg, "--log-format", "json", "--shutdown-grace", "20s")
+	testutil.Eventually(t, 30*time.Second, "serve ready", func() bool { return servingRe.MatchString(srv.errOut()) })
+	router = "http://" + servingRe.FindStringSubmatch(srv.errOut())[1]
+	return router, frontend, sim, srv
+}
+
+func chat(t *testing.T, router string, stream bool, maxTokens int) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, router+"/v1/chat/completions", strings.NewReader(
+		fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","stream":%v,"max_tokens":%d,"messages":[{"role":"user","content":"Hello from the end-to-end test"}]}`, stream, maxTokens)))
+	req.Header.Set("x-backend", "")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+func workers(t *testing.T, router string) admin.WorkersResponse {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, router+"/admin/dynamo/workers", nil)
+	req.Header.Set("Authorization", "Bearer demo")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v admin.WorkersResponse
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return v
+}
+
+func metric(t *testing.T, router, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(router + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
+func inject(t *testing.T, frontend, id, fault string) {
+	t.Helper()
+	resp, err := http.Post(frontend+"/sim/workers/"+id+"/"+fault, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("inject %s %s: %d", fault, id, resp.StatusCode)
+	}
+}
+
+func TestFleetSimAndServe(t *testing.T) {
+	router, frontend, sim, _ := fleet(t)
+
+	// Requests flow with pins once discovery and subscriptions are up.
+	testutil.Eventually(t, 30*time.Second, "a disaggregated answer", func() bool {
+		resp, _ := chat(t, router, false, 4)
+		return resp.StatusCode == 200 && resp.Header.Get("x-continuum-routing-path") == "disaggregated"
+	})
+	testutil.Eventually(t, 30*time.Second, "4 connected subscriptions", func() bool {
+		v := workers(t, router)
+		n := 0
+		for _, s := range v.Subscriptions {
+			if s.State == "connected" {
+				n++
+			}
+		}
+		return len(v.Workers) == 4 && n == 4
+	})
+
+	// A killed worker's records expire within the file store's TTL and it
+	// leaves routing.
+	victim := instanceRe.FindStringSubmatch(sim.out())[1]
+	inject(t, frontend, victim, "kill")
+	testutil.Eventually(t, 30*time.Second, "killed worker gone from discovery", func() bool {
+		for _, w := range workers(t, router).Workers {
+			if w.WorkerID == victim {
+				return false
+			}
+		}
+		return true
+	})
+	for range 6 {
+		resp, body := chat(t, router, false, 2)
+		if resp.StatusCode != 200 || resp.Header.Get("x-continuum-worker") == victim {
+			t.Fatalf("after the kill: %d %v %s", resp.StatusCode, resp.Header, body)
+		}
+	}
+
+	// Every publisher stops: with no fresh sample, selection rotates.
+	for _, line := range strings.Split(sim.out(), "\n") {
+		if m := regexp.MustCompile(`instance (\d+) `).FindStringSubmatch(line); m != nil && m[1] != victim {
+			inject(t, frontend, m[1], "stop-publisher")
+		}
+	}
+	before := metric(t, router, `continuum_dynamo_selection_total{reason="round_robin_stale",role="decode"}`)
+	testutil.Eventually(t, 30*time.Second, "round_robin_stale selections", func() bool {
+		chat(t, router, false, 1)
+		return metric(t, router, `continuum_dynamo_selection_total{reason="round_robin_stale",role="decode"}`) > before+2
+	})
+}
+
+// TestServeDrainsOnSIGTERM: an in-flight stream completes after SIGTERM,
+// and the process exits cleanly.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	router, _, _, srv := fleet(t)
+	testutil.Eventually(t, 30*time.Second, "ready", func() bool {
+		resp, _ := chat(t, router, false, 1)
+		return resp.StatusCode == 200
+	})
+	req, _ := http.NewRequest(http.MethodPost, router+"/v1/chat/completions", strings.NewReader(
+		`{"model":"Qwen/Qwen3-32B","stream":true,"max_tokens":200,"messages":[{"role":"user","content":"a long answer please"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil { // the stream has started
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("stream cut by the shutdown: %v", err)
+	}
+	if !strings.Contains(string(rest), "data: [DONE]") {
+		t.Fatalf("stream did not finish: %q", tail(string(rest)))
+	}
+	select {
+	case <-srv.done:
+		if srv.err != nil {
+			t.Fatalf("serve exited with %v", srv.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 300 {
+		return s[len(s)-300:]
+	}
+	return s
+}

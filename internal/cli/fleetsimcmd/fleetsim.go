@@ -1,0 +1,107 @@
+// Package fleetsimcmd implements `continuum fleet-sim`: a simulated Dynamo
+// fleet as its own process, for serve, discover, tail-load and top to use.
+package fleetsimcmd
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/iostreams"
+)
+
+// Options are the parsed flags of `fleet-sim`.
+type Options struct {
+	IO           *iostreams.IOStreams
+	Prefill      int
+	Decode       int
+	Model        string
+	Namespace    string
+	Speed        float64
+	RouterBind   string
+	FrontendBind string
+	WriteConfig  string
+	// Ready, when set, is called once the fleet is up (tests).
+	Ready func(*fleetsim.Demo)
+}
+
+// NewCmdFleetSim returns `continuum fleet-sim`.
+func NewCmdFleetSim(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams}
+	cmd := &cobra.Command{
+		Use:   "fleet-sim",
+		Short: "Run a simulated Dynamo fleet for the router to discover and route to",
+		Long: `Run a simulated Dynamo fleet until interrupted: prefill and decode workers that
+register in Dynamo's file store (kept alive by touch, 10 s TTL, as real workers
+do), publish their load on kv_metrics over real ZMQ PUB sockets, and execute
+the requests a dynamo.frontend --router-mode direct emulator receives with
+x-dynamo-* pins (prefill time by prompt length, decode time per token).
+
+It prints the file store root, the frontend URL and a router configuration
+(or writes it with --write-config) for continuum serve --config.
+
+Faults can be injected through the frontend's control API:
+  curl -X POST <frontend>/sim/workers/<instance id>/kill            # records expire
+  curl -X POST <frontend>/sim/workers/<instance id>/stop-publisher  # load goes silent
+  curl -X POST <frontend>/sim/workers/<instance id>/pause           # a stalled engine
+  curl -X POST <frontend>/sim/workers/<instance id>/resume
+  curl <frontend>/sim/workers`,
+		Example: `  continuum fleet-sim --prefill 2 --decode 4 --write-config /tmp/continuum.yaml
+  continuum serve --config /tmp/continuum.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Prefill < 0 || opts.Decode < 1 {
+				return cmdutil.FlagErrorf("--decode must be at least 1 and --prefill not negative")
+			}
+			if opts.Speed <= 0 {
+				return cmdutil.FlagErrorf("--speed must be positive")
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&opts.Prefill, "prefill", 2, "prefill workers")
+	fl.IntVar(&opts.Decode, "decode", 2, "decode workers")
+	fl.StringVar(&opts.Model, "model", "Qwen/Qwen3-32B", "model the workers serve")
+	fl.StringVar(&opts.Namespace, "namespace", "dynamo", "Dynamo namespace (DYN_NAMESPACE)")
+	fl.Float64Var(&opts.Speed, "speed", 1, "run simulated time this many times faster")
+	fl.StringVar(&opts.RouterBind, "router-bind", "127.0.0.1:8080", "server.bind_address of the printed router configuration")
+	fl.StringVar(&opts.FrontendBind, "frontend-bind", "127.0.0.1:0", "listen address of the frontend emulator")
+	fl.StringVar(&opts.WriteConfig, "write-config", "", "write the router configuration to this file instead of printing it")
+	return cmd
+}
+
+// Run runs the fleet until ctx ends.
+func Run(ctx context.Context, o *Options) error {
+	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Model: o.Model, Namespace: o.Namespace, Speed: o.Speed},
+		o.RouterBind, o.FrontendBind)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	w := o.IO.Out
+	fmt.Fprintf(w, "file store: %s\nfrontend:   %s\nworkers:\n", d.Root, d.FrontendURL)
+	for _, wk := range d.Sim.Workers() {
+		fmt.Fprintf(w, "  %-7s instance %d (0x%x), publisher %d\n", wk.Role, wk.InstanceID, wk.InstanceID, wk.PublisherID)
+	}
+	if o.WriteConfig != "" {
+		if err := os.WriteFile(o.WriteConfig, []byte(d.Config), 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "router configuration: %s (continuum serve --config %s)\n", o.WriteConfig, o.WriteConfig)
+	} else {
+		fmt.Fprintf(w, "router configuration:\n---\n%s", d.Config)
+	}
+	if o.Ready != nil {
+		o.Ready(d)
+	}
+	<-ctx.Done()
+	return nil
+}
