@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/continuum-router/continuum/internal/cli/benchcmd"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
 	"github.com/continuum-router/continuum/internal/cli/discover"
@@ -102,6 +103,9 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	disc := discover.NewCmdDiscover(f, nil)
 	disc.GroupID = "operate"
 	root.AddCommand(disc)
+	bench := benchcmd.NewCmdBench(f)
+	bench.GroupID = "operate"
+	root.AddCommand(bench)
 	sim := fleetsimcmd.NewCmdFleetSim(f, nil)
 	sim.GroupID = "operate"
 	root.AddCommand(sim)

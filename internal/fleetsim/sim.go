@@ -63,6 +63,8 @@ type simWorker struct {
 	endpoint        string
 	files           []string
 
+	cache *prefixCache
+
 	// Fault state: dead (records no longer kept alive, requests refused),
 	// silent (publisher stopped), paused (requests hang, nothing published).
 	dead, silent, paused bool
@@ -97,7 +99,8 @@ func Start(o Options) (*Sim, error) {
 	add := func(role string, n int, base uint64) error {
 		for i := range n {
 			id := base + uint64(i)
-			w := &simWorker{id: id, publisherID: id<<8 | 0x5a, role: role, pub: zmq4.NewPub(ctx)}
+			w := &simWorker{id: id, publisherID: id<<8 | 0x5a, role: role, pub: zmq4.NewPub(ctx),
+				cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)}
 			if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
 				return fmt.Errorf("worker %x publisher: %w", id, err)
 			}
@@ -281,14 +284,19 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 		} `json:"messages"`
 	}
 	_ = json.Unmarshal(rec.Body, &q)
-	prompt := 0
+	var text strings.Builder
 	for _, m := range q.Messages {
-		prompt += len(fmt.Sprint(m.Content))/4 + 4
+		fmt.Fprint(&text, m.Content, "\n")
+	}
+	prompt, blocks, shaped := promptShape(text.String())
+	if !shaped {
+		prompt = text.Len()/4 + 4
 	}
 	out := q.MaxTokens
-	if out <= 0 || out > maxOutputTokens {
+	if out <= 0 {
 		out = 16
 	}
+	out = min(out, maxOutputTokens)
 	ctx := r.Context()
 	decodeW := s.workers[*rec.Worker]
 	prefillW := decodeW
@@ -305,15 +313,22 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	if err := prefillW.waitResumed(ctx); err != nil {
 		return
 	}
-	prefillW.adjust(int64(prompt), 0)
-	err := s.sleep(ctx, time.Duration(prompt)*prefillPerToken)
-	prefillW.adjust(-int64(prompt), 0)
+	cached := 0
+	if len(blocks) > 0 {
+		cached = min(prefillW.cache.lookupAndInsert(blocks)*TraceBlockTokens, prompt)
+	}
+	w.Header().Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
+	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
+	uncached := prompt - cached
+	prefillW.adjust(int64(uncached), 0)
+	err := s.sleep(ctx, time.Duration(uncached)*prefillPerToken)
+	prefillW.adjust(-int64(uncached), 0)
 	if err != nil {
 		return
 	}
-	blocks := int64((prompt+out)/s.opts.BlockSize + 1)
-	decodeW.adjust(0, blocks)
-	defer decodeW.adjust(0, -blocks)
+	kvBlocks := int64((prompt+out)/s.opts.BlockSize + 1)
+	decodeW.adjust(0, kvBlocks)
+	defer decodeW.adjust(0, -kvBlocks)
 	if !q.Stream {
 		for range out {
 			if s.sleep(ctx, decodePerToken) != nil {

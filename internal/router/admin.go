@@ -25,8 +25,8 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 			writeError(w, http.StatusNotFound, CodeNotFound, "the admin API is off: set admin.token")
 			return
 		}
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		ok := subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+		got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		ok := hasBearer && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 		s.logger.Info("admin call", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "authorized", ok)
 		if !ok {
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid admin token is required")
@@ -52,7 +52,10 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 	d := &cfg.Dynamo.Discovery
 	resp.Enabled = true
 	resp.Source = d.Source
-	resp.Signals = admin.Signals{Load: d.Source != config.SourceKubernetesPods, Capacity: d.Source != config.SourceKubernetesPods}
+	resp.Signals = admin.Signals{
+		Load:     d.Source != config.SourceKubernetesPods && cfg.Dynamo.Load.Transport != config.TransportBroker, // the broker transport is not built yet
+		Capacity: d.Source != config.SourceKubernetesPods,
+	}
 	resp.Namespaces = d.Namespaces()
 	if len(resp.Namespaces) > 0 {
 		resp.Namespace = resp.Namespaces[0]

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -48,6 +49,8 @@ type exchange struct {
 	q      *request
 	policy *keyPolicy
 	reveal bool // the client sent x-backend: show routing identities
+	// path2 is the routing path of a plain dispatch (unified or fallback).
+	path2 string
 }
 
 // route sends the request through the shim with a pin when Dynamo serves
@@ -113,7 +116,17 @@ func (x *exchange) shim(cfg *config.Config) bool {
 		return false
 	}
 	est := pick.EstimateTokens(x.q.promptText())
-	pin, err := picker.Pick(x.s.opts.Registry.Snapshot(), pick.Request{Model: model, Namespaces: namespaces, EstPromptTokens: est})
+	preq := pick.Request{Model: model, Namespaces: namespaces, EstPromptTokens: est}
+	var pin pick.Pin
+	var ticket pick.Ticket
+	var err error
+	if r, ok := picker.(pick.Reserver); ok {
+		// Pick and record the dispatch in one step, so that requests
+		// arriving together see each other.
+		pin, ticket, err = r.Reserve(x.s.opts.Registry.Snapshot(), preq, x.s.opts.Now())
+	} else if pin, err = picker.Pick(x.s.opts.Registry.Snapshot(), preq); err == nil {
+		ticket = x.s.opts.Ledger.Dispatched(pin, est, x.s.opts.Now())
+	}
 	if err != nil {
 		return false // no worker serves the model: plain routing
 	}
@@ -127,7 +140,6 @@ func (x *exchange) shim(cfg *config.Config) bool {
 		routingPath = PathDisaggregated
 	}
 	hdr := pinHeaders(pin)
-	ticket := x.s.opts.Ledger.Dispatched(pin, est, x.s.opts.Now())
 	defer x.s.opts.Ledger.Finished(ticket)
 
 	res := x.send(pools[pin.Namespace], hdr, &pin)
@@ -175,6 +187,7 @@ func pinHeaders(pin pick.Pin) http.Header {
 // dispatch goes through the shim, its replicas are direct-mode frontends
 // that refuse unpinned requests, so they are not plain candidates.
 func (x *exchange) plain(_ *pick.Pin, routingPath string) {
+	x.path2 = routingPath
 	cfg := x.s.cfg.Load()
 	now := x.s.opts.Now()
 	shimReplica := map[string]bool{}
@@ -294,10 +307,20 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
 		}
-		return sendResult{kind: sentFailed, status: status, detail: "backend " + b.Name() + ": " + err.Error()}, status == http.StatusBadGateway
+		// Only a failure to connect is retried on another replica: the
+		// request never reached this one.
+		var op *net.OpError
+		dialFailed := errors.As(err, &op) && op.Op == "dial"
+		return sendResult{kind: sentFailed, status: status, detail: "backend " + b.Name() + ": " + err.Error()}, dialFailed
 	}
 	defer func() { _ = resp.Body.Close() }()
+	// A shim answer that is not 2xx is a failure (fallback or decode
+	// error) for a buffered request; for a streaming one only 5xx, 429 and
+	// 408 are, and other 4xx pass through.
 	failed := resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout
+	if !x.q.Stream && (resp.StatusCode < 200 || resp.StatusCode > 299) {
+		failed = true
+	}
 	b.release(resp.StatusCode < 500, x.s.opts.Now())
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if pin == nil && !stream {
@@ -348,7 +371,7 @@ func truncate(b []byte, n int) []byte {
 var dropRequestHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true, "X-Backend": true,
-	"Accept-Encoding": true,
+	"Accept-Encoding": true, "Authorization": true, "X-Api-Key": true,
 }
 
 func copyRequestHeaders(dst, src http.Header) {
@@ -374,6 +397,9 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin) {
 	if x.reveal {
 		h.Set("x-continuum-backend", b.Name())
 		path := PathUnified
+		if x.path2 != "" {
+			path = x.path2
+		}
 		if pin != nil {
 			path = PathAggregated
 			h.Set("x-continuum-worker", strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10))

@@ -558,3 +558,72 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 		t.Fatalf("closed again: %d", got)
 	}
 }
+
+// TestBufferedShim4xxIsFailure: for a buffered request any non-2xx shim
+// answer is a shim failure (fallback), unlike a stream's other 4xx.
+func TestBufferedShim4xxIsFailure(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
+	h.fe.Status = http.StatusNotFound
+	resp := h.post(t, chat(false), map[string]string{"x-backend": ""})
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || !strings.Contains(body, "plain backend") || resp.Header.Get("x-continuum-routing-path") != "fallback" {
+		t.Fatalf("status %d %v: %s", resp.StatusCode, resp.Header, body)
+	}
+}
+
+// TestNoRetryAfterTheRequestWasSent: a replica that took the request and
+// then dropped the connection is not retried elsewhere (the request may
+// have run); only a failure to connect is.
+func TestNoRetryAfterTheRequestWasSent(t *testing.T) {
+	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		_, _ = io.ReadAll(r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	defer dropper.Close()
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = append(c.Backends, config.Backend{Name: "dropper", Type: "openai", URL: dropper.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
+		c.Dynamo.Shim.Backends = []string{"dropper", "fe"}
+	})
+	ok, failed := 0, 0
+	for range 6 {
+		resp := h.post(t, chat(false), nil)
+		body := readAll(t, resp)
+		switch {
+		case resp.StatusCode == 200:
+			ok++
+		case resp.StatusCode == http.StatusBadGateway && strings.Contains(body, "disaggregated_decode_failed"):
+			failed++
+		default:
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	// Replicas rotate: requests that reached the dropper first failed and
+	// were not sent again to the frontend.
+	if failed == 0 || len(h.fe.Requests()) != ok {
+		t.Fatalf("%d ok, %d failed, %d reached the frontend", ok, failed, len(h.fe.Requests()))
+	}
+}
+
+func TestClientCredentialsNotForwarded(t *testing.T) {
+	h := newHarness(t, nil)
+	readAll(t, h.post(t, `{"model":"other","messages":[]}`, map[string]string{"X-Api-Key": "client-secret", "Authorization": "Bearer client-secret"}))
+	if got := (*h.plain)[0]; got.Get("X-Api-Key") != "" || got.Get("Authorization") != "" {
+		t.Fatalf("credentials forwarded: %v", got)
+	}
+	req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/admin/dynamo/workers", nil)
+	req.Header.Set("Authorization", "admin-secret") // no "Bearer "
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("admin token without Bearer: %d", resp.StatusCode)
+	}
+}

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,11 +26,6 @@ import (
 
 // MaxBodyBytes bounds a request body.
 const MaxBodyBytes = 32 << 20
-
-// maxPooledBody: larger request buffers are not kept for reuse.
-const maxPooledBody = 1 << 20
-
-var bodyPool = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 8<<10)) }}
 
 // maxBufferedResponse bounds a buffered upstream response held for
 // inspection.
@@ -345,15 +338,9 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 			return
 		}
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			bodyPool.Put(buf)
-		}
-	}()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	body := buf.Bytes()
+	// The body is not pooled: the transport may still read it after the
+	// upstream answered.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -23,6 +23,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/router"
@@ -40,8 +41,13 @@ type Options struct {
 	Grace time.Duration
 	// Bind overrides server.bind_address.
 	Bind string
-	// Demo runs a simulated Dynamo fleet in-process and routes to it.
-	Demo bool
+	// Demo runs a simulated Dynamo fleet in-process and routes to it;
+	// DemoFleet shapes it (two prefill and two decode workers at speed 4
+	// when zero).
+	Demo      bool
+	DemoFleet fleetsim.Options
+	// Picker replaces the load-based picker (benchmarks compare pickers).
+	Picker pick.Picker
 	// Ready, when set, receives the listening addresses once serving.
 	Ready func(main, admin string)
 }
@@ -87,7 +93,11 @@ func Run(ctx context.Context, o *Options) error {
 		if bind == "" {
 			bind = "127.0.0.1:8080"
 		}
-		d, err := fleetsim.StartDemo(fleetsim.Options{Prefill: 2, Decode: 2, Speed: 4}, bind)
+		fo := o.DemoFleet
+		if fo.Decode == 0 {
+			fo = fleetsim.Options{Prefill: 2, Decode: 2, Speed: 4}
+		}
+		d, err := fleetsim.StartDemo(fo, bind)
 		if err != nil {
 			return fmt.Errorf("demo fleet: %w", err)
 		}
@@ -145,6 +155,9 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	if sup != nil {
 		ropts.Subscriptions = sup.Subscriptions
+	}
+	if o.Picker != nil {
+		reg.SetPicker(o.Picker)
 	}
 	srv := router.New(ropts)
 	g.Go(func() error { return srv.Run(gctx) })
@@ -249,7 +262,15 @@ func (o *Options) config(demo *fleetsim.Demo) (*config.Config, error) {
 
 func printDemo(w io.Writer, d *fleetsim.Demo, addr string) {
 	model := d.Sim.Model()
-	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: 2 prefill and 2 decode workers of %s,
+	prefill, decode := 0, 0
+	for _, wk := range d.Sim.Workers() {
+		if wk.Role == "prefill" {
+			prefill++
+		} else {
+			decode++
+		}
+	}
+	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: %d prefill and %d decode workers of %s,
 registered in Dynamo's file store at %s and publishing their load over ZMQ.
 
 Try it:
@@ -262,7 +283,7 @@ Try it:
   continuum tail-load --source file --file-root %s
 
 Press Ctrl-C to stop.
-`, model, d.Root, addr, model, addr, model, fleetsim.DemoAdminToken, addr, d.Root, d.Root)
+`, prefill, decode, model, d.Root, addr, model, addr, model, fleetsim.DemoAdminToken, addr, d.Root, d.Root)
 }
 
 func isLoopback(a net.Addr) bool {

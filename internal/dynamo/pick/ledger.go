@@ -34,10 +34,16 @@ type entry struct {
 // Ledger counts what was dispatched to each (worker, rank) since its last
 // sample. It is safe for concurrent use.
 type Ledger struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	entries map[load.Key][]entry
 	next    uint64
+	// dispatches since the last sweep of expired entries.
+	sinceSweep int
 }
+
+// sweepEvery is how many dispatches pass between sweeps of expired
+// entries (entries of departed workers are never read again otherwise).
+const sweepEvery = 1024
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger { return &Ledger{entries: map[load.Key][]entry{}} }
@@ -55,6 +61,19 @@ type Ticket struct {
 func (l *Ledger) Dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.dispatchedLocked(pin, promptTokens, now)
+}
+
+func (l *Ledger) dispatchedLocked(pin Pin, promptTokens int, now time.Time) Ticket {
+	if l.sinceSweep++; l.sinceSweep >= sweepEvery {
+		l.sinceSweep = 0
+		for k, list := range l.entries {
+			l.entries[k] = expire(list, now)
+			if len(l.entries[k]) == 0 {
+				delete(l.entries, k)
+			}
+		}
+	}
 	l.next++
 	t := Ticket{id: l.next}
 	blocks := func(w Target) int {
@@ -66,7 +85,7 @@ func (l *Ledger) Dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
 	}
 	add := func(target Target, e entry) {
 		k := load.Key{WorkerID: target.Worker.ID.InstanceID, DPRank: target.DPRank}
-		list := l.entries[k]
+		list := expire(l.entries[k], now)
 		if list == nil && len(l.entries) >= maxLedgerKeys {
 			return
 		}
@@ -102,29 +121,30 @@ func (l *Ledger) Finished(t Ticket) {
 	}
 }
 
-// view returns, for one key, the backlog dispatched after since (the last
-// sample) and within the window, and whether the key looks stalled.
-func (l *Ledger) view(k load.Key, since, now time.Time) (prefill, decode int, stalled bool) {
-	list := l.entries[k]
-	if len(list) == 0 {
-		return 0, 0, false
-	}
+// expire drops entries older than the in-flight window, in place.
+func expire(list []entry, now time.Time) []entry {
 	keep := list[:0]
 	for _, e := range list {
+		if now.Sub(e.at) <= InFlightWindow {
+			keep = append(keep, e)
+		}
+	}
+	return keep
+}
+
+// view returns, for one key, the backlog dispatched after since (the last
+// sample) and within the window, and whether the key looks stalled. It
+// only reads: the caller holds l.mu (read or write).
+func (l *Ledger) view(k load.Key, since, now time.Time) (prefill, decode int, stalled bool) {
+	for _, e := range l.entries[k] {
 		if now.Sub(e.at) > InFlightWindow || !e.at.After(since) {
 			continue // expired, or answered by a later sample
 		}
-		keep = append(keep, e)
 		prefill += e.prefillTokens
 		decode += e.decodeBlocks
 		if e.stallable && !e.done && now.Sub(e.at) >= StallAfter {
 			stalled = true
 		}
-	}
-	if len(keep) == 0 {
-		delete(l.entries, k)
-	} else {
-		l.entries[k] = keep
 	}
 	return prefill, decode, stalled
 }

@@ -39,12 +39,13 @@ var _ Picker = (*LoadBased)(nil)
 
 // candidate is one (worker, rank) being costed.
 type candidate struct {
-	w       *fleet.Worker
-	group   int
-	rank    uint32
-	cost    float64
-	defined bool
-	fresh   bool // a fresh sample carrying this phase's field
+	w        *fleet.Worker
+	group    int
+	rank     uint32
+	cost     float64
+	defined  bool
+	excluded bool // silent with a backlog, or maybe stalled
+	fresh    bool // a fresh sample carrying this phase's field
 }
 
 const (
@@ -87,12 +88,44 @@ func groups(snap *fleet.Snapshot, req Request) []group {
 	return out
 }
 
+// Reserver is a picker that can pick and record the dispatch in one step,
+// so that concurrent requests see each other's in-flight load.
+type Reserver interface {
+	Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error)
+}
+
+var _ Reserver = (*LoadBased)(nil)
+
 // Pick implements Picker.
 func (p *LoadBased) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	now := time.Now()
 	if p.Now != nil {
 		now = p.Now()
 	}
+	if p.Ledger != nil {
+		p.Ledger.mu.RLock()
+		defer p.Ledger.mu.RUnlock()
+	}
+	return p.pick(snap, req, now)
+}
+
+// Reserve picks and records the pin in the ledger under one lock.
+func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error) {
+	if p.Ledger == nil {
+		pin, err := p.pick(snap, req, now)
+		return pin, Ticket{}, err
+	}
+	p.Ledger.mu.Lock()
+	defer p.Ledger.mu.Unlock()
+	pin, err := p.pick(snap, req, now)
+	if err != nil {
+		return pin, Ticket{}, err
+	}
+	return pin, p.Ledger.dispatchedLocked(pin, req.EstPromptTokens, now), nil
+}
+
+// pick chooses; the caller holds the ledger lock (read or write).
+func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
 	gs := groups(snap, req)
 	// Decode candidates across namespaces. Where a model has prefill and
 	// decode workers, aggregated workers are not decode candidates.
@@ -112,14 +145,11 @@ func (p *LoadBased) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	d, reason := p.choose(decode, phaseDecode, req.EstPromptTokens, now)
 	g := gs[d.group]
 	pin := Pin{Namespace: g.namespace, Decode: target(d), DecodeReason: reason}
-	if d.w.Role == fleet.RoleAggregated {
-		if len(g.prefill) > 0 {
-			pin.PrefillReason = ReasonNoPrefillPool
-		}
+	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
+		// No prefill id goes with an aggregated worker, and a decode
+		// worker without a prefill pool prefills itself.
+		pin.PrefillReason = ReasonNoPrefillPool
 		return pin, nil
-	}
-	if len(g.prefill) == 0 {
-		return pin, nil // decode only: the worker prefills itself
 	}
 	pbuf := candidatePool.Get().(*[]candidate)
 	defer func() { *pbuf = (*pbuf)[:0]; candidatePool.Put(pbuf) }()
@@ -153,12 +183,8 @@ func (p *LoadBased) choose(cands []candidate, phase int, est int, now time.Time)
 	anyFresh := false
 	p.Loads.View(func(get func(load.Key) *load.Sample) {
 		ledger := p.Ledger
-		if ledger != nil {
-			ledger.mu.Lock()
-			defer ledger.mu.Unlock()
-			if len(ledger.entries) == 0 {
-				ledger = nil
-			}
+		if ledger != nil && len(ledger.entries) == 0 {
+			ledger = nil
 		}
 		for i := range cands {
 			c := &cands[i]
@@ -194,9 +220,11 @@ func (p *LoadBased) choose(cands []candidate, phase int, est int, now time.Time)
 			case smp == nil, backlog != nil && *backlog == 0:
 				base = 0 // quiet: never published, or went idle
 			default:
+				c.excluded = true
 				continue // silent with a backlog, or no field for this phase
 			}
 			if stalled {
+				c.excluded = true
 				continue
 			}
 			if phase == phaseDecode {
@@ -223,8 +251,25 @@ func (p *LoadBased) choose(cands []candidate, phase int, est int, now time.Time)
 	}
 	if best < 0 {
 		// Fresh samples exist but no candidate has every field a cost needs
-		// (capacity missing from the cards): rotate.
-		return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
+		// (capacity missing from the cards): rotate over those not excluded.
+		n := 0
+		for _, c := range cands {
+			if !c.excluded {
+				n++
+			}
+		}
+		if n == 0 {
+			return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
+		}
+		k := int(cursor % uint64(n))
+		for _, c := range cands {
+			if !c.excluded {
+				if k == 0 {
+					return c, ReasonRoundRobinStale
+				}
+				k--
+			}
+		}
 	}
 	if ties > 1 {
 		n := int(cursor % uint64(ties))

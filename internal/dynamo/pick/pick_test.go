@@ -327,3 +327,36 @@ func TestEstimateTokens(t *testing.T) {
 		t.Error("empty text")
 	}
 }
+
+// TestLedgerSweepsDepartedWorkers: entries of workers never picked again
+// expire and are swept, so the ledger does not fill up with churn.
+func TestLedgerSweepsDepartedWorkers(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	ledger := pick.NewLedger()
+	ledger.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[0]}}, 100, t0)
+	later := t0.Add(pick.InFlightWindow + time.Second)
+	for range 1024 {
+		ledger.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[1]}}, 100, later)
+	}
+	if n := ledger.Keys(); n != 1 {
+		t.Fatalf("%d keys held, want only the live worker's", n)
+	}
+}
+
+// TestReserveSeesConcurrentDispatch: Reserve records the pin with the pick,
+// so a second request sees the first one's load.
+func TestReserveSeesConcurrentDispatch(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, u64(10), nil, nil)
+	l.sample(2, 0, t0, u64(12), nil, nil)
+	p := picker(l, t0)
+	a, _, err := p.Reserve(snap, req(), t0.Add(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ := p.Reserve(snap, req(), t0.Add(2*time.Millisecond))
+	if a.Decode.Worker == b.Decode.Worker {
+		t.Fatalf("both reservations went to worker %d", a.Decode.Worker.ID.InstanceID)
+	}
+}

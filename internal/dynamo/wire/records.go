@@ -377,7 +377,7 @@ func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) 
 	}
 	if p := u32("data_parallel_size"); p != nil {
 		rc.DataParallelDeclared = true
-		if *p > 0 {
+		if *p > 0 && *p <= MaxDataParallelSize && uint64(rc.DataParallelStartRank)+uint64(*p) <= 1<<32-1 {
 			rc.DataParallelSize = *p
 		} else {
 			errs = append(errs, "runtime_config.data_parallel_size")
@@ -391,6 +391,10 @@ func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) 
 	}
 	return rc, errs
 }
+
+// MaxDataParallelSize bounds the ranks one card may declare (each rank is a
+// routing candidate and a load key).
+const MaxDataParallelSize = 1024
 
 // maxDisaggregatedEndpointBytes bounds the disaggregated_endpoint kept.
 const maxDisaggregatedEndpointBytes = 1 << 10

@@ -1,0 +1,157 @@
+// Package benchcmd implements `continuum bench`: the routing-quality
+// benchmark, replaying a workload against the router over a simulated
+// fleet with each picker in turn.
+package benchcmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/cli/serve"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/workload"
+)
+
+// Options are the parsed flags of `bench`.
+type Options struct {
+	IO        *iostreams.IOStreams
+	Env       config.LookupEnv
+	Workload  string
+	Requests  int
+	TimeScale float64
+	MaxOutput int
+	Modes     []string
+	Prefill   int
+	Decode    int
+	Speed     float64
+	Tenants   int
+	Output    string
+}
+
+var modes = map[string]func() pick.Picker{
+	"round-robin": func() pick.Picker { return &pick.RoundRobin{} },
+	"load":        func() pick.Picker { return nil }, // serve's default picker
+}
+
+// NewCmdBench returns `continuum bench`.
+func NewCmdBench(f *cmdutil.Factory) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Env: f.Env}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Compare routing policies on a workload over a simulated fleet",
+		Long: `Replay a workload against the router, once per routing mode, each time over a
+fresh simulated Dynamo fleet (continuum fleet-sim's workers, whose prefill
+time depends on how much of the prompt their prefix cache holds), and report
+throughput, time to first token (p50/p90/p99), end-to-end latency and the
+prefix-cache hit rate, as a table or JSON.
+
+--workload takes a Mooncake trace (JSON lines with timestamp, input_length,
+output_length and hash_ids of 512-token blocks) or "synthetic", a
+multi-tenant workload of long shared prefixes and short queries.`,
+		Example: `  continuum bench --workload ../shared/data/mooncake/conversation_trace.jsonl --requests 600 --time-scale 4
+  continuum bench --workload synthetic --requests 400 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, m := range opts.Modes {
+				if modes[m] == nil {
+					return cmdutil.FlagErrorf("mode %q is not one of round-robin, load", m)
+				}
+			}
+			if err := cmdutil.OneOf("--output", opts.Output, []string{"table", "json"}); err != nil {
+				return err
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Workload, "workload", "synthetic", `a Mooncake trace file, or "synthetic"`)
+	fl.IntVar(&opts.Requests, "requests", 400, "requests to replay")
+	fl.Float64Var(&opts.TimeScale, "time-scale", 1, "divide the trace's inter-arrival times by this")
+	fl.IntVar(&opts.MaxOutput, "max-output", 64, "cap on each request's output tokens")
+	fl.StringSliceVar(&opts.Modes, "modes", []string{"round-robin", "load"}, "routing modes to compare: round-robin, load")
+	fl.IntVar(&opts.Prefill, "prefill", 2, "simulated prefill workers")
+	fl.IntVar(&opts.Decode, "decode", 4, "simulated decode workers")
+	fl.Float64Var(&opts.Speed, "speed", 10, "simulated time runs this many times faster")
+	fl.IntVar(&opts.Tenants, "tenants", 16, "tenants of the synthetic workload")
+	fl.StringVarP(&opts.Output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+// Run replays the workload once per mode.
+func Run(ctx context.Context, o *Options) error {
+	var reqs []workload.Request
+	if o.Workload == "synthetic" {
+		reqs = workload.Synthetic(o.Tenants, o.Requests, 16, 20*time.Millisecond)
+	} else {
+		var err error
+		if reqs, err = workload.Load(o.Workload, o.Requests); err != nil {
+			return err
+		}
+	}
+	if len(reqs) == 0 {
+		return fmt.Errorf("%s holds no requests", o.Workload)
+	}
+	var reports []workload.Report
+	for _, mode := range o.Modes {
+		rep, err := runMode(ctx, o, mode, reqs)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, rep)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"workload": o.Workload, "requests": len(reqs), "time_scale": o.TimeScale,
+			"fleet": map[string]any{"prefill": o.Prefill, "decode": o.Decode, "speed": o.Speed}, "results": reports})
+	}
+	tw := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "workload %s, %d requests, time scale %g, fleet %d prefill + %d decode at speed %g\n\n", o.Workload, len(reqs), o.TimeScale, o.Prefill, o.Decode, o.Speed)
+	fmt.Fprintln(tw, "MODE\tREQ/S\tTTFT P50\tTTFT P90\tTTFT P99\tE2E P50\tE2E P99\tHIT RATE\tERRORS")
+	for _, r := range reports {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.1f%%\t%d\n", r.Mode, r.Throughput, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.E2Ep50, r.E2Ep99, 100*r.HitRate, r.Errors)
+	}
+	return tw.Flush()
+}
+
+func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Request) (workload.Report, error) {
+	ios, _, _, errOut := iostreams.Test()
+	addr := make(chan string, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	so := &serve.Options{IO: ios, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
+		DemoFleet: fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed},
+		Picker:    modes[mode](),
+		Logger:    func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil },
+		Ready:     func(main, _ string) { addr <- main }}
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(sctx, so) }()
+	var router string
+	select {
+	case a := <-addr:
+		router = "http://" + a
+	case err := <-done:
+		return workload.Report{}, fmt.Errorf("router for %s: %v %s", mode, err, strings.TrimSpace(errOut.String()))
+	}
+	// Let discovery and the load subscriptions settle before measuring.
+	time.Sleep(time.Second)
+	rep := workload.Replay(sctx, reqs, workload.Options{Router: router, Model: "Qwen/Qwen3-32B", TimeScale: o.TimeScale, MaxOutput: o.MaxOutput})
+	rep.Mode = mode
+	cancel()
+	<-done
+	return rep, nil
+}
