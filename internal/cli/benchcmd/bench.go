@@ -145,13 +145,15 @@ func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Reque
 	case a := <-addr:
 		router = "http://" + a
 	case err := <-done:
-		return workload.Report{}, fmt.Errorf("router for %s: %v %s", mode, err, strings.TrimSpace(errOut.String()))
+		return workload.Report{}, fmt.Errorf("router for %s: %w %s", mode, err, strings.TrimSpace(errOut.String()))
 	}
 	// Let discovery and the load subscriptions settle before measuring.
 	time.Sleep(time.Second)
 	rep := workload.Replay(sctx, reqs, workload.Options{Router: router, Model: "Qwen/Qwen3-32B", TimeScale: o.TimeScale, MaxOutput: o.MaxOutput})
 	rep.Mode = mode
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		return rep, fmt.Errorf("router for %s: %w", mode, err)
+	}
 	return rep, nil
 }
