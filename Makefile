@@ -10,7 +10,7 @@ COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test lint bench fuzz completions man docs release-check tools clean
+.PHONY: help build test lint bench fuzz completions man docs release-check tools clean demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/golangci-lint run ./...
+
+demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
+	$(GO) run ./cmd/continuum serve --demo
 
 bench: ## run the benchmarks (figures are ratios against baselines in the same run)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
