@@ -45,9 +45,11 @@ type Recorded struct {
 
 // Frontend is a direct-mode frontend emulator.
 type Frontend struct {
-	mu       sync.Mutex
-	models   map[string]modelWorkers
-	recorded []Recorded
+	mu     sync.Mutex
+	models map[string]modelWorkers
+	// hadPrefill remembers models that were served disaggregated.
+	hadPrefill map[string]bool
+	recorded   []Recorded
 	// RejectInStream answers a missing prefill id on a streaming request
 	// with a 200 SSE stream that carries the error, instead of a 500.
 	RejectInStream bool
@@ -65,13 +67,23 @@ type modelWorkers struct {
 }
 
 // NewFrontend returns a frontend that knows no workers.
-func NewFrontend() *Frontend { return &Frontend{models: map[string]modelWorkers{}, Tokens: 3} }
+func NewFrontend() *Frontend {
+	return &Frontend{models: map[string]modelWorkers{}, hadPrefill: map[string]bool{}, Tokens: 3}
+}
 
 // SetWorkers declares the instances serving model (aggregated workers go
-// in decode).
+// in decode). As Dynamo 1.5's frontend does, a model served with prefill
+// workers is withdrawn when its last prefill worker leaves while decode
+// workers remain.
 func (f *Frontend) SetWorkers(model string, prefill, decode []uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(prefill) > 0 {
+		f.hadPrefill[model] = true
+	} else if f.hadPrefill[model] && len(decode) > 0 {
+		delete(f.models, model)
+		return
+	}
 	mw := modelWorkers{prefill: map[uint64]bool{}, decode: map[uint64]bool{}}
 	for _, id := range prefill {
 		mw.prefill[id] = true

@@ -20,12 +20,23 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// Options shape a simulated fleet.
+// Options shape a simulated fleet. Every (namespace, model) pair gets
+// Prefill, Decode and Aggregated workers.
 type Options struct {
-	Model     string
-	Namespace string
-	Prefill   int
-	Decode    int
+	Model      string
+	Models     []string
+	Namespace  string
+	Namespaces []string
+	Prefill    int
+	Decode     int
+	Aggregated int
+	// DPSize > 1 gives each worker that many data-parallel ranks (declared
+	// in its card); 0 or 1 declares one rank.
+	DPSize int
+	// NilSchedulerFields publishes load the way Dynamo 1.4.2 vLLM workers
+	// do: active_decode_blocks and active_prefill_tokens nil, only
+	// kv_used_blocks set.
+	NilSchedulerFields bool
 	// Root is the file store directory the workers register in (Dynamo's
 	// DYN_FILE_KV layout).
 	Root string
@@ -46,44 +57,60 @@ const (
 
 // Sim is a simulated Dynamo fleet: workers that register in the file store,
 // publish ActiveLoad on kv_metrics over real ZMQ PUB sockets, and run the
-// requests a direct-mode Frontend pins to them.
+// requests a direct-mode Frontend (one per namespace, as one per graph)
+// pins to them.
 type Sim struct {
-	opts     Options
-	Frontend *Frontend
-	workers  map[uint64]*simWorker
-	files    []string
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	opts      Options
+	frontends map[string]*Frontend
+	workers   map[uint64]*simWorker
+	files     []string
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
 }
 
 type simWorker struct {
 	id, publisherID uint64
-	role            string
+	namespace       string
+	model           string
+	role            string // prefill, decode or backend (aggregated)
+	dpSize          int
+	declaredDP      bool
 	pub             zmq4.Socket
 	endpoint        string
 	files           []string
+	nilFields       bool
 
 	cache *prefixCache
 
+	mu            sync.Mutex
+	seq           uint64
+	prefillTokens []uint64 // per rank
+	decodeBlocks  []uint64
 	// Fault state: dead (records no longer kept alive, requests refused),
 	// silent (publisher stopped), paused (requests hang, nothing published).
 	dead, silent, paused bool
 	resume               chan struct{}
-
-	mu            sync.Mutex
-	seq           uint64
-	prefillTokens uint64
-	decodeBlocks  uint64
 }
+
+// componentOf is the component a role registers as.
+var componentOf = map[string]string{"prefill": "prefill", "decode": "decode", "backend": "backend"}
 
 // Start launches the fleet.
 func Start(o Options) (*Sim, error) {
-	if o.Model == "" {
-		o.Model = "Qwen/Qwen3-32B"
+	if len(o.Models) == 0 {
+		if o.Model == "" {
+			o.Model = "Qwen/Qwen3-32B"
+		}
+		o.Models = []string{o.Model}
 	}
-	if o.Namespace == "" {
-		o.Namespace = "dynamo"
+	o.Model = o.Models[0]
+	if len(o.Namespaces) == 0 {
+		if o.Namespace == "" {
+			o.Namespace = "dynamo"
+		}
+		o.Namespaces = []string{o.Namespace}
 	}
+	o.Namespace = o.Namespaces[0]
 	if o.Speed <= 0 {
 		o.Speed = 1
 	}
@@ -94,46 +121,66 @@ func Start(o Options) (*Sim, error) {
 		o.TotalKVBlocks = 8192
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Sim{opts: o, Frontend: NewFrontend(), workers: map[uint64]*simWorker{}, cancel: cancel}
-	var prefill, decode []uint64
-	add := func(role string, n int, base uint64) error {
-		for i := range n {
-			id := base + uint64(i)
-			w := &simWorker{id: id, publisherID: id<<8 | 0x5a, role: role, pub: zmq4.NewPub(ctx),
-				cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)}
-			if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
-				return fmt.Errorf("worker %x publisher: %w", id, err)
-			}
-			w.endpoint = "tcp://" + w.pub.Addr().String()
-			s.workers[id] = w
-			if role == "prefill" {
-				prefill = append(prefill, id)
-			} else {
-				decode = append(decode, id)
+	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel}
+	next := uint64(0x7a00_0000_0100)
+	for _, ns := range o.Namespaces {
+		s.frontends[ns] = NewFrontend()
+		s.frontends[ns].Execute = s.execute
+		for _, model := range o.Models {
+			for _, role := range []struct {
+				name string
+				n    int
+			}{{"prefill", o.Prefill}, {"decode", o.Decode}, {"backend", o.Aggregated}} {
+				for range role.n {
+					id := next
+					next++
+					ranks := max(o.DPSize, 1)
+					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, namespace: ns, model: model, role: role.name,
+						dpSize: ranks, declaredDP: o.DPSize > 1, pub: zmq4.NewPub(ctx), nilFields: o.NilSchedulerFields,
+						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
+						cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)}
+					s.workers[id] = w
+					if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
+						s.Stop()
+						return nil, fmt.Errorf("worker %x publisher: %w", id, err)
+					}
+					w.endpoint = "tcp://" + w.pub.Addr().String()
+				}
 			}
 		}
-		return nil
-	}
-	if err := add("prefill", o.Prefill, 0x7a00_0000_0100); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	if err := add("decode", o.Decode, 0x7a00_0000_0200); err != nil {
-		s.Stop()
-		return nil, err
 	}
 	if err := s.register(); err != nil {
 		s.Stop()
 		return nil, err
 	}
-	s.Frontend.SetWorkers(o.Model, prefill, decode)
-	s.Frontend.Execute = s.execute
+	s.syncFrontends()
 	s.done.Add(1)
 	go func() { defer s.done.Done(); s.keepAlive(ctx) }()
 	for _, w := range s.workers {
-		w.publish() // an idle worker says 0 once, then is silent
+		w.publishAll() // an idle worker says 0 once, then is silent
 	}
 	return s, nil
+}
+
+// syncFrontends tells each namespace's frontend which live instances serve
+// each model.
+func (s *Sim) syncFrontends() {
+	for _, ns := range s.opts.Namespaces {
+		for _, model := range s.opts.Models {
+			var prefill, decode []uint64
+			for _, w := range s.workers {
+				if w.namespace != ns || w.model != model || w.isDead() {
+					continue
+				}
+				if w.role == "prefill" {
+					prefill = append(prefill, w.id)
+				} else {
+					decode = append(decode, w.id)
+				}
+			}
+			s.frontends[ns].SetWorkers(model, prefill, decode)
+		}
+	}
 }
 
 // fileName encodes a key the way Dynamo's file store names files.
@@ -174,27 +221,32 @@ func (s *Sim) register() error {
 		return os.Rename(tmp, final)
 	}
 	for id, w := range s.workers {
-		wt := map[string]string{"prefill": "Prefill", "decode": "Decode"}[w.role]
-		rel := fmt.Sprintf("%s/%s/generate/%x", o.Namespace, w.role, id)
-		if err := write("v1/instances", rel, map[string]any{"type": "Endpoint", "namespace": o.Namespace, "component": w.role, "endpoint": "generate",
+		wt := map[string]string{"prefill": "Prefill", "decode": "Decode", "backend": "Aggregated"}[w.role]
+		comp := componentOf[w.role]
+		rel := fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, id)
+		if err := write("v1/instances", rel, map[string]any{"type": "Endpoint", "namespace": w.namespace, "component": comp, "endpoint": "generate",
 			"instance_id": id, "transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", id)}}); err != nil {
 			return err
 		}
 		w.files = append(w.files, lastFile)
-		if err := write("v1/mdc", rel, map[string]any{"type": "Model", "namespace": o.Namespace, "component": w.role, "endpoint": "generate", "instance_id": id,
-			"card_json": map[string]any{"display_name": o.Model, "worker_type": wt, "kv_cache_block_size": o.BlockSize,
-				"runtime_config": map[string]any{"total_kv_blocks": o.TotalKVBlocks, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
-					"context_length": 32768, "data_parallel_start_rank": 0, "data_parallel_size": 1}}}); err != nil {
+		rc := map[string]any{"total_kv_blocks": o.TotalKVBlocks, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+			"context_length": 32768, "data_parallel_start_rank": 0}
+		if w.declaredDP {
+			rc["data_parallel_size"] = w.dpSize
+		}
+		if err := write("v1/mdc", rel, map[string]any{"type": "Model", "namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": id,
+			"card_json": map[string]any{"display_name": w.model, "worker_type": wt, "kv_cache_block_size": o.BlockSize, "runtime_config": rc}}); err != nil {
 			return err
 		}
 		w.files = append(w.files, lastFile)
-		ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/kv_metrics/%x", wire.EncodeSegment(o.Namespace), w.role, w.publisherID)
+		ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/kv_metrics/%x", wire.EncodeSegment(w.namespace), wire.EncodeSegment(comp), w.publisherID)
 		if err := write("v1/event_channels", ch, map[string]any{"type": "EventChannel",
-			"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": o.Namespace, "component": w.role, "name": "generate"}},
+			"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": w.namespace, "component": comp, "name": "generate"}},
 			"topic": "kv_metrics", "instance_id": w.publisherID,
 			"transport": map[string]any{"kind": "Zmq", "config": map[string]string{"endpoint": w.endpoint}}}); err != nil {
 			return err
 		}
+		w.files = append(w.files, lastFile)
 	}
 	return nil
 }
@@ -235,31 +287,52 @@ func (s *Sim) Stop() {
 	}
 }
 
-// Model is the model the fleet serves.
+// Model is the (first) model the fleet serves.
 func (s *Sim) Model() string { return s.opts.Model }
 
-// publish sends the worker's current load (change-driven, as upstream).
-func (w *simWorker) publish() {
+// Models are the models the fleet serves.
+func (s *Sim) Models() []string { return s.opts.Models }
+
+// Namespaces are the fleet's Dynamo namespaces.
+func (s *Sim) Namespaces() []string { return s.opts.Namespaces }
+
+// Frontend is the direct-mode frontend of a namespace.
+func (s *Sim) Frontend(ns string) *Frontend { return s.frontends[ns] }
+
+// publish sends one rank's current load (change-driven, as upstream).
+func (w *simWorker) publish(rank int) {
 	w.mu.Lock()
 	if w.silent || w.paused || w.dead {
 		w.mu.Unlock()
 		return
 	}
-	l := wire.ActiveLoad{WorkerID: w.id, ActiveDecodeBlocks: ptr(w.decodeBlocks), ActivePrefillTokens: ptr(w.prefillTokens)}
+	l := wire.ActiveLoad{WorkerID: w.id, DPRank: uint32(rank)}
+	if w.nilFields {
+		used := w.decodeBlocks[rank] + w.prefillTokens[rank]/16
+		l.KVUsedBlocks = &used
+	} else {
+		l.ActiveDecodeBlocks, l.ActivePrefillTokens = ptr(w.decodeBlocks[rank]), ptr(w.prefillTokens[rank])
+	}
 	seq := w.seq
 	w.seq++
 	w.mu.Unlock()
 	_ = w.pub.Send(zmq4.NewMsgFrom(wire.EncodeEventMessage("kv_metrics", w.publisherID, seq, uint64(time.Now().UnixMilli()), wire.EncodeActiveLoad(l))...))
 }
 
+func (w *simWorker) publishAll() {
+	for r := range w.dpSize {
+		w.publish(r)
+	}
+}
+
 func ptr(v uint64) *uint64 { return &v }
 
-func (w *simWorker) adjust(prefill, decode int64) {
+func (w *simWorker) adjust(rank int, prefill, decode int64) {
 	w.mu.Lock()
-	w.prefillTokens = uint64(int64(w.prefillTokens) + prefill)
-	w.decodeBlocks = uint64(int64(w.decodeBlocks) + decode)
+	w.prefillTokens[rank] = uint64(int64(w.prefillTokens[rank]) + prefill)
+	w.decodeBlocks[rank] = uint64(int64(w.decodeBlocks[rank]) + decode)
 	w.mu.Unlock()
-	w.publish()
+	w.publish(rank)
 }
 
 func (s *Sim) sleep(ctx context.Context, d time.Duration) error {
@@ -303,6 +376,12 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	if rec.Prefill != nil {
 		prefillW = s.workers[*rec.Prefill]
 	}
+	decodeRank, prefillRank := rankOf(rec.DPRank, decodeW), 0
+	if rec.Prefill != nil {
+		prefillRank = rankOf(rec.PrefillDPRank, prefillW)
+	} else {
+		prefillRank = decodeRank
+	}
 	if decodeW == nil || prefillW == nil || decodeW.isDead() || prefillW.isDead() {
 		http.Error(w, UnknownInstanceError, http.StatusInternalServerError)
 		return
@@ -320,15 +399,15 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	w.Header().Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
 	uncached := prompt - cached
-	prefillW.adjust(int64(uncached), 0)
+	prefillW.adjust(prefillRank, int64(uncached), 0)
 	err := s.sleep(ctx, time.Duration(uncached)*prefillPerToken)
-	prefillW.adjust(-int64(uncached), 0)
+	prefillW.adjust(prefillRank, -int64(uncached), 0)
 	if err != nil {
 		return
 	}
 	kvBlocks := int64((prompt+out)/s.opts.BlockSize + 1)
-	decodeW.adjust(0, kvBlocks)
-	defer decodeW.adjust(0, -kvBlocks)
+	decodeW.adjust(decodeRank, 0, kvBlocks)
+	defer decodeW.adjust(decodeRank, 0, -kvBlocks)
 	if !q.Stream {
 		for range out {
 			if s.sleep(ctx, decodePerToken) != nil {
@@ -366,6 +445,14 @@ func words(n int) string {
 		parts[i] = demoWords[i%len(demoWords)]
 	}
 	return strings.Join(parts, " ")
+}
+
+// rankOf is the rank a request was pinned to, 0 when absent or out of range.
+func rankOf(r *uint64, w *simWorker) int {
+	if r == nil || w == nil || *r >= uint64(w.dpSize) {
+		return 0
+	}
+	return int(*r)
 }
 
 func (w *simWorker) isDead() bool {
@@ -432,8 +519,11 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		return fmt.Errorf("unknown fault %q", f)
 	}
 	w.mu.Unlock()
-	if f == FaultResume {
-		w.publish()
+	switch f {
+	case FaultResume:
+		w.publishAll()
+	case FaultKill:
+		s.syncFrontends()
 	}
 	return nil
 }
@@ -441,6 +531,8 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 // WorkerInfo describes a simulated worker.
 type WorkerInfo struct {
 	InstanceID  uint64 `json:"instance_id"`
+	Namespace   string `json:"namespace"`
+	Model       string `json:"model"`
 	Role        string `json:"role"`
 	PublisherID uint64 `json:"publisher_id"`
 	Dead        bool   `json:"dead"`
@@ -453,16 +545,17 @@ func (s *Sim) Workers() []WorkerInfo {
 	var out []WorkerInfo
 	for _, w := range s.workers {
 		w.mu.Lock()
-		out = append(out, WorkerInfo{InstanceID: w.id, Role: w.role, PublisherID: w.publisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
+		out = append(out, WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
 		w.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.InstanceID, b.InstanceID) })
 	return out
 }
 
-// Handler serves the frontend and, under /sim/, the control API:
-// GET /sim/workers, POST /sim/workers/{id}/{kill|stop-publisher|pause|resume}.
-func (s *Sim) Handler() http.Handler {
+// Handler serves the namespace's frontend and, under /sim/, the control API
+// of the whole fleet: GET /sim/workers,
+// POST /sim/workers/{id}/{kill|stop-publisher|pause|resume}.
+func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sim/workers", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -484,6 +577,6 @@ func (s *Sim) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.Handle("/", s.Frontend)
+	mux.Handle("/", s.frontends[ns])
 	return mux
 }

@@ -19,8 +19,11 @@ type Options struct {
 	IO           *iostreams.IOStreams
 	Prefill      int
 	Decode       int
-	Model        string
-	Namespace    string
+	Aggregated   int
+	DP           int
+	Models       []string
+	Namespaces   []string
+	NilFields    bool
 	Speed        float64
 	RouterBind   string
 	FrontendBind string
@@ -54,8 +57,11 @@ Faults can be injected through the frontend's control API:
   continuum serve --config /tmp/continuum.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Prefill < 0 || opts.Decode < 1 {
-				return cmdutil.FlagErrorf("--decode must be at least 1 and --prefill not negative")
+			if opts.Prefill < 0 || opts.Decode < 0 || opts.Aggregated < 0 || opts.Decode+opts.Aggregated == 0 {
+				return cmdutil.FlagErrorf("a fleet needs decode or aggregated workers, and no count may be negative")
+			}
+			if opts.DP < 0 || opts.DP > 64 {
+				return cmdutil.FlagErrorf("--dp must be between 0 and 64")
 			}
 			if opts.Speed <= 0 {
 				return cmdutil.FlagErrorf("--speed must be positive")
@@ -67,10 +73,13 @@ Faults can be injected through the frontend's control API:
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&opts.Prefill, "prefill", 2, "prefill workers")
-	fl.IntVar(&opts.Decode, "decode", 2, "decode workers")
-	fl.StringVar(&opts.Model, "model", "Qwen/Qwen3-32B", "model the workers serve")
-	fl.StringVar(&opts.Namespace, "namespace", "dynamo", "Dynamo namespace (DYN_NAMESPACE)")
+	fl.IntVar(&opts.Prefill, "prefill", 2, "prefill workers per namespace and model")
+	fl.IntVar(&opts.Decode, "decode", 2, "decode workers per namespace and model")
+	fl.IntVar(&opts.Aggregated, "aggregated", 0, "aggregated workers per namespace and model")
+	fl.IntVar(&opts.DP, "dp", 0, "data-parallel ranks per worker (declared in the card when above 1)")
+	fl.StringSliceVar(&opts.Models, "models", []string{"Qwen/Qwen3-32B"}, "models the fleet serves")
+	fl.StringSliceVar(&opts.Namespaces, "namespaces", []string{"dynamo"}, "Dynamo namespaces (one graph and frontend each)")
+	fl.BoolVar(&opts.NilFields, "nil-load-fields", false, "publish load like Dynamo 1.4.2 vLLM workers: only kv_used_blocks")
 	fl.Float64Var(&opts.Speed, "speed", 1, "run simulated time this many times faster")
 	fl.StringVar(&opts.RouterBind, "router-bind", "127.0.0.1:8080", "server.bind_address of the printed router configuration")
 	fl.StringVar(&opts.FrontendBind, "frontend-bind", "127.0.0.1:0", "listen address of the frontend emulator")
@@ -80,16 +89,20 @@ Faults can be injected through the frontend's control API:
 
 // Run runs the fleet until ctx ends.
 func Run(ctx context.Context, o *Options) error {
-	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Model: o.Model, Namespace: o.Namespace, Speed: o.Speed},
-		o.RouterBind, o.FrontendBind)
+	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Aggregated: o.Aggregated, DPSize: o.DP,
+		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed}, o.RouterBind, o.FrontendBind)
 	if err != nil {
 		return err
 	}
 	defer d.Stop()
 	w := o.IO.Out
-	fmt.Fprintf(w, "file store: %s\nfrontend:   %s\nworkers:\n", d.Root, d.FrontendURL)
+	fmt.Fprintf(w, "file store: %s\n", d.Root)
+	for _, ns := range d.Sim.Namespaces() {
+		fmt.Fprintf(w, "frontend:   %s  (namespace %s)\n", d.FrontendURLs[ns], ns)
+	}
+	fmt.Fprintln(w, "workers:")
 	for _, wk := range d.Sim.Workers() {
-		fmt.Fprintf(w, "  %-7s instance %d (0x%x), publisher %d\n", wk.Role, wk.InstanceID, wk.InstanceID, wk.PublisherID)
+		fmt.Fprintf(w, "  %-7s instance %d (0x%x), publisher %d, %s / %s\n", wk.Role, wk.InstanceID, wk.InstanceID, wk.PublisherID, wk.Namespace, wk.Model)
 	}
 	if o.WriteConfig != "" {
 		if err := os.WriteFile(o.WriteConfig, []byte(d.Config), 0o600); err != nil {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -262,16 +263,13 @@ func (o *Options) config(demo *fleetsim.Demo) (*config.Config, error) {
 
 func printDemo(w io.Writer, d *fleetsim.Demo, addr string) {
 	model := d.Sim.Model()
-	prefill, decode := 0, 0
+	count := map[string]int{}
 	for _, wk := range d.Sim.Workers() {
-		if wk.Role == "prefill" {
-			prefill++
-		} else {
-			decode++
-		}
+		count[wk.Role]++
 	}
-	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: %d prefill and %d decode workers of %s,
-registered in Dynamo's file store at %s and publishing their load over ZMQ.
+	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: %d prefill, %d decode and %d aggregated workers
+serving %s in namespace(s) %s, registered in Dynamo's file store at %s
+and publishing their load over ZMQ.
 
 Try it:
   curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -H 'x-backend: 1' -i \
@@ -283,7 +281,8 @@ Try it:
   continuum tail-load --source file --file-root %s
 
 Press Ctrl-C to stop.
-`, prefill, decode, model, d.Root, addr, model, addr, model, fleetsim.DemoAdminToken, addr, d.Root, d.Root)
+`, count["prefill"], count["decode"], count["backend"], strings.Join(d.Sim.Models(), ", "), strings.Join(d.Sim.Namespaces(), ", "),
+		d.Root, addr, model, addr, model, fleetsim.DemoAdminToken, addr, d.Root, d.Root)
 }
 
 func isLoopback(a net.Addr) bool {
