@@ -142,3 +142,29 @@ type WorkersResponse struct {
 	KVEventPublishers int            `json:"kv_event_publishers"`
 	Subscriptions     []Subscription `json:"subscriptions"`
 }
+
+// LoadSample is one (worker, rank)'s latest load as the router holds it.
+type LoadSample struct {
+	WorkerID            string  `json:"worker_id"`
+	Namespace           string  `json:"namespace"`
+	DPRank              uint32  `json:"dp_rank"`
+	ActiveDecodeBlocks  *uint64 `json:"active_decode_blocks"`
+	ActivePrefillTokens *uint64 `json:"active_prefill_tokens"`
+	KVUsedBlocks        *uint64 `json:"kv_used_blocks"`
+	// AgeMs is how long ago the sample arrived; State is fresh (within
+	// max_staleness), quiet (old, no backlog) or stale (old, with a backlog).
+	AgeMs int64  `json:"age_ms"`
+	State string `json:"state"`
+}
+
+// LoadResponse is GET /admin/dynamo/load (used by continuum top).
+type LoadResponse struct {
+	MaxStalenessMs int64        `json:"max_staleness_ms"`
+	Samples        []LoadSample `json:"samples"`
+}
+
+// ProblemsResponse is GET /admin/dynamo/problems (used by continuum top).
+type ProblemsResponse struct {
+	Generation uint64    `json:"generation"`
+	Problems   []Problem `json:"problems"`
+}

@@ -14,6 +14,53 @@ import (
 func (s *Server) mountAdmin(mux *http.ServeMux) {
 	mux.Handle("GET /admin/dynamo/workers", s.adminAuth(http.HandlerFunc(s.adminWorkers)))
 	mux.Handle("GET /admin/config", s.adminAuth(http.HandlerFunc(s.adminConfig)))
+	mux.Handle("GET /admin/dynamo/load", s.adminAuth(http.HandlerFunc(s.adminLoad)))
+	mux.Handle("GET /admin/dynamo/problems", s.adminAuth(http.HandlerFunc(s.adminProblems)))
+}
+
+// adminLoad lists the latest sample of every live worker rank.
+func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
+	resp := admin.LoadResponse{Samples: []admin.LoadSample{}}
+	if s.opts.Store != nil && s.opts.Registry != nil {
+		maxAge := s.opts.Store.MaxStaleness()
+		resp.MaxStalenessMs = maxAge.Milliseconds()
+		now := s.opts.Now()
+		for _, wk := range s.opts.Registry.Snapshot().Workers {
+			for r := range max(wk.DPSize, 1) {
+				rank := wk.DPStartRank + r
+				smp, ok := s.opts.Store.Latest(wk.ID.InstanceID, rank)
+				if !ok {
+					continue
+				}
+				age := now.Sub(smp.ReceivedAt)
+				state := "fresh"
+				if age > maxAge {
+					state = "quiet"
+					for _, v := range []*uint64{smp.Load.ActiveDecodeBlocks, smp.Load.ActivePrefillTokens, smp.Load.KVUsedBlocks} {
+						if v != nil && *v > 0 {
+							state = "stale"
+						}
+					}
+				}
+				resp.Samples = append(resp.Samples, admin.LoadSample{WorkerID: wk.WorkerIDDecimal(), Namespace: wk.ID.Namespace, DPRank: rank,
+					ActiveDecodeBlocks: smp.Load.ActiveDecodeBlocks, ActivePrefillTokens: smp.Load.ActivePrefillTokens, KVUsedBlocks: smp.Load.KVUsedBlocks,
+					AgeMs: age.Milliseconds(), State: state})
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// adminProblems lists why records are not (all of) a routable worker.
+func (s *Server) adminProblems(w http.ResponseWriter, _ *http.Request) {
+	resp := admin.ProblemsResponse{Problems: []admin.Problem{}}
+	if s.opts.Registry != nil {
+		resp.Generation = s.opts.Registry.Generation()
+		_, _, resp.Problems = admin.Views(s.opts.Registry.Snapshot())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // adminAuth checks the bearer token in constant time and writes one audit

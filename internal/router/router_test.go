@@ -21,6 +21,7 @@ import (
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -65,6 +66,7 @@ type harness struct {
 	reg     *fleet.Registry
 	reducer *fleet.Reducer
 	metrics *telemetry.RouterMetrics
+	store   *load.Store
 	plain   *[]http.Header
 }
 
@@ -107,6 +109,7 @@ func newHarness(t *testing.T, edit func(*config.Config)) *harness {
 	h.reg.SetEnabled(true)
 	h.reg.Publish(h.reducer.Build(t0))
 	store := load.NewStore(3*time.Second, nil)
+	h.store = store
 	h.metrics = telemetry.NewRouterMetrics(nil)
 	promReg := prometheus.NewRegistry()
 	srv := router.New(router.Options{Config: cfg, Registry: h.reg, Store: store, Metrics: h.metrics, Gatherer: promReg,
@@ -437,6 +440,44 @@ func TestAdminWorkers(t *testing.T) {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("field %s missing", k)
 		}
+	}
+}
+
+func TestAdminLoadAndProblems(t *testing.T) {
+	h := newHarness(t, nil)
+	h.store.SetLiveAndRetain(map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPStartRank: 0, DPSize: 2}})
+	blocks := uint64(7)
+	if r := h.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: 20, DPRank: 1, ActiveDecodeBlocks: &blocks}, PublisherID: 1, Sequence: 1, ReceivedAt: time.Now()}); r != "" {
+		t.Fatal(r)
+	}
+	get := func(path string) string {
+		req, _ := http.NewRequest(http.MethodGet, h.router.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer admin-secret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		return readAll(t, resp)
+	}
+	var l admin.LoadResponse
+	if err := json.Unmarshal([]byte(get("/admin/dynamo/load")), &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.MaxStalenessMs != 3000 || len(l.Samples) != 1 {
+		t.Fatalf("%+v", l)
+	}
+	if s := l.Samples[0]; s.WorkerID != "20" || s.DPRank != 1 || s.ActiveDecodeBlocks == nil || *s.ActiveDecodeBlocks != 7 || s.State != "fresh" || s.ActivePrefillTokens != nil {
+		t.Fatalf("%+v", s)
+	}
+	var p admin.ProblemsResponse
+	if err := json.Unmarshal([]byte(get("/admin/dynamo/problems")), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Generation == 0 || p.Problems == nil {
+		t.Fatalf("%+v", p)
 	}
 }
 
