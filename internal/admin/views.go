@@ -152,9 +152,12 @@ type LoadSample struct {
 	ActivePrefillTokens *uint64 `json:"active_prefill_tokens"`
 	KVUsedBlocks        *uint64 `json:"kv_used_blocks"`
 	// AgeMs is how long ago the sample arrived; State is fresh (within
-	// max_staleness), quiet (old, no backlog) or stale (old, with a backlog).
+	// max_staleness), quiet (old, no backlog) or
+	// stale (old, with a backlog); none before the first sample.
 	AgeMs int64  `json:"age_ms"`
 	State string `json:"state"`
+	// Selections counts the router's picks of this rank since it started.
+	Selections uint64 `json:"selections"`
 }
 
 // LoadResponse is GET /admin/dynamo/load (used by continuum top).

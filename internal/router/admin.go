@@ -9,6 +9,8 @@ import (
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
 func (s *Server) mountAdmin(mux *http.ServeMux) {
@@ -18,18 +20,31 @@ func (s *Server) mountAdmin(mux *http.ServeMux) {
 	mux.Handle("GET /admin/dynamo/problems", s.adminAuth(http.HandlerFunc(s.adminProblems)))
 }
 
-// adminLoad lists the latest sample of every live worker rank.
+// adminLoad lists every live worker rank with its latest sample (state
+// "none" before the first) and how often the router picked it.
 func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 	resp := admin.LoadResponse{Samples: []admin.LoadSample{}}
 	if s.opts.Store != nil && s.opts.Registry != nil {
 		maxAge := s.opts.Store.MaxStaleness()
 		resp.MaxStalenessMs = maxAge.Milliseconds()
 		now := s.opts.Now()
-		for _, wk := range s.opts.Registry.Snapshot().Workers {
+		snap := s.opts.Registry.Snapshot()
+		ranks := make(map[uint64]*fleet.Worker, len(snap.Workers))
+		for _, w := range snap.Workers {
+			ranks[w.ID.InstanceID] = w
+		}
+		picks := s.picks.snapshot(func(k load.Key) bool {
+			w := ranks[k.WorkerID]
+			return w != nil && k.DPRank >= w.DPStartRank && k.DPRank < w.DPStartRank+max(w.DPSize, 1)
+		})
+		for _, wk := range snap.Workers {
 			for r := range max(wk.DPSize, 1) {
 				rank := wk.DPStartRank + r
+				row := admin.LoadSample{WorkerID: wk.WorkerIDDecimal(), Namespace: wk.ID.Namespace, DPRank: rank,
+					Selections: picks[load.Key{WorkerID: wk.ID.InstanceID, DPRank: rank}], State: "none"}
 				smp, ok := s.opts.Store.Latest(wk.ID.InstanceID, rank)
 				if !ok {
+					resp.Samples = append(resp.Samples, row)
 					continue
 				}
 				age := now.Sub(smp.ReceivedAt)
@@ -42,9 +57,9 @@ func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 						}
 					}
 				}
-				resp.Samples = append(resp.Samples, admin.LoadSample{WorkerID: wk.WorkerIDDecimal(), Namespace: wk.ID.Namespace, DPRank: rank,
-					ActiveDecodeBlocks: smp.Load.ActiveDecodeBlocks, ActivePrefillTokens: smp.Load.ActivePrefillTokens, KVUsedBlocks: smp.Load.KVUsedBlocks,
-					AgeMs: age.Milliseconds(), State: state})
+				row.ActiveDecodeBlocks, row.ActivePrefillTokens, row.KVUsedBlocks = smp.Load.ActiveDecodeBlocks, smp.Load.ActivePrefillTokens, smp.Load.KVUsedBlocks
+				row.AgeMs, row.State = age.Milliseconds(), state
+				resp.Samples = append(resp.Samples, row)
 			}
 		}
 	}

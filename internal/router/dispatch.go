@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
@@ -132,8 +133,12 @@ func (x *exchange) shim(cfg *config.Config) bool {
 	}
 	m := x.s.opts.Metrics
 	m.Selections.WithLabelValues(pick.RoleDecode, pin.DecodeReason).Inc()
+	x.s.picks.add(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
 	if pin.PrefillReason != "" {
 		m.Selections.WithLabelValues(pick.RolePrefill, pin.PrefillReason).Inc()
+	}
+	if pin.Prefill != nil {
+		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
 	}
 	routingPath := PathAggregated
 	if pin.Prefill != nil {

@@ -462,15 +462,30 @@ func TestAdminLoadAndProblems(t *testing.T) {
 		}
 		return readAll(t, resp)
 	}
+	if resp := h.post(t, chat(false), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat: %d", resp.StatusCode)
+	}
 	var l admin.LoadResponse
 	if err := json.Unmarshal([]byte(get("/admin/dynamo/load")), &l); err != nil {
 		t.Fatal(err)
 	}
-	if l.MaxStalenessMs != 3000 || len(l.Samples) != 1 {
+	if l.MaxStalenessMs != 3000 || len(l.Samples) != 3 { // prefill 10, decode 20 ranks 0 and 1
 		t.Fatalf("%+v", l)
 	}
-	if s := l.Samples[0]; s.WorkerID != "20" || s.DPRank != 1 || s.ActiveDecodeBlocks == nil || *s.ActiveDecodeBlocks != 7 || s.State != "fresh" || s.ActivePrefillTokens != nil {
-		t.Fatalf("%+v", s)
+	var picks uint64
+	for _, s := range l.Samples {
+		picks += s.Selections
+		switch {
+		case s.WorkerID == "20" && s.DPRank == 1:
+			if s.ActiveDecodeBlocks == nil || *s.ActiveDecodeBlocks != 7 || s.State != "fresh" || s.ActivePrefillTokens != nil {
+				t.Fatalf("%+v", s)
+			}
+		case s.State != "none" || s.ActiveDecodeBlocks != nil:
+			t.Fatalf("no sample yet: %+v", s)
+		}
+	}
+	if picks != 2 { // one prefill and one decode pick
+		t.Fatalf("selections: %+v", l.Samples)
 	}
 	var p admin.ProblemsResponse
 	if err := json.Unmarshal([]byte(get("/admin/dynamo/problems")), &p); err != nil {

@@ -60,6 +60,7 @@ type Server struct {
 	logger   *slog.Logger
 	ready    atomic.Bool
 	rr       atomic.Uint64
+	picks    selections
 }
 
 // New builds a server from configuration.
