@@ -10,7 +10,7 @@ COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test lint bench fuzz completions man docs release-check tools clean demo
+.PHONY: help build test lint bench fuzz completions man docs release-check tools clean demo top-e2e
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
 
 demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
 	$(GO) run ./cmd/continuum serve --demo
+
+top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
+	scripts/top-e2e.sh
 
 bench: ## run the benchmarks (figures are ratios against baselines in the same run)
 	$(GO) test -run '^$$' -bench . -benchmem ./...

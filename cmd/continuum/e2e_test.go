@@ -276,3 +276,17 @@ func tail(s string) string {
 	}
 	return s
 }
+
+// TestTopInTmux runs scripts/top-e2e.sh: `top --demo` in a real terminal
+// (tmux), driven by keys. .ci/run installs tmux; without it the test skips.
+func TestTopInTmux(t *testing.T) {
+	bin := binary(t)
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (.ci/run installs it)")
+	}
+	cmd := exec.Command("bash", filepath.Join(testutil.RepoRoot(t), "scripts", "top-e2e.sh"), bin)
+	cmd.Dir = testutil.RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

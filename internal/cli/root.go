@@ -23,6 +23,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/fleetsimcmd"
 	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/cli/tailload"
+	"github.com/continuum-router/continuum/internal/cli/top"
 	"github.com/continuum-router/continuum/internal/cli/versioncmd"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -115,6 +116,9 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	tail := tailload.NewCmdTailLoad(f, nil)
 	tail.GroupID = "operate"
 	root.AddCommand(tail)
+	tp := top.NewCmdTop(f, nil)
+	tp.GroupID = "operate"
+	root.AddCommand(tp)
 	cfg := configcmd.NewCmdConfig(f)
 	cfg.GroupID = "configure"
 	root.AddCommand(cfg)

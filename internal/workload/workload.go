@@ -143,6 +143,7 @@ func Replay(ctx context.Context, reqs []Request, o Options) Report {
 	if len(reqs) > 0 {
 		t0 = reqs[0].Timestamp
 	}
+	sent := len(reqs)
 	for i, r := range reqs {
 		at := start.Add(time.Duration(float64(r.Timestamp-t0) / o.TimeScale * float64(time.Millisecond)))
 		if d := time.Until(at); d > 0 {
@@ -152,7 +153,7 @@ func Replay(ctx context.Context, reqs []Request, o Options) Report {
 			}
 		}
 		if ctx.Err() != nil {
-			results = results[:i]
+			sent = i
 			break
 		}
 		if sem != nil {
@@ -168,7 +169,7 @@ func Replay(ctx context.Context, reqs []Request, o Options) Report {
 		}(i, r)
 	}
 	wg.Wait()
-	return summarise(results, time.Since(start))
+	return summarise(results[:sent], time.Since(start))
 }
 
 func one(ctx context.Context, r Request, o Options) Result {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,7 +125,7 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 	}
 	write(1)
 	ios, _, _, errOut := iostreams.Test()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	ios.Out = out
 	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv, Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -144,21 +143,4 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("%v %s", err, errOut)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,0 +1,199 @@
+// Package top implements `continuum top`, a live terminal monitor of a
+// router's fleet view, over the model in internal/tui.
+package top
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/routerd"
+	"github.com/continuum-router/continuum/internal/tui"
+	"github.com/continuum-router/continuum/internal/workload"
+)
+
+// Output formats of --once.
+var outputs = []string{"table", "json"}
+
+// TokenEnv is read when --token is not given.
+const TokenEnv = "CONTINUUM_ADMIN_TOKEN"
+
+// Options are the parsed flags of `top`.
+type Options struct {
+	IO       *iostreams.IOStreams
+	Env      config.LookupEnv
+	Router   string
+	Token    string
+	Interval time.Duration
+	Timeout  time.Duration
+	Once     bool
+	Output   string
+	Demo     bool
+	// ProgramOptions are extra bubbletea options (tests pass input and
+	// output).
+	ProgramOptions []tea.ProgramOption
+}
+
+// NewCmdTop returns `continuum top`. runF replaces the run step in tests.
+func NewCmdTop(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Env: f.Env}
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Watch a router's fleet live in the terminal",
+		Long: `Watch a router's Dynamo fleet live: workers grouped by namespace, model and
+role with their load against capacity, sample age and selection rate; load
+subscriptions; selections, routing paths and errors over time; and the
+records discovery refused.
+
+top polls the router's admin API (GET /admin/dynamo/workers, /admin/dynamo/load,
+/admin/dynamo/problems) and GET /metrics every --interval. When the router is
+unreachable it says since when and retries with backoff, up to 30 s apart.
+
+The admin token comes from --token or $CONTINUUM_ADMIN_TOKEN. With --demo, top
+starts the simulated fleet and router of "serve --demo" in-process, sends
+them a light synthetic workload, and watches them.
+
+Keys: ↑/↓ or j/k move, / filters by model, namespace, role or id, s cycles the
+sort (load, id, age, selections), enter opens a worker's detail, tab and 1-4
+switch views, p pauses, ? shows help, q quits. Colour is off when NO_COLOR is
+set or stdout is not a terminal.`,
+		Example: `  continuum top --demo
+  continuum top --router http://router:8080 --token "$ADMIN_TOKEN"
+  continuum top --router http://router:8080 --once -o json | jq '.workers[] | select(.load.state=="stale")'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cmdutil.OneOf("output", opts.Output, outputs); err != nil {
+				return err
+			}
+			if opts.Demo && cmd.Flags().Changed("router") {
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--demo starts its own router; drop --router")}
+			}
+			if opts.Interval < 100*time.Millisecond {
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("--interval %s: at least 100ms", opts.Interval)}
+			}
+			if opts.Token == "" && opts.Env != nil {
+				opts.Token, _ = opts.Env(TokenEnv)
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Router, "router", "http://127.0.0.1:8080", "router base URL (its admin API and /metrics)")
+	cmd.Flags().StringVar(&opts.Token, "token", "", "admin bearer token (default $"+TokenEnv+")")
+	cmd.Flags().DurationVar(&opts.Interval, "interval", time.Second, "how often to poll")
+	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 0, "bound on each poll (default: the interval, at least 2s)")
+	cmd.Flags().BoolVar(&opts.Once, "once", false, "print one snapshot and exit")
+	cmd.Flags().StringVarP(&opts.Output, "output", "o", "table", "with --once: table or json")
+	cmd.Flags().BoolVar(&opts.Demo, "demo", false, "start the simulated fleet and router in-process and watch them")
+	cmdutil.RegisterEnumCompletion(cmd, "output", outputs)
+	return cmd
+}
+
+// Run watches the router until the user quits or ctx ends.
+func Run(ctx context.Context, o *Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.Demo {
+		base, wait, err := startDemo(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer func() { cancel(); <-wait }()
+		o.Router, o.Token = base, fleetsim.DemoAdminToken
+	}
+	client := &tui.Client{Base: o.Router, Token: o.Token, HTTP: &http.Client{}}
+	m := tui.New(tui.Options{Router: o.Router, Interval: o.Interval, Timeout: o.Timeout, Fetch: client.Fetch,
+		Color: o.IO.ColorEnabled()})
+	if o.Once {
+		return once(ctx, o, m, client)
+	}
+	popts := append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithInput(o.IO.In), tea.WithOutput(o.IO.Out)},
+		o.ProgramOptions...)
+	_, err := tea.NewProgram(m, popts...).Run()
+	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// once polls twice, an interval apart, so that rates are real, then prints
+// the second snapshot.
+func once(ctx context.Context, o *Options, m tui.Model, client *tui.Client) error {
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = max(o.Interval, 2*time.Second)
+	}
+	var model tea.Model = m
+	for i := range 2 {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(o.Interval):
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		snap, err := client.Fetch(pctx, time.Now())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.Router, err)
+		}
+		model, _ = model.Update(tui.SnapshotMsg(snap))
+	}
+	final := model.(tui.Model)
+	if o.Output == "json" {
+		return final.WriteJSON(o.IO.Out)
+	}
+	return final.WriteTable(o.IO.Out)
+}
+
+// startDemo runs the demo fleet and router and a light workload against
+// them; wait closes when both stopped after ctx ends.
+func startDemo(ctx context.Context, o *Options) (base string, wait <-chan struct{}, err error) {
+	quiet := &iostreams.IOStreams{In: &emptyReader{}, Out: io.Discard, ErrOut: io.Discard}
+	addr := make(chan string, 1)
+	ropts := &routerd.Options{IO: quiet, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 2 * time.Second,
+		Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil },
+		Ready:  func(main, _ string) { addr <- main }}
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		defer close(done)
+		errc <- routerd.Run(ctx, ropts)
+	}()
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-errc:
+		return "", nil, fmt.Errorf("demo: %w", err)
+	case <-time.After(60 * time.Second):
+		return "", nil, errors.New("demo: the router did not start within 60 s")
+	}
+	go drive(ctx, base)
+	return base, done, nil
+}
+
+// drive sends a multi-tenant workload to the demo router until ctx ends.
+func drive(ctx context.Context, base string) {
+	reqs := workload.Synthetic(8, 80, 12, 60*time.Millisecond)
+	for ctx.Err() == nil {
+		workload.Replay(ctx, reqs, workload.Options{Router: base, Model: "Qwen/Qwen3-32B", MaxOutput: 160, Concurrency: 24})
+	}
+}
+
+type emptyReader struct{}
+
+func (emptyReader) Read([]byte) (int, error) { return 0, io.EOF }

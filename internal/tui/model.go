@@ -1,0 +1,504 @@
+package tui
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/continuum-router/continuum/internal/admin"
+)
+
+// View is one of top's screens.
+type View int
+
+// The views, in tab order.
+const (
+	ViewFleet View = iota
+	ViewSubscriptions
+	ViewRouting
+	ViewProblems
+	viewCount
+)
+
+var viewNames = [...]string{"Fleet", "Subscriptions", "Routing", "Problems"}
+
+func (v View) String() string { return viewNames[v] }
+
+// SortBy orders the fleet view within each (namespace, model, role) group.
+type SortBy int
+
+// Sort orders, in the order `s` cycles through them.
+const (
+	SortLoad SortBy = iota
+	SortID
+	SortAge
+	SortSelections
+	sortCount
+)
+
+var sortNames = [...]string{"load", "id", "age", "selections"}
+
+func (s SortBy) String() string { return sortNames[s] }
+
+// historyLen is how many polls the routing sparklines remember.
+const historyLen = 60
+
+// maxBackoff caps the wait between polls of an unreachable router.
+const maxBackoff = 30 * time.Second
+
+// FetchFunc takes one snapshot; it runs inside a tea.Cmd.
+type FetchFunc func(ctx context.Context, now time.Time) (*Snapshot, error)
+
+// Options shape a model.
+type Options struct {
+	Router   string
+	Interval time.Duration
+	// Timeout bounds each poll (default: the interval, at least 2 s).
+	Timeout time.Duration
+	Fetch   FetchFunc
+	Color   bool
+}
+
+// Messages.
+type (
+	tickMsg     time.Time
+	snapshotMsg struct{ snap *Snapshot }
+	fetchErrMsg struct {
+		err error
+		at  time.Time
+	}
+)
+
+// SnapshotMsg wraps a snapshot as the message a poll delivers (tests and
+// --once feed the model with it).
+func SnapshotMsg(s *Snapshot) tea.Msg { return snapshotMsg{s} }
+
+// FetchErrMsg is the message a failed poll delivers.
+func FetchErrMsg(err error, at time.Time) tea.Msg { return fetchErrMsg{err, at} }
+
+// Row is one (worker, dp rank) of the fleet view.
+type Row struct {
+	Worker admin.Worker
+	Rank   uint32
+	Load   *admin.LoadSample
+	// SelRate is picks per second over the last poll interval.
+	SelRate float64
+}
+
+func (r *Row) group() string {
+	return r.Worker.Namespace + " / " + r.Worker.Model + " / " + r.Worker.Role
+}
+
+// used is the row's load fraction for sorting: the larger of its decode
+// (or kv) and prefill fractions.
+func (r *Row) used() float64 {
+	if r.Load == nil {
+		return -1
+	}
+	f := 0.0
+	if n, ok := decodeUsed(r.Load); ok && r.Worker.Capacity.TotalKVBlocks != nil && *r.Worker.Capacity.TotalKVBlocks > 0 {
+		f = float64(n) / float64(*r.Worker.Capacity.TotalKVBlocks)
+	}
+	if r.Load.ActivePrefillTokens != nil && r.Worker.Capacity.MaxNumBatchedTokens != nil && *r.Worker.Capacity.MaxNumBatchedTokens > 0 {
+		f = max(f, float64(*r.Load.ActivePrefillTokens)/float64(*r.Worker.Capacity.MaxNumBatchedTokens))
+	}
+	return f
+}
+
+// decodeUsed is active_decode_blocks, or kv_used_blocks from workers that
+// publish only that (Dynamo before 1.4).
+func decodeUsed(l *admin.LoadSample) (uint64, bool) {
+	switch {
+	case l.ActiveDecodeBlocks != nil:
+		return *l.ActiveDecodeBlocks, true
+	case l.KVUsedBlocks != nil:
+		return *l.KVUsedBlocks, true
+	}
+	return 0, false
+}
+
+// Model is top's state. It is a value: Update returns the next one.
+type Model struct {
+	opts   Options
+	keys   KeyMap
+	styles Styles
+
+	snap, prev *Snapshot
+	rows       []Row // filtered and sorted
+	// hist holds per-series rates (selections by role/reason, errors by
+	// phase), oldest first, at most historyLen each.
+	hist map[string][]float64
+
+	err       error
+	errSince  time.Time
+	failures  int
+	lastPoll  time.Time
+	width     int
+	height    int
+	view      View
+	cursor    int
+	offset    int
+	sortBy    SortBy
+	filter    string
+	filtering bool
+	detail    bool
+	paused    bool
+	help      bool
+	quitting  bool
+}
+
+// New returns a model; Init starts polling.
+func New(o Options) Model {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = max(o.Interval, 2*time.Second)
+	}
+	return Model{opts: o, keys: DefaultKeyMap(), styles: NewStyles(o.Color), hist: map[string][]float64{}, width: 80, height: 24}
+}
+
+// Init polls at once.
+func (m Model) Init() tea.Cmd { return m.fetchCmd() }
+
+func (m Model) fetchCmd() tea.Cmd {
+	fetch, timeout := m.opts.Fetch, m.opts.Timeout
+	if fetch == nil {
+		return nil
+	}
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		now := time.Now()
+		s, err := fetch(ctx, now)
+		if err != nil {
+			return fetchErrMsg{err, now}
+		}
+		return snapshotMsg{s}
+	}
+}
+
+func tick(d time.Duration) tea.Cmd {
+	return tea.Tick(d, func(t time.Time) tea.Msg { return tickMsg(t) })
+}
+
+// backoff is the wait after n consecutive failures: the interval doubled
+// per failure, capped at maxBackoff.
+func (m Model) backoff() time.Duration {
+	d := m.opts.Interval
+	for i := 1; i < m.failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, max(maxBackoff, m.opts.Interval))
+}
+
+// Update applies one message. It does no I/O.
+func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.clampCursor()
+		return m, nil
+	case tickMsg:
+		if m.paused {
+			return m, tick(m.opts.Interval)
+		}
+		return m, m.fetchCmd()
+	case snapshotMsg:
+		m = m.applySnapshot(msg.snap)
+		return m, tick(m.opts.Interval)
+	case fetchErrMsg:
+		m.err = msg.err
+		if m.errSince.IsZero() {
+			m.errSince = msg.at
+		}
+		m.failures++
+		m.lastPoll = msg.at
+		return m, tick(m.backoff())
+	case tea.KeyMsg:
+		return m.key(msg)
+	}
+	return m, nil
+}
+
+func (m Model) applySnapshot(s *Snapshot) Model {
+	if s == nil {
+		return m
+	}
+	m.prev, m.snap = m.snap, s
+	m.err, m.errSince, m.failures, m.lastPoll = nil, time.Time{}, 0, s.At
+	if m.prev != nil {
+		dt := s.At.Sub(m.prev.At).Seconds()
+		hist := make(map[string][]float64, len(m.hist))
+		for k, v := range m.hist {
+			hist[k] = v
+		}
+		for _, fam := range []string{"continuum_dynamo_selection_total", "disaggregated_errors_total", "disaggregated_requests_total"} {
+			for key, v := range s.Metrics[fam] {
+				rate := 0.0
+				if dt > 0 {
+					rate = max(v-m.prev.Metrics[fam][key], 0) / dt
+				}
+				id := fam + "{" + key + "}"
+				h := append(append([]float64(nil), hist[id]...), rate)
+				if len(h) > historyLen {
+					h = h[len(h)-historyLen:]
+				}
+				hist[id] = h
+			}
+		}
+		m.hist = hist
+	}
+	m.rows = m.buildRows()
+	m.clampCursor()
+	return m
+}
+
+// buildRows joins workers with their load rows, filters and sorts them.
+func (m Model) buildRows() []Row {
+	if m.snap == nil {
+		return nil
+	}
+	type key struct {
+		id   string
+		rank uint32
+	}
+	samples := map[key]*admin.LoadSample{}
+	for i := range m.snap.Load.Samples {
+		s := &m.snap.Load.Samples[i]
+		samples[key{s.WorkerID, s.DPRank}] = s
+	}
+	prevSel := map[key]uint64{}
+	var dt float64
+	if m.prev != nil {
+		dt = m.snap.At.Sub(m.prev.At).Seconds()
+		for _, s := range m.prev.Load.Samples {
+			prevSel[key{s.WorkerID, s.DPRank}] = s.Selections
+		}
+	}
+	filter := strings.ToLower(strings.TrimSpace(m.filter))
+	var rows []Row
+	for _, w := range m.snap.Workers.Workers {
+		if filter != "" && !matches(w, filter) {
+			continue
+		}
+		for r := range max(w.DPSize, 1) {
+			rank := w.DPStartRank + r
+			row := Row{Worker: w, Rank: rank, Load: samples[key{w.WorkerID, rank}]}
+			if row.Load != nil && dt > 0 {
+				if p, ok := prevSel[key{w.WorkerID, rank}]; ok && row.Load.Selections >= p {
+					row.SelRate = float64(row.Load.Selections-p) / dt
+				}
+			}
+			rows = append(rows, row)
+		}
+	}
+	less := func(a, b *Row) int {
+		switch m.sortBy {
+		case SortLoad:
+			return cmpFloat(b.used(), a.used())
+		case SortAge:
+			return cmpFloat(float64(age(a)), float64(age(b)))
+		case SortSelections:
+			return cmpFloat(b.SelRate, a.SelRate)
+		}
+		return 0
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := &rows[i], &rows[j]
+		if g := strings.Compare(a.group(), b.group()); g != 0 {
+			return g < 0
+		}
+		if c := less(a, b); c != 0 {
+			return c < 0
+		}
+		if a.Worker.InstanceID != b.Worker.InstanceID {
+			return a.Worker.InstanceID < b.Worker.InstanceID
+		}
+		return a.Rank < b.Rank
+	})
+	return rows
+}
+
+func age(r *Row) int64 {
+	if r.Load == nil || r.Load.State == "none" {
+		return 1 << 62
+	}
+	return r.Load.AgeMs
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// matches reports whether a worker matches a filter: every word must
+// appear in its model, namespace, role, instance id or worker id.
+func matches(w admin.Worker, filter string) bool {
+	hay := strings.ToLower(strings.Join([]string{w.Model, w.Namespace, w.Role, w.InstanceID, w.WorkerID}, " "))
+	for _, word := range strings.Fields(filter) {
+		if !strings.Contains(hay, word) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Model) clampCursor() {
+	n := m.listLen()
+	if m.cursor >= n {
+		m.cursor = n - 1
+	}
+	if m.cursor < 0 {
+		m.cursor = 0
+	}
+}
+
+// listLen is how many selectable lines the current view has.
+func (m *Model) listLen() int {
+	switch m.view {
+	case ViewFleet:
+		return len(m.rows)
+	case ViewSubscriptions:
+		if m.snap != nil {
+			return len(m.snap.Workers.Subscriptions)
+		}
+	case ViewProblems:
+		if m.snap != nil {
+			return len(m.snap.Problems.Problems)
+		}
+	}
+	return 0
+}
+
+func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	// Keys typed faster than the terminal is read arrive as one message:
+	// outside the filter prompt, each is its own command.
+	if k.Type == tea.KeyRunes && len(k.Runes) > 1 && !m.filtering && !k.Paste {
+		var model tea.Model = m
+		var cmds []tea.Cmd
+		for i, r := range k.Runes {
+			var cmd tea.Cmd
+			model, cmd = model.(Model).key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+			cmds = append(cmds, cmd)
+			if mm := model.(Model); mm.filtering && i+1 < len(k.Runes) {
+				// The rest of the burst is the filter's text.
+				return mm.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: k.Runes[i+1:]})
+			}
+		}
+		return model, tea.Batch(cmds...)
+	}
+	s := k.String()
+	if m.filtering {
+		switch k.Type {
+		case tea.KeyEnter:
+			m.filtering = false
+		case tea.KeyEsc:
+			m.filtering, m.filter = false, ""
+		case tea.KeyBackspace:
+			if r := []rune(m.filter); len(r) > 0 {
+				m.filter = string(r[:len(r)-1])
+			}
+		case tea.KeyRunes, tea.KeySpace:
+			if len(m.filter) < 64 {
+				m.filter += string(k.Runes)
+			}
+		case tea.KeyCtrlC:
+			m.quitting = true
+			return m, tea.Quit
+		}
+		m.rows = m.buildRows()
+		m.cursor = 0
+		m.clampCursor()
+		return m, nil
+	}
+	if m.help {
+		m.help = false
+		if !m.keys.Quit.Has(s) {
+			return m, nil
+		}
+	}
+	switch {
+	case m.keys.Quit.Has(s):
+		m.quitting = true
+		return m, tea.Quit
+	case m.keys.Help.Has(s):
+		m.help = true
+	case m.detail && (m.keys.Detail.Has(s) || m.keys.Back.Has(s)):
+		m.detail = false
+	case m.keys.Back.Has(s):
+		if m.filter != "" {
+			m.filter = ""
+			m.rows = m.buildRows()
+			m.clampCursor()
+		}
+	case m.keys.Up.Has(s):
+		m.cursor--
+		m.clampCursor()
+	case m.keys.Down.Has(s):
+		m.cursor++
+		m.clampCursor()
+	case m.keys.Top.Has(s):
+		m.cursor = 0
+	case m.keys.Bottom.Has(s):
+		m.cursor = m.listLen() - 1
+		m.clampCursor()
+	case m.keys.NextView.Has(s):
+		m.view = (m.view + 1) % viewCount
+		m.cursor, m.offset, m.detail = 0, 0, false
+	case m.keys.PrevView.Has(s):
+		m.view = (m.view + viewCount - 1) % viewCount
+		m.cursor, m.offset, m.detail = 0, 0, false
+	case len(s) == 1 && s[0] >= '1' && s[0] < '1'+byte(viewCount):
+		m.view = View(s[0] - '1')
+		m.cursor, m.offset, m.detail = 0, 0, false
+	case m.keys.Filter.Has(s):
+		m.view, m.filtering, m.detail = ViewFleet, true, false
+	case m.keys.Sort.Has(s):
+		m.sortBy = (m.sortBy + 1) % sortCount
+		m.rows = m.buildRows()
+	case m.keys.Detail.Has(s):
+		if m.view == ViewFleet && len(m.rows) > 0 {
+			m.detail = true
+		}
+	case m.keys.Pause.Has(s):
+		m.paused = !m.paused
+	}
+	return m, nil
+}
+
+// Rows is the fleet view's rows as shown (filtered and sorted).
+func (m Model) Rows() []Row { return m.rows }
+
+// Err is the last poll's error, nil after a good poll.
+func (m Model) Err() error { return m.err }
+
+// Snapshot is the last good poll.
+func (m Model) Snapshot() *Snapshot { return m.snap }
+
+// Selected returns the row under the cursor.
+func (m Model) Selected() (Row, bool) {
+	if m.view != ViewFleet || m.cursor >= len(m.rows) || len(m.rows) == 0 {
+		return Row{}, false
+	}
+	return m.rows[m.cursor], true
+}
+
+func fmtRate(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}

@@ -1,0 +1,439 @@
+package tui_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/tui"
+)
+
+var t0 = time.Date(2026, 11, 30, 14, 0, 0, 0, time.UTC)
+
+func u64(v uint64) *uint64 { return &v }
+func u32(v uint32) *uint32 { return &v }
+
+func worker(ns, model, role, hex, id string, dpStart, dpSize uint32) admin.Worker {
+	return admin.Worker{InstanceID: hex, Namespace: ns, WorkerID: id, Role: role, Model: model, Component: role, Endpoint: "generate",
+		DPStartRank: dpStart, DPSize: dpSize, BlockSize: u32(16),
+		Capacity:              admin.Capacity{TotalKVBlocks: u64(8192), MaxNumBatchedTokens: u64(16384), MaxNumSeqs: u64(256), ContextLength: u32(32768)},
+		DisaggregatedEndpoint: json.RawMessage("null"), FirstSeen: "2026-11-30T13:58:00+00:00", LastUpdated: "2026-11-30T13:59:00+00:00"}
+}
+
+// fixture is a fleet of two namespaces: prod serves two models with
+// prefill, data-parallel decode and aggregated workers; canary one worker
+// without a sample yet. n scales the counters so two fixtures a second
+// apart give rates.
+func fixture(at time.Time, n float64) *tui.Snapshot {
+	workers := []admin.Worker{
+		worker("prod", "Qwen/Qwen3-32B", "prefill", "694d9a8f0e8b2c41", "7587890000000000001", 0, 1),
+		worker("prod", "Qwen/Qwen3-32B", "prefill", "694d9a8f0e8b2c42", "7587890000000000002", 0, 1),
+		worker("prod", "Qwen/Qwen3-32B", "decode", "694d9a8f0e8b2c50", "7587890000000000016", 0, 2),
+		worker("prod", "meta-llama/Llama-3.1-8B", "backend", "694d9a8f0e8b2c60", "7587890000000000032", 0, 1),
+		worker("canary", "Qwen/Qwen3-32B", "decode", "694d9a8f0e8b2c70", "7587890000000000048", 0, 1),
+	}
+	sel := func(base float64) uint64 { return uint64(base * n) }
+	c := func(base float64) float64 { return base * n }
+	samples := []admin.LoadSample{
+		{WorkerID: "7587890000000000001", Namespace: "prod", ActiveDecodeBlocks: u64(0), ActivePrefillTokens: u64(12288), KVUsedBlocks: u64(100), AgeMs: 120, State: "fresh", Selections: sel(40)},
+		{WorkerID: "7587890000000000002", Namespace: "prod", ActiveDecodeBlocks: u64(0), ActivePrefillTokens: u64(2048), AgeMs: 5400, State: "stale", Selections: sel(10)},
+		{WorkerID: "7587890000000000016", Namespace: "prod", DPRank: 0, ActiveDecodeBlocks: u64(6144), ActivePrefillTokens: u64(0), AgeMs: 80, State: "fresh", Selections: sel(30)},
+		{WorkerID: "7587890000000000016", Namespace: "prod", DPRank: 1, ActiveDecodeBlocks: u64(1024), ActivePrefillTokens: u64(0), AgeMs: 95, State: "fresh", Selections: sel(20)},
+		{WorkerID: "7587890000000000032", Namespace: "prod", KVUsedBlocks: u64(4096), AgeMs: 61000, State: "quiet", Selections: sel(5)},
+		{WorkerID: "7587890000000000048", Namespace: "canary", State: "none"},
+	}
+	return &tui.Snapshot{
+		At: at,
+		Workers: admin.WorkersResponse{Enabled: true, Connected: true, Source: "etcd", Signals: admin.Signals{Load: true, Capacity: true},
+			Namespaces: []string{"canary", "prod"}, Generation: 42, Workers: workers, LoadPublishers: 5,
+			Subscriptions: []admin.Subscription{
+				{Family: "kv_metrics", PublisherID: "7587890000000000001", Namespace: "prod", Component: "prefill", State: "connected", Transport: "direct"},
+				{Family: "kv_metrics", PublisherID: "7587890000000000048", Namespace: "canary", Component: "decode", State: "backoff", Transport: "direct"},
+			}},
+		Load: admin.LoadResponse{MaxStalenessMs: 3000, Samples: samples},
+		Problems: admin.ProblemsResponse{Generation: 42, Problems: []admin.Problem{
+			{Kind: "duplicate", Keys: []string{"v1/instances/prod/backend/generate/694d9a8f0e8b2c60"}, KeyCount: 2, Reason: "two records claim worker 694d9a8f0e8b2c60"},
+		}},
+		Metrics: map[string]map[string]float64{
+			"continuum_dynamo_selection_total": {
+				"reason=load,role=decode":              c(50),
+				"reason=load,role=prefill":             c(45),
+				"reason=round_robin_stale,role=decode": c(3),
+				"reason=no_prefill_pool,role=decode":   c(5),
+			},
+			"disaggregated_requests_total":            {"routing_path=disaggregated": c(45), "routing_path=aggregated": c(5)},
+			"disaggregated_errors_total":              {"phase=decode": c(1)},
+			"continuum_dynamo_load_subscriptions":     {"state=connected,transport=direct": 4, "state=backoff,transport=direct": 1},
+			"continuum_dynamo_load_events_total":      {"result=accepted": c(900), "result=duplicate": 2},
+			"continuum_dynamo_discovery_events_total": {"kind=duplicate": n, "kind=restart": 1},
+		},
+	}
+}
+
+func newModel(t *testing.T, w, h int, fetch tui.FetchFunc) tui.Model {
+	t.Helper()
+	m := tui.New(tui.Options{Router: "http://router:8080", Interval: time.Second, Fetch: fetch})
+	return update(m, tea.WindowSizeMsg{Width: w, Height: h})
+}
+
+func update(m tui.Model, msgs ...tea.Msg) tui.Model {
+	for _, msg := range msgs {
+		next, _ := m.Update(msg)
+		m = next.(tui.Model)
+	}
+	return m
+}
+
+func keys(m tui.Model, ks ...string) tui.Model {
+	for _, k := range ks {
+		var msg tea.KeyMsg
+		switch k {
+		case "tab":
+			msg = tea.KeyMsg{Type: tea.KeyTab}
+		case "enter":
+			msg = tea.KeyMsg{Type: tea.KeyEnter}
+		case "esc":
+			msg = tea.KeyMsg{Type: tea.KeyEsc}
+		case "down":
+			msg = tea.KeyMsg{Type: tea.KeyDown}
+		case "backspace":
+			msg = tea.KeyMsg{Type: tea.KeyBackspace}
+		default:
+			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		}
+		m = update(m, msg)
+	}
+	return m
+}
+
+// loaded is a model after two polls a second apart.
+func loaded(t *testing.T, w, h int) tui.Model {
+	return update(newModel(t, w, h, nil), tui.SnapshotMsg(fixture(t0, 1)), tui.SnapshotMsg(fixture(t0.Add(time.Second), 2)))
+}
+
+func frame(t *testing.T, m tui.Model, w, h int) string {
+	t.Helper()
+	v := m.View()
+	lines := strings.Split(v, "\n")
+	if len(lines) != h {
+		t.Fatalf("frame has %d lines, want %d:\n%s", len(lines), h, v)
+	}
+	for i, l := range lines {
+		if n := len([]rune(l)); n > w {
+			t.Errorf("line %d is %d wide (> %d): %q", i+1, n, w, l)
+		}
+	}
+	return v + "\n"
+}
+
+func TestGoldenFrames(t *testing.T) {
+	for _, size := range [][2]int{{80, 24}, {160, 48}} {
+		w, h := size[0], size[1]
+		m := loaded(t, w, h)
+		views := map[string]tui.Model{
+			"fleet":         m,
+			"subscriptions": keys(m, "tab"),
+			"routing":       keys(m, "tab", "tab"),
+			"problems":      keys(m, "tab", "tab", "tab"),
+			"detail":        keys(m, "down", "down", "enter"),
+			"help":          keys(m, "?"),
+			"filtered":      keys(m, "/", "canary", "enter"),
+		}
+		for name, v := range views {
+			testutil.Golden(t, fmt.Sprintf("testdata/tui/%s_%dx%d.golden", name, w, h), []byte(frame(t, v, w, h)))
+		}
+	}
+}
+
+func TestFleetRows(t *testing.T) {
+	m := loaded(t, 80, 24)
+	rows := m.Rows()
+	if len(rows) != 6 { // five workers, one with two ranks
+		t.Fatalf("%d rows", len(rows))
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%s/%s/%s#%d", r.Worker.Namespace, r.Worker.Role, r.Worker.InstanceID[12:], r.Rank))
+	}
+	// Groups sort by namespace, model (byte order), role; within a group by load.
+	want := "canary/decode/2c70#0 prod/decode/2c50#0 prod/decode/2c50#1 prod/prefill/2c41#0 prod/prefill/2c42#0 prod/backend/2c60#0"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("rows\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if r := rows[1]; r.SelRate != 30 {
+		t.Errorf("selection rate %v, want 30/s", r.SelRate)
+	}
+	m = keys(m, "s") // id
+	m = keys(m, "s") // age
+	if r := m.Rows()[3]; r.Worker.InstanceID != "694d9a8f0e8b2c41" {
+		t.Errorf("age sort: %s first among prefill", r.Worker.InstanceID)
+	}
+	m = keys(m, "s") // selections
+	if !strings.Contains(m.View(), "sort:selections") {
+		t.Error("sort not shown")
+	}
+	if r := m.Rows()[1]; r.Rank != 0 {
+		t.Errorf("selections sort: rank %d first", r.Rank)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	m := keys(loaded(t, 80, 24), "/", "p", "r", "e", "f", "i", "l", "l")
+	if n := len(m.Rows()); n != 2 {
+		t.Fatalf("filter prefill: %d rows", n)
+	}
+	if !strings.Contains(m.View(), "filter: prefill") {
+		t.Error("filter not shown while typing")
+	}
+	m = keys(m, "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", "2c60", "enter")
+	if n := len(m.Rows()); n != 1 || m.Rows()[0].Worker.Role != "backend" {
+		t.Fatalf("filter by id: %+v", m.Rows())
+	}
+	m = keys(m, "esc")
+	if n := len(m.Rows()); n != 6 {
+		t.Fatalf("esc keeps the filter: %d rows", n)
+	}
+	m = keys(m, "/", "no-such-thing", "enter")
+	if !strings.Contains(m.View(), `no workers match the filter "no-such-thing"`) {
+		t.Errorf("empty filter result:\n%s", m.View())
+	}
+}
+
+func TestCursorAndResize(t *testing.T) {
+	m := loaded(t, 80, 24)
+	m = keys(m, "down", "down", "down", "down", "down", "down", "down", "down")
+	if r, _ := m.Selected(); r.Worker.InstanceID != "694d9a8f0e8b2c60" {
+		t.Errorf("cursor past the end: %s", r.Worker.InstanceID)
+	}
+	m = keys(m, "k", "k", "g")
+	if r, _ := m.Selected(); r.Worker.Namespace != "canary" {
+		t.Errorf("g: %+v", r.Worker)
+	}
+	// A short terminal scrolls to keep the cursor visible.
+	small := update(keys(m, "G"), tea.WindowSizeMsg{Width: 60, Height: 8})
+	v := frame(t, small, 60, 8)
+	if !strings.Contains(v, "› 694d9a8f0e8b2c60") {
+		t.Errorf("cursor row not visible at 60x8:\n%s", v)
+	}
+}
+
+func TestTabsWrapAndNumbers(t *testing.T) {
+	m := loaded(t, 80, 24)
+	for i, want := range []string{"[2 Subs]", "[3 Routing]", "[4 Problems]", "[1 Fleet]"} {
+		m = keys(m, "tab")
+		if !strings.Contains(m.View(), want) {
+			t.Fatalf("tab %d: want %s", i+1, want)
+		}
+	}
+	if m = keys(m, "3"); !strings.Contains(m.View(), "[3 Routing]") {
+		t.Error("3 does not jump to Routing")
+	}
+}
+
+func TestQuitAndHelp(t *testing.T) {
+	m := keys(loaded(t, 80, 24), "?")
+	if !strings.Contains(m.View(), "cycle sort: load, id, age, selections") {
+		t.Fatal("help not shown")
+	}
+	m = keys(m, "x")
+	if strings.Contains(m.View(), "cycle sort") {
+		t.Fatal("help not closed by a key")
+	}
+	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	if cmd == nil {
+		t.Fatal("q returns no command")
+	}
+	if _, ok := cmd().(tea.QuitMsg); !ok {
+		t.Fatal("q does not quit")
+	}
+}
+
+// TestPollingAndPause: a tick polls through the fetch function unless
+// paused; a poll schedules the next tick.
+func TestPollingAndPause(t *testing.T) {
+	var calls atomic.Int32
+	fetch := func(_ context.Context, now time.Time) (*tui.Snapshot, error) {
+		calls.Add(1)
+		return fixture(now, 1), nil
+	}
+	m := tui.New(tui.Options{Router: "r", Interval: time.Millisecond, Fetch: fetch})
+	msg := m.Init()()
+	if calls.Load() != 1 {
+		t.Fatal("Init does not poll")
+	}
+	next, cmd := m.Update(msg)
+	m = next.(tui.Model)
+	if m.Snapshot() == nil || cmd == nil {
+		t.Fatal("a poll does not schedule the next")
+	}
+	tick := cmd()
+	_, cmd = m.Update(tick)
+	_ = cmd()
+	if calls.Load() != 2 {
+		t.Fatalf("a tick does not poll: %d calls", calls.Load())
+	}
+	m = keys(m, "p")
+	if !strings.Contains(m.View(), "PAUSED") {
+		t.Error("pause not shown")
+	}
+	_, cmd = m.Update(tick)
+	if cmd == nil {
+		t.Fatal("a paused tick schedules nothing")
+	}
+	if _ = cmd(); calls.Load() != 2 {
+		t.Fatalf("paused tick polled: %d calls", calls.Load())
+	}
+}
+
+// TestDisconnected: failures show since when and back off; a good poll
+// clears the banner.
+func TestDisconnected(t *testing.T) {
+	m := loaded(t, 80, 24)
+	errAt := t0.Add(3 * time.Second)
+	for i := range 4 {
+		m = update(m, tui.FetchErrMsg(errors.New("router unreachable: connection refused"), errAt.Add(time.Duration(i)*time.Second)))
+	}
+	v := frame(t, m, 80, 24)
+	testutil.Golden(t, "testdata/tui/disconnected_80x24.golden", []byte(v))
+	if !strings.Contains(v, "disconnected since 14:00:03 (4 failures, retrying every 8s)") {
+		t.Errorf("banner:\n%s", v)
+	}
+	if !strings.Contains(v, "694d9a8f0e8b2c50") {
+		t.Error("the last good view is not kept while disconnected")
+	}
+	m = update(m, tui.SnapshotMsg(fixture(t0.Add(10*time.Second), 3)))
+	if strings.Contains(m.View(), "disconnected") || m.Err() != nil {
+		t.Error("banner not cleared by a good poll")
+	}
+	many := m
+	for range 20 {
+		many = update(many, tui.FetchErrMsg(errors.New("x"), t0))
+	}
+	if !strings.Contains(many.View(), "retrying every 30s") {
+		t.Errorf("backoff not capped at 30s:\n%s", many.View())
+	}
+	first := update(newModel(t, 80, 24, nil), tui.FetchErrMsg(errors.New("/admin/dynamo/workers: 401 Unauthorized (check --token)"), t0))
+	if v := first.View(); !strings.Contains(v, "no answer since 14:00:00") || !strings.Contains(v, "check --token") || !strings.Contains(v, "waiting for the first answer") {
+		t.Errorf("never connected:\n%s", v)
+	}
+}
+
+// TestNoColor: plain styles carry no escape sequences.
+func TestNoColor(t *testing.T) {
+	if v := loaded(t, 80, 24).View(); strings.Contains(v, "\x1b[") {
+		t.Errorf("escape sequences without colour:\n%q", v)
+	}
+}
+
+func routerStub(t *testing.T, h http.HandlerFunc) *tui.Client {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &tui.Client{Base: srv.URL, Token: "tok"}
+}
+
+func TestClientErrors(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]struct {
+		h    http.HandlerFunc
+		want string
+	}{
+		"garbage": {func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>oops")) }, "bad response from /admin/dynamo/workers"},
+		"401":     {func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnauthorized) }, "/admin/dynamo/workers: 401 Unauthorized (check --token)"},
+		"500":     {func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }, "500 Internal Server Error"},
+		"bad metrics": {func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/metrics" {
+				_, _ = w.Write([]byte("continuum_dynamo_selection_total{role=\"decode\" 1\n"))
+				return
+			}
+			_, _ = w.Write([]byte("{}"))
+		}, "bad response from /metrics"},
+		"timeout": {func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}, "timed out"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cl := routerStub(t, c.h)
+			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			_, err := cl.Fetch(cctx, t0)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want %q", err, c.want)
+			}
+		})
+	}
+	cl := &tui.Client{Base: "http://127.0.0.1:1"}
+	if _, err := cl.Fetch(ctx, t0); err == nil || !strings.Contains(err.Error(), "router unreachable") {
+		t.Fatalf("closed port: %v", err)
+	}
+}
+
+func TestClientSendsTokenAndParsesMetrics(t *testing.T) {
+	var auth atomic.Value
+	cl := routerStub(t, func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		if r.URL.Path == "/metrics" {
+			_, _ = w.Write([]byte("# TYPE continuum_dynamo_selection_total counter\ncontinuum_dynamo_selection_total{reason=\"load\",role=\"decode\"} 7\n# TYPE go_goroutines gauge\ngo_goroutines 12\n"))
+			return
+		}
+		_, _ = w.Write([]byte(`{"workers":[],"samples":[],"problems":[]}`))
+	})
+	s, err := cl.Fetch(context.Background(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth.Load() != "Bearer tok" {
+		t.Errorf("authorization %v", auth.Load())
+	}
+	if v := s.Metric("continuum_dynamo_selection_total", "reason=load,role=decode"); v != 7 {
+		t.Errorf("selection %v", v)
+	}
+	if _, ok := s.Metrics["go_goroutines"]; ok {
+		t.Error("unneeded families kept")
+	}
+}
+
+func TestOnce(t *testing.T) {
+	m := loaded(t, 80, 24)
+	var js, table strings.Builder
+	if err := m.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var doc tui.Once
+	if err := json.Unmarshal([]byte(js.String()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Workers) != 6 || doc.Source != "etcd" || doc.Generation != 42 || len(doc.Problems) != 1 || doc.At != "2026-11-30T14:00:01+00:00" {
+		t.Fatalf("%s", js.String())
+	}
+	if err := m.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Golden(t, "testdata/tui/once.table.golden", []byte(table.String()))
+	if _, err := tui.New(tui.Options{Router: "r"}).Once(); err == nil {
+		t.Error("a model without a snapshot printed one")
+	}
+}
+
+// TestKeyBurst: keys that arrive in one read act one by one, and the rest
+// of a burst after "/" is the filter.
+func TestKeyBurst(t *testing.T) {
+	m := update(loaded(t, 80, 24), tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("2/canary")})
+	if !strings.Contains(m.View(), "filter: canary") || len(m.Rows()) != 1 {
+		t.Fatalf("burst:\n%s", m.View())
+	}
+}
