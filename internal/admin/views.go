@@ -126,6 +126,7 @@ type Subscription struct {
 	State       string `json:"state"`
 	Transport   string `json:"transport"`
 	Broker      string `json:"broker,omitempty"`
+	Reconnects  int    `json:"reconnects"`
 }
 
 // WorkersResponse is GET /admin/dynamo/workers.

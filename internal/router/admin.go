@@ -139,7 +139,8 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 	if s.opts.Subscriptions != nil {
 		for _, sub := range s.opts.Subscriptions() {
 			resp.Subscriptions = append(resp.Subscriptions, admin.Subscription{Family: sub.Family, PublisherID: strconv.FormatUint(sub.PublisherID, 10),
-				Namespace: sub.Namespace, Component: sub.Component, State: sub.State, Transport: sub.Transport, Broker: sub.Broker})
+				Namespace: sub.Namespace, Component: sub.Component, State: sub.State, Transport: sub.Transport, Broker: sub.Broker,
+				Reconnects: sub.Reconnects})
 		}
 	}
 	return resp

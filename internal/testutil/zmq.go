@@ -24,9 +24,16 @@ type GoPublisher struct {
 // StartGoPublisher binds a PUB socket that closes when the test ends.
 func StartGoPublisher(t testing.TB) *GoPublisher {
 	t.Helper()
+	return StartGoPublisherAt(t, "tcp://127.0.0.1:0")
+}
+
+// StartGoPublisherAt binds a PUB socket at endpoint (a publisher that
+// restarts on its old address).
+func StartGoPublisherAt(t testing.TB, endpoint string) *GoPublisher {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	sock := zmq4.NewPub(ctx)
-	if err := sock.Listen("tcp://127.0.0.1:0"); err != nil {
+	if err := sock.Listen(endpoint); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

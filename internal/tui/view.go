@@ -399,8 +399,8 @@ func (m Model) subscriptionsBody() []string {
 		}
 		out = append(out, "  load events: "+strings.Join(parts, ", "))
 	}
-	cols := []column{{"FAMILY", 10, false}, {"PUBLISHER", 20, false}, {"NAMESPACE", 10, false}, {"COMPONENT", 10, false},
-		{"STATE", 10, false}, {"TRANSPORT", 9, false}}
+	cols := []column{{"FAMILY", 10, false}, {"PUBLISHER", 19, false}, {"NAMESPACE", 9, false}, {"COMPONENT", 9, false},
+		{"STATE", 10, false}, {"TRANSPORT", 9, false}, {"RECONN", 6, true}}
 	for _, sub := range s.Workers.Subscriptions {
 		if sub.Broker != "" {
 			cols = append(cols, column{"BROKER", 24, false})
@@ -416,7 +416,7 @@ func (m Model) subscriptionsBody() []string {
 		if sub.State != "connected" {
 			style = m.styles.Stale
 		}
-		vals := []string{sub.Family, sub.PublisherID, sub.Namespace, sub.Component, sub.State, sub.Transport, sub.Broker}
+		vals := []string{sub.Family, sub.PublisherID, sub.Namespace, sub.Component, sub.State, sub.Transport, fmt.Sprint(sub.Reconnects), sub.Broker}
 		out = append(out, m.tableRow(vals, cols, i == m.cursor, style))
 	}
 	return out

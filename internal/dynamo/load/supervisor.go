@@ -49,6 +49,8 @@ type SubscriptionInfo struct {
 	State       string
 	Transport   string
 	Broker      string
+	// Reconnects counts sessions after the first.
+	Reconnects int
 }
 
 // Supervisor keeps one kv_metrics subscription per publisher of the
@@ -73,6 +75,8 @@ type subscription struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	state  string
+	// sessions counts transitions to connected.
+	sessions int
 }
 
 // Run follows registry generations until ctx ends, then stops every
@@ -184,6 +188,9 @@ func (s *Supervisor) setState(sub *subscription, state string) {
 		}
 	}
 	sub.state = state
+	if state == StateConnected {
+		sub.sessions++
+	}
 }
 
 func (s *Supervisor) transition(sub *subscription, state string) {
@@ -201,7 +208,7 @@ func (s *Supervisor) Subscriptions() []SubscriptionInfo {
 	out := make([]SubscriptionInfo, 0, len(s.subs))
 	for _, sub := range s.subs {
 		out = append(out, SubscriptionInfo{Family: fleet.TopicLoad, PublisherID: sub.pub.PublisherID, Namespace: sub.pub.Namespace,
-			Component: sub.pub.Component, State: sub.state, Transport: s.Connector.Transport()})
+			Component: sub.pub.Component, State: sub.state, Transport: s.Connector.Transport(), Reconnects: max(sub.sessions-1, 0)})
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.PublisherID, b.PublisherID) })
 	return out

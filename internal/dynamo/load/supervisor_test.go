@@ -144,6 +144,30 @@ func TestSupervisorFollowsRegistry(t *testing.T) {
 	}
 }
 
+// TestSupervisorCountsReconnects: a publisher that goes away and comes
+// back on its address is one reconnect.
+func TestSupervisorCountsReconnects(t *testing.T) {
+	f := newFleet()
+	f.worker(5, 1)
+	pub := testutil.StartGoPublisher(t)
+	f.publisher(0xe5, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	state := func(want string, reconnects int) func() bool {
+		return func() bool {
+			subs := s.sup.Subscriptions()
+			return len(subs) == 1 && subs[0].State == want && subs[0].Reconnects == reconnects
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "connected", state(load.StateConnected, 0))
+	pub.Close()
+	testutil.Eventually(t, 10*time.Second, "left connected", func() bool {
+		subs := s.sup.Subscriptions()
+		return len(subs) == 1 && subs[0].State != load.StateConnected
+	})
+	testutil.StartGoPublisherAt(t, pub.Endpoint)
+	testutil.Eventually(t, 20*time.Second, "reconnected", state(load.StateConnected, 1))
+}
+
 // TestSupervisorLibzmq: a libzmq publisher, whose bytes our SUB decodes.
 func TestSupervisorLibzmq(t *testing.T) {
 	var msgs [][][]byte
