@@ -48,28 +48,32 @@ func newPrefixCache(capacity int) *prefixCache {
 }
 
 // lookupAndInsert returns how many leading blocks were cached, then caches
-// them all (the worker has now computed the whole prompt).
-func (c *prefixCache) lookupAndInsert(blocks []uint64) int {
+// them all (the worker has now computed the whole prompt). inserted marks
+// the blocks that were not cached; evicted lists the blocks that made room.
+func (c *prefixCache) lookupAndInsert(blocks []uint64) (hit int, inserted []bool, evicted []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	hit := 0
 	for _, b := range blocks {
 		if _, ok := c.items[b]; !ok {
 			break
 		}
 		hit++
 	}
-	for _, b := range blocks {
+	inserted = make([]bool, len(blocks))
+	for i, b := range blocks {
 		if e, ok := c.items[b]; ok {
 			c.order.MoveToFront(e)
 			continue
 		}
+		inserted[i] = true
 		c.items[b] = c.order.PushFront(b)
 		if c.order.Len() > c.cap {
 			last := c.order.Back()
 			c.order.Remove(last)
-			delete(c.items, last.Value.(uint64))
+			id := last.Value.(uint64)
+			delete(c.items, id)
+			evicted = append(evicted, id)
 		}
 	}
-	return hit
+	return hit, inserted, evicted
 }

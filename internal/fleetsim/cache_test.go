@@ -1,6 +1,9 @@
 package fleetsim
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestPromptShapeAndPrefixCache(t *testing.T) {
 	n, blocks, ok := promptShape("<len:1100> <b:7> <b:8> <b:9>")
@@ -11,17 +14,18 @@ func TestPromptShapeAndPrefixCache(t *testing.T) {
 		t.Fatal("an ordinary prompt was shaped")
 	}
 	c := newPrefixCache(3)
-	if hit := c.lookupAndInsert([]uint64{1, 2}); hit != 0 {
-		t.Fatalf("cold hit %d", hit)
+	if hit, ins, ev := c.lookupAndInsert([]uint64{1, 2}); hit != 0 || fmt.Sprint(ins, ev) != "[true true] []" {
+		t.Fatalf("cold hit %d %v %v", hit, ins, ev)
 	}
-	if hit := c.lookupAndInsert([]uint64{1, 2, 3}); hit != 2 {
-		t.Fatalf("prefix hit %d", hit)
+	if hit, ins, _ := c.lookupAndInsert([]uint64{1, 2, 3}); hit != 2 || fmt.Sprint(ins) != "[false false true]" {
+		t.Fatalf("prefix hit %d %v", hit, ins)
 	}
-	if hit := c.lookupAndInsert([]uint64{9, 1}); hit != 0 { // a different first block: no prefix
-		t.Fatalf("non-prefix hit %d", hit)
+	// A different first block: no prefix; 9 evicts the least recently used
+	// block (1), which then comes back and evicts 2.
+	if hit, ins, ev := c.lookupAndInsert([]uint64{9, 1}); hit != 0 || fmt.Sprint(ins, ev) != "[true true] [1 2]" {
+		t.Fatalf("non-prefix hit %d %v %v", hit, ins, ev)
 	}
-	// 9 evicted the least recently used block (2): 1,2 now hits only 1.
-	if hit := c.lookupAndInsert([]uint64{1, 2}); hit != 1 {
+	if hit, _, _ := c.lookupAndInsert([]uint64{1, 2}); hit != 1 {
 		t.Fatalf("after eviction %d", hit)
 	}
 }

@@ -77,13 +77,21 @@ type simWorker struct {
 	declaredDP      bool
 	pub             zmq4.Socket
 	endpoint        string
-	files           []string
-	nilFields       bool
+	// kv-events: a second publisher, as Dynamo's workers have.
+	kvPub         zmq4.Socket
+	kvEndpoint    string
+	kvPublisherID uint64
+	blockSize     int
+	kvMu          sync.Mutex // serialises kv-events sends
+	files         []string
+	nilFields     bool
 
 	cache *prefixCache
 
 	mu            sync.Mutex
 	seq           uint64
+	kvSeq         uint64
+	kvEventID     uint64
 	prefillTokens []uint64 // per rank
 	decodeBlocks  []uint64
 	// Fault state: dead (records no longer kept alive, requests refused),
@@ -135,7 +143,8 @@ func Start(o Options) (*Sim, error) {
 					id := next
 					next++
 					ranks := max(o.DPSize, 1)
-					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, namespace: ns, model: model, role: role.name,
+					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, kvPub: zmq4.NewPub(ctx), blockSize: o.BlockSize,
+						namespace: ns, model: model, role: role.name,
 						dpSize: ranks, declaredDP: o.DPSize > 1, pub: zmq4.NewPub(ctx), nilFields: o.NilSchedulerFields,
 						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
 						cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)}
@@ -145,6 +154,11 @@ func Start(o Options) (*Sim, error) {
 						return nil, fmt.Errorf("worker %x publisher: %w", id, err)
 					}
 					w.endpoint = "tcp://" + w.pub.Addr().String()
+					if err := w.kvPub.Listen("tcp://127.0.0.1:0"); err != nil {
+						s.Stop()
+						return nil, fmt.Errorf("worker %x kv-events publisher: %w", id, err)
+					}
+					w.kvEndpoint = "tcp://" + w.kvPub.Addr().String()
 				}
 			}
 		}
@@ -239,14 +253,20 @@ func (s *Sim) register() error {
 			return err
 		}
 		w.files = append(w.files, lastFile)
-		ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/kv_metrics/%x", wire.EncodeSegment(w.namespace), wire.EncodeSegment(comp), w.publisherID)
-		if err := write("v1/event_channels", ch, map[string]any{"type": "EventChannel",
-			"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": w.namespace, "component": comp, "name": "generate"}},
-			"topic": "kv_metrics", "instance_id": w.publisherID,
-			"transport": map[string]any{"kind": "Zmq", "config": map[string]string{"endpoint": w.endpoint}}}); err != nil {
-			return err
+		for _, c := range []struct {
+			topic    string
+			id       uint64
+			endpoint string
+		}{{"kv_metrics", w.publisherID, w.endpoint}, {"kv-events", w.kvPublisherID, w.kvEndpoint}} {
+			ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/%s/%x", wire.EncodeSegment(w.namespace), wire.EncodeSegment(comp), wire.EncodeSegment(c.topic), c.id)
+			if err := write("v1/event_channels", ch, map[string]any{"type": "EventChannel",
+				"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": w.namespace, "component": comp, "name": "generate"}},
+				"topic": c.topic, "instance_id": c.id,
+				"transport": map[string]any{"kind": "Zmq", "config": map[string]string{"endpoint": c.endpoint}}}); err != nil {
+				return err
+			}
+			w.files = append(w.files, lastFile)
 		}
-		w.files = append(w.files, lastFile)
 	}
 	return nil
 }
@@ -284,6 +304,7 @@ func (s *Sim) Stop() {
 	}
 	for _, w := range s.workers {
 		_ = w.pub.Close()
+		_ = w.kvPub.Close()
 	}
 }
 
@@ -394,7 +415,9 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	}
 	cached := 0
 	if len(blocks) > 0 {
-		cached = min(prefillW.cache.lookupAndInsert(blocks)*TraceBlockTokens, prompt)
+		hit, inserted, evicted := prefillW.cache.lookupAndInsert(blocks)
+		cached = min(hit*TraceBlockTokens, prompt)
+		prefillW.publishKV(prefillRank, blocks, inserted, evicted)
 	}
 	w.Header().Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
@@ -535,9 +558,11 @@ type WorkerInfo struct {
 	Model       string `json:"model"`
 	Role        string `json:"role"`
 	PublisherID uint64 `json:"publisher_id"`
-	Dead        bool   `json:"dead"`
-	Silent      bool   `json:"silent"`
-	Paused      bool   `json:"paused"`
+	// KVPublisherID publishes the worker's kv-events.
+	KVPublisherID uint64 `json:"kv_publisher_id"`
+	Dead          bool   `json:"dead"`
+	Silent        bool   `json:"silent"`
+	Paused        bool   `json:"paused"`
 }
 
 // Workers lists the simulated workers.
@@ -545,7 +570,7 @@ func (s *Sim) Workers() []WorkerInfo {
 	var out []WorkerInfo
 	for _, w := range s.workers {
 		w.mu.Lock()
-		out = append(out, WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
+		out = append(out, WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, KVPublisherID: w.kvPublisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
 		w.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.InstanceID, b.InstanceID) })

@@ -1,0 +1,93 @@
+package wire_test
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// Vectors from reference §5: tokens 0..63, block size 16.
+func TestBlockHashVectors(t *testing.T) {
+	if got := xxh3.HashSeed([]byte("test data"), 1337); got != 13226331709069118873 {
+		t.Fatalf("upstream vector: %d", got)
+	}
+	tokens := make([]uint32, 64)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	hexes := func(hs []uint64) string {
+		var out []string
+		for _, h := range hs {
+			out = append(out, fmt.Sprintf("%016x", h))
+		}
+		return strings.Join(out, ", ")
+	}
+	for _, c := range []struct {
+		lora, salt string
+		seed       uint64
+		want       string
+	}{
+		{"", "", 1337, "d47a8f41c833328a, d43939178abd00db, 4cc8f942aaf401a2, cf2d99a33cc42682"},
+		{"adapter-a", "", 0x7ab77913e9c918d6, "f1e20c61558f16bb, 17eab4607c24352e, 35be62ed7fc2fd5d, e13dc0b7734f1eda"},
+		{"", "tenant-a", 0x1b095b6229544fb6, "1d92885ff53eb398, c70af6a11539679f, a176a983959e5042, 35caedfa42d0902d"},
+		{"adapter-a", "tenant-a", 0x95c0d476131d6353, "5a0ecf8de5cbed28, f26c467a955da07c, ed6cf9c8d972bfe5, 1bf403f9d1342d72"},
+	} {
+		seed := wire.BlockHashSeed(c.lora, c.salt)
+		if seed != c.seed {
+			t.Errorf("seed(%q, %q) = %#x, want %#x", c.lora, c.salt, seed, c.seed)
+		}
+		if got := hexes(wire.LocalBlockHashes(tokens, 16, seed)); got != c.want {
+			t.Errorf("local(%q, %q)\n got %s\nwant %s", c.lora, c.salt, got, c.want)
+		}
+	}
+	local := wire.LocalBlockHashes(tokens, 16, 1337)
+	if local[0] != 15310707395893867146 {
+		t.Errorf("decimal local[0] = %d", local[0])
+	}
+	if got := hexes(wire.SequenceHashes(local, 1337)); got != "d47a8f41c833328a, bf15dffb16447f38, a4dda066f3c1e1a0, 35f7c0d119848950" {
+		t.Errorf("sequence seed 1337: %s", got)
+	}
+	if got := hexes(wire.SequenceHashes(local, 0)); got != "d47a8f41c833328a, 370b01e5f7d1cfa7, 0d72e1c27fd8a4e8, bf32b1b9a97703ab" {
+		t.Errorf("sequence seed 0: %s", got)
+	}
+	if n := len(wire.LocalBlockHashes(append(tokens, 64), 16, 1337)); n != 4 {
+		t.Errorf("65 tokens: %d blocks", n)
+	}
+}
+
+// TestEncodeRouterEvent: the reference's named-msgpack example, byte for byte.
+func TestEncodeRouterEvent(t *testing.T) {
+	mp := func(parts ...string) string {
+		var b strings.Builder
+		for _, p := range parts {
+			if strings.HasPrefix(p, `"`) {
+				s := strings.Trim(p, `"`)
+				b.WriteString(hex.EncodeToString([]byte(s)))
+			} else {
+				b.WriteString(strings.ReplaceAll(p, " ", ""))
+			}
+		}
+		return b.String()
+	}
+	stored := wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored,
+		Blocks: []wire.StoredBlock{{BlockHash: 42, TokensHash: 0xd47a8f41c833328a}}})
+	want := mp("83 a9", `"worker_id"`, "07 ac", `"storage_tier"`, "a6", `"device"`, "a5", `"event"`, "83 a8", `"event_id"`, "01 a4", `"data"`,
+		"81 a6", `"stored"`, "83 ab", `"parent_hash"`, "c0 ae", `"start_position"`, "c0 a6", `"blocks"`, "91 83 aa", `"block_hash"`, "2a ab",
+		`"tokens_hash"`, "cfd47a8f41c833328a ad", `"mm_extra_info"`, "c0 a7", `"dp_rank"`, "00")
+	if got := hex.EncodeToString(stored); got != want {
+		t.Errorf("stored\n got %s\nwant %s", got, want)
+	}
+	cleared := wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 2, Kind: wire.KVCleared})
+	if got := hex.EncodeToString(cleared); !strings.Contains(got, mp("a4", `"data"`, "a7", `"cleared"`, "a7", `"dp_rank"`, "00")) {
+		t.Errorf("cleared %s", got)
+	}
+	removed := wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 3, Kind: wire.KVRemoved, Removed: []uint64{42, 43}, DPRank: 1})
+	if got := hex.EncodeToString(removed); !strings.Contains(got, mp("81 a7", `"removed"`, "81 ac", `"block_hashes"`, "92 2a 2b a7", `"dp_rank"`, "01")) {
+		t.Errorf("removed %s", got)
+	}
+}
