@@ -139,16 +139,21 @@ func chat(t *testing.T, router string, stream bool, maxTokens int) (*http.Respon
 
 func workers(t *testing.T, router string) admin.WorkersResponse {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, router+"/admin/dynamo/workers", nil)
+	var v admin.WorkersResponse
+	getJSON(t, router+"/admin/dynamo/workers", &v)
+	return v
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer demo")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var v admin.WorkersResponse
-	_ = json.NewDecoder(resp.Body).Decode(&v)
-	return v
+	_ = json.NewDecoder(resp.Body).Decode(v)
 }
 
 func metric(t *testing.T, router, series string) float64 {
@@ -198,6 +203,31 @@ func TestFleetSimAndServe(t *testing.T) {
 		}
 		return len(v.Workers) == 4 && n == 4
 	})
+
+	// A second record claiming a prefill worker's id: discovery rejects
+	// every claimant (a duplicate problem) until the record goes.
+	dup := regexp.MustCompile(`prefill\s+instance (\d+)`).FindStringSubmatch(sim.out())[1]
+	present := func(id string) bool {
+		for _, w := range workers(t, router).Workers {
+			if w.WorkerID == id {
+				return true
+			}
+		}
+		return false
+	}
+	inject(t, frontend, dup, "duplicate")
+	testutil.Eventually(t, 30*time.Second, "duplicated worker rejected", func() bool {
+		var p admin.ProblemsResponse
+		getJSON(t, router+"/admin/dynamo/problems", &p)
+		for _, pr := range p.Problems {
+			if pr.Kind == "duplicate" && pr.KeyCount == 2 {
+				return !present(dup)
+			}
+		}
+		return false
+	})
+	inject(t, frontend, dup, "resume")
+	testutil.Eventually(t, 30*time.Second, "duplicate resolved", func() bool { return present(dup) })
 
 	// A killed worker's records expire within the file store's TTL and it
 	// leaves routing.

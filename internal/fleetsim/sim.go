@@ -63,7 +63,8 @@ type Sim struct {
 	opts      Options
 	frontends map[string]*Frontend
 	workers   map[uint64]*simWorker
-	files     []string
+	filesMu   sync.Mutex
+	files     []string // every record written, removed at Stop
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 }
@@ -98,6 +99,8 @@ type simWorker struct {
 	// silent (publisher stopped), paused (requests hang, nothing published).
 	dead, silent, paused bool
 	resume               chan struct{}
+	// dupFile is the second claimant's record while FaultDuplicate holds.
+	dupFile string
 }
 
 // componentOf is the component a role registers as.
@@ -217,22 +220,9 @@ func (s *Sim) register() error {
 	o := s.opts
 	var lastFile string
 	write := func(bucket, key string, v any) error {
-		dir := filepath.Join(o.Root, bucket)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		data, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		tmp := filepath.Join(dir, fmt.Sprintf(".tmp_%016x", time.Now().UnixNano()))
-		if err := os.WriteFile(tmp, data, 0o644); err != nil {
-			return err
-		}
-		final := filepath.Join(dir, fileName(key))
-		s.files = append(s.files, final)
-		lastFile = final
-		return os.Rename(tmp, final)
+		f, err := s.writeRecord(bucket, key, v)
+		lastFile = f
+		return err
 	}
 	for id, w := range s.workers {
 		wt := map[string]string{"prefill": "Prefill", "decode": "Decode", "backend": "Aggregated"}[w.role]
@@ -271,6 +261,37 @@ func (s *Sim) register() error {
 	return nil
 }
 
+// writeRecord writes one record the way a worker does: a temp file, then a
+// rename. It returns the record's path.
+func (s *Sim) writeRecord(bucket, key string, v any) (string, error) {
+	dir := filepath.Join(s.opts.Root, bucket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".tmp_%016x", time.Now().UnixNano()))
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, fileName(key))
+	s.filesMu.Lock()
+	s.files = append(s.files, final)
+	s.filesMu.Unlock()
+	return final, os.Rename(tmp, final)
+}
+
+// duplicate writes a second Endpoint record claiming w's instance id under
+// another component, as a restarted worker whose old record lingers does.
+func (s *Sim) duplicate(w *simWorker) (string, error) {
+	comp := componentOf[w.role] + "-shadow"
+	return s.writeRecord("v1/instances", fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, w.id), map[string]any{"type": "Endpoint",
+		"namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
+		"transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", w.id)}})
+}
+
 // keepAlive touches the records as Dynamo's file store owner does.
 func (s *Sim) keepAlive(ctx context.Context) {
 	t := time.NewTicker(keepAlive)
@@ -282,13 +303,16 @@ func (s *Sim) keepAlive(ctx context.Context) {
 		case now := <-t.C:
 			for _, w := range s.workers {
 				w.mu.Lock()
-				dead := w.dead
+				dead, dup := w.dead, w.dupFile
 				w.mu.Unlock()
 				if dead {
 					continue // a killed worker's records expire with its TTL
 				}
 				for _, f := range w.files {
 					_ = os.Chtimes(f, now, now)
+				}
+				if dup != "" {
+					_ = os.Chtimes(dup, now, now)
 				}
 			}
 		}
@@ -299,9 +323,11 @@ func (s *Sim) keepAlive(ctx context.Context) {
 func (s *Sim) Stop() {
 	s.cancel()
 	s.done.Wait()
+	s.filesMu.Lock()
 	for _, f := range s.files {
 		_ = os.Remove(f)
 	}
+	s.filesMu.Unlock()
 	for _, w := range s.workers {
 		_ = w.pub.Close()
 		_ = w.kvPub.Close()
@@ -509,7 +535,10 @@ const (
 	FaultKill          Fault = "kill"           // stop keeping its records alive; refuse its requests
 	FaultStopPublisher Fault = "stop-publisher" // publish no more load
 	FaultPause         Fault = "pause"          // hang requests and publish nothing (a stalled engine)
-	FaultResume        Fault = "resume"         // undo pause and stop-publisher
+	FaultResume        Fault = "resume"         // undo pause, stop-publisher and duplicate
+	// FaultDuplicate registers a second record claiming the worker's
+	// instance id: discovery rejects every claimant until it goes.
+	FaultDuplicate Fault = "duplicate"
 )
 
 // ErrNoWorker is returned for an unknown worker id.
@@ -521,7 +550,24 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	if w == nil {
 		return ErrNoWorker
 	}
+	if f == FaultDuplicate {
+		w.mu.Lock()
+		has := w.dupFile != ""
+		w.mu.Unlock()
+		if has {
+			return nil
+		}
+		path, err := s.duplicate(w)
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.dupFile = path
+		w.mu.Unlock()
+		return nil
+	}
 	w.mu.Lock()
+	var undup string
 	switch f {
 	case FaultKill:
 		w.dead = true
@@ -533,6 +579,7 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		}
 	case FaultResume:
 		w.silent = false
+		undup, w.dupFile = w.dupFile, ""
 		if w.paused {
 			w.paused = false
 			close(w.resume)
@@ -542,6 +589,11 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		return fmt.Errorf("unknown fault %q", f)
 	}
 	w.mu.Unlock()
+	if undup != "" {
+		if err := os.Remove(undup); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	switch f {
 	case FaultResume:
 		w.publishAll()
@@ -579,7 +631,7 @@ func (s *Sim) Workers() []WorkerInfo {
 
 // Handler serves the namespace's frontend and, under /sim/, the control API
 // of the whole fleet: GET /sim/workers,
-// POST /sim/workers/{id}/{kill|stop-publisher|pause|resume}.
+// POST /sim/workers/{id}/{kill|stop-publisher|pause|resume|duplicate}.
 func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sim/workers", func(w http.ResponseWriter, _ *http.Request) {

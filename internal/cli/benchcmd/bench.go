@@ -7,19 +7,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
-	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/routerd"
 	"github.com/continuum-router/continuum/internal/workload"
 )
 
@@ -133,13 +136,13 @@ func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Reque
 	addr := make(chan string, 1)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	so := &serve.Options{IO: ios, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
+	so := &routerd.Options{IO: ios, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
 		DemoFleet: fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed},
 		Picker:    modes[mode](),
 		Logger:    func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil },
 		Ready:     func(main, _ string) { addr <- main }}
 	done := make(chan error, 1)
-	go func() { done <- serve.Run(sctx, so) }()
+	go func() { done <- routerd.Run(sctx, so) }()
 	var router string
 	select {
 	case a := <-addr:
@@ -147,8 +150,10 @@ func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Reque
 	case err := <-done:
 		return workload.Report{}, fmt.Errorf("router for %s: %w %s", mode, err, strings.TrimSpace(errOut.String()))
 	}
-	// Let discovery and the load subscriptions settle before measuring.
-	time.Sleep(time.Second)
+	// Measure once every worker is discovered and has sent its load.
+	if err := settled(sctx, router, o.Prefill+o.Decode); err != nil {
+		return workload.Report{}, fmt.Errorf("router for %s: %w", mode, err)
+	}
 	rep := workload.Replay(sctx, reqs, workload.Options{Router: router, Model: "Qwen/Qwen3-32B", TimeScale: o.TimeScale, MaxOutput: o.MaxOutput})
 	rep.Mode = mode
 	cancel()
@@ -156,4 +161,36 @@ func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Reque
 		return rep, fmt.Errorf("router for %s: %w", mode, err)
 	}
 	return rep, nil
+}
+
+// settled polls the admin API until n workers are discovered and every
+// load subscription is connected, for at most 30 s. (Idle workers publish
+// nothing, so a sample cannot be awaited before traffic.)
+func settled(ctx context.Context, router string, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, router+"/admin/dynamo/workers", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+fleetsim.DemoAdminToken)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			var v admin.WorkersResponse
+			err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&v)
+			_ = resp.Body.Close()
+			ready := err == nil && len(v.Workers) >= n && len(v.Subscriptions) >= n
+			for _, sub := range v.Subscriptions {
+				ready = ready && sub.State == "connected"
+			}
+			if ready {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the fleet did not settle: %w", context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

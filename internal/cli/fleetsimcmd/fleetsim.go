@@ -51,6 +51,7 @@ Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/workers/<instance id>/kill            # records expire
   curl -X POST <frontend>/sim/workers/<instance id>/stop-publisher  # load goes silent
   curl -X POST <frontend>/sim/workers/<instance id>/pause           # a stalled engine
+  curl -X POST <frontend>/sim/workers/<instance id>/duplicate       # a second record claims its id
   curl -X POST <frontend>/sim/workers/<instance id>/resume
   curl <frontend>/sim/workers`,
 		Example: `  continuum fleet-sim --prefill 2 --decode 4 --write-config /tmp/continuum.yaml
