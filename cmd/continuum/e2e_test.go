@@ -248,9 +248,13 @@ func TestFleetSimAndServe(t *testing.T) {
 		}
 	}
 
+	// Restarted, it comes back with its id.
+	inject(t, frontend, victim, "restart")
+	testutil.Eventually(t, 30*time.Second, "restarted worker back in discovery", func() bool { return present(victim) })
+
 	// Every publisher stops: with no fresh sample, selection rotates.
 	for _, line := range strings.Split(sim.out(), "\n") {
-		if m := regexp.MustCompile(`instance (\d+) `).FindStringSubmatch(line); m != nil && m[1] != victim {
+		if m := regexp.MustCompile(`instance (\d+) `).FindStringSubmatch(line); m != nil {
 			inject(t, frontend, m[1], "stop-publisher")
 		}
 	}

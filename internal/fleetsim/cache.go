@@ -77,3 +77,11 @@ func (c *prefixCache) lookupAndInsert(blocks []uint64) (hit int, inserted []bool
 	}
 	return hit, inserted, evicted
 }
+
+// clear empties the cache (a restarted worker).
+func (c *prefixCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.order.Init()
+	clear(c.items)
+}

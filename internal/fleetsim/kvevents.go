@@ -85,6 +85,22 @@ func (w *simWorker) publishKV(rank int, blocks []uint64, inserted []bool, evicte
 		}
 		events = append(events, ev)
 	}
+	w.sendKV(events)
+}
+
+// publishCleared says every rank's cache is empty (after a restart).
+func (w *simWorker) publishCleared() {
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
+	var events []wire.RouterEvent
+	for r := range w.dpSize {
+		events = append(events, wire.RouterEvent{WorkerID: w.id, DPRank: uint32(r), Kind: wire.KVCleared})
+	}
+	w.sendKV(events)
+}
+
+// sendKV numbers and sends events; w.kvMu is held.
+func (w *simWorker) sendKV(events []wire.RouterEvent) {
 	for _, ev := range events {
 		w.mu.Lock()
 		if w.silent || w.dead {

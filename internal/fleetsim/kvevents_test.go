@@ -140,6 +140,7 @@ func TestWorkersPublishKVEvents(t *testing.T) {
 				t.Fatalf("publisher %x", env.PublisherID)
 			}
 			checkStored(t, env.Payload, prefill.InstanceID, sent)
+			expectCleared(t, sim, prefill.InstanceID, msgs)
 			return
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
@@ -190,4 +191,37 @@ func checkStored(t *testing.T, payload []byte, worker uint64, sent map[uint64][2
 		return
 	}
 	t.Fatalf("tokens_hash %x matches no request", st.Blocks[0].TokensHash)
+}
+
+// expectCleared: a restarted worker says its cache is empty.
+func expectCleared(t *testing.T, sim *fleetsim.Sim, id uint64, msgs <-chan zmq4.Msg) {
+	t.Helper()
+	for _, f := range []fleetsim.Fault{fleetsim.FaultKill, fleetsim.FaultRestart} {
+		if err := sim.Inject(id, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-msgs:
+			env, rej := wire.DecodeEventMessage(m.Frames, "kv-events", wire.MaxKVEventsPayloadBytes)
+			if rej != nil {
+				t.Fatal(rej)
+			}
+			var ev struct {
+				Event struct {
+					Data any `msgpack:"data"`
+				} `msgpack:"event"`
+			}
+			if err := msgpack.Unmarshal(env.Payload, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Event.Data == "cleared" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no cleared event after a restart")
+		}
+	}
 }

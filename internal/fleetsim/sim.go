@@ -539,6 +539,10 @@ const (
 	// FaultDuplicate registers a second record claiming the worker's
 	// instance id: discovery rejects every claimant until it goes.
 	FaultDuplicate Fault = "duplicate"
+	// FaultRestart brings a killed worker back with the same id and an
+	// empty cache (its records are kept alive again; kv-events says
+	// cleared).
+	FaultRestart Fault = "restart"
 )
 
 // ErrNoWorker is returned for an unknown worker id.
@@ -571,6 +575,17 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	switch f {
 	case FaultKill:
 		w.dead = true
+	case FaultRestart:
+		if !w.dead {
+			w.mu.Unlock()
+			return nil
+		}
+		w.dead = false
+		w.cache.clear()
+		now := time.Now()
+		for _, f := range w.files {
+			_ = os.Chtimes(f, now, now)
+		}
 	case FaultStopPublisher:
 		w.silent = true
 	case FaultPause:
@@ -598,6 +613,10 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	case FaultResume:
 		w.publishAll()
 	case FaultKill:
+		s.syncFrontends()
+	case FaultRestart:
+		w.publishCleared()
+		w.publishAll()
 		s.syncFrontends()
 	}
 	return nil
@@ -631,7 +650,7 @@ func (s *Sim) Workers() []WorkerInfo {
 
 // Handler serves the namespace's frontend and, under /sim/, the control API
 // of the whole fleet: GET /sim/workers,
-// POST /sim/workers/{id}/{kill|stop-publisher|pause|resume|duplicate}.
+// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate}.
 func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sim/workers", func(w http.ResponseWriter, _ *http.Request) {

@@ -49,6 +49,7 @@ It prints the file store root, the frontend URL and a router configuration
 
 Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/workers/<instance id>/kill            # records expire
+  curl -X POST <frontend>/sim/workers/<instance id>/restart         # back, same id, empty cache
   curl -X POST <frontend>/sim/workers/<instance id>/stop-publisher  # load goes silent
   curl -X POST <frontend>/sim/workers/<instance id>/pause           # a stalled engine
   curl -X POST <frontend>/sim/workers/<instance id>/duplicate       # a second record claims its id
