@@ -85,20 +85,9 @@ func TestInteractiveDemo(t *testing.T) {
 		done <- top.Run(context.Background(), &top.Options{IO: ios, Env: os.LookupEnv, Demo: true, Interval: 200 * time.Millisecond,
 			ProgramOptions: []tea.ProgramOption{tea.WithInput(pr), tea.WithOutput(ios.Out)}})
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(out.String(), "prefill (2)") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no fleet view within 30 s:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the fleet view", func() bool { return strings.Contains(out.String(), "prefill (2)") })
 	_, _ = pw.Write([]byte("2"))
-	for !strings.Contains(out.String(), "[2 Subs]") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no subscriptions view:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the subscriptions view", func() bool { return strings.Contains(out.String(), "[2 Subs") })
 	_, _ = pw.Write([]byte("q"))
 	select {
 	case err := <-done:
