@@ -54,11 +54,9 @@ func engineHash(id uint64, j int) uint64 {
 	return xxh3.Hash(buf[:]) >> 1 // vLLM's hashes are non-negative i64
 }
 
-// publishKV sends the events of one request's cache update on a rank.
+// publishKV sends the events of one request's cache update on a rank;
+// w.kvMu is held.
 func (w *simWorker) publishKV(rank int, blocks []uint64, inserted []bool, evicted []uint64) {
-	// One request's events go out together and in sequence order.
-	w.kvMu.Lock()
-	defer w.kvMu.Unlock()
 	perTrace := TraceBlockTokens / w.blockSize
 	var events []wire.RouterEvent
 	for i := 0; i < len(blocks); {
@@ -88,10 +86,9 @@ func (w *simWorker) publishKV(rank int, blocks []uint64, inserted []bool, evicte
 	w.sendKV(events)
 }
 
-// publishCleared says every rank's cache is empty (after a restart).
+// publishCleared says every rank's cache is empty (after a restart);
+// w.kvMu is held.
 func (w *simWorker) publishCleared() {
-	w.kvMu.Lock()
-	defer w.kvMu.Unlock()
 	var events []wire.RouterEvent
 	for r := range w.dpSize {
 		events = append(events, wire.RouterEvent{WorkerID: w.id, DPRank: uint32(r), Kind: wire.KVCleared})

@@ -441,9 +441,13 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	}
 	cached := 0
 	if len(blocks) > 0 {
+		// The cache changes and its events go out in one step, so that
+		// events of concurrent requests stay in cache order.
+		prefillW.kvMu.Lock()
 		hit, inserted, evicted := prefillW.cache.lookupAndInsert(blocks)
-		cached = min(hit*TraceBlockTokens, prompt)
 		prefillW.publishKV(prefillRank, blocks, inserted, evicted)
+		prefillW.kvMu.Unlock()
+		cached = min(hit*TraceBlockTokens, prompt)
 	}
 	w.Header().Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
@@ -570,22 +574,14 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		w.mu.Unlock()
 		return nil
 	}
+	if f == FaultRestart {
+		return s.restart(w)
+	}
 	w.mu.Lock()
 	var undup string
 	switch f {
 	case FaultKill:
 		w.dead = true
-	case FaultRestart:
-		if !w.dead {
-			w.mu.Unlock()
-			return nil
-		}
-		w.dead = false
-		w.cache.clear()
-		now := time.Now()
-		for _, f := range w.files {
-			_ = os.Chtimes(f, now, now)
-		}
 	case FaultStopPublisher:
 		w.silent = true
 	case FaultPause:
@@ -614,11 +610,31 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		w.publishAll()
 	case FaultKill:
 		s.syncFrontends()
-	case FaultRestart:
-		w.publishCleared()
-		w.publishAll()
-		s.syncFrontends()
 	}
+	return nil
+}
+
+// restart brings a killed worker back: its records are kept alive again,
+// its cache is empty, and kv-events says cleared before anything else.
+func (s *Sim) restart(w *simWorker) error {
+	w.kvMu.Lock()
+	w.mu.Lock()
+	if !w.dead {
+		w.mu.Unlock()
+		w.kvMu.Unlock()
+		return nil
+	}
+	w.dead = false
+	now := time.Now()
+	for _, f := range w.files {
+		_ = os.Chtimes(f, now, now)
+	}
+	w.mu.Unlock()
+	w.cache.clear()
+	w.publishCleared()
+	w.kvMu.Unlock()
+	w.publishAll()
+	s.syncFrontends()
 	return nil
 }
 

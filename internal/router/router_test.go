@@ -683,3 +683,36 @@ func TestClientCredentialsNotForwarded(t *testing.T) {
 		t.Fatalf("admin token without Bearer: %d", resp.StatusCode)
 	}
 }
+
+// TestAdminListener: with admin.bind_address the admin API moves to its own
+// handler, which also serves /metrics (continuum top needs both on one
+// address); the main handler no longer answers /admin.
+func TestAdminListener(t *testing.T) {
+	cfg := config.Default()
+	cfg.Admin.Token = "admin-secret"
+	cfg.Admin.BindAddress = "127.0.0.1:0"
+	reg := fleet.NewRegistry(nil, nil)
+	srv := router.New(router.Options{Config: cfg, Registry: reg, Store: load.NewStore(time.Second, nil), Gatherer: prometheus.NewRegistry()})
+	adminSrv := httptest.NewServer(srv.AdminHandler())
+	defer adminSrv.Close()
+	mainSrv := httptest.NewServer(srv.Handler())
+	defer mainSrv.Close()
+	status := func(base, path string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer admin-secret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/metrics", "/admin/dynamo/workers", "/admin/dynamo/load", "/admin/dynamo/problems"} {
+		if c := status(adminSrv.URL, path); c != http.StatusOK {
+			t.Errorf("admin listener %s: %d", path, c)
+		}
+	}
+	if c := status(mainSrv.URL, "/admin/dynamo/workers"); c != http.StatusNotFound {
+		t.Errorf("main listener still serves the admin API: %d", c)
+	}
+}

@@ -124,10 +124,14 @@ func (s *Server) Handler() http.Handler {
 	return stripDynamoHeaders(mux)
 }
 
-// AdminHandler is the admin API alone, for admin.bind_address.
+// AdminHandler is the admin API, for admin.bind_address, with /metrics
+// beside it so that one address serves continuum top.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.mountAdmin(mux)
+	if s.opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
 	return stripDynamoHeaders(mux)
 }
 

@@ -1,9 +1,11 @@
 package tui
 
 import (
+	"io"
 	"slices"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
 )
 
 // Binding is one action's keys and its help text.
@@ -54,14 +56,17 @@ func (k KeyMap) all() []Binding {
 type Styles struct {
 	Title, Tab, ActiveTab, Header, Group, Cursor lipgloss.Style
 	Fresh, Quiet, Stale, None, Banner, Dim, Bar  lipgloss.Style
-	Bad                                          lipgloss.Style
+	Bad, Plain                                   lipgloss.Style
 }
 
 // NewStyles builds the styles, coloured or plain.
 func NewStyles(color bool) Styles {
 	if !color {
-		p := lipgloss.NewStyle()
-		return Styles{p, p, p, p, p, p, p, p, p, p, p, p, p, p}
+		// A renderer of its own, never the default one: that one probes
+		// the terminal on first use.
+		r := lipgloss.NewRenderer(io.Discard, termenv.WithProfile(termenv.Ascii))
+		p := r.NewStyle()
+		return Styles{p, p, p, p, p, p, p, p, p, p, p, p, p, p, p}
 	}
 	s := lipgloss.NewStyle
 	return Styles{
@@ -79,5 +84,6 @@ func NewStyles(color bool) Styles {
 		Dim:       s().Foreground(lipgloss.Color("244")),
 		Bar:       s().Foreground(lipgloss.Color("39")),
 		Bad:       s().Foreground(lipgloss.Color("203")),
+		Plain:     s(),
 	}
 }

@@ -233,10 +233,9 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 	m.err, m.errSince, m.failures, m.lastPoll = nil, time.Time{}, 0, s.At
 	if m.prev != nil {
 		dt := s.At.Sub(m.prev.At).Seconds()
+		// Only series the router still reports are kept (after a router
+		// restart, old ones would otherwise add their last rate forever).
 		hist := make(map[string][]float64, len(m.hist))
-		for k, v := range m.hist {
-			hist[k] = v
-		}
 		for _, fam := range []string{"continuum_dynamo_selection_total", "disaggregated_errors_total", "disaggregated_requests_total"} {
 			for key, v := range s.Metrics[fam] {
 				rate := 0.0
@@ -463,6 +462,7 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.cursor, m.offset, m.detail = 0, 0, false
 	case m.keys.Filter.Has(s):
 		m.view, m.filtering, m.detail = ViewFleet, true, false
+		m.clampCursor()
 	case m.keys.Sort.Has(s):
 		m.sortBy = (m.sortBy + 1) % sortCount
 		m.rows = m.buildRows()

@@ -437,3 +437,47 @@ func TestKeyBurst(t *testing.T) {
 		t.Fatalf("burst:\n%s", m.View())
 	}
 }
+
+// TestTinyTerminals: every view renders at any size without panicking.
+func TestTinyTerminals(t *testing.T) {
+	for _, size := range [][2]int{{0, 0}, {1, 1}, {20, 5}, {30, 6}, {10, 40}} {
+		m := update(loaded(t, size[0], size[1]), tui.FetchErrMsg(errors.New("router unreachable"), t0))
+		for _, k := range []string{"tab", "tab", "tab", "tab", "G", "enter", "esc", "?", "x", "/", "z"} {
+			m = keys(m, k)
+			_ = m.View()
+		}
+	}
+}
+
+// TestLongListsScroll: the cursor's row stays visible in every list.
+func TestLongListsScroll(t *testing.T) {
+	snap := fixture(t0, 1)
+	snap.Problems.Problems = nil
+	snap.Workers.Subscriptions = nil
+	for i := range 50 {
+		snap.Problems.Problems = append(snap.Problems.Problems, admin.Problem{Kind: "malformed", KeyCount: 1, Reason: fmt.Sprintf("reason-%d", i)})
+		snap.Workers.Subscriptions = append(snap.Workers.Subscriptions, admin.Subscription{Family: "kv_metrics", PublisherID: fmt.Sprint(1000 + i), State: "connected"})
+	}
+	m := update(newModel(t, 80, 24, nil), tui.SnapshotMsg(snap))
+	if v := keys(m, "4", "G").View(); !strings.Contains(v, "reason-49") || strings.Contains(v, "reason-0 ") {
+		t.Errorf("problems do not scroll:\n%s", v)
+	}
+	if v := keys(m, "2", "G").View(); !strings.Contains(v, "› kv_metrics 1049") {
+		t.Errorf("subscriptions do not scroll:\n%s", v)
+	}
+}
+
+// TestRatesOfVanishedSeries: a series the router no longer reports (it
+// restarted) stops counting in the totals.
+func TestRatesOfVanishedSeries(t *testing.T) {
+	m := loaded(t, 80, 24)
+	if !strings.Contains(m.View(), "58 req/s") {
+		t.Fatalf("before:\n%s", m.View())
+	}
+	next := fixture(t0.Add(2*time.Second), 2)
+	next.Metrics["continuum_dynamo_selection_total"] = map[string]float64{}
+	m = update(m, tui.SnapshotMsg(next))
+	if !strings.Contains(m.View(), " 0 req/s") {
+		t.Errorf("after the series went:\n%s", m.View())
+	}
+}

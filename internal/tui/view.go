@@ -33,11 +33,11 @@ func (m Model) View() string {
 	case m.view == ViewFleet:
 		body = m.fleetBody(w, bodyH)
 	case m.view == ViewSubscriptions:
-		body = m.subscriptionsBody()
+		body = m.subscriptionsBody(bodyH)
 	case m.view == ViewRouting:
 		body = m.routingBody(w)
 	case m.view == ViewProblems:
-		body = m.problemsBody(w)
+		body = m.problemsBody(w, bodyH)
 	}
 	if len(body) > bodyH {
 		body = body[:bodyH]
@@ -174,6 +174,19 @@ func (m Model) tableRow(vals []string, cols []column, selected bool, style lipgl
 	return "  " + style.Render(line)
 }
 
+// window returns at most h of lines, scrolled so that line cursor shows.
+func window(lines []string, cursor, h int) []string {
+	if h <= 0 {
+		return nil
+	}
+	off := 0
+	if cursor >= h {
+		off = cursor - h + 1
+	}
+	off = min(off, max(len(lines)-1, 0))
+	return lines[off:min(len(lines), off+h)]
+}
+
 type column struct {
 	title string
 	width int
@@ -232,12 +245,7 @@ func (m Model) fleetBody(w, h int) []string {
 		}
 		lines = append(lines, m.rowLine(r, i == m.cursor, cols, kvBar, pfBar))
 	}
-	avail := h - 1
-	off := 0
-	if cursorLine >= avail {
-		off = cursorLine - avail + 1
-	}
-	return append(out, lines[off:min(len(lines), off+avail)]...)
+	return append(out, window(lines, cursorLine, h-1)...)
 }
 
 func (m Model) rowLine(r *Row, selected bool, cols []column, kvBar, pfBar int) string {
@@ -380,7 +388,7 @@ func (m Model) detailBody() []string {
 	return out
 }
 
-func (m Model) subscriptionsBody() []string {
+func (m Model) subscriptionsBody(h int) []string {
 	s := m.snap
 	out := []string{fmt.Sprintf("  publishers: %d load, %d kv-events", s.Workers.LoadPublishers, s.Workers.KVEventPublishers)}
 	if states := sortedSeries(s.Metrics["continuum_dynamo_load_subscriptions"]); len(states) > 0 {
@@ -411,15 +419,16 @@ func (m Model) subscriptionsBody() []string {
 	if len(s.Workers.Subscriptions) == 0 {
 		return append(out, m.styles.Dim.Render("  no subscriptions"))
 	}
+	var rows []string
 	for i, sub := range s.Workers.Subscriptions {
-		style := lipgloss.NewStyle()
+		style := m.styles.Plain
 		if sub.State != "connected" {
 			style = m.styles.Stale
 		}
 		vals := []string{sub.Family, sub.PublisherID, sub.Namespace, sub.Component, sub.State, sub.Transport, fmt.Sprint(sub.Reconnects), sub.Broker}
-		out = append(out, m.tableRow(vals, cols, i == m.cursor, style))
+		rows = append(rows, m.tableRow(vals, cols, i == m.cursor, style))
 	}
-	return out
+	return append(out, window(rows, m.cursor, h-len(out))...)
 }
 
 type series struct {
@@ -487,7 +496,7 @@ func (m Model) routingBody(w int) []string {
 	return out
 }
 
-func (m Model) problemsBody(w int) []string {
+func (m Model) problemsBody(w, h int) []string {
 	s := m.snap
 	cols := []column{{"KIND", 18, false}, {"KEYS", 5, true}, {"REASON", max(w-28, 20), false}}
 	if w >= wide {
@@ -497,13 +506,17 @@ func (m Model) problemsBody(w int) []string {
 	if len(s.Problems.Problems) == 0 {
 		out = append(out, m.styles.Dim.Render("  no problems"))
 	}
+	var rows []string
 	for i, p := range s.Problems.Problems {
 		first := ""
 		if len(p.Keys) > 0 {
 			first = p.Keys[0]
 		}
-		out = append(out, m.tableRow([]string{p.Kind, fmt.Sprint(p.KeyCount), p.Reason, first}, cols, i == m.cursor, m.styles.Bad))
+		rows = append(rows, m.tableRow([]string{p.Kind, fmt.Sprint(p.KeyCount), p.Reason, first}, cols, i == m.cursor, m.styles.Bad))
 	}
+	// The events below keep a few lines; the problems scroll in the rest.
+	events := len(s.Metrics["continuum_dynamo_discovery_events_total"])
+	out = append(out, window(rows, m.cursor, max(h-len(out)-3-min(max(events, 1), 4), 3))...)
 	out = append(out, "", m.styles.Header.Render("  discovery events"))
 	ev := sortedSeries(s.Metrics["continuum_dynamo_discovery_events_total"])
 	if len(ev) == 0 {
