@@ -111,10 +111,10 @@ var (
 
 // fleet starts fleet-sim and serve over it, and returns the router's and
 // the frontend's base URLs.
-func fleet(t *testing.T) (router, frontend string, sim, srv *proc) {
+func fleet(t *testing.T, extra ...string) (router, frontend string, sim, srv *proc) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "continuum.yaml")
-	sim = start(t, "fleet-sim", "--prefill", "2", "--decode", "2", "--speed", "4", "--router-bind", "127.0.0.1:0", "--write-config", cfg)
+	sim = start(t, append([]string{"fleet-sim", "--prefill", "2", "--decode", "2", "--speed", "4", "--router-bind", "127.0.0.1:0", "--write-config", cfg}, extra...)...)
 	testutil.Eventually(t, 30*time.Second, "fleet-sim ready", func() bool { return strings.Contains(sim.out(), "router configuration:") })
 	frontend = frontendRe.FindStringSubmatch(sim.out())[1]
 	srv = start(t, "serve", "--config", cfg, "--log-format", "json", "--shutdown-grace", "20s")
@@ -263,6 +263,49 @@ func TestFleetSimAndServe(t *testing.T) {
 		chat(t, router, false, 1)
 		return metric(t, router, `continuum_dynamo_selection_total{reason="round_robin_stale",role="decode"}`) > before+2
 	})
+}
+
+// TestFleetSimEtcd: a fleet registered in etcd under leases. Requests flow;
+// the router's discovery survives an etcd restart; a killed worker's lease
+// expires and it leaves routing.
+func TestFleetSimEtcd(t *testing.T) {
+	router, frontend, sim, _ := fleet(t, "--store", "etcd")
+	if !strings.Contains(sim.out(), "etcd:       http://127.0.0.1:") {
+		t.Fatalf("no etcd endpoint printed:\n%s", sim.out())
+	}
+	testutil.Eventually(t, 30*time.Second, "a disaggregated answer", func() bool {
+		resp, _ := chat(t, router, false, 4)
+		return resp.StatusCode == 200 && resp.Header.Get("x-continuum-routing-path") == "disaggregated"
+	})
+	if v := workers(t, router); v.Source != "etcd" || len(v.Workers) != 4 {
+		t.Fatalf("fleet view: %+v", v)
+	}
+	resp, err := http.Post(frontend+"/sim/etcd/restart", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("etcd restart: %d", resp.StatusCode)
+	}
+	testutil.Eventually(t, 30*time.Second, "discovery connected again with the whole fleet", func() bool {
+		v := workers(t, router)
+		return v.Connected && len(v.Workers) == 4
+	})
+	victim := instanceRe.FindStringSubmatch(sim.out())[1]
+	inject(t, frontend, victim, "kill")
+	testutil.Eventually(t, 30*time.Second, "killed worker's lease expired", func() bool {
+		for _, w := range workers(t, router).Workers {
+			if w.WorkerID == victim {
+				return false
+			}
+		}
+		return true
+	})
+	resp, body := chat(t, router, false, 2)
+	if resp.StatusCode != 200 || resp.Header.Get("x-continuum-worker") == victim {
+		t.Fatalf("after the kill: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
 }
 
 // TestServeDrainsOnSIGTERM: an in-flight stream completes after SIGTERM,

@@ -99,15 +99,17 @@ backends:
 	for _, ns := range namespaces {
 		fmt.Fprintf(&b, "  - name: %s\n    type: openai\n    url: %q\n    models: %s\n", name(ns), d.FrontendURLs[ns], quoted(d.Sim.Models()))
 	}
-	fmt.Fprintf(&b, `disaggregated_serving:
+	b.WriteString(`disaggregated_serving:
   enabled: true
 dynamo:
   enabled: true
   discovery:
-    source: file
-    file:
-      root: %q
-`, d.Root)
+`)
+	if ep := d.Sim.EtcdEndpoint(); ep != "" {
+		fmt.Fprintf(&b, "    source: etcd\n    etcd:\n      endpoints: [%q]\n", ep)
+	} else {
+		fmt.Fprintf(&b, "    source: file\n    file:\n      root: %q\n", d.Root)
+	}
 	if len(namespaces) == 1 {
 		fmt.Fprintf(&b, "      namespace: %q\n", namespaces[0])
 	} else {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
@@ -37,6 +39,9 @@ type Options struct {
 	// do: active_decode_blocks and active_prefill_tokens nil, only
 	// kv_used_blocks set.
 	NilSchedulerFields bool
+	// Store is where workers register: StoreFile (default) under Root, or
+	// StoreEtcd, an in-process etcd server keeping its data under Root.
+	Store string
 	// Root is the file store directory the workers register in (Dynamo's
 	// DYN_FILE_KV layout).
 	Root string
@@ -65,6 +70,8 @@ type Sim struct {
 	workers   map[uint64]*simWorker
 	filesMu   sync.Mutex
 	files     []string // every record written, removed at Stop
+	etcd      *simEtcd // with StoreEtcd
+	ctx       context.Context
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 }
@@ -101,6 +108,11 @@ type simWorker struct {
 	resume               chan struct{}
 	// dupFile is the second claimant's record while FaultDuplicate holds.
 	dupFile string
+	// With StoreEtcd: the worker's lease, the cancel of its keep-alive,
+	// and its records (put again on restart).
+	lease     clientv3.LeaseID
+	stopLease context.CancelFunc
+	records   map[string][]byte
 }
 
 // componentOf is the component a role registers as.
@@ -132,7 +144,20 @@ func Start(o Options) (*Sim, error) {
 		o.TotalKVBlocks = 8192
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel}
+	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel, ctx: ctx}
+	switch o.Store {
+	case "", StoreFile:
+	case StoreEtcd:
+		e, err := startSimEtcd(o.Root)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		s.etcd = e
+	default:
+		cancel()
+		return nil, fmt.Errorf("store %q: want %s or %s", o.Store, StoreFile, StoreEtcd)
+	}
 	next := uint64(0x7a00_0000_0100)
 	for _, ns := range o.Namespaces {
 		s.frontends[ns] = NewFrontend()
@@ -219,12 +244,21 @@ func fileName(key string) string {
 func (s *Sim) register() error {
 	o := s.opts
 	var lastFile string
+	var cur *simWorker
 	write := func(bucket, key string, v any) error {
-		f, err := s.writeRecord(bucket, key, v)
+		f, err := s.writeRecord(cur, bucket, key, v)
 		lastFile = f
 		return err
 	}
 	for id, w := range s.workers {
+		cur = w
+		if s.etcd != nil {
+			lease, stop, err := s.etcd.grant(s.ctx)
+			if err != nil {
+				return err
+			}
+			w.lease, w.stopLease, w.records = lease, stop, map[string][]byte{}
+		}
 		wt := map[string]string{"prefill": "Prefill", "decode": "Decode", "backend": "Aggregated"}[w.role]
 		comp := componentOf[w.role]
 		rel := fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, id)
@@ -261,15 +295,24 @@ func (s *Sim) register() error {
 	return nil
 }
 
-// writeRecord writes one record the way a worker does: a temp file, then a
-// rename. It returns the record's path.
-func (s *Sim) writeRecord(bucket, key string, v any) (string, error) {
-	dir := filepath.Join(s.opts.Root, bucket)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
+// writeRecord writes one record of w the way a worker does: in the file
+// store a temp file, then a rename; in etcd a put under w's lease. It
+// returns the record's handle (a path, or "etcd:" and the key).
+func (s *Sim) writeRecord(w *simWorker, bucket, key string, v any) (string, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
+		return "", err
+	}
+	if s.etcd != nil {
+		full := bucket + "/" + key
+		w.mu.Lock()
+		lease := w.lease
+		w.records[full] = data
+		w.mu.Unlock()
+		return etcdHandle + full, s.etcd.put(s.ctx, full, data, lease)
+	}
+	dir := filepath.Join(s.opts.Root, bucket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	tmp := filepath.Join(dir, fmt.Sprintf(".tmp_%016x", time.Now().UnixNano()))
@@ -287,13 +330,16 @@ func (s *Sim) writeRecord(bucket, key string, v any) (string, error) {
 // another component, as a restarted worker whose old record lingers does.
 func (s *Sim) duplicate(w *simWorker) (string, error) {
 	comp := componentOf[w.role] + "-shadow"
-	return s.writeRecord("v1/instances", fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, w.id), map[string]any{"type": "Endpoint",
+	return s.writeRecord(w, "v1/instances", fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, w.id), map[string]any{"type": "Endpoint",
 		"namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
 		"transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", w.id)}})
 }
 
 // keepAlive touches the records as Dynamo's file store owner does.
 func (s *Sim) keepAlive(ctx context.Context) {
+	if s.etcd != nil {
+		return // leases are kept alive by the etcd client
+	}
 	t := time.NewTicker(keepAlive)
 	defer t.Stop()
 	for {
@@ -328,6 +374,9 @@ func (s *Sim) Stop() {
 		_ = os.Remove(f)
 	}
 	s.filesMu.Unlock()
+	if s.etcd != nil {
+		s.etcd.close()
+	}
 	for _, w := range s.workers {
 		_ = w.pub.Close()
 		_ = w.kvPub.Close()
@@ -582,6 +631,9 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	switch f {
 	case FaultKill:
 		w.dead = true
+		if w.stopLease != nil {
+			w.stopLease() // the lease expires within its TTL
+		}
 	case FaultStopPublisher:
 		w.silent = true
 	case FaultPause:
@@ -600,7 +652,14 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		return fmt.Errorf("unknown fault %q", f)
 	}
 	w.mu.Unlock()
-	if undup != "" {
+	if key, ok := strings.CutPrefix(undup, etcdHandle); ok {
+		w.mu.Lock()
+		delete(w.records, key)
+		w.mu.Unlock()
+		if err := s.etcd.delete(s.ctx, key); err != nil {
+			return err
+		}
+	} else if undup != "" {
 		if err := os.Remove(undup); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -630,12 +689,54 @@ func (s *Sim) restart(w *simWorker) error {
 		_ = os.Chtimes(f, now, now)
 	}
 	w.mu.Unlock()
+	if s.etcd != nil {
+		if err := s.releaseInEtcd(w); err != nil {
+			w.kvMu.Unlock()
+			return err
+		}
+	}
 	w.cache.clear()
 	w.publishCleared()
 	w.kvMu.Unlock()
 	w.publishAll()
 	s.syncFrontends()
 	return nil
+}
+
+// releaseInEtcd puts a restarted worker's records again under a new lease.
+func (s *Sim) releaseInEtcd(w *simWorker) error {
+	lease, stop, err := s.etcd.grant(s.ctx)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.lease, w.stopLease = lease, stop
+	records := maps.Clone(w.records)
+	w.mu.Unlock()
+	for k, v := range records {
+		if err := s.etcd.put(s.ctx, k, v, lease); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EtcdEndpoint is the client URL of the fleet's etcd server ("" with the
+// file store).
+func (s *Sim) EtcdEndpoint() string {
+	if s.etcd == nil {
+		return ""
+	}
+	return s.etcd.Endpoint()
+}
+
+// RestartEtcd stops the fleet's etcd server and starts it again with its
+// data (a fault: discovery must reconnect and resume).
+func (s *Sim) RestartEtcd() error {
+	if s.etcd == nil {
+		return errors.New("the fleet registers in the file store, not etcd")
+	}
+	return s.etcd.Restart()
 }
 
 // WorkerInfo describes a simulated worker.
@@ -666,12 +767,20 @@ func (s *Sim) Workers() []WorkerInfo {
 
 // Handler serves the namespace's frontend and, under /sim/, the control API
 // of the whole fleet: GET /sim/workers,
-// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate}.
+// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate},
+// POST /sim/etcd/restart (with the etcd store).
 func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sim/workers", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Workers())
+	})
+	mux.HandleFunc("POST /sim/etcd/restart", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.RestartEtcd(); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /sim/workers/{id}/{fault}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 0, 64)

@@ -28,6 +28,7 @@ type Options struct {
 	RouterBind   string
 	FrontendBind string
 	WriteConfig  string
+	Store        string
 	// Ready, when set, is called once the fleet is up (tests).
 	Ready func(*fleetsim.Demo)
 }
@@ -40,11 +41,13 @@ func NewCmdFleetSim(f *cmdutil.Factory, runF func(context.Context, *Options) err
 		Short: "Run a simulated Dynamo fleet for the router to discover and route to",
 		Long: `Run a simulated Dynamo fleet until interrupted: prefill and decode workers that
 register in Dynamo's file store (kept alive by touch, 10 s TTL, as real workers
-do), publish their load on kv_metrics over real ZMQ PUB sockets, and execute
+do) or, with --store etcd, in an in-process etcd server under 10 s leases;
+publish their load on kv_metrics and their KV cache on kv-events over real
+ZMQ PUB sockets; and execute
 the requests a dynamo.frontend --router-mode direct emulator receives with
 x-dynamo-* pins (prefill time by prompt length, decode time per token).
 
-It prints the file store root, the frontend URL and a router configuration
+It prints the file store root (or etcd endpoint), the frontend URL and a router configuration
 (or writes it with --write-config) for continuum serve --config.
 
 Faults can be injected through the frontend's control API:
@@ -54,6 +57,7 @@ Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/workers/<instance id>/pause           # a stalled engine
   curl -X POST <frontend>/sim/workers/<instance id>/duplicate       # a second record claims its id
   curl -X POST <frontend>/sim/workers/<instance id>/resume
+  curl -X POST <frontend>/sim/etcd/restart                          # with --store etcd
   curl <frontend>/sim/workers`,
 		Example: `  continuum fleet-sim --prefill 2 --decode 4 --write-config /tmp/continuum.yaml
   continuum serve --config /tmp/continuum.yaml`,
@@ -64,6 +68,9 @@ Faults can be injected through the frontend's control API:
 			}
 			if opts.DP < 0 || opts.DP > 64 {
 				return cmdutil.FlagErrorf("--dp must be between 0 and 64")
+			}
+			if err := cmdutil.OneOf("store", opts.Store, []string{fleetsim.StoreFile, fleetsim.StoreEtcd}); err != nil {
+				return err
 			}
 			if opts.Speed <= 0 {
 				return cmdutil.FlagErrorf("--speed must be positive")
@@ -85,6 +92,8 @@ Faults can be injected through the frontend's control API:
 	fl.Float64Var(&opts.Speed, "speed", 1, "run simulated time this many times faster")
 	fl.StringVar(&opts.RouterBind, "router-bind", "127.0.0.1:8080", "server.bind_address of the printed router configuration")
 	fl.StringVar(&opts.FrontendBind, "frontend-bind", "127.0.0.1:0", "listen address of the frontend emulator")
+	fl.StringVar(&opts.Store, "store", fleetsim.StoreFile, "where workers register: file (Dynamo's file store) or etcd (in-process server)")
+	cmdutil.RegisterEnumCompletion(cmd, "store", []string{fleetsim.StoreFile, fleetsim.StoreEtcd})
 	fl.StringVar(&opts.WriteConfig, "write-config", "", "write the router configuration to this file instead of printing it")
 	return cmd
 }
@@ -92,13 +101,17 @@ Faults can be injected through the frontend's control API:
 // Run runs the fleet until ctx ends.
 func Run(ctx context.Context, o *Options) error {
 	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Aggregated: o.Aggregated, DPSize: o.DP,
-		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed}, o.RouterBind, o.FrontendBind)
+		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed, Store: o.Store}, o.RouterBind, o.FrontendBind)
 	if err != nil {
 		return err
 	}
 	defer d.Stop()
 	w := o.IO.Out
-	fmt.Fprintf(w, "file store: %s\n", d.Root)
+	if ep := d.Sim.EtcdEndpoint(); ep != "" {
+		fmt.Fprintf(w, "etcd:       %s\n", ep)
+	} else {
+		fmt.Fprintf(w, "file store: %s\n", d.Root)
+	}
 	for _, ns := range d.Sim.Namespaces() {
 		fmt.Fprintf(w, "frontend:   %s  (namespace %s)\n", d.FrontendURLs[ns], ns)
 	}
