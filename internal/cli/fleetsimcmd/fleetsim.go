@@ -60,11 +60,12 @@ Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/etcd/restart                          # with --store etcd
   curl <frontend>/sim/workers`,
 		Example: `  continuum fleet-sim --prefill 2 --decode 4 --write-config /tmp/continuum.yaml
-  continuum serve --config /tmp/continuum.yaml`,
+  continuum serve --config /tmp/continuum.yaml
+  continuum fleet-sim --workers 4 --prefill 0 --decode 0 --store etcd      # aggregated workers in etcd`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Prefill < 0 || opts.Decode < 0 || opts.Aggregated < 0 || opts.Decode+opts.Aggregated == 0 {
-				return cmdutil.FlagErrorf("a fleet needs decode or aggregated workers, and no count may be negative")
+				return cmdutil.FlagErrorf("a fleet needs decode workers (--decode) or aggregated ones (--workers), and no count may be negative")
 			}
 			if opts.DP < 0 || opts.DP > 64 {
 				return cmdutil.FlagErrorf("--dp must be between 0 and 64")
@@ -84,7 +85,9 @@ Faults can be injected through the frontend's control API:
 	fl := cmd.Flags()
 	fl.IntVar(&opts.Prefill, "prefill", 2, "prefill workers per namespace and model")
 	fl.IntVar(&opts.Decode, "decode", 2, "decode workers per namespace and model")
-	fl.IntVar(&opts.Aggregated, "aggregated", 0, "aggregated workers per namespace and model")
+	fl.IntVar(&opts.Aggregated, "workers", 0, "aggregated workers (prefill and decode in one) per namespace and model")
+	fl.IntVar(&opts.Aggregated, "aggregated", 0, "same as --workers")
+	_ = fl.MarkHidden("aggregated")
 	fl.IntVar(&opts.DP, "dp", 0, "data-parallel ranks per worker (declared in the card when above 1)")
 	fl.StringSliceVar(&opts.Models, "models", []string{"Qwen/Qwen3-32B"}, "models the fleet serves")
 	fl.StringSliceVar(&opts.Namespaces, "namespaces", []string{"dynamo"}, "Dynamo namespaces (one graph and frontend each)")
