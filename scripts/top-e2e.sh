@@ -44,8 +44,9 @@ wait_gone() {
 
 keys() { t send-keys -t "$session" "$@"; }
 
-run() { # run WIDTH HEIGHT ENV...
-	t new-session -d -s "$session" -x "$1" -y "$2" env TERM=xterm-256color "${@:3}" "$bin" top --demo --interval 300ms
+# run WIDTH HEIGHT ENV...: a user's terminal (CI unset: termenv treats CI as no terminal).
+run() {
+	t new-session -d -s "$session" -x "$1" -y "$2" env -u CI TERM=xterm-256color "${@:3}" "$bin" top --demo --interval 300ms
 }
 
 # An 80x24 terminal, with colour.

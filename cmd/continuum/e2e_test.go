@@ -359,6 +359,9 @@ func tail(s string) string {
 func TestTopInTmux(t *testing.T) {
 	bin := binary(t)
 	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tmux is not installed; .ci/run installs it")
+		}
 		t.Skip("tmux is not installed (.ci/run installs it)")
 	}
 	cmd := exec.Command("bash", filepath.Join(testutil.RepoRoot(t), "scripts", "top-e2e.sh"), bin)
