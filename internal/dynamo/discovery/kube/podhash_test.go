@@ -1,0 +1,97 @@
+package kube_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+)
+
+// Vectors of reference §2 (worker-0 is the seed's and upstream's).
+func TestHashPodNameVectors(t *testing.T) {
+	for name, want := range map[string]uint64{
+		"worker-0":                   1186445869714687,
+		"worker-1":                   6167992384364830,
+		"worker-99999":               7410589986301036,
+		"fake-name-1-0-worker-nrdfv": 1009006049675451,
+		"deployment-with-hash-suffix-a1b2c3d4e5f6": 2590930466072916,
+	} {
+		if got := kube.HashPodName(name); got != want {
+			t.Errorf("HashPodName(%q) = %d (%x), want %d", name, got, got, want)
+		}
+	}
+}
+
+// podNames are names of every length around the 8-byte word boundaries,
+// typical pod names, and non-ASCII ones.
+func podNames() []string {
+	var out []string
+	for n := range 40 {
+		out = append(out, strings.Repeat("a", n))
+	}
+	for i := range 200 {
+		out = append(out, fmt.Sprintf("vllm-disagg-decode-%d-%05x", i%7, i*7919))
+	}
+	return append(out, "ünïcødé-pod", "日本-worker-0", "x")
+}
+
+// TestHashPodNameAgainstRust compiles a program with rustc that prints
+// DefaultHasher's hash of each name, the seed's guard against a toolchain
+// changing its hasher. Without rustc the test says so and skips.
+func TestHashPodNameAgainstRust(t *testing.T) {
+	rustc, err := exec.LookPath("rustc")
+	if err != nil {
+		t.Skip("rustc is not on PATH: the Rust cross-check needs it")
+	}
+	dir := t.TempDir()
+	src := `use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::BufRead;
+fn main() {
+    for line in std::io::stdin().lock().lines() {
+        let name = line.unwrap();
+        let mut h = DefaultHasher::new();
+        name.as_str().hash(&mut h);
+        println!("{}", h.finish() & 0x001F_FFFF_FFFF_FFFF);
+    }
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "hash.rs"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "hash")
+	if out, err := exec.Command(rustc, "-O", "-o", bin, filepath.Join(dir, "hash.rs")).CombinedOutput(); err != nil {
+		t.Fatalf("rustc: %v\n%s", err, out)
+	}
+	names := podNames()
+	cmd := exec.Command(bin)
+	cmd.Stdin = strings.NewReader(strings.Join(names, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != len(names) {
+		t.Fatalf("rust printed %d hashes for %d names", len(lines), len(names))
+	}
+	for i, name := range names {
+		want, err := strconv.ParseUint(lines[i], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kube.HashPodName(name); got != want {
+			t.Errorf("HashPodName(%q) = %d, Rust's DefaultHasher says %d", name, got, want)
+		}
+	}
+}
+
+func BenchmarkHashPodName(b *testing.B) {
+	for b.Loop() {
+		_ = kube.HashPodName("vllm-disagg-decode-worker-7f9c4d5b8-x2k9p")
+	}
+}
