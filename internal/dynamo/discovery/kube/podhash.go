@@ -14,8 +14,8 @@ const InstanceIDMask = 1<<53 - 1
 // with both keys zero) over what `str::hash` feeds it, the UTF-8 bytes and
 // one 0xFF byte, masked to 53 bits.
 func HashPodName(name string) uint64 {
-	msg := make([]byte, 0, len(name)+1)
-	msg = append(append(msg, name...), 0xff)
+	var buf [64]byte // pod names fit (at most 63 characters): no allocation
+	msg := append(append(buf[:0], name...), 0xff)
 	return sipHash13(0, 0, msg) & InstanceIDMask
 }
 
