@@ -225,20 +225,6 @@ func (s *Sim) syncFrontends() {
 	}
 }
 
-// fileName encodes a key the way Dynamo's file store names files.
-func fileName(key string) string {
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
 // register writes each worker's Endpoint, Model and EventChannel records
 // the way a worker writes them: a temp file, then a rename.
 func (s *Sim) register() error {
@@ -319,7 +305,7 @@ func (s *Sim) writeRecord(w *simWorker, bucket, key string, v any) (string, erro
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return "", err
 	}
-	final := filepath.Join(dir, fileName(key))
+	final := filepath.Join(dir, wire.FileStoreName(key))
 	s.filesMu.Lock()
 	s.files = append(s.files, final)
 	s.filesMu.Unlock()

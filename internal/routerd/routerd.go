@@ -258,6 +258,31 @@ func isLoopback(a net.Addr) bool {
 	return ok && t.IP.IsLoopback()
 }
 
+// Start runs the router in the background and returns its main address
+// once it listens, and a channel that yields Run's result after ctx ends.
+// If Run fails before listening, Start returns that error.
+func Start(ctx context.Context, o *Options) (addr string, done <-chan error, err error) {
+	ready := make(chan string, 1)
+	prev := o.Ready
+	o.Ready = func(main, admin string) {
+		if prev != nil {
+			prev(main, admin)
+		}
+		ready <- main
+	}
+	result := make(chan error, 1)
+	go func() { result <- Run(ctx, o) }()
+	select {
+	case a := <-ready:
+		return a, result, nil
+	case err := <-result:
+		if err == nil {
+			err = errors.New("the router stopped before it listened")
+		}
+		return "", nil, err
+	}
+}
+
 // ConfigError is a configuration file that cannot be read or parsed.
 type ConfigError struct{ Err error }
 

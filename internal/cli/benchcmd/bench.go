@@ -133,23 +133,17 @@ func Run(ctx context.Context, o *Options) error {
 
 func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Request) (workload.Report, error) {
 	ios, _, _, errOut := iostreams.Test()
-	addr := make(chan string, 1)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	so := &routerd.Options{IO: ios, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
 		DemoFleet: fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed},
 		Picker:    modes[mode](),
-		Logger:    func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil },
-		Ready:     func(main, _ string) { addr <- main }}
-	done := make(chan error, 1)
-	go func() { done <- routerd.Run(sctx, so) }()
-	var router string
-	select {
-	case a := <-addr:
-		router = "http://" + a
-	case err := <-done:
+		Logger:    func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
+	addr, done, err := routerd.Start(sctx, so)
+	if err != nil {
 		return workload.Report{}, fmt.Errorf("router for %s: %w %s", mode, err, strings.TrimSpace(errOut.String()))
 	}
+	router := "http://" + addr
 	// Measure once every worker is discovered and has sent its load.
 	if err := settled(sctx, router, o.Prefill+o.Decode); err != nil {
 		return workload.Report{}, fmt.Errorf("router for %s: %w", mode, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/routerd"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -236,21 +237,16 @@ func TestServeDemo(t *testing.T) {
 func startDemo(t *testing.T, fleet fleetsim.Options) string {
 	t.Helper()
 	ios, _, _, errOut := iostreams.Test()
-	addr := make(chan string, 1)
 	opts := &serve.Options{IO: ios, Env: os.LookupEnv, Demo: true, DemoFleet: fleet, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
-		Logger: func() (*slogLogger, error) { return discardLogger(), nil },
-		Ready:  func(main, _ string) { addr <- main }}
+		Logger: func() (*slogLogger, error) { return discardLogger(), nil }}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve.Run(ctx, opts) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case err := <-done:
+	addr, done, err := routerd.Start(ctx, opts)
+	if err != nil {
+		cancel()
 		t.Fatalf("serve --demo: %v %s", err, errOut)
 	}
-	return ""
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + addr
 }
 
 func ask(t *testing.T, base, model string) *http.Response {

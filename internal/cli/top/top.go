@@ -161,27 +161,16 @@ func once(ctx context.Context, o *Options, m tui.Model, client *tui.Client) erro
 }
 
 // startDemo runs the demo fleet and router and a light workload against
-// them; wait closes when both stopped after ctx ends.
-func startDemo(ctx context.Context, o *Options) (base string, wait <-chan struct{}, err error) {
+// them; done yields the router's result after ctx ends.
+func startDemo(ctx context.Context, o *Options) (base string, done <-chan error, err error) {
 	quiet := &iostreams.IOStreams{In: &emptyReader{}, Out: io.Discard, ErrOut: io.Discard}
-	addr := make(chan string, 1)
 	ropts := &routerd.Options{IO: quiet, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 2 * time.Second,
-		Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil },
-		Ready:  func(main, _ string) { addr <- main }}
-	done := make(chan struct{})
-	errc := make(chan error, 1)
-	go func() {
-		defer close(done)
-		errc <- routerd.Run(ctx, ropts)
-	}()
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-errc:
+		Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
+	addr, done, err := routerd.Start(ctx, ropts)
+	if err != nil {
 		return "", nil, fmt.Errorf("demo: %w", err)
-	case <-time.After(60 * time.Second):
-		return "", nil, errors.New("demo: the router did not start within 60 s")
 	}
+	base = "http://" + addr
 	go drive(ctx, base)
 	return base, done, nil
 }

@@ -127,17 +127,10 @@ func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (P
 // pick chooses; the caller holds the ledger lock (read or write).
 func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
 	gs := groups(snap, req)
-	// Decode candidates across namespaces. Where a model has prefill and
-	// decode workers, aggregated workers are not decode candidates.
+	// Decode candidates across namespaces.
 	buf := candidatePool.Get().(*[]candidate)
 	defer func() { *buf = (*buf)[:0]; candidatePool.Put(buf) }()
-	decode := (*buf)[:0]
-	for gi, g := range gs {
-		decode = appendRanks(decode, gi, g.decode)
-		if len(g.prefill) == 0 || len(g.decode) == 0 {
-			decode = appendRanks(decode, gi, g.aggregated)
-		}
-	}
+	decode := appendDecodeCandidates((*buf)[:0], gs)
 	*buf = decode
 	if len(decode) == 0 {
 		return Pin{}, ErrNoWorkers
@@ -166,6 +159,19 @@ func target(c candidate) Target {
 }
 
 var candidatePool = sync.Pool{New: func() any { s := make([]candidate, 0, 64); return &s }}
+
+// appendDecodeCandidates appends every group's decode candidates. Where a
+// model has prefill and decode workers, aggregated workers are not decode
+// candidates (the mixed-namespace rule).
+func appendDecodeCandidates(out []candidate, gs []group) []candidate {
+	for gi, g := range gs {
+		out = appendRanks(out, gi, g.decode)
+		if len(g.prefill) == 0 || len(g.decode) == 0 {
+			out = appendRanks(out, gi, g.aggregated)
+		}
+	}
+	return out
+}
 
 func appendRanks(out []candidate, group int, ws []*fleet.Worker) []candidate {
 	for _, w := range ws {

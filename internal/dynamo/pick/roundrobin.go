@@ -19,13 +19,7 @@ var _ Picker = (*RoundRobin)(nil)
 // Pick implements Picker.
 func (p *RoundRobin) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	gs := groups(snap, req)
-	var decode []candidate
-	for gi, g := range gs {
-		decode = appendRanks(decode, gi, g.decode)
-		if len(g.prefill) == 0 || len(g.decode) == 0 {
-			decode = appendRanks(decode, gi, g.aggregated)
-		}
-	}
+	decode := appendDecodeCandidates(nil, gs)
 	if len(decode) == 0 {
 		return Pin{}, ErrNoWorkers
 	}

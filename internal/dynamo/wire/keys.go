@@ -210,6 +210,25 @@ func parseHexID(s string) (uint64, error) {
 // FormatID renders an id the way keys and the registry hold it: lowercase hex.
 func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
 
+// FileStoreName is the file name Dynamo's file store (Key::url_safe) gives
+// a key: every byte that is not an ASCII letter or digit becomes %XX with
+// uppercase hex.
+func FileStoreName(key string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
 // EncodeSegment escapes an event-channel key segment: ASCII letters, digits,
 // '-' and '_' stay; every other byte becomes %XX with uppercase hex.
 func EncodeSegment(s string) string {

@@ -13,23 +13,9 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/filestore"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
-
-// fileName encodes a key the way Dynamo's Key::url_safe does: every byte
-// that is not an ASCII letter or digit becomes %XX (uppercase hex).
-func fileName(key string) string {
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
 
 // write publishes a record the way Dynamo does: a temp file, then a rename.
 func write(t *testing.T, root, bucket, key, value string) string {
@@ -42,7 +28,7 @@ func write(t *testing.T, root, bucket, key, value string) string {
 	if err := os.WriteFile(tmp, []byte(value), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	final := filepath.Join(dir, fileName(key))
+	final := filepath.Join(dir, wire.FileStoreName(key))
 	if err := os.Rename(tmp, final); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +99,7 @@ func TestFileStore(t *testing.T) {
 	}
 
 	// Removing a file removes the worker.
-	if err := os.Remove(filepath.Join(root, "v1/instances", fileName("dynamo/prefill/generate/2"))); err != nil {
+	if err := os.Remove(filepath.Join(root, "v1/instances", wire.FileStoreName("dynamo/prefill/generate/2"))); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "removed worker", func() bool { return !ids(reg)["dynamo/2"] })
@@ -143,7 +129,7 @@ func TestFileNameDecoding(t *testing.T) {
 	if got, _ := url.PathUnescape("dynamo%2Fbackend%2Fgenerate%2F17216e63492ef21f"); got != "dynamo/backend/generate/17216e63492ef21f" {
 		t.Fatal(got)
 	}
-	if fileName("dynamo/backend/generate/17216e63492ef21f") != "dynamo%2Fbackend%2Fgenerate%2F17216e63492ef21f" {
+	if wire.FileStoreName("dynamo/backend/generate/17216e63492ef21f") != "dynamo%2Fbackend%2Fgenerate%2F17216e63492ef21f" {
 		t.Fatal("test encoder disagrees with Dynamo's example")
 	}
 }
