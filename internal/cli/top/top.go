@@ -103,15 +103,20 @@ set or stdout is not a terminal.`,
 }
 
 // Run watches the router until the user quits or ctx ends.
-func Run(ctx context.Context, o *Options) error {
+func Run(ctx context.Context, o *Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Demo {
-		base, wait, err := startDemo(ctx, o)
-		if err != nil {
-			return err
+		base, wait, serr := startDemo(ctx, o)
+		if serr != nil {
+			return serr
 		}
-		defer func() { cancel(); <-wait }()
+		defer func() {
+			cancel()
+			if derr := <-wait; err == nil && derr != nil {
+				err = fmt.Errorf("demo: %w", derr)
+			}
+		}()
 		o.Router, o.Token = base, fleetsim.DemoAdminToken
 	}
 	client := &tui.Client{Base: o.Router, Token: o.Token, HTTP: &http.Client{}}
@@ -122,7 +127,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	popts := append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithInput(o.IO.In), tea.WithOutput(o.IO.Out)},
 		o.ProgramOptions...)
-	_, err := tea.NewProgram(m, popts...).Run()
+	_, err = tea.NewProgram(m, popts...).Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		return nil
 	}

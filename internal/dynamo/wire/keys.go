@@ -214,29 +214,23 @@ func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
 // a key: every byte that is not an ASCII letter or digit becomes %XX with
 // uppercase hex.
 func FileStoreName(key string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
-	return b.String()
+	return escape(key, func(byte) bool { return false })
 }
 
 // EncodeSegment escapes an event-channel key segment: ASCII letters, digits,
 // '-' and '_' stay; every other byte becomes %XX with uppercase hex.
 func EncodeSegment(s string) string {
+	return escape(s, func(c byte) bool { return c == '-' || c == '_' })
+}
+
+// escape keeps ASCII letters, digits and the bytes keep accepts, and writes
+// every other byte as %XX with uppercase hex.
+func escape(s string, keep func(byte) bool) string {
 	const hex = "0123456789ABCDEF"
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || keep(c) {
 			b.WriteByte(c)
 			continue
 		}
