@@ -320,7 +320,7 @@ func (v *validator) kubernetes(active bool) {
 		v.errorf(p+".dynamo_namespaces", "dynamo_namespace and dynamo_namespaces are exclusive: list %q in dynamo_namespaces and remove dynamo_namespace", k.DynamoNamespace)
 	case len(k.DynamoNamespaces) > 0:
 		v.namespaceList(p+".dynamo_namespaces", k.DynamoNamespaces, checkLabelValue)
-	case v.doc.Has(p + ".dynamo_namespace"):
+	case k.DynamoNamespace != "" || v.doc.Has(p+".dynamo_namespace"):
 		if msg := checkLabelValue(k.DynamoNamespace); msg != "" {
 			v.errorf(p+".dynamo_namespace", "%s", msg)
 		}

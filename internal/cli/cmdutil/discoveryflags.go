@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 )
 
 // DiscoveryFlags are the flags that choose and reach a discovery source,
@@ -24,6 +25,14 @@ type DiscoveryFlags struct {
 	Username      string
 	PasswordEnv   string
 
+	// Kubernetes sources.
+	Kubeconfig       string
+	KubeContext      string
+	KubeNamespace    string
+	DynamoNamespaces []string
+	Model            string
+	Models           []string // component=model
+
 	changedSource       bool
 	changedRoot         bool
 	changedEtcdSecurity bool
@@ -32,7 +41,7 @@ type DiscoveryFlags struct {
 // Register adds the flags to cmd.
 func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&o.Source, "source", "", "discovery source: etcd or file (default from --config, else etcd)")
+	fl.StringVar(&o.Source, "source", "", "discovery source: etcd, file, kubernetes or kubernetes_pods (default from --config, else etcd)")
 	fl.StringSliceVar(&o.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (http(s)://host:port or host:port)")
 	fl.StringArrayVar(&o.Namespaces, "namespace", nil, "Dynamo namespace to read (repeatable; default from --config, else dynamo)")
 	fl.StringVar(&o.FileRoot, "file-root", "", "root of Dynamo's file store (DYN_FILE_KV) for --source file")
@@ -42,7 +51,14 @@ func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
 	fl.StringVar(&o.ServerName, "etcd-server-name", "", "TLS server name to expect from etcd")
 	fl.StringVar(&o.Username, "etcd-username", "", "etcd user (read-only is enough)")
 	fl.StringVar(&o.PasswordEnv, "etcd-password-env", "ETCD_PASSWORD", "environment variable holding the etcd password")
-	RegisterEnumCompletion(cmd, "source", []string{config.SourceEtcd, config.SourceFile})
+	fl.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes sources (default: in-cluster, then KUBECONFIG or ~/.kube/config)")
+	fl.StringVar(&o.KubeContext, "context", "", "kubeconfig context to use")
+	fl.StringVar(&o.KubeNamespace, "kube-namespace", "", "Kubernetes namespace of the fleet's pods")
+	fl.StringArrayVar(&o.DynamoNamespaces, "dynamo-namespace", nil, "Dynamo namespace (the pods' nvidia.com/dynamo-namespace label) to read (repeatable)")
+	fl.StringVar(&o.Model, "model", "", "model served by every worker pod (kubernetes_pods)")
+	fl.StringArrayVar(&o.Models, "models", nil, "COMPONENT=MODEL: model of the pods with this nvidia.com/dynamo-component label (kubernetes_pods; repeatable)")
+	RegisterEnumCompletion(cmd, "source", []string{config.SourceEtcd, config.SourceFile, config.SourceKubernetes, config.SourceKubernetesPods})
+	_ = cmd.MarkFlagFilename("kubeconfig")
 	_ = cmd.MarkFlagDirname("file-root")
 }
 
@@ -91,6 +107,9 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 		d.Etcd.Namespace, d.Etcd.Namespaces = one, many
 		d.File.Namespace, d.File.Namespaces = one, many
 	}
+	if err := o.applyKube(&d.Kubernetes); err != nil {
+		return nil, err
+	}
 	if o.changedEtcdSecurity {
 		if o.CACert != "" || o.ClientCert != "" || o.ClientKey != "" || o.ServerName != "" {
 			d.Etcd.TLS = &config.EtcdTLS{CACert: o.CACert, ClientCert: o.ClientCert, ClientKey: o.ClientKey, ServerName: o.ServerName}
@@ -115,4 +134,36 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 		return nil, FlagErrorf("%s", strings.Join(problems, "\n"))
 	}
 	return cfg, nil
+}
+
+// KubeClient returns the Kubernetes credentials the flags select.
+func (o *DiscoveryFlags) KubeClient() kube.ClientOptions {
+	return kube.ClientOptions{Kubeconfig: o.Kubeconfig, Context: o.KubeContext}
+}
+
+func (o *DiscoveryFlags) applyKube(k *config.Kubernetes) error {
+	if o.KubeNamespace != "" {
+		k.Namespace = o.KubeNamespace
+	}
+	switch len(o.DynamoNamespaces) {
+	case 0:
+	case 1:
+		k.DynamoNamespace, k.DynamoNamespaces = o.DynamoNamespaces[0], nil
+	default:
+		k.DynamoNamespace, k.DynamoNamespaces = "", o.DynamoNamespaces
+	}
+	if o.Model != "" {
+		k.Model, k.Models = o.Model, nil
+	}
+	if len(o.Models) > 0 {
+		k.Model, k.Models = "", nil
+		for _, m := range o.Models {
+			comp, model, ok := strings.Cut(m, "=")
+			if !ok || comp == "" || model == "" {
+				return FlagErrorf("--models %q: want COMPONENT=MODEL", m)
+			}
+			k.Models = append(k.Models, config.ComponentModel{Component: comp, Model: model})
+		}
+	}
+	return nil
 }

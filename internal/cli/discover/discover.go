@@ -103,7 +103,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	d := &cfg.Dynamo.Discovery
-	src, backoff, err := sources.New(d, logger)
+	src, backoff, err := sources.NewWithKube(d, logger, o.Discovery.KubeClient())
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/discover"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/testutil/kubefake"
 )
 
 func runCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
@@ -142,5 +143,61 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("%v %s", err, errOut)
+	}
+}
+
+// TestDiscoverKubernetesPods: `discover --source kubernetes_pods` against a
+// fake API server (real HTTP, real client-go) lists the ready worker pods
+// with their instance ids in hex and decimal, roles and models.
+func TestDiscoverKubernetesPods(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // never in-cluster here
+	fake := kubefake.Start(t)
+	mk := func(name, component, ctype string) kubefake.Object {
+		return kubefake.Object{
+			"metadata": kubefake.Object{"name": name, "namespace": "fleet", "labels": kubefake.Object{
+				"nvidia.com/dynamo-discovery-backend": "kubernetes", "nvidia.com/dynamo-discovery-enabled": "true",
+				"nvidia.com/dynamo-namespace": "dyn", "nvidia.com/dynamo-component": component,
+				"nvidia.com/dynamo-component-type": ctype,
+			}},
+			"status": kubefake.Object{"phase": "Running", "conditions": []any{kubefake.Object{"type": "Ready", "status": "True"}}},
+		}
+	}
+	fake.Apply(kubefake.Pods, mk("worker-0", "VllmPrefillWorker", "prefill"))
+	fake.Apply(kubefake.Pods, mk("worker-1", "VllmDecodeWorker", "decode"))
+	fake.Apply(kubefake.Pods, mk("frontend-0", "Frontend", "frontend"))
+	code, out, errOut := runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
+		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn",
+		"--models", "VllmPrefillWorker=solar", "--models", "VllmDecodeWorker=solar", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep discover.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not the report: %v\n%s", err, out)
+	}
+	var got []string
+	for _, w := range rep.Workers {
+		got = append(got, fmt.Sprintf("%s %s %s %s %s", w.InstanceID, w.WorkerID, w.Role, w.Model, w.Component))
+	}
+	want := []string{
+		"15e9c1a30c211e 6167992384364830 decode solar VllmDecodeWorker",
+		"43710f49c0cff 1186445869714687 prefill solar VllmPrefillWorker",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("workers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if rep.Source != "kubernetes_pods" || len(rep.Namespaces) != 1 || rep.Namespaces[0] != "dyn" {
+		t.Errorf("header %+v", rep)
+	}
+	code, out, _ = runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
+		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn", "--model", "solar")
+	if code != 0 || !strings.Contains(out, "43710f49c0cff") || !strings.Contains(out, "1186445869714687") {
+		t.Fatalf("table exit %d:\n%s", code, out)
+	}
+	code, _, errOut = runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
+		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn", "--models", "nope")
+	if code == 0 || !strings.Contains(errOut, "COMPONENT=MODEL") {
+		t.Fatalf("bad --models: exit %d: %s", code, errOut)
 	}
 }

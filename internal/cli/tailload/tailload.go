@@ -144,7 +144,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	src, backoff, err := sources.New(&cfg.Dynamo.Discovery, logger)
+	src, backoff, err := sources.NewWithKube(&cfg.Dynamo.Discovery, logger, o.Discovery.KubeClient())
 	if err != nil {
 		return err
 	}

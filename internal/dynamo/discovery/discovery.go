@@ -44,7 +44,16 @@ type Source interface {
 // Backoff is the doubling reconnect delay between passes.
 type Backoff struct {
 	Initial, Max time.Duration
+	// ResetAfter is how long a session must stay established for the delay
+	// to return to Initial; Max when zero. Kubernetes sources use
+	// min(Max, 290 s) so that the watch's normal end never grows the delay.
+	ResetAfter time.Duration
 }
+
+// ErrWatchExpired ends a pass whose watches reached their normal,
+// server-side end. The view stays published and the connected gauge stays
+// up while the next pass re-lists.
+var ErrWatchExpired = errors.New("watch reached its server-side timeout")
 
 // Watcher supervises one source for the lifetime of its configuration. Its
 // reducer lives as long as it does, so first_seen survives reconnects.
@@ -87,8 +96,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	for {
 		s := &sink{w: w}
 		err := w.Source.Run(ctx, s)
-		w.setConnected(false)
+		expired := errors.Is(err, ErrWatchExpired) && !s.established.IsZero()
+		if !expired {
+			w.setConnected(false)
+		}
 		if ctx.Err() != nil {
+			w.setConnected(false)
 			return nil
 		}
 		if err == nil {
@@ -99,11 +112,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		// Reset the backoff only after a session that stayed established
 		// (all watches open) for at least the maximum delay.
-		if !s.established.IsZero() && w.Now().Sub(s.established) >= w.Backoff.Max {
+		resetAfter := w.Backoff.ResetAfter
+		if resetAfter <= 0 {
+			resetAfter = w.Backoff.Max
+		}
+		if !s.established.IsZero() && w.Now().Sub(s.established) >= resetAfter {
 			delay = w.Backoff.Initial
 		}
-		w.Logger.Warn("dynamo discovery pass ended; retrying", "source", w.Source.Name(), "err", err, "retry_in", delay)
+		if expired {
+			w.Logger.Debug("dynamo discovery watch ended normally; re-listing", "source", w.Source.Name(), "retry_in", delay)
+		} else {
+			w.Logger.Warn("dynamo discovery pass ended; retrying", "source", w.Source.Name(), "err", err, "retry_in", delay)
+		}
 		if err := w.Sleep(ctx, delay); err != nil {
+			w.setConnected(false)
 			return nil
 		}
 		delay = min(delay*2, w.Backoff.Max)

@@ -27,6 +27,7 @@ type record struct {
 	model    *wire.ModelRecord
 	card     *Card
 	channel  *wire.EventChannel
+	pod      *wire.PodRecord
 	ns       string // namespace from the key
 }
 
@@ -108,6 +109,7 @@ func NewReducer() *Reducer {
 		seed: maphash.MakeSeed(),
 		spaces: map[wire.Keyspace]map[string]*record{
 			wire.KeyspaceInstances: {}, wire.KeyspaceModelCards: {}, wire.KeyspaceEventChannels: {},
+			wire.KeyspacePods: {}, wire.KeyspaceRefusals: {},
 		},
 		refused: map[wire.Keyspace]bool{}, refusedNow: map[wire.Keyspace]bool{}, seen: map[wire.Keyspace]int{},
 		gens: map[WorkerID]map[string]*record{}, cards: map[WorkerID]map[string]*record{},
@@ -176,6 +178,10 @@ func spaceOf(key string) wire.Keyspace {
 		return wire.KeyspaceModelCards
 	case strings.HasPrefix(key, wire.PrefixEventChannels):
 		return wire.KeyspaceEventChannels
+	case strings.HasPrefix(key, wire.PrefixPods):
+		return wire.KeyspacePods
+	case strings.HasPrefix(key, wire.PrefixRefusals):
+		return wire.KeyspaceRefusals
 	}
 	return 0
 }
@@ -239,6 +245,8 @@ func (rec *record) identities() (wid WorkerID, isGen, isCard bool, pid pubID, is
 	switch {
 	case rec.endpoint != nil:
 		return WorkerID{rec.ns, rec.endpoint.InstanceID.Value}, rec.endpoint.Endpoint == GenerateEndpoint, false, pubID{}, false
+	case rec.pod != nil:
+		return WorkerID{rec.ns, rec.pod.InstanceID}, true, false, pubID{}, false
 	case rec.model != nil:
 		m := rec.model
 		return WorkerID{rec.ns, m.InstanceID.Value}, false, m.ModelSuffix == "" && !m.Card.LoRA, pubID{}, false
@@ -321,6 +329,25 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 	rec.ns = k.Namespace
 	if len(value) > MaxRecordBytes {
 		problemFor(rec, ProblemOversized, "value of %d bytes is larger than %d bytes; refused before parsing", len(value), MaxRecordBytes)
+		return
+	}
+	switch space {
+	case wire.KeyspacePods:
+		p, err := wire.ParsePodRecord(value)
+		if err != nil {
+			problemFor(rec, ProblemMalformed, "pod record: %v", err)
+			return
+		}
+		rec.pod = p
+		return
+	case wire.KeyspaceRefusals:
+		rf, err := wire.ParseRefusal(value)
+		if err != nil {
+			problemFor(rec, ProblemMalformed, "refusal record: %v", err)
+			return
+		}
+		rec.ns = rf.Namespace
+		problemFor(rec, rf.Kind, "%s", rf.Reason)
 		return
 	}
 	want := map[wire.Keyspace]string{wire.KeyspaceInstances: wire.TypeEndpoint, wire.KeyspaceModelCards: wire.TypeModel, wire.KeyspaceEventChannels: wire.TypeEventChannel}[space]
@@ -531,18 +558,23 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 	gens := values(r.gens[id])
 	switch {
 	case len(gens) > 1:
-		probs = append(probs, dupProblem("generate endpoint", gens, "instance "+wire.FormatID(id.InstanceID)))
+		what := "generate endpoint"
+		if gens[0].pod != nil {
+			what = "pod" // two pod names hashing to one instance id
+		}
+		probs = append(probs, dupProblem(what, gens, "instance "+wire.FormatID(id.InstanceID)))
 	case len(gens) == 1:
 		rec := gens[0]
-		e := rec.endpoint
 		var cardRec *record
-		scoped, legacy := groups[group{e.Component, e.Endpoint}], groups[group{}]
-		switch {
-		case len(scoped) > 1:
-		case len(scoped) == 1:
-			cardRec = scoped[0]
-		case len(legacy) == 1:
-			cardRec = legacy[0]
+		if e := rec.endpoint; e != nil { // pods have no cards
+			scoped, legacy := groups[group{e.Component, e.Endpoint}], groups[group{}]
+			switch {
+			case len(scoped) > 1:
+			case len(scoped) == 1:
+				cardRec = scoped[0]
+			case len(legacy) == 1:
+				cardRec = legacy[0]
+			}
 		}
 		var prob *Problem
 		w, prob = materialize(id, rec, cardRec)
@@ -700,6 +732,13 @@ func cardRole(wt wire.WorkerType) Role {
 // materialize builds the worker of one generate endpoint and its card, or
 // says why there is none.
 func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
+	if p := rec.pod; p != nil {
+		role := Role(p.Role)
+		if role != RolePrefill && role != RoleDecode && role != RoleAggregated {
+			role = RoleUnknown
+		}
+		return &Worker{ID: id, Role: role, Model: p.Model, Component: p.Component, Endpoint: GenerateEndpoint, DPSize: 1}, nil
+	}
 	e := rec.endpoint
 	w := &Worker{ID: id, Component: e.Component, Endpoint: e.Endpoint, DPSize: 1, transport: e.Transport}
 	compRole := componentRole(e.Component)

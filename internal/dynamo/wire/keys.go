@@ -18,6 +18,10 @@ const (
 	KeyspaceInstances Keyspace = iota + 1
 	KeyspaceModelCards
 	KeyspaceEventChannels
+	// KeyspacePods and KeyspaceRefusals are Continuum's own: the Kubernetes
+	// sources feed the reducer through them. Nothing reads them from etcd.
+	KeyspacePods
+	KeyspaceRefusals
 )
 
 // Bucket prefixes, each followed by "/".
@@ -25,6 +29,11 @@ const (
 	PrefixInstances     = "v1/instances/"
 	PrefixModelCards    = "v1/mdc/"
 	PrefixEventChannels = "v1/event_channels/"
+	// PrefixPods keys a ready worker pod: continuum/pods/<dynamo ns>/<pod>.
+	PrefixPods = "continuum/pods/"
+	// PrefixRefusals keys a Kubernetes object refused as a whole:
+	// continuum/refusals/<kind>/<name>.
+	PrefixRefusals = "continuum/refusals/"
 )
 
 func (k Keyspace) String() string {
@@ -35,6 +44,10 @@ func (k Keyspace) String() string {
 		return "model_cards"
 	case KeyspaceEventChannels:
 		return "event_channels"
+	case KeyspacePods:
+		return "pods"
+	case KeyspaceRefusals:
+		return "refusals"
 	}
 	return "unknown"
 }
@@ -95,6 +108,17 @@ func ParseKey(key string) (Key, error) {
 		return parseWorkerKey(key, KeyspaceModelCards, strings.TrimPrefix(key, PrefixModelCards))
 	case strings.HasPrefix(key, PrefixEventChannels):
 		return parseChannelKey(key, strings.TrimPrefix(key, PrefixEventChannels))
+	case strings.HasPrefix(key, PrefixPods):
+		ns, pod, ok := strings.Cut(strings.TrimPrefix(key, PrefixPods), "/")
+		if !ok || ns == "" || pod == "" || strings.Contains(pod, "/") {
+			return Key{}, keyErr(key, "want %s<namespace>/<pod>", PrefixPods)
+		}
+		return Key{Space: KeyspacePods, Namespace: ns, Component: pod}, nil
+	case strings.HasPrefix(key, PrefixRefusals):
+		if strings.TrimPrefix(key, PrefixRefusals) == "" {
+			return Key{}, keyErr(key, "empty refusal name")
+		}
+		return Key{Space: KeyspaceRefusals}, nil
 	}
 	return Key{}, keyErr(key, "not under %s, %s or %s", PrefixInstances, PrefixModelCards, PrefixEventChannels)
 }

@@ -9,11 +9,18 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/etcd"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/filestore"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 )
 
 // New returns the source selected by d.Source, and the backoff it runs
 // under. Files it names (TLS) are read now and reported with their path.
+// Kubernetes sources use in-cluster credentials, then KUBECONFIG.
 func New(d *config.Discovery, logger *slog.Logger) (discovery.Source, discovery.Backoff, error) {
+	return NewWithKube(d, logger, kube.ClientOptions{})
+}
+
+// NewWithKube is New with explicit Kubernetes credentials.
+func NewWithKube(d *config.Discovery, logger *slog.Logger, client kube.ClientOptions) (discovery.Source, discovery.Backoff, error) {
 	namespaces := d.Namespaces()
 	switch d.Source {
 	case config.SourceEtcd, "":
@@ -22,7 +29,11 @@ func New(d *config.Discovery, logger *slog.Logger) (discovery.Source, discovery.
 	case config.SourceFile:
 		s, err := filestore.New(d.File.Root, namespaces, logger)
 		return s, backoff(config.Backoff{Initial: config.Duration(config.DefaultBackoffInitial), Max: config.Duration(config.DefaultBackoffMax)}), err
-	case config.SourceKubernetes, config.SourceKubernetesPods:
+	case config.SourceKubernetesPods:
+		b := backoff(d.Kubernetes.WatchReconnectBackoff)
+		b.ResetAfter = kube.ResetAfter(b.Max)
+		return kube.NewPods(d.Kubernetes, namespaces, client, logger), b, nil
+	case config.SourceKubernetes:
 		return nil, discovery.Backoff{}, fmt.Errorf("discovery source %q is not built into this binary yet", d.Source)
 	}
 	return nil, discovery.Backoff{}, fmt.Errorf("unknown discovery source %q", d.Source)

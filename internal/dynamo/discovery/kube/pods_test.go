@@ -1,0 +1,307 @@
+package kube_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	tu "github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/testutil/kubefake"
+)
+
+const (
+	k8sNS = "dynamo"
+	dynNS = "dynamo-solar"
+)
+
+// pod builds a worker pod object as the operator labels it.
+func pod(name, component, ctype, sub string, ready bool, mut ...func(kubefake.Object)) kubefake.Object {
+	lbl := kubefake.Object{
+		kube.LabelBackend: "kubernetes", kube.LabelEnabled: "true", kube.LabelDynamoNamespace: dynNS,
+		kube.LabelComponent: component, kube.LabelComponentType: ctype,
+	}
+	if sub != "" {
+		lbl[kube.LabelSubComponentType] = sub
+	}
+	status := "False"
+	if ready {
+		status = "True"
+	}
+	o := kubefake.Object{
+		"metadata": kubefake.Object{"name": name, "namespace": k8sNS, "labels": lbl},
+		"spec":     kubefake.Object{"containers": []any{kubefake.Object{"name": "main", "image": "vllm"}}},
+		"status": kubefake.Object{"phase": "Running", "conditions": []any{
+			kubefake.Object{"type": "Ready", "status": status},
+		}},
+	}
+	for _, m := range mut {
+		m(o)
+	}
+	return o
+}
+
+type harness struct {
+	fake    *kubefake.Server
+	reg     *fleet.Registry
+	metrics *telemetry.DiscoveryMetrics
+	watcher *discovery.Watcher
+	mu      sync.Mutex
+	passErr []error
+}
+
+func startPods(t *testing.T, fake *kubefake.Server, k config.Kubernetes, timing kube.Timing) *harness {
+	t.Helper()
+	h := &harness{fake: fake, metrics: telemetry.NewDiscoveryMetrics(prometheus.NewRegistry())}
+	h.reg = fleet.NewRegistry(nil, discovery.ProblemCounter(h.metrics))
+	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, nil)
+	src.Timing = timing
+	h.watcher = &discovery.Watcher{Source: src, Registry: h.reg, Metrics: h.metrics,
+		Backoff:   discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, ResetAfter: kube.ResetAfter(50 * time.Millisecond)},
+		OnPassEnd: func(err error) { h.mu.Lock(); h.passErr = append(h.passErr, err); h.mu.Unlock() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.watcher.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watcher: %v", err)
+		}
+	})
+	return h
+}
+
+func (h *harness) passErrors() []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]error(nil), h.passErr...)
+}
+
+// view renders the workers as "pod-hash role model component", sorted.
+func view(snap *fleet.Snapshot) string {
+	var out []string
+	for _, w := range snap.Workers {
+		out = append(out, fmt.Sprintf("%s/%s %s %s %s", w.ID.Namespace, w.InstanceHex(), w.Role, w.Model, w.Component))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+func want(lines ...string) string {
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func line(name, role, model, component string) string {
+	return fmt.Sprintf("%s/%x %s %s %s", dynNS, kube.HashPodName(name), role, model, component)
+}
+
+func waitView(t *testing.T, h *harness, expect string) {
+	t.Helper()
+	tu.Eventually(t, 10*time.Second, "fleet view:\n"+expect, func() bool { return view(h.reg.Snapshot()) == expect })
+}
+
+var fast = kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: time.Hour}
+
+func TestPodsSourceRolesReadinessModels(t *testing.T) {
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "VllmPrefillWorker", "prefill", "", true))
+	fake.Apply(kubefake.Pods, pod("worker-1", "VllmDecodeWorker", "worker", "decode", true))
+	// component-type worker without a sub type is aggregated, whatever the
+	// component's name says (the seed's own example: *-prefillheavy pools).
+	fake.Apply(kubefake.Pods, pod("agg-0", "VllmWorker-prefillheavy", "worker", "", true))
+	fake.Apply(kubefake.Pods, pod("frontend-0", "Frontend", "frontend", "", true))
+	fake.Apply(kubefake.Pods, pod("planner-0", "Planner", "planner", "", true))
+	fake.Apply(kubefake.Pods, pod("unready-0", "VllmDecodeWorker", "decode", "", false))
+	fake.Apply(kubefake.Pods, pod("pending-0", "VllmDecodeWorker", "decode", "", true, func(o kubefake.Object) {
+		o["status"].(kubefake.Object)["phase"] = "Pending"
+	}))
+	fake.Apply(kubefake.Pods, pod("deleting-0", "VllmDecodeWorker", "decode", "", true, func(o kubefake.Object) {
+		o["metadata"].(kubefake.Object)["deletionTimestamp"] = "2026-11-30T00:00:00Z"
+	}))
+	fake.Apply(kubefake.Pods, pod("unmapped-0", "OtherWorker", "decode", "", true))
+	fake.Apply(kubefake.Pods, pod("other-ns-0", "VllmDecodeWorker", "decode", "", true, func(o kubefake.Object) {
+		o["metadata"].(kubefake.Object)["labels"].(kubefake.Object)[kube.LabelDynamoNamespace] = "someone-else"
+	}))
+	fake.Apply(kubefake.Pods, pod("container-0", "VllmDecodeWorker", "decode", "", true, func(o kubefake.Object) {
+		o["metadata"].(kubefake.Object)["annotations"] = kubefake.Object{kube.AnnotationMode: "container"}
+	}))
+
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{
+		{Component: "VllmPrefillWorker", Model: "solar"},
+		{Component: "VllmDecodeWorker", Model: "solar"},
+		{Component: "VllmWorker-prefillheavy", Model: "solar-long"},
+	}}, fast)
+	waitView(t, h, want(
+		line("worker-0", "prefill", "solar", "VllmPrefillWorker"),
+		line("worker-1", "decode", "solar", "VllmDecodeWorker"),
+		line("agg-0", "aggregated", "solar-long", "VllmWorker-prefillheavy"),
+	))
+	if got := kube.HashPodName("worker-0"); got != 1186445869714687 {
+		t.Fatalf("worker-0 hashes to %d", got)
+	}
+	snap := h.reg.Snapshot()
+	if len(snap.Problems) != 1 || snap.Problems[0].Kind != "refused" || !strings.Contains(snap.Problems[0].Reason, "container-0") {
+		t.Fatalf("problems = %+v, want one refusal of container-0", snap.Problems)
+	}
+	if got := testutil.ToFloat64(h.metrics.Events.WithLabelValues("refused")); got != 1 {
+		t.Fatalf("refused counted %v times, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.metrics.Connected); got != 1 {
+		t.Fatalf("connected = %v", got)
+	}
+	for _, w := range snap.Workers {
+		if w.Card != nil || w.DPDeclared || w.Capacity.TotalKVBlocks != nil {
+			t.Fatalf("pod worker %+v has card, dp or capacity", w)
+		}
+	}
+
+	// Watch: unready, relabel out of the selector, delete, new pod.
+	fake.Apply(kubefake.Pods, pod("worker-0", "VllmPrefillWorker", "prefill", "", false))
+	fake.Apply(kubefake.Pods, pod("agg-0", "VllmWorker-prefillheavy", "worker", "", true, func(o kubefake.Object) {
+		o["metadata"].(kubefake.Object)["labels"].(kubefake.Object)[kube.LabelEnabled] = "false"
+	}))
+	fake.Delete(kubefake.Pods, k8sNS, "worker-1")
+	fake.Apply(kubefake.Pods, pod("worker-2", "VllmDecodeWorker", "decode", "", true))
+	waitView(t, h, want(line("worker-2", "decode", "solar", "VllmDecodeWorker")))
+	fake.Apply(kubefake.Pods, pod("worker-0", "VllmPrefillWorker", "prefill", "", true))
+	waitView(t, h, want(line("worker-0", "prefill", "solar", "VllmPrefillWorker"), line("worker-2", "decode", "solar", "VllmDecodeWorker")))
+	if errs := h.passErrors(); len(errs) != 0 {
+		t.Fatalf("passes ended: %v", errs)
+	}
+}
+
+func TestPodsSourcePagination(t *testing.T) {
+	fake := kubefake.Start(t)
+	var lines []string
+	for i := range 1201 {
+		name := fmt.Sprintf("worker-%d", i)
+		fake.Apply(kubefake.Pods, pod(name, "VllmDecodeWorker", "decode", "", true))
+		lines = append(lines, line(name, "decode", "solar", "VllmDecodeWorker"))
+	}
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "solar"}, fast)
+	waitView(t, h, want(lines...))
+	lists := 0
+	for _, r := range fake.Requests() {
+		if strings.Contains(r, "/pods?") && !strings.Contains(r, "watch=") {
+			lists++
+			if !strings.Contains(r, "limit=500") {
+				t.Errorf("list without limit=500: %s", r)
+			}
+		}
+	}
+	if lists != 3 {
+		t.Fatalf("%d list pages, want 3", lists)
+	}
+}
+
+// A compaction while the watch is down: the watch from the old revision is
+// answered 410 Gone and the source re-lists (never resumes), so a delete it
+// missed is seen.
+func TestPodsSource410Relists(t *testing.T) {
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, fast)
+	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line("worker-1", "decode", "m", "D")))
+
+	fake.Hang(true)
+	fake.Delete(kubefake.Pods, k8sNS, "worker-1")
+	fake.Compact()
+	fake.Hang(false)
+	fake.ExpireWatches()
+	defer func() {
+		if t.Failed() {
+			t.Logf("requests: %v\npass errors: %v", fake.Requests(), h.passErrors())
+		}
+	}()
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	// The relist is the only way the delete could be seen: the history
+	// holding it was compacted.
+	tu.Eventually(t, 5*time.Second, "a pass ended by the watch's normal end", func() bool {
+		for _, err := range h.passErrors() {
+			if errors.Is(err, discovery.ErrWatchExpired) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestPodsSourceGoneEvent(t *testing.T) {
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, fast)
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	fake.Hang(true)
+	fake.Delete(kubefake.Pods, k8sNS, "worker-0")
+	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
+	fake.Compact()
+	fake.Hang(false)
+	fake.Gone()
+	waitView(t, h, want(line("worker-1", "decode", "m", "D")))
+	errs := h.passErrors()
+	if len(errs) == 0 || !strings.Contains(errs[0].Error(), "410 Gone") {
+		t.Fatalf("pass errors %v, want a 410 Gone first", errs)
+	}
+}
+
+func TestPodsSourceIdleDeadline(t *testing.T) {
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: 300 * time.Millisecond})
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	// A stream that sends nothing (no event, no bookmark) ends the pass at
+	// its idle deadline; the next pass re-lists.
+	fake.Hang(true)
+	tu.Eventually(t, 5*time.Second, "an idle-deadline pass end", func() bool {
+		for _, err := range h.passErrors() {
+			if strings.Contains(err.Error(), "nothing arrived") {
+				return true
+			}
+		}
+		return false
+	})
+	fake.Hang(false)
+	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
+	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line("worker-1", "decode", "m", "D")))
+}
+
+// The normal end of a watch re-lists without the connected gauge dropping.
+func TestPodsSourceNormalEndKeepsConnected(t *testing.T) {
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Second, IdleDeadline: time.Hour})
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	var drops int
+	deadline := time.Now().Add(3500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if testutil.ToFloat64(h.metrics.Connected) != 1 {
+			drops++
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := fake.Watches(); n < 3 {
+		t.Fatalf("%d watches in 3.5 s with a 1 s server timeout", n)
+	}
+	if drops != 0 {
+		t.Fatalf("connected dropped %d times across normal watch ends", drops)
+	}
+	for _, err := range h.passErrors() {
+		if !errors.Is(err, discovery.ErrWatchExpired) {
+			t.Fatalf("pass ended by %v", err)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+)
+
+// Watch lifetimes (seed: list, watch, re-list).
+const (
+	// WatchTimeout is what a watch asks the server for: end after 290 s.
+	WatchTimeout = 290 * time.Second
+	// IdleDeadline ends a watch stream that delivered nothing (no event, no
+	// bookmark) for this long: a half-open connection must not stay
+	// "connected".
+	IdleDeadline = 320 * time.Second
+)
+
+// Timing holds the lifetimes a source runs under; tests shorten them.
+type Timing struct {
+	Seed, WatchTimeout, IdleDeadline time.Duration
+}
+
+// DefaultTiming is the seed's.
+var DefaultTiming = Timing{Seed: discovery.SeedTimeout, WatchTimeout: WatchTimeout, IdleDeadline: IdleDeadline}
+
+// ResetAfter is the session length after which the reconnect backoff
+// returns to its initial delay: min(max, 290 s), so the normal end of a
+// watch never grows it.
+func ResetAfter(max time.Duration) time.Duration { return min(max, WatchTimeout) }
+
+// lister lists one page.
+type lister[T any] func(ctx context.Context, opts metav1.ListOptions) (items []T, meta metav1.ListMeta, err error)
+
+// listAll lists every page of size page, calling fn for each item, and
+// returns the list's resourceVersion. It stops reading after limit items
+// (fn is told nothing about the rest) and reports how many were cut.
+func listAll[T any](ctx context.Context, list lister[T], selector string, page int64, limit int, fn func(*T)) (rv string, cut bool, err error) {
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: page}
+	n := 0
+	for {
+		items, meta, err := list(ctx, opts)
+		if err != nil {
+			return "", false, err
+		}
+		if rv == "" {
+			rv = meta.ResourceVersion
+		}
+		for i := range items {
+			if n >= limit {
+				return rv, true, nil
+			}
+			fn(&items[i])
+			n++
+		}
+		if meta.Continue == "" {
+			return rv, false, nil
+		}
+		opts.Continue = meta.Continue
+	}
+}
+
+// openWatch opens a watch from rv that asks the server to end after
+// t.WatchTimeout, within the pass's seed deadline.
+func openWatch(ctx context.Context, seedDeadline time.Time, w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector, rv string, t Timing) (watch.Interface, error) {
+	secs := int64(t.WatchTimeout / time.Second)
+	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: &secs}
+	type result struct {
+		w   watch.Interface
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		wi, err := w(ctx, opts)
+		done <- result{wi, err}
+	}()
+	timer := time.NewTimer(time.Until(seedDeadline))
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.w, r.err
+	case <-timer.C:
+		// The call ends with ctx; a watch it opens late is stopped.
+		go func() {
+			if r := <-done; r.w != nil {
+				r.w.Stop()
+			}
+		}()
+		return nil, fmt.Errorf("opening the watch took longer than the %v seed timeout", t.Seed)
+	}
+}
+
+// stream is one open watch with its own idle deadline.
+type stream struct {
+	name  string
+	w     watch.Interface
+	idle  time.Duration
+	timer *time.Timer
+}
+
+func newStream(name string, w watch.Interface, idle time.Duration) *stream {
+	return &stream{name: name, w: w, idle: idle, timer: time.NewTimer(idle)}
+}
+
+func (s *stream) stop() {
+	s.w.Stop()
+	s.timer.Stop()
+}
+
+// touch restarts the idle deadline after anything arrived.
+func (s *stream) touch() { s.timer.Reset(s.idle) }
+
+// eventErr turns a watch event that ends the pass into its error: a closed
+// result channel (the server's normal end), or an ERROR event (410 Gone
+// and any other status).
+func (s *stream) closed() error {
+	return fmt.Errorf("%s watch: %w", s.name, discovery.ErrWatchExpired)
+}
+
+func (s *stream) idleErr() error {
+	return fmt.Errorf("%s watch: nothing arrived for %v (half-open connection?)", s.name, s.idle)
+}
+
+func errorEvent(name string, ev watch.Event) error {
+	err := apierrors.FromObject(ev.Object)
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Code == http.StatusGone {
+		return fmt.Errorf("%s watch: 410 Gone (%s); re-listing", name, st.Status().Message)
+	}
+	return fmt.Errorf("%s watch: %w", name, err)
+}
