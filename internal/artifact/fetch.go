@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,6 +172,11 @@ func get(ctx context.Context, client *http.Client, u, token string) (io.ReadClos
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error quotes the whole URL; its query may hold a credential.
+			return nil, fmt.Errorf("%w: %s %s: %w", ErrFetch, ue.Op, redact(ue.URL), ue.Err)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
 	}
 	if resp.StatusCode != http.StatusOK {

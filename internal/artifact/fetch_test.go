@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -83,7 +84,7 @@ func localClient(t *testing.T) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-func refFor(t *testing.T, slot artifact.Slot, loc string, data []byte) artifact.Ref {
+func refFor(t testing.TB, slot artifact.Slot, loc string, data []byte) artifact.Ref {
 	t.Helper()
 	format := artifact.FormatHFTokenizerJSON
 	if slot != artifact.SlotTokenizer {
@@ -97,7 +98,7 @@ func refFor(t *testing.T, slot artifact.Slot, loc string, data []byte) artifact.
 	return ref
 }
 
-func writeFile(t *testing.T, name string, data []byte) string {
+func writeFile(t testing.TB, name string, data []byte) string {
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -376,5 +377,27 @@ func TestPolicyFromConfig(t *testing.T) {
 	kv.PinnedArtifacts = []string{"md5:00"}
 	if _, err := artifact.PolicyFromConfig(&kv, nil); err == nil || !strings.Contains(err.Error(), "pinned_artifacts[0]") {
 		t.Errorf("bad pin: %v", err)
+	}
+}
+
+// TestFetchErrorsRedactURLs: a URL's query and user info (where a worker
+// may put a credential) are not repeated in errors.
+func TestFetchErrorsRedactURLs(t *testing.T) {
+	data := []byte("x")
+	pol := artifact.NewPolicy(artifact.Sum(data))
+	pol.AllowHTTP = true
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens: the request fails to connect
+	srv := serveFiles(t, map[string][]byte{})
+	for _, base := range []string{"http://user:pw@" + addr, srv.srv.URL} {
+		ref := refFor(t, artifact.SlotTokenizer, base+"/t.json?sig=s3cret", data)
+		_, err := pol.Fetch(t.Context(), localClient(t), ref, nil)
+		if !errors.Is(err, artifact.ErrFetch) || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "pw@") {
+			t.Errorf("%s: %v", base, err)
+		}
 	}
 }

@@ -74,9 +74,11 @@ const (
 type entry struct {
 	ref      Ref
 	state    state
-	value    any
-	size     int64
-	lastUsed time.Time
+	value any
+	size  int64
+	// lastUsed is the loader's use counter at the last Get (LRU order
+	// without reading the clock on every request).
+	lastUsed uint64
 }
 
 type failure struct {
@@ -105,6 +107,7 @@ type Loader struct {
 	entries  map[Key]*entry
 	queue    []Key
 	bytes    int64
+	uses     uint64
 	failures map[Key]failure
 	noted    map[string]bool
 }
@@ -202,7 +205,8 @@ func (l *Loader) getLocked(p *Policy, ref Ref) (any, error) {
 		if e.state != stateReady {
 			return nil, fmt.Errorf("%w: %s %s", ErrPending, ref.Slot, ref.Checksum)
 		}
-		e.lastUsed = l.now()
+		l.uses++
+		e.lastUsed = l.uses
 		return e.value, nil
 	}
 	if f, ok := l.failures[k]; ok {
@@ -230,7 +234,7 @@ func (l *Loader) evictLRU() bool {
 	var victim Key
 	var ve *entry
 	for k, e := range l.entries {
-		if e.state == stateReady && (ve == nil || e.lastUsed.Before(ve.lastUsed)) {
+		if e.state == stateReady && (ve == nil || e.lastUsed < ve.lastUsed) {
 			victim, ve = k, e
 		}
 	}
@@ -338,7 +342,8 @@ func (l *Loader) load(ctx context.Context, k Key, ref Ref) {
 	size := int64(len(data))
 	for l.bytes+size > l.maxBytes && l.evictLRU() {
 	}
-	e.state, e.value, e.size, e.lastUsed = stateReady, value, size, l.now()
+	l.uses++
+	e.state, e.value, e.size, e.lastUsed = stateReady, value, size, l.uses
 	l.bytes += size
 	l.count(telemetry.ArtifactLoaded)
 	l.logger.Info("artifact loaded", "slot", string(ref.Slot), "kind", string(ref.Kind),
