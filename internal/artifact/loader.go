@@ -72,8 +72,8 @@ const (
 )
 
 type entry struct {
-	ref      Ref
-	state    state
+	ref   Ref
+	state state
 	value any
 	size  int64
 	// lastUsed is the loader's use counter at the last Get (LRU order
