@@ -175,20 +175,21 @@ func get(ctx context.Context, client *http.Client, u, token string) (io.ReadClos
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			// url.Error quotes the whole URL; its query may hold a credential.
-			return nil, fmt.Errorf("%w: %s %s: %w", ErrFetch, ue.Op, redact(ue.URL), ue.Err)
+			return nil, fmt.Errorf("%w: %s %s: %w", ErrFetch, ue.Op, Redact(ue.URL), ue.Err)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		_ = resp.Body.Close()
-		return nil, fmt.Errorf("%w: GET %s: %s", ErrFetch, redact(u), resp.Status)
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrFetch, Redact(u), resp.Status)
 	}
 	return sizedBody{resp.Body, resp.ContentLength}, nil
 }
 
-// redact drops a URL's query and user info, which may hold credentials.
-func redact(u string) string {
+// Redact drops a URL's query, fragment and user info, which may hold
+// credentials, for errors and listings.
+func Redact(u string) string {
 	if i := strings.IndexAny(u, "?#"); i >= 0 {
 		u = u[:i]
 	}
@@ -257,7 +258,7 @@ func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCorr
 	}
 	data, err := readLocation(ctx, client, ref.Location, p.HF)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", ref.Slot, redact(trunc(ref.Location)), err)
+		return nil, fmt.Errorf("%s %s: %w", ref.Slot, Redact(trunc(ref.Location)), err)
 	}
 	if err := verify(ref, data); err != nil {
 		return nil, err

@@ -246,6 +246,8 @@ type Declared struct {
 	Slot     string `json:"slot"`
 	Format   string `json:"format"`
 	Kind     string `json:"kind"`
+	// Location is the declared path or URL (a URL without its query and
+	// user info, which may hold credentials).
 	Location string `json:"location"`
 	Checksum string `json:"checksum,omitempty"`
 	Size     *int64 `json:"size,omitempty"`
@@ -360,6 +362,9 @@ func BuildReport(snap *fleet.Snapshot, policy *artifact.Policy) Report {
 
 func declared(ds artifact.Declared, policy *artifact.Policy) Declared {
 	d := Declared{Slot: string(ds.Slot), Format: ds.Format, Kind: string(ds.Kind), Location: ds.Location}
+	if ds.Kind != artifact.KindPath {
+		d.Location = artifact.Redact(ds.Location)
+	}
 	if ds.Size >= 0 {
 		size := ds.Size
 		d.Size = &size

@@ -200,7 +200,7 @@ func TestFromDiscovery(t *testing.T) {
 	for i, w := range []struct{ comp, role, path string }{
 		{"prefill", "Prefill", "/models/qwen/tokenizer.json"},
 		{"decode", "Decode", "/models/qwen/tokenizer.json"},
-		{"decode", "Decode", "https://10.0.0.9:8000/tokenizer.json"},
+		{"decode", "Decode", "https://10.0.0.9:8000/tokenizer.json?token=s3cret"},
 	} {
 		id := 100 + i
 		put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", w.comp, id),
@@ -216,6 +216,9 @@ func TestFromDiscovery(t *testing.T) {
 	code, out, errOut := run(t, nil, "pin-artifact", "--from-discovery", "--config", cfg, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("a URL query is printed:\n%s", out)
 	}
 	var rep pinartifact.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -256,6 +259,9 @@ func TestFromDiscovery(t *testing.T) {
 	code, out, errOut = run(t, nil, "pin-artifact", "--from-discovery", "--etcd-endpoints", srv.Endpoint)
 	if code != 0 {
 		t.Fatalf("table: exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "s3cret") {
+		t.Errorf("a URL query is printed:\n%s", out)
 	}
 	for _, frag := range []string{"1 models, 4 artifacts, 4 unpinned", "PINNED", "Qwen/Qwen3-0.6B", "2/3", "hf_tokenizer_config_json", sumTok, "continuum pin-artifact --yaml"} {
 		if !strings.Contains(out, frag) {
