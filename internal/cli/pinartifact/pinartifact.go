@@ -243,9 +243,9 @@ type Model struct {
 
 // Declared is one artifact declaration and how many workers make it.
 type Declared struct {
-	Slot     string `json:"slot"`
-	Format   string `json:"format"`
-	Kind     string `json:"kind"`
+	Slot   string `json:"slot"`
+	Format string `json:"format"`
+	Kind   string `json:"kind"`
 	// Location is the declared path or URL (a URL without its query and
 	// user info, which may hold credentials).
 	Location string `json:"location"`
