@@ -195,6 +195,41 @@ func (l *Loader) Resolve(model string, refs ...Ref) ([]any, error) {
 	return vals, pending
 }
 
+// ResolveDeclared resolves a card's declarations (CardSlots). A
+// declaration that did not parse is counted once (unsupported or
+// malformed), logged once per model, and its error returned before any
+// other; the rest resolve as in Resolve. vals[i] belongs to ds[i].
+func (l *Loader) ResolveDeclared(model string, ds []Declared) ([]any, error) {
+	var bad []Declared
+	refs := make([]Ref, 0, len(ds))
+	idx := make([]int, 0, len(ds))
+	for i, d := range ds {
+		if d.Err != nil {
+			bad = append(bad, d)
+			continue
+		}
+		refs = append(refs, d.Ref)
+		idx = append(idx, i)
+	}
+	got, err := l.Resolve(model, refs...)
+	vals := make([]any, len(ds))
+	for j, i := range idx {
+		vals[i] = got[j]
+	}
+	if len(bad) == 0 {
+		return vals, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range bad {
+		if l.note("d\x00" + model + "\x00" + string(d.Slot) + "\x00" + d.Err.Error()) {
+			l.count(Result(d.Err))
+			l.logger.Warn("model artifact slot not usable", "model", model, "slot", string(d.Slot), "err", d.Err)
+		}
+	}
+	return vals, bad[0].Err
+}
+
 func (l *Loader) getLocked(p *Policy, ref Ref) (any, error) {
 	if err := p.admit(ref); err != nil {
 		l.countOnce(ref, Result(err))

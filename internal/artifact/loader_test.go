@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/telemetry"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
@@ -343,5 +346,70 @@ func TestLoaderStopsLoadsInFlight(t *testing.T) {
 func TestNewLoaderNeedsBuild(t *testing.T) {
 	if _, err := artifact.NewLoader(artifact.LoaderOptions{}); err == nil {
 		t.Error("accepted a loader without Build")
+	}
+}
+
+// TestLoaderRejectsWithoutIO: a disallowed source and a slot that does not
+// parse are refused without a request, counted once and logged once.
+func TestLoaderRejectsWithoutIO(t *testing.T) {
+	tok, tmpl := []byte("tok"), []byte("tmpl")
+	srv := serveFiles(t, map[string][]byte{"/t": tok})
+	pol := artifact.NewPolicy(artifact.Sum(tok), artifact.Sum(tmpl)) // http not allowed
+	h := startLoader(t, pol, localClient(t), buildText)
+	rec := `{"type":"Model","component":"c","endpoint":"generate","instance_id":1,"card_json":{"display_name":"m",
+	  "tokenizer":{"hf_tokenizer_json":{"path":"` + srv.srv.URL + `/t","checksum":"` + artifact.Sum(tok).String() + `"}},
+	  "prompt_formatter":{"hf_chat_template":{"is_custom":false,"file":{"path":"nats://x/t.jinja","checksum":"` + artifact.Sum(tmpl).String() + `"}}}}}`
+	m, err := wire.ParseModel([]byte(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := artifact.CardSlots(&m.Card)
+	for range 3 {
+		vals, err := h.loader.ResolveDeclared("m", ds)
+		if !errors.Is(err, artifact.ErrUnsupported) || len(vals) != 2 || vals[0] != nil {
+			t.Fatalf("ResolveDeclared: %v %v", vals, err)
+		}
+		if _, err := h.loader.Get("m", ds[0].Ref); !errors.Is(err, artifact.ErrDisallowed) {
+			t.Fatalf("Get: %v", err)
+		}
+	}
+	if srv.hits.Load() != 0 || h.count("disallowed") != 1 || h.count("unsupported") != 1 {
+		t.Errorf("requests %d, disallowed %v, unsupported %v", srv.hits.Load(), h.count("disallowed"), h.count("unsupported"))
+	}
+	if n := strings.Count(h.log.String(), "not usable"); n != 1 {
+		t.Errorf("%d log lines for the bad slot:\n%s", n, h.log.String())
+	}
+	// Allowing http takes effect at once.
+	pol.AllowHTTP = true
+	h.loader.SetPolicy(pol)
+	if v, err := h.waitReady(t, "m", ds[0].Ref); err != nil || v.(built).text != "tok" {
+		t.Errorf("after allowing http: %v %v", v, err)
+	}
+}
+
+// TestLoaderCacheCorrupt: a cached blob that no longer verifies is counted,
+// removed and fetched again.
+func TestLoaderCacheCorrupt(t *testing.T) {
+	data := []byte("the real tokenizer")
+	srv := serveFiles(t, map[string][]byte{"/t": data})
+	cache := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cache, "blobs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	blob := filepath.Join(cache, "blobs", artifact.Sum(data).Hex())
+	if err := os.WriteFile(blob, []byte("a tampered tokenizer"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := artifact.NewPolicy(artifact.Sum(data))
+	pol.AllowHTTP, pol.CacheDir = true, cache
+	h := startLoader(t, pol, localClient(t), buildText)
+	if v, err := h.waitReady(t, "m", refFor(t, artifact.SlotTokenizer, srv.srv.URL+"/t", data)); err != nil || v.(built).text != string(data) {
+		t.Fatalf("%v %v", v, err)
+	}
+	if h.count("cache_corrupt") != 1 || h.count("loaded") != 1 || srv.hits.Load() != 1 {
+		t.Errorf("cache_corrupt %v, loaded %v, requests %d", h.count("cache_corrupt"), h.count("loaded"), srv.hits.Load())
+	}
+	if on, _ := os.ReadFile(blob); string(on) != string(data) {
+		t.Errorf("blob %q", on)
 	}
 }
