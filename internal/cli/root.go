@@ -21,6 +21,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
 	"github.com/continuum-router/continuum/internal/cli/discover"
 	"github.com/continuum-router/continuum/internal/cli/fleetsimcmd"
+	"github.com/continuum-router/continuum/internal/cli/pinartifact"
 	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/cli/tailload"
 	"github.com/continuum-router/continuum/internal/cli/top"
@@ -119,6 +120,9 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	tp := top.NewCmdTop(f, nil)
 	tp.GroupID = "operate"
 	root.AddCommand(tp)
+	pin := pinartifact.NewCmdPinArtifact(f, nil)
+	pin.GroupID = "configure"
+	root.AddCommand(pin)
 	cfg := configcmd.NewCmdConfig(f)
 	cfg.GroupID = "configure"
 	root.AddCommand(cfg)

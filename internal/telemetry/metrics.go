@@ -121,3 +121,65 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 	}
 	return m
 }
+
+// Results of continuum_dynamo_kv_artifacts_total: one per artifact (or
+// block size) judged. The set is closed.
+const (
+	// ArtifactLoaded: fetched, verified and built.
+	ArtifactLoaded = "loaded"
+	// ArtifactUnpinned: the declared checksum is not in kv.pinned_artifacts;
+	// nothing was fetched.
+	ArtifactUnpinned = "unpinned"
+	// ArtifactUnsupported: a slot format, URI scheme or block size the
+	// router does not handle.
+	ArtifactUnsupported = "unsupported"
+	// ArtifactDisallowed: an http(s):// or hf:// reference while
+	// kv.allow_http_artifacts or kv.allow_hf_artifacts is off.
+	ArtifactDisallowed = "disallowed"
+	// ArtifactMalformed: a slot that is not a valid CheckedFile.
+	ArtifactMalformed = "malformed"
+	// ArtifactTooLarge: larger than 64 MiB.
+	ArtifactTooLarge = "too_large"
+	// ArtifactChecksumMismatch: the bytes fetched do not hash to the
+	// declared checksum.
+	ArtifactChecksumMismatch = "checksum_mismatch"
+	// ArtifactCacheCorrupt: a cached blob failed verification on read and
+	// was removed (it is fetched again).
+	ArtifactCacheCorrupt = "cache_corrupt"
+	// ArtifactFetchFailed: the file or URL could not be read.
+	ArtifactFetchFailed = "fetch_failed"
+	// ArtifactBuildFailed: the bytes verified but did not build (a
+	// tokenizer or template that does not load).
+	ArtifactBuildFailed = "build_failed"
+	// ArtifactOverCapacity: 16 artifacts or 256 MiB are loaded and none
+	// can be evicted.
+	ArtifactOverCapacity = "over_capacity"
+)
+
+// ArtifactResults lists every result of continuum_dynamo_kv_artifacts_total.
+var ArtifactResults = []string{
+	ArtifactLoaded, ArtifactUnpinned, ArtifactUnsupported, ArtifactDisallowed, ArtifactMalformed,
+	ArtifactTooLarge, ArtifactChecksumMismatch, ArtifactCacheCorrupt, ArtifactFetchFailed,
+	ArtifactBuildFailed, ArtifactOverCapacity,
+}
+
+// ArtifactMetrics is the artifact family of KV-aware selection. The kv
+// package counts unsupported block sizes on the same counter.
+type ArtifactMetrics struct {
+	Artifacts *prometheus.CounterVec
+}
+
+// NewArtifactMetrics creates continuum_dynamo_kv_artifacts_total and
+// registers it on reg when reg is not nil.
+func NewArtifactMetrics(reg prometheus.Registerer) *ArtifactMetrics {
+	m := &ArtifactMetrics{
+		Artifacts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_kv_artifacts_total",
+			Help: "Tokenizer and chat-template artifacts by result (loaded, unpinned, unsupported, disallowed, malformed, too_large, checksum_mismatch, cache_corrupt, fetch_failed, build_failed, over_capacity).",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Artifacts)
+	}
+	return m
+}

@@ -1,0 +1,361 @@
+package artifact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/continuum-router/continuum/internal/config"
+)
+
+// DefaultHFEndpoint is the Hugging Face Hub, used when HF_ENDPOINT is unset.
+const DefaultHFEndpoint = "https://huggingface.co"
+
+// HF reaches the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN).
+type HF struct {
+	Endpoint string
+	Token    string
+}
+
+// HFFromEnv reads HF_ENDPOINT and HF_TOKEN.
+func HFFromEnv(env config.LookupEnv) HF {
+	h := HF{Endpoint: DefaultHFEndpoint}
+	if env == nil {
+		return h
+	}
+	if v, ok := env("HF_ENDPOINT"); ok && v != "" {
+		h.Endpoint = v
+	}
+	if v, ok := env("HF_TOKEN"); ok {
+		h.Token = v
+	}
+	return h
+}
+
+// Policy is what the operator allows: the pinned checksums, the remote
+// sources and the cache directory (dynamo.kv).
+type Policy struct {
+	AllowHTTP bool
+	AllowHF   bool
+	// CacheDir holds blobs/<hex>; "" caches nothing.
+	CacheDir string
+	HF       HF
+	pinned   map[Checksum]bool
+}
+
+// NewPolicy returns a policy pinning the given checksums.
+func NewPolicy(pinned ...Checksum) Policy {
+	p := Policy{pinned: make(map[Checksum]bool, len(pinned)), HF: HF{Endpoint: DefaultHFEndpoint}}
+	for _, c := range pinned {
+		p.pinned[c] = true
+	}
+	return p
+}
+
+// PolicyFromConfig builds the policy of dynamo.kv, with HF_ENDPOINT and
+// HF_TOKEN from env.
+func PolicyFromConfig(kv *config.KV, env config.LookupEnv) (Policy, error) {
+	p := NewPolicy()
+	for i, s := range kv.PinnedArtifacts {
+		c, err := ParseChecksum(s)
+		if err != nil {
+			return Policy{}, fmt.Errorf("dynamo.kv.pinned_artifacts[%d]: %w", i, err)
+		}
+		p.pinned[c] = true
+	}
+	p.AllowHTTP, p.AllowHF, p.CacheDir = kv.AllowHTTPArtifacts, kv.AllowHFArtifacts, kv.ArtifactCacheDir
+	p.HF = HFFromEnv(env)
+	return p, nil
+}
+
+// Pinned reports whether c is pinned.
+func (p *Policy) Pinned(c Checksum) bool { return p.pinned[c] }
+
+// admit checks what needs no I/O: the pin first (nothing happens to an
+// unpinned artifact), then the source and the declared size.
+func (p *Policy) admit(ref Ref) error {
+	if !p.Pinned(ref.Checksum) {
+		return fmt.Errorf("%w: %s %s", ErrUnpinned, ref.Slot, ref.Checksum)
+	}
+	switch ref.Kind {
+	case KindPath, KindFile:
+	case KindHTTP, KindHTTPS:
+		if !p.AllowHTTP {
+			return fmt.Errorf("%w: %s is an %s URL and dynamo.kv.allow_http_artifacts is false", ErrDisallowed, ref.Slot, ref.Kind)
+		}
+	case KindHF:
+		if !p.AllowHF {
+			return fmt.Errorf("%w: %s is an hf:// reference and dynamo.kv.allow_hf_artifacts is false", ErrDisallowed, ref.Slot)
+		}
+	default:
+		return fmt.Errorf("%w: %s location %q", ErrUnsupported, ref.Slot, trunc(ref.Location))
+	}
+	if ref.Size > MaxArtifactBytes {
+		return fmt.Errorf("%w: %s declares %d bytes", ErrTooLarge, ref.Slot, ref.Size)
+	}
+	return nil
+}
+
+// Open opens a location for reading, unverified and unbounded: a local
+// path, file://, http(s):// or hf:// (through hf). Callers bound and
+// verify what they read; Fetch does both.
+func Open(ctx context.Context, client *http.Client, loc string, hf HF) (io.ReadCloser, error) {
+	kind, err := locationKind(loc)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case KindPath:
+		return openFile(loc)
+	case KindFile:
+		p, err := filePath(loc)
+		if err != nil {
+			return nil, err
+		}
+		return openFile(p)
+	case KindHTTP, KindHTTPS:
+		return get(ctx, client, loc, "")
+	case KindHF:
+		r, err := ParseHF(loc)
+		if err != nil {
+			return nil, err
+		}
+		endpoint := hf.Endpoint
+		if endpoint == "" {
+			endpoint = DefaultHFEndpoint
+		}
+		return get(ctx, client, r.ResolveURL(endpoint), hf.Token)
+	}
+	return nil, fmt.Errorf("%w: location %q", ErrUnsupported, trunc(loc))
+}
+
+func openFile(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+	}
+	if !st.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrFetch, path)
+	}
+	return f, nil
+}
+
+// sizedBody is an HTTP body with its announced length (-1 unknown).
+type sizedBody struct {
+	io.ReadCloser
+	length int64
+}
+
+func get(ctx context.Context, client *http.Client, u, token string) (io.ReadCloser, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// url.Error quotes the whole URL; its query may hold a credential.
+			return nil, fmt.Errorf("%w: %s %s: %w", ErrFetch, ue.Op, Redact(ue.URL), ue.Err)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrFetch, Redact(u), resp.Status)
+	}
+	return sizedBody{resp.Body, resp.ContentLength}, nil
+}
+
+// Redact drops a URL's query, fragment and user info, which may hold
+// credentials, for errors and listings.
+func Redact(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	if scheme, rest, ok := strings.Cut(u, "://"); ok {
+		if at := strings.LastIndex(rest, "@"); at >= 0 && (strings.IndexByte(rest, '/') < 0 || at < strings.IndexByte(rest, '/')) {
+			rest = rest[at+1:]
+		}
+		u = scheme + "://" + rest
+	}
+	return u
+}
+
+// ReadBounded reads r to its end, failing with ErrTooLarge past max bytes.
+func ReadBounded(r io.Reader, max int64) ([]byte, error) {
+	if sb, ok := r.(sizedBody); ok && sb.length > max {
+		return nil, fmt.Errorf("%w: %d bytes announced", ErrTooLarge, sb.length)
+	}
+	if f, ok := r.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Size() > max {
+			return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, st.Size())
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)
+	}
+	return data, nil
+}
+
+// Fetch returns the verified bytes of a pinned artifact: read from its
+// local path, or from the cache's blobs/<hex> (verified on every read; a
+// corrupted blob is removed), or downloaded, verified and cached. It is
+// what Loader runs; onCorrupt, when set, hears of a removed blob.
+func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCorrupt func(error)) ([]byte, error) {
+	if err := p.admit(ref); err != nil {
+		return nil, err
+	}
+	if ref.Kind.Local() {
+		data, err := readLocation(ctx, client, ref.Location, p.HF)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", ref.Slot, trunc(ref.Location), err)
+		}
+		if err := verify(ref, data); err != nil {
+			return nil, err
+		}
+		return data, nil
+	}
+	blob := ""
+	if p.CacheDir != "" {
+		blob = filepath.Join(p.CacheDir, "blobs", ref.Checksum.Hex())
+		data, err := readBlob(blob, ref)
+		switch {
+		case err == nil:
+			return data, nil
+		case errors.Is(err, ErrChecksumMismatch) || errors.Is(err, ErrTooLarge):
+			rmErr := os.Remove(blob)
+			if onCorrupt != nil {
+				onCorrupt(errors.Join(err, rmErr))
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("%s: cache: %w", ref.Slot, err)
+		}
+	}
+	data, err := readLocation(ctx, client, ref.Location, p.HF)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", ref.Slot, Redact(trunc(ref.Location)), err)
+	}
+	if err := verify(ref, data); err != nil {
+		return nil, err
+	}
+	if blob != "" {
+		if err := writeBlob(p.CacheDir, blob, data); err != nil {
+			return nil, fmt.Errorf("%s: cache: %w", ref.Slot, err)
+		}
+	}
+	return data, nil
+}
+
+func readLocation(ctx context.Context, client *http.Client, loc string, hf HF) ([]byte, error) {
+	rc, err := Open(ctx, client, loc, hf)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rc.Close() }()
+	return ReadBounded(rc, MaxArtifactBytes)
+}
+
+func verify(ref Ref, data []byte) error {
+	if got := Sum(data); got != ref.Checksum {
+		return fmt.Errorf("%w: %s: declared %s, content is %s", ErrChecksumMismatch, ref.Slot, ref.Checksum, got)
+	}
+	return nil
+}
+
+func readBlob(path string, ref Ref) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	data, err := ReadBounded(f, MaxArtifactBytes)
+	if err != nil {
+		return nil, err
+	}
+	if err := verify(ref, data); err != nil {
+		return nil, fmt.Errorf("blob %s: %w", path, err)
+	}
+	return data, nil
+}
+
+// ensureDir creates dir (and its parents) owner-only, and narrows it to
+// 0700 when it exists wider.
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm() != 0o700 {
+		return os.Chmod(dir, 0o700)
+	}
+	return nil
+}
+
+// writeBlob writes data to path atomically: a temp file (0600) in the same
+// directory, synced, then renamed over path.
+func writeBlob(cacheDir, path string, data []byte) error {
+	if err := ensureDir(cacheDir); err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = os.Remove(name)
+		}
+	}()
+	if err := tmp.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(name, path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}

@@ -1,0 +1,429 @@
+// Package pinartifact implements `continuum pin-artifact`: the blake3
+// checksums an operator pins in dynamo.kv.pinned_artifacts after reviewing
+// a fleet's tokenizer and chat-template files, and the list of what a live
+// fleet's cards declare.
+package pinartifact
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/iostreams"
+)
+
+// Options are the parsed flags and dependencies of `pin-artifact`.
+type Options struct {
+	IO         *iostreams.IOStreams
+	Env        config.LookupEnv
+	Logger     func() (*slog.Logger, error)
+	ConfigFile string
+	// Client fetches http(s):// and hf:// inputs (default http.DefaultClient).
+	Client *http.Client
+
+	Inputs        []string
+	YAML          bool
+	JSON          bool
+	FromDiscovery bool
+	Discovery     cmdutil.DiscoveryFlags
+	Timeout       time.Duration
+}
+
+// NewCmdPinArtifact returns `continuum pin-artifact`. runF replaces the run
+// step in tests.
+func NewCmdPinArtifact(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Env: f.Env, Logger: f.Logger}
+	cmd := &cobra.Command{
+		Use:   "pin-artifact {PATH|URL...|--from-discovery}",
+		Short: "Print the blake3 checksums to pin in dynamo.kv.pinned_artifacts",
+		Long: `The router loads a fleet's tokenizer and chat template only when its blake3
+checksum is pinned in dynamo.kv.pinned_artifacts: those files come from the
+fleet, and a chat template is code. Review each file, then pin it.
+
+For each PATH or URL (file://, http(s)://, or hf://OWNER/REPO[@REVISION]/FILE
+through $HF_ENDPOINT with $HF_TOKEN) pin-artifact prints "blake3:<hex>  NAME",
+the digest b3sum prints. With --yaml it prints a dynamo.kv.pinned_artifacts
+block instead, ready to merge into the configuration.
+
+With --from-discovery it reads the live fleet (from --config, or the discovery
+flags) and lists every artifact the workers' model cards declare, per model,
+with the declared checksum and whether the configuration pins it.
+
+Exit status 1 when an input cannot be read or the fleet cannot be reached.`,
+		Example: `  continuum pin-artifact /models/Qwen3-0.6B/tokenizer.json /models/Qwen3-0.6B/tokenizer_config.json
+  continuum pin-artifact --yaml hf://Qwen/Qwen3-0.6B/tokenizer.json hf://Qwen/Qwen3-0.6B/tokenizer_config.json
+  continuum pin-artifact --from-discovery --config continuum.yaml
+  continuum pin-artifact --from-discovery --etcd-endpoints http://etcd.dynamo.svc:2379 --json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ConfigFile = f.ConfigPath()
+			opts.Inputs = args
+			switch {
+			case opts.FromDiscovery && len(args) > 0:
+				return cmdutil.FlagErrorf("give inputs or --from-discovery, not both")
+			case opts.FromDiscovery && opts.YAML:
+				return cmdutil.FlagErrorf("--yaml pins files you have reviewed: hash them by path or URL, not --from-discovery")
+			case !opts.FromDiscovery && len(args) == 0:
+				return cmdutil.FlagErrorf("give at least one PATH or URL, or --from-discovery")
+			case opts.YAML && opts.JSON:
+				return cmdutil.FlagErrorf("--yaml and --json cannot be combined")
+			}
+			if !opts.FromDiscovery {
+				for _, n := range []string{"source", "etcd-endpoints", "namespace", "file-root", "timeout"} {
+					if cmd.Flags().Changed(n) {
+						return cmdutil.FlagErrorf("--%s needs --from-discovery", n)
+					}
+				}
+			}
+			opts.Discovery.Capture(cmd.Flags())
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&opts.YAML, "yaml", false, "print a dynamo.kv.pinned_artifacts block")
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON")
+	fl.BoolVar(&opts.FromDiscovery, "from-discovery", false, "list the artifacts the live fleet's model cards declare")
+	fl.DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "with --from-discovery: how long to wait for the first complete read")
+	opts.Discovery.Register(cmd)
+	return cmd
+}
+
+// Run hashes the inputs, or lists the fleet's artifacts.
+func Run(ctx context.Context, o *Options) error {
+	if o.FromDiscovery {
+		return runDiscovery(ctx, o)
+	}
+	return runHash(ctx, o)
+}
+
+// Digest is one hashed input.
+type Digest struct {
+	Name     string `json:"name"`
+	Checksum string `json:"checksum"`
+	Bytes    int64  `json:"bytes"`
+}
+
+func runHash(ctx context.Context, o *Options) error {
+	hf := artifact.HFFromEnv(o.Env)
+	var digests []Digest
+	failed := 0
+	for _, in := range o.Inputs {
+		d, err := hashOne(ctx, o.Client, in, hf)
+		if err != nil {
+			failed++
+			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %v\n", in, err)
+			continue
+		}
+		if d.Bytes > artifact.MaxArtifactBytes {
+			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %d bytes, over the 64 MiB artifact limit: the router will refuse it\n", in, d.Bytes)
+		}
+		digests = append(digests, d)
+		if !o.YAML && !o.JSON {
+			fmt.Fprintf(o.IO.Out, "%s  %s\n", d.Checksum, d.Name)
+		}
+	}
+	var err error
+	switch {
+	case o.JSON:
+		if digests == nil {
+			digests = []Digest{}
+		}
+		err = writeJSON(o.IO.Out, digests)
+	case o.YAML && len(digests) > 0:
+		err = writeYAML(o.IO.Out, digests)
+	}
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return cmdutil.Exit(cmdutil.ExitFailure)
+	}
+	return nil
+}
+
+// hashOne streams a local file whole; a remote input is read to at most
+// one byte past the artifact limit, so a source that never ends cannot
+// hold the command.
+func hashOne(ctx context.Context, client *http.Client, in string, hf artifact.HF) (Digest, error) {
+	ctx, cancel := context.WithTimeout(ctx, artifact.LoadTimeout)
+	defer cancel()
+	rc, err := artifact.Open(ctx, client, in, hf)
+	if err != nil {
+		return Digest{}, err
+	}
+	defer func() { _ = rc.Close() }()
+	var r io.Reader = rc
+	remote := !strings.HasPrefix(in, "file:") && strings.Contains(in, "://")
+	if remote {
+		r = io.LimitReader(rc, artifact.MaxArtifactBytes+1)
+	}
+	sum, n, err := artifact.SumReader(r)
+	if err != nil {
+		return Digest{}, err
+	}
+	if remote && n > artifact.MaxArtifactBytes {
+		return Digest{}, fmt.Errorf("%w: stopped reading at %d bytes", artifact.ErrTooLarge, n)
+	}
+	return Digest{Name: in, Checksum: sum.String(), Bytes: n}, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeYAML prints the block that pins digests, each checksum once with
+// the names it was computed for as a comment.
+func writeYAML(w io.Writer, digests []Digest) error {
+	var order []string
+	names := map[string][]string{}
+	for _, d := range digests {
+		if _, ok := names[d.Checksum]; !ok {
+			order = append(order, d.Checksum)
+		}
+		if n := commentSafe(d.Name); !slices.Contains(names[d.Checksum], n) {
+			names[d.Checksum] = append(names[d.Checksum], n)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("dynamo:\n  kv:\n    pinned_artifacts:\n")
+	for _, c := range order {
+		fmt.Fprintf(&b, "      - %q  # %s\n", c, strings.Join(names[c], ", "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// commentSafe keeps a name on its comment line.
+func commentSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// Report is the --from-discovery listing.
+type Report struct {
+	Source     string   `json:"source"`
+	Namespaces []string `json:"namespaces"`
+	Generation uint64   `json:"generation"`
+	Models     []Model  `json:"models"`
+}
+
+// Model is one served model and the artifacts its workers' cards declare.
+type Model struct {
+	Namespace string     `json:"namespace"`
+	Model     string     `json:"model"`
+	Workers   int        `json:"workers"`
+	Artifacts []Declared `json:"artifacts"`
+}
+
+// Declared is one artifact declaration and how many workers make it.
+type Declared struct {
+	Slot   string `json:"slot"`
+	Format string `json:"format"`
+	Kind   string `json:"kind"`
+	// Location is the declared path or URL (a URL without its query and
+	// user info, which may hold credentials).
+	Location string `json:"location"`
+	Checksum string `json:"checksum,omitempty"`
+	Size     *int64 `json:"size,omitempty"`
+	Pinned   bool   `json:"pinned"`
+	Workers  int    `json:"workers"`
+	// Problem says why the router would not load it even when pinned
+	// (unsupported, malformed, or a source the configuration disallows).
+	Problem string `json:"problem,omitempty"`
+}
+
+func runDiscovery(ctx context.Context, o *Options) error {
+	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
+	if err != nil {
+		return err
+	}
+	policy, err := artifact.PolicyFromConfig(&cfg.Dynamo.KV, o.Env)
+	if err != nil {
+		return cmdutil.FlagErrorf("%v", err)
+	}
+	logger, err := o.Logger()
+	if err != nil {
+		return err
+	}
+	d := &cfg.Dynamo.Discovery
+	src, backoff, err := sources.New(d, logger)
+	if err != nil {
+		return err
+	}
+	reg := fleet.NewRegistry(logger, nil)
+	var mu sync.Mutex
+	var lastErr error
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
+		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(wctx) // nil on cancellation
+	}()
+	defer func() { cancel(); <-done }()
+	waitCtx, cancelWait := context.WithTimeout(wctx, o.Timeout)
+	gen, err := reg.Wait(waitCtx, 0)
+	cancelWait()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted
+		}
+		mu.Lock()
+		reason := lastErr
+		mu.Unlock()
+		if reason == nil {
+			reason = errors.New("no complete read yet")
+		}
+		return fmt.Errorf("discovery source %s not reachable within %s: %w", src.Name(), o.Timeout, reason)
+	}
+	r := BuildReport(reg.Snapshot(), &policy)
+	r.Source, r.Namespaces, r.Generation = src.Name(), d.Namespaces(), gen
+	if r.Namespaces == nil {
+		r.Namespaces = []string{}
+	}
+	if o.JSON {
+		return writeJSON(o.IO.Out, r)
+	}
+	return writeTable(o.IO.Out, r)
+}
+
+// BuildReport lists the artifacts of every worker card in snap, per
+// (namespace, model), judged against policy.
+func BuildReport(snap *fleet.Snapshot, policy *artifact.Policy) Report {
+	type modelKey struct{ ns, model string }
+	models := map[modelKey]*Model{}
+	index := map[modelKey]map[string]int{}
+	for _, w := range snap.Workers {
+		if w.Card == nil {
+			continue
+		}
+		mk := modelKey{w.ID.Namespace, w.Model}
+		m, ok := models[mk]
+		if !ok {
+			m = &Model{Namespace: mk.ns, Model: mk.model, Artifacts: []Declared{}}
+			models[mk], index[mk] = m, map[string]int{}
+		}
+		m.Workers++
+		for _, ds := range artifact.CardSlots(&w.Card.Typed) {
+			d := declared(ds, policy)
+			id := d.Slot + "\x00" + d.Format + "\x00" + d.Checksum + "\x00" + d.Location + "\x00" + d.Problem
+			if i, ok := index[mk][id]; ok {
+				m.Artifacts[i].Workers++
+				continue
+			}
+			d.Workers = 1
+			index[mk][id] = len(m.Artifacts)
+			m.Artifacts = append(m.Artifacts, d)
+		}
+	}
+	r := Report{Models: []Model{}}
+	for _, m := range models {
+		slots := map[string]int{}
+		for i, s := range artifact.Slots {
+			slots[string(s)] = i
+		}
+		slices.SortFunc(m.Artifacts, func(a, b Declared) int {
+			return cmp.Or(cmp.Compare(slots[a.Slot], slots[b.Slot]), cmp.Compare(a.Checksum, b.Checksum), cmp.Compare(a.Location, b.Location))
+		})
+		r.Models = append(r.Models, *m)
+	}
+	slices.SortFunc(r.Models, func(a, b Model) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Model, b.Model))
+	})
+	return r
+}
+
+func declared(ds artifact.Declared, policy *artifact.Policy) Declared {
+	d := Declared{Slot: string(ds.Slot), Format: ds.Format, Kind: string(ds.Kind), Location: ds.Location}
+	if ds.Kind != artifact.KindPath {
+		d.Location = artifact.Redact(ds.Location)
+	}
+	if ds.Size >= 0 {
+		size := ds.Size
+		d.Size = &size
+	}
+	if ds.Err != nil {
+		d.Problem = ds.Err.Error()
+		if ds.Checksum != (artifact.Checksum{}) {
+			d.Checksum = ds.Checksum.String()
+		}
+		return d
+	}
+	d.Checksum = ds.Checksum.String()
+	d.Pinned = policy.Pinned(ds.Checksum)
+	switch {
+	case (ds.Kind == artifact.KindHTTP || ds.Kind == artifact.KindHTTPS) && !policy.AllowHTTP:
+		d.Problem = "dynamo.kv.allow_http_artifacts is false"
+	case ds.Kind == artifact.KindHF && !policy.AllowHF:
+		d.Problem = "dynamo.kv.allow_hf_artifacts is false"
+	case ds.Size > artifact.MaxArtifactBytes:
+		d.Problem = "declared size over 64 MiB"
+	}
+	return d
+}
+
+func writeTable(out io.Writer, r Report) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	count, unpinned := 0, 0
+	for _, m := range r.Models {
+		for _, a := range m.Artifacts {
+			count++
+			if !a.Pinned && a.Checksum != "" {
+				unpinned++
+			}
+		}
+	}
+	fmt.Fprintf(tw, "source %s, namespaces %s, generation %d: %d models, %d artifacts, %d unpinned\n\n",
+		r.Source, strings.Join(r.Namespaces, ","), r.Generation, len(r.Models), count, unpinned)
+	if count > 0 {
+		fmt.Fprintln(tw, "NAMESPACE\tMODEL\tSLOT\tFORMAT\tKIND\tCHECKSUM\tPINNED\tWORKERS\tLOCATION\tPROBLEM")
+		for _, m := range r.Models {
+			for _, a := range m.Artifacts {
+				pinned := "no"
+				if a.Pinned {
+					pinned = "yes"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", m.Namespace, m.Model, a.Slot, a.Format,
+					dash(a.Kind), dash(a.Checksum), pinned, a.Workers, m.Workers, commentSafe(a.Location), dash(a.Problem))
+			}
+		}
+	}
+	if unpinned > 0 {
+		fmt.Fprintf(tw, "\nReview each unpinned file, then pin it: continuum pin-artifact --yaml PATH|URL...\n")
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
