@@ -37,7 +37,8 @@ func podNames() []string {
 	for i := range 200 {
 		out = append(out, fmt.Sprintf("vllm-disagg-decode-%d-%05x", i%7, i*7919))
 	}
-	return append(out, "ünïcødé-pod", "日本-worker-0", "x")
+	// A real collision (see TestPodsSourceHashCollision): Rust must agree.
+	return append(out, "ünïcødé-pod", "日本-worker-0", "x", "worker-34095562", "worker-126348249")
 }
 
 // TestHashPodNameAgainstRust compiles a program with rustc that prints

@@ -305,3 +305,25 @@ func TestPodsSourceNormalEndKeepsConnected(t *testing.T) {
 		}
 	}
 }
+
+// Two pod names that really hash to one instance id (found by a search over
+// 160 million names): both are rejected as duplicates, and deleting one
+// brings the other back.
+func TestPodsSourceHashCollision(t *testing.T) {
+	const a, b = "worker-34095562", "worker-126348249"
+	if ha, hb := kube.HashPodName(a), kube.HashPodName(b); ha != hb || ha != 0x9ac4decb6d367 {
+		t.Fatalf("%s → %x, %s → %x", a, ha, b, hb)
+	}
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod(a, "D", "decode", "", true))
+	fake.Apply(kubefake.Pods, pod(b, "D", "decode", "", true))
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, fast)
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	snap := h.reg.Snapshot()
+	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemDuplicate || snap.Problems[0].KeyCount != 2 {
+		t.Fatalf("problems %+v", snap.Problems)
+	}
+	fake.Delete(kubefake.Pods, k8sNS, b)
+	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line(a, "decode", "m", "D")))
+}
