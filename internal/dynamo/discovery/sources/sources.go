@@ -29,12 +29,13 @@ func NewWithKube(d *config.Discovery, logger *slog.Logger, client kube.ClientOpt
 	case config.SourceFile:
 		s, err := filestore.New(d.File.Root, namespaces, logger)
 		return s, backoff(config.Backoff{Initial: config.Duration(config.DefaultBackoffInitial), Max: config.Duration(config.DefaultBackoffMax)}), err
-	case config.SourceKubernetesPods:
+	case config.SourceKubernetesPods, config.SourceKubernetes:
 		b := backoff(d.Kubernetes.WatchReconnectBackoff)
 		b.ResetAfter = kube.ResetAfter(b.Max)
+		if d.Source == config.SourceKubernetes {
+			return kube.NewMetadata(d.Kubernetes, namespaces, client, logger), b, nil
+		}
 		return kube.NewPods(d.Kubernetes, namespaces, client, logger), b, nil
-	case config.SourceKubernetes:
-		return nil, discovery.Backoff{}, fmt.Errorf("discovery source %q is not built into this binary yet", d.Source)
 	}
 	return nil, discovery.Backoff{}, fmt.Errorf("unknown discovery source %q", d.Source)
 }

@@ -1,0 +1,246 @@
+package kube
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// DWM is what the metadata source keeps of a DynamoWorkerMetadata
+// resource once classified: the etcd-shaped records it supplies, or why it
+// supplies none.
+type DWM struct {
+	Name string
+	UID  string
+	// Records maps full etcd keys to values, for the configured Dynamo
+	// namespaces only.
+	Records map[string][]byte
+	// Size is the bytes of Records (keys and values).
+	Size int
+	// Refusal is set when the whole resource is refused (container mode:
+	// refused; an instance id that is not its pod's hash: mismatch).
+	Refusal *wire.Refusal
+	// Malformed is set when spec or spec.data is not an object; the
+	// resource's last valid records are kept.
+	Malformed string
+}
+
+// dataMaps are the spec.data maps and the bucket each one feeds.
+var dataMaps = []struct {
+	name  string
+	space wire.Keyspace
+}{
+	{"endpoints", wire.KeyspaceInstances},
+	{"model_cards", wire.KeyspaceModelCards},
+	{"event_channels", wire.KeyspaceEventChannels},
+	{"event_sources", wire.KeyspaceEventChannels},
+}
+
+type dwmJSON struct {
+	Metadata struct {
+		Name            string `json:"name"`
+		UID             string `json:"uid"`
+		OwnerReferences []struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"ownerReferences"`
+	} `json:"metadata"`
+	Spec json.RawMessage `json:"spec"`
+}
+
+// ClassifyDWM turns one DynamoWorkerMetadata resource (its JSON) into the
+// records it supplies for the Dynamo namespaces given. It is pure.
+//
+// Identity comes from each record's value; the map key is used only when it
+// parses as the relative etcd key of the same identity (it keeps a LoRA
+// card's suffix). Every endpoint and card must carry the instance id that
+// Dynamo derives from the pod's name, in key and value, or the whole
+// resource is refused as a mismatch; event channels carry publisher ids and
+// are exempt.
+func ClassifyDWM(raw []byte, namespaces []string) DWM {
+	var r dwmJSON
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return DWM{Malformed: fmt.Sprintf("resource is not JSON: %v", err)}
+	}
+	d := DWM{Name: r.Metadata.Name, UID: r.Metadata.UID}
+	for _, o := range r.Metadata.OwnerReferences {
+		if o.Kind == "Pod" && o.Name != d.Name {
+			d.Refusal = &wire.Refusal{Kind: "refused", Reason: fmt.Sprintf(
+				"DynamoWorkerMetadata %s belongs to pod %s (container discovery mode); only pod mode is supported", d.Name, o.Name)}
+			return d
+		}
+	}
+	var spec map[string]json.RawMessage
+	if err := json.Unmarshal(r.Spec, &spec); err != nil || spec == nil {
+		d.Malformed = fmt.Sprintf("DynamoWorkerMetadata %s: spec is not an object", d.Name)
+		return d
+	}
+	var data map[string]json.RawMessage
+	if err := json.Unmarshal(spec["data"], &data); err != nil || data == nil {
+		d.Malformed = fmt.Sprintf("DynamoWorkerMetadata %s: spec.data is not an object", d.Name)
+		return d
+	}
+	want := HashPodName(d.Name)
+	d.Records = map[string][]byte{}
+	for _, m := range dataMaps {
+		var entries map[string]json.RawMessage
+		if v := data[m.name]; len(v) > 0 {
+			if err := json.Unmarshal(v, &entries); err != nil {
+				d.Malformed = fmt.Sprintf("DynamoWorkerMetadata %s: spec.data.%s is not an object", d.Name, m.name)
+				d.Records = nil
+				return d
+			}
+		}
+		for _, mapKey := range sortedKeys(entries) {
+			value := entries[mapKey]
+			if bytes.Equal(bytes.TrimSpace(value), []byte("null")) {
+				continue
+			}
+			key, ns, id, ok := recordKey(m.space, mapKey, value)
+			if !ok {
+				// Unparseable: handed on under its map key so the reducer
+				// reports it as malformed, if it names a watched namespace.
+				ns, _, _ = strings.Cut(mapKey, "/")
+				key = prefixOf(m.space) + mapKey
+			}
+			if !slices.Contains(namespaces, ns) {
+				continue
+			}
+			if ok && m.space != wire.KeyspaceEventChannels && id != want {
+				what := fmt.Sprintf("carries instance id %x", id)
+				if id&mismatchMark != 0 {
+					what = "names different instance ids in its key and its value"
+				}
+				d.Refusal = &wire.Refusal{Kind: "mismatch", Namespace: ns, Reason: fmt.Sprintf(
+					"DynamoWorkerMetadata %s: %s entry %q %s, but pod %s hashes to %x",
+					d.Name, m.name, mapKey, what, d.Name, want)}
+				d.Records, d.Size = nil, 0
+				return d
+			}
+			if m.space == wire.KeyspaceModelCards && len(value) > fleet.MaxRetainedCardBytes {
+				value = shrinkCard(value)
+			}
+			d.Records[key] = value
+			d.Size += len(key) + len(value)
+		}
+	}
+	return d
+}
+
+func prefixOf(space wire.Keyspace) string {
+	switch space {
+	case wire.KeyspaceInstances:
+		return wire.PrefixInstances
+	case wire.KeyspaceModelCards:
+		return wire.PrefixModelCards
+	}
+	return wire.PrefixEventChannels
+}
+
+// mismatchMark is set above the 53 bits of a pod hash in the id reported
+// for a record whose key and value name different instance ids.
+const mismatchMark = 1 << 63
+
+// recordKey derives the full etcd key of one record from its value (and
+// its map key, when that is the relative key of the same identity), with
+// the namespace and the instance (or publisher) id it names. When the key
+// and the value disagree on the id, the id reported can match no pod.
+func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string, id uint64, ok bool) {
+	k, kerr := wire.ParseRelativeKey(space, mapKey)
+	switch space {
+	case wire.KeyspaceInstances:
+		e, err := wire.ParseEndpoint(value)
+		if err != nil || !e.InstanceID.Set || e.Namespace == "" || e.Component == "" || e.Endpoint == "" {
+			if kerr == nil {
+				return wire.PrefixInstances + mapKey, k.Namespace, k.InstanceID, true
+			}
+			return "", "", 0, false
+		}
+		id = e.InstanceID.Value
+		if kerr == nil && k.InstanceID != id {
+			id = k.InstanceID ^ id ^ mismatchMark // key and value disagree: never a pod's hash
+		}
+		return fmt.Sprintf("%s%s/%s/%s/%s", wire.PrefixInstances, e.Namespace, e.Component, e.Endpoint, wire.FormatID(e.InstanceID.Value)), e.Namespace, id, true
+	case wire.KeyspaceModelCards:
+		m, err := wire.ParseModel(value)
+		if err != nil || !m.InstanceID.Set || m.Namespace == "" || m.Component == "" || m.Endpoint == "" {
+			if kerr == nil {
+				return wire.PrefixModelCards + mapKey, k.Namespace, k.InstanceID, true
+			}
+			return "", "", 0, false
+		}
+		id = m.InstanceID.Value
+		if kerr == nil && k.InstanceID != id && k.Namespace == m.Namespace && k.Component == m.Component && k.Endpoint == m.Endpoint {
+			id = k.InstanceID ^ id ^ mismatchMark
+		}
+		suffix := m.ModelSuffix
+		if kerr == nil && k.Namespace == m.Namespace && k.Component == m.Component && k.Endpoint == m.Endpoint && k.InstanceID == m.InstanceID.Value {
+			suffix = k.ModelSuffix
+		}
+		key = fmt.Sprintf("%s%s/%s/%s/%s", wire.PrefixModelCards, m.Namespace, m.Component, m.Endpoint, wire.FormatID(m.InstanceID.Value))
+		if suffix != "" {
+			key += "/" + suffix
+		}
+		return key, m.Namespace, id, true
+	default:
+		ch, err := wire.ParseEventChannel(value)
+		if err != nil || !ch.PublisherID.Set || ch.Namespace == "" || ch.Topic == "" {
+			if kerr == nil {
+				return wire.PrefixEventChannels + mapKey, k.Namespace, k.InstanceID, true
+			}
+			return "", "", 0, false
+		}
+		return wire.PrefixEventChannels + channelPath(ch), ch.Namespace, ch.PublisherID.Value, true
+	}
+}
+
+// channelPath is an event channel's relative key: the scoped form, or the
+// Dynamo 1.2 legacy form the record came in.
+func channelPath(ch *wire.EventChannel) string {
+	hex := wire.FormatID(ch.PublisherID.Value)
+	if ch.Legacy {
+		return ch.Namespace + "/" + ch.Component + "/" + ch.Topic + "/" + hex
+	}
+	p := "namespace/" + wire.EncodeSegment(ch.Namespace)
+	if ch.Scope == wire.ScopeComponent || ch.Scope == wire.ScopeEndpoint {
+		p += "/component/" + wire.EncodeSegment(ch.Component)
+	}
+	if ch.Scope == wire.ScopeEndpoint {
+		p += "/endpoint/" + wire.EncodeSegment(ch.Endpoint)
+	}
+	return p + "/topic/" + wire.EncodeSegment(ch.Topic) + "/" + hex
+}
+
+// shrinkCard keeps a large Model record's envelope and only the core typed
+// fields of its card, so the source does not hold megabytes per worker.
+func shrinkCard(value []byte) []byte {
+	var env map[string]json.RawMessage
+	if json.Unmarshal(value, &env) != nil {
+		return value
+	}
+	var card map[string]json.RawMessage
+	if json.Unmarshal(env["card_json"], &card) != nil || card == nil {
+		return value
+	}
+	core := map[string]json.RawMessage{}
+	for _, f := range wire.CoreCardFields {
+		if v, ok := card[f]; ok {
+			core[f] = v
+		}
+	}
+	b, err := json.Marshal(core)
+	if err != nil {
+		return value
+	}
+	env["card_json"] = b
+	out, err := json.Marshal(env)
+	if err != nil {
+		return value
+	}
+	return out
+}

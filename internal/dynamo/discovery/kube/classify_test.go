@@ -1,0 +1,124 @@
+package kube_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	tu "github.com/continuum-router/continuum/internal/testutil"
+)
+
+func dwmJSON(name, owner, spec string) []byte {
+	return []byte(fmt.Sprintf(`{"metadata":{"name":%q,"uid":"u1","ownerReferences":[{"kind":"Pod","name":%q}]},"spec":%s}`, name, owner, spec))
+}
+
+func TestClassifyDWM(t *testing.T) {
+	const pod = "worker-0"
+	id := kube.HashPodName(pod)
+	ep := func(ns string, id uint64) string {
+		return fmt.Sprintf(`{"type":"Endpoint","namespace":%q,"component":"c","endpoint":"generate","instance_id":%d,"transport":{"tcp":"x"}}`, ns, id)
+	}
+	card := func(id uint64, suffix string) string {
+		s := ""
+		if suffix != "" {
+			s = fmt.Sprintf(`,"model_suffix":%q`, suffix)
+		}
+		return fmt.Sprintf(`{"type":"Model","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d%s,"card_json":{"display_name":"m"}}`, id, s)
+	}
+	hex := wire.FormatID(id)
+	big := strings.Repeat("x", 1<<20+10)
+	for _, tc := range []struct {
+		name, owner, spec  string
+		keys               []string
+		refusal, malformed string
+	}{
+		{name: "etcd relative keys", spec: fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate/%s":%s},"model_cards":{"dn/c/generate/%s":%s}}}`, hex, ep("dn", id), hex, card(id, "")),
+			keys: []string{"v1/instances/dn/c/generate/" + hex, "v1/mdc/dn/c/generate/" + hex}},
+		{name: "old 3-segment keys: identity from the value", spec: fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate":%s}}}`, ep("dn", id)),
+			keys: []string{"v1/instances/dn/c/generate/" + hex}},
+		{name: "LoRA suffix from the key", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/c/generate/%s/lora-a":%s}}}`, hex, card(id, "")),
+			keys: []string{"v1/mdc/dn/c/generate/" + hex + "/lora-a"}},
+		{name: "other namespaces ignored", spec: fmt.Sprintf(`{"data":{"endpoints":{"x":%s,"y":%s}}}`, ep("dn", id), ep("other", 1)),
+			keys: []string{"v1/instances/dn/c/generate/" + hex}},
+		{name: "null maps and entries are empty", spec: `{"data":{"endpoints":null,"model_cards":{"k":null},"event_channels":null,"event_sources":null}}`},
+		{name: "event channel ids are publisher ids", spec: `{"data":{"event_sources":{"k":{"type":"EventChannel","scope":{"kind":"namespace","name":"dn"},"topic":"kv_metrics","instance_id":5,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://h:1"}}}}}}`,
+			keys: []string{"v1/event_channels/namespace/dn/topic/kv_metrics/5"}},
+		{name: "value id mismatch", spec: fmt.Sprintf(`{"data":{"endpoints":{"x":%s}}}`, ep("dn", 7)), refusal: "mismatch"},
+		{name: "key id mismatch", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/c/generate/7":%s}}}`, card(id, "")), refusal: "mismatch"},
+		{name: "container mode", owner: "worker-0-pod", spec: `{"data":{}}`, refusal: "refused"},
+		{name: "spec not an object", spec: `"x"`, malformed: "spec is not an object"},
+		{name: "spec.data not an object", spec: `{"data":[1]}`, malformed: "spec.data is not an object"},
+		{name: "spec.data missing", spec: `{}`, malformed: "spec.data is not an object"},
+		{name: "a map not an object", spec: `{"data":{"endpoints":"x"}}`, malformed: "spec.data.endpoints"},
+		{name: "unparseable entry handed on under its map key", spec: `{"data":{"endpoints":{"dn/c/generate/zz":{"type":"Endpoint"}}}}`,
+			keys: []string{"v1/instances/dn/c/generate/zz"}},
+		{name: "large card shrunk to its core fields", spec: fmt.Sprintf(`{"data":{"model_cards":{"k":{"type":"Model","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","chat_template":%q}}}}}`, id, big),
+			keys: []string{"v1/mdc/dn/c/generate/" + hex}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			owner := tc.owner
+			if owner == "" {
+				owner = pod
+			}
+			d := kube.ClassifyDWM(dwmJSON(pod, owner, tc.spec), []string{"dn"})
+			if tc.malformed != "" {
+				if !strings.Contains(d.Malformed, tc.malformed) {
+					t.Fatalf("malformed %q, want %q", d.Malformed, tc.malformed)
+				}
+				return
+			}
+			if tc.refusal != "" {
+				if d.Refusal == nil || d.Refusal.Kind != tc.refusal || len(d.Records) != 0 {
+					t.Fatalf("refusal %+v records %d, want %s", d.Refusal, len(d.Records), tc.refusal)
+				}
+				return
+			}
+			if d.Refusal != nil || d.Malformed != "" {
+				t.Fatalf("refused: %+v %s", d.Refusal, d.Malformed)
+			}
+			var keys []string
+			for k, v := range d.Records {
+				keys = append(keys, k)
+				if len(v) > 1<<20 {
+					t.Errorf("%s kept %d bytes", k, len(v))
+				}
+				if m, err := wire.ParseModel(v); err == nil && m.Card.DisplayName == "" && strings.HasPrefix(k, wire.PrefixModelCards) {
+					t.Errorf("%s lost its display name", k)
+				}
+			}
+			if strings.Join(slices.Sorted(slices.Values(keys)), ",") != strings.Join(tc.keys, ",") {
+				t.Fatalf("keys %v, want %v", keys, tc.keys)
+			}
+		})
+	}
+}
+
+// FuzzClassifyDWM: whatever a resource holds, classification does not
+// panic, keeps only watched namespaces and bounded records, and says why
+// it refuses.
+func FuzzClassifyDWM(f *testing.F) {
+	tu.AddCorpus(f, "FuzzClassifyDWM")
+	f.Add(dwmJSON("worker-0", "worker-0", `{"data":{"endpoints":{"dn/c/generate/43710f49c0cff":{"type":"Endpoint","namespace":"dn","component":"c","endpoint":"generate","instance_id":1186445869714687}}}}`))
+	f.Add(dwmJSON("w", "x", `{}`))
+	f.Add([]byte(`{"spec":{"data":{"event_channels":{"a":{"scope":{"kind":"component","namespace":"dn","component":"%"},"topic":"t","instance_id":"ff"}}}}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		d := kube.ClassifyDWM(raw, []string{"dn"})
+		if d.Refusal != nil && len(d.Records) != 0 {
+			t.Fatalf("refused with records")
+		}
+		size := 0
+		for k, v := range d.Records {
+			size += len(k) + len(v)
+			if !json.Valid(v) && !strings.HasPrefix(k, "v1/") {
+				t.Fatalf("record %q", k)
+			}
+		}
+		if size != d.Size {
+			t.Fatalf("size %d, counted %d", d.Size, size)
+		}
+	})
+}

@@ -1,0 +1,278 @@
+package kube_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	tu "github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/testutil/kubefake"
+)
+
+const fixtureNS = "dynamo-qwen3"
+
+func readFixture(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(tu.RepoRoot(t), "testdata/kube/fleet", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// fleetView is the operator-facing view without timestamps.
+func fleetView(t *testing.T, snap *fleet.Snapshot) string {
+	t.Helper()
+	w, p, pr := admin.Views(snap)
+	for i := range w {
+		w[i].FirstSeen, w[i].LastUpdated = "", ""
+	}
+	b, err := json.MarshalIndent(map[string]any{"workers": w, "publishers": p, "problems": pr}, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func loadFleetFixtures(t *testing.T, fake *kubefake.Server) (dwms, slices []kubefake.Object) {
+	readFixture(t, "dynamoworkermetadatas.json", &dwms)
+	readFixture(t, "endpointslices.json", &slices)
+	for _, d := range dwms {
+		fake.Apply(kubefake.DWMs, d)
+	}
+	for _, s := range slices {
+		fake.Apply(kubefake.EndpointSlices, s)
+	}
+	return dwms, slices
+}
+
+func startMetadata(t *testing.T, fake *kubefake.Server, timing kube.Timing) *harness {
+	t.Helper()
+	h := &harness{fake: fake, metrics: telemetry.NewDiscoveryMetrics(prometheus.NewRegistry())}
+	h.reg = fleet.NewRegistry(nil, discovery.ProblemCounter(h.metrics))
+	src := kube.NewMetadata(config.Kubernetes{Namespace: "dynamo"}, []string{fixtureNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, nil)
+	src.Timing = timing
+	h.watcher = &discovery.Watcher{Source: src, Registry: h.reg, Metrics: h.metrics,
+		Backoff:   discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		OnPassEnd: func(err error) { h.mu.Lock(); h.passErr = append(h.passErr, err); h.mu.Unlock() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.watcher.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+// TestMetadataParityWithEtcd: four realistic pods' DynamoWorkerMetadata
+// resources and EndpointSlice, read through the fake API server, give the
+// fleet view that the equivalent etcd records give through the same
+// reducer.
+func TestMetadataParityWithEtcd(t *testing.T) {
+	var etcd map[string]json.RawMessage
+	readFixture(t, "etcd.json", &etcd)
+	r := fleet.NewReducer()
+	r.ResyncBegin()
+	for k, v := range etcd {
+		r.Put(k, v, time.Now())
+	}
+	r.ResyncEnd()
+	want := fleetView(t, r.Build(time.Now()))
+	if !strings.Contains(want, "vllm") && strings.Count(want, `"instance_id"`) != 4 {
+		t.Fatalf("etcd fixture view has no workers:\n%s", want)
+	}
+
+	fake := kubefake.Start(t)
+	loadFleetFixtures(t, fake)
+	h := startMetadata(t, fake, fast)
+	tu.Eventually(t, 10*time.Second, "the metadata source's view to equal etcd's", func() bool { return fleetView(t, h.reg.Snapshot()) == want })
+	snap := h.reg.Snapshot()
+	if len(snap.Workers) != 4 || len(snap.Publishers) != 5 || len(snap.Problems) != 0 {
+		t.Fatalf("view: %d workers, %d publishers, problems %+v", len(snap.Workers), len(snap.Publishers), snap.Problems)
+	}
+	for _, w := range snap.Workers {
+		if w.Card == nil || w.Capacity.TotalKVBlocks == nil {
+			t.Errorf("worker %x lacks card or capacity", w.ID.InstanceID)
+		}
+	}
+}
+
+func setReady(slices []kubefake.Object, pod string, ready bool) kubefake.Object {
+	s := slices[0]
+	for _, ep := range s["endpoints"].([]any) {
+		ep := ep.(kubefake.Object)
+		if ep["targetRef"].(kubefake.Object)["name"] == pod {
+			ep["conditions"].(kubefake.Object)["ready"] = ready
+		}
+	}
+	return s
+}
+
+func workerIDs(snap *fleet.Snapshot) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, w := range snap.Workers {
+		out[w.ID.InstanceID] = true
+	}
+	return out
+}
+
+func hasPublisher(snap *fleet.Snapshot, id uint64) bool {
+	for _, p := range snap.Publishers {
+		if p.PublisherID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func problemKinds(snap *fleet.Snapshot) map[string]int {
+	out := map[string]int{}
+	for _, p := range snap.Problems {
+		out[p.Kind]++
+	}
+	return out
+}
+
+const (
+	prefillPod = "vllm-disagg-vllmprefillworker-7c9d6f5b8-k2x4p"
+	decodeA    = "vllm-disagg-vllmdecodeworker-6b8f7d9c5-m7q2z"
+	decodeB    = "vllm-disagg-vllmdecodeworker-6b8f7d9c5-t9w3r"
+	aggPod     = "sglang-agg-worker-0"
+	sharedPub  = 0x6000
+)
+
+// TestMetadataFollows: readiness, refcounted shared channels, modified,
+// deleted, container-mode, mismatched and malformed resources.
+func TestMetadataFollows(t *testing.T) {
+	fake := kubefake.Start(t)
+	dwms, slices := loadFleetFixtures(t, fake)
+	h := startMetadata(t, fake, fast)
+	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return len(h.reg.Snapshot().Workers) == 4 })
+
+	// One decode pod unready: its worker goes, the shared channel stays.
+	fake.Apply(kubefake.EndpointSlices, setReady(slices, decodeA, false))
+	tu.Eventually(t, 5*time.Second, "decode A gone", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Workers) == 3 && !workerIDs(s)[kube.HashPodName(decodeA)] && hasPublisher(s, sharedPub)
+	})
+	// Both unready: the shared channel goes with its last supplier.
+	fake.Apply(kubefake.EndpointSlices, setReady(slices, decodeB, false))
+	tu.Eventually(t, 5*time.Second, "shared channel gone", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Workers) == 2 && !hasPublisher(s, sharedPub)
+	})
+	setReady(slices, decodeA, true)
+	fake.Apply(kubefake.EndpointSlices, setReady(slices, decodeB, true))
+	tu.Eventually(t, 5*time.Second, "four workers again", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Workers) == 4 && hasPublisher(s, sharedPub)
+	})
+
+	byName := map[string]kubefake.Object{}
+	for _, d := range dwms {
+		byName[d["metadata"].(kubefake.Object)["name"].(string)] = d
+	}
+	// Modified: a card's capacity changes.
+	agg := byName[aggPod]
+	cards := agg["spec"].(kubefake.Object)["data"].(kubefake.Object)["model_cards"].(kubefake.Object)
+	for _, c := range cards {
+		c.(kubefake.Object)["card_json"].(kubefake.Object)["runtime_config"].(kubefake.Object)["total_kv_blocks"] = 777
+	}
+	fake.Apply(kubefake.DWMs, agg)
+	tu.Eventually(t, 5*time.Second, "updated capacity", func() bool {
+		for _, w := range h.reg.Snapshot().Workers {
+			if w.ID.InstanceID == kube.HashPodName(aggPod) && w.Capacity.TotalKVBlocks != nil && *w.Capacity.TotalKVBlocks == 777 {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Malformed: spec.data not an object; the last valid records stay.
+	bad := map[string]any{}
+	b, _ := json.Marshal(byName[decodeA])
+	_ = json.Unmarshal(b, &bad)
+	bad["spec"] = map[string]any{"data": "not an object"}
+	fake.Apply(kubefake.DWMs, bad)
+	tu.Eventually(t, 5*time.Second, "malformed counted, worker kept", func() bool {
+		s := h.reg.Snapshot()
+		return problemKinds(s)["malformed"] == 1 && workerIDs(s)[kube.HashPodName(decodeA)]
+	})
+	if n := testutil.ToFloat64(h.metrics.Events.WithLabelValues("malformed")); n != 1 {
+		t.Fatalf("malformed counted %v times", n)
+	}
+	fake.Apply(kubefake.DWMs, byName[decodeA])
+	tu.Eventually(t, 5*time.Second, "malformed cleared", func() bool { return problemKinds(h.reg.Snapshot())["malformed"] == 0 })
+
+	// Mismatch: an endpoint whose instance id is not the pod's hash.
+	mis := map[string]any{}
+	b, _ = json.Marshal(byName[prefillPod])
+	_ = json.Unmarshal(b, &mis)
+	for _, e := range mis["spec"].(map[string]any)["data"].(map[string]any)["endpoints"].(map[string]any) {
+		e.(map[string]any)["instance_id"] = 42
+	}
+	fake.Apply(kubefake.DWMs, mis)
+	tu.Eventually(t, 5*time.Second, "mismatch refuses the resource", func() bool {
+		s := h.reg.Snapshot()
+		return problemKinds(s)["mismatch"] == 1 && !workerIDs(s)[kube.HashPodName(prefillPod)]
+	})
+
+	// Container mode: a resource named <pod>-<container> owned by the pod.
+	cm := map[string]any{}
+	b, _ = json.Marshal(byName[aggPod])
+	_ = json.Unmarshal(b, &cm)
+	cm["metadata"].(map[string]any)["name"] = aggPod + "-sidecar"
+	delete(cm["metadata"].(map[string]any), "uid")
+	fake.Apply(kubefake.DWMs, cm)
+	tu.Eventually(t, 5*time.Second, "container mode refused", func() bool { return problemKinds(h.reg.Snapshot())["refused"] == 1 })
+
+	// Deleted.
+	fake.Delete(kubefake.DWMs, "dynamo", aggPod)
+	tu.Eventually(t, 5*time.Second, "deleted resource's worker gone", func() bool {
+		return !workerIDs(h.reg.Snapshot())[kube.HashPodName(aggPod)]
+	})
+
+	// A 410 on either stream re-lists both; the view is the same.
+	before := fleetView(t, h.reg.Snapshot())
+	fake.Gone()
+	tu.Eventually(t, 5*time.Second, "a 410 pass end", func() bool {
+		for _, err := range h.passErrors() {
+			if strings.Contains(err.Error(), "410") {
+				return true
+			}
+		}
+		return false
+	})
+	tu.Eventually(t, 5*time.Second, "the same view after the relist", func() bool {
+		return fleetView(t, h.reg.Snapshot()) == before && testutil.ToFloat64(h.metrics.Connected) == 1
+	})
+}
+
+func TestMetadataIdleDeadlinePerStream(t *testing.T) {
+	fake := kubefake.Start(t)
+	loadFleetFixtures(t, fake)
+	h := startMetadata(t, fake, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: 300 * time.Millisecond})
+	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return len(h.reg.Snapshot().Workers) == 4 })
+	fake.Hang(true)
+	tu.Eventually(t, 5*time.Second, "an idle pass end", func() bool {
+		for _, err := range h.passErrors() {
+			if strings.Contains(err.Error(), "nothing arrived") {
+				return true
+			}
+		}
+		return false
+	})
+}
