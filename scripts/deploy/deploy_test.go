@@ -487,6 +487,7 @@ func TestHelmChartOptions(t *testing.T) {
 		"--set", "admin.tokenSecret.name=continuum-admin",
 		"--set-json", `dynamoPodDiscovery.dynamoNamespaces=["ns-a","ns-b"]`,
 		"--set-json", `dynamoPodDiscovery.models=[{"component":"VllmWorker-a","model":"m-a","dynamo_namespace":"ns-a"},{"component":"VllmWorker-b","model":"m-b","dynamo_namespace":"ns-b"}]`,
+		"--set", "dynamoPodDiscovery.routerConfig.dynamo.shim.backends=null", // pools replace backends
 		"--set-json", `dynamoPodDiscovery.routerConfig.dynamo.shim={"pools":[{"namespace":"ns-a","backends":["dynamo-frontend"]},{"namespace":"ns-b","backends":["frontend-b"]}]}`,
 		"--set-json", `config.backends=[{"name":"dynamo-frontend","url":"http://a:8000"},{"name":"frontend-b","url":"http://b:8000"}]`,
 	)...)
