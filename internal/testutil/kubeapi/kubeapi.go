@@ -300,7 +300,7 @@ func (s *Server) waitReady() error {
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	last := "no answer"
+	var last string
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/readyz", nil)
 		if resp, err := client.Do(req); err == nil {
@@ -315,7 +315,10 @@ func (s *Server) waitReady() error {
 		}
 		select {
 		case <-s.done:
-			return fmt.Errorf("exited before ready: %v", s.err)
+			if s.err == nil {
+				return errors.New("exited before ready, with status 0")
+			}
+			return fmt.Errorf("exited before ready: %w", s.err)
 		case <-ctx.Done():
 			return fmt.Errorf("not ready after %s: last /readyz %s", readyTimeout, last)
 		case <-tick.C:
