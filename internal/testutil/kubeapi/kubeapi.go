@@ -199,6 +199,16 @@ func (s *Server) writeFiles(t testing.TB) {
 	fmt.Fprintf(&tok, "%s,%s,%s\n", s.tokens[ServiceAccountUser], ServiceAccountUser, "uid-continuum")
 	write(t, filepath.Join(s.dir, "tokens.csv"), tok.Bytes())
 
+	// Every request of the service account is audited (see Requests).
+	write(t, filepath.Join(s.dir, "audit-policy.yaml"), []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["`+ServiceAccountUser+`"]
+  - level: None
+`))
+
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +274,10 @@ func (s *Server) start(t testing.TB, bin string, pki *testutil.TestPKI) error {
 		"--disable-admission-plugins=ServiceAccount",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
+		"--audit-policy-file=" + filepath.Join(s.dir, "audit-policy.yaml"),
+		"--audit-log-path=" + s.auditLog(),
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking",
 		"--v=1",
 	}
 	s.cmd = exec.Command(bin, args...)
@@ -428,6 +442,104 @@ func (s *Server) Compact(t testing.TB) int64 {
 		t.Fatalf("kubeapi: compact at %d: %v", rev, err)
 	}
 	return rev
+}
+
+func (s *Server) auditLog() string { return filepath.Join(s.dir, "audit.log") }
+
+// Request is one audited request of ServiceAccountUser.
+type Request struct {
+	Verb        string // get, list, watch, create, patch, ...
+	Group       string // "" for the core group
+	Resource    string
+	Subresource string
+	Namespace   string
+	Name        string
+	Code        int // the response status; 0 when none was recorded
+	URI         string
+}
+
+func (r Request) String() string {
+	res := r.Resource
+	if r.Group != "" {
+		res += "." + r.Group
+	}
+	if r.Subresource != "" {
+		res += "/" + r.Subresource
+	}
+	return fmt.Sprintf("%s %s in %q: %d", r.Verb, res, r.Namespace, r.Code)
+}
+
+// Requests returns the requests ServiceAccountUser has made so far, in
+// order, from the server's audit log: with Forbidden, what shows that a
+// component asks for nothing beyond its Role. A request still in progress
+// (an open watch) is listed with the status it started with.
+func (s *Server) Requests(t testing.TB) []Request {
+	t.Helper()
+	data, err := os.ReadFile(s.auditLog())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	var out []Request
+	index := map[string]int{} // audit id → position in out
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ev struct {
+			AuditID    string `json:"auditID"`
+			Stage      string `json:"stage"`
+			RequestURI string `json:"requestURI"`
+			Verb       string `json:"verb"`
+			User       struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef *struct {
+				Resource    string `json:"resource"`
+				Namespace   string `json:"namespace"`
+				Name        string `json:"name"`
+				APIGroup    string `json:"apiGroup"`
+				Subresource string `json:"subresource"`
+			} `json:"objectRef"`
+			ResponseStatus *struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
+		}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			continue // a line being written
+		}
+		if ev.User.Username != ServiceAccountUser {
+			continue
+		}
+		r := Request{Verb: ev.Verb, URI: ev.RequestURI}
+		if o := ev.ObjectRef; o != nil {
+			r.Group, r.Resource, r.Subresource, r.Namespace, r.Name = o.APIGroup, o.Resource, o.Subresource, o.Namespace, o.Name
+		}
+		if ev.ResponseStatus != nil {
+			r.Code = ev.ResponseStatus.Code
+		}
+		if i, ok := index[ev.AuditID]; ok {
+			out[i] = r // ResponseComplete after ResponseStarted
+			continue
+		}
+		index[ev.AuditID] = len(out)
+		out = append(out, r)
+	}
+	return out
+}
+
+// Forbidden returns the requests of ServiceAccountUser answered 403.
+func (s *Server) Forbidden(t testing.TB) []Request {
+	t.Helper()
+	var out []Request
+	for _, r := range s.Requests(t) {
+		if r.Code == http.StatusForbidden {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // restMapper maps kinds to resources through the server's discovery,

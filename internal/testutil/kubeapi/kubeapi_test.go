@@ -48,8 +48,8 @@ func readFile(t *testing.T, elem ...string) string {
 
 // TestSmoke: the CRD installs, the metadata source's Role from
 // scripts/deploy grants the service account exactly list and watch of pods,
-// DynamoWorkerMetadata resources and EndpointSlices, and nothing more; the
-// kubernetes_pods source's Role grants pods alone; a compaction makes a watch
+// DynamoWorkerMetadata resources and EndpointSlices, and nothing more (the
+// audit log agrees); the kubernetes_pods source's Role grants pods alone; a compaction makes a watch
 // from an old resourceVersion end in 410 Gone.
 func TestSmoke(t *testing.T) {
 	s := kubeapi.Start(t)
@@ -168,8 +168,25 @@ ports:
 		return err
 	})
 
+	// So far the service account asked for nothing it may not do; the audit
+	// log shows what it did.
+	if f := s.Forbidden(t); len(f) != 0 {
+		t.Errorf("forbidden requests before any was meant: %v", f)
+	}
+	did := map[string]bool{}
+	for _, r := range s.Requests(t) {
+		if r.Code/100 == 2 {
+			did[r.Verb+" "+r.Resource] = true
+		}
+	}
+	for _, want := range []string{"list pods", "watch pods", "get pods", "list dynamoworkermetadatas", "watch dynamoworkermetadatas", "list endpointslices", "watch endpointslices"} {
+		if !did[want] {
+			t.Errorf("the audit log lacks a successful %q of the service account: %v", want, s.Requests(t))
+		}
+	}
+
 	// Forbidden: anything beyond reading those three in the fleet namespace.
-	for what, call := range map[string]func() error{
+	forbidden := map[string]func() error{
 		"list secrets": func() error { _, err := sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); return err },
 		"create a pod": func() error {
 			_, err := sa.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
@@ -195,11 +212,15 @@ ports:
 			_, err := sa.DiscoveryV1().EndpointSlices(ns).Update(ctx, sl, metav1.UpdateOptions{})
 			return err
 		},
-	} {
+	}
+	for what, call := range forbidden {
 		if err := call(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s as the service account: err %v, want 403 Forbidden", what, err)
 		}
 	}
+	testutil.Eventually(t, 10*time.Second, "the audit log to hold every forbidden request", func() bool {
+		return len(s.Forbidden(t)) == len(forbidden)
+	})
 
 	// The kubernetes_pods source's Role in its place: pods only.
 	rbac := admin.RbacV1().Roles(ns)
