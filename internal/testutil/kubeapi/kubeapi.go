@@ -1,7 +1,8 @@
 // Package kubeapi runs a real kube-apiserver for integration tests: the
 // upstream server built by scripts/kube-apiserver/build.sh, over an
 // in-process etcd, on loopback with a generated serving certificate, static
-// token authentication and RBAC authorization. Only tests import it.
+// token authentication and RBAC authorization, auditing every request of the
+// router's service account (Requests, Forbidden). Only tests import it.
 //
 // The binary is found through $CONTINUUM_KUBE_APISERVER or at
 // .cache/kube-apiserver/kube-apiserver in the repository. Without it Start

@@ -49,8 +49,8 @@ func readFile(t *testing.T, elem ...string) string {
 // TestSmoke: the CRD installs, the metadata source's Role from
 // scripts/deploy grants the service account exactly list and watch of pods,
 // DynamoWorkerMetadata resources and EndpointSlices, and nothing more (the
-// audit log agrees); the kubernetes_pods source's Role grants pods alone; a compaction makes a watch
-// from an old resourceVersion end in 410 Gone.
+// audit log agrees); the kubernetes_pods source's Role grants pods alone; a
+// compaction makes a watch from an old resourceVersion end in 410 Gone.
 func TestSmoke(t *testing.T) {
 	s := kubeapi.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
