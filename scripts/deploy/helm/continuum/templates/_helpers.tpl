@@ -1,0 +1,72 @@
+{{- define "continuum.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "continuum.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "continuum.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "continuum.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "continuum.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "continuum.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "continuum.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "continuum.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Kubernetes namespace of the fleet: where the Role lives and what the router watches. */}}
+{{- define "continuum.fleetNamespace" -}}
+{{- default .Release.Namespace .Values.dynamoPodDiscovery.namespace -}}
+{{- end -}}
+
+{{/* The router's configuration file. */}}
+{{- define "continuum.config" -}}
+{{- $cfg := deepCopy (default dict .Values.config) -}}
+{{- $d := .Values.dynamoPodDiscovery -}}
+{{- $_ := set $cfg "server" (merge (dict "bind_address" (printf "0.0.0.0:%d" (int .Values.service.port))) (default dict $cfg.server)) -}}
+{{- $admin := dict "bind_address" (printf "0.0.0.0:%d" (int .Values.service.adminPort)) -}}
+{{- if .Values.admin.tokenSecret.name -}}
+{{- $_ := set $admin "token" "${CONTINUUM_ADMIN_TOKEN}" -}}
+{{- end -}}
+{{- $_ := set $cfg "admin" $admin -}}
+{{- if $d.enabled -}}
+{{- $cfg = mergeOverwrite $cfg (deepCopy (default dict $d.routerConfig)) -}}
+{{- $kube := dict "namespace" (include "continuum.fleetNamespace" .) -}}
+{{- if $d.dynamoNamespaces -}}
+{{- $_ := set $kube "dynamo_namespaces" $d.dynamoNamespaces -}}
+{{- else -}}
+{{- $_ := set $kube "dynamo_namespace" (required "dynamoPodDiscovery.dynamoNamespace (or dynamoNamespaces) is required: the workers' DYN_NAMESPACE" $d.dynamoNamespace) -}}
+{{- end -}}
+{{- if not $d.metadata -}}
+{{- if and $d.model $d.models -}}
+{{- fail "dynamoPodDiscovery.model and dynamoPodDiscovery.models are exclusive" -}}
+{{- else if $d.models -}}
+{{- $_ := set $kube "models" $d.models -}}
+{{- else -}}
+{{- $_ := set $kube "model" (required "dynamoPodDiscovery.model (or models) is required when dynamoPodDiscovery.metadata is false: the kubernetes_pods source cannot read models from pods" $d.model) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $kube "watch_reconnect_backoff" (dict "initial" $d.watchReconnectBackoff.initial "max" $d.watchReconnectBackoff.max) -}}
+{{- $dyn := default dict $cfg.dynamo -}}
+{{- $_ := set $dyn "enabled" true -}}
+{{- $_ := set $dyn "discovery" (dict "source" (ternary "kubernetes" "kubernetes_pods" (eq (toString $d.metadata) "true")) "kubernetes" $kube) -}}
+{{- $_ := set $cfg "dynamo" $dyn -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}

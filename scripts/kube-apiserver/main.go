@@ -1,0 +1,19 @@
+// Command kube-apiserver is the upstream Kubernetes API server, built from the
+// Go module proxy for the integration tests (see internal/testutil/kubeapi).
+// The blank imports are the ones the upstream command registers.
+package main
+
+import (
+	"os"
+	_ "time/tzdata"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}
