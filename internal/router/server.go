@@ -278,33 +278,6 @@ func (q *request) promptText() string {
 	return strings.Join(parts, "\n")
 }
 
-// withoutTokenData removes nvext.token_data from a body: a client may not
-// hand the frontend its own tokens.
-func withoutTokenData(body []byte, nvext json.RawMessage) ([]byte, error) {
-	var ext map[string]json.RawMessage
-	if json.Unmarshal(nvext, &ext) != nil {
-		return body, nil
-	}
-	if _, ok := ext["token_data"]; !ok {
-		return body, nil
-	}
-	delete(ext, "token_data")
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(body, &all); err != nil {
-		return nil, err
-	}
-	if len(ext) == 0 {
-		delete(all, "nvext")
-	} else {
-		b, err := json.Marshal(ext)
-		if err != nil {
-			return nil, err
-		}
-		all["nvext"] = b
-	}
-	return json.Marshal(all)
-}
-
 // statusRecorder remembers the status written, for logs and metrics.
 type statusRecorder struct {
 	http.ResponseWriter
@@ -391,10 +364,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		return
 	}
 	if len(q.Nvext) > 0 {
-		if body, err = withoutTokenData(body, q.Nvext); err != nil {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON")
-			return
-		}
+		body = withoutTokenData(body)
 	}
 	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: r.Header.Values("x-backend") != nil}
 	x.route()
