@@ -72,33 +72,43 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
-// BenchmarkReserveWhileSamplesArrive is the serving loop on one model: per
-// decision one new load sample arrives (rotating over the fleet), the clock
+// BenchmarkReserveWhileSamplesArrive is the serving loop: per decision
+// one new load sample arrives (rotating over the whole fleet), the clock
 // moves 100 µs, and the pick is recorded in the ledger, so every decision
-// first brings the changed candidates up to date.
+// first brings the changed candidates up to date. With 64 models the
+// requests rotate over the models too, so each model's index catches up on
+// the samples of 64 decisions (most of them other models' workers).
 func BenchmarkReserveWhileSamplesArrive(b *testing.B) {
 	for _, n := range []int{16, 1024, 16384} {
-		b.Run(fleetName(n, 1), func(b *testing.B) {
-			snap, l := benchFleet(b, n, 1)
-			p := &pick.LoadBased{Loads: l.store, Ledger: pick.NewLedger()}
-			r := pick.Request{Model: "m0", Namespaces: []string{"dynamo"}, EstPromptTokens: 1000}
-			now := t0
-			i, seq := 0, uint64(1<<40)
-			b.ReportAllocs()
-			for b.Loop() {
-				now = now.Add(100 * time.Microsecond)
-				id := uint64(i%n + 1)
-				i++
-				seq++
-				v := uint64(i % 97)
-				l.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
-					PublisherID: id, Sequence: seq, ReceivedAt: now})
-				_, t, err := p.Reserve(snap, r, now)
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Ledger.Finished(t)
+		for _, models := range []int{1, 64} {
+			if models > n {
+				continue
 			}
-		})
+			b.Run(fleetName(n, models), func(b *testing.B) {
+				snap, l := benchFleet(b, n, models)
+				p := &pick.LoadBased{Loads: l.store, Ledger: pick.NewLedger()}
+				reqs := make([]pick.Request, models)
+				for m := range reqs {
+					reqs[m] = pick.Request{Model: fmt.Sprintf("m%d", m), Namespaces: []string{"dynamo"}, EstPromptTokens: 1000}
+				}
+				now := t0
+				i, seq := 0, uint64(1<<40)
+				b.ReportAllocs()
+				for b.Loop() {
+					now = now.Add(100 * time.Microsecond)
+					id := uint64(i%n + 1)
+					seq++
+					v := uint64(i % 97)
+					l.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
+						PublisherID: id, Sequence: seq, ReceivedAt: now})
+					_, t, err := p.Reserve(snap, reqs[i%models], now)
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Ledger.Finished(t)
+					i++
+				}
+			})
+		}
 	}
 }

@@ -14,10 +14,12 @@ import (
 // of recomputed per pick:
 //
 //   - a candidate is recomputed when its sample changes (the store's change
-//     log), when its ledger entries change (the ledger's change log), or
-//     when time crosses an instant at which its state may change (its
-//     sample going stale, a ledger entry expiring or becoming a possible
-//     stall), found in a deadline heap processed at pick time;
+//     log) or its ledger entries change (the ledger's change log), both
+//     read once per snapshot by the shapeCache, which hands each changed
+//     key to the indexes holding it (dirty); or when time crosses an
+//     instant at which its state may change (its sample going stale, a
+//     ledger entry expiring or becoming a possible stall), found in a
+//     deadline heap processed at pick time;
 //   - costed candidates sit in one segment tree per cost class (same block
 //     size and capacity, so the same cost order as their backlog), the
 //     candidates that are not excluded in another; a pick reads the
@@ -28,10 +30,6 @@ import (
 type index struct {
 	phase int
 	cands []cand
-	// first maps a key to its first candidate; dup chains further
-	// candidates of the same key (a namespace listed twice).
-	first map[load.Key]int32
-	dup   []int32
 
 	st      []cstate
 	fresh   int      // candidates with a fresh sample for this phase
@@ -39,10 +37,13 @@ type index struct {
 	classes []class
 	due     deadlines
 
-	built     bool
-	storeVer  uint64
-	ledgerVer uint64
-	maxAge    time.Duration
+	built bool
+	// dirty: candidates whose sample or ledger entries changed since the
+	// last sync; stale: too many of them (or a change log overflowed), so
+	// the next sync recomputes everything.
+	dirty  []int32
+	stale  bool
+	maxAge time.Duration
 	// validFrom: every state holds from this instant to its deadline; a
 	// pick at an earlier instant recomputes everything.
 	validFrom time.Time
@@ -77,8 +78,7 @@ type class struct {
 }
 
 func newIndex(phase int, cands []candidate, gs []group) *index {
-	x := &index{phase: phase, cands: make([]cand, len(cands)), first: make(map[load.Key]int32, len(cands)),
-		dup: make([]int32, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs}
+	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs}
 	if phase == phaseDecode {
 		x.prefill = make([]*index, len(gs))
 	}
@@ -90,15 +90,6 @@ func newIndex(phase int, cands []candidate, gs []group) *index {
 	for i, c := range cands {
 		k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
 		x.cands[i] = cand{w: c.w, key: k, group: int32(c.group), class: -1}
-		x.dup[i] = -1
-		if j, ok := x.first[k]; ok {
-			for x.dup[j] >= 0 {
-				j = x.dup[j]
-			}
-			x.dup[j] = int32(i)
-		} else {
-			x.first[k] = int32(i)
-		}
 		var ck classKey
 		ok := false
 		if phase == phaseDecode {
@@ -127,31 +118,28 @@ func newIndex(phase int, cands []candidate, gs []group) *index {
 	return x
 }
 
-// sync brings every state up to now.
+// markDirty records that candidate i's sample or ledger entries changed.
+func (x *index) markDirty(i int32) {
+	switch {
+	case x.stale:
+	case len(x.dirty) >= len(x.cands):
+		x.stale, x.dirty = true, x.dirty[:0]
+	default:
+		x.dirty = append(x.dirty, i)
+	}
+}
+
+// sync brings every state up to now; the shapeCache has handed it the
+// changes of the logs.
 func (x *index) sync(r load.ReadView, l *Ledger, now time.Time, maxAge time.Duration) {
-	if !x.built || maxAge != x.maxAge || now.Before(x.validFrom) {
+	if !x.built || x.stale || maxAge != x.maxAge || now.Before(x.validFrom) {
 		x.rebuild(r, l, now, maxAge)
 		return
 	}
-	each := func(k load.Key) {
-		if i, ok := x.first[k]; ok {
-			for ; i >= 0; i = x.dup[i] {
-				x.update(int(i), r, l, now)
-			}
-		}
+	for _, i := range x.dirty {
+		x.update(int(i), r, l, now)
 	}
-	if !r.ChangedSince(x.storeVer, each) {
-		x.rebuild(r, l, now, maxAge)
-		return
-	}
-	x.storeVer = r.Version()
-	if l != nil {
-		if !l.changedSince(x.ledgerVer, each) {
-			x.rebuild(r, l, now, maxAge)
-			return
-		}
-		x.ledgerVer = l.version
-	}
+	x.dirty = x.dirty[:0]
 	for len(x.due) > 0 && !now.Before(x.due[0].at) {
 		d := x.due.pop()
 		if d.at.Equal(x.st[d.i].next) {
@@ -164,11 +152,8 @@ func (x *index) sync(r load.ReadView, l *Ledger, now time.Time, maxAge time.Dura
 }
 
 func (x *index) rebuild(r load.ReadView, l *Ledger, now time.Time, maxAge time.Duration) {
-	x.built, x.maxAge, x.validFrom = true, maxAge, time.Time{}
-	x.storeVer = r.Version()
-	if l != nil {
-		x.ledgerVer = l.version
-	}
+	x.built, x.stale, x.maxAge, x.validFrom = true, false, maxAge, time.Time{}
+	x.dirty = x.dirty[:0]
 	for i := range x.cands {
 		x.update(i, r, l, now)
 	}

@@ -46,10 +46,66 @@ type LoadBased struct {
 
 var _ Picker = (*LoadBased)(nil)
 
-// shapeCache is the decode indexes of one snapshot by request shape.
+// shapeCache is the decode indexes of one snapshot by request shape (and
+// their prefill indexes). It reads the store's and the ledger's change
+// logs once for all of them and hands each changed key to the indexes
+// that hold it.
 type shapeCache struct {
 	snap    *fleet.Snapshot
 	indexes map[string]*index
+	all     []*index // decode and prefill
+	owners  map[load.Key][]owner
+	// storeVer, ledgerVer: the log versions handed out so far (none
+	// before the first drain: every index is then new).
+	storeVer, ledgerVer uint64
+	drained             bool
+}
+
+// owner is a candidate of an index.
+type owner struct {
+	x   *index
+	pos int32
+}
+
+func newShapeCache(snap *fleet.Snapshot) *shapeCache {
+	return &shapeCache{snap: snap, indexes: map[string]*index{}, owners: map[load.Key][]owner{}}
+}
+
+// add registers a new index's candidates. It is built at its first sync,
+// from the store and ledger as they are then.
+func (c *shapeCache) add(x *index) {
+	c.all = append(c.all, x)
+	for i, cd := range x.cands {
+		c.owners[cd.key] = append(c.owners[cd.key], owner{x, int32(i)})
+	}
+}
+
+// drain hands the changes logged since the last drain to the indexes.
+// The caller holds the store's read lock (r) and the ledger's lock.
+func (c *shapeCache) drain(r load.ReadView, l *Ledger) {
+	each := func(k load.Key) {
+		for _, o := range c.owners[k] {
+			o.x.markDirty(o.pos)
+		}
+	}
+	if !c.drained {
+		c.drained, c.storeVer = true, r.Version()
+		if l != nil {
+			c.ledgerVer = l.version
+		}
+		return
+	}
+	ok := r.ChangedSince(c.storeVer, each)
+	c.storeVer = r.Version()
+	if l != nil {
+		ok = l.changedSince(c.ledgerVer, each) && ok
+		c.ledgerVer = l.version
+	}
+	if !ok {
+		for _, x := range c.all {
+			x.stale = true
+		}
+	}
 }
 
 // maxShapes bounds the request shapes indexed per snapshot; past it the
@@ -143,15 +199,16 @@ func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (P
 	return pin, p.Ledger.dispatchedLocked(pin, req.EstPromptTokens, now), nil
 }
 
-// decodeIndex returns the decode index of the request's shape in snap, or
-// nil when no worker serves the model. The caller holds p.mu.
-func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) *index {
+// decodeIndex returns the cache of snap and the decode index of the
+// request's shape in it, or nil when no worker serves the model. The
+// caller holds p.mu.
+func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache, *index) {
 	c := p.caches[0]
 	if c == nil || c.snap != snap {
 		if c2 := p.caches[1]; c2 != nil && c2.snap == snap {
 			p.caches[0], p.caches[1] = c2, c
 		} else {
-			p.caches[0], p.caches[1] = &shapeCache{snap: snap, indexes: map[string]*index{}}, c
+			p.caches[0], p.caches[1] = newShapeCache(snap), c
 		}
 		c = p.caches[0]
 	}
@@ -161,30 +218,32 @@ func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) *index {
 	}
 	p.keyBuf = key
 	if x, ok := c.indexes[string(key)]; ok {
-		return x
+		return c, x
 	}
 	gs := groups(snap, req)
 	decode := appendDecodeCandidates(nil, gs)
 	if len(decode) == 0 {
-		return nil
+		return c, nil
 	}
 	if len(c.indexes) >= maxShapes {
-		clear(c.indexes)
+		*c = *newShapeCache(snap) // start over (the logs are read from scratch)
 	}
 	x := newIndex(phaseDecode, decode, gs)
 	c.indexes[string(key)] = x
-	return x
+	c.add(x)
+	return c, x
 }
 
 // pick chooses; the caller holds p.mu and the ledger lock (read or write).
 func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
-	dx := p.decodeIndex(snap, req)
+	c, dx := p.decodeIndex(snap, req)
 	if dx == nil {
 		return Pin{}, ErrNoWorkers
 	}
 	maxAge := p.Loads.MaxStaleness()
 	var pin Pin
 	p.Loads.Read(func(r load.ReadView) {
+		c.drain(r, p.Ledger)
 		dx.sync(r, p.Ledger, now, maxAge)
 		i, reason := dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
 		d := dx.cands[i]
@@ -200,6 +259,7 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 		if px == nil {
 			px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil)
 			dx.prefill[d.group] = px
+			c.add(px)
 		}
 		px.sync(r, p.Ledger, now, maxAge)
 		j, preason := px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
