@@ -420,3 +420,68 @@ func TestIndexCatchesUp(t *testing.T) {
 	now = now.Add(6 * time.Second)
 	check("after 6 s")
 }
+
+// TestConcurrentUse: picks, reservations, completions, samples, dropped
+// publishers and snapshot generations from many goroutines at once (run
+// with -race); every pin names a worker of the snapshot it was made from.
+func TestConcurrentUse(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	snaps := []*fleet.Snapshot{randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base), randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base)}
+	store := load.NewStore(3*time.Second, nil)
+	live := map[uint64]load.LiveWorker{}
+	for _, w := range snaps[0].Workers {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+	}
+	store.SetLiveAndRetain(live)
+	var clock atomic.Int64
+	clock.Store(base.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Add(int64(time.Millisecond))) }
+	p := &LoadBased{Loads: store, Ledger: NewLedger(), Now: now}
+	var seq atomic.Uint64
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for g := range 6 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			rng := rand.New(rand.NewPCG(uint64(g), 2))
+			for range 2000 {
+				snap := snaps[rng.IntN(2)]
+				w := snap.Workers[rng.IntN(len(snap.Workers))]
+				switch rng.IntN(6) {
+				case 0:
+					v := uint64(rng.IntN(50))
+					store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: w.DPStartRank, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
+						PublisherID: w.ID.InstanceID, Sequence: seq.Add(1), ReceivedAt: now()})
+				case 1:
+					store.DropPublisher(w.ID.InstanceID)
+				default:
+					r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: []string{"a", "b", "c"}, EstPromptTokens: rng.IntN(300)}
+					var pin Pin
+					var err error
+					if rng.IntN(2) == 0 {
+						pin, err = p.Pick(snap, r)
+					} else {
+						var tk Ticket
+						pin, tk, err = p.Reserve(snap, r, now())
+						p.Ledger.Finished(tk)
+					}
+					if err != nil {
+						continue // no worker of that model
+					}
+					if !slices.Contains(snap.Workers, pin.Decode.Worker) || (pin.Prefill != nil && !slices.Contains(snap.Workers, pin.Prefill.Worker)) {
+						errs <- fmt.Errorf("a pin outside its snapshot: %s", pinString(pin))
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range 6 {
+		<-done
+	}
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
