@@ -32,8 +32,9 @@ type ocand struct {
 // pick is the old LoadBased.pick; the caller holds the ledger lock.
 func (p *oracle) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
 	gs := groups(snap, req)
-	var decode []ocand
-	for _, c := range appendDecodeCandidates(nil, gs) {
+	cands := appendDecodeCandidates(nil, gs)
+	decode := make([]ocand, 0, len(cands))
+	for _, c := range cands {
 		decode = append(decode, ocand{candidate: c})
 	}
 	if len(decode) == 0 {
