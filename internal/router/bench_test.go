@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/router"
 )
 
@@ -38,9 +41,11 @@ func fastBackend() *httptest.Server {
 }
 
 // BenchmarkOverhead sends requests at a fixed arrival rate of 2,000 req/s
-// for 2 s straight to a fast local backend, then the same through the
-// router, for buffered and SSE responses, and reports the p50 and p99
-// latency of each and the latency the router adds. (Client, router and
+// straight to a fast local backend and, interleaved with them in the same
+// 2 s window, 2,000 req/s through the router to the same backend, for
+// buffered and SSE responses, and reports the p50 and p99 latency of each
+// and the latency the router adds. Interleaving puts both under the same
+// machine load, so the difference is the router's. (Client, router and
 // backend share this machine's cores.)
 func BenchmarkOverhead(b *testing.B) {
 	be := fastBackend()
@@ -53,22 +58,26 @@ func BenchmarkOverhead(b *testing.B) {
 	defer rt.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}}
 	const rate, duration = 2000, 2 * time.Second
-	measure := func(b *testing.B, target, body string) (p50, p99 time.Duration, errs int) {
+	// measure sends to each target in turn, rate req/s to each.
+	measure := func(b *testing.B, targets []string, body string) (p50, p99 []time.Duration, errs int) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		var lat []time.Duration
-		tick := time.NewTicker(time.Second / rate)
+		lat := make([][]time.Duration, len(targets))
+		tick := time.NewTicker(time.Second / time.Duration(rate*len(targets)))
 		defer tick.Stop()
 		deadline := time.Now().Add(duration)
+		n := 0
 		for now := range tick.C {
 			if now.After(deadline) {
 				break
 			}
+			i := n % len(targets)
+			n++
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				start := time.Now()
-				resp, err := client.Post(target+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				resp, err := client.Post(targets[i]+"/v1/chat/completions", "application/json", strings.NewReader(body))
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
@@ -79,15 +88,19 @@ func BenchmarkOverhead(b *testing.B) {
 					errs++
 					return
 				}
-				lat = append(lat, time.Since(start))
+				lat[i] = append(lat[i], time.Since(start))
 			}()
 		}
 		wg.Wait()
-		slices.Sort(lat)
-		if len(lat) == 0 {
-			b.Fatal("no request succeeded")
+		for _, l := range lat {
+			slices.Sort(l)
+			if len(l) == 0 {
+				b.Fatal("no request succeeded")
+			}
+			p50 = append(p50, l[len(l)/2])
+			p99 = append(p99, l[len(l)*99/100])
 		}
-		return lat[len(lat)/2], lat[len(lat)*99/100], errs
+		return p50, p99, errs
 	}
 	for _, stream := range []bool{false, true} {
 		mode := "buffered"
@@ -97,18 +110,116 @@ func BenchmarkOverhead(b *testing.B) {
 		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
-				d50, d99, derr := measure(b, be.URL, body)
-				r50, r99, rerr := measure(b, rt.URL, body)
-				if derr+rerr > 0 {
-					b.Errorf("%d direct and %d routed requests failed", derr, rerr)
+				p50, p99, errs := measure(b, []string{be.URL, rt.URL}, body)
+				if errs > 0 {
+					b.Errorf("%d requests failed", errs)
 				}
-				b.ReportMetric(float64(d50.Microseconds()), "direct-p50-µs")
-				b.ReportMetric(float64(d99.Microseconds()), "direct-p99-µs")
-				b.ReportMetric(float64(r50.Microseconds()), "router-p50-µs")
-				b.ReportMetric(float64(r99.Microseconds()), "router-p99-µs")
-				b.ReportMetric(float64((r50 - d50).Microseconds()), "added-p50-µs")
-				b.ReportMetric(float64((r99 - d99).Microseconds()), "added-p99-µs")
+				b.ReportMetric(float64(p50[0].Microseconds()), "direct-p50-µs")
+				b.ReportMetric(float64(p99[0].Microseconds()), "direct-p99-µs")
+				b.ReportMetric(float64(p50[1].Microseconds()), "router-p50-µs")
+				b.ReportMetric(float64(p99[1].Microseconds()), "router-p99-µs")
+				b.ReportMetric(float64((p50[1] - p50[0]).Microseconds()), "added-p50-µs")
+				b.ReportMetric(float64((p99[1] - p99[0]).Microseconds()), "added-p99-µs")
 			}
 		})
+	}
+}
+
+// BenchmarkSerial sends one request at a time, buffered and SSE, straight
+// to the fast backend ("direct", the same-run baseline) and through the
+// router, so ns/op and allocs/op show the router's own cost without the
+// arrival-rate queueing of BenchmarkOverhead. (allocs/op count the whole
+// process: client, router and backend.)
+func BenchmarkSerial(b *testing.B) {
+	be := fastBackend()
+	defer be.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	srv := router.New(router.Options{Config: cfg})
+	srv.SetReady(true)
+	rt := httptest.NewServer(srv.Handler())
+	defer rt.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}
+	for _, stream := range []bool{false, true} {
+		mode := "buffered"
+		if stream {
+			mode = "sse"
+		}
+		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
+		for _, target := range []struct{ name, url string }{{"direct", be.URL}, {"router", rt.URL}} {
+			b.Run(mode+"/"+target.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					resp, err := client.Post(target.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("status %d", resp.StatusCode)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkSerialShim is BenchmarkSerial through the Dynamo shim: a
+// prefill and a decode worker behind the frontend emulator. "direct" sends
+// the pin headers itself; "router" has the router pick, reserve, pin and
+// relay.
+func BenchmarkSerialShim(b *testing.B) {
+	fe := fleetsim.NewFrontend()
+	feSrv := httptest.NewServer(fe)
+	defer feSrv.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "fe", Type: "openai", URL: feSrv.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	cfg.DisaggregatedServing.Enabled = true
+	cfg.Dynamo.Enabled = true
+	cfg.Dynamo.Shim.Backends = []string{"fe"}
+	red := fleet.NewReducer()
+	worker(red, "dynamo", "prefill", "Prefill", 10, 0)
+	worker(red, "dynamo", "decode", "Decode", 20, 0)
+	fe.SetWorkers(model, []uint64{10}, []uint64{20})
+	reg := fleet.NewRegistry(nil, nil)
+	reg.SetEnabled(true)
+	reg.Publish(red.Build(t0))
+	srv := router.New(router.Options{Config: cfg, Registry: reg, Store: load.NewStore(3*time.Second, nil), DiscoveryConnected: func() bool { return true }})
+	srv.SetReady(true)
+	rt := httptest.NewServer(srv.Handler())
+	defer rt.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}
+	for _, stream := range []bool{false, true} {
+		mode := "buffered"
+		if stream {
+			mode = "sse"
+		}
+		body := chat(stream)
+		for _, target := range []struct {
+			name, url string
+			pins      bool
+		}{{"direct", feSrv.URL, true}, {"router", rt.URL, false}} {
+			b.Run(mode+"/"+target.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					req, _ := http.NewRequest(http.MethodPost, target.url+"/v1/chat/completions", strings.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					if target.pins {
+						req.Header.Set(router.HeaderWorkerInstanceID, "20")
+						req.Header.Set(router.HeaderPrefillInstanceID, "10")
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("status %d", resp.StatusCode)
+					}
+				}
+			})
+		}
 	}
 }

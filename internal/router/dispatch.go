@@ -66,16 +66,20 @@ func (x *exchange) route() {
 	x.plain(nil, PathUnified)
 }
 
-// pools returns, per configured namespace, the shim replicas this request
-// may use now.
-func (x *exchange) pools(cfg *config.Config) map[string][]*Backend {
-	out := map[string][]*Backend{}
-	now := x.s.opts.Now()
+// poolPlan is, for one configuration, the shim replicas of each
+// configured namespace, worked out once instead of per request.
+type poolPlan struct {
+	cfg        *config.Config
+	namespaces []string     // discovery namespaces, in their order
+	replicas   [][]*Backend // by namespace index
+}
+
+func newPoolPlan(cfg *config.Config, bs *backends) *poolPlan {
+	byName := map[string][]*Backend{}
 	add := func(ns string, names []string) {
 		for _, n := range names {
-			b := x.s.backends.get(n)
-			if b != nil && x.policy.allows(n) && b.Available(now) {
-				out[ns] = append(out[ns], b)
+			if b := bs.get(n); b != nil {
+				byName[ns] = append(byName[ns], b)
 			}
 		}
 	}
@@ -91,6 +95,68 @@ func (x *exchange) pools(cfg *config.Config) map[string][]*Backend {
 			add(ns, cfg.Dynamo.Shim.Backends)
 		}
 	}
+	plan := &poolPlan{cfg: cfg, namespaces: namespaces, replicas: make([][]*Backend, len(namespaces))}
+	for i, ns := range namespaces {
+		plan.replicas[i] = byName[ns]
+	}
+	return plan
+}
+
+// requestPools are the shim replicas a request may use now, by candidate
+// namespace.
+type requestPools struct {
+	namespaces []string
+	replicas   [][]*Backend
+}
+
+func (p *requestPools) of(ns string) []*Backend {
+	for i, n := range p.namespaces {
+		if n == ns {
+			return p.replicas[i]
+		}
+	}
+	return nil
+}
+
+// pools returns the namespaces (in discovery order) with a shim replica
+// this request may use now, and those replicas. When every replica of a
+// namespace passes, its list is shared, not copied.
+func (x *exchange) pools(cfg *config.Config) requestPools {
+	plan := x.s.poolPlan.Load()
+	if plan == nil || plan.cfg != cfg {
+		plan = newPoolPlan(cfg, x.s.backends)
+		x.s.poolPlan.Store(plan)
+	}
+	now := x.s.opts.Now()
+	ok := func(b *Backend) bool { return x.policy.allows(b.Name()) && b.Available(now) }
+	shared := true
+	for _, all := range plan.replicas {
+		shared = shared && len(all) > 0 && !slices.ContainsFunc(all, func(b *Backend) bool { return !ok(b) })
+	}
+	if shared {
+		return requestPools{namespaces: plan.namespaces, replicas: plan.replicas} // the common case: nothing to leave out
+	}
+	var out requestPools
+	for i, ns := range plan.namespaces {
+		all := plan.replicas[i]
+		usable := all
+		for j, b := range all {
+			if !ok(b) {
+				// Copy the ones that pass.
+				usable = slices.Clone(all[:j])
+				for _, b := range all[j+1:] {
+					if ok(b) {
+						usable = append(usable, b)
+					}
+				}
+				break
+			}
+		}
+		if len(usable) > 0 {
+			out.namespaces = append(out.namespaces, ns)
+			out.replicas = append(out.replicas, usable)
+		}
+	}
 	return out
 }
 
@@ -99,19 +165,14 @@ func (x *exchange) pools(cfg *config.Config) map[string][]*Backend {
 // (no worker serves the model, or no replica is usable).
 func (x *exchange) shim(cfg *config.Config) bool {
 	pools := x.pools(cfg)
-	if len(pools) == 0 {
+	if len(pools.namespaces) == 0 {
 		return false
 	}
 	model := x.q.Model
 	if m, ok := cfg.Dynamo.Shim.ModelMap[model]; ok {
 		model = m
 	}
-	var namespaces []string
-	for _, ns := range cfg.Dynamo.Discovery.Namespaces() {
-		if len(pools[ns]) > 0 {
-			namespaces = append(namespaces, ns)
-		}
-	}
+	namespaces := pools.namespaces
 	picker, _ := x.s.opts.Registry.Picker().(pick.Picker)
 	if picker == nil {
 		return false
@@ -147,7 +208,7 @@ func (x *exchange) shim(cfg *config.Config) bool {
 	hdr := pinHeaders(pin)
 	defer x.s.opts.Ledger.Finished(ticket)
 
-	res := x.send(pools[pin.Namespace], hdr, &pin)
+	res := x.send(pools.of(pin.Namespace), hdr, &pin)
 	switch res.kind {
 	case sentOK:
 		m.DisaggRequests.WithLabelValues(routingPath).Inc()
@@ -172,17 +233,26 @@ func (x *exchange) shim(cfg *config.Config) bool {
 	return true
 }
 
+// The pin headers in canonical form, so that building them per request
+// does not canonicalise (and allocate) the names again.
+var (
+	canonWorkerInstanceID  = http.CanonicalHeaderKey(HeaderWorkerInstanceID)
+	canonPrefillInstanceID = http.CanonicalHeaderKey(HeaderPrefillInstanceID)
+	canonDPRank            = http.CanonicalHeaderKey(HeaderDPRank)
+	canonPrefillDPRank     = http.CanonicalHeaderKey(HeaderPrefillDPRank)
+)
+
 // pinHeaders renders a pin as the decimal headers the frontend reads.
 func pinHeaders(pin pick.Pin) http.Header {
-	h := http.Header{}
-	h.Set(HeaderWorkerInstanceID, strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10))
+	h := make(http.Header, 4)
+	h[canonWorkerInstanceID] = []string{strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10)}
 	if pin.Decode.SendRank {
-		h.Set(HeaderDPRank, strconv.FormatUint(uint64(pin.Decode.DPRank), 10))
+		h[canonDPRank] = []string{strconv.FormatUint(uint64(pin.Decode.DPRank), 10)}
 	}
 	if p := pin.Prefill; p != nil {
-		h.Set(HeaderPrefillInstanceID, strconv.FormatUint(p.Worker.ID.InstanceID, 10))
+		h[canonPrefillInstanceID] = []string{strconv.FormatUint(p.Worker.ID.InstanceID, 10)}
 		if p.SendRank {
-			h.Set(HeaderPrefillDPRank, strconv.FormatUint(uint64(p.DPRank), 10))
+			h[canonPrefillDPRank] = []string{strconv.FormatUint(uint64(p.DPRank), 10)}
 		}
 	}
 	return h
@@ -301,7 +371,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	for k, v := range pinHdr {
 		req.Header[k] = v
 	}
-	resp, err := x.s.client.Do(req)
+	// The transport directly: the client would only copy the headers and
+	// the URL for redirects, which the router never follows.
+	resp, err := x.s.client.Transport.RoundTrip(req)
 	if err != nil {
 		if x.r.Context().Err() != nil {
 			b.release(true, x.s.opts.Now())
@@ -381,11 +453,17 @@ var dropRequestHeaders = map[string]bool{
 
 func copyRequestHeaders(dst, src http.Header) {
 	for k, v := range src {
-		if dropRequestHeaders[k] || strings.HasPrefix(strings.ToLower(k), "x-dynamo-") {
+		if dropRequestHeaders[k] || isDynamoHeader(k) {
 			continue
 		}
 		dst[k] = slices.Clone(v)
 	}
+}
+
+// isDynamoHeader reports whether a header name starts with x-dynamo- (in
+// any case), without allocating.
+func isDynamoHeader(k string) bool {
+	return len(k) >= 9 && strings.EqualFold(k[:9], "x-dynamo-")
 }
 
 // writeHead relays the upstream status and headers, without hop-by-hop or
@@ -393,11 +471,10 @@ func copyRequestHeaders(dst, src http.Header) {
 func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
 	for k, v := range resp.Header {
-		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, "x-dynamo-") || dropRequestHeaders[k] {
+		if isDynamoHeader(k) || dropRequestHeaders[k] {
 			continue
 		}
-		h[k] = slices.Clone(v)
+		h[k] = v // the upstream response is not read again: no copy
 	}
 	if x.reveal {
 		h.Set("x-continuum-backend", b.Name())

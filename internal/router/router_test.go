@@ -716,3 +716,43 @@ func TestAdminListener(t *testing.T) {
 		t.Errorf("main listener still serves the admin API: %d", c)
 	}
 }
+
+// TestBodyLimit: a body over MaxBodyBytes is refused with 413, whether the
+// client declared its length or sent it chunked; a body of exactly the
+// limit, or of a declared length, goes through whole.
+func TestBodyLimit(t *testing.T) {
+	h := newHarness(t, nil)
+	prefix := `{"model":"other","messages":[],"pad":"`
+	body := func(size int) []byte {
+		b := bytes.Repeat([]byte("x"), size)
+		copy(b, prefix)
+		b[len(b)-2], b[len(b)-1] = '"', '}'
+		return b
+	}
+	send := func(b []byte, chunked bool) int {
+		t.Helper()
+		var r io.Reader = bytes.NewReader(b)
+		if chunked {
+			r = io.MultiReader(r) // no length known: sent chunked
+		}
+		req, _ := http.NewRequest(http.MethodPost, h.router.URL+"/v1/chat/completions", r)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, chunked := range []bool{false, true} {
+		if got := send(body(router.MaxBodyBytes+1), chunked); got != http.StatusRequestEntityTooLarge {
+			t.Errorf("chunked=%v: a body over the limit: %d", chunked, got)
+		}
+		if got := send(body(router.MaxBodyBytes), chunked); got != http.StatusOK {
+			t.Errorf("chunked=%v: a body at the limit: %d", chunked, got)
+		}
+	}
+	if got := send([]byte(`{"model":"other","messages":[]}`), false); got != http.StatusOK || len(*h.plain) != 3 {
+		t.Fatalf("a small body: %d, %d upstream requests", got, len(*h.plain))
+	}
+}

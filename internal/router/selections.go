@@ -2,6 +2,7 @@ package router
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
@@ -13,35 +14,47 @@ const maxSelectionKeys = 1 << 16
 
 // selections counts picks per (worker, rank) since the router started, for
 // GET /admin/dynamo/load (continuum top turns them into rates). Prometheus
-// keeps only role and reason, which bounds its cardinality.
+// keeps only role and reason, which bounds its cardinality. Counting a
+// known key takes no lock: a lookup in a sync.Map and an atomic add.
 type selections struct {
-	mu sync.Mutex
-	n  map[load.Key]uint64
+	n    sync.Map // load.Key -> *atomic.Uint64
+	keys atomic.Int64
+	mu   sync.Mutex // serialises inserts and pruning (the bound)
 }
 
 func (s *selections) add(k load.Key) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n == nil {
-		s.n = map[load.Key]uint64{}
-	}
-	if _, ok := s.n[k]; !ok && len(s.n) >= maxSelectionKeys {
+	if c, ok := s.n.Load(k); ok {
+		c.(*atomic.Uint64).Add(1)
 		return
 	}
-	s.n[k]++
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.n.Load(k)
+	if !ok {
+		if s.keys.Load() >= maxSelectionKeys {
+			return
+		}
+		c = new(atomic.Uint64)
+		s.n.Store(k, c)
+		s.keys.Add(1)
+	}
+	c.(*atomic.Uint64).Add(1)
 }
 
 // snapshot copies the counters of live keys and forgets the others.
 func (s *selections) snapshot(live func(load.Key) bool) map[load.Key]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[load.Key]uint64, len(s.n))
-	for k, v := range s.n {
-		if !live(k) {
-			delete(s.n, k)
-			continue
+	out := make(map[load.Key]uint64)
+	s.n.Range(func(k, c any) bool {
+		key := k.(load.Key)
+		if !live(key) {
+			s.n.Delete(key)
+			s.keys.Add(-1)
+			return true
 		}
-		out[k] = v
-	}
+		out[key] = c.(*atomic.Uint64).Load()
+		return true
+	})
 	return out
 }

@@ -61,6 +61,7 @@ type Server struct {
 	ready    atomic.Bool
 	rr       atomic.Uint64
 	picks    selections
+	poolPlan atomic.Pointer[poolPlan]
 }
 
 // New builds a server from configuration.
@@ -140,7 +141,7 @@ func (s *Server) AdminHandler() http.Handler {
 func stripDynamoHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k := range r.Header {
-			if len(k) >= 9 && strings.EqualFold(k[:9], "x-dynamo-") {
+			if isDynamoHeader(k) {
 				delete(r.Header, k)
 			}
 		}
@@ -219,6 +220,21 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
+// readBody reads a request body of at most MaxBodyBytes, in one
+// allocation when the client declared its length.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
+		// The declared length is the whole body (net/http enforces it).
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(body)
+}
+
 // request is what the router reads of an inference body.
 type request struct {
 	Model    string `json:"model"`
@@ -262,33 +278,6 @@ func (q *request) promptText() string {
 	return strings.Join(parts, "\n")
 }
 
-// withoutTokenData removes nvext.token_data from a body: a client may not
-// hand the frontend its own tokens.
-func withoutTokenData(body []byte, nvext json.RawMessage) ([]byte, error) {
-	var ext map[string]json.RawMessage
-	if json.Unmarshal(nvext, &ext) != nil {
-		return body, nil
-	}
-	if _, ok := ext["token_data"]; !ok {
-		return body, nil
-	}
-	delete(ext, "token_data")
-	var all map[string]json.RawMessage
-	if err := json.Unmarshal(body, &all); err != nil {
-		return nil, err
-	}
-	if len(ext) == 0 {
-		delete(all, "nvext")
-	} else {
-		b, err := json.Marshal(ext)
-		if err != nil {
-			return nil, err
-		}
-		all["nvext"] = b
-	}
-	return json.Marshal(all)
-}
-
 // statusRecorder remembers the status written, for logs and metrics.
 type statusRecorder struct {
 	http.ResponseWriter
@@ -314,6 +303,12 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 
 // inference handles chat and text completions.
 func (s *Server) inference(path string) http.HandlerFunc {
+	// The series of this path, looked up once rather than per request.
+	var byClass [6]prometheus.Counter // 1xx .. 5xx at [1] .. [5]
+	for c := 1; c <= 5; c++ {
+		byClass[c] = s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx")
+	}
+	duration := s.opts.Metrics.RequestDuration.WithLabelValues(path)
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
@@ -322,8 +317,12 @@ func (s *Server) inference(path string) http.HandlerFunc {
 		if r.Context().Err() != nil {
 			status = 499 // the client went away
 		}
-		s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(status/100)+"xx").Inc()
-		s.opts.Metrics.RequestDuration.WithLabelValues(path).Observe(time.Since(start).Seconds())
+		if c := status / 100; c >= 1 && c <= 5 {
+			byClass[c].Inc()
+		} else {
+			s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx").Inc()
+		}
+		duration.Observe(time.Since(start).Seconds())
 		if status >= 500 || status == 499 {
 			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start))
 		}
@@ -345,7 +344,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 	}
 	// The body is not pooled: the transport may still read it after the
 	// upstream answered.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(w, r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -365,10 +364,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		return
 	}
 	if len(q.Nvext) > 0 {
-		if body, err = withoutTokenData(body, q.Nvext); err != nil {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON")
-			return
-		}
+		body = withoutTokenData(body)
 	}
 	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: r.Header.Values("x-backend") != nil}
 	x.route()

@@ -59,6 +59,24 @@ type Store struct {
 
 	maxStaleness atomic.Int64
 	now          func() time.Time
+
+	// version counts the changes of samples; changeLog holds the key of the
+	// last changeLogSize of them (ReadView.ChangedSince).
+	version   uint64
+	changeLog []Key
+}
+
+// changeLogSize bounds the change log: a reader further behind than this
+// re-reads everything.
+const changeLogSize = 1 << 16
+
+// changed records that k's sample changed or went; the caller holds s.mu.
+func (s *Store) changed(k Key) {
+	if s.changeLog == nil {
+		s.changeLog = make([]Key, changeLogSize)
+	}
+	s.changeLog[s.version%changeLogSize] = k
+	s.version++
 }
 
 // NewStore returns an empty store whose gate admits no worker until
@@ -100,6 +118,7 @@ func (s *Store) Apply(smp Sample) string {
 		s.byPub[v.PublisherID] = set
 	}
 	set[k] = struct{}{}
+	s.changed(k)
 	if s.obs != nil {
 		s.obs.SampleSet(k, w.Namespace, &v)
 	}
@@ -113,6 +132,7 @@ func (s *Store) DropPublisher(publisherID uint64) {
 	defer s.mu.Unlock()
 	for k := range s.byPub[publisherID] {
 		delete(s.samples, k)
+		s.changed(k)
 		if s.obs != nil {
 			s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
 		}
@@ -141,6 +161,7 @@ func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
 		}
 		s.unlink(smp.PublisherID, k)
 		delete(s.samples, k)
+		s.changed(k)
 		if s.obs != nil {
 			s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
 		}
@@ -174,6 +195,38 @@ func (s *Store) View(fn func(get func(Key) *Sample)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	fn(func(k Key) *Sample { return s.samples[k] })
+}
+
+// ReadView reads the store under its read lock (Store.Read); it is valid
+// only inside the callback.
+type ReadView struct{ s *Store }
+
+// Read calls fn with a ReadView under one read lock. fn must not keep the
+// samples nor call back into the store.
+func (s *Store) Read(fn func(ReadView)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fn(ReadView{s})
+}
+
+// Get returns the latest sample of k, or nil.
+func (r ReadView) Get(k Key) *Sample { return r.s.samples[k] }
+
+// Version is the number of sample changes so far.
+func (r ReadView) Version() uint64 { return r.s.version }
+
+// ChangedSince calls each with the key of every change after version
+// since (a key may come more than once), and returns false without calling
+// it when the log no longer reaches back that far.
+func (r ReadView) ChangedSince(since uint64, each func(Key)) bool {
+	v := r.s.version
+	if since > v || v-since > changeLogSize {
+		return false
+	}
+	for ; since < v; since++ {
+		each(r.s.changeLog[since%changeLogSize])
+	}
+	return true
 }
 
 // Latest returns the last sample of (worker, rank), however old.

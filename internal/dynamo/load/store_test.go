@@ -122,3 +122,45 @@ func TestReaderOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeLog: every stored, dropped or retired sample is in the change
+// log, and a reader too far behind is told to read everything again.
+func TestChangeLog(t *testing.T) {
+	s := load.NewStore(3*time.Second, nil)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
+	changes := func(since uint64) (keys []load.Key, version uint64, ok bool) {
+		s.Read(func(r load.ReadView) {
+			version = r.Version()
+			ok = r.ChangedSince(since, func(k load.Key) { keys = append(keys, k) })
+		})
+		return keys, version, ok
+	}
+	_, v0, _ := changes(0)
+	s.Apply(sample(1, 1, 7, 1, 10))
+	s.Apply(sample(1, 1, 7, 1, 10)) // a duplicate: no change
+	s.Apply(sample(2, 0, 8, 1, 10))
+	s.DropPublisher(8)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{2: {}})
+	keys, v1, ok := changes(v0)
+	want := []load.Key{{WorkerID: 1, DPRank: 1}, {WorkerID: 2}, {WorkerID: 2}, {WorkerID: 1, DPRank: 1}}
+	if !ok || v1-v0 != 4 || len(keys) != len(want) {
+		t.Fatalf("changes %v (ok %v, %d versions), want %v", keys, ok, v1-v0, want)
+	}
+	for i := range want {
+		if keys[i] != want[i] {
+			t.Fatalf("changes %v, want %v", keys, want)
+		}
+	}
+	if keys, _, ok := changes(v1); !ok || len(keys) != 0 {
+		t.Fatalf("no change since the last version: %v %v", keys, ok)
+	}
+	for i := range 70_000 { // more than the log holds
+		s.Apply(sample(2, 0, 9, uint64(i+1), 1))
+	}
+	if _, _, ok := changes(v1); ok {
+		t.Fatal("a reader behind the log was not told")
+	}
+	if _, _, ok := changes(v1 + 1_000_000); ok {
+		t.Fatal("a version from the future was accepted")
+	}
+}

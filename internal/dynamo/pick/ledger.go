@@ -1,6 +1,7 @@
 package pick
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +40,37 @@ type Ledger struct {
 	next    uint64
 	// dispatches since the last sweep of expired entries.
 	sinceSweep int
+	// version counts the changes of entries; changeLog holds the key of the
+	// last changeLogSize of them, for pickers that keep costs up to date.
+	version   uint64
+	changeLog []load.Key
+}
+
+// changeLogSize bounds the ledger's change log: a picker further behind
+// than this recomputes every candidate.
+const changeLogSize = 1 << 14
+
+// changed records that k's entries changed; the caller holds l.mu.
+func (l *Ledger) changed(k load.Key) {
+	if l.changeLog == nil {
+		l.changeLog = make([]load.Key, changeLogSize)
+	}
+	l.changeLog[l.version%changeLogSize] = k
+	l.version++
+}
+
+// changedSince calls each with the key of every change after version
+// since, or returns false when the log no longer reaches back that far.
+// The caller holds l.mu (read or write).
+func (l *Ledger) changedSince(since uint64, each func(load.Key)) bool {
+	v := l.version
+	if since > v || v-since > changeLogSize {
+		return false
+	}
+	for ; since < v; since++ {
+		each(l.changeLog[since%changeLogSize])
+	}
+	return true
 }
 
 // sweepEvery is how many dispatches pass between sweeps of expired
@@ -93,8 +125,16 @@ func (l *Ledger) dispatchedLocked(pin Pin, promptTokens int, now time.Time) Tick
 			list = list[1:]
 		}
 		e.ticket = t.id
-		l.entries[k] = append(list, e)
+		// Keep the list in time order (dispatch times of concurrent
+		// requests may arrive out of order), so view reads only the
+		// entries since the last sample.
+		i := len(list)
+		for i > 0 && list[i-1].at.After(e.at) {
+			i--
+		}
+		l.entries[k] = slices.Insert(list, i, e)
 		t.keys = append(t.keys, k)
+		l.changed(k)
 	}
 	decodeBlocks := blocks(pin.Decode)
 	if pin.Prefill != nil {
@@ -112,6 +152,7 @@ func (l *Ledger) Finished(t Ticket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range t.keys {
+		l.changed(k)
 		list := l.entries[k]
 		for i := range list {
 			if list[i].ticket == t.id {
@@ -121,30 +162,71 @@ func (l *Ledger) Finished(t Ticket) {
 	}
 }
 
-// expire drops entries older than the in-flight window, in place.
+// expire drops entries older than the in-flight window (a prefix: lists
+// are in time order).
 func expire(list []entry, now time.Time) []entry {
-	keep := list[:0]
-	for _, e := range list {
-		if now.Sub(e.at) <= InFlightWindow {
-			keep = append(keep, e)
-		}
+	i := 0
+	for i < len(list) && now.Sub(list[i].at) > InFlightWindow {
+		i++
 	}
-	return keep
+	if i == 0 {
+		return list
+	}
+	return slices.Delete(list, 0, i)
 }
 
 // view returns, for one key, the backlog dispatched after since (the last
-// sample) and within the window, and whether the key looks stalled. It
+// sample) and within the window, and whether the key looks stalled; and
+// the instants around now where that answer may change: prev, the latest
+// at or before now, and next, the earliest after it (zero when none). It
 // only reads: the caller holds l.mu (read or write).
-func (l *Ledger) view(k load.Key, since, now time.Time) (prefill, decode int, stalled bool) {
-	for _, e := range l.entries[k] {
-		if now.Sub(e.at) > InFlightWindow || !e.at.After(since) {
-			continue // expired, or answered by a later sample
+func (l *Ledger) view(k load.Key, since, now time.Time) (prefill, decode int, stalled bool, b bounds) {
+	list := l.entries[k]
+	// The list is in time order: entries answered by the last sample (not
+	// after since) come first, then expired ones, then those that count.
+	answered, _ := slices.BinarySearchFunc(list, since, func(e entry, t time.Time) int {
+		if e.at.After(t) {
+			return 1
 		}
+		return -1
+	})
+	start, _ := slices.BinarySearchFunc(list, now, func(e entry, t time.Time) int {
+		if t.Sub(e.at) > InFlightWindow {
+			return -1
+		}
+		return 1
+	})
+	start = max(start, answered)
+	if start > answered {
+		// The latest expiry so far (the instant it stopped counting).
+		b.add(list[start-1].at.Add(InFlightWindow+1), now)
+	}
+	if start < len(list) {
+		b.add(list[start].at.Add(InFlightWindow+1), now) // the next to expire
+	}
+	for _, e := range list[start:] {
 		prefill += e.prefillTokens
 		decode += e.decodeBlocks
-		if e.stallable && !e.done && now.Sub(e.at) >= StallAfter {
-			stalled = true
+		if e.stallable && !e.done {
+			b.add(e.at.Add(StallAfter), now)
+			if now.Sub(e.at) >= StallAfter {
+				stalled = true
+			}
 		}
 	}
-	return prefill, decode, stalled
+	return prefill, decode, stalled, b
+}
+
+// bounds are the instants around now where a computed state may change.
+type bounds struct{ prev, next time.Time }
+
+// add takes in an instant at which the state may change.
+func (b *bounds) add(t, now time.Time) {
+	if now.Before(t) {
+		if b.next.IsZero() || t.Before(b.next) {
+			b.next = t
+		}
+	} else if b.prev.IsZero() || b.prev.Before(t) {
+		b.prev = t
+	}
 }

@@ -13,7 +13,7 @@ import (
 
 // Loads is the load view a picker reads: the store.
 type Loads interface {
-	View(fn func(get func(load.Key) *load.Sample))
+	Read(fn func(load.ReadView))
 	MaxStaleness() time.Duration
 }
 
@@ -26,6 +26,11 @@ type Loads interface {
 // (the Ledger); quiet workers have backlog 0; a worker that went silent with
 // a backlog, or that may be stalled, has no cost while another has one; with
 // no fresh sample anywhere, a per-phase round-robin cursor decides.
+//
+// A pick does not scan the candidates: each request shape (model and
+// candidate namespaces) of a snapshot has an index of its candidates whose
+// costs are kept up to date from the store's and the ledger's change logs
+// and a deadline heap for changes that come with time (see index).
 type LoadBased struct {
 	Loads  Loads
 	Ledger *Ledger
@@ -33,19 +38,85 @@ type LoadBased struct {
 	Now func() time.Time
 
 	cursors [2]atomic.Uint64 // decode, prefill
+
+	mu     sync.Mutex // guards caches and keyBuf
+	caches [2]*shapeCache
+	keyBuf []byte
 }
 
 var _ Picker = (*LoadBased)(nil)
 
-// candidate is one (worker, rank) being costed.
+// shapeCache is the decode indexes of one snapshot by request shape (and
+// their prefill indexes). It reads the store's and the ledger's change
+// logs once for all of them and hands each changed key to the indexes
+// that hold it.
+type shapeCache struct {
+	snap    *fleet.Snapshot
+	indexes map[string]*index
+	all     []*index // decode and prefill
+	owners  map[load.Key][]owner
+	// storeVer, ledgerVer: the log versions handed out so far (none
+	// before the first drain: every index is then new).
+	storeVer, ledgerVer uint64
+	drained             bool
+}
+
+// owner is a candidate of an index.
+type owner struct {
+	x   *index
+	pos int32
+}
+
+func newShapeCache(snap *fleet.Snapshot) *shapeCache {
+	return &shapeCache{snap: snap, indexes: map[string]*index{}, owners: map[load.Key][]owner{}}
+}
+
+// add registers a new index's candidates. It is built at its first sync,
+// from the store and ledger as they are then.
+func (c *shapeCache) add(x *index) {
+	c.all = append(c.all, x)
+	for i, cd := range x.cands {
+		c.owners[cd.key] = append(c.owners[cd.key], owner{x, int32(i)})
+	}
+}
+
+// drain hands the changes logged since the last drain to the indexes.
+// The caller holds the store's read lock (r) and the ledger's lock.
+func (c *shapeCache) drain(r load.ReadView, l *Ledger) {
+	each := func(k load.Key) {
+		for _, o := range c.owners[k] {
+			o.x.markDirty(o.pos)
+		}
+	}
+	if !c.drained {
+		c.drained, c.storeVer = true, r.Version()
+		if l != nil {
+			c.ledgerVer = l.version
+		}
+		return
+	}
+	ok := r.ChangedSince(c.storeVer, each)
+	c.storeVer = r.Version()
+	if l != nil {
+		ok = l.changedSince(c.ledgerVer, each) && ok
+		c.ledgerVer = l.version
+	}
+	if !ok {
+		for _, x := range c.all {
+			x.stale = true
+		}
+	}
+}
+
+// maxShapes bounds the request shapes indexed per snapshot; past it the
+// cache starts over.
+const maxShapes = 256
+
+// candidate is one (worker, rank).
 type candidate struct {
-	w        *fleet.Worker
-	group    int
-	rank     uint32
-	cost     float64
-	defined  bool
-	excluded bool // silent with a backlog, or maybe stalled
-	fresh    bool // a fresh sample carrying this phase's field
+	w     *fleet.Worker
+	group int
+	rank  uint32
 }
 
 const (
@@ -102,6 +173,8 @@ func (p *LoadBased) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	if p.Now != nil {
 		now = p.Now()
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.Ledger != nil {
 		p.Ledger.mu.RLock()
 		defer p.Ledger.mu.RUnlock()
@@ -111,6 +184,8 @@ func (p *LoadBased) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 
 // Reserve picks and records the pin in the ledger under one lock.
 func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.Ledger == nil {
 		pin, err := p.pick(snap, req, now)
 		return pin, Ticket{}, err
@@ -124,41 +199,80 @@ func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (P
 	return pin, p.Ledger.dispatchedLocked(pin, req.EstPromptTokens, now), nil
 }
 
-// pick chooses; the caller holds the ledger lock (read or write).
-func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
+// decodeIndex returns the cache of snap and the decode index of the
+// request's shape in it, or nil when no worker serves the model. The
+// caller holds p.mu.
+func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache, *index) {
+	c := p.caches[0]
+	if c == nil || c.snap != snap {
+		if c2 := p.caches[1]; c2 != nil && c2.snap == snap {
+			p.caches[0], p.caches[1] = c2, c
+		} else {
+			p.caches[0], p.caches[1] = newShapeCache(snap), c
+		}
+		c = p.caches[0]
+	}
+	key := append(p.keyBuf[:0], req.Model...)
+	for _, ns := range req.Namespaces {
+		key = append(append(key, 0), ns...)
+	}
+	p.keyBuf = key
+	if x, ok := c.indexes[string(key)]; ok {
+		return c, x
+	}
 	gs := groups(snap, req)
-	// Decode candidates across namespaces.
-	buf := candidatePool.Get().(*[]candidate)
-	defer func() { *buf = (*buf)[:0]; candidatePool.Put(buf) }()
-	decode := appendDecodeCandidates((*buf)[:0], gs)
-	*buf = decode
+	decode := appendDecodeCandidates(nil, gs)
 	if len(decode) == 0 {
+		return c, nil
+	}
+	if len(c.indexes) >= maxShapes {
+		*c = *newShapeCache(snap) // start over (the logs are read from scratch)
+	}
+	x := newIndex(phaseDecode, decode, gs)
+	c.indexes[string(key)] = x
+	c.add(x)
+	return c, x
+}
+
+// pick chooses; the caller holds p.mu and the ledger lock (read or write).
+func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
+	c, dx := p.decodeIndex(snap, req)
+	if dx == nil {
 		return Pin{}, ErrNoWorkers
 	}
-	d, reason := p.choose(decode, phaseDecode, req.EstPromptTokens, now)
-	g := gs[d.group]
-	pin := Pin{Namespace: g.namespace, Decode: target(d), DecodeReason: reason}
-	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
-		// No prefill id goes with an aggregated worker, and a decode
-		// worker without a prefill pool prefills itself.
-		pin.PrefillReason = ReasonNoPrefillPool
-		return pin, nil
-	}
-	pbuf := candidatePool.Get().(*[]candidate)
-	defer func() { *pbuf = (*pbuf)[:0]; candidatePool.Put(pbuf) }()
-	prefill := appendRanks((*pbuf)[:0], d.group, g.prefill)
-	*pbuf = prefill
-	pc, preason := p.choose(prefill, phasePrefill, req.EstPromptTokens, now)
-	t := target(pc)
-	pin.Prefill, pin.PrefillReason = &t, preason
+	maxAge := p.Loads.MaxStaleness()
+	var pin Pin
+	p.Loads.Read(func(r load.ReadView) {
+		c.drain(r, p.Ledger)
+		dx.sync(r, p.Ledger, now, maxAge)
+		i, reason := dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
+		d := dx.cands[i]
+		g := dx.groups[d.group]
+		pin = Pin{Namespace: g.namespace, Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason}
+		if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
+			// No prefill id goes with an aggregated worker, and a decode
+			// worker without a prefill pool prefills itself.
+			pin.PrefillReason = ReasonNoPrefillPool
+			return
+		}
+		px := dx.prefill[d.group]
+		if px == nil {
+			px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil)
+			dx.prefill[d.group] = px
+			c.add(px)
+		}
+		px.sync(r, p.Ledger, now, maxAge)
+		j, preason := px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
+		pc := px.cands[j]
+		pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
+		pin.PrefillReason = preason
+	})
 	return pin, nil
 }
 
 func target(c candidate) Target {
 	return Target{Worker: c.w, DPRank: c.rank, SendRank: c.w.DPDeclared}
 }
-
-var candidatePool = sync.Pool{New: func() any { s := make([]candidate, 0, 64); return &s }}
 
 // appendDecodeCandidates appends every group's decode candidates. Where a
 // model has prefill and decode workers, aggregated workers are not decode
@@ -181,127 +295,4 @@ func appendRanks(out []candidate, group int, ws []*fleet.Worker) []candidate {
 		}
 	}
 	return out
-}
-
-// choose costs the candidates of one phase and returns the pick and reason.
-func (p *LoadBased) choose(cands []candidate, phase int, est int, now time.Time) (candidate, string) {
-	maxAge := p.Loads.MaxStaleness()
-	anyFresh := false
-	p.Loads.View(func(get func(load.Key) *load.Sample) {
-		ledger := p.Ledger
-		if ledger != nil && len(ledger.entries) == 0 {
-			ledger = nil
-		}
-		for i := range cands {
-			c := &cands[i]
-			k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
-			smp := get(k)
-			var since time.Time
-			if smp != nil {
-				since = smp.ReceivedAt
-			}
-			var inPrefill, inDecode int
-			stalled := false
-			if ledger != nil {
-				inPrefill, inDecode, stalled = ledger.view(k, since, now)
-			}
-			var backlog *uint64
-			if smp != nil {
-				if phase == phaseDecode {
-					backlog = smp.Load.ActiveDecodeBlocks
-					if backlog == nil {
-						backlog = smp.Load.KVUsedBlocks
-					}
-				} else {
-					backlog = smp.Load.ActivePrefillTokens
-				}
-			}
-			fresh := smp != nil && now.Sub(smp.ReceivedAt) <= maxAge
-			var base float64
-			switch {
-			case fresh && backlog != nil:
-				c.fresh = true
-				anyFresh = true
-				base = float64(*backlog)
-			case smp == nil, backlog != nil && *backlog == 0:
-				base = 0 // quiet: never published, or went idle
-			default:
-				c.excluded = true
-				continue // silent with a backlog, or no field for this phase
-			}
-			if stalled {
-				c.excluded = true
-				continue
-			}
-			if phase == phaseDecode {
-				c.cost, c.defined = decodeCost(c.w, base+float64(inDecode), est)
-			} else {
-				c.cost, c.defined = prefillCost(c.w, base+float64(inPrefill))
-			}
-		}
-	})
-	cursor := p.cursors[phase].Add(1) - 1
-	if !anyFresh {
-		return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
-	}
-	best := -1
-	ties := 0
-	for i, c := range cands {
-		switch {
-		case !c.defined:
-		case best < 0 || c.cost < cands[best].cost:
-			best, ties = i, 1
-		case c.cost == cands[best].cost:
-			ties++
-		}
-	}
-	if best < 0 {
-		// Fresh samples exist but no candidate has every field a cost needs
-		// (capacity missing from the cards): rotate over those not excluded.
-		n := 0
-		for _, c := range cands {
-			if !c.excluded {
-				n++
-			}
-		}
-		if n == 0 {
-			return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
-		}
-		k := int(cursor % uint64(n))
-		for _, c := range cands {
-			if !c.excluded {
-				if k == 0 {
-					return c, ReasonRoundRobinStale
-				}
-				k--
-			}
-		}
-	}
-	if ties > 1 {
-		n := int(cursor % uint64(ties))
-		for i, c := range cands {
-			if c.defined && c.cost == cands[best].cost {
-				if n == 0 {
-					return cands[i], ReasonLoad
-				}
-				n--
-			}
-		}
-	}
-	return cands[best], ReasonLoad
-}
-
-func decodeCost(w *fleet.Worker, backlogBlocks float64, est int) (float64, bool) {
-	if w.BlockSize == nil || *w.BlockSize == 0 || w.Capacity.TotalKVBlocks == nil || *w.Capacity.TotalKVBlocks == 0 {
-		return 0, false
-	}
-	bs := int(*w.BlockSize)
-	return (backlogBlocks + float64((est+bs-1)/bs)) / float64(*w.Capacity.TotalKVBlocks), true
-}
-
-func prefillCost(w *fleet.Worker, backlogTokens float64) (float64, bool) {
-	if w.Capacity.MaxNumBatchedTokens == nil || *w.Capacity.MaxNumBatchedTokens == 0 {
-		return 0, false
-	}
-	return backlogTokens / float64(*w.Capacity.MaxNumBatchedTokens), true
 }

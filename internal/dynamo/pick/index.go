@@ -1,0 +1,373 @@
+package pick
+
+import (
+	"slices"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+)
+
+// index is the candidates of one phase of one request shape (a model and
+// its candidate namespaces) in one fleet snapshot, in the order the rules
+// rank ties, with each candidate's costing state kept up to date instead
+// of recomputed per pick:
+//
+//   - a candidate is recomputed when its sample changes (the store's change
+//     log) or its ledger entries change (the ledger's change log), both
+//     read once per snapshot by the shapeCache, which hands each changed
+//     key to the indexes holding it (dirty); or when time crosses an
+//     instant at which its state may change (its sample going stale, a
+//     ledger entry expiring or becoming a possible stall), found in a
+//     deadline heap processed at pick time;
+//   - costed candidates sit in one segment tree per cost class (same block
+//     size and capacity, so the same cost order as their backlog), the
+//     candidates that are not excluded in another; a pick reads the
+//     minimum of each class and finds the k-th tied candidate by the
+//     round-robin cursor in O(log n).
+//
+// An index is used under its picker's lock.
+type index struct {
+	phase int
+	cands []cand
+
+	st      []cstate
+	fresh   int      // candidates with a fresh sample for this phase
+	incl    *segtree // 0: not excluded; +Inf: excluded
+	classes []class
+	due     deadlines
+
+	built bool
+	// dirty: candidates whose sample or ledger entries changed since the
+	// last sync; stale: too many of them (or a change log overflowed), so
+	// the next sync recomputes everything.
+	dirty  []int32
+	stale  bool
+	maxAge time.Duration
+	// validFrom: every state holds from this instant to its deadline; a
+	// pick at an earlier instant recomputes everything.
+	validFrom time.Time
+
+	// prefill indexes of each group (decode indexes only), built on use.
+	groups  []group
+	prefill []*index
+}
+
+type cand struct {
+	w     *fleet.Worker
+	key   load.Key
+	group int32
+	class int32 // -1: no defined cost (capacity missing)
+	local int32 // leaf in the class's tree
+}
+
+type cstate struct {
+	fresh    bool
+	excluded bool
+	backlog  float64
+	next     time.Time // when the state may change; zero: never by time alone
+}
+
+// class is the costed candidates sharing a cost denominator: decode
+// (block size, total KV blocks), prefill (max batched tokens).
+type class struct {
+	blockSize int
+	capacity  float64
+	pos       []int32 // candidates, ascending
+	tree      *segtree
+}
+
+func newIndex(phase int, cands []candidate, gs []group) *index {
+	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs}
+	if phase == phaseDecode {
+		x.prefill = make([]*index, len(gs))
+	}
+	type classKey struct {
+		bs  int
+		cap uint64
+	}
+	classOf := map[classKey]int32{}
+	for i, c := range cands {
+		k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
+		x.cands[i] = cand{w: c.w, key: k, group: int32(c.group), class: -1}
+		var ck classKey
+		ok := false
+		if phase == phaseDecode {
+			if w := c.w; w.BlockSize != nil && *w.BlockSize != 0 && w.Capacity.TotalKVBlocks != nil && *w.Capacity.TotalKVBlocks != 0 {
+				ck, ok = classKey{int(*w.BlockSize), *w.Capacity.TotalKVBlocks}, true
+			}
+		} else if m := c.w.Capacity.MaxNumBatchedTokens; m != nil && *m != 0 {
+			ck, ok = classKey{0, *m}, true
+		}
+		if !ok {
+			continue
+		}
+		ci, seen := classOf[ck]
+		if !seen {
+			ci = int32(len(x.classes))
+			classOf[ck] = ci
+			x.classes = append(x.classes, class{blockSize: ck.bs, capacity: float64(ck.cap)})
+		}
+		cl := &x.classes[ci]
+		x.cands[i].class, x.cands[i].local = ci, int32(len(cl.pos))
+		cl.pos = append(cl.pos, int32(i))
+	}
+	for i := range x.classes {
+		x.classes[i].tree = newSegtree(len(x.classes[i].pos))
+	}
+	return x
+}
+
+// markDirty records that candidate i's sample or ledger entries changed.
+func (x *index) markDirty(i int32) {
+	switch {
+	case x.stale:
+	case len(x.dirty) >= len(x.cands):
+		x.stale, x.dirty = true, x.dirty[:0]
+	default:
+		x.dirty = append(x.dirty, i)
+	}
+}
+
+// sync brings every state up to now; the shapeCache has handed it the
+// changes of the logs.
+func (x *index) sync(r load.ReadView, l *Ledger, now time.Time, maxAge time.Duration) {
+	if !x.built || x.stale || maxAge != x.maxAge || now.Before(x.validFrom) {
+		x.rebuild(r, l, now, maxAge)
+		return
+	}
+	for _, i := range x.dirty {
+		x.update(int(i), r, l, now)
+	}
+	x.dirty = x.dirty[:0]
+	for len(x.due) > 0 && !now.Before(x.due[0].at) {
+		d := x.due.pop()
+		if d.at.Equal(x.st[d.i].next) {
+			x.update(int(d.i), r, l, now)
+		}
+	}
+	if len(x.due) > 2*len(x.cands)+64 {
+		x.rebuildDue()
+	}
+}
+
+func (x *index) rebuild(r load.ReadView, l *Ledger, now time.Time, maxAge time.Duration) {
+	x.built, x.stale, x.maxAge, x.validFrom = true, false, maxAge, time.Time{}
+	x.dirty = x.dirty[:0]
+	for i := range x.cands {
+		x.update(i, r, l, now)
+	}
+	x.rebuildDue()
+}
+
+func (x *index) rebuildDue() {
+	x.due = x.due[:0]
+	for i, s := range x.st {
+		if !s.next.IsZero() {
+			x.due = append(x.due, deadline{s.next, int32(i)})
+		}
+	}
+	for i := len(x.due)/2 - 1; i >= 0; i-- {
+		x.due.down(i)
+	}
+}
+
+// update recomputes candidate i at now: the rules of section 14 for one
+// (worker, rank).
+func (x *index) update(i int, r load.ReadView, l *Ledger, now time.Time) {
+	c := &x.cands[i]
+	smp := r.Get(c.key)
+	var since time.Time
+	if smp != nil {
+		since = smp.ReceivedAt
+	}
+	var inPrefill, inDecode int
+	stalled := false
+	var b bounds
+	if l != nil {
+		inPrefill, inDecode, stalled, b = l.view(c.key, since, now)
+	}
+	var backlog *uint64
+	if smp != nil {
+		b.add(smp.ReceivedAt.Add(x.maxAge+1), now) // first instant it is stale
+		if x.phase == phaseDecode {
+			backlog = smp.Load.ActiveDecodeBlocks
+			if backlog == nil {
+				backlog = smp.Load.KVUsedBlocks
+			}
+		} else {
+			backlog = smp.Load.ActivePrefillTokens
+		}
+	}
+	fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
+	s := cstate{fresh: fresh && backlog != nil, next: b.next}
+	switch {
+	case s.fresh:
+		s.backlog = float64(*backlog)
+	case smp == nil, backlog != nil && *backlog == 0:
+		// quiet: never published, or went idle
+	default:
+		s.excluded = true // silent with a backlog, or no field for this phase
+	}
+	if stalled {
+		s.excluded = true
+	}
+	if !s.excluded {
+		if x.phase == phaseDecode {
+			s.backlog += float64(inDecode)
+		} else {
+			s.backlog += float64(inPrefill)
+		}
+	}
+	x.set(i, s)
+	if !b.prev.IsZero() && x.validFrom.Before(b.prev) {
+		x.validFrom = b.prev
+	}
+}
+
+func (x *index) set(i int, s cstate) {
+	old := x.st[i]
+	if old.fresh != s.fresh {
+		if s.fresh {
+			x.fresh++
+		} else {
+			x.fresh--
+		}
+	}
+	key := 0.0
+	if s.excluded {
+		key = inf
+	}
+	x.incl.set(i, key)
+	if c := x.cands[i]; c.class >= 0 {
+		if !s.excluded {
+			key = s.backlog
+		}
+		x.classes[c.class].tree.set(int(c.local), key)
+	}
+	x.st[i] = s
+	if !s.next.IsZero() && !s.next.Equal(old.next) {
+		x.due.push(deadline{s.next, int32(i)})
+	}
+}
+
+// cost is a class's cost at a backlog (the formulas of LoadBased).
+func (cl *class) cost(phase int, backlog float64, est int) float64 {
+	if phase == phaseDecode {
+		bs := cl.blockSize
+		return (backlog + float64((est+bs-1)/bs)) / cl.capacity
+	}
+	return backlog / cl.capacity
+}
+
+// choose returns the candidate the rules pick and the reason, given the
+// phase's round-robin cursor.
+func (x *index) choose(cursor uint64, est int) (int, string) {
+	n := uint64(len(x.cands))
+	if x.fresh == 0 {
+		return int(cursor % n), ReasonRoundRobinStale
+	}
+	best, ties, tied := inf, 0, 0
+	first := -1
+	for ci := range x.classes {
+		cl := &x.classes[ci]
+		m, cnt := cl.tree.root()
+		if m == inf {
+			continue
+		}
+		switch cost := cl.cost(x.phase, m, est); {
+		case first < 0 || cost < best:
+			best, ties, tied, first = cost, cnt, 1, ci
+		case cost == best:
+			ties += cnt
+			tied++
+		}
+	}
+	if first < 0 {
+		// Fresh samples exist but no candidate has every field a cost
+		// needs: rotate over those not excluded.
+		m, cnt := x.incl.root()
+		if m != 0 {
+			return int(cursor % n), ReasonRoundRobinStale
+		}
+		return x.incl.kth(int(cursor % uint64(cnt))), ReasonRoundRobinStale
+	}
+	k := int(cursor % uint64(ties))
+	if tied == 1 {
+		cl := &x.classes[first]
+		return int(cl.pos[cl.tree.kth(k)]), ReasonLoad
+	}
+	// Ties across classes: the k-th tied candidate in candidate order is
+	// at the smallest position p with more than k tied ones before p+1.
+	before := func(p int) int {
+		total := 0
+		for ci := first; ci < len(x.classes); ci++ {
+			cl := &x.classes[ci]
+			m, _ := cl.tree.root()
+			if m == inf || cl.cost(x.phase, m, est) != best {
+				continue
+			}
+			j, _ := slices.BinarySearch(cl.pos, int32(p))
+			total += cl.tree.countPrefix(j, m)
+		}
+		return total
+	}
+	lo, hi := 0, len(x.cands)-1
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if before(mid+1) > k {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, ReasonLoad
+}
+
+// deadline: candidate i may change state at at.
+type deadline struct {
+	at time.Time
+	i  int32
+}
+
+// deadlines is a min-heap by instant.
+type deadlines []deadline
+
+func (d *deadlines) push(v deadline) {
+	*d = append(*d, v)
+	h := *d
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].at.Before(h[p].at) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (d *deadlines) pop() deadline {
+	h := *d
+	v := h[0]
+	h[0] = h[len(h)-1]
+	*d = h[:len(h)-1]
+	d.down(0)
+	return v
+}
+
+func (d deadlines) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(d) {
+			return
+		}
+		if r := l + 1; r < len(d) && d[r].at.Before(d[l].at) {
+			l = r
+		}
+		if !d[l].at.Before(d[i].at) {
+			return
+		}
+		d[i], d[l] = d[l], d[i]
+		i = l
+	}
+}

@@ -1,0 +1,488 @@
+package pick
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// oracle is the straightforward LoadBased picker the indexed one replaced:
+// it costs every candidate on every pick. The differential test holds the
+// indexed picker to it.
+type oracle struct {
+	Loads   Loads
+	Ledger  *Ledger
+	cursors [2]atomic.Uint64
+}
+
+type ocand struct {
+	candidate
+	cost     float64
+	defined  bool
+	excluded bool
+}
+
+// pick is the old LoadBased.pick; the caller holds the ledger lock.
+func (p *oracle) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
+	gs := groups(snap, req)
+	cands := appendDecodeCandidates(nil, gs)
+	decode := make([]ocand, 0, len(cands))
+	for _, c := range cands {
+		decode = append(decode, ocand{candidate: c})
+	}
+	if len(decode) == 0 {
+		return Pin{}, ErrNoWorkers
+	}
+	d, reason := p.choose(decode, phaseDecode, req.EstPromptTokens, now)
+	g := gs[d.group]
+	pin := Pin{Namespace: g.namespace, Decode: target(d.candidate), DecodeReason: reason}
+	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
+		pin.PrefillReason = ReasonNoPrefillPool
+		return pin, nil
+	}
+	var prefill []ocand
+	for _, c := range appendRanks(nil, d.group, g.prefill) {
+		prefill = append(prefill, ocand{candidate: c})
+	}
+	pc, preason := p.choose(prefill, phasePrefill, req.EstPromptTokens, now)
+	t := target(pc.candidate)
+	pin.Prefill, pin.PrefillReason = &t, preason
+	return pin, nil
+}
+
+// oracleView is the old Ledger.view.
+func oracleView(l *Ledger, k load.Key, since, now time.Time) (prefill, decode int, stalled bool) {
+	for _, e := range l.entries[k] {
+		if now.Sub(e.at) > InFlightWindow || !e.at.After(since) {
+			continue
+		}
+		prefill += e.prefillTokens
+		decode += e.decodeBlocks
+		if e.stallable && !e.done && now.Sub(e.at) >= StallAfter {
+			stalled = true
+		}
+	}
+	return prefill, decode, stalled
+}
+
+func oracleDecodeCost(w *fleet.Worker, backlogBlocks float64, est int) (float64, bool) {
+	if w.BlockSize == nil || *w.BlockSize == 0 || w.Capacity.TotalKVBlocks == nil || *w.Capacity.TotalKVBlocks == 0 {
+		return 0, false
+	}
+	bs := int(*w.BlockSize)
+	return (backlogBlocks + float64((est+bs-1)/bs)) / float64(*w.Capacity.TotalKVBlocks), true
+}
+
+func oraclePrefillCost(w *fleet.Worker, backlogTokens float64) (float64, bool) {
+	if w.Capacity.MaxNumBatchedTokens == nil || *w.Capacity.MaxNumBatchedTokens == 0 {
+		return 0, false
+	}
+	return backlogTokens / float64(*w.Capacity.MaxNumBatchedTokens), true
+}
+
+// choose is the old LoadBased.choose.
+func (p *oracle) choose(cands []ocand, phase int, est int, now time.Time) (ocand, string) {
+	maxAge := p.Loads.MaxStaleness()
+	anyFresh := false
+	p.Loads.Read(func(r load.ReadView) {
+		for i := range cands {
+			c := &cands[i]
+			k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
+			smp := r.Get(k)
+			var since time.Time
+			if smp != nil {
+				since = smp.ReceivedAt
+			}
+			var inPrefill, inDecode int
+			stalled := false
+			if p.Ledger != nil {
+				inPrefill, inDecode, stalled = oracleView(p.Ledger, k, since, now)
+			}
+			var backlog *uint64
+			if smp != nil {
+				if phase == phaseDecode {
+					backlog = smp.Load.ActiveDecodeBlocks
+					if backlog == nil {
+						backlog = smp.Load.KVUsedBlocks
+					}
+				} else {
+					backlog = smp.Load.ActivePrefillTokens
+				}
+			}
+			fresh := smp != nil && now.Sub(smp.ReceivedAt) <= maxAge
+			var base float64
+			switch {
+			case fresh && backlog != nil:
+				anyFresh = true
+				base = float64(*backlog)
+			case smp == nil, backlog != nil && *backlog == 0:
+				base = 0
+			default:
+				c.excluded = true
+				continue
+			}
+			if stalled {
+				c.excluded = true
+				continue
+			}
+			if phase == phaseDecode {
+				c.cost, c.defined = oracleDecodeCost(c.w, base+float64(inDecode), est)
+			} else {
+				c.cost, c.defined = oraclePrefillCost(c.w, base+float64(inPrefill))
+			}
+		}
+	})
+	cursor := p.cursors[phase].Add(1) - 1
+	if !anyFresh {
+		return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
+	}
+	best := -1
+	ties := 0
+	for i, c := range cands {
+		switch {
+		case !c.defined:
+		case best < 0 || c.cost < cands[best].cost:
+			best, ties = i, 1
+		case c.cost == cands[best].cost:
+			ties++
+		}
+	}
+	if best < 0 {
+		n := 0
+		for _, c := range cands {
+			if !c.excluded {
+				n++
+			}
+		}
+		if n == 0 {
+			return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
+		}
+		k := int(cursor % uint64(n))
+		for _, c := range cands {
+			if !c.excluded {
+				if k == 0 {
+					return c, ReasonRoundRobinStale
+				}
+				k--
+			}
+		}
+	}
+	if ties > 1 {
+		n := int(cursor % uint64(ties))
+		for i, c := range cands {
+			if c.defined && c.cost == cands[best].cost {
+				if n == 0 {
+					return cands[i], ReasonLoad
+				}
+				n--
+			}
+		}
+	}
+	return cands[best], ReasonLoad
+}
+
+// randomFleet builds a snapshot of up to n workers with random roles,
+// namespaces, models, data-parallel ranks and (possibly missing) capacity
+// from a few cost classes.
+func randomFleet(rng *rand.Rand, n int, at time.Time) *fleet.Snapshot {
+	r := fleet.NewReducer()
+	roles := []struct{ component, kind string }{{"prefill", "Prefill"}, {"decode", "Decode"}, {"backend", "Aggregated"}}
+	for id := uint64(1); id <= uint64(n); id++ {
+		role := roles[rng.IntN(len(roles))]
+		ns := []string{"a", "b", "c"}[rng.IntN(3)]
+		model := []string{"m", "n"}[rng.IntN(2)]
+		var rc []string
+		if rng.IntN(5) > 0 {
+			rc = append(rc, fmt.Sprintf(`"total_kv_blocks":%d`, []int{1000, 2000, 1000}[rng.IntN(3)]))
+		}
+		if rng.IntN(5) > 0 {
+			rc = append(rc, fmt.Sprintf(`"max_num_batched_tokens":%d`, []int{8192, 4096}[rng.IntN(2)]))
+		}
+		if dp := rng.IntN(4); dp > 0 {
+			rc = append(rc, fmt.Sprintf(`"data_parallel_size":%d`, dp))
+			if rng.IntN(2) == 0 {
+				rc = append(rc, fmt.Sprintf(`"data_parallel_start_rank":%d`, rng.IntN(3)))
+			}
+		}
+		bs := ""
+		if rng.IntN(5) > 0 {
+			bs = fmt.Sprintf(`,"kv_cache_block_size":%d`, []int{16, 32, 16}[rng.IntN(3)])
+		}
+		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, role.component, id),
+			fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, role.component, id), at)
+		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, role.component, id), fmt.Appendf(nil,
+			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q%s,"runtime_config":{%s}}}`,
+			role.component, id, model, role.kind, bs, joinComma(rc)), at)
+	}
+	return r.Build(at)
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += x
+	}
+	return out
+}
+
+func samePin(a, b Pin) bool {
+	if a.Namespace != b.Namespace || a.DecodeReason != b.DecodeReason || a.PrefillReason != b.PrefillReason ||
+		a.Decode != b.Decode || (a.Prefill == nil) != (b.Prefill == nil) {
+		return false
+	}
+	return a.Prefill == nil || *a.Prefill == *b.Prefill
+}
+
+func pinString(p Pin) string {
+	s := fmt.Sprintf("ns=%s decode=%d/%d(%s)", p.Namespace, p.Decode.Worker.ID.InstanceID, p.Decode.DPRank, p.DecodeReason)
+	if p.Prefill != nil {
+		s += fmt.Sprintf(" prefill=%d/%d", p.Prefill.Worker.ID.InstanceID, p.Prefill.DPRank)
+	}
+	return s + " (" + p.PrefillReason + ")"
+}
+
+// TestDifferential drives the indexed picker and the oracle through the
+// same random fleets, samples, dispatches, completions and clock (forward
+// across every freshness, stall and expiry boundary, and sometimes back),
+// and requires the same pin from both at every request.
+func TestDifferential(t *testing.T) {
+	scenarios := 300
+	if testing.Short() {
+		scenarios = 60
+	}
+	var seq uint64
+	for sc := range scenarios {
+		rng := rand.New(rand.NewPCG(uint64(sc), 7))
+		base := time.Unix(1_800_000_000, 0)
+		fleetSeed, size := rng.Uint64(), 2+rng.IntN(24)
+		snap := randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
+		snap2 := snap // the previous generation
+		store := load.NewStore(3*time.Second, nil)
+		live := map[uint64]load.LiveWorker{}
+		for _, w := range snap.Workers {
+			live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+		}
+		store.SetLiveAndRetain(live)
+		ledger := NewLedger()
+		now := base.Add(time.Minute)
+		p := &LoadBased{Loads: store, Ledger: ledger, Now: func() time.Time { return now }}
+		o := &oracle{Loads: store, Ledger: ledger}
+		var tickets []Ticket
+		small := func() *uint64 {
+			switch rng.IntN(4) {
+			case 0:
+				return nil
+			case 1:
+				v := uint64(0)
+				return &v
+			default:
+				v := uint64(rng.IntN(6))
+				return &v
+			}
+		}
+		steps := []time.Duration{0, time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 3*time.Second + 1,
+			5 * time.Second, 5*time.Second - 1, 30 * time.Second, 30*time.Second + 1, -time.Millisecond, -2 * time.Second}
+		for step := range 300 {
+			switch op := rng.IntN(20); {
+			case op < 4:
+				now = now.Add(steps[rng.IntN(len(steps))])
+			case op < 9 && len(snap.Workers) > 0:
+				w := snap.Workers[rng.IntN(len(snap.Workers))]
+				rank := w.DPStartRank + uint32(rng.IntN(int(max(w.DPSize, 1))))
+				seq++
+				at := now.Add(-time.Duration(rng.IntN(5)) * time.Second)
+				if rng.IntN(3) == 0 {
+					at = now
+				}
+				store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: rank, ActiveDecodeBlocks: small(),
+					ActivePrefillTokens: small(), KVUsedBlocks: small()}, PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: at})
+			case op == 9 && len(snap.Workers) > 0:
+				store.DropPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
+			case op == 10:
+				store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
+			case op == 11 && len(tickets) > 0:
+				ledger.Finished(tickets[rng.IntN(len(tickets))])
+			case op == 12:
+				// A new snapshot generation of the same fleet.
+				snap2 = snap
+				snap = randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
+			default:
+				var nss []string
+				for _, ns := range rng.Perm(3)[:1+rng.IntN(3)] {
+					nss = append(nss, []string{"a", "b", "c"}[ns])
+				}
+				if rng.IntN(10) == 0 {
+					nss = append(nss, nss[0]) // a namespace listed twice
+				}
+				r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: nss, EstPromptTokens: rng.IntN(200)}
+				use := snap
+				if rng.IntN(8) == 0 {
+					use = snap2 // a request still holding the previous snapshot
+				}
+				ledger.mu.RLock()
+				want, werr := o.pick(use, r, now)
+				ledger.mu.RUnlock()
+				var got Pin
+				var gerr error
+				if rng.IntN(3) == 0 {
+					got, gerr = p.Pick(use, r)
+				} else {
+					var tk Ticket
+					got, tk, gerr = p.Reserve(use, r, now)
+					if gerr == nil {
+						tickets = append(tickets, tk)
+					}
+				}
+				if (werr != nil) != (gerr != nil) {
+					t.Fatalf("scenario %d step %d: errors differ: oracle %v, indexed %v", sc, step, werr, gerr)
+				}
+				if werr == nil && !samePin(want, got) {
+					t.Fatalf("scenario %d step %d %+v at +%v:\n oracle  %s\n indexed %s", sc, step, r, now.Sub(base), pinString(want), pinString(got))
+				}
+			}
+		}
+		if !slices.EqualFunc(snap.Workers, snap2.Workers, func(a, b *fleet.Worker) bool { return a.ID == b.ID }) {
+			t.Fatalf("scenario %d: generations differ", sc)
+		}
+	}
+}
+
+// Pick implements Picker (the benchmarks' baseline).
+func (p *oracle) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
+	if p.Ledger != nil {
+		p.Ledger.mu.RLock()
+		defer p.Ledger.mu.RUnlock()
+	}
+	return p.pick(snap, req, time.Unix(1_800_000_000, 0))
+}
+
+// TestIndexCatchesUp: changes beyond the store's and the ledger's change
+// logs, and a deadline heap full of superseded entries, still give the
+// oracle's picks.
+func TestIndexCatchesUp(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	snap := randomFleet(rand.New(rand.NewPCG(3, 1)), 40, base)
+	store := load.NewStore(3*time.Second, nil)
+	live := map[uint64]load.LiveWorker{}
+	for _, w := range snap.Workers {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+	}
+	store.SetLiveAndRetain(live)
+	ledger := NewLedger()
+	now := base.Add(time.Minute)
+	p := &LoadBased{Loads: store, Ledger: ledger, Now: func() time.Time { return now }}
+	o := &oracle{Loads: store, Ledger: ledger}
+	r := Request{Model: "m", Namespaces: []string{"a", "b", "c"}, EstPromptTokens: 100}
+	check := func(what string) {
+		t.Helper()
+		for range 5 {
+			ledger.mu.RLock()
+			want, werr := o.pick(snap, r, now)
+			ledger.mu.RUnlock()
+			got, gerr := p.Pick(snap, r)
+			if werr != nil || gerr != nil || !samePin(want, got) {
+				t.Fatalf("%s: oracle %s (%v), indexed %s (%v)", what, pinString(want), werr, pinString(got), gerr)
+			}
+		}
+	}
+	check("start")
+	seq := uint64(0)
+	samples := func(n int) {
+		for i := range n {
+			w := snap.Workers[i%len(snap.Workers)]
+			seq++
+			v := seq % 7
+			store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: w.DPStartRank, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
+				PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: now.Add(-time.Duration(seq%4000) * time.Millisecond)})
+		}
+	}
+	for range 200 { // superseded deadlines pile up in the heap
+		samples(len(snap.Workers))
+		check("while samples arrive")
+		now = now.Add(time.Millisecond)
+	}
+	samples(70_000) // beyond the store's log
+	check("after 70,000 samples")
+	for i := range 20_000 { // beyond the ledger's log
+		w := snap.Workers[i%len(snap.Workers)]
+		ledger.Dispatched(Pin{Decode: Target{Worker: w, DPRank: w.DPStartRank}}, 100+i%50, now.Add(-time.Duration(i%7)*time.Second))
+	}
+	check("after 20,000 dispatches")
+	now = now.Add(6 * time.Second)
+	check("after 6 s")
+}
+
+// TestConcurrentUse: picks, reservations, completions, samples, dropped
+// publishers and snapshot generations from many goroutines at once (run
+// with -race); every pin names a worker of the snapshot it was made from.
+func TestConcurrentUse(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	snaps := []*fleet.Snapshot{randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base), randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base)}
+	store := load.NewStore(3*time.Second, nil)
+	live := map[uint64]load.LiveWorker{}
+	for _, w := range snaps[0].Workers {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+	}
+	store.SetLiveAndRetain(live)
+	var clock atomic.Int64
+	clock.Store(base.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Add(int64(time.Millisecond))) }
+	p := &LoadBased{Loads: store, Ledger: NewLedger(), Now: now}
+	var seq atomic.Uint64
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for g := range 6 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			rng := rand.New(rand.NewPCG(uint64(g), 2))
+			for range 2000 {
+				snap := snaps[rng.IntN(2)]
+				w := snap.Workers[rng.IntN(len(snap.Workers))]
+				switch rng.IntN(6) {
+				case 0:
+					v := uint64(rng.IntN(50))
+					store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: w.DPStartRank, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
+						PublisherID: w.ID.InstanceID, Sequence: seq.Add(1), ReceivedAt: now()})
+				case 1:
+					store.DropPublisher(w.ID.InstanceID)
+				default:
+					r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: []string{"a", "b", "c"}, EstPromptTokens: rng.IntN(300)}
+					var pin Pin
+					var err error
+					if rng.IntN(2) == 0 {
+						pin, err = p.Pick(snap, r)
+					} else {
+						var tk Ticket
+						pin, tk, err = p.Reserve(snap, r, now())
+						p.Ledger.Finished(tk)
+					}
+					if err != nil {
+						continue // no worker of that model
+					}
+					if !slices.Contains(snap.Workers, pin.Decode.Worker) || (pin.Prefill != nil && !slices.Contains(snap.Workers, pin.Prefill.Worker)) {
+						errs <- fmt.Errorf("a pin outside its snapshot: %s", pinString(pin))
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range 6 {
+		<-done
+	}
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}

@@ -1,0 +1,182 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// withoutTokenData removes nvext.token_data from a body: a client may not
+// hand the frontend its own tokens. body must be valid JSON (it was
+// decoded before). Only the members concerned change: every other byte of
+// the body is kept as the client sent it, and the body is returned as it
+// is when there is nothing to remove. An nvext left empty goes; of an
+// nvext given more than once only the last (the one decoders keep) stays,
+// so that no decoder finds a token_data.
+func withoutTokenData(body []byte) []byte {
+	start := skipSpace(body, 0)
+	if start >= len(body) || body[start] != '{' {
+		return body
+	}
+	top, end := objectMembers(body, start)
+	last, count := -1, 0
+	for i, m := range top {
+		if keyIs(body, m, "nvext") {
+			last, count = i, count+1
+		}
+	}
+	if last < 0 {
+		return body
+	}
+	ext := top[last]
+	drop := false // the last nvext goes entirely
+	if body[ext.val] == '{' {
+		inner, _ := objectMembers(body, ext.val)
+		var innerKept []member
+		for _, im := range inner {
+			if !keyIs(body, im, "token_data") {
+				innerKept = append(innerKept, im)
+			}
+		}
+		if len(innerKept) < len(inner) {
+			if len(innerKept) == 0 {
+				drop = true
+			} else {
+				ext.replacement = joinMembers(body, innerKept)
+			}
+		}
+	}
+	if count == 1 && !drop && ext.replacement == nil {
+		return body
+	}
+	kept := make([]member, 0, len(top))
+	for i, m := range top {
+		switch {
+		case i == last:
+			if !drop {
+				kept = append(kept, ext)
+			}
+		case !keyIs(body, m, "nvext"):
+			kept = append(kept, m)
+		}
+	}
+	out := make([]byte, 0, len(body))
+	out = append(out, body[:start]...)
+	out = append(out, joinMembers(body, kept)...)
+	return append(out, body[end:]...)
+}
+
+// member is one "key": value of an object: the key's quotes at
+// [key, keyEnd), the value at [val, valEnd).
+type member struct {
+	key, keyEnd, val, valEnd int
+	replacement              []byte // a new value, when not nil
+}
+
+// joinMembers writes an object of the given members, each as it was (or
+// with its replacement value).
+func joinMembers(b []byte, ms []member) []byte {
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		if m.replacement == nil {
+			out.Write(b[m.key:m.valEnd])
+			continue
+		}
+		out.Write(b[m.key:m.val])
+		out.Write(m.replacement)
+	}
+	out.WriteByte('}')
+	return out.Bytes()
+}
+
+// keyIs compares a member's decoded key.
+func keyIs(b []byte, m member, want string) bool {
+	raw := b[m.key:m.keyEnd]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1:len(raw)-1]) == want
+	}
+	var k string
+	return json.Unmarshal(raw, &k) == nil && k == want
+}
+
+// objectMembers lists the members of the object at b[i] == '{' and
+// returns the index after its '}'.
+func objectMembers(b []byte, i int) ([]member, int) {
+	var ms []member
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil, i + 1
+	}
+	for i < len(b) {
+		var m member
+		m.key = i
+		i = skipString(b, i)
+		m.keyEnd = i
+		i = skipSpace(b, i)
+		i = skipSpace(b, i+1) // the colon
+		m.val = i
+		i = skipValue(b, i)
+		m.valEnd = i
+		ms = append(ms, m)
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] == '}' {
+			return ms, i + 1
+		}
+		i = skipSpace(b, i+1) // the comma
+	}
+	return ms, len(b)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index after the value at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	default: // number, true, false, null
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+			i++
+		}
+		return i
+	}
+}

@@ -1,0 +1,62 @@
+package router
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+func TestWithoutTokenData(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`{"model":"m","nvext":{"token_data":[1,2,3],"cache_salt":"s"}}`, `{"model":"m","nvext":{"cache_salt":"s"}}`},
+		{`{"nvext":{"a":1,"token_data":[1],"b":{"token_data":2}},"z":"<&>"}`, `{"nvext":{"a":1,"b":{"token_data":2}},"z":"<&>"}`},
+		{`{"nvext":{"token_data":[1]},"model":"m"}`, `{"model":"m"}`}, // an empty nvext goes
+		{` { "model" : "m" , "nvext" : { "token\u005fdata" : "x" , "k" : [ "}" ] } } `, ` {"model" : "m","nvext" : {"k" : [ "}" ]}} `},
+		{`{"model":"m","nvext":{"cache_salt":"s"}}`, `{"model":"m","nvext":{"cache_salt":"s"}}`}, // nothing to remove: as sent
+		{`{"model":"m","nvext":null}`, `{"model":"m","nvext":null}`},
+		{`{"model":"m","nvext":[{"token_data":1}]}`, `{"model":"m","nvext":[{"token_data":1}]}`},
+		{`{"model":"m","NVEXT":{"token_data":1},"x":{"nvext":{"token_data":1}}}`, `{"model":"m","NVEXT":{"token_data":1},"x":{"nvext":{"token_data":1}}}`},
+		{`{"nvext":{"token_data":1},"nvext":{"token_data":2,"k":"v"}}`, `{"nvext":{"k":"v"}}`},
+		{`{"nvext":{"token_data":1},"m":1,"nvext":{"k":"v"}}`, `{"m":1,"nvext":{"k":"v"}}`}, // only the last nvext stays
+		{`{"nvext":{"k":1},"nvext":{"token_data":2}}`, `{}`},
+		{`{"a":"\"nvext\"","nvext":{"token_data":"\"}"}}`, `{"a":"\"nvext\""}`},
+	} {
+		if got := string(withoutTokenData([]byte(tt.in))); got != tt.want {
+			t.Errorf("%s\n got  %s\n want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzWithoutTokenData: for any valid JSON body the result is valid JSON
+// with the same members, except that no nvext object holds token_data.
+func FuzzWithoutTokenData(f *testing.F) {
+	testutil.AddCorpus(f, "FuzzWithoutTokenData")
+	for _, s := range []string{`{"model":"m","nvext":{"token_data":[1,2],"cache_salt":"s"}}`, `{"nvext":{"token_data":1}}`,
+		`{"nvext":{"a":"\\\"","token\u005fdata":{}}}`, `[1]`, `"x"`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var before map[string]any
+		if json.Unmarshal(body, &before) != nil {
+			return // the router refuses bodies that are not JSON objects first
+		}
+		out := withoutTokenData(body)
+		var after map[string]any
+		if err := json.Unmarshal(out, &after); err != nil {
+			t.Fatalf("%q became invalid: %q: %v", body, out, err)
+		}
+		if ext, ok := before["nvext"].(map[string]any); ok {
+			if _, had := ext["token_data"]; had {
+				delete(ext, "token_data")
+				if len(ext) == 0 {
+					delete(before, "nvext")
+				}
+			}
+		}
+		if !reflect.DeepEqual(before, after) {
+			t.Fatalf("%q\n became %q", body, out)
+		}
+	})
+}
