@@ -53,13 +53,20 @@ namespace and model with their roles, data-parallel ranks and capacity, the
 event publishers, and the problems that explain why a record is not a
 routable worker (duplicates, role conflicts, malformed or oversized records).
 
-The source comes from --config, and flags override it. With --watch, changes
-(added, removed, updated) are printed with their generation until interrupted.
+The source comes from --config, and flags override it: etcd, Dynamo's file
+store, or on Kubernetes the DynamoWorkerMetadata resources joined with their
+EndpointSlices (--source kubernetes) or the operator's pod labels alone
+(--source kubernetes_pods, with --model or --models). Kubernetes credentials
+are in-cluster first, then KUBECONFIG or ~/.kube/config, or --kubeconfig and
+--context. With --watch, changes (added, removed, updated) are printed with
+their generation until interrupted.
 
 Exit status 1 when the source cannot be reached within --timeout.`,
 		Example: `  continuum discover --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo
   continuum discover --source file --file-root /tmp/dynamo_store_kv -o json
-  continuum discover --config continuum.yaml --watch`,
+  continuum discover --config continuum.yaml --watch
+  continuum discover --source kubernetes --kube-namespace dynamo --dynamo-namespace dynamo-qwen3
+  continuum discover --source kubernetes_pods --kube-namespace dynamo --dynamo-namespace dynamo-qwen3 --models VllmDecodeWorker=qwen3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.ConfigFile = f.ConfigPath()
