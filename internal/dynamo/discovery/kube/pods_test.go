@@ -327,3 +327,40 @@ func TestPodsSourceHashCollision(t *testing.T) {
 	fake.Delete(kubefake.Pods, k8sNS, b)
 	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line(a, "decode", "m", "D")))
 }
+
+// Several Dynamo namespaces: one selector `in (a,b)`, each pod under its
+// own namespace, a models entry scoped to one namespace.
+func TestPodsSourceSeveralNamespaces(t *testing.T) {
+	fake := kubefake.Start(t)
+	inNS := func(dn string) func(kubefake.Object) {
+		return func(o kubefake.Object) {
+			o["metadata"].(kubefake.Object)["labels"].(kubefake.Object)[kube.LabelDynamoNamespace] = dn
+		}
+	}
+	fake.Apply(kubefake.Pods, pod("a-0", "D", "decode", "", true, inNS("ns-a")))
+	fake.Apply(kubefake.Pods, pod("b-0", "D", "decode", "", true, inNS("ns-b")))
+	fake.Apply(kubefake.Pods, pod("c-0", "D", "decode", "", true, inNS("ns-c")))
+	h := &harness{fake: fake, metrics: telemetry.NewDiscoveryMetrics(prometheus.NewRegistry())}
+	h.reg = fleet.NewRegistry(nil, nil)
+	src := kube.NewPods(config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{
+		{Component: "D", Model: "for-a", DynamoNamespace: "ns-a"},
+		{Component: "D", Model: "elsewhere"},
+	}}, []string{"ns-a", "ns-b"}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, nil)
+	src.Timing = fast
+	w := &discovery.Watcher{Source: src, Registry: h.reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	expect := want(
+		fmt.Sprintf("ns-a/%x decode for-a D", kube.HashPodName("a-0")),
+		fmt.Sprintf("ns-b/%x decode elsewhere D", kube.HashPodName("b-0")))
+	waitView(t, h, expect)
+	found := false
+	for _, r := range fake.Requests() {
+		found = found || strings.Contains(r, "labelSelector=") && strings.Contains(r, "in+%28ns-a%2Cns-b%29")
+	}
+	if !found {
+		t.Fatalf("no `in (ns-a,ns-b)` selector in %v", fake.Requests())
+	}
+}
