@@ -108,13 +108,13 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 	if err != nil {
 		return fmt.Errorf("watching dynamoworkermetadatas in %s: %w", s.Namespace, err)
 	}
-	dStream := newStream("dynamoworkermetadatas", dw, s.Timing.IdleDeadline)
+	dStream := newStream("dynamoworkermetadatas", dw, s.Timing)
 	defer dStream.stop()
 	sw, err := openWatch(ctx, deadline, slices.Watch, discoverySelector, sliceRV, s.Timing)
 	if err != nil {
 		return fmt.Errorf("watching endpointslices in %s: %w", s.Namespace, err)
 	}
-	sStream := newStream("endpointslices", sw, s.Timing.IdleDeadline)
+	sStream := newStream("endpointslices", sw, s.Timing)
 	defer sStream.stop()
 
 	sink.ResyncBegin()

@@ -115,7 +115,7 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 	if err != nil {
 		return fmt.Errorf("watching pods in %s: %w", s.Namespace, err)
 	}
-	st := newStream("pods", w, s.Timing.IdleDeadline)
+	st := newStream("pods", w, s.Timing)
 	defer st.stop()
 
 	sink.ResyncBegin()

@@ -100,14 +100,16 @@ func openWatch(ctx context.Context, seedDeadline time.Time, w func(context.Conte
 
 // stream is one open watch with its own idle deadline.
 type stream struct {
-	name  string
-	w     watch.Interface
-	idle  time.Duration
-	timer *time.Timer
+	name    string
+	w       watch.Interface
+	idle    time.Duration
+	timer   *time.Timer
+	start   time.Time
+	timeout time.Duration // what the server was asked for
 }
 
-func newStream(name string, w watch.Interface, idle time.Duration) *stream {
-	return &stream{name: name, w: w, idle: idle, timer: time.NewTimer(idle)}
+func newStream(name string, w watch.Interface, t Timing) *stream {
+	return &stream{name: name, w: w, idle: t.IdleDeadline, timer: time.NewTimer(t.IdleDeadline), start: time.Now(), timeout: t.WatchTimeout}
 }
 
 func (s *stream) stop() {
@@ -118,10 +120,13 @@ func (s *stream) stop() {
 // touch restarts the idle deadline after anything arrived.
 func (s *stream) touch() { s.timer.Reset(s.idle) }
 
-// eventErr turns a watch event that ends the pass into its error: a closed
-// result channel (the server's normal end), or an ERROR event (410 Gone
-// and any other status).
+// closed is why a stream whose result channel closed ended: the server's
+// normal end when it ran (nearly) as long as it asked for, else an early
+// EOF (a cut connection, a proxy's timeout), which is a failure.
 func (s *stream) closed() error {
+	if lived := time.Since(s.start); lived < s.timeout*9/10 {
+		return fmt.Errorf("%s watch: ended early, after %v of %v", s.name, lived.Round(time.Millisecond), s.timeout)
+	}
 	return fmt.Errorf("%s watch: %w", s.name, discovery.ErrWatchExpired)
 }
 
