@@ -1,0 +1,425 @@
+// Package chattemplate renders Hugging Face chat templates the way
+// transformers does: Python Jinja2 semantics in an immutable sandbox with
+// trim_blocks, lstrip_blocks, the loop-controls extension, a tojson filter
+// that keeps non-ASCII characters and insertion order, raise_exception and
+// strftime_now.
+//
+// It is a purpose-built interpreter (lexer, parser, evaluator) rather than a
+// general Jinja engine: every render is bounded by an instruction budget
+// (fuel), an output size limit and a wall-clock budget checked inside the
+// evaluator itself, so a render never outlives its budget and needs no
+// goroutine. There is no file loader: include, import and extends fail.
+package chattemplate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Limits of the seed (section 17).
+const (
+	// DefaultFuel is the instruction budget of one render.
+	DefaultFuel = 5_000_000
+	// DefaultMaxOutput bounds the rendered text and every string built on the
+	// way.
+	DefaultMaxOutput = 1 << 20
+	// DefaultTimeout is the wall-clock budget of one render.
+	DefaultTimeout = time.Second
+)
+
+// ErrRenderUnavailable is wrapped by every budget overrun (fuel, output
+// size, wall clock, recursion, cancelled context): the caller falls back
+// (render_unavailable) rather than trusting a partial prompt.
+var ErrRenderUnavailable = errors.New("render_unavailable")
+
+// ErrRaised is wrapped when the template calls raise_exception.
+var ErrRaised = errors.New("template raised an exception")
+
+// Option configures a Template.
+type Option func(*Template)
+
+// WithFuel sets the instruction budget of one render.
+func WithFuel(n int64) Option { return func(t *Template) { t.fuel = n } }
+
+// WithMaxOutput sets the output size limit in bytes.
+func WithMaxOutput(n int) Option { return func(t *Template) { t.maxOutput = n } }
+
+// WithTimeout sets the wall-clock budget of one render (0: none beyond the
+// context's deadline).
+func WithTimeout(d time.Duration) Option { return func(t *Template) { t.timeout = d } }
+
+// WithClock sets the clock strftime_now reads (tests use a fixed one).
+func WithClock(now func() time.Time) Option { return func(t *Template) { t.now = now } }
+
+// Template is a compiled chat template; it is immutable and safe for
+// concurrent use.
+type Template struct {
+	body      []stmt
+	tokens    map[string]string
+	fuel      int64
+	maxOutput int
+	timeout   time.Duration
+	now       func() time.Time
+}
+
+// Compile parses a template source.
+func Compile(src string, opts ...Option) (*Template, error) {
+	if len(src) > maxTemplateSize {
+		return nil, fmt.Errorf("chattemplate: template larger than %d bytes", maxTemplateSize)
+	}
+	toks, err := lex(normalizeSource(src))
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	body, err := parse(toks)
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	t := &Template{body: body, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
+	for _, o := range opts {
+		o(t)
+	}
+	return t, nil
+}
+
+// specialTokenKeys are the tokenizer_config.json keys exposed to templates.
+var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}
+
+// FromTokenizerConfig compiles the chat template of a tokenizer_config.json:
+// chat_template as a string, or a list of {name, template} from which name
+// is chosen ("default" when name is empty). The special tokens (strings or
+// AddedToken objects with "content") become the template's defaults.
+func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, error) {
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("chattemplate: tokenizer config: %w", err)
+	}
+	raw, ok := cfg["chat_template"]
+	if !ok || string(raw) == "null" {
+		return nil, errors.New("chattemplate: tokenizer config has no chat_template")
+	}
+	var src string
+	if err := json.Unmarshal(raw, &src); err != nil {
+		var named []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		if err := json.Unmarshal(raw, &named); err != nil {
+			return nil, errors.New("chattemplate: chat_template is neither a string nor a list of {name, template}")
+		}
+		want := name
+		if want == "" {
+			want = "default"
+		}
+		found := false
+		var names []string
+		for _, n := range named {
+			names = append(names, n.Name)
+			if n.Name == want {
+				src, found = n.Template, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("chattemplate: no chat template named %q (have %s)", want, strings.Join(names, ", "))
+		}
+	} else if name != "" && name != "default" {
+		return nil, fmt.Errorf("chattemplate: no chat template named %q (the config has a single one)", name)
+	}
+	t, err := Compile(src, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t.tokens = map[string]string{}
+	for _, k := range specialTokenKeys {
+		raw, ok := cfg[k]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			t.tokens[k] = s
+			continue
+		}
+		var at struct {
+			Content *string `json:"content"`
+		}
+		if json.Unmarshal(raw, &at) == nil && at.Content != nil {
+			t.tokens[k] = *at.Content
+		}
+	}
+	return t, nil
+}
+
+// SpecialTokens returns the special tokens read from the tokenizer config.
+func (t *Template) SpecialTokens() map[string]string {
+	out := make(map[string]string, len(t.tokens))
+	for k, v := range t.tokens {
+		out[k] = v
+	}
+	return out
+}
+
+// Input is what a chat request gives the template.
+type Input struct {
+	// Messages and Tools hold JSON-like values: *Dict (ordered, from
+	// DecodeJSON or DecodeRequest), map[string]any (keys taken in sorted
+	// order), []any, string, float64, int, bool, nil.
+	Messages []any
+	Tools    []any
+	// AddGenerationPrompt is add_generation_prompt.
+	AddGenerationPrompt bool
+	// Extra holds further template kwargs (enable_thinking, ...); a *Dict
+	// value keeps its order.
+	Extra map[string]any
+	// SpecialTokens override the tokens read from the tokenizer config.
+	SpecialTokens map[string]string
+}
+
+// DecodeRequest reads a chat request body ({"messages": [...], "tools":
+// [...], "add_generation_prompt": bool, other kwargs...}) keeping the key
+// order of every object, as tojson needs. Keys other than messages, tools
+// and add_generation_prompt become Extra; a "chat_template_kwargs" object is
+// merged into Extra.
+func DecodeRequest(data []byte) (Input, error) {
+	v, err := DecodeJSON(data)
+	if err != nil {
+		return Input{}, fmt.Errorf("chattemplate: request: %w", err)
+	}
+	d, ok := v.(*Dict)
+	if !ok {
+		return Input{}, errors.New("chattemplate: request is not a JSON object")
+	}
+	var in Input
+	for i, k := range d.keys {
+		key := k.(string)
+		val := d.vals[i]
+		switch key {
+		case "messages":
+			l, ok := val.(*List)
+			if !ok {
+				return Input{}, errors.New("chattemplate: request messages is not a list")
+			}
+			in.Messages = l.Items
+		case "tools":
+			switch x := val.(type) {
+			case nil:
+			case *List:
+				in.Tools = x.Items
+			default:
+				return Input{}, errors.New("chattemplate: request tools is not a list")
+			}
+		case "add_generation_prompt":
+			b, ok := val.(bool)
+			if !ok {
+				return Input{}, errors.New("chattemplate: add_generation_prompt is not a boolean")
+			}
+			in.AddGenerationPrompt = b
+		case "chat_template_kwargs":
+			kw, ok := val.(*Dict)
+			if !ok {
+				return Input{}, errors.New("chattemplate: chat_template_kwargs is not an object")
+			}
+			for j, kk := range kw.keys {
+				if in.Extra == nil {
+					in.Extra = map[string]any{}
+				}
+				in.Extra[kk.(string)] = kw.vals[j]
+			}
+		default:
+			if in.Extra == nil {
+				in.Extra = map[string]any{}
+			}
+			if _, set := in.Extra[key]; !set {
+				in.Extra[key] = val
+			}
+		}
+	}
+	return in, nil
+}
+
+// Render renders the template for in. Budget overruns wrap
+// ErrRenderUnavailable; template errors (undefined attribute of an
+// undefined value, type errors, raise_exception) are returned as they are.
+func (t *Template) Render(ctx context.Context, in Input) (string, error) {
+	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if t.timeout > 0 {
+		r.deadline = time.Now().Add(t.timeout)
+	}
+	if dl, ok := ctx.Deadline(); ok && (r.deadline.IsZero() || dl.Before(r.deadline)) {
+		r.deadline = dl
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRenderUnavailable, err)
+	}
+	root := &scope{vars: make(map[string]any, 16)}
+	for k, v := range t.tokens {
+		root.vars[k] = v
+	}
+	for k, v := range in.SpecialTokens {
+		root.vars[k] = v
+	}
+	keys := make([]string, 0, len(in.Extra))
+	for k := range in.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, err := fromGo(in.Extra[k], 0)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: %s: %w", k, err)
+		}
+		root.vars[k] = v
+	}
+	msgs, err := fromGo(orEmptyAny(in.Messages), 0)
+	if err != nil {
+		return "", fmt.Errorf("chattemplate: messages: %w", err)
+	}
+	root.vars["messages"] = msgs
+	if in.Tools != nil {
+		tools, err := fromGo(in.Tools, 0)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: tools: %w", err)
+		}
+		root.vars["tools"] = tools
+	} else {
+		root.vars["tools"] = nil
+	}
+	root.vars["add_generation_prompt"] = in.AddGenerationPrompt
+	o := &output{}
+	if _, err := r.execBody(t.body, &scope{parent: root}, o); err != nil {
+		if errors.Is(err, ErrRenderUnavailable) {
+			return "", err
+		}
+		return "", fmt.Errorf("chattemplate: %w", err)
+	}
+	return o.b.String(), nil
+}
+
+func orEmptyAny(s []any) []any {
+	if s == nil {
+		return []any{}
+	}
+	return s
+}
+
+// maxRange is the sandbox's range limit (jinja2.sandbox.MAX_RANGE).
+const maxRange = 100_000
+
+var globals map[string]any
+
+func init() {
+	globals = map[string]any{
+		"range":           &builtin{name: "range", fn: builtinRange},
+		"namespace":       &builtin{name: "namespace", fn: builtinNamespace},
+		"dict":            &builtin{name: "dict", fn: builtinDict},
+		"raise_exception": &builtin{name: "raise_exception", fn: builtinRaise},
+		"strftime_now":    &builtin{name: "strftime_now", fn: builtinStrftimeNow},
+	}
+}
+
+func builtinRange(r *renderer, args []any, _ *Dict) (any, error) {
+	var nums []int64
+	for _, a := range args {
+		n, ok := intOf(a)
+		if !ok {
+			return nil, fmt.Errorf("'%s' object cannot be interpreted as an integer", typeName(a))
+		}
+		nums = append(nums, n)
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(nums) {
+	case 1:
+		stop = nums[0]
+	case 2:
+		start, stop = nums[0], nums[1]
+	case 3:
+		start, stop, step = nums[0], nums[1], nums[2]
+	default:
+		return nil, fmt.Errorf("range expected 1 to 3 arguments, got %d", len(nums))
+	}
+	if step == 0 {
+		return nil, errors.New("range() arg 3 must not be zero")
+	}
+	var n int64
+	if step > 0 && start < stop {
+		n = (stop - start + step - 1) / step
+	} else if step < 0 && start > stop {
+		n = (start - stop - step - 1) / -step
+	}
+	if n > maxRange || n < 0 {
+		return nil, fmt.Errorf("range too big: the sandbox blocks ranges larger than %d", maxRange)
+	}
+	if err := r.step(n); err != nil {
+		return nil, err
+	}
+	out := make([]any, n)
+	for i := range out {
+		out[i] = start + int64(i)*step
+	}
+	return &List{Items: out}, nil
+}
+
+func builtinNamespace(_ *renderer, args []any, kw *Dict) (any, error) {
+	d := &Dict{}
+	for _, a := range args {
+		src, ok := a.(*Dict)
+		if !ok {
+			return nil, errors.New("namespace() takes a mapping or keyword arguments")
+		}
+		for i, k := range src.keys {
+			d.Set(k, src.vals[i])
+		}
+	}
+	if kw != nil {
+		for i, k := range kw.keys {
+			d.Set(k, kw.vals[i])
+		}
+	}
+	return &Namespace{d: d}, nil
+}
+
+func builtinDict(_ *renderer, args []any, kw *Dict) (any, error) {
+	d := &Dict{}
+	for _, a := range args {
+		src, ok := a.(*Dict)
+		if !ok {
+			return nil, errors.New("dict() takes a mapping or keyword arguments")
+		}
+		for i, k := range src.keys {
+			d.Set(k, src.vals[i])
+		}
+	}
+	if kw != nil {
+		for i, k := range kw.keys {
+			d.Set(k, kw.vals[i])
+		}
+	}
+	return d, nil
+}
+
+func builtinRaise(_ *renderer, args []any, _ *Dict) (any, error) {
+	msg := ""
+	if len(args) > 0 {
+		msg = toStr(args[0])
+	}
+	return nil, fmt.Errorf("%w: %s", ErrRaised, msg)
+}
+
+func builtinStrftimeNow(r *renderer, args []any, _ *Dict) (any, error) {
+	if len(args) != 1 {
+		return nil, errors.New("strftime_now takes one format argument")
+	}
+	f, ok := args[0].(string)
+	if !ok {
+		return nil, errors.New("strftime_now format must be a string")
+	}
+	return strftime(r.now(), f)
+}
