@@ -368,7 +368,7 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 		if g, ok := globals[n.name]; ok {
 			return g, nil
 		}
-		return undefined{name: "'" + n.name + "'"}, nil
+		return undefined{name: "'" + n.name + "' is undefined"}, nil
 	case *attrExpr:
 		obj, err := r.eval(n.obj, s)
 		if err != nil {
@@ -1103,7 +1103,7 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 				}
 				inner.set(p, v)
 			} else {
-				inner.set(p, undefined{name: "'" + p + "'"})
+				inner.set(p, undefined{name: "'" + p + "' is undefined"})
 			}
 		}
 	}

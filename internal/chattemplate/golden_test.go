@@ -134,6 +134,12 @@ func TestGoldenRenders(t *testing.T) {
 				case want.Text == nil && err == nil:
 					t.Errorf("%s: rendered, python failed with %s", c.name, want.Error)
 				case want.Text == nil:
+					// raise_exception must raise the same message.
+					if msg, ok := strings.CutPrefix(want.Error, "TemplateError: "); ok &&
+						(!errors.Is(err, chattemplate.ErrRaised) || !strings.HasSuffix(err.Error(), msg)) {
+						t.Errorf("%s: got %v, python raised %q", c.name, err, msg)
+						continue
+					}
 					matched++
 				case err != nil:
 					t.Errorf("%s: %v", c.name, err)

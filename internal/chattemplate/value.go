@@ -180,7 +180,7 @@ func errUndefined(u undefined) error {
 	if u.name == "" {
 		return errors.New("undefined value used")
 	}
-	return fmt.Errorf("%s is undefined", u.name)
+	return errors.New(u.name)
 }
 
 func truthy(v any) bool {
