@@ -1171,7 +1171,7 @@ func splitWhitespace(s string, maxs int, fromRight bool) []string {
 				return orEmpty(out)
 			}
 			if maxs >= 0 && len(out) == maxs {
-				return append(out, pyRStrip(rest))
+				return append(out, rest)
 			}
 			i := strings.IndexFunc(rest, pyIsSpace)
 			if i < 0 {
@@ -1181,19 +1181,22 @@ func splitWhitespace(s string, maxs int, fromRight bool) []string {
 			rest = rest[i:]
 		}
 	}
-	all := strings.FieldsFunc(s, pyIsSpace)
-	if len(all) <= maxs+1 {
-		return orEmpty(all)
-	}
-	// rsplit with a limit: the head keeps its inner whitespace
+	// rsplit with a limit: the head keeps its leading whitespace
 	rest := pyRStrip(s)
 	var tail []string
 	for len(tail) < maxs {
 		i := strings.LastIndexFunc(rest, pyIsSpace)
-		tail = append([]string{rest[i+1:]}, tail...)
-		rest = pyRStrip(rest[:i+1])
+		if i < 0 {
+			break
+		}
+		_, n := utf8.DecodeRuneInString(rest[i:])
+		tail = append([]string{rest[i+n:]}, tail...)
+		rest = pyRStrip(rest[:i])
 	}
-	return append([]string{pyStrip(rest, "", false, true, false)}, tail...)
+	if rest == "" {
+		return orEmpty(tail)
+	}
+	return append([]string{rest}, tail...)
 }
 
 func orEmpty(s []string) []string {

@@ -479,7 +479,7 @@ func (p *parser) parseSet(line int) (stmt, error) {
 			return nil, p.errorf("expected '='")
 		}
 		b := &setBlockStmt{target: n}
-		if p.isOp("|") {
+		if p.skipOp("|") {
 			if b.filters, err = p.parseFilterChain(); err != nil {
 				return nil, err
 			}

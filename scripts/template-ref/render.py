@@ -80,5 +80,28 @@ def main(out):
         print(f"{name}: {ok} rendered, {len(results) - ok} errors")
 
 
+def features(out):
+    """Renders features.json (one small template per Jinja feature) into
+    features_table.json."""
+    env = environment()
+    cases = json.load(open(os.path.join(out, "features.json"), encoding="utf-8"))
+    results = {}
+    for case in cases:
+        try:
+            tmpl = env.from_string(case["template"])
+            # As apply_chat_template: messages, tools and add_generation_prompt
+            # are always passed.
+            kwargs = {"messages": [], "tools": None, "add_generation_prompt": False}
+            kwargs.update(case.get("vars", {}))
+            results[case["name"]] = {"text": tmpl.render(**kwargs)}
+        except Exception as e:
+            results[case["name"]] = {"error": type(e).__name__ + ": " + str(e)}
+    with open(os.path.join(out, "features_table.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"features: {sum(1 for r in results.values() if 'text' in r)} rendered, {sum(1 for r in results.values() if 'error' in r)} errors")
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
+    features(sys.argv[1])
