@@ -245,7 +245,13 @@ func DecodeRequest(data []byte) (Input, error) {
 // Render renders the template for in. Budget overruns wrap
 // ErrRenderUnavailable; template errors (undefined attribute of an
 // undefined value, type errors, raise_exception) are returned as they are.
-func (t *Template) Render(ctx context.Context, in Input) (string, error) {
+func (t *Template) Render(ctx context.Context, in Input) (out string, err error) {
+	defer func() {
+		// A bug in the interpreter must not take the router down with it.
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("%w: internal error: %v", ErrRenderUnavailable, p)
+		}
+	}()
 	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now}
 	if r.now == nil {
 		r.now = time.Now
@@ -259,12 +265,12 @@ func (t *Template) Render(ctx context.Context, in Input) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRenderUnavailable, err)
 	}
-	root := &scope{vars: make(map[string]any, 16)}
-	for k, v := range t.tokens {
-		root.vars[k] = v
+	root := &scope{}
+	for _, k := range sortedKeys(t.tokens) {
+		root.set(k, t.tokens[k])
 	}
-	for k, v := range in.SpecialTokens {
-		root.vars[k] = v
+	for _, k := range sortedKeys(in.SpecialTokens) {
+		root.set(k, in.SpecialTokens[k])
 	}
 	keys := make([]string, 0, len(in.Extra))
 	for k := range in.Extra {
@@ -276,23 +282,23 @@ func (t *Template) Render(ctx context.Context, in Input) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("chattemplate: %s: %w", k, err)
 		}
-		root.vars[k] = v
+		root.set(k, v)
 	}
 	msgs, err := fromGo(orEmptyAny(in.Messages), 0)
 	if err != nil {
 		return "", fmt.Errorf("chattemplate: messages: %w", err)
 	}
-	root.vars["messages"] = msgs
+	root.set("messages", msgs)
 	if in.Tools != nil {
 		tools, err := fromGo(in.Tools, 0)
 		if err != nil {
 			return "", fmt.Errorf("chattemplate: tools: %w", err)
 		}
-		root.vars["tools"] = tools
+		root.set("tools", tools)
 	} else {
-		root.vars["tools"] = nil
+		root.set("tools", nil)
 	}
-	root.vars["add_generation_prompt"] = in.AddGenerationPrompt
+	root.set("add_generation_prompt", in.AddGenerationPrompt)
 	o := &output{}
 	if _, err := r.execBody(t.body, &scope{parent: root}, o); err != nil {
 		if errors.Is(err, ErrRenderUnavailable) {
@@ -301,6 +307,15 @@ func (t *Template) Render(ctx context.Context, in Input) (string, error) {
 		return "", fmt.Errorf("chattemplate: %w", err)
 	}
 	return o.b.String(), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func orEmptyAny(s []any) []any {

@@ -10,25 +10,34 @@ import (
 	"unicode/utf8"
 )
 
+// scope holds the variables of one frame; frames are small, so a linear
+// search over a few names beats a map.
 type scope struct {
-	vars   map[string]any
+	names  []string
+	vals   []any
 	parent *scope
 }
 
 func (s *scope) lookup(name string) (any, bool) {
 	for c := s; c != nil; c = c.parent {
-		if v, ok := c.vars[name]; ok {
-			return v, true
+		for i, n := range c.names {
+			if n == name {
+				return c.vals[i], true
+			}
 		}
 	}
 	return nil, false
 }
 
 func (s *scope) set(name string, v any) {
-	if s.vars == nil {
-		s.vars = make(map[string]any, 4)
+	for i, n := range s.names {
+		if n == name {
+			s.vals[i] = v
+			return
+		}
 	}
-	s.vars[name] = v
+	s.names = append(s.names, name)
+	s.vals = append(s.vals, v)
 }
 
 type macro struct {
@@ -96,6 +105,15 @@ func (r *renderer) chargeBytes(n int) error {
 		return r.overflow()
 	}
 	return r.step(int64(n>>6) + 1)
+}
+
+// chargeItems spends fuel for building a list of n items; no list may hold
+// more items than the output limit has bytes.
+func (r *renderer) chargeItems(n int) error {
+	if n > r.maxOutput {
+		return fmt.Errorf("%w: list longer than %d items", ErrRenderUnavailable, r.maxOutput)
+	}
+	return r.step(int64(n) + 1)
 }
 
 type output struct {
@@ -321,9 +339,16 @@ func (r *renderer) execFor(n *forStmt, s *scope, o *output) error {
 		return err
 	}
 	li := &loopInfo{items: items}
+	// One frame serves every iteration: it is emptied before each, so
+	// nothing set in one iteration is seen by the next.
+	inner := &scope{parent: s, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
 	for i, item := range items {
+		if err := r.step(1); err != nil {
+			return err
+		}
 		li.i = i
-		inner := &scope{parent: s}
+		clear(inner.vals)
+		inner.names, inner.vals = inner.names[:0], inner.vals[:0]
 		inner.set("loop", li)
 		if err := r.bindTargets(n, inner, item); err != nil {
 			return err
@@ -880,7 +905,7 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 			if !ok || x.Tuple != y.Tuple {
 				return nil, bad()
 			}
-			if err := r.step(int64(len(x.Items) + len(y.Items))); err != nil {
+			if err := r.chargeItems(len(x.Items) + len(y.Items)); err != nil {
 				return nil, err
 			}
 			out := make([]any, 0, len(x.Items)+len(y.Items))
@@ -1006,10 +1031,10 @@ func (r *renderer) repeat(v any, n int64, bad func() error) (any, error) {
 		return strings.Repeat(x, int(n)), nil
 	case *List:
 		total := int64(len(x.Items)) * n
-		if n > 0 && total/n != int64(len(x.Items)) || total > r.fuel {
-			return nil, fmt.Errorf("%w: instruction budget exhausted", ErrRenderUnavailable)
+		if n > 0 && total/n != int64(len(x.Items)) || total > int64(r.maxOutput) {
+			return nil, fmt.Errorf("%w: list longer than %d items", ErrRenderUnavailable, r.maxOutput)
 		}
-		if err := r.step(total); err != nil {
+		if err := r.chargeItems(int(total)); err != nil {
 			return nil, err
 		}
 		out := make([]any, 0, total)

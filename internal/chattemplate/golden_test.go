@@ -59,7 +59,21 @@ func loadCases(t testing.TB) []goldenCase {
 		}
 		out = append(out, goldenCase{name: head.Name, input: in})
 	}
-	return out
+	// The benchmark's ~8k-token request is a case too.
+	in, err := chattemplate.DecodeRequest(longRequest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, goldenCase{name: "long_request", input: in})
+}
+
+func longRequest(t testing.TB) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata", "chattemplate", "long_request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func loadTemplate(t testing.TB, name string) *chattemplate.Template {

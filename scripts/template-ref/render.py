@@ -51,6 +51,9 @@ def environment():
 
 def main(out):
     cases = json.load(open(os.path.join(out, "cases.json"), encoding="utf-8"))
+    # The benchmark's ~8k-token request is a case too.
+    long_request = json.load(open(os.path.join(out, "long_request.json"), encoding="utf-8"))
+    cases.append(dict(long_request, name="long_request"))
     env = environment()
     os.makedirs(os.path.join(out, "golden"), exist_ok=True)
     for path in sorted(glob.glob(os.path.join(out, "templates", "*.jinja"))):
