@@ -15,7 +15,7 @@ type (
 		obj  expr
 		name string
 	}
-	itemExpr struct{ obj, key expr }
+	itemExpr  struct{ obj, key expr }
 	sliceExpr struct {
 		obj               expr
 		start, stop, step expr // nil when absent
@@ -98,9 +98,9 @@ type (
 		filters []*filterExpr
 		body    []stmt
 	}
-	macroStmt struct{ m *macroDef }
-	breakStmt struct{}
-	contStmt  struct{}
+	macroStmt       struct{ m *macroDef }
+	breakStmt       struct{}
+	contStmt        struct{}
 	filterBlockStmt struct {
 		filters []*filterExpr
 		body    []stmt
