@@ -44,7 +44,6 @@ type macro struct {
 	def     *macroDef
 	name    string
 	closure *scope
-	caller  any
 }
 
 type loopInfo struct {
@@ -71,7 +70,6 @@ type renderer struct {
 	now       func() time.Time
 	tick      int
 	depth     int
-	err       error
 }
 
 func (r *renderer) overflow() error {
@@ -117,8 +115,7 @@ func (r *renderer) chargeItems(n int) error {
 }
 
 type output struct {
-	b   strings.Builder
-	max int
+	b strings.Builder
 }
 
 func (r *renderer) write(o *output, s string) error {

@@ -125,11 +125,11 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 		newline(level)
 		b.WriteByte('}')
 	case *Namespace:
-		return errors.New("Object of type Namespace is not JSON serializable")
+		return errors.New("object of type Namespace is not JSON serializable")
 	case undefined:
-		return errors.New("Object of type Undefined is not JSON serializable")
+		return errors.New("object of type Undefined is not JSON serializable")
 	default:
-		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
+		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
 }

@@ -279,7 +279,7 @@ func (lx *lexer) raw() error {
 		}
 		s3 := s2[6:]
 		s3 = s3[pyLStripLen(s3):]
-		if !(strings.HasPrefix(s3, "%}") || strings.HasPrefix(s3, "-%}") || strings.HasPrefix(s3, "+%}")) {
+		if !strings.HasPrefix(s3, "%}") && !strings.HasPrefix(s3, "-%}") && !strings.HasPrefix(s3, "+%}") {
 			k += 2
 			continue
 		}

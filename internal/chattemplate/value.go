@@ -10,11 +10,9 @@ import (
 	"unicode/utf8"
 )
 
-// Values inside the interpreter are Go values of these types:
-//
-//	nil (None), bool, int64, float64, string, *List, *Dict, *Namespace,
-//	undefined, *macro, *loopInfo, builtin, *boundMethod.
-type value = any
+// Values inside the interpreter are Go values of these types: nil (None),
+// bool, int64, float64, string, *List, *Dict, *Namespace, undefined,
+// *macro, *loopInfo, *builtin and *boundMethod.
 
 // undefined is Jinja's default Undefined: it prints as "", is false, iterates
 // as empty, and fails on attribute access or arithmetic.
@@ -143,7 +141,7 @@ type boundMethod struct {
 
 // typeName returns Python's type name for v, for error messages.
 func typeName(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
 	case nil:
 		return "NoneType"
 	case bool:
@@ -155,7 +153,7 @@ func typeName(v any) string {
 	case string:
 		return "str"
 	case *List:
-		if v.(*List).Tuple {
+		if x.Tuple {
 			return "tuple"
 		}
 		return "list"
