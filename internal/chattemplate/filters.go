@@ -224,6 +224,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if _, isInt := v.(int64); isInt && method == "common" {
+			return v, nil
+		}
 		f, ok := asNumber(v)
 		if !ok {
 			return nil, fmt.Errorf("round of %s", typeName(v))
@@ -235,7 +238,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		case "floor":
 			return math.Floor(f*p) / p, nil
 		}
-		return math.RoundToEven(f*p) / p, nil
+		return pyRound(f, prec), nil
 	case "replace":
 		s := toStr(v)
 		old, err := a.str(0, "old", "")
@@ -282,6 +285,20 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		cs := a.boolean(0, "case_sensitive", false)
+		attr, err := a.str(1, "attribute", "")
+		if err != nil {
+			return nil, err
+		}
+		key := func(x any) any {
+			if attr != "" {
+				x, _ = attrPath(x, attr)
+			}
+			if !cs {
+				x = foldCase(x)
+			}
+			return x
+		}
 		if err := r.step(int64(len(items) * len(items) / 8)); err != nil {
 			return nil, err
 		}
@@ -289,7 +306,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		for _, it := range items {
 			dup := false
 			for _, o := range out {
-				if equal(foldCase(o), foldCase(it)) {
+				if equal(key(o), key(it)) {
 					dup = true
 					break
 				}
@@ -1219,8 +1236,9 @@ func rsplitN(s, sep string, n int) []string {
 	return append([]string{s}, tail...)
 }
 
-// percentFormat is a small part of Python's "%" string formatting: %s, %d,
-// %r, %i, %f and %%.
+// percentFormat is Python's "%" string formatting for the conversions
+// templates use (s r d i f F e E g G x X o c and %%) with flags, width and
+// precision.
 func (r *renderer) percentFormat(f string, arg any) (any, error) {
 	var args []any
 	if l, ok := arg.(*List); ok && l.Tuple {
@@ -1237,10 +1255,32 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			continue
 		}
 		i++
-		if i >= len(f) {
+		// flags, width, precision
+		j := i
+		for j < len(f) && strings.IndexByte("-+ 0#", f[j]) >= 0 {
+			j++
+		}
+		flags := f[i:j]
+		k := j
+		for k < len(f) && f[k] >= '0' && f[k] <= '9' {
+			k++
+		}
+		width, _ := strconv.Atoi(f[j:k])
+		prec := -1
+		if k < len(f) && f[k] == '.' {
+			k++
+			m := k
+			for k < len(f) && f[k] >= '0' && f[k] <= '9' {
+				k++
+			}
+			prec, _ = strconv.Atoi(f[m:k])
+		}
+		if k >= len(f) {
 			return nil, errors.New("incomplete format")
 		}
-		if f[i] == '%' {
+		i = k
+		verb := f[i]
+		if verb == '%' {
 			b.WriteByte('%')
 			continue
 		}
@@ -1249,26 +1289,82 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 		}
 		v := args[n]
 		n++
-		switch f[i] {
-		case 's':
-			b.WriteString(toStr(v))
-		case 'r':
-			writeRepr(&b, v, 0)
-		case 'd', 'i':
-			iv, err := toInt(v, argList{})
-			if err != nil {
-				return nil, err
+		if width > maxOutputWidth || prec > maxOutputWidth {
+			return nil, r.overflow()
+		}
+		var s string
+		numeric := true
+		switch verb {
+		case 's', 'r':
+			numeric = false
+			if verb == 's' {
+				s = toStr(v)
+			} else {
+				s = toReprString(v)
 			}
-			b.WriteString(toStr(iv))
-		case 'f':
+			if prec >= 0 && utf8.RuneCountInString(s) > prec {
+				s = string([]rune(s)[:prec])
+			}
+		case 'd', 'i', 'x', 'X', 'o':
+			var iv int64
+			switch x := v.(type) {
+			case int64:
+				iv = x
+			case bool:
+				iv, _ = intOf(x)
+			case float64:
+				iv = int64(x)
+			default:
+				return nil, fmt.Errorf("%%%c format: a real number is required, not %s", verb, typeName(v))
+			}
+			base := map[byte]int{'d': 10, 'i': 10, 'x': 16, 'X': 16, 'o': 8}[verb]
+			s = strconv.FormatInt(iv, base)
+			if verb == 'X' {
+				s = strings.ToUpper(s)
+			}
+		case 'f', 'F', 'e', 'E', 'g', 'G':
 			fv, ok := asNumber(v)
 			if !ok {
-				return nil, errors.New("a real number is required")
+				return nil, fmt.Errorf("must be real number, not %s", typeName(v))
 			}
-			b.WriteString(strconv.FormatFloat(fv, 'f', 6, 64))
+			if prec < 0 {
+				prec = 6
+			}
+			s = formatFloatC(fv, verb, prec)
+		case 'c':
+			numeric = false
+			switch x := v.(type) {
+			case int64:
+				s = string(rune(x))
+			case string:
+				s = x
+			}
 		default:
-			return nil, fmt.Errorf("unsupported format character '%c'", f[i])
+			return nil, fmt.Errorf("unsupported format character '%c'", verb)
 		}
+		if numeric && !strings.HasPrefix(s, "-") {
+			switch {
+			case strings.Contains(flags, "+"):
+				s = "+" + s
+			case strings.Contains(flags, " "):
+				s = " " + s
+			}
+		}
+		if pad := width - utf8.RuneCountInString(s); pad > 0 {
+			switch {
+			case strings.Contains(flags, "-"):
+				s += strings.Repeat(" ", pad)
+			case numeric && strings.Contains(flags, "0"):
+				sign := ""
+				if s != "" && (s[0] == '-' || s[0] == '+' || s[0] == ' ') {
+					sign, s = s[:1], s[1:]
+				}
+				s = sign + strings.Repeat("0", pad) + s
+			default:
+				s = strings.Repeat(" ", pad) + s
+			}
+		}
+		b.WriteString(s)
 		if err := r.chargeBytes(b.Len()); err != nil {
 			return nil, err
 		}
@@ -1277,4 +1373,71 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 		return nil, errors.New("not all arguments converted during string formatting")
 	}
 	return b.String(), nil
+}
+
+// maxOutputWidth bounds a width or precision in a format.
+const maxOutputWidth = 4096
+
+// formatFloatC formats like C's printf %f, %e and %g.
+func formatFloatC(f float64, verb byte, prec int) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	switch verb {
+	case 'f', 'F':
+		return strconv.FormatFloat(f, 'f', prec, 64)
+	case 'e', 'E':
+		s := fixExponent(strconv.FormatFloat(f, 'e', prec, 64))
+		if verb == 'E' {
+			s = strings.ToUpper(s)
+		}
+		return s
+	}
+	if prec == 0 {
+		prec = 1
+	}
+	s := fixExponent(strconv.FormatFloat(f, 'g', prec, 64))
+	if verb == 'G' {
+		s = strings.ToUpper(s)
+	}
+	return s
+}
+
+// fixExponent turns Go's e+5 into C's e+05.
+func fixExponent(s string) string {
+	i := strings.LastIndexAny(s, "e")
+	if i < 0 || i+2 >= len(s) {
+		return s
+	}
+	if len(s)-(i+2) == 1 {
+		return s[:i+2] + "0" + s[i+2:]
+	}
+	return s
+}
+
+// pyRound is Python's round(f, ndigits): correctly rounded, ties to even.
+func pyRound(f float64, prec int64) float64 {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return f
+	}
+	if prec < 0 {
+		p := math.Pow(10, float64(-prec))
+		return math.RoundToEven(f/p) * p
+	}
+	if prec > 300 {
+		return f
+	}
+	out, err := strconv.ParseFloat(strconv.FormatFloat(f, 'f', int(prec), 64), 64)
+	if err != nil {
+		return f
+	}
+	if out == 0 && math.Signbit(f) {
+		return math.Copysign(0, -1)
+	}
+	return out
 }
