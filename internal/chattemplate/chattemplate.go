@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,9 @@ type Template struct {
 	maxOutput int
 	timeout   time.Duration
 	now       func() time.Time
+	// sizeHint is the length of the last render, to size the next one's
+	// buffer.
+	sizeHint atomic.Int64
 }
 
 // Compile parses a template source.
@@ -300,12 +304,14 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 	}
 	root.set("add_generation_prompt", in.AddGenerationPrompt)
 	o := &output{}
+	o.b.Grow(int(min(t.sizeHint.Load(), int64(t.maxOutput))))
 	if _, err := r.execBody(t.body, &scope{parent: root}, o); err != nil {
 		if errors.Is(err, ErrRenderUnavailable) {
 			return "", err
 		}
 		return "", fmt.Errorf("chattemplate: %w", err)
 	}
+	t.sizeHint.Store(int64(o.b.Len()))
 	return o.b.String(), nil
 }
 

@@ -432,6 +432,11 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 		}
 		return ok != n.negate, nil
 	case *binExpr:
+		if n.op == "+" {
+			if inner, ok := n.l.(*binExpr); ok && inner.op == "+" {
+				return r.evalPlusChain(n, s)
+			}
+		}
 		l, err := r.eval(n.l, s)
 		if err != nil {
 			return nil, err
@@ -558,6 +563,56 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 		return b.String(), nil
 	}
 	return nil, fmt.Errorf("internal: unknown expression %T", x)
+}
+
+// evalPlusChain evaluates a + b + c + ... with Python's result; a run made
+// only of strings is joined into one exactly sized string instead of
+// copying the growing prefix at every step.
+func (r *renderer) evalPlusChain(n *binExpr, s *scope) (any, error) {
+	var ops []expr
+	for cur := expr(n); ; {
+		b, ok := cur.(*binExpr)
+		if !ok || b.op != "+" {
+			ops = append(ops, cur)
+			break
+		}
+		ops = append(ops, b.r)
+		cur = b.l
+	}
+	var buf [8]any
+	vals := buf[:0]
+	total, allStrings := 0, true
+	for i := len(ops) - 1; i >= 0; i-- {
+		v, err := r.eval(ops[i], s)
+		if err != nil {
+			return nil, err
+		}
+		if vs, ok := v.(string); ok {
+			total += len(vs)
+		} else {
+			allStrings = false
+		}
+		vals = append(vals, v)
+	}
+	if !allStrings {
+		acc := vals[0]
+		for _, v := range vals[1:] {
+			var err error
+			if acc, err = r.binop("+", acc, v); err != nil {
+				return nil, err
+			}
+		}
+		return acc, nil
+	}
+	if err := r.chargeBytes(total); err != nil {
+		return nil, err
+	}
+	var sb strings.Builder
+	sb.Grow(total)
+	for _, v := range vals {
+		sb.WriteString(v.(string))
+	}
+	return sb.String(), nil
 }
 
 func (r *renderer) evalList(xs []expr, s *scope) ([]any, error) {

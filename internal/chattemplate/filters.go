@@ -896,28 +896,42 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 
 // Methods of str, dict and list that templates call.
 
-var strMethods = map[string]bool{
-	"startswith": true, "endswith": true, "strip": true, "lstrip": true, "rstrip": true, "split": true, "rsplit": true,
-	"replace": true, "upper": true, "lower": true, "title": true, "capitalize": true, "find": true, "rfind": true,
-	"index": true, "count": true, "join": true, "splitlines": true, "isdigit": true, "isalpha": true, "isspace": true,
-	"isalnum": true, "islower": true, "isupper": true, "format": true, "removeprefix": true, "removesuffix": true,
-	"casefold": true, "swapcase": true, "zfill": true, "partition": true, "rpartition": true,
+func isStrMethod(name string) bool {
+	switch name {
+	case "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit",
+		"replace", "upper", "lower", "title", "capitalize", "find", "rfind",
+		"index", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
+		"isalnum", "islower", "isupper", "format", "removeprefix", "removesuffix",
+		"casefold", "swapcase", "zfill", "partition", "rpartition":
+		return true
+	}
+	return false
 }
 
-var dictMethods = map[string]bool{"get": true, "items": true, "keys": true, "values": true, "copy": true,
-	"update": true, "pop": true, "setdefault": true, "clear": true, "popitem": true}
+func isDictMethod(name string) bool {
+	switch name {
+	case "get", "items", "keys", "values", "copy", "update", "pop", "setdefault", "clear", "popitem":
+		return true
+	}
+	return false
+}
 
-var listMethods = map[string]bool{"index": true, "count": true, "copy": true,
-	"append": true, "extend": true, "insert": true, "pop": true, "remove": true, "clear": true, "sort": true, "reverse": true}
+func isListMethod(name string) bool {
+	switch name {
+	case "index", "count", "copy", "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse":
+		return true
+	}
+	return false
+}
 
 func isMethod(obj any, name string) bool {
 	switch obj.(type) {
 	case string:
-		return strMethods[name]
+		return isStrMethod(name)
 	case *Dict:
-		return dictMethods[name]
+		return isDictMethod(name)
 	case *List:
-		return listMethods[name]
+		return isListMethod(name)
 	}
 	return false
 }

@@ -2,13 +2,13 @@ package chattemplate
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // writeJSON writes v as Python's json.dumps(v, ensure_ascii=False,
@@ -182,82 +182,299 @@ func jsonString(b *strings.Builder, s string) {
 const MaxJSONDepth = maxNesting
 
 // DecodeJSON decodes one JSON value keeping the key order of objects (as
-// *Dict), integers as int64 and other numbers as float64, as Python's json
-// module does. Use it for request bodies whose objects reach tojson.
+// *Dict; a repeated key keeps its first place and its last value, as
+// Python's json does), integers as int64 and other numbers as float64.
+// Invalid UTF-8 bytes in strings become U+FFFD. Use it for request bodies
+// whose objects reach tojson.
 func DecodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
+	d := jsonDecoder{data: data}
+	d.skipSpace()
+	v, err := d.value(0)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("json: trailing data after the value")
+	d.skipSpace()
+	if d.pos != len(d.data) {
+		return nil, d.errorf("trailing data after the value")
 	}
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
+type jsonDecoder struct {
+	data []byte
+	pos  int
+}
+
+func (d *jsonDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("json: offset %d: %s", d.pos, fmt.Sprintf(format, args...))
+}
+
+func (d *jsonDecoder) skipSpace() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *jsonDecoder) value(depth int) (any, error) {
 	if depth > MaxJSONDepth {
-		return nil, errors.New("json: nested too deeply")
+		return nil, d.errorf("nested too deeply")
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, fmt.Errorf("json: %w", err)
+	if d.pos >= len(d.data) {
+		return nil, d.errorf("unexpected end of input")
 	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			d := &Dict{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, fmt.Errorf("json: %w", err)
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return nil, errors.New("json: object key is not a string")
-				}
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				d.Set(k, v)
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		d.pos++
+		obj := &Dict{}
+		d.skipSpace()
+		if d.pos < len(d.data) && d.data[d.pos] == '}' {
+			d.pos++
+			return obj, nil
+		}
+		for {
+			d.skipSpace()
+			if d.pos >= len(d.data) || d.data[d.pos] != '"' {
+				return nil, d.errorf("expected a string key")
 			}
-			if _, err := dec.Token(); err != nil {
-				return nil, fmt.Errorf("json: %w", err)
+			k, err := d.str()
+			if err != nil {
+				return nil, err
 			}
-			return d, nil
-		case '[':
-			l := &List{Items: []any{}}
-			for dec.More() {
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				l.Items = append(l.Items, v)
+			d.skipSpace()
+			if d.pos >= len(d.data) || d.data[d.pos] != ':' {
+				return nil, d.errorf("expected ':'")
 			}
-			if _, err := dec.Token(); err != nil {
-				return nil, fmt.Errorf("json: %w", err)
+			d.pos++
+			d.skipSpace()
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
 			}
+			obj.Set(k, v)
+			d.skipSpace()
+			if d.pos >= len(d.data) {
+				return nil, d.errorf("unexpected end of input")
+			}
+			if d.data[d.pos] == ',' {
+				d.pos++
+				continue
+			}
+			if d.data[d.pos] == '}' {
+				d.pos++
+				return obj, nil
+			}
+			return nil, d.errorf("expected ',' or '}'")
+		}
+	case c == '[':
+		d.pos++
+		l := &List{Items: []any{}}
+		d.skipSpace()
+		if d.pos < len(d.data) && d.data[d.pos] == ']' {
+			d.pos++
 			return l, nil
 		}
-		return nil, fmt.Errorf("json: unexpected %v", t)
-	case json.Number:
-		s := string(t)
-		if !strings.ContainsAny(s, ".eE") {
-			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return i, nil
+		for {
+			d.skipSpace()
+			v, err := d.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			l.Items = append(l.Items, v)
+			d.skipSpace()
+			if d.pos >= len(d.data) {
+				return nil, d.errorf("unexpected end of input")
+			}
+			if d.data[d.pos] == ',' {
+				d.pos++
+				continue
+			}
+			if d.data[d.pos] == ']' {
+				d.pos++
+				return l, nil
+			}
+			return nil, d.errorf("expected ',' or ']'")
+		}
+	case c == '"':
+		return d.str()
+	case c == 't' || c == 'f' || c == 'n':
+		for _, lit := range []struct {
+			text string
+			v    any
+		}{{"true", true}, {"false", false}, {"null", nil}} {
+			if bytes.HasPrefix(d.data[d.pos:], []byte(lit.text)) {
+				d.pos += len(lit.text)
+				return lit.v, nil
 			}
 		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return nil, fmt.Errorf("json: number %s: %w", s, err)
-		}
-		return f, nil
-	case string, bool, nil:
-		return t, nil
+		return nil, d.errorf("invalid literal")
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
 	}
-	return nil, fmt.Errorf("json: unexpected token %v", tok)
+	return nil, d.errorf("unexpected character %q", d.data[d.pos])
+}
+
+func (d *jsonDecoder) number() (any, error) {
+	start := d.pos
+	digits := func() int {
+		n := 0
+		for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
+			d.pos++
+			n++
+		}
+		return n
+	}
+	if d.data[d.pos] == '-' {
+		d.pos++
+	}
+	intStart := d.pos
+	if digits() == 0 {
+		return nil, d.errorf("invalid number")
+	}
+	if d.data[intStart] == '0' && d.pos-intStart > 1 {
+		return nil, d.errorf("invalid number (leading zero)")
+	}
+	isFloat := false
+	if d.pos < len(d.data) && d.data[d.pos] == '.' {
+		d.pos++
+		isFloat = true
+		if digits() == 0 {
+			return nil, d.errorf("invalid number")
+		}
+	}
+	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
+		d.pos++
+		isFloat = true
+		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
+			d.pos++
+		}
+		if digits() == 0 {
+			return nil, d.errorf("invalid number")
+		}
+	}
+	text := string(d.data[start:d.pos])
+	if !isFloat {
+		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return i, nil
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return nil, d.errorf("number %s: %v", text, err)
+	}
+	return f, nil
+}
+
+// str decodes a string at d.pos (on the opening quote).
+func (d *jsonDecoder) str() (string, error) {
+	d.pos++
+	start := d.pos
+	// Fast path: no escapes, valid UTF-8.
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		if c == '"' {
+			s := d.data[start:d.pos]
+			d.pos++
+			if utf8.Valid(s) {
+				return string(s), nil
+			}
+			d.pos = start
+			return d.strSlow()
+		}
+		if c == '\\' || c < 0x20 {
+			d.pos = start
+			return d.strSlow()
+		}
+		d.pos++
+	}
+	return "", d.errorf("unterminated string")
+}
+
+func (d *jsonDecoder) strSlow() (string, error) {
+	var b strings.Builder
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			d.pos++
+			return b.String(), nil
+		case c < 0x20:
+			return "", d.errorf("control character in string")
+		case c == '\\':
+			if d.pos+1 >= len(d.data) {
+				return "", d.errorf("unterminated string")
+			}
+			e := d.data[d.pos+1]
+			d.pos += 2
+			switch e {
+			case '"', '\\', '/':
+				b.WriteByte(e)
+			case 'b':
+				b.WriteByte('\b')
+			case 'f':
+				b.WriteByte('\f')
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'u':
+				r, ok := d.hex4()
+				if !ok {
+					return "", d.errorf("invalid \\u escape")
+				}
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
+						save := d.pos
+						d.pos += 2
+						var ok bool
+						if r2, ok = d.hex4(); !ok {
+							return "", d.errorf("invalid \\u escape")
+						}
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							b.WriteRune(dec)
+							continue
+						}
+						d.pos = save
+					}
+					b.WriteRune(utf8.RuneError)
+					continue
+				}
+				b.WriteRune(r)
+			default:
+				return "", d.errorf("invalid escape \\%c", e)
+			}
+		default:
+			r, n := utf8.DecodeRune(d.data[d.pos:])
+			if r == utf8.RuneError && n == 1 {
+				b.WriteRune(utf8.RuneError)
+			} else {
+				b.Write(d.data[d.pos : d.pos+n])
+			}
+			d.pos += n
+		}
+	}
+	return "", d.errorf("unterminated string")
+}
+
+func (d *jsonDecoder) hex4() (rune, bool) {
+	if d.pos+4 > len(d.data) {
+		return 0, false
+	}
+	var r rune
+	for _, h := range d.data[d.pos : d.pos+4] {
+		v, ok := hexVal(h)
+		if !ok {
+			return 0, false
+		}
+		r = r*16 + rune(v)
+	}
+	d.pos += 4
+	return r, true
 }
