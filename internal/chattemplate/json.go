@@ -429,12 +429,11 @@ func (d *jsonDecoder) strSlow() (string, error) {
 					return "", d.errorf("invalid \\u escape")
 				}
 				if utf16.IsSurrogate(r) {
-					r2 := rune(-1)
 					if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
 						save := d.pos
 						d.pos += 2
-						var ok bool
-						if r2, ok = d.hex4(); !ok {
+						r2, ok := d.hex4()
+						if !ok {
 							return "", d.errorf("invalid \\u escape")
 						}
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
