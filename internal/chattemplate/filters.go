@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -451,6 +452,9 @@ func (r *renderer) toJSON(v any, a argList) (any, error) {
 	sortKeys := a.boolean(-1, "sort_keys", false)
 	if err := writeJSON(&b, v, indent, hasIndent, itemSep, keySep, sortKeys, 0, r); err != nil {
 		return nil, err
+	}
+	if a.boolean(-1, "ensure_ascii", false) {
+		return asciiEscape(b.String()), nil
 	}
 	if err := r.chargeBytes(b.Len()); err != nil {
 		return nil, err
@@ -1454,4 +1458,23 @@ func pyRound(f float64, prec int64) float64 {
 		return math.Copysign(0, -1)
 	}
 	return out
+}
+
+// asciiEscape turns DEL and every non-ASCII character of a JSON text into \uXXXX
+// escapes (UTF-16 surrogate pairs above U+FFFF), as ensure_ascii=True does;
+// non-ASCII characters only occur inside strings.
+func asciiEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		switch {
+		case c < 0x7f:
+			b.WriteRune(c)
+		case c > 0xffff:
+			r1, r2 := utf16.EncodeRune(c)
+			fmt.Fprintf(&b, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", c)
+		}
+	}
+	return b.String()
 }
