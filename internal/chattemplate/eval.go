@@ -813,6 +813,8 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	var items []any
 	var runes []rune
 	var length int64
+	// Jinja compiles slices to a plain Python subscript (not the
+	// environment's lenient getitem), so a bad one is an error.
 	switch x := obj.(type) {
 	case *List:
 		items = x.Items
@@ -902,6 +904,9 @@ func (r *renderer) contains(container, item any) (bool, error) {
 		}
 		return false, nil
 	case *Dict:
+		if _, isU := item.(undefined); isU {
+			return false, nil
+		}
 		if !isHashable(item) {
 			return false, fmt.Errorf("unhashable type: '%s'", typeName(item))
 		}
@@ -917,6 +922,9 @@ func (r *renderer) contains(container, item any) (bool, error) {
 }
 
 func (r *renderer) binop(op string, l, rv any) (any, error) {
+	if f, ok := l.(string); ok && op == "%" {
+		return r.percentFormat(f, rv)
+	}
 	if u, ok := l.(undefined); ok {
 		return nil, errUndefined(u)
 	}

@@ -120,7 +120,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "string":
 		return toStr(v), nil
 	case "safe":
-		return v, nil
+		return toStr(v), nil
 	case "trim":
 		chars, err := a.str(0, "chars", "")
 		if err != nil {
@@ -184,8 +184,14 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "join":
 		return r.join(v, a)
 	case "int":
+		if u, ok := v.(undefined); ok {
+			return nil, errUndefined(u)
+		}
 		return toInt(v, a)
 	case "float":
+		if u, ok := v.(undefined); ok {
+			return nil, errUndefined(u)
+		}
 		def := 0.0
 		if d, ok := a.get(0, "default"); ok {
 			def, _ = asNumber(d)
@@ -225,8 +231,11 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, isInt := v.(int64); isInt && method == "common" {
-			return v, nil
+		if u, ok := v.(undefined); ok {
+			return nil, errUndefined(u)
+		}
+		if i, isInt := intOf(v); isInt && method == "common" {
+			return i, nil
 		}
 		f, ok := asNumber(v)
 		if !ok {
@@ -305,6 +314,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		out := []any{}
 		for _, it := range items {
+			if k := key(it); !isHashable(k) {
+				return nil, fmt.Errorf("unhashable type: '%s'", typeName(k))
+			}
 			dup := false
 			for _, o := range out {
 				if equal(key(o), key(it)) {
@@ -512,6 +524,9 @@ func toInt(v any, a argList) (any, error) {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return def, nil
 		}
+		if math.Abs(x) >= 1<<63 {
+			return nil, errors.New("integer overflow: integers are 64-bit here")
+		}
 		return int64(x), nil
 	case string:
 		s := strings.ReplaceAll(strings.TrimSpace(x), "_", "")
@@ -519,6 +534,9 @@ func toInt(v any, a argList) (any, error) {
 			return i, nil
 		}
 		if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+			if math.Abs(f) >= 1<<63 {
+				return nil, errors.New("integer overflow: integers are 64-bit here")
+			}
 			return int64(f), nil
 		}
 	}
@@ -541,6 +559,10 @@ func attrPath(v any, path string) (any, error) {
 }
 
 func (r *renderer) mapFilter(v any, a argList) (any, error) {
+	if !truthy(v) {
+		// Jinja only iterates a true value.
+		return &List{Items: []any{}}, nil
+	}
 	items, err := seqItems(v)
 	if err != nil {
 		return nil, err
@@ -583,6 +605,9 @@ func (r *renderer) mapFilter(v any, a argList) (any, error) {
 }
 
 func (r *renderer) selectFilter(v any, a argList, want, byAttr bool) (any, error) {
+	if !truthy(v) {
+		return &List{Items: []any{}}, nil
+	}
 	items, err := seqItems(v)
 	if err != nil {
 		return nil, err
@@ -662,7 +687,13 @@ func (r *renderer) sortFilter(v any, a argList) (any, error) {
 }
 
 func (r *renderer) indent(v any, a argList) (any, error) {
-	s := toStr(v)
+	s, ok := v.(string)
+	if !ok {
+		if u, isU := v.(undefined); isU {
+			return nil, errUndefined(u)
+		}
+		return nil, fmt.Errorf("unsupported operand type(s) for +=: '%s' and 'str'", typeName(v))
+	}
 	width := "    "
 	if w, ok := a.get(0, "width"); ok {
 		switch x := w.(type) {
@@ -842,36 +873,34 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		return ok && !b, nil
 	case "callable":
 		switch v.(type) {
-		case *macro, *builtin, *boundMethod:
+		case *macro, *builtin, *boundMethod, undefined:
 			return true, nil
 		}
 		return false, nil
 	case "odd", "even", "divisibleby":
-		i, ok := intOf(v)
-		if !ok {
-			return false, fmt.Errorf("test '%s' needs an integer", name)
+		var div any = int64(2)
+		if name == "divisibleby" {
+			a, err := arg()
+			if err != nil {
+				return false, err
+			}
+			div = a
 		}
-		switch name {
-		case "odd":
-			return i%2 != 0, nil
-		case "even":
-			return i%2 == 0, nil
+		if _, isStr := v.(string); isStr {
+			return false, fmt.Errorf("test '%s' needs a number, not str", name)
 		}
-		a, err := arg()
+		m, err := r.binop("%", v, div)
 		if err != nil {
 			return false, err
 		}
-		d, ok := intOf(a)
-		if !ok || d == 0 {
-			return false, errors.New("divisibleby needs a non-zero integer")
+		if name == "odd" {
+			return equal(m, int64(1)), nil
 		}
-		return i%d == 0, nil
+		return equal(m, int64(0)), nil
 	case "lower":
-		s, ok := v.(string)
-		return ok && strings.ToLower(s) == s, nil
+		return isLower(toStr(v)), nil
 	case "upper":
-		s, ok := v.(string)
-		return ok && strings.ToUpper(s) == s, nil
+		return isUpper(toStr(v)), nil
 	case "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas":
 		a, err := arg()
 		if err != nil {
@@ -1167,9 +1196,9 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		}
 		return true, nil
 	case "islower":
-		return strings.ToLower(s) == s && strings.ToUpper(s) != s, nil
+		return isLower(s), nil
 	case "isupper":
-		return strings.ToUpper(s) == s && strings.ToLower(s) != s, nil
+		return isUpper(s), nil
 	case "removeprefix":
 		p, err := a.str(0, "prefix", "")
 		return strings.TrimPrefix(s, p), err
@@ -1194,6 +1223,35 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		return &List{Items: []any{s[:i], sep, s[i+len(sep):]}, Tuple: true}, nil
 	}
 	return nil, fmt.Errorf("str method '%s' is not supported", name)
+}
+
+// isLower is Python's str.islower: some cased character and no upper-case
+// one.
+func isLower(s string) bool {
+	cased := false
+	for _, c := range s {
+		if unicode.IsUpper(c) || unicode.IsTitle(c) {
+			return false
+		}
+		if unicode.IsLower(c) {
+			cased = true
+		}
+	}
+	return cased
+}
+
+// isUpper is Python's str.isupper.
+func isUpper(s string) bool {
+	cased := false
+	for _, c := range s {
+		if unicode.IsLower(c) || unicode.IsTitle(c) {
+			return false
+		}
+		if unicode.IsUpper(c) {
+			cased = true
+		}
+	}
+	return cased
 }
 
 func splitWhitespace(s string, maxs int, fromRight bool) []string {
@@ -1387,7 +1445,12 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			return nil, err
 		}
 	}
-	if n < len(args) {
+	// A mapping (for Python, anything with __getitem__ but a tuple) may go
+	// unused.
+	_, isDict := arg.(*Dict)
+	_, isUndef := arg.(undefined)
+	l, isList := arg.(*List)
+	if n < len(args) && !isDict && !isUndef && (!isList || l.Tuple) {
 		return nil, errors.New("not all arguments converted during string formatting")
 	}
 	return b.String(), nil

@@ -248,18 +248,20 @@ func (lx *lexer) isRaw(open int) bool {
 	}
 	s = s[3:]
 	s = s[pyLStripLen(s):]
-	return strings.HasPrefix(s, "%}") || strings.HasPrefix(s, "-%}") || strings.HasPrefix(s, "+%}")
+	// Jinja's raw rule takes "%}" or "-%}" only; "+%}" makes it an
+	// ordinary (unknown) tag.
+	return strings.HasPrefix(s, "%}") || strings.HasPrefix(s, "-%}")
 }
 
 func (lx *lexer) raw() error {
-	// consume "{% raw %}"
+	// consume "{% raw %}": no trim_blocks here, "-%}" strips what follows
 	i := strings.Index(lx.src[lx.pos:], "%}")
 	j := lx.pos + i
-	if lx.src[j-1] == '-' || lx.src[j-1] == '+' {
-		j--
+	minus := lx.src[j-1] == '-'
+	lx.advance(j + 2 - lx.pos)
+	if minus {
+		lx.advance(pyLStripLen(lx.src[lx.pos:]))
 	}
-	lx.advance(j - lx.pos)
-	lx.endTag('%')
 	for k := lx.pos; ; {
 		i := strings.Index(lx.src[k:], "{%")
 		if i < 0 {
