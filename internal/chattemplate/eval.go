@@ -47,8 +47,28 @@ type macro struct {
 }
 
 type loopInfo struct {
-	items []any
+	items []any // the items so far accepted
 	i     int
+	// With a loop filter: the items not yet examined and the test.
+	src    []any
+	accept func(any) (bool, error)
+}
+
+// fill examines source items until item n is accepted or none are left
+// (n < 0: all of them).
+func (li *loopInfo) fill(n int) error {
+	for len(li.src) > 0 && (n < 0 || len(li.items) <= n) {
+		item := li.src[0]
+		li.src = li.src[1:]
+		ok, err := li.accept(item)
+		if err != nil {
+			return err
+		}
+		if ok {
+			li.items = append(li.items, item)
+		}
+	}
+	return nil
 }
 
 type ctrl uint8
@@ -164,13 +184,17 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		}
 		return r.execBody(n.els, s, o)
 	case *forStmt:
-		return ctrlNone, lineErr(n.line, r.execFor(n, s, o))
+		c, err := r.execFor(n, s, o)
+		return c, lineErr(n.line, err)
 	case *setStmt:
 		return ctrlNone, lineErr(n.line, r.execSet(n, s))
 	case *setBlockStmt:
 		sub := &output{}
-		if _, err := r.execBody(n.body, s, sub); err != nil {
-			return ctrlNone, err
+		// break and continue inside the block leave it, unassigned, as
+		// in the Python code Jinja compiles to.
+		// The block's body has a scope of its own.
+		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
+			return c, err
 		}
 		var v any = sub.b.String()
 		for _, f := range n.filters {
@@ -190,8 +214,8 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		return ctrlContinue, nil
 	case *filterBlockStmt:
 		sub := &output{}
-		if _, err := r.execBody(n.body, s, sub); err != nil {
-			return ctrlNone, err
+		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
+			return c, err
 		}
 		var v any = sub.b.String()
 		for _, f := range n.filters {
@@ -305,60 +329,71 @@ func (r *renderer) iterate(v any) ([]any, error) {
 	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
 }
 
-func (r *renderer) execFor(n *forStmt, s *scope, o *output) error {
+func (r *renderer) execFor(n *forStmt, s *scope, o *output) (ctrl, error) {
 	it, err := r.eval(n.iter, s)
 	if err != nil {
-		return err
+		return ctrlNone, err
 	}
 	items, err := r.iterate(it)
 	if err != nil {
-		return err
-	}
-	if n.cond != nil {
-		var kept []any
-		for _, item := range items {
-			inner := &scope{parent: s}
-			if err := r.bindTargets(n, inner, item); err != nil {
-				return err
-			}
-			c, err := r.eval(n.cond, inner)
-			if err != nil {
-				return err
-			}
-			if truthy(c) {
-				kept = append(kept, item)
-			}
-		}
-		items = kept
-	}
-	if len(items) == 0 {
-		_, err := r.execBody(n.els, s, o)
-		return err
+		return ctrlNone, err
 	}
 	li := &loopInfo{items: items}
+	if n.cond != nil {
+		// Jinja filters lazily, interleaved with the body (and ahead of it
+		// only as far as loop.last, loop.length and the like need): the
+		// condition sees what earlier iterations changed.
+		li.items, li.src = nil, items
+		li.accept = func(item any) (bool, error) {
+			probe := &scope{parent: s}
+			if err := r.bindTargets(n, probe, item); err != nil {
+				return false, err
+			}
+			c, err := r.eval(n.cond, probe)
+			return truthy(c), err
+		}
+	}
+	// Jinja runs the else block unless some iteration finished its body:
+	// an empty loop, or one whose every iteration ended in break or
+	// continue.
+	completed := false
 	// One frame serves every iteration: it is emptied before each, so
 	// nothing set in one iteration is seen by the next.
 	inner := &scope{parent: s, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
-	for i, item := range items {
+	for i := 0; ; i++ {
+		if err := li.fill(i); err != nil {
+			return ctrlNone, err
+		}
+		if i >= len(li.items) {
+			break
+		}
 		if err := r.step(1); err != nil {
-			return err
+			return ctrlNone, err
 		}
 		li.i = i
 		clear(inner.vals)
 		inner.names, inner.vals = inner.names[:0], inner.vals[:0]
 		inner.set("loop", li)
-		if err := r.bindTargets(n, inner, item); err != nil {
-			return err
+		if err := r.bindTargets(n, inner, li.items[i]); err != nil {
+			return ctrlNone, err
 		}
 		c, err := r.execBody(n.body, inner, o)
 		if err != nil {
-			return err
+			return ctrlNone, err
 		}
 		if c == ctrlBreak {
 			break
 		}
+		if c == ctrlNone {
+			completed = true
+		}
 	}
-	return nil
+	if !completed && len(n.els) > 0 {
+		// The else block has a scope of its own, and runs outside this
+		// loop: its break and continue belong to an enclosing one.
+		return r.execBody(n.els, &scope{parent: s}, o)
+	}
+	return ctrlNone, nil
 }
 
 func (r *renderer) bindTargets(n *forStmt, inner *scope, item any) error {
@@ -1217,6 +1252,16 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 }
 
 func (li *loopInfo) attr(name string) (any, error) {
+	switch name {
+	case "length", "revindex", "revindex0":
+		if err := li.fill(-1); err != nil {
+			return nil, err
+		}
+	case "last", "nextitem":
+		if err := li.fill(li.i + 1); err != nil {
+			return nil, err
+		}
+	}
 	n := int64(len(li.items))
 	i := int64(li.i)
 	switch name {

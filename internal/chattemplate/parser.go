@@ -129,6 +129,10 @@ type parser struct {
 	toks  []token
 	pos   int
 	depth int
+	// loops counts the for bodies around the current position (macro and
+	// call bodies start again from zero): break and continue need one, as
+	// the Python code Jinja compiles to does.
+	loops int
 }
 
 func (p *parser) peek() token { return p.toks[p.pos] }
@@ -285,6 +289,9 @@ func (p *parser) parseStatement() (stmt, error) {
 	case "macro":
 		return p.parseMacro()
 	case "break", "continue":
+		if p.loops == 0 {
+			return nil, fmt.Errorf("line %d: '%s' outside loop", t.line, t.val)
+		}
 		if err := p.endTag(); err != nil {
 			return nil, err
 		}
@@ -436,7 +443,9 @@ func (p *parser) parseFor(line int) (stmt, error) {
 	if err := p.endTag(); err != nil {
 		return nil, err
 	}
+	p.loops++
 	body, end, err := p.subparse([]string{"endfor", "else"})
+	p.loops--
 	if err != nil {
 		return nil, err
 	}
@@ -544,7 +553,11 @@ func (p *parser) parseMacro() (stmt, error) {
 	if err := p.endTag(); err != nil {
 		return nil, err
 	}
-	if m.body, _, err = p.subparse([]string{"endmacro"}); err != nil {
+	loops := p.loops
+	p.loops = 0
+	m.body, _, err = p.subparse([]string{"endmacro"})
+	p.loops = loops
+	if err != nil {
 		return nil, err
 	}
 	if p.peek().kind == tkName && p.peek().val == name {
@@ -573,7 +586,11 @@ func (p *parser) parseCallBlock() (stmt, error) {
 	if err := p.endTag(); err != nil {
 		return nil, err
 	}
-	if s.body, _, err = p.subparse([]string{"endcall"}); err != nil {
+	loops := p.loops
+	p.loops = 0
+	s.body, _, err = p.subparse([]string{"endcall"})
+	p.loops = loops
+	if err != nil {
 		return nil, err
 	}
 	return s, p.endTag()

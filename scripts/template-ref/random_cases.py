@@ -1,7 +1,9 @@
 """Writes testdata/chattemplate/random_cases.json: random expressions over
-Jinja's operators, filters, tests and str/dict/list methods, and random
-whitespace-control layouts (-, +, trim_blocks, lstrip_blocks, raw, comments),
-each with Python jinja2's result as transformers configures it.
+Jinja's operators, filters, tests and str/dict/list methods, random
+whitespace-control layouts (-, +, trim_blocks, lstrip_blocks, raw, comments)
+and random statement nests for scoping (set, namespace, loops with filters,
+else, break and continue, macros, with, set blocks), each with Python
+jinja2's result as transformers configures it.
 
 Left out, as deliberate differences: results that print a Python generator
 or iterator (Jinja's lazy filters), expressions whose result depends on
@@ -94,6 +96,37 @@ def block(d=0):
     return out
 
 
+SCOPE_VALUES = ["x", "y", "i", "1", "'a'", "ns.c", "loop.index", "x ~ '+'", "(x|string) ~ y", "m1()", "m2(x)", "z is defined",
+                "ns.c + 1"]
+
+
+def scoped(d=0):
+    """A statement for the scoping family: set, namespaces, loops (with
+    filters, else, break, continue), if, macros, with, set blocks."""
+    k = random.random()
+    val = lambda: random.choice(SCOPE_VALUES)  # noqa: E731
+    body = lambda: "".join(scoped(d + 1) for _ in range(random.randint(1, 4)))  # noqa: E731
+    if k < 0.25:
+        return "{% set " + random.choice(["x", "y", "i", "z"]) + " = " + val() + " %}"
+    if k < 0.35:
+        return "{% set ns.c = " + random.choice(["ns.c + 1", "x", "1"]) + " %}"
+    if k < 0.55:
+        return "[{{ " + val() + " }}]"
+    if d < 3 and k < 0.7:
+        return ("{% for " + random.choice(["i", "x", "j"]) + " in " + random.choice(["[1, 2]", "range(3)", "'ab'", "[]"]) +
+                (" if " + val() if random.random() < 0.2 else "") + " %}" + body() +
+                ("{% else %}" + body() if random.random() < 0.2 else "") + "{% endfor %}")
+    if d < 3 and k < 0.82:
+        return "{% if " + val() + " %}" + body() + ("{% else %}" + body() if random.random() < 0.5 else "") + "{% endif %}"
+    if d < 3 and k < 0.88:
+        return "{% macro m" + random.choice(["1", "2"]) + "(x=" + random.choice(["1", "y", "'d'"]) + ") %}" + body() + "{% endmacro %}"
+    if d < 3 and k < 0.92:
+        return "{% with y = " + val() + " %}" + body() + "{% endwith %}"
+    if k < 0.96:
+        return "{% if " + val() + " %}{% " + random.choice(["break", "continue"]) + " %}{% endif %}"
+    return "{% set " + random.choice(["x", "y", "i"]) + " %}" + body() + "{% endset %}"
+
+
 def run(env, src, kwargs):
     try:
         return {"text": env.from_string(src).render(**copy.deepcopy(kwargs))}
@@ -129,6 +162,16 @@ def main(out):
     for _ in range(400):
         src = block()
         cases.append({"template": src, **run(env, src, base)})
+    random.seed(10)
+    scope_cases = 0
+    while scope_cases < 400:
+        src = ("{% set ns = namespace(c=0) %}{% set x = 'X' %}{% set y = 'Y' %}" +
+               "".join(scoped() for _ in range(random.randint(1, 4))) + "|{{ x }}{{ y }}{{ ns.c }}{{ z is defined }}")
+        res = run(env, src, base)
+        if "error" in res and res["error"].startswith("SyntaxError"):
+            continue  # break or continue outside a loop: fails in both
+        cases.append({"template": src, **res})
+        scope_cases += 1
     with open(os.path.join(out, "random_cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=0)
         f.write("\n")
