@@ -100,10 +100,26 @@ func TestCompileLimits(t *testing.T) {
 		"{{ " + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + " }}",
 		strings.Repeat("{% if 1 %}", 10000) + strings.Repeat("{% endif %}", 10000),
 		strings.Repeat("x", 2<<20),
+		"{{ 1" + strings.Repeat(" - 1", 100000) + " }}",
+		"{{ x" + strings.Repeat(".y", 100000) + " }}",
+		"{{ x" + strings.Repeat("|trim", 100000) + " }}",
+		"{{ 1" + strings.Repeat(" < 1", 100000) + " }}",
+		"{{ 1" + strings.Repeat(" and 1", 100000) + " }}",
 	} {
 		if _, err := chattemplate.Compile(src); err == nil {
 			t.Errorf("compiled %.40q...", src)
 		}
+	}
+}
+
+// Values nested deeper than the interpreter walks fail cleanly.
+func TestDeepValues(t *testing.T) {
+	tmpl, err := chattemplate.Compile("{% set ns = namespace(a=[], b=[]) %}{% for i in range(500) %}{% set ns.a = [ns.a] %}{% set ns.b = [ns.b] %}{% endfor %}{{ ns.a < ns.b }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmpl.Render(t.Context(), chattemplate.Input{}); err == nil {
+		t.Fatalf("got %v", err)
 	}
 }
 

@@ -208,6 +208,15 @@ func (p *parser) enter() error {
 
 func (p *parser) leave() { p.depth-- }
 
+// chain charges one level of nesting for each link of a left-deep chain
+// (a + b + c, x.y.z, v|f|g); done gives the levels back.
+func (p *parser) chain(links *int) error {
+	*links++
+	return p.enter()
+}
+
+func (p *parser) done(links int) { p.depth -= links }
+
 // parse parses the whole template.
 func parse(toks []token) ([]stmt, error) {
 	p := &parser{toks: toks}
@@ -690,7 +699,12 @@ func (p *parser) parseOr() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	links := 0
+	defer func() { p.done(links) }()
 	for p.skipName("or") {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		r, err := p.parseAnd()
 		if err != nil {
 			return nil, err
@@ -705,7 +719,12 @@ func (p *parser) parseAnd() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	links := 0
+	defer func() { p.done(links) }()
 	for p.skipName("and") {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		r, err := p.parseNot()
 		if err != nil {
 			return nil, err
@@ -736,7 +755,12 @@ func (p *parser) parseCompare() (expr, error) {
 		return nil, err
 	}
 	c := &cmpExpr{first: x}
+	links := 0
+	defer func() { p.done(links) }()
 	for {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		t := p.peek()
 		var op string
 		switch {
@@ -769,7 +793,12 @@ func (p *parser) parseMath1() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	links := 0
+	defer func() { p.done(links) }()
 	for p.isOp("+") || p.isOp("-") {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		op := p.next().val
 		r, err := p.parseConcat()
 		if err != nil {
@@ -804,7 +833,12 @@ func (p *parser) parseMath2() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	links := 0
+	defer func() { p.done(links) }()
 	for p.isOp("*") || p.isOp("/") || p.isOp("//") || p.isOp("%") {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		op := p.next().val
 		r, err := p.parsePow()
 		if err != nil {
@@ -820,7 +854,12 @@ func (p *parser) parsePow() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	links := 0
+	defer func() { p.done(links) }()
 	for p.skipOp("**") {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		r, err := p.parseUnary(true)
 		if err != nil {
 			return nil, err
@@ -954,7 +993,12 @@ func (p *parser) parsePrimary() (expr, error) {
 }
 
 func (p *parser) parsePostfix(x expr) (expr, error) {
+	links := 0
+	defer func() { p.done(links) }()
 	for {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		switch {
 		case p.isOp("."):
 			p.pos++
@@ -1094,7 +1138,12 @@ func (p *parser) parseFilter(node expr) (*filterExpr, error) {
 }
 
 func (p *parser) parseFilterExpr(x expr) (expr, error) {
+	links := 0
+	defer func() { p.done(links) }()
 	for {
+		if err := p.chain(&links); err != nil {
+			return nil, err
+		}
 		switch {
 		case p.isOp("|"):
 			p.pos++

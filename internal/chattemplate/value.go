@@ -435,7 +435,12 @@ func intOf(v any) (int64, bool) {
 }
 
 // compare is Python's ordering: -1, 0 or 1, or an error for unorderable types.
-func compare(a, b any) (int, error) {
+func compare(a, b any) (int, error) { return compareDepth(a, b, 0) }
+
+func compareDepth(a, b any, depth int) (int, error) {
+	if depth > maxNesting {
+		return 0, errors.New("comparison nested too deeply")
+	}
 	if _, ok := asNumber(a); ok {
 		if _, ok := asNumber(b); ok {
 			ia, aInt := intOf(a)
@@ -459,7 +464,7 @@ func compare(a, b any) (int, error) {
 				if equal(x.Items[i], y.Items[i]) {
 					continue
 				}
-				return compare(x.Items[i], y.Items[i])
+				return compareDepth(x.Items[i], y.Items[i], depth+1)
 			}
 			return cmpOrdered(len(x.Items), len(y.Items)), nil
 		}
