@@ -175,8 +175,14 @@ type Input struct {
 	// order), []any, string, float64, int, bool, nil.
 	Messages []any
 	Tools    []any
+	// Documents is documents (retrieval-augmented generation); nil is None.
+	Documents []any
 	// AddGenerationPrompt is add_generation_prompt.
 	AddGenerationPrompt bool
+	// ContinueFinalMessage cuts the render right after the final message's
+	// text, as transformers' continue_final_message does, so the model
+	// continues that message; it excludes AddGenerationPrompt.
+	ContinueFinalMessage bool
 	// Extra holds further template kwargs (enable_thinking, ...); a *Dict
 	// value keeps its order.
 	Extra map[string]any
@@ -217,12 +223,24 @@ func DecodeRequest(data []byte) (Input, error) {
 			default:
 				return Input{}, errors.New("chattemplate: request tools is not a list")
 			}
-		case "add_generation_prompt":
+		case "documents":
+			switch x := val.(type) {
+			case nil:
+			case *List:
+				in.Documents = x.Items
+			default:
+				return Input{}, errors.New("chattemplate: request documents is not a list")
+			}
+		case "add_generation_prompt", "continue_final_message":
 			b, ok := val.(bool)
 			if !ok {
-				return Input{}, errors.New("chattemplate: add_generation_prompt is not a boolean")
+				return Input{}, fmt.Errorf("chattemplate: %s is not a boolean", key)
 			}
-			in.AddGenerationPrompt = b
+			if key == "add_generation_prompt" {
+				in.AddGenerationPrompt = b
+			} else {
+				in.ContinueFinalMessage = b
+			}
 		case "chat_template_kwargs":
 			kw, ok := val.(*Dict)
 			if !ok {
@@ -269,6 +287,9 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrRenderUnavailable, err)
 	}
+	if in.ContinueFinalMessage && in.AddGenerationPrompt {
+		return "", errors.New("chattemplate: continue_final_message and add_generation_prompt exclude each other")
+	}
 	root := &scope{}
 	for _, k := range sortedKeys(t.tokens) {
 		root.set(k, t.tokens[k])
@@ -302,6 +323,15 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 	} else {
 		root.set("tools", nil)
 	}
+	if in.Documents != nil {
+		docs, err := fromGo(in.Documents, 0)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: documents: %w", err)
+		}
+		root.set("documents", docs)
+	} else {
+		root.set("documents", nil)
+	}
 	root.set("add_generation_prompt", in.AddGenerationPrompt)
 	o := &output{}
 	o.b.Grow(int(min(t.sizeHint.Load(), int64(t.maxOutput))))
@@ -312,7 +342,52 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 		return "", fmt.Errorf("chattemplate: %w", err)
 	}
 	t.sizeHint.Store(int64(o.b.Len()))
+	if in.ContinueFinalMessage {
+		return continueFinal(o.b.String(), msgs.(*List))
+	}
 	return o.b.String(), nil
+}
+
+// continueFinal cuts text after the final message's text as transformers'
+// continue_final_message does.
+func continueFinal(text string, msgs *List) (string, error) {
+	if len(msgs.Items) == 0 {
+		return "", errors.New("chattemplate: continue_final_message needs a final message")
+	}
+	last, ok := msgs.Items[len(msgs.Items)-1].(*Dict)
+	if !ok {
+		return "", errors.New("chattemplate: continue_final_message: the final message is not an object")
+	}
+	content, _ := last.Get("content")
+	var final string
+	switch c := content.(type) {
+	case string:
+		final = c
+	case *List:
+		found := false
+		for i := len(c.Items) - 1; i >= 0 && !found; i-- {
+			if block, ok := c.Items[i].(*Dict); ok {
+				if t, ok := block.Get("text"); ok {
+					final, found = toStr(t), true
+				}
+			}
+		}
+		if !found {
+			return "", errors.New("chattemplate: continue_final_message is set but the final message has no text to continue")
+		}
+	default:
+		return "", errors.New("chattemplate: continue_final_message: the final message's content is neither text nor a list")
+	}
+	stripped := pyStrip(final, "", false, true, true)
+	loc := strings.LastIndex(text, stripped)
+	if loc < 0 {
+		return "", errors.New("chattemplate: continue_final_message is set but the final message does not appear in the render")
+	}
+	lstripped := pyStrip(final, "", false, true, false)
+	if end := loc + len(lstripped); end <= len(text) && text[loc:end] == final {
+		return text[:end], nil
+	}
+	return text[:loc+len(stripped)], nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

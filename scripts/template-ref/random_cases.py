@@ -143,7 +143,7 @@ def main(out):
                                              extensions=[render.AssistantTracker, "jinja2.ext.loopcontrols"])
     unfolded.filters["tojson"] = render.tojson
     unfolded.globals.update(env.globals)
-    base = {"messages": [], "tools": None, "add_generation_prompt": False}
+    base = {"messages": [], "tools": None, "documents": None, "add_generation_prompt": False}
     cases = []
     random.seed(8)
     while len(cases) < 600:

@@ -41,6 +41,24 @@ class AssistantTracker(jinja2.ext.Extension):
         return caller()
 
 
+def continue_final(rendered, chat):
+    """transformers' continue_final_message post-processing."""
+    final_message = chat[-1]["content"]
+    if isinstance(final_message, (list, tuple)):
+        for content_block in reversed(final_message):
+            if "text" in content_block:
+                final_message = content_block["text"]
+                break
+        else:
+            raise ValueError("continue_final_message is set but we could not find any text to continue in the final message!")
+    if final_message.strip() not in rendered:
+        raise ValueError("continue_final_message is set but the final message does not appear in the chat")
+    final_msg_loc = rendered.rindex(final_message.strip())
+    if rendered[final_msg_loc: final_msg_loc + len(final_message.lstrip())] == final_message:
+        return rendered[: final_msg_loc + len(final_message.lstrip())]
+    return rendered[: final_msg_loc + len(final_message.strip())]
+
+
 def environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, loopcontrols])
     env.filters["tojson"] = tojson
@@ -67,12 +85,17 @@ def main(out):
             kwargs = dict(tokens)
             kwargs.update(case.get("extra", {}))
             try:
+                if case.get("continue_final_message") and case.get("add_generation_prompt"):
+                    raise ValueError("continue_final_message and add_generation_prompt are not compatible")
                 text = tmpl.render(
                     messages=case["messages"],
                     tools=case.get("tools"),
+                    documents=case.get("documents"),
                     add_generation_prompt=case.get("add_generation_prompt", False),
                     **kwargs,
                 )
+                if case.get("continue_final_message"):
+                    text = continue_final(text, case["messages"])
                 results[case["name"]] = {"text": text}
             except Exception as e:  # the Go side must fail too
                 results[case["name"]] = {"error": type(e).__name__ + ": " + str(e)}
@@ -94,7 +117,7 @@ def features(out):
             tmpl = env.from_string(case["template"])
             # As apply_chat_template: messages, tools and add_generation_prompt
             # are always passed.
-            kwargs = {"messages": [], "tools": None, "add_generation_prompt": False}
+            kwargs = {"messages": [], "tools": None, "documents": None, "add_generation_prompt": False}
             kwargs.update(case.get("vars", {}))
             results[case["name"]] = {"text": tmpl.render(**kwargs)}
         except Exception as e:
