@@ -9,6 +9,24 @@
 // (fuel), an output size limit and a wall-clock budget checked inside the
 // evaluator itself, so a render never outlives its budget and needs no
 // goroutine. There is no file loader: include, import and extends fail.
+//
+// Renders are checked byte for byte against Python jinja2 (see
+// testdata/chattemplate/README.md). Known differences, none of which real
+// chat templates rely on:
+//   - integers are 64-bit (overflow is an error, Python has big ints);
+//   - lazy filters (select, reject, map, selectattr, rejectattr, unique,
+//     reverse, items) and dict views (.items(), .keys(), .values()) give
+//     lists, so printing one shows the list, not Python's generator object;
+//   - escape and safe give plain strings (no Markup: concatenation does not
+//     escape the other side);
+//   - Jinja evaluates all-constant output expressions at compile time with
+//     its lenient getitem, so a bad constant slice prints "" there and is an
+//     error here;
+//   - str.upper/lower use Go's simple case mapping (no "ß" → "SS");
+//   - not supported, with a clear error: recursive loops, *args/**kwargs and
+//     varargs/kwargs in macros, str.format, the filters batch, slice,
+//     groupby, truncate, wordwrap, center, urlize, urlencode, xmlattr,
+//     striptags, pprint, random, filesizeformat.
 package chattemplate
 
 import (
