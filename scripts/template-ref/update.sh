@@ -5,7 +5,7 @@
 # every case of cases.json with Python jinja2 configured as transformers
 # configures it (render.py). `make test` reads only the committed results.
 # Templates the packages do not carry (gpt_oss, mistral*, llama2, qwen2_5,
-# deepseek_v3_1, glm_4_6, kimi_k2, minimax_m2, features) are committed by hand; see
+# deepseek_v3_1, glm_4_6, kimi_k2, minimax_m2, command_r7b, features) are committed by hand; see
 # testdata/chattemplate/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
