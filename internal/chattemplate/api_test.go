@@ -67,8 +67,15 @@ func TestDecodeRequest(t *testing.T) {
 	if !in.AddGenerationPrompt || len(in.Messages) != 1 || in.Tools != nil {
 		t.Fatalf("%+v", in)
 	}
-	if in.Extra["enable_thinking"] != false || in.Extra["model"] != "m" {
-		t.Fatalf("extra %v (chat_template_kwargs win over top-level keys)", in.Extra)
+	if in.Extra["enable_thinking"] != false || len(in.Extra) != 1 {
+		t.Fatalf("extra %v: want only chat_template_kwargs", in.Extra)
+	}
+	kw, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "model": "m", "enable_thinking": true, "chat_template_kwargs": {"enable_thinking": false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kw.Extra["enable_thinking"] != false || kw.Extra["model"] != "m" {
+		t.Fatalf("extra %v: want top-level kwargs, chat_template_kwargs winning", kw.Extra)
 	}
 	tmpl, err := chattemplate.Compile("{{ messages[0] | tojson }} {{ messages[0].keys() | list }} {{ enable_thinking }} {{ tools }}")
 	if err != nil {

@@ -208,12 +208,21 @@ type Input struct {
 	SpecialTokens map[string]string
 }
 
-// DecodeRequest reads a chat request body ({"messages": [...], "tools":
-// [...], "add_generation_prompt": bool, other kwargs...}) keeping the key
-// order of every object, as tojson needs. Keys other than messages, tools
-// and add_generation_prompt become Extra; a "chat_template_kwargs" object is
-// merged into Extra.
-func DecodeRequest(data []byte) (Input, error) {
+// DecodeRequest reads an OpenAI-style chat request body keeping the key
+// order of every object, as tojson needs: messages, tools, documents,
+// add_generation_prompt, continue_final_message, and chat_template_kwargs
+// (an object whose entries become Extra, as vLLM passes them). Other keys
+// (model, temperature, ...) are not template variables and are ignored. An
+// absent add_generation_prompt is false: OpenAI-style servers default it to
+// true, and the caller sets it as its server does.
+func DecodeRequest(data []byte) (Input, error) { return decodeRequest(data, false) }
+
+// DecodeRequestKwargs is DecodeRequest where every other top-level key is a
+// template kwarg too (as in the JSON lines of kv-inspect render);
+// chat_template_kwargs entries win over them.
+func DecodeRequestKwargs(data []byte) (Input, error) { return decodeRequest(data, true) }
+
+func decodeRequest(data []byte, topLevelKwargs bool) (Input, error) {
 	v, err := DecodeJSON(data)
 	if err != nil {
 		return Input{}, fmt.Errorf("chattemplate: request: %w", err)
@@ -271,6 +280,9 @@ func DecodeRequest(data []byte) (Input, error) {
 				in.Extra[kk.(string)] = kw.vals[j]
 			}
 		default:
+			if !topLevelKwargs {
+				continue
+			}
 			if in.Extra == nil {
 				in.Extra = map[string]any{}
 			}

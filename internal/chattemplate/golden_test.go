@@ -48,8 +48,9 @@ func loadCases(t testing.TB) []goldenCase {
 		if err != nil {
 			t.Fatalf("%s: %v", head.Name, err)
 		}
-		delete(in.Extra, "name")
-		delete(in.Extra, "extra")
+		if in.Extra == nil {
+			in.Extra = map[string]any{}
+		}
 		for k, v := range head.Extra {
 			dv, err := chattemplate.DecodeJSON(v)
 			if err != nil {
