@@ -501,6 +501,11 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 				return -y, nil
 			case float64:
 				return -y, nil
+			case bigInt:
+				if rest, ok := strings.CutPrefix(string(y), "-"); ok {
+					return bigInt(rest), nil
+				}
+				return "-" + y, nil
 			}
 			return nil, fmt.Errorf("bad operand type for unary -: '%s'", typeName(v))
 		default:
@@ -508,7 +513,7 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 			case bool:
 				i, _ := intOf(y)
 				return i, nil
-			case int64, float64:
+			case int64, float64, bigInt:
 				return y, nil
 			}
 			return nil, fmt.Errorf("bad operand type for unary +: '%s'", typeName(v))

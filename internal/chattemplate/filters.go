@@ -852,13 +852,16 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		return false, nil
 	case "number":
 		switch v.(type) {
-		case int64, float64, bool:
+		case int64, float64, bool, bigInt:
 			return true, nil
 		}
 		return false, nil
 	case "integer":
-		_, ok := v.(int64)
-		return ok, nil
+		switch v.(type) {
+		case int64, bigInt:
+			return true, nil
+		}
+		return false, nil
 	case "float":
 		_, ok := v.(float64)
 		return ok, nil

@@ -45,6 +45,8 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 		}
 	case int64:
 		b.WriteString(strconv.FormatInt(x, 10))
+	case bigInt:
+		b.WriteString(string(x))
 	case float64:
 		switch {
 		case math.IsNaN(x):
@@ -108,7 +110,7 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 				jsonString(b, k)
 			case nil:
 				b.WriteString(`"null"`)
-			case bool, int64, float64:
+			case bool, int64, float64, bigInt:
 				var kb strings.Builder
 				if err := writeJSON(&kb, k, "", false, "", "", false, 0, nil); err != nil {
 					return err
@@ -358,9 +360,11 @@ func (d *jsonDecoder) number() (any, error) {
 	}
 	text := string(d.data[start:d.pos])
 	if !isFloat {
-		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+		i, err := strconv.ParseInt(text, 10, 64)
+		if err == nil {
 			return i, nil
 		}
+		return bigInt(text), nil
 	}
 	f, err := strconv.ParseFloat(text, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {

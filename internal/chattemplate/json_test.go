@@ -22,9 +22,17 @@ func same(ours, std any) error {
 			return fmt.Errorf("%#v != %#v", ours, std)
 		}
 	case json.Number:
-		if i, err := strconv.ParseInt(string(s), 10, 64); err == nil && !bytes.ContainsAny([]byte(s), ".eE") {
-			if ours != i {
-				return fmt.Errorf("%#v != int %d", ours, i)
+		if !bytes.ContainsAny([]byte(s), ".eE") {
+			i, err := strconv.ParseInt(string(s), 10, 64)
+			if err == nil {
+				if ours != i {
+					return fmt.Errorf("%#v != int %d", ours, i)
+				}
+				return nil
+			}
+			// Beyond 64 bits: kept as its text (not as a string value).
+			if _, isStr := ours.(string); isStr || fmt.Sprint(ours) != string(s) {
+				return fmt.Errorf("%#v != big int %s", ours, s)
 			}
 			return nil
 		}

@@ -14,6 +14,10 @@ import (
 // bool, int64, float64, string, *List, *Dict, *Namespace, undefined,
 // *macro, *loopInfo, *builtin and *boundMethod.
 
+// bigInt is a JSON integer beyond 64 bits, kept as its decimal text so it
+// prints and serializes as Python does; arithmetic on it is an error.
+type bigInt string
+
 // undefined is Jinja's default Undefined: it prints as "", is false, iterates
 // as empty, and fails on attribute access or arithmetic.
 type undefined struct{ name string }
@@ -58,7 +62,7 @@ func hashKey(k any) any {
 
 func isHashable(k any) bool {
 	switch k.(type) {
-	case nil, bool, int64, float64, string:
+	case nil, bool, int64, float64, string, bigInt:
 		return true
 	case *List:
 		return false
@@ -146,7 +150,7 @@ func typeName(v any) string {
 		return "NoneType"
 	case bool:
 		return "bool"
-	case int64:
+	case int64, bigInt:
 		return "int"
 	case float64:
 		return "float"
@@ -200,7 +204,7 @@ func truthy(v any) bool {
 	case undefined:
 		return false
 	}
-	return true
+	return true // bigInt is never zero
 }
 
 // toStr is Python's str(v) (Undefined prints as "").
@@ -217,6 +221,8 @@ func toStr(v any) string {
 		return "False"
 	case int64:
 		return strconv.FormatInt(x, 10)
+	case bigInt:
+		return string(x)
 	case float64:
 		return pyFloat(x)
 	case undefined:
@@ -490,7 +496,7 @@ func fromGo(v any, depth int) (any, error) {
 		return nil, errors.New("input nested too deeply")
 	}
 	switch x := v.(type) {
-	case nil, bool, int64, float64, string, *Dict, undefined:
+	case nil, bool, int64, float64, string, *Dict, undefined, bigInt:
 		return v, nil
 	case int:
 		return int64(x), nil
