@@ -13,7 +13,9 @@
 // Renders are checked byte for byte against Python jinja2 (see
 // testdata/chattemplate/README.md). Known differences, none of which real
 // chat templates rely on:
-//   - integers are 64-bit (overflow is an error, Python has big ints);
+//   - integers are 64-bit (overflow is an error, Python has big ints); larger
+//     integers in JSON input keep their digits for printing, tojson and
+//     comparison, but arithmetic on them is an error;
 //   - lazy filters (select, reject, map, selectattr, rejectattr, unique,
 //     reverse, items) and dict views (.items(), .keys(), .values()) give
 //     lists, so printing one shows the list, not Python's generator object;
