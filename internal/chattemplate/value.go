@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+	"unicode"
 )
 
 // Values inside the interpreter are Go values of these types: nil (None),
@@ -284,17 +284,30 @@ func pyStrRepr(b *strings.Builder, s string) {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(b, `\x%02x`, r)
-		case r >= 0x80 && r < 0xa0, r == 0xad:
-			fmt.Fprintf(b, `\x%02x`, r)
-		case r == utf8.RuneError:
+		case pyPrintable(r):
 			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(b, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(b, `\u%04x`, r)
 		default:
-			b.WriteRune(r)
+			fmt.Fprintf(b, `\U%08x`, r)
 		}
 	}
 	b.WriteByte(q)
+}
+
+// pyPrintable is Python's str.isprintable for one character: not a control,
+// format, surrogate, private-use, unassigned or separator character, but
+// the space.
+func pyPrintable(r rune) bool {
+	if r == ' ' {
+		return true
+	}
+	if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Cs, unicode.Co, unicode.Zl, unicode.Zp, unicode.Zs) {
+		return false
+	}
+	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S)
 }
 
 // writeRepr writes Python's repr of v.
