@@ -1,0 +1,145 @@
+package chattemplate_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/chattemplate"
+)
+
+func TestFromTokenizerConfigForms(t *testing.T) {
+	named := `{"chat_template": [{"name": "default", "template": "D{{ bos_token }}"}, {"name": "tool_use", "template": "T{{ eos_token }}"}],
+		"bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>", "unk_token": null}`
+	for _, tc := range []struct {
+		name, config, tmplName, want, err string
+	}{
+		{name: "string", config: `{"chat_template": "S{{ eos_token }}", "eos_token": "<e>"}`, want: "S<e>"},
+		{name: "named default", config: named, want: "D<s>"},
+		{name: "named explicit default", config: named, tmplName: "default", want: "D<s>"},
+		{name: "named other", config: named, tmplName: "tool_use", want: "T</s>"},
+		{name: "named missing", config: named, tmplName: "rag", err: `no chat template named "rag"`},
+		{name: "single but named asked", config: `{"chat_template": "x"}`, tmplName: "tool_use", err: "single one"},
+		{name: "no template", config: `{"eos_token": "x"}`, err: "no chat_template"},
+		{name: "null template", config: `{"chat_template": null}`, err: "no chat_template"},
+		{name: "bad template type", config: `{"chat_template": 5}`, err: "neither a string nor a list"},
+		{name: "bad json", config: `{`, err: "tokenizer config"},
+		{name: "bad template", config: `{"chat_template": "{% if %}"}`, err: "chattemplate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl, err := chattemplate.FromTokenizerConfig([]byte(tc.config), tc.tmplName)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := tmpl.Render(t.Context(), chattemplate.Input{})
+			if err != nil || out != tc.want {
+				t.Fatalf("%q, %v; want %q", out, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSpecialTokensOverride(t *testing.T) {
+	tmpl, err := chattemplate.FromTokenizerConfig([]byte(`{"chat_template": "{{ bos_token }}|{{ eos_token }}", "bos_token": "<s>", "eos_token": "</s>"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := tmpl.Render(t.Context(), chattemplate.Input{SpecialTokens: map[string]string{"eos_token": "<|end|>"}})
+	if err != nil || out != "<s>|<|end|>" {
+		t.Fatalf("%q, %v", out, err)
+	}
+}
+
+func TestDecodeRequest(t *testing.T) {
+	in, err := chattemplate.DecodeRequest([]byte(`{"model": "m", "messages": [{"role": "user", "content": "hi", "b": 1, "a": 2}],
+		"tools": null, "add_generation_prompt": true, "chat_template_kwargs": {"enable_thinking": false}, "enable_thinking": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.AddGenerationPrompt || len(in.Messages) != 1 || in.Tools != nil {
+		t.Fatalf("%+v", in)
+	}
+	if in.Extra["enable_thinking"] != false || len(in.Extra) != 1 {
+		t.Fatalf("extra %v: want only chat_template_kwargs", in.Extra)
+	}
+	kw, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "model": "m", "enable_thinking": true, "chat_template_kwargs": {"enable_thinking": false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kw.Extra["enable_thinking"] != false || kw.Extra["model"] != "m" {
+		t.Fatalf("extra %v: want top-level kwargs, chat_template_kwargs winning", kw.Extra)
+	}
+	tmpl, err := chattemplate.Compile("{{ messages[0] | tojson }} {{ messages[0].keys() | list }} {{ enable_thinking }} {{ tools }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := tmpl.Render(t.Context(), in)
+	want := `{"role": "user", "content": "hi", "b": 1, "a": 2} ['role', 'content', 'b', 'a'] False None`
+	if err != nil || out != want {
+		t.Fatalf("%q, %v; want %q", out, err, want)
+	}
+	for _, bad := range []string{`[]`, `{"messages": {}}`, `{"tools": 1}`, `{"add_generation_prompt": "yes"}`, `{"chat_template_kwargs": []}`, `{"messages": [}`} {
+		if _, err := chattemplate.DecodeRequest([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+func TestGoValuesAsInput(t *testing.T) {
+	tmpl, err := chattemplate.Compile("{% for m in messages %}{{ m | tojson }}{% endfor %}|{{ n + 1 }}|{{ f }}|{{ l | join(',') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := tmpl.Render(t.Context(), chattemplate.Input{
+		Messages: []any{map[string]any{"role": "user", "content": "x", "extra": []any{1, 2.5, nil, true}}},
+		Extra:    map[string]any{"n": 41, "f": float32(0.5), "l": []string{"a", "b"}},
+	})
+	want := `{"content": "x", "extra": [1, 2.5, null, true], "role": "user"}|42|0.5|a,b`
+	if err != nil || out != want {
+		t.Fatalf("%q, %v; want %q", out, err, want)
+	}
+	if _, err := tmpl.Render(t.Context(), chattemplate.Input{Extra: map[string]any{"x": struct{}{}}}); err == nil {
+		t.Fatal("accepted a struct")
+	}
+}
+
+func TestRaiseException(t *testing.T) {
+	tmpl, err := chattemplate.Compile("{{ raise_exception('no ' ~ 'system role') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tmpl.Render(t.Context(), chattemplate.Input{})
+	if !errors.Is(err, chattemplate.ErrRaised) || !strings.HasSuffix(err.Error(), "no system role") || errors.Is(err, chattemplate.ErrRenderUnavailable) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// One Template serves concurrent renders (run with -race).
+func TestConcurrentRenders(t *testing.T) {
+	tmpl := loadTemplate(t, "features")
+	cases := loadCases(t)
+	want := make([]string, len(cases))
+	for i, c := range cases {
+		want[i], _ = tmpl.Render(context.Background(), c.input)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i, c := range cases {
+				got, _ := tmpl.Render(context.Background(), c.input)
+				if got != want[i] {
+					t.Errorf("%s: concurrent render differs", c.name)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,553 @@
+// Package chattemplate renders Hugging Face chat templates the way
+// transformers does: Python Jinja2 semantics in an immutable sandbox with
+// trim_blocks, lstrip_blocks, the loop-controls extension, a tojson filter
+// that keeps non-ASCII characters and insertion order, raise_exception and
+// strftime_now.
+//
+// It is a purpose-built interpreter (lexer, parser, evaluator) rather than a
+// general Jinja engine: every render is bounded by an instruction budget
+// (fuel), an output size limit and a wall-clock budget checked inside the
+// evaluator itself, so a render never outlives its budget and needs no
+// goroutine. There is no file loader: include, import and extends fail.
+//
+// Renders are checked byte for byte against Python jinja2 (see
+// testdata/chattemplate/README.md). Known differences, none of which real
+// chat templates rely on:
+//   - integers are 64-bit (overflow is an error, Python has big ints); larger
+//     integers in JSON input keep their digits for printing, tojson and
+//     comparison, but arithmetic on them is an error;
+//   - lazy filters (select, reject, map, selectattr, rejectattr, unique,
+//     reverse, items) and dict views (.items(), .keys(), .values()) give
+//     lists, so printing one shows the list, not Python's generator object;
+//   - escape and safe give plain strings (no Markup: concatenation does not
+//     escape the other side);
+//   - Jinja evaluates all-constant output expressions at compile time with
+//     its lenient getitem, so a bad constant slice prints "" there and is an
+//     error here;
+//   - str.upper/lower use Go's simple case mapping (no "ß" → "SS");
+//   - not supported, with a clear error: recursive loops, *args/**kwargs and
+//     varargs/kwargs in macros, str.format, the filters batch, slice,
+//     groupby, truncate, wordwrap, center, urlize, urlencode, xmlattr,
+//     striptags, pprint, random, filesizeformat.
+package chattemplate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Limits of the seed (section 17).
+const (
+	// DefaultFuel is the instruction budget of one render.
+	DefaultFuel = 5_000_000
+	// DefaultMaxOutput bounds the rendered text and every string built on the
+	// way.
+	DefaultMaxOutput = 1 << 20
+	// DefaultTimeout is the wall-clock budget of one render.
+	DefaultTimeout = time.Second
+)
+
+// ErrRenderUnavailable is wrapped by every budget overrun (fuel, output
+// size, wall clock, recursion, cancelled context): the caller falls back
+// (render_unavailable) rather than trusting a partial prompt.
+var ErrRenderUnavailable = errors.New("render_unavailable")
+
+// ErrRaised is wrapped when the template calls raise_exception.
+var ErrRaised = errors.New("template raised an exception")
+
+// Option configures a Template.
+type Option func(*Template)
+
+// WithFuel sets the instruction budget of one render.
+func WithFuel(n int64) Option { return func(t *Template) { t.fuel = n } }
+
+// WithMaxOutput sets the output size limit in bytes.
+func WithMaxOutput(n int) Option { return func(t *Template) { t.maxOutput = n } }
+
+// WithTimeout sets the wall-clock budget of one render (0: none beyond the
+// context's deadline).
+func WithTimeout(d time.Duration) Option { return func(t *Template) { t.timeout = d } }
+
+// WithClock sets the clock strftime_now reads (tests use a fixed one).
+func WithClock(now func() time.Time) Option { return func(t *Template) { t.now = now } }
+
+// Template is a compiled chat template; it is immutable and safe for
+// concurrent use.
+type Template struct {
+	body      []stmt
+	tokens    map[string]string
+	fuel      int64
+	maxOutput int
+	timeout   time.Duration
+	now       func() time.Time
+	// sizeHint is the length of the last render, to size the next one's
+	// buffer.
+	sizeHint atomic.Int64
+}
+
+// Compile parses a template source.
+func Compile(src string, opts ...Option) (*Template, error) {
+	if len(src) > maxTemplateSize {
+		return nil, fmt.Errorf("chattemplate: template larger than %d bytes", maxTemplateSize)
+	}
+	toks, err := lex(normalizeSource(src))
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	body, err := parse(toks)
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	t := &Template{body: body, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
+	for _, o := range opts {
+		o(t)
+	}
+	return t, nil
+}
+
+// specialTokenKeys are the tokenizer_config.json keys exposed to templates.
+var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}
+
+// FromTokenizerConfig compiles the chat template of a tokenizer_config.json:
+// chat_template as a string, or a list of {name, template} from which name
+// is chosen ("default" when name is empty). The special tokens (strings or
+// AddedToken objects with "content") become the template's defaults.
+func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, error) {
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("chattemplate: tokenizer config: %w", err)
+	}
+	raw, ok := cfg["chat_template"]
+	if !ok || string(raw) == "null" {
+		return nil, errors.New("chattemplate: tokenizer config has no chat_template")
+	}
+	var src string
+	if err := json.Unmarshal(raw, &src); err != nil {
+		var named []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		if err := json.Unmarshal(raw, &named); err != nil {
+			return nil, errors.New("chattemplate: chat_template is neither a string nor a list of {name, template}")
+		}
+		want := name
+		if want == "" {
+			want = "default"
+		}
+		found := false
+		var names []string
+		for _, n := range named {
+			names = append(names, n.Name)
+			if n.Name == want {
+				src, found = n.Template, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("chattemplate: no chat template named %q (have %s)", want, strings.Join(names, ", "))
+		}
+	} else if name != "" && name != "default" {
+		return nil, fmt.Errorf("chattemplate: no chat template named %q (the config has a single one)", name)
+	}
+	t, err := Compile(src, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t.tokens = map[string]string{}
+	for _, k := range specialTokenKeys {
+		raw, ok := cfg[k]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			t.tokens[k] = s
+			continue
+		}
+		var at struct {
+			Content *string `json:"content"`
+		}
+		if json.Unmarshal(raw, &at) == nil && at.Content != nil {
+			t.tokens[k] = *at.Content
+		}
+	}
+	return t, nil
+}
+
+// SpecialTokens returns the special tokens read from the tokenizer config.
+func (t *Template) SpecialTokens() map[string]string {
+	out := make(map[string]string, len(t.tokens))
+	for k, v := range t.tokens {
+		out[k] = v
+	}
+	return out
+}
+
+// Input is what a chat request gives the template.
+type Input struct {
+	// Messages and Tools hold JSON-like values: *Dict (ordered, from
+	// DecodeJSON or DecodeRequest), map[string]any (keys taken in sorted
+	// order), []any, string, float64, int, bool, nil.
+	Messages []any
+	Tools    []any
+	// Documents is documents (retrieval-augmented generation); nil is None.
+	Documents []any
+	// AddGenerationPrompt is add_generation_prompt.
+	AddGenerationPrompt bool
+	// ContinueFinalMessage cuts the render right after the final message's
+	// text, as transformers' continue_final_message does, so the model
+	// continues that message; it excludes AddGenerationPrompt.
+	ContinueFinalMessage bool
+	// Extra holds further template kwargs (enable_thinking, ...); a *Dict
+	// value keeps its order.
+	Extra map[string]any
+	// SpecialTokens override the tokens read from the tokenizer config.
+	SpecialTokens map[string]string
+}
+
+// DecodeRequest reads an OpenAI-style chat request body keeping the key
+// order of every object, as tojson needs: messages, tools, documents,
+// add_generation_prompt, continue_final_message, and chat_template_kwargs
+// (an object whose entries become Extra, as vLLM passes them). Other keys
+// (model, temperature, ...) are not template variables and are ignored. An
+// absent add_generation_prompt is false: OpenAI-style servers default it to
+// true, and the caller sets it as its server does.
+func DecodeRequest(data []byte) (Input, error) { return decodeRequest(data, false) }
+
+// DecodeRequestKwargs is DecodeRequest where every other top-level key is a
+// template kwarg too (as in the JSON lines of kv-inspect render);
+// chat_template_kwargs entries win over them.
+func DecodeRequestKwargs(data []byte) (Input, error) { return decodeRequest(data, true) }
+
+func decodeRequest(data []byte, topLevelKwargs bool) (Input, error) {
+	v, err := DecodeJSON(data)
+	if err != nil {
+		return Input{}, fmt.Errorf("chattemplate: request: %w", err)
+	}
+	d, ok := v.(*Dict)
+	if !ok {
+		return Input{}, errors.New("chattemplate: request is not a JSON object")
+	}
+	var in Input
+	for i, k := range d.keys {
+		key := k.(string)
+		val := d.vals[i]
+		switch key {
+		case "messages":
+			l, ok := val.(*List)
+			if !ok {
+				return Input{}, errors.New("chattemplate: request messages is not a list")
+			}
+			in.Messages = l.Items
+		case "tools":
+			switch x := val.(type) {
+			case nil:
+			case *List:
+				in.Tools = x.Items
+			default:
+				return Input{}, errors.New("chattemplate: request tools is not a list")
+			}
+		case "documents":
+			switch x := val.(type) {
+			case nil:
+			case *List:
+				in.Documents = x.Items
+			default:
+				return Input{}, errors.New("chattemplate: request documents is not a list")
+			}
+		case "add_generation_prompt", "continue_final_message":
+			b, ok := val.(bool)
+			if !ok {
+				return Input{}, fmt.Errorf("chattemplate: %s is not a boolean", key)
+			}
+			if key == "add_generation_prompt" {
+				in.AddGenerationPrompt = b
+			} else {
+				in.ContinueFinalMessage = b
+			}
+		case "chat_template_kwargs":
+			kw, ok := val.(*Dict)
+			if !ok {
+				return Input{}, errors.New("chattemplate: chat_template_kwargs is not an object")
+			}
+			for j, kk := range kw.keys {
+				if in.Extra == nil {
+					in.Extra = map[string]any{}
+				}
+				in.Extra[kk.(string)] = kw.vals[j]
+			}
+		default:
+			if !topLevelKwargs {
+				continue
+			}
+			if in.Extra == nil {
+				in.Extra = map[string]any{}
+			}
+			if _, set := in.Extra[key]; !set {
+				in.Extra[key] = val
+			}
+		}
+	}
+	return in, nil
+}
+
+// Render renders the template for in. Budget overruns wrap
+// ErrRenderUnavailable; template errors (undefined attribute of an
+// undefined value, type errors, raise_exception) are returned as they are.
+func (t *Template) Render(ctx context.Context, in Input) (out string, err error) {
+	defer func() {
+		// A bug in the interpreter must not take the router down with it.
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("%w: internal error: %v", ErrRenderUnavailable, p)
+		}
+	}()
+	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if t.timeout > 0 {
+		r.deadline = time.Now().Add(t.timeout)
+	}
+	if dl, ok := ctx.Deadline(); ok && (r.deadline.IsZero() || dl.Before(r.deadline)) {
+		r.deadline = dl
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRenderUnavailable, err)
+	}
+	if in.ContinueFinalMessage && in.AddGenerationPrompt {
+		return "", errors.New("chattemplate: continue_final_message and add_generation_prompt exclude each other")
+	}
+	root := &scope{}
+	for _, k := range sortedKeys(t.tokens) {
+		root.set(k, t.tokens[k])
+	}
+	for _, k := range sortedKeys(in.SpecialTokens) {
+		root.set(k, in.SpecialTokens[k])
+	}
+	keys := make([]string, 0, len(in.Extra))
+	for k := range in.Extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, err := fromGo(in.Extra[k], 0)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: %s: %w", k, err)
+		}
+		root.set(k, v)
+	}
+	msgs, err := fromGo(orEmptyAny(in.Messages), 0)
+	if err != nil {
+		return "", fmt.Errorf("chattemplate: messages: %w", err)
+	}
+	root.set("messages", msgs)
+	if in.Tools != nil {
+		tools, err := fromGo(in.Tools, 0)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: tools: %w", err)
+		}
+		root.set("tools", tools)
+	} else {
+		root.set("tools", nil)
+	}
+	if in.Documents != nil {
+		docs, err := fromGo(in.Documents, 0)
+		if err != nil {
+			return "", fmt.Errorf("chattemplate: documents: %w", err)
+		}
+		root.set("documents", docs)
+	} else {
+		root.set("documents", nil)
+	}
+	root.set("add_generation_prompt", in.AddGenerationPrompt)
+	o := &output{}
+	o.b.Grow(int(min(t.sizeHint.Load(), int64(t.maxOutput))))
+	if _, err := r.execBody(t.body, &scope{parent: root}, o); err != nil {
+		if errors.Is(err, ErrRenderUnavailable) {
+			return "", err
+		}
+		return "", fmt.Errorf("chattemplate: %w", err)
+	}
+	t.sizeHint.Store(int64(o.b.Len()))
+	if in.ContinueFinalMessage {
+		return continueFinal(o.b.String(), msgs.(*List))
+	}
+	return o.b.String(), nil
+}
+
+// continueFinal cuts text after the final message's text as transformers'
+// continue_final_message does.
+func continueFinal(text string, msgs *List) (string, error) {
+	if len(msgs.Items) == 0 {
+		return "", errors.New("chattemplate: continue_final_message needs a final message")
+	}
+	last, ok := msgs.Items[len(msgs.Items)-1].(*Dict)
+	if !ok {
+		return "", errors.New("chattemplate: continue_final_message: the final message is not an object")
+	}
+	content, _ := last.Get("content")
+	var final string
+	switch c := content.(type) {
+	case string:
+		final = c
+	case *List:
+		found := false
+		for i := len(c.Items) - 1; i >= 0 && !found; i-- {
+			if block, ok := c.Items[i].(*Dict); ok {
+				if t, ok := block.Get("text"); ok {
+					final, found = toStr(t), true
+				}
+			}
+		}
+		if !found {
+			return "", errors.New("chattemplate: continue_final_message is set but the final message has no text to continue")
+		}
+	default:
+		return "", errors.New("chattemplate: continue_final_message: the final message's content is neither text nor a list")
+	}
+	stripped := pyStrip(final, "", false, true, true)
+	loc := strings.LastIndex(text, stripped)
+	if loc < 0 {
+		return "", errors.New("chattemplate: continue_final_message is set but the final message does not appear in the render")
+	}
+	lstripped := pyStrip(final, "", false, true, false)
+	if end := loc + len(lstripped); end <= len(text) && text[loc:end] == final {
+		return text[:end], nil
+	}
+	return text[:loc+len(stripped)], nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func orEmptyAny(s []any) []any {
+	if s == nil {
+		return []any{}
+	}
+	return s
+}
+
+// maxRange is the sandbox's range limit (jinja2.sandbox.MAX_RANGE).
+const maxRange = 100_000
+
+var globals map[string]any
+
+func init() {
+	globals = map[string]any{
+		"range":           &builtin{name: "range", fn: builtinRange},
+		"namespace":       &builtin{name: "namespace", fn: builtinNamespace},
+		"dict":            &builtin{name: "dict", fn: builtinDict},
+		"raise_exception": &builtin{name: "raise_exception", fn: builtinRaise},
+		"strftime_now":    &builtin{name: "strftime_now", fn: builtinStrftimeNow},
+	}
+}
+
+func builtinRange(r *renderer, args []any, _ *Dict) (any, error) {
+	var nums []int64
+	for _, a := range args {
+		n, ok := intOf(a)
+		if !ok {
+			return nil, fmt.Errorf("'%s' object cannot be interpreted as an integer", typeName(a))
+		}
+		nums = append(nums, n)
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(nums) {
+	case 1:
+		stop = nums[0]
+	case 2:
+		start, stop = nums[0], nums[1]
+	case 3:
+		start, stop, step = nums[0], nums[1], nums[2]
+	default:
+		return nil, fmt.Errorf("range expected 1 to 3 arguments, got %d", len(nums))
+	}
+	if step == 0 {
+		return nil, errors.New("range() arg 3 must not be zero")
+	}
+	var n int64
+	if step > 0 && start < stop {
+		n = (stop - start + step - 1) / step
+	} else if step < 0 && start > stop {
+		n = (start - stop - step - 1) / -step
+	}
+	if n > maxRange || n < 0 {
+		return nil, fmt.Errorf("range too big: the sandbox blocks ranges larger than %d", maxRange)
+	}
+	if err := r.step(n); err != nil {
+		return nil, err
+	}
+	out := make([]any, n)
+	for i := range out {
+		out[i] = start + int64(i)*step
+	}
+	return &List{Items: out}, nil
+}
+
+func builtinNamespace(_ *renderer, args []any, kw *Dict) (any, error) {
+	d := &Dict{}
+	for _, a := range args {
+		src, ok := a.(*Dict)
+		if !ok {
+			return nil, errors.New("namespace() takes a mapping or keyword arguments")
+		}
+		for i, k := range src.keys {
+			d.Set(k, src.vals[i])
+		}
+	}
+	if kw != nil {
+		for i, k := range kw.keys {
+			d.Set(k, kw.vals[i])
+		}
+	}
+	return &Namespace{d: d}, nil
+}
+
+func builtinDict(_ *renderer, args []any, kw *Dict) (any, error) {
+	d := &Dict{}
+	for _, a := range args {
+		src, ok := a.(*Dict)
+		if !ok {
+			return nil, errors.New("dict() takes a mapping or keyword arguments")
+		}
+		for i, k := range src.keys {
+			d.Set(k, src.vals[i])
+		}
+	}
+	if kw != nil {
+		for i, k := range kw.keys {
+			d.Set(k, kw.vals[i])
+		}
+	}
+	return d, nil
+}
+
+func builtinRaise(_ *renderer, args []any, _ *Dict) (any, error) {
+	msg := ""
+	if len(args) > 0 {
+		msg = toStr(args[0])
+	}
+	return nil, fmt.Errorf("%w: %s", ErrRaised, msg)
+}
+
+func builtinStrftimeNow(r *renderer, args []any, _ *Dict) (any, error) {
+	if len(args) != 1 {
+		return nil, errors.New("strftime_now takes one format argument")
+	}
+	f, ok := args[0].(string)
+	if !ok {
+		return nil, errors.New("strftime_now format must be a string")
+	}
+	return strftime(r.now(), f)
+}

@@ -1,0 +1,1310 @@
+package chattemplate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// scope holds the variables of one frame; frames are small, so a linear
+// search over a few names beats a map.
+type scope struct {
+	names  []string
+	vals   []any
+	parent *scope
+}
+
+func (s *scope) lookup(name string) (any, bool) {
+	for c := s; c != nil; c = c.parent {
+		for i, n := range c.names {
+			if n == name {
+				return c.vals[i], true
+			}
+		}
+	}
+	return nil, false
+}
+
+func (s *scope) set(name string, v any) {
+	for i, n := range s.names {
+		if n == name {
+			s.vals[i] = v
+			return
+		}
+	}
+	s.names = append(s.names, name)
+	s.vals = append(s.vals, v)
+}
+
+type macro struct {
+	def     *macroDef
+	name    string
+	closure *scope
+}
+
+type loopInfo struct {
+	items []any // the items so far accepted
+	i     int
+	// With a loop filter: the items not yet examined and the test.
+	src    []any
+	accept func(any) (bool, error)
+}
+
+// fill examines source items until item n is accepted or none are left
+// (n < 0: all of them).
+func (li *loopInfo) fill(n int) error {
+	for len(li.src) > 0 && (n < 0 || len(li.items) <= n) {
+		item := li.src[0]
+		li.src = li.src[1:]
+		ok, err := li.accept(item)
+		if err != nil {
+			return err
+		}
+		if ok {
+			li.items = append(li.items, item)
+		}
+	}
+	return nil
+}
+
+type ctrl uint8
+
+const (
+	ctrlNone ctrl = iota
+	ctrlBreak
+	ctrlContinue
+)
+
+// maxCallDepth bounds macro recursion.
+const maxCallDepth = 100
+
+type renderer struct {
+	ctx       context.Context
+	fuel      int64
+	maxOutput int
+	deadline  time.Time
+	now       func() time.Time
+	tick      int
+	depth     int
+}
+
+func (r *renderer) overflow() error {
+	return fmt.Errorf("%w: output larger than %d bytes", ErrRenderUnavailable, r.maxOutput)
+}
+
+// step spends n units of fuel and checks the clock and the context now and
+// then.
+func (r *renderer) step(n int64) error {
+	r.fuel -= n
+	if r.fuel < 0 {
+		return fmt.Errorf("%w: instruction budget exhausted", ErrRenderUnavailable)
+	}
+	r.tick += int(n)
+	if r.tick >= 512 {
+		r.tick = 0
+		if err := r.ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", ErrRenderUnavailable, err)
+		}
+		if !r.deadline.IsZero() && time.Now().After(r.deadline) {
+			return fmt.Errorf("%w: wall-clock budget exceeded", ErrRenderUnavailable)
+		}
+	}
+	return nil
+}
+
+// chargeBytes spends fuel for producing n bytes and checks the size limit
+// every produced string is held to.
+func (r *renderer) chargeBytes(n int) error {
+	if n > r.maxOutput {
+		return r.overflow()
+	}
+	return r.step(int64(n>>6) + 1)
+}
+
+// chargeItems spends fuel for building a list of n items; no list may hold
+// more items than the output limit has bytes.
+func (r *renderer) chargeItems(n int) error {
+	if n > r.maxOutput {
+		return fmt.Errorf("%w: list longer than %d items", ErrRenderUnavailable, r.maxOutput)
+	}
+	return r.step(int64(n) + 1)
+}
+
+type output struct {
+	b strings.Builder
+}
+
+func (r *renderer) write(o *output, s string) error {
+	if o.b.Len()+len(s) > r.maxOutput {
+		return r.overflow()
+	}
+	if err := r.step(int64(len(s)>>6) + 1); err != nil {
+		return err
+	}
+	o.b.WriteString(s)
+	return nil
+}
+
+func (r *renderer) execBody(body []stmt, s *scope, o *output) (ctrl, error) {
+	for _, st := range body {
+		c, err := r.exec(st, s, o)
+		if err != nil || c != ctrlNone {
+			return c, err
+		}
+	}
+	return ctrlNone, nil
+}
+
+func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
+	if err := r.step(1); err != nil {
+		return ctrlNone, err
+	}
+	switch n := st.(type) {
+	case *dataStmt:
+		return ctrlNone, r.write(o, n.text)
+	case *printStmt:
+		v, err := r.eval(n.x, s)
+		if err != nil {
+			return ctrlNone, lineErr(n.line, err)
+		}
+		return ctrlNone, r.write(o, toStr(v))
+	case *ifStmt:
+		for i, c := range n.conds {
+			v, err := r.eval(c, s)
+			if err != nil {
+				return ctrlNone, err
+			}
+			if truthy(v) {
+				return r.execBody(n.bodies[i], s, o)
+			}
+		}
+		return r.execBody(n.els, s, o)
+	case *forStmt:
+		c, err := r.execFor(n, s, o)
+		return c, lineErr(n.line, err)
+	case *setStmt:
+		return ctrlNone, lineErr(n.line, r.execSet(n, s))
+	case *setBlockStmt:
+		sub := &output{}
+		// break and continue inside the block leave it, unassigned, as
+		// in the Python code Jinja compiles to.
+		// The block's body has a scope of its own.
+		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
+			return c, err
+		}
+		var v any = sub.b.String()
+		for _, f := range n.filters {
+			var err error
+			if v, err = r.applyFilter(f, v, s); err != nil {
+				return ctrlNone, err
+			}
+		}
+		s.set(n.target, v)
+		return ctrlNone, nil
+	case *macroStmt:
+		s.set(n.m.name, &macro{def: n.m, name: n.m.name, closure: s})
+		return ctrlNone, nil
+	case *breakStmt:
+		return ctrlBreak, nil
+	case *contStmt:
+		return ctrlContinue, nil
+	case *filterBlockStmt:
+		sub := &output{}
+		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
+			return c, err
+		}
+		var v any = sub.b.String()
+		for _, f := range n.filters {
+			var err error
+			if v, err = r.applyFilter(f, v, s); err != nil {
+				return ctrlNone, err
+			}
+		}
+		return ctrlNone, r.write(o, toStr(v))
+	case *withStmt:
+		inner := &scope{parent: s}
+		for i, name := range n.names {
+			v, err := r.eval(n.vals[i], s)
+			if err != nil {
+				return ctrlNone, err
+			}
+			inner.set(name, v)
+		}
+		return r.execBody(n.body, inner, o)
+	case *callBlockStmt:
+		caller := &macro{def: &macroDef{name: "caller", params: n.params, defaults: n.defs, body: n.body}, name: "caller", closure: s}
+		v, err := r.evalCall(n.call, s, caller)
+		if err != nil {
+			return ctrlNone, err
+		}
+		return ctrlNone, r.write(o, toStr(v))
+	}
+	return ctrlNone, fmt.Errorf("internal: unknown statement %T", st)
+}
+
+func lineErr(line int, err error) error {
+	if err == nil || errors.Is(err, ErrRenderUnavailable) {
+		return err
+	}
+	var le *lineError
+	if errors.As(err, &le) {
+		return err
+	}
+	return &lineError{line: line, err: err}
+}
+
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }
+
+func (r *renderer) execSet(n *setStmt, s *scope) error {
+	v, err := r.eval(n.x, s)
+	if err != nil {
+		return err
+	}
+	if n.nsAttr != "" {
+		obj, ok := s.lookup(n.targets[0])
+		ns, isNS := obj.(*Namespace)
+		if !ok || !isNS {
+			return errors.New("cannot assign attribute on non-namespace object")
+		}
+		ns.d.Set(n.nsAttr, v)
+		return nil
+	}
+	if !n.unpack {
+		s.set(n.targets[0], v)
+		return nil
+	}
+	items, err := r.unpack(v, len(n.targets))
+	if err != nil {
+		return err
+	}
+	for i, t := range n.targets {
+		s.set(t, items[i])
+	}
+	return nil
+}
+
+func (r *renderer) unpack(v any, n int) ([]any, error) {
+	items, err := r.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) != n {
+		if len(items) > n {
+			return nil, fmt.Errorf("too many values to unpack (expected %d)", n)
+		}
+		return nil, fmt.Errorf("not enough values to unpack (expected %d, got %d)", n, len(items))
+	}
+	return items, nil
+}
+
+// iterate returns the items Python iteration yields.
+func (r *renderer) iterate(v any) ([]any, error) {
+	switch x := v.(type) {
+	case *List:
+		return x.Items, nil
+	case *Dict:
+		return x.keys, nil
+	case string:
+		if err := r.step(int64(len(x))); err != nil {
+			return nil, err
+		}
+		out := make([]any, 0, len(x))
+		for _, c := range x {
+			out = append(out, string(c))
+		}
+		return out, nil
+	case undefined:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
+}
+
+func (r *renderer) execFor(n *forStmt, s *scope, o *output) (ctrl, error) {
+	it, err := r.eval(n.iter, s)
+	if err != nil {
+		return ctrlNone, err
+	}
+	items, err := r.iterate(it)
+	if err != nil {
+		return ctrlNone, err
+	}
+	li := &loopInfo{items: items}
+	if n.cond != nil {
+		// Jinja filters lazily, interleaved with the body (and ahead of it
+		// only as far as loop.last, loop.length and the like need): the
+		// condition sees what earlier iterations changed.
+		li.items, li.src = nil, items
+		li.accept = func(item any) (bool, error) {
+			probe := &scope{parent: s}
+			if err := r.bindTargets(n, probe, item); err != nil {
+				return false, err
+			}
+			c, err := r.eval(n.cond, probe)
+			return truthy(c), err
+		}
+	}
+	// Jinja runs the else block unless some iteration finished its body:
+	// an empty loop, or one whose every iteration ended in break or
+	// continue.
+	completed := false
+	// One frame serves every iteration: it is emptied before each, so
+	// nothing set in one iteration is seen by the next.
+	inner := &scope{parent: s, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
+	for i := 0; ; i++ {
+		if err := li.fill(i); err != nil {
+			return ctrlNone, err
+		}
+		if i >= len(li.items) {
+			break
+		}
+		if err := r.step(1); err != nil {
+			return ctrlNone, err
+		}
+		li.i = i
+		clear(inner.vals)
+		inner.names, inner.vals = inner.names[:0], inner.vals[:0]
+		inner.set("loop", li)
+		if err := r.bindTargets(n, inner, li.items[i]); err != nil {
+			return ctrlNone, err
+		}
+		c, err := r.execBody(n.body, inner, o)
+		if err != nil {
+			return ctrlNone, err
+		}
+		if c == ctrlBreak {
+			break
+		}
+		if c == ctrlNone {
+			completed = true
+		}
+	}
+	if !completed && len(n.els) > 0 {
+		// The else block has a scope of its own, and runs outside this
+		// loop: its break and continue belong to an enclosing one.
+		return r.execBody(n.els, &scope{parent: s}, o)
+	}
+	return ctrlNone, nil
+}
+
+func (r *renderer) bindTargets(n *forStmt, inner *scope, item any) error {
+	if !n.unpack {
+		inner.set(n.targets[0], item)
+		return nil
+	}
+	vals, err := r.unpack(item, len(n.targets))
+	if err != nil {
+		return err
+	}
+	for i, t := range n.targets {
+		inner.set(t, vals[i])
+	}
+	return nil
+}
+
+func (r *renderer) eval(x expr, s *scope) (any, error) {
+	if err := r.step(1); err != nil {
+		return nil, err
+	}
+	switch n := x.(type) {
+	case *constExpr:
+		return n.v, nil
+	case *nameExpr:
+		if v, ok := s.lookup(n.name); ok {
+			return v, nil
+		}
+		if g, ok := globals[n.name]; ok {
+			return g, nil
+		}
+		return undefined{name: "'" + n.name + "' is undefined"}, nil
+	case *attrExpr:
+		obj, err := r.eval(n.obj, s)
+		if err != nil {
+			return nil, err
+		}
+		return getAttr(obj, n.name)
+	case *itemExpr:
+		obj, err := r.eval(n.obj, s)
+		if err != nil {
+			return nil, err
+		}
+		key, err := r.eval(n.key, s)
+		if err != nil {
+			return nil, err
+		}
+		return getItem(obj, key)
+	case *sliceExpr:
+		return r.evalSlice(n, s)
+	case *callExpr:
+		return r.evalCall(n, s, nil)
+	case *filterExpr:
+		v, err := r.eval(n.node, s)
+		if err != nil {
+			return nil, err
+		}
+		return r.applyFilter(n, v, s)
+	case *testExpr:
+		v, err := r.eval(n.node, s)
+		if err != nil {
+			return nil, err
+		}
+		args, err := r.evalList(n.args, s)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := r.applyTest(n.name, v, args)
+		if err != nil {
+			return nil, err
+		}
+		return ok != n.negate, nil
+	case *binExpr:
+		if n.op == "+" {
+			if inner, ok := n.l.(*binExpr); ok && inner.op == "+" {
+				return r.evalPlusChain(n, s)
+			}
+		}
+		l, err := r.eval(n.l, s)
+		if err != nil {
+			return nil, err
+		}
+		rv, err := r.eval(n.r, s)
+		if err != nil {
+			return nil, err
+		}
+		return r.binop(n.op, l, rv)
+	case *unaryExpr:
+		v, err := r.eval(n.x, s)
+		if err != nil {
+			return nil, err
+		}
+		switch n.op {
+		case "not":
+			return !truthy(v), nil
+		case "-":
+			switch y := v.(type) {
+			case bool:
+				i, _ := intOf(y)
+				return -i, nil
+			case int64:
+				if y == math.MinInt64 {
+					return nil, errors.New("integer overflow")
+				}
+				return -y, nil
+			case float64:
+				return -y, nil
+			case bigInt:
+				if rest, ok := strings.CutPrefix(string(y), "-"); ok {
+					return bigInt(rest), nil
+				}
+				return "-" + y, nil
+			}
+			return nil, fmt.Errorf("bad operand type for unary -: '%s'", typeName(v))
+		default:
+			switch y := v.(type) {
+			case bool:
+				i, _ := intOf(y)
+				return i, nil
+			case int64, float64, bigInt:
+				return y, nil
+			}
+			return nil, fmt.Errorf("bad operand type for unary +: '%s'", typeName(v))
+		}
+	case *cmpExpr:
+		l, err := r.eval(n.first, s)
+		if err != nil {
+			return nil, err
+		}
+		for i, op := range n.ops {
+			rv, err := r.eval(n.rest[i], s)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := r.cmpop(op, l, rv)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return false, nil
+			}
+			l = rv
+		}
+		return true, nil
+	case *andExpr:
+		l, err := r.eval(n.l, s)
+		if err != nil || !truthy(l) {
+			return l, err
+		}
+		return r.eval(n.r, s)
+	case *orExpr:
+		l, err := r.eval(n.l, s)
+		if err != nil || truthy(l) {
+			return l, err
+		}
+		return r.eval(n.r, s)
+	case *condExpr:
+		t, err := r.eval(n.test, s)
+		if err != nil {
+			return nil, err
+		}
+		if truthy(t) {
+			return r.eval(n.a, s)
+		}
+		if n.b == nil {
+			return undefined{}, nil
+		}
+		return r.eval(n.b, s)
+	case *listExpr:
+		items, err := r.evalList(n.items, s)
+		if err != nil {
+			return nil, err
+		}
+		if items == nil {
+			items = []any{}
+		}
+		return &List{Items: items, Tuple: n.tuple}, nil
+	case *dictExpr:
+		d := &Dict{}
+		for i := range n.keys {
+			k, err := r.eval(n.keys[i], s)
+			if err != nil {
+				return nil, err
+			}
+			if !isHashable(k) {
+				return nil, fmt.Errorf("unhashable type: '%s'", typeName(k))
+			}
+			v, err := r.eval(n.vals[i], s)
+			if err != nil {
+				return nil, err
+			}
+			d.Set(k, v)
+		}
+		return d, nil
+	case *concatExpr:
+		var b strings.Builder
+		for _, it := range n.items {
+			v, err := r.eval(it, s)
+			if err != nil {
+				return nil, err
+			}
+			b.WriteString(toStr(v))
+			if err := r.chargeBytes(b.Len()); err != nil {
+				return nil, err
+			}
+		}
+		return b.String(), nil
+	}
+	return nil, fmt.Errorf("internal: unknown expression %T", x)
+}
+
+// evalPlusChain evaluates a + b + c + ... with Python's result; a run made
+// only of strings is joined into one exactly sized string instead of
+// copying the growing prefix at every step.
+func (r *renderer) evalPlusChain(n *binExpr, s *scope) (any, error) {
+	var ops []expr
+	for cur := expr(n); ; {
+		b, ok := cur.(*binExpr)
+		if !ok || b.op != "+" {
+			ops = append(ops, cur)
+			break
+		}
+		ops = append(ops, b.r)
+		cur = b.l
+	}
+	var buf [8]any
+	vals := buf[:0]
+	total, allStrings := 0, true
+	for i := len(ops) - 1; i >= 0; i-- {
+		v, err := r.eval(ops[i], s)
+		if err != nil {
+			return nil, err
+		}
+		if vs, ok := v.(string); ok {
+			total += len(vs)
+		} else {
+			allStrings = false
+		}
+		vals = append(vals, v)
+	}
+	if !allStrings {
+		acc := vals[0]
+		for _, v := range vals[1:] {
+			var err error
+			if acc, err = r.binop("+", acc, v); err != nil {
+				return nil, err
+			}
+		}
+		return acc, nil
+	}
+	if err := r.chargeBytes(total); err != nil {
+		return nil, err
+	}
+	var sb strings.Builder
+	sb.Grow(total)
+	for _, v := range vals {
+		sb.WriteString(v.(string))
+	}
+	return sb.String(), nil
+}
+
+func (r *renderer) evalList(xs []expr, s *scope) ([]any, error) {
+	if len(xs) == 0 {
+		return nil, nil
+	}
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		v, err := r.eval(x, s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func (r *renderer) evalKwargs(names []string, vals []expr, s *scope) (*Dict, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	d := &Dict{}
+	for i, n := range names {
+		v, err := r.eval(vals[i], s)
+		if err != nil {
+			return nil, err
+		}
+		d.Set(n, v)
+	}
+	return d, nil
+}
+
+// getAttr is the sandboxed environment's getattr: Python attributes first
+// (the methods of str, dict and list), then the item of that name.
+func getAttr(obj any, name string) (any, error) {
+	switch x := obj.(type) {
+	case undefined:
+		return nil, errUndefined(x)
+	case *Dict:
+		if isMethod(obj, name) {
+			return &boundMethod{recv: obj, name: name}, nil
+		}
+		if v, ok := x.Get(name); ok {
+			return v, nil
+		}
+		return undefined{name: fmt.Sprintf("'dict object' has no attribute '%s'", name)}, nil
+	case *Namespace:
+		if v, ok := x.d.Get(name); ok {
+			return v, nil
+		}
+		return undefined{name: fmt.Sprintf("'Namespace object' has no attribute '%s'", name)}, nil
+	case *loopInfo:
+		return x.attr(name)
+	}
+	if isMethod(obj, name) {
+		return &boundMethod{recv: obj, name: name}, nil
+	}
+	return undefined{name: fmt.Sprintf("'%s object' has no attribute '%s'", typeName(obj), name)}, nil
+}
+
+// getItem is the sandboxed environment's getitem: obj[key], then the
+// attribute when key is a string.
+func getItem(obj, key any) (any, error) {
+	switch x := obj.(type) {
+	case undefined:
+		return nil, errUndefined(x)
+	case *Dict:
+		if isHashable(key) {
+			if v, ok := x.Get(key); ok {
+				return v, nil
+			}
+		}
+	case *List:
+		if i, ok := intOf(key); ok {
+			n := int64(len(x.Items))
+			if i < 0 {
+				i += n
+			}
+			if i >= 0 && i < n {
+				return x.Items[i], nil
+			}
+		}
+	case string:
+		if i, ok := intOf(key); ok {
+			if c, ok := runeAt(x, i); ok {
+				return c, nil
+			}
+		}
+	case *Namespace:
+		if k, ok := key.(string); ok {
+			if v, ok := x.d.Get(k); ok {
+				return v, nil
+			}
+		}
+	case *loopInfo:
+		if k, ok := key.(string); ok {
+			return x.attr(k)
+		}
+	}
+	if k, ok := key.(string); ok {
+		if _, isDict := obj.(*Dict); !isDict {
+			return getAttr(obj, k)
+		}
+		if isMethod(obj, k) {
+			return &boundMethod{recv: obj, name: k}, nil
+		}
+	}
+	return undefined{name: fmt.Sprintf("'%s object' has no element %s", typeName(obj), toReprString(key))}, nil
+}
+
+func toReprString(v any) string {
+	var b strings.Builder
+	writeRepr(&b, v, 0)
+	return b.String()
+}
+
+func runeAt(s string, i int64) (string, bool) {
+	if i >= 0 {
+		// fast path for ASCII prefixes
+		for pos, c := range s {
+			if i == 0 {
+				_ = pos
+				return string(c), true
+			}
+			i--
+		}
+		return "", false
+	}
+	n := int64(utf8.RuneCountInString(s))
+	i += n
+	if i < 0 {
+		return "", false
+	}
+	return runeAt(s, i)
+}
+
+func (r *renderer) evalSlice(n *sliceExpr, s *scope) (any, error) {
+	obj, err := r.eval(n.obj, s)
+	if err != nil {
+		return nil, err
+	}
+	var bounds [3]*int64
+	for i, e := range []expr{n.start, n.stop, n.step} {
+		if e == nil {
+			continue
+		}
+		v, err := r.eval(e, s)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		iv, ok := intOf(v)
+		if !ok {
+			return nil, errors.New("slice indices must be integers or None")
+		}
+		bounds[i] = &iv
+	}
+	return r.slice(obj, bounds[0], bounds[1], bounds[2])
+}
+
+// sliceIndices is Python's slice.indices.
+func sliceIndices(length int64, start, stop, step *int64) (int64, int64, int64, error) {
+	st := int64(1)
+	if step != nil {
+		st = *step
+	}
+	if st == 0 {
+		return 0, 0, 0, errors.New("slice step cannot be zero")
+	}
+	lower, upper := int64(0), length
+	if st < 0 {
+		lower, upper = -1, length-1
+	}
+	clamp := func(p *int64, def int64) int64 {
+		if p == nil {
+			return def
+		}
+		v := *p
+		if v < 0 {
+			v += length
+			if v < lower {
+				v = lower
+			}
+		} else if v > upper {
+			v = upper
+		}
+		return v
+	}
+	if st > 0 {
+		return clamp(start, lower), clamp(stop, upper), st, nil
+	}
+	return clamp(start, upper), clamp(stop, lower), st, nil
+}
+
+func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
+	var items []any
+	var runes []rune
+	var length int64
+	// Jinja compiles slices to a plain Python subscript (not the
+	// environment's lenient getitem), so a bad one is an error.
+	switch x := obj.(type) {
+	case *List:
+		items = x.Items
+		length = int64(len(items))
+	case string:
+		runes = []rune(x)
+		length = int64(len(runes))
+	case undefined:
+		return nil, errUndefined(x)
+	default:
+		return nil, fmt.Errorf("'%s' object is not subscriptable", typeName(obj))
+	}
+	b, e, st, err := sliceIndices(length, start, stop, step)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.step(length); err != nil {
+		return nil, err
+	}
+	if runes != nil || obj == "" {
+		var sb strings.Builder
+		for i := b; st > 0 && i < e || st < 0 && i > e; i += st {
+			sb.WriteRune(runes[i])
+		}
+		return sb.String(), nil
+	}
+	out := []any{}
+	for i := b; st > 0 && i < e || st < 0 && i > e; i += st {
+		out = append(out, items[i])
+	}
+	return &List{Items: out, Tuple: obj.(*List).Tuple}, nil
+}
+
+func (r *renderer) cmpop(op string, l, rv any) (bool, error) {
+	switch op {
+	case "==":
+		return equal(l, rv), nil
+	case "!=":
+		return !equal(l, rv), nil
+	case "in":
+		return r.contains(rv, l)
+	case "notin":
+		ok, err := r.contains(rv, l)
+		return !ok, err
+	}
+	if u, ok := l.(undefined); ok {
+		return false, errUndefined(u)
+	}
+	if u, ok := rv.(undefined); ok {
+		return false, errUndefined(u)
+	}
+	c, err := compare(l, rv)
+	if err != nil {
+		return false, fmt.Errorf("'%s' not supported between instances of '%s' and '%s'", op, typeName(l), typeName(rv))
+	}
+	switch op {
+	case "<":
+		return c < 0, nil
+	case ">":
+		return c > 0, nil
+	case "<=":
+		return c <= 0, nil
+	default:
+		return c >= 0, nil
+	}
+}
+
+func (r *renderer) contains(container, item any) (bool, error) {
+	switch c := container.(type) {
+	case string:
+		s, ok := item.(string)
+		if !ok {
+			return false, fmt.Errorf("'in <string>' requires string as left operand, not %s", typeName(item))
+		}
+		if err := r.step(int64(len(c)>>6) + 1); err != nil {
+			return false, err
+		}
+		return strings.Contains(c, s), nil
+	case *List:
+		if err := r.step(int64(len(c.Items))); err != nil {
+			return false, err
+		}
+		for _, it := range c.Items {
+			if equal(it, item) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case *Dict:
+		if _, isU := item.(undefined); isU {
+			return false, nil
+		}
+		if !isHashable(item) {
+			return false, fmt.Errorf("unhashable type: '%s'", typeName(item))
+		}
+		_, ok := c.Get(item)
+		return ok, nil
+	case *Namespace:
+		_, ok := c.d.Get(item)
+		return ok, nil
+	case undefined:
+		return false, nil
+	}
+	return false, fmt.Errorf("argument of type '%s' is not iterable", typeName(container))
+}
+
+func (r *renderer) binop(op string, l, rv any) (any, error) {
+	if f, ok := l.(string); ok && op == "%" {
+		return r.percentFormat(f, rv)
+	}
+	if u, ok := l.(undefined); ok {
+		return nil, errUndefined(u)
+	}
+	if u, ok := rv.(undefined); ok {
+		return nil, errUndefined(u)
+	}
+	li, lInt := intOf(l)
+	ri, rInt := intOf(rv)
+	lf, lNum := asNumber(l)
+	rf, rNum := asNumber(rv)
+	bad := func() error {
+		return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(l), typeName(rv))
+	}
+	switch op {
+	case "+":
+		switch {
+		case lInt && rInt:
+			s := li + ri
+			if (s > li) != (ri > 0) {
+				return nil, errors.New("integer overflow")
+			}
+			return s, nil
+		case lNum && rNum:
+			return lf + rf, nil
+		}
+		switch x := l.(type) {
+		case string:
+			y, ok := rv.(string)
+			if !ok {
+				return nil, fmt.Errorf("can only concatenate str (not \"%s\") to str", typeName(rv))
+			}
+			if err := r.chargeBytes(len(x) + len(y)); err != nil {
+				return nil, err
+			}
+			return x + y, nil
+		case *List:
+			y, ok := rv.(*List)
+			if !ok || x.Tuple != y.Tuple {
+				return nil, bad()
+			}
+			if err := r.chargeItems(len(x.Items) + len(y.Items)); err != nil {
+				return nil, err
+			}
+			out := make([]any, 0, len(x.Items)+len(y.Items))
+			out = append(out, x.Items...)
+			out = append(out, y.Items...)
+			return &List{Items: out, Tuple: x.Tuple}, nil
+		}
+		return nil, bad()
+	case "-":
+		switch {
+		case lInt && rInt:
+			d := li - ri
+			if (d < li) != (ri > 0) {
+				return nil, errors.New("integer overflow")
+			}
+			return d, nil
+		case lNum && rNum:
+			return lf - rf, nil
+		}
+		return nil, bad()
+	case "*":
+		switch {
+		case lInt && rInt:
+			if li != 0 && ri != 0 {
+				p := li * ri
+				if p/ri != li || (li == -1 && ri == math.MinInt64) || (ri == -1 && li == math.MinInt64) {
+					return nil, errors.New("integer overflow")
+				}
+				return p, nil
+			}
+			return int64(0), nil
+		case lNum && rNum:
+			return lf * rf, nil
+		}
+		if n, ok := intOf(rv); ok {
+			return r.repeat(l, n, bad)
+		}
+		if n, ok := intOf(l); ok {
+			return r.repeat(rv, n, bad)
+		}
+		return nil, bad()
+	case "/":
+		if !lNum || !rNum {
+			return nil, bad()
+		}
+		if rf == 0 {
+			return nil, errors.New("division by zero")
+		}
+		return lf / rf, nil
+	case "//", "%":
+		if op == "%" {
+			if f, ok := l.(string); ok {
+				return r.percentFormat(f, rv)
+			}
+		}
+		if !lNum || !rNum {
+			return nil, bad()
+		}
+		if lInt && rInt {
+			if ri == 0 {
+				return nil, errors.New("integer division or modulo by zero")
+			}
+			q, m := li/ri, li%ri
+			if m != 0 && (m < 0) != (ri < 0) {
+				q--
+				m += ri
+			}
+			if op == "//" {
+				return q, nil
+			}
+			return m, nil
+		}
+		if rf == 0 {
+			return nil, errors.New("float division by zero")
+		}
+		if op == "//" {
+			return math.Floor(lf / rf), nil
+		}
+		m := math.Mod(lf, rf)
+		if m != 0 && (m < 0) != (rf < 0) {
+			m += rf
+		}
+		return m, nil
+	case "**":
+		if !lNum || !rNum {
+			return nil, bad()
+		}
+		if lInt && rInt && ri >= 0 {
+			res := int64(1)
+			base := li
+			for e := ri; e > 0; e-- {
+				if err := r.step(1); err != nil {
+					return nil, err
+				}
+				n := res * base
+				if base != 0 && n/base != res {
+					return nil, errors.New("integer overflow")
+				}
+				res = n
+				if res == 0 || res == 1 && base == 1 {
+					break
+				}
+			}
+			return res, nil
+		}
+		return math.Pow(lf, rf), nil
+	}
+	return nil, fmt.Errorf("unknown operator %s", op)
+}
+
+func (r *renderer) repeat(v any, n int64, bad func() error) (any, error) {
+	if n < 0 {
+		n = 0
+	}
+	switch x := v.(type) {
+	case string:
+		if int64(len(x))*n > int64(r.maxOutput) || n > int64(r.maxOutput) {
+			return nil, r.overflow()
+		}
+		if err := r.chargeBytes(len(x) * int(n)); err != nil {
+			return nil, err
+		}
+		return strings.Repeat(x, int(n)), nil
+	case *List:
+		total := int64(len(x.Items)) * n
+		if n > 0 && total/n != int64(len(x.Items)) || total > int64(r.maxOutput) {
+			return nil, fmt.Errorf("%w: list longer than %d items", ErrRenderUnavailable, r.maxOutput)
+		}
+		if err := r.chargeItems(int(total)); err != nil {
+			return nil, err
+		}
+		out := make([]any, 0, total)
+		for range n {
+			out = append(out, x.Items...)
+		}
+		return &List{Items: out, Tuple: x.Tuple}, nil
+	}
+	return nil, bad()
+}
+
+func (r *renderer) evalCall(n *callExpr, s *scope, caller *macro) (any, error) {
+	// Method calls are resolved without building a bound method.
+	var fn any
+	var err error
+	if a, ok := n.fn.(*attrExpr); ok {
+		obj, err := r.eval(a.obj, s)
+		if err != nil {
+			return nil, err
+		}
+		if isMethod(obj, a.name) {
+			if _, isDict := obj.(*Dict); !isDict || isMethod(obj, a.name) {
+				args, err := r.evalList(n.args, s)
+				if err != nil {
+					return nil, err
+				}
+				kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+				if err != nil {
+					return nil, err
+				}
+				return r.callMethod(obj, a.name, args, kw)
+			}
+		}
+		if fn, err = getAttr(obj, a.name); err != nil {
+			return nil, err
+		}
+	} else if fn, err = r.eval(n.fn, s); err != nil {
+		return nil, err
+	}
+	args, err := r.evalList(n.args, s)
+	if err != nil {
+		return nil, err
+	}
+	kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+	if err != nil {
+		return nil, err
+	}
+	return r.call(fn, args, kw, caller)
+}
+
+func (r *renderer) call(fn any, args []any, kw *Dict, caller *macro) (any, error) {
+	switch f := fn.(type) {
+	case *macro:
+		return r.callMacro(f, args, kw, caller)
+	case *builtin:
+		return f.fn(r, args, kw)
+	case *boundMethod:
+		return r.callMethod(f.recv, f.name, args, kw)
+	case undefined:
+		return nil, errUndefined(f)
+	case *loopInfo:
+		return nil, errors.New("recursive loops are not supported")
+	}
+	return nil, fmt.Errorf("'%s' object is not callable", typeName(fn))
+}
+
+func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any, error) {
+	r.depth++
+	defer func() { r.depth-- }()
+	if r.depth > maxCallDepth {
+		return nil, fmt.Errorf("%w: macro recursion deeper than %d", ErrRenderUnavailable, maxCallDepth)
+	}
+	d := m.def
+	if len(args) > len(d.params) {
+		return nil, fmt.Errorf("macro '%s' takes not more than %d argument(s)", m.name, len(d.params))
+	}
+	inner := &scope{parent: m.closure}
+	for i, p := range d.params {
+		switch {
+		case i < len(args):
+			inner.set(p, args[i])
+		default:
+			if v, ok := kw.Get(p); ok {
+				inner.set(p, v)
+				continue
+			}
+			if d.defaults[i] != nil {
+				v, err := r.eval(d.defaults[i], inner)
+				if err != nil {
+					return nil, err
+				}
+				inner.set(p, v)
+			} else {
+				inner.set(p, undefined{name: "'" + p + "' is undefined"})
+			}
+		}
+	}
+	if kw != nil {
+		for _, k := range kw.keys {
+			ks, _ := k.(string)
+			found := false
+			for _, p := range d.params {
+				if p == ks {
+					found = true
+				}
+			}
+			if !found && ks != "caller" {
+				return nil, fmt.Errorf("macro '%s' takes no keyword argument '%s'", m.name, ks)
+			}
+		}
+	}
+	if caller != nil {
+		inner.set("caller", caller)
+	}
+	o := &output{}
+	if _, err := r.execBody(d.body, inner, o); err != nil {
+		return nil, err
+	}
+	return o.b.String(), nil
+}
+
+func (li *loopInfo) attr(name string) (any, error) {
+	switch name {
+	case "length", "revindex", "revindex0":
+		if err := li.fill(-1); err != nil {
+			return nil, err
+		}
+	case "last", "nextitem":
+		if err := li.fill(li.i + 1); err != nil {
+			return nil, err
+		}
+	}
+	n := int64(len(li.items))
+	i := int64(li.i)
+	switch name {
+	case "index":
+		return i + 1, nil
+	case "index0":
+		return i, nil
+	case "revindex":
+		return n - i, nil
+	case "revindex0":
+		return n - i - 1, nil
+	case "first":
+		return i == 0, nil
+	case "last":
+		return i == n-1, nil
+	case "length":
+		return n, nil
+	case "depth":
+		return int64(1), nil
+	case "depth0":
+		return int64(0), nil
+	case "previtem":
+		if i == 0 {
+			return undefined{name: "there is no previous item"}, nil
+		}
+		return li.items[i-1], nil
+	case "nextitem":
+		if i == n-1 {
+			return undefined{name: "there is no next item"}, nil
+		}
+		return li.items[i+1], nil
+	case "cycle":
+		return &builtin{name: "cycle", fn: func(_ *renderer, args []any, _ *Dict) (any, error) {
+			if len(args) == 0 {
+				return nil, errors.New("no items for cycling given")
+			}
+			return args[li.i%len(args)], nil
+		}}, nil
+	}
+	return undefined{name: fmt.Sprintf("'LoopContext object' has no attribute '%s'", name)}, nil
+}

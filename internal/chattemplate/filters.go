@@ -1,0 +1,1546 @@
+package chattemplate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// args is a helper for positional-or-keyword parameters.
+type argList struct {
+	pos []any
+	kw  *Dict
+}
+
+func (a argList) get(i int, name string) (any, bool) {
+	if i >= 0 && i < len(a.pos) {
+		return a.pos[i], true
+	}
+	if v, ok := a.kw.Get(name); ok {
+		return v, true
+	}
+	return nil, false
+}
+
+func (a argList) str(i int, name, def string) (string, error) {
+	v, ok := a.get(i, name)
+	if !ok || v == nil {
+		return def, nil
+	}
+	if u, ok := v.(undefined); ok {
+		_ = u
+		return def, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s must be a string, not %s", name, typeName(v))
+	}
+	return s, nil
+}
+
+func (a argList) integer(i int, name string, def int64) (int64, error) {
+	v, ok := a.get(i, name)
+	if !ok || v == nil {
+		return def, nil
+	}
+	n, ok := intOf(v)
+	if !ok {
+		return 0, fmt.Errorf("%s must be an integer, not %s", name, typeName(v))
+	}
+	return n, nil
+}
+
+func (a argList) boolean(i int, name string, def bool) bool {
+	v, ok := a.get(i, name)
+	if !ok {
+		return def
+	}
+	return truthy(v)
+}
+
+func (r *renderer) applyFilter(f *filterExpr, v any, s *scope) (any, error) {
+	args, err := r.evalList(f.args, s)
+	if err != nil {
+		return nil, err
+	}
+	kw, err := r.evalKwargs(f.kwName, f.kwVal, s)
+	if err != nil {
+		return nil, err
+	}
+	return r.filter(f.name, v, argList{pos: args, kw: kw})
+}
+
+func seqItems(v any) ([]any, error) {
+	switch x := v.(type) {
+	case *List:
+		return x.Items, nil
+	case *Dict:
+		return x.keys, nil
+	case string:
+		out := make([]any, 0, len(x))
+		for _, c := range x {
+			out = append(out, string(c))
+		}
+		return out, nil
+	case undefined:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
+}
+
+func pyLen(v any) (int64, error) {
+	switch x := v.(type) {
+	case string:
+		return int64(utf8.RuneCountInString(x)), nil
+	case *List:
+		return int64(len(x.Items)), nil
+	case *Dict:
+		return int64(x.Len()), nil
+	case undefined:
+		return 0, nil
+	case *Namespace:
+		return int64(x.d.Len()), nil
+	}
+	return 0, fmt.Errorf("object of type '%s' has no len()", typeName(v))
+}
+
+func (r *renderer) filter(name string, v any, a argList) (any, error) {
+	switch name {
+	case "tojson":
+		return r.toJSON(v, a)
+	case "length", "count":
+		n, err := pyLen(v)
+		return n, err
+	case "string":
+		return toStr(v), nil
+	case "safe":
+		return toStr(v), nil
+	case "trim":
+		chars, err := a.str(0, "chars", "")
+		if err != nil {
+			return nil, err
+		}
+		_, has := a.get(0, "chars")
+		return pyStrip(toStr(v), chars, has && chars != "", true, true), nil
+	case "upper":
+		return strings.ToUpper(toStr(v)), nil
+	case "lower":
+		return strings.ToLower(toStr(v)), nil
+	case "capitalize":
+		return capitalize(toStr(v)), nil
+	case "title":
+		return jinjaTitle(toStr(v)), nil
+	case "default", "d":
+		def, _ := a.get(0, "default_value")
+		if _, ok := a.get(0, "default_value"); !ok {
+			def = ""
+		}
+		if _, isU := v.(undefined); isU || a.boolean(1, "boolean", false) && !truthy(v) {
+			return def, nil
+		}
+		return v, nil
+	case "first":
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			return undefined{name: "No first item, sequence was empty."}, nil
+		}
+		return items[0], nil
+	case "last":
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			return undefined{name: "No last item, sequence was empty."}, nil
+		}
+		return items[len(items)-1], nil
+	case "list":
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		return &List{Items: append([]any{}, items...)}, nil
+	case "items":
+		switch x := v.(type) {
+		case undefined:
+			return &List{Items: []any{}}, nil
+		case *Dict:
+			out := make([]any, x.Len())
+			for i, k := range x.keys {
+				out[i] = &List{Items: []any{k, x.vals[i]}, Tuple: true}
+			}
+			return &List{Items: out}, nil
+		}
+		return nil, fmt.Errorf("can only get item pairs from a mapping")
+	case "join":
+		return r.join(v, a)
+	case "int":
+		if u, ok := v.(undefined); ok {
+			return nil, errUndefined(u)
+		}
+		return toInt(v, a)
+	case "float":
+		if u, ok := v.(undefined); ok {
+			return nil, errUndefined(u)
+		}
+		def := 0.0
+		if d, ok := a.get(0, "default"); ok {
+			def, _ = asNumber(d)
+		}
+		switch x := v.(type) {
+		case string:
+			f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+			if err != nil {
+				return def, nil
+			}
+			return f, nil
+		}
+		if f, ok := asNumber(v); ok {
+			return f, nil
+		}
+		return def, nil
+	case "abs":
+		switch x := v.(type) {
+		case int64:
+			if x < 0 {
+				return -x, nil
+			}
+			return x, nil
+		case bool:
+			i, _ := intOf(x)
+			return i, nil
+		case float64:
+			return math.Abs(x), nil
+		}
+		return nil, fmt.Errorf("bad operand type for abs(): '%s'", typeName(v))
+	case "round":
+		prec, err := a.integer(0, "precision", 0)
+		if err != nil {
+			return nil, err
+		}
+		method, err := a.str(1, "method", "common")
+		if err != nil {
+			return nil, err
+		}
+		if u, ok := v.(undefined); ok {
+			return nil, errUndefined(u)
+		}
+		if i, isInt := intOf(v); isInt && method == "common" {
+			return i, nil
+		}
+		f, ok := asNumber(v)
+		if !ok {
+			return nil, fmt.Errorf("round of %s", typeName(v))
+		}
+		p := math.Pow(10, float64(prec))
+		switch method {
+		case "ceil":
+			return math.Ceil(f*p) / p, nil
+		case "floor":
+			return math.Floor(f*p) / p, nil
+		}
+		return pyRound(f, prec), nil
+	case "replace":
+		s := toStr(v)
+		old, err := a.str(0, "old", "")
+		if err != nil {
+			return nil, err
+		}
+		nw, err := a.str(1, "new", "")
+		if err != nil {
+			return nil, err
+		}
+		cnt, err := a.integer(2, "count", -1)
+		if err != nil {
+			return nil, err
+		}
+		return r.replace(s, old, nw, cnt)
+	case "reverse":
+		switch x := v.(type) {
+		case string:
+			rs := []rune(x)
+			for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
+				rs[i], rs[j] = rs[j], rs[i]
+			}
+			return string(rs), nil
+		}
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, len(items))
+		for i, it := range items {
+			out[len(items)-1-i] = it
+		}
+		return &List{Items: out}, nil
+	case "map":
+		return r.mapFilter(v, a)
+	case "select", "reject":
+		return r.selectFilter(v, a, name == "select", false)
+	case "selectattr", "rejectattr":
+		return r.selectFilter(v, a, name == "selectattr", true)
+	case "sort":
+		return r.sortFilter(v, a)
+	case "unique":
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		cs := a.boolean(0, "case_sensitive", false)
+		attr, err := a.str(1, "attribute", "")
+		if err != nil {
+			return nil, err
+		}
+		key := func(x any) any {
+			if attr != "" {
+				x, _ = attrPath(x, attr)
+			}
+			if !cs {
+				x = foldCase(x)
+			}
+			return x
+		}
+		if err := r.step(int64(len(items) * len(items) / 8)); err != nil {
+			return nil, err
+		}
+		out := []any{}
+		for _, it := range items {
+			if k := key(it); !isHashable(k) {
+				return nil, fmt.Errorf("unhashable type: '%s'", typeName(k))
+			}
+			dup := false
+			for _, o := range out {
+				if equal(key(o), key(it)) {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				out = append(out, it)
+			}
+		}
+		return &List{Items: out}, nil
+	case "min", "max":
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			return undefined{name: "no " + name + " item, sequence was empty"}, nil
+		}
+		best := items[0]
+		for _, it := range items[1:] {
+			c, err := compare(foldCase(it), foldCase(best))
+			if err != nil {
+				return nil, err
+			}
+			if name == "min" && c < 0 || name == "max" && c > 0 {
+				best = it
+			}
+		}
+		return best, nil
+	case "sum":
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		var total any = int64(0)
+		if st, ok := a.get(1, "start"); ok {
+			total = st
+		}
+		attr, _ := a.str(0, "attribute", "")
+		for _, it := range items {
+			if attr != "" {
+				if it, err = attrPath(it, attr); err != nil {
+					return nil, err
+				}
+			}
+			if total, err = r.binop("+", total, it); err != nil {
+				return nil, err
+			}
+		}
+		return total, nil
+	case "indent":
+		return r.indent(v, a)
+	case "dictsort":
+		d, ok := v.(*Dict)
+		if !ok {
+			return nil, errors.New("dictsort expects a mapping")
+		}
+		byValue := false
+		if by, _ := a.str(1, "by", "key"); by == "value" {
+			byValue = true
+		}
+		out := make([]any, d.Len())
+		for i, k := range d.keys {
+			out[i] = &List{Items: []any{k, d.vals[i]}, Tuple: true}
+		}
+		var err error
+		sort.SliceStable(out, func(i, j int) bool {
+			idx := 0
+			if byValue {
+				idx = 1
+			}
+			c, e := compare(foldCase(out[i].(*List).Items[idx]), foldCase(out[j].(*List).Items[idx]))
+			if e != nil {
+				err = e
+			}
+			return c < 0
+		})
+		if a.boolean(2, "reverse", false) {
+			for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+		return &List{Items: out}, err
+	case "e", "escape", "forceescape":
+		return htmlEscape(toStr(v)), nil
+	case "format":
+		return r.percentFormat(toStr(v), &List{Items: a.pos, Tuple: true})
+	case "attr":
+		n, err := a.str(0, "name", "")
+		if err != nil {
+			return nil, err
+		}
+		return getAttr(v, n)
+	case "wordcount":
+		return int64(len(strings.FieldsFunc(toStr(v), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' }))), nil
+	case "batch", "slice", "groupby", "truncate", "wordwrap", "center", "urlize", "urlencode", "xmlattr", "striptags", "pprint", "random", "filesizeformat":
+		return nil, fmt.Errorf("filter '%s' is not supported", name)
+	}
+	return nil, fmt.Errorf("no filter named '%s'", name)
+}
+
+func foldCase(v any) any {
+	if s, ok := v.(string); ok {
+		return strings.ToLower(s)
+	}
+	return v
+}
+
+func htmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(s)
+}
+
+func (r *renderer) toJSON(v any, a argList) (any, error) {
+	var b strings.Builder
+	iv, hasIndent := a.get(0, "indent")
+	indent := ""
+	if hasIndent && iv != nil {
+		switch x := iv.(type) {
+		case int64:
+			if x > 64 {
+				x = 64
+			}
+			indent = strings.Repeat(" ", max(int(x), 0))
+		case string:
+			indent = x
+		default:
+			return nil, errors.New("tojson: indent must be an int or a string")
+		}
+	} else {
+		hasIndent = false
+	}
+	itemSep, keySep := ", ", ": "
+	if hasIndent {
+		itemSep = ","
+	}
+	if sv, ok := a.get(-1, "separators"); ok && sv != nil {
+		l, ok := sv.(*List)
+		if !ok || len(l.Items) != 2 {
+			return nil, errors.New("tojson: separators must be a pair")
+		}
+		itemSep, keySep = toStr(l.Items[0]), toStr(l.Items[1])
+	}
+	sortKeys := a.boolean(-1, "sort_keys", false)
+	if err := writeJSON(&b, v, indent, hasIndent, itemSep, keySep, sortKeys, 0, r); err != nil {
+		return nil, err
+	}
+	if a.boolean(-1, "ensure_ascii", false) {
+		return asciiEscape(b.String()), nil
+	}
+	if err := r.chargeBytes(b.Len()); err != nil {
+		return nil, err
+	}
+	return b.String(), nil
+}
+
+func (r *renderer) join(v any, a argList) (any, error) {
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	sep, err := a.str(0, "d", "")
+	if err != nil {
+		return nil, err
+	}
+	attr, err := a.str(1, "attribute", "")
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		if attr != "" {
+			if it, err = attrPath(it, attr); err != nil {
+				return nil, err
+			}
+		}
+		b.WriteString(toStr(it))
+		if err := r.chargeBytes(b.Len()); err != nil {
+			return nil, err
+		}
+	}
+	return b.String(), nil
+}
+
+func toInt(v any, a argList) (any, error) {
+	def, err := a.integer(0, "default", 0)
+	if err != nil {
+		return nil, err
+	}
+	base, err := a.integer(1, "base", 10)
+	if err != nil {
+		return nil, err
+	}
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case bool:
+		i, _ := intOf(x)
+		return i, nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return def, nil
+		}
+		if math.Abs(x) >= 1<<63 {
+			return nil, errors.New("integer overflow: integers are 64-bit here")
+		}
+		return int64(x), nil
+	case string:
+		s := strings.ReplaceAll(strings.TrimSpace(x), "_", "")
+		if i, err := strconv.ParseInt(s, int(base), 64); err == nil {
+			return i, nil
+		}
+		if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+			if math.Abs(f) >= 1<<63 {
+				return nil, errors.New("integer overflow: integers are 64-bit here")
+			}
+			return int64(f), nil
+		}
+	}
+	return def, nil
+}
+
+// attrPath resolves "a.b.0" as Jinja's make_attrgetter does.
+func attrPath(v any, path string) (any, error) {
+	for _, part := range strings.Split(path, ".") {
+		var key any = part
+		if i, err := strconv.ParseInt(part, 10, 64); err == nil {
+			key = i
+		}
+		var err error
+		if v, err = getItem(v, key); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+func (r *renderer) mapFilter(v any, a argList) (any, error) {
+	if !truthy(v) {
+		// Jinja only iterates a true value.
+		return &List{Items: []any{}}, nil
+	}
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, 0, len(items))
+	if attr, ok := a.kw.Get("attribute"); ok {
+		path := toStr(attr)
+		def, hasDef := a.kw.Get("default")
+		for _, it := range items {
+			x, err := attrPath(it, path)
+			if err != nil {
+				return nil, err
+			}
+			if _, isU := x.(undefined); isU && hasDef {
+				x = def
+			}
+			out = append(out, x)
+		}
+		return &List{Items: out}, nil
+	}
+	if len(a.pos) == 0 {
+		return nil, errors.New("map requires a filter argument")
+	}
+	fname, ok := a.pos[0].(string)
+	if !ok {
+		return nil, errors.New("map: filter name must be a string")
+	}
+	rest := argList{pos: a.pos[1:], kw: a.kw}
+	for _, it := range items {
+		if err := r.step(1); err != nil {
+			return nil, err
+		}
+		x, err := r.filter(fname, it, rest)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return &List{Items: out}, nil
+}
+
+func (r *renderer) selectFilter(v any, a argList, want, byAttr bool) (any, error) {
+	if !truthy(v) {
+		return &List{Items: []any{}}, nil
+	}
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	pos := a.pos
+	attr := ""
+	if byAttr {
+		if len(pos) == 0 {
+			return nil, errors.New("selectattr needs an attribute")
+		}
+		attr = toStr(pos[0])
+		pos = pos[1:]
+	}
+	test := ""
+	var targs []any
+	if len(pos) > 0 {
+		test = toStr(pos[0])
+		targs = pos[1:]
+	}
+	out := []any{}
+	for _, it := range items {
+		if err := r.step(1); err != nil {
+			return nil, err
+		}
+		x := it
+		if byAttr {
+			if x, err = attrPath(it, attr); err != nil {
+				return nil, err
+			}
+		}
+		ok := truthy(x)
+		if test != "" {
+			if ok, err = r.applyTest(test, x, targs); err != nil {
+				return nil, err
+			}
+		}
+		if ok == want {
+			out = append(out, it)
+		}
+	}
+	return &List{Items: out}, nil
+}
+
+func (r *renderer) sortFilter(v any, a argList) (any, error) {
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	rev := a.boolean(0, "reverse", false)
+	cs := a.boolean(1, "case_sensitive", false)
+	attr, _ := a.str(2, "attribute", "")
+	out := append([]any{}, items...)
+	key := func(x any) any {
+		if attr != "" {
+			x, _ = attrPath(x, attr)
+		}
+		if !cs {
+			x = foldCase(x)
+		}
+		return x
+	}
+	if err := r.step(int64(len(out)) * 8); err != nil {
+		return nil, err
+	}
+	var cerr error
+	sort.SliceStable(out, func(i, j int) bool {
+		c, e := compare(key(out[i]), key(out[j]))
+		if e != nil {
+			cerr = e
+		}
+		if rev {
+			return c > 0
+		}
+		return c < 0
+	})
+	return &List{Items: out}, cerr
+}
+
+func (r *renderer) indent(v any, a argList) (any, error) {
+	s, ok := v.(string)
+	if !ok {
+		if u, isU := v.(undefined); isU {
+			return nil, errUndefined(u)
+		}
+		return nil, fmt.Errorf("unsupported operand type(s) for +=: '%s' and 'str'", typeName(v))
+	}
+	width := "    "
+	if w, ok := a.get(0, "width"); ok {
+		switch x := w.(type) {
+		case int64:
+			if x > 256 {
+				x = 256
+			}
+			width = strings.Repeat(" ", max(int(x), 0))
+		case string:
+			width = x
+		}
+	}
+	first := a.boolean(1, "first", false)
+	blank := a.boolean(2, "blank", false)
+	nl := "\n"
+	s += nl
+	lines := strings.Split(s, "\n")
+	lines = lines[:len(lines)-1]
+	var b strings.Builder
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteString(nl)
+		}
+		if i == 0 && !first {
+			b.WriteString(l)
+			continue
+		}
+		if blank || pyRStrip(l) != "" {
+			b.WriteString(width)
+		}
+		b.WriteString(l)
+		if err := r.chargeBytes(b.Len()); err != nil {
+			return nil, err
+		}
+	}
+	return b.String(), nil
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + strings.ToLower(s[n:])
+}
+
+func title(s string) string {
+	var b strings.Builder
+	prevLetter := false
+	for _, c := range s {
+		if unicode.IsLetter(c) {
+			if prevLetter {
+				b.WriteRune(unicode.ToLower(c))
+			} else {
+				b.WriteRune(unicode.ToUpper(c))
+			}
+			prevLetter = true
+		} else {
+			b.WriteRune(c)
+			prevLetter = false
+		}
+	}
+	return b.String()
+}
+
+// jinjaTitle is Jinja's title filter: each piece after a run of whitespace,
+// '-', '(', '{', '[' or '<' gets its first character upper-cased and the rest
+// lower-cased.
+func jinjaTitle(s string) string {
+	var b strings.Builder
+	atStart := true
+	for _, c := range s {
+		if pyIsSpace(c) || strings.ContainsRune("-({[<", c) {
+			b.WriteRune(c)
+			atStart = true
+			continue
+		}
+		if atStart {
+			b.WriteString(strings.ToUpper(string(c)))
+			atStart = false
+		} else {
+			b.WriteString(strings.ToLower(string(c)))
+		}
+	}
+	return b.String()
+}
+
+func (r *renderer) replace(s, old, nw string, cnt int64) (any, error) {
+	if cnt < 0 {
+		cnt = -1
+	}
+	n := strings.Count(s, old)
+	if old == "" {
+		n = utf8.RuneCountInString(s) + 1
+	}
+	if cnt >= 0 && int64(n) > cnt {
+		n = int(cnt)
+	}
+	if int64(len(s))+int64(n)*int64(len(nw)) > int64(r.maxOutput) {
+		return nil, r.overflow()
+	}
+	out := strings.Replace(s, old, nw, int(cnt))
+	return out, r.chargeBytes(len(out))
+}
+
+// pyStrip is str.strip/lstrip/rstrip with optional characters.
+func pyStrip(s, chars string, hasChars, left, right bool) string {
+	in := pyIsSpace
+	if hasChars {
+		in = func(r rune) bool { return strings.ContainsRune(chars, r) }
+	}
+	if left {
+		s = strings.TrimLeftFunc(s, in)
+	}
+	if right {
+		s = strings.TrimRightFunc(s, in)
+	}
+	return s
+}
+
+// Tests.
+
+func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
+	arg := func() (any, error) {
+		if len(args) == 0 {
+			return nil, fmt.Errorf("test '%s' needs an argument", name)
+		}
+		return args[0], nil
+	}
+	switch name {
+	case "defined":
+		_, u := v.(undefined)
+		return !u, nil
+	case "undefined":
+		_, u := v.(undefined)
+		return u, nil
+	case "none":
+		return v == nil, nil
+	case "string":
+		_, ok := v.(string)
+		return ok, nil
+	case "mapping":
+		_, ok := v.(*Dict)
+		return ok, nil
+	case "iterable":
+		switch v.(type) {
+		case string, *List, *Dict, undefined:
+			return true, nil
+		}
+		return false, nil
+	case "sequence":
+		switch v.(type) {
+		case string, *List, *Dict, undefined:
+			return true, nil
+		}
+		return false, nil
+	case "number":
+		switch v.(type) {
+		case int64, float64, bool, bigInt:
+			return true, nil
+		}
+		return false, nil
+	case "integer":
+		switch v.(type) {
+		case int64, bigInt:
+			return true, nil
+		}
+		return false, nil
+	case "float":
+		_, ok := v.(float64)
+		return ok, nil
+	case "boolean":
+		_, ok := v.(bool)
+		return ok, nil
+	case "true":
+		b, ok := v.(bool)
+		return ok && b, nil
+	case "false":
+		b, ok := v.(bool)
+		return ok && !b, nil
+	case "callable":
+		switch v.(type) {
+		case *macro, *builtin, *boundMethod, undefined:
+			return true, nil
+		}
+		return false, nil
+	case "odd", "even", "divisibleby":
+		var div any = int64(2)
+		if name == "divisibleby" {
+			a, err := arg()
+			if err != nil {
+				return false, err
+			}
+			div = a
+		}
+		if _, isStr := v.(string); isStr {
+			return false, fmt.Errorf("test '%s' needs a number, not str", name)
+		}
+		m, err := r.binop("%", v, div)
+		if err != nil {
+			return false, err
+		}
+		if name == "odd" {
+			return equal(m, int64(1)), nil
+		}
+		return equal(m, int64(0)), nil
+	case "lower":
+		return isLower(toStr(v)), nil
+	case "upper":
+		return isUpper(toStr(v)), nil
+	case "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas":
+		a, err := arg()
+		if err != nil {
+			return false, err
+		}
+		switch name {
+		case "eq", "equalto", "==":
+			return equal(v, a), nil
+		case "ne", "!=":
+			return !equal(v, a), nil
+		case "in":
+			return r.contains(a, v)
+		case "sameas":
+			if isHashable(v) {
+				return equal(v, a) && typeName(v) == typeName(a), nil
+			}
+			return v == a, nil
+		}
+		op := map[string]string{"lt": "<", "lessthan": "<", "<": "<", "le": "<=", "<=": "<=", "gt": ">", "greaterthan": ">", ">": ">", "ge": ">=", ">=": ">="}[name]
+		return r.cmpop(op, v, a)
+	case "filter", "test", "escaped":
+		return false, nil
+	}
+	return false, fmt.Errorf("no test named '%s'", name)
+}
+
+// Methods of str, dict and list that templates call.
+
+func isStrMethod(name string) bool {
+	switch name {
+	case "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit",
+		"replace", "upper", "lower", "title", "capitalize", "find", "rfind",
+		"index", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
+		"isalnum", "islower", "isupper", "format", "removeprefix", "removesuffix",
+		"casefold", "swapcase", "zfill", "partition", "rpartition":
+		return true
+	}
+	return false
+}
+
+func isDictMethod(name string) bool {
+	switch name {
+	case "get", "items", "keys", "values", "copy", "update", "pop", "setdefault", "clear", "popitem":
+		return true
+	}
+	return false
+}
+
+func isListMethod(name string) bool {
+	switch name {
+	case "index", "count", "copy", "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse":
+		return true
+	}
+	return false
+}
+
+func isMethod(obj any, name string) bool {
+	switch obj.(type) {
+	case string:
+		return isStrMethod(name)
+	case *Dict:
+		return isDictMethod(name)
+	case *List:
+		return isListMethod(name)
+	}
+	return false
+}
+
+func (r *renderer) callMethod(obj any, name string, args []any, kw *Dict) (any, error) {
+	a := argList{pos: args, kw: kw}
+	switch x := obj.(type) {
+	case string:
+		return r.strMethod(x, name, a)
+	case *Dict:
+		switch name {
+		case "get":
+			k, _ := a.get(0, "key")
+			def, _ := a.get(1, "default")
+			if isHashable(k) {
+				if v, ok := x.Get(k); ok {
+					return v, nil
+				}
+			}
+			return def, nil
+		case "items":
+			out := make([]any, x.Len())
+			for i, k := range x.keys {
+				out[i] = &List{Items: []any{k, x.vals[i]}, Tuple: true}
+			}
+			return &List{Items: out}, nil
+		case "keys":
+			return &List{Items: append([]any{}, x.keys...)}, nil
+		case "values":
+			return &List{Items: append([]any{}, x.vals...)}, nil
+		case "copy":
+			d := &Dict{}
+			for i, k := range x.keys {
+				d.Set(k, x.vals[i])
+			}
+			return d, nil
+		}
+	case *List:
+		switch name {
+		case "index", "count":
+			it, _ := a.get(0, "value")
+			n := int64(0)
+			for i, e := range x.Items {
+				if equal(e, it) {
+					if name == "index" {
+						return int64(i), nil
+					}
+					n++
+				}
+			}
+			if name == "index" {
+				return nil, errors.New("value is not in list")
+			}
+			return n, nil
+		case "copy":
+			return &List{Items: append([]any{}, x.Items...)}, nil
+		}
+	}
+	return nil, fmt.Errorf("access to method '%s' of '%s' object is unsafe in the sandbox", name, typeName(obj))
+}
+
+func (r *renderer) strMethod(s, name string, a argList) (any, error) {
+	if err := r.step(int64(len(s)>>6) + 1); err != nil {
+		return nil, err
+	}
+	switch name {
+	case "startswith", "endswith":
+		p, _ := a.get(0, "prefix")
+		var cands []any
+		switch y := p.(type) {
+		case string:
+			cands = []any{y}
+		case *List:
+			cands = y.Items
+		default:
+			return nil, fmt.Errorf("%s first arg must be str or a tuple of str, not %s", name, typeName(p))
+		}
+		for _, c := range cands {
+			cs, ok := c.(string)
+			if !ok {
+				return nil, fmt.Errorf("%s: tuple for must only contain str", name)
+			}
+			if name == "startswith" && strings.HasPrefix(s, cs) || name == "endswith" && strings.HasSuffix(s, cs) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case "strip", "lstrip", "rstrip":
+		cv, has := a.get(0, "chars")
+		chars := ""
+		if has && cv != nil {
+			cs, ok := cv.(string)
+			if !ok {
+				return nil, fmt.Errorf("%s arg must be None or str", name)
+			}
+			chars = cs
+		} else {
+			has = false
+		}
+		return pyStrip(s, chars, has, name != "rstrip", name != "lstrip"), nil
+	case "split", "rsplit":
+		sepv, _ := a.get(0, "sep")
+		maxs, err := a.integer(1, "maxsplit", -1)
+		if err != nil {
+			return nil, err
+		}
+		var parts []string
+		if sepv == nil {
+			parts = splitWhitespace(s, int(maxs), name == "rsplit")
+		} else {
+			sep, ok := sepv.(string)
+			if !ok {
+				return nil, errors.New("must be str or None")
+			}
+			if sep == "" {
+				return nil, errors.New("empty separator")
+			}
+			switch {
+			case maxs < 0:
+				parts = strings.Split(s, sep)
+			case name == "split":
+				parts = strings.SplitN(s, sep, int(maxs)+1)
+			default:
+				parts = rsplitN(s, sep, int(maxs))
+			}
+		}
+		if err := r.step(int64(len(parts))); err != nil {
+			return nil, err
+		}
+		out := make([]any, len(parts))
+		for i, p := range parts {
+			out[i] = p
+		}
+		return &List{Items: out}, nil
+	case "replace":
+		old, err := a.str(0, "old", "")
+		if err != nil {
+			return nil, err
+		}
+		nw, err := a.str(1, "new", "")
+		if err != nil {
+			return nil, err
+		}
+		cnt, err := a.integer(2, "count", -1)
+		if err != nil {
+			return nil, err
+		}
+		return r.replace(s, old, nw, cnt)
+	case "upper":
+		return strings.ToUpper(s), nil
+	case "lower", "casefold":
+		return strings.ToLower(s), nil
+	case "title":
+		return title(s), nil
+	case "capitalize":
+		return capitalize(s), nil
+	case "find", "rfind", "index", "count":
+		sub, err := a.str(0, "sub", "")
+		if err != nil {
+			return nil, err
+		}
+		if name == "count" {
+			if sub == "" {
+				return int64(utf8.RuneCountInString(s) + 1), nil
+			}
+			return int64(strings.Count(s, sub)), nil
+		}
+		i := strings.Index(s, sub)
+		if name == "rfind" {
+			i = strings.LastIndex(s, sub)
+		}
+		if i < 0 {
+			if name == "index" {
+				return nil, errors.New("substring not found")
+			}
+			return int64(-1), nil
+		}
+		return int64(utf8.RuneCountInString(s[:i])), nil
+	case "join":
+		v, _ := a.get(0, "iterable")
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		var b strings.Builder
+		for i, it := range items {
+			is, ok := it.(string)
+			if !ok {
+				return nil, fmt.Errorf("sequence item %d: expected str instance, %s found", i, typeName(it))
+			}
+			if i > 0 {
+				b.WriteString(s)
+			}
+			b.WriteString(is)
+			if err := r.chargeBytes(b.Len()); err != nil {
+				return nil, err
+			}
+		}
+		return b.String(), nil
+	case "splitlines":
+		lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+		if s == "" {
+			lines = nil
+		}
+		out := make([]any, len(lines))
+		for i, l := range lines {
+			out[i] = l
+		}
+		return &List{Items: out}, nil
+	case "isdigit", "isalpha", "isspace", "isalnum":
+		if s == "" {
+			return false, nil
+		}
+		for _, c := range s {
+			ok := false
+			switch name {
+			case "isdigit":
+				ok = unicode.IsDigit(c)
+			case "isalpha":
+				ok = unicode.IsLetter(c)
+			case "isspace":
+				ok = pyIsSpace(c)
+			case "isalnum":
+				ok = unicode.IsLetter(c) || unicode.IsDigit(c)
+			}
+			if !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	case "islower":
+		return isLower(s), nil
+	case "isupper":
+		return isUpper(s), nil
+	case "removeprefix":
+		p, err := a.str(0, "prefix", "")
+		return strings.TrimPrefix(s, p), err
+	case "removesuffix":
+		p, err := a.str(0, "suffix", "")
+		return strings.TrimSuffix(s, p), err
+	case "partition", "rpartition":
+		sep, err := a.str(0, "sep", "")
+		if err != nil || sep == "" {
+			return nil, errors.New("empty separator")
+		}
+		i := strings.Index(s, sep)
+		if name == "rpartition" {
+			i = strings.LastIndex(s, sep)
+		}
+		if i < 0 {
+			if name == "rpartition" {
+				return &List{Items: []any{"", "", s}, Tuple: true}, nil
+			}
+			return &List{Items: []any{s, "", ""}, Tuple: true}, nil
+		}
+		return &List{Items: []any{s[:i], sep, s[i+len(sep):]}, Tuple: true}, nil
+	}
+	return nil, fmt.Errorf("str method '%s' is not supported", name)
+}
+
+// isLower is Python's str.islower: some cased character and no upper-case
+// one.
+func isLower(s string) bool {
+	cased := false
+	for _, c := range s {
+		if unicode.IsUpper(c) || unicode.IsTitle(c) {
+			return false
+		}
+		if unicode.IsLower(c) {
+			cased = true
+		}
+	}
+	return cased
+}
+
+// isUpper is Python's str.isupper.
+func isUpper(s string) bool {
+	cased := false
+	for _, c := range s {
+		if unicode.IsLower(c) || unicode.IsTitle(c) {
+			return false
+		}
+		if unicode.IsUpper(c) {
+			cased = true
+		}
+	}
+	return cased
+}
+
+func splitWhitespace(s string, maxs int, fromRight bool) []string {
+	if !fromRight || maxs < 0 {
+		var out []string
+		rest := s
+		for {
+			rest = rest[pyLStripLen(rest):]
+			if rest == "" {
+				return orEmpty(out)
+			}
+			if maxs >= 0 && len(out) == maxs {
+				return append(out, rest)
+			}
+			i := strings.IndexFunc(rest, pyIsSpace)
+			if i < 0 {
+				return append(out, rest)
+			}
+			out = append(out, rest[:i])
+			rest = rest[i:]
+		}
+	}
+	// rsplit with a limit: the head keeps its leading whitespace
+	rest := pyRStrip(s)
+	var tail []string
+	for len(tail) < maxs {
+		i := strings.LastIndexFunc(rest, pyIsSpace)
+		if i < 0 {
+			break
+		}
+		_, n := utf8.DecodeRuneInString(rest[i:])
+		tail = append([]string{rest[i+n:]}, tail...)
+		rest = pyRStrip(rest[:i])
+	}
+	if rest == "" {
+		return orEmpty(tail)
+	}
+	return append([]string{rest}, tail...)
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func rsplitN(s, sep string, n int) []string {
+	var tail []string
+	for len(tail) < n {
+		i := strings.LastIndex(s, sep)
+		if i < 0 {
+			break
+		}
+		tail = append([]string{s[i+len(sep):]}, tail...)
+		s = s[:i]
+	}
+	return append([]string{s}, tail...)
+}
+
+// percentFormat is Python's "%" string formatting for the conversions
+// templates use (s r d i f F e E g G x X o c and %%) with flags, width and
+// precision.
+func (r *renderer) percentFormat(f string, arg any) (any, error) {
+	var args []any
+	if l, ok := arg.(*List); ok && l.Tuple {
+		args = l.Items
+	} else {
+		args = []any{arg}
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		// flags, width, precision
+		j := i
+		for j < len(f) && strings.IndexByte("-+ 0#", f[j]) >= 0 {
+			j++
+		}
+		flags := f[i:j]
+		k := j
+		for k < len(f) && f[k] >= '0' && f[k] <= '9' {
+			k++
+		}
+		width, _ := strconv.Atoi(f[j:k])
+		prec := -1
+		if k < len(f) && f[k] == '.' {
+			k++
+			m := k
+			for k < len(f) && f[k] >= '0' && f[k] <= '9' {
+				k++
+			}
+			prec, _ = strconv.Atoi(f[m:k])
+		}
+		if k >= len(f) {
+			return nil, errors.New("incomplete format")
+		}
+		i = k
+		verb := f[i]
+		if verb == '%' {
+			b.WriteByte('%')
+			continue
+		}
+		if n >= len(args) {
+			return nil, errors.New("not enough arguments for format string")
+		}
+		v := args[n]
+		n++
+		if width > maxOutputWidth || prec > maxOutputWidth {
+			return nil, r.overflow()
+		}
+		var s string
+		numeric := true
+		switch verb {
+		case 's', 'r':
+			numeric = false
+			if verb == 's' {
+				s = toStr(v)
+			} else {
+				s = toReprString(v)
+			}
+			if prec >= 0 && utf8.RuneCountInString(s) > prec {
+				s = string([]rune(s)[:prec])
+			}
+		case 'd', 'i', 'x', 'X', 'o':
+			var iv int64
+			switch x := v.(type) {
+			case int64:
+				iv = x
+			case bool:
+				iv, _ = intOf(x)
+			case float64:
+				iv = int64(x)
+			default:
+				return nil, fmt.Errorf("%%%c format: a real number is required, not %s", verb, typeName(v))
+			}
+			base := map[byte]int{'d': 10, 'i': 10, 'x': 16, 'X': 16, 'o': 8}[verb]
+			s = strconv.FormatInt(iv, base)
+			if verb == 'X' {
+				s = strings.ToUpper(s)
+			}
+		case 'f', 'F', 'e', 'E', 'g', 'G':
+			fv, ok := asNumber(v)
+			if !ok {
+				return nil, fmt.Errorf("must be real number, not %s", typeName(v))
+			}
+			if prec < 0 {
+				prec = 6
+			}
+			s = formatFloatC(fv, verb, prec)
+		case 'c':
+			numeric = false
+			switch x := v.(type) {
+			case int64:
+				s = string(rune(x))
+			case string:
+				s = x
+			}
+		default:
+			return nil, fmt.Errorf("unsupported format character '%c'", verb)
+		}
+		if numeric && !strings.HasPrefix(s, "-") {
+			switch {
+			case strings.Contains(flags, "+"):
+				s = "+" + s
+			case strings.Contains(flags, " "):
+				s = " " + s
+			}
+		}
+		if pad := width - utf8.RuneCountInString(s); pad > 0 {
+			switch {
+			case strings.Contains(flags, "-"):
+				s += strings.Repeat(" ", pad)
+			case numeric && strings.Contains(flags, "0"):
+				sign := ""
+				if s != "" && (s[0] == '-' || s[0] == '+' || s[0] == ' ') {
+					sign, s = s[:1], s[1:]
+				}
+				s = sign + strings.Repeat("0", pad) + s
+			default:
+				s = strings.Repeat(" ", pad) + s
+			}
+		}
+		b.WriteString(s)
+		if err := r.chargeBytes(b.Len()); err != nil {
+			return nil, err
+		}
+	}
+	// A mapping (for Python, anything with __getitem__ but a tuple) may go
+	// unused.
+	_, isDict := arg.(*Dict)
+	_, isUndef := arg.(undefined)
+	l, isList := arg.(*List)
+	if n < len(args) && !isDict && !isUndef && (!isList || l.Tuple) {
+		return nil, errors.New("not all arguments converted during string formatting")
+	}
+	return b.String(), nil
+}
+
+// maxOutputWidth bounds a width or precision in a format.
+const maxOutputWidth = 4096
+
+// formatFloatC formats like C's printf %f, %e and %g.
+func formatFloatC(f float64, verb byte, prec int) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	switch verb {
+	case 'f', 'F':
+		return strconv.FormatFloat(f, 'f', prec, 64)
+	case 'e', 'E':
+		s := fixExponent(strconv.FormatFloat(f, 'e', prec, 64))
+		if verb == 'E' {
+			s = strings.ToUpper(s)
+		}
+		return s
+	}
+	if prec == 0 {
+		prec = 1
+	}
+	s := fixExponent(strconv.FormatFloat(f, 'g', prec, 64))
+	if verb == 'G' {
+		s = strings.ToUpper(s)
+	}
+	return s
+}
+
+// fixExponent turns Go's e+5 into C's e+05.
+func fixExponent(s string) string {
+	i := strings.LastIndexAny(s, "e")
+	if i < 0 || i+2 >= len(s) {
+		return s
+	}
+	if len(s)-(i+2) == 1 {
+		return s[:i+2] + "0" + s[i+2:]
+	}
+	return s
+}
+
+// pyRound is Python's round(f, ndigits): correctly rounded, ties to even.
+func pyRound(f float64, prec int64) float64 {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return f
+	}
+	if prec < 0 {
+		p := math.Pow(10, float64(-prec))
+		return math.RoundToEven(f/p) * p
+	}
+	if prec > 300 {
+		return f
+	}
+	out, err := strconv.ParseFloat(strconv.FormatFloat(f, 'f', int(prec), 64), 64)
+	if err != nil {
+		return f
+	}
+	if out == 0 && math.Signbit(f) {
+		return math.Copysign(0, -1)
+	}
+	return out
+}
+
+// asciiEscape turns DEL and every non-ASCII character of a JSON text into \uXXXX
+// escapes (UTF-16 surrogate pairs above U+FFFF), as ensure_ascii=True does;
+// non-ASCII characters only occur inside strings.
+func asciiEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		switch {
+		case c < 0x7f:
+			b.WriteRune(c)
+		case c > 0xffff:
+			r1, r2 := utf16.EncodeRune(c)
+			fmt.Fprintf(&b, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,596 @@
+package chattemplate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// Values inside the interpreter are Go values of these types: nil (None),
+// bool, int64, float64, string, *List, *Dict, *Namespace, undefined,
+// *macro, *loopInfo, *builtin and *boundMethod.
+
+// bigInt is a JSON integer beyond 64 bits, kept as its decimal text so it
+// prints and serializes as Python does; arithmetic on it is an error.
+type bigInt string
+
+// undefined is Jinja's default Undefined: it prints as "", is false, iterates
+// as empty, and fails on attribute access or arithmetic.
+type undefined struct{ name string }
+
+// List is a Python list (or tuple when Tuple is set).
+type List struct {
+	Items []any
+	Tuple bool
+}
+
+// Dict is an insertion-ordered mapping, the interpreter's form of a JSON
+// object or a Python dict. Keys are strings, ints, floats, bools or nil.
+type Dict struct {
+	keys []any
+	vals []any
+	idx  map[any]int
+}
+
+// NewDict returns an empty Dict.
+func NewDict() *Dict { return &Dict{} }
+
+// Len returns the number of entries.
+func (d *Dict) Len() int { return len(d.keys) }
+
+// Keys returns the keys in insertion order.
+func (d *Dict) Keys() []any { return d.keys }
+
+func hashKey(k any) any {
+	switch v := k.(type) {
+	case bool:
+		if v {
+			return int64(1)
+		}
+		return int64(0)
+	case float64:
+		if v == math.Trunc(v) && math.Abs(v) < 1<<62 {
+			return int64(v)
+		}
+	}
+	return k
+}
+
+func isHashable(k any) bool {
+	switch k.(type) {
+	case nil, bool, int64, float64, string, bigInt:
+		return true
+	case *List:
+		return false
+	}
+	return false
+}
+
+// Set adds or replaces the entry for key k.
+func (d *Dict) Set(k, v any) {
+	h := hashKey(k)
+	if i, ok := d.idx[h]; ok {
+		d.vals[i] = v
+		return
+	}
+	if d.idx == nil {
+		// Small dicts are searched linearly; the index is built past 8 keys.
+		if len(d.keys) < 8 {
+			for i, kk := range d.keys {
+				if hashKey(kk) == h {
+					d.vals[i] = v
+					return
+				}
+			}
+			d.keys = append(d.keys, k)
+			d.vals = append(d.vals, v)
+			return
+		}
+		d.idx = make(map[any]int, len(d.keys)*2)
+		for i, kk := range d.keys {
+			d.idx[hashKey(kk)] = i
+		}
+	}
+	d.idx[h] = len(d.keys)
+	d.keys = append(d.keys, k)
+	d.vals = append(d.vals, v)
+}
+
+// Get returns the value for key k.
+func (d *Dict) Get(k any) (any, bool) {
+	if d == nil {
+		return nil, false
+	}
+	h := hashKey(k)
+	if d.idx != nil {
+		i, ok := d.idx[h]
+		if !ok {
+			return nil, false
+		}
+		return d.vals[i], true
+	}
+	if s, ok := h.(string); ok {
+		for i, kk := range d.keys {
+			if ks, ok := kk.(string); ok && ks == s {
+				return d.vals[i], true
+			}
+		}
+		return nil, false
+	}
+	for i, kk := range d.keys {
+		if hashKey(kk) == h {
+			return d.vals[i], true
+		}
+	}
+	return nil, false
+}
+
+// Namespace is the object namespace() returns: attributes may be assigned
+// with {% set ns.x = ... %}.
+type Namespace struct{ d *Dict }
+
+type builtin struct {
+	name string
+	fn   func(r *renderer, args []any, kw *Dict) (any, error)
+}
+
+type boundMethod struct {
+	recv any
+	name string
+}
+
+// typeName returns Python's type name for v, for error messages.
+func typeName(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "NoneType"
+	case bool:
+		return "bool"
+	case int64, bigInt:
+		return "int"
+	case float64:
+		return "float"
+	case string:
+		return "str"
+	case *List:
+		if x.Tuple {
+			return "tuple"
+		}
+		return "list"
+	case *Dict:
+		return "dict"
+	case *Namespace:
+		return "Namespace"
+	case undefined:
+		return "Undefined"
+	case *macro:
+		return "Macro"
+	case *loopInfo:
+		return "LoopContext"
+	case *builtin, *boundMethod:
+		return "builtin_function_or_method"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// errUndefined is the error of using an undefined value.
+func errUndefined(u undefined) error {
+	if u.name == "" {
+		return errors.New("undefined value used")
+	}
+	return errors.New(u.name)
+}
+
+func truthy(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case int64:
+		return x != 0
+	case float64:
+		return x != 0
+	case string:
+		return x != ""
+	case *List:
+		return len(x.Items) > 0
+	case *Dict:
+		return x.Len() > 0
+	case undefined:
+		return false
+	}
+	return true // bigInt is never zero
+}
+
+// toStr is Python's str(v) (Undefined prints as "").
+func toStr(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case nil:
+		return "None"
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case bigInt:
+		return string(x)
+	case float64:
+		return pyFloat(x)
+	case undefined:
+		return ""
+	}
+	var b strings.Builder
+	writeRepr(&b, v, 0)
+	return b.String()
+}
+
+// pyFloat is Python's repr of a float.
+func pyFloat(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	if f == 0 {
+		if math.Signbit(f) {
+			return "-0.0"
+		}
+		return "0.0"
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64)
+	mant, expS, _ := strings.Cut(s, "e")
+	exp, _ := strconv.Atoi(expS)
+	if exp < -4 || exp >= 16 {
+		sign := "+"
+		if exp < 0 {
+			sign = "-"
+			exp = -exp
+		}
+		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
+	}
+	s = strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".") {
+		s += ".0"
+	}
+	return s
+}
+
+func pyStrRepr(b *strings.Builder, s string) {
+	q := byte('\'')
+	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
+		q = '"'
+	}
+	b.WriteByte(q)
+	for _, r := range s {
+		switch {
+		case r == rune(q) || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case pyPrintable(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(b, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(b, `\U%08x`, r)
+		}
+	}
+	b.WriteByte(q)
+}
+
+// pyPrintable is Python's str.isprintable for one character: not a control,
+// format, surrogate, private-use, unassigned or separator character, but
+// the space.
+func pyPrintable(r rune) bool {
+	if r == ' ' {
+		return true
+	}
+	if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Cs, unicode.Co, unicode.Zl, unicode.Zp, unicode.Zs) {
+		return false
+	}
+	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S)
+}
+
+// writeRepr writes Python's repr of v.
+func writeRepr(b *strings.Builder, v any, depth int) {
+	if depth > maxNesting {
+		b.WriteString("...")
+		return
+	}
+	switch x := v.(type) {
+	case string:
+		pyStrRepr(b, x)
+	case *List:
+		open, closing := "[", "]"
+		if x.Tuple {
+			open, closing = "(", ")"
+		}
+		b.WriteString(open)
+		for i, it := range x.Items {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeRepr(b, it, depth+1)
+		}
+		if x.Tuple && len(x.Items) == 1 {
+			b.WriteString(",")
+		}
+		b.WriteString(closing)
+	case *Dict:
+		b.WriteString("{")
+		for i, k := range x.keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeRepr(b, k, depth+1)
+			b.WriteString(": ")
+			writeRepr(b, x.vals[i], depth+1)
+		}
+		b.WriteString("}")
+	case *Namespace:
+		b.WriteString("<Namespace ")
+		writeRepr(b, x.d, depth+1)
+		b.WriteString(">")
+	case undefined:
+		b.WriteString("Undefined")
+	case *macro:
+		b.WriteString("<Macro '" + x.name + "'>")
+	case *loopInfo:
+		b.WriteString("<LoopContext>")
+	case *builtin:
+		b.WriteString("<built-in function " + x.name + ">")
+	case *boundMethod:
+		b.WriteString("<built-in method " + x.name + ">")
+	default:
+		b.WriteString(toStr(v))
+	}
+}
+
+// maxNesting bounds recursion over nested values and parser nesting.
+const maxNesting = 200
+
+// equal is Python's ==.
+func equal(a, b any) bool {
+	return equalDepth(a, b, 0)
+}
+
+func equalDepth(a, b any, depth int) bool {
+	if depth > maxNesting {
+		return false
+	}
+	if fa, ok := asNumber(a); ok {
+		if fb, ok := asNumber(b); ok {
+			ia, aInt := intOf(a)
+			ib, bInt := intOf(b)
+			if aInt && bInt {
+				return ia == ib
+			}
+			return fa == fb
+		}
+		return false
+	}
+	switch x := a.(type) {
+	case nil:
+		return b == nil
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case *List:
+		y, ok := b.(*List)
+		if !ok || x.Tuple != y.Tuple || len(x.Items) != len(y.Items) {
+			return false
+		}
+		for i := range x.Items {
+			if !equalDepth(x.Items[i], y.Items[i], depth+1) {
+				return false
+			}
+		}
+		return true
+	case *Dict:
+		y, ok := b.(*Dict)
+		if !ok || x.Len() != y.Len() {
+			return false
+		}
+		for i, k := range x.keys {
+			v, ok := y.Get(k)
+			if !ok || !equalDepth(x.vals[i], v, depth+1) {
+				return false
+			}
+		}
+		return true
+	case undefined:
+		_, ok := b.(undefined)
+		return ok
+	}
+	return a == b
+}
+
+// asNumber returns v as a float when it is a bool, int or float.
+func asNumber(v any) (float64, bool) {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}
+
+func intOf(v any) (int64, bool) {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	case int64:
+		return x, true
+	}
+	return 0, false
+}
+
+// compare is Python's ordering: -1, 0 or 1, or an error for unorderable types.
+func compare(a, b any) (int, error) { return compareDepth(a, b, 0) }
+
+func compareDepth(a, b any, depth int) (int, error) {
+	if depth > maxNesting {
+		return 0, errors.New("comparison nested too deeply")
+	}
+	if _, ok := asNumber(a); ok {
+		if _, ok := asNumber(b); ok {
+			ia, aInt := intOf(a)
+			ib, bInt := intOf(b)
+			if aInt && bInt {
+				return cmpOrdered(ia, ib), nil
+			}
+			fa, _ := asNumber(a)
+			fb, _ := asNumber(b)
+			return cmpOrdered(fa, fb), nil
+		}
+	}
+	switch x := a.(type) {
+	case string:
+		if y, ok := b.(string); ok {
+			return strings.Compare(x, y), nil
+		}
+	case *List:
+		if y, ok := b.(*List); ok && x.Tuple == y.Tuple {
+			for i := 0; i < len(x.Items) && i < len(y.Items); i++ {
+				if equal(x.Items[i], y.Items[i]) {
+					continue
+				}
+				return compareDepth(x.Items[i], y.Items[i], depth+1)
+			}
+			return cmpOrdered(len(x.Items), len(y.Items)), nil
+		}
+	}
+	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
+}
+
+func cmpOrdered[T int | int64 | float64](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// fromGo converts a caller's Go value into an interpreter value. Maps with
+// string keys become Dicts in sorted key order (use *Dict or DecodeJSON to
+// keep an order).
+func fromGo(v any, depth int) (any, error) {
+	if depth > maxNesting {
+		return nil, errors.New("input nested too deeply")
+	}
+	switch x := v.(type) {
+	case nil, bool, int64, float64, string, *Dict, undefined, bigInt:
+		return v, nil
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int8:
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case uint8:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case uint:
+		if uint64(x) > math.MaxInt64 {
+			return float64(x), nil
+		}
+		return int64(x), nil
+	case uint64:
+		if x > math.MaxInt64 {
+			return float64(x), nil
+		}
+		return int64(x), nil
+	case float32:
+		return float64(x), nil
+	case *List:
+		return x, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, it := range x {
+			c, err := fromGo(it, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return &List{Items: out}, nil
+	case []string:
+		out := make([]any, len(x))
+		for i, it := range x {
+			out[i] = it
+		}
+		return &List{Items: out}, nil
+	case []map[string]any:
+		out := make([]any, len(x))
+		for i, it := range x {
+			c, err := fromGo(it, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return &List{Items: out}, nil
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := &Dict{}
+		for _, k := range keys {
+			c, err := fromGo(x[k], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			d.Set(k, c)
+		}
+		return d, nil
+	case map[string]string:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		d := &Dict{}
+		for _, k := range keys {
+			d.Set(k, x[k])
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("unsupported input value of type %T", v)
+}
