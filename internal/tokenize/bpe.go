@@ -48,35 +48,42 @@ type bpeJSON struct {
 	ByteFallback            bool              `json:"byte_fallback"`
 	IgnoreMerges            bool              `json:"ignore_merges"`
 	Vocab                   map[string]uint32 `json:"vocab"`
-	Merges                  []mergeJSON       `json:"merges"`
+	Merges                  json.RawMessage   `json:"merges"`
 }
 
-// mergeJSON is one merge, written "a b" or ["a", "b"].
-type mergeJSON [2]string
-
-func (m *mergeJSON) UnmarshalJSON(data []byte) error {
-	data = bytes.TrimSpace(data)
-	if len(data) > 0 && data[0] == '"' {
-		var s string
-		if err := json.Unmarshal(data, &s); err != nil {
-			return err
+// parseMerges reads the merges, written "a b" or ["a", "b"].
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if isNull(raw) {
+		return nil, nil
+	}
+	if len(raw) > 1 && raw[0] == '[' && bytes.HasPrefix(bytes.TrimSpace(raw[1:]), []byte(`"`)) {
+		var lines []string
+		if err := json.Unmarshal(raw, &lines); err != nil {
+			return nil, err
 		}
-		a, b, ok := strings.Cut(s, " ")
-		if !ok || strings.Contains(b, " ") {
-			return fmt.Errorf("merge %q is not two tokens separated by one space", s)
+		out := make([][2]string, len(lines))
+		for i, s := range lines {
+			a, b, ok := strings.Cut(s, " ")
+			if !ok || strings.Contains(b, " ") {
+				return nil, fmt.Errorf("merge %q is not two tokens separated by one space", s)
+			}
+			out[i] = [2]string{a, b}
 		}
-		*m = mergeJSON{a, b}
-		return nil
+		return out, nil
 	}
-	var pair []string
-	if err := json.Unmarshal(data, &pair); err != nil {
-		return err
+	var pairs [][]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, err
 	}
-	if len(pair) != 2 {
-		return fmt.Errorf("merge %s is not a pair", data)
+	out := make([][2]string, len(pairs))
+	for i, p := range pairs {
+		if len(p) != 2 {
+			return nil, fmt.Errorf("merge %q is not a pair", p)
+		}
+		out[i] = [2]string{p[0], p[1]}
 	}
-	*m = mergeJSON{pair[0], pair[1]}
-	return nil
+	return out, nil
 }
 
 func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
@@ -148,8 +155,12 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 			m.fallback[b], m.hasFallback[b] = id, true
 		}
 	}
-	m.merges = make(map[uint64]mergeRule, len(j.Merges))
-	for rank, mg := range j.Merges {
+	merges, err := parseMerges(j.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: BPE merges: %w", err)
+	}
+	m.merges = make(map[uint64]mergeRule, len(merges))
+	for rank, mg := range merges {
 		a, ok1 := j.Vocab[mg[0]]
 		b, ok2 := j.Vocab[mg[1]]
 		if !ok1 || !ok2 {

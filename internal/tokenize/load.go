@@ -75,6 +75,13 @@ func Load(data []byte) (*Tokenizer, error) {
 	if t.model, err = parseBPE(f.Model, byteLevel); err != nil {
 		return nil, err
 	}
+	// An added token the model's vocab holds has the vocab's id, whatever
+	// the file says (the library assigns it so when it loads the file).
+	for i, a := range f.AddedTokens {
+		if id, ok := t.model.vocabStr[a.Content]; ok {
+			f.AddedTokens[i].ID = &id
+		}
+	}
 	if t.added, err = newAddedVocab(f.AddedTokens, t.normalizer); err != nil {
 		return nil, err
 	}

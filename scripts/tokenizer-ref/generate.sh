@@ -17,3 +17,4 @@ fi
 [ "${1:-}" = "--install" ] && exit 0
 python3 "$here/gen-corpus.py"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/generate.js"
+TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/variants.js"
