@@ -178,20 +178,18 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 
 // The byte-level alphabet: printable bytes stand for themselves, the others
 // for the code points from U+0100 on, in byte order.
-var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
-	var b2r [256]rune
+var runeToByte = func() map[rune]byte {
 	r2b := make(map[rune]byte, 256)
 	n := 0
 	for b := 0; b < 256; b++ {
 		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF {
-			b2r[b] = rune(b)
+			r2b[rune(b)] = byte(b)
 		} else {
-			b2r[b] = rune(256 + n)
+			r2b[rune(256+n)] = byte(b)
 			n++
 		}
-		r2b[b2r[b]] = byte(b)
 	}
-	return b2r, r2b
+	return r2b
 }()
 
 // fromByteLevel maps a byte-level token back to its bytes.
@@ -211,7 +209,6 @@ func fromByteLevel(tok string) (string, bool) {
 type wordScratch struct {
 	syms []symbol
 	heap []mergeItem
-	ids  []uint32
 }
 
 type symbol struct {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sort"
 )
 
 // MaxFileSize bounds the tokenizer.json Load accepts (the artifact limit of
@@ -12,15 +11,15 @@ import (
 const MaxFileSize = 64 << 20
 
 type fileJSON struct {
-	Version       string            `json:"version"`
-	Truncation    json.RawMessage   `json:"truncation"`
-	Padding       json.RawMessage   `json:"padding"`
-	AddedTokens   []addedTokenJSON  `json:"added_tokens"`
-	Normalizer    json.RawMessage   `json:"normalizer"`
-	PreTokenizer  json.RawMessage   `json:"pre_tokenizer"`
-	PostProcessor json.RawMessage   `json:"post_processor"`
-	Decoder       json.RawMessage   `json:"decoder"`
-	Model         json.RawMessage   `json:"model"`
+	Version       string           `json:"version"`
+	Truncation    json.RawMessage  `json:"truncation"`
+	Padding       json.RawMessage  `json:"padding"`
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	Model         json.RawMessage  `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -98,14 +97,4 @@ func Load(data []byte) (*Tokenizer, error) {
 		}
 	}
 	return t, nil
-}
-
-// sortedKeys returns m's keys in order (for deterministic error messages).
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -150,7 +150,7 @@ func decode(s string, i int) (rune, int) {
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-// contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i:] (s[i] is '\'')
+// contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i:] (s[i] is '\”)
 // and returns its end, or -1. Under Unicode case folding ſ (U+017F) is an s.
 func contraction(s string, i int, fold bool) int {
 	j := i + 1

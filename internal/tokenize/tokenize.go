@@ -44,10 +44,9 @@ type Tokenizer struct {
 
 // state is the scratch space of one Encode, pooled.
 type state struct {
-	segs   []segment
-	a, b   []piece
-	word   wordScratch
-	strBuf []byte
+	segs []segment
+	a, b []piece
+	word wordScratch
 }
 
 // segment is a stretch of the input between added tokens, or an added token.

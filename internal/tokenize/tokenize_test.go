@@ -206,8 +206,12 @@ func TestConcurrentEncode(t *testing.T) {
 			for k := range corpus {
 				i := (k + g*17) % len(corpus)
 				ids, err := tk.Encode(corpus[i].Text, true)
-				if err != nil || !slices.Equal(ids, want[i]) {
-					errs <- fmt.Errorf("goroutine %d, %s: %v", g, corpus[i].Name, err)
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, %s: %w", g, corpus[i].Name, err)
+					return
+				}
+				if !slices.Equal(ids, want[i]) {
+					errs <- fmt.Errorf("goroutine %d, %s: ids differ from the serial encoding", g, corpus[i].Name)
 					return
 				}
 			}
