@@ -29,7 +29,17 @@ type bpe struct {
 	fuseUnk      bool
 	ignoreMerges bool
 	cache        wordCache
+	// chunkAfter, when set, lists the characters after which a word may be
+	// cut before a "▁": no vocabulary token holds that character followed
+	// by "▁", so no merge can cross the cut and the parts encode alone
+	// (and cached). SentencePiece-style words are whole texts otherwise.
+	chunkAfter map[rune]bool
 }
+
+const metaspace = "\u2581"
+
+// minChunkedWord is the shortest word (bytes) cut into chunks.
+const minChunkedWord = 64
 
 type mergeRule struct {
 	rank  uint32
@@ -172,6 +182,9 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 		}
 		m.merges[pairKey(a, b)] = mergeRule{rank: uint32(rank), newID: id}
 	}
+	if !byteLevel {
+		m.chunkAfter = chunkable(j.Vocab)
+	}
 	m.cache.init()
 	return m, nil
 }
@@ -205,6 +218,50 @@ func fromByteLevel(tok string) (string, bool) {
 	return string(out), true
 }
 
+// chunkable returns the single-character tokens c (other than "▁") such
+// that no token contains c followed by "▁", or nil if the vocabulary has no
+// "▁".
+func chunkable(vocab map[string]uint32) map[rune]bool {
+	if _, ok := vocab[metaspace]; !ok {
+		return nil
+	}
+	bad := map[rune]bool{}
+	for tok := range vocab {
+		prev := rune(-1)
+		for _, r := range tok {
+			if r == '\u2581' && prev >= 0 && prev != '\u2581' {
+				bad[prev] = true
+			}
+			prev = r
+		}
+	}
+	out := map[rune]bool{}
+	for tok := range vocab {
+		r, n := utf8.DecodeRuneInString(tok)
+		if n == len(tok) && r != utf8.RuneError && r != '\u2581' && !bad[r] {
+			out[r] = true
+		}
+	}
+	return out
+}
+
+// encodeChunked cuts a long SentencePiece-style word before each "▁" that
+// follows a character in chunkAfter and encodes the parts.
+func (m *bpe) encodeChunked(dst []uint32, w string, ws *wordScratch) []uint32 {
+	start := 0
+	prev := rune(-1)
+	for i := 0; i < len(w); {
+		r, n := utf8.DecodeRuneInString(w[i:])
+		if r == '\u2581' && i > start && m.chunkAfter[prev] {
+			dst = m.encodeOne(dst, w[start:i], ws)
+			start = i
+		}
+		prev = r
+		i += n
+	}
+	return m.encodeOne(dst, w[start:], ws)
+}
+
 // wordScratch is one Encode's merge workspace.
 type wordScratch struct {
 	syms []symbol
@@ -230,6 +287,14 @@ func (m *bpe) encodeWord(dst []uint32, w string, ws *wordScratch) []uint32 {
 			return append(dst, id)
 		}
 	}
+	if m.chunkAfter != nil && len(w) >= minChunkedWord {
+		return m.encodeChunked(dst, w, ws)
+	}
+	return m.encodeOne(dst, w, ws)
+}
+
+// encodeOne encodes one word (or chunk) with the cache.
+func (m *bpe) encodeOne(dst []uint32, w string, ws *wordScratch) []uint32 {
 	cacheable := len(w) <= maxCachedWord
 	if cacheable {
 		if ids, ok := m.cache.get(w); ok {
