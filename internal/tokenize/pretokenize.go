@@ -201,7 +201,9 @@ func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece 
 	if s == "" {
 		return dst
 	}
-	// Fast path for Isolated, the common case: emit as we scan.
+	if fm, ok := m.(funcMatcher); ok && b == isolated && !invert {
+		return splitIsolated(dst, in, fm)
+	}
 	emit := func(start, end int) {
 		if start < end {
 			dst = append(dst, piece{s: s[start:end], first: in.first && start == 0})
@@ -285,6 +287,35 @@ func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece 
 		}
 	case isolated:
 		// handled above
+	}
+	return dst
+}
+
+// splitIsolated is splitBy for Isolated with a scanner, the common case,
+// without closures.
+func splitIsolated(dst []piece, in piece, f funcMatcher) []piece {
+	s := in.s
+	prev := 0
+	for i := 0; i < len(s); {
+		a, b := f(s, i)
+		if a < 0 {
+			break
+		}
+		if prev < a {
+			dst = append(dst, piece{s: s[prev:a], first: in.first && prev == 0})
+		}
+		if a < b {
+			dst = append(dst, piece{s: s[a:b], first: in.first && a == 0})
+		}
+		prev = b
+		if b == a { // an empty match cuts here; the search moves on one character
+			_, n := utf8.DecodeRuneInString(s[b:])
+			b += max(n, 1)
+		}
+		i = b
+	}
+	if prev < len(s) {
+		dst = append(dst, piece{s: s[prev:], first: in.first && prev == 0})
 	}
 	return dst
 }
