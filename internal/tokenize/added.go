@@ -102,11 +102,11 @@ func newAddedVocab(toks []addedTokenJSON, norm normalizer) (*addedVocab, error) 
 		byContent: make(map[string]uint32, len(toks)),
 	}
 	for i, a := range toks {
-		if a.ID == nil {
-			return nil, fmt.Errorf("tokenize: added_tokens[%d] %q has no id", i, a.Content)
-		}
 		if a.Content == "" {
 			continue
+		}
+		if a.ID == nil {
+			return nil, fmt.Errorf("tokenize: added_tokens[%d] %q has no id", i, a.Content)
 		}
 		if _, dup := av.byContent[a.Content]; !dup {
 			av.byContent[a.Content] = *a.ID

@@ -74,13 +74,7 @@ func Load(data []byte) (*Tokenizer, error) {
 	if t.model, err = parseBPE(f.Model, byteLevel); err != nil {
 		return nil, err
 	}
-	// An added token the model's vocab holds has the vocab's id, whatever
-	// the file says (the library assigns it so when it loads the file).
-	for i, a := range f.AddedTokens {
-		if id, ok := t.model.vocabStr[a.Content]; ok {
-			f.AddedTokens[i].ID = &id
-		}
-	}
+	assignAddedIDs(f.AddedTokens, t.model.vocabStr)
 	if t.added, err = newAddedVocab(f.AddedTokens, t.normalizer); err != nil {
 		return nil, err
 	}
@@ -97,4 +91,37 @@ func Load(data []byte) (*Tokenizer, error) {
 		}
 	}
 	return t, nil
+}
+
+// assignAddedIDs gives the added tokens the ids the library gives them when
+// it loads a file, whatever ids the file writes (they agree for files the
+// library wrote): a token the vocab holds has the vocab's id; a content seen
+// before keeps its id; any other takes the next id after the highest added
+// id, or the vocab's size if that is higher.
+func assignAddedIDs(toks []addedTokenJSON, vocab map[string]uint32) {
+	vocabSize := uint32(len(vocab))
+	seen := make(map[string]uint32, len(toks))
+	var maxID uint32
+	haveMax := false
+	for i := range toks {
+		a := &toks[i]
+		if a.Content == "" {
+			continue
+		}
+		id, ok := seen[a.Content]
+		if !ok {
+			id, ok = vocab[a.Content]
+		}
+		if !ok {
+			id = vocabSize
+			if haveMax && (maxID >= vocabSize || vocabSize == 0) {
+				id = maxID + 1
+			}
+		}
+		a.ID = &id
+		seen[a.Content] = id
+		if !haveMax || id > maxID {
+			maxID, haveMax = id, true
+		}
+	}
 }

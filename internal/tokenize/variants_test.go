@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/testutil"
@@ -21,6 +22,7 @@ type variantSpec struct {
 	Variants []struct {
 		Name      string                     `json:"name"`
 		Base      string                     `json:"base"`
+		TrimVocab uint32                     `json:"trim_vocab"`
 		Set       map[string]json.RawMessage `json:"set"`
 		AddTokens []struct {
 			Content    string `json:"content"`
@@ -41,11 +43,14 @@ type variantGolden struct {
 }
 
 // applyVariant mirrors applyVariant in scripts/tokenizer-ref/variants.js.
-func applyVariant(t *testing.T, base []byte, set map[string]json.RawMessage, add []map[string]any) []byte {
+func applyVariant(t *testing.T, base []byte, trim uint32, set map[string]json.RawMessage, add []map[string]any) []byte {
 	t.Helper()
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(base, &doc); err != nil {
 		t.Fatal(err)
+	}
+	if trim > 0 {
+		doc["model"] = trimModel(t, doc["model"], trim)
 	}
 	for k, v := range set {
 		doc[k] = v
@@ -85,6 +90,57 @@ func applyVariant(t *testing.T, base []byte, set map[string]json.RawMessage, add
 	return out
 }
 
+// trimModel keeps the vocab's ids below trim and the merges within them.
+func trimModel(t *testing.T, raw json.RawMessage, trim uint32) json.RawMessage {
+	t.Helper()
+	var model map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &model); err != nil {
+		t.Fatal(err)
+	}
+	var vocab map[string]uint32
+	var merges []json.RawMessage
+	if err := json.Unmarshal(model["vocab"], &vocab); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(model["merges"], &merges); err != nil {
+		t.Fatal(err)
+	}
+	for tok, id := range vocab {
+		if id >= trim {
+			delete(vocab, tok)
+		}
+	}
+	kept := merges[:0]
+	for _, m := range merges {
+		var pair []string
+		if err := json.Unmarshal(m, &pair); err != nil {
+			var line string
+			if err := json.Unmarshal(m, &line); err != nil {
+				t.Fatal(err)
+			}
+			pair = strings.SplitN(line, " ", 2)
+		}
+		_, okA := vocab[pair[0]]
+		_, okB := vocab[pair[1]]
+		_, okAB := vocab[pair[0]+pair[1]]
+		if okA && okB && okAB {
+			kept = append(kept, m)
+		}
+	}
+	var err error
+	if model["vocab"], err = json.Marshal(vocab); err != nil {
+		t.Fatal(err)
+	}
+	if model["merges"], err = json.Marshal(kept); err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestVariants(t *testing.T) {
 	dir := filepath.Join(testutil.RepoRoot(t), "testdata", "tokenize")
 	data, err := os.ReadFile(filepath.Join(dir, "variants.json"))
@@ -112,7 +168,7 @@ func TestVariants(t *testing.T) {
 					"rstrip": a.RStrip, "normalized": a.Normalized, "special": a.Special,
 				})
 			}
-			tk, err := tokenize.Load(applyVariant(t, bases[v.Base], v.Set, add))
+			tk, err := tokenize.Load(applyVariant(t, bases[v.Base], v.TrimVocab, v.Set, add))
 			if err != nil {
 				t.Fatal(err)
 			}

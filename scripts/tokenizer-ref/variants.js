@@ -11,6 +11,16 @@ const { Tokenizer } = require(path.join(process.env.TOKENIZER_REF_CACHE, 'node_m
 // applyVariant mirrors applyVariant in internal/tokenize/variants_test.go.
 function applyVariant(base, v) {
   const t = JSON.parse(JSON.stringify(base));
+  if (v.trim_vocab) {
+    const vocab = {};
+    for (const [tok, id] of Object.entries(t.model.vocab)) if (id < v.trim_vocab) vocab[tok] = id;
+    const has = (tok) => Object.prototype.hasOwnProperty.call(vocab, tok);
+    t.model.vocab = vocab;
+    t.model.merges = t.model.merges.filter((m) => {
+      const [a, b] = Array.isArray(m) ? m : m.split(' ');
+      return has(a) && has(b) && has(a + b);
+    });
+  }
   for (const [k, val] of Object.entries(v.set || {})) t[k] = val;
   let next = Object.keys(t.model.vocab).length;
   for (const a of t.added_tokens) next = Math.max(next, a.id + 1);
