@@ -2,6 +2,8 @@ package tokenize_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,15 +45,9 @@ type variantGolden struct {
 }
 
 // applyVariant mirrors applyVariant in scripts/tokenizer-ref/variants.js.
-func applyVariant(t *testing.T, base []byte, trim uint32, set map[string]json.RawMessage, add []map[string]any) []byte {
+func applyVariant(t *testing.T, base map[string]json.RawMessage, set map[string]json.RawMessage, add []map[string]any) []byte {
 	t.Helper()
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(base, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if trim > 0 {
-		doc["model"] = trimModel(t, doc["model"], trim)
-	}
+	doc := maps.Clone(base)
 	for k, v := range set {
 		doc[k] = v
 	}
@@ -155,11 +151,19 @@ func TestVariants(t *testing.T) {
 	if len(golden) != len(spec.Variants)*len(spec.Texts) {
 		t.Fatalf("golden has %d entries, want %d: regenerate with scripts/tokenizer-ref/generate.sh", len(golden), len(spec.Variants)*len(spec.Texts))
 	}
-	bases := map[string][]byte{}
+	bases := map[string]map[string]json.RawMessage{} // by base and trim
 	for vi, v := range spec.Variants {
 		t.Run(v.Name, func(t *testing.T) {
-			if bases[v.Base] == nil {
-				bases[v.Base] = tokenizerFile(t, v.Base)
+			key := fmt.Sprintf("%s/%d", v.Base, v.TrimVocab)
+			if bases[key] == nil {
+				var doc map[string]json.RawMessage
+				if err := json.Unmarshal(tokenizerFile(t, v.Base), &doc); err != nil {
+					t.Fatal(err)
+				}
+				if v.TrimVocab > 0 {
+					doc["model"] = trimModel(t, doc["model"], v.TrimVocab)
+				}
+				bases[key] = doc
 			}
 			var add []map[string]any
 			for _, a := range v.AddTokens {
@@ -168,7 +172,7 @@ func TestVariants(t *testing.T) {
 					"rstrip": a.RStrip, "normalized": a.Normalized, "special": a.Special,
 				})
 			}
-			tk, err := tokenize.Load(applyVariant(t, bases[v.Base], v.TrimVocab, v.Set, add))
+			tk, err := tokenize.Load(applyVariant(t, bases[key], v.Set, add))
 			if err != nil {
 				t.Fatal(err)
 			}
