@@ -18,7 +18,7 @@ const maxTokenID = 1 << 24
 type bpe struct {
 	vocabStr     map[string]uint32 // as the file spells the tokens
 	vocab        map[string]uint32 // as words reach the model (raw bytes in byte-level mode)
-	merges       map[uint64]mergeRule
+	merges       mergeTable
 	byteLevel    bool
 	byteTok      [256]uint32 // byte-level mode: the token of each byte
 	byteFallback bool
@@ -40,6 +40,53 @@ const metaspace = "\u2581"
 
 // minChunkedWord is the shortest word (bytes) cut into chunks.
 const minChunkedWord = 64
+
+// mergeTable is an open-addressing hash table from a token pair to its
+// merge, read on every merge step (faster than a map for this key).
+type mergeTable struct {
+	slots []mergeSlot
+	mask  uint64
+}
+
+type mergeSlot struct {
+	key  uint64 // emptyPair when free
+	rule mergeRule
+}
+
+const emptyPair = ^uint64(0) // ids are below maxTokenID, so no pair is this
+
+func newMergeTable(n int) mergeTable {
+	size := 8
+	for size < n+n/2+1 {
+		size <<= 1
+	}
+	slots := make([]mergeSlot, size)
+	for i := range slots {
+		slots[i].key = emptyPair
+	}
+	return mergeTable{slots: slots, mask: uint64(size - 1)}
+}
+
+func (t *mergeTable) put(key uint64, r mergeRule) {
+	for i := (key * 0x9E3779B97F4A7C15) >> 20 & t.mask; ; i = (i + 1) & t.mask {
+		if s := &t.slots[i]; s.key == emptyPair || s.key == key {
+			s.key, s.rule = key, r // a repeated merge: the later one wins, as in the library's map
+			return
+		}
+	}
+}
+
+func (t *mergeTable) get(key uint64) (mergeRule, bool) {
+	for i := (key * 0x9E3779B97F4A7C15) >> 20 & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if s.key == key {
+			return s.rule, true
+		}
+		if s.key == emptyPair {
+			return mergeRule{}, false
+		}
+	}
+}
 
 type mergeRule struct {
 	rank  uint32
@@ -169,7 +216,7 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: BPE merges: %w", err)
 	}
-	m.merges = make(map[uint64]mergeRule, len(merges))
+	m.merges = newMergeTable(len(merges))
 	for rank, mg := range merges {
 		a, ok1 := j.Vocab[mg[0]]
 		b, ok2 := j.Vocab[mg[1]]
@@ -180,7 +227,7 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 		if !ok {
 			return nil, fmt.Errorf("tokenize: merge %q %q: merged token not in the vocab", mg[0], mg[1])
 		}
-		m.merges[pairKey(a, b)] = mergeRule{rank: uint32(rank), newID: id}
+		m.merges.put(pairKey(a, b), mergeRule{rank: uint32(rank), newID: id})
 	}
 	if !byteLevel {
 		m.chunkAfter = chunkable(j.Vocab)
@@ -265,7 +312,7 @@ func (m *bpe) encodeChunked(dst []uint32, w string, ws *wordScratch) []uint32 {
 // wordScratch is one Encode's merge workspace.
 type wordScratch struct {
 	syms []symbol
-	heap []mergeItem
+	heap mergeHeap
 }
 
 type symbol struct {
@@ -380,8 +427,7 @@ func (m *bpe) allFallback(ch string) bool {
 }
 
 func (m *bpe) rule(a, b uint32) (mergeRule, bool) {
-	r, ok := m.merges[pairKey(a, b)]
-	return r, ok
+	return m.merges.get(pairKey(a, b))
 }
 
 // mergeScan merges a short word: repeatedly the lowest-ranked pair, the
@@ -443,46 +489,14 @@ func (a mergeItem) less(b mergeItem) bool {
 // candidate merges by (rank, position), stale entries skipped.
 func (m *bpe) mergeHeap(ws *wordScratch) {
 	syms := ws.syms
-	h := ws.heap[:0]
-	push := func(it mergeItem) {
-		h = append(h, it)
-		for i := len(h) - 1; i > 0; {
-			p := (i - 1) / 2
-			if !h[i].less(h[p]) {
-				break
-			}
-			h[i], h[p] = h[p], h[i]
-			i = p
-		}
-	}
-	pop := func() mergeItem {
-		top := h[0]
-		last := len(h) - 1
-		h[0] = h[last]
-		h = h[:last]
-		for i := 0; ; {
-			l, r, small := 2*i+1, 2*i+2, i
-			if l < len(h) && h[l].less(h[small]) {
-				small = l
-			}
-			if r < len(h) && h[r].less(h[small]) {
-				small = r
-			}
-			if small == i {
-				break
-			}
-			h[i], h[small] = h[small], h[i]
-			i = small
-		}
-		return top
-	}
+	h := mergeHeap(ws.heap[:0])
 	for i := 0; i+1 < len(syms); i++ {
 		if r, ok := m.rule(syms[i].id, syms[i+1].id); ok {
-			push(mergeItem{rank: r.rank, pos: int32(i), newID: r.newID})
+			h.push(mergeItem{rank: r.rank, pos: int32(i), newID: r.newID})
 		}
 	}
 	for len(h) > 0 {
-		top := pop()
+		top := h.pop()
 		s := &syms[top.pos]
 		if s.dead || s.next < 0 {
 			continue
@@ -499,16 +513,56 @@ func (m *bpe) mergeHeap(ws *wordScratch) {
 		}
 		if p := s.prev; p >= 0 {
 			if r, ok := m.rule(syms[p].id, s.id); ok {
-				push(mergeItem{rank: r.rank, pos: p, newID: r.newID})
+				h.push(mergeItem{rank: r.rank, pos: p, newID: r.newID})
 			}
 		}
 		if n := s.next; n >= 0 {
 			if r, ok := m.rule(s.id, syms[n].id); ok {
-				push(mergeItem{rank: r.rank, pos: top.pos, newID: r.newID})
+				h.push(mergeItem{rank: r.rank, pos: top.pos, newID: r.newID})
 			}
 		}
 	}
 	ws.heap = h
+}
+
+// mergeHeap is a binary min-heap of merge candidates.
+type mergeHeap []mergeItem
+
+func (h *mergeHeap) push(it mergeItem) {
+	*h = append(*h, it)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].less(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeItem {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, r, small := 2*i+1, 2*i+2, i
+		if l < len(q) && q[l].less(q[small]) {
+			small = l
+		}
+		if r < len(q) && q[r].less(q[small]) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
 }
 
 // wordCache remembers the encodings of recent words. It is bounded: a

@@ -204,6 +204,9 @@ func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece 
 	if fm, ok := m.(funcMatcher); ok && b == isolated && !invert {
 		return splitIsolated(dst, in, fm)
 	}
+	if lit, ok := m.(literal); ok && !invert && !strings.Contains(s, string(lit)) {
+		return append(dst, in) // no match: one part, kept whole by every behaviour
+	}
 	emit := func(start, end int) {
 		if start < end {
 			dst = append(dst, piece{s: s[start:end], first: in.first && start == 0})

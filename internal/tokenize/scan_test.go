@@ -69,13 +69,13 @@ func TestMergeScanMatchesHeap(t *testing.T) {
 		next++
 		return vocab[s]
 	}
-	m := &bpe{merges: map[uint64]mergeRule{}}
+	m := &bpe{merges: newMergeTable(16)}
 	for _, c := range "abcd" {
 		id(string(c))
 	}
 	// Merges chosen so ties and chains occur.
 	for rank, mg := range [][2]string{{"a", "a"}, {"a", "b"}, {"b", "a"}, {"aa", "a"}, {"ab", "ab"}, {"c", "d"}, {"aa", "aa"}, {"abab", "cd"}, {"d", "d"}, {"b", "b"}} {
-		m.merges[pairKey(id(mg[0]), id(mg[1]))] = mergeRule{rank: uint32(rank), newID: id(mg[0] + mg[1])}
+		m.merges.put(pairKey(id(mg[0]), id(mg[1])), mergeRule{rank: uint32(rank), newID: id(mg[0] + mg[1])})
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	var a, b wordScratch
