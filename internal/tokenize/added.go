@@ -1,0 +1,227 @@
+package tokenize
+
+import (
+	"fmt"
+	"sort"
+	"unicode"
+	"unicode/utf8"
+)
+
+// addedToken is one entry of added_tokens.
+type addedToken struct {
+	id         uint32
+	content    string
+	singleWord bool
+	lstrip     bool
+	rstrip     bool
+}
+
+// addedVocab finds added tokens in text: the non-normalized ones in the raw
+// text, the normalized ones (their content normalized too) in the normalized
+// text, each leftmost-longest, as the library's Aho-Corasick matcher does.
+type addedVocab struct {
+	raw       *trie
+	norm      *trie
+	byContent map[string]uint32
+}
+
+// trie is a byte trie over token contents; node 0 is the root.
+type trie struct {
+	nodes []trieNode
+	first [256]bool
+	toks  []addedToken
+}
+
+type trieNode struct {
+	edges []trieEdge // sorted by b
+	tok   int32      // index into toks + 1; 0: no token ends here
+}
+
+type trieEdge struct {
+	b    byte
+	next int32
+}
+
+func (tr *trie) insert(content string, tok addedToken) {
+	n := int32(0)
+	for i := 0; i < len(content); i++ {
+		b := content[i]
+		edges := tr.nodes[n].edges
+		j := sort.Search(len(edges), func(k int) bool { return edges[k].b >= b })
+		if j < len(edges) && edges[j].b == b {
+			n = edges[j].next
+			continue
+		}
+		tr.nodes = append(tr.nodes, trieNode{})
+		next := int32(len(tr.nodes) - 1)
+		edges = append(edges, trieEdge{})
+		copy(edges[j+1:], edges[j:])
+		edges[j] = trieEdge{b: b, next: next}
+		tr.nodes[n].edges = edges
+		n = next
+	}
+	if tr.nodes[n].tok == 0 { // the first token with a content wins, as in the library's map
+		tr.toks = append(tr.toks, tok)
+		tr.nodes[n].tok = int32(len(tr.toks))
+	}
+	tr.first[content[0]] = true
+}
+
+// longest returns the longest token starting at s[i:] (index into toks) and
+// its end, or -1.
+func (tr *trie) longest(s string, i int) (int, int) {
+	best, end := -1, -1
+	n := int32(0)
+	for j := i; j < len(s); j++ {
+		edges := tr.nodes[n].edges
+		b := s[j]
+		lo, hi := 0, len(edges)
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if edges[m].b < b {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		if lo == len(edges) || edges[lo].b != b {
+			break
+		}
+		n = edges[lo].next
+		if t := tr.nodes[n].tok; t != 0 {
+			best, end = int(t-1), j+1
+		}
+	}
+	return best, end
+}
+
+func newAddedVocab(toks []addedTokenJSON, norm normalizer) (*addedVocab, error) {
+	av := &addedVocab{
+		raw:       &trie{nodes: []trieNode{{}}},
+		norm:      &trie{nodes: []trieNode{{}}},
+		byContent: make(map[string]uint32, len(toks)),
+	}
+	for i, a := range toks {
+		if a.Content == "" {
+			continue
+		}
+		if a.ID == nil {
+			return nil, fmt.Errorf("tokenize: added_tokens[%d] %q has no id", i, a.Content)
+		}
+		if _, dup := av.byContent[a.Content]; !dup {
+			av.byContent[a.Content] = *a.ID
+		}
+		tok := addedToken{id: *a.ID, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
+		if !a.Normalized {
+			av.raw.insert(a.Content, tok)
+			continue
+		}
+		content := a.Content
+		if norm != nil {
+			content = norm.normalize(content)
+		}
+		if content == "" {
+			continue
+		}
+		av.norm.insert(content, tok)
+	}
+	return av, nil
+}
+
+// split appends the segments of s to segs: added tokens (matched by the raw
+// or the normalized trie) and the text between them. first says whether s
+// starts the original text.
+func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment {
+	tr := av.norm
+	if raw {
+		tr = av.raw
+	}
+	if len(tr.toks) == 0 {
+		return append(segs, segment{text: s, first: first})
+	}
+	startOffset := 0
+	for i := 0; i < len(s); {
+		if !tr.first[s[i]] {
+			i++
+			continue
+		}
+		k, stop := tr.longest(s, i)
+		if k < 0 {
+			i++
+			continue
+		}
+		tok := &tr.toks[k]
+		start := i
+		i = stop // matches never overlap: the scan resumes after this one
+		if tok.singleWord {
+			startSpace := start == 0 || !endsWithWord(s[:start])
+			stopSpace := stop == len(s) || !startsWithWord(s[stop:])
+			if !startSpace || !stopSpace {
+				continue
+			}
+		}
+		if tok.lstrip {
+			start = max(spaceLeftmostAtEnd(s[:start]), startOffset)
+		}
+		if tok.rstrip {
+			stop += spaceRightmostAtStart(s[stop:])
+			i = stop
+		}
+		if startOffset < start {
+			segs = append(segs, segment{text: s[startOffset:start], first: first && startOffset == 0})
+		}
+		segs = append(segs, segment{id: tok.id, isTok: true})
+		startOffset = stop
+	}
+	if startOffset < len(s) {
+		segs = append(segs, segment{text: s[startOffset:], first: first && startOffset == 0})
+	}
+	return segs
+}
+
+func isWordChar(r rune) bool {
+	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) || isOtherAlphabetic(r)
+}
+
+// isOtherAlphabetic covers the Alphabetic characters that are not letters
+// (Rust's char::is_alphabetic is the Alphabetic property): Nl is a number;
+// the rest are mostly combining marks with Other_Alphabetic.
+func isOtherAlphabetic(r rune) bool {
+	return unicode.Is(unicode.Other_Alphabetic, r)
+}
+
+func endsWithWord(s string) bool {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	return s != "" && isWordChar(r)
+}
+
+func startsWithWord(s string) bool {
+	r, _ := utf8.DecodeRuneInString(s)
+	return s != "" && isWordChar(r)
+}
+
+// spaceLeftmostAtEnd returns where the whitespace at the end of s begins.
+func spaceLeftmostAtEnd(s string) int {
+	i := len(s)
+	for i > 0 {
+		r, n := utf8.DecodeLastRuneInString(s[:i])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		i -= n
+	}
+	return i
+}
+
+// spaceRightmostAtStart returns the length of the whitespace s starts with.
+func spaceRightmostAtStart(s string) int {
+	i := 0
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		i += n
+	}
+	return i
+}

@@ -1,0 +1,103 @@
+package tokenize_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// BenchmarkEncode measures encode throughput on one core over the golden
+// corpus, per tokenizer (b.SetBytes: MB/s is corpus bytes per second).
+func BenchmarkEncode(b *testing.B) {
+	corpus := loadCorpus(b)
+	size := 0
+	for _, c := range corpus {
+		size += len(c.Text)
+	}
+	for _, model := range goldenModels {
+		b.Run(model, func(b *testing.B) {
+			tk := loadModel(b, model)
+			var ids []uint32
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				for _, c := range corpus {
+					var err error
+					ids, err = tk.EncodeAppend(ids[:0], c.Text, true)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHFRustCore runs the Hugging Face tokenizers Rust core (npm
+// tokenizers, encodeBatch, TOKENIZERS_PARALLELISM=false) on the same corpus
+// in the same run and reports its MB/s and this package's ratio to it
+// (ratio > 1: this package is faster). It needs node and the packages
+// scripts/tokenizer-ref/generate.sh --install puts in .cache/tokenizer-ref.
+func BenchmarkHFRustCore(b *testing.B) {
+	root := testutil.RepoRoot(b)
+	cache := filepath.Join(root, ".cache", "tokenizer-ref")
+	if _, err := os.Stat(filepath.Join(cache, "node_modules", "tokenizers")); err != nil {
+		b.Skipf("HF reference not installed (run scripts/tokenizer-ref/generate.sh --install): %v", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		b.Skipf("node not on PATH: %v", err)
+	}
+	corpus := loadCorpus(b)
+	size := 0
+	for _, c := range corpus {
+		size += len(c.Text)
+	}
+	corpusPath := filepath.Join(root, "testdata", "tokenize", "corpus.jsonl")
+	for _, model := range goldenModels {
+		b.Run(model, func(b *testing.B) {
+			tk := loadModel(b, model)
+			file := filepath.Join(b.TempDir(), "tokenizer.json")
+			if err := os.WriteFile(file, tokenizerFile(b, model), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			// Ours, measured here so both figures come from the same run.
+			// (testing.Benchmark cannot run inside a benchmark: it would
+			// wait for the benchmark lock this one holds.)
+			var ids []uint32
+			rounds := 0
+			start := time.Now()
+			for time.Since(start) < 2*time.Second || rounds < 3 {
+				for _, c := range corpus {
+					ids, _ = tk.EncodeAppend(ids[:0], c.Text, true)
+				}
+				rounds++
+			}
+			oursMBs := float64(size*rounds) / time.Since(start).Seconds() / 1e6
+			for b.Loop() {
+				cmd := exec.CommandContext(b.Context(), node, filepath.Join(root, "scripts", "tokenizer-ref", "bench.js"), file, corpusPath, "2")
+				cmd.Env = append(os.Environ(), "TOKENIZERS_PARALLELISM=false", "RAYON_NUM_THREADS=1", "TOKENIZER_REF_CACHE="+cache)
+				out, err := cmd.Output()
+				if err != nil {
+					b.Fatalf("node bench.js: %v", err)
+				}
+				var res struct {
+					MBPerS float64 `json:"mb_per_s"`
+				}
+				if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &res); err != nil || res.MBPerS <= 0 {
+					b.Fatalf("node bench.js output %q: %v", out, err)
+				}
+				b.ReportMetric(res.MBPerS, "hf_MB/s")
+				b.ReportMetric(oursMBs, "ours_MB/s")
+				b.ReportMetric(oursMBs/res.MBPerS, "ratio")
+			}
+		})
+	}
+}

@@ -1,0 +1,613 @@
+package tokenize
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// maxTokenID bounds the ids a file may use (the id table is a slice).
+const maxTokenID = 1 << 24
+
+// bpe is the BPE model. In byte-level mode (the pre-tokenizer ends with
+// ByteLevel) it keys its vocabulary by raw bytes, which is the library's
+// byte-to-alphabet mapping undone once at load instead of on every word.
+type bpe struct {
+	vocabStr     map[string]uint32 // as the file spells the tokens
+	vocab        map[string]uint32 // as words reach the model (raw bytes in byte-level mode)
+	merges       mergeTable
+	byteLevel    bool
+	byteTok      [256]uint32 // byte-level mode: the token of each byte
+	byteFallback bool
+	fallback     [256]uint32 // <0xXX> tokens
+	hasFallback  [256]bool
+	unk          uint32
+	hasUnk       bool
+	fuseUnk      bool
+	ignoreMerges bool
+	cache        wordCache
+	// chunkAfter, when set, lists the characters after which a word may be
+	// cut before a "▁": no vocabulary token holds that character followed
+	// by "▁", so no merge can cross the cut and the parts encode alone
+	// (and cached). SentencePiece-style words are whole texts otherwise.
+	chunkAfter map[rune]bool
+}
+
+const metaspace = "\u2581"
+
+// minChunkedWord is the shortest word (bytes) cut into chunks.
+const minChunkedWord = 64
+
+// mergeTable is an open-addressing hash table from a token pair to its
+// merge, read on every merge step (faster than a map for this key).
+type mergeTable struct {
+	slots []mergeSlot
+	mask  uint64
+}
+
+type mergeSlot struct {
+	key  uint64 // emptyPair when free
+	rule mergeRule
+}
+
+const emptyPair = ^uint64(0) // ids are below maxTokenID, so no pair is this
+
+func newMergeTable(n int) mergeTable {
+	size := 8
+	for size < n+n/2+1 {
+		size <<= 1
+	}
+	slots := make([]mergeSlot, size)
+	for i := range slots {
+		slots[i].key = emptyPair
+	}
+	return mergeTable{slots: slots, mask: uint64(size - 1)}
+}
+
+func (t *mergeTable) put(key uint64, r mergeRule) {
+	for i := (key * 0x9E3779B97F4A7C15) >> 20 & t.mask; ; i = (i + 1) & t.mask {
+		if s := &t.slots[i]; s.key == emptyPair || s.key == key {
+			s.key, s.rule = key, r // a repeated merge: the later one wins, as in the library's map
+			return
+		}
+	}
+}
+
+func (t *mergeTable) get(key uint64) (mergeRule, bool) {
+	for i := (key * 0x9E3779B97F4A7C15) >> 20 & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if s.key == key {
+			return s.rule, true
+		}
+		if s.key == emptyPair {
+			return mergeRule{}, false
+		}
+	}
+}
+
+type mergeRule struct {
+	rank  uint32
+	newID uint32
+}
+
+func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
+
+type bpeJSON struct {
+	Type                    string            `json:"type"`
+	Dropout                 *float64          `json:"dropout"`
+	UnkToken                *string           `json:"unk_token"`
+	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+	FuseUnk                 bool              `json:"fuse_unk"`
+	ByteFallback            bool              `json:"byte_fallback"`
+	IgnoreMerges            bool              `json:"ignore_merges"`
+	Vocab                   map[string]uint32 `json:"vocab"`
+	Merges                  json.RawMessage   `json:"merges"`
+}
+
+// parseMerges reads the merges, written "a b" or ["a", "b"].
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if isNull(raw) {
+		return nil, nil
+	}
+	if len(raw) > 1 && raw[0] == '[' && bytes.HasPrefix(bytes.TrimSpace(raw[1:]), []byte(`"`)) {
+		var lines []string
+		if err := json.Unmarshal(raw, &lines); err != nil {
+			return nil, err
+		}
+		out := make([][2]string, len(lines))
+		for i, s := range lines {
+			a, b, ok := strings.Cut(s, " ")
+			if !ok || strings.Contains(b, " ") {
+				return nil, fmt.Errorf("merge %q is not two tokens separated by one space", s)
+			}
+			out[i] = [2]string{a, b}
+		}
+		return out, nil
+	}
+	var pairs [][]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, err
+	}
+	out := make([][2]string, len(pairs))
+	for i, p := range pairs {
+		if len(p) != 2 {
+			return nil, fmt.Errorf("merge %q is not a pair", p)
+		}
+		out[i] = [2]string{p[0], p[1]}
+	}
+	return out, nil
+}
+
+func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
+	var ty typed
+	if err := json.Unmarshal(raw, &ty); err != nil {
+		return nil, fmt.Errorf("tokenize: model: %w", err)
+	}
+	if ty.Type != "BPE" && ty.Type != "" {
+		return nil, unsupported("model %q (only BPE)", ty.Type)
+	}
+	var j bpeJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("tokenize: BPE model: %w", err)
+	}
+	if j.Dropout != nil && *j.Dropout != 0 {
+		return nil, unsupported("BPE dropout %v", *j.Dropout)
+	}
+	if j.ContinuingSubwordPrefix != nil && *j.ContinuingSubwordPrefix != "" {
+		return nil, unsupported("BPE continuing_subword_prefix %q", *j.ContinuingSubwordPrefix)
+	}
+	if j.EndOfWordSuffix != nil && *j.EndOfWordSuffix != "" {
+		return nil, unsupported("BPE end_of_word_suffix %q", *j.EndOfWordSuffix)
+	}
+	if len(j.Vocab) == 0 {
+		return nil, fmt.Errorf("tokenize: BPE model has an empty vocab")
+	}
+	m := &bpe{
+		vocabStr:     j.Vocab,
+		byteLevel:    byteLevel,
+		byteFallback: j.ByteFallback,
+		fuseUnk:      j.FuseUnk,
+		ignoreMerges: j.IgnoreMerges,
+	}
+	for tok, id := range j.Vocab {
+		if id >= maxTokenID {
+			return nil, fmt.Errorf("tokenize: token %q has id %d, more than %d", tok, id, maxTokenID)
+		}
+	}
+	if j.UnkToken != nil {
+		id, ok := j.Vocab[*j.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("tokenize: unk_token %q is not in the vocab", *j.UnkToken)
+		}
+		m.unk, m.hasUnk = id, true
+	}
+	if byteLevel {
+		m.vocab = make(map[string]uint32, len(j.Vocab))
+		var have [256]bool
+		for tok, id := range j.Vocab {
+			raw, ok := fromByteLevel(tok)
+			if !ok {
+				continue // never produced from byte-level text
+			}
+			m.vocab[raw] = id
+			if len(raw) == 1 {
+				m.byteTok[raw[0]], have[raw[0]] = id, true
+			}
+		}
+		for b, ok := range have {
+			if !ok {
+				return nil, unsupported("byte-level vocabulary without a token for byte %#02x", b)
+			}
+		}
+	} else {
+		m.vocab = j.Vocab
+	}
+	for b := 0; b < 256; b++ {
+		if id, ok := j.Vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+			m.fallback[b], m.hasFallback[b] = id, true
+		}
+	}
+	merges, err := parseMerges(j.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: BPE merges: %w", err)
+	}
+	m.merges = newMergeTable(len(merges))
+	for rank, mg := range merges {
+		a, ok1 := j.Vocab[mg[0]]
+		b, ok2 := j.Vocab[mg[1]]
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("tokenize: merge %q %q: token not in the vocab", mg[0], mg[1])
+		}
+		id, ok := j.Vocab[mg[0]+mg[1]]
+		if !ok {
+			return nil, fmt.Errorf("tokenize: merge %q %q: merged token not in the vocab", mg[0], mg[1])
+		}
+		m.merges.put(pairKey(a, b), mergeRule{rank: uint32(rank), newID: id})
+	}
+	if !byteLevel {
+		m.chunkAfter = chunkable(j.Vocab)
+	}
+	m.cache.init()
+	return m, nil
+}
+
+// The byte-level alphabet: printable bytes stand for themselves, the others
+// for the code points from U+0100 on, in byte order.
+var runeToByte = func() map[rune]byte {
+	r2b := make(map[rune]byte, 256)
+	n := 0
+	for b := 0; b < 256; b++ {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF {
+			r2b[rune(b)] = byte(b)
+		} else {
+			r2b[rune(256+n)] = byte(b)
+			n++
+		}
+	}
+	return r2b
+}()
+
+// fromByteLevel maps a byte-level token back to its bytes.
+func fromByteLevel(tok string) (string, bool) {
+	out := make([]byte, 0, len(tok))
+	for _, r := range tok {
+		b, ok := runeToByte[r]
+		if !ok {
+			return "", false
+		}
+		out = append(out, b)
+	}
+	return string(out), true
+}
+
+// chunkable returns the single-character tokens c (other than "▁") such
+// that no token contains c followed by "▁", or nil if the vocabulary has no
+// "▁".
+func chunkable(vocab map[string]uint32) map[rune]bool {
+	if _, ok := vocab[metaspace]; !ok {
+		return nil
+	}
+	bad := map[rune]bool{}
+	for tok := range vocab {
+		prev := rune(-1)
+		for _, r := range tok {
+			if r == '\u2581' && prev >= 0 && prev != '\u2581' {
+				bad[prev] = true
+			}
+			prev = r
+		}
+	}
+	out := map[rune]bool{}
+	for tok := range vocab {
+		r, n := utf8.DecodeRuneInString(tok)
+		if n == len(tok) && r != utf8.RuneError && r != '\u2581' && !bad[r] {
+			out[r] = true
+		}
+	}
+	return out
+}
+
+// encodeChunked cuts a long SentencePiece-style word before each "▁" that
+// follows a character in chunkAfter and encodes the parts.
+func (m *bpe) encodeChunked(dst []uint32, w string, ws *wordScratch) []uint32 {
+	start := 0
+	prev := rune(-1)
+	for i := 0; i < len(w); {
+		r, n := utf8.DecodeRuneInString(w[i:])
+		if r == '\u2581' && i > start && m.chunkAfter[prev] {
+			dst = m.encodeOne(dst, w[start:i], ws)
+			start = i
+		}
+		prev = r
+		i += n
+	}
+	return m.encodeOne(dst, w[start:], ws)
+}
+
+// wordScratch is one Encode's merge workspace.
+type wordScratch struct {
+	syms []symbol
+	heap mergeHeap
+}
+
+type symbol struct {
+	id         uint32
+	prev, next int32
+	rank       uint32 // rank of the pair (this, next); noRank when none
+	dead       bool
+}
+
+const noRank = ^uint32(0)
+
+// maxCachedWord is the longest word (bytes) whose encoding is cached.
+const maxCachedWord = 128
+
+// encodeWord appends the tokens of one pre-token.
+func (m *bpe) encodeWord(dst []uint32, w string, ws *wordScratch) []uint32 {
+	if m.ignoreMerges || len(w) == 1 && m.byteLevel {
+		if id, ok := m.vocab[w]; ok {
+			return append(dst, id)
+		}
+	}
+	if m.chunkAfter != nil && len(w) >= minChunkedWord {
+		return m.encodeChunked(dst, w, ws)
+	}
+	return m.encodeOne(dst, w, ws)
+}
+
+// encodeOne encodes one word (or chunk) with the cache.
+func (m *bpe) encodeOne(dst []uint32, w string, ws *wordScratch) []uint32 {
+	cacheable := len(w) <= maxCachedWord
+	if cacheable {
+		if ids, ok := m.cache.get(w); ok {
+			return append(dst, ids...)
+		}
+	}
+	ws.syms = m.initialSymbols(ws.syms[:0], w)
+	if len(ws.syms) > 24 {
+		m.mergeHeap(ws)
+	} else {
+		m.mergeScan(ws)
+	}
+	start := len(dst)
+	for i := int32(0); i >= 0 && int(i) < len(ws.syms); i = ws.syms[i].next {
+		dst = append(dst, ws.syms[i].id)
+	}
+	if cacheable {
+		m.cache.put(w, dst[start:])
+	}
+	return dst
+}
+
+// initialSymbols splits w into its characters' tokens (bytes in byte-level
+// mode), with byte fallback and unknown tokens as the library does.
+func (m *bpe) initialSymbols(syms []symbol, w string) []symbol {
+	add := func(id uint32) {
+		syms = append(syms, symbol{id: id})
+	}
+	if m.byteLevel {
+		for i := 0; i < len(w); i++ {
+			add(m.byteTok[w[i]])
+		}
+	} else {
+		unkPending, unkSet := false, false
+		for i := 0; i < len(w); {
+			_, n := utf8.DecodeRuneInString(w[i:])
+			ch := w[i : i+n]
+			i += n
+			if id, ok := m.vocab[ch]; ok {
+				if unkPending {
+					add(m.unk)
+					unkPending = false
+				}
+				add(id)
+				continue
+			}
+			if m.byteFallback && m.allFallback(ch) {
+				for k := 0; k < len(ch); k++ {
+					add(m.fallback[ch[k]])
+				}
+				continue
+			}
+			if m.hasUnk {
+				if unkPending && !m.fuseUnk {
+					add(m.unk)
+				}
+				unkPending = true
+				unkSet = true
+			}
+		}
+		if unkPending {
+			add(m.unk)
+		}
+		_ = unkSet
+	}
+	for i := range syms {
+		syms[i].prev = int32(i - 1)
+		syms[i].next = int32(i + 1)
+		if i == len(syms)-1 {
+			syms[i].next = -1
+		}
+	}
+	return syms
+}
+
+func (m *bpe) allFallback(ch string) bool {
+	for k := 0; k < len(ch); k++ {
+		if !m.hasFallback[ch[k]] {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *bpe) rule(a, b uint32) (mergeRule, bool) {
+	return m.merges.get(pairKey(a, b))
+}
+
+// mergeScan merges a short word: repeatedly the lowest-ranked pair, the
+// leftmost among equals, which is the order of the library's heap.
+func (m *bpe) mergeScan(ws *wordScratch) {
+	syms := ws.syms
+	for i := range syms {
+		syms[i].rank = noRank
+		if n := syms[i].next; n >= 0 {
+			if r, ok := m.rule(syms[i].id, syms[n].id); ok {
+				syms[i].rank = r.rank
+			}
+		}
+	}
+	for len(syms) > 1 {
+		best, bestRank := int32(-1), noRank
+		for i := int32(0); i >= 0; i = syms[i].next {
+			if syms[i].rank < bestRank {
+				best, bestRank = i, syms[i].rank
+			}
+		}
+		if best < 0 {
+			break
+		}
+		right := syms[best].next
+		r, _ := m.rule(syms[best].id, syms[right].id)
+		syms[best].id = r.newID
+		syms[best].next = syms[right].next
+		if nn := syms[right].next; nn >= 0 {
+			syms[nn].prev = best
+		}
+		syms[right].dead = true
+		syms[best].rank = noRank
+		if n := syms[best].next; n >= 0 {
+			if r, ok := m.rule(syms[best].id, syms[n].id); ok {
+				syms[best].rank = r.rank
+			}
+		}
+		if p := syms[best].prev; p >= 0 {
+			syms[p].rank = noRank
+			if r, ok := m.rule(syms[p].id, syms[best].id); ok {
+				syms[p].rank = r.rank
+			}
+		}
+	}
+}
+
+type mergeItem struct {
+	rank  uint32
+	pos   int32
+	newID uint32
+}
+
+func (a mergeItem) less(b mergeItem) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
+}
+
+// mergeHeap is the library's merge loop for long words: a min-heap of
+// candidate merges by (rank, position), stale entries skipped.
+func (m *bpe) mergeHeap(ws *wordScratch) {
+	syms := ws.syms
+	h := mergeHeap(ws.heap[:0])
+	for i := 0; i+1 < len(syms); i++ {
+		if r, ok := m.rule(syms[i].id, syms[i+1].id); ok {
+			h.push(mergeItem{rank: r.rank, pos: int32(i), newID: r.newID})
+		}
+	}
+	for len(h) > 0 {
+		top := h.pop()
+		s := &syms[top.pos]
+		if s.dead || s.next < 0 {
+			continue
+		}
+		right := s.next
+		if r, ok := m.rule(s.id, syms[right].id); !ok || r.newID != top.newID {
+			continue
+		}
+		s.id = top.newID
+		s.next = syms[right].next
+		syms[right].dead = true
+		if nn := s.next; nn >= 0 {
+			syms[nn].prev = top.pos
+		}
+		if p := s.prev; p >= 0 {
+			if r, ok := m.rule(syms[p].id, s.id); ok {
+				h.push(mergeItem{rank: r.rank, pos: p, newID: r.newID})
+			}
+		}
+		if n := s.next; n >= 0 {
+			if r, ok := m.rule(s.id, syms[n].id); ok {
+				h.push(mergeItem{rank: r.rank, pos: top.pos, newID: r.newID})
+			}
+		}
+	}
+	ws.heap = h
+}
+
+// mergeHeap is a binary min-heap of merge candidates.
+type mergeHeap []mergeItem
+
+func (h *mergeHeap) push(it mergeItem) {
+	*h = append(*h, it)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].less(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeItem {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, r, small := 2*i+1, 2*i+2, i
+		if l < len(q) && q[l].less(q[small]) {
+			small = l
+		}
+		if r < len(q) && q[r].less(q[small]) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
+}
+
+// wordCache remembers the encodings of recent words. It is bounded: a
+// shard that fills up is emptied.
+type wordCache struct {
+	shards [64]cacheShard
+}
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string][]uint32
+}
+
+const cacheShardEntries = 4096
+
+func (c *wordCache) init() {
+	for i := range c.shards {
+		c.shards[i].m = make(map[string][]uint32)
+	}
+}
+
+func shardOf(w string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(w); i++ {
+		h = (h ^ uint32(w[i])) * 16777619
+	}
+	return int(h & 63)
+}
+
+func (c *wordCache) get(w string) ([]uint32, bool) {
+	sh := &c.shards[shardOf(w)]
+	sh.mu.RLock()
+	ids, ok := sh.m[w]
+	sh.mu.RUnlock()
+	return ids, ok
+}
+
+func (c *wordCache) put(w string, ids []uint32) {
+	sh := &c.shards[shardOf(w)]
+	cp := append([]uint32(nil), ids...)
+	key := strings.Clone(w)
+	sh.mu.Lock()
+	if len(sh.m) >= cacheShardEntries {
+		clear(sh.m)
+	}
+	sh.m[key] = cp
+	sh.mu.Unlock()
+}

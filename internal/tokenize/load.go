@@ -1,0 +1,127 @@
+package tokenize
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// MaxFileSize bounds the tokenizer.json Load accepts (the artifact limit of
+// seed section 17).
+const MaxFileSize = 64 << 20
+
+type fileJSON struct {
+	Version       string           `json:"version"`
+	Truncation    json.RawMessage  `json:"truncation"`
+	Padding       json.RawMessage  `json:"padding"`
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	Model         json.RawMessage  `json:"model"`
+}
+
+type addedTokenJSON struct {
+	ID         *uint32 `json:"id"`
+	Content    string  `json:"content"`
+	SingleWord bool    `json:"single_word"`
+	LStrip     bool    `json:"lstrip"`
+	RStrip     bool    `json:"rstrip"`
+	Normalized bool    `json:"normalized"`
+	Special    bool    `json:"special"`
+}
+
+// typed reads the "type" field of a component.
+type typed struct {
+	Type string `json:"type"`
+}
+
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
+}
+
+// Load parses a tokenizer.json. Features it does not implement (a model
+// other than BPE, a normalizer, pre-tokenizer or post-processor it does not
+// know, truncation, padding, dropout) are errors naming the feature.
+func Load(data []byte) (*Tokenizer, error) {
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("tokenize: tokenizer.json is %d bytes, more than the %d allowed", len(data), MaxFileSize)
+	}
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("tokenize: parse tokenizer.json: %w", err)
+	}
+	if !isNull(f.Truncation) {
+		return nil, unsupported("truncation (set to null)")
+	}
+	if !isNull(f.Padding) {
+		return nil, unsupported("padding (set to null)")
+	}
+	if isNull(f.Model) {
+		return nil, fmt.Errorf("tokenize: tokenizer.json has no model")
+	}
+	t := &Tokenizer{}
+	var err error
+	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	byteLevel := false
+	if t.pre, byteLevel, err = parsePreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if t.model, err = parseBPE(f.Model, byteLevel); err != nil {
+		return nil, err
+	}
+	assignAddedIDs(f.AddedTokens, t.model.vocabStr)
+	if t.added, err = newAddedVocab(f.AddedTokens, t.normalizer); err != nil {
+		return nil, err
+	}
+	if t.post, err = parsePostProcessor(f.PostProcessor, t); err != nil {
+		return nil, err
+	}
+	t.idToToken = make(map[uint32]string, len(t.model.vocabStr)+len(f.AddedTokens))
+	for s, id := range t.model.vocabStr {
+		t.idToToken[id] = s
+	}
+	for _, a := range f.AddedTokens {
+		if a.ID != nil {
+			t.idToToken[*a.ID] = a.Content
+		}
+	}
+	return t, nil
+}
+
+// assignAddedIDs gives the added tokens the ids the library gives them when
+// it loads a file, whatever ids the file writes (they agree for files the
+// library wrote): a token the vocab holds has the vocab's id; a content seen
+// before keeps its id; any other takes the next id after the highest added
+// id, or the vocab's size if that is higher.
+func assignAddedIDs(toks []addedTokenJSON, vocab map[string]uint32) {
+	vocabSize := uint32(len(vocab))
+	seen := make(map[string]uint32, len(toks))
+	var maxID uint32
+	haveMax := false
+	for i := range toks {
+		a := &toks[i]
+		if a.Content == "" {
+			continue
+		}
+		id, ok := seen[a.Content]
+		if !ok {
+			id, ok = vocab[a.Content]
+		}
+		if !ok {
+			id = vocabSize
+			if haveMax && (maxID >= vocabSize || vocabSize == 0) {
+				id = maxID + 1
+			}
+		}
+		a.ID = &id
+		seen[a.Content] = id
+		if !haveMax || id > maxID {
+			maxID, haveMax = id, true
+		}
+	}
+}

