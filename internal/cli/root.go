@@ -21,6 +21,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
 	"github.com/continuum-router/continuum/internal/cli/discover"
 	"github.com/continuum-router/continuum/internal/cli/fleetsimcmd"
+	"github.com/continuum-router/continuum/internal/cli/kvinspect"
 	"github.com/continuum-router/continuum/internal/cli/pinartifact"
 	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/cli/tailload"
@@ -121,6 +122,9 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	tp.GroupID = "operate"
 	root.AddCommand(tp)
 	pin := pinartifact.NewCmdPinArtifact(f, nil)
+	kvi := kvinspect.NewCmdKVInspect(f)
+	kvi.GroupID = "operate"
+	root.AddCommand(kvi)
 	pin.GroupID = "configure"
 	root.AddCommand(pin)
 	cfg := configcmd.NewCmdConfig(f)

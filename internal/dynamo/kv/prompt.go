@@ -1,0 +1,65 @@
+// Package kv holds the router's KV-cache view of a request. This file: the
+// prompt pipeline — render a chat request with the model's pinned chat
+// template, encode it with the pinned tokenizer exactly as the worker will,
+// and hash its complete blocks as the worker's KV events do.
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/continuum-router/continuum/internal/chattemplate"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/tokenize"
+)
+
+// Block sizes the router hashes for (seed: XXH3-64 블록 해싱, 16..=65536).
+const (
+	MinBlockSize = 16
+	MaxBlockSize = 65536
+)
+
+// ErrBlockSize is returned for a block size outside MinBlockSize..MaxBlockSize.
+var ErrBlockSize = fmt.Errorf("block size outside %d..%d", MinBlockSize, MaxBlockSize)
+
+// ErrNoTemplate is returned for a chat request when no template is loaded.
+var ErrNoTemplate = errors.New("no chat template: a chat request needs the model's chat template")
+
+// Preparer turns requests into token ids: the model's tokenizer and, for
+// chat requests, its chat template. It is safe for concurrent use.
+type Preparer struct {
+	Tokenizer *tokenize.Tokenizer
+	// Template renders chat requests; nil refuses them.
+	Template *chattemplate.Template
+}
+
+// Chat renders a chat request and encodes the rendered prompt. The template
+// places the special tokens itself, so none are added (as the frontend
+// encodes a rendered prompt).
+func (p *Preparer) Chat(ctx context.Context, in chattemplate.Input) (string, []uint32, error) {
+	if p.Template == nil {
+		return "", nil, ErrNoTemplate
+	}
+	text, err := p.Template.Render(ctx, in)
+	if err != nil {
+		return "", nil, err
+	}
+	ids, err := p.Tokenizer.Encode(text, false)
+	return text, ids, err
+}
+
+// Text encodes a raw prompt.
+func (p *Preparer) Text(text string, addSpecialTokens bool) ([]uint32, error) {
+	return p.Tokenizer.Encode(text, addSpecialTokens)
+}
+
+// BlockHashes returns the tokens_hash of every complete block of ids for a
+// block size the router supports, with the seed of the request's LoRA
+// adapter and cache salt (wire.BlockHashSeed).
+func BlockHashes(ids []uint32, blockSize int, seed uint64) ([]uint64, error) {
+	if blockSize < MinBlockSize || blockSize > MaxBlockSize {
+		return nil, fmt.Errorf("%w: %d", ErrBlockSize, blockSize)
+	}
+	return wire.LocalBlockHashes(ids, blockSize, seed), nil
+}
