@@ -31,7 +31,7 @@ type join struct {
 	sent    map[string][]byte            // what the sink holds
 	pending map[string]struct{}          // keys to hand on at the next flush
 	size    int                          // bytes of records held
-	overCap int                          // resources refused at the caps
+	overCap map[string]struct{}          // resources refused at the caps (at most MaxDWMs named)
 }
 
 // dwmEntry is one resource: its last valid records and what it supplies.
@@ -45,7 +45,8 @@ type dwmEntry struct {
 
 func newJoin(namespaces []string, logger *slog.Logger) *join {
 	return &join{namespaces: namespaces, logger: logger, dwms: map[string]*dwmEntry{}, slices: map[string][]string{},
-		ready: map[string]int{}, keys: map[string]map[string][]byte{}, sent: map[string][]byte{}, pending: map[string]struct{}{}}
+		ready: map[string]int{}, keys: map[string]map[string][]byte{}, sent: map[string][]byte{}, pending: map[string]struct{}{},
+		overCap: map[string]struct{}{}}
 }
 
 func refusalKey(name string) string { return wire.PrefixRefusals + "dynamoworkermetadata/" + name }
@@ -59,6 +60,10 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 	}
 	e := j.dwms[d.Name]
 	if deleted {
+		if _, refused := j.overCap[d.Name]; refused {
+			delete(j.overCap, d.Name)
+			j.setOverCap()
+		}
 		if e != nil {
 			j.size -= e.size
 			j.supply(d.Name, e, nil)
@@ -68,8 +73,10 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 	}
 	if e == nil {
 		if len(j.dwms) >= MaxDWMs || j.size+d.Size > MaxRecordBytes {
-			j.overCap++
-			j.setOverCap()
+			if _, known := j.overCap[d.Name]; !known && len(j.overCap) < MaxDWMs {
+				j.overCap[d.Name] = struct{}{}
+				j.setOverCap()
+			}
 			return
 		}
 		e = &dwmEntry{}
@@ -101,8 +108,12 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 
 // setOverCap keeps the one over-capacity refusal current.
 func (j *join) setOverCap() {
+	if len(j.overCap) == 0 {
+		j.setSupplier(overCapacityKey, "", nil)
+		return
+	}
 	r := wire.Refusal{Kind: "malformed", Reason: fmt.Sprintf(
-		"%d DynamoWorkerMetadata resources refused: at most %d resources and %d bytes of records are held", j.overCap, MaxDWMs, MaxRecordBytes)}
+		"%d DynamoWorkerMetadata resources refused: at most %d resources and %d bytes of records are held", len(j.overCap), MaxDWMs, MaxRecordBytes)}
 	j.setSupplier(overCapacityKey, "", r.Encode())
 }
 
