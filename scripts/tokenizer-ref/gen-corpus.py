@@ -92,6 +92,17 @@ add("long-korean", ("한국어 문장은 공백으로 단어를 구분하지만 
 add("long-whitespace", " " * 3000 + "x" + "\n" * 500 + "\t" * 300)
 add("long-no-space", "a" * 2000 + "가" * 1000 + "1" * 1000)
 
+# random strings over the characters the split patterns and normalizers tell apart
+edge = ["a", "s", "t", "S", "T", "L", "d", "X", "'", "’", "'s", "'LL", "'ve", "0", "7", "١", "Ⅻ", "½", "²", "①",
+        " ", " ", " ", "  ", "\t", "\n", "\r", "\r\n", "\u00a0", "\u3000", "\u2028", "\u000b", "\u0085", "\u200b",
+        ".", ",", "!", "/", "-", "_", "(", "`", "~", "@", "$", "+", "<", ">", "|", "€", "©", "\\",
+        "\u0301", "\u0308", "ʰ", "ǅ", "ſ", "İ", "ﬁ", "가", "각", "中", "龥", "\u9fa6", "ひ", "カ", "ー", "ｶ", "é", "É", "ß", "Σ",
+        "🍕", "👍🏽", "\u200d", "\u0001", "\u007f", "\ufffd", "▁", "▁▁", "\ue000", "𝔘", "𓀀",
+        "<s>", "</s>", "<|im_end|>", "<|endoftext|>", "<｜User｜>", "<eos>", "<start_of_turn>", "\n\n\n", "\t\t"]
+for i in range(300):
+    n = rnd.randint(1, 40)
+    add(f"fuzz-{i:03d}", "".join(rnd.choice(edge) for _ in range(n)))
+
 out = os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "tokenize", "corpus.jsonl")
 with open(out, "w", encoding="utf-8") as f:
     for c in cases:
