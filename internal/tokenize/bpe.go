@@ -144,16 +144,16 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 }
 
 func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
-	var ty typed
-	if err := json.Unmarshal(raw, &ty); err != nil {
-		return nil, fmt.Errorf("tokenize: model: %w", err)
-	}
-	if ty.Type != "BPE" && ty.Type != "" {
-		return nil, unsupported("model %q (only BPE)", ty.Type)
-	}
 	var j bpeJSON
 	if err := json.Unmarshal(raw, &j); err != nil {
+		var ty typed
+		if json.Unmarshal(raw, &ty) == nil && ty.Type != "BPE" && ty.Type != "" {
+			return nil, unsupported("model %q (only BPE)", ty.Type)
+		}
 		return nil, fmt.Errorf("tokenize: BPE model: %w", err)
+	}
+	if j.Type != "BPE" && j.Type != "" {
+		return nil, unsupported("model %q (only BPE)", j.Type)
 	}
 	if j.Dropout != nil && *j.Dropout != 0 {
 		return nil, unsupported("BPE dropout %v", *j.Dropout)
