@@ -2,6 +2,7 @@ package tokenize_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,6 +99,48 @@ func BenchmarkHFRustCore(b *testing.B) {
 				b.ReportMetric(oursMBs, "ours_MB/s")
 				b.ReportMetric(oursMBs/res.MBPerS, "ratio")
 			}
+		})
+	}
+}
+
+// chatPrompt8k builds a rendered chat prompt of about 8k tokens: a system
+// prompt, tool output with code and JSON, and several turns.
+func chatPrompt8k() string {
+	var b strings.Builder
+	b.WriteString("<|im_start|>system\nYou are a helpful assistant. Answer briefly and cite the code you change.<|im_end|>\n")
+	turn := 0
+	for b.Len() < 32000 {
+		turn++
+		fmt.Fprintf(&b, "<|im_start|>user\nTurn %d: the router keeps an index of which worker holds which prefix blocks; "+
+			"why does the overlap drop to zero after a tokenizer upgrade? 한국어로도 설명해 주세요.<|im_end|>\n", turn)
+		b.WriteString("<|im_start|>assistant\n<think>\nThe block hashes depend on every earlier token id.\n</think>\n\n")
+		b.WriteString("```go\nfunc hashBlocks(ids []uint32, size int) []uint64 {\n\tvar out []uint64\n\tfor i := 0; i+size <= len(ids); i += size {\n\t\tout = append(out, xxh3(ids[i:i+size]))\n\t}\n\treturn out\n}\n```\n")
+		fmt.Fprintf(&b, "{\"worker_id\": %d, \"overlap_blocks\": %d, \"model\": \"Qwen/Qwen3-8B\"}\n<|im_end|>\n", 1736491+turn, turn*3)
+	}
+	b.WriteString("<|im_start|>assistant\n")
+	return b.String()
+}
+
+// BenchmarkEncodeChat8k measures one encode of an ~8k-token chat prompt
+// (the per-request cost on the kv-aware routing path).
+func BenchmarkEncodeChat8k(b *testing.B) {
+	prompt := chatPrompt8k()
+	for _, model := range []string{"qwen3", "llama3"} {
+		b.Run(model, func(b *testing.B) {
+			tk := loadModel(b, model)
+			ids, err := tk.Encode(prompt, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(prompt)))
+			b.ReportAllocs()
+			for b.Loop() {
+				ids, err = tk.EncodeAppend(ids[:0], prompt, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(ids)), "tokens")
 		})
 	}
 }

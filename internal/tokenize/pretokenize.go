@@ -207,6 +207,13 @@ func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece 
 	if lit, ok := m.(literal); ok && !invert && !strings.Contains(s, string(lit)) {
 		return append(dst, in) // no match: one part, kept whole by every behaviour
 	}
+	return splitGeneral(dst, in, m, b, invert)
+}
+
+// splitGeneral is splitBy's general case (apart, so the closures' captures
+// do not cost the fast paths an allocation).
+func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool) []piece {
+	s := in.s
 	emit := func(start, end int) {
 		if start < end {
 			dst = append(dst, piece{s: s[start:end], first: in.first && start == 0})
