@@ -45,7 +45,16 @@ func isNull(raw json.RawMessage) bool {
 // Load parses a tokenizer.json. Features it does not implement (a model
 // other than BPE, a normalizer, pre-tokenizer or post-processor it does not
 // know, truncation, padding, dropout) are errors naming the feature.
-func Load(data []byte) (*Tokenizer, error) {
+func Load(data []byte) (tk *Tokenizer, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			re, ok := r.(regexError)
+			if !ok {
+				panic(r)
+			}
+			tk, err = nil, re.err
+		}
+	}()
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("tokenize: tokenizer.json is %d bytes, more than the %d allowed", len(data), MaxFileSize)
 	}
@@ -63,7 +72,6 @@ func Load(data []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenize: tokenizer.json has no model")
 	}
 	t := &Tokenizer{}
-	var err error
 	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}

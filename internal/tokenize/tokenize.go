@@ -27,6 +27,15 @@ import (
 // MaxTokens is the most tokens one Encode may produce (seed section 17).
 const MaxTokens = 1 << 20
 
+// MaxTextBytes bounds the text one Encode accepts: longer text is
+// ErrPromptTooLarge without being encoded, which bounds the memory an encode
+// takes. (Rendered prompts are at most 1 MiB; a text of 1,048,576 tokens is
+// rarely a quarter of this.)
+const MaxTextBytes = 16 << 20
+
+// maxPooledPieces is the largest scratch a pooled encode state keeps.
+const maxPooledPieces = 1 << 14
+
 // ErrPromptTooLarge is returned when an encoding would exceed MaxTokens; its
 // code is prompt_too_large.
 var ErrPromptTooLarge = errors.New("prompt_too_large: encoding exceeds 1048576 tokens")
@@ -72,7 +81,10 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 
 // EncodeAppend is Encode appending to dst; with a dst of enough capacity it
 // does not allocate for text the tokenizer has seen before.
-func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
+func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) (out []uint32, err error) {
+	if len(text) > MaxTextBytes {
+		return dst, ErrPromptTooLarge
+	}
 	if !utf8.ValidString(text) {
 		text = sanitizeUTF8(text)
 	}
@@ -80,12 +92,23 @@ func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens boo
 	if st == nil {
 		st = &state{}
 	}
-	defer t.states.Put(st)
 	base := len(dst)
+	defer func() {
+		if r := recover(); r != nil {
+			re, ok := r.(regexError)
+			if !ok {
+				panic(r)
+			}
+			out, err = dst[:base], re.err
+			st = &state{} // abandon the scratch of the failed encode
+		}
+		if cap(st.a) <= maxPooledPieces && cap(st.b) <= maxPooledPieces && cap(st.segs) <= maxPooledPieces && cap(st.word.syms) <= maxPooledPieces {
+			t.states.Put(st)
+		}
+	}()
 	if addSpecialTokens && t.post != nil {
 		dst = t.post.prefix(dst)
 	}
-	var err error
 	dst, err = t.encodeText(st, dst, text, base)
 	if err != nil {
 		return dst[:base], err
