@@ -489,7 +489,7 @@ func (a mergeItem) less(b mergeItem) bool {
 // candidate merges by (rank, position), stale entries skipped.
 func (m *bpe) mergeHeap(ws *wordScratch) {
 	syms := ws.syms
-	h := mergeHeap(ws.heap[:0])
+	h := ws.heap[:0]
 	for i := 0; i+1 < len(syms); i++ {
 		if r, ok := m.rule(syms[i].id, syms[i+1].id); ok {
 			h.push(mergeItem{rank: r.rank, pos: int32(i), newID: r.newID})
