@@ -5,15 +5,27 @@
 // Gemma).
 //
 // The pipeline is the library's: added tokens are split out of the raw text
-// (non-normalized ones) and out of the normalized text (normalized ones); the
-// rest is normalized, pre-tokenized and run through the BPE model; a
-// post-processor adds the template's special tokens when asked to. A
-// tokenizer.json using a feature this package does not implement fails to
-// load with an error naming the feature, so an encoding is never silently
-// wrong.
+// (non-normalized ones) and out of the normalized text (normalized ones),
+// leftmost-longest, with single_word, lstrip and rstrip; the rest is
+// normalized (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip,
+// Sequence), pre-tokenized (Split with its behaviours and invert, ByteLevel,
+// Digits, Metaspace, WhitespaceSplit, CharDelimiterSplit, Sequence) and run
+// through the BPE model (byte fallback, unk and fuse_unk, ignore_merges); a
+// post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
+// its special tokens when asked to. A tokenizer.json using anything else
+// fails to load with an error naming the feature, so an encoding is never
+// silently wrong.
+//
+// The split patterns of the common tokenizers (cl100k/Llama 3, Qwen, o200k/
+// GPT-OSS, DeepSeek V3, GPT-2) run on hand-written scanners; other patterns
+// on a backtracking engine (github.com/dlclark/regexp2), whose matches are
+// bounded in time (a timeout fails the encode).
 //
 // Text that is not valid UTF-8 is encoded as if each invalid byte were
 // U+FFFD, the way encoding/json decodes it.
+//
+// The goldens under testdata/tokenize pin the ids against the library's Rust
+// core (scripts/tokenizer-ref).
 package tokenize
 
 import (
