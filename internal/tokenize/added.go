@@ -164,8 +164,10 @@ func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment
 			start = max(spaceLeftmostAtEnd(s[:start]), startOffset)
 		}
 		if tok.rstrip {
+			// The scan still resumes at the match's end, not after the
+			// stripped space, as the library's matcher does: a token found
+			// inside that space is emitted (and its span overlaps).
 			stop += spaceRightmostAtStart(s[stop:])
-			i = stop
 		}
 		if startOffset < start {
 			segs = append(segs, segment{text: s[startOffset:start], first: first && startOffset == 0})
