@@ -182,7 +182,7 @@ func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment
 }
 
 func isWordChar(r rune) bool {
-	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) || isOtherAlphabetic(r)
+	return r == '_' || isL(r) || isN(r) || isOtherAlphabetic(r)
 }
 
 // isOtherAlphabetic covers the Alphabetic characters that are not letters

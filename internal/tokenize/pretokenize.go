@@ -384,7 +384,7 @@ func digitRun(individual bool) func(s string, i int) (int, int) {
 	return func(s string, i int) (int, int) {
 		for i < len(s) {
 			r, n := utf8.DecodeRuneInString(s[i:])
-			if !unicode.IsNumber(r) {
+			if !isN(r) {
 				i += n
 				continue
 			}
@@ -395,7 +395,7 @@ func digitRun(individual bool) func(s string, i int) (int, int) {
 			}
 			for i < len(s) {
 				r, n := utf8.DecodeRuneInString(s[i:])
-				if !unicode.IsNumber(r) {
+				if !isN(r) {
 					break
 				}
 				i += n
