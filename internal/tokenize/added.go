@@ -164,8 +164,10 @@ func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment
 			start = max(spaceLeftmostAtEnd(s[:start]), startOffset)
 		}
 		if tok.rstrip {
+			// The scan still resumes at the match's end, not after the
+			// stripped space, as the library's matcher does: a token found
+			// inside that space is emitted (and its span overlaps).
 			stop += spaceRightmostAtStart(s[stop:])
-			i = stop
 		}
 		if startOffset < start {
 			segs = append(segs, segment{text: s[startOffset:start], first: first && startOffset == 0})
@@ -180,7 +182,7 @@ func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment
 }
 
 func isWordChar(r rune) bool {
-	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) || isOtherAlphabetic(r)
+	return r == '_' || isL(r) || isN(r) || isOtherAlphabetic(r)
 }
 
 // isOtherAlphabetic covers the Alphabetic characters that are not letters

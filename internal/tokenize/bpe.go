@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -96,64 +95,21 @@ type mergeRule struct {
 func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 
 type bpeJSON struct {
-	Type                    string            `json:"type"`
-	Dropout                 *float64          `json:"dropout"`
-	UnkToken                *string           `json:"unk_token"`
-	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
-	FuseUnk                 bool              `json:"fuse_unk"`
-	ByteFallback            bool              `json:"byte_fallback"`
-	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   map[string]uint32 `json:"vocab"`
-	Merges                  json.RawMessage   `json:"merges"`
+	Type                    string          `json:"type"`
+	Dropout                 *float64        `json:"dropout"`
+	UnkToken                *string         `json:"unk_token"`
+	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+	FuseUnk                 bool            `json:"fuse_unk"`
+	ByteFallback            bool            `json:"byte_fallback"`
+	IgnoreMerges            bool            `json:"ignore_merges"`
+	Vocab                   json.RawMessage `json:"vocab"`
+	Merges                  json.RawMessage `json:"merges"`
 }
 
-// parseMerges reads the merges, written "a b" or ["a", "b"].
-func parseMerges(raw json.RawMessage) ([][2]string, error) {
-	raw = bytes.TrimSpace(raw)
-	if isNull(raw) {
-		return nil, nil
-	}
-	if len(raw) > 1 && raw[0] == '[' && bytes.HasPrefix(bytes.TrimSpace(raw[1:]), []byte(`"`)) {
-		var lines []string
-		if err := json.Unmarshal(raw, &lines); err != nil {
-			return nil, err
-		}
-		out := make([][2]string, len(lines))
-		for i, s := range lines {
-			a, b, ok := strings.Cut(s, " ")
-			if !ok || strings.Contains(b, " ") {
-				return nil, fmt.Errorf("merge %q is not two tokens separated by one space", s)
-			}
-			out[i] = [2]string{a, b}
-		}
-		return out, nil
-	}
-	var pairs [][]string
-	if err := json.Unmarshal(raw, &pairs); err != nil {
-		return nil, err
-	}
-	out := make([][2]string, len(pairs))
-	for i, p := range pairs {
-		if len(p) != 2 {
-			return nil, fmt.Errorf("merge %q is not a pair", p)
-		}
-		out[i] = [2]string{p[0], p[1]}
-	}
-	return out, nil
-}
-
-func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
-	var ty typed
-	if err := json.Unmarshal(raw, &ty); err != nil {
-		return nil, fmt.Errorf("tokenize: model: %w", err)
-	}
-	if ty.Type != "BPE" && ty.Type != "" {
-		return nil, unsupported("model %q (only BPE)", ty.Type)
-	}
-	var j bpeJSON
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, fmt.Errorf("tokenize: BPE model: %w", err)
+func parseBPE(j *bpeJSON, byteLevel bool) (*bpe, error) {
+	if j.Type != "BPE" && j.Type != "" {
+		return nil, unsupported("model %q (only BPE)", j.Type)
 	}
 	if j.Dropout != nil && *j.Dropout != 0 {
 		return nil, unsupported("BPE dropout %v", *j.Dropout)
@@ -164,32 +120,36 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 	if j.EndOfWordSuffix != nil && *j.EndOfWordSuffix != "" {
 		return nil, unsupported("BPE end_of_word_suffix %q", *j.EndOfWordSuffix)
 	}
-	if len(j.Vocab) == 0 {
+	vocab, err := readVocab(j.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: BPE vocab: %w", err)
+	}
+	if len(vocab) == 0 {
 		return nil, fmt.Errorf("tokenize: BPE model has an empty vocab")
 	}
 	m := &bpe{
-		vocabStr:     j.Vocab,
+		vocabStr:     vocab,
 		byteLevel:    byteLevel,
 		byteFallback: j.ByteFallback,
 		fuseUnk:      j.FuseUnk,
 		ignoreMerges: j.IgnoreMerges,
 	}
-	for tok, id := range j.Vocab {
+	for tok, id := range vocab {
 		if id >= maxTokenID {
 			return nil, fmt.Errorf("tokenize: token %q has id %d, more than %d", tok, id, maxTokenID)
 		}
 	}
 	if j.UnkToken != nil {
-		id, ok := j.Vocab[*j.UnkToken]
+		id, ok := vocab[*j.UnkToken]
 		if !ok {
 			return nil, fmt.Errorf("tokenize: unk_token %q is not in the vocab", *j.UnkToken)
 		}
 		m.unk, m.hasUnk = id, true
 	}
 	if byteLevel {
-		m.vocab = make(map[string]uint32, len(j.Vocab))
+		m.vocab = make(map[string]uint32, len(vocab))
 		var have [256]bool
-		for tok, id := range j.Vocab {
+		for tok, id := range vocab {
 			raw, ok := fromByteLevel(tok)
 			if !ok {
 				continue // never produced from byte-level text
@@ -205,32 +165,32 @@ func parseBPE(raw json.RawMessage, byteLevel bool) (*bpe, error) {
 			}
 		}
 	} else {
-		m.vocab = j.Vocab
+		m.vocab = vocab
 	}
 	for b := 0; b < 256; b++ {
-		if id, ok := j.Vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+		if id, ok := vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
 			m.fallback[b], m.hasFallback[b] = id, true
 		}
 	}
-	merges, err := parseMerges(j.Merges)
+	merges, err := readMerges(j.Merges)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: BPE merges: %w", err)
 	}
 	m.merges = newMergeTable(len(merges))
 	for rank, mg := range merges {
-		a, ok1 := j.Vocab[mg[0]]
-		b, ok2 := j.Vocab[mg[1]]
+		a, ok1 := vocab[mg[0]]
+		b, ok2 := vocab[mg[1]]
 		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("tokenize: merge %q %q: token not in the vocab", mg[0], mg[1])
 		}
-		id, ok := j.Vocab[mg[0]+mg[1]]
+		id, ok := vocab[mg[0]+mg[1]]
 		if !ok {
 			return nil, fmt.Errorf("tokenize: merge %q %q: merged token not in the vocab", mg[0], mg[1])
 		}
 		m.merges.put(pairKey(a, b), mergeRule{rank: uint32(rank), newID: id})
 	}
 	if !byteLevel {
-		m.chunkAfter = chunkable(j.Vocab)
+		m.chunkAfter = chunkable(vocab)
 	}
 	m.cache.init()
 	return m, nil
@@ -489,7 +449,7 @@ func (a mergeItem) less(b mergeItem) bool {
 // candidate merges by (rank, position), stale entries skipped.
 func (m *bpe) mergeHeap(ws *wordScratch) {
 	syms := ws.syms
-	h := mergeHeap(ws.heap[:0])
+	h := ws.heap[:0]
 	for i := 0; i+1 < len(syms); i++ {
 		if r, ok := m.rule(syms[i].id, syms[i+1].id); ok {
 			h.push(mergeItem{rank: r.rank, pos: int32(i), newID: r.newID})

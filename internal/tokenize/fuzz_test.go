@@ -1,10 +1,12 @@
 package tokenize_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/tokenize"
 )
 
 // FuzzEncode feeds arbitrary bytes (invalid UTF-8 included) through Encode
@@ -41,6 +43,25 @@ func FuzzEncode(f *testing.F) {
 					t.Fatalf("id %d is not in the vocabulary", id)
 				}
 			}
+		}
+	})
+}
+
+// FuzzLoad feeds arbitrary bytes to Load: an error or a tokenizer, never a
+// panic; a tokenizer that loads encodes.
+func FuzzLoad(f *testing.F) {
+	testutil.AddCorpus(f, "FuzzLoad")
+	f.Add(tiny(f, nil))
+	f.Add(tiny(f, map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]}`, "pre_tokenizer": `null`}))
+	f.Add(tiny(f, map[string]string{"model": `{"type": "BPE", "vocab": {"a\u0041": 0, "\ud83d\ude00": 1}, "merges": []}`, "pre_tokenizer": `null`}))
+	f.Add(tiny(f, map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Replace", "pattern": {"Regex": "a+"}, "content": "b"}]}`}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tk, err := tokenize.Load(data)
+		if err != nil {
+			return
+		}
+		if _, err := tk.Encode("hello <|end|> wörld 123", true); err != nil && !errors.Is(err, tokenize.ErrPromptTooLarge) {
+			t.Logf("encode: %v", err)
 		}
 	})
 }

@@ -19,7 +19,7 @@ type fileJSON struct {
 	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage  `json:"post_processor"`
 	Decoder       json.RawMessage  `json:"decoder"`
-	Model         json.RawMessage  `json:"model"`
+	Model         *bpeJSON         `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -45,12 +45,29 @@ func isNull(raw json.RawMessage) bool {
 // Load parses a tokenizer.json. Features it does not implement (a model
 // other than BPE, a normalizer, pre-tokenizer or post-processor it does not
 // know, truncation, padding, dropout) are errors naming the feature.
-func Load(data []byte) (*Tokenizer, error) {
+func Load(data []byte) (tk *Tokenizer, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			re, ok := r.(regexError)
+			if !ok {
+				panic(r)
+			}
+			tk, err = nil, re.err
+		}
+	}()
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("tokenize: tokenizer.json is %d bytes, more than the %d allowed", len(data), MaxFileSize)
 	}
+	// The model is decoded with the rest, in one pass over the file; a
+	// model that is not BPE fails that, and a second look names its type.
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
+		var probe struct {
+			Model typed `json:"model"`
+		}
+		if json.Unmarshal(data, &probe) == nil && probe.Model.Type != "BPE" && probe.Model.Type != "" {
+			return nil, unsupported("model %q (only BPE)", probe.Model.Type)
+		}
 		return nil, fmt.Errorf("tokenize: parse tokenizer.json: %w", err)
 	}
 	if !isNull(f.Truncation) {
@@ -59,11 +76,10 @@ func Load(data []byte) (*Tokenizer, error) {
 	if !isNull(f.Padding) {
 		return nil, unsupported("padding (set to null)")
 	}
-	if isNull(f.Model) {
+	if f.Model == nil {
 		return nil, fmt.Errorf("tokenize: tokenizer.json has no model")
 	}
 	t := &Tokenizer{}
-	var err error
 	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}

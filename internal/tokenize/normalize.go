@@ -105,7 +105,25 @@ func (u unicodeNorm) normalize(s string) string {
 	if isASCII(s) || u.f.IsNormalString(s) {
 		return s
 	}
-	return u.f.String(s)
+	// The library's normalization tables are older than Go's: characters
+	// they lack are starters without decomposition there, so the text is
+	// normalized in the stretches between them, which are kept as they are.
+	var b []byte
+	start := 0
+	for i, r := range s {
+		if r < 0x7fd || !unicode.Is(hfNormUnknown, r) {
+			continue
+		}
+		// (not AppendString: it would normalize across the junction)
+		b = append(b, u.f.String(s[start:i])...)
+		_, n := utf8.DecodeRuneInString(s[i:])
+		b = append(b, s[i:i+n]...)
+		start = i + n
+	}
+	if b == nil {
+		return u.f.String(s)
+	}
+	return string(append(b, u.f.String(s[start:])...))
 }
 
 func isASCII(s string) bool {

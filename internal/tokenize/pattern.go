@@ -16,7 +16,7 @@ type matcher interface {
 }
 
 // regexTimeout bounds one regex match of the general (backtracking) engine.
-const regexTimeout = 2 * time.Second
+var regexTimeout = 2 * time.Second
 
 func compilePattern(p patternJSON) (matcher, error) {
 	switch {
@@ -82,9 +82,12 @@ func (f funcMatcher) findAll(s string, dst [][2]int) [][2]int {
 }
 
 // regexMatcher is the general fallback for patterns without a scanner.
-// A match that runs past regexTimeout ends the matching of that text (the
-// remainder is left as one unmatched part).
+// A match that runs past regexTimeout fails the encode (never a partial
+// split): it panics with a regexError, which Encode and Load recover.
 type regexMatcher struct{ re *regexp2.Regexp }
+
+// regexError carries a failed regex match out of a matcher.
+type regexError struct{ err error }
 
 func (r regexMatcher) each(s string, fn func(start, end int)) {
 	if s == "" {
@@ -103,6 +106,9 @@ func (r regexMatcher) each(s string, fn func(start, end int)) {
 	for err == nil && m != nil {
 		fn(byteAt[m.Index], byteAt[m.Index+m.Length])
 		m, err = r.re.FindNextMatch(m)
+	}
+	if err != nil {
+		panic(regexError{fmt.Errorf("tokenize: regex %q: %w", r.re.String(), err)})
 	}
 }
 

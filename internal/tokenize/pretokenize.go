@@ -207,6 +207,13 @@ func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece 
 	if lit, ok := m.(literal); ok && !invert && !strings.Contains(s, string(lit)) {
 		return append(dst, in) // no match: one part, kept whole by every behaviour
 	}
+	return splitGeneral(dst, in, m, b, invert)
+}
+
+// splitGeneral is splitBy's general case (apart, so the closures' captures
+// do not cost the fast paths an allocation).
+func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool) []piece {
+	s := in.s
 	emit := func(start, end int) {
 		if start < end {
 			dst = append(dst, piece{s: s[start:end], first: in.first && start == 0})
@@ -377,7 +384,7 @@ func digitRun(individual bool) func(s string, i int) (int, int) {
 	return func(s string, i int) (int, int) {
 		for i < len(s) {
 			r, n := utf8.DecodeRuneInString(s[i:])
-			if !unicode.IsNumber(r) {
+			if !isN(r) {
 				i += n
 				continue
 			}
@@ -388,7 +395,7 @@ func digitRun(individual bool) func(s string, i int) (int, int) {
 			}
 			for i < len(s) {
 				r, n := utf8.DecodeRuneInString(s[i:])
-				if !unicode.IsNumber(r) {
+				if !isN(r) {
 					break
 				}
 				i += n

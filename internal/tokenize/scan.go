@@ -87,18 +87,22 @@ var asciiClass = func() (t [128]uint8) {
 	return t
 }()
 
+// The class tests follow the HF Rust core's regex engine, whose Unicode is
+// newer than Go's: classdelta.go adds what Go's tables lack, and
+// TestClassesMatchEngine checks every code point against the engine.
+
 func isL(r rune) bool {
 	if r < utf8.RuneSelf {
 		return asciiClass[r]&clL != 0
 	}
-	return unicode.IsLetter(r)
+	return unicode.IsLetter(r) || unicode.Is(onigExtraL, r)
 }
 
 func isN(r rune) bool {
 	if r < utf8.RuneSelf {
 		return asciiClass[r]&clN != 0
 	}
-	return unicode.IsNumber(r)
+	return unicode.IsNumber(r) || unicode.Is(onigExtraN, r)
 }
 
 func isSpace(r rune) bool {
@@ -112,19 +116,23 @@ func isPS(r rune) bool {
 	if r < utf8.RuneSelf {
 		return asciiClass[r]&(clP|clS) != 0
 	}
-	return unicode.IsPunct(r) || unicode.IsSymbol(r)
+	return unicode.IsPunct(r) || unicode.IsSymbol(r) || unicode.Is(onigExtraP, r) || unicode.Is(onigExtraS, r)
 }
 
 func isM(r rune) bool {
-	return r >= utf8.RuneSelf && unicode.IsMark(r)
+	return r >= utf8.RuneSelf && (unicode.IsMark(r) || unicode.Is(onigExtraM, r))
 }
+
+func isLu(r rune) bool { return unicode.Is(unicode.Lu, r) || unicode.Is(onigExtraLu, r) }
+func isLl(r rune) bool { return unicode.Is(unicode.Ll, r) || unicode.Is(onigExtraLl, r) }
+func isLt(r rune) bool { return unicode.Is(unicode.Lt, r) || unicode.Is(onigExtraLt, r) }
 
 // isUpperish is [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}].
 func isUpperish(r rune) bool {
 	if r < utf8.RuneSelf {
 		return asciiClass[r]&clUpper != 0
 	}
-	return unicode.IsLetter(r) && !unicode.Is(unicode.Ll, r) || unicode.IsMark(r)
+	return isL(r) && !isLl(r) || isM(r)
 }
 
 // isLowerish is [\p{Ll}\p{Lm}\p{Lo}\p{M}].
@@ -132,7 +140,7 @@ func isLowerish(r rune) bool {
 	if r < utf8.RuneSelf {
 		return asciiClass[r]&clLower != 0
 	}
-	return unicode.IsLetter(r) && !unicode.Is(unicode.Lu, r) && !unicode.Is(unicode.Lt, r) || unicode.IsMark(r)
+	return isL(r) && !isLu(r) && !isLt(r) || isM(r)
 }
 
 // isOther is [^\s\p{L}\p{N}].
@@ -140,7 +148,7 @@ func isOther(r rune) bool {
 	if r < utf8.RuneSelf {
 		return asciiClass[r]&(clL|clN|clSpace) == 0
 	}
-	return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.IsSpace(r)
+	return !isL(r) && !isN(r) && !unicode.IsSpace(r)
 }
 
 func decode(s string, i int) (rune, int) {

@@ -1,10 +1,14 @@
 package tokenize
 
 import (
+	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/dlclark/regexp2"
 )
@@ -104,4 +108,52 @@ func alive(syms []symbol) []uint32 {
 		out = append(out, syms[i].id)
 	}
 	return out
+}
+
+// TestClassesMatchEngine checks the class tests against the classes the HF
+// Rust core's regex engine reports for every code point
+// (testdata/tokenize/onig-classes.json, measured by
+// scripts/tokenizer-ref/unicode-classes.js).
+func TestClassesMatchEngine(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "tokenize", "onig-classes.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var classes map[string][][2]rune
+	if err := json.Unmarshal(data, &classes); err != nil {
+		t.Fatal(err)
+	}
+	member := func(cls string) []bool {
+		in := make([]bool, unicode.MaxRune+1)
+		for _, r := range classes[cls] {
+			for c := r[0]; c <= r[1]; c++ {
+				in[c] = true
+			}
+		}
+		return in
+	}
+	L, N, M, P, S := member("L"), member("N"), member("M"), member("P"), member("S")
+	Lu, Ll, Lt, Lm, Lo := member("Lu"), member("Ll"), member("Lt"), member("Lm"), member("Lo")
+	for c := rune(0); c <= unicode.MaxRune; c++ {
+		if c >= 0xD800 && c <= 0xDFFF {
+			continue
+		}
+		checks := []struct {
+			name      string
+			got, want bool
+		}{
+			{"L", isL(c), L[c]},
+			{"N", isN(c), N[c]},
+			{"M", isM(c), M[c]},
+			{"P|S", isPS(c), P[c] || S[c]},
+			{"Lu|Lt|Lm|Lo|M", isUpperish(c), Lu[c] || Lt[c] || Lm[c] || Lo[c] || M[c]},
+			{"Ll|Lm|Lo|M", isLowerish(c), Ll[c] || Lm[c] || Lo[c] || M[c]},
+			{"[^\\s\\p{L}\\p{N}]", isOther(c), !unicode.IsSpace(c) && !L[c] && !N[c]},
+		}
+		for _, ck := range checks {
+			if ck.got != ck.want {
+				t.Fatalf("%U in %s: got %v, the engine says %v", c, ck.name, ck.got, ck.want)
+			}
+		}
+	}
 }

@@ -5,15 +5,27 @@
 // Gemma).
 //
 // The pipeline is the library's: added tokens are split out of the raw text
-// (non-normalized ones) and out of the normalized text (normalized ones); the
-// rest is normalized, pre-tokenized and run through the BPE model; a
-// post-processor adds the template's special tokens when asked to. A
-// tokenizer.json using a feature this package does not implement fails to
-// load with an error naming the feature, so an encoding is never silently
-// wrong.
+// (non-normalized ones) and out of the normalized text (normalized ones),
+// leftmost-longest, with single_word, lstrip and rstrip; the rest is
+// normalized (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip,
+// Sequence), pre-tokenized (Split with its behaviours and invert, ByteLevel,
+// Digits, Metaspace, WhitespaceSplit, CharDelimiterSplit, Sequence) and run
+// through the BPE model (byte fallback, unk and fuse_unk, ignore_merges); a
+// post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
+// its special tokens when asked to. A tokenizer.json using anything else
+// fails to load with an error naming the feature, so an encoding is never
+// silently wrong.
+//
+// The split patterns of the common tokenizers (cl100k/Llama 3, Qwen, o200k/
+// GPT-OSS, DeepSeek V3, GPT-2) run on hand-written scanners; other patterns
+// on a backtracking engine (github.com/dlclark/regexp2), whose matches are
+// bounded in time (a timeout fails the encode).
 //
 // Text that is not valid UTF-8 is encoded as if each invalid byte were
 // U+FFFD, the way encoding/json decodes it.
+//
+// The goldens under testdata/tokenize pin the ids against the library's Rust
+// core (scripts/tokenizer-ref).
 package tokenize
 
 import (
@@ -26,6 +38,15 @@ import (
 
 // MaxTokens is the most tokens one Encode may produce (seed section 17).
 const MaxTokens = 1 << 20
+
+// MaxTextBytes bounds the text one Encode accepts: longer text is
+// ErrPromptTooLarge without being encoded, which bounds the memory an encode
+// takes. (Rendered prompts are at most 1 MiB; a text of 1,048,576 tokens is
+// rarely a quarter of this.)
+const MaxTextBytes = 16 << 20
+
+// maxPooledPieces is the largest scratch a pooled encode state keeps.
+const maxPooledPieces = 1 << 14
 
 // ErrPromptTooLarge is returned when an encoding would exceed MaxTokens; its
 // code is prompt_too_large.
@@ -72,7 +93,10 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 
 // EncodeAppend is Encode appending to dst; with a dst of enough capacity it
 // does not allocate for text the tokenizer has seen before.
-func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
+func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) (out []uint32, err error) {
+	if len(text) > MaxTextBytes {
+		return dst, ErrPromptTooLarge
+	}
 	if !utf8.ValidString(text) {
 		text = sanitizeUTF8(text)
 	}
@@ -80,12 +104,23 @@ func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens boo
 	if st == nil {
 		st = &state{}
 	}
-	defer t.states.Put(st)
 	base := len(dst)
+	defer func() {
+		if r := recover(); r != nil {
+			re, ok := r.(regexError)
+			if !ok {
+				panic(r)
+			}
+			out, err = dst[:base], re.err
+			st = &state{} // abandon the scratch of the failed encode
+		}
+		if cap(st.a) <= maxPooledPieces && cap(st.b) <= maxPooledPieces && cap(st.segs) <= maxPooledPieces && cap(st.word.syms) <= maxPooledPieces {
+			t.states.Put(st)
+		}
+	}()
 	if addSpecialTokens && t.post != nil {
 		dst = t.post.prefix(dst)
 	}
-	var err error
 	dst, err = t.encodeText(st, dst, text, base)
 	if err != nil {
 		return dst[:base], err

@@ -13,7 +13,7 @@ import (
 
 // tiny is a small byte-level tokenizer built by hand: the 256 byte tokens
 // (ids 0..255 in byte order) and merges "a"+"b" -> 256, "ab"+"c" -> 257.
-func tiny(t *testing.T, override map[string]string) []byte {
+func tiny(t testing.TB, override map[string]string) []byte {
 	t.Helper()
 	vocab := make([]string, 0, 260)
 	for b := 0; b < 256; b++ {
@@ -146,6 +146,13 @@ func TestLoadRejects(t *testing.T) {
 		{"missing byte tokens", map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0}, "merges": []}`}, `without a token for byte`},
 		{"unk outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}`}, `unk_token "<unk>" is not in the vocab`},
 		{"not json", map[string]string{"model": `{`}, `parse tokenizer.json`},
+		{"merge of three", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b a"]}`}, `not two tokens separated by one space`},
+		{"merge without a space", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["ab"]}`}, `not two tokens separated by one space`},
+		{"merge pair of one", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a"]]}`}, `BPE merges`},
+		{"merge pair of three", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b", "a"]]}`}, `is not a pair`},
+		{"negative id", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": -1}, "merges": []}`}, `BPE vocab`},
+		{"id too large", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 99999999}, "merges": []}`}, `more than`},
+		{"empty vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {}, "merges": []}`}, `empty vocab`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -92,6 +92,38 @@ add("long-korean", ("한국어 문장은 공백으로 단어를 구분하지만 
 add("long-whitespace", " " * 3000 + "x" + "\n" * 500 + "\t" * 300)
 add("long-no-space", "a" * 2000 + "가" * 1000 + "1" * 1000)
 
+# random strings over the characters the split patterns and normalizers tell apart
+edge = ["a", "s", "t", "S", "T", "L", "d", "X", "'", "’", "'s", "'LL", "'ve", "0", "7", "١", "Ⅻ", "½", "²", "①",
+        " ", " ", " ", "  ", "\t", "\n", "\r", "\r\n", "\u00a0", "\u3000", "\u2028", "\u000b", "\u0085", "\u200b",
+        ".", ",", "!", "/", "-", "_", "(", "`", "~", "@", "$", "+", "<", ">", "|", "€", "©", "\\",
+        "\u0301", "\u0308", "ʰ", "ǅ", "ſ", "İ", "ﬁ", "가", "각", "中", "龥", "\u9fa6", "ひ", "カ", "ー", "ｶ", "é", "É", "ß", "Σ",
+        "🍕", "👍🏽", "\u200d", "\u0001", "\u007f", "\ufffd", "▁", "▁▁", "\ue000", "𝔘", "𓀀",
+        "<s>", "</s>", "<|im_end|>", "<|endoftext|>", "<｜User｜>", "<eos>", "<start_of_turn>", "\n\n\n", "\t\t"]
+for i in range(300):
+    n = rnd.randint(1, 40)
+    add(f"fuzz-{i:03d}", "".join(rnd.choice(edge) for _ in range(n)))
+
+# random code points from every plane (Unicode-version differences between
+# Go's tables and the Rust core's show up here), and letters with random
+# combining marks (canonical ordering and composition)
+import unicodedata
+def any_cp():
+    while True:
+        r = rnd.random()
+        if r < 0.5: c = rnd.randint(0x20, 0x2FFF)
+        elif r < 0.7: c = rnd.randint(0x3000, 0xFFFD)
+        elif r < 0.8: c = rnd.randint(0x10000, 0x1FAFF)
+        elif r < 0.85: c = rnd.randint(0x20000, 0x3134F)
+        else: c = rnd.choice([0x20, 0x20, 0x0A, 0x09, 0x27, 0x73, 0x41, 0x31, 0x2E])
+        if 0xD800 <= c <= 0xDFFF: continue
+        return chr(c)
+for i in range(300):
+    add(f"unicode-{i:03d}", "".join(any_cp() for _ in range(rnd.randint(1, 30))))
+marks = [chr(c) for c in range(0x300, 0x110000) if not 0xD800 <= c <= 0xDFFF and unicodedata.combining(chr(c))]
+marks += [chr(c) for c in (0x0897, 0x08CA, 0x08CD, 0x0C3C, 0x0D3B, 0x0D3C, 0x1AC6, 0x1ABF, 0x1DFB, 0x10EFD, 0x11F41, 0x16FF0, 0x1E08F)]
+for i in range(300):
+    add(f"marks-{i:03d}", rnd.choice("aeiouxyzAOKn ") + "".join(rnd.choice(marks) for _ in range(rnd.randint(1, 4))) + rnd.choice(["", " ", "b", "\u0301"]))
+
 out = os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "tokenize", "corpus.jsonl")
 with open(out, "w", encoding="utf-8") as f:
     for c in cases:
