@@ -45,13 +45,17 @@ func (p *Preparer) Chat(ctx context.Context, in chattemplate.Input) (string, []u
 	if err != nil {
 		return "", nil, err
 	}
-	ids, err := p.Tokenizer.Encode(text, false)
+	ids, err := p.Tokenizer.EncodeAppend(idsFor(text), text, false)
 	return text, ids, err
 }
 
+// idsFor sizes the id slice for text once, rather than growing it by
+// doubling: prompts run 3 to 5 bytes per token.
+func idsFor(text string) []uint32 { return make([]uint32, 0, len(text)/3+16) }
+
 // Text encodes a raw prompt.
 func (p *Preparer) Text(text string, addSpecialTokens bool) ([]uint32, error) {
-	return p.Tokenizer.Encode(text, addSpecialTokens)
+	return p.Tokenizer.EncodeAppend(idsFor(text), text, addSpecialTokens)
 }
 
 // BlockHashes returns the tokens_hash of every complete block of ids for a
