@@ -79,7 +79,7 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 	if f.Model == nil {
 		return nil, fmt.Errorf("tokenize: tokenizer.json has no model")
 	}
-	t := &Tokenizer{}
+	t := &Tokenizer{segs: newSegCache()}
 	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}

@@ -61,6 +61,9 @@ type Tokenizer struct {
 	post       postProcessor // nil: none
 	idToToken  map[uint32]string
 	states     sync.Pool
+	// segs caches the ids of long segments between added tokens; nil
+	// disables it (benchmarks of cold encoding).
+	segs *segCache
 }
 
 // state is the scratch space of one Encode, pooled.
@@ -136,11 +139,23 @@ func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens boo
 
 func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) ([]uint32, error) {
 	st.segs = t.added.split(st.segs[:0], text, true, true)
-	for _, seg := range st.segs {
+	for i := 0; i < len(st.segs); i++ {
+		seg := st.segs[i]
 		if seg.isTok {
 			dst = append(dst, seg.id)
 			continue
 		}
+		cacheable := t.segs != nil && len(seg.text) >= segCacheMinBytes
+		if cacheable {
+			if ids, ok := t.segs.get(seg.text, seg.first); ok {
+				dst = append(dst, ids...)
+				if len(dst)-base > MaxTokens {
+					return dst, ErrPromptTooLarge
+				}
+				continue
+			}
+		}
+		segStart := len(dst)
 		norm := seg.text
 		if t.normalizer != nil {
 			norm = t.normalizer.normalize(norm)
@@ -164,6 +179,9 @@ func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) (
 			}
 		}
 		st.segs = st.segs[:start]
+		if cacheable {
+			t.segs.put(seg.text, seg.first, dst[segStart:])
+		}
 	}
 	return dst, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -57,6 +58,39 @@ func idsFor(text string) []uint32 { return make([]uint32, 0, len(text)/3+16) }
 func (p *Preparer) Text(text string, addSpecialTokens bool) ([]uint32, error) {
 	return p.Tokenizer.EncodeAppend(idsFor(text), text, addSpecialTokens)
 }
+
+// ChatBlockHashes renders and encodes a chat request and returns only its
+// block hashes: what KV-aware selection needs. The ids live in a pooled
+// buffer, so a request allocates little beyond its render.
+func (p *Preparer) ChatBlockHashes(ctx context.Context, in chattemplate.Input, blockSize int, seed uint64) ([]uint64, error) {
+	if blockSize < MinBlockSize || blockSize > MaxBlockSize {
+		return nil, fmt.Errorf("%w: %d", ErrBlockSize, blockSize)
+	}
+	if p.Template == nil {
+		return nil, ErrNoTemplate
+	}
+	text, err := p.Template.Render(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	buf := idPool.Get().(*[]uint32)
+	defer func() {
+		if cap(*buf) <= maxPooledIDs {
+			idPool.Put(buf)
+		}
+	}()
+	ids, err := p.Tokenizer.EncodeAppend((*buf)[:0], text, false)
+	*buf = ids
+	if err != nil {
+		return nil, err
+	}
+	return wire.LocalBlockHashes(ids, blockSize, seed), nil
+}
+
+// maxPooledIDs keeps buffers of huge prompts out of the pool.
+const maxPooledIDs = 1 << 16
+
+var idPool = sync.Pool{New: func() any { b := make([]uint32, 0, 8192); return &b }}
 
 // BlockHashes returns the tokens_hash of every complete block of ids for a
 // block size the router supports, with the seed of the request's LoRA

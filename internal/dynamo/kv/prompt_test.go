@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -105,6 +106,10 @@ func TestPipeline(t *testing.T) {
 	if err != nil || len(hashes) != len(ids)/64 || !slices.Equal(hashes, wire.LocalBlockHashes(ids, 64, seed)) {
 		t.Fatalf("hashes: %d for %d ids (%v)", len(hashes), len(ids), err)
 	}
+	pooled, err := p.ChatBlockHashes(context.Background(), in, 64, seed)
+	if err != nil || !slices.Equal(pooled, hashes) {
+		t.Fatalf("ChatBlockHashes differs from render+encode+hash (%v)", err)
+	}
 	for _, bs := range []int{0, 15, 65537} {
 		if _, err := kv.BlockHashes(ids, bs, seed); !errors.Is(err, kv.ErrBlockSize) {
 			t.Errorf("block size %d: %v", bs, err)
@@ -131,8 +136,13 @@ func TestPipeline(t *testing.T) {
 
 // BenchmarkRenderEncodeHash: render + encode + hash of an ~8k-token chat
 // request with Qwen3's template and tokenizer, at block size 64 (target:
-// p99 ≤ 1 ms). Beside it, in the same run, the baseline of copying the
-// rendered prompt's bytes once (the least any pipeline does).
+// p99 ≤ 1 ms).
+//   - cold: the tokenizer's segment cache off, every prompt encoded from
+//     scratch;
+//   - conversation: the cache on, and every request's last user turn new
+//     (as in a chat, where each request repeats the conversation so far);
+//   - baseline-copy: copying the rendered prompt's bytes once, the least any
+//     pipeline does, in the same run.
 func BenchmarkRenderEncodeHash(b *testing.B) {
 	p := qwen3(b)
 	in := request8k(b, p)
@@ -142,23 +152,38 @@ func BenchmarkRenderEncodeHash(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("pipeline", func(b *testing.B) {
+	run := func(b *testing.B, p *kv.Preparer, next func(i int) chattemplate.Input) {
 		b.SetBytes(int64(len(text)))
-		times := make([]time.Duration, 0, b.N)
+		times := make([]time.Duration, 0, 1024)
 		b.ReportAllocs()
+		i := 0
 		for b.Loop() {
+			req := next(i)
+			i++
 			start := time.Now()
-			_, ids, err := p.Chat(ctx, in)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := kv.BlockHashes(ids, 64, seed); err != nil {
+			if _, err := p.ChatBlockHashes(ctx, req, 64, seed); err != nil {
 				b.Fatal(err)
 			}
 			times = append(times, time.Since(start))
 		}
 		reportP99(b, times)
 		b.ReportMetric(float64(len(ids)), "tokens")
+	}
+	b.Run("cold", func(b *testing.B) {
+		cold := qwen3(b)
+		cold.Tokenizer.SetSegmentCache(false)
+		run(b, cold, func(int) chattemplate.Input { return in })
+	})
+	b.Run("conversation", func(b *testing.B) {
+		last := len(in.Messages) - 1
+		msgs := slices.Clone(in.Messages)
+		run(b, p, func(i int) chattemplate.Input {
+			req := in
+			req.Messages = msgs
+			msgs[last] = map[string]any{"role": "user", "content": fmt.Sprintf(
+				"Thanks. Follow-up %d: compare the prefill and decode pools again, and say which workers you would drain first and why.", i)}
+			return req
+		})
 	})
 	b.Run("baseline-copy", func(b *testing.B) {
 		b.SetBytes(int64(len(text)))
