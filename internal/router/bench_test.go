@@ -16,6 +16,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/routerd"
 )
 
 // fastBackend answers at once: a buffered completion, or a short SSE stream.
@@ -41,12 +42,13 @@ func fastBackend() *httptest.Server {
 }
 
 // BenchmarkOverhead sends requests at a fixed arrival rate of 2,000 req/s
-// straight to a fast local backend and, interleaved with them in the same
-// 2 s window, 2,000 req/s through the router to the same backend, for
-// buffered and SSE responses, and reports the p50 and p99 latency of each
-// and the latency the router adds. Interleaving puts both under the same
-// machine load, so the difference is the router's. (Client, router and
-// backend share this machine's cores.)
+// straight to a fast local backend and 2,000 req/s through the router to the
+// same backend, for buffered and SSE responses, and reports the p50 and p99
+// latency of each and the latency the router adds. "interleaved" sends both
+// in the same 2 s window, so both see the same machine load (4,000 req/s in
+// all); "alternating" sends them in alternate 0.5 s windows, so each sees
+// exactly 2,000 req/s. (Client, router and backend share this machine's
+// cores.)
 func BenchmarkOverhead(b *testing.B) {
 	be := fastBackend()
 	defer be.Close()
@@ -58,11 +60,12 @@ func BenchmarkOverhead(b *testing.B) {
 	defer rt.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}}
 	const rate, duration = 2000, 2 * time.Second
-	// measure sends to each target in turn, rate req/s to each.
-	measure := func(b *testing.B, targets []string, body string) (p50, p99 []time.Duration, errs int) {
+	// measure sends to each target in turn, rate req/s to each, for
+	// duration, and returns each target's latencies.
+	measure := func(b *testing.B, targets []string, body string, duration time.Duration) (lat [][]time.Duration, errs int) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		lat := make([][]time.Duration, len(targets))
+		lat = make([][]time.Duration, len(targets))
 		tick := time.NewTicker(time.Second / time.Duration(rate*len(targets)))
 		defer tick.Stop()
 		deadline := time.Now().Add(duration)
@@ -92,6 +95,9 @@ func BenchmarkOverhead(b *testing.B) {
 			}()
 		}
 		wg.Wait()
+		return lat, errs
+	}
+	quantiles := func(b *testing.B, lat [][]time.Duration) (p50, p99 []time.Duration) {
 		for _, l := range lat {
 			slices.Sort(l)
 			if len(l) == 0 {
@@ -100,28 +106,57 @@ func BenchmarkOverhead(b *testing.B) {
 			p50 = append(p50, l[len(l)/2])
 			p99 = append(p99, l[len(l)*99/100])
 		}
-		return p50, p99, errs
+		return p50, p99
 	}
-	for _, stream := range []bool{false, true} {
-		mode := "buffered"
-		if stream {
-			mode = "sse"
-		}
-		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
-		b.Run(mode, func(b *testing.B) {
-			for b.Loop() {
-				p50, p99, errs := measure(b, []string{be.URL, rt.URL}, body)
-				if errs > 0 {
-					b.Errorf("%d requests failed", errs)
+	// interleaved: both targets in one window (4,000 req/s in all);
+	// alternating: 0.5 s windows of one target at a time, four of each, so
+	// the router sees exactly 2,000 req/s.
+	runs := map[string]func(b *testing.B, direct, routed, body string) ([][]time.Duration, int){
+		"interleaved": func(b *testing.B, direct, routed, body string) ([][]time.Duration, int) {
+			return measure(b, []string{direct, routed}, body, duration)
+		},
+		"alternating": func(b *testing.B, direct, routed, body string) ([][]time.Duration, int) {
+			lat, errs := make([][]time.Duration, 2), 0
+			for range 4 {
+				for i, target := range []string{direct, routed} {
+					l, e := measure(b, []string{target}, body, duration/4)
+					lat[i] = append(lat[i], l[0]...)
+					errs += e
 				}
-				b.ReportMetric(float64(p50[0].Microseconds()), "direct-p50-µs")
-				b.ReportMetric(float64(p99[0].Microseconds()), "direct-p99-µs")
-				b.ReportMetric(float64(p50[1].Microseconds()), "router-p50-µs")
-				b.ReportMetric(float64(p99[1].Microseconds()), "router-p99-µs")
-				b.ReportMetric(float64((p50[1] - p50[0]).Microseconds()), "added-p50-µs")
-				b.ReportMetric(float64((p99[1] - p99[0]).Microseconds()), "added-p99-µs")
 			}
-		})
+			return lat, errs
+		},
+	}
+	for _, gc := range []string{"default", "serve"} {
+		for _, how := range []string{"interleaved", "alternating"} {
+			for _, stream := range []bool{false, true} {
+				mode := "buffered"
+				if stream {
+					mode = "sse"
+				}
+				body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
+				b.Run("gc="+gc+"/"+how+"/"+mode, func(b *testing.B) {
+					if gc == "serve" {
+						// The collector as `continuum serve` sets it, for the
+						// whole benchmark process.
+						defer routerd.TuneGC(func(string) (string, bool) { return "", false }, nil)()
+					}
+					for b.Loop() {
+						lat, errs := runs[how](b, be.URL, rt.URL, body)
+						if errs > 0 {
+							b.Errorf("%d requests failed", errs)
+						}
+						p50, p99 := quantiles(b, lat)
+						b.ReportMetric(float64(p50[0].Microseconds()), "direct-p50-µs")
+						b.ReportMetric(float64(p99[0].Microseconds()), "direct-p99-µs")
+						b.ReportMetric(float64(p50[1].Microseconds()), "router-p50-µs")
+						b.ReportMetric(float64(p99[1].Microseconds()), "router-p99-µs")
+						b.ReportMetric(float64((p50[1] - p50[0]).Microseconds()), "added-p50-µs")
+						b.ReportMetric(float64((p99[1] - p99[0]).Microseconds()), "added-p99-µs")
+					}
+				})
+			}
+		}
 	}
 }
 

@@ -31,7 +31,11 @@ and dispatches through the dynamo.frontend --router-mode direct replicas of
 dynamo.shim with x-dynamo-* pin headers.
 
 On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
-for --shutdown-grace, then stops discovery and subscriptions.`,
+for --shutdown-grace, then stops discovery and subscriptions.
+
+Unless GOGC is set, the router runs its garbage collector at GOGC=400 (its
+live heap is small and collections cost tail latency), with a soft memory
+limit of 80% of the container's memory limit unless GOMEMLIMIT is set.`,
 		Example: `  continuum serve --demo
   continuum serve --config continuum.yaml`,
 		Args: cobra.NoArgs,
@@ -40,6 +44,9 @@ for --shutdown-grace, then stops discovery and subscriptions.`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
+			// The serving process collects garbage less often (routerd.TuneGC).
+			logger, _ := opts.Logger()
+			defer routerd.TuneGC(opts.Env, logger)()
 			return Run(cmd.Context(), opts)
 		},
 	}

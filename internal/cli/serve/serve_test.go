@@ -151,8 +151,19 @@ dynamo:
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		reqs := fe.Requests()
-		return resp.StatusCode == 200 && len(reqs) == 1 && *reqs[0].Worker == 0x21 && *reqs[0].Prefill == 0x11 &&
-			reqs[0].DynamoHeaders.Get("x-dynamo-worker-instance-id") == "33" && reqs[0].DynamoHeaders.Get("x-dynamo-dp-rank") == "0"
+		if resp.StatusCode != 200 || len(reqs) != 1 || *reqs[0].Worker != 0x21 || *reqs[0].Prefill != 0x11 ||
+			reqs[0].DynamoHeaders.Get("x-dynamo-worker-instance-id") != "33" || reqs[0].DynamoHeaders.Get("x-dynamo-dp-rank") != "0" {
+			return false
+		}
+		// Before every sample is fresh the picker rotates round-robin, and a
+		// rotation can land on these two by chance: only a pick by load counts.
+		m, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer m.Body.Close()
+		b, _ := io.ReadAll(m.Body)
+		return strings.Contains(string(b), `continuum_dynamo_selection_total{reason="load",role="decode"}`)
 	})
 	metrics, err := http.Get(base + "/metrics")
 	if err != nil {
