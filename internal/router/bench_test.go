@@ -15,8 +15,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/gcpolicy"
 	"github.com/continuum-router/continuum/internal/router"
-	"github.com/continuum-router/continuum/internal/routerd"
 )
 
 // fastBackend answers at once: a buffered completion, or a short SSE stream.
@@ -139,7 +139,7 @@ func BenchmarkOverhead(b *testing.B) {
 					if gc == "serve" {
 						// The collector as `continuum serve` sets it, for the
 						// whole benchmark process.
-						defer routerd.TuneGC(func(string) (string, bool) { return "", false }, nil)()
+						defer gcpolicy.Apply(func(string) (string, bool) { return "", false }, nil)()
 					}
 					for b.Loop() {
 						lat, errs := runs[how](b, be.URL, rt.URL, body)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/gcpolicy"
 	"github.com/continuum-router/continuum/internal/routerd"
 )
 
@@ -44,9 +45,9 @@ limit of 80% of the container's memory limit unless GOMEMLIMIT is set.`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			// The serving process collects garbage less often (routerd.TuneGC).
+			// The serving process collects garbage less often.
 			logger, _ := opts.Logger()
-			defer routerd.TuneGC(opts.Env, logger)()
+			defer gcpolicy.Apply(opts.Env, logger)()
 			return Run(cmd.Context(), opts)
 		},
 	}

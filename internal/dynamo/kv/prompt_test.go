@@ -17,6 +17,7 @@ import (
 	"github.com/continuum-router/continuum/internal/chattemplate"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/gcpolicy"
 	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/tokenize"
 )
@@ -142,7 +143,10 @@ func TestPipeline(t *testing.T) {
 //   - conversation: the cache on, and every request's last user turn new
 //     (as in a chat, where each request repeats the conversation so far);
 //   - baseline-copy: copying the rendered prompt's bytes once, the least any
-//     pipeline does, in the same run.
+//     pipeline does, in the same run;
+//
+// each with Go's default collector and with the one `continuum serve` runs
+// (gcpolicy: GOGC=400).
 func BenchmarkRenderEncodeHash(b *testing.B) {
 	p := qwen3(b)
 	in := request8k(b, p)
@@ -169,22 +173,27 @@ func BenchmarkRenderEncodeHash(b *testing.B) {
 		reportP99(b, times)
 		b.ReportMetric(float64(len(ids)), "tokens")
 	}
-	b.Run("cold", func(b *testing.B) {
-		cold := qwen3(b)
-		cold.Tokenizer.SetSegmentCache(false)
-		run(b, cold, func(int) chattemplate.Input { return in })
-	})
-	b.Run("conversation", func(b *testing.B) {
-		last := len(in.Messages) - 1
-		msgs := slices.Clone(in.Messages)
-		run(b, p, func(i int) chattemplate.Input {
-			req := in
-			req.Messages = msgs
-			msgs[last] = map[string]any{"role": "user", "content": fmt.Sprintf(
-				"Thanks. Follow-up %d: compare the prefill and decode pools again, and say which workers you would drain first and why.", i)}
-			return req
+	cold := qwen3(b)
+	cold.Tokenizer.SetSegmentCache(false)
+	last := len(in.Messages) - 1
+	msgs := slices.Clone(in.Messages)
+	followUp := func(i int) chattemplate.Input {
+		req := in
+		req.Messages = msgs
+		msgs[last] = map[string]any{"role": "user", "content": fmt.Sprintf(
+			"Thanks. Follow-up %d: compare the prefill and decode pools again, and say which workers you would drain first and why.", i)}
+		return req
+	}
+	for _, gc := range []string{"default", "serve"} {
+		b.Run("gc="+gc+"/cold", func(b *testing.B) {
+			defer applyGC(gc)()
+			run(b, cold, func(int) chattemplate.Input { return in })
 		})
-	})
+		b.Run("gc="+gc+"/conversation", func(b *testing.B) {
+			defer applyGC(gc)()
+			run(b, p, followUp)
+		})
+	}
 	b.Run("baseline-copy", func(b *testing.B) {
 		b.SetBytes(int64(len(text)))
 		var sink []byte
@@ -193,6 +202,15 @@ func BenchmarkRenderEncodeHash(b *testing.B) {
 		}
 		_ = sink
 	})
+}
+
+// applyGC sets the collector as `continuum serve` does (gc "serve"), for
+// the whole benchmark process, or leaves Go's default.
+func applyGC(gc string) (restore func()) {
+	if gc != "serve" {
+		return func() {}
+	}
+	return gcpolicy.Apply(func(string) (string, bool) { return "", false }, nil)
 }
 
 func reportP99(b *testing.B, times []time.Duration) {

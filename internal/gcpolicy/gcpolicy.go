@@ -1,4 +1,5 @@
-package routerd
+// Package gcpolicy sets the garbage collector of a serving process.
+package gcpolicy
 
 import (
 	"log/slog"
@@ -14,7 +15,7 @@ import (
 // in-flight requests) while it allocates steadily per request, so with Go's
 // default GOGC=100 the collector runs many times a second, and requests
 // that meet a cycle wait for it: on two cores, that is most of the router's
-// p99 added latency (see BenchmarkOverhead). The router therefore collects
+// p99 added latency (see the router's BenchmarkOverhead). The router therefore collects
 // less often, and bounds memory by a soft limit instead.
 const (
 	// GCPercent is the router's GOGC when the environment sets none.
@@ -25,11 +26,11 @@ const (
 	memoryLimitShare = 0.8
 )
 
-// TuneGC sets the router process's collector: GOGC=GCPercent unless GOGC is
+// Apply sets the router process's collector: GOGC=GCPercent unless GOGC is
 // set, and a soft memory limit of 80% of the cgroup's memory limit unless
 // GOMEMLIMIT is set. It returns a function that restores the previous
 // settings.
-func TuneGC(env config.LookupEnv, logger *slog.Logger) (restore func()) {
+func Apply(env config.LookupEnv, logger *slog.Logger) (restore func()) {
 	prevPercent, prevLimit := -2, int64(-1)
 	gogc, set := env("GOGC")
 	if !set {

@@ -1,16 +1,16 @@
-package routerd
+package gcpolicy
 
 import (
 	"runtime/debug"
 	"testing"
 )
 
-func TestTuneGC(t *testing.T) {
+func TestApply(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(before)
 	limit := debug.SetMemoryLimit(-1)
 
-	restore := TuneGC(func(k string) (string, bool) { return "", false }, nil)
+	restore := Apply(func(k string) (string, bool) { return "", false }, nil)
 	if got := debug.SetGCPercent(GCPercent); got != GCPercent {
 		t.Fatalf("GOGC %d, want %d", got, GCPercent)
 	}
@@ -28,7 +28,7 @@ func TestTuneGC(t *testing.T) {
 	}
 
 	// Set in the environment: left alone.
-	restore = TuneGC(func(k string) (string, bool) { return "50", true }, nil)
+	restore = Apply(func(k string) (string, bool) { return "50", true }, nil)
 	defer restore()
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Fatalf("GOGC changed to %d although the environment sets it", got)
