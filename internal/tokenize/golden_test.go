@@ -2,10 +2,7 @@ package tokenize_test
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,23 +55,7 @@ func loadCorpus(tb testing.TB) []corpusEntry {
 }
 
 // tokenizerFile returns the decompressed tokenizer.json of a golden model.
-func tokenizerFile(tb testing.TB, model string) []byte {
-	tb.Helper()
-	path := filepath.Join(testutil.RepoRoot(tb), "testdata", "tokenize", model+".tokenizer.json.gz")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(raw))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return data
-}
+func tokenizerFile(tb testing.TB, model string) []byte { return testutil.TokenizerJSON(tb, model) }
 
 var (
 	loadedMu sync.Mutex

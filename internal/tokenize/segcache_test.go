@@ -25,12 +25,8 @@ func TestSegmentCache(t *testing.T) {
 	}
 	for _, model := range goldenModels {
 		t.Run(model, func(t *testing.T) {
-			data := tokenizerFile(t, model)
-			warm, err := tokenize.Load(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cold, err := tokenize.Load(data)
+			warm := loadModel(t, model) // shared with the golden tests, cache on
+			cold, err := tokenize.Load(tokenizerFile(t, model))
 			if err != nil {
 				t.Fatal(err)
 			}

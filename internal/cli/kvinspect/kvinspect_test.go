@@ -3,10 +3,8 @@ package kvinspect_test
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,19 +30,7 @@ func run(t *testing.T, stdin string, args ...string) (int, string, string) {
 // tokenizerFile gunzips the committed Qwen3 tokenizer.json into a temp file.
 func tokenizerFile(t *testing.T, name string) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(testutil.RepoRoot(t), "testdata/tokenize", name+".tokenizer.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testutil.TokenizerJSON(t, name)
 	path := filepath.Join(t.TempDir(), "tokenizer.json")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)

@@ -2,11 +2,9 @@ package kv_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,19 +23,7 @@ import (
 func qwen3(t testing.TB) *kv.Preparer {
 	t.Helper()
 	root := testutil.RepoRoot(t)
-	f, err := os.Open(filepath.Join(root, "testdata/tokenize/qwen3.tokenizer.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testutil.TokenizerJSON(t, "qwen3")
 	tok, err := tokenize.Load(data)
 	if err != nil {
 		t.Fatal(err)

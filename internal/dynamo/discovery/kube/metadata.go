@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/continuum-router/continuum/internal/config"
@@ -68,13 +67,9 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 	deadline := time.Now().Add(s.Timing.Seed)
 	seedCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	rc, err := RESTConfig(s.Client)
+	rc, cs, err := connect(s.Client)
 	if err != nil {
 		return err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	dwms, err := newDWMClient(rc, s.Namespace)
 	if err != nil {
@@ -130,38 +125,32 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 		case <-sStream.timer.C:
 			return sStream.idleErr()
 		case ev, ok := <-dw.ResultChan():
-			if !ok {
-				return dStream.closed()
+			typ, obj, err := dStream.receive(ev, ok)
+			if err != nil {
+				return err
 			}
-			dStream.touch()
-			switch ev.Type {
-			case watch.Error:
-				return errorEvent("dynamoworkermetadatas", ev)
-			case watch.Bookmark:
+			if obj == nil {
 				continue
 			}
-			raw, ok := ev.Object.(*rawObject)
+			raw, ok := obj.(*rawObject)
 			if !ok {
-				return fmt.Errorf("dynamoworkermetadatas watch: unexpected %T", ev.Object)
+				return fmt.Errorf("dynamoworkermetadatas watch: unexpected %T", obj)
 			}
-			st.applyDWM(raw.raw, ev.Type == watch.Deleted)
+			st.applyDWM(raw.raw, typ == watch.Deleted)
 			st.flush(sink)
 		case ev, ok := <-sw.ResultChan():
-			if !ok {
-				return sStream.closed()
+			typ, obj, err := sStream.receive(ev, ok)
+			if err != nil {
+				return err
 			}
-			sStream.touch()
-			switch ev.Type {
-			case watch.Error:
-				return errorEvent("endpointslices", ev)
-			case watch.Bookmark:
+			if obj == nil {
 				continue
 			}
-			es, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			es, ok := obj.(*discoveryv1.EndpointSlice)
 			if !ok {
-				return fmt.Errorf("endpointslices watch: unexpected %T", ev.Object)
+				return fmt.Errorf("endpointslices watch: unexpected %T", obj)
 			}
-			st.applySlice(es, ev.Type == watch.Deleted)
+			st.applySlice(es, typ == watch.Deleted)
 			st.flush(sink)
 		}
 	}

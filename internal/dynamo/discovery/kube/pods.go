@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
@@ -84,13 +83,9 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 	deadline := time.Now().Add(s.Timing.Seed)
 	seedCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	rc, err := RESTConfig(s.Client)
+	_, cs, err := connect(s.Client)
 	if err != nil {
 		return err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	pods := cs.CoreV1().Pods(s.Namespace)
 	selector := PodSelector(s.Namespaces)
@@ -133,31 +128,28 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 		case <-st.timer.C:
 			return st.idleErr()
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return st.closed()
+			typ, obj, err := st.receive(ev, ok)
+			if err != nil {
+				return err
 			}
-			st.touch()
-			switch ev.Type {
-			case watch.Error:
-				return errorEvent("pods", ev)
-			case watch.Bookmark:
+			if obj == nil {
 				continue
 			}
-			p, ok := ev.Object.(*corev1.Pod)
+			p, ok := obj.(*corev1.Pod)
 			if !ok {
-				return fmt.Errorf("pods watch: unexpected %T", ev.Object)
+				return fmt.Errorf("pods watch: unexpected %T", obj)
 			}
 			var next podEntry
 			_, known := held[p.Name]
 			switch {
-			case ev.Type == watch.Deleted:
+			case typ == watch.Deleted:
 			case !known && len(held) >= MaxPods:
 				continue // refused at the cap, as in the list
 			default:
 				next = s.classify(p)
 			}
 			prev := held[p.Name]
-			if ev.Type == watch.Deleted {
+			if typ == watch.Deleted {
 				delete(held, p.Name)
 			} else {
 				held[p.Name] = next

@@ -9,7 +9,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 )
@@ -36,6 +39,20 @@ var DefaultTiming = Timing{Seed: discovery.SeedTimeout, WatchTimeout: WatchTimeo
 // returns to its initial delay: min(max, 290 s), so the normal end of a
 // watch never grows it.
 func ResetAfter(max time.Duration) time.Duration { return min(max, WatchTimeout) }
+
+// connect builds a pass's clients: its REST configuration and typed
+// clientset.
+func connect(o ClientOptions) (*rest.Config, *kubernetes.Clientset, error) {
+	rc, err := RESTConfig(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return rc, cs, nil
+}
 
 // lister lists one page.
 type lister[T any] func(ctx context.Context, opts metav1.ListOptions) (items []T, meta metav1.ListMeta, err error)
@@ -117,8 +134,22 @@ func (s *stream) stop() {
 	s.timer.Stop()
 }
 
-// touch restarts the idle deadline after anything arrived.
-func (s *stream) touch() { s.timer.Reset(s.idle) }
+// receive takes one value off the result channel: the event's type and
+// object to apply, nothing (a bookmark: the idle deadline restarts), or the
+// error that ends the pass (the channel closed, or an ERROR event).
+func (s *stream) receive(ev watch.Event, ok bool) (watch.EventType, runtime.Object, error) {
+	if !ok {
+		return "", nil, s.closed()
+	}
+	s.timer.Reset(s.idle)
+	switch ev.Type {
+	case watch.Error:
+		return "", nil, errorEvent(s.name, ev)
+	case watch.Bookmark:
+		return "", nil, nil
+	}
+	return ev.Type, ev.Object, nil
+}
 
 // closed is why a stream whose result channel closed ended: the server's
 // normal end when it ran (nearly) as long as it asked for, else an early
