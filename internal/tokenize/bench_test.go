@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/tokenize"
 )
 
 // BenchmarkEncode measures encode throughput on one core over the golden
@@ -23,7 +24,7 @@ func BenchmarkEncode(b *testing.B) {
 	}
 	for _, model := range goldenModels {
 		b.Run(model, func(b *testing.B) {
-			tk := loadModel(b, model)
+			tk := coldModel(b, model)
 			var ids []uint32
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
@@ -87,7 +88,7 @@ func compareHF(b *testing.B, models, texts []string) {
 	}
 	for _, model := range models {
 		b.Run(model, func(b *testing.B) {
-			tk := loadModel(b, model)
+			tk := coldModel(b, model)
 			file := filepath.Join(b.TempDir(), "tokenizer.json")
 			if err := os.WriteFile(file, tokenizerFile(b, model), 0o600); err != nil {
 				b.Fatal(err)
@@ -150,7 +151,7 @@ func BenchmarkEncodeChat8k(b *testing.B) {
 	prompt := chatPrompt8k()
 	for _, model := range []string{"qwen3", "llama3"} {
 		b.Run(model, func(b *testing.B) {
-			tk := loadModel(b, model)
+			tk := coldModel(b, model)
 			ids, err := tk.Encode(prompt, false)
 			if err != nil {
 				b.Fatal(err)
@@ -166,4 +167,16 @@ func BenchmarkEncodeChat8k(b *testing.B) {
 			b.ReportMetric(float64(len(ids)), "tokens")
 		})
 	}
+}
+
+// coldModel loads a golden model with its segment cache off, so throughput
+// figures are of encoding, never of cache hits (benchmarks repeat texts).
+func coldModel(b *testing.B, model string) *tokenize.Tokenizer {
+	b.Helper()
+	tk, err := tokenize.Load(tokenizerFile(b, model))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tk.SetSegmentCache(false)
+	return tk
 }
