@@ -257,7 +257,14 @@ func scanCL100k(s string, i int, maxDigits int) int {
 
 func letterRun(s string, j int) int {
 	for j < len(s) {
-		c, n := decode(s, j)
+		if c := s[j]; c < utf8.RuneSelf { // ASCII without a call
+			if asciiClass[c]&clL == 0 {
+				break
+			}
+			j++
+			continue
+		}
+		c, n := utf8.DecodeRuneInString(s[j:])
 		if !isL(c) {
 			break
 		}
