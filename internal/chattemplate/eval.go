@@ -698,19 +698,19 @@ func getAttr(obj any, name string) (any, error) {
 		if v, ok := x.Get(name); ok {
 			return v, nil
 		}
-		return undefined{name: fmt.Sprintf("'dict object' has no attribute '%s'", name)}, nil
+		return undefined{owner: "dict", attr: name}, nil
 	case *Namespace:
 		if v, ok := x.d.Get(name); ok {
 			return v, nil
 		}
-		return undefined{name: fmt.Sprintf("'Namespace object' has no attribute '%s'", name)}, nil
+		return undefined{owner: "Namespace", attr: name}, nil
 	case *loopInfo:
 		return x.attr(name)
 	}
 	if isMethod(obj, name) {
 		return &boundMethod{recv: obj, name: name}, nil
 	}
-	return undefined{name: fmt.Sprintf("'%s object' has no attribute '%s'", typeName(obj), name)}, nil
+	return undefined{owner: typeName(obj), attr: name}, nil
 }
 
 // getItem is the sandboxed environment's getitem: obj[key], then the
@@ -1306,5 +1306,5 @@ func (li *loopInfo) attr(name string) (any, error) {
 			return args[li.i%len(args)], nil
 		}}, nil
 	}
-	return undefined{name: fmt.Sprintf("'LoopContext object' has no attribute '%s'", name)}, nil
+	return undefined{owner: "LoopContext", attr: name}, nil
 }

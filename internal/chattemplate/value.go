@@ -20,7 +20,13 @@ type bigInt string
 
 // undefined is Jinja's default Undefined: it prints as "", is false, iterates
 // as empty, and fails on attribute access or arithmetic.
-type undefined struct{ name string }
+type undefined struct {
+	name string
+	// owner and attr name a missing attribute; its message ("'<owner>
+	// object' has no attribute '<attr>'") is written only when an error
+	// needs it, since templates probe absent fields all the time.
+	owner, attr string
+}
 
 // List is a Python list (or tuple when Tuple is set).
 type List struct {
@@ -179,10 +185,17 @@ func typeName(v any) string {
 
 // errUndefined is the error of using an undefined value.
 func errUndefined(u undefined) error {
-	if u.name == "" {
-		return errors.New("undefined value used")
+	if msg := u.message(); msg != "" {
+		return errors.New(msg)
 	}
-	return errors.New(u.name)
+	return errors.New("undefined value used")
+}
+
+func (u undefined) message() string {
+	if u.attr != "" {
+		return fmt.Sprintf("'%s object' has no attribute '%s'", u.owner, u.attr)
+	}
+	return u.name
 }
 
 func truthy(v any) bool {
