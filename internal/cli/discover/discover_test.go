@@ -201,3 +201,53 @@ func TestDiscoverKubernetesPods(t *testing.T) {
 		t.Fatalf("bad --models: exit %d: %s", code, errOut)
 	}
 }
+
+// TestDiscoverKubernetesMetadata: `discover --source kubernetes` over the
+// fixture fleet's DynamoWorkerMetadata and EndpointSlice lists the four
+// workers with cards, capacity and publishers, and never a pod IP.
+func TestDiscoverKubernetesMetadata(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	fake := kubefake.Start(t)
+	root := testutil.RepoRoot(t)
+	for name, res := range map[string]kubefake.Resource{"dynamoworkermetadatas.json": kubefake.DWMs, "endpointslices.json": kubefake.EndpointSlices} {
+		b, err := os.ReadFile(filepath.Join(root, "testdata/kube/fleet", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var objs []kubefake.Object
+		if err := json.Unmarshal(b, &objs); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			fake.Apply(res, o)
+		}
+	}
+	code, out, errOut := runCLI(t, context.Background(), "discover", "--source", "kubernetes",
+		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "dynamo", "--dynamo-namespace", "dynamo-qwen3", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep discover.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not the report: %v\n%s", err, out)
+	}
+	if rep.Source != "kubernetes" || len(rep.Workers) != 4 || len(rep.Publishers) != 5 || len(rep.Problems) != 0 {
+		t.Fatalf("report: source %s, %d workers, %d publishers, problems %+v", rep.Source, len(rep.Workers), len(rep.Publishers), rep.Problems)
+	}
+	roles := map[string]int{}
+	for _, w := range rep.Workers {
+		roles[w.Role]++
+		if w.Model != "Qwen/Qwen3-8B" || w.Capacity.TotalKVBlocks == nil {
+			t.Errorf("worker %+v", w)
+		}
+	}
+	if roles["prefill"] != 1 || roles["decode"] != 2 || roles["aggregated"] != 1 {
+		t.Fatalf("roles %v", roles)
+	}
+	for _, leak := range []string{"10.42.", "tcp://", "card_json", "transport"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("output leaks %q", leak)
+		}
+	}
+}
