@@ -70,6 +70,7 @@ type Server struct {
 	expireGen uint64        // counts ExpireWatches calls
 	goneGen   uint64        // counts Gone calls
 	hang      bool
+	holdOpen  bool // watch requests get no response headers
 	requests  []string
 	watches   int
 }
@@ -205,6 +206,17 @@ func (s *Server) Hang(on bool) {
 	s.changed = make(chan struct{})
 }
 
+// HoldWatchOpen makes new watch requests wait without response headers
+// until it is turned off, as an overloaded server or a proxy would: the
+// client's watch call does not return.
+func (s *Server) HoldWatchOpen(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdOpen = on
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
 // Watches is how many watch requests were served.
 func (s *Server) Watches() int {
 	s.mu.Lock()
@@ -328,6 +340,19 @@ func (s *Server) watch(w http.ResponseWriter, req *http.Request, r Resource, ns 
 		timeout = time.After(time.Duration(secs) * time.Second)
 	}
 	bookmarks := q.Get("allowWatchBookmarks") == "true"
+	for {
+		s.mu.Lock()
+		hold, changed := s.holdOpen, s.changed
+		s.mu.Unlock()
+		if !hold {
+			break
+		}
+		select {
+		case <-changed:
+		case <-req.Context().Done():
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)

@@ -365,3 +365,26 @@ func TestPodsSourceSeveralNamespaces(t *testing.T) {
 		t.Fatalf("no `in (ns-a,ns-b)` selector in %v", fake.Requests())
 	}
 }
+
+// A watch that cannot be opened within the seed timeout ends the pass
+// (the pending request is cancelled); once the server answers again, a
+// new pass lists and watches.
+func TestPodsSourceWatchOpenTimeout(t *testing.T) {
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	fake.HoldWatchOpen(true)
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 300 * time.Millisecond, WatchTimeout: time.Hour, IdleDeadline: time.Hour})
+	tu.Eventually(t, 5*time.Second, "a seed-timeout pass end", func() bool {
+		for _, err := range h.passErrors() {
+			if strings.Contains(err.Error(), "seed timeout") {
+				return true
+			}
+		}
+		return false
+	})
+	if got := testutil.ToFloat64(h.metrics.Connected); got != 0 {
+		t.Fatalf("connected = %v while no watch could open", got)
+	}
+	fake.HoldWatchOpen(false)
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+}

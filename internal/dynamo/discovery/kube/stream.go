@@ -90,29 +90,34 @@ func listAll[T any](ctx context.Context, list lister[T], selector string, page i
 func openWatch(ctx context.Context, seedDeadline time.Time, w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector, rv string, t Timing) (watch.Interface, error) {
 	secs := int64(t.WatchTimeout / time.Second)
 	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: &secs}
-	type result struct {
-		w   watch.Interface
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		wi, err := w(ctx, opts)
-		done <- result{wi, err}
-	}()
-	timer := time.NewTimer(time.Until(seedDeadline))
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		return r.w, r.err
-	case <-timer.C:
-		// The call ends with ctx; a watch it opens late is stopped.
-		go func() {
-			if r := <-done; r.w != nil {
-				r.w.Stop()
-			}
-		}()
+	// The stream lives in a context of its own: the seed deadline cancels it
+	// while it opens, Stop cancels it after.
+	wctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(time.Until(seedDeadline), cancel)
+	wi, err := w(wctx, opts)
+	if !timer.Stop() {
+		if wi != nil {
+			wi.Stop()
+		}
+		cancel()
 		return nil, fmt.Errorf("opening the watch took longer than the %v seed timeout", t.Seed)
 	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return cancelWatch{Interface: wi, cancel: cancel}, nil
+}
+
+// cancelWatch ends its context when stopped.
+type cancelWatch struct {
+	watch.Interface
+	cancel context.CancelFunc
+}
+
+func (c cancelWatch) Stop() {
+	c.Interface.Stop()
+	c.cancel()
 }
 
 // stream is one open watch with its own idle deadline.
