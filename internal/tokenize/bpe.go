@@ -544,12 +544,14 @@ func (c *wordCache) init() {
 	}
 }
 
+// shardOf spreads words over the shards by their ends and length: enough
+// to keep two encodes off one lock, without hashing the word twice (the
+// shard's map hashes it again).
 func shardOf(w string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(w); i++ {
-		h = (h ^ uint32(w[i])) * 16777619
+	if w == "" {
+		return 0
 	}
-	return int(h & 63)
+	return int((uint(w[0])*131 + uint(w[len(w)-1])*31 + uint(len(w))) & 63)
 }
 
 func (c *wordCache) get(w string) ([]uint32, bool) {
