@@ -6,12 +6,10 @@ package discover
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -22,7 +20,6 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
-	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/iostreams"
 )
@@ -110,41 +107,17 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	d := &cfg.Dynamo.Discovery
-	src, backoff, err := sources.NewWithKube(d, logger, o.Discovery.KubeClient())
-	if err != nil {
-		return err
-	}
-	reg := fleet.NewRegistry(logger, nil)
-	var mu sync.Mutex
-	var lastErr error
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
-		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.Run(ctx) // returns nil on cancellation; the backoff is validated
-	}()
-	defer func() { cancel(); <-done }()
-
-	waitCtx, cancelWait := context.WithTimeout(ctx, o.Timeout)
-	gen, err := reg.Wait(waitCtx, 0)
-	cancelWait()
+	fl, err := o.Discovery.OpenFleet(ctx, d, logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted
 		}
-		mu.Lock()
-		reason := lastErr
-		mu.Unlock()
-		if reason == nil {
-			reason = errors.New("no complete read yet")
-		}
-		return fmt.Errorf("discovery source %s not reachable within %s: %w", src.Name(), o.Timeout, reason)
+		return err
 	}
+	defer fl.Close()
+	reg, gen := fl.Registry, fl.Generation
 	snap := reg.Snapshot()
-	report := buildReport(src.Name(), d.Namespaces(), gen, snap)
+	report := buildReport(fl.Source, d.Namespaces(), gen, snap)
 	if err := o.print(report); err != nil {
 		return err
 	}

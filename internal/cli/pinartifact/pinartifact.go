@@ -8,14 +8,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -25,7 +23,6 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
-	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/iostreams"
 )
@@ -272,39 +269,17 @@ func runDiscovery(ctx context.Context, o *Options) error {
 		return err
 	}
 	d := &cfg.Dynamo.Discovery
-	src, backoff, err := sources.New(d, logger)
-	if err != nil {
-		return err
-	}
-	reg := fleet.NewRegistry(logger, nil)
-	var mu sync.Mutex
-	var lastErr error
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
-		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.Run(wctx) // nil on cancellation
-	}()
-	defer func() { cancel(); <-done }()
-	waitCtx, cancelWait := context.WithTimeout(wctx, o.Timeout)
-	gen, err := reg.Wait(waitCtx, 0)
-	cancelWait()
+	fl, err := o.Discovery.OpenFleet(ctx, d, logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted
 		}
-		mu.Lock()
-		reason := lastErr
-		mu.Unlock()
-		if reason == nil {
-			reason = errors.New("no complete read yet")
-		}
-		return fmt.Errorf("discovery source %s not reachable within %s: %w", src.Name(), o.Timeout, reason)
+		return err
 	}
+	defer fl.Close()
+	reg, gen, src := fl.Registry, fl.Generation, fl.Source
 	r := BuildReport(reg.Snapshot(), &policy)
-	r.Source, r.Namespaces, r.Generation = src.Name(), d.Namespaces(), gen
+	r.Source, r.Namespaces, r.Generation = src, d.Namespaces(), gen
 	if r.Namespaces == nil {
 		r.Namespaces = []string{}
 	}
