@@ -17,7 +17,6 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 	"github.com/continuum-router/continuum/internal/fleetsim"
-	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/testutil/kubefake"
 )
@@ -73,20 +72,7 @@ dynamo:
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ios, _, _, errOut := iostreams.Test()
-	addr := make(chan string, 1)
-	opts := &serve.Options{IO: ios, Env: os.LookupEnv, ConfigFile: cfgFile, Grace: 5 * time.Second,
-		Logger: func() (*slogLogger, error) { return discardLogger(), nil },
-		Ready:  func(main, _ string) { addr <- main }}
-	done := make(chan error, 1)
-	go func() { done <- serve.Run(ctx, opts) }()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve: %v %s", err, errOut)
-	}
+	base, done := startServe(t, ctx, &serve.Options{ConfigFile: cfgFile})
 	var view admin.WorkersResponse
 	testutil.Eventually(t, 20*time.Second, "four pod workers", func() bool {
 		req, _ := http.NewRequest(http.MethodGet, base+"/admin/dynamo/workers", nil)

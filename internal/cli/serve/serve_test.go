@@ -106,20 +106,7 @@ dynamo:
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ios, _, _, errOut := iostreams.Test()
-	addr := make(chan string, 1)
-	opts := &serve.Options{IO: ios, Env: os.LookupEnv, ConfigFile: cfgFile, Grace: 5 * time.Second,
-		Logger: func() (*slogLogger, error) { return discardLogger(), nil },
-		Ready:  func(main, _ string) { addr <- main }}
-	done := make(chan error, 1)
-	go func() { done <- serve.Run(ctx, opts) }()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve: %v %s", err, errOut)
-	}
+	base, done := startServe(t, ctx, &serve.Options{ConfigFile: cfgFile})
 
 	// Wait until the four subscriptions are connected and samples arrived.
 	testutil.Eventually(t, 20*time.Second, "subscriptions connected", func() bool {
@@ -190,24 +177,10 @@ dynamo:
 // TestServeDemo: `serve --demo` answers chat requests within seconds of
 // start, buffered and streamed, pinned to a prefill and a decode worker.
 func TestServeDemo(t *testing.T) {
-	ios, _, out, errOut := iostreams.Test()
-	addr := make(chan string, 1)
-	opts := &serve.Options{IO: ios, Env: os.LookupEnv, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
-		Logger: func() (*slogLogger, error) { return discardLogger(), nil },
-		Ready:  func(main, _ string) { addr <- main }}
+	ios, _, out, _ := iostreams.Test()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- serve.Run(ctx, opts) }()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve --demo: %v %s", err, errOut)
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve --demo did not start within 30 s")
-	}
+	base, done := startServe(t, ctx, &serve.Options{IO: ios, Demo: true, Bind: "127.0.0.1:0"})
 	var resp *http.Response
 	testutil.Eventually(t, 10*time.Second, "a pinned answer", func() bool {
 		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
