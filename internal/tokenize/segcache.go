@@ -17,9 +17,10 @@ const (
 	// segCacheMinBytes: shorter segments are cheap to encode again.
 	segCacheMinBytes = 256
 	// segCacheShards * segCacheShardBytes bounds the cache (keys and ids):
-	// 16 MiB per tokenizer. A shard past its budget is emptied.
+	// 8 MiB per tokenizer (16 tokenizers at most are loaded). A shard past
+	// its budget is emptied.
 	segCacheShards     = 16
-	segCacheShardBytes = 1 << 20
+	segCacheShardBytes = 512 << 10
 )
 
 type segCache struct {
