@@ -167,6 +167,28 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 	case *dataStmt:
 		return ctrlNone, r.write(o, n.text)
 	case *printStmt:
+		if b, ok := n.x.(*binExpr); ok && b.op == "+" {
+			// {{ a + b + c }} of strings prints each part: the joined
+			// string would only be copied into the output again.
+			var buf [8]any
+			vals, _, allStrings, err := r.plusOperands(b, s, buf[:0])
+			if err != nil {
+				return ctrlNone, lineErr(n.line, err)
+			}
+			if !allStrings {
+				v, err := r.sumValues(vals)
+				if err != nil {
+					return ctrlNone, lineErr(n.line, err)
+				}
+				return ctrlNone, r.write(o, toStr(v))
+			}
+			for _, v := range vals {
+				if err := r.write(o, v.(string)); err != nil {
+					return ctrlNone, err
+				}
+			}
+			return ctrlNone, nil
+		}
 		v, err := r.eval(n.x, s)
 		if err != nil {
 			return ctrlNone, lineErr(n.line, err)
@@ -605,11 +627,12 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 	return nil, fmt.Errorf("internal: unknown expression %T", x)
 }
 
-// evalPlusChain evaluates a + b + c + ... with Python's result; a run made
-// only of strings is joined into one exactly sized string instead of
-// copying the growing prefix at every step.
-func (r *renderer) evalPlusChain(n *binExpr, s *scope) (any, error) {
-	var ops []expr
+// plusOperands evaluates the operands of a + b + c + ..., left to right,
+// appending them to vals, and says whether all are strings and their total
+// length.
+func (r *renderer) plusOperands(n *binExpr, s *scope, vals []any) ([]any, int, bool, error) {
+	var buf [8]expr
+	ops := buf[:0]
 	for cur := expr(n); ; {
 		b, ok := cur.(*binExpr)
 		if !ok || b.op != "+" {
@@ -619,13 +642,11 @@ func (r *renderer) evalPlusChain(n *binExpr, s *scope) (any, error) {
 		ops = append(ops, b.r)
 		cur = b.l
 	}
-	var buf [8]any
-	vals := buf[:0]
 	total, allStrings := 0, true
 	for i := len(ops) - 1; i >= 0; i-- {
 		v, err := r.eval(ops[i], s)
 		if err != nil {
-			return nil, err
+			return vals, 0, false, err
 		}
 		if vs, ok := v.(string); ok {
 			total += len(vs)
@@ -634,15 +655,32 @@ func (r *renderer) evalPlusChain(n *binExpr, s *scope) (any, error) {
 		}
 		vals = append(vals, v)
 	}
-	if !allStrings {
-		acc := vals[0]
-		for _, v := range vals[1:] {
-			var err error
-			if acc, err = r.binop("+", acc, v); err != nil {
-				return nil, err
-			}
+	return vals, total, allStrings, nil
+}
+
+// sumValues folds operands with Python's +.
+func (r *renderer) sumValues(vals []any) (any, error) {
+	acc := vals[0]
+	for _, v := range vals[1:] {
+		var err error
+		if acc, err = r.binop("+", acc, v); err != nil {
+			return nil, err
 		}
-		return acc, nil
+	}
+	return acc, nil
+}
+
+// evalPlusChain evaluates a + b + c + ... with Python's result; a run made
+// only of strings is joined into one exactly sized string instead of
+// copying the growing prefix at every step.
+func (r *renderer) evalPlusChain(n *binExpr, s *scope) (any, error) {
+	var buf [8]any
+	vals, total, allStrings, err := r.plusOperands(n, s, buf[:0])
+	if err != nil {
+		return nil, err
+	}
+	if !allStrings {
+		return r.sumValues(vals)
 	}
 	if err := r.chargeBytes(total); err != nil {
 		return nil, err

@@ -536,6 +536,7 @@ type cacheShard struct {
 	m  map[string][]uint32
 }
 
+// cacheShardEntries bounds each shard: 262,144 words in all (about 20 MiB).
 const cacheShardEntries = 4096
 
 func (c *wordCache) init() {
