@@ -149,6 +149,17 @@ func (r *renderer) write(o *output, s string) error {
 	return nil
 }
 
+// filterBlock applies a block's filters, in order, to what it rendered.
+func (r *renderer) filterBlock(filters []*filterExpr, v any, s *scope) (any, error) {
+	for _, f := range filters {
+		var err error
+		if v, err = r.applyFilter(f, v, s); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
 func (r *renderer) execBody(body []stmt, s *scope, o *output) (ctrl, error) {
 	for _, st := range body {
 		c, err := r.exec(st, s, o)
@@ -218,12 +229,9 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
 			return c, err
 		}
-		var v any = sub.b.String()
-		for _, f := range n.filters {
-			var err error
-			if v, err = r.applyFilter(f, v, s); err != nil {
-				return ctrlNone, err
-			}
+		v, err := r.filterBlock(n.filters, sub.b.String(), s)
+		if err != nil {
+			return ctrlNone, err
 		}
 		s.set(n.target, v)
 		return ctrlNone, nil
@@ -239,12 +247,9 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
 			return c, err
 		}
-		var v any = sub.b.String()
-		for _, f := range n.filters {
-			var err error
-			if v, err = r.applyFilter(f, v, s); err != nil {
-				return ctrlNone, err
-			}
+		v, err := r.filterBlock(n.filters, sub.b.String(), s)
+		if err != nil {
+			return ctrlNone, err
 		}
 		return ctrlNone, r.write(o, toStr(v))
 	case *withStmt:

@@ -41,6 +41,20 @@ func fastBackend() *httptest.Server {
 	}))
 }
 
+// fastRouter starts the fast backend and a router in front of it, both
+// closed when the benchmark ends.
+func fastRouter(b *testing.B) (backend, routed *httptest.Server) {
+	be := fastBackend()
+	b.Cleanup(be.Close)
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	srv := router.New(router.Options{Config: cfg})
+	srv.SetReady(true)
+	rt := httptest.NewServer(srv.Handler())
+	b.Cleanup(rt.Close)
+	return be, rt
+}
+
 // BenchmarkOverhead sends requests at a fixed arrival rate of 2,000 req/s
 // straight to a fast local backend and 2,000 req/s through the router to the
 // same backend, for buffered and SSE responses, and reports the p50 and p99
@@ -50,14 +64,7 @@ func fastBackend() *httptest.Server {
 // exactly 2,000 req/s. (Client, router and backend share this machine's
 // cores.)
 func BenchmarkOverhead(b *testing.B) {
-	be := fastBackend()
-	defer be.Close()
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
-	srv := router.New(router.Options{Config: cfg})
-	srv.SetReady(true)
-	rt := httptest.NewServer(srv.Handler())
-	defer rt.Close()
+	be, rt := fastRouter(b)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}}
 	const rate, duration = 2000, 2 * time.Second
 	// measure sends to each target in turn, rate req/s to each, for
@@ -166,14 +173,7 @@ func BenchmarkOverhead(b *testing.B) {
 // arrival-rate queueing of BenchmarkOverhead. (allocs/op count the whole
 // process: client, router and backend.)
 func BenchmarkSerial(b *testing.B) {
-	be := fastBackend()
-	defer be.Close()
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
-	srv := router.New(router.Options{Config: cfg})
-	srv.SetReady(true)
-	rt := httptest.NewServer(srv.Handler())
-	defer rt.Close()
+	be, rt := fastRouter(b)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}
 	for _, stream := range []bool{false, true} {
 		mode := "buffered"
