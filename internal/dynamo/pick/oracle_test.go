@@ -1,6 +1,7 @@
 package pick
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,44 +16,106 @@ import (
 
 // oracle is the straightforward LoadBased picker the indexed one replaced:
 // it costs every candidate on every pick. The differential test holds the
-// indexed picker to it.
+// indexed picker to it. It enumerates the candidates itself (oracleGroups,
+// oracleRanks), so a fault in the picker's enumeration shows as a
+// difference instead of being shared.
 type oracle struct {
 	Loads   Loads
 	Ledger  *Ledger
 	cursors [2]atomic.Uint64
 }
 
+// ocand is one (worker, rank) of the oracle, with its cost.
 type ocand struct {
-	candidate
+	w        *fleet.Worker
+	group    int
+	rank     uint32
 	cost     float64
 	defined  bool
 	excluded bool
 }
 
+// ogroup is the workers of the request's model in one candidate namespace,
+// by role.
+type ogroup struct {
+	namespace                   string
+	prefill, decode, aggregated []*fleet.Worker
+}
+
+// oracleGroups enumerates the candidates from the rules, sharing nothing
+// with the picker's enumeration: for each candidate namespace in the
+// request's order (one listed twice counts twice), the workers of the
+// request's model there, by role, in snapshot order; namespaces without
+// any are left out.
+func oracleGroups(snap *fleet.Snapshot, req Request) []ogroup {
+	var out []ogroup
+	for _, ns := range req.Namespaces {
+		g := ogroup{namespace: ns}
+		for _, w := range snap.Workers {
+			if w.ID.Namespace != ns || w.Model != req.Model {
+				continue
+			}
+			switch w.Role {
+			case fleet.RolePrefill:
+				g.prefill = append(g.prefill, w)
+			case fleet.RoleDecode:
+				g.decode = append(g.decode, w)
+			case fleet.RoleAggregated:
+				g.aggregated = append(g.aggregated, w)
+			}
+		}
+		if len(g.prefill)+len(g.decode)+len(g.aggregated) > 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// oracleRanks appends every global data-parallel rank of the workers:
+// DPStartRank .. DPStartRank+max(DPSize,1)-1.
+func oracleRanks(out []ocand, group int, ws []*fleet.Worker) []ocand {
+	for _, w := range ws {
+		n := w.DPSize
+		if n == 0 {
+			n = 1
+		}
+		for i := uint32(0); i < n; i++ {
+			out = append(out, ocand{w: w, group: group, rank: w.DPStartRank + i})
+		}
+	}
+	return out
+}
+
+// oracleTarget pins the candidate's absolute rank.
+func oracleTarget(c ocand) Target {
+	return Target{Worker: c.w, DPRank: c.rank, SendRank: c.w.DPDeclared}
+}
+
 // pick is the old LoadBased.pick; the caller holds the ledger lock.
 func (p *oracle) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
-	gs := groups(snap, req)
-	cands := appendDecodeCandidates(nil, gs)
-	decode := make([]ocand, 0, len(cands))
-	for _, c := range cands {
-		decode = append(decode, ocand{candidate: c})
+	gs := oracleGroups(snap, req)
+	// Decode candidates: each group's decode workers, then its aggregated
+	// workers unless the model has both prefill and decode workers there
+	// (the mixed-namespace rule).
+	var decode []ocand
+	for gi, g := range gs {
+		decode = oracleRanks(decode, gi, g.decode)
+		if len(g.prefill) == 0 || len(g.decode) == 0 {
+			decode = oracleRanks(decode, gi, g.aggregated)
+		}
 	}
 	if len(decode) == 0 {
 		return Pin{}, ErrNoWorkers
 	}
 	d, reason := p.choose(decode, phaseDecode, req.EstPromptTokens, now)
 	g := gs[d.group]
-	pin := Pin{Namespace: g.namespace, Decode: target(d.candidate), DecodeReason: reason}
+	pin := Pin{Namespace: g.namespace, Decode: oracleTarget(d), DecodeReason: reason}
 	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
 		pin.PrefillReason = ReasonNoPrefillPool
 		return pin, nil
 	}
-	var prefill []ocand
-	for _, c := range appendRanks(nil, d.group, g.prefill) {
-		prefill = append(prefill, ocand{candidate: c})
-	}
-	pc, preason := p.choose(prefill, phasePrefill, req.EstPromptTokens, now)
-	t := target(pc.candidate)
+	pc, preason := p.choose(oracleRanks(nil, d.group, g.prefill), phasePrefill, req.EstPromptTokens, now)
+	t := oracleTarget(pc)
 	pin.Prefill, pin.PrefillReason = &t, preason
 	return pin, nil
 }
@@ -205,11 +268,13 @@ func randomFleet(rng *rand.Rand, n int, at time.Time) *fleet.Snapshot {
 		if rng.IntN(5) > 0 {
 			rc = append(rc, fmt.Sprintf(`"max_num_batched_tokens":%d`, []int{8192, 4096}[rng.IntN(2)]))
 		}
+		// Global ranks start above 0 on most workers (-1: not declared),
+		// with or without a declared data_parallel_size of 1 to 3.
 		if dp := rng.IntN(4); dp > 0 {
 			rc = append(rc, fmt.Sprintf(`"data_parallel_size":%d`, dp))
-			if rng.IntN(2) == 0 {
-				rc = append(rc, fmt.Sprintf(`"data_parallel_start_rank":%d`, rng.IntN(3)))
-			}
+		}
+		if start := []int{-1, 0, 1, 4, 7}[rng.IntN(5)]; start >= 0 {
+			rc = append(rc, fmt.Sprintf(`"data_parallel_start_rank":%d`, start))
 		}
 		bs := ""
 		if rng.IntN(5) > 0 {
@@ -484,5 +549,55 @@ func TestConcurrentUse(t *testing.T) {
 	case err := <-errs:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// TestRoundRobinDifferential: RoundRobin rotates through the oracle's
+// decode candidates, then through the chosen group's prefill candidates,
+// pinning absolute ranks, over random fleets and requests.
+func TestRoundRobinDifferential(t *testing.T) {
+	for sc := range 100 {
+		rng := rand.New(rand.NewPCG(uint64(sc), 11))
+		snap := randomFleet(rng, 2+rng.IntN(24), time.Unix(1_800_000_000, 0))
+		p := &RoundRobin{}
+		var decodeTurn, prefillTurn int
+		for step := range 100 {
+			var nss []string
+			for _, ns := range rng.Perm(3)[:1+rng.IntN(3)] {
+				nss = append(nss, []string{"a", "b", "c"}[ns])
+			}
+			r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: nss}
+			gs := oracleGroups(snap, r)
+			var decode []ocand
+			for gi, g := range gs {
+				decode = oracleRanks(decode, gi, g.decode)
+				if len(g.prefill) == 0 || len(g.decode) == 0 {
+					decode = oracleRanks(decode, gi, g.aggregated)
+				}
+			}
+			got, err := p.Pick(snap, r)
+			if len(decode) == 0 {
+				if !errors.Is(err, ErrNoWorkers) {
+					t.Fatalf("scenario %d step %d %+v: err = %v, want ErrNoWorkers", sc, step, r, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("scenario %d step %d %+v: %v", sc, step, r, err)
+			}
+			d := decode[decodeTurn%len(decode)]
+			decodeTurn++
+			g := gs[d.group]
+			want := Pin{Namespace: g.namespace, Decode: oracleTarget(d), DecodeReason: ReasonRoundRobinStale, PrefillReason: ReasonNoPrefillPool}
+			if d.w.Role != fleet.RoleAggregated && len(g.prefill) > 0 {
+				prefill := oracleRanks(nil, d.group, g.prefill)
+				pt := oracleTarget(prefill[prefillTurn%len(prefill)])
+				prefillTurn++
+				want.Prefill, want.PrefillReason = &pt, ReasonRoundRobinStale
+			}
+			if !samePin(want, got) {
+				t.Fatalf("scenario %d step %d %+v:\n oracle      %s\n round robin %s", sc, step, r, pinString(want), pinString(got))
+			}
+		}
 	}
 }
