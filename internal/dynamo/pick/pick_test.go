@@ -21,6 +21,7 @@ type w struct {
 	ns, component, workerType, model string
 	id                               uint64
 	dp                               int // data_parallel_size; 0 = not declared
+	start                            int // data_parallel_start_rank; 0 = not declared
 	noCapacity                       bool
 }
 
@@ -46,6 +47,12 @@ func snapshot(t testing.TB, ws ...w) *fleet.Snapshot {
 				rc += ","
 			}
 			rc += fmt.Sprintf(`"data_parallel_size":%d`, x.dp)
+		}
+		if x.start > 0 {
+			if rc != "" {
+				rc += ","
+			}
+			rc += fmt.Sprintf(`"data_parallel_start_rank":%d`, x.start)
 		}
 		bs := `,"kv_cache_block_size":16`
 		if x.noCapacity {
