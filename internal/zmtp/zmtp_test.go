@@ -199,12 +199,17 @@ func writeMessage(w io.Writer, frames [][]byte) {
 
 func dialRaw(t *testing.T, endpoint string) (*zmtp.Sub, error) {
 	t.Helper()
+	return dialRawLimits(t, endpoint, zmtp.LimitsKVMetrics)
+}
+
+func dialRawLimits(t *testing.T, endpoint string, lim zmtp.Limits) (*zmtp.Sub, error) {
+	t.Helper()
 	conn, err := (&zmtp.Direct{}).Connect(ctxT(t), endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return zmtp.Subscribe(ctxT(t), conn, []byte("kv_metrics"), zmtp.LimitsKVMetrics)
+	return zmtp.Subscribe(ctxT(t), conn, []byte("kv_metrics"), lim)
 }
 
 // TestHugeDeclaredFrameCostsNothing: a peer declaring a 2^60-byte frame is
@@ -251,6 +256,66 @@ func TestOversizedSkippedThenNext(t *testing.T) {
 	frames, err := sub.Next()
 	if err != nil || !bytes.HasSuffix(frames[3], []byte("ok")) {
 		t.Fatalf("after skipping: %q %v", frames, err)
+	}
+}
+
+// TestFrameAndMessageLimits holds each limit on its own: a frame over the
+// frame limit in a message well under the message limit, and a message over
+// the message limit made of frames each under the frame limit, are skipped
+// (ErrOversized) and the connection carries on; messages at both limits
+// are delivered; a frame at the discard bound is skipped, one a byte over
+// it (in a message under the message limit) ends the connection.
+func TestFrameAndMessageLimits(t *testing.T) {
+	lim := zmtp.Limits{MaxFrameBytes: 100, MaxMessageBytes: 400, MaxFrames: 8, DiscardBytes: 300}
+	x := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
+	topic := []byte("kv_metrics")
+	steps := []struct {
+		name string
+		msg  [][]byte
+		skip bool
+	}{
+		{"one frame over the frame limit, message under the message limit", [][]byte{topic, x(101)}, true},
+		{"frames at the frame limit", [][]byte{topic, x(100), x(100)}, false},
+		{"frames under the frame limit, message over the message limit", [][]byte{topic, x(100), x(100), x(100), x(91)}, true},
+		{"message at the message limit", [][]byte{topic, x(100), x(100), x(100), x(90)}, false},
+		{"oversized frame first, then small ones", [][]byte{x(200), topic, x(10)}, true},
+		{"last frame over the frame limit", [][]byte{topic, x(1), x(1), x(101)}, true},
+		{"frame at the discard bound", [][]byte{topic, x(300)}, true},
+		{"small message after the skips", [][]byte{topic, []byte("ok")}, false},
+	}
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		for _, st := range steps {
+			writeMessage(w, st.msg)
+		}
+		// Over the frame limit and the discard bound, under the message limit.
+		writeMessage(w, [][]byte{topic, x(301)})
+	})
+	sub, err := dialRawLimits(t, ep, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range steps {
+		frames, err := sub.Next()
+		if st.skip {
+			if !errors.Is(err, zmtp.ErrOversized) {
+				t.Fatalf("%s: got %d frames, err %v; want ErrOversized", st.name, len(frames), err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if len(frames) != len(st.msg) {
+			t.Fatalf("%s: %d frames, want %d", st.name, len(frames), len(st.msg))
+		}
+		for i := range frames {
+			if !bytes.Equal(frames[i], st.msg[i]) {
+				t.Fatalf("%s: frame %d is %d bytes %.16q, want %d bytes %.16q", st.name, i, len(frames[i]), frames[i], len(st.msg[i]), st.msg[i])
+			}
+		}
+	}
+	if frames, err := sub.Next(); !errors.Is(err, zmtp.ErrProtocol) {
+		t.Fatalf("a 301-byte frame over the 300-byte discard bound: got %d frames, err %v; want a protocol error", len(frames), err)
 	}
 }
 
