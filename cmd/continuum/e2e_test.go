@@ -144,16 +144,31 @@ func workers(t *testing.T, router string) admin.WorkersResponse {
 	return v
 }
 
+// getJSON decodes an admin GET into v. Anything but a 200 with a JSON body
+// fails the test: an error body would decode to an empty view and make
+// "the worker is gone" hold vacuously.
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Authorization", "Bearer demo")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	_ = json.NewDecoder(resp.Body).Decode(v)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading the body: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", url, err, body)
+	}
 }
 
 func metric(t *testing.T, router, series string) float64 {
