@@ -14,6 +14,7 @@ import (
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/gcpolicy"
 	"github.com/continuum-router/continuum/internal/router"
@@ -218,7 +219,6 @@ func BenchmarkSerialShim(b *testing.B) {
 	worker(red, "dynamo", "decode", "Decode", 20, 0)
 	fe.SetWorkers(model, []uint64{10}, []uint64{20})
 	reg := fleet.NewRegistry(nil, nil)
-	reg.SetEnabled(true)
 	reg.Publish(red.Build(t0))
 	srv := router.New(router.Options{Config: cfg, Registry: reg, Store: load.NewStore(3*time.Second, nil), DiscoveryConnected: func() bool { return true }})
 	srv.SetReady(true)
@@ -241,8 +241,8 @@ func BenchmarkSerialShim(b *testing.B) {
 					req, _ := http.NewRequest(http.MethodPost, target.url+"/v1/chat/completions", strings.NewReader(body))
 					req.Header.Set("Content-Type", "application/json")
 					if target.pins {
-						req.Header.Set(router.HeaderWorkerInstanceID, "20")
-						req.Header.Set(router.HeaderPrefillInstanceID, "10")
+						req.Header.Set(shim.HeaderWorkerInstanceID, "20")
+						req.Header.Set(shim.HeaderPrefillInstanceID, "10")
 					}
 					resp, err := client.Do(req)
 					if err != nil {

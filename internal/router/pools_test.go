@@ -6,16 +6,19 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 )
 
-// TestPools: the replicas a request may use per namespace, in discovery
-// order, without the ones its key may not use or whose breaker is open;
-// a namespace left without replicas is no candidate.
+// TestPools: the router's shim plan gives the replicas a request may use
+// per namespace, in discovery order, without the ones its key may not use
+// or whose breaker is open; a namespace left without replicas is no
+// candidate.
 func TestPools(t *testing.T) {
 	cfg := config.Default()
 	for _, n := range []string{"a1", "a2", "a3", "b1", "c1"} {
 		cfg.Backends = append(cfg.Backends, config.Backend{Name: n, Type: "openai", URL: "http://127.0.0.1:1", Role: config.RoleUnified, Enabled: true})
 	}
+	cfg.Dynamo.Enabled, cfg.DisaggregatedServing.Enabled = true, true
 	cfg.Dynamo.Discovery.Etcd.Namespaces = []string{"prod", "canary", "dev"}
 	cfg.Dynamo.Shim.Pools = []config.ShimPool{
 		{Namespace: "canary", Backends: []string{"b1"}},
@@ -25,7 +28,7 @@ func TestPools(t *testing.T) {
 		{Namespace: "elsewhere", Backends: []string{"c1"}},
 	}
 	now := time.Unix(1_800_000_000, 0)
-	s := New(Options{Config: cfg, Now: func() time.Time { return now }})
+	s := New(Options{Config: cfg, Registry: fleet.NewRegistry(nil, nil), Now: func() time.Time { return now }})
 	names := func(bs []*Backend) []string {
 		var out []string
 		for _, b := range bs {
@@ -35,13 +38,12 @@ func TestPools(t *testing.T) {
 	}
 	check := func(policy *keyPolicy, want map[string][]string, order []string) {
 		t.Helper()
-		x := &exchange{s: s, policy: policy}
-		got := x.pools(cfg)
-		if !slices.Equal(got.namespaces, order) {
-			t.Fatalf("namespaces %v, want %v", got.namespaces, order)
+		got := s.dispatch.Plan().Candidates(func(b *Backend) bool { return policy.allows(b.Name()) && b.Available(now) })
+		if !slices.Equal(got.Namespaces, order) {
+			t.Fatalf("namespaces %v, want %v", got.Namespaces, order)
 		}
 		for ns, w := range want {
-			if g := names(got.of(ns)); !slices.Equal(g, w) {
+			if g := names(got.Of(ns)); !slices.Equal(g, w) {
 				t.Fatalf("%s: %v, want %v", ns, g, w)
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/router"
@@ -106,7 +107,6 @@ func newHarness(t *testing.T, edit func(*config.Config)) *harness {
 	worker(h.reducer, "dynamo", "decode", "Decode", 20, 2)
 	h.fe.SetWorkers(model, []uint64{10}, []uint64{20})
 	h.reg = fleet.NewRegistry(nil, nil)
-	h.reg.SetEnabled(true)
 	h.reg.Publish(h.reducer.Build(t0))
 	store := load.NewStore(3*time.Second, nil)
 	h.store = store
@@ -182,7 +182,7 @@ func TestPinsDecimalHeaders(t *testing.T) {
 			t.Errorf("header %s returned to a client that did not ask", k)
 		}
 	}
-	if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(router.PathDisaggregated)) != 1 ||
+	if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathDisaggregated)) != 1 ||
 		promtest.ToFloat64(h.metrics.Selections.WithLabelValues("decode", "round_robin_stale")) != 1 {
 		t.Errorf("metrics not counted")
 	}
@@ -272,7 +272,7 @@ func TestDecodeFailure(t *testing.T) {
 				if hdr := (*h.plain)[0]; hdr.Get("x-dynamo-worker-instance-id") != "" {
 					t.Error("the unified fallback carried pin headers")
 				}
-				if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(router.PathFallback)) != 1 {
+				if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathFallback)) != 1 {
 					t.Error("fallback path not counted")
 				}
 			} else if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "disaggregated_decode_failed") {

@@ -21,6 +21,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
@@ -36,7 +37,9 @@ type Options struct {
 	Config   *config.Config
 	Registry *fleet.Registry
 	Store    *load.Store
-	Ledger   *pick.Ledger
+	// Picker pins requests; the load-based picker over Store when nil
+	// (round-robin without a store).
+	Picker   pick.Picker
 	Metrics  *telemetry.RouterMetrics
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -61,7 +64,7 @@ type Server struct {
 	ready    atomic.Bool
 	rr       atomic.Uint64
 	picks    selections
-	poolPlan atomic.Pointer[poolPlan]
+	dispatch *shim.Dispatcher[*Backend]
 }
 
 // New builds a server from configuration.
@@ -72,8 +75,12 @@ func New(o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = telemetry.NewRouterMetrics(nil)
 	}
-	if o.Ledger == nil {
-		o.Ledger = pick.NewLedger()
+	if o.Picker == nil {
+		if o.Store != nil {
+			o.Picker = pick.NewLoadBased(o.Store)
+		} else {
+			o.Picker = &pick.RoundRobin{}
+		}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -86,9 +93,7 @@ func New(o Options) *Server {
 	s := &Server{opts: o, client: client, logger: o.Logger,
 		backends: newBackends(o.Config.Backends, client), keys: newKeys(o.Config.APIKeys)}
 	s.cfg.Store(o.Config)
-	if o.Registry != nil && o.Registry.Picker() == nil && o.Store != nil {
-		o.Registry.SetPicker(&pick.LoadBased{Loads: o.Store, Ledger: o.Ledger})
-	}
+	s.dispatch = shim.NewDispatcher(o.Picker, shimPlan(o.Config, s.backends, o.Registry != nil))
 	return s
 }
 
@@ -136,12 +141,12 @@ func (s *Server) AdminHandler() http.Handler {
 	return stripDynamoHeaders(mux)
 }
 
-// stripDynamoHeaders removes every x-dynamo-* header a client sent, before
+// stripDynamoHeaders removes every pin header a client sent, before
 // anything else sees the request, whatever the configuration.
 func stripDynamoHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k := range r.Header {
-			if isDynamoHeader(k) {
+			if shim.IsPinHeader(k) {
 				delete(r.Header, k)
 			}
 		}

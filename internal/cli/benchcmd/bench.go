@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/demo"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
@@ -131,29 +130,29 @@ func Run(ctx context.Context, o *Options) error {
 	return tw.Flush()
 }
 
-func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Request) (workload.Report, error) {
-	ios, _, _, errOut := iostreams.Test()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	so := &routerd.Options{IO: ios, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 5 * time.Second,
-		DemoFleet: fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed},
-		Picker:    modes[mode](),
-		Logger:    func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
-	addr, done, err := routerd.Start(sctx, so)
+func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Request) (rep workload.Report, err error) {
+	d, err := demo.Start(demo.Options{Bind: "127.0.0.1:0",
+		Fleet: fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed},
+		Deps:  routerd.Deps{Picker: modes[mode](), ShutdownGrace: 5 * time.Second}})
 	if err != nil {
-		return workload.Report{}, fmt.Errorf("router for %s: %w %s", mode, err, strings.TrimSpace(errOut.String()))
-	}
-	router := "http://" + addr
-	// Measure once every worker is discovered and has sent its load.
-	if err := settled(sctx, router, o.Prefill+o.Decode); err != nil {
-		return workload.Report{}, fmt.Errorf("router for %s: %w", mode, err)
-	}
-	rep := workload.Replay(sctx, reqs, workload.Options{Router: router, Model: "Qwen/Qwen3-32B", TimeScale: o.TimeScale, MaxOutput: o.MaxOutput})
-	rep.Mode = mode
-	cancel()
-	if err := <-done; err != nil {
 		return rep, fmt.Errorf("router for %s: %w", mode, err)
 	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(sctx) }()
+	defer func() {
+		cancel()
+		if rerr := <-done; rerr != nil && err == nil {
+			err = fmt.Errorf("router for %s: %w", mode, rerr)
+		}
+	}()
+	router := "http://" + d.Addr()
+	// Measure once every worker is discovered and has sent its load.
+	if err := settled(sctx, router, o.Prefill+o.Decode); err != nil {
+		return rep, fmt.Errorf("router for %s: %w", mode, err)
+	}
+	rep = workload.Replay(sctx, reqs, workload.Options{Router: router, Model: "Qwen/Qwen3-32B", TimeScale: o.TimeScale, MaxOutput: o.MaxOutput})
+	rep.Mode = mode
 	return rep, nil
 }
 
@@ -168,7 +167,7 @@ func settled(ctx context.Context, router string, n int) error {
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Authorization", "Bearer "+fleetsim.DemoAdminToken)
+		req.Header.Set("Authorization", "Bearer "+demo.AdminToken)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			var v admin.WorkersResponse
 			err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&v)

@@ -1,21 +1,41 @@
-// Package serve implements `continuum serve` over the router process in
-// internal/routerd.
+// Package serve implements `continuum serve`: it loads and validates the
+// configuration and runs the serving daemon (internal/routerd) over it, or,
+// with --demo, the daemon in front of a simulated fleet (internal/demo).
 package serve
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/demo"
 	"github.com/continuum-router/continuum/internal/gcpolicy"
+	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/routerd"
 )
 
 // Options are the parsed flags and dependencies of `serve`.
-type Options = routerd.Options
+type Options struct {
+	IO         *iostreams.IOStreams
+	Env        config.LookupEnv
+	Logger     func() (*slog.Logger, error)
+	ConfigFile string
+
+	// Grace bounds draining in-flight requests at shutdown.
+	Grace time.Duration
+	// Bind overrides server.bind_address.
+	Bind string
+	// Demo routes to a simulated fleet started in-process.
+	Demo bool
+	// Ready, when set, is told the listening addresses before serving
+	// starts (tests).
+	Ready func(main, admin string)
+}
 
 // NewCmdServe returns `continuum serve`. runF replaces the run step in tests.
 func NewCmdServe(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
@@ -51,18 +71,68 @@ limit of 80% of the container's memory limit unless GOMEMLIMIT is set.`,
 			return Run(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().DurationVar(&opts.Grace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish at shutdown")
+	cmd.Flags().DurationVar(&opts.Grace, "shutdown-grace", routerd.DefaultShutdownGrace, "how long in-flight requests may take to finish at shutdown")
 	cmd.Flags().StringVar(&opts.Bind, "bind", "", "listen address, overriding server.bind_address")
 	cmd.Flags().BoolVar(&opts.Demo, "demo", false, "start a simulated Dynamo fleet in-process and route to it (no --config needed)")
 	return cmd
 }
 
-// Run serves until ctx ends; configuration errors exit with the usage code.
+// Run serves until ctx ends. A configuration file that cannot be read or
+// parsed exits with the usage code; one with errors, with 1.
 func Run(ctx context.Context, o *Options) error {
-	err := routerd.Run(ctx, o)
-	var ce *routerd.ConfigError
-	if errors.As(err, &ce) {
-		return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: ce.Err}
+	logger, err := o.Logger()
+	if err != nil {
+		return err
 	}
-	return err
+	deps := routerd.Deps{Logger: logger, ShutdownGrace: o.Grace}
+	if o.Demo {
+		d, err := demo.Start(demo.Options{Bind: o.Bind, Deps: deps})
+		if err != nil {
+			return err
+		}
+		d.Banner(o.IO.Out)
+		o.ready(d.Daemon)
+		return d.Run(ctx)
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	d, err := routerd.New(cfg, deps)
+	if err != nil {
+		return err
+	}
+	o.ready(d)
+	return d.Run(ctx)
+}
+
+func (o *Options) ready(d *routerd.Daemon) {
+	if o.Ready != nil {
+		o.Ready(d.Addr(), d.AdminAddr())
+	}
+}
+
+// config loads --config (the defaults without one), prints its errors and
+// applies --bind.
+func (o *Options) config() (*config.Config, error) {
+	cfg := config.Default()
+	if o.ConfigFile != "" {
+		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
+		if err != nil {
+			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
+		}
+		for _, f := range doc.Findings {
+			if f.Severity == config.SeverityError {
+				fmt.Fprintln(o.IO.ErrOut, f.String())
+			}
+		}
+		if n := doc.Findings.Errors(); n > 0 {
+			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", doc.File, n, doc.File)
+		}
+		cfg = doc.Config
+	}
+	if o.Bind != "" {
+		cfg.Server.BindAddress = o.Bind
+	}
+	return cfg, nil
 }

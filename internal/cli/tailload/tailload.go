@@ -130,11 +130,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer p.summary()
 	if o.Endpoint != "" {
 		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: p.observe,
-			OnState: func(state string, err error) {
-				if err != nil {
-					fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %v\n", o.Endpoint, err)
-				}
-			}})
+			OnError: func(err error) { fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %v\n", o.Endpoint, err) }})
 	}
 	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
 	if err != nil {

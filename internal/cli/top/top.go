@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -16,7 +14,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
-	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/demo"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/routerd"
 	"github.com/continuum-router/continuum/internal/tui"
@@ -107,7 +105,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Demo {
-		base, wait, serr := startDemo(ctx, o)
+		base, wait, serr := startDemo(ctx)
 		if serr != nil {
 			return serr
 		}
@@ -117,7 +115,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 				err = fmt.Errorf("demo: %w", derr)
 			}
 		}()
-		o.Router, o.Token = base, fleetsim.DemoAdminToken
+		o.Router, o.Token = base, demo.AdminToken
 	}
 	client := &tui.Client{Base: o.Router, Token: o.Token, HTTP: &http.Client{}}
 	m := tui.New(tui.Options{Router: o.Router, Interval: o.Interval, Timeout: o.Timeout, Fetch: client.Fetch,
@@ -166,18 +164,25 @@ func once(ctx context.Context, o *Options, m tui.Model, client *tui.Client) erro
 }
 
 // startDemo runs the demo fleet and router and a light workload against
-// them; done yields the router's result after ctx ends.
-func startDemo(ctx context.Context, o *Options) (base string, done <-chan error, err error) {
-	quiet := &iostreams.IOStreams{In: &emptyReader{}, Out: io.Discard, ErrOut: io.Discard}
-	ropts := &routerd.Options{IO: quiet, Env: o.Env, Demo: true, Bind: "127.0.0.1:0", Grace: 2 * time.Second,
-		Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
-	addr, done, err := routerd.Start(ctx, ropts)
+// them; done yields the router's result once ctx ended and both stopped.
+func startDemo(ctx context.Context) (base string, done <-chan error, err error) {
+	d, err := demo.Start(demo.Options{Bind: "127.0.0.1:0", Deps: routerd.Deps{ShutdownGrace: 2 * time.Second}})
 	if err != nil {
 		return "", nil, fmt.Errorf("demo: %w", err)
 	}
-	base = "http://" + addr
-	go drive(ctx, base)
-	return base, done, nil
+	base = "http://" + d.Addr()
+	result := make(chan error, 1)
+	go func() {
+		driven := make(chan struct{})
+		go func() {
+			defer close(driven)
+			drive(ctx, base)
+		}()
+		err := d.Run(ctx)
+		<-driven
+		result <- err
+	}()
+	return base, result, nil
 }
 
 // drive sends a multi-tenant workload to the demo router until ctx ends.
@@ -187,7 +192,3 @@ func drive(ctx context.Context, base string) {
 		workload.Replay(ctx, reqs, workload.Options{Router: base, Model: "Qwen/Qwen3-32B", MaxOutput: 160, Concurrency: 24})
 	}
 }
-
-type emptyReader struct{}
-
-func (emptyReader) Read([]byte) (int, error) { return 0, io.EOF }

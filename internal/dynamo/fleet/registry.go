@@ -24,10 +24,8 @@ type Registry struct {
 	logger  *slog.Logger
 	observe ProblemObserver
 
-	snap    atomic.Pointer[Snapshot]
-	gen     atomic.Uint64
-	enabled atomic.Bool
-	picker  atomic.Value
+	snap atomic.Pointer[Snapshot]
+	gen  atomic.Uint64
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every publish
@@ -51,24 +49,6 @@ func (r *Registry) Snapshot() *Snapshot { return r.snap.Load() }
 
 // Generation returns the generation of the current snapshot.
 func (r *Registry) Generation() uint64 { return r.gen.Load() }
-
-// SetEnabled records whether discovery is on (dynamo.enabled).
-func (r *Registry) SetEnabled(on bool) { r.enabled.Store(on) }
-
-// IsEnabled reports whether discovery is on.
-func (r *Registry) IsEnabled() bool { return r.enabled.Load() }
-
-// SetPicker installs the picker used for selection; any value the router's
-// picker contract accepts.
-func (r *Registry) SetPicker(p any) { r.picker.Store(&p) }
-
-// Picker returns the installed picker, or nil.
-func (r *Registry) Picker() any {
-	if p, ok := r.picker.Load().(*any); ok {
-		return *p
-	}
-	return nil
-}
 
 // Wait blocks until the generation is greater than after, and returns it.
 // It holds no snapshot while it waits.

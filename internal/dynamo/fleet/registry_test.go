@@ -110,15 +110,3 @@ func TestRegistryMixedNamespaceWarnings(t *testing.T) {
 		t.Errorf("mixed warned again for unchanged pairs:\n%s", logs.String())
 	}
 }
-
-func TestRegistryPickerAndEnabled(t *testing.T) {
-	reg := fleet.NewRegistry(nil, nil)
-	if reg.Picker() != nil || reg.IsEnabled() {
-		t.Fatal("not empty")
-	}
-	reg.SetPicker("round-robin")
-	reg.SetEnabled(true)
-	if reg.Picker() != "round-robin" || !reg.IsEnabled() {
-		t.Fatal("not stored")
-	}
-}

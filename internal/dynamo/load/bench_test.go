@@ -78,7 +78,7 @@ func BenchmarkIdleSubscriptions(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		store := load.NewStore(time.Minute, nil)
-		sup := &load.Supervisor{Registry: f.reg, Store: store, Connector: &zmtp.Direct{}}
+		sup := load.NewSupervisor(f.reg, store, &zmtp.Direct{}, nil, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = sup.Run(ctx) }()

@@ -62,7 +62,7 @@ func startSupervisor(t *testing.T, reg *fleet.Registry) *runningSupervisor {
 	t.Helper()
 	m := telemetry.NewLoadMetrics(nil)
 	store := load.NewStore(time.Minute, load.Gauges{M: m})
-	sup := &load.Supervisor{Registry: reg, Store: store, Connector: &zmtp.Direct{}, Metrics: m}
+	sup := load.NewSupervisor(reg, store, &zmtp.Direct{}, m, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sup.Run(ctx) }()
@@ -203,7 +203,7 @@ func TestSupervisorRefusesUnallowedAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup := &load.Supervisor{Registry: f.reg, Store: store, Connector: &zmtp.Direct{Allow: prefixes}, Metrics: m}
+	sup := load.NewSupervisor(f.reg, store, &zmtp.Direct{Allow: prefixes}, m, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sup.Run(ctx) }()

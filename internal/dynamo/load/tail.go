@@ -2,12 +2,8 @@ package load
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
-	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -20,12 +16,12 @@ type TailConfig struct {
 	Connector   zmtp.Connector
 	// Observe sees every message; it runs on the subscription's goroutine.
 	Observe func(Event)
-	// OnState, when set, is told about connection changes.
-	OnState func(state string, err error)
+	// OnError, when set, is told why each attempt or session ended.
+	OnError func(err error)
 }
 
 // Tail subscribes to one publisher and reports every message until ctx
-// ends, reconnecting with the supervisor's backoff. It stores nothing.
+// ends, reconnecting as the supervisor does. It stores nothing.
 func Tail(ctx context.Context, c TailConfig) error {
 	if c.Topic == "" {
 		c.Topic = fleet.TopicLoad
@@ -33,129 +29,51 @@ func Tail(ctx context.Context, c TailConfig) error {
 	if _, _, err := zmtp.SplitTCPEndpoint(c.Endpoint); err != nil {
 		return err
 	}
-	lim := zmtp.LimitsKVEvents
-	if c.Topic == fleet.TopicLoad {
-		lim = zmtp.LimitsKVMetrics
+	var h Handler = tailReader(c.PublisherID, c.Topic, c.Observe)
+	if c.OnError != nil {
+		h = errorReporter{Handler: h, report: c.OnError}
 	}
-	state := func(s string, err error) {
-		if c.OnState != nil {
-			c.OnState(s, err)
-		}
-	}
-	r := &reader{pid: c.PublisherID, anyPublisher: c.PublisherID == 0, topic: c.Topic, count: func(string) {}, observe: c.Observe}
-	backoff := ReconnectInitial
-	for ctx.Err() == nil {
-		state(StateConnecting, nil)
-		started := time.Now()
-		err := tailSession(ctx, c, lim, r, state)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, zmtp.ErrProtocol) || errors.Is(err, zmtp.ErrNotAllowed) {
-			if c.Observe != nil {
-				c.Observe(Event{PublisherID: r.pid, Topic: c.Topic, Result: wire.ResultTransportRefused, Detail: err.Error()})
-			}
-		}
-		if time.Since(started) >= ResetAfter {
-			backoff = ReconnectInitial
-		}
-		state(StateBackoff, err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		backoff = min(backoff*2, ReconnectMax)
-	}
+	l := &Loop{Endpoint: c.Endpoint, Topic: c.Topic, Limits: limitsOf(c.Topic), Connector: c.Connector, Handler: h}
+	l.Run(ctx)
 	return nil
 }
 
-func tailSession(ctx context.Context, c TailConfig, lim zmtp.Limits, r *reader, state func(string, error)) error {
-	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
-	conn, err := c.Connector.Connect(cctx, c.Endpoint)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("connect %s: %w", c.Endpoint, err)
-	}
-	defer func() { _ = conn.Close() }()
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	defer stop()
-	zs, err := zmtp.Subscribe(cctx, conn, []byte(c.Topic), lim)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", c.Endpoint, err)
-	}
-	state(StateConnected, nil)
-	r.haveSeq = false
-	for {
-		frames, err := zs.Next()
-		if errors.Is(err, zmtp.ErrOversized) {
-			if c.Observe != nil {
-				c.Observe(Event{PublisherID: r.pid, Topic: c.Topic, Result: wire.ResultOversized, Detail: "message over the size limit skipped"})
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		r.handle(frames, time.Now())
-	}
-}
-
 // TailFleet tails every publisher of topic in the registry's fleet (at most
-// MaxSubscriptions, in ascending publisher id), following generations until
-// ctx ends. observe runs on many goroutines at once.
+// MaxSubscriptions, lowest publisher ids first), following generations
+// until ctx ends. observe runs on many goroutines at once.
 func TailFleet(ctx context.Context, reg *fleet.Registry, topic string, connector zmtp.Connector, observe func(Event)) {
-	type running struct {
-		pub    fleet.Publisher
-		cancel context.CancelFunc
-	}
-	subs := map[uint64]*running{}
-	done := make(chan struct{}, MaxSubscriptions)
-	live := 0
+	pool := Pool{Family: topic, Limits: limitsOf(topic), Connector: connector,
+		NewHandler: func(p fleet.Publisher) Handler { return tailReader(p.PublisherID, topic, observe) }}
 	watch := reg.Subscribe()
 	for {
-		var want []*fleet.Publisher
-		for _, p := range reg.Snapshot().Publishers {
-			if p.Topic == topic {
-				want = append(want, p)
-			}
-		}
-		if len(want) > MaxSubscriptions {
-			want = want[:MaxSubscriptions] // Publishers are sorted by namespace, then id
-		}
-		wanted := map[uint64]*fleet.Publisher{}
-		for _, p := range want {
-			wanted[p.PublisherID] = p
-		}
-		for id, r := range subs {
-			if p, ok := wanted[id]; !ok || *p != r.pub {
-				r.cancel()
-				delete(subs, id)
-			}
-		}
-		for _, p := range want {
-			if _, ok := subs[p.PublisherID]; ok {
-				continue
-			}
-			sctx, cancel := context.WithCancel(ctx)
-			subs[p.PublisherID] = &running{pub: *p, cancel: cancel}
-			live++
-			go func(p fleet.Publisher) {
-				defer func() { done <- struct{}{} }()
-				_ = Tail(sctx, TailConfig{Endpoint: p.ZmqEndpoint(), PublisherID: p.PublisherID, Topic: topic, Connector: connector, Observe: observe})
-			}(*p)
-		}
+		pool.Reconcile(ctx, publishers(reg.Snapshot(), topic))
 		if _, err := watch.Next(ctx); err != nil {
 			break
 		}
 	}
-	for _, r := range subs {
-		r.cancel()
+	pool.Stop()
+}
+
+// tailReader decodes without storing; pid 0 accepts any publisher.
+func tailReader(pid uint64, topic string, observe func(Event)) *reader {
+	return &reader{pid: pid, anyPublisher: pid == 0, topic: topic, count: func(string) {}, observe: observe}
+}
+
+// limitsOf is the size limits of a topic's messages.
+func limitsOf(topic string) zmtp.Limits {
+	if topic == fleet.TopicLoad {
+		return zmtp.LimitsKVMetrics
 	}
-	for ; live > 0; live-- {
-		<-done
-	}
+	return zmtp.LimitsKVEvents
+}
+
+// errorReporter also tells report why each attempt or session ended.
+type errorReporter struct {
+	Handler
+	report func(error)
+}
+
+func (e errorReporter) Ended(err error) {
+	e.Handler.Ended(err)
+	e.report(err)
 }

@@ -53,16 +53,18 @@ func BenchmarkPick(b *testing.B) {
 			r := pick.Request{Model: "m0", Namespaces: []string{"dynamo"}, EstPromptTokens: 1000}
 			pickers := []struct {
 				name string
-				p    pick.Picker
+				p    interface {
+					Pick(*fleet.Snapshot, pick.Request, time.Time) (pick.Pin, error)
+				}
 			}{
-				{"scan", pick.NewScanOracle(l.store, pick.NewLedger())},
-				{"indexed", &pick.LoadBased{Loads: l.store, Ledger: pick.NewLedger(), Now: func() time.Time { return t0 }}},
+				{"scan", pick.NewScanOracle(l.store)},
+				{"indexed", pick.NewLoadBased(l.store)},
 			}
 			for _, p := range pickers {
 				b.Run(fleetName(n, models)+"/"+p.name, func(b *testing.B) {
 					b.ReportAllocs()
 					for b.Loop() {
-						if _, err := p.p.Pick(snap, r); err != nil {
+						if _, err := p.p.Pick(snap, r, t0); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -86,7 +88,7 @@ func BenchmarkReserveWhileSamplesArrive(b *testing.B) {
 			}
 			b.Run(fleetName(n, models), func(b *testing.B) {
 				snap, l := benchFleet(b, n, models)
-				p := &pick.LoadBased{Loads: l.store, Ledger: pick.NewLedger()}
+				p := pick.NewLoadBased(l.store)
 				reqs := make([]pick.Request, models)
 				for m := range reqs {
 					reqs[m] = pick.Request{Model: fmt.Sprintf("m%d", m), Namespaces: []string{"dynamo"}, EstPromptTokens: 1000}
@@ -105,7 +107,7 @@ func BenchmarkReserveWhileSamplesArrive(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					p.Ledger.Finished(t)
+					p.Release(t)
 					i++
 				}
 			})

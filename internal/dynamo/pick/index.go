@@ -131,7 +131,7 @@ func (x *index) markDirty(i int32) {
 
 // sync brings every state up to now; the shapeCache has handed it the
 // changes of the logs.
-func (x *index) sync(r load.ReadView, l *Ledger, now time.Time, maxAge time.Duration) {
+func (x *index) sync(r load.ReadView, l *ledger, now time.Time, maxAge time.Duration) {
 	if !x.built || x.stale || maxAge != x.maxAge || now.Before(x.validFrom) {
 		x.rebuild(r, l, now, maxAge)
 		return
@@ -151,7 +151,7 @@ func (x *index) sync(r load.ReadView, l *Ledger, now time.Time, maxAge time.Dura
 	}
 }
 
-func (x *index) rebuild(r load.ReadView, l *Ledger, now time.Time, maxAge time.Duration) {
+func (x *index) rebuild(r load.ReadView, l *ledger, now time.Time, maxAge time.Duration) {
 	x.built, x.stale, x.maxAge, x.validFrom = true, false, maxAge, time.Time{}
 	x.dirty = x.dirty[:0]
 	for i := range x.cands {
@@ -174,7 +174,7 @@ func (x *index) rebuildDue() {
 
 // update recomputes candidate i at now: the rules of section 14 for one
 // (worker, rank).
-func (x *index) update(i int, r load.ReadView, l *Ledger, now time.Time) {
+func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	c := &x.cands[i]
 	smp := r.Get(c.key)
 	var since time.Time

@@ -2,13 +2,15 @@ package pick
 
 import (
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
-// In-flight accounting (seed section 14).
+// In-flight accounting. A worker's load sample lags what the router has
+// just sent it, so the picker adds what it dispatched since the sample; and
+// a worker that was sent real work and has said nothing since may be
+// stalled rather than idle.
 const (
 	// InFlightWindow: a dispatched request counts in its worker's backlog
 	// until the worker's next sample, or this long.
@@ -32,10 +34,11 @@ type entry struct {
 	done          bool
 }
 
-// Ledger counts what was dispatched to each (worker, rank) since its last
-// sample. It is safe for concurrent use.
-type Ledger struct {
-	mu      sync.RWMutex
+// ledger counts what was dispatched to each (worker, rank) since its last
+// sample. It has no lock of its own: its picker's lock guards it together
+// with the picker's indexes, so that a pick and the dispatch it records are
+// one step.
+type ledger struct {
 	entries map[load.Key][]entry
 	next    uint64
 	// dispatches since the last sweep of expired entries.
@@ -50,8 +53,8 @@ type Ledger struct {
 // than this recomputes every candidate.
 const changeLogSize = 1 << 14
 
-// changed records that k's entries changed; the caller holds l.mu.
-func (l *Ledger) changed(k load.Key) {
+// changed records that k's entries changed.
+func (l *ledger) changed(k load.Key) {
 	if l.changeLog == nil {
 		l.changeLog = make([]load.Key, changeLogSize)
 	}
@@ -61,8 +64,7 @@ func (l *Ledger) changed(k load.Key) {
 
 // changedSince calls each with the key of every change after version
 // since, or returns false when the log no longer reaches back that far.
-// The caller holds l.mu (read or write).
-func (l *Ledger) changedSince(since uint64, each func(load.Key)) bool {
+func (l *ledger) changedSince(since uint64, each func(load.Key)) bool {
 	v := l.version
 	if since > v || v-since > changeLogSize {
 		return false
@@ -77,26 +79,20 @@ func (l *Ledger) changedSince(since uint64, each func(load.Key)) bool {
 // entries (entries of departed workers are never read again otherwise).
 const sweepEvery = 1024
 
-// NewLedger returns an empty ledger.
-func NewLedger() *Ledger { return &Ledger{entries: map[load.Key][]entry{}} }
+func newLedger() ledger { return ledger{entries: map[load.Key][]entry{}} }
 
-// Ticket identifies a dispatch in the ledger.
+// Ticket identifies a dispatch in its picker's ledger; the zero Ticket
+// records nothing.
 type Ticket struct {
 	keys []load.Key
 	id   uint64
 }
 
-// Dispatched records a pin: the prompt tokens on the prefill side (or on
+// dispatched records a pin: the prompt tokens on the prefill side (or on
 // the decode worker when it prefills itself) and the prompt's blocks on the
 // decode side. The decode side of a pair cannot stall (it is reached only
 // after prefill).
-func (l *Ledger) Dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dispatchedLocked(pin, promptTokens, now)
-}
-
-func (l *Ledger) dispatchedLocked(pin Pin, promptTokens int, now time.Time) Ticket {
+func (l *ledger) dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
 	if l.sinceSweep++; l.sinceSweep >= sweepEvery {
 		l.sinceSweep = 0
 		for k, list := range l.entries {
@@ -146,11 +142,9 @@ func (l *Ledger) dispatchedLocked(pin Pin, promptTokens int, now time.Time) Tick
 	return t
 }
 
-// Finished marks a dispatch as done (answered, refused, failed or
+// finished marks a dispatch as done (answered, refused, failed or
 // cancelled): it no longer counts towards a stall.
-func (l *Ledger) Finished(t Ticket) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *ledger) finished(t Ticket) {
 	for _, k := range t.keys {
 		l.changed(k)
 		list := l.entries[k]
@@ -179,8 +173,8 @@ func expire(list []entry, now time.Time) []entry {
 // sample) and within the window, and whether the key looks stalled; and
 // the instants around now where that answer may change: prev, the latest
 // at or before now, and next, the earliest after it (zero when none). It
-// only reads: the caller holds l.mu (read or write).
-func (l *Ledger) view(k load.Key, since, now time.Time) (prefill, decode int, stalled bool, b bounds) {
+// only reads.
+func (l *ledger) view(k load.Key, since, now time.Time) (prefill, decode int, stalled bool, b bounds) {
 	list := l.entries[k]
 	// The list is in time order: entries answered by the last sample (not
 	// after since) come first, then expired ones, then those that count.

@@ -22,9 +22,9 @@ type Loads interface {
 //	prefill cost = active_prefill_tokens / max_num_batched_tokens
 //	decode cost  = (active_decode_blocks + ceil(est_prompt_tokens / block_size)) / total_kv_blocks
 //
-// Backlogs come from fresh samples plus what was dispatched since
-// (the Ledger); quiet workers have backlog 0; a worker that went silent with
-// a backlog, or that may be stalled, has no cost while another has one; with
+// Backlogs come from fresh samples plus what was dispatched since (its
+// ledger); quiet workers have backlog 0; a worker that went silent with a
+// backlog, or that may be stalled, has no cost while another has one; with
 // no fresh sample anywhere, a per-phase round-robin cursor decides.
 //
 // A pick does not scan the candidates: each request shape (model and
@@ -32,17 +32,20 @@ type Loads interface {
 // costs are kept up to date from the store's and the ledger's change logs
 // and a deadline heap for changes that come with time (see index).
 type LoadBased struct {
-	Loads  Loads
-	Ledger *Ledger
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	loads Loads
 
 	cursors [2]atomic.Uint64 // decode, prefill
 
-	mu     sync.Mutex // guards caches and keyBuf
+	// mu guards the ledger with the indexes built from it, so that a pick
+	// and the dispatch it records are one step.
+	mu     sync.Mutex
+	ledger ledger
 	caches [2]*shapeCache
 	keyBuf []byte
 }
+
+// NewLoadBased returns a load-based picker over loads.
+func NewLoadBased(loads Loads) *LoadBased { return &LoadBased{loads: loads, ledger: newLedger()} }
 
 var _ Picker = (*LoadBased)(nil)
 
@@ -81,8 +84,8 @@ func (c *shapeCache) add(x *index) {
 }
 
 // drain hands the changes logged since the last drain to the indexes.
-// The caller holds the store's read lock (r) and the ledger's lock.
-func (c *shapeCache) drain(r load.ReadView, l *Ledger) {
+// The caller holds the store's read lock (r) and the picker's lock.
+func (c *shapeCache) drain(r load.ReadView, l *ledger) {
 	each := func(k load.Key) {
 		for _, o := range c.owners[k] {
 			o.x.markDirty(o.pos)
@@ -159,44 +162,41 @@ func groups(snap *fleet.Snapshot, req Request) []group {
 	return out
 }
 
-// Reserver is a picker that can pick and record the dispatch in one step,
-// so that concurrent requests see each other's in-flight load.
-type Reserver interface {
-	Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error)
-}
-
-var _ Reserver = (*LoadBased)(nil)
-
-// Pick implements Picker.
-func (p *LoadBased) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
-	now := time.Now()
-	if p.Now != nil {
-		now = p.Now()
-	}
+// Pick chooses without recording the dispatch: what Reserve would pick at
+// now.
+func (p *LoadBased) Pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.Ledger != nil {
-		p.Ledger.mu.RLock()
-		defer p.Ledger.mu.RUnlock()
-	}
 	return p.pick(snap, req, now)
 }
 
-// Reserve picks and records the pin in the ledger under one lock.
+// Reserve implements Picker.
 func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.Ledger == nil {
-		pin, err := p.pick(snap, req, now)
-		return pin, Ticket{}, err
-	}
-	p.Ledger.mu.Lock()
-	defer p.Ledger.mu.Unlock()
 	pin, err := p.pick(snap, req, now)
 	if err != nil {
 		return pin, Ticket{}, err
 	}
-	return pin, p.Ledger.dispatchedLocked(pin, req.EstPromptTokens, now), nil
+	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, now), nil
+}
+
+// Release implements Picker.
+func (p *LoadBased) Release(t Ticket) {
+	if t.id == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ledger.finished(t)
+}
+
+// Dispatched records a dispatch the picker did not choose (a pin forced by
+// other means) as Reserve records its own.
+func (p *LoadBased) Dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ledger.dispatched(pin, promptTokens, now)
 }
 
 // decodeIndex returns the cache of snap and the decode index of the
@@ -234,17 +234,17 @@ func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache,
 	return c, x
 }
 
-// pick chooses; the caller holds p.mu and the ledger lock (read or write).
+// pick chooses; the caller holds p.mu.
 func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
 	c, dx := p.decodeIndex(snap, req)
 	if dx == nil {
 		return Pin{}, ErrNoWorkers
 	}
-	maxAge := p.Loads.MaxStaleness()
+	maxAge := p.loads.MaxStaleness()
 	var pin Pin
-	p.Loads.Read(func(r load.ReadView) {
-		c.drain(r, p.Ledger)
-		dx.sync(r, p.Ledger, now, maxAge)
+	p.loads.Read(func(r load.ReadView) {
+		c.drain(r, &p.ledger)
+		dx.sync(r, &p.ledger, now, maxAge)
 		i, reason := dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
 		d := dx.cands[i]
 		g := dx.groups[d.group]
@@ -261,7 +261,7 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 			dx.prefill[d.group] = px
 			c.add(px)
 		}
-		px.sync(r, p.Ledger, now, maxAge)
+		px.sync(r, &p.ledger, now, maxAge)
 		j, preason := px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
 		pc := px.cands[j]
 		pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ import (
 // difference instead of being shared.
 type oracle struct {
 	Loads   Loads
-	Ledger  *Ledger
+	Ledger  *ledger
 	cursors [2]atomic.Uint64
+	mu      sync.Mutex // guards Ledger when the oracle is a Picker
 }
 
 // ocand is one (worker, rank) of the oracle, with its cost.
@@ -121,7 +123,7 @@ func (p *oracle) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, er
 }
 
 // oracleView is the old Ledger.view.
-func oracleView(l *Ledger, k load.Key, since, now time.Time) (prefill, decode int, stalled bool) {
+func oracleView(l *ledger, k load.Key, since, now time.Time) (prefill, decode int, stalled bool) {
 	for _, e := range l.entries[k] {
 		if now.Sub(e.at) > InFlightWindow || !e.at.After(since) {
 			continue
@@ -338,10 +340,9 @@ func TestDifferential(t *testing.T) {
 			live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 		}
 		store.SetLiveAndRetain(live)
-		ledger := NewLedger()
 		now := base.Add(time.Minute)
-		p := &LoadBased{Loads: store, Ledger: ledger, Now: func() time.Time { return now }}
-		o := &oracle{Loads: store, Ledger: ledger}
+		p := NewLoadBased(store)
+		o := &oracle{Loads: store, Ledger: &p.ledger}
 		var tickets []Ticket
 		small := func() *uint64 {
 			switch rng.IntN(4) {
@@ -376,7 +377,7 @@ func TestDifferential(t *testing.T) {
 			case op == 10:
 				store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
 			case op == 11 && len(tickets) > 0:
-				ledger.Finished(tickets[rng.IntN(len(tickets))])
+				p.Release(tickets[rng.IntN(len(tickets))])
 			case op == 12:
 				// A new snapshot generation of the same fleet.
 				snap2 = snap
@@ -394,13 +395,13 @@ func TestDifferential(t *testing.T) {
 				if rng.IntN(8) == 0 {
 					use = snap2 // a request still holding the previous snapshot
 				}
-				ledger.mu.RLock()
+				p.mu.Lock()
 				want, werr := o.pick(use, r, now)
-				ledger.mu.RUnlock()
+				p.mu.Unlock()
 				var got Pin
 				var gerr error
 				if rng.IntN(3) == 0 {
-					got, gerr = p.Pick(use, r)
+					got, gerr = p.Pick(use, r, now)
 				} else {
 					var tk Ticket
 					got, tk, gerr = p.Reserve(use, r, now)
@@ -422,13 +423,22 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
-// Pick implements Picker (the benchmarks' baseline).
-func (p *oracle) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
-	if p.Ledger != nil {
-		p.Ledger.mu.RLock()
-		defer p.Ledger.mu.RUnlock()
+// Reserve implements Picker (the benchmarks' baseline).
+func (p *oracle) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pin, err := p.pick(snap, req, now)
+	if err != nil {
+		return pin, Ticket{}, err
 	}
-	return p.pick(snap, req, time.Unix(1_800_000_000, 0))
+	return pin, p.Ledger.dispatched(pin, req.EstPromptTokens, now), nil
+}
+
+// Release implements Picker.
+func (p *oracle) Release(t Ticket) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Ledger.finished(t)
 }
 
 // TestIndexCatchesUp: changes beyond the store's and the ledger's change
@@ -443,18 +453,17 @@ func TestIndexCatchesUp(t *testing.T) {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	store.SetLiveAndRetain(live)
-	ledger := NewLedger()
 	now := base.Add(time.Minute)
-	p := &LoadBased{Loads: store, Ledger: ledger, Now: func() time.Time { return now }}
-	o := &oracle{Loads: store, Ledger: ledger}
+	p := NewLoadBased(store)
+	o := &oracle{Loads: store, Ledger: &p.ledger}
 	r := Request{Model: "m", Namespaces: []string{"a", "b", "c"}, EstPromptTokens: 100}
 	check := func(what string) {
 		t.Helper()
 		for range 5 {
-			ledger.mu.RLock()
+			p.mu.Lock()
 			want, werr := o.pick(snap, r, now)
-			ledger.mu.RUnlock()
-			got, gerr := p.Pick(snap, r)
+			p.mu.Unlock()
+			got, gerr := p.Pick(snap, r, now)
 			if werr != nil || gerr != nil || !samePin(want, got) {
 				t.Fatalf("%s: oracle %s (%v), indexed %s (%v)", what, pinString(want), werr, pinString(got), gerr)
 			}
@@ -480,7 +489,7 @@ func TestIndexCatchesUp(t *testing.T) {
 	check("after 70,000 samples")
 	for i := range 20_000 { // beyond the ledger's log
 		w := snap.Workers[i%len(snap.Workers)]
-		ledger.Dispatched(Pin{Decode: Target{Worker: w, DPRank: w.DPStartRank}}, 100+i%50, now.Add(-time.Duration(i%7)*time.Second))
+		p.Dispatched(Pin{Decode: Target{Worker: w, DPRank: w.DPStartRank}}, 100+i%50, now.Add(-time.Duration(i%7)*time.Second))
 	}
 	check("after 20,000 dispatches")
 	now = now.Add(6 * time.Second)
@@ -502,7 +511,7 @@ func TestConcurrentUse(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(base.UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Add(int64(time.Millisecond))) }
-	p := &LoadBased{Loads: store, Ledger: NewLedger(), Now: now}
+	p := NewLoadBased(store)
 	var seq atomic.Uint64
 	done := make(chan struct{})
 	errs := make(chan error, 8)
@@ -525,11 +534,11 @@ func TestConcurrentUse(t *testing.T) {
 					var pin Pin
 					var err error
 					if rng.IntN(2) == 0 {
-						pin, err = p.Pick(snap, r)
+						pin, err = p.Pick(snap, r, now())
 					} else {
 						var tk Ticket
 						pin, tk, err = p.Reserve(snap, r, now())
-						p.Ledger.Finished(tk)
+						p.Release(tk)
 					}
 					if err != nil {
 						continue // no worker of that model
@@ -575,7 +584,7 @@ func TestRoundRobinDifferential(t *testing.T) {
 					decode = oracleRanks(decode, gi, g.aggregated)
 				}
 			}
-			got, err := p.Pick(snap, r)
+			got, _, err := p.Reserve(snap, r, time.Time{})
 			if len(decode) == 0 {
 				if !errors.Is(err, ErrNoWorkers) {
 					t.Fatalf("scenario %d step %d %+v: err = %v, want ErrNoWorkers", sc, step, r, err)

@@ -1,12 +1,16 @@
-// Package pick chooses the workers a request is pinned to: the picker
-// contract, the in-flight ledger, and the load-based picker of the design
-// document (section 15, with the freshness rules of section 14).
+// Package pick chooses the workers a request is pinned to: the Picker
+// contract the dispatcher calls, the round-robin picker, and the
+// load-based picker with its in-flight ledger. Pickers are pure over the
+// fleet snapshot, the load view, the request's facts and their own
+// cursors and ledger: they do no I/O.
+//
+// Imports: fleet and load only.
 package pick
 
 import (
 	"errors"
 	"math"
-	"strings"
+	"time"
 	"unicode"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -59,9 +63,17 @@ type Pin struct {
 	PrefillReason string // "" when no prefill selection was made
 }
 
-// Picker chooses workers. Implementations are safe for concurrent use.
+// Picker chooses the workers a request is pinned to. Implementations are
+// safe for concurrent use.
 type Picker interface {
-	Pick(snap *fleet.Snapshot, req Request) (Pin, error)
+	// Reserve picks for req in snap and records the dispatch as in flight,
+	// in one step with respect to other Reserve calls, so that requests
+	// arriving together see each other's load. It returns ErrNoWorkers
+	// when no worker of the request's model is a candidate.
+	Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error)
+	// Release ends a reserved dispatch (answered, refused, failed or
+	// cancelled); it no longer counts as a possible stall.
+	Release(t Ticket)
 }
 
 // EstimateTokens guesses a prompt's token count without a tokenizer: the
@@ -83,9 +95,4 @@ func EstimateTokens(text string) int {
 	byChars := (chars + 3) / 4
 	byWords := int(math.Ceil(float64(words) * 4 / 3))
 	return max(byChars, byWords)
-}
-
-// EstimateMessages estimates the tokens of chat messages' text.
-func EstimateMessages(parts []string) int {
-	return EstimateTokens(strings.Join(parts, "\n"))
 }

@@ -91,8 +91,18 @@ func (l *loads) sample(worker uint64, rank uint32, at time.Time, decode, prefill
 	}
 }
 
-func picker(l *loads, now time.Time) *pick.LoadBased {
-	return &pick.LoadBased{Loads: l.store, Ledger: pick.NewLedger(), Now: func() time.Time { return now }}
+// clocked is a load-based picker whose picks read the clock Now.
+type clocked struct {
+	*pick.LoadBased
+	Now func() time.Time
+}
+
+func (c *clocked) Pick(snap *fleet.Snapshot, r pick.Request) (pick.Pin, error) {
+	return c.LoadBased.Pick(snap, r, c.Now())
+}
+
+func picker(l *loads, now time.Time) *clocked {
+	return &clocked{LoadBased: pick.NewLoadBased(l.store), Now: func() time.Time { return now }}
 }
 
 func req(namespaces ...string) pick.Request {
@@ -102,7 +112,7 @@ func req(namespaces ...string) pick.Request {
 	return pick.Request{Model: "m", Namespaces: namespaces, EstPromptTokens: 160}
 }
 
-func mustPick(t *testing.T, p *pick.LoadBased, snap *fleet.Snapshot, r pick.Request) pick.Pin {
+func mustPick(t *testing.T, p *clocked, snap *fleet.Snapshot, r pick.Request) pick.Pin {
 	t.Helper()
 	pin, err := p.Pick(snap, r)
 	if err != nil {
@@ -282,7 +292,7 @@ func TestInFlight(t *testing.T) {
 	if first.Decode.Worker.ID.InstanceID != 1 {
 		t.Fatalf("%+v", first)
 	}
-	p.Ledger.Dispatched(first, 160, now) // 10 blocks on worker 1
+	p.Dispatched(first, 160, now) // 10 blocks on worker 1
 	if second := mustPick(t, p, snap, req()); second.Decode.Worker.ID.InstanceID != 2 {
 		t.Fatalf("the in-flight request was not counted: %+v", second)
 	}
@@ -301,17 +311,16 @@ func TestStalled(t *testing.T) {
 	l := newLoads(snap)
 	l.sample(1, 0, t0, u64(0), nil, nil)
 	l.sample(2, 0, t0.Add(6*time.Second), u64(400), nil, nil)
-	ledger := pick.NewLedger()
+	p := picker(l, t0.Add(7*time.Second))
 	pin := pick.Pin{Decode: pick.Target{Worker: snap.Workers[0], DPRank: 0}}
 	if snap.Workers[0].ID.InstanceID != 1 {
 		pin.Decode.Worker = snap.Workers[1]
 	}
-	ticket := ledger.Dispatched(pin, 48, t0.Add(time.Second)) // 3 blocks
-	p := &pick.LoadBased{Loads: l.store, Ledger: ledger, Now: func() time.Time { return t0.Add(7 * time.Second) }}
+	ticket := p.Dispatched(pin, 48, t0.Add(time.Second)) // 3 blocks
 	if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 2 {
 		t.Fatalf("a stalled worker was picked: %+v", got)
 	}
-	ledger.Finished(ticket) // the frontend answered: it was not stalled
+	p.Release(ticket) // the frontend answered: it was not stalled
 	if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 1 {
 		t.Fatalf("a finished request still stalls the worker: %+v", got)
 	}
@@ -339,13 +348,13 @@ func TestEstimateTokens(t *testing.T) {
 // expire and are swept, so the ledger does not fill up with churn.
 func TestLedgerSweepsDepartedWorkers(t *testing.T) {
 	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
-	ledger := pick.NewLedger()
-	ledger.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[0]}}, 100, t0)
+	p := pick.NewLoadBased(newLoads(snap).store)
+	p.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[0]}}, 100, t0)
 	later := t0.Add(pick.InFlightWindow + time.Second)
 	for range 1024 {
-		ledger.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[1]}}, 100, later)
+		p.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[1]}}, 100, later)
 	}
-	if n := ledger.Keys(); n != 1 {
+	if n := p.LedgerKeys(); n != 1 {
 		t.Fatalf("%d keys held, want only the live worker's", n)
 	}
 }

@@ -113,10 +113,11 @@ func TestStartRanksRotation(t *testing.T) {
 		p := c.p
 		t.Run(c.name, func(t *testing.T) {
 			for i := range 2 * len(decode) * len(prefill) {
-				pin, err := p.Pick(snap, req())
+				pin, tk, err := p.Reserve(snap, req(), t0)
 				if err != nil {
 					t.Fatal(err)
 				}
+				p.Release(tk)
 				if got, want := targetOf(pin.Decode), decode[i%len(decode)]; got != want || !pin.Decode.SendRank {
 					t.Fatalf("pick %d: decode %v (send rank %v), want %v", i, got, pin.Decode.SendRank, want)
 				}

@@ -2,6 +2,7 @@ package pick
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 )
@@ -16,8 +17,16 @@ type RoundRobin struct {
 
 var _ Picker = (*RoundRobin)(nil)
 
-// Pick implements Picker.
-func (p *RoundRobin) Pick(snap *fleet.Snapshot, req Request) (Pin, error) {
+// Reserve implements Picker; RoundRobin records nothing.
+func (p *RoundRobin) Reserve(snap *fleet.Snapshot, req Request, _ time.Time) (Pin, Ticket, error) {
+	pin, err := p.pick(snap, req)
+	return pin, Ticket{}, err
+}
+
+// Release implements Picker.
+func (p *RoundRobin) Release(Ticket) {}
+
+func (p *RoundRobin) pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	gs := groups(snap, req)
 	decode := appendDecodeCandidates(nil, gs)
 	if len(decode) == 0 {

@@ -1,0 +1,187 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// Timings of one subscription. A publisher that is down is retried with a
+// full-jitter exponential backoff, so that a fleet restarting at once does
+// not have every router reconnect in step.
+const (
+	// ConnectTimeout bounds resolving, dialling and the ZMTP handshake.
+	ConnectTimeout = 10 * time.Second
+	// ReconnectInitial and ReconnectMax bound the backoff between attempts.
+	ReconnectInitial = 500 * time.Millisecond
+	ReconnectMax     = 30 * time.Second
+	// ResetAfter is how long a session must last for the backoff to return
+	// to ReconnectInitial; a publisher that accepts and drops connections
+	// keeps backing off.
+	ResetAfter = 30 * time.Second
+)
+
+// Subscription states. A subscription is in exactly one of them at a time.
+const (
+	// StatePending: admitted, its loop not started yet.
+	StatePending = "pending"
+	// StateConnecting: dialling and handshaking.
+	StateConnecting = "connecting"
+	// StateConnected: a session is up and messages are read.
+	StateConnected = "connected"
+	// StateBackoff: the last attempt or session failed; waiting to retry.
+	StateBackoff = "backoff"
+)
+
+// Handler consumes what one subscription receives. Its methods run on the
+// subscription's goroutine, one at a time.
+type Handler interface {
+	// Connected starts a session: whatever came before may have been missed.
+	Connected()
+	// Message is one message's frames, valid only during the call.
+	Message(frames [][]byte, now time.Time)
+	// Oversized: a message over the limits was skipped; the session goes on.
+	Oversized()
+	// Ended: an attempt or a session ended with err (never on cancellation).
+	Ended(err error)
+}
+
+// Loop is one subscription to one publisher: dial, handshake, read until
+// the session fails, back off, again, until its context ends. It is the
+// only subscription loop: the supervisor and both forms of tail-load run it.
+//
+// An established session is read on a fresh goroutine, and the goroutine
+// that dialled ends: resolving, dialling and handshaking need a deep stack,
+// a goroutine's stack stays grown until collections shrink it (and they
+// halve it only while less than a quarter is used), and an idle
+// subscription should hold only the small stack of a blocked read. The
+// goroutines of one loop never overlap, so the Handler still sees one
+// call at a time.
+type Loop struct {
+	Endpoint  string
+	Topic     string
+	Limits    zmtp.Limits
+	Connector zmtp.Connector
+	Handler   Handler
+	// State, when set, is told every state the loop enters.
+	State func(state string)
+}
+
+// Run subscribes until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	done := make(chan struct{})
+	l.Start(ctx, func() { close(done) })
+	<-done
+}
+
+// Start runs the loop on its own goroutines until ctx ends, then calls
+// done.
+func (l *Loop) Start(ctx context.Context, done func()) {
+	go l.connect(ctx, ReconnectInitial, done)
+}
+
+// connect dials until a session is up, backing off between attempts, and
+// hands the session to a fresh goroutine.
+func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) {
+	for {
+		l.state(StateConnecting)
+		zs, err := l.dial(ctx)
+		if err == nil {
+			// Everything but the reads happens here, before the handover.
+			stop := context.AfterFunc(ctx, func() { _ = zs.Close() })
+			l.Handler.Connected()
+			l.state(StateConnected)
+			go l.read(ctx, zs, stop, backoff, done)
+			return
+		}
+		if backoff, err = l.failed(ctx, err, backoff); err != nil {
+			done()
+			return
+		}
+	}
+}
+
+// read runs one session, then goes back to dialling on this goroutine.
+// stop undoes the AfterFunc that closes the session when ctx ends.
+func (l *Loop) read(ctx context.Context, zs *zmtp.Sub, stop func() bool, backoff time.Duration, done func()) {
+	started := time.Now()
+	err := l.session(zs)
+	stop()
+	_ = zs.Close()
+	if time.Since(started) >= ResetAfter {
+		backoff = ReconnectInitial
+	}
+	if backoff, err = l.failed(ctx, err, backoff); err != nil {
+		done()
+		return
+	}
+	l.connect(ctx, backoff, done)
+}
+
+// failed reports an ended attempt or session and waits a full-jitter delay
+// of at most backoff; it returns the next backoff, or ctx's error when the
+// loop is to end.
+func (l *Loop) failed(ctx context.Context, err error, backoff time.Duration) (time.Duration, error) {
+	if ctx.Err() != nil {
+		return backoff, ctx.Err()
+	}
+	l.Handler.Ended(err)
+	l.state(StateBackoff)
+	if !sleep(ctx, time.Duration(rand.Int64N(int64(backoff)+1))) {
+		return backoff, ctx.Err()
+	}
+	return min(backoff*2, ReconnectMax), nil
+}
+
+func (l *Loop) state(s string) {
+	if l.State != nil {
+		l.State(s)
+	}
+}
+
+// dial connects and subscribes under ConnectTimeout.
+func (l *Loop) dial(ctx context.Context) (*zmtp.Sub, error) {
+	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	conn, err := l.Connector.Connect(cctx, l.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	zs, err := zmtp.Subscribe(cctx, conn, []byte(l.Topic), l.Limits)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return zs, nil
+}
+
+// session reads messages until the connection fails (cancelling the
+// loop's context closes it under the blocked read).
+func (l *Loop) session(zs *zmtp.Sub) error {
+	for {
+		frames, err := zs.Next()
+		switch {
+		case err == nil:
+			l.Handler.Message(frames, time.Now())
+		case errors.Is(err, zmtp.ErrOversized):
+			l.Handler.Oversized()
+		default:
+			return err
+		}
+	}
+}
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,300 @@
+package load_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// scriptedConnector answers each Connect with the next step: an error, or
+// a connection whose far end is a minimal ZMTP publisher that stays up for
+// the step's session length (in the bubble's time), then hangs up.
+type scriptedConnector struct {
+	mu       sync.Mutex
+	steps    []time.Duration // < 0: refuse; >= 0: a session that long
+	attempts []time.Time
+}
+
+var errRefused = errors.New("connection refused")
+
+func (c *scriptedConnector) Transport() string { return "direct" }
+
+func (c *scriptedConnector) Connect(ctx context.Context, _ string) (net.Conn, error) {
+	c.mu.Lock()
+	c.attempts = append(c.attempts, time.Now())
+	step := time.Duration(-1)
+	if len(c.steps) > 0 {
+		step, c.steps = c.steps[0], c.steps[1:]
+	}
+	c.mu.Unlock()
+	if step < 0 {
+		return nil, errRefused
+	}
+	ours, theirs := net.Pipe()
+	go publisherPeer(theirs, step)
+	return ours, nil
+}
+
+// publisherPeer speaks the publisher's side of a ZMTP 3.0 NULL handshake,
+// reads whatever the subscriber sends, and hangs up after d (or when the
+// subscriber does).
+func publisherPeer(c net.Conn, d time.Duration) {
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	greeting := make([]byte, 64)
+	greeting[0], greeting[9], greeting[10] = 0xFF, 0x7F, 3
+	copy(greeting[12:], "NULL")
+	body := []byte("\x05READY\x0bSocket-Type\x00\x00\x00\x03PUB")
+	if _, err := c.Write(append(greeting, append([]byte{0x04, byte(len(body))}, body...)...)); err != nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-gone:
+	}
+	_ = c.Close()
+}
+
+// countingHandler counts what a loop reports.
+type countingHandler struct {
+	mu                   sync.Mutex
+	connected, ended     int
+	lastErr              error
+	messages, oversized  int
+	connectedAt, endedAt []time.Time
+}
+
+func (h *countingHandler) Connected() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.connected++
+	h.connectedAt = append(h.connectedAt, time.Now())
+}
+func (h *countingHandler) Message([][]byte, time.Time) { h.mu.Lock(); h.messages++; h.mu.Unlock() }
+func (h *countingHandler) Oversized()                  { h.mu.Lock(); h.oversized++; h.mu.Unlock() }
+func (h *countingHandler) Ended(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended++
+	h.lastErr = err
+	h.endedAt = append(h.endedAt, time.Now())
+}
+
+// TestLoopBackoff: failed attempts are retried after a full-jitter delay
+// that doubles from 500 ms up to 30 s; a session that lasted 30 s resets
+// it, a shorter one does not.
+func TestLoopBackoff(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		refuse := time.Duration(-1)
+		steps := []time.Duration{refuse, refuse, refuse, refuse, refuse, refuse, refuse, refuse, refuse,
+			31 * time.Second, // a long session: the delay starts over
+			refuse,
+			time.Second, // a short session: the delay keeps growing
+			refuse}
+		conn := &scriptedConnector{steps: steps}
+		h := &countingHandler{}
+		var states []string
+		l := &load.Loop{Endpoint: "tcp://127.0.0.1:1", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn,
+			Handler: h, State: func(s string) { states = append(states, s) }}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); l.Run(ctx) }()
+		for {
+			synctest.Wait()
+			conn.mu.Lock()
+			n := len(conn.attempts)
+			conn.mu.Unlock()
+			if n > len(steps) {
+				break
+			}
+			time.Sleep(time.Second) // let the fake clock run to the next attempt
+		}
+		cancel()
+		<-done
+
+		// The delay before attempt i+1 is at most the backoff in force after
+		// attempt i ended: 0.5, 1, 2, 4, 8, 16, 30, 30, 30 s for the
+		// refusals, 0.5 s after the long session, then 1 s, then 2 s after
+		// the short one.
+		bounds := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
+			16 * time.Second, 30 * time.Second, 30 * time.Second, 30 * time.Second,
+			500 * time.Millisecond, time.Second, 2 * time.Second}
+		ends := h.endedAt
+		if len(ends) < len(bounds) {
+			t.Fatalf("%d attempts ended, want at least %d", len(ends), len(bounds))
+		}
+		for i, bound := range bounds {
+			// Attempts and endings alternate; the sleep is in between.
+			wait := conn.attempts[i+1].Sub(ends[i])
+			if wait < 0 || wait > bound {
+				t.Errorf("delay before attempt %d: %v, want within [0, %v]", i+2, wait, bound)
+			}
+		}
+		if h.connected != 2 {
+			t.Errorf("%d sessions, want 2", h.connected)
+		}
+		if !errors.Is(h.lastErr, errRefused) {
+			t.Errorf("last error %v", h.lastErr)
+		}
+		want := map[string]bool{load.StateConnecting: true, load.StateConnected: true, load.StateBackoff: true}
+		for _, s := range states {
+			if !want[s] {
+				t.Errorf("state %q reported", s)
+			}
+		}
+	})
+}
+
+// TestLoopStopsWhileConnected: cancelling ends a loop blocked in a read at
+// once, without reporting an error.
+func TestLoopStopsWhileConnected(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		conn := &scriptedConnector{steps: []time.Duration{time.Hour}}
+		h := &countingHandler{}
+		l := &load.Loop{Endpoint: "tcp://127.0.0.1:1", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn, Handler: h}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); l.Run(ctx) }()
+		synctest.Wait()
+		if h.connected != 1 {
+			t.Fatalf("connected %d times", h.connected)
+		}
+		cancel()
+		<-done
+		if h.ended != 0 {
+			t.Errorf("a cancelled session reported its end: %v", h.lastErr)
+		}
+	})
+}
+
+// TestPoolStateAccounting: every subscription is in exactly one state, so
+// the gauge's series sum to the number of subscriptions and never go
+// negative, across connect, backoff, reconnect, replacement and stop.
+func TestPoolStateAccounting(t *testing.T) {
+	t.Parallel()
+	m := telemetry.NewLoadMetrics(nil)
+	pool := &load.Pool{Family: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: &zmtp.Direct{}, Gauge: m.Subscriptions,
+		NewHandler: func(fleet.Publisher) load.Handler { return &countingHandler{} }}
+	states := []string{load.StatePending, load.StateConnecting, load.StateConnected, load.StateBackoff}
+	gauge := func() (map[string]float64, float64) {
+		out := map[string]float64{}
+		sum := 0.0
+		for _, s := range states {
+			v := promtest.ToFloat64(m.Subscriptions.WithLabelValues(s, "direct"))
+			out[s] = v
+			sum += v
+		}
+		return out, sum
+	}
+	// A sampler checks the series all along.
+	stop := make(chan struct{})
+	sampled := make(chan error, 1)
+	go func() {
+		var bad error
+		for {
+			select {
+			case <-stop:
+				sampled <- bad
+				return
+			default:
+			}
+			byState, _ := gauge()
+			for s, v := range byState {
+				if v < 0 && bad == nil {
+					bad = errors.New("state " + s + " went negative")
+				}
+			}
+			n := 0
+			for _, c := range pool.States() {
+				n += c
+			}
+			if n != len(pool.Subscriptions()) && bad == nil {
+				bad = errors.New("states do not sum to the subscriptions")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	// settled waits for the listed states, then checks the gauge sums to
+	// the subscriptions.
+	settled := func(what string, want map[string]int) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() bool {
+			got := pool.States()
+			for s, n := range want {
+				if got[s] != n {
+					return false
+				}
+			}
+			return true
+		})
+		byState, sum := gauge()
+		if int(sum) != len(pool.Subscriptions()) {
+			t.Errorf("%s: gauge %v sums to %v, %d subscriptions", what, byState, sum, len(pool.Subscriptions()))
+		}
+	}
+
+	ctx := t.Context()
+	up := testutil.StartGoPublisher(t)
+	f := newFleet()
+	f.publisher(1, up.Endpoint)
+	f.publisher(2, closedEndpoint(t))
+	pool.Reconcile(ctx, f.reg.Snapshot().Publishers)
+	settled("one connected, one failing", map[string]int{load.StateConnected: 1})
+
+	up.Close()
+	settled("the publisher went away", map[string]int{load.StateConnected: 0})
+	testutil.StartGoPublisherAt(t, up.Endpoint)
+	settled("reconnected", map[string]int{load.StateConnected: 1})
+	if subs := pool.Subscriptions(); subs[0].Reconnects != 1 {
+		t.Errorf("reconnects %d, want 1", subs[0].Reconnects)
+	}
+
+	// A changed record replaces its subscription; a departed one stops.
+	f.removePublisher(2)
+	f.publisher(1, closedEndpoint(t))
+	pool.Reconcile(ctx, f.reg.Snapshot().Publishers)
+	settled("replaced, other stopped", map[string]int{load.StateConnected: 0})
+	if n := len(pool.Subscriptions()); n != 1 {
+		t.Errorf("%d subscriptions after replacement", n)
+	}
+
+	pool.Stop()
+	close(stop)
+	if err := <-sampled; err != nil {
+		t.Error(err)
+	}
+	if byState, sum := gauge(); sum != 0 {
+		t.Errorf("after stop the gauge reads %v", byState)
+	}
+}
+
+// closedEndpoint is a loopback address nothing listens on.
+func closedEndpoint(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return "tcp://" + addr
+}

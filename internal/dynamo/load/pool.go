@@ -1,0 +1,227 @@
+package load
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// Bounds of a pool of subscriptions.
+const (
+	// MaxSubscriptions bounds the sockets one family holds. When a fleet
+	// advertises more publishers, the lowest publisher ids are admitted, so
+	// that every router of the fleet subscribes to the same ones.
+	MaxSubscriptions = 1024
+	// StopGrace bounds how long stopping waits for subscriptions to end;
+	// cancelling closes each connection, so they end at once unless a
+	// connector misbehaves.
+	StopGrace = 5 * time.Second
+)
+
+// SubscriptionInfo describes one subscription for the admin API.
+type SubscriptionInfo struct {
+	Family      string
+	PublisherID uint64
+	Namespace   string
+	Component   string
+	State       string
+	Transport   string
+	Broker      string
+	// Reconnects counts sessions after the first.
+	Reconnects int
+}
+
+// Pool keeps one subscription (a Loop on its own goroutine) per wanted
+// publisher, and the state of each. It only starts and stops loops: what a
+// subscription does with its messages is its Handler's business.
+type Pool struct {
+	// Family names the subscriptions in listings and logs (kv_metrics).
+	Family    string
+	Limits    zmtp.Limits
+	Connector zmtp.Connector
+	// Gauge counts subscriptions by {state, transport}; nil counts nothing.
+	// The series always sum to the number of subscriptions.
+	Gauge  *prometheus.GaugeVec
+	Logger *slog.Logger
+	// NewHandler returns the handler of a publisher's new subscription.
+	NewHandler func(p fleet.Publisher) Handler
+	// Stopped, when set, is told synchronously that a publisher's
+	// subscription stopped (departed or replaced).
+	Stopped func(p fleet.Publisher)
+
+	mu      sync.Mutex
+	subs    map[uint64]*poolSub
+	refused map[uint64]bool // over MaxSubscriptions, logged once
+	wg      sync.WaitGroup
+}
+
+type poolSub struct {
+	pub    fleet.Publisher
+	cancel context.CancelFunc
+	state  string
+	// sessions counts transitions to connected.
+	sessions int
+}
+
+// Reconcile makes the running subscriptions those of want (at most
+// MaxSubscriptions, lowest publisher ids first): a publisher that left or
+// whose record changed is stopped, a new one started under ctx.
+func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
+	want = slices.Clone(want)
+	slices.SortFunc(want, func(a, b *fleet.Publisher) int { return cmp.Compare(a.PublisherID, b.PublisherID) })
+	refused := map[uint64]bool{}
+	if len(want) > MaxSubscriptions {
+		for _, pub := range want[MaxSubscriptions:] {
+			refused[pub.PublisherID] = true
+			if !p.refused[pub.PublisherID] {
+				p.logger().Warn("publisher not subscribed: at most 1024 subscriptions per family", "family", p.Family,
+					"namespace", pub.Namespace, "publisher_id", pub.PublisherID)
+			}
+		}
+		want = want[:MaxSubscriptions]
+	}
+	wanted := make(map[uint64]*fleet.Publisher, len(want))
+	for _, pub := range want {
+		wanted[pub.PublisherID] = pub
+	}
+	var stopped []fleet.Publisher
+	p.mu.Lock()
+	p.refused = refused
+	if p.subs == nil {
+		p.subs = map[uint64]*poolSub{}
+	}
+	for id, sub := range p.subs {
+		if pub, ok := wanted[id]; !ok || *pub != sub.pub {
+			p.stopLocked(id, sub)
+			stopped = append(stopped, sub.pub)
+		}
+	}
+	for _, pub := range want {
+		if _, ok := p.subs[pub.PublisherID]; !ok {
+			p.startLocked(ctx, *pub)
+		}
+	}
+	p.mu.Unlock()
+	if p.Stopped != nil {
+		for _, pub := range stopped {
+			p.Stopped(pub)
+		}
+	}
+}
+
+// startLocked launches a subscription; p.mu is held.
+func (p *Pool) startLocked(parent context.Context, pub fleet.Publisher) {
+	ctx, cancel := context.WithCancel(parent)
+	sub := &poolSub{pub: pub, cancel: cancel}
+	p.subs[pub.PublisherID] = sub
+	p.setLocked(sub, StatePending)
+	loop := &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Limits: p.Limits, Connector: p.Connector,
+		Handler: p.NewHandler(pub), State: func(s string) { p.transition(sub, s) }}
+	p.wg.Add(1)
+	loop.Start(ctx, p.wg.Done)
+}
+
+// stopLocked cancels a subscription and forgets it; p.mu is held. Its loop
+// ends on its own (cancelling closes its connection); what it reports from
+// now on is ignored.
+func (p *Pool) stopLocked(id uint64, sub *poolSub) {
+	sub.cancel()
+	delete(p.subs, id)
+	p.setLocked(sub, "")
+}
+
+// Stop stops every subscription and waits for their loops, at most
+// StopGrace.
+func (p *Pool) Stop() {
+	var stopped []fleet.Publisher
+	p.mu.Lock()
+	for id, sub := range p.subs {
+		p.stopLocked(id, sub)
+		stopped = append(stopped, sub.pub)
+	}
+	p.mu.Unlock()
+	if p.Stopped != nil {
+		for _, pub := range stopped {
+			p.Stopped(pub)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(StopGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.logger().Warn("subscriptions did not stop within their grace", "family", p.Family, "grace", StopGrace)
+	}
+}
+
+// transition records a state a loop reports, if its subscription still runs.
+func (p *Pool) transition(sub *poolSub, state string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.subs[sub.pub.PublisherID] == sub {
+		p.setLocked(sub, state)
+	}
+}
+
+// setLocked moves a subscription to state ("" when it stops), moving the
+// gauge from its previous state; p.mu is held.
+func (p *Pool) setLocked(sub *poolSub, state string) {
+	if p.Gauge != nil {
+		t := p.Connector.Transport()
+		if sub.state != "" {
+			p.Gauge.WithLabelValues(sub.state, t).Dec()
+		}
+		if state != "" {
+			p.Gauge.WithLabelValues(state, t).Inc()
+		}
+	}
+	sub.state = state
+	if state == StateConnected {
+		sub.sessions++
+	}
+}
+
+// Subscriptions lists the running subscriptions in ascending publisher id.
+func (p *Pool) Subscriptions() []SubscriptionInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]SubscriptionInfo, 0, len(p.subs))
+	for _, sub := range p.subs {
+		out = append(out, SubscriptionInfo{Family: p.Family, PublisherID: sub.pub.PublisherID, Namespace: sub.pub.Namespace,
+			Component: sub.pub.Component, State: sub.state, Transport: p.Connector.Transport(), Reconnects: max(sub.sessions-1, 0)})
+	}
+	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.PublisherID, b.PublisherID) })
+	return out
+}
+
+// States counts the subscriptions in each state, read in one step (the
+// gauge's series are read one at a time).
+func (p *Pool) States() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for _, sub := range p.subs {
+		out[sub.state]++
+	}
+	return out
+}
+
+func (p *Pool) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Logger
+}

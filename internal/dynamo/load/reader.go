@@ -1,0 +1,136 @@
+package load
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// Event is one message as a subscription saw it, for observers (tail-load).
+// Frames and Envelope.Payload are valid only during the callback.
+type Event struct {
+	PublisherID uint64
+	Topic       string
+	Frames      [][]byte
+	Envelope    wire.Envelope
+	Load        *wire.ActiveLoad
+	// Result is telemetry.ResultAccepted or the reason the message was
+	// dropped; Detail says more.
+	Result string
+	Detail string
+}
+
+// reader applies one subscription's messages: decode, identity, order.
+type reader struct {
+	pid   uint64
+	topic string
+	// anyPublisher accepts messages of any publisher id (tail-load on a
+	// bare endpoint); store may be nil (decode only).
+	anyPublisher bool
+	store        *Store
+	// count counts every result; observe, when set, sees every event.
+	count   func(string)
+	observe func(Event)
+	logger  *slog.Logger
+	lastSeq uint64
+	haveSeq bool
+}
+
+var _ Handler = (*reader)(nil)
+
+// Connected implements Handler. A session's sequence starts afresh, and
+// what the publisher sent before may be stale: changes may have been
+// missed while disconnected.
+func (r *reader) Connected() {
+	r.haveSeq = false
+	if r.store != nil {
+		r.store.DropPublisher(r.pid)
+	}
+}
+
+// Message implements Handler.
+func (r *reader) Message(frames [][]byte, now time.Time) { r.handle(frames, now) }
+
+// Oversized implements Handler.
+func (r *reader) Oversized() {
+	r.report(Event{PublisherID: r.pid, Topic: r.topic, Result: wire.ResultOversized, Detail: "message over the size limit skipped"})
+}
+
+// Ended implements Handler: a peer that broke the protocol or an address
+// the policy refuses counts as transport_refused.
+func (r *reader) Ended(err error) {
+	if errors.Is(err, zmtp.ErrProtocol) || errors.Is(err, zmtp.ErrNotAllowed) {
+		r.report(Event{PublisherID: r.pid, Topic: r.topic, Result: wire.ResultTransportRefused, Detail: err.Error()})
+	}
+	if r.logger != nil {
+		r.logger.Debug("subscription session ended", "topic", r.topic, "publisher_id", r.pid, "err", err)
+	}
+}
+
+func (r *reader) handle(frames [][]byte, now time.Time) {
+	ev := Event{PublisherID: r.pid, Topic: r.topic, Frames: frames}
+	ev.Result, ev.Detail = r.apply(frames, now, &ev)
+	r.report(ev)
+}
+
+func (r *reader) report(ev Event) {
+	r.count(ev.Result)
+	if r.observe != nil {
+		r.observe(ev)
+	}
+}
+
+func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, string) {
+	topic := r.topic
+	if topic == "" {
+		topic = fleet.TopicLoad
+	}
+	maxPayload := wire.MaxKVEventsPayloadBytes
+	if topic == fleet.TopicLoad {
+		maxPayload = wire.MaxLoadPayloadBytes
+	}
+	env, rej := wire.DecodeEventMessage(frames, topic, maxPayload)
+	if rej != nil {
+		return rej.Result, rej.Detail
+	}
+	ev.Envelope = env
+	if r.anyPublisher && !r.haveSeq {
+		r.pid = env.PublisherID
+	}
+	if env.PublisherID != r.pid {
+		if !r.anyPublisher {
+			return wire.ResultIdentityMismatch, "publisher id differs from the discovery record's"
+		}
+		r.pid, r.haveSeq = env.PublisherID, false // a restarted publisher on this endpoint
+	}
+	ev.PublisherID = r.pid
+	if r.haveSeq {
+		if env.Sequence <= r.lastSeq {
+			return wire.ResultDuplicate, "sequence not after the last one applied"
+		}
+		if env.Sequence != r.lastSeq+1 && r.store != nil {
+			r.store.DropPublisher(r.pid) // a gap: a change may have been missed
+		}
+	}
+	r.lastSeq, r.haveSeq = env.Sequence, true
+	if topic != fleet.TopicLoad {
+		return telemetry.ResultAccepted, ""
+	}
+	l, err := wire.DecodeActiveLoad(env.Payload)
+	if err != nil {
+		return wire.ResultMalformed, "ActiveLoad: " + err.Error()
+	}
+	ev.Load = &l
+	if r.store == nil {
+		return telemetry.ResultAccepted, ""
+	}
+	if res := r.store.Apply(Sample{Load: l, PublisherID: r.pid, Sequence: env.Sequence, PublishedAt: env.PublishedAt, ReceivedAt: now}); res != "" {
+		return res, "refused by the load store"
+	}
+	return telemetry.ResultAccepted, ""
+}

@@ -1,0 +1,342 @@
+// Package shim dispatches requests through Dynamo's direct-mode frontend
+// (`dynamo.frontend --router-mode direct`), which serves a request on
+// exactly the workers its pin headers name and refuses to choose them
+// itself. It owns which Dynamo namespaces a request may go to and their
+// frontend replica pools, the model map, the pin headers, and what a
+// frontend's answer means for the request (relay, refuse, fall back). It
+// does no I/O: the router sends, and tells it what came back.
+//
+// Replicas are of the caller's type R (the router's backends), so that the
+// plan hands them back without a lookup per request.
+//
+// Imports: fleet and pick only.
+package shim
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+)
+
+// Pin headers, with decimal ids. The rank headers go whenever the worker's
+// card declares data_parallel_size, rank 0 included.
+const (
+	HeaderWorkerInstanceID  = "x-dynamo-worker-instance-id"
+	HeaderPrefillInstanceID = "x-dynamo-prefill-instance-id"
+	HeaderDPRank            = "x-dynamo-dp-rank"
+	HeaderPrefillDPRank     = "x-dynamo-prefill-dp-rank"
+)
+
+// Routing paths, the label of disaggregated_requests_total{routing_path}.
+const (
+	// PathDisaggregated: pinned to a prefill and a decode worker.
+	PathDisaggregated = "disaggregated"
+	// PathAggregated: pinned to one worker that prefills itself.
+	PathAggregated = "aggregated"
+	// PathUnified: not pinned; a plain backend serves it.
+	PathUnified = "unified"
+	// PathFallback: a pinned dispatch failed and a plain backend served it.
+	PathFallback = "fallback"
+)
+
+// Phases of disaggregated_errors_total{phase}.
+const (
+	// PhaseOrchestration: the frontend refused the pins themselves.
+	PhaseOrchestration = "orchestration"
+	// PhaseDecode: the pinned dispatch failed.
+	PhaseDecode = "decode"
+)
+
+// IsPinHeader reports whether a header name is one the frontend reads as a
+// pin (x-dynamo-*, in any case). A client's own are removed before anything
+// else sees the request, whatever the configuration: a client must never
+// choose its worker. It does not allocate.
+func IsPinHeader(name string) bool {
+	return len(name) >= 9 && strings.EqualFold(name[:9], "x-dynamo-")
+}
+
+// The pin headers in canonical form, so that building them per request
+// does not canonicalise (and allocate) the names again.
+var (
+	canonWorkerInstanceID  = http.CanonicalHeaderKey(HeaderWorkerInstanceID)
+	canonPrefillInstanceID = http.CanonicalHeaderKey(HeaderPrefillInstanceID)
+	canonDPRank            = http.CanonicalHeaderKey(HeaderDPRank)
+	canonPrefillDPRank     = http.CanonicalHeaderKey(HeaderPrefillDPRank)
+)
+
+// PinHeaders renders a pin as the headers the frontend reads.
+func PinHeaders(pin pick.Pin) http.Header {
+	h := make(http.Header, 4)
+	h[canonWorkerInstanceID] = []string{strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10)}
+	if pin.Decode.SendRank {
+		h[canonDPRank] = []string{strconv.FormatUint(uint64(pin.Decode.DPRank), 10)}
+	}
+	if p := pin.Prefill; p != nil {
+		h[canonPrefillInstanceID] = []string{strconv.FormatUint(p.Worker.ID.InstanceID, 10)}
+		if p.SendRank {
+			h[canonPrefillDPRank] = []string{strconv.FormatUint(uint64(p.DPRank), 10)}
+		}
+	}
+	return h
+}
+
+// Pool is the frontend replicas of one Dynamo namespace.
+type Pool[R comparable] struct {
+	Namespace string
+	Replicas  []R
+}
+
+// Config is the shim's part of the configuration, as plain values.
+type Config[R comparable] struct {
+	// Enabled: disaggregated serving and Dynamo discovery are both on.
+	Enabled bool
+	// Pools are the discovery namespaces in their configured order, each
+	// with its replicas (none: the namespace is never a candidate).
+	Pools []Pool[R]
+	// ModelMap maps a client's model name to the Dynamo model name.
+	ModelMap map[string]string
+	// FallbackToUnified sends a request whose pinned dispatch failed to a
+	// plain backend instead of failing it.
+	FallbackToUnified bool
+}
+
+// Plan is a configuration made ready for dispatch, once per configuration.
+type Plan[R comparable] struct {
+	cfg     Config[R]
+	replica map[R]bool
+}
+
+// NewPlan prepares c.
+func NewPlan[R comparable](c Config[R]) *Plan[R] {
+	p := &Plan[R]{cfg: c, replica: map[R]bool{}}
+	for _, pool := range c.Pools {
+		for _, r := range pool.Replicas {
+			p.replica[r] = true
+		}
+	}
+	return p
+}
+
+// Enabled reports whether requests are pinned at all.
+func (p *Plan[R]) Enabled() bool { return p.cfg.Enabled }
+
+// IsReplica reports whether r is a direct-mode frontend of a pool. While
+// dispatch goes through the shim, such a replica refuses unpinned requests,
+// so it is never a plain backend.
+func (p *Plan[R]) IsReplica(r R) bool { return p.cfg.Enabled && p.replica[r] }
+
+// Model is the Dynamo model name of a client's model name.
+func (p *Plan[R]) Model(client string) string {
+	if m, ok := p.cfg.ModelMap[client]; ok {
+		return m
+	}
+	return client
+}
+
+// Candidates are the namespaces a request may go to (those with a replica
+// it may use now, in configured order) and those replicas.
+type Candidates[R comparable] struct {
+	Namespaces []string
+	replicas   [][]R
+}
+
+// Of is the usable replicas of namespace ns.
+func (c *Candidates[R]) Of(ns string) []R {
+	for i, n := range c.Namespaces {
+		if n == ns {
+			return c.replicas[i]
+		}
+	}
+	return nil
+}
+
+// Candidates returns the namespaces with a replica for which usable holds,
+// and those replicas in pool order. When every replica of every pool is
+// usable (the common case) the plan's own lists are shared, not copied.
+func (p *Plan[R]) Candidates(usable func(R) bool) Candidates[R] {
+	all := true
+	for _, pool := range p.cfg.Pools {
+		all = all && len(pool.Replicas) > 0 && !slices.ContainsFunc(pool.Replicas, func(r R) bool { return !usable(r) })
+	}
+	var out Candidates[R]
+	for _, pool := range p.cfg.Pools {
+		replicas := pool.Replicas
+		if !all {
+			replicas = nil
+			for _, r := range pool.Replicas {
+				if usable(r) {
+					replicas = append(replicas, r)
+				}
+			}
+		}
+		if len(replicas) > 0 {
+			out.Namespaces = append(out.Namespaces, pool.Namespace)
+			out.replicas = append(out.replicas, replicas)
+		}
+	}
+	return out
+}
+
+// Dispatcher pins requests with its current picker under its current plan;
+// both can be replaced while requests are in flight (a KV-aware picker, a
+// reloaded configuration).
+type Dispatcher[R comparable] struct {
+	picker atomic.Pointer[pickerBox]
+	plan   atomic.Pointer[Plan[R]]
+}
+
+type pickerBox struct{ pick.Picker }
+
+// NewDispatcher returns a dispatcher with picker and plan.
+func NewDispatcher[R comparable](picker pick.Picker, plan *Plan[R]) *Dispatcher[R] {
+	d := &Dispatcher[R]{}
+	d.SetPicker(picker)
+	d.SetPlan(plan)
+	return d
+}
+
+// SetPicker replaces the picker for the requests that follow.
+func (d *Dispatcher[R]) SetPicker(p pick.Picker) { d.picker.Store(&pickerBox{p}) }
+
+// Picker is the current picker.
+func (d *Dispatcher[R]) Picker() pick.Picker { return d.picker.Load().Picker }
+
+// SetPlan replaces the plan for the requests that follow.
+func (d *Dispatcher[R]) SetPlan(p *Plan[R]) { d.plan.Store(p) }
+
+// Plan is the current plan.
+func (d *Dispatcher[R]) Plan() *Plan[R] { return d.plan.Load() }
+
+// Request is what dispatch knows of a request.
+type Request[R comparable] struct {
+	// Model is the model the client named.
+	Model string
+	// PromptTokens is the prompt's estimated size.
+	PromptTokens int
+	// Usable reports whether a replica may take this request now (the
+	// client's key allows it, it is healthy, its breaker lets it through).
+	Usable func(R) bool
+}
+
+// Dispatch is a pinned request, to be sent to Replicas in turn with Header
+// and ended with Done.
+type Dispatch[R comparable] struct {
+	Pin pick.Pin
+	// Path is PathDisaggregated or PathAggregated.
+	Path string
+	// Replicas are the pinned namespace's usable replicas.
+	Replicas []R
+	// Header is the pin headers.
+	Header http.Header
+
+	picker pick.Picker
+	ticket pick.Ticket
+}
+
+// Done ends the dispatch in the picker's in-flight accounting.
+func (d *Dispatch[R]) Done() { d.picker.Release(d.ticket) }
+
+// Pin picks the workers of a request and the replicas to send it to. It
+// returns false when the request goes the plain way: pinning is off, no
+// replica is usable, or no worker of the model is a candidate.
+func (d *Dispatcher[R]) Pin(snap *fleet.Snapshot, req Request[R], now time.Time) (*Dispatch[R], bool) {
+	plan := d.Plan()
+	if !plan.Enabled() {
+		return nil, false
+	}
+	cands := plan.Candidates(req.Usable)
+	if len(cands.Namespaces) == 0 {
+		return nil, false
+	}
+	picker := d.Picker()
+	pin, ticket, err := picker.Reserve(snap, pick.Request{Model: plan.Model(req.Model), Namespaces: cands.Namespaces, EstPromptTokens: req.PromptTokens}, now)
+	if err != nil {
+		return nil, false
+	}
+	path := PathAggregated
+	if pin.Prefill != nil {
+		path = PathDisaggregated
+	}
+	return &Dispatch[R]{Pin: pin, Path: path, Replicas: cands.Of(pin.Namespace), Header: PinHeaders(pin), picker: picker, ticket: ticket}, true
+}
+
+// directModePrefillError is how Dynamo's direct-mode frontend refuses a
+// request without a prefill id while prefill workers are registered.
+const directModePrefillError = "Prefill worker ID required in Direct routing mode"
+
+// Outcome is what one pinned dispatch came to.
+type Outcome int
+
+const (
+	// Relayed: the frontend's answer went to the client.
+	Relayed Outcome = iota + 1
+	// PrefillRefused: the frontend refused for want of a prefill id: the
+	// router's view of the fleet is behind the frontend's.
+	PrefillRefused
+	// Failed: no replica could be reached, or the answer counts as a
+	// failure (see Failure); nothing was relayed.
+	Failed
+	// ClientGone: the client went away.
+	ClientGone
+)
+
+// IsPrefillRefusal reports whether an answer is the frontend refusing a
+// request for want of a prefill id.
+func IsPrefillRefusal(status int, body []byte) bool {
+	return status >= 400 && strings.Contains(string(body), directModePrefillError)
+}
+
+// Failure reports whether a frontend's answer counts as a failed dispatch
+// (to fall back from) rather than one to relay. For a buffered request
+// any answer but 2xx is; for a streaming one only 5xx, 429 and 408, since
+// other 4xx say something about the request itself.
+func Failure(status int, stream bool) bool {
+	if !stream {
+		return status < 200 || status > 299
+	}
+	return status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout
+}
+
+// Action is what the router does after a pinned dispatch.
+type Action int
+
+const (
+	// Finished: the request is over (relayed, or its client left).
+	Finished Action = iota + 1
+	// RefusePrefill: answer 503 disaggregated_prefill_decode_unavailable.
+	RefusePrefill
+	// FallBack: route the request unpinned to a unified backend.
+	FallBack
+	// FailDecode: answer 502 disaggregated_decode_failed.
+	FailDecode
+)
+
+// Verdict is the action after a pinned dispatch and what it counts.
+type Verdict struct {
+	Action Action
+	// CountPath: count the request under its dispatch's routing path (a
+	// fallback counts under PathFallback where it is routed).
+	CountPath bool
+	// ErrorPhase of disaggregated_errors_total, "" for none.
+	ErrorPhase string
+}
+
+// Verdict decides what follows outcome o of a pinned dispatch.
+func (p *Plan[R]) Verdict(o Outcome) Verdict {
+	switch o {
+	case Relayed, ClientGone:
+		return Verdict{Action: Finished, CountPath: true}
+	case PrefillRefused:
+		return Verdict{Action: RefusePrefill, CountPath: true, ErrorPhase: PhaseOrchestration}
+	}
+	if p.cfg.FallbackToUnified {
+		return Verdict{Action: FallBack, ErrorPhase: PhaseDecode}
+	}
+	return Verdict{Action: FailDecode, CountPath: true, ErrorPhase: PhaseDecode}
+}

@@ -1,0 +1,223 @@
+package shim_test
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
+)
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+func worker(ns string, id uint64, role fleet.Role, start, size uint32, declared bool) *fleet.Worker {
+	return &fleet.Worker{ID: fleet.WorkerID{Namespace: ns, InstanceID: id}, Role: role, Model: "m",
+		DPStartRank: start, DPSize: size, DPDeclared: declared}
+}
+
+// TestPinHeaders: ids and ranks in decimal (never hex, whatever their
+// size), the rank headers exactly when the card declares data parallelism
+// (rank 0 included), the prefill headers exactly when there is a prefill
+// pin.
+func TestPinHeaders(t *testing.T) {
+	t.Parallel()
+	big := uint64(0x1234_5678_9abc) // hex and decimal differ in every digit
+	cases := []struct {
+		name string
+		pin  pick.Pin
+		want map[string]string
+	}{
+		{"aggregated, no dp", pick.Pin{Decode: pick.Target{Worker: worker("a", big, fleet.RoleAggregated, 0, 0, false)}},
+			map[string]string{shim.HeaderWorkerInstanceID: "20015998343868"}},
+		{"decode rank 0 declared", pick.Pin{Decode: pick.Target{Worker: worker("a", 7, fleet.RoleDecode, 0, 2, true), DPRank: 0, SendRank: true}},
+			map[string]string{shim.HeaderWorkerInstanceID: "7", shim.HeaderDPRank: "0"}},
+		{"ranks above 9", pick.Pin{
+			Decode:  pick.Target{Worker: worker("a", 21, fleet.RoleDecode, 12, 4, true), DPRank: 15, SendRank: true},
+			Prefill: &pick.Target{Worker: worker("a", 11, fleet.RolePrefill, 10, 3, true), DPRank: 11, SendRank: true}},
+			map[string]string{shim.HeaderWorkerInstanceID: "21", shim.HeaderDPRank: "15",
+				shim.HeaderPrefillInstanceID: "11", shim.HeaderPrefillDPRank: "11"}},
+		{"prefill without dp", pick.Pin{
+			Decode:  pick.Target{Worker: worker("a", 26, fleet.RoleDecode, 0, 0, false)},
+			Prefill: &pick.Target{Worker: worker("a", 10, fleet.RolePrefill, 0, 0, false)}},
+			map[string]string{shim.HeaderWorkerInstanceID: "26", shim.HeaderPrefillInstanceID: "10"}},
+	}
+	for _, c := range cases {
+		h := shim.PinHeaders(c.pin)
+		if len(h) != len(c.want) {
+			t.Errorf("%s: %d headers %v, want %v", c.name, len(h), h, c.want)
+		}
+		for k, v := range c.want {
+			if got := h.Values(k); len(got) != 1 || got[0] != v {
+				t.Errorf("%s: %s = %q, want %q", c.name, k, got, v)
+			}
+		}
+	}
+}
+
+func TestIsPinHeader(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"x-dynamo-worker-instance-id": true, "X-Dynamo-Dp-Rank": true, "X-DYNAMO-ANYTHING": true, "x-dynamo-": true,
+		"x-dynamo": false, "x-backend": false, "": false, "content-type": false,
+	} {
+		if shim.IsPinHeader(name) != want {
+			t.Errorf("IsPinHeader(%q) = %v", name, !want)
+		}
+	}
+}
+
+type replica string
+
+func plan(fallback bool) *shim.Plan[replica] {
+	return shim.NewPlan(shim.Config[replica]{
+		Enabled: true,
+		Pools: []shim.Pool[replica]{
+			{Namespace: "prod", Replicas: []replica{"p1", "p2"}},
+			{Namespace: "canary", Replicas: []replica{"c1"}},
+			{Namespace: "dev"},
+		},
+		ModelMap:          map[string]string{"qwen": "Qwen/Qwen3-32B"},
+		FallbackToUnified: fallback,
+	})
+}
+
+// TestCandidates: namespaces in configured order with their usable
+// replicas; a namespace without one is no candidate.
+func TestCandidates(t *testing.T) {
+	t.Parallel()
+	p := plan(false)
+	all := p.Candidates(func(replica) bool { return true })
+	if !slices.Equal(all.Namespaces, []string{"prod", "canary"}) || !slices.Equal(all.Of("prod"), []replica{"p1", "p2"}) || all.Of("dev") != nil {
+		t.Errorf("all usable: %+v", all)
+	}
+	some := p.Candidates(func(r replica) bool { return r != "p1" && r != "c1" })
+	if !slices.Equal(some.Namespaces, []string{"prod"}) || !slices.Equal(some.Of("prod"), []replica{"p2"}) {
+		t.Errorf("p1 and c1 unusable: %+v", some)
+	}
+	if none := p.Candidates(func(replica) bool { return false }); len(none.Namespaces) != 0 {
+		t.Errorf("none usable: %+v", none)
+	}
+	if !p.IsReplica("c1") || p.IsReplica("plain") {
+		t.Error("IsReplica")
+	}
+	if p.Model("qwen") != "Qwen/Qwen3-32B" || p.Model("other") != "other" {
+		t.Error("model map")
+	}
+	off := shim.NewPlan(shim.Config[replica]{Pools: []shim.Pool[replica]{{Namespace: "prod", Replicas: []replica{"p1"}}}})
+	if off.Enabled() || off.IsReplica("p1") {
+		t.Error("a disabled plan pins nothing and claims no replica")
+	}
+}
+
+// TestVerdicts: what follows each outcome of a pinned dispatch, and what
+// it counts.
+func TestVerdicts(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fallback bool
+		o        shim.Outcome
+		want     shim.Verdict
+	}{
+		{false, shim.Relayed, shim.Verdict{Action: shim.Finished, CountPath: true}},
+		{true, shim.ClientGone, shim.Verdict{Action: shim.Finished, CountPath: true}},
+		{true, shim.PrefillRefused, shim.Verdict{Action: shim.RefusePrefill, CountPath: true, ErrorPhase: shim.PhaseOrchestration}},
+		{false, shim.Failed, shim.Verdict{Action: shim.FailDecode, CountPath: true, ErrorPhase: shim.PhaseDecode}},
+		{true, shim.Failed, shim.Verdict{Action: shim.FallBack, ErrorPhase: shim.PhaseDecode}},
+	}
+	for _, c := range cases {
+		if got := plan(c.fallback).Verdict(c.o); got != c.want {
+			t.Errorf("fallback %v, outcome %d: %+v, want %+v", c.fallback, c.o, got, c.want)
+		}
+	}
+}
+
+// TestFailure: which frontend answers are failures to fall back from.
+func TestFailure(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		status int
+		stream bool
+		want   bool
+	}{
+		{200, false, false}, {204, false, false}, {400, false, true}, {404, false, true}, {500, false, true},
+		{200, true, false}, {400, true, false}, {404, true, false}, {408, true, true}, {429, true, true}, {500, true, true}, {503, true, true},
+	} {
+		if got := shim.Failure(c.status, c.stream); got != c.want {
+			t.Errorf("Failure(%d, stream %v) = %v", c.status, c.stream, got)
+		}
+	}
+	body := []byte(`{"error":"Prefill worker ID required in Direct routing mode"}`)
+	if !shim.IsPrefillRefusal(http.StatusBadRequest, body) || shim.IsPrefillRefusal(http.StatusOK, body) || shim.IsPrefillRefusal(500, []byte("boom")) {
+		t.Error("IsPrefillRefusal")
+	}
+}
+
+// countingPicker pins the first decode candidate and counts reservations
+// and releases.
+type countingPicker struct {
+	reserved, released int
+	lastReq            pick.Request
+}
+
+func (p *countingPicker) Reserve(snap *fleet.Snapshot, req pick.Request, _ time.Time) (pick.Pin, pick.Ticket, error) {
+	p.lastReq = req
+	for _, ns := range req.Namespaces {
+		for _, w := range snap.Workers {
+			if w.ID.Namespace == ns && w.Model == req.Model {
+				p.reserved++
+				return pick.Pin{Namespace: ns, Decode: pick.Target{Worker: w}}, pick.Ticket{}, nil
+			}
+		}
+	}
+	return pick.Pin{}, pick.Ticket{}, pick.ErrNoWorkers
+}
+
+func (p *countingPicker) Release(pick.Ticket) { p.released++ }
+
+// TestDispatcherPin: the pin goes through the current picker with the
+// mapped model and the candidate namespaces, names the pinned namespace's
+// usable replicas, and is released once; a swapped picker serves the next
+// request.
+func TestDispatcherPin(t *testing.T) {
+	t.Parallel()
+	w := worker("canary", 5, fleet.RoleAggregated, 0, 0, false)
+	w.Model = "Qwen/Qwen3-32B"
+	snap := &fleet.Snapshot{Workers: []*fleet.Worker{w}}
+	first := &countingPicker{}
+	d := shim.NewDispatcher(first, plan(false))
+	req := shim.Request[replica]{Model: "qwen", PromptTokens: 40, Usable: func(r replica) bool { return r != "p2" }}
+	got, ok := d.Pin(snap, req, t0)
+	if !ok {
+		t.Fatal("not pinned")
+	}
+	if got.Path != shim.PathAggregated || !slices.Equal(got.Replicas, []replica{"c1"}) || got.Header.Get(shim.HeaderWorkerInstanceID) != "5" {
+		t.Errorf("dispatch %+v", got)
+	}
+	if first.lastReq.Model != "Qwen/Qwen3-32B" || !slices.Equal(first.lastReq.Namespaces, []string{"prod", "canary"}) || first.lastReq.EstPromptTokens != 40 {
+		t.Errorf("picker saw %+v", first.lastReq)
+	}
+	got.Done()
+	if first.released != 1 {
+		t.Errorf("released %d times", first.released)
+	}
+
+	second := &countingPicker{}
+	d.SetPicker(second)
+	if _, ok := d.Pin(snap, req, t0); !ok || second.reserved != 1 || first.reserved != 1 {
+		t.Errorf("the swapped picker was not used: first %d, second %d", first.reserved, second.reserved)
+	}
+	// No worker of the model, no usable replica, or pinning off: plain.
+	if _, ok := d.Pin(snap, shim.Request[replica]{Model: "other", Usable: req.Usable}, t0); ok {
+		t.Error("pinned a model no worker serves")
+	}
+	if _, ok := d.Pin(snap, shim.Request[replica]{Model: "qwen", Usable: func(replica) bool { return false }}, t0); ok {
+		t.Error("pinned with no usable replica")
+	}
+	d.SetPlan(shim.NewPlan(shim.Config[replica]{}))
+	if _, ok := d.Pin(snap, req, t0); ok {
+		t.Error("pinned with pinning off")
+	}
+}
