@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/continuum-router/continuum/internal/config"
 )
 
 // DefaultHFEndpoint is the Hugging Face Hub, used when HF_ENDPOINT is unset.
@@ -24,8 +22,8 @@ type HF struct {
 	Token    string
 }
 
-// HFFromEnv reads HF_ENDPOINT and HF_TOKEN.
-func HFFromEnv(env config.LookupEnv) HF {
+// HFFromEnv reads HF_ENDPOINT and HF_TOKEN through env (os.LookupEnv).
+func HFFromEnv(env func(name string) (string, bool)) HF {
 	h := HF{Endpoint: DefaultHFEndpoint}
 	if env == nil {
 		return h
@@ -59,18 +57,28 @@ func NewPolicy(pinned ...Checksum) Policy {
 	return p
 }
 
-// PolicyFromConfig builds the policy of dynamo.kv, with HF_ENDPOINT and
-// HF_TOKEN from env.
-func PolicyFromConfig(kv *config.KV, env config.LookupEnv) (Policy, error) {
+// Settings are what the operator configures about artifacts.
+type Settings struct {
+	// Pinned are the allowed checksums, "blake3:<hex>".
+	Pinned    []string
+	AllowHTTP bool
+	AllowHF   bool
+	CacheDir  string
+}
+
+// PolicyFor builds the policy of s, with HF_ENDPOINT and HF_TOKEN read
+// through env (os.LookupEnv). A checksum that does not parse is an error
+// naming its index in s.Pinned.
+func PolicyFor(s Settings, env func(name string) (string, bool)) (Policy, error) {
 	p := NewPolicy()
-	for i, s := range kv.PinnedArtifacts {
-		c, err := ParseChecksum(s)
+	for i, v := range s.Pinned {
+		c, err := ParseChecksum(v)
 		if err != nil {
-			return Policy{}, fmt.Errorf("dynamo.kv.pinned_artifacts[%d]: %w", i, err)
+			return Policy{}, fmt.Errorf("pinned_artifacts[%d]: %w", i, err)
 		}
 		p.pinned[c] = true
 	}
-	p.AllowHTTP, p.AllowHF, p.CacheDir = kv.AllowHTTPArtifacts, kv.AllowHFArtifacts, kv.ArtifactCacheDir
+	p.AllowHTTP, p.AllowHF, p.CacheDir = s.AllowHTTP, s.AllowHF, s.CacheDir
 	p.HF = HFFromEnv(env)
 	return p, nil
 }

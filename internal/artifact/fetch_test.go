@@ -18,7 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/continuum-router/continuum/internal/artifact"
-	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -335,11 +334,9 @@ func TestFetchHF(t *testing.T) {
 	}}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	kv := config.Default().Dynamo.KV
-	kv.AllowHFArtifacts, kv.ArtifactCacheDir = true, filepath.Join(t.TempDir(), "c")
-	kv.PinnedArtifacts = []string{artifact.Sum(data).String()}
+	set := artifact.Settings{AllowHF: true, CacheDir: filepath.Join(t.TempDir(), "c"), Pinned: []string{artifact.Sum(data).String()}}
 	env := map[string]string{"HF_ENDPOINT": srv.URL, "HF_TOKEN": "hf_secret"}
-	pol, err := artifact.PolicyFromConfig(&kv, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	pol, err := artifact.PolicyFor(set, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,19 +360,18 @@ func TestFetchHF(t *testing.T) {
 	}
 }
 
-func TestPolicyFromConfig(t *testing.T) {
-	kv := config.Default().Dynamo.KV
-	kv.PinnedArtifacts = []string{"blake3:" + strings.Repeat("ab", 32)}
-	pol, err := artifact.PolicyFromConfig(&kv, nil)
+func TestPolicyFor(t *testing.T) {
+	set := artifact.Settings{Pinned: []string{"blake3:" + strings.Repeat("ab", 32)}, AllowHTTP: true, CacheDir: "/var/cache/c"}
+	pol, err := artifact.PolicyFor(set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := artifact.ParseChecksum(kv.PinnedArtifacts[0])
-	if !pol.Pinned(c) || !pol.AllowHTTP || pol.AllowHF || pol.HF.Endpoint != artifact.DefaultHFEndpoint || pol.CacheDir == "" {
+	c, _ := artifact.ParseChecksum(set.Pinned[0])
+	if !pol.Pinned(c) || !pol.AllowHTTP || pol.AllowHF || pol.HF.Endpoint != artifact.DefaultHFEndpoint || pol.CacheDir != "/var/cache/c" {
 		t.Errorf("policy %+v", pol)
 	}
-	kv.PinnedArtifacts = []string{"md5:00"}
-	if _, err := artifact.PolicyFromConfig(&kv, nil); err == nil || !strings.Contains(err.Error(), "pinned_artifacts[0]") {
+	set.Pinned = []string{"md5:00"}
+	if _, err := artifact.PolicyFor(set, nil); err == nil || !strings.Contains(err.Error(), "pinned_artifacts[0]") {
 		t.Errorf("bad pin: %v", err)
 	}
 }

@@ -17,16 +17,16 @@ import (
 	"strings"
 
 	"github.com/zeebo/blake3"
-
-	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// Bounds of the artifacts (seed section 17).
+// Bounds of the artifacts. A tokenizer.json of the largest vocabularies is
+// a few tens of MiB; anything beyond 64 MiB is not one.
 const (
 	// MaxArtifactBytes bounds one artifact; larger ones are refused.
 	MaxArtifactBytes = 64 << 20
-	// MaxSlotBytes bounds the JSON of one card slot.
-	MaxSlotBytes = wire.MaxArtifactSlotBytes
+	// MaxSlotBytes bounds the JSON of one card slot (the discovery reducer
+	// drops larger slots with the same bound).
+	MaxSlotBytes = 4 << 10
 )
 
 // Slot is a model-card field that names an artifact.
@@ -356,14 +356,15 @@ type Declared struct {
 	Err error
 }
 
-// CardSlots parses the artifact slots of a card, in card order; absent
-// slots are skipped.
-func CardSlots(c *wire.Card) []Declared {
+// CardSlots parses the artifact slots of a card (its tokenizer,
+// prompt_formatter and chat_template_file values), in that order; absent
+// or null slots are skipped.
+func CardSlots(tokenizer, promptFormatter, chatTemplateFile json.RawMessage) []Declared {
 	var out []Declared
 	for _, s := range []struct {
 		slot Slot
 		raw  json.RawMessage
-	}{{SlotTokenizer, c.Tokenizer}, {SlotPromptFormatter, c.PromptFormatter}, {SlotChatTemplateFile, c.ChatTemplateFile}} {
+	}{{SlotTokenizer, tokenizer}, {SlotPromptFormatter, promptFormatter}, {SlotChatTemplateFile, chatTemplateFile}} {
 		if isNull(s.raw) {
 			continue
 		}

@@ -1,4 +1,6 @@
 // Package gcpolicy sets the garbage collector of a serving process.
+//
+// Imports: no internal package.
 package gcpolicy
 
 import (
@@ -7,8 +9,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"github.com/continuum-router/continuum/internal/config"
 )
 
 // The router's live heap is small (a fleet snapshot, the load store, the
@@ -28,9 +28,9 @@ const (
 
 // Apply sets the router process's collector: GOGC=GCPercent unless GOGC is
 // set, and a soft memory limit of 80% of the cgroup's memory limit unless
-// GOMEMLIMIT is set. It returns a function that restores the previous
-// settings.
-func Apply(env config.LookupEnv, logger *slog.Logger) (restore func()) {
+// GOMEMLIMIT is set; env reads the environment (os.LookupEnv). It returns
+// a function that restores the previous settings.
+func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore func()) {
 	prevPercent, prevLimit := -2, int64(-1)
 	gogc, set := env("GOGC")
 	if !set {

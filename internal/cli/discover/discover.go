@@ -20,6 +20,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/iostreams"
 )
@@ -107,7 +108,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	d := &cfg.Dynamo.Discovery
-	fl, err := o.Discovery.OpenFleet(ctx, d, logger, o.Timeout)
+	fl, err := sources.Open(ctx, d, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted

@@ -23,6 +23,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/iostreams"
 )
@@ -260,16 +261,18 @@ func runDiscovery(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	policy, err := artifact.PolicyFromConfig(&cfg.Dynamo.KV, o.Env)
+	kv := &cfg.Dynamo.KV
+	policy, err := artifact.PolicyFor(artifact.Settings{Pinned: kv.PinnedArtifacts, AllowHTTP: kv.AllowHTTPArtifacts,
+		AllowHF: kv.AllowHFArtifacts, CacheDir: kv.ArtifactCacheDir}, o.Env)
 	if err != nil {
-		return cmdutil.FlagErrorf("%v", err)
+		return cmdutil.FlagErrorf("dynamo.kv.%v", err)
 	}
 	logger, err := o.Logger()
 	if err != nil {
 		return err
 	}
 	d := &cfg.Dynamo.Discovery
-	fl, err := o.Discovery.OpenFleet(ctx, d, logger, o.Timeout)
+	fl, err := sources.Open(ctx, d, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted
@@ -306,7 +309,7 @@ func BuildReport(snap *fleet.Snapshot, policy *artifact.Policy) Report {
 			models[mk], index[mk] = m, map[string]int{}
 		}
 		m.Workers++
-		for _, ds := range artifact.CardSlots(&w.Card.Typed) {
+		for _, ds := range artifact.CardSlots(w.Card.Typed.Tokenizer, w.Card.Typed.PromptFormatter, w.Card.Typed.ChatTemplateFile) {
 			d := declared(ds, policy)
 			id := d.Slot + "\x00" + d.Format + "\x00" + d.Checksum + "\x00" + d.Location + "\x00" + d.Problem
 			if i, ok := index[mk][id]; ok {

@@ -140,24 +140,15 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	src, backoff, err := sources.NewWithKube(&cfg.Dynamo.Discovery, logger, o.Discovery.KubeClient())
-	if err != nil {
-		return err
-	}
-	reg := fleet.NewRegistry(logger, nil)
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	waitCtx, cancelWait := context.WithTimeout(ctx, o.Timeout)
-	_, err = reg.Wait(waitCtx, 0)
-	cancelWait()
+	fl, err := sources.Open(ctx, &cfg.Dynamo.Discovery, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil // interrupted
 		}
-		return fmt.Errorf("discovery source %s not reachable within %s", src.Name(), o.Timeout)
+		return err
 	}
+	defer fl.Close()
+	reg := fl.Registry
 	n := 0
 	for _, pub := range reg.Snapshot().Publishers {
 		if pub.Topic == o.Topic {

@@ -1,15 +1,24 @@
-// Package sources builds the configured discovery source.
+// Package sources builds the configured discovery source, and opens a
+// fleet view over it for the commands that read a fleet once or follow it
+// (discover, tail-load, pin-artifact).
+//
+// Imports: config, discovery and its sources (etcd, filestore, kube), fleet.
 package sources
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/etcd"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/filestore"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 )
 
 // New returns the source selected by d.Source, and the backoff it runs
@@ -42,4 +51,62 @@ func NewWithKube(d *config.Discovery, logger *slog.Logger, client kube.ClientOpt
 
 func backoff(b config.Backoff) discovery.Backoff {
 	return discovery.Backoff{Initial: b.Initial.D(), Max: b.Max.D()}
+}
+
+// Fleet is a discovery source watched on its own goroutine: its registry
+// holds the fleet view from the first complete read on, and follows it
+// until Close.
+type Fleet struct {
+	Registry *fleet.Registry
+	// Source is the source's name; Generation the first view's generation.
+	Source     string
+	Generation uint64
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Close stops watching and waits for the watcher to end.
+func (f *Fleet) Close() {
+	f.cancel()
+	<-f.done
+}
+
+// Open starts watching the source d configures (with the Kubernetes
+// credentials client names) and waits up to timeout for its first complete
+// read. An unreachable source's error carries the last reason a pass ended.
+// When ctx ends first, the error is ctx's.
+func Open(ctx context.Context, d *config.Discovery, client kube.ClientOptions, logger *slog.Logger, timeout time.Duration) (*Fleet, error) {
+	src, backoff, err := NewWithKube(d, logger, client)
+	if err != nil {
+		return nil, err
+	}
+	reg := fleet.NewRegistry(logger, nil)
+	var mu sync.Mutex
+	var lastErr error
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
+		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
+	wctx, cancel := context.WithCancel(ctx)
+	f := &Fleet{Registry: reg, Source: src.Name(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		_ = w.Run(wctx) // nil on cancellation; the backoff is validated
+	}()
+	waitCtx, cancelWait := context.WithTimeout(wctx, timeout)
+	f.Generation, err = reg.Wait(waitCtx, 0)
+	cancelWait()
+	if err == nil {
+		return f, nil
+	}
+	f.Close()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	mu.Lock()
+	reason := lastErr
+	mu.Unlock()
+	if reason == nil {
+		reason = errors.New("no complete read yet")
+	}
+	return nil, fmt.Errorf("discovery source %s not reachable within %s: %w", src.Name(), timeout, reason)
 }

@@ -1,0 +1,57 @@
+package sources_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestOpenFileStore: an empty file store is a complete read (generation 1)
+// and Close ends the watcher.
+func TestOpenFileStore(t *testing.T) {
+	t.Parallel()
+	d := config.Default().Dynamo.Discovery
+	d.Source, d.File.Root = config.SourceFile, t.TempDir()
+	fl, err := sources.Open(t.Context(), &d, kube.ClientOptions{}, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	if fl.Source != config.SourceFile || fl.Generation == 0 || len(fl.Registry.Snapshot().Workers) != 0 {
+		t.Errorf("fleet %+v", fl)
+	}
+}
+
+// TestOpenUnreachable: a source that never completes a read fails after
+// the timeout with the reason its last pass ended; an ended context wins.
+func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	d := config.Default().Dynamo.Discovery
+	d.Source, d.Etcd.Endpoints = config.SourceEtcd, []string{"http://" + addr}
+	_, err = sources.Open(t.Context(), &d, kube.ClientOptions{}, nil, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "not reachable within 300ms") {
+		t.Errorf("err = %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := sources.Open(ctx, &d, kube.ClientOptions{}, nil, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Errorf("after cancel: err = %v", err)
+	}
+}
