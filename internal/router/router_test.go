@@ -510,6 +510,7 @@ func TestModelsAndReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("ready %d", resp.StatusCode)
 	}

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // peerEnv makes the test binary act as an idle ZMTP PUB peer (a separate
@@ -20,7 +22,7 @@ func TestMain(m *testing.M) {
 		idlePeer()
 		return
 	}
-	os.Exit(m.Run())
+	testutil.VerifyNoLeaks(m)
 }
 
 func idlePeer() {

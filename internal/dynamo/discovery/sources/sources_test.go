@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/continuum-router/continuum/internal/testutil"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // TestOpenFileStore: an empty file store is a complete read (generation 1)
 // and Close ends the watcher.
