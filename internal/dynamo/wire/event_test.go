@@ -142,7 +142,6 @@ func TestActiveLoadRejects(t *testing.T) {
 }
 
 func FuzzDecodeEventMessage(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzDecodeEventMessage")
 	for _, name := range []string{"kv_metrics_map.frames", "kv_metrics_array.frames", "kv_metrics_scope.frames", "kv_metrics_old.frames"} {
 		f.Add(readFrames(f, name)[3])
 	}
