@@ -10,12 +10,11 @@ import (
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 func readFrames(t testing.TB, name string) [][]byte {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/load", name))
+	data, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
