@@ -69,7 +69,9 @@ func TestDecodeFixtureFrames(t *testing.T) {
 	}
 }
 
-// TestEncodeMatchesReference: our encoder writes the reference's bytes.
+// TestEncodeMatchesReference: our encoder writes the frames of
+// kv_metrics_map.frames, a named-envelope message as Dynamo's publisher
+// writes it.
 func TestEncodeMatchesReference(t *testing.T) {
 	want := readFrames(t, "kv_metrics_map.frames")
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1186445869714687, KVUsedBlocks: u64(30)})

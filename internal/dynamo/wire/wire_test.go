@@ -102,7 +102,8 @@ func TestParseModel(t *testing.T) {
 }
 
 // TestParseModelPartial: typed fields that fail are named and left unset;
-// the rest parse and the worker is still built (seed section 7).
+// the rest parse and the worker is still built: a bad field costs that
+// field, not the worker.
 func TestParseModelPartial(t *testing.T) {
 	m, err := wire.ParseModel([]byte(`{"instance_id":1,"model_suffix":null,"card_json":{"name":"m","worker_type":"Encoder9000","kv_cache_block_size":"big",
 	  "lora":null,"runtime_config":{"total_kv_blocks":-5,"max_num_seqs":4,"data_parallel_size":4,"data_parallel_start_rank":8,"disaggregated_endpoint":{"bootstrap_host":"h","bootstrap_port":1}}}}`))
