@@ -49,7 +49,7 @@ top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
 bench: ## run the benchmarks (figures are ratios against baselines in the same run)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-fuzz: ## run each fuzz target for FUZZTIME and keep new corpus in testdata/fuzz
+fuzz: ## run each fuzz target for FUZZTIME (failing inputs land in <pkg>/testdata/fuzz)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 completions man docs: ## regenerate completions/ and man/ from the command tree

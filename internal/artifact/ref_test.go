@@ -9,7 +9,6 @@ import (
 
 	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // blake3Vectors are from the BLAKE3 team's test_vectors.json: the input is
@@ -188,7 +187,6 @@ func TestCardSlots(t *testing.T) {
 // FuzzParseSlot: any slot JSON parses or fails with one of the package's
 // errors, without panicking; a parsed ref is consistent.
 func FuzzParseSlot(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzParseSlot")
 	f.Add([]byte(`{"hf_tokenizer_json":` + cf("/m/tokenizer.json") + `}`))
 	f.Add([]byte(`{"hf_chat_template":{"is_custom":true,"file":` + cf("hf://o/r@v/t.jinja") + `}}`))
 	f.Add([]byte(`{"hf_tokenizer_config_json":` + cf("https://h/x?y") + `}`))

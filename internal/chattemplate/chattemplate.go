@@ -42,7 +42,9 @@ import (
 	"time"
 )
 
-// Limits of the seed (section 17).
+// Render budgets. A chat template arrives with a model's artifacts and is
+// untrusted code: every render is bounded in instructions, output size and
+// wall clock, and an overrun is ErrRenderUnavailable.
 const (
 	// DefaultFuel is the instruction budget of one render.
 	DefaultFuel = 5_000_000

@@ -17,7 +17,6 @@ import (
 // no panic (the interpreter's own recover would report "internal error"),
 // and no render outlives its budget.
 func FuzzRender(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzRender")
 	for _, s := range []string{
 		"{% for m in messages %}{{ m.role }}: {{ m.content | trim }}\n{% endfor %}",
 		"{%- set ns = namespace(x=0) %}{% for i in range(10) %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}",

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // same reports whether DecodeJSON's value equals encoding/json's decoding
@@ -142,7 +141,6 @@ func TestDecodeJSON(t *testing.T) {
 
 // FuzzDecodeJSON checks DecodeJSON against encoding/json.
 func FuzzDecodeJSON(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzDecodeJSON")
 	for _, s := range []string{`{"a": [1, 2.5, "x\u00e9"], "b": {"c": null}}`, `"\ud83d\ude00"`, `[true, false, -1e-5]`} {
 		f.Add([]byte(s))
 	}

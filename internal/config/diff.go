@@ -7,7 +7,9 @@ import (
 	"strings"
 )
 
-// Tier is how a configuration change takes effect (design document §10).
+// Tier is how a configuration change takes effect: read at use, by
+// restarting the load and KV-event subscriptions, by replacing the discovery
+// watcher, or only by restarting the process.
 type Tier int
 
 // Reload tiers, from the lightest to the heaviest.
@@ -38,7 +40,9 @@ func (t Tier) String() string {
 	return fmt.Sprintf("Tier(%d)", int(t))
 }
 
-// Watcher restart reasons, as logged and as the design document names them.
+// Watcher restart reasons: why a reload replaces the discovery watcher
+// (WatcherRestart.Reason). When several apply, the first in reasonRank is
+// the one reported.
 const (
 	ReasonEnabled    = "enabled"
 	ReasonSource     = "source"

@@ -47,8 +47,11 @@ func mutate(t *testing.T, base string, edit func(*config.Config)) (*config.Confi
 	return oldCfg, newCfg
 }
 
-// TestDiffTiers follows the reload tiers of seed section 10 and the
-// Kubernetes reload rules of sections 12 and 13.
+// TestDiffTiers: each kind of change takes effect in its tier; a change
+// under dynamo.discovery restarts the watcher only when the running source
+// reads that field, with the reason, restart count, kept snapshot and
+// pruned namespaces a reload acts on (for the etcd and both Kubernetes
+// sources).
 func TestDiffTiers(t *testing.T) {
 	tests := []struct {
 		name   string

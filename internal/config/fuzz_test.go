@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/config"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // FuzzParse feeds arbitrary bytes through load and validation: no panic, and
@@ -18,7 +17,6 @@ func FuzzParse(f *testing.F) {
 			f.Add(data)
 		}
 	}
-	testutil.AddCorpus(f, "FuzzParse")
 	f.Add([]byte("dynamo: {shim: {model_map: {a: b}}}"))
 	f.Add([]byte("x-a: &a {b: *a}"))
 	env := func(k string) (string, bool) { return "v" + k, len(k)%2 == 0 }

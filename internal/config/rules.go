@@ -11,7 +11,9 @@ import (
 	"unicode"
 )
 
-// Limits of the design document that configuration validation enforces.
+// Limits that configuration validation enforces: the most entries each list
+// may hold, the range of dynamo.load.max_staleness, and Kubernetes' own limit
+// on the length of a label value.
 const (
 	MaxEtcdEndpoints     = 16
 	MaxDynamoNamespaces  = 16
@@ -124,8 +126,8 @@ func hostnameChar(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
-// checkDynamoNamespace applies the seed's namespace rule: non-empty, and no
-// '/', white space or control characters.
+// checkDynamoNamespace: a Dynamo namespace is non-empty and holds no '/' (it
+// is one segment of the discovery keys), white space or control characters.
 func checkDynamoNamespace(s string) string {
 	if s == "" {
 		return "must not be empty"

@@ -80,7 +80,8 @@ type RateLimit struct {
 	Burst             int     `yaml:"burst" json:"burst"`
 }
 
-// Dynamo is the `dynamo:` block of the design document.
+// Dynamo is the `dynamo:` block: routing to an NVIDIA Dynamo fleet, with its
+// discovery, load signals, shim, KV-aware routing and event bus.
 type Dynamo struct {
 	Enabled   bool        `yaml:"enabled" json:"enabled"`
 	Discovery Discovery   `yaml:"discovery" json:"discovery"`
@@ -182,7 +183,8 @@ type LoadSignals struct {
 	Transport        string   `yaml:"transport" json:"transport"`
 }
 
-// DefaultMaxStaleness is the seed's default freshness window.
+// DefaultMaxStaleness is the default freshness window: a worker's load
+// sample older than this no longer counts as its current load.
 const DefaultMaxStaleness = 3 * time.Second
 
 // Shim routes pinned requests through `dynamo.frontend --router-mode direct`.
@@ -255,7 +257,7 @@ type BrokerEntry struct {
 
 func (b *BrokerEntry) setDefaults() { b.Role = BusRoleBroker }
 
-// Event bus defaults and bounds from the design document.
+// Event bus defaults and bounds.
 const (
 	DefaultBusListen                = "0.0.0.0:7443"
 	DefaultBusMaxSessions           = 64
@@ -268,8 +270,8 @@ const (
 	MinStreamBudgetBytes = 64 << 10
 )
 
-// Default returns the configuration with every default of the design
-// document filled in.
+// Default returns the configuration with every default filled in: what a
+// configuration that sets nothing means.
 func Default() *Config {
 	return &Config{
 		Server: Server{BindAddress: "127.0.0.1:8080"},

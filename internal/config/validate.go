@@ -41,7 +41,7 @@ func (v *validator) warnf(path, format string, args ...any) {
 	v.add(SeverityWarning, path, format, args...)
 }
 
-// validate applies every rule of the design document to a decoded document.
+// validate applies every configuration rule to a decoded document.
 func validate(doc *Document) (Findings, int) {
 	v := &validator{doc: doc, c: doc.Config, backends: map[string]*Backend{}}
 	v.server()

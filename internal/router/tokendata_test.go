@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
-
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 func TestWithoutTokenData(t *testing.T) {
@@ -32,7 +30,6 @@ func TestWithoutTokenData(t *testing.T) {
 // FuzzWithoutTokenData: for any valid JSON body the result is valid JSON
 // with the same members, except that no nvext object holds token_data.
 func FuzzWithoutTokenData(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzWithoutTokenData")
 	for _, s := range []string{`{"model":"m","nvext":{"token_data":[1,2],"cache_salt":"s"}}`, `{"nvext":{"token_data":1}}`,
 		`{"nvext":{"a":"\\\"","token\u005fdata":{}}}`, `[1]`, `"x"`, `{}`} {
 		f.Add([]byte(s))

@@ -9,11 +9,13 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/ with the current output")
 
-// Golden compares got with the file at path (relative to the repository
-// root), or rewrites the file when the test runs with -update.
+// Golden compares got with the file at path, or rewrites the file when the
+// test runs with -update. A relative path is taken from the working
+// directory, which `go test` sets to the package's directory; golden files
+// shared by several packages are passed under RepoRoot.
 func Golden(tb testing.TB, path string, got []byte) {
 	tb.Helper()
-	full := filepath.Join(RepoRoot(tb), path)
+	full := path
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			tb.Fatal(err)

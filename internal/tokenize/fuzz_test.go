@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/tokenize"
 )
 
@@ -13,7 +12,6 @@ import (
 // of a byte-level and a SentencePiece-style tokenizer: no panic, every id
 // in the vocabulary, and bounded time.
 func FuzzEncode(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzEncode")
 	for _, s := range []string{"", "hello world", "<|im_start|>user\n hi<|im_end|>", "\xff\xfe<s>\xc3", "   \t\r\n  x", "안녕 🍕 ١٢٣"} {
 		f.Add([]byte(s))
 	}
@@ -50,7 +48,6 @@ func FuzzEncode(f *testing.F) {
 // FuzzLoad feeds arbitrary bytes to Load: an error or a tokenizer, never a
 // panic; a tokenizer that loads encodes.
 func FuzzLoad(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzLoad")
 	f.Add(tiny(f, nil))
 	f.Add(tiny(f, map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]}`, "pre_tokenizer": `null`}))
 	f.Add(tiny(f, map[string]string{"model": `{"type": "BPE", "vocab": {"a\u0041": 0, "\ud83d\ude00": 1}, "merges": []}`, "pre_tokenizer": `null`}))

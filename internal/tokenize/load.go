@@ -6,8 +6,8 @@ import (
 	"fmt"
 )
 
-// MaxFileSize bounds the tokenizer.json Load accepts (the artifact limit of
-// seed section 17).
+// MaxFileSize bounds the tokenizer.json Load accepts: 64 MiB, the same
+// bound as any artifact the router fetches (artifact.MaxArtifactBytes).
 const MaxFileSize = 64 << 20
 
 type fileJSON struct {

@@ -36,7 +36,8 @@ import (
 	"unicode/utf8"
 )
 
-// MaxTokens is the most tokens one Encode may produce (seed section 17).
+// MaxTokens is the most tokens one Encode may produce; a longer encoding is
+// ErrPromptTooLarge.
 const MaxTokens = 1 << 20
 
 // MaxTextBytes bounds the text one Encode accepts: longer text is

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/tui"
 )
 
@@ -22,7 +21,6 @@ func FuzzSnapshot(f *testing.F) {
 		"# TYPE continuum_dynamo_selection_total counter\ncontinuum_dynamo_selection_total{reason=\"load\",role=\"decode\"} 3\n"))
 	f.Add([]byte(`{"workers":[{"instance_id":"1","dp_start_rank":4294967295,"dp_size":3,"capacity":{"total_kv_blocks":0}}]}` + "\x00" +
 		`{"samples":[{"worker_id":"","dp_rank":4294967295,"active_decode_blocks":18446744073709551615,"age_ms":-5,"state":"stale"}]}` + "\x00{}\x00"))
-	testutil.AddCorpus(f, "FuzzSnapshot")
 	f.Fuzz(func(t *testing.T, in []byte) {
 		done := make(chan struct{})
 		go func() { defer close(done); fuzzSnapshot(t, in) }()

@@ -151,7 +151,7 @@ func TestGoldenFrames(t *testing.T) {
 			"filtered":      keys(m, "/", "canary", "enter"),
 		}
 		for name, v := range views {
-			testutil.Golden(t, fmt.Sprintf("testdata/tui/%s_%dx%d.golden", name, w, h), []byte(frame(t, v, w, h)))
+			testutil.Golden(t, fmt.Sprintf("testdata/%s_%dx%d.golden", name, w, h), []byte(frame(t, v, w, h)))
 		}
 	}
 }
@@ -305,7 +305,7 @@ func TestDisconnected(t *testing.T) {
 		m = update(m, tui.FetchErrMsg(errors.New("router unreachable: connection refused"), errAt.Add(time.Duration(i)*time.Second)))
 	}
 	v := frame(t, m, 80, 24)
-	testutil.Golden(t, "testdata/tui/disconnected_80x24.golden", []byte(v))
+	testutil.Golden(t, "testdata/disconnected_80x24.golden", []byte(v))
 	if !strings.Contains(v, "disconnected since 14:00:03 (4 failures, retrying every 8s)") {
 		t.Errorf("banner:\n%s", v)
 	}
@@ -423,7 +423,7 @@ func TestOnce(t *testing.T) {
 	if err := m.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Golden(t, "testdata/tui/once.table.golden", []byte(table.String()))
+	testutil.Golden(t, "testdata/once.table.golden", []byte(table.String()))
 	if _, err := tui.New(tui.Options{Router: "r"}).Once(); err == nil {
 		t.Error("a model without a snapshot printed one")
 	}

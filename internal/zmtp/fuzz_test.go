@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -30,7 +29,6 @@ func (c *scriptConn) SetWriteDeadline(time.Time) error { return nil }
 // FuzzStream feeds arbitrary bytes as everything a peer says, first with a
 // valid handshake in front, then raw: no panic, no buffer past the limit.
 func FuzzStream(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzStream")
 	var m bytes.Buffer
 	writeMessage(&m, message("kv_metrics", 1, []byte("payload")))
 	f.Add(m.Bytes())

@@ -1,8 +1,9 @@
 // Package deploy checks the Kubernetes manifests under scripts/deploy: the
 // Helm chart rendered with every combination of its discovery switches and
 // the Kustomize base and overlays, each parsed strictly into the Kubernetes
-// API types, with the RBAC rules held to the design's minimal sets and the
-// router's configuration run through the router's own validation.
+// API types, with the RBAC rules held to the minimal sets the discovery
+// sources need and the router's configuration run through the router's own
+// validation.
 //
 // Rendering needs helm and kubectl on PATH (or helm in .cache/bin, which
 // `make deploy-check` builds); without them the rendering tests skip with a
@@ -37,7 +38,9 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// The design's minimal rule sets (sections 12 and 13), in order.
+// The minimal RBAC rules, in order, all get/list/watch: pods for the pods
+// source, and DynamoWorkerMetadata resources and EndpointSlices as well when
+// the metadata source is enabled.
 var (
 	podRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
@@ -585,8 +588,9 @@ func TestStaticManifests(t *testing.T) {
 		t.Errorf("found %d of %d Roles and %d of 3 configuration files", seen, len(roles), configs)
 	}
 
-	// The chart's values hold the design's switches with their defaults, and
-	// its templates hold the same rules.
+	// The chart's values hold the discovery switches with their defaults
+	// (both off, namespace empty, API server ports 443 and 6443), and its
+	// templates hold the same rules.
 	values, err := os.ReadFile(deployDir(t, "helm", "continuum", "values.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package configcmd_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -60,7 +61,7 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tt.code, r.out, r.errOut)
 			}
 			if tt.golden != "" {
-				testutil.Golden(t, "testdata/config/golden/"+tt.golden+".golden", []byte(r.out))
+				testutil.Golden(t, filepath.Join(testutil.RepoRoot(t), "testdata/config/golden", tt.golden+".golden"), []byte(r.out))
 			}
 			if !strings.Contains(r.out+r.errOut, tt.substr) {
 				t.Errorf("output lacks %q:\n%s%s", tt.substr, r.out, r.errOut)
@@ -100,7 +101,7 @@ func TestShow(t *testing.T) {
 					t.Errorf("secret %q shown", secret)
 				}
 			}
-			testutil.Golden(t, "testdata/config/golden/show-etcd-tls."+tt.out+".golden", []byte(r.out))
+			testutil.Golden(t, filepath.Join(testutil.RepoRoot(t), "testdata/config/golden", "show-etcd-tls."+tt.out+".golden"), []byte(r.out))
 		})
 	}
 	t.Run("defaults", func(t *testing.T) {

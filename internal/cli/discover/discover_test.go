@@ -70,7 +70,7 @@ func TestDiscoverJSONAgainstEtcd(t *testing.T) {
 		t.Errorf("header %+v", rep)
 	}
 	normalised := times.ReplaceAllString(out, `"$1": "<time>"`)
-	testutil.Golden(t, "testdata/dynamo/golden/discover-etcd.json.golden", []byte(normalised))
+	testutil.Golden(t, filepath.Join(testutil.RepoRoot(t), "testdata/dynamo/golden/discover-etcd.json.golden"), []byte(normalised))
 	for _, leak := range []string{"10.0.0.4", "10.0.0.7", "tcp://", "card_json", "transport"} {
 		if strings.Contains(out, leak) {
 			t.Errorf("output leaks %q", leak)

@@ -201,8 +201,8 @@ func TestRenderMatchesGoldens(t *testing.T) {
 	}
 }
 
-// The hash subcommand: per-block hashes are reference §5's function of the
-// ids, for text and for chat requests, with LoRA and salt.
+// The hash subcommand: the block hashes are wire.LocalBlockHashes of the ids
+// under the LoRA and salt seed, for text and for chat requests.
 func TestHash(t *testing.T) {
 	root := testutil.RepoRoot(t)
 	tok := tokenizerFile(t, "qwen3")

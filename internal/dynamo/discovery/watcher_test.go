@@ -39,7 +39,8 @@ func (s *scripted) Run(ctx context.Context, sink discovery.Sink) error {
 }
 
 // TestBackoff: delays double from initial to max, and reset to initial only
-// after a session that stayed established for at least max (seed section 6).
+// after a session that stayed established for at least max, so a source
+// that keeps failing soon after connecting keeps backing off.
 func TestBackoff(t *testing.T) {
 	clock := time.Unix(0, 0)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -12,7 +12,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// Memory bounds of the reducer (seed section 8).
+// Memory bounds of the reducer: whatever is written under the watched
+// prefixes, the fleet view holds a bounded amount of it.
 const (
 	// MaxRecordBytes: a larger etcd value is refused before it is parsed.
 	MaxRecordBytes = 16 << 20

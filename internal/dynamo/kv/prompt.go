@@ -15,7 +15,8 @@ import (
 	"github.com/continuum-router/continuum/internal/tokenize"
 )
 
-// Block sizes the router hashes for (seed: XXH3-64 블록 해싱, 16..=65536).
+// Block sizes (tokens per block) the router computes XXH3-64 block hashes
+// for: 16 to 65536, both included; any other size is ErrBlockSize.
 const (
 	MinBlockSize = 16
 	MaxBlockSize = 65536

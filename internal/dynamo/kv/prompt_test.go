@@ -69,7 +69,7 @@ func request8k(t testing.TB, p *kv.Preparer) chattemplate.Input {
 
 // The pipeline's pieces agree with their own references: the rendered text
 // is the template's, the ids are the tokenizer's encoding of it without
-// added special tokens, and the hashes are reference §5's function of them.
+// added special tokens, and the hashes are wire.LocalBlockHashes of them.
 func TestPipeline(t *testing.T) {
 	p := qwen3(t)
 	in := request8k(t, p)
@@ -110,7 +110,8 @@ func TestPipeline(t *testing.T) {
 	if _, _, err := (&kv.Preparer{Tokenizer: p.Tokenizer}).Chat(context.Background(), in); !errors.Is(err, kv.ErrNoTemplate) {
 		t.Fatalf("chat without a template: %v", err)
 	}
-	// The reference vector of §5: tokens 0..63, block size 16.
+	// A known vector (also in wire's TestBlockHashVectors): tokens 0..63,
+	// block size 16, seed 1337.
 	seq := make([]uint32, 64)
 	for i := range seq {
 		seq[i] = uint32(i)

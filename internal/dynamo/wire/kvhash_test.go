@@ -11,7 +11,9 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// Vectors from reference §5: tokens 0..63, block size 16.
+// Known block hashes of tokens 0..63 at block size 16, with and without a
+// LoRA adapter and a cache salt, and their sequence hashes. A change here
+// means the router's hashes no longer match the ones workers publish.
 func TestBlockHashVectors(t *testing.T) {
 	if got := xxh3.HashSeed([]byte("test data"), 1337); got != 13226331709069118873 {
 		t.Fatalf("upstream vector: %d", got)
@@ -60,7 +62,8 @@ func TestBlockHashVectors(t *testing.T) {
 	}
 }
 
-// TestEncodeRouterEvent: the reference's named-msgpack example, byte for byte.
+// TestEncodeRouterEvent: a stored event encodes byte for byte as rmp_serde's
+// named msgpack writes it.
 func TestEncodeRouterEvent(t *testing.T) {
 	mp := func(parts ...string) string {
 		var b strings.Builder

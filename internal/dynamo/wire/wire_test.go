@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 func TestParseKey(t *testing.T) {
@@ -103,7 +102,8 @@ func TestParseModel(t *testing.T) {
 }
 
 // TestParseModelPartial: typed fields that fail are named and left unset;
-// the rest parse and the worker is still built (seed section 7).
+// the rest parse and the worker is still built: a bad field costs that
+// field, not the worker.
 func TestParseModelPartial(t *testing.T) {
 	m, err := wire.ParseModel([]byte(`{"instance_id":1,"model_suffix":null,"card_json":{"name":"m","worker_type":"Encoder9000","kv_cache_block_size":"big",
 	  "lora":null,"runtime_config":{"total_kv_blocks":-5,"max_num_seqs":4,"data_parallel_size":4,"data_parallel_start_rank":8,"disaggregated_endpoint":{"bootstrap_host":"h","bootstrap_port":1}}}}`))
@@ -151,7 +151,6 @@ func TestParseEventChannel(t *testing.T) {
 }
 
 func FuzzParseKey(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzParseKey")
 	for _, s := range []string{"v1/instances/dynamo/prefill/generate/1a85c3e2f4b1d", "v1/mdc/a/b/c/1/l", "v1/event_channels/namespace/a%2E/component/b/endpoint/c/topic/t/ff", "v1/event_channels/a//t/1"} {
 		f.Add([]byte(s))
 	}
@@ -167,7 +166,6 @@ func FuzzParseKey(f *testing.F) {
 }
 
 func FuzzParseRecords(f *testing.F) {
-	testutil.AddCorpus(f, "FuzzParseRecords")
 	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"runtime_config":{"data_parallel_size":2}}}`))
 	f.Add([]byte(`{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{}},"transport":{"kind":"Zmq","config":{"endpoint":"tcp://a:1"}}}`))
 	f.Add([]byte(`{"type":"Endpoint","instance_id":"ff","transport":{"tcp":"a"}}`))

@@ -9,7 +9,6 @@ import (
 
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
-	tu "github.com/continuum-router/continuum/internal/testutil"
 )
 
 func dwmJSON(name, owner, spec string) []byte {
@@ -101,7 +100,6 @@ func TestClassifyDWM(t *testing.T) {
 // panic, keeps only watched namespaces and bounded records, and says why
 // it refuses.
 func FuzzClassifyDWM(f *testing.F) {
-	tu.AddCorpus(f, "FuzzClassifyDWM")
 	f.Add(dwmJSON("worker-0", "worker-0", `{"data":{"endpoints":{"dn/c/generate/43710f49c0cff":{"type":"Endpoint","namespace":"dn","component":"c","endpoint":"generate","instance_id":1186445869714687}}}}`))
 	f.Add(dwmJSON("w", "x", `{}`))
 	f.Add([]byte(`{"spec":{"data":{"event_channels":{"a":{"scope":{"kind":"component","namespace":"dn","component":"%"},"topic":"t","instance_id":"ff"}}}}}`))

@@ -24,7 +24,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 )
 
-// Bounds of the metadata source (seed: list, watch, re-list, 상한).
+// Bounds of the metadata source: list page sizes, and caps on the resources
+// held (past a cap the rest are ignored, with a warning) and on their bytes.
 const (
 	DWMPageSize   = 32
 	MaxDWMs       = 16384

@@ -12,7 +12,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 )
 
-// Vectors of reference §2 (worker-0 is the seed's and upstream's).
+// Known hashes; worker-0's is also the vector upstream Dynamo's own tests
+// pin.
 func TestHashPodNameVectors(t *testing.T) {
 	for name, want := range map[string]uint64{
 		"worker-0":                   1186445869714687,
@@ -42,8 +43,10 @@ func podNames() []string {
 }
 
 // TestHashPodNameAgainstRust compiles a program with rustc that prints
-// DefaultHasher's hash of each name, the seed's guard against a toolchain
-// changing its hasher. Without rustc the test says so and skips.
+// DefaultHasher's hash of each name: Rust does not promise that
+// DefaultHasher stays the same across releases, and a toolchain that changed
+// it would change the instance ids Dynamo gives pods. Without rustc the test
+// says so and skips.
 func TestHashPodNameAgainstRust(t *testing.T) {
 	rustc, err := exec.LookPath("rustc")
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// Operator labels and annotations (seed: Kubernetes Pod 소스).
+// Labels and annotations the Dynamo operator puts on the pods it deploys;
+// the pods source selects and classifies pods by them.
 const (
 	LabelBackend          = "nvidia.com/dynamo-discovery-backend"
 	LabelEnabled          = "nvidia.com/dynamo-discovery-enabled"

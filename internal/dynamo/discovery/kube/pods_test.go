@@ -120,7 +120,7 @@ func TestPodsSourceRolesReadinessModels(t *testing.T) {
 	fake.Apply(kubefake.Pods, pod("worker-0", "VllmPrefillWorker", "prefill", "", true))
 	fake.Apply(kubefake.Pods, pod("worker-1", "VllmDecodeWorker", "worker", "decode", true))
 	// component-type worker without a sub type is aggregated, whatever the
-	// component's name says (the seed's own example: *-prefillheavy pools).
+	// component's name says (a pool named *-prefillheavy is still aggregated).
 	fake.Apply(kubefake.Pods, pod("agg-0", "VllmWorker-prefillheavy", "worker", "", true))
 	fake.Apply(kubefake.Pods, pod("frontend-0", "Frontend", "frontend", "", true))
 	fake.Apply(kubefake.Pods, pod("planner-0", "Planner", "planner", "", true))

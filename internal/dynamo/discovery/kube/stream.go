@@ -17,7 +17,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 )
 
-// Watch lifetimes (seed: list, watch, re-list).
+// Watch lifetimes. A pass lists, then watches from the list's
+// resourceVersion until the watch ends; the next pass lists again.
 const (
 	// WatchTimeout is what a watch asks the server for: end after 290 s.
 	WatchTimeout = 290 * time.Second
@@ -32,7 +33,7 @@ type Timing struct {
 	Seed, WatchTimeout, IdleDeadline time.Duration
 }
 
-// DefaultTiming is the seed's.
+// DefaultTiming is what the sources run under outside tests.
 var DefaultTiming = Timing{Seed: discovery.SeedTimeout, WatchTimeout: WatchTimeout, IdleDeadline: IdleDeadline}
 
 // ResetAfter is the session length after which the reconnect backoff
