@@ -15,7 +15,9 @@ import (
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
-// Loader bounds (seed section 17).
+// Loader bounds: how many artifacts are held and loaded at once, their
+// total bytes, and how long a failure is remembered, so that the model
+// cards of a fleet cannot make the router fetch or hold without limit.
 const (
 	// MaxLoaded bounds the artifacts held (loaded, loading or queued).
 	MaxLoaded = 16
@@ -25,7 +27,7 @@ const (
 	MaxTotalBytes = 256 << 20
 	// RetryAfter is how long a failed artifact stays failed.
 	RetryAfter = 5 * time.Minute
-	// LoadTimeout bounds one fetch and build (ours, not the seed's): a
+	// LoadTimeout bounds one fetch and build: a
 	// source that trickles bytes cannot hold a load slot forever.
 	LoadTimeout = 2 * time.Minute
 	// maxFailures bounds the failures remembered for RetryAfter; past it the

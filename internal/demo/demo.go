@@ -45,7 +45,7 @@ type Demo struct {
 
 // Start starts the simulated fleet and builds the daemon over the
 // configuration the fleet renders for it; the daemon listens but does not
-// serve until Run.
+// serve until Run, which must follow.
 func Start(o Options) (*Demo, error) {
 	bind := o.Bind
 	if bind == "" {
@@ -79,12 +79,6 @@ func Start(o Options) (*Demo, error) {
 func (d *Demo) Run(ctx context.Context) error {
 	defer d.Fleet.Stop()
 	return d.Daemon.Run(ctx)
-}
-
-// Close releases a demo that was not Run.
-func (d *Demo) Close() {
-	d.Daemon.Close()
-	d.Fleet.Stop()
 }
 
 // Addr is the router's address.

@@ -77,6 +77,3 @@ func publishers(snap *fleet.Snapshot, topic string) []*fleet.Publisher {
 
 // Subscriptions lists the running subscriptions.
 func (s *Supervisor) Subscriptions() []SubscriptionInfo { return s.pool.Subscriptions() }
-
-// States counts the subscriptions in each state.
-func (s *Supervisor) States() map[string]int { return s.pool.States() }

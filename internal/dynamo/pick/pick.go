@@ -21,8 +21,6 @@ const (
 	ReasonLoad            = "load"
 	ReasonRoundRobinStale = "round_robin_stale"
 	ReasonNoPrefillPool   = "no_prefill_pool"
-	ReasonKVAware         = "kv_aware"
-	ReasonConditional     = "conditional_bypass"
 )
 
 // Roles of a selection.
