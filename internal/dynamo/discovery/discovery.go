@@ -63,10 +63,6 @@ type Watcher struct {
 	Backoff  Backoff
 	Metrics  *telemetry.DiscoveryMetrics
 	Logger   *slog.Logger
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
-	// Sleep waits between passes; a context-aware timer when nil.
-	Sleep func(ctx context.Context, d time.Duration) error
 	// OnPassEnd, when set, is told why each pass ended (not on cancellation).
 	OnPassEnd func(err error)
 
@@ -79,12 +75,6 @@ func (w *Watcher) Connected() bool { return w.connected.Load() }
 
 // Run supervises passes until ctx ends. It returns nil on cancellation.
 func (w *Watcher) Run(ctx context.Context) error {
-	if w.Now == nil {
-		w.Now = time.Now
-	}
-	if w.Sleep == nil {
-		w.Sleep = sleep
-	}
 	if w.Logger == nil {
 		w.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -116,7 +106,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if resetAfter <= 0 {
 			resetAfter = w.Backoff.Max
 		}
-		if !s.established.IsZero() && w.Now().Sub(s.established) >= resetAfter {
+		if !s.established.IsZero() && time.Since(s.established) >= resetAfter {
 			delay = w.Backoff.Initial
 		}
 		if expired {
@@ -124,7 +114,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		} else {
 			w.Logger.Warn("dynamo discovery pass ended; retrying", "source", w.Source.Name(), "err", err, "retry_in", delay)
 		}
-		if err := w.Sleep(ctx, delay); err != nil {
+		if err := sleep(ctx, delay); err != nil {
 			w.setConnected(false)
 			return nil
 		}
@@ -162,7 +152,7 @@ type sink struct {
 	established time.Time
 }
 
-func (s *sink) Put(key string, value []byte) { s.w.reducer.Put(key, value, s.w.Now()) }
+func (s *sink) Put(key string, value []byte) { s.w.reducer.Put(key, value, time.Now()) }
 func (s *sink) Delete(key string)            { s.w.reducer.Delete(key) }
 
 func (s *sink) ResyncBegin() {
@@ -173,7 +163,7 @@ func (s *sink) ResyncBegin() {
 func (s *sink) ResyncEnd() {
 	s.resyncing = false
 	s.w.reducer.ResyncEnd()
-	s.established = s.w.Now()
+	s.established = time.Now()
 	s.w.setConnected(true)
 	s.Flush()
 }
@@ -182,7 +172,7 @@ func (s *sink) Flush() {
 	if s.resyncing || !s.w.reducer.Dirty() {
 		return
 	}
-	s.w.Registry.Publish(s.w.reducer.Build(s.w.Now()))
+	s.w.Registry.Publish(s.w.reducer.Build(time.Now()))
 }
 
 // ProblemCounter returns a registry observer that counts problems in

@@ -3,7 +3,9 @@ package discovery_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
@@ -11,30 +13,30 @@ import (
 )
 
 // scripted is a source whose passes are scripted: each entry is how long the
-// session stays established (negative: the pass fails before seeding).
+// session stays established (negative: the pass fails before seeding). It
+// records when each pass starts.
 type scripted struct {
-	clock    *time.Time
 	sessions []time.Duration
-	passes   int
+	starts   []time.Time
 	cancel   context.CancelFunc
 }
 
 func (s *scripted) Name() string { return "scripted" }
 
 func (s *scripted) Run(ctx context.Context, sink discovery.Sink) error {
-	if s.passes == len(s.sessions) {
+	s.starts = append(s.starts, time.Now())
+	if len(s.starts) > len(s.sessions) {
 		s.cancel()
 		return nil
 	}
-	d := s.sessions[s.passes]
-	s.passes++
+	d := s.sessions[len(s.starts)-1]
 	if d < 0 {
 		return errors.New("connect refused")
 	}
 	sink.ResyncBegin()
 	sink.Put("v1/instances/dynamo/decode/generate/1", []byte(`{"component":"decode","endpoint":"generate","instance_id":1}`))
 	sink.ResyncEnd()
-	*s.clock = s.clock.Add(d)
+	time.Sleep(d) // the session stays up this long
 	return errors.New("stream ended")
 }
 
@@ -42,39 +44,37 @@ func (s *scripted) Run(ctx context.Context, sink discovery.Sink) error {
 // after a session that stayed established for at least max, so a source
 // that keeps failing soon after connecting keeps backing off.
 func TestBackoff(t *testing.T) {
-	clock := time.Unix(0, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	src := &scripted{clock: &clock, cancel: cancel, sessions: []time.Duration{
-		-1, -1, -1, -1, -1, -1, // 500ms 1s 2s 4s 8s 8s
-		3 * time.Second, // short session: no reset -> 8s
-		8 * time.Second, // session >= max: reset -> 500ms
-		-1,              // 1s
-	}}
-	var delays []time.Duration
-	w := &discovery.Watcher{
-		Source: src, Registry: fleet.NewRegistry(nil, nil),
-		Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
-		Now:     func() time.Time { return clock },
-		Sleep: func(_ context.Context, d time.Duration) error {
-			delays = append(delays, d)
-			clock = clock.Add(d)
-			return nil
-		},
-	}
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second, 500 * time.Millisecond, time.Second}
-	if len(delays) != len(want) {
-		t.Fatalf("delays %v, want %v", delays, want)
-	}
-	for i := range want {
-		if delays[i] != want[i] {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		sessions := []time.Duration{
+			-1, -1, -1, -1, -1, -1, // 500ms 1s 2s 4s 8s 8s
+			3 * time.Second, // short session: no reset -> 8s
+			8 * time.Second, // session >= max: reset -> 500ms
+			-1,              // 1s
+		}
+		src := &scripted{cancel: cancel, sessions: sessions}
+		w := &discovery.Watcher{
+			Source: src, Registry: fleet.NewRegistry(nil, nil),
+			Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
+		}
+		if err := w.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The delay between passes is the time from one pass's end (its
+		// start plus its session) to the next one's start.
+		var delays []time.Duration
+		for i := 1; i < len(src.starts); i++ {
+			end := src.starts[i-1].Add(max(sessions[i-1], 0))
+			delays = append(delays, src.starts[i].Sub(end))
+		}
+		want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second, 500 * time.Millisecond, time.Second}
+		if !slices.Equal(delays, want) {
 			t.Fatalf("delays %v, want %v", delays, want)
 		}
-	}
-	if w.Registry.Generation() != 1 {
-		t.Errorf("generation %d: identical resyncs must publish once", w.Registry.Generation())
-	}
+		if w.Registry.Generation() != 1 {
+			t.Errorf("generation %d: identical resyncs must publish once", w.Registry.Generation())
+		}
+	})
 }
