@@ -1,0 +1,242 @@
+package routerd_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/routerd"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// baseConfig routes to one plain backend; Dynamo discovery reads an empty
+// file store.
+func baseConfig(t *testing.T, backendURL string) *config.Config {
+	cfg := config.Default()
+	cfg.Server.BindAddress = "127.0.0.1:0"
+	cfg.Backends = []config.Backend{{Name: "plain", Type: "openai", URL: backendURL, Role: config.RoleUnified, Enabled: true,
+		Timeout: config.Duration(30 * time.Second)}}
+	cfg.Dynamo.Enabled = true
+	cfg.Dynamo.Discovery.Source = config.SourceFile
+	cfg.Dynamo.Discovery.File.Root = t.TempDir()
+	return cfg
+}
+
+func freeAddr(t *testing.T) (string, net.Listener) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Addr().String(), l
+}
+
+// TestNewBindsOrFails: New binds both listeners; a port in use is New's
+// error, naming the key, and releases what it had bound.
+func TestNewBindsOrFails(t *testing.T) {
+	t.Parallel()
+	busy, l := freeAddr(t)
+	defer l.Close()
+
+	cfg := baseConfig(t, "http://127.0.0.1:1")
+	cfg.Server.BindAddress = busy
+	if _, err := routerd.New(cfg, routerd.Deps{}); err == nil || !strings.Contains(err.Error(), "server.bind_address "+busy) {
+		t.Errorf("main port in use: %v", err)
+	}
+
+	main, ml := freeAddr(t)
+	_ = ml.Close()
+	cfg = baseConfig(t, "http://127.0.0.1:1")
+	cfg.Server.BindAddress, cfg.Admin.BindAddress = main, busy
+	if _, err := routerd.New(cfg, routerd.Deps{}); err == nil || !strings.Contains(err.Error(), "admin.bind_address "+busy) {
+		t.Errorf("admin port in use: %v", err)
+	}
+	// The main listener bound before the failure was released.
+	if l2, err := net.Listen("tcp", main); err != nil {
+		t.Errorf("the main address stayed bound: %v", err)
+	} else {
+		_ = l2.Close()
+	}
+
+	cfg = baseConfig(t, "http://127.0.0.1:1")
+	cfg.Admin.BindAddress = "127.0.0.1:0"
+	d, err := routerd.New(cfg, routerd.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Addr() == "" || d.AdminAddr() == "" || d.Addr() == d.AdminAddr() {
+		t.Errorf("addresses %q %q", d.Addr(), d.AdminAddr())
+	}
+}
+
+func connected(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	for _, mf := range gather(t, reg) {
+		if mf.GetName() == "continuum_dynamo_discovery_connected" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no continuum_dynamo_discovery_connected")
+	return 0
+}
+
+// counter sums a counter family's series (0 when it has none yet).
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, mf := range gather(t, reg) {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func gather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// TestRunShutdownOrder: when its context ends, the daemon stops taking
+// requests, lets the one in flight finish, and only then stops discovery;
+// Run returns nil once everything it started has ended.
+func TestRunShutdownOrder(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	arrived := make(chan struct{}, 1)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		arrived <- struct{}{}
+		<-release
+		_, _ = io.WriteString(w, `{"id":"x","choices":[]}`)
+	}))
+	defer backend.Close()
+	defer unblock() // before the backend closes, whatever the test's end
+	metrics := prometheus.NewRegistry()
+	cfg := baseConfig(t, backend.URL)
+	root := cfg.Dynamo.Discovery.File.Root
+	if err := os.MkdirAll(filepath.Join(root, "v1", "instances"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := routerd.New(cfg, routerd.Deps{Metrics: metrics, ShutdownGrace: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + d.Addr()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+
+	testutil.Eventually(t, 10*time.Second, "ready", func() bool {
+		resp, err := http.Get(base + "/ready")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if connected(t, metrics) != 1 {
+		t.Fatal("discovery is not connected")
+	}
+
+	// One request in flight, then shutdown.
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+		if err != nil {
+			answered <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	<-arrived
+	cancel()
+	testutil.Eventually(t, 10*time.Second, "the listener closed", func() bool {
+		c, err := net.Dial("tcp", d.Addr())
+		if err != nil {
+			return true
+		}
+		_ = c.Close()
+		return false
+	})
+	// Draining: discovery still follows the fleet for the request in
+	// flight. A malformed record written now is seen and counted.
+	dir := filepath.Join(root, "v1", "instances")
+	if err := os.WriteFile(filepath.Join(dir, wire.FileStoreName("dynamo/decode/generate/1")), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "discovery still running while draining", func() bool {
+		return counter(t, metrics, "continuum_dynamo_discovery_events_total") > 0
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned while a request was in flight: %v", err)
+	default:
+	}
+	unblock()
+	if status := <-answered; status != http.StatusOK {
+		t.Errorf("the request in flight got %d", status)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if connected(t, metrics) != 0 {
+		t.Error("discovery still connected after Run returned")
+	}
+}
+
+// TestRunStopsOnAPartsFailure: a part that fails ends Run with its error,
+// after the same drain.
+func TestRunStopsOnAPartsFailure(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(t, "http://127.0.0.1:1")
+	cfg.Dynamo.Discovery.Source = config.SourceEtcd
+	cfg.Dynamo.Discovery.Etcd.Endpoints = []string{"http://127.0.0.1:1"}
+	cfg.Dynamo.Discovery.Etcd.WatchReconnectBackoff = config.Backoff{Initial: config.Duration(time.Second), Max: config.Duration(time.Millisecond)}
+	d, err := routerd.New(cfg, routerd.Deps{ShutdownGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(t.Context()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "backoff") {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not end after its discovery failed")
+	}
+	if c, err := net.Dial("tcp", d.Addr()); err == nil {
+		_ = c.Close()
+		t.Error("the listener is still open")
+	}
+}
