@@ -14,6 +14,7 @@ import (
 // or whose breaker is open; a namespace left without replicas is no
 // candidate.
 func TestPools(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	for _, n := range []string{"a1", "a2", "a3", "b1", "c1"} {
 		cfg.Backends = append(cfg.Backends, config.Backend{Name: n, Type: "openai", URL: "http://127.0.0.1:1", Role: config.RoleUnified, Enabled: true})

@@ -151,6 +151,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 }
 
 func TestPinsDecimalHeaders(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	resp := h.post(t, chat(false), map[string]string{"x-dynamo-worker-instance-id": "999", "X-Dynamo-Prefill-Instance-Id": "1", "x-dynamo-dp-rank": "7"})
 	body := readAll(t, resp)
@@ -189,6 +190,7 @@ func TestPinsDecimalHeaders(t *testing.T) {
 }
 
 func TestRevealHeadersOnRequest(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	resp := h.post(t, chat(false), map[string]string{"x-backend": ""})
 	readAll(t, resp)
@@ -199,6 +201,7 @@ func TestRevealHeadersOnRequest(t *testing.T) {
 }
 
 func TestStreamRelayed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.fe.Tokens = 5
 	resp := h.post(t, chat(true), nil)
@@ -220,6 +223,7 @@ func TestStreamRelayed(t *testing.T) {
 // TestPrefillRefusal503: the frontend wants a prefill id the fleet view did
 // not have: 503 disaggregated_prefill_decode_unavailable, no retry.
 func TestPrefillRefusal503(t *testing.T) {
+	t.Parallel()
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
@@ -245,6 +249,7 @@ func TestPrefillRefusal503(t *testing.T) {
 
 // TestRefusalInsideStream: a 200 stream that carries the refusal is relayed.
 func TestRefusalInsideStream(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.fe.RejectInStream = true
 	h.reducer.Delete("v1/instances/dynamo/prefill/generate/a")
@@ -259,6 +264,7 @@ func TestRefusalInsideStream(t *testing.T) {
 // TestDecodeFailure: other shim failures fall back to unified when
 // configured, else answer disaggregated_decode_failed.
 func TestDecodeFailure(t *testing.T) {
+	t.Parallel()
 	for _, fallback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
 			h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = fallback })
@@ -288,6 +294,7 @@ func TestDecodeFailure(t *testing.T) {
 // TestStreamingFallbackRules: before a stream starts, 429 falls back;
 // other 4xx pass through.
 func TestStreamingFallbackRules(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		status   int
 		fallback bool
@@ -310,6 +317,7 @@ func TestStreamingFallbackRules(t *testing.T) {
 // TestRetrySecondReplicaSamePin: a replica that cannot be reached is
 // skipped for the next one, with the same pin.
 func TestRetrySecondReplicaSamePin(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(c *config.Config) {
 		c.Backends = append(c.Backends, config.Backend{Name: "dead", Type: "openai", URL: closedURL(t), Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
 		c.Dynamo.Shim.Backends = []string{"dead", "fe"}
@@ -328,6 +336,7 @@ func TestRetrySecondReplicaSamePin(t *testing.T) {
 }
 
 func TestNamespacePools(t *testing.T) {
+	t.Parallel()
 	canary := fleetsim.NewFrontend()
 	canarySrv := httptest.NewServer(canary)
 	defer canarySrv.Close()
@@ -360,6 +369,7 @@ func TestNamespacePools(t *testing.T) {
 }
 
 func TestNoWorkerPlainRouting(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	resp := h.post(t, `{"model":"other-model","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "plain backend") {
@@ -368,6 +378,7 @@ func TestNoWorkerPlainRouting(t *testing.T) {
 }
 
 func TestTokenDataStripped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	resp := h.post(t, fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"nvext":{"token_data":[1,2,3],"cache_salt":"s"}}`, model), nil)
 	readAll(t, resp)
@@ -378,6 +389,7 @@ func TestTokenDataStripped(t *testing.T) {
 }
 
 func TestAPIKeys(t *testing.T) {
+	t.Parallel()
 	const key = "sk-client-1"
 	h := newHarness(t, func(c *config.Config) {
 		c.APIKeys = []config.APIKey{
@@ -404,6 +416,7 @@ func TestAPIKeys(t *testing.T) {
 }
 
 func TestAdminWorkers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	get := func(token string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/admin/dynamo/workers", nil)
@@ -444,6 +457,7 @@ func TestAdminWorkers(t *testing.T) {
 }
 
 func TestAdminLoadAndProblems(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.store.SetLiveAndRetain(map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPStartRank: 0, DPSize: 2}})
 	blocks := uint64(7)
@@ -497,6 +511,7 @@ func TestAdminLoadAndProblems(t *testing.T) {
 }
 
 func TestModelsAndReady(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(c *config.Config) { c.Dynamo.Shim.ModelMap = map[string]string{"qwen3": model} })
 	resp, err := http.Get(h.router.URL + "/v1/models")
 	if err != nil {
@@ -519,6 +534,7 @@ func TestModelsAndReady(t *testing.T) {
 // TestClientDisconnectCancelsUpstream: a client that goes away cancels the
 // upstream request.
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	cancelled := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -564,6 +580,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 // TestBreakerOpensAndProbes: consecutive failures open a backend's breaker;
 // after the open period one probe goes through and a success closes it.
 func TestBreakerOpensAndProbes(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	fail := true
 	calls := 0
@@ -619,6 +636,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 // TestBufferedShim4xxIsFailure: for a buffered request any non-2xx shim
 // answer is a shim failure (fallback), unlike a stream's other 4xx.
 func TestBufferedShim4xxIsFailure(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
 	h.fe.Status = http.StatusNotFound
 	resp := h.post(t, chat(false), map[string]string{"x-backend": ""})
@@ -632,6 +650,7 @@ func TestBufferedShim4xxIsFailure(t *testing.T) {
 // then dropped the connection is not retried elsewhere (the request may
 // have run); only a failure to connect is.
 func TestNoRetryAfterTheRequestWasSent(t *testing.T) {
+	t.Parallel()
 	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			return
@@ -668,6 +687,7 @@ func TestNoRetryAfterTheRequestWasSent(t *testing.T) {
 }
 
 func TestClientCredentialsNotForwarded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	readAll(t, h.post(t, `{"model":"other","messages":[]}`, map[string]string{"X-Api-Key": "client-secret", "Authorization": "Bearer client-secret"}))
 	if got := (*h.plain)[0]; got.Get("X-Api-Key") != "" || got.Get("Authorization") != "" {
@@ -689,6 +709,7 @@ func TestClientCredentialsNotForwarded(t *testing.T) {
 // handler, which also serves /metrics (continuum top needs both on one
 // address); the main handler no longer answers /admin.
 func TestAdminListener(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.Admin.Token = "admin-secret"
 	cfg.Admin.BindAddress = "127.0.0.1:0"
@@ -722,6 +743,7 @@ func TestAdminListener(t *testing.T) {
 // client declared its length or sent it chunked; a body of exactly the
 // limit, or of a declared length, goes through whole.
 func TestBodyLimit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	prefix := `{"model":"other","messages":[],"pad":"`
 	body := func(size int) []byte {

@@ -10,6 +10,7 @@ import (
 // TestSelections: counts per key, the key bound, and pruning of keys that
 // are no longer live; concurrent adds are all counted.
 func TestSelections(t *testing.T) {
+	t.Parallel()
 	var s selections
 	var wg sync.WaitGroup
 	for g := range 4 {

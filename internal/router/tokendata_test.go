@@ -7,6 +7,7 @@ import (
 )
 
 func TestWithoutTokenData(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ in, want string }{
 		{`{"model":"m","nvext":{"token_data":[1,2,3],"cache_salt":"s"}}`, `{"model":"m","nvext":{"cache_salt":"s"}}`},
 		{`{"nvext":{"a":1,"token_data":[1],"b":{"token_data":2}},"z":"<&>"}`, `{"nvext":{"a":1,"b":{"token_data":2}},"z":"<&>"}`},

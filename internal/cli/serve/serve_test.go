@@ -32,6 +32,7 @@ func u64(v uint64) *uint64 { return &v }
 // frontend emulator pins each request to the less loaded decode worker and
 // the less loaded prefill worker, with decimal headers.
 func TestServeRoutesByLoad(t *testing.T) {
+	t.Parallel()
 	etcd := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := etcd.Client(t, clientv3.Config{})
 	fe := fleetsim.NewFrontend()
@@ -176,6 +177,7 @@ dynamo:
 // TestServeDemo: `serve --demo` answers chat requests within seconds of
 // start, buffered and streamed, pinned to a prefill and a decode worker.
 func TestServeDemo(t *testing.T) {
+	t.Parallel()
 	ios, _, out, _ := iostreams.Test()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

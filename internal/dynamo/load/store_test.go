@@ -20,6 +20,7 @@ func sample(worker uint64, rank uint32, pid, seq uint64, decode uint64) load.Sam
 }
 
 func TestStoreGatesAndDedupe(t *testing.T) {
+	t.Parallel()
 	m := telemetry.NewLoadMetrics(nil)
 	s := load.NewStore(3*time.Second, load.Gauges{M: m})
 	s.SetNow(func() time.Time { return t0.Add(time.Second) })
@@ -71,6 +72,7 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 }
 
 func TestStoreCapacity(t *testing.T) {
+	t.Parallel()
 	s := load.NewStore(time.Second, nil)
 	live := map[uint64]load.LiveWorker{}
 	for i := range uint64(load.MaxStoreKeys + 1) {
@@ -93,6 +95,7 @@ func TestStoreCapacity(t *testing.T) {
 // TestReaderOrder: per-subscription dedupe, and a sequence gap drops the
 // publisher's samples before the new one applies.
 func TestReaderOrder(t *testing.T) {
+	t.Parallel()
 	s := load.NewStore(time.Hour, nil)
 	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
 	results := map[string]int{}
@@ -126,6 +129,7 @@ func TestReaderOrder(t *testing.T) {
 // TestChangeLog: every stored, dropped or retired sample is in the change
 // log, and a reader too far behind is told to read everything again.
 func TestChangeLog(t *testing.T) {
+	t.Parallel()
 	s := load.NewStore(3*time.Second, nil)
 	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
 	changes := func(since uint64) (keys []load.Key, version uint64, ok bool) {

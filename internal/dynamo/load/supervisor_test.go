@@ -100,6 +100,7 @@ func publishLoop(t *testing.T, pub *testutil.GoPublisher, pid, worker uint64, de
 }
 
 func TestSupervisorFollowsRegistry(t *testing.T) {
+	t.Parallel()
 	f := newFleet()
 	f.worker(1, 1)
 	pubA := testutil.StartGoPublisher(t)
@@ -147,6 +148,7 @@ func TestSupervisorFollowsRegistry(t *testing.T) {
 // TestSupervisorCountsReconnects: a publisher that goes away and comes
 // back on its address is one reconnect.
 func TestSupervisorCountsReconnects(t *testing.T) {
+	t.Parallel()
 	f := newFleet()
 	f.worker(5, 1)
 	pub := testutil.StartGoPublisher(t)
@@ -170,6 +172,7 @@ func TestSupervisorCountsReconnects(t *testing.T) {
 
 // TestSupervisorLibzmq: a libzmq publisher, whose bytes our SUB decodes.
 func TestSupervisorLibzmq(t *testing.T) {
+	t.Parallel()
 	var msgs [][][]byte
 	for seq := range uint64(400) {
 		msgs = append(msgs, wire.EncodeEventMessage("kv_metrics", 0xc3, seq, 1, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(30 + seq)})))
@@ -193,6 +196,7 @@ func TestSupervisorLibzmq(t *testing.T) {
 // TestSupervisorRefusesUnallowedAddress: a publisher outside
 // direct_allow_cidrs is never dialled and counts transport_refused.
 func TestSupervisorRefusesUnallowedAddress(t *testing.T) {
+	t.Parallel()
 	f := newFleet()
 	f.worker(4, 1)
 	pub := testutil.StartGoPublisher(t)
