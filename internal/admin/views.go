@@ -2,6 +2,8 @@
 // router's /admin handlers and the commands that print the same shapes
 // (discover, top). Views never carry transport addresses, pod IPs, node
 // names, UIDs, publisher endpoints or raw cards.
+//
+// Imports: fleet, load and config only.
 package admin
 
 import (

@@ -3,6 +3,8 @@
 // and loads them in the background. Nothing is fetched, cached or loaded
 // unless its blake3 checksum is pinned by the operator
 // (dynamo.kv.pinned_artifacts): the files are code from the fleet.
+//
+// Imports: telemetry only: it takes plain values, never configuration types.
 package artifact
 
 import (

@@ -29,6 +29,8 @@
 //     varargs/kwargs in macros, str.format, the filters batch, slice,
 //     groupby, truncate, wordwrap, center, urlize, urlencode, xmlattr,
 //     striptags, pprint, random, filesizeformat.
+//
+// Imports: no internal package.
 package chattemplate
 
 import (

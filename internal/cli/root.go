@@ -1,5 +1,7 @@
 // Package cli is the continuum command tree: the root command, its global
 // flags, and the one place where errors become exit codes.
+//
+// Imports: its commands, cmdutil, iostreams and telemetry.
 package cli
 
 import (

@@ -1,6 +1,8 @@
 // Package config holds Continuum's one configuration schema: the typed
 // sections, their defaults, loading from YAML with positions, validation
 // findings, masking of secrets, and the classification of reload changes.
+//
+// Imports: no internal package.
 package config
 
 import (

@@ -2,6 +2,8 @@
 // that can be stopped and started again with its data (an etcd restart).
 // The fleet simulator registers workers in it; tests run discovery against
 // it.
+//
+// Imports: no internal package; only the simulator and tests use it.
 package etcdembed
 
 import (

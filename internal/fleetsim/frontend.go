@@ -1,6 +1,8 @@
 // Package fleetsim simulates a Dynamo fleet in one process. Frontend
 // behaves like `dynamo.frontend --router-mode direct` (Dynamo 1.5): it reads
 // the pin headers and enforces the direct-mode rules.
+//
+// Imports: wire and etcdembed; only the demo, fleet-sim and tests use it.
 package fleetsim
 
 import (

@@ -1,5 +1,7 @@
 // Package iostreams carries a command's input and output streams and what is
 // known about them: whether they are terminals and whether colour is wanted.
+//
+// Imports: no internal package.
 package iostreams
 
 import (

@@ -2,6 +2,9 @@
 // middleware (x-dynamo-* stripping, API keys, rate limits), the backends
 // with health checks and circuit breakers, dispatch through Dynamo's
 // direct-mode shim with pin headers, the admin API and /metrics.
+//
+// Imports: admin, config, fleet, load, pick, shim and telemetry; never a
+// discovery source, the daemon or the simulator.
 package router
 
 import (

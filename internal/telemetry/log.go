@@ -1,5 +1,7 @@
 // Package telemetry sets up structured logging and defines the Prometheus
 // metric families with their closed label sets.
+//
+// Imports: no internal package.
 package telemetry
 
 import (

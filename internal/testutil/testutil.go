@@ -1,4 +1,6 @@
 // Package testutil holds helpers shared by tests. Only tests import it.
+//
+// Imports: anything; only tests import it.
 package testutil
 
 import (

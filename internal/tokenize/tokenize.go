@@ -26,6 +26,8 @@
 //
 // The goldens under testdata/tokenize pin the ids against the library's Rust
 // core (scripts/tokenizer-ref).
+//
+// Imports: no internal package.
 package tokenize
 
 import (

@@ -1,6 +1,8 @@
 // Package tui is `continuum top`: a bubbletea model of a router's fleet view,
 // its views, keymap and styles, and the client that polls the admin API and
 // /metrics. Update is pure; every request runs inside a tea.Cmd.
+//
+// Imports: the admin API types only.
 package tui
 
 import (

@@ -1,6 +1,8 @@
 // Package workload replays request traces against a router and measures
 // what clients see: throughput, time to first token, latency, and the
 // prefix-cache hit rate the simulated fleet reports.
+//
+// Imports: no internal package.
 package workload
 
 import (

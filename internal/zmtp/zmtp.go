@@ -2,6 +2,8 @@
 // on one connection, ZMTP 3.0 subscriptions, and multipart messages whose
 // every declared length is checked against a limit before anything is
 // allocated. It knows nothing about Dynamo.
+//
+// Imports: no internal package (it is fuzzed alone).
 package zmtp
 
 import (

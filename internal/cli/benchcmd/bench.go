@@ -1,6 +1,9 @@
 // Package benchcmd implements `continuum bench`: the routing-quality
 // benchmark, replaying a workload against the router over a simulated
 // fleet with each picker in turn.
+//
+// Imports: cmdutil and engines (demo, fleetsim, pick, workload, admin types);
+// never another command.
 package benchcmd
 
 import (

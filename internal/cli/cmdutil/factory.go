@@ -1,5 +1,8 @@
 // Package cmdutil holds what every command shares: the Factory of
 // dependencies, the error types that map to exit codes, and flag helpers.
+//
+// Imports: config, iostreams and the Kubernetes credential options; never a
+// command.
 package cmdutil
 
 import (

@@ -1,5 +1,7 @@
 // Package configcmd implements `continuum config validate` and
 // `continuum config show`.
+//
+// Imports: cmdutil, config and iostreams; never another command.
 package configcmd
 
 import (

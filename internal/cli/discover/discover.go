@@ -1,6 +1,9 @@
 // Package discover implements `continuum discover`: a one-shot (or watched)
 // dump of the fleet a discovery source sees, with the reasons records were
 // rejected.
+//
+// Imports: cmdutil and engines (discovery sources, fleet, admin views); never
+// another command.
 package discover
 
 import (

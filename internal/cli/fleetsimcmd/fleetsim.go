@@ -1,5 +1,7 @@
 // Package fleetsimcmd implements `continuum fleet-sim`: a simulated Dynamo
 // fleet as its own process, for serve, discover, tail-load and top to use.
+//
+// Imports: cmdutil and fleetsim; never another command.
 package fleetsimcmd
 
 import (

@@ -2,6 +2,9 @@
 // pipeline by hand — token ids from a tokenizer.json, prompts rendered from
 // a chat template, and the block hashes a worker's KV events will carry —
 // to compare with what a worker does.
+//
+// Imports: cmdutil and engines (kv, tokenize, chattemplate, wire); never
+// another command.
 package kvinspect
 
 import (

@@ -2,6 +2,9 @@
 // checksums an operator pins in dynamo.kv.pinned_artifacts after reviewing
 // a fleet's tokenizer and chat-template files, and the list of what a live
 // fleet's cards declare.
+//
+// Imports: cmdutil and engines (artifact, discovery sources, fleet); never
+// another command.
 package pinartifact
 
 import (

@@ -1,6 +1,9 @@
 // Package serve implements `continuum serve`: it loads and validates the
 // configuration and runs the serving daemon (internal/routerd) over it, or,
 // with --demo, the daemon in front of a simulated fleet (internal/demo).
+//
+// Imports: cmdutil, config, demo, gcpolicy and routerd; never another
+// command.
 package serve
 
 import (

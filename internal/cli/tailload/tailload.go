@@ -1,5 +1,8 @@
 // Package tailload implements `continuum tail-load`: decode a publisher's
 // (or a whole fleet's) kv_metrics frames live.
+//
+// Imports: cmdutil and engines (discovery sources, fleet, load, wire, zmtp);
+// never another command.
 package tailload
 
 import (

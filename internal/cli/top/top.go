@@ -1,5 +1,7 @@
 // Package top implements `continuum top`, a live terminal monitor of a
 // router's fleet view, over the model in internal/tui.
+//
+// Imports: cmdutil, demo, routerd, tui and workload; never another command.
 package top
 
 import (

@@ -1,4 +1,6 @@
 // Package versioncmd implements `continuum version`.
+//
+// Imports: cmdutil only.
 package versioncmd
 
 import (

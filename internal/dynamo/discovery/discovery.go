@@ -1,6 +1,8 @@
 // Package discovery runs a discovery source under a supervisor: each pass
 // streams etcd-shaped events into the fleet reducer, and the supervisor owns
 // the reconnect backoff, the connected gauge and publishing snapshots.
+//
+// Imports: fleet and telemetry.
 package discovery
 
 import (

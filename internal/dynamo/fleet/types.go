@@ -2,6 +2,8 @@
 // fleet: a pure reducer from etcd-shaped key/value events to a Snapshot of
 // workers, event publishers and problems, and the Registry that publishes
 // snapshots lock-free to readers.
+//
+// Imports: wire and telemetry only.
 package fleet
 
 import (

@@ -2,6 +2,8 @@
 // prompt pipeline — render a chat request with the model's pinned chat
 // template, encode it with the pinned tokenizer exactly as the worker will,
 // and hash its complete blocks as the worker's KV events do.
+//
+// Imports: wire, tokenize and chattemplate.
 package kv
 
 import (

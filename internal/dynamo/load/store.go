@@ -1,6 +1,11 @@
 // Package load follows Dynamo workers' live load: a bounded store of the
-// latest ActiveLoad sample per (worker, dp rank), and the supervisor that
-// keeps one kv_metrics subscription per publisher of the registry's fleet.
+// latest ActiveLoad sample per (worker, dp rank); the one subscription loop
+// (Loop: dial, handshake, read, back off, report state) and the pool that
+// keeps one per wanted publisher (Pool), which the supervisor, tail-load and
+// the KV-events subscriptions share; and the supervisor that keeps the
+// kv_metrics subscriptions and the store in step with the registry.
+//
+// Imports: zmtp, wire, fleet and telemetry only.
 package load
 
 import (

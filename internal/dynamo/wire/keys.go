@@ -1,6 +1,8 @@
 // Package wire holds pure codecs of Dynamo's discovery bytes: etcd keys and
 // the Endpoint, Model (card) and EventChannel records stored under them. It
 // imports nothing of Continuum and does no I/O, so it can be fuzzed alone.
+//
+// Imports: no internal package (it is fuzzed alone).
 package wire
 
 import (

@@ -1,6 +1,8 @@
 // Package etcd is the read-only etcd discovery source: per pass it range-gets
 // Dynamo's three prefixes at one revision, then watches them from the next
 // revision. It never writes, deletes, grants or keeps alive anything.
+//
+// Imports: discovery, config and wire.
 package etcd
 
 import (

@@ -3,6 +3,8 @@
 // under the root, one file per key named by the percent-encoded key, kept
 // alive by its owner touching it. A file not touched for the TTL is not a
 // live record. The source only reads.
+//
+// Imports: discovery, config, fleet and wire.
 package filestore
 
 import (

@@ -1,5 +1,7 @@
 // Package kube holds the Kubernetes discovery sources' pure parts. This
 // file: the instance id Dynamo derives from a pod's name.
+//
+// Imports: discovery, config, fleet and wire.
 package kube
 
 import (
