@@ -25,7 +25,7 @@ test: ## run every test with the race detector
 # Packages with integration tests against a real kube-apiserver (build tag kube).
 KUBE_TEST_PKGS          = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build kube' internal cmd scripts)))
 
-test-kube: ## build kube-apiserver once (.cache/kube-apiserver) and run the kube-tagged integration tests
+test-kube: ## build kube-apiserver once (into the cache, see CACHE) and run the kube-tagged integration tests
 	scripts/kube-apiserver/build.sh
 	CONTINUUM_REQUIRE_KUBE=1 $(GO) test -race -tags kube -count=1 $(addprefix ./,$(KUBE_TEST_PKGS))
 
