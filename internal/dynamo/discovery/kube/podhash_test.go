@@ -46,7 +46,9 @@ func podNames() []string {
 // HashPodName is) of every name of podNames, one `"name" hash` line each.
 // It is committed so that HashPodName is checked against Rust's own values
 // where there is no rustc (TestHashPodNameRustGolden). It was generated from
-// real rustc output (rustc 1.95.0) by TestHashPodNameAgainstRust:
+// real rustc output (rustc 1.95.0; Debian 12's rustc 1.63.0, which .ci/run
+// installs where there is no rustup, prints the same values) by
+// TestHashPodNameAgainstRust:
 //
 //	go test -run AgainstRust ./internal/dynamo/discovery/kube -update
 const rustGolden = "testdata/kube/podhash-rust-defaulthasher.txt"
