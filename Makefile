@@ -4,14 +4,28 @@ GO                     ?= go
 GOLANGCI_LINT_VERSION  := v2.15.0
 GORELEASER_VERSION     := v2.15.1
 HELM_VERSION           := v3.22.0
-TOOLS                  := $(CURDIR)/.cache/bin
+KUSTOMIZE_VERSION      := v5.8.2
+# Tools and builds that outlive the clone (the kube-apiserver, the npm
+# tokenizer reference) live in CACHE, each named by its version, so a second
+# run on the same machine, or another clone, reuses them. The tests find it
+# through the same variable (internal/testutil.CacheDir).
+CACHE                  := $(or $(CONTINUUM_CACHE),$(HOME)/.cache/continuum)
+export CONTINUUM_CACHE := $(CACHE)
+TOOLS                  := $(CACHE)/bin
+GOLANGCI_LINT          := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+GORELEASER             := $(TOOLS)/goreleaser-$(GORELEASER_VERSION)
+HELM                   := $(TOOLS)/helm-$(HELM_VERSION)
+KUSTOMIZE              := $(TOOLS)/kustomize-$(KUSTOMIZE_VERSION)
+# The deploy tests (scripts/deploy) render with these when they exist.
+export CONTINUUM_HELM      := $(HELM)
+export CONTINUUM_KUSTOMIZE := $(KUSTOMIZE)
 MODULE                 := github.com/continuum-router/continuum
 VERSION                ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test test-kube lint bench fuzz completions man docs release-check tools clean demo top-e2e deploy-check
+.PHONY: help build test test-kube lint bench fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,20 +39,20 @@ test: ## run every test with the race detector
 # Packages with integration tests against a real kube-apiserver (build tag kube).
 KUBE_TEST_PKGS          = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build kube' internal cmd scripts)))
 
-test-kube: ## build kube-apiserver once (.cache/kube-apiserver) and run the kube-tagged integration tests
+test-kube: ## build kube-apiserver once (into CACHE) and run the kube-tagged integration tests
 	scripts/kube-apiserver/build.sh
 	CONTINUUM_REQUIRE_KUBE=1 $(GO) test -race -tags kube -count=1 $(addprefix ./,$(KUBE_TEST_PKGS))
 
-deploy-check: $(TOOLS)/helm ## render the Helm chart and Kustomize overlays (helm, kubectl) and check them
-	$(TOOLS)/helm lint --strict scripts/deploy/helm/continuum --set dynamoPodDiscovery.enabled=true --set dynamoPodDiscovery.model=m
-	$(TOOLS)/helm template continuum scripts/deploy/helm/continuum >/dev/null
-	for d in scripts/deploy/kustomize/base scripts/deploy/kustomize/overlays/*/; do kubectl kustomize "$$d" >/dev/null || exit 1; done
+deploy-check: $(HELM) $(KUSTOMIZE) ## render the Helm chart and Kustomize overlays (pinned helm, kustomize) and check them
+	$(HELM) lint --strict scripts/deploy/helm/continuum --set dynamoPodDiscovery.enabled=true --set dynamoPodDiscovery.model=m
+	$(HELM) template continuum scripts/deploy/helm/continuum >/dev/null
+	for d in scripts/deploy/kustomize/base scripts/deploy/kustomize/overlays/*/; do $(KUSTOMIZE) build "$$d" >/dev/null || exit 1; done
 	CONTINUUM_REQUIRE_DEPLOY_TOOLS=1 $(GO) test -count=1 -run 'Helm|Kustomize|Static' ./scripts/deploy/
 
-lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
+lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags kube ./...
-	$(TOOLS)/golangci-lint run ./...
+	$(GOLANGCI_LINT) run ./...
 
 demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
 	$(GO) run ./cmd/continuum serve --demo
@@ -46,8 +60,11 @@ demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
 top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
 	scripts/top-e2e.sh
 
-bench: ## run the benchmarks (figures are ratios against baselines in the same run)
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: tokenizer-ref ## run the benchmarks (figures are ratios against baselines in the same run)
+	CONTINUUM_REQUIRE_HF_REF=1 $(GO) test -run '^$$' -bench . -benchmem ./...
+
+tokenizer-ref: ## install the pinned npm tokenizer reference (tokenizers 0.23.2) into CACHE/tokenizer-ref
+	scripts/tokenizer-ref/generate.sh --install
 
 fuzz: ## run each fuzz target for FUZZTIME (failing inputs land in <pkg>/testdata/fuzz)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
@@ -56,19 +73,33 @@ completions man docs: ## regenerate completions/ and man/ from the command tree
 	rm -f man/*.1 completions/continuum.*
 	$(GO) run ./scripts/gendocs .
 
-release-check: $(TOOLS)/goreleaser ## check goreleaser.yaml with the pinned goreleaser
-	$(TOOLS)/goreleaser check
+release-check: $(GORELEASER) ## check goreleaser.yaml with the pinned goreleaser
+	$(GORELEASER) check
 
-tools: $(TOOLS)/golangci-lint ## install the pinned tools into .cache/bin
+tools: $(GOLANGCI_LINT) $(HELM) $(KUSTOMIZE) ## build the pinned golangci-lint, helm and kustomize into CACHE/bin
 
-$(TOOLS)/golangci-lint:
-	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+# go-install builds command $(1) (package@version $(2)) from the Go module
+# proxy into a scratch GOBIN and renames it to $@, so that a build cut short
+# leaves nothing that looks installed.
+define go-install
+	@mkdir -p $(TOOLS)
+	rm -rf $@.tmp
+	GOBIN=$@.tmp $(GO) install $(2)
+	mv $@.tmp/$(1) $@
+	rm -rf $@.tmp
+endef
 
-$(TOOLS)/helm:
-	GOBIN=$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+$(GOLANGCI_LINT):
+	$(call go-install,golangci-lint,github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION))
 
-$(TOOLS)/goreleaser:
-	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+$(HELM):
+	$(call go-install,helm,helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
+
+$(KUSTOMIZE):
+	$(call go-install,kustomize,sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION))
+
+$(GORELEASER):
+	$(call go-install,goreleaser,github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION))
 
 clean: ## remove build output
 	rm -rf bin dist

@@ -46,7 +46,10 @@ func BenchmarkEncode(b *testing.B) {
 // tokenizers, encodeBatch, TOKENIZERS_PARALLELISM=false) on the golden
 // corpus in the same run as this package and reports both MB/s and the
 // ratio (ratio > 1: this package is faster). It needs node and the packages
-// scripts/tokenizer-ref/generate.sh --install puts in .cache/tokenizer-ref.
+// scripts/tokenizer-ref/generate.sh --install puts in the cache directory's
+// tokenizer-ref/ (testutil.CacheDir). Without them it skips, unless
+// CONTINUUM_REQUIRE_HF_REF=1 (set by `make bench`, which installs them), when
+// it fails.
 func BenchmarkHFRustCore(b *testing.B) {
 	corpus := loadCorpus(b)
 	texts := make([]string, len(corpus))
@@ -64,13 +67,17 @@ func BenchmarkHFRustCoreChat8k(b *testing.B) {
 
 func compareHF(b *testing.B, models, texts []string) {
 	root := testutil.RepoRoot(b)
-	cache := filepath.Join(root, ".cache", "tokenizer-ref")
+	cache, err := testutil.CacheDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache = filepath.Join(cache, "tokenizer-ref")
 	if _, err := os.Stat(filepath.Join(cache, "node_modules", "tokenizers")); err != nil {
-		b.Skipf("HF reference not installed (run scripts/tokenizer-ref/generate.sh --install): %v", err)
+		missingHFRef(b, "HF reference not installed (run make tokenizer-ref, or scripts/tokenizer-ref/generate.sh --install): %v", err)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		b.Skipf("node not on PATH: %v", err)
+		missingHFRef(b, "node not on PATH: %v", err)
 	}
 	size := 0
 	var lines []byte
@@ -125,6 +132,16 @@ func compareHF(b *testing.B, models, texts []string) {
 			}
 		})
 	}
+}
+
+// missingHFRef skips the benchmark for want of the HF reference, or fails it
+// under `make bench` (CONTINUUM_REQUIRE_HF_REF=1), which promises the ratio.
+func missingHFRef(b *testing.B, format string, args ...any) {
+	b.Helper()
+	if os.Getenv("CONTINUUM_REQUIRE_HF_REF") == "1" {
+		b.Fatalf("CONTINUUM_REQUIRE_HF_REF=1: "+format, args...)
+	}
+	b.Skipf(format, args...)
 }
 
 // chatPrompt8k builds a rendered chat prompt of about 8k tokens: a system

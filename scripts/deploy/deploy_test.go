@@ -5,9 +5,11 @@
 // sources need and the router's configuration run through the router's own
 // validation.
 //
-// Rendering needs helm and kubectl on PATH (or helm in .cache/bin, which
-// `make deploy-check` builds); without them the rendering tests skip with a
-// logged reason and only the static files are checked.
+// Rendering needs helm and kustomize: the pinned builds the Makefile names in
+// $CONTINUUM_HELM and $CONTINUUM_KUSTOMIZE (`make tools` and `make
+// deploy-check` build them), else the ones on PATH. Without them the
+// rendering tests skip with a logged reason and only the static files are
+// checked; in CI, or under `make deploy-check`, they fail instead.
 package deploy
 
 import (
@@ -409,20 +411,30 @@ func fmtRules(rs []rbacv1.PolicyRule) string {
 	return b.String()
 }
 
-// tool finds a rendering tool on PATH or in .cache/bin, or skips.
+// tool finds a rendering tool: the file $CONTINUUM_<NAME> names (the pinned
+// build), else name on PATH. Without either it skips, or fails in CI or with
+// CONTINUUM_REQUIRE_DEPLOY_TOOLS=1 (make deploy-check).
 func tool(t *testing.T, name string) string {
 	t.Helper()
+	env := "CONTINUUM_" + strings.ToUpper(name)
+	pinned := os.Getenv(env)
+	if pinned != "" {
+		if _, err := os.Stat(pinned); err == nil {
+			return pinned
+		}
+	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	p := filepath.Join(testutil.RepoRoot(t), ".cache", "bin", name)
-	if _, err := os.Stat(p); err == nil {
-		return p
+	why := fmt.Sprintf("%s is not on PATH and %s is unset", name, env)
+	if pinned != "" {
+		why = fmt.Sprintf("%s is not on PATH and %s=%s does not exist", name, env, pinned)
 	}
+	why += ": rendering not checked (make tools builds the pinned " + name + ")"
 	if os.Getenv("CONTINUUM_REQUIRE_DEPLOY_TOOLS") == "1" {
-		t.Fatalf("%s is neither on PATH nor in .cache/bin (make deploy-check builds helm)", name)
+		t.Fatal(why)
 	}
-	t.Skipf("%s is neither on PATH nor in .cache/bin: rendering not checked (make deploy-check builds helm)", name)
+	testutil.SkipOrFailInCI(t, "%s", why)
 	return ""
 }
 
@@ -521,7 +533,7 @@ func TestHelmChartOptions(t *testing.T) {
 }
 
 func TestKustomize(t *testing.T) {
-	kubectl := tool(t, "kubectl")
+	kustomize := tool(t, "kustomize")
 	for _, tc := range []struct {
 		dir string
 		w   want
@@ -530,7 +542,7 @@ func TestKustomize(t *testing.T) {
 		{"overlays/dynamo-pod-discovery", want{discovery: true, routerNS: "dynamo", fleetNS: "dynamo", apiPorts: []int{443, 6443}}},
 		{"overlays/dynamo-metadata-discovery", want{discovery: true, metadata: true, routerNS: "dynamo", fleetNS: "dynamo", apiPorts: []int{443, 6443}}},
 	} {
-		out, err := run(t, kubectl, "kustomize", deployDir(t, "kustomize", tc.dir))
+		out, err := run(t, kustomize, "build", deployDir(t, "kustomize", tc.dir))
 		if err != nil {
 			t.Fatal(err)
 		}

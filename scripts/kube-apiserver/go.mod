@@ -1,7 +1,7 @@
 // A wrapper module that builds the upstream kube-apiserver for the integration
 // tests of internal/testutil/kubeapi. It is not part of the main module (this
 // nested go.mod keeps it out of `go test ./...` there); scripts/kube-apiserver/build.sh
-// builds it into .cache/kube-apiserver/.
+// builds it into $CONTINUUM_CACHE/kube-apiserver-<version>/.
 module github.com/continuum-router/continuum/scripts/kube-apiserver
 
 go 1.26.0

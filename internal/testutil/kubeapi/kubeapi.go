@@ -4,10 +4,12 @@
 // token authentication and RBAC authorization, auditing every request of the
 // router's service account (Requests, Forbidden). Only tests import it.
 //
-// The binary is found through $CONTINUUM_KUBE_APISERVER or at
-// .cache/kube-apiserver/kube-apiserver in the repository. Without it Start
-// skips the test with the reason, unless CONTINUUM_REQUIRE_KUBE=1, when it
-// fails (`make test-kube` builds the server and sets that).
+// The binary is found through $CONTINUUM_KUBE_APISERVER or where
+// scripts/kube-apiserver/build.sh puts it: kube-apiserver-<version>/ in the
+// cache directory (testutil.CacheDir), <version> being the k8s.io/kubernetes
+// requirement of scripts/kube-apiserver/go.mod. Without it Start skips the
+// test with the reason, unless CONTINUUM_REQUIRE_KUBE=1 or CI is set, when
+// it fails (`make test-kube` builds the server and sets the former).
 package kubeapi
 
 import (
@@ -113,15 +115,51 @@ func Binary() (string, string) {
 		}
 		return p, ""
 	}
-	root, err := repoRoot()
+	p, err := BuiltBinary()
 	if err != nil {
 		return "", err.Error()
 	}
-	p := filepath.Join(root, ".cache", "kube-apiserver", "kube-apiserver")
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Sprintf("no kube-apiserver at %s and %s is unset: run scripts/kube-apiserver/build.sh (or make test-kube)", p, EnvBinary)
 	}
 	return p, ""
+}
+
+// BuiltBinary is where scripts/kube-apiserver/build.sh puts the server
+// (what `build.sh --path` prints), built or not.
+func BuiltBinary() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	version, err := kubernetesVersion(filepath.Join(root, "scripts", "kube-apiserver", "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	cache, err := testutil.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(cache, "kube-apiserver-"+version, "kube-apiserver"), nil
+}
+
+// kubernetesVersion returns the k8s.io/kubernetes version the wrapper
+// module's go.mod requires: the one build.sh builds and names its directory by.
+func kubernetesVersion(gomod string) (string, error) {
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "require" {
+			f = f[1:]
+		}
+		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" && strings.HasPrefix(f[1], "v") {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("%s requires no k8s.io/kubernetes version", gomod)
 }
 
 func repoRoot() (string, error) {
@@ -152,7 +190,7 @@ func Start(t testing.TB) *Server {
 		if os.Getenv(EnvRequire) == "1" {
 			t.Fatalf("kube-apiserver required (%s=1): %s", EnvRequire, why)
 		}
-		t.Skipf("skipping: %s", why)
+		testutil.SkipOrFailInCI(t, "skipping: %s", why)
 	}
 	etcd := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	s := &Server{

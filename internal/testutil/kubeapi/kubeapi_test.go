@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +46,24 @@ func readFile(t *testing.T, elem ...string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestBuiltBinary: the harness looks for the server where build.sh puts it.
+func TestBuiltBinary(t *testing.T) {
+	t.Setenv(testutil.EnvCache, t.TempDir())
+	cmd := exec.Command("bash", filepath.Join(testutil.RepoRoot(t), "scripts", "kube-apiserver", "build.sh"), "--path")
+	cmd.Env = append(os.Environ(), "KUBE_APISERVER_OUT=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("build.sh --path: %v", err)
+	}
+	got, err := kubeapi.BuiltBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(string(out)); got != want {
+		t.Errorf("kubeapi.BuiltBinary() = %s, build.sh --path says %s", got, want)
+	}
 }
 
 // TestSmoke: the CRD installs, the metadata source's Role from
