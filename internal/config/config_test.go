@@ -226,6 +226,7 @@ func TestDefaults(t *testing.T) {
 		{"k8s backoff max", d.Discovery.Kubernetes.WatchReconnectBackoff.Max.String(), "30s"},
 		{"max_staleness", d.Load.MaxStaleness.String(), "3s"},
 		{"transport", d.Load.Transport, "direct"},
+		{"legacy_pin_headers", d.Shim.LegacyPinHeaders, true},
 		{"allow_http_artifacts", d.KV.AllowHTTPArtifacts, true},
 		{"allow_hf_artifacts", d.KV.AllowHFArtifacts, false},
 		{"overlap_score_credit", d.KV.OverlapScoreCredit, 1.0},
@@ -328,5 +329,12 @@ func TestFindingsAreBounded(t *testing.T) {
 	}
 	if last := doc.Findings[len(doc.Findings)-1]; !strings.Contains(last.Message, "more findings are not shown") {
 		t.Errorf("no summary finding: %s", last)
+	}
+}
+
+func TestLegacyPinHeadersOff(t *testing.T) {
+	doc := parse(t, "dynamo:\n  shim:\n    legacy_pin_headers: false\n")
+	if doc.Config.Dynamo.Shim.LegacyPinHeaders || doc.Findings.Errors() != 0 {
+		t.Errorf("legacy_pin_headers %v, findings %v", doc.Config.Dynamo.Shim.LegacyPinHeaders, doc.Findings)
 	}
 }

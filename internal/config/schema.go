@@ -194,6 +194,11 @@ type Shim struct {
 	Backends []string          `yaml:"backends" json:"backends"`
 	Pools    []ShimPool        `yaml:"pools" json:"pools"`
 	ModelMap map[string]string `yaml:"model_map" json:"model_map"`
+	// LegacyPinHeaders sends every pin under its older header name too
+	// (x-worker-instance-id, x-prefill-instance-id, x-dp-rank,
+	// x-prefill-dp-rank): older direct-mode frontends read only those, the
+	// newest read them as aliases. On by default.
+	LegacyPinHeaders bool `yaml:"legacy_pin_headers" json:"legacy_pin_headers"`
 }
 
 // ShimPool is the frontend pool of one Dynamo namespace.
@@ -294,6 +299,7 @@ func Default() *Config {
 				MaxStaleness: Duration(DefaultMaxStaleness),
 				Transport:    TransportDirect,
 			},
+			Shim: Shim{LegacyPinHeaders: true},
 			KV: KV{
 				ArtifactCacheDir:   defaultArtifactCacheDir(),
 				AllowHTTPArtifacts: true,

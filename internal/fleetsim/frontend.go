@@ -29,14 +29,18 @@ const maxRecorded = 10000
 
 // Recorded is one request the frontend saw.
 type Recorded struct {
-	Path            string
-	Model           string
-	Stream          bool
-	Worker          *uint64 // x-dynamo-worker-instance-id, parsed as decimal
-	Prefill         *uint64
-	DPRank          *uint64
-	PrefillDPRank   *uint64
-	DynamoHeaders   http.Header // every x-dynamo-* header as received
+	Path   string
+	Model  string
+	Stream bool
+	// The pins as the frontend reads them: the x-dynamo-* header, else its
+	// legacy alias, parsed as decimal.
+	Worker        *uint64
+	Prefill       *uint64
+	DPRank        *uint64
+	PrefillDPRank *uint64
+	// DynamoHeaders is every pin header as received: x-dynamo-* and the
+	// legacy names.
+	DynamoHeaders   http.Header
 	Body            []byte
 	Authorization   string
 	HadTokenData    bool
@@ -128,6 +132,26 @@ func decimalHeader(h http.Header, name string) *uint64 {
 	return &n
 }
 
+// pinHeader reads a pin as the newest frontends do: the x-dynamo-* header
+// first, then its legacy aliases in order.
+func pinHeader(h http.Header, names ...string) *uint64 {
+	for _, n := range names {
+		if v := decimalHeader(h, n); v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// legacyPinNames are the pin headers older frontends read.
+var legacyPinNames = map[string]bool{"x-worker-instance-id": true, "x-prefill-instance-id": true, "x-dp-rank": true,
+	"x-data-parallel-rank": true, "x-prefill-dp-rank": true}
+
+func isPinHeader(k string) bool {
+	k = strings.ToLower(k)
+	return strings.HasPrefix(k, "x-dynamo-") || legacyPinNames[k]
+}
+
 func (f *Frontend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && (r.URL.Path == "/health" || r.URL.Path == "/live"):
@@ -176,11 +200,13 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &q)
 	rec := Recorded{Path: r.URL.Path, Model: q.Model, Stream: q.Stream, Body: body, Authorization: r.Header.Get("Authorization"),
-		Worker: decimalHeader(r.Header, "x-dynamo-worker-instance-id"), Prefill: decimalHeader(r.Header, "x-dynamo-prefill-instance-id"),
-		DPRank: decimalHeader(r.Header, "x-dynamo-dp-rank"), PrefillDPRank: decimalHeader(r.Header, "x-dynamo-prefill-dp-rank"),
+		Worker:        pinHeader(r.Header, "x-dynamo-worker-instance-id", "x-worker-instance-id"),
+		Prefill:       pinHeader(r.Header, "x-dynamo-prefill-instance-id", "x-prefill-instance-id"),
+		DPRank:        pinHeader(r.Header, "x-dynamo-dp-rank", "x-dp-rank", "x-data-parallel-rank"),
+		PrefillDPRank: pinHeader(r.Header, "x-dynamo-prefill-dp-rank", "x-prefill-dp-rank"),
 		DynamoHeaders: http.Header{}, HadTokenData: q.Nvext != nil && len(q.Nvext.TokenData) > 0, ReceivedAt: time.Now()}
 	for k, v := range r.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-dynamo-") {
+		if isPinHeader(k) {
 			rec.DynamoHeaders[k] = v
 		}
 	}

@@ -1,6 +1,10 @@
 package fleetsim_test
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/config"
@@ -41,5 +45,45 @@ func TestFrontendWithdrawsModel(t *testing.T) {
 	f.SetWorkers("agg", nil, []uint64{3}) // never disaggregated: served
 	if got := served(t, f); got != "agg" {
 		t.Fatalf("served models %q", got)
+	}
+}
+
+// TestFrontendReadsLegacyPins: like the newest Dynamo frontends, the
+// emulator reads a pin's legacy name when its x-dynamo-* form is absent, and
+// the x-dynamo-* form when both are sent.
+func TestFrontendReadsLegacyPins(t *testing.T) {
+	t.Parallel()
+	f := fleetsim.NewFrontend()
+	f.SetWorkers("m", []uint64{1}, []uint64{2, 3})
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	send := func(hdr map[string]string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if status := send(map[string]string{"x-worker-instance-id": "2", "x-prefill-instance-id": "1", "x-data-parallel-rank": "4"}); status != 200 {
+		t.Fatalf("legacy pins: %d", status)
+	}
+	if status := send(map[string]string{"x-dynamo-worker-instance-id": "3", "x-worker-instance-id": "2", "x-dynamo-prefill-instance-id": "1", "x-dp-rank": "5"}); status != 200 {
+		t.Fatalf("both spellings: %d", status)
+	}
+	reqs := f.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if r := reqs[0]; r.Worker == nil || *r.Worker != 2 || r.Prefill == nil || *r.Prefill != 1 || r.DPRank == nil || *r.DPRank != 4 {
+		t.Errorf("legacy pins read as %v %v %v", r.Worker, r.Prefill, r.DPRank)
+	}
+	if r := reqs[1]; r.Worker == nil || *r.Worker != 3 || r.DPRank == nil || *r.DPRank != 5 {
+		t.Errorf("x-dynamo-* must win: %v %v", r.Worker, r.DPRank)
 	}
 }

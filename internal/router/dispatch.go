@@ -63,6 +63,7 @@ func shimPlan(cfg *config.Config, bs *backends, dynamo bool) *shim.Plan[*Backend
 		Enabled:           dynamo && cfg.DisaggregatedServing.Enabled && cfg.Dynamo.Enabled,
 		ModelMap:          cfg.Dynamo.Shim.ModelMap,
 		FallbackToUnified: cfg.DisaggregatedServing.FallbackToUnified,
+		LegacyPinHeaders:  cfg.Dynamo.Shim.LegacyPinHeaders,
 	}
 	for _, ns := range namespaces {
 		c.Pools = append(c.Pools, shim.Pool[*Backend]{Namespace: ns, Replicas: byNS[ns]})

@@ -153,7 +153,9 @@ func readAll(t *testing.T, resp *http.Response) string {
 func TestPinsDecimalHeaders(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	resp := h.post(t, chat(false), map[string]string{"x-dynamo-worker-instance-id": "999", "X-Dynamo-Prefill-Instance-Id": "1", "x-dynamo-dp-rank": "7"})
+	// The client tries to choose its workers under every pin name.
+	resp := h.post(t, chat(false), map[string]string{"x-dynamo-worker-instance-id": "999", "X-Dynamo-Prefill-Instance-Id": "1", "x-dynamo-dp-rank": "7",
+		"x-worker-instance-id": "999", "x-prefill-instance-id": "1", "x-dp-rank": "7", "x-data-parallel-rank": "7", "x-prefill-dp-rank": "3"})
 	body := readAll(t, resp)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -174,6 +176,14 @@ func TestPinsDecimalHeaders(t *testing.T) {
 	}
 	if got := r.DynamoHeaders.Get("x-dynamo-worker-instance-id"); got != "20" {
 		t.Errorf("worker header %q, want decimal 20", got)
+	}
+	// The legacy names carry the router's pins (the default), never the
+	// client's.
+	for k, want := range map[string]string{"x-worker-instance-id": "20", "x-prefill-instance-id": "10", "x-dp-rank": r.DynamoHeaders.Get("x-dynamo-dp-rank"),
+		"x-data-parallel-rank": "", "x-prefill-dp-rank": ""} {
+		if got := r.DynamoHeaders.Values(k); (want == "" && len(got) != 0) || (want != "" && (len(got) != 1 || got[0] != want)) {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
 	}
 	if r.Authorization != "Bearer sk-upstream" {
 		t.Errorf("upstream api key not injected: %q", r.Authorization)
@@ -777,5 +787,46 @@ func TestBodyLimit(t *testing.T) {
 	}
 	if got := send([]byte(`{"model":"other","messages":[]}`), false); got != http.StatusOK || len(*h.plain) != 3 {
 		t.Fatalf("a small body: %d, %d upstream requests", got, len(*h.plain))
+	}
+}
+
+// TestClientPinHeadersNeverForwarded: on the unpinned path too, no pin
+// header a client sends (x-dynamo-* or a legacy name) reaches a backend.
+func TestClientPinHeadersNeverForwarded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	resp := h.post(t, `{"model":"other-model","messages":[{"role":"user","content":"hi"}]}`, map[string]string{
+		"x-worker-instance-id": "20", "X-Prefill-Instance-Id": "10", "x-dp-rank": "1", "x-data-parallel-rank": "1",
+		"x-prefill-dp-rank": "0", "x-dynamo-worker-instance-id": "20"})
+	if body := readAll(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if len(*h.plain) != 1 {
+		t.Fatalf("%d plain requests", len(*h.plain))
+	}
+	for k := range (*h.plain)[0] {
+		if shim.IsPinHeader(k) {
+			t.Errorf("the backend received the client's %s", k)
+		}
+	}
+}
+
+// TestLegacyPinHeadersOff: with dynamo.shim.legacy_pin_headers false only
+// the x-dynamo-* names are sent.
+func TestLegacyPinHeadersOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) { c.Dynamo.Shim.LegacyPinHeaders = false })
+	resp := h.post(t, chat(false), nil)
+	if body := readAll(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	r := h.fe.Requests()[0]
+	if r.DynamoHeaders.Get("x-dynamo-worker-instance-id") != "20" {
+		t.Errorf("pins %v", r.DynamoHeaders)
+	}
+	for _, k := range []string{"x-worker-instance-id", "x-prefill-instance-id", "x-dp-rank", "x-prefill-dp-rank"} {
+		if v := r.DynamoHeaders.Values(k); len(v) != 0 {
+			t.Errorf("%s sent with legacy names off: %q", k, v)
+		}
 	}
 }

@@ -24,14 +24,31 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
-// Pin headers, with decimal ids. The rank headers go whenever the worker's
-// card declares data_parallel_size, rank 0 included.
+// Pin headers, with decimal ids (a frontend reads anything else, hex
+// included, as absent). The rank headers go whenever the worker's card
+// declares data_parallel_size, rank 0 included.
 const (
 	HeaderWorkerInstanceID  = "x-dynamo-worker-instance-id"
 	HeaderPrefillInstanceID = "x-dynamo-prefill-instance-id"
 	HeaderDPRank            = "x-dynamo-dp-rank"
 	HeaderPrefillDPRank     = "x-dynamo-prefill-dp-rank"
 )
+
+// Legacy pin headers: the only names older direct-mode frontends read, and
+// aliases the newest read when the x-dynamo-* form is absent. Clients may
+// send none of them; the router may send them beside the x-dynamo-* form.
+const (
+	LegacyHeaderWorkerInstanceID  = "x-worker-instance-id"
+	LegacyHeaderPrefillInstanceID = "x-prefill-instance-id"
+	LegacyHeaderDPRank            = "x-dp-rank"
+	// LegacyHeaderDataParallelRank is another alias of the decode rank; the
+	// router strips it from clients but never sends it.
+	LegacyHeaderDataParallelRank = "x-data-parallel-rank"
+	LegacyHeaderPrefillDPRank    = "x-prefill-dp-rank"
+)
+
+var legacyPinHeaders = [...]string{LegacyHeaderWorkerInstanceID, LegacyHeaderPrefillInstanceID, LegacyHeaderDPRank,
+	LegacyHeaderDataParallelRank, LegacyHeaderPrefillDPRank}
 
 // Routing paths, the label of disaggregated_requests_total{routing_path}.
 const (
@@ -53,34 +70,57 @@ const (
 	PhaseDecode = "decode"
 )
 
-// IsPinHeader reports whether a header name is one the frontend reads as a
-// pin (x-dynamo-*, in any case). A client's own are removed before anything
-// else sees the request, whatever the configuration: a client must never
-// choose its worker. It does not allocate.
+// IsPinHeader reports whether a header name is one a frontend may read as
+// a pin: any x-dynamo-* name, or a legacy pin name, in any case. A client's
+// own are removed before anything else sees the request, whatever the
+// configuration: a client must never choose its worker. It does not
+// allocate.
 func IsPinHeader(name string) bool {
-	return len(name) >= 9 && strings.EqualFold(name[:9], "x-dynamo-")
+	if len(name) < 9 || (name[0] != 'x' && name[0] != 'X') {
+		return false
+	}
+	if strings.EqualFold(name[:9], "x-dynamo-") {
+		return true
+	}
+	for _, h := range legacyPinHeaders {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // The pin headers in canonical form, so that building them per request
 // does not canonicalise (and allocate) the names again.
 var (
-	canonWorkerInstanceID  = http.CanonicalHeaderKey(HeaderWorkerInstanceID)
-	canonPrefillInstanceID = http.CanonicalHeaderKey(HeaderPrefillInstanceID)
-	canonDPRank            = http.CanonicalHeaderKey(HeaderDPRank)
-	canonPrefillDPRank     = http.CanonicalHeaderKey(HeaderPrefillDPRank)
+	canonWorkerInstanceID  = [2]string{http.CanonicalHeaderKey(HeaderWorkerInstanceID), http.CanonicalHeaderKey(LegacyHeaderWorkerInstanceID)}
+	canonPrefillInstanceID = [2]string{http.CanonicalHeaderKey(HeaderPrefillInstanceID), http.CanonicalHeaderKey(LegacyHeaderPrefillInstanceID)}
+	canonDPRank            = [2]string{http.CanonicalHeaderKey(HeaderDPRank), http.CanonicalHeaderKey(LegacyHeaderDPRank)}
+	canonPrefillDPRank     = [2]string{http.CanonicalHeaderKey(HeaderPrefillDPRank), http.CanonicalHeaderKey(LegacyHeaderPrefillDPRank)}
 )
 
-// PinHeaders renders a pin as the headers the frontend reads.
-func PinHeaders(pin pick.Pin) http.Header {
-	h := make(http.Header, 4)
-	h[canonWorkerInstanceID] = []string{strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10)}
+// PinHeaders renders a pin as the headers the frontend reads; with legacy,
+// each pin goes under its legacy name too, with the same value.
+func PinHeaders(pin pick.Pin, legacy bool) http.Header {
+	names := 1
+	if legacy {
+		names = 2
+	}
+	h := make(http.Header, 4*names)
+	set := func(keys [2]string, v uint64) {
+		vs := []string{strconv.FormatUint(v, 10)}
+		for _, k := range keys[:names] {
+			h[k] = vs
+		}
+	}
+	set(canonWorkerInstanceID, pin.Decode.Worker.ID.InstanceID)
 	if pin.Decode.SendRank {
-		h[canonDPRank] = []string{strconv.FormatUint(uint64(pin.Decode.DPRank), 10)}
+		set(canonDPRank, uint64(pin.Decode.DPRank))
 	}
 	if p := pin.Prefill; p != nil {
-		h[canonPrefillInstanceID] = []string{strconv.FormatUint(p.Worker.ID.InstanceID, 10)}
+		set(canonPrefillInstanceID, p.Worker.ID.InstanceID)
 		if p.SendRank {
-			h[canonPrefillDPRank] = []string{strconv.FormatUint(uint64(p.DPRank), 10)}
+			set(canonPrefillDPRank, uint64(p.DPRank))
 		}
 	}
 	return h
@@ -104,6 +144,8 @@ type Config[R comparable] struct {
 	// FallbackToUnified sends a request whose pinned dispatch failed to a
 	// plain backend instead of failing it.
 	FallbackToUnified bool
+	// LegacyPinHeaders sends each pin under its legacy name too.
+	LegacyPinHeaders bool
 }
 
 // Plan is a configuration made ready for dispatch, once per configuration.
@@ -263,7 +305,7 @@ func (d *Dispatcher[R]) Pin(snap *fleet.Snapshot, req Request[R], now time.Time)
 	if pin.Prefill != nil {
 		path = PathDisaggregated
 	}
-	return &Dispatch[R]{Pin: pin, Path: path, Replicas: cands.Of(pin.Namespace), Header: PinHeaders(pin), picker: picker, ticket: ticket}, true
+	return &Dispatch[R]{Pin: pin, Path: path, Replicas: cands.Of(pin.Namespace), Header: PinHeaders(pin, plan.cfg.LegacyPinHeaders), picker: picker, ticket: ticket}, true
 }
 
 // directModePrefillError is how Dynamo's direct-mode frontend refuses a

@@ -44,14 +44,28 @@ func TestPinHeaders(t *testing.T) {
 			Prefill: &pick.Target{Worker: worker("a", 10, fleet.RolePrefill, 0, 0, false)}},
 			map[string]string{shim.HeaderWorkerInstanceID: "26", shim.HeaderPrefillInstanceID: "10"}},
 	}
+	legacyName := map[string]string{shim.HeaderWorkerInstanceID: shim.LegacyHeaderWorkerInstanceID,
+		shim.HeaderPrefillInstanceID: shim.LegacyHeaderPrefillInstanceID, shim.HeaderDPRank: shim.LegacyHeaderDPRank,
+		shim.HeaderPrefillDPRank: shim.LegacyHeaderPrefillDPRank}
 	for _, c := range cases {
-		h := shim.PinHeaders(c.pin)
+		h := shim.PinHeaders(c.pin, false)
 		if len(h) != len(c.want) {
 			t.Errorf("%s: %d headers %v, want %v", c.name, len(h), h, c.want)
 		}
 		for k, v := range c.want {
 			if got := h.Values(k); len(got) != 1 || got[0] != v {
 				t.Errorf("%s: %s = %q, want %q", c.name, k, got, v)
+			}
+		}
+		// With legacy names, each pin goes under both, with the same value;
+		// x-data-parallel-rank is never sent.
+		h = shim.PinHeaders(c.pin, true)
+		if len(h) != 2*len(c.want) || h.Get(shim.LegacyHeaderDataParallelRank) != "" {
+			t.Errorf("%s, legacy: %d headers %v", c.name, len(h), h)
+		}
+		for k, v := range c.want {
+			if got, lgot := h.Values(k), h.Values(legacyName[k]); len(got) != 1 || got[0] != v || len(lgot) != 1 || lgot[0] != v {
+				t.Errorf("%s, legacy: %s = %q, %s = %q, want %q", c.name, k, got, legacyName[k], lgot, v)
 			}
 		}
 	}
@@ -61,7 +75,8 @@ func TestIsPinHeader(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]bool{
 		"x-dynamo-worker-instance-id": true, "X-Dynamo-Dp-Rank": true, "X-DYNAMO-ANYTHING": true, "x-dynamo-": true,
-		"x-dynamo": false, "x-backend": false, "": false, "content-type": false,
+		"x-worker-instance-id": true, "X-Prefill-Instance-Id": true, "x-dp-rank": true, "X-Data-Parallel-Rank": true, "x-prefill-dp-rank": true,
+		"x-dynamo": false, "x-backend": false, "": false, "content-type": false, "x-worker-instance": false, "x-dp-ranks": false, "x-request-id": false,
 	} {
 		if shim.IsPinHeader(name) != want {
 			t.Errorf("IsPinHeader(%q) = %v", name, !want)

@@ -8,6 +8,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -62,6 +63,25 @@ func WatchPrefixes(namespace string) [3]string {
 		PrefixModelCards + namespace + "/",
 		PrefixEventChannels + "namespace/" + EncodeSegment(namespace) + "/",
 	}
+}
+
+// WatchedChannelKey reports whether an event-channel key belongs to one of
+// namespaces. A scoped key belongs to the namespace of its scope prefix. A
+// key of four segments is the Dynamo 1.2 form <ns>/<component>/<topic>/<hex>
+// and belongs to its first segment, so a 1.2 key of a namespace named
+// "namespace" is never taken for a scoped key of another namespace. A key
+// under a watched scoped prefix that does not parse belongs to that
+// namespace, to be reported as malformed.
+func WatchedChannelKey(key string, namespaces []string) bool {
+	if k, err := ParseKey(key); err == nil && k.Legacy {
+		return slices.Contains(namespaces, k.Namespace)
+	}
+	for _, ns := range namespaces {
+		if strings.HasPrefix(key, PrefixEventChannels+"namespace/"+EncodeSegment(ns)+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // ScopeKind is the scope an event channel is registered at.
@@ -173,8 +193,10 @@ func parseChannelKey(full, rel string) (Key, error) {
 		return Key{}, keyErr(full, "%v", err)
 	}
 	k := Key{Space: KeyspaceEventChannels, InstanceID: id}
-	if n == 4 && seg[0] != "namespace" { // a scoped key has at least five segments
-		// Legacy: <ns>/<component>/<topic>/<hex>; component may be empty.
+	if n == 4 {
+		// Legacy: <ns>/<component>/<topic>/<hex>; component may be empty. A
+		// scoped key has at least five segments, so four segments are
+		// legacy even for a namespace literally named "namespace".
 		if seg[0] == "" || seg[2] == "" {
 			return Key{}, keyErr(full, "empty namespace or topic")
 		}

@@ -6,6 +6,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -133,6 +134,13 @@ func (s *Source) prefixes() []string {
 	return out
 }
 
+// watched reports whether a key read under a watched prefix belongs to a
+// watched namespace: a Dynamo 1.2 channel key of a namespace named
+// "namespace" can sit under another namespace's scoped prefix.
+func (s *Source) watched(key []byte) bool {
+	return !bytes.HasPrefix(key, []byte(wire.PrefixEventChannels)) || wire.WatchedChannelKey(string(key), s.namespaces)
+}
+
 // Run performs one pass: connect, range get, watch, stream.
 func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 	seedCtx, cancelSeed := context.WithTimeout(ctx, discovery.SeedTimeout)
@@ -180,7 +188,9 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 				rev = resp.Header.Revision
 			}
 			for _, e := range resp.Kvs {
-				sink.Put(string(e.Key), e.Value)
+				if s.watched(e.Key) {
+					sink.Put(string(e.Key), e.Value)
+				}
 			}
 			if !resp.More || len(resp.Kvs) == 0 {
 				break
@@ -247,6 +257,9 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 				return fmt.Errorf("etcd watch ended: %w", watchErr(b.resp, b.ok))
 			}
 			for _, ev := range b.resp.Events {
+				if !s.watched(ev.Kv.Key) {
+					continue
+				}
 				switch ev.Type {
 				case clientv3.EventTypePut:
 					sink.Put(string(ev.Kv.Key), ev.Kv.Value)

@@ -89,8 +89,15 @@ func TestPutDeleteAndNamespaces(t *testing.T) {
 	put(t, c, instanceKey("other", "decode", 9), endpointValue(9, "decode"))
 	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}, "prod", "canary"))
 	testutil.Eventually(t, 10*time.Second, "seeded worker", func() bool { return h.workers()["prod/1"] != nil })
+	// A Dynamo 1.2 channel key of a namespace named "namespace" lies under
+	// prod's scoped prefix; it is not prod's, on the seed or on the watch.
+	legacy := `{"type":"EventChannel","namespace":"namespace","component":"prod","topic":"kv_metrics","instance_id":44,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:5"}}}`
+	put(t, c, "v1/event_channels/namespace/prod/kv_metrics/2c", legacy)
 	put(t, c, instanceKey("canary", "prefill", 2), endpointValue(2, "prefill"))
 	testutil.Eventually(t, 10*time.Second, "watched put", func() bool { return h.workers()["canary/2"] != nil })
+	if snap := h.reg.Snapshot(); len(snap.Publishers) != 0 || len(snap.Problems) != 0 {
+		t.Errorf("another namespace's 1.2 channel was read: %+v %+v", snap.Publishers, snap.Problems)
+	}
 	if h.workers()["other/9"] != nil {
 		t.Error("a namespace that is not watched was read")
 	}

@@ -84,6 +84,14 @@ func (s *Source) keyOf(bucket, name string) string {
 		return ""
 	}
 	key := bucket + "/" + rel
+	if strings.HasPrefix(key, wire.PrefixEventChannels) {
+		// The scoped form and the Dynamo 1.2 form share the bucket: both
+		// are read, told apart by parsing.
+		if wire.WatchedChannelKey(key, s.namespaces) {
+			return key
+		}
+		return ""
+	}
 	for _, p := range s.prefixes {
 		if strings.HasPrefix(key, p) {
 			return key

@@ -151,3 +151,26 @@ func (nopSink) Delete(string)      {}
 func (nopSink) ResyncBegin()       {}
 func (nopSink) ResyncEnd()         {}
 func (nopSink) Flush()             {}
+
+// TestLegacyChannelKeys: Dynamo 1.2 channel keys (<ns>/<component>/<topic>/<hex>)
+// share the bucket with scoped ones; those of a watched namespace are
+// read, others are not, and a 1.2 key of a namespace named "namespace" is
+// not taken for a watched namespace's scoped key.
+func TestLegacyChannelKeys(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	channel := func(ns, component string, id int) string {
+		return fmt.Sprintf(`{"type":"EventChannel","namespace":%q,"component":%q,"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:5"}}}`, ns, component, id)
+	}
+	write(t, root, "v1/event_channels", "dynamo/decode/kv_metrics/2a", channel("dynamo", "decode", 42))
+	write(t, root, "v1/event_channels", "other/decode/kv_metrics/2b", channel("other", "decode", 43))
+	write(t, root, "v1/event_channels", "namespace/dynamo/kv_metrics/2c", channel("namespace", "dynamo", 44))
+	reg := start(t, root, time.Hour)
+	testutil.Eventually(t, 10*time.Second, "the legacy publisher", func() bool {
+		p := reg.Snapshot().Publishers
+		return len(p) == 1 && p[0].Namespace == "dynamo" && p[0].PublisherID == 42 && p[0].Component == "decode"
+	})
+	if p := reg.Snapshot().Problems; len(p) != 0 {
+		t.Errorf("problems %+v", p)
+	}
+}
