@@ -1,11 +1,13 @@
 // Package fleetsim simulates a Dynamo fleet in one process. Frontend
 // behaves like `dynamo.frontend --router-mode direct` (Dynamo 1.5): it reads
-// the pin headers and enforces the direct-mode rules.
+// the pin headers and enforces the direct-mode rules, answers in the shapes
+// OpenAI clients expect, and reports its health as Dynamo's frontend does.
 //
 // Imports: wire and etcdembed; only the demo, fleet-sim and tests use it.
 package fleetsim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,13 +55,20 @@ type Recorded struct {
 type Frontend struct {
 	mu     sync.Mutex
 	models map[string]modelWorkers
+	// instances are the Endpoint records of each model's workers, kept when
+	// the model is withdrawn (the workers are still registered).
+	instances map[string][]Instance
 	// hadPrefill remembers models that were served disaggregated.
 	hadPrefill map[string]bool
-	recorded   []Recorded
+	// namespace is the namespace of the records SetWorkers makes.
+	namespace string
+	recorded  []Recorded
 	// RejectInStream answers a missing prefill id on a streaming request
 	// with a 200 SSE stream that carries the error, instead of a 500.
 	RejectInStream bool
-	// Tokens is how many content chunks a completion streams.
+	// Tokens is how many tokens an answer has (one chunk each when
+	// streamed) unless the request's max_tokens or max_completion_tokens is
+	// lower.
 	Tokens int
 	// Status, when set, answers every request with it (fault injection).
 	Status int
@@ -72,18 +81,66 @@ type modelWorkers struct {
 	prefill, decode map[uint64]bool
 }
 
-// NewFrontend returns a frontend that knows no workers.
+// Instance is a worker's Endpoint record as the frontend lists it on
+// GET /health: instance_id is a JSON number (decimal), transport the
+// record's one-key transport object.
+type Instance struct {
+	Namespace  string            `json:"namespace"`
+	Component  string            `json:"component"`
+	Endpoint   string            `json:"endpoint"`
+	InstanceID uint64            `json:"instance_id"`
+	Transport  map[string]string `json:"transport"`
+}
+
+// url is the instance's endpoint as Dynamo spells it:
+// dyn://<namespace>.<component>.<endpoint>.
+func (i Instance) url() string {
+	return "dyn://" + i.Namespace + "." + i.Component + "." + i.Endpoint
+}
+
+// NewFrontend returns a frontend of namespace "dynamo" that knows no
+// workers.
 func NewFrontend() *Frontend {
-	return &Frontend{models: map[string]modelWorkers{}, hadPrefill: map[string]bool{}, Tokens: 3}
+	return &Frontend{models: map[string]modelWorkers{}, instances: map[string][]Instance{}, hadPrefill: map[string]bool{},
+		Tokens: 3, namespace: "dynamo"}
 }
 
 // SetWorkers declares the instances serving model (aggregated workers go
-// in decode). As Dynamo 1.5's frontend does, a model served with prefill
-// workers is withdrawn when its last prefill worker leaves while decode
-// workers remain.
+// in decode), with Endpoint records of the frontend's namespace: component
+// prefill for prefill workers, decode for the decode workers of a model
+// ever served with prefill workers, backend for aggregated ones. See
+// SetInstances.
 func (f *Frontend) SetWorkers(model string, prefill, decode []uint64) {
 	f.mu.Lock()
+	disaggregated := len(prefill) > 0 || f.hadPrefill[model]
+	f.mu.Unlock()
+	decodeComponent := "backend"
+	if disaggregated {
+		decodeComponent = "decode"
+	}
+	mk := func(ids []uint64, component string) []Instance {
+		var out []Instance
+		for _, id := range ids {
+			out = append(out, Instance{Namespace: f.namespace, Component: component, Endpoint: "generate", InstanceID: id,
+				Transport: map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", id)}})
+		}
+		return out
+	}
+	f.SetInstances(model, mk(prefill, "prefill"), mk(decode, decodeComponent))
+}
+
+// SetInstances declares the workers serving model by their Endpoint
+// records (aggregated workers go in decode). As Dynamo 1.5's frontend does,
+// a model served with prefill workers is withdrawn when its last prefill
+// worker leaves while decode workers remain; its workers stay listed on
+// GET /health, since they are still registered.
+func (f *Frontend) SetInstances(model string, prefill, decode []Instance) {
+	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.instances[model] = append(slices.Clone(prefill), decode...)
+	if len(f.instances[model]) == 0 {
+		delete(f.instances, model)
+	}
 	if len(prefill) > 0 {
 		f.hadPrefill[model] = true
 	} else if f.hadPrefill[model] && len(decode) > 0 {
@@ -91,11 +148,11 @@ func (f *Frontend) SetWorkers(model string, prefill, decode []uint64) {
 		return
 	}
 	mw := modelWorkers{prefill: map[uint64]bool{}, decode: map[uint64]bool{}}
-	for _, id := range prefill {
-		mw.prefill[id] = true
+	for _, in := range prefill {
+		mw.prefill[in.InstanceID] = true
 	}
-	for _, id := range decode {
-		mw.decode[id] = true
+	for _, in := range decode {
+		mw.decode[in.InstanceID] = true
 	}
 	if len(prefill) == 0 && len(decode) == 0 {
 		delete(f.models, model)
@@ -154,9 +211,10 @@ func isPinHeader(k string) bool {
 
 func (f *Frontend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case r.Method == http.MethodGet && (r.URL.Path == "/health" || r.URL.Path == "/live"):
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"healthy"}`)
+	case r.Method == http.MethodGet && r.URL.Path == "/health":
+		f.health(w)
+	case r.Method == http.MethodGet && r.URL.Path == "/live":
+		writeJSON(w, http.StatusOK, map[string]any{"status": "live"})
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 		f.listModels(w)
 	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions"):
@@ -164,6 +222,61 @@ func (f *Frontend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// Readiness as GET /health tells it: before the frontend serves a model
+// (no worker has registered one, or every model was withdrawn) it is not
+// ready, at the model discovery stage.
+const (
+	notReadyStage   = "model_discovery"
+	notReadyMessage = "Service is not ready"
+)
+
+// health answers Dynamo's frontend health: when a model is served, 200
+// with status healthy, the sorted unique endpoint URLs of the registered
+// instances and their records; else 503 with status not_ready, the stage
+// and a message.
+func (f *Frontend) health(w http.ResponseWriter) {
+	f.mu.Lock()
+	ready := len(f.models) > 0
+	type recordKey struct {
+		url string
+		id  uint64
+	}
+	seen := map[recordKey]bool{}
+	var instances []Instance
+	for _, list := range f.instances {
+		for _, in := range list {
+			if key := (recordKey{in.url(), in.InstanceID}); !seen[key] {
+				seen[key] = true
+				instances = append(instances, in)
+			}
+		}
+	}
+	f.mu.Unlock()
+	if !ready {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not_ready", "stage": notReadyStage, "message": notReadyMessage})
+		return
+	}
+	slices.SortFunc(instances, func(a, b Instance) int {
+		return cmp.Or(cmp.Compare(a.url(), b.url()), cmp.Compare(a.InstanceID, b.InstanceID))
+	})
+	endpoints := []string{}
+	for _, in := range instances {
+		if u := in.url(); len(endpoints) == 0 || endpoints[len(endpoints)-1] != u {
+			endpoints = append(endpoints, u)
+		}
+	}
+	if instances == nil {
+		instances = []Instance{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "healthy", "endpoints": endpoints, "instances": instances})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (f *Frontend) listModels(w http.ResponseWriter) {
@@ -191,14 +304,7 @@ func (f *Frontend) listModels(w http.ResponseWriter) {
 
 func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	var q struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-		Nvext  *struct {
-			TokenData json.RawMessage `json:"token_data"`
-		} `json:"nvext"`
-	}
-	_ = json.Unmarshal(body, &q)
+	q := parseRequest(body)
 	rec := Recorded{Path: r.URL.Path, Model: q.Model, Stream: q.Stream, Body: body, Authorization: r.Header.Get("Authorization"),
 		Worker:        pinHeader(r.Header, "x-dynamo-worker-instance-id", "x-worker-instance-id"),
 		Prefill:       pinHeader(r.Header, "x-dynamo-prefill-instance-id", "x-prefill-instance-id"),
@@ -232,16 +338,25 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = fmt.Fprintf(w, `{"error":{"message":%s,"type":"Internal Server Error","code":%d}}`, mustJSON(errText), status)
-	case q.Stream:
-		streamCompletion(w, q.Model, rec.Worker, tokens)
 	default:
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": "cmpl-sim", "object": "chat.completion", "model": q.Model,
-			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": strings.TrimSpace(strings.Repeat("tok ", tokens))}}},
-			"usage":   map[string]any{"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1},
-		})
+		f.answer(w, r.URL.Path, &q, tokens)
 	}
+}
+
+// answer answers a valid request at once (no Execute): Tokens tokens, cut
+// short by the request's limit.
+func (f *Frontend) answer(w http.ResponseWriter, path string, q *openAIRequest, tokens int) {
+	n, finish := answerLength(tokens, q.limit())
+	rep := newReply(path, q, estimatePromptTokens(q.promptText()))
+	if !q.Stream {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("tok%d", i)
+		}
+		rep.writeWhole(w, strings.Join(parts, " "), n, finish)
+		return
+	}
+	_ = rep.startStream(w).tokens(n, finish, func(i int) (string, error) { return fmt.Sprintf("tok%d ", i), nil })
 }
 
 // decide applies the direct-mode rules: the status and error text, or 0.
@@ -275,20 +390,4 @@ func (f *Frontend) decide(rec *Recorded) (int, string) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
-}
-
-func streamCompletion(w http.ResponseWriter, model string, worker *uint64, tokens int) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	for i := range tokens {
-		chunk := map[string]any{"id": "cmpl-sim", "object": "chat.completion.chunk", "model": model,
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": fmt.Sprintf("tok%d ", i)}}}}
-		fmt.Fprintf(w, "data: %s\n\n", mustJSON(chunk))
-		_ = rc.Flush()
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	_ = rc.Flush()
-	_ = worker
 }

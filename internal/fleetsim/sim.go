@@ -58,6 +58,9 @@ const (
 	decodePerToken  = 20 * time.Millisecond
 	keepAlive       = 3 * time.Second
 	maxOutputTokens = 256
+	// defaultOutputTokens is the length of an answer to a request without
+	// max_tokens or max_completion_tokens.
+	defaultOutputTokens = 16
 )
 
 // Sim is a simulated Dynamo fleet: workers that register in the file store,
@@ -209,18 +212,18 @@ func Start(o Options) (*Sim, error) {
 func (s *Sim) syncFrontends() {
 	for _, ns := range s.opts.Namespaces {
 		for _, model := range s.opts.Models {
-			var prefill, decode []uint64
+			var prefill, decode []Instance
 			for _, w := range s.workers {
 				if w.namespace != ns || w.model != model || w.isDead() {
 					continue
 				}
 				if w.role == "prefill" {
-					prefill = append(prefill, w.id)
+					prefill = append(prefill, w.instance())
 				} else {
-					decode = append(decode, w.id)
+					decode = append(decode, w.instance())
 				}
 			}
-			s.frontends[ns].SetWorkers(model, prefill, decode)
+			s.frontends[ns].SetInstances(model, prefill, decode)
 		}
 	}
 }
@@ -248,8 +251,9 @@ func (s *Sim) register() error {
 		wt := map[string]string{"prefill": "Prefill", "decode": "Decode", "backend": "Aggregated"}[w.role]
 		comp := componentOf[w.role]
 		rel := fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, id)
-		if err := write("v1/instances", rel, map[string]any{"type": "Endpoint", "namespace": w.namespace, "component": comp, "endpoint": "generate",
-			"instance_id": id, "transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", id)}}); err != nil {
+		in := w.instance()
+		if err := write("v1/instances", rel, map[string]any{"type": "Endpoint", "namespace": in.Namespace, "component": in.Component, "endpoint": in.Endpoint,
+			"instance_id": in.InstanceID, "transport": in.Transport}); err != nil {
 			return err
 		}
 		w.files = append(w.files, lastFile)
@@ -279,6 +283,12 @@ func (s *Sim) register() error {
 		}
 	}
 	return nil
+}
+
+// instance is the worker's Endpoint record.
+func (w *simWorker) instance() Instance {
+	return Instance{Namespace: w.namespace, Component: componentOf[w.role], Endpoint: "generate", InstanceID: w.id,
+		Transport: map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", w.id)}}
 }
 
 // writeRecord writes one record of w the way a worker does: in the file
@@ -431,27 +441,19 @@ func (s *Sim) sleep(ctx context.Context, d time.Duration) error {
 // execute runs a pinned request: prefill on the prefill worker (or on the
 // decode worker itself), then decode, streaming tokens as they come.
 func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
-	var q struct {
-		Stream    bool `json:"stream"`
-		MaxTokens int  `json:"max_tokens"`
-		Messages  []struct {
-			Content any `json:"content"`
-		} `json:"messages"`
-	}
-	_ = json.Unmarshal(rec.Body, &q)
-	var text strings.Builder
-	for _, m := range q.Messages {
-		fmt.Fprint(&text, m.Content, "\n")
-	}
-	prompt, blocks, shaped := promptShape(text.String())
+	q := parseRequest(rec.Body)
+	text := q.promptText()
+	prompt, blocks, shaped := promptShape(text)
 	if !shaped {
-		prompt = text.Len()/4 + 4
+		prompt = estimatePromptTokens(text)
 	}
-	out := q.MaxTokens
-	if out <= 0 {
-		out = 16
+	// Without a limit the answer is defaultOutputTokens long; a limit up to
+	// maxOutputTokens is reached (finish reason length), a larger one is not.
+	natural := defaultOutputTokens
+	if l := q.limit(); l > 0 {
+		natural = maxOutputTokens
 	}
-	out = min(out, maxOutputTokens)
+	out, finish := answerLength(natural, q.limit())
 	ctx := r.Context()
 	decodeW := s.workers[*rec.Worker]
 	prefillW := decodeW
@@ -496,33 +498,19 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	kvBlocks := int64((prompt+out)/s.opts.BlockSize + 1)
 	decodeW.adjust(decodeRank, 0, kvBlocks)
 	defer decodeW.adjust(decodeRank, 0, -kvBlocks)
+	rep := newReply(rec.Path, &q, prompt)
 	if !q.Stream {
 		for range out {
 			if s.sleep(ctx, decodePerToken) != nil {
 				return
 			}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": "cmpl-sim", "object": "chat.completion", "model": rec.Model,
-			"choices": []any{map[string]any{"index": 0, "finish_reason": "length", "message": map[string]any{"role": "assistant", "content": words(out)}}},
-			"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}})
+		rep.writeWhole(w, words(out), out, finish)
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	for i := range out {
-		if s.sleep(ctx, decodePerToken) != nil {
-			return
-		}
-		fmt.Fprintf(w, "data: %s\n\n", mustJSON(map[string]any{"id": "cmpl-sim", "object": "chat.completion.chunk", "model": rec.Model,
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": demoWords[i%len(demoWords)] + " "}}}}))
-		if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return
-		}
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	_ = rc.Flush()
+	_ = rep.startStream(w).tokens(out, finish, func(i int) (string, error) {
+		return demoWords[i%len(demoWords)] + " ", s.sleep(ctx, decodePerToken)
+	})
 }
 
 var demoWords = strings.Fields("Dynamo pinned this request to a prefill and a decode worker chosen by their live load")

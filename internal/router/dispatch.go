@@ -138,6 +138,11 @@ func (x *exchange) plain(routingPath string) {
 		x.s.opts.Metrics.DisaggRequests.WithLabelValues(routingPath).Inc()
 	}
 	if len(cands) == 0 {
+		if !x.s.known(x.q.Model, x.policy) {
+			writeParamError(x.w, http.StatusNotFound, CodeModelNotFound, "model",
+				"the model "+strconvQuote(x.q.Model)+" does not exist here: no backend lists it and no Dynamo worker serves it (GET /v1/models lists the models)")
+			return
+		}
 		writeError(x.w, http.StatusServiceUnavailable, CodeNoBackend, "no available backend serves model "+strconvQuote(x.q.Model))
 		return
 	}

@@ -17,6 +17,9 @@ const (
 	CodePrefillDecodeUnavailable  = "disaggregated_prefill_decode_unavailable"
 	CodeDisaggregatedDecodeFailed = "disaggregated_decode_failed"
 	CodeNotFound                  = "not_found"
+	// CodeModelNotFound: no backend lists the model and no discovered
+	// Dynamo worker serves it (404, as OpenAI answers an unknown model).
+	CodeModelNotFound = "model_not_found"
 )
 
 type apiError struct {
@@ -26,8 +29,14 @@ type apiError struct {
 	Code    string  `json:"code"`
 }
 
-// writeError writes {"error": {...}} with status.
+// writeError writes {"error": {...}} with status and a null param.
 func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeParamError(w, status, code, "", message)
+}
+
+// writeParamError is writeError naming the request parameter at fault
+// (null when param is "").
+func writeParamError(w http.ResponseWriter, status int, code, param, message string) {
 	typ := "invalid_request_error"
 	switch {
 	case status == http.StatusTooManyRequests:
@@ -39,5 +48,9 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]apiError{"error": {Message: message, Type: typ, Code: code}})
+	e := apiError{Message: message, Type: typ, Code: code}
+	if param != "" {
+		e.Param = &param
+	}
+	_ = json.NewEncoder(w).Encode(map[string]apiError{"error": e})
 }

@@ -32,8 +32,13 @@ const model = "Qwen/Qwen3-32B"
 
 var t0 = time.Unix(1_800_000_000, 0)
 
-// fleetRecords writes a worker's records into a reducer.
+// worker writes the records of a worker of model into a reducer.
 func worker(r *fleet.Reducer, ns, component, workerType string, id uint64, dp int) {
+	modelWorker(r, ns, component, workerType, model, id, dp)
+}
+
+// modelWorker writes the records of a worker of name into a reducer.
+func modelWorker(r *fleet.Reducer, ns, component, workerType, name string, id uint64, dp int) {
 	r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
 		`{"component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"10.0.0.4:31000"}}`, component, id), t0)
 	dpField := ""
@@ -42,7 +47,7 @@ func worker(r *fleet.Reducer, ns, component, workerType string, id uint64, dp in
 	}
 	r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
 		`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":1000,"max_num_batched_tokens":8192%s}}}`,
-		component, id, model, workerType, dpField), t0)
+		component, id, name, workerType, dpField), t0)
 }
 
 // plainBackend is an OpenAI server that is not a Dynamo frontend.
@@ -828,5 +833,155 @@ func TestLegacyPinHeadersOff(t *testing.T) {
 		if v := r.DynamoHeaders.Values(k); len(v) != 0 {
 			t.Errorf("%s sent with legacy names off: %q", k, v)
 		}
+
+// openAIError is the error body of OpenAI's API.
+type openAIError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+// listedModels is GET /v1/models.
+func listedModels(t *testing.T, base string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(readAll(t, resp)), &v); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, m := range v.Data {
+		out[m.ID] = true
+	}
+	return out
+}
+
+// TestUnknownModel404: a model no backend lists and no discovered Dynamo
+// worker serves (model_map included) is 404 model_not_found in OpenAI's
+// error shape, on both endpoints; a known model nothing can take now is
+// 503 no_backend_available. Known is what GET /v1/models lists.
+func TestUnknownModel404(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends[1].Models = []string{"plain-model"} // no catch-all backend
+		c.Dynamo.Shim.ModelMap = map[string]string{"qwen3": model, "ghost": "Nobody/Serves-This"}
+	})
+	// A model whose only worker is a prefill worker: served, so known, but
+	// no decode worker can be pinned.
+	modelWorker(h.reducer, "dynamo", "prefill", "Prefill", "prefill-only", 40, 0)
+	h.reg.Publish(h.reducer.Build(t0))
+	// The router sends the client's model name on: the frontend must know
+	// qwen3 as a name of the model.
+	h.fe.SetWorkers("qwen3", []uint64{10}, []uint64{20})
+	listed := listedModels(t, h.router.URL)
+	for _, tt := range []struct {
+		model  string
+		status int
+	}{
+		{"no-such-model", http.StatusNotFound},
+		{"ghost", http.StatusNotFound},              // mapped to a model no worker serves
+		{"Nobody/Serves-This", http.StatusNotFound}, // the mapped name itself
+		{"prefill-only", http.StatusServiceUnavailable},
+		{model, http.StatusOK},
+		{"qwen3", http.StatusOK},
+		{"plain-model", http.StatusOK},
+	} {
+		if listed[tt.model] == (tt.status == http.StatusNotFound) {
+			t.Errorf("%s: GET /v1/models lists it: %v, yet the request is to answer %d", tt.model, listed[tt.model], tt.status)
+		}
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+			resp, err := http.Post(h.router.URL+path, "application/json",
+				strings.NewReader(fmt.Sprintf(`{"model":%q,"prompt":"hi","messages":[{"role":"user","content":"hi"}]}`, tt.model)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readAll(t, resp)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("%s %s: status %d, want %d: %s", path, tt.model, resp.StatusCode, tt.status, body)
+			}
+			if tt.status == http.StatusOK {
+				continue
+			}
+			var e openAIError
+			if err := json.Unmarshal([]byte(body), &e); err != nil {
+				t.Fatalf("%s: %v: %s", tt.model, err, body)
+			}
+			switch tt.status {
+			case http.StatusNotFound:
+				if e.Error.Type != "invalid_request_error" || e.Error.Code != "model_not_found" || e.Error.Param == nil || *e.Error.Param != "model" ||
+					!strings.Contains(e.Error.Message, tt.model) || resp.Header.Get("Content-Type") != "application/json" {
+					t.Errorf("%s %s: %s", path, tt.model, body)
+				}
+			default:
+				if e.Error.Code != "no_backend_available" || e.Error.Type != "server_error" || e.Error.Param != nil {
+					t.Errorf("%s %s: %s", path, tt.model, body)
+				}
+			}
+		}
+	}
+	if got := promtest.ToFloat64(h.metrics.Requests.WithLabelValues("/v1/chat/completions", "4xx")); got != 3 {
+		t.Errorf("%v chat requests counted 4xx, want the 3 unknown models", got)
+	}
+}
+
+// TestUnknownModelPerKey: known is per API key, as GET /v1/models is: a
+// model only a backend the key may not use lists is unknown to that key.
+func TestUnknownModelPerKey(t *testing.T) {
+	t.Parallel()
+	const key = "sk-client-2"
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends[1].Models = []string{"plain-model"}
+		c.Backends = append(c.Backends, config.Backend{Name: "other", Type: "openai", URL: closedURL(t), Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(5 * time.Second), Models: []string{"other-model"}})
+		c.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex(key), AllowedBackends: []string{"plain"}}}
+	})
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	resp := h.post(t, `{"model":"other-model","messages":[]}`, auth)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "model_not_found") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	resp = h.post(t, `{"model":"plain-model","messages":[]}`, auth)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}
+
+// TestModelUnknownBeforeDiscovery: until Dynamo discovery has seen the
+// fleet once no model can be called unknown (a worker may serve it): 503;
+// after, 404.
+func TestModelUnknownBeforeDiscovery(t *testing.T) {
+	t.Parallel()
+	plain, _ := plainBackend(t)
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "plain", Type: "openai", URL: plain.URL, Role: config.RoleUnified, Enabled: true,
+		Timeout: config.Duration(5 * time.Second), Models: []string{"plain-model"}}}
+	cfg.Dynamo.Enabled = true
+	reg := fleet.NewRegistry(nil, nil)
+	rt := httptest.NewServer(router.New(router.Options{Config: cfg, Registry: reg}).Handler())
+	defer rt.Close()
+	post := func() int {
+		resp, err := http.Post(rt.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"later","messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(); got != http.StatusServiceUnavailable {
+		t.Fatalf("before discovery: %d, want 503", got)
+	}
+	reg.Publish(fleet.NewReducer().Build(t0))
+	if got := post(); got != http.StatusNotFound {
+		t.Fatalf("after discovery: %d, want 404", got)
 	}
 }

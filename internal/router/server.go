@@ -170,39 +170,14 @@ func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, `{"status":"ready"}`)
 }
 
-// models lists configured backend models, the models discovered workers
-// serve, and the client ids of shim.model_map.
+// models lists the models the client's key may see (see catalog).
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	cfg := s.cfg.Load()
 	policy := s.keys.match(r)
 	if !s.keys.open() && policy == nil {
 		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
 		return
 	}
-	set := map[string]bool{}
-	for _, b := range s.backends.all() {
-		if b.cfg.Enabled && !b.cfg.Internal && policy.allows(b.Name()) {
-			for _, m := range b.cfg.Models {
-				set[m] = true
-			}
-		}
-	}
-	if cfg.Dynamo.Enabled && s.opts.Registry != nil {
-		served := map[string]bool{}
-		for _, wk := range s.opts.Registry.Snapshot().Workers {
-			if wk.Model != "" && wk.Role != fleet.RoleUnknown {
-				served[wk.Model] = true
-			}
-		}
-		for m := range served {
-			set[m] = true
-		}
-		for client, dyn := range cfg.Dynamo.Shim.ModelMap {
-			if served[dyn] {
-				set[client] = true
-			}
-		}
-	}
+	set, _ := s.catalog(policy)
 	type model struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
@@ -223,6 +198,59 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// catalog is what the router knows of models for a client with policy.
+// listed is what GET /v1/models shows it: the models of the enabled,
+// non-internal backends its key may use, the models discovered Dynamo
+// workers serve, and the client ids of shim.model_map whose Dynamo model a
+// worker serves. anyModel reports a backend of those with no model list
+// that plain routing uses (role unified, not a direct-mode frontend of the
+// shim): it takes any model, so no model can be called unknown.
+func (s *Server) catalog(policy *keyPolicy) (listed map[string]bool, anyModel bool) {
+	cfg := s.cfg.Load()
+	plan := s.dispatch.Plan()
+	listed = map[string]bool{}
+	for _, b := range s.backends.all() {
+		if b.cfg.Enabled && !b.cfg.Internal && policy.allows(b.Name()) {
+			if len(b.cfg.Models) == 0 && b.cfg.Role == config.RoleUnified && !plan.IsReplica(b) {
+				anyModel = true
+			}
+			for _, m := range b.cfg.Models {
+				listed[m] = true
+			}
+		}
+	}
+	if cfg.Dynamo.Enabled && s.opts.Registry != nil {
+		served := map[string]bool{}
+		for _, wk := range s.opts.Registry.Snapshot().Workers {
+			if wk.Model != "" && wk.Role != fleet.RoleUnknown {
+				served[wk.Model] = true
+			}
+		}
+		for m := range served {
+			listed[m] = true
+		}
+		for client, dyn := range cfg.Dynamo.Shim.ModelMap {
+			if served[dyn] {
+				listed[client] = true
+			}
+		}
+	}
+	return listed, anyModel
+}
+
+// known reports whether model may exist for a client with policy: GET
+// /v1/models lists it, a backend takes any model, or Dynamo discovery has
+// not yet seen the fleet (a worker may still serve it). A request for a
+// model that is not known fails with 404 model_not_found; one for a known
+// model that nothing can take now fails with 503.
+func (s *Server) known(model string, policy *keyPolicy) bool {
+	if s.cfg.Load().Dynamo.Enabled && s.opts.Registry != nil && s.opts.Registry.Generation() == 0 {
+		return true
+	}
+	listed, anyModel := s.catalog(policy)
+	return anyModel || listed[model]
 }
 
 // readBody reads a request body of at most MaxBodyBytes, in one
