@@ -833,6 +833,8 @@ func TestLegacyPinHeadersOff(t *testing.T) {
 		if v := r.DynamoHeaders.Values(k); len(v) != 0 {
 			t.Errorf("%s sent with legacy names off: %q", k, v)
 		}
+	}
+}
 
 // openAIError is the error body of OpenAI's API.
 type openAIError struct {
