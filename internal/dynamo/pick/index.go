@@ -51,6 +51,9 @@ type index struct {
 	// prefill indexes of each group (decode indexes only), built on use.
 	groups  []group
 	prefill []*index
+	// aggregatedOnly: every candidate is an aggregated worker (no candidate
+	// namespace has a prefill/decode pool for the model).
+	aggregatedOnly bool
 }
 
 type cand struct {
@@ -78,7 +81,8 @@ type class struct {
 }
 
 func newIndex(phase int, cands []candidate, gs []group) *index {
-	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs}
+	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs,
+		aggregatedOnly: true}
 	if phase == phaseDecode {
 		x.prefill = make([]*index, len(gs))
 	}
@@ -90,6 +94,7 @@ func newIndex(phase int, cands []candidate, gs []group) *index {
 	for i, c := range cands {
 		k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
 		x.cands[i] = cand{w: c.w, key: k, group: int32(c.group), class: -1}
+		x.aggregatedOnly = x.aggregatedOnly && c.w.Role == fleet.RoleAggregated
 		var ck classKey
 		ok := false
 		if phase == phaseDecode {

@@ -42,6 +42,10 @@ type LoadBased struct {
 	ledger ledger
 	caches [2]*shapeCache
 	keyBuf []byte
+	// scorer makes choices during one ReserveScored; candBuf is its
+	// reused candidate list.
+	scorer  Scorer
+	candBuf []Candidate
 }
 
 // NewLoadBased returns a load-based picker over loads.
@@ -245,7 +249,15 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 	p.loads.Read(func(r load.ReadView) {
 		c.drain(r, &p.ledger)
 		dx.sync(r, &p.ledger, now, maxAge)
-		i, reason := dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
+		var i int
+		var reason string
+		scored := false
+		if p.scorer != nil && dx.aggregatedOnly {
+			i, reason, scored = p.scored(PhaseDecode, dx, r, now)
+		}
+		if !scored {
+			i, reason = dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
+		}
 		d := dx.cands[i]
 		g := dx.groups[d.group]
 		pin = Pin{Namespace: g.namespace, Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason}
@@ -262,7 +274,10 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 			c.add(px)
 		}
 		px.sync(r, &p.ledger, now, maxAge)
-		j, preason := px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
+		j, preason, scored := p.scored(PhasePrefill, px, r, now)
+		if !scored {
+			j, preason = px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
+		}
 		pc := px.cands[j]
 		pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
 		pin.PrefillReason = preason

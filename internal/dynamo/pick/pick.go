@@ -21,6 +21,11 @@ const (
 	ReasonLoad            = "load"
 	ReasonRoundRobinStale = "round_robin_stale"
 	ReasonNoPrefillPool   = "no_prefill_pool"
+	// ReasonKVAware: the KV-aware cost formula chose.
+	ReasonKVAware = "kv_aware"
+	// ReasonConditional: the decode worker prefills the request itself
+	// (conditional disaggregation).
+	ReasonConditional = "conditional_bypass"
 )
 
 // Roles of a selection.

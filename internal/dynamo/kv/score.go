@@ -1,0 +1,188 @@
+package kv
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+)
+
+// Terms are the kv.* settings the cost formula and the choice read. They
+// are read at each request, so a change applies at the next one.
+type Terms struct {
+	// OverlapScoreCredit is the prefill blocks credited per block a rank
+	// already holds.
+	OverlapScoreCredit float64
+	// PrefillLoadScale weighs the prefill term against the decode term.
+	PrefillLoadScale float64
+	// Temperature 0 takes the cheapest candidate; above 0 a candidate is
+	// drawn with softmax weights over the costs.
+	Temperature float64
+}
+
+// Cost is the formula's terms for one rank, in blocks of its block size:
+//
+//	overlap_blocks        = the request's leading blocks the rank holds
+//	cached_tokens         = min(overlap_blocks * bs, isl)
+//	raw_prefill_tokens    = active_prefill_tokens + (isl - cached_tokens) + cached_tokens
+//	raw_prefill_blocks    = raw_prefill_tokens / bs
+//	overlap_credit_blocks = overlap_score_credit * overlap_blocks
+//	adjusted_prefill      = max(0, raw_prefill_blocks - overlap_credit_blocks)
+//	decode_cost_blocks    = active_decode_blocks + max(0, ceil(isl / bs) - overlap_blocks)
+//	cost                  = prefill_load_scale * adjusted_prefill + decode_cost_blocks
+//
+// raw_prefill_tokens keeps the cached tokens on purpose: the credit, not a
+// smaller prompt, is what rewards the overlap, so overlap_score_credit
+// decides how much a cache hit is worth against queued work.
+type Cost struct {
+	Overlap          int
+	CachedTokens     int
+	RawPrefillBlocks float64
+	CreditBlocks     float64
+	AdjustedPrefill  float64
+	DecodeCostBlocks float64
+	Total            float64
+}
+
+// Costs computes the formula for a request of isl prompt tokens on a rank
+// of block size bs holding overlap of its leading blocks, with the rank's
+// prefill backlog (tokens) and decode backlog (blocks).
+func (t Terms) Costs(isl, bs, overlap int, prefillTokens, decodeBlocks float64) Cost {
+	c := Cost{Overlap: overlap}
+	c.CachedTokens = min(overlap*bs, isl)
+	raw := prefillTokens + float64(isl-c.CachedTokens) + float64(c.CachedTokens)
+	c.RawPrefillBlocks = raw / float64(bs)
+	c.CreditBlocks = t.OverlapScoreCredit * float64(overlap)
+	c.AdjustedPrefill = math.Max(0, c.RawPrefillBlocks-c.CreditBlocks)
+	c.DecodeCostBlocks = decodeBlocks + math.Max(0, float64((isl+bs-1)/bs-overlap))
+	c.Total = t.PrefillLoadScale*c.AdjustedPrefill + c.DecodeCostBlocks
+	return c
+}
+
+// Overlaps answers, for one request, how many of its leading blocks a rank
+// holds, for the rank's block size.
+type Overlaps interface {
+	Overlap(worker uint64, rank uint32, blockSize int) int
+}
+
+// choice is one request's KV-aware choice of a phase: it implements
+// pick.Scorer. Its fields after Score say what was chosen, for metrics and
+// for kv-inspect.
+type choice struct {
+	terms    Terms
+	isl      int
+	overlaps Overlaps
+	rng      func() float64 // uniform in [0, 1); nil: math/rand/v2
+
+	// costs and details hold the candidates' costs of the last Score
+	// (NaN: not competing).
+	costs   []float64
+	details []Cost
+	// Chosen is the chosen candidate's cost; Scored is false when the
+	// load rule decided.
+	Chosen Cost
+	Scored bool
+}
+
+var _ pick.Scorer = (*choice)(nil)
+
+// Score implements pick.Scorer. The freshness rules: when any candidate
+// has a fresh sample carrying the phase's backlog, those candidates and
+// the quiet ones (backlog 0) compete with the whole formula and the rest
+// are left out; when none has, every candidate competes with the formula
+// without backlogs (the overlap and the request's size), and the
+// round-robin cursor decides only between equal costs.
+func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() uint64) (int, string, bool) {
+	anyFresh := false
+	for i := range cands {
+		anyFresh = anyFresh || cands[i].Fresh
+	}
+	c.costs = c.costs[:0]
+	c.details = append(c.details[:0], make([]Cost, len(cands))...)
+	details := c.details
+	minCost, maxCost := math.Inf(1), math.Inf(-1)
+	for i := range cands {
+		cd := &cands[i]
+		bs := 0
+		if b := cd.Worker.BlockSize; b != nil {
+			bs = int(*b)
+		}
+		if bs < MinBlockSize || bs > MaxBlockSize || (anyFresh && !cd.Fresh && !cd.Quiet) {
+			c.costs = append(c.costs, math.NaN())
+			continue
+		}
+		var prefill, decode float64
+		if anyFresh && cd.Fresh {
+			if cd.HasPrefill {
+				prefill = cd.PrefillTokens
+			}
+			if cd.HasDecode {
+				decode = cd.DecodeBlocks
+			}
+		}
+		ov := c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, bs)
+		details[i] = c.terms.Costs(c.isl, bs, ov, prefill, decode)
+		cost := details[i].Total
+		c.costs = append(c.costs, cost)
+		minCost, maxCost = math.Min(minCost, cost), math.Max(maxCost, cost)
+	}
+	if math.IsInf(minCost, 1) {
+		return 0, "", false // no candidate can be costed: the load rule decides
+	}
+	var chosen int
+	reason := pick.ReasonKVAware
+	if c.terms.Temperature > 0 && maxCost > minCost {
+		chosen = c.sample(minCost, maxCost)
+	} else {
+		ties := 0
+		for _, v := range c.costs {
+			if v == minCost {
+				ties++
+			}
+		}
+		k := int(cursor() % uint64(ties))
+		for i, v := range c.costs {
+			if v == minCost {
+				if k == 0 {
+					chosen = i
+					break
+				}
+				k--
+			}
+		}
+		if !anyFresh && ties == len(cands) {
+			reason = pick.ReasonRoundRobinStale // nothing told the candidates apart
+		}
+	}
+	c.Chosen, c.Scored = details[chosen], true
+	return chosen, reason, true
+}
+
+// sample draws a candidate with softmax weights over the negated costs
+// scaled by their range and the temperature: exp(-(cost-min)/((max-min)*T)).
+func (c *choice) sample(minCost, maxCost float64) int {
+	span := (maxCost - minCost) * c.terms.Temperature
+	total := 0.0
+	for _, v := range c.costs {
+		if !math.IsNaN(v) {
+			total += math.Exp(-(v - minCost) / span)
+		}
+	}
+	u := rand.Float64()
+	if c.rng != nil {
+		u = c.rng()
+	}
+	x := u * total
+	last := -1
+	for i, v := range c.costs {
+		if math.IsNaN(v) {
+			continue
+		}
+		last = i
+		x -= math.Exp(-(v - minCost) / span)
+		if x < 0 {
+			return i
+		}
+	}
+	return last
+}

@@ -1,0 +1,146 @@
+package kv
+
+import (
+	"math"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+)
+
+// TestCosts: the formula's terms, computed by hand.
+func TestCosts(t *testing.T) {
+	t.Parallel()
+	one := Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
+	cases := []struct {
+		name            string
+		terms           Terms
+		isl, bs, ov     int
+		prefill, decode float64
+		want            Cost
+	}{
+		// 100 tokens in blocks of 16: 6.25 raw prefill blocks, 7 blocks to
+		// decode into.
+		{"cold, idle", one, 100, 16, 0, 0, 0, Cost{0, 0, 6.25, 0, 6.25, 7, 13.25}},
+		{"4 blocks held", one, 100, 16, 4, 0, 0, Cost{4, 64, 6.25, 4, 2.25, 3, 5.25}},
+		{"every complete block held", one, 100, 16, 6, 0, 0, Cost{6, 96, 6.25, 6, 0.25, 1, 1.25}},
+		{"held, with backlogs", one, 100, 16, 4, 320, 5, Cost{4, 64, 26.25, 4, 22.25, 8, 30.25}},
+		{"scale 2, credit 0.5", Terms{OverlapScoreCredit: 0.5, PrefillLoadScale: 2}, 100, 16, 4, 0, 0, Cost{4, 64, 6.25, 2, 4.25, 3, 11.5}},
+		// The credit never makes the prefill term negative.
+		{"credit beyond the prompt", Terms{OverlapScoreCredit: 10, PrefillLoadScale: 1}, 100, 16, 6, 0, 0, Cost{6, 96, 6.25, 60, 0, 1, 1}},
+		// An overlap longer than the request's blocks caps the cached tokens.
+		{"overlap past the prompt", one, 40, 16, 3, 0, 0, Cost{3, 40, 2.5, 3, 0, 0, 0}},
+	}
+	for _, c := range cases {
+		if got := c.terms.Costs(c.isl, c.bs, c.ov, c.prefill, c.decode); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+type overlapMap map[[2]uint64]int
+
+func (m overlapMap) Overlap(worker uint64, rank uint32, _ int) int {
+	return m[[2]uint64{worker, uint64(rank)}]
+}
+
+func cand(id uint64, bs uint32) pick.Candidate {
+	b := bs
+	return pick.Candidate{Worker: &fleet.Worker{ID: fleet.WorkerID{Namespace: "dynamo", InstanceID: id}, BlockSize: &b}}
+}
+
+func counter() func() uint64 {
+	n := uint64(0)
+	return func() uint64 { n++; return n - 1 }
+}
+
+// TestScoreFreshness: with a fresh backlog anywhere, the fresh and quiet
+// candidates compete and the others are left out however much they hold;
+// without, everyone competes on overlap and size alone.
+func TestScoreFreshness(t *testing.T) {
+	t.Parallel()
+	terms := Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
+	a, b, c := cand(1, 16), cand(2, 16), cand(3, 16)
+	a.Fresh, a.HasPrefill, a.PrefillTokens = true, true, 1000
+	b.Quiet = true
+	c.Excluded = true
+	ch := &choice{terms: terms, isl: 100, overlaps: overlapMap{{3, 0}: 6}}
+	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter())
+	if !ok || i != 1 || reason != pick.ReasonKVAware {
+		t.Errorf("fresh fleet: chose %d (%s, %v), want the quiet candidate 1; costs %v", i, reason, ok, ch.costs)
+	}
+	if !math.IsNaN(ch.costs[2]) {
+		t.Errorf("the excluded candidate competed: %v", ch.costs)
+	}
+	// A fresh candidate with enough overlap beats a quiet one.
+	a.PrefillTokens = 16
+	ch.overlaps = overlapMap{{1, 0}: 6}
+	if i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter()); i != 0 || ch.Chosen.Overlap != 6 {
+		t.Errorf("chose %d (%+v), want the holder 0; costs %v", i, ch.Chosen, ch.costs)
+	}
+
+	// Nothing fresh: backlogs do not count, the excluded compete too.
+	a.Fresh, b.Quiet, c.Excluded = false, false, true
+	ch.overlaps = overlapMap{{3, 0}: 4}
+	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter()); i != 2 || reason != pick.ReasonKVAware {
+		t.Errorf("stale fleet: chose %d (%s), want the holder 2; costs %v", i, reason, ch.costs)
+	}
+	// Nothing fresh and nothing held: the cursor rotates over equal costs.
+	ch.overlaps = overlapMap{}
+	next := counter()
+	for want := range 6 {
+		if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next); i != want%3 || reason != pick.ReasonRoundRobinStale {
+			t.Fatalf("rotation %d: chose %d (%s)", want, i, reason)
+		}
+	}
+}
+
+// TestScoreTiesAndTemperature: ties at temperature 0 rotate by the cursor
+// among the cheapest only; above 0 a draw follows the softmax weights.
+func TestScoreTiesAndTemperature(t *testing.T) {
+	t.Parallel()
+	cands := []pick.Candidate{cand(1, 16), cand(2, 16), cand(3, 16), cand(4, 16)}
+	for i := range cands {
+		cands[i].Quiet = true
+	}
+	cands[0].Fresh, cands[0].Quiet = true, false // fresh, backlog 0
+	held := overlapMap{{2, 0}: 4, {4, 0}: 4}
+	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: held}
+	next := counter()
+	var got []int
+	for range 4 {
+		i, _, _ := ch.Score(pick.PhasePrefill, cands, next)
+		got = append(got, i)
+	}
+	if got[0] != 1 || got[1] != 3 || got[2] != 1 || got[3] != 3 {
+		t.Errorf("ties rotate over the holders 1 and 3: %v", got)
+	}
+
+	// Costs 13.25, 5.25, 13.25, 5.25: with T=1 the weights are 1 for the
+	// cheap ones and exp(-1) for the others.
+	ch.terms.Temperature = 1
+	w := math.Exp(-1)
+	total := 2 + 2*w
+	for _, c := range []struct {
+		u    float64
+		want int
+	}{{0, 0}, {(w - 1e-9) / total, 0}, {(w + 1e-9) / total, 1}, {(w + 1 + 1e-9) / total, 2}, {0.999999, 3}} {
+		ch.rng = func() float64 { return c.u }
+		if i, _, _ := ch.Score(pick.PhasePrefill, cands, next); i != c.want {
+			t.Errorf("u=%g: drew %d, want %d", c.u, i, c.want)
+		}
+	}
+}
+
+// TestScoreNeedsBlockSizes: a candidate without a usable block size cannot
+// be costed; with none costable the load rule decides.
+func TestScoreNeedsBlockSizes(t *testing.T) {
+	t.Parallel()
+	a := pick.Candidate{Worker: &fleet.Worker{ID: fleet.WorkerID{InstanceID: 1}}, Quiet: true}
+	b := cand(2, 8) // below the smallest supported size
+	b.Quiet = true
+	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
+	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); ok {
+		t.Error("scored candidates without block sizes")
+	}
+}

@@ -1,0 +1,106 @@
+package pick
+
+import (
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+)
+
+// Phase is the choice a Scorer is asked to make.
+type Phase int
+
+const (
+	// PhaseDecode is the decode choice (an aggregated worker prefills its
+	// own requests).
+	PhaseDecode Phase = iota
+	// PhasePrefill is the prefill worker of a disaggregated pair.
+	PhasePrefill
+)
+
+// Candidate is one (worker, rank) of a phase as its load picker sees it at
+// the moment of the choice.
+type Candidate struct {
+	Worker *fleet.Worker
+	DPRank uint32
+	// Fresh: a fresh sample carries this phase's backlog. Quiet: never
+	// heard from, or last heard from idle. Excluded: silent with a backlog,
+	// possibly stalled, or lacking this phase's field while others have it.
+	Fresh, Quiet, Excluded bool
+	// PrefillTokens and DecodeBlocks are the fresh sample's backlogs plus
+	// what was dispatched since that sample (0 without a fresh sample);
+	// HasPrefill and HasDecode say whether the sample carried them.
+	PrefillTokens, DecodeBlocks float64
+	HasPrefill, HasDecode       bool
+}
+
+// Scorer makes a phase's choice in place of the load rule: KV-aware
+// selection gives one per request. Score runs under the picker's lock and
+// must not block. It returns the chosen index into cands and the reason
+// for the selection metric, or false to keep the load rule's choice.
+// cursor returns the phase's next deterministic tie-break position.
+type Scorer interface {
+	Score(phase Phase, cands []Candidate, cursor func() uint64) (int, string, bool)
+}
+
+// ReserveScored is Reserve with a scorer making the prefill choice of a
+// disaggregated pin, and the decode choice when every decode candidate is
+// an aggregated worker (an aggregated fleet, whose workers prefill their
+// own requests). A nil scorer is Reserve.
+func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Time, s Scorer) (Pin, Ticket, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scorer = s
+	pin, err := p.pick(snap, req, now)
+	p.scorer = nil
+	if err != nil {
+		return pin, Ticket{}, err
+	}
+	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, now), nil
+}
+
+// candidates describes an index's candidates for a scorer; the caller
+// holds p.mu and the store's read lock, and x is synced at now.
+func (p *LoadBased) candidates(x *index, r load.ReadView, now time.Time) []Candidate {
+	out := p.candBuf[:0]
+	for i, c := range x.cands {
+		st := x.st[i]
+		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded}
+		smp := r.Get(c.key)
+		fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
+		cd.Quiet = !st.fresh && !st.excluded
+		if fresh {
+			inPrefill, inDecode, _, _ := p.ledger.view(c.key, smp.ReceivedAt, now)
+			if v := smp.Load.ActivePrefillTokens; v != nil {
+				cd.PrefillTokens, cd.HasPrefill = float64(*v)+float64(inPrefill), true
+			}
+			v := smp.Load.ActiveDecodeBlocks
+			if v == nil {
+				v = smp.Load.KVUsedBlocks
+			}
+			if v != nil {
+				cd.DecodeBlocks, cd.HasDecode = float64(*v)+float64(inDecode), true
+			}
+		}
+		out = append(out, cd)
+	}
+	p.candBuf = out
+	return out
+}
+
+// scored asks the scorer for phase's choice among x's candidates; the
+// caller holds p.mu and the store's read lock.
+func (p *LoadBased) scored(phase Phase, x *index, r load.ReadView, now time.Time) (int, string, bool) {
+	if p.scorer == nil {
+		return 0, "", false
+	}
+	cur := &p.cursors[phaseDecode]
+	if phase == PhasePrefill {
+		cur = &p.cursors[phasePrefill]
+	}
+	i, reason, ok := p.scorer.Score(phase, p.candidates(x, r, now), func() uint64 { return cur.Add(1) - 1 })
+	if !ok || i < 0 || i >= len(x.cands) {
+		return 0, "", false
+	}
+	return i, reason, true
+}
