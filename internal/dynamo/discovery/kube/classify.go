@@ -92,7 +92,7 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 		if v := data[m.name]; len(v) > 0 {
 			if err := json.Unmarshal(v, &entries); err != nil {
 				d.Malformed = fmt.Sprintf("DynamoWorkerMetadata %s: spec.data.%s is not an object", d.Name, m.name)
-				d.Records = nil
+				d.Records, d.Size = nil, 0
 				return d
 			}
 		}

@@ -53,6 +53,7 @@ func TestClassifyDWM(t *testing.T) {
 		{name: "spec.data not an object", spec: `{"data":[1]}`, malformed: "spec.data is not an object"},
 		{name: "spec.data missing", spec: `{}`, malformed: "spec.data is not an object"},
 		{name: "a map not an object", spec: `{"data":{"endpoints":"x"}}`, malformed: "spec.data.endpoints"},
+		{name: "a later map not an object", spec: fmt.Sprintf(`{"data":{"endpoints":{"x":%s},"model_cards":"x"}}`, ep("dn", id)), malformed: "spec.data.model_cards"},
 		{name: "unparseable entry handed on under its map key", spec: `{"data":{"endpoints":{"dn/c/generate/zz":{"type":"Endpoint"}}}}`,
 			keys: []string{"v1/instances/dn/c/generate/zz"}},
 		{name: "large card shrunk to its core fields", spec: fmt.Sprintf(`{"data":{"model_cards":{"k":{"type":"Model","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","chat_template":%q}}}}}`, id, big),
@@ -65,8 +66,8 @@ func TestClassifyDWM(t *testing.T) {
 			}
 			d := kube.ClassifyDWM(dwmJSON(pod, owner, tc.spec), []string{"dn"})
 			if tc.malformed != "" {
-				if !strings.Contains(d.Malformed, tc.malformed) {
-					t.Fatalf("malformed %q, want %q", d.Malformed, tc.malformed)
+				if !strings.Contains(d.Malformed, tc.malformed) || len(d.Records) != 0 || d.Size != 0 {
+					t.Fatalf("malformed %q with %d records of %d bytes, want %q and none", d.Malformed, len(d.Records), d.Size, tc.malformed)
 				}
 				return
 			}
