@@ -17,6 +17,12 @@ import (
 type DWM struct {
 	Name string
 	UID  string
+	// PodUID is the uid of the Pod that owns the resource (its
+	// ownerReference of kind Pod), "" when the owner reference carries none.
+	PodUID string
+	// Namespace is the first, in sort order, of the Dynamo namespaces its
+	// records belong to; "" when it supplies none.
+	Namespace string
 	// Records maps full etcd keys to values, for the configured Dynamo
 	// namespaces only.
 	Records map[string][]byte
@@ -48,6 +54,7 @@ type dwmJSON struct {
 		OwnerReferences []struct {
 			Kind string `json:"kind"`
 			Name string `json:"name"`
+			UID  string `json:"uid"`
 		} `json:"ownerReferences"`
 	} `json:"metadata"`
 	Spec json.RawMessage `json:"spec"`
@@ -61,7 +68,7 @@ type dwmJSON struct {
 // card's suffix). Every endpoint and card must carry the instance id that
 // Dynamo derives from the pod's name, in key and value, or the whole
 // resource is refused as a mismatch; event channels carry publisher ids and
-// are exempt.
+// are exempt. The owning Pod's uid is kept for the readiness join.
 func ClassifyDWM(raw []byte, namespaces []string) DWM {
 	var r dwmJSON
 	if err := json.Unmarshal(raw, &r); err != nil {
@@ -69,10 +76,16 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 	}
 	d := DWM{Name: r.Metadata.Name, UID: r.Metadata.UID}
 	for _, o := range r.Metadata.OwnerReferences {
-		if o.Kind == "Pod" && o.Name != d.Name {
+		if o.Kind != "Pod" {
+			continue
+		}
+		if o.Name != d.Name {
 			d.Refusal = &wire.Refusal{Kind: "refused", Reason: fmt.Sprintf(
 				"DynamoWorkerMetadata %s belongs to pod %s (container discovery mode); only pod mode is supported", d.Name, o.Name)}
 			return d
+		}
+		if d.PodUID == "" {
+			d.PodUID = o.UID
 		}
 	}
 	var spec map[string]json.RawMessage
@@ -92,7 +105,7 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 		if v := data[m.name]; len(v) > 0 {
 			if err := json.Unmarshal(v, &entries); err != nil {
 				d.Malformed = fmt.Sprintf("DynamoWorkerMetadata %s: spec.data.%s is not an object", d.Name, m.name)
-				d.Records = nil
+				d.Records, d.Size, d.Namespace = nil, 0, ""
 				return d
 			}
 		}
@@ -119,7 +132,7 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 				d.Refusal = &wire.Refusal{Kind: "mismatch", Namespace: ns, Reason: fmt.Sprintf(
 					"DynamoWorkerMetadata %s: %s entry %q %s, but pod %s hashes to %x",
 					d.Name, m.name, mapKey, what, d.Name, want)}
-				d.Records, d.Size = nil, 0
+				d.Records, d.Size, d.Namespace = nil, 0, ""
 				return d
 			}
 			if m.space == wire.KeyspaceModelCards && len(value) > fleet.MaxRetainedCardBytes {
@@ -127,6 +140,9 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 			}
 			d.Records[key] = value
 			d.Size += len(key) + len(value)
+			if d.Namespace == "" || ns < d.Namespace {
+				d.Namespace = ns
+			}
 		}
 	}
 	return d

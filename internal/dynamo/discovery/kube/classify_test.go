@@ -53,6 +53,7 @@ func TestClassifyDWM(t *testing.T) {
 		{name: "spec.data not an object", spec: `{"data":[1]}`, malformed: "spec.data is not an object"},
 		{name: "spec.data missing", spec: `{}`, malformed: "spec.data is not an object"},
 		{name: "a map not an object", spec: `{"data":{"endpoints":"x"}}`, malformed: "spec.data.endpoints"},
+		{name: "a later map not an object", spec: fmt.Sprintf(`{"data":{"endpoints":{"x":%s},"model_cards":"x"}}`, ep("dn", id)), malformed: "spec.data.model_cards"},
 		{name: "unparseable entry handed on under its map key", spec: `{"data":{"endpoints":{"dn/c/generate/zz":{"type":"Endpoint"}}}}`,
 			keys: []string{"v1/instances/dn/c/generate/zz"}},
 		{name: "large card shrunk to its core fields", spec: fmt.Sprintf(`{"data":{"model_cards":{"k":{"type":"Model","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","chat_template":%q}}}}}`, id, big),
@@ -65,8 +66,8 @@ func TestClassifyDWM(t *testing.T) {
 			}
 			d := kube.ClassifyDWM(dwmJSON(pod, owner, tc.spec), []string{"dn"})
 			if tc.malformed != "" {
-				if !strings.Contains(d.Malformed, tc.malformed) {
-					t.Fatalf("malformed %q, want %q", d.Malformed, tc.malformed)
+				if !strings.Contains(d.Malformed, tc.malformed) || len(d.Records) != 0 || d.Size != 0 {
+					t.Fatalf("malformed %q with %d records of %d bytes, want %q and none", d.Malformed, len(d.Records), d.Size, tc.malformed)
 				}
 				return
 			}
@@ -96,6 +97,35 @@ func TestClassifyDWM(t *testing.T) {
 	}
 }
 
+// TestClassifyDWMPodUID: the owning Pod's uid and the records' namespace
+// are kept for the readiness join.
+func TestClassifyDWMPodUID(t *testing.T) {
+	const pod = "worker-0"
+	ep := func(ns string) string {
+		return fmt.Sprintf(`{"type":"Endpoint","namespace":%q,"component":"c","endpoint":"generate","instance_id":%d}`, ns, kube.HashPodName(pod))
+	}
+	data := fmt.Sprintf(`{"data":{"endpoints":{"a":%s,"b":%s,"c":%s}}}`, ep("dn"), ep("an"), ep("other"))
+	for _, tc := range []struct {
+		name, owners, uid, ns string
+	}{
+		{name: "pod owner with uid", owners: `[{"kind":"Pod","name":"worker-0","uid":"p1"}]`, uid: "p1", ns: "an"},
+		{name: "pod owner without uid", owners: `[{"kind":"Pod","name":"worker-0"}]`, ns: "an"},
+		{name: "no owner", owners: `[]`, ns: "an"},
+		{name: "other kinds' uids are not the pod's", owners: `[{"kind":"Node","name":"n","uid":"n1"},{"kind":"Pod","name":"worker-0","uid":"p1"}]`, uid: "p1", ns: "an"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := fmt.Sprintf(`{"metadata":{"name":%q,"uid":"r1","ownerReferences":%s},"spec":%s}`, pod, tc.owners, data)
+			d := kube.ClassifyDWM([]byte(raw), []string{"dn", "an"})
+			if d.PodUID != tc.uid || d.Namespace != tc.ns || d.UID != "r1" || len(d.Records) != 2 {
+				t.Fatalf("pod uid %q namespace %q uid %q records %d, want %q %q r1 2", d.PodUID, d.Namespace, d.UID, len(d.Records), tc.uid, tc.ns)
+			}
+		})
+	}
+	if d := kube.ClassifyDWM(dwmJSON(pod, pod, `{"data":{"endpoints":{"x":{"type":"Endpoint","namespace":"dn","component":"c","endpoint":"generate","instance_id":7}}}}`), []string{"dn"}); d.Refusal == nil || d.Namespace != "" {
+		t.Fatalf("a refused resource: refusal %+v namespace %q", d.Refusal, d.Namespace)
+	}
+}
+
 // FuzzClassifyDWM: whatever a resource holds, classification does not
 // panic, keeps only watched namespaces and bounded records, and says why
 // it refuses.
@@ -117,6 +147,9 @@ func FuzzClassifyDWM(f *testing.F) {
 		}
 		if size != d.Size {
 			t.Fatalf("size %d, counted %d", d.Size, size)
+		}
+		if (d.Namespace == "") != (len(d.Records) == 0) {
+			t.Fatalf("namespace %q with %d records", d.Namespace, len(d.Records))
 		}
 	})
 }

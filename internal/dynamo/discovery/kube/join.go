@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"maps"
+	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
@@ -17,16 +19,16 @@ const overCapacityKey = wire.PrefixRefusals + "dynamoworkermetadatas-over-capaci
 
 // join holds one pass's DynamoWorkerMetadata resources and EndpointSlice
 // readiness, and the records they supply. A resource supplies its records
-// while its pod is ready in some slice. Several suppliers of one key (event
-// channels shared by resources) are counted; the key goes when the last
-// one does. Only changed keys are handed on.
+// while its pod is ready in some slice (see readiness). Several suppliers
+// of one key (event channels shared by resources) are counted; the key goes
+// when the last one does. Only changed keys are handed on.
 type join struct {
 	namespaces []string
 	logger     *slog.Logger
 
 	dwms    map[string]*dwmEntry         // by resource name
-	slices  map[string][]string          // slice name → pods ready in it
-	ready   map[string]int               // pod name → slices it is ready in
+	slices  map[string][]podRef          // slice name → pods ready in it
+	ready   map[string]map[string]int    // pod name → uid ("" when not given) → ready endpoints
 	keys    map[string]map[string][]byte // key → supplier → value
 	sent    map[string][]byte            // what the sink holds
 	pending map[string]struct{}          // keys to hand on at the next flush
@@ -34,22 +36,35 @@ type join struct {
 	overCap map[string]struct{}          // resources refused at the caps (at most MaxDWMs named)
 }
 
+// podRef is the pod of a ready slice endpoint: its name, and its uid when
+// the endpoint's targetRef carries one.
+type podRef struct{ name, uid string }
+
 // dwmEntry is one resource: its last valid records and what it supplies.
 type dwmEntry struct {
 	uid      string
+	podUID   string            // the owning Pod's uid, "" when not given
 	records  map[string][]byte // last valid records
+	ns       string            // a Dynamo namespace of the records
 	size     int
 	refusal  *wire.Refusal // refused, mismatch or malformed
 	supplied map[string][]byte
 }
 
 func newJoin(namespaces []string, logger *slog.Logger) *join {
-	return &join{namespaces: namespaces, logger: logger, dwms: map[string]*dwmEntry{}, slices: map[string][]string{},
-		ready: map[string]int{}, keys: map[string]map[string][]byte{}, sent: map[string][]byte{}, pending: map[string]struct{}{},
+	return &join{namespaces: namespaces, logger: logger, dwms: map[string]*dwmEntry{}, slices: map[string][]podRef{},
+		ready: map[string]map[string]int{}, keys: map[string]map[string][]byte{}, sent: map[string][]byte{}, pending: map[string]struct{}{},
 		overCap: map[string]struct{}{}}
 }
 
 func refusalKey(name string) string { return wire.PrefixRefusals + "dynamoworkermetadata/" + name }
+
+// podUIDKey keys the mismatch of a resource whose pod uid differs from the
+// one its ready slice endpoints name. It is apart from refusalKey: a
+// resource kept at its last valid records while malformed can have both.
+func podUIDKey(name string) string {
+	return wire.PrefixRefusals + "dynamoworkermetadata-pod-uid/" + name
+}
 
 // applyDWM applies a resource's new state (or its deletion).
 func (j *join) applyDWM(raw []byte, deleted bool) {
@@ -82,16 +97,18 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 		e = &dwmEntry{}
 		j.dwms[d.Name] = e
 	}
+	if e.uid != d.UID || e.podUID != d.PodUID {
+		// Another resource, or one written by another pod, under the old
+		// name: the last valid records are not its own to keep.
+		j.size -= e.size
+		e.records, e.size, e.ns = nil, 0, ""
+	}
 	switch {
 	case d.Malformed != "":
-		if e.uid != d.UID { // a new resource under the old name: nothing to keep
-			j.size -= e.size
-			e.records, e.size = nil, 0
-		}
 		e.refusal = &wire.Refusal{Kind: "malformed", Reason: d.Malformed}
 	case d.Refusal != nil:
 		j.size -= e.size
-		e.records, e.size = nil, 0
+		e.records, e.size, e.ns = nil, 0, ""
 		e.refusal = d.Refusal
 	default:
 		if j.size-e.size+d.Size > MaxRecordBytes {
@@ -100,9 +117,9 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 			break
 		}
 		j.size += d.Size - e.size
-		e.records, e.size, e.refusal = d.Records, d.Size, nil
+		e.records, e.size, e.ns, e.refusal = d.Records, d.Size, d.Namespace, nil
 	}
-	e.uid = d.UID
+	e.uid, e.podUID = d.UID, d.PodUID
 	j.supply(d.Name, e, e)
 }
 
@@ -118,17 +135,24 @@ func (j *join) setOverCap() {
 }
 
 // supply recomputes what resource name supplies: its records while its pod
-// is ready, and its refusal whatever the readiness.
+// is ready, its refusal whatever the readiness, and a mismatch while the
+// only ready endpoints of its pod name another pod uid.
 func (j *join) supply(name string, old, e *dwmEntry) {
 	next := map[string][]byte{}
 	if e != nil {
 		if e.refusal != nil {
 			next[refusalKey(name)] = e.refusal.Encode()
 		}
-		if j.ready[name] > 0 {
-			for k, v := range e.records {
-				next[k] = v
-			}
+		ready, other := j.readiness(name, e.podUID)
+		switch {
+		case ready:
+			maps.Copy(next, e.records)
+		case other != "" && len(e.records) > 0:
+			r := wire.Refusal{Kind: "mismatch", Namespace: e.ns, Reason: fmt.Sprintf(
+				"DynamoWorkerMetadata %s: its owner reference names pod uid %s, but the EndpointSlice endpoint of pod %s that is ready names uid %s; "+
+					"one of them belongs to an earlier pod of that name, and the records are held back until both name the same pod",
+				name, quoteUID(e.podUID), name, quoteUID(other))}
+			next[podUIDKey(name)] = r.Encode()
 		}
 	}
 	var prev map[string][]byte
@@ -148,6 +172,41 @@ func (j *join) supply(name string, old, e *dwmEntry) {
 	if e != nil {
 		e.supplied = next
 	}
+}
+
+// readiness reports whether resource name, owned by the pod of uid podUID,
+// is ready: some EndpointSlice lists its pod ready. When both the owner
+// reference and the endpoint's targetRef carry the pod's uid they must be
+// equal, so the records a pod wrote never go ready with the endpoint of a
+// pod recreated under its name, nor the reverse; when either carries none
+// (older operators), the name alone matches. When it is not ready only for
+// the uids, other is the least of the uids the ready endpoints name.
+func (j *join) readiness(name, podUID string) (ready bool, other string) {
+	uids := j.ready[name]
+	if podUID == "" {
+		return len(uids) > 0, ""
+	}
+	if uids[podUID] > 0 || uids[""] > 0 {
+		return true, ""
+	}
+	for u := range uids {
+		if other == "" || u < other {
+			other = u
+		}
+	}
+	return false, other
+}
+
+// maxUIDReport bounds a uid quoted in a reason; a Kubernetes uid is 36
+// characters.
+const maxUIDReport = 64
+
+// quoteUID quotes a uid for a reason, cut at maxUIDReport bytes.
+func quoteUID(uid string) string {
+	if len(uid) > maxUIDReport {
+		return strconv.Quote(uid[:maxUIDReport]) + "…"
+	}
+	return strconv.Quote(uid)
 }
 
 // setSupplier records that supplier supplies value at key (nil: no longer).
@@ -173,14 +232,14 @@ func (j *join) setSupplier(key, supplier string, value []byte) {
 
 // applySlice applies an EndpointSlice's new state (or its deletion).
 func (j *join) applySlice(es *discoveryv1.EndpointSlice, deleted bool) {
-	var pods []string
+	var pods []podRef
 	if !deleted {
 		if _, known := j.slices[es.Name]; !known && len(j.slices) >= MaxSlices {
 			return
 		}
 		for _, ep := range es.Endpoints {
 			if ep.Conditions.Ready != nil && *ep.Conditions.Ready && ep.TargetRef != nil && ep.TargetRef.Name != "" {
-				pods = append(pods, ep.TargetRef.Name)
+				pods = append(pods, podRef{name: ep.TargetRef.Name, uid: string(ep.TargetRef.UID)})
 			}
 		}
 	}
@@ -192,20 +251,33 @@ func (j *join) applySlice(es *discoveryv1.EndpointSlice, deleted bool) {
 	}
 	changed := map[string]bool{}
 	for _, p := range old {
-		j.ready[p]--
-		changed[p] = true
+		j.count(p, -1)
+		changed[p.name] = true
 	}
 	for _, p := range pods {
-		j.ready[p]++
-		changed[p] = true
+		j.count(p, 1)
+		changed[p.name] = true
 	}
 	for p := range changed {
-		if j.ready[p] <= 0 {
-			delete(j.ready, p)
-		}
 		if e := j.dwms[p]; e != nil {
 			j.supply(p, e, e)
 		}
+	}
+}
+
+// count adds n to the ready endpoints of pod p, dropping what reaches zero.
+func (j *join) count(p podRef, n int) {
+	uids := j.ready[p.name]
+	if uids == nil {
+		uids = map[string]int{}
+		j.ready[p.name] = uids
+	}
+	uids[p.uid] += n
+	if uids[p.uid] <= 0 {
+		delete(uids, p.uid)
+	}
+	if len(uids) == 0 {
+		delete(j.ready, p.name)
 	}
 }
 

@@ -3,7 +3,14 @@ package kube
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
@@ -44,5 +51,236 @@ func TestJoinResourceCap(t *testing.T) {
 	j.flush(sink)
 	if _, ok := sink.keys[overCapacityKey]; ok {
 		t.Fatal("the over-capacity refusal stayed after the refused resources went")
+	}
+}
+
+// uidDWM is a resource of pod name, resource uid res, owned by the pod of
+// uid pod ("-" for no owner reference at all), with one endpoint in ns.
+func uidDWM(name, res, pod, ns string) []byte {
+	owner := fmt.Sprintf(`,"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]`, name, pod)
+	switch pod {
+	case "-":
+		owner = ""
+	case "":
+		owner = fmt.Sprintf(`,"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q}]`, name)
+	}
+	return []byte(fmt.Sprintf(`{"metadata":{"name":%q,"uid":%q%s},"spec":{"data":{"endpoints":{"x":{"type":"Endpoint","namespace":%q,"component":"c","endpoint":"generate","instance_id":%d}}}}}`,
+		name, res, owner, ns, HashPodName(name)))
+}
+
+// ep is one slice endpoint: its pod's name and uid ("" for none) and
+// whether it is ready.
+type ep struct {
+	pod, uid string
+	ready    bool
+}
+
+func slice(name string, eps ...ep) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, e := range eps {
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: &e.ready},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: e.pod, UID: types.UID(e.uid)}})
+	}
+	return es
+}
+
+const uidPod = "worker-0"
+
+// uidView is what the sink holds of uidPod: whether its endpoint record
+// is handed on, and the refusals by key.
+func uidView(t *testing.T, sink *recSink) (ready bool, refusals map[string]*wire.Refusal) {
+	t.Helper()
+	refusals = map[string]*wire.Refusal{}
+	for k, v := range sink.keys {
+		switch {
+		case k == wire.PrefixInstances+"dn/c/generate/"+wire.FormatID(HashPodName(uidPod)):
+			ready = true
+		case strings.HasPrefix(k, wire.PrefixRefusals):
+			r, err := wire.ParseRefusal(v)
+			if err != nil {
+				t.Fatalf("%s: %v", k, err)
+			}
+			refusals[k] = r
+		default:
+			t.Fatalf("unexpected key %s", k)
+		}
+	}
+	return ready, refusals
+}
+
+// checkUIDView fails unless the sink holds uidPod's endpoint exactly when
+// ready, and a pod-uid mismatch exactly when mismatch names the two uids
+// (the resource's owner's, then the slice endpoint's).
+func checkUIDView(t *testing.T, sink *recSink, ready bool, mismatch [2]string, others ...string) {
+	t.Helper()
+	gotReady, refusals := uidView(t, sink)
+	if gotReady != ready {
+		t.Errorf("ready %v, want %v", gotReady, ready)
+	}
+	r := refusals[podUIDKey(uidPod)]
+	delete(refusals, podUIDKey(uidPod))
+	switch {
+	case mismatch == [2]string{} && r != nil:
+		t.Errorf("unexpected pod uid refusal %+v", r)
+	case mismatch != [2]string{}:
+		want := fmt.Sprintf("owner reference names pod uid %q, but the EndpointSlice endpoint of pod %s that is ready names uid %q", mismatch[0], uidPod, mismatch[1])
+		if r == nil || r.Kind != "mismatch" || r.Namespace != "dn" || !strings.Contains(r.Reason, want) || !strings.HasPrefix(r.Reason, "DynamoWorkerMetadata "+uidPod+":") {
+			t.Errorf("pod uid refusal %+v, want a mismatch in dn saying %q", r, want)
+		}
+	}
+	for _, k := range others {
+		if refusals[k] == nil {
+			t.Errorf("no refusal at %s", k)
+		}
+		delete(refusals, k)
+	}
+	if len(refusals) != 0 {
+		t.Errorf("unexpected refusals %v", refusals)
+	}
+}
+
+// TestJoinPodUID: a resource is ready when a ready slice endpoint names its
+// pod and, when both carry one, the same pod uid; differing uids hold the
+// records back under a mismatch that names the pod and both uids.
+func TestJoinPodUID(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		dwm      []byte
+		slices   []*discoveryv1.EndpointSlice
+		ready    bool
+		mismatch [2]string
+		others   []string
+	}{
+		{name: "same uid", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p1", true})}, ready: true},
+		{name: "different uid", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p2", true})},
+			mismatch: [2]string{"p1", "p2"}},
+		{name: "no uid in the slice: by name", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "", true})}, ready: true},
+		{name: "no uid in the owner reference: by name", dwm: uidDWM(uidPod, "r1", "", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p2", true})}, ready: true},
+		{name: "no owner reference: by name", dwm: uidDWM(uidPod, "r1", "-", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p2", true})}, ready: true},
+		{name: "no uid on either side: by name", dwm: uidDWM(uidPod, "r1", "", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "", true})}, ready: true},
+		{name: "different uid, not ready: no mismatch", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p2", false})}},
+		{name: "same uid, not ready", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p1", false})}},
+		{name: "no endpoint", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{"worker-1", "p2", true})}},
+		{name: "one slice agrees, another lags", dwm: uidDWM(uidPod, "r1", "p1", "dn"),
+			slices: []*discoveryv1.EndpointSlice{slice("a", ep{uidPod, "p2", true}), slice("b", ep{uidPod, "p1", true})}, ready: true},
+		{name: "one slice without uid, another differs", dwm: uidDWM(uidPod, "r1", "p1", "dn"),
+			slices: []*discoveryv1.EndpointSlice{slice("a", ep{uidPod, "p2", true}), slice("b", ep{uidPod, "", true})}, ready: true},
+		{name: "two different uids: the least is named", dwm: uidDWM(uidPod, "r1", "p1", "dn"),
+			slices: []*discoveryv1.EndpointSlice{slice("a", ep{uidPod, "p3", true}), slice("b", ep{uidPod, "p2", true})}, mismatch: [2]string{"p1", "p2"}},
+		{name: "records of no watched namespace: nothing to report", dwm: uidDWM(uidPod, "r1", "p1", "other"),
+			slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p2", true})}},
+		{name: "a refused resource: only its refusal", dwm: []byte(`{"metadata":{"name":"worker-0","uid":"r1","ownerReferences":[{"kind":"Pod","name":"worker-0","uid":"p1"}]},` +
+			`"spec":{"data":{"endpoints":{"x":{"type":"Endpoint","namespace":"dn","component":"c","endpoint":"generate","instance_id":7}}}}}`),
+			slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, "p2", true})}, others: []string{refusalKey(uidPod)}},
+		{name: "a long uid is cut", dwm: uidDWM(uidPod, "r1", "p1", "dn"), slices: []*discoveryv1.EndpointSlice{slice("s", ep{uidPod, strings.Repeat("u", 5000), true})},
+			mismatch: [2]string{"p1", strings.Repeat("u", maxUIDReport)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Both orders: the resource before its slices, and after.
+			for _, dwmFirst := range []bool{true, false} {
+				j := newJoin([]string{"dn"}, slog.New(slog.DiscardHandler))
+				if dwmFirst {
+					j.applyDWM(tc.dwm, false)
+				}
+				for _, s := range tc.slices {
+					j.applySlice(s, false)
+				}
+				if !dwmFirst {
+					j.applyDWM(tc.dwm, false)
+				}
+				sink := &recSink{keys: map[string][]byte{}}
+				j.publishAll(sink)
+				checkUIDView(t, sink, tc.ready, tc.mismatch, tc.others...)
+				// The slices' deletion leaves the resource unready and
+				// without a mismatch.
+				for _, s := range tc.slices {
+					j.applySlice(s, true)
+				}
+				j.flush(sink)
+				checkUIDView(t, sink, false, [2]string{}, tc.others...)
+				if len(j.ready) != 0 {
+					t.Errorf("readiness left after the slices went: %v", j.ready)
+				}
+			}
+		})
+	}
+}
+
+// TestJoinPodRecreated: a pod recreated under the same name (a new uid),
+// whatever order its slice endpoint and its new resource arrive in: the
+// predecessor's records never go ready with the new pod's endpoint, nor the
+// new records with the old endpoint, and the worker is ready once both name
+// the new pod.
+func TestJoinPodRecreated(t *testing.T) {
+	type step struct {
+		what     string
+		apply    func(j *join)
+		ready    bool
+		mismatch [2]string
+		others   []string
+	}
+	dwm := func(res, pod string) func(j *join) {
+		return func(j *join) { j.applyDWM(uidDWM(uidPod, res, pod, "dn"), false) }
+	}
+	sl := func(uid string, ready bool) func(j *join) {
+		return func(j *join) { j.applySlice(slice("s", ep{uidPod, uid, ready}, ep{"worker-1", "q", true}), false) }
+	}
+	del := func(j *join) { j.applyDWM(uidDWM(uidPod, "r1", "p1", "dn"), true) }
+	malformed := func(res, pod string) func(j *join) {
+		return func(j *join) {
+			j.applyDWM([]byte(fmt.Sprintf(`{"metadata":{"name":%q,"uid":%q,"ownerReferences":[{"kind":"Pod","name":%q,"uid":%q}]},"spec":{"data":[]}}`, uidPod, res, uidPod, pod)), false)
+		}
+	}
+	start := []step{
+		{what: "old pod ready", apply: func(j *join) { dwm("r1", "p1")(j); sl("p1", true)(j) }, ready: true},
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{name: "the slice first, then the stale resource deleted, then the new one", steps: []step{
+			{what: "old endpoint terminating", apply: sl("p1", false)},
+			{what: "new endpoint not ready yet", apply: sl("p2", false)},
+			{what: "new endpoint ready, stale resource", apply: sl("p2", true), mismatch: [2]string{"p1", "p2"}},
+			{what: "stale resource deleted", apply: del},
+			{what: "new resource", apply: dwm("r2", "p2"), ready: true},
+		}},
+		{name: "the slice first, then the resource replaced in place", steps: []step{
+			{what: "new endpoint ready, stale resource", apply: sl("p2", true), mismatch: [2]string{"p1", "p2"}},
+			{what: "resource rewritten by the new pod", apply: dwm("r1", "p2"), ready: true},
+		}},
+		{name: "the new resource first, the slice lagging", steps: []step{
+			{what: "stale resource deleted", apply: del},
+			{what: "new resource, old endpoint still ready", apply: dwm("r2", "p2"), mismatch: [2]string{"p2", "p1"}},
+			{what: "old endpoint gone", apply: sl("p1", false)},
+			{what: "new endpoint ready", apply: sl("p2", true), ready: true},
+		}},
+		{name: "the resource rewritten in place first", steps: []step{
+			{what: "resource rewritten by the new pod", apply: dwm("r1", "p2"), mismatch: [2]string{"p2", "p1"}},
+			{what: "new endpoint ready", apply: sl("p2", true), ready: true},
+		}},
+		{name: "the new pod's first write is malformed: the old records are not kept", steps: []step{
+			{what: "new endpoint ready, stale resource", apply: sl("p2", true), mismatch: [2]string{"p1", "p2"}},
+			{what: "malformed rewrite by the new pod", apply: malformed("r1", "p2"), others: []string{refusalKey(uidPod)}},
+			{what: "valid rewrite", apply: dwm("r1", "p2"), ready: true},
+		}},
+		{name: "malformed by the same pod: the last valid records stay, and so does the uid rule", steps: []step{
+			{what: "malformed", apply: malformed("r1", "p1"), ready: true, others: []string{refusalKey(uidPod)}},
+			{what: "new endpoint ready", apply: sl("p2", true), mismatch: [2]string{"p1", "p2"}, others: []string{refusalKey(uidPod)}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJoin([]string{"dn"}, slog.New(slog.DiscardHandler))
+			sink := &recSink{keys: map[string][]byte{}}
+			for i, s := range append(slices.Clone(start), tc.steps...) {
+				s.apply(j)
+				if i == 0 {
+					j.publishAll(sink)
+				} else {
+					j.flush(sink)
+				}
+				t.Run(s.what, func(t *testing.T) { checkUIDView(t, sink, s.ready, s.mismatch, s.others...) })
+			}
+		})
 	}
 }

@@ -276,3 +276,110 @@ func TestMetadataIdleDeadlinePerStream(t *testing.T) {
 		return false
 	})
 }
+
+// setEndpoint sets a pod's endpoint in the fixture slice: its uid and
+// readiness.
+func setEndpoint(slices []kubefake.Object, pod, uid string, ready bool) kubefake.Object {
+	s := slices[0]
+	for _, ep := range s["endpoints"].([]any) {
+		ep := ep.(kubefake.Object)
+		if ref := ep["targetRef"].(kubefake.Object); ref["name"] == pod {
+			ref["uid"] = uid
+			ep["conditions"].(kubefake.Object)["ready"] = ready
+		}
+	}
+	return s
+}
+
+// podUIDProblem is the mismatch reported for pod's resource, if any.
+func podUIDProblem(snap *fleet.Snapshot, pod string) *fleet.Problem {
+	for i, p := range snap.Problems {
+		if p.Kind == "mismatch" && len(p.Keys) == 1 && p.Keys[0] == "continuum/refusals/dynamoworkermetadata-pod-uid/"+pod {
+			return &snap.Problems[i]
+		}
+	}
+	return nil
+}
+
+// TestMetadataPodRecreated: pods recreated under the same name, read
+// through the fake API server. The slice naming the new pod's uid before
+// the stale resource goes leaves the worker out under a mismatch; the new
+// resource brings it back. A resource rewritten by the new pod while the
+// slice still names the old one is held back the same way until the slice
+// catches up.
+func TestMetadataPodRecreated(t *testing.T) {
+	fake := kubefake.Start(t)
+	dwms, slices := loadFleetFixtures(t, fake)
+	h := startMetadata(t, fake, fast)
+	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return len(h.reg.Snapshot().Workers) == 4 })
+	byName := map[string]kubefake.Object{}
+	for _, d := range dwms {
+		byName[d["metadata"].(kubefake.Object)["name"].(string)] = d
+	}
+	// recreated is pod's resource as the pod of uid podUID writes it
+	// (resource uid res, or the server keeps the current one when "").
+	recreated := func(pod, podUID, res string) kubefake.Object {
+		d := map[string]any{}
+		b, _ := json.Marshal(byName[pod])
+		_ = json.Unmarshal(b, &d)
+		m := d["metadata"].(map[string]any)
+		m["ownerReferences"].([]any)[0].(map[string]any)["uid"] = podUID
+		delete(m, "uid")
+		if res != "" {
+			m["uid"] = res
+		}
+		return d
+	}
+	aggID, decodeID := kube.HashPodName(aggPod), kube.HashPodName(decodeA)
+	mismatches := func() float64 { return testutil.ToFloat64(h.metrics.Events.WithLabelValues("mismatch")) }
+
+	// The aggregated pod is recreated; its slice endpoint follows first.
+	fake.Apply(kubefake.EndpointSlices, setEndpoint(slices, aggPod, "5a1e-3-new", false))
+	tu.Eventually(t, 5*time.Second, "the old pod's worker gone", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Workers) == 3 && !workerIDs(s)[aggID] && len(s.Problems) == 0
+	})
+	fake.Apply(kubefake.EndpointSlices, setEndpoint(slices, aggPod, "5a1e-3-new", true))
+	tu.Eventually(t, 5*time.Second, "the stale resource held back under a mismatch", func() bool {
+		return podUIDProblem(h.reg.Snapshot(), aggPod) != nil
+	})
+	s := h.reg.Snapshot()
+	p := podUIDProblem(s, aggPod)
+	if workerIDs(s)[aggID] || len(s.Problems) != 1 || p.Namespace != fixtureNS ||
+		!strings.Contains(p.Reason, `owner reference names pod uid "5a1e-3"`) || !strings.Contains(p.Reason, `names uid "5a1e-3-new"`) {
+		t.Fatalf("workers %v, problems %+v", workerIDs(s), s.Problems)
+	}
+	if n := mismatches(); n != 1 {
+		t.Fatalf("mismatch counted %v times", n)
+	}
+	// The garbage collector deletes the stale resource; the new pod writes
+	// its own.
+	fake.Delete(kubefake.DWMs, "dynamo", aggPod)
+	tu.Eventually(t, 5*time.Second, "the mismatch gone with the stale resource", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Problems) == 0 && len(s.Workers) == 3
+	})
+	fake.Apply(kubefake.DWMs, recreated(aggPod, "5a1e-3-new", "0b6f1c2e-7d4a-4e1b-9c3f-000000000013"))
+	tu.Eventually(t, 5*time.Second, "the new pod's worker", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Workers) == 4 && workerIDs(s)[aggID] && len(s.Problems) == 0
+	})
+
+	// A decode pod is recreated; its new incarnation rewrites the resource
+	// in place before the slice names it.
+	fake.Apply(kubefake.DWMs, recreated(decodeA, "5a1e-1-new", ""))
+	tu.Eventually(t, 5*time.Second, "the new records held back while the slice names the old pod", func() bool {
+		s := h.reg.Snapshot()
+		p := podUIDProblem(s, decodeA)
+		return p != nil && !workerIDs(s)[decodeID] && hasPublisher(s, sharedPub) &&
+			strings.Contains(p.Reason, `owner reference names pod uid "5a1e-1-new"`) && strings.Contains(p.Reason, `names uid "5a1e-1"`)
+	})
+	if n := mismatches(); n != 2 {
+		t.Fatalf("mismatch counted %v times", n)
+	}
+	fake.Apply(kubefake.EndpointSlices, setEndpoint(slices, decodeA, "5a1e-1-new", true))
+	tu.Eventually(t, 5*time.Second, "four workers again", func() bool {
+		s := h.reg.Snapshot()
+		return len(s.Workers) == 4 && workerIDs(s)[decodeID] && len(s.Problems) == 0
+	})
+}

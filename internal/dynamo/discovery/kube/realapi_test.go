@@ -149,15 +149,25 @@ func TestRealAPIServerMetadataSource(t *testing.T) {
 	var dwms, slices []map[string]any
 	readFixture(t, "dynamoworkermetadatas.json", &dwms)
 	readFixture(t, "endpointslices.json", &slices)
+	// Each resource's owner reference and its slice endpoint's targetRef
+	// carry the uid the server gave its pod.
+	podUIDs := map[string]string{}
 	for _, d := range dwms {
-		name := d["metadata"].(map[string]any)["name"].(string)
-		s.ApplyYAML(t, podYAML(name, "worker", "w"))
+		m := d["metadata"].(map[string]any)
+		name := m["name"].(string)
+		pod := s.ApplyYAML(t, podYAML(name, "worker", "w"))[0]
+		podUIDs[name] = string(pod.GetUID())
 		s.SetPodStatus(t, kubeapi.FleetNamespace, name, kubeapi.PodState{Phase: corev1.PodRunning, Ready: true})
-		delete(d["metadata"].(map[string]any), "uid")
+		delete(m, "uid")
+		m["ownerReferences"].([]any)[0].(map[string]any)["uid"] = podUIDs[name]
 		b, _ := json.Marshal(d)
 		s.ApplyYAML(t, string(b))
 	}
 	for _, sl := range slices {
+		for _, ep := range sl["endpoints"].([]any) {
+			ref := ep.(map[string]any)["targetRef"].(map[string]any)
+			ref["uid"] = podUIDs[ref["name"].(string)]
+		}
 		b, _ := json.Marshal(sl)
 		s.ApplyYAML(t, string(b))
 	}
