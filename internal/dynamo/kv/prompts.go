@@ -1,0 +1,512 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/chattemplate"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/tokenize"
+)
+
+// Results of KV-aware selection: continuum_dynamo_kv_selection_total{result}.
+const (
+	// ResultOverlap: the chosen worker held leading blocks of the prompt.
+	ResultOverlap = "overlap"
+	// ResultNoOverlap: KV terms counted, and the chosen worker held none.
+	ResultNoOverlap = "no_overlap"
+	// ResultTokenizerUnavailable: the model's workers disagree on their
+	// tokenizer or template, declare none, or they are not loaded (yet).
+	ResultTokenizerUnavailable = "tokenizer_unavailable"
+	// ResultPromptTooLarge: the prompt is over the encoding bounds.
+	ResultPromptTooLarge = "prompt_too_large"
+	// ResultRenderUnavailable: no render permit in time, the render failed
+	// or ran out of its budgets, or the request cannot be rendered.
+	ResultRenderUnavailable = "render_unavailable"
+	// ResultArtifactUnpinned: an artifact the cards declare is not pinned.
+	ResultArtifactUnpinned = "artifact_unpinned"
+	// ResultBypass: the decode worker prefills the request itself.
+	ResultBypass = "bypass"
+)
+
+// Render bounds. A render and its encoding run under a permit, at most
+// permits at once (one per core, 4 to 32), so that prompt work cannot take
+// every core from the requests in flight; a request that cannot get a
+// permit quickly goes on without KV terms rather than queueing.
+const (
+	MinRenderPermits = 4
+	MaxRenderPermits = 32
+	// PermitWait bounds the wait for a render permit.
+	PermitWait = 20 * time.Millisecond
+	// RenderBudget bounds a request's whole prompt work.
+	RenderBudget = 2 * time.Second
+	// MaxBlockSizesPerRequest bounds the block sizes hashed for one
+	// request; candidates of further sizes get no KV terms.
+	MaxBlockSizesPerRequest = 2
+)
+
+// Prompt is a request's prompt as a KV-aware picker needs it.
+type Prompt struct {
+	// IDs are the prompt's token ids as the frontend encodes them.
+	IDs []uint32
+	// Hashes are the tokens_hash of each complete block, per block size.
+	Hashes map[int][]uint64
+}
+
+// Prompts renders, encodes and hashes request prompts with the tokenizer
+// and chat template the serving workers' cards declare, loaded through an
+// artifact loader (nothing is loaded unless pinned). It is safe for
+// concurrent use.
+type Prompts struct {
+	loader  *artifact.Loader
+	permits chan struct{}
+
+	mu   sync.Mutex
+	snap *fleet.Snapshot
+	// byModel caches, for snap, each model's agreed declarations.
+	byModel map[string]declared
+}
+
+type declared struct {
+	decl   []artifact.Declared
+	result string // "" when the fleet agrees on usable declarations
+}
+
+// NewPrompts returns prompt preparation over loader.
+func NewPrompts(loader *artifact.Loader) *Prompts {
+	n := min(max(runtime.NumCPU(), MinRenderPermits), MaxRenderPermits)
+	return &Prompts{loader: loader, permits: make(chan struct{}, n), byModel: map[string]declared{}}
+}
+
+// Build turns a pinned artifact's verified bytes into what Prompts uses:
+// the artifact loader's build function.
+func Build(ref artifact.Ref, data []byte) (any, error) {
+	switch ref.Format {
+	case artifact.FormatHFTokenizerJSON:
+		return tokenize.Load(data)
+	case artifact.FormatHFTokenizerConfigJSON:
+		return configTemplate(data)
+	case artifact.FormatHFChatTemplate:
+		t, err := chattemplate.Compile(string(data))
+		return &templateArtifact{tmpl: t}, err
+	case artifact.FormatHFChatTemplateJSON:
+		t, err := chattemplate.FromTokenizerConfig(data, "")
+		return &templateArtifact{tmpl: t}, err
+	}
+	return nil, fmt.Errorf("%w: %s format %q", artifact.ErrUnsupported, ref.Slot, ref.Format)
+}
+
+// templateArtifact is a loaded prompt_formatter or chat_template_file: a
+// template (nil for a tokenizer config without one) and the special tokens
+// a tokenizer config names.
+type templateArtifact struct {
+	tmpl   *chattemplate.Template
+	tokens map[string]string
+}
+
+func configTemplate(data []byte) (*templateArtifact, error) {
+	t, err := chattemplate.FromTokenizerConfig(data, "")
+	if err == nil {
+		return &templateArtifact{tmpl: t, tokens: t.SpecialTokens()}, nil
+	}
+	// A config without a chat template still names the special tokens a
+	// separate chat_template_file renders with.
+	if strings.Contains(err.Error(), "has no chat_template") {
+		empty, cerr := chattemplate.FromTokenizerConfig(withTemplate(data), "")
+		if cerr != nil {
+			return nil, err
+		}
+		return &templateArtifact{tokens: empty.SpecialTokens()}, nil
+	}
+	return nil, err
+}
+
+// withTemplate returns a tokenizer config with an empty chat template, to
+// read its special tokens.
+func withTemplate(data []byte) []byte {
+	var cfg map[string]json.RawMessage
+	if json.Unmarshal(data, &cfg) != nil {
+		return data
+	}
+	cfg["chat_template"] = json.RawMessage(`""`)
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		return data
+	}
+	return out
+}
+
+// declarations returns a model's artifact declarations when every worker
+// of the model in snap declares the same ones, else the result to count.
+func (p *Prompts) declarations(snap *fleet.Snapshot, model string) declared {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.snap != snap {
+		p.snap, p.byModel = snap, map[string]declared{}
+	}
+	if d, ok := p.byModel[model]; ok {
+		return d
+	}
+	d := agree(snap, model)
+	if len(p.byModel) < 4096 {
+		p.byModel[model] = d
+	}
+	return d
+}
+
+// agree checks that every worker of model declares the same artifacts
+// (same slots, formats and checksums): during a rolling upgrade workers may
+// tokenize differently, and then no prompt hash is right for all of them.
+func agree(snap *fleet.Snapshot, model string) declared {
+	var first []artifact.Declared
+	seen := false
+	for _, w := range snap.Workers {
+		if w.Model != model || w.Role == fleet.RoleUnknown {
+			continue
+		}
+		if w.Card == nil {
+			return declared{result: ResultTokenizerUnavailable}
+		}
+		c := &w.Card.Typed
+		ds := artifact.CardSlots(c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile)
+		if !seen {
+			first, seen = ds, true
+			continue
+		}
+		if !sameDeclarations(first, ds) {
+			return declared{result: ResultTokenizerUnavailable}
+		}
+	}
+	if !seen || len(first) == 0 {
+		return declared{result: ResultTokenizerUnavailable}
+	}
+	return declared{decl: first}
+}
+
+func sameDeclarations(a, b []artifact.Declared) bool {
+	return slices.EqualFunc(a, b, func(x, y artifact.Declared) bool {
+		return x.Slot == y.Slot && x.Format == y.Format && x.Checksum == y.Checksum && (x.Err == nil) == (y.Err == nil)
+	})
+}
+
+// preparer returns the model's loaded tokenizer and template, or the
+// result to count.
+func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokenizer, *templateArtifact, map[string]string, string) {
+	d := p.declarations(snap, model)
+	if d.result != "" {
+		return nil, nil, nil, d.result
+	}
+	vals, err := p.loader.ResolveDeclared(model, d.decl)
+	if errors.Is(err, artifact.ErrUnpinned) {
+		return nil, nil, nil, ResultArtifactUnpinned
+	}
+	var tk *tokenize.Tokenizer
+	var formatter, file *templateArtifact
+	for i, v := range vals {
+		switch x := v.(type) {
+		case *tokenize.Tokenizer:
+			tk = x
+		case *templateArtifact:
+			if d.decl[i].Slot == artifact.SlotChatTemplateFile {
+				file = x
+			} else {
+				formatter = x
+			}
+		}
+	}
+	if err != nil || tk == nil {
+		return nil, nil, nil, ResultTokenizerUnavailable
+	}
+	// A separate chat template file wins over the config's template; the
+	// config still names the special tokens.
+	tmpl := formatter
+	var tokens map[string]string
+	if formatter != nil {
+		tokens = formatter.tokens
+	}
+	if file != nil && file.tmpl != nil {
+		tmpl = file
+	}
+	return tk, tmpl, tokens, ""
+}
+
+// Prepare renders and encodes a request's prompt (path is the endpoint,
+// body the request as the frontend will receive it) and hashes its
+// complete blocks for each of the given block sizes (at most
+// MaxBlockSizesPerRequest, each MinBlockSize..MaxBlockSize). It returns the
+// prompt, or the result to count when there is none.
+func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte, blockSizes []int) (*Prompt, string) {
+	tk, tmpl, tokens, result := p.preparer(snap, model)
+	if result != "" {
+		return nil, result
+	}
+	t := time.NewTimer(PermitWait)
+	select {
+	case p.permits <- struct{}{}:
+		t.Stop()
+	case <-t.C:
+		return nil, ResultRenderUnavailable
+	}
+	defer func() { <-p.permits }()
+	ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
+	defer cancel()
+
+	var text string
+	var salt string
+	switch path {
+	case "/v1/completions":
+		var q struct {
+			Prompt    json.RawMessage `json:"prompt"`
+			CacheSalt string          `json:"cache_salt"`
+			Nvext     struct {
+				CacheSalt string `json:"cache_salt"`
+			} `json:"nvext"`
+		}
+		if json.Unmarshal(body, &q) != nil || json.Unmarshal(q.Prompt, &text) != nil {
+			return nil, ResultRenderUnavailable // a batch or token ids: no single text prompt
+		}
+		salt = cmpOr(q.Nvext.CacheSalt, q.CacheSalt)
+	default:
+		if tmpl == nil || tmpl.tmpl == nil {
+			return nil, ResultTokenizerUnavailable
+		}
+		in, s, err := chatInput(body)
+		if err != nil {
+			return nil, ResultRenderUnavailable
+		}
+		in.SpecialTokens = tokens
+		salt = s
+		if text, err = tmpl.tmpl.Render(ctx, in); err != nil {
+			return nil, ResultRenderUnavailable
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ResultRenderUnavailable
+	}
+	// The frontend encodes the rendered (or raw) prompt without adding
+	// special tokens: the template places them.
+	ids, err := tk.EncodeAppend(idsFor(text), text, false)
+	switch {
+	case errors.Is(err, tokenize.ErrPromptTooLarge):
+		return nil, ResultPromptTooLarge
+	case err != nil:
+		return nil, ResultRenderUnavailable
+	}
+	seed := wire.BlockHashSeed("", salt)
+	pr := &Prompt{IDs: ids, Hashes: make(map[int][]uint64, len(blockSizes))}
+	for _, bs := range blockSizes {
+		if bs >= MinBlockSize && bs <= MaxBlockSize && len(pr.Hashes) < MaxBlockSizesPerRequest {
+			pr.Hashes[bs] = wire.LocalBlockHashes(ids, bs, seed)
+		}
+	}
+	return pr, ""
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// chatInput reads a chat request as Dynamo's frontend renders it: a
+// message content that is a list of text parts only becomes their texts
+// joined by newlines; a tool whose parameters lack "type" or "properties"
+// gets {"type": "object"} and {} there; the generation prompt is added
+// unless the request says otherwise or its last message is the
+// assistant's (a continuation). It also returns the request's cache salt
+// (nvext.cache_salt, else cache_salt).
+func chatInput(body []byte) (chattemplate.Input, string, error) {
+	var q struct {
+		Messages            []json.RawMessage `json:"messages"`
+		Tools               []json.RawMessage `json:"tools"`
+		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
+		CacheSalt           string            `json:"cache_salt"`
+		Nvext               struct {
+			CacheSalt string `json:"cache_salt"`
+		} `json:"nvext"`
+		Kwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools))
+	if err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	add := true
+	if n := len(q.Messages); n > 0 {
+		var last struct {
+			Role string `json:"role"`
+		}
+		_ = json.Unmarshal(q.Messages[n-1], &last)
+		add = last.Role != "assistant"
+	}
+	if q.AddGenerationPrompt != nil {
+		add = *q.AddGenerationPrompt
+	}
+	if raw, ok := q.Kwargs["add_generation_prompt"]; ok {
+		var v bool
+		if json.Unmarshal(raw, &v) == nil {
+			add = v
+		}
+	}
+	in.AddGenerationPrompt = add && !in.ContinueFinalMessage
+	return in, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), nil
+}
+
+// normalizedChat rewrites what Dynamo's frontend normalizes before
+// rendering (text-only content lists, tool parameter schemas); the body is
+// returned as it is when nothing needs it.
+func normalizedChat(body []byte, messages, tools []json.RawMessage) []byte {
+	changed := false
+	var msgs []any
+	for _, raw := range messages {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			return body
+		}
+		if joined, ok := joinTextParts(m["content"]); ok {
+			j, _ := json.Marshal(joined)
+			m["content"] = j
+			changed = true
+		}
+		msgs = append(msgs, orderedObject(raw, m))
+	}
+	var tls []any
+	for _, raw := range tools {
+		fixed, ok := fixToolSchema(raw)
+		changed = changed || ok
+		tls = append(tls, json.RawMessage(fixed))
+	}
+	if !changed {
+		return body
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return body
+	}
+	if msgs != nil {
+		b, _ := json.Marshal(msgs)
+		top["messages"] = b
+	}
+	if tls != nil {
+		b, _ := json.Marshal(tls)
+		top["tools"] = b
+	}
+	return orderedObject(body, top)
+}
+
+// joinTextParts returns the texts of a content list made only of text
+// parts, joined by newlines.
+func joinTextParts(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return "", false
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil || len(parts) == 0 {
+		return "", false
+	}
+	texts := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", false
+		}
+		if p.Text != nil {
+			texts = append(texts, *p.Text)
+		}
+	}
+	return strings.Join(texts, "\n"), true
+}
+
+// fixToolSchema adds "type": "object" and "properties": {} to a function
+// tool's object parameters that lack them.
+func fixToolSchema(raw json.RawMessage) (json.RawMessage, bool) {
+	var tool map[string]json.RawMessage
+	if json.Unmarshal(raw, &tool) != nil {
+		return raw, false
+	}
+	var fn map[string]json.RawMessage
+	if json.Unmarshal(tool["function"], &fn) != nil {
+		return raw, false
+	}
+	var params map[string]json.RawMessage
+	if p, ok := fn["parameters"]; !ok || json.Unmarshal(p, &params) != nil || params == nil {
+		return raw, false
+	}
+	changed := false
+	if _, ok := params["type"]; !ok {
+		params["type"], changed = json.RawMessage(`"object"`), true
+	}
+	if _, ok := params["properties"]; !ok {
+		params["properties"], changed = json.RawMessage(`{}`), true
+	}
+	if !changed {
+		return raw, false
+	}
+	fn["parameters"] = orderedObject(fn["parameters"], params)
+	tool["function"] = orderedObject(tool["function"], fn)
+	return orderedObject(raw, tool), true
+}
+
+// orderedObject writes m as a JSON object keeping the key order of orig
+// (templates that print tojson see keys in the client's order); keys new
+// in m follow, in sorted order.
+func orderedObject(orig json.RawMessage, m map[string]json.RawMessage) json.RawMessage {
+	var keys []string
+	dec := json.NewDecoder(bytes.NewReader(orig))
+	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				break
+			}
+			if s, ok := k.(string); ok {
+				keys = append(keys, s)
+			}
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				break
+			}
+		}
+	}
+	var extra []string
+	for k := range m {
+		if !slices.Contains(keys, k) {
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(extra)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	n := 0
+	for _, k := range append(keys, extra...) {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(v)
+		n++
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}

@@ -1,0 +1,160 @@
+package kv_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/chattemplate"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// artifactFleet writes Qwen3's tokenizer and tokenizer config to a
+// directory and returns a snapshot of workers of model "m" whose cards
+// declare them (checksums as given per worker), and the files' pins.
+func artifactFleet(t *testing.T, checksums ...string) (*fleet.Snapshot, []string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	tok := testutil.TokenizerJSON(t, "qwen3")
+	cfg, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/chattemplate/qwen3.tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokPath, cfgPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json")
+	if err := os.WriteFile(tokPath, tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pins := []string{artifact.Sum(tok).String(), artifact.Sum(cfg).String()}
+	r := fleet.NewReducer()
+	t0 := time.Unix(1_800_000_000, 0)
+	for i, tokSum := range checksums {
+		id := uint64(i + 1)
+		if tokSum == "" {
+			tokSum = pins[0]
+		}
+		r.Put(fmt.Sprintf("v1/instances/dynamo/backend/generate/%x", id), fmt.Appendf(nil, `{"component":"backend","endpoint":"generate","instance_id":%d}`, id), t0)
+		r.Put(fmt.Sprintf("v1/mdc/dynamo/backend/generate/%x", id), fmt.Appendf(nil,
+			`{"component":"backend","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Aggregated","kv_cache_block_size":16,
+			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
+			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, id, tokPath, tokSum, cfgPath, pins[1]), t0)
+	}
+	return r.Build(t0), pins, dir
+}
+
+func startLoader(t *testing.T, pins ...string) *artifact.Loader {
+	t.Helper()
+	pol, err := artifact.PolicyFor(artifact.Settings{Pinned: pins}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := artifact.NewLoader(artifact.LoaderOptions{Policy: pol, Build: kv.Build})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+// prepared waits for the model's artifacts to load and returns the prompt.
+func prepared(t *testing.T, p *kv.Prompts, snap *fleet.Snapshot, path, body string, sizes ...int) *kv.Prompt {
+	t.Helper()
+	var pr *kv.Prompt
+	var result string
+	testutil.Eventually(t, 30*time.Second, "artifacts loaded", func() bool {
+		pr, result = p.Prepare(snap, "m", path, []byte(body), sizes)
+		return result != kv.ResultTokenizerUnavailable
+	})
+	if result != "" {
+		t.Fatalf("prepare: %s", result)
+	}
+	return pr
+}
+
+// TestPromptsMatchThePipeline: a chat request is rendered with the pinned
+// template (the generation prompt added), encoded without added special
+// tokens, and hashed per block size, exactly as the verified pipeline does;
+// a completions prompt is encoded as given.
+func TestPromptsMatchThePipeline(t *testing.T) {
+	t.Parallel()
+	snap, pins, _ := artifactFleet(t, "", "")
+	p := kv.NewPrompts(startLoader(t, pins...))
+	ref := qwen3(t)
+	body := `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Name three primes."}]}`
+	pr := prepared(t, p, snap, "/v1/chat/completions", body, 16, 32)
+	in, err := chattemplate.DecodeRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.AddGenerationPrompt = true
+	_, ids, err := ref.Chat(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pr.IDs, ids) {
+		t.Fatalf("ids differ from the pipeline's:\n%v\n%v", pr.IDs, ids)
+	}
+	for _, bs := range []int{16, 32} {
+		if want := wire.LocalBlockHashes(ids, bs, wire.XXH3Seed); !slices.Equal(pr.Hashes[bs], want) || len(want) != len(ids)/bs {
+			t.Errorf("block size %d: %x, want %x", bs, pr.Hashes[bs], want)
+		}
+	}
+	// Text parts are joined by newlines, as the frontend does.
+	parts := `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":[{"type":"text","text":"Name three"},{"type":"text","text":"primes."}]}]}`
+	joined := `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Name three\nprimes."}]}`
+	if a, b := prepared(t, p, snap, "/v1/chat/completions", parts, 16), prepared(t, p, snap, "/v1/chat/completions", joined, 16); !slices.Equal(a.IDs, b.IDs) {
+		t.Error("text parts were not joined")
+	}
+	// A cache salt changes the hashes, not the ids.
+	salted := prepared(t, p, snap, "/v1/chat/completions", `{"model":"m","nvext":{"cache_salt":"tenant-a"},"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Name three primes."}]}`, 16)
+	if !slices.Equal(salted.IDs, ids) || !slices.Equal(salted.Hashes[16], wire.LocalBlockHashes(ids, 16, wire.BlockHashSeed("", "tenant-a"))) {
+		t.Error("cache salt")
+	}
+	// Completions: the prompt as given.
+	text := "The quick brown fox jumps over the lazy dog, again and again and again."
+	cp := prepared(t, p, snap, "/v1/completions", fmt.Sprintf(`{"model":"m","prompt":%q}`, text), 16)
+	want, err := ref.Text(text, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cp.IDs, want) {
+		t.Errorf("completions ids %v, want %v", cp.IDs, want)
+	}
+	// A prompt that is not one text has no KV terms.
+	if _, result := p.Prepare(snap, "m", "/v1/completions", []byte(`{"model":"m","prompt":["a","b"]}`), []int{16}); result != kv.ResultRenderUnavailable {
+		t.Errorf("batch prompt: %q", result)
+	}
+}
+
+// TestPromptsFleetAgreement: workers that declare different tokenizers
+// (a rolling upgrade) give no prompt; unpinned artifacts are never loaded.
+func TestPromptsFleetAgreement(t *testing.T) {
+	t.Parallel()
+	other := artifact.Sum([]byte("another tokenizer")).String()
+	snap, pins, _ := artifactFleet(t, "", other)
+	p := kv.NewPrompts(startLoader(t, pins...))
+	if _, result := p.Prepare(snap, "m", "/v1/chat/completions", []byte(`{"messages":[]}`), []int{16}); result != kv.ResultTokenizerUnavailable {
+		t.Errorf("disagreeing fleet: %q", result)
+	}
+	snap, _, _ = artifactFleet(t, "")
+	unpinned := kv.NewPrompts(startLoader(t))
+	if _, result := unpinned.Prepare(snap, "m", "/v1/chat/completions", []byte(`{"messages":[]}`), []int{16}); result != kv.ResultArtifactUnpinned {
+		t.Errorf("unpinned: %q", result)
+	}
+	if _, result := p.Prepare(snap, "absent", "/v1/chat/completions", []byte(`{"messages":[]}`), []int{16}); result != kv.ResultTokenizerUnavailable {
+		t.Errorf("a model no worker serves: %q", result)
+	}
+}
