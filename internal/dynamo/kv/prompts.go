@@ -387,7 +387,7 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage) []byte {
 	for _, raw := range tools {
 		fixed, ok := fixToolSchema(raw)
 		changed = changed || ok
-		tls = append(tls, json.RawMessage(fixed))
+		tls = append(tls, fixed)
 	}
 	if !changed {
 		return body
