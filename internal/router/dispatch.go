@@ -101,7 +101,17 @@ func (x *exchange) route() {
 		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
 	}
 
+	if len(pin.TokenIDs) > 0 {
+		// Only the pinned dispatch carries the router's tokens; a plain
+		// fallback sends the body as it was.
+		plainBody := x.body
+		x.body = withTokenData(x.body, pin.TokenIDs)
+		defer func() { x.body = plainBody }()
+	}
 	res := x.send(d.Replicas, d.Header, pin)
+	if len(pin.TokenIDs) > 0 && res.outcome == shim.Failed {
+		x.body = withoutTokenData(x.body)
+	}
 	v := plan.Verdict(res.outcome)
 	if v.ErrorPhase != "" {
 		m.DisaggErrors.WithLabelValues(v.ErrorPhase).Inc()

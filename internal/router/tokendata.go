@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // withoutTokenData removes nvext.token_data from a body: a client may not
@@ -179,4 +180,72 @@ func skipValue(b []byte, i int) int {
 		}
 		return i
 	}
+}
+
+// withTokenData sets nvext.token_data to ids in a body that has none
+// (withoutTokenData ran first), so the frontend skips its own
+// tokenization: in the last nvext object (the one decoders keep), or in a
+// new nvext at the end. Every other byte stays as it was.
+func withTokenData(body []byte, ids []uint32) []byte {
+	start := skipSpace(body, 0)
+	if start >= len(body) || body[start] != '{' {
+		return body
+	}
+	top, end := objectMembers(body, start)
+	var arr bytes.Buffer
+	arr.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			arr.WriteByte(',')
+		}
+		arr.WriteString(strconv.FormatUint(uint64(id), 10))
+	}
+	arr.WriteByte(']')
+	last := -1
+	for i, m := range top {
+		if keyIs(body, m, "nvext") {
+			last = i
+		}
+	}
+	if last < 0 {
+		top = append(top, member{key: -1})
+	} else {
+		ext := &top[last]
+		inner := []member(nil)
+		if body[ext.val] == '{' {
+			inner, _ = objectMembers(body, ext.val)
+		}
+		var obj bytes.Buffer
+		obj.WriteString(`{"token_data":`)
+		obj.Write(arr.Bytes())
+		for _, im := range inner {
+			obj.WriteByte(',')
+			obj.Write(body[im.key:im.valEnd])
+		}
+		obj.WriteByte('}')
+		ext.replacement = obj.Bytes()
+	}
+	var out bytes.Buffer
+	out.Grow(len(body) + arr.Len() + 32)
+	out.Write(body[:start])
+	out.WriteByte('{')
+	for i, m := range top {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		switch {
+		case m.key < 0:
+			out.WriteString(`"nvext":{"token_data":`)
+			out.Write(arr.Bytes())
+			out.WriteByte('}')
+		case m.replacement != nil:
+			out.Write(body[m.key:m.val])
+			out.Write(m.replacement)
+		default:
+			out.Write(body[m.key:m.valEnd])
+		}
+	}
+	out.WriteByte('}')
+	out.Write(body[end:])
+	return out.Bytes()
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -57,4 +58,32 @@ func FuzzWithoutTokenData(f *testing.F) {
 			t.Fatalf("%q\n became %q", body, out)
 		}
 	})
+}
+
+// TestWithTokenData: the router's ids go into the last nvext (created when
+// there is none), every other member kept as it was.
+func TestWithTokenData(t *testing.T) {
+	t.Parallel()
+	ids := []uint32{1, 22, 4294967295}
+	for _, c := range []struct{ in, want string }{
+		{`{"model":"m"}`, `{"model":"m","nvext":{"token_data":[1,22,4294967295]}}`},
+		{`{}`, `{"nvext":{"token_data":[1,22,4294967295]}}`},
+		{` { "model" : "m" , "nvext" : { "cache_salt" : "s" } } `, ` {"model" : "m","nvext" : {"token_data":[1,22,4294967295],"cache_salt" : "s"}} `},
+		{`{"nvext":{},"x":1}`, `{"nvext":{"token_data":[1,22,4294967295]},"x":1}`},
+		{`{"nvext":null}`, `{"nvext":{"token_data":[1,22,4294967295]}}`},
+		{`{"nvext":{"a":1},"nvext":{"b":2}}`, `{"nvext":{"a":1},"nvext":{"token_data":[1,22,4294967295],"b":2}}`},
+	} {
+		got := string(withTokenData([]byte(c.in), ids))
+		if got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.in, got, c.want)
+		}
+		var v struct {
+			Nvext struct {
+				TokenData []uint32 `json:"token_data"`
+			} `json:"nvext"`
+		}
+		if err := json.Unmarshal([]byte(got), &v); err != nil || !slices.Equal(v.Nvext.TokenData, ids) {
+			t.Errorf("%s: decodes to %v (%v)", got, v.Nvext.TokenData, err)
+		}
+	}
 }

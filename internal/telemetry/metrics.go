@@ -183,3 +183,50 @@ func NewArtifactMetrics(reg prometheus.Registerer) *ArtifactMetrics {
 	}
 	return m
 }
+
+// KVMetrics are the families of KV-aware selection: the kv-events
+// subscriptions, what became of each event, the index's size, and what
+// each selection came to.
+type KVMetrics struct {
+	Subscriptions *prometheus.GaugeVec
+	Events        *prometheus.CounterVec
+	Selections    *prometheus.CounterVec
+	IndexNodes    prometheus.Gauge
+	IndexOwners   prometheus.Gauge
+	IndexBytes    prometheus.Gauge
+}
+
+// NewKVMetrics creates the KV families and registers them on reg when reg
+// is not nil.
+func NewKVMetrics(reg prometheus.Registerer) *KVMetrics {
+	m := &KVMetrics{
+		Subscriptions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_kv_subscriptions",
+			Help: "kv-events subscriptions by state (pending, connecting, connected, backoff) and transport (direct, broker).",
+		}, []string{"state", "transport"}),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_kv_events_total",
+			Help: "kv-events by result: accepted, or why one was not indexed (malformed, oversized, transport_refused, identity_mismatch, replay, gap, over_capacity, other_tier, cache_owner, multimodal, unknown_parent, ...).",
+		}, []string{"result"}),
+		Selections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_kv_selection_total",
+			Help: "KV-aware selections by result (overlap, no_overlap, tokenizer_unavailable, prompt_too_large, render_unavailable, artifact_unpinned, bypass).",
+		}, []string{"result"}),
+		IndexNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_kv_index_nodes",
+			Help: "Blocks (radix nodes) held by the KV index.",
+		}),
+		IndexOwners: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_kv_index_ownerships",
+			Help: "(worker rank, block) ownerships held by the KV index.",
+		}),
+		IndexBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_kv_index_bytes",
+			Help: "Estimated memory held by the KV index, in bytes.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Subscriptions, m.Events, m.Selections, m.IndexNodes, m.IndexOwners, m.IndexBytes)
+	}
+	return m
+}

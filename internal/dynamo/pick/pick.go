@@ -64,6 +64,10 @@ type Pin struct {
 	Prefill       *Target
 	DecodeReason  string
 	PrefillReason string // "" when no prefill selection was made
+	// TokenIDs, when set, are the prompt's token ids as the frontend would
+	// encode them, to send as nvext.token_data so that it skips its own
+	// tokenization.
+	TokenIDs []uint32
 }
 
 // Picker chooses the workers a request is pinned to. Implementations are
