@@ -1,6 +1,8 @@
 package fleetsim_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/config"
@@ -41,5 +43,43 @@ func TestFrontendWithdrawsModel(t *testing.T) {
 	f.SetWorkers("agg", nil, []uint64{3}) // never disaggregated: served
 	if got := served(t, f); got != "agg" {
 		t.Fatalf("served models %q", got)
+	}
+}
+
+// TestCardDialects: each dialect writes a worker's role as that Dynamo
+// revision did, in the card the fleet registers; an unknown dialect is
+// refused before anything starts.
+func TestCardDialects(t *testing.T) {
+	want := map[string][3]string{ // prefill, decode, aggregated
+		fleetsim.DialectEnum:      {`"worker_type":"Prefill"`, `"worker_type":"Decode"`, `"worker_type":"Aggregated"`},
+		fleetsim.DialectBitflags:  {`"worker_type":"Prefill"`, `"worker_type":"Decode"`, `"worker_type":"Prefill | Decode"`},
+		fleetsim.DialectLowercase: {`"worker_type":"prefill"`, `"worker_type":"decode"`, `"worker_type":"aggregated"`},
+		fleetsim.DialectLegacy: {`"model_input":"Tokens","model_type":"Prefill"`, `"model_input":"Tokens","model_type":"Chat | Completions"`,
+			`"model_input":"Tokens","model_type":"Chat | Completions"`},
+	}
+	for _, dialect := range fleetsim.CardDialects {
+		recs, err := fleetsim.Records(fleetsim.Options{Prefill: 1, Decode: 1, Aggregated: 1, CardDialect: dialect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cards []string
+		for _, r := range recs {
+			if r.Bucket != "v1/mdc" {
+				continue
+			}
+			b, _ := json.Marshal(r.Value.(map[string]any)["card_json"])
+			cards = append(cards, string(b))
+		}
+		if len(cards) != 3 {
+			t.Fatalf("%s: %d cards", dialect, len(cards))
+		}
+		for i, card := range cards {
+			if !strings.Contains(card, want[dialect][i]) || (dialect == fleetsim.DialectLegacy) == strings.Contains(card, "worker_type") {
+				t.Errorf("%s: card %d %s, want %s", dialect, i, card, want[dialect][i])
+			}
+		}
+	}
+	if _, err := fleetsim.Start(fleetsim.Options{Decode: 1, CardDialect: "Bitflags"}); err == nil || !strings.Contains(err.Error(), "card dialect") {
+		t.Fatalf("unknown dialect: %v", err)
 	}
 }
