@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -320,6 +321,57 @@ func TestFleetSimEtcd(t *testing.T) {
 	resp, body := chat(t, router, false, 2)
 	if resp.StatusCode != 200 || resp.Header.Get("x-continuum-worker") == victim {
 		t.Fatalf("after the kill: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+}
+
+// TestFleetSimDialects: fleet-sim writes its cards in each dialect Dynamo
+// has shipped (--card-dialect), discover shows every worker's role as the
+// default dialect does, and serve pins requests to a decode and a prefill
+// worker as it does with the default.
+func TestFleetSimDialects(t *testing.T) {
+	binary(t)
+	fileStoreRe := regexp.MustCompile(`file store: (\S+)`)
+	for _, dialect := range []string{"bitflags", "lowercase", "legacy"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			router, _, sim, _ := fleet(t, "--card-dialect", dialect, "--workers", "1")
+			root := fileStoreRe.FindStringSubmatch(sim.out())[1]
+			want := map[string]string{}
+			for _, m := range regexp.MustCompile(`(?m)^\s+(prefill|decode|backend)\s+instance (\d+)`).FindAllStringSubmatch(sim.out(), -1) {
+				want[m[2]] = map[string]string{"prefill": "prefill", "decode": "decode", "backend": "aggregated"}[m[1]]
+			}
+			if len(want) != 5 {
+				t.Fatalf("fleet-sim printed %d workers", len(want))
+			}
+
+			var rep struct {
+				Workers  []admin.Worker  `json:"workers"`
+				Problems []admin.Problem `json:"problems"`
+			}
+			disc := start(t, "discover", "--source", "file", "--file-root", root, "-o", "json")
+			<-disc.done
+			if disc.err != nil || json.Unmarshal([]byte(disc.out()), &rep) != nil {
+				t.Fatalf("discover: %v\n%s%s", disc.err, disc.out(), disc.errOut())
+			}
+			got := map[string]string{}
+			for _, w := range rep.Workers {
+				got[w.WorkerID] = w.Role
+			}
+			if !reflect.DeepEqual(got, want) || len(rep.Problems) != 0 {
+				t.Fatalf("discover roles %v, want %v; problems %+v", got, want, rep.Problems)
+			}
+
+			testutil.Eventually(t, 30*time.Second, "a disaggregated answer", func() bool {
+				resp, _ := chat(t, router, false, 2)
+				return resp.StatusCode == 200 && resp.Header.Get("x-continuum-routing-path") == "disaggregated"
+			})
+			for range 4 {
+				resp, body := chat(t, router, false, 2)
+				if resp.StatusCode != 200 || want[resp.Header.Get("x-continuum-worker")] != "decode" || want[resp.Header.Get("x-continuum-prefill-worker")] != "prefill" {
+					t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+				}
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/demo"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/routerd"
@@ -34,6 +36,28 @@ func startDemo(t *testing.T, fleet fleetsim.Options) string {
 	return "http://" + d.Addr()
 }
 
+// workerRoles returns the role of each worker the router sees, by decimal
+// worker id.
+func workerRoles(t *testing.T, base string) map[string]string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/admin/dynamo/workers", nil)
+	req.Header.Set("Authorization", "Bearer "+demo.AdminToken)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var v admin.WorkersResponse
+	if r.StatusCode != http.StatusOK || json.NewDecoder(r.Body).Decode(&v) != nil {
+		t.Fatalf("GET /admin/dynamo/workers: %s", r.Status)
+	}
+	roles := map[string]string{}
+	for _, w := range v.Workers {
+		roles[w.WorkerID] = w.Role
+	}
+	return roles
+}
+
 func ask(t *testing.T, base, model string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
@@ -50,22 +74,37 @@ func ask(t *testing.T, base, model string) *http.Response {
 
 // TestDemoTopologies: namespaces, models, aggregated workers beside a
 // prefill/decode pool, and data-parallel ranks: requests for the second
-// model go disaggregated through both namespaces' frontends.
+// model go disaggregated through both namespaces' frontends, pinned to a
+// decode and a prefill worker, whichever dialect the cards are written in.
 func TestDemoTopologies(t *testing.T) {
 	t.Parallel()
-	base := startDemo(t, fleetsim.Options{Namespaces: []string{"prod", "canary"}, Models: []string{"m1", "m2"},
-		Prefill: 1, Decode: 1, Aggregated: 1, DPSize: 2, Speed: 50})
-	testutil.Eventually(t, 20*time.Second, "m2 served", func() bool { return ask(t, base, "m2").StatusCode == 200 })
-	backends := map[string]bool{}
-	for range 8 {
-		r := ask(t, base, "m2")
-		if r.StatusCode != 200 || r.Header.Get("x-continuum-routing-path") != "disaggregated" {
-			t.Fatalf("status %d %v", r.StatusCode, r.Header)
-		}
-		backends[r.Header.Get("x-continuum-backend")] = true
-	}
-	if len(backends) != 2 {
-		t.Errorf("both namespaces' frontends should serve: %v", backends)
+	for _, dialect := range fleetsim.CardDialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			base := startDemo(t, fleetsim.Options{Namespaces: []string{"prod", "canary"}, Models: []string{"m1", "m2"},
+				Prefill: 1, Decode: 1, Aggregated: 1, DPSize: 2, Speed: 50, CardDialect: dialect})
+			testutil.Eventually(t, 20*time.Second, "m2 served", func() bool { return ask(t, base, "m2").StatusCode == 200 })
+			roles := workerRoles(t, base)
+			count := map[string]int{}
+			for _, role := range roles {
+				count[role]++
+			}
+			if count["prefill"] != 4 || count["decode"] != 4 || count["aggregated"] != 4 || len(roles) != 12 {
+				t.Fatalf("roles %v", count)
+			}
+			backends := map[string]bool{}
+			for range 8 {
+				r := ask(t, base, "m2")
+				if r.StatusCode != 200 || r.Header.Get("x-continuum-routing-path") != "disaggregated" ||
+					roles[r.Header.Get("x-continuum-worker")] != "decode" || roles[r.Header.Get("x-continuum-prefill-worker")] != "prefill" {
+					t.Fatalf("status %d %v", r.StatusCode, r.Header)
+				}
+				backends[r.Header.Get("x-continuum-backend")] = true
+			}
+			if len(backends) != 2 {
+				t.Errorf("both namespaces' frontends should serve: %v", backends)
+			}
+		})
 	}
 }
 

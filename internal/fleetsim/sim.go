@@ -50,6 +50,65 @@ type Options struct {
 	// BlockSize and TotalKVBlocks are each worker's cache geometry.
 	BlockSize     int
 	TotalKVBlocks int
+	// CardDialect is how the workers' cards say their role: DialectEnum
+	// (the default, also ""), DialectBitflags, DialectLowercase or
+	// DialectLegacy.
+	CardDialect string
+}
+
+// Card dialects: the ways Dynamo revisions have written a card's role.
+const (
+	// DialectEnum writes worker_type as the names "Prefill", "Decode" and
+	// "Aggregated".
+	DialectEnum = "enum"
+	// DialectBitflags writes worker_type as the bitflags derive does:
+	// "Prefill", "Decode", and "Prefill | Decode" for an aggregated worker.
+	DialectBitflags = "bitflags"
+	// DialectLowercase writes worker_type as later revisions do: "prefill",
+	// "decode", "aggregated".
+	DialectLowercase = "lowercase"
+	// DialectLegacy writes no worker_type, as revisions before worker types
+	// did: model_type "Prefill" on prefill workers and "Chat | Completions"
+	// on the others, and model_input "Tokens".
+	DialectLegacy = "legacy"
+)
+
+// CardDialects lists the card dialects, the default first.
+var CardDialects = []string{DialectEnum, DialectBitflags, DialectLowercase, DialectLegacy}
+
+// Worker roles, as RoleFields takes them.
+const (
+	RolePrefill    = "prefill"
+	RoleDecode     = "decode"
+	RoleAggregated = "aggregated"
+)
+
+// RoleFields returns the card fields that say a worker's role (prefill,
+// decode or aggregated) in a dialect ("" is DialectEnum).
+func RoleFields(dialect, role string) (map[string]any, error) {
+	names := map[string]map[string]string{
+		DialectEnum:      {RolePrefill: "Prefill", RoleDecode: "Decode", RoleAggregated: "Aggregated"},
+		DialectBitflags:  {RolePrefill: "Prefill", RoleDecode: "Decode", RoleAggregated: "Prefill | Decode"},
+		DialectLowercase: {RolePrefill: "prefill", RoleDecode: "decode", RoleAggregated: "aggregated"},
+	}
+	if dialect == "" {
+		dialect = DialectEnum
+	}
+	if role != RolePrefill && role != RoleDecode && role != RoleAggregated {
+		return nil, fmt.Errorf("role %q: want %s, %s or %s", role, RolePrefill, RoleDecode, RoleAggregated)
+	}
+	if dialect == DialectLegacy {
+		modelType := "Chat | Completions"
+		if role == RolePrefill {
+			modelType = "Prefill"
+		}
+		return map[string]any{"model_type": modelType, "model_input": "Tokens"}, nil
+	}
+	n, ok := names[dialect]
+	if !ok {
+		return nil, fmt.Errorf("card dialect %q: want one of %s", dialect, strings.Join(CardDialects, ", "))
+	}
+	return map[string]any{"worker_type": n[role]}, nil
 }
 
 // Simulated engine timings at speed 1.
@@ -121,8 +180,11 @@ type simWorker struct {
 // componentOf is the component a role registers as.
 var componentOf = map[string]string{"prefill": "prefill", "decode": "decode", "backend": "backend"}
 
-// Start launches the fleet.
-func Start(o Options) (*Sim, error) {
+// cardRole is the role a worker's card declares.
+var cardRole = map[string]string{"prefill": RolePrefill, "decode": RoleDecode, "backend": RoleAggregated}
+
+// withDefaults fills the options left unset.
+func withDefaults(o Options) (Options, error) {
 	if len(o.Models) == 0 {
 		if o.Model == "" {
 			o.Model = "Qwen/Qwen3-32B"
@@ -146,6 +208,49 @@ func Start(o Options) (*Sim, error) {
 	if o.TotalKVBlocks == 0 {
 		o.TotalKVBlocks = 8192
 	}
+	if o.CardDialect == "" {
+		o.CardDialect = DialectEnum
+	}
+	if _, err := RoleFields(o.CardDialect, RolePrefill); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// plan returns the workers of a fleet, without their sockets: every
+// (namespace, model) pair gets o.Prefill, o.Decode and o.Aggregated workers,
+// with instance ids counted from one base in that order.
+func plan(o Options) []*simWorker {
+	var out []*simWorker
+	next := uint64(0x7a00_0000_0100)
+	for _, ns := range o.Namespaces {
+		for _, model := range o.Models {
+			for _, role := range []struct {
+				name string
+				n    int
+			}{{"prefill", o.Prefill}, {"decode", o.Decode}, {"backend", o.Aggregated}} {
+				for range role.n {
+					id := next
+					next++
+					ranks := max(o.DPSize, 1)
+					out = append(out, &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize,
+						namespace: ns, model: model, role: role.name,
+						dpSize: ranks, declaredDP: o.DPSize > 1, nilFields: o.NilSchedulerFields,
+						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
+						cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Start launches the fleet.
+func Start(o Options) (*Sim, error) {
+	o, err := withDefaults(o)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel, ctx: ctx}
 	switch o.Store {
@@ -161,38 +266,23 @@ func Start(o Options) (*Sim, error) {
 		cancel()
 		return nil, fmt.Errorf("store %q: want %s or %s", o.Store, StoreFile, StoreEtcd)
 	}
-	next := uint64(0x7a00_0000_0100)
 	for _, ns := range o.Namespaces {
 		s.frontends[ns] = NewFrontend()
 		s.frontends[ns].Execute = s.execute
-		for _, model := range o.Models {
-			for _, role := range []struct {
-				name string
-				n    int
-			}{{"prefill", o.Prefill}, {"decode", o.Decode}, {"backend", o.Aggregated}} {
-				for range role.n {
-					id := next
-					next++
-					ranks := max(o.DPSize, 1)
-					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, kvPub: zmq4.NewPub(ctx), blockSize: o.BlockSize,
-						namespace: ns, model: model, role: role.name,
-						dpSize: ranks, declaredDP: o.DPSize > 1, pub: zmq4.NewPub(ctx), nilFields: o.NilSchedulerFields,
-						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
-						cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)}
-					s.workers[id] = w
-					if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
-						s.Stop()
-						return nil, fmt.Errorf("worker %x publisher: %w", id, err)
-					}
-					w.endpoint = "tcp://" + w.pub.Addr().String()
-					if err := w.kvPub.Listen("tcp://127.0.0.1:0"); err != nil {
-						s.Stop()
-						return nil, fmt.Errorf("worker %x kv-events publisher: %w", id, err)
-					}
-					w.kvEndpoint = "tcp://" + w.kvPub.Addr().String()
-				}
-			}
+	}
+	for _, w := range plan(o) {
+		w.pub, w.kvPub = zmq4.NewPub(ctx), zmq4.NewPub(ctx)
+		s.workers[w.id] = w
+		if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("worker %x publisher: %w", w.id, err)
 		}
+		w.endpoint = "tcp://" + w.pub.Addr().String()
+		if err := w.kvPub.Listen("tcp://127.0.0.1:0"); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("worker %x kv-events publisher: %w", w.id, err)
+		}
+		w.kvEndpoint = "tcp://" + w.kvPub.Addr().String()
 	}
 	if err := s.register(); err != nil {
 		s.Stop()
@@ -228,19 +318,66 @@ func (s *Sim) syncFrontends() {
 	}
 }
 
+// Record is one discovery record a simulated worker registers: its bucket
+// (v1/instances, v1/mdc or v1/event_channels), its key under the bucket,
+// and its value.
+type Record struct {
+	Bucket, Key string
+	Value       any
+}
+
+// Records returns the records a fleet of o registers, in the order they
+// are written, without starting it: publisher endpoints are the
+// placeholder tcp://127.0.0.1:0.
+func Records(o Options) ([]Record, error) {
+	o, err := withDefaults(o)
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for _, w := range plan(o) {
+		w.endpoint, w.kvEndpoint = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+		out = append(out, records(o, w)...)
+	}
+	return out, nil
+}
+
+// records are a worker's Endpoint, Model and EventChannel records; the
+// card says the worker's role in o.CardDialect.
+func records(o Options, w *simWorker) []Record {
+	comp := componentOf[w.role]
+	rel := fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, w.id)
+	in := w.instance() // the same record the frontend's GET /health lists
+	out := []Record{{"v1/instances", rel, map[string]any{"type": "Endpoint", "namespace": in.Namespace, "component": in.Component, "endpoint": in.Endpoint,
+		"instance_id": in.InstanceID, "transport": in.Transport}}}
+	rc := map[string]any{"total_kv_blocks": o.TotalKVBlocks, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+		"context_length": 32768, "data_parallel_start_rank": 0}
+	if w.declaredDP {
+		rc["data_parallel_size"] = w.dpSize
+	}
+	card := map[string]any{"display_name": w.model, "kv_cache_block_size": o.BlockSize, "runtime_config": rc}
+	fields, _ := RoleFields(o.CardDialect, cardRole[w.role]) // the dialect was checked by withDefaults
+	maps.Copy(card, fields)
+	out = append(out, Record{"v1/mdc", rel, map[string]any{"type": "Model", "namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
+		"card_json": card}})
+	for _, c := range []struct {
+		topic    string
+		id       uint64
+		endpoint string
+	}{{"kv_metrics", w.publisherID, w.endpoint}, {"kv-events", w.kvPublisherID, w.kvEndpoint}} {
+		ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/%s/%x", wire.EncodeSegment(w.namespace), wire.EncodeSegment(comp), wire.EncodeSegment(c.topic), c.id)
+		out = append(out, Record{"v1/event_channels", ch, map[string]any{"type": "EventChannel",
+			"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": w.namespace, "component": comp, "name": "generate"}},
+			"topic": c.topic, "instance_id": c.id,
+			"transport": map[string]any{"kind": "Zmq", "config": map[string]string{"endpoint": c.endpoint}}}})
+	}
+	return out
+}
+
 // register writes each worker's Endpoint, Model and EventChannel records
 // the way a worker writes them: a temp file, then a rename.
 func (s *Sim) register() error {
-	o := s.opts
-	var lastFile string
-	var cur *simWorker
-	write := func(bucket, key string, v any) error {
-		f, err := s.writeRecord(cur, bucket, key, v)
-		lastFile = f
-		return err
-	}
-	for id, w := range s.workers {
-		cur = w
+	for _, w := range s.workers {
 		if s.etcd != nil {
 			lease, stop, err := s.etcd.grant(s.ctx)
 			if err != nil {
@@ -248,38 +385,12 @@ func (s *Sim) register() error {
 			}
 			w.lease, w.stopLease, w.records = lease, stop, map[string][]byte{}
 		}
-		wt := map[string]string{"prefill": "Prefill", "decode": "Decode", "backend": "Aggregated"}[w.role]
-		comp := componentOf[w.role]
-		rel := fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, id)
-		in := w.instance()
-		if err := write("v1/instances", rel, map[string]any{"type": "Endpoint", "namespace": in.Namespace, "component": in.Component, "endpoint": in.Endpoint,
-			"instance_id": in.InstanceID, "transport": in.Transport}); err != nil {
-			return err
-		}
-		w.files = append(w.files, lastFile)
-		rc := map[string]any{"total_kv_blocks": o.TotalKVBlocks, "max_num_batched_tokens": 8192, "max_num_seqs": 256,
-			"context_length": 32768, "data_parallel_start_rank": 0}
-		if w.declaredDP {
-			rc["data_parallel_size"] = w.dpSize
-		}
-		if err := write("v1/mdc", rel, map[string]any{"type": "Model", "namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": id,
-			"card_json": map[string]any{"display_name": w.model, "worker_type": wt, "kv_cache_block_size": o.BlockSize, "runtime_config": rc}}); err != nil {
-			return err
-		}
-		w.files = append(w.files, lastFile)
-		for _, c := range []struct {
-			topic    string
-			id       uint64
-			endpoint string
-		}{{"kv_metrics", w.publisherID, w.endpoint}, {"kv-events", w.kvPublisherID, w.kvEndpoint}} {
-			ch := fmt.Sprintf("namespace/%s/component/%s/endpoint/generate/topic/%s/%x", wire.EncodeSegment(w.namespace), wire.EncodeSegment(comp), wire.EncodeSegment(c.topic), c.id)
-			if err := write("v1/event_channels", ch, map[string]any{"type": "EventChannel",
-				"scope": map[string]any{"kind": "endpoint", "endpoint": map[string]string{"namespace": w.namespace, "component": comp, "name": "generate"}},
-				"topic": c.topic, "instance_id": c.id,
-				"transport": map[string]any{"kind": "Zmq", "config": map[string]string{"endpoint": c.endpoint}}}); err != nil {
+		for _, r := range records(s.opts, w) {
+			f, err := s.writeRecord(w, r.Bucket, r.Key, r.Value)
+			if err != nil {
 				return err
 			}
-			w.files = append(w.files, lastFile)
+			w.files = append(w.files, f)
 		}
 	}
 	return nil

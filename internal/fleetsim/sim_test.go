@@ -1,6 +1,7 @@
 package fleetsim_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -85,5 +86,43 @@ func TestFrontendReadsLegacyPins(t *testing.T) {
 	}
 	if r := reqs[1]; r.Worker == nil || *r.Worker != 3 || r.DPRank == nil || *r.DPRank != 5 {
 		t.Errorf("x-dynamo-* must win: %v %v", r.Worker, r.DPRank)
+	}
+}
+
+// TestCardDialects: each dialect writes a worker's role as that Dynamo
+// revision did, in the card the fleet registers; an unknown dialect is
+// refused before anything starts.
+func TestCardDialects(t *testing.T) {
+	want := map[string][3]string{ // prefill, decode, aggregated
+		fleetsim.DialectEnum:      {`"worker_type":"Prefill"`, `"worker_type":"Decode"`, `"worker_type":"Aggregated"`},
+		fleetsim.DialectBitflags:  {`"worker_type":"Prefill"`, `"worker_type":"Decode"`, `"worker_type":"Prefill | Decode"`},
+		fleetsim.DialectLowercase: {`"worker_type":"prefill"`, `"worker_type":"decode"`, `"worker_type":"aggregated"`},
+		fleetsim.DialectLegacy: {`"model_input":"Tokens","model_type":"Prefill"`, `"model_input":"Tokens","model_type":"Chat | Completions"`,
+			`"model_input":"Tokens","model_type":"Chat | Completions"`},
+	}
+	for _, dialect := range fleetsim.CardDialects {
+		recs, err := fleetsim.Records(fleetsim.Options{Prefill: 1, Decode: 1, Aggregated: 1, CardDialect: dialect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cards []string
+		for _, r := range recs {
+			if r.Bucket != "v1/mdc" {
+				continue
+			}
+			b, _ := json.Marshal(r.Value.(map[string]any)["card_json"])
+			cards = append(cards, string(b))
+		}
+		if len(cards) != 3 {
+			t.Fatalf("%s: %d cards", dialect, len(cards))
+		}
+		for i, card := range cards {
+			if !strings.Contains(card, want[dialect][i]) || (dialect == fleetsim.DialectLegacy) == strings.Contains(card, "worker_type") {
+				t.Errorf("%s: card %d %s, want %s", dialect, i, card, want[dialect][i])
+			}
+		}
+	}
+	if _, err := fleetsim.Start(fleetsim.Options{Decode: 1, CardDialect: "Bitflags"}); err == nil || !strings.Contains(err.Error(), "card dialect") {
+		t.Fatalf("unknown dialect: %v", err)
 	}
 }

@@ -97,6 +97,47 @@ func TestDiscoverTableAndYAML(t *testing.T) {
 	}
 }
 
+// TestDiscoverDialects: workers whose cards write worker_type in each
+// dialect Dynamo has shipped (the bitflags names, the lowercase names, and
+// legacy cards with only a model_type) show the role their component and
+// card give, in the table and in JSON, with no problem.
+func TestDiscoverDialects(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	loadFixtures(t, srv.Client(t, clientv3.Config{}), "dialects.yaml")
+	args := []string{"discover", "--etcd-endpoints", srv.Endpoint, "--namespace", "bitflags", "--namespace", "legacy", "--namespace", "lowercase"}
+	code, out, errOut := runCLI(t, context.Background(), append(args, "-o", "json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep discover.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := map[string]string{"prefill": "prefill", "decode": "decode", "backend": "aggregated"}
+	roles := map[string]int{}
+	for _, w := range rep.Workers {
+		if w.Role != want[w.Component] {
+			t.Errorf("%s/%s %s: role %s, want %s", w.Namespace, w.Component, w.InstanceID, w.Role, want[w.Component])
+		}
+		roles[w.Namespace+" "+w.Role]++
+	}
+	if len(rep.Workers) != 9 || len(rep.Problems) != 0 {
+		t.Errorf("%d workers (%v), problems %+v", len(rep.Workers), roles, rep.Problems)
+	}
+	code, out, _ = runCLI(t, context.Background(), args...)
+	if code != 0 {
+		t.Fatalf("table exit %d", code)
+	}
+	for _, ns := range []string{"bitflags", "legacy", "lowercase"} {
+		for _, role := range []string{"prefill", "decode", "aggregated"} {
+			if !regexp.MustCompile(`(?m)^` + ns + `\s.*\s` + role + `\s`).MatchString(out) {
+				t.Errorf("table lacks a %s %s worker:\n%s", ns, role, out)
+			}
+		}
+	}
+}
+
 func TestDiscoverUnreachable(t *testing.T) {
 	t.Setenv("CONTINUUM_CONFIG", "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -31,6 +31,7 @@ type Options struct {
 	FrontendBind string
 	WriteConfig  string
 	Store        string
+	CardDialect  string
 	// Ready, when set, is called once the fleet is up (tests).
 	Ready func(*fleetsim.Demo)
 }
@@ -52,6 +53,13 @@ x-dynamo-* pins (prefill time by prompt length, decode time per token).
 It prints the file store root (or etcd endpoint), the frontend URL and a router configuration
 (or writes it with --write-config) for continuum serve --config.
 
+--card-dialect chooses how the workers' cards say their role, as Dynamo
+revisions have written it: enum (worker_type "Prefill", "Decode",
+"Aggregated"; the default), bitflags ("Prefill", "Decode", and
+"Prefill | Decode" for aggregated workers), lowercase ("prefill", "decode",
+"aggregated") or legacy (no worker_type: model_type "Prefill" on prefill
+workers and "Chat | Completions" on the others, model_input "Tokens").
+
 Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/workers/<instance id>/kill            # records expire
   curl -X POST <frontend>/sim/workers/<instance id>/restart         # back, same id, empty cache
@@ -63,7 +71,8 @@ Faults can be injected through the frontend's control API:
   curl <frontend>/sim/workers`,
 		Example: `  continuum fleet-sim --prefill 2 --decode 4 --write-config /tmp/continuum.yaml
   continuum serve --config /tmp/continuum.yaml
-  continuum fleet-sim --workers 4 --prefill 0 --decode 0 --store etcd      # aggregated workers in etcd`,
+  continuum fleet-sim --workers 4 --prefill 0 --decode 0 --store etcd      # aggregated workers in etcd
+  continuum fleet-sim --card-dialect legacy                                # cards as Dynamo wrote them before worker_type`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Prefill < 0 || opts.Decode < 0 || opts.Aggregated < 0 || opts.Decode+opts.Aggregated == 0 {
@@ -73,6 +82,9 @@ Faults can be injected through the frontend's control API:
 				return cmdutil.FlagErrorf("--dp must be between 0 and 64")
 			}
 			if err := cmdutil.OneOf("store", opts.Store, []string{fleetsim.StoreFile, fleetsim.StoreEtcd}); err != nil {
+				return err
+			}
+			if err := cmdutil.OneOf("card-dialect", opts.CardDialect, fleetsim.CardDialects); err != nil {
 				return err
 			}
 			if opts.Speed <= 0 {
@@ -99,6 +111,8 @@ Faults can be injected through the frontend's control API:
 	fl.StringVar(&opts.FrontendBind, "frontend-bind", "127.0.0.1:0", "listen address of the frontend emulator")
 	fl.StringVar(&opts.Store, "store", fleetsim.StoreFile, "where workers register: file (Dynamo's file store) or etcd (in-process server)")
 	cmdutil.RegisterEnumCompletion(cmd, "store", []string{fleetsim.StoreFile, fleetsim.StoreEtcd})
+	fl.StringVar(&opts.CardDialect, "card-dialect", fleetsim.DialectEnum, "how cards say a worker's role: enum, bitflags, lowercase or legacy")
+	cmdutil.RegisterEnumCompletion(cmd, "card-dialect", fleetsim.CardDialects)
 	fl.StringVar(&opts.WriteConfig, "write-config", "", "write the router configuration to this file instead of printing it")
 	return cmd
 }
@@ -106,7 +120,7 @@ Faults can be injected through the frontend's control API:
 // Run runs the fleet until ctx ends.
 func Run(ctx context.Context, o *Options) error {
 	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Aggregated: o.Aggregated, DPSize: o.DP,
-		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed, Store: o.Store}, o.RouterBind, o.FrontendBind)
+		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed, Store: o.Store, CardDialect: o.CardDialect}, o.RouterBind, o.FrontendBind)
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,19 @@ func u64(v uint64) *uint64 { return &v }
 
 // TestServeRoutesByLoad: serve over a real etcd, real ZMQ publishers and the
 // frontend emulator pins each request to the less loaded decode worker and
-// the less loaded prefill worker, with decimal headers.
+// the less loaded prefill worker, with decimal headers, whichever dialect
+// the workers' cards say their role in.
 func TestServeRoutesByLoad(t *testing.T) {
 	t.Parallel()
+	for _, dialect := range fleetsim.CardDialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			testServeRoutesByLoad(t, dialect)
+		})
+	}
+}
+
+func testServeRoutesByLoad(t *testing.T, dialect string) {
 	etcd := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := etcd.Client(t, clientv3.Config{})
 	fe := fleetsim.NewFrontend()
@@ -52,27 +62,33 @@ func TestServeRoutesByLoad(t *testing.T) {
 	}
 	// Each worker: records, and a publisher sending its load every 20 ms.
 	workers := []struct {
-		id            uint64
-		component, wt string
-		decode        *uint64
-		prefill       *uint64
+		id      uint64
+		role    string // the component is named after it
+		decode  *uint64
+		prefill *uint64
 	}{
-		{0x10, "prefill", "Prefill", nil, u64(6000)},
-		{0x11, "prefill", "Prefill", nil, u64(10)},
-		{0x20, "decode", "Decode", u64(700), nil},
-		{0x21, "decode", "Decode", u64(20), nil},
+		{0x10, "prefill", nil, u64(6000)},
+		{0x11, "prefill", nil, u64(10)},
+		{0x20, "decode", u64(700), nil},
+		{0x21, "decode", u64(20), nil},
 	}
 	for i, w := range workers {
-		put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", w.component, w.id),
-			fmt.Sprintf(`{"type":"Endpoint","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"127.0.0.1:1"}}`, w.component, w.id))
-		put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", w.component, w.id),
-			fmt.Sprintf(`{"type":"Model","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":1000,"max_num_batched_tokens":8192,"data_parallel_size":1}}}`,
-				w.component, w.id, model, w.wt))
+		card, err := fleetsim.RoleFields(dialect, w.role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		card["display_name"], card["kv_cache_block_size"] = model, 16
+		card["runtime_config"] = map[string]any{"total_kv_blocks": 1000, "max_num_batched_tokens": 8192, "data_parallel_size": 1}
+		cardJSON, _ := json.Marshal(card)
+		put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", w.role, w.id),
+			fmt.Sprintf(`{"type":"Endpoint","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"127.0.0.1:1"}}`, w.role, w.id))
+		put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", w.role, w.id),
+			fmt.Sprintf(`{"type":"Model","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"card_json":%s}`, w.role, w.id, cardJSON))
 		pub := testutil.StartGoPublisher(t)
 		pid := uint64(0x100 + i)
-		put(fmt.Sprintf("v1/event_channels/namespace/dynamo/component/%s/endpoint/generate/topic/kv_metrics/%x", w.component, pid),
+		put(fmt.Sprintf("v1/event_channels/namespace/dynamo/component/%s/endpoint/generate/topic/kv_metrics/%x", w.role, pid),
 			fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":%q,"name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`,
-				w.component, pid, pub.Endpoint))
+				w.role, pid, pub.Endpoint))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -596,7 +596,7 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		}
 		if w.Role == RoleUnknown {
 			probs = append(probs, Problem{Kind: ProblemUnknownRole, Namespace: id.Namespace, Keys: []string{rec.key}, KeyCount: 1,
-				Reason: fmt.Sprintf("neither component %q nor the card's worker_type %q names a prefill, decode or aggregated role; shown but never routed to", w.Component, cardWorkerType(cardRec))})
+				Reason: fmt.Sprintf("component %q names no role and %s; shown but never routed to", w.Component, cardNoRole(cardRec))})
 		}
 		first, ok := r.firstSeen[id]
 		if !ok {
@@ -699,11 +699,29 @@ func (r *Reducer) collectProblems() []Problem {
 	return out
 }
 
-func cardWorkerType(rec *record) string {
-	if rec == nil || rec.model == nil {
-		return ""
+// cardNoRole says why a worker's card claims no role.
+func cardNoRole(rec *record) string {
+	if rec == nil || rec.model == nil || rec.card == nil {
+		return "the worker has no base model card"
 	}
-	return rec.model.Card.RawWorkerType
+	c := &rec.model.Card
+	switch {
+	case c.WorkerTypeProblem != "":
+		return fmt.Sprintf("the card's worker_type %q claims none (%s)", truncate(c.RawWorkerType), c.WorkerTypeProblem)
+	case c.WorkerType == wire.WorkerEncode:
+		return fmt.Sprintf("the card's worker_type %q is an encode worker's", truncate(c.RawWorkerType))
+	}
+	return "the card claims none"
+}
+
+// maxShown bounds a record's string quoted in a problem.
+const maxShown = 64
+
+func truncate(s string) string {
+	if len(s) > maxShown {
+		return strings.ToValidUTF8(s[:maxShown], "") + "…"
+	}
+	return s
 }
 
 // componentRole is the role a component name claims, if any.
@@ -719,16 +737,44 @@ func componentRole(component string) Role {
 	return ""
 }
 
-func cardRole(wt wire.WorkerType) Role {
-	switch wt {
-	case wire.WorkerPrefill:
-		return RolePrefill
-	case wire.WorkerDecode:
-		return RoleDecode
-	case wire.WorkerAggregated:
-		return RoleAggregated
+// roleClaim is the role a card claims, and what in the card says so.
+type roleClaim struct {
+	role Role
+	// byDefault is true for the aggregated role of a card without
+	// worker_type and without the Prefill model_type flag: such a card
+	// cannot tell a decode worker from an aggregated one, so a component
+	// naming prefill or decode decides instead of conflicting.
+	byDefault bool
+	source    string
+}
+
+// cardRole is the role a card claims, or none:
+//   - a worker_type naming prefill, decode or aggregated (in any spelling)
+//     claims that role;
+//   - a card without worker_type, as Dynamo wrote them before worker types
+//     existed, is a prefill worker's when its model_type has the Prefill
+//     flag and an aggregated worker's otherwise, as Dynamo reads it;
+//   - encode, an unrecognised worker_type, or encode joined with another
+//     stage claims none.
+func cardRole(c *wire.Card) roleClaim {
+	switch {
+	case c.WorkerTypeAbsent && c.ModelType.Has(wire.ModelPrefill):
+		return roleClaim{role: RolePrefill, source: "the card's model_type (no worker_type) says prefill"}
+	case c.WorkerTypeAbsent:
+		return roleClaim{role: RoleAggregated, byDefault: true, source: "the card (no worker_type, no Prefill model_type) says aggregated"}
 	}
-	return ""
+	var role Role
+	switch c.WorkerType {
+	case wire.WorkerPrefill:
+		role = RolePrefill
+	case wire.WorkerDecode:
+		role = RoleDecode
+	case wire.WorkerAggregated:
+		role = RoleAggregated
+	default:
+		return roleClaim{}
+	}
+	return roleClaim{role: role, source: fmt.Sprintf("the card's worker_type %q says %s", truncate(c.RawWorkerType), role)}
 }
 
 // materialize builds the worker of one generate endpoint and its card, or
@@ -744,10 +790,12 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 	e := rec.endpoint
 	w := &Worker{ID: id, Component: e.Component, Endpoint: e.Endpoint, DPSize: 1, transport: e.Transport}
 	compRole := componentRole(e.Component)
-	var cRole Role
+	var claim roleClaim
 	if cardRec != nil && cardRec.model != nil {
 		c := &cardRec.model.Card
-		cRole = cardRole(c.WorkerType)
+		if cardRec.card != nil {
+			claim = cardRole(c)
+		}
 		w.Model = c.Model()
 		w.BlockSize = c.KVCacheBlockSize
 		rc := c.Runtime
@@ -756,16 +804,19 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 		w.DisaggregatedEndpoint = rc.DisaggregatedEndpoint
 		w.Card = cardRec.card
 	}
+	// A component naming prefill or decode and a card claiming another
+	// role exclude the worker; a component naming no role lets the card
+	// decide; a worker without a card follows its component.
 	switch {
-	case compRole != "" && cRole != "" && compRole != cRole:
+	case compRole != "" && claim.role != "" && compRole != claim.role && !claim.byDefault:
 		keys := []string{rec.key, cardRec.key}
 		slices.Sort(keys)
 		return nil, &Problem{Kind: ProblemRoleConflict, Namespace: id.Namespace, Keys: keys, KeyCount: 2,
-			Reason: fmt.Sprintf("component %q says %s but the card's worker_type says %s; the worker is excluded", e.Component, compRole, cRole)}
+			Reason: fmt.Sprintf("component %q says %s but %s; the worker is excluded", e.Component, compRole, claim.source)}
 	case compRole != "":
 		w.Role = compRole
-	case cRole != "":
-		w.Role = cRole
+	case claim.role != "":
+		w.Role = claim.role
 	default:
 		w.Role = RoleUnknown
 	}

@@ -260,3 +260,57 @@ func TestCardSharedAcrossSnapshots(t *testing.T) {
 		t.Error("card copied between snapshots")
 	}
 }
+
+// TestRoleProblemReasons: an unknown role names what in the card claims
+// nothing (the unrecognised token, encode, no card), and a conflict names
+// what in the card says otherwise (a worker_type, or a legacy model_type).
+func TestRoleProblemReasons(t *testing.T) {
+	fx := testutil.LoadDynamoFixture(t, "../../../testdata/dynamo/worker_types.yaml")
+	r := fleet.NewReducer()
+	clock := t0
+	apply(t, r, fx.Events, &clock)
+	reasons := map[string]string{}
+	for _, p := range r.Build(clock).Problems {
+		reasons[p.Kind+" "+p.Keys[0]] = p.Reason
+	}
+	for key, want := range map[string]string{
+		"unknown_role v1/instances/dynamo/backend/generate/44":  `worker_type "Prefill | Bogus" claims none (unrecognised token "bogus")`,
+		"unknown_role v1/instances/dynamo/backend/generate/45":  "encode joined with prefill or decode is not a worker type",
+		"unknown_role v1/instances/dynamo/backend/generate/46":  `worker_type "encode" is an encode worker's`,
+		"unknown_role v1/instances/dynamo/backend/generate/51":  "the worker has no base model card",
+		"unknown_role v1/instances/dynamo/backend/generate/52":  "empty part",
+		"unknown_role v1/instances/dynamo/backend/generate/55":  "not a string",
+		"role_conflict v1/instances/dynamo/prefill/generate/48": `component "prefill" says prefill but the card's worker_type "decode" says decode`,
+		"role_conflict v1/instances/dynamo/decode/generate/49":  `worker_type "Prefill | Decode" says aggregated`,
+		"role_conflict v1/instances/dynamo/decode/generate/4a":  "the card's model_type (no worker_type) says prefill",
+		"card_fields v1/mdc/dynamo/backend/generate/54":         "model_type",
+	} {
+		if got, ok := reasons[key]; !ok || !strings.Contains(got, want) {
+			t.Errorf("%s: reason %q, want it to contain %q", key, got, want)
+		}
+	}
+}
+
+// TestLegacyCardRoleFollowsUpdates: a worker whose card gains a
+// worker_type (a rolling upgrade) takes the role it declares, and one
+// whose legacy card gains the Prefill flag becomes a prefill worker.
+func TestLegacyCardRoleFollowsUpdates(t *testing.T) {
+	r := fleet.NewReducer()
+	const ek, mk = "v1/instances/dynamo/backend/generate/7", "v1/mdc/dynamo/backend/generate/7"
+	r.Put(ek, []byte(`{"type":"Endpoint","component":"backend","endpoint":"generate","instance_id":7}`), t0)
+	for _, step := range []struct {
+		card string
+		role fleet.Role
+	}{
+		{`{"display_name":"m","model_type":"Chat | Completions","model_input":"Tokens"}`, fleet.RoleAggregated},
+		{`{"display_name":"m","model_type":"Prefill","model_input":"Tokens"}`, fleet.RolePrefill},
+		{`{"display_name":"m","model_type":"Chat","worker_type":"decode"}`, fleet.RoleDecode},
+		{`{"display_name":"m","model_type":"Prefill","worker_type":"Prefill | Decode"}`, fleet.RoleAggregated},
+	} {
+		r.Put(mk, []byte(`{"type":"Model","component":"backend","endpoint":"generate","instance_id":7,"card_json":`+step.card+`}`), t0)
+		snap := r.Build(t0)
+		if len(snap.Workers) != 1 || snap.Workers[0].Role != step.role || len(snap.Problems) != 0 {
+			t.Fatalf("card %s: workers %+v problems %+v, want one %s worker", step.card, snap.Workers, snap.Problems, step.role)
+		}
+	}
+}

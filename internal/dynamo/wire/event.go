@@ -194,9 +194,35 @@ type ActiveLoad struct {
 	KVUsedBlocks        *uint64
 }
 
-// DecodeActiveLoad decodes an ActiveLoad payload in map or array form. In
-// the array form a string in the fifth place is the newer
-// scheduler_load_scope, and kv_used_blocks follows it.
+// ActiveLoad's positional (array) layouts, by length, as Dynamo has
+// shipped them: each revision added a field after the others.
+//   - 4: worker_id, dp_rank, active_decode_blocks, active_prefill_tokens
+//   - 5: those, then kv_used_blocks
+//   - 6: those four, then scheduler_load_scope (nil or a string), then
+//     kv_used_blocks
+//
+// A longer array is a layout not known here: which of its places holds
+// kv_used_blocks cannot be told, so it is malformed rather than guessed.
+// A shorter one holds the first fields, which no revision has moved.
+const maxActiveLoadArray = 6
+
+var activeLoadHead = [...]string{"worker_id", "dp_rank", "active_decode_blocks", "active_prefill_tokens"}
+
+// activeLoadPlace names place i of an array of n elements.
+func activeLoadPlace(n, i int) string {
+	switch {
+	case i < len(activeLoadHead):
+		return activeLoadHead[i]
+	case n == 5 && i == 4, n == 6 && i == 5:
+		return "kv_used_blocks"
+	case n == 6 && i == 4:
+		return "scheduler_load_scope"
+	}
+	return ""
+}
+
+// DecodeActiveLoad decodes an ActiveLoad payload in map form (named
+// fields, unknown ones skipped) or array form (the layouts above).
 func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 	var l ActiveLoad
 	haveWorker := false
@@ -212,6 +238,9 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 	if err != nil {
 		return l, err
 	}
+	if !isMap && n > maxActiveLoadArray {
+		return l, mpErr("array of %d elements; the known layouts have at most %d", n, maxActiveLoadArray)
+	}
 	for i := range n {
 		name := ""
 		if isMap {
@@ -221,22 +250,7 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 			}
 			name = string(key)
 		} else {
-			switch i {
-			case 0:
-				name = "worker_id"
-			case 1:
-				name = "dp_rank"
-			case 2:
-				name = "active_decode_blocks"
-			case 3:
-				name = "active_prefill_tokens"
-			case 4, 5:
-				if r.peekString() {
-					name = "scheduler_load_scope"
-				} else {
-					name = "kv_used_blocks"
-				}
-			}
+			name = activeLoadPlace(n, i)
 		}
 		switch name {
 		case "worker_id":
@@ -258,6 +272,12 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 			l.ActivePrefillTokens, err = opt(r)
 		case "kv_used_blocks":
 			l.KVUsedBlocks, err = opt(r)
+		case "scheduler_load_scope":
+			if !isMap && !r.peekString() && !r.peekNil() {
+				err = mpErr("not nil or a string")
+				break
+			}
+			err = r.skip(0)
 		default:
 			err = r.skip(0)
 		}

@@ -47,6 +47,7 @@ func TestDecodeFixtureFrames(t *testing.T) {
 		{"kv_metrics_array.frames", 0x1234, 5, 1700000000, wire.ActiveLoad{WorkerID: 7, DPRank: 2, ActiveDecodeBlocks: u64(100), ActivePrefillTokens: u64(2048), KVUsedBlocks: u64(150)}},
 		{"kv_metrics_scope.frames", 1, 0, 0, wire.ActiveLoad{WorkerID: 9, KVUsedBlocks: u64(17)}},
 		{"kv_metrics_old.frames", 2, 3, 4, wire.ActiveLoad{WorkerID: 10, DPRank: 1, ActiveDecodeBlocks: u64(5), ActivePrefillTokens: u64(6)}},
+		{"kv_metrics_scope_nil.frames", 4, 2, 6, wire.ActiveLoad{WorkerID: 12, DPRank: 1, ActivePrefillTokens: u64(256), KVUsedBlocks: u64(9)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -122,6 +123,68 @@ func TestRejects(t *testing.T) {
 	}
 }
 
+// TestActiveLoadTooLong: an array longer than every layout Dynamo has
+// shipped arrives in a valid message, and its payload is malformed: the
+// place of kv_used_blocks in it is not guessed.
+func TestActiveLoadTooLong(t *testing.T) {
+	env, rej := wire.DecodeEventMessage(readFrames(t, "kv_metrics_too_long.frames"), "kv_metrics", wire.MaxLoadPayloadBytes)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	if l, err := wire.DecodeActiveLoad(env.Payload); err == nil || !strings.Contains(err.Error(), "array of 7 elements") {
+		t.Fatalf("decoded %+v, %v", l, err)
+	}
+}
+
+// TestActiveLoadLayouts: each array layout Dynamo has shipped is read by
+// its places (4 fields; 5 with kv_used_blocks; 6 with scheduler_load_scope
+// before kv_used_blocks), and arrays that fit none are malformed.
+func TestActiveLoadLayouts(t *testing.T) {
+	local := []byte{0xa5, 'l', 'o', 'c', 'a', 'l'}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	tests := []struct {
+		name    string
+		payload []byte
+		want    wire.ActiveLoad
+		err     string // a substring of the error; "" to decode
+	}{
+		{"4 fields", []byte{0x94, 0x01, 0x02, 0x03, 0x04}, wire.ActiveLoad{WorkerID: 1, DPRank: 2, ActiveDecodeBlocks: u64(3), ActivePrefillTokens: u64(4)}, ""},
+		{"4 fields, nil loads", []byte{0x94, 0x01, 0xc0, 0xc0, 0xc0}, wire.ActiveLoad{WorkerID: 1}, ""},
+		{"5 fields: kv_used_blocks last", []byte{0x95, 0x01, 0x00, 0xc0, 0xc0, 0x1e}, wire.ActiveLoad{WorkerID: 1, KVUsedBlocks: u64(30)}, ""},
+		{"5 fields, kv_used_blocks nil", []byte{0x95, 0x01, 0x00, 0x03, 0x04, 0xc0}, wire.ActiveLoad{WorkerID: 1, ActiveDecodeBlocks: u64(3), ActivePrefillTokens: u64(4)}, ""},
+		{"6 fields: scope, then kv_used_blocks", cat([]byte{0x96, 0x01, 0x00, 0x03, 0x04}, local, []byte{0x1e}),
+			wire.ActiveLoad{WorkerID: 1, ActiveDecodeBlocks: u64(3), ActivePrefillTokens: u64(4), KVUsedBlocks: u64(30)}, ""},
+		{"6 fields, scope nil", []byte{0x96, 0x01, 0x00, 0xc0, 0xc0, 0xc0, 0x1e}, wire.ActiveLoad{WorkerID: 1, KVUsedBlocks: u64(30)}, ""},
+		{"fewer than 4: the first places", []byte{0x92, 0x01, 0x02}, wire.ActiveLoad{WorkerID: 1, DPRank: 2}, ""},
+		{"5 fields with a scope where kv_used_blocks goes", cat([]byte{0x95, 0x01, 0x00, 0xc0, 0xc0}, local), wire.ActiveLoad{}, "kv_used_blocks"},
+		{"6 fields with a number where the scope goes", []byte{0x96, 0x01, 0x00, 0xc0, 0xc0, 0x1e, 0x1f}, wire.ActiveLoad{}, "scheduler_load_scope"},
+		{"6 fields with a string where kv_used_blocks goes", cat([]byte{0x96, 0x01, 0x00, 0xc0, 0xc0}, local, local), wire.ActiveLoad{}, "kv_used_blocks"},
+		{"7 fields", cat([]byte{0x97, 0x01, 0x00, 0xc0, 0xc0}, local, []byte{0x1e, 0x05}), wire.ActiveLoad{}, "array of 7 elements"},
+		{"7 fields, all numbers", []byte{0x97, 0x01, 0x00, 0x03, 0x04, 0x05, 0x06, 0x07}, wire.ActiveLoad{}, "array of 7 elements"},
+		{"16-bit array of 20", append([]byte{0xdc, 0x00, 0x14}, bytes.Repeat([]byte{0x01}, 20)...), wire.ActiveLoad{}, "array of 20 elements"},
+		// The named form has no layout: any extra key is skipped.
+		{"map with later fields", cat([]byte{0x84, 0xa9}, []byte("worker_id"), []byte{0x01, 0xb4}, []byte("scheduler_load_scope"), local,
+			[]byte{0xae}, []byte("kv_used_blocks"), []byte{0x1e, 0xb0}, []byte("waiting_requests"), []byte{0x05}), wire.ActiveLoad{WorkerID: 1, KVUsedBlocks: u64(30)}, ""},
+	}
+	for _, tt := range tests {
+		l, err := wire.DecodeActiveLoad(tt.payload)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: decoded %+v, %v; want an error about %s", tt.name, l, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if l.WorkerID != tt.want.WorkerID || l.DPRank != tt.want.DPRank || !eq(l.ActiveDecodeBlocks, tt.want.ActiveDecodeBlocks) ||
+			!eq(l.ActivePrefillTokens, tt.want.ActivePrefillTokens) || !eq(l.KVUsedBlocks, tt.want.KVUsedBlocks) {
+			t.Errorf("%s: %+v", tt.name, l)
+		}
+	}
+}
+
 func TestActiveLoadRejects(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"no worker":     {0x81, 0xa7, 'd', 'p', '_', 'r', 'a', 'n', 'k', 0x00},
@@ -143,7 +206,8 @@ func TestActiveLoadRejects(t *testing.T) {
 }
 
 func FuzzDecodeEventMessage(f *testing.F) {
-	for _, name := range []string{"kv_metrics_map.frames", "kv_metrics_array.frames", "kv_metrics_scope.frames", "kv_metrics_old.frames"} {
+	for _, name := range []string{"kv_metrics_map.frames", "kv_metrics_array.frames", "kv_metrics_scope.frames", "kv_metrics_old.frames",
+		"kv_metrics_scope_nil.frames", "kv_metrics_too_long.frames"} {
 		f.Add(readFrames(f, name)[3])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {

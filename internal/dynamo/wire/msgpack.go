@@ -169,6 +169,9 @@ func (r *mpReader) peekString() bool {
 	return c >= 0xa0 && c <= 0xbf || c == 0xd9 || c == 0xda || c == 0xdb
 }
 
+// peekNil reports whether the next value is nil.
+func (r *mpReader) peekNil() bool { return r.i < len(r.b) && r.b[r.i] == 0xc0 }
+
 // skip consumes one value of any type.
 func (r *mpReader) skip(depth int) error {
 	if depth > maxSkipDepth {

@@ -166,24 +166,21 @@ type ModelRecord struct {
 	CardJSON json.RawMessage
 }
 
-// WorkerType is the role a card claims.
-type WorkerType string
-
-// Worker types. Anything else parses as WorkerUnknown (no role claim).
-const (
-	WorkerUnknown    WorkerType = ""
-	WorkerPrefill    WorkerType = "Prefill"
-	WorkerDecode     WorkerType = "Decode"
-	WorkerAggregated WorkerType = "Aggregated"
-	WorkerEncode     WorkerType = "Encode"
-)
-
 // Card is the subset of Dynamo's ModelDeploymentCard the router reads.
 type Card struct {
-	DisplayName      string
-	Name             string
-	WorkerType       WorkerType
-	RawWorkerType    string
+	DisplayName string
+	Name        string
+	// WorkerType is the card's worker_type as ParseWorkerType reads it, and
+	// RawWorkerType the string as written. WorkerTypeAbsent is true when
+	// the card (a JSON object) has no worker_type, a null or a blank one,
+	// as cards written before worker types existed; WorkerTypeProblem says
+	// why a worker_type that is present claims no type.
+	WorkerType        WorkerType
+	RawWorkerType     string
+	WorkerTypeAbsent  bool
+	WorkerTypeProblem string
+	// ModelType is the card's model_type flags (zero when absent).
+	ModelType        ModelType
 	KVCacheBlockSize *uint32
 	Runtime          RuntimeConfig
 	// LoRA is true for adapter cards (a non-null "lora" field).
@@ -219,7 +216,7 @@ type RuntimeConfig struct {
 
 // CoreCardFields are the typed fields kept when an oversized card's opaque
 // blob is dropped.
-var CoreCardFields = []string{"display_name", "name", "worker_type", "kv_cache_block_size", "runtime_config", "lora"}
+var CoreCardFields = []string{"display_name", "name", "worker_type", "model_type", "kv_cache_block_size", "runtime_config", "lora"}
 
 type modelEnvelope struct {
 	Type        string          `json:"type"`
@@ -257,6 +254,7 @@ type cardFields struct {
 	DisplayName      json.RawMessage `json:"display_name"`
 	Name             json.RawMessage `json:"name"`
 	WorkerType       json.RawMessage `json:"worker_type"`
+	ModelType        json.RawMessage `json:"model_type"`
 	KVCacheBlockSize json.RawMessage `json:"kv_cache_block_size"`
 	Lora             json.RawMessage `json:"lora"`
 	RuntimeConfig    json.RawMessage `json:"runtime_config"`
@@ -292,10 +290,19 @@ func parseCard(raw json.RawMessage) (Card, []string) {
 	}
 	field("display_name", f.DisplayName, &c.DisplayName)
 	field("name", f.Name, &c.Name)
-	field("worker_type", f.WorkerType, &c.RawWorkerType)
-	switch wt := WorkerType(c.RawWorkerType); wt {
-	case WorkerPrefill, WorkerDecode, WorkerAggregated, WorkerEncode:
-		c.WorkerType = wt
+	switch {
+	case isNull(f.WorkerType):
+		c.WorkerTypeAbsent = true
+	case field("worker_type", f.WorkerType, &c.RawWorkerType):
+		c.WorkerType, c.WorkerTypeAbsent, c.WorkerTypeProblem = ParseWorkerType(c.RawWorkerType)
+	default:
+		c.WorkerTypeProblem = "not a string"
+	}
+	if !isNull(f.ModelType) {
+		var ok bool
+		if c.ModelType, ok = ParseModelType(f.ModelType); !ok {
+			errs = append(errs, "model_type")
+		}
 	}
 	var bs uint32
 	if field("kv_cache_block_size", f.KVCacheBlockSize, &bs) {

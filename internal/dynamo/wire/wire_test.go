@@ -169,6 +169,9 @@ func FuzzParseRecords(f *testing.F) {
 	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"runtime_config":{"data_parallel_size":2}}}`))
 	f.Add([]byte(`{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{}},"transport":{"kind":"Zmq","config":{"endpoint":"tcp://a:1"}}}`))
 	f.Add([]byte(`{"type":"Endpoint","instance_id":"ff","transport":{"tcp":"a"}}`))
+	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"worker_type":" Prefill | decode ","model_type":"Chat | Completions"}}`))
+	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"model_type":"Prefill | 0x100","model_input":"Tokens"}}`))
+	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"worker_type":"encode|prefill","model_type":17}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = wire.RecordType(b)
 		_, _ = wire.ParseEndpoint(b)
