@@ -83,6 +83,8 @@ func (x *exchange) route() {
 	d, ok := x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), shim.Request[*Backend]{
 		Model:        x.q.Model,
 		PromptTokens: pick.EstimateTokens(x.q.promptText()),
+		Path:         x.path,
+		Body:         x.body,
 		Usable:       func(b *Backend) bool { return x.policy.allows(b.Name()) && b.Available(now) },
 	}, now)
 	if !ok {

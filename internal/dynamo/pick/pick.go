@@ -46,6 +46,11 @@ type Request struct {
 	Namespaces []string
 	// EstPromptTokens is the estimated prompt size.
 	EstPromptTokens int
+	// Path is the endpoint (/v1/chat/completions, /v1/completions) and
+	// Body the request as the frontend will receive it: what a picker that
+	// renders the prompt reads. Pickers that do not, ignore them.
+	Path string
+	Body []byte
 }
 
 // Target is one pinned (worker, dp rank).

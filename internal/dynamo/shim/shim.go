@@ -261,6 +261,9 @@ type Request[R comparable] struct {
 	Model string
 	// PromptTokens is the prompt's estimated size.
 	PromptTokens int
+	// Path and Body are the endpoint and the body the frontend will get.
+	Path string
+	Body []byte
 	// Usable reports whether a replica may take this request now (the
 	// client's key allows it, it is healthy, its breaker lets it through).
 	Usable func(R) bool
@@ -297,7 +300,8 @@ func (d *Dispatcher[R]) Pin(snap *fleet.Snapshot, req Request[R], now time.Time)
 		return nil, false
 	}
 	picker := d.Picker()
-	pin, ticket, err := picker.Reserve(snap, pick.Request{Model: plan.Model(req.Model), Namespaces: cands.Namespaces, EstPromptTokens: req.PromptTokens}, now)
+	pin, ticket, err := picker.Reserve(snap, pick.Request{Model: plan.Model(req.Model), Namespaces: cands.Namespaces,
+		EstPromptTokens: req.PromptTokens, Path: req.Path, Body: req.Body}, now)
 	if err != nil {
 		return nil, false
 	}
