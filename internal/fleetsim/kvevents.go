@@ -47,11 +47,14 @@ func engineBlocks(id uint64, blockSize int) []wire.StoredBlock {
 	return out
 }
 
+// engineHash is the engine's block hash of block j of trace block id:
+// deterministic, and spread over the whole u64 range as vLLM's are (i64
+// hashes reinterpreted as u64, so about half have the top bit set).
 func engineHash(id uint64, j int) uint64 {
 	var buf [16]byte
 	binary.LittleEndian.PutUint64(buf[:8], id)
 	binary.LittleEndian.PutUint64(buf[8:], uint64(j))
-	return xxh3.Hash(buf[:]) >> 1 // vLLM's hashes are non-negative i64
+	return xxh3.Hash(buf[:])
 }
 
 // publishKV sends the events of one request's cache update on a rank;

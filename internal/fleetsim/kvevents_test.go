@@ -174,6 +174,24 @@ func checkStored(t *testing.T, payload []byte, worker uint64, sent map[uint64][2
 	if st.ParentHash != nil || len(st.Blocks) != 2*fleetsim.TraceBlockTokens/16 {
 		t.Fatalf("parent %v, %d blocks", st.ParentHash, len(st.Blocks))
 	}
+	// Engine hashes span the u64 range, as vLLM's do; the independent
+	// decoder and ours read the same values.
+	ours, err := wire.DecodeRouterEvents(payload, nil)
+	if err != nil || len(ours) != 1 || len(ours[0].Blocks) != len(st.Blocks) {
+		t.Fatalf("DecodeRouterEvents: %d events, %v", len(ours), err)
+	}
+	topBit := 0
+	for i, b := range st.Blocks {
+		if got := ours[0].Blocks[i]; got.BlockHash != b.BlockHash || got.TokensHash != b.TokensHash {
+			t.Fatalf("block %d: %x/%x, msgpack library read %x/%x", i, got.BlockHash, got.TokensHash, b.BlockHash, b.TokensHash)
+		}
+		if b.BlockHash>>63 == 1 {
+			topBit++
+		}
+	}
+	if topBit == 0 || topBit == len(st.Blocks) {
+		t.Errorf("%d of %d block hashes have the top bit set", topBit, len(st.Blocks))
+	}
 	// Which request was this? Its first block's tokens say.
 	for first, blocks := range sent {
 		var want []uint64

@@ -7,41 +7,82 @@ const (
 	KVCleared = "cleared"
 )
 
+// Storage tiers (StorageTier's snake_case names). A publisher that omits
+// the field means the device tier.
+const (
+	TierDevice     = "device"
+	TierHostPinned = "host_pinned"
+	TierDisk       = "disk"
+	TierExternal   = "external"
+)
+
+// Residency domains (residency_domain, sent only by the newest publishers).
+// An absent field means the legacy semantics: the blocks belong to the
+// worker, and a cleared event clears every domain of the rank.
+const (
+	ResidencyWorker     = "worker"
+	ResidencyCacheOwner = "cache_owner"
+)
+
 // StoredBlock is one block of a stored event: the engine's own
-// (sequence-aware, opaque) hash and Dynamo's tokens_hash.
+// (sequence-aware, opaque) hash and Dynamo's tokens_hash. Both take the
+// whole u64 range: vLLM's hashes are i64 values reinterpreted, so about
+// half have the top bit set.
 type StoredBlock struct {
 	BlockHash  uint64
 	TokensHash uint64
+	// Multimodal: the block carried multimodal metadata (a non-nil
+	// mm_extra_info), so its tokens_hash mixes in the objects' hashes.
+	Multimodal bool
 }
 
 // RouterEvent is one KV cache event of a worker rank, as published on
 // kv-events.
 type RouterEvent struct {
-	WorkerID    uint64
-	StorageTier string // "" is device
-	EventID     uint64
-	DPRank      uint32
-	Kind        string // KVStored, KVRemoved or KVCleared
+	WorkerID uint64
+	// StorageTier: one of the Tier constants, or another tier's name as
+	// sent. Encoding writes "" as device; decoding never returns "".
+	StorageTier string
+	// Residency: "" when the publisher sent no residency_domain (legacy
+	// worker semantics), otherwise ResidencyWorker or ResidencyCacheOwner.
+	Residency string
+	EventID   uint64
+	DPRank    uint32
+	Kind      string // KVStored, KVRemoved or KVCleared
 	// Stored: the block before Blocks[0] (nil at the root) and the blocks.
 	ParentHash *uint64
-	Blocks     []StoredBlock
+	// Stored: the absolute block index of Blocks[0] in its sequence, when
+	// the publisher sent it (Blocks[i] is then block StartPosition+i,
+	// counted in blocks from 0, whatever ParentHash says).
+	StartPosition *uint32
+	Blocks        []StoredBlock
 	// Removed: the engine hashes of the blocks that left.
 	Removed []uint64
 }
 
 // EncodeRouterEvent writes e as rmp_serde's named msgpack: maps with field
 // names in declaration order, the event data externally tagged, None as nil.
+// residency_domain is written only when set (upstream skips it when
+// missing), and a multimodal block's mm_extra_info as {"mm_objects": []}.
 func EncodeRouterEvent(e RouterEvent) []byte {
 	var w mpWriter
-	w.mapHeader(3)
+	if e.Residency != "" {
+		w.mapHeader(4)
+	} else {
+		w.mapHeader(3)
+	}
 	w.str("worker_id")
 	w.uint(e.WorkerID)
 	w.str("storage_tier")
 	tier := e.StorageTier
 	if tier == "" {
-		tier = "device"
+		tier = TierDevice
 	}
 	w.str(tier)
+	if e.Residency != "" {
+		w.str("residency_domain")
+		w.str(e.Residency)
+	}
 	w.str("event")
 	w.mapHeader(3)
 	w.str("event_id")
@@ -55,7 +96,11 @@ func EncodeRouterEvent(e RouterEvent) []byte {
 		w.str("parent_hash")
 		w.optUint(e.ParentHash)
 		w.str("start_position")
-		w.nil()
+		if e.StartPosition != nil {
+			w.uint(uint64(*e.StartPosition))
+		} else {
+			w.nil()
+		}
 		w.str("blocks")
 		w.arrayHeader(len(e.Blocks))
 		for _, b := range e.Blocks {
@@ -65,7 +110,13 @@ func EncodeRouterEvent(e RouterEvent) []byte {
 			w.str("tokens_hash")
 			w.uint(b.TokensHash)
 			w.str("mm_extra_info")
-			w.nil()
+			if b.Multimodal {
+				w.mapHeader(1)
+				w.str("mm_objects")
+				w.arrayHeader(0)
+			} else {
+				w.nil()
+			}
 		}
 	case KVRemoved:
 		w.mapHeader(1)

@@ -231,3 +231,82 @@ func (r *mpReader) skip(depth int) error {
 	}
 	return mpErr("0x%02x is not a msgpack type", c)
 }
+
+// peek returns the next byte without consuming it.
+func (r *mpReader) peek() (byte, bool) {
+	if r.i >= len(r.b) {
+		return 0, false
+	}
+	return r.b[r.i], true
+}
+
+func isMapByte(c byte) bool   { return c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf }
+func isArrayByte(c byte) bool { return c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd }
+func isIntByte(c byte) bool   { return c <= 0x7f || c >= 0xe0 || c >= 0xcc && c <= 0xd3 }
+
+// notA reports that the next value is not of the type wanted.
+func (r *mpReader) notA(want string) error {
+	c, ok := r.peek()
+	if !ok {
+		return mpErr("truncated")
+	}
+	return mpErr("0x%02x is not a %s", c, want)
+}
+
+// key reads a map key: a string (or bytes).
+func (r *mpReader) key() ([]byte, error) { return r.raw() }
+
+// optBits64 reads an integer or nil. A non-negative integer is its value;
+// a negative one (an i64 written signed) is its two's-complement bits, so
+// that every u64 comes back whichever way its writer saw it.
+func (r *mpReader) optBits64() (v uint64, isNil bool, err error) {
+	c, err := r.byte1()
+	if err != nil {
+		return 0, false, err
+	}
+	switch {
+	case c <= 0x7f:
+		return uint64(c), false, nil
+	case c >= 0xe0:
+		return uint64(int64(int8(c))), false, nil
+	case c == 0xc0:
+		return 0, true, nil
+	case c >= 0xcc && c <= 0xcf:
+		v, err := r.uintN(1 << (c - 0xcc))
+		return v, false, err
+	case c >= 0xd0 && c <= 0xd3:
+		n := 1 << (c - 0xd0)
+		u, err := r.uintN(n)
+		shift := uint(64 - 8*n)
+		return uint64(int64(u<<shift) >> shift), false, err
+	}
+	return 0, false, mpErr("0x%02x is not an integer", c)
+}
+
+func (r *mpReader) bits64() (uint64, error) {
+	v, isNil, err := r.optBits64()
+	if err == nil && isNil {
+		err = mpErr("nil where an integer is required")
+	}
+	return v, err
+}
+
+// optU32 reads a non-negative integer that fits in 32 bits, or nil.
+func (r *mpReader) optU32() (v uint32, isNil bool, err error) {
+	u, isNil, err := r.optUint()
+	if err != nil || isNil {
+		return 0, isNil, err
+	}
+	if u > 1<<32-1 {
+		return 0, false, mpErr("%d does not fit in 32 bits", u)
+	}
+	return uint32(u), false, nil
+}
+
+func (r *mpReader) u32() (uint32, error) {
+	v, isNil, err := r.optU32()
+	if err == nil && isNil {
+		err = mpErr("nil where an integer is required")
+	}
+	return v, err
+}
