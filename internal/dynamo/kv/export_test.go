@@ -31,11 +31,13 @@ func (ix *Index) checkInvariants() string {
 		if ix.nodes[nd.parent].parent < 0 && nd.parent != 0 {
 			return fmt.Sprintf("node %d: parent %d is free", i, nd.parent)
 		}
-		if e, ok := ix.edges[edgeKey{nd.hash, uint64(nd.parent)}]; !ok || e != int32(i) {
+		if e, ok := ix.edges.find(nd.path, nd.parent); !ok || ix.edges.slots[e].node != int32(i) {
 			return fmt.Sprintf("node %d: edge missing", i)
 		}
-		if nd.nown > 0 {
+		if nd.nown >= 2 {
 			used += 1 << nd.class
+		}
+		if nd.nown > 0 {
 			own := ix.ownersOf(int32(i))
 			for j, r := range own {
 				if j > 0 && own[j-1] >= r {
@@ -58,8 +60,14 @@ func (ix *Index) checkInvariants() string {
 			return fmt.Sprintf("node %d: neither owners nor children", i)
 		}
 	}
-	if liveNodes != ix.nodeCount || len(ix.edges) != liveNodes {
-		return fmt.Sprintf("nodes %d, counted %d, edges %d", ix.nodeCount, liveNodes, len(ix.edges))
+	if liveNodes != ix.nodeCount || ix.edges.n != liveNodes {
+		return fmt.Sprintf("nodes %d, counted %d, edges %d", ix.nodeCount, liveNodes, ix.edges.n)
+	}
+	if msg := checkTable(len(ix.edges.slots), func(i int) (int, bool) {
+		s := ix.edges.slots[i]
+		return ix.edges.home(s.path), s.node != 0
+	}); msg != "" {
+		return "edges: " + msg
 	}
 	if used != ix.owners.used {
 		return fmt.Sprintf("arena used %d, counted %d", ix.owners.used, used)
@@ -70,12 +78,25 @@ func (ix *Index) checkInvariants() string {
 		if !rs.inUse {
 			continue
 		}
-		if ix.rankOf[rs.key] != int32(r) || len(rs.blocks) == 0 {
+		if ix.rankOf[rs.key] != int32(r) || rs.blocks.n == 0 {
 			return fmt.Sprintf("rank %d: not indexed or empty", r)
 		}
+		if msg := checkTable(len(rs.blocks.slots), func(i int) (int, bool) {
+			s := rs.blocks.slots[i]
+			return rs.blocks.home(s.hash), s.node != 0
+		}); msg != "" {
+			return fmt.Sprintf("rank %d: %s", r, msg)
+		}
 		per := map[int32]uint32{}
-		for _, ref := range rs.blocks {
-			per[ref.node]++
+		entries := 0
+		for _, s := range rs.blocks.slots {
+			if s.node != 0 {
+				per[s.node]++
+				entries++
+			}
+		}
+		if entries != rs.blocks.n {
+			return fmt.Sprintf("rank %d: %d entries, counted %d", r, rs.blocks.n, entries)
 		}
 		for n, c := range per {
 			if !ix.owns(n, int32(r)) {
@@ -111,4 +132,22 @@ func countInUse(rs []rankState) int {
 		}
 	}
 	return n
+}
+
+// checkTable verifies linear probing: every slot in use is reached from its
+// home without crossing an empty slot.
+func checkTable(size int, slot func(int) (home int, used bool)) string {
+	mask := size - 1
+	for i := range size {
+		home, used := slot(i)
+		if !used {
+			continue
+		}
+		for j := home; j != i; j = (j + 1) & mask {
+			if _, u := slot(j); !u {
+				return fmt.Sprintf("slot %d (home %d) is cut off by the empty slot %d", i, home, j)
+			}
+		}
+	}
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/continuum-router/continuum/internal/dynamo/load"
@@ -94,10 +95,11 @@ type Stats struct {
 	// Nodes in the tree (the root not counted), (rank, node) ownerships,
 	// ranks holding at least one block, subscriptions and their cursors.
 	Nodes, Ownerships, Ranks, Subscriptions, Cursors int
-	// Bytes estimates the memory the index holds: slices by their capacity
-	// times their element size; each Go map by the most entries it has held
-	// (maps do not shrink) times its slot size plus a control byte, over the
-	// 2/3 average load of Go's hash tables.
+	// Bytes estimates the memory the index holds: slices and hash tables by
+	// their capacity times their element size; the few Go maps (ranks by
+	// key, cursors, ranks holding a node twice) by their length times their
+	// slot size plus a control byte, over the 2/3 average load of Go's hash
+	// tables.
 	Bytes int64
 
 	// StoredBlocks counts blocks placed (a new hold or one more reference
@@ -128,6 +130,13 @@ var defaultLimits = limits{MaxIndexBlocks, MaxBlocksPerRank, MaxIndexOwnerships,
 // maps to it; a node with no owners and no children is freed, and so, in
 // turn, are its parents that are left the same.
 //
+// Nodes live in one slice, by int32 number, with a free list; owner lists
+// in one arena; the edges and the ranks' engine hashes in open-addressing
+// tables (index_table.go). The edges are keyed by the parent and a path
+// hash (the tokens hashes chained from the root), so the slots a chain will
+// touch are known, and read ahead, before its nodes are found: the cache
+// misses of a batch overlap.
+//
 // Writers (Apply, SetLive, ClearSubscription) hold the lock alone;
 // FindMatches and Stats share it.
 type Index struct {
@@ -137,15 +146,16 @@ type Index struct {
 	nodes     []node // nodes[0] is the root; a free node has parent -1
 	freeNodes []int32
 	nodeCount int
-	// edges finds a child by its parent and tokens_hash.
-	edges     map[edgeKey]int32
-	edgesPeak int
-	owners    ownerArena
+	// edges finds a child by its parent and path hash.
+	edges  edgeTable
+	owners ownerArena
+	// seed is the root's path hash, and seeds the ranks' tables: random,
+	// as the keys come from workers.
+	seed uint64
 
 	ranks      []rankState // by rank number; a free one is not inUse
 	freeRanks  []int32
 	rankOf     map[load.Key]int32
-	rankSlots  int // sum of the ranks' peaks
 	ownerships int
 
 	live map[uint64]load.LiveWorker
@@ -153,6 +163,10 @@ type Index struct {
 	nCur int // cursors of all subscriptions
 
 	cnt counters
+	// sink and keep take what prefetching reads, so that the reads are not
+	// optimized away.
+	sink int32
+	keep atomic.Int64
 }
 
 type counters struct {
@@ -160,35 +174,23 @@ type counters struct {
 }
 
 type node struct {
-	hash   uint64 // tokens_hash
+	path   uint64 // pathHash of the tokens_hash from the root to the node
 	parent int32
 	kids   int32 // children
-	own    int32 // offset of the owner list in the arena; -1 without owners
-	nown   uint16
-	class  uint8 // the owner list's chunk holds 1<<class ranks
-}
-
-type edgeKey struct {
-	hash   uint64
-	parent uint64
+	// own is the one owner itself when nown is 1, else the offset of the
+	// owner list in the arena (-1 without owners).
+	own   int32
+	nown  uint16
+	class uint8 // an arena list's chunk holds 1<<class ranks
 }
 
 type rankState struct {
 	key    load.Key
 	inUse  bool
-	blocks map[uint64]blockRef
+	blocks blockTable
 	// multi counts, for the nodes this rank holds under two or more engine
 	// hashes, how many; a node held under one is not in it.
 	multi map[int32]uint32
-	// peak is the most entries blocks has held since it was made.
-	peak int
-}
-
-// blockRef is one engine hash of a rank: its node and how many times it was
-// stored without being removed.
-type blockRef struct {
-	node int32
-	refs uint32
 }
 
 type subscription struct {
@@ -201,9 +203,9 @@ type cursor struct {
 	id, fp uint64
 }
 
-// bigRankMap: a freed rank keeps its emptied map for reuse up to this peak;
-// a larger one is dropped.
-const bigRankMap = 4096
+// bigRankTable: a freed rank keeps its emptied table for reuse up to this
+// many slots; a larger one is dropped.
+const bigRankTable = 1 << 12
 
 // NewIndex returns an empty index whose gate admits no worker until SetLive.
 func NewIndex() *Index { return newIndex(defaultLimits) }
@@ -212,12 +214,13 @@ func newIndex(lim limits) *Index {
 	ix := &Index{
 		lim:    lim,
 		nodes:  make([]node, 1, 1024),
-		edges:  make(map[edgeKey]int32, 1024),
+		seed:   newSeed(),
 		rankOf: map[load.Key]int32{},
 		live:   map[uint64]load.LiveWorker{},
 		subs:   map[SubscriptionID]*subscription{},
 	}
-	ix.nodes[0] = node{own: -1}
+	ix.nodes[0] = node{path: ix.seed, own: -1}
+	ix.edges.init(10)
 	return ix
 }
 
@@ -274,11 +277,12 @@ func (ix *Index) ClearSubscription(id SubscriptionID) {
 	ix.maybeCompact()
 }
 
-// check is the per-event admission: the checks that need nothing but the
-// event. It returns "" for an event to index, ResultOtherTier for one that
-// only moves its rank's cursor, or ResultMalformed. Checks of new event
-// fields belong here.
-func check(ev *wire.RouterEvent) string {
+// admit holds the per-event checks, those that need nothing but the event.
+// It returns "" for an event to index, ResultOtherTier for one that only
+// moves its rank's cursor, or ResultMalformed for one that cannot be. The
+// checks of new event fields belong here; those of new block fields belong
+// in store's loop over the blocks.
+func admit(ev *wire.RouterEvent) string {
 	switch ev.Kind {
 	case wire.KVStored:
 		if len(ev.Blocks) == 0 {
@@ -303,7 +307,7 @@ func check(ev *wire.RouterEvent) string {
 // rank's cursor (replays skipped, a gap drops the rank's blocks first);
 // then the event itself, if it is about the device tier.
 func (ix *Index) Apply(sub SubscriptionID, ev *wire.RouterEvent) Outcome {
-	adm := check(ev)
+	adm := admit(ev)
 	if adm == ResultMalformed {
 		return Outcome{Result: ResultMalformed}
 	}
@@ -395,22 +399,27 @@ func (ix *Index) store(k load.Key, ev *wire.RouterEvent) string {
 	r, ok := ix.rankOf[k]
 	parent := int32(0)
 	if ev.ParentHash != nil {
-		var ref blockRef
+		var i int
 		if ok {
-			ref, ok = ix.ranks[r].blocks[*ev.ParentHash]
+			i, ok = ix.ranks[r].blocks.find(*ev.ParentHash)
 		}
 		if !ok {
 			ix.cnt.refused += uint64(len(ev.Blocks))
 			return ResultUnknownParent
 		}
-		parent = ref.node
+		parent = ix.ranks[r].blocks.slots[i].node
 	}
 	if !ok {
 		r = ix.newRank(k)
 	}
 	res := ResultAccepted
+	var paths [prefetchWindow]uint64
+	path := ix.nodes[parent].path
 	for i := range ev.Blocks {
-		n, placed := ix.storeBlock(r, parent, ev.Blocks[i])
+		if i%prefetchWindow == 0 {
+			path = ix.prefetchStore(&ix.ranks[r].blocks, ev.Blocks[i:min(i+prefetchWindow, len(ev.Blocks))], path, &paths)
+		}
+		n, placed := ix.storeBlock(r, parent, ev.Blocks[i], paths[i%prefetchWindow])
 		if !placed {
 			ix.cnt.refused += uint64(len(ev.Blocks) - i)
 			res = ResultOverCapacity
@@ -418,31 +427,40 @@ func (ix *Index) store(k load.Key, ev *wire.RouterEvent) string {
 		}
 		parent = n
 	}
-	if len(ix.ranks[r].blocks) == 0 {
+	if ix.ranks[r].blocks.n == 0 {
 		ix.freeRank(r)
 	}
 	return res
 }
 
-// storeBlock makes rank r hold the block b under parent and returns its
-// node, or false if a cap refuses it; ix.mu is held.
-func (ix *Index) storeBlock(r, parent int32, b wire.StoredBlock) (int32, bool) {
+// storeBlock makes rank r hold the block b, whose path hash is path, under
+// parent and returns its node, or false if a cap refuses it; ix.mu is held.
+func (ix *Index) storeBlock(r, parent int32, b wire.StoredBlock, path uint64) (int32, bool) {
 	rs := &ix.ranks[r]
-	child, exists := ix.edges[edgeKey{b.TokensHash, uint64(parent)}]
-	ref, had := rs.blocks[b.BlockHash]
-	if had && exists && ref.node == child {
-		if ref.refs == math.MaxUint32 {
-			return 0, false
+	ei, exists := ix.edges.find(path, parent)
+	var child int32
+	if exists {
+		child = ix.edges.slots[ei].node
+	}
+	bi, had := rs.blocks.find(b.BlockHash)
+	var old int32
+	if had {
+		s := &rs.blocks.slots[bi]
+		if exists && s.node == child {
+			if s.refs == math.MaxUint32 {
+				return 0, false
+			}
+			s.refs++
+			ix.cnt.stored++
+			return child, true
 		}
-		ref.refs++
-		rs.blocks[b.BlockHash] = ref
-		ix.cnt.stored++
-		return child, true
+		old = s.node
 	}
 	// The engine hash comes to child: a new entry, or one that leaves
 	// another node (the engine holds one block per hash, so the event is the
-	// newer truth). Caps are checked before anything changes.
-	if !had && len(rs.blocks) >= ix.lim.perRank {
+	// newer truth). Caps are checked before anything changes, a moving hash
+	// as if it added to the counts.
+	if !had && rs.blocks.n >= ix.lim.perRank {
 		return 0, false
 	}
 	owns := exists && ix.owns(child, r)
@@ -455,7 +473,7 @@ func (ix *Index) storeBlock(r, parent int32, b wire.StoredBlock) (int32, bool) {
 		}
 	}
 	if !exists {
-		child = ix.newNode(parent, b.TokensHash)
+		child = ix.newNode(ei, parent, path)
 	}
 	if owns {
 		if rs.multi == nil {
@@ -466,16 +484,15 @@ func (ix *Index) storeBlock(r, parent int32, b wire.StoredBlock) (int32, bool) {
 		ix.addOwner(child, r)
 		ix.ownerships++
 	}
-	rs.blocks[b.BlockHash] = blockRef{node: child, refs: 1}
+	slot := blockSlot{hash: b.BlockHash, node: child, refs: 1}
 	if had {
+		rs.blocks.slots[bi] = slot
 		// child is in place first, so releasing the old node cannot free
 		// the chain this block hangs from.
 		ix.cnt.rebinds++
-		ix.release(r, ref.node)
-	}
-	if n := len(rs.blocks); n > rs.peak {
-		ix.rankSlots += n - rs.peak
-		rs.peak = n
+		ix.release(r, old)
+	} else {
+		rs.blocks.insert(bi, slot)
 	}
 	ix.cnt.stored++
 	return child, true
@@ -488,24 +505,69 @@ func (ix *Index) remove(k load.Key, hashes []uint64) {
 		ix.cnt.unknownRemovals += uint64(len(hashes))
 		return
 	}
-	rs := &ix.ranks[r]
+	t := &ix.ranks[r].blocks
+	for len(hashes) > 0 {
+		w := hashes[:min(len(hashes), prefetchWindow)]
+		hashes = hashes[len(w):]
+		ix.prefetchRemove(t, w)
+		ix.removeSome(r, t, w)
+	}
+	if t.n == 0 {
+		ix.freeRank(r)
+	}
+}
+
+// prefetchWindow: how many blocks the prefetching reads ahead.
+const prefetchWindow = 16
+
+// prefetchStore computes the path hashes of blocks, which follow the path
+// hash path, into paths and returns the last; and reads, ahead of the work,
+// the slots the blocks will touch.
+func (ix *Index) prefetchStore(t *blockTable, blocks []wire.StoredBlock, path uint64, paths *[prefetchWindow]uint64) uint64 {
+	var sink int32
+	for i := range blocks {
+		path = pathHash(path, blocks[i].TokensHash)
+		paths[i] = path
+		sink += t.slots[t.home(blocks[i].BlockHash)].node
+		sink += ix.edges.slots[ix.edges.home(path)].node
+	}
+	ix.sink += sink
+	return path
+}
+
+// prefetchRemove reads, ahead of the work, the slots and nodes the removal
+// of hashes will touch: the loads do not depend on each other, so their
+// cache misses overlap instead of following one another.
+func (ix *Index) prefetchRemove(t *blockTable, hashes []uint64) {
+	var sink int32
 	for _, h := range hashes {
-		ref, ok := rs.blocks[h]
-		switch {
-		case !ok:
+		sink += t.slots[t.home(h)].node
+	}
+	for _, h := range hashes {
+		if i, ok := t.find(h); ok {
+			nd := &ix.nodes[t.slots[i].node]
+			sink += nd.kids
+			sink += ix.edges.slots[ix.edges.home(nd.path)].node
+		}
+	}
+	ix.sink += sink
+}
+
+func (ix *Index) removeSome(r int32, t *blockTable, hashes []uint64) {
+	for _, h := range hashes {
+		i, ok := t.find(h)
+		if !ok {
 			ix.cnt.unknownRemovals++
 			continue
-		case ref.refs > 1:
-			ref.refs--
-			rs.blocks[h] = ref
-		default:
-			delete(rs.blocks, h)
-			ix.release(r, ref.node)
+		}
+		if s := &t.slots[i]; s.refs > 1 {
+			s.refs--
+		} else {
+			n := s.node
+			t.remove(i)
+			ix.release(r, n)
 		}
 		ix.cnt.removed++
-	}
-	if len(rs.blocks) == 0 {
-		ix.freeRank(r)
 	}
 }
 
@@ -535,7 +597,8 @@ func (ix *Index) prune(n int32) {
 			return
 		}
 		p := nd.parent
-		delete(ix.edges, edgeKey{nd.hash, uint64(p)})
+		i, _ := ix.edges.find(nd.path, p)
+		ix.edges.remove(i)
 		*nd = node{parent: -1, own: -1}
 		ix.freeNodes = append(ix.freeNodes, n)
 		ix.nodeCount--
@@ -544,7 +607,9 @@ func (ix *Index) prune(n int32) {
 	}
 }
 
-func (ix *Index) newNode(parent int32, hash uint64) int32 {
+// newNode makes the node of path under parent, whose edge goes to the empty
+// slot ei.
+func (ix *Index) newNode(ei int, parent int32, path uint64) int32 {
 	var n int32
 	if k := len(ix.freeNodes); k > 0 {
 		n = ix.freeNodes[k-1]
@@ -553,10 +618,9 @@ func (ix *Index) newNode(parent int32, hash uint64) int32 {
 		n = int32(len(ix.nodes))
 		ix.nodes = append(ix.nodes, node{})
 	}
-	ix.nodes[n] = node{hash: hash, parent: parent, own: -1}
+	ix.nodes[n] = node{path: path, parent: parent, own: -1}
 	ix.nodes[parent].kids++
-	ix.edges[edgeKey{hash, uint64(parent)}] = n
-	ix.edgesPeak = max(ix.edgesPeak, len(ix.edges))
+	ix.edges.insert(ei, edgeSlot{path: path, parent: parent, node: n})
 	ix.nodeCount++
 	return n
 }
@@ -572,8 +636,8 @@ func (ix *Index) newRank(k load.Key) int32 {
 	}
 	rs := &ix.ranks[r]
 	rs.key, rs.inUse = k, true
-	if rs.blocks == nil {
-		rs.blocks = make(map[uint64]blockRef, 64)
+	if rs.blocks.slots == nil {
+		rs.blocks.init(minTableLog, ix.seed^uint64(r)*0x9e3779b97f4a7c15)
 	}
 	ix.rankOf[k] = r
 	return r
@@ -581,9 +645,10 @@ func (ix *Index) newRank(k load.Key) int32 {
 
 // dropRank releases every block of rank r and frees it.
 func (ix *Index) dropRank(r int32) {
-	rs := &ix.ranks[r]
-	for _, ref := range rs.blocks {
-		ix.release(r, ref.node)
+	for _, s := range ix.ranks[r].blocks.slots {
+		if s.node != 0 {
+			ix.release(r, s.node)
+		}
 	}
 	ix.freeRank(r)
 }
@@ -592,12 +657,11 @@ func (ix *Index) dropRank(r int32) {
 func (ix *Index) freeRank(r int32) {
 	rs := &ix.ranks[r]
 	delete(ix.rankOf, rs.key)
-	if rs.peak > bigRankMap {
-		rs.blocks = nil
-		ix.rankSlots -= rs.peak
-		rs.peak = 0
+	if len(rs.blocks.slots) > bigRankTable {
+		rs.blocks = blockTable{}
 	} else {
-		clear(rs.blocks)
+		clear(rs.blocks.slots)
+		rs.blocks.n = 0
 	}
 	rs.multi = nil
 	rs.inUse = false
@@ -616,10 +680,20 @@ func (ix *Index) FindMatches(hashes []uint64, dst []Match) []Match {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	n, ok := ix.edges[edgeKey{hashes[0], 0}]
+	var paths [prefetchWindow]uint64
+	path, sink := ix.prefetchFind(hashes, ix.seed, &paths)
+	defer func() {
+		// The prefetching loads must count as used: this condition is
+		// next to never true, and what it does then is harmless.
+		if sink == math.MinInt32 {
+			ix.keep.Add(1)
+		}
+	}()
+	i, ok := ix.edges.find(paths[0], 0)
 	if !ok {
 		return dst
 	}
+	n := ix.edges.slots[i].node
 	// dst[base:] is the ranks still matching, sorted by rank number (held
 	// in Blocks meanwhile), then the ranks done, with their counts.
 	base := len(dst)
@@ -629,10 +703,16 @@ func (ix *Index) FindMatches(hashes []uint64, dst []Match) []Match {
 	active := dst[base:]
 	depth := 1
 	for ; depth < len(hashes) && len(active) > 0; depth++ {
-		c, ok := ix.edges[edgeKey{hashes[depth], uint64(n)}]
+		if depth%prefetchWindow == 0 {
+			var more int32
+			path, more = ix.prefetchFind(hashes[depth:], path, &paths)
+			sink += more
+		}
+		i, ok := ix.edges.find(paths[depth%prefetchWindow], n)
 		if !ok {
 			break
 		}
+		c := ix.edges.slots[i].node
 		// Keep the ranks that hold c too, in order, in front; the others
 		// end at depth and move behind them.
 		own := ix.ownersOf(c)
@@ -659,6 +739,19 @@ func (ix *Index) FindMatches(hashes []uint64, dst []Match) []Match {
 	return dst
 }
 
+// prefetchFind computes the path hashes of the next window of hashes, which
+// follow the path hash path, into paths, and reads their edge slots ahead.
+// It returns the last path hash and the sum of what it read.
+func (ix *Index) prefetchFind(hashes []uint64, path uint64, paths *[prefetchWindow]uint64) (uint64, int32) {
+	var sink int32
+	for i, h := range hashes[:min(len(hashes), prefetchWindow)] {
+		path = pathHash(path, h)
+		paths[i] = path
+		sink += ix.edges.slots[ix.edges.home(path)].node
+	}
+	return path, sink
+}
+
 // Stats returns the size of the index and its counters.
 func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
@@ -679,12 +772,12 @@ func (ix *Index) Stats() Stats {
 	}
 	b := int64(cap(ix.nodes))*int64(unsafe.Sizeof(node{})) + int64(cap(ix.freeNodes))*4
 	b += ix.owners.bytes()
-	b += int64(ix.edgesPeak) * mapEntryBytes(unsafe.Sizeof(edgeKey{})+4)
+	b += int64(len(ix.edges.slots)) * int64(unsafe.Sizeof(edgeSlot{}))
 	b += int64(cap(ix.ranks))*int64(unsafe.Sizeof(rankState{})) + int64(cap(ix.freeRanks))*4
-	b += int64(ix.rankSlots) * mapEntryBytes(8+unsafe.Sizeof(blockRef{}))
 	b += int64(len(ix.rankOf)) * mapEntryBytes(unsafe.Sizeof(load.Key{})+4)
 	for i := range ix.ranks {
-		b += int64(len(ix.ranks[i].multi)) * mapEntryBytes(8)
+		b += int64(len(ix.ranks[i].blocks.slots))*int64(unsafe.Sizeof(blockSlot{})) +
+			int64(len(ix.ranks[i].multi))*mapEntryBytes(8)
 	}
 	b += int64(ix.nCur) * mapEntryBytes(unsafe.Sizeof(load.Key{})+unsafe.Sizeof(cursor{}))
 	b += int64(len(ix.subs)) * (mapEntryBytes(16) + int64(unsafe.Sizeof(subscription{})))

@@ -9,8 +9,8 @@ import (
 	"unsafe"
 )
 
-// ownerClasses: a list lives in a chunk of 1<<class slots, class 0..12, so
-// the largest chunk holds MaxOwnersPerNode ranks.
+// ownerClasses: a list of two or more lives in a chunk of 1<<class slots,
+// class 1..12, so the largest chunk holds MaxOwnersPerNode ranks.
 const ownerClasses = 13
 
 // compactMin: the arena is rewritten when it has more free slots than live
@@ -50,28 +50,41 @@ func (a *ownerArena) bytes() int64 {
 }
 
 // ownersOf returns node n's owners, sorted; the slice is valid until the
-// arena next changes.
+// nodes or the arena next change.
 func (ix *Index) ownersOf(n int32) []int32 {
 	nd := &ix.nodes[n]
-	if nd.nown == 0 {
+	switch nd.nown {
+	case 0:
 		return nil
+	case 1:
+		return unsafe.Slice(&nd.own, 1)
 	}
 	return ix.owners.buf[nd.own : nd.own+int32(nd.nown)]
 }
 
 func (ix *Index) owns(n, r int32) bool {
+	nd := &ix.nodes[n]
+	if nd.nown == 1 {
+		return nd.own == r
+	}
 	_, ok := slices.BinarySearch(ix.ownersOf(n), r)
 	return ok
 }
 
-// addOwner inserts rank r, which does not hold n, into n's owners.
+// addOwner inserts rank r, which does not hold n, into n's owners: one owner
+// in the node itself, more in an arena chunk that doubles when full.
 func (ix *Index) addOwner(n, r int32) {
 	nd := &ix.nodes[n]
 	a := &ix.owners
 	switch {
 	case nd.nown == 0:
-		nd.class = 0
-		nd.own = a.alloc(0)
+		nd.own, nd.nown = r, 1
+		return
+	case nd.nown == 1:
+		off := a.alloc(1)
+		a.buf[off], a.buf[off+1] = min(nd.own, r), max(nd.own, r)
+		nd.own, nd.nown, nd.class = off, 2, 1
+		return
 	case int(nd.nown) == 1<<nd.class:
 		off := a.alloc(nd.class + 1)
 		copy(a.buf[off:], a.buf[nd.own:nd.own+int32(nd.nown)])
@@ -85,19 +98,25 @@ func (ix *Index) addOwner(n, r int32) {
 	nd.nown++
 }
 
-// removeOwner takes rank r, which holds n, out of n's owners. A list down
-// to a quarter of its chunk moves to a chunk half the size.
+// removeOwner takes rank r, which holds n, out of n's owners. The last one
+// moves into the node; a list down to a quarter of its chunk moves to a
+// chunk half the size.
 func (ix *Index) removeOwner(n, r int32) {
 	nd := &ix.nodes[n]
 	a := &ix.owners
+	if nd.nown == 1 {
+		nd.own, nd.nown = -1, 0
+		return
+	}
 	list := ix.ownersOf(n)
 	i, _ := slices.BinarySearch(list, r)
 	copy(list[i:], list[i+1:])
 	nd.nown--
 	switch {
-	case nd.nown == 0:
+	case nd.nown == 1:
+		last := list[0]
 		a.release(nd.own, nd.class)
-		nd.own = -1
+		nd.own, nd.class = last, 0
 	case nd.class >= 2 && int(nd.nown) <= 1<<(nd.class-2):
 		off := a.alloc(nd.class - 1)
 		copy(a.buf[off:], a.buf[nd.own:nd.own+int32(nd.nown)])
@@ -119,10 +138,10 @@ func (ix *Index) maybeCompact() {
 	used := 0
 	for i := range ix.nodes {
 		nd := &ix.nodes[i]
-		if nd.nown == 0 {
+		if nd.nown < 2 {
 			continue
 		}
-		class := uint8(0)
+		class := uint8(1)
 		for 1<<class < int(nd.nown) {
 			class++
 		}
