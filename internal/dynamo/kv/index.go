@@ -260,6 +260,7 @@ func isLive(live map[uint64]load.LiveWorker, k load.Key) bool {
 // ClearSubscription forgets a subscription: the blocks of every rank it fed
 // and its cursors. The caller calls it when the subscription stopped, or
 // could not connect for long enough that its ranks are no longer believed.
+// A rank fed by two subscriptions loses its blocks when either is cleared.
 func (ix *Index) ClearSubscription(id SubscriptionID) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -303,9 +304,11 @@ func admit(ev *wire.RouterEvent) string {
 }
 
 // Apply takes one event of subscription sub, in the order the publisher
-// sent it. In turn: the per-event checks; the live-identity gate; the
-// rank's cursor (replays skipped, a gap drops the rank's blocks first);
-// then the event itself, if it is about the device tier.
+// sent it; ev is read, not kept. In turn: the per-event checks; the
+// live-identity gate; the rank's cursor (replays skipped, a gap drops the
+// rank's blocks first); then the event itself, if it is about the device
+// tier. The index keeps a subscription from its first event until
+// ClearSubscription; the caller bounds how many subscriptions it feeds.
 func (ix *Index) Apply(sub SubscriptionID, ev *wire.RouterEvent) Outcome {
 	adm := admit(ev)
 	if adm == ResultMalformed {
