@@ -3,7 +3,7 @@
 // template, encode it with the pinned tokenizer exactly as the worker will,
 // and hash its complete blocks as the worker's KV events do.
 //
-// Imports: wire, tokenize and chattemplate.
+// Imports: wire, load, tokenize and chattemplate.
 package kv
 
 import (
