@@ -5,8 +5,9 @@
 // hands it a configuration and values, and the demo assembles it beside the
 // simulated fleet.
 //
-// Imports: config, telemetry and the engines (discovery and its sources,
-// fleet, load, pick, router, zmtp); never cli, iostreams or fleetsim.
+// Imports: config, telemetry and the engines (artifact, discovery and its
+// sources, fleet, kv, load, pick, router, zmtp); never cli, iostreams or
+// fleetsim.
 package routerd
 
 import (
@@ -16,16 +17,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/router"
@@ -65,7 +69,11 @@ type Daemon struct {
 	registry   *fleet.Registry
 	watcher    *discovery.Watcher // nil without Dynamo
 	supervisor *load.Supervisor   // nil without direct load subscriptions
-	router     *router.Server
+	// KV-aware selection (dynamo.kv.enabled): the kv-events subscriptions
+	// and the artifact loader; nil without it.
+	kvSubs    *kv.Subscriptions
+	artifacts *artifact.Loader
+	router    *router.Server
 
 	servers   []*http.Server
 	listeners []net.Listener
@@ -117,20 +125,72 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 
 	picker := deps.Picker
 	if picker == nil {
-		picker = pick.NewLoadBased(store)
+		base := pick.NewLoadBased(store)
+		picker = base
+		if cfg.Dynamo.Enabled && cfg.Dynamo.KV.Enabled {
+			kp, err := d.kvPicker(cfg, base, promReg)
+			if err != nil {
+				return nil, err
+			}
+			picker = kp
+		}
 	}
 	ropts := router.Options{Config: cfg, Registry: d.registry, Store: store, Picker: picker, Metrics: rm, Gatherer: promReg, Logger: logger}
 	if d.watcher != nil {
 		ropts.DiscoveryConnected = d.watcher.Connected
 	}
-	if d.supervisor != nil {
-		ropts.Subscriptions = d.supervisor.Subscriptions
-	}
+	ropts.Subscriptions = d.subscriptions
 	d.router = router.New(ropts)
 	if err := d.listen(); err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// kvPicker builds KV-aware selection: the artifact loader (nothing loaded
+// unless pinned), the index, the kv-events subscriptions (direct transport;
+// the event bus carries them through brokers when it exists) and the
+// picker over the load-based one.
+func (d *Daemon) kvPicker(cfg *config.Config, base *pick.LoadBased, promReg prometheus.Registerer) (*kv.Picker, error) {
+	k := &cfg.Dynamo.KV
+	policy, err := artifact.PolicyFor(artifact.Settings{Pinned: k.PinnedArtifacts, AllowHTTP: k.AllowHTTPArtifacts,
+		AllowHF: k.AllowHFArtifacts, CacheDir: k.ArtifactCacheDir}, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("dynamo.kv.%w", err)
+	}
+	am := telemetry.NewArtifactMetrics(promReg)
+	km := telemetry.NewKVMetrics(promReg)
+	d.artifacts, err = artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: d.logger, Metrics: am})
+	if err != nil {
+		return nil, err
+	}
+	index := kv.NewIndex()
+	if cfg.Dynamo.Load.Transport != config.TransportBroker {
+		cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
+		if err != nil {
+			return nil, err
+		}
+		d.kvSubs = kv.NewSubscriptions(d.registry, index, &zmtp.Direct{Allow: cidrs}, km, d.logger)
+	}
+	return kv.NewPicker(base, index, kv.NewPrompts(d.artifacts), KVSettings(k), km, am, d.logger), nil
+}
+
+// KVSettings are the picker's settings of dynamo.kv.
+func KVSettings(k *config.KV) kv.Settings {
+	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
+		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData}
+}
+
+// subscriptions lists the load and kv-events subscriptions.
+func (d *Daemon) subscriptions() []load.SubscriptionInfo {
+	var out []load.SubscriptionInfo
+	if d.supervisor != nil {
+		out = append(out, d.supervisor.Subscriptions()...)
+	}
+	if d.kvSubs != nil {
+		out = append(out, d.kvSubs.Subscriptions()...)
+	}
+	return out
 }
 
 // listen binds the main listener and, when configured, the admin one.
@@ -193,6 +253,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.supervisor != nil {
 		g.Go(func() error { return d.supervisor.Run(gctx) })
+	}
+	if d.kvSubs != nil {
+		g.Go(func() error { return d.kvSubs.Run(gctx) })
+	}
+	if d.artifacts != nil {
+		g.Go(func() error { return d.artifacts.Run(gctx) })
 	}
 	g.Go(func() error { return d.router.Run(gctx) })
 	for i, s := range d.servers {

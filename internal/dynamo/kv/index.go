@@ -55,6 +55,14 @@ const (
 	// ResultOtherTier: the event is about a tier other than the device's;
 	// it moves the cursor and nothing else.
 	ResultOtherTier = "other_tier"
+	// ResultCacheOwner: the event is about a cache owner's residency
+	// domain (a shared cache), not a worker's; it moves the cursor and
+	// nothing else.
+	ResultCacheOwner = "cache_owner"
+	// ResultMultimodal: the stored chain starts with a multimodal block,
+	// which a text request's hashes never reach; it moves the cursor and
+	// nothing else. (A chain that reaches one later is indexed up to it.)
+	ResultMultimodal = "multimodal"
 	// ResultUnknownParent: the stored chain's parent is not a block the
 	// rank holds, so the chain cannot be placed; its blocks are dropped.
 	ResultUnknownParent = "unknown_parent"
@@ -67,7 +75,7 @@ const (
 // Results lists every result Apply returns, gap included (to pre-register
 // the label values).
 var Results = []string{ResultAccepted, ResultReplay, ResultGap, ResultOverCapacity,
-	ResultIdentityMismatch, ResultOtherTier, ResultUnknownParent, ResultMalformed}
+	ResultIdentityMismatch, ResultOtherTier, ResultCacheOwner, ResultMultimodal, ResultUnknownParent, ResultMalformed}
 
 // SubscriptionID names one publisher's subscription. The event_id cursors of
 // the ranks it feeds belong to it and outlive its connections; a restarted
@@ -300,6 +308,15 @@ func admit(ev *wire.RouterEvent) string {
 	if ev.StorageTier != "" && ev.StorageTier != "device" {
 		return ResultOtherTier
 	}
+	// A cache owner's domain (a shared cache) is not a worker's cache.
+	if ev.Residency == wire.ResidencyCacheOwner {
+		return ResultCacheOwner
+	}
+	// The router hashes text only: a chain that starts with a multimodal
+	// block holds nothing a request's hashes can reach.
+	if ev.Kind == wire.KVStored && ev.Blocks[0].Multimodal {
+		return ResultMultimodal
+	}
 	return ""
 }
 
@@ -401,6 +418,13 @@ func mix(h, v uint64) uint64 {
 func (ix *Index) store(k load.Key, ev *wire.RouterEvent) string {
 	r, ok := ix.rankOf[k]
 	parent := int32(0)
+	// start_position is the block index of blocks[0] in its sequence:
+	// without a parent, a chain that does not start at block 0 cannot be
+	// placed. With a parent the parent places it.
+	if ev.ParentHash == nil && ev.StartPosition != nil && *ev.StartPosition > 0 {
+		ix.cnt.refused += uint64(len(ev.Blocks))
+		return ResultUnknownParent
+	}
 	if ev.ParentHash != nil {
 		var i int
 		if ok {
@@ -419,6 +443,12 @@ func (ix *Index) store(k load.Key, ev *wire.RouterEvent) string {
 	var paths [prefetchWindow]uint64
 	path := ix.nodes[parent].path
 	for i := range ev.Blocks {
+		if ev.Blocks[i].Multimodal {
+			// The chain stops at its first multimodal block: what follows
+			// extends a prefix no text request can match.
+			ix.cnt.refused += uint64(len(ev.Blocks) - i)
+			break
+		}
 		if i%prefetchWindow == 0 {
 			path = ix.prefetchStore(&ix.ranks[r].blocks, ev.Blocks[i:min(i+prefetchWindow, len(ev.Blocks))], path, &paths)
 		}

@@ -823,3 +823,52 @@ func ExampleIndex() {
 	// accepted
 	// 7 0 2
 }
+
+// TestIndexResidencyMultimodalStart: cache-owner events and chains that
+// start with a multimodal block move the cursor and index nothing; a chain
+// reaching a multimodal block is indexed up to it; a chain without a
+// parent that does not start at block 0 cannot be placed.
+func TestIndexResidencyMultimodalStart(t *testing.T) {
+	t.Parallel()
+	ix := kv.NewIndex()
+	ix.SetLive(liveWorkers(1, 1))
+	f := newFeeder(ix)
+	owner := chain(1, nil, 100, 1, 2)
+	owner.Residency = wire.ResidencyCacheOwner
+	if out := f.apply(owner); out != (kv.Outcome{Result: kv.ResultCacheOwner}) {
+		t.Errorf("cache owner: %+v", out)
+	}
+	worker := chain(1, nil, 110, 1, 2)
+	worker.Residency = wire.ResidencyWorker
+	if out := f.apply(worker); out != accepted {
+		t.Errorf("worker residency: %+v", out)
+	}
+	mmFirst := chain(1, nil, 200, 7, 8)
+	mmFirst.Blocks[0].Multimodal = true
+	if out := f.apply(mmFirst); out != (kv.Outcome{Result: kv.ResultMultimodal}) {
+		t.Errorf("multimodal first block: %+v", out)
+	}
+	mmLater := chain(1, ph(111), 300, 3, 4, 5)
+	mmLater.Blocks[1].Multimodal = true
+	if out := f.apply(mmLater); out != accepted {
+		t.Errorf("multimodal later block: %+v", out)
+	}
+	start := uint32(3)
+	offset := chain(1, nil, 400, 9)
+	offset.StartPosition = &start
+	if out := f.apply(offset); out != (kv.Outcome{Result: kv.ResultUnknownParent}) {
+		t.Errorf("a chain starting at block 3 without a parent: %+v", out)
+	}
+	zero := uint32(0)
+	root := chain(1, nil, 500, 6)
+	root.StartPosition = &zero
+	if out := f.apply(root); out != accepted {
+		t.Errorf("a chain starting at block 0: %+v", out)
+	}
+	// No gap was seen: every event above moved the cursor.
+	checkIndex(t, ix, []query{
+		q(map[load.Key]int{key(1, 0): 3}, 1, 2, 3, 4, 5),
+		q(nil, 7, 8),
+		q(map[load.Key]int{key(1, 0): 1}, 6),
+	}, shape{4, 4, 1})
+}

@@ -1,0 +1,184 @@
+package kv
+
+import (
+	"cmp"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// Settings are the kv.* fields the picker reads at each request, so that a
+// change applies at the next one without touching the index.
+type Settings struct {
+	Terms
+	// SendTokenData sends the rendered prompt's ids as nvext.token_data.
+	SendTokenData bool
+}
+
+// Picker is the KV-aware picker: the load-based picker (its ledger, its
+// decode rule) with the prefill choice, and the decode choice of an
+// aggregated fleet, made by the cost formula with each rank's overlap of
+// the request's prompt. Without a prompt (unpinned or disagreeing
+// artifacts, a failed render) it picks by load alone, and counts why.
+type Picker struct {
+	base    *pick.LoadBased
+	index   *Index
+	prompts *Prompts
+	metrics *telemetry.KVMetrics
+	notes   *telemetry.ArtifactMetrics
+	logger  *slog.Logger
+
+	settings atomic.Pointer[Settings]
+	// noted remembers the models whose unsupported block size was logged
+	// (bounded: past the bound nothing more is logged).
+	noted sync.Map
+	nnote atomic.Int32
+
+	buf sync.Pool // *matchBuf
+}
+
+var _ pick.Picker = (*Picker)(nil)
+
+// NewPicker returns a KV-aware picker over base. metrics, notes and
+// logger may be nil.
+func NewPicker(base *pick.LoadBased, index *Index, prompts *Prompts, s Settings, metrics *telemetry.KVMetrics, notes *telemetry.ArtifactMetrics, logger *slog.Logger) *Picker {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Picker{base: base, index: index, prompts: prompts, metrics: metrics, notes: notes, logger: logger}
+	p.settings.Store(&s)
+	p.buf.New = func() any { return &matchBuf{} }
+	return p
+}
+
+// SetSettings applies kv.* settings from the next request on.
+func (p *Picker) SetSettings(s Settings) { p.settings.Store(&s) }
+
+// matchBuf holds one request's overlaps per block size.
+type matchBuf struct {
+	matches []Match
+	bySize  [MaxBlockSizesPerRequest]struct {
+		size int
+		held map[load.Key]int
+	}
+	n int
+}
+
+// Overlap implements Overlaps.
+func (b *matchBuf) Overlap(worker uint64, rank uint32, blockSize int) int {
+	for i := range b.n {
+		if b.bySize[i].size == blockSize {
+			return b.bySize[i].held[load.Key{WorkerID: worker, DPRank: rank}]
+		}
+	}
+	return 0
+}
+
+// Reserve implements pick.Picker.
+func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) (pick.Pin, pick.Ticket, error) {
+	s := p.settings.Load()
+	prompt, result := p.prompts.Prepare(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req))
+	if prompt == nil {
+		pin, t, err := p.base.Reserve(snap, req, now)
+		if err == nil {
+			p.count(result)
+		}
+		return pin, t, err
+	}
+	b := p.buf.Get().(*matchBuf)
+	defer p.buf.Put(b)
+	b.n = 0
+	for size, hashes := range prompt.Hashes {
+		slot := &b.bySize[b.n]
+		b.n++
+		slot.size = size
+		if slot.held == nil {
+			slot.held = map[load.Key]int{}
+		}
+		clear(slot.held)
+		b.matches = p.index.FindMatches(hashes, b.matches[:0])
+		for _, m := range b.matches {
+			slot.held[m.Rank] = m.Blocks
+		}
+	}
+	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b}
+	req.EstPromptTokens = len(prompt.IDs) // the ledger counts the real size
+	pin, t, err := p.base.ReserveScored(snap, req, now, ch)
+	if err != nil {
+		return pin, t, err
+	}
+	switch {
+	case ch.Scored && ch.Chosen.Overlap > 0:
+		p.count(ResultOverlap)
+	default:
+		p.count(ResultNoOverlap)
+	}
+	if s.SendTokenData {
+		pin.TokenIDs = prompt.IDs
+	}
+	return pin, t, nil
+}
+
+// Release implements pick.Picker.
+func (p *Picker) Release(t pick.Ticket) { p.base.Release(t) }
+
+func (p *Picker) count(result string) {
+	if p.metrics != nil && result != "" {
+		p.metrics.Selections.WithLabelValues(result).Inc()
+	}
+}
+
+// maxNotedModels bounds the models whose unsupported block size is logged.
+const maxNotedModels = 4096
+
+// blockSizes returns the block sizes of the request's candidate workers,
+// the most common first, at most MaxBlockSizesPerRequest of the supported
+// ones. An unsupported size is logged once per model and counted as an
+// unsupported artifact.
+func (p *Picker) blockSizes(snap *fleet.Snapshot, req pick.Request) []int {
+	type sized struct{ size, n int }
+	var sizes []sized
+	for _, w := range snap.Workers {
+		if w.Model != req.Model || w.BlockSize == nil || !slices.Contains(req.Namespaces, w.ID.Namespace) {
+			continue
+		}
+		bs := int(*w.BlockSize)
+		if bs < MinBlockSize || bs > MaxBlockSize {
+			p.noteUnsupported(req.Model, bs)
+			continue
+		}
+		if i := slices.IndexFunc(sizes, func(s sized) bool { return s.size == bs }); i >= 0 {
+			sizes[i].n++
+		} else {
+			sizes = append(sizes, sized{bs, 1})
+		}
+	}
+	slices.SortFunc(sizes, func(a, b sized) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.size, b.size)) })
+	out := make([]int, 0, MaxBlockSizesPerRequest)
+	for _, s := range sizes[:min(len(sizes), MaxBlockSizesPerRequest)] {
+		out = append(out, s.size)
+	}
+	return out
+}
+
+func (p *Picker) noteUnsupported(model string, bs int) {
+	if _, seen := p.noted.Load(model); seen || p.nnote.Load() >= maxNotedModels {
+		return
+	}
+	if _, loaded := p.noted.LoadOrStore(model, true); loaded {
+		return
+	}
+	p.nnote.Add(1)
+	p.logger.Warn("kv-aware selection skips workers whose block size it cannot hash", "model", model, "block_size", bs,
+		"supported", "16..65536")
+	if p.notes != nil {
+		p.notes.Artifacts.WithLabelValues(telemetry.ArtifactUnsupported).Inc()
+	}
+}

@@ -1,0 +1,251 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// StaleAfter is how long a kv-events subscription may be without a session
+// before the blocks it fed are dropped: events were missed meanwhile, and
+// a cache view that old would send requests to blocks long evicted.
+const StaleAfter = 60 * time.Second
+
+// kvTopics are the spellings of the KV events topic across Dynamo
+// revisions.
+var kvTopics = []string{"kv-events", "kv_events"}
+
+// IsKVTopic reports whether topic is the KV events topic.
+func IsKVTopic(topic string) bool { return slices.Contains(kvTopics, topic) }
+
+// Subscriptions keeps one kv-events subscription per advertised publisher
+// (through the same per-subscription loop and pool as the load signals),
+// feeds the index, and keeps the index's live-identity gate in step with
+// the registry.
+type Subscriptions struct {
+	reg     *fleet.Registry
+	index   *Index
+	metrics *telemetry.KVMetrics
+	logger  *slog.Logger
+	pool    load.Pool
+
+	mu      sync.Mutex
+	readers map[uint64]*eventReader
+}
+
+// NewSubscriptions returns the kv-events subscriptions of reg's fleet
+// feeding index; metrics and logger may be nil.
+func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connector, metrics *telemetry.KVMetrics, logger *slog.Logger) *Subscriptions {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Subscriptions{reg: reg, index: index, metrics: metrics, logger: logger, readers: map[uint64]*eventReader{}}
+	s.pool = load.Pool{Family: "kv-events", Limits: zmtp.LimitsKVEvents, Connector: connector, Logger: logger,
+		NewHandler: s.newReader,
+		// A publisher that left or was replaced fed ranks that are no
+		// longer its own to say anything about.
+		Stopped: func(p fleet.Publisher) {
+			index.ClearSubscription(SubscriptionID(p.PublisherID))
+			s.mu.Lock()
+			delete(s.readers, p.PublisherID)
+			s.mu.Unlock()
+		},
+	}
+	if metrics != nil {
+		s.pool.Gauge = metrics.Subscriptions
+	}
+	return s
+}
+
+// Run follows registry generations until ctx ends, then stops every
+// subscription.
+func (s *Subscriptions) Run(ctx context.Context) error {
+	watch := s.reg.Subscribe()
+	gens := make(chan struct{}, 1)
+	go func() {
+		defer close(gens)
+		for {
+			if _, err := watch.Next(ctx); err != nil {
+				return
+			}
+			select {
+			case gens <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	tick := time.NewTicker(StaleAfter / 6)
+	defer tick.Stop()
+	s.reconcile(ctx, s.reg.Snapshot())
+	for {
+		select {
+		case _, ok := <-gens:
+			if !ok {
+				s.pool.Stop()
+				return nil
+			}
+			s.reconcile(ctx, s.reg.Snapshot())
+		case now := <-tick.C:
+			s.ageOut(now)
+		}
+		s.report()
+	}
+}
+
+// reconcile applies one snapshot: the live gate (departed workers' blocks
+// go), then the subscriptions.
+func (s *Subscriptions) reconcile(ctx context.Context, snap *fleet.Snapshot) {
+	live := make(map[uint64]load.LiveWorker, len(snap.Workers))
+	for _, w := range snap.Workers {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+	}
+	s.index.SetLive(live)
+	var want []*fleet.Publisher
+	for _, p := range snap.Publishers {
+		if IsKVTopic(p.Topic) {
+			want = append(want, p)
+		}
+	}
+	s.pool.Reconcile(ctx, want)
+}
+
+// ageOut drops what subscriptions without a session for StaleAfter fed.
+func (s *Subscriptions) ageOut(now time.Time) {
+	s.mu.Lock()
+	var stale []uint64
+	for id, r := range s.readers {
+		if r.staleAt(now) {
+			stale = append(stale, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range stale {
+		s.index.ClearSubscription(SubscriptionID(id))
+		s.logger.Info("kv-events subscription without a session for a minute: its blocks are dropped", "publisher_id", id)
+	}
+}
+
+// report exports the index's size.
+func (s *Subscriptions) report() {
+	if s.metrics == nil {
+		return
+	}
+	st := s.index.Stats()
+	s.metrics.IndexNodes.Set(float64(st.Nodes))
+	s.metrics.IndexOwners.Set(float64(st.Ownerships))
+	s.metrics.IndexBytes.Set(float64(st.Bytes))
+}
+
+// Subscriptions lists the running subscriptions.
+func (s *Subscriptions) Subscriptions() []load.SubscriptionInfo { return s.pool.Subscriptions() }
+
+func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
+	r := &eventReader{s: s, pid: p.PublisherID, topic: p.Topic, since: time.Now()}
+	s.mu.Lock()
+	s.readers[p.PublisherID] = r
+	s.mu.Unlock()
+	return r
+}
+
+func (s *Subscriptions) count(result string) {
+	if s.metrics != nil {
+		s.metrics.Events.WithLabelValues(result).Inc()
+	}
+}
+
+// eventReader applies one publisher's kv-events messages to the index.
+// Message, Oversized, Connected and Ended run on its subscription's
+// goroutine; the clock fields are also read by ageOut.
+type eventReader struct {
+	s     *Subscriptions
+	pid   uint64
+	topic string
+	buf   []wire.RouterEvent
+
+	mu        sync.Mutex
+	connected bool
+	since     time.Time // when it last lost (or never had) a session
+	cleared   bool      // its blocks were dropped for staleness
+}
+
+var _ load.Handler = (*eventReader)(nil)
+
+func (r *eventReader) staleAt(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.connected || r.cleared || now.Sub(r.since) < StaleAfter {
+		return false
+	}
+	r.cleared = true
+	return true
+}
+
+// Connected implements load.Handler. The event_id cursors outlive the
+// session: events replayed after a reconnect are skipped, missed ones are
+// a gap.
+func (r *eventReader) Connected() {
+	r.mu.Lock()
+	r.connected, r.cleared = true, false
+	r.mu.Unlock()
+}
+
+// Ended implements load.Handler.
+func (r *eventReader) Ended(err error) {
+	r.mu.Lock()
+	if r.connected {
+		r.connected, r.since = false, time.Now()
+	}
+	r.mu.Unlock()
+	if errors.Is(err, zmtp.ErrProtocol) || errors.Is(err, zmtp.ErrNotAllowed) {
+		r.s.count(wire.ResultTransportRefused)
+	}
+}
+
+// Oversized implements load.Handler.
+func (r *eventReader) Oversized() { r.s.count(wire.ResultOversized) }
+
+// Message implements load.Handler.
+func (r *eventReader) Message(frames [][]byte, _ time.Time) {
+	env, rej := wire.DecodeEventMessage(frames, r.topic, wire.MaxKVEventsPayloadBytes)
+	if rej != nil {
+		r.s.count(rej.Result)
+		return
+	}
+	if env.PublisherID != r.pid {
+		r.s.count(wire.ResultIdentityMismatch)
+		return
+	}
+	events, err := wire.DecodeRouterEvents(env.Payload, r.buf[:0])
+	if err != nil {
+		r.s.count(wire.ResultMalformed)
+		return
+	}
+	r.buf = events
+	for i := range events {
+		r.apply(&events[i])
+	}
+	if cap(r.buf) > wire.MaxKVEventsPerPayload {
+		r.buf = nil // keep an idle subscription small
+	}
+}
+
+// apply feeds one event to the index and counts what became of it.
+func (r *eventReader) apply(ev *wire.RouterEvent) {
+	out := r.s.index.Apply(SubscriptionID(r.pid), ev)
+	if out.Result == ResultAccepted && slices.ContainsFunc(ev.Blocks, func(b wire.StoredBlock) bool { return b.Multimodal }) {
+		r.s.count(ResultMultimodal) // indexed up to its first multimodal block
+	}
+	if out.Gap {
+		r.s.count(ResultGap)
+	}
+	r.s.count(out.Result)
+}
