@@ -1,0 +1,180 @@
+package kv_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// kvFleet is a snapshot of model "m" workers whose cards declare Qwen3's
+// pinned tokenizer and template: prefill ids, decode ids, aggregated ids.
+func kvFleet(t *testing.T, prefill, decode, aggregated []uint64) (*fleet.Snapshot, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	tok := testutil.TokenizerJSON(t, "qwen3")
+	cfg, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/chattemplate/qwen3.tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokPath, cfgPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json")
+	if err := os.WriteFile(tokPath, tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pins := []string{artifact.Sum(tok).String(), artifact.Sum(cfg).String()}
+	r := fleet.NewReducer()
+	t0 := time.Unix(1_800_000_000, 0)
+	put := func(component, wt string, id uint64) {
+		r.Put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", component, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, id), t0)
+		r.Put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", component, id), fmt.Appendf(nil,
+			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":%q,"kv_cache_block_size":16,
+			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192},
+			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
+			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, id, wt, tokPath, pins[0], cfgPath, pins[1]), t0)
+	}
+	for _, id := range prefill {
+		put("prefill", "Prefill", id)
+	}
+	for _, id := range decode {
+		put("decode", "Decode", id)
+	}
+	for _, id := range aggregated {
+		put("backend", "Aggregated", id)
+	}
+	return r.Build(t0), pins
+}
+
+// hold makes worker w (rank 0) hold the first n blocks of prompt in ix.
+func hold(t *testing.T, ix *kv.Index, sub kv.SubscriptionID, w uint64, hashes []uint64, n int) {
+	t.Helper()
+	ev := wire.RouterEvent{WorkerID: w, Kind: wire.KVStored, EventID: 1}
+	for i, h := range hashes[:n] {
+		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: w<<32 | uint64(i), TokensHash: h})
+	}
+	if out := ix.Apply(sub, &ev); out.Result != kv.ResultAccepted {
+		t.Fatalf("stored: %+v", out)
+	}
+}
+
+func longChat(words int) string {
+	var b strings.Builder
+	for i := range words {
+		fmt.Fprintf(&b, "word%d ", i%97)
+	}
+	return fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":"You answer briefly."},{"role":"user","content":%q}]}`, b.String())
+}
+
+// TestPickerPrefersTheHolder: the prefill worker holding the prompt's
+// prefix gets the request over an idle one; without a holder the choice
+// is by load; the selection results are counted.
+func TestPickerPrefersTheHolder(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{}
+	for _, w := range snap.Workers {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, SendTokenData: true}, m, nil, nil)
+
+	body := longChat(400)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hashes := pr.Hashes[16]
+	if len(hashes) < 20 {
+		t.Fatalf("only %d blocks", len(hashes))
+	}
+	hold(t, ix, 1, 11, hashes, len(hashes)-2)
+	hold(t, ix, 2, 12, hashes, 5)
+	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, EstPromptTokens: 1, Path: "/v1/chat/completions", Body: []byte(body)}
+	for range 3 {
+		pin, tk, err := p.Reserve(snap, req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(tk)
+		if pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 || pin.PrefillReason != pick.ReasonKVAware {
+			t.Fatalf("prefill %+v (%s), want the holder 11", pin.Prefill, pin.PrefillReason)
+		}
+		if pin.Decode.Worker.ID.InstanceID != 20 || len(pin.TokenIDs) != len(pr.IDs) {
+			t.Errorf("decode %d, %d token ids", pin.Decode.Worker.ID.InstanceID, len(pin.TokenIDs))
+		}
+	}
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultOverlap)); n != 3 {
+		t.Errorf("overlap selections %v", n)
+	}
+	// A prompt nobody holds: no overlap, picked all the same.
+	other := []byte(`{"model":"m","messages":[{"role":"user","content":"Something else entirely, and long enough to fill a few blocks of sixteen tokens each, surely."}]}`)
+	pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: other}, time.Now())
+	if err != nil || pin.Prefill == nil {
+		t.Fatalf("%+v %v", pin, err)
+	}
+	p.Release(tk)
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultNoOverlap)); n != 1 {
+		t.Errorf("no_overlap selections %v", n)
+	}
+	// Settings apply at the next request: without token data, no ids.
+	p.SetSettings(kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}})
+	pin, tk, _ = p.Reserve(snap, req, time.Now())
+	p.Release(tk)
+	if pin.TokenIDs != nil {
+		t.Error("token ids sent with send_token_data off")
+	}
+}
+
+// TestPickerAggregatedAndFallback: in an aggregated fleet the decode
+// choice follows the overlap; a request that cannot be rendered is picked
+// by load and counted.
+func TestPickerAggregatedAndFallback(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, nil, nil, []uint64{30, 31})
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{30: {Namespace: "dynamo"}, 31: {Namespace: "dynamo"}}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
+	body := longChat(200)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hold(t, ix, 1, 31, pr.Hashes[16], 8)
+	for range 3 {
+		pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(tk)
+		if pin.Decode.Worker.ID.InstanceID != 31 || pin.DecodeReason != pick.ReasonKVAware || pin.Prefill != nil {
+			t.Fatalf("decode %d (%s), prefill %v: want the holder 31", pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill)
+		}
+	}
+	pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(`{"messages":`)}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if pin.DecodeReason == pick.ReasonKVAware || promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultRenderUnavailable)) != 1 {
+		t.Errorf("an unreadable body: %s, render_unavailable %v", pin.DecodeReason, promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultRenderUnavailable)))
+	}
+}

@@ -1,0 +1,166 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// kvRecords puts a decode worker and its kv-events channel (under the
+// given topic spelling) into a reducer and publishes the snapshot.
+func kvRecords(r *fleet.Reducer, reg *fleet.Registry, worker, pid uint64, topic, endpoint string) {
+	t0 := time.Unix(1_800_000_000, 0)
+	r.Put(fmt.Sprintf("v1/instances/dynamo/decode/generate/%x", worker), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d}`, worker), t0)
+	r.Put(fmt.Sprintf("v1/mdc/dynamo/decode/generate/%x", worker), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Decode"}}`, worker), t0)
+	r.Put(fmt.Sprintf("v1/event_channels/namespace/dynamo/topic/%s/%x", wire.EncodeSegment(topic), pid), fmt.Appendf(nil,
+		`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, topic, pid, endpoint), t0)
+	reg.Publish(r.Build(t0))
+}
+
+// sender publishes one message over and over until the test moves on
+// (a SUB joins late and misses what was sent before it connected).
+type sender struct {
+	mu    sync.Mutex
+	frame [][]byte
+}
+
+func (s *sender) set(f [][]byte) { s.mu.Lock(); s.frame = f; s.mu.Unlock() }
+
+func (s *sender) run(ctx context.Context, pub *testutil.GoPublisher) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		f := s.frame
+		s.mu.Unlock()
+		if f != nil {
+			_ = pub.Send(f)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// TestSubscriptionsFeedTheIndex: a real ZMQ publisher's stored and removed
+// events reach the index (replays of a resent message skipped, a skipped
+// id a gap), the subscription gauge says connected, and a publisher that
+// leaves takes its blocks with it.
+func TestSubscriptionsFeedTheIndex(t *testing.T) {
+	t.Parallel()
+	for _, topic := range []string{"kv-events", "kv_events"} {
+		t.Run(topic, func(t *testing.T) {
+			t.Parallel()
+			pub := testutil.StartGoPublisher(t)
+			r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+			kvRecords(r, reg, 7, 0x77, topic, pub.Endpoint)
+			ix := kv.NewIndex()
+			m := telemetry.NewKVMetrics(nil)
+			subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, m, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); _ = subs.Run(ctx) }()
+			s := &sender{}
+			go func() { defer wg.Done(); s.run(ctx, pub) }()
+			t.Cleanup(func() { cancel(); wg.Wait() })
+
+			seq := uint64(0)
+			send := func(ev wire.RouterEvent) {
+				seq++
+				s.set(wire.EncodeEventMessage(topic, 0x77, seq, uint64(time.Now().UnixMilli()), wire.EncodeRouterEvent(ev)))
+			}
+			held := func() int {
+				for _, mt := range ix.FindMatches([]uint64{101, 102, 103}, nil) {
+					if mt.Rank == (load.Key{WorkerID: 7}) {
+						return mt.Blocks
+					}
+				}
+				return 0
+			}
+			send(wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored,
+				Blocks: []wire.StoredBlock{{BlockHash: 1 << 63, TokensHash: 101}, {BlockHash: 1<<63 | 1, TokensHash: 102}, {BlockHash: 1<<63 | 2, TokensHash: 103}}})
+			testutil.Eventually(t, 20*time.Second, "stored blocks indexed", func() bool { return held() == 3 })
+			if promtest.ToFloat64(m.Subscriptions.WithLabelValues(load.StateConnected, "direct")) != 1 {
+				t.Error("the subscription gauge does not read connected")
+			}
+			testutil.Eventually(t, 10*time.Second, "a resent message is a replay", func() bool {
+				return promtest.ToFloat64(m.Events.WithLabelValues(kv.ResultReplay)) > 0
+			})
+			if subs := subs.Subscriptions(); len(subs) != 1 || subs[0].Family != "kv-events" || subs[0].PublisherID != 0x77 {
+				t.Errorf("subscriptions %+v", subs)
+			}
+			send(wire.RouterEvent{WorkerID: 7, EventID: 2, Kind: wire.KVRemoved, Removed: []uint64{1<<63 | 2}})
+			testutil.Eventually(t, 10*time.Second, "removed block", func() bool { return held() == 2 })
+			// Events 3 and 4 never come: the rank starts over from this one.
+			send(wire.RouterEvent{WorkerID: 7, EventID: 5, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 9, TokensHash: 101}}})
+			testutil.Eventually(t, 10*time.Second, "a gap clears the rank", func() bool {
+				return held() == 1 && promtest.ToFloat64(m.Events.WithLabelValues(kv.ResultGap)) == 1
+			})
+			// The publisher leaves: what it fed goes.
+			r.Delete(fmt.Sprintf("v1/event_channels/namespace/dynamo/topic/%s/%x", wire.EncodeSegment(topic), 0x77))
+			reg.Publish(r.Build(time.Unix(1_800_000_000, 0)))
+			testutil.Eventually(t, 10*time.Second, "the departed publisher's blocks dropped", func() bool {
+				return held() == 0 && len(subs.Subscriptions()) == 0
+			})
+		})
+	}
+}
+
+// refusing is a connector that never connects.
+type refusing struct{}
+
+func (refusing) Transport() string { return "direct" }
+func (refusing) Connect(context.Context, string) (net.Conn, error) {
+	return nil, errors.New("connection refused")
+}
+
+// TestSubscriptionsAgeOut: the blocks a subscription fed stay while it
+// reconnects, and go once it has been without a session for StaleAfter.
+func TestSubscriptionsAgeOut(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
+		ix := kv.NewIndex()
+		subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = subs.Run(ctx) }()
+		synctest.Wait() // the live gate is set
+		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+		if out := ix.Apply(kv.SubscriptionID(0x77), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
+		time.Sleep(kv.StaleAfter - time.Second)
+		synctest.Wait()
+		if held() != 1 {
+			t.Fatal("dropped before StaleAfter")
+		}
+		time.Sleep(kv.StaleAfter / 3)
+		synctest.Wait()
+		if held() != 0 {
+			t.Error("still held after StaleAfter without a session")
+		}
+		cancel()
+		<-done
+	})
+}
