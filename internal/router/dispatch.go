@@ -327,6 +327,9 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin) {
 		}
 		if pin != nil {
 			path = shim.PathAggregated
+			if pin.Bypass {
+				path = shim.PathUnified
+			}
 			h.Set("x-continuum-worker", strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10))
 			if pin.Prefill != nil {
 				path = shim.PathDisaggregated

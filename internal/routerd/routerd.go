@@ -178,7 +178,8 @@ func (d *Daemon) kvPicker(cfg *config.Config, base *pick.LoadBased, promReg prom
 // KVSettings are the picker's settings of dynamo.kv.
 func KVSettings(k *config.KV) kv.Settings {
 	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
-		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData}
+		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData,
+		Conditional: k.ConditionalDisaggregation.Enabled, DecodeBusyThreshold: k.ConditionalDisaggregation.DecodeBusyThreshold}
 }
 
 // subscriptions lists the load and kv-events subscriptions.

@@ -20,6 +20,12 @@ type Settings struct {
 	Terms
 	// SendTokenData sends the rendered prompt's ids as nvext.token_data.
 	SendTokenData bool
+	// Conditional lets the chosen decode worker of a prefill/decode fleet
+	// prefill a request itself; DecodeBusyThreshold, when set, allows it
+	// only while the worker's expected active blocks stay at most that
+	// share of its total_kv_blocks.
+	Conditional         bool
+	DecodeBusyThreshold *float64
 }
 
 // Picker is the KV-aware picker: the load-based picker (its ledger, its
@@ -108,13 +114,15 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 			slot.held[m.Rank] = m.Blocks
 		}
 	}
-	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b}
+	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold}
 	req.EstPromptTokens = len(prompt.IDs) // the ledger counts the real size
 	pin, t, err := p.base.ReserveScored(snap, req, now, ch)
 	if err != nil {
 		return pin, t, err
 	}
 	switch {
+	case pin.Bypass:
+		p.count(ResultBypass)
 	case ch.Scored && ch.Chosen.Overlap > 0:
 		p.count(ResultOverlap)
 	default:

@@ -178,3 +178,49 @@ func TestPickerAggregatedAndFallback(t *testing.T) {
 		t.Errorf("an unreadable body: %s, render_unavailable %v", pin.DecodeReason, promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultRenderUnavailable)))
 	}
 }
+
+// TestPickerConditionalDisaggregation: with conditional disaggregation the
+// decode worker holding the prefix is chosen and prefills the request
+// itself; a busy threshold without a sample to check it against keeps the
+// pair.
+func TestPickerConditionalDisaggregation(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{}
+	for _, w := range snap.Workers {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo"}
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	terms := kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: terms, Conditional: true}, m, nil, nil)
+	body := longChat(300)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hold(t, ix, 1, 21, pr.Hashes[16], 10)
+	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	pin, tk, err := p.Reserve(snap, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if !pin.Bypass || pin.Prefill != nil || pin.Decode.Worker.ID.InstanceID != 21 || pin.PrefillReason != pick.ReasonConditional {
+		t.Fatalf("bypass %v, prefill %v, decode %d (%s)", pin.Bypass, pin.Prefill, pin.Decode.Worker.ID.InstanceID, pin.PrefillReason)
+	}
+	if promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultBypass)) != 1 {
+		t.Error("bypass not counted")
+	}
+	busy := 0.5
+	p.SetSettings(kv.Settings{Terms: terms, Conditional: true, DecodeBusyThreshold: &busy})
+	pin, tk, err = p.Reserve(snap, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if pin.Bypass || pin.Prefill == nil {
+		t.Errorf("bypassed without a sample to check the threshold: %+v", pin)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
@@ -72,6 +73,14 @@ type choice struct {
 	terms    Terms
 	isl      int
 	overlaps Overlaps
+	// conditional scores the decode choice of a prefill/decode fleet with
+	// max(0, decode_cost_blocks - overlap_credit_blocks) and lets the
+	// chosen decode worker prefill the request itself when it is not
+	// busier than busy (a fraction of its total_kv_blocks; nil: always).
+	conditional bool
+	busy        *float64
+	// Bypassed says the last Bypass let the decode worker prefill.
+	Bypassed bool
 	rng      func() float64 // uniform in [0, 1); nil: math/rand/v2
 
 	// costs and details hold the candidates' costs of the last Score
@@ -84,7 +93,34 @@ type choice struct {
 	Scored bool
 }
 
-var _ pick.Scorer = (*choice)(nil)
+var _ pick.Bypasser = (*choice)(nil)
+
+// ScoresDecode implements pick.Bypasser.
+func (c *choice) ScoresDecode() bool { return c.conditional }
+
+// Bypass implements pick.Bypasser: with a busy threshold, the decode
+// worker prefills the request itself only when its expected active blocks
+// (its backlog and the blocks this request adds) are at most that share of
+// its total_kv_blocks; without a sample or a capacity it does not.
+func (c *choice) Bypass(d pick.Candidate) bool {
+	if !c.conditional {
+		return false
+	}
+	c.Bypassed = false
+	if c.busy != nil {
+		capacity := d.Worker.Capacity.TotalKVBlocks
+		if !d.HasDecode || capacity == nil || *capacity == 0 || d.Worker.BlockSize == nil || *d.Worker.BlockSize == 0 {
+			return false
+		}
+		bs := int(*d.Worker.BlockSize)
+		adds := math.Max(0, float64((c.isl+bs-1)/bs-c.overlaps.Overlap(d.Worker.ID.InstanceID, d.DPRank, bs)))
+		if d.DecodeBlocks+adds > *c.busy*float64(*capacity) {
+			return false
+		}
+	}
+	c.Bypassed = true
+	return true
+}
 
 // Score implements pick.Scorer. The freshness rules: when any candidate
 // has a fresh sample carrying the phase's backlog, those candidates and
@@ -123,6 +159,11 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		ov := c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, bs)
 		details[i] = c.terms.Costs(c.isl, bs, ov, prefill, decode)
 		cost := details[i].Total
+		if phase == pick.PhaseDecode && cd.Worker.Role != fleet.RoleAggregated {
+			// A decode worker of a pair (conditional disaggregation):
+			// what it decodes, less what it already holds.
+			cost = math.Max(0, details[i].DecodeCostBlocks-details[i].CreditBlocks)
+		}
 		c.costs = append(c.costs, cost)
 		minCost, maxCost = math.Min(minCost, cost), math.Max(maxCost, cost)
 	}

@@ -252,7 +252,7 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 		var i int
 		var reason string
 		scored := false
-		if p.scorer != nil && dx.aggregatedOnly {
+		if p.scoresDecode(dx) {
 			i, reason, scored = p.scored(PhaseDecode, dx, r, now)
 		}
 		if !scored {
@@ -265,6 +265,10 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 			// No prefill id goes with an aggregated worker, and a decode
 			// worker without a prefill pool prefills itself.
 			pin.PrefillReason = ReasonNoPrefillPool
+			return
+		}
+		if p.scorer != nil && p.bypass(dx, i, r, now) {
+			pin.PrefillReason, pin.Bypass = ReasonConditional, true
 			return
 		}
 		px := dx.prefill[d.group]

@@ -69,6 +69,10 @@ type Pin struct {
 	Prefill       *Target
 	DecodeReason  string
 	PrefillReason string // "" when no prefill selection was made
+	// Bypass: the model has a prefill pool but the decode worker prefills
+	// this request itself (conditional disaggregation): only the decode pin
+	// is sent.
+	Bypass bool
 	// TokenIDs, when set, are the prompt's token ids as the frontend would
 	// encode them, to send as nvext.token_data so that it skips its own
 	// tokenization.

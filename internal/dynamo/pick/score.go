@@ -43,6 +43,19 @@ type Scorer interface {
 	Score(phase Phase, cands []Candidate, cursor func() uint64) (int, string, bool)
 }
 
+// Bypasser is a Scorer that may also make the decode choice when the
+// model has a prefill pool, and then let the chosen decode worker prefill
+// the request itself (conditional disaggregation).
+type Bypasser interface {
+	Scorer
+	// ScoresDecode reports whether the decode choice is the scorer's in
+	// every fleet, not only in an aggregated one.
+	ScoresDecode() bool
+	// Bypass decides, for the chosen decode candidate of a pair, whether
+	// it prefills the request itself (no prefill worker is pinned).
+	Bypass(decode Candidate) bool
+}
+
 // ReserveScored is Reserve with a scorer making the prefill choice of a
 // disaggregated pin, and the decode choice when every decode candidate is
 // an aggregated worker (an aggregated fleet, whose workers prefill their
@@ -86,6 +99,28 @@ func (p *LoadBased) candidates(x *index, r load.ReadView, now time.Time) []Candi
 	}
 	p.candBuf = out
 	return out
+}
+
+// scoresDecode reports whether the scorer makes the decode choice.
+func (p *LoadBased) scoresDecode(x *index) bool {
+	if p.scorer == nil {
+		return false
+	}
+	if b, ok := p.scorer.(Bypasser); ok && b.ScoresDecode() {
+		return true
+	}
+	return x.aggregatedOnly
+}
+
+// bypass asks a Bypasser whether decode candidate i of x prefills the
+// request itself; the caller holds p.mu and the store's read lock.
+func (p *LoadBased) bypass(x *index, i int, r load.ReadView, now time.Time) bool {
+	b, ok := p.scorer.(Bypasser)
+	if !ok || !b.ScoresDecode() {
+		return false
+	}
+	cands := p.candidates(x, r, now)
+	return b.Bypass(cands[i])
 }
 
 // scored asks the scorer for phase's choice among x's candidates; the

@@ -273,7 +273,8 @@ type Request[R comparable] struct {
 // and ended with Done.
 type Dispatch[R comparable] struct {
 	Pin pick.Pin
-	// Path is PathDisaggregated or PathAggregated.
+	// Path is PathDisaggregated, PathAggregated, or PathUnified for a
+	// conditional-disaggregation bypass.
 	Path string
 	// Replicas are the pinned namespace's usable replicas.
 	Replicas []R
@@ -306,7 +307,10 @@ func (d *Dispatcher[R]) Pin(snap *fleet.Snapshot, req Request[R], now time.Time)
 		return nil, false
 	}
 	path := PathAggregated
-	if pin.Prefill != nil {
+	switch {
+	case pin.Bypass:
+		path = PathUnified // prefilled where it decodes, by choice
+	case pin.Prefill != nil:
 		path = PathDisaggregated
 	}
 	return &Dispatch[R]{Pin: pin, Path: path, Replicas: cands.Of(pin.Namespace), Header: PinHeaders(pin, plan.cfg.LegacyPinHeaders), picker: picker, ticket: ticket}, true
