@@ -174,3 +174,50 @@ type ProblemsResponse struct {
 	Generation uint64    `json:"generation"`
 	Problems   []Problem `json:"problems"`
 }
+
+// KVResponse is GET /admin/dynamo/kv: the router's view of the workers' KV
+// caches, as its index holds it.
+type KVResponse struct {
+	Enabled bool      `json:"enabled"`
+	Index   KVIndex   `json:"index"`
+	Ranks   []KVRank  `json:"ranks"`
+	Results []KVCount `json:"selection_results"`
+}
+
+// KVIndex is the index's size and what it has taken since the start.
+type KVIndex struct {
+	Nodes         int    `json:"nodes"`
+	Ownerships    int    `json:"ownerships"`
+	Ranks         int    `json:"ranks"`
+	Subscriptions int    `json:"subscriptions"`
+	Cursors       int    `json:"cursors"`
+	Bytes         int64  `json:"bytes"`
+	StoredBlocks  uint64 `json:"stored_blocks"`
+	RemovedBlocks uint64 `json:"removed_blocks"`
+	RefusedBlocks uint64 `json:"refused_blocks"`
+	Gaps          uint64 `json:"gaps"`
+}
+
+// KVRank is one (worker, dp rank)'s device-tier blocks in the index, and
+// the cursor of each subscription feeding it.
+type KVRank struct {
+	WorkerID  string     `json:"worker_id"`
+	Namespace string     `json:"namespace"`
+	DPRank    uint32     `json:"dp_rank"`
+	Blocks    int        `json:"blocks"`
+	Cursors   []KVCursor `json:"cursors"`
+}
+
+// KVCursor is the last event id a subscription took for a rank, and the
+// gaps it saw there.
+type KVCursor struct {
+	PublisherID string `json:"publisher_id"`
+	EventID     uint64 `json:"event_id"`
+	Gaps        uint32 `json:"gaps"`
+}
+
+// KVCount is a selection result and how often it happened.
+type KVCount struct {
+	Result string `json:"result"`
+	Count  uint64 `json:"count"`
+}

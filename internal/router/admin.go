@@ -18,6 +18,18 @@ func (s *Server) mountAdmin(mux *http.ServeMux) {
 	mux.Handle("GET /admin/config", s.adminAuth(http.HandlerFunc(s.adminConfig)))
 	mux.Handle("GET /admin/dynamo/load", s.adminAuth(http.HandlerFunc(s.adminLoad)))
 	mux.Handle("GET /admin/dynamo/problems", s.adminAuth(http.HandlerFunc(s.adminProblems)))
+	mux.Handle("GET /admin/dynamo/kv", s.adminAuth(http.HandlerFunc(s.adminKV)))
+}
+
+// adminKV is the KV index's view of the workers' caches; enabled is false
+// without KV-aware selection.
+func (s *Server) adminKV(w http.ResponseWriter, _ *http.Request) {
+	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}}
+	if s.opts.KV != nil {
+		resp = s.opts.KV()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // adminLoad lists every live worker rank with its latest sample (state

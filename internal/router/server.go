@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
@@ -47,6 +48,8 @@ type Options struct {
 	Subscriptions func() []load.SubscriptionInfo
 	// DiscoveryConnected reports the discovery source's state.
 	DiscoveryConnected func() bool
+	// KV, when set, is the KV-aware view for GET /admin/dynamo/kv.
+	KV func() admin.KVResponse
 	// Transport overrides the upstream transport (tests, benchmarks).
 	Transport http.RoundTripper
 	// Now is the clock of breakers and rate limits; time.Now when nil.

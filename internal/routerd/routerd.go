@@ -18,12 +18,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
@@ -72,6 +75,8 @@ type Daemon struct {
 	// KV-aware selection (dynamo.kv.enabled): the kv-events subscriptions
 	// and the artifact loader; nil without it.
 	kvSubs    *kv.Subscriptions
+	kvIndex   *kv.Index
+	kvMetrics *telemetry.KVMetrics
 	artifacts *artifact.Loader
 	router    *router.Server
 
@@ -140,6 +145,9 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		ropts.DiscoveryConnected = d.watcher.Connected
 	}
 	ropts.Subscriptions = d.subscriptions
+	if d.kvIndex != nil {
+		ropts.KV = d.kvView
+	}
 	d.router = router.New(ropts)
 	if err := d.listen(); err != nil {
 		return nil, err
@@ -165,6 +173,7 @@ func (d *Daemon) kvPicker(cfg *config.Config, base *pick.LoadBased, promReg prom
 		return nil, err
 	}
 	index := kv.NewIndex()
+	d.kvIndex, d.kvMetrics = index, km
 	if cfg.Dynamo.Load.Transport != config.TransportBroker {
 		cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
 		if err != nil {
@@ -180,6 +189,34 @@ func KVSettings(k *config.KV) kv.Settings {
 	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
 		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData,
 		Conditional: k.ConditionalDisaggregation.Enabled, DecodeBusyThreshold: k.ConditionalDisaggregation.DecodeBusyThreshold}
+}
+
+// kvView is GET /admin/dynamo/kv.
+func (d *Daemon) kvView() admin.KVResponse {
+	st := d.kvIndex.Stats()
+	resp := admin.KVResponse{Enabled: true, Ranks: []admin.KVRank{}, Results: []admin.KVCount{},
+		Index: admin.KVIndex{Nodes: st.Nodes, Ownerships: st.Ownerships, Ranks: st.Ranks, Subscriptions: st.Subscriptions,
+			Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
+			RefusedBlocks: st.RefusedBlocks, Gaps: st.Gaps}}
+	ns := map[uint64]string{}
+	for _, w := range d.registry.Snapshot().Workers {
+		ns[w.ID.InstanceID] = w.ID.Namespace
+	}
+	for _, r := range d.kvIndex.Ranks() {
+		row := admin.KVRank{WorkerID: strconv.FormatUint(r.Rank.WorkerID, 10), Namespace: ns[r.Rank.WorkerID], DPRank: r.Rank.DPRank,
+			Blocks: r.Blocks, Cursors: []admin.KVCursor{}}
+		for _, c := range r.Cursors {
+			row.Cursors = append(row.Cursors, admin.KVCursor{PublisherID: strconv.FormatUint(uint64(c.Subscription), 10), EventID: c.EventID, Gaps: c.Gaps})
+		}
+		resp.Ranks = append(resp.Ranks, row)
+	}
+	for _, result := range kv.SelectionResults {
+		var m dto.Metric
+		if d.kvMetrics.Selections.WithLabelValues(result).Write(&m) == nil && m.GetCounter().GetValue() > 0 {
+			resp.Results = append(resp.Results, admin.KVCount{Result: result, Count: uint64(m.GetCounter().GetValue())})
+		}
+	}
+	return resp
 }
 
 // subscriptions lists the load and kv-events subscriptions.

@@ -2,6 +2,7 @@ package routerd_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -238,5 +239,44 @@ func TestRunStopsOnAPartsFailure(t *testing.T) {
 	if c, err := net.Dial("tcp", d.Addr()); err == nil {
 		_ = c.Close()
 		t.Error("the listener is still open")
+	}
+}
+
+// TestKVAdminView: with dynamo.kv.enabled the daemon runs the KV parts and
+// GET /admin/dynamo/kv shows the index; without, it says disabled.
+func TestKVAdminView(t *testing.T) {
+	t.Parallel()
+	for _, enabled := range []bool{true, false} {
+		cfg := baseConfig(t, "http://127.0.0.1:1")
+		cfg.Admin.Token = "secret"
+		cfg.Dynamo.KV.Enabled = enabled
+		cfg.Dynamo.KV.ArtifactCacheDir = t.TempDir()
+		d, err := routerd.New(cfg, routerd.Deps{ShutdownGrace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+d.Addr()+"/admin/dynamo/kv", nil)
+		req.Header.Set("Authorization", "Bearer secret")
+		var body string
+		testutil.Eventually(t, 10*time.Second, "admin kv", func() bool {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			body = string(b)
+			return resp.StatusCode == http.StatusOK
+		})
+		if want := fmt.Sprintf(`"enabled":%v`, enabled); !strings.Contains(body, want) || !strings.Contains(body, `"ranks":[]`) {
+			t.Errorf("kv %v: %s", enabled, body)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }

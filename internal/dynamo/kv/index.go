@@ -5,8 +5,10 @@ package kv
 // leading blocks each (worker, dp rank) already holds.
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -206,9 +208,10 @@ type subscription struct {
 }
 
 // cursor is the last event taken from one rank of one subscription: its id
-// and a fingerprint of its content.
+// and a fingerprint of its content, and the gaps seen on the rank.
 type cursor struct {
 	id, fp uint64
+	gaps   uint32
 }
 
 // bigRankTable: a freed rank keeps its emptied table for reuse up to this
@@ -361,9 +364,10 @@ func (ix *Index) Apply(sub SubscriptionID, ev *wire.RouterEvent) Outcome {
 			ix.dropRank(r)
 		}
 		ix.cnt.gaps++
+		c.gaps++
 		out.Gap = true
 	}
-	s.cursors[k] = cursor{id: ev.EventID, fp: fp}
+	s.cursors[k] = cursor{id: ev.EventID, fp: fp, gaps: c.gaps}
 	if adm != "" {
 		out.Result = adm
 		return out
@@ -816,6 +820,56 @@ func (ix *Index) Stats() Stats {
 	b += int64(len(ix.subs)) * (mapEntryBytes(16) + int64(unsafe.Sizeof(subscription{})))
 	st.Bytes = b
 	return st
+}
+
+// RankInfo is one (worker, dp rank) as the index knows it: the device-tier
+// blocks it holds and, per subscription feeding it, the last event id
+// taken and the gaps seen.
+type RankInfo struct {
+	Rank    load.Key
+	Blocks  int
+	Cursors []CursorInfo
+}
+
+// CursorInfo is one subscription's cursor of a rank.
+type CursorInfo struct {
+	Subscription SubscriptionID
+	EventID      uint64
+	Gaps         uint32
+}
+
+// Ranks lists every rank the index holds blocks of or has a cursor for,
+// ordered by worker and rank.
+func (ix *Index) Ranks() []RankInfo {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	byKey := map[load.Key]*RankInfo{}
+	get := func(k load.Key) *RankInfo {
+		ri := byKey[k]
+		if ri == nil {
+			ri = &RankInfo{Rank: k}
+			byKey[k] = ri
+		}
+		return ri
+	}
+	for k, r := range ix.rankOf {
+		get(k).Blocks = ix.ranks[r].blocks.n
+	}
+	for id, s := range ix.subs {
+		for k, c := range s.cursors {
+			ri := get(k)
+			ri.Cursors = append(ri.Cursors, CursorInfo{Subscription: id, EventID: c.id, Gaps: c.gaps})
+		}
+	}
+	out := make([]RankInfo, 0, len(byKey))
+	for _, ri := range byKey {
+		slices.SortFunc(ri.Cursors, func(a, b CursorInfo) int { return cmp.Compare(a.Subscription, b.Subscription) })
+		out = append(out, *ri)
+	}
+	slices.SortFunc(out, func(a, b RankInfo) int {
+		return cmp.Or(cmp.Compare(a.Rank.WorkerID, b.Rank.WorkerID), cmp.Compare(a.Rank.DPRank, b.Rank.DPRank))
+	})
+	return out
 }
 
 // mapEntryBytes estimates what one entry of a Go map costs: its slot and a

@@ -39,6 +39,10 @@ const (
 	ResultBypass = "bypass"
 )
 
+// SelectionResults lists every result of a KV-aware selection.
+var SelectionResults = []string{ResultOverlap, ResultNoOverlap, ResultTokenizerUnavailable, ResultPromptTooLarge,
+	ResultRenderUnavailable, ResultArtifactUnpinned, ResultBypass}
+
 // Render bounds. A render and its encoding run under a permit, at most
 // permits at once (one per core, 4 to 32), so that prompt work cannot take
 // every core from the requests in flight; a request that cannot get a
