@@ -100,20 +100,7 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	}
 	b := p.buf.Get().(*matchBuf)
 	defer p.buf.Put(b)
-	b.n = 0
-	for size, hashes := range prompt.Hashes {
-		slot := &b.bySize[b.n]
-		b.n++
-		slot.size = size
-		if slot.held == nil {
-			slot.held = map[load.Key]int{}
-		}
-		clear(slot.held)
-		b.matches = p.index.FindMatches(hashes, b.matches[:0])
-		for _, m := range b.matches {
-			slot.held[m.Rank] = m.Blocks
-		}
-	}
+	p.matchPrompt(b, prompt)
 	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold}
 	req.EstPromptTokens = len(prompt.IDs) // the ledger counts the real size
 	pin, t, err := p.base.ReserveScored(snap, req, now, ch)
@@ -132,6 +119,60 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 		pin.TokenIDs = prompt.IDs
 	}
 	return pin, t, nil
+}
+
+// Explanation is what Reserve would do with a request, without doing it.
+type Explanation struct {
+	Pin pick.Pin
+	// Result is the selection result Reserve would count.
+	Result string
+	// PromptTokens is the rendered prompt's size (0 without a prompt).
+	PromptTokens int
+	// Candidates are the candidates of every phase the cost formula
+	// chose, with their costs.
+	Candidates []Explained
+}
+
+// Explain computes what Reserve would pick for req, and every candidate's
+// overlap and cost, without recording a dispatch.
+func (p *Picker) Explain(snap *fleet.Snapshot, req pick.Request, now time.Time) (Explanation, error) {
+	s := p.settings.Load()
+	prompt, result := p.prompts.Prepare(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req))
+	if prompt == nil {
+		pin, err := p.base.Pick(snap, req, now)
+		return Explanation{Pin: pin, Result: result}, err
+	}
+	b := &matchBuf{}
+	p.matchPrompt(b, prompt)
+	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold, explain: true}
+	req.EstPromptTokens = len(prompt.IDs)
+	pin, err := p.base.PickScored(snap, req, now, ch)
+	ex := Explanation{Pin: pin, PromptTokens: len(prompt.IDs), Candidates: ch.explained, Result: ResultNoOverlap}
+	switch {
+	case pin.Bypass:
+		ex.Result = ResultBypass
+	case ch.Scored && ch.Chosen.Overlap > 0:
+		ex.Result = ResultOverlap
+	}
+	return ex, err
+}
+
+// matchPrompt fills b with the index's overlaps of prompt per block size.
+func (p *Picker) matchPrompt(b *matchBuf, prompt *Prompt) {
+	b.n = 0
+	for size, hashes := range prompt.Hashes {
+		slot := &b.bySize[b.n]
+		b.n++
+		slot.size = size
+		if slot.held == nil {
+			slot.held = map[load.Key]int{}
+		}
+		clear(slot.held)
+		b.matches = p.index.FindMatches(hashes, b.matches[:0])
+		for _, m := range b.matches {
+			slot.held[m.Rank] = m.Blocks
+		}
+	}
 }
 
 // Release implements pick.Picker.

@@ -224,3 +224,36 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 		t.Errorf("bypassed without a sample to check the threshold: %+v", pin)
 	}
 }
+
+// TestPickerExplain: Explain says what Reserve would pick, and every
+// candidate's overlap and cost, without recording a dispatch.
+func TestPickerExplain(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo"}, 11: {Namespace: "dynamo"}, 20: {Namespace: "dynamo"}}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	body := longChat(300)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hold(t, ix, 1, 10, pr.Hashes[16], 6)
+	ex, err := p.Explain(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Result != kv.ResultOverlap || ex.Pin.Prefill == nil || ex.Pin.Prefill.Worker.ID.InstanceID != 10 || ex.PromptTokens != len(pr.IDs) {
+		t.Fatalf("explanation %+v", ex)
+	}
+	if len(ex.Candidates) != 2 {
+		t.Fatalf("%d candidates", len(ex.Candidates))
+	}
+	for _, c := range ex.Candidates {
+		want := map[uint64]int{10: 6, 11: 0}[c.Worker.ID.InstanceID]
+		if c.Phase != pick.PhasePrefill || !c.Competing || c.Cost.Overlap != want || c.State != "quiet" {
+			t.Errorf("candidate %d: %+v", c.Worker.ID.InstanceID, c)
+		}
+	}
+}

@@ -81,6 +81,9 @@ type choice struct {
 	busy        *float64
 	// Bypassed says the last Bypass let the decode worker prefill.
 	Bypassed bool
+	// explain, when set, keeps every candidate's cost of every phase.
+	explain   bool
+	explained []Explained
 	rng      func() float64 // uniform in [0, 1); nil: math/rand/v2
 
 	// costs and details hold the candidates' costs of the last Score
@@ -167,6 +170,21 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		c.costs = append(c.costs, cost)
 		minCost, maxCost = math.Min(minCost, cost), math.Max(maxCost, cost)
 	}
+	if c.explain {
+		for i := range cands {
+			cd := &cands[i]
+			e := Explained{Phase: phase, Worker: cd.Worker, DPRank: cd.DPRank, Competing: !math.IsNaN(c.costs[i]), Cost: details[i], Total: c.costs[i]}
+			switch {
+			case cd.Fresh:
+				e.State = "fresh"
+			case cd.Quiet:
+				e.State = "quiet"
+			case cd.Excluded:
+				e.State = "excluded"
+			}
+			c.explained = append(c.explained, e)
+		}
+	}
 	if math.IsInf(minCost, 1) {
 		return 0, "", false // no candidate can be costed: the load rule decides
 	}
@@ -197,6 +215,21 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 	}
 	c.Chosen, c.Scored = details[chosen], true
 	return chosen, reason, true
+}
+
+// Explained is one candidate's cost in one phase of a choice.
+type Explained struct {
+	Phase  pick.Phase
+	Worker *fleet.Worker
+	DPRank uint32
+	// State is the candidate's load state: fresh, quiet or excluded.
+	State string
+	// Competing: the freshness rules let it compete; Total is the cost
+	// the choice compared (the decode term alone for the decode worker of
+	// a pair under conditional disaggregation), NaN when not competing.
+	Competing bool
+	Cost      Cost
+	Total     float64
 }
 
 // sample draws a candidate with softmax weights over the negated costs

@@ -101,6 +101,16 @@ func (p *LoadBased) candidates(x *index, r load.ReadView, now time.Time) []Candi
 	return out
 }
 
+// PickScored is ReserveScored without recording the dispatch: what it
+// would pick at now (kv-inspect match).
+func (p *LoadBased) PickScored(snap *fleet.Snapshot, req Request, now time.Time, s Scorer) (Pin, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scorer = s
+	defer func() { p.scorer = nil }()
+	return p.pick(snap, req, now)
+}
+
 // scoresDecode reports whether the scorer makes the decode choice.
 func (p *LoadBased) scoresDecode(x *index) bool {
 	if p.scorer == nil {
