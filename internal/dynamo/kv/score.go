@@ -84,7 +84,7 @@ type choice struct {
 	// explain, when set, keeps every candidate's cost of every phase.
 	explain   bool
 	explained []Explained
-	rng      func() float64 // uniform in [0, 1); nil: math/rand/v2
+	rng       func() float64 // uniform in [0, 1); nil: math/rand/v2
 
 	// costs and details hold the candidates' costs of the last Score
 	// (NaN: not competing).
