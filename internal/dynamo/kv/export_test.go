@@ -1,6 +1,10 @@
 package kv
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+)
 
 // Limits are caps for an index built by NewIndexWithLimits (tests).
 type Limits struct {
@@ -150,4 +154,12 @@ func checkTable(size int, slot func(int) (home int, used bool)) string {
 		}
 	}
 	return ""
+}
+
+// NewChoiceForBench returns the choice of a request whose prompt pr is
+// hashed already, with its overlaps from ix (benchmarks).
+func NewChoiceForBench(t Terms, isl int, ix *Index, pr *Prompt) pick.Scorer {
+	b := &matchBuf{}
+	(&Picker{index: ix}).matchPrompt(b, pr)
+	return &choice{terms: t, isl: isl, overlaps: b}
 }

@@ -67,22 +67,37 @@ func NewPicker(base *pick.LoadBased, index *Index, prompts *Prompts, s Settings,
 // SetSettings applies kv.* settings from the next request on.
 func (p *Picker) SetSettings(s Settings) { p.settings.Store(&s) }
 
-// matchBuf holds one request's overlaps per block size.
+// matchBuf holds one request's overlaps per block size: the holders in a
+// slice, scanned when they are few (the common case), else in a map.
 type matchBuf struct {
-	matches []Match
 	bySize  [MaxBlockSizesPerRequest]struct {
-		size int
-		held map[load.Key]int
+		size  int
+		ranks []Match
+		held  map[load.Key]int
 	}
 	n int
 }
 
+// smallMatches is the most holders looked up by scanning.
+const smallMatches = 32
+
 // Overlap implements Overlaps.
 func (b *matchBuf) Overlap(worker uint64, rank uint32, blockSize int) int {
+	k := load.Key{WorkerID: worker, DPRank: rank}
 	for i := range b.n {
-		if b.bySize[i].size == blockSize {
-			return b.bySize[i].held[load.Key{WorkerID: worker, DPRank: rank}]
+		sz := &b.bySize[i]
+		if sz.size != blockSize {
+			continue
 		}
+		if len(sz.ranks) <= smallMatches {
+			for _, m := range sz.ranks {
+				if m.Rank == k {
+					return m.Blocks
+				}
+			}
+			return 0
+		}
+		return sz.held[k]
 	}
 	return 0
 }
@@ -164,13 +179,15 @@ func (p *Picker) matchPrompt(b *matchBuf, prompt *Prompt) {
 		slot := &b.bySize[b.n]
 		b.n++
 		slot.size = size
-		if slot.held == nil {
-			slot.held = map[load.Key]int{}
-		}
-		clear(slot.held)
-		b.matches = p.index.FindMatches(hashes, b.matches[:0])
-		for _, m := range b.matches {
-			slot.held[m.Rank] = m.Blocks
+		slot.ranks = p.index.FindMatches(hashes, slot.ranks[:0])
+		if len(slot.ranks) > smallMatches {
+			if slot.held == nil {
+				slot.held = map[load.Key]int{}
+			}
+			clear(slot.held)
+			for _, m := range slot.ranks {
+				slot.held[m.Rank] = m.Blocks
+			}
 		}
 	}
 }

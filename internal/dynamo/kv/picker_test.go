@@ -22,7 +22,7 @@ import (
 
 // kvFleet is a snapshot of model "m" workers whose cards declare Qwen3's
 // pinned tokenizer and template: prefill ids, decode ids, aggregated ids.
-func kvFleet(t *testing.T, prefill, decode, aggregated []uint64) (*fleet.Snapshot, []string) {
+func kvFleet(t testing.TB, prefill, decode, aggregated []uint64) (*fleet.Snapshot, []string) {
 	t.Helper()
 	dir := t.TempDir()
 	tok := testutil.TokenizerJSON(t, "qwen3")

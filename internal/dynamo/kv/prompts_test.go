@@ -52,7 +52,7 @@ func artifactFleet(t *testing.T, checksums ...string) (*fleet.Snapshot, []string
 	return r.Build(t0), pins, dir
 }
 
-func startLoader(t *testing.T, pins ...string) *artifact.Loader {
+func startLoader(t testing.TB, pins ...string) *artifact.Loader {
 	t.Helper()
 	pol, err := artifact.PolicyFor(artifact.Settings{Pinned: pins}, nil)
 	if err != nil {

@@ -27,9 +27,11 @@ type Candidate struct {
 	// heard from, or last heard from idle. Excluded: silent with a backlog,
 	// possibly stalled, or lacking this phase's field while others have it.
 	Fresh, Quiet, Excluded bool
-	// PrefillTokens and DecodeBlocks are the fresh sample's backlogs plus
-	// what was dispatched since that sample (0 without a fresh sample);
-	// HasPrefill and HasDecode say whether the sample carried them.
+	// PrefillTokens and DecodeBlocks are the fresh sample's backlogs (0
+	// without one), the phase's own plus what was dispatched since the
+	// sample; decode blocks are active_decode_blocks, or kv_used_blocks in
+	// the decode phase when a sample lacks them (vLLM workers). HasPrefill
+	// and HasDecode say whether the sample carried them.
 	PrefillTokens, DecodeBlocks float64
 	HasPrefill, HasDecode       bool
 }
@@ -73,26 +75,29 @@ func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Ti
 }
 
 // candidates describes an index's candidates for a scorer; the caller
-// holds p.mu and the store's read lock, and x is synced at now.
+// holds p.mu and the store's read lock, and x is synced at now. The phase's
+// backlog comes from the index's state (the fresh sample plus what was
+// dispatched since); the other phase's from the fresh sample alone, as
+// the router dispatches only the phase's own work to a candidate.
 func (p *LoadBased) candidates(x *index, r load.ReadView, now time.Time) []Candidate {
 	out := p.candBuf[:0]
 	for i, c := range x.cands {
 		st := x.st[i]
-		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded}
-		smp := r.Get(c.key)
-		fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
-		cd.Quiet = !st.fresh && !st.excluded
-		if fresh {
-			inPrefill, inDecode, _, _ := p.ledger.view(c.key, smp.ReceivedAt, now)
-			if v := smp.Load.ActivePrefillTokens; v != nil {
-				cd.PrefillTokens, cd.HasPrefill = float64(*v)+float64(inPrefill), true
+		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded, Quiet: !st.fresh && !st.excluded}
+		if st.fresh {
+			if x.phase == phasePrefill {
+				cd.PrefillTokens, cd.HasPrefill = st.backlog, true
+			} else {
+				cd.DecodeBlocks, cd.HasDecode = st.backlog, true
 			}
-			v := smp.Load.ActiveDecodeBlocks
-			if v == nil {
-				v = smp.Load.KVUsedBlocks
-			}
-			if v != nil {
-				cd.DecodeBlocks, cd.HasDecode = float64(*v)+float64(inDecode), true
+		}
+		if smp := r.Get(c.key); smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge {
+			if x.phase == phasePrefill {
+				if v := smp.Load.ActiveDecodeBlocks; v != nil {
+					cd.DecodeBlocks, cd.HasDecode = float64(*v), true
+				}
+			} else if v := smp.Load.ActivePrefillTokens; v != nil {
+				cd.PrefillTokens, cd.HasPrefill = float64(*v), true
 			}
 		}
 		out = append(out, cd)
