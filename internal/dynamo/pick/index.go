@@ -68,6 +68,10 @@ type cstate struct {
 	fresh    bool
 	excluded bool
 	backlog  float64
+	// other is the other phase's backlog in the fresh sample (decode blocks
+	// of a prefill candidate, prefill tokens of a decode one), for scorers.
+	other    float64
+	hasOther bool
 	next     time.Time // when the state may change; zero: never by time alone
 }
 
@@ -210,6 +214,15 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	}
 	fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
 	s := cstate{fresh: fresh && backlog != nil, next: b.next}
+	if fresh {
+		other := smp.Load.ActivePrefillTokens
+		if x.phase == phasePrefill {
+			other = smp.Load.ActiveDecodeBlocks
+		}
+		if other != nil {
+			s.other, s.hasOther = float64(*other), true
+		}
+	}
 	switch {
 	case s.fresh:
 		s.backlog = float64(*backlog)

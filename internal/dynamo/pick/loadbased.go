@@ -253,7 +253,7 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 		var reason string
 		scored := false
 		if p.scoresDecode(dx) {
-			i, reason, scored = p.scored(PhaseDecode, dx, r, now)
+			i, reason, scored = p.scored(PhaseDecode, dx)
 		}
 		if !scored {
 			i, reason = dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
@@ -267,7 +267,7 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 			pin.PrefillReason = ReasonNoPrefillPool
 			return
 		}
-		if p.scorer != nil && p.bypass(dx, i, r, now) {
+		if p.scorer != nil && p.bypass(dx, i) {
 			pin.PrefillReason, pin.Bypass = ReasonConditional, true
 			return
 		}
@@ -278,7 +278,7 @@ func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 			c.add(px)
 		}
 		px.sync(r, &p.ledger, now, maxAge)
-		j, preason, scored := p.scored(PhasePrefill, px, r, now)
+		j, preason, scored := p.scored(PhasePrefill, px)
 		if !scored {
 			j, preason = px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
 		}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
-	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
 // Phase is the choice a Scorer is asked to make.
@@ -75,11 +74,11 @@ func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Ti
 }
 
 // candidates describes an index's candidates for a scorer; the caller
-// holds p.mu and the store's read lock, and x is synced at now. The phase's
+// holds p.mu, and x is synced. The phase's
 // backlog comes from the index's state (the fresh sample plus what was
 // dispatched since); the other phase's from the fresh sample alone, as
 // the router dispatches only the phase's own work to a candidate.
-func (p *LoadBased) candidates(x *index, r load.ReadView, now time.Time) []Candidate {
+func (p *LoadBased) candidates(x *index) []Candidate {
 	out := p.candBuf[:0]
 	for i, c := range x.cands {
 		st := x.st[i]
@@ -91,13 +90,11 @@ func (p *LoadBased) candidates(x *index, r load.ReadView, now time.Time) []Candi
 				cd.DecodeBlocks, cd.HasDecode = st.backlog, true
 			}
 		}
-		if smp := r.Get(c.key); smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge {
+		if st.hasOther {
 			if x.phase == phasePrefill {
-				if v := smp.Load.ActiveDecodeBlocks; v != nil {
-					cd.DecodeBlocks, cd.HasDecode = float64(*v), true
-				}
-			} else if v := smp.Load.ActivePrefillTokens; v != nil {
-				cd.PrefillTokens, cd.HasPrefill = float64(*v), true
+				cd.DecodeBlocks, cd.HasDecode = st.other, true
+			} else {
+				cd.PrefillTokens, cd.HasPrefill = st.other, true
 			}
 		}
 		out = append(out, cd)
@@ -128,19 +125,19 @@ func (p *LoadBased) scoresDecode(x *index) bool {
 }
 
 // bypass asks a Bypasser whether decode candidate i of x prefills the
-// request itself; the caller holds p.mu and the store's read lock.
-func (p *LoadBased) bypass(x *index, i int, r load.ReadView, now time.Time) bool {
+// request itself; the caller holds p.mu, and x is synced.
+func (p *LoadBased) bypass(x *index, i int) bool {
 	b, ok := p.scorer.(Bypasser)
 	if !ok || !b.ScoresDecode() {
 		return false
 	}
-	cands := p.candidates(x, r, now)
+	cands := p.candidates(x)
 	return b.Bypass(cands[i])
 }
 
 // scored asks the scorer for phase's choice among x's candidates; the
-// caller holds p.mu and the store's read lock.
-func (p *LoadBased) scored(phase Phase, x *index, r load.ReadView, now time.Time) (int, string, bool) {
+// caller holds p.mu, and x is synced.
+func (p *LoadBased) scored(phase Phase, x *index) (int, string, bool) {
 	if p.scorer == nil {
 		return 0, "", false
 	}
@@ -148,7 +145,7 @@ func (p *LoadBased) scored(phase Phase, x *index, r load.ReadView, now time.Time
 	if phase == PhasePrefill {
 		cur = &p.cursors[phasePrefill]
 	}
-	i, reason, ok := p.scorer.Score(phase, p.candidates(x, r, now), func() uint64 { return cur.Add(1) - 1 })
+	i, reason, ok := p.scorer.Score(phase, p.candidates(x), func() uint64 { return cur.Add(1) - 1 })
 	if !ok || i < 0 || i >= len(x.cands) {
 		return 0, "", false
 	}
