@@ -29,7 +29,9 @@ type keys struct {
 	list []*keyPolicy
 }
 
-func newKeys(cfg []config.APIKey) *keys {
+// newKeys builds the key policies of cfg. A key of prev whose rate limit
+// did not change keeps its bucket, so that a reload does not refill it.
+func newKeys(cfg []config.APIKey, prev *keys) *keys {
 	ks := &keys{}
 	for _, k := range cfg {
 		h := strings.TrimPrefix(k.KeyHash, "sha256:")
@@ -51,6 +53,13 @@ func newKeys(cfg []config.APIKey) *keys {
 				burst = math.Ceil(rl.RequestsPerSecond)
 			}
 			p.bucket = &tokenBucket{rate: rl.RequestsPerSecond, burst: burst, tokens: burst}
+			if prev != nil {
+				for _, old := range prev.list {
+					if old.hash == p.hash && old.bucket != nil && old.bucket.rate == p.bucket.rate && old.bucket.burst == p.bucket.burst {
+						p.bucket = old.bucket
+					}
+				}
+			}
 		}
 		ks.list = append(ks.list, p)
 	}

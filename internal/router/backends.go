@@ -9,6 +9,7 @@ package router
 
 import (
 	"context"
+	"reflect"
 	"net"
 	"net/http"
 	"strings"
@@ -138,6 +139,26 @@ func newBackends(cfgs []config.Backend, client *http.Client) *backends {
 		bs.order = append(bs.order, b)
 	}
 	return bs
+}
+
+// replace makes cfgs the backends. A backend whose settings did not change
+// is kept as it is, with its health and breaker state; a changed or new one
+// starts healthy with a closed breaker, as at start.
+func (bs *backends) replace(cfgs []config.Backend) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	byName := make(map[string]*Backend, len(cfgs))
+	order := make([]*Backend, 0, len(cfgs))
+	for _, c := range cfgs {
+		b := bs.byName[c.Name]
+		if b == nil || !reflect.DeepEqual(b.cfg, c) {
+			b = &Backend{cfg: c}
+			b.healthy.Store(true)
+		}
+		byName[c.Name] = b
+		order = append(order, b)
+	}
+	bs.byName, bs.order = byName, order
 }
 
 func (bs *backends) get(name string) *Backend {

@@ -61,7 +61,7 @@ type Server struct {
 	opts     Options
 	cfg      atomic.Pointer[config.Config]
 	backends *backends
-	keys     *keys
+	keys     atomic.Pointer[keys]
 	client   *http.Client
 	logger   *slog.Logger
 	ready    atomic.Bool
@@ -94,10 +94,23 @@ func New(o Options) *Server {
 	}
 	client := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	s := &Server{opts: o, client: client, logger: o.Logger,
-		backends: newBackends(o.Config.Backends, client), keys: newKeys(o.Config.APIKeys)}
+		backends: newBackends(o.Config.Backends, client)}
+	s.keys.Store(newKeys(o.Config.APIKeys, nil))
 	s.cfg.Store(o.Config)
 	s.dispatch = shim.NewDispatcher(o.Picker, shimPlan(o.Config, s.backends, o.Registry != nil))
 	return s
+}
+
+// SetConfig applies a new configuration to the requests that follow: the
+// backends (one whose settings did not change keeps its health and breaker
+// state), the API keys and their rate limits (an unchanged limit keeps its
+// bucket), the dispatch plan (shim pools, model map, fallback), the admin
+// token. Listener addresses are the daemon's: they do not change here.
+func (s *Server) SetConfig(cfg *config.Config) {
+	s.backends.replace(cfg.Backends)
+	s.keys.Store(newKeys(cfg.APIKeys, s.keys.Load()))
+	s.dispatch.SetPlan(shimPlan(cfg, s.backends, s.opts.Registry != nil))
+	s.cfg.Store(cfg)
 }
 
 // Run checks backend health until ctx ends.
@@ -175,8 +188,8 @@ func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 
 // models lists the models the client's key may see (see catalog).
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	policy := s.keys.match(r)
-	if !s.keys.open() && policy == nil {
+	policy := s.keys.Load().match(r)
+	if !s.keys.Load().open() && policy == nil {
 		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
 		return
 	}
@@ -366,8 +379,8 @@ func (s *Server) inference(path string) http.HandlerFunc {
 }
 
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path string) {
-	policy := s.keys.match(r)
-	if !s.keys.open() && policy == nil {
+	policy := s.keys.Load().match(r)
+	if !s.keys.Load().open() && policy == nil {
 		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
 		return
 	}
