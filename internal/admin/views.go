@@ -221,3 +221,30 @@ type KVCount struct {
 	Result string `json:"result"`
 	Count  uint64 `json:"count"`
 }
+
+// ConfigStatus is GET /admin/config/status: the running configuration's
+// generation and how the last reload went.
+type ConfigStatus struct {
+	Generation uint64 `json:"generation"`
+	// LastReload is empty before the first reload.
+	LastReload *Reload `json:"last_reload"`
+}
+
+// Reload results (Reload.Result).
+const (
+	ReloadApplied  = "applied"
+	ReloadRejected = "rejected"
+)
+
+// Reload is one reload attempt: where it came from (file, signal, admin),
+// when, whether it was applied, and why not, or what it did.
+type Reload struct {
+	Trigger string   `json:"trigger"`
+	At      string   `json:"at"`
+	Result  string   `json:"result"`
+	Error   string   `json:"error,omitempty"`
+	Changes []string `json:"changes"`
+	// Findings are the document's warnings (applied) or errors (rejected),
+	// as config validate prints them.
+	Findings []string `json:"findings"`
+}

@@ -9,7 +9,7 @@ import (
 
 // Tier is how a configuration change takes effect: read at use, by
 // restarting the load and KV-event subscriptions, by replacing the discovery
-// watcher, or only by restarting the process.
+// watcher, or by binding a listener's new address.
 type Tier int
 
 // Reload tiers, from the lightest to the heaviest.
@@ -22,8 +22,9 @@ const (
 	TierSubscriptionRestart
 	// TierWatcherRestart: the discovery watcher is replaced.
 	TierWatcherRestart
-	// TierProcessRestart: a listener address changed; only a restart applies it.
-	TierProcessRestart
+	// TierRebind: a listener address changed; the new address is bound
+	// and the old listener drains its open connections.
+	TierRebind
 )
 
 func (t Tier) String() string {
@@ -34,8 +35,8 @@ func (t Tier) String() string {
 		return "subscription_restart"
 	case TierWatcherRestart:
 		return "watcher_restart"
-	case TierProcessRestart:
-		return "process_restart"
+	case TierRebind:
+		return "rebind"
 	}
 	return fmt.Sprintf("Tier(%d)", int(t))
 }
@@ -139,10 +140,45 @@ func diffPaths(a, b reflect.Value, path string, out *[]string) {
 	}
 }
 
-// equalValue is DeepEqual that treats nil and empty lists and maps alike.
+// equalValue is DeepEqual that treats nil and empty lists and maps alike,
+// at any depth (a configuration read back from JSON has empty lists where
+// the file had none).
 func equalValue(a, b reflect.Value) bool {
-	if (a.Kind() == reflect.Slice || a.Kind() == reflect.Map) && a.Len() == 0 && b.Len() == 0 {
+	switch a.Kind() {
+	case reflect.Slice:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for i := range a.Len() {
+			if !equalValue(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
 		return true
+	case reflect.Map:
+		if a.Len() != b.Len() {
+			return false
+		}
+		iter := a.MapRange()
+		for iter.Next() {
+			v := b.MapIndex(iter.Key())
+			if !v.IsValid() || !equalValue(iter.Value(), v) {
+				return false
+			}
+		}
+		return true
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if !equalValue(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() == b.IsNil()
+		}
+		return equalValue(a.Elem(), b.Elem())
 	}
 	return reflect.DeepEqual(a.Interface(), b.Interface())
 }
@@ -151,7 +187,7 @@ func classify(path string, oldCfg, newCfg *Config) Change {
 	ch := Change{Path: path, Tier: TierImmediate}
 	switch {
 	case path == "server.bind_address", path == "admin.bind_address":
-		ch.Tier = TierProcessRestart
+		ch.Tier = TierRebind
 	case path == "dynamo.enabled":
 		ch.Tier, ch.Reason = TierWatcherRestart, ReasonEnabled
 	case path == "dynamo.load.transport", path == "dynamo.load.direct_allow_cidrs":

@@ -102,7 +102,7 @@ func TestDiffTiers(t *testing.T) {
 		{"kube backoff", podsBase, func(c *config.Config) {
 			c.Dynamo.Discovery.Kubernetes.WatchReconnectBackoff.Initial = config.Duration(1e9)
 		}, config.TierWatcherRestart, false, "backoff", true, true, nil},
-		{"server address needs a process restart", diffBase, func(c *config.Config) { c.Server.BindAddress = "0.0.0.0:9000" }, config.TierProcessRestart, false, "", false, false, nil},
+		{"server address rebinds", diffBase, func(c *config.Config) { c.Server.BindAddress = "0.0.0.0:9000" }, config.TierRebind, false, "", false, false, nil},
 		{"reordered namespaces change nothing", diffBase, func(c *config.Config) { c.Dynamo.Discovery.Etcd.Namespaces = []string{"canary", "prod"} }, config.TierImmediate, false, "", false, false, nil},
 		{"transport while disabled is inert", "dynamo: {enabled: false}", func(c *config.Config) { c.Dynamo.Load.Transport = "broker" }, config.TierImmediate, false, "", false, false, nil},
 		{"backends are immediate", diffBase, func(c *config.Config) { c.Backends[0].Timeout = config.Duration(1e9) }, config.TierImmediate, false, "", false, false, nil},

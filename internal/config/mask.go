@@ -1,6 +1,10 @@
 package config
 
-import "reflect"
+import (
+	"fmt"
+	"reflect"
+	"strings"
+)
 
 // Mask is what secrets are replaced with in output.
 const Mask = "********"
@@ -52,4 +56,61 @@ func copyMasked(dst, src reflect.Value, secret bool) {
 	default:
 		dst.Set(src)
 	}
+}
+
+// Unmask gives every secret of c that reads as Mask the value of the same
+// secret in running, so that a configuration read back from GET
+// /admin/config can be imported without its secrets. List entries are
+// matched by name when they have one (backends), else by position. It
+// returns the paths it filled; a masked secret with nothing to take its
+// value from stays Mask (and is rejected where a secret must be real).
+func (c *Config) Unmask(running *Config) []string {
+	var filled []string
+	unmask(reflect.ValueOf(c).Elem(), reflect.ValueOf(running).Elem(), "", false, &filled)
+	return filled
+}
+
+func unmask(dst, src reflect.Value, path string, secret bool, filled *[]string) {
+	switch dst.Kind() {
+	case reflect.Struct:
+		t := dst.Type()
+		for i := range dst.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			unmask(dst.Field(i), src.Field(i), joinPath(path, name), t.Field(i).Tag.Get("secret") == "true", filled)
+		}
+	case reflect.Pointer:
+		if !dst.IsNil() && !src.IsNil() {
+			unmask(dst.Elem(), src.Elem(), path, secret, filled)
+		}
+	case reflect.Slice:
+		for i := range dst.Len() {
+			if j := matching(dst.Index(i), src, i); j >= 0 {
+				unmask(dst.Index(i), src.Index(j), fmt.Sprintf("%s[%d]", path, i), secret, filled)
+			}
+		}
+	case reflect.String:
+		if secret && dst.String() == Mask && src.String() != Mask && src.String() != "" {
+			dst.SetString(src.String())
+			*filled = append(*filled, path)
+		}
+	}
+}
+
+// matching returns the index in list of the entry that corresponds to el,
+// the i-th imported entry: the entry of the same name, or the i-th.
+func matching(el, list reflect.Value, i int) int {
+	if el.Kind() == reflect.Struct {
+		if name := el.FieldByName("Name"); name.IsValid() && name.Kind() == reflect.String {
+			for j := range list.Len() {
+				if list.Index(j).FieldByName("Name").String() == name.String() {
+					return j
+				}
+			}
+			return -1
+		}
+	}
+	if i < list.Len() {
+		return i
+	}
+	return -1
 }

@@ -3,6 +3,8 @@ package router
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,12 +15,62 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
-func (s *Server) mountAdmin(mux *http.ServeMux) {
-	mux.Handle("GET /admin/dynamo/workers", s.adminAuth(http.HandlerFunc(s.adminWorkers)))
-	mux.Handle("GET /admin/config", s.adminAuth(http.HandlerFunc(s.adminConfig)))
-	mux.Handle("GET /admin/dynamo/load", s.adminAuth(http.HandlerFunc(s.adminLoad)))
-	mux.Handle("GET /admin/dynamo/problems", s.adminAuth(http.HandlerFunc(s.adminProblems)))
-	mux.Handle("GET /admin/dynamo/kv", s.adminAuth(http.HandlerFunc(s.adminKV)))
+// mountAdmin adds the admin API to mux. On the main listener (onMain) it
+// answers only while admin.bind_address is empty, so that a reload moving
+// the admin API to its own listener, or back, takes effect at once.
+func (s *Server) mountAdmin(mux *http.ServeMux, onMain bool) {
+	h := func(f http.HandlerFunc) http.Handler {
+		next := s.adminAuth(f)
+		if !onMain {
+			return next
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.cfg.Load().Admin.BindAddress != "" {
+				writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	mux.Handle("GET /admin/dynamo/workers", h(s.adminWorkers))
+	mux.Handle("GET /admin/config", h(s.adminConfig))
+	mux.Handle("PUT /admin/config", h(s.adminImportConfig))
+	mux.Handle("GET /admin/config/status", h(s.adminConfigStatus))
+	mux.Handle("GET /admin/dynamo/load", h(s.adminLoad))
+	mux.Handle("GET /admin/dynamo/problems", h(s.adminProblems))
+	mux.Handle("GET /admin/dynamo/kv", h(s.adminKV))
+}
+
+// adminImportConfig reloads from the document in the body: 200 with what
+// the reload did, 422 with why it was refused (the running configuration
+// stays). Secrets sent back as the mask keep their running values.
+func (s *Server) adminImportConfig(w http.ResponseWriter, r *http.Request) {
+	if s.opts.ImportConfig == nil {
+		writeError(w, http.StatusNotFound, CodeNotFound, "this router does not reload its configuration")
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, config.MaxFileBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, CodeBadRequest, fmt.Sprintf("a configuration document is at most %d bytes", config.MaxFileBytes))
+		return
+	}
+	res := s.opts.ImportConfig(data)
+	w.Header().Set("Content-Type", "application/json")
+	if res.Result != admin.ReloadApplied {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+	}
+	_ = json.NewEncoder(w).Encode(res)
+}
+
+// adminConfigStatus is the running configuration's generation and the last
+// reload.
+func (s *Server) adminConfigStatus(w http.ResponseWriter, _ *http.Request) {
+	st := admin.ConfigStatus{Generation: 1}
+	if s.opts.ConfigStatus != nil {
+		st = s.opts.ConfigStatus()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(st)
 }
 
 // adminKV is the KV index's view of the workers' caches; enabled is false

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
@@ -80,13 +81,18 @@ func (x *exchange) route() {
 		return
 	}
 	now := x.s.opts.Now()
-	d, ok := x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), shim.Request[*Backend]{
+	req := shim.Request[*Backend]{
 		Model:        x.q.Model,
 		PromptTokens: pick.EstimateTokens(x.q.promptText()),
 		Path:         x.path,
 		Body:         x.body,
 		Usable:       func(b *Backend) bool { return x.policy.allows(b.Name()) && b.Available(now) },
-	}, now)
+	}
+	d, ok := x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), req, now)
+	if !ok && x.awaitDiscovery() {
+		now = x.s.opts.Now()
+		d, ok = x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), req, now)
+	}
 	if !ok {
 		x.plain(shim.PathUnified) // no worker serves the model, or no replica is usable
 		return
@@ -130,6 +136,33 @@ func (x *exchange) route() {
 	case shim.FailDecode:
 		writeError(x.w, http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "the pinned Dynamo dispatch failed: "+res.detail)
 	}
+}
+
+// settleWait bounds how long a request that found no worker waits for
+// discovery to settle: the grace a replaced watcher has to stop.
+const settleWait = 5 * time.Second
+
+// awaitDiscovery waits, when discovery is between views (a reload replacing
+// the watcher, before the new one's first full resync), until it has one;
+// true when it then does. A request arriving in that window would
+// otherwise fail for want of workers the fleet still has.
+func (x *exchange) awaitDiscovery() bool {
+	if x.s.opts.DiscoverySettling == nil {
+		return false
+	}
+	ch := x.s.opts.DiscoverySettling()
+	if ch == nil {
+		return false
+	}
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-x.r.Context().Done():
+	}
+	return false
 }
 
 // plain routes to a unified backend serving the model, without pins. The

@@ -50,6 +50,16 @@ type Options struct {
 	DiscoveryConnected func() bool
 	// KV, when set, is the KV-aware view for GET /admin/dynamo/kv.
 	KV func() admin.KVResponse
+	// ImportConfig, when set, reloads from a configuration document PUT to
+	// /admin/config (YAML or JSON) and says how it went.
+	ImportConfig func(data []byte) admin.Reload
+	// ConfigStatus, when set, is GET /admin/config/status.
+	ConfigStatus func() admin.ConfigStatus
+	// DiscoverySettling, when set, returns a channel that closes when
+	// discovery has a view to pin from again, or nil when it has one now
+	// (a reload replacing the watcher). A request that finds no worker
+	// while discovery settles waits for it, at most settleWait.
+	DiscoverySettling func() <-chan struct{}
 	// Transport overrides the upstream transport (tests, benchmarks).
 	Transport http.RoundTripper
 	// Now is the clock of breakers and rate limits; time.Now when nil.
@@ -113,6 +123,11 @@ func (s *Server) SetConfig(cfg *config.Config) {
 	s.cfg.Store(cfg)
 }
 
+// SetPicker makes p the picker of the requests that follow (a reload
+// turning KV-aware selection on or off); requests in flight release their
+// reservations to the picker that made them.
+func (s *Server) SetPicker(p pick.Picker) { s.dispatch.SetPicker(p) }
+
 // Run checks backend health until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
 	s.backends.runHealth(ctx)
@@ -137,9 +152,7 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
-	if s.cfg.Load().Admin.BindAddress == "" {
-		s.mountAdmin(mux)
-	}
+	s.mountAdmin(mux, true)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
 	})
@@ -150,7 +163,7 @@ func (s *Server) Handler() http.Handler {
 // beside it so that one address serves continuum top.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	s.mountAdmin(mux)
+	s.mountAdmin(mux, false)
 	if s.opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}

@@ -12,32 +12,26 @@ package routerd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/continuum-router/continuum/internal/admin"
-	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
-	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/telemetry"
-	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
 // DefaultShutdownGrace bounds draining in-flight requests when Deps names
@@ -55,34 +49,87 @@ type Deps struct {
 	// and process collectors are registered on it.
 	Metrics *prometheus.Registry
 	// Picker replaces the load-based picker (the routing benchmark
-	// compares pickers).
+	// compares pickers); KV-aware selection then never replaces it.
 	Picker pick.Picker
 	// ShutdownGrace bounds draining in-flight requests at shutdown;
 	// DefaultShutdownGrace when zero.
 	ShutdownGrace time.Duration
+	// Reload says where a running daemon reloads its configuration from.
+	Reload Reload
+}
+
+// Reload is where a daemon's configuration comes from when it reloads. A
+// document PUT to /admin/config reloads whatever this holds.
+type Reload struct {
+	// File is the configuration file, watched for changes (its directory
+	// is, so that an editor's rename-and-replace and a Kubernetes
+	// ConfigMap's symlink swap are seen); "" watches nothing.
+	File string
+	// Env resolves ${VAR} references in reloaded documents; os.LookupEnv
+	// when nil.
+	Env config.LookupEnv
+	// Adjust applies what overrides the file (command-line flags) to
+	// every reloaded configuration, as to the first.
+	Adjust func(*config.Config)
+	// Signal reloads File on every receive (SIGHUP).
+	Signal <-chan struct{}
 }
 
 // Daemon is the router process: its parts, built and bound, not running
 // until Run.
 type Daemon struct {
-	cfg    *config.Config
 	logger *slog.Logger
 	grace  time.Duration
+	reload Reload
 
-	registry   *fleet.Registry
-	watcher    *discovery.Watcher // nil without Dynamo
-	supervisor *load.Supervisor   // nil without direct load subscriptions
-	// KV-aware selection (dynamo.kv.enabled): the kv-events subscriptions
-	// and the artifact loader; nil without it.
-	kvSubs    *kv.Subscriptions
-	kvIndex   *kv.Index
-	kvMetrics *telemetry.KVMetrics
-	artifacts *artifact.Loader
-	router    *router.Server
+	promReg *prometheus.Registry
+	dm      *telemetry.DiscoveryMetrics
+	lm      *telemetry.LoadMetrics
+	cm      *telemetry.ConfigMetrics
+	// KV metric families, registered when KV-aware selection first starts.
+	km *telemetry.KVMetrics
+	am *telemetry.ArtifactMetrics
 
-	servers   []*http.Server
-	listeners []net.Listener
+	cfg      atomic.Pointer[config.Config]
+	registry *fleet.Registry
+	store    *load.Store
+	base     *pick.LoadBased
+	router   *router.Server
+	// fixedPicker: Deps named the picker; reloads never replace it.
+	fixedPicker bool
+
+	// mu serializes reloads with each other and with shutdown, and guards
+	// the parts and the reload status.
+	mu       sync.Mutex
+	dyn      dynamoParts
+	partsCtx context.Context // set by Run
+	closed   bool            // Run is shutting down: no more reloads
+
+	// statusMu guards the reload status, read while a reload runs.
+	statusMu sync.Mutex
+	gen      uint64
+	last     *admin.Reload
+
+	// Views read from request goroutines.
+	watcher  atomic.Pointer[discovery.Watcher]
+	loadSubs atomic.Pointer[load.Supervisor]
+	kvState  atomic.Pointer[kvParts]
+	settling atomic.Pointer[settle]
+
+	// lnMu guards the listeners; a reload may replace them while Run
+	// drains.
+	lnMu     sync.Mutex
+	main     *listener
+	admin    *listener
+	draining bool
+	retiring sync.WaitGroup // replaced listeners finishing their requests
+
+	failed chan error
 }
+
+// settle is a discovery view in the making: done closes when the watcher
+// that started after the registry was emptied has published its first view.
+type settle struct{ done <-chan struct{} }
 
 // New builds a daemon from a validated configuration and binds its
 // listeners (server.bind_address, and admin.bind_address when set), so that
@@ -98,111 +145,116 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		promReg = prometheus.NewRegistry()
 	}
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	dm := telemetry.NewDiscoveryMetrics(promReg)
-	lm := telemetry.NewLoadMetrics(promReg)
-	rm := telemetry.NewRouterMetrics(promReg)
-
-	d := &Daemon{cfg: cfg, logger: logger, grace: deps.ShutdownGrace}
+	d := &Daemon{logger: logger, grace: deps.ShutdownGrace, reload: deps.Reload, promReg: promReg, gen: 1,
+		dm: telemetry.NewDiscoveryMetrics(promReg), lm: telemetry.NewLoadMetrics(promReg), cm: telemetry.NewConfigMetrics(promReg),
+		failed: make(chan error, 1)}
 	if d.grace <= 0 {
 		d.grace = DefaultShutdownGrace
 	}
-	d.registry = fleet.NewRegistry(logger, discovery.ProblemCounter(dm))
-	store := load.NewStore(cfg.Dynamo.Load.MaxStaleness.D(), load.Gauges{M: lm})
+	d.cfg.Store(cfg)
+	d.registry = fleet.NewRegistry(logger, discovery.ProblemCounter(d.dm))
+	d.store = load.NewStore(cfg.Dynamo.Load.MaxStaleness.D(), load.Gauges{M: d.lm})
+	d.base = pick.NewLoadBased(d.store)
 	if cfg.Dynamo.Enabled {
-		src, backoff, err := sources.New(&cfg.Dynamo.Discovery, logger)
-		if err != nil {
+		if err := d.buildDynamo(cfg); err != nil {
 			return nil, err
-		}
-		d.watcher = &discovery.Watcher{Source: src, Registry: d.registry, Backoff: backoff, Metrics: dm, Logger: logger}
-		switch cfg.Dynamo.Load.Transport {
-		case config.TransportBroker:
-			logger.Error("dynamo.load.transport: broker needs the event bus, which this build does not include yet; workers are treated as quiet")
-		default:
-			cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
-			if err != nil {
-				return nil, err
-			}
-			d.supervisor = load.NewSupervisor(d.registry, store, &zmtp.Direct{Allow: cidrs}, lm, logger)
 		}
 	} else if len(cfg.Dynamo.Shim.Backends)+len(cfg.Dynamo.Shim.Pools) > 0 {
 		logger.Warn("dynamo.shim is configured but dynamo.enabled is false: nothing is pinned")
 	}
-
 	picker := deps.Picker
+	d.fixedPicker = picker != nil
 	if picker == nil {
-		base := pick.NewLoadBased(store)
-		picker = base
-		if cfg.Dynamo.Enabled && cfg.Dynamo.KV.Enabled {
-			kp, err := d.kvPicker(cfg, base, promReg)
-			if err != nil {
-				return nil, err
-			}
-			picker = kp
-		}
+		picker = d.picker()
 	}
-	ropts := router.Options{Config: cfg, Registry: d.registry, Store: store, Picker: picker, Metrics: rm, Gatherer: promReg, Logger: logger}
-	if d.watcher != nil {
-		ropts.DiscoveryConnected = d.watcher.Connected
-	}
-	ropts.Subscriptions = d.subscriptions
-	if d.kvIndex != nil {
-		ropts.KV = d.kvView
-	}
-	d.router = router.New(ropts)
-	if err := d.listen(); err != nil {
+	d.router = router.New(router.Options{Config: cfg, Registry: d.registry, Store: d.store, Picker: picker,
+		Metrics: telemetry.NewRouterMetrics(promReg), Gatherer: promReg, Logger: logger,
+		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView,
+		ImportConfig: d.importConfig, ConfigStatus: d.configStatus, DiscoverySettling: d.discoverySettling})
+	if err := d.listen(cfg); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-// kvPicker builds KV-aware selection: the artifact loader (nothing loaded
-// unless pinned), the index, the kv-events subscriptions (direct transport;
-// the event bus carries them through brokers when it exists) and the
-// picker over the load-based one.
-func (d *Daemon) kvPicker(cfg *config.Config, base *pick.LoadBased, promReg prometheus.Registerer) (*kv.Picker, error) {
-	k := &cfg.Dynamo.KV
-	policy, err := artifact.PolicyFor(artifact.Settings{Pinned: k.PinnedArtifacts, AllowHTTP: k.AllowHTTPArtifacts,
-		AllowHF: k.AllowHFArtifacts, CacheDir: k.ArtifactCacheDir}, os.LookupEnv)
+// buildDynamo builds the Dynamo parts of cfg (discovery, the load
+// subscriptions, KV-aware selection when enabled), not started.
+func (d *Daemon) buildDynamo(cfg *config.Config) error {
+	w, err := d.newWatcher(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("dynamo.kv.%w", err)
+		return err
 	}
-	am := telemetry.NewArtifactMetrics(promReg)
-	km := telemetry.NewKVMetrics(promReg)
-	d.artifacts, err = artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: d.logger, Metrics: am})
+	conn, err := connector(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	index := kv.NewIndex()
-	d.kvIndex, d.kvMetrics = index, km
-	if cfg.Dynamo.Load.Transport != config.TransportBroker {
-		cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
-		if err != nil {
-			return nil, err
+	dp := dynamoParts{watcher: w, supervisor: load.NewSupervisor(d.registry, d.store, conn, d.lm, d.logger)}
+	if cfg.Dynamo.KV.Enabled {
+		if dp.kv, err = d.newKV(cfg, conn); err != nil {
+			return err
 		}
-		d.kvSubs = kv.NewSubscriptions(d.registry, index, &zmtp.Direct{Allow: cidrs}, km, d.logger)
 	}
-	return kv.NewPicker(base, index, kv.NewPrompts(d.artifacts), KVSettings(k), km, am, d.logger), nil
+	d.setDynamo(dp)
+	return nil
 }
 
-// KVSettings are the picker's settings of dynamo.kv.
-func KVSettings(k *config.KV) kv.Settings {
-	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
-		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData,
-		Conditional: k.ConditionalDisaggregation.Enabled, DecodeBusyThreshold: k.ConditionalDisaggregation.DecodeBusyThreshold}
+// setDynamo installs dp as the running Dynamo parts and publishes their
+// views.
+func (d *Daemon) setDynamo(dp dynamoParts) {
+	d.dyn = dp
+	d.watcher.Store(dp.watcher)
+	d.loadSubs.Store(dp.supervisor)
+	d.kvState.Store(dp.kv)
+}
+
+// picker is the picker the Dynamo parts call for: KV-aware when running,
+// else load-based.
+func (d *Daemon) picker() pick.Picker {
+	if k := d.kvState.Load(); k != nil {
+		return k.picker
+	}
+	return d.base
+}
+
+// discoveryConnected reports whether discovery is seeded and watching.
+func (d *Daemon) discoveryConnected() bool {
+	w := d.watcher.Load()
+	return w != nil && w.Connected()
+}
+
+// discoverySettling returns a channel closed when the registry, emptied at
+// start or by a reload, holds the new watcher's first view; nil when it
+// holds a view now.
+func (d *Daemon) discoverySettling() <-chan struct{} {
+	s := d.settling.Load()
+	if s == nil {
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	default:
+		return s.done
+	}
 }
 
 // kvView is GET /admin/dynamo/kv.
 func (d *Daemon) kvView() admin.KVResponse {
-	st := d.kvIndex.Stats()
-	resp := admin.KVResponse{Enabled: true, Ranks: []admin.KVRank{}, Results: []admin.KVCount{},
-		Index: admin.KVIndex{Nodes: st.Nodes, Ownerships: st.Ownerships, Ranks: st.Ranks, Subscriptions: st.Subscriptions,
-			Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
-			RefusedBlocks: st.RefusedBlocks, Gaps: st.Gaps}}
+	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}}
+	k := d.kvState.Load()
+	if k == nil {
+		return resp
+	}
+	st := k.index.Stats()
+	resp.Enabled = true
+	resp.Index = admin.KVIndex{Nodes: st.Nodes, Ownerships: st.Ownerships, Ranks: st.Ranks, Subscriptions: st.Subscriptions,
+		Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
+		RefusedBlocks: st.RefusedBlocks, Gaps: st.Gaps}
 	ns := map[uint64]string{}
 	for _, w := range d.registry.Snapshot().Workers {
 		ns[w.ID.InstanceID] = w.ID.Namespace
 	}
-	for _, r := range d.kvIndex.Ranks() {
+	for _, r := range k.index.Ranks() {
 		row := admin.KVRank{WorkerID: strconv.FormatUint(r.Rank.WorkerID, 10), Namespace: ns[r.Rank.WorkerID], DPRank: r.Rank.DPRank,
 			Blocks: r.Blocks, Cursors: []admin.KVCursor{}}
 		for _, c := range r.Cursors {
@@ -212,7 +264,7 @@ func (d *Daemon) kvView() admin.KVResponse {
 	}
 	for _, result := range kv.SelectionResults {
 		var m dto.Metric
-		if d.kvMetrics.Selections.WithLabelValues(result).Write(&m) == nil && m.GetCounter().GetValue() > 0 {
+		if d.km.Selections.WithLabelValues(result).Write(&m) == nil && m.GetCounter().GetValue() > 0 {
 			resp.Results = append(resp.Results, admin.KVCount{Result: result, Count: uint64(m.GetCounter().GetValue())})
 		}
 	}
@@ -222,104 +274,127 @@ func (d *Daemon) kvView() admin.KVResponse {
 // subscriptions lists the load and kv-events subscriptions.
 func (d *Daemon) subscriptions() []load.SubscriptionInfo {
 	var out []load.SubscriptionInfo
-	if d.supervisor != nil {
-		out = append(out, d.supervisor.Subscriptions()...)
+	if s := d.loadSubs.Load(); s != nil {
+		out = append(out, s.Subscriptions()...)
 	}
-	if d.kvSubs != nil {
-		out = append(out, d.kvSubs.Subscriptions()...)
+	if k := d.kvState.Load(); k != nil {
+		out = append(out, k.subs.Subscriptions()...)
 	}
 	return out
 }
 
 // listen binds the main listener and, when configured, the admin one.
-func (d *Daemon) listen() error {
-	errLog := slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn)
-	bind := func(addr, key string, h http.Handler) error {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			d.Close()
-			return fmt.Errorf("%s %s: %w", key, addr, err)
-		}
-		d.listeners = append(d.listeners, ln)
-		d.servers = append(d.servers, &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ErrorLog: errLog})
-		return nil
-	}
-	if err := bind(d.cfg.Server.BindAddress, "server.bind_address", d.router.Handler()); err != nil {
+func (d *Daemon) listen(cfg *config.Config) error {
+	main, err := d.bind("server.bind_address", cfg.Server.BindAddress, d.router.Handler())
+	if err != nil {
 		return err
 	}
-	if len(d.cfg.APIKeys) == 0 && !isLoopback(d.listeners[0].Addr()) {
+	d.main = main
+	if len(cfg.APIKeys) == 0 && !isLoopback(main.ln.Addr()) {
 		d.logger.Warn("no api_keys: the router accepts requests from anyone who can reach it", "address", d.Addr())
 	}
-	if d.cfg.Admin.BindAddress != "" {
-		return bind(d.cfg.Admin.BindAddress, "admin.bind_address", d.router.AdminHandler())
+	if cfg.Admin.BindAddress != "" {
+		if d.admin, err = d.bind("admin.bind_address", cfg.Admin.BindAddress, d.router.AdminHandler()); err != nil {
+			d.Close()
+			return err
+		}
 	}
 	return nil
 }
 
 // Addr is the main listener's address.
-func (d *Daemon) Addr() string { return d.listeners[0].Addr().String() }
+func (d *Daemon) Addr() string {
+	d.lnMu.Lock()
+	defer d.lnMu.Unlock()
+	return d.main.addr()
+}
 
 // AdminAddr is the admin listener's address, "" when the admin API is
 // served on the main listener.
 func (d *Daemon) AdminAddr() string {
-	if len(d.listeners) < 2 {
-		return ""
-	}
-	return d.listeners[1].Addr().String()
+	d.lnMu.Lock()
+	defer d.lnMu.Unlock()
+	return d.admin.addr()
 }
 
 // Close releases the listeners of a daemon that was not Run.
 func (d *Daemon) Close() {
-	for _, ln := range d.listeners {
-		_ = ln.Close()
+	d.lnMu.Lock()
+	defer d.lnMu.Unlock()
+	for _, l := range []*listener{d.main, d.admin} {
+		if l != nil {
+			_ = l.ln.Close()
+		}
 	}
 }
 
 // Run serves until ctx ends, then shuts down in order: the router stops
 // being ready, in-flight requests drain for the grace period, and only then
 // discovery and the subscriptions stop (a draining request may still need
-// the fleet view). Every goroutine it starts has ended when it returns. It
-// returns nil after a clean shutdown, or the error of the part that failed
-// (which shuts the rest down the same way).
+// the fleet view), each within StopGrace. While it runs, the configuration
+// reloads from Deps.Reload. It returns nil after a clean shutdown, or the
+// error of the part that failed (which shuts the rest down the same way).
 func (d *Daemon) Run(ctx context.Context) error {
 	// The parts run under their own context, ended only after the drain.
 	parts, stopParts := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopParts()
-	g, gctx := errgroup.WithContext(parts)
-	if d.watcher != nil {
-		g.Go(func() error { return d.watcher.Run(gctx) })
+	d.mu.Lock()
+	d.partsCtx = parts
+	if d.dyn.watcher != nil {
+		d.startDynamo(&d.dyn)
 	}
-	if d.supervisor != nil {
-		g.Go(func() error { return d.supervisor.Run(gctx) })
+	routerRun := d.start("backend health checks", d.router.Run)
+	d.mu.Unlock()
+	d.lnMu.Lock()
+	d.serve(d.main)
+	if d.admin != nil {
+		d.serve(d.admin)
 	}
-	if d.kvSubs != nil {
-		g.Go(func() error { return d.kvSubs.Run(gctx) })
-	}
-	if d.artifacts != nil {
-		g.Go(func() error { return d.artifacts.Run(gctx) })
-	}
-	g.Go(func() error { return d.router.Run(gctx) })
-	for i, s := range d.servers {
-		ln := d.listeners[i]
-		g.Go(func() error {
-			if err := s.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serving %s: %w", ln.Addr(), err)
-			}
-			return nil
-		})
-	}
+	d.lnMu.Unlock()
+	reloads := d.start("configuration reloads", d.followReloads)
 	d.router.SetReady(true)
-	d.logger.Info("continuum serving", "address", d.Addr(), "admin", d.AdminAddr(), "dynamo", d.cfg.Dynamo.Enabled)
-	g.Go(func() error {
+	d.logger.Info("continuum serving", "address", d.Addr(), "admin", d.AdminAddr(), "dynamo", d.cfg.Load().Dynamo.Enabled)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-d.failed:
+	}
+	d.drain()
+	reloads.stop(d.logger)
+	// A reload in progress finishes first (its own stops are bounded).
+	d.mu.Lock()
+	d.closed = true
+	var wg sync.WaitGroup
+	stop := func(p *part) { wg.Go(func() { p.stop(d.logger) }) }
+	stop(d.dyn.watcherRun)
+	stop(d.dyn.loadRun)
+	if k := d.dyn.kv; k != nil {
+		wg.Go(func() { d.stopKV(k) })
+	}
+	stop(routerRun)
+	wg.Wait()
+	d.mu.Unlock()
+	d.retiring.Wait()
+	if err == nil {
+		// A part that failed while shutting down still says so.
 		select {
-		case <-ctx.Done():
-		case <-gctx.Done(): // a part failed
+		case err = <-d.failed:
+		default:
 		}
-		d.drain()
-		stopParts()
-		return nil
-	})
-	return g.Wait()
+	}
+	return err
+}
+
+// startDynamo starts the Dynamo parts; the registry waits for the
+// watcher's first view. d.mu is held.
+func (d *Daemon) startDynamo(dp *dynamoParts) {
+	d.settling.Store(&settle{done: dp.watcher.Synced()})
+	dp.watcherRun = d.start("dynamo discovery", dp.watcher.Run)
+	dp.loadRun = d.start("load subscriptions", dp.supervisor.Run)
+	if dp.kv != nil {
+		d.startKV(dp.kv)
+	}
 }
 
 // drain stops readiness and shuts the listeners down, waiting up to the
@@ -327,14 +402,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) drain() {
 	d.router.SetReady(false)
 	d.logger.Info("shutting down", "grace", d.grace)
-	ctx, cancel := context.WithTimeoutCause(context.Background(), d.grace, fmt.Errorf("shutdown grace of %s exceeded", d.grace))
-	defer cancel()
-	for _, s := range d.servers {
-		if err := s.Shutdown(ctx); err != nil {
-			d.logger.Warn("requests still in flight at the end of the grace period", "err", context.Cause(ctx))
-			_ = s.Close()
+	d.lnMu.Lock()
+	d.draining = true
+	ls := []*listener{d.main, d.admin}
+	d.lnMu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		if l != nil {
+			wg.Go(func() { l.shutdown(d.logger, d.grace) })
 		}
 	}
+	wg.Wait()
 }
 
 func isLoopback(a net.Addr) bool {

@@ -215,30 +215,45 @@ func TestRunShutdownOrder(t *testing.T) {
 }
 
 // TestRunStopsOnAPartsFailure: a part that fails ends Run with its error,
-// after the same drain.
+// after the same drain. The main listener failing under its server is
+// such a failure.
 func TestRunStopsOnAPartsFailure(t *testing.T) {
 	t.Parallel()
 	cfg := baseConfig(t, "http://127.0.0.1:1")
-	cfg.Dynamo.Discovery.Source = config.SourceEtcd
-	cfg.Dynamo.Discovery.Etcd.Endpoints = []string{"http://127.0.0.1:1"}
-	cfg.Dynamo.Discovery.Etcd.WatchReconnectBackoff = config.Backoff{Initial: config.Duration(time.Second), Max: config.Duration(time.Millisecond)}
 	d, err := routerd.New(cfg, routerd.Deps{ShutdownGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(t.Context()) }()
+	testutil.Eventually(t, 10*time.Second, "serving", func() bool {
+		resp, err := http.Get("http://" + d.Addr() + "/health")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err == nil
+	})
+	d.Close() // the listener fails under its server
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "backoff") {
+		if err == nil || !strings.Contains(err.Error(), "serving "+d.Addr()) {
 			t.Errorf("Run: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not end after its discovery failed")
+		t.Fatal("Run did not end after its listener failed")
 	}
-	if c, err := net.Dial("tcp", d.Addr()); err == nil {
-		_ = c.Close()
-		t.Error("the listener is still open")
+}
+
+// TestNewRefusesInvalidBackoff: a discovery backoff the watcher cannot use
+// is New's error, not a failure once running.
+func TestNewRefusesInvalidBackoff(t *testing.T) {
+	t.Parallel()
+	cfg := baseConfig(t, "http://127.0.0.1:1")
+	cfg.Dynamo.Discovery.Source = config.SourceEtcd
+	cfg.Dynamo.Discovery.Etcd.Endpoints = []string{"http://127.0.0.1:1"}
+	cfg.Dynamo.Discovery.Etcd.WatchReconnectBackoff = config.Backoff{Initial: config.Duration(time.Second), Max: config.Duration(time.Millisecond)}
+	if _, err := routerd.New(cfg, routerd.Deps{}); err == nil || !strings.Contains(err.Error(), "backoff") {
+		t.Errorf("New: %v", err)
 	}
 }
 

@@ -230,3 +230,46 @@ func NewKVMetrics(reg prometheus.Registerer) *KVMetrics {
 	}
 	return m
 }
+
+// Reload results: continuum_config_reloads_total{result}.
+const (
+	ReloadApplied  = "applied"
+	ReloadRejected = "rejected"
+)
+
+// ConfigMetrics are the configuration reload families.
+type ConfigMetrics struct {
+	Reloads    *prometheus.CounterVec
+	Generation prometheus.Gauge
+	LastReload prometheus.Gauge
+	LastOK     prometheus.Gauge
+}
+
+// NewConfigMetrics creates the reload families and registers them on reg
+// when reg is not nil.
+func NewConfigMetrics(reg prometheus.Registerer) *ConfigMetrics {
+	m := &ConfigMetrics{
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_config_reloads_total",
+			Help: "Configuration reloads by result (applied, rejected).",
+		}, []string{"result"}),
+		Generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_config_generation",
+			Help: "Generation of the running configuration: 1 at start, one more per applied reload.",
+		}),
+		LastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_config_last_reload_timestamp_seconds",
+			Help: "When the last reload was attempted (Unix seconds; 0 before the first).",
+		}),
+		LastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_config_last_reload_success",
+			Help: "1 when the last reload was applied, 0 when it was rejected (1 before the first).",
+		}),
+	}
+	m.Generation.Set(1)
+	m.LastOK.Set(1)
+	if reg != nil {
+		reg.MustRegister(m.Reloads, m.Generation, m.LastReload, m.LastOK)
+	}
+	return m
+}

@@ -10,6 +10,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,6 +57,11 @@ worker's kv_metrics load, picks a prefill and a decode worker per request
 and dispatches through the dynamo.frontend --router-mode direct replicas of
 dynamo.shim with x-dynamo-* pin headers.
 
+The configuration reloads without a restart when its file changes, on
+SIGHUP, and on PUT /admin/config; a document with errors is refused and the
+running configuration stays. Each change applies in its tier (see
+continuum config diff).
+
 On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
 for --shutdown-grace, then stops discovery and subscriptions.
 
@@ -87,7 +95,13 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	deps := routerd.Deps{Logger: logger, ShutdownGrace: o.Grace}
+	// SIGHUP reloads the configuration file (and never ends the process).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{})
+	go forward(ctx, hup, reload)
+	deps := routerd.Deps{Logger: logger, ShutdownGrace: o.Grace, Reload: routerd.Reload{Adjust: o.adjust, Signal: reload}}
 	if o.Demo {
 		d, err := demo.Start(demo.Options{Bind: o.Bind, Deps: deps})
 		if err != nil {
@@ -101,6 +115,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	deps.Reload = routerd.Reload{File: o.ConfigFile, Env: o.Env, Adjust: o.adjust, Signal: reload}
 	d, err := routerd.New(cfg, deps)
 	if err != nil {
 		return err
@@ -134,8 +149,30 @@ func (o *Options) config() (*config.Config, error) {
 		}
 		cfg = doc.Config
 	}
+	o.adjust(cfg)
+	return cfg, nil
+}
+
+// adjust applies the flags that override the file, at start and at every
+// reload.
+func (o *Options) adjust(cfg *config.Config) {
 	if o.Bind != "" {
 		cfg.Server.BindAddress = o.Bind
 	}
-	return cfg, nil
+}
+
+// forward turns signals into reload requests until ctx ends.
+func forward(ctx context.Context, sig <-chan os.Signal, reload chan<- struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+			select {
+			case reload <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }

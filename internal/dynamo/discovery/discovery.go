@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,19 @@ type Watcher struct {
 
 	reducer   *fleet.Reducer
 	connected atomic.Bool
+
+	syncOnce sync.Once
+	synced   chan struct{}
+	// published: a pass of this watcher has published its view.
+	published bool
+}
+
+// Synced returns a channel closed once the watcher's first full resync is
+// published: from then on the registry holds this watcher's view, not
+// whatever was there before it (a watcher replaced by a reload).
+func (w *Watcher) Synced() <-chan struct{} {
+	w.syncOnce.Do(func() { w.synced = make(chan struct{}) })
+	return w.synced
 }
 
 // Connected reports whether the current pass is seeded and watching.
@@ -167,6 +181,14 @@ func (s *sink) ResyncEnd() {
 	s.w.reducer.ResyncEnd()
 	s.established = time.Now()
 	s.w.setConnected(true)
+	if !s.w.published {
+		// The first view replaces the registry's even when it is empty.
+		s.w.published = true
+		s.w.Registry.Publish(s.w.reducer.Build(time.Now()))
+		s.w.Synced()
+		close(s.w.synced)
+		return
+	}
 	s.Flush()
 }
 

@@ -68,6 +68,15 @@ func (r *Registry) Wait(ctx context.Context, after uint64) (uint64, error) {
 	}
 }
 
+// Changed returns a channel closed when a generation newer than the
+// current one is published. Take it before reading the snapshot it is to
+// follow, so that no generation falls between the two.
+func (r *Registry) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
 // Subscription follows the registry's generations. It holds a number, never
 // a snapshot, so a slow subscriber pins no memory.
 type Subscription struct {

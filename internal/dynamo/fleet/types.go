@@ -8,6 +8,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -160,4 +161,34 @@ type Snapshot struct {
 	// changes whenever Problems is rebuilt.
 	added       []*Worker
 	problemsGen uint64
+}
+
+// Within returns the snapshot's view of the given namespaces only: their
+// workers, publishers, problems and mixed pairs (a reload that stops
+// watching some namespaces drops the others at once and keeps routing to
+// these). Problems that name no namespace are kept.
+func (s *Snapshot) Within(namespaces []string) *Snapshot {
+	keep := func(ns string) bool { return slices.Contains(namespaces, ns) }
+	out := &Snapshot{problemsGen: s.problemsGen + 1}
+	for _, w := range s.Workers {
+		if keep(w.ID.Namespace) {
+			out.Workers = append(out.Workers, w)
+		}
+	}
+	for _, p := range s.Publishers {
+		if keep(p.Namespace) {
+			out.Publishers = append(out.Publishers, p)
+		}
+	}
+	for _, p := range s.Problems {
+		if p.Namespace == "" || keep(p.Namespace) {
+			out.Problems = append(out.Problems, p)
+		}
+	}
+	for _, m := range s.Mixed {
+		if keep(m.Namespace) {
+			out.Mixed = append(out.Mixed, m)
+		}
+	}
+	return out
 }

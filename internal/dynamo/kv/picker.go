@@ -67,6 +67,9 @@ func NewPicker(base *pick.LoadBased, index *Index, prompts *Prompts, s Settings,
 // SetSettings applies kv.* settings from the next request on.
 func (p *Picker) SetSettings(s Settings) { p.settings.Store(&s) }
 
+// Settings returns the settings the next request is picked with.
+func (p *Picker) Settings() Settings { return *p.settings.Load() }
+
 // matchBuf holds one request's overlaps per block size: the holders in a
 // slice, scanned when they are few (the common case), else in a map.
 type matchBuf struct {

@@ -38,6 +38,9 @@ type Subscriptions struct {
 	logger  *slog.Logger
 	pool    load.Pool
 
+	// kick asks Run to reconcile now (a new connector).
+	kick chan struct{}
+
 	mu      sync.Mutex
 	readers map[uint64]*eventReader
 }
@@ -48,7 +51,7 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Subscriptions{reg: reg, index: index, metrics: metrics, logger: logger, readers: map[uint64]*eventReader{}}
+	s := &Subscriptions{reg: reg, index: index, metrics: metrics, logger: logger, readers: map[uint64]*eventReader{}, kick: make(chan struct{}, 1)}
 	s.pool = load.Pool{Family: "kv-events", Limits: zmtp.LimitsKVEvents, Connector: connector, Logger: logger,
 		NewHandler: s.newReader,
 		// A publisher that left or was replaced fed ranks that are no
@@ -69,35 +72,45 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 // Run follows registry generations until ctx ends, then stops every
 // subscription.
 func (s *Subscriptions) Run(ctx context.Context) error {
-	watch := s.reg.Subscribe()
-	gens := make(chan struct{}, 1)
-	go func() {
-		defer close(gens)
-		for {
-			if _, err := watch.Next(ctx); err != nil {
-				return
-			}
-			select {
-			case gens <- struct{}{}:
-			default:
-			}
-		}
-	}()
 	tick := time.NewTicker(StaleAfter / 6)
 	defer tick.Stop()
-	s.reconcile(ctx, s.reg.Snapshot())
+	for {
+		changed := s.reg.Changed()
+		s.reconcile(ctx, s.reg.Snapshot())
+		s.report()
+		if !s.wait(ctx, changed, tick.C) {
+			s.pool.Stop()
+			return nil
+		}
+	}
+}
+
+// wait ages out stale subscriptions until the registry changes or a new
+// connector asks for a reconcile; false when ctx ended.
+func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, tick <-chan time.Time) bool {
 	for {
 		select {
-		case _, ok := <-gens:
-			if !ok {
-				s.pool.Stop()
-				return nil
-			}
-			s.reconcile(ctx, s.reg.Snapshot())
-		case now := <-tick.C:
+		case <-ctx.Done():
+			return false
+		case <-changed:
+			return true
+		case <-s.kick:
+			return true
+		case now := <-tick:
 			s.ageOut(now)
+			s.report()
 		}
-		s.report()
+	}
+}
+
+// SetConnector restarts every subscription through c (a reload changed the
+// transport or the allowed networks). The index keeps its blocks and each
+// rank's event cursor: an event the switch missed shows as a gap.
+func (s *Subscriptions) SetConnector(c zmtp.Connector) {
+	s.pool.SetConnector(c)
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -67,6 +67,9 @@ type poolSub struct {
 	pub    fleet.Publisher
 	cancel context.CancelFunc
 	state  string
+	// transport is the connector's, fixed for the subscription's life (the
+	// gauge series it counts in).
+	transport string
 	// sessions counts transitions to connected.
 	sessions int
 }
@@ -120,7 +123,7 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 // startLocked launches a subscription; p.mu is held.
 func (p *Pool) startLocked(parent context.Context, pub fleet.Publisher) {
 	ctx, cancel := context.WithCancel(parent)
-	sub := &poolSub{pub: pub, cancel: cancel}
+	sub := &poolSub{pub: pub, cancel: cancel, transport: p.Connector.Transport()}
 	p.subs[pub.PublisherID] = sub
 	p.setLocked(sub, StatePending)
 	loop := &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Limits: p.Limits, Connector: p.Connector,
@@ -136,6 +139,20 @@ func (p *Pool) stopLocked(id uint64, sub *poolSub) {
 	sub.cancel()
 	delete(p.subs, id)
 	p.setLocked(sub, "")
+}
+
+// SetConnector makes c the connector of the subscriptions that follow and
+// ends the running ones, without telling Stopped: their publishers are
+// still wanted, and what they fed stays (load samples, KV blocks and event
+// cursors) for the subscriptions the next Reconcile starts through c to
+// carry on.
+func (p *Pool) SetConnector(c zmtp.Connector) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Connector = c
+	for id, sub := range p.subs {
+		p.stopLocked(id, sub)
+	}
 }
 
 // Stop stops every subscription and waits for their loops, at most
@@ -180,12 +197,11 @@ func (p *Pool) transition(sub *poolSub, state string) {
 // gauge from its previous state; p.mu is held.
 func (p *Pool) setLocked(sub *poolSub, state string) {
 	if p.Gauge != nil {
-		t := p.Connector.Transport()
 		if sub.state != "" {
-			p.Gauge.WithLabelValues(sub.state, t).Dec()
+			p.Gauge.WithLabelValues(sub.state, sub.transport).Dec()
 		}
 		if state != "" {
-			p.Gauge.WithLabelValues(state, t).Inc()
+			p.Gauge.WithLabelValues(state, sub.transport).Inc()
 		}
 	}
 	sub.state = state
@@ -201,7 +217,7 @@ func (p *Pool) Subscriptions() []SubscriptionInfo {
 	out := make([]SubscriptionInfo, 0, len(p.subs))
 	for _, sub := range p.subs {
 		out = append(out, SubscriptionInfo{Family: p.Family, PublisherID: sub.pub.PublisherID, Namespace: sub.pub.Namespace,
-			Component: sub.pub.Component, State: sub.state, Transport: p.Connector.Transport(), Reconnects: max(sub.sessions-1, 0)})
+			Component: sub.pub.Component, State: sub.state, Transport: sub.transport, Reconnects: max(sub.sessions-1, 0)})
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.PublisherID, b.PublisherID) })
 	return out

@@ -15,6 +15,8 @@ type Supervisor struct {
 	reg   *fleet.Registry
 	store *Store
 	pool  Pool
+	// kick asks Run to reconcile now (a new connector).
+	kick chan struct{}
 }
 
 // NewSupervisor returns a supervisor of reg's load publishers feeding
@@ -24,7 +26,7 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	count := func(string) {}
-	s := &Supervisor{reg: reg, store: store}
+	s := &Supervisor{reg: reg, store: store, kick: make(chan struct{}, 1)}
 	s.pool = Pool{Family: fleet.TopicLoad, Limits: limitsOf(fleet.TopicLoad), Connector: connector, Logger: logger,
 		// Samples of a publisher that left or was replaced are not its
 		// worker's load any more.
@@ -43,15 +45,28 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 // Run follows registry generations until ctx ends, then stops every
 // subscription within StopGrace.
 func (s *Supervisor) Run(ctx context.Context) error {
-	watch := s.reg.Subscribe()
 	for {
+		changed := s.reg.Changed()
 		s.reconcile(ctx, s.reg.Snapshot())
-		if _, err := watch.Next(ctx); err != nil {
-			break
+		select {
+		case <-ctx.Done():
+			s.pool.Stop()
+			return nil
+		case <-changed:
+		case <-s.kick:
 		}
 	}
-	s.pool.Stop()
-	return nil
+}
+
+// SetConnector restarts every subscription through c (a reload changed the
+// transport or the allowed networks). The store keeps its samples: the
+// restarted subscriptions carry on where the old ones stopped.
+func (s *Supervisor) SetConnector(c zmtp.Connector) {
+	s.pool.SetConnector(c)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // reconcile applies one snapshot: the live gate first, then subscriptions.

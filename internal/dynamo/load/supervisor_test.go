@@ -3,7 +3,9 @@ package load_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,4 +217,54 @@ func TestSupervisorRefusesUnallowedAddress(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "transport_refused", func() bool {
 		return promtest.ToFloat64(m.Events.WithLabelValues(wire.ResultTransportRefused)) > 0
 	})
+}
+
+// transportConnector dials directly under another transport name and counts
+// its connections.
+type transportConnector struct {
+	zmtp.Direct
+	name  string
+	dials atomic.Int32
+}
+
+func (c *transportConnector) Connect(ctx context.Context, endpoint string) (net.Conn, error) {
+	c.dials.Add(1)
+	return c.Direct.Connect(ctx, endpoint)
+}
+
+func (c *transportConnector) Transport() string { return c.name }
+
+// TestSupervisorSetConnector: a new connector restarts every subscription
+// through it, and the store keeps the samples the old ones fed (the switch
+// is not a departure).
+func TestSupervisorSetConnector(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(1, 1)
+	pub := testutil.StartGoPublisher(t)
+	publishLoop(t, pub, 0xa1, 1, 10)
+	f.publisher(0xa1, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	testutil.Eventually(t, 10*time.Second, "first sample", func() bool {
+		_, ok := s.store.FreshDefault(1, 0)
+		return ok
+	})
+
+	next := &transportConnector{name: "other"}
+	// Stopping the old subscriptions must not drop what they fed: the
+	// sample stays readable through the switch.
+	s.sup.SetConnector(next)
+	if _, ok := s.store.Latest(1, 0); !ok {
+		t.Fatal("the switch dropped the worker's sample")
+	}
+	testutil.Eventually(t, 10*time.Second, "subscription through the new connector", func() bool {
+		subs := s.sup.Subscriptions()
+		return len(subs) == 1 && subs[0].Transport == "other" && subs[0].State == load.StateConnected && next.dials.Load() > 0
+	})
+	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "direct")); v != 0 {
+		t.Errorf("the old transport's series still counts %v subscriptions", v)
+	}
+	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "other")); v != 1 {
+		t.Errorf("the new transport's series counts %v subscriptions", v)
+	}
 }

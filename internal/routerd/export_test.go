@@ -1,0 +1,14 @@
+package routerd
+
+import "github.com/continuum-router/continuum/internal/dynamo/kv"
+
+// KVParts returns the running KV-aware selection's index and settings; nil
+// when it is off.
+func KVParts(d *Daemon) (*kv.Index, *kv.Settings) {
+	k := d.kvState.Load()
+	if k == nil {
+		return nil, nil
+	}
+	s := k.picker.Settings()
+	return k.index, &s
+}

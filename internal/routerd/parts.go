@@ -1,0 +1,232 @@
+package routerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// StopGrace bounds how long stopping one part (a discovery watcher, a set
+// of subscriptions) waits before abandoning it: a watcher replaced by a
+// reload, and every part at shutdown. A shutdown that meets a replacement
+// in progress may take two of them.
+const StopGrace = 5 * time.Second
+
+// part is one of the daemon's long-running parts, started under the
+// daemon's parts context and stopped on its own.
+type part struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start runs fn as a part. A part that fails (returns an error before it
+// was asked to stop) ends the daemon with that error.
+func (d *Daemon) start(name string, fn func(context.Context) error) *part {
+	ctx, cancel := context.WithCancel(d.partsCtx)
+	p := &part{name: name, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			d.fail(fmt.Errorf("%s: %w", name, err))
+		}
+	}()
+	return p
+}
+
+// stop asks the part to end and waits for it, at most StopGrace; a part
+// that outlives its grace is abandoned (its goroutine ends when it can).
+func (p *part) stop(logger *slog.Logger) {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	t := time.NewTimer(StopGrace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		logger.Warn("a part did not stop within its grace and is abandoned", "part", p.name, "grace", StopGrace)
+	}
+}
+
+// fail records the first part failure; Run ends with it.
+func (d *Daemon) fail(err error) {
+	select {
+	case d.failed <- err:
+	default:
+	}
+}
+
+// dynamoParts are the parts that follow a Dynamo fleet: the discovery
+// watcher and the load subscriptions, and the KV-aware parts when
+// dynamo.kv.enabled. Each is nil when off.
+type dynamoParts struct {
+	watcher    *discovery.Watcher
+	watcherRun *part
+	supervisor *load.Supervisor
+	loadRun    *part
+	kv         *kvParts
+}
+
+// kvParts are KV-aware selection: the artifact loader, the index, the
+// kv-events subscriptions feeding it and the picker over the load-based one.
+type kvParts struct {
+	loader  *artifact.Loader
+	index   *kv.Index
+	subs    *kv.Subscriptions
+	picker  *kv.Picker
+	loadRun *part
+	subsRun *part
+}
+
+// newWatcher builds the discovery watcher of a configuration, without
+// starting it.
+func (d *Daemon) newWatcher(cfg *config.Config) (*discovery.Watcher, error) {
+	src, backoff, err := sources.New(&cfg.Dynamo.Discovery, d.logger)
+	if err != nil {
+		return nil, err
+	}
+	if backoff.Initial <= 0 || backoff.Max < backoff.Initial {
+		return nil, fmt.Errorf("dynamo.discovery: reconnect backoff %v..%v is not valid", backoff.Initial, backoff.Max)
+	}
+	return &discovery.Watcher{Source: src, Registry: d.registry, Backoff: backoff, Metrics: d.dm, Logger: d.logger}, nil
+}
+
+// connector is how the subscriptions of a configuration reach publishers.
+func connector(cfg *config.Config) (zmtp.Connector, error) {
+	if cfg.Dynamo.Load.Transport == config.TransportBroker {
+		return brokerPending{}, nil
+	}
+	cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("dynamo.load.direct_allow_cidrs: %w", err)
+	}
+	return &zmtp.Direct{Allow: cidrs}, nil
+}
+
+// brokerPending is the broker transport of a build without the event bus:
+// its subscriptions stay pending, and never fall back to dialling
+// publishers directly (which the operator chose not to allow).
+type brokerPending struct{}
+
+func (brokerPending) Connect(ctx context.Context, _ string) (net.Conn, error) {
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+func (brokerPending) Transport() string { return config.TransportBroker }
+
+// artifactPolicy is the artifact policy of dynamo.kv.
+func artifactPolicy(k *config.KV) (artifact.Policy, error) {
+	p, err := artifact.PolicyFor(artifact.Settings{Pinned: k.PinnedArtifacts, AllowHTTP: k.AllowHTTPArtifacts,
+		AllowHF: k.AllowHFArtifacts, CacheDir: k.ArtifactCacheDir}, os.LookupEnv)
+	if err != nil {
+		return p, fmt.Errorf("dynamo.kv.%w", err)
+	}
+	return p, nil
+}
+
+// newKV builds KV-aware selection over the daemon's load-based picker,
+// without starting it. The KV metric families are registered on first use.
+func (d *Daemon) newKV(cfg *config.Config, conn zmtp.Connector) (*kvParts, error) {
+	policy, err := artifactPolicy(&cfg.Dynamo.KV)
+	if err != nil {
+		return nil, err
+	}
+	if d.km == nil {
+		d.am = telemetry.NewArtifactMetrics(d.promReg)
+		d.km = telemetry.NewKVMetrics(d.promReg)
+	}
+	loader, err := artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: d.logger, Metrics: d.am})
+	if err != nil {
+		return nil, err
+	}
+	index := kv.NewIndex()
+	return &kvParts{loader: loader, index: index,
+		subs:   kv.NewSubscriptions(d.registry, index, conn, d.km, d.logger),
+		picker: kv.NewPicker(d.base, index, kv.NewPrompts(loader), KVSettings(&cfg.Dynamo.KV), d.km, d.am, d.logger)}, nil
+}
+
+// startKV starts KV-aware selection's parts.
+func (d *Daemon) startKV(k *kvParts) {
+	k.loadRun = d.start("artifact loader", k.loader.Run)
+	k.subsRun = d.start("kv-events subscriptions", k.subs.Run)
+}
+
+// stopKV stops KV-aware selection's parts (the subscriptions first: they
+// feed the index the loader's artifacts are matched against).
+func (d *Daemon) stopKV(k *kvParts) {
+	if k == nil {
+		return
+	}
+	k.subsRun.stop(d.logger)
+	k.loadRun.stop(d.logger)
+}
+
+// KVSettings are the picker's settings of dynamo.kv.
+func KVSettings(k *config.KV) kv.Settings {
+	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
+		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData,
+		Conditional: k.ConditionalDisaggregation.Enabled, DecodeBusyThreshold: k.ConditionalDisaggregation.DecodeBusyThreshold}
+}
+
+// listener is one bound address and the server on it.
+type listener struct {
+	key string // the configuration key of its address
+	ln  net.Listener
+	srv *http.Server
+}
+
+// bind listens on addr for the key's handler; nothing is served until
+// serve.
+func (d *Daemon) bind(key, addr string, h http.Handler) (*listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
+	}
+	errLog := slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn)
+	return &listener{key: key, ln: ln,
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ErrorLog: errLog}}, nil
+}
+
+// serve serves l until it is shut down; an accept failure ends the daemon.
+func (d *Daemon) serve(l *listener) {
+	go func() {
+		if err := l.srv.Serve(l.ln); !errors.Is(err, http.ErrServerClosed) {
+			d.fail(fmt.Errorf("serving %s: %w", l.ln.Addr(), err))
+		}
+	}()
+}
+
+// shutdown stops l from accepting and lets its requests finish within
+// grace, then closes what is left.
+func (l *listener) shutdown(logger *slog.Logger, grace time.Duration) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
+	defer cancel()
+	if err := l.srv.Shutdown(ctx); err != nil {
+		logger.Warn("requests still in flight at the end of the grace period", "address", l.ln.Addr().String(), "err", context.Cause(ctx))
+		_ = l.srv.Close()
+	}
+}
+
+func (l *listener) addr() string {
+	if l == nil {
+		return ""
+	}
+	return l.ln.Addr().String()
+}

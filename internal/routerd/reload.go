@@ -1,0 +1,418 @@
+package routerd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// Reload triggers (admin.Reload.Trigger).
+const (
+	TriggerFile   = "file"
+	TriggerSignal = "signal"
+	TriggerAdmin  = "admin"
+)
+
+// reloadDebounce gathers the events of one edit (an editor's write, rename
+// and chmod; a ConfigMap's symlink swap) into one reload.
+const reloadDebounce = 250 * time.Millisecond
+
+// followReloads reloads the configuration file when it changes (its
+// directory is watched) and on every Reload.Signal, until ctx ends.
+func (d *Daemon) followReloads(ctx context.Context) error {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	var last []byte // the file's content last read
+	if file := d.reload.File; file != "" {
+		w, err := fsnotify.NewWatcher()
+		if err == nil {
+			defer func() { _ = w.Close() }()
+			err = w.Add(filepath.Dir(file))
+		}
+		if err != nil {
+			d.logger.Warn("the configuration file is not watched; reload with SIGHUP or PUT /admin/config", "file", file, "err", err)
+		} else {
+			events, errs = w.Events, w.Errors
+		}
+		// An edit made between the first load and the watch is not lost.
+		last = d.reloadFile(TriggerFile, nil, true)
+	}
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-events:
+			// Any event in the directory may be the file's: which name an
+			// update touches depends on the editor or the volume. The
+			// content decides.
+			debounce.Reset(reloadDebounce)
+		case err := <-errs:
+			d.logger.Warn("watching the configuration file", "file", d.reload.File, "err", err)
+		case <-debounce.C:
+			last = d.reloadFile(TriggerFile, last, false)
+		case <-d.reload.Signal:
+			if d.reload.File == "" {
+				d.logger.Warn("reload requested, but the router was started without a configuration file: nothing to reload")
+				continue
+			}
+			last = d.reloadFile(TriggerSignal, nil, false)
+		}
+	}
+}
+
+// reloadFile reloads Reload.File unless its content is prev, and returns
+// the content read (nil when unreadable, so that the next change is
+// tried). initial applies the file only when it differs from the running
+// configuration, silently otherwise.
+func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
+	data, err := readConfig(d.reload.File)
+	if err == nil && prev != nil && bytes.Equal(data, prev) {
+		return prev
+	}
+	var doc *config.Document
+	if err == nil {
+		doc, err = config.Parse(d.reload.File, data, config.Options{Env: d.reload.Env})
+	}
+	if initial && err == nil && doc.Findings.Errors() == 0 && len(config.Diff(d.cfg.Load(), d.adjusted(doc.Config)).Changes) == 0 {
+		return data
+	}
+	d.apply(trigger, doc, err, false)
+	return data
+}
+
+// readConfig reads a configuration file, at most config.MaxFileBytes.
+func readConfig(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, config.MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > config.MaxFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, config.MaxFileBytes)
+	}
+	return data, nil
+}
+
+// adjusted applies the command line's overrides to a loaded configuration.
+func (d *Daemon) adjusted(cfg *config.Config) *config.Config {
+	if d.reload.Adjust != nil {
+		d.reload.Adjust(cfg)
+	}
+	return cfg
+}
+
+// importConfig is PUT /admin/config: the document replaces the running
+// configuration, secrets read back as the mask keeping their values.
+func (d *Daemon) importConfig(data []byte) admin.Reload {
+	doc, err := config.Parse("admin import", data, config.Options{Env: d.reload.Env})
+	return d.apply(TriggerAdmin, doc, err, true)
+}
+
+// configStatus is GET /admin/config/status.
+func (d *Daemon) configStatus() admin.ConfigStatus {
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	return admin.ConfigStatus{Generation: d.gen, LastReload: d.last}
+}
+
+// apply reloads from a loaded document: refused whole when it has errors
+// or a part of it cannot be set up (a port in use, a source that cannot be
+// built), else applied, each change in its tier. It is the one way the
+// running configuration changes.
+func (d *Daemon) apply(trigger string, doc *config.Document, loadErr error, unmask bool) admin.Reload {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	res := admin.Reload{Trigger: trigger, At: time.Now().UTC().Format(time.RFC3339Nano), Changes: []string{}, Findings: []string{}}
+	if doc != nil {
+		for _, f := range doc.Findings {
+			res.Findings = append(res.Findings, f.String())
+		}
+	}
+	err := loadErr
+	switch {
+	case d.closed:
+		err = fmt.Errorf("the router is shutting down")
+	case err == nil && doc.Findings.Errors() > 0:
+		err = fmt.Errorf("%s has %d errors", doc.File, doc.Findings.Errors())
+	}
+	if err != nil {
+		return d.rejected(res, err)
+	}
+	cfg := d.adjusted(doc.Config)
+	old := d.cfg.Load()
+	if unmask {
+		cfg.Unmask(old)
+	}
+	plan := config.Diff(old, cfg)
+	for _, ch := range plan.Changes {
+		res.Changes = append(res.Changes, ch.Path+" ("+ch.Tier.String()+")")
+	}
+	if len(plan.Changes) == 0 {
+		res.Result = admin.ReloadApplied
+		d.logger.Info("configuration reloaded: nothing changed", "trigger", trigger)
+		return d.done(res, false)
+	}
+	prep, err := d.prepare(old, cfg, plan)
+	if err != nil {
+		return d.rejected(res, err)
+	}
+	d.commit(old, cfg, plan, prep)
+	res.Result = admin.ReloadApplied
+	for _, f := range doc.Findings {
+		d.logger.Warn("configuration warning", "finding", f.String())
+	}
+	d.logger.Info("configuration reloaded", "trigger", trigger, "changes", res.Changes)
+	return d.done(res, true)
+}
+
+// rejected records a refused reload: the running configuration stays.
+func (d *Daemon) rejected(res admin.Reload, err error) admin.Reload {
+	res.Result, res.Error = admin.ReloadRejected, err.Error()
+	d.logger.Error("configuration reload rejected; the running configuration stays", "trigger", res.Trigger, "err", err, "findings", res.Findings)
+	return d.done(res, false)
+}
+
+// done records a reload's outcome in the status and the metrics; changed
+// makes a new generation.
+func (d *Daemon) done(res admin.Reload, changed bool) admin.Reload {
+	d.statusMu.Lock()
+	if changed {
+		d.gen++
+	}
+	d.last = &res
+	gen := d.gen
+	d.statusMu.Unlock()
+	d.cm.Reloads.WithLabelValues(res.Result).Inc()
+	d.cm.Generation.Set(float64(gen))
+	d.cm.LastReload.Set(float64(time.Now().Unix()))
+	if res.Result == admin.ReloadApplied {
+		d.cm.LastOK.Set(1)
+	} else {
+		d.cm.LastOK.Set(0)
+	}
+	return res
+}
+
+// prepared is what a reload sets up before it changes anything, so that a
+// failure refuses it whole.
+type prepared struct {
+	main, admin *listener // new listeners, nil when their address is unchanged
+	watcher     *discovery.Watcher
+	conn        zmtp.Connector
+	kv          *kvParts // KV-aware selection turned on
+}
+
+// prepare binds new listeners and builds the new discovery watcher, the
+// connector and KV-aware selection a reload needs.
+func (d *Daemon) prepare(old, cfg *config.Config, plan config.Plan) (p prepared, err error) {
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if cfg.Server.BindAddress != old.Server.BindAddress {
+		if p.main, err = d.bind("server.bind_address", cfg.Server.BindAddress, d.router.Handler()); err != nil {
+			return p, fmt.Errorf("%w; the running listener is kept", err)
+		}
+	}
+	if cfg.Admin.BindAddress != old.Admin.BindAddress && cfg.Admin.BindAddress != "" {
+		if p.admin, err = d.bind("admin.bind_address", cfg.Admin.BindAddress, d.router.AdminHandler()); err != nil {
+			return p, fmt.Errorf("%w; the running listener is kept", err)
+		}
+	}
+	if !cfg.Dynamo.Enabled {
+		return p, nil
+	}
+	if p.conn, err = connector(cfg); err != nil {
+		return p, err
+	}
+	if plan.Watcher != nil || !old.Dynamo.Enabled {
+		if p.watcher, err = d.newWatcher(cfg); err != nil {
+			return p, err
+		}
+	}
+	if cfg.Dynamo.KV.Enabled {
+		if _, err = artifactPolicy(&cfg.Dynamo.KV); err != nil {
+			return p, err
+		}
+		if d.dyn.kv == nil {
+			if p.kv, err = d.newKV(cfg, p.conn); err != nil {
+				return p, err
+			}
+		}
+	}
+	return p, nil
+}
+
+// close releases what a refused reload had bound.
+func (p *prepared) close() {
+	for _, l := range []*listener{p.main, p.admin} {
+		if l != nil {
+			_ = l.ln.Close()
+		}
+	}
+}
+
+// commit applies a prepared reload: the immediate settings first (read at
+// the next request), then the listeners, the subscriptions, KV-aware
+// selection and the discovery watcher. d.mu is held.
+func (d *Daemon) commit(old, cfg *config.Config, plan config.Plan, p prepared) {
+	d.cfg.Store(cfg)
+	d.store.SetMaxStaleness(cfg.Dynamo.Load.MaxStaleness.D())
+	d.router.SetConfig(cfg)
+	d.swapListeners(old, cfg, p)
+
+	switch {
+	case old.Dynamo.Enabled && !cfg.Dynamo.Enabled:
+		d.stopDynamo()
+		return
+	case !old.Dynamo.Enabled && cfg.Dynamo.Enabled:
+		d.logger.Info("dynamo discovery watcher starting", "reason", config.ReasonEnabled)
+		d.dm.Events.WithLabelValues(telemetry.KindRestart).Inc()
+		dp := dynamoParts{watcher: p.watcher, supervisor: load.NewSupervisor(d.registry, d.store, p.conn, d.lm, d.logger), kv: p.kv}
+		d.setDynamo(dp)
+		d.startDynamo(&d.dyn)
+		d.setPicker()
+		return
+	case !cfg.Dynamo.Enabled:
+		return
+	}
+
+	if plan.RestartSubscriptions {
+		d.logger.Info("load and kv-events subscriptions restarting", "transport", cfg.Dynamo.Load.Transport)
+		d.dyn.supervisor.SetConnector(p.conn)
+		if k := d.dyn.kv; k != nil {
+			k.subs.SetConnector(p.conn)
+		}
+	}
+	d.applyKV(cfg, p)
+	if plan.Watcher != nil {
+		d.replaceWatcher(cfg, plan.Watcher, p.watcher)
+	}
+}
+
+// applyKV turns KV-aware selection on or off, or gives it its new
+// settings; the index is kept across settings changes.
+func (d *Daemon) applyKV(cfg *config.Config, p prepared) {
+	k := d.dyn.kv
+	switch {
+	case k != nil && !cfg.Dynamo.KV.Enabled:
+		d.dyn.kv = nil
+		d.kvState.Store(nil)
+		d.setPicker()
+		d.stopKV(k)
+		d.logger.Info("KV-aware selection off")
+	case k == nil && p.kv != nil:
+		d.dyn.kv = p.kv
+		d.startKV(p.kv)
+		d.kvState.Store(p.kv)
+		d.setPicker()
+		d.logger.Info("KV-aware selection on")
+	case k != nil:
+		policy, _ := artifactPolicy(&cfg.Dynamo.KV) // checked in prepare
+		k.loader.SetPolicy(policy)
+		k.picker.SetSettings(KVSettings(&cfg.Dynamo.KV))
+	}
+}
+
+// setPicker gives the router the picker the running parts call for,
+// unless Deps fixed it.
+func (d *Daemon) setPicker() {
+	if !d.fixedPicker {
+		d.router.SetPicker(d.picker())
+	}
+}
+
+// replaceWatcher stops the running discovery watcher and starts w: the
+// registry keeps its view when only the backoff changed (until w's first
+// full resync), loses only the removed namespaces when namespaces were
+// added or removed, and is emptied otherwise.
+func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w *discovery.Watcher) {
+	d.logger.Info("dynamo discovery watcher restarting", "reason", wr.Reason, "pruned_namespaces", wr.Prune)
+	if wr.CountRestart {
+		d.dm.Events.WithLabelValues(telemetry.KindRestart).Inc()
+	}
+	d.dyn.watcherRun.stop(d.logger)
+	d.dyn.watcher = w
+	d.watcher.Store(w)
+	switch {
+	case wr.KeepSnapshot:
+	case wr.Reason == config.ReasonNamespaces:
+		if len(wr.Prune) > 0 {
+			d.registry.Publish(d.registry.Snapshot().Within(cfg.Dynamo.Discovery.Namespaces()))
+		}
+	default:
+		d.registry.Reset()
+		d.settling.Store(&settle{done: w.Synced()})
+	}
+	d.dyn.watcherRun = d.start("dynamo discovery", w.Run)
+}
+
+// stopDynamo stops every Dynamo part (discovery turned off) and empties
+// the registry.
+func (d *Daemon) stopDynamo() {
+	d.logger.Info("dynamo discovery watcher stopping", "reason", config.ReasonEnabled)
+	dp := d.dyn
+	d.setDynamo(dynamoParts{})
+	d.settling.Store(nil)
+	d.setPicker()
+	d.stopKV(dp.kv)
+	dp.loadRun.stop(d.logger)
+	dp.watcherRun.stop(d.logger)
+	d.registry.Reset()
+}
+
+// swapListeners starts serving the new listeners and lets the replaced
+// ones finish their requests (within the shutdown grace) in the
+// background; an admin listener no longer configured is retired the same
+// way. During a drain nothing new is served.
+func (d *Daemon) swapListeners(old, cfg *config.Config, p prepared) {
+	d.lnMu.Lock()
+	defer d.lnMu.Unlock()
+	var retire []*listener
+	if d.draining {
+		p.close()
+		return
+	}
+	if p.main != nil {
+		retire = append(retire, d.main)
+		d.main = p.main
+		d.serve(p.main)
+		d.logger.Info("listening on a new address; the old listener drains", "address", p.main.addr(), "old", retire[0].addr())
+	}
+	if cfg.Admin.BindAddress != old.Admin.BindAddress {
+		if d.admin != nil {
+			retire = append(retire, d.admin)
+		}
+		d.admin = p.admin
+		if p.admin != nil {
+			d.serve(p.admin)
+			d.logger.Info("admin API on a new address", "address", p.admin.addr())
+		} else {
+			d.logger.Info("admin API back on the main listener")
+		}
+	}
+	for _, l := range retire {
+		d.retiring.Go(func() { l.shutdown(d.logger, d.grace) })
+	}
+}

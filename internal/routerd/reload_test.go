@@ -1,0 +1,495 @@
+package routerd_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/continuum-router/continuum/internal/admin"
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/routerd"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+const adminToken = "admin-secret-token"
+
+// reloadFixture is a daemon reloading from a configuration file.
+type reloadFixture struct {
+	t       *testing.T
+	file    string
+	d       *routerd.Daemon
+	metrics *prometheus.Registry
+	logs    *testutil.SyncBuffer
+	signal  chan struct{}
+	done    chan error
+	cancel  context.CancelFunc
+}
+
+// configYAML is a configuration routing to backendURL, with Dynamo
+// discovery on an empty file store under root; extra is appended.
+func configYAML(backendURL, root, extra string) string {
+	return fmt.Sprintf(`server:
+  bind_address: "127.0.0.1:0"
+admin:
+  token: %q
+backends:
+  - name: plain
+    url: %q
+    api_key: backend-secret-key
+dynamo:
+  enabled: true
+  discovery:
+    source: file
+    file:
+      root: %q
+      namespace: a
+%s`, adminToken, backendURL, root, extra)
+}
+
+func startReload(t *testing.T, text string) *reloadFixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &reloadFixture{t: t, file: filepath.Join(dir, "continuum.yaml"), metrics: prometheus.NewRegistry(),
+		logs: &testutil.SyncBuffer{}, signal: make(chan struct{}), done: make(chan error, 1)}
+	f.write(text)
+	doc, err := config.Load(f.file, config.Options{})
+	if err != nil || doc.Findings.Errors() > 0 {
+		t.Fatalf("load: %v %v", err, doc.Findings)
+	}
+	logger := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	f.d, err = routerd.New(doc.Config, routerd.Deps{Logger: logger, Metrics: f.metrics, ShutdownGrace: 5 * time.Second,
+		Reload: routerd.Reload{File: f.file, Signal: f.signal}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	go func() { f.done <- f.d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-f.done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	testutil.Eventually(t, 10*time.Second, "serving", func() bool {
+		resp, err := http.Get("http://" + f.d.Addr() + "/health")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err == nil
+	})
+	return f
+}
+
+// write replaces the file the way editors and ConfigMap volumes do: a new
+// file renamed over the old one.
+func (f *reloadFixture) write(text string) {
+	f.t.Helper()
+	tmp := f.file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, f.file); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// adminDo calls the admin API with the token.
+func (f *reloadFixture) adminDo(method, path, body string) (int, string) {
+	f.t.Helper()
+	addr := f.d.AdminAddr()
+	if addr == "" {
+		addr = f.d.Addr()
+	}
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (f *reloadFixture) status() admin.ConfigStatus {
+	f.t.Helper()
+	code, body := f.adminDo(http.MethodGet, "/admin/config/status", "")
+	if code != http.StatusOK {
+		f.t.Fatalf("status: %d %s", code, body)
+	}
+	var st admin.ConfigStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
+// waitReload waits for the n-th reload attempt since start (counting
+// rejected ones) and returns its record.
+func (f *reloadFixture) waitReload(n float64) *admin.Reload {
+	f.t.Helper()
+	testutil.Eventually(f.t, 10*time.Second, fmt.Sprintf("reload %v", n), func() bool {
+		return counter(f.t, f.metrics, "continuum_config_reloads_total") >= n
+	})
+	return f.status().LastReload
+}
+
+func (f *reloadFixture) gauge(name string) float64 {
+	f.t.Helper()
+	for _, mf := range gather(f.t, f.metrics) {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	f.t.Fatalf("no %s", name)
+	return 0
+}
+
+// TestReloadFileWatch: an edit of the file applies without a restart; an
+// edit with errors is refused whole and the running configuration stays;
+// the generation, the last reload's result and the reload counter say so.
+func TestReloadFileWatch(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	f := startReload(t, configYAML("http://127.0.0.1:1", root, ""))
+	if st := f.status(); st.Generation != 1 || st.LastReload != nil {
+		t.Fatalf("status at start %+v", st)
+	}
+
+	f.write(configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 7s\n"))
+	r := f.waitReload(1)
+	if r.Result != admin.ReloadApplied || r.Trigger != routerd.TriggerFile || !contains(r.Changes, "dynamo.load.max_staleness (immediate)") {
+		t.Fatalf("reload %+v", r)
+	}
+	if st := f.status(); st.Generation != 2 {
+		t.Errorf("generation %d after one applied reload", st.Generation)
+	}
+	if _, body := f.adminDo(http.MethodGet, "/admin/config", ""); !strings.Contains(body, `"max_staleness":"7s"`) {
+		t.Errorf("running configuration %s", body)
+	}
+
+	// An invalid edit: max_staleness out of range, and an unknown key.
+	f.write(configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 1ms\n    bogus: 1\n"))
+	r = f.waitReload(2)
+	if r.Result != admin.ReloadRejected || len(r.Findings) == 0 || !strings.Contains(strings.Join(r.Findings, "\n"), "max_staleness") {
+		t.Fatalf("invalid edit %+v", r)
+	}
+	if _, body := f.adminDo(http.MethodGet, "/admin/config", ""); !strings.Contains(body, `"max_staleness":"7s"`) {
+		t.Errorf("the running configuration changed after a rejected reload: %s", body)
+	}
+	if st := f.status(); st.Generation != 2 {
+		t.Errorf("generation %d after a rejected reload", st.Generation)
+	}
+	if f.gauge("continuum_config_last_reload_success") != 0 || f.gauge("continuum_config_generation") != 2 {
+		t.Error("metrics do not show the rejected reload")
+	}
+	if !strings.Contains(f.logs.String(), "configuration reload rejected") {
+		t.Error("the rejection was not logged")
+	}
+
+	// A file that disappears is a rejected reload too, not a crash.
+	if err := os.Remove(f.file); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitReload(3); r.Result != admin.ReloadRejected {
+		t.Errorf("missing file %+v", r)
+	}
+	// A fixed file applies.
+	f.write(configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 9s\n"))
+	if r := f.waitReload(4); r.Result != admin.ReloadApplied || f.status().Generation != 3 {
+		t.Errorf("fixed file %+v", r)
+	}
+	if f.gauge("continuum_config_last_reload_success") != 1 {
+		t.Error("the last reload succeeded")
+	}
+}
+
+// TestReloadSignal: the signal reloads the file even when nothing changed
+// (an operator asked), and says so.
+func TestReloadSignal(t *testing.T) {
+	t.Parallel()
+	f := startReload(t, configYAML("http://127.0.0.1:1", t.TempDir(), ""))
+	f.signal <- struct{}{}
+	r := f.waitReload(1)
+	if r.Trigger != routerd.TriggerSignal || r.Result != admin.ReloadApplied || len(r.Changes) != 0 {
+		t.Errorf("signal reload %+v", r)
+	}
+	if f.status().Generation != 1 {
+		t.Error("a reload that changed nothing made a new generation")
+	}
+}
+
+// TestReloadAdminImport: the running configuration, read back masked from
+// GET /admin/config, imports unchanged (its secrets keep their values);
+// an import with a change applies it; one with errors is refused with its
+// findings and 422. Secrets appear in no response and no log line.
+func TestReloadAdminImport(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	f := startReload(t, configYAML("http://127.0.0.1:1", root, ""))
+	code, masked := f.adminDo(http.MethodGet, "/admin/config", "")
+	if code != http.StatusOK || strings.Contains(masked, adminToken) || strings.Contains(masked, "backend-secret-key") {
+		t.Fatalf("GET /admin/config: %d %s", code, masked)
+	}
+	code, body := f.adminDo(http.MethodPut, "/admin/config", masked)
+	if code != http.StatusOK {
+		t.Fatalf("re-import of the masked configuration: %d %s", code, body)
+	}
+	var r admin.Reload
+	if err := json.Unmarshal([]byte(body), &r); err != nil || r.Result != admin.ReloadApplied || len(r.Changes) != 0 || r.Trigger != routerd.TriggerAdmin {
+		t.Fatalf("re-import: %v %s", err, body)
+	}
+	// The token still works: it was not replaced by the mask.
+	if code, _ := f.adminDo(http.MethodGet, "/admin/config/status", ""); code != http.StatusOK {
+		t.Fatalf("the admin token changed on import: %d", code)
+	}
+
+	changed := strings.Replace(masked, `"max_staleness":"3s"`, `"max_staleness":"4s"`, 1)
+	if changed == masked {
+		t.Fatalf("no max_staleness in %s", masked)
+	}
+	code, body = f.adminDo(http.MethodPut, "/admin/config", changed)
+	if code != http.StatusOK || !strings.Contains(body, "dynamo.load.max_staleness (immediate)") {
+		t.Fatalf("import with a change: %d %s", code, body)
+	}
+	code, body = f.adminDo(http.MethodPut, "/admin/config", "dynamo: {load: {max_staleness: 1ms}}")
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `"result":"rejected"`) || !strings.Contains(body, "max_staleness") {
+		t.Fatalf("import with errors: %d %s", code, body)
+	}
+	code, body = f.adminDo(http.MethodPut, "/admin/config", "{not yaml")
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "unreadable") {
+		t.Fatalf("unreadable import: %d %s", code, body)
+	}
+	if st := f.status(); st.Generation != 2 {
+		t.Errorf("generation %d", st.Generation)
+	}
+	for _, secret := range []string{adminToken, "backend-secret-key"} {
+		if strings.Contains(f.logs.String(), secret) {
+			t.Errorf("a log line holds a secret: %s", f.logs.String())
+		}
+	}
+	// Without the token the import does not exist.
+	req, _ := http.NewRequest(http.MethodPut, "http://"+f.d.Addr()+"/admin/config", strings.NewReader(changed))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("import without the token: %v %v", err, resp)
+	} else {
+		_ = resp.Body.Close()
+	}
+}
+
+// TestReloadRebind: a new server.bind_address is bound and served at once;
+// a request in flight on the old listener completes, and the old listener
+// then closes. A new address that cannot be bound refuses the reload and
+// keeps the running listener. The admin API moves to its own listener and
+// off the main one.
+func TestReloadRebind(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var arrived atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			arrived.Add(1)
+			<-release
+		}
+		_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+	}))
+	defer backend.Close()
+	defer close(release)
+	root := t.TempDir()
+	f := startReload(t, configYAML(backend.URL, root, ""))
+	oldAddr := f.d.Addr()
+
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.Post("http://"+oldAddr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+		if err != nil {
+			answered <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	testutil.Eventually(t, 10*time.Second, "request in flight", func() bool { return arrived.Load() == 1 })
+
+	newAddr, l := freeAddr(t)
+	_ = l.Close()
+	f.write(strings.Replace(configYAML(backend.URL, root, ""), `"127.0.0.1:0"`, `"`+newAddr+`"`, 1))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "server.bind_address (rebind)") {
+		t.Fatalf("rebind %+v", r)
+	}
+	if f.d.Addr() != newAddr {
+		t.Fatalf("Addr %s, want %s", f.d.Addr(), newAddr)
+	}
+	resp, err := http.Get("http://" + newAddr + "/health")
+	if err != nil {
+		t.Fatalf("the new address does not answer: %v", err)
+	}
+	_ = resp.Body.Close()
+	select {
+	case code := <-answered:
+		t.Fatalf("the request in flight ended (%d) before its backend answered", code)
+	default:
+	}
+	release <- struct{}{}
+	if code := <-answered; code != http.StatusOK {
+		t.Errorf("the request in flight on the old listener got %d", code)
+	}
+	testutil.Eventually(t, 10*time.Second, "the old listener closed", func() bool {
+		c, err := net.Dial("tcp", oldAddr)
+		if err != nil {
+			return true
+		}
+		_ = c.Close()
+		return false
+	})
+
+	// A port in use refuses the reload.
+	busy, bl := freeAddr(t)
+	defer bl.Close()
+	f.write(strings.Replace(configYAML(backend.URL, root, ""), `"127.0.0.1:0"`, `"`+busy+`"`, 1))
+	if r := f.waitReload(2); r.Result != admin.ReloadRejected || !strings.Contains(r.Error, "server.bind_address "+busy) || !strings.Contains(r.Error, "running listener is kept") {
+		t.Fatalf("busy port %+v", r)
+	}
+	if f.d.Addr() != newAddr {
+		t.Errorf("Addr %s after a refused rebind", f.d.Addr())
+	}
+
+	// The admin API moves to its own address: the main listener stops
+	// answering it.
+	adminAddr, al := freeAddr(t)
+	_ = al.Close()
+	text := strings.Replace(configYAML(backend.URL, root, ""), `"127.0.0.1:0"`, `"`+newAddr+`"`, 1)
+	text = strings.Replace(text, "admin:\n", "admin:\n  bind_address: \""+adminAddr+"\"\n", 1)
+	f.write(text)
+	if r := f.waitReload(3); r.Result != admin.ReloadApplied {
+		t.Fatalf("admin move %+v", r)
+	}
+	if f.d.AdminAddr() != adminAddr {
+		t.Fatalf("AdminAddr %q", f.d.AdminAddr())
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+newAddr+"/admin/config/status", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the main listener still serves the admin API: %v %v", err, resp)
+	} else {
+		_ = resp.Body.Close()
+	}
+	if st := f.status(); st.Generation != 3 {
+		t.Errorf("generation %d through the admin listener", st.Generation)
+	}
+}
+
+// TestReloadKV: a dynamo.kv field applies to the next pick without an
+// index reset; turning KV-aware selection off and on again replaces it.
+func TestReloadKV(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cache := t.TempDir()
+	kv := func(temp string) string {
+		return fmt.Sprintf("  kv:\n    enabled: true\n    router_temperature: %s\n    artifact_cache_dir: %q\n", temp, cache)
+	}
+	f := startReload(t, configYAML("http://127.0.0.1:1", root, kv("0")))
+	index, settings := routerd.KVParts(f.d)
+	if index == nil || settings.Terms.Temperature != 0 {
+		t.Fatalf("KV parts at start: %v %+v", index, settings)
+	}
+	f.write(configYAML("http://127.0.0.1:1", root, kv("0.5")))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.kv.router_temperature (immediate)") {
+		t.Fatalf("kv reload %+v", r)
+	}
+	index2, settings := routerd.KVParts(f.d)
+	if index2 != index {
+		t.Error("a kv setting change replaced the index")
+	}
+	if settings.Terms.Temperature != 0.5 {
+		t.Errorf("temperature %v after the reload", settings.Terms.Temperature)
+	}
+
+	f.write(configYAML("http://127.0.0.1:1", root, ""))
+	f.waitReload(2)
+	if index, _ := routerd.KVParts(f.d); index != nil {
+		t.Error("KV-aware selection still on")
+	}
+	if _, body := f.adminDo(http.MethodGet, "/admin/dynamo/kv", ""); !strings.Contains(body, `"enabled":false`) {
+		t.Errorf("admin kv view %s", body)
+	}
+	f.write(configYAML("http://127.0.0.1:1", root, kv("0")))
+	f.waitReload(3)
+	if index3, _ := routerd.KVParts(f.d); index3 == nil || index3 == index {
+		t.Error("KV-aware selection turned on again did not start afresh")
+	}
+}
+
+// TestReloadDynamoOnOff: turning discovery off stops it and empties the
+// fleet view without counting a restart; turning it on starts a watcher and
+// counts one.
+func TestReloadDynamoOnOff(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	on := configYAML("http://127.0.0.1:1", root, "")
+	f := startReload(t, on)
+	testutil.Eventually(t, 10*time.Second, "discovery connected", func() bool { return connected(t, f.metrics) == 1 })
+
+	f.write(strings.Replace(on, "  enabled: true\n", "  enabled: false\n", 1))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.enabled (watcher_restart)") {
+		t.Fatalf("off %+v", r)
+	}
+	if connected(t, f.metrics) != 0 {
+		t.Error("discovery still connected")
+	}
+	if restarts(t, f.metrics) != 0 {
+		t.Error("turning discovery off counted a restart")
+	}
+	f.write(on)
+	f.waitReload(2)
+	testutil.Eventually(t, 10*time.Second, "discovery connected again", func() bool { return connected(t, f.metrics) == 1 })
+	if restarts(t, f.metrics) != 1 {
+		t.Errorf("%v restarts counted", restarts(t, f.metrics))
+	}
+	if !strings.Contains(f.logs.String(), "reason=enabled") {
+		t.Error("the reason was not logged")
+	}
+}
+
+func restarts(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	for _, mf := range gather(t, reg) {
+		if mf.GetName() == "continuum_dynamo_discovery_events_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" && l.GetValue() == "restart" {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
