@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/continuum-router/continuum/internal/admin"
@@ -24,7 +23,7 @@ func (s *Server) mountAdmin(mux *http.ServeMux) {
 // adminKV is the KV index's view of the workers' caches; enabled is false
 // without KV-aware selection.
 func (s *Server) adminKV(w http.ResponseWriter, _ *http.Request) {
-	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}}
+	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Subscriptions: []admin.Subscription{}, Events: []admin.KVCount{}, Results: []admin.KVCount{}}
 	if s.opts.KV != nil {
 		resp = s.opts.KV()
 	}
@@ -150,9 +149,7 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 	}
 	if s.opts.Subscriptions != nil {
 		for _, sub := range s.opts.Subscriptions() {
-			resp.Subscriptions = append(resp.Subscriptions, admin.Subscription{Family: sub.Family, PublisherID: strconv.FormatUint(sub.PublisherID, 10),
-				Namespace: sub.Namespace, Component: sub.Component, State: sub.State, Transport: sub.Transport, Broker: sub.Broker,
-				Reconnects: sub.Reconnects})
+			resp.Subscriptions = append(resp.Subscriptions, admin.SubscriptionView(sub))
 		}
 	}
 	return resp

@@ -5,8 +5,8 @@
 // hands it a configuration and values, and the demo assembles it beside the
 // simulated fleet.
 //
-// Imports: config, telemetry and the engines (artifact, discovery and its
-// sources, fleet, kv, load, pick, router, zmtp); never cli, iostreams or
+// Imports: config, telemetry and the engines (discovery and its sources,
+// fleet, kvstack, load, pick, router, zmtp); never cli, iostreams or
 // fleetsim.
 package routerd
 
@@ -18,21 +18,17 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/continuum-router/continuum/internal/admin"
-	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
-	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/router"
@@ -72,13 +68,10 @@ type Daemon struct {
 	registry   *fleet.Registry
 	watcher    *discovery.Watcher // nil without Dynamo
 	supervisor *load.Supervisor   // nil without direct load subscriptions
-	// KV-aware selection (dynamo.kv.enabled): the kv-events subscriptions
-	// and the artifact loader; nil without it.
-	kvSubs    *kv.Subscriptions
-	kvIndex   *kv.Index
-	kvMetrics *telemetry.KVMetrics
-	artifacts *artifact.Loader
-	router    *router.Server
+	// KV-aware selection (dynamo.kv.enabled): the loader, the index and
+	// the kv-events subscriptions; nil without it.
+	kv     *kvstack.Stack
+	router *router.Server
 
 	servers   []*http.Server
 	listeners []net.Listener
@@ -133,11 +126,15 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		base := pick.NewLoadBased(store)
 		picker = base
 		if cfg.Dynamo.Enabled && cfg.Dynamo.KV.Enabled {
-			kp, err := d.kvPicker(cfg, base, promReg)
+			// The artifact loader loads nothing unless pinned; the
+			// kv-events subscriptions use the direct transport (the event
+			// bus carries them through brokers when it exists).
+			st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: d.registry, Base: base, Metrics: promReg,
+				Env: os.LookupEnv, Logger: logger})
 			if err != nil {
 				return nil, err
 			}
-			picker = kp
+			d.kv, picker = st, st.Picker
 		}
 	}
 	ropts := router.Options{Config: cfg, Registry: d.registry, Store: store, Picker: picker, Metrics: rm, Gatherer: promReg, Logger: logger}
@@ -145,8 +142,8 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		ropts.DiscoveryConnected = d.watcher.Connected
 	}
 	ropts.Subscriptions = d.subscriptions
-	if d.kvIndex != nil {
-		ropts.KV = d.kvView
+	if d.kv != nil {
+		ropts.KV = d.kv.View
 	}
 	d.router = router.New(ropts)
 	if err := d.listen(); err != nil {
@@ -155,78 +152,14 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	return d, nil
 }
 
-// kvPicker builds KV-aware selection: the artifact loader (nothing loaded
-// unless pinned), the index, the kv-events subscriptions (direct transport;
-// the event bus carries them through brokers when it exists) and the
-// picker over the load-based one.
-func (d *Daemon) kvPicker(cfg *config.Config, base *pick.LoadBased, promReg prometheus.Registerer) (*kv.Picker, error) {
-	k := &cfg.Dynamo.KV
-	policy, err := artifact.PolicyFor(artifact.Settings{Pinned: k.PinnedArtifacts, AllowHTTP: k.AllowHTTPArtifacts,
-		AllowHF: k.AllowHFArtifacts, CacheDir: k.ArtifactCacheDir}, os.LookupEnv)
-	if err != nil {
-		return nil, fmt.Errorf("dynamo.kv.%w", err)
-	}
-	am := telemetry.NewArtifactMetrics(promReg)
-	km := telemetry.NewKVMetrics(promReg)
-	d.artifacts, err = artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: d.logger, Metrics: am})
-	if err != nil {
-		return nil, err
-	}
-	index := kv.NewIndex()
-	d.kvIndex, d.kvMetrics = index, km
-	if cfg.Dynamo.Load.Transport != config.TransportBroker {
-		cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
-		if err != nil {
-			return nil, err
-		}
-		d.kvSubs = kv.NewSubscriptions(d.registry, index, &zmtp.Direct{Allow: cidrs}, km, d.logger)
-	}
-	return kv.NewPicker(base, index, kv.NewPrompts(d.artifacts), KVSettings(k), km, am, d.logger), nil
-}
-
-// KVSettings are the picker's settings of dynamo.kv.
-func KVSettings(k *config.KV) kv.Settings {
-	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
-		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData,
-		Conditional: k.ConditionalDisaggregation.Enabled, DecodeBusyThreshold: k.ConditionalDisaggregation.DecodeBusyThreshold}
-}
-
-// kvView is GET /admin/dynamo/kv.
-func (d *Daemon) kvView() admin.KVResponse {
-	st := d.kvIndex.Stats()
-	resp := admin.KVResponse{Enabled: true, Ranks: []admin.KVRank{}, Results: []admin.KVCount{},
-		Index: admin.KVIndex{Nodes: st.Nodes, Ownerships: st.Ownerships, Ranks: st.Ranks, Subscriptions: st.Subscriptions,
-			Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
-			RefusedBlocks: st.RefusedBlocks, Gaps: st.Gaps}}
-	ns := map[uint64]string{}
-	for _, w := range d.registry.Snapshot().Workers {
-		ns[w.ID.InstanceID] = w.ID.Namespace
-	}
-	for _, r := range d.kvIndex.Ranks() {
-		row := admin.KVRank{WorkerID: strconv.FormatUint(r.Rank.WorkerID, 10), Namespace: ns[r.Rank.WorkerID], DPRank: r.Rank.DPRank,
-			Blocks: r.Blocks, Cursors: []admin.KVCursor{}}
-		for _, c := range r.Cursors {
-			row.Cursors = append(row.Cursors, admin.KVCursor{PublisherID: strconv.FormatUint(uint64(c.Subscription), 10), EventID: c.EventID, Gaps: c.Gaps})
-		}
-		resp.Ranks = append(resp.Ranks, row)
-	}
-	for _, result := range kv.SelectionResults {
-		var m dto.Metric
-		if d.kvMetrics.Selections.WithLabelValues(result).Write(&m) == nil && m.GetCounter().GetValue() > 0 {
-			resp.Results = append(resp.Results, admin.KVCount{Result: result, Count: uint64(m.GetCounter().GetValue())})
-		}
-	}
-	return resp
-}
-
 // subscriptions lists the load and kv-events subscriptions.
 func (d *Daemon) subscriptions() []load.SubscriptionInfo {
 	var out []load.SubscriptionInfo
 	if d.supervisor != nil {
 		out = append(out, d.supervisor.Subscriptions()...)
 	}
-	if d.kvSubs != nil {
-		out = append(out, d.kvSubs.Subscriptions()...)
+	if d.kv != nil && d.kv.Subscriptions != nil {
+		out = append(out, d.kv.Subscriptions.Subscriptions()...)
 	}
 	return out
 }
@@ -292,11 +225,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.supervisor != nil {
 		g.Go(func() error { return d.supervisor.Run(gctx) })
 	}
-	if d.kvSubs != nil {
-		g.Go(func() error { return d.kvSubs.Run(gctx) })
-	}
-	if d.artifacts != nil {
-		g.Go(func() error { return d.artifacts.Run(gctx) })
+	if d.kv != nil {
+		g.Go(func() error { return d.kv.Run(gctx) })
 	}
 	g.Go(func() error { return d.router.Run(gctx) })
 	for i, s := range d.servers {
