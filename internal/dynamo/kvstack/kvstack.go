@@ -82,6 +82,14 @@ func New(o Options) (*Stack, error) {
 		return nil, fmt.Errorf("dynamo.kv.%w", err)
 	}
 	s := &Stack{reg: o.Registry, Artifacts: telemetry.NewArtifactMetrics(o.Metrics), Metrics: telemetry.NewKVMetrics(o.Metrics)}
+	// Every result is exported from the start, at zero: a scraper (top)
+	// tells a router without KV-aware selection from one without traffic.
+	for _, r := range kv.SelectionResults {
+		s.Metrics.Selections.WithLabelValues(r)
+	}
+	for _, r := range kv.Results {
+		s.Metrics.Events.WithLabelValues(r)
+	}
 	s.Loader, err = artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: logger, Metrics: s.Artifacts})
 	if err != nil {
 		return nil, err
