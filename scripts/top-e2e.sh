@@ -64,6 +64,7 @@ wait_for "connected/direct 4"
 keys 3
 wait_for "selections by role and reason"
 wait_for "decode load"
+wait_for "KV-aware selections by result"
 
 keys 4
 wait_for "discovery events"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
 // TimeFormat is how the admin API writes instants: RFC 3339 in UTC with an
@@ -131,6 +132,12 @@ type Subscription struct {
 	Reconnects  int    `json:"reconnects"`
 }
 
+// SubscriptionView renders a subscription.
+func SubscriptionView(s load.SubscriptionInfo) Subscription {
+	return Subscription{Family: s.Family, PublisherID: strconv.FormatUint(s.PublisherID, 10), Namespace: s.Namespace,
+		Component: s.Component, State: s.State, Transport: s.Transport, Broker: s.Broker, Reconnects: s.Reconnects}
+}
+
 // WorkersResponse is GET /admin/dynamo/workers.
 type WorkersResponse struct {
 	Enabled           bool           `json:"enabled"`
@@ -176,26 +183,34 @@ type ProblemsResponse struct {
 }
 
 // KVResponse is GET /admin/dynamo/kv: the router's view of the workers' KV
-// caches, as its index holds it.
+// caches, as its index holds it (also what `kv-inspect workers -o json`
+// prints of its own index).
 type KVResponse struct {
-	Enabled bool      `json:"enabled"`
-	Index   KVIndex   `json:"index"`
-	Ranks   []KVRank  `json:"ranks"`
+	Enabled bool     `json:"enabled"`
+	Index   KVIndex  `json:"index"`
+	Ranks   []KVRank `json:"ranks"`
+	// Subscriptions are the kv-events subscriptions feeding the index.
+	Subscriptions []Subscription `json:"subscriptions"`
+	// Events counts the kv-events taken, by result (accepted, replay, gap,
+	// ...); Results the KV-aware selections, by result.
+	Events  []KVCount `json:"events"`
 	Results []KVCount `json:"selection_results"`
 }
 
 // KVIndex is the index's size and what it has taken since the start.
 type KVIndex struct {
-	Nodes         int    `json:"nodes"`
-	Ownerships    int    `json:"ownerships"`
-	Ranks         int    `json:"ranks"`
-	Subscriptions int    `json:"subscriptions"`
-	Cursors       int    `json:"cursors"`
-	Bytes         int64  `json:"bytes"`
-	StoredBlocks  uint64 `json:"stored_blocks"`
-	RemovedBlocks uint64 `json:"removed_blocks"`
-	RefusedBlocks uint64 `json:"refused_blocks"`
-	Gaps          uint64 `json:"gaps"`
+	Nodes           int    `json:"nodes"`
+	Ownerships      int    `json:"ownerships"`
+	Ranks           int    `json:"ranks"`
+	Subscriptions   int    `json:"subscriptions"`
+	Cursors         int    `json:"cursors"`
+	Bytes           int64  `json:"bytes"`
+	StoredBlocks    uint64 `json:"stored_blocks"`
+	RemovedBlocks   uint64 `json:"removed_blocks"`
+	UnknownRemovals uint64 `json:"unknown_removals"`
+	RefusedBlocks   uint64 `json:"refused_blocks"`
+	Rebinds         uint64 `json:"rebinds"`
+	Gaps            uint64 `json:"gaps"`
 }
 
 // KVRank is one (worker, dp rank)'s device-tier blocks in the index, and

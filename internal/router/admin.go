@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/continuum-router/continuum/internal/admin"
@@ -76,7 +75,7 @@ func (s *Server) adminConfigStatus(w http.ResponseWriter, _ *http.Request) {
 // adminKV is the KV index's view of the workers' caches; enabled is false
 // without KV-aware selection.
 func (s *Server) adminKV(w http.ResponseWriter, _ *http.Request) {
-	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}}
+	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Subscriptions: []admin.Subscription{}, Events: []admin.KVCount{}, Results: []admin.KVCount{}}
 	if s.opts.KV != nil {
 		resp = s.opts.KV()
 	}
@@ -202,9 +201,7 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 	}
 	if s.opts.Subscriptions != nil {
 		for _, sub := range s.opts.Subscriptions() {
-			resp.Subscriptions = append(resp.Subscriptions, admin.Subscription{Family: sub.Family, PublisherID: strconv.FormatUint(sub.PublisherID, 10),
-				Namespace: sub.Namespace, Component: sub.Component, State: sub.State, Transport: sub.Transport, Broker: sub.Broker,
-				Reconnects: sub.Reconnects})
+			resp.Subscriptions = append(resp.Subscriptions, admin.SubscriptionView(sub))
 		}
 	}
 	return resp

@@ -9,9 +9,9 @@ package router
 
 import (
 	"context"
-	"reflect"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"

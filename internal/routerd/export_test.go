@@ -9,6 +9,6 @@ func KVParts(d *Daemon) (*kv.Index, *kv.Settings) {
 	if k == nil {
 		return nil, nil
 	}
-	s := k.picker.Settings()
-	return k.index, &s
+	s := k.st.Picker.Settings()
+	return k.st.Index, &s
 }

@@ -14,9 +14,8 @@ import (
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
-	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
-	"github.com/continuum-router/continuum/internal/telemetry"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -83,15 +82,12 @@ type dynamoParts struct {
 	kv         *kvParts
 }
 
-// kvParts are KV-aware selection: the artifact loader, the index, the
-// kv-events subscriptions feeding it and the picker over the load-based one.
+// kvParts are KV-aware selection (the artifact loader, the index, the
+// kv-events subscriptions feeding it and the picker over the load-based
+// one) and the part running it.
 type kvParts struct {
-	loader  *artifact.Loader
-	index   *kv.Index
-	subs    *kv.Subscriptions
-	picker  *kv.Picker
-	loadRun *part
-	subsRun *part
+	st  *kvstack.Stack
+	run *part
 }
 
 // newWatcher builds the discovery watcher of a configuration, without
@@ -142,47 +138,28 @@ func artifactPolicy(k *config.KV) (artifact.Policy, error) {
 }
 
 // newKV builds KV-aware selection over the daemon's load-based picker,
-// without starting it. The KV metric families are registered on first use.
+// without starting it. Its metric families are registered once, when it
+// is first built, and kept if it is turned off and on again.
 func (d *Daemon) newKV(cfg *config.Config, conn zmtp.Connector) (*kvParts, error) {
-	policy, err := artifactPolicy(&cfg.Dynamo.KV)
+	if d.kvFamilies == nil {
+		d.kvFamilies = kvstack.NewFamilies(d.promReg)
+	}
+	st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: d.registry, Base: d.base, Families: d.kvFamilies,
+		Connector: conn, Env: os.LookupEnv, Logger: d.logger})
 	if err != nil {
 		return nil, err
 	}
-	if d.km == nil {
-		d.am = telemetry.NewArtifactMetrics(d.promReg)
-		d.km = telemetry.NewKVMetrics(d.promReg)
-	}
-	loader, err := artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: d.logger, Metrics: d.am})
-	if err != nil {
-		return nil, err
-	}
-	index := kv.NewIndex()
-	return &kvParts{loader: loader, index: index,
-		subs:   kv.NewSubscriptions(d.registry, index, conn, d.km, d.logger),
-		picker: kv.NewPicker(d.base, index, kv.NewPrompts(loader), KVSettings(&cfg.Dynamo.KV), d.km, d.am, d.logger)}, nil
+	return &kvParts{st: st}, nil
 }
 
-// startKV starts KV-aware selection's parts.
-func (d *Daemon) startKV(k *kvParts) {
-	k.loadRun = d.start("artifact loader", k.loader.Run)
-	k.subsRun = d.start("kv-events subscriptions", k.subs.Run)
-}
+// startKV starts KV-aware selection.
+func (d *Daemon) startKV(k *kvParts) { k.run = d.start("KV-aware selection", k.st.Run) }
 
-// stopKV stops KV-aware selection's parts (the subscriptions first: they
-// feed the index the loader's artifacts are matched against).
+// stopKV stops KV-aware selection.
 func (d *Daemon) stopKV(k *kvParts) {
-	if k == nil {
-		return
+	if k != nil {
+		k.run.stop(d.logger)
 	}
-	k.subsRun.stop(d.logger)
-	k.loadRun.stop(d.logger)
-}
-
-// KVSettings are the picker's settings of dynamo.kv.
-func KVSettings(k *config.KV) kv.Settings {
-	return kv.Settings{Terms: kv.Terms{OverlapScoreCredit: k.OverlapScoreCredit, PrefillLoadScale: k.PrefillLoadScale,
-		Temperature: k.RouterTemperature}, SendTokenData: k.SendTokenData,
-		Conditional: k.ConditionalDisaggregation.Enabled, DecodeBusyThreshold: k.ConditionalDisaggregation.DecodeBusyThreshold}
 }
 
 // listener is one bound address and the server on it.

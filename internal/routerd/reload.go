@@ -14,6 +14,7 @@ import (
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/telemetry"
 	"github.com/continuum-router/continuum/internal/zmtp"
@@ -302,7 +303,7 @@ func (d *Daemon) commit(old, cfg *config.Config, plan config.Plan, p prepared) {
 		d.logger.Info("load and kv-events subscriptions restarting", "transport", cfg.Dynamo.Load.Transport)
 		d.dyn.supervisor.SetConnector(p.conn)
 		if k := d.dyn.kv; k != nil {
-			k.subs.SetConnector(p.conn)
+			k.st.Subscriptions.SetConnector(p.conn)
 		}
 	}
 	d.applyKV(cfg, p)
@@ -330,8 +331,8 @@ func (d *Daemon) applyKV(cfg *config.Config, p prepared) {
 		d.logger.Info("KV-aware selection on")
 	case k != nil:
 		policy, _ := artifactPolicy(&cfg.Dynamo.KV) // checked in prepare
-		k.loader.SetPolicy(policy)
-		k.picker.SetSettings(KVSettings(&cfg.Dynamo.KV))
+		k.st.Loader.SetPolicy(policy)
+		k.st.Picker.SetSettings(kvstack.Settings(&cfg.Dynamo.KV))
 	}
 }
 

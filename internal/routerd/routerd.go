@@ -5,29 +5,27 @@
 // hands it a configuration and values, and the demo assembles it beside the
 // simulated fleet.
 //
-// Imports: config, telemetry and the engines (artifact, discovery and its
-// sources, fleet, kv, load, pick, router, zmtp); never cli, iostreams or
-// fleetsim.
+// Imports: admin, config, telemetry and the engines (artifact, discovery
+// and its sources, fleet, kvstack, load, pick, router, zmtp); never cli,
+// iostreams or fleetsim.
 package routerd
 
 import (
 	"context"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
-	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/router"
@@ -86,9 +84,9 @@ type Daemon struct {
 	dm      *telemetry.DiscoveryMetrics
 	lm      *telemetry.LoadMetrics
 	cm      *telemetry.ConfigMetrics
-	// KV metric families, registered when KV-aware selection first starts.
-	km *telemetry.KVMetrics
-	am *telemetry.ArtifactMetrics
+	// KV metric families, registered when KV-aware selection is first
+	// built.
+	kvFamilies *kvstack.Families
 
 	cfg      atomic.Pointer[config.Config]
 	registry *fleet.Registry
@@ -211,7 +209,7 @@ func (d *Daemon) setDynamo(dp dynamoParts) {
 // else load-based.
 func (d *Daemon) picker() pick.Picker {
 	if k := d.kvState.Load(); k != nil {
-		return k.picker
+		return k.st.Picker
 	}
 	return d.base
 }
@@ -240,35 +238,10 @@ func (d *Daemon) discoverySettling() <-chan struct{} {
 
 // kvView is GET /admin/dynamo/kv.
 func (d *Daemon) kvView() admin.KVResponse {
-	resp := admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}}
-	k := d.kvState.Load()
-	if k == nil {
-		return resp
+	if k := d.kvState.Load(); k != nil {
+		return k.st.View()
 	}
-	st := k.index.Stats()
-	resp.Enabled = true
-	resp.Index = admin.KVIndex{Nodes: st.Nodes, Ownerships: st.Ownerships, Ranks: st.Ranks, Subscriptions: st.Subscriptions,
-		Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
-		RefusedBlocks: st.RefusedBlocks, Gaps: st.Gaps}
-	ns := map[uint64]string{}
-	for _, w := range d.registry.Snapshot().Workers {
-		ns[w.ID.InstanceID] = w.ID.Namespace
-	}
-	for _, r := range k.index.Ranks() {
-		row := admin.KVRank{WorkerID: strconv.FormatUint(r.Rank.WorkerID, 10), Namespace: ns[r.Rank.WorkerID], DPRank: r.Rank.DPRank,
-			Blocks: r.Blocks, Cursors: []admin.KVCursor{}}
-		for _, c := range r.Cursors {
-			row.Cursors = append(row.Cursors, admin.KVCursor{PublisherID: strconv.FormatUint(uint64(c.Subscription), 10), EventID: c.EventID, Gaps: c.Gaps})
-		}
-		resp.Ranks = append(resp.Ranks, row)
-	}
-	for _, result := range kv.SelectionResults {
-		var m dto.Metric
-		if d.km.Selections.WithLabelValues(result).Write(&m) == nil && m.GetCounter().GetValue() > 0 {
-			resp.Results = append(resp.Results, admin.KVCount{Result: result, Count: uint64(m.GetCounter().GetValue())})
-		}
-	}
-	return resp
+	return admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}, Subscriptions: []admin.Subscription{}, Events: []admin.KVCount{}}
 }
 
 // subscriptions lists the load and kv-events subscriptions.
@@ -278,7 +251,7 @@ func (d *Daemon) subscriptions() []load.SubscriptionInfo {
 		out = append(out, s.Subscriptions()...)
 	}
 	if k := d.kvState.Load(); k != nil {
-		out = append(out, k.subs.Subscriptions()...)
+		out = append(out, k.st.Subscriptions.Subscriptions()...)
 	}
 	return out
 }

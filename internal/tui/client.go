@@ -132,6 +132,13 @@ var families = map[string]bool{
 	"continuum_dynamo_discovery_events_total": true,
 	"continuum_dynamo_discovery_connected":    true,
 	"continuum_http_requests_total":           true,
+	// KV-aware selection; absent from a router that does not run it.
+	"continuum_dynamo_kv_selection_total":  true,
+	"continuum_dynamo_kv_subscriptions":    true,
+	"continuum_dynamo_kv_events_total":     true,
+	"continuum_dynamo_kv_index_nodes":      true,
+	"continuum_dynamo_kv_index_ownerships": true,
+	"continuum_dynamo_kv_index_bytes":      true,
 }
 
 // ParseMetrics reads the Prometheus text format and keeps top's families.

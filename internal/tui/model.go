@@ -236,7 +236,8 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 		// Only series the router still reports are kept (after a router
 		// restart, old ones would otherwise add their last rate forever).
 		hist := make(map[string][]float64, len(m.hist))
-		for _, fam := range []string{"continuum_dynamo_selection_total", "disaggregated_errors_total", "disaggregated_requests_total"} {
+		for _, fam := range []string{"continuum_dynamo_selection_total", "disaggregated_errors_total", "disaggregated_requests_total",
+			"continuum_dynamo_kv_selection_total"} {
 			for key, v := range s.Metrics[fam] {
 				rate := 0.0
 				if dt > 0 {

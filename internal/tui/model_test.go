@@ -56,10 +56,11 @@ func fixture(at time.Time, n float64) *tui.Snapshot {
 	return &tui.Snapshot{
 		At: at,
 		Workers: admin.WorkersResponse{Enabled: true, Connected: true, Source: "etcd", Signals: admin.Signals{Load: true, Capacity: true},
-			Namespaces: []string{"canary", "prod"}, Generation: 42, Workers: workers, LoadPublishers: 5,
+			Namespaces: []string{"canary", "prod"}, Generation: 42, Workers: workers, LoadPublishers: 5, KVEventPublishers: 1,
 			Subscriptions: []admin.Subscription{
 				{Family: "kv_metrics", PublisherID: "7587890000000000001", Namespace: "prod", Component: "prefill", State: "connected", Transport: "direct"},
 				{Family: "kv_metrics", PublisherID: "7587890000000000048", Namespace: "canary", Component: "decode", State: "backoff", Transport: "direct", Reconnects: 3},
+				{Family: "kv-events", PublisherID: "7587890000000000101", Namespace: "prod", Component: "prefill", State: "connected", Transport: "direct"},
 			}},
 		Load: admin.LoadResponse{MaxStalenessMs: 3000, Samples: samples},
 		Problems: admin.ProblemsResponse{Generation: 42, Problems: []admin.Problem{
@@ -77,6 +78,14 @@ func fixture(at time.Time, n float64) *tui.Snapshot {
 			"continuum_dynamo_load_subscriptions":     {"state=connected,transport=direct": 4, "state=backoff,transport=direct": 1},
 			"continuum_dynamo_load_events_total":      {"result=accepted": c(900), "result=duplicate": 2},
 			"continuum_dynamo_discovery_events_total": {"kind=duplicate": n, "kind=restart": 1},
+			"continuum_dynamo_kv_selection_total": {
+				"result=overlap": c(30), "result=no_overlap": c(15), "result=tokenizer_unavailable": 2, "result=bypass": 0,
+			},
+			"continuum_dynamo_kv_subscriptions":    {"state=connected,transport=direct": 1, "state=backoff,transport=direct": 0},
+			"continuum_dynamo_kv_events_total":     {"result=accepted": c(400), "result=gap": 1, "result=replay": 0},
+			"continuum_dynamo_kv_index_nodes":      {"": 12400},
+			"continuum_dynamo_kv_index_ownerships": {"": 13100},
+			"continuum_dynamo_kv_index_bytes":      {"": 3 << 20},
 		},
 	}
 }
@@ -153,6 +162,48 @@ func TestGoldenFrames(t *testing.T) {
 		for name, v := range views {
 			testutil.Golden(t, fmt.Sprintf("testdata/%s_%dx%d.golden", name, w, h), []byte(frame(t, v, w, h)))
 		}
+	}
+}
+
+// TestKVSections: the Routing view shows the KV-aware selections that
+// happened with their rates, "none yet" before any, and says KV-aware
+// selection is off when the router exports none of its families; the
+// Subscriptions view summarises the kv-events subscriptions, events and
+// index only when it is on.
+func TestKVSections(t *testing.T) {
+	m := loaded(t, 160, 48)
+	routing, subs := keys(m, "3").View(), keys(m, "2").View()
+	for _, want := range []string{"KV-aware selections by result", "overlap", "30/s", "tokenizer_unavailable"} {
+		if !strings.Contains(routing, want) {
+			t.Errorf("routing lacks %q:\n%s", want, routing)
+		}
+	}
+	if strings.Contains(routing, "bypass") {
+		t.Errorf("a result that never happened is listed:\n%s", routing)
+	}
+	for _, want := range []string{"kv-events subscriptions: connected/direct 1", "kv events: accepted 800, gap 1", "kv index: 12k blocks, 13k ownerships, 3.0 MiB",
+		"kv-events  7587890000000000101"} {
+		if !strings.Contains(subs, want) {
+			t.Errorf("subscriptions lack %q:\n%s", want, subs)
+		}
+	}
+	fresh := fixture(t0, 1)
+	fresh.Metrics["continuum_dynamo_kv_selection_total"] = map[string]float64{"result=overlap": 0}
+	if v := keys(update(newModel(t, 160, 48, nil), tui.SnapshotMsg(fresh)), "3").View(); !strings.Contains(v, "none yet") {
+		t.Errorf("no selections yet:\n%s", v)
+	}
+	off := fixture(t0, 1)
+	for fam := range off.Metrics {
+		if strings.HasPrefix(fam, "continuum_dynamo_kv_") {
+			delete(off.Metrics, fam)
+		}
+	}
+	m = update(newModel(t, 160, 48, nil), tui.SnapshotMsg(off))
+	if v := keys(m, "3").View(); !strings.Contains(v, "off (dynamo.kv.enabled is false)") {
+		t.Errorf("kv off:\n%s", v)
+	}
+	if v := keys(m, "2").View(); strings.Contains(v, "kv index") {
+		t.Errorf("kv lines without KV-aware selection:\n%s", v)
 	}
 }
 

@@ -398,7 +398,7 @@ func (m Model) subscriptionsBody(h int) []string {
 				parts = append(parts, fmt.Sprintf("%s/%s %g", label(kv.k, "state"), label(kv.k, "transport"), kv.v))
 			}
 		}
-		out = append(out, "  subscriptions: "+strings.Join(parts, ", "))
+		out = append(out, "  load subscriptions: "+strings.Join(parts, ", "))
 	}
 	if ev := sortedSeries(s.Metrics["continuum_dynamo_load_events_total"]); len(ev) > 0 {
 		var parts []string
@@ -407,6 +407,7 @@ func (m Model) subscriptionsBody(h int) []string {
 		}
 		out = append(out, "  load events: "+strings.Join(parts, ", "))
 	}
+	out = append(out, m.kvLines()...)
 	cols := []column{{"FAMILY", 10, false}, {"PUBLISHER", 19, false}, {"NAMESPACE", 9, false}, {"COMPONENT", 9, false},
 		{"STATE", 10, false}, {"TRANSPORT", 9, false}, {"RECONN", 6, true}}
 	for _, sub := range s.Workers.Subscriptions {
@@ -429,6 +430,52 @@ func (m Model) subscriptionsBody(h int) []string {
 		rows = append(rows, m.tableRow(vals, cols, i == m.cursor, style))
 	}
 	return append(out, window(rows, m.cursor, h-len(out))...)
+}
+
+// kvLines summarise the kv-events subscriptions, their events and the
+// index, from the KV families (none from a router without KV-aware
+// selection).
+func (m Model) kvLines() []string {
+	s := m.snap
+	if _, on := s.Metrics["continuum_dynamo_kv_selection_total"]; !on {
+		return nil
+	}
+	var out []string
+	var parts []string
+	for _, kv := range sortedSeries(s.Metrics["continuum_dynamo_kv_subscriptions"]) {
+		if kv.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s/%s %g", label(kv.k, "state"), label(kv.k, "transport"), kv.v))
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	out = append(out, "  kv-events subscriptions: "+strings.Join(parts, ", "))
+	parts = nil
+	for _, kv := range sortedSeries(s.Metrics["continuum_dynamo_kv_events_total"]) {
+		if kv.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %g", label(kv.k, "result"), kv.v))
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{"none yet (workers publish on change only)"}
+	}
+	out = append(out, "  kv events: "+strings.Join(parts, ", "))
+	out = append(out, fmt.Sprintf("  kv index: %s blocks, %s ownerships, %s",
+		qty(uint64(s.Metric("continuum_dynamo_kv_index_nodes", ""))), qty(uint64(s.Metric("continuum_dynamo_kv_index_ownerships", ""))),
+		byteQty(s.Metric("continuum_dynamo_kv_index_bytes", ""))))
+	return out
+}
+
+// byteQty renders a byte count in KiB or MiB.
+func byteQty(b float64) string {
+	switch {
+	case b < 1<<10:
+		return fmt.Sprintf("%g B", b)
+	case b < 1<<20:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", b/(1<<20))
 }
 
 type series struct {
@@ -493,7 +540,37 @@ func (m Model) routingBody(w int) []string {
 	})
 	section("requests by routing path", "disaggregated_requests_total", func(k string) string { return label(k, "routing_path") })
 	section("errors by phase", "disaggregated_errors_total", func(k string) string { return label(k, "phase") })
+	m.kvSection(&out, sw)
 	return out
+}
+
+// kvSection adds the KV-aware selections by result (overlap, no_overlap,
+// tokenizer_unavailable, ...): the results that happened, each with its
+// rate over time.
+func (m Model) kvSection(out *[]string, sw int) {
+	const family = "continuum_dynamo_kv_selection_total"
+	*out = append(*out, m.styles.Header.Render("  KV-aware selections by result"))
+	all, on := m.snap.Metrics[family]
+	if !on {
+		*out = append(*out, m.styles.Dim.Render("  off (dynamo.kv.enabled is false)"))
+		return
+	}
+	n := 0
+	for _, kv := range sortedSeries(all) {
+		if kv.v <= 0 {
+			continue
+		}
+		n++
+		h := m.hist[family+"{"+kv.k+"}"]
+		rate := 0.0
+		if len(h) > 0 {
+			rate = h[len(h)-1]
+		}
+		*out = append(*out, fmt.Sprintf("  %-26s %s %7s/s %10g total", label(kv.k, "result"), m.styles.Bar.Render(sparkline(h, sw)), fmtRate(rate), kv.v))
+	}
+	if n == 0 {
+		*out = append(*out, m.styles.Dim.Render("  none yet"))
+	}
 }
 
 func (m Model) problemsBody(w, h int) []string {

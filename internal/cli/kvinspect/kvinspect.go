@@ -1,10 +1,13 @@
 // Package kvinspect implements `continuum kv-inspect`: the router's prompt
 // pipeline by hand — token ids from a tokenizer.json, prompts rendered from
 // a chat template, and the block hashes a worker's KV events will carry —
-// to compare with what a worker does.
+// to compare with what a worker does; and, over a live fleet, the KV index
+// its kv-events build (workers) and what the KV-aware picker would choose
+// for a request (match).
 //
-// Imports: cmdutil and engines (kv, tokenize, chattemplate, wire); never
-// another command.
+// Imports: cmdutil and engines (admin, artifact, chattemplate, config,
+// discovery sources, fleet, kv, kvstack, load, pick, tokenize, wire, zmtp);
+// never another command.
 package kvinspect
 
 import (
@@ -57,18 +60,22 @@ type Options struct {
 func NewCmdKVInspect(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kv-inspect",
-		Short: "Tokenize, render chat templates and hash KV blocks as the router does",
+		Short: "Tokenize, render and hash prompts as the router does; inspect a live fleet's KV caches",
 		Long: `The router's prompt pipeline by hand, to compare with a worker: token ids
 from a Hugging Face tokenizer.json, prompts rendered from a chat template
 (tokenizer_config.json or a .jinja file), and the XXH3 block hashes (seed
 1337, LoRA and cache salt folded in) that a worker's KV events carry.
+tokenize, render and hash read JSON lines on stdin and write one JSON line per
+input line ({"error": "..."} for a line that fails; the exit status is then
+1), or take --text for one prompt and print a table.
 
-Each subcommand reads JSON lines on stdin and writes one JSON line per input
-line ({"error": "..."} for a line that fails; the exit status is then 1), or
-takes --text for one prompt and prints a table.`,
+Over a live fleet (--config or the discovery flags): workers prints the KV
+index the fleet's kv-events build, per worker rank (or a running router's,
+with --router); match explains which worker the KV-aware picker would choose
+for a request read on stdin, and why, without sending it.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newTokenize(f), newRender(f), newHash(f))
+	cmd.AddCommand(newTokenize(f), newRender(f), newHash(f), NewCmdWorkers(f, nil), NewCmdMatch(f, nil))
 	return cmd
 }
 

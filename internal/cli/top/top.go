@@ -52,8 +52,9 @@ func NewCmdTop(f *cmdutil.Factory, runF func(context.Context, *Options) error) *
 		Use:   "top",
 		Short: "Watch a router's fleet live in the terminal",
 		Long: `Watch a router's Dynamo fleet live: workers grouped by namespace, model and
-role with their load against capacity, sample age and selection rate; load
-subscriptions; selections, routing paths and errors over time; and the
+role with their load against capacity, sample age and selection rate; the
+load and kv-events subscriptions, with the KV index's size; selections,
+KV-aware selection results, routing paths and errors over time; and the
 records discovery refused.
 
 top polls the router's admin API (GET /admin/dynamo/workers, /admin/dynamo/load,

@@ -3,7 +3,8 @@
 // template, encode it with the pinned tokenizer exactly as the worker will,
 // and hash its complete blocks as the worker's KV events do.
 //
-// Imports: wire, load, tokenize and chattemplate.
+// Imports: wire, load, fleet, pick, artifact, zmtp, telemetry, tokenize and
+// chattemplate.
 package kv
 
 import (

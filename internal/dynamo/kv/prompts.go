@@ -84,6 +84,7 @@ type Prompts struct {
 type declared struct {
 	decl   []artifact.Declared
 	result string // "" when the fleet agrees on usable declarations
+	why    error  // what result stands for, in words
 }
 
 // NewPrompts returns prompt preparation over loader.
@@ -173,26 +174,31 @@ func (p *Prompts) declarations(snap *fleet.Snapshot, model string) declared {
 // tokenize differently, and then no prompt hash is right for all of them.
 func agree(snap *fleet.Snapshot, model string) declared {
 	var first []artifact.Declared
+	var firstID string
 	seen := false
 	for _, w := range snap.Workers {
 		if w.Model != model || w.Role == fleet.RoleUnknown {
 			continue
 		}
 		if w.Card == nil {
-			return declared{result: ResultTokenizerUnavailable}
+			return declared{result: ResultTokenizerUnavailable, why: fmt.Errorf("worker %s has no model card", w.InstanceHex())}
 		}
 		c := &w.Card.Typed
 		ds := artifact.CardSlots(c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile)
 		if !seen {
-			first, seen = ds, true
+			first, firstID, seen = ds, w.InstanceHex(), true
 			continue
 		}
 		if !sameDeclarations(first, ds) {
-			return declared{result: ResultTokenizerUnavailable}
+			return declared{result: ResultTokenizerUnavailable,
+				why: fmt.Errorf("workers %s and %s declare different tokenizer or template artifacts", firstID, w.InstanceHex())}
 		}
 	}
-	if !seen || len(first) == 0 {
-		return declared{result: ResultTokenizerUnavailable}
+	switch {
+	case !seen:
+		return declared{result: ResultTokenizerUnavailable, why: fmt.Errorf("no worker serves model %q", model)}
+	case len(first) == 0:
+		return declared{result: ResultTokenizerUnavailable, why: errors.New("the model's cards declare no tokenizer or template artifact")}
 	}
 	return declared{decl: first}
 }
@@ -204,15 +210,15 @@ func sameDeclarations(a, b []artifact.Declared) bool {
 }
 
 // preparer returns the model's loaded tokenizer and template, or the
-// result to count.
-func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokenizer, *templateArtifact, map[string]string, string) {
+// result to count and why.
+func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokenizer, *templateArtifact, map[string]string, string, error) {
 	d := p.declarations(snap, model)
 	if d.result != "" {
-		return nil, nil, nil, d.result
+		return nil, nil, nil, d.result, d.why
 	}
 	vals, err := p.loader.ResolveDeclared(model, d.decl)
 	if errors.Is(err, artifact.ErrUnpinned) {
-		return nil, nil, nil, ResultArtifactUnpinned
+		return nil, nil, nil, ResultArtifactUnpinned, err
 	}
 	var tk *tokenize.Tokenizer
 	var formatter, file *templateArtifact
@@ -228,8 +234,11 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokeni
 			}
 		}
 	}
-	if err != nil || tk == nil {
-		return nil, nil, nil, ResultTokenizerUnavailable
+	if err != nil {
+		return nil, nil, nil, ResultTokenizerUnavailable, err
+	}
+	if tk == nil {
+		return nil, nil, nil, ResultTokenizerUnavailable, errors.New("the model's cards declare no tokenizer")
 	}
 	// A separate chat template file wins over the config's template; the
 	// config still names the special tokens.
@@ -241,7 +250,22 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokeni
 	if file != nil && file.tmpl != nil {
 		tmpl = file
 	}
-	return tk, tmpl, tokens, ""
+	return tk, tmpl, tokens, "", nil
+}
+
+// Diagnose says what Prepare would count, before rendering, for a request
+// of model on path in snap: "" and nil when the model's tokenizer (and,
+// for a chat request, its template) is loaded, else the result and why.
+// An artifact still loading is an error wrapping artifact.ErrPending.
+func (p *Prompts) Diagnose(snap *fleet.Snapshot, model, path string) (string, error) {
+	_, tmpl, _, result, why := p.preparer(snap, model)
+	if result != "" {
+		return result, why
+	}
+	if path != "/v1/completions" && (tmpl == nil || tmpl.tmpl == nil) {
+		return ResultTokenizerUnavailable, errors.New("the model's cards declare no chat template")
+	}
+	return "", nil
 }
 
 // Prepare renders and encodes a request's prompt (path is the endpoint,
@@ -250,7 +274,7 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokeni
 // MaxBlockSizesPerRequest, each MinBlockSize..MaxBlockSize). It returns the
 // prompt, or the result to count when there is none.
 func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte, blockSizes []int) (*Prompt, string) {
-	tk, tmpl, tokens, result := p.preparer(snap, model)
+	tk, tmpl, tokens, result, _ := p.preparer(snap, model)
 	if result != "" {
 		return nil, result
 	}

@@ -2,10 +2,12 @@ package kv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +159,36 @@ func TestPromptsFleetAgreement(t *testing.T) {
 	if _, result := p.Prepare(snap, "absent", "/v1/chat/completions", []byte(`{"messages":[]}`), []int{16}); result != kv.ResultTokenizerUnavailable {
 		t.Errorf("a model no worker serves: %q", result)
 	}
+}
+
+// TestPromptsDiagnose: Diagnose says why there is no prompt in words
+// (disagreeing workers, unpinned checksums, an artifact still loading, a
+// model no worker serves), and nothing once the artifacts are loaded.
+func TestPromptsDiagnose(t *testing.T) {
+	t.Parallel()
+	other := artifact.Sum([]byte("another tokenizer")).String()
+	snap, pins, _ := artifactFleet(t, "", other)
+	p := kv.NewPrompts(startLoader(t, pins...))
+	if result, why := p.Diagnose(snap, "m", "/v1/chat/completions"); result != kv.ResultTokenizerUnavailable || why == nil ||
+		!strings.Contains(why.Error(), "declare different") {
+		t.Errorf("disagreeing fleet: %q %v", result, why)
+	}
+	snap, _, _ = artifactFleet(t, "")
+	unpinned := kv.NewPrompts(startLoader(t))
+	if result, why := unpinned.Diagnose(snap, "m", "/v1/chat/completions"); result != kv.ResultArtifactUnpinned || !errors.Is(why, artifact.ErrUnpinned) ||
+		!strings.Contains(why.Error(), pins[0]) {
+		t.Errorf("unpinned: %q %v", result, why)
+	}
+	if result, why := p.Diagnose(snap, "absent", "/v1/completions"); result != kv.ResultTokenizerUnavailable || !strings.Contains(why.Error(), "no worker serves") {
+		t.Errorf("absent model: %q %v", result, why)
+	}
+	// The first look queues the loads: pending until they are done.
+	fresh := kv.NewPrompts(startLoader(t, pins...))
+	if result, why := fresh.Diagnose(snap, "m", "/v1/chat/completions"); result != kv.ResultTokenizerUnavailable || !errors.Is(why, artifact.ErrPending) {
+		t.Errorf("loading: %q %v", result, why)
+	}
+	testutil.Eventually(t, 30*time.Second, "artifacts loaded", func() bool {
+		result, why := fresh.Diagnose(snap, "m", "/v1/chat/completions")
+		return result == "" && why == nil
+	})
 }
