@@ -435,3 +435,58 @@ func TestTopInTmux(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// TestServeReloadsOnSIGHUP: SIGHUP reloads the configuration file (it does
+// not end the process, as the signal's default would): an edit followed
+// at once by the signal is applied by the signal, and a signal without an
+// edit is a reload that changes nothing.
+func TestServeReloadsOnSIGHUP(t *testing.T) {
+	router, _, _, srv := fleet(t)
+	file := srv.cmd.Args[3] // serve --config FILE
+	status := func() admin.ConfigStatus {
+		var st admin.ConfigStatus
+		getJSON(t, router+"/admin/config/status", &st)
+		return st
+	}
+	testutil.Eventually(t, 30*time.Second, "ready", func() bool {
+		resp, _ := chat(t, router, false, 1)
+		return resp.StatusCode == 200
+	})
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), `max_staleness: "3s"`, `max_staleness: "5s"`, 1)
+	if edited == string(data) {
+		t.Fatalf("no max_staleness in\n%s", data)
+	}
+	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "reloaded", func() bool { return status().Generation == 2 })
+	first := status().LastReload
+	if first.Trigger != "signal" || first.Result != admin.ReloadApplied {
+		t.Errorf("last reload %+v", first)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "second reload", func() bool {
+		r := status().LastReload
+		return r.At != first.At && len(r.Changes) == 0 && r.Trigger == "signal" && r.Result == admin.ReloadApplied
+	})
+	if status().Generation != 2 {
+		t.Error("a reload without changes made a new generation")
+	}
+	if resp, _ := chat(t, router, false, 1); resp.StatusCode != 200 {
+		t.Errorf("after the reloads: %d", resp.StatusCode)
+	}
+	select {
+	case <-srv.done:
+		t.Fatalf("serve exited on SIGHUP: %v", srv.err)
+	default:
+	}
+}

@@ -175,3 +175,41 @@ dynamo:
 		}
 	}
 }
+
+// TestUnmask: a configuration read back masked takes the running secrets
+// where it still reads the mask: backends by name (reordered or not),
+// other secrets by path. A secret that was changed stays changed; a masked
+// one with nothing behind it stays the mask.
+func TestUnmask(t *testing.T) {
+	running := parse(t, `
+admin: {token: adm}
+backends: [{name: a, url: "http://a:1", api_key: sk-a}, {name: b, url: "http://b:1", api_key: sk-b}]
+dynamo:
+  discovery:
+    etcd:
+      endpoints: ["https://e:1"]
+      tls: {ca_cert: ca.pem, client_cert: c.pem, client_key: k.pem}
+      auth: {username: u, password: pw}
+`).Config
+	imported := running.Masked()
+	imported.Backends = []config.Backend{imported.Backends[1], imported.Backends[0],
+		{Name: "new", URL: "http://n:1", APIKey: config.Mask}}
+	imported.Dynamo.Discovery.Etcd.Auth.Password = "changed"
+	filled := imported.Unmask(running)
+	checks := []struct{ name, got, want string }{
+		{"admin token", imported.Admin.Token, "adm"},
+		{"reordered backend b", imported.Backends[0].APIKey, "sk-b"},
+		{"reordered backend a", imported.Backends[1].APIKey, "sk-a"},
+		{"new backend keeps the mask", imported.Backends[2].APIKey, config.Mask},
+		{"client_key", imported.Dynamo.Discovery.Etcd.TLS.ClientKey, "k.pem"},
+		{"changed password", imported.Dynamo.Discovery.Etcd.Auth.Password, "changed"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	if want := []string{"admin.token", "backends[0].api_key", "backends[1].api_key", "dynamo.discovery.etcd.tls.client_key"}; !slices.Equal(filled, want) {
+		t.Errorf("filled %v, want %v", filled, want)
+	}
+}

@@ -408,7 +408,7 @@ func TestReloadKV(t *testing.T) {
 	}
 	f := startReload(t, configYAML("http://127.0.0.1:1", root, kv("0")))
 	index, settings := routerd.KVParts(f.d)
-	if index == nil || settings.Terms.Temperature != 0 {
+	if index == nil || settings.Temperature != 0 {
 		t.Fatalf("KV parts at start: %v %+v", index, settings)
 	}
 	f.write(configYAML("http://127.0.0.1:1", root, kv("0.5")))
@@ -419,8 +419,8 @@ func TestReloadKV(t *testing.T) {
 	if index2 != index {
 		t.Error("a kv setting change replaced the index")
 	}
-	if settings.Terms.Temperature != 0.5 {
-		t.Errorf("temperature %v after the reload", settings.Terms.Temperature)
+	if settings.Temperature != 0.5 {
+		t.Errorf("temperature %v after the reload", settings.Temperature)
 	}
 
 	f.write(configYAML("http://127.0.0.1:1", root, ""))

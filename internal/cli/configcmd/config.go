@@ -1,5 +1,5 @@
-// Package configcmd implements `continuum config validate` and
-// `continuum config show`.
+// Package configcmd implements `continuum config validate`, `config show`
+// and `config diff`.
 //
 // Imports: cmdutil, config and iostreams; never another command.
 package configcmd
@@ -14,12 +14,14 @@ import (
 func NewCmdConfig(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config <command>",
-		Short: "Validate and show Continuum configuration",
-		Long: `Validate configuration files the way continuum serve loads them, and show
-the effective configuration with defaults filled in and secrets masked.`,
+		Short: "Validate, show and compare Continuum configuration",
+		Long: `Validate configuration files the way continuum serve loads them, show the
+effective configuration with defaults filled in and secrets masked, and show
+what reloading one configuration over another would do.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(NewCmdValidate(f, nil))
 	cmd.AddCommand(NewCmdShow(f, nil))
+	cmd.AddCommand(NewCmdDiff(f, nil))
 	return cmd
 }

@@ -2,6 +2,8 @@ package configcmd_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,4 +118,103 @@ func TestShow(t *testing.T) {
 			t.Fatalf("exit %d: stdout %q stderr %q", r.code, r.out, r.errOut)
 		}
 	})
+}
+
+// TestDiff: config diff groups the changed keys by reload tier, says what a
+// watcher replacement does to the fleet view, never prints a value, and
+// exits 1 when a reload would refuse NEW.
+func TestDiff(t *testing.T) {
+	dir := t.TempDir()
+	old := `server: {bind_address: "0.0.0.0:8080"}
+admin: {token: "old-admin-secret"}
+backends:
+  - {name: fe, url: "http://fe:8000", api_key: "old-backend-secret"}
+  - {name: fe-canary, url: "http://fe-canary:8000"}
+disaggregated_serving: {enabled: true}
+dynamo:
+  enabled: true
+  discovery:
+    etcd:
+      endpoints: ["http://etcd:2379"]
+      namespaces: ["prod", "canary"]
+      auth: {username: u, password: "old-etcd-secret"}
+  load: {max_staleness: 3s, direct_allow_cidrs: ["10.0.0.0/8"]}
+  shim:
+    pools:
+      - {namespace: prod, backends: [fe]}
+      - {namespace: canary, backends: [fe-canary]}
+`
+	next := strings.NewReplacer(`"0.0.0.0:8080"`, `"0.0.0.0:9090"`, "old-admin-secret", "new-admin-secret",
+		"old-backend-secret", "new-backend-secret", "old-etcd-secret", "new-etcd-secret", "max_staleness: 3s", "max_staleness: 5s",
+		`["10.0.0.0/8"]`, `["10.0.0.0/8", "172.16.0.0/12"]`, `namespaces: ["prod", "canary"]`, `namespaces: ["prod"]`,
+		"      - {namespace: canary, backends: [fe-canary]}\n", "").Replace(old)
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	oldFile, newFile := write("old.yaml", old), write("new.yaml", next)
+
+	r := run(t, nil, "config", "diff", oldFile, newFile)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s %s", r.code, r.out, r.errOut)
+	}
+	want := `immediate:
+  admin.token
+  backends
+  dynamo.load.max_staleness
+  dynamo.shim.pools
+subscription_restart:
+  dynamo.load.direct_allow_cidrs
+watcher_restart (reason connection: the fleet view is emptied until the new watcher's first resync):
+  dynamo.discovery.etcd.namespaces
+  dynamo.discovery.etcd.auth.password
+rebind:
+  server.bind_address
+`
+	if r.out != want {
+		t.Errorf("text:\n%s\nwant:\n%s", r.out, want)
+	}
+	for _, secret := range []string{"old-admin-secret", "new-admin-secret", "backend-secret", "etcd-secret"} {
+		if strings.Contains(r.out+r.errOut, secret) {
+			t.Errorf("a secret is printed: %s", secret)
+		}
+	}
+
+	// Namespaces alone: pruned.
+	pruned := strings.NewReplacer(`namespaces: ["prod", "canary"]`, `namespaces: ["prod"]`,
+		"      - {namespace: canary, backends: [fe-canary]}\n", "").Replace(old)
+	r = run(t, nil, "config", "diff", "--format", "json", oldFile, write("pruned.yaml", pruned))
+	var got struct {
+		Applied bool
+		Tiers   []struct {
+			Tier string
+			Keys []string
+		}
+		Watcher struct {
+			Reason string
+			Prunes []string
+		}
+	}
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil || r.code != 0 {
+		t.Fatalf("json: %d %v %s", r.code, err, r.out)
+	}
+	if !got.Applied || got.Watcher.Reason != "namespaces" || len(got.Watcher.Prunes) != 1 || got.Watcher.Prunes[0] != "canary" {
+		t.Errorf("pruning: %s", r.out)
+	}
+
+	// Same file: nothing to do.
+	if r := run(t, nil, "config", "diff", oldFile, oldFile); r.code != 0 || !strings.Contains(r.out, "No changes") {
+		t.Errorf("same file: %d %s", r.code, r.out)
+	}
+	// A NEW with errors would be refused.
+	bad := write("bad.yaml", strings.Replace(old, "max_staleness: 3s", "max_staleness: 1ms", 1))
+	if r := run(t, nil, "config", "diff", oldFile, bad); r.code != 1 || !strings.Contains(r.out, "A reload would refuse NEW") || !strings.Contains(r.out, "max_staleness") {
+		t.Errorf("invalid NEW: %d %s %s", r.code, r.out, r.errOut)
+	}
+	if r := run(t, nil, "config", "diff", oldFile, filepath.Join(dir, "missing.yaml")); r.code != 2 {
+		t.Errorf("missing NEW: %d", r.code)
+	}
 }

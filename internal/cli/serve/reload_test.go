@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -77,7 +78,10 @@ func (tr *traffic) one(stream bool) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("stream cut before [DONE]: %w", err)
+	}
+	return errors.New("stream ended without [DONE]")
 }
 
 // after waits for n more successful requests.
