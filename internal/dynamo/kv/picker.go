@@ -70,7 +70,7 @@ func (p *Picker) SetSettings(s Settings) { p.settings.Store(&s) }
 // matchBuf holds one request's overlaps per block size: the holders in a
 // slice, scanned when they are few (the common case), else in a map.
 type matchBuf struct {
-	bySize  [MaxBlockSizesPerRequest]struct {
+	bySize [MaxBlockSizesPerRequest]struct {
 		size  int
 		ranks []Match
 		held  map[load.Key]int

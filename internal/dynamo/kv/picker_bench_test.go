@@ -86,4 +86,3 @@ func BenchmarkPickKV(b *testing.B) {
 		}
 	})
 }
-
