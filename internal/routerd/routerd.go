@@ -77,6 +77,7 @@ type Daemon struct {
 	kvSubs    *kv.Subscriptions
 	kvIndex   *kv.Index
 	kvMetrics *telemetry.KVMetrics
+	prompts   *kv.Prompts
 	artifacts *artifact.Loader
 	router    *router.Server
 
@@ -148,6 +149,11 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	if d.kvIndex != nil {
 		ropts.KV = d.kvView
 	}
+	if d.prompts != nil {
+		ropts.CountTokens = func(model string, body []byte) (int, string) {
+			return d.prompts.Count(d.registry.Snapshot(), model, body)
+		}
+	}
 	d.router = router.New(ropts)
 	if err := d.listen(); err != nil {
 		return nil, err
@@ -181,7 +187,8 @@ func (d *Daemon) kvPicker(cfg *config.Config, base *pick.LoadBased, promReg prom
 		}
 		d.kvSubs = kv.NewSubscriptions(d.registry, index, &zmtp.Direct{Allow: cidrs}, km, d.logger)
 	}
-	return kv.NewPicker(base, index, kv.NewPrompts(d.artifacts), KVSettings(k), km, am, d.logger), nil
+	d.prompts = kv.NewPrompts(d.artifacts)
+	return kv.NewPicker(base, index, d.prompts, KVSettings(k), km, am, d.logger), nil
 }
 
 // KVSettings are the picker's settings of dynamo.kv.
