@@ -51,9 +51,20 @@ type Backend struct {
 	Enabled  bool     `yaml:"enabled" json:"enabled"`
 	APIKey   string   `yaml:"api_key" json:"api_key" secret:"true"`
 	Timeout  Duration `yaml:"timeout" json:"timeout"`
+	// ResponsesAPI is how POST /v1/responses reaches the backend: chat
+	// (converted to a chat completion request) or native (passed as it
+	// is; through the shim, pinned by the model alone).
+	ResponsesAPI string `yaml:"responses_api" json:"responses_api"`
 }
 
+// Responses API modes of a backend.
+const (
+	ResponsesAPIChat   = "chat"
+	ResponsesAPINative = "native"
+)
+
 func (b *Backend) setDefaults() {
+	b.ResponsesAPI = ResponsesAPIChat
 	b.Type = "openai"
 	b.Role = RoleUnified
 	b.Enabled = true

@@ -108,6 +108,9 @@ func (v *validator) backendList() {
 		if b.Timeout <= 0 {
 			v.errorf(p+".timeout", "timeout must be positive, such as \"300s\"")
 		}
+		if b.ResponsesAPI != ResponsesAPIChat && b.ResponsesAPI != ResponsesAPINative {
+			v.errorf(p+".responses_api", "responses_api %q is not one of chat, native", b.ResponsesAPI)
+		}
 		for j, m := range b.Models {
 			if strings.TrimSpace(m) == "" {
 				v.errorf(fmt.Sprintf("%s.models[%d]", p, j), "model ids must not be empty")

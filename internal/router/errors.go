@@ -20,6 +20,10 @@ const (
 	// CodeModelNotFound: no backend lists the model and no discovered
 	// Dynamo worker serves it (404, as OpenAI answers an unknown model).
 	CodeModelNotFound = "model_not_found"
+	// CodeNotImplemented: an endpoint this router cannot serve as
+	// configured (count_tokens without loaded artifacts, compaction
+	// without a native Responses backend).
+	CodeNotImplemented = "not_implemented"
 )
 
 type apiError struct {

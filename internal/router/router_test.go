@@ -91,6 +91,12 @@ func closedURL(t *testing.T) string {
 // worker 20 (ranks 0-1).
 func newHarness(t *testing.T, edit func(*config.Config)) *harness {
 	t.Helper()
+	return newHarnessWith(t, edit, nil)
+}
+
+// newHarnessWith is newHarness with the router's options edited too.
+func newHarnessWith(t *testing.T, edit func(*config.Config), opts func(*router.Options)) *harness {
+	t.Helper()
 	h := &harness{fe: fleetsim.NewFrontend(), reducer: fleet.NewReducer()}
 	feSrv := httptest.NewServer(h.fe)
 	t.Cleanup(feSrv.Close)
@@ -117,8 +123,12 @@ func newHarness(t *testing.T, edit func(*config.Config)) *harness {
 	h.store = store
 	h.metrics = telemetry.NewRouterMetrics(nil)
 	promReg := prometheus.NewRegistry()
-	srv := router.New(router.Options{Config: cfg, Registry: h.reg, Store: store, Metrics: h.metrics, Gatherer: promReg,
-		DiscoveryConnected: func() bool { return true }})
+	o := router.Options{Config: cfg, Registry: h.reg, Store: store, Metrics: h.metrics, Gatherer: promReg,
+		DiscoveryConnected: func() bool { return true }}
+	if opts != nil {
+		opts(&o)
+	}
+	srv := router.New(o)
 	srv.SetReady(true)
 	h.router = httptest.NewServer(srv.Handler())
 	t.Cleanup(h.router.Close)

@@ -167,7 +167,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	}
 	d.router = router.New(router.Options{Config: cfg, Registry: d.registry, Store: d.store, Picker: picker,
 		Metrics: telemetry.NewRouterMetrics(promReg), Gatherer: promReg, Logger: logger,
-		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView,
+		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView, CountTokens: d.countTokens,
 		ImportConfig: d.importConfig, ConfigStatus: d.configStatus, DiscoverySettling: d.discoverySettling})
 	if err := d.listen(cfg); err != nil {
 		return nil, err
@@ -242,6 +242,16 @@ func (d *Daemon) kvView() admin.KVResponse {
 		return k.st.View()
 	}
 	return admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}, Subscriptions: []admin.Subscription{}, Events: []admin.KVCount{}}
+}
+
+// countTokens is POST /v1/messages/count_tokens: the prompt's size as
+// KV-aware selection renders and tokenizes it.
+func (d *Daemon) countTokens(model string, body []byte) (int, string) {
+	k := d.kvState.Load()
+	if k == nil {
+		return 0, router.CountTokensOff
+	}
+	return k.st.Prompts.Count(d.registry.Snapshot(), model, body)
 }
 
 // subscriptions lists the load and kv-events subscriptions.
