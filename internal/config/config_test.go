@@ -338,3 +338,38 @@ func TestLegacyPinHeadersOff(t *testing.T) {
 		t.Errorf("legacy_pin_headers %v, findings %v", doc.Config.Dynamo.Shim.LegacyPinHeaders, doc.Findings)
 	}
 }
+
+// TestServerLimits: the listener's timeouts, sizes and limits have bounds,
+// and server.tls needs both files.
+func TestServerLimits(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		yaml, path, substr string
+	}{
+		{"read_header_timeout: 50ms", "server.read_header_timeout", "out of range"},
+		{"read_timeout: 2h", "server.read_timeout", "out of range"},
+		{"idle_timeout: 0s", "server.idle_timeout", "out of range"},
+		{"max_header_bytes: 1024", "server.max_header_bytes", "out of range"},
+		{"max_body_bytes: 2147483648", "server.max_body_bytes", "out of range"},
+		{"max_connections: 0", "server.max_connections", "out of range"},
+		{"max_in_flight: 0", "server.max_in_flight", "at least 1"},
+		{"tls: {cert: c.pem}", "server.tls.key", "private key"},
+		{"tls: {key: k.pem}", "server.tls.cert", "certificate"},
+	} {
+		doc := parse(t, "server:\n  "+tt.yaml+"\n")
+		if !hasFinding(doc, config.SeverityError, tt.path, tt.substr) {
+			t.Errorf("%s: no error %q at %s; got %v", tt.yaml, tt.substr, tt.path, doc.Findings)
+		}
+	}
+	ok := parse(t, "server:\n  read_header_timeout: 5s\n  read_timeout: 30s\n  idle_timeout: 1m\n  max_header_bytes: 65536\n  max_body_bytes: 1048576\n  max_connections: 100\n  max_in_flight: 50\n  tls: {cert: c.pem, key: k.pem}\n")
+	if n := ok.Findings.Errors(); n != 0 {
+		t.Errorf("valid listener settings: %v", ok.Findings)
+	}
+	if ok.Config.Masked().Server.TLS.Key != config.Mask {
+		t.Error("server.tls.key is not masked")
+	}
+	warn := parse(t, "server:\n  read_header_timeout: 20s\n  read_timeout: 10s\n")
+	if !hasFinding(warn, config.SeverityWarning, "server.read_timeout", "shorter") {
+		t.Errorf("read_timeout under read_header_timeout: %v", warn.Findings)
+	}
+}

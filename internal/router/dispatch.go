@@ -419,8 +419,8 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
 	for k, v := range resp.Header {
-		if shim.IsPinHeader(k) || dropRequestHeaders[k] {
-			continue
+		if shim.IsPinHeader(k) || dropRequestHeaders[k] || k == requestIDHeader {
+			continue // the request id is the router's (set before)
 		}
 		h[k] = v // the upstream response is not read again: no copy
 	}

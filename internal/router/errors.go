@@ -17,6 +17,9 @@ const (
 	CodePrefillDecodeUnavailable  = "disaggregated_prefill_decode_unavailable"
 	CodeDisaggregatedDecodeFailed = "disaggregated_decode_failed"
 	CodeNotFound                  = "not_found"
+	// CodeOverloaded: the router serves server.max_in_flight requests
+	// already (503 with Retry-After).
+	CodeOverloaded = "router_overloaded"
 	// CodeModelNotFound: no backend lists the model and no discovered
 	// Dynamo worker serves it (404, as OpenAI answers an unknown model).
 	CodeModelNotFound = "model_not_found"

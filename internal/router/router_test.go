@@ -764,7 +764,7 @@ func TestAdminListener(t *testing.T) {
 	}
 }
 
-// TestBodyLimit: a body over MaxBodyBytes is refused with 413, whether the
+// TestBodyLimit: a body over server.max_body_bytes is refused with 413, whether the
 // client declared its length or sent it chunked; a body of exactly the
 // limit, or of a declared length, goes through whole.
 func TestBodyLimit(t *testing.T) {
@@ -793,10 +793,10 @@ func TestBodyLimit(t *testing.T) {
 		return resp.StatusCode
 	}
 	for _, chunked := range []bool{false, true} {
-		if got := send(body(router.MaxBodyBytes+1), chunked); got != http.StatusRequestEntityTooLarge {
+		if got := send(body(config.DefaultMaxBodyBytes+1), chunked); got != http.StatusRequestEntityTooLarge {
 			t.Errorf("chunked=%v: a body over the limit: %d", chunked, got)
 		}
-		if got := send(body(router.MaxBodyBytes), chunked); got != http.StatusOK {
+		if got := send(body(config.DefaultMaxBodyBytes), chunked); got != http.StatusOK {
 			t.Errorf("chunked=%v: a body at the limit: %d", chunked, got)
 		}
 	}

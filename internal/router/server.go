@@ -26,9 +26,6 @@ import (
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
-// MaxBodyBytes bounds a request body.
-const MaxBodyBytes = 32 << 20
-
 // maxBufferedResponse bounds a buffered upstream response held for
 // inspection.
 const maxBufferedResponse = 64 << 20
@@ -89,6 +86,8 @@ type Server struct {
 	rr       atomic.Uint64
 	picks    selections
 	dispatch *shim.Dispatcher[*Backend]
+	// inFlight counts the inference requests being served.
+	inFlight atomic.Int64
 }
 
 // New builds a server from configuration.
@@ -299,11 +298,11 @@ func (s *Server) known(model string, policy *keyPolicy) bool {
 	return anyModel || listed[model]
 }
 
-// readBody reads a request body of at most MaxBodyBytes, in one
+// readBody reads a request body of at most limit bytes, in one
 // allocation when the client declared its length.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
 		// The declared length is the whole body (net/http enforces it).
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(body, buf); err != nil {
@@ -362,6 +361,9 @@ type statusRecorder struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	// inFlight: admit took one of server.max_in_flight's slots, released
+	// when the handler returns.
+	inFlight bool
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -396,8 +398,13 @@ func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFun
 	duration := s.opts.Metrics.RequestDuration.WithLabelValues(path)
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		id := requestID(r)
+		w.Header().Set(requestIDHeader, id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		serve(rec, r)
+		if rec.inFlight {
+			s.inFlight.Add(-1)
+		}
 		status := rec.status
 		if r.Context().Err() != nil {
 			status = 499 // the client went away
@@ -409,7 +416,7 @@ func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFun
 		}
 		duration.Observe(time.Since(start).Seconds())
 		if status >= 500 || status == 499 {
-			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start))
+			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start), "request_id", id)
 		}
 	}
 }
@@ -421,6 +428,17 @@ type failFunc func(w http.ResponseWriter, status int, code, param, message strin
 // x-api-key) and rate limit and reads the body; when it returns false it
 // has answered through fail.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*keyPolicy, []byte, bool) {
+	if rec, ok := w.(*statusRecorder); ok {
+		limit := int64(s.cfg.Load().Server.MaxInFlight)
+		if s.inFlight.Add(1) > limit {
+			s.inFlight.Add(-1)
+			s.opts.Metrics.Overloaded.WithLabelValues(telemetry.OverloadInFlight).Inc()
+			w.Header().Set("Retry-After", "1")
+			fail(w, http.StatusServiceUnavailable, CodeOverloaded, "", fmt.Sprintf("the router is serving its limit of %d requests (server.max_in_flight): retry shortly", limit))
+			return nil, nil, false
+		}
+		rec.inFlight = true
+	}
 	keys := s.keys.Load()
 	policy := keys.match(r)
 	if !keys.open() && policy == nil {
@@ -436,11 +454,12 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*
 	}
 	// The body is not pooled: the transport may still read it after the
 	// upstream answered.
-	body, err := readBody(w, r)
+	limit := s.cfg.Load().Server.MaxBodyBytes
+	body, err := readBody(w, r, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			fail(w, http.StatusRequestEntityTooLarge, CodeBadRequest, "", fmt.Sprintf("request body larger than %d bytes", MaxBodyBytes))
+			fail(w, http.StatusRequestEntityTooLarge, CodeBadRequest, "", fmt.Sprintf("request body larger than %d bytes (server.max_body_bytes)", limit))
 			return nil, nil, false
 		}
 		fail(w, http.StatusBadRequest, CodeBadRequest, "", "could not read the request body")

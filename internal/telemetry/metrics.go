@@ -88,7 +88,21 @@ type RouterMetrics struct {
 	DisaggErrors    *prometheus.CounterVec
 	Requests        *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
+	// Overloaded counts what the listener refused by reason
+	// (OverloadInFlight, OverloadConnections).
+	Overloaded *prometheus.CounterVec
+	// Connections is the number of open client connections.
+	Connections prometheus.Gauge
 }
+
+// Reasons of continuum_http_overload_rejections_total.
+const (
+	// OverloadInFlight: a request beyond server.max_in_flight (503).
+	OverloadInFlight = "in_flight"
+	// OverloadConnections: a connection beyond server.max_connections,
+	// closed once accepted.
+	OverloadConnections = "connections"
+)
 
 // NewRouterMetrics creates the router families and registers them on reg
 // when reg is not nil.
@@ -115,9 +129,17 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 			Help:    "HTTP request duration by route, to the last byte.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}, []string{"route"}),
+		Overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_http_overload_rejections_total",
+			Help: "Requests and connections the listener refused by reason (in_flight: over server.max_in_flight; connections: over server.max_connections).",
+		}, []string{"reason"}),
+		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_http_connections",
+			Help: "Open client connections on the main listener.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration)
+		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration, m.Overloaded, m.Connections)
 	}
 	return m
 }
