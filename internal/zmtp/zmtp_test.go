@@ -408,3 +408,65 @@ func TestDirectConnectorCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietSubscription: a subscription that gets no message for the idle
+// wait gives its buffers back (ErrQuiet) and waits in Wake with none; the
+// byte that wakes it starts the next message, which arrives whole, even a
+// multi-frame one whose bytes come in pieces; a busy subscription stays
+// warm between messages. It is the one test that changes the idle wait,
+// so it does not run in parallel.
+func TestQuietSubscription(t *testing.T) {
+	defer zmtp.SetIdleAfter(100 * time.Millisecond)()
+	next := make(chan [][]byte)
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		for m := range next {
+			var b bytes.Buffer
+			writeMessage(&b, m)
+			// In pieces: the first byte alone, then the rest.
+			_, _ = w.Write(b.Bytes()[:1])
+			time.Sleep(20 * time.Millisecond)
+			_, _ = w.Write(b.Bytes()[1:])
+		}
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(next)
+	read := func(seq uint64) {
+		t.Helper()
+		for {
+			if err := sub.Wake(); err != nil {
+				t.Fatal(err)
+			}
+			frames, err := sub.Next()
+			if errors.Is(err, zmtp.ErrQuiet) {
+				continue
+			}
+			if err != nil || len(frames) != 4 || binary.BigEndian.Uint64(frames[2]) != seq {
+				t.Fatalf("message %d: %q %v", seq, frames, err)
+			}
+			return
+		}
+	}
+	next <- message("kv_metrics", 1, []byte("first"))
+	read(1)
+	if sub.Quiet() {
+		t.Fatal("quiet right after a message")
+	}
+	// Nothing for longer than the idle wait.
+	if _, err := sub.Next(); !errors.Is(err, zmtp.ErrQuiet) {
+		t.Fatalf("after the idle wait: %v, want ErrQuiet", err)
+	}
+	if !sub.Quiet() {
+		t.Fatal("a quiet subscription still holds its buffers")
+	}
+	if _, err := sub.Next(); !errors.Is(err, zmtp.ErrQuiet) {
+		t.Fatalf("Next on a quiet subscription: %v", err)
+	}
+	go func() { next <- message("kv_metrics", 2, bytes.Repeat([]byte("y"), 5000)) }()
+	read(2)
+	if sub.Quiet() {
+		t.Fatal("still quiet after a message")
+	}
+}
