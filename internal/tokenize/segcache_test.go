@@ -13,6 +13,7 @@ import (
 // later, for Metaspace's "first" scheme) encode the same with the cache
 // cold, warm and off.
 func TestSegmentCache(t *testing.T) {
+	t.Parallel()
 	corpus := loadCorpus(t)
 	var long []string
 	for _, e := range corpus {
@@ -25,6 +26,7 @@ func TestSegmentCache(t *testing.T) {
 	}
 	for _, model := range goldenModels {
 		t.Run(model, func(t *testing.T) {
+			t.Parallel()
 			warm := loadModel(t, model) // shared with the golden tests, cache on
 			cold, err := tokenize.Load(tokenizerFile(t, model))
 			if err != nil {
