@@ -15,6 +15,7 @@ import (
 // Known hashes; worker-0's is also the vector upstream Dynamo's own tests
 // pin.
 func TestHashPodNameVectors(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]uint64{
 		"worker-0":                   1186445869714687,
 		"worker-1":                   6167992384364830,
@@ -48,6 +49,7 @@ func podNames() []string {
 // it would change the instance ids Dynamo gives pods. Without rustc the test
 // says so and skips.
 func TestHashPodNameAgainstRust(t *testing.T) {
+	t.Parallel()
 	rustc, err := exec.LookPath("rustc")
 	if err != nil {
 		t.Skip("rustc is not on PATH: the Rust cross-check needs it")
