@@ -14,6 +14,7 @@ import (
 )
 
 func TestRegistryWaitSeesPublishedSnapshot(t *testing.T) {
+	t.Parallel()
 	reg := fleet.NewRegistry(nil, nil)
 	if reg.Generation() != 0 || len(reg.Snapshot().Workers) != 0 {
 		t.Fatal("not empty at start")
@@ -59,6 +60,7 @@ func TestRegistryWaitSeesPublishedSnapshot(t *testing.T) {
 }
 
 func TestRegistryReportsProblemsOnce(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	var observed []string
 	reg := fleet.NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)), func(p fleet.Problem) { observed = append(observed, p.Kind) })
@@ -84,6 +86,7 @@ func TestRegistryReportsProblemsOnce(t *testing.T) {
 }
 
 func TestRegistryMixedNamespaceWarnings(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	reg := fleet.NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	r := fleet.NewReducer()
