@@ -27,12 +27,14 @@ func TestSegmentCache(t *testing.T) {
 	for _, model := range goldenModels {
 		t.Run(model, func(t *testing.T) {
 			t.Parallel()
-			warm := loadModel(t, model) // shared with the golden tests, cache on
+			// The cold copy loads first: meanwhile the golden test of the
+			// same model, running in parallel, may be loading the shared one.
 			cold, err := tokenize.Load(tokenizerFile(t, model))
 			if err != nil {
 				t.Fatal(err)
 			}
 			cold.SetSegmentCache(false)
+			warm := loadModel(t, model) // shared with the golden tests, cache on
 			sep := ""
 			for _, s := range []string{"<|im_start|>", "<|begin_of_text|>", "<start_of_turn>", "<|start|>", "<｜begin▁of▁sentence｜>", "</s>"} {
 				if _, ok := warm.TokenToID(s); ok {
