@@ -63,6 +63,7 @@ func envOf(m map[string]string) config.LookupEnv {
 // TestFixtures loads every file under testdata/config and requires exactly
 // the findings its "# want:" lines list: valid/ files have no errors.
 func TestFixtures(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("../../testdata/config/*/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
@@ -129,6 +130,7 @@ func yamlList(prefix string, n int, item func(i int) string) string {
 
 // TestCountLimits checks each count bound at its limit and one past it.
 func TestCountLimits(t *testing.T) {
+	t.Parallel()
 	backends := func(n int) string {
 		return yamlList("backends:\n", n, func(i int) string {
 			return fmt.Sprintf("  - {name: b%d, url: \"http://b%d:8000\"}\n", i, i)
@@ -188,6 +190,7 @@ func TestCountLimits(t *testing.T) {
 }
 
 func TestStalenessBounds(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		value string
 		ok    bool
@@ -200,6 +203,7 @@ func TestStalenessBounds(t *testing.T) {
 }
 
 func TestEventBusBudget(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		streams int
 		budget  int64
@@ -213,6 +217,7 @@ func TestEventBusBudget(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	c := parse(t, "").Config
 	d := c.Dynamo
 	checks := []struct {
@@ -257,6 +262,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestUnreadable(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{"a: [", "\t- x", "a: b: c", "{"} {
 		if _, err := config.Parse("bad.yaml", []byte(in), config.Options{}); err == nil {
 			t.Errorf("%q: parsed without error", in)
@@ -268,6 +274,7 @@ func TestUnreadable(t *testing.T) {
 }
 
 func TestAliasBomb(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("x-0: &m0 {name: a}\n")
 	for i := 1; i < 12; i++ {
@@ -288,6 +295,7 @@ func TestAliasBomb(t *testing.T) {
 }
 
 func TestMergeKeysAndScalars(t *testing.T) {
+	t.Parallel()
 	doc, err := config.Load("../../testdata/config/valid/anchors-override.yaml", config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -310,6 +318,7 @@ func TestMergeKeysAndScalars(t *testing.T) {
 }
 
 func TestFindingsAreBounded(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 100_000)
 	var b strings.Builder
 	b.WriteString("x-v: &v \"" + long + "\"\nbackends:\n")
