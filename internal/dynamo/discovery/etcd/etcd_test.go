@@ -51,7 +51,7 @@ func run(t *testing.T, src *etcd.Source) *harness {
 
 func (h *harness) workers() map[string]*fleet.Worker {
 	out := map[string]*fleet.Worker{}
-	for _, w := range h.reg.Snapshot().Workers {
+	for w := range h.reg.Snapshot().Workers.All() {
 		out[w.ID.Namespace+"/"+w.InstanceHex()] = w
 	}
 	return out
@@ -95,7 +95,7 @@ func TestPutDeleteAndNamespaces(t *testing.T) {
 	put(t, c, "v1/event_channels/namespace/prod/kv_metrics/2c", legacy)
 	put(t, c, instanceKey("canary", "prefill", 2), endpointValue(2, "prefill"))
 	testutil.Eventually(t, 10*time.Second, "watched put", func() bool { return h.workers()["canary/2"] != nil })
-	if snap := h.reg.Snapshot(); len(snap.Publishers) != 0 || len(snap.Problems) != 0 {
+	if snap := h.reg.Snapshot(); snap.Publishers.Len() != 0 || len(snap.Problems) != 0 {
 		t.Errorf("another namespace's 1.2 channel was read: %+v %+v", snap.Publishers, snap.Problems)
 	}
 	if h.workers()["other/9"] != nil {
@@ -290,5 +290,5 @@ func TestPagedSeed(t *testing.T) {
 		}
 	}
 	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
-	testutil.Eventually(t, 15*time.Second, "600 workers", func() bool { return len(h.reg.Snapshot().Workers) == 600 })
+	testutil.Eventually(t, 15*time.Second, "600 workers", func() bool { return h.reg.Snapshot().Workers.Len() == 600 })
 }
