@@ -442,6 +442,9 @@ type pubID struct {
 // touched since the last Build are recomputed.
 func (r *Reducer) Build(now time.Time) *Snapshot {
 	r.dirty = false
+	if r.order.Len() == 0 && len(r.dirtyW) > resetAbove {
+		r.loadWorkers(now)
+	}
 	for id := range r.dirtyW {
 		old := r.workers[id]
 		r.recomputeWorker(id, now)
@@ -495,6 +498,21 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 		Publishers: Publishers{byID: r.porder.freeze()},
 		Problems:   r.problems, Mixed: r.mixed, added: added, problemsGen: r.probGen,
 	}
+}
+
+// loadWorkers builds the first view of a fleet (the end of an initial sync)
+// in one pass: its lists are built full from sorted workers, rather than
+// grown by inserts, which leave their nodes part empty and the trees
+// deeper.
+func (r *Reducer) loadWorkers(now time.Time) {
+	for id := range r.dirtyW {
+		r.recomputeWorker(id, now)
+	}
+	r.dirtyW = emptied(r.dirtyW)
+	sorted := slices.SortedFunc(maps.Values(r.workers), compareWorkers)
+	ws := workersOf(sorted)
+	r.order, r.byID = ws.byOrder, ws.byID
+	r.order.epoch, r.byID.epoch = epochs.Add(1), epochs.Add(1)
 }
 
 // emptied returns m emptied. A map keeps the room it once grew to, and
