@@ -102,10 +102,10 @@ func ProblemView(p fleet.Problem) Problem {
 // Views renders a whole snapshot; the lists are never null.
 func Views(s *fleet.Snapshot) (workers []Worker, publishers []Publisher, problems []Problem) {
 	workers, publishers, problems = []Worker{}, []Publisher{}, []Problem{}
-	for _, w := range s.Workers {
+	for w := range s.Workers.All() {
 		workers = append(workers, WorkerView(w))
 	}
-	for _, p := range s.Publishers {
+	for p := range s.Publishers.All() {
 		publishers = append(publishers, PublisherView(p))
 	}
 	for _, p := range s.Problems {

@@ -92,15 +92,15 @@ func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 		resp.MaxStalenessMs = maxAge.Milliseconds()
 		now := s.opts.Now()
 		snap := s.opts.Registry.Snapshot()
-		ranks := make(map[uint64]*fleet.Worker, len(snap.Workers))
-		for _, w := range snap.Workers {
+		ranks := make(map[uint64]*fleet.Worker, snap.Workers.Len())
+		for w := range snap.Workers.All() {
 			ranks[w.ID.InstanceID] = w
 		}
 		picks := s.picks.snapshot(func(k load.Key) bool {
 			w := ranks[k.WorkerID]
 			return w != nil && k.DPRank >= w.DPStartRank && k.DPRank < w.DPStartRank+max(w.DPSize, 1)
 		})
-		for _, wk := range snap.Workers {
+		for wk := range snap.Workers.All() {
 			for r := range max(wk.DPSize, 1) {
 				rank := wk.DPStartRank + r
 				row := admin.LoadSample{WorkerID: wk.WorkerIDDecimal(), Namespace: wk.ID.Namespace, DPRank: rank,
@@ -191,7 +191,7 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 	resp.Generation = s.opts.Registry.Generation()
 	snap := s.opts.Registry.Snapshot()
 	resp.Workers, _, _ = admin.Views(snap)
-	for _, p := range snap.Publishers {
+	for p := range snap.Publishers.All() {
 		switch p.Topic {
 		case "kv_metrics":
 			resp.LoadPublishers++

@@ -72,7 +72,7 @@ func newKVRouter(t *testing.T, edit func(*config.Config)) *kvRouter {
 	k := &kvRouter{fe: fleetsim.NewFrontend(), reg: fleet.NewRegistry(nil, nil), index: kv.NewIndex(), metrics: telemetry.NewKVMetrics(nil)}
 	k.reg.Publish(red.Build(t0))
 	live := map[uint64]load.LiveWorker{}
-	for _, w := range k.reg.Snapshot().Workers {
+	for w := range k.reg.Snapshot().Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
 	}
 	store := load.NewStore(time.Minute, nil)

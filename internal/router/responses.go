@@ -665,7 +665,7 @@ func (s *Server) nativeResponses(model string, policy *keyPolicy) bool {
 	if plan.Enabled() && s.opts.Registry != nil {
 		dyn := plan.Model(model)
 		served := map[string]bool{}
-		for _, wk := range s.opts.Registry.Snapshot().Workers {
+		for wk := range s.opts.Registry.Snapshot().Workers.All() {
 			if wk.Model == dyn && wk.Role != fleet.RoleUnknown {
 				served[wk.ID.Namespace] = true
 			}

@@ -268,7 +268,7 @@ func (s *Server) catalog(policy *keyPolicy) (listed map[string]bool, anyModel bo
 	}
 	if cfg.Dynamo.Enabled && s.opts.Registry != nil {
 		served := map[string]bool{}
-		for _, wk := range s.opts.Registry.Snapshot().Workers {
+		for wk := range s.opts.Registry.Snapshot().Workers.All() {
 			if wk.Model != "" && wk.Role != fleet.RoleUnknown {
 				served[wk.Model] = true
 			}

@@ -272,41 +272,35 @@ type Change struct {
 
 func (o *Options) printChanges(gen uint64, before, after *fleet.Snapshot) error {
 	var changes []Change
-	old := map[fleet.WorkerID]admin.Worker{}
-	for _, w := range before.Workers {
-		old[w.ID] = admin.WorkerView(w)
-	}
-	seen := map[fleet.WorkerID]bool{}
-	for _, w := range after.Workers {
+	for w := range after.Workers.All() {
 		v := admin.WorkerView(w)
-		seen[w.ID] = true
-		prev, ok := old[w.ID]
+		prev := before.Workers.Get(w.ID)
 		switch {
-		case !ok:
+		case prev == nil:
 			changes = append(changes, Change{Generation: gen, Event: "added", Worker: &v})
-		case !sameWorker(prev, v):
+		case !sameWorker(admin.WorkerView(prev), v):
 			changes = append(changes, Change{Generation: gen, Event: "updated", Worker: &v})
 		}
 	}
-	for _, w := range before.Workers {
-		if !seen[w.ID] {
-			v := old[w.ID]
+	for w := range before.Workers.All() {
+		if after.Workers.Get(w.ID) == nil {
+			v := admin.WorkerView(w)
 			changes = append(changes, Change{Generation: gen, Event: "removed", Worker: &v})
 		}
 	}
 	oldPubs := map[string]bool{}
-	for _, p := range before.Publishers {
+	for p := range before.Publishers.All() {
 		oldPubs[p.Key] = true
 	}
 	newPubs := map[string]bool{}
-	for _, p := range after.Publishers {
+	for p := range after.Publishers.All() {
 		newPubs[p.Key] = true
 		if !oldPubs[p.Key] {
 			v := admin.PublisherView(p)
 			changes = append(changes, Change{Generation: gen, Event: "publisher_added", Publisher: &v})
 		}
 	}
-	for _, p := range before.Publishers {
+	for p := range before.Publishers.All() {
 		if !newPubs[p.Key] {
 			v := admin.PublisherView(p)
 			changes = append(changes, Change{Generation: gen, Event: "publisher_removed", Publisher: &v})

@@ -274,7 +274,7 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 	// Asking queues the model's pinned artifacts for loading at once.
 	_, _ = st.Prompts.Diagnose(snap, model, path)
 	loads, events := 0, 0
-	for _, p := range snap.Publishers {
+	for p := range snap.Publishers.All() {
 		switch {
 		case p.Topic == fleet.TopicLoad:
 			loads++

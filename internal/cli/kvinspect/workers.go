@@ -217,7 +217,7 @@ func RunWorkers(ctx context.Context, o *WorkersOptions) error {
 	defer func() { stop(); <-done }()
 
 	n := 0
-	for _, p := range fl.Registry.Snapshot().Publishers {
+	for p := range fl.Registry.Snapshot().Publishers.All() {
 		if kv.IsKVTopic(p.Topic) {
 			n++
 		}

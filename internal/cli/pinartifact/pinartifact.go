@@ -301,7 +301,7 @@ func BuildReport(snap *fleet.Snapshot, policy *artifact.Policy) Report {
 	type modelKey struct{ ns, model string }
 	models := map[modelKey]*Model{}
 	index := map[modelKey]map[string]int{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		if w.Card == nil {
 			continue
 		}

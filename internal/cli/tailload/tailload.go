@@ -153,7 +153,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer fl.Close()
 	reg := fl.Registry
 	n := 0
-	for _, pub := range reg.Snapshot().Publishers {
+	for pub := range reg.Snapshot().Publishers.All() {
 		if pub.Topic == o.Topic {
 			n++
 		}

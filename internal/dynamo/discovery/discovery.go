@@ -25,6 +25,12 @@ const SeedTimeout = 30 * time.Second
 // Sink receives one pass's events. A pass starts with ResyncBegin, puts every
 // record it read, opens its watches and calls ResyncEnd; then it streams
 // Put and Delete, calling Flush after each batch.
+//
+// ResyncEnd publishes the resynced view at once. Flush publishes at once
+// when nothing was published for PublishDelay, and otherwise PublishDelay
+// after the last publish, together with every change that arrives in the
+// meantime: a burst of events becomes a few publishes, and no change waits
+// longer than PublishDelay.
 type Sink interface {
 	Put(key string, value []byte)
 	Delete(key string)
@@ -53,6 +59,18 @@ type Backoff struct {
 	ResetAfter time.Duration
 }
 
+// PublishDelay is the least time between two publishes of a watcher's view
+// outside resyncs, so also the longest a change waits to be published.
+// Readers do work per published view that grows with the fleet (the load
+// and kv-events supervisors reconcile every worker and publisher; the
+// picker rebuilds its candidate index for the new view), so a burst of
+// events, such as a rollout or a reconnecting etcd, must not become one
+// publish per event: at most 100 views a second reach them, however fast
+// events come. 10 ms is far below the time scales a fleet changes on (a
+// worker's lease lives 10 s; a starting worker takes seconds to register),
+// and an event after a quiet spell is published without waiting.
+const PublishDelay = 10 * time.Millisecond
+
 // ErrWatchExpired ends a pass whose watches reached their normal,
 // server-side end. The view stays published and the connected gauge stays
 // up while the next pass re-lists.
@@ -74,8 +92,21 @@ type Watcher struct {
 
 	syncOnce sync.Once
 	synced   chan struct{}
+
+	// mu guards the reducer and the publishing state below: a pass applies
+	// events on its goroutine, a delayed publish runs on the timer's.
+	mu sync.Mutex
 	// published: a pass of this watcher has published its view.
 	published bool
+	resyncing bool
+	stopped   bool      // Run is returning: nothing more is published
+	lastPub   time.Time // when the view was last published
+	// timer publishes the changes that wait; timerSeq tells a stopped
+	// timer's late callback from the armed one's, and timers counts the
+	// callbacks that may still run.
+	timer    *time.Timer
+	timerSeq uint64
+	timers   sync.WaitGroup
 }
 
 // Synced returns a channel closed once the watcher's first full resync is
@@ -97,11 +128,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if w.Backoff.Initial <= 0 || w.Backoff.Max < w.Backoff.Initial {
 		return fmt.Errorf("discovery backoff %v..%v is not valid", w.Backoff.Initial, w.Backoff.Max)
 	}
-	w.reducer = fleet.NewReducer()
+	w.mu.Lock()
+	w.reducer, w.stopped = fleet.NewReducer(), false
+	w.mu.Unlock()
 	delay := w.Backoff.Initial
+	defer w.stop()
 	for {
 		s := &sink{w: w}
 		err := w.Source.Run(ctx, s)
+		w.endPass()
 		expired := errors.Is(err, ErrWatchExpired) && !s.established.IsZero()
 		if !expired {
 			w.setConnected(false)
@@ -164,39 +199,126 @@ func sleep(ctx context.Context, d time.Duration) error {
 // sink feeds one pass's events to the watcher's reducer.
 type sink struct {
 	w           *Watcher
-	resyncing   bool
 	established time.Time
 }
 
-func (s *sink) Put(key string, value []byte) { s.w.reducer.Put(key, value, time.Now()) }
-func (s *sink) Delete(key string)            { s.w.reducer.Delete(key) }
+func (s *sink) Put(key string, value []byte) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.w.reducer.Put(key, value, time.Now())
+}
+
+func (s *sink) Delete(key string) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.w.reducer.Delete(key)
+}
 
 func (s *sink) ResyncBegin() {
-	s.resyncing = true
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.w.resyncing = true
 	s.w.reducer.ResyncBegin()
 }
 
+// ResyncEnd publishes the resynced view at once: readiness and reloads
+// wait for it.
 func (s *sink) ResyncEnd() {
-	s.resyncing = false
-	s.w.reducer.ResyncEnd()
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.resyncing = false
+	w.reducer.ResyncEnd()
 	s.established = time.Now()
-	s.w.setConnected(true)
-	if !s.w.published {
+	w.setConnected(true)
+	if !w.published {
 		// The first view replaces the registry's even when it is empty.
-		s.w.published = true
-		s.w.Registry.Publish(s.w.reducer.Build(time.Now()))
-		s.w.Synced()
-		close(s.w.synced)
+		w.published = true
+		w.publishLocked()
+		w.Synced()
+		close(w.synced)
 		return
 	}
-	s.Flush()
+	if w.reducer.Dirty() {
+		w.publishLocked()
+	}
 }
 
 func (s *sink) Flush() {
-	if s.resyncing || !s.w.reducer.Dirty() {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.w.flushLocked()
+}
+
+// flushLocked publishes the changes applied so far: at once when the last
+// publish is PublishDelay old, else by a timer PublishDelay after it
+// (changes that arrive before it fires go with them).
+func (w *Watcher) flushLocked() {
+	if !w.published || w.resyncing || w.stopped || w.timer != nil || !w.reducer.Dirty() {
 		return
 	}
-	s.w.Registry.Publish(s.w.reducer.Build(time.Now()))
+	wait := PublishDelay - time.Since(w.lastPub)
+	if wait <= 0 {
+		w.publishLocked()
+		return
+	}
+	w.timerSeq++
+	seq := w.timerSeq
+	w.timers.Add(1)
+	w.timer = time.AfterFunc(wait, func() { w.fire(seq) })
+}
+
+// fire is the timer's publish.
+func (w *Watcher) fire(seq uint64) {
+	defer w.timers.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if seq != w.timerSeq || w.timer == nil {
+		return // stopped after it started firing
+	}
+	w.timer = nil
+	if !w.resyncing && !w.stopped && w.reducer.Dirty() {
+		w.publishLocked()
+	}
+}
+
+// publishLocked publishes the current view, and with it whatever the timer
+// was to publish.
+func (w *Watcher) publishLocked() {
+	w.stopTimerLocked()
+	now := time.Now()
+	w.Registry.Publish(w.reducer.Build(now))
+	w.lastPub = now
+}
+
+func (w *Watcher) stopTimerLocked() {
+	if w.timer != nil && w.timer.Stop() {
+		w.timers.Done() // its callback will not run
+	}
+	w.timer = nil
+}
+
+// endPass publishes what a pass applied and left waiting, so that a
+// change never waits for the reconnect backoff; a resync the pass did
+// not finish stays unpublished (the next pass starts another), and so
+// does everything before the watcher's first full resync.
+func (w *Watcher) endPass() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.published && !w.resyncing && w.reducer.Dirty() {
+		w.publishLocked()
+	}
+	w.stopTimerLocked()
+}
+
+// stop ends publishing when Run returns: no publish happens after it, so
+// the registry is free for whatever replaces the watcher.
+func (w *Watcher) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.stopTimerLocked()
+	w.mu.Unlock()
+	w.timers.Wait()
 }
 
 // ProblemCounter returns a registry observer that counts problems in

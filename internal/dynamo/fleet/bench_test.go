@@ -1,7 +1,9 @@
 package fleet_test
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -28,25 +30,60 @@ func BenchmarkFirstBuild16k(b *testing.B) {
 		b.StopTimer()
 		r := loadedReducer(b, benchWorkers)
 		b.StartTimer()
-		if n := len(r.Build(t0).Workers); n != benchWorkers {
+		if n := r.Build(t0).Workers.Len(); n != benchWorkers {
 			b.Fatalf("%d workers", n)
 		}
 	}
 }
 
 // BenchmarkApplyAndPublish16k is one watch event (a changed endpoint record)
-// applied to a 16,384-worker fleet and published as a new generation.
-func BenchmarkApplyAndPublish16k(b *testing.B) {
-	r := loadedReducer(b, benchWorkers)
-	reg := fleet.NewRegistry(nil, nil)
-	reg.Publish(r.Build(t0))
-	values := [2][]byte{endpoint(1), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":1,"transport":{"tcp":"x"}}`)}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		r.Put("v1/instances/dynamo/decode/generate/1", values[i%2], t0)
-		reg.Publish(r.Build(t0))
+// applied to a 16,384-worker fleet and published as a new generation, with
+// no coalescing: the cost of a view after one record changed. "persistent"
+// is the registry's snapshot; "flat" is the same-run baseline: the same
+// event, plus the worker list kept as one sorted slice copied on every
+// change, as a snapshot that shares nothing with the one before must.
+// B/op and allocs/op of "persistent" must not grow from
+// BenchmarkApplyAndPublish1k's.
+func BenchmarkApplyAndPublish16k(b *testing.B) { benchApplyAndPublish(b, benchWorkers) }
+
+// BenchmarkApplyAndPublish1k is the same event at 1,024 workers.
+func BenchmarkApplyAndPublish1k(b *testing.B) { benchApplyAndPublish(b, 1024) }
+
+func benchApplyAndPublish(b *testing.B, n int) {
+	for _, flat := range []bool{false, true} {
+		name := "persistent"
+		if flat {
+			name = "flat"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := loadedReducer(b, n)
+			reg := fleet.NewRegistry(nil, nil)
+			snap := r.Build(t0)
+			reg.Publish(snap)
+			list := slices.Collect(snap.Workers.All())
+			id := fleet.WorkerID{Namespace: "dynamo", InstanceID: 1}
+			values := [2][]byte{endpoint(1), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":1,"transport":{"tcp":"x"}}`)}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				r.Put("v1/instances/dynamo/decode/generate/1", values[i%2], t0)
+				snap := r.Build(t0)
+				if flat {
+					w := snap.Workers.Get(id)
+					list = slices.Clone(list) // the previous view's list is never written
+					j, _ := slices.BinarySearchFunc(list, w, byOrder)
+					list[j] = w
+				}
+				reg.Publish(snap)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// byOrder is the snapshot's order of workers.
+func byOrder(a, b *fleet.Worker) int {
+	return cmp.Or(cmp.Compare(a.ID.Namespace, b.ID.Namespace), cmp.Compare(a.Model, b.Model),
+		cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID.InstanceID, b.ID.InstanceID))
 }

@@ -40,7 +40,7 @@ func TestSimulatorDialects(t *testing.T) {
 	topology := fleetsim.Options{Namespaces: []string{"prod", "canary"}, Models: []string{"m1", "m2"}, Prefill: 2, Decode: 2, Aggregated: 1, DPSize: 2}
 	snap, wantW, wantP, wantPr := view(t, topology)
 	roles := map[fleet.Role]int{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		roles[w.Role]++
 	}
 	if want := (map[fleet.Role]int{fleet.RolePrefill: 8, fleet.RoleDecode: 8, fleet.RoleAggregated: 4}); !reflect.DeepEqual(roles, want) || len(wantPr) != 0 {

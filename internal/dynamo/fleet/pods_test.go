@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -26,10 +27,10 @@ func TestReducerPodsAndRefusals(t *testing.T) {
 	put(wire.PrefixRefusals+"pod/ns/e", (&wire.Refusal{Kind: "refused", Namespace: "dn", Reason: "container mode"}).Encode())
 	r.ResyncEnd()
 	snap := r.Build(now)
-	if len(snap.Workers) != 1 {
-		t.Fatalf("workers %+v", snap.Workers)
+	if snap.Workers.Len() != 1 {
+		t.Fatalf("workers %+v", slices.Collect(snap.Workers.All()))
 	}
-	w := snap.Workers[0]
+	w := slices.Collect(snap.Workers.All())[0]
 	// The component's name says prefill; the pod's labels (the record) win.
 	if w.ID != (WorkerID{"dn", 1}) || w.Role != RoleAggregated || w.Model != "m" || w.Card != nil || w.DPSize != 1 {
 		t.Fatalf("worker %+v", w)
@@ -53,7 +54,7 @@ func TestReducerPodsAndRefusals(t *testing.T) {
 	put(wire.PrefixPods+"dn/b", pod("b", "decode", 2))
 	r.ResyncEnd()
 	snap = r.Build(now)
-	if len(snap.Workers) != 2 || len(snap.Problems) != 0 {
-		t.Fatalf("after relist: workers %d problems %+v", len(snap.Workers), snap.Problems)
+	if snap.Workers.Len() != 2 || len(snap.Problems) != 0 {
+		t.Fatalf("after relist: workers %d problems %+v", snap.Workers.Len(), snap.Problems)
 	}
 }

@@ -36,8 +36,8 @@ type record struct {
 // passed in; it does no I/O and is not safe for concurrent use.
 //
 // Work is incremental: a put or delete marks the identities it touches, and
-// Build recomputes only those, merging them into the sorted lists of the
-// previous snapshot.
+// Build recomputes only those and changes them in persistent trees that
+// share every untouched node with the previous snapshot.
 type Reducer struct {
 	seed   maphash.Seed
 	spaces map[wire.Keyspace]map[string]*record
@@ -60,14 +60,18 @@ type Reducer struct {
 	dirtyP     map[pubID]struct{}
 	problemsUp bool
 
+	// Scratch lists of recomputeWorker.
+	cardBuf, genBuf []*record
+
 	// Materialised state of the last Build.
 	workers   map[WorkerID]*Worker
 	wprobs    map[WorkerID][]Problem
 	pubs      map[pubID]*Publisher
 	pprobs    map[pubID]Problem
 	firstSeen map[WorkerID]time.Time
-	order     []*Worker
-	porder    []*Publisher
+	order     tree[*Worker] // by compareWorkers
+	byID      tree[*place]
+	porder    tree[*Publisher]
 	problems  []Problem
 	probGen   uint64
 	mix       map[NamespaceModel]*roleCount
@@ -118,8 +122,9 @@ func NewReducer() *Reducer {
 		workers: map[WorkerID]*Worker{}, wprobs: map[WorkerID][]Problem{},
 		pubs: map[pubID]*Publisher{}, pprobs: map[pubID]Problem{},
 		firstSeen: map[WorkerID]time.Time{},
-		mix:       map[NamespaceModel]*roleCount{},
-		dirty:     true,
+		order:     newTree(compareWorkers), byID: newTree(comparePlaces), porder: newTree(comparePublishers),
+		mix:   map[NamespaceModel]*roleCount{},
+		dirty: true,
 	}
 }
 
@@ -219,11 +224,13 @@ func (r *Reducer) Put(key string, value []byte, now time.Time) {
 	}
 	rec := &record{key: key, hash: h, putAt: now, seen: true}
 	parseRecord(rec, space, value)
+	recs[key] = rec
+	// Index the new record before dropping the old one: when both claim
+	// the same identity its set is kept rather than freed and made again.
+	r.index(rec)
 	if held {
 		r.unindex(old)
 	}
-	recs[key] = rec
-	r.index(rec)
 	r.dirty = true
 }
 
@@ -265,9 +272,11 @@ func addTo[K comparable](m map[K]map[string]*record, k K, rec *record) {
 	set[rec.key] = rec
 }
 
-func removeFrom[K comparable](m map[K]map[string]*record, k K, key string) {
-	if set := m[k]; set != nil {
-		delete(set, key)
+// removeFrom drops rec from k's set, unless a newer record of its key has
+// taken its place.
+func removeFrom[K comparable](m map[K]map[string]*record, k K, rec *record) {
+	if set := m[k]; set != nil && set[rec.key] == rec {
+		delete(set, rec.key)
 		if len(set) == 0 {
 			delete(m, k)
 		}
@@ -296,20 +305,22 @@ func (r *Reducer) index(rec *record) {
 
 func (r *Reducer) unindex(rec *record) {
 	if rec.problem != nil {
-		delete(r.bad, rec.key)
+		if r.bad[rec.key] == rec {
+			delete(r.bad, rec.key)
+		}
 		r.problemsUp = true
 		return
 	}
 	wid, isGen, isCard, pid, isChan := rec.identities()
 	switch {
 	case isGen:
-		removeFrom(r.gens, wid, rec.key)
+		removeFrom(r.gens, wid, rec)
 		r.dirtyW[wid] = struct{}{}
 	case isCard:
-		removeFrom(r.cards, wid, rec.key)
+		removeFrom(r.cards, wid, rec)
 		r.dirtyW[wid] = struct{}{}
 	case isChan:
-		removeFrom(r.chans, pid, rec.key)
+		removeFrom(r.chans, pid, rec)
 		r.dirtyP[pid] = struct{}{}
 	}
 }
@@ -431,34 +442,38 @@ type pubID struct {
 // touched since the last Build are recomputed.
 func (r *Reducer) Build(now time.Time) *Snapshot {
 	r.dirty = false
-	if len(r.dirtyW) > 0 {
-		var removed, fresh []*Worker
-		for id := range r.dirtyW {
-			if old := r.workers[id]; old != nil {
-				removed = append(removed, old)
-			}
-			r.recomputeWorker(id, now)
-			if w := r.workers[id]; w != nil {
-				fresh = append(fresh, w)
-			}
-		}
-		clear(r.dirtyW)
-		r.order = resort(r.order, removed, fresh, r.workers, compareWorkers)
+	if r.order.Len() == 0 && len(r.dirtyW) > resetAbove {
+		r.loadWorkers(now)
 	}
-	if len(r.dirtyP) > 0 {
-		var removed, fresh []*Publisher
-		for id := range r.dirtyP {
-			if old := r.pubs[id]; old != nil {
-				removed = append(removed, old)
-			}
-			r.recomputePublisher(id)
-			if p := r.pubs[id]; p != nil {
-				fresh = append(fresh, p)
-			}
+	for id := range r.dirtyW {
+		old := r.workers[id]
+		r.recomputeWorker(id, now)
+		w := r.workers[id]
+		moved := old == nil || w == nil || compareWorkers(old, w) != 0
+		if old != nil && moved {
+			r.order.remove(old)
 		}
-		clear(r.dirtyP)
-		r.porder = resort(r.porder, removed, fresh, r.pubs, comparePublishers)
+		switch {
+		case w != nil && moved:
+			r.order.put(w)
+			r.byID.put(placeOf(w))
+		case w != nil:
+			r.order.put(w) // in its place: the identity index stays
+		case old != nil:
+			r.byID.remove(&place{id: id})
+		}
 	}
+	r.dirtyW = emptied(r.dirtyW)
+	for id := range r.dirtyP {
+		old := r.pubs[id]
+		r.recomputePublisher(id)
+		if p := r.pubs[id]; p != nil {
+			r.porder.put(p)
+		} else if old != nil {
+			r.porder.remove(old)
+		}
+	}
+	r.dirtyP = emptied(r.dirtyP)
 	if r.problemsUp {
 		r.problemsUp = false
 		r.problems = r.collectProblems()
@@ -478,44 +493,42 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 	}
 	added := r.added
 	r.added = nil
-	return &Snapshot{Workers: r.order, Publishers: r.porder, Problems: r.problems, Mixed: r.mixed, added: added, problemsGen: r.probGen}
+	return &Snapshot{
+		Workers:    Workers{byOrder: r.order.freeze(), byID: r.byID.freeze()},
+		Publishers: Publishers{byID: r.porder.freeze()},
+		Problems:   r.problems, Mixed: r.mixed, added: added, problemsGen: r.probGen,
+	}
 }
 
-// resortSmall is the most changes resort applies one by one; past it the
-// whole list is sorted again.
-const resortSmall = 64
-
-// resort returns a new sorted list: old without removed, with fresh added.
-// old is never modified: published snapshots share it.
-func resort[T any, K comparable](old, removed, fresh []*T, all map[K]*T, cmpFn func(a, b *T) int) []*T {
-	if len(removed)+len(fresh) > resortSmall {
-		out := make([]*T, 0, len(all))
-		for _, v := range all {
-			out = append(out, v)
-		}
-		slices.SortFunc(out, cmpFn)
-		return out
+// loadWorkers builds the first view of a fleet (the end of an initial sync)
+// in one pass: its lists are built full from sorted workers, rather than
+// grown by inserts, which leave their nodes part empty and the trees
+// deeper.
+func (r *Reducer) loadWorkers(now time.Time) {
+	for id := range r.dirtyW {
+		r.recomputeWorker(id, now)
 	}
-	drop := make([]int, 0, len(removed))
-	for _, v := range removed {
-		if i, ok := slices.BinarySearchFunc(old, v, cmpFn); ok && old[i] == v {
-			drop = append(drop, i)
-		}
-	}
-	slices.Sort(drop)
-	out := make([]*T, 0, len(old)-len(drop)+len(fresh))
-	prev := 0
-	for _, i := range drop {
-		out = append(out, old[prev:i]...)
-		prev = i + 1
-	}
-	out = append(out, old[prev:]...)
-	for _, v := range fresh {
-		i, _ := slices.BinarySearchFunc(out, v, cmpFn)
-		out = slices.Insert(out, i, v)
-	}
-	return out
+	r.dirtyW = emptied(r.dirtyW)
+	sorted := slices.SortedFunc(maps.Values(r.workers), compareWorkers)
+	ws := workersOf(sorted)
+	r.order, r.byID = ws.byOrder, ws.byID
+	r.order.epoch, r.byID.epoch = epochs.Add(1), epochs.Add(1)
 }
+
+// emptied returns m emptied. A map keeps the room it once grew to, and
+// ranging over it costs that room even when it is empty: a set that held a
+// whole fleet (the first sync) is dropped rather than cleared, so that
+// later builds cost what they change.
+func emptied[K comparable](m map[K]struct{}) map[K]struct{} {
+	if len(m) > resetAbove {
+		return map[K]struct{}{}
+	}
+	clear(m)
+	return m
+}
+
+// resetAbove is the size past which a dirty set is dropped, not cleared.
+const resetAbove = 64
 
 func dupProblem(what string, recs []*record, identity string) Problem {
 	keys := make([]string, len(recs))
@@ -528,36 +541,73 @@ func dupProblem(what string, recs []*record, identity string) Problem {
 }
 
 func values(m map[string]*record) []*record {
-	out := make([]*record, 0, len(m))
+	return sortedRecords(make([]*record, 0, len(m)), m, compareKeys)
+}
+
+// sortedRecords returns m's records in buf, sorted by cmpFn.
+func sortedRecords(buf []*record, m map[string]*record, cmpFn func(a, b *record) int) []*record {
+	buf = buf[:0]
 	for _, rec := range m {
-		out = append(out, rec)
+		buf = append(buf, rec)
 	}
-	slices.SortFunc(out, func(a, b *record) int { return strings.Compare(a.key, b.key) })
-	return out
+	if len(buf) > 1 {
+		slices.SortFunc(buf, cmpFn)
+	}
+	return buf
+}
+
+// clearAll empties a scratch list so that it holds no record alive.
+func clearAll(recs []*record) []*record {
+	clear(recs)
+	return recs[:0]
+}
+
+func compareKeys(a, b *record) int { return strings.Compare(a.key, b.key) }
+
+func compareCards(a, b *record) int {
+	return cmp.Or(cmp.Compare(a.model.Component, b.model.Component), cmp.Compare(a.model.Endpoint, b.model.Endpoint), compareKeys(a, b))
+}
+
+// cardGroup returns the run of cards (sorted by compareCards) for one
+// (component, endpoint).
+func cardGroup(cards []*record, component, endpoint string) []*record {
+	at := func(rec *record, _ int) int {
+		return cmp.Or(cmp.Compare(rec.model.Component, component), cmp.Compare(rec.model.Endpoint, endpoint))
+	}
+	i, _ := slices.BinarySearchFunc(cards, 0, at)
+	j := i
+	for j < len(cards) && at(cards[j], 0) == 0 {
+		j++
+	}
+	return cards[i:j]
 }
 
 // recomputeWorker materialises one identity from its generate endpoint and
 // base cards, with the problems that explain what it is not.
 func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 	var probs []Problem
-	type group struct{ component, endpoint string }
-	groups := map[group][]*record{}
-	for _, rec := range values(r.cards[id]) {
-		m := rec.model
-		groups[group{m.Component, m.Endpoint}] = append(groups[group{m.Component, m.Endpoint}], rec)
-	}
-	for g, recs := range groups {
-		if len(recs) < 2 {
-			continue
+	// Base cards sorted by (component, endpoint, key): each run of one
+	// (component, endpoint) is a group, and two cards in a group are a
+	// duplicate.
+	cards := sortedRecords(r.cardBuf, r.cards[id], compareCards)
+	gens := sortedRecords(r.genBuf, r.gens[id], compareKeys)
+	defer func() { r.cardBuf, r.genBuf = clearAll(cards), clearAll(gens) }()
+	for i := 0; i < len(cards); {
+		m := cards[i].model
+		j := i + 1
+		for j < len(cards) && cards[j].model.Component == m.Component && cards[j].model.Endpoint == m.Endpoint {
+			j++
 		}
-		if g.component == "" && g.endpoint == "" {
-			probs = append(probs, dupProblem("legacy model card", recs, "instance "+wire.FormatID(id.InstanceID)))
-		} else {
-			probs = append(probs, dupProblem("model card", recs, fmt.Sprintf("instance %s of %s/%s", wire.FormatID(id.InstanceID), g.component, g.endpoint)))
+		switch {
+		case j-i < 2:
+		case m.Component == "" && m.Endpoint == "":
+			probs = append(probs, dupProblem("legacy model card", cards[i:j], "instance "+wire.FormatID(id.InstanceID)))
+		default:
+			probs = append(probs, dupProblem("model card", cards[i:j], fmt.Sprintf("instance %s of %s/%s", wire.FormatID(id.InstanceID), m.Component, m.Endpoint)))
 		}
+		i = j
 	}
 	var w *Worker
-	gens := values(r.gens[id])
 	switch {
 	case len(gens) > 1:
 		what := "generate endpoint"
@@ -569,7 +619,7 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		rec := gens[0]
 		var cardRec *record
 		if e := rec.endpoint; e != nil { // pods have no cards
-			scoped, legacy := groups[group{e.Component, e.Endpoint}], groups[group{}]
+			scoped, legacy := cardGroup(cards, e.Component, e.Endpoint), cardGroup(cards, "", "")
 			switch {
 			case len(scoped) > 1:
 			case len(scoped) == 1:
@@ -737,7 +787,7 @@ func componentRole(component string) Role {
 	return ""
 }
 
-// roleClaim is the role a card claims, and what in the card says so.
+// roleClaim is the role a card claims, and the card that says so.
 type roleClaim struct {
 	role Role
 	// byDefault is true for the aggregated role of a card without
@@ -745,7 +795,19 @@ type roleClaim struct {
 	// cannot tell a decode worker from an aggregated one, so a component
 	// naming prefill or decode decides instead of conflicting.
 	byDefault bool
-	source    string
+	card      *wire.Card
+}
+
+// source says what in the card claims the role (for a conflict's reason;
+// built only then, as every worker of every event claims one).
+func (c roleClaim) source() string {
+	switch {
+	case c.card.WorkerTypeAbsent && c.role == RolePrefill:
+		return "the card's model_type (no worker_type) says prefill"
+	case c.card.WorkerTypeAbsent:
+		return "the card (no worker_type, no Prefill model_type) says aggregated"
+	}
+	return fmt.Sprintf("the card's worker_type %q says %s", truncate(c.card.RawWorkerType), c.role)
 }
 
 // cardRole is the role a card claims, or none:
@@ -759,9 +821,9 @@ type roleClaim struct {
 func cardRole(c *wire.Card) roleClaim {
 	switch {
 	case c.WorkerTypeAbsent && c.ModelType.Has(wire.ModelPrefill):
-		return roleClaim{role: RolePrefill, source: "the card's model_type (no worker_type) says prefill"}
+		return roleClaim{role: RolePrefill, card: c}
 	case c.WorkerTypeAbsent:
-		return roleClaim{role: RoleAggregated, byDefault: true, source: "the card (no worker_type, no Prefill model_type) says aggregated"}
+		return roleClaim{role: RoleAggregated, byDefault: true, card: c}
 	}
 	var role Role
 	switch c.WorkerType {
@@ -774,7 +836,7 @@ func cardRole(c *wire.Card) roleClaim {
 	default:
 		return roleClaim{}
 	}
-	return roleClaim{role: role, source: fmt.Sprintf("the card's worker_type %q says %s", truncate(c.RawWorkerType), role)}
+	return roleClaim{role: role, card: c}
 }
 
 // materialize builds the worker of one generate endpoint and its card, or
@@ -812,7 +874,7 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 		keys := []string{rec.key, cardRec.key}
 		slices.Sort(keys)
 		return nil, &Problem{Kind: ProblemRoleConflict, Namespace: id.Namespace, Keys: keys, KeyCount: 2,
-			Reason: fmt.Sprintf("component %q says %s but %s; the worker is excluded", e.Component, compRole, claim.source)}
+			Reason: fmt.Sprintf("component %q says %s but %s; the worker is excluded", e.Component, compRole, claim.source())}
 	case compRole != "":
 		w.Role = compRole
 	case claim.role != "":

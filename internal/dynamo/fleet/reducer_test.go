@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,20 +160,20 @@ func TestFirstSeenSurvivesResync(t *testing.T) {
 		t.Error("an idempotent resync made the reducer dirty")
 	}
 	second := r.Build(t0.Add(2 * time.Hour))
-	if !second.Workers[0].FirstSeen.Equal(first.Workers[0].FirstSeen) || !second.Workers[0].LastUpdated.Equal(t0) {
-		t.Errorf("first_seen %v -> %v, last_updated %v", first.Workers[0].FirstSeen, second.Workers[0].FirstSeen, second.Workers[0].LastUpdated)
+	if !workers(second)[0].FirstSeen.Equal(workers(first)[0].FirstSeen) || !workers(second)[0].LastUpdated.Equal(t0) {
+		t.Errorf("first_seen %v -> %v, last_updated %v", workers(first)[0].FirstSeen, workers(second)[0].FirstSeen, workers(second)[0].LastUpdated)
 	}
 	// A changed value updates last_updated but not first_seen.
 	r.Put(key(1), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":1,"transport":{"tcp":"new"}}`), t0.Add(3*time.Hour))
 	third := r.Build(t0.Add(4 * time.Hour))
-	if !third.Workers[0].FirstSeen.Equal(first.Workers[0].FirstSeen) || !third.Workers[0].LastUpdated.Equal(t0.Add(3*time.Hour)) {
-		t.Errorf("after update: %+v", third.Workers[0])
+	if !workers(third)[0].FirstSeen.Equal(workers(first)[0].FirstSeen) || !workers(third)[0].LastUpdated.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("after update: %+v", workers(third)[0])
 	}
 	// Gone and back: a new first_seen.
 	r.Delete(key(1))
 	r.Build(t0.Add(5 * time.Hour))
 	r.Put(key(1), endpoint(1), t0.Add(6*time.Hour))
-	if got := r.Build(t0.Add(7 * time.Hour)).Workers[0].FirstSeen; !got.Equal(t0.Add(7 * time.Hour)) {
+	if got := workers(r.Build(t0.Add(7 * time.Hour)))[0].FirstSeen; !got.Equal(t0.Add(7 * time.Hour)) {
 		t.Errorf("returning worker first_seen %v", got)
 	}
 }
@@ -184,15 +185,15 @@ func TestKeyspaceCap(t *testing.T) {
 		r.Put(key(i), endpoint(i), t0)
 	}
 	snap := r.Build(t0)
-	if len(snap.Workers) != fleet.MaxRecordsPerKeyspace {
-		t.Fatalf("%d workers held", len(snap.Workers))
+	if snap.Workers.Len() != fleet.MaxRecordsPerKeyspace {
+		t.Fatalf("%d workers held", snap.Workers.Len())
 	}
 	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity || !strings.Contains(snap.Problems[0].Reason, "new instances keys refused") {
 		t.Fatalf("problems %+v", snap.Problems)
 	}
 	// Updates of held keys still apply.
 	r.Put(key(0), []byte(`{"type":"Endpoint","component":"prefill","endpoint":"generate","instance_id":0}`), t0)
-	if w := r.Build(t0).Workers; w[len(w)-1].Role != fleet.RolePrefill {
+	if w := workers(r.Build(t0)); w[len(w)-1].Role != fleet.RolePrefill {
 		t.Errorf("update of a held key was refused")
 	}
 }
@@ -213,8 +214,8 @@ func TestKeyspaceCapDuringResync(t *testing.T) {
 	}
 	r.ResyncEnd()
 	snap := r.Build(t0)
-	if len(snap.Workers) != fleet.MaxRecordsPerKeyspace || len(snap.Problems) != 0 {
-		t.Fatalf("%d workers, problems %+v", len(snap.Workers), snap.Problems)
+	if snap.Workers.Len() != fleet.MaxRecordsPerKeyspace || len(snap.Problems) != 0 {
+		t.Fatalf("%d workers, problems %+v", snap.Workers.Len(), snap.Problems)
 	}
 	r.Put(key(fleet.MaxRecordsPerKeyspace+1), endpoint(fleet.MaxRecordsPerKeyspace+1), t0) // refused
 	r.Build(t0)
@@ -237,10 +238,10 @@ func TestRecordSizeCaps(t *testing.T) {
 	r.Put(key(2), endpoint(2), t0)
 	r.Put("v1/mdc/dynamo/decode/generate/2", fmt.Appendf(nil, `{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":9},"padding":%q}}`, pad), t0)
 	snap := r.Build(t0)
-	if len(snap.Workers) != 1 {
-		t.Fatalf("workers %+v", snap.Workers)
+	if snap.Workers.Len() != 1 {
+		t.Fatalf("workers %+v", workers(snap))
 	}
-	w := snap.Workers[0]
+	w := workers(snap)[0]
 	if w.Card == nil || w.Card.Raw != nil || w.Model != "m" || *w.BlockSize != 16 || *w.Capacity.TotalKVBlocks != 9 {
 		t.Errorf("oversized card: typed fields must stay and the blob go: %+v card=%+v", w, w.Card)
 	}
@@ -262,7 +263,7 @@ func TestCardSharedAcrossSnapshots(t *testing.T) {
 	a := r.Build(t0)
 	r.Put(key(3), endpoint(3), t0)
 	b := r.Build(t0)
-	if a.Workers[0].Card == nil || a.Workers[0].Card != b.Workers[1].Card {
+	if workers(a)[0].Card == nil || workers(a)[0].Card != workers(b)[1].Card {
 		t.Error("card copied between snapshots")
 	}
 }
@@ -315,8 +316,11 @@ func TestLegacyCardRoleFollowsUpdates(t *testing.T) {
 	} {
 		r.Put(mk, []byte(`{"type":"Model","component":"backend","endpoint":"generate","instance_id":7,"card_json":`+step.card+`}`), t0)
 		snap := r.Build(t0)
-		if len(snap.Workers) != 1 || snap.Workers[0].Role != step.role || len(snap.Problems) != 0 {
-			t.Fatalf("card %s: workers %+v problems %+v, want one %s worker", step.card, snap.Workers, snap.Problems, step.role)
+		if snap.Workers.Len() != 1 || workers(snap)[0].Role != step.role || len(snap.Problems) != 0 {
+			t.Fatalf("card %s: workers %+v problems %+v, want one %s worker", step.card, workers(snap), snap.Problems, step.role)
 		}
 	}
 }
+
+// workers lists a snapshot's workers in order.
+func workers(s *fleet.Snapshot) []*fleet.Worker { return slices.Collect(s.Workers.All()) }

@@ -142,7 +142,15 @@ func (r *Registry) report(snap *Snapshot) {
 			}
 		}
 	}
-	r.reportMixed(snap.Mixed)
+	if !sameList(snap.Mixed, prev.Mixed) {
+		r.reportMixed(snap.Mixed)
+	}
+}
+
+// sameList reports whether a and b are one list: the reducer hands each
+// snapshot the list of the one before unless it rebuilt it.
+func sameList[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // reportMixed warns once per (namespace, model) that becomes mixed, at most

@@ -16,7 +16,7 @@ import (
 func TestRegistryWaitSeesPublishedSnapshot(t *testing.T) {
 	t.Parallel()
 	reg := fleet.NewRegistry(nil, nil)
-	if reg.Generation() != 0 || len(reg.Snapshot().Workers) != 0 {
+	if reg.Generation() != 0 || reg.Snapshot().Workers.Len() != 0 {
 		t.Fatal("not empty at start")
 	}
 	var wg sync.WaitGroup
@@ -34,7 +34,7 @@ func TestRegistryWaitSeesPublishedSnapshot(t *testing.T) {
 				return
 			}
 			// The snapshot is swapped before its generation is announced.
-			if got := len(reg.Snapshot().Workers); uint64(got) < g {
+			if got := reg.Snapshot().Workers.Len(); uint64(got) < g {
 				errs <- fmt.Errorf("generation %d announced with %d workers", g, got)
 				return
 			}

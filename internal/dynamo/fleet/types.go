@@ -7,7 +7,10 @@
 package fleet
 
 import (
+	"cmp"
 	"encoding/json"
+	"iter"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -148,10 +151,13 @@ type NamespaceModel struct {
 	Namespace, Model string
 }
 
-// Snapshot is one immutable fleet view. Readers share it; nobody mutates it.
+// Snapshot is one immutable fleet view. Readers share it; nobody mutates
+// it. Its worker and publisher lists are persistent trees: a snapshot
+// shares all but a few nodes with the one before it, so publishing a view
+// after one record changed costs the same at any fleet size.
 type Snapshot struct {
-	Workers    []*Worker
-	Publishers []*Publisher
+	Workers    Workers
+	Publishers Publishers
 	Problems   []Problem
 	// Mixed lists the (namespace, model) pairs served by prefill or decode
 	// workers and aggregated workers at once, sorted.
@@ -163,22 +169,126 @@ type Snapshot struct {
 	problemsGen uint64
 }
 
+// NewSnapshot returns a view of the given workers and publishers (for
+// tests and tools that make a fleet by hand). Later items replace earlier
+// ones with the same identity.
+func NewSnapshot(workers []*Worker, publishers []*Publisher) *Snapshot {
+	byID := map[WorkerID]*Worker{}
+	for _, w := range workers {
+		byID[w.ID] = w
+	}
+	ws := slices.SortedFunc(maps.Values(byID), compareWorkers)
+	pt := newTree(comparePublishers)
+	for _, p := range publishers {
+		pt.put(p)
+	}
+	return &Snapshot{Workers: workersOf(ws), Publishers: Publishers{byID: pt.freeze()}}
+}
+
+// Workers is a snapshot's workers, ordered by namespace, model, role and
+// instance id, and indexed by identity.
+type Workers struct {
+	byOrder tree[*Worker]
+	byID    tree[*place]
+}
+
+// place is where a worker sits in the ordered list: its identity and the
+// model and role that order it. The identity index holds places rather
+// than workers so that it changes only when a worker comes, goes or
+// changes model or role, not on every update of its other fields.
+type place struct {
+	id    WorkerID
+	model string
+	role  Role
+}
+
+func placeOf(w *Worker) *place { return &place{id: w.ID, model: w.Model, role: w.Role} }
+
+func comparePlaces(a, b *place) int {
+	return cmp.Or(cmp.Compare(a.id.Namespace, b.id.Namespace), cmp.Compare(a.id.InstanceID, b.id.InstanceID))
+}
+
+// workersOf returns the frozen lists of sorted (by compareWorkers).
+func workersOf(sorted []*Worker) Workers {
+	places := make([]*place, len(sorted))
+	for i, w := range sorted {
+		places[i] = placeOf(w)
+	}
+	slices.SortFunc(places, comparePlaces)
+	return Workers{byOrder: buildTree(sorted, compareWorkers), byID: buildTree(places, comparePlaces)}
+}
+
+// Len returns the number of workers.
+func (ws *Workers) Len() int { return ws.byOrder.Len() }
+
+// All yields every worker, ordered by namespace, model, role and instance
+// id.
+func (ws *Workers) All() iter.Seq[*Worker] { return ws.byOrder.All() }
+
+// Get returns the worker with identity id, or nil. It costs the
+// logarithm of the fleet.
+func (ws *Workers) Get(id WorkerID) *Worker {
+	p, ok := ws.byID.find(func(p *place) int {
+		return cmp.Or(cmp.Compare(p.id.Namespace, id.Namespace), cmp.Compare(p.id.InstanceID, id.InstanceID))
+	})
+	if !ok {
+		return nil
+	}
+	w, _ := ws.byOrder.find(func(w *Worker) int {
+		return cmp.Or(cmp.Compare(w.ID.Namespace, p.id.Namespace), cmp.Compare(w.Model, p.model),
+			cmp.Compare(w.Role, p.role), cmp.Compare(w.ID.InstanceID, p.id.InstanceID))
+	})
+	return w
+}
+
+// Serving yields the workers of model in namespace, by role (aggregated,
+// decode, prefill, unknown) and then instance id. It costs the number of
+// those workers plus the logarithm of the fleet.
+func (ws *Workers) Serving(namespace, model string) iter.Seq[*Worker] {
+	return ws.byOrder.span(func(w *Worker) int {
+		return cmp.Or(cmp.Compare(w.ID.Namespace, namespace), cmp.Compare(w.Model, model))
+	})
+}
+
+// InNamespace yields the workers of one namespace, in order.
+func (ws *Workers) InNamespace(namespace string) iter.Seq[*Worker] {
+	return ws.byOrder.span(func(w *Worker) int { return cmp.Compare(w.ID.Namespace, namespace) })
+}
+
+// Publishers is a snapshot's publishers, ordered by namespace and
+// publisher id.
+type Publishers struct {
+	byID tree[*Publisher]
+}
+
+// Len returns the number of publishers.
+func (ps *Publishers) Len() int { return ps.byID.Len() }
+
+// All yields every publisher, ordered by namespace and publisher id.
+func (ps *Publishers) All() iter.Seq[*Publisher] { return ps.byID.All() }
+
 // Within returns the snapshot's view of the given namespaces only: their
 // workers, publishers, problems and mixed pairs (a reload that stops
 // watching some namespaces drops the others at once and keeps routing to
 // these). Problems that name no namespace are kept.
 func (s *Snapshot) Within(namespaces []string) *Snapshot {
 	keep := func(ns string) bool { return slices.Contains(namespaces, ns) }
-	out := &Snapshot{problemsGen: s.problemsGen + 1}
-	for _, w := range s.Workers {
+	var workers []*Worker
+	for w := range s.Workers.All() {
 		if keep(w.ID.Namespace) {
-			out.Workers = append(out.Workers, w)
+			workers = append(workers, w)
 		}
 	}
-	for _, p := range s.Publishers {
+	var pubs []*Publisher
+	for p := range s.Publishers.All() {
 		if keep(p.Namespace) {
-			out.Publishers = append(out.Publishers, p)
+			pubs = append(pubs, p)
 		}
+	}
+	out := &Snapshot{
+		Workers:     workersOf(workers),
+		Publishers:  Publishers{byID: buildTree(pubs, comparePublishers)},
+		problemsGen: s.problemsGen + 1,
 	}
 	for _, p := range s.Problems {
 		if p.Namespace == "" || keep(p.Namespace) {

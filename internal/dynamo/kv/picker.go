@@ -214,19 +214,24 @@ const maxNotedModels = 4096
 func (p *Picker) blockSizes(snap *fleet.Snapshot, req pick.Request) []int {
 	type sized struct{ size, n int }
 	var sizes []sized
-	for _, w := range snap.Workers {
-		if w.Model != req.Model || w.BlockSize == nil || !slices.Contains(req.Namespaces, w.ID.Namespace) {
-			continue
+	for i, ns := range req.Namespaces {
+		if slices.Contains(req.Namespaces[:i], ns) {
+			continue // listed twice
 		}
-		bs := int(*w.BlockSize)
-		if bs < MinBlockSize || bs > MaxBlockSize {
-			p.noteUnsupported(req.Model, bs)
-			continue
-		}
-		if i := slices.IndexFunc(sizes, func(s sized) bool { return s.size == bs }); i >= 0 {
-			sizes[i].n++
-		} else {
-			sizes = append(sizes, sized{bs, 1})
+		for w := range snap.Workers.Serving(ns, req.Model) {
+			if w.BlockSize == nil {
+				continue
+			}
+			bs := int(*w.BlockSize)
+			if bs < MinBlockSize || bs > MaxBlockSize {
+				p.noteUnsupported(req.Model, bs)
+				continue
+			}
+			if i := slices.IndexFunc(sizes, func(s sized) bool { return s.size == bs }); i >= 0 {
+				sizes[i].n++
+			} else {
+				sizes = append(sizes, sized{bs, 1})
+			}
 		}
 	}
 	slices.SortFunc(sizes, func(a, b sized) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.size, b.size)) })

@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -24,12 +25,12 @@ func BenchmarkPickKV(b *testing.B) {
 	snap, pins := kvFleet(b, prefill, decode, nil)
 	store := load.NewStore(time.Hour, nil)
 	live := map[uint64]load.LiveWorker{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo"}
 	}
 	store.SetLiveAndRetain(live)
 	now := time.Now()
-	for i, w := range snap.Workers {
+	for i, w := range slices.Collect(snap.Workers.All()) {
 		v := uint64(i % 50)
 		store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
 			PublisherID: w.ID.InstanceID, Sequence: 1, ReceivedAt: now})

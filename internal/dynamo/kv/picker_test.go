@@ -88,7 +88,7 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
 	store := load.NewStore(time.Minute, nil)
 	live := map[uint64]load.LiveWorker{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
 	}
 	store.SetLiveAndRetain(live)
@@ -188,7 +188,7 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
 	store := load.NewStore(time.Minute, nil)
 	live := map[uint64]load.LiveWorker{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo"}
 	}
 	store.SetLiveAndRetain(live)

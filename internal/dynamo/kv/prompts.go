@@ -176,7 +176,7 @@ func agree(snap *fleet.Snapshot, model string) declared {
 	var first []artifact.Declared
 	var firstID string
 	seen := false
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		if w.Model != model || w.Role == fleet.RoleUnknown {
 			continue
 		}

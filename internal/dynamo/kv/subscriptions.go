@@ -117,13 +117,13 @@ func (s *Subscriptions) SetConnector(c zmtp.Connector) {
 // reconcile applies one snapshot: the live gate (departed workers' blocks
 // go), then the subscriptions.
 func (s *Subscriptions) reconcile(ctx context.Context, snap *fleet.Snapshot) {
-	live := make(map[uint64]load.LiveWorker, len(snap.Workers))
-	for _, w := range snap.Workers {
+	live := make(map[uint64]load.LiveWorker, snap.Workers.Len())
+	for w := range snap.Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	s.index.SetLive(live)
 	var want []*fleet.Publisher
-	for _, p := range snap.Publishers {
+	for p := range snap.Publishers.All() {
 		if IsKVTopic(p.Topic) {
 			want = append(want, p)
 		}

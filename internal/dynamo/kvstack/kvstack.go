@@ -168,7 +168,7 @@ func (s *Stack) View() admin.KVResponse {
 			Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
 			UnknownRemovals: st.UnknownRemovals, RefusedBlocks: st.RefusedBlocks, Rebinds: st.Rebinds, Gaps: st.Gaps}}
 	ns := map[uint64]string{}
-	for _, w := range s.reg.Snapshot().Workers {
+	for w := range s.reg.Snapshot().Workers.All() {
 		ns[w.ID.InstanceID] = w.ID.Namespace
 	}
 	for _, r := range s.Index.Ranks() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -261,7 +262,7 @@ func TestPoolStateAccounting(t *testing.T) {
 	f := newFleet()
 	f.publisher(1, up.Endpoint)
 	f.publisher(2, closedEndpoint(t))
-	pool.Reconcile(ctx, f.reg.Snapshot().Publishers)
+	pool.Reconcile(ctx, slices.Collect(f.reg.Snapshot().Publishers.All()))
 	settled("one connected, one failing", map[string]int{load.StateConnected: 1})
 
 	up.Close()
@@ -275,7 +276,7 @@ func TestPoolStateAccounting(t *testing.T) {
 	// A changed record replaces its subscription; a departed one stops.
 	f.removePublisher(2)
 	f.publisher(1, closedEndpoint(t))
-	pool.Reconcile(ctx, f.reg.Snapshot().Publishers)
+	pool.Reconcile(ctx, slices.Collect(f.reg.Snapshot().Publishers.All()))
 	settled("replaced, other stopped", map[string]int{load.StateConnected: 0})
 	if n := len(pool.Subscriptions()); n != 1 {
 		t.Errorf("%d subscriptions after replacement", n)

@@ -71,8 +71,8 @@ func (s *Supervisor) SetConnector(c zmtp.Connector) {
 
 // reconcile applies one snapshot: the live gate first, then subscriptions.
 func (s *Supervisor) reconcile(ctx context.Context, snap *fleet.Snapshot) {
-	live := make(map[uint64]LiveWorker, len(snap.Workers))
-	for _, w := range snap.Workers {
+	live := make(map[uint64]LiveWorker, snap.Workers.Len())
+	for w := range snap.Workers.All() {
 		live[w.ID.InstanceID] = LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	s.store.SetLiveAndRetain(live)
@@ -82,7 +82,7 @@ func (s *Supervisor) reconcile(ctx context.Context, snap *fleet.Snapshot) {
 // publishers returns the snapshot's publishers of topic.
 func publishers(snap *fleet.Snapshot, topic string) []*fleet.Publisher {
 	var want []*fleet.Publisher
-	for _, p := range snap.Publishers {
+	for p := range snap.Publishers.All() {
 		if p.Topic == topic {
 			want = append(want, p)
 		}

@@ -1,8 +1,6 @@
 package pick
 
 import (
-	"cmp"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,28 +135,23 @@ type group struct {
 	prefill, decode, aggregated []*fleet.Worker
 }
 
-// groups finds the request's model in each candidate namespace. Workers are
-// sorted by namespace, model, role and id, so each group and each role in it
-// is a contiguous run of the snapshot, found by binary search and shared
-// without copying.
+// groups finds the request's model in each candidate namespace: the
+// snapshot yields its workers by role and id, found in time logarithmic in
+// the fleet, and each role keeps that order.
 func groups(snap *fleet.Snapshot, req Request) []group {
 	var out []group
-	ws := snap.Workers
 	for _, ns := range req.Namespaces {
-		bound := func(role fleet.Role, after bool) int {
-			i, _ := slices.BinarySearchFunc(ws, role, func(w *fleet.Worker, r fleet.Role) int {
-				c := cmp.Or(cmp.Compare(w.ID.Namespace, ns), cmp.Compare(w.Model, req.Model), cmp.Compare(w.Role, r))
-				if c == 0 && after {
-					return -1 // find the end of the run
-				}
-				return c
-			})
-			return i
-		}
 		g := group{namespace: ns}
-		g.aggregated = ws[bound(fleet.RoleAggregated, false):bound(fleet.RoleAggregated, true)]
-		g.decode = ws[bound(fleet.RoleDecode, false):bound(fleet.RoleDecode, true)]
-		g.prefill = ws[bound(fleet.RolePrefill, false):bound(fleet.RolePrefill, true)]
+		for w := range snap.Workers.Serving(ns, req.Model) {
+			switch w.Role {
+			case fleet.RoleAggregated:
+				g.aggregated = append(g.aggregated, w)
+			case fleet.RoleDecode:
+				g.decode = append(g.decode, w)
+			case fleet.RolePrefill:
+				g.prefill = append(g.prefill, w)
+			}
+		}
 		if len(g.prefill)+len(g.decode)+len(g.aggregated) > 0 {
 			out = append(out, g)
 		}

@@ -53,7 +53,7 @@ func oracleGroups(snap *fleet.Snapshot, req Request) []ogroup {
 	var out []ogroup
 	for _, ns := range req.Namespaces {
 		g := ogroup{namespace: ns}
-		for _, w := range snap.Workers {
+		for w := range snap.Workers.All() {
 			if w.ID.Namespace != ns || w.Model != req.Model {
 				continue
 			}
@@ -291,6 +291,9 @@ func randomFleet(rng *rand.Rand, n int, at time.Time) *fleet.Snapshot {
 	return r.Build(at)
 }
 
+// workersOf lists a snapshot's workers in order.
+func workersOf(s *fleet.Snapshot) []*fleet.Worker { return slices.Collect(s.Workers.All()) }
+
 func joinComma(s []string) string {
 	out := ""
 	for i, x := range s {
@@ -342,7 +345,7 @@ func TestDifferential(t *testing.T) {
 			snap2 := snap // the previous generation
 			store := load.NewStore(3*time.Second, nil)
 			live := map[uint64]load.LiveWorker{}
-			for _, w := range snap.Workers {
+			for w := range snap.Workers.All() {
 				live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 			}
 			store.SetLiveAndRetain(live)
@@ -368,8 +371,8 @@ func TestDifferential(t *testing.T) {
 				switch op := rng.IntN(20); {
 				case op < 4:
 					now = now.Add(steps[rng.IntN(len(steps))])
-				case op < 9 && len(snap.Workers) > 0:
-					w := snap.Workers[rng.IntN(len(snap.Workers))]
+				case op < 9 && snap.Workers.Len() > 0:
+					w := workersOf(snap)[rng.IntN(snap.Workers.Len())]
 					rank := w.DPStartRank + uint32(rng.IntN(int(max(w.DPSize, 1))))
 					seq++
 					at := now.Add(-time.Duration(rng.IntN(5)) * time.Second)
@@ -378,8 +381,8 @@ func TestDifferential(t *testing.T) {
 					}
 					store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: rank, ActiveDecodeBlocks: small(),
 						ActivePrefillTokens: small(), KVUsedBlocks: small()}, PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: at})
-				case op == 9 && len(snap.Workers) > 0:
-					store.DropPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
+				case op == 9 && snap.Workers.Len() > 0:
+					store.DropPublisher(workersOf(snap)[rng.IntN(snap.Workers.Len())].ID.InstanceID)
 				case op == 10:
 					store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
 				case op == 11 && len(tickets) > 0:
@@ -423,7 +426,7 @@ func TestDifferential(t *testing.T) {
 					}
 				}
 			}
-			if !slices.EqualFunc(snap.Workers, snap2.Workers, func(a, b *fleet.Worker) bool { return a.ID == b.ID }) {
+			if !slices.EqualFunc(workersOf(snap), workersOf(snap2), func(a, b *fleet.Worker) bool { return a.ID == b.ID }) {
 				t.Fatalf("scenario %d: generations differ", sc)
 			}
 		})
@@ -457,7 +460,7 @@ func TestIndexCatchesUp(t *testing.T) {
 	snap := randomFleet(rand.New(rand.NewPCG(3, 1)), 40, base)
 	store := load.NewStore(3*time.Second, nil)
 	live := map[uint64]load.LiveWorker{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	store.SetLiveAndRetain(live)
@@ -481,7 +484,7 @@ func TestIndexCatchesUp(t *testing.T) {
 	seq := uint64(0)
 	samples := func(n int) {
 		for i := range n {
-			w := snap.Workers[i%len(snap.Workers)]
+			w := workersOf(snap)[i%snap.Workers.Len()]
 			seq++
 			v := seq % 7
 			store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: w.DPStartRank, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
@@ -489,14 +492,14 @@ func TestIndexCatchesUp(t *testing.T) {
 		}
 	}
 	for range 200 { // superseded deadlines pile up in the heap
-		samples(len(snap.Workers))
+		samples(snap.Workers.Len())
 		check("while samples arrive")
 		now = now.Add(time.Millisecond)
 	}
 	samples(70_000) // beyond the store's log
 	check("after 70,000 samples")
 	for i := range 20_000 { // beyond the ledger's log
-		w := snap.Workers[i%len(snap.Workers)]
+		w := workersOf(snap)[i%snap.Workers.Len()]
 		p.Dispatched(Pin{Decode: Target{Worker: w, DPRank: w.DPStartRank}}, 100+i%50, now.Add(-time.Duration(i%7)*time.Second))
 	}
 	check("after 20,000 dispatches")
@@ -513,7 +516,7 @@ func TestConcurrentUse(t *testing.T) {
 	snaps := []*fleet.Snapshot{randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base), randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base)}
 	store := load.NewStore(3*time.Second, nil)
 	live := map[uint64]load.LiveWorker{}
-	for _, w := range snaps[0].Workers {
+	for w := range snaps[0].Workers.All() {
 		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	store.SetLiveAndRetain(live)
@@ -530,7 +533,7 @@ func TestConcurrentUse(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 2))
 			for range 2000 {
 				snap := snaps[rng.IntN(2)]
-				w := snap.Workers[rng.IntN(len(snap.Workers))]
+				w := workersOf(snap)[rng.IntN(snap.Workers.Len())]
 				switch rng.IntN(6) {
 				case 0:
 					v := uint64(rng.IntN(50))
@@ -552,7 +555,7 @@ func TestConcurrentUse(t *testing.T) {
 					if err != nil {
 						continue // no worker of that model
 					}
-					if !slices.Contains(snap.Workers, pin.Decode.Worker) || (pin.Prefill != nil && !slices.Contains(snap.Workers, pin.Prefill.Worker)) {
+					if !slices.Contains(workersOf(snap), pin.Decode.Worker) || (pin.Prefill != nil && !slices.Contains(workersOf(snap), pin.Prefill.Worker)) {
 						errs <- fmt.Errorf("a pin outside its snapshot: %s", pinString(pin))
 						return
 					}

@@ -3,6 +3,7 @@ package pick_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ type loads struct {
 
 func newLoads(snap *fleet.Snapshot) *loads {
 	l := &loads{store: load.NewStore(3*time.Second, nil), live: map[uint64]load.LiveWorker{}}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		l.live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	l.store.SetLiveAndRetain(l.live)
@@ -312,10 +313,7 @@ func TestStalled(t *testing.T) {
 	l.sample(1, 0, t0, u64(0), nil, nil)
 	l.sample(2, 0, t0.Add(6*time.Second), u64(400), nil, nil)
 	p := picker(l, t0.Add(7*time.Second))
-	pin := pick.Pin{Decode: pick.Target{Worker: snap.Workers[0], DPRank: 0}}
-	if snap.Workers[0].ID.InstanceID != 1 {
-		pin.Decode.Worker = snap.Workers[1]
-	}
+	pin := pick.Pin{Decode: pick.Target{Worker: snap.Workers.Get(fleet.WorkerID{Namespace: "dynamo", InstanceID: 1}), DPRank: 0}}
 	ticket := p.Dispatched(pin, 48, t0.Add(time.Second)) // 3 blocks
 	if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 2 {
 		t.Fatalf("a stalled worker was picked: %+v", got)
@@ -349,10 +347,11 @@ func TestEstimateTokens(t *testing.T) {
 func TestLedgerSweepsDepartedWorkers(t *testing.T) {
 	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
 	p := pick.NewLoadBased(newLoads(snap).store)
-	p.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[0]}}, 100, t0)
+	ws := slices.Collect(snap.Workers.All())
+	p.Dispatched(pick.Pin{Decode: pick.Target{Worker: ws[0]}}, 100, t0)
 	later := t0.Add(pick.InFlightWindow + time.Second)
 	for range 1024 {
-		p.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers[1]}}, 100, later)
+		p.Dispatched(pick.Pin{Decode: pick.Target{Worker: ws[1]}}, 100, later)
 	}
 	if n := p.LedgerKeys(); n != 1 {
 		t.Fatalf("%d keys held, want only the live worker's", n)

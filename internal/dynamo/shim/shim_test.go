@@ -180,7 +180,7 @@ type countingPicker struct {
 func (p *countingPicker) Reserve(snap *fleet.Snapshot, req pick.Request, _ time.Time) (pick.Pin, pick.Ticket, error) {
 	p.lastReq = req
 	for _, ns := range req.Namespaces {
-		for _, w := range snap.Workers {
+		for w := range snap.Workers.All() {
 			if w.ID.Namespace == ns && w.Model == req.Model {
 				p.reserved++
 				return pick.Pin{Namespace: ns, Decode: pick.Target{Worker: w}}, pick.Ticket{}, nil
@@ -200,7 +200,7 @@ func TestDispatcherPin(t *testing.T) {
 	t.Parallel()
 	w := worker("canary", 5, fleet.RoleAggregated, 0, 0, false)
 	w.Model = "Qwen/Qwen3-32B"
-	snap := &fleet.Snapshot{Workers: []*fleet.Worker{w}}
+	snap := fleet.NewSnapshot([]*fleet.Worker{w}, nil)
 	first := &countingPicker{}
 	d := shim.NewDispatcher(first, plan(false))
 	req := shim.Request[replica]{Model: "qwen", PromptTokens: 40, Usable: func(r replica) bool { return r != "p2" }}

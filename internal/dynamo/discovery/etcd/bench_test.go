@@ -78,7 +78,7 @@ func BenchmarkInitialSync16k(b *testing.B) {
 			if _, err := reg.Wait(ctx, 0); err != nil {
 				b.Fatal(err)
 			}
-			if n := len(reg.Snapshot().Workers); n != benchWorkers {
+			if n := reg.Snapshot().Workers.Len(); n != benchWorkers {
 				b.Fatalf("%d workers", n)
 			}
 			cancel()

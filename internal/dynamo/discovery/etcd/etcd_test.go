@@ -51,7 +51,7 @@ func run(t *testing.T, src *etcd.Source) *harness {
 
 func (h *harness) workers() map[string]*fleet.Worker {
 	out := map[string]*fleet.Worker{}
-	for _, w := range h.reg.Snapshot().Workers {
+	for w := range h.reg.Snapshot().Workers.All() {
 		out[w.ID.Namespace+"/"+w.InstanceHex()] = w
 	}
 	return out
@@ -96,7 +96,7 @@ func TestPutDeleteAndNamespaces(t *testing.T) {
 	put(t, c, "v1/event_channels/namespace/prod/kv_metrics/2c", legacy)
 	put(t, c, instanceKey("canary", "prefill", 2), endpointValue(2, "prefill"))
 	testutil.Eventually(t, 10*time.Second, "watched put", func() bool { return h.workers()["canary/2"] != nil })
-	if snap := h.reg.Snapshot(); len(snap.Publishers) != 0 || len(snap.Problems) != 0 {
+	if snap := h.reg.Snapshot(); snap.Publishers.Len() != 0 || len(snap.Problems) != 0 {
 		t.Errorf("another namespace's 1.2 channel was read: %+v %+v", snap.Publishers, snap.Problems)
 	}
 	if h.workers()["other/9"] != nil {
@@ -299,5 +299,34 @@ func TestPagedSeed(t *testing.T) {
 		}
 	}
 	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
-	testutil.Eventually(t, 15*time.Second, "600 workers", func() bool { return len(h.reg.Snapshot().Workers) == 600 })
+	testutil.Eventually(t, 15*time.Second, "600 workers", func() bool { return h.reg.Snapshot().Workers.Len() == 600 })
+}
+
+// TestWatchBurstCoalesced: a burst of puts after the initial sync, each
+// its own watch event, reaches the view in full through publishes at
+// least discovery.PublishDelay apart rather than one per event.
+func TestWatchBurstCoalesced(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
+	testutil.Eventually(t, 10*time.Second, "the first view", func() bool { return h.reg.Generation() > 0 })
+	const n, writers = 400, 8
+	before := h.reg.Generation()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for id := w + 1; id <= n; id += writers {
+				put(t, c, instanceKey("dynamo", "decode", uint64(id)), endpointValue(uint64(id), "decode"))
+			}
+		})
+	}
+	wg.Wait()
+	testutil.Eventually(t, 10*time.Second, "every put", func() bool { return h.reg.Snapshot().Workers.Len() == n })
+	elapsed := time.Since(start)
+	publishes := h.reg.Generation() - before
+	if most := uint64(elapsed/discovery.PublishDelay) + 1; publishes > most {
+		t.Errorf("%d events in %v published %d times, want at most %d", n, elapsed, publishes, most)
+	}
+	t.Logf("%d events in %v: %d publishes", n, elapsed, publishes)
 }

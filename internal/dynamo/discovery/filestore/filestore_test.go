@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func start(t *testing.T, root string, ttl time.Duration) *fleet.Registry {
 
 func ids(reg *fleet.Registry) map[string]bool {
 	out := map[string]bool{}
-	for _, w := range reg.Snapshot().Workers {
+	for w := range reg.Snapshot().Workers.All() {
 		out[w.ID.Namespace+"/"+w.InstanceHex()] = true
 	}
 	return out
@@ -76,7 +77,7 @@ func TestFileStore(t *testing.T) {
 	// A bucket created after start is followed.
 	write(t, root, "v1/mdc", "dynamo/decode/generate/1", `{"type":"Model","component":"decode","endpoint":"generate","instance_id":1,"card_json":{"display_name":"m","worker_type":"Decode"}}`)
 	testutil.Eventually(t, 10*time.Second, "card joined", func() bool {
-		w := reg.Snapshot().Workers
+		w := slices.Collect(reg.Snapshot().Workers.All())
 		return len(w) == 1 && w[0].Model == "m"
 	})
 
@@ -84,7 +85,7 @@ func TestFileStore(t *testing.T) {
 	write(t, root, "v1/event_channels", "namespace/ns%2Eone/topic/kv_metrics/2a",
 		`{"type":"EventChannel","scope":{"kind":"namespace","name":"ns.one"},"topic":"kv_metrics","instance_id":42,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:5"}}}`)
 	testutil.Eventually(t, 10*time.Second, "publisher", func() bool {
-		p := reg.Snapshot().Publishers
+		p := slices.Collect(reg.Snapshot().Publishers.All())
 		return len(p) == 1 && p[0].Namespace == "ns.one" && p[0].PublisherID == 42
 	})
 
@@ -167,7 +168,7 @@ func TestLegacyChannelKeys(t *testing.T) {
 	write(t, root, "v1/event_channels", "namespace/dynamo/kv_metrics/2c", channel("namespace", "dynamo", 44))
 	reg := start(t, root, time.Hour)
 	testutil.Eventually(t, 10*time.Second, "the legacy publisher", func() bool {
-		p := reg.Snapshot().Publishers
+		p := slices.Collect(reg.Snapshot().Publishers.All())
 		return len(p) == 1 && p[0].Namespace == "dynamo" && p[0].PublisherID == 42 && p[0].Component == "decode"
 	})
 	if p := reg.Snapshot().Problems; len(p) != 0 {

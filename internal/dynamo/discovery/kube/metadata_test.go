@@ -101,10 +101,10 @@ func TestMetadataParityWithEtcd(t *testing.T) {
 	h := startMetadata(t, fake, fast)
 	tu.Eventually(t, 10*time.Second, "the metadata source's view to equal etcd's", func() bool { return fleetView(t, h.reg.Snapshot()) == want })
 	snap := h.reg.Snapshot()
-	if len(snap.Workers) != 4 || len(snap.Publishers) != 5 || len(snap.Problems) != 0 {
-		t.Fatalf("view: %d workers, %d publishers, problems %+v", len(snap.Workers), len(snap.Publishers), snap.Problems)
+	if snap.Workers.Len() != 4 || snap.Publishers.Len() != 5 || len(snap.Problems) != 0 {
+		t.Fatalf("view: %d workers, %d publishers, problems %+v", snap.Workers.Len(), snap.Publishers.Len(), snap.Problems)
 	}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		if w.Card == nil || w.Capacity.TotalKVBlocks == nil {
 			t.Errorf("worker %x lacks card or capacity", w.ID.InstanceID)
 		}
@@ -124,14 +124,14 @@ func setReady(slices []kubefake.Object, pod string, ready bool) kubefake.Object 
 
 func workerIDs(snap *fleet.Snapshot) map[uint64]bool {
 	out := map[uint64]bool{}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		out[w.ID.InstanceID] = true
 	}
 	return out
 }
 
 func hasPublisher(snap *fleet.Snapshot, id uint64) bool {
-	for _, p := range snap.Publishers {
+	for p := range snap.Publishers.All() {
 		if p.PublisherID == id {
 			return true
 		}
@@ -162,25 +162,25 @@ func TestMetadataFollows(t *testing.T) {
 	fake := kubefake.Start(t)
 	dwms, slices := loadFleetFixtures(t, fake)
 	h := startMetadata(t, fake, fast)
-	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return len(h.reg.Snapshot().Workers) == 4 })
+	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return h.reg.Snapshot().Workers.Len() == 4 })
 
 	// One decode pod unready: its worker goes, the shared channel stays.
 	fake.Apply(kubefake.EndpointSlices, setReady(slices, decodeA, false))
 	tu.Eventually(t, 5*time.Second, "decode A gone", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Workers) == 3 && !workerIDs(s)[kube.HashPodName(decodeA)] && hasPublisher(s, sharedPub)
+		return s.Workers.Len() == 3 && !workerIDs(s)[kube.HashPodName(decodeA)] && hasPublisher(s, sharedPub)
 	})
 	// Both unready: the shared channel goes with its last supplier.
 	fake.Apply(kubefake.EndpointSlices, setReady(slices, decodeB, false))
 	tu.Eventually(t, 5*time.Second, "shared channel gone", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Workers) == 2 && !hasPublisher(s, sharedPub)
+		return s.Workers.Len() == 2 && !hasPublisher(s, sharedPub)
 	})
 	setReady(slices, decodeA, true)
 	fake.Apply(kubefake.EndpointSlices, setReady(slices, decodeB, true))
 	tu.Eventually(t, 5*time.Second, "four workers again", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Workers) == 4 && hasPublisher(s, sharedPub)
+		return s.Workers.Len() == 4 && hasPublisher(s, sharedPub)
 	})
 
 	byName := map[string]kubefake.Object{}
@@ -195,7 +195,7 @@ func TestMetadataFollows(t *testing.T) {
 	}
 	fake.Apply(kubefake.DWMs, agg)
 	tu.Eventually(t, 5*time.Second, "updated capacity", func() bool {
-		for _, w := range h.reg.Snapshot().Workers {
+		for w := range h.reg.Snapshot().Workers.All() {
 			if w.ID.InstanceID == kube.HashPodName(aggPod) && w.Capacity.TotalKVBlocks != nil && *w.Capacity.TotalKVBlocks == 777 {
 				return true
 			}
@@ -268,7 +268,7 @@ func TestMetadataIdleDeadlinePerStream(t *testing.T) {
 	fake := kubefake.Start(t)
 	loadFleetFixtures(t, fake)
 	h := startMetadata(t, fake, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: 300 * time.Millisecond})
-	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return len(h.reg.Snapshot().Workers) == 4 })
+	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return h.reg.Snapshot().Workers.Len() == 4 })
 	fake.Hang(true)
 	tu.Eventually(t, 5*time.Second, "an idle pass end", func() bool {
 		for _, err := range h.passErrors() {
@@ -314,7 +314,7 @@ func TestMetadataPodRecreated(t *testing.T) {
 	fake := kubefake.Start(t)
 	dwms, slices := loadFleetFixtures(t, fake)
 	h := startMetadata(t, fake, fast)
-	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return len(h.reg.Snapshot().Workers) == 4 })
+	tu.Eventually(t, 10*time.Second, "four workers", func() bool { return h.reg.Snapshot().Workers.Len() == 4 })
 	byName := map[string]kubefake.Object{}
 	for _, d := range dwms {
 		byName[d["metadata"].(kubefake.Object)["name"].(string)] = d
@@ -340,7 +340,7 @@ func TestMetadataPodRecreated(t *testing.T) {
 	fake.Apply(kubefake.EndpointSlices, setEndpoint(slices, aggPod, "5a1e-3-new", false))
 	tu.Eventually(t, 5*time.Second, "the old pod's worker gone", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Workers) == 3 && !workerIDs(s)[aggID] && len(s.Problems) == 0
+		return s.Workers.Len() == 3 && !workerIDs(s)[aggID] && len(s.Problems) == 0
 	})
 	fake.Apply(kubefake.EndpointSlices, setEndpoint(slices, aggPod, "5a1e-3-new", true))
 	tu.Eventually(t, 5*time.Second, "the stale resource held back under a mismatch", func() bool {
@@ -360,12 +360,12 @@ func TestMetadataPodRecreated(t *testing.T) {
 	fake.Delete(kubefake.DWMs, "dynamo", aggPod)
 	tu.Eventually(t, 5*time.Second, "the mismatch gone with the stale resource", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Problems) == 0 && len(s.Workers) == 3
+		return len(s.Problems) == 0 && s.Workers.Len() == 3
 	})
 	fake.Apply(kubefake.DWMs, recreated(aggPod, "5a1e-3-new", "0b6f1c2e-7d4a-4e1b-9c3f-000000000013"))
 	tu.Eventually(t, 5*time.Second, "the new pod's worker", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Workers) == 4 && workerIDs(s)[aggID] && len(s.Problems) == 0
+		return s.Workers.Len() == 4 && workerIDs(s)[aggID] && len(s.Problems) == 0
 	})
 
 	// A decode pod is recreated; its new incarnation rewrites the resource
@@ -383,6 +383,6 @@ func TestMetadataPodRecreated(t *testing.T) {
 	fake.Apply(kubefake.EndpointSlices, setEndpoint(slices, decodeA, "5a1e-1-new", true))
 	tu.Eventually(t, 5*time.Second, "four workers again", func() bool {
 		s := h.reg.Snapshot()
-		return len(s.Workers) == 4 && workerIDs(s)[decodeID] && len(s.Problems) == 0
+		return s.Workers.Len() == 4 && workerIDs(s)[decodeID] && len(s.Problems) == 0
 	})
 }

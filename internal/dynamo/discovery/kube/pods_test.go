@@ -92,7 +92,7 @@ func (h *harness) passErrors() []error {
 // view renders the workers as "pod-hash role model component", sorted.
 func view(snap *fleet.Snapshot) string {
 	var out []string
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		out = append(out, fmt.Sprintf("%s/%s %s %s %s", w.ID.Namespace, w.InstanceHex(), w.Role, w.Model, w.Component))
 	}
 	sort.Strings(out)
@@ -163,7 +163,7 @@ func TestPodsSourceRolesReadinessModels(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.Connected); got != 1 {
 		t.Fatalf("connected = %v", got)
 	}
-	for _, w := range snap.Workers {
+	for w := range snap.Workers.All() {
 		if w.Card != nil || w.DPDeclared || w.Capacity.TotalKVBlocks != nil {
 			t.Fatalf("pod worker %+v has card, dp or capacity", w)
 		}

@@ -99,7 +99,7 @@ func TestRealAPIServerPodsSource(t *testing.T) {
 	reg, ends := runSource(t, src)
 	ids := func() string {
 		var out []string
-		for _, w := range reg.Snapshot().Workers {
+		for w := range reg.Snapshot().Workers.All() {
 			out = append(out, fmt.Sprintf("%x:%s", w.ID.InstanceID, w.Role))
 		}
 		return strings.Join(out, ",")

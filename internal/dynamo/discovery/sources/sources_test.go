@@ -28,7 +28,7 @@ func TestOpenFileStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fl.Close()
-	if fl.Source != config.SourceFile || fl.Generation == 0 || len(fl.Registry.Snapshot().Workers) != 0 {
+	if fl.Source != config.SourceFile || fl.Generation == 0 || fl.Registry.Snapshot().Workers.Len() != 0 {
 		t.Errorf("fleet %+v", fl)
 	}
 }
