@@ -184,16 +184,14 @@ func (x *index) rebuildDue() {
 // update recomputes candidate i at now for one (worker, rank). Its backlog
 // is the fresh sample's (decode: active_decode_blocks, else
 // kv_used_blocks; prefill: active_prefill_tokens) plus the ledger's
-// dispatches since that sample. A worker never heard from, or last seen
+// dispatches the store has not accounted for (since that sample, or since
+// the worker or its publisher restarted). A worker never heard from, or last seen
 // with backlog 0, is quiet; one gone stale with a backlog, lacking the
 // phase's field, or possibly stalled is excluded while another has a cost.
 func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	c := &x.cands[i]
 	smp := r.Get(c.key)
-	var since time.Time
-	if smp != nil {
-		since = smp.ReceivedAt
-	}
+	since := r.Since(c.key)
 	var inPrefill, inDecode int
 	stalled := false
 	var b bounds

@@ -3,6 +3,7 @@ package pick
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -161,10 +162,7 @@ func (p *oracle) choose(cands []ocand, phase int, est int, now time.Time) (ocand
 			c := &cands[i]
 			k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
 			smp := r.Get(k)
-			var since time.Time
-			if smp != nil {
-				since = smp.ReceivedAt
-			}
+			since := r.Since(k)
 			var inPrefill, inDecode int
 			stalled := false
 			if p.Ledger != nil {
@@ -334,13 +332,14 @@ func TestDifferential(t *testing.T) {
 		fleetSeed, size := rng.Uint64(), 2+rng.IntN(24)
 		snap := randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
 		snap2 := snap // the previous generation
+		now := base.Add(time.Minute)
 		store := load.NewStore(3*time.Second, nil)
+		store.SetClock(func() time.Time { return now })
 		live := map[uint64]load.LiveWorker{}
 		for _, w := range snap.Workers {
 			live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 		}
 		store.SetLiveAndRetain(live)
-		now := base.Add(time.Minute)
 		p := NewLoadBased(store)
 		o := &oracle{Loads: store, Ledger: &p.ledger}
 		var tickets []Ticket
@@ -359,7 +358,7 @@ func TestDifferential(t *testing.T) {
 		steps := []time.Duration{0, time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 3*time.Second + 1,
 			5 * time.Second, 5*time.Second - 1, 30 * time.Second, 30*time.Second + 1, -time.Millisecond, -2 * time.Second}
 		for step := range 300 {
-			switch op := rng.IntN(20); {
+			switch op := rng.IntN(22); {
 			case op < 4:
 				now = now.Add(steps[rng.IntN(len(steps))])
 			case op < 9 && len(snap.Workers) > 0:
@@ -378,6 +377,20 @@ func TestDifferential(t *testing.T) {
 				store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
 			case op == 11 && len(tickets) > 0:
 				p.Release(tickets[rng.IntN(len(tickets))])
+			case op == 13 && len(snap.Workers) > 0:
+				// A publisher's session restarts: what it answered and
+				// what was sent before no longer count.
+				store.ResetPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
+			case op == 14 && len(snap.Workers) > 0:
+				// A worker leaves the live set and comes back.
+				gone := snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID
+				without := maps.Clone(live)
+				delete(without, gone)
+				store.SetLiveAndRetain(without)
+				if rng.IntN(2) == 0 {
+					now = now.Add(steps[rng.IntN(len(steps))])
+				}
+				store.SetLiveAndRetain(live)
 			case op == 12:
 				// A new snapshot generation of the same fleet.
 				snap2 = snap

@@ -376,3 +376,49 @@ func TestReserveSeesConcurrentDispatch(t *testing.T) {
 		t.Fatalf("both reservations went to worker %d", a.Decode.Worker.ID.InstanceID)
 	}
 }
+
+// TestRestartedWorkerStartsClean: a worker sent many requests that then
+// stays silent looks loaded and stalled; once it left the fleet and came
+// back, or its publisher's session restarted, what its previous life was
+// sent no longer counts: it competes as a quiet worker at once.
+func TestRestartedWorkerStartsClean(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		restart func(l *loads)
+	}{
+		{"left and rejoined", func(l *loads) {
+			live := map[uint64]load.LiveWorker{2: l.live[2]}
+			l.store.SetLiveAndRetain(live)
+			l.store.SetLiveAndRetain(l.live)
+		}},
+		{"publisher session restarted", func(l *loads) { l.store.ResetPublisher(1) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+			l := newLoads(snap)
+			now := t0.Add(9 * time.Second)
+			l.store.SetClock(func() time.Time { return now })
+			l.sample(1, 0, t0, u64(0), nil, nil) // idle, then silent
+			l.sample(2, 0, now, u64(100), nil, nil)
+			p := picker(l, now)
+			var one *fleet.Worker
+			for _, wk := range snap.Workers {
+				if wk.ID.InstanceID == 1 {
+					one = wk
+				}
+			}
+			for i := range 20 {
+				p.Dispatched(pick.Pin{Decode: pick.Target{Worker: one}}, 160, t0.Add(time.Second+time.Duration(i)*time.Millisecond))
+			}
+			if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 2 {
+				t.Fatalf("before the restart, the worker with 200 blocks in flight was picked: %+v", got)
+			}
+			now = t0.Add(10 * time.Second)
+			tt.restart(l)
+			p.Now = func() time.Time { return now.Add(time.Millisecond) }
+			if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 1 || got.DecodeReason != pick.ReasonLoad {
+				t.Fatalf("the restarted worker did not compete as quiet: %+v", got)
+			}
+		})
+	}
+}
