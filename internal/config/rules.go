@@ -23,6 +23,11 @@ const (
 	MaxKubeComponents    = 256
 	MinMaxStaleness      = 100 * time.Millisecond
 	MaxMaxStaleness      = 5 * time.Minute
+	// MaxQueueSize bounds dynamo.load.queue.size; MinQueueMaxWait and
+	// MaxQueueMaxWait bound its max_wait.
+	MaxQueueSize    = 65536
+	MinQueueMaxWait = 10 * time.Millisecond
+	MaxQueueMaxWait = 5 * time.Minute
 	kubeLabelValueMaxLen = 63
 )
 
