@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
@@ -65,6 +66,7 @@ func shimPlan(cfg *config.Config, bs *backends, dynamo bool) *shim.Plan[*Backend
 		ModelMap:          cfg.Dynamo.Shim.ModelMap,
 		FallbackToUnified: cfg.DisaggregatedServing.FallbackToUnified,
 		LegacyPinHeaders:  cfg.Dynamo.Shim.LegacyPinHeaders,
+		Busy:              busyThreshold(cfg.Dynamo.Load.BusyThreshold),
 	}
 	for _, ns := range namespaces {
 		c.Pools = append(c.Pools, shim.Pool[*Backend]{Namespace: ns, Replicas: byNS[ns]})
@@ -80,46 +82,49 @@ func (x *exchange) route() {
 		x.plain(shim.PathUnified)
 		return
 	}
-	now := x.s.opts.Now()
 	req := shim.Request[*Backend]{
 		Model:        x.q.Model,
 		PromptTokens: pick.EstimateTokens(x.q.promptText()),
 		Path:         x.path,
 		Body:         x.body,
-		Usable:       func(b *Backend) bool { return x.policy.allows(b.Name()) && b.Available(now) },
+		Usable:       func(b *Backend) bool { return x.policy.allows(b.Name()) && b.Available(x.s.opts.Now()) },
 	}
-	d, ok := x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), req, now)
-	if !ok && x.awaitDiscovery() {
-		now = x.s.opts.Now()
-		d, ok = x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), req, now)
-	}
-	if !ok {
-		x.plain(shim.PathUnified) // no worker serves the model, or no replica is usable
+	d, answered := x.reserve(&req)
+	if d == nil {
+		if !answered {
+			x.plain(shim.PathUnified) // no worker serves the model, or no replica is usable
+		}
 		return
 	}
-	defer d.Done()
-	pin := &d.Pin
+	defer func() {
+		d.Done()
+		x.s.queue.notify() // a worker may have room for a waiting request
+	}()
 	m := x.s.opts.Metrics
-	m.Selections.WithLabelValues(pick.RoleDecode, pin.DecodeReason).Inc()
-	x.s.picks.add(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
-	if pin.PrefillReason != "" {
-		m.Selections.WithLabelValues(pick.RolePrefill, pin.PrefillReason).Inc()
+	// Only a pinned dispatch carries the router's tokens; a plain fallback
+	// sends the body as it was.
+	plainBody := x.body
+	defer func() { x.body = plainBody }()
+	var res sendResult
+	limit := shim.RepinLimit(d.Pin)
+	for repins := 0; ; repins++ {
+		x.countSelection(&d.Pin)
+		x.body = plainBody
+		if len(d.Pin.TokenIDs) > 0 {
+			x.body = withTokenData(plainBody, d.Pin.TokenIDs)
+		}
+		res = x.send(d.Replicas, d.Header, &d.Pin)
+		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.r.Context().Err() != nil {
+			break
+		}
+		nd := x.repin(&req, res)
+		if nd == nil {
+			break // nowhere else to go: the failure stands
+		}
+		d.Done()
+		d = nd
 	}
-	if pin.Prefill != nil {
-		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
-	}
-
-	if len(pin.TokenIDs) > 0 {
-		// Only the pinned dispatch carries the router's tokens; a plain
-		// fallback sends the body as it was.
-		plainBody := x.body
-		x.body = withTokenData(x.body, pin.TokenIDs)
-		defer func() { x.body = plainBody }()
-	}
-	res := x.send(d.Replicas, d.Header, pin)
-	if len(pin.TokenIDs) > 0 && res.outcome == shim.Failed {
-		x.body = withoutTokenData(x.body)
-	}
+	x.body = plainBody
 	v := plan.Verdict(res.outcome)
 	if v.ErrorPhase != "" {
 		m.DisaggErrors.WithLabelValues(v.ErrorPhase).Inc()
@@ -135,6 +140,20 @@ func (x *exchange) route() {
 		x.plain(shim.PathFallback)
 	case shim.FailDecode:
 		writeError(x.w, http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "the pinned Dynamo dispatch failed: "+res.detail)
+	}
+}
+
+// countSelection counts a pin's selections, by role and reason, and per
+// pinned (worker, rank) for the admin API.
+func (x *exchange) countSelection(pin *pick.Pin) {
+	m := x.s.opts.Metrics
+	m.Selections.WithLabelValues(pick.RoleDecode, pin.DecodeReason).Inc()
+	x.s.picks.add(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
+	if pin.PrefillReason != "" {
+		m.Selections.WithLabelValues(pick.RolePrefill, pin.PrefillReason).Inc()
+	}
+	if pin.Prefill != nil {
+		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
 	}
 }
 
@@ -208,6 +227,10 @@ type sendResult struct {
 	outcome shim.Outcome
 	status  int
 	detail  string
+	// repin is why a failed pinned dispatch calls for other workers
+	// (shim.Repin), "" when it does not; blame are the workers it failed on.
+	repin string
+	blame []fleet.WorkerID
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
@@ -306,7 +329,11 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false
 		}
 		if pin != nil && failed {
-			return sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status}, false
+			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status}
+			if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
+				res.blame = shim.FailedWorkers(*pin, data)
+			}
+			return res, false
 		}
 		x.writeHead(resp, b, pin)
 		_, _ = x.w.Write(data)
