@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
-	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -96,30 +95,4 @@ func (x *exchange) refuseBusy(reason string) {
 	x.w.Header().Set("Retry-After", busyRetryAfter)
 	writeError(x.w, http.StatusServiceUnavailable, CodeAllWorkersBusy,
 		"every Dynamo worker that could serve model "+strconvQuote(x.q.Model)+" is busy; retry later")
-}
-
-// repin pins a request again after its pinned dispatch failed, before any
-// byte reached the client, with an answer that says a pinned worker is
-// gone or refused (res.repin): the workers it failed on are excluded from
-// now on. It returns nil when no other worker can take it (none left, or
-// every one busy): the failure then stands and is handled as any other.
-//
-// An answer that does not name the failed worker of a prefill/decode pair
-// blames both; when excluding both leaves no pair (a single prefill
-// worker), the prefill worker is kept and only the decode worker excluded.
-func (x *exchange) repin(req *shim.Request[*Backend], res sendResult) *shim.Dispatch[*Backend] {
-	tried := len(req.Exclude)
-	for _, blame := range [][]fleet.WorkerID{res.blame, res.blame[:1]} {
-		req.Exclude = append(req.Exclude[:tried], blame...)
-		d, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
-		if err == nil {
-			x.s.opts.Metrics.Repins.WithLabelValues(res.repin).Inc()
-			return d
-		}
-		if !errors.Is(err, shim.ErrNotPinned) || len(res.blame) == 1 {
-			break
-		}
-	}
-	req.Exclude = req.Exclude[:tried]
-	return nil
 }

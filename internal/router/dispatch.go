@@ -117,7 +117,7 @@ func (x *exchange) route() {
 		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.r.Context().Err() != nil {
 			break
 		}
-		nd := x.repin(&req, res)
+		nd := x.repin(&req, res, &d.Pin)
 		if nd == nil {
 			break // nowhere else to go: the failure stands
 		}
@@ -125,6 +125,9 @@ func (x *exchange) route() {
 		d = nd
 	}
 	x.body = plainBody
+	if res.outcome == shim.Relayed && res.status >= 200 && res.status <= 299 {
+		x.served(&d.Pin)
+	}
 	v := plan.Verdict(res.outcome)
 	if v.ErrorPhase != "" {
 		m.DisaggErrors.WithLabelValues(v.ErrorPhase).Inc()
@@ -231,6 +234,7 @@ type sendResult struct {
 	// (shim.Repin), "" when it does not; blame are the workers it failed on.
 	repin string
 	blame []fleet.WorkerID
+	named bool
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
@@ -331,7 +335,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		if pin != nil && failed {
 			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status}
 			if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
-				res.blame = shim.FailedWorkers(*pin, data)
+				res.blame, res.named = shim.FailedWorkers(*pin, data)
 			}
 			return res, false
 		}

@@ -204,3 +204,36 @@ func TestNoRepinWhenClientLeaves(t *testing.T) {
 		}
 	}
 }
+
+// TestRepinDeadDecodeAndPrefill: a decode and a prefill worker that were
+// serving are gone, and the frontend's answer does not say which of a pair
+// failed: the re-pin blames the one that served less recently, so every
+// request finds a live pair within its migration_limit of 3.
+func TestRepinDeadDecodeAndPrefill(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.reducer = fleet.NewReducer()
+	for _, id := range []uint64{10, 11} {
+		repinWorker(h.reducer, "prefill", "Prefill", id, 3)
+	}
+	for _, id := range []uint64{20, 21, 22} {
+		repinWorker(h.reducer, "decode", "Decode", id, 3)
+	}
+	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{20, 21, 22})
+	for i := range 6 { // each serves (pins rotate: no load is published)
+		if resp := h.post(t, chat(false), nil); resp.StatusCode != 200 {
+			t.Fatalf("warming %d: %d %s", i, resp.StatusCode, readAll(t, resp))
+		}
+	}
+	h.fe.SetWorkers(model, []uint64{10}, []uint64{21, 22}) // 11 and 20 are gone
+	for i := range 12 {
+		resp := h.post(t, chat(i%2 == 1), map[string]string{"x-backend": ""})
+		if body := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get("x-continuum-prefill-worker") != "10" || resp.Header.Get("x-continuum-worker") == "20" {
+			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, body)
+		}
+	}
+	if h.repins(shim.RepinStatus5xx) == 0 {
+		t.Fatal("no re-pin: the departed workers were never pinned")
+	}
+}

@@ -63,29 +63,30 @@ func Repin(status int, body []byte) string {
 	return RepinStatus5xx
 }
 
-// FailedWorkers are the workers a failed pinned dispatch is blamed on: the
-// one pinned worker the answer names by its decimal instance id, else
-// every pinned worker (an answer that names none does not say which of a
-// pair failed).
-func FailedWorkers(pin pick.Pin, body []byte) []fleet.WorkerID {
+// FailedWorkers are the workers a failed pinned dispatch may be blamed on,
+// and whether the answer named it: the one pinned worker the answer names
+// by its decimal instance id (named), else every pinned worker, the decode
+// worker first (an answer that names none does not say which of a pair
+// failed). An aggregated pin has one worker, named by construction.
+func FailedWorkers(pin pick.Pin, body []byte) (ids []fleet.WorkerID, named bool) {
 	all := []fleet.WorkerID{pin.Decode.Worker.ID}
 	if pin.Prefill != nil && pin.Prefill.Worker.ID != pin.Decode.Worker.ID {
 		all = append(all, pin.Prefill.Worker.ID)
 	}
 	if len(all) == 1 {
-		return all
+		return all, true
 	}
 	b := body[:min(len(body), repinScan)]
-	var named []fleet.WorkerID
+	var hits []fleet.WorkerID
 	for _, id := range all {
 		if containsNumber(b, strconv.AppendUint(nil, id.InstanceID, 10)) {
-			named = append(named, id)
+			hits = append(hits, id)
 		}
 	}
-	if len(named) == 1 {
-		return named
+	if len(hits) == 1 {
+		return hits, true
 	}
-	return all
+	return all, false
 }
 
 // containsNumber reports whether b holds num as a whole decimal number

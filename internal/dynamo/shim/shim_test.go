@@ -344,12 +344,13 @@ func TestRepin(t *testing.T) {
 		"Failed to generate completions":         {d.ID, p.ID},
 		"instances 7465 and 746 are both broken": {d.ID, p.ID},
 	} {
-		if got := shim.FailedWorkers(pair, []byte(body)); !slices.Equal(got, want) {
-			t.Errorf("%q: blamed %v, want %v", body, got, want)
+		got, named := shim.FailedWorkers(pair, []byte(body))
+		if !slices.Equal(got, want) || named != (len(want) == 1) {
+			t.Errorf("%q: blamed %v (named %v), want %v", body, got, named, want)
 		}
 	}
-	if got := shim.FailedWorkers(pick.Pin{Decode: pick.Target{Worker: d}}, nil); !slices.Equal(got, []fleet.WorkerID{d.ID}) {
-		t.Errorf("aggregated: blamed %v", got)
+	if got, named := shim.FailedWorkers(pick.Pin{Decode: pick.Target{Worker: d}}, nil); !slices.Equal(got, []fleet.WorkerID{d.ID}) || !named {
+		t.Errorf("aggregated: blamed %v (named %v)", got, named)
 	}
 	if shim.RepinLimit(pair) != 3 || shim.RepinLimit(pick.Pin{Decode: pick.Target{Worker: p}}) != 0 {
 		t.Error("the limit is the decode worker's migration_limit, 0 when its card has none")
