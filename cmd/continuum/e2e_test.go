@@ -202,6 +202,7 @@ func inject(t *testing.T, frontend, id, fault string) {
 }
 
 func TestFleetSimAndServe(t *testing.T) {
+	t.Parallel()
 	router, frontend, sim, _ := fleet(t)
 
 	// Requests flow with pins once discovery and subscriptions are up.
@@ -285,6 +286,7 @@ func TestFleetSimAndServe(t *testing.T) {
 // the router's discovery survives an etcd restart; a killed worker's lease
 // expires and it leaves routing.
 func TestFleetSimEtcd(t *testing.T) {
+	t.Parallel()
 	router, frontend, sim, _ := fleet(t, "--store", "etcd")
 	if !strings.Contains(sim.out(), "etcd:       http://127.0.0.1:") {
 		t.Fatalf("no etcd endpoint printed:\n%s", sim.out())
@@ -378,6 +380,7 @@ func TestFleetSimDialects(t *testing.T) {
 // TestServeDrainsOnSIGTERM: an in-flight stream completes after SIGTERM,
 // and the process exits cleanly.
 func TestServeDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	router, _, _, srv := fleet(t)
 	testutil.Eventually(t, 30*time.Second, "ready", func() bool {
 		resp, _ := chat(t, router, false, 1)
@@ -425,6 +428,7 @@ func tail(s string) string {
 // (tmux), driven by keys. .ci/run installs tmux; without it the test skips
 // (fails in CI).
 func TestTopInTmux(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	if _, err := exec.LookPath("tmux"); err != nil {
 		testutil.SkipOrFailInCI(t, "tmux is not installed (.ci/run installs it)")

@@ -11,6 +11,7 @@ import (
 )
 
 func TestFromTokenizerConfigForms(t *testing.T) {
+	t.Parallel()
 	named := `{"chat_template": [{"name": "default", "template": "D{{ bos_token }}"}, {"name": "tool_use", "template": "T{{ eos_token }}"}],
 		"bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>", "unk_token": null}`
 	for _, tc := range []struct {
@@ -48,6 +49,7 @@ func TestFromTokenizerConfigForms(t *testing.T) {
 }
 
 func TestSpecialTokensOverride(t *testing.T) {
+	t.Parallel()
 	tmpl, err := chattemplate.FromTokenizerConfig([]byte(`{"chat_template": "{{ bos_token }}|{{ eos_token }}", "bos_token": "<s>", "eos_token": "</s>"}`), "")
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +61,7 @@ func TestSpecialTokensOverride(t *testing.T) {
 }
 
 func TestDecodeRequest(t *testing.T) {
+	t.Parallel()
 	in, err := chattemplate.DecodeRequest([]byte(`{"model": "m", "messages": [{"role": "user", "content": "hi", "b": 1, "a": 2}],
 		"tools": null, "add_generation_prompt": true, "chat_template_kwargs": {"enable_thinking": false}, "enable_thinking": true}`))
 	if err != nil {
@@ -94,6 +97,7 @@ func TestDecodeRequest(t *testing.T) {
 }
 
 func TestGoValuesAsInput(t *testing.T) {
+	t.Parallel()
 	tmpl, err := chattemplate.Compile("{% for m in messages %}{{ m | tojson }}{% endfor %}|{{ n + 1 }}|{{ f }}|{{ l | join(',') }}")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +116,7 @@ func TestGoValuesAsInput(t *testing.T) {
 }
 
 func TestRaiseException(t *testing.T) {
+	t.Parallel()
 	tmpl, err := chattemplate.Compile("{{ raise_exception('no ' ~ 'system role') }}")
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +129,7 @@ func TestRaiseException(t *testing.T) {
 
 // One Template serves concurrent renders (run with -race).
 func TestConcurrentRenders(t *testing.T) {
+	t.Parallel()
 	tmpl := loadTemplate(t, "features")
 	cases := loadCases(t)
 	want := make([]string, len(cases))

@@ -131,6 +131,7 @@ func BenchmarkRenderBaselineGo(b *testing.B) {
 // multi-turn conversation with tools, tool calls and reasoning) is the size
 // the issue asks for.
 func TestBenchmarkRequestSize(t *testing.T) {
+	t.Parallel()
 	in, err := chattemplate.DecodeRequest(longRequest(t))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 // Every overrun ends in ErrRenderUnavailable, quickly.
 func TestBudgets(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		src  string
@@ -82,6 +83,7 @@ func truncate(s string) string {
 
 // The limits do not get in the way of real work.
 func TestBudgetsAllowNormalRenders(t *testing.T) {
+	t.Parallel()
 	tmpl, err := chattemplate.Compile("{% for i in range(100000) %}{% if i % 50000 == 0 %}{{ i }},{% endif %}{% endfor %}{{ ('x' * 1000) | length }}")
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +95,7 @@ func TestBudgetsAllowNormalRenders(t *testing.T) {
 }
 
 func TestCompileLimits(t *testing.T) {
+	t.Parallel()
 	for _, src := range []string{
 		"{{ " + strings.Repeat("(", 10000) + "1" + strings.Repeat(")", 10000) + " }}",
 		"{{ " + strings.Repeat("not ", 10000) + "1 }}",
@@ -114,6 +117,7 @@ func TestCompileLimits(t *testing.T) {
 
 // Values nested deeper than the interpreter walks fail cleanly.
 func TestDeepValues(t *testing.T) {
+	t.Parallel()
 	tmpl, err := chattemplate.Compile("{% set ns = namespace(a=[], b=[]) %}{% for i in range(500) %}{% set ns.a = [ns.a] %}{% set ns.b = [ns.b] %}{% endfor %}{{ ns.a < ns.b }}")
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +128,7 @@ func TestDeepValues(t *testing.T) {
 }
 
 func TestDecodeJSONDepth(t *testing.T) {
+	t.Parallel()
 	if _, err := chattemplate.DecodeJSON([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000))); err == nil {
 		t.Fatal("decoded 10000 levels")
 	}

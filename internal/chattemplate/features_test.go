@@ -18,6 +18,7 @@ import (
 // with Python jinja2 (testdata/chattemplate/features_table.json, written by
 // scripts/template-ref/render.py): the text, or that both fail.
 func TestFeatures(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(testutil.RepoRoot(t), "testdata", "chattemplate")
 	data, err := os.ReadFile(filepath.Join(dir, "features.json"))
 	if err != nil {

@@ -110,6 +110,7 @@ func loadTokens(t testing.TB, name string) map[string]string {
 // TestGoldenRenders checks every case against Python jinja2's render (as
 // transformers configures it) for each model's template.
 func TestGoldenRenders(t *testing.T) {
+	t.Parallel()
 	root := testutil.RepoRoot(t)
 	files, err := filepath.Glob(filepath.Join(root, "testdata", "chattemplate", "golden", "*.json"))
 	if err != nil || len(files) == 0 {
@@ -172,6 +173,7 @@ func TestGoldenRenders(t *testing.T) {
 }
 
 func TestFromTokenizerConfig(t *testing.T) {
+	t.Parallel()
 	root := testutil.RepoRoot(t)
 	for _, tc := range []struct {
 		model string

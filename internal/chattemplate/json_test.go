@@ -118,6 +118,7 @@ func nesting(data []byte) int {
 }
 
 func TestDecodeJSON(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{
 		`{"b": 1, "a": [1, 2.5, -0, 1e3, -1.5E-3, 12345678901234567890], "c": {"d": null, "e": true, "f": false}}`,
 		`"plain"`, `"esc \" \\ \/ \b \f \n \r \t \u00e9 \ud83d\ude00 \ud800 \ud800\u0041 \udc00"`,

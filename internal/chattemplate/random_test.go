@@ -14,6 +14,7 @@ import (
 // TestRandomCases replays random expressions and whitespace-control layouts
 // rendered by Python jinja2 (scripts/template-ref/random_cases.py).
 func TestRandomCases(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata", "chattemplate", "random_cases.json"))
 	if err != nil {
 		t.Fatal(err)

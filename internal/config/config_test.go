@@ -63,6 +63,7 @@ func envOf(m map[string]string) config.LookupEnv {
 // TestFixtures loads every file under testdata/config and requires exactly
 // the findings its "# want:" lines list: valid/ files have no errors.
 func TestFixtures(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("../../testdata/config/*/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no fixtures: %v", err)
@@ -129,6 +130,7 @@ func yamlList(prefix string, n int, item func(i int) string) string {
 
 // TestCountLimits checks each count bound at its limit and one past it.
 func TestCountLimits(t *testing.T) {
+	t.Parallel()
 	backends := func(n int) string {
 		return yamlList("backends:\n", n, func(i int) string {
 			return fmt.Sprintf("  - {name: b%d, url: \"http://b%d:8000\"}\n", i, i)
@@ -188,6 +190,7 @@ func TestCountLimits(t *testing.T) {
 }
 
 func TestStalenessBounds(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		value string
 		ok    bool
@@ -200,6 +203,7 @@ func TestStalenessBounds(t *testing.T) {
 }
 
 func TestEventBusBudget(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		streams int
 		budget  int64
@@ -213,6 +217,7 @@ func TestEventBusBudget(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	c := parse(t, "").Config
 	d := c.Dynamo
 	checks := []struct {
@@ -257,6 +262,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestUnreadable(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{"a: [", "\t- x", "a: b: c", "{"} {
 		if _, err := config.Parse("bad.yaml", []byte(in), config.Options{}); err == nil {
 			t.Errorf("%q: parsed without error", in)
@@ -268,6 +274,7 @@ func TestUnreadable(t *testing.T) {
 }
 
 func TestAliasBomb(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("x-0: &m0 {name: a}\n")
 	for i := 1; i < 12; i++ {
@@ -288,6 +295,7 @@ func TestAliasBomb(t *testing.T) {
 }
 
 func TestMergeKeysAndScalars(t *testing.T) {
+	t.Parallel()
 	doc, err := config.Load("../../testdata/config/valid/anchors-override.yaml", config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -310,6 +318,7 @@ func TestMergeKeysAndScalars(t *testing.T) {
 }
 
 func TestFindingsAreBounded(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 100_000)
 	var b strings.Builder
 	b.WriteString("x-v: &v \"" + long + "\"\nbackends:\n")
@@ -356,5 +365,40 @@ func TestLoadBlocksDefaults(t *testing.T) {
 	}
 	if doc.Findings.Errors() != 0 {
 		t.Fatalf("findings %v", doc.Findings)
+	}
+}
+
+// TestServerLimits: the listener's timeouts, sizes and limits have bounds,
+// and server.tls needs both files.
+func TestServerLimits(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		yaml, path, substr string
+	}{
+		{"read_header_timeout: 50ms", "server.read_header_timeout", "out of range"},
+		{"read_timeout: 2h", "server.read_timeout", "out of range"},
+		{"idle_timeout: 0s", "server.idle_timeout", "out of range"},
+		{"max_header_bytes: 1024", "server.max_header_bytes", "out of range"},
+		{"max_body_bytes: 2147483648", "server.max_body_bytes", "out of range"},
+		{"max_connections: 0", "server.max_connections", "out of range"},
+		{"max_in_flight: 0", "server.max_in_flight", "at least 1"},
+		{"tls: {cert: c.pem}", "server.tls.key", "private key"},
+		{"tls: {key: k.pem}", "server.tls.cert", "certificate"},
+	} {
+		doc := parse(t, "server:\n  "+tt.yaml+"\n")
+		if !hasFinding(doc, config.SeverityError, tt.path, tt.substr) {
+			t.Errorf("%s: no error %q at %s; got %v", tt.yaml, tt.substr, tt.path, doc.Findings)
+		}
+	}
+	ok := parse(t, "server:\n  read_header_timeout: 5s\n  read_timeout: 30s\n  idle_timeout: 1m\n  max_header_bytes: 65536\n  max_body_bytes: 1048576\n  max_connections: 100\n  max_in_flight: 50\n  tls: {cert: c.pem, key: k.pem}\n")
+	if n := ok.Findings.Errors(); n != 0 {
+		t.Errorf("valid listener settings: %v", ok.Findings)
+	}
+	if ok.Config.Masked().Server.TLS.Key != config.Mask {
+		t.Error("server.tls.key is not masked")
+	}
+	warn := parse(t, "server:\n  read_header_timeout: 20s\n  read_timeout: 10s\n")
+	if !hasFinding(warn, config.SeverityWarning, "server.read_timeout", "shorter") {
+		t.Errorf("read_timeout under read_header_timeout: %v", warn.Findings)
 	}
 }

@@ -59,6 +59,7 @@ func mutate(t *testing.T, base string, edit func(*config.Config)) (*config.Confi
 // pruned namespaces a reload acts on (for the etcd and both Kubernetes
 // sources).
 func TestDiffTiers(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		base   string
@@ -146,6 +147,7 @@ func TestDiffTiers(t *testing.T) {
 }
 
 func TestDiffNoChange(t *testing.T) {
+	t.Parallel()
 	a, b := parse(t, diffBase).Config, parse(t, diffBase).Config
 	if plan := config.Diff(a, b); len(plan.Changes) != 0 || plan.Watcher != nil {
 		t.Errorf("identical configs differ: %+v", plan)
@@ -153,6 +155,7 @@ func TestDiffNoChange(t *testing.T) {
 }
 
 func TestMasked(t *testing.T) {
+	t.Parallel()
 	doc := parse(t, `
 admin: {token: adm}
 backends: [{name: a, url: "http://a:1", api_key: sk-1}, {name: b, url: "http://b:1"}]

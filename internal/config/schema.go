@@ -25,7 +25,49 @@ type Config struct {
 // Server is the OpenAI-compatible listener.
 type Server struct {
 	BindAddress string `yaml:"bind_address" json:"bind_address"`
+	// ReadHeaderTimeout bounds reading a request's line and headers;
+	// ReadTimeout the whole request, body included (a client trickling
+	// either is cut off); IdleTimeout a keep-alive connection between
+	// requests. Responses (streams) are not bounded here: a backend's
+	// timeout bounds them.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout" json:"read_header_timeout"`
+	ReadTimeout       Duration `yaml:"read_timeout" json:"read_timeout"`
+	IdleTimeout       Duration `yaml:"idle_timeout" json:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's headers; MaxBodyBytes its body
+	// (413 beyond).
+	MaxHeaderBytes int64 `yaml:"max_header_bytes" json:"max_header_bytes"`
+	MaxBodyBytes   int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
+	// MaxConnections bounds the open client connections (a connection
+	// beyond it is closed at once); MaxInFlight the inference requests
+	// being served (503 router_overloaded beyond it).
+	MaxConnections int `yaml:"max_connections" json:"max_connections"`
+	MaxInFlight    int `yaml:"max_in_flight" json:"max_in_flight"`
+	// TLS serves HTTPS (HTTP/1.1 and HTTP/2) with a certificate reloaded
+	// when its files change; plain HTTP when absent.
+	TLS *ServerTLS `yaml:"tls,omitempty" json:"tls,omitempty"`
 }
+
+// ServerTLS is the listener's certificate and key (PEM files).
+type ServerTLS struct {
+	Cert string `yaml:"cert" json:"cert"`
+	Key  string `yaml:"key" json:"key" secret:"true"`
+}
+
+// Listener defaults and bounds.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxHeaderBytes    = 1 << 20
+	DefaultMaxBodyBytes      = 32 << 20
+	DefaultMaxConnections    = 8192
+	DefaultMaxInFlight       = 4096
+	MinMaxHeaderBytes        = 4 << 10
+	MaxMaxHeaderBytes        = 16 << 20
+	MinMaxBodyBytes          = 1 << 10
+	MaxMaxBodyBytes          = 1 << 30
+	MaxMaxConnections        = 1 << 20
+)
 
 // Admin configures the /admin API. Without a token the admin API is off.
 type Admin struct {
@@ -51,9 +93,20 @@ type Backend struct {
 	Enabled  bool     `yaml:"enabled" json:"enabled"`
 	APIKey   string   `yaml:"api_key" json:"api_key" secret:"true"`
 	Timeout  Duration `yaml:"timeout" json:"timeout"`
+	// ResponsesAPI is how POST /v1/responses reaches the backend: chat
+	// (converted to a chat completion request) or native (passed as it
+	// is; through the shim, pinned by the model alone).
+	ResponsesAPI string `yaml:"responses_api" json:"responses_api"`
 }
 
+// Responses API modes of a backend.
+const (
+	ResponsesAPIChat   = "chat"
+	ResponsesAPINative = "native"
+)
+
 func (b *Backend) setDefaults() {
+	b.ResponsesAPI = ResponsesAPIChat
 	b.Type = "openai"
 	b.Role = RoleUnified
 	b.Enabled = true
@@ -325,7 +378,10 @@ const (
 // configuration that sets nothing means.
 func Default() *Config {
 	return &Config{
-		Server: Server{BindAddress: "127.0.0.1:8080"},
+		Server: Server{BindAddress: "127.0.0.1:8080", ReadHeaderTimeout: Duration(DefaultReadHeaderTimeout),
+			ReadTimeout: Duration(DefaultReadTimeout), IdleTimeout: Duration(DefaultIdleTimeout),
+			MaxHeaderBytes: DefaultMaxHeaderBytes, MaxBodyBytes: DefaultMaxBodyBytes,
+			MaxConnections: DefaultMaxConnections, MaxInFlight: DefaultMaxInFlight},
 		Dynamo: Dynamo{
 			Discovery: Discovery{
 				Source: SourceEtcd,

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 type validator struct {
@@ -56,8 +57,42 @@ func validate(doc *Document) (Findings, int) {
 }
 
 func (v *validator) server() {
-	if p := checkHostPort(v.c.Server.BindAddress, true); p != "" {
+	srv := &v.c.Server
+	if p := checkHostPort(srv.BindAddress, true); p != "" {
 		v.errorf("server.bind_address", "%s", p)
+	}
+	for _, d := range []struct {
+		key string
+		val Duration
+	}{{"read_header_timeout", srv.ReadHeaderTimeout}, {"read_timeout", srv.ReadTimeout}, {"idle_timeout", srv.IdleTimeout}} {
+		if d.val.D() < 100*time.Millisecond || d.val.D() > time.Hour {
+			v.errorf("server."+d.key, "%s is out of range: use 100ms to 1h", d.val)
+		}
+	}
+	if srv.ReadTimeout.D() < srv.ReadHeaderTimeout.D() {
+		v.warnf("server.read_timeout", "read_timeout %s is shorter than read_header_timeout %s: the whole request is bounded by the shorter", srv.ReadTimeout, srv.ReadHeaderTimeout)
+	}
+	if srv.MaxHeaderBytes < MinMaxHeaderBytes || srv.MaxHeaderBytes > MaxMaxHeaderBytes {
+		v.errorf("server.max_header_bytes", "%d is out of range: use %d (4 KiB) to %d (16 MiB)", srv.MaxHeaderBytes, MinMaxHeaderBytes, MaxMaxHeaderBytes)
+	}
+	if srv.MaxBodyBytes < MinMaxBodyBytes || srv.MaxBodyBytes > MaxMaxBodyBytes {
+		v.errorf("server.max_body_bytes", "%d is out of range: use %d (1 KiB) to %d (1 GiB)", srv.MaxBodyBytes, MinMaxBodyBytes, MaxMaxBodyBytes)
+	}
+	if srv.MaxConnections < 1 || srv.MaxConnections > MaxMaxConnections {
+		v.errorf("server.max_connections", "%d is out of range: use 1 to %d", srv.MaxConnections, MaxMaxConnections)
+	}
+	if srv.MaxInFlight < 1 {
+		v.errorf("server.max_in_flight", "must be at least 1")
+	} else if srv.MaxInFlight > srv.MaxConnections*64 {
+		v.warnf("server.max_in_flight", "%d is more than 64 requests per allowed connection (max_connections %d): it will never be reached", srv.MaxInFlight, srv.MaxConnections)
+	}
+	if t := srv.TLS; t != nil {
+		if t.Cert == "" {
+			v.errorf("server.tls.cert", "set the certificate file (PEM), or remove server.tls to serve plain HTTP")
+		}
+		if t.Key == "" {
+			v.errorf("server.tls.key", "set the private key file (PEM), or remove server.tls to serve plain HTTP")
+		}
 	}
 	a := v.c.Admin
 	if a.BindAddress != "" {
@@ -107,6 +142,9 @@ func (v *validator) backendList() {
 		}
 		if b.Timeout <= 0 {
 			v.errorf(p+".timeout", "timeout must be positive, such as \"300s\"")
+		}
+		if b.ResponsesAPI != ResponsesAPIChat && b.ResponsesAPI != ResponsesAPINative {
+			v.errorf(p+".responses_api", "responses_api %q is not one of chat, native", b.ResponsesAPI)
 		}
 		for j, m := range b.Models {
 			if strings.TrimSpace(m) == "" {

@@ -103,6 +103,10 @@ Try it:
     -d '{"model":"%s","messages":[{"role":"user","content":"Hello!"}]}'
   curl -sN http://%s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"%s","stream":true,"messages":[{"role":"user","content":"Hello!"}]}'
+  curl -s http://%s/v1/messages -H 'Content-Type: application/json' -H 'anthropic-version: 2023-06-01' \
+    -d '{"model":"%s","max_tokens":64,"system":"Be brief.","messages":[{"role":"user","content":"Hello!"}]}'
+  curl -s http://%s/v1/responses -H 'Content-Type: application/json' \
+    -d '{"model":"%s","instructions":"Be brief.","input":"Hello!"}'
   curl -s -H 'Authorization: Bearer %s' http://%s/admin/dynamo/workers
   continuum top --router http://%s --token %s
   continuum discover --source file --file-root %s
@@ -110,5 +114,5 @@ Try it:
 
 Press Ctrl-C to stop.
 `, count["prefill"], count["decode"], count["backend"], strings.Join(sim.Models(), ", "), strings.Join(sim.Namespaces(), ", "),
-		root, addr, model, addr, model, AdminToken, addr, addr, AdminToken, root, root)
+		root, addr, model, addr, model, addr, model, addr, model, AdminToken, addr, addr, AdminToken, root, root)
 }

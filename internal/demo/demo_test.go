@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +127,58 @@ func TestDemoLegacyLoadFields(t *testing.T) {
 			strings.Contains(m, `continuum_dynamo_selection_total{reason="round_robin_stale",role="prefill"}`) &&
 			!strings.Contains(m, `continuum_dynamo_selection_total{reason="load",role="prefill"}`)
 	})
+}
+
+// bannerCurlRe finds each POST the banner suggests: its URL and body.
+var bannerCurlRe = regexp.MustCompile(`curl -sN? (http://\S+/v1/\S+) (?:.*)\\\n\s+-d '([^']+)'`)
+
+// TestBannerCurls: the banner suggests a request for each ingress (chat
+// completions, Messages, Responses), and each is answered, pinned, in its
+// API's shape.
+func TestBannerCurls(t *testing.T) {
+	t.Parallel()
+	d, err := demo.Start(demo.Options{Bind: "127.0.0.1:0", Deps: routerd.Deps{ShutdownGrace: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	var banner strings.Builder
+	d.Banner(&banner)
+	curls := bannerCurlRe.FindAllStringSubmatch(banner.String(), -1)
+	want := map[string]string{"/v1/chat/completions": `"object":"chat.completion`, "/v1/messages": `"type":"message"`, "/v1/responses": `"object":"response"`}
+	seen := map[string]bool{}
+	for _, c := range curls {
+		url, body := c[1], c[2]
+		path := url[strings.Index(url, "/v1/"):]
+		testutil.Eventually(t, 30*time.Second, path+" answered and pinned", func() bool {
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("x-backend", "")
+			r, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			got, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 || r.Header.Get("x-continuum-routing-path") != "disaggregated" {
+				return false
+			}
+			if !strings.Contains(string(got), want[path]) {
+				t.Fatalf("%s: %s", path, got)
+			}
+			return true
+		})
+		seen[path] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("the banner suggests %v, want each of %v:\n%s", seen, want, banner.String())
+	}
 }

@@ -346,17 +346,12 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 // answer answers a valid request at once (no Execute): Tokens tokens, cut
 // short by the request's limit.
 func (f *Frontend) answer(w http.ResponseWriter, path string, q *openAIRequest, tokens int) {
-	n, finish := answerLength(tokens, q.limit())
-	rep := newReply(path, q, estimatePromptTokens(q.promptText()))
-	if !q.Stream {
-		parts := make([]string, n)
-		for i := range parts {
-			parts[i] = fmt.Sprintf("tok%d", i)
-		}
-		rep.writeWhole(w, strings.Join(parts, " "), n, finish)
-		return
+	if path != "/v1/chat/completions" {
+		q.Tools = nil // text completions call no tools
 	}
-	_ = rep.startStream(w).tokens(n, finish, func(i int) (string, error) { return fmt.Sprintf("tok%d ", i), nil })
+	p := q.planAnswer(tokens, func(i int) string { return fmt.Sprintf("tok%d", i) })
+	rep := newReply(path, q, estimatePromptTokens(q.promptText()))
+	p.write(w, rep, q.Stream, func(int) error { return nil })
 }
 
 // decide applies the direct-mode rules: the status and error text, or 0.

@@ -330,3 +330,146 @@ func TestSimAnswers(t *testing.T) {
 		t.Errorf("health %d: %s", code, body)
 	}
 }
+
+// toolAnswer is what the tests read of an answer that may call tools.
+type toolAnswer struct {
+	Choices []struct {
+		Message *struct {
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+		Delta *struct {
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				Index    int    `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+const weatherTools = `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},
+	"days":{"type":"integer"},"unit":{"type":"string","enum":["celsius","fahrenheit"]},"where":{"type":"object","properties":{"lat":{"type":["null","number"]}}}},
+	"required":["city","days","unit","where"]}}},{"type":"function","function":{"name":"noop","parameters":{"type":"object"}}}]`
+
+// TestFrontendToolCalls: a chat request offering tools is answered with a
+// call of the first (or the named) one, arguments made from its schema;
+// one that ends with a tool result, or says tool_choice none, with text.
+func TestFrontendToolCalls(t *testing.T) {
+	t.Parallel()
+	f, pin := pinned(t)
+	read := func(body string) toolAnswer {
+		rec := do(t, f, http.MethodPost, "/v1/chat/completions", body, pin)
+		var a toolAnswer
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &a) != nil || len(a.Choices) != 1 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		return a
+	}
+	a := read(`{"model":"m","tools":` + weatherTools + `,"messages":[{"role":"user","content":"Weather?"}]}`)
+	c := a.Choices[0]
+	if *c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) != 1 || c.Message.Content != nil {
+		t.Fatalf("%+v", c)
+	}
+	call := c.Message.ToolCalls[0]
+	if call.Type != "function" || call.Function.Name != "get_weather" || !strings.HasPrefix(call.ID, "call_sim_") ||
+		call.Function.Arguments != `{"city":"sim","days":1,"unit":"celsius","where":{"lat":1}}` || a.Usage.CompletionTokens == 0 {
+		t.Fatalf("%+v", call)
+	}
+	a = read(`{"model":"m","tools":` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"noop"}},"messages":[{"role":"user","content":"x"}]}`)
+	if got := a.Choices[0].Message.ToolCalls[0]; got.Function.Name != "noop" || got.Function.Arguments != `{}` {
+		t.Fatalf("named: %+v", got)
+	}
+	for _, body := range []string{
+		`{"model":"m","tools":` + weatherTools + `,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"noop","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"done"}]}`,
+		`{"model":"m","tools":` + weatherTools + `,"tool_choice":"none","messages":[{"role":"user","content":"x"}]}`,
+	} {
+		a = read(body)
+		if c := a.Choices[0]; *c.FinishReason != "stop" || c.Message.Content == nil || *c.Message.Content != "tok0 tok1 tok2" || len(c.Message.ToolCalls) != 0 {
+			t.Fatalf("%s: %+v", body, c)
+		}
+	}
+	// Streamed: the call's id and name first, then its arguments in pieces.
+	rec := do(t, f, http.MethodPost, "/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"tools":`+weatherTools+`,"messages":[{"role":"user","content":"x"}]}`, pin)
+	var args strings.Builder
+	var finish []string
+	chunks := 0
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		d, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || d == "[DONE]" {
+			continue
+		}
+		var a toolAnswer
+		if err := json.Unmarshal([]byte(d), &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Usage != nil && len(a.Choices) == 0 {
+			continue
+		}
+		c := a.Choices[0]
+		if chunks == 0 && (c.Delta.ToolCalls[0].ID == "" || c.Delta.ToolCalls[0].Function.Name != "get_weather") {
+			t.Fatalf("first chunk %s", d)
+		}
+		chunks++
+		args.WriteString(c.Delta.ToolCalls[0].Function.Arguments)
+		if c.FinishReason != nil {
+			finish = append(finish, *c.FinishReason)
+		}
+	}
+	if chunks != 3 || args.String() != `{"city":"sim","days":1,"unit":"celsius","where":{"lat":1}}` || !slices.Equal(finish, []string{"tool_calls"}) {
+		t.Fatalf("%d chunks, arguments %s, finish %v", chunks, args.String(), finish)
+	}
+	// Text completions call no tools.
+	if a := whole(t, do(t, f, http.MethodPost, "/v1/completions", `{"model":"m","prompt":"x","tools":`+weatherTools+`}`, pin)); a.Choices[0].Text != "tok0 tok1 tok2" {
+		t.Fatalf("%+v", a)
+	}
+}
+
+// TestFrontendStopStrings: an answer is cut at the first stop string,
+// which is kept only with include_stop_str_in_output; streamed, the last
+// piece is cut too.
+func TestFrontendStopStrings(t *testing.T) {
+	t.Parallel()
+	f, pin := pinned(t)
+	f.Tokens = 6
+	for _, tt := range []struct {
+		body, text, finish string
+		tokens             int
+	}{
+		{`{"model":"m","stop":["tok3","k1 t"],"messages":[{"role":"user","content":"x"}]}`, "tok0 to", "stop", 2},
+		{`{"model":"m","stop":"tok3","include_stop_str_in_output":true,"messages":[{"role":"user","content":"x"}]}`, "tok0 tok1 tok2 tok3", "stop", 4},
+		{`{"model":"m","stop":["never"],"max_tokens":2,"messages":[{"role":"user","content":"x"}]}`, "tok0 tok1", "length", 2},
+	} {
+		a := whole(t, do(t, f, http.MethodPost, "/v1/chat/completions", tt.body, pin))
+		if c := a.Choices[0]; c.Message.Content != tt.text || *c.FinishReason != tt.finish || a.Usage.CompletionTokens != tt.tokens {
+			t.Errorf("%s: %q %s %d", tt.body, c.Message.Content, *c.FinishReason, a.Usage.CompletionTokens)
+		}
+		var text strings.Builder
+		var finish string
+		for _, ev := range events(t, do(t, f, http.MethodPost, "/v1/chat/completions", strings.Replace(tt.body, `{"model":"m"`, `{"model":"m","stream":true`, 1), pin)) {
+			text.WriteString(ev.Choices[0].Delta.Content)
+			if ev.Choices[0].FinishReason != nil {
+				finish = *ev.Choices[0].FinishReason
+			}
+		}
+		if got := strings.TrimSuffix(text.String(), " "); got != tt.text || finish != tt.finish {
+			t.Errorf("streamed %s: %q %s", tt.body, text.String(), finish)
+		}
+	}
+}

@@ -18,10 +18,21 @@ import (
 // content chunk, then, when stream_options.include_usage is set, one chunk
 // with no choices and the usage, then data: [DONE].
 
+//
+// The simulated model answers a chat request that offers tools (tool_choice
+// not "none") and does not end with a tool result by calling one: the
+// function tool_choice names, else the first, with arguments made from its
+// parameters schema (each required property, or every property when none
+// is required: the first enum value, else "sim", 1, true, [] or an object
+// made the same way), finish reason tool_calls. Otherwise it answers text,
+// cut at the first stop string (stop, a string or a list) with finish
+// reason stop, the stop string kept when include_stop_str_in_output is set.
+
 // Finish reasons.
 const (
-	finishStop   = "stop"
-	finishLength = "length"
+	finishStop      = "stop"
+	finishLength    = "length"
+	finishToolCalls = "tool_calls"
 )
 
 // openAIRequest is what the frontend reads of an inference request.
@@ -34,10 +45,21 @@ type openAIRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	Messages []struct {
-		Content any `json:"content"`
+		Role    string `json:"role"`
+		Content any    `json:"content"`
 	} `json:"messages"`
-	Prompt any `json:"prompt"`
-	Nvext  *struct {
+	Tools []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	Stop           json.RawMessage `json:"stop"`
+	IncludeStopStr bool            `json:"include_stop_str_in_output"`
+	Prompt         any             `json:"prompt"`
+	Nvext          *struct {
 		TokenData json.RawMessage `json:"token_data"`
 	} `json:"nvext"`
 }
@@ -96,6 +118,189 @@ func answerLength(natural, limit int) (int, string) {
 	return natural, finishStop
 }
 
+// stops are the request's stop strings.
+func (q *openAIRequest) stops() []string {
+	var one string
+	if json.Unmarshal(q.Stop, &one) == nil {
+		if one == "" {
+			return nil
+		}
+		return []string{one}
+	}
+	var list []string
+	_ = json.Unmarshal(q.Stop, &list)
+	return list
+}
+
+// toolCall is a function call the simulated model makes.
+type toolCall struct {
+	id, name, arguments string
+}
+
+// call is the tool call the model makes for q, if any (see the rules
+// above).
+func (q *openAIRequest) call() *toolCall {
+	if len(q.Tools) == 0 || len(q.Messages) == 0 || q.Messages[len(q.Messages)-1].Role == "tool" {
+		return nil
+	}
+	var mode string
+	if json.Unmarshal(q.ToolChoice, &mode) == nil && mode == "none" {
+		return nil
+	}
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	_ = json.Unmarshal(q.ToolChoice, &named)
+	tool := q.Tools[0].Function
+	for _, t := range q.Tools {
+		if t.Function.Name == named.Function.Name {
+			tool = t.Function
+		}
+	}
+	args, _ := json.Marshal(sampleObject(tool.Parameters))
+	return &toolCall{id: fmt.Sprintf("call_sim_%d", replyIDs.Add(1)), name: tool.Name, arguments: string(args)}
+}
+
+// sampleObject is an object that fits a JSON schema of type object.
+func sampleObject(schema json.RawMessage) map[string]any {
+	var s struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
+	_ = json.Unmarshal(schema, &s)
+	keys := s.Required
+	if len(keys) == 0 {
+		for k := range s.Properties {
+			keys = append(keys, k)
+		}
+	}
+	out := map[string]any{}
+	for _, k := range keys {
+		out[k] = sampleValue(s.Properties[k])
+	}
+	return out
+}
+
+func sampleValue(schema json.RawMessage) any {
+	var s struct {
+		Type any   `json:"type"`
+		Enum []any `json:"enum"`
+	}
+	_ = json.Unmarshal(schema, &s)
+	if len(s.Enum) > 0 {
+		return s.Enum[0]
+	}
+	typ, _ := s.Type.(string)
+	if list, ok := s.Type.([]any); ok {
+		for _, t := range list {
+			if ts, _ := t.(string); ts != "null" && ts != "" {
+				typ = ts
+				break
+			}
+		}
+	}
+	switch typ {
+	case "integer", "number":
+		return 1
+	case "boolean":
+		return true
+	case "array":
+		return []any{}
+	case "object":
+		return sampleObject(schema)
+	}
+	return "sim"
+}
+
+// answerPlan is what the simulated model answers: text pieces (one token each,
+// each with its trailing space) or a tool call, and the finish reason.
+type answerPlan struct {
+	pieces []string
+	text   string // the whole text, as a buffered answer carries it
+	call   *toolCall
+	finish string
+}
+
+// tokens is the answer's length in tokens.
+func (p *answerPlan) tokens() int {
+	if p.call != nil {
+		return max(1, len(p.call.arguments)/4)
+	}
+	return len(p.pieces)
+}
+
+// planAnswer plans the answer to q whose natural length is natural
+// tokens, word giving the text of each.
+func (q *openAIRequest) planAnswer(natural int, word func(i int) string) *answerPlan {
+	if c := q.call(); c != nil {
+		p := &answerPlan{call: c, finish: finishToolCalls}
+		if l := q.limit(); l > 0 && l < p.tokens() {
+			c.arguments = c.arguments[:l*4]
+			p.finish = finishLength
+		}
+		return p
+	}
+	n, finish := answerLength(natural, q.limit())
+	p := &answerPlan{finish: finish}
+	var full strings.Builder
+	for i := range n {
+		p.pieces = append(p.pieces, word(i)+" ")
+		full.WriteString(p.pieces[i])
+	}
+	p.text = strings.TrimSuffix(full.String(), " ")
+	cut := -1
+	var hit string
+	for _, stop := range q.stops() {
+		if i := strings.Index(full.String(), stop); stop != "" && i >= 0 && (cut < 0 || i < cut) {
+			cut, hit = i, stop
+		}
+	}
+	if cut < 0 {
+		return p
+	}
+	end := cut
+	if q.IncludeStopStr {
+		end += len(hit)
+	}
+	p.text, p.finish = full.String()[:end], finishStop
+	// The pieces up to the cut, the last one trimmed to it.
+	at := 0
+	for i, piece := range p.pieces {
+		if at+len(piece) >= end {
+			p.pieces = append(p.pieces[:i], piece[:end-at])
+			break
+		}
+		at += len(piece)
+	}
+	return p
+}
+
+// write writes the planned answer, buffered or streamed; next waits for
+// token i (as an engine does) and may fail.
+func (p *answerPlan) write(w http.ResponseWriter, r *reply, stream bool, next func(i int) error) {
+	if !stream {
+		for i := range p.tokens() {
+			if next(i) != nil {
+				return
+			}
+		}
+		if p.call != nil {
+			r.writeCall(w, p.call, p.tokens(), p.finish)
+			return
+		}
+		r.writeWhole(w, p.text, p.tokens(), p.finish)
+		return
+	}
+	s := r.startStream(w)
+	if p.call != nil {
+		_ = s.call(p.call, p.tokens(), p.finish, next)
+		return
+	}
+	_ = s.tokens(len(p.pieces), p.finish, func(i int) (string, error) { return p.pieces[i], next(i) })
+}
+
 // replyIDs numbers the answers of the process.
 var replyIDs atomic.Uint64
 
@@ -148,6 +353,15 @@ func (r *reply) writeWhole(w http.ResponseWriter, text string, completion int, f
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"id": r.id, "object": r.object(false), "created": r.created, "model": r.model,
 		"choices": []any{choice}, "usage": r.usage(completion)})
+}
+
+// writeCall writes a buffered answer that is a tool call.
+func (r *reply) writeCall(w http.ResponseWriter, c *toolCall, completion int, finish string) {
+	msg := map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": c.id, "type": "function",
+		"function": map[string]any{"name": c.name, "arguments": c.arguments}}}}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"id": r.id, "object": r.object(false), "created": r.created, "model": r.model,
+		"choices": []any{map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil, "message": msg}}, "usage": r.usage(completion)})
 }
 
 // stream is an answer being streamed as server-sent events.
@@ -225,6 +439,42 @@ func (s *stream) tokens(n int, finish string, next func(i int) (string, error)) 
 		}
 	}
 	return s.end(n)
+}
+
+// call streams a tool call: a chunk naming the call, its arguments in two
+// pieces, the finish reason on the last, then the end. next waits as the
+// tokens are made.
+func (s *stream) call(c *toolCall, tokens int, finish string, next func(i int) error) error {
+	half := len(c.arguments) / 2
+	deltas := []map[string]any{
+		{"index": 0, "id": c.id, "type": "function", "function": map[string]any{"name": c.name, "arguments": ""}},
+		{"index": 0, "function": map[string]any{"arguments": c.arguments[:half]}},
+		{"index": 0, "function": map[string]any{"arguments": c.arguments[half:]}},
+	}
+	for i, d := range deltas {
+		for k := i * tokens / len(deltas); k < (i+1)*tokens/len(deltas); k++ {
+			if err := next(k); err != nil {
+				return err
+			}
+		}
+		delta := map[string]any{"tool_calls": []any{d}}
+		if i == 0 {
+			delta["role"] = "assistant"
+			delta["content"] = nil
+		}
+		choice := map[string]any{"index": 0, "delta": delta, "finish_reason": nil, "logprobs": nil}
+		if i == len(deltas)-1 {
+			choice["finish_reason"] = finish
+		}
+		ev := map[string]any{"id": s.r.id, "object": s.r.object(true), "created": s.r.created, "model": s.r.model, "choices": []any{choice}}
+		if s.r.includeUsage {
+			ev["usage"] = nil
+		}
+		if err := s.event(ev); err != nil {
+			return err
+		}
+	}
+	return s.end(tokens)
 }
 
 // end writes the usage chunk when the request asked for it, then [DONE].

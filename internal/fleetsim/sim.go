@@ -570,7 +570,11 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	if l := q.limit(); l > 0 {
 		natural = maxOutputTokens
 	}
-	out, finish := answerLength(natural, q.limit())
+	if rec.Path != "/v1/chat/completions" {
+		q.Tools = nil // text completions call no tools
+	}
+	answer := q.planAnswer(natural, func(i int) string { return demoWords[i%len(demoWords)] })
+	out := answer.tokens()
 	ctx := r.Context()
 	decodeW := s.workers[*rec.Worker]
 	prefillW := decodeW
@@ -616,29 +620,10 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	decodeW.adjust(decodeRank, 0, kvBlocks)
 	defer decodeW.adjust(decodeRank, 0, -kvBlocks)
 	rep := newReply(rec.Path, &q, prompt)
-	if !q.Stream {
-		for range out {
-			if s.sleep(ctx, decodePerToken) != nil {
-				return
-			}
-		}
-		rep.writeWhole(w, words(out), out, finish)
-		return
-	}
-	_ = rep.startStream(w).tokens(out, finish, func(i int) (string, error) {
-		return demoWords[i%len(demoWords)] + " ", s.sleep(ctx, decodePerToken)
-	})
+	answer.write(w, rep, q.Stream, func(int) error { return s.sleep(ctx, decodePerToken) })
 }
 
 var demoWords = strings.Fields("Dynamo pinned this request to a prefill and a decode worker chosen by their live load")
-
-func words(n int) string {
-	parts := make([]string, n)
-	for i := range parts {
-		parts[i] = demoWords[i%len(demoWords)]
-	}
-	return strings.Join(parts, " ")
-}
 
 // rankOf is the rank a request was pinned to, 0 when absent or out of range.
 func rankOf(r *uint64, w *simWorker) int {

@@ -1,7 +1,9 @@
-// Package router is the HTTP server: the OpenAI-compatible API, the
-// middleware (x-dynamo-* stripping, API keys, rate limits), the backends
-// with health checks and circuit breakers, dispatch through Dynamo's
-// direct-mode shim with pin headers, the admin API and /metrics.
+// Package router is the HTTP server: the OpenAI-compatible API (with the
+// Anthropic Messages and Responses ingresses, converted to chat
+// completions and back), the middleware (x-dynamo-* stripping, API keys,
+// rate limits), the backends with health checks and circuit breakers,
+// dispatch through Dynamo's direct-mode shim with pin headers, the admin
+// API and /metrics.
 //
 // Imports: admin, config, fleet, load, pick, shim and telemetry; never a
 // discovery source, the daemon or the simulator.

@@ -89,10 +89,11 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 	return nil, true // answered, or the client left
 }
 
-// refuseBusy answers 503 all_workers_busy with Retry-After.
+// refuseBusy answers 503 all_workers_busy with Retry-After, in the
+// request's ingress's shape.
 func (x *exchange) refuseBusy(reason string) {
 	x.s.opts.Metrics.BusyRefusals.WithLabelValues(reason).Inc()
 	x.w.Header().Set("Retry-After", busyRetryAfter)
-	writeError(x.w, http.StatusServiceUnavailable, CodeAllWorkersBusy,
+	x.fail(http.StatusServiceUnavailable, CodeAllWorkersBusy, "",
 		"every Dynamo worker that could serve model "+strconvQuote(x.q.Model)+" is busy; retry later")
 }

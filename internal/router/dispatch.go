@@ -36,6 +36,33 @@ type exchange struct {
 	// routingPath is the routing path of a plain dispatch (unified or
 	// fallback), for the reveal headers.
 	routingPath string
+	// out answers the client of a converted request (Messages, Responses)
+	// in its API's shapes; nil for requests whose answers are relayed as
+	// they are.
+	out ingress
+	// only, when set, narrows the backends the request may go to.
+	only func(*Backend) bool
+	// modelOnly pins by the model and the workers' load alone: the
+	// picker renders no prompt and no token data is sent (a body that is
+	// not a chat or text completion request).
+	modelOnly bool
+	// unpinned sends the request the plain way even when its model's
+	// workers are pinned for inference.
+	unpinned bool
+}
+
+// fail answers the client with a router error, in its ingress's shape.
+func (x *exchange) fail(status int, code, param, message string) {
+	if x.out != nil {
+		x.out.fail(x.w, status, code, param, message)
+		return
+	}
+	writeParamError(x.w, status, code, param, message)
+}
+
+// takes reports whether the request may go to b at all.
+func (x *exchange) takes(b *Backend) bool {
+	return x.policy.allows(b.Name()) && (x.only == nil || x.only(b))
 }
 
 // shimPlan builds the dispatch plan of a configuration: the replicas of
@@ -78,16 +105,20 @@ func shimPlan(cfg *config.Config, bs *backends, dynamo bool) *shim.Plan[*Backend
 // its model, else to a plain backend.
 func (x *exchange) route() {
 	plan := x.s.dispatch.Plan()
-	if !plan.Enabled() {
+	if !plan.Enabled() || x.unpinned {
 		x.plain(shim.PathUnified)
 		return
+	}
+	pinBody := x.body
+	if x.modelOnly {
+		pinBody = nil
 	}
 	req := shim.Request[*Backend]{
 		Model:        x.q.Model,
 		PromptTokens: pick.EstimateTokens(x.q.promptText()),
 		Path:         x.path,
-		Body:         x.body,
-		Usable:       func(b *Backend) bool { return x.policy.allows(b.Name()) && b.Available(x.s.opts.Now()) },
+		Body:         pinBody,
+		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(x.s.opts.Now()) },
 	}
 	d, answered := x.reserve(&req)
 	if d == nil {
@@ -110,7 +141,7 @@ func (x *exchange) route() {
 	for repins := 0; ; repins++ {
 		x.countSelection(&d.Pin)
 		x.body = plainBody
-		if len(d.Pin.TokenIDs) > 0 {
+		if len(d.Pin.TokenIDs) > 0 && !x.modelOnly {
 			x.body = withTokenData(plainBody, d.Pin.TokenIDs)
 		}
 		res = x.send(d.Replicas, d.Header, &d.Pin)
@@ -137,12 +168,12 @@ func (x *exchange) route() {
 	}
 	switch v.Action {
 	case shim.RefusePrefill:
-		writeError(x.w, http.StatusServiceUnavailable, CodePrefillDecodeUnavailable,
+		x.fail(http.StatusServiceUnavailable, CodePrefillDecodeUnavailable, "",
 			"the Dynamo frontend requires a prefill worker the router did not pin; the fleet view is out of date")
 	case shim.FallBack:
 		x.plain(shim.PathFallback)
 	case shim.FailDecode:
-		writeError(x.w, http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "the pinned Dynamo dispatch failed: "+res.detail)
+		x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "", "the pinned Dynamo dispatch failed: "+res.detail)
 	}
 }
 
@@ -196,7 +227,7 @@ func (x *exchange) plain(routingPath string) {
 	now := x.s.opts.Now()
 	var cands []*Backend
 	for _, b := range x.s.backends.all() {
-		if b.cfg.Internal || b.cfg.Role != config.RoleUnified || plan.IsReplica(b) || !b.Serves(x.q.Model) || !x.policy.allows(b.Name()) || !b.Available(now) {
+		if b.cfg.Internal || b.cfg.Role != config.RoleUnified || plan.IsReplica(b) || !b.Serves(x.q.Model) || !x.takes(b) || !b.Available(now) {
 			continue
 		}
 		cands = append(cands, b)
@@ -206,20 +237,20 @@ func (x *exchange) plain(routingPath string) {
 	}
 	if len(cands) == 0 {
 		if !x.s.known(x.q.Model, x.policy) {
-			writeParamError(x.w, http.StatusNotFound, CodeModelNotFound, "model",
+			x.fail(http.StatusNotFound, CodeModelNotFound, "model",
 				"the model "+strconvQuote(x.q.Model)+" does not exist here: no backend lists it and no Dynamo worker serves it (GET /v1/models lists the models)")
 			return
 		}
-		writeError(x.w, http.StatusServiceUnavailable, CodeNoBackend, "no available backend serves model "+strconvQuote(x.q.Model))
+		x.fail(http.StatusServiceUnavailable, CodeNoBackend, "", "no available backend serves model "+strconvQuote(x.q.Model))
 		return
 	}
 	res := x.send(cands, nil, nil)
 	if res.outcome == shim.Failed {
 		if res.status == http.StatusGatewayTimeout {
-			writeError(x.w, http.StatusGatewayTimeout, CodeTimeout, res.detail)
+			x.fail(http.StatusGatewayTimeout, CodeTimeout, "", res.detail)
 			return
 		}
-		writeError(x.w, http.StatusBadGateway, CodeUpstream, res.detail)
+		x.fail(http.StatusBadGateway, CodeUpstream, "", res.detail)
 	}
 }
 
@@ -309,9 +340,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
 	b.release(resp.StatusCode < 500, x.s.opts.Now())
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	if pin == nil && !stream {
+	if pin == nil && !stream && x.out == nil {
 		// Plain routing has nothing to inspect: copy through.
-		x.writeHead(resp, b, pin)
+		x.writeHead(resp, b, pin, resp.StatusCode)
 		bp := streamBufPool.Get().(*[]byte)
 		_, err := io.CopyBuffer(x.w, resp.Body, *bp)
 		streamBufPool.Put(bp)
@@ -339,15 +370,50 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			}
 			return res, false
 		}
-		x.writeHead(resp, b, pin)
+		if x.out != nil {
+			x.relayConverted(resp, b, pin, data)
+			return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+		}
+		x.writeHead(resp, b, pin, resp.StatusCode)
 		_, _ = x.w.Write(data)
 		return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
 	}
-	x.writeHead(resp, b, pin)
-	if err := relayStream(x.w, resp.Body); err != nil && x.r.Context().Err() != nil {
+	x.writeHead(resp, b, pin, resp.StatusCode)
+	relay := relayStream
+	if x.out != nil {
+		relay = x.out.stream
+	}
+	if err := relay(x.w, resp.Body); err != nil && x.r.Context().Err() != nil {
 		return sendResult{outcome: shim.ClientGone}, false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// relayConverted answers a converted request with a buffered upstream
+// answer, converted: a chat completion into the ingress's object, an error
+// into its error shape (same status). An answer that is not a chat
+// completion is a 502 upstream_error.
+func (x *exchange) relayConverted(resp *http.Response, b *Backend, pin *pick.Pin, data []byte) {
+	status := resp.StatusCode
+	var out []byte
+	if status >= 200 && status <= 299 {
+		var err error
+		if out, err = x.out.answer(data); err != nil {
+			status = http.StatusBadGateway
+			out = nil
+		}
+	} else {
+		out = x.out.upstreamError(status, data)
+	}
+	resp.Header.Set("Content-Type", "application/json")
+	if out == nil {
+		resp.Header.Del("Content-Type")
+		x.writeHeaders(resp, b, pin)
+		x.fail(status, CodeUpstream, "", "backend "+b.Name()+" answered with something that is not a chat completion")
+		return
+	}
+	x.writeHead(resp, b, pin, status)
+	_, _ = x.w.Write(out)
 }
 
 func truncate(b []byte, n int) []byte {
@@ -373,13 +439,19 @@ func copyRequestHeaders(dst, src http.Header) {
 	}
 }
 
-// writeHead relays the upstream status and headers, without hop-by-hop or
-// x-dynamo-* headers, adding routing identities when the client asked.
-func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin) {
+// writeHead relays the upstream headers (see writeHeaders) with status.
+func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, status int) {
+	x.writeHeaders(resp, b, pin)
+	x.w.WriteHeader(status)
+}
+
+// writeHeaders sets the upstream headers, without hop-by-hop or x-dynamo-*
+// headers, adding routing identities when the client asked.
+func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
 	for k, v := range resp.Header {
-		if shim.IsPinHeader(k) || dropRequestHeaders[k] {
-			continue
+		if shim.IsPinHeader(k) || dropRequestHeaders[k] || k == requestIDHeader {
+			continue // the request id is the router's (set before)
 		}
 		h[k] = v // the upstream response is not read again: no copy
 	}
@@ -402,7 +474,6 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin) {
 		}
 		h.Set("x-continuum-routing-path", path)
 	}
-	x.w.WriteHeader(resp.StatusCode)
 }
 
 var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

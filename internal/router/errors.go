@@ -17,12 +17,19 @@ const (
 	CodePrefillDecodeUnavailable  = "disaggregated_prefill_decode_unavailable"
 	CodeDisaggregatedDecodeFailed = "disaggregated_decode_failed"
 	CodeNotFound                  = "not_found"
+	// CodeOverloaded: the router serves server.max_in_flight requests
+	// already (503 with Retry-After).
+	CodeOverloaded = "router_overloaded"
 	// CodeModelNotFound: no backend lists the model and no discovered
 	// Dynamo worker serves it (404, as OpenAI answers an unknown model).
 	CodeModelNotFound = "model_not_found"
 	// CodeAllWorkersBusy: a busy threshold is set and every worker that
 	// could serve the request is busy (503 with Retry-After).
 	CodeAllWorkersBusy = "all_workers_busy"
+	// CodeNotImplemented: an endpoint this router cannot serve as
+	// configured (count_tokens without loaded artifacts, compaction
+	// without a native Responses backend).
+	CodeNotImplemented = "not_implemented"
 )
 
 type apiError struct {

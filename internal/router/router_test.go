@@ -91,6 +91,12 @@ func closedURL(t *testing.T) string {
 // worker 20 (ranks 0-1).
 func newHarness(t *testing.T, edit func(*config.Config)) *harness {
 	t.Helper()
+	return newHarnessWith(t, edit, nil)
+}
+
+// newHarnessWith is newHarness with the router's options edited too.
+func newHarnessWith(t *testing.T, edit func(*config.Config), opts func(*router.Options)) *harness {
+	t.Helper()
 	h := &harness{fe: fleetsim.NewFrontend(), reducer: fleet.NewReducer()}
 	feSrv := httptest.NewServer(h.fe)
 	t.Cleanup(feSrv.Close)
@@ -117,8 +123,12 @@ func newHarness(t *testing.T, edit func(*config.Config)) *harness {
 	h.store = store
 	h.metrics = telemetry.NewRouterMetrics(nil)
 	promReg := prometheus.NewRegistry()
-	srv := router.New(router.Options{Config: cfg, Registry: h.reg, Store: store, Metrics: h.metrics, Gatherer: promReg,
-		DiscoveryConnected: func() bool { return true }})
+	o := router.Options{Config: cfg, Registry: h.reg, Store: store, Metrics: h.metrics, Gatherer: promReg,
+		DiscoveryConnected: func() bool { return true }}
+	if opts != nil {
+		opts(&o)
+	}
+	srv := router.New(o)
 	srv.SetReady(true)
 	h.router = httptest.NewServer(srv.Handler())
 	t.Cleanup(h.router.Close)
@@ -754,7 +764,7 @@ func TestAdminListener(t *testing.T) {
 	}
 }
 
-// TestBodyLimit: a body over MaxBodyBytes is refused with 413, whether the
+// TestBodyLimit: a body over server.max_body_bytes is refused with 413, whether the
 // client declared its length or sent it chunked; a body of exactly the
 // limit, or of a declared length, goes through whole.
 func TestBodyLimit(t *testing.T) {
@@ -783,10 +793,10 @@ func TestBodyLimit(t *testing.T) {
 		return resp.StatusCode
 	}
 	for _, chunked := range []bool{false, true} {
-		if got := send(body(router.MaxBodyBytes+1), chunked); got != http.StatusRequestEntityTooLarge {
+		if got := send(body(config.DefaultMaxBodyBytes+1), chunked); got != http.StatusRequestEntityTooLarge {
 			t.Errorf("chunked=%v: a body over the limit: %d", chunked, got)
 		}
-		if got := send(body(router.MaxBodyBytes), chunked); got != http.StatusOK {
+		if got := send(body(config.DefaultMaxBodyBytes), chunked); got != http.StatusOK {
 			t.Errorf("chunked=%v: a body at the limit: %d", chunked, got)
 		}
 	}

@@ -26,9 +26,6 @@ import (
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
-// MaxBodyBytes bounds a request body.
-const MaxBodyBytes = 32 << 20
-
 // maxBufferedResponse bounds a buffered upstream response held for
 // inspection.
 const maxBufferedResponse = 64 << 20
@@ -60,11 +57,22 @@ type Options struct {
 	// (a reload replacing the watcher). A request that finds no worker
 	// while discovery settles waits for it, at most settleWait.
 	DiscoverySettling func() <-chan struct{}
+	// CountTokens, when set, renders a chat completion request (body) for
+	// the Dynamo model with the chat template and tokenizer its workers
+	// declare, as KV-aware routing loads them, and returns the prompt's
+	// size; without them it returns the reason (a KV selection result such
+	// as tokenizer_unavailable). POST /v1/messages/count_tokens answers
+	// 501 without it, or when it returns CountTokensOff.
+	CountTokens func(model string, body []byte) (tokens int, reason string)
 	// Transport overrides the upstream transport (tests, benchmarks).
 	Transport http.RoundTripper
 	// Now is the clock of breakers and rate limits; time.Now when nil.
 	Now func() time.Time
 }
+
+// CountTokensOff is the reason CountTokens gives while KV-aware routing is
+// off (it may be turned on by a reload).
+const CountTokensOff = "kv_routing_off"
 
 // Server is the router.
 type Server struct {
@@ -80,6 +88,8 @@ type Server struct {
 	dispatch *shim.Dispatcher[*Backend]
 	// queue holds requests that found every worker busy.
 	queue *busyQueue
+	// inFlight counts the inference requests being served.
+	inFlight atomic.Int64
 }
 
 // New builds a server from configuration.
@@ -147,6 +157,12 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.inference("/v1/chat/completions"))
 	mux.HandleFunc("POST /v1/completions", s.inference("/v1/completions"))
+	for _, prefix := range []string{"", "/anthropic"} {
+		mux.HandleFunc("POST "+prefix+"/v1/messages", s.instrument(prefix+"/v1/messages", s.messages))
+		mux.HandleFunc("POST "+prefix+"/v1/messages/count_tokens", s.instrument(prefix+"/v1/messages/count_tokens", s.countTokens))
+	}
+	mux.HandleFunc("POST /v1/responses", s.instrument("/v1/responses", s.responses))
+	mux.HandleFunc("POST /v1/responses/compact", s.instrument("/v1/responses/compact", s.compact))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -286,11 +302,11 @@ func (s *Server) known(model string, policy *keyPolicy) bool {
 	return anyModel || listed[model]
 }
 
-// readBody reads a request body of at most MaxBodyBytes, in one
+// readBody reads a request body of at most limit bytes, in one
 // allocation when the client declared its length.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
 		// The declared length is the whole body (net/http enforces it).
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(body, buf); err != nil {
@@ -349,6 +365,9 @@ type statusRecorder struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	// inFlight: admit took one of server.max_in_flight's slots, released
+	// when the handler returns.
+	inFlight bool
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -369,6 +388,12 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 
 // inference handles chat and text completions.
 func (s *Server) inference(path string) http.HandlerFunc {
+	return s.instrument(path, func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, path) })
+}
+
+// instrument counts a handler's requests by status class and times them
+// under path.
+func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFunc {
 	// The series of this path, looked up once rather than per request.
 	var byClass [6]prometheus.Counter // 1xx .. 5xx at [1] .. [5]
 	for c := 1; c <= 5; c++ {
@@ -377,8 +402,13 @@ func (s *Server) inference(path string) http.HandlerFunc {
 	duration := s.opts.Metrics.RequestDuration.WithLabelValues(path)
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		id := requestID(r)
+		w.Header().Set(requestIDHeader, id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		s.serveInference(rec, r, path)
+		serve(rec, r)
+		if rec.inFlight {
+			s.inFlight.Add(-1)
+		}
 		status := rec.status
 		if r.Context().Err() != nil {
 			status = 499 // the client went away
@@ -390,34 +420,61 @@ func (s *Server) inference(path string) http.HandlerFunc {
 		}
 		duration.Observe(time.Since(start).Seconds())
 		if status >= 500 || status == 499 {
-			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start))
+			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start), "request_id", id)
 		}
 	}
 }
 
-func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path string) {
-	policy := s.keys.Load().match(r)
-	if !s.keys.Load().open() && policy == nil {
-		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
-		return
+// failFunc writes a router error in an ingress's shape.
+type failFunc func(w http.ResponseWriter, status int, code, param, message string)
+
+// admit checks the client's credential (Authorization: Bearer, or
+// x-api-key) and rate limit and reads the body; when it returns false it
+// has answered through fail.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*keyPolicy, []byte, bool) {
+	if rec, ok := w.(*statusRecorder); ok {
+		limit := int64(s.cfg.Load().Server.MaxInFlight)
+		if s.inFlight.Add(1) > limit {
+			s.inFlight.Add(-1)
+			s.opts.Metrics.Overloaded.WithLabelValues(telemetry.OverloadInFlight).Inc()
+			w.Header().Set("Retry-After", "1")
+			fail(w, http.StatusServiceUnavailable, CodeOverloaded, "", fmt.Sprintf("the router is serving its limit of %d requests (server.max_in_flight): retry shortly", limit))
+			return nil, nil, false
+		}
+		rec.inFlight = true
+	}
+	keys := s.keys.Load()
+	policy := keys.match(r)
+	if !keys.open() && policy == nil {
+		fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "a valid API key is required")
+		return nil, nil, false
 	}
 	if policy != nil && policy.bucket != nil {
 		if ok, wait := policy.bucket.take(s.opts.Now()); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-			writeError(w, http.StatusTooManyRequests, CodeRateLimited, "rate limit exceeded for this API key")
-			return
+			fail(w, http.StatusTooManyRequests, CodeRateLimited, "", "rate limit exceeded for this API key")
+			return nil, nil, false
 		}
 	}
 	// The body is not pooled: the transport may still read it after the
 	// upstream answered.
-	body, err := readBody(w, r)
+	limit := s.cfg.Load().Server.MaxBodyBytes
+	body, err := readBody(w, r, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeBadRequest, fmt.Sprintf("request body larger than %d bytes", MaxBodyBytes))
-			return
+			fail(w, http.StatusRequestEntityTooLarge, CodeBadRequest, "", fmt.Sprintf("request body larger than %d bytes (server.max_body_bytes)", limit))
+			return nil, nil, false
 		}
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "could not read the request body")
+		fail(w, http.StatusBadRequest, CodeBadRequest, "", "could not read the request body")
+		return nil, nil, false
+	}
+	return policy, body, true
+}
+
+func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path string) {
+	policy, body, ok := s.admit(w, r, writeParamError)
+	if !ok {
 		return
 	}
 	var q request

@@ -2,11 +2,9 @@ package routerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -160,50 +158,4 @@ func (d *Daemon) stopKV(k *kvParts) {
 	if k != nil {
 		k.run.stop(d.logger)
 	}
-}
-
-// listener is one bound address and the server on it.
-type listener struct {
-	key string // the configuration key of its address
-	ln  net.Listener
-	srv *http.Server
-}
-
-// bind listens on addr for the key's handler; nothing is served until
-// serve.
-func (d *Daemon) bind(key, addr string, h http.Handler) (*listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
-	}
-	errLog := slog.NewLogLogger(d.logger.Handler(), slog.LevelWarn)
-	return &listener{key: key, ln: ln,
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ErrorLog: errLog}}, nil
-}
-
-// serve serves l until it is shut down; an accept failure ends the daemon.
-func (d *Daemon) serve(l *listener) {
-	go func() {
-		if err := l.srv.Serve(l.ln); !errors.Is(err, http.ErrServerClosed) {
-			d.fail(fmt.Errorf("serving %s: %w", l.ln.Addr(), err))
-		}
-	}()
-}
-
-// shutdown stops l from accepting and lets its requests finish within
-// grace, then closes what is left.
-func (l *listener) shutdown(logger *slog.Logger, grace time.Duration) {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
-	defer cancel()
-	if err := l.srv.Shutdown(ctx); err != nil {
-		logger.Warn("requests still in flight at the end of the grace period", "address", l.ln.Addr().String(), "err", context.Cause(ctx))
-		_ = l.srv.Close()
-	}
-}
-
-func (l *listener) addr() string {
-	if l == nil {
-		return ""
-	}
-	return l.ln.Addr().String()
 }

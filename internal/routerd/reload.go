@@ -3,6 +3,7 @@ package routerd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -217,7 +218,8 @@ func (d *Daemon) done(res admin.Reload, changed bool) admin.Reload {
 // prepared is what a reload sets up before it changes anything, so that a
 // failure refuses it whole.
 type prepared struct {
-	main, admin *listener // new listeners, nil when their address is unchanged
+	main, admin *listener    // new listeners, nil when their address is unchanged
+	cert        *certificate // server.tls's, nil for plain HTTP
 	watcher     *discovery.Watcher
 	conn        zmtp.Connector
 	kv          *kvParts // KV-aware selection turned on
@@ -231,13 +233,26 @@ func (d *Daemon) prepare(old, cfg *config.Config, plan config.Plan) (p prepared,
 			p.close()
 		}
 	}()
+	p.cert = d.cert
+	if !tlsEqual(cfg.Server.TLS, old.Server.TLS) {
+		p.cert = nil
+		if cfg.Server.TLS != nil {
+			if p.cert, err = loadCertificate(*cfg.Server.TLS, d.logger); err != nil {
+				return p, err
+			}
+		}
+	}
+	var tlsCfg *tls.Config
+	if p.cert != nil {
+		tlsCfg = p.cert.config()
+	}
 	if cfg.Server.BindAddress != old.Server.BindAddress {
-		if p.main, err = d.bind("server.bind_address", cfg.Server.BindAddress, d.router.Handler()); err != nil {
+		if p.main, err = d.bind("server.bind_address", cfg.Server.BindAddress, d.router.Handler(), true, cfg, tlsCfg); err != nil {
 			return p, fmt.Errorf("%w; the running listener is kept", err)
 		}
 	}
 	if cfg.Admin.BindAddress != old.Admin.BindAddress && cfg.Admin.BindAddress != "" {
-		if p.admin, err = d.bind("admin.bind_address", cfg.Admin.BindAddress, d.router.AdminHandler()); err != nil {
+		if p.admin, err = d.bind("admin.bind_address", cfg.Admin.BindAddress, d.router.AdminHandler(), false, cfg, tlsCfg); err != nil {
 			return p, fmt.Errorf("%w; the running listener is kept", err)
 		}
 	}
@@ -386,20 +401,35 @@ func (d *Daemon) stopDynamo() {
 // swapListeners starts serving the new listeners and lets the replaced
 // ones finish their requests (within the shutdown grace) in the
 // background; an admin listener no longer configured is retired the same
-// way. During a drain nothing new is served.
+// way. A listener that stays takes the new settings for the connections
+// that follow. During a drain nothing new is served.
 func (d *Daemon) swapListeners(old, cfg *config.Config, p prepared) {
+	if p.cert != d.cert {
+		d.certRun.stop(d.logger)
+		d.cert, d.certRun = p.cert, nil
+		if p.cert != nil {
+			d.certRun = d.start("TLS certificate reloads", p.cert.run)
+		}
+	}
+	var tlsCfg *tls.Config
+	if d.cert != nil {
+		tlsCfg = d.cert.config()
+	}
 	d.lnMu.Lock()
 	defer d.lnMu.Unlock()
-	var retire []*listener
 	if d.draining {
 		p.close()
 		return
 	}
+	var retire []*listener
+	var replaced []*served
 	if p.main != nil {
 		retire = append(retire, d.main)
 		d.main = p.main
 		d.serve(p.main)
 		d.logger.Info("listening on a new address; the old listener drains", "address", p.main.addr(), "old", retire[0].addr())
+	} else if s := d.reconfigure(d.main, cfg, tlsCfg); s != nil {
+		replaced = append(replaced, s)
 	}
 	if cfg.Admin.BindAddress != old.Admin.BindAddress {
 		if d.admin != nil {
@@ -412,8 +442,23 @@ func (d *Daemon) swapListeners(old, cfg *config.Config, p prepared) {
 		} else {
 			d.logger.Info("admin API back on the main listener")
 		}
+	} else if d.admin != nil {
+		if s := d.reconfigure(d.admin, cfg, tlsCfg); s != nil {
+			replaced = append(replaced, s)
+		}
 	}
 	for _, l := range retire {
 		d.retiring.Go(func() { l.shutdown(d.logger, d.grace) })
 	}
+	for _, s := range replaced {
+		d.retiring.Go(func() { s.shutdown(d.logger, "", d.grace) })
+	}
+}
+
+// tlsEqual reports whether two server.tls settings name the same files.
+func tlsEqual(a, b *config.ServerTLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

@@ -12,6 +12,7 @@ package routerd
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"
@@ -35,9 +36,6 @@ import (
 // DefaultShutdownGrace bounds draining in-flight requests when Deps names
 // no grace.
 const DefaultShutdownGrace = 30 * time.Second
-
-// readHeaderTimeout bounds a client's request line and headers.
-const readHeaderTimeout = 10 * time.Second
 
 // Deps are the values a daemon is built with besides its configuration.
 type Deps struct {
@@ -84,6 +82,7 @@ type Daemon struct {
 	dm      *telemetry.DiscoveryMetrics
 	lm      *telemetry.LoadMetrics
 	cm      *telemetry.ConfigMetrics
+	rm      *telemetry.RouterMetrics
 	// KV metric families, registered when KV-aware selection is first
 	// built.
 	kvFamilies *kvstack.Families
@@ -120,7 +119,11 @@ type Daemon struct {
 	main     *listener
 	admin    *listener
 	draining bool
-	retiring sync.WaitGroup // replaced listeners finishing their requests
+	retiring sync.WaitGroup // replaced listeners and servers finishing their requests
+	// cert is server.tls's certificate (nil for plain HTTP), reloaded by
+	// certRun when its files change; guarded by mu.
+	cert    *certificate
+	certRun *part
 
 	failed chan error
 }
@@ -145,6 +148,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d := &Daemon{logger: logger, grace: deps.ShutdownGrace, reload: deps.Reload, promReg: promReg, gen: 1,
 		dm: telemetry.NewDiscoveryMetrics(promReg), lm: telemetry.NewLoadMetrics(promReg), cm: telemetry.NewConfigMetrics(promReg),
+		rm:     telemetry.NewRouterMetrics(promReg),
 		failed: make(chan error, 1)}
 	if d.grace <= 0 {
 		d.grace = DefaultShutdownGrace
@@ -166,8 +170,8 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		picker = d.picker()
 	}
 	d.router = router.New(router.Options{Config: cfg, Registry: d.registry, Store: d.store, Picker: picker,
-		Metrics: telemetry.NewRouterMetrics(promReg), Gatherer: promReg, Logger: logger,
-		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView,
+		Metrics: d.rm, Gatherer: promReg, Logger: logger,
+		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView, CountTokens: d.countTokens,
 		ImportConfig: d.importConfig, ConfigStatus: d.configStatus, DiscoverySettling: d.discoverySettling})
 	if err := d.listen(cfg); err != nil {
 		return nil, err
@@ -244,6 +248,16 @@ func (d *Daemon) kvView() admin.KVResponse {
 	return admin.KVResponse{Ranks: []admin.KVRank{}, Results: []admin.KVCount{}, Subscriptions: []admin.Subscription{}, Events: []admin.KVCount{}}
 }
 
+// countTokens is POST /v1/messages/count_tokens: the prompt's size as
+// KV-aware selection renders and tokenizes it.
+func (d *Daemon) countTokens(model string, body []byte) (int, string) {
+	k := d.kvState.Load()
+	if k == nil {
+		return 0, router.CountTokensOff
+	}
+	return k.st.Prompts.Count(d.registry.Snapshot(), model, body)
+}
+
 // subscriptions lists the load and kv-events subscriptions.
 func (d *Daemon) subscriptions() []load.SubscriptionInfo {
 	var out []load.SubscriptionInfo
@@ -256,9 +270,18 @@ func (d *Daemon) subscriptions() []load.SubscriptionInfo {
 	return out
 }
 
-// listen binds the main listener and, when configured, the admin one.
+// listen loads the TLS certificate when configured and binds the main
+// listener and, when configured, the admin one.
 func (d *Daemon) listen(cfg *config.Config) error {
-	main, err := d.bind("server.bind_address", cfg.Server.BindAddress, d.router.Handler())
+	var tlsCfg *tls.Config
+	if cfg.Server.TLS != nil {
+		c, err := loadCertificate(*cfg.Server.TLS, d.logger)
+		if err != nil {
+			return err
+		}
+		d.cert, tlsCfg = c, c.config()
+	}
+	main, err := d.bind("server.bind_address", cfg.Server.BindAddress, d.router.Handler(), true, cfg, tlsCfg)
 	if err != nil {
 		return err
 	}
@@ -267,7 +290,7 @@ func (d *Daemon) listen(cfg *config.Config) error {
 		d.logger.Warn("no api_keys: the router accepts requests from anyone who can reach it", "address", d.Addr())
 	}
 	if cfg.Admin.BindAddress != "" {
-		if d.admin, err = d.bind("admin.bind_address", cfg.Admin.BindAddress, d.router.AdminHandler()); err != nil {
+		if d.admin, err = d.bind("admin.bind_address", cfg.Admin.BindAddress, d.router.AdminHandler(), false, cfg, tlsCfg); err != nil {
 			d.Close()
 			return err
 		}
@@ -317,6 +340,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.startDynamo(&d.dyn)
 	}
 	routerRun := d.start("backend health checks", d.router.Run)
+	if d.cert != nil {
+		d.certRun = d.start("TLS certificate reloads", d.cert.run)
+	}
 	d.mu.Unlock()
 	d.lnMu.Lock()
 	d.serve(d.main)
@@ -346,6 +372,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.stopKV(k) })
 	}
 	stop(routerRun)
+	stop(d.certRun)
 	wg.Wait()
 	d.mu.Unlock()
 	d.retiring.Wait()

@@ -99,6 +99,11 @@ type RouterMetrics struct {
 	QueueDepth       prometheus.Gauge
 	QueueWaits       *prometheus.CounterVec
 	QueueWaitSeconds prometheus.Histogram
+	// Overloaded counts what the listener refused by reason
+	// (OverloadInFlight, OverloadConnections).
+	Overloaded *prometheus.CounterVec
+	// Connections is the number of open client connections.
+	Connections prometheus.Gauge
 }
 
 // Reasons of continuum_dynamo_busy_refusals_total{reason}. The set is
@@ -124,6 +129,15 @@ const (
 	// QueueUnpinned: while it waited the model could no longer be pinned
 	// (its workers left, or pinning was turned off): it went the plain way.
 	QueueUnpinned = "unpinned"
+)
+
+// Reasons of continuum_http_overload_rejections_total.
+const (
+	// OverloadInFlight: a request beyond server.max_in_flight (503).
+	OverloadInFlight = "in_flight"
+	// OverloadConnections: a connection beyond server.max_connections,
+	// closed once accepted.
+	OverloadConnections = "connections"
 )
 
 // NewRouterMetrics creates the router families and registers them on reg
@@ -172,6 +186,14 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 			Help:    "Time requests waited for a worker with room, however the wait ended.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
 		}),
+		Overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_http_overload_rejections_total",
+			Help: "Requests and connections the listener refused by reason (in_flight: over server.max_in_flight; connections: over server.max_connections).",
+		}, []string{"reason"}),
+		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_http_connections",
+			Help: "Open client connections on the main listener.",
+		}),
 	}
 	for _, r := range []string{"instance_not_found", "engine_unreachable", "status_5xx"} {
 		m.Repins.WithLabelValues(r)
@@ -184,7 +206,7 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration,
-			m.Repins, m.BusyRefusals, m.QueueDepth, m.QueueWaits, m.QueueWaitSeconds)
+			m.Repins, m.BusyRefusals, m.QueueDepth, m.QueueWaits, m.QueueWaitSeconds, m.Overloaded, m.Connections)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package tokenize_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,8 +14,10 @@ import (
 	"github.com/continuum-router/continuum/internal/tokenize"
 )
 
-// goldenModels are the tokenizers whose ids scripts/tokenizer-ref pinned.
-var goldenModels = []string{"qwen3", "llama3", "llama2", "deepseek_v3", "gptoss", "gemma3"}
+// goldenModels are the tokenizers whose ids scripts/tokenizer-ref pinned,
+// the largest first: the parallel subtests over them start in this order,
+// so the longest do not run last on their own.
+var goldenModels = []string{"gemma3", "gptoss", "qwen3", "llama3", "deepseek_v3", "llama2"}
 
 type corpusEntry struct {
 	Name string `json:"name"`
@@ -57,31 +60,46 @@ func loadCorpus(tb testing.TB) []corpusEntry {
 // tokenizerFile returns the decompressed tokenizer.json of a golden model.
 func tokenizerFile(tb testing.TB, model string) []byte { return testutil.TokenizerJSON(tb, model) }
 
+// loadedModel is one golden model, loaded once per test binary.
+type loadedModel struct {
+	once sync.Once
+	tk   *tokenize.Tokenizer
+	err  error
+}
+
 var (
 	loadedMu sync.Mutex
-	loaded   = map[string]*tokenize.Tokenizer{}
+	loaded   = map[string]*loadedModel{}
 )
 
-// loadModel loads a golden model once per test binary.
+// loadModel loads a golden model once per test binary. Parallel tests that
+// ask for the same model wait for one load; different models load at once.
 func loadModel(tb testing.TB, model string) *tokenize.Tokenizer {
 	tb.Helper()
 	loadedMu.Lock()
-	defer loadedMu.Unlock()
-	if tk, ok := loaded[model]; ok {
-		return tk
+	m := loaded[model]
+	if m == nil {
+		m = &loadedModel{}
+		loaded[model] = m
 	}
-	tk, err := tokenize.Load(tokenizerFile(tb, model))
-	if err != nil {
-		tb.Fatalf("load %s: %v", model, err)
+	loadedMu.Unlock()
+	m.once.Do(func() {
+		m.err = errors.New("reading the file failed in the test that started the load")
+		data := tokenizerFile(tb, model) // a Fatal here leaves m.err as set above
+		m.tk, m.err = tokenize.Load(data)
+	})
+	if m.err != nil {
+		tb.Fatalf("load %s: %v", model, m.err)
 	}
-	loaded[model] = tk
-	return tk
+	return m.tk
 }
 
 func TestGoldenCorpus(t *testing.T) {
+	t.Parallel()
 	corpus := loadCorpus(t)
 	for _, model := range goldenModels {
 		t.Run(model, func(t *testing.T) {
+			t.Parallel()
 			tk := loadModel(t, model)
 			golden := readJSONL[goldenEntry](t, filepath.Join(testutil.RepoRoot(t), "testdata", "tokenize", "golden", model+".jsonl"))
 			if len(golden) != len(corpus) {

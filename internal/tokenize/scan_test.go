@@ -38,6 +38,7 @@ func randomScanText(r *rand.Rand) string {
 // TestScannersMatchRegex checks every hand-written scanner against the
 // general backtracking engine on random text.
 func TestScannersMatchRegex(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(8, 17))
 	for pattern, scan := range scanners {
 		re := regexMatcher{regexp2.MustCompile(pattern, regexp2.Unicode)}
@@ -63,6 +64,7 @@ func pieces(s string, ms [][2]int) []string {
 // TestMergeScanMatchesHeap checks the short-word merge loop against the
 // heap loop on every word of the corpus-like text.
 func TestMergeScanMatchesHeap(t *testing.T) {
+	t.Parallel()
 	vocab := map[string]uint32{}
 	next := uint32(0)
 	id := func(s string) uint32 {
@@ -115,6 +117,7 @@ func alive(syms []symbol) []uint32 {
 // (testdata/tokenize/onig-classes.json, measured by
 // scripts/tokenizer-ref/unicode-classes.js).
 func TestClassesMatchEngine(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "tokenize", "onig-classes.json"))
 	if err != nil {
 		t.Fatal(err)

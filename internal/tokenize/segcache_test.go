@@ -13,6 +13,7 @@ import (
 // later, for Metaspace's "first" scheme) encode the same with the cache
 // cold, warm and off.
 func TestSegmentCache(t *testing.T) {
+	t.Parallel()
 	corpus := loadCorpus(t)
 	var long []string
 	for _, e := range corpus {
@@ -25,12 +26,15 @@ func TestSegmentCache(t *testing.T) {
 	}
 	for _, model := range goldenModels {
 		t.Run(model, func(t *testing.T) {
-			warm := loadModel(t, model) // shared with the golden tests, cache on
+			t.Parallel()
+			// The cold copy loads first: meanwhile the golden test of the
+			// same model, running in parallel, may be loading the shared one.
 			cold, err := tokenize.Load(tokenizerFile(t, model))
 			if err != nil {
 				t.Fatal(err)
 			}
 			cold.SetSegmentCache(false)
+			warm := loadModel(t, model) // shared with the golden tests, cache on
 			sep := ""
 			for _, s := range []string{"<|im_start|>", "<|begin_of_text|>", "<start_of_turn>", "<|start|>", "<｜begin▁of▁sentence｜>", "</s>"} {
 				if _, ok := warm.TokenToID(s); ok {

@@ -69,6 +69,7 @@ func byteLevelChar(b byte) string {
 }
 
 func TestTinyTokenizer(t *testing.T) {
+	t.Parallel()
 	tk, err := tokenize.Load(tiny(t, nil))
 	noErr(t, err)
 	tests := []struct {
@@ -124,6 +125,7 @@ func errContains(t *testing.T, err error, want string) {
 }
 
 func TestLoadRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		override map[string]string
@@ -167,6 +169,7 @@ func TestLoadRejects(t *testing.T) {
 }
 
 func TestPromptTooLarge(t *testing.T) {
+	t.Parallel()
 	tk, err := tokenize.Load(tiny(t, nil))
 	noErr(t, err)
 	// Each "x " is two tokens ("x", " ") under the GPT-2 split without merges.
@@ -196,6 +199,7 @@ func TestPromptTooLarge(t *testing.T) {
 // TestConcurrentEncode encodes the corpus from several goroutines on one
 // Tokenizer (run with -race) and checks every result against a serial one.
 func TestConcurrentEncode(t *testing.T) {
+	t.Parallel()
 	tk := loadModel(t, "qwen3")
 	corpus := loadCorpus(t)
 	want := make([][]uint32, len(corpus))

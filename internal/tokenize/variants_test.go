@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/testutil"
@@ -138,6 +139,7 @@ func trimModel(t *testing.T, raw json.RawMessage, trim uint32) json.RawMessage {
 }
 
 func TestVariants(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(testutil.RepoRoot(t), "testdata", "tokenize")
 	data, err := os.ReadFile(filepath.Join(dir, "variants.json"))
 	if err != nil {
@@ -151,11 +153,26 @@ func TestVariants(t *testing.T) {
 	if len(golden) != len(spec.Variants)*len(spec.Texts) {
 		t.Fatalf("golden has %d entries, want %d: regenerate with scripts/tokenizer-ref/generate.sh", len(golden), len(spec.Variants)*len(spec.Texts))
 	}
-	bases := map[string]map[string]json.RawMessage{} // by base and trim
+	// The base documents, by base and trim, each built once by the first
+	// subtest that needs it; the map itself is filled before the subtests
+	// run, and a built document is only read (applyVariant clones it).
+	type lazyBase struct {
+		once sync.Once
+		doc  map[string]json.RawMessage
+	}
+	bases := map[string]*lazyBase{}
+	baseKey := func(base string, trim uint32) string { return fmt.Sprintf("%s/%d", base, trim) }
+	for _, v := range spec.Variants {
+		if key := baseKey(v.Base, v.TrimVocab); bases[key] == nil {
+			bases[key] = &lazyBase{}
+		}
+	}
 	for vi, v := range spec.Variants {
 		t.Run(v.Name, func(t *testing.T) {
-			key := fmt.Sprintf("%s/%d", v.Base, v.TrimVocab)
-			if bases[key] == nil {
+			t.Parallel()
+			key := baseKey(v.Base, v.TrimVocab)
+			base := bases[key]
+			base.once.Do(func() {
 				var doc map[string]json.RawMessage
 				if err := json.Unmarshal(tokenizerFile(t, v.Base), &doc); err != nil {
 					t.Fatal(err)
@@ -163,7 +180,10 @@ func TestVariants(t *testing.T) {
 				if v.TrimVocab > 0 {
 					doc["model"] = trimModel(t, doc["model"], v.TrimVocab)
 				}
-				bases[key] = doc
+				base.doc = doc // left nil when a Fatal above ends the subtest
+			})
+			if base.doc == nil {
+				t.Fatalf("base %s failed to build (see the subtest that built it)", key)
 			}
 			var add []map[string]any
 			for _, a := range v.AddTokens {
@@ -172,7 +192,7 @@ func TestVariants(t *testing.T) {
 					"rstrip": a.RStrip, "normalized": a.Normalized, "special": a.Special,
 				})
 			}
-			tk, err := tokenize.Load(applyVariant(t, bases[key], v.Set, add))
+			tk, err := tokenize.Load(applyVariant(t, base.doc, v.Set, add))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,6 @@
 package zmtp
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -15,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -38,13 +38,37 @@ var (
 	LimitsKVEvents  = Limits{MaxFrameBytes: 1 << 20, MaxMessageBytes: 1<<20 + 256 + 16, MaxFrames: 4, DiscardBytes: 16 << 20}
 )
 
-// Buffer sizes of an idle subscription.
+// Buffer sizes of a subscription.
 const (
 	readBufferBytes    = 2 << 10
 	initialFrameBuffer = 512
 	maxCommandBytes    = 1 << 10
 	greetingBytes      = 64
+	// maxPooledFrameBuffer bounds a frame buffer kept for reuse once its
+	// subscription goes quiet; a larger one (a kv-events burst) is left to
+	// the collector.
+	maxPooledFrameBuffer = 64 << 10
 )
+
+// IdleAfter is how long a subscription waits for a message with its
+// buffers before it gives them back and waits with none. Publishers send
+// on change, so most of a large fleet is quiet most of the time, while a
+// busy publisher's messages come closer together than this and keep the
+// buffers (and one read per message).
+const IdleAfter = time.Second
+
+// idleAfter is IdleAfter, shortened by tests.
+var idleAfter = IdleAfter
+
+// Pools of the buffers a quiet subscription gives back. A busy fleet's
+// subscriptions hold theirs; a quiet one's hold none.
+var (
+	readPool  = sync.Pool{New: func() any { return &buffer{b: make([]byte, readBufferBytes)} }}
+	framePool = sync.Pool{New: func() any { return &buffer{b: make([]byte, 0, initialFrameBuffer)} }}
+)
+
+// buffer is a pooled byte slice.
+type buffer struct{ b []byte }
 
 // Errors. ErrProtocol and ErrOversized wrap the detail.
 var (
@@ -53,6 +77,9 @@ var (
 	// ErrOversized: a message larger than the limits was skipped; the
 	// connection stays usable.
 	ErrOversized = errors.New("zmtp message over the size limit")
+	// ErrQuiet: no message came for IdleAfter; the buffers were given
+	// back. Call Wake, then Next again.
+	ErrQuiet = errors.New("zmtp subscription quiet")
 )
 
 func protocolErr(format string, args ...any) error {
@@ -68,12 +95,100 @@ const (
 )
 
 // Sub is one subscribed connection. It is not safe for concurrent use.
+//
+// A quiet subscription holds no buffer: after IdleAfter without a message
+// it returns its read and frame buffers to pools and waits for the next
+// message's first byte in a one-byte read, with no timer armed.
 type Sub struct {
-	conn   net.Conn
-	r      *bufio.Reader
-	lim    Limits
-	buf    []byte
+	conn net.Conn
+	// rb is the read buffer (nil while quiet): bytes rb.b[r:w] are read
+	// from conn and not consumed.
+	rb   *buffer
+	r, w int
+	fb   *buffer // the frame buffer's pool entry (nil while quiet)
+	lim  Limits
+	buf  []byte
+	// frames are the last message's frames, slices of buf.
 	frames [][]byte
+	one    [1]byte
+}
+
+// warm takes the buffers from the pools.
+func (s *Sub) warm() {
+	s.rb = readPool.Get().(*buffer)
+	s.r, s.w = 0, 0
+	s.fb = framePool.Get().(*buffer)
+	s.buf = s.fb.b[:0]
+}
+
+// cool gives the buffers back; nothing is buffered and no frame returned
+// by Next is in use.
+func (s *Sub) cool() {
+	readPool.Put(s.rb)
+	s.rb = nil
+	if cap(s.buf) <= maxPooledFrameBuffer {
+		s.fb.b = s.buf[:0]
+		framePool.Put(s.fb)
+	}
+	s.fb, s.buf = nil, nil
+}
+
+// fill reads at least one more byte into the read buffer.
+func (s *Sub) fill() error {
+	if s.r == s.w {
+		s.r, s.w = 0, 0
+	} else if s.w == len(s.rb.b) {
+		s.w = copy(s.rb.b, s.rb.b[s.r:s.w])
+		s.r = 0
+	}
+	for {
+		n, err := s.conn.Read(s.rb.b[s.w:])
+		s.w += n
+		if n > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Sub) readByte() (byte, error) {
+	if s.r == s.w {
+		if err := s.fill(); err != nil {
+			return 0, err
+		}
+	}
+	c := s.rb.b[s.r]
+	s.r++
+	return c, nil
+}
+
+// readFull fills p: from the buffer first, then straight from the
+// connection.
+func (s *Sub) readFull(p []byte) error {
+	n := copy(p, s.rb.b[s.r:s.w])
+	s.r += n
+	if n == len(p) {
+		return nil
+	}
+	_, err := io.ReadFull(s.conn, p[n:])
+	return err
+}
+
+// skip consumes n bytes.
+func (s *Sub) skip(n uint64) error {
+	for n > 0 {
+		if s.r == s.w {
+			if err := s.fill(); err != nil {
+				return err
+			}
+		}
+		k := min(n, uint64(s.w-s.r))
+		s.r += int(k)
+		n -= k
+	}
+	return nil
 }
 
 // greeting is ZMTP 3.0 with the NULL mechanism, as a client.
@@ -95,7 +210,8 @@ func Subscribe(ctx context.Context, conn net.Conn, topic []byte, lim Limits) (*S
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	s := &Sub{conn: conn, r: bufio.NewReaderSize(conn, readBufferBytes), lim: lim, buf: make([]byte, 0, initialFrameBuffer)}
+	s := &Sub{conn: conn, lim: lim}
+	s.warm()
 	if _, err := conn.Write(greeting()); err != nil {
 		return nil, err
 	}
@@ -120,19 +236,19 @@ func Subscribe(ctx context.Context, conn net.Conn, topic []byte, lim Limits) (*S
 
 func (s *Sub) readGreeting() error {
 	var g [greetingBytes]byte
-	if _, err := io.ReadFull(s.r, g[:10]); err != nil {
+	if err := s.readFull(g[:10]); err != nil {
 		return err
 	}
 	if g[0] != 0xFF || g[9]&0x01 == 0 {
 		return protocolErr("peer greeting is not ZMTP 3 (signature % x)", g[:10])
 	}
-	if _, err := io.ReadFull(s.r, g[10:11]); err != nil {
+	if err := s.readFull(g[10:11]); err != nil {
 		return err
 	}
 	if g[10] < 3 {
 		return protocolErr("peer speaks ZMTP %d; 3 or later is required", g[10])
 	}
-	if _, err := io.ReadFull(s.r, g[11:]); err != nil {
+	if err := s.readFull(g[11:]); err != nil {
 		return err
 	}
 	mech := bytes.TrimRight(g[12:32], "\x00")
@@ -165,7 +281,7 @@ func frame(flags byte, body []byte) []byte {
 
 // header reads one frame header: flags and the declared body size.
 func (s *Sub) header() (byte, uint64, error) {
-	flags, err := s.r.ReadByte()
+	flags, err := s.readByte()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -173,11 +289,11 @@ func (s *Sub) header() (byte, uint64, error) {
 		return 0, 0, protocolErr("reserved frame flag bits set (0x%02x)", flags)
 	}
 	if flags&flagLong == 0 {
-		n, err := s.r.ReadByte()
+		n, err := s.readByte()
 		return flags, uint64(n), err
 	}
 	var b [8]byte
-	if _, err := io.ReadFull(s.r, b[:]); err != nil {
+	if err := s.readFull(b[:]); err != nil {
 		return 0, 0, err
 	}
 	return flags, binary.BigEndian.Uint64(b[:]), nil
@@ -192,7 +308,7 @@ func (s *Sub) readReady() error {
 		return protocolErr("expected a READY command")
 	}
 	body := make([]byte, size)
-	if _, err := io.ReadFull(s.r, body); err != nil {
+	if err := s.readFull(body); err != nil {
 		return err
 	}
 	name, props, ok := splitCommand(body)
@@ -252,9 +368,13 @@ func property(b []byte, name string) (string, bool) {
 
 // Next returns the next message. Its frames are valid until the next call.
 // ErrOversized means one message was skipped and Next may be called again;
-// any other error ends the subscription.
+// ErrQuiet that none came for IdleAfter (call Wake, then Next); any other
+// error ends the subscription.
 func (s *Sub) Next() ([][]byte, error) {
 	s.frames = s.frames[:0]
+	if err := s.Wait(); err != nil {
+		return nil, err
+	}
 	s.buf = s.buf[:0]
 	oversized := false
 	for {
@@ -267,7 +387,7 @@ func (s *Sub) Next() ([][]byte, error) {
 			if flags&flagMore != 0 || size > maxCommandBytes {
 				return nil, protocolErr("command frame of %d bytes", size)
 			}
-			if _, err := s.r.Discard(int(size)); err != nil {
+			if err := s.skip(size); err != nil {
 				return nil, err
 			}
 			continue
@@ -277,7 +397,7 @@ func (s *Sub) Next() ([][]byte, error) {
 			if size > s.lim.DiscardBytes {
 				return nil, protocolErr("frame of %d bytes declared", size)
 			}
-			if err := s.discard(size); err != nil {
+			if err := s.skip(size); err != nil {
 				return nil, err
 			}
 			oversized = true
@@ -285,7 +405,7 @@ func (s *Sub) Next() ([][]byte, error) {
 			start := len(s.buf)
 			s.grow(int(size))
 			s.buf = s.buf[:start+int(size)]
-			if _, err := io.ReadFull(s.r, s.buf[start:]); err != nil {
+			if err := s.readFull(s.buf[start:]); err != nil {
 				return nil, err
 			}
 			s.frames = append(s.frames, s.buf[start:start+int(size):start+int(size)])
@@ -299,15 +419,52 @@ func (s *Sub) Next() ([][]byte, error) {
 	}
 }
 
-func (s *Sub) discard(n uint64) error {
-	for n > 0 {
-		step := min(n, 1<<30)
-		if _, err := s.r.Discard(int(step)); err != nil {
+// Wait returns once the next message's first byte is readable, waiting
+// with the buffers for IdleAfter at most; then it gives them back and
+// returns ErrQuiet (call Wake). A message's other bytes are read without a
+// deadline: only the wait between messages is bounded. Call it from a
+// shallow frame, as Wake.
+func (s *Sub) Wait() error {
+	if s.rb == nil {
+		return ErrQuiet
+	}
+	if s.r < s.w {
+		return nil
+	}
+	_ = s.conn.SetReadDeadline(time.Now().Add(idleAfter))
+	err := s.fill()
+	_ = s.conn.SetReadDeadline(time.Time{})
+	if err != nil && isTimeout(err) {
+		s.cool()
+		return ErrQuiet
+	}
+	return err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Wake waits, holding no buffer, until the next message starts, and takes
+// the buffers for Next. Call it after Next returned ErrQuiet, from as
+// shallow a frame as can be: the goroutine of a quiet subscription blocks
+// in it, and a shallow wait keeps the goroutine's stack at its smallest.
+func (s *Sub) Wake() error {
+	if s.rb != nil {
+		return nil
+	}
+	for {
+		n, err := s.conn.Read(s.one[:])
+		if n == 1 {
+			s.warm()
+			s.rb.b[0], s.w = s.one[0], 1
+			return nil
+		}
+		if err != nil {
 			return err
 		}
-		n -= step
 	}
-	return nil
 }
 
 // grow makes room for n more bytes, doubling the buffer up to the message

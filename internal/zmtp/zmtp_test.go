@@ -54,6 +54,7 @@ func subscribe(t *testing.T, endpoint, topic string) *zmtp.Sub {
 
 // TestGoZeromqPublisher: our SUB against a go-zeromq/zmq4 PUB.
 func TestGoZeromqPublisher(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pub := zmq4.NewPub(ctx)
@@ -99,6 +100,7 @@ while time.time() < deadline:
 
 // TestLibzmqPublisher: our SUB against libzmq (Debian python3-zmq).
 func TestLibzmqPublisher(t *testing.T) {
+	t.Parallel()
 	testutil.RequireLibzmq(t) // skips without python3-zmq, fails in CI
 	cmd := exec.Command(testutil.Python, "-c", pyPublisher)
 	out, err := cmd.StdoutPipe()
@@ -211,7 +213,8 @@ func dialRawLimits(t *testing.T, endpoint string, lim zmtp.Limits) (*zmtp.Sub, e
 }
 
 // TestHugeDeclaredFrameCostsNothing: a peer declaring a 2^60-byte frame is
-// refused before anything is allocated.
+// refused before anything is allocated. Not parallel: it reads the
+// process-wide allocation count, which other tests would move.
 func TestHugeDeclaredFrameCostsNothing(t *testing.T) {
 	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
 		_, _ = w.Write(longHeader(false, 1<<60))
@@ -236,6 +239,7 @@ func TestHugeDeclaredFrameCostsNothing(t *testing.T) {
 // TestOversizedSkippedThenNext: a frame over the limit but within the
 // discard bound is skipped; the connection carries on.
 func TestOversizedSkippedThenNext(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("x"), 20<<10)
 	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
 		writeMessage(w, message("kv_metrics", 1, big))
@@ -264,6 +268,7 @@ func TestOversizedSkippedThenNext(t *testing.T) {
 // are delivered; a frame at the discard bound is skipped, one a byte over
 // it (in a message under the message limit) ends the connection.
 func TestFrameAndMessageLimits(t *testing.T) {
+	t.Parallel()
 	lim := zmtp.Limits{MaxFrameBytes: 100, MaxMessageBytes: 400, MaxFrames: 8, DiscardBytes: 300}
 	x := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
 	topic := []byte("kv_metrics")
@@ -318,6 +323,7 @@ func TestFrameAndMessageLimits(t *testing.T) {
 }
 
 func TestProtocolViolations(t *testing.T) {
+	t.Parallel()
 	zmtp2 := pubGreeting()
 	zmtp2[10] = 2
 	curve := pubGreeting()
@@ -350,6 +356,7 @@ func TestProtocolViolations(t *testing.T) {
 }
 
 func TestHandshakeTimeout(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -375,6 +382,7 @@ func TestHandshakeTimeout(t *testing.T) {
 }
 
 func TestDirectConnectorCIDRs(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -406,5 +414,67 @@ func TestDirectConnectorCIDRs(t *testing.T) {
 		if _, err := ok.Connect(ctxT(t), bad); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
+	}
+}
+
+// TestQuietSubscription: a subscription that gets no message for the idle
+// wait gives its buffers back (ErrQuiet) and waits in Wake with none; the
+// byte that wakes it starts the next message, which arrives whole, even a
+// multi-frame one whose bytes come in pieces; a busy subscription stays
+// warm between messages. It is the one test that changes the idle wait,
+// so it does not run in parallel.
+func TestQuietSubscription(t *testing.T) {
+	defer zmtp.SetIdleAfter(100 * time.Millisecond)()
+	next := make(chan [][]byte)
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		for m := range next {
+			var b bytes.Buffer
+			writeMessage(&b, m)
+			// In pieces: the first byte alone, then the rest.
+			_, _ = w.Write(b.Bytes()[:1])
+			time.Sleep(20 * time.Millisecond)
+			_, _ = w.Write(b.Bytes()[1:])
+		}
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(next)
+	read := func(seq uint64) {
+		t.Helper()
+		for {
+			if err := sub.Wake(); err != nil {
+				t.Fatal(err)
+			}
+			frames, err := sub.Next()
+			if errors.Is(err, zmtp.ErrQuiet) {
+				continue
+			}
+			if err != nil || len(frames) != 4 || binary.BigEndian.Uint64(frames[2]) != seq {
+				t.Fatalf("message %d: %q %v", seq, frames, err)
+			}
+			return
+		}
+	}
+	next <- message("kv_metrics", 1, []byte("first"))
+	read(1)
+	if sub.Quiet() {
+		t.Fatal("quiet right after a message")
+	}
+	// Nothing for longer than the idle wait.
+	if _, err := sub.Next(); !errors.Is(err, zmtp.ErrQuiet) {
+		t.Fatalf("after the idle wait: %v, want ErrQuiet", err)
+	}
+	if !sub.Quiet() {
+		t.Fatal("a quiet subscription still holds its buffers")
+	}
+	if _, err := sub.Next(); !errors.Is(err, zmtp.ErrQuiet) {
+		t.Fatalf("Next on a quiet subscription: %v", err)
+	}
+	go func() { next <- message("kv_metrics", 2, bytes.Repeat([]byte("y"), 5000)) }()
+	read(2)
+	if sub.Quiet() {
+		t.Fatal("still quiet after a message")
 	}
 }

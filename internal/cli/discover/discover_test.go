@@ -54,7 +54,7 @@ var times = regexp.MustCompile(`"(first_seen|last_updated)": "[^"]+"`)
 // TestDiscoverJSONAgainstEtcd: the fixtures loaded into a real etcd give
 // the expected fleet view and problems through the command.
 func TestDiscoverJSONAgainstEtcd(t *testing.T) {
-	t.Setenv("CONTINUUM_CONFIG", "")
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	loadFixtures(t, c, "basic.yaml", "duplicates.yaml", "join.yaml")
@@ -79,7 +79,7 @@ func TestDiscoverJSONAgainstEtcd(t *testing.T) {
 }
 
 func TestDiscoverTableAndYAML(t *testing.T) {
-	t.Setenv("CONTINUUM_CONFIG", "")
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	loadFixtures(t, srv.Client(t, clientv3.Config{}), "basic.yaml", "roles.yaml")
 	code, out, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", srv.Endpoint)
@@ -139,7 +139,7 @@ func TestDiscoverDialects(t *testing.T) {
 }
 
 func TestDiscoverUnreachable(t *testing.T) {
-	t.Setenv("CONTINUUM_CONFIG", "")
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestDiscoverUnreachable(t *testing.T) {
 }
 
 func TestDiscoverFileStoreWatch(t *testing.T) {
-	t.Setenv("CONTINUUM_CONFIG", "")
+	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "v1/instances")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -191,8 +191,7 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 // fake API server (real HTTP, real client-go) lists the ready worker pods
 // with their instance ids in hex and decimal, roles and models.
 func TestDiscoverKubernetesPods(t *testing.T) {
-	t.Setenv("CONTINUUM_CONFIG", "")
-	t.Setenv("KUBERNETES_SERVICE_HOST", "") // never in-cluster here
+	t.Parallel()
 	fake := kubefake.Start(t)
 	mk := func(name, component, ctype string) kubefake.Object {
 		return kubefake.Object{
@@ -247,8 +246,7 @@ func TestDiscoverKubernetesPods(t *testing.T) {
 // fixture fleet's DynamoWorkerMetadata and EndpointSlice lists the four
 // workers with cards, capacity and publishers, and never a pod IP.
 func TestDiscoverKubernetesMetadata(t *testing.T) {
-	t.Setenv("CONTINUUM_CONFIG", "")
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Parallel()
 	fake := kubefake.Start(t)
 	root := testutil.RepoRoot(t)
 	for name, res := range map[string]kubefake.Resource{"dynamoworkermetadatas.json": kubefake.DWMs, "endpointslices.json": kubefake.EndpointSlices} {

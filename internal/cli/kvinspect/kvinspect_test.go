@@ -56,6 +56,7 @@ func lines(t *testing.T, s string) []map[string]json.RawMessage {
 // The tokenize subcommand gives the golden ids of the HF reference for the
 // whole corpus, with and without special tokens.
 func TestTokenizeMatchesGoldens(t *testing.T) {
+	t.Parallel()
 	root := testutil.RepoRoot(t)
 	tok := tokenizerFile(t, "llama3")
 	corpus, err := os.ReadFile(filepath.Join(root, "testdata/tokenize/corpus.jsonl"))
@@ -110,6 +111,7 @@ func TestTokenizeMatchesGoldens(t *testing.T) {
 }
 
 func TestTokenizeTextAndErrors(t *testing.T) {
+	t.Parallel()
 	tok := tokenizerFile(t, "qwen3")
 	code, out, _ := run(t, "", "kv-inspect", "tokenize", "--tokenizer", tok, "--text", "Hello, world")
 	if code != 0 || !strings.Contains(out, "9707") || !strings.Contains(out, `"Hello"`) {
@@ -133,6 +135,7 @@ func TestTokenizeTextAndErrors(t *testing.T) {
 // The render subcommand gives the Python jinja2 reference's renders of
 // Qwen3's template (and its errors) for every conversation case.
 func TestRenderMatchesGoldens(t *testing.T) {
+	t.Parallel()
 	root := testutil.RepoRoot(t)
 	var cases []map[string]json.RawMessage
 	b, _ := os.ReadFile(filepath.Join(root, "testdata/chattemplate/cases.json"))
@@ -204,6 +207,7 @@ func TestRenderMatchesGoldens(t *testing.T) {
 // The hash subcommand: the block hashes are wire.LocalBlockHashes of the ids
 // under the LoRA and salt seed, for text and for chat requests.
 func TestHash(t *testing.T) {
+	t.Parallel()
 	root := testutil.RepoRoot(t)
 	tok := tokenizerFile(t, "qwen3")
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)

@@ -11,6 +11,7 @@ import (
 // from the record, two pods claiming one instance id both rejected, a
 // refusal shown as a problem of its kind, and resync semantics as for etcd.
 func TestReducerPodsAndRefusals(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	r := NewReducer()
 	put := func(key string, v []byte) { r.Put(key, v, now) }

@@ -119,6 +119,7 @@ func dump(v any) string {
 }
 
 func TestFixtures(t *testing.T) {
+	t.Parallel()
 	files, _ := filepath.Glob("../../../testdata/dynamo/*.yaml")
 	if len(files) == 0 {
 		t.Fatal("no fixtures")
@@ -147,6 +148,7 @@ func key(id int) string { return fmt.Sprintf("v1/instances/dynamo/decode/generat
 // TestFirstSeenSurvivesResync: a resync that re-puts the same records keeps
 // first_seen and last_updated and leaves the reducer clean.
 func TestFirstSeenSurvivesResync(t *testing.T) {
+	t.Parallel()
 	r := fleet.NewReducer()
 	r.Put(key(1), endpoint(1), t0)
 	first := r.Build(t0.Add(time.Second))
@@ -176,6 +178,7 @@ func TestFirstSeenSurvivesResync(t *testing.T) {
 }
 
 func TestKeyspaceCap(t *testing.T) {
+	t.Parallel()
 	r := fleet.NewReducer()
 	for i := range fleet.MaxRecordsPerKeyspace + 10 {
 		r.Put(key(i), endpoint(i), t0)
@@ -198,6 +201,7 @@ func TestKeyspaceCap(t *testing.T) {
 // again, so a worker that replaced a departed one at the cap is accepted,
 // and an identical resync at the cap changes nothing.
 func TestKeyspaceCapDuringResync(t *testing.T) {
+	t.Parallel()
 	r := fleet.NewReducer()
 	for i := range fleet.MaxRecordsPerKeyspace {
 		r.Put(key(i), endpoint(i), t0)
@@ -225,6 +229,7 @@ func TestKeyspaceCapDuringResync(t *testing.T) {
 }
 
 func TestRecordSizeCaps(t *testing.T) {
+	t.Parallel()
 	r := fleet.NewReducer()
 	big := make([]byte, fleet.MaxRecordBytes+1)
 	r.Put(key(1), big, t0)
@@ -250,6 +255,7 @@ func TestRecordSizeCaps(t *testing.T) {
 
 // TestCardSharedAcrossSnapshots: the opaque card is parsed once and shared.
 func TestCardSharedAcrossSnapshots(t *testing.T) {
+	t.Parallel()
 	r := fleet.NewReducer()
 	r.Put(key(2), endpoint(2), t0)
 	r.Put("v1/mdc/dynamo/decode/generate/2", []byte(`{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m"}}`), t0)

@@ -273,7 +273,13 @@ func (p *Prompts) Diagnose(snap *fleet.Snapshot, model, path string) (string, er
 // complete blocks for each of the given block sizes (at most
 // MaxBlockSizesPerRequest, each MinBlockSize..MaxBlockSize). It returns the
 // prompt, or the result to count when there is none.
+//
+// A request without a body has no prompt to render (it is pinned by its
+// model alone): no prompt, and no result to count.
 func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte, blockSizes []int) (*Prompt, string) {
+	if len(body) == 0 {
+		return nil, ""
+	}
 	tk, tmpl, tokens, result, _ := p.preparer(snap, model)
 	if result != "" {
 		return nil, result
@@ -338,6 +344,20 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 		}
 	}
 	return pr, ""
+}
+
+// Count is the size of a chat completion request's prompt (body, for the
+// Dynamo model) as Prepare renders and encodes it, or the result that says
+// why there is none.
+func (p *Prompts) Count(snap *fleet.Snapshot, model string, body []byte) (int, string) {
+	pr, result := p.Prepare(snap, model, "/v1/chat/completions", body, nil)
+	if pr == nil {
+		if result == "" {
+			result = ResultRenderUnavailable
+		}
+		return 0, result
+	}
+	return len(pr.IDs), ""
 }
 
 func cmpOr(a, b string) string {

@@ -139,6 +139,17 @@ func TestPromptsMatchThePipeline(t *testing.T) {
 	if _, result := p.Prepare(snap, "m", "/v1/completions", []byte(`{"model":"m","prompt":["a","b"]}`), []int{16}); result != kv.ResultRenderUnavailable {
 		t.Errorf("batch prompt: %q", result)
 	}
+	// No body: a pick by model alone, with no result to count.
+	if pr, result := p.Prepare(snap, "m", "/v1/responses", nil, []int{16}); pr != nil || result != "" {
+		t.Errorf("no body: %v %q", pr, result)
+	}
+	// Count is the size of the prompt Prepare renders, or why there is none.
+	if n, result := p.Count(snap, "m", []byte(body)); n != len(ids) || result != "" {
+		t.Errorf("count %d %q, want %d", n, result, len(ids))
+	}
+	if n, result := p.Count(snap, "other", []byte(body)); n != 0 || result != kv.ResultTokenizerUnavailable {
+		t.Errorf("count of a model without workers: %d %q", n, result)
+	}
 }
 
 // TestPromptsFleetAgreement: workers that declare different tokenizers

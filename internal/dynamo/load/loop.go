@@ -94,7 +94,8 @@ func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) 
 			stop := context.AfterFunc(ctx, func() { _ = zs.Close() })
 			l.Handler.Connected()
 			l.state(StateConnected)
-			go l.read(ctx, zs, stop, backoff, done)
+			s := &session{l: l, ctx: ctx, zs: zs, stop: stop, backoff: backoff, done: done, started: time.Now()}
+			go s.run()
 			return
 		}
 		if backoff, err = l.failed(ctx, err, backoff); err != nil {
@@ -104,21 +105,68 @@ func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) 
 	}
 }
 
-// read runs one session, then goes back to dialling on this goroutine.
-// stop undoes the AfterFunc that closes the session when ctx ends.
-func (l *Loop) read(ctx context.Context, zs *zmtp.Sub, stop func() bool, backoff time.Duration, done func()) {
-	started := time.Now()
-	err := l.session(zs)
-	stop()
-	_ = zs.Close()
-	if time.Since(started) >= ResetAfter {
-		backoff = ReconnectInitial
+// session is one established session, read on its own goroutine.
+type session struct {
+	l       *Loop
+	ctx     context.Context
+	zs      *zmtp.Sub
+	stop    func() bool // undoes the AfterFunc that closes zs when ctx ends
+	backoff time.Duration
+	done    func()
+	started time.Time
+}
+
+// run is a session goroutine's top frame, and where a quiet subscription
+// waits: in Wake, with nothing else on the stack. A goroutine's stack
+// grows to what handling messages takes and does not shrink back to the
+// smallest size (the runtime keeps a stack unless a quarter of it would do
+// with room to spare), so a session that goes quiet waits on a fresh
+// goroutine: an idle subscription holds the smallest stack there is.
+func (s *session) run() {
+	err := s.zs.Wake()
+	for err == nil {
+		// Both waits happen here, in this shallow frame: what a
+		// goroutine's stack holds while it waits is what the runtime
+		// starts new goroutines with.
+		if err = s.zs.Wait(); err == nil {
+			err = s.one()
+		}
 	}
-	if backoff, err = l.failed(ctx, err, backoff); err != nil {
-		done()
+	if errors.Is(err, zmtp.ErrQuiet) {
+		go s.run()
 		return
 	}
-	l.connect(ctx, backoff, done)
+	s.end(err)
+}
+
+// one hands the next message to the handler; a skipped oversized message
+// is reported and the session goes on.
+func (s *session) one() error {
+	frames, err := s.zs.Next()
+	switch {
+	case err == nil:
+		s.l.Handler.Message(frames, time.Now())
+	case errors.Is(err, zmtp.ErrOversized):
+		s.l.Handler.Oversized()
+	default:
+		return err
+	}
+	return nil
+}
+
+// end closes the session and goes back to dialling on this goroutine.
+func (s *session) end(err error) {
+	s.stop()
+	_ = s.zs.Close()
+	backoff := s.backoff
+	if time.Since(s.started) >= ResetAfter {
+		backoff = ReconnectInitial
+	}
+	if backoff, err = s.l.failed(s.ctx, err, backoff); err != nil {
+		s.done()
+		return
+	}
+	s.l.connect(s.ctx, backoff, s.done)
 }
 
 // failed reports an ended attempt or session and waits a full-jitter delay
@@ -156,22 +204,6 @@ func (l *Loop) dial(ctx context.Context) (*zmtp.Sub, error) {
 		return nil, err
 	}
 	return zs, nil
-}
-
-// session reads messages until the connection fails (cancelling the
-// loop's context closes it under the blocked read).
-func (l *Loop) session(zs *zmtp.Sub) error {
-	for {
-		frames, err := zs.Next()
-		switch {
-		case err == nil:
-			l.Handler.Message(frames, time.Now())
-		case errors.Is(err, zmtp.ErrOversized):
-			l.Handler.Oversized()
-		default:
-			return err
-		}
-	}
 }
 
 // sleep waits d, or until ctx ends (false).

@@ -396,129 +396,136 @@ func pinString(p Pin) string {
 // across every freshness, stall and expiry boundary, and sometimes back),
 // and requires the same pin from both at every request.
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	scenarios := 300
 	if testing.Short() {
 		scenarios = 60
 	}
-	var seq uint64
+	// Each scenario is a subtest with its own store, picker and oracle.
 	for sc := range scenarios {
-		rng := rand.New(rand.NewPCG(uint64(sc), 7))
-		base := time.Unix(1_800_000_000, 0)
-		fleetSeed, size := rng.Uint64(), 2+rng.IntN(24)
-		snap := randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
-		snap2 := snap // the previous generation
-		now := base.Add(time.Minute)
-		store := load.NewStore(3*time.Second, nil)
-		store.SetClock(func() time.Time { return now })
-		live := map[uint64]load.LiveWorker{}
-		for _, w := range snap.Workers {
-			live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
-		}
-		store.SetLiveAndRetain(live)
-		p := NewLoadBased(store)
-		o := &oracle{Loads: store, Ledger: &p.ledger}
-		var tickets []Ticket
-		// Busy rules near the loads the scenario makes (samples of 0-5,
-		// dispatches of up to 13 blocks and 200 tokens), or none.
-		rules := []*BusyThreshold{nil, {KVBlocks: 0.005, Hysteresis: 0.002}, {KVBlocks: 0.01, PrefillTokens: 0.03, Hysteresis: 0.004},
-			{PrefillTokens: 0.02, Hysteresis: 0.01}}
-		busy := rules[rng.IntN(len(rules))]
-		small := func() *uint64 {
-			switch rng.IntN(4) {
-			case 0:
-				return nil
-			case 1:
-				v := uint64(0)
-				return &v
-			default:
-				v := uint64(rng.IntN(6))
-				return &v
+		t.Run(fmt.Sprint(sc), func(t *testing.T) {
+			t.Parallel()
+			// Sample sequences only need to rise within the scenario's
+			// own store.
+			var seq uint64
+			rng := rand.New(rand.NewPCG(uint64(sc), 7))
+			base := time.Unix(1_800_000_000, 0)
+			fleetSeed, size := rng.Uint64(), 2+rng.IntN(24)
+			snap := randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
+			snap2 := snap // the previous generation
+			now := base.Add(time.Minute)
+			store := load.NewStore(3*time.Second, nil)
+			store.SetClock(func() time.Time { return now })
+			live := map[uint64]load.LiveWorker{}
+			for _, w := range snap.Workers {
+				live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 			}
-		}
-		steps := []time.Duration{0, time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 3*time.Second + 1,
-			5 * time.Second, 5*time.Second - 1, 30 * time.Second, 30*time.Second + 1, -time.Millisecond, -2 * time.Second}
-		for step := range 300 {
-			switch op := rng.IntN(22); {
-			case op < 4:
-				now = now.Add(steps[rng.IntN(len(steps))])
-			case op < 9 && len(snap.Workers) > 0:
-				w := snap.Workers[rng.IntN(len(snap.Workers))]
-				rank := w.DPStartRank + uint32(rng.IntN(int(max(w.DPSize, 1))))
-				seq++
-				at := now.Add(-time.Duration(rng.IntN(5)) * time.Second)
-				if rng.IntN(3) == 0 {
-					at = now
+			store.SetLiveAndRetain(live)
+			p := NewLoadBased(store)
+			o := &oracle{Loads: store, Ledger: &p.ledger}
+			var tickets []Ticket
+			// Busy rules near the loads the scenario makes (samples of 0-5,
+			// dispatches of up to 13 blocks and 200 tokens), or none.
+			rules := []*BusyThreshold{nil, {KVBlocks: 0.005, Hysteresis: 0.002}, {KVBlocks: 0.01, PrefillTokens: 0.03, Hysteresis: 0.004},
+				{PrefillTokens: 0.02, Hysteresis: 0.01}}
+			busy := rules[rng.IntN(len(rules))]
+			small := func() *uint64 {
+				switch rng.IntN(4) {
+				case 0:
+					return nil
+				case 1:
+					v := uint64(0)
+					return &v
+				default:
+					v := uint64(rng.IntN(6))
+					return &v
 				}
-				store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: rank, ActiveDecodeBlocks: small(),
-					ActivePrefillTokens: small(), KVUsedBlocks: small()}, PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: at})
-			case op == 9 && len(snap.Workers) > 0:
-				store.DropPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
-			case op == 10:
-				store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
-			case op == 11 && len(tickets) > 0:
-				p.Release(tickets[rng.IntN(len(tickets))])
-			case op == 13 && len(snap.Workers) > 0:
-				// A publisher's session restarts: what it answered and
-				// what was sent before no longer count.
-				store.ResetPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
-			case op == 14 && len(snap.Workers) > 0:
-				// A worker leaves the live set and comes back.
-				gone := snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID
-				without := maps.Clone(live)
-				delete(without, gone)
-				store.SetLiveAndRetain(without)
-				if rng.IntN(2) == 0 {
+			}
+			steps := []time.Duration{0, time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 3*time.Second + 1,
+				5 * time.Second, 5*time.Second - 1, 30 * time.Second, 30*time.Second + 1, -time.Millisecond, -2 * time.Second}
+			for step := range 300 {
+				switch op := rng.IntN(22); {
+				case op < 4:
 					now = now.Add(steps[rng.IntN(len(steps))])
-				}
-				store.SetLiveAndRetain(live)
-			case op == 12:
-				// A new snapshot generation of the same fleet.
-				snap2 = snap
-				snap = randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
-			default:
-				var nss []string
-				for _, ns := range rng.Perm(3)[:1+rng.IntN(3)] {
-					nss = append(nss, []string{"a", "b", "c"}[ns])
-				}
-				if rng.IntN(10) == 0 {
-					nss = append(nss, nss[0]) // a namespace listed twice
-				}
-				r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: nss, EstPromptTokens: rng.IntN(200), Busy: busy}
-				if rng.IntN(40) == 0 {
-					busy = rules[rng.IntN(len(rules))] // a reload
-				}
-				for range rng.IntN(3) * rng.IntN(2) { // a re-pin excludes the workers that failed
-					r.Exclude = append(r.Exclude, snap.Workers[rng.IntN(len(snap.Workers))].ID)
-				}
-				use := snap
-				if rng.IntN(8) == 0 {
-					use = snap2 // a request still holding the previous snapshot
-				}
-				p.mu.Lock()
-				want, werr := o.pick(use, r, now)
-				p.mu.Unlock()
-				var got Pin
-				var gerr error
-				if rng.IntN(3) == 0 {
-					got, gerr = p.Pick(use, r, now)
-				} else {
-					var tk Ticket
-					got, tk, gerr = p.Reserve(use, r, now)
-					if gerr == nil {
-						tickets = append(tickets, tk)
+				case op < 9 && len(snap.Workers) > 0:
+					w := snap.Workers[rng.IntN(len(snap.Workers))]
+					rank := w.DPStartRank + uint32(rng.IntN(int(max(w.DPSize, 1))))
+					seq++
+					at := now.Add(-time.Duration(rng.IntN(5)) * time.Second)
+					if rng.IntN(3) == 0 {
+						at = now
+					}
+					store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: rank, ActiveDecodeBlocks: small(),
+						ActivePrefillTokens: small(), KVUsedBlocks: small()}, PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: at})
+				case op == 9 && len(snap.Workers) > 0:
+					store.DropPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
+				case op == 10:
+					store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
+				case op == 11 && len(tickets) > 0:
+					p.Release(tickets[rng.IntN(len(tickets))])
+				case op == 13 && len(snap.Workers) > 0:
+					// A publisher's session restarts: what it answered and
+					// what was sent before no longer count.
+					store.ResetPublisher(snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID)
+				case op == 14 && len(snap.Workers) > 0:
+					// A worker leaves the live set and comes back.
+					gone := snap.Workers[rng.IntN(len(snap.Workers))].ID.InstanceID
+					without := maps.Clone(live)
+					delete(without, gone)
+					store.SetLiveAndRetain(without)
+					if rng.IntN(2) == 0 {
+						now = now.Add(steps[rng.IntN(len(steps))])
+					}
+					store.SetLiveAndRetain(live)
+				case op == 12:
+					// A new snapshot generation of the same fleet.
+					snap2 = snap
+					snap = randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
+				default:
+					var nss []string
+					for _, ns := range rng.Perm(3)[:1+rng.IntN(3)] {
+						nss = append(nss, []string{"a", "b", "c"}[ns])
+					}
+					if rng.IntN(10) == 0 {
+						nss = append(nss, nss[0]) // a namespace listed twice
+					}
+					r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: nss, EstPromptTokens: rng.IntN(200), Busy: busy}
+					if rng.IntN(40) == 0 {
+						busy = rules[rng.IntN(len(rules))] // a reload
+					}
+					for range rng.IntN(3) * rng.IntN(2) { // a re-pin excludes the workers that failed
+						r.Exclude = append(r.Exclude, snap.Workers[rng.IntN(len(snap.Workers))].ID)
+					}
+					use := snap
+					if rng.IntN(8) == 0 {
+						use = snap2 // a request still holding the previous snapshot
+					}
+					p.mu.Lock()
+					want, werr := o.pick(use, r, now)
+					p.mu.Unlock()
+					var got Pin
+					var gerr error
+					if rng.IntN(3) == 0 {
+						got, gerr = p.Pick(use, r, now)
+					} else {
+						var tk Ticket
+						got, tk, gerr = p.Reserve(use, r, now)
+						if gerr == nil {
+							tickets = append(tickets, tk)
+						}
+					}
+					if (werr != nil) != (gerr != nil) {
+						t.Fatalf("scenario %d step %d: errors differ: oracle %v, indexed %v", sc, step, werr, gerr)
+					}
+					if werr == nil && !samePin(want, got) {
+						t.Fatalf("scenario %d step %d %+v at +%v:\n oracle  %s\n indexed %s", sc, step, r, now.Sub(base), pinString(want), pinString(got))
 					}
 				}
-				if (werr != nil) != (gerr != nil) {
-					t.Fatalf("scenario %d step %d: errors differ: oracle %v, indexed %v", sc, step, werr, gerr)
-				}
-				if werr == nil && !samePin(want, got) {
-					t.Fatalf("scenario %d step %d %+v at +%v:\n oracle  %s\n indexed %s", sc, step, r, now.Sub(base), pinString(want), pinString(got))
-				}
 			}
-		}
-		if !slices.EqualFunc(snap.Workers, snap2.Workers, func(a, b *fleet.Worker) bool { return a.ID == b.ID }) {
-			t.Fatalf("scenario %d: generations differ", sc)
-		}
+			if !slices.EqualFunc(snap.Workers, snap2.Workers, func(a, b *fleet.Worker) bool { return a.ID == b.ID }) {
+				t.Fatalf("scenario %d: generations differ", sc)
+			}
+		})
 	}
 }
 
@@ -544,6 +551,7 @@ func (p *oracle) Release(t Ticket) {
 // logs, and a deadline heap full of superseded entries, still give the
 // oracle's picks.
 func TestIndexCatchesUp(t *testing.T) {
+	t.Parallel()
 	base := time.Unix(1_800_000_000, 0)
 	snap := randomFleet(rand.New(rand.NewPCG(3, 1)), 40, base)
 	store := load.NewStore(3*time.Second, nil)
@@ -599,6 +607,7 @@ func TestIndexCatchesUp(t *testing.T) {
 // publishers and snapshot generations from many goroutines at once (run
 // with -race); every pin names a worker of the snapshot it was made from.
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	base := time.Unix(1_800_000_000, 0)
 	snaps := []*fleet.Snapshot{randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base), randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base)}
 	store := load.NewStore(3*time.Second, nil)
@@ -664,6 +673,7 @@ func TestConcurrentUse(t *testing.T) {
 // decode candidates, then through the chosen group's prefill candidates,
 // pinning absolute ranks, over random fleets and requests.
 func TestRoundRobinDifferential(t *testing.T) {
+	t.Parallel()
 	for sc := range 100 {
 		rng := rand.New(rand.NewPCG(uint64(sc), 11))
 		snap := randomFleet(rng, 2+rng.IntN(24), time.Unix(1_800_000_000, 0))

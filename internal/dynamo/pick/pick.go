@@ -53,7 +53,9 @@ type Request struct {
 	EstPromptTokens int
 	// Path is the endpoint (/v1/chat/completions, /v1/completions) and
 	// Body the request as the frontend will receive it: what a picker that
-	// renders the prompt reads. Pickers that do not, ignore them.
+	// renders the prompt reads. Pickers that do not, ignore them. A nil
+	// Body asks for a pick by the model and load alone (a request whose
+	// prompt the router does not render).
 	Path string
 	Body []byte
 	// Exclude lists workers the request must not be pinned to: those an

@@ -83,6 +83,7 @@ func newSource(t *testing.T, cfg config.Etcd, namespaces ...string) *etcd.Source
 }
 
 func TestPutDeleteAndNamespaces(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	put(t, c, instanceKey("prod", "decode", 1), endpointValue(1, "decode"))
@@ -112,6 +113,7 @@ func TestPutDeleteAndNamespaces(t *testing.T) {
 }
 
 func TestLeaseExpiryRemovesWorker(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
@@ -127,6 +129,7 @@ func TestLeaseExpiryRemovesWorker(t *testing.T) {
 // TestCompactionResync: a delete made between the range get and the watch,
 // then compacted away, is recovered by the full resync that follows.
 func TestCompactionResync(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
@@ -161,6 +164,7 @@ func TestCompactionResync(t *testing.T) {
 // TestServerRestart: a stopped server ends the pass; after it comes back the
 // watcher reconnects with backoff, resyncs, and keeps first_seen.
 func TestServerRestart(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
@@ -184,6 +188,7 @@ func TestServerRestart(t *testing.T) {
 // TestAuthReadOnlyUser proves the read-only contract with the server's own
 // permission checks: a user allowed only to read the three prefixes works.
 func TestAuthReadOnlyUser(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	root := srv.Client(t, clientv3.Config{})
 	ctx := context.Background()
@@ -220,6 +225,7 @@ func TestAuthReadOnlyUser(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	pki := testutil.NewTestPKI(t)
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{TLS: &transport.TLSInfo{
 		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CAFile, ClientCertAuth: true}})
@@ -240,6 +246,7 @@ func TestTLS(t *testing.T) {
 // TestReadOnlyContract: no call in the package's code writes, deletes,
 // grants, keeps alive or compacts anything in etcd.
 func TestReadOnlyContract(t *testing.T) {
+	t.Parallel()
 	forbidden := map[string]bool{"Put": true, "Delete": true, "Grant": true, "KeepAlive": true, "KeepAliveOnce": true,
 		"Revoke": true, "Txn": true, "Compact": true, "Do": true, "Lease": true, "NewLease": true, "NewKV": true}
 	fset := token.NewFileSet()
@@ -261,6 +268,7 @@ func TestReadOnlyContract(t *testing.T) {
 }
 
 func TestSeedTimeoutUnreachable(t *testing.T) {
+	t.Parallel()
 	src := newSource(t, config.Etcd{Endpoints: []string{fmt.Sprintf("127.0.0.1:%d", 1)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -277,6 +285,7 @@ func TestSeedTimeoutUnreachable(t *testing.T) {
 // TestPagedSeed: more keys than one range-get page are all read, at one
 // revision.
 func TestPagedSeed(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	var ops []clientv3.Op

@@ -16,6 +16,7 @@ func dwmJSON(name, owner, spec string) []byte {
 }
 
 func TestClassifyDWM(t *testing.T) {
+	t.Parallel()
 	const pod = "worker-0"
 	id := kube.HashPodName(pod)
 	ep := func(ns string, id uint64) string {

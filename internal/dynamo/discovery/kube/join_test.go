@@ -27,6 +27,7 @@ func (s *recSink) Flush()                 {}
 // refusal that counts them; held ones still update; the refusal goes when
 // the refused resources do.
 func TestJoinResourceCap(t *testing.T) {
+	t.Parallel()
 	j := newJoin([]string{"dn"}, slog.New(slog.DiscardHandler))
 	dwm := func(i int) []byte {
 		name := fmt.Sprintf("w-%d", i)

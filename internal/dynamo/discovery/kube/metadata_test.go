@@ -82,6 +82,7 @@ func startMetadata(t *testing.T, fake *kubefake.Server, timing kube.Timing) *har
 // fleet view that the equivalent etcd records give through the same
 // reducer.
 func TestMetadataParityWithEtcd(t *testing.T) {
+	t.Parallel()
 	var etcd map[string]json.RawMessage
 	readFixture(t, "etcd.json", &etcd)
 	r := fleet.NewReducer()
@@ -157,6 +158,7 @@ const (
 // TestMetadataFollows: readiness, refcounted shared channels, modified,
 // deleted, container-mode, mismatched and malformed resources.
 func TestMetadataFollows(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	dwms, slices := loadFleetFixtures(t, fake)
 	h := startMetadata(t, fake, fast)
@@ -262,6 +264,7 @@ func TestMetadataFollows(t *testing.T) {
 }
 
 func TestMetadataIdleDeadlinePerStream(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	loadFleetFixtures(t, fake)
 	h := startMetadata(t, fake, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: 300 * time.Millisecond})

@@ -16,6 +16,7 @@ import (
 // Known hashes; worker-0's is also the vector upstream Dynamo's own tests
 // pin.
 func TestHashPodNameVectors(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]uint64{
 		"worker-0":                   1186445869714687,
 		"worker-1":                   6167992384364830,
@@ -107,6 +108,7 @@ func findRustc() (string, error) {
 // changed it would change the instance ids Dynamo gives pods. Without rustc
 // (on PATH or in $HOME/.cargo/bin) the test skips, or fails in CI.
 func TestHashPodNameAgainstRust(t *testing.T) {
+	t.Parallel() // with -update it writes rustGolden, which only the serial golden test reads (first)
 	rustc, err := findRustc()
 	if err != nil {
 		testutil.SkipOrFailInCI(t, "rustc is neither on PATH nor in $HOME/.cargo/bin: the Rust cross-check needs it (%s still checks the committed values)", rustGolden)

@@ -116,6 +116,7 @@ func waitView(t *testing.T, h *harness, expect string) {
 var fast = kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: time.Hour}
 
 func TestPodsSourceRolesReadinessModels(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "VllmPrefillWorker", "prefill", "", true))
 	fake.Apply(kubefake.Pods, pod("worker-1", "VllmDecodeWorker", "worker", "decode", true))
@@ -184,6 +185,7 @@ func TestPodsSourceRolesReadinessModels(t *testing.T) {
 }
 
 func TestPodsSourcePagination(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	var lines []string
 	for i := range 1201 {
@@ -211,6 +213,7 @@ func TestPodsSourcePagination(t *testing.T) {
 // answered 410 Gone and the source re-lists (never resumes), so a delete it
 // missed is seen.
 func TestPodsSource410Relists(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
 	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
@@ -242,6 +245,7 @@ func TestPodsSource410Relists(t *testing.T) {
 }
 
 func TestPodsSourceGoneEvent(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
 	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, fast)
@@ -260,6 +264,7 @@ func TestPodsSourceGoneEvent(t *testing.T) {
 }
 
 func TestPodsSourceIdleDeadline(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
 	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: 300 * time.Millisecond})
@@ -282,6 +287,7 @@ func TestPodsSourceIdleDeadline(t *testing.T) {
 
 // The normal end of a watch re-lists without the connected gauge dropping.
 func TestPodsSourceNormalEndKeepsConnected(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
 	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Second, IdleDeadline: time.Hour})
@@ -311,6 +317,7 @@ func TestPodsSourceNormalEndKeepsConnected(t *testing.T) {
 // 160 million names): both are rejected as duplicates, and deleting one
 // brings the other back.
 func TestPodsSourceHashCollision(t *testing.T) {
+	t.Parallel()
 	const a, b = "worker-34095562", "worker-126348249"
 	if ha, hb := kube.HashPodName(a), kube.HashPodName(b); ha != hb || ha != 0x9ac4decb6d367 {
 		t.Fatalf("%s → %x, %s → %x", a, ha, b, hb)
@@ -332,6 +339,7 @@ func TestPodsSourceHashCollision(t *testing.T) {
 // Several Dynamo namespaces: one selector `in (a,b)`, each pod under its
 // own namespace, a models entry scoped to one namespace.
 func TestPodsSourceSeveralNamespaces(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	inNS := func(dn string) func(kubefake.Object) {
 		return func(o kubefake.Object) {
@@ -370,6 +378,7 @@ func TestPodsSourceSeveralNamespaces(t *testing.T) {
 // (the pending request is cancelled); once the server answers again, a
 // new pass lists and watches.
 func TestPodsSourceWatchOpenTimeout(t *testing.T) {
+	t.Parallel()
 	fake := kubefake.Start(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
 	fake.HoldWatchOpen(true)

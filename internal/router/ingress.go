@@ -1,0 +1,452 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// Converted ingresses. The Anthropic Messages and Responses APIs are served
+// by converting each request into a chat completion request, sending it
+// through the same dispatch as a client's chat request (the pin is chosen on
+// the converted body), and converting the chat answer back: a buffered
+// chat.completion into the ingress's object, a chat.completion.chunk stream
+// into the ingress's event sequence. Errors, the router's and the
+// upstream's, are written in the ingress's own error shape.
+
+// ingress answers the client of a converted request in its API's shapes.
+type ingress interface {
+	// fail writes an error the router decided (status, the router's code,
+	// the parameter at fault or "", a message).
+	fail(w http.ResponseWriter, status int, code, param, message string)
+	// upstreamError converts an upstream error answer (non-2xx) into the
+	// ingress's error body, for the same status.
+	upstreamError(status int, data []byte) []byte
+	// answer converts a buffered chat.completion; an error means the
+	// upstream answer was not one.
+	answer(data []byte) ([]byte, error)
+	// stream relays a chat.completion.chunk stream as the ingress's events.
+	// It returns the error of writing to the client, if any.
+	stream(w http.ResponseWriter, body io.Reader) error
+}
+
+// chatRequest is the chat completion request a converted request becomes.
+// The field order is the order of the JSON sent.
+type chatRequest struct {
+	Model             string          `json:"model"`
+	Messages          []chatMessage   `json:"messages"`
+	MaxTokens         *int            `json:"max_tokens,omitempty"`
+	Temperature       json.RawMessage `json:"temperature,omitempty"`
+	TopP              json.RawMessage `json:"top_p,omitempty"`
+	TopK              json.RawMessage `json:"top_k,omitempty"`
+	Stop              []string        `json:"stop,omitempty"`
+	IncludeStopStr    *bool           `json:"include_stop_str_in_output,omitempty"`
+	Tools             []chatTool      `json:"tools,omitempty"`
+	ToolChoice        any             `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat    any             `json:"response_format,omitempty"`
+	User              string          `json:"user,omitempty"`
+	TemplateKwargs    map[string]any  `json:"chat_template_kwargs,omitempty"`
+	Stream            bool            `json:"stream,omitempty"`
+	StreamOptions     *streamOptions  `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage is one chat message. Content is a string or a list of
+// chatParts.
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type chatPart struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text,omitempty"`
+	ImageURL *chatImageURL `json:"image_url,omitempty"`
+}
+
+type chatImageURL struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type chatTool struct {
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+	Function chatFunctionCall `json:"function"`
+}
+
+type chatFunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// namedToolChoice is the chat tool_choice naming one function.
+func namedToolChoice(name string) map[string]any {
+	return map[string]any{"type": "function", "function": map[string]string{"name": name}}
+}
+
+// chatCompletion is what a converter reads of a buffered chat answer.
+type chatCompletion struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Message struct {
+			Content          json.RawMessage `json:"content"`
+			ReasoningContent string          `json:"reasoning_content"`
+			ToolCalls        []chatToolCall  `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+		// StopReason is vLLM's: the stop string that ended the answer (or
+		// a token id).
+		StopReason json.RawMessage `json:"stop_reason"`
+	} `json:"choices"`
+	Usage *chatUsage `json:"usage"`
+}
+
+type chatUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// chatChunk is what a converter reads of one chat.completion.chunk.
+type chatChunk struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content          *string `json:"content"`
+			ReasoningContent *string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				Index    int    `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string         `json:"finish_reason"`
+		StopReason   json.RawMessage `json:"stop_reason"`
+	} `json:"choices"`
+	Usage *chatUsage      `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// text is a chat message content as text: a string, or the texts of a
+// list of parts joined.
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) == nil {
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString(p.Text)
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// parseArguments is a tool call's arguments as a JSON object; arguments
+// that are not an object become {} (the Messages API's input is always an
+// object).
+func parseArguments(args string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if strings.TrimSpace(args) == "" || json.Unmarshal([]byte(args), &obj) != nil || obj == nil {
+		return json.RawMessage(`{}`)
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, []byte(args)) != nil {
+		return json.RawMessage(`{}`)
+	}
+	return buf.Bytes()
+}
+
+// stopMatch finds which stop sequence ended an answer: vLLM's stop_reason
+// when it names one, else the one the text ends with (the converted
+// request asks the frontend to keep the stop string in the output). It
+// returns the text without that sequence.
+func stopMatch(text string, stops []string, stopReason json.RawMessage) (string, string, bool) {
+	var named string
+	if json.Unmarshal(stopReason, &named) == nil && named != "" {
+		for _, s := range stops {
+			if s == named {
+				return strings.TrimSuffix(text, s), s, true
+			}
+		}
+	}
+	best := ""
+	for _, s := range stops {
+		if s != "" && strings.HasSuffix(text, s) && len(s) > len(best) {
+			best = s
+		}
+	}
+	if best == "" {
+		return text, "", false
+	}
+	return strings.TrimSuffix(text, best), best, true
+}
+
+// holdBack keeps the end of streamed text that may still turn out to be a
+// stop sequence: it returns what can be sent now and what stays held.
+func holdBack(pending string, keep int) (send, held string) {
+	if keep <= 0 || len(pending) <= keep {
+		if keep <= 0 {
+			return pending, ""
+		}
+		return "", pending
+	}
+	cut := len(pending) - keep
+	for cut > 0 && !utf8.RuneStart(pending[cut]) {
+		cut--
+	}
+	return pending[:cut], pending[cut:]
+}
+
+// upstreamMessage is the message of an upstream error body: OpenAI's
+// {"error": {"message"}}, {"message"}, {"detail"}, or the body itself.
+func upstreamMessage(data []byte) string {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  string          `json:"detail"`
+	}
+	if json.Unmarshal(data, &e) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		var s string
+		switch {
+		case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
+			return inner.Message
+		case json.Unmarshal(e.Error, &s) == nil && s != "":
+			return s
+		case e.Message != "":
+			return e.Message
+		case e.Detail != "":
+			return e.Detail
+		}
+	}
+	msg := strings.TrimSpace(string(truncate(data, 512)))
+	if msg == "" {
+		return "the upstream answered without a body"
+	}
+	return msg
+}
+
+// newID is a random identifier with a prefix, as the APIs spell them.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// sseEvent is one server-sent event read from upstream.
+type sseEvent struct {
+	name string // the event: field, "" when absent
+	data []byte // the data: lines joined
+}
+
+// maxSSELine bounds one line of an upstream stream.
+const maxSSELine = 16 << 20
+
+// sseReader reads server-sent events.
+type sseReader struct {
+	sc *bufio.Scanner
+}
+
+func newSSEReader(r io.Reader) *sseReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
+	return &sseReader{sc: sc}
+}
+
+// next returns the next event, io.EOF at the end of the stream, or the
+// reading error.
+func (r *sseReader) next() (sseEvent, error) {
+	var ev sseEvent
+	var data [][]byte
+	seen := false
+	for r.sc.Scan() {
+		line := r.sc.Bytes()
+		if len(line) == 0 {
+			if seen {
+				ev.data = bytes.Join(data, []byte("\n"))
+				return ev, nil
+			}
+			continue
+		}
+		if line[0] == ':' {
+			continue // a comment
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "data":
+			data = append(data, bytes.Clone(value))
+			seen = true
+		case "event":
+			ev.name = string(value)
+			seen = true
+		}
+	}
+	if err := r.sc.Err(); err != nil {
+		return sseEvent{}, err
+	}
+	if seen {
+		ev.data = bytes.Join(data, []byte("\n"))
+		return ev, nil
+	}
+	return sseEvent{}, io.EOF
+}
+
+// sseWriter writes named server-sent events and flushes them.
+type sseWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf bytes.Buffer
+	err error
+}
+
+func newSSEWriter(w http.ResponseWriter) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// event buffers one event; flush sends what is buffered.
+func (s *sseWriter) event(name string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		data = []byte(`{}`)
+	}
+	if name != "" {
+		fmt.Fprintf(&s.buf, "event: %s\n", name)
+	}
+	s.buf.WriteString("data: ")
+	s.buf.Write(data)
+	s.buf.WriteString("\n\n")
+}
+
+func (s *sseWriter) flush() error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.buf.Len() == 0 {
+		return nil
+	}
+	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
+		s.err = err
+		return err
+	}
+	s.buf.Reset()
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.err = err
+	}
+	return s.err
+}
+
+// chatStreamEvent classifies one upstream chat stream event: a chunk, the
+// end ([DONE]), or an error the upstream sent inside the stream (an
+// "error" event, or a data object with an "error" member).
+func chatStreamEvent(ev sseEvent) (chunk *chatChunk, done bool, errMsg string) {
+	data := bytes.TrimSpace(ev.data)
+	if bytes.Equal(data, []byte("[DONE]")) {
+		return nil, true, ""
+	}
+	var c chatChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		if ev.name == "error" {
+			return nil, false, upstreamMessage(data)
+		}
+		return nil, false, "the upstream stream carried an event that is not JSON"
+	}
+	if ev.name == "error" || (len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null"))) {
+		return nil, false, upstreamMessage(data)
+	}
+	return &c, false, ""
+}
+
+// field is one member of an object.
+type field struct {
+	key   string
+	value any
+}
+
+// object is a JSON object written with its members in the order given, as
+// the APIs write theirs (type first).
+type object []field
+
+// MarshalJSON implements json.Marshaler.
+func (o object) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.key)
+		b.Write(k)
+		b.WriteByte(':')
+		v, err := json.Marshal(f.value)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// set replaces the value of key, or adds it at the end.
+func (o object) set(key string, v any) object {
+	for i := range o {
+		if o[i].key == key {
+			o[i].value = v
+			return o
+		}
+	}
+	return append(o, field{key, v})
+}
+
+// clone is a copy of the object (its values shared).
+func (o object) clone() object { return append(object(nil), o...) }
+
+// get is the value of key, nil when absent.
+func (o object) get(key string) any {
+	for _, f := range o {
+		if f.key == key {
+			return f.value
+		}
+	}
+	return nil
+}

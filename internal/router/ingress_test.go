@@ -1,0 +1,568 @@
+package router_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/router"
+)
+
+func (h *harness) postTo(t *testing.T, path, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.router.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func messagesBody(stream bool) string {
+	return fmt.Sprintf(`{"model":%q,"max_tokens":3,"stream":%v,"system":"Be brief.","messages":[{"role":"user","content":"hello there"}],
+		"nvext":{"token_data":[1,2,3]}}`, model, stream)
+}
+
+func responsesBody(stream bool) string {
+	return fmt.Sprintf(`{"model":%q,"max_output_tokens":3,"stream":%v,"instructions":"Be brief.","input":"hello there",
+		"nvext":{"token_data":[1,2,3]}}`, model, stream)
+}
+
+// sse reads an event stream as (name, data) pairs.
+func sse(t *testing.T, body string) [][2]string {
+	t.Helper()
+	var out [][2]string
+	var name string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			out = append(out, [2]string{name, strings.TrimPrefix(line, "data: ")})
+			name = ""
+		}
+	}
+	return out
+}
+
+func names(evs [][2]string) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e[0]
+	}
+	return out
+}
+
+// convertedPinned checks the frontend's one request: the converted chat
+// request, pinned to the harness's workers, without the client's pins,
+// token data or credentials.
+func convertedPinned(t *testing.T, h *harness, stream bool) {
+	t.Helper()
+	reqs := h.fe.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests reached the frontend", len(reqs))
+	}
+	r := reqs[0]
+	if r.Path != "/v1/chat/completions" || r.Worker == nil || *r.Worker != 20 || r.Prefill == nil || *r.Prefill != 10 {
+		t.Fatalf("path %s, pins %v", r.Path, r.DynamoHeaders)
+	}
+	if r.DynamoHeaders.Get("x-dynamo-worker-instance-id") != "20" || r.DynamoHeaders.Get("x-prefill-instance-id") != "10" {
+		t.Errorf("pin headers %v", r.DynamoHeaders)
+	}
+	if r.HadTokenData || bytes.Contains(r.Body, []byte("nvext")) {
+		t.Errorf("the client's nvext reached the frontend: %s", r.Body)
+	}
+	if r.Authorization != "Bearer sk-upstream" {
+		t.Errorf("upstream credential %q", r.Authorization)
+	}
+	var q struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"messages"`
+		MaxTokens     int  `json:"max_tokens"`
+		Stream        bool `json:"stream"`
+		StreamOptions *struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	if err := json.Unmarshal(r.Body, &q); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Messages) != 2 || q.Messages[0].Role != "system" || q.Messages[0].Content != "Be brief." || q.Messages[1].Content != "hello there" || q.MaxTokens != 3 {
+		t.Errorf("converted body %s", r.Body)
+	}
+	if q.Stream != stream || (stream && (q.StreamOptions == nil || !q.StreamOptions.IncludeUsage)) {
+		t.Errorf("stream settings %s", r.Body)
+	}
+}
+
+// TestMessagesPinnedLikeChat: a Messages request goes through the shim as
+// its converted chat request, pinned as chat requests are (the client's
+// pin headers and token data removed), and answers in the Messages shape,
+// buffered and streamed, at both paths.
+func TestMessagesPinnedLikeChat(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/messages", "/anthropic/v1/messages"} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream=%v", path, stream), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, nil)
+				resp, body := h.postTo(t, path, messagesBody(stream), map[string]string{"x-dynamo-worker-instance-id": "999",
+					"x-prefill-instance-id": "1", "anthropic-version": "2023-06-01", "x-api-key": "sk-client", "x-backend": ""})
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d: %s", resp.StatusCode, body)
+				}
+				convertedPinned(t, h, stream)
+				if resp.Header.Get("x-continuum-routing-path") != "disaggregated" || resp.Header.Get("x-continuum-worker") != "20" {
+					t.Errorf("reveal headers %v", resp.Header)
+				}
+				for k := range resp.Header {
+					if strings.HasPrefix(strings.ToLower(k), "x-dynamo-") {
+						t.Errorf("%s reached the client", k)
+					}
+				}
+				if !stream {
+					var m struct {
+						Type       string `json:"type"`
+						StopReason string `json:"stop_reason"`
+						Content    []struct {
+							Type, Text string
+						} `json:"content"`
+						Usage struct {
+							InputTokens  int `json:"input_tokens"`
+							OutputTokens int `json:"output_tokens"`
+						} `json:"usage"`
+					}
+					if err := json.Unmarshal([]byte(body), &m); err != nil {
+						t.Fatal(err)
+					}
+					if m.Type != "message" || m.StopReason != "max_tokens" || len(m.Content) != 1 || m.Content[0].Text != "tok0 tok1 tok2" ||
+						m.Usage.OutputTokens != 3 || m.Usage.InputTokens == 0 {
+						t.Errorf("%s", body)
+					}
+					return
+				}
+				if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+					t.Errorf("content type %q", ct)
+				}
+				evs := sse(t, body)
+				want := []string{"message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta", "content_block_delta",
+					"content_block_stop", "message_delta", "message_stop"}
+				if strings.Join(names(evs), " ") != strings.Join(want, " ") {
+					t.Fatalf("events %v", names(evs))
+				}
+				if d := evs[7][1]; !strings.Contains(d, `"stop_reason":"max_tokens"`) || !strings.Contains(d, `"output_tokens":3`) {
+					t.Errorf("message_delta %s", d)
+				}
+			})
+		}
+	}
+}
+
+// TestResponsesPinnedLikeChat: the same for a Responses request.
+func TestResponsesPinnedLikeChat(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, nil)
+			resp, body := h.postTo(t, "/v1/responses", responsesBody(stream), map[string]string{"x-dynamo-worker-instance-id": "999", "x-backend": ""})
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			convertedPinned(t, h, stream)
+			if resp.Header.Get("x-continuum-prefill-worker") != "10" {
+				t.Errorf("reveal headers %v", resp.Header)
+			}
+			if !stream {
+				if !strings.Contains(body, `"status":"incomplete"`) || !strings.Contains(body, `"text":"tok0 tok1 tok2"`) || !strings.Contains(body, `"output_tokens":3`) {
+					t.Errorf("%s", body)
+				}
+				return
+			}
+			evs := sse(t, body)
+			if n := names(evs); n[0] != "response.created" || n[1] != "response.in_progress" || n[len(n)-1] != "response.incomplete" {
+				t.Fatalf("events %v", n)
+			}
+			for i, e := range evs {
+				if !strings.Contains(e[1], fmt.Sprintf(`"sequence_number":%d}`, i)) {
+					t.Errorf("event %d: %s", i, e[1])
+				}
+			}
+			if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathDisaggregated)) != 1 ||
+				promtest.ToFloat64(h.metrics.Requests.WithLabelValues("/v1/responses", "2xx")) != 1 {
+				t.Error("the request was not counted")
+			}
+		})
+	}
+}
+
+// TestConvertedPrefillRefusal503: the direct-mode refusal of a buffered
+// request or a non-2xx stream head is 503
+// disaggregated_prefill_decode_unavailable in each ingress's error shape,
+// never retried nor fallen back from.
+func TestConvertedPrefillRefusal503(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/messages", "/v1/responses"} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream=%v", path, stream), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
+				h.reducer.Delete("v1/instances/dynamo/prefill/generate/a")
+				h.reg.Publish(h.reducer.Build(t0))
+				body := messagesBody(stream)
+				if path == "/v1/responses" {
+					body = responsesBody(stream)
+				}
+				resp, got := h.postTo(t, path, body, nil)
+				if resp.StatusCode != http.StatusServiceUnavailable {
+					t.Fatalf("status %d: %s", resp.StatusCode, got)
+				}
+				if path == "/v1/messages" {
+					var e struct {
+						Type  string `json:"type"`
+						Error struct {
+							Type, Message string
+						} `json:"error"`
+					}
+					if json.Unmarshal([]byte(got), &e) != nil || e.Type != "error" || e.Error.Type != "overloaded_error" ||
+						!strings.HasPrefix(e.Error.Message, "disaggregated_prefill_decode_unavailable: ") {
+						t.Errorf("%s", got)
+					}
+				} else {
+					var e openAIError
+					if json.Unmarshal([]byte(got), &e) != nil || e.Error.Code != "disaggregated_prefill_decode_unavailable" || e.Error.Type != "server_error" {
+						t.Errorf("%s", got)
+					}
+				}
+				if n := len(h.fe.Requests()); n != 1 || len(*h.plain) != 0 {
+					t.Errorf("%d attempts, %d fallbacks", n, len(*h.plain))
+				}
+				if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("orchestration")) != 1 {
+					t.Error("orchestration error not counted")
+				}
+			})
+		}
+	}
+}
+
+// TestConvertedRefusalInsideStream: a refusal inside an open 200 stream is
+// relayed: as an error event (Messages), as response.failed (Responses).
+func TestConvertedRefusalInsideStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.fe.RejectInStream = true
+	h.reducer.Delete("v1/instances/dynamo/prefill/generate/a")
+	h.reg.Publish(h.reducer.Build(t0))
+	resp, body := h.postTo(t, "/v1/messages", messagesBody(true), nil)
+	evs := sse(t, body)
+	if resp.StatusCode != 200 || len(evs) != 3 || evs[2][0] != "error" || !strings.Contains(evs[2][1], "Prefill worker ID required") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	resp, body = h.postTo(t, "/v1/responses", responsesBody(true), nil)
+	evs = sse(t, body)
+	if resp.StatusCode != 200 || len(evs) != 3 || evs[2][0] != "response.failed" || !strings.Contains(evs[2][1], "Prefill worker ID required") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}
+
+// TestConvertedDecodeFailure: a failed pinned dispatch falls back to a
+// unified backend when configured (its chat answer converted), else is 502
+// disaggregated_decode_failed in the ingress's shape.
+func TestConvertedDecodeFailure(t *testing.T) {
+	t.Parallel()
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = fallback })
+			h.fe.SetWorkers(model, []uint64{10}, []uint64{99})
+			resp, body := h.postTo(t, "/v1/messages", messagesBody(false), nil)
+			if fallback {
+				if resp.StatusCode != 200 || !strings.Contains(body, `"text":"from the plain backend"`) || !strings.Contains(body, `"type":"message"`) {
+					t.Fatalf("status %d: %s", resp.StatusCode, body)
+				}
+				if (*h.plain)[0].Get("x-dynamo-worker-instance-id") != "" {
+					t.Error("the fallback carried pins")
+				}
+				resp, body = h.postTo(t, "/v1/responses", responsesBody(false), nil)
+				if resp.StatusCode != 200 || !strings.Contains(body, `"text":"from the plain backend"`) {
+					t.Fatalf("status %d: %s", resp.StatusCode, body)
+				}
+				return
+			}
+			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"type":"api_error"`) || !strings.Contains(body, "disaggregated_decode_failed: ") {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+// TestConvertedErrors: the router's own refusals and upstream errors in
+// each ingress's error shape.
+func TestConvertedErrors(t *testing.T) {
+	t.Parallel()
+	const key = "sk-client-3"
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends[1].Models = []string{"plain-model"} // no catch-all backend
+		c.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex(key), RateLimit: &config.RateLimit{RequestsPerSecond: 0.001, Burst: 2}}}
+	})
+	anthropicErr := func(body string) (string, string) {
+		var e struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type, Message string
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Type != "error" {
+			t.Fatalf("not a Messages error: %s", body)
+		}
+		return e.Error.Type, e.Error.Message
+	}
+	resp, body := h.postTo(t, "/v1/messages", messagesBody(false), nil)
+	if typ, _ := anthropicErr(body); resp.StatusCode != 401 || typ != "authentication_error" {
+		t.Fatalf("no key: %d %s", resp.StatusCode, body)
+	}
+	// x-api-key is a credential as Authorization: Bearer is.
+	auth := map[string]string{"x-api-key": key}
+	resp, body = h.postTo(t, "/v1/messages", `{"model":"no-such-model","max_tokens":3,"messages":[{"role":"user","content":"x"}]}`, auth)
+	if typ, msg := anthropicErr(body); resp.StatusCode != 404 || typ != "not_found_error" || !strings.Contains(msg, "no-such-model") {
+		t.Fatalf("unknown model: %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.postTo(t, "/v1/messages", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, auth)
+	if typ, msg := anthropicErr(body); resp.StatusCode != 400 || typ != "invalid_request_error" || msg != "max_tokens: Field required" {
+		t.Fatalf("no max_tokens: %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.postTo(t, "/v1/messages", `{"model":`, auth)
+	if typ, _ := anthropicErr(body); resp.StatusCode != 429 || typ != "rate_limit_error" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("rate limit: %d %s", resp.StatusCode, body)
+	}
+
+	h = newHarness(t, func(c *config.Config) { c.Backends[1].Models = []string{"plain-model"} })
+	resp, body = h.postTo(t, "/v1/responses", `{"model":"no-such-model","input":"x"}`, nil)
+	var e openAIError
+	if resp.StatusCode != 404 || json.Unmarshal([]byte(body), &e) != nil || e.Error.Code != "model_not_found" {
+		t.Fatalf("unknown model: %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.postTo(t, "/v1/responses", fmt.Sprintf(`{"model":%q,"input":"x","previous_response_id":"resp_1"}`, model), nil)
+	if resp.StatusCode != 400 || json.Unmarshal([]byte(body), &e) != nil || e.Error.Param == nil || *e.Error.Param != "previous_response_id" {
+		t.Fatalf("previous_response_id: %d %s", resp.StatusCode, body)
+	}
+	// A 4xx stream head is relayed, converted.
+	h.fe.Status = http.StatusBadRequest
+	resp, body = h.postTo(t, "/v1/messages", messagesBody(true), nil)
+	if typ, msg := anthropicErr(body); resp.StatusCode != 400 || typ != "invalid_request_error" || msg != "Bad Request" {
+		t.Fatalf("upstream 400: %d %s", resp.StatusCode, body)
+	}
+	// The Responses ingress relays an OpenAI-shaped upstream error as it is.
+	resp, body = h.postTo(t, "/v1/responses", responsesBody(true), nil)
+	var upstream struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if resp.StatusCode != 400 || json.Unmarshal([]byte(body), &upstream) != nil || upstream.Error.Message != "Bad Request" {
+		t.Fatalf("upstream 400: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestCountTokens: count_tokens renders the converted request for the
+// Dynamo model; without a counter, or without the model's artifacts, 501.
+func TestCountTokens(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	resp, body := h.postTo(t, "/v1/messages/count_tokens", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"x"}]}`, model), nil)
+	if resp.StatusCode != 501 || !strings.Contains(body, "dynamo.kv.enabled") || !strings.Contains(body, `"type":"error"`) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var mu sync.Mutex
+	var gotModel string
+	var gotBody []byte
+	h = newHarnessWith(t, func(c *config.Config) {
+		c.Backends[1].Models = []string{"plain-model"}
+		c.Dynamo.Shim.ModelMap = map[string]string{"qwen3": model}
+	}, func(o *router.Options) {
+		o.CountTokens = func(m string, b []byte) (int, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			gotModel, gotBody = m, b
+			if strings.Contains(string(b), "unloaded") {
+				return 0, "tokenizer_unavailable"
+			}
+			return 42, ""
+		}
+	})
+	resp, body = h.postTo(t, "/anthropic/v1/messages/count_tokens", `{"model":"qwen3","system":"S","messages":[{"role":"user","content":"x"}]}`, nil)
+	if resp.StatusCode != 200 || strings.TrimSpace(body) != `{"input_tokens":42}` {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	mu.Lock()
+	if gotModel != model || string(gotBody) != `{"model":"qwen3","messages":[{"role":"system","content":"S"},{"role":"user","content":"x"}]}` {
+		t.Errorf("counted %s for %s", gotBody, gotModel)
+	}
+	mu.Unlock()
+	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"unloaded"}]}`, nil)
+	if resp.StatusCode != 501 || !strings.Contains(body, "tokenizer_unavailable") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil)
+	if resp.StatusCode != 404 || !strings.Contains(body, "not_found_error") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// recordingPicker records what each pick was asked.
+type recordingPicker struct {
+	pick.Picker
+	mu   sync.Mutex
+	reqs []pick.Request
+}
+
+func (p *recordingPicker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) (pick.Pin, pick.Ticket, error) {
+	p.mu.Lock()
+	p.reqs = append(p.reqs, req)
+	p.mu.Unlock()
+	return p.Picker.Reserve(snap, req, now)
+}
+
+func (p *recordingPicker) requests() []pick.Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]pick.Request(nil), p.reqs...)
+}
+
+// nativeBackend records Responses requests and answers them.
+type nativeBackend struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	seen []*http.Request
+	body [][]byte
+}
+
+func newNativeBackend(t *testing.T) *nativeBackend {
+	nb := &nativeBackend{}
+	nb.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		nb.mu.Lock()
+		nb.seen = append(nb.seen, r)
+		nb.body = append(nb.body, b)
+		nb.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("x-dynamo-served-by", "native")
+		_, _ = io.WriteString(w, `{"id":"resp_native","object":"response","status":"completed","output":[]}`)
+	}))
+	t.Cleanup(nb.srv.Close)
+	return nb
+}
+
+// TestResponsesNativePassthrough: with responses_api: native a shim
+// replica gets the Responses body as it is (the client's token data and
+// pins removed), pinned by the model alone: the picker is asked without a
+// body. Compaction goes unpinned to a native plain backend, else 501.
+func TestResponsesNativePassthrough(t *testing.T) {
+	t.Parallel()
+	nb := newNativeBackend(t)
+	var rp *recordingPicker
+	h := newHarnessWith(t, func(c *config.Config) {
+		c.Backends[0].URL = nb.srv.URL
+		c.Backends[0].ResponsesAPI = config.ResponsesAPINative
+	}, func(o *router.Options) {
+		rp = &recordingPicker{Picker: pick.NewLoadBased(o.Store)}
+		o.Picker = rp
+	})
+	body := fmt.Sprintf(`{"model":%q,"input":[{"type":"item_reference","id":"msg_1"}],"tools":[{"type":"web_search"}],"nvext":{"token_data":[1],"x":1}}`, model)
+	resp, got := h.postTo(t, "/v1/responses", body, map[string]string{"x-dynamo-worker-instance-id": "999", "x-backend": ""})
+	if resp.StatusCode != 200 || strings.TrimSpace(got) != `{"id":"resp_native","object":"response","status":"completed","output":[]}` {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	if resp.Header.Get("x-dynamo-served-by") != "" || resp.Header.Get("x-continuum-routing-path") != "disaggregated" {
+		t.Errorf("headers %v", resp.Header)
+	}
+	nb.mu.Lock()
+	r, sent := nb.seen[0], nb.body[0]
+	nb.mu.Unlock()
+	if r.URL.Path != "/v1/responses" || r.Header.Get("x-dynamo-worker-instance-id") != "20" || r.Header.Get("x-dynamo-prefill-instance-id") != "10" {
+		t.Errorf("path %s headers %v", r.URL.Path, r.Header)
+	}
+	if want := fmt.Sprintf(`{"model":%q,"input":[{"type":"item_reference","id":"msg_1"}],"tools":[{"type":"web_search"}],"nvext":{"x":1}}`, model); string(sent) != want {
+		t.Errorf("sent %s\nwant %s", sent, want)
+	}
+	reqs := rp.requests()
+	if len(reqs) != 1 || reqs[0].Body != nil || reqs[0].Path != "/v1/responses" || reqs[0].Model != model {
+		t.Errorf("picked with %+v", reqs)
+	}
+
+	// A converted request is picked on its converted chat body.
+	var rp2 *recordingPicker
+	h2 := newHarnessWith(t, nil, func(o *router.Options) {
+		rp2 = &recordingPicker{Picker: pick.NewLoadBased(o.Store)}
+		o.Picker = rp2
+	})
+	resp, got = h2.postTo(t, "/v1/messages", messagesBody(false), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	if reqs := rp2.requests(); len(reqs) != 1 || reqs[0].Path != "/v1/chat/completions" || !bytes.Equal(reqs[0].Body, h2.fe.Requests()[0].Body) {
+		t.Errorf("picked with %+v, sent %s", reqs, h2.fe.Requests()[0].Body)
+	}
+
+	// Compaction: none native unpinned; then a native plain backend.
+	resp, got = h2.postTo(t, "/v1/responses/compact", fmt.Sprintf(`{"model":%q,"input":"x"}`, model), nil)
+	if resp.StatusCode != 501 || !strings.Contains(got, "responses_api: native") {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	plainNative := newNativeBackend(t)
+	h3 := newHarness(t, func(c *config.Config) {
+		c.Backends[1].URL = plainNative.srv.URL
+		c.Backends[1].ResponsesAPI = config.ResponsesAPINative
+	})
+	resp, got = h3.postTo(t, "/v1/responses/compact", fmt.Sprintf(`{"model":%q,"input":"x"}`, model), map[string]string{"x-backend": ""})
+	if resp.StatusCode != 200 || resp.Header.Get("x-continuum-routing-path") != "unified" {
+		t.Fatalf("status %d: %s %v", resp.StatusCode, got, resp.Header)
+	}
+	plainNative.mu.Lock()
+	if r := plainNative.seen[0]; r.URL.Path != "/v1/responses/compact" || r.Header.Get("x-dynamo-worker-instance-id") != "" {
+		t.Errorf("compaction %s %v", r.URL.Path, r.Header)
+	}
+	plainNative.mu.Unlock()
+	if len(h3.fe.Requests()) != 0 {
+		t.Error("compaction went through the shim")
+	}
+	// The Responses ingress still converts for the chat replica: the native
+	// backend is a plain one, and the model's workers are pinned.
+	resp, got = h3.postTo(t, "/v1/responses", responsesBody(false), nil)
+	if resp.StatusCode != 200 || !strings.Contains(got, `"object":"response"`) || len(h3.fe.Requests()) != 1 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+}

@@ -1,0 +1,805 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+)
+
+// The Responses ingress (POST /v1/responses). A request goes to a backend
+// with responses_api: native as it is (pinned by its model alone when the
+// backend is a direct-mode frontend of the shim); otherwise it becomes a
+// chat completion request and its answer a response object.
+//
+// Conversion rules:
+//   - instructions lead as a system message; input is a string (one user
+//     message) or items in order: messages (user; assistant, whose
+//     output_text parts are its content; system and developer as system),
+//     function_call items as the assistant's tool_calls (consecutive calls,
+//     and a call after an assistant message, join that message),
+//     function_call_output items as tool messages; reasoning items are
+//     dropped.
+//   - function tools, tool_choice (auto, none, required, or a named
+//     function), max_output_tokens as max_tokens, temperature, top_p,
+//     parallel_tool_calls, user, and text.format (json_schema as
+//     response_format json_schema, json_object as json_object).
+//   - The router keeps no conversation state: previous_response_id,
+//     conversation, store: true, background: true and item references are
+//     refused (400), as are hosted tools and file inputs.
+
+type responsesRequest struct {
+	Model           string            `json:"model"`
+	Input           json.RawMessage   `json:"input"`
+	Instructions    json.RawMessage   `json:"instructions"`
+	Tools           []json.RawMessage `json:"tools"`
+	ToolChoice      json.RawMessage   `json:"tool_choice"`
+	MaxOutputTokens *int              `json:"max_output_tokens"`
+	Temperature     json.RawMessage   `json:"temperature"`
+	TopP            json.RawMessage   `json:"top_p"`
+	Text            *struct {
+		Format json.RawMessage `json:"format"`
+	} `json:"text"`
+	ParallelToolCalls  *bool           `json:"parallel_tool_calls"`
+	User               string          `json:"user"`
+	Stream             bool            `json:"stream"`
+	Store              *bool           `json:"store"`
+	PreviousResponseID *string         `json:"previous_response_id"`
+	Conversation       json.RawMessage `json:"conversation"`
+	Background         *bool           `json:"background"`
+	Prompt             json.RawMessage `json:"prompt"`
+	Metadata           json.RawMessage `json:"metadata"`
+}
+
+// responsesItem is what the router reads of an input item.
+type responsesItem struct {
+	Type      string          `json:"type"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
+}
+
+// responsesPart is what the router reads of a message content part.
+type responsesPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Refusal  string `json:"refusal"`
+	ImageURL string `json:"image_url"`
+	Detail   string `json:"detail"`
+	FileID   string `json:"file_id"`
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// statefulParam names the first parameter asking for conversation state,
+// which the router does not keep.
+func statefulParam(q *responsesRequest) string {
+	switch {
+	case q.PreviousResponseID != nil && *q.PreviousResponseID != "":
+		return "previous_response_id"
+	case !isNull(q.Conversation):
+		return "conversation"
+	case q.Store != nil && *q.Store:
+		return "store"
+	case q.Background != nil && *q.Background:
+		return "background"
+	case !isNull(q.Prompt):
+		return "prompt"
+	}
+	return ""
+}
+
+// convertResponses turns a Responses request into a chat completion
+// request.
+func convertResponses(q *responsesRequest) (*chatRequest, *requestError) {
+	if q.Model == "" {
+		return nil, badParam("model", "Field required")
+	}
+	if p := statefulParam(q); p != "" {
+		return nil, badParam(p, "this router keeps no conversation state: send the whole conversation as input (and store: false)")
+	}
+	c := &chatRequest{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP,
+		ParallelToolCalls: q.ParallelToolCalls, User: q.User}
+	if !isNull(q.Instructions) {
+		var s string
+		if err := json.Unmarshal(q.Instructions, &s); err != nil {
+			return nil, badParam("instructions", "must be a string")
+		}
+		c.Messages = append(c.Messages, chatMessage{Role: "system", Content: s})
+	}
+	if isNull(q.Input) {
+		return nil, badParam("input", "Field required")
+	}
+	var s string
+	if json.Unmarshal(q.Input, &s) == nil {
+		c.Messages = append(c.Messages, chatMessage{Role: "user", Content: s})
+	} else {
+		var items []json.RawMessage
+		if err := json.Unmarshal(q.Input, &items); err != nil {
+			return nil, badParam("input", "must be a string or a list of input items")
+		}
+		msgs, err := convertItems(items)
+		if err != nil {
+			return nil, err
+		}
+		c.Messages = append(c.Messages, msgs...)
+	}
+	for i, raw := range q.Tools {
+		var t struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+			Strict      *bool           `json:"strict"`
+		}
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return nil, badParam(fmt.Sprintf("tools[%d]", i), "not a tool object")
+		}
+		if t.Type != "function" {
+			return nil, badParam(fmt.Sprintf("tools[%d].type", i), "%q tools run on OpenAI's side; this router serves function tools only", t.Type)
+		}
+		if t.Name == "" {
+			return nil, badParam(fmt.Sprintf("tools[%d].name", i), "Field required")
+		}
+		c.Tools = append(c.Tools, chatTool{Type: "function", Function: chatFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Strict: t.Strict}})
+	}
+	if !isNull(q.ToolChoice) {
+		var mode string
+		if json.Unmarshal(q.ToolChoice, &mode) == nil {
+			switch mode {
+			case "auto", "none", "required":
+				c.ToolChoice = mode
+			default:
+				return nil, badParam("tool_choice", "%q is not one of auto, none, required", mode)
+			}
+		} else {
+			var tc struct {
+				Type string `json:"type"`
+				Name string `json:"name"`
+			}
+			if err := json.Unmarshal(q.ToolChoice, &tc); err != nil || tc.Type != "function" || tc.Name == "" {
+				return nil, badParam("tool_choice", "must be auto, none, required, or {\"type\": \"function\", \"name\": ...}")
+			}
+			c.ToolChoice = namedToolChoice(tc.Name)
+		}
+	}
+	if q.Text != nil && !isNull(q.Text.Format) {
+		var f struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Schema      json.RawMessage `json:"schema"`
+			Strict      *bool           `json:"strict"`
+			Description string          `json:"description"`
+		}
+		if err := json.Unmarshal(q.Text.Format, &f); err != nil {
+			return nil, badParam("text.format", "not a format object")
+		}
+		switch f.Type {
+		case "text":
+		case "json_object":
+			c.ResponseFormat = map[string]string{"type": "json_object"}
+		case "json_schema":
+			if f.Name == "" || isNull(f.Schema) {
+				return nil, badParam("text.format", "a json_schema format needs name and schema")
+			}
+			js := map[string]any{"name": f.Name, "schema": f.Schema}
+			if f.Strict != nil {
+				js["strict"] = *f.Strict
+			}
+			if f.Description != "" {
+				js["description"] = f.Description
+			}
+			c.ResponseFormat = map[string]any{"type": "json_schema", "json_schema": js}
+		default:
+			return nil, badParam("text.format.type", "%q is not one of text, json_object, json_schema", f.Type)
+		}
+	}
+	if q.Stream {
+		c.Stream = true
+		c.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	return c, nil
+}
+
+// convertItems turns input items into chat messages.
+func convertItems(items []json.RawMessage) ([]chatMessage, *requestError) {
+	var out []chatMessage
+	// joinable: the last message is an assistant message that a following
+	// function_call item joins.
+	joinable := false
+	for i, raw := range items {
+		p := fmt.Sprintf("input[%d]", i)
+		var it responsesItem
+		if err := json.Unmarshal(raw, &it); err != nil {
+			return nil, badParam(p, "not an input item")
+		}
+		if it.Type == "" && it.Role != "" {
+			it.Type = "message"
+		}
+		switch it.Type {
+		case "message":
+			m, err := convertItemMessage(it, p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+			joinable = m.Role == "assistant"
+		case "function_call":
+			if it.CallID == "" || it.Name == "" {
+				return nil, badParam(p, "a function_call item needs call_id and name")
+			}
+			args := it.Arguments
+			if strings.TrimSpace(args) == "" {
+				args = "{}"
+			}
+			call := chatToolCall{ID: it.CallID, Type: "function", Function: chatFunctionCall{Name: it.Name, Arguments: args}}
+			if joinable {
+				out[len(out)-1].ToolCalls = append(out[len(out)-1].ToolCalls, call)
+			} else {
+				out = append(out, chatMessage{Role: "assistant", Content: "", ToolCalls: []chatToolCall{call}})
+				joinable = true
+			}
+		case "function_call_output":
+			if it.CallID == "" {
+				return nil, badParam(p+".call_id", "Field required")
+			}
+			text, err := outputText(it.Output, p+".output")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, chatMessage{Role: "tool", ToolCallID: it.CallID, Content: text})
+			joinable = false
+		case "reasoning":
+		case "item_reference":
+			return nil, badParam(p, "this router keeps no stored items: send the item itself")
+		default:
+			return nil, badParam(p+".type", "%q items are not supported by this router", it.Type)
+		}
+	}
+	return out, nil
+}
+
+// convertItemMessage turns a message item into a chat message.
+func convertItemMessage(it responsesItem, p string) (chatMessage, *requestError) {
+	role := it.Role
+	switch role {
+	case "user", "assistant", "system":
+	case "developer":
+		role = "system"
+	default:
+		return chatMessage{}, badParam(p+".role", "%q is not one of user, assistant, system, developer", it.Role)
+	}
+	var s string
+	if json.Unmarshal(it.Content, &s) == nil {
+		return chatMessage{Role: role, Content: s}, nil
+	}
+	var parts []responsesPart
+	if err := json.Unmarshal(it.Content, &parts); err != nil {
+		return chatMessage{}, badParam(p+".content", "must be a string or a list of content parts")
+	}
+	var chat []chatPart
+	for j, part := range parts {
+		pp := fmt.Sprintf("%s.content[%d]", p, j)
+		switch part.Type {
+		case "input_text", "output_text", "text":
+			chat = append(chat, chatPart{Type: "text", Text: part.Text})
+		case "refusal":
+			chat = append(chat, chatPart{Type: "text", Text: part.Refusal})
+		case "input_image":
+			if role != "user" {
+				return chatMessage{}, badParam(pp, "images are allowed in user messages only")
+			}
+			if part.ImageURL == "" {
+				return chatMessage{}, badParam(pp+".image_url", "give the image as a URL or data: URL (this router keeps no files)")
+			}
+			chat = append(chat, chatPart{Type: "image_url", ImageURL: &chatImageURL{URL: part.ImageURL, Detail: part.Detail}})
+		default:
+			return chatMessage{}, badParam(pp+".type", "%q content is not supported by this router", part.Type)
+		}
+	}
+	if role == "user" {
+		return chatMessage{Role: role, Content: userContent(chat)}, nil
+	}
+	texts := make([]string, 0, len(chat))
+	for _, c := range chat {
+		texts = append(texts, c.Text)
+	}
+	return chatMessage{Role: role, Content: strings.Join(texts, "\n")}, nil
+}
+
+// outputText is a function_call_output's output: a string, or the texts
+// of its input_text parts.
+func outputText(raw json.RawMessage, p string) (string, *requestError) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []responsesPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", badParam(p, "must be a string or a list of content parts")
+	}
+	var texts []string
+	for j, part := range parts {
+		if part.Type != "input_text" && part.Type != "output_text" {
+			return "", badParam(fmt.Sprintf("%s[%d].type", p, j), "%q is not supported in a function output by this router", part.Type)
+		}
+		texts = append(texts, part.Text)
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+// responsesOut answers a converted Responses request.
+type responsesOut struct {
+	q       *responsesRequest
+	created int64
+	id      func(prefix string) string
+	respID  string
+}
+
+func newResponsesOut(q *responsesRequest, now time.Time) *responsesOut {
+	return &responsesOut{q: q, created: now.Unix(), id: newID}
+}
+
+func (o *responsesOut) fail(w http.ResponseWriter, status int, code, param, message string) {
+	writeParamError(w, status, code, param, message)
+}
+
+// upstreamError keeps an upstream error as it is when it is OpenAI's
+// shape, else wraps its message in it.
+func (o *responsesOut) upstreamError(status int, data []byte) []byte {
+	var e struct {
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &e) == nil && e.Error != nil && e.Error.Message != "" {
+		return data
+	}
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	b, _ := json.Marshal(map[string]apiError{"error": {Message: upstreamMessage(data), Type: typ, Code: CodeUpstream}})
+	return append(b, '\n')
+}
+
+func raw(v json.RawMessage) any {
+	if isNull(v) {
+		return nil
+	}
+	return v
+}
+
+func responsesUsage(u *chatUsage) any {
+	if u == nil {
+		return nil
+	}
+	return object{{"input_tokens", u.PromptTokens}, {"input_tokens_details", object{{"cached_tokens", 0}}},
+		{"output_tokens", u.CompletionTokens}, {"output_tokens_details", object{{"reasoning_tokens", 0}}},
+		{"total_tokens", u.PromptTokens + u.CompletionTokens}}
+}
+
+// response is the response object with status, output and usage; the
+// request's settings are echoed.
+func (o *responsesOut) response(status string, output []any, usage *chatUsage, incomplete string) object {
+	if o.respID == "" {
+		o.respID = o.id("resp_")
+	}
+	q := o.q
+	text := object{{"format", object{{"type", "text"}}}}
+	if q.Text != nil && !isNull(q.Text.Format) {
+		text = object{{"format", q.Text.Format}}
+	}
+	var details any
+	if incomplete != "" {
+		details = object{{"reason", incomplete}}
+	}
+	toolChoice := any("auto")
+	if !isNull(q.ToolChoice) {
+		toolChoice = q.ToolChoice
+	}
+	tools := []any{}
+	for _, t := range q.Tools {
+		tools = append(tools, t)
+	}
+	parallel := true
+	if q.ParallelToolCalls != nil {
+		parallel = *q.ParallelToolCalls
+	}
+	metadata := any(object{})
+	if !isNull(q.Metadata) {
+		metadata = q.Metadata
+	}
+	var user any
+	if q.User != "" {
+		user = q.User
+	}
+	return object{{"id", o.respID}, {"object", "response"}, {"created_at", o.created}, {"status", status}, {"error", nil},
+		{"incomplete_details", details}, {"instructions", raw(q.Instructions)}, {"max_output_tokens", q.MaxOutputTokens},
+		{"model", q.Model}, {"output", output}, {"parallel_tool_calls", parallel}, {"previous_response_id", nil},
+		{"reasoning", object{{"effort", nil}, {"summary", nil}}}, {"store", false}, {"temperature", raw(q.Temperature)},
+		{"text", text}, {"tool_choice", toolChoice}, {"tools", tools}, {"top_p", raw(q.TopP)}, {"truncation", "disabled"},
+		{"usage", responsesUsage(usage)}, {"user", user}, {"metadata", metadata}}
+}
+
+// finishStatus is the response status of a chat finish reason, and the
+// reason it is incomplete.
+func finishStatus(finish string) (string, string) {
+	switch finish {
+	case "length":
+		return "incomplete", "max_output_tokens"
+	case "content_filter":
+		return "incomplete", "content_filter"
+	}
+	return "completed", ""
+}
+
+func outputTextPart(text string) object {
+	return object{{"type", "output_text"}, {"text", text}, {"annotations", []any{}}, {"logprobs", []any{}}}
+}
+
+func messageItem(id, status string, content []any) object {
+	return object{{"id", id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", content}}
+}
+
+func functionCallItem(id, status, callID, name, args string) object {
+	return object{{"id", id}, {"type", "function_call"}, {"status", status}, {"call_id", callID}, {"name", name}, {"arguments", args}}
+}
+
+// answer converts a buffered chat completion into a response object.
+func (o *responsesOut) answer(data []byte) ([]byte, error) {
+	var c chatCompletion
+	if err := json.Unmarshal(data, &c); err != nil || len(c.Choices) == 0 {
+		return nil, errors.New("the upstream answer is not a chat completion")
+	}
+	ch := c.Choices[0]
+	output := []any{}
+	if text := contentText(ch.Message.Content); text != "" {
+		output = append(output, messageItem(o.id("msg_"), "completed", []any{outputTextPart(text)}))
+	}
+	for _, tc := range ch.Message.ToolCalls {
+		args := tc.Function.Arguments
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		output = append(output, functionCallItem(o.id("fc_"), "completed", tc.ID, tc.Function.Name, args))
+	}
+	status, incomplete := finishStatus(ch.FinishReason)
+	b, err := json.Marshal(o.response(status, output, c.Usage, incomplete))
+	return append(b, '\n'), err
+}
+
+// responsesStream converts one chat chunk stream into Responses events:
+// response.created and response.in_progress; per output item
+// response.output_item.added, then for a message response.content_part.added,
+// response.output_text.delta ... response.output_text.done and
+// response.content_part.done, for a function call
+// response.function_call_arguments.delta ... .done, then
+// response.output_item.done; then response.completed (response.incomplete
+// when the answer was cut short). Every event carries its sequence_number.
+// An upstream error inside the stream, or a stream cut before its end,
+// ends it with response.failed.
+type responsesStream struct {
+	o   *responsesOut
+	sw  *sseWriter
+	seq int
+
+	items  []object        // the output items so far
+	open   int             // the open item's index, -1 for none
+	text   strings.Builder // the open message's text
+	tools  map[int]int     // upstream tool call index → item index
+	finish string
+	usage  *chatUsage
+}
+
+// event sends an event of type name with the fields given.
+func (s *responsesStream) event(name string, fields ...field) {
+	v := append(object{{"type", name}}, fields...)
+	v = append(v, field{"sequence_number", s.seq})
+	s.seq++
+	s.sw.event(name, v)
+}
+
+func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
+	s := &responsesStream{o: o, sw: newSSEWriter(w), open: -1, tools: map[int]int{}}
+	s.event("response.created", field{"response", o.response("in_progress", []any{}, nil, "")})
+	s.event("response.in_progress", field{"response", o.response("in_progress", []any{}, nil, "")})
+	if err := s.sw.flush(); err != nil {
+		return err
+	}
+	rd := newSSEReader(body)
+	for {
+		ev, err := rd.next()
+		if errors.Is(err, io.EOF) {
+			if s.finish == "" {
+				return s.fail("the upstream stream ended before the answer was complete")
+			}
+			break
+		}
+		if err != nil {
+			return s.fail("reading the upstream stream: " + err.Error())
+		}
+		chunk, done, errMsg := chatStreamEvent(ev)
+		if errMsg != "" {
+			return s.fail(errMsg)
+		}
+		if done {
+			break
+		}
+		s.chunk(chunk)
+		if err := s.sw.flush(); err != nil {
+			return err
+		}
+	}
+	s.close()
+	status, incomplete := finishStatus(s.finish)
+	output := make([]any, len(s.items))
+	for i, it := range s.items {
+		output[i] = it
+	}
+	name := "response.completed"
+	if status == "incomplete" {
+		name = "response.incomplete"
+	}
+	s.event(name, field{"response", o.response(status, output, s.usage, incomplete)})
+	return s.sw.flush()
+}
+
+// fail ends the stream with response.failed.
+func (s *responsesStream) fail(message string) error {
+	s.close()
+	output := make([]any, len(s.items))
+	for i, it := range s.items {
+		output[i] = it
+	}
+	r := s.o.response("failed", output, s.usage, "")
+	r = r.set("error", object{{"code", "server_error"}, {"message", message}})
+	s.event("response.failed", field{"response", r})
+	return s.sw.flush()
+}
+
+// close ends the open item.
+func (s *responsesStream) close() {
+	if s.open < 0 {
+		return
+	}
+	i := s.open
+	it := s.items[i]
+	s.open = -1
+	id := it.get("id")
+	switch it.get("type") {
+	case "message":
+		text := s.text.String()
+		s.text.Reset()
+		s.event("response.output_text.done", field{"item_id", id}, field{"output_index", i}, field{"content_index", 0},
+			field{"text", text}, field{"logprobs", []any{}})
+		part := outputTextPart(text)
+		s.event("response.content_part.done", field{"item_id", id}, field{"output_index", i}, field{"content_index", 0}, field{"part", part})
+		it.set("content", []any{part})
+	case "function_call":
+		s.event("response.function_call_arguments.done", field{"item_id", id}, field{"output_index", i},
+			field{"name", it.get("name")}, field{"arguments", it.get("arguments")})
+	}
+	it.set("status", "completed")
+	s.event("response.output_item.done", field{"output_index", i}, field{"item", it})
+}
+
+func (s *responsesStream) chunk(c *chatChunk) {
+	if c.Usage != nil {
+		s.usage = c.Usage
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		d := ch.Delta
+		if d.Content != nil && *d.Content != "" {
+			if s.open < 0 || s.items[s.open].get("type") != "message" {
+				s.close()
+				it := messageItem(s.o.id("msg_"), "in_progress", []any{})
+				s.items = append(s.items, it)
+				s.open = len(s.items) - 1
+				s.event("response.output_item.added", field{"output_index", s.open}, field{"item", it.clone()})
+				s.event("response.content_part.added", field{"item_id", it.get("id")}, field{"output_index", s.open}, field{"content_index", 0},
+					field{"part", outputTextPart("")})
+			}
+			s.text.WriteString(*d.Content)
+			s.event("response.output_text.delta", field{"item_id", s.items[s.open].get("id")}, field{"output_index", s.open},
+				field{"content_index", 0}, field{"delta", *d.Content}, field{"logprobs", []any{}})
+		}
+		for _, tc := range d.ToolCalls {
+			i, ok := s.tools[tc.Index]
+			if !ok {
+				s.close()
+				callID := tc.ID
+				if callID == "" {
+					callID = s.o.id("call_")
+				}
+				it := functionCallItem(s.o.id("fc_"), "in_progress", callID, tc.Function.Name, "")
+				s.items = append(s.items, it)
+				i = len(s.items) - 1
+				s.open = i
+				s.tools[tc.Index] = i
+				s.event("response.output_item.added", field{"output_index", i}, field{"item", it.clone()})
+			}
+			if tc.Function.Arguments != "" {
+				it := s.items[i]
+				args, _ := it.get("arguments").(string)
+				it.set("arguments", args+tc.Function.Arguments)
+				s.event("response.function_call_arguments.delta", field{"item_id", it.get("id")}, field{"output_index", i},
+					field{"delta", tc.Function.Arguments})
+			}
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			s.finish = *ch.FinishReason
+		}
+	}
+}
+
+// isNative reports whether a backend serves /v1/responses itself.
+func isNative(b *Backend) bool { return b.cfg.ResponsesAPI == config.ResponsesAPINative }
+
+// nativeResponses reports whether a Responses request for model goes to
+// native backends: when the shim would pin it (a worker serves the model
+// in a namespace whose pool has a replica the client may use now), when
+// one of those replicas is native; otherwise when a plain backend that
+// would take it is native.
+func (s *Server) nativeResponses(model string, policy *keyPolicy) bool {
+	plan := s.dispatch.Plan()
+	now := s.opts.Now()
+	usable := func(b *Backend) bool { return policy.allows(b.Name()) && b.Available(now) }
+	if plan.Enabled() && s.opts.Registry != nil {
+		dyn := plan.Model(model)
+		served := map[string]bool{}
+		for _, wk := range s.opts.Registry.Snapshot().Workers {
+			if wk.Model == dyn && wk.Role != fleet.RoleUnknown {
+				served[wk.ID.Namespace] = true
+			}
+		}
+		cands := plan.Candidates(usable)
+		pinned := false
+		for _, ns := range cands.Namespaces {
+			if !served[ns] {
+				continue
+			}
+			pinned = true
+			for _, b := range cands.Of(ns) {
+				if isNative(b) {
+					return true
+				}
+			}
+		}
+		if pinned {
+			return false
+		}
+	}
+	return s.nativePlain(model, policy)
+}
+
+// nativePlain reports whether a plain backend that may take model for the
+// client now is native.
+func (s *Server) nativePlain(model string, policy *keyPolicy) bool {
+	plan := s.dispatch.Plan()
+	now := s.opts.Now()
+	for _, b := range s.backends.all() {
+		if isNative(b) && !b.cfg.Internal && b.cfg.Role == config.RoleUnified && !plan.IsReplica(b) && b.Serves(model) &&
+			policy.allows(b.Name()) && b.Available(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// inputText is the text of a Responses input, for a prompt size estimate.
+func inputText(input json.RawMessage) string {
+	var s string
+	if json.Unmarshal(input, &s) == nil {
+		return s
+	}
+	var items []struct {
+		Content   json.RawMessage `json:"content"`
+		Arguments string          `json:"arguments"`
+		Output    json.RawMessage `json:"output"`
+	}
+	if json.Unmarshal(input, &items) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, it := range items {
+		for _, raw := range []json.RawMessage{it.Content, it.Output} {
+			if t := contentText(raw); t != "" {
+				b.WriteString(t)
+				b.WriteByte('\n')
+			}
+		}
+		if it.Arguments != "" {
+			b.WriteString(it.Arguments)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// responses handles POST /v1/responses.
+func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
+	policy, body, ok := s.admit(w, r, writeParamError)
+	if !ok {
+		return
+	}
+	var q responsesRequest
+	if err := json.Unmarshal(body, &q); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not a valid Responses request: "+err.Error())
+		return
+	}
+	if q.Model == "" {
+		writeParamError(w, http.StatusBadRequest, CodeBadRequest, "model", "model is required")
+		return
+	}
+	if s.nativeResponses(q.Model, policy) {
+		// As it is, but never with the client's token data; pinned by the
+		// model alone (the router renders no Responses prompt).
+		prompt, _ := json.Marshal(instructionsAnd(q.Instructions, inputText(q.Input)))
+		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutTokenData(body),
+			q: &request{Model: q.Model, Stream: q.Stream, Prompt: prompt}, policy: policy,
+			reveal: r.Header.Values("x-backend") != nil, only: isNative, modelOnly: true}
+		x.route()
+		return
+	}
+	c, rerr := convertResponses(&q)
+	if rerr != nil {
+		writeParamError(w, http.StatusBadRequest, CodeBadRequest, rerr.param, rerr.message)
+		return
+	}
+	s.sendConverted(w, r, c, policy, newResponsesOut(&q, s.opts.Now()))
+}
+
+func instructionsAnd(instructions json.RawMessage, input string) string {
+	var s string
+	if json.Unmarshal(instructions, &s) == nil && s != "" {
+		return s + "\n" + input
+	}
+	return input
+}
+
+// compact handles POST /v1/responses/compact: passed as it is, unpinned,
+// to a plain backend with responses_api: native that serves the model
+// (the router keeps no conversation to compact itself).
+func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
+	policy, body, ok := s.admit(w, r, writeParamError)
+	if !ok {
+		return
+	}
+	var q struct {
+		Model string `json:"model"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
+		return
+	}
+	if q.Model == "" {
+		writeParamError(w, http.StatusBadRequest, CodeBadRequest, "model", "model is required")
+		return
+	}
+	if !s.nativePlain(q.Model, policy) {
+		writeError(w, http.StatusNotImplemented, CodeNotImplemented,
+			"POST /v1/responses/compact goes only to a backend with responses_api: native serving the model (unpinned, not through the shim); none can take "+strconvQuote(q.Model)+" now")
+		return
+	}
+	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutTokenData(body), q: &request{Model: q.Model},
+		policy: policy, reveal: r.Header.Values("x-backend") != nil, only: isNative, unpinned: true}
+	x.route()
+}

@@ -1,0 +1,276 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConvertResponses: Responses requests and the chat requests they
+// become, feature by feature.
+func TestConvertResponses(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, in, want string
+	}{
+		{"a string input and instructions",
+			`{"model":"m","instructions":"Be brief.","input":"Hi","max_output_tokens":20,"temperature":0.5,"top_p":1}`,
+			`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":20,"temperature":0.5,"top_p":1}`},
+		{"message items: roles, parts, images",
+			`{"model":"m","input":[{"role":"developer","content":"Formal."},{"type":"message","role":"system","content":[{"type":"input_text","text":"Short."}]},
+			  {"role":"user","content":[{"type":"input_text","text":"What is this?"},{"type":"input_image","image_url":"https://example.com/a.png","detail":"low"}]},
+			  {"role":"assistant","content":[{"type":"output_text","text":"A cat.","annotations":[]}]},
+			  {"role":"user","content":[{"type":"input_text","text":"Sure?"}]}]}`,
+			`{"model":"m","messages":[{"role":"system","content":"Formal."},{"role":"system","content":"Short."},
+			  {"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"low"}}]},
+			  {"role":"assistant","content":"A cat."},{"role":"user","content":"Sure?"}]}`},
+		{"function calls join the assistant turn; outputs are tool messages; reasoning dropped",
+			`{"model":"m","input":[{"role":"user","content":"Paris and Oslo?"},
+			  {"type":"reasoning","id":"rs_1","summary":[]},
+			  {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Checking."}]},
+			  {"type":"function_call","id":"fc_1","call_id":"call_1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"},
+			  {"type":"function_call","call_id":"call_2","name":"get_weather","arguments":"{\"city\":\"Oslo\"}"},
+			  {"type":"function_call_output","call_id":"call_1","output":"Sunny"},
+			  {"type":"function_call_output","call_id":"call_2","output":[{"type":"input_text","text":"Rain"}]},
+			  {"type":"function_call","call_id":"call_3","name":"noop","arguments":""}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"Paris and Oslo?"},
+			  {"role":"assistant","content":"Checking.","tool_calls":[
+			    {"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},
+			    {"id":"call_2","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+			  {"role":"tool","content":"Sunny","tool_call_id":"call_1"},{"role":"tool","content":"Rain","tool_call_id":"call_2"},
+			  {"role":"assistant","content":"","tool_calls":[{"id":"call_3","type":"function","function":{"name":"noop","arguments":"{}"}}]}]}`},
+		{"function tools, a named tool choice, parallel calls off, user, stream",
+			`{"model":"m","input":"x","stream":true,"user":"u","parallel_tool_calls":false,"store":false,
+			  "tools":[{"type":"function","name":"get_weather","description":"Weather","parameters":{"type":"object"},"strict":true}],
+			  "tool_choice":{"type":"function","name":"get_weather"}}`,
+			`{"model":"m","messages":[{"role":"user","content":"x"}],
+			  "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object"},"strict":true}}],
+			  "tool_choice":{"function":{"name":"get_weather"},"type":"function"},"parallel_tool_calls":false,"user":"u","stream":true,"stream_options":{"include_usage":true}}`},
+		{"tool choice required",
+			`{"model":"m","input":"x","tool_choice":"required"}`,
+			`{"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`},
+		{"text.format json_schema as response_format",
+			`{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"city","schema":{"type":"object","properties":{"name":{"type":"string"}}},"strict":true}}}`,
+			`{"model":"m","messages":[{"role":"user","content":"x"}],
+			  "response_format":{"json_schema":{"name":"city","schema":{"type":"object","properties":{"name":{"type":"string"}}},"strict":true},"type":"json_schema"}}`},
+		{"text.format json_object; text is nothing",
+			`{"model":"m","input":"x","text":{"format":{"type":"json_object"}}}`,
+			`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var q responsesRequest
+			if err := json.Unmarshal([]byte(tt.in), &q); err != nil {
+				t.Fatal(err)
+			}
+			c, rerr := convertResponses(&q)
+			if rerr != nil {
+				t.Fatalf("refused: %v", rerr)
+			}
+			got, _ := json.Marshal(c)
+			if want := compactJSON(t, tt.want); string(got) != want {
+				t.Errorf("converted\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// TestConvertResponsesRefusals: state the router does not keep, tools it
+// does not run, inputs it cannot convert.
+func TestConvertResponsesRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in, param, msg string
+	}{
+		{`{"model":"m","input":"x","previous_response_id":"resp_1"}`, "previous_response_id", "no conversation state"},
+		{`{"model":"m","input":"x","store":true}`, "store", "no conversation state"},
+		{`{"model":"m","input":"x","conversation":"conv_1"}`, "conversation", "no conversation state"},
+		{`{"model":"m","input":"x","background":true}`, "background", "no conversation state"},
+		{`{"model":"m","input":"x","prompt":{"id":"pmpt_1"}}`, "prompt", "no conversation state"},
+		{`{"model":"m","input":[{"type":"item_reference","id":"msg_1"}]}`, "input[0]", "no stored items"},
+		{`{"model":"m","input":[{"type":"web_search_call","id":"ws_1"}]}`, "input[0].type", "not supported"},
+		{`{"model":"m","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]}`, "input[0].content[0].type", "not supported"},
+		{`{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, "input[0].content[0].image_url", "no files"},
+		{`{"model":"m","input":"x","tools":[{"type":"web_search"}]}`, "tools[0].type", "function tools only"},
+		{`{"model":"m","input":"x","tool_choice":"sometimes"}`, "tool_choice", "not one of"},
+		{`{"model":"m","input":"x","tool_choice":{"type":"file_search"}}`, "tool_choice", "must be"},
+		{`{"model":"m","input":"x","text":{"format":{"type":"json_schema"}}}`, "text.format", "name and schema"},
+		{`{"model":"m"}`, "input", "Field required"},
+		{`{"model":"m","input":[{"role":"tool","content":"x"}]}`, "input[0].role", "not one of"},
+		{`{"model":"m","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id", "Field required"},
+	} {
+		var q responsesRequest
+		if err := json.Unmarshal([]byte(tt.in), &q); err != nil {
+			t.Fatal(err)
+		}
+		_, rerr := convertResponses(&q)
+		if rerr == nil || rerr.param != tt.param || !strings.Contains(rerr.message, tt.msg) {
+			t.Errorf("%s: refusal %v, want %s: ...%s...", tt.in, rerr, tt.param, tt.msg)
+		}
+	}
+}
+
+// prefixIDs numbers identifiers per prefix: resp_01, msg_01, fc_01, ...
+func prefixIDs() func(string) string {
+	n := map[string]int{}
+	return func(prefix string) string {
+		n[prefix]++
+		return fmt.Sprintf("%s%02d", prefix, n[prefix])
+	}
+}
+
+func testResponsesOut(t *testing.T, req string) *responsesOut {
+	t.Helper()
+	var q responsesRequest
+	if err := json.Unmarshal([]byte(req), &q); err != nil {
+		t.Fatal(err)
+	}
+	o := newResponsesOut(&q, time.Unix(1_800_000_000, 0))
+	o.id = prefixIDs()
+	return o
+}
+
+// responseObject is the response object a test expects: the request
+// echoed as testResponsesOut's requests give it, with status, output,
+// details and usage.
+func responseObject(status, output, incomplete, usage string) string {
+	return `{"id":"resp_01","object":"response","created_at":1800000000,"status":"` + status + `","error":null,"incomplete_details":` + incomplete +
+		`,"instructions":null,"max_output_tokens":null,"model":"m","output":` + output + `,"parallel_tool_calls":true,"previous_response_id":null,` +
+		`"reasoning":{"effort":null,"summary":null},"store":false,"temperature":null,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],` +
+		`"top_p":null,"truncation":"disabled","usage":` + usage + `,"user":null,"metadata":{}}`
+}
+
+const responsesUsage1 = `{"input_tokens":11,"input_tokens_details":{"cached_tokens":0},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":15}`
+
+// TestResponsesAnswer: chat completions and the response objects they
+// become.
+func TestResponsesAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, in, want string
+	}{
+		{"text", `{"choices":[{"message":{"content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
+			responseObject("completed", `[{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]}]}]`,
+				"null", responsesUsage1)},
+		{"cut by max_output_tokens", `{"choices":[{"message":{"content":"Hel"},"finish_reason":"length"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
+			responseObject("incomplete", `[{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hel","annotations":[],"logprobs":[]}]}]`,
+				`{"reason":"max_output_tokens"}`, responsesUsage1)},
+		{"function calls", `{"choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},
+			{"id":"call_2","type":"function","function":{"name":"g","arguments":""}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
+			responseObject("completed", `[{"id":"fc_01","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"},
+				{"id":"fc_02","type":"function_call","status":"completed","call_id":"call_2","name":"g","arguments":"{}"}]`, "null", responsesUsage1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+			got, err := o.answer([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := compactJSON(t, tt.want); strings.TrimSpace(string(got)) != want {
+				t.Errorf("answer\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+	// The request's settings are echoed.
+	o := testResponsesOut(t, `{"model":"m","input":"x","instructions":"Be brief.","max_output_tokens":9,"temperature":0.3,"top_p":0.8,"user":"u",
+		"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],"tool_choice":"required","parallel_tool_calls":false,
+		"text":{"format":{"type":"json_object"}},"metadata":{"k":"v"}}`)
+	got, _ := o.answer([]byte(`{"choices":[{"message":{"content":"{}"},"finish_reason":"stop"}]}`))
+	var r map[string]json.RawMessage
+	_ = json.Unmarshal(got, &r)
+	for k, want := range map[string]string{"instructions": `"Be brief."`, "max_output_tokens": "9", "temperature": "0.3", "top_p": "0.8", "user": `"u"`,
+		"tools": `[{"type":"function","name":"f","parameters":{"type":"object"}}]`, "tool_choice": `"required"`, "parallel_tool_calls": "false",
+		"text": `{"format":{"type":"json_object"}}`, "metadata": `{"k":"v"}`, "usage": "null"} {
+		if string(r[k]) != want {
+			t.Errorf("%s = %s, want %s", k, r[k], want)
+		}
+	}
+}
+
+// TestResponsesStream: chat chunk streams and the Responses events they
+// become, event by event, with their sequence numbers.
+func TestResponsesStream(t *testing.T) {
+	t.Parallel()
+	created := func(seq int, name string) string {
+		return name + ` {"type":"` + name + `","response":` + responseObject("in_progress", "[]", "null", "null") + `,"sequence_number":` + fmt.Sprint(seq) + `}`
+	}
+	msgAdded := `{"id":"msg_01","type":"message","status":"in_progress","role":"assistant","content":[]}`
+	msgDone := `{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]}]}`
+	fcDone := `{"id":"fc_01","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"}`
+	for _, tt := range []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"text then a function call",
+			chunks(textChunk("Hel"), textChunk("lo"),
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}`,
+				finishChunk("tool_calls"), usageChunk, "[DONE]"),
+			[]string{created(0, "response.created"), created(1, "response.in_progress"),
+				`response.output_item.added {"type":"response.output_item.added","output_index":0,"item":` + msgAdded + `,"sequence_number":2}`,
+				`response.content_part.added {"type":"response.content_part.added","item_id":"msg_01","output_index":0,"content_index":0,
+				  "part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"sequence_number":3}`,
+				`response.output_text.delta {"type":"response.output_text.delta","item_id":"msg_01","output_index":0,"content_index":0,"delta":"Hel","logprobs":[],"sequence_number":4}`,
+				`response.output_text.delta {"type":"response.output_text.delta","item_id":"msg_01","output_index":0,"content_index":0,"delta":"lo","logprobs":[],"sequence_number":5}`,
+				`response.output_text.done {"type":"response.output_text.done","item_id":"msg_01","output_index":0,"content_index":0,"text":"Hello","logprobs":[],"sequence_number":6}`,
+				`response.content_part.done {"type":"response.content_part.done","item_id":"msg_01","output_index":0,"content_index":0,
+				  "part":{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]},"sequence_number":7}`,
+				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + msgDone + `,"sequence_number":8}`,
+				`response.output_item.added {"type":"response.output_item.added","output_index":1,
+				  "item":{"id":"fc_01","type":"function_call","status":"in_progress","call_id":"call_1","name":"f","arguments":""},"sequence_number":9}`,
+				`response.function_call_arguments.delta {"type":"response.function_call_arguments.delta","item_id":"fc_01","output_index":1,"delta":"{\"a\":","sequence_number":10}`,
+				`response.function_call_arguments.delta {"type":"response.function_call_arguments.delta","item_id":"fc_01","output_index":1,"delta":"1}","sequence_number":11}`,
+				`response.function_call_arguments.done {"type":"response.function_call_arguments.done","item_id":"fc_01","output_index":1,"name":"f","arguments":"{\"a\":1}","sequence_number":12}`,
+				`response.output_item.done {"type":"response.output_item.done","output_index":1,"item":` + fcDone + `,"sequence_number":13}`,
+				`response.completed {"type":"response.completed","response":` + responseObject("completed", "["+msgDone+","+fcDone+"]", "null", responsesUsage1) + `,"sequence_number":14}`}},
+		{"cut by max_output_tokens: response.incomplete",
+			chunks(textChunk("Hello"), finishChunk("length"), usageChunk, "[DONE]"),
+			[]string{created(0, "response.created"), created(1, "response.in_progress"),
+				`response.output_item.added {"type":"response.output_item.added","output_index":0,"item":` + msgAdded + `,"sequence_number":2}`,
+				`response.content_part.added {"type":"response.content_part.added","item_id":"msg_01","output_index":0,"content_index":0,
+				  "part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"sequence_number":3}`,
+				`response.output_text.delta {"type":"response.output_text.delta","item_id":"msg_01","output_index":0,"content_index":0,"delta":"Hello","logprobs":[],"sequence_number":4}`,
+				`response.output_text.done {"type":"response.output_text.done","item_id":"msg_01","output_index":0,"content_index":0,"text":"Hello","logprobs":[],"sequence_number":5}`,
+				`response.content_part.done {"type":"response.content_part.done","item_id":"msg_01","output_index":0,"content_index":0,
+				  "part":{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]},"sequence_number":6}`,
+				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + msgDone + `,"sequence_number":7}`,
+				`response.incomplete {"type":"response.incomplete","response":` + responseObject("incomplete", "["+msgDone+"]", `{"reason":"max_output_tokens"}`, responsesUsage1) + `,"sequence_number":8}`}},
+		{"an error inside the stream: response.failed",
+			chunks(`{"error":{"message":"engine crashed"}}`),
+			[]string{created(0, "response.created"), created(1, "response.in_progress"),
+				`response.failed {"type":"response.failed","response":` + strings.Replace(responseObject("failed", "[]", "null", "null"),
+					`"error":null`, `"error":{"code":"server_error","message":"engine crashed"}`, 1) + `,"sequence_number":2}`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+			rec := httptest.NewRecorder()
+			if err := o.stream(rec, strings.NewReader(tt.in)); err != nil {
+				t.Fatal(err)
+			}
+			sameEvents(t, events(t, rec.Body.String()), wantEvents(t, tt.want...))
+		})
+	}
+}
+
+// TestStreamHelpers: the stop sequence match and the hold-back keep whole
+// runes and the longest match.
+func TestStreamHelpers(t *testing.T) {
+	t.Parallel()
+	if text, seq, ok := stopMatch("abc END", []string{"D", "END"}, nil); !ok || seq != "END" || text != "abc " {
+		t.Errorf("longest match: %q %q %v", text, seq, ok)
+	}
+	if _, _, ok := stopMatch("abc", []string{"x"}, json.RawMessage(`128001`)); ok {
+		t.Error("a stop token id is no stop sequence")
+	}
+	send, held := holdBack("héllo", 4)
+	if send+held != "héllo" || send != "h" {
+		t.Errorf("hold back split a rune: %q %q", send, held)
+	}
+	if send, held := holdBack("ab", 0); send != "ab" || held != "" {
+		t.Errorf("no stop sequences: %q %q", send, held)
+	}
+}

@@ -1,0 +1,92 @@
+package routerd
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/continuum-router/continuum/internal/config"
+)
+
+// certificate is server.tls's certificate, served to every new TLS
+// connection and reloaded when its files change (a renewed certificate, a
+// Kubernetes Secret's symlink swap). A pair that does not load is logged
+// and the previous one kept.
+type certificate struct {
+	files  config.ServerTLS
+	logger *slog.Logger
+	cur    atomic.Pointer[tls.Certificate]
+	// pem is the content last loaded, to tell a change from a touch.
+	pem []byte
+}
+
+// loadCertificate reads the pair now: a pair that does not load is an
+// error naming the keys.
+func loadCertificate(files config.ServerTLS, logger *slog.Logger) (*certificate, error) {
+	c := &certificate{files: files, logger: logger}
+	if err := c.load(); err != nil {
+		return nil, fmt.Errorf("server.tls: %w", err)
+	}
+	return c, nil
+}
+
+func (c *certificate) load() error {
+	pair, err := tls.LoadX509KeyPair(c.files.Cert, c.files.Key)
+	if err != nil {
+		return err
+	}
+	c.cur.Store(&pair)
+	c.pem = bytes.Join(pair.Certificate, nil)
+	return nil
+}
+
+// config is the TLS configuration of the listeners: TLS 1.2 or later,
+// HTTP/2 offered before HTTP/1.1, the current certificate.
+func (c *certificate) config() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.cur.Load(), nil }}
+}
+
+// run reloads the pair when a file in the certificate's or the key's
+// directory changes, until ctx ends.
+func (c *certificate) run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		c.logger.Warn("server.tls: the certificate files are not watched; a renewed certificate needs a restart", "err", err)
+		<-ctx.Done()
+		return nil
+	}
+	defer func() { _ = w.Close() }()
+	for _, dir := range []string{filepath.Dir(c.files.Cert), filepath.Dir(c.files.Key)} {
+		if err := w.Add(dir); err != nil {
+			c.logger.Warn("server.tls: watching the certificate's directory", "dir", dir, "err", err)
+		}
+	}
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.Events:
+			debounce.Reset(reloadDebounce)
+		case err := <-w.Errors:
+			c.logger.Warn("server.tls: watching the certificate files", "err", err)
+		case <-debounce.C:
+			prev := c.pem
+			if err := c.load(); err != nil {
+				c.logger.Error("server.tls: the changed certificate does not load; the previous one is served", "cert", c.files.Cert, "err", err)
+			} else if !bytes.Equal(prev, c.pem) {
+				c.logger.Info("server.tls: certificate reloaded", "cert", c.files.Cert)
+			}
+		}
+	}
+}

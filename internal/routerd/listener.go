@@ -1,0 +1,261 @@
+package routerd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// listener is one bound address. It accepts connections itself (closing
+// those beyond server.max_connections at once, wrapping the rest in TLS
+// when configured) and hands them to its current http.Server. A reload
+// that changes the server's settings (timeouts, header size, TLS) starts a
+// new server for the connections that follow while the old one finishes
+// its own; the address stays bound throughout.
+type listener struct {
+	key     string // the configuration key of its address
+	ln      net.Listener
+	handler http.Handler
+	logger  *slog.Logger
+	// capped: this listener counts its connections against limit (the
+	// main one; the admin listener is not capped).
+	capped  bool
+	limit   atomic.Int64
+	open    atomic.Int64
+	metrics *telemetry.RouterMetrics
+
+	tls atomic.Pointer[tls.Config] // nil: plain HTTP
+	cur atomic.Pointer[served]
+	// settings are those of the current server.
+	settings serverSettings
+	accepted chan struct{} // closed when the accept loop ends
+	// closing: shutdown closed the socket; any other close is a failure.
+	closing atomic.Bool
+}
+
+// serverSettings are what an http.Server is built with.
+type serverSettings struct {
+	readHeader, read, idle time.Duration
+	maxHeader              int
+	tls                    *config.ServerTLS
+}
+
+func settingsOf(cfg *config.Config) serverSettings {
+	s := cfg.Server
+	out := serverSettings{readHeader: s.ReadHeaderTimeout.D(), read: s.ReadTimeout.D(), idle: s.IdleTimeout.D(), maxHeader: int(s.MaxHeaderBytes)}
+	if s.TLS != nil {
+		t := *s.TLS
+		out.tls = &t
+	}
+	return out
+}
+
+func (a serverSettings) equal(b serverSettings) bool {
+	if (a.tls == nil) != (b.tls == nil) || (a.tls != nil && *a.tls != *b.tls) {
+		return false
+	}
+	return a.readHeader == b.readHeader && a.read == b.read && a.idle == b.idle && a.maxHeader == b.maxHeader
+}
+
+// served is one http.Server and the queue it takes connections from.
+type served struct {
+	srv   *http.Server
+	conns *connQueue
+}
+
+// bind listens on addr for the key's handler with cfg's settings and the
+// TLS configuration tlsCfg (nil for plain HTTP); nothing is served until
+// serve.
+func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config.Config, tlsCfg *tls.Config) (*listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
+	}
+	l := &listener{key: key, ln: ln, handler: h, logger: d.logger, capped: capped, metrics: d.rm,
+		settings: settingsOf(cfg), accepted: make(chan struct{})}
+	l.limit.Store(int64(cfg.Server.MaxConnections))
+	l.tls.Store(tlsCfg)
+	l.cur.Store(l.newServed())
+	return l, nil
+}
+
+// newServed builds a server with the listener's settings.
+func (l *listener) newServed() *served {
+	st := l.settings
+	srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
+		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn)}
+	return &served{srv: srv, conns: newConnQueue(l.ln.Addr())}
+}
+
+// serve starts the accept loop and the current server. An accept failure
+// that is not temporary, or a server failure, ends the daemon.
+func (d *Daemon) serve(l *listener) {
+	d.serveOne(l, l.cur.Load())
+	go func() {
+		defer close(l.accepted)
+		if err := l.acceptLoop(); err != nil {
+			d.fail(fmt.Errorf("serving %s: %w", l.ln.Addr(), err))
+		}
+	}()
+}
+
+func (d *Daemon) serveOne(l *listener, s *served) {
+	go func() {
+		if err := s.srv.Serve(s.conns); !errors.Is(err, http.ErrServerClosed) {
+			d.fail(fmt.Errorf("serving %s: %w", l.ln.Addr(), err))
+		}
+	}()
+}
+
+// acceptLoop accepts until the listener is closed (nil) or fails.
+func (l *listener) acceptLoop() error {
+	var delay time.Duration
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) && l.closing.Load() {
+				return nil
+			}
+			// Out of file descriptors and the like pass: wait and retry,
+			// as net/http does.
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				l.logger.Warn("accepting a connection failed; retrying", "address", l.ln.Addr().String(), "err", err, "retry_in", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if l.capped {
+			if l.open.Load() >= l.limit.Load() {
+				_ = c.Close()
+				l.metrics.Overloaded.WithLabelValues(telemetry.OverloadConnections).Inc()
+				continue
+			}
+			l.open.Add(1)
+			l.metrics.Connections.Inc()
+			c = &trackedConn{Conn: c, l: l}
+		}
+		if cfg := l.tls.Load(); cfg != nil {
+			c = tls.Server(c, cfg)
+		}
+		l.handOff(c)
+	}
+}
+
+// handOff gives a connection to the current server, or to the one that
+// replaced it if it is closing.
+func (l *listener) handOff(c net.Conn) {
+	for {
+		s := l.cur.Load()
+		select {
+		case s.conns.ch <- c:
+			return
+		case <-s.conns.done:
+			if l.cur.Load() == s {
+				_ = c.Close() // the listener is shutting down
+				return
+			}
+		}
+	}
+}
+
+// reconfigure applies cfg to the connections that follow: the connection
+// limit at once, and a new server when its settings or TLS changed. It
+// returns the replaced server, to be shut down, or nil.
+func (d *Daemon) reconfigure(l *listener, cfg *config.Config, tlsCfg *tls.Config) *served {
+	l.limit.Store(int64(cfg.Server.MaxConnections))
+	st := settingsOf(cfg)
+	if st.equal(l.settings) {
+		if tlsCfg != nil {
+			l.tls.Store(tlsCfg)
+		}
+		return nil
+	}
+	l.settings = st
+	l.tls.Store(tlsCfg)
+	next := l.newServed()
+	d.serveOne(l, next)
+	return l.cur.Swap(next)
+}
+
+// shutdown stops accepting and lets the current server's requests finish
+// within grace, then closes what is left.
+func (l *listener) shutdown(logger *slog.Logger, grace time.Duration) {
+	l.closing.Store(true)
+	_ = l.ln.Close()
+	<-l.accepted
+	l.cur.Load().shutdown(logger, l.ln.Addr().String(), grace)
+}
+
+// shutdown lets the server's requests finish within grace.
+func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		logger.Warn("requests still in flight at the end of the grace period", "address", addr, "err", context.Cause(ctx))
+		_ = s.srv.Close()
+	}
+}
+
+func (l *listener) addr() string {
+	if l == nil {
+		return ""
+	}
+	return l.ln.Addr().String()
+}
+
+// connQueue is the net.Listener a server takes its connections from.
+type connQueue struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
+
+// trackedConn counts an open connection until it is closed.
+type trackedConn struct {
+	net.Conn
+	l    *listener
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.open.Add(-1)
+		c.l.metrics.Connections.Dec()
+	})
+	return c.Conn.Close()
+}
