@@ -214,7 +214,10 @@ func TestKilledWorkersRepinned(t *testing.T) {
 			failures = append(failures, s.at.Format("15:04:05.000")+" "+s.failure)
 		}
 	}
-	repins := metric(t, router, `continuum_dynamo_repin_total{reason="status_5xx"}`)
+	repins := 0.0
+	for _, reason := range []string{"instance_not_found", "engine_unreachable", "status_5xx"} {
+		repins += metric(t, router, `continuum_dynamo_repin_total{reason="`+reason+`"}`)
+	}
 	t.Logf("%d requests, %d failed, %v re-pinned", len(results), len(failures), repins)
 	if len(failures) > 0 {
 		t.Errorf("%d of %d requests failed:\n%s", len(failures), len(results), strings.Join(failures[:min(len(failures), 20)], "\n"))

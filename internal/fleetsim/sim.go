@@ -587,8 +587,12 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	} else {
 		prefillRank = decodeRank
 	}
-	if decodeW == nil || prefillW == nil || decodeW.isDead() || prefillW.isDead() {
-		http.Error(w, UnknownInstanceError, http.StatusInternalServerError)
+	switch {
+	case decodeW == nil || decodeW.isDead():
+		http.Error(w, UnknownInstance(*rec.Worker), http.StatusInternalServerError)
+		return
+	case prefillW == nil || prefillW.isDead():
+		http.Error(w, UnknownInstance(*rec.Prefill), http.StatusInternalServerError)
 		return
 	}
 	if err := decodeW.waitResumed(ctx); err != nil {

@@ -338,7 +338,16 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	}
 	defer func() { _ = resp.Body.Close() }()
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
-	b.release(resp.StatusCode < 500, x.s.opts.Now())
+	if pin != nil && resp.StatusCode >= 500 {
+		// A frontend that answers that a pinned worker is gone is up: the
+		// failure is the worker's, and it does not count against the
+		// replica's breaker. Which it is shows in the body, read below.
+		workerFault := false
+		defer func() { b.release(workerFault, x.s.opts.Now()) }()
+		defer func() { workerFault = shim.WorkerFault(res.repin) }()
+	} else {
+		b.release(resp.StatusCode < 500, x.s.opts.Now())
+	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if pin == nil && !stream && x.out == nil {
 		// Plain routing has nothing to inspect: copy through.

@@ -47,6 +47,15 @@ func (h *harness) repins(reason string) float64 {
 	return promtest.ToFloat64(h.metrics.Repins.WithLabelValues(reason))
 }
 
+// allRepins counts the re-pins of every reason.
+func (h *harness) allRepins() float64 {
+	n := 0.0
+	for _, r := range shim.RepinReasons {
+		n += h.repins(r)
+	}
+	return n
+}
+
 // TestRepinBeforeFirstByte: a pinned request that the frontend answers
 // with a 5xx before any response (the pinned worker is gone) is pinned
 // again without the workers it failed on, up to the card's
@@ -75,8 +84,9 @@ func TestRepinBeforeFirstByte(t *testing.T) {
 					}
 				}
 			}
-			if failed == 0 || h.repins(shim.RepinStatus5xx) != float64(failed) {
-				t.Fatalf("%d requests pinned to the departed worker, %v re-pins", failed, h.repins(shim.RepinStatus5xx))
+			// The frontend names the instance it does not know.
+			if failed == 0 || h.repins(shim.RepinInstanceNotFound) != float64(failed) || h.allRepins() != float64(failed) {
+				t.Fatalf("%d requests pinned to the departed worker, %v re-pins (%v for instance_not_found)", failed, h.allRepins(), h.repins(shim.RepinInstanceNotFound))
 			}
 		})
 	}
@@ -90,8 +100,8 @@ func TestRepinBeforeFirstByte(t *testing.T) {
 			readAll(t, resp)
 			got[resp.StatusCode]++
 		}
-		if got[http.StatusBadGateway] == 0 || h.repins(shim.RepinStatus5xx) != 0 {
-			t.Fatalf("statuses %v, %v re-pins: a card without migration_limit allows none", got, h.repins(shim.RepinStatus5xx))
+		if got[http.StatusBadGateway] == 0 || h.allRepins() != 0 {
+			t.Fatalf("statuses %v, %v re-pins: a card without migration_limit allows none", got, h.allRepins())
 		}
 	})
 }
@@ -108,6 +118,7 @@ func TestRepinLimitAndSinglePrefill(t *testing.T) {
 		repinWorker(h.reducer, "decode", "Decode", id, 1)
 	}
 	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.TerseErrors = true                            // the answers do not say which worker failed
 	h.fe.SetWorkers(model, []uint64{10}, []uint64{22}) // 20 and 21 are gone
 	got := map[int]int{}
 	for range 6 {
@@ -129,7 +140,7 @@ func TestRepinLimitAndSinglePrefill(t *testing.T) {
 	if len(reqs) > 12 {
 		t.Fatalf("%d dispatches for 6 requests with a limit of one re-pin each", len(reqs))
 	}
-	if n := h.repins(shim.RepinStatus5xx); n == 0 || n > 6 {
+	if n := h.allRepins(); n == 0 || n > 6 {
 		t.Fatalf("%v re-pins", n)
 	}
 }
@@ -226,6 +237,7 @@ func TestRepinDeadDecodeAndPrefill(t *testing.T) {
 			t.Fatalf("warming %d: %d %s", i, resp.StatusCode, readAll(t, resp))
 		}
 	}
+	h.fe.TerseErrors = true                                // the answers do not say which worker failed
 	h.fe.SetWorkers(model, []uint64{10}, []uint64{21, 22}) // 11 and 20 are gone
 	for i := range 12 {
 		resp := h.post(t, chat(i%2 == 1), map[string]string{"x-backend": ""})
@@ -233,7 +245,39 @@ func TestRepinDeadDecodeAndPrefill(t *testing.T) {
 			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, body)
 		}
 	}
-	if h.repins(shim.RepinStatus5xx) == 0 {
+	if h.allRepins() == 0 {
 		t.Fatal("no re-pin: the departed workers were never pinned")
+	}
+}
+
+// TestWorkerFaultsKeepTheReplica: a frontend answering that a pinned
+// worker is gone is up, so those answers do not open its breaker; other
+// 5xx answers still do (the request then goes the plain way).
+func TestWorkerFaultsKeepTheReplica(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		fault    func(h *harness)
+		wantOpen bool
+	}{
+		{"instance not found", func(h *harness) { h.fe.SetWorkers(model, []uint64{10, 11}, nil) }, false},
+		{"any other 5xx", func(h *harness) { h.fe.Status = http.StatusInternalServerError }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := repinHarness(t, 0) // no re-pin: every failure reaches the breaker
+			tt.fault(h)
+			for i := range 8 {
+				resp := h.post(t, chat(false), nil)
+				body := readAll(t, resp)
+				plain := resp.StatusCode == 200 && strings.Contains(body, "plain backend")
+				switch {
+				case i < 5 && resp.StatusCode != http.StatusBadGateway:
+					t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+				case i >= 5 && plain != tt.wantOpen:
+					t.Fatalf("request %d after 5 failures: %d %s (breaker open: want %v)", i, resp.StatusCode, body, tt.wantOpen)
+				}
+			}
+		})
 	}
 }

@@ -22,6 +22,13 @@ const (
 	RepinStatus5xx = "status_5xx"
 )
 
+// WorkerFault reports whether a re-pin reason says the frontend answered
+// for a pinned worker that is gone or unreachable (not for itself): the
+// frontend replica is up.
+func WorkerFault(reason string) bool {
+	return reason == RepinInstanceNotFound || reason == RepinEngineUnreachable
+}
+
 // RepinReasons lists the re-pin reasons.
 var RepinReasons = []string{RepinInstanceNotFound, RepinEngineUnreachable, RepinStatus5xx}
 

@@ -352,6 +352,11 @@ func TestRepin(t *testing.T) {
 	if got, named := shim.FailedWorkers(pick.Pin{Decode: pick.Target{Worker: d}}, nil); !slices.Equal(got, []fleet.WorkerID{d.ID}) || !named {
 		t.Errorf("aggregated: blamed %v (named %v)", got, named)
 	}
+	for reason, want := range map[string]bool{shim.RepinInstanceNotFound: true, shim.RepinEngineUnreachable: true, shim.RepinStatus5xx: false, "": false} {
+		if shim.WorkerFault(reason) != want {
+			t.Errorf("WorkerFault(%q) = %v", reason, !want)
+		}
+	}
 	if shim.RepinLimit(pair) != 3 || shim.RepinLimit(pick.Pin{Decode: pick.Target{Worker: p}}) != 0 {
 		t.Error("the limit is the decode worker's migration_limit, 0 when its card has none")
 	}
