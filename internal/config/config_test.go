@@ -348,6 +348,26 @@ func TestLegacyPinHeadersOff(t *testing.T) {
 	}
 }
 
+// TestLoadBlocksDefaults: busy_threshold and queue are off unless present;
+// present, each starts from its defaults.
+func TestLoadBlocksDefaults(t *testing.T) {
+	t.Parallel()
+	if l := parse(t, "dynamo: {load: {busy_threshold: null}}").Config.Dynamo.Load; l.BusyThreshold != nil || l.Queue != nil {
+		t.Fatalf("absent blocks are set: %+v", l)
+	}
+	doc := parse(t, "dynamo: {load: {busy_threshold: {kv_blocks: 0.9}, queue: {}}}")
+	l := doc.Config.Dynamo.Load
+	if b := l.BusyThreshold; b == nil || b.KVBlocks == nil || *b.KVBlocks != 0.9 || b.PrefillTokens != nil || b.Hysteresis != config.DefaultBusyHysteresis {
+		t.Fatalf("busy threshold %+v", b)
+	}
+	if q := l.Queue; q == nil || q.Size != config.DefaultQueueSize || q.MaxWait.D() != config.DefaultQueueMaxWait {
+		t.Fatalf("queue %+v", q)
+	}
+	if doc.Findings.Errors() != 0 {
+		t.Fatalf("findings %v", doc.Findings)
+	}
+}
+
 // TestServerLimits: the listener's timeouts, sizes and limits have bounds,
 // and server.tls needs both files.
 func TestServerLimits(t *testing.T) {

@@ -121,6 +121,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 	case t.Kind() == reflect.Pointer:
 		if v.IsNil() {
 			v.Set(reflect.New(t.Elem()))
+			// An optional block that is present starts from its defaults.
+			if def, ok := v.Interface().(interface{ setDefaults() }); ok {
+				def.setDefaults()
+			}
 		}
 		return d.decode(n, v.Elem(), path)
 	}

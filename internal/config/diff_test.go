@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/config"
@@ -25,6 +26,11 @@ dynamo:
       - {namespace: prod, backends: [fe]}
       - {namespace: canary, backends: [fe2]}
 `
+
+// busyBase is diffBase with a busy threshold and a queue.
+var busyBase = strings.Replace(diffBase, `direct_allow_cidrs: ["10.0.0.0/8"]`, `direct_allow_cidrs: ["10.0.0.0/8"]
+    busy_threshold: {kv_blocks: 0.9}
+    queue: {size: 8}`, 1)
 
 const podsBase = `
 dynamo:
@@ -68,6 +74,9 @@ func TestDiffTiers(t *testing.T) {
 		{"max_staleness is immediate", diffBase, func(c *config.Config) { c.Dynamo.Load.MaxStaleness = config.Duration(5e9) }, config.TierImmediate, false, "", false, false, nil},
 		{"shim pools are immediate", diffBase, func(c *config.Config) { c.Dynamo.Shim.Pools[0].Backends = []string{"fe", "fe2"} }, config.TierImmediate, false, "", false, false, nil},
 		{"model_map is immediate", diffBase, func(c *config.Config) { c.Dynamo.Shim.ModelMap = map[string]string{"a": "b"} }, config.TierImmediate, false, "", false, false, nil},
+		{"busy threshold set is immediate", diffBase, func(c *config.Config) { c.Dynamo.Load.BusyThreshold = &config.BusyThreshold{KVBlocks: ptr(0.9)} }, config.TierImmediate, false, "", false, false, nil},
+		{"busy threshold value is immediate", busyBase, func(c *config.Config) { c.Dynamo.Load.BusyThreshold.Hysteresis = 0.1 }, config.TierImmediate, false, "", false, false, nil},
+		{"queue is immediate", busyBase, func(c *config.Config) { c.Dynamo.Load.Queue.MaxWait = config.Duration(2e9) }, config.TierImmediate, false, "", false, false, nil},
 		{"kv is immediate", diffBase, func(c *config.Config) { c.Dynamo.KV.RouterTemperature = 0.5 }, config.TierImmediate, false, "", false, false, nil},
 		{"event bus is immediate", diffBase, func(c *config.Config) { c.Dynamo.EventBus.MaxSessions = 8 }, config.TierImmediate, false, "", false, false, nil},
 		{"transport restarts subscriptions", diffBase, func(c *config.Config) { c.Dynamo.Load.Transport = "broker" }, config.TierSubscriptionRestart, true, "", false, false, nil},
@@ -216,3 +225,5 @@ dynamo:
 		t.Errorf("filled %v, want %v", filled, want)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -15,14 +15,19 @@ import (
 // may hold, the range of dynamo.load.max_staleness, and Kubernetes' own limit
 // on the length of a label value.
 const (
-	MaxEtcdEndpoints     = 16
-	MaxDynamoNamespaces  = 16
-	MaxShimBackends      = 64
-	MaxModelMapEntries   = 1024
-	MaxDirectAllowCIDRs  = 64
-	MaxKubeComponents    = 256
-	MinMaxStaleness      = 100 * time.Millisecond
-	MaxMaxStaleness      = 5 * time.Minute
+	MaxEtcdEndpoints    = 16
+	MaxDynamoNamespaces = 16
+	MaxShimBackends     = 64
+	MaxModelMapEntries  = 1024
+	MaxDirectAllowCIDRs = 64
+	MaxKubeComponents   = 256
+	MinMaxStaleness     = 100 * time.Millisecond
+	MaxMaxStaleness     = 5 * time.Minute
+	// MaxQueueSize bounds dynamo.load.queue.size; MinQueueMaxWait and
+	// MaxQueueMaxWait bound its max_wait.
+	MaxQueueSize         = 65536
+	MinQueueMaxWait      = 10 * time.Millisecond
+	MaxQueueMaxWait      = 5 * time.Minute
 	kubeLabelValueMaxLen = 63
 )
 

@@ -231,12 +231,56 @@ const (
 	TransportBroker = "broker"
 )
 
-// LoadSignals configures the kv_metrics load signal.
+// LoadSignals configures the kv_metrics load signal and what the router
+// does with it beyond costs: busy thresholds and the queue of requests
+// that find every worker busy.
 type LoadSignals struct {
 	MaxStaleness     Duration `yaml:"max_staleness" json:"max_staleness"`
 	DirectAllowCIDRs []string `yaml:"direct_allow_cidrs" json:"direct_allow_cidrs"`
 	Transport        string   `yaml:"transport" json:"transport"`
+	// BusyThreshold, when set, takes busy workers out of candidacy; a
+	// request whose every candidate is busy is refused with 503
+	// all_workers_busy, or waits in Queue when it is set.
+	BusyThreshold *BusyThreshold `yaml:"busy_threshold,omitempty" json:"busy_threshold,omitempty"`
+	// Queue, when set, holds requests that find every worker busy until
+	// one has room, at most MaxWait.
+	Queue *LoadQueue `yaml:"queue,omitempty" json:"queue,omitempty"`
 }
+
+// BusyThreshold says when a worker (a data-parallel rank) is busy: more
+// than KVBlocks of its total_kv_blocks in use, or a prefill backlog of
+// more than PrefillTokens times its max_num_batched_tokens (either may be
+// left out). A busy worker is free again once every signal is Hysteresis
+// below its threshold.
+type BusyThreshold struct {
+	KVBlocks      *float64 `yaml:"kv_blocks,omitempty" json:"kv_blocks,omitempty"`
+	PrefillTokens *float64 `yaml:"prefill_tokens,omitempty" json:"prefill_tokens,omitempty"`
+	Hysteresis    float64  `yaml:"hysteresis" json:"hysteresis"`
+}
+
+func (b *BusyThreshold) setDefaults() { b.Hysteresis = DefaultBusyHysteresis }
+
+// DefaultBusyHysteresis is how far below its threshold a busy worker's
+// signals must fall for it to be free again.
+const DefaultBusyHysteresis = 0.05
+
+// LoadQueue bounds the requests waiting for a worker with room: at most
+// Size wait, each at most MaxWait.
+type LoadQueue struct {
+	Size    int      `yaml:"size" json:"size"`
+	MaxWait Duration `yaml:"max_wait" json:"max_wait"`
+}
+
+func (q *LoadQueue) setDefaults() {
+	q.Size = DefaultQueueSize
+	q.MaxWait = Duration(DefaultQueueMaxWait)
+}
+
+// Queue defaults.
+const (
+	DefaultQueueSize    = 128
+	DefaultQueueMaxWait = 5 * time.Second
+)
 
 // DefaultMaxStaleness is the default freshness window: a worker's load
 // sample older than this no longer counts as its current load.

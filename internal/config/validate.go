@@ -448,6 +448,47 @@ func (v *validator) load() {
 	if l.Transport == TransportBroker && !v.c.Dynamo.EventBus.Enabled {
 		v.warnf(p+".transport", "transport: broker with dynamo.event_bus.enabled: false: subscriptions stay pending and no load samples arrive; enable the event bus")
 	}
+	v.busyThreshold(l.BusyThreshold)
+	if q := l.Queue; q != nil {
+		if q.Size < 1 || q.Size > MaxQueueSize {
+			v.errorf(p+".queue.size", "%d requests: use 1 to %d", q.Size, MaxQueueSize)
+		}
+		if q.MaxWait.D() < MinQueueMaxWait || q.MaxWait.D() > MaxQueueMaxWait {
+			v.errorf(p+".queue.max_wait", "%s is out of range: use 10ms to 5m", q.MaxWait)
+		}
+		if l.BusyThreshold == nil {
+			v.warnf(p+".queue", "without dynamo.load.busy_threshold no worker is ever busy, so no request waits in the queue; set a busy threshold")
+		}
+	}
+}
+
+// busyThreshold checks dynamo.load.busy_threshold: a share of the KV
+// blocks in (0, 1], a positive multiple of the batch for prefill, at least
+// one of them, and a hysteresis below each.
+func (v *validator) busyThreshold(b *BusyThreshold) {
+	if b == nil {
+		return
+	}
+	const p = "dynamo.load.busy_threshold"
+	if b.KVBlocks == nil && b.PrefillTokens == nil {
+		v.errorf(p, "a busy threshold needs kv_blocks (a share of total_kv_blocks in use, such as 0.9), prefill_tokens (a multiple of max_num_batched_tokens, such as 2) or both")
+		return
+	}
+	if t := b.KVBlocks; t != nil && (*t <= 0 || *t > 1) {
+		v.errorf(p+".kv_blocks", "%g is a share of total_kv_blocks: use more than 0 and at most 1", *t)
+	}
+	if t := b.PrefillTokens; t != nil && *t <= 0 {
+		v.errorf(p+".prefill_tokens", "%g is a multiple of max_num_batched_tokens: use more than 0", *t)
+	}
+	switch h := b.Hysteresis; {
+	case h < 0:
+		v.errorf(p+".hysteresis", "%g must not be negative (0 frees a worker as soon as it is below its threshold)", h)
+	case b.KVBlocks != nil && *b.KVBlocks > 0 && h >= *b.KVBlocks, b.PrefillTokens != nil && *b.PrefillTokens > 0 && h >= *b.PrefillTokens:
+		v.errorf(p+".hysteresis", "%g must be below each threshold, or a busy worker is never free again", h)
+	}
+	if src := v.c.Dynamo.Discovery.Source; v.c.Dynamo.Enabled && src == SourceKubernetesPods {
+		v.warnf(p, "kubernetes_pods gives no load or capacity signals, so no worker is ever judged busy")
+	}
 }
 
 func (v *validator) shim() {

@@ -26,6 +26,13 @@ const (
 	UnknownInstanceError = "Failed to generate completions"
 )
 
+// UnknownInstance is the frontend's answer to a pin naming an instance it
+// does not know (it left): the failure, then its cause as Dynamo's router
+// words it.
+func UnknownInstance(id uint64) string {
+	return fmt.Sprintf("%s: instance_id=%d not found", UnknownInstanceError, id)
+}
+
 // maxRecorded bounds the requests a Frontend remembers.
 const maxRecorded = 10000
 
@@ -72,6 +79,10 @@ type Frontend struct {
 	Tokens int
 	// Status, when set, answers every request with it (fault injection).
 	Status int
+	// TerseErrors answers a pin naming an unknown instance with the bare
+	// failure, without its cause (which instance), as a frontend that does
+	// not pass the cause on.
+	TerseErrors bool
 	// Execute, when set, runs a valid request on the simulated workers and
 	// writes its response; otherwise the frontend answers at once.
 	Execute func(w http.ResponseWriter, r *http.Request, rec Recorded)
@@ -368,15 +379,19 @@ func (f *Frontend) decide(rec *Recorded) (int, string) {
 	if rec.Worker == nil {
 		return http.StatusInternalServerError, WorkerRequiredError
 	}
+	unknown := UnknownInstance
+	if f.TerseErrors {
+		unknown = func(uint64) string { return UnknownInstanceError }
+	}
 	if !mw.decode[*rec.Worker] {
-		return http.StatusInternalServerError, UnknownInstanceError
+		return http.StatusInternalServerError, unknown(*rec.Worker)
 	}
 	if len(mw.prefill) > 0 {
 		if rec.Prefill == nil {
 			return http.StatusInternalServerError, PrefillRequiredError
 		}
 		if !mw.prefill[*rec.Prefill] {
-			return http.StatusInternalServerError, UnknownInstanceError
+			return http.StatusInternalServerError, unknown(*rec.Prefill)
 		}
 	}
 	return http.StatusOK, ""

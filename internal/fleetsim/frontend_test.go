@@ -473,3 +473,24 @@ func TestFrontendStopStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontendUnknownInstance: a pin naming an instance the frontend does
+// not know (a worker that left) is answered 500, the cause naming which
+// instance, decode or prefill.
+func TestFrontendUnknownInstance(t *testing.T) {
+	t.Parallel()
+	f := fleetsim.NewFrontend()
+	f.SetWorkers("m", []uint64{1}, []uint64{2})
+	for _, tt := range []struct {
+		hdr  map[string]string
+		want string
+	}{
+		{map[string]string{"x-dynamo-worker-instance-id": "9", "x-dynamo-prefill-instance-id": "1"}, "instance_id=9 not found"},
+		{map[string]string{"x-dynamo-worker-instance-id": "2", "x-dynamo-prefill-instance-id": "8"}, "instance_id=8 not found"},
+	} {
+		rec := do(t, f, http.MethodPost, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, tt.hdr)
+		if rec.Code != 500 || !strings.Contains(rec.Body.String(), fleetsim.UnknownInstanceError+": "+tt.want) {
+			t.Errorf("%v: %d %s", tt.hdr, rec.Code, rec.Body)
+		}
+	}
+}

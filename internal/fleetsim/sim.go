@@ -54,6 +54,9 @@ type Options struct {
 	// (the default, also ""), DialectBitflags, DialectLowercase or
 	// DialectLegacy.
 	CardDialect string
+	// MigrationLimit, when above 0, is the migration_limit every card
+	// declares (Dynamo's default, 0, writes none).
+	MigrationLimit int
 }
 
 // Card dialects: the ways Dynamo revisions have written a card's role.
@@ -356,6 +359,9 @@ func records(o Options, w *simWorker) []Record {
 		rc["data_parallel_size"] = w.dpSize
 	}
 	card := map[string]any{"display_name": w.model, "kv_cache_block_size": o.BlockSize, "runtime_config": rc}
+	if o.MigrationLimit > 0 {
+		card["migration_limit"] = o.MigrationLimit
+	}
 	fields, _ := RoleFields(o.CardDialect, cardRole[w.role]) // the dialect was checked by withDefaults
 	maps.Copy(card, fields)
 	out = append(out, Record{"v1/mdc", rel, map[string]any{"type": "Model", "namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
@@ -581,8 +587,12 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	} else {
 		prefillRank = decodeRank
 	}
-	if decodeW == nil || prefillW == nil || decodeW.isDead() || prefillW.isDead() {
-		http.Error(w, UnknownInstanceError, http.StatusInternalServerError)
+	switch {
+	case decodeW == nil || decodeW.isDead():
+		http.Error(w, UnknownInstance(*rec.Worker), http.StatusInternalServerError)
+		return
+	case prefillW == nil || prefillW.isDead():
+		http.Error(w, UnknownInstance(*rec.Prefill), http.StatusInternalServerError)
 		return
 	}
 	if err := decodeW.waitResumed(ctx); err != nil {

@@ -126,3 +126,24 @@ func TestCardDialects(t *testing.T) {
 		t.Fatalf("unknown dialect: %v", err)
 	}
 }
+
+// TestCardMigrationLimit: every card declares the fleet's migration_limit,
+// and none does by default (Dynamo's default is 0).
+func TestCardMigrationLimit(t *testing.T) {
+	t.Parallel()
+	for limit, want := range map[int]string{0: "", 3: `"migration_limit":3`} {
+		recs, err := fleetsim.Records(fleetsim.Options{Prefill: 1, Decode: 2, MigrationLimit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Bucket != "v1/mdc" {
+				continue
+			}
+			b, _ := json.Marshal(r.Value.(map[string]any)["card_json"])
+			if has := strings.Contains(string(b), "migration_limit"); has != (want != "") || !strings.Contains(string(b), want) {
+				t.Errorf("limit %d: card %s", limit, b)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
@@ -92,6 +93,7 @@ func shimPlan(cfg *config.Config, bs *backends, dynamo bool) *shim.Plan[*Backend
 		ModelMap:          cfg.Dynamo.Shim.ModelMap,
 		FallbackToUnified: cfg.DisaggregatedServing.FallbackToUnified,
 		LegacyPinHeaders:  cfg.Dynamo.Shim.LegacyPinHeaders,
+		Busy:              busyThreshold(cfg.Dynamo.Load.BusyThreshold),
 	}
 	for _, ns := range namespaces {
 		c.Pools = append(c.Pools, shim.Pool[*Backend]{Namespace: ns, Replicas: byNS[ns]})
@@ -107,7 +109,6 @@ func (x *exchange) route() {
 		x.plain(shim.PathUnified)
 		return
 	}
-	now := x.s.opts.Now()
 	pinBody := x.body
 	if x.modelOnly {
 		pinBody = nil
@@ -117,39 +118,46 @@ func (x *exchange) route() {
 		PromptTokens: pick.EstimateTokens(x.q.promptText()),
 		Path:         x.path,
 		Body:         pinBody,
-		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(now) },
+		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(x.s.opts.Now()) },
 	}
-	d, ok := x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), req, now)
-	if !ok && x.awaitDiscovery() {
-		now = x.s.opts.Now()
-		d, ok = x.s.dispatch.Pin(x.s.opts.Registry.Snapshot(), req, now)
-	}
-	if !ok {
-		x.plain(shim.PathUnified) // no worker serves the model, or no replica is usable
+	d, answered := x.reserve(&req)
+	if d == nil {
+		if !answered {
+			x.plain(shim.PathUnified) // no worker serves the model, or no replica is usable
+		}
 		return
 	}
-	defer d.Done()
-	pin := &d.Pin
+	defer func() {
+		d.Done()
+		x.s.queue.notify() // a worker may have room for a waiting request
+	}()
 	m := x.s.opts.Metrics
-	m.Selections.WithLabelValues(pick.RoleDecode, pin.DecodeReason).Inc()
-	x.s.picks.add(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
-	if pin.PrefillReason != "" {
-		m.Selections.WithLabelValues(pick.RolePrefill, pin.PrefillReason).Inc()
+	// Only a pinned dispatch carries the router's tokens; a plain fallback
+	// sends the body as it was.
+	plainBody := x.body
+	defer func() { x.body = plainBody }()
+	var res sendResult
+	limit := shim.RepinLimit(d.Pin)
+	for repins := 0; ; repins++ {
+		x.countSelection(&d.Pin)
+		x.body = plainBody
+		if len(d.Pin.TokenIDs) > 0 && !x.modelOnly {
+			x.body = withTokenData(plainBody, d.Pin.TokenIDs)
+		}
+		res = x.send(d.Replicas, d.Header, &d.Pin)
+		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.r.Context().Err() != nil {
+			break
+		}
+		nd := x.repin(&req, res, &d.Pin)
+		if nd == nil {
+			break // nowhere else to go: the failure stands
+		}
+		d.Done()
+		d = nd
 	}
-	if pin.Prefill != nil {
-		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
-	}
-
-	if len(pin.TokenIDs) > 0 && !x.modelOnly {
-		// Only the pinned dispatch carries the router's tokens; a plain
-		// fallback sends the body as it was.
-		plainBody := x.body
-		x.body = withTokenData(x.body, pin.TokenIDs)
-		defer func() { x.body = plainBody }()
-	}
-	res := x.send(d.Replicas, d.Header, pin)
-	if len(pin.TokenIDs) > 0 && !x.modelOnly && res.outcome == shim.Failed {
-		x.body = withoutTokenData(x.body)
+	x.body = plainBody
+	if res.outcome == shim.Relayed && res.status >= 200 && res.status <= 299 {
+		x.served(&d.Pin)
 	}
 	v := plan.Verdict(res.outcome)
 	if v.ErrorPhase != "" {
@@ -166,6 +174,20 @@ func (x *exchange) route() {
 		x.plain(shim.PathFallback)
 	case shim.FailDecode:
 		x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "", "the pinned Dynamo dispatch failed: "+res.detail)
+	}
+}
+
+// countSelection counts a pin's selections, by role and reason, and per
+// pinned (worker, rank) for the admin API.
+func (x *exchange) countSelection(pin *pick.Pin) {
+	m := x.s.opts.Metrics
+	m.Selections.WithLabelValues(pick.RoleDecode, pin.DecodeReason).Inc()
+	x.s.picks.add(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
+	if pin.PrefillReason != "" {
+		m.Selections.WithLabelValues(pick.RolePrefill, pin.PrefillReason).Inc()
+	}
+	if pin.Prefill != nil {
+		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
 	}
 }
 
@@ -239,6 +261,11 @@ type sendResult struct {
 	outcome shim.Outcome
 	status  int
 	detail  string
+	// repin is why a failed pinned dispatch calls for other workers
+	// (shim.Repin), "" when it does not; blame are the workers it failed on.
+	repin string
+	blame []fleet.WorkerID
+	named bool
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
@@ -311,7 +338,16 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	}
 	defer func() { _ = resp.Body.Close() }()
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
-	b.release(resp.StatusCode < 500, x.s.opts.Now())
+	if pin != nil && resp.StatusCode >= 500 {
+		// A frontend that answers that a pinned worker is gone is up: the
+		// failure is the worker's, and it does not count against the
+		// replica's breaker. Which it is shows in the body, read below.
+		workerFault := false
+		defer func() { b.release(workerFault, x.s.opts.Now()) }()
+		defer func() { workerFault = shim.WorkerFault(res.repin) }()
+	} else {
+		b.release(resp.StatusCode < 500, x.s.opts.Now())
+	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if pin == nil && !stream && x.out == nil {
 		// Plain routing has nothing to inspect: copy through.
@@ -337,7 +373,11 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false
 		}
 		if pin != nil && failed {
-			return sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status}, false
+			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status}
+			if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
+				res.blame, res.named = shim.FailedWorkers(*pin, data)
+			}
+			return res, false
 		}
 		if x.out != nil {
 			x.relayConverted(resp, b, pin, data)

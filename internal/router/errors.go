@@ -23,6 +23,9 @@ const (
 	// CodeModelNotFound: no backend lists the model and no discovered
 	// Dynamo worker serves it (404, as OpenAI answers an unknown model).
 	CodeModelNotFound = "model_not_found"
+	// CodeAllWorkersBusy: a busy threshold is set and every worker that
+	// could serve the request is busy (503 with Retry-After).
+	CodeAllWorkersBusy = "all_workers_busy"
 	// CodeNotImplemented: an endpoint this router cannot serve as
 	// configured (count_tokens without loaded artifacts, compaction
 	// without a native Responses backend).

@@ -86,6 +86,8 @@ type Server struct {
 	rr       atomic.Uint64
 	picks    selections
 	dispatch *shim.Dispatcher[*Backend]
+	// queue holds requests that found every worker busy.
+	queue *busyQueue
 	// inFlight counts the inference requests being served.
 	inFlight atomic.Int64
 }
@@ -114,7 +116,7 @@ func New(o Options) *Server {
 	}
 	client := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	s := &Server{opts: o, client: client, logger: o.Logger,
-		backends: newBackends(o.Config.Backends, client)}
+		backends: newBackends(o.Config.Backends, client), queue: newBusyQueue(o.Metrics)}
 	s.keys.Store(newKeys(o.Config.APIKeys, nil))
 	s.cfg.Store(o.Config)
 	s.dispatch = shim.NewDispatcher(o.Picker, shimPlan(o.Config, s.backends, o.Registry != nil))
@@ -125,7 +127,9 @@ func New(o Options) *Server {
 // backends (one whose settings did not change keeps its health and breaker
 // state), the API keys and their rate limits (an unchanged limit keeps its
 // bucket), the dispatch plan (shim pools, model map, fallback), the admin
-// token. Listener addresses are the daemon's: they do not change here.
+// token, the busy threshold and the queue (requests already waiting keep
+// the wait they started with). Listener addresses are the daemon's: they
+// do not change here.
 func (s *Server) SetConfig(cfg *config.Config) {
 	s.backends.replace(cfg.Backends)
 	s.keys.Store(newKeys(cfg.APIKeys, s.keys.Load()))

@@ -88,12 +88,48 @@ type RouterMetrics struct {
 	DisaggErrors    *prometheus.CounterVec
 	Requests        *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
+	// Repins counts pinned dispatches tried again on other workers, by the
+	// failure that called for it.
+	Repins *prometheus.CounterVec
+	// BusyRefusals counts 503 all_workers_busy answers, by why the request
+	// did not wait.
+	BusyRefusals *prometheus.CounterVec
+	// QueueDepth, QueueWaits and QueueWaitSeconds follow the queue of
+	// requests waiting for a worker with room.
+	QueueDepth       prometheus.Gauge
+	QueueWaits       *prometheus.CounterVec
+	QueueWaitSeconds prometheus.Histogram
 	// Overloaded counts what the listener refused by reason
 	// (OverloadInFlight, OverloadConnections).
 	Overloaded *prometheus.CounterVec
 	// Connections is the number of open client connections.
 	Connections prometheus.Gauge
 }
+
+// Reasons of continuum_dynamo_busy_refusals_total{reason}. The set is
+// closed.
+const (
+	// BusyNoQueue: every worker was busy and no queue is configured.
+	BusyNoQueue = "no_queue"
+	// BusyQueueFull: every worker was busy and the queue was full.
+	BusyQueueFull = "queue_full"
+	// BusyQueueTimeout: the request waited its max_wait in the queue.
+	BusyQueueTimeout = "queue_timeout"
+)
+
+// Results of continuum_dynamo_queue_waits_total{result}: how a request
+// left the queue. The set is closed.
+const (
+	// QueueDispatched: a worker had room; the request was pinned.
+	QueueDispatched = "dispatched"
+	// QueueTimeout: it waited max_wait (and was answered 503).
+	QueueTimeout = "timeout"
+	// QueueCancelled: its client went away.
+	QueueCancelled = "cancelled"
+	// QueueUnpinned: while it waited the model could no longer be pinned
+	// (its workers left, or pinning was turned off): it went the plain way.
+	QueueUnpinned = "unpinned"
+)
 
 // Reasons of continuum_http_overload_rejections_total.
 const (
@@ -129,6 +165,27 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 			Help:    "HTTP request duration by route, to the last byte.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}, []string{"route"}),
+		Repins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_repin_total",
+			Help: "Pinned dispatches tried again on other workers before any response byte, by the frontend's failure (instance_not_found, engine_unreachable, status_5xx).",
+		}, []string{"reason"}),
+		BusyRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_busy_refusals_total",
+			Help: "Requests answered 503 all_workers_busy, by why they did not wait (no_queue, queue_full, queue_timeout).",
+		}, []string{"reason"}),
+		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_queue_depth",
+			Help: "Requests waiting for a worker with room (dynamo.load.queue).",
+		}),
+		QueueWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_queue_waits_total",
+			Help: "Requests that waited for a worker with room, by how the wait ended (dispatched, timeout, cancelled, unpinned).",
+		}, []string{"result"}),
+		QueueWaitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "continuum_dynamo_queue_wait_seconds",
+			Help:    "Time requests waited for a worker with room, however the wait ended.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
+		}),
 		Overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "continuum_http_overload_rejections_total",
 			Help: "Requests and connections the listener refused by reason (in_flight: over server.max_in_flight; connections: over server.max_connections).",
@@ -138,8 +195,18 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 			Help: "Open client connections on the main listener.",
 		}),
 	}
+	for _, r := range []string{"instance_not_found", "engine_unreachable", "status_5xx"} {
+		m.Repins.WithLabelValues(r)
+	}
+	for _, r := range []string{BusyNoQueue, BusyQueueFull, BusyQueueTimeout} {
+		m.BusyRefusals.WithLabelValues(r)
+	}
+	for _, r := range []string{QueueDispatched, QueueTimeout, QueueCancelled, QueueUnpinned} {
+		m.QueueWaits.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration, m.Overloaded, m.Connections)
+		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration,
+			m.Repins, m.BusyRefusals, m.QueueDepth, m.QueueWaits, m.QueueWaitSeconds, m.Overloaded, m.Connections)
 	}
 	return m
 }

@@ -18,20 +18,21 @@ import (
 
 // Options are the parsed flags of `fleet-sim`.
 type Options struct {
-	IO           *iostreams.IOStreams
-	Prefill      int
-	Decode       int
-	Aggregated   int
-	DP           int
-	Models       []string
-	Namespaces   []string
-	NilFields    bool
-	Speed        float64
-	RouterBind   string
-	FrontendBind string
-	WriteConfig  string
-	Store        string
-	CardDialect  string
+	IO             *iostreams.IOStreams
+	Prefill        int
+	Decode         int
+	Aggregated     int
+	DP             int
+	Models         []string
+	Namespaces     []string
+	NilFields      bool
+	Speed          float64
+	RouterBind     string
+	FrontendBind   string
+	WriteConfig    string
+	Store          string
+	CardDialect    string
+	MigrationLimit int
 	// Ready, when set, is called once the fleet is up (tests).
 	Ready func(*fleetsim.Demo)
 }
@@ -90,6 +91,9 @@ Faults can be injected through the frontend's control API:
 			if opts.Speed <= 0 {
 				return cmdutil.FlagErrorf("--speed must be positive")
 			}
+			if opts.MigrationLimit < 0 {
+				return cmdutil.FlagErrorf("--migration-limit must not be negative")
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -113,6 +117,7 @@ Faults can be injected through the frontend's control API:
 	cmdutil.RegisterEnumCompletion(cmd, "store", []string{fleetsim.StoreFile, fleetsim.StoreEtcd})
 	fl.StringVar(&opts.CardDialect, "card-dialect", fleetsim.DialectEnum, "how cards say a worker's role: enum, bitflags, lowercase or legacy")
 	cmdutil.RegisterEnumCompletion(cmd, "card-dialect", fleetsim.CardDialects)
+	fl.IntVar(&opts.MigrationLimit, "migration-limit", 0, "the migration_limit the workers' cards declare: how many times the router may pin a failed request to other workers (0, Dynamo's default: never)")
 	fl.StringVar(&opts.WriteConfig, "write-config", "", "write the router configuration to this file instead of printing it")
 	return cmd
 }
@@ -120,7 +125,8 @@ Faults can be injected through the frontend's control API:
 // Run runs the fleet until ctx ends.
 func Run(ctx context.Context, o *Options) error {
 	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Aggregated: o.Aggregated, DPSize: o.DP,
-		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed, Store: o.Store, CardDialect: o.CardDialect}, o.RouterBind, o.FrontendBind)
+		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed, Store: o.Store, CardDialect: o.CardDialect,
+		MigrationLimit: o.MigrationLimit}, o.RouterBind, o.FrontendBind)
 	if err != nil {
 		return err
 	}

@@ -859,7 +859,7 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 			claim = cardRole(c)
 		}
 		w.Model = c.Model()
-		w.BlockSize = c.KVCacheBlockSize
+		w.BlockSize, w.MigrationLimit = c.KVCacheBlockSize, c.MigrationLimit
 		rc := c.Runtime
 		w.Capacity = Capacity{TotalKVBlocks: rc.TotalKVBlocks, MaxNumBatchedTokens: rc.MaxNumBatchedTokens, MaxNumSeqs: rc.MaxNumSeqs, ContextLength: rc.ContextLength}
 		w.DPStartRank, w.DPSize, w.DPDeclared = rc.DataParallelStartRank, rc.DataParallelSize, rc.DataParallelDeclared

@@ -236,13 +236,13 @@ func TestRecordSizeCaps(t *testing.T) {
 	r.Put(key(1), big, t0)
 	pad := strings.Repeat("x", fleet.MaxRetainedCardBytes)
 	r.Put(key(2), endpoint(2), t0)
-	r.Put("v1/mdc/dynamo/decode/generate/2", fmt.Appendf(nil, `{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":16,"runtime_config":{"total_kv_blocks":9},"padding":%q}}`, pad), t0)
+	r.Put("v1/mdc/dynamo/decode/generate/2", fmt.Appendf(nil, `{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":16,"migration_limit":2,"runtime_config":{"total_kv_blocks":9},"padding":%q}}`, pad), t0)
 	snap := r.Build(t0)
 	if snap.Workers.Len() != 1 {
 		t.Fatalf("workers %+v", workers(snap))
 	}
 	w := workers(snap)[0]
-	if w.Card == nil || w.Card.Raw != nil || w.Model != "m" || *w.BlockSize != 16 || *w.Capacity.TotalKVBlocks != 9 {
+	if w.Card == nil || w.Card.Raw != nil || w.Model != "m" || *w.BlockSize != 16 || *w.Capacity.TotalKVBlocks != 9 || w.MigrationLimit != 2 {
 		t.Errorf("oversized card: typed fields must stay and the blob go: %+v card=%+v", w, w.Card)
 	}
 	kinds := map[string]bool{}

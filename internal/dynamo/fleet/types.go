@@ -81,6 +81,11 @@ type Worker struct {
 	DPDeclared  bool
 	BlockSize   *uint32
 	Capacity    Capacity
+	// MigrationLimit is the card's migration_limit: how many times a
+	// request that failed because its worker is gone or refused may be
+	// pinned again to another worker before anything reached its client
+	// (0: never).
+	MigrationLimit uint32
 	// DisaggregatedEndpoint is the card's value as compact JSON (a string
 	// in older cards, an object in newer ones); nil when absent.
 	DisaggregatedEndpoint json.RawMessage

@@ -142,6 +142,64 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	}
 }
 
+// TestPickerExcludesAndSkipsBusy: the KV-aware choice keeps to the load
+// picker's candidacy: a worker the request excludes (a re-pin) or a busy
+// one is not chosen however much of the prompt it holds.
+func TestPickerExcludesAndSkipsBusy(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{}
+	ids := map[uint64]fleet.WorkerID{}
+	for w := range snap.Workers.All() {
+		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
+		ids[w.ID.InstanceID] = w.ID
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	body := longChat(400)
+	hashes := prepared(t, prompts, snap, "/v1/chat/completions", body, 16).Hashes[16]
+	hold(t, ix, 1, 11, hashes, len(hashes)-2)
+	hold(t, ix, 2, 12, hashes, 5)
+	// Fresh samples; worker 11 has 9500 of its 10000 blocks in use.
+	zero := uint64(0)
+	for i, id := range []uint64{10, 11, 12, 20} {
+		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
+		if id == 11 {
+			used := uint64(9500)
+			l.KVUsedBlocks = &used
+		}
+		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	prefillOf := func(req pick.Request) uint64 { // without recording: each choice sees the same loads
+		t.Helper()
+		ex, err := p.Explain(snap, req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ex.Pin.Prefill.Worker.ID.InstanceID
+	}
+	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	if got := prefillOf(req); got != 11 {
+		t.Fatalf("prefill %d, want the holder 11", got)
+	}
+	excl := req
+	excl.Exclude = []fleet.WorkerID{ids[11]}
+	if got := prefillOf(excl); got != 12 {
+		t.Fatalf("with 11 excluded: prefill %d, want the next holder 12", got)
+	}
+	busy := req
+	busy.Busy = &pick.BusyThreshold{KVBlocks: 0.9, Hysteresis: 0.05}
+	if got := prefillOf(busy); got != 12 {
+		t.Fatalf("with 11 busy: prefill %d, want the next holder 12", got)
+	}
+}
+
 // TestPickerAggregatedAndFallback: in an aggregated fleet the decode
 // choice follows the overlap; a request that cannot be rendered is picked
 // by load and counted.

@@ -12,6 +12,3 @@ func NewReader(pid uint64, store *Store, count func(string)) *Reader {
 
 // Handle applies one message.
 func (r *Reader) Handle(frames [][]byte, now time.Time) { r.r.handle(frames, now) }
-
-// SetNow replaces the store's clock.
-func (s *Store) SetNow(now func() time.Time) { s.now = now }

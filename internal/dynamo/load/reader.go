@@ -45,11 +45,12 @@ var _ Handler = (*reader)(nil)
 
 // Connected implements Handler. A session's sequence starts afresh, and
 // what the publisher sent before may be stale: changes may have been
-// missed while disconnected.
+// missed while disconnected, and its engine may have restarted meanwhile,
+// so the requests sent to its workers before count no more either.
 func (r *reader) Connected() {
 	r.haveSeq = false
 	if r.store != nil {
-		r.store.DropPublisher(r.pid)
+		r.store.ResetPublisher(r.pid)
 	}
 }
 

@@ -55,12 +55,29 @@ type Observer interface {
 }
 
 // Store holds the latest sample per key. Reads take a read lock only.
+//
+// Beside the samples it keeps, per key, the instant up to which the
+// router's own dispatches are accounted for (ReadView.Since): a picker
+// counts what it sent a worker after that instant on top of the worker's
+// sample. It is the last sample's arrival; it stays there when the sample
+// is dropped for a sequence gap (what the sample answered stays
+// answered); and it moves to the present when the worker may have lost
+// what it had: its publisher's session was (re-)established or its
+// publisher went, or the worker (re)joined the fleet. A worker restarted
+// under the same id thus competes as quiet at once, instead of carrying
+// the requests its previous life was sent.
 type Store struct {
 	mu      sync.RWMutex
 	samples map[Key]*Sample
 	byPub   map[uint64]map[Key]struct{}
 	live    map[uint64]LiveWorker
 	obs     Observer
+	// accounted holds the accounting instant of keys whose sample was
+	// dropped or whose publisher restarted, until a later sample
+	// supersedes it (at most MaxStoreKeys); joined holds when each live
+	// worker joined the live set.
+	accounted map[Key]time.Time
+	joined    map[uint64]time.Time
 
 	maxStaleness atomic.Int64
 	now          func() time.Time
@@ -87,10 +104,16 @@ func (s *Store) changed(k Key) {
 // NewStore returns an empty store whose gate admits no worker until
 // SetLiveAndRetain is called.
 func NewStore(maxStaleness time.Duration, obs Observer) *Store {
-	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: map[uint64]LiveWorker{}, obs: obs, now: time.Now}
+	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: map[uint64]LiveWorker{}, obs: obs, now: time.Now,
+		accounted: map[Key]time.Time{}, joined: map[uint64]time.Time{}}
 	s.maxStaleness.Store(int64(maxStaleness))
 	return s
 }
+
+// SetClock replaces the clock of freshness checks and accounting instants
+// (time.Now by default), for tests and simulations that run on their own
+// time. Call it before the store is shared.
+func (s *Store) SetClock(now func() time.Time) { s.now = now }
 
 // SetMaxStaleness changes the default freshness window (hot reload).
 func (s *Store) SetMaxStaleness(d time.Duration) { s.maxStaleness.Store(int64(d)) }
@@ -115,6 +138,9 @@ func (s *Store) Apply(smp Sample) string {
 	if old != nil {
 		s.unlink(old.PublisherID, k)
 	}
+	if at, ok := s.accounted[k]; ok && !smp.ReceivedAt.Before(at) {
+		delete(s.accounted, k) // the sample answers everything before it
+	}
 	v := smp
 	s.samples[k] = &v
 	set := s.byPub[v.PublisherID]
@@ -130,19 +156,57 @@ func (s *Store) Apply(smp Sample) string {
 	return ""
 }
 
-// DropPublisher forgets every sample a publisher sent: on each (re)connect
-// and each sequence gap, a change may have been missed.
+// DropPublisher forgets every sample a publisher sent, on a sequence gap:
+// a change may have been missed. What the dropped samples answered stays
+// answered.
 func (s *Store) DropPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.byPub[publisherID] {
-		delete(s.samples, k)
-		s.changed(k)
-		if s.obs != nil {
-			s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
-		}
+		s.account(k, s.samples[k].ReceivedAt)
+		s.dropLocked(k)
 	}
 	delete(s.byPub, publisherID)
+}
+
+// ResetPublisher forgets every sample a publisher sent and what the router
+// dispatched to their keys so far: its session was (re-)established, or it
+// left or was replaced. Its engine may have restarted, losing its work, so
+// neither its old load nor the requests it was sent before count any more.
+func (s *Store) ResetPublisher(publisherID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for k := range s.byPub[publisherID] {
+		s.account(k, now)
+		s.dropLocked(k)
+	}
+	delete(s.byPub, publisherID)
+}
+
+// dropLocked removes k's sample (its publisher link is the caller's); s.mu
+// is held.
+func (s *Store) dropLocked(k Key) {
+	delete(s.samples, k)
+	s.changed(k)
+	if s.obs != nil {
+		s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
+	}
+}
+
+// account moves k's accounting instant forward to at; s.mu is held. Past
+// MaxStoreKeys keys the instant is not kept (the key then counts from its
+// worker's joining).
+func (s *Store) account(k Key, at time.Time) {
+	if old, ok := s.accounted[k]; ok {
+		if at.After(old) {
+			s.accounted[k] = at
+		}
+		return
+	}
+	if len(s.accounted) < MaxStoreKeys {
+		s.accounted[k] = at
+	}
 }
 
 func (s *Store) unlink(publisherID uint64, k Key) {
@@ -155,7 +219,9 @@ func (s *Store) unlink(publisherID uint64, k Key) {
 }
 
 // SetLiveAndRetain installs the live-worker gate and, in the same step,
-// drops the samples (and gauge series) of workers that left.
+// drops the samples (and gauge series) of workers that left. A worker that
+// joins (first seen, or back after leaving) starts with nothing dispatched
+// to it: what its previous life was sent does not count.
 func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,10 +231,26 @@ func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
 			continue
 		}
 		s.unlink(smp.PublisherID, k)
-		delete(s.samples, k)
-		s.changed(k)
-		if s.obs != nil {
-			s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
+		s.dropLocked(k)
+	}
+	for k := range s.accounted {
+		if w, ok := live[k.WorkerID]; !ok || !w.hasRank(k.DPRank) {
+			delete(s.accounted, k)
+		}
+	}
+	for id := range s.joined {
+		if _, ok := live[id]; !ok {
+			delete(s.joined, id)
+		}
+	}
+	now := s.now()
+	for id, w := range live {
+		if _, ok := s.joined[id]; ok {
+			continue
+		}
+		s.joined[id] = now
+		for r := range max(w.DPSize, 1) {
+			s.changed(Key{id, w.DPStartRank + r})
 		}
 	}
 	s.live = live
@@ -216,6 +298,25 @@ func (s *Store) Read(fn func(ReadView)) {
 
 // Get returns the latest sample of k, or nil.
 func (r ReadView) Get(k Key) *Sample { return r.s.samples[k] }
+
+// Since is the instant after which the router's dispatches to k are not
+// yet accounted for (by a sample, or because the worker may have lost its
+// work since): the latest of its sample's arrival, the instant its
+// publisher's session restarted or its sample was dropped, and the instant
+// its worker joined. Zero when none is known.
+func (r ReadView) Since(k Key) time.Time {
+	var t time.Time
+	if smp := r.s.samples[k]; smp != nil {
+		t = smp.ReceivedAt
+	}
+	if a, ok := r.s.accounted[k]; ok && a.After(t) {
+		t = a
+	}
+	if j, ok := r.s.joined[k.WorkerID]; ok && j.After(t) {
+		t = j
+	}
+	return t
+}
 
 // Version is the number of sample changes so far.
 func (r ReadView) Version() uint64 { return r.s.version }

@@ -23,7 +23,7 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 	t.Parallel()
 	m := telemetry.NewLoadMetrics(nil)
 	s := load.NewStore(3*time.Second, load.Gauges{M: m})
-	s.SetNow(func() time.Time { return t0.Add(time.Second) })
+	s.SetClock(func() time.Time { return t0.Add(time.Second) })
 	if r := s.Apply(sample(1, 0, 7, 1, 10)); r != wire.ResultIdentityMismatch {
 		t.Fatalf("sample before the gate: %q", r)
 	}
@@ -167,4 +167,68 @@ func TestChangeLog(t *testing.T) {
 	if _, _, ok := changes(v1 + 1_000_000); ok {
 		t.Fatal("a version from the future was accepted")
 	}
+}
+
+// TestStoreAccounting: the instant up to which dispatches are accounted
+// for follows the last sample, stays put when a sample is dropped for a
+// gap, and moves to the present when the publisher's session restarts or
+// the worker (re)joins; each move is in the change log.
+func TestStoreAccounting(t *testing.T) {
+	t.Parallel()
+	now := t0
+	s := load.NewStore(3*time.Second, nil)
+	s.SetClock(func() time.Time { return now })
+	k := load.Key{WorkerID: 1, DPRank: 1}
+	since := func() (at time.Time, keys []load.Key) {
+		s.Read(func(r load.ReadView) {
+			at = r.Since(k)
+			r.ChangedSince(0, func(c load.Key) {
+				if c == k {
+					keys = append(keys, c)
+				}
+			})
+		})
+		return at, keys
+	}
+	check := func(what string, want time.Time, changes int) {
+		t.Helper()
+		got, keys := since()
+		if !got.Equal(want) || len(keys) != changes {
+			t.Fatalf("%s: since +%v with %d changes, want +%v with %d", what, got.Sub(t0), len(keys), want.Sub(t0), changes)
+		}
+	}
+	check("unknown worker", time.Time{}, 0)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
+	check("joined", t0, 1)
+
+	now = t0.Add(10 * time.Second)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
+	check("still live: its joining stays", t0, 1)
+
+	smp := sample(1, 1, 7, 1, 10)
+	smp.ReceivedAt = t0.Add(11 * time.Second)
+	s.Apply(smp)
+	check("a sample", t0.Add(11*time.Second), 2)
+	now = t0.Add(12 * time.Second)
+	s.DropPublisher(7)
+	check("dropped on a gap: what it answered stays answered", t0.Add(11*time.Second), 3)
+
+	smp.Sequence, smp.ReceivedAt = 2, t0.Add(13*time.Second)
+	s.Apply(smp)
+	now = t0.Add(15 * time.Second)
+	s.ResetPublisher(7)
+	check("publisher session restarted", t0.Add(15*time.Second), 5)
+	if _, ok := s.Latest(1, 1); ok {
+		t.Fatal("the sample survived its publisher's restart")
+	}
+	smp.Sequence, smp.ReceivedAt = 3, t0.Add(14*time.Second) // an earlier arrival does not move it back
+	s.Apply(smp)
+	check("older sample", t0.Add(15*time.Second), 6)
+
+	now = t0.Add(20 * time.Second)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{2: {}})
+	check("left", time.Time{}, 7)
+	now = t0.Add(30 * time.Second)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
+	check("back: it starts afresh", t0.Add(30*time.Second), 8)
 }

@@ -29,8 +29,9 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 	s := &Supervisor{reg: reg, store: store, kick: make(chan struct{}, 1)}
 	s.pool = Pool{Family: fleet.TopicLoad, Limits: limitsOf(fleet.TopicLoad), Connector: connector, Logger: logger,
 		// Samples of a publisher that left or was replaced are not its
-		// worker's load any more.
-		Stopped: func(p fleet.Publisher) { store.DropPublisher(p.PublisherID) },
+		// worker's load any more, nor are the requests sent before: a
+		// replaced publisher is most often a restarted engine.
+		Stopped: func(p fleet.Publisher) { store.ResetPublisher(p.PublisherID) },
 	}
 	if metrics != nil {
 		s.pool.Gauge = metrics.Subscriptions

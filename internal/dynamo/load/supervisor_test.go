@@ -172,6 +172,42 @@ func TestSupervisorCountsReconnects(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "reconnected", state(load.StateConnected, 1))
 }
 
+// TestSupervisorReconnectResetsAccounting: when a publisher's session is
+// re-established, its worker's last sample is dropped and what the router
+// sent the worker before no longer counts (its engine may have restarted
+// and lost it): the accounting instant moves past the last sample.
+func TestSupervisorReconnectResetsAccounting(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(6, 1)
+	pub := testutil.StartGoPublisher(t)
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
+	f.publisher(0xe6, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	var last load.Sample
+	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		smp, ok := s.store.Latest(6, 0)
+		last = smp
+		return ok
+	})
+	pub.Close()
+	testutil.Eventually(t, 10*time.Second, "left connected", func() bool {
+		subs := s.sup.Subscriptions()
+		return len(subs) == 1 && subs[0].State != load.StateConnected
+	})
+	testutil.StartGoPublisherAt(t, pub.Endpoint)
+	testutil.Eventually(t, 20*time.Second, "reconnected", func() bool {
+		subs := s.sup.Subscriptions()
+		return len(subs) == 1 && subs[0].State == load.StateConnected
+	})
+	var since time.Time
+	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{WorkerID: 6}) })
+	if _, ok := s.store.Latest(6, 0); ok || !since.After(last.ReceivedAt) {
+		t.Fatalf("after the reconnect: sample kept %v, accounted from %v, last sample at %v", ok, since, last.ReceivedAt)
+	}
+}
+
 // TestSupervisorLibzmq: a libzmq publisher, whose bytes our SUB decodes.
 func TestSupervisorLibzmq(t *testing.T) {
 	t.Parallel()

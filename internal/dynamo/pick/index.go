@@ -31,11 +31,16 @@ type index struct {
 	phase int
 	cands []cand
 
-	st      []cstate
-	fresh   int      // candidates with a fresh sample for this phase
-	incl    *segtree // 0: not excluded; +Inf: excluded
-	classes []class
-	due     deadlines
+	st    []cstate
+	fresh int // candidates with a fresh sample for this phase
+	// busyN counts the busy candidates the request does not exclude, and
+	// excludedN those it excludes (see exclude).
+	busyN, excludedN int
+	incl             *segtree // 0: may be chosen; +Inf: excluded, busy or excluded by the request
+	classes          []class
+	due              deadlines
+	// busy is the picker's busy rule and latches.
+	busy *busyState
 
 	built bool
 	// dirty: candidates whose sample or ledger entries changed since the
@@ -67,7 +72,10 @@ type cand struct {
 type cstate struct {
 	fresh    bool
 	excluded bool
-	backlog  float64
+	// busy: over the busy threshold (see BusyThreshold); banned: excluded
+	// by the request being picked (set only during its pick).
+	busy, banned bool
+	backlog      float64
 	// other is the other phase's backlog in the fresh sample (decode blocks
 	// of a prefill candidate, prefill tokens of a decode one), for scorers.
 	other    float64
@@ -84,9 +92,9 @@ type class struct {
 	tree      *segtree
 }
 
-func newIndex(phase int, cands []candidate, gs []group) *index {
+func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index {
 	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs,
-		aggregatedOnly: true}
+		aggregatedOnly: true, busy: busy}
 	if phase == phaseDecode {
 		x.prefill = make([]*index, len(gs))
 	}
@@ -184,16 +192,14 @@ func (x *index) rebuildDue() {
 // update recomputes candidate i at now for one (worker, rank). Its backlog
 // is the fresh sample's (decode: active_decode_blocks, else
 // kv_used_blocks; prefill: active_prefill_tokens) plus the ledger's
-// dispatches since that sample. A worker never heard from, or last seen
+// dispatches the store has not accounted for (since that sample, or since
+// the worker or its publisher restarted). A worker never heard from, or last seen
 // with backlog 0, is quiet; one gone stale with a backlog, lacking the
 // phase's field, or possibly stalled is excluded while another has a cost.
 func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	c := &x.cands[i]
 	smp := r.Get(c.key)
-	var since time.Time
-	if smp != nil {
-		since = smp.ReceivedAt
-	}
+	since := r.Since(c.key)
 	var inPrefill, inDecode int
 	stalled := false
 	var b bounds
@@ -234,6 +240,10 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	if stalled {
 		s.excluded = true
 	}
+	if x.busy != nil && x.busy.on {
+		blocks, tokens := signals(smp, fresh, inPrefill, inDecode)
+		s.busy = x.busy.judge(c.key, c.w, blocks, tokens)
+	}
 	if !s.excluded {
 		if x.phase == phaseDecode {
 			s.backlog += float64(inDecode)
@@ -256,13 +266,15 @@ func (x *index) set(i int, s cstate) {
 			x.fresh--
 		}
 	}
+	x.busyN += b2i(s.busy && !s.banned) - b2i(old.busy && !old.banned)
+	x.excludedN += b2i(s.banned) - b2i(old.banned)
 	key := 0.0
-	if s.excluded {
+	if s.excluded || s.busy || s.banned {
 		key = inf
 	}
 	x.incl.set(i, key)
 	if c := x.cands[i]; c.class >= 0 {
-		if !s.excluded {
+		if key == 0 {
 			key = s.backlog
 		}
 		x.classes[c.class].tree.set(int(c.local), key)
@@ -282,12 +294,69 @@ func (cl *class) cost(phase int, backlog float64, est int) float64 {
 	return backlog / cl.capacity
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// exclude takes the workers the request excludes out of candidacy for the
+// request's pick, and returns what puts them back. The caller holds the
+// picker's lock until then.
+func (x *index) exclude(req *Request) (restore func()) {
+	if len(req.Exclude) == 0 {
+		return func() {}
+	}
+	type saved struct {
+		i int
+		s cstate
+	}
+	var undo []saved
+	for i := range x.cands {
+		if req.excluded(x.cands[i].w) {
+			undo = append(undo, saved{i, x.st[i]})
+			s := x.st[i]
+			s.banned = true
+			x.set(i, s)
+		}
+	}
+	return func() {
+		for _, u := range undo {
+			x.set(u.i, u.s)
+		}
+	}
+}
+
+// rotate returns the candidate at the round-robin cursor among those the
+// request does not exclude.
+func (x *index) rotate(cursor uint64) (int, string, error) {
+	n := len(x.cands) - x.excludedN
+	if n <= 0 {
+		return 0, "", ErrNoWorkers
+	}
+	k := int(cursor % uint64(n))
+	if x.excludedN == 0 {
+		return k, ReasonRoundRobinStale, nil
+	}
+	for i := range x.cands {
+		if x.st[i].banned {
+			continue
+		}
+		if k == 0 {
+			return i, ReasonRoundRobinStale, nil
+		}
+		k--
+	}
+	return 0, "", ErrNoWorkers // not reached: n counts the candidates left
+}
+
 // choose returns the candidate the rules pick and the reason, given the
-// phase's round-robin cursor.
-func (x *index) choose(cursor uint64, est int) (int, string) {
-	n := uint64(len(x.cands))
+// phase's round-robin cursor: ErrAllBusy when every candidate that could
+// be chosen is busy, ErrNoWorkers when the request excludes them all.
+func (x *index) choose(cursor uint64, est int) (int, string, error) {
 	if x.fresh == 0 {
-		return int(cursor % n), ReasonRoundRobinStale
+		return x.rotate(cursor)
 	}
 	best, ties, tied := inf, 0, 0
 	first := -1
@@ -306,18 +375,23 @@ func (x *index) choose(cursor uint64, est int) (int, string) {
 		}
 	}
 	if first < 0 {
-		// Fresh samples exist but no candidate has every field a cost
-		// needs: rotate over those not excluded.
+		// Fresh samples exist but no candidate that may be chosen has
+		// every field a cost needs: rotate over those not excluded; when
+		// every one is excluded or busy, the request waits if any is busy,
+		// else rotate over all.
 		m, cnt := x.incl.root()
-		if m != 0 {
-			return int(cursor % n), ReasonRoundRobinStale
+		switch {
+		case m == 0:
+			return x.incl.kth(int(cursor % uint64(cnt))), ReasonRoundRobinStale, nil
+		case x.busyN > 0:
+			return 0, "", ErrAllBusy
 		}
-		return x.incl.kth(int(cursor % uint64(cnt))), ReasonRoundRobinStale
+		return x.rotate(cursor)
 	}
 	k := int(cursor % uint64(ties))
 	if tied == 1 {
 		cl := &x.classes[first]
-		return int(cl.pos[cl.tree.kth(k)]), ReasonLoad
+		return int(cl.pos[cl.tree.kth(k)]), ReasonLoad, nil
 	}
 	// Ties across classes: the k-th tied candidate in candidate order is
 	// at the smallest position p with more than k tied ones before p+1.
@@ -343,7 +417,7 @@ func (x *index) choose(cursor uint64, est int) (int, string) {
 			lo = mid + 1
 		}
 	}
-	return lo, ReasonLoad
+	return lo, ReasonLoad, nil
 }
 
 // deadline: candidate i may change state at at.

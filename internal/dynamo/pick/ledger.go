@@ -13,7 +13,7 @@ import (
 // stalled rather than idle.
 const (
 	// InFlightWindow: a dispatched request counts in its worker's backlog
-	// until the worker's next sample, or this long.
+	// until the worker's next sample (or its restart), or this long.
 	InFlightWindow = 30 * time.Second
 	// StallAfter: a worker sent a request of at least StallBlocks blocks
 	// that has sent no sample for this long may be stalled.
@@ -169,8 +169,9 @@ func expire(list []entry, now time.Time) []entry {
 	return slices.Delete(list, 0, i)
 }
 
-// view returns, for one key, the backlog dispatched after since (the last
-// sample) and within the window, and whether the key looks stalled; and
+// view returns, for one key, the backlog dispatched after since (the
+// instant the store has accounted for: the last sample, or the worker's or
+// its publisher's restart) and within the window, and whether the key looks stalled; and
 // the instants around now where that answer may change: prev, the latest
 // at or before now, and next, the earliest after it (zero when none). It
 // only reads.

@@ -23,7 +23,10 @@ type Loads interface {
 // Backlogs come from fresh samples plus what was dispatched since (its
 // ledger); quiet workers have backlog 0; a worker that went silent with a
 // backlog, or that may be stalled, has no cost while another has one; with
-// no fresh sample anywhere, a per-phase round-robin cursor decides.
+// no fresh sample anywhere, a per-phase round-robin cursor decides. A
+// request may exclude workers (a re-pin after a failure) and set a busy
+// threshold (BusyThreshold): neither an excluded nor a busy candidate is
+// chosen.
 //
 // A pick does not scan the candidates: each request shape (model and
 // candidate namespaces) of a snapshot has an index of its candidates whose
@@ -40,14 +43,24 @@ type LoadBased struct {
 	ledger ledger
 	caches [2]*shapeCache
 	keyBuf []byte
+	// busy is the busy rule of the requests and its latches.
+	busy busyState
+	// call is the pick in progress and runCall its callback, made once.
+	call    pickCall
+	runCall func(load.ReadView)
 	// scorer makes choices during one ReserveScored; candBuf is its
-	// reused candidate list.
-	scorer  Scorer
-	candBuf []Candidate
+	// reused candidate list, scoredBuf and posBuf those it is handed when
+	// some candidates may not compete.
+	scorer    Scorer
+	candBuf   []Candidate
+	scoredBuf []Candidate
+	posBuf    []int
 }
 
 // NewLoadBased returns a load-based picker over loads.
-func NewLoadBased(loads Loads) *LoadBased { return &LoadBased{loads: loads, ledger: newLedger()} }
+func NewLoadBased(loads Loads) *LoadBased {
+	return &LoadBased{loads: loads, ledger: newLedger(), busy: busyState{latched: map[load.Key]struct{}{}}}
+}
 
 var _ Picker = (*LoadBased)(nil)
 
@@ -206,6 +219,7 @@ func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache,
 			p.caches[0], p.caches[1] = c2, c
 		} else {
 			p.caches[0], p.caches[1] = newShapeCache(snap), c
+			p.pruneLatches(snap)
 		}
 		c = p.caches[0]
 	}
@@ -225,7 +239,7 @@ func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache,
 	if len(c.indexes) >= maxShapes {
 		*c = *newShapeCache(snap) // start over (the logs are read from scratch)
 	}
-	x := newIndex(phaseDecode, decode, gs)
+	x := newIndex(phaseDecode, decode, gs, &p.busy)
 	c.indexes[string(key)] = x
 	c.add(x)
 	return c, x
@@ -233,53 +247,88 @@ func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache,
 
 // pick chooses; the caller holds p.mu.
 func (p *LoadBased) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, error) {
+	p.setBusy(req.Busy)
 	c, dx := p.decodeIndex(snap, req)
 	if dx == nil {
 		return Pin{}, ErrNoWorkers
 	}
-	maxAge := p.loads.MaxStaleness()
-	var pin Pin
-	p.loads.Read(func(r load.ReadView) {
-		c.drain(r, &p.ledger)
-		dx.sync(r, &p.ledger, now, maxAge)
-		var i int
-		var reason string
-		scored := false
-		if p.scoresDecode(dx) {
-			i, reason, scored = p.scored(PhaseDecode, dx)
-		}
-		if !scored {
-			i, reason = dx.choose(p.cursors[phaseDecode].Add(1)-1, req.EstPromptTokens)
-		}
-		d := dx.cands[i]
-		g := dx.groups[d.group]
-		pin = Pin{Namespace: g.namespace, Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason}
-		if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
-			// No prefill id goes with an aggregated worker, and a decode
-			// worker without a prefill pool prefills itself.
-			pin.PrefillReason = ReasonNoPrefillPool
-			return
-		}
-		if p.scorer != nil && p.bypass(dx, i) {
-			pin.PrefillReason, pin.Bypass = ReasonConditional, true
-			return
-		}
-		px := dx.prefill[d.group]
-		if px == nil {
-			px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil)
-			dx.prefill[d.group] = px
-			c.add(px)
-		}
-		px.sync(r, &p.ledger, now, maxAge)
-		j, preason, scored := p.scored(PhasePrefill, px)
-		if !scored {
-			j, preason = px.choose(p.cursors[phasePrefill].Add(1)-1, req.EstPromptTokens)
-		}
-		pc := px.cands[j]
-		pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
-		pin.PrefillReason = preason
-	})
+	// The choice runs under the store's read lock through a callback; its
+	// inputs and outputs live in the picker (guarded by p.mu) so that no
+	// per-pick closure or escaping variable allocates.
+	k := &p.call
+	*k = pickCall{c: c, dx: dx, req: req, now: now, maxAge: p.loads.MaxStaleness()}
+	if p.runCall == nil {
+		p.runCall = p.choosePin
+	}
+	p.loads.Read(p.runCall)
+	pin, err := k.pin, k.err
+	*k = pickCall{}
+	if err != nil {
+		return Pin{}, err
+	}
 	return pin, nil
+}
+
+// pickCall is one pick's state while the store is read.
+type pickCall struct {
+	c      *shapeCache
+	dx     *index
+	req    Request
+	now    time.Time
+	maxAge time.Duration
+	pin    Pin
+	err    error
+}
+
+// choosePin makes the choice of p.call under the store's read lock; the
+// caller holds p.mu.
+func (p *LoadBased) choosePin(r load.ReadView) {
+	k := &p.call
+	c, dx, now, maxAge := k.c, k.dx, k.now, k.maxAge
+	c.drain(r, &p.ledger)
+	dx.sync(r, &p.ledger, now, maxAge)
+	defer dx.exclude(&k.req)()
+	var i int
+	var reason string
+	scored := false
+	if p.scoresDecode(dx) {
+		i, reason, scored = p.scored(PhaseDecode, dx)
+	}
+	if !scored {
+		if i, reason, k.err = dx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens); k.err != nil {
+			return
+		}
+	}
+	d := dx.cands[i]
+	g := dx.groups[d.group]
+	k.pin = Pin{Namespace: g.namespace, Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason}
+	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
+		// No prefill id goes with an aggregated worker, and a decode
+		// worker without a prefill pool prefills itself.
+		k.pin.PrefillReason = ReasonNoPrefillPool
+		return
+	}
+	if p.scorer != nil && p.bypass(dx, i) {
+		k.pin.PrefillReason, k.pin.Bypass = ReasonConditional, true
+		return
+	}
+	px := dx.prefill[d.group]
+	if px == nil {
+		px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil, &p.busy)
+		dx.prefill[d.group] = px
+		c.add(px)
+	}
+	px.sync(r, &p.ledger, now, maxAge)
+	defer px.exclude(&k.req)()
+	j, preason, scored := p.scored(PhasePrefill, px)
+	if !scored {
+		if j, preason, k.err = px.choose(p.cursors[phasePrefill].Add(1)-1, k.req.EstPromptTokens); k.err != nil {
+			return
+		}
+	}
+	pc := px.cands[j]
+	k.pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
+	k.pin.PrefillReason = preason
 }
 
 func target(c candidate) Target {

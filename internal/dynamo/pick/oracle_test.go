@@ -3,6 +3,7 @@ package pick
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -25,6 +26,10 @@ type oracle struct {
 	Ledger  *ledger
 	cursors [2]atomic.Uint64
 	mu      sync.Mutex // guards Ledger when the oracle is a Picker
+	// busyRule is the busy rule of the last request (nil: off) and
+	// busyHeld the keys it holds busy.
+	busyRule *BusyThreshold
+	busyHeld map[load.Key]bool
 }
 
 // ocand is one (worker, rank) of the oracle, with its cost.
@@ -35,6 +40,8 @@ type ocand struct {
 	cost     float64
 	defined  bool
 	excluded bool
+	busy     bool
+	banned   bool // excluded by the request
 }
 
 // ogroup is the workers of the request's model in one candidate namespace,
@@ -109,14 +116,27 @@ func (p *oracle) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, er
 	if len(decode) == 0 {
 		return Pin{}, ErrNoWorkers
 	}
-	d, reason := p.choose(decode, phaseDecode, req.EstPromptTokens, now)
+	if (req.Busy == nil) != (p.busyRule == nil) || (req.Busy != nil && *req.Busy != *p.busyRule) {
+		p.busyRule, p.busyHeld = nil, map[load.Key]bool{} // a new rule: nothing held
+		if req.Busy != nil {
+			r := *req.Busy
+			p.busyRule = &r
+		}
+	}
+	d, reason, err := p.choose(decode, phaseDecode, &req, now)
+	if err != nil {
+		return Pin{}, err
+	}
 	g := gs[d.group]
 	pin := Pin{Namespace: g.namespace, Decode: oracleTarget(d), DecodeReason: reason}
 	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
 		pin.PrefillReason = ReasonNoPrefillPool
 		return pin, nil
 	}
-	pc, preason := p.choose(oracleRanks(nil, d.group, g.prefill), phasePrefill, req.EstPromptTokens, now)
+	pc, preason, err := p.choose(oracleRanks(nil, d.group, g.prefill), phasePrefill, &req, now)
+	if err != nil {
+		return Pin{}, err
+	}
 	t := oracleTarget(pc)
 	pin.Prefill, pin.PrefillReason = &t, preason
 	return pin, nil
@@ -152,24 +172,65 @@ func oraclePrefillCost(w *fleet.Worker, backlogTokens float64) (float64, bool) {
 	return backlogTokens / float64(*w.Capacity.MaxNumBatchedTokens), true
 }
 
-// choose is the old LoadBased.choose.
-func (p *oracle) choose(cands []ocand, phase int, est int, now time.Time) (ocand, string) {
+// oracleBusy judges a key busy: over a threshold, or held busy and not
+// yet Hysteresis below every threshold.
+func (p *oracle) oracleBusy(k load.Key, w *fleet.Worker, smp *load.Sample, fresh bool, inPrefill, inDecode int) bool {
+	rule := p.busyRule
+	if rule == nil {
+		return false
+	}
+	blocks, tokens := float64(inDecode), float64(inPrefill)
+	if fresh {
+		var used uint64
+		if v := smp.Load.ActiveDecodeBlocks; v != nil {
+			used = *v
+		}
+		if v := smp.Load.KVUsedBlocks; v != nil && *v > used {
+			used = *v
+		}
+		blocks += float64(used)
+		if v := smp.Load.ActivePrefillTokens; v != nil {
+			tokens += float64(*v)
+		}
+	}
+	kvT, prT := rule.KVBlocks, rule.PrefillTokens
+	if p.busyHeld[k] {
+		kvT, prT = kvT-rule.Hysteresis, prT-rule.Hysteresis
+	}
+	busy := false
+	if c := w.Capacity.TotalKVBlocks; rule.KVBlocks > 0 && c != nil && *c > 0 && blocks > kvT*float64(*c) {
+		busy = true
+	}
+	if c := w.Capacity.MaxNumBatchedTokens; rule.PrefillTokens > 0 && c != nil && *c > 0 && tokens > prT*float64(*c) {
+		busy = true
+	}
+	if busy {
+		p.busyHeld[k] = true
+	} else {
+		delete(p.busyHeld, k)
+	}
+	return busy
+}
+
+// choose is the old LoadBased.choose, with the request's exclusions and
+// busy thresholds.
+func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (ocand, string, error) {
+	est := req.EstPromptTokens
 	maxAge := p.Loads.MaxStaleness()
 	anyFresh := false
 	p.Loads.Read(func(r load.ReadView) {
 		for i := range cands {
 			c := &cands[i]
 			k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
+			c.banned = slices.Contains(req.Exclude, c.w.ID)
 			smp := r.Get(k)
-			var since time.Time
-			if smp != nil {
-				since = smp.ReceivedAt
-			}
+			since := r.Since(k)
 			var inPrefill, inDecode int
 			stalled := false
 			if p.Ledger != nil {
 				inPrefill, inDecode, stalled = oracleView(p.Ledger, k, since, now)
 			}
+			c.busy = p.oracleBusy(k, c.w, smp, smp != nil && now.Sub(smp.ReceivedAt) <= maxAge, inPrefill, inDecode)
 			var backlog *uint64
 			if smp != nil {
 				if phase == phaseDecode {
@@ -205,14 +266,28 @@ func (p *oracle) choose(cands []ocand, phase int, est int, now time.Time) (ocand
 		}
 	})
 	cursor := p.cursors[phase].Add(1) - 1
-	if !anyFresh {
-		return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
+	// rotate: the cursor over the candidates the request does not exclude.
+	rotate := func() (ocand, string, error) {
+		var left []ocand
+		for _, c := range cands {
+			if !c.banned {
+				left = append(left, c)
+			}
+		}
+		if len(left) == 0 {
+			return ocand{}, "", ErrNoWorkers
+		}
+		return left[cursor%uint64(len(left))], ReasonRoundRobinStale, nil
 	}
+	if !anyFresh {
+		return rotate()
+	}
+	usable := func(c ocand) bool { return !c.excluded && !c.busy && !c.banned }
 	best := -1
 	ties := 0
 	for i, c := range cands {
 		switch {
-		case !c.defined:
+		case !c.defined || !usable(c):
 		case best < 0 || c.cost < cands[best].cost:
 			best, ties = i, 1
 		case c.cost == cands[best].cost:
@@ -220,37 +295,35 @@ func (p *oracle) choose(cands []ocand, phase int, est int, now time.Time) (ocand
 		}
 	}
 	if best < 0 {
-		n := 0
+		var ok, busy []ocand
 		for _, c := range cands {
-			if !c.excluded {
-				n++
+			if usable(c) {
+				ok = append(ok, c)
+			}
+			if c.busy && !c.banned {
+				busy = append(busy, c)
 			}
 		}
-		if n == 0 {
-			return cands[cursor%uint64(len(cands))], ReasonRoundRobinStale
+		switch {
+		case len(ok) > 0:
+			return ok[cursor%uint64(len(ok))], ReasonRoundRobinStale, nil
+		case len(busy) > 0:
+			return ocand{}, "", ErrAllBusy
 		}
-		k := int(cursor % uint64(n))
-		for _, c := range cands {
-			if !c.excluded {
-				if k == 0 {
-					return c, ReasonRoundRobinStale
-				}
-				k--
-			}
-		}
+		return rotate()
 	}
 	if ties > 1 {
 		n := int(cursor % uint64(ties))
 		for i, c := range cands {
-			if c.defined && c.cost == cands[best].cost {
+			if c.defined && usable(c) && c.cost == cands[best].cost {
 				if n == 0 {
-					return cands[i], ReasonLoad
+					return cands[i], ReasonLoad, nil
 				}
 				n--
 			}
 		}
 	}
-	return cands[best], ReasonLoad
+	return cands[best], ReasonLoad, nil
 }
 
 // randomFleet builds a snapshot of up to n workers with random roles,
@@ -343,16 +416,22 @@ func TestDifferential(t *testing.T) {
 			fleetSeed, size := rng.Uint64(), 2+rng.IntN(24)
 			snap := randomFleet(rand.New(rand.NewPCG(fleetSeed, 1)), size, base)
 			snap2 := snap // the previous generation
+			now := base.Add(time.Minute)
 			store := load.NewStore(3*time.Second, nil)
+			store.SetClock(func() time.Time { return now })
 			live := map[uint64]load.LiveWorker{}
 			for w := range snap.Workers.All() {
 				live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 			}
 			store.SetLiveAndRetain(live)
-			now := base.Add(time.Minute)
 			p := NewLoadBased(store)
 			o := &oracle{Loads: store, Ledger: &p.ledger}
 			var tickets []Ticket
+			// Busy rules near the loads the scenario makes (samples of 0-5,
+			// dispatches of up to 13 blocks and 200 tokens), or none.
+			rules := []*BusyThreshold{nil, {KVBlocks: 0.005, Hysteresis: 0.002}, {KVBlocks: 0.01, PrefillTokens: 0.03, Hysteresis: 0.004},
+				{PrefillTokens: 0.02, Hysteresis: 0.01}}
+			busy := rules[rng.IntN(len(rules))]
 			small := func() *uint64 {
 				switch rng.IntN(4) {
 				case 0:
@@ -368,7 +447,7 @@ func TestDifferential(t *testing.T) {
 			steps := []time.Duration{0, time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 3*time.Second + 1,
 				5 * time.Second, 5*time.Second - 1, 30 * time.Second, 30*time.Second + 1, -time.Millisecond, -2 * time.Second}
 			for step := range 300 {
-				switch op := rng.IntN(20); {
+				switch op := rng.IntN(22); {
 				case op < 4:
 					now = now.Add(steps[rng.IntN(len(steps))])
 				case op < 9 && snap.Workers.Len() > 0:
@@ -387,6 +466,20 @@ func TestDifferential(t *testing.T) {
 					store.SetMaxStaleness([]time.Duration{2 * time.Second, 3 * time.Second}[rng.IntN(2)])
 				case op == 11 && len(tickets) > 0:
 					p.Release(tickets[rng.IntN(len(tickets))])
+				case op == 13 && snap.Workers.Len() > 0:
+					// A publisher's session restarts: what it answered and
+					// what was sent before no longer count.
+					store.ResetPublisher(workersOf(snap)[rng.IntN(snap.Workers.Len())].ID.InstanceID)
+				case op == 14 && snap.Workers.Len() > 0:
+					// A worker leaves the live set and comes back.
+					gone := workersOf(snap)[rng.IntN(snap.Workers.Len())].ID.InstanceID
+					without := maps.Clone(live)
+					delete(without, gone)
+					store.SetLiveAndRetain(without)
+					if rng.IntN(2) == 0 {
+						now = now.Add(steps[rng.IntN(len(steps))])
+					}
+					store.SetLiveAndRetain(live)
 				case op == 12:
 					// A new snapshot generation of the same fleet.
 					snap2 = snap
@@ -399,7 +492,13 @@ func TestDifferential(t *testing.T) {
 					if rng.IntN(10) == 0 {
 						nss = append(nss, nss[0]) // a namespace listed twice
 					}
-					r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: nss, EstPromptTokens: rng.IntN(200)}
+					r := Request{Model: []string{"m", "n"}[rng.IntN(2)], Namespaces: nss, EstPromptTokens: rng.IntN(200), Busy: busy}
+					if rng.IntN(40) == 0 {
+						busy = rules[rng.IntN(len(rules))] // a reload
+					}
+					for range rng.IntN(3) * rng.IntN(2) { // a re-pin excludes the workers that failed
+						r.Exclude = append(r.Exclude, workersOf(snap)[rng.IntN(snap.Workers.Len())].ID)
+					}
 					use := snap
 					if rng.IntN(8) == 0 {
 						use = snap2 // a request still holding the previous snapshot

@@ -34,8 +34,13 @@ const (
 	RoleDecode  = "decode"
 )
 
-// ErrNoWorkers: no worker of the request's model in any candidate namespace.
+// ErrNoWorkers: no worker of the request's model in any candidate namespace
+// (or every one is excluded by the request).
 var ErrNoWorkers = errors.New("no dynamo worker serves the model")
+
+// ErrAllBusy: a busy threshold is set and every candidate of a phase that
+// could take the request is busy.
+var ErrAllBusy = errors.New("every dynamo worker of the model is busy")
 
 // Request is what a picker knows of a request.
 type Request struct {
@@ -53,6 +58,23 @@ type Request struct {
 	// prompt the router does not render).
 	Path string
 	Body []byte
+	// Exclude lists workers the request must not be pinned to: those an
+	// earlier attempt of it failed on because they were gone or refused.
+	Exclude []fleet.WorkerID
+	// Busy, when set, takes busy (worker, rank)s out of candidacy (see
+	// BusyThreshold); a request whose every candidate of a phase is busy
+	// fails with ErrAllBusy.
+	Busy *BusyThreshold
+}
+
+// excluded reports whether the request excludes w.
+func (r *Request) excluded(w *fleet.Worker) bool {
+	for _, id := range r.Exclude {
+		if id == w.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // Target is one pinned (worker, dp rank).
@@ -87,7 +109,8 @@ type Picker interface {
 	// Reserve picks for req in snap and records the dispatch as in flight,
 	// in one step with respect to other Reserve calls, so that requests
 	// arriving together see each other's load. It returns ErrNoWorkers
-	// when no worker of the request's model is a candidate.
+	// when no worker of the request's model is a candidate, and
+	// ErrAllBusy when every candidate is busy (nothing is recorded).
 	Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin, Ticket, error)
 	// Release ends a reserved dispatch (answered, refused, failed or
 	// cancelled); it no longer counts as a possible stall.

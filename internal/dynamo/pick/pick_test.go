@@ -375,3 +375,205 @@ func TestReserveSeesConcurrentDispatch(t *testing.T) {
 		t.Fatalf("both reservations went to worker %d", a.Decode.Worker.ID.InstanceID)
 	}
 }
+
+// TestRestartedWorkerStartsClean: a worker sent many requests that then
+// stays silent looks loaded and stalled; once it left the fleet and came
+// back, or its publisher's session restarted, what its previous life was
+// sent no longer counts: it competes as a quiet worker at once.
+func TestRestartedWorkerStartsClean(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		restart func(l *loads)
+	}{
+		{"left and rejoined", func(l *loads) {
+			live := map[uint64]load.LiveWorker{2: l.live[2]}
+			l.store.SetLiveAndRetain(live)
+			l.store.SetLiveAndRetain(l.live)
+		}},
+		{"publisher session restarted", func(l *loads) { l.store.ResetPublisher(1) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+			l := newLoads(snap)
+			now := t0.Add(9 * time.Second)
+			l.store.SetClock(func() time.Time { return now })
+			l.sample(1, 0, t0, u64(0), nil, nil) // idle, then silent
+			l.sample(2, 0, now, u64(100), nil, nil)
+			p := picker(l, now)
+			var one *fleet.Worker
+			for wk := range snap.Workers.All() {
+				if wk.ID.InstanceID == 1 {
+					one = wk
+				}
+			}
+			for i := range 20 {
+				p.Dispatched(pick.Pin{Decode: pick.Target{Worker: one}}, 160, t0.Add(time.Second+time.Duration(i)*time.Millisecond))
+			}
+			if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 2 {
+				t.Fatalf("before the restart, the worker with 200 blocks in flight was picked: %+v", got)
+			}
+			now = t0.Add(10 * time.Second)
+			tt.restart(l)
+			p.Now = func() time.Time { return now.Add(time.Millisecond) }
+			if got := mustPick(t, p, snap, req()); got.Decode.Worker.ID.InstanceID != 1 || got.DecodeReason != pick.ReasonLoad {
+				t.Fatalf("the restarted worker did not compete as quiet: %+v", got)
+			}
+		})
+	}
+}
+
+// TestBusyThreshold: a worker over the busy threshold is passed over even
+// when its cost is the lowest, stays busy until it is the hysteresis below
+// the threshold, and a request whose every candidate is busy fails with
+// ErrAllBusy; with no fresh sample nothing is judged.
+func TestBusyThreshold(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	now := t0.Add(time.Second)
+	p := picker(l, now)
+	rule := &pick.BusyThreshold{KVBlocks: 0.8, Hysteresis: 0.1}
+	busyReq := req()
+	busyReq.Busy = rule
+	set := func(kvUsed1, kvUsed2 uint64) {
+		// The cost reads active_decode_blocks (100 and 300); busyness reads
+		// blocks in use, the larger of it and kv_used_blocks.
+		l.sample(1, 0, now, u64(100), nil, u64(kvUsed1))
+		l.sample(2, 0, now, u64(300), nil, u64(kvUsed2))
+	}
+	pickOf := func(r pick.Request) (uint64, error) {
+		pin, err := p.Pick(snap, r)
+		if err != nil {
+			return 0, err
+		}
+		return pin.Decode.Worker.ID.InstanceID, nil
+	}
+	for _, step := range []struct {
+		name           string
+		kv1, kv2       uint64
+		r              pick.Request
+		want           uint64
+		wantErr        error
+		advanceMinutes int
+	}{
+		{name: "no threshold: the cheapest", kv1: 900, kv2: 300, r: req(), want: 1},
+		{name: "busy: passed over", kv1: 900, kv2: 300, r: busyReq, want: 2},
+		{name: "below the threshold, within the hysteresis: still busy", kv1: 750, kv2: 300, r: busyReq, want: 2},
+		{name: "the hysteresis below: free", kv1: 650, kv2: 300, r: busyReq, want: 1},
+		{name: "between the two, not held: free", kv1: 750, kv2: 300, r: busyReq, want: 1},
+		{name: "every candidate busy", kv1: 900, kv2: 950, r: busyReq, wantErr: pick.ErrAllBusy},
+		{name: "no fresh sample: nothing judged", kv1: 900, kv2: 950, r: busyReq, advanceMinutes: 1},
+	} {
+		set(step.kv1, step.kv2)
+		if step.advanceMinutes > 0 {
+			p.Now = func() time.Time { return now.Add(time.Duration(step.advanceMinutes) * time.Minute) }
+		}
+		got, err := pickOf(step.r)
+		switch {
+		case step.wantErr != nil:
+			if !errors.Is(err, step.wantErr) {
+				t.Fatalf("%s: %d, %v; want %v", step.name, got, err, step.wantErr)
+			}
+		case err != nil:
+			t.Fatalf("%s: %v", step.name, err)
+		case step.want != 0 && got != step.want:
+			t.Fatalf("%s: picked %d, want %d", step.name, got, step.want)
+		}
+	}
+}
+
+// TestBusyFromDispatches: what the router sent since a worker's sample
+// counts towards its busyness, so a burst between samples does not pile
+// onto one worker; the prefill backlog against max_num_batched_tokens
+// makes a prefill worker busy, the blocks in use a decode worker.
+func TestBusyFromDispatches(t *testing.T) {
+	snap := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "prefill", workerType: "Prefill", id: 11},
+		w{component: "decode", workerType: "Decode", id: 20}, w{component: "decode", workerType: "Decode", id: 21})
+	l := newLoads(snap)
+	for _, id := range []uint64{10, 11, 20, 21} {
+		l.sample(id, 0, t0, u64(0), u64(0), nil)
+	}
+	p := picker(l, t0)
+	r := req()
+	r.EstPromptTokens = 4000 // 250 of 1000 blocks, 4000 of 8192 batched tokens
+	r.Busy = &pick.BusyThreshold{KVBlocks: 0.2, PrefillTokens: 0.4, Hysteresis: 0.05}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	seen := map[uint64]bool{}
+	for range 2 {
+		pin, _, err := p.Reserve(snap, r, at(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[pin.Decode.Worker.ID.InstanceID], seen[pin.Prefill.Worker.ID.InstanceID] = true, true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("two large requests did not spread over both pairs: %v", seen)
+	}
+	if _, _, err := p.Reserve(snap, r, at(1)); !errors.Is(err, pick.ErrAllBusy) {
+		t.Fatalf("a third request found room: %v", err)
+	}
+	// The decode workers report room again; the prefill workers, silent,
+	// still have 4000 tokens each in flight.
+	l.sample(20, 0, at(2), u64(10), u64(0), nil)
+	l.sample(21, 0, at(2), u64(10), u64(0), nil)
+	if _, _, err := p.Reserve(snap, r, at(3)); !errors.Is(err, pick.ErrAllBusy) {
+		t.Fatalf("busy prefill workers took more: %v", err)
+	}
+	l.sample(11, 0, at(4), u64(0), u64(100), nil)
+	pin, _, err := p.Reserve(snap, r, at(5))
+	if err != nil || pin.Prefill.Worker.ID.InstanceID != 11 {
+		t.Fatalf("%+v, %v", pin, err)
+	}
+}
+
+// TestExclude: a request excludes the workers an earlier attempt failed
+// on, in both phases and whatever rule decides; excluding every one is
+// ErrNoWorkers.
+func TestExclude(t *testing.T) {
+	snap := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "prefill", workerType: "Prefill", id: 11},
+		w{component: "decode", workerType: "Decode", id: 20}, w{component: "decode", workerType: "Decode", id: 21})
+	ids := map[uint64]fleet.WorkerID{}
+	for wk := range snap.Workers.All() {
+		ids[wk.ID.InstanceID] = wk.ID
+	}
+	l := newLoads(snap)
+	l.sample(10, 0, t0, nil, u64(10), nil)
+	l.sample(11, 0, t0, nil, u64(900), nil)
+	l.sample(20, 0, t0, u64(10), nil, nil)
+	l.sample(21, 0, t0, u64(900), nil, nil)
+	for _, at := range []time.Duration{time.Second, time.Minute} { // by load, then round-robin (stale)
+		p := picker(l, t0.Add(at))
+		for range 4 {
+			r := req()
+			r.Exclude = []fleet.WorkerID{ids[20], ids[10]}
+			pin := mustPick(t, p, snap, r)
+			if pin.Decode.Worker.ID.InstanceID != 21 || pin.Prefill.Worker.ID.InstanceID != 11 {
+				t.Fatalf("at +%v: an excluded worker was picked: %s", at, pinString(pin))
+			}
+		}
+		r := req()
+		r.Exclude = []fleet.WorkerID{ids[20], ids[21]}
+		if _, err := p.Pick(snap, r); !errors.Is(err, pick.ErrNoWorkers) {
+			t.Fatalf("at +%v: every decode worker excluded: %v", at, err)
+		}
+		if pin := mustPick(t, p, snap, req()); at == time.Second && pin.Decode.Worker.ID.InstanceID != 20 {
+			t.Fatalf("the exclusion outlived its request: %s", pinString(pin))
+		}
+	}
+	rr := &pick.RoundRobin{}
+	for range 4 {
+		r := req()
+		r.Exclude = []fleet.WorkerID{ids[20], ids[10]}
+		pin, _, err := rr.Reserve(snap, r, t0)
+		if err != nil || pin.Decode.Worker.ID.InstanceID != 21 || pin.Prefill.Worker.ID.InstanceID != 11 {
+			t.Fatalf("round robin: %s %v", pinString(pin), err)
+		}
+	}
+}
+
+func pinString(p pick.Pin) string {
+	s := fmt.Sprintf("decode %d/%d (%s)", p.Decode.Worker.ID.InstanceID, p.Decode.DPRank, p.DecodeReason)
+	if p.Prefill != nil {
+		s += fmt.Sprintf(" prefill %d/%d (%s)", p.Prefill.Worker.ID.InstanceID, p.Prefill.DPRank, p.PrefillReason)
+	}
+	return s
+}

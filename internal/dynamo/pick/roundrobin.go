@@ -1,6 +1,7 @@
 package pick
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 
 // RoundRobin ignores load: it rotates decode candidates across the
 // candidate namespaces, then prefill candidates inside the chosen one, with
-// the same mixed-namespace rules as LoadBased. It is the baseline the
+// the same mixed-namespace rules as LoadBased, skipping the workers the
+// request excludes (it has no notion of busy). It is the baseline the
 // routing benchmark compares against.
 type RoundRobin struct {
 	cursors [2]atomic.Uint64
@@ -28,7 +30,7 @@ func (p *RoundRobin) Release(Ticket) {}
 
 func (p *RoundRobin) pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	gs := groups(snap, req)
-	decode := appendDecodeCandidates(nil, gs)
+	decode := without(appendDecodeCandidates(nil, gs), &req)
 	if len(decode) == 0 {
 		return Pin{}, ErrNoWorkers
 	}
@@ -39,9 +41,20 @@ func (p *RoundRobin) pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 		pin.PrefillReason = ReasonNoPrefillPool
 		return pin, nil
 	}
-	prefill := appendRanks(nil, d.group, g.prefill)
+	prefill := without(appendRanks(nil, d.group, g.prefill), &req)
+	if len(prefill) == 0 {
+		return Pin{}, ErrNoWorkers
+	}
 	pc := prefill[(p.cursors[phasePrefill].Add(1)-1)%uint64(len(prefill))]
 	t := target(pc)
 	pin.Prefill, pin.PrefillReason = &t, ReasonRoundRobinStale
 	return pin, nil
+}
+
+// without drops the candidates of workers the request excludes.
+func without(cands []candidate, req *Request) []candidate {
+	if len(req.Exclude) == 0 {
+		return cands
+	}
+	return slices.DeleteFunc(cands, func(c candidate) bool { return req.excluded(c.w) })
 }

@@ -145,9 +145,30 @@ func (p *LoadBased) scored(phase Phase, x *index) (int, string, bool) {
 	if phase == PhasePrefill {
 		cur = &p.cursors[phasePrefill]
 	}
-	i, reason, ok := p.scorer.Score(phase, p.candidates(x), func() uint64 { return cur.Add(1) - 1 })
-	if !ok || i < 0 || i >= len(x.cands) {
+	cands := p.candidates(x)
+	// Candidates the request excludes, and busy ones while the phase has a
+	// fresh sample, do not compete: the scorer sees the others only.
+	var pos []int
+	if x.excludedN > 0 || (x.fresh > 0 && x.busyN > 0) {
+		kept, at := p.scoredBuf[:0], p.posBuf[:0]
+		for i := range cands {
+			if st := &x.st[i]; st.banned || (x.fresh > 0 && st.busy) {
+				continue
+			}
+			kept, at = append(kept, cands[i]), append(at, i)
+		}
+		p.scoredBuf, p.posBuf = kept, at
+		if len(kept) == 0 {
+			return 0, "", false // the load rule says why
+		}
+		cands, pos = kept, at
+	}
+	i, reason, ok := p.scorer.Score(phase, cands, func() uint64 { return cur.Add(1) - 1 })
+	if !ok || i < 0 || i >= len(cands) {
 		return 0, "", false
+	}
+	if pos != nil {
+		i = pos[i]
 	}
 	return i, reason, true
 }

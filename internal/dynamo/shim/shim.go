@@ -13,6 +13,7 @@
 package shim
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -146,6 +147,9 @@ type Config[R comparable] struct {
 	FallbackToUnified bool
 	// LegacyPinHeaders sends each pin under its legacy name too.
 	LegacyPinHeaders bool
+	// Busy, when set, takes busy workers out of candidacy: a request whose
+	// every candidate is busy is not pinned (ErrAllBusy).
+	Busy *pick.BusyThreshold
 }
 
 // Plan is a configuration made ready for dispatch, once per configuration.
@@ -267,6 +271,9 @@ type Request[R comparable] struct {
 	// Usable reports whether a replica may take this request now (the
 	// client's key allows it, it is healthy, its breaker lets it through).
 	Usable func(R) bool
+	// Exclude lists workers an earlier attempt of this request failed on
+	// (see Repin): the request is not pinned to them again.
+	Exclude []fleet.WorkerID
 }
 
 // Dispatch is a pinned request, to be sent to Replicas in turn with Header
@@ -288,23 +295,40 @@ type Dispatch[R comparable] struct {
 // Done ends the dispatch in the picker's in-flight accounting.
 func (d *Dispatch[R]) Done() { d.picker.Release(d.ticket) }
 
+// ErrNotPinned: the request goes the plain way: pinning is off, no replica
+// is usable, or no worker of the model is a candidate (or every one is
+// excluded).
+var ErrNotPinned = errors.New("not pinned")
+
 // Pin picks the workers of a request and the replicas to send it to. It
-// returns false when the request goes the plain way: pinning is off, no
-// replica is usable, or no worker of the model is a candidate.
+// returns false when the request is not pinned, for whatever reason
+// (Reserve tells them apart).
 func (d *Dispatcher[R]) Pin(snap *fleet.Snapshot, req Request[R], now time.Time) (*Dispatch[R], bool) {
+	dp, err := d.Reserve(snap, req, now)
+	return dp, err == nil
+}
+
+// Reserve picks the workers of a request and the replicas to send it to.
+// It fails with ErrNotPinned when the request goes the plain way, and with
+// pick.ErrAllBusy when a busy threshold is set and every candidate worker
+// is busy.
+func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.Time) (*Dispatch[R], error) {
 	plan := d.Plan()
 	if !plan.Enabled() {
-		return nil, false
+		return nil, ErrNotPinned
 	}
 	cands := plan.Candidates(req.Usable)
 	if len(cands.Namespaces) == 0 {
-		return nil, false
+		return nil, ErrNotPinned
 	}
 	picker := d.Picker()
 	pin, ticket, err := picker.Reserve(snap, pick.Request{Model: plan.Model(req.Model), Namespaces: cands.Namespaces,
-		EstPromptTokens: req.PromptTokens, Path: req.Path, Body: req.Body}, now)
+		EstPromptTokens: req.PromptTokens, Path: req.Path, Body: req.Body, Exclude: req.Exclude, Busy: plan.cfg.Busy}, now)
+	if errors.Is(err, pick.ErrAllBusy) {
+		return nil, err
+	}
 	if err != nil {
-		return nil, false
+		return nil, ErrNotPinned
 	}
 	path := PathAggregated
 	switch {
@@ -313,7 +337,7 @@ func (d *Dispatcher[R]) Pin(snap *fleet.Snapshot, req Request[R], now time.Time)
 	case pin.Prefill != nil:
 		path = PathDisaggregated
 	}
-	return &Dispatch[R]{Pin: pin, Path: path, Replicas: cands.Of(pin.Namespace), Header: PinHeaders(pin, plan.cfg.LegacyPinHeaders), picker: picker, ticket: ticket}, true
+	return &Dispatch[R]{Pin: pin, Path: path, Replicas: cands.Of(pin.Namespace), Header: PinHeaders(pin, plan.cfg.LegacyPinHeaders), picker: picker, ticket: ticket}, nil
 }
 
 // directModePrefillError is how Dynamo's direct-mode frontend refuses a

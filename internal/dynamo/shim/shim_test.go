@@ -1,14 +1,17 @@
 package shim_test
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
@@ -234,5 +237,127 @@ func TestDispatcherPin(t *testing.T) {
 	d.SetPlan(shim.NewPlan(shim.Config[replica]{}))
 	if _, ok := d.Pin(snap, req, t0); ok {
 		t.Error("pinned with pinning off")
+	}
+}
+
+// TestDispatcherReserve: Reserve tells why a request is not pinned: every
+// candidate busy under the plan's busy threshold (pick.ErrAllBusy), or the
+// plain way (ErrNotPinned), which includes a request that excludes every
+// worker; the request's exclusions reach the picker.
+func TestDispatcherReserve(t *testing.T) {
+	t.Parallel()
+	total, batched, bs := uint64(1000), uint64(8192), uint32(16)
+	mk := func(id uint64) *fleet.Worker {
+		w := worker("prod", id, fleet.RoleAggregated, 0, 1, false)
+		w.Model, w.BlockSize = "Qwen/Qwen3-32B", &bs
+		w.Capacity = fleet.Capacity{TotalKVBlocks: &total, MaxNumBatchedTokens: &batched}
+		return w
+	}
+	w1, w2 := mk(1), mk(2)
+	snap := fleet.NewSnapshot([]*fleet.Worker{w1, w2}, nil)
+	store := load.NewStore(time.Minute, nil)
+	store.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPSize: 1}, 2: {Namespace: "prod", DPSize: 1}})
+	setLoad := func(id, blocks uint64, seq uint64) {
+		if res := store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &blocks}, PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	setLoad(1, 950, 1)
+	setLoad(2, 900, 1)
+	cfg := shim.Config[replica]{Enabled: true, Pools: []shim.Pool[replica]{{Namespace: "prod", Replicas: []replica{"p1"}}},
+		ModelMap: map[string]string{"qwen": "Qwen/Qwen3-32B"}}
+	d := shim.NewDispatcher(pick.NewLoadBased(store), shim.NewPlan(cfg))
+	req := shim.Request[replica]{Model: "qwen", PromptTokens: 16, Usable: func(replica) bool { return true }}
+	pinned := func(r shim.Request[replica]) uint64 {
+		t.Helper()
+		dp, err := d.Reserve(snap, r, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp.Done()
+		return dp.Pin.Decode.Worker.ID.InstanceID
+	}
+	if got := pinned(req); got != 2 {
+		t.Fatalf("without a busy threshold: pinned %d, want the less loaded 2", got)
+	}
+	cfg.Busy = &pick.BusyThreshold{KVBlocks: 0.85}
+	d.SetPlan(shim.NewPlan(cfg))
+	if dp, err := d.Reserve(snap, req, time.Now()); !errors.Is(err, pick.ErrAllBusy) || dp != nil {
+		t.Fatalf("every worker busy: %v", err)
+	}
+	if _, ok := d.Pin(snap, req, time.Now()); ok {
+		t.Fatal("Pin pinned a request whose every worker is busy")
+	}
+	setLoad(1, 100, 2)
+	if got := pinned(req); got != 1 {
+		t.Fatalf("worker 1 has room again: pinned %d", got)
+	}
+	excl := req
+	excl.Exclude = []fleet.WorkerID{w1.ID}
+	setLoad(2, 10, 2)
+	if got := pinned(excl); got != 2 {
+		t.Fatalf("excluding 1: pinned %d", got)
+	}
+	excl.Exclude = append(excl.Exclude, w2.ID)
+	if _, err := d.Reserve(snap, excl, time.Now()); !errors.Is(err, shim.ErrNotPinned) {
+		t.Fatalf("every worker excluded: %v", err)
+	}
+}
+
+// TestRepin: 5xx answers before a response call for a re-pin, classified
+// by what they say; 4xx answers and the frontend's refusal of the pins
+// themselves do not. The failure is blamed on the pinned worker the answer
+// names, else on every pinned worker; the limit is the decode worker's
+// card's migration_limit.
+func TestRepin(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{500, `{"error":{"message":"instance_id=7465 not found for endpoint dynamo/decode/generate"}}`, shim.RepinInstanceNotFound},
+		{500, `Worker instance 12 Not Found`, shim.RepinInstanceNotFound},
+		{503, `{"error":"Cannot connect to the engine: Connection refused (os error 111)"}`, shim.RepinEngineUnreachable},
+		{500, `stream disconnected: no responders`, shim.RepinEngineUnreachable},
+		{502, `{"error":"EngineShutdown"}`, shim.RepinEngineUnreachable},
+		{500, `Failed to generate completions`, shim.RepinStatus5xx},
+		{504, ``, shim.RepinStatus5xx},
+		{500, `{"error":{"message":"Prefill worker ID required in Direct routing mode but none found"}}`, ""},
+		{404, `{"error":"Model not found: m"}`, ""},
+		{429, `too many requests`, ""},
+		{400, `instance not found`, ""},
+		{200, ``, ""},
+	} {
+		if got := shim.Repin(tt.status, []byte(tt.body)); got != tt.want {
+			t.Errorf("%d %q: %q, want %q", tt.status, tt.body, got, tt.want)
+		}
+	}
+
+	d, p := worker("a", 7465, fleet.RoleDecode, 0, 1, false), worker("a", 746, fleet.RolePrefill, 0, 1, false)
+	d.MigrationLimit = 3
+	pair := pick.Pin{Decode: pick.Target{Worker: d}, Prefill: &pick.Target{Worker: p}}
+	for body, want := range map[string][]fleet.WorkerID{
+		"instance_id=7465 not found":             {d.ID},
+		"instance_id=746 not found":              {p.ID},
+		"instance_id=74650 not found":            {d.ID, p.ID}, // neither, as a whole number
+		"Failed to generate completions":         {d.ID, p.ID},
+		"instances 7465 and 746 are both broken": {d.ID, p.ID},
+	} {
+		got, named := shim.FailedWorkers(pair, []byte(body))
+		if !slices.Equal(got, want) || named != (len(want) == 1) {
+			t.Errorf("%q: blamed %v (named %v), want %v", body, got, named, want)
+		}
+	}
+	if got, named := shim.FailedWorkers(pick.Pin{Decode: pick.Target{Worker: d}}, nil); !slices.Equal(got, []fleet.WorkerID{d.ID}) || !named {
+		t.Errorf("aggregated: blamed %v (named %v)", got, named)
+	}
+	for reason, want := range map[string]bool{shim.RepinInstanceNotFound: true, shim.RepinEngineUnreachable: true, shim.RepinStatus5xx: false, "": false} {
+		if shim.WorkerFault(reason) != want {
+			t.Errorf("WorkerFault(%q) = %v", reason, !want)
+		}
+	}
+	if shim.RepinLimit(pair) != 3 || shim.RepinLimit(pick.Pin{Decode: pick.Target{Worker: p}}) != 0 {
+		t.Error("the limit is the decode worker's migration_limit, 0 when its card has none")
 	}
 }

@@ -182,7 +182,11 @@ type Card struct {
 	// ModelType is the card's model_type flags (zero when absent).
 	ModelType        ModelType
 	KVCacheBlockSize *uint32
-	Runtime          RuntimeConfig
+	// MigrationLimit is how many times a request that fails because its
+	// worker is gone may be tried again on another worker (0 when absent:
+	// never).
+	MigrationLimit uint32
+	Runtime        RuntimeConfig
 	// LoRA is true for adapter cards (a non-null "lora" field).
 	LoRA bool
 	// Versions holds release-version strings the card carries, by key.
@@ -216,7 +220,7 @@ type RuntimeConfig struct {
 
 // CoreCardFields are the typed fields kept when an oversized card's opaque
 // blob is dropped.
-var CoreCardFields = []string{"display_name", "name", "worker_type", "model_type", "kv_cache_block_size", "runtime_config", "lora"}
+var CoreCardFields = []string{"display_name", "name", "worker_type", "model_type", "kv_cache_block_size", "migration_limit", "runtime_config", "lora"}
 
 type modelEnvelope struct {
 	Type        string          `json:"type"`
@@ -256,6 +260,7 @@ type cardFields struct {
 	WorkerType       json.RawMessage `json:"worker_type"`
 	ModelType        json.RawMessage `json:"model_type"`
 	KVCacheBlockSize json.RawMessage `json:"kv_cache_block_size"`
+	MigrationLimit   json.RawMessage `json:"migration_limit"`
 	Lora             json.RawMessage `json:"lora"`
 	RuntimeConfig    json.RawMessage `json:"runtime_config"`
 	DynamoVersion    json.RawMessage `json:"dynamo_version"`
@@ -308,6 +313,7 @@ func parseCard(raw json.RawMessage) (Card, []string) {
 	if field("kv_cache_block_size", f.KVCacheBlockSize, &bs) {
 		c.KVCacheBlockSize = &bs
 	}
+	field("migration_limit", f.MigrationLimit, &c.MigrationLimit)
 	c.LoRA = !isNull(f.Lora)
 	if !isNull(f.RuntimeConfig) {
 		c.Runtime, errs = parseRuntime(f.RuntimeConfig, errs)

@@ -86,7 +86,7 @@ func TestParseEndpoint(t *testing.T) {
 
 func TestParseModel(t *testing.T) {
 	m, err := wire.ParseModel([]byte(`{"type":"Model","namespace":"dynamo","component":"prefill","endpoint":"generate","instance_id":7465265302745285,
-	 "card_json":{"display_name":"Qwen/Qwen3-32B","worker_type":"Prefill","kv_cache_block_size":64,"dynamo_version":"1.5.0",
+	 "card_json":{"display_name":"Qwen/Qwen3-32B","worker_type":"Prefill","kv_cache_block_size":64,"migration_limit":3,"dynamo_version":"1.5.0",
 	  "runtime_config":{"total_kv_blocks":12000,"max_num_batched_tokens":8192,"max_num_seqs":256,"context_length":32768,
 	   "data_parallel_start_rank":0,"data_parallel_size":1,"disaggregated_endpoint":"dynamo/decode/generate"}}}`))
 	if err != nil {
@@ -96,7 +96,7 @@ func TestParseModel(t *testing.T) {
 	if c.Model() != "Qwen/Qwen3-32B" || c.WorkerType != wire.WorkerPrefill || *c.KVCacheBlockSize != 64 ||
 		*c.Runtime.TotalKVBlocks != 12000 || *c.Runtime.MaxNumBatchedTokens != 8192 || *c.Runtime.ContextLength != 32768 ||
 		!c.Runtime.DataParallelDeclared || c.Runtime.DataParallelSize != 1 || string(c.Runtime.DisaggregatedEndpoint) != `"dynamo/decode/generate"` ||
-		c.Versions["dynamo_version"] != "1.5.0" || len(m.CardErrors) != 0 || len(m.CardJSON) == 0 {
+		c.Versions["dynamo_version"] != "1.5.0" || c.MigrationLimit != 3 || len(m.CardErrors) != 0 || len(m.CardJSON) == 0 {
 		t.Errorf("%+v %+v", m, c)
 	}
 }
@@ -105,18 +105,18 @@ func TestParseModel(t *testing.T) {
 // the rest parse and the worker is still built: a bad field costs that
 // field, not the worker.
 func TestParseModelPartial(t *testing.T) {
-	m, err := wire.ParseModel([]byte(`{"instance_id":1,"model_suffix":null,"card_json":{"name":"m","worker_type":"Encoder9000","kv_cache_block_size":"big",
+	m, err := wire.ParseModel([]byte(`{"instance_id":1,"model_suffix":null,"card_json":{"name":"m","worker_type":"Encoder9000","kv_cache_block_size":"big","migration_limit":-1,
 	  "lora":null,"runtime_config":{"total_kv_blocks":-5,"max_num_seqs":4,"data_parallel_size":4,"data_parallel_start_rank":8,"disaggregated_endpoint":{"bootstrap_host":"h","bootstrap_port":1}}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := m.Card
-	if c.Model() != "m" || c.WorkerType != wire.WorkerUnknown || c.RawWorkerType != "Encoder9000" || c.KVCacheBlockSize != nil || c.LoRA ||
+	if c.Model() != "m" || c.WorkerType != wire.WorkerUnknown || c.RawWorkerType != "Encoder9000" || c.KVCacheBlockSize != nil || c.MigrationLimit != 0 || c.LoRA ||
 		c.Runtime.TotalKVBlocks != nil || *c.Runtime.MaxNumSeqs != 4 || c.Runtime.DataParallelSize != 4 || c.Runtime.DataParallelStartRank != 8 ||
 		string(c.Runtime.DisaggregatedEndpoint) != `{"bootstrap_host":"h","bootstrap_port":1}` {
 		t.Errorf("%+v", c)
 	}
-	if !slices.Equal(m.CardErrors, []string{"kv_cache_block_size", "runtime_config.total_kv_blocks"}) {
+	if !slices.Equal(m.CardErrors, []string{"kv_cache_block_size", "migration_limit", "runtime_config.total_kv_blocks"}) {
 		t.Errorf("card errors %v", m.CardErrors)
 	}
 	lora, _ := wire.ParseModel([]byte(`{"instance_id":1,"model_suffix":"ad","card_json":{"lora":{"name":"ad"}}}`))

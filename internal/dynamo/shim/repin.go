@@ -1,0 +1,122 @@
+package shim
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+)
+
+// Re-pin reasons, the label of continuum_dynamo_repin_total{reason}. The
+// set is closed.
+const (
+	// RepinInstanceNotFound: the frontend does not know a pinned instance
+	// (it left the fleet before the router's view caught up).
+	RepinInstanceNotFound = "instance_not_found"
+	// RepinEngineUnreachable: the frontend could not reach a pinned
+	// worker's engine (connection refused, no responders, disconnected,
+	// shutting down).
+	RepinEngineUnreachable = "engine_unreachable"
+	// RepinStatus5xx: any other 5xx answer before a response started.
+	RepinStatus5xx = "status_5xx"
+)
+
+// WorkerFault reports whether a re-pin reason says the frontend answered
+// for a pinned worker that is gone or unreachable (not for itself): the
+// frontend replica is up.
+func WorkerFault(reason string) bool {
+	return reason == RepinInstanceNotFound || reason == RepinEngineUnreachable
+}
+
+// RepinReasons lists the re-pin reasons.
+var RepinReasons = []string{RepinInstanceNotFound, RepinEngineUnreachable, RepinStatus5xx}
+
+// repinScan bounds how much of an answer is read for its cause: error
+// bodies are short, and the cause comes first.
+const repinScan = 4 << 10
+
+// unreachable are the phrases (lower case) of a frontend that could not
+// reach the pinned engine: Dynamo's migratable failures (cannot connect,
+// disconnected, connection timeout, engine shutdown) as they read in an
+// error body, and the transport's own words for them.
+var unreachable = [][]byte{
+	[]byte("connection refused"), []byte("cannot connect"), []byte("can't connect"), []byte("cannotconnect"),
+	[]byte("no responders"), []byte("disconnected"), []byte("connection reset"), []byte("connection timeout"),
+	[]byte("connectiontimeout"), []byte("engine shutdown"), []byte("engineshutdown"), []byte("shutting down"),
+}
+
+// Repin says why a frontend's answer to a pinned dispatch calls for
+// pinning the request to other workers, or "" when it does not. Only a
+// 5xx answer does (any answer but one that refuses the pins themselves,
+// IsPrefillRefusal): before a response starts, a 5xx says the dispatch
+// went nowhere, most often because a pinned worker is gone. A 4xx is about
+// the request, and a failure to reach the frontend itself is retried on
+// another replica with the same pins.
+func Repin(status int, body []byte) string {
+	if status < 500 || status > 599 || IsPrefillRefusal(status, body) {
+		return ""
+	}
+	b := bytes.ToLower(body[:min(len(body), repinScan)])
+	switch {
+	case bytes.Contains(b, []byte("not found")) && bytes.Contains(b, []byte("instance")):
+		return RepinInstanceNotFound
+	}
+	for _, p := range unreachable {
+		if bytes.Contains(b, p) {
+			return RepinEngineUnreachable
+		}
+	}
+	return RepinStatus5xx
+}
+
+// FailedWorkers are the workers a failed pinned dispatch may be blamed on,
+// and whether the answer named it: the one pinned worker the answer names
+// by its decimal instance id (named), else every pinned worker, the decode
+// worker first (an answer that names none does not say which of a pair
+// failed). An aggregated pin has one worker, named by construction.
+func FailedWorkers(pin pick.Pin, body []byte) (ids []fleet.WorkerID, named bool) {
+	all := []fleet.WorkerID{pin.Decode.Worker.ID}
+	if pin.Prefill != nil && pin.Prefill.Worker.ID != pin.Decode.Worker.ID {
+		all = append(all, pin.Prefill.Worker.ID)
+	}
+	if len(all) == 1 {
+		return all, true
+	}
+	b := body[:min(len(body), repinScan)]
+	var hits []fleet.WorkerID
+	for _, id := range all {
+		if containsNumber(b, strconv.AppendUint(nil, id.InstanceID, 10)) {
+			hits = append(hits, id)
+		}
+	}
+	if len(hits) == 1 {
+		return hits, true
+	}
+	return all, false
+}
+
+// containsNumber reports whether b holds num as a whole decimal number
+// (not part of a longer one).
+func containsNumber(b, num []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], num)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(num)
+		if (start == 0 || !isDigit(b[start-1])) && (end == len(b) || !isDigit(b[end])) {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// RepinLimit is how many times a request pinned by pin may be pinned to
+// other workers after a failure: the migration_limit of its decode worker's
+// card. That is Dynamo's meaning of the field: how many times a request may
+// be moved to another worker after losing its own (the first attempt not
+// counted); 0, Dynamo's default, moves it never.
+func RepinLimit(pin pick.Pin) int { return int(pin.Decode.Worker.MigrationLimit) }

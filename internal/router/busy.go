@@ -1,0 +1,99 @@
+package router
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// busyRetryAfter is the Retry-After of a 503 all_workers_busy, in seconds:
+// workers publish their load as it changes, so room shows within moments.
+const busyRetryAfter = "1"
+
+// busyThreshold is the picker's form of dynamo.load.busy_threshold (nil:
+// off; an absent threshold judges nothing).
+func busyThreshold(b *config.BusyThreshold) *pick.BusyThreshold {
+	if b == nil {
+		return nil
+	}
+	t := &pick.BusyThreshold{Hysteresis: b.Hysteresis}
+	if b.KVBlocks != nil {
+		t.KVBlocks = *b.KVBlocks
+	}
+	if b.PrefillTokens != nil {
+		t.PrefillTokens = *b.PrefillTokens
+	}
+	return t
+}
+
+// reserve pins the request. It returns nil when the request is not
+// pinned: answered then says whether an answer was written (503
+// all_workers_busy) or the client left while it waited, rather than the
+// request going the plain way. A request that finds every candidate worker
+// busy waits in the queue when dynamo.load.queue is set (and joins the
+// line at once when requests for its model already wait there).
+func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backend], answered bool) {
+	q := x.s.cfg.Load().Dynamo.Load.Queue
+	if q == nil || !x.s.queue.waiting(req.Model) {
+		d, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
+		if errors.Is(err, shim.ErrNotPinned) && x.awaitDiscovery() {
+			d, err = x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
+		}
+		switch {
+		case err == nil:
+			return d, false
+		case !errors.Is(err, pick.ErrAllBusy):
+			return nil, false
+		case q == nil:
+			x.refuseBusy(telemetry.BusyNoQueue)
+			return nil, true
+		}
+	}
+	m := x.s.opts.Metrics
+	unpinned := false
+	start := time.Now()
+	result := x.s.queue.wait(x.r.Context(), req.Model, q.Size, q.MaxWait.D(), func() bool {
+		nd, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
+		switch {
+		case err == nil:
+			d = nd
+		case errors.Is(err, pick.ErrAllBusy):
+			return false
+		default:
+			unpinned = true
+		}
+		return true
+	})
+	if result == telemetry.BusyQueueFull {
+		x.refuseBusy(telemetry.BusyQueueFull)
+		return nil, true
+	}
+	if unpinned {
+		result = telemetry.QueueUnpinned
+	}
+	m.QueueWaits.WithLabelValues(result).Inc()
+	m.QueueWaitSeconds.Observe(time.Since(start).Seconds())
+	switch result {
+	case telemetry.QueueDispatched:
+		return d, false
+	case telemetry.QueueUnpinned:
+		return nil, false
+	case telemetry.QueueTimeout:
+		x.refuseBusy(telemetry.BusyQueueTimeout)
+	}
+	return nil, true // answered, or the client left
+}
+
+// refuseBusy answers 503 all_workers_busy with Retry-After, in the
+// request's ingress's shape.
+func (x *exchange) refuseBusy(reason string) {
+	x.s.opts.Metrics.BusyRefusals.WithLabelValues(reason).Inc()
+	x.w.Header().Set("Retry-After", busyRetryAfter)
+	x.fail(http.StatusServiceUnavailable, CodeAllWorkersBusy, "",
+		"every Dynamo worker that could serve model "+strconvQuote(x.q.Model)+" is busy; retry later")
+}

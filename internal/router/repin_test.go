@@ -1,0 +1,283 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// repinWorker writes a worker of model whose card declares migration_limit.
+func repinWorker(r *fleet.Reducer, component, workerType string, id uint64, limit int) {
+	r.Put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", component, id), fmt.Appendf(nil,
+		`{"component":%q,"endpoint":"generate","instance_id":%d,"transport":{"tcp":"10.0.0.4:31000"}}`, component, id), t0)
+	r.Put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", component, id), fmt.Appendf(nil,
+		`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":16,"migration_limit":%d,"runtime_config":{"total_kv_blocks":1000,"max_num_batched_tokens":8192}}}`,
+		component, id, model, workerType, limit), t0)
+}
+
+// repinHarness: prefill workers 10 and 11, decode workers 20 and 21, each
+// card with migration_limit; the frontend knows them all until a test says
+// otherwise. No load is published, so pins rotate.
+func repinHarness(t *testing.T, limit int) *harness {
+	h := newHarness(t, nil)
+	h.reducer = fleet.NewReducer()
+	for _, w := range []struct {
+		component, kind string
+		id              uint64
+	}{{"prefill", "Prefill", 10}, {"prefill", "Prefill", 11}, {"decode", "Decode", 20}, {"decode", "Decode", 21}} {
+		repinWorker(h.reducer, w.component, w.kind, w.id, limit)
+	}
+	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{20, 21})
+	return h
+}
+
+func (h *harness) repins(reason string) float64 {
+	return promtest.ToFloat64(h.metrics.Repins.WithLabelValues(reason))
+}
+
+// allRepins counts the re-pins of every reason.
+func (h *harness) allRepins() float64 {
+	n := 0.0
+	for _, r := range shim.RepinReasons {
+		n += h.repins(r)
+	}
+	return n
+}
+
+// TestRepinBeforeFirstByte: a pinned request that the frontend answers
+// with a 5xx before any response (the pinned worker is gone) is pinned
+// again without the workers it failed on, up to the card's
+// migration_limit, buffered or streamed; the client sees one success.
+// Without a migration_limit the failure stands, as before.
+func TestRepinBeforeFirstByte(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			h := repinHarness(t, 2)
+			h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{21}) // 20 is gone; the router does not know yet
+			for i := range 4 {
+				resp := h.post(t, chat(stream), map[string]string{"x-backend": ""})
+				body := readAll(t, resp)
+				if resp.StatusCode != 200 || resp.Header.Get("x-continuum-worker") != "21" {
+					t.Fatalf("request %d: %d (worker %s): %s", i, resp.StatusCode, resp.Header.Get("x-continuum-worker"), body)
+				}
+			}
+			failed := 0
+			for _, r := range h.fe.Requests() {
+				if *r.Worker == 20 {
+					failed++
+					if r.RespondedStatus != 500 {
+						t.Errorf("the frontend answered %d to worker 20", r.RespondedStatus)
+					}
+				}
+			}
+			// The frontend names the instance it does not know.
+			if failed == 0 || h.repins(shim.RepinInstanceNotFound) != float64(failed) || h.allRepins() != float64(failed) {
+				t.Fatalf("%d requests pinned to the departed worker, %v re-pins (%v for instance_not_found)", failed, h.allRepins(), h.repins(shim.RepinInstanceNotFound))
+			}
+		})
+	}
+	t.Run("no migration_limit", func(t *testing.T) {
+		t.Parallel()
+		h := repinHarness(t, 0)
+		h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{21})
+		got := map[int]int{}
+		for range 4 {
+			resp := h.post(t, chat(false), nil)
+			readAll(t, resp)
+			got[resp.StatusCode]++
+		}
+		if got[http.StatusBadGateway] == 0 || h.allRepins() != 0 {
+			t.Fatalf("statuses %v, %v re-pins: a card without migration_limit allows none", got, h.allRepins())
+		}
+	})
+}
+
+// TestRepinLimitAndSinglePrefill: re-pins stop at migration_limit; with a
+// single prefill worker, an answer that does not say which worker failed
+// keeps the prefill worker and changes the decode one.
+func TestRepinLimitAndSinglePrefill(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.reducer = fleet.NewReducer()
+	repinWorker(h.reducer, "prefill", "Prefill", 10, 1)
+	for _, id := range []uint64{20, 21, 22} {
+		repinWorker(h.reducer, "decode", "Decode", id, 1)
+	}
+	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.TerseErrors = true                            // the answers do not say which worker failed
+	h.fe.SetWorkers(model, []uint64{10}, []uint64{22}) // 20 and 21 are gone
+	got := map[int]int{}
+	for range 6 {
+		resp := h.post(t, chat(false), nil)
+		readAll(t, resp)
+		got[resp.StatusCode]++
+	}
+	// Rotating over 20, 21, 22: a request that meets both departed workers
+	// runs out of its one re-pin.
+	if got[200] == 0 || got[http.StatusBadGateway] == 0 {
+		t.Fatalf("statuses %v", got)
+	}
+	reqs := h.fe.Requests()
+	for _, r := range reqs {
+		if *r.Prefill != 10 {
+			t.Fatalf("prefill %d", *r.Prefill)
+		}
+	}
+	if len(reqs) > 12 {
+		t.Fatalf("%d dispatches for 6 requests with a limit of one re-pin each", len(reqs))
+	}
+	if n := h.allRepins(); n == 0 || n > 6 {
+		t.Fatalf("%v re-pins", n)
+	}
+}
+
+// TestNoRepinAfterFirstByte: a stream that breaks after its first bytes
+// reached the client is not sent again: the client gets the broken stream.
+func TestNoRepinAfterFirstByte(t *testing.T) {
+	t.Parallel()
+	h := repinHarness(t, 3)
+	h.fe.Execute = func(w http.ResponseWriter, _ *http.Request, _ fleetsim.Recorded) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"half\"}}]}\n\n")
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // the engine dies mid-stream
+	}
+	resp := h.post(t, chat(true), nil)
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "half") {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if n := len(h.fe.Requests()); n != 1 {
+		t.Fatalf("the broken stream was sent %d times", n)
+	}
+	for _, r := range shim.RepinReasons {
+		if h.repins(r) != 0 {
+			t.Fatalf("re-pinned after the first byte (%s)", r)
+		}
+	}
+}
+
+// TestNoRepinWhenClientLeaves: a client that goes away while its pinned
+// request is upstream ends it; the request is not pinned again.
+func TestNoRepinWhenClientLeaves(t *testing.T) {
+	t.Parallel()
+	h := repinHarness(t, 3)
+	arrived := make(chan struct{}, 1)
+	h.fe.Execute = func(w http.ResponseWriter, r *http.Request, _ fleetsim.Recorded) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // the router cancels upstream when its client leaves
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.router.URL+"/v1/chat/completions", strings.NewReader(chat(false)))
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the frontend")
+	}
+	cancel()
+	<-errc
+	// Once the handler has returned (and counted the 499) nothing more is
+	// sent for this request.
+	testutil.Eventually(t, 10*time.Second, "the request ended", func() bool {
+		return promtest.ToFloat64(h.metrics.Requests.WithLabelValues("/v1/chat/completions", "4xx")) == 1
+	})
+	if n := len(h.fe.Requests()); n != 1 {
+		t.Fatalf("%d dispatches after the client left", n)
+	}
+	for _, r := range shim.RepinReasons {
+		if h.repins(r) != 0 {
+			t.Fatalf("re-pinned for a client that left (%s)", r)
+		}
+	}
+}
+
+// TestRepinDeadDecodeAndPrefill: a decode and a prefill worker that were
+// serving are gone, and the frontend's answer does not say which of a pair
+// failed: the re-pin blames the one that served less recently, so every
+// request finds a live pair within its migration_limit of 3.
+func TestRepinDeadDecodeAndPrefill(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.reducer = fleet.NewReducer()
+	for _, id := range []uint64{10, 11} {
+		repinWorker(h.reducer, "prefill", "Prefill", id, 3)
+	}
+	for _, id := range []uint64{20, 21, 22} {
+		repinWorker(h.reducer, "decode", "Decode", id, 3)
+	}
+	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{20, 21, 22})
+	for i := range 6 { // each serves (pins rotate: no load is published)
+		if resp := h.post(t, chat(false), nil); resp.StatusCode != 200 {
+			t.Fatalf("warming %d: %d %s", i, resp.StatusCode, readAll(t, resp))
+		}
+	}
+	h.fe.TerseErrors = true                                // the answers do not say which worker failed
+	h.fe.SetWorkers(model, []uint64{10}, []uint64{21, 22}) // 11 and 20 are gone
+	for i := range 12 {
+		resp := h.post(t, chat(i%2 == 1), map[string]string{"x-backend": ""})
+		if body := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get("x-continuum-prefill-worker") != "10" || resp.Header.Get("x-continuum-worker") == "20" {
+			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, body)
+		}
+	}
+	if h.allRepins() == 0 {
+		t.Fatal("no re-pin: the departed workers were never pinned")
+	}
+}
+
+// TestWorkerFaultsKeepTheReplica: a frontend answering that a pinned
+// worker is gone is up, so those answers do not open its breaker; other
+// 5xx answers still do (the request then goes the plain way).
+func TestWorkerFaultsKeepTheReplica(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		fault    func(h *harness)
+		wantOpen bool
+	}{
+		{"instance not found", func(h *harness) { h.fe.SetWorkers(model, []uint64{10, 11}, nil) }, false},
+		{"any other 5xx", func(h *harness) { h.fe.Status = http.StatusInternalServerError }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := repinHarness(t, 0) // no re-pin: every failure reaches the breaker
+			tt.fault(h)
+			for i := range 8 {
+				resp := h.post(t, chat(false), nil)
+				body := readAll(t, resp)
+				plain := resp.StatusCode == 200 && strings.Contains(body, "plain backend")
+				switch {
+				case i < 5 && resp.StatusCode != http.StatusBadGateway:
+					t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+				case i >= 5 && plain != tt.wantOpen:
+					t.Fatalf("request %d after 5 failures: %d %s (breaker open: want %v)", i, resp.StatusCode, body, tt.wantOpen)
+				}
+			}
+		})
+	}
+}
