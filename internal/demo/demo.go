@@ -94,9 +94,13 @@ func (d *Demo) Banner(w io.Writer) {
 	}
 	addr := d.Addr()
 	root := d.Fleet.Root
+	routing := "requests are pinned by load"
+	if d.Config.Dynamo.KV.Enabled {
+		routing = "prefill workers are chosen by how much of the prompt their KV cache holds (dynamo.kv)"
+	}
 	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: %d prefill, %d decode and %d aggregated workers
 serving %s in namespace(s) %s, registered in Dynamo's file store at %s
-and publishing their load over ZMQ.
+and publishing their load and KV-cache events over ZMQ; %s.
 
 Try it:
   curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -H 'x-backend: 1' -i \
@@ -110,5 +114,5 @@ Try it:
 
 Press Ctrl-C to stop.
 `, count["prefill"], count["decode"], count["backend"], strings.Join(sim.Models(), ", "), strings.Join(sim.Namespaces(), ", "),
-		root, addr, model, addr, model, AdminToken, addr, addr, AdminToken, root, root)
+		root, routing, addr, model, addr, model, AdminToken, addr, addr, AdminToken, root, root)
 }
