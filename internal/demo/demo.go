@@ -27,7 +27,7 @@ const AdminToken = fleetsim.DemoAdminToken
 // Options shape a demo.
 type Options struct {
 	// Fleet shapes the simulated fleet; two prefill and two decode workers
-	// at speed 4 when it has no decode workers.
+	// at speed 4 when it has neither decode nor aggregated workers.
 	Fleet fleetsim.Options
 	// Bind is the router's listen address; DefaultBind when "".
 	Bind string
@@ -52,7 +52,7 @@ func Start(o Options) (*Demo, error) {
 		bind = DefaultBind
 	}
 	fo := o.Fleet
-	if fo.Decode == 0 {
+	if fo.Decode == 0 && fo.Aggregated == 0 {
 		fo = fleetsim.Options{Prefill: 2, Decode: 2, Speed: 4}
 	}
 	fl, err := fleetsim.StartDemo(fo, bind)

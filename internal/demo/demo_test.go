@@ -152,13 +152,13 @@ func kvSelections(t *testing.T, base string) map[string]float64 {
 	return out
 }
 
-// chat sends a chat request with x-backend: 1 and returns the prefill
-// worker it was pinned to.
+// chat sends a chat request with x-backend: 1 and returns the worker that
+// prefilled it: the prefill worker of a disaggregated pin, else the worker.
 func chat(t *testing.T, base string, messages string) string {
 	t.Helper()
 	worker, status := tryChat(t, base, messages)
 	if status != http.StatusOK || worker == "" {
-		t.Fatalf("status %d, prefill worker %q", status, worker)
+		t.Fatalf("status %d, worker %q", status, worker)
 	}
 	return worker
 }
@@ -174,16 +174,32 @@ func tryChat(t *testing.T, base string, messages string) (string, int) {
 	}
 	_, _ = io.Copy(io.Discard, r.Body)
 	r.Body.Close()
-	return r.Header.Get("x-continuum-prefill-worker"), r.StatusCode
+	if w := r.Header.Get("x-continuum-prefill-worker"); w != "" {
+		return w, r.StatusCode
+	}
+	return r.Header.Get("x-continuum-worker"), r.StatusCode
 }
 
 // TestDemoKVAwareRouting: with KV-aware routing (the demo's default), once
-// a prefill worker has computed a long prompt prefix, the requests that
-// repeat it are pinned to that worker, which the router sees in its
-// kv-events: kv_selection_total{result="overlap"} grows with each.
+// a worker has computed a long prompt prefix, the requests that repeat it
+// are pinned to that worker, which the router sees in its kv-events:
+// kv_selection_total{result="overlap"} grows with each. In a disaggregated
+// fleet that is the prefill worker (x-continuum-prefill-worker), in an
+// aggregated one the worker itself (x-continuum-worker).
 func TestDemoKVAwareRouting(t *testing.T) {
 	t.Parallel()
-	base := startDemo(t, fleetsim.Options{Prefill: 2, Decode: 2, Speed: 50})
+	for name, fleet := range map[string]fleetsim.Options{
+		"disaggregated": {Prefill: 2, Decode: 2, Speed: 50},
+		"aggregated":    {Aggregated: 3, Speed: 50},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			kvAware(t, startDemo(t, fleet))
+		})
+	}
+}
+
+func kvAware(t *testing.T, base string) {
 	// The router loads the pinned tokenizer files in the background: short
 	// unrelated prompts count no_overlap once it has.
 	n := 0
@@ -208,7 +224,7 @@ func TestDemoKVAwareRouting(t *testing.T) {
 	before := kvSelections(t, base)["overlap"]
 	for j := range 6 {
 		if got := ask(i + j); got != holder {
-			t.Fatalf("request %d went to prefill worker %s, not %s which holds the prefix", j, got, holder)
+			t.Fatalf("request %d went to worker %s, not %s which holds the prefix", j, got, holder)
 		}
 	}
 	if after := kvSelections(t, base)["overlap"]; after < before+6 {
