@@ -243,6 +243,9 @@ func TestKVEventsMatchTheRouter(t *testing.T) {
 			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
 		}
 		cached, _ := strconv.Atoi(rec.Header().Get("x-sim-cached-tokens"))
+		if us, err := strconv.Atoi(rec.Header().Get("x-sim-ttft-us")); err != nil || us <= 0 {
+			t.Fatalf("x-sim-ttft-us %q", rec.Header().Get("x-sim-ttft-us"))
+		}
 		return cached
 	}
 	chat := func(content string) string {

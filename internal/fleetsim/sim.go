@@ -531,9 +531,6 @@ func (s *Sim) Namespaces() []string { return s.opts.Namespaces }
 // fleet's root directory.
 func (s *Sim) Artifacts() Artifacts { return artifactsIn(s.opts.Root) }
 
-// BlockSize is the workers' kv_cache_block_size.
-func (s *Sim) BlockSize() int { return s.opts.BlockSize }
-
 // Frontend is the direct-mode frontend of a namespace.
 func (s *Sim) Frontend(ns string) *Frontend { return s.frontends[ns] }
 
@@ -625,6 +622,10 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	cached, finishAt := prefillW.prefill(prefillRank, promptBlocks(ids, s.opts.BlockSize, seed), prompt, s.opts.Speed)
 	w.Header().Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
+	// The time to first token in the simulation's own clock: from the
+	// frontend's receipt to the end of the prefill (queue and compute),
+	// which a busy host's scheduling delays do not add to.
+	w.Header().Set("x-sim-ttft-us", strconv.FormatInt(finishAt.Sub(rec.ReceivedAt).Microseconds(), 10))
 	uncached := prompt - cached
 	prefillW.adjust(prefillRank, int64(uncached), 0)
 	err := sleepUntil(ctx, finishAt)

@@ -201,16 +201,21 @@ type Options struct {
 // Result is one request's outcome. PromptTokens and Cached are what the
 // worker that prefilled it reported: the usage's prompt_tokens and
 // prompt_tokens_details.cached_tokens, else the x-sim-prompt-tokens and
-// x-sim-cached-tokens headers.
+// x-sim-cached-tokens headers. WorkerTTFT is the simulated fleet's own
+// measure of the time to first token (x-sim-ttft-us), 0 without it.
 type Result struct {
 	TTFT, Latency        time.Duration
+	WorkerTTFT           time.Duration
 	PromptTokens, Cached int
 	Err                  error
 }
 
 // Report summarises a replay. HitRate is the share of all prompt tokens
 // the workers found cached; RequestHitRate is the mean of each request's
-// share.
+// share. TTFT and E2E are what the client measured; WorkerTTFT is the
+// time to first token the simulated workers measured (from the frontend's
+// receipt of the request to the end of its prefill), which the host's
+// scheduling delays do not add to.
 type Report struct {
 	Mode           string  `json:"mode"`
 	Requests       int     `json:"requests"`
@@ -220,6 +225,9 @@ type Report struct {
 	TTFTp50        float64 `json:"ttft_p50_ms"`
 	TTFTp90        float64 `json:"ttft_p90_ms"`
 	TTFTp99        float64 `json:"ttft_p99_ms"`
+	WorkerTTFTp50  float64 `json:"worker_ttft_p50_ms,omitempty"`
+	WorkerTTFTp90  float64 `json:"worker_ttft_p90_ms,omitempty"`
+	WorkerTTFTp99  float64 `json:"worker_ttft_p99_ms,omitempty"`
 	E2Ep50         float64 `json:"e2e_p50_ms"`
 	E2Ep90         float64 `json:"e2e_p90_ms"`
 	E2Ep99         float64 `json:"e2e_p99_ms"`
@@ -314,6 +322,9 @@ func one(ctx context.Context, r Request, o Options) Result {
 	res := Result{}
 	res.PromptTokens, _ = strconv.Atoi(resp.Header.Get("x-sim-prompt-tokens"))
 	res.Cached, _ = strconv.Atoi(resp.Header.Get("x-sim-cached-tokens"))
+	if us, err := strconv.ParseInt(resp.Header.Get("x-sim-ttft-us"), 10, 64); err == nil && us > 0 {
+		res.WorkerTTFT = time.Duration(us) * time.Microsecond
+	}
 	br := bufio.NewReader(resp.Body)
 	for {
 		line, err := br.ReadString('\n')
@@ -349,7 +360,7 @@ func percentile(ds []time.Duration, p float64) float64 {
 }
 
 func summarise(results []Result, elapsed time.Duration) Report {
-	var ttft, e2e []time.Duration
+	var ttft, e2e, worker []time.Duration
 	rep := Report{Requests: len(results), Duration: elapsed.Seconds()}
 	shares, measured := 0.0, 0
 	for _, r := range results {
@@ -359,6 +370,9 @@ func summarise(results []Result, elapsed time.Duration) Report {
 		}
 		ttft = append(ttft, r.TTFT)
 		e2e = append(e2e, r.Latency)
+		if r.WorkerTTFT > 0 {
+			worker = append(worker, r.WorkerTTFT)
+		}
 		rep.PromptTokens += int64(r.PromptTokens)
 		rep.CachedTokens += int64(r.Cached)
 		if r.PromptTokens > 0 {
@@ -368,6 +382,8 @@ func summarise(results []Result, elapsed time.Duration) Report {
 	}
 	slices.Sort(ttft)
 	slices.Sort(e2e)
+	slices.Sort(worker)
+	rep.WorkerTTFTp50, rep.WorkerTTFTp90, rep.WorkerTTFTp99 = percentile(worker, 0.5), percentile(worker, 0.9), percentile(worker, 0.99)
 	rep.TTFTp50, rep.TTFTp90, rep.TTFTp99 = percentile(ttft, 0.5), percentile(ttft, 0.9), percentile(ttft, 0.99)
 	rep.E2Ep50, rep.E2Ep90, rep.E2Ep99 = percentile(e2e, 0.5), percentile(e2e, 0.9), percentile(e2e, 0.99)
 	if elapsed > 0 {

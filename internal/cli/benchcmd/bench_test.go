@@ -42,7 +42,7 @@ func TestBenchSynthetic(t *testing.T) {
 	var modes []string
 	for _, r := range rep.Results {
 		modes = append(modes, r.Mode)
-		if r.Requests != 24 || r.Errors != 0 || r.PromptTokens < 24*1024 || r.HitRate <= 0 || r.TTFTp50 <= 0 {
+		if r.Requests != 24 || r.Errors != 0 || r.PromptTokens < 24*1024 || r.HitRate <= 0 || r.TTFTp50 <= 0 || r.WorkerTTFTp50 <= 0 {
 			t.Errorf("%s: %+v", r.Mode, r)
 		}
 	}
@@ -56,7 +56,7 @@ func TestBenchSynthetic(t *testing.T) {
 		"--rate", "100", "--prefill", "1", "--decode", "1", "--speed", "50", "--max-output", "2", "--modes", "kv,oracle"}); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"TTFT P90", "HIT RATE", "\nkv ", "\noracle "} {
+	for _, want := range []string{"TIME TO FIRST TOKEN", "WORKER TTFT", "HIT RATE", "\nkv ", "\noracle "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
