@@ -210,15 +210,17 @@ func TestFleetSimAndServe(t *testing.T) {
 		resp, _ := chat(t, router, false, 4)
 		return resp.StatusCode == 200 && resp.Header.Get("x-continuum-routing-path") == "disaggregated"
 	})
-	testutil.Eventually(t, 30*time.Second, "4 connected subscriptions", func() bool {
+	// The configuration fleet-sim writes turns KV-aware routing on: each
+	// worker's load and kv-events publishers are subscribed to.
+	testutil.Eventually(t, 30*time.Second, "4 connected subscriptions of each family", func() bool {
 		v := workers(t, router)
-		n := 0
+		n := map[string]int{}
 		for _, s := range v.Subscriptions {
 			if s.State == "connected" {
-				n++
+				n[s.Family]++
 			}
 		}
-		return len(v.Workers) == 4 && n == 4
+		return len(v.Workers) == 4 && n["kv_metrics"] == 4 && n["kv-events"] == 4 && len(v.Subscriptions) == 8
 	})
 
 	// A second record claiming a prefill worker's id: discovery rejects

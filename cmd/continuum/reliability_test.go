@@ -119,7 +119,7 @@ func awaitFleet(t *testing.T, router string, n int) {
 		v := workers(t, router)
 		connected := 0
 		for _, s := range v.Subscriptions {
-			if s.State == "connected" {
+			if s.State == "connected" && s.Family == "kv_metrics" {
 				connected++
 			}
 		}

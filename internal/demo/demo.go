@@ -27,7 +27,7 @@ const AdminToken = fleetsim.DemoAdminToken
 // Options shape a demo.
 type Options struct {
 	// Fleet shapes the simulated fleet; two prefill and two decode workers
-	// at speed 4 when it has no decode workers.
+	// at speed 4 when it has neither decode nor aggregated workers.
 	Fleet fleetsim.Options
 	// Bind is the router's listen address; DefaultBind when "".
 	Bind string
@@ -52,7 +52,7 @@ func Start(o Options) (*Demo, error) {
 		bind = DefaultBind
 	}
 	fo := o.Fleet
-	if fo.Decode == 0 {
+	if fo.Decode == 0 && fo.Aggregated == 0 {
 		fo = fleetsim.Options{Prefill: 2, Decode: 2, Speed: 4}
 	}
 	fl, err := fleetsim.StartDemo(fo, bind)
@@ -94,9 +94,13 @@ func (d *Demo) Banner(w io.Writer) {
 	}
 	addr := d.Addr()
 	root := d.Fleet.Root
+	routing := "requests are pinned by load"
+	if d.Config.Dynamo.KV.Enabled {
+		routing = "prefill workers are chosen by how much of the prompt their KV cache holds (dynamo.kv)"
+	}
 	fmt.Fprintf(w, `Continuum is routing to a simulated Dynamo fleet: %d prefill, %d decode and %d aggregated workers
 serving %s in namespace(s) %s, registered in Dynamo's file store at %s
-and publishing their load over ZMQ.
+and publishing their load and KV-cache events over ZMQ; %s.
 
 Try it:
   curl -s http://%s/v1/chat/completions -H 'Content-Type: application/json' -H 'x-backend: 1' -i \
@@ -114,5 +118,5 @@ Try it:
 
 Press Ctrl-C to stop.
 `, count["prefill"], count["decode"], count["backend"], strings.Join(sim.Models(), ", "), strings.Join(sim.Namespaces(), ", "),
-		root, addr, model, addr, model, addr, model, addr, model, AdminToken, addr, addr, AdminToken, root, root)
+		root, routing, addr, model, addr, model, addr, model, addr, model, AdminToken, addr, addr, AdminToken, root, root)
 }

@@ -182,3 +182,107 @@ func TestBannerCurls(t *testing.T) {
 		t.Fatalf("the banner suggests %v, want each of %v:\n%s", seen, want, banner.String())
 	}
 }
+
+// kvSelections reads continuum_dynamo_kv_selection_total by result.
+func kvSelections(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, `continuum_dynamo_kv_selection_total{result="`)
+		if !ok {
+			continue
+		}
+		result, value, _ := strings.Cut(rest, `"} `)
+		var v float64
+		if _, err := fmt.Sscan(value, &v); err == nil {
+			out[result] = v
+		}
+	}
+	return out
+}
+
+// chat sends a chat request with x-backend: 1 and returns the worker that
+// prefilled it: the prefill worker of a disaggregated pin, else the worker.
+func chat(t *testing.T, base string, messages string) string {
+	t.Helper()
+	worker, status := tryChat(t, base, messages)
+	if status != http.StatusOK || worker == "" {
+		t.Fatalf("status %d, worker %q", status, worker)
+	}
+	return worker
+}
+
+func tryChat(t *testing.T, base string, messages string) (string, int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"Qwen/Qwen3-32B","max_tokens":2,"messages":`+messages+`}`))
+	req.Header.Set("x-backend", "1")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	if w := r.Header.Get("x-continuum-prefill-worker"); w != "" {
+		return w, r.StatusCode
+	}
+	return r.Header.Get("x-continuum-worker"), r.StatusCode
+}
+
+// TestDemoKVAwareRouting: with KV-aware routing (the demo's default), once
+// a worker has computed a long prompt prefix, the requests that repeat it
+// are pinned to that worker, which the router sees in its kv-events:
+// kv_selection_total{result="overlap"} grows with each. In a disaggregated
+// fleet that is the prefill worker (x-continuum-prefill-worker), in an
+// aggregated one the worker itself (x-continuum-worker).
+func TestDemoKVAwareRouting(t *testing.T) {
+	t.Parallel()
+	for name, fleet := range map[string]fleetsim.Options{
+		"disaggregated": {Prefill: 2, Decode: 2, Speed: 50},
+		"aggregated":    {Aggregated: 3, Speed: 50},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			kvAware(t, startDemo(t, fleet))
+		})
+	}
+}
+
+func kvAware(t *testing.T, base string) {
+	// The router loads the pinned tokenizer files in the background: short
+	// unrelated prompts count no_overlap once it has.
+	n := 0
+	testutil.Eventually(t, 20*time.Second, "prompts rendered", func() bool {
+		n++
+		_, status := tryChat(t, base, fmt.Sprintf(`[{"role":"user","content":"warm-up %d"}]`, n))
+		return status == http.StatusOK && kvSelections(t, base)["no_overlap"] > 0
+	})
+	doc := strings.Repeat("The quarterly report covers revenue, costs and the outlook. ", 40)
+	ask := func(i int) string {
+		return chat(t, base, fmt.Sprintf(`[{"role":"system","content":%q},{"role":"user","content":"question %d"}]`, doc, i))
+	}
+	holder := ask(0)
+	// The worker's kv-events reach the router asynchronously.
+	i := 1
+	testutil.Eventually(t, 20*time.Second, "an overlap selection", func() bool {
+		before := kvSelections(t, base)["overlap"]
+		got := ask(i)
+		i++
+		return got == holder && kvSelections(t, base)["overlap"] > before
+	})
+	before := kvSelections(t, base)["overlap"]
+	for j := range 6 {
+		if got := ask(i + j); got != holder {
+			t.Fatalf("request %d went to worker %s, not %s which holds the prefix", j, got, holder)
+		}
+	}
+	if after := kvSelections(t, base)["overlap"]; after < before+6 {
+		t.Fatalf("overlap selections %v then %v", before, after)
+	}
+}

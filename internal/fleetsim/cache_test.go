@@ -1,31 +1,84 @@
 package fleetsim
 
 import (
-	"fmt"
+	"slices"
 	"testing"
 )
 
-func TestPromptShapeAndPrefixCache(t *testing.T) {
-	n, blocks, ok := promptShape("<len:1100> <b:7> <b:8> <b:9>")
-	if !ok || n != 1100 || len(blocks) != 3 {
-		t.Fatalf("%d %v %v", n, blocks, ok)
+func seqIDs(from, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(from + i)
 	}
-	if _, _, ok := promptShape("hello"); ok {
-		t.Fatal("an ordinary prompt was shaped")
+	return out
+}
+
+// TestPromptBlocks: a block's engine hash stands for its whole prefix, its
+// tokens hash for its own tokens; a partial block has neither; a cache salt
+// (another seed) changes both.
+func TestPromptBlocks(t *testing.T) {
+	a := promptBlocks(seqIDs(0, 50), 16, 1337)
+	b := promptBlocks(append(seqIDs(100, 16), seqIDs(16, 34)...), 16, 1337)
+	if len(a) != 3 || len(b) != 3 {
+		t.Fatalf("%d and %d blocks", len(a), len(b))
 	}
-	c := newPrefixCache(3)
-	if hit, ins, ev := c.lookupAndInsert([]uint64{1, 2}); hit != 0 || fmt.Sprint(ins, ev) != "[true true] []" {
-		t.Fatalf("cold hit %d %v %v", hit, ins, ev)
+	if a[1].tokens != b[1].tokens || a[1].engine == b[1].engine || a[0].engine == a[0].tokens {
+		t.Fatalf("same tokens after another prefix: %+v %+v", a[1], b[1])
 	}
-	if hit, ins, _ := c.lookupAndInsert([]uint64{1, 2, 3}); hit != 2 || fmt.Sprint(ins) != "[false false true]" {
-		t.Fatalf("prefix hit %d %v", hit, ins)
+	if salted := promptBlocks(seqIDs(0, 50), 16, 99); salted[0] == a[0] {
+		t.Fatal("the seed changes nothing")
 	}
-	// A different first block: no prefix; 9 evicts the least recently used
-	// block (1), which then comes back and evicts 2.
-	if hit, ins, ev := c.lookupAndInsert([]uint64{9, 1}); hit != 0 || fmt.Sprint(ins, ev) != "[true true] [1 2]" {
-		t.Fatalf("non-prefix hit %d %v %v", hit, ins, ev)
+	top := 0
+	for i := range 2000 {
+		top += int(promptBlocks(seqIDs(i, 16), 16, 1337)[0].engine >> 63)
 	}
-	if hit, _, _ := c.lookupAndInsert([]uint64{1, 2}); hit != 1 {
-		t.Fatalf("after eviction %d", hit)
+	if top < 900 || top > 1100 {
+		t.Errorf("%d of 2000 engine hashes have the top bit set", top)
+	}
+}
+
+func engines(bs []promptBlock) []uint64 {
+	var out []uint64
+	for _, b := range bs {
+		out = append(out, b.engine)
+	}
+	return out
+}
+
+// TestBlockCache: the prefix found is the leading cached blocks; new blocks
+// are stored in runs; eviction takes the least recently used first, and a
+// prefix is more recent than its extensions; a prompt longer than the
+// cache keeps its head.
+func TestBlockCache(t *testing.T) {
+	c := newBlockCache(5)
+	p := promptBlocks(seqIDs(0, 64), 16, 1337)                             // 4 blocks
+	q := promptBlocks(append(seqIDs(0, 32), seqIDs(500, 32)...), 16, 1337) // shares 2
+	u := c.compute(p)
+	if u.hit != 0 || len(u.stored) != 1 || u.stored[0].start != 0 || len(u.stored[0].blocks) != 4 || u.evicted != nil {
+		t.Fatalf("cold: %+v", u)
+	}
+	u = c.compute(q)
+	// q's 2 new blocks need room for one: the least recently used goes,
+	// p's leaf (p touched its blocks last to first).
+	if u.hit != 2 || len(u.stored) != 1 || u.stored[0].start != 2 || !slices.Equal(engines(u.stored[0].blocks), engines(q[2:])) ||
+		!slices.Equal(u.evicted, []uint64{p[3].engine}) {
+		t.Fatalf("shared prefix: %+v", u)
+	}
+	if got := c.prefix(p); got != 3 {
+		t.Fatalf("p's prefix after eviction: %d", got)
+	}
+	// p again: its prefix is kept from eviction, q's leaf goes.
+	u = c.compute(p)
+	if u.hit != 3 || !slices.Equal(u.evicted, []uint64{q[3].engine}) || len(u.stored) != 1 || u.stored[0].start != 3 {
+		t.Fatalf("p again: %+v", u)
+	}
+	long := promptBlocks(seqIDs(1000, 16*9), 16, 1337)
+	u = c.compute(long)
+	if len(u.stored) != 1 || len(u.stored[0].blocks) != 5 || len(u.evicted) != 5 || c.prefix(long) != 5 {
+		t.Fatalf("longer than the cache: %+v", u)
+	}
+	c.clear()
+	if c.prefix(long) != 0 {
+		t.Fatal("cleared cache still holds blocks")
 	}
 }

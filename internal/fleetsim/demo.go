@@ -128,6 +128,17 @@ dynamo:
 			fmt.Fprintf(&b, "      - {namespace: %q, backends: [%s]}\n", ns, name(ns))
 		}
 	}
+	if !d.Sim.opts.NoKV {
+		// KV-aware routing over the workers' kv-events, with the tokenizer
+		// files their cards declare pinned.
+		a := d.Sim.Artifacts()
+		fmt.Fprintf(&b, `  kv:
+    enabled: true
+    pinned_artifacts:
+      - %q  # %s
+      - %q  # %s
+`, a.Tokenizer.Checksum, TokenizerFile, a.TokenizerConfig.Checksum, TokenizerConfigFile)
+	}
 	return b.String()
 }
 

@@ -3,7 +3,9 @@
 // the pin headers and enforces the direct-mode rules, answers in the shapes
 // OpenAI clients expect, and reports its health as Dynamo's frontend does.
 //
-// Imports: wire and etcdembed; only the demo, fleet-sim and tests use it.
+// Imports: wire, etcdembed, and artifact, tokenize and chattemplate (the
+// workers encode prompts as the frontend does); only the demo, fleet-sim,
+// bench and tests use it.
 package fleetsim
 
 import (

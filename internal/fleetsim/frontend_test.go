@@ -35,9 +35,12 @@ type answer struct {
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		TotalTokens         int `json:"total_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -318,6 +321,17 @@ func TestSimAnswers(t *testing.T) {
 	a := whole(t, do(t, h, http.MethodPost, "/v1/chat/completions", `{"model":"Qwen/Qwen3-32B","messages":[{"role":"user","content":"hi"}]}`, pin))
 	if a.Object != "chat.completion" || *a.Choices[0].FinishReason != "stop" || a.Usage.CompletionTokens != 16 || a.Choices[0].Message == nil {
 		t.Errorf("chat answer %+v", a)
+	}
+	// The prompt is the rendered chat, one token a byte; asked again, its
+	// complete 16-token blocks come from the prefill worker's cache.
+	long := `{"model":"Qwen/Qwen3-32B","max_tokens":1,"messages":[{"role":"user","content":"` + strings.Repeat("tell me more ", 10) + `"}]}`
+	// <|endoftext|><|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n
+	rendered := 2 + len("user\n"+strings.Repeat("tell me more ", 10)) + 1 + len("\n") + 1 + len("assistant\n")
+	for i, want := range []int{0, rendered / 16 * 16} {
+		a := whole(t, do(t, h, http.MethodPost, "/v1/chat/completions", long, pin))
+		if a.Usage.PromptTokens != rendered || a.Usage.PromptTokensDetails == nil || a.Usage.PromptTokensDetails.CachedTokens != want {
+			t.Errorf("request %d: usage %+v %+v, want %d prompt tokens, %d cached", i, a.Usage, a.Usage.PromptTokensDetails, rendered, want)
+		}
 	}
 	code, v, body := getHealth(t, h)
 	var got []uint64

@@ -1,117 +1,198 @@
 package fleetsim
 
 import (
-	"encoding/binary"
+	"context"
+	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zeebo/xxh3"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
 // A simulated worker publishes its KV cache as a vLLM worker under Dynamo
-// does: a stored event per run of newly computed blocks (engine blocks of
-// kv_cache_block_size tokens, each with Dynamo's XXH3 tokens_hash and the
-// engine's own opaque block hash, chained by parent_hash), and a removed
-// event for the blocks evicted to make room.
+// does, once the prefill that computed the blocks is done: a stored event
+// per run of newly cached blocks (each with Dynamo's XXH3 tokens_hash and
+// the engine's own hash, the run chained to the engine hash of the block
+// before it, none at the root), a removed event for the blocks evicted to
+// make room, and a cleared event per rank after a restart. Event ids count
+// up by one per rank.
 
-// vocabSize bounds the synthetic token ids (Qwen3's vocabulary).
-const vocabSize = 151_936
+// maxBlocksPerEvent splits longer runs into several chained stored events
+// (and longer evictions into several removed events), well under what one
+// kv-events payload may carry.
+const maxBlocksPerEvent = 4096
 
-// TraceBlockTokenIDs returns the tokens a workload block id stands for: the
-// same ids for the same block everywhere, so that equal prefixes hash
-// equally across workers.
-func TraceBlockTokenIDs(id uint64) []uint32 {
-	out := make([]uint32, TraceBlockTokens)
-	x := id*0x9e3779b97f4a7c15 + 1
-	for i := range out {
-		// splitmix64
-		x += 0x9e3779b97f4a7c15
-		z := x
-		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-		z = (z ^ z>>27) * 0x94d049bb133111eb
-		out[i] = uint32((z ^ z>>31) % vocabSize)
-	}
-	return out
+// rankEngine is one data-parallel rank of a worker: its KV cache, the end
+// of the prefill work queued on it, and its kv-events. The worker's kvMu
+// guards everything but out, which has its own lock.
+type rankEngine struct {
+	cache     *blockCache
+	busyUntil time.Time
+	// arrivals counts the requests the rank has prefilled or queued.
+	arrivals uint64
+	out      eventQueue
 }
 
-// engineBlocks returns the stored blocks of one trace block: tokens_hash
-// per Dynamo, and an engine hash unique to (trace block, index).
-func engineBlocks(id uint64, blockSize int) []wire.StoredBlock {
-	local := wire.LocalBlockHashes(TraceBlockTokenIDs(id), blockSize, wire.XXH3Seed)
-	out := make([]wire.StoredBlock, len(local))
-	for j, h := range local {
-		out[j] = wire.StoredBlock{BlockHash: engineHash(id, j), TokensHash: h}
-	}
-	return out
+// kvBatch is the events of one cache update, to send at a time.
+type kvBatch struct {
+	at     time.Time
+	gen    uint64
+	events []wire.RouterEvent
 }
 
-// engineHash is the engine's block hash of block j of trace block id:
-// deterministic, and spread over the whole u64 range as vLLM's are (i64
-// hashes reinterpreted as u64, so about half have the top bit set).
-func engineHash(id uint64, j int) uint64 {
-	var buf [16]byte
-	binary.LittleEndian.PutUint64(buf[:8], id)
-	binary.LittleEndian.PutUint64(buf[8:], uint64(j))
-	return xxh3.Hash(buf[:])
+// eventQueue holds a rank's kv-events until their prefill is done, in the
+// order they were made (their send times never decrease).
+type eventQueue struct {
+	mu     sync.Mutex
+	items  []kvBatch
+	gen    uint64 // a reset drops the batches of older generations
+	notify chan struct{}
 }
 
-// publishKV sends the events of one request's cache update on a rank;
-// w.kvMu is held.
-func (w *simWorker) publishKV(rank int, blocks []uint64, inserted []bool, evicted []uint64) {
-	perTrace := TraceBlockTokens / w.blockSize
-	var events []wire.RouterEvent
-	for i := 0; i < len(blocks); {
-		if !inserted[i] {
-			i++
-			continue
-		}
-		ev := wire.RouterEvent{WorkerID: w.id, DPRank: uint32(rank), Kind: wire.KVStored}
-		if i > 0 {
-			parent := engineHash(blocks[i-1], perTrace-1)
-			ev.ParentHash = &parent
-		}
-		for ; i < len(blocks) && inserted[i]; i++ {
-			ev.Blocks = append(ev.Blocks, engineBlocks(blocks[i], w.blockSize)...)
-		}
-		events = append(events, ev)
+func (q *eventQueue) init() { q.notify = make(chan struct{}, 1) }
+
+func (q *eventQueue) push(b kvBatch) {
+	q.mu.Lock()
+	b.gen = q.gen
+	q.items = append(q.items, b)
+	q.mu.Unlock()
+	q.wake()
+}
+
+func (q *eventQueue) wake() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
 	}
-	if len(evicted) > 0 {
-		ev := wire.RouterEvent{WorkerID: w.id, DPRank: uint32(rank), Kind: wire.KVRemoved}
-		for _, id := range evicted {
-			for j := range perTrace {
-				ev.Removed = append(ev.Removed, engineHash(id, j))
+}
+
+// reset drops every batch not yet sent, a batch being waited on included.
+func (q *eventQueue) reset() {
+	q.mu.Lock()
+	q.items = nil
+	q.gen++
+	q.mu.Unlock()
+	q.wake()
+}
+
+// next returns the first batch, if any, and whether it is still current.
+func (q *eventQueue) next() (kvBatch, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return kvBatch{}, false
+	}
+	return q.items[0], true
+}
+
+// done drops the first batch, unless a reset already did.
+func (q *eventQueue) done(b kvBatch) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if b.gen != q.gen || len(q.items) == 0 {
+		return false
+	}
+	q.items = q.items[1:]
+	return true
+}
+
+// current says whether a batch survived every reset.
+func (q *eventQueue) current(b kvBatch) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return b.gen == q.gen
+}
+
+// sendLoop sends a rank's batches at their times until ctx ends.
+func (w *simWorker) sendLoop(ctx context.Context, rank int) {
+	q := &w.ranks[rank].out
+	for {
+		b, ok := q.next()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.notify:
+				continue
 			}
 		}
-		events = append(events, ev)
+		if d := time.Until(b.at); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-q.notify:
+				t.Stop()
+				continue // a reset, or a new batch: look again
+			case <-t.C:
+			}
+		}
+		w.sendMu.Lock()
+		if q.current(b) {
+			w.sendKV(rank, b.events)
+			q.done(b)
+		}
+		w.sendMu.Unlock()
 	}
-	w.sendKV(events)
 }
 
-// publishCleared says every rank's cache is empty (after a restart);
-// w.kvMu is held.
-func (w *simWorker) publishCleared() {
+// updateEvents are the events of one cache update on a rank: removed first
+// (the engine evicts to make room for what it stores), then the stored runs
+// in prompt order.
+func (w *simWorker) updateEvents(rank int, blocks []promptBlock, u cacheUpdate) []wire.RouterEvent {
 	var events []wire.RouterEvent
-	for r := range w.dpSize {
-		events = append(events, wire.RouterEvent{WorkerID: w.id, DPRank: uint32(r), Kind: wire.KVCleared})
+	for len(u.evicted) > 0 {
+		n := min(len(u.evicted), maxBlocksPerEvent)
+		events = append(events, wire.RouterEvent{WorkerID: w.id, DPRank: uint32(rank), Kind: wire.KVRemoved, Removed: u.evicted[:n]})
+		u.evicted = u.evicted[n:]
 	}
-	w.sendKV(events)
+	for _, run := range u.stored {
+		for off := 0; off < len(run.blocks); off += maxBlocksPerEvent {
+			ev := wire.RouterEvent{WorkerID: w.id, DPRank: uint32(rank), Kind: wire.KVStored}
+			if i := run.start + off; i > 0 {
+				parent := blocks[i-1].engine
+				ev.ParentHash = &parent
+			}
+			for _, b := range run.blocks[off:min(off+maxBlocksPerEvent, len(run.blocks))] {
+				ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: b.engine, TokensHash: b.tokens})
+			}
+			events = append(events, ev)
+		}
+	}
+	return events
 }
 
-// sendKV numbers and sends events; w.kvMu is held.
-func (w *simWorker) sendKV(events []wire.RouterEvent) {
+// sendKV numbers and sends a rank's events; w.sendMu is held. A silent or
+// dead worker sends nothing (its events are lost, as a stalled publisher's
+// are).
+func (w *simWorker) sendKV(rank int, events []wire.RouterEvent) {
 	for _, ev := range events {
 		w.mu.Lock()
 		if w.silent || w.dead {
 			w.mu.Unlock()
 			return
 		}
-		ev.EventID = w.kvEventID
-		w.kvEventID++
+		ev.EventID = w.kvEventIDs[rank]
+		w.kvEventIDs[rank]++
 		seq := w.kvSeq
 		w.kvSeq++
 		w.mu.Unlock()
 		_ = w.kvPub.Send(zmq4.NewMsgFrom(wire.EncodeEventMessage("kv-events", w.kvPublisherID, seq, uint64(time.Now().UnixMilli()), wire.EncodeRouterEvent(ev))...))
+	}
+}
+
+// publishCleared says every rank's cache is empty (after a restart): the
+// events not yet sent are dropped, and a cleared event goes out on each
+// rank at once.
+func (w *simWorker) publishCleared() {
+	for r := range w.ranks {
+		w.ranks[r].out.reset()
+	}
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	for r := range w.ranks {
+		w.sendKV(r, []wire.RouterEvent{{WorkerID: w.id, DPRank: uint32(r), Kind: wire.KVCleared}})
 	}
 }

@@ -104,8 +104,9 @@ func (q *openAIRequest) promptText() string {
 	return b.String()
 }
 
-// estimatePromptTokens is the prompt size of a text without a trace
-// shape: about four characters a token.
+// estimatePromptTokens is the prompt size the frontend reports when it
+// answers by itself, without simulated workers to encode the prompt: about
+// four characters a token.
 func estimatePromptTokens(text string) int { return len(text)/4 + 4 }
 
 // answerLength is the length and finish reason of an answer whose natural
@@ -311,6 +312,8 @@ type reply struct {
 	model        string
 	created      int64
 	promptTokens int
+	// cachedTokens are the prompt tokens the prefill found in the cache.
+	cachedTokens int
 	includeUsage bool
 }
 
@@ -326,8 +329,11 @@ func newReply(path string, q *openAIRequest, promptTokens int) *reply {
 	return r
 }
 
+// usage is the answer's usage object; prompt_tokens_details.cached_tokens
+// says, as OpenAI's does, how many prompt tokens came from the cache.
 func (r *reply) usage(completion int) map[string]any {
-	return map[string]any{"prompt_tokens": r.promptTokens, "completion_tokens": completion, "total_tokens": r.promptTokens + completion}
+	return map[string]any{"prompt_tokens": r.promptTokens, "completion_tokens": completion, "total_tokens": r.promptTokens + completion,
+		"prompt_tokens_details": map[string]any{"cached_tokens": r.cachedTokens}}
 }
 
 // object is the object type of the whole answer or of one stream chunk.

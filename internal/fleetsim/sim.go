@@ -42,14 +42,20 @@ type Options struct {
 	// Store is where workers register: StoreFile (default) under Root, or
 	// StoreEtcd, an in-process etcd server keeping its data under Root.
 	Store string
-	// Root is the file store directory the workers register in (Dynamo's
-	// DYN_FILE_KV layout).
+	// Root is the fleet's directory: the file store the workers register
+	// in (Dynamo's DYN_FILE_KV layout) or the etcd server's data, and the
+	// tokenizer files their cards declare.
 	Root string
 	// Speed scales every simulated duration down (2 = twice as fast).
 	Speed float64
-	// BlockSize and TotalKVBlocks are each worker's cache geometry.
+	// BlockSize and TotalKVBlocks are each worker's cache geometry: the
+	// tokens of a block (kv_cache_block_size, 16 by default) and the blocks
+	// each data-parallel rank caches (total_kv_blocks, 8192 by default).
 	BlockSize     int
 	TotalKVBlocks int
+	// NoKV leaves KV-aware routing off in the demo configuration (the
+	// workers still cache prompts and publish kv-events).
+	NoKV bool
 	// CardDialect is how the workers' cards say their role: DialectEnum
 	// (the default, also ""), DialectBitflags, DialectLowercase or
 	// DialectLegacy.
@@ -155,16 +161,20 @@ type simWorker struct {
 	kvEndpoint    string
 	kvPublisherID uint64
 	blockSize     int
-	kvMu          sync.Mutex // serialises kv-events sends
 	files         []string
 	nilFields     bool
 
-	cache *prefixCache
+	// kvMu guards the ranks' caches and prefill queues, so that a cache
+	// update and the queueing of its events are one step; sendMu orders
+	// the kv-events sends of all ranks.
+	kvMu   sync.Mutex
+	sendMu sync.Mutex
+	ranks  []*rankEngine
 
 	mu            sync.Mutex
 	seq           uint64
 	kvSeq         uint64
-	kvEventID     uint64
+	kvEventIDs    []uint64 // per rank
 	prefillTokens []uint64 // per rank
 	decodeBlocks  []uint64
 	// Fault state: dead (records no longer kept alive, requests refused),
@@ -236,11 +246,16 @@ func plan(o Options) []*simWorker {
 					id := next
 					next++
 					ranks := max(o.DPSize, 1)
-					out = append(out, &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize,
+					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize,
 						namespace: ns, model: model, role: role.name,
 						dpSize: ranks, declaredDP: o.DPSize > 1, nilFields: o.NilSchedulerFields,
-						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
-						cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)})
+						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks), kvEventIDs: make([]uint64, ranks)}
+					for range ranks {
+						r := &rankEngine{cache: newBlockCache(o.TotalKVBlocks)}
+						r.out.init()
+						w.ranks = append(w.ranks, r)
+					}
+					out = append(out, w)
 				}
 			}
 		}
@@ -253,6 +268,12 @@ func Start(o Options) (*Sim, error) {
 	o, err := withDefaults(o)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := demoEncoder(); err != nil {
+		return nil, err
+	}
+	if err := writeArtifacts(o.Root); err != nil {
+		return nil, fmt.Errorf("tokenizer files: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel, ctx: ctx}
@@ -294,6 +315,12 @@ func Start(o Options) (*Sim, error) {
 	s.syncFrontends()
 	s.done.Add(1)
 	go func() { defer s.done.Done(); s.keepAlive(ctx) }()
+	for _, w := range s.workers {
+		for r := range w.ranks {
+			s.done.Add(1)
+			go func() { defer s.done.Done(); w.sendLoop(ctx, r) }()
+		}
+	}
 	for _, w := range s.workers {
 		w.publishAll() // an idle worker says 0 once, then is silent
 	}
@@ -362,6 +389,7 @@ func records(o Options, w *simWorker) []Record {
 	if o.MigrationLimit > 0 {
 		card["migration_limit"] = o.MigrationLimit
 	}
+	maps.Copy(card, artifactsIn(o.Root).cardSlots())
 	fields, _ := RoleFields(o.CardDialect, cardRole[w.role]) // the dialect was checked by withDefaults
 	maps.Copy(card, fields)
 	out = append(out, Record{"v1/mdc", rel, map[string]any{"type": "Model", "namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
@@ -505,6 +533,10 @@ func (s *Sim) Models() []string { return s.opts.Models }
 // Namespaces are the fleet's Dynamo namespaces.
 func (s *Sim) Namespaces() []string { return s.opts.Namespaces }
 
+// Artifacts are the tokenizer files every worker's card declares, in the
+// fleet's root directory.
+func (s *Sim) Artifacts() Artifacts { return artifactsIn(s.opts.Root) }
+
 // Frontend is the direct-mode frontend of a namespace.
 func (s *Sim) Frontend(ns string) *Frontend { return s.frontends[ns] }
 
@@ -555,15 +587,15 @@ func (s *Sim) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// execute runs a pinned request: prefill on the prefill worker (or on the
-// decode worker itself), then decode, streaming tokens as they come.
+// execute runs a pinned request: the prompt is encoded as the frontend
+// encodes it, then prefilled on the prefill worker's rank (or on the decode
+// worker itself), behind the prefill work already queued there and only
+// for the tokens its cache does not hold; then decoded, streaming tokens as
+// they come (the first one comes with the prefill).
 func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	q := parseRequest(rec.Body)
-	text := q.promptText()
-	prompt, blocks, shaped := promptShape(text)
-	if !shaped {
-		prompt = estimatePromptTokens(text)
-	}
+	ids, seed := s.promptIDs(rec.Path, rec.Body, &q)
+	prompt := len(ids)
 	// Without a limit the answer is defaultOutputTokens long; a limit up to
 	// maxOutputTokens is reached (finish reason length), a larger one is not.
 	natural := defaultOutputTokens
@@ -601,21 +633,16 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	if err := prefillW.waitResumed(ctx); err != nil {
 		return
 	}
-	cached := 0
-	if len(blocks) > 0 {
-		// The cache changes and its events go out in one step, so that
-		// events of concurrent requests stay in cache order.
-		prefillW.kvMu.Lock()
-		hit, inserted, evicted := prefillW.cache.lookupAndInsert(blocks)
-		prefillW.publishKV(prefillRank, blocks, inserted, evicted)
-		prefillW.kvMu.Unlock()
-		cached = min(hit*TraceBlockTokens, prompt)
-	}
+	cached, finishAt := prefillW.prefill(prefillRank, promptBlocks(ids, s.opts.BlockSize, seed), prompt, s.opts.Speed)
 	w.Header().Set("x-sim-prompt-tokens", strconv.Itoa(prompt))
 	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
+	// The time to first token in the simulation's own clock: from the
+	// frontend's receipt to the end of the prefill (queue and compute),
+	// which a busy host's scheduling delays do not add to.
+	w.Header().Set("x-sim-ttft-us", strconv.FormatInt(finishAt.Sub(rec.ReceivedAt).Microseconds(), 10))
 	uncached := prompt - cached
 	prefillW.adjust(prefillRank, int64(uncached), 0)
-	err := s.sleep(ctx, time.Duration(uncached)*prefillPerToken)
+	err := sleepUntil(ctx, finishAt)
 	prefillW.adjust(prefillRank, -int64(uncached), 0)
 	if err != nil {
 		return
@@ -624,7 +651,72 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	decodeW.adjust(decodeRank, 0, kvBlocks)
 	defer decodeW.adjust(decodeRank, 0, -kvBlocks)
 	rep := newReply(rec.Path, &q, prompt)
-	answer.write(w, rep, q.Stream, func(int) error { return s.sleep(ctx, decodePerToken) })
+	rep.cachedTokens = cached
+	// The first token comes out of the prefill; each later one takes a
+	// decode step.
+	answer.write(w, rep, q.Stream, func(i int) error {
+		if i == 0 {
+			return ctx.Err()
+		}
+		return s.sleep(ctx, decodePerToken)
+	})
+}
+
+// promptIDs is a request's prompt as the frontend encodes it, and the seed
+// of its block hashes; a request the rules cannot render is its text,
+// encoded as it is.
+func (s *Sim) promptIDs(path string, body []byte, q *openAIRequest) ([]uint32, uint64) {
+	enc, err := demoEncoder()
+	if err != nil {
+		return make([]uint32, estimatePromptTokens(q.promptText())), wire.XXH3Seed // Start checked the encoder
+	}
+	ids, seed, err := enc.encode(path, body)
+	if err != nil {
+		return enc.fallbackIDs(q), wire.XXH3Seed
+	}
+	return ids, seed
+}
+
+// prefill queues a prompt's prefill on a rank: the tokens its cache holds
+// (the leading complete blocks, short of the last token, which the engine
+// always computes) are not computed again, the rest takes prefillPerToken
+// each after the work already queued on the rank. The blocks are cached at
+// once (later requests queue behind this one), and their kv-events go out
+// when this prefill is done. It returns the cached tokens and when the
+// prefill ends.
+func (w *simWorker) prefill(rank int, blocks []promptBlock, prompt int, speed float64) (int, time.Time) {
+	w.kvMu.Lock()
+	defer w.kvMu.Unlock()
+	re := w.ranks[rank]
+	u := re.cache.compute(blocks)
+	cached := min(u.hit*w.blockSize, max(prompt-1, 0))
+	now := time.Now()
+	start := now
+	if re.busyUntil.After(now) {
+		start = re.busyUntil
+	}
+	re.busyUntil = start.Add(time.Duration(float64(prompt-cached) * float64(prefillPerToken) / speed))
+	re.arrivals++
+	if events := w.updateEvents(rank, blocks, u); len(events) > 0 {
+		re.out.push(kvBatch{at: re.busyUntil, events: events})
+	}
+	return cached, re.busyUntil
+}
+
+// sleepUntil waits until t or the end of ctx.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
 }
 
 var demoWords = strings.Fields("Dynamo pinned this request to a prefill and a decode worker chosen by their live load")
@@ -775,7 +867,10 @@ func (s *Sim) restart(w *simWorker) error {
 			return err
 		}
 	}
-	w.cache.clear()
+	for _, re := range w.ranks {
+		re.cache.clear()
+		re.busyUntil = time.Time{}
+	}
 	w.publishCleared()
 	w.kvMu.Unlock()
 	w.publishAll()
@@ -880,4 +975,53 @@ func (s *Sim) Handler(ns string) http.Handler {
 	})
 	mux.Handle("/", s.frontends[ns])
 	return mux
+}
+
+// RankView is what one rank of a worker holds for a request, read from
+// the simulation itself rather than from what it publishes.
+type RankView struct {
+	Worker uint64
+	Rank   int
+	// CachedBlocks are the request's leading complete blocks the rank's
+	// cache holds now (blocks of prefills still queued included).
+	CachedBlocks int
+	// QueuedTokens is the prefill work queued on the rank, in tokens: the
+	// time until it is done over the time a token takes.
+	QueuedTokens float64
+	// DecodeBlocks is the rank's decode backlog.
+	DecodeBlocks uint64
+	// Arrivals counts the requests the rank has prefilled or queued.
+	Arrivals uint64
+}
+
+// Probe encodes a request as the frontend would (path is the endpoint, body
+// the request) and returns its prompt tokens, the block size and, for each
+// rank of the given workers that are live, what the rank holds of it.
+func (s *Sim) Probe(path string, body []byte, workers []uint64) (promptTokens, blockSize int, views []RankView) {
+	q := parseRequest(body)
+	ids, seed := s.promptIDs(path, body, &q)
+	blocks := promptBlocks(ids, s.opts.BlockSize, seed)
+	now := time.Now()
+	perToken := float64(prefillPerToken) / s.opts.Speed
+	for _, id := range workers {
+		w := s.workers[id]
+		if w == nil || w.isDead() {
+			continue
+		}
+		w.kvMu.Lock()
+		for r, re := range w.ranks {
+			v := RankView{Worker: id, Rank: r, CachedBlocks: re.cache.prefix(blocks), Arrivals: re.arrivals}
+			if d := re.busyUntil.Sub(now); d > 0 {
+				v.QueuedTokens = float64(d) / perToken
+			}
+			views = append(views, v)
+		}
+		w.kvMu.Unlock()
+		w.mu.Lock()
+		for i := range views[len(views)-len(w.ranks):] {
+			views[len(views)-len(w.ranks)+i].DecodeBlocks = w.decodeBlocks[i]
+		}
+		w.mu.Unlock()
+	}
+	return len(ids), s.opts.BlockSize, views
 }

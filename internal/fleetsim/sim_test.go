@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,6 +35,19 @@ func TestDemoTopologyConfigValidates(t *testing.T) {
 	}
 	if len(d.FrontendURLs) != 2 || len(doc.Config.Dynamo.Shim.Pools) != 2 {
 		t.Fatalf("frontends %v, pools %v", d.FrontendURLs, doc.Config.Dynamo.Shim.Pools)
+	}
+	if k := doc.Config.Dynamo.KV; !k.Enabled || !slices.Equal(k.PinnedArtifacts, d.Sim.Artifacts().Pinned()) {
+		t.Fatalf("kv %+v", k)
+	}
+	// Without KV-aware routing the configuration says nothing of kv.
+	plain, err := fleetsim.StartDemo(fleetsim.Options{Decode: 1, NoKV: true}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Stop()
+	doc, err = config.Parse("demo", []byte(plain.Config), config.Options{})
+	if err != nil || doc.Findings.Errors() > 0 || doc.Config.Dynamo.KV.Enabled {
+		t.Fatalf("%v %v\n%s", err, doc.Findings, plain.Config)
 	}
 }
 

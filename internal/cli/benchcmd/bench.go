@@ -1,17 +1,20 @@
 // Package benchcmd implements `continuum bench`: the routing-quality
 // benchmark, replaying a workload against the router over a simulated
-// fleet with each picker in turn.
+// fleet with each routing mode in turn.
 //
-// Imports: cmdutil and engines (demo, fleetsim, pick, workload, admin types);
-// never another command.
+// Imports: cmdutil and engines (demo, fleetsim, kv, pick, routerd, workload,
+// admin types); never another command.
 package benchcmd
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/demo"
+	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
@@ -35,19 +39,68 @@ type Options struct {
 	Workload  string
 	Requests  int
 	TimeScale float64
+	// Rate, when above 0, replays the requests at this mean rate (req/s):
+	// the synthetic workload's Poisson rate, or a trace's arrivals rescaled.
+	Rate      float64
 	MaxOutput int
 	Modes     []string
 	Prefill   int
 	Decode    int
 	Speed     float64
-	Tenants   int
-	Output    string
+	// KVBlocks is each simulated rank's cache, in 16-token blocks (0: 8,192
+	// for the synthetic workload, 131,072 for a trace).
+	KVBlocks int
+	// The synthetic workload: tenants, each with a shared prefix of
+	// PrefixBlocks 512-token blocks, and queries of QueryTokens.
+	Tenants      int
+	PrefixBlocks int
+	QueryTokens  int
+	Seed         uint64
+	Output       string
 }
 
-var modes = map[string]func() pick.Picker{
-	"round-robin": func() pick.Picker { return &pick.RoundRobin{} },
-	"load":        func() pick.Picker { return nil }, // serve's default picker
-}
+// Routing modes.
+const (
+	ModeRoundRobin = "round-robin"
+	ModeLoad       = "load"
+	ModeKV         = "kv"
+	ModeOracle     = "oracle"
+	// ModeOracleTTFT is not run by default: the exact-facts router that
+	// minimises each request's time to first token rather than the
+	// KV-aware cost formula.
+	ModeOracleTTFT = "oracle-ttft"
+)
+
+// Modes are the routing modes a run compares by default, in order.
+var Modes = []string{ModeRoundRobin, ModeLoad, ModeKV, ModeOracle}
+
+// allModes are the modes --modes accepts.
+var allModes = append(slices.Clone(Modes), ModeOracleTTFT)
+
+// Defaults of the synthetic workload and its fleet: 32 tenants with 8,192
+// shared tokens each, 262,144 tokens in all, twice what one rank caches
+// (8,192 blocks of 16 tokens) and half of what four prefill workers cache
+// together. Round-robin makes every worker see every tenant and evict them
+// in turn; placement by prefix lets each worker keep a quarter of them. At
+// 48 requests a second round-robin's p90 time to first token is over twice
+// what it is unloaded.
+const (
+	defaultTenants      = 32
+	defaultPrefixBlocks = 16
+	defaultQueryTokens  = 256
+	defaultKVBlocks     = 8192
+	// traceKVBlocks is a rank's cache for a trace: 2,097,152 tokens. The
+	// Mooncake conversation trace's prompts average 12,000 tokens, and its
+	// reuse spans millions of tokens.
+	traceKVBlocks  = 131072
+	defaultPrefill = 4
+	defaultDecode  = 2
+	defaultSpeed   = 4
+	defaultRate    = 48
+)
+
+// model is the model the simulated fleet serves.
+const model = "Qwen/Qwen3-32B"
 
 // NewCmdBench returns `continuum bench`.
 func NewCmdBench(f *cmdutil.Factory) *cobra.Command {
@@ -56,60 +109,102 @@ func NewCmdBench(f *cmdutil.Factory) *cobra.Command {
 		Use:   "bench",
 		Short: "Compare routing policies on a workload over a simulated fleet",
 		Long: `Replay a workload against the router, once per routing mode, each time over a
-fresh simulated Dynamo fleet (continuum fleet-sim's workers, whose prefill
-time depends on how much of the prompt their prefix cache holds), and report
-throughput, time to first token (p50/p90/p99), end-to-end latency and the
-prefix-cache hit rate, as a table or JSON.
+fresh simulated Dynamo fleet, and report throughput, time to first token
+(p50/p90/p99), end-to-end latency and the prefix-cache hit rate the workers
+measured, as a table or JSON.
+
+Worker TTFT is the time to first token the simulated workers measure (from
+the frontend's receipt of a request to the end of its prefill): unlike the
+client's, it is not stretched by a busy host's scheduling delays.
+
+The simulated workers tokenize prompts as the router does (a byte-level
+tokenizer and a ChatML template their cards declare), keep an LRU cache of
+16-token blocks per rank (--kv-blocks), publish it on kv-events, and prefill
+in turn, per rank, only the tokens their cache lacks (50 µs a token at
+--speed 1).
+
+Modes:
+  round-robin  rotate over the workers
+  load         the daemon's load-based picker (serve's default without dynamo.kv)
+  kv           the daemon's KV-aware picker (dynamo.kv.enabled)
+  oracle       the KV-aware cost formula on exact facts: every rank's cache and
+               prefill queue read from the simulation itself
+  oracle-ttft  (only when asked for) exact facts, choosing the rank where the
+               request's first token comes soonest
 
 --workload takes a Mooncake trace (JSON lines with timestamp, input_length,
-output_length and hash_ids of 512-token blocks) or "synthetic", a
-multi-tenant workload of long shared prefixes and short queries.`,
-		Example: `  continuum bench --workload ../shared/data/mooncake/conversation_trace.jsonl --requests 600 --time-scale 4
-  continuum bench --workload synthetic --requests 400 -o json`,
+output_length and hash_ids of 512-token blocks; each block id becomes 512
+bytes of text) or "synthetic": --tenants tenants with shared prefixes of
+--prefix-blocks 512-token blocks and queries of --query-tokens, arriving at
+--rate per second (Poisson).`,
+		Example: `  continuum bench                                   # synthetic, 400 requests, the four modes
+  continuum bench --requests 2000 -o json
+  continuum bench --workload ../shared/data/mooncake/conversation_trace.jsonl --requests 2000 \
+    --speed 8 --rate 40
+  continuum bench --modes round-robin,kv --rate 8                 # unloaded`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, m := range opts.Modes {
-				if modes[m] == nil {
-					return cmdutil.FlagErrorf("mode %q is not one of round-robin, load", m)
+				if !slices.Contains(allModes, m) {
+					return cmdutil.FlagErrorf("mode %q is not one of %s", m, strings.Join(allModes, ", "))
 				}
 			}
 			if err := cmdutil.OneOf("--output", opts.Output, []string{"table", "json"}); err != nil {
 				return err
+			}
+			if opts.Requests <= 0 || opts.Prefill < 0 || opts.Decode <= 0 || opts.Speed <= 0 || opts.KVBlocks < 0 || opts.Tenants <= 0 ||
+				opts.PrefixBlocks < 0 || opts.QueryTokens < 0 || opts.Rate < 0 || opts.TimeScale <= 0 {
+				return cmdutil.FlagErrorf("--requests, --decode, --speed, --tenants and --time-scale must be positive, and no count or rate negative")
 			}
 			return Run(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Workload, "workload", "synthetic", `a Mooncake trace file, or "synthetic"`)
-	fl.IntVar(&opts.Requests, "requests", 400, "requests to replay")
-	fl.Float64Var(&opts.TimeScale, "time-scale", 1, "divide the trace's inter-arrival times by this")
-	fl.IntVar(&opts.MaxOutput, "max-output", 64, "cap on each request's output tokens")
-	fl.StringSliceVar(&opts.Modes, "modes", []string{"round-robin", "load"}, "routing modes to compare: round-robin, load")
-	fl.IntVar(&opts.Prefill, "prefill", 2, "simulated prefill workers")
-	fl.IntVar(&opts.Decode, "decode", 4, "simulated decode workers")
-	fl.Float64Var(&opts.Speed, "speed", 10, "simulated time runs this many times faster")
-	fl.IntVar(&opts.Tenants, "tenants", 16, "tenants of the synthetic workload")
+	fl.IntVar(&opts.Requests, "requests", 400, "requests to replay (a trace's first ones)")
+	fl.Float64Var(&opts.Rate, "rate", 0, "mean arrival rate in requests per second (synthetic: 48; a trace: as recorded, divided by --time-scale)")
+	fl.Float64Var(&opts.TimeScale, "time-scale", 1, "divide a trace's inter-arrival times by this (when --rate is not given)")
+	fl.IntVar(&opts.MaxOutput, "max-output", 32, "cap on each request's output tokens")
+	fl.StringSliceVar(&opts.Modes, "modes", Modes, "routing modes to compare: "+strings.Join(allModes, ", "))
+	fl.IntVar(&opts.Prefill, "prefill", defaultPrefill, "simulated prefill workers")
+	fl.IntVar(&opts.Decode, "decode", defaultDecode, "simulated decode workers")
+	fl.Float64Var(&opts.Speed, "speed", defaultSpeed, "simulated time runs this many times faster")
+	fl.IntVar(&opts.KVBlocks, "kv-blocks", 0, "each simulated rank's KV cache, in 16-token blocks (default 8192 synthetic, 131072 for a trace)")
+	fl.IntVar(&opts.Tenants, "tenants", defaultTenants, "tenants of the synthetic workload")
+	fl.IntVar(&opts.PrefixBlocks, "prefix-blocks", defaultPrefixBlocks, "each tenant's shared prefix, in 512-token blocks (synthetic)")
+	fl.IntVar(&opts.QueryTokens, "query-tokens", defaultQueryTokens, "each request's own query, in tokens (synthetic)")
+	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic workload's arrivals and tenants")
 	fl.StringVarP(&opts.Output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
 
 // Run replays the workload once per mode.
 func Run(ctx context.Context, o *Options) error {
-	var reqs []workload.Request
-	if o.Workload == "synthetic" {
-		reqs = workload.Synthetic(o.Tenants, o.Requests, 16, 20*time.Millisecond)
-	} else {
-		var err error
-		if reqs, err = workload.Load(o.Workload, o.Requests); err != nil {
-			return err
+	reqs, err := load(o)
+	if err != nil {
+		return err
+	}
+	if o.KVBlocks == 0 {
+		o.KVBlocks = defaultKVBlocks
+		if o.Workload != "synthetic" {
+			o.KVBlocks = traceKVBlocks
 		}
 	}
-	if len(reqs) == 0 {
-		return fmt.Errorf("%s holds no requests", o.Workload)
+	timeScale := o.TimeScale
+	if timeScale <= 0 {
+		timeScale = 1
+	}
+	synthetic := o.Workload == "synthetic"
+	if span := reqs[len(reqs)-1].Timestamp - reqs[0].Timestamp; !synthetic && o.Rate > 0 && span > 0 {
+		timeScale = o.Rate * float64(span) / 1000 / float64(len(reqs)-1)
+	}
+	rate := 0.0
+	if span := reqs[len(reqs)-1].Timestamp - reqs[0].Timestamp; span > 0 {
+		rate = float64(len(reqs)-1) / (float64(span) / 1000) * timeScale
 	}
 	var reports []workload.Report
 	for _, mode := range o.Modes {
-		rep, err := runMode(ctx, o, mode, reqs)
+		rep, err := runMode(ctx, o, mode, reqs, timeScale)
 		if err != nil {
 			return err
 		}
@@ -118,27 +213,73 @@ func Run(ctx context.Context, o *Options) error {
 			break
 		}
 	}
+	fleet := map[string]any{"prefill": o.Prefill, "decode": o.Decode, "speed": o.Speed, "kv_blocks_per_rank": o.KVBlocks, "block_size": 16}
 	if o.Output == "json" {
+		out := map[string]any{"workload": o.Workload, "requests": len(reqs), "time_scale": timeScale, "rate_rps": rate, "max_output": o.MaxOutput,
+			"fleet": fleet, "results": reports}
+		if synthetic {
+			out["synthetic"] = map[string]any{"tenants": o.Tenants, "prefix_tokens": o.PrefixBlocks * workload.TraceBlockTokens,
+				"query_tokens": o.QueryTokens, "seed": o.Seed}
+		}
 		enc := json.NewEncoder(o.IO.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"workload": o.Workload, "requests": len(reqs), "time_scale": o.TimeScale,
-			"fleet": map[string]any{"prefill": o.Prefill, "decode": o.Decode, "speed": o.Speed}, "results": reports})
+		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "workload %s, %d requests, time scale %g, fleet %d prefill + %d decode at speed %g\n\n", o.Workload, len(reqs), o.TimeScale, o.Prefill, o.Decode, o.Speed)
-	fmt.Fprintln(tw, "MODE\tREQ/S\tTTFT P50\tTTFT P90\tTTFT P99\tE2E P50\tE2E P99\tHIT RATE\tERRORS")
-	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.1f%%\t%d\n", r.Mode, r.Throughput, r.TTFTp50, r.TTFTp90, r.TTFTp99, r.E2Ep50, r.E2Ep99, 100*r.HitRate, r.Errors)
+	fmt.Fprintf(tw, "workload %s, %d requests at %.1f req/s, fleet %d prefill + %d decode (%d blocks of 16 tokens a rank) at speed %g\n",
+		o.Workload, len(reqs), rate, o.Prefill, o.Decode, o.KVBlocks, o.Speed)
+	if synthetic {
+		fmt.Fprintf(tw, "%d tenants sharing %d-token prefixes, %d-token queries\n", o.Tenants, o.PrefixBlocks*workload.TraceBlockTokens, o.QueryTokens)
 	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "\t\tTIME TO FIRST TOKEN (ms)\t\t\tWORKER TTFT (ms)\t\t\tEND TO END (ms)")
+	fmt.Fprintln(tw, "MODE\tREQ/S\tP50\tP90\tP99\tP50\tP90\tP99\tP50\tP90\tP99\tHIT RATE\tERRORS")
+	for _, r := range reports {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f%%\t%d\n", r.Mode, r.Throughput,
+			r.TTFTp50, r.TTFTp90, r.TTFTp99, r.WorkerTTFTp50, r.WorkerTTFTp90, r.WorkerTTFTp99, r.E2Ep50, r.E2Ep90, r.E2Ep99, 100*r.HitRate, r.Errors)
+	}
+	fmt.Fprintln(tw, "\nTime to first token as the client saw it; worker TTFT as the simulated workers measured it (queue and")
+	fmt.Fprintln(tw, "prefill, in the simulation's clock, which this host's scheduling delays do not add to).")
 	return tw.Flush()
 }
 
-func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Request) (rep workload.Report, err error) {
-	d, err := demo.Start(demo.Options{Bind: "127.0.0.1:0",
-		Fleet: fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed},
-		Deps:  routerd.Deps{Picker: modes[mode](), ShutdownGrace: 5 * time.Second}})
+// load reads or builds the workload.
+func load(o *Options) ([]workload.Request, error) {
+	if o.Workload == "synthetic" {
+		rate := o.Rate
+		if rate <= 0 {
+			rate = defaultRate
+		}
+		return workload.Tenants(workload.TenantOptions{Tenants: o.Tenants, Requests: o.Requests, PrefixBlocks: o.PrefixBlocks,
+			QueryTokens: o.QueryTokens, OutputTokens: o.MaxOutput, Rate: rate, Seed: o.Seed}), nil
+	}
+	reqs, err := workload.Load(o.Workload, o.Requests)
+	if err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("%s holds no requests", o.Workload)
+	}
+	return reqs, nil
+}
+
+func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Request, timeScale float64) (rep workload.Report, err error) {
+	fo := fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Speed: o.Speed, TotalKVBlocks: o.KVBlocks, NoKV: mode != ModeKV}
+	var picker pick.Picker
+	var orc *oracle
+	switch mode {
+	case ModeRoundRobin:
+		picker = &pick.RoundRobin{}
+	case ModeOracle, ModeOracleTTFT:
+		orc = newOracle(mode == ModeOracleTTFT)
+		picker = orc
+	}
+	d, err := demo.Start(demo.Options{Bind: "127.0.0.1:0", Fleet: fo, Deps: routerd.Deps{Picker: picker, ShutdownGrace: 5 * time.Second}})
 	if err != nil {
 		return rep, fmt.Errorf("router for %s: %w", mode, err)
+	}
+	if orc != nil {
+		orc.attach(d.Fleet.Sim, kvstack.Settings(&d.Config.Dynamo.KV).Terms)
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -150,21 +291,33 @@ func runMode(ctx context.Context, o *Options, mode string, reqs []workload.Reque
 		}
 	}()
 	router := "http://" + d.Addr()
-	// Measure once every worker is discovered and has sent its load.
-	if err := settled(sctx, router, o.Prefill+o.Decode); err != nil {
+	// Measure once every worker is discovered and its publishers are
+	// subscribed to, and, with KV-aware routing, the pinned tokenizer is
+	// loaded.
+	if err := settled(sctx, router, o.Prefill+o.Decode, mode == ModeKV); err != nil {
 		return rep, fmt.Errorf("router for %s: %w", mode, err)
 	}
-	rep = workload.Replay(sctx, reqs, workload.Options{Router: router, Model: "Qwen/Qwen3-32B", TimeScale: o.TimeScale, MaxOutput: o.MaxOutput})
+	if mode == ModeKV {
+		if err := tokenizerLoaded(sctx, router); err != nil {
+			return rep, fmt.Errorf("router for %s: %w", mode, err)
+		}
+	}
+	rep = workload.Replay(sctx, reqs, workload.Options{Router: router, Model: model, TimeScale: timeScale, MaxOutput: o.MaxOutput})
 	rep.Mode = mode
 	return rep, nil
 }
 
 // settled polls the admin API until n workers are discovered and every
-// load subscription is connected, for at most 30 s. (Idle workers publish
-// nothing, so a sample cannot be awaited before traffic.)
-func settled(ctx context.Context, router string, n int) error {
+// subscription (their load publishers, and their kv-events publishers with
+// kv) is connected, for at most 30 s. (Idle workers publish nothing, so a
+// sample cannot be awaited before traffic.)
+func settled(ctx context.Context, router string, n int, kv bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	subs := n
+	if kv {
+		subs = 2 * n
+	}
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, router+"/admin/dynamo/workers", nil)
 		if err != nil {
@@ -175,7 +328,7 @@ func settled(ctx context.Context, router string, n int) error {
 			var v admin.WorkersResponse
 			err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&v)
 			_ = resp.Body.Close()
-			ready := err == nil && len(v.Workers) >= n && len(v.Subscriptions) >= n
+			ready := err == nil && len(v.Workers) >= n && len(v.Subscriptions) >= subs
 			for _, sub := range v.Subscriptions {
 				ready = ready && sub.State == "connected"
 			}
@@ -189,4 +342,56 @@ func settled(ctx context.Context, router string, n int) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// tokenizerLoaded sends short requests until the router renders prompts
+// with the fleet's pinned tokenizer (it loads it at the first request that
+// needs it), for at most 30 s.
+func tokenizerLoaded(ctx context.Context, router string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i := 0; ; i++ {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":1,"messages":[{"role":"user","content":"bench warm-up %d"}]}`, model, i)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, router+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		if rendered(ctx, router) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the router did not load the fleet's tokenizer: %w", context.Cause(ctx))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// rendered says whether the router has made a KV-aware selection with a
+// rendered prompt (overlap or no_overlap).
+func rendered(ctx context.Context, router string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, router+"/metrics", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, result := range []string{"overlap", "no_overlap"} {
+			if strings.HasPrefix(line, `continuum_dynamo_kv_selection_total{result="`+result+`"} `) && !strings.HasSuffix(line, " 0") {
+				return true
+			}
+		}
+	}
+	return false
 }

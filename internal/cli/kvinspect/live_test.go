@@ -133,12 +133,16 @@ func TestNewCmdMatchFlags(t *testing.T) {
 	}
 }
 
-// traffic sends the simulated fleet's frontend requests with fresh prompt
-// blocks, pinned to the prefill and decode worker, until ctx ends: each
-// one makes the prefill worker store new blocks and publish them.
+// traffic sends the simulated fleet's frontend requests with fresh prompts,
+// pinned to the prefill and decode worker, until ctx ends: each one makes
+// the prefill worker store new blocks and publish them.
 func traffic(ctx context.Context, t *testing.T, frontend string, prefill, decode uint64) {
 	for next := uint64(5000); ctx.Err() == nil; next += 2 {
-		body := fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","max_tokens":1,"messages":[{"role":"user","content":"<len:1100> <b:%d> <b:%d>"}]}`, next, next+1)
+		// The simulated workers tokenize bytes: a prompt that opens with
+		// its own 16 hex digits shares no block with another, so every
+		// block it stores descends from one stored by the same request.
+		body := fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","max_tokens":1,"messages":[{"role":"user","content":"%016x %s"}]}`,
+			next*0x9E3779B97F4A7C15, strings.Repeat("the quarterly report ", 12))
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, frontend+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("x-dynamo-worker-instance-id", fmt.Sprint(decode))
 		req.Header.Set("x-dynamo-prefill-instance-id", fmt.Sprint(prefill))
