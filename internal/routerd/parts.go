@@ -120,7 +120,7 @@ func connector(cfg *config.Config) (zmtp.Connector, error) {
 // publishers directly (which the operator chose not to allow).
 type brokerPending struct{}
 
-func (brokerPending) Connect(ctx context.Context, _ string) (net.Conn, error) {
+func (brokerPending) Connect(ctx context.Context, _ zmtp.Target) (net.Conn, error) {
 	<-ctx.Done()
 	return nil, context.Cause(ctx)
 }
