@@ -319,7 +319,7 @@ func newGated(steps ...time.Duration) *gatedConnector {
 	return &gatedConnector{scriptedConnector: scriptedConnector{steps: steps}, changed: make(chan struct{})}
 }
 
-func (c *gatedConnector) Transport() string           { return "broker" }
+func (c *gatedConnector) Transport() string          { return "broker" }
 func (c *gatedConnector) OpenTimeout() time.Duration { return 30 * time.Second }
 
 func (c *gatedConnector) Ready(zmtp.Target) <-chan struct{} {
