@@ -8,8 +8,10 @@ package fleet
 
 import (
 	"encoding/json"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -161,6 +163,26 @@ type Snapshot struct {
 	// changes whenever Problems is rebuilt.
 	added       []*Worker
 	problemsGen uint64
+}
+
+// Advertises reports whether the snapshot holds a publisher of topic at
+// host and port in namespace: what a broker may relay (it dials nothing
+// else). host and port are compared as the publisher's record spells them.
+func (s *Snapshot) Advertises(namespace, host string, port int, topic string) bool {
+	for _, p := range s.Publishers {
+		if p.Namespace != namespace || p.Topic != topic {
+			continue
+		}
+		rest, ok := strings.CutPrefix(p.zmqEndpoint, "tcp://")
+		if !ok {
+			continue
+		}
+		h, ps, err := net.SplitHostPort(rest)
+		if err == nil && h == host && ps == strconv.Itoa(port) {
+			return true
+		}
+	}
+	return false
 }
 
 // Within returns the snapshot's view of the given namespaces only: their
