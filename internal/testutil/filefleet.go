@@ -1,11 +1,14 @@
 package testutil
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
@@ -105,4 +108,31 @@ func RemoveFileRecords(t testing.TB, root string, recs []FileRecord) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// KeepFileRecordsAlive touches every record under root every TTL/3, as a
+// worker keeps its records alive, until the test ends.
+func KeepFileRecordsAlive(t testing.TB, root string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+					if err == nil && !d.IsDir() {
+						_ = os.Chtimes(path, now, now)
+					}
+					return nil
+				})
+			}
+		}
+	}()
 }
