@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,7 +217,7 @@ func TestBrokerTransportParity(t *testing.T) {
 	directCfg, brokerCfg, root := simConfigs(t, fx, "--prefill", "1", "--decode", "2")
 	direct, _, _ := serveConfig(t, directCfg)
 	viaBroker, bus, _ := serveConfig(t, brokerCfg)
-	_, brokerMetrics := startBroker(t, fx, bus, brokerA, root)
+	brk, brokerMetrics := startBroker(t, fx, bus, brokerA, root)
 
 	testutil.Eventually(t, 30*time.Second, "every subscription through the broker", func() bool {
 		return connectedThrough(workers(t, viaBroker), 6, "broker", brokerA) && connectedThrough(workers(t, direct), 6, "direct", "")
@@ -267,6 +268,31 @@ func TestBrokerTransportParity(t *testing.T) {
 	if v := metric(t, brokerMetrics, `continuum_broker_relayed_bytes_total{direction="to_router"}`); v == 0 {
 		t.Error("the broker relayed nothing")
 	}
+
+	// SIGTERM: the broker drains (the router moves its streams away at
+	// once) and exits cleanly well within its grace.
+	if err := brk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-brk.done:
+		if brk.err != nil {
+			t.Errorf("the broker exited with %v", brk.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broker did not exit after SIGTERM")
+	}
+	if !strings.Contains(brk.errOut(), `"msg":"draining: the router moves the streams away"`) {
+		t.Error("the broker did not drain")
+	}
+	testutil.Eventually(t, 10*time.Second, "pending after the drain", func() bool {
+		for _, s := range workers(t, viaBroker).Subscriptions {
+			if s.State != "pending" {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestBrokerSIGKILL: a broker killed with SIGKILL leaves every
