@@ -138,6 +138,12 @@ func (b *Bus) Run(ctx context.Context) error {
 	b.stopped = false
 	b.mu.Unlock()
 	b.handlers.reopen()
+	// A request to rebind made while nothing ran is already served by
+	// starting.
+	select {
+	case <-b.kick:
+	default:
+	}
 	defer b.shutdown()
 	for {
 		ln, err := b.takeListener()
