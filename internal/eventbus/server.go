@@ -111,7 +111,9 @@ func (b *Bus) server() *server {
 			PingTimeout:                   b.t.pingTimeout,
 			WriteByteTimeout:              s.IdleTimeout,
 		},
-		IdleTimeout:    b.t.idleConn,
+		// A connection closes 30 s after its last request ended, sooner
+		// when idle_timeout is shorter.
+		IdleTimeout:    min(b.t.idleConn, s.IdleTimeout),
 		MaxHeaderBytes: 16 << 10,
 		ErrorLog:       slog.NewLogLogger(b.logger.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
