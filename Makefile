@@ -46,7 +46,7 @@ test-kube: ## build kube-apiserver once (into CACHE) and run the kube-tagged int
 deploy-check: $(HELM) $(KUSTOMIZE) ## render the Helm chart and Kustomize overlays (pinned helm, kustomize) and check them
 	$(HELM) lint --strict scripts/deploy/helm/continuum --set dynamoPodDiscovery.enabled=true --set dynamoPodDiscovery.model=m
 	$(HELM) template continuum scripts/deploy/helm/continuum >/dev/null
-	for d in scripts/deploy/kustomize/base scripts/deploy/kustomize/overlays/*/; do $(KUSTOMIZE) build "$$d" >/dev/null || exit 1; done
+	for d in scripts/deploy/kustomize/base scripts/deploy/kustomize/overlays/*/ scripts/deploy/kustomize/event-broker scripts/deploy/kustomize/kv-listener; do $(KUSTOMIZE) build "$$d" >/dev/null || exit 1; done
 	CONTINUUM_REQUIRE_DEPLOY_TOOLS=1 $(GO) test -count=1 -run 'Helm|Kustomize|Static' ./scripts/deploy/
 
 lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint

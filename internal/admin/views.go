@@ -151,6 +151,20 @@ type WorkersResponse struct {
 	LoadPublishers    int            `json:"load_publishers"`
 	KVEventPublishers int            `json:"kv_event_publishers"`
 	Subscriptions     []Subscription `json:"subscriptions"`
+	// BrokerCoverage is present with transport: broker: for each
+	// configured namespace, the broker sessions covering it and the
+	// subscriptions waiting for one.
+	BrokerCoverage []BrokerCoverage `json:"broker_coverage,omitempty"`
+}
+
+// BrokerCoverage is how one configured Dynamo namespace is covered by
+// event bus broker sessions.
+type BrokerCoverage struct {
+	Namespace string `json:"namespace"`
+	Covered   bool   `json:"covered"`
+	// Brokers are the configured ids of the covering sessions.
+	Brokers              []string `json:"brokers"`
+	PendingSubscriptions int      `json:"pending_subscriptions"`
 }
 
 // LoadSample is one (worker, rank)'s latest load as the router holds it.

@@ -19,11 +19,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/continuum-router/continuum/internal/cli/benchcmd"
+	"github.com/continuum-router/continuum/internal/cli/broker"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/cli/configcmd"
 	"github.com/continuum-router/continuum/internal/cli/discover"
 	"github.com/continuum-router/continuum/internal/cli/fleetsimcmd"
 	"github.com/continuum-router/continuum/internal/cli/kvinspect"
+	"github.com/continuum-router/continuum/internal/cli/kvlistener"
 	"github.com/continuum-router/continuum/internal/cli/pinartifact"
 	"github.com/continuum-router/continuum/internal/cli/serve"
 	"github.com/continuum-router/continuum/internal/cli/tailload"
@@ -108,6 +110,12 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	disc := discover.NewCmdDiscover(f, nil)
 	disc.GroupID = "operate"
 	root.AddCommand(disc)
+	brk := broker.NewCmdBroker(f, nil)
+	brk.GroupID = "operate"
+	root.AddCommand(brk)
+	kvl := kvlistener.NewCmdKVListener(f, nil)
+	kvl.GroupID = "operate"
+	root.AddCommand(kvl)
 	bench := benchcmd.NewCmdBench(f)
 	bench.GroupID = "operate"
 	root.AddCommand(bench)

@@ -402,3 +402,33 @@ func TestServerLimits(t *testing.T) {
 		t.Errorf("read_timeout under read_header_timeout: %v", warn.Findings)
 	}
 }
+
+// TestEventBusAdvisories: a running bus that nothing uses, a kv_listener
+// whose announced backends nothing reads, and a watched namespace no
+// broker may declare are warnings.
+func TestEventBusAdvisories(t *testing.T) {
+	const bus = `dynamo:
+  enabled: true
+  discovery: {etcd: {endpoints: ["http://e:2379"], namespaces: [a, b]}}
+  load: {transport: %s}
+  event_bus:
+    enabled: true
+    tls: {cert: c, key: k}
+    brokers:
+      - {id: broker-a, token_hash: "sha256:%s", namespaces: [a]}
+%s`
+	hash := strings.Repeat("0", 64)
+	doc := parse(t, fmt.Sprintf(bus, "broker", hash, ""))
+	if !hasFinding(doc, config.SeverityWarning, "dynamo.event_bus.brokers", `no broker may declare namespace "b"`) ||
+		hasFinding(doc, config.SeverityWarning, "dynamo.event_bus.brokers", `namespace "a"`) {
+		t.Errorf("uncovered namespace: %v", doc.Findings)
+	}
+	doc = parse(t, fmt.Sprintf(bus, "direct", hash, ""))
+	if !hasFinding(doc, config.SeverityWarning, "dynamo.event_bus.enabled", "no subscription goes through a broker") {
+		t.Errorf("unused bus: %v", doc.Findings)
+	}
+	doc = parse(t, fmt.Sprintf(bus, "broker", hash, `      - {id: kv-a, role: kv_listener, token_hash: "sha256:`+hash+`", backends: [v]}`+"\n"))
+	if !hasFinding(doc, config.SeverityWarning, "dynamo.event_bus.brokers[1]", "stays idle") {
+		t.Errorf("idle kv_listener: %v", doc.Findings)
+	}
+}

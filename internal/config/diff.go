@@ -188,6 +188,12 @@ func classify(path string, oldCfg, newCfg *Config) Change {
 	switch {
 	case path == "server.bind_address", path == "admin.bind_address":
 		ch.Tier = TierRebind
+	case path == "dynamo.event_bus.listen":
+		// A running event bus binds its new address first (a reload it
+		// cannot bind is refused); a disabled one only records it.
+		if oldCfg.Dynamo.EventBus.Enabled && newCfg.Dynamo.EventBus.Enabled {
+			ch.Tier = TierRebind
+		}
 	case path == "dynamo.enabled":
 		ch.Tier, ch.Reason = TierWatcherRestart, ReasonEnabled
 	case path == "dynamo.load.transport", path == "dynamo.load.direct_allow_cidrs":

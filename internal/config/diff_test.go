@@ -79,6 +79,8 @@ func TestDiffTiers(t *testing.T) {
 		{"queue is immediate", busyBase, func(c *config.Config) { c.Dynamo.Load.Queue.MaxWait = config.Duration(2e9) }, config.TierImmediate, false, "", false, false, nil},
 		{"kv is immediate", diffBase, func(c *config.Config) { c.Dynamo.KV.RouterTemperature = 0.5 }, config.TierImmediate, false, "", false, false, nil},
 		{"event bus is immediate", diffBase, func(c *config.Config) { c.Dynamo.EventBus.MaxSessions = 8 }, config.TierImmediate, false, "", false, false, nil},
+		{"a disabled event bus's address is immediate", diffBase, func(c *config.Config) { c.Dynamo.EventBus.Listen = "0.0.0.0:7444" }, config.TierImmediate, false, "", false, false, nil},
+		{"a running event bus's address rebinds", diffBase + "  event_bus: {enabled: true, tls: {cert: c, key: k}}\n", func(c *config.Config) { c.Dynamo.EventBus.Listen = "0.0.0.0:7444" }, config.TierRebind, false, "", false, false, nil},
 		{"transport restarts subscriptions", diffBase, func(c *config.Config) { c.Dynamo.Load.Transport = "broker" }, config.TierSubscriptionRestart, true, "", false, false, nil},
 		{"cidrs restart subscriptions", diffBase, func(c *config.Config) { c.Dynamo.Load.DirectAllowCIDRs = nil }, config.TierSubscriptionRestart, true, "", false, false, nil},
 		{"disabling", diffBase, func(c *config.Config) { c.Dynamo.Enabled = false }, config.TierWatcherRestart, false, "enabled", false, false, nil},

@@ -657,6 +657,41 @@ func (v *validator) eventBus() {
 		v.errorf(p+".idle_timeout", "must be positive, such as \"30s\"")
 	}
 	v.brokers()
+	v.busAdvisories()
+}
+
+// busAdvisories warn about event bus settings that are valid but leave
+// something unused or unreachable.
+func (v *validator) busAdvisories() {
+	b := &v.c.Dynamo.EventBus
+	const p = "dynamo.event_bus"
+	if !b.Enabled || !v.c.Dynamo.Enabled {
+		return
+	}
+	kvListeners := 0
+	for i, e := range b.Brokers {
+		if e.Role == BusRoleKVListener {
+			kvListeners++
+			v.warnf(fmt.Sprintf("%s.brokers[%d]", p, i), "no kv-events source of this router reads announced backends: a kv_listener session is accepted and stays idle")
+		}
+	}
+	if v.c.Dynamo.Load.Transport != TransportBroker {
+		if kvListeners == 0 {
+			v.warnf(p+".enabled", "the event bus listener runs but dynamo.load.transport is %s: no subscription goes through a broker", v.c.Dynamo.Load.Transport)
+		}
+		return
+	}
+	for _, ns := range v.c.Dynamo.Discovery.Namespaces() {
+		allowed := false
+		for _, e := range b.Brokers {
+			if e.Role == BusRoleBroker && (len(e.Namespaces) == 0 || slices.Contains(e.Namespaces, ns)) {
+				allowed = true
+			}
+		}
+		if !allowed {
+			v.warnf(p+".brokers", "no broker may declare namespace %q: its subscriptions stay pending", ns)
+		}
+	}
 }
 
 func (v *validator) brokers() {

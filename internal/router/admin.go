@@ -178,7 +178,7 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 	resp.Enabled = true
 	resp.Source = d.Source
 	resp.Signals = admin.Signals{
-		Load:     d.Source != config.SourceKubernetesPods && cfg.Dynamo.Load.Transport != config.TransportBroker, // the broker transport is not built yet
+		Load:     d.Source != config.SourceKubernetesPods,
 		Capacity: d.Source != config.SourceKubernetesPods,
 	}
 	resp.Namespaces = d.Namespaces()
@@ -203,6 +203,9 @@ func (s *Server) WorkersView(cfg *config.Config) admin.WorkersResponse {
 		for _, sub := range s.opts.Subscriptions() {
 			resp.Subscriptions = append(resp.Subscriptions, admin.SubscriptionView(sub))
 		}
+	}
+	if cfg.Dynamo.Load.Transport == config.TransportBroker && s.opts.BrokerCoverage != nil {
+		resp.BrokerCoverage = s.opts.BrokerCoverage()
 	}
 	return resp
 }

@@ -43,6 +43,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Subscriptions lists the load subscriptions for the admin API.
 	Subscriptions func() []load.SubscriptionInfo
+	// BrokerCoverage, when set, is the broker_coverage of GET
+	// /admin/dynamo/workers with transport: broker.
+	BrokerCoverage func() []admin.BrokerCoverage
 	// DiscoveryConnected reports the discovery source's state.
 	DiscoveryConnected func() bool
 	// KV, when set, is the KV-aware view for GET /admin/dynamo/kv.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/eventbus"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -101,10 +101,13 @@ func (d *Daemon) newWatcher(cfg *config.Config) (*discovery.Watcher, error) {
 	return &discovery.Watcher{Source: src, Registry: d.registry, Backoff: backoff, Metrics: d.dm, Logger: d.logger}, nil
 }
 
-// connector is how the subscriptions of a configuration reach publishers.
-func connector(cfg *config.Config) (zmtp.Connector, error) {
+// connector is how the subscriptions of a configuration reach publishers:
+// directly, or through the event bus (whose subscriptions stay pending
+// while no broker covers their namespace, and never fall back to dialling
+// publishers directly, which the operator chose not to allow).
+func (d *Daemon) connector(cfg *config.Config) (zmtp.Connector, error) {
 	if cfg.Dynamo.Load.Transport == config.TransportBroker {
-		return brokerPending{}, nil
+		return &eventbus.Connector{Bus: d.bus}, nil
 	}
 	cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs)
 	if err != nil {
@@ -112,18 +115,6 @@ func connector(cfg *config.Config) (zmtp.Connector, error) {
 	}
 	return &zmtp.Direct{Allow: cidrs}, nil
 }
-
-// brokerPending is the broker transport of a build without the event bus:
-// its subscriptions stay pending, and never fall back to dialling
-// publishers directly (which the operator chose not to allow).
-type brokerPending struct{}
-
-func (brokerPending) Connect(ctx context.Context, _ string) (net.Conn, error) {
-	<-ctx.Done()
-	return nil, context.Cause(ctx)
-}
-
-func (brokerPending) Transport() string { return config.TransportBroker }
 
 // artifactPolicy is the artifact policy of dynamo.kv.
 func artifactPolicy(k *config.KV) (artifact.Policy, error) {

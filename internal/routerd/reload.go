@@ -175,6 +175,12 @@ func (d *Daemon) apply(trigger string, doc *config.Document, loadErr error, unma
 		return d.done(res, false)
 	}
 	prep, err := d.prepare(old, cfg, plan)
+	if err == nil {
+		// The last step that may refuse the reload.
+		if err = d.applyBus(old, cfg); err != nil {
+			prep.close()
+		}
+	}
 	if err != nil {
 		return d.rejected(res, err)
 	}
@@ -259,7 +265,7 @@ func (d *Daemon) prepare(old, cfg *config.Config, plan config.Plan) (p prepared,
 	if !cfg.Dynamo.Enabled {
 		return p, nil
 	}
-	if p.conn, err = connector(cfg); err != nil {
+	if p.conn, err = d.connector(cfg); err != nil {
 		return p, err
 	}
 	if plan.Watcher != nil || !old.Dynamo.Enabled {
@@ -297,6 +303,7 @@ func (d *Daemon) commit(old, cfg *config.Config, plan config.Plan, p prepared) {
 	d.store.SetMaxStaleness(cfg.Dynamo.Load.MaxStaleness.D())
 	d.router.SetConfig(cfg)
 	d.swapListeners(old, cfg, p)
+	d.commitBus(old, cfg)
 
 	switch {
 	case old.Dynamo.Enabled && !cfg.Dynamo.Enabled:

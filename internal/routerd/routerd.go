@@ -13,6 +13,7 @@ package routerd
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/eventbus"
 	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
@@ -80,6 +82,7 @@ type Daemon struct {
 
 	promReg *prometheus.Registry
 	dm      *telemetry.DiscoveryMetrics
+	bm      *telemetry.EventBusMetrics
 	lm      *telemetry.LoadMetrics
 	cm      *telemetry.ConfigMetrics
 	rm      *telemetry.RouterMetrics
@@ -95,10 +98,15 @@ type Daemon struct {
 	// fixedPicker: Deps named the picker; reloads never replace it.
 	fixedPicker bool
 
+	// bus is the event bus, built whether or not it is enabled (a reload
+	// may enable it); its listener runs as busRun while enabled.
+	bus *eventbus.Bus
+
 	// mu serializes reloads with each other and with shutdown, and guards
 	// the parts and the reload status.
 	mu       sync.Mutex
 	dyn      dynamoParts
+	busRun   *part
 	partsCtx context.Context // set by Run
 	closed   bool            // Run is shutting down: no more reloads
 
@@ -154,6 +162,12 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		d.grace = DefaultShutdownGrace
 	}
 	d.cfg.Store(cfg)
+	d.bm = telemetry.NewEventBusMetrics(promReg)
+	bus, err := eventbus.New(busSettings(cfg), d.bm, logger)
+	if err != nil {
+		return nil, fmt.Errorf("dynamo.event_bus: %w", err)
+	}
+	d.bus = bus
 	d.registry = fleet.NewRegistry(logger, discovery.ProblemCounter(d.dm))
 	d.store = load.NewStore(cfg.Dynamo.Load.MaxStaleness.D(), load.Gauges{M: d.lm})
 	d.base = pick.NewLoadBased(d.store)
@@ -171,7 +185,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	}
 	d.router = router.New(router.Options{Config: cfg, Registry: d.registry, Store: d.store, Picker: picker,
 		Metrics: d.rm, Gatherer: promReg, Logger: logger,
-		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView, CountTokens: d.countTokens,
+		DiscoveryConnected: d.discoveryConnected, Subscriptions: d.subscriptions, KV: d.kvView, CountTokens: d.countTokens, BrokerCoverage: d.brokerCoverage,
 		ImportConfig: d.importConfig, ConfigStatus: d.configStatus, DiscoverySettling: d.discoverySettling})
 	if err := d.listen(cfg); err != nil {
 		return nil, err
@@ -186,7 +200,7 @@ func (d *Daemon) buildDynamo(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connector(cfg)
+	conn, err := d.connector(cfg)
 	if err != nil {
 		return err
 	}
@@ -339,6 +353,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.dyn.watcher != nil {
 		d.startDynamo(&d.dyn)
 	}
+	if d.cfg.Load().Dynamo.EventBus.Enabled {
+		d.startBus()
+	}
+	coverage := d.start("broker coverage", d.reportCoverage)
 	routerRun := d.start("backend health checks", d.router.Run)
 	if d.cert != nil {
 		d.certRun = d.start("TLS certificate reloads", d.cert.run)
@@ -373,6 +391,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	stop(routerRun)
 	stop(d.certRun)
+	stop(d.busRun)
+	stop(coverage)
 	wg.Wait()
 	d.mu.Unlock()
 	d.retiring.Wait()

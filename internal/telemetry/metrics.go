@@ -362,3 +362,101 @@ func NewConfigMetrics(reg prometheus.Registerer) *ConfigMetrics {
 	}
 	return m
 }
+
+// EventBusMetrics are the event bus families of the router: its listener,
+// and how the broker transport's subscriptions are covered. No label
+// carries a stream id, a session id or a client string; broker is a
+// configured broker id and namespace a configured Dynamo namespace.
+type EventBusMetrics struct {
+	Sessions             prometheus.Gauge
+	Streams              prometheus.Gauge
+	Refusals             *prometheus.CounterVec
+	NamespaceSessions    *prometheus.GaugeVec
+	PendingSubscriptions *prometheus.GaugeVec
+	BrokerSubscriptions  *prometheus.GaugeVec
+}
+
+// NewEventBusMetrics creates the event bus families and registers them on
+// reg when reg is not nil.
+func NewEventBusMetrics(reg prometheus.Registerer) *EventBusMetrics {
+	m := &EventBusMetrics{
+		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_event_bus_sessions",
+			Help: "Event bus sessions (brokers and kv-listeners) past their welcome.",
+		}),
+		Streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_event_bus_streams",
+			Help: "Event bus data streams open.",
+		}),
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_dynamo_event_bus_refusals_total",
+			Help: "Connections and requests the event bus listener refused, by code (tls_required, unauthenticated, forbidden, too_many_sessions, ...).",
+		}, []string{"code"}),
+		NamespaceSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_broker_namespace_sessions",
+			Help: "Broker sessions covering each configured Dynamo namespace (transport: broker).",
+		}, []string{"namespace"}),
+		PendingSubscriptions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_broker_pending_subscriptions",
+			Help: "Broker-transport subscriptions waiting for a broker to cover their namespace, by family and configured namespace.",
+		}, []string{"family", "namespace"}),
+		BrokerSubscriptions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "continuum_dynamo_broker_subscriptions",
+			Help: "Connected subscriptions each configured broker relays, by family.",
+		}, []string{"family", "broker"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Sessions, m.Streams, m.Refusals, m.NamespaceSessions, m.PendingSubscriptions, m.BrokerSubscriptions)
+	}
+	return m
+}
+
+// Broker stream results: continuum_broker_streams_total{result} counts
+// "opened" and each code a stream was refused or ended with.
+const BrokerStreamOpened = "opened"
+
+// BrokerMetrics are the families of `continuum broker` and `continuum
+// kv-listener`, served on their own metrics address.
+type BrokerMetrics struct {
+	Connected  prometheus.Gauge
+	Sessions   *prometheus.CounterVec
+	Streams    prometheus.Gauge
+	StreamsBy  *prometheus.CounterVec
+	Bytes      *prometheus.CounterVec
+	Advertised prometheus.Gauge
+}
+
+// NewBrokerMetrics creates the broker families and registers them on reg
+// when reg is not nil.
+func NewBrokerMetrics(reg prometheus.Registerer) *BrokerMetrics {
+	m := &BrokerMetrics{
+		Connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_broker_session_connected",
+			Help: "1 while the session with the router's event bus is up, else 0.",
+		}),
+		Sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_broker_sessions_total",
+			Help: "Session attempts by result: welcomed, or the refusal code (unauthenticated, forbidden, ...), or failed.",
+		}, []string{"result"}),
+		Streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_broker_streams",
+			Help: "Streams being relayed.",
+		}),
+		StreamsBy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_broker_streams_total",
+			Help: "Streams the router commanded, by result: opened, or the code it was refused or ended with (target_not_advertised, connect_failed, publisher_closed, ...).",
+		}, []string{"result"}),
+		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "continuum_broker_relayed_bytes_total",
+			Help: "Bytes relayed, by direction (to_router, to_source).",
+		}, []string{"direction"}),
+		Advertised: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "continuum_broker_advertised_publishers",
+			Help: "Publishers discovery advertises in the declared namespaces (the targets the broker accepts).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Connected, m.Sessions, m.Streams, m.StreamsBy, m.Bytes, m.Advertised)
+	}
+	return m
+}

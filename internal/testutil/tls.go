@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -20,6 +21,11 @@ import (
 // and localhost.
 type TestPKI struct {
 	CAFile, ServerCert, ServerKey, ClientCert, ClientKey string
+
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
 }
 
 // NewTestPKI generates fresh keys and certificates for one test.
@@ -37,7 +43,7 @@ func NewTestPKI(t testing.TB) *TestPKI {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	p := &TestPKI{CAFile: filepath.Join(dir, "ca.pem")}
+	p := &TestPKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, ca: ca, caKey: caKey, serial: 3}
 	writePEM(t, p.CAFile, "CERTIFICATE", caDER)
 	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
 		key := newKey(t)
@@ -78,4 +84,30 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ClientFor issues a client certificate whose only DNS SAN is name (an
+// event bus broker id), signed by the PKI's CA.
+func (p *TestPKI) ClientFor(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	p.serial++
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		DNSNames: []string{name},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(p.dir, fmt.Sprintf("client-%d.pem", p.serial)), filepath.Join(p.dir, fmt.Sprintf("client-%d-key.pem", p.serial))
+	writePEM(t, certFile, "CERTIFICATE", der)
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
+	return certFile, keyFile
 }

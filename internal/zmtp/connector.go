@@ -17,12 +17,47 @@ const ResolveTimeout = 10 * time.Second
 // CIDRs.
 var ErrNotAllowed = errors.New("publisher address not in direct_allow_cidrs")
 
+// ErrCarrierLost is wrapped by the errors of a connection whose carrier
+// (an event bus session relaying its bytes) ended or is draining: the
+// publisher may be fine, so the next attempt is made at once through
+// another carrier rather than after a longer backoff.
+var ErrCarrierLost = errors.New("carrier lost")
+
+// Target is what a subscription connects to.
+type Target struct {
+	// Endpoint is the publisher's tcp://host:port.
+	Endpoint string
+	// Namespace is the Dynamo namespace that advertises the publisher.
+	Namespace string
+	// Topic is the topic subscribed to (kv_metrics, kv-events).
+	Topic string
+}
+
 // Connector opens the byte stream a subscription runs on.
 type Connector interface {
-	// Connect returns a connection to endpoint (tcp://host:port).
-	Connect(ctx context.Context, endpoint string) (net.Conn, error)
+	// Connect returns a connection to the target's endpoint.
+	Connect(ctx context.Context, t Target) (net.Conn, error)
 	// Transport names the connector for metrics ("direct", "broker").
 	Transport() string
+}
+
+// Gated is a connector that may have no route to a target yet (a relay
+// that no carrier covers). A subscription waits, without polling, until
+// Ready returns nil.
+type Gated interface {
+	Connector
+	// Ready returns nil when a connection to t may be attempted now, or a
+	// channel that is closed when that may have changed.
+	Ready(t Target) <-chan struct{}
+	// OpenTimeout bounds Connect; the protocol handshake that follows has
+	// its own budget.
+	OpenTimeout() time.Duration
+}
+
+// Carried is a connection relayed by a carrier: Carrier names it (the
+// broker id) for listings and metrics.
+type Carried interface {
+	Carrier() string
 }
 
 // Direct dials publishers over TCP. When Allow is not empty, the host is
@@ -53,8 +88,8 @@ func SplitTCPEndpoint(endpoint string) (host, port string, err error) {
 }
 
 // Connect implements Connector.
-func (d *Direct) Connect(ctx context.Context, endpoint string) (net.Conn, error) {
-	host, port, err := SplitTCPEndpoint(endpoint)
+func (d *Direct) Connect(ctx context.Context, t Target) (net.Conn, error) {
+	host, port, err := SplitTCPEndpoint(t.Endpoint)
 	if err != nil {
 		return nil, err
 	}

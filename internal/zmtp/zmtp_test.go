@@ -40,7 +40,7 @@ func message(topic string, seq uint64, payload []byte) [][]byte {
 func subscribe(t *testing.T, endpoint, topic string) *zmtp.Sub {
 	t.Helper()
 	d := &zmtp.Direct{}
-	conn, err := d.Connect(ctxT(t), endpoint)
+	conn, err := d.Connect(ctxT(t), zmtp.Target{Endpoint: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func dialRaw(t *testing.T, endpoint string) (*zmtp.Sub, error) {
 
 func dialRawLimits(t *testing.T, endpoint string, lim zmtp.Limits) (*zmtp.Sub, error) {
 	t.Helper()
-	conn, err := (&zmtp.Direct{}).Connect(ctxT(t), endpoint)
+	conn, err := (&zmtp.Direct{}).Connect(ctxT(t), zmtp.Target{Endpoint: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,18 +400,18 @@ func TestDirectConnectorCIDRs(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ok := &zmtp.Direct{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	for _, host := range []string{"127.0.0.1", "localhost"} {
-		c, err := ok.Connect(ctxT(t), fmt.Sprintf("tcp://%s:%d", host, port))
+		c, err := ok.Connect(ctxT(t), zmtp.Target{Endpoint: fmt.Sprintf("tcp://%s:%d", host, port)})
 		if err != nil {
 			t.Fatalf("%s: %v", host, err)
 		}
 		_ = c.Close()
 	}
 	deny := &zmtp.Direct{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
-	if _, err := deny.Connect(ctxT(t), fmt.Sprintf("tcp://localhost:%d", port)); !errors.Is(err, zmtp.ErrNotAllowed) {
+	if _, err := deny.Connect(ctxT(t), zmtp.Target{Endpoint: fmt.Sprintf("tcp://localhost:%d", port)}); !errors.Is(err, zmtp.ErrNotAllowed) {
 		t.Fatalf("err = %v, want ErrNotAllowed", err)
 	}
 	for _, bad := range []string{"ipc:///tmp/x", "tcp://:1", "tcp://host", "tcp://*:5"} {
-		if _, err := ok.Connect(ctxT(t), bad); err == nil {
+		if _, err := ok.Connect(ctxT(t), zmtp.Target{Endpoint: bad}); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
 	}

@@ -47,10 +47,13 @@ var (
 	podRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 	}
-	metadataRules = append(slices.Clone(podRules),
-		rbacv1.PolicyRule{APIGroups: []string{"nvidia.com"}, Resources: []string{"dynamoworkermetadatas"}, Verbs: []string{"get", "list", "watch"}},
-		rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
-	)
+	metadataRules = append(slices.Clone(podRules), brokerRules...)
+	// brokerRules are the event broker's: its source (kubernetes) reads
+	// DynamoWorkerMetadata resources and EndpointSlices only.
+	brokerRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"nvidia.com"}, Resources: []string{"dynamoworkermetadatas"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+	}
 )
 
 // allowedKinds is every kind the manifests may hold, with its apiVersion.
@@ -62,6 +65,7 @@ var allowedKinds = map[string]string{
 	"Role":           "rbac.authorization.k8s.io/v1",
 	"RoleBinding":    "rbac.authorization.k8s.io/v1",
 	"NetworkPolicy":  "networking.k8s.io/v1",
+	"Secret":         "v1",
 }
 
 // strict decodes manifests into the Kubernetes API types, refusing unknown
@@ -78,6 +82,7 @@ type manifests struct {
 	roles          []*rbacv1.Role
 	roleBindings   []*rbacv1.RoleBinding
 	netpols        []*networkingv1.NetworkPolicy
+	secrets        []*corev1.Secret
 }
 
 // parse splits a multi-document YAML stream and decodes every document
@@ -122,6 +127,8 @@ func parse(t *testing.T, name string, data []byte) *manifests {
 			m.roleBindings = append(m.roleBindings, o)
 		case *networkingv1.NetworkPolicy:
 			m.netpols = append(m.netpols, o)
+		case *corev1.Secret:
+			m.secrets = append(m.secrets, o)
 		}
 	}
 	return m
@@ -558,6 +565,7 @@ func TestStaticManifests(t *testing.T) {
 	roles := map[string][]rbacv1.PolicyRule{
 		"overlays/dynamo-pod-discovery/role.yaml":      podRules,
 		"overlays/dynamo-metadata-discovery/role.yaml": metadataRules,
+		"event-broker/role.yaml":                       brokerRules,
 	}
 	seen, configs := 0, 0
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {

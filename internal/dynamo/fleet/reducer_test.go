@@ -324,3 +324,32 @@ func TestLegacyCardRoleFollowsUpdates(t *testing.T) {
 
 // workers lists a snapshot's workers in order.
 func workers(s *fleet.Snapshot) []*fleet.Worker { return slices.Collect(s.Workers.All()) }
+
+// TestAdvertises: a snapshot advertises exactly its publishers' (namespace,
+// host, port, topic) as their records spell them.
+func TestAdvertises(t *testing.T) {
+	t.Parallel()
+	fx := testutil.LoadDynamoFixture(t, "../../../testdata/dynamo/channels.yaml")
+	r := fleet.NewReducer()
+	clock := t0
+	apply(t, r, fx.Events, &clock)
+	snap := r.Build(clock)
+	cases := []struct {
+		ns, host string
+		port     int
+		topic    string
+		want     bool
+	}{
+		{"dynamo", "10.0.0.9", 5555, "kv_events", true},
+		{"dynamo", "10.0.0.9", 5555, "kv_metrics", false},
+		{"dynamo", "10.0.0.9", 5556, "kv_events", false},
+		{"dynamo", "10.0.0.8", 5555, "kv_events", false},
+		{"other", "10.0.0.9", 5555, "kv_events", false},
+		{"dynamo", "10.0.0.9", 1, "kv-events", false}, // a rejected record
+	}
+	for _, c := range cases {
+		if got := snap.Advertises(c.ns, c.host, c.port, c.topic); got != c.want {
+			t.Errorf("Advertises(%s, %s, %d, %s) = %v", c.ns, c.host, c.port, c.topic, got)
+		}
+	}
+}

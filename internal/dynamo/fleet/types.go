@@ -11,8 +11,10 @@ import (
 	"encoding/json"
 	"iter"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -271,6 +273,26 @@ func (ps *Publishers) Len() int { return ps.byID.Len() }
 
 // All yields every publisher, ordered by namespace and publisher id.
 func (ps *Publishers) All() iter.Seq[*Publisher] { return ps.byID.All() }
+
+// Advertises reports whether the snapshot holds a publisher of topic at
+// host and port in namespace: what a broker may relay (it dials nothing
+// else). host and port are compared as the publisher's record spells them.
+func (s *Snapshot) Advertises(namespace, host string, port int, topic string) bool {
+	for p := range s.Publishers.All() {
+		if p.Namespace != namespace || p.Topic != topic {
+			continue
+		}
+		rest, ok := strings.CutPrefix(p.zmqEndpoint, "tcp://")
+		if !ok {
+			continue
+		}
+		h, ps, err := net.SplitHostPort(rest)
+		if err == nil && h == host && ps == strconv.Itoa(port) {
+			return true
+		}
+	}
+	return false
+}
 
 // Within returns the snapshot's view of the given namespaces only: their
 // workers, publishers, problems and mixed pairs (a reload that stops

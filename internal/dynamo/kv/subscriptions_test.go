@@ -128,7 +128,7 @@ func TestSubscriptionsFeedTheIndex(t *testing.T) {
 type refusing struct{}
 
 func (refusing) Transport() string { return "direct" }
-func (refusing) Connect(context.Context, string) (net.Conn, error) {
+func (refusing) Connect(context.Context, zmtp.Target) (net.Conn, error) {
 	return nil, errors.New("connection refused")
 }
 

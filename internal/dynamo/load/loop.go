@@ -22,11 +22,16 @@ const (
 	// to ReconnectInitial; a publisher that accepts and drops connections
 	// keeps backing off.
 	ResetAfter = 30 * time.Second
+	// PendingWakeJitter spreads the subscriptions a new route wakes (a
+	// broker session that now covers their namespace) over this long, so
+	// that they do not all open their streams in the same instant.
+	PendingWakeJitter = 500 * time.Millisecond
 )
 
 // Subscription states. A subscription is in exactly one of them at a time.
 const (
-	// StatePending: admitted, its loop not started yet.
+	// StatePending: admitted, its loop not started yet, or waiting for a
+	// route to its publisher (no broker session covers its namespace).
 	StatePending = "pending"
 	// StateConnecting: dialling and handshaking.
 	StateConnecting = "connecting"
@@ -61,13 +66,19 @@ type Handler interface {
 // goroutines of one loop never overlap, so the Handler still sees one
 // call at a time.
 type Loop struct {
-	Endpoint  string
-	Topic     string
+	Endpoint string
+	Topic    string
+	// Namespace is the Dynamo namespace advertising the publisher (a
+	// broker connector routes by it).
+	Namespace string
 	Limits    zmtp.Limits
 	Connector zmtp.Connector
 	Handler   Handler
 	// State, when set, is told every state the loop enters.
 	State func(state string)
+	// Carrier, when set, is told the carrier of each session before it is
+	// reported connected: the broker id relaying it, "" when direct.
+	Carrier func(id string)
 }
 
 // Run subscribes until ctx ends.
@@ -87,12 +98,19 @@ func (l *Loop) Start(ctx context.Context, done func()) {
 // hands the session to a fresh goroutine.
 func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) {
 	for {
+		if !l.awaitRoute(ctx) {
+			done()
+			return
+		}
 		l.state(StateConnecting)
-		zs, err := l.dial(ctx)
+		zs, carrier, err := l.dial(ctx)
 		if err == nil {
 			// Everything but the reads happens here, before the handover.
 			stop := context.AfterFunc(ctx, func() { _ = zs.Close() })
 			l.Handler.Connected()
+			if l.Carrier != nil {
+				l.Carrier(carrier)
+			}
 			l.state(StateConnected)
 			s := &session{l: l, ctx: ctx, zs: zs, stop: stop, backoff: backoff, done: done, started: time.Now()}
 			go s.run()
@@ -171,17 +189,57 @@ func (s *session) end(err error) {
 
 // failed reports an ended attempt or session and waits a full-jitter delay
 // of at most backoff; it returns the next backoff, or ctx's error when the
-// loop is to end.
+// loop is to end. A lost carrier is not the publisher's failure: the next
+// attempt, through another carrier, waits at most ReconnectInitial and the
+// backoff does not grow.
 func (l *Loop) failed(ctx context.Context, err error, backoff time.Duration) (time.Duration, error) {
 	if ctx.Err() != nil {
 		return backoff, ctx.Err()
 	}
 	l.Handler.Ended(err)
 	l.state(StateBackoff)
-	if !sleep(ctx, time.Duration(rand.Int64N(int64(backoff)+1))) {
+	next, wait := min(backoff*2, ReconnectMax), backoff
+	if errors.Is(err, zmtp.ErrCarrierLost) {
+		next, wait = backoff, ReconnectInitial
+	}
+	if !sleep(ctx, time.Duration(rand.Int64N(int64(wait)+1))) {
 		return backoff, ctx.Err()
 	}
-	return min(backoff*2, ReconnectMax), nil
+	return next, nil
+}
+
+// awaitRoute waits, in state pending, while a gated connector has no route
+// to the publisher; woken, it waits a random part of PendingWakeJitter. It
+// returns false when ctx ended.
+func (l *Loop) awaitRoute(ctx context.Context) bool {
+	g, ok := l.Connector.(zmtp.Gated)
+	if !ok {
+		return true
+	}
+	waited := false
+	for {
+		wait := g.Ready(l.target())
+		if wait == nil {
+			break
+		}
+		if !waited {
+			l.state(StatePending)
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wait:
+		}
+	}
+	if waited {
+		return sleep(ctx, time.Duration(rand.Int64N(int64(PendingWakeJitter)+1)))
+	}
+	return true
+}
+
+func (l *Loop) target() zmtp.Target {
+	return zmtp.Target{Endpoint: l.Endpoint, Namespace: l.Namespace, Topic: l.Topic}
 }
 
 func (l *Loop) state(s string) {
@@ -190,20 +248,36 @@ func (l *Loop) state(s string) {
 	}
 }
 
-// dial connects and subscribes under ConnectTimeout.
-func (l *Loop) dial(ctx context.Context) (*zmtp.Sub, error) {
-	cctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
-	defer cancel()
-	conn, err := l.Connector.Connect(cctx, l.Endpoint)
-	if err != nil {
-		return nil, err
+// dial connects and subscribes under ConnectTimeout, and names the
+// session's carrier. A gated connector opens its relay under its own
+// OpenTimeout, and the handshake then has ConnectTimeout of its own.
+func (l *Loop) dial(ctx context.Context) (*zmtp.Sub, string, error) {
+	open, gated := ConnectTimeout, false
+	if g, ok := l.Connector.(zmtp.Gated); ok {
+		open, gated = g.OpenTimeout(), true
 	}
-	zs, err := zmtp.Subscribe(cctx, conn, []byte(l.Topic), l.Limits)
+	octx, cancel := context.WithTimeout(ctx, open)
+	defer cancel()
+	conn, err := l.Connector.Connect(octx, l.target())
+	if err != nil {
+		return nil, "", err
+	}
+	hctx := octx
+	if gated {
+		var hcancel context.CancelFunc
+		hctx, hcancel = context.WithTimeout(ctx, ConnectTimeout)
+		defer hcancel()
+	}
+	zs, err := zmtp.Subscribe(hctx, conn, []byte(l.Topic), l.Limits)
 	if err != nil {
 		_ = conn.Close()
-		return nil, err
+		return nil, "", err
 	}
-	return zs, nil
+	carrier := ""
+	if c, ok := conn.(zmtp.Carried); ok {
+		carrier = c.Carrier()
+	}
+	return zs, carrier, nil
 }
 
 // sleep waits d, or until ctx ends (false).

@@ -3,6 +3,7 @@ package load_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -33,7 +34,7 @@ var errRefused = errors.New("connection refused")
 
 func (c *scriptedConnector) Transport() string { return "direct" }
 
-func (c *scriptedConnector) Connect(ctx context.Context, _ string) (net.Conn, error) {
+func (c *scriptedConnector) Connect(ctx context.Context, _ zmtp.Target) (net.Conn, error) {
 	c.mu.Lock()
 	c.attempts = append(c.attempts, time.Now())
 	step := time.Duration(-1)
@@ -301,4 +302,128 @@ func closedEndpoint(t *testing.T) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return "tcp://" + addr
+}
+
+// gatedConnector is a scriptedConnector behind a route that opens and
+// closes: Ready answers with the route's change channel while it is
+// closed. Its connections name their carrier, and an error step after
+// open may be a lost carrier.
+type gatedConnector struct {
+	scriptedConnector
+	gmu     sync.Mutex
+	open    bool
+	changed chan struct{}
+	readies int
+}
+
+func newGated(steps ...time.Duration) *gatedConnector {
+	return &gatedConnector{scriptedConnector: scriptedConnector{steps: steps}, changed: make(chan struct{})}
+}
+
+func (c *gatedConnector) Transport() string          { return "broker" }
+func (c *gatedConnector) OpenTimeout() time.Duration { return 30 * time.Second }
+
+func (c *gatedConnector) Ready(zmtp.Target) <-chan struct{} {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	c.readies++
+	if c.open {
+		return nil
+	}
+	return c.changed
+}
+
+func (c *gatedConnector) setOpen(open bool) {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	c.open = open
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+type carriedConn struct{ net.Conn }
+
+func (carriedConn) Carrier() string { return "broker-a" }
+
+func (c *gatedConnector) Connect(ctx context.Context, t zmtp.Target) (net.Conn, error) {
+	conn, err := c.scriptedConnector.Connect(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("stream refused: %w", zmtp.ErrCarrierLost)
+	}
+	return carriedConn{conn}, nil
+}
+
+// TestLoopPendingUntilRouted: with a gated connector and no route, the loop
+// waits in state pending without polling (Ready is asked once per change);
+// a route wakes it within PendingWakeJitter; the session names its
+// carrier; a lost carrier is retried within ReconnectInitial without the
+// backoff growing.
+func TestLoopPendingUntilRouted(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		refuse := time.Duration(-1)
+		conn := newGated(refuse, refuse, refuse, refuse, refuse, time.Hour)
+		h := &countingHandler{}
+		var mu sync.Mutex
+		var states, carriers []string
+		l := &load.Loop{Endpoint: "tcp://10.0.0.1:5557", Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
+			Connector: conn, Handler: h,
+			State:   func(s string) { mu.Lock(); states = append(states, s); mu.Unlock() },
+			Carrier: func(id string) { mu.Lock(); carriers = append(carriers, id); mu.Unlock() }}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); l.Run(ctx) }()
+
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		conn.gmu.Lock()
+		readies := conn.readies
+		conn.gmu.Unlock()
+		if readies != 1 || len(conn.times()) != 0 {
+			t.Fatalf("without a route: %d Ready calls, %d attempts", readies, len(conn.times()))
+		}
+		mu.Lock()
+		if len(states) != 1 || states[0] != load.StatePending {
+			t.Fatalf("states %v, want [pending]", states)
+		}
+		mu.Unlock()
+
+		woken := time.Now()
+		conn.setOpen(true)
+		synctest.Wait()
+		time.Sleep(load.PendingWakeJitter + time.Millisecond)
+		synctest.Wait()
+		if at := conn.times(); len(at) == 0 || at[0].Sub(woken) > load.PendingWakeJitter {
+			t.Fatalf("attempts %v after waking at %v", at, woken)
+		}
+		// Five lost carriers: each retry within ReconnectInitial, so all
+		// six attempts fit in 6 × 500 ms (a growing backoff would not).
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		at := conn.times()
+		h.mu.Lock()
+		ends, sessions := h.endedAt, h.connected
+		h.mu.Unlock()
+		if len(at) != 6 || sessions != 1 {
+			t.Fatalf("%d attempts, %d sessions", len(at), sessions)
+		}
+		for i := 1; i < len(at); i++ {
+			if d := at[i].Sub(ends[i-1]); d > load.ReconnectInitial {
+				t.Errorf("retry %d after %v, want within %v", i, d, load.ReconnectInitial)
+			}
+		}
+		mu.Lock()
+		if len(carriers) != 1 || carriers[0] != "broker-a" || states[len(states)-1] != load.StateConnected {
+			t.Errorf("carriers %v, states %v", carriers, states)
+		}
+		mu.Unlock()
+		cancel()
+		<-done
+	})
+}
+
+func (c *scriptedConnector) times() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.attempts...)
 }

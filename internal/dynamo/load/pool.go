@@ -72,6 +72,8 @@ type poolSub struct {
 	transport string
 	// sessions counts transitions to connected.
 	sessions int
+	// broker carries the current (or last) session, "" when direct.
+	broker string
 }
 
 // Reconcile makes the running subscriptions those of want (at most
@@ -126,8 +128,8 @@ func (p *Pool) startLocked(parent context.Context, pub fleet.Publisher) {
 	sub := &poolSub{pub: pub, cancel: cancel, transport: p.Connector.Transport()}
 	p.subs[pub.PublisherID] = sub
 	p.setLocked(sub, StatePending)
-	loop := &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Limits: p.Limits, Connector: p.Connector,
-		Handler: p.NewHandler(pub), State: func(s string) { p.transition(sub, s) }}
+	loop := &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Namespace: pub.Namespace, Limits: p.Limits, Connector: p.Connector,
+		Handler: p.NewHandler(pub), State: func(s string) { p.transition(sub, s) }, Carrier: func(id string) { p.carrier(sub, id) }}
 	p.wg.Add(1)
 	loop.Start(ctx, p.wg.Done)
 }
@@ -193,6 +195,13 @@ func (p *Pool) transition(sub *poolSub, state string) {
 	}
 }
 
+// carrier records the broker carrying a subscription's session.
+func (p *Pool) carrier(sub *poolSub, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sub.broker = id
+}
+
 // setLocked moves a subscription to state ("" when it stops), moving the
 // gauge from its previous state; p.mu is held.
 func (p *Pool) setLocked(sub *poolSub, state string) {
@@ -217,7 +226,7 @@ func (p *Pool) Subscriptions() []SubscriptionInfo {
 	out := make([]SubscriptionInfo, 0, len(p.subs))
 	for _, sub := range p.subs {
 		out = append(out, SubscriptionInfo{Family: p.Family, PublisherID: sub.pub.PublisherID, Namespace: sub.pub.Namespace,
-			Component: sub.pub.Component, State: sub.state, Transport: sub.transport, Reconnects: max(sub.sessions-1, 0)})
+			Component: sub.pub.Component, State: sub.state, Transport: sub.transport, Broker: sub.brokerNow(), Reconnects: max(sub.sessions-1, 0)})
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.PublisherID, b.PublisherID) })
 	return out
@@ -233,6 +242,14 @@ func (p *Pool) States() map[string]int {
 		out[sub.state]++
 	}
 	return out
+}
+
+// brokerNow is the broker relaying the subscription while it is connected.
+func (sub *poolSub) brokerNow() string {
+	if sub.state != StateConnected {
+		return ""
+	}
+	return sub.broker
 }
 
 func (p *Pool) logger() *slog.Logger {

@@ -263,9 +263,9 @@ type transportConnector struct {
 	dials atomic.Int32
 }
 
-func (c *transportConnector) Connect(ctx context.Context, endpoint string) (net.Conn, error) {
+func (c *transportConnector) Connect(ctx context.Context, t zmtp.Target) (net.Conn, error) {
 	c.dials.Add(1)
-	return c.Direct.Connect(ctx, endpoint)
+	return c.Direct.Connect(ctx, t)
 }
 
 func (c *transportConnector) Transport() string { return c.name }

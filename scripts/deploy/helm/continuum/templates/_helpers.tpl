@@ -70,3 +70,41 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
+
+{{/* The port of an event bus client's router URL (https://HOST:PORT). */}}
+{{- define "continuum.routerPort" -}}
+{{- $u := urlParse (required "the router's event bus listener is required: https://HOST:PORT" .) -}}
+{{- if ne $u.scheme "https" -}}
+{{- fail (printf "router %q: want https://HOST:PORT" .) -}}
+{{- end -}}
+{{- $port := trimPrefix ":" (regexFind ":[0-9]+$" $u.host) -}}
+{{- required (printf "router %q: want https://HOST:PORT" .) $port -}}
+{{- end -}}
+
+{{/* The Secret name holding an event bus client's token; $c is its values, $suffix its objects' suffix. */}}
+{{- define "continuum.busTokenSecret" -}}
+{{- $c := index . 1 -}}
+{{- if $c.tokenSecret.name -}}
+{{- $c.tokenSecret.name -}}
+{{- else -}}
+{{- printf "%s-%s-token" (include "continuum.fullname" (index . 0)) (index . 2) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector labels of an event bus client ((list . "broker")): a name of
+its own, so that the router's selectors, Service and NetworkPolicy never
+take its pods. */}}
+{{- define "continuum.clientSelectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ printf "%s-%s" (include "continuum.name" $root) (index . 1) }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+{{- end -}}
+
+{{- define "continuum.clientLabels" -}}
+{{- $root := index . 0 -}}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
+{{ include "continuum.clientSelectorLabels" . }}
+app.kubernetes.io/component: {{ index . 1 }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+{{- end -}}

@@ -1,0 +1,171 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/cli/broker"
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/eventbus"
+	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+func factory() *cmdutil.Factory {
+	ios, _, _, _ := iostreams.Test()
+	return &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv, ConfigPath: func() string { return "" },
+		Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
+}
+
+// TestNewCmdBroker: flags only.
+func TestNewCmdBroker(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args    string
+		wantErr string
+		check   func(*broker.Options) bool
+	}{
+		{args: "--router https://r:7443 --id b.dynamo --token-file tok --dynamo-namespace a --dynamo-namespace b --source file --file-root /x --metrics-address 127.0.0.1:0 --drain-grace 3s",
+			check: func(o *broker.Options) bool {
+				return o.Bus.Router == "https://r:7443" && o.Bus.ID == "b.dynamo" && o.Bus.TokenFile == "tok" &&
+					strings.Join(o.Discovery.DynamoNamespaces, ",") == "a,b" && o.Discovery.FileRoot == "/x" &&
+					o.Bus.MetricsAddress == "127.0.0.1:0" && o.Bus.DrainGrace == 3*time.Second
+			}},
+		{args: "--router https://r:7443 --id b --cert c.pem --key k.pem --ca-file ca.pem --dynamo-namespace a",
+			check: func(o *broker.Options) bool {
+				return o.Bus.CertFile == "c.pem" && o.Bus.KeyFile == "k.pem" && o.Bus.CAFile == "ca.pem" && o.Bus.MetricsAddress == ":9091"
+			}},
+		{args: "--router https://r:7443 --id b --dynamo-namespace a", wantErr: "no credential"},
+		{args: "--router https://r:7443 --id b --cert c.pem --dynamo-namespace a", wantErr: "--cert and --key go together"},
+		{args: "--router https://r:7443 --id b --token-file t", wantErr: "--dynamo-namespace"},
+		{args: "--id b --token-file t --dynamo-namespace a", wantErr: "router"},
+	}
+	for _, c := range cases {
+		var got *broker.Options
+		cmd := broker.NewCmdBroker(factory(), func(_ context.Context, o *broker.Options) error { got = o; return nil })
+		args := strings.Fields(c.args)
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: err = %v, want %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || got == nil || !c.check(got) {
+			t.Errorf("%s: err %v, options %+v", c.args, err, got)
+		}
+	}
+}
+
+// TestRun: the broker follows a file store fleet, opens a session with a
+// real listener, relays the advertised publisher, refuses another target
+// (target_not_advertised), serves its metrics, and drains when its
+// context ends.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	pki := testutil.NewTestPKI(t)
+	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
+		Entries:     []eventbus.Entry{{ID: "broker-a.dynamo", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("tok"), Namespaces: []string{"dynamo"}}},
+		MaxSessions: 4, MaxStreamsPerSession: 8, MaxSessionBufferBytes: 8 << 16, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busCtx, stopBus := context.WithCancel(context.Background())
+	busDone := make(chan struct{})
+	go func() { defer close(busDone); _ = bus.Run(busCtx) }()
+	defer func() { stopBus(); <-busDone }()
+	testutil.Eventually(t, 10*time.Second, "the bus listening", func() bool { return bus.LocalAddr() != nil })
+
+	root := t.TempDir()
+	pub := testutil.StartGoPublisher(t)
+	testutil.WriteFileWorker(t, root, testutil.FileWorker{InstanceID: 0x10, LoadPublisherID: 0x11, LoadEndpoint: pub.Endpoint})
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := make(chan string, 1)
+	o := &broker.Options{IO: factory().IOStreams, Env: os.LookupEnv, Logger: factory().Logger, Timeout: 10 * time.Second,
+		Bus: cmdutil.BusClientFlags{Router: "https://" + bus.LocalAddr().String(), ID: "broker-a.dynamo", TokenFile: tokenFile,
+			CAFile: pki.CAFile, MetricsAddress: "127.0.0.1:0", DrainGrace: 5 * time.Second},
+		Ready: func(a string) { metricsAddr <- a }}
+	o.Discovery.Source, o.Discovery.FileRoot, o.Discovery.DynamoNamespaces = "file", root, []string{"dynamo"}
+	o.Discovery.SetChanged(true, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- broker.Run(ctx, o) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
+	testutil.Eventually(t, 15*time.Second, "the broker's session", func() bool { return bus.Covers("dynamo") })
+
+	host, port, _ := zmtp.SplitTCPEndpoint(pub.Endpoint)
+	p, _ := strconv.Atoi(port)
+	var re *eventbus.RefusedError
+	if _, err := bus.OpenStream(t.Context(), eventbus.Target{Namespace: "dynamo", Host: host, Port: p + 1, Topic: "kv_metrics"}); !errors.As(err, &re) || re.Code != eventbus.CodeTargetNotAdvertised {
+		t.Errorf("unadvertised port: %v", err)
+	}
+	if _, err := bus.OpenStream(t.Context(), eventbus.Target{Namespace: "dynamo", Host: host, Port: p, Topic: "kv-events"}); !errors.As(err, &re) || re.Code != eventbus.CodeTargetNotAdvertised {
+		t.Errorf("unadvertised topic: %v", err)
+	}
+	s, err := bus.OpenStream(t.Context(), eventbus.Target{Namespace: "dynamo", Host: host, Port: p, Topic: "kv_metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer scancel()
+	if _, err := zmtp.Subscribe(sctx, s, []byte("kv_metrics"), zmtp.LimitsKVMetrics); err != nil {
+		t.Fatalf("ZMTP over the broker: %v", err)
+	}
+	_ = s.Close()
+
+	addr := <-metricsAddr
+	testutil.Eventually(t, 10*time.Second, "the broker's metrics", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		m := string(body)
+		return strings.Contains(m, "continuum_broker_session_connected 1") && strings.Contains(m, "continuum_broker_advertised_publishers 1") &&
+			strings.Contains(m, `continuum_broker_streams_total{result="target_not_advertised"} 2`) &&
+			strings.Contains(m, `continuum_broker_streams_total{result="opened"} 1`)
+	})
+
+	cancel()
+	select {
+	case err := <-done:
+		stopped = true
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broker did not drain")
+	}
+	if bus.Covers("dynamo") {
+		t.Error("a stopped broker still covers its namespace")
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Error("metrics still served after Run returned")
+	}
+}

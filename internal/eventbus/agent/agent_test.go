@@ -1,0 +1,185 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/eventbus"
+	"github.com/continuum-router/continuum/internal/eventbus/agent"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+var id = strings.Repeat("0a", 16)
+
+// TestNewChecks: a client needs an https://HOST:PORT router, a credential
+// and a valid hello.
+func TestNewChecks(t *testing.T) {
+	t.Parallel()
+	ok := agent.Options{Router: "https://router.example:7443", ID: "broker-a", Role: eventbus.RoleBroker, Token: "t",
+		Namespaces: []string{"dynamo"}, Opener: &agent.Publishers{}}
+	if _, err := agent.New(ok); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*agent.Options){
+		"http":          func(o *agent.Options) { o.Router = "http://router.example:7443" },
+		"no port":       func(o *agent.Options) { o.Router = "https://router.example" },
+		"a path":        func(o *agent.Options) { o.Router = "https://router.example:7443/bus" },
+		"no credential": func(o *agent.Options) { o.Token = "" },
+		"bad namespace": func(o *agent.Options) { o.Namespaces = []string{"has space"} },
+		"bad role":      func(o *agent.Options) { o.Role = "admin" },
+		"no opener":     func(o *agent.Options) { o.Opener = nil },
+	} {
+		o := ok
+		edit(&o)
+		if _, err := agent.New(o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestPublishersOpen: a broker refuses what it must not relay before it
+// dials anything, and dials what discovery advertises.
+func TestPublishersOpen(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	p := &agent.Publishers{Namespaces: []string{"dynamo"}, Advertised: func(tg eventbus.Target) bool { return tg.Host == "127.0.0.1" }}
+	sub := func(tg *eventbus.Target) *eventbus.Message {
+		return &eventbus.Message{Type: eventbus.TypeSubscribe, StreamID: id, Target: tg}
+	}
+	cases := []struct {
+		name string
+		m    *eventbus.Message
+		code string
+	}{
+		{"announced", &eventbus.Message{Type: eventbus.TypeSubscribe, StreamID: id, Announced: &eventbus.AnnouncedTarget{Backend: "b"}}, eventbus.CodeStreamRefused},
+		{"undeclared namespace", sub(&eventbus.Target{Namespace: "other", Host: "127.0.0.1", Port: port, Topic: "kv_metrics"}), eventbus.CodeNamespaceNotDeclared},
+		{"not advertised", sub(&eventbus.Target{Namespace: "dynamo", Host: "10.0.0.1", Port: port, Topic: "kv_metrics"}), eventbus.CodeTargetNotAdvertised},
+		{"nothing listening", sub(&eventbus.Target{Namespace: "dynamo", Host: "127.0.0.1", Port: closedPort, Topic: "kv_metrics"}), eventbus.CodeConnectFailed},
+		{"advertised", sub(&eventbus.Target{Namespace: "dynamo", Host: "127.0.0.1", Port: port, Topic: "kv_metrics"}), ""},
+	}
+	for _, c := range cases {
+		src, code, _ := p.Open(t.Context(), c.m)
+		if code != c.code {
+			t.Errorf("%s: code %q, want %q", c.name, code, c.code)
+		}
+		if src != nil {
+			src.Close()
+		}
+		if (src != nil) != (c.code == "") {
+			t.Errorf("%s: source %v", c.name, src)
+		}
+	}
+}
+
+// TestBackendsOpen: a kv-listener opens its backend's SSE stream with the
+// Last-Event-ID to resume from; an unknown or failing backend is refused.
+func TestBackendsOpen(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" {
+			http.Error(w, "no", http.StatusServiceUnavailable)
+			return
+		}
+		got <- r.Header.Get("Last-Event-ID") + " " + r.Header.Get("Accept")
+		_, _ = io.WriteString(w, "id: 8\ndata: x\n\n")
+	}))
+	defer srv.Close()
+	b := &agent.Backends{URLs: map[string]string{"ok": srv.URL + "/events", "fail": srv.URL + "/fail"}}
+	open := func(backend string, last *uint64) (io.ReadWriteCloser, string) {
+		src, code, _ := b.Open(t.Context(), &eventbus.Message{Type: eventbus.TypeSubscribe, StreamID: id,
+			Announced: &eventbus.AnnouncedTarget{Backend: backend, LastEventID: last}})
+		return src, code
+	}
+	if _, code := open("missing", nil); code != eventbus.CodeBackendUnknown {
+		t.Errorf("unknown backend: %q", code)
+	}
+	if _, code := open("fail", nil); code != eventbus.CodeBackendFailed {
+		t.Errorf("failing backend: %q", code)
+	}
+	seven := uint64(7)
+	src, code := open("ok", &seven)
+	if code != "" {
+		t.Fatal(code)
+	}
+	defer src.Close()
+	data, _ := io.ReadAll(src)
+	if string(data) != "id: 8\ndata: x\n\n" || <-got != "7 text/event-stream" {
+		t.Errorf("stream %q", data)
+	}
+	if n, err := src.Write([]byte("ignored")); n != 7 || err != nil {
+		t.Errorf("write %d %v", n, err)
+	}
+}
+
+// TestClientRetriesRefusedSession: a refused session is counted by its
+// code and retried with backoff until the context ends.
+func TestClientRetriesRefusedSession(t *testing.T) {
+	t.Parallel()
+	pki := testutil.NewTestPKI(t)
+	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
+		Entries:     []eventbus.Entry{{ID: "broker-a", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("right")}},
+		MaxSessions: 1, MaxStreamsPerSession: 1, MaxSessionBufferBytes: 1 << 20, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	busDone := make(chan struct{})
+	go func() { defer close(busDone); _ = bus.Run(ctx) }()
+	defer func() { cancel(); <-busDone }()
+	testutil.Eventually(t, 10*time.Second, "listening", func() bool { return bus.LocalAddr() != nil })
+	roots, err := agentRoots(pki.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := telemetry.NewBrokerMetrics(nil)
+	c, err := agent.New(agent.Options{Router: "https://127.0.0.1:" + strconv.Itoa(bus.LocalAddr().(*net.TCPAddr).Port), ID: "broker-a",
+		Role: eventbus.RoleBroker, Token: "wrong", RootCAs: roots, Namespaces: []string{"dynamo"}, Opener: &agent.Publishers{}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	testutil.Eventually(t, 15*time.Second, "two refused attempts", func() bool {
+		return promtest.ToFloat64(m.Sessions.WithLabelValues(eventbus.CodeUnauthenticated)) >= 2
+	})
+	ccancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v", err)
+	}
+	if promtest.ToFloat64(m.Connected) != 0 {
+		t.Error("connected after refusals")
+	}
+}

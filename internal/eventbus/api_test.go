@@ -1,0 +1,358 @@
+package eventbus_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/eventbus"
+	"github.com/continuum-router/continuum/internal/eventbus/agent"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// targetOf is the target of a publisher endpoint tcp://host:port.
+func targetOf(t *testing.T, ns, endpoint, topic string) eventbus.Target {
+	t.Helper()
+	host, port, err := zmtp.SplitTCPEndpoint(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	return eventbus.Target{Namespace: ns, Host: host, Port: p, Topic: topic}
+}
+
+// subscribe runs a ZMTP SUB handshake over a bus stream.
+func subscribe(t *testing.T, c net.Conn, topic string) *zmtp.Sub {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	zs, err := zmtp.Subscribe(ctx, c, []byte(topic), zmtp.LimitsKVMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return zs
+}
+
+// receive publishes until the subscriber sees a message (a PUB socket
+// drops what it sends before the subscription arrives).
+func receive(t *testing.T, pub *testutil.GoPublisher, zs *zmtp.Sub, frames [][]byte) [][]byte {
+	t.Helper()
+	got := make(chan [][]byte, 1)
+	go func() {
+		f, err := zs.Next()
+		if err == nil {
+			got <- f
+		}
+		close(got)
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case f, ok := <-got:
+			if !ok {
+				t.Fatal("the stream ended before a message")
+			}
+			return f
+		case <-tick.C:
+			_ = pub.Send(frames)
+		case <-deadline:
+			t.Fatal("no message through the bus within 10s")
+		}
+	}
+}
+
+// TestOpenStreamRelaysPublisher: a broker client relays a real ZMQ
+// publisher's bytes; the router's ZMTP subscriber runs over the stream
+// as over TCP.
+func TestOpenStreamRelaysPublisher(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "namespace covered", func() bool { return tb.Covers("dynamo") })
+	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	zs := subscribe(t, c, "kv_metrics")
+	want := [][]byte{[]byte("kv_metrics"), []byte("payload over the bus")}
+	got := receive(t, pub, zs, want)
+	if len(got) != 2 || string(got[1]) != "payload over the bus" {
+		t.Errorf("frames %q", got)
+	}
+	if c.Carrier() != brokerA || tb.SessionCount() != 1 {
+		t.Errorf("carrier %q, %d sessions", c.Carrier(), tb.SessionCount())
+	}
+	if cov := tb.CoveredNamespaces(); len(cov) != 1 || cov[0] != "dynamo" {
+		t.Errorf("covered %v", cov)
+	}
+}
+
+// TestOpenStreamErrors: each error of the API.
+func TestOpenStreamErrors(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, func(s *eventbus.Settings, to *eventbus.Timeouts) {
+		s.MaxStreamsPerSession = 1
+		to.Open = 500 * time.Millisecond
+	})
+	pub := testutil.StartGoPublisher(t)
+	good := targetOf(t, "dynamo", pub.Endpoint, "kv_metrics")
+
+	if _, err := tb.OpenStream(t.Context(), good); !errors.Is(err, eventbus.ErrNoSession) || !errors.Is(err, zmtp.ErrCarrierLost) {
+		t.Errorf("no session: %v", err)
+	}
+	bad := good
+	bad.Port = 0
+	if _, err := tb.OpenStream(t.Context(), bad); !errors.Is(err, eventbus.ErrInvalidTarget) {
+		t.Errorf("port 0: %v", err)
+	}
+
+	// A broker that advertises only its publisher.
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, func(tg eventbus.Target) bool { return tg == good })
+	testutil.Eventually(t, 10*time.Second, "covered", func() bool { return tb.Covers("dynamo") })
+	other := good
+	other.Host = "10.1.2.3"
+	var re *eventbus.RefusedError
+	if _, err := tb.OpenStream(t.Context(), other); !errors.As(err, &re) || re.Code != eventbus.CodeTargetNotAdvertised {
+		t.Errorf("unadvertised: %v", err)
+	}
+	notDeclared := good
+	notDeclared.Namespace = "other"
+	if _, err := tb.OpenStream(t.Context(), notDeclared); !errors.Is(err, eventbus.ErrNoSession) {
+		t.Errorf("undeclared namespace: %v", err)
+	}
+	c, err := tb.OpenStream(t.Context(), good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.OpenStream(t.Context(), good); !errors.Is(err, eventbus.ErrTooManyStreams) {
+		t.Errorf("over max_streams_per_session: %v", err)
+	}
+	_ = c.Close()
+
+	// A session that never opens the data stream: OpenTimeout, then the
+	// client is told to unsubscribe.
+	rs := openSession(t, tb.dial(t, nil), tokenB, hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil))
+	tgt := eventbus.Target{Namespace: "dynamo", Host: "10.9.9.9", Port: 1, Topic: "kv_metrics"}
+	var placed *eventbus.Target
+	for port := 1; port < 200; port++ {
+		tgt.Port = port
+		if eventbus.Weight(tgt, brokerB) > eventbus.Weight(tgt, brokerA) {
+			placed = &tgt
+			break
+		}
+	}
+	if placed == nil {
+		t.Fatal("no target that broker B wins")
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := tb.OpenStream(t.Context(), *placed); errc <- err }()
+	sub := rs.next(t)
+	if sub.Type != eventbus.TypeSubscribe {
+		t.Fatalf("%+v", sub)
+	}
+	if err := <-errc; !errors.Is(err, eventbus.ErrOpenTimeout) {
+		t.Errorf("never opened: %v", err)
+	}
+	if m := rs.next(t); m.Type != eventbus.TypeUnsubscribe || m.StreamID != sub.StreamID {
+		t.Errorf("after the timeout: %+v", m)
+	}
+
+	// The session ends while a stream is pending.
+	go func() { _, err := tb.OpenStream(t.Context(), *placed); errc <- err }()
+	if m := rs.next(t); m.Type != eventbus.TypeSubscribe {
+		t.Fatalf("%+v", m)
+	}
+	_ = rs.w.Close()
+	if err := <-errc; !errors.Is(err, eventbus.ErrSessionClosed) || !errors.Is(err, zmtp.ErrCarrierLost) {
+		t.Errorf("session ended: %v", err)
+	}
+}
+
+// TestWeight pins the rendezvous weight's byte layout, and its placement
+// properties: about 1/N of the targets on each of N sessions, and a new
+// session taking targets only to itself.
+func TestWeight(t *testing.T) {
+	t.Parallel()
+	tg := eventbus.Target{Namespace: "dynamo", Host: "10.0.0.1", Port: 5557, Topic: "kv_metrics"}
+	key := []byte("dynamo\x0010.0.0.1\x005557\x00kv_metrics")
+	msg := binary.BigEndian.AppendUint64(nil, uint64(len(key)))
+	msg = append(append(msg, key...), "broker-a"...)
+	sum := sha256.Sum256(msg)
+	if got, want := eventbus.Weight(tg, "broker-a"), binary.BigEndian.Uint64(sum[:8]); got != want {
+		t.Fatalf("weight %x, want %x", got, want)
+	}
+	owner := func(tg eventbus.Target, clients []string) string {
+		best, bw := "", uint64(0)
+		for _, c := range clients {
+			if w := eventbus.Weight(tg, c); best == "" || w > bw {
+				best, bw = c, w
+			}
+		}
+		return best
+	}
+	three := []string{"b1", "b2", "b3"}
+	counts := map[string]int{}
+	moved := 0
+	const n = 3000
+	for i := range n {
+		tg := eventbus.Target{Namespace: "dynamo", Host: fmt.Sprintf("10.0.%d.%d", i/250, i%250), Port: 5557, Topic: "kv_metrics"}
+		before := owner(tg, three)
+		counts[before]++
+		after := owner(tg, append(three, "b4"))
+		if after != before {
+			if after != "b4" {
+				t.Fatalf("target %d moved from %s to %s, not to the new session", i, before, after)
+			}
+			moved++
+		}
+	}
+	for _, c := range three {
+		if counts[c] < n/3-150 || counts[c] > n/3+150 {
+			t.Errorf("session %s holds %d of %d targets", c, counts[c], n)
+		}
+	}
+	if moved < n/4-150 || moved > n/4+150 {
+		t.Errorf("a fourth session took %d of %d targets, want about a quarter", moved, n)
+	}
+}
+
+// TestPlacementFollowsWeight: with two broker sessions, OpenStream puts
+// each target on the session its weight names.
+func TestPlacementFollowsWeight(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	tb.brokerAgent(t, brokerB, tokenB, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "two sessions", func() bool { return tb.SessionCount() == 2 })
+	if cov := tb.Coverage([]string{"dynamo", "absent"}); len(cov) != 2 || strings.Join(cov[1].Brokers, ",") != brokerA+","+brokerB || len(cov[0].Brokers) != 0 {
+		t.Errorf("coverage %+v", cov)
+	}
+	for _, topic := range []string{"kv_metrics", "kv-events", "kv_events", "x"} {
+		tg := targetOf(t, "dynamo", pub.Endpoint, topic)
+		want := brokerA
+		if eventbus.Weight(tg, brokerB) > eventbus.Weight(tg, brokerA) {
+			want = brokerB
+		}
+		c, err := tb.OpenStream(t.Context(), tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Carrier() != want {
+			t.Errorf("topic %s on %s, want %s", topic, c.Carrier(), want)
+		}
+		_ = c.Close()
+	}
+}
+
+// TestDrainingMovesStreams: a broker that drains (SIGTERM) tells the
+// router, which ends its streams as a lost carrier and places no new
+// ones on it; the broker's Run returns once they are gone.
+func TestDrainingMovesStreams(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	stopA := tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "covered", func() bool { return tb.Covers("dynamo") })
+	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	zs := subscribe(t, c, "kv_metrics")
+	receive(t, pub, zs, [][]byte{[]byte("kv_metrics"), []byte("x")})
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := zs.Next(); err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	stopped := make(chan struct{})
+	go func() { stopA(); close(stopped) }()
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, zmtp.ErrCarrierLost) {
+			t.Errorf("the drained stream ended with %v, want a lost carrier", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream outlived the drain")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broker did not finish draining")
+	}
+	if tb.Covers("dynamo") {
+		t.Error("a drained broker still covers its namespace")
+	}
+}
+
+// TestAnnouncedStream: a kv-listener relays its backend's SSE stream,
+// resumed from the Last-Event-ID the router asks for; the session with
+// the fewest streams is chosen.
+func TestAnnouncedStream(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	var mu sync.Mutex
+	var lastIDs []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "id: 6\ndata: {\"event\":6}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer backend.Close()
+	defer backend.CloseClientConnections()
+	c, err := agent.New(agent.Options{Router: tb.url(), ID: kvID, Role: eventbus.RoleKVListener, Token: tokenKV, RootCAs: tb.roots(t),
+		Sources: []string{"vllm-1"}, Opener: &agent.Backends{URLs: map[string]string{"vllm-1": backend.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, c)
+	testutil.Eventually(t, 10*time.Second, "the kv-listener session", func() bool { return tb.SessionCount() == 1 })
+	if tb.Covers("dynamo") {
+		t.Error("a kv_listener covers a namespace")
+	}
+	if _, err := tb.OpenAnnouncedStream(t.Context(), "vllm-2", nil); !errors.Is(err, eventbus.ErrNoSession) {
+		t.Errorf("unannounced backend: %v", err)
+	}
+	last := uint64(5)
+	s, err := tb.OpenAnnouncedStream(t.Context(), "vllm-1", &last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	buf := make([]byte, 64)
+	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.ReadAtLeast(s, buf, len("id: 6\n"))
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "id: 6\n") {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lastIDs) != 1 || lastIDs[0] != "5" {
+		t.Errorf("Last-Event-ID %q", lastIDs)
+	}
+}

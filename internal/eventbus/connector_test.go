@@ -1,0 +1,166 @@
+package eventbus_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/eventbus"
+	"github.com/continuum-router/continuum/internal/eventbus/agent"
+	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
+)
+
+// cutProxy forwards TCP to addr until cut, which drops every connection
+// at once and refuses new ones: a broker killed with SIGKILL, seen from
+// the router.
+type cutProxy struct {
+	ln    net.Listener
+	addr  string
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, addr string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, addr: addr}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// loopHandler counts sessions and messages.
+type loopHandler struct {
+	mu        sync.Mutex
+	connected int
+	messages  int
+	ended     []error
+}
+
+func (h *loopHandler) Connected()                  { h.mu.Lock(); h.connected++; h.mu.Unlock() }
+func (h *loopHandler) Message([][]byte, time.Time) { h.mu.Lock(); h.messages++; h.mu.Unlock() }
+func (h *loopHandler) Oversized()                  {}
+func (h *loopHandler) Ended(err error)             { h.mu.Lock(); h.ended = append(h.ended, err); h.mu.Unlock() }
+func (h *loopHandler) counts() (int, int, []error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.connected, h.messages, append([]error(nil), h.ended...)
+}
+
+// TestConnectorFailover: a subscription through the broker connector is
+// pending until a broker covers its namespace, connects through it, goes
+// back to pending when the broker dies (the session's loss is a lost
+// carrier, retried at once), and carries on through a new broker without
+// a restart.
+func TestConnectorFailover(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	h := &loopHandler{}
+	var mu sync.Mutex
+	var states, carriers []string
+	l := &load.Loop{Endpoint: pub.Endpoint, Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
+		Connector: &eventbus.Connector{Bus: tb.Bus}, Handler: h,
+		State:   func(s string) { mu.Lock(); states = append(states, s); mu.Unlock() },
+		Carrier: func(id string) { mu.Lock(); carriers = append(carriers, id); mu.Unlock() }}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	state := func() string { mu.Lock(); defer mu.Unlock(); return states[len(states)-1] }
+	testutil.Eventually(t, 10*time.Second, "pending", func() bool { mu.Lock(); defer mu.Unlock(); return len(states) > 0 && states[0] == load.StatePending })
+
+	// Broker A, through a proxy that can be cut.
+	proxy := newCutProxy(t, tb.addr)
+	c, err := agent.New(agent.Options{Router: "https://" + proxy.ln.Addr().String(), ID: brokerA, Role: eventbus.RoleBroker, Token: tokenA,
+		RootCAs: tb.roots(t), Namespaces: []string{"dynamo"},
+		Opener: &agent.Publishers{Namespaces: []string{"dynamo"}, Advertised: func(eventbus.Target) bool { return true }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, c)
+	flow := func(what string, sessions int) {
+		t.Helper()
+		testutil.Eventually(t, 15*time.Second, what, func() bool {
+			_ = pub.Send([][]byte{[]byte("kv_metrics"), []byte("sample")})
+			n, m, _ := h.counts()
+			return n == sessions && m > 0 && state() == load.StateConnected
+		})
+	}
+	flow("messages through broker A", 1)
+
+	proxy.cut()
+	lost := time.Now()
+	testutil.Eventually(t, 10*time.Second, "pending again", func() bool { return state() == load.StatePending })
+	if d := time.Since(lost); d > 2*time.Second {
+		t.Errorf("the lost carrier took %v to notice and retry", d)
+	}
+	_, _, ended := h.counts()
+	if len(ended) == 0 || !errors.Is(ended[len(ended)-1], zmtp.ErrCarrierLost) {
+		t.Errorf("the session ended with %v, want a lost carrier", ended)
+	}
+
+	h.mu.Lock()
+	h.messages = 0
+	h.mu.Unlock()
+	tb.brokerAgent(t, brokerB, tokenB, []string{"dynamo"}, nil)
+	flow("messages through broker B", 2)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(carriers) != 2 || carriers[0] != brokerA || carriers[1] != brokerB {
+		t.Errorf("carriers %v", carriers)
+	}
+}
+
+// TestConnectorWithoutBus: with no bus (the event bus disabled), a broker
+// subscription stays pending and never dials.
+func TestConnectorWithoutBus(t *testing.T) {
+	t.Parallel()
+	c := &eventbus.Connector{}
+	if c.Ready(zmtp.Target{Namespace: "dynamo"}) == nil {
+		t.Error("ready without a bus")
+	}
+	if _, err := c.Connect(t.Context(), zmtp.Target{Endpoint: "tcp://127.0.0.1:1", Namespace: "dynamo"}); !errors.Is(err, eventbus.ErrNoSession) {
+		t.Errorf("connect: %v", err)
+	}
+	if c.Transport() != "broker" {
+		t.Error(c.Transport())
+	}
+}

@@ -1,0 +1,652 @@
+package eventbus
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/telemetry"
+)
+
+// timing holds the listener's timeouts; tests shorten them.
+type timing struct {
+	handshake, hello, auth, idleConn, keepalive, pingTimeout time.Duration
+	listenRetry, open, close, lossGrace, stopGrace           time.Duration
+}
+
+var defaultTiming = timing{
+	handshake: HandshakeTimeout, hello: HelloTimeout, auth: AuthTimeout, idleConn: CloseAfterLastRequest,
+	keepalive: KeepalivePing, pingTimeout: PingTimeout, listenRetry: ListenRetry, open: OpenTimeout,
+	close: CloseTimeout, lossGrace: SessionLossGrace, stopGrace: 5 * time.Second,
+}
+
+// Bus is the router's event bus: the listener that in-cluster clients
+// connect to, their sessions, and the API that opens streams through
+// them. New builds it; Run serves until its context ends; Apply changes
+// its settings while it runs.
+type Bus struct {
+	logger  *slog.Logger
+	metrics *telemetry.EventBusMetrics
+	t       timing
+
+	settings atomic.Pointer[Settings]
+	creds    atomic.Pointer[credentials]
+	tls      atomic.Pointer[tlsState]
+	handlers tracker
+
+	// mu guards everything below, and every session's and stream's
+	// mutable fields.
+	mu       sync.Mutex
+	sessions map[string]*session // by session id
+	byEntry  map[string]*session // by entry id
+	preHello map[string]bool     // entries with a hello being read
+	revoked  *revokedSet
+	conns    map[*busConn]struct{}
+	byTLS    map[net.Conn]*busConn
+	servers  []*server // every generation's, for shutdown
+	current  *server   // the generation new connections go to
+	streams  int
+	changed  chan struct{} // closed at the next change of the sessions
+	running  bool
+	addr     net.Addr
+	// nextLn is a listener Apply bound on a new address, for Run to serve.
+	nextLn  net.Listener
+	caGen   uint64
+	stopped bool
+	kick    chan struct{}
+}
+
+// tlsState is one generation of the listener's TLS settings; caGen names
+// the client CA generation that verifies connections handshaken with it.
+type tlsState struct {
+	config                    *tls.Config
+	caGen                     uint64
+	certFile, keyFile, caFile string
+}
+
+// New returns a bus with settings; nothing listens until Run. metrics and
+// logger may be nil.
+func New(s Settings, metrics *telemetry.EventBusMetrics, logger *slog.Logger) (*Bus, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if metrics == nil {
+		metrics = telemetry.NewEventBusMetrics(nil)
+	}
+	b := &Bus{logger: logger, metrics: metrics, t: defaultTiming,
+		sessions: map[string]*session{}, byEntry: map[string]*session{}, preHello: map[string]bool{},
+		revoked: newRevokedSet(), conns: map[*busConn]struct{}{}, byTLS: map[net.Conn]*busConn{}, changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	for _, c := range RefusalCodes {
+		metrics.Refusals.WithLabelValues(c)
+	}
+	s = cloneSettings(s)
+	b.settings.Store(&s)
+	b.creds.Store(newCredentials(s.Entries))
+	return b, nil
+}
+
+func cloneSettings(s Settings) Settings {
+	s.Entries = append([]Entry(nil), s.Entries...)
+	return s
+}
+
+// loadTLS reads the listener's certificate and client CA.
+func loadTLS(s *Settings, caGen uint64) (*tlsState, error) {
+	if s.CertFile == "" || s.KeyFile == "" {
+		return nil, errors.New("tls.cert and tls.key are required: the listener is TLS 1.3 only")
+	}
+	cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert %s, tls.key %s: %w", s.CertFile, s.KeyFile, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, NextProtos: []string{protoH2}}
+	if s.ClientCAFile != "" {
+		pem, err := os.ReadFile(s.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.client_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.client_ca %s: no PEM certificate", s.ClientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return &tlsState{config: cfg, caGen: caGen, certFile: s.CertFile, keyFile: s.KeyFile, caFile: s.ClientCAFile}, nil
+}
+
+// Run serves the listener until ctx ends, then closes every session and
+// connection. A listener that fails to start (its TLS files missing, its
+// port in use) is logged and retried every ListenRetry; Run returns nil.
+func (b *Bus) Run(ctx context.Context) error {
+	b.mu.Lock()
+	b.stopped = false
+	b.mu.Unlock()
+	b.handlers.reopen()
+	// A request to rebind made while nothing ran is already served by
+	// starting.
+	select {
+	case <-b.kick:
+	default:
+	}
+	defer b.shutdown()
+	for {
+		ln, err := b.takeListener()
+		if err != nil {
+			b.logger.Warn("event bus listener failed to start; retrying", "address", b.settings.Load().Listen, "err", err, "retry", b.t.listenRetry)
+			t := time.NewTimer(b.t.listenRetry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			case <-b.kick:
+				t.Stop()
+			}
+			continue
+		}
+		b.setRunning(ln.Addr())
+		b.logger.Info("event bus listening", "address", ln.Addr().String())
+		acceptDone := make(chan error, 1)
+		go func() { acceptDone <- b.accept(ctx, ln) }()
+		select {
+		case <-ctx.Done():
+			_ = ln.Close()
+			b.acceptEnded(<-acceptDone)
+			return nil
+		case <-b.kick:
+			// Apply bound a new address, or changed the TLS files of a
+			// listener that is running: serve the new listener.
+			_ = ln.Close()
+			b.acceptEnded(<-acceptDone)
+		case err := <-acceptDone:
+			_ = ln.Close()
+			b.setStopped()
+			b.logger.Warn("event bus listener failed; restarting", "err", err)
+			if !sleepCtx(ctx, b.t.listenRetry) {
+				return nil
+			}
+		}
+	}
+}
+
+// acceptEnded logs why an accept loop that was asked to stop ended, when
+// it was not that request.
+func (b *Bus) acceptEnded(err error) {
+	if err != nil {
+		b.logger.Debug("event bus accept loop ended", "err", err)
+	}
+}
+
+// takeListener returns the listener Apply bound, or binds the configured
+// address and loads the TLS files.
+func (b *Bus) takeListener() (net.Listener, error) {
+	b.mu.Lock()
+	ln := b.nextLn
+	b.nextLn = nil
+	gen := b.caGen
+	b.mu.Unlock()
+	s := b.settings.Load()
+	if ts := b.tls.Load(); ts == nil || ts.certFile != s.CertFile || ts.keyFile != s.KeyFile || ts.caFile != s.ClientCAFile {
+		st, err := loadTLS(s, gen)
+		if err != nil {
+			if ln != nil {
+				_ = ln.Close()
+			}
+			return nil, err
+		}
+		b.tls.Store(st)
+	}
+	if ln != nil {
+		return ln, nil
+	}
+	return net.Listen("tcp", s.Listen)
+}
+
+func (b *Bus) setRunning(addr net.Addr) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.running, b.addr = true, addr
+}
+
+func (b *Bus) setStopped() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.running, b.addr = false, nil
+}
+
+// accept admits connections until the listener closes.
+func (b *Bus) accept(ctx context.Context, ln net.Listener) error {
+	var delay time.Duration
+	for {
+		raw, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// Out of file descriptors and the like: slow down.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				if !sleepCtx(ctx, delay) {
+					return nil
+				}
+				continue
+			}
+			return err
+		}
+		delay = 0
+		bc, ok := b.admit(raw)
+		if !ok {
+			b.refused(CodeConnectionLimit)
+			_ = raw.Close()
+			continue
+		}
+		go b.serveConn(ctx, bc)
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// busConn is one accepted TCP connection.
+type busConn struct {
+	raw       net.Conn
+	tls       *tls.Conn
+	caGen     uint64
+	authed    atomic.Bool
+	authTimer *time.Timer
+	done      chan struct{}
+}
+
+// admit counts a new connection against the limit.
+func (b *Bus) admit(raw net.Conn) (*busConn, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped || len(b.conns) >= ConnectionLimit(b.settings.Load().MaxSessions) {
+		return nil, false
+	}
+	bc := &busConn{raw: raw, done: make(chan struct{})}
+	b.conns[bc] = struct{}{}
+	return bc, true
+}
+
+func (b *Bus) releaseConn(bc *busConn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.conns[bc]; !ok {
+		return
+	}
+	delete(b.conns, bc)
+	if bc.tls != nil {
+		delete(b.byTLS, bc.tls)
+	}
+	close(bc.done)
+}
+
+// refused counts a refusal.
+func (b *Bus) refused(code string) { b.metrics.Refusals.WithLabelValues(code).Inc() }
+
+// tlsRecordHandshake is the first byte of every TLS connection.
+const tlsRecordHandshake = 0x16
+
+// serveConn checks the first byte, completes the TLS handshake and serves
+// HTTP/2 on the connection until it closes.
+func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
+	// Until the connection is handed to the HTTP/2 server, it is closed
+	// and released here; after, when the server is done with it.
+	handed := false
+	defer func() {
+		if !handed {
+			_ = bc.raw.Close()
+			b.releaseConn(bc)
+		}
+	}()
+	raw := bc.raw
+	_ = raw.SetDeadline(time.Now().Add(b.t.handshake))
+	var first [1]byte
+	if _, err := io.ReadFull(raw, first[:]); err != nil {
+		if isTimeout(err) {
+			b.refused(CodeHandshakeTimeout)
+		}
+		return
+	}
+	if first[0] != tlsRecordHandshake {
+		b.refused(CodeTLSRequired)
+		if first[0] >= 0x20 && first[0] < 0x7f {
+			// A plaintext HTTP client is told why, in words it reads.
+			_, _ = raw.Write(plainRefusal(CodeTLSRequired, "the event bus listener speaks HTTP/2 over TLS 1.3 only"))
+		}
+		return
+	}
+	ts := b.tls.Load()
+	tc := tls.Server(&prefixConn{Conn: raw, prefix: first[:]}, ts.config)
+	hctx, cancel := context.WithTimeout(ctx, b.t.handshake)
+	err := tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+			b.refused(CodeHandshakeTimeout)
+		} else {
+			b.refused(CodeHandshakeFailed)
+		}
+		b.logger.Debug("event bus handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
+	if tc.ConnectionState().NegotiatedProtocol != protoH2 {
+		b.refused(CodeHandshakeFailed)
+		return
+	}
+	bc.tls, bc.caGen = tc, ts.caGen
+	bc.authTimer = time.AfterFunc(b.t.auth, func() {
+		if !bc.authed.Load() {
+			b.refused(CodeAuthTimeout)
+			_ = raw.Close()
+		}
+	})
+	if !b.handOff(ctx, bc) {
+		bc.authTimer.Stop()
+		return
+	}
+	handed = true
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// prefixConn replays the bytes read to check a connection's first byte.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// errorBody is the JSON body of a refusal.
+func errorBody(code, message string) []byte {
+	b, _ := json.Marshal(map[string]map[string]string{"error": {"code": code, "message": message}})
+	return b
+}
+
+// plainRefusal is an HTTP/1.1 403 answer to a plaintext client.
+func plainRefusal(code, message string) []byte {
+	body := errorBody(code, message)
+	return []byte("HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + string(body))
+}
+
+// refuse answers a request with status and code.
+func (b *Bus) refuse(w http.ResponseWriter, status int, code, message string) {
+	b.refused(code)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(errorBody(code, message))
+}
+
+// serveHTTP authenticates a request and serves the control channel or a
+// data stream.
+func (b *Bus) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	bc, _ := r.Context().Value(connKey{}).(*busConn)
+	if bc == nil || !b.handlers.enter() {
+		return // shutting down: the connection is closing
+	}
+	defer b.handlers.leave()
+	ent, status, code, why := b.authenticate(bc, r)
+	if code != "" {
+		b.refuse(w, status, code, why)
+		return
+	}
+	version, err := strconv.Atoi(r.Header.Get(HeaderVersion))
+	if err != nil || version < 1 {
+		b.refuse(w, http.StatusBadRequest, CodeUnsupportedVersion, fmt.Sprintf("send %s: %d", HeaderVersion, ProtocolVersion))
+		return
+	}
+	switch {
+	case r.Method != http.MethodPost:
+		b.refuse(w, http.StatusNotFound, CodeNotFound, "the event bus takes POST "+PathSession+" and POST "+PathStreams+"{stream_id}")
+	case r.URL.Path == PathSession:
+		b.serveSession(bc, ent, w, r)
+	case strings.HasPrefix(r.URL.Path, PathStreams):
+		b.serveStream(bc, ent, version, strings.TrimPrefix(r.URL.Path, PathStreams), w, r)
+	default:
+		b.refuse(w, http.StatusNotFound, CodeNotFound, "the event bus takes POST "+PathSession+" and POST "+PathStreams+"{stream_id}")
+	}
+}
+
+// authenticate returns the entry a request authenticates as, or the
+// refusal. A bearer token wins over a client certificate; a certificate
+// that names another entry than the token is forbidden.
+func (b *Bus) authenticate(bc *busConn, r *http.Request) (ent *entry, status int, code, why string) {
+	creds := b.creds.Load()
+	certEnt, certCode := b.certIdentity(bc, creds)
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, token, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return nil, http.StatusUnauthorized, CodeUnauthenticated, "send Authorization: Bearer <token>"
+		}
+		sum := sha256Sum(token)
+		ent = creds.byToken(sum)
+		if ent == nil {
+			b.mu.Lock()
+			revoked := b.revoked.has(sum)
+			b.mu.Unlock()
+			if revoked {
+				return nil, http.StatusUnauthorized, CodeCredentialRevoked, "this token was removed from the configuration"
+			}
+			return nil, http.StatusUnauthorized, CodeUnauthenticated, "unknown token"
+		}
+		if certEnt != nil && certEnt != ent {
+			return nil, http.StatusForbidden, CodeForbidden, "the client certificate names another broker than the token"
+		}
+		return ent, 0, "", ""
+	}
+	if certEnt != nil {
+		return certEnt, 0, "", ""
+	}
+	if certCode != "" {
+		return nil, http.StatusUnauthorized, certCode, "this client certificate's identity was removed from the configuration"
+	}
+	return nil, http.StatusUnauthorized, CodeUnauthenticated, "send Authorization: Bearer <token> or a client certificate"
+}
+
+// certIdentity is the entry a verified client certificate names by DNS
+// SAN (lowercase, no wildcard), within the CA generation that verified
+// the connection. It returns credential_revoked for a certificate whose
+// identity was removed or whose CA was replaced, and forbidden (as an
+// entry-less code) when it names several entries.
+func (b *Bus) certIdentity(bc *busConn, creds *credentials) (*entry, string) {
+	if bc.tls == nil {
+		return nil, ""
+	}
+	cs := bc.tls.ConnectionState()
+	if len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
+		return nil, ""
+	}
+	var found *entry
+	var names []string
+	for _, n := range cs.PeerCertificates[0].DNSNames {
+		if n != strings.ToLower(n) || strings.Contains(n, "*") {
+			continue
+		}
+		names = append(names, n)
+		if e := creds.byID[n]; e != nil {
+			if found != nil && found != e {
+				return nil, CodeForbidden
+			}
+			found = e
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bc.caGen != b.caGen {
+		if found != nil || len(names) > 0 {
+			return nil, CodeCredentialRevoked
+		}
+		return nil, ""
+	}
+	if found != nil {
+		return found, ""
+	}
+	for _, n := range names {
+		if b.revoked.has(certKey(n)) {
+			return nil, CodeCredentialRevoked
+		}
+	}
+	return nil, ""
+}
+
+// shutdown ends every session and connection, and waits (within
+// stopGrace) for their handlers.
+func (b *Bus) shutdown() {
+	b.mu.Lock()
+	b.stopped = true
+	if b.nextLn != nil {
+		_ = b.nextLn.Close()
+		b.nextLn = nil
+	}
+	for _, s := range b.sessions {
+		b.closeSessionLocked(s, CodeShuttingDown, "the router is shutting down")
+	}
+	conns := make([]*busConn, 0, len(b.conns))
+	for bc := range b.conns {
+		conns = append(conns, bc)
+	}
+	b.running, b.addr = false, nil
+	servers := b.servers
+	b.servers, b.current = nil, nil
+	b.mu.Unlock()
+	for _, sv := range servers {
+		_ = sv.ln.Close()
+	}
+	// The sessions' handlers say why first, then connections close.
+	if !b.handlers.wait(b.t.close) {
+		for _, bc := range conns {
+			_ = bc.raw.Close()
+		}
+		if !b.handlers.wait(b.t.stopGrace) {
+			b.logger.Warn("event bus handlers did not end within their grace", "grace", b.t.stopGrace)
+		}
+	}
+	for _, bc := range conns {
+		_ = bc.raw.Close()
+	}
+	t := time.NewTimer(b.t.stopGrace)
+	defer t.Stop()
+	for _, sv := range servers {
+		select {
+		case <-sv.done:
+		case <-t.C:
+			b.logger.Warn("event bus servers did not stop within their grace", "grace", b.t.stopGrace)
+			return
+		}
+	}
+	for _, bc := range conns {
+		select {
+		case <-bc.done:
+		case <-t.C:
+			b.logger.Warn("event bus connections did not close within their grace", "grace", b.t.stopGrace)
+			return
+		}
+	}
+	b.handlers.close()
+}
+
+// tracker counts running handlers; after close no new one starts.
+type tracker struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	zero   chan struct{}
+}
+
+func (t *tracker) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	if t.n == 0 {
+		t.zero = make(chan struct{})
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) leave() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 {
+		close(t.zero)
+	}
+}
+
+// wait waits until no handler runs, at most d; false when some still do.
+func (t *tracker) wait(d time.Duration) bool {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return true
+	}
+	zero := t.zero
+	t.mu.Unlock()
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-zero:
+		return true
+	case <-tm.C:
+		return false
+	}
+}
+
+func (t *tracker) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+}
+
+func (t *tracker) reopen() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = false
+}
+
+// sleepCtx waits d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
