@@ -396,6 +396,46 @@ func chatStreamEvent(ev sseEvent) (chunk *chatChunk, done bool, errMsg string) {
 	return &c, false, ""
 }
 
+// chunkSink is an ingress's translation of a chat completion stream.
+type chunkSink interface {
+	chunk(c *chatChunk)
+	// finished reports whether a chunk carried a finish reason.
+	finished() bool
+	// fail ends the client's stream with an error event.
+	fail(message string) error
+}
+
+// relayChunks feeds the frontend's chat completion stream to s chunk by
+// chunk, flushing sw after each, until [DONE] or the end of a finished
+// stream (ok). A stream that breaks, ends before a finish reason or
+// carries an error ends with s.fail, and ok is false.
+func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) (ok bool, err error) {
+	rd := newSSEReader(body)
+	for {
+		ev, err := rd.next()
+		if errors.Is(err, io.EOF) {
+			if !s.finished() {
+				return false, s.fail("the upstream stream ended before the answer was complete")
+			}
+			return true, nil
+		}
+		if err != nil {
+			return false, s.fail("reading the upstream stream: " + err.Error())
+		}
+		chunk, done, errMsg := chatStreamEvent(ev)
+		if errMsg != "" {
+			return false, s.fail(errMsg)
+		}
+		if done {
+			return true, nil
+		}
+		s.chunk(chunk)
+		if err := sw.flush(); err != nil {
+			return false, err
+		}
+	}
+}
+
 // field is one member of an object.
 type field struct {
 	key   string

@@ -521,29 +521,8 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 	if err := s.sw.flush(); err != nil {
 		return err
 	}
-	rd := newSSEReader(body)
-	for {
-		ev, err := rd.next()
-		if errors.Is(err, io.EOF) {
-			if s.finish == "" {
-				return s.fail("the upstream stream ended before the answer was complete")
-			}
-			break
-		}
-		if err != nil {
-			return s.fail("reading the upstream stream: " + err.Error())
-		}
-		chunk, done, errMsg := chatStreamEvent(ev)
-		if errMsg != "" {
-			return s.fail(errMsg)
-		}
-		if done {
-			break
-		}
-		s.chunk(chunk)
-		if err := s.sw.flush(); err != nil {
-			return err
-		}
+	if ok, err := relayChunks(body, s.sw, s); !ok {
+		return err
 	}
 	s.close()
 	status, incomplete := finishStatus(s.finish)
@@ -558,6 +537,8 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 	s.event(name, field{"response", o.response(status, output, s.usage, incomplete)})
 	return s.sw.flush()
 }
+
+func (s *responsesStream) finished() bool { return s.finish != "" }
 
 // fail ends the stream with response.failed.
 func (s *responsesStream) fail(message string) error {
