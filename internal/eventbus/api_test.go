@@ -1,6 +1,7 @@
 package eventbus_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +102,115 @@ func TestOpenStreamRelaysPublisher(t *testing.T) {
 	}
 	if cov := tb.CoveredNamespaces(); len(cov) != 1 || cov[0] != "dynamo" {
 		t.Errorf("covered %v", cov)
+	}
+}
+
+// next is the subscriber's next message, woken when it went quiet.
+func next(zs *zmtp.Sub) ([][]byte, error) {
+	for {
+		f, err := zs.Next()
+		if !errors.Is(err, zmtp.ErrQuiet) {
+			return f, err
+		}
+		if err := zs.Wake(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// TestStreamReadDeadline: a stream keeps the net.Conn contract for read
+// deadlines, which a ZMTP subscriber relies on to wait for its next
+// message with bounded buffers: a read whose deadline passes returns a
+// timeout at once, and the stream goes on. Bytes relayed meanwhile are
+// read afterwards, in order, and the stream still has its carrier.
+func TestStreamReadDeadline(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "namespace covered", func() bool { return tb.Covers("dynamo") })
+	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	zs := subscribe(t, c, "kv_metrics")
+	if got := receive(t, pub, zs, [][]byte{[]byte("kv_metrics"), []byte("first")}); string(got[1]) != "first" {
+		t.Fatalf("frames %q", got)
+	}
+	// The publisher's resends of "first" before the subscriber saw it may
+	// still be on their way: read up to a marker sent after them, so that
+	// nothing is in flight and the subscriber has nothing buffered.
+	if err := pub.Send([][]byte{[]byte("kv_metrics"), []byte("marker")}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, err := next(zs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[1]) == "marker" {
+			break
+		}
+	}
+	if err := c.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n, err := c.Read(make([]byte, 64))
+	var ne net.Error
+	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a read past its deadline: %d, %v; want a timeout", n, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the timeout came %v after the read, with a deadline of 200ms", d)
+	}
+	// A deadline already past times out at once, and again. The read
+	// started under the first deadline is still outstanding, into a
+	// buffer larger than the reads below.
+	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := c.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a read with a past deadline: %v", err)
+		}
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	// The stream goes on: the next messages' bytes come through whole and
+	// in order, read here a few at a time, then the subscriber reads on.
+	for _, m := range []string{"second", "third"} {
+		if err := pub.Send([][]byte{[]byte("kv_metrics"), []byte(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ZMTP short frames: flags (0x01: more), size, body.
+	want := append(append([]byte{1, 10}, "kv_metrics"...), 0, 6)
+	want = append(want, "second"...)
+	want = append(append(append(want, 1, 10), "kv_metrics"...), 0, 5)
+	want = append(want, "third"...)
+	var got []byte
+	for len(got) < len(want) {
+		buf := make([]byte, min(3, len(want)-len(got)))
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("relayed % x\nwant     % x", got, want)
+	}
+	if err := pub.Send([][]byte{[]byte("kv_metrics"), []byte("fourth")}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := next(zs); err != nil || len(f) != 2 || string(f[1]) != "fourth" {
+		t.Fatalf("the subscriber after the timeouts: %q, %v", f, err)
+	}
+	if n := tb.SessionCount(); n != 1 {
+		t.Errorf("%d sessions", n)
 	}
 }
 

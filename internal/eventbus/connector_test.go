@@ -149,6 +149,51 @@ func TestConnectorFailover(t *testing.T) {
 	}
 }
 
+// TestConnectorQuietSubscription: a subscription through the broker
+// connector outlives a quiet publisher. The subscriber waits for the next
+// message under a read deadline (zmtp.IdleAfter) and then without one; a
+// stream whose reads ended with that deadline would be reconnected, and
+// whatever the publisher sent meanwhile would be lost.
+func TestConnectorQuietSubscription(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	h := &loopHandler{}
+	l := &load.Loop{Endpoint: pub.Endpoint, Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
+		Connector: &eventbus.Connector{Bus: tb.Bus}, Handler: h}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 15*time.Second, "a message through the broker", func() bool {
+		_ = pub.Send([][]byte{[]byte("kv_metrics"), []byte("sample")})
+		_, m, _ := h.counts()
+		return m > 0
+	})
+	for round := range 2 {
+		// Quiet for longer than the subscriber waits with a deadline, and
+		// than a failed stream waits to learn its carrier's fate.
+		quiet := time.NewTimer(zmtp.IdleAfter + eventbus.SessionLossGrace + 500*time.Millisecond)
+		select {
+		case <-quiet.C:
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
+		_, before, _ := h.counts()
+		if err := pub.Send([][]byte{[]byte("kv_metrics"), []byte("after the quiet")}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 10*time.Second, "the message after the quiet", func() bool {
+			_, m, _ := h.counts()
+			return m > before
+		})
+		if n, _, ended := h.counts(); n != 1 || len(ended) != 0 {
+			t.Fatalf("round %d: %d sessions, ended with %v; want the first session still up", round, n, ended)
+		}
+	}
+}
+
 // TestConnectorWithoutBus: with no bus (the event bus disabled), a broker
 // subscription stays pending and never dials.
 func TestConnectorWithoutBus(t *testing.T) {

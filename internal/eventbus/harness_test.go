@@ -53,7 +53,10 @@ func baseSettings(pki *testutil.TestPKI) eventbus.Settings {
 			{ID: kvID, Role: eventbus.RoleKVListener, TokenHash: eventbus.HashToken(tokenKV), Backends: []string{"vllm-1", "vllm-2"}},
 		},
 		MaxSessions: 8, MaxStreamsPerSession: 16, MaxSessionBufferBytes: 16 * eventbus.MinSessionBudgetPerStream,
-		HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second,
+		// A raw session driven by a test sends no heartbeats, so the idle
+		// timeout bounds how long such a test may take: 30 s, not a few
+		// seconds a loaded host can take (-race, -count, parallel tests).
+		HeartbeatInterval: time.Second, IdleTimeout: 30 * time.Second,
 	}
 }
 

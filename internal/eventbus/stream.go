@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,11 +156,33 @@ func (b *Bus) serveStream(bc *busConn, ent *entry, version int, id string, w htt
 	b.release(st, false)
 }
 
+// timedReadBytes bounds a read made under a read deadline. Such a read
+// runs on a goroutine of its own into a buffer of the stream's, so that
+// the caller can return at the deadline while the read goes on (an HTTP/2
+// body read cannot be interrupted without ending the body). What it reads
+// is returned by the next reads, so a stream holds at most this much
+// beyond its budget. A ZMTP subscriber reads under a deadline only while
+// it waits for a message's first bytes (with a read buffer of 2 KiB), and
+// reads the rest without one, straight from the body.
+const timedReadBytes = 2 << 10
+
+// timedReadPool holds the buffers of timed reads: a stream holds one only
+// while its timed read is outstanding or its bytes are not all returned.
+var timedReadPool = sync.Pool{New: func() any { b := make([]byte, timedReadBytes); return &b }}
+
 // Stream is an open data stream as a net.Conn: reads return what the
 // client relays from the target, writes go to it. Its buffers are the
-// stream's budget: the HTTP/2 receive window for reads, and writes that
+// stream's budget: the HTTP/2 receive window for reads (and what a read
+// under a deadline took from it, timedReadBytes at most), and writes that
 // wait for the client's window. Close ends it and tells the client to
 // unsubscribe.
+//
+// A read deadline keeps the net.Conn contract: a read whose deadline
+// passes returns os.ErrDeadlineExceeded and the stream goes on, as a TCP
+// connection does. HTTP/2's own read deadline would close the body for
+// good, so it is not used for reads; a ZMTP subscriber waits for each
+// message under a deadline, and a stream that ended there would drop
+// every quiet subscription and the events published while it reconnects.
 type Stream struct {
 	bus     *Bus
 	st      *stream
@@ -180,6 +203,30 @@ type Stream struct {
 	closeOnce sync.Once
 	torn      chan struct{}
 	closed    atomic.Bool
+
+	// rmu serializes reads and guards timed, tbuf, left and leftErr.
+	rmu sync.Mutex
+	// timed, while a read made under a deadline is outstanding, receives
+	// its result (capacity 1: the reading goroutine never waits).
+	timed chan timedRead
+	// tbuf is the pooled buffer of that read, held until left is empty.
+	tbuf *[]byte
+	// left is what such a read returned beyond the caller's buffer, and
+	// leftErr the error that came with it; both go to the next reads.
+	left    []byte
+	leftErr error
+
+	// dmu guards the read deadline; deadlineChanged is closed when it
+	// changes, which wakes a read waiting under the old one.
+	dmu             sync.Mutex
+	readDeadline    time.Time
+	deadlineChanged chan struct{}
+}
+
+// timedRead is the result of a body read made under a deadline.
+type timedRead struct {
+	b   []byte
+	err error
 }
 
 var (
@@ -190,13 +237,107 @@ var (
 // Carrier is the id of the broker (or kv-listener) relaying the stream.
 func (c *Stream) Carrier() string { return c.carrier }
 
-// Read implements net.Conn.
+// Read implements net.Conn. Without a read deadline, and with no earlier
+// timed read outstanding, it reads the body straight into p. Under a
+// deadline the body is read on a goroutine of its own (see
+// timedReadBytes), and a read that outlives its caller's deadline is
+// picked up by the next Read: no byte is lost or reordered.
 func (c *Stream) Read(p []byte) (int, error) {
-	n, err := c.body.Read(p)
-	if err != nil {
-		err = c.why(err)
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	deadline, changed := c.deadline()
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return 0, os.ErrDeadlineExceeded
 	}
-	return n, err
+	if len(c.left) > 0 {
+		n := copy(p, c.left)
+		c.left = c.left[n:]
+		c.releaseTimed()
+		return n, nil
+	}
+	if c.leftErr != nil {
+		return 0, c.leftErr
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if c.timed == nil && deadline.IsZero() {
+		n, err := c.body.Read(p)
+		if err != nil {
+			err = c.why(err)
+		}
+		return n, err
+	}
+	if c.timed == nil {
+		// The goroutine ends with the body read: at the latest when the
+		// stream's handler tears the body down.
+		c.tbuf = timedReadPool.Get().(*[]byte)
+		buf, timed := (*c.tbuf)[:min(len(p), timedReadBytes)], make(chan timedRead, 1)
+		c.timed = timed
+		go func() {
+			n, err := c.body.Read(buf)
+			timed <- timedRead{b: buf[:n], err: err}
+		}()
+	}
+	for {
+		var expired <-chan time.Time
+		var timer *time.Timer
+		if !deadline.IsZero() {
+			timer = time.NewTimer(time.Until(deadline))
+			expired = timer.C
+		}
+		select {
+		case r := <-c.timed:
+			stopTimer(timer)
+			c.timed = nil
+			n := copy(p, r.b)
+			c.left = r.b[n:]
+			c.releaseTimed()
+			if r.err != nil {
+				err := c.why(r.err)
+				if n == 0 {
+					return 0, err
+				}
+				c.leftErr = err
+			}
+			return n, nil
+		case <-expired:
+			return 0, os.ErrDeadlineExceeded
+		case <-changed:
+			stopTimer(timer)
+			deadline, changed = c.deadline()
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return 0, os.ErrDeadlineExceeded
+			}
+		}
+	}
+}
+
+// releaseTimed gives a timed read's buffer back once its bytes are all
+// returned. c.rmu is held.
+func (c *Stream) releaseTimed() {
+	if len(c.left) > 0 || c.timed != nil || c.tbuf == nil {
+		return
+	}
+	c.left = nil
+	timedReadPool.Put(c.tbuf)
+	c.tbuf = nil
+}
+
+// deadline is the read deadline and a channel closed when it changes.
+func (c *Stream) deadline() (time.Time, <-chan struct{}) {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.deadlineChanged == nil {
+		c.deadlineChanged = make(chan struct{})
+	}
+	return c.readDeadline, c.deadlineChanged
+}
+
+func stopTimer(t *time.Timer) {
+	if t != nil {
+		t.Stop()
+	}
 }
 
 // Write implements net.Conn.
@@ -291,19 +432,28 @@ func (c *Stream) SetDeadline(t time.Time) error {
 	return c.SetWriteDeadline(t)
 }
 
-// SetReadDeadline implements net.Conn. A deadline that passes ends the
-// stream's reads for good (HTTP/2 closes the body).
+// SetReadDeadline implements net.Conn: a read waiting past t returns
+// os.ErrDeadlineExceeded, and the stream stays usable (see Read).
 func (c *Stream) SetReadDeadline(t time.Time) error {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.done {
+	done := c.done
+	c.mu.RUnlock()
+	if done {
 		return net.ErrClosed
 	}
-	return c.rc.SetReadDeadline(t)
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.readDeadline = t
+	if c.deadlineChanged != nil {
+		close(c.deadlineChanged)
+	}
+	c.deadlineChanged = make(chan struct{})
+	return nil
 }
 
 // SetWriteDeadline implements net.Conn. A deadline that passes resets
-// the stream.
+// the stream (HTTP/2 cannot interrupt a write otherwise): unlike a read
+// deadline, it is for bounding a stream's end, not for waiting.
 func (c *Stream) SetWriteDeadline(t time.Time) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
