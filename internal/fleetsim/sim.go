@@ -57,6 +57,14 @@ type Options struct {
 	// MigrationLimit, when above 0, is the migration_limit every card
 	// declares (Dynamo's default, 0, writes none).
 	MigrationLimit int
+	// LeaseTTL is the TTL of the workers' etcd leases (StoreEtcd; whole
+	// seconds, default DefaultLeaseTTL): how long a killed worker's
+	// records outlive it.
+	LeaseTTL time.Duration
+	// FrontendReplicas is how many frontend replicas serve each namespace
+	// (StartDemoOn; default 1), each its own listener that can be killed
+	// and restarted.
+	FrontendReplicas int
 }
 
 // Card dialects: the ways Dynamo revisions have written a card's role.
@@ -155,6 +163,7 @@ type simWorker struct {
 	kvEndpoint    string
 	kvPublisherID uint64
 	blockSize     int
+	totalKV       uint64 // its card's total_kv_blocks
 	kvMu          sync.Mutex // serialises kv-events sends
 	files         []string
 	nilFields     bool
@@ -168,9 +177,22 @@ type simWorker struct {
 	prefillTokens []uint64 // per rank
 	decodeBlocks  []uint64
 	// Fault state: dead (records no longer kept alive, requests refused),
-	// silent (publisher stopped), paused (requests hang, nothing published).
-	dead, silent, paused bool
-	resume               chan struct{}
+	// silent (publisher stopped), paused (requests hang, nothing published),
+	// saturated (its load says its KV cache is full).
+	dead, silent, paused, saturated bool
+	resume                          chan struct{}
+	// gone is closed when the worker is killed: the requests it runs end
+	// with it. A restart makes a new one.
+	gone chan struct{}
+	// What the frontends pinned to the worker: how many requests, the
+	// last one's arrival, when its Endpoint record was seen deleted (zero
+	// while it exists), and the requests pinned to it after that.
+	pins          uint64
+	lastPin       time.Time
+	recordGoneAt  time.Time
+	recordGone    bool
+	pinsAfterGone []time.Duration // bounded by maxPinsAfterGone
+	lateGone      uint64          // all pins after the record went, counted past the bound
 	// dupFile is the second claimant's record while FaultDuplicate holds.
 	dupFile string
 	// With StoreEtcd: the worker's lease, the cancel of its keep-alive,
@@ -214,6 +236,12 @@ func withDefaults(o Options) (Options, error) {
 	if o.CardDialect == "" {
 		o.CardDialect = DialectEnum
 	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.FrontendReplicas <= 0 {
+		o.FrontendReplicas = 1
+	}
 	if _, err := RoleFields(o.CardDialect, RolePrefill); err != nil {
 		return o, err
 	}
@@ -236,7 +264,7 @@ func plan(o Options) []*simWorker {
 					id := next
 					next++
 					ranks := max(o.DPSize, 1)
-					out = append(out, &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize,
+					out = append(out, &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize, totalKV: uint64(o.TotalKVBlocks),
 						namespace: ns, model: model, role: role.name,
 						dpSize: ranks, declaredDP: o.DPSize > 1, nilFields: o.NilSchedulerFields,
 						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
@@ -259,7 +287,7 @@ func Start(o Options) (*Sim, error) {
 	switch o.Store {
 	case "", StoreFile:
 	case StoreEtcd:
-		e, err := startSimEtcd(o.Root)
+		e, err := startSimEtcd(o.Root, o.LeaseTTL)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -272,9 +300,11 @@ func Start(o Options) (*Sim, error) {
 	for _, ns := range o.Namespaces {
 		s.frontends[ns] = NewFrontend()
 		s.frontends[ns].Execute = s.execute
+		s.frontends[ns].OnPin = s.pinned
 	}
 	for _, w := range plan(o) {
 		w.pub, w.kvPub = zmq4.NewPub(ctx), zmq4.NewPub(ctx)
+		w.gone = make(chan struct{})
 		s.workers[w.id] = w
 		if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
 			s.Stop()
@@ -294,6 +324,10 @@ func Start(o Options) (*Sim, error) {
 	s.syncFrontends()
 	s.done.Add(1)
 	go func() { defer s.done.Done(); s.keepAlive(ctx) }()
+	if s.etcd != nil {
+		s.done.Add(1)
+		go func() { defer s.done.Done(); s.watchRecords(ctx) }()
+	}
 	for _, w := range s.workers {
 		w.publishAll() // an idle worker says 0 once, then is silent
 	}
@@ -448,6 +482,61 @@ func (s *Sim) duplicate(w *simWorker) (string, error) {
 		"transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", w.id)}})
 }
 
+// maxPinsAfterGone bounds the pins after a worker's record went that are
+// kept with their times (the rest are only counted).
+const maxPinsAfterGone = 1024
+
+// instanceKey is the etcd key of w's Endpoint record.
+func (w *simWorker) instanceKey() string {
+	return fmt.Sprintf("v1/instances/%s/%s/generate/%x", w.namespace, componentOf[w.role], w.id)
+}
+
+// watchRecords notes when a killed worker's Endpoint record leaves etcd
+// (its lease expired): from then on no router should pin it, and the
+// frontends count the pins that still come.
+func (s *Sim) watchRecords(ctx context.Context) {
+	byKey := map[string]*simWorker{}
+	for _, w := range s.workers {
+		byKey[w.instanceKey()] = w
+	}
+	for resp := range s.etcd.client.Watch(clientv3.WithRequireLeader(ctx), "v1/instances/", clientv3.WithPrefix()) {
+		for _, ev := range resp.Events {
+			w := byKey[string(ev.Kv.Key)]
+			if w == nil || ev.Type != clientv3.EventTypeDelete {
+				continue
+			}
+			w.mu.Lock()
+			if w.dead && !w.recordGone {
+				w.recordGone, w.recordGoneAt, w.pinsAfterGone = true, time.Now(), nil
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// pinned counts a request a frontend received pinned to workers.
+func (s *Sim) pinned(rec Recorded) {
+	for _, id := range []*uint64{rec.Worker, rec.Prefill} {
+		if id == nil {
+			continue
+		}
+		w := s.workers[*id]
+		if w == nil {
+			continue
+		}
+		w.mu.Lock()
+		w.pins++
+		w.lastPin = rec.ReceivedAt
+		if w.recordGone {
+			w.lateGone++
+			if len(w.pinsAfterGone) < maxPinsAfterGone {
+				w.pinsAfterGone = append(w.pinsAfterGone, rec.ReceivedAt.Sub(w.recordGoneAt))
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
 // keepAlive touches the records as Dynamo's file store owner does.
 func (s *Sim) keepAlive(ctx context.Context) {
 	if s.etcd != nil {
@@ -516,11 +605,15 @@ func (w *simWorker) publish(rank int) {
 		return
 	}
 	l := wire.ActiveLoad{WorkerID: w.id, DPRank: uint32(rank)}
+	blocks := w.decodeBlocks[rank]
+	if w.saturated {
+		blocks += w.totalKV * saturatedShare / 100
+	}
 	if w.nilFields {
-		used := w.decodeBlocks[rank] + w.prefillTokens[rank]/16
+		used := blocks + w.prefillTokens[rank]/16
 		l.KVUsedBlocks = &used
 	} else {
-		l.ActiveDecodeBlocks, l.ActivePrefillTokens = ptr(w.decodeBlocks[rank]), ptr(w.prefillTokens[rank])
+		l.ActiveDecodeBlocks, l.ActivePrefillTokens = ptr(blocks), ptr(w.prefillTokens[rank])
 	}
 	seq := w.seq
 	w.seq++
@@ -575,7 +668,6 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	}
 	answer := q.planAnswer(natural, func(i int) string { return demoWords[i%len(demoWords)] })
 	out := answer.tokens()
-	ctx := r.Context()
 	decodeW := s.workers[*rec.Worker]
 	prefillW := decodeW
 	if rec.Prefill != nil {
@@ -595,10 +687,38 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 		http.Error(w, UnknownInstance(*rec.Prefill), http.StatusInternalServerError)
 		return
 	}
+	// The request lives as long as both its workers do: a kill ends it.
+	// Before its answer starts the frontend says the instance is gone (a
+	// 500 the router may pin again); a stream already started is cut, as
+	// a dead engine's stream is.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	decodeGone, prefillGone := decodeW.goneCh(), prefillW.goneCh()
+	go func() {
+		select {
+		case <-decodeGone:
+		case <-prefillGone:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	killed := func() bool {
+		if r.Context().Err() != nil || ctx.Err() == nil {
+			return false
+		}
+		id := *rec.Worker
+		if decodeW != prefillW && prefillW.isDead() {
+			id = *rec.Prefill
+		}
+		http.Error(w, UnknownInstance(id), http.StatusInternalServerError)
+		return true
+	}
 	if err := decodeW.waitResumed(ctx); err != nil {
+		killed()
 		return
 	}
 	if err := prefillW.waitResumed(ctx); err != nil {
+		killed()
 		return
 	}
 	cached := 0
@@ -618,13 +738,32 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	err := s.sleep(ctx, time.Duration(uncached)*prefillPerToken)
 	prefillW.adjust(prefillRank, -int64(uncached), 0)
 	if err != nil {
+		killed()
 		return
 	}
 	kvBlocks := int64((prompt+out)/s.opts.BlockSize + 1)
 	decodeW.adjust(decodeRank, 0, kvBlocks)
 	defer decodeW.adjust(decodeRank, 0, -kvBlocks)
 	rep := newReply(rec.Path, &q, prompt)
-	answer.write(w, rep, q.Stream, func(int) error { return s.sleep(ctx, decodePerToken) })
+	cut := false
+	answer.write(w, rep, q.Stream, func(int) error {
+		err := s.sleep(ctx, decodePerToken)
+		cut = cut || err != nil
+		return err
+	})
+	if cut && r.Context().Err() == nil {
+		if q.Stream {
+			panic(http.ErrAbortHandler) // the stream has started: cut the connection
+		}
+		killed()
+	}
+}
+
+// goneCh is closed when the worker is killed.
+func (w *simWorker) goneCh() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gone
 }
 
 var demoWords = strings.Fields("Dynamo pinned this request to a prefill and a decode worker chosen by their live load")
@@ -676,7 +815,15 @@ const (
 	// empty cache (its records are kept alive again; kv-events says
 	// cleared).
 	FaultRestart Fault = "restart"
+	// FaultSaturate makes the worker's load say its KV cache is full
+	// (saturatedShare of total_kv_blocks in use beyond its real load)
+	// until resumed; it still serves what it is sent.
+	FaultSaturate Fault = "saturate"
 )
+
+// saturatedShare is the percentage of total_kv_blocks a saturated worker
+// reports in use on top of its real load.
+const saturatedShare = 97
 
 // ErrNoWorker is returned for an unknown worker id.
 var ErrNoWorker = errors.New("no such simulated worker")
@@ -710,18 +857,23 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	var undup string
 	switch f {
 	case FaultKill:
+		if !w.dead {
+			close(w.gone)
+		}
 		w.dead = true
 		if w.stopLease != nil {
 			w.stopLease() // the lease expires within its TTL
 		}
 	case FaultStopPublisher:
 		w.silent = true
+	case FaultSaturate:
+		w.saturated = true
 	case FaultPause:
 		if !w.paused {
 			w.paused, w.resume = true, make(chan struct{})
 		}
 	case FaultResume:
-		w.silent = false
+		w.silent, w.saturated = false, false
 		undup, w.dupFile = w.dupFile, ""
 		if w.paused {
 			w.paused = false
@@ -745,7 +897,7 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		}
 	}
 	switch f {
-	case FaultResume:
+	case FaultResume, FaultSaturate:
 		w.publishAll()
 	case FaultKill:
 		s.syncFrontends()
@@ -763,7 +915,7 @@ func (s *Sim) restart(w *simWorker) error {
 		w.kvMu.Unlock()
 		return nil
 	}
-	w.dead = false
+	w.dead, w.gone, w.recordGone = false, make(chan struct{}), false
 	now := time.Now()
 	for _, f := range w.files {
 		_ = os.Chtimes(f, now, now)
@@ -831,6 +983,18 @@ type WorkerInfo struct {
 	Dead          bool   `json:"dead"`
 	Silent        bool   `json:"silent"`
 	Paused        bool   `json:"paused"`
+	Saturated     bool   `json:"saturated"`
+	// Pins counts the requests the frontends received pinned to the
+	// worker (as decode or prefill worker), LastPin the last one's arrival.
+	Pins    uint64     `json:"pins"`
+	LastPin *time.Time `json:"last_pin,omitempty"`
+	// RecordGoneAt is when the killed worker's Endpoint record was last
+	// seen leaving etcd (its lease expired); PinsAfterGone counts the
+	// requests pinned to it after that while it stayed dead, and
+	// PinsAfterGoneMS says how long after (the first 1024).
+	RecordGoneAt    *time.Time `json:"record_gone_at,omitempty"`
+	PinsAfterGone   uint64     `json:"pins_after_gone"`
+	PinsAfterGoneMS []float64  `json:"pins_after_gone_ms,omitempty"`
 }
 
 // Workers lists the simulated workers.
@@ -838,7 +1002,18 @@ func (s *Sim) Workers() []WorkerInfo {
 	var out []WorkerInfo
 	for _, w := range s.workers {
 		w.mu.Lock()
-		out = append(out, WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, KVPublisherID: w.kvPublisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
+		info := WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, KVPublisherID: w.kvPublisherID,
+			Dead: w.dead, Silent: w.silent, Paused: w.paused, Saturated: w.saturated, Pins: w.pins, PinsAfterGone: w.lateGone}
+		if !w.lastPin.IsZero() {
+			info.LastPin = new(w.lastPin)
+		}
+		if !w.recordGoneAt.IsZero() {
+			info.RecordGoneAt = new(w.recordGoneAt)
+		}
+		for _, d := range w.pinsAfterGone {
+			info.PinsAfterGoneMS = append(info.PinsAfterGoneMS, float64(d.Microseconds())/1000)
+		}
+		out = append(out, info)
 		w.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.InstanceID, b.InstanceID) })
@@ -847,7 +1022,7 @@ func (s *Sim) Workers() []WorkerInfo {
 
 // Handler serves the namespace's frontend and, under /sim/, the control API
 // of the whole fleet: GET /sim/workers,
-// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate},
+// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate|saturate},
 // POST /sim/etcd/restart (with the etcd store).
 func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()

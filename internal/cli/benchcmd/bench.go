@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/demo"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/faultbench"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/routerd"
@@ -42,6 +45,18 @@ type Options struct {
 	Speed     float64
 	Tenants   int
 	Output    string
+	// The fault-injection benchmark (--faults).
+	Faults    bool
+	Binary    string
+	Scenarios []string
+	Rate      float64
+	Baseline  time.Duration
+	Hold      time.Duration
+	LeaseTTL  time.Duration
+	MaxTokens int
+	// speedSet says --speed was given (the fault bench has its own
+	// default).
+	speedSet bool
 }
 
 var modes = map[string]func() pick.Picker{
@@ -61,11 +76,27 @@ time depends on how much of the prompt their prefix cache holds), and report
 throughput, time to first token (p50/p90/p99), end-to-end latency and the
 prefix-cache hit rate, as a table or JSON.
 
+With --faults it runs the fault-injection benchmark instead: for each
+scenario, a fresh simulated fleet (etcd store, two frontend replicas in the
+router's pool, --prefill and --decode workers) and the router, as child
+processes of this binary (or --binary), under a steady load of streamed and
+buffered requests (--rate); after --baseline one fault is injected: a decode
+or prefill worker killed, an engine paused, a publisher silenced, etcd
+restarted, a frontend replica killed, a duplicate record, every worker
+saturated. The report gives per scenario the requests sent and failed (by
+cause, and whether they were in flight on the killed part), the requests
+re-pinned, pinned to a worker after its record expired, how long until
+discovery dropped a killed worker and routing left the faulty part, how long
+until the fleet was whole again, and the p99 latency during the fault
+against the baseline.
+
 --workload takes a Mooncake trace (JSON lines with timestamp, input_length,
 output_length and hash_ids of 512-token blocks) or "synthetic", a
 multi-tenant workload of long shared prefixes and short queries.`,
 		Example: `  continuum bench --workload ../shared/data/mooncake/conversation_trace.jsonl --requests 600 --time-scale 4
-  continuum bench --workload synthetic --requests 400 -o json`,
+  continuum bench --workload synthetic --requests 400 -o json
+  continuum bench --faults                                   # every fault scenario, about 4 minutes
+  continuum bench --faults --scenarios decode-killed,frontend-killed --rate 20 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, m := range opts.Modes {
@@ -75,6 +106,18 @@ multi-tenant workload of long shared prefixes and short queries.`,
 			}
 			if err := cmdutil.OneOf("--output", opts.Output, []string{"table", "json"}); err != nil {
 				return err
+			}
+			if opts.Faults {
+				for _, s := range opts.Scenarios {
+					if faultbench.Describe(s) == "" {
+						return cmdutil.FlagErrorf("scenario %q is not one of %s", s, strings.Join(faultbench.Scenarios(), ", "))
+					}
+				}
+				if opts.Rate <= 0 || opts.Rate > 1000 {
+					return cmdutil.FlagErrorf("--rate must be above 0 and at most 1000 requests a second")
+				}
+				opts.speedSet = cmd.Flags().Changed("speed")
+				return RunFaults(cmd.Context(), opts)
 			}
 			return Run(cmd.Context(), opts)
 		},
@@ -90,7 +133,45 @@ multi-tenant workload of long shared prefixes and short queries.`,
 	fl.Float64Var(&opts.Speed, "speed", 10, "simulated time runs this many times faster")
 	fl.IntVar(&opts.Tenants, "tenants", 16, "tenants of the synthetic workload")
 	fl.StringVarP(&opts.Output, "output", "o", "table", "output format: table or json")
+	fl.BoolVar(&opts.Faults, "faults", false, "run the fault-injection benchmark instead of comparing routing modes")
+	fl.StringVar(&opts.Binary, "binary", "", "with --faults: the continuum binary to run as fleet-sim and serve (default: this one)")
+	fl.StringSliceVar(&opts.Scenarios, "scenarios", nil, "with --faults: scenarios to run (default all): "+strings.Join(faultbench.Scenarios(), ", "))
+	_ = cmd.RegisterFlagCompletionFunc("scenarios", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return faultbench.Scenarios(), cobra.ShellCompDirectiveNoFileComp
+	})
+	fl.Float64Var(&opts.Rate, "rate", faultbench.DefaultRate, "with --faults: requests sent per second, half of them streamed")
+	fl.DurationVar(&opts.Baseline, "baseline", faultbench.DefaultBaseline, "with --faults: load before each fault")
+	fl.DurationVar(&opts.Hold, "hold", faultbench.DefaultHold, "with --faults: how long a fault undone by hand lasts (pause, silence, duplicate, saturation, frontend down)")
+	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", faultbench.DefaultLeaseTTL, "with --faults: the workers' etcd lease TTL (whole seconds)")
+	fl.IntVar(&opts.MaxTokens, "max-tokens", faultbench.DefaultMaxTokens, "with --faults: max_tokens of each request")
 	return cmd
+}
+
+// RunFaults runs the fault-injection benchmark and prints its report.
+func RunFaults(ctx context.Context, o *Options) error {
+	bin := o.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return fmt.Errorf("finding this binary (pass --binary): %w", err)
+		}
+	}
+	fo := faultbench.Options{Binary: bin, Scenarios: o.Scenarios, Rate: o.Rate, Baseline: o.Baseline, Hold: o.Hold,
+		LeaseTTL: o.LeaseTTL, MaxTokens: o.MaxTokens, Prefill: o.Prefill, Decode: o.Decode}
+	if o.speedSet {
+		fo.Speed = o.Speed
+	}
+	results, err := faultbench.Run(ctx, fo)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"rate": o.Rate, "baseline_s": o.Baseline.Seconds(), "hold_s": o.Hold.Seconds(),
+			"lease_ttl_s": o.LeaseTTL.Seconds(), "fleet": map[string]any{"prefill": o.Prefill, "decode": o.Decode, "frontend_replicas": 2}, "results": results})
+	}
+	return faultbench.WriteTable(o.IO.Out, fo, results)
 }
 
 // Run replays the workload once per mode.
