@@ -163,7 +163,7 @@ type simWorker struct {
 	kvEndpoint    string
 	kvPublisherID uint64
 	blockSize     int
-	totalKV       uint64 // its card's total_kv_blocks
+	totalKV       uint64     // its card's total_kv_blocks
 	kvMu          sync.Mutex // serialises kv-events sends
 	files         []string
 	nilFields     bool
