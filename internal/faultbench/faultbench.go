@@ -121,11 +121,14 @@ type Result struct {
 	// DroppedMS is how long after a kill the router's discovery dropped
 	// the worker (its record's TTL); -1 for other faults.
 	DroppedMS float64 `json:"dropped_after_ms"`
+	// OutageMS is how long etcd was down (its restart); 0 for other
+	// faults.
+	OutageMS float64 `json:"etcd_outage_ms,omitempty"`
 	// ExcludedMS is how long after the fault the faulty part received its
 	// last request (-1 when it has none to receive).
 	ExcludedMS float64 `json:"excluded_after_ms"`
 	// RecoveredMS is how long after the repair (the restart, the resume,
-	// the etcd restart itself) the fleet was whole again: the part back
+	// etcd serving again) the fleet was whole again: the part back
 	// in discovery and receiving requests.
 	RecoveredMS float64 `json:"recovered_after_ms"`
 	Recovered   bool    `json:"recovered"`

@@ -48,6 +48,7 @@ type load struct {
 	all       []outcome
 	skipped   int
 	stopCh    chan struct{}
+	stopOnce  sync.Once
 	wg        sync.WaitGroup
 }
 
@@ -136,7 +137,7 @@ func (l *load) one(ctx context.Context, i int, stream bool) (o outcome) {
 
 // stop stops sending and waits for the requests in flight.
 func (l *load) stop() []outcome {
-	close(l.stopCh)
+	l.stopOnce.Do(func() { close(l.stopCh) })
 	l.wg.Wait()
 	l.client.CloseIdleConnections()
 	return l.results()

@@ -78,6 +78,7 @@ func (e *env) run(ctx context.Context, sc scenario) (Result, error) {
 		victims = append(slices.Clone(e.workers["prefill"]), e.workers["decode"]...)
 	}
 	killedReplica := e.replicas[len(e.replicas)-1]
+	var etcdBack time.Time
 
 	l := startLoad(ctx, e.router, model, o.Rate, o.MaxTokens)
 	var ph phases
@@ -105,9 +106,14 @@ func (e *env) run(ctx context.Context, sc scenario) (Result, error) {
 			return res, err
 		}
 	case kindEtcd:
+		// The call returns once etcd serves again (it stops gracefully,
+		// seconds under load): how long discovery then takes is the
+		// router's.
 		if err := e.post(ctx, "/sim/etcd/restart"); err != nil {
 			return res, err
 		}
+		etcdBack = time.Now()
+		res.OutageMS = ms(etcdBack.Sub(ph.fault))
 	}
 
 	// Hold the fault: until discovery drops a killed worker, or Hold.
@@ -168,7 +174,7 @@ func (e *env) run(ctx context.Context, sc scenario) (Result, error) {
 			return res, err
 		}
 	case kindEtcd:
-		ph.repair = ph.fault // the restart is the repair
+		ph.repair = etcdBack // etcd serving again is the repair
 	}
 
 	// Whole again: every worker listed with its subscription connected,
@@ -292,7 +298,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // maxControlAnswer bounds a control or admin answer read.
 const maxControlAnswer = 16 << 20
 
-var client = &http.Client{Timeout: 10 * time.Second}
+// client calls the control and admin APIs; an etcd restart under load takes
+// seconds.
+var client = &http.Client{Timeout: time.Minute}
 
 func (e *env) get(ctx context.Context, url, token string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

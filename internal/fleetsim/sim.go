@@ -61,6 +61,10 @@ type Options struct {
 	// seconds, default DefaultLeaseTTL): how long a killed worker's
 	// records outlive it.
 	LeaseTTL time.Duration
+	// Standby is how many more decode workers each (namespace, model) has
+	// that start out of the fleet (StoreEtcd only): each joins at a
+	// restart fault, as a new worker would.
+	Standby int
 	// FrontendReplicas is how many frontend replicas serve each namespace
 	// (StartDemoOn; default 1), each its own listener that can be killed
 	// and restarted.
@@ -193,6 +197,8 @@ type simWorker struct {
 	recordGone    bool
 	pinsAfterGone []time.Duration // bounded by maxPinsAfterGone
 	lateGone      uint64          // all pins after the record went, counted past the bound
+	// standby: the worker started out of the fleet (Options.Standby).
+	standby bool
 	// dupFile is the second claimant's record while FaultDuplicate holds.
 	dupFile string
 	// With StoreEtcd: the worker's lease, the cancel of its keep-alive,
@@ -259,8 +265,8 @@ func plan(o Options) []*simWorker {
 			for _, role := range []struct {
 				name string
 				n    int
-			}{{"prefill", o.Prefill}, {"decode", o.Decode}, {"backend", o.Aggregated}} {
-				for range role.n {
+			}{{"prefill", o.Prefill}, {"decode", o.Decode + o.Standby}, {"backend", o.Aggregated}} {
+				for i := range role.n {
 					id := next
 					next++
 					ranks := max(o.DPSize, 1)
@@ -268,7 +274,8 @@ func plan(o Options) []*simWorker {
 						namespace: ns, model: model, role: role.name,
 						dpSize: ranks, declaredDP: o.DPSize > 1, nilFields: o.NilSchedulerFields,
 						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks),
-						cache: newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens)})
+						cache:   newPrefixCache(o.TotalKVBlocks * o.BlockSize / TraceBlockTokens),
+						standby: role.name == "decode" && i >= o.Decode})
 				}
 			}
 		}
@@ -286,6 +293,10 @@ func Start(o Options) (*Sim, error) {
 	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel, ctx: ctx}
 	switch o.Store {
 	case "", StoreFile:
+		if o.Standby > 0 {
+			cancel()
+			return nil, errors.New("standby workers need the etcd store")
+		}
 	case StoreEtcd:
 		e, err := startSimEtcd(o.Root, o.LeaseTTL)
 		if err != nil {
@@ -418,6 +429,19 @@ func records(o Options, w *simWorker) []Record {
 // the way a worker writes them: a temp file, then a rename.
 func (s *Sim) register() error {
 	for _, w := range s.workers {
+		if w.standby {
+			// Out of the fleet until a restart puts its records.
+			w.dead, w.records = true, map[string][]byte{}
+			close(w.gone)
+			for _, r := range records(s.opts, w) {
+				data, err := json.Marshal(r.Value)
+				if err != nil {
+					return err
+				}
+				w.records[r.Bucket+"/"+r.Key] = data
+			}
+			continue
+		}
 		if s.etcd != nil {
 			lease, stop, err := s.etcd.grant(s.ctx)
 			if err != nil {
@@ -815,6 +839,10 @@ const (
 	// empty cache (its records are kept alive again; kv-events says
 	// cleared).
 	FaultRestart Fault = "restart"
+	// FaultLeave takes the worker out of the fleet at once, as a graceful
+	// shutdown does: its lease is revoked (its records go now, StoreEtcd
+	// only) and it refuses requests; FaultRestart brings it back.
+	FaultLeave Fault = "leave"
 	// FaultSaturate makes the worker's load say its KV cache is full
 	// (saturatedShare of total_kv_blocks in use beyond its real load)
 	// until resumed; it still serves what it is sent.
@@ -852,6 +880,9 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	}
 	if f == FaultRestart {
 		return s.restart(w)
+	}
+	if f == FaultLeave {
+		return s.leave(w)
 	}
 	w.mu.Lock()
 	var undup string
@@ -932,6 +963,32 @@ func (s *Sim) restart(w *simWorker) error {
 	w.kvMu.Unlock()
 	w.publishAll()
 	s.syncFrontends()
+	return nil
+}
+
+// leave takes w out of the fleet at once: its lease is revoked.
+func (s *Sim) leave(w *simWorker) error {
+	if s.etcd == nil {
+		return errors.New("leave needs the etcd store (a lease to revoke)")
+	}
+	w.mu.Lock()
+	if w.dead {
+		w.mu.Unlock()
+		return nil
+	}
+	w.dead = true
+	close(w.gone)
+	lease, stop := w.lease, w.stopLease
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.syncFrontends()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.etcd.client.Revoke(ctx, lease); err != nil {
+		return fmt.Errorf("revoking worker %x's lease: %w", w.id, err)
+	}
 	return nil
 }
 
@@ -1022,7 +1079,7 @@ func (s *Sim) Workers() []WorkerInfo {
 
 // Handler serves the namespace's frontend and, under /sim/, the control API
 // of the whole fleet: GET /sim/workers,
-// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate|saturate},
+// POST /sim/workers/{id}/{kill|restart|leave|stop-publisher|pause|resume|duplicate|saturate},
 // POST /sim/etcd/restart (with the etcd store).
 func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()

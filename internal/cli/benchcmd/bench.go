@@ -54,9 +54,11 @@ type Options struct {
 	Hold      time.Duration
 	LeaseTTL  time.Duration
 	MaxTokens int
-	// speedSet says --speed was given (the fault bench has its own
-	// default).
-	speedSet bool
+	// Soak, when set, runs the soak for that long instead (--soak).
+	Soak time.Duration
+	// speedSet and rateSet say --speed and --rate were given (the fault
+	// bench and the soak have their own defaults).
+	speedSet, rateSet bool
 }
 
 var modes = map[string]func() pick.Picker{
@@ -107,6 +109,13 @@ multi-tenant workload of long shared prefixes and short queries.`,
 			if err := cmdutil.OneOf("--output", opts.Output, []string{"table", "json"}); err != nil {
 				return err
 			}
+			opts.rateSet = cmd.Flags().Changed("rate")
+			if opts.Soak > 0 {
+				if opts.Faults {
+					return cmdutil.FlagErrorf("--soak and --faults are separate runs")
+				}
+				return RunSoak(cmd.Context(), opts)
+			}
 			if opts.Faults {
 				for _, s := range opts.Scenarios {
 					if faultbench.Describe(s) == "" {
@@ -143,8 +152,38 @@ multi-tenant workload of long shared prefixes and short queries.`,
 	fl.DurationVar(&opts.Baseline, "baseline", faultbench.DefaultBaseline, "with --faults: load before each fault")
 	fl.DurationVar(&opts.Hold, "hold", faultbench.DefaultHold, "with --faults: how long a fault undone by hand lasts (pause, silence, duplicate, saturation, frontend down)")
 	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", faultbench.DefaultLeaseTTL, "with --faults: the workers' etcd lease TTL (whole seconds)")
+	fl.DurationVar(&opts.Soak, "soak", 0, "run the soak for this long instead: the router over a simulated fleet changing every minute, under steady load (--rate), reporting its RSS, heap, goroutines and open files")
 	fl.IntVar(&opts.MaxTokens, "max-tokens", faultbench.DefaultMaxTokens, "with --faults: max_tokens of each request")
 	return cmd
+}
+
+// RunSoak runs the soak and prints its report; each sample is printed to
+// stderr as it is taken.
+func RunSoak(ctx context.Context, o *Options) error {
+	bin := o.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return fmt.Errorf("finding this binary (pass --binary): %w", err)
+		}
+	}
+	rate := o.Rate
+	if !o.rateSet {
+		rate = 20
+	}
+	rep, err := faultbench.Soak(ctx, faultbench.SoakOptions{Binary: bin, Duration: o.Soak, Rate: rate, Progress: func(s faultbench.SoakSample) {
+		fmt.Fprintf(o.IO.ErrOut, "soak %s: RSS %.1f MiB, heap in use %.1f MiB, %0.f goroutines, %.0f open fds, %d requests (%d failed)\n",
+			s.At, s.RSSBytes/(1<<20), s.HeapBytes/(1<<20), s.Goroutines, s.OpenFDs, s.Requests, s.Failed)
+	}})
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return faultbench.WriteSoak(o.IO.Out, rep)
 }
 
 // RunFaults runs the fault-injection benchmark and prints its report.
