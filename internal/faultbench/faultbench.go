@@ -162,7 +162,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 
 var (
 	frontendRe = regexp.MustCompile(`(?m)^frontend:\s+(http://\S+)\s+\(namespace \S+, backend (\S+)\)`)
-	workerRe   = regexp.MustCompile(`(?m)^\s+(prefill|decode)\s+instance (\d+)`)
+	workerRe   = regexp.MustCompile(`(?m)^\s+(prefill|decode)\s+instance (\d+).*$`)
 	servingRe  = regexp.MustCompile(`"msg":"continuum serving","address":"([^"]+)"`)
 	configRe   = regexp.MustCompile(`router configuration: (\S+)`)
 )
@@ -188,18 +188,18 @@ type env struct {
 	workers  map[string][]string // role → instance ids (decimal)
 }
 
-// startEnv starts fleet-sim and serve over it and waits until the router
-// pins requests to the whole fleet.
-func startEnv(ctx context.Context, o Options) (*env, error) {
+// startEnv starts fleet-sim (with simArgs too) and serve over it and
+// waits until the router sees the whole fleet.
+func startEnv(ctx context.Context, o Options, simArgs ...string) (*env, error) {
 	dir, err := os.MkdirTemp("", "continuum-faultbench-")
 	if err != nil {
 		return nil, err
 	}
 	e := &env{o: o, dir: dir, workers: map[string][]string{}}
 	cfg := filepath.Join(dir, "continuum.yaml")
-	e.sim, err = startProc(ctx, "fleet-sim", o.Binary, "fleet-sim", "--store", "etcd", "--frontend-replicas", "2",
+	e.sim, err = startProc(ctx, "fleet-sim", o.Binary, append([]string{"fleet-sim", "--store", "etcd", "--frontend-replicas", "2",
 		"--prefill", fmt.Sprint(o.Prefill), "--decode", fmt.Sprint(o.Decode), "--speed", fmt.Sprint(o.Speed),
-		"--lease-ttl", o.LeaseTTL.String(), "--migration-limit", "3", "--router-bind", "127.0.0.1:0", "--write-config", cfg)
+		"--lease-ttl", o.LeaseTTL.String(), "--migration-limit", "3", "--router-bind", "127.0.0.1:0", "--write-config", cfg}, simArgs...)...)
 	if err != nil {
 		e.close()
 		return nil, err
@@ -215,7 +215,9 @@ func startEnv(ctx context.Context, o Options) (*env, error) {
 		e.replicas = append(e.replicas, m[2])
 	}
 	for _, m := range workerRe.FindAllStringSubmatch(e.sim.stdout(), -1) {
-		e.workers[m[1]] = append(e.workers[m[1]], m[2])
+		if !strings.Contains(m[0], "standby") {
+			e.workers[m[1]] = append(e.workers[m[1]], m[2])
+		}
 	}
 	if len(e.replicas) < 2 || len(e.workers["prefill"]) != o.Prefill || len(e.workers["decode"]) != o.Decode {
 		e.close()

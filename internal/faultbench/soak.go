@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -69,39 +67,11 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 	if o.Sample <= 0 {
 		o.Sample = o.Churn
 	}
-	dir, err := os.MkdirTemp("", "continuum-soak-")
+	e, err := startEnv(ctx, Options{Binary: o.Binary, Prefill: 2, Decode: 4}.withDefaults(), "--standby", "2")
 	if err != nil {
 		return rep, err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	cfg := filepath.Join(dir, "continuum.yaml")
-	fo := Options{Prefill: 2, Decode: 4}.withDefaults()
-	e := &env{o: fo, dir: dir, workers: map[string][]string{}}
 	defer e.close()
-	e.sim, err = startProc(ctx, "fleet-sim", o.Binary, "fleet-sim", "--store", "etcd", "--frontend-replicas", "2", "--prefill", "2", "--decode", "4",
-		"--standby", "2", "--speed", fmt.Sprint(fo.Speed), "--migration-limit", "3", "--router-bind", "127.0.0.1:0", "--write-config", cfg)
-	if err != nil {
-		return rep, err
-	}
-	if _, err := e.sim.awaitMatch(ctx, configRe, time.Minute); err != nil {
-		return rep, err
-	}
-	e.control = frontendRe.FindStringSubmatch(e.sim.stdout())[1]
-	if err := withBusyRules(cfg); err != nil {
-		return rep, err
-	}
-	e.srv, err = startProc(ctx, "serve", o.Binary, "serve", "--config", cfg, "--log-format", "json", "--log-level", "info", "--shutdown-grace", "5s")
-	if err != nil {
-		return rep, err
-	}
-	addr, err := e.srv.awaitMatch(ctx, servingRe, time.Minute)
-	if err != nil {
-		return rep, err
-	}
-	e.router = "http://" + addr
-	if err := e.awaitWhole(ctx, time.Minute); err != nil {
-		return rep, err
-	}
 	ws, err := e.simWorkers(ctx)
 	if err != nil {
 		return rep, err

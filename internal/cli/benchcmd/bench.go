@@ -157,15 +157,24 @@ multi-tenant workload of long shared prefixes and short queries.`,
 	return cmd
 }
 
+// binary is --binary, or this process's own executable.
+func (o *Options) binary() (string, error) {
+	if o.Binary != "" {
+		return o.Binary, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding this binary (pass --binary): %w", err)
+	}
+	return bin, nil
+}
+
 // RunSoak runs the soak and prints its report; each sample is printed to
 // stderr as it is taken.
 func RunSoak(ctx context.Context, o *Options) error {
-	bin := o.Binary
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return fmt.Errorf("finding this binary (pass --binary): %w", err)
-		}
+	bin, err := o.binary()
+	if err != nil {
+		return err
 	}
 	rate := o.Rate
 	if !o.rateSet {
@@ -188,12 +197,9 @@ func RunSoak(ctx context.Context, o *Options) error {
 
 // RunFaults runs the fault-injection benchmark and prints its report.
 func RunFaults(ctx context.Context, o *Options) error {
-	bin := o.Binary
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return fmt.Errorf("finding this binary (pass --binary): %w", err)
-		}
+	bin, err := o.binary()
+	if err != nil {
+		return err
 	}
 	fo := faultbench.Options{Binary: bin, Scenarios: o.Scenarios, Rate: o.Rate, Baseline: o.Baseline, Hold: o.Hold,
 		LeaseTTL: o.LeaseTTL, MaxTokens: o.MaxTokens, Prefill: o.Prefill, Decode: o.Decode}
