@@ -203,9 +203,9 @@ func TestKilledWorkersRepinned(t *testing.T) {
 	load := startSteadyLoad(router, 40)
 	deadDecode, deadPrefill := ws["decode"][1], ws["prefill"][0]
 	testutil.Eventually(t, 30*time.Second, "a baseline before the faults", func() bool { return len(load.results()) >= 40 })
-	killed := time.Now()
 	inject(t, frontend, deadDecode, "kill")
 	inject(t, frontend, deadPrefill, "kill")
+	killed := time.Now() // a stream cut by the kills started before this
 	testutil.Eventually(t, 30*time.Second, "both killed workers dropped from discovery", func() bool {
 		return !listed(t, router, deadDecode) && !listed(t, router, deadPrefill)
 	})
