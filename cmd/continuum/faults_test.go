@@ -15,7 +15,8 @@ import (
 // replica; no request is pinned to a killed worker after its record left
 // etcd (plus one discovery event); every scenario is whole again, worker
 // faults within the lease TTL, a killed frontend replica once the
-// router's breaker lets it be tried again.
+// router's breaker lets it be tried again; and routing leaves a stalled,
+// duplicated or saturated worker within a second.
 func TestFaultScenarios(t *testing.T) {
 	bin := binary(t)
 	for _, name := range faultbench.Scenarios() {
@@ -54,9 +55,12 @@ func TestFaultScenarios(t *testing.T) {
 				if r.DroppedMS < 0 || r.DroppedMS > float64((o.LeaseTTL+5*time.Second).Milliseconds()) {
 					t.Errorf("discovery dropped the killed worker %.0f ms after the kill (lease TTL %v)", r.DroppedMS, o.LeaseTTL)
 				}
-			case "engine-paused", "publisher-silenced", "duplicate-record", "all-saturated":
-				if r.ExcludedMS < 0 || r.ExcludedMS > float64(o.Hold.Milliseconds()) {
-					t.Errorf("the faulty workers got requests until %.0f ms into the %v fault", r.ExcludedMS, o.Hold)
+			case "engine-paused", "duplicate-record", "all-saturated":
+				// A duplicate is rejected, a full cache judged busy and a
+				// stalled engine's hung requests weigh on it at once; a
+				// silenced publisher's worker serves on, so it has no bound.
+				if r.ExcludedMS < 0 || r.ExcludedMS > 1000 {
+					t.Errorf("the faulty workers got requests until %.0f ms into the fault, want within a second", r.ExcludedMS)
 				}
 			}
 		})

@@ -339,6 +339,8 @@ func Start(o Options) (*Sim, error) {
 		s.done.Add(1)
 		go func() { defer s.done.Done(); s.watchRecords(ctx) }()
 	}
+	s.done.Add(1)
+	go func() { defer s.done.Done(); s.republishSaturated(ctx) }()
 	for _, w := range s.workers {
 		w.publishAll() // an idle worker says 0 once, then is silent
 	}
@@ -504,6 +506,32 @@ func (s *Sim) duplicate(w *simWorker) (string, error) {
 	return s.writeRecord(w, "v1/instances", fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, w.id), map[string]any{"type": "Endpoint",
 		"namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
 		"transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", w.id)}})
+}
+
+// saturatedRepublish is how often a saturated worker publishes its load
+// again: a full engine's load changes all the time, so its samples stay
+// fresh, where an idle worker's, published only on change, go stale.
+const saturatedRepublish = 500 * time.Millisecond
+
+// republishSaturated keeps the saturated workers' samples fresh.
+func (s *Sim) republishSaturated(ctx context.Context) {
+	t := time.NewTicker(saturatedRepublish)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, w := range s.workers {
+			w.mu.Lock()
+			saturated := w.saturated && !w.dead
+			w.mu.Unlock()
+			if saturated {
+				w.publishAll()
+			}
+		}
+	}
 }
 
 // maxPinsAfterGone bounds the pins after a worker's record went that are
