@@ -203,6 +203,7 @@ func RunFaults(ctx context.Context, o *Options) error {
 	}
 	fo := faultbench.Options{Binary: bin, Scenarios: o.Scenarios, Rate: o.Rate, Baseline: o.Baseline, Hold: o.Hold,
 		LeaseTTL: o.LeaseTTL, MaxTokens: o.MaxTokens, Prefill: o.Prefill, Decode: o.Decode}
+	fo.Speed = faultbench.DefaultSpeed
 	if o.speedSet {
 		fo.Speed = o.Speed
 	}
@@ -213,7 +214,7 @@ func RunFaults(ctx context.Context, o *Options) error {
 	if o.Output == "json" {
 		enc := json.NewEncoder(o.IO.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"rate": o.Rate, "baseline_s": o.Baseline.Seconds(), "hold_s": o.Hold.Seconds(),
+		return enc.Encode(map[string]any{"rate": o.Rate, "baseline_s": o.Baseline.Seconds(), "hold_s": o.Hold.Seconds(), "max_tokens": o.MaxTokens, "speed": fo.Speed,
 			"lease_ttl_s": o.LeaseTTL.Seconds(), "fleet": map[string]any{"prefill": o.Prefill, "decode": o.Decode, "frontend_replicas": 2}, "results": results})
 	}
 	return faultbench.WriteTable(o.IO.Out, fo, results)
