@@ -33,6 +33,19 @@ type outcome struct {
 	// with the router's error code, a stream cut short, a transport
 	// error).
 	cause string
+	// detail is the error's message or the answer's end (at most
+	// maxDetail bytes), for a failure.
+	detail string
+}
+
+// maxDetail bounds a failure's detail.
+const maxDetail = 300
+
+func clip(s string) string {
+	if len(s) > maxDetail {
+		return s[len(s)-maxDetail:]
+	}
+	return s
 }
 
 func (o outcome) failed() bool { return o.cause != "" }
@@ -108,7 +121,7 @@ func (l *load) one(ctx context.Context, i int, stream bool) (o outcome) {
 	req.Header.Set("x-backend", "") // ask the router to show its routing identities
 	resp, err := l.client.Do(req)
 	if err != nil {
-		o.cause = "transport error"
+		o.cause, o.detail = "transport error", clip(err.Error())
 		if errors.Is(err, context.Canceled) {
 			o.cause = "cancelled by the bench"
 		}
@@ -118,6 +131,11 @@ func (l *load) one(ctx context.Context, i int, stream bool) (o outcome) {
 	o.status = resp.StatusCode
 	o.worker, o.prefill, o.backend = resp.Header.Get("x-continuum-worker"), resp.Header.Get("x-continuum-prefill-worker"), resp.Header.Get("x-continuum-backend")
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	defer func() {
+		if o.cause != "" && o.detail == "" {
+			o.detail = fmt.Sprintf("%s %s %s %s: %s", o.start.Format("15:04:05.000"), o.worker, o.prefill, o.backend, clip(string(data)))
+		}
+	}()
 	switch {
 	case resp.StatusCode != http.StatusOK:
 		o.cause = fmt.Sprintf("%d", resp.StatusCode)

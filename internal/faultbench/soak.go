@@ -47,6 +47,8 @@ type SoakReport struct {
 	Samples  []SoakSample     `json:"samples"`
 	Churn    []string         `json:"churn"`
 	Causes   map[string]int   `json:"failures_by_cause"`
+	// Failures are the first failures' details (at most maxFailureDetails).
+	Failures []string `json:"failures,omitempty"`
 	Workers  map[string]int64 `json:"workers"`
 }
 
@@ -201,10 +203,16 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 	for _, r := range outcomes {
 		if r.failed() {
 			rep.Causes[r.cause]++
+			if len(rep.Failures) < maxFailureDetails {
+				rep.Failures = append(rep.Failures, r.cause+": "+r.detail)
+			}
 		}
 	}
 	return rep, nil
 }
+
+// maxFailureDetails bounds the failures a soak report details.
+const maxFailureDetails = 20
 
 // processSample reads the router's process figures from its /metrics.
 func (e *env) processSample(ctx context.Context) (SoakSample, error) {
@@ -252,14 +260,22 @@ func WriteSoak(w io.Writer, r SoakReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if n := len(r.Samples); n >= 2 {
-		a, b := r.Samples[0], r.Samples[n-1]
-		fmt.Fprintf(w, "\nstart → end: RSS %+.1f MiB, heap in use %+.1f MiB, goroutines %+.0f, open fds %+.0f\n",
-			(b.RSSBytes-a.RSSBytes)/(1<<20), (b.HeapBytes-a.HeapBytes)/(1<<20), b.Goroutines-a.Goroutines, b.OpenFDs-a.OpenFDs)
+	// The first sample is taken before any load; the second, a churn
+	// period in, is the warm start to compare the end with.
+	fmt.Fprintln(w)
+	for i, label := range []string{"start (idle)", "warm (first sample under load)"} {
+		if n := len(r.Samples); n >= i+2 {
+			a, b := r.Samples[i], r.Samples[n-1]
+			fmt.Fprintf(w, "%s → end: RSS %+.1f MiB, heap in use %+.1f MiB, goroutines %+.0f, open fds %+.0f\n",
+				label, (b.RSSBytes-a.RSSBytes)/(1<<20), (b.HeapBytes-a.HeapBytes)/(1<<20), b.Goroutines-a.Goroutines, b.OpenFDs-a.OpenFDs)
+		}
 	}
 	fmt.Fprintf(w, "churn: %d changes\n", len(r.Churn))
 	for c, n := range r.Causes {
 		fmt.Fprintf(w, "failures: %d %s\n", n, c)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "  %s\n", f)
 	}
 	return nil
 }
