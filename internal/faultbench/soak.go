@@ -43,12 +43,12 @@ type SoakSample struct {
 
 // SoakReport is a soak's samples and what the churn did.
 type SoakReport struct {
-	Duration time.Duration    `json:"duration_ns"`
-	Samples  []SoakSample     `json:"samples"`
-	Churn    []string         `json:"churn"`
-	Causes   map[string]int   `json:"failures_by_cause"`
+	Duration time.Duration  `json:"duration_ns"`
+	Samples  []SoakSample   `json:"samples"`
+	Churn    []string       `json:"churn"`
+	Causes   map[string]int `json:"failures_by_cause"`
 	// Failures are the first failures' details (at most maxFailureDetails).
-	Failures []string `json:"failures,omitempty"`
+	Failures []string         `json:"failures,omitempty"`
 	Workers  map[string]int64 `json:"workers"`
 }
 
