@@ -142,3 +142,43 @@ func TestFrontendReplicaKillAndRestart(t *testing.T) {
 		t.Fatalf("an unknown replica: %d", code)
 	}
 }
+
+// TestWorkerLeavesGracefully: a worker that leaves has its records gone at
+// once (its lease revoked, long before the TTL), refuses new requests, and
+// finishes those it runs.
+func TestWorkerLeavesGracefully(t *testing.T) {
+	t.Parallel()
+	d, err := fleetsim.StartDemo(fleetsim.Options{Prefill: 1, Decode: 2, Store: fleetsim.StoreEtcd, LeaseTTL: time.Minute}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	ws := d.Sim.Workers()
+	prefill, leaver := ws[0].InstanceID, ws[1].InstanceID
+	stream := pinnedChat(t, d.FrontendURL, leaver, prefill, true, 50) // 1 s of decode
+	defer stream.Body.Close()
+	r := bufio.NewReader(stream.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sim.Inject(leaver, fleetsim.FaultLeave); err != nil {
+		t.Fatal(err)
+	}
+	refused := pinnedChat(t, d.FrontendURL, leaver, prefill, false, 1)
+	refused.Body.Close()
+	if refused.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("a request to a worker that left: %d", refused.StatusCode)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("the stream of a worker that left did not finish (%v): %s", err, rest)
+	}
+	testutil.Eventually(t, 10*time.Second, "its record gone well before its 1 min lease", func() bool {
+		for _, w := range d.Sim.Workers() {
+			if w.InstanceID == leaver {
+				return w.RecordGoneAt != nil
+			}
+		}
+		return false
+	})
+}

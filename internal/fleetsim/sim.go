@@ -869,7 +869,8 @@ const (
 	FaultRestart Fault = "restart"
 	// FaultLeave takes the worker out of the fleet at once, as a graceful
 	// shutdown does: its lease is revoked (its records go now, StoreEtcd
-	// only) and it refuses requests; FaultRestart brings it back.
+	// only) and it refuses new requests while those it runs finish;
+	// FaultRestart brings it back.
 	FaultLeave Fault = "leave"
 	// FaultSaturate makes the worker's load say its KV cache is full
 	// (saturatedShare of total_kv_blocks in use beyond its real load)
@@ -994,7 +995,8 @@ func (s *Sim) restart(w *simWorker) error {
 	return nil
 }
 
-// leave takes w out of the fleet at once: its lease is revoked.
+// leave takes w out of the fleet at once: its lease is revoked, and the
+// requests it runs finish.
 func (s *Sim) leave(w *simWorker) error {
 	if s.etcd == nil {
 		return errors.New("leave needs the etcd store (a lease to revoke)")
@@ -1004,8 +1006,7 @@ func (s *Sim) leave(w *simWorker) error {
 		w.mu.Unlock()
 		return nil
 	}
-	w.dead = true
-	close(w.gone)
+	w.dead = true // its requests drain: gone stays open
 	lease, stop := w.lease, w.stopLease
 	w.mu.Unlock()
 	if stop != nil {

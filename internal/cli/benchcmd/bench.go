@@ -56,6 +56,8 @@ type Options struct {
 	MaxTokens int
 	// Soak, when set, runs the soak for that long instead (--soak).
 	Soak time.Duration
+	// Churn is how often the soak changes the fleet.
+	Churn time.Duration
 	// speedSet and rateSet say --speed and --rate were given (the fault
 	// bench and the soak have their own defaults).
 	speedSet, rateSet bool
@@ -111,6 +113,9 @@ multi-tenant workload of long shared prefixes and short queries.`,
 			}
 			opts.rateSet = cmd.Flags().Changed("rate")
 			if opts.Soak > 0 {
+				if opts.Churn < time.Second {
+					return cmdutil.FlagErrorf("--churn must be at least 1s")
+				}
 				if opts.Faults {
 					return cmdutil.FlagErrorf("--soak and --faults are separate runs")
 				}
@@ -153,6 +158,7 @@ multi-tenant workload of long shared prefixes and short queries.`,
 	fl.DurationVar(&opts.Hold, "hold", faultbench.DefaultHold, "with --faults: how long a fault undone by hand lasts (pause, silence, duplicate, saturation, frontend down)")
 	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", faultbench.DefaultLeaseTTL, "with --faults: the workers' etcd lease TTL (whole seconds)")
 	fl.DurationVar(&opts.Soak, "soak", 0, "run the soak for this long instead: the router over a simulated fleet changing every minute, under steady load (--rate), reporting its RSS, heap, goroutines and open files")
+	fl.DurationVar(&opts.Churn, "churn", time.Minute, "with --soak: how often the fleet changes")
 	fl.IntVar(&opts.MaxTokens, "max-tokens", faultbench.DefaultMaxTokens, "with --faults: max_tokens of each request")
 	return cmd
 }
@@ -180,7 +186,7 @@ func RunSoak(ctx context.Context, o *Options) error {
 	if !o.rateSet {
 		rate = 20
 	}
-	rep, err := faultbench.Soak(ctx, faultbench.SoakOptions{Binary: bin, Duration: o.Soak, Rate: rate, Progress: func(s faultbench.SoakSample) {
+	rep, err := faultbench.Soak(ctx, faultbench.SoakOptions{Binary: bin, Duration: o.Soak, Churn: o.Churn, Rate: rate, Progress: func(s faultbench.SoakSample) {
 		fmt.Fprintf(o.IO.ErrOut, "soak %s: RSS %.1f MiB, heap in use %.1f MiB, %0.f goroutines, %.0f open fds, %d requests (%d failed)\n",
 			s.At, s.RSSBytes/(1<<20), s.HeapBytes/(1<<20), s.Goroutines, s.OpenFDs, s.Requests, s.Failed)
 	}})

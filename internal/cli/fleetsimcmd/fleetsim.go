@@ -68,7 +68,7 @@ workers and "Chat | Completions" on the others, model_input "Tokens").
 Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/workers/<instance id>/kill            # records expire
   curl -X POST <frontend>/sim/workers/<instance id>/restart         # back, same id, empty cache (or a standby joins)
-  curl -X POST <frontend>/sim/workers/<instance id>/leave           # a graceful exit: its lease revoked
+  curl -X POST <frontend>/sim/workers/<instance id>/leave           # a graceful exit: lease revoked, its requests finish
   curl -X POST <frontend>/sim/workers/<instance id>/stop-publisher  # load goes silent
   curl -X POST <frontend>/sim/workers/<instance id>/pause           # a stalled engine
   curl -X POST <frontend>/sim/workers/<instance id>/duplicate       # a second record claims its id
