@@ -25,6 +25,9 @@ func WriteTable(w io.Writer, o Options, results []Result) error {
 		return err
 	}
 	for _, r := range results {
+		if r.OutageMS > 0 {
+			fmt.Fprintf(w, "%s: etcd was down %.0f ms; WHOLE AGAIN counts from its return\n", r.Scenario, r.OutageMS)
+		}
 		if len(r.Causes) == 0 && r.NotSent == 0 {
 			continue
 		}
