@@ -15,7 +15,7 @@ import (
 // replica; no request is pinned to a killed worker after its record left
 // etcd (plus one discovery event); every scenario is whole again, worker
 // faults within the lease TTL, a killed frontend replica once the
-// router's breaker lets it be tried again; and routing leaves a stalled,
+// router's breaker lets it be tried again; and routing leaves a
 // duplicated or saturated worker within a second.
 func TestFaultScenarios(t *testing.T) {
 	bin := binary(t)
@@ -61,10 +61,12 @@ func TestFaultScenarios(t *testing.T) {
 				if r.DroppedMS < 0 || r.DroppedMS > float64((o.LeaseTTL+5*time.Second).Milliseconds()) {
 					t.Errorf("discovery dropped the killed worker %.0f ms after the kill (lease TTL %v)", r.DroppedMS, o.LeaseTTL)
 				}
-			case "engine-paused", "duplicate-record", "all-saturated":
-				// A duplicate is rejected, a full cache judged busy and a
-				// stalled engine's hung requests weigh on it at once; a
-				// silenced publisher's worker serves on, so it has no bound.
+			case "duplicate-record", "all-saturated":
+				// A duplicate is rejected and a full cache judged busy at
+				// once. A stalled engine is left when its hung requests make
+				// it the most loaded, at the latest by the 5 s stall rule
+				// (longer than the hold here), and a silenced publisher's
+				// worker serves on: neither has a bound at this scale.
 				if r.ExcludedMS < 0 || r.ExcludedMS > 1000 {
 					t.Errorf("the faulty workers got requests until %.0f ms into the fault, want within a second", r.ExcludedMS)
 				}
