@@ -182,3 +182,29 @@ func TestWorkerLeavesGracefully(t *testing.T) {
 		return false
 	})
 }
+
+// TestPrefillKilledAfterHandOver: a prefill worker killed once it has
+// handed the KV cache over (the stream has started) does not end the
+// request: its decode worker finishes it.
+func TestPrefillKilledAfterHandOver(t *testing.T) {
+	t.Parallel()
+	d, err := fleetsim.StartDemo(fleetsim.Options{Prefill: 1, Decode: 1}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	ws := d.Sim.Workers()
+	stream := pinnedChat(t, d.FrontendURL, ws[1].InstanceID, ws[0].InstanceID, true, 25)
+	defer stream.Body.Close()
+	r := bufio.NewReader(stream.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sim.Inject(ws[0].InstanceID, fleetsim.FaultKill); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("the stream was cut with its prefill worker (%v): %s", err, rest)
+	}
+}

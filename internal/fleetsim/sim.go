@@ -739,23 +739,32 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 		http.Error(w, UnknownInstance(*rec.Prefill), http.StatusInternalServerError)
 		return
 	}
-	// The request lives as long as both its workers do: a kill ends it.
-	// Before its answer starts the frontend says the instance is gone (a
-	// 500 the router may pin again); a stream already started is cut, as
-	// a dead engine's stream is.
+	// The request lives as long as its decode worker does, and through
+	// its prefill as long as its prefill worker does too (the KV cache is
+	// handed over then): a kill ends it. Before its answer starts the
+	// frontend says the instance is gone (a 500 the router may pin
+	// again); a stream already started is cut, as a dead engine's stream
+	// is.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	decodeGone, prefillGone := decodeW.goneCh(), prefillW.goneCh()
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
 	go func() {
 		select {
-		case <-decodeGone:
-		case <-prefillGone:
+		case <-decodeW.goneCh():
 		case <-ctx.Done():
 		}
 		cancel()
 	}()
+	go func() {
+		select {
+		case <-prefillW.goneCh():
+		case <-pctx.Done():
+		}
+		pcancel()
+	}()
 	killed := func() bool {
-		if r.Context().Err() != nil || ctx.Err() == nil {
+		if r.Context().Err() != nil || pctx.Err() == nil {
 			return false
 		}
 		id := *rec.Worker
@@ -765,11 +774,11 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 		http.Error(w, UnknownInstance(id), http.StatusInternalServerError)
 		return true
 	}
-	if err := decodeW.waitResumed(ctx); err != nil {
+	if err := decodeW.waitResumed(pctx); err != nil {
 		killed()
 		return
 	}
-	if err := prefillW.waitResumed(ctx); err != nil {
+	if err := prefillW.waitResumed(pctx); err != nil {
 		killed()
 		return
 	}
@@ -787,7 +796,7 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	w.Header().Set("x-sim-cached-tokens", strconv.Itoa(cached))
 	uncached := prompt - cached
 	prefillW.adjust(prefillRank, int64(uncached), 0)
-	err := s.sleep(ctx, time.Duration(uncached)*prefillPerToken)
+	err := s.sleep(pctx, time.Duration(uncached)*prefillPerToken)
 	prefillW.adjust(prefillRank, -int64(uncached), 0)
 	if err != nil {
 		killed()
