@@ -25,7 +25,7 @@ COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test test-kube lint bench fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
+.PHONY: help build test test-kube lint bench faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -62,6 +62,13 @@ top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
 
 bench: tokenizer-ref ## run the benchmarks (figures are ratios against baselines in the same run)
 	CONTINUUM_REQUIRE_HF_REF=1 $(GO) test -run '^$$' -bench . -benchmem ./...
+
+faults: build ## the fault-injection benchmark at full size (every scenario, about 4 minutes)
+	bin/continuum bench --faults
+
+SOAK_DURATION ?= 30m
+soak: build ## the router over a churning simulated fleet for SOAK_DURATION (default 30m), under nice; not in CI
+	nice bin/continuum bench --soak $(SOAK_DURATION)
 
 tokenizer-ref: ## install the pinned npm tokenizer reference (tokenizers 0.23.2) into CACHE/tokenizer-ref
 	scripts/tokenizer-ref/generate.sh --install

@@ -2,12 +2,15 @@ package fleetsim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,9 +23,35 @@ type Demo struct {
 	FrontendURLs map[string]string
 	Root         string
 	// Config is a complete router configuration (YAML) for the demo.
-	Config  string
-	servers []*http.Server
+	Config string
+	// replicas are the frontend replicas, each namespace's in order.
+	replicas []*replica
 }
+
+// replica is one frontend replica: a listener serving a namespace's
+// frontend (and the control API), which can be killed and restarted on
+// the same address.
+type replica struct {
+	name, namespace, addr string
+	handler               http.Handler
+	requests              atomic.Uint64
+	mu                    sync.Mutex
+	srv                   *http.Server // nil while killed
+}
+
+// FrontendReplica is one frontend replica as GET /sim/frontends lists it.
+type FrontendReplica struct {
+	// Name is the replica's backend name in the router configuration.
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	URL       string `json:"url"`
+	Up        bool   `json:"up"`
+	// Requests counts the requests it received.
+	Requests uint64 `json:"requests"`
+}
+
+// ErrNoReplica is returned for an unknown frontend replica.
+var ErrNoReplica = errors.New("no such frontend replica")
 
 // DemoAdminToken is the admin token of the demo configuration.
 const DemoAdminToken = "demo"
@@ -49,25 +78,136 @@ func StartDemoOn(o Options, bind, frontendBind string) (*Demo, error) {
 	}
 	d := &Demo{Sim: sim, Root: root, FrontendURLs: map[string]string{}}
 	for i, ns := range sim.Namespaces() {
-		addr := "127.0.0.1:0"
-		if i == 0 {
-			addr = frontendBind
+		for n := range sim.opts.FrontendReplicas {
+			addr := "127.0.0.1:0"
+			if i == 0 && n == 0 {
+				addr = frontendBind
+			}
+			rp := &replica{name: replicaName(sim.Namespaces(), ns, n), namespace: ns, addr: addr}
+			rp.handler = d.replicaHandler(rp, sim.Handler(ns))
+			if err := rp.start(); err != nil {
+				d.Stop()
+				return nil, err
+			}
+			d.replicas = append(d.replicas, rp)
+			if n == 0 {
+				d.FrontendURLs[ns] = "http://" + rp.addr
+			}
 		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			d.Stop()
-			return nil, err
-		}
-		srv := &http.Server{Handler: sim.Handler(ns), ReadHeaderTimeout: 10 * time.Second}
-		d.servers = append(d.servers, srv)
-		go func() { _ = srv.Serve(ln) }()
-		d.FrontendURLs[ns] = "http://" + ln.Addr().String()
 		if i == 0 {
 			d.FrontendURL = d.FrontendURLs[ns]
 		}
 	}
 	d.Config = d.config(bind)
 	return d, nil
+}
+
+// replicaName is the backend name of a namespace's replica n (from 0).
+func replicaName(namespaces []string, ns string, n int) string {
+	name := "dynamo-frontend"
+	if len(namespaces) > 1 {
+		name += "-" + ns
+	}
+	if n > 0 {
+		name += fmt.Sprintf("-%d", n+1)
+	}
+	return name
+}
+
+// start listens on the replica's address (a free port the first time,
+// the same one after a kill) and serves.
+func (rp *replica) start() error {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.srv != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", rp.addr)
+	if err != nil {
+		return fmt.Errorf("frontend replica %s: %w", rp.name, err)
+	}
+	rp.addr = ln.Addr().String()
+	srv := &http.Server{Handler: rp.handler, ReadHeaderTimeout: 10 * time.Second}
+	rp.srv = srv
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
+
+// kill closes the replica's listener and every connection it holds, as a
+// killed process's are: requests in flight through it are cut.
+func (rp *replica) kill() {
+	rp.mu.Lock()
+	srv := rp.srv
+	rp.srv = nil
+	rp.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+func (rp *replica) info() FrontendReplica {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return FrontendReplica{Name: rp.name, Namespace: rp.namespace, URL: "http://" + rp.addr, Up: rp.srv != nil, Requests: rp.requests.Load()}
+}
+
+// Frontends lists the frontend replicas.
+func (d *Demo) Frontends() []FrontendReplica {
+	out := make([]FrontendReplica, 0, len(d.replicas))
+	for _, rp := range d.replicas {
+		out = append(out, rp.info())
+	}
+	return out
+}
+
+// FrontendFault kills ("kill") or restarts ("restart") the frontend
+// replica with the backend name name.
+func (d *Demo) FrontendFault(name, fault string) error {
+	for _, rp := range d.replicas {
+		if rp.name != name {
+			continue
+		}
+		switch fault {
+		case "kill":
+			rp.kill()
+			return nil
+		case "restart":
+			return rp.start()
+		default:
+			return fmt.Errorf("unknown frontend fault %q: want kill or restart", fault)
+		}
+	}
+	return ErrNoReplica
+}
+
+// replicaHandler serves a replica: the frontend replicas' control API
+// (GET /sim/frontends, POST /sim/frontends/{name}/{kill|restart}) and
+// the namespace's frontend with the fleet's control API, counting the
+// requests the replica receives.
+func (d *Demo) replicaHandler(rp *replica, next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sim/frontends", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d.Frontends())
+	})
+	mux.HandleFunc("POST /sim/frontends/{name}/{fault}", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.FrontendFault(r.PathValue("name"), r.PathValue("fault")); err != nil {
+			code := http.StatusBadRequest
+			if errors.Is(err, ErrNoReplica) {
+				code = http.StatusNotFound
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/sim/") {
+			rp.requests.Add(1)
+		}
+		next.ServeHTTP(w, r)
+	}))
+	return mux
 }
 
 func quoted(list []string) string {
@@ -90,14 +230,10 @@ admin:
   token: %q
 backends:
 `, bind, DemoAdminToken)
-	name := func(ns string) string {
-		if len(namespaces) == 1 {
-			return "dynamo-frontend"
-		}
-		return "dynamo-frontend-" + ns
-	}
-	for _, ns := range namespaces {
-		fmt.Fprintf(&b, "  - name: %s\n    type: openai\n    url: %q\n    models: %s\n", name(ns), d.FrontendURLs[ns], quoted(d.Sim.Models()))
+	names := map[string][]string{} // each namespace's replicas
+	for _, rp := range d.replicas {
+		names[rp.namespace] = append(names[rp.namespace], rp.name)
+		fmt.Fprintf(&b, "  - name: %s\n    type: openai\n    url: %q\n    models: %s\n", rp.name, "http://"+rp.addr, quoted(d.Sim.Models()))
 	}
 	b.WriteString(`disaggregated_serving:
   enabled: true
@@ -121,11 +257,11 @@ dynamo:
   shim:
 `)
 	if len(namespaces) == 1 {
-		fmt.Fprintf(&b, "    backends: [%s]\n", name(namespaces[0]))
+		fmt.Fprintf(&b, "    backends: [%s]\n", strings.Join(names[namespaces[0]], ", "))
 	} else {
 		b.WriteString("    pools:\n")
 		for _, ns := range namespaces {
-			fmt.Fprintf(&b, "      - {namespace: %q, backends: [%s]}\n", ns, name(ns))
+			fmt.Fprintf(&b, "      - {namespace: %q, backends: [%s]}\n", ns, strings.Join(names[ns], ", "))
 		}
 	}
 	if !d.Sim.opts.NoKV {
@@ -146,9 +282,16 @@ dynamo:
 func (d *Demo) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, s := range d.servers {
-		if err := s.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = s.Close()
+	for _, rp := range d.replicas {
+		rp.mu.Lock()
+		srv := rp.srv
+		rp.srv = nil
+		rp.mu.Unlock()
+		if srv == nil {
+			continue
+		}
+		if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = srv.Close()
 		}
 	}
 	d.Sim.Stop()

@@ -21,16 +21,17 @@ const (
 // etcdHandle prefixes a record handle kept in etcd rather than a file.
 const etcdHandle = "etcd:"
 
-// leaseTTL is the workers' lease, as Dynamo's runtime grants it.
-const leaseTTL = 10
+// DefaultLeaseTTL is the workers' lease, as Dynamo's runtime grants it.
+const DefaultLeaseTTL = 10 * time.Second
 
 // simEtcd is the fleet's in-process etcd server and the workers' client.
 type simEtcd struct {
 	*etcdembed.Server
 	client *clientv3.Client
+	ttl    int64 // lease TTL in seconds
 }
 
-func startSimEtcd(dir string) (*simEtcd, error) {
+func startSimEtcd(dir string, ttl time.Duration) (*simEtcd, error) {
 	srv, err := etcdembed.New(filepath.Join(dir, "etcd"), nil)
 	if err != nil {
 		return nil, err
@@ -38,7 +39,7 @@ func startSimEtcd(dir string) (*simEtcd, error) {
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}
-	e := &simEtcd{Server: srv}
+	e := &simEtcd{Server: srv, ttl: int64(max(ttl.Round(time.Second), time.Second) / time.Second)}
 	e.client, err = clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		srv.Stop()
@@ -59,7 +60,7 @@ func (e *simEtcd) close() {
 func (e *simEtcd) grant(ctx context.Context) (clientv3.LeaseID, context.CancelFunc, error) {
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l, err := e.client.Grant(gctx, leaseTTL)
+	l, err := e.client.Grant(gctx, e.ttl)
 	if err != nil {
 		return 0, nil, fmt.Errorf("etcd lease: %w", err)
 	}

@@ -88,6 +88,9 @@ type Frontend struct {
 	// Execute, when set, runs a valid request on the simulated workers and
 	// writes its response; otherwise the frontend answers at once.
 	Execute func(w http.ResponseWriter, r *http.Request, rec Recorded)
+	// OnPin, when set, is told of every request received with a pin,
+	// before the frontend judges it (pins to unknown instances included).
+	OnPin func(rec Recorded)
 }
 
 type modelWorkers struct {
@@ -328,6 +331,12 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		if isPinHeader(k) {
 			rec.DynamoHeaders[k] = v
 		}
+	}
+	f.mu.Lock()
+	onPin := f.OnPin
+	f.mu.Unlock()
+	if onPin != nil && (rec.Worker != nil || rec.Prefill != nil) {
+		onPin(rec)
 	}
 	status, errText := f.decide(&rec)
 	w.Header().Set("x-dynamo-served-by", "frontend-emulator") // must never reach clients

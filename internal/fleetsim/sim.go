@@ -63,6 +63,18 @@ type Options struct {
 	// MigrationLimit, when above 0, is the migration_limit every card
 	// declares (Dynamo's default, 0, writes none).
 	MigrationLimit int
+	// LeaseTTL is the TTL of the workers' etcd leases (StoreEtcd; whole
+	// seconds, default DefaultLeaseTTL): how long a killed worker's
+	// records outlive it.
+	LeaseTTL time.Duration
+	// Standby is how many more decode workers each (namespace, model) has
+	// that start out of the fleet (StoreEtcd only): each joins at a
+	// restart fault, as a new worker would.
+	Standby int
+	// FrontendReplicas is how many frontend replicas serve each namespace
+	// (StartDemoOn; default 1), each its own listener that can be killed
+	// and restarted.
+	FrontendReplicas int
 }
 
 // Card dialects: the ways Dynamo revisions have written a card's role.
@@ -161,6 +173,7 @@ type simWorker struct {
 	kvEndpoint    string
 	kvPublisherID uint64
 	blockSize     int
+	totalKV       uint64 // its card's total_kv_blocks
 	files         []string
 	nilFields     bool
 
@@ -178,9 +191,24 @@ type simWorker struct {
 	prefillTokens []uint64 // per rank
 	decodeBlocks  []uint64
 	// Fault state: dead (records no longer kept alive, requests refused),
-	// silent (publisher stopped), paused (requests hang, nothing published).
-	dead, silent, paused bool
-	resume               chan struct{}
+	// silent (publisher stopped), paused (requests hang, nothing published),
+	// saturated (its load says its KV cache is full).
+	dead, silent, paused, saturated bool
+	resume                          chan struct{}
+	// gone is closed when the worker is killed: the requests it runs end
+	// with it. A restart makes a new one.
+	gone chan struct{}
+	// What the frontends pinned to the worker: how many requests, the
+	// last one's arrival, when its Endpoint record was seen deleted (zero
+	// while it exists), and the requests pinned to it after that.
+	pins          uint64
+	lastPin       time.Time
+	recordGoneAt  time.Time
+	recordGone    bool
+	pinsAfterGone []time.Duration // bounded by maxPinsAfterGone
+	lateGone      uint64          // all pins after the record went, counted past the bound
+	// standby: the worker started out of the fleet (Options.Standby).
+	standby bool
 	// dupFile is the second claimant's record while FaultDuplicate holds.
 	dupFile string
 	// With StoreEtcd: the worker's lease, the cancel of its keep-alive,
@@ -224,6 +252,12 @@ func withDefaults(o Options) (Options, error) {
 	if o.CardDialect == "" {
 		o.CardDialect = DialectEnum
 	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.FrontendReplicas <= 0 {
+		o.FrontendReplicas = 1
+	}
 	if _, err := RoleFields(o.CardDialect, RolePrefill); err != nil {
 		return o, err
 	}
@@ -241,15 +275,16 @@ func plan(o Options) []*simWorker {
 			for _, role := range []struct {
 				name string
 				n    int
-			}{{"prefill", o.Prefill}, {"decode", o.Decode}, {"backend", o.Aggregated}} {
-				for range role.n {
+			}{{"prefill", o.Prefill}, {"decode", o.Decode + o.Standby}, {"backend", o.Aggregated}} {
+				for i := range role.n {
 					id := next
 					next++
 					ranks := max(o.DPSize, 1)
-					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize,
+					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize, totalKV: uint64(o.TotalKVBlocks),
 						namespace: ns, model: model, role: role.name,
 						dpSize: ranks, declaredDP: o.DPSize > 1, nilFields: o.NilSchedulerFields,
-						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks), kvEventIDs: make([]uint64, ranks)}
+						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks), kvEventIDs: make([]uint64, ranks),
+						standby: role.name == "decode" && i >= o.Decode}
 					for range ranks {
 						r := &rankEngine{cache: newBlockCache(o.TotalKVBlocks)}
 						r.out.init()
@@ -279,8 +314,12 @@ func Start(o Options) (*Sim, error) {
 	s := &Sim{opts: o, frontends: map[string]*Frontend{}, workers: map[uint64]*simWorker{}, cancel: cancel, ctx: ctx}
 	switch o.Store {
 	case "", StoreFile:
+		if o.Standby > 0 {
+			cancel()
+			return nil, errors.New("standby workers need the etcd store")
+		}
 	case StoreEtcd:
-		e, err := startSimEtcd(o.Root)
+		e, err := startSimEtcd(o.Root, o.LeaseTTL)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -293,9 +332,11 @@ func Start(o Options) (*Sim, error) {
 	for _, ns := range o.Namespaces {
 		s.frontends[ns] = NewFrontend()
 		s.frontends[ns].Execute = s.execute
+		s.frontends[ns].OnPin = s.pinned
 	}
 	for _, w := range plan(o) {
 		w.pub, w.kvPub = zmq4.NewPub(ctx), zmq4.NewPub(ctx)
+		w.gone = make(chan struct{})
 		s.workers[w.id] = w
 		if err := w.pub.Listen("tcp://127.0.0.1:0"); err != nil {
 			s.Stop()
@@ -315,6 +356,12 @@ func Start(o Options) (*Sim, error) {
 	s.syncFrontends()
 	s.done.Add(1)
 	go func() { defer s.done.Done(); s.keepAlive(ctx) }()
+	if s.etcd != nil {
+		s.done.Add(1)
+		go func() { defer s.done.Done(); s.watchRecords(ctx) }()
+	}
+	s.done.Add(1)
+	go func() { defer s.done.Done(); s.republishSaturated(ctx) }()
 	for _, w := range s.workers {
 		for r := range w.ranks {
 			s.done.Add(1)
@@ -412,6 +459,19 @@ func records(o Options, w *simWorker) []Record {
 // the way a worker writes them: a temp file, then a rename.
 func (s *Sim) register() error {
 	for _, w := range s.workers {
+		if w.standby {
+			// Out of the fleet until a restart puts its records.
+			w.dead, w.records = true, map[string][]byte{}
+			close(w.gone)
+			for _, r := range records(s.opts, w) {
+				data, err := json.Marshal(r.Value)
+				if err != nil {
+					return err
+				}
+				w.records[r.Bucket+"/"+r.Key] = data
+			}
+			continue
+		}
 		if s.etcd != nil {
 			lease, stop, err := s.etcd.grant(s.ctx)
 			if err != nil {
@@ -474,6 +534,87 @@ func (s *Sim) duplicate(w *simWorker) (string, error) {
 	return s.writeRecord(w, "v1/instances", fmt.Sprintf("%s/%s/generate/%x", w.namespace, comp, w.id), map[string]any{"type": "Endpoint",
 		"namespace": w.namespace, "component": comp, "endpoint": "generate", "instance_id": w.id,
 		"transport": map[string]string{"tcp": fmt.Sprintf("127.0.0.1:0/%x", w.id)}})
+}
+
+// saturatedRepublish is how often a saturated worker publishes its load
+// again: a full engine's load changes all the time, so its samples stay
+// fresh, where an idle worker's, published only on change, go stale.
+const saturatedRepublish = 500 * time.Millisecond
+
+// republishSaturated keeps the saturated workers' samples fresh.
+func (s *Sim) republishSaturated(ctx context.Context) {
+	t := time.NewTicker(saturatedRepublish)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, w := range s.workers {
+			w.mu.Lock()
+			saturated := w.saturated && !w.dead
+			w.mu.Unlock()
+			if saturated {
+				w.publishAll()
+			}
+		}
+	}
+}
+
+// maxPinsAfterGone bounds the pins after a worker's record went that are
+// kept with their times (the rest are only counted).
+const maxPinsAfterGone = 1024
+
+// instanceKey is the etcd key of w's Endpoint record.
+func (w *simWorker) instanceKey() string {
+	return fmt.Sprintf("v1/instances/%s/%s/generate/%x", w.namespace, componentOf[w.role], w.id)
+}
+
+// watchRecords notes when a killed worker's Endpoint record leaves etcd
+// (its lease expired): from then on no router should pin it, and the
+// frontends count the pins that still come.
+func (s *Sim) watchRecords(ctx context.Context) {
+	byKey := map[string]*simWorker{}
+	for _, w := range s.workers {
+		byKey[w.instanceKey()] = w
+	}
+	for resp := range s.etcd.client.Watch(clientv3.WithRequireLeader(ctx), "v1/instances/", clientv3.WithPrefix()) {
+		for _, ev := range resp.Events {
+			w := byKey[string(ev.Kv.Key)]
+			if w == nil || ev.Type != clientv3.EventTypeDelete {
+				continue
+			}
+			w.mu.Lock()
+			if w.dead && !w.recordGone {
+				w.recordGone, w.recordGoneAt, w.pinsAfterGone = true, time.Now(), nil
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// pinned counts a request a frontend received pinned to workers.
+func (s *Sim) pinned(rec Recorded) {
+	for _, id := range []*uint64{rec.Worker, rec.Prefill} {
+		if id == nil {
+			continue
+		}
+		w := s.workers[*id]
+		if w == nil {
+			continue
+		}
+		w.mu.Lock()
+		w.pins++
+		w.lastPin = rec.ReceivedAt
+		if w.recordGone {
+			w.lateGone++
+			if len(w.pinsAfterGone) < maxPinsAfterGone {
+				w.pinsAfterGone = append(w.pinsAfterGone, rec.ReceivedAt.Sub(w.recordGoneAt))
+			}
+		}
+		w.mu.Unlock()
+	}
 }
 
 // keepAlive touches the records as Dynamo's file store owner does.
@@ -548,11 +689,15 @@ func (w *simWorker) publish(rank int) {
 		return
 	}
 	l := wire.ActiveLoad{WorkerID: w.id, DPRank: uint32(rank)}
+	blocks := w.decodeBlocks[rank]
+	if w.saturated {
+		blocks += w.totalKV * saturatedShare / 100
+	}
 	if w.nilFields {
-		used := w.decodeBlocks[rank] + w.prefillTokens[rank]/16
+		used := blocks + w.prefillTokens[rank]/16
 		l.KVUsedBlocks = &used
 	} else {
-		l.ActiveDecodeBlocks, l.ActivePrefillTokens = ptr(w.decodeBlocks[rank]), ptr(w.prefillTokens[rank])
+		l.ActiveDecodeBlocks, l.ActivePrefillTokens = ptr(blocks), ptr(w.prefillTokens[rank])
 	}
 	seq := w.seq
 	w.seq++
@@ -607,7 +752,6 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	}
 	answer := q.planAnswer(natural, func(i int) string { return demoWords[i%len(demoWords)] })
 	out := answer.tokens()
-	ctx := r.Context()
 	decodeW := s.workers[*rec.Worker]
 	prefillW := decodeW
 	if rec.Prefill != nil {
@@ -627,10 +771,47 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 		http.Error(w, UnknownInstance(*rec.Prefill), http.StatusInternalServerError)
 		return
 	}
-	if err := decodeW.waitResumed(ctx); err != nil {
+	// The request lives as long as its decode worker does, and through
+	// its prefill as long as its prefill worker does too (the KV cache is
+	// handed over then): a kill ends it. Before its answer starts the
+	// frontend says the instance is gone (a 500 the router may pin
+	// again); a stream already started is cut, as a dead engine's stream
+	// is.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	go func() {
+		select {
+		case <-decodeW.goneCh():
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	go func() {
+		select {
+		case <-prefillW.goneCh():
+		case <-pctx.Done():
+		}
+		pcancel()
+	}()
+	killed := func() bool {
+		if r.Context().Err() != nil || pctx.Err() == nil {
+			return false
+		}
+		id := *rec.Worker
+		if decodeW != prefillW && prefillW.isDead() {
+			id = *rec.Prefill
+		}
+		http.Error(w, UnknownInstance(id), http.StatusInternalServerError)
+		return true
+	}
+	if err := decodeW.waitResumed(pctx); err != nil {
+		killed()
 		return
 	}
-	if err := prefillW.waitResumed(ctx); err != nil {
+	if err := prefillW.waitResumed(pctx); err != nil {
+		killed()
 		return
 	}
 	cached, finishAt := prefillW.prefill(prefillRank, promptBlocks(ids, s.opts.BlockSize, seed), prompt, s.opts.Speed)
@@ -642,9 +823,10 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	w.Header().Set("x-sim-ttft-us", strconv.FormatInt(finishAt.Sub(rec.ReceivedAt).Microseconds(), 10))
 	uncached := prompt - cached
 	prefillW.adjust(prefillRank, int64(uncached), 0)
-	err := sleepUntil(ctx, finishAt)
+	err := sleepUntil(pctx, finishAt)
 	prefillW.adjust(prefillRank, -int64(uncached), 0)
 	if err != nil {
+		killed()
 		return
 	}
 	kvBlocks := int64((prompt+out)/s.opts.BlockSize + 1)
@@ -654,12 +836,23 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	rep.cachedTokens = cached
 	// The first token comes out of the prefill; each later one takes a
 	// decode step.
+	cut := false
 	answer.write(w, rep, q.Stream, func(i int) error {
+		var err error
 		if i == 0 {
-			return ctx.Err()
+			err = ctx.Err()
+		} else {
+			err = s.sleep(ctx, decodePerToken)
 		}
-		return s.sleep(ctx, decodePerToken)
+		cut = cut || err != nil
+		return err
 	})
+	if cut && r.Context().Err() == nil {
+		if q.Stream {
+			panic(http.ErrAbortHandler) // the stream has started: cut the connection
+		}
+		killed()
+	}
 }
 
 // promptIDs is a request's prompt as the frontend encodes it, and the seed
@@ -719,6 +912,13 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
+// goneCh is closed when the worker is killed.
+func (w *simWorker) goneCh() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gone
+}
+
 var demoWords = strings.Fields("Dynamo pinned this request to a prefill and a decode worker chosen by their live load")
 
 // rankOf is the rank a request was pinned to, 0 when absent or out of range.
@@ -768,7 +968,20 @@ const (
 	// empty cache (its records are kept alive again; kv-events says
 	// cleared).
 	FaultRestart Fault = "restart"
+	// FaultLeave takes the worker out of the fleet at once, as a graceful
+	// shutdown does: its lease is revoked (its records go now, StoreEtcd
+	// only) and it refuses new requests while those it runs finish;
+	// FaultRestart brings it back.
+	FaultLeave Fault = "leave"
+	// FaultSaturate makes the worker's load say its KV cache is full
+	// (saturatedShare of total_kv_blocks in use beyond its real load)
+	// until resumed; it still serves what it is sent.
+	FaultSaturate Fault = "saturate"
 )
+
+// saturatedShare is the percentage of total_kv_blocks a saturated worker
+// reports in use on top of its real load.
+const saturatedShare = 97
 
 // ErrNoWorker is returned for an unknown worker id.
 var ErrNoWorker = errors.New("no such simulated worker")
@@ -798,22 +1011,30 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 	if f == FaultRestart {
 		return s.restart(w)
 	}
+	if f == FaultLeave {
+		return s.leave(w)
+	}
 	w.mu.Lock()
 	var undup string
 	switch f {
 	case FaultKill:
+		if !w.dead {
+			close(w.gone)
+		}
 		w.dead = true
 		if w.stopLease != nil {
 			w.stopLease() // the lease expires within its TTL
 		}
 	case FaultStopPublisher:
 		w.silent = true
+	case FaultSaturate:
+		w.saturated = true
 	case FaultPause:
 		if !w.paused {
 			w.paused, w.resume = true, make(chan struct{})
 		}
 	case FaultResume:
-		w.silent = false
+		w.silent, w.saturated = false, false
 		undup, w.dupFile = w.dupFile, ""
 		if w.paused {
 			w.paused = false
@@ -837,7 +1058,7 @@ func (s *Sim) Inject(id uint64, f Fault) error {
 		}
 	}
 	switch f {
-	case FaultResume:
+	case FaultResume, FaultSaturate:
 		w.publishAll()
 	case FaultKill:
 		s.syncFrontends()
@@ -855,7 +1076,7 @@ func (s *Sim) restart(w *simWorker) error {
 		w.kvMu.Unlock()
 		return nil
 	}
-	w.dead = false
+	w.dead, w.gone, w.recordGone = false, make(chan struct{}), false
 	now := time.Now()
 	for _, f := range w.files {
 		_ = os.Chtimes(f, now, now)
@@ -875,6 +1096,32 @@ func (s *Sim) restart(w *simWorker) error {
 	w.kvMu.Unlock()
 	w.publishAll()
 	s.syncFrontends()
+	return nil
+}
+
+// leave takes w out of the fleet at once: its lease is revoked, and the
+// requests it runs finish.
+func (s *Sim) leave(w *simWorker) error {
+	if s.etcd == nil {
+		return errors.New("leave needs the etcd store (a lease to revoke)")
+	}
+	w.mu.Lock()
+	if w.dead {
+		w.mu.Unlock()
+		return nil
+	}
+	w.dead = true // its requests drain: gone stays open
+	lease, stop := w.lease, w.stopLease
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.syncFrontends()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.etcd.client.Revoke(ctx, lease); err != nil {
+		return fmt.Errorf("revoking worker %x's lease: %w", w.id, err)
+	}
 	return nil
 }
 
@@ -926,6 +1173,18 @@ type WorkerInfo struct {
 	Dead          bool   `json:"dead"`
 	Silent        bool   `json:"silent"`
 	Paused        bool   `json:"paused"`
+	Saturated     bool   `json:"saturated"`
+	// Pins counts the requests the frontends received pinned to the
+	// worker (as decode or prefill worker), LastPin the last one's arrival.
+	Pins    uint64     `json:"pins"`
+	LastPin *time.Time `json:"last_pin,omitempty"`
+	// RecordGoneAt is when the killed worker's Endpoint record was last
+	// seen leaving etcd (its lease expired); PinsAfterGone counts the
+	// requests pinned to it after that while it stayed dead, and
+	// PinsAfterGoneMS says how long after (the first 1024).
+	RecordGoneAt    *time.Time `json:"record_gone_at,omitempty"`
+	PinsAfterGone   uint64     `json:"pins_after_gone"`
+	PinsAfterGoneMS []float64  `json:"pins_after_gone_ms,omitempty"`
 }
 
 // Workers lists the simulated workers.
@@ -933,7 +1192,18 @@ func (s *Sim) Workers() []WorkerInfo {
 	var out []WorkerInfo
 	for _, w := range s.workers {
 		w.mu.Lock()
-		out = append(out, WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, KVPublisherID: w.kvPublisherID, Dead: w.dead, Silent: w.silent, Paused: w.paused})
+		info := WorkerInfo{InstanceID: w.id, Namespace: w.namespace, Model: w.model, Role: w.role, PublisherID: w.publisherID, KVPublisherID: w.kvPublisherID,
+			Dead: w.dead, Silent: w.silent, Paused: w.paused, Saturated: w.saturated, Pins: w.pins, PinsAfterGone: w.lateGone}
+		if !w.lastPin.IsZero() {
+			info.LastPin = new(w.lastPin)
+		}
+		if !w.recordGoneAt.IsZero() {
+			info.RecordGoneAt = new(w.recordGoneAt)
+		}
+		for _, d := range w.pinsAfterGone {
+			info.PinsAfterGoneMS = append(info.PinsAfterGoneMS, float64(d.Microseconds())/1000)
+		}
+		out = append(out, info)
 		w.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Compare(a.InstanceID, b.InstanceID) })
@@ -942,7 +1212,7 @@ func (s *Sim) Workers() []WorkerInfo {
 
 // Handler serves the namespace's frontend and, under /sim/, the control API
 // of the whole fleet: GET /sim/workers,
-// POST /sim/workers/{id}/{kill|restart|stop-publisher|pause|resume|duplicate},
+// POST /sim/workers/{id}/{kill|restart|leave|stop-publisher|pause|resume|duplicate|saturate},
 // POST /sim/etcd/restart (with the etcd store).
 func (s *Sim) Handler(ns string) http.Handler {
 	mux := http.NewServeMux()

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
@@ -330,11 +331,18 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
 		}
-		// Only a failure to connect is retried on another replica: the
-		// request never reached this one.
+		// A failure to connect is retried on another replica: the request
+		// never reached this one. A connection that broke before any
+		// answer header (the replica died, or closed a kept-alive
+		// connection as the request went out) may have carried the
+		// request to a worker, so it is retried only for a pin whose card
+		// declares a migration_limit: the workers' consent to a request
+		// running again elsewhere. Nothing reached the client yet. A
+		// timeout is never retried: the request may still be running.
 		var op *net.OpError
 		dialFailed := errors.As(err, &op) && op.Op == "dial"
-		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + err.Error()}, dialFailed
+		migrates := pin != nil && shim.RepinLimit(*pin) > 0 && connectionBroken(err)
+		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + err.Error()}, dialFailed || migrates
 	}
 	defer func() { _ = resp.Body.Close() }()
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
@@ -396,6 +404,15 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return sendResult{outcome: shim.ClientGone}, false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// connectionBroken reports whether err says the connection to a replica
+// was closed or reset under the request, rather than timing out.
+func connectionBroken(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // relayConverted answers a converted request with a buffered upstream

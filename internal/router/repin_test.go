@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/fleetsim"
@@ -279,5 +282,47 @@ func TestWorkerFaultsKeepTheReplica(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplicaDroppingTheConnectionRetried: with cards declaring
+// migration_limit, a frontend replica that reads a request and closes the
+// connection without answering (it died, or closed a kept-alive
+// connection as the request went out) costs the client nothing: the
+// request goes to the other replica of the pool, buffered or streamed.
+// (Without a migration_limit it is not sent again:
+// TestNoRetryAfterTheRequestWasSent.)
+func TestReplicaDroppingTheConnectionRetried(t *testing.T) {
+	t.Parallel()
+	var dropped atomic.Int32
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		dropped.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = conn.Close()
+	}))
+	t.Cleanup(dead.Close)
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = append(c.Backends, config.Backend{Name: "dead", Type: "openai", URL: dead.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)})
+		c.Dynamo.Shim.Backends = []string{"dead", "fe"}
+	})
+	h.reducer = fleet.NewReducer()
+	repinWorker(h.reducer, "prefill", "Prefill", 10, 2)
+	repinWorker(h.reducer, "decode", "Decode", 20, 2)
+	h.reg.Publish(h.reducer.Build(t0))
+	for i := range 6 {
+		stream := i%2 == 1
+		resp := h.post(t, chat(stream), map[string]string{"x-backend": ""})
+		body := readAll(t, resp)
+		if resp.StatusCode != 200 || resp.Header.Get("x-continuum-backend") != "fe" || (stream && !strings.Contains(body, "[DONE]")) {
+			t.Fatalf("request %d: %d via %q: %s", i, resp.StatusCode, resp.Header.Get("x-continuum-backend"), body)
+		}
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("no request went to the replica that drops connections: the test proves nothing")
 	}
 }

@@ -673,7 +673,8 @@ func TestBufferedShim4xxIsFailure(t *testing.T) {
 
 // TestNoRetryAfterTheRequestWasSent: a replica that took the request and
 // then dropped the connection is not retried elsewhere (the request may
-// have run); only a failure to connect is.
+// have run) when the card declares no migration_limit; only a failure to
+// connect is.
 func TestNoRetryAfterTheRequestWasSent(t *testing.T) {
 	t.Parallel()
 	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/continuum-router/continuum/internal/demo"
 	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/faultbench"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/routerd"
@@ -57,6 +59,21 @@ type Options struct {
 	QueryTokens  int
 	Seed         uint64
 	Output       string
+	// The fault-injection benchmark (--faults).
+	Faults    bool
+	Binary    string
+	Scenarios []string
+	Baseline  time.Duration
+	Hold      time.Duration
+	LeaseTTL  time.Duration
+	MaxTokens int
+	// Soak, when set, runs the soak for that long instead (--soak).
+	Soak time.Duration
+	// Churn is how often the soak changes the fleet.
+	Churn time.Duration
+	// speedSet, rateSet, prefillSet and decodeSet say the flags were
+	// given (the fault bench and the soak have their own defaults).
+	speedSet, rateSet, prefillSet, decodeSet bool
 }
 
 // Routing modes.
@@ -132,6 +149,20 @@ Modes:
   oracle-ttft  (only when asked for) exact facts, choosing the rank where the
                request's first token comes soonest
 
+With --faults it runs the fault-injection benchmark instead: for each
+scenario, a fresh simulated fleet (etcd store, two frontend replicas in the
+router's pool, --prefill and --decode workers) and the router, as child
+processes of this binary (or --binary), under a steady load of streamed and
+buffered requests (--rate); after --baseline one fault is injected: a decode
+or prefill worker killed, an engine paused, a publisher silenced, etcd
+restarted, a frontend replica killed, a duplicate record, every worker
+saturated. The report gives per scenario the requests sent and failed (by
+cause, and whether they were in flight on the killed part), the requests
+re-pinned, pinned to a worker after its record expired, how long until
+discovery dropped a killed worker and routing left the faulty part, how long
+until the fleet was whole again, and the p99 latency during the fault
+against the baseline.
+
 --workload takes a Mooncake trace (JSON lines with timestamp, input_length,
 output_length and hash_ids of 512-token blocks; each block id becomes 512
 bytes of text) or "synthetic": --tenants tenants with shared prefixes of
@@ -141,7 +172,9 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
   continuum bench --requests 2000 -o json
   continuum bench --workload ../shared/data/mooncake/conversation_trace.jsonl --requests 2000 \
     --speed 8 --rate 40
-  continuum bench --modes round-robin,kv --rate 8                 # unloaded`,
+  continuum bench --modes round-robin,kv --rate 8                 # unloaded
+  continuum bench --faults                                        # every fault scenario, about 4 minutes
+  continuum bench --faults --scenarios decode-killed,frontend-killed --rate 20 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, m := range opts.Modes {
@@ -151,6 +184,32 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 			}
 			if err := cmdutil.OneOf("--output", opts.Output, []string{"table", "json"}); err != nil {
 				return err
+			}
+			fs := cmd.Flags()
+			opts.rateSet, opts.speedSet = fs.Changed("rate"), fs.Changed("speed")
+			opts.prefillSet, opts.decodeSet = fs.Changed("prefill"), fs.Changed("decode")
+			if opts.Soak > 0 {
+				if opts.Churn < time.Second {
+					return cmdutil.FlagErrorf("--churn must be at least 1s")
+				}
+				if opts.Faults {
+					return cmdutil.FlagErrorf("--soak and --faults are separate runs")
+				}
+				return RunSoak(cmd.Context(), opts)
+			}
+			if opts.Faults {
+				for _, s := range opts.Scenarios {
+					if faultbench.Describe(s) == "" {
+						return cmdutil.FlagErrorf("scenario %q is not one of %s", s, strings.Join(faultbench.Scenarios(), ", "))
+					}
+				}
+				if !opts.rateSet {
+					opts.Rate = faultbench.DefaultRate
+				}
+				if opts.Rate <= 0 || opts.Rate > 1000 {
+					return cmdutil.FlagErrorf("--rate must be above 0 and at most 1000 requests a second")
+				}
+				return RunFaults(cmd.Context(), opts)
 			}
 			if opts.Requests <= 0 || opts.Prefill < 0 || opts.Decode <= 0 || opts.Speed <= 0 || opts.KVBlocks < 0 || opts.Tenants <= 0 ||
 				opts.PrefixBlocks < 0 || opts.QueryTokens < 0 || opts.Rate < 0 || opts.TimeScale <= 0 {
@@ -162,7 +221,7 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Workload, "workload", "synthetic", `a Mooncake trace file, or "synthetic"`)
 	fl.IntVar(&opts.Requests, "requests", 400, "requests to replay (a trace's first ones)")
-	fl.Float64Var(&opts.Rate, "rate", 0, "mean arrival rate in requests per second (synthetic: 48; a trace: as recorded, divided by --time-scale)")
+	fl.Float64Var(&opts.Rate, "rate", 0, "mean arrival rate in requests per second (synthetic: 48; a trace: as recorded, divided by --time-scale; --faults: 40, half streamed; --soak: 20)")
 	fl.Float64Var(&opts.TimeScale, "time-scale", 1, "divide a trace's inter-arrival times by this (when --rate is not given)")
 	fl.IntVar(&opts.MaxOutput, "max-output", 32, "cap on each request's output tokens")
 	fl.StringSliceVar(&opts.Modes, "modes", Modes, "routing modes to compare: "+strings.Join(allModes, ", "))
@@ -175,7 +234,90 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 	fl.IntVar(&opts.QueryTokens, "query-tokens", defaultQueryTokens, "each request's own query, in tokens (synthetic)")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic workload's arrivals and tenants")
 	fl.StringVarP(&opts.Output, "output", "o", "table", "output format: table or json")
+	fl.BoolVar(&opts.Faults, "faults", false, "run the fault-injection benchmark instead of comparing routing modes")
+	fl.StringVar(&opts.Binary, "binary", "", "with --faults: the continuum binary to run as fleet-sim and serve (default: this one)")
+	fl.StringSliceVar(&opts.Scenarios, "scenarios", nil, "with --faults: scenarios to run (default all): "+strings.Join(faultbench.Scenarios(), ", "))
+	_ = cmd.RegisterFlagCompletionFunc("scenarios", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return faultbench.Scenarios(), cobra.ShellCompDirectiveNoFileComp
+	})
+	fl.DurationVar(&opts.Baseline, "baseline", faultbench.DefaultBaseline, "with --faults: load before each fault")
+	fl.DurationVar(&opts.Hold, "hold", faultbench.DefaultHold, "with --faults: how long a fault undone by hand lasts (pause, silence, duplicate, saturation, frontend down)")
+	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", faultbench.DefaultLeaseTTL, "with --faults: the workers' etcd lease TTL (whole seconds)")
+	fl.DurationVar(&opts.Soak, "soak", 0, "run the soak for this long instead: the router over a simulated fleet changing every minute, under steady load (--rate), reporting its RSS, heap, goroutines and open files")
+	fl.DurationVar(&opts.Churn, "churn", time.Minute, "with --soak: how often the fleet changes")
+	fl.IntVar(&opts.MaxTokens, "max-tokens", faultbench.DefaultMaxTokens, "with --faults: max_tokens of each request")
 	return cmd
+}
+
+// binary is --binary, or this process's own executable.
+func (o *Options) binary() (string, error) {
+	if o.Binary != "" {
+		return o.Binary, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding this binary (pass --binary): %w", err)
+	}
+	return bin, nil
+}
+
+// RunSoak runs the soak and prints its report; each sample is printed to
+// stderr as it is taken.
+func RunSoak(ctx context.Context, o *Options) error {
+	bin, err := o.binary()
+	if err != nil {
+		return err
+	}
+	rate := o.Rate
+	if !o.rateSet {
+		rate = 20
+	}
+	rep, err := faultbench.Soak(ctx, faultbench.SoakOptions{Binary: bin, Duration: o.Soak, Churn: o.Churn, Rate: rate, Progress: func(s faultbench.SoakSample) {
+		fmt.Fprintf(o.IO.ErrOut, "soak %s: RSS %.1f MiB, heap in use %.1f MiB, %0.f goroutines, %.0f open fds, %d requests (%d failed)\n",
+			s.At, s.RSSBytes/(1<<20), s.HeapBytes/(1<<20), s.Goroutines, s.OpenFDs, s.Requests, s.Failed)
+	}})
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return faultbench.WriteSoak(o.IO.Out, rep)
+}
+
+// RunFaults runs the fault-injection benchmark and prints its report.
+func RunFaults(ctx context.Context, o *Options) error {
+	bin, err := o.binary()
+	if err != nil {
+		return err
+	}
+	// The fault fleet has its own shape unless the flags say otherwise
+	// (zero: faultbench's 2 prefill and 4 decode workers).
+	fo := faultbench.Options{Binary: bin, Scenarios: o.Scenarios, Rate: o.Rate, Baseline: o.Baseline, Hold: o.Hold,
+		LeaseTTL: o.LeaseTTL, MaxTokens: o.MaxTokens}
+	if o.prefillSet {
+		fo.Prefill = o.Prefill
+	}
+	if o.decodeSet {
+		fo.Decode = o.Decode
+	}
+	fo.Speed = faultbench.DefaultSpeed
+	if o.speedSet {
+		fo.Speed = o.Speed
+	}
+	results, err := faultbench.Run(ctx, fo)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"rate": o.Rate, "baseline_s": o.Baseline.Seconds(), "hold_s": o.Hold.Seconds(), "max_tokens": o.MaxTokens, "speed": fo.Speed,
+			"lease_ttl_s": o.LeaseTTL.Seconds(), "fleet": map[string]any{"prefill": fo.Prefill, "decode": fo.Decode, "frontend_replicas": 2}, "results": results})
+	}
+	return faultbench.WriteTable(o.IO.Out, fo, results)
 }
 
 // Run replays the workload once per mode.

@@ -93,3 +93,28 @@ func BenchmarkRoutingMooncake(b *testing.B) {
 		}
 	}
 }
+
+// TestBenchFaultFlags: --faults and --soak refuse what they cannot run
+// before starting anything.
+func TestBenchFaultFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown scenario", []string{"--faults", "--scenarios", "decode-killed,meteor"}, `scenario "meteor" is not one of decode-killed`},
+		{"no rate", []string{"--faults", "--rate", "0"}, "--rate must be above 0"},
+		{"soak and faults", []string{"--faults", "--soak", "1m"}, "--soak and --faults are separate runs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ios, _, _, errOut := iostreams.Test()
+			f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
+			code := cli.Run(t.Context(), f, append([]string{"bench"}, tc.args...))
+			if code == 0 || !strings.Contains(errOut.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q, want an error saying %q", code, errOut, tc.want)
+			}
+		})
+	}
+}

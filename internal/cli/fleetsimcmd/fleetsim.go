@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +34,9 @@ type Options struct {
 	Store          string
 	CardDialect    string
 	MigrationLimit int
+	LeaseTTL       time.Duration
+	Replicas       int
+	Standby        int
 	// Ready, when set, is called once the fleet is up (tests).
 	Ready func(*fleetsim.Demo)
 }
@@ -63,13 +67,21 @@ workers and "Chat | Completions" on the others, model_input "Tokens").
 
 Faults can be injected through the frontend's control API:
   curl -X POST <frontend>/sim/workers/<instance id>/kill            # records expire
-  curl -X POST <frontend>/sim/workers/<instance id>/restart         # back, same id, empty cache
+  curl -X POST <frontend>/sim/workers/<instance id>/restart         # back, same id, empty cache (or a standby joins)
+  curl -X POST <frontend>/sim/workers/<instance id>/leave           # a graceful exit: lease revoked, its requests finish
   curl -X POST <frontend>/sim/workers/<instance id>/stop-publisher  # load goes silent
   curl -X POST <frontend>/sim/workers/<instance id>/pause           # a stalled engine
   curl -X POST <frontend>/sim/workers/<instance id>/duplicate       # a second record claims its id
+  curl -X POST <frontend>/sim/workers/<instance id>/saturate        # its load says its KV cache is full
   curl -X POST <frontend>/sim/workers/<instance id>/resume
   curl -X POST <frontend>/sim/etcd/restart                          # with --store etcd
-  curl <frontend>/sim/workers`,
+  curl -X POST <frontend>/sim/frontends/<backend name>/kill         # a frontend replica goes away
+  curl -X POST <frontend>/sim/frontends/<backend name>/restart       # and comes back on its address
+  curl <frontend>/sim/workers                                       # state, pins, pins after its record went
+  curl <frontend>/sim/frontends
+
+A killed worker's requests end with it: those not yet answering get the
+frontend's "instance not found" 500, streams already started are cut.`,
 		Example: `  continuum fleet-sim --prefill 2 --decode 4 --write-config /tmp/continuum.yaml
   continuum serve --config /tmp/continuum.yaml
   continuum fleet-sim --workers 4 --prefill 0 --decode 0 --store etcd      # aggregated workers in etcd
@@ -93,6 +105,15 @@ Faults can be injected through the frontend's control API:
 			}
 			if opts.MigrationLimit < 0 {
 				return cmdutil.FlagErrorf("--migration-limit must not be negative")
+			}
+			if opts.LeaseTTL < 2*time.Second || opts.LeaseTTL > time.Hour || opts.LeaseTTL%time.Second != 0 {
+				return cmdutil.FlagErrorf("--lease-ttl must be whole seconds from 2s to 1h (etcd grants leases in seconds)")
+			}
+			if opts.Standby < 0 || (opts.Standby > 0 && opts.Store != fleetsim.StoreEtcd) {
+				return cmdutil.FlagErrorf("--standby needs --store etcd and must not be negative")
+			}
+			if opts.Replicas < 1 || opts.Replicas > 16 {
+				return cmdutil.FlagErrorf("--frontend-replicas must be between 1 and 16")
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -118,6 +139,9 @@ Faults can be injected through the frontend's control API:
 	fl.StringVar(&opts.CardDialect, "card-dialect", fleetsim.DialectEnum, "how cards say a worker's role: enum, bitflags, lowercase or legacy")
 	cmdutil.RegisterEnumCompletion(cmd, "card-dialect", fleetsim.CardDialects)
 	fl.IntVar(&opts.MigrationLimit, "migration-limit", 0, "the migration_limit the workers' cards declare: how many times the router may pin a failed request to other workers (0, Dynamo's default: never)")
+	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", fleetsim.DefaultLeaseTTL, "TTL of the workers' etcd leases with --store etcd: how long a killed worker's records outlive it")
+	fl.IntVar(&opts.Standby, "standby", 0, "more decode workers that start out of the fleet and join at a restart (with --store etcd)")
+	fl.IntVar(&opts.Replicas, "frontend-replicas", 1, "frontend replicas per namespace, each a backend of the router configuration's pool")
 	fl.StringVar(&opts.WriteConfig, "write-config", "", "write the router configuration to this file instead of printing it")
 	return cmd
 }
@@ -126,7 +150,7 @@ Faults can be injected through the frontend's control API:
 func Run(ctx context.Context, o *Options) error {
 	d, err := fleetsim.StartDemoOn(fleetsim.Options{Prefill: o.Prefill, Decode: o.Decode, Aggregated: o.Aggregated, DPSize: o.DP,
 		Models: o.Models, Namespaces: o.Namespaces, NilSchedulerFields: o.NilFields, Speed: o.Speed, Store: o.Store, CardDialect: o.CardDialect,
-		MigrationLimit: o.MigrationLimit}, o.RouterBind, o.FrontendBind)
+		MigrationLimit: o.MigrationLimit, LeaseTTL: o.LeaseTTL, FrontendReplicas: o.Replicas, Standby: o.Standby}, o.RouterBind, o.FrontendBind)
 	if err != nil {
 		return err
 	}
@@ -137,12 +161,16 @@ func Run(ctx context.Context, o *Options) error {
 	} else {
 		fmt.Fprintf(w, "file store: %s\n", d.Root)
 	}
-	for _, ns := range d.Sim.Namespaces() {
-		fmt.Fprintf(w, "frontend:   %s  (namespace %s)\n", d.FrontendURLs[ns], ns)
+	for _, rp := range d.Frontends() {
+		fmt.Fprintf(w, "frontend:   %s  (namespace %s, backend %s)\n", rp.URL, rp.Namespace, rp.Name)
 	}
 	fmt.Fprintln(w, "workers:")
 	for _, wk := range d.Sim.Workers() {
-		fmt.Fprintf(w, "  %-7s instance %d (0x%x), publisher %d, %s / %s\n", wk.Role, wk.InstanceID, wk.InstanceID, wk.PublisherID, wk.Namespace, wk.Model)
+		standby := ""
+		if wk.Dead {
+			standby = " (standby: joins at a restart)"
+		}
+		fmt.Fprintf(w, "  %-7s instance %d (0x%x), publisher %d, %s / %s%s\n", wk.Role, wk.InstanceID, wk.InstanceID, wk.PublisherID, wk.Namespace, wk.Model, standby)
 	}
 	if o.WriteConfig != "" {
 		if err := os.WriteFile(o.WriteConfig, []byte(d.Config), 0o600); err != nil {
