@@ -42,7 +42,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		printUsage()
 	}
 	var err error
 	switch os.Args[1] {
@@ -61,7 +61,7 @@ func main() {
 			stop()
 		}
 	default:
-		usage()
+		printUsage()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
@@ -69,7 +69,7 @@ func main() {
 	}
 }
 
-func usage() {
+func printUsage() {
 	fmt.Fprintln(os.Stderr, "usage: bench-proxy run -continuum PATH -nginx PATH [flags] | bench-proxy backend [flags]")
 	os.Exit(2)
 }
@@ -223,7 +223,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			for _, mode := range o.modes {
 				for k := range targets {
 					t := targets[(k+round+ri)%len(targets)]
-					before, err := ticksOf(watched)
+					before, err := usageOf(watched)
 					if err != nil {
 						return err
 					}
@@ -232,19 +232,19 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 					if err != nil {
 						return err
 					}
-					after, err := ticksOf(watched)
+					after, err := usageOf(watched)
 					if err != nil {
 						return err
 					}
 					c := rep.cell(mode, rate, t.name)
 					c.add(res, load)
-					c.BackendCPUSeconds += float64(after[0]-before[0]) / tick
+					c.BackendCPUSeconds += float64(after[0].ticks-before[0].ticks) / tick
 					if t.proc != nil {
 						i := 1
 						if t.proc == ngx {
 							i = 2
 						}
-						c.ProxyCPUSeconds += float64(after[i]-before[i]) / tick
+						c.addProxy(after[i].sub(before[i]), tick)
 					}
 					fmt.Fprintf(os.Stderr, "round %d/%d  %-8s %5d req/s  %-9s  %6d ok  %d errors  load %s\n",
 						round+1, o.rounds, mode, rate, t.name, len(res.latency), res.errors, load)
@@ -264,14 +264,14 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	return nil
 }
 
-func ticksOf(ps []*proc) ([]int64, error) {
-	out := make([]int64, len(ps))
+func usageOf(ps []*proc) ([]usage, error) {
+	out := make([]usage, len(ps))
 	for i, p := range ps {
-		t, err := p.cpuTicks()
+		u, err := p.usage()
 		if err != nil {
 			return nil, err
 		}
-		out[i] = t
+		out[i] = u
 	}
 	return out, nil
 }

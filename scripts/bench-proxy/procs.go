@@ -216,18 +216,60 @@ func (p *proc) findChildren() error {
 	return nil
 }
 
-// cpuTicks is the user and system CPU time of p's processes, in clock
-// ticks.
-func (p *proc) cpuTicks() (int64, error) {
-	var sum int64
+// usage is what a proxy's processes have consumed so far: CPU time in
+// clock ticks, read and write system calls (/proc/PID/io), and context
+// switches of all their threads (/proc/PID/task/*/status).
+type usage struct {
+	ticks, syscr, syscw, ctxsw int64
+}
+
+func (u usage) sub(v usage) usage {
+	return usage{u.ticks - v.ticks, u.syscr - v.syscr, u.syscw - v.syscw, u.ctxsw - v.ctxsw}
+}
+
+func (p *proc) usage() (usage, error) {
+	var sum usage
 	for _, pid := range p.pids {
 		st, err := readStat(pid)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.name, err)
+			return usage{}, fmt.Errorf("%s: %w", p.name, err)
 		}
-		sum += st.utime + st.stime
+		sum.ticks += st.utime + st.stime
+		// The system calls and switches are diagnostics: a process the
+		// run may not read them of (nginx workers under another user)
+		// counts none.
+		io := procFields("/proc/"+strconv.Itoa(pid)+"/io", "syscr", "syscw")
+		sum.syscr += io[0]
+		sum.syscw += io[1]
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
+		for _, t := range tasks {
+			sw := procFields(t, "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+			sum.ctxsw += sw[0] + sw[1]
+		}
 	}
 	return sum, nil
+}
+
+// procFields reads "name: value" lines of a /proc file, 0 for a name it
+// does not find.
+func procFields(path string, names ...string) []int64 {
+	out := make([]int64, len(names))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return out
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		for i, n := range names {
+			if k == n {
+				out[i], _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
+	return out
 }
 
 // stat is what the run reads of /proc/PID/stat.

@@ -81,12 +81,32 @@ type cell struct {
 	ProxyCPUSecondsPer1k   *float64 `json:"proxy_cpu_seconds_per_1k,omitempty"`
 	BackendCPUSeconds      float64  `json:"backend_cpu_seconds"`
 	BackendCPUSecondsPer1k float64  `json:"backend_cpu_seconds_per_1k"`
+	// The proxy's read and write system calls and its threads' context
+	// switches per 1,000 requests (diagnostics: where the CPU goes).
+	ProxyPer1k *perRequest `json:"proxy_per_1k,omitempty"`
 	// Load averages when each round's measurement of the cell began.
 	Load []string `json:"load_average"`
 
 	lat, fb []time.Duration
 	sent    int
 	span    time.Duration
+	proxy   usage
+}
+
+// perRequest counts system calls and context switches. /proc/PID/io
+// counts read(2) and readv(2) but not recv(2), which nginx reads with:
+// compare read_syscalls between Go processes only.
+type perRequest struct {
+	ReadSyscalls    float64 `json:"read_syscalls"`
+	WriteSyscalls   float64 `json:"write_syscalls"`
+	ContextSwitches float64 `json:"context_switches"`
+}
+
+func (c *cell) addProxy(u usage, tick float64) {
+	c.ProxyCPUSeconds += float64(u.ticks) / tick
+	c.proxy.syscr += u.syscr
+	c.proxy.syscw += u.syscw
+	c.proxy.ctxsw += u.ctxsw
 }
 
 // quantiles in microseconds.
@@ -165,6 +185,8 @@ func (r *report) finish() {
 			if c.Path != pathDirect {
 				v := round4(c.ProxyCPUSeconds / float64(c.sent) * 1000)
 				c.ProxyCPUSecondsPer1k = &v
+				k := 1000 / float64(c.sent)
+				c.ProxyPer1k = &perRequest{round1(float64(c.proxy.syscr) * k), round1(float64(c.proxy.syscw) * k), round1(float64(c.proxy.ctxsw) * k)}
 			}
 		}
 		r.Summary.Errors += c.Errors
@@ -271,6 +293,13 @@ func (r *report) writeTable(w io.Writer) {
 				d.FirstByte.P50, d.FirstByte.P99, c.AddedFirstByte.P50, c.AddedFirstByte.P99, n.AddedFirstByte.P50, n.AddedFirstByte.P99)
 		}
 	}
+	fmt.Fprintln(w, "\n| mode | req/s | per request, continuum: write syscalls, context switches | nginx (master and workers) |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, mode := range s.Modes {
+		for _, rate := range s.Rates {
+			fmt.Fprintf(w, "| %s | %d | %s | %s |\n", mode, rate, perReq(r.cell(mode, rate, pathContinuum)), perReq(r.cell(mode, rate, pathNginx)))
+		}
+	}
 	sm := r.Summary
 	verdict := "met"
 	if !sm.TargetsMet {
@@ -305,6 +334,14 @@ func cpu(c *cell) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.3f", *c.ProxyCPUSecondsPer1k)
+}
+
+func perReq(c *cell) string {
+	if c.ProxyPer1k == nil {
+		return "n/a"
+	}
+	p := c.ProxyPer1k
+	return fmt.Sprintf("%.2f, %.2f", p.WriteSyscalls/1000, p.ContextSwitches/1000)
 }
 
 func (r *report) writeJSON(path string) error {
