@@ -7,6 +7,7 @@
 # prints the table (markdown) that the README quotes. The JSON and the table
 # land beside the binaries, named by the time of the run.
 #   scripts/bench-proxy.sh [bench-proxy run flags: -rates 500,1000,2000 -duration 6s -rounds 3 ...]
+#   scripts/bench-proxy.sh -baseline OTHER_CONTINUUM   (a fourth path: the build before a change)
 # Figures are ratios and differences against the direct path measured in the
 # same run; on a machine busy with other work they move from run to run, so
 # the load average is printed with them.

@@ -3,7 +3,7 @@
 // it there, and with no proxy at all, process against process over real
 // sockets:
 //
-//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE]
+//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH]
 //	bench-proxy backend [-addr 127.0.0.1:0] [-tokens 8] [-gap 0s]
 //
 // run starts the fast backend (this program's backend command, a process of
@@ -18,7 +18,9 @@
 // direct at the same rate and mode, same run), the ratio of continuum's p99
 // to nginx's, and the CPU seconds per 1,000 requests of each proxy's
 // processes (utime + stime of /proc/PID/stat around each cell), as a
-// markdown table on stdout and as JSON.
+// markdown table on stdout and as JSON. With -baseline, a second continuum
+// build runs as a fourth path, so that a change to the router is measured
+// against the build before it in the same run.
 package main
 
 import (
@@ -85,6 +87,7 @@ type options struct {
 	gap              time.Duration
 	json             string
 	label            string
+	baseline         string
 }
 
 func parseRun(args []string) (options, error) {
@@ -101,6 +104,7 @@ func parseRun(args []string) (options, error) {
 	fs.DurationVar(&o.gap, "gap", 0, "pause between the backend's SSE events")
 	fs.StringVar(&o.json, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.label, "label", "", "what is measured (a commit), printed with the results")
+	fs.StringVar(&o.baseline, "baseline", "", "another continuum binary (the build before a change), measured as a fourth path")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -133,6 +137,7 @@ const (
 	pathDirect    = "direct"
 	pathContinuum = "continuum"
 	pathNginx     = "nginx"
+	pathBaseline  = "baseline"
 )
 
 func requestBody(mode string) string {
@@ -170,7 +175,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	procs = append(procs, be)
-	cont, contAddr, err := startContinuum(dir, o.continuum, beAddr)
+	cont, contAddr, err := startContinuum(dir, pathContinuum, o.continuum, beAddr)
 	if err != nil {
 		return err
 	}
@@ -185,6 +190,14 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		{name: pathDirect, url: "http://" + beAddr + "/v1/chat/completions"},
 		{name: pathContinuum, url: "http://" + contAddr + "/v1/chat/completions", proc: cont},
 		{name: pathNginx, url: "http://" + ngxAddr + "/v1/chat/completions", proc: ngx},
+	}
+	if o.baseline != "" {
+		base, baseAddr, err := startContinuum(dir, pathBaseline, o.baseline, beAddr)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, base)
+		targets = append(targets, &target{name: pathBaseline, url: "http://" + baseAddr + "/v1/chat/completions", proc: base})
 	}
 	for _, t := range targets {
 		t.client = newClient()
@@ -205,6 +218,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	rep.Started = time.Now().UTC().Format(time.RFC3339)
 	rep.Machine = machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), Kernel: readTrim("/proc/sys/kernel/osrelease"), LoadBefore: loadAvg()}
 	rep.Versions = versions{Continuum: commandOutput(o.continuum, "version"), Nginx: commandOutput(o.nginx, "-v"), Go: runtime.Version(), Vegeta: vegetaVersion()}
+	if o.baseline != "" {
+		rep.Versions.Baseline = commandOutput(o.baseline, "version")
+	}
 	rep.NginxWorkers = len(ngx.pids) - 1
 
 	if o.warmup > 0 {
@@ -217,7 +233,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 	}
 	tick := float64(clockTicks())
-	watched := append([]*proc{be}, cont, ngx)
+	watched := []*proc{be}
+	for _, t := range targets {
+		if t.proc != nil {
+			watched = append(watched, t.proc)
+		}
+	}
 	for round := range o.rounds {
 		for ri, rate := range o.rates {
 			for _, mode := range o.modes {
@@ -239,12 +260,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 					c := rep.cell(mode, rate, t.name)
 					c.add(res, load)
 					c.BackendCPUSeconds += float64(after[0].ticks-before[0].ticks) / tick
-					if t.proc != nil {
-						i := 1
-						if t.proc == ngx {
-							i = 2
+					for i, p := range watched {
+						if p == t.proc {
+							c.addProxy(after[i].sub(before[i]), tick)
 						}
-						c.addProxy(after[i].sub(before[i]), tick)
 					}
 					fmt.Fprintf(os.Stderr, "round %d/%d  %-8s %5d req/s  %-9s  %6d ok  %d errors  load %s\n",
 						round+1, o.rounds, mode, rate, t.name, len(res.latency), res.errors, load)

@@ -121,7 +121,7 @@ func freeAddr() (string, error) {
 }
 
 // startContinuum runs `continuum serve` with one plain backend.
-func startContinuum(dir, bin, backendAddr string) (*proc, string, error) {
+func startContinuum(dir, name, bin, backendAddr string) (*proc, string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, "", err
@@ -133,11 +133,11 @@ backends:
   - name: bench
     url: "http://%s"
 `, addr, backendAddr)
-	path := filepath.Join(dir, "continuum.yaml")
+	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, "", err
 	}
-	p, err := start(dir, "continuum", []string{bin, "serve", "--config", path, "--log-level", "warn"}, os.Environ())
+	p, err := start(dir, name, []string{bin, "serve", "--config", path, "--log-level", "warn"}, os.Environ())
 	return p, addr, err
 }
 

@@ -43,6 +43,7 @@ type versions struct {
 	Nginx     string `json:"nginx"`
 	Go        string `json:"go"`
 	Vegeta    string `json:"vegeta"`
+	Baseline  string `json:"baseline,omitempty"`
 }
 
 type settings struct {
@@ -198,8 +199,10 @@ func (r *report) finish() {
 	for _, rate := range r.Settings.Rates {
 		for _, mode := range r.Settings.Modes {
 			d := r.cell(mode, rate, pathDirect)
-			for _, p := range []string{pathContinuum, pathNginx} {
-				c := r.cell(mode, rate, p)
+			for _, c := range r.Cells {
+				if c.Mode != mode || c.Rate != rate || c.Path == pathDirect {
+					continue
+				}
 				c.Added = &quantiles{c.Latency.P50 - d.Latency.P50, c.Latency.P99 - d.Latency.P99, c.Latency.P999 - d.Latency.P999}
 				c.AddedFirstByte = &quantiles{c.FirstByte.P50 - d.FirstByte.P50, c.FirstByte.P99 - d.FirstByte.P99, c.FirstByte.P999 - d.FirstByte.P999}
 			}
@@ -317,8 +320,29 @@ func (r *report) writeTable(w io.Writer) {
 			bad = append(bad, fmt.Sprintf("%s %s %d: the generator sent only %.0f req/s", c.Path, c.Mode, c.Rate, c.AchievedRate))
 		}
 	}
+	if r.Versions.Baseline != "" {
+		r.writeBaseline(w)
+	}
 	if len(bad) > 0 {
 		fmt.Fprintf(w, "\nWARNING:\n- %s\n", strings.Join(bad, "\n- "))
+	}
+}
+
+// writeBaseline compares continuum with the baseline build, cell by cell.
+func (r *report) writeBaseline(w io.Writer) {
+	fmt.Fprintf(w, "\ncontinuum against the baseline build (%s):\n\n", r.Versions.Baseline)
+	fmt.Fprintln(w, "| mode | req/s | baseline added p50 / p99 / p99.9 (µs) | continuum added p50 / p99 / p99.9 (µs) | p99 continuum ÷ baseline | CPU s per 1k req: baseline / continuum | write syscalls, context switches per request: baseline / continuum |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, mode := range r.Settings.Modes {
+		for _, rate := range r.Settings.Rates {
+			b, c := r.cell(mode, rate, pathBaseline), r.cell(mode, rate, pathContinuum)
+			ratio := "n/a"
+			if b.Latency.P99 > 0 {
+				ratio = fmt.Sprintf("%.2f", c.Latency.P99/b.Latency.P99)
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s / %s | %s / %s |\n", mode, rate,
+				triple(*b.Added, true), triple(*c.Added, true), ratio, cpu(b), cpu(c), perReq(b), perReq(c))
+		}
 	}
 }
 
