@@ -16,7 +16,9 @@
 // three alike; the cells' samples are pooled over the rounds. It reports the
 // latency each proxy adds to the direct path (p50, p99, p99.9, proxy minus
 // direct at the same rate and mode, same run), the ratio of continuum's p99
-// to nginx's, and the CPU seconds per 1,000 requests of each proxy's
+// to nginx's (over the pooled samples, and round by round with the median
+// over the rounds, which one round's stall of the machine does not move),
+// and the CPU seconds per 1,000 requests of each proxy's
 // processes (utime + stime of /proc/PID/stat around each cell), as a
 // markdown table on stdout and as JSON. With -baseline, a second continuum
 // build runs as a fourth path, so that a change to the router is measured

@@ -71,3 +71,20 @@ func TestTimedTransport(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundMedian: the per-round figure pairs the two paths' values of the
+// same round; one round's stall does not move the median.
+func TestRoundMedian(t *testing.T) {
+	cont := []float64{900, 1000, 250000, 1100, 950}
+	ngx := []float64{1000, 1000, 1000, 1000, 1000}
+	v, ok := roundMedian(cont, ngx, func(c, n float64) float64 { return c / n })
+	if !ok || v != 1.0 {
+		t.Fatalf("roundMedian = %v, %v, want 1.0", v, ok)
+	}
+	if _, ok := roundMedian(cont, ngx[:4], func(c, n float64) float64 { return c / n }); ok {
+		t.Fatal("rounds of different counts paired")
+	}
+	if _, ok := roundMedian([]float64{0}, []float64{1}, func(c, n float64) float64 { return c / n }); ok {
+		t.Fatal("a round without samples paired")
+	}
+}

@@ -87,6 +87,14 @@ type cell struct {
 	ProxyPer1k *perRequest `json:"proxy_per_1k,omitempty"`
 	// Load averages when each round's measurement of the cell began.
 	Load []string `json:"load_average"`
+	// The p99 of each round alone, µs, in round order; and for a proxy
+	// the median over the rounds of its p99 minus the direct path's p99
+	// of the same round. On a shared machine a stall of a few hundred
+	// milliseconds lands in one path's window of one round and sets the
+	// pooled p99 of that path alone; the median over the rounds is not
+	// moved by one such round.
+	RoundP99             []float64 `json:"p99_by_round_us"`
+	AddedP99RoundsMedian *float64  `json:"added_p99_round_median_us,omitempty"`
 
 	lat, fb []time.Duration
 	sent    int
@@ -129,6 +137,14 @@ type summary struct {
 	Errors              int                `json:"errors"`
 	AddedP99Ratios      map[string]float64 `json:"added_p99_ratio_by_cell"`
 	MedianAddedP99Ratio float64            `json:"added_p99_ratio_median"`
+	// The same p99 ratio taken round by round (the three paths of a cell
+	// are measured back to back within a round), then the median over the
+	// rounds, per cell; and the median and worst of those over the cells.
+	RoundP99Ratios      map[string]float64 `json:"p99_ratio_by_cell_round_median"`
+	RoundMedianP99Ratio float64            `json:"p99_ratio_round_median_median"`
+	RoundWorstP99Ratio  float64            `json:"p99_ratio_round_median_worst"`
+	RoundWorstP99Cell   string             `json:"p99_ratio_round_median_worst_cell"`
+	RoundTargetsMet     bool               `json:"targets_met_round_median"`
 }
 
 func newReport(o options, targets []*target) *report {
@@ -166,6 +182,7 @@ func (c *cell) add(res attackResult, load string) {
 	if c.FirstError == "" {
 		c.FirstError = res.firstErr
 	}
+	c.RoundP99 = append(c.RoundP99, quantilesOf(res.latency).P99)
 	c.sent += len(res.latency) + res.errors
 	c.span += res.span
 	c.Load = append(c.Load, load)
@@ -194,8 +211,9 @@ func (r *report) finish() {
 	}
 	r.Summary.P99Ratios = map[string]float64{}
 	r.Summary.AddedP99Ratios = map[string]float64{}
+	r.Summary.RoundP99Ratios = map[string]float64{}
 	r.Summary.TargetMedian, r.Summary.TargetWorst = targetMedianRatio, targetWorstRatio
-	var ratios, addedRatios []float64
+	var ratios, addedRatios, roundRatios []float64
 	for _, rate := range r.Settings.Rates {
 		for _, mode := range r.Settings.Modes {
 			d := r.cell(mode, rate, pathDirect)
@@ -204,6 +222,10 @@ func (r *report) finish() {
 					continue
 				}
 				c.Added = &quantiles{c.Latency.P50 - d.Latency.P50, c.Latency.P99 - d.Latency.P99, c.Latency.P999 - d.Latency.P999}
+				if v, ok := roundMedian(c.RoundP99, d.RoundP99, func(p, d float64) float64 { return p - d }); ok {
+					v = round1(v)
+					c.AddedP99RoundsMedian = &v
+				}
 				c.AddedFirstByte = &quantiles{c.FirstByte.P50 - d.FirstByte.P50, c.FirstByte.P99 - d.FirstByte.P99, c.FirstByte.P999 - d.FirstByte.P999}
 			}
 			cont, ngx := r.cell(mode, rate, pathContinuum), r.cell(mode, rate, pathNginx)
@@ -216,6 +238,14 @@ func (r *report) finish() {
 					r.Summary.WorstP99Ratio, r.Summary.WorstP99Cell = v, name
 				}
 			}
+			if v, ok := roundMedian(cont.RoundP99, ngx.RoundP99, func(c, n float64) float64 { return c / n }); ok {
+				v = round2(v)
+				r.Summary.RoundP99Ratios[name] = v
+				roundRatios = append(roundRatios, v)
+				if v > r.Summary.RoundWorstP99Ratio {
+					r.Summary.RoundWorstP99Ratio, r.Summary.RoundWorstP99Cell = v, name
+				}
+			}
 			if ngx.Added.P99 > 0 {
 				v := round2(cont.Added.P99 / ngx.Added.P99)
 				r.Summary.AddedP99Ratios[name] = v
@@ -225,6 +255,9 @@ func (r *report) finish() {
 	}
 	r.Summary.MedianP99Ratio = round2(median(ratios))
 	r.Summary.MedianAddedP99Ratio = round2(median(addedRatios))
+	r.Summary.RoundMedianP99Ratio = round2(median(roundRatios))
+	r.Summary.RoundTargetsMet = len(roundRatios) > 0 && r.Summary.Errors == 0 &&
+		r.Summary.RoundMedianP99Ratio <= targetMedianRatio && r.Summary.RoundWorstP99Ratio <= targetWorstRatio
 	r.Summary.TargetsMet = len(ratios) > 0 && r.Summary.Errors == 0 &&
 		r.Summary.MedianP99Ratio <= targetMedianRatio && r.Summary.WorstP99Ratio <= targetWorstRatio
 }
@@ -242,6 +275,22 @@ func quantilesOf(d []time.Duration) quantiles {
 		return round1(float64(s[i]) / float64(time.Microsecond))
 	}
 	return quantiles{q(0.50), q(0.99), q(0.999)}
+}
+
+// roundMedian is the median over the rounds of f(a[i], b[i]), the two
+// paths' figures of the same round; false when a round has no figure.
+func roundMedian(a, b []float64, f func(a, b float64) float64) (float64, bool) {
+	if len(a) == 0 || len(a) != len(b) {
+		return 0, false
+	}
+	v := make([]float64, len(a))
+	for i := range a {
+		if a[i] <= 0 || b[i] <= 0 {
+			return 0, false
+		}
+		v[i] = f(a[i], b[i])
+	}
+	return median(v), true
 }
 
 func median(v []float64) float64 {
@@ -274,17 +323,21 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "- load: open loop (vegeta) at fixed rates, %d rounds of %gs per cell, paths interleaved, keep-alive connections; "+
 		"buffered: one chat completion; SSE: %d events, latency to the last byte\n", s.Rounds, s.CellSeconds, s.SSEEvents)
 	fmt.Fprintf(w, "- added: the proxy's quantile minus the direct path's, same rate and mode, same run; CPU: utime+stime of the proxy's processes per 1,000 requests\n\n")
-	fmt.Fprintln(w, "| mode | req/s | direct p50 / p99 / p99.9 (µs) | continuum added p50 / p99 / p99.9 (µs) | nginx added p50 / p99 / p99.9 (µs) | p99 continuum ÷ nginx | CPU s per 1k req: continuum / nginx |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| mode | req/s | direct p50 / p99 / p99.9 (µs) | continuum added p50 / p99 / p99.9 (µs) | nginx added p50 / p99 / p99.9 (µs) | p99 continuum ÷ nginx: pooled, median of rounds | added p99, median of rounds: continuum / nginx (µs) | CPU s per 1k req: continuum / nginx |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, mode := range s.Modes {
 		for _, rate := range s.Rates {
 			d, c, n := r.cell(mode, rate, pathDirect), r.cell(mode, rate, pathContinuum), r.cell(mode, rate, pathNginx)
-			ratio := "n/a"
+			ratio, roundRatio := "n/a", "n/a"
 			if v, ok := r.Summary.P99Ratios[mode+"/"+strconv.Itoa(rate)]; ok {
 				ratio = fmt.Sprintf("%.2f", v)
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s / %s |\n", mode, rate,
-				triple(d.Latency, false), triple(*c.Added, true), triple(*n.Added, true), ratio, cpu(c), cpu(n))
+			if v, ok := r.Summary.RoundP99Ratios[mode+"/"+strconv.Itoa(rate)]; ok {
+				roundRatio = fmt.Sprintf("%.2f", v)
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s, %s | %s / %s | %s / %s |\n", mode, rate,
+				triple(d.Latency, false), triple(*c.Added, true), triple(*n.Added, true), ratio, roundRatio,
+				signed(c.AddedP99RoundsMedian), signed(n.AddedP99RoundsMedian), cpu(c), cpu(n))
 		}
 	}
 	if slices.Contains(s.Modes, modeSSE) {
@@ -310,6 +363,12 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\np99 continuum ÷ nginx, end to end, over the %d cells: median %.2f, worst %.2f (%s); targets ≤ %.1f and ≤ %.1f: %s\n",
 		len(sm.P99Ratios), sm.MedianP99Ratio, sm.WorstP99Ratio, sm.WorstP99Cell, targetMedianRatio, targetWorstRatio, verdict)
+	roundVerdict := "met"
+	if !sm.RoundTargetsMet {
+		roundVerdict = "not met"
+	}
+	fmt.Fprintf(w, "p99 continuum ÷ nginx taken round by round, median of the rounds per cell: median %.2f, worst %.2f (%s) over the cells; targets: %s\n",
+		sm.RoundMedianP99Ratio, sm.RoundWorstP99Ratio, sm.RoundWorstP99Cell, roundVerdict)
 	fmt.Fprintf(w, "added p99 continuum ÷ nginx: median %.2f over %d cells where nginx adds a positive p99\n", sm.MedianAddedP99Ratio, len(sm.AddedP99Ratios))
 	var bad []string
 	for _, c := range r.Cells {
@@ -351,6 +410,13 @@ func triple(q quantiles, signed bool) string {
 		return fmt.Sprintf("%+.0f / %+.0f / %+.0f", q.P50, q.P99, q.P999)
 	}
 	return fmt.Sprintf("%.0f / %.0f / %.0f", q.P50, q.P99, q.P999)
+}
+
+func signed(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%+.0f", *v)
 }
 
 func cpu(c *cell) string {
