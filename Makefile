@@ -25,7 +25,7 @@ COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test test-kube lint bench faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
+.PHONY: help build test test-kube lint bench bench-proxy faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -60,8 +60,12 @@ demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
 top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
 	scripts/top-e2e.sh
 
-bench: tokenizer-ref ## run the benchmarks (figures are ratios against baselines in the same run)
+bench: tokenizer-ref ## run the benchmarks, then the proxy comparison (figures are ratios against baselines in the same run)
 	CONTINUUM_REQUIRE_HF_REF=1 $(GO) test -run '^$$' -bench . -benchmem ./...
+	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)
+
+bench-proxy: ## continuum serve against nginx and the direct path, as processes under vegeta (installs nginx via apt if missing)
+	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)
 
 faults: build ## the fault-injection benchmark at full size (every scenario, about 4 minutes)
 	bin/continuum bench --faults

@@ -119,10 +119,17 @@ type backends struct {
 	client *http.Client
 }
 
-func newTransport() *http.Transport {
+// newTransport is the client of the backends: the router's own HTTP/1.1
+// client for http:// backends, http.Transport for the others.
+func newTransport() http.RoundTripper {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return newUpstream(newHTTPTransport(dialer), dialer)
+}
+
+func newHTTPTransport(dialer *net.Dialer) *http.Transport {
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialer.DialContext,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   maxIdleConnsPerBE,
 		IdleConnTimeout:       90 * time.Second,

@@ -505,9 +505,12 @@ func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) 
 var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // relayStream copies an SSE body to the client, flushing after every read
-// so events are not held back.
+// so events are not held back. The read that ends the body is not flushed:
+// the handler's return sends it with the end of the chunked response, in
+// one write, so the client gets the last event and the end of the stream
+// together rather than in two writes it waits for in turn.
 func relayStream(w http.ResponseWriter, body io.Reader) error {
-	rc := http.NewResponseController(w)
+	flush := flusher(w)
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
 	buf := *bp
@@ -517,8 +520,10 @@ func relayStream(w http.ResponseWriter, body io.Reader) error {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-				return ferr
+			if err == nil {
+				if ferr := flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+					return ferr
+				}
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -528,4 +533,13 @@ func relayStream(w http.ResponseWriter, body io.Reader) error {
 			return err
 		}
 	}
+}
+
+// flusher returns w's flush, found once for a whole stream rather than
+// per event.
+func flusher(w http.ResponseWriter) func() error {
+	if f, ok := w.(interface{ FlushError() error }); ok {
+		return f.FlushError
+	}
+	return http.NewResponseController(w).Flush
 }

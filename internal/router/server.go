@@ -389,6 +389,19 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// FlushError sends what is buffered to the client: the status (200 when
+// none was written) and the body so far. A stream flushes through it
+// without http.ResponseController walking the wrapper for every event.
+func (r *statusRecorder) FlushError() error {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	if f, ok := r.ResponseWriter.(interface{ FlushError() error }); ok {
+		return f.FlushError()
+	}
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
 // inference handles chat and text completions.
 func (s *Server) inference(path string) http.HandlerFunc {
 	return s.instrument(path, func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, path) })

@@ -1,0 +1,120 @@
+package router_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/router"
+)
+
+// writeLog records every write the router makes to its clients'
+// connections.
+type writeLog struct {
+	net.Listener
+	mu     sync.Mutex
+	writes []string
+}
+
+func (l *writeLog) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &loggedConn{Conn: c, log: l}, nil
+}
+
+func (l *writeLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.writes...)
+}
+
+type loggedConn struct {
+	net.Conn
+	log *writeLog
+}
+
+func (c *loggedConn) Write(p []byte) (int, error) {
+	c.log.mu.Lock()
+	c.log.writes = append(c.log.writes, string(p))
+	c.log.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// TestStreamRelayEventByEvent: each event of a plain SSE relay reaches the
+// client before the backend sends the next (the backend waits for the
+// client to have read it), and the last event leaves in the same write as
+// the end of the chunked body.
+func TestStreamRelayEventByEvent(t *testing.T) {
+	t.Parallel()
+	const events = 3
+	read := make(chan struct{})
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range events {
+			_, _ = io.WriteString(w, "data: {\"n\":"+strconv.Itoa(i)+"}\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-read:
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Second):
+				t.Error("the client never read event", i)
+				return
+			}
+		}
+		// The last event and the end of the body leave the backend
+		// together (the handler returns without a flush).
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer be.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "be", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	srv := router.New(router.Options{Config: cfg})
+	srv.SetReady(true)
+	rt := httptest.NewUnstartedServer(srv.Handler())
+	log := &writeLog{Listener: rt.Listener}
+	rt.Listener = log
+	rt.Start()
+	defer rt.Close()
+
+	resp, err := http.Post(rt.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	br := bufio.NewReader(resp.Body)
+	for i := range events {
+		line, err := br.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "data: {") {
+			t.Fatalf("event %d: %q, %v", i, line, err)
+		}
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		read <- struct{}{}
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "data: [DONE]\n\n" {
+		t.Fatalf("end of stream %q, %v", rest, err)
+	}
+	writes := log.all()
+	last := writes[len(writes)-1]
+	if !strings.Contains(last, "data: [DONE]\n\n") || !strings.HasSuffix(last, "0\r\n\r\n") {
+		t.Fatalf("the last event and the end of the body left in different writes: %q", writes)
+	}
+}

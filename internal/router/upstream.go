@@ -1,0 +1,397 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// upstream is the router's HTTP/1.1 client for plain http:// backends: a
+// request's whole exchange (write the request, read the answer's head,
+// read its body) runs on the goroutine that sends it, over a pool of
+// keep-alive connections. http.Transport gives each connection a reading
+// and a writing goroutine and hands every request and answer between them
+// and the caller, which costs a few goroutine wake-ups per request; on a
+// small machine that is a good part of what the router adds to a request.
+// https backends and backends reached through an environment proxy go
+// through http.Transport (fallback).
+type upstream struct {
+	fallback *http.Transport
+	dialer   *net.Dialer
+
+	mu        sync.Mutex
+	idle      map[string][]*upConn // by host:port, most recently used last
+	n         int                  // idle connections in all
+	lastSweep time.Time
+}
+
+// Bounds of the pool, as http.Transport's were configured.
+const (
+	maxIdleConns        = 4096
+	upstreamIdleTimeout = 90 * time.Second
+	// maxResponseHeaderBytes bounds an answer's status line and headers
+	// (http.Transport's default).
+	maxResponseHeaderBytes = 10 << 20
+	upstreamBufferSize     = 4 << 10
+	// maxInlineBody is the largest request body sent by the goroutine that
+	// then reads the answer. A backend may answer before it has read a
+	// body (an error) and stop reading; a body this small fits in the
+	// socket's buffer, so its write completes whatever the backend does.
+	// Larger bodies go through http.Transport, which writes and reads at
+	// once.
+	maxInlineBody = 64 << 10
+)
+
+func newUpstream(fallback *http.Transport, dialer *net.Dialer) *upstream {
+	return &upstream{fallback: fallback, dialer: dialer, idle: map[string][]*upConn{}}
+}
+
+// upConn is one keep-alive connection to a backend.
+type upConn struct {
+	conn     net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	addr     string
+	lastUsed time.Time
+	// headLimit is what the answer's head may still read (reads of the
+	// body are unbounded).
+	headLimit int64
+	// reused: the connection carried a request before this one.
+	reused bool
+	// written and read count the bytes of the current exchange, which
+	// decide whether a failed request may be sent again; connErr is the
+	// connection's write error, if any.
+	written, read int64
+	connErr       error
+}
+
+// connWriter is the connection's side for bw, counting what reaches it.
+type connWriter struct{ c *upConn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	n, err := w.c.conn.Write(p)
+	w.c.written += int64(n)
+	if err != nil {
+		w.c.connErr = err
+	}
+	return n, err
+}
+
+// Read reads the connection for br, within the head's bound.
+func (c *upConn) Read(p []byte) (int, error) {
+	if c.headLimit <= 0 {
+		return 0, errResponseHeadTooLarge
+	}
+	if int64(len(p)) > c.headLimit {
+		p = p[:c.headLimit]
+	}
+	n, err := c.conn.Read(p)
+	c.headLimit -= int64(n)
+	c.read += int64(n)
+	return n, err
+}
+
+var errResponseHeadTooLarge = errors.New("the backend's response head is larger than 10 MiB")
+
+// RoundTrip implements http.RoundTripper.
+func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength > maxInlineBody {
+		return u.fallback.RoundTrip(req)
+	}
+	if p, err := u.fallback.Proxy(req); err != nil || p != nil {
+		return u.fallback.RoundTrip(req)
+	}
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	// A kept-alive connection may have been closed by the backend (its
+	// idle timeout) just as the request went out on it. That request is
+	// sent once more, on a new connection, when that is safe (see
+	// retryable); a new connection is never retried, so a
+	// backend that hangs up on a request is not sent it again and again.
+	c, err := u.get(req.Context(), addr, true)
+	for {
+		if err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
+		var resp *http.Response
+		if resp, err = u.exchange(c, req); err == nil {
+			return resp, nil
+		}
+		if !c.reused || !retryable(req, c) {
+			closeRequestBody(req)
+			return nil, err
+		}
+		if req, err = rewound(req); err != nil {
+			return nil, err
+		}
+		c, err = u.get(req.Context(), addr, false)
+	}
+}
+
+// exchange writes req on c and reads the answer's head. On an error the
+// connection is closed.
+func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	c.written, c.read, c.connErr = 0, 0, nil
+	// The context ends a blocked read or write at once: its deadline, the
+	// client going away.
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		_ = c.conn.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("the request to the backend ended: %w", ctx.Err())
+		}
+		return nil, err
+	}
+	// The request (headers and a body of at most maxInlineBody) is
+	// written whole before the answer is read. Expect: 100-continue does
+	// not make it wait: a client may send the body without waiting for
+	// 100 Continue, which is then read and skipped like any 1xx.
+	werr := req.Write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
+	}
+	if werr != nil && (c.connErr == nil || c.written == 0 || ctx.Err() != nil) {
+		return fail(werr)
+	}
+	// A write the connection failed after some of the request went out
+	// may be a backend that answered before reading the whole body (a
+	// refusal, an error) and closed the connection: its answer is read all
+	// the same (the kernel keeps what had arrived), and the connection is
+	// not reused. A connection that failed reads at once, so this never
+	// waits.
+	c.headLimit = maxResponseHeaderBytes
+	var resp *http.Response
+	for {
+		var err error
+		resp, err = http.ReadResponse(c.br, req)
+		if err != nil {
+			switch {
+			case werr != nil:
+				err = werr
+			case c.read == 0 && !errors.Is(err, errResponseHeadTooLarge):
+				err = fmt.Errorf("the backend closed the connection without an answer: %w", err)
+			}
+			return fail(err)
+		}
+		// Informational answers (100 Continue, 103 Early Hints) come
+		// before the answer; their heads count against the same bound.
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	c.headLimit = 1<<63 - 1
+	// The connection carries the next request only when both sides meant
+	// to keep it (no Connection: close, no HTTP/1.0 answer without
+	// keep-alive, no body that ends with the connection, which
+	// ReadResponse marks as Close) and it still speaks HTTP (not after a
+	// 101).
+	reuse := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols && werr == nil
+	b := &upBody{u: u, c: c, rc: resp.Body, ctx: ctx, stop: stop, reuse: reuse}
+	if resp.Body == http.NoBody {
+		b.finish(true)
+	}
+	resp.Body = b
+	return resp, nil
+}
+
+// retryable reports whether req, which failed on a kept-alive connection
+// before any of an answer came back, may be sent again: when none of it
+// reached the connection (the backend cannot have seen it), or when it is
+// idempotent (sending it twice does no harm); in both cases only if its
+// body can be sent again. A request the context ended is not retried.
+func retryable(req *http.Request, c *upConn) bool {
+	if req.Context().Err() != nil || c.read > 0 {
+		return false
+	}
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false
+	}
+	if c.written == 0 {
+		return true
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	// A client that names its request with an idempotency key says that
+	// the backend applies it once however often it is sent.
+	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+}
+
+// rewound is req with its body from the start again, for a retry; the
+// caller's request is not modified (a shallow copy carries the new body).
+func rewound(req *http.Request) (*http.Request, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, fmt.Errorf("rewinding the request body for a retry: %w", err)
+	}
+	r := *req
+	r.Body = body
+	return &r, nil
+}
+
+func closeRequestBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// get takes an idle connection to addr that the backend has not closed
+// (when idle allows it), or dials one.
+func (u *upstream) get(ctx context.Context, addr string, idle bool) (*upConn, error) {
+	now := time.Now()
+	for idle {
+		u.mu.Lock()
+		list := u.idle[addr]
+		if len(list) == 0 {
+			u.mu.Unlock()
+			break
+		}
+		c := list[len(list)-1]
+		list[len(list)-1] = nil
+		u.idle[addr] = list[:len(list)-1]
+		u.n--
+		u.mu.Unlock()
+		if now.Sub(c.lastUsed) < upstreamIdleTimeout && c.open() {
+			c.reused = true
+			return c, nil
+		}
+		_ = c.conn.Close()
+	}
+	conn, err := u.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &upConn{conn: conn, addr: addr}
+	c.br = bufio.NewReaderSize(c, upstreamBufferSize)
+	c.bw = bufio.NewWriterSize(connWriter{c}, upstreamBufferSize)
+	return c, nil
+}
+
+// put keeps c for the next request to its backend.
+func (u *upstream) put(c *upConn) {
+	c.lastUsed = time.Now()
+	u.mu.Lock()
+	if c.lastUsed.Sub(u.lastSweep) > upstreamIdleTimeout/4 {
+		u.sweep(c.lastUsed)
+	}
+	list := u.idle[c.addr]
+	if len(list) >= maxIdleConnsPerBE || u.n >= maxIdleConns {
+		u.mu.Unlock()
+		_ = c.conn.Close()
+		return
+	}
+	u.idle[c.addr] = append(list, c)
+	u.n++
+	u.mu.Unlock()
+}
+
+// upBody is an answer's body: read to its end, it gives the connection
+// back to the pool; closed before, it closes the connection (the rest of a
+// stream is not drained).
+type upBody struct {
+	u     *upstream
+	c     *upConn
+	rc    io.ReadCloser
+	ctx   context.Context
+	stop  func() bool
+	reuse bool
+	done  bool
+	err   error // what reads return once done: io.EOF, or why the body ended
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, b.err
+	}
+	n, err := b.rc.Read(p)
+	if err == nil {
+		return n, nil
+	}
+	if errors.Is(err, io.EOF) {
+		b.finish(true)
+		return n, io.EOF
+	}
+	b.finish(false)
+	if b.ctx.Err() != nil {
+		err = fmt.Errorf("reading the backend's response: %w", b.ctx.Err())
+	}
+	b.err = err
+	return n, err
+}
+
+func (b *upBody) Close() error {
+	if !b.done {
+		b.finish(false)
+		b.err = errBodyClosed
+	}
+	return nil
+}
+
+var errBodyClosed = errors.New("read on a closed response body")
+
+// finish gives the connection back when the body ended cleanly and the
+// context did not touch the connection's deadline, else closes it.
+func (b *upBody) finish(ended bool) {
+	b.done, b.err = true, io.EOF
+	if b.stop() && ended && b.reuse {
+		b.u.put(b.c)
+		return
+	}
+	_ = b.c.conn.Close()
+}
+
+// CloseIdleConnections closes the idle connections, this client's and the
+// fallback's (http.Client.CloseIdleConnections calls it).
+func (u *upstream) CloseIdleConnections() {
+	u.mu.Lock()
+	idle := u.idle
+	u.idle, u.n = map[string][]*upConn{}, 0
+	u.mu.Unlock()
+	for _, list := range idle {
+		for _, c := range list {
+			_ = c.conn.Close()
+		}
+	}
+	u.fallback.CloseIdleConnections()
+}
+
+// sweep closes the connections idle for longer than upstreamIdleTimeout
+// (a backend removed by a reload leaves its connections here); u.mu is
+// held.
+func (u *upstream) sweep(now time.Time) {
+	u.lastSweep = now
+	for addr, list := range u.idle {
+		// Oldest first: keep from the first connection still fresh.
+		i := 0
+		for i < len(list) && now.Sub(list[i].lastUsed) >= upstreamIdleTimeout {
+			_ = list[i].conn.Close()
+			i++
+		}
+		if i == 0 {
+			continue
+		}
+		u.n -= i
+		if i == len(list) {
+			delete(u.idle, addr)
+			continue
+		}
+		n := copy(list, list[i:])
+		clear(list[n:])
+		u.idle[addr] = list[:n]
+	}
+}

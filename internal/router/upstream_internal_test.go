@@ -1,0 +1,605 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingBackend serves h and counts the connections it accepted.
+func countingBackend(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &conns
+}
+
+func post(t *testing.T, rt http.RoundTripper, ctx context.Context, url, body string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt.RoundTrip(req)
+}
+
+func mustRead(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func streamingHandler(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	if r.URL.Path == "/stream" {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 3 {
+			_, _ = io.WriteString(w, "data: x\n\n")
+			w.(http.Flusher).Flush()
+		}
+		return
+	}
+	_, _ = io.WriteString(w, `{"ok":true}`)
+}
+
+// TestUpstreamKeepAlive: answers read to their end, buffered or streamed,
+// leave their connection for the next request.
+func TestUpstreamKeepAlive(t *testing.T) {
+	t.Parallel()
+	srv, conns := countingBackend(t, streamingHandler)
+	rt := newTransport()
+	for i := range 6 {
+		path := "/buffered"
+		if i%2 == 1 {
+			path = "/stream"
+		}
+		resp, err := post(t, rt, t.Context(), srv.URL+path, `{"n":1}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body := mustRead(t, resp); resp.StatusCode != http.StatusOK || body == "" {
+			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 6 requests in turn, want 1", n)
+	}
+}
+
+// TestUpstreamBackendClosedIdle: a connection the backend closed while it
+// was idle (its keep-alive timeout) is not used: the next request goes on
+// a new one and succeeds.
+func TestUpstreamBackendClosedIdle(t *testing.T) {
+	t.Parallel()
+	srv, conns := countingBackend(t, streamingHandler)
+	rt := newTransport().(*upstream)
+	resp, err := post(t, rt, t.Context(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	srv.CloseClientConnections()
+	// Wait until the backend's FIN has reached the idle connection.
+	rt.mu.Lock()
+	var idle *upConn
+	for _, l := range rt.idle {
+		idle = l[0]
+	}
+	rt.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for idle.open() {
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection still looks open")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	resp, err = post(t, rt, t.Context(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatalf("a request after the backend closed the idle connection: %v", err)
+	}
+	mustRead(t, resp)
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestUpstreamEarlyClose: a body closed before its end closes its
+// connection (the rest of a stream is not read), and the backend sees the
+// request end.
+func TestUpstreamEarlyClose(t *testing.T) {
+	t.Parallel()
+	ended := make(chan struct{})
+	srv, conns := countingBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/endless" {
+			streamingHandler(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, "data: more\n\n"); err != nil {
+				break
+			}
+			w.(http.Flusher).Flush()
+		}
+		close(ended)
+	})
+	rt := newTransport()
+	resp, err := post(t, rt, t.Context(), srv.URL+"/endless", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "data: more\n" {
+		t.Fatalf("%q, %v", line, err)
+	}
+	_ = resp.Body.Close()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend's stream went on after the body was closed")
+	}
+	resp, err = post(t, rt, t.Context(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2 (the closed body's is not reused)", n)
+	}
+}
+
+// TestUpstreamContext: the request's context ends a wait for the answer's
+// head and a read of its body, with the context's error, and the
+// connection is not reused.
+func TestUpstreamContext(t *testing.T) {
+	t.Parallel()
+	srv, conns := countingBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/body" {
+			_, _ = io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	})
+	rt := newTransport()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := post(t, rt, ctx, srv.URL+"/head", `{}`); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting for the head: %v, want a deadline error", err)
+	}
+
+	ctx, cancel = context.WithCancel(t.Context())
+	resp, err := post(t, rt, ctx, srv.URL+"/body", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: first\n" {
+		t.Fatalf("%q, %v", line, err)
+	}
+	cancel()
+	if _, err := io.ReadAll(br); !errors.Is(err, context.Canceled) {
+		t.Fatalf("reading the body after the client went away: %v, want context.Canceled", err)
+	}
+	_ = resp.Body.Close()
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestUpstreamDialError: a backend that cannot be reached fails with the
+// dial's *net.OpError, which dispatch retries on another replica.
+func TestUpstreamDialError(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	_, err = post(t, newTransport(), t.Context(), "http://"+addr+"/v1/chat/completions", `{}`)
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("%v, want a dial *net.OpError", err)
+	}
+}
+
+// rawBackend serves the requests of each connection in turn with answer,
+// written as bytes; answer returns false to close the connection after its
+// answer (or without one, when it wrote nothing). It reads each request's
+// body before answering unless headOnly. It counts connections and requests.
+type rawBackend struct {
+	url             string
+	conns, requests atomic.Int32
+}
+
+func newRawBackend(t *testing.T, headOnly bool, answer func(w io.Writer, conn, req int) bool) *rawBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := &rawBackend{url: "http://" + ln.Addr().String()}
+	var open sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []net.Conn
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		// The client's idle connections stay open: close them here.
+		mu.Lock()
+		for _, c := range accepted {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		open.Wait()
+	})
+	serve := func(c net.Conn, conn int) {
+		defer open.Done()
+		defer func() { _ = c.Close() }()
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			rb.requests.Add(1)
+			if !headOnly {
+				_, _ = io.Copy(io.Discard, req.Body)
+			}
+			bw := bufio.NewWriter(c)
+			more := answer(bw, conn, i)
+			_ = bw.Flush()
+			if !more {
+				return
+			}
+		}
+	}
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+			open.Add(1)
+			go serve(c, int(rb.conns.Add(1)))
+		}
+	}()
+	return rb
+}
+
+// answerOK answers "ok" and keeps the connection.
+func answerOK(w io.Writer, _, _ int) bool {
+	_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	return true
+}
+
+func send(t *testing.T, rt http.RoundTripper, method, url, body string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt.RoundTrip(req)
+}
+
+// TestUpstreamReuse: whether an answer leaves its connection for the next
+// request, by how the answer ends, with the backend keeping every
+// connection open unless it says otherwise.
+func TestUpstreamReuse(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		answer string
+		close  bool // the backend closes after the answer (a body to the end of the connection)
+		body   string
+		conns  int32 // for two requests in turn
+	}{
+		{name: "content-length", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 1},
+		{name: "chunked with trailer", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n", body: "ok", conns: 1},
+		{name: "no content", answer: "HTTP/1.1 204 No Content\r\n\r\n", conns: 1},
+		{name: "connection close", answer: "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 2},
+		{name: "http/1.0", answer: "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 2},
+		{name: "http/1.0 keep-alive", answer: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 1},
+		{name: "body to the end of the connection", answer: "HTTP/1.1 200 OK\r\n\r\nok", close: true, body: "ok", conns: 2},
+		{name: "100 continue first", answer: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 1},
+		{name: "switching protocols", answer: "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n", conns: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rb := newRawBackend(t, false, func(w io.Writer, _, _ int) bool {
+				_, _ = io.WriteString(w, tc.answer)
+				return !tc.close
+			})
+			rt := newTransport()
+			for range 2 {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, rb.url, strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Expect", "100-continue")
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body := mustRead(t, resp); body != tc.body {
+					t.Fatalf("body %q, want %q", body, tc.body)
+				}
+			}
+			if n := rb.conns.Load(); n != tc.conns {
+				t.Fatalf("%d connections, want %d", n, tc.conns)
+			}
+		})
+	}
+}
+
+// TestUpstreamRetry: a request that finds its kept-alive connection closed
+// by the backend before any answer (the backend's idle timeout racing the
+// request) is sent again on a new connection when it is idempotent, and
+// is not when it is a POST the backend may have acted on.
+func TestUpstreamRetry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		method   string
+		header   string
+		ok       bool
+		requests int32 // the backend saw, over three requests
+	}{
+		{method: http.MethodGet, ok: true, requests: 3},
+		{method: http.MethodPost, ok: false, requests: 2},
+		{method: http.MethodPost, header: "Idempotency-Key", ok: true, requests: 3},
+	} {
+		t.Run(tc.method+tc.header, func(t *testing.T) {
+			t.Parallel()
+			// The second request on the first connection is read and the
+			// connection closed without an answer.
+			rb := newRawBackend(t, false, func(w io.Writer, conn, req int) bool {
+				if conn == 1 && req == 1 {
+					return false
+				}
+				return answerOK(w, conn, req)
+			})
+			rt := newTransport()
+			resp, err := send(t, rt, tc.method, rb.url, "{}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustRead(t, resp)
+			req, err := http.NewRequestWithContext(t.Context(), tc.method, rb.url, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.header != "" {
+				req.Header.Set(tc.header, "k1")
+			}
+			resp, err = rt.RoundTrip(req)
+			if tc.ok != (err == nil) {
+				t.Fatalf("the request on a connection closed under it: %v, want success %v", err, tc.ok)
+			}
+			if err == nil {
+				if body := mustRead(t, resp); body != "ok" {
+					t.Fatalf("%q", body)
+				}
+			}
+			if n := rb.requests.Load(); n != tc.requests {
+				t.Fatalf("the backend saw %d requests, want %d", n, tc.requests)
+			}
+		})
+	}
+}
+
+// failingWrites is a connection whose writes fail before writing anything.
+type failingWrites struct{ net.Conn }
+
+func (failingWrites) Write([]byte) (int, error) { return 0, errors.New("broken") }
+
+// TestUpstreamRetryUnsent: a POST none of which reached its kept-alive
+// connection is sent again, whole, on a new one.
+func TestUpstreamRetryUnsent(t *testing.T) {
+	t.Parallel()
+	var bodies []string
+	var mu sync.Mutex
+	srv, conns := countingBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	})
+	rt := newTransport().(*upstream)
+	resp, err := post(t, rt, t.Context(), srv.URL, `{"n":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	rt.mu.Lock()
+	for _, l := range rt.idle {
+		l[0].conn = failingWrites{l[0].conn}
+	}
+	rt.mu.Unlock()
+	resp, err = post(t, rt, t.Context(), srv.URL, `{"n":2}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(bodies, " ") != `{"n":1} {"n":2}` || conns.Load() != 2 {
+		t.Fatalf("the backend read %q on %d connections", bodies, conns.Load())
+	}
+}
+
+// TestUpstreamAnswerBeforeBody: a backend that answers from the request's
+// head, reads none of its body and closes the connection: the answer
+// reaches the caller.
+func TestUpstreamAnswerBeforeBody(t *testing.T) {
+	t.Parallel()
+	rb := newRawBackend(t, true, func(w io.Writer, _, _ int) bool {
+		_, _ = io.WriteString(w, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig")
+		return false
+	})
+	resp, err := send(t, newTransport(), http.MethodPost, rb.url, strings.Repeat("x", maxInlineBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := mustRead(t, resp); resp.StatusCode != http.StatusRequestEntityTooLarge || body != "big" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+}
+
+// TestUpstreamIdleTimeout: a backend that closes connections idle for
+// longer than its idle timeout (a real server's keep-alive timeout): the
+// request after the close goes on a new connection and succeeds.
+func TestUpstreamIdleTimeout(t *testing.T) {
+	t.Parallel()
+	var closed atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(streamingHandler))
+	srv.Config.IdleTimeout = 20 * time.Millisecond
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	rt := newTransport()
+	for i := range 3 {
+		resp, err := post(t, rt, t.Context(), srv.URL, `{}`)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		mustRead(t, resp)
+		deadline := time.Now().Add(10 * time.Second)
+		for closed.Load() <= int32(i) {
+			if time.Now().After(deadline) {
+				t.Fatal("the backend did not close the idle connection")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// TestUpstreamPoolBound: the idle connections kept for one backend are
+// bounded; the others are closed.
+func TestUpstreamPoolBound(t *testing.T) {
+	t.Parallel()
+	u := newTransport().(*upstream)
+	var peers []net.Conn
+	for range maxIdleConnsPerBE + 10 {
+		a, b := net.Pipe()
+		peers = append(peers, b)
+		u.put(&upConn{conn: a, addr: "be:80"})
+	}
+	u.mu.Lock()
+	n := len(u.idle["be:80"])
+	u.mu.Unlock()
+	if n != maxIdleConnsPerBE {
+		t.Fatalf("%d idle connections kept, want %d", n, maxIdleConnsPerBE)
+	}
+	// The connections beyond the bound were closed: their peers read EOF.
+	for _, p := range peers[maxIdleConnsPerBE:] {
+		if _, err := p.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("a connection beyond the bound is open: %v", err)
+		}
+	}
+	u.CloseIdleConnections()
+	for _, p := range peers {
+		_ = p.Close()
+	}
+}
+
+// TestUpstreamInformational: an informational answer (103) before the
+// answer is skipped.
+func TestUpstreamInformational(t *testing.T) {
+	t.Parallel()
+	rb := newRawBackend(t, false, func(w io.Writer, _, _ int) bool {
+		_, _ = io.WriteString(w, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
+	})
+	resp, err := post(t, newTransport(), t.Context(), rb.url, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := mustRead(t, resp); resp.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+}
+
+// TestUpstreamHeadTooLarge: an answer's head is bounded.
+func TestUpstreamHeadTooLarge(t *testing.T) {
+	t.Parallel()
+	rb := newRawBackend(t, false, func(w io.Writer, _, _ int) bool {
+		_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nX-Big: ")
+		chunk := strings.Repeat("x", 1<<20)
+		for range maxResponseHeaderBytes>>20 + 1 {
+			_, _ = io.WriteString(w, chunk)
+		}
+		_, _ = io.WriteString(w, "\r\n\r\n")
+		return false
+	})
+	if _, err := post(t, newTransport(), t.Context(), rb.url, `{}`); !errors.Is(err, errResponseHeadTooLarge) {
+		t.Fatalf("%v, want errResponseHeadTooLarge", err)
+	}
+}
+
+// TestUpstreamLargeBody: a body larger than maxInlineBody goes through
+// http.Transport, to a backend that answers before it reads it.
+func TestUpstreamLargeBody(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingBackend(t, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "early")
+	})
+	resp, err := post(t, newTransport(), t.Context(), srv.URL, strings.Repeat("x", 4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := mustRead(t, resp); body != "early" {
+		t.Fatalf("%q", body)
+	}
+}
+
+// TestUpstreamSweep: connections idle longer than the idle timeout are
+// closed.
+func TestUpstreamSweep(t *testing.T) {
+	t.Parallel()
+	srv, _ := countingBackend(t, streamingHandler)
+	rt := newTransport().(*upstream)
+	resp, err := post(t, rt, t.Context(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	rt.mu.Lock()
+	rt.sweep(time.Now().Add(upstreamIdleTimeout))
+	n, lists := rt.n, len(rt.idle)
+	rt.mu.Unlock()
+	if n != 0 || lists != 0 {
+		t.Fatalf("%d idle connections in %d lists after the sweep", n, lists)
+	}
+}

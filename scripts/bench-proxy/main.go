@@ -1,0 +1,429 @@
+// Command bench-proxy compares continuum serve, as a reverse proxy in front
+// of one plain OpenAI backend, with nginx configured as an operator would put
+// it there, and with no proxy at all, process against process over real
+// sockets:
+//
+//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH]
+//	bench-proxy backend [-addr 127.0.0.1:0] [-tokens 8] [-gap 0s]
+//
+// run starts the fast backend (this program's backend command, a process of
+// its own), continuum serve and nginx in front of it, then drives each of
+// the three paths with vegeta, an open-loop load generator, at the same
+// fixed arrival rates, buffered chat completions and SSE streams (latency is
+// to the last byte of the answer; time to first byte too). Each round visits
+// every cell (mode × rate × path) once, the paths of a cell back to back in
+// an order that rotates, so slow changes in the machine's load fall on the
+// three alike; the cells' samples are pooled over the rounds. It reports the
+// latency each proxy adds to the direct path (p50, p99, p99.9, proxy minus
+// direct at the same rate and mode, same run), the ratio of continuum's p99
+// to nginx's (over the pooled samples, and round by round with the median
+// over the rounds, which one round's stall of the machine does not move),
+// and the CPU seconds per 1,000 requests of each proxy's
+// processes (utime + stime of /proc/PID/stat around each cell), as a
+// markdown table on stdout and as JSON. With -baseline, a second continuum
+// build runs as a fourth path, so that a change to the router is measured
+// against the build before it in the same run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		printUsage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "backend":
+		fs := flag.NewFlagSet("backend", flag.ExitOnError)
+		addr := fs.String("addr", "127.0.0.1:0", "listen address")
+		tokens := fs.Int("tokens", 8, "content tokens per answer (SSE: one event each)")
+		gap := fs.Duration("gap", 0, "pause between SSE events")
+		_ = fs.Parse(os.Args[2:])
+		err = serveBackend(*addr, *tokens, *gap)
+	case "run":
+		var o options
+		if o, err = parseRun(os.Args[2:]); err == nil {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			err = run(ctx, o, os.Stdout)
+			stop()
+		}
+	default:
+		printUsage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-proxy:", err)
+		os.Exit(1)
+	}
+}
+
+func printUsage() {
+	fmt.Fprintln(os.Stderr, "usage: bench-proxy run -continuum PATH -nginx PATH [flags] | bench-proxy backend [flags]")
+	os.Exit(2)
+}
+
+// options are run's flags.
+type options struct {
+	continuum, nginx string
+	rates            []int
+	modes            []string
+	duration, warmup time.Duration
+	rounds           int
+	tokens           int
+	gap              time.Duration
+	json             string
+	label            string
+	baseline         string
+}
+
+func parseRun(args []string) (options, error) {
+	o := options{}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.StringVar(&o.continuum, "continuum", "", "continuum binary")
+	fs.StringVar(&o.nginx, "nginx", "nginx", "nginx binary")
+	rates := fs.String("rates", "500,1000,2000", "arrival rates, requests per second")
+	modes := fs.String("modes", "buffered,sse", "answer modes")
+	fs.DurationVar(&o.duration, "duration", 6*time.Second, "length of one cell (one path at one rate and mode) in one round")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured traffic to each path and mode before the first round")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds over every cell; a cell's samples are pooled over them")
+	fs.IntVar(&o.tokens, "tokens", 8, "content tokens per answer (SSE: one event each)")
+	fs.DurationVar(&o.gap, "gap", 0, "pause between the backend's SSE events")
+	fs.StringVar(&o.json, "json", "", "write the results as JSON to this file")
+	fs.StringVar(&o.label, "label", "", "what is measured (a commit), printed with the results")
+	fs.StringVar(&o.baseline, "baseline", "", "another continuum binary (the build before a change), measured as a fourth path")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.continuum == "" {
+		return o, fmt.Errorf("-continuum is required")
+	}
+	for f := range strings.SplitSeq(*rates, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r <= 0 {
+			return o, fmt.Errorf("-rates: %q is not a rate", f)
+		}
+		o.rates = append(o.rates, r)
+	}
+	for m := range strings.SplitSeq(*modes, ",") {
+		if m != modeBuffered && m != modeSSE {
+			return o, fmt.Errorf("-modes: %q is not buffered or sse", m)
+		}
+		o.modes = append(o.modes, m)
+	}
+	if o.rounds < 1 || o.duration <= 0 {
+		return o, fmt.Errorf("-rounds and -duration must be positive")
+	}
+	return o, nil
+}
+
+const (
+	modeBuffered = "buffered"
+	modeSSE      = "sse"
+
+	pathDirect    = "direct"
+	pathContinuum = "continuum"
+	pathNginx     = "nginx"
+	pathBaseline  = "baseline"
+)
+
+func requestBody(mode string) string {
+	return `{"model":"bench","stream":` + strconv.FormatBool(mode == modeSSE) +
+		`,"max_tokens":16,"messages":[{"role":"user","content":"Say something short."}]}`
+}
+
+// target is one path under load.
+type target struct {
+	name   string
+	url    string
+	proc   *proc // the proxy's processes; nil for the direct path
+	client *http.Client
+}
+
+func run(ctx context.Context, o options, out io.Writer) (err error) {
+	// The generator shares the machine with what it measures: a collector
+	// that runs less often takes less from the measured processes and
+	// pauses the generator itself less.
+	debug.SetGCPercent(400)
+	dir, err := os.MkdirTemp("", "bench-proxy-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	var procs []*proc
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			procs[i].stop()
+		}
+	}()
+	be, beAddr, err := startBackend(dir, o.tokens, o.gap)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, be)
+	cont, contAddr, err := startContinuum(dir, pathContinuum, o.continuum, beAddr)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, cont)
+	ngx, ngxAddr, err := startNginx(dir, o.nginx, beAddr)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, ngx)
+
+	targets := []*target{
+		{name: pathDirect, url: "http://" + beAddr + "/v1/chat/completions"},
+		{name: pathContinuum, url: "http://" + contAddr + "/v1/chat/completions", proc: cont},
+		{name: pathNginx, url: "http://" + ngxAddr + "/v1/chat/completions", proc: ngx},
+	}
+	if o.baseline != "" {
+		base, baseAddr, err := startContinuum(dir, pathBaseline, o.baseline, beAddr)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, base)
+		targets = append(targets, &target{name: pathBaseline, url: "http://" + baseAddr + "/v1/chat/completions", proc: base})
+	}
+	for _, t := range targets {
+		t.client = newClient()
+		if err := waitServing(ctx, t.client, t.url, requestBody(modeBuffered)); err != nil {
+			if t.proc != nil {
+				err = fmt.Errorf("%w\n%s log:\n%s", err, t.proc.name, t.proc.tail())
+			}
+			return err
+		}
+	}
+	if err := ngx.findChildren(); err != nil {
+		return err
+	}
+
+	b := newBackend(o.tokens, o.gap)
+	expect := map[string]int{modeBuffered: len(b.completion), modeSSE: b.streamed()}
+	rep := newReport(o, targets)
+	rep.Started = time.Now().UTC().Format(time.RFC3339)
+	rep.Machine = machine{CPUs: runtime.NumCPU(), CPUModel: cpuModel(), Kernel: readTrim("/proc/sys/kernel/osrelease"), LoadBefore: loadAvg()}
+	rep.Versions = versions{Continuum: commandOutput(o.continuum, "version"), Nginx: commandOutput(o.nginx, "-v"), Go: runtime.Version(), Vegeta: vegetaVersion()}
+	if o.baseline != "" {
+		rep.Versions.Baseline = commandOutput(o.baseline, "version")
+	}
+	rep.NginxWorkers = len(ngx.pids) - 1
+
+	if o.warmup > 0 {
+		for _, mode := range o.modes {
+			for _, t := range targets {
+				if _, err := attack(ctx, t, mode, o.rates[0], o.warmup, expect[mode]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	tick := float64(clockTicks())
+	watched := []*proc{be}
+	for _, t := range targets {
+		if t.proc != nil {
+			watched = append(watched, t.proc)
+		}
+	}
+	for round := range o.rounds {
+		for ri, rate := range o.rates {
+			for _, mode := range o.modes {
+				for k := range targets {
+					t := targets[(k+round+ri)%len(targets)]
+					before, err := usageOf(watched)
+					if err != nil {
+						return err
+					}
+					load := loadAvg()
+					res, err := attack(ctx, t, mode, rate, o.duration, expect[mode])
+					if err != nil {
+						return err
+					}
+					after, err := usageOf(watched)
+					if err != nil {
+						return err
+					}
+					c := rep.cell(mode, rate, t.name)
+					c.add(res, load)
+					c.BackendCPUSeconds += float64(after[0].ticks-before[0].ticks) / tick
+					for i, p := range watched {
+						if p == t.proc {
+							c.addProxy(after[i].sub(before[i]), tick)
+						}
+					}
+					fmt.Fprintf(os.Stderr, "round %d/%d  %-8s %5d req/s  %-9s  %6d ok  %d errors  load %s\n",
+						round+1, o.rounds, mode, rate, t.name, len(res.latency), res.errors, load)
+				}
+			}
+		}
+	}
+	rep.Machine.LoadAfter = loadAvg()
+	rep.finish()
+	rep.writeTable(out)
+	if o.json != "" {
+		if err := rep.writeJSON(o.json); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nJSON: %s\n", o.json)
+	}
+	return nil
+}
+
+func usageOf(ps []*proc) ([]usage, error) {
+	out := make([]usage, len(ps))
+	for i, p := range ps {
+		u, err := p.usage()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = u
+	}
+	return out, nil
+}
+
+// newClient is the generator's client of one path: keep-alive HTTP/1.1
+// connections, as many as the open loop needs, bodies read to their end.
+func newClient() *http.Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 10000,
+		DisableCompression:  true,
+		IdleConnTimeout:     5 * time.Minute,
+	}
+	return &http.Client{Transport: timedTransport{tr}, Timeout: 30 * time.Second}
+}
+
+// Headers the timed transport adds to each response it reads to the end.
+const (
+	firstByteHeader = "X-Bench-First-Byte-Ns"
+	bytesHeader     = "X-Bench-Body-Bytes"
+)
+
+// timedTransport notes, in the response's headers, when the body's first
+// byte arrived (from the start of the round trip) and how many bytes it
+// held, once the body has been read to its end; vegeta reads every body to
+// its end before it takes the latency.
+type timedTransport struct{ next http.RoundTripper }
+
+func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &timedBody{ReadCloser: resp.Body, start: start, header: resp.Header}
+	return resp, nil
+}
+
+type timedBody struct {
+	io.ReadCloser
+	start  time.Time
+	header http.Header
+	first  time.Duration
+	n      int
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && b.n == 0 {
+		b.first = time.Since(b.start)
+	}
+	b.n += n
+	if err == io.EOF {
+		b.header[firstByteHeader] = []string{strconv.FormatInt(int64(b.first), 10)}
+		b.header[bytesHeader] = []string{strconv.Itoa(b.n)}
+	}
+	return n, err
+}
+
+// attackResult is one path's samples at one rate and mode.
+type attackResult struct {
+	latency   []time.Duration // to the last byte
+	firstByte []time.Duration
+	errors    int
+	firstErr  string
+	span      time.Duration // first request sent to last request sent
+}
+
+// attack drives t at rate req/s for d and collects every answer; an answer
+// that is not a 200 with the whole body (want bytes) is an error.
+func attack(ctx context.Context, t *target, mode string, rate int, d time.Duration, want int) (attackResult, error) {
+	a := vegeta.NewAttacker(vegeta.Client(t.client), vegeta.MaxBody(0), vegeta.Redirects(vegeta.NoFollow))
+	tgt := vegeta.NewStaticTargeter(vegeta.Target{
+		Method: http.MethodPost,
+		URL:    t.url,
+		Body:   []byte(requestBody(mode)),
+		Header: http.Header{"Content-Type": {"application/json"}},
+	})
+	res := attackResult{latency: make([]time.Duration, 0, int(float64(rate)*d.Seconds())+16)}
+	var first, last time.Time
+	stop := context.AfterFunc(ctx, func() { a.Stop() })
+	defer stop()
+	for r := range a.Attack(tgt, vegeta.ConstantPacer{Freq: rate, Per: time.Second}, d, t.name) {
+		if first.IsZero() || r.Timestamp.Before(first) {
+			first = r.Timestamp
+		}
+		if r.Timestamp.After(last) {
+			last = r.Timestamp
+		}
+		got, _ := strconv.Atoi(r.Headers.Get(bytesHeader))
+		switch {
+		case r.Error != "" || r.Code != http.StatusOK:
+			res.fail(fmt.Sprintf("status %d %s", r.Code, r.Error))
+		case got != want:
+			res.fail(fmt.Sprintf("read %d bytes of %d", got, want))
+		default:
+			fb, _ := strconv.ParseInt(r.Headers.Get(firstByteHeader), 10, 64)
+			res.latency = append(res.latency, r.Latency)
+			res.firstByte = append(res.firstByte, time.Duration(fb))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	res.span = last.Sub(first)
+	return res, nil
+}
+
+func (r *attackResult) fail(why string) {
+	if r.errors == 0 {
+		r.firstErr = why
+	}
+	r.errors++
+}
+
+// vegetaVersion is the version of vegeta built into this program.
+func vegetaVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/tsenart/vegeta/v12" {
+				return d.Version
+			}
+		}
+	}
+	return "?"
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}

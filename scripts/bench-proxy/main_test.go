@@ -1,0 +1,90 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseStat(t *testing.T) {
+	// The command name may hold spaces and parentheses.
+	line := "4242 (a) (b c) S 17 4242 4242 0 -1 4194560 1200 0 0 0 345 67 0 0 20 0 3 0 100 0 0\n"
+	st, err := parseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ppid != 17 || st.utime != 345 || st.stime != 67 {
+		t.Fatalf("parseStat = %+v, want ppid 17 utime 345 stime 67", st)
+	}
+	if _, err := parseStat("4242 (x) S 1 2"); err == nil {
+		t.Fatal("a short line parsed")
+	}
+}
+
+func TestQuantilesNearestRank(t *testing.T) {
+	var d []time.Duration
+	for i := 1000; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Microsecond)
+	}
+	if q := quantilesOf(d); q != (quantiles{P50: 500, P99: 990, P999: 999}) {
+		t.Fatalf("quantilesOf = %+v", q)
+	}
+	if q := quantilesOf(nil); q != (quantiles{}) {
+		t.Fatalf("quantilesOf(nil) = %+v", q)
+	}
+}
+
+// TestTimedTransport reads the backend's answers through the generator's
+// transport, which notes the first byte and the body's size.
+func TestTimedTransport(t *testing.T) {
+	b := newBackend(4, 0)
+	srv := httptest.NewServer(b)
+	defer srv.Close()
+	client := newClient()
+	for _, tc := range []struct {
+		mode string
+		want int
+	}{{modeBuffered, len(b.completion)}, {modeSSE, b.streamed()}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			resp, err := client.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(requestBody(tc.mode)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d, %v", resp.StatusCode, err)
+			}
+			if got, _ := strconv.Atoi(resp.Header.Get(bytesHeader)); got != tc.want || len(body) != tc.want {
+				t.Fatalf("%s says %d bytes, read %d, want %d", bytesHeader, got, len(body), tc.want)
+			}
+			if fb, _ := strconv.ParseInt(resp.Header.Get(firstByteHeader), 10, 64); fb <= 0 {
+				t.Fatalf("%s = %q", firstByteHeader, resp.Header.Get(firstByteHeader))
+			}
+			if tc.mode == modeSSE && !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+				t.Fatalf("stream does not end with [DONE]: %q", body)
+			}
+		})
+	}
+}
+
+// TestRoundMedian: the per-round figure pairs the two paths' values of the
+// same round; one round's stall does not move the median.
+func TestRoundMedian(t *testing.T) {
+	cont := []float64{900, 1000, 250000, 1100, 950}
+	ngx := []float64{1000, 1000, 1000, 1000, 1000}
+	v, ok := roundMedian(cont, ngx, func(c, n float64) float64 { return c / n })
+	if !ok || v != 1.0 {
+		t.Fatalf("roundMedian = %v, %v, want 1.0", v, ok)
+	}
+	if _, ok := roundMedian(cont, ngx[:4], func(c, n float64) float64 { return c / n }); ok {
+		t.Fatal("rounds of different counts paired")
+	}
+	if _, ok := roundMedian([]float64{0}, []float64{1}, func(c, n float64) float64 { return c / n }); ok {
+		t.Fatal("a round without samples paired")
+	}
+}
