@@ -315,3 +315,43 @@ func TestPickerExplain(t *testing.T) {
 		}
 	}
 }
+
+// TestPickerCountsWhatQuietWorkersWereSent: a quiet worker (idle at its
+// last sample, or never heard from) competes with what the router sent it
+// since, as the load rule has it, not as empty forever: one that died idle
+// would otherwise take every request whose prefix nobody holds.
+func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	// 10 is fresh with a backlog of 32 tokens; 11 never published (quiet).
+	backlog, zero := uint64(32), uint64(0)
+	for i, id := range []uint64{10, 20} {
+		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &backlog, ActiveDecodeBlocks: &zero}
+		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	body := longChat(100)
+	prepared(t, prompts, snap, "/v1/chat/completions", body, 16) // the artifacts are loaded
+	got := map[uint64]int{}
+	for range 6 {
+		pin, _, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pin.PrefillReason != pick.ReasonKVAware {
+			t.Fatalf("prefill reason %s", pin.PrefillReason)
+		}
+		got[pin.Prefill.Worker.ID.InstanceID]++
+	}
+	if got[11] == 0 || got[10] == 0 {
+		t.Fatalf("prefill picks %v: want the quiet worker first, then both as what it was sent counts", got)
+	}
+}

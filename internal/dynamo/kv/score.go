@@ -127,7 +127,8 @@ func (c *choice) Bypass(d pick.Candidate) bool {
 
 // Score implements pick.Scorer. The freshness rules: when any candidate
 // has a fresh sample carrying the phase's backlog, those candidates and
-// the quiet ones (backlog 0) compete with the whole formula and the rest
+// the quiet ones (backlog 0 at their last sample, plus what was dispatched
+// to them since) compete with the whole formula and the rest
 // are left out; when none has, every candidate competes with the formula
 // without backlogs (the overlap and the request's size), and the
 // round-robin cursor decides only between equal costs.
@@ -151,13 +152,18 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 			continue
 		}
 		var prefill, decode float64
-		if anyFresh && cd.Fresh {
+		switch {
+		case anyFresh && cd.Fresh:
 			if cd.HasPrefill {
 				prefill = cd.PrefillTokens
 			}
 			if cd.HasDecode {
 				decode = cd.DecodeBlocks
 			}
+		case anyFresh && cd.Quiet:
+			// Idle at its last sample: its backlog is what the router
+			// dispatched to it since.
+			prefill, decode = cd.PrefillTokens, cd.DecodeBlocks
 		}
 		ov := c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, bs)
 		details[i] = c.terms.Costs(c.isl, bs, ov, prefill, decode)

@@ -28,7 +28,7 @@ type Candidate struct {
 	Fresh, Quiet, Excluded bool
 	// PrefillTokens and DecodeBlocks are the fresh sample's backlogs (0
 	// without one), the phase's own plus what was dispatched since the
-	// sample; decode blocks are active_decode_blocks, or kv_used_blocks in
+	// sample (for a quiet candidate, what was dispatched since alone); decode blocks are active_decode_blocks, or kv_used_blocks in
 	// the decode phase when a sample lacks them (vLLM workers). HasPrefill
 	// and HasDecode say whether the sample carried them.
 	PrefillTokens, DecodeBlocks float64
@@ -83,7 +83,19 @@ func (p *LoadBased) candidates(x *index) []Candidate {
 	for i, c := range x.cands {
 		st := x.st[i]
 		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded, Quiet: !st.fresh && !st.excluded}
-		if st.fresh {
+		switch {
+		case cd.Quiet:
+			// Idle at its last sample (or never heard from): what was
+			// dispatched to it since is its whole backlog. A worker that
+			// died idle publishes nothing more, so what it was sent keeps
+			// counting (for the in-flight window) and it stops looking
+			// like the emptiest worker after a few requests.
+			if x.phase == phasePrefill {
+				cd.PrefillTokens = st.backlog
+			} else {
+				cd.DecodeBlocks = st.backlog
+			}
+		case st.fresh:
 			if x.phase == phasePrefill {
 				cd.PrefillTokens, cd.HasPrefill = st.backlog, true
 			} else {
