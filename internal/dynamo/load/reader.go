@@ -54,6 +54,11 @@ func (r *reader) Connected() {
 	}
 }
 
+// Continued implements Continuer: after a connector switch the
+// publisher's samples and what was dispatched since stay; only the
+// sequence starts afresh with the session.
+func (r *reader) Continued() { r.haveSeq = false }
+
 // Message implements Handler.
 func (r *reader) Message(frames [][]byte, now time.Time) { r.handle(frames, now) }
 

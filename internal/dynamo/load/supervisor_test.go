@@ -297,6 +297,11 @@ func TestSupervisorSetConnector(t *testing.T) {
 		subs := s.sup.Subscriptions()
 		return len(subs) == 1 && subs[0].Transport == "other" && subs[0].State == load.StateConnected && next.dials.Load() > 0
 	})
+	// The new session carries the old one on: the publisher did not
+	// restart, so its sample stays (idle publishers send only on change).
+	if _, ok := s.store.Latest(1, 0); !ok {
+		t.Fatal("the new connector's session dropped the worker's sample")
+	}
 	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "direct")); v != 0 {
 		t.Errorf("the old transport's series still counts %v subscriptions", v)
 	}
