@@ -357,8 +357,18 @@ func Start(o Options) (*Sim, error) {
 	s.done.Add(1)
 	go func() { defer s.done.Done(); s.keepAlive(ctx) }()
 	if s.etcd != nil {
+		// The watch starts from the store's revision now, so that a
+		// record removed before the watch is registered is still seen.
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := s.etcd.client.Get(gctx, "v1/instances/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("reading the store's revision: %w", err)
+		}
+		rev := resp.Header.Revision
 		s.done.Add(1)
-		go func() { defer s.done.Done(); s.watchRecords(ctx) }()
+		go func() { defer s.done.Done(); s.watchRecords(ctx, rev) }()
 	}
 	s.done.Add(1)
 	go func() { defer s.done.Done(); s.republishSaturated(ctx) }()
@@ -574,23 +584,43 @@ func (w *simWorker) instanceKey() string {
 // watchRecords notes when a killed worker's Endpoint record leaves etcd
 // (its lease expired): from then on no router should pin it, and the
 // frontends count the pins that still come.
-func (s *Sim) watchRecords(ctx context.Context) {
+func (s *Sim) watchRecords(ctx context.Context, rev int64) {
 	byKey := map[string]*simWorker{}
 	for _, w := range s.workers {
 		byKey[w.instanceKey()] = w
 	}
-	for resp := range s.etcd.client.Watch(clientv3.WithRequireLeader(ctx), "v1/instances/", clientv3.WithPrefix()) {
-		for _, ev := range resp.Events {
-			w := byKey[string(ev.Kv.Key)]
-			if w == nil || ev.Type != clientv3.EventTypeDelete {
-				continue
+	// A watch that ends (etcd restarted, a compaction) is opened again
+	// from the last revision seen.
+	for ctx.Err() == nil {
+		for resp := range s.etcd.client.Watch(clientv3.WithRequireLeader(ctx), "v1/instances/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if resp.CompactRevision > rev {
+				rev = resp.CompactRevision - 1
 			}
-			w.mu.Lock()
-			if w.dead && !w.recordGone {
-				w.recordGone, w.recordGoneAt, w.pinsAfterGone = true, time.Now(), nil
+			if resp.Header.Revision > rev {
+				rev = resp.Header.Revision
 			}
-			w.mu.Unlock()
+			s.noteGone(resp.Events, byKey)
 		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// noteGone marks the killed workers whose Endpoint record a watch saw
+// deleted.
+func (s *Sim) noteGone(events []*clientv3.Event, byKey map[string]*simWorker) {
+	for _, ev := range events {
+		w := byKey[string(ev.Kv.Key)]
+		if w == nil || ev.Type != clientv3.EventTypeDelete {
+			continue
+		}
+		w.mu.Lock()
+		if w.dead && !w.recordGone {
+			w.recordGone, w.recordGoneAt, w.pinsAfterGone = true, time.Now(), nil
+		}
+		w.mu.Unlock()
 	}
 }
 
