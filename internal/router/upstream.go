@@ -29,6 +29,9 @@ type upstream struct {
 	idle      map[string][]*upConn // by host:port, most recently used last
 	n         int                  // idle connections in all
 	lastSweep time.Time
+	// sweeper closes idle connections past their timeout while any are
+	// held, so that they do not outlive the traffic that left them.
+	sweeper *time.Timer
 }
 
 // Bounds of the pool, as http.Transport's were configured.
@@ -101,7 +104,11 @@ var errResponseHeadTooLarge = errors.New("the backend's response head is larger 
 
 // RoundTrip implements http.RoundTripper.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength > maxInlineBody {
+	// A body of unknown length (ContentLength 0 with a body) may be of
+	// any size, and an upgrade needs the connection handed over:
+	// http.Transport does both.
+	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
+	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength > maxInlineBody || unsized || req.Header.Get("Upgrade") != "" {
 		return u.fallback.RoundTrip(req)
 	}
 	if p, err := u.fallback.Proxy(req); err != nil || p != nil {
@@ -263,7 +270,11 @@ func (u *upstream) get(ctx context.Context, addr string, idle bool) (*upConn, er
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.idle[addr] = list[:len(list)-1]
+		if len(list) == 1 {
+			delete(u.idle, addr) // a backend gone from the configuration leaves no key
+		} else {
+			u.idle[addr] = list[:len(list)-1]
+		}
 		u.n--
 		u.mu.Unlock()
 		if now.Sub(c.lastUsed) < upstreamIdleTimeout && c.open() {
@@ -297,7 +308,23 @@ func (u *upstream) put(c *upConn) {
 	}
 	u.idle[c.addr] = append(list, c)
 	u.n++
+	if u.sweeper == nil {
+		u.sweeper = time.AfterFunc(upstreamIdleTimeout/4, u.sweepIdle)
+	}
 	u.mu.Unlock()
+}
+
+// sweepIdle is the sweeper's turn: it closes what timed out and comes
+// again while connections are held.
+func (u *upstream) sweepIdle() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.sweep(time.Now())
+	if u.n > 0 {
+		u.sweeper.Reset(upstreamIdleTimeout / 4)
+		return
+	}
+	u.sweeper = nil
 }
 
 // upBody is an answer's body: read to its end, it gives the connection
@@ -361,6 +388,10 @@ func (u *upstream) CloseIdleConnections() {
 	u.mu.Lock()
 	idle := u.idle
 	u.idle, u.n = map[string][]*upConn{}, 0
+	if u.sweeper != nil {
+		u.sweeper.Stop()
+		u.sweeper = nil
+	}
 	u.mu.Unlock()
 	for _, list := range idle {
 		for _, c := range list {
@@ -377,6 +408,10 @@ func (u *upstream) sweep(now time.Time) {
 	u.lastSweep = now
 	for addr, list := range u.idle {
 		// Oldest first: keep from the first connection still fresh.
+		if len(list) == 0 {
+			delete(u.idle, addr)
+			continue
+		}
 		i := 0
 		for i < len(list) && now.Sub(list[i].lastUsed) >= upstreamIdleTimeout {
 			_ = list[i].conn.Close()

@@ -603,3 +603,50 @@ func TestUpstreamSweep(t *testing.T) {
 		t.Fatalf("%d idle connections in %d lists after the sweep", n, lists)
 	}
 }
+
+// TestUpstreamIdleBookkeeping: taking a backend's last idle connection
+// leaves no key behind, the sweeper runs while connections are held, and
+// a body of unknown length goes through http.Transport (it may be of any
+// size), as does an upgrade.
+func TestUpstreamIdleBookkeeping(t *testing.T) {
+	t.Parallel()
+	srv, conns := countingBackend(t, streamingHandler)
+	rt := newTransport().(*upstream)
+	resp, err := post(t, rt, t.Context(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	rt.mu.Lock()
+	armed := rt.sweeper != nil
+	rt.mu.Unlock()
+	if !armed {
+		t.Fatal("an idle connection is held without the sweeper armed")
+	}
+	c, err := rt.get(t.Context(), srv.Listener.Addr().String(), true)
+	if err != nil || !c.reused {
+		t.Fatalf("get: %v (reused %v)", err, c != nil && c.reused)
+	}
+	_ = c.conn.Close()
+	rt.mu.Lock()
+	keys := len(rt.idle)
+	rt.mu.Unlock()
+	if keys != 0 {
+		t.Fatalf("%d keys after the last idle connection was taken", keys)
+	}
+	before := conns.Load()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, io.NopCloser(strings.NewReader(`{}`)))
+	req.ContentLength = 0 // unknown
+	resp, err = rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	rt.mu.Lock()
+	n := rt.n
+	rt.mu.Unlock()
+	if n != 0 || conns.Load() != before+1 {
+		t.Fatalf("an unsized body went through the inline client: %d idle, %d connections", n, conns.Load()-before)
+	}
+	rt.CloseIdleConnections()
+}
