@@ -467,3 +467,46 @@ func TestAnnouncedStream(t *testing.T) {
 		t.Errorf("Last-Event-ID %q", lastIDs)
 	}
 }
+
+// TestStreamEndNotATimeout: a read under a deadline already past, on a
+// stream whose session then goes, reports the lost carrier (the reader
+// fails over at once) rather than another timeout, and so does every read
+// after it.
+func TestStreamEndNotATimeout(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	stopA := tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "covered", func() bool { return tb.Covers("dynamo") })
+	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	zs := subscribe(t, c, "kv_metrics")
+	receive(t, pub, zs, [][]byte{[]byte("kv_metrics"), []byte("x")})
+	// A quiet subscription: its wait timed out and left a read behind.
+	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1)
+	for {
+		if _, err := c.Read(buf); errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopA()
+	var err2 error
+	testutil.Eventually(t, 10*time.Second, "the stream's end reported", func() bool {
+		_, err2 = c.Read(buf)
+		return !errors.Is(err2, os.ErrDeadlineExceeded)
+	})
+	if !errors.Is(err2, zmtp.ErrCarrierLost) {
+		t.Fatalf("a read after the session went: %v, want a lost carrier", err2)
+	}
+	if _, err := c.Read(buf); !errors.Is(err, zmtp.ErrCarrierLost) {
+		t.Fatalf("the next read: %v", err)
+	}
+}

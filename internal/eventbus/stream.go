@@ -1,6 +1,7 @@
 package eventbus
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -245,7 +246,7 @@ func (c *Stream) Carrier() string { return c.carrier }
 func (c *Stream) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	deadline, changed := c.deadline()
+	deadline, changed := c.readDeadlineFor()
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return 0, os.ErrDeadlineExceeded
 	}
@@ -264,7 +265,9 @@ func (c *Stream) Read(p []byte) (int, error) {
 	if c.timed == nil && deadline.IsZero() {
 		n, err := c.body.Read(p)
 		if err != nil {
+			// A body's error is final: every later Read returns it.
 			err = c.why(err)
+			c.leftErr = err
 		}
 		return n, err
 	}
@@ -294,18 +297,17 @@ func (c *Stream) Read(p []byte) (int, error) {
 			c.left = r.b[n:]
 			c.releaseTimed()
 			if r.err != nil {
-				err := c.why(r.err)
+				c.leftErr = c.why(r.err)
 				if n == 0 {
-					return 0, err
+					return 0, c.leftErr
 				}
-				c.leftErr = err
 			}
 			return n, nil
 		case <-expired:
 			return 0, os.ErrDeadlineExceeded
 		case <-changed:
 			stopTimer(timer)
-			deadline, changed = c.deadline()
+			deadline, changed = c.readDeadlineFor()
 			if !deadline.IsZero() && !time.Now().Before(deadline) {
 				return 0, os.ErrDeadlineExceeded
 			}
@@ -322,6 +324,20 @@ func (c *Stream) releaseTimed() {
 	c.left = nil
 	timedReadPool.Put(c.tbuf)
 	c.tbuf = nil
+}
+
+// readDeadlineFor is the deadline a read waits under: none once the
+// stream is torn down (what remains comes at once, and then the reason it
+// ended, which a timeout would hide from the reader), else the read
+// deadline; and a channel closed when the deadline changes. c.rmu is held.
+func (c *Stream) readDeadlineFor() (time.Time, <-chan struct{}) {
+	deadline, changed := c.deadline()
+	select {
+	case <-c.torn:
+		return time.Time{}, changed
+	default:
+		return deadline, changed
+	}
 }
 
 // deadline is the read deadline and a channel closed when it changes.
@@ -364,6 +380,11 @@ func (c *Stream) Write(p []byte) (int, error) {
 func (c *Stream) why(err error) error {
 	if c.closed.Load() {
 		return net.ErrClosed
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Only the teardown sets the body's deadline: the stream is over,
+		// not waiting.
+		err = net.ErrClosed
 	}
 	t := time.NewTimer(c.bus.t.lossGrace)
 	defer t.Stop()
