@@ -77,21 +77,38 @@ func receive(t *testing.T, pub *testutil.GoPublisher, zs *zmtp.Sub, frames [][]b
 	}
 }
 
+// relayed is a bus with broker A covering "dynamo", a publisher, and a
+// stream to it through the broker with a ZMTP subscriber on it; stop ends
+// the broker.
+type relayed struct {
+	tb   *testBus
+	pub  *testutil.GoPublisher
+	stop func()
+	c    *eventbus.Stream
+	zs   *zmtp.Sub
+}
+
+func relay(t *testing.T) *relayed {
+	t.Helper()
+	r := &relayed{tb: startBus(t, nil), pub: testutil.StartGoPublisher(t)}
+	r.stop = r.tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "namespace covered", func() bool { return r.tb.Covers("dynamo") })
+	c, err := r.tb.OpenStream(t.Context(), targetOf(t, "dynamo", r.pub.Endpoint, "kv_metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	r.c, r.zs = c, subscribe(t, c, "kv_metrics")
+	return r
+}
+
 // TestOpenStreamRelaysPublisher: a broker client relays a real ZMQ
 // publisher's bytes; the router's ZMTP subscriber runs over the stream
 // as over TCP.
 func TestOpenStreamRelaysPublisher(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, nil)
-	pub := testutil.StartGoPublisher(t)
-	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
-	testutil.Eventually(t, 10*time.Second, "namespace covered", func() bool { return tb.Covers("dynamo") })
-	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	zs := subscribe(t, c, "kv_metrics")
+	r := relay(t)
+	tb, pub, c, zs := r.tb, r.pub, r.c, r.zs
 	want := [][]byte{[]byte("kv_metrics"), []byte("payload over the bus")}
 	got := receive(t, pub, zs, want)
 	if len(got) != 2 || string(got[1]) != "payload over the bus" {
@@ -125,16 +142,8 @@ func next(zs *zmtp.Sub) ([][]byte, error) {
 // read afterwards, in order, and the stream still has its carrier.
 func TestStreamReadDeadline(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, nil)
-	pub := testutil.StartGoPublisher(t)
-	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
-	testutil.Eventually(t, 10*time.Second, "namespace covered", func() bool { return tb.Covers("dynamo") })
-	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	zs := subscribe(t, c, "kv_metrics")
+	r := relay(t)
+	tb, pub, c, zs := r.tb, r.pub, r.c, r.zs
 	if got := receive(t, pub, zs, [][]byte{[]byte("kv_metrics"), []byte("first")}); string(got[1]) != "first" {
 		t.Fatalf("frames %q", got)
 	}
@@ -377,16 +386,9 @@ func TestPlacementFollowsWeight(t *testing.T) {
 // ones on it; the broker's Run returns once they are gone.
 func TestDrainingMovesStreams(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, nil)
-	pub := testutil.StartGoPublisher(t)
-	stopA := tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
-	testutil.Eventually(t, 10*time.Second, "covered", func() bool { return tb.Covers("dynamo") })
-	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	zs := subscribe(t, c, "kv_metrics")
+	r := relay(t)
+	tb, pub, zs := r.tb, r.pub, r.zs
+	stopA := r.stop
 	receive(t, pub, zs, [][]byte{[]byte("kv_metrics"), []byte("x")})
 	readErr := make(chan error, 1)
 	go func() {
@@ -474,16 +476,9 @@ func TestAnnouncedStream(t *testing.T) {
 // after it.
 func TestStreamEndNotATimeout(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, nil)
-	pub := testutil.StartGoPublisher(t)
-	stopA := tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
-	testutil.Eventually(t, 10*time.Second, "covered", func() bool { return tb.Covers("dynamo") })
-	c, err := tb.OpenStream(t.Context(), targetOf(t, "dynamo", pub.Endpoint, "kv_metrics"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	zs := subscribe(t, c, "kv_metrics")
+	r := relay(t)
+	pub, c, zs := r.pub, r.c, r.zs
+	stopA := r.stop
 	receive(t, pub, zs, [][]byte{[]byte("kv_metrics"), []byte("x")})
 	// A quiet subscription: its wait timed out and left a read behind.
 	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {

@@ -98,13 +98,7 @@ func startReload(t *testing.T, text string) *reloadFixture {
 // file renamed over the old one.
 func (f *reloadFixture) write(text string) {
 	f.t.Helper()
-	tmp := f.file + ".tmp"
-	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, f.file); err != nil {
-		f.t.Fatal(err)
-	}
+	testutil.ReplaceFile(f.t, f.file, text)
 }
 
 // adminDo calls the admin API with the token.

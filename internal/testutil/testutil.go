@@ -28,3 +28,17 @@ func RepoRoot(tb testing.TB) string {
 		dir = parent
 	}
 }
+
+// ReplaceFile replaces path's content the way editors and ConfigMap
+// volumes do: a new file written beside it and renamed over it, so that a
+// watcher never reads it half-written.
+func ReplaceFile(t testing.TB, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}

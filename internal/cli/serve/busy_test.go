@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,15 +51,7 @@ func TestServeBusyThresholdReload(t *testing.T) {
 	defer fl.Stop()
 	file := filepath.Join(t.TempDir(), "continuum.yaml")
 	text := fl.Config
-	write := func(s string) {
-		tmp := file + ".tmp"
-		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, file); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(s string) { testutil.ReplaceFile(t, file, s) }
 	write(text)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
