@@ -225,6 +225,11 @@ type KVIndex struct {
 	RefusedBlocks   uint64 `json:"refused_blocks"`
 	Rebinds         uint64 `json:"rebinds"`
 	Gaps            uint64 `json:"gaps"`
+	// InFlightRequests are the requests in flight whose prompt blocks
+	// count as held by the rank they were sent to (the router's own
+	// picks, beside the index), InFlightBlocks those blocks.
+	InFlightRequests int `json:"in_flight_requests"`
+	InFlightBlocks   int `json:"in_flight_blocks"`
 }
 
 // KVRank is one (worker, dp rank)'s device-tier blocks in the index, and

@@ -1288,6 +1288,10 @@ type RankView struct {
 	// QueuedTokens is the prefill work queued on the rank, in tokens: the
 	// time until it is done over the time a token takes.
 	QueuedTokens float64
+	// PrefillTokens is the prefill backlog the rank publishes
+	// (active_prefill_tokens): the tokens of the prefills queued or in
+	// progress on it, each counted whole until it is done.
+	PrefillTokens uint64
 	// DecodeBlocks is the rank's decode backlog.
 	DecodeBlocks uint64
 	// Arrivals counts the requests the rank has prefilled or queued.
@@ -1320,6 +1324,7 @@ func (s *Sim) Probe(path string, body []byte, workers []uint64) (promptTokens, b
 		w.mu.Lock()
 		for i := range views[len(views)-len(w.ranks):] {
 			views[len(views)-len(w.ranks)+i].DecodeBlocks = w.decodeBlocks[i]
+			views[len(views)-len(w.ranks)+i].PrefillTokens = w.prefillTokens[i]
 		}
 		w.mu.Unlock()
 	}

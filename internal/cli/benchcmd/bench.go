@@ -82,9 +82,9 @@ const (
 	ModeLoad       = "load"
 	ModeKV         = "kv"
 	ModeOracle     = "oracle"
-	// ModeOracleTTFT is not run by default: the exact-facts router that
-	// minimises each request's time to first token rather than the
-	// KV-aware cost formula.
+	// ModeOracleTTFT is not run by default: the router that also knows
+	// each queued prefill's progress and minimises each request's time to
+	// first token rather than the KV-aware cost formula.
 	ModeOracleTTFT = "oracle-ttft"
 )
 
@@ -145,8 +145,11 @@ Modes:
   load         the daemon's load-based picker (serve's default without dynamo.kv)
   kv           the daemon's KV-aware picker (dynamo.kv.enabled)
   oracle       the KV-aware cost formula on exact facts: every rank's cache and
-               prefill queue read from the simulation itself
-  oracle-ttft  (only when asked for) exact facts, choosing the rank where the
+               the prefill backlog it would publish, read from the simulation
+               itself at the moment of the choice (what a Dynamo fleet could
+               tell a router, without delay)
+  oracle-ttft  (only when asked for) more than any worker publishes: how far
+               each queued prefill has got, choosing the rank where the
                request's first token comes soonest
 
 With --faults it runs the fault-injection benchmark instead: for each

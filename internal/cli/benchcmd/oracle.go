@@ -17,16 +17,19 @@ import (
 // instead of the router's views. It asks the simulated fleet itself, for
 // each candidate rank, how many of the request's leading blocks its cache
 // holds at this instant (the blocks of prefills still queued included,
-// which kv-events announce only once computed) and how much prefill work
-// is queued on it (instead of load samples), and adds the requests it has
-// pinned to the rank that have not reached it yet. It makes the choice the
-// KV-aware picker makes, the prefill worker of a disaggregated pin or the
-// worker of an aggregated one; the decode worker of a disaggregated pin is
-// chosen round-robin (the simulated decode time does not depend on it).
+// which kv-events announce only once computed) and the prefill backlog
+// the rank would publish at this instant (no sample in transit, no stale
+// one), and adds the requests it has pinned to the rank that have not
+// reached it yet. That is everything a Dynamo fleet could tell a router,
+// without delay. It makes the choice the KV-aware picker makes, the
+// prefill worker of a disaggregated pin or the worker of an aggregated
+// one; the decode worker of a disaggregated pin is chosen round-robin (the
+// simulated decode time does not depend on it).
 //
-// With ttft set it minimises instead the request's exact time to first
-// token in the simulation: the prefill tokens queued on the rank (and in
-// transit to it) plus those of the request its cache lacks.
+// With ttft set it knows more than any worker publishes, how far each
+// queued prefill has got, and minimises the request's exact time to first
+// token in the simulation: the prefill work left on the rank (and in
+// transit to it) plus the tokens of the request its cache lacks.
 type oracle struct {
 	ttft  bool
 	sim   atomic.Pointer[fleetsim.Sim]
@@ -104,11 +107,12 @@ func (o *oracle) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	for k := range views {
 		i := (start + k) % len(views)
 		v := views[i]
-		queued := v.QueuedTokens + o.inTransit(rankKey{v.Worker, v.Rank}, v.Arrivals, now)
+		transit := o.inTransit(rankKey{v.Worker, v.Rank}, v.Arrivals, now)
 		var c float64
 		if o.ttft {
-			c = queued + float64(isl-min(v.CachedBlocks*bs, max(isl-1, 0)))
+			c = v.QueuedTokens + transit + float64(isl-min(v.CachedBlocks*bs, max(isl-1, 0)))
 		} else {
+			queued := float64(v.PrefillTokens) + transit
 			decode := 0.0
 			if role == fleet.RoleAggregated {
 				decode = float64(v.DecodeBlocks)

@@ -297,6 +297,9 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 	if len(v.Results) > 0 {
 		fmt.Fprintf(w, "selections: %s\n", countsText(v.Results))
 	}
+	if ix.InFlightRequests > 0 {
+		fmt.Fprintf(w, "in flight: %d requests lending %d blocks to the ranks they were sent to\n", ix.InFlightRequests, ix.InFlightBlocks)
+	}
 	fmt.Fprintln(w)
 	if len(v.Ranks) == 0 {
 		fmt.Fprintln(w, "no blocks indexed: workers publish kv-events only when their cache changes, so an idle fleet shows nothing until it serves traffic")

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
@@ -160,6 +161,6 @@ func checkTable(size int, slot func(int) (home int, used bool)) string {
 // hashed already, with its overlaps from ix (benchmarks).
 func NewChoiceForBench(t Terms, isl int, ix *Index, pr *Prompt) pick.Scorer {
 	b := &matchBuf{}
-	(&Picker{index: ix}).matchPrompt(b, pr)
+	(&Picker{index: ix, inflight: newPending()}).matchPrompt(b, pr, time.Time{})
 	return &choice{terms: t, isl: isl, overlaps: b}
 }

@@ -48,6 +48,9 @@ type Picker struct {
 	nnote atomic.Int32
 
 	buf sync.Pool // *matchBuf
+	// inflight is the prompt blocks of the dispatches in flight, counted
+	// as held by the ranks they were sent to.
+	inflight *pending
 }
 
 var _ pick.Picker = (*Picker)(nil)
@@ -58,7 +61,7 @@ func NewPicker(base *pick.LoadBased, index *Index, prompts *Prompts, s Settings,
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Picker{base: base, index: index, prompts: prompts, metrics: metrics, notes: notes, logger: logger}
+	p := &Picker{base: base, index: index, prompts: prompts, metrics: metrics, notes: notes, logger: logger, inflight: newPending()}
 	p.settings.Store(&s)
 	p.buf.New = func() any { return &matchBuf{} }
 	return p
@@ -70,37 +73,68 @@ func (p *Picker) SetSettings(s Settings) { p.settings.Store(&s) }
 // Settings returns the settings the next request is picked with.
 func (p *Picker) Settings() Settings { return *p.settings.Load() }
 
-// matchBuf holds one request's overlaps per block size: the holders in a
-// slice, scanned when they are few (the common case), else in a map.
+// matchBuf holds one request's overlaps per block size, from the index
+// and from the requests in flight.
 type matchBuf struct {
 	bySize [MaxBlockSizesPerRequest]struct {
-		size  int
-		ranks []Match
-		held  map[load.Key]int
+		size     int
+		indexed  matches
+		inFlight matches
 	}
 	n int
+}
+
+// matches are the ranks sharing leading blocks with a request: in a slice,
+// scanned when they are few (the common case), else in a map too.
+type matches struct {
+	ranks []Match
+	held  map[load.Key]int
 }
 
 // smallMatches is the most holders looked up by scanning.
 const smallMatches = 32
 
+func (m *matches) index() {
+	if len(m.ranks) <= smallMatches {
+		return
+	}
+	if m.held == nil {
+		m.held = map[load.Key]int{}
+	}
+	clear(m.held)
+	for _, r := range m.ranks {
+		m.held[r.Rank] = r.Blocks
+	}
+}
+
+func (m *matches) blocks(k load.Key) int {
+	if len(m.ranks) > smallMatches {
+		return m.held[k]
+	}
+	for _, r := range m.ranks {
+		if r.Rank == k {
+			return r.Blocks
+		}
+	}
+	return 0
+}
+
 // Overlap implements Overlaps.
 func (b *matchBuf) Overlap(worker uint64, rank uint32, blockSize int) int {
-	k := load.Key{WorkerID: worker, DPRank: rank}
 	for i := range b.n {
-		sz := &b.bySize[i]
-		if sz.size != blockSize {
-			continue
+		if sz := &b.bySize[i]; sz.size == blockSize {
+			return sz.indexed.blocks(load.Key{WorkerID: worker, DPRank: rank})
 		}
-		if len(sz.ranks) <= smallMatches {
-			for _, m := range sz.ranks {
-				if m.Rank == k {
-					return m.Blocks
-				}
-			}
-			return 0
+	}
+	return 0
+}
+
+// InFlight implements Overlaps.
+func (b *matchBuf) InFlight(worker uint64, rank uint32, blockSize int) int {
+	for i := range b.n {
+		if sz := &b.bySize[i]; sz.size == blockSize {
+			return sz.inFlight.blocks(load.Key{WorkerID: worker, DPRank: rank})
 		}
-		return sz.held[k]
 	}
 	return 0
 }
@@ -118,12 +152,21 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	}
 	b := p.buf.Get().(*matchBuf)
 	defer p.buf.Put(b)
-	p.matchPrompt(b, prompt)
+	p.matchPrompt(b, prompt, now)
 	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold}
 	req.EstPromptTokens = len(prompt.IDs) // the ledger counts the real size
 	pin, t, err := p.base.ReserveScored(snap, req, now, ch)
 	if err != nil {
 		return pin, t, err
+	}
+	// The rank that prefills the request: the prefill worker of a pair,
+	// else the decode worker (aggregated, or prefilling it itself).
+	target := pin.Decode
+	if pin.Prefill != nil {
+		target = *pin.Prefill
+	}
+	if bs := target.Worker.BlockSize; bs != nil {
+		p.inflight.add(t, load.Key{WorkerID: target.Worker.ID.InstanceID, DPRank: target.DPRank}, int(*bs), prompt.Hashes[int(*bs)], now)
 	}
 	switch {
 	case pin.Bypass:
@@ -161,7 +204,7 @@ func (p *Picker) Explain(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 		return Explanation{Pin: pin, Result: result}, err
 	}
 	b := &matchBuf{}
-	p.matchPrompt(b, prompt)
+	p.matchPrompt(b, prompt, now)
 	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold, explain: true}
 	req.EstPromptTokens = len(prompt.IDs)
 	pin, err := p.base.PickScored(snap, req, now, ch)
@@ -175,28 +218,31 @@ func (p *Picker) Explain(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	return ex, err
 }
 
-// matchPrompt fills b with the index's overlaps of prompt per block size.
-func (p *Picker) matchPrompt(b *matchBuf, prompt *Prompt) {
+// matchPrompt fills b with the overlaps of prompt per block size: what
+// the index says each rank holds, and what the requests in flight on it
+// will have it hold.
+func (p *Picker) matchPrompt(b *matchBuf, prompt *Prompt, now time.Time) {
 	b.n = 0
 	for size, hashes := range prompt.Hashes {
 		slot := &b.bySize[b.n]
 		b.n++
 		slot.size = size
-		slot.ranks = p.index.FindMatches(hashes, slot.ranks[:0])
-		if len(slot.ranks) > smallMatches {
-			if slot.held == nil {
-				slot.held = map[load.Key]int{}
-			}
-			clear(slot.held)
-			for _, m := range slot.ranks {
-				slot.held[m.Rank] = m.Blocks
-			}
-		}
+		slot.indexed.ranks = p.index.FindMatches(hashes, slot.indexed.ranks[:0])
+		slot.indexed.index()
+		slot.inFlight.ranks = p.inflight.overlaps(hashes, size, now, slot.inFlight.ranks[:0])
+		slot.inFlight.index()
 	}
 }
 
 // Release implements pick.Picker.
-func (p *Picker) Release(t pick.Ticket) { p.base.Release(t) }
+func (p *Picker) Release(t pick.Ticket) {
+	p.inflight.done(t)
+	p.base.Release(t)
+}
+
+// InFlightPrefixes returns the dispatches whose prompt blocks count as
+// held by the rank they were sent to, and those blocks.
+func (p *Picker) InFlightPrefixes() (requests, blocks int) { return p.inflight.size() }
 
 func (p *Picker) count(result string) {
 	if p.metrics != nil && result != "" {

@@ -355,3 +355,94 @@ func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
 		t.Fatalf("prefill picks %v: want the quiet worker first, then both as what it was sent counts", got)
 	}
 }
+
+// TestPickerCountsInFlightPrefixes: where backlogs compete, a request
+// sharing its leading blocks with one still in flight goes to the rank
+// that request went to (it computes them first), before any kv-event
+// says so, while the rank's backlog stays within what the credit is
+// worth; released, the request no longer counts. Without fresh samples
+// the overlap would decide alone, so requests in flight do not count and
+// equal costs take turns.
+func TestPickerCountsInFlightPrefixes(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	turn1 := longChat(300)
+	turn2 := strings.Replace(turn1, `"}]}`, ` and then some more words"},{"role":"assistant","content":"Sure."},{"role":"user","content":"Go on."}]}`, 1)
+	prepared(t, prompts, snap, "/v1/chat/completions", turn1, 16) // the artifacts are loaded
+	req := func(body string) pick.Request {
+		return pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	}
+	newPicker := func(fresh bool) *kv.Picker {
+		store := load.NewStore(time.Minute, nil)
+		live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
+		store.SetLiveAndRetain(live)
+		if fresh {
+			zero := uint64(0)
+			for i, id := range []uint64{10, 11, 20} {
+				l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
+				if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+					t.Fatal(res)
+				}
+			}
+		}
+		ix := kv.NewIndex()
+		ix.SetLive(live)
+		return kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	}
+
+	p := newPicker(true)
+	first, t1, err := p.Reserve(snap, req(turn1), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := first.Prefill.Worker.ID.InstanceID
+	ex, err := p.Explain(snap, req(turn2), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ex.Candidates {
+		if c.Phase != pick.PhasePrefill {
+			continue
+		}
+		if id := c.Worker.ID.InstanceID; id == home && (c.Indexed != 0 || c.Cost.Overlap < 10) || id != home && c.Cost.Overlap != 0 {
+			t.Errorf("worker %d: indexed %d, overlap %d", id, c.Indexed, c.Cost.Overlap)
+		}
+	}
+	second, t2, err := p.Reserve(snap, req(turn2), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := second.Prefill.Worker.ID.InstanceID; got != home {
+		t.Fatalf("the next turn went to %d while its first turn is in flight on %d", got, home)
+	}
+	if n, blocks := p.InFlightPrefixes(); n != 2 || blocks == 0 {
+		t.Fatalf("in flight: %d requests, %d blocks", n, blocks)
+	}
+	p.Release(t1)
+	p.Release(t2)
+	if n, blocks := p.InFlightPrefixes(); n != 0 || blocks != 0 {
+		t.Fatalf("released, still in flight: %d requests, %d blocks", n, blocks)
+	}
+
+	// Released, the two no longer lend their prefix to the home rank, but
+	// their load stays until its next sample: the same prompt goes to the
+	// idle rank.
+	third, _, _ := p.Reserve(snap, req(turn1), time.Now())
+	if third.Prefill.Worker.ID.InstanceID == home {
+		t.Fatalf("the third request went to the rank (%d) with two prompts queued and none in flight", home)
+	}
+
+	p = newPicker(false)
+	got := map[uint64]int{}
+	for range 4 {
+		pin, _, err := p.Reserve(snap, req(turn1), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[pin.Prefill.Worker.ID.InstanceID]++
+	}
+	if got[10] != 2 || got[11] != 2 {
+		t.Fatalf("without fresh samples, identical requests in flight went %v: want them to take turns", got)
+	}
+}

@@ -61,9 +61,11 @@ func (t Terms) Costs(isl, bs, overlap int, prefillTokens, decodeBlocks float64) 
 }
 
 // Overlaps answers, for one request, how many of its leading blocks a rank
-// holds, for the rank's block size.
+// holds, for the rank's block size, by the index (Overlap) and by the
+// requests in flight on it (InFlight).
 type Overlaps interface {
 	Overlap(worker uint64, rank uint32, blockSize int) int
+	InFlight(worker uint64, rank uint32, blockSize int) int
 }
 
 // choice is one request's KV-aware choice of a phase: it implements
@@ -166,7 +168,15 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 			prefill, decode = cd.PrefillTokens, cd.DecodeBlocks
 		}
 		ov := c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, bs)
-		details[i] = c.terms.Costs(c.isl, bs, ov, prefill, decode)
+		inFlight := 0
+		if anyFresh {
+			// Where backlogs compete, the prefixes of the requests in
+			// flight on a rank count as held: the rank computes them
+			// before it gets to this request, and its backlog already
+			// charges for that work.
+			inFlight = c.overlaps.InFlight(cd.Worker.ID.InstanceID, cd.DPRank, bs)
+		}
+		details[i] = c.terms.Costs(c.isl, bs, max(ov, inFlight), prefill, decode)
 		cost := details[i].Total
 		if phase == pick.PhaseDecode && cd.Worker.Role != fleet.RoleAggregated {
 			// A decode worker of a pair (conditional disaggregation):
@@ -180,6 +190,9 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		for i := range cands {
 			cd := &cands[i]
 			e := Explained{Phase: phase, Worker: cd.Worker, DPRank: cd.DPRank, Competing: !math.IsNaN(c.costs[i]), Cost: details[i], Total: c.costs[i]}
+			if b := cd.Worker.BlockSize; b != nil {
+				e.Indexed = c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, int(*b))
+			}
 			switch {
 			case cd.Fresh:
 				e.State = "fresh"
@@ -236,6 +249,10 @@ type Explained struct {
 	Competing bool
 	Cost      Cost
 	Total     float64
+	// Indexed is the blocks the index says the rank holds; Cost.Overlap
+	// is more when requests in flight on the rank share more of the
+	// prompt.
+	Indexed int
 }
 
 // sample draws a candidate with softmax weights over the negated costs

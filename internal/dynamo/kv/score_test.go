@@ -44,6 +44,12 @@ func (m overlapMap) Overlap(worker uint64, rank uint32, _ int) int {
 	return m[[2]uint64{worker, uint64(rank)}]
 }
 
+// InFlight: the prefixes of requests in flight sit at rank 1<<31 of the
+// same worker in the map.
+func (m overlapMap) InFlight(worker uint64, rank uint32, _ int) int {
+	return m[[2]uint64{worker, uint64(rank) | 1<<31}]
+}
+
 func cand(id uint64, bs uint32) pick.Candidate {
 	b := bs
 	return pick.Candidate{Worker: &fleet.Worker{ID: fleet.WorkerID{Namespace: "dynamo", InstanceID: id}, BlockSize: &b}}
@@ -142,5 +148,40 @@ func TestScoreNeedsBlockSizes(t *testing.T) {
 	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
 	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); ok {
 		t.Error("scored candidates without block sizes")
+	}
+}
+
+// TestScoreInFlight: with fresh backlogs, what the requests in flight on a
+// rank share with the request counts as held (the larger of it and the
+// index's overlap), hand-computed: isl 100, bs 16, a fresh with 160
+// tokens queued and 6 blocks in flight: raw (160+100)/16 = 16.25, credit
+// 6, adjusted 10.25, decode 0 + (7-6) = 1, cost 11.25; b quiet and empty:
+// 100/16 = 6.25 + 7 = 13.25. Without fresh backlogs the in-flight blocks
+// do not count, and the overlaps alone decide.
+func TestScoreInFlight(t *testing.T) {
+	t.Parallel()
+	terms := Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
+	a, b := cand(1, 16), cand(2, 16)
+	a.Fresh, a.HasPrefill, a.PrefillTokens = true, true, 160
+	b.Quiet = true
+	held := overlapMap{{1, 1 << 31}: 6}
+	ch := &choice{terms: terms, isl: 100, overlaps: held}
+	i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter())
+	if i != 0 || ch.costs[0] != 11.25 || ch.Chosen.Overlap != 6 {
+		t.Errorf("chose %d (%+v), costs %v: want 0 at 11.25 with 6 blocks", i, ch.Chosen, ch.costs)
+	}
+	if ch.costs[1] != 13.25 {
+		t.Errorf("the quiet rank's cost %v, want 13.25", ch.costs[1])
+	}
+	// The index holding more than is in flight: the larger counts.
+	held[[2]uint64{1, 0}] = 7
+	if ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); ch.details[0].Overlap != 7 {
+		t.Errorf("overlap %d, want the index's 7", ch.details[0].Overlap)
+	}
+	delete(held, [2]uint64{1, 0})
+	held[[2]uint64{2, 0}] = 1
+	a.Fresh, a.HasPrefill, b.Quiet = false, false, false
+	if i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); i != 1 || ch.details[0].Overlap != 0 {
+		t.Errorf("stale fleet: chose %d with overlaps %d/%d, want 1 (in-flight blocks not counted)", i, ch.details[0].Overlap, ch.details[1].Overlap)
 	}
 }

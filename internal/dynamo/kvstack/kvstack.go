@@ -167,6 +167,9 @@ func (s *Stack) View() admin.KVResponse {
 		Index: admin.KVIndex{Nodes: st.Nodes, Ownerships: st.Ownerships, Ranks: st.Ranks, Subscriptions: st.Subscriptions,
 			Cursors: st.Cursors, Bytes: st.Bytes, StoredBlocks: st.StoredBlocks, RemovedBlocks: st.RemovedBlocks,
 			UnknownRemovals: st.UnknownRemovals, RefusedBlocks: st.RefusedBlocks, Rebinds: st.Rebinds, Gaps: st.Gaps}}
+	if s.Picker != nil {
+		resp.Index.InFlightRequests, resp.Index.InFlightBlocks = s.Picker.InFlightPrefixes()
+	}
 	ns := map[uint64]string{}
 	for w := range s.reg.Snapshot().Workers.All() {
 		ns[w.ID.InstanceID] = w.ID.Namespace

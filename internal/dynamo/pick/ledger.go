@@ -88,6 +88,9 @@ type Ticket struct {
 	id   uint64
 }
 
+// ID names the dispatch, unique within its picker; 0 for the zero Ticket.
+func (t Ticket) ID() uint64 { return t.id }
+
 // dispatched records a pin: the prompt tokens on the prefill side (or on
 // the decode worker when it prefills itself) and the prompt's blocks on the
 // decode side. The decode side of a pair cannot stall (it is reached only
