@@ -338,10 +338,12 @@ func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
 			t.Fatal(res)
 		}
 	}
-	body := longChat(100)
-	prepared(t, prompts, snap, "/v1/chat/completions", body, 16) // the artifacts are loaded
+	prepared(t, prompts, snap, "/v1/chat/completions", longChat(100), 16) // the artifacts are loaded
 	got := map[uint64]int{}
-	for range 6 {
+	for i := range 6 {
+		// Prompts that share nothing (requests sharing a prefix would
+		// rightly gather where it is being computed).
+		body := strings.Replace(longChat(100), "You answer briefly.", fmt.Sprintf("Request %d of six, to be answered briefly.", i), 1)
 		pin, _, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
 		if err != nil {
 			t.Fatal(err)
@@ -444,5 +446,53 @@ func TestPickerCountsInFlightPrefixes(t *testing.T) {
 	}
 	if got[10] != 2 || got[11] != 2 {
 		t.Fatalf("without fresh samples, identical requests in flight went %v: want them to take turns", got)
+	}
+}
+
+// TestPickerLedgerCountsWhatTheRankComputes: a request pinned to a rank
+// that holds most of its prompt adds to the rank's backlog (until the
+// rank's next sample) only the tokens it lacks, as the rank itself will
+// publish them.
+func TestPickerLedgerCountsWhatTheRankComputes(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
+	store.SetLiveAndRetain(live)
+	zero := uint64(0)
+	for i, id := range []uint64{10, 11, 20} {
+		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
+		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	body := longChat(300)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hashes := pr.Hashes[16]
+	hold(t, ix, 1, 11, hashes, len(hashes)-2)
+	req := func(body string) pick.Request {
+		return pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	}
+	pin, _, err := p.Reserve(snap, req(body), time.Now())
+	if err != nil || pin.Prefill.Worker.ID.InstanceID != 11 {
+		t.Fatalf("pin %+v, %v: want the holder 11", pin.Prefill, err)
+	}
+	other := strings.Replace(longChat(50), "You answer briefly.", "Something else.", 1)
+	ex, err := p.Explain(snap, req(other), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := float64(len(pr.IDs) - (len(hashes)-2)*16)
+	for _, c := range ex.Candidates {
+		if c.Phase != pick.PhasePrefill || c.Worker.ID.InstanceID != 11 {
+			continue
+		}
+		if backlog := c.Cost.RawPrefillBlocks*16 - float64(ex.PromptTokens); backlog != want {
+			t.Errorf("the holder's backlog %v tokens, want the %v its cache lacked (of %d)", backlog, want, len(pr.IDs))
+		}
 	}
 }

@@ -96,6 +96,27 @@ type choice struct {
 	// load rule decided.
 	Chosen Cost
 	Scored bool
+	// cached is, per phase the formula chose, the prompt tokens the chosen
+	// rank holds.
+	cached [2]struct {
+		set    bool
+		tokens int
+	}
+}
+
+var _ pick.PrefillSizer = (*choice)(nil)
+
+// PrefillTokens implements pick.PrefillSizer: the prompt tokens the
+// prefilling rank of pin lacks, when the formula chose it.
+func (c *choice) PrefillTokens(pin pick.Pin) (int, bool) {
+	ph := pick.PhaseDecode
+	if pin.Prefill != nil {
+		ph = pick.PhasePrefill
+	}
+	if int(ph) >= len(c.cached) || !c.cached[ph].set {
+		return 0, false
+	}
+	return max(0, c.isl-c.cached[ph].tokens), true
 }
 
 var _ pick.Bypasser = (*choice)(nil)
@@ -233,6 +254,9 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		}
 	}
 	c.Chosen, c.Scored = details[chosen], true
+	if int(phase) < len(c.cached) {
+		c.cached[phase].set, c.cached[phase].tokens = true, details[chosen].CachedTokens
+	}
 	return chosen, reason, true
 }
 

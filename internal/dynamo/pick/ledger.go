@@ -91,11 +91,11 @@ type Ticket struct {
 // ID names the dispatch, unique within its picker; 0 for the zero Ticket.
 func (t Ticket) ID() uint64 { return t.id }
 
-// dispatched records a pin: the prompt tokens on the prefill side (or on
-// the decode worker when it prefills itself) and the prompt's blocks on the
-// decode side. The decode side of a pair cannot stall (it is reached only
-// after prefill).
-func (l *ledger) dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
+// dispatched records a pin: prefillTokens (of a prompt of promptTokens) on
+// the prefill side (or on the decode worker when it prefills itself) and
+// the prompt's blocks on the decode side. The decode side of a pair cannot
+// stall (it is reached only after prefill).
+func (l *ledger) dispatched(pin Pin, promptTokens, prefillTokens int, now time.Time) Ticket {
 	if l.sinceSweep++; l.sinceSweep >= sweepEvery {
 		l.sinceSweep = 0
 		for k, list := range l.entries {
@@ -137,10 +137,10 @@ func (l *ledger) dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
 	}
 	decodeBlocks := blocks(pin.Decode)
 	if pin.Prefill != nil {
-		add(*pin.Prefill, entry{at: now, prefillTokens: promptTokens, stallable: blocks(*pin.Prefill) >= StallBlocks})
+		add(*pin.Prefill, entry{at: now, prefillTokens: prefillTokens, stallable: blocks(*pin.Prefill) >= StallBlocks})
 		add(pin.Decode, entry{at: now, decodeBlocks: decodeBlocks})
 	} else {
-		add(pin.Decode, entry{at: now, prefillTokens: promptTokens, decodeBlocks: decodeBlocks, stallable: decodeBlocks >= StallBlocks})
+		add(pin.Decode, entry{at: now, prefillTokens: prefillTokens, decodeBlocks: decodeBlocks, stallable: decodeBlocks >= StallBlocks})
 	}
 	return t
 }

@@ -188,7 +188,7 @@ func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (P
 	if err != nil {
 		return pin, Ticket{}, err
 	}
-	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, now), nil
+	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, req.EstPromptTokens, now), nil
 }
 
 // Release implements Picker.
@@ -206,7 +206,7 @@ func (p *LoadBased) Release(t Ticket) {
 func (p *LoadBased) Dispatched(pin Pin, promptTokens int, now time.Time) Ticket {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ledger.dispatched(pin, promptTokens, now)
+	return p.ledger.dispatched(pin, promptTokens, promptTokens, now)
 }
 
 // decodeIndex returns the cache of snap and the decode index of the

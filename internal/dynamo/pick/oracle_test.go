@@ -540,7 +540,7 @@ func (p *oracle) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (Pin,
 	if err != nil {
 		return pin, Ticket{}, err
 	}
-	return pin, p.Ledger.dispatched(pin, req.EstPromptTokens, now), nil
+	return pin, p.Ledger.dispatched(pin, req.EstPromptTokens, req.EstPromptTokens, now), nil
 }
 
 // Release implements Picker.

@@ -70,7 +70,23 @@ func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Ti
 	if err != nil {
 		return pin, Ticket{}, err
 	}
-	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, now), nil
+	prefill := req.EstPromptTokens
+	if ps, ok := s.(PrefillSizer); ok {
+		if n, ok := ps.PrefillTokens(pin); ok {
+			prefill = n
+		}
+	}
+	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, prefill, now), nil
+}
+
+// PrefillSizer is a Scorer that knows how much of the prompt the rank that
+// prefills the pinned request already holds: the ledger then adds to that
+// rank's backlog only the tokens it must compute (what the rank itself
+// will publish once the request reaches it), not the whole prompt.
+type PrefillSizer interface {
+	// PrefillTokens returns the tokens pin's prefilling rank computes,
+	// or false when the scorer did not choose that rank.
+	PrefillTokens(pin Pin) (int, bool)
 }
 
 // candidates describes an index's candidates for a scorer; the caller
