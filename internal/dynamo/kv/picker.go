@@ -141,8 +141,14 @@ func (b *matchBuf) InFlight(worker uint64, rank uint32, blockSize int) int {
 
 // Reserve implements pick.Picker.
 func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) (pick.Pin, pick.Ticket, error) {
+	began := time.Now()
 	s := p.settings.Load()
 	prompt, result := p.prompts.Prepare(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req))
+	// The dispatch is recorded as of when it is made, after the prompt's
+	// preparation (a long prompt takes milliseconds, more when permits are
+	// scarce): a load sample the rank sent meanwhile cannot count it, and
+	// must not end its place in the ledger.
+	now = now.Add(time.Since(began))
 	if prompt == nil {
 		pin, t, err := p.base.Reserve(snap, req, now)
 		if err == nil {
