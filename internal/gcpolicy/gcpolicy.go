@@ -6,47 +6,78 @@ package gcpolicy
 import (
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // The router's live heap is small (a fleet snapshot, the load store, the
-// in-flight requests) while it allocates steadily per request, so with Go's
-// default GOGC=100 the collector runs many times a second, and requests
-// that meet a cycle wait for it: on two cores, that is most of the router's
-// p99 added latency (see the router's BenchmarkOverhead). The router therefore collects
-// less often, and bounds memory by a soft limit instead.
+// in-flight requests) while it allocates steadily per request. With Go's
+// default GOGC=100 the collector then runs many times a second, and the
+// requests that meet a cycle wait for it (assists, the write barrier, the
+// two short pauses, and a core given to marking): on two cores that is
+// most of the router's tail latency (the router's BenchmarkOverhead). A
+// cycle costs about the same whatever the heap has grown to, since its work
+// is the live heap, so the router lets the heap grow further between
+// cycles: GOGC=GCPercent, and a floor under the heap goal (MinHeapGoal, at
+// most a quarter of the memory limit) while the live heap is small. Memory
+// stays bounded by a soft limit.
 const (
 	// GCPercent is the router's GOGC when the environment sets none.
 	GCPercent = 400
+	// MinHeapGoal is the least heap size at which a cycle starts, when the
+	// environment sets no GOGC: with a live heap of 8 MiB and GOGC=400,
+	// cycles would start at 40 MiB; at 2,000 requests a second that is
+	// one every two or three seconds, and one at most every twenty or so
+	// with the floor.
+	MinHeapGoal = 256 << 20
 	// memoryLimitShare of the container's memory limit becomes the soft
 	// memory limit when GOMEMLIMIT is not set, so the collector runs as
 	// often as it must near the limit.
 	memoryLimitShare = 0.8
+	// floorShare of the memory limit, when one is set, bounds the floor.
+	floorShare = 0.25
+	// runtimeHeapMinimum is the Go runtime's least heap goal at GOGC=100;
+	// it scales with GOGC, so a GOGC above goal/runtimeHeapMinimum*100
+	// would put the goal past the floor whatever the live heap.
+	runtimeHeapMinimum = 4 << 20
 )
 
-// Apply sets the router process's collector: GOGC=GCPercent unless GOGC is
-// set, and a soft memory limit of 80% of the cgroup's memory limit unless
-// GOMEMLIMIT is set; env reads the environment (os.LookupEnv). It returns
-// a function that restores the previous settings.
+// Apply sets the router process's collector: unless GOGC is set,
+// GOGC=GCPercent with a heap goal of at least MinHeapGoal (a quarter of the
+// memory limit when that is less); a soft memory limit of 80% of the
+// cgroup's memory limit unless GOMEMLIMIT is set. env reads the
+// environment (os.LookupEnv). It returns a function that restores the
+// previous settings.
 func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore func()) {
 	prevPercent, prevLimit := -2, int64(-1)
-	gogc, set := env("GOGC")
-	if !set {
-		prevPercent = debug.SetGCPercent(GCPercent)
-		gogc = strconv.Itoa(GCPercent)
-	}
 	if _, set := env("GOMEMLIMIT"); !set {
 		if limit, ok := cgroupMemoryLimit(); ok {
 			prevLimit = debug.SetMemoryLimit(int64(float64(limit) * memoryLimitShare))
 		}
 	}
+	// SetMemoryLimit with a negative value only reads the limit.
+	limit := debug.SetMemoryLimit(-1)
+	gogc, set := env("GOGC")
+	var f *floor
+	if !set {
+		prevPercent = debug.SetGCPercent(GCPercent)
+		gogc = strconv.Itoa(GCPercent)
+		goal := uint64(MinHeapGoal)
+		if limit > 0 && limit < 1<<62 {
+			goal = min(goal, uint64(float64(limit)*floorShare))
+		}
+		f = startFloor(goal)
+	}
 	if logger != nil {
-		// SetMemoryLimit with a negative value only reads the limit.
-		logger.Debug("garbage collector", "gogc", gogc, "memory_limit_bytes", debug.SetMemoryLimit(-1))
+		logger.Debug("garbage collector", "gogc", gogc, "min_heap_goal_bytes", f.goalBytes(), "memory_limit_bytes", limit)
 	}
 	return func() {
+		f.stop()
 		if prevPercent != -2 {
 			debug.SetGCPercent(prevPercent)
 		}
@@ -54,6 +85,89 @@ func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore f
 			debug.SetMemoryLimit(prevLimit)
 		}
 	}
+}
+
+// floor keeps the heap goal at or above goal: after each collection (a
+// finalizer on an object made unreachable for the purpose runs once the
+// cycle that found it is over), it sets GOGC so that the live heap times
+// (1 + GOGC/100) reaches goal, never below GCPercent.
+type floor struct {
+	goal    uint64
+	stopped atomic.Bool
+	mu      sync.Mutex // serialises adjust with stop
+	percent int
+	sample  []metrics.Sample
+}
+
+type sentinel struct{ _ [16]byte }
+
+func startFloor(goal uint64) *floor {
+	f := &floor{goal: goal, percent: GCPercent, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	f.adjust()
+	f.arm()
+	return f
+}
+
+func (f *floor) goalBytes() uint64 {
+	if f == nil {
+		return 0
+	}
+	return f.goal
+}
+
+func (f *floor) arm() {
+	runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
+		if f.stopped.Load() {
+			return
+		}
+		f.adjust()
+		f.arm()
+	})
+}
+
+// adjust sets GOGC for the live heap the last cycle found.
+func (f *floor) adjust() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped.Load() {
+		return
+	}
+	metrics.Read(f.sample)
+	if f.sample[0].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	live := f.sample[0].Value.Uint64()
+	want := PercentFor(live, f.goal)
+	// Only a change of a tenth or more: SetGCPercent recomputes the
+	// collector's pacing.
+	if diff := want - f.percent; diff*10 > f.percent || -diff*10 > f.percent {
+		f.percent = want
+		debug.SetGCPercent(want)
+	}
+}
+
+// PercentFor is the GOGC that starts a cycle when a heap of live bytes
+// has grown to goal, never below GCPercent. The runtime's own minimum goal
+// (4 MiB at GOGC=100, scaled by GOGC) bounds it for a live heap under
+// 4 MiB, so that the goal is goal then too.
+func PercentFor(live, goal uint64) int {
+	if live >= goal {
+		return GCPercent
+	}
+	p := goal * 100 / runtimeHeapMinimum
+	if live > 0 {
+		p = min(p, (goal-live)*100/live)
+	}
+	return int(max(p, GCPercent))
+}
+
+func (f *floor) stop() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.stopped.Store(true)
+	f.mu.Unlock()
 }
 
 // cgroupMemoryLimit reads the container's memory limit (cgroup v2, then v1).

@@ -65,9 +65,11 @@ continuum config diff).
 On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
 for --shutdown-grace, then stops discovery and subscriptions.
 
-Unless GOGC is set, the router runs its garbage collector at GOGC=400 (its
-live heap is small and collections cost tail latency), with a soft memory
-limit of 80% of the container's memory limit unless GOMEMLIMIT is set.`,
+Unless GOGC is set, the router runs its garbage collector at GOGC=400 and
+lets the heap reach 256 MiB (a quarter of the memory limit, if less) before
+a collection (its live heap is small and collections cost tail latency),
+with a soft memory limit of 80% of the container's memory limit unless
+GOMEMLIMIT is set.`,
 		Example: `  continuum serve --demo
   continuum serve --config continuum.yaml`,
 		Args: cobra.NoArgs,
