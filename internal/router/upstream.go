@@ -131,7 +131,17 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var resp *http.Response
 		if resp, err = u.exchange(c, req); err == nil {
-			return resp, nil
+			if !idleTimeoutAnswer(resp, req, c) {
+				return resp, nil
+			}
+			// The backend timed the kept-alive connection out as the
+			// request went out on it: it says it did not act on it.
+			_ = resp.Body.Close()
+			if req, err = rewound(req); err != nil {
+				return nil, err
+			}
+			c, err = u.get(req.Context(), addr, false)
+			continue
 		}
 		if !c.reused || !retryable(req, c) {
 			closeRequestBody(req)
@@ -234,6 +244,17 @@ func retryable(req *http.Request, c *upConn) bool {
 	// A client that names its request with an idempotency key says that
 	// the backend applies it once however often it is sent.
 	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+}
+
+// idleTimeoutAnswer reports whether resp is the 408 a backend sends as it
+// closes a kept-alive connection it timed out, which a request sent on
+// that connection at the same moment reads as its answer: a 408 closing a
+// reused connection, for a request whose body can be sent again. A 408
+// means the backend did not act on the request (it did not get all of it
+// in time), so any request may be sent again, once, on a new connection.
+func idleTimeoutAnswer(resp *http.Response, req *http.Request, c *upConn) bool {
+	return resp.StatusCode == http.StatusRequestTimeout && resp.Close && c.reused && req.Context().Err() == nil &&
+		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
 }
 
 // rewound is req with its body from the start again, for a retry; the

@@ -650,3 +650,44 @@ func TestUpstreamIdleBookkeeping(t *testing.T) {
 	}
 	rt.CloseIdleConnections()
 }
+
+// TestUpstreamIdleTimeout408: a backend that times out a kept-alive
+// connection as a request goes out on it answers 408 and closes: the
+// request (a POST too: a 408 says it was not acted on) is sent once more
+// on a new connection. A 408 on a new connection is the answer.
+func TestUpstreamIdleTimeout408(t *testing.T) {
+	t.Parallel()
+	timeout := func(w io.Writer) bool {
+		_, _ = io.WriteString(w, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+		return false
+	}
+	rb := newRawBackend(t, false, func(w io.Writer, conn, req int) bool {
+		if conn == 1 && req == 1 { // the second request on the first connection
+			return timeout(w)
+		}
+		return answerOK(w, conn, req)
+	})
+	rt := newTransport()
+	for i := range 2 {
+		resp, err := post(t, rt, t.Context(), rb.url, "{}")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if body := mustRead(t, resp); resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if n := rb.requests.Load(); n != 3 {
+		t.Fatalf("the backend saw %d requests, want 3 (one timed out, sent again)", n)
+	}
+
+	fresh := newRawBackend(t, false, func(w io.Writer, _, _ int) bool { return timeout(w) })
+	resp, err := post(t, newTransport(), t.Context(), fresh.url, "{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, resp)
+	if resp.StatusCode != http.StatusRequestTimeout || fresh.requests.Load() != 1 {
+		t.Fatalf("a 408 on a new connection: status %d after %d requests, want 408 after 1", resp.StatusCode, fresh.requests.Load())
+	}
+}
