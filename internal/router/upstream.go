@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,12 +43,12 @@ const (
 	// (http.Transport's default).
 	maxResponseHeaderBytes = 10 << 20
 	upstreamBufferSize     = 4 << 10
-	// maxInlineBody is the largest request body sent by the goroutine that
-	// then reads the answer. A backend may answer before it has read a
-	// body (an error) and stop reading; a body this small fits in the
-	// socket's buffer, so its write completes whatever the backend does.
-	// Larger bodies go through http.Transport, which writes and reads at
-	// once.
+	// maxInlineBody is the largest request (body and headers) sent by the
+	// goroutine that then reads the answer. A backend may answer before it
+	// has read a request (an error) and stop reading; a request this small
+	// fits in the socket's buffer, so its write completes whatever the
+	// backend does. Larger ones go through http.Transport, which writes
+	// and reads at once.
 	maxInlineBody = 64 << 10
 )
 
@@ -108,7 +109,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	// any size, and an upgrade needs the connection handed over:
 	// http.Transport does both.
 	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
-	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength > maxInlineBody || unsized || req.Header.Get("Upgrade") != "" {
+	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header) > maxInlineBody || unsized || req.Header.Get("Upgrade") != "" {
 		return u.fallback.RoundTrip(req)
 	}
 	if p, err := u.fallback.Proxy(req); err != nil || p != nil {
@@ -216,7 +217,7 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 	reuse := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols && werr == nil
 	b := &upBody{u: u, c: c, rc: resp.Body, ctx: ctx, stop: stop, reuse: reuse}
 	if resp.Body == http.NoBody {
-		b.finish(true)
+		b.finish(true, io.EOF)
 	}
 	resp.Body = b
 	return resp, nil
@@ -244,6 +245,17 @@ func retryable(req *http.Request, c *upConn) bool {
 	// A client that names its request with an idempotency key says that
 	// the backend applies it once however often it is sent.
 	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+}
+
+// headerBytes is about what h takes on the wire.
+func headerBytes(h http.Header) int64 {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
 }
 
 // idleTimeoutAnswer reports whether resp is the 408 a backend sends as it
@@ -350,7 +362,9 @@ func (u *upstream) sweepIdle() {
 
 // upBody is an answer's body: read to its end, it gives the connection
 // back to the pool; closed before, it closes the connection (the rest of a
-// stream is not drained).
+// stream is not drained). Close may be called while a Read is blocked (to
+// end it, as http.Transport's bodies allow): the first of them to end the
+// body decides what becomes of the connection.
 type upBody struct {
 	u     *upstream
 	c     *upConn
@@ -358,49 +372,67 @@ type upBody struct {
 	ctx   context.Context
 	stop  func() bool
 	reuse bool
-	done  bool
-	err   error // what reads return once done: io.EOF, or why the body ended
+
+	mu   sync.Mutex
+	done atomic.Bool
+	err  error // what reads return once done: io.EOF, or why the body ended
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
-	if b.done {
-		return 0, b.err
+	if b.done.Load() {
+		return 0, b.doneErr()
 	}
 	n, err := b.rc.Read(p)
 	if err == nil {
 		return n, nil
 	}
 	if errors.Is(err, io.EOF) {
-		b.finish(true)
+		if !b.finish(true, io.EOF) {
+			return n, b.doneErr() // closed meanwhile
+		}
 		return n, io.EOF
 	}
-	b.finish(false)
 	if b.ctx.Err() != nil {
 		err = fmt.Errorf("reading the backend's response: %w", b.ctx.Err())
 	}
-	b.err = err
+	if !b.finish(false, err) {
+		return n, b.doneErr()
+	}
 	return n, err
 }
 
 func (b *upBody) Close() error {
-	if !b.done {
-		b.finish(false)
-		b.err = errBodyClosed
-	}
+	b.finish(false, errBodyClosed)
 	return nil
+}
+
+func (b *upBody) doneErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 var errBodyClosed = errors.New("read on a closed response body")
 
-// finish gives the connection back when the body ended cleanly and the
-// context did not touch the connection's deadline, else closes it.
-func (b *upBody) finish(ended bool) {
-	b.done, b.err = true, io.EOF
+// finish ends the body, unless it has ended already (it then reports
+// false): reads return err from now on, and the connection goes back to
+// the pool when the body ended cleanly and the context did not touch the
+// connection's deadline, else it is closed.
+func (b *upBody) finish(ended bool, err error) bool {
+	b.mu.Lock()
+	if b.done.Load() {
+		b.mu.Unlock()
+		return false
+	}
+	b.err = err
+	b.done.Store(true)
+	b.mu.Unlock()
 	if b.stop() && ended && b.reuse {
 		b.u.put(b.c)
-		return
+		return true
 	}
 	_ = b.c.conn.Close()
+	return true
 }
 
 // CloseIdleConnections closes the idle connections, this client's and the

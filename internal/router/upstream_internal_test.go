@@ -464,7 +464,8 @@ func TestUpstreamAnswerBeforeBody(t *testing.T) {
 		_, _ = io.WriteString(w, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig")
 		return false
 	})
-	resp, err := send(t, newTransport(), http.MethodPost, rb.url, strings.Repeat("x", maxInlineBody))
+	// As large as the router's client sends itself (the headers count too).
+	resp, err := send(t, newTransport(), http.MethodPost, rb.url, strings.Repeat("x", maxInlineBody-1024))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,5 +690,90 @@ func TestUpstreamIdleTimeout408(t *testing.T) {
 	mustRead(t, resp)
 	if resp.StatusCode != http.StatusRequestTimeout || fresh.requests.Load() != 1 {
 		t.Fatalf("a 408 on a new connection: status %d after %d requests, want 408 after 1", resp.StatusCode, fresh.requests.Load())
+	}
+}
+
+// TestUpstreamCloseDuringRead: closing a body while another goroutine's
+// read of it waits for the backend ends that read, with no data race, and
+// the connection is not given back; a body read to its end while being
+// closed leaves exactly one outcome (pooled or closed, never both).
+func TestUpstreamCloseDuringRead(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv, _ := countingBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stall" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	defer close(release)
+	rt := newTransport().(*upstream)
+	resp, err := post(t, rt, t.Context(), srv.URL+"/stall", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: first\n" {
+		t.Fatalf("%q, %v", line, err)
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(br)
+		readErr <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the read block on the backend
+	_ = resp.Body.Close()
+	select {
+	case err := <-readErr:
+		if err == nil {
+			t.Fatal("a read ended by Close reported a clean end")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the blocked read")
+	}
+	rt.mu.Lock()
+	idle := rt.n
+	rt.mu.Unlock()
+	if idle != 0 {
+		t.Fatalf("%d idle connections after a body closed mid-stream", idle)
+	}
+
+	// Short answers read to their end while closed from another goroutine.
+	for range 50 {
+		resp, err := post(t, rt, t.Context(), srv.URL, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = io.ReadAll(resp.Body) })
+		wg.Go(func() { _ = resp.Body.Close() })
+		wg.Wait()
+	}
+	rt.mu.Lock()
+	for _, list := range rt.idle {
+		for _, c := range list {
+			if !c.open() {
+				t.Error("a closed connection is in the pool")
+			}
+		}
+	}
+	rt.mu.Unlock()
+}
+
+// TestHeaderBytesCountTowardsInline: the headers count towards what the
+// router's client writes before it reads (a request with headers as large
+// as its body goes through http.Transport).
+func TestHeaderBytesCountTowardsInline(t *testing.T) {
+	t.Parallel()
+	h := http.Header{"A": {"bc"}, "Xy": {"1", "22"}}
+	if n := headerBytes(h); n != (1+2+4)+(2+1+4)+(2+2+4) {
+		t.Fatalf("headerBytes %d", n)
 	}
 }
