@@ -242,7 +242,12 @@ func (c *Stream) Carrier() string { return c.carrier }
 // timed read outstanding, it reads the body straight into p. Under a
 // deadline the body is read on a goroutine of its own (see
 // timedReadBytes), and a read that outlives its caller's deadline is
-// picked up by the next Read: no byte is lost or reordered.
+// picked up by the next Read: no byte is lost or reordered. Unlike a
+// net.Conn's, a read already waiting without a deadline does not see one
+// set meanwhile (an HTTP/2 body read cannot be interrupted but for good);
+// it applies from the next Read, and Close ends any read. Every caller in
+// this program sets its deadline before the read it bounds (the ZMTP
+// handshake under its connect budget, idle waits under their own).
 func (c *Stream) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
