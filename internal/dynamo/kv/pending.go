@@ -115,6 +115,7 @@ func (p *pending) overlaps(hashes []uint64, bs int, now time.Time, ms []Match) [
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := len(ms)
+	var at map[load.Key]int
 	list := p.byKey[pendingKey{hashes[0], bs}]
 	for k := len(list) - 1; k >= max(0, len(list)-maxPendingScan); k-- {
 		e := list[k]
@@ -122,10 +123,32 @@ func (p *pending) overlaps(hashes []uint64, bs int, now time.Time, ms []Match) [
 			continue
 		}
 		n := commonPrefix(hashes, e.hashes)
-		if i := slices.IndexFunc(ms[start:], func(m Match) bool { return m.Rank == e.rank }); i >= 0 {
-			ms[start+i].Blocks = max(ms[start+i].Blocks, n)
-		} else {
-			ms = append(ms, Match{Rank: e.rank, Blocks: n})
+		// Ranks already listed are found by scanning while they are few,
+		// then through a map (a prefix shared fleet-wide).
+		i := -1
+		switch {
+		case at != nil:
+			if j, ok := at[e.rank]; ok {
+				i = j
+			}
+		default:
+			i = slices.IndexFunc(ms[start:], func(m Match) bool { return m.Rank == e.rank })
+			if i >= 0 {
+				i += start
+			}
+		}
+		if i >= 0 {
+			ms[i].Blocks = max(ms[i].Blocks, n)
+			continue
+		}
+		ms = append(ms, Match{Rank: e.rank, Blocks: n})
+		if at != nil {
+			at[e.rank] = len(ms) - 1
+		} else if len(ms)-start > smallMatches {
+			at = make(map[load.Key]int, 2*smallMatches)
+			for j := start; j < len(ms); j++ {
+				at[ms[j].Rank] = j
+			}
 		}
 	}
 	return ms

@@ -117,3 +117,25 @@ func TestPendingBounds(t *testing.T) {
 		t.Fatalf("order holds %d for %d recorded", len(p2.order), r)
 	}
 }
+
+// TestPendingManyRanks: a prefix in flight on many ranks is listed once
+// per rank, with each rank's longest share.
+func TestPendingManyRanks(t *testing.T) {
+	t.Parallel()
+	lb := pick.NewLoadBased(load.NewStore(time.Minute, nil))
+	p := newPending()
+	now := time.Now()
+	for i := range 300 {
+		p.add(lb.Dispatched(anyPin, 0, now), load.Key{WorkerID: uint64(i % 100)}, 16, []uint64{1, 2, uint64(3 + i%3)}, now)
+	}
+	got := p.overlaps([]uint64{1, 2, 3}, 16, now, []Match{{Rank: load.Key{WorkerID: 999}, Blocks: 7}})
+	if len(got) != 101 || got[0].Blocks != 7 {
+		t.Fatalf("%d matches (want the one given and 100 ranks), first %+v", len(got), got[0])
+	}
+	for _, m := range got[1:] {
+		// Rank w had prompts i = w, w+100, w+200: one of them ends in 3.
+		if m.Blocks != 3 {
+			t.Fatalf("rank %v shares %d blocks, want 3", m.Rank, m.Blocks)
+		}
+	}
+}
