@@ -375,25 +375,7 @@ func TestPickerCountsInFlightPrefixes(t *testing.T) {
 	req := func(body string) pick.Request {
 		return pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
 	}
-	newPicker := func(fresh bool) *kv.Picker {
-		store := load.NewStore(time.Minute, nil)
-		live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
-		store.SetLiveAndRetain(live)
-		if fresh {
-			zero := uint64(0)
-			for i, id := range []uint64{10, 11, 20} {
-				l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
-				if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
-					t.Fatal(res)
-				}
-			}
-		}
-		ix := kv.NewIndex()
-		ix.SetLive(live)
-		return kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
-	}
-
-	p := newPicker(true)
+	p, _ := pairPicker(t, prompts, true)
 	first, t1, err := p.Reserve(snap, req(turn1), time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -435,7 +417,7 @@ func TestPickerCountsInFlightPrefixes(t *testing.T) {
 		t.Fatalf("the third request went to the rank (%d) with two prompts queued and none in flight", home)
 	}
 
-	p = newPicker(false)
+	p, _ = pairPicker(t, prompts, false)
 	got := map[uint64]int{}
 	for range 4 {
 		pin, _, err := p.Reserve(snap, req(turn1), time.Now())
@@ -456,20 +438,8 @@ func TestPickerCountsInFlightPrefixes(t *testing.T) {
 func TestPickerLedgerCountsWhatTheRankComputes(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
-	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
-	store.SetLiveAndRetain(live)
-	zero := uint64(0)
-	for i, id := range []uint64{10, 11, 20} {
-		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
-		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
-			t.Fatal(res)
-		}
-	}
-	ix := kv.NewIndex()
-	ix.SetLive(live)
 	prompts := kv.NewPrompts(startLoader(t, pins...))
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	p, ix := pairPicker(t, prompts, true)
 	body := longChat(300)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
 	hashes := pr.Hashes[16]
@@ -495,4 +465,26 @@ func TestPickerLedgerCountsWhatTheRankComputes(t *testing.T) {
 			t.Errorf("the holder's backlog %v tokens, want the %v its cache lacked (of %d)", backlog, want, len(pr.IDs))
 		}
 	}
+}
+
+// pairPicker is a KV-aware picker (credit 1, scale 1) over the live
+// prefill workers 10 and 11 and decode worker 20 of kvFleet, with its
+// index; with fresh, each has a sample of empty backlogs.
+func pairPicker(t *testing.T, prompts *kv.Prompts, fresh bool) (*kv.Picker, *kv.Index) {
+	t.Helper()
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
+	store.SetLiveAndRetain(live)
+	if fresh {
+		zero := uint64(0)
+		for i, id := range []uint64{10, 11, 20} {
+			l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
+			if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+				t.Fatal(res)
+			}
+		}
+	}
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	return kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil), ix
 }
