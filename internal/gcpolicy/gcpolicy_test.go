@@ -51,11 +51,6 @@ func TestApply(t *testing.T) {
 	if got := gogc(); got != 100 {
 		t.Fatalf("restored GOGC %d, want 100", got)
 	}
-	runtime.GC()
-	time.Sleep(50 * time.Millisecond) // a finalizer still armed would run now
-	if got := gogc(); got != 100 {
-		t.Fatalf("GOGC %d after a collection once restored, want 100", got)
-	}
 	if got := debug.SetMemoryLimit(-1); got != limit {
 		t.Fatalf("restored memory limit %d, want %d", got, limit)
 	}
@@ -63,8 +58,6 @@ func TestApply(t *testing.T) {
 	// Set in the environment: left alone.
 	restore = Apply(func(k string) (string, bool) { return "50", true }, nil)
 	defer restore()
-	runtime.GC()
-	time.Sleep(50 * time.Millisecond)
 	if got := gogc(); got != 100 {
 		t.Fatalf("GOGC changed to %d although the environment sets it", got)
 	}
@@ -89,5 +82,22 @@ func TestPercentFor(t *testing.T) {
 		if got := PercentFor(c.live, c.goal); got != c.want {
 			t.Errorf("PercentFor(%d, %d) = %d, want %d", c.live, c.goal, got, c.want)
 		}
+	}
+}
+
+// TestFloorStops: once stopped, the floor's next turn (a finalizer that
+// was already armed) leaves GOGC alone.
+func TestFloorStops(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	f := startFloor(MinHeapGoal)
+	if got := gogc(); got <= GCPercent {
+		t.Fatalf("GOGC %d with a small live heap under the floor", got)
+	}
+	f.stop()
+	debug.SetGCPercent(100)
+	f.adjust()
+	if got := gogc(); got != 100 {
+		t.Fatalf("GOGC %d after the stopped floor's turn, want 100", got)
 	}
 }

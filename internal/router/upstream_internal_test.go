@@ -768,12 +768,38 @@ func TestUpstreamCloseDuringRead(t *testing.T) {
 }
 
 // TestHeaderBytesCountTowardsInline: the headers count towards what the
-// router's client writes before it reads (a request with headers as large
-// as its body goes through http.Transport).
+// router's client writes before it reads: a small body under headers that
+// bring the request past the bound goes through http.Transport (the
+// client's own pool stays empty), the same body without them does not.
 func TestHeaderBytesCountTowardsInline(t *testing.T) {
 	t.Parallel()
 	h := http.Header{"A": {"bc"}, "Xy": {"1", "22"}}
 	if n := headerBytes(h); n != (1+2+4)+(2+1+4)+(2+2+4) {
 		t.Fatalf("headerBytes %d", n)
+	}
+	srv, _ := countingBackend(t, streamingHandler)
+	for _, tc := range []struct {
+		header string
+		pooled int
+	}{{"", 1}, {strings.Repeat("h", maxInlineBody), 0}} {
+		rt := newTransport().(*upstream)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.header != "" {
+			req.Header.Set("X-Large", tc.header)
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustRead(t, resp)
+		rt.mu.Lock()
+		n := rt.n
+		rt.mu.Unlock()
+		if n != tc.pooled {
+			t.Fatalf("a %d-byte header: %d connections in the router's own pool, want %d", len(tc.header), n, tc.pooled)
+		}
 	}
 }
