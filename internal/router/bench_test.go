@@ -18,6 +18,7 @@ import (
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/gcpolicy"
 	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // fastBackend answers at once: a buffered completion, or a short SSE stream.
@@ -42,18 +43,17 @@ func fastBackend() *httptest.Server {
 	}))
 }
 
-// fastRouter starts the fast backend and a router in front of it, both
-// closed when the benchmark ends.
-func fastRouter(b *testing.B) (backend, routed *httptest.Server) {
+// fastRouter starts the fast backend and a router in front of it, served
+// as serve's plain listener serves it, both closed when the benchmark
+// ends; it returns their URLs.
+func fastRouter(b *testing.B) (backend, routed string) {
 	be := fastBackend()
 	b.Cleanup(be.Close)
 	cfg := config.Default()
 	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
 	srv := router.New(router.Options{Config: cfg})
 	srv.SetReady(true)
-	rt := httptest.NewServer(srv.Handler())
-	b.Cleanup(rt.Close)
-	return be, rt
+	return be.URL, testutil.LeanServer(b, srv.Handler())
 }
 
 // BenchmarkOverhead sends requests at a fixed arrival rate of 2,000 req/s
@@ -150,7 +150,7 @@ func BenchmarkOverhead(b *testing.B) {
 						defer gcpolicy.Apply(func(string) (string, bool) { return "", false }, nil)()
 					}
 					for b.Loop() {
-						lat, errs := runs[how](b, be.URL, rt.URL, body)
+						lat, errs := runs[how](b, be, rt, body)
 						if errs > 0 {
 							b.Errorf("%d requests failed", errs)
 						}
@@ -182,7 +182,7 @@ func BenchmarkSerial(b *testing.B) {
 			mode = "sse"
 		}
 		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
-		for _, target := range []struct{ name, url string }{{"direct", be.URL}, {"router", rt.URL}} {
+		for _, target := range []struct{ name, url string }{{"direct", be}, {"router", rt}} {
 			b.Run(mode+"/"+target.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
@@ -222,8 +222,7 @@ func BenchmarkSerialShim(b *testing.B) {
 	reg.Publish(red.Build(t0))
 	srv := router.New(router.Options{Config: cfg, Registry: reg, Store: load.NewStore(3*time.Second, nil), DiscoveryConnected: func() bool { return true }})
 	srv.SetReady(true)
-	rt := httptest.NewServer(srv.Handler())
-	defer rt.Close()
+	rt := testutil.LeanServer(b, srv.Handler())
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}
 	for _, stream := range []bool{false, true} {
 		mode := "buffered"
@@ -234,7 +233,7 @@ func BenchmarkSerialShim(b *testing.B) {
 		for _, target := range []struct {
 			name, url string
 			pins      bool
-		}{{"direct", feSrv.URL, true}, {"router", rt.URL, false}} {
+		}{{"direct", feSrv.URL, true}, {"router", rt, false}} {
 			b.Run(mode+"/"+target.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/h1"
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
@@ -67,8 +68,11 @@ func (a serverSettings) equal(b serverSettings) bool {
 	return a.readHeader == b.readHeader && a.read == b.read && a.idle == b.idle && a.maxHeader == b.maxHeader
 }
 
-// served is one http.Server and the queue it takes connections from.
+// served is one server generation: the lean HTTP/1.1 server that plain
+// connections go to, and the http.Server that serves TLS connections and
+// the requests the lean one hands off, with the queue it takes them from.
 type served struct {
+	lean  *h1.Server
 	srv   *http.Server
 	conns *connQueue
 }
@@ -94,7 +98,16 @@ func (l *listener) newServed() *served {
 	st := l.settings
 	srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
 		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn)}
-	return &served{srv: srv, conns: newConnQueue(l.ln.Addr())}
+	q := newConnQueue(l.ln.Addr())
+	lean := &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
+		Logger: l.logger, Fallback: func(c net.Conn) {
+			select {
+			case q.ch <- c:
+			case <-q.done:
+				_ = c.Close()
+			}
+		}}
+	return &served{lean: lean, srv: srv, conns: q}
 }
 
 // serve starts the accept loop and the current server. An accept failure
@@ -156,10 +169,22 @@ func (l *listener) acceptLoop() error {
 }
 
 // handOff gives a connection to the current server, or to the one that
-// replaced it if it is closing.
+// replaced it if it is closing: a plain one to the lean server, a TLS one
+// to net/http's.
 func (l *listener) handOff(c net.Conn) {
+	_, secure := c.(*tls.Conn)
 	for {
 		s := l.cur.Load()
+		if !secure {
+			if s.lean.Go(c) {
+				return
+			}
+			if l.cur.Load() == s {
+				_ = c.Close() // the listener is shutting down
+				return
+			}
+			continue
+		}
 		select {
 		case s.conns.ch <- c:
 			return
@@ -200,13 +225,21 @@ func (l *listener) shutdown(logger *slog.Logger, grace time.Duration) {
 	l.cur.Load().shutdown(logger, l.ln.Addr().String(), grace)
 }
 
-// shutdown lets the server's requests finish within grace.
+// shutdown lets the servers' requests finish within grace.
 func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration) {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
 	defer cancel()
-	if err := s.srv.Shutdown(ctx); err != nil {
-		logger.Warn("requests still in flight at the end of the grace period", "address", addr, "err", context.Cause(ctx))
+	leanDone := make(chan error, 1)
+	go func() { leanDone <- s.lean.Shutdown(ctx) }()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
 		_ = s.srv.Close()
+	}
+	if lerr := <-leanDone; lerr != nil {
+		err = lerr
+	}
+	if err != nil {
+		logger.Warn("requests still in flight at the end of the grace period", "address", addr, "err", context.Cause(ctx))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -379,4 +380,66 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestPlainListenerPaths: the plain listener serves a request with a
+// declared length on its lean server and one with a chunked body through
+// net/http, both to the backend; a client that leaves a request in flight
+// has the backend's request cancelled.
+func TestPlainListenerPaths(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 1)
+	gone := make(chan error, 1)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"hold"`)) {
+			arrived <- struct{}{}
+			select {
+			case <-r.Context().Done():
+				gone <- nil
+			case <-time.After(10 * time.Second):
+				gone <- errors.New("the backend's request outlived its client by 10s")
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	defer backend.Close()
+	d, _ := runDaemon(t, plainCfg(backend.URL))
+	url := "http://" + d.Addr() + "/v1/chat/completions"
+	const chat = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+
+	for _, chunked := range []bool{false, true} {
+		var body io.Reader = strings.NewReader(chat)
+		if chunked {
+			body = io.MultiReader(strings.NewReader(chat)) // no length: sent chunked
+		}
+		resp, err := http.Post(url, "application/json", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(got) != chat {
+			t.Fatalf("chunked=%v: %s %q", chunked, resp.Status, got)
+		}
+	}
+
+	c, err := net.Dial("tcp", d.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := `{"model":"hold","messages":[{"role":"user","content":"hi"}]}`
+	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(hold))+"\r\n\r\n"+hold)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the backend")
+	}
+	_ = c.Close()
+	if err := <-gone; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,319 @@
+package h1
+
+import (
+	"bytes"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+)
+
+// head is a parsed request head that the lean path serves itself: an
+// HTTP/1.1 request in origin form with a Host header, a body announced by
+// one Content-Length (or none), and nothing that asks for more than a
+// request and an answer (no Expect, Upgrade, Transfer-Encoding or TE).
+type head struct {
+	method, target, host string
+	header               http.Header
+	contentLength        int64
+	close                bool          // Connection: close
+	req                  *http.Request // built by request
+}
+
+// parseHead reads the request head in b, which ends with the empty line.
+// It returns ok=false for anything it does not serve itself, whether the
+// request is malformed or merely unusual: net/http then reads it from the
+// start and answers as it would (a 400 for what it rejects), so that the
+// lean path never accepts what net/http would refuse nor refuses what it
+// would accept. The strings of the result share one allocation.
+func parseHead(b []byte) (h head, ok bool) {
+	s := string(b)
+	eol := indexCRLF(s)
+	if eol < 0 {
+		return h, false
+	}
+	line := s[:eol]
+	s = s[eol+2:]
+	sp1 := indexByte(line, ' ')
+	if sp1 <= 0 {
+		return h, false
+	}
+	rest := line[sp1+1:]
+	sp2 := indexByte(rest, ' ')
+	if sp2 <= 0 || rest[sp2+1:] != "HTTP/1.1" {
+		return h, false
+	}
+	h.method, h.target = line[:sp1], rest[:sp2]
+	if !validMethod(h.method) || h.method == http.MethodHead || h.method == http.MethodConnect || !validTarget(h.target) {
+		return h, false
+	}
+
+	// Count the lines first so that the header map and the slices of its
+	// values are allocated once.
+	lines := 0
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] == '\n' {
+			lines++
+		}
+	}
+	if lines == 0 {
+		return h, false
+	}
+	h.header = make(http.Header, lines)
+	vals := make([]string, lines)
+	h.contentLength = -1
+	hosts := 0
+	for n := 0; ; n++ {
+		eol := indexCRLF(s)
+		if eol < 0 {
+			return h, false
+		}
+		if eol == 0 {
+			if s != "\r\n" {
+				return h, false // bytes after the head's end: not what the caller framed
+			}
+			break
+		}
+		line := s[:eol]
+		s = s[eol+2:]
+		colon := indexByte(line, ':')
+		if colon <= 0 {
+			return h, false
+		}
+		name, value := line[:colon], trimOWS(line[colon+1:])
+		if !validToken(name) || !validValue(value) {
+			return h, false
+		}
+		key := canonicalKey(name)
+		switch key {
+		case "Host":
+			hosts++
+			h.host = value
+			continue // net/http keeps the host in Request.Host only
+		case "Content-Length":
+			length, ok := parseLength(value)
+			if !ok || h.contentLength >= 0 {
+				return h, false // repeated: net/http merges or refuses
+			}
+			h.contentLength = length
+		case "Connection":
+			switch {
+			case asciiEqualFold(value, "close"):
+				h.close = true
+			case asciiEqualFold(value, "keep-alive"):
+			default:
+				return h, false // a list, or upgrade: net/http's reading
+			}
+		case "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Http2-Settings", "Proxy-Connection", "Keep-Alive",
+			"Pragma": // net/http adds a Cache-Control to a Pragma: no-cache
+			return h, false
+		}
+		if prev, dup := h.header[key]; dup {
+			h.header[key] = append(prev, value)
+			continue
+		}
+		h.header[key] = append(vals[n:n:n+1], value)
+	}
+	if hosts != 1 || !validHost(h.host) {
+		return h, false
+	}
+	if h.contentLength < 0 {
+		h.contentLength = 0
+	}
+	return h, true
+}
+
+// request builds the http.Request of a parsed head.
+func (h *head) request() (*http.Request, bool) {
+	u, err := url.ParseRequestURI(h.target)
+	if err != nil {
+		return nil, false
+	}
+	return &http.Request{
+		Method:        h.method,
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h.header,
+		ContentLength: h.contentLength,
+		Close:         h.close,
+		Host:          h.host,
+		RequestURI:    h.target,
+	}, true
+}
+
+func indexCRLF(s string) int {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\r':
+			if i+1 < len(s) && s[i+1] == '\n' {
+				return i
+			}
+			return -1 // a bare CR
+		case '\n':
+			return -1 // a bare LF: net/http's leniency decides
+		}
+	}
+	return -1
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// trimOWS drops the optional white space around a field value.
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// tokenChar: RFC 9110's tchar.
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// hostChar: letters, digits and ".-_:".
+var hostChar = func() (t [256]bool) {
+	for _, c := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:" {
+		t[c] = true
+	}
+	return t
+}()
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenChar[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// validMethod accepts the methods a client of an inference API sends;
+// anything else (extension methods included) goes to net/http.
+func validMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions, http.MethodHead, http.MethodConnect:
+		return true
+	}
+	return false
+}
+
+// validValue: visible ASCII, spaces and tabs only. Bytes above 0x7f are
+// legal (obs-text) but rare; net/http takes them.
+func validValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validTarget: origin form, visible ASCII without '#', of a length a
+// query string of an API call may have.
+func validTarget(s string) bool {
+	if s == "" || s[0] != '/' || len(s) > 2048 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '#' {
+			return false
+		}
+	}
+	return true
+}
+
+// validHost: a host name or address with an optional port, as clients send
+// it; brackets (IPv6), user info and the like go to net/http.
+func validHost(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !hostChar[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// parseLength reads a Content-Length: digits only, at most 18 of them.
+func parseLength(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// commonKeys are canonical header names that requests to the router carry,
+// so that the usual ones cost no allocation.
+var commonKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+		"Connection", "Content-Length", "Content-Type", "Cookie", "Host", "Origin", "Referer", "User-Agent",
+		"X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "Openai-Organization", "Openai-Project",
+		"X-Request-Id", "X-Forwarded-For", "X-Forwarded-Proto", "X-Real-Ip", "Traceparent", "Tracestate",
+		"X-Stainless-Lang", "X-Stainless-Package-Version", "X-Stainless-Os", "X-Stainless-Arch",
+		"X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Retry-Count", "X-Stainless-Timeout",
+		"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Keep-Alive", "Proxy-Connection", "Http2-Settings", "Pragma"} {
+		m[k] = k
+		m[string(bytes.ToLower([]byte(k)))] = k
+	}
+	return m
+}()
+
+// canonicalKey is textproto's canonical form of a valid token, without an
+// allocation for the common names in either case.
+func canonicalKey(name string) string {
+	if k, ok := commonKeys[name]; ok {
+		return k
+	}
+	return textproto.CanonicalMIMEHeaderKey(name)
+}

@@ -1,0 +1,106 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// FuzzParseHead holds the lean parser to net/http's reading: whatever the
+// lean path serves itself, net/http's server would have read the same
+// request from the same bytes (method, target, host, headers, length,
+// close). What the lean path declines goes to net/http, so declining is
+// always allowed.
+func FuzzParseHead(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: router:8080\r\nContent-Type: application/json\r\nContent-Length: 42\r\nAuthorization: Bearer k\r\n\r\n",
+		"POST /a?b=c HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"GET /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+		"GET //evil/x HTTP/1.1\r\nHost: x\r\nX-Sp:   padded \t\r\n\r\n",
+		"GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nx_under: 1\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		end, plain := headEnd(data)
+		if !plain || end < 0 {
+			return
+		}
+		data = data[:end]
+		h, ok := parseHead(data)
+		if !ok {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data)))
+		lreq, lok := h.request()
+		if err != nil {
+			if lok {
+				t.Fatalf("lean path serves what net/http refuses (%v): %q", err, data)
+			}
+			return
+		}
+		if !lok {
+			t.Fatalf("lean path refuses what net/http reads: %q", data)
+		}
+		// The checks net/http's server adds to ReadRequest's.
+		// ReadRequest keeps one Host in req.Host and drops the field.
+		hosts := 0
+		for _, line := range bytes.Split(data, []byte("\r\n"))[1:] {
+			if name, _, found := bytes.Cut(line, []byte(":")); found && bytes.EqualFold(name, []byte("Host")) {
+				hosts++
+			}
+		}
+		if hosts != 1 || !httpguts.ValidHostHeader(req.Host) {
+			t.Fatalf("lean path serves a request with %d hosts (%q): %q", hosts, req.Host, data)
+		}
+		if req.Method != lreq.Method || req.RequestURI != lreq.RequestURI || req.Host != lreq.Host ||
+			req.ContentLength != lreq.ContentLength || req.Close != lreq.Close || req.URL.String() != lreq.URL.String() ||
+			fmt.Sprint(req.Header) != fmt.Sprint(lreq.Header) || len(req.TransferEncoding) != 0 {
+			t.Fatalf("read differently: %q\nnet/http %s %s host=%q len=%d close=%v %v\nlean     %s %s host=%q len=%d close=%v %v", data,
+				req.Method, req.URL, req.Host, req.ContentLength, req.Close, req.Header,
+				lreq.Method, lreq.URL, lreq.Host, lreq.ContentLength, lreq.Close, lreq.Header)
+		}
+	})
+}
+
+func TestHeadEnd(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in    string
+		end   int
+		plain bool
+	}{
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody", 27, true},
+		{"GET / HTTP/1.1\r\nHost: x\r\n", -1, true},
+		{"GET / HTTP/1.1\nHost: x\n\n", -1, false},
+		{"\r\n\r\n", 4, true},
+		{"", -1, true},
+	} {
+		if end, plain := headEnd([]byte(tc.in)); end != tc.end || plain != tc.plain {
+			t.Errorf("headEnd(%q) = %d, %v; want %d, %v", tc.in, end, plain, tc.end, tc.plain)
+		}
+	}
+}
+
+func BenchmarkParseHead(b *testing.B) {
+	head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: Go-http-client/1.1\r\nContent-Length: 120\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\n\r\n")
+	b.ReportAllocs()
+	for b.Loop() {
+		h, ok := parseHead(head)
+		if !ok {
+			b.Fatal("declined")
+		}
+		if _, ok := h.request(); !ok {
+			b.Fatal("declined")
+		}
+	}
+}

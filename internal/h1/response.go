@@ -1,0 +1,283 @@
+package h1
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// response is the http.ResponseWriter of one request. Its head is written
+// to the connection's buffer when the status is set (so later changes to
+// the header map have no effect, as with net/http), all but the framing:
+// Content-Length or chunked transfer, Date, Connection and a sniffed
+// Content-Type are added when the head is committed, at the first flush,
+// once more than sniffLen bytes of body are written, or when the handler
+// returns.
+type response struct {
+	c      *conn
+	req    *http.Request
+	body   *body
+	header http.Header
+
+	status      int
+	wroteHeader bool
+	committed   bool
+	chunked     bool
+	noBody      bool  // the status has no body
+	declared    int64 // the handler's Content-Length, -1 when none
+	written     int64
+	hasType     bool
+	hasDate     bool
+	closeAfter  bool
+	pending     []byte // body held back before the commit (in the connection's buffer)
+	err         error
+}
+
+func (w *response) Header() http.Header { return w.header }
+
+func (w *response) WriteHeader(code int) {
+	if w.wroteHeader {
+		w.c.srv.logf("http: superfluous response.WriteHeader call", "status", code)
+		return
+	}
+	if code < 100 || code > 999 {
+		panic("invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	bw := w.c.bw
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		// An informational answer goes out at once, with the headers set
+		// so far; the final one follows.
+		writeStatusLine(bw, code)
+		writeHeaders(bw, w.header)
+		_, _ = bw.WriteString("\r\n")
+		if err := bw.Flush(); err != nil {
+			w.err = err
+		}
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+	w.noBody = code == http.StatusNoContent || code == http.StatusNotModified || code < 200
+	if cl := w.header["Content-Length"]; len(cl) > 0 {
+		if n, ok := parseLength(cl[0]); ok {
+			w.declared = n
+		} else {
+			w.c.srv.logf("http: invalid Content-Length", "value", cl[0])
+			delete(w.header, "Content-Length")
+		}
+	}
+	if cv := w.header["Connection"]; len(cv) > 0 && asciiEqualFold(cv[0], "close") {
+		w.closeAfter = true
+	}
+	_, w.hasType = w.header["Content-Type"]
+	_, w.hasDate = w.header["Date"]
+	writeStatusLine(bw, code)
+	writeHeaders(bw, w.header)
+}
+
+// commit completes the head: chunked says whether the body follows in
+// chunks (else its length is known: the handler's or the held bytes').
+func (w *response) commit(chunked bool, next []byte) {
+	w.committed = true
+	bw := w.c.bw
+	switch {
+	case w.noBody:
+		if w.declared >= 0 {
+			writeHeader(bw, "Content-Length", strconv.FormatInt(w.declared, 10))
+		}
+	case w.declared >= 0:
+		writeHeader(bw, "Content-Length", strconv.FormatInt(w.declared, 10))
+	case chunked:
+		w.chunked = true
+		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
+	default:
+		writeHeader(bw, "Content-Length", strconv.Itoa(len(w.pending)))
+	}
+	if !w.hasType && !w.noBody && len(w.pending)+len(next) > 0 {
+		writeHeader(bw, "Content-Type", sniff(w.pending, next))
+	}
+	if !w.hasDate {
+		_, _ = bw.Write(date())
+	}
+	if w.req.Close || w.c.srv.shutting.Load() || (w.body.remain > maxDrain) {
+		w.closeAfter = true
+	}
+	if w.closeAfter {
+		_, _ = bw.WriteString("Connection: close\r\n")
+	}
+	_, _ = bw.WriteString("\r\n")
+	if len(w.pending) > 0 {
+		w.writeBody(w.pending)
+		w.pending = nil
+	}
+}
+
+// sniff is the Content-Type of a body that starts with held, then next.
+func sniff(held, next []byte) string {
+	const n = 512 // what http.DetectContentType reads
+	if len(held) >= n || len(next) == 0 {
+		return http.DetectContentType(held)
+	}
+	var buf [n]byte
+	k := copy(buf[:], held)
+	k += copy(buf[k:], next)
+	return http.DetectContentType(buf[:k])
+}
+
+func (w *response) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.noBody {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.declared >= 0 && w.written+int64(len(p)) > w.declared {
+		return 0, http.ErrContentLength
+	}
+	w.written += int64(len(p))
+	if !w.committed {
+		if len(w.pending)+len(p) <= sniffLen {
+			if w.pending == nil {
+				w.pending = w.c.pendBuf[:0]
+			}
+			w.pending = append(w.pending, p...)
+			return len(p), nil
+		}
+		w.commit(true, p)
+	}
+	w.writeBody(p)
+	if w.err != nil {
+		return 0, w.err
+	}
+	return len(p), nil
+}
+
+func (w *response) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+
+func (w *response) writeBody(p []byte) {
+	if len(p) == 0 || w.err != nil {
+		return
+	}
+	bw := w.c.bw
+	if w.chunked {
+		var hex [16]byte
+		_, _ = bw.Write(strconv.AppendInt(hex[:0], int64(len(p)), 16))
+		_, _ = bw.WriteString("\r\n")
+		_, _ = bw.Write(p)
+		_, w.err = bw.WriteString("\r\n")
+		return
+	}
+	_, w.err = bw.Write(p)
+}
+
+// FlushError sends what is written so far (the head, at least).
+func (w *response) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(!w.noBody, nil)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	w.err = w.c.bw.Flush()
+	return w.err
+}
+
+func (w *response) Flush() { _ = w.FlushError() }
+
+// finish completes the answer when the handler has returned.
+func (w *response) finish() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(false, nil)
+	}
+	if w.chunked && w.err == nil {
+		_, w.err = w.c.bw.WriteString("0\r\n\r\n")
+	}
+	if w.declared >= 0 && !w.noBody && w.written != w.declared {
+		// Fewer bytes than announced: the client can only tell by the
+		// connection closing.
+		w.closeAfter = true
+	}
+	if w.err == nil {
+		w.err = w.c.bw.Flush()
+	}
+}
+
+type stringWriter interface {
+	WriteString(string) (int, error)
+}
+
+var statusLines = func() (t [600]string) {
+	for code := range t {
+		if text := http.StatusText(code); text != "" {
+			t[code] = "HTTP/1.1 " + strconv.Itoa(code) + " " + text + "\r\n"
+		}
+	}
+	return t
+}()
+
+func writeStatusLine(bw stringWriter, code int) {
+	if code < len(statusLines) && statusLines[code] != "" {
+		_, _ = bw.WriteString(statusLines[code])
+		return
+	}
+	_, _ = bw.WriteString("HTTP/1.1 " + strconv.Itoa(code) + " status code " + strconv.Itoa(code) + "\r\n")
+}
+
+// writeHeaders writes the handler's fields but those the commit decides.
+// Names that are not tokens are left out and line breaks in values become
+// spaces, so a header cannot split the answer (net/http's rules).
+func writeHeaders(bw stringWriter, h http.Header) {
+	for k, vs := range h {
+		switch k {
+		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
+			continue
+		}
+		if !validToken(k) {
+			continue
+		}
+		for _, v := range vs {
+			writeHeader(bw, k, v)
+		}
+	}
+}
+
+func writeHeader(bw stringWriter, k, v string) {
+	_, _ = bw.WriteString(k)
+	_, _ = bw.WriteString(": ")
+	if strings.ContainsAny(v, "\r\n") {
+		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	_, _ = bw.WriteString(v)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// date is the Date header line of the current second.
+func date() []byte {
+	now := time.Now()
+	sec := now.Unix()
+	if d := dateCache.Load(); d != nil && d.sec == sec {
+		return d.line
+	}
+	line := now.UTC().AppendFormat([]byte("Date: "), http.TimeFormat)
+	line = append(line, "\r\n"...)
+	dateCache.Store(&dateLine{sec: sec, line: line})
+	return line
+}
+
+type dateLine struct {
+	sec  int64
+	line []byte
+}
+
+var dateCache atomic.Pointer[dateLine]

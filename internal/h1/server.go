@@ -1,0 +1,549 @@
+// Package h1 is a lean HTTP/1.1 server for the router's plain listener.
+//
+// net/http's server reads every request on the connection's goroutine,
+// then starts a second goroutine per request that blocks in a read of the
+// connection (to notice a client that leaves) and wakes the first when the
+// handler ends; on a small machine those hand-offs and the wake-ups of
+// threads they cause are a good part of what a proxy adds to a short
+// request. Here one goroutine per connection reads a request, runs the
+// handler and writes the answer, and a client that leaves is looked for
+// only once a request has run for a while (watchDelay): the requests that
+// matter for cancellation (generations) are long, and short ones then cost
+// no second goroutine.
+//
+// The lean path serves only plain requests: HTTP/1.1 in origin form, a head
+// within 4 KiB, a body announced by Content-Length or none. Anything else
+// (chunked bodies, Expect, upgrades, HTTP/1.0, malformed heads) is handed,
+// with the bytes already read, to a net/http server through Fallback, which
+// then owns the connection; so every edge of the protocol keeps net/http's
+// behaviour, errors included.
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// bufferSize is each connection's read and write buffer; a request head
+	// must fit in the read buffer to be served here.
+	bufferSize = 4 << 10
+	// watchDelay is how long a request runs before a read of its connection
+	// looks out for the client leaving (net/http looks from the start).
+	watchDelay = 10 * time.Millisecond
+	// maxDrain is what is read and dropped of a body the handler left
+	// unread so that the connection can carry the next request (net/http's
+	// bound); beyond it the connection is closed.
+	maxDrain = 256 << 10
+	// sniffLen is the answer's first bytes held back so that a handler that
+	// ends within them gets a Content-Length (and a sniffed Content-Type
+	// when it set none), as net/http does.
+	sniffLen = 2 << 10
+)
+
+// Server serves the connections given to ServeConn. Set the fields before
+// the first connection; they are not changed afterwards.
+type Server struct {
+	Handler http.Handler
+	// ReadHeaderTimeout bounds reading a request's head, ReadTimeout the
+	// whole request, IdleTimeout the wait for the next request on a kept
+	// connection (ReadTimeout when zero), as in http.Server.
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
+	// Fallback takes a connection whose next request the lean path does
+	// not serve, with what was read of it replayed; it owns the connection
+	// from then on. Required.
+	Fallback func(net.Conn)
+	Logger   *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	shutting atomic.Bool
+}
+
+// ServeConn serves c until the client or the server closes it, or hands it
+// to Fallback. It returns when it is done with c. A server that is shutting
+// down closes c at once.
+func (s *Server) ServeConn(rwc net.Conn) {
+	c := &conn{srv: s, rwc: rwc}
+	if !s.track(c) {
+		_ = rwc.Close()
+		return
+	}
+	c.serveConn()
+}
+
+// Go serves c on a new goroutine, as ServeConn does; false, with c left
+// open, when the server is shutting down.
+func (s *Server) Go(rwc net.Conn) bool {
+	c := &conn{srv: s, rwc: rwc}
+	if !s.track(c) {
+		return false
+	}
+	go c.serveConn()
+	return true
+}
+
+func (c *conn) serveConn() {
+	rwc := c.rwc
+	c.br = bufio.NewReaderSize(readerFunc(c.read), bufferSize)
+	c.bw = bufio.NewWriterSize(writerFunc(c.write), bufferSize)
+	c.timer = time.AfterFunc(time.Hour, c.watch)
+	c.timer.Stop()
+	c.remote = rwc.RemoteAddr().String()
+	if c.serve() {
+		return // handed off
+	}
+	c.untrack()
+	_ = rwc.Close()
+}
+
+// Shutdown stops serving: idle connections close at once, busy ones after
+// the answer they are writing; it returns when none is left, or closes
+// what is left when ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutting.Store(true)
+	s.mu.Lock()
+	for c := range s.conns {
+		c.wakeIfIdle()
+	}
+	s.mu.Unlock()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			_ = s.Close()
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Close closes every connection at once.
+func (s *Server) Close() error {
+	s.shutting.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.rwc.Close()
+	}
+	return nil
+}
+
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[*conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) headerTimeout() time.Duration {
+	if s.ReadHeaderTimeout > 0 {
+		return s.ReadHeaderTimeout
+	}
+	return s.ReadTimeout
+}
+
+func (s *Server) logf(msg string, args ...any) {
+	if s.Logger != nil {
+		s.Logger.Warn(msg, args...)
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Connection states, for Shutdown.
+const (
+	stateActive int32 = iota
+	stateIdle         // waiting for the first byte of a request
+)
+
+// Watch states.
+const (
+	watchOff     = iota
+	watchArmed   // the timer runs
+	watchReading // a read looks out for the client
+	watchAborted // the request ended; the read is being woken
+)
+
+type conn struct {
+	srv    *Server
+	rwc    net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	remote string
+	state  atomic.Int32
+	served int // requests so far
+	// pendBuf holds the start of an answer's body until its head is
+	// committed.
+	pendBuf [sniffLen]byte
+
+	// The current request's context; cancelled when the client leaves or
+	// a write fails.
+	cancel context.CancelFunc
+
+	mu        sync.Mutex // guards the watch and what it read
+	watchSt   int
+	timer     *time.Timer
+	watchDone chan struct{}
+	// peek is a byte the watch read (the next request's first), read again
+	// before the connection.
+	peek    [1]byte
+	hasPeek bool
+}
+
+// read is the connection as the read buffer sees it: the watch's byte,
+// then the socket.
+func (c *conn) read(p []byte) (int, error) {
+	if len(p) > 0 && c.hasPeek {
+		// The watch has ended (stopWatch waits for it), so no lock.
+		c.hasPeek = false
+		p[0] = c.peek[0]
+		return 1, nil
+	}
+	return c.rwc.Read(p)
+}
+
+func (c *conn) write(p []byte) (int, error) {
+	n, err := c.rwc.Write(p)
+	if err != nil && c.cancel != nil {
+		c.cancel()
+	}
+	return n, err
+}
+
+func (c *conn) untrack() {
+	c.srv.mu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.mu.Unlock()
+}
+
+func (c *conn) wakeIfIdle() {
+	if c.state.Load() == stateIdle {
+		_ = c.rwc.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+var errHandedOff = errors.New("handed off")
+
+// serve runs the connection's requests; true when it was handed off.
+func (c *conn) serve() bool {
+	for {
+		h, err := c.readHead()
+		if err != nil {
+			return errors.Is(err, errHandedOff)
+		}
+		if !c.serveRequest(h) {
+			return false
+		}
+	}
+}
+
+// readHead waits for the next request and parses its head. A request the
+// lean path does not serve is handed off (errHandedOff).
+func (c *conn) readHead() (head, error) {
+	s := c.srv
+	if c.br.Buffered() == 0 {
+		wait := s.headerTimeout()
+		if c.served > 0 {
+			wait = s.IdleTimeout
+			if wait == 0 {
+				wait = s.ReadTimeout
+			}
+		}
+		c.setReadDeadline(wait)
+		c.state.Store(stateIdle)
+		if s.shutting.Load() {
+			return head{}, net.ErrClosed
+		}
+		if _, err := c.br.Peek(1); err != nil {
+			return head{}, err
+		}
+		c.state.Store(stateActive)
+	}
+	headerSet := false
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		end, plain := headEnd(buf)
+		if !plain {
+			return head{}, c.handOff()
+		}
+		if end > 0 {
+			h, ok := parseHead(buf[:end])
+			if ok {
+				h.req, ok = h.request()
+			}
+			if !ok {
+				return head{}, c.handOff()
+			}
+			_, _ = c.br.Discard(end)
+			return h, nil
+		}
+		if len(buf) >= bufferSize {
+			return head{}, c.handOff()
+		}
+		if !headerSet {
+			headerSet = true
+			c.setReadDeadline(s.headerTimeout())
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return head{}, err
+		}
+	}
+}
+
+// headEnd finds the end of the head in buf (the byte after its empty
+// line), or -1 when it is not all there. plain is false when a line ends
+// in a bare LF, which net/http accepts and the lean path leaves to it.
+func headEnd(buf []byte) (end int, plain bool) {
+	for i := 0; ; {
+		j := bytes.IndexByte(buf[i:], '\n')
+		if j < 0 {
+			return -1, true
+		}
+		j += i
+		if j == 0 || buf[j-1] != '\r' {
+			return -1, false
+		}
+		if j >= 3 && buf[j-2] == '\n' && buf[j-3] == '\r' {
+			return j + 1, true
+		}
+		i = j + 1
+	}
+}
+
+func (c *conn) setReadDeadline(d time.Duration) {
+	var t time.Time
+	if d > 0 {
+		t = time.Now().Add(d)
+	}
+	_ = c.rwc.SetReadDeadline(t)
+}
+
+// handOff gives the connection to the fallback server with the bytes read
+// so far in front of it.
+func (c *conn) handOff() error {
+	buf, _ := c.br.Peek(c.br.Buffered())
+	rc := &replayConn{Conn: c.rwc, pending: bytes.Clone(buf)}
+	_ = c.rwc.SetReadDeadline(time.Time{})
+	c.timer.Stop()
+	c.untrack()
+	c.srv.Fallback(rc)
+	return errHandedOff
+}
+
+// replayConn reads pending before the connection.
+type replayConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if len(r.pending) > 0 {
+		n := copy(p, r.pending)
+		r.pending = r.pending[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
+}
+
+// serveRequest runs one request; false when the connection is to close.
+func (c *conn) serveRequest(h head) (keep bool) {
+	req := h.req
+	c.served++
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	defer cancel()
+	req = req.WithContext(ctx)
+	req.RemoteAddr = c.remote
+	b := &body{c: c, remain: h.contentLength}
+	if h.contentLength == 0 {
+		req.Body = http.NoBody
+		c.armWatch()
+	} else {
+		req.Body = b
+		if int64(c.br.Buffered()) < h.contentLength {
+			c.setReadDeadline(c.srv.ReadTimeout)
+		}
+	}
+	w := &response{c: c, req: req, body: b, header: make(http.Header, 4), declared: -1}
+	if !c.run(w, req) {
+		c.stopWatch()
+		return false
+	}
+	w.finish()
+	keep = w.err == nil && !w.closeAfter
+	if keep && b.remain > 0 {
+		// Reading the rest arms the watch, stopped below with the
+		// request's.
+		keep = b.remain <= maxDrain && b.drain()
+	}
+	c.stopWatch()
+	c.cancel = nil
+	if !keep {
+		c.closeWithRead(b.remain > 0)
+		return false
+	}
+	return !c.srv.shutting.Load()
+}
+
+// run calls the handler; false when it panicked.
+func (c *conn) run(w *response, req *http.Request) (ok bool) {
+	defer func() {
+		if err := recover(); err != nil {
+			if e, isErr := err.(error); !isErr || !errors.Is(e, http.ErrAbortHandler) {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.srv.logf("http: panic serving "+c.remote, "err", err, "stack", string(buf))
+			}
+			ok = false
+		}
+	}()
+	c.srv.Handler.ServeHTTP(w, req)
+	return true
+}
+
+// closeWithRead ends a connection after its last answer. With unread
+// request bytes in the socket, closing at once may make the kernel reset
+// the connection and lose the answer before the client reads it, so the
+// write side is shut first and the close waits a little, as net/http does.
+func (c *conn) closeWithRead(unread bool) {
+	if !unread {
+		return
+	}
+	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	time.Sleep(500 * time.Millisecond)
+}
+
+// armWatch starts the timer after which the connection is watched; the
+// request has been read whole, so nothing else reads the connection.
+func (c *conn) armWatch() {
+	c.mu.Lock()
+	c.watchSt = watchArmed
+	c.mu.Unlock()
+	c.timer.Reset(watchDelay)
+}
+
+// watch runs on the timer's goroutine: it reads the connection until the
+// request ends (stopWatch) or the client leaves, which cancels the
+// request's context. A byte that arrives meanwhile (the next request,
+// pipelined) is kept for the next read.
+func (c *conn) watch() {
+	c.mu.Lock()
+	if c.watchSt != watchArmed || c.br.Buffered() > 0 || c.hasPeek {
+		c.mu.Unlock()
+		return
+	}
+	c.watchSt = watchReading
+	done := make(chan struct{})
+	c.watchDone = done
+	cancel := c.cancel
+	_ = c.rwc.SetReadDeadline(time.Time{})
+	c.mu.Unlock()
+	n, err := c.rwc.Read(c.peek[:])
+	c.mu.Lock()
+	c.hasPeek = n == 1
+	aborted := c.watchSt == watchAborted
+	c.watchSt = watchOff
+	c.mu.Unlock()
+	if n == 0 && err != nil && !aborted && cancel != nil {
+		cancel()
+	}
+	close(done)
+}
+
+// stopWatch ends the watch of the request that ended, waiting for a read
+// in progress.
+func (c *conn) stopWatch() {
+	c.mu.Lock()
+	switch c.watchSt {
+	case watchArmed:
+		c.watchSt = watchOff
+		c.timer.Stop()
+	case watchReading:
+		c.watchSt = watchAborted
+		_ = c.rwc.SetReadDeadline(aLongTimeAgo)
+	}
+	done := c.watchDone
+	c.watchDone = nil
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// body is a request body of a known length.
+type body struct {
+	c      *conn
+	remain int64
+	closed bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.remain == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.remain {
+		p = p[:b.remain]
+	}
+	n, err := b.c.br.Read(p)
+	b.remain -= int64(n)
+	if b.remain == 0 {
+		b.c.armWatch()
+		if err == nil {
+			err = io.EOF
+		}
+	} else if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	b.closed = true
+	return nil
+}
+
+// drain reads what the handler left of the body (at most maxDrain).
+func (b *body) drain() bool {
+	closed := b.closed
+	b.closed = false
+	_, err := io.Copy(io.Discard, b)
+	b.closed = closed
+	return err == nil && b.remain == 0
+}

@@ -1,0 +1,609 @@
+package h1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// chanListener is the net.Listener the fallback server takes handed-off
+// connections from.
+type chanListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// lean is a real TCP listener whose connections the lean server serves,
+// with a net/http server behind it for what it hands off.
+type lean struct {
+	srv      *Server
+	fallback *http.Server
+	ln       net.Listener
+	addr     string
+	accepted atomic.Int64
+	handed   atomic.Int64
+	wg       sync.WaitGroup
+}
+
+func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lean{ln: ln, addr: ln.Addr().String()}
+	cl := &chanListener{addr: ln.Addr(), ch: make(chan net.Conn), done: make(chan struct{})}
+	l.fallback = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	l.srv = &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second,
+		Fallback: func(c net.Conn) {
+			l.handed.Add(1)
+			select {
+			case cl.ch <- c:
+			case <-cl.done:
+				_ = c.Close()
+			}
+		}}
+	if tune != nil {
+		tune(l.srv)
+	}
+	l.wg.Add(2)
+	go func() {
+		defer l.wg.Done()
+		_ = l.fallback.Serve(cl)
+	}()
+	go func() {
+		defer l.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.srv.ServeConn(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.srv.Shutdown(ctx)
+		_ = l.fallback.Shutdown(ctx)
+		_ = cl.Close()
+		l.wg.Wait()
+	})
+	return l
+}
+
+func (l *lean) client(t *testing.T) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// which answers with the writer's type, so a test sees the path that
+// served the request, and echoes the body.
+func which(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("X-Writer", fmt.Sprintf("%T", w))
+	w.Header().Set("X-Host", r.Host)
+	_, _ = fmt.Fprintf(w, "%s %s %d %s", r.Method, r.URL.RequestURI(), r.ContentLength, data)
+}
+
+const leanWriter, netWriter = "*h1.response", "*http.response"
+
+func TestKeepAliveOnOneConnection(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), nil)
+	c := l.client(t)
+	for i := range 50 {
+		body := strings.Repeat("x", i*100)
+		resp, err := c.Post("http://"+l.addr+"/v1/chat/completions?i="+fmt.Sprint(i), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		want := fmt.Sprintf("POST /v1/chat/completions?i=%d %d %s", i, len(body), body)
+		if resp.StatusCode != 200 || string(data) != want || resp.Header.Get("X-Writer") != leanWriter {
+			t.Fatalf("request %d: %d %q %q", i, resp.StatusCode, resp.Header.Get("X-Writer"), truncate(string(data)))
+		}
+		if resp.Header.Get("Date") == "" || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+			t.Fatalf("head: %v", resp.Header)
+		}
+		if len(want) <= sniffLen && resp.ContentLength != int64(len(want)) {
+			t.Fatalf("small answer of %d bytes has length %d (chunked %v)", len(want), resp.ContentLength, resp.TransferEncoding)
+		}
+		if len(want) > sniffLen && (len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked") {
+			t.Fatalf("large answer not chunked: %v", resp.TransferEncoding)
+		}
+	}
+	if n := l.accepted.Load(); n != 1 {
+		t.Fatalf("%d connections for sequential requests", n)
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// TestFallback sends what the lean path leaves to net/http and checks that
+// net/http answered (and that the lean path serves a plain request after
+// a fallback on another connection).
+func TestFallback(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), nil)
+	cases := []struct {
+		name, raw  string
+		status     int
+		wantWriter string
+	}{
+		{"chunked body", "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 200, netWriter},
+		{"expect", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc", 200, netWriter},
+		{"http/1.0", "GET /a HTTP/1.0\r\nHost: x\r\n\r\n", 200, netWriter},
+		{"head", "HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n", 200, netWriter},
+		{"no host", "GET /a HTTP/1.1\r\nUser-Agent: t\r\n\r\n", 400, ""},
+		{"two hosts", "GET /a HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400, ""},
+		{"bad header name", "GET /a HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n", 400, ""},
+		{"conflicting lengths", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400, ""},
+		{"bare LF", "GET /a HTTP/1.1\nHost: x\n\n", 200, netWriter},
+		{"bad escape", "GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400, ""},
+		{"absolute form", "GET http://x/a HTTP/1.1\r\nHost: x\r\n\r\n", 200, netWriter},
+		{"large head", "GET /a HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 6000) + "\r\n\r\n", 200, netWriter},
+		{"plain", "GET /a HTTP/1.1\r\nHost: x\r\n\r\n", 200, leanWriter},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", l.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(conn, tc.raw); err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest(strings.Fields(tc.raw)[0], "/", nil)
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, req)
+			for err == nil && resp.StatusCode == http.StatusContinue {
+				resp, err = http.ReadResponse(br, req)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.status || resp.Header.Get("X-Writer") != tc.wantWriter {
+				t.Fatalf("status %d writer %q (%q); want %d %q", resp.StatusCode, resp.Header.Get("X-Writer"), data, tc.status, tc.wantWriter)
+			}
+		})
+	}
+}
+
+// TestPipelined writes three requests at once; the answers come in order
+// on the one connection.
+func TestPipelined(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), nil)
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	raw := "POST /1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nabGET /2 HTTP/1.1\r\nHost: x\r\n\r\n" +
+		"POST /3 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\nz"
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for i, want := range []string{"POST /1 2 ab", "GET /2 0 ", "POST /3 1 z"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(i, err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		if string(data) != want {
+			t.Fatalf("answer %d: %q, want %q", i, data, want)
+		}
+		if i == 2 && !resp.Close {
+			t.Fatal("Connection: close was not answered in kind")
+		}
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("connection not closed after Connection: close: %v", err)
+	}
+}
+
+// TestStreamFlushes checks that each flushed event reaches the client
+// before the handler writes the next.
+func TestStreamFlushes(t *testing.T) {
+	t.Parallel()
+	next := make(chan struct{})
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for i := range 5 {
+			_, _ = fmt.Fprintf(w, "data: %d\n\n", i)
+			if err := rc.Flush(); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}), nil)
+	resp, err := l.client(t).Get("http://" + l.addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.TransferEncoding == nil || resp.TransferEncoding[0] != "chunked" {
+		t.Fatalf("stream not chunked: %v", resp.TransferEncoding)
+	}
+	br := bufio.NewReader(resp.Body)
+	for i := range 5 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+			t.Fatalf("event %d: %q %v", i, line, err)
+		}
+		_, _ = br.ReadString('\n')
+		next <- struct{}{}
+	}
+	if rest, _ := io.ReadAll(br); len(rest) != 0 {
+		t.Fatalf("after the events: %q", rest)
+	}
+}
+
+// TestClientLeavingCancels: a request still running when its client
+// closes the connection sees its context cancelled, buffered (the watch)
+// and streaming (the failed write).
+func TestClientLeavingCancels(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
+			t.Parallel()
+			started, cancelled := make(chan struct{}), make(chan error, 1)
+			l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				close(started)
+				if stream {
+					for r.Context().Err() == nil {
+						_, _ = io.WriteString(w, "data: x\n\n")
+						w.(http.Flusher).Flush()
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+				select {
+				case <-r.Context().Done():
+					cancelled <- r.Context().Err()
+				case <-time.After(10 * time.Second):
+					cancelled <- errors.New("not cancelled")
+				}
+			}), nil)
+			conn, err := net.Dial("tcp", l.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.WriteString(conn, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody")
+			<-started
+			time.Sleep(2 * watchDelay)
+			_ = conn.Close()
+			if err := <-cancelled; !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestWatchKeepsPipelinedByte: the watch of a slow request reads the next
+// request's first byte; the next request is still served whole.
+func TestWatchKeepsPipelinedByte(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(10 * watchDelay)
+			if r.Context().Err() != nil {
+				t.Error("the next request cancelled this one")
+			}
+		}
+		which(w, r)
+	}), nil)
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(conn, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(3 * watchDelay)
+	_, _ = io.WriteString(conn, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(conn)
+	for _, want := range []string{"GET /slow 0 ", "GET /next 0 "} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		if string(data) != want || resp.Header.Get("X-Writer") != leanWriter {
+			t.Fatalf("%q (%s), want %q", data, resp.Header.Get("X-Writer"), want)
+		}
+	}
+}
+
+func TestPanicClosesConnection(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/panic" {
+			panic(http.ErrAbortHandler)
+		}
+		which(w, r)
+	}), nil)
+	c := l.client(t)
+	if resp, err := c.Get("http://" + l.addr + "/panic"); err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("a panicking handler answered")
+	}
+	resp, err := c.Get("http://" + l.addr + "/after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+}
+
+// TestUnreadBody: a body the handler leaves is drained so the connection
+// carries the next request; one beyond maxDrain closes the connection
+// after an answer that says so.
+func TestUnreadBody(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ignored")
+	}), nil)
+	c := l.client(t)
+	for _, size := range []int{1000, 100 << 10, 1000} {
+		resp, err := c.Post("http://"+l.addr+"/", "text/plain", strings.NewReader(strings.Repeat("u", size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	if n := l.accepted.Load(); n != 1 {
+		t.Fatalf("%d connections; drained bodies should keep one", n)
+	}
+	resp, err := c.Post("http://"+l.addr+"/", "text/plain", strings.NewReader(strings.Repeat("u", maxDrain+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if !resp.Close {
+		t.Fatal("an undrainable body left the connection open")
+	}
+}
+
+func TestReadHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), func(s *Server) { s.ReadHeaderTimeout = 100 * time.Millisecond })
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("a trickled head: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("closed after %s", d)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), func(s *Server) { s.IdleTimeout = 100 * time.Millisecond })
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("an idle connection: %v", err)
+	}
+}
+
+// TestShutdown: an idle connection closes at once; a request in flight
+// finishes with Connection: close; Shutdown returns when both are gone.
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		which(w, r)
+	}), nil)
+	idle, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = idle.Close() }()
+	_ = idle.SetDeadline(time.Now().Add(10 * time.Second))
+	ibr := bufio.NewReader(idle)
+	_, _ = io.WriteString(idle, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(ibr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+
+	busy, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Close() }()
+	_ = busy.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+
+	done := make(chan error, 1)
+	go func() { done <- l.srv.Shutdown(context.Background()) }()
+	if _, err := ibr.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("idle connection at shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned with a request in flight: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	resp, err = http.ReadResponse(bufio.NewReader(busy), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if string(data) != "GET /slow 0 " || !resp.Close {
+		t.Fatalf("in-flight answer %q close=%v", data, resp.Close)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSameAnswersAsNetHTTP runs handlers that exercise the answer's
+// framing on the lean server and on net/http's, and compares what a client
+// reads: status, headers (but Date) and body, and the framing.
+func TestSameAnswersAsNetHTTP(t *testing.T) {
+	t.Parallel()
+	handlers := map[string]http.HandlerFunc{
+		"empty":      func(w http.ResponseWriter, r *http.Request) {},
+		"status":     func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) },
+		"no content": func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204); _, _ = w.Write([]byte("x")) },
+		"sniff html": func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "<html><body>hi</body></html>") },
+		"typed": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, "{}")
+		},
+		"declared length": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5000")
+			_, _ = io.WriteString(w, strings.Repeat("d", 5000))
+		},
+		"large": func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, strings.Repeat("l", 10000)) },
+		"flushed": func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "a")
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "b")
+		},
+		"header after write": func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(201)
+			w.Header().Set("X-Late", "1")
+			_, _ = io.WriteString(w, "c")
+		},
+		"split attempt": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Split", "a\r\nInjected: yes")
+			w.Header()["Bad Name"] = []string{"v"}
+		},
+		"multi value": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Add("X-M", "1")
+			w.Header().Add("X-M", "2")
+		},
+		"error": func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", http.StatusNotFound) },
+	}
+	mux := http.NewServeMux()
+	for name, h := range handlers {
+		mux.Handle("/"+strings.ReplaceAll(name, " ", "-"), h)
+	}
+	l := startLean(t, mux, nil)
+	ref := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	rln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = ref.Serve(rln) }()
+	t.Cleanup(func() { _ = ref.Close(); <-served })
+	get := func(addr, path string) (*http.Response, string) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Header.Del("Date")
+		return resp, string(data)
+	}
+	for name := range handlers {
+		path := "/" + strings.ReplaceAll(name, " ", "-")
+		a, abody := get(l.addr, path)
+		b, bbody := get(rln.Addr().String(), path)
+		if a.StatusCode != b.StatusCode || abody != bbody || fmt.Sprint(a.Header) != fmt.Sprint(b.Header) ||
+			a.ContentLength != b.ContentLength || fmt.Sprint(a.TransferEncoding) != fmt.Sprint(b.TransferEncoding) {
+			t.Errorf("%s:\nlean    %d %v len=%d te=%v %q\nnet/http %d %v len=%d te=%v %q", name,
+				a.StatusCode, a.Header, a.ContentLength, a.TransferEncoding, truncate(abody),
+				b.StatusCode, b.Header, b.ContentLength, b.TransferEncoding, truncate(bbody))
+		}
+	}
+}

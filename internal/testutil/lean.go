@@ -1,0 +1,80 @@
+package testutil
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/h1"
+)
+
+// LeanServer serves h on a loopback port as serve's plain listener does:
+// the lean HTTP/1.1 server, with a net/http server behind it for the
+// requests it hands off. It returns the base URL; everything stops when
+// the test ends.
+func LeanServer(tb testing.TB, h http.Handler) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	handed := &handedOff{addr: ln.Addr(), ch: make(chan net.Conn), done: make(chan struct{})}
+	fallback := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	lean := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
+		Fallback: func(c net.Conn) {
+			select {
+			case handed.ch <- c:
+			case <-handed.done:
+				_ = c.Close()
+			}
+		}}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = fallback.Serve(handed) })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !lean.Go(c) {
+				_ = c.Close()
+			}
+		}
+	})
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = lean.Shutdown(ctx)
+		_ = fallback.Shutdown(ctx)
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// handedOff is the listener the fallback server takes connections from.
+type handedOff struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *handedOff) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handedOff) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handedOff) Addr() net.Addr { return l.addr }
