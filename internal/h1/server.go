@@ -291,7 +291,10 @@ func (c *conn) readHead() (head, error) {
 		}
 		c.state.Store(stateActive)
 	}
-	headerSet := false
+	// The first request's deadline, set before its first byte, already
+	// covers its whole head (net/http's rule); a later one's is set when
+	// its head does not come in one read.
+	headerSet := c.served == 0
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		end, plain := headEnd(buf)
