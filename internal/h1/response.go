@@ -50,7 +50,7 @@ func (w *response) WriteHeader(code int) {
 		// An informational answer goes out at once, with the headers set
 		// so far; the final one follows.
 		writeStatusLine(bw, code)
-		writeHeaders(bw, w.header)
+		writeHeaders(bw, w.header, code)
 		_, _ = bw.WriteString("\r\n")
 		if err := bw.Flush(); err != nil {
 			w.err = err
@@ -72,9 +72,12 @@ func (w *response) WriteHeader(code int) {
 		w.closeAfter = true
 	}
 	_, w.hasType = w.header["Content-Type"]
+	if ce := w.header["Content-Encoding"]; len(ce) > 0 && ce[0] != "" {
+		w.hasType = true // an encoded body is not sniffed
+	}
 	_, w.hasDate = w.header["Date"]
 	writeStatusLine(bw, code)
-	writeHeaders(bw, w.header)
+	writeHeaders(bw, w.header, code)
 }
 
 // commit completes the head: chunked says whether the body follows in
@@ -84,9 +87,7 @@ func (w *response) commit(chunked bool, next []byte) {
 	bw := w.c.bw
 	switch {
 	case w.noBody:
-		if w.declared >= 0 {
-			writeHeader(bw, "Content-Length", strconv.FormatInt(w.declared, 10))
-		}
+		// 1xx, 204 and 304 carry no framing fields (net/http's rule).
 	case w.declared >= 0:
 		writeHeader(bw, "Content-Length", strconv.FormatInt(w.declared, 10))
 	case chunked:
@@ -101,7 +102,12 @@ func (w *response) commit(chunked bool, next []byte) {
 	if !w.hasDate {
 		_, _ = bw.Write(date())
 	}
-	if w.req.Close || w.c.srv.shutting.Load() || (w.body.remain > maxDrain) {
+	// What the handler has not read of the body is read now, before the
+	// answer goes out (as net/http does): a client that sends its whole
+	// body before reading would otherwise block on a full socket while
+	// the answer waits for the body to be read. Beyond maxDrain the
+	// connection closes after the answer instead.
+	if w.req.Close || w.c.srv.shutting.Load() || !w.body.drain(false) {
 		w.closeAfter = true
 	}
 	if w.closeAfter {
@@ -237,11 +243,15 @@ func writeStatusLine(bw stringWriter, code int) {
 // writeHeaders writes the handler's fields but those the commit decides.
 // Names that are not tokens are left out and line breaks in values become
 // spaces, so a header cannot split the answer (net/http's rules).
-func writeHeaders(bw stringWriter, h http.Header) {
+func writeHeaders(bw stringWriter, h http.Header, code int) {
 	for k, vs := range h {
 		switch k {
 		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
 			continue
+		case "Content-Type":
+			if code == http.StatusNotModified {
+				continue // net/http drops it from a 304
+			}
 		}
 		if !validToken(k) {
 			continue

@@ -202,6 +202,9 @@ type conn struct {
 	remote string
 	state  atomic.Int32
 	served int // requests so far
+	// started is when the current request's head began (with a
+	// ReadTimeout).
+	started time.Time
 	// pendBuf holds the start of an answer's body until its head is
 	// committed.
 	pendBuf [sniffLen]byte
@@ -291,6 +294,9 @@ func (c *conn) readHead() (head, error) {
 		}
 		c.state.Store(stateActive)
 	}
+	if s.ReadTimeout > 0 {
+		c.started = time.Now() // ReadTimeout counts from the head's first byte
+	}
 	// The first request's deadline, set before its first byte, already
 	// covers its whole head (net/http's rule); a later one's is set when
 	// its head does not come in one read.
@@ -371,6 +377,17 @@ type replayConn struct {
 	pending []byte
 }
 
+// CloseWrite shuts the connection's write side when it has one (net/http
+// does so before closing a connection with unread input).
+func (r *replayConn) CloseWrite() error { return closeWrite(r.Conn) }
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (r *replayConn) Read(p []byte) (int, error) {
 	if len(r.pending) > 0 {
 		n := copy(p, r.pending)
@@ -389,32 +406,36 @@ func (c *conn) serveRequest(h head) (keep bool) {
 	defer cancel()
 	req = req.WithContext(ctx)
 	req.RemoteAddr = c.remote
-	b := &body{c: c, remain: h.contentLength}
+	b := &body{c: c, remain: h.contentLength, armOnLastBytes: true}
 	if h.contentLength == 0 {
 		req.Body = http.NoBody
 		c.armWatch()
 	} else {
 		req.Body = b
 		if int64(c.br.Buffered()) < h.contentLength {
-			c.setReadDeadline(c.srv.ReadTimeout)
+			var deadline time.Time
+			if c.srv.ReadTimeout > 0 {
+				deadline = c.started.Add(c.srv.ReadTimeout)
+			}
+			_ = c.rwc.SetReadDeadline(deadline)
 		}
 	}
 	w := &response{c: c, req: req, body: b, header: make(http.Header, 4), declared: -1}
 	if !c.run(w, req) {
+		b.end()
 		c.stopWatch()
 		return false
 	}
 	w.finish()
-	keep = w.err == nil && !w.closeAfter
-	if keep && b.remain > 0 {
-		// Reading the rest arms the watch, stopped below with the
-		// request's.
-		keep = b.remain <= maxDrain && b.drain()
-	}
+	// The body ends here whatever the handler left reading it; what it
+	// left unread is dropped (at most maxDrain) so that the connection
+	// carries the next request.
+	drained := b.drain(true)
+	keep = w.err == nil && !w.closeAfter && drained
 	c.stopWatch()
 	c.cancel = nil
 	if !keep {
-		c.closeWithRead(b.remain > 0)
+		c.closeWithRead(!drained)
 		return false
 	}
 	return !c.srv.shutting.Load()
@@ -444,9 +465,7 @@ func (c *conn) closeWithRead(unread bool) {
 	if !unread {
 		return
 	}
-	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
+	_ = closeWrite(c.rwc)
 	time.Sleep(500 * time.Millisecond)
 }
 
@@ -507,17 +526,29 @@ func (c *conn) stopWatch() {
 	}
 }
 
-// body is a request body of a known length.
+// body is a request body of a known length. Reads after the handler
+// returned fail (the connection has moved on), so a reader the handler
+// left behind cannot take the next request's bytes.
 type body struct {
-	c      *conn
-	remain int64
-	closed bool
+	c  *conn
+	mu sync.Mutex
+	// remain is what is left to read; closed by the handler; ended when
+	// the request is over or the rest was drained.
+	remain         int64
+	closed, ended  bool
+	armOnLastBytes bool // reading the last byte arms the watch
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if b.closed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.ended {
 		return 0, http.ErrBodyReadAfterClose
 	}
+	return b.readLocked(p)
+}
+
+func (b *body) readLocked(p []byte) (int, error) {
 	if b.remain == 0 {
 		return 0, io.EOF
 	}
@@ -527,7 +558,9 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.c.br.Read(p)
 	b.remain -= int64(n)
 	if b.remain == 0 {
-		b.c.armWatch()
+		if b.armOnLastBytes {
+			b.c.armWatch()
+		}
 		if err == nil {
 			err = io.EOF
 		}
@@ -538,15 +571,41 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error {
+	b.mu.Lock()
 	b.closed = true
+	b.mu.Unlock()
 	return nil
 }
 
-// drain reads what the handler left of the body (at most maxDrain).
-func (b *body) drain() bool {
-	closed := b.closed
-	b.closed = false
-	_, err := io.Copy(io.Discard, b)
-	b.closed = closed
-	return err == nil && b.remain == 0
+// drain reads and drops what is left of the body when it is at most
+// maxDrain; false when some is left unread. With end, the body ends: later
+// reads fail; else they find its end.
+func (b *body) drain(end bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return b.remain == 0
+	}
+	if end {
+		b.ended = true
+		b.armOnLastBytes = false
+	}
+	if b.remain > maxDrain {
+		return false
+	}
+	var buf [512]byte
+	for b.remain > 0 {
+		if _, err := b.readLocked(buf[:]); err != nil && !errors.Is(err, io.EOF) {
+			return false
+		}
+	}
+	return true
+}
+
+// end ends the body without reading the rest.
+func (b *body) end() {
+	b.mu.Lock()
+	b.ended = true
+	b.armOnLastBytes = false
+	b.mu.Unlock()
 }

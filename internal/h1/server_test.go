@@ -565,6 +565,20 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 			w.Header().Add("X-M", "2")
 		},
 		"error": func(w http.ResponseWriter, r *http.Request) { http.Error(w, "nope", http.StatusNotFound) },
+		"no content with length": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "0")
+			w.WriteHeader(http.StatusNoContent)
+		},
+		"not modified": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("Content-Length", "1234")
+			w.Header().Set("Etag", `"x"`)
+			w.WriteHeader(http.StatusNotModified)
+		},
+		"encoded": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0})
+		},
 	}
 	mux := http.NewServeMux()
 	for name, h := range handlers {
@@ -605,5 +619,94 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 				a.StatusCode, a.Header, a.ContentLength, a.TransferEncoding, truncate(abody),
 				b.StatusCode, b.Header, b.ContentLength, b.TransferEncoding, truncate(bbody))
 		}
+	}
+}
+
+// TestBodyAfterHandler: a body read by a goroutine the handler left
+// behind fails, and the next request on the connection is read whole.
+func TestBodyAfterHandler(t *testing.T) {
+	t.Parallel()
+	late := make(chan error, 1)
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/leave" {
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_, err := r.Body.Read(make([]byte, 64))
+				late <- err
+			}()
+			return
+		}
+		which(w, r)
+	}), nil)
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	_, _ = io.WriteString(conn, "POST /leave HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatal(resp, err)
+	}
+	if err := <-late; !errors.Is(err, http.ErrBodyReadAfterClose) {
+		t.Fatalf("a read after the handler returned: %v", err)
+	}
+	_, _ = io.WriteString(conn, "POST /next HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nzz")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if string(data) != "POST /next 2 zz" {
+		t.Fatalf("next request read as %q", data)
+	}
+}
+
+// TestAnswerBeforeBodyRead: when a handler answers without reading the
+// body, the body is read (and dropped) before the answer's head goes out,
+// as net/http does, so a client that sends its whole body before reading
+// is not left blocked; the handler then finds the body at its end.
+func TestAnswerBeforeBodyRead(t *testing.T) {
+	t.Parallel()
+	after := make(chan error, 1)
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := strings.Repeat("a", 64<<10)
+		_, _ = io.WriteString(w, chunk)
+		w.(http.Flusher).Flush()
+		n, err := r.Body.Read(make([]byte, 16))
+		if n != 0 || !errors.Is(err, io.EOF) {
+			err = fmt.Errorf("read %d bytes of the body after the head went out (%w)", n, err)
+		} else {
+			err = nil
+		}
+		after <- err
+		for range 63 {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+	}), nil)
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	size := 200 << 10
+	_, err = io.WriteString(conn, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || n != 64*64<<10 {
+		t.Fatalf("%d bytes, %v", n, err)
+	}
+	if err := <-after; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -229,14 +229,12 @@ func (l *listener) shutdown(logger *slog.Logger, grace time.Duration) {
 func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration) {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
 	defer cancel()
-	leanDone := make(chan error, 1)
-	go func() { leanDone <- s.lean.Shutdown(ctx) }()
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
+	// The lean server first: a connection it hands off meanwhile (a
+	// request only net/http serves) still finds net/http's server open.
+	err := s.lean.Shutdown(ctx)
+	if serr := s.srv.Shutdown(ctx); serr != nil {
 		_ = s.srv.Close()
-	}
-	if lerr := <-leanDone; lerr != nil {
-		err = lerr
+		err = serr
 	}
 	if err != nil {
 		logger.Warn("requests still in flight at the end of the grace period", "address", addr, "err", context.Cause(ctx))
@@ -283,6 +281,16 @@ type trackedConn struct {
 	net.Conn
 	l    *listener
 	once sync.Once
+}
+
+// CloseWrite shuts the write side of a TCP connection: servers do so
+// before closing a connection with unread input, so that the client reads
+// the last answer before a reset.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *trackedConn) Close() error {
