@@ -19,27 +19,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// chanListener is the net.Listener the fallback server takes handed-off
-// connections from.
-type chanListener struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
-func (l *chanListener) Addr() net.Addr { return l.addr }
-
 // lean is a real TCP listener whose connections the lean server serves,
 // with a net/http server behind it for what it hands off.
 type lean struct {
@@ -59,16 +38,12 @@ func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
 		t.Fatal(err)
 	}
 	l := &lean{ln: ln, addr: ln.Addr().String()}
-	cl := &chanListener{addr: ln.Addr(), ch: make(chan net.Conn), done: make(chan struct{})}
+	cl := NewHandoff(ln.Addr())
 	l.fallback = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	l.srv = &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second,
 		Fallback: func(c net.Conn) {
 			l.handed.Add(1)
-			select {
-			case cl.ch <- c:
-			case <-cl.done:
-				_ = c.Close()
-			}
+			cl.Give(c)
 		}}
 	if tune != nil {
 		tune(l.srv)
@@ -103,6 +78,19 @@ func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
 		l.wg.Wait()
 	})
 	return l
+}
+
+// dial opens a raw connection to the server, closed when the test ends,
+// with a deadline that keeps a broken test from hanging.
+func (l *lean) dial(t *testing.T) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", l.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	return conn
 }
 
 func (l *lean) client(t *testing.T) *http.Client {
@@ -192,12 +180,7 @@ func TestFallback(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			conn, err := net.Dial("tcp", l.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = conn.Close() }()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := l.dial(t)
 			if _, err := io.WriteString(conn, tc.raw); err != nil {
 				t.Fatal(err)
 			}
@@ -224,12 +207,7 @@ func TestFallback(t *testing.T) {
 func TestPipelined(t *testing.T) {
 	t.Parallel()
 	l := startLean(t, http.HandlerFunc(which), nil)
-	conn, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := l.dial(t)
 	raw := "POST /1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nabGET /2 HTTP/1.1\r\nHost: x\r\n\r\n" +
 		"POST /3 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\nz"
 	if _, err := io.WriteString(conn, raw); err != nil {
@@ -351,12 +329,7 @@ func TestWatchKeepsPipelinedByte(t *testing.T) {
 		}
 		which(w, r)
 	}), nil)
-	conn, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := l.dial(t)
 	_, _ = io.WriteString(conn, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(3 * watchDelay)
 	_, _ = io.WriteString(conn, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -430,13 +403,8 @@ func TestUnreadBody(t *testing.T) {
 func TestReadHeaderTimeout(t *testing.T) {
 	t.Parallel()
 	l := startLean(t, http.HandlerFunc(which), func(s *Server) { s.ReadHeaderTimeout = 100 * time.Millisecond })
-	conn, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := l.dial(t)
 	_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n")
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	start := time.Now()
 	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("a trickled head: %v", err)
@@ -449,12 +417,7 @@ func TestReadHeaderTimeout(t *testing.T) {
 func TestIdleTimeout(t *testing.T) {
 	t.Parallel()
 	l := startLean(t, http.HandlerFunc(which), func(s *Server) { s.IdleTimeout = 100 * time.Millisecond })
-	conn, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn := l.dial(t)
 	_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
@@ -480,12 +443,7 @@ func TestShutdown(t *testing.T) {
 		}
 		which(w, r)
 	}), nil)
-	idle, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = idle.Close() }()
-	_ = idle.SetDeadline(time.Now().Add(10 * time.Second))
+	idle := l.dial(t)
 	ibr := bufio.NewReader(idle)
 	_, _ = io.WriteString(idle, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, err := http.ReadResponse(ibr, nil)
@@ -494,12 +452,7 @@ func TestShutdown(t *testing.T) {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 
-	busy, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = busy.Close() }()
-	_ = busy.SetDeadline(time.Now().Add(10 * time.Second))
+	busy := l.dial(t)
 	_, _ = io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
 	<-entered
 
@@ -638,12 +591,7 @@ func TestBodyAfterHandler(t *testing.T) {
 		}
 		which(w, r)
 	}), nil)
-	conn, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := l.dial(t)
 	br := bufio.NewReader(conn)
 	_, _ = io.WriteString(conn, "POST /leave HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcd")
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
@@ -687,14 +635,9 @@ func TestAnswerBeforeBodyRead(t *testing.T) {
 			}
 		}
 	}), nil)
-	conn, err := net.Dial("tcp", l.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	conn := l.dial(t)
 	size := 200 << 10
-	_, err = io.WriteString(conn, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size)))
+	_, err := io.WriteString(conn, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size)))
 	if err != nil {
 		t.Fatal(err)
 	}

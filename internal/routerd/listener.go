@@ -74,7 +74,7 @@ func (a serverSettings) equal(b serverSettings) bool {
 type served struct {
 	lean  *h1.Server
 	srv   *http.Server
-	conns *connQueue
+	conns *h1.Handoff
 }
 
 // bind listens on addr for the key's handler with cfg's settings and the
@@ -98,15 +98,9 @@ func (l *listener) newServed() *served {
 	st := l.settings
 	srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
 		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn)}
-	q := newConnQueue(l.ln.Addr())
+	q := h1.NewHandoff(l.ln.Addr())
 	lean := &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
-		Logger: l.logger, Fallback: func(c net.Conn) {
-			select {
-			case q.ch <- c:
-			case <-q.done:
-				_ = c.Close()
-			}
-		}}
+		Logger: l.logger, Fallback: q.Give}
 	return &served{lean: lean, srv: srv, conns: q}
 }
 
@@ -175,24 +169,18 @@ func (l *listener) handOff(c net.Conn) {
 	_, secure := c.(*tls.Conn)
 	for {
 		s := l.cur.Load()
-		if !secure {
-			if s.lean.Go(c) {
-				return
-			}
-			if l.cur.Load() == s {
-				_ = c.Close() // the listener is shutting down
-				return
-			}
-			continue
+		var taken bool
+		if secure {
+			taken = s.conns.Offer(c)
+		} else {
+			taken = s.lean.Go(c)
 		}
-		select {
-		case s.conns.ch <- c:
+		if taken {
 			return
-		case <-s.conns.done:
-			if l.cur.Load() == s {
-				_ = c.Close() // the listener is shutting down
-				return
-			}
+		}
+		if l.cur.Load() == s {
+			_ = c.Close() // the listener is shutting down
+			return
 		}
 	}
 }
@@ -247,34 +235,6 @@ func (l *listener) addr() string {
 	}
 	return l.ln.Addr().String()
 }
-
-// connQueue is the net.Listener a server takes its connections from.
-type connQueue struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newConnQueue(addr net.Addr) *connQueue {
-	return &connQueue{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (q *connQueue) Accept() (net.Conn, error) {
-	select {
-	case c := <-q.ch:
-		return c, nil
-	case <-q.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (q *connQueue) Close() error {
-	q.once.Do(func() { close(q.done) })
-	return nil
-}
-
-func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // trackedConn counts an open connection until it is closed.
 type trackedConn struct {

@@ -21,16 +21,9 @@ func LeanServer(tb testing.TB, h http.Handler) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	handed := &handedOff{addr: ln.Addr(), ch: make(chan net.Conn), done: make(chan struct{})}
+	handed := h1.NewHandoff(ln.Addr())
 	fallback := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	lean := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
-		Fallback: func(c net.Conn) {
-			select {
-			case handed.ch <- c:
-			case <-handed.done:
-				_ = c.Close()
-			}
-		}}
+	lean := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, Fallback: handed.Give}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = fallback.Serve(handed) })
 	wg.Go(func() {
@@ -54,27 +47,3 @@ func LeanServer(tb testing.TB, h http.Handler) string {
 	})
 	return "http://" + ln.Addr().String()
 }
-
-// handedOff is the listener the fallback server takes connections from.
-type handedOff struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func (l *handedOff) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *handedOff) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *handedOff) Addr() net.Addr { return l.addr }
