@@ -70,20 +70,9 @@ type Server struct {
 	shutting atomic.Bool
 }
 
-// ServeConn serves c until the client or the server closes it, or hands it
-// to Fallback. It returns when it is done with c. A server that is shutting
-// down closes c at once.
-func (s *Server) ServeConn(rwc net.Conn) {
-	c := &conn{srv: s, rwc: rwc}
-	if !s.track(c) {
-		_ = rwc.Close()
-		return
-	}
-	c.serveConn()
-}
-
-// Go serves c on a new goroutine, as ServeConn does; false, with c left
-// open, when the server is shutting down.
+// Go serves c on a new goroutine until the client or the server closes
+// it, or hands it to Fallback; false, with c left open, when the server is
+// shutting down.
 func (s *Server) Go(rwc net.Conn) bool {
 	c := &conn{srv: s, rwc: rwc}
 	if !s.track(c) {

@@ -27,7 +27,6 @@ type lean struct {
 	ln       net.Listener
 	addr     string
 	accepted atomic.Int64
-	handed   atomic.Int64
 	wg       sync.WaitGroup
 }
 
@@ -40,34 +39,23 @@ func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
 	l := &lean{ln: ln, addr: ln.Addr().String()}
 	cl := NewHandoff(ln.Addr())
 	l.fallback = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	l.srv = &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second,
-		Fallback: func(c net.Conn) {
-			l.handed.Add(1)
-			cl.Give(c)
-		}}
+	l.srv = &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second, Fallback: cl.Give}
 	if tune != nil {
 		tune(l.srv)
 	}
-	l.wg.Add(2)
-	go func() {
-		defer l.wg.Done()
-		_ = l.fallback.Serve(cl)
-	}()
-	go func() {
-		defer l.wg.Done()
+	l.wg.Go(func() { _ = l.fallback.Serve(cl) })
+	l.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
 			l.accepted.Add(1)
-			l.wg.Add(1)
-			go func() {
-				defer l.wg.Done()
-				l.srv.ServeConn(c)
-			}()
+			if !l.srv.Go(c) {
+				_ = c.Close()
+			}
 		}
-	}()
+	})
 	t.Cleanup(func() {
 		_ = ln.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
