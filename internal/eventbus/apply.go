@@ -1,6 +1,7 @@
 package eventbus
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net"
 )
@@ -54,12 +55,14 @@ func (b *Bus) Apply(s Settings) error {
 	b.creds.Store(creds)
 	for _, e := range oldCreds.entries {
 		ne := creds.byID[e.id]
+		var keys [][sha256.Size]byte
 		if ne == nil {
-			b.revoked.add(certKey(e.id))
+			keys = append(keys, certKey(e.id))
 		}
 		if e.hasToken && (ne == nil || !ne.hasToken || ne.hash != e.hash) {
-			b.revoked.add(e.hash)
+			keys = append(keys, e.hash)
 		}
+		b.revoked.add(keys...)
 	}
 	for _, e := range creds.entries {
 		b.revoked.remove(certKey(e.id))

@@ -50,7 +50,7 @@ func BenchmarkStalledStreamMemory(b *testing.B) {
 		sub := rs.next(b)
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
-		resp := post(b, cc, eventbus.PathStreams+sub.StreamID, tokenA, pr, map[string]string{eventbus.HeaderSession: rs.id})
+		resp := post(b, cc, eventbus.PathStreams+sub.StreamID, tokenA, pr, nil)
 		if resp.StatusCode != 200 {
 			b.Fatal(refusalOf(b, resp))
 		}

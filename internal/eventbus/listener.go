@@ -313,24 +313,36 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 	// Until the connection is handed to the HTTP/2 server, it is closed
 	// and released here; after, when the server is done with it.
 	handed := false
+	raw := bc.raw
+	// The connection has the auth timeout from its acceptance to its first
+	// authenticated request, the TLS handshake included, so that a slot is
+	// never held longer whatever the handshake takes.
+	var expired atomic.Bool
+	bc.authTimer = time.AfterFunc(b.t.auth, func() {
+		if !bc.authed.Load() {
+			expired.Store(true)
+			b.refused(CodeAuthTimeout)
+			_ = raw.Close()
+		}
+	})
 	defer func() {
 		if !handed {
+			bc.authTimer.Stop()
 			_ = bc.raw.Close()
 			b.releaseConn(bc)
 		}
 	}()
-	raw := bc.raw
 	_ = raw.SetDeadline(time.Now().Add(b.t.handshake))
 	var first [1]byte
 	if _, err := io.ReadFull(raw, first[:]); err != nil {
-		if isTimeout(err) {
+		if isTimeout(err) && !expired.Load() {
 			b.refused(CodeHandshakeTimeout)
 		}
 		return
 	}
 	if first[0] != tlsRecordHandshake {
 		b.refused(CodeTLSRequired)
-		if first[0] >= 0x20 && first[0] < 0x7f {
+		if first[0] < 0x80 {
 			// A plaintext HTTP client is told why, in words it reads.
 			_, _ = raw.Write(plainRefusal(CodeTLSRequired, "the event bus listener speaks HTTP/2 over TLS 1.3 only"))
 		}
@@ -342,9 +354,11 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 	err := tc.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
-		if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case expired.Load():
+		case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
 			b.refused(CodeHandshakeTimeout)
-		} else {
+		default:
 			b.refused(CodeHandshakeFailed)
 		}
 		b.logger.Debug("event bus handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
@@ -356,14 +370,7 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 		return
 	}
 	bc.tls, bc.caGen = tc, ts.caGen
-	bc.authTimer = time.AfterFunc(b.t.auth, func() {
-		if !bc.authed.Load() {
-			b.refused(CodeAuthTimeout)
-			_ = raw.Close()
-		}
-	})
 	if !b.handOff(ctx, bc) {
-		bc.authTimer.Stop()
 		return
 	}
 	handed = true

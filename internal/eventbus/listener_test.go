@@ -15,9 +15,9 @@ import (
 )
 
 // TestPlaintextRefused: a connection whose first byte is not a TLS
-// handshake record is refused as tls_required; an ASCII first byte (a
-// plaintext HTTP client) gets an HTTP/1.1 403 JSON answer first, any
-// other byte only the close.
+// handshake record is refused as tls_required; an ASCII (7-bit) first
+// byte, as a plaintext HTTP client sends, gets an HTTP/1.1 403 JSON answer
+// first, any other byte only the close.
 func TestPlaintextRefused(t *testing.T) {
 	t.Parallel()
 	tb := startBus(t, nil)
@@ -26,11 +26,15 @@ func TestPlaintextRefused(t *testing.T) {
 		!strings.Contains(got, "Content-Type: application/json") {
 		t.Errorf("plaintext HTTP answer:\n%s", got)
 	}
-	if got := plainGet(t, tb.addr, []byte{0x00, 0x01, 0x02}); len(got) != 0 {
+	// Any 7-bit first byte is ASCII, control characters included.
+	if got := string(plainGet(t, tb.addr, []byte("\r\nGET / HTTP/1.1\r\n\r\n"))); !strings.HasPrefix(got, "HTTP/1.1 403 Forbidden\r\n") {
+		t.Errorf("CR first byte answered %q", got)
+	}
+	if got := plainGet(t, tb.addr, []byte{0xff, 0x00, 0x01}); len(got) != 0 {
 		t.Errorf("binary first byte answered %q", got)
 	}
-	if n := tb.refusals(eventbus.CodeTLSRequired); n != 2 {
-		t.Errorf("tls_required refusals = %v, want 2", n)
+	if n := tb.refusals(eventbus.CodeTLSRequired); n != 3 {
+		t.Errorf("tls_required refusals = %v, want 3", n)
 	}
 }
 
@@ -285,7 +289,6 @@ func TestDataStreamRefusals(t *testing.T) {
 	if sub.Type != eventbus.TypeSubscribe || sub.Target == nil || *sub.Target != target {
 		t.Fatalf("command %+v", sub)
 	}
-	sess := map[string]string{eventbus.HeaderSession: rs.id}
 	stream := func(cc *http.ClientConn, id, token string, hdr map[string]string) (int, string) {
 		pr, pw := io.Pipe()
 		t.Cleanup(func() { _ = pw.Close() })
@@ -296,25 +299,22 @@ func TestDataStreamRefusals(t *testing.T) {
 		return refusalOf(t, resp)
 	}
 	unknown := strings.Repeat("ab", 16)
-	if st, code := stream(cc, unknown, tokenA, sess); st != 404 || code != eventbus.CodeUnknownStream {
+	if st, code := stream(cc, unknown, tokenA, nil); st != 404 || code != eventbus.CodeUnknownStream {
 		t.Errorf("unknown stream: %d %s", st, code)
 	}
-	if st, code := stream(cc, sub.StreamID, tokenA, nil); st != 404 || code != eventbus.CodeUnknownStream {
-		t.Errorf("no session header: %d %s", st, code)
-	}
-	if st, code := stream(tb.dial(t, nil), sub.StreamID, tokenB, sess); st != 403 || code != eventbus.CodeForbidden {
+	if st, code := stream(tb.dial(t, nil), sub.StreamID, tokenB, nil); st != 403 || code != eventbus.CodeForbidden {
 		t.Errorf("another credential: %d %s", st, code)
 	}
-	if st, code := stream(cc, sub.StreamID, tokenA, map[string]string{eventbus.HeaderSession: rs.id, eventbus.HeaderVersion: "2"}); st != 400 || code != eventbus.CodeUnsupportedVersion {
+	if st, code := stream(cc, sub.StreamID, tokenA, map[string]string{eventbus.HeaderVersion: "2"}); st != 400 || code != eventbus.CodeUnsupportedVersion {
 		t.Errorf("another version: %d %s", st, code)
 	}
-	if st, _ := stream(cc, sub.StreamID, tokenA, sess); st != 200 {
+	if st, _ := stream(cc, sub.StreamID, tokenA, nil); st != 200 {
 		t.Fatalf("the commanded stream: %d", st)
 	}
 	if err := <-opened; err != nil {
 		t.Fatal(err)
 	}
-	if st, code := stream(cc, sub.StreamID, tokenA, sess); st != 409 || code != eventbus.CodeDuplicateStream {
+	if st, code := stream(cc, sub.StreamID, tokenA, nil); st != 409 || code != eventbus.CodeDuplicateStream {
 		t.Errorf("duplicate stream: %d %s", st, code)
 	}
 	if st.Carrier() != brokerA {
@@ -377,10 +377,25 @@ func TestAuthTimeout(t *testing.T) {
 	}
 	active := tb.dial(t, nil)
 	rs := openSession(t, active, tokenA, hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	// The clock runs from the connection's acceptance: one that has not
+	// begun its TLS handshake is closed at the auth timeout too, not at
+	// the (10 s) handshake timeout.
+	silent, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = silent.Close() }()
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a connection without a handshake: read %v, want EOF at the auth timeout", err)
+	}
 	testutil.Eventually(t, 10*time.Second, "unauthenticated connections closed", func() bool {
 		return idle.Err() != nil && refused.Err() != nil
 	})
-	if tb.refusals(eventbus.CodeAuthTimeout) != 2 {
+	if tb.refusals(eventbus.CodeHandshakeTimeout) != 0 {
+		t.Errorf("handshake_timeout refusals %v, want the auth timeout's only", tb.refusals(eventbus.CodeHandshakeTimeout))
+	}
+	if tb.refusals(eventbus.CodeAuthTimeout) != 3 {
 		t.Errorf("auth_timeout refusals %v", tb.refusals(eventbus.CodeAuthTimeout))
 	}
 	if err := active.Err(); err != nil {

@@ -33,8 +33,6 @@ const (
 	PathStreams = "/bus/v1/streams/"
 	// HeaderVersion carries the client's protocol version on every request.
 	HeaderVersion = "continuum-bus-version"
-	// HeaderSession names, on a data stream, the session that commanded it.
-	HeaderSession = "continuum-bus-session"
 	// ProtocolVersion is the version this build speaks.
 	ProtocolVersion = 1
 )

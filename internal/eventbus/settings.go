@@ -256,36 +256,47 @@ func (e *entry) checkHello(m *Message) (code, why string) {
 	return "", ""
 }
 
-// revokedSet remembers the last RevokedMemory removed credentials by key
-// (a token's hash, or a certificate identity's).
+// revokedSet remembers the last RevokedMemory removed credentials by
+// their keys (a token's hash, a certificate identity's, or both for one
+// entry): a credential is one slot whatever its keys, and a key that is
+// revoked again moves to the newest slot.
 type revokedSet struct {
-	keys map[[sha256.Size]byte]struct{}
-	ring [][sha256.Size]byte
-	next int
+	keys map[[sha256.Size]byte]uint64 // key → the sequence number of its slot
+	ring []revokedSlot
+	seq  uint64 // the next slot's sequence number
+}
+
+type revokedSlot struct {
+	seq  uint64
+	keys [][sha256.Size]byte
 }
 
 func newRevokedSet() *revokedSet {
-	return &revokedSet{keys: map[[sha256.Size]byte]struct{}{}, ring: make([][sha256.Size]byte, 0, RevokedMemory)}
+	return &revokedSet{keys: map[[sha256.Size]byte]uint64{}, ring: make([]revokedSlot, RevokedMemory)}
 }
 
-func (r *revokedSet) add(k [sha256.Size]byte) {
-	if _, ok := r.keys[k]; ok {
+// add remembers one removed credential's keys, forgetting the oldest
+// credential when RevokedMemory are remembered.
+func (r *revokedSet) add(keys ...[sha256.Size]byte) {
+	if len(keys) == 0 {
 		return
 	}
-	if len(r.ring) < RevokedMemory {
-		r.ring = append(r.ring, k)
-	} else {
-		delete(r.keys, r.ring[r.next])
-		r.ring[r.next] = k
-		r.next = (r.next + 1) % RevokedMemory
+	slot := &r.ring[r.seq%RevokedMemory]
+	for _, k := range slot.keys {
+		if seq, ok := r.keys[k]; ok && seq == slot.seq {
+			delete(r.keys, k)
+		}
 	}
-	r.keys[k] = struct{}{}
+	*slot = revokedSlot{seq: r.seq, keys: keys}
+	for _, k := range keys {
+		r.keys[k] = r.seq
+	}
+	r.seq++
 }
 
-func (r *revokedSet) remove(k [sha256.Size]byte) {
-	// The ring keeps its slot; only membership matters.
-	delete(r.keys, k)
-}
+// remove forgets a key (its credential is configured again); its slot is
+// reused in turn.
+func (r *revokedSet) remove(k [sha256.Size]byte) { delete(r.keys, k) }
 
 func (r *revokedSet) has(k [sha256.Size]byte) bool {
 	_, ok := r.keys[k]

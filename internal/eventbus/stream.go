@@ -100,31 +100,32 @@ func (b *Bus) streamClosedByClient(s *session, id, code string) {
 }
 
 // serveStream is POST /bus/v1/streams/{id}: the data stream of a stream
-// the router commanded on the same credential's session. The handler
-// lasts as long as the stream.
+// the router commanded on a session of the same credential. The stream id
+// alone names it (ids are 128 random bits, unique across sessions), so a
+// client sends no more than the contract's headers. The handler lasts as
+// long as the stream.
 func (b *Bus) serveStream(bc *busConn, ent *entry, version int, id string, w http.ResponseWriter, r *http.Request) {
 	if version != ProtocolVersion {
 		b.refuse(w, http.StatusBadRequest, CodeUnsupportedVersion, fmt.Sprintf("the session negotiated protocol version %d", ProtocolVersion))
 		return
 	}
 	b.mu.Lock()
-	s := b.sessions[r.Header.Get(HeaderSession)]
+	var s *session
 	var st *stream
-	if s != nil {
-		st = s.streams[id]
+	for _, cand := range b.sessions {
+		if st = cand.streams[id]; st != nil {
+			s = cand
+			break
+		}
 	}
 	switch {
-	case s == nil:
+	case st == nil:
 		b.mu.Unlock()
-		b.refuse(w, http.StatusNotFound, CodeUnknownStream, "no such session: send "+HeaderSession)
+		b.refuse(w, http.StatusNotFound, CodeUnknownStream, "the router commanded no such stream on an open session")
 		return
 	case s.entID != ent.id:
 		b.mu.Unlock()
-		b.refuse(w, http.StatusForbidden, CodeForbidden, "the session belongs to another credential")
-		return
-	case st == nil:
-		b.mu.Unlock()
-		b.refuse(w, http.StatusNotFound, CodeUnknownStream, "the router did not command this stream on this session")
+		b.refuse(w, http.StatusForbidden, CodeForbidden, "the stream's session belongs to another credential")
 		return
 	case st.state != statePending:
 		b.mu.Unlock()

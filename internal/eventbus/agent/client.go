@@ -499,7 +499,6 @@ func (s *conn) relay(ctx context.Context, m *eventbus.Message) string {
 	defer func() { _ = src.Close() }()
 	pr, pw := io.Pipe()
 	req := c.request(ctx, eventbus.PathStreams+m.StreamID, pr)
-	req.Header.Set(eventbus.HeaderSession, s.id)
 	resp, err := s.cc.RoundTrip(req)
 	if err != nil {
 		_ = pw.CloseWithError(err)
