@@ -432,3 +432,41 @@ func TestEventBusAdvisories(t *testing.T) {
 		t.Errorf("idle kv_listener: %v", doc.Findings)
 	}
 }
+
+// TestExternalEtcdEndpoint: with direct load subscriptions, an etcd
+// endpoint that looks outside the cluster is warned about (the router
+// then probably cannot reach the workers' pod addresses); in-cluster
+// names and private addresses are not, nor is any endpoint under the
+// broker transport.
+func TestExternalEtcdEndpoint(t *testing.T) {
+	t.Parallel()
+	const path = "dynamo.discovery.etcd.endpoints[0]"
+	for _, tc := range []struct {
+		endpoint  string
+		transport string
+		warn      bool
+	}{
+		{"http://203.0.113.7:2379", "direct", true},
+		{"https://etcd.example.com:2379", "direct", true},
+		{"[2001:db8::1]:2379", "direct", true},
+		{"http://etcd.example.com:2379", "broker", false},
+		{"http://etcd.dynamo.svc:2379", "direct", false},
+		{"http://etcd.dynamo.svc.cluster.local:2379", "direct", false},
+		{"http://etcd:2379", "direct", false},
+		{"http://localhost:2379", "direct", false},
+		{"http://10.1.2.3:2379", "direct", false},
+		{"http://100.64.0.9:2379", "direct", false},
+		{"http://[fd00::1]:2379", "direct", false},
+		{"http://etcd.cluster.local:2379", "direct", false},
+	} {
+		doc := parse(t, fmt.Sprintf(`dynamo:
+  enabled: true
+  discovery: {etcd: {endpoints: [%q]}}
+  load: {transport: %s, direct_allow_cidrs: ["10.0.0.0/8"]}
+  event_bus: {enabled: %v}
+`, tc.endpoint, tc.transport, tc.transport == "broker"))
+		if got := hasFinding(doc, config.SeverityWarning, path, "looks outside the cluster"); got != tc.warn {
+			t.Errorf("%s with %s transport: warned %v, want %v; findings %v", tc.endpoint, tc.transport, got, tc.warn, doc.Findings)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +62,38 @@ func checkEtcdEndpoint(s string) (scheme, problem string) {
 	}
 	return scheme, ""
 }
+
+// etcdEndpointLooksExternal reports whether a valid etcd endpoint's host
+// looks outside a Kubernetes cluster: a public IP address (not loopback,
+// private, link-local or shared address space), or a dotted name that is
+// neither a Service name (a "svc" label) nor under ".local" or
+// ".internal". Direct load subscriptions need the workers' pod addresses,
+// which a router beside an external etcd usually cannot reach.
+func etcdEndpointLooksExternal(endpoint string) bool {
+	rest := endpoint
+	if i := strings.Index(endpoint, "://"); i >= 0 {
+		rest = endpoint[i+3:]
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || sharedAddressSpace.Contains(ip))
+	}
+	if host == "localhost" || !strings.Contains(host, ".") {
+		return false
+	}
+	if strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") {
+		return false
+	}
+	return !slices.Contains(strings.Split(host, "."), "svc")
+}
+
+// sharedAddressSpace (100.64.0.0/10) carries pod networks in some clusters.
+var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")
 
 // checkHostPort validates host:port with IPv6 hosts in brackets. With
 // allowEmptyHost, ":8080" (every address) is accepted and port 0 too.

@@ -288,6 +288,14 @@ func (v *validator) etcd(active bool) {
 			schemes[scheme] = i
 		}
 	}
+	if active && v.c.Dynamo.Load.Transport == TransportDirect {
+		for i, ep := range e.Endpoints {
+			if _, msg := checkEtcdEndpoint(ep); msg == "" && etcdEndpointLooksExternal(ep) {
+				v.warnf(fmt.Sprintf("%s.endpoints[%d]", p, i), "%q looks outside the cluster, but direct load subscriptions connect to the workers' pod addresses from here: if the router runs outside the cluster, use dynamo.load.transport: broker with the event bus", ep)
+				break
+			}
+		}
+	}
 	hasHTTP, hasHTTPS := schemes["http"], schemes["https"]
 	_, okHTTP := schemes["http"]
 	_, okHTTPS := schemes["https"]

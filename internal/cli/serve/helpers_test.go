@@ -31,7 +31,9 @@ func startServe(t *testing.T, ctx context.Context, opts *serve.Options) (base st
 	if opts.Grace == 0 {
 		opts.Grace = 5 * time.Second
 	}
-	opts.Logger = func() (*slogLogger, error) { return discardLogger(), nil }
+	if opts.Logger == nil {
+		opts.Logger = func() (*slogLogger, error) { return discardLogger(), nil }
+	}
 	addr := make(chan string, 1)
 	opts.Ready = func(main, _ string) { addr <- main }
 	ch := make(chan error, 1)

@@ -113,7 +113,7 @@ func Run(ctx context.Context, o *Options) error {
 		o.ready(d.Daemon)
 		return d.Run(ctx)
 	}
-	cfg, err := o.config()
+	cfg, err := o.config(logger)
 	if err != nil {
 		return err
 	}
@@ -132,9 +132,9 @@ func (o *Options) ready(d *routerd.Daemon) {
 	}
 }
 
-// config loads --config (the defaults without one), prints its errors and
-// applies --bind.
-func (o *Options) config() (*config.Config, error) {
+// config loads --config (the defaults without one), prints its errors,
+// logs its warnings (as a reload does) and applies --bind.
+func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
 	cfg := config.Default()
 	if o.ConfigFile != "" {
 		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
@@ -144,6 +144,13 @@ func (o *Options) config() (*config.Config, error) {
 		for _, f := range doc.Findings {
 			if f.Severity == config.SeverityError {
 				fmt.Fprintln(o.IO.ErrOut, f.String())
+			}
+		}
+		if doc.Findings.Errors() == 0 {
+			for _, f := range doc.Findings {
+				if f.Severity == config.SeverityWarning {
+					logger.Warn("configuration warning", "finding", f.String())
+				}
 			}
 		}
 		if n := doc.Findings.Errors(); n > 0 {

@@ -1,10 +1,12 @@
 package serve_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -232,4 +234,45 @@ func TestServeDemo(t *testing.T) {
 	if !strings.Contains(out.String(), "curl -s http://"+strings.TrimPrefix(base, "http://")) {
 		t.Errorf("banner:\n%s", out.String())
 	}
+}
+
+// TestServeLogsConfigWarnings: the configuration's warnings are logged at
+// start, as at a reload, not only by config validate.
+func TestServeLogsConfigWarnings(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "continuum.yaml")
+	cfg := "server: {bind_address: \"127.0.0.1:0\"}\ndynamo: {load: {transport: broker}}\n"
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, done := startServe(t, ctx, &serve.Options{ConfigFile: file,
+		Logger: func() (*slog.Logger, error) { return slog.New(slog.NewTextHandler(&logs, nil)), nil }})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.String(); !strings.Contains(got, "configuration warning") || !strings.Contains(got, "dynamo.load.transport") {
+		t.Errorf("start logged:\n%s", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
