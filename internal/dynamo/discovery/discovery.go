@@ -133,6 +133,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	delay := w.Backoff.Initial
 	defer w.stop()
+	// Publishing ends when ctx does, not when the source notices: a source
+	// slow to return (a stopped watcher is abandoned after a grace) must
+	// not publish over whatever replaced the watcher in the registry.
+	defer context.AfterFunc(ctx, w.halt)()
 	for {
 		s := &sink{w: w}
 		err := w.Source.Run(ctx, s)
@@ -228,6 +232,9 @@ func (s *sink) ResyncEnd() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.resyncing = false
+	if w.stopped {
+		return
+	}
 	w.reducer.ResyncEnd()
 	s.established = time.Now()
 	w.setConnected(true)
@@ -305,19 +312,25 @@ func (w *Watcher) stopTimerLocked() {
 func (w *Watcher) endPass() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.published && !w.resyncing && w.reducer.Dirty() {
+	if w.published && !w.resyncing && !w.stopped && w.reducer.Dirty() {
 		w.publishLocked()
 	}
+	w.stopTimerLocked()
+}
+
+// halt ends publishing at once (ctx ended); stop, when Run returns, also
+// waits for a timer callback under way.
+func (w *Watcher) halt() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
 	w.stopTimerLocked()
 }
 
 // stop ends publishing when Run returns: no publish happens after it, so
 // the registry is free for whatever replaces the watcher.
 func (w *Watcher) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.stopTimerLocked()
-	w.mu.Unlock()
+	w.halt()
 	w.timers.Wait()
 }
 

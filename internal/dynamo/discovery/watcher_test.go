@@ -78,3 +78,57 @@ func TestBackoff(t *testing.T) {
 		}
 	})
 }
+
+// lingering is a source that does not notice its context ending: it
+// applies and ends one more resync a while after the cancellation, as a
+// pass blocked in a slow call would.
+type lingering struct {
+	cancelled chan struct{}
+	done      chan struct{}
+}
+
+func (l *lingering) Name() string { return "lingering" }
+
+func (l *lingering) Run(ctx context.Context, sink discovery.Sink) error {
+	defer close(l.done)
+	sink.ResyncBegin()
+	sink.Put("v1/instances/dynamo/decode/generate/1", []byte(`{"component":"decode","endpoint":"generate","instance_id":1}`))
+	sink.ResyncEnd()
+	<-ctx.Done()
+	<-l.cancelled // the registry has been reset meanwhile
+	sink.ResyncBegin()
+	sink.Put("v1/instances/dynamo/decode/generate/2", []byte(`{"component":"decode","endpoint":"generate","instance_id":2}`))
+	sink.ResyncEnd()
+	sink.Put("v1/instances/dynamo/decode/generate/3", []byte(`{"component":"decode","endpoint":"generate","instance_id":3}`))
+	sink.Flush()
+	return ctx.Err()
+}
+
+// TestNoPublishAfterCancel: once its context ends, a watcher publishes
+// nothing, even when its source goes on applying events, so an abandoned
+// watcher cannot put its view back over the registry's next owner.
+func TestNoPublishAfterCancel(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	src := &lingering{cancelled: make(chan struct{}), done: make(chan struct{})}
+	reg := fleet.NewRegistry(nil, nil)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: time.Second, Max: time.Second}}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	select {
+	case <-w.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first view")
+	}
+	cancel()
+	reg.Reset()
+	gen := reg.Generation()
+	close(src.cancelled)
+	<-src.done
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if reg.Generation() != gen || reg.Snapshot().Workers.Len() != 0 {
+		t.Errorf("published after its context ended: generation %d → %d, %d workers", gen, reg.Generation(), reg.Snapshot().Workers.Len())
+	}
+}
