@@ -81,7 +81,8 @@ func etcdEndpointLooksExternal(endpoint string) bool {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	if ip, err := netip.ParseAddr(host); err == nil {
 		ip = ip.Unmap()
-		return !(ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || sharedAddressSpace.Contains(ip))
+		internal := ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || sharedAddressSpace.Contains(ip)
+		return !internal
 	}
 	if host == "localhost" || !strings.Contains(host, ".") {
 		return false

@@ -386,7 +386,7 @@ func TestAuthTimeout(t *testing.T) {
 	}
 	defer func() { _ = silent.Close() }()
 	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := silent.Read(make([]byte, 1)); err != io.EOF {
+	if _, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Errorf("a connection without a handshake: read %v, want EOF at the auth timeout", err)
 	}
 	testutil.Eventually(t, 10*time.Second, "unauthenticated connections closed", func() bool {

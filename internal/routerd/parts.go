@@ -47,17 +47,37 @@ func (d *Daemon) start(name string, fn func(context.Context) error) *part {
 
 // stop asks the part to end and waits for it, at most StopGrace; a part
 // that outlives its grace is abandoned (its goroutine ends when it can).
-func (p *part) stop(logger *slog.Logger) {
-	if p == nil {
-		return
+func (p *part) stop(logger *slog.Logger) { stopParts(logger, p) }
+
+// stopParts asks every part (nil ones skipped) to end at once and waits
+// for them under one StopGrace, so that a transition stopping several
+// parts takes no longer than one.
+func stopParts(logger *slog.Logger, parts ...*part) {
+	for _, p := range parts {
+		if p != nil {
+			p.cancel()
+		}
 	}
-	p.cancel()
 	t := time.NewTimer(StopGrace)
 	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
-		logger.Warn("a part did not stop within its grace and is abandoned", "part", p.name, "grace", StopGrace)
+	expired := false
+	for _, p := range parts {
+		if p == nil {
+			continue
+		}
+		if !expired {
+			select {
+			case <-p.done:
+				continue
+			case <-t.C:
+				expired = true
+			}
+		}
+		select {
+		case <-p.done:
+		default:
+			logger.Warn("a part did not stop within its grace and is abandoned", "part", p.name, "grace", StopGrace)
+		}
 	}
 }
 
@@ -144,9 +164,10 @@ func (d *Daemon) newKV(cfg *config.Config, conn zmtp.Connector) (*kvParts, error
 // startKV starts KV-aware selection.
 func (d *Daemon) startKV(k *kvParts) { k.run = d.start("KV-aware selection", k.st.Run) }
 
-// stopKV stops KV-aware selection.
-func (d *Daemon) stopKV(k *kvParts) {
-	if k != nil {
-		k.run.stop(d.logger)
+// part is the running KV-aware selection (nil when off).
+func (k *kvParts) part() *part {
+	if k == nil {
+		return nil
 	}
+	return k.run
 }

@@ -328,23 +328,28 @@ func (d *Daemon) commit(old, cfg *config.Config, plan config.Plan, p prepared) {
 			k.st.Subscriptions.SetConnector(p.conn)
 		}
 	}
-	d.applyKV(cfg, p)
+	// A part turned off stops together with the watcher a restart
+	// replaces: one transition waits one grace at most.
+	off := d.applyKV(cfg, p)
 	if plan.Watcher != nil {
-		d.replaceWatcher(cfg, plan.Watcher, p.watcher)
+		d.replaceWatcher(cfg, plan.Watcher, p.watcher, off)
+		return
 	}
+	stopParts(d.logger, off)
 }
 
 // applyKV turns KV-aware selection on or off, or gives it its new
-// settings; the index is kept across settings changes.
-func (d *Daemon) applyKV(cfg *config.Config, p prepared) {
+// settings; the index is kept across settings changes. Turned off, its
+// part is returned to be stopped (it is no longer used).
+func (d *Daemon) applyKV(cfg *config.Config, p prepared) (off *part) {
 	k := d.dyn.kv
 	switch {
 	case k != nil && !cfg.Dynamo.KV.Enabled:
 		d.dyn.kv = nil
 		d.kvState.Store(nil)
 		d.setPicker()
-		d.stopKV(k)
 		d.logger.Info("KV-aware selection off")
+		return k.part()
 	case k == nil && p.kv != nil:
 		d.dyn.kv = p.kv
 		d.startKV(p.kv)
@@ -356,6 +361,7 @@ func (d *Daemon) applyKV(cfg *config.Config, p prepared) {
 		k.st.Loader.SetPolicy(policy)
 		k.st.Picker.SetSettings(kvstack.Settings(&cfg.Dynamo.KV))
 	}
+	return nil
 }
 
 // setPicker gives the router the picker the running parts call for,
@@ -370,12 +376,12 @@ func (d *Daemon) setPicker() {
 // registry keeps its view when only the backoff changed (until w's first
 // full resync), loses only the removed namespaces when namespaces were
 // added or removed, and is emptied otherwise.
-func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w *discovery.Watcher) {
+func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w *discovery.Watcher, alsoStop *part) {
 	d.logger.Info("dynamo discovery watcher restarting", "reason", wr.Reason, "pruned_namespaces", wr.Prune)
 	if wr.CountRestart {
 		d.dm.Events.WithLabelValues(telemetry.KindRestart).Inc()
 	}
-	d.dyn.watcherRun.stop(d.logger)
+	stopParts(d.logger, d.dyn.watcherRun, alsoStop)
 	d.dyn.watcher = w
 	d.watcher.Store(w)
 	switch {
@@ -399,9 +405,7 @@ func (d *Daemon) stopDynamo() {
 	d.setDynamo(dynamoParts{})
 	d.settling.Store(nil)
 	d.setPicker()
-	d.stopKV(dp.kv)
-	dp.loadRun.stop(d.logger)
-	dp.watcherRun.stop(d.logger)
+	stopParts(d.logger, dp.kv.part(), dp.loadRun, dp.watcherRun)
 	d.registry.Reset()
 }
 

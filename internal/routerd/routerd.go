@@ -346,8 +346,8 @@ func (d *Daemon) Close() {
 // error of the part that failed (which shuts the rest down the same way).
 func (d *Daemon) Run(ctx context.Context) error {
 	// The parts run under their own context, ended only after the drain.
-	parts, stopParts := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopParts()
+	parts, cancelParts := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelParts()
 	d.mu.Lock()
 	d.partsCtx = parts
 	if d.dyn.watcher != nil {
@@ -382,18 +382,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// A reload in progress finishes first (its own stops are bounded).
 	d.mu.Lock()
 	d.closed = true
-	var wg sync.WaitGroup
-	stop := func(p *part) { wg.Go(func() { p.stop(d.logger) }) }
-	stop(d.dyn.watcherRun)
-	stop(d.dyn.loadRun)
-	if k := d.dyn.kv; k != nil {
-		wg.Go(func() { d.stopKV(k) })
-	}
-	stop(routerRun)
-	stop(d.certRun)
-	stop(d.busRun)
-	stop(coverage)
-	wg.Wait()
+	stopParts(d.logger, d.dyn.watcherRun, d.dyn.loadRun, d.dyn.kv.part(), routerRun, d.certRun, d.busRun, coverage)
 	d.mu.Unlock()
 	d.retiring.Wait()
 	if err == nil {
