@@ -440,3 +440,20 @@ func TestReloadNarrowsAllowLists(t *testing.T) {
 		t.Errorf("role change told %+v, want forbidden", m)
 	}
 }
+
+// TestIdleTimeoutOwnClock: a session that receives nothing for
+// idle_timeout ends then, not at the next heartbeat.
+func TestIdleTimeoutOwnClock(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, func(s *eventbus.Settings, _ *eventbus.Timeouts) {
+		s.HeartbeatInterval, s.IdleTimeout = time.Minute, 300*time.Millisecond
+	})
+	start := time.Now()
+	rs := openSession(t, tb.dial(t, nil), tokenA, hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	if m := rs.next(t); m.Type != eventbus.TypeError || m.Code != eventbus.CodeIdleTimeout {
+		t.Fatalf("told %+v, want error idle_timeout", m)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("idle session ended after %v: it waited for a heartbeat", d)
+	}
+}

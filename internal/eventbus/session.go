@@ -177,17 +177,25 @@ func (s *session) serve(rc *http.ResponseController, w http.ResponseWriter, r *h
 	}()
 	hb := time.NewTicker(s.heartbeat)
 	defer hb.Stop()
+	// The idle timer is due idle_timeout after the last line received;
+	// lines only move lastSeen, and the timer, when it fires early, is
+	// armed again for the rest.
+	idle := time.NewTimer(s.idle)
+	defer idle.Stop()
 	var seq uint64
 loop:
 	for {
 		var line []byte
 		select {
 		case line = <-s.out:
-		case now := <-hb.C:
-			if now.Sub(time.Unix(0, s.lastSeen.Load())) > s.idle {
-				b.closeSession(s, CodeIdleTimeout, "nothing received within idle_timeout")
+		case now := <-idle.C:
+			if left := time.Unix(0, s.lastSeen.Load()).Add(s.idle).Sub(now); left > 0 {
+				idle.Reset(left)
 				continue
 			}
+			b.closeSession(s, CodeIdleTimeout, "nothing received within idle_timeout")
+			continue
+		case <-hb.C:
 			seq++
 			line = Encode(&Message{Type: TypeHeartbeat, Seq: seq})
 		case <-s.done:
