@@ -472,7 +472,8 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 }
 
 // writeHeaders sets the upstream headers, without hop-by-hop or x-dynamo-*
-// headers, adding routing identities when the client asked.
+// headers, and the routing path the request took; the backend and worker
+// identities only when the client asked (x-backend).
 func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
 	for k, v := range resp.Header {
@@ -481,24 +482,29 @@ func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) 
 		}
 		h[k] = v // the upstream response is not read again: no copy
 	}
-	if x.reveal {
-		h.Set("x-continuum-backend", b.Name())
-		path := shim.PathUnified
-		if x.routingPath != "" {
-			path = x.routingPath
+	path := shim.PathUnified
+	if x.routingPath != "" {
+		path = x.routingPath
+	}
+	if pin != nil {
+		path = shim.PathAggregated
+		switch {
+		case pin.Prefill != nil:
+			path = shim.PathDisaggregated
+		case pin.Bypass:
+			path = shim.PathUnified
 		}
-		if pin != nil {
-			path = shim.PathAggregated
-			if pin.Bypass {
-				path = shim.PathUnified
-			}
-			h.Set("x-continuum-worker", strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10))
-			if pin.Prefill != nil {
-				path = shim.PathDisaggregated
-				h.Set("x-continuum-prefill-worker", strconv.FormatUint(pin.Prefill.Worker.ID.InstanceID, 10))
-			}
+	}
+	h.Set("x-continuum-routing-path", path)
+	if !x.reveal {
+		return
+	}
+	h.Set("x-continuum-backend", b.Name())
+	if pin != nil {
+		h.Set("x-continuum-worker", strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10))
+		if pin.Prefill != nil {
+			h.Set("x-continuum-prefill-worker", strconv.FormatUint(pin.Prefill.Worker.ID.InstanceID, 10))
 		}
-		h.Set("x-continuum-routing-path", path)
 	}
 }
 

@@ -203,10 +203,16 @@ func TestPinsDecimalHeaders(t *testing.T) {
 	if r.Authorization != "Bearer sk-upstream" {
 		t.Errorf("upstream api key not injected: %q", r.Authorization)
 	}
+	// The routing path is always told; the identities of the backend and
+	// workers only to a client that asks (x-backend).
 	for k := range resp.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-dynamo-") || strings.HasPrefix(strings.ToLower(k), "x-continuum-") {
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "x-dynamo-") || strings.HasPrefix(lk, "x-continuum-") && lk != "x-continuum-routing-path" {
 			t.Errorf("header %s returned to a client that did not ask", k)
 		}
+	}
+	if got := resp.Header.Get("x-continuum-routing-path"); got != shim.PathDisaggregated {
+		t.Errorf("x-continuum-routing-path = %q, want %s", got, shim.PathDisaggregated)
 	}
 	if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathDisaggregated)) != 1 ||
 		promtest.ToFloat64(h.metrics.Selections.WithLabelValues("decode", "round_robin_stale")) != 1 {
