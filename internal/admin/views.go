@@ -71,9 +71,12 @@ func WorkerView(w *fleet.Worker) Worker {
 			MaxNumSeqs: w.Capacity.MaxNumSeqs, ContextLength: w.Capacity.ContextLength},
 		FirstSeen: formatTime(w.FirstSeen), LastUpdated: formatTime(w.LastUpdated),
 	}
-	v.DisaggregatedEndpoint = w.DisaggregatedEndpoint
-	if len(v.DisaggregatedEndpoint) == 0 {
-		v.DisaggregatedEndpoint = json.RawMessage("null")
+	v.DisaggregatedEndpoint = json.RawMessage("null")
+	// The string form names an endpoint ("ns/component/endpoint"); the
+	// object form of newer cards carries the engine's bootstrap host and
+	// port, a pod address, which the view never exposes.
+	if e := w.DisaggregatedEndpoint; len(e) > 0 && e[0] == '"' {
+		v.DisaggregatedEndpoint = e
 	}
 	return v
 }
