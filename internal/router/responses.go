@@ -734,7 +734,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		// As it is, but never with the client's token data; pinned by the
 		// model alone (the router renders no Responses prompt).
 		prompt, _ := json.Marshal(instructionsAnd(q.Instructions, inputText(q.Input)))
-		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutTokenData(body),
+		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body),
 			q: &request{Model: q.Model, Stream: q.Stream, Prompt: prompt}, policy: policy,
 			reveal: r.Header.Values("x-backend") != nil, only: isNative, modelOnly: true}
 		x.route()
@@ -780,7 +780,7 @@ func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
 			"POST /v1/responses/compact goes only to a backend with responses_api: native serving the model (unpinned, not through the shim); none can take "+strconvQuote(q.Model)+" now")
 		return
 	}
-	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutTokenData(body), q: &request{Model: q.Model},
+	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutClientRouting(body), q: &request{Model: q.Model},
 		policy: policy, reveal: r.Header.Values("x-backend") != nil, only: isNative, unpinned: true}
 	x.route()
 }

@@ -503,7 +503,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		return
 	}
 	if len(q.Nvext) > 0 {
-		body = withoutTokenData(body)
+		body = withoutClientRouting(body)
 	}
 	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: r.Header.Values("x-backend") != nil}
 	x.route()

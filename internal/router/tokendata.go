@@ -3,17 +3,25 @@ package router
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 )
 
-// withoutTokenData removes nvext.token_data from a body: a client may not
-// hand the frontend its own tokens. body must be valid JSON (it was
-// decoded before). Only the members concerned change: every other byte of
-// the body is kept as the client sent it, and the body is returned as it
-// is when there is nothing to remove. An nvext left empty goes; of an
-// nvext given more than once only the last (the one decoders keep) stays,
-// so that no decoder finds a token_data.
-func withoutTokenData(body []byte) []byte {
+// clientNvextKeys are the nvext members a client may not send: its own
+// tokens (token_data would skip the frontend's tokenization, and the
+// guardrails on it), and the worker choices Dynamo's frontend takes from
+// the body when no pin header overrides them (a client would otherwise
+// pick its own decode or prefill worker or rank, or pair a prefill worker
+// with an aggregated pin).
+var clientNvextKeys = []string{"token_data", "backend_instance_id", "decode_worker_id", "prefill_worker_id", "dp_rank"}
+
+// withoutClientRouting removes clientNvextKeys from a body's nvext. body
+// must be valid JSON (it was decoded before). Only the members concerned
+// change: every other byte of the body is kept as the client sent it, and
+// the body is returned as it is when there is nothing to remove. An nvext
+// left empty goes; of an nvext given more than once only the last (the
+// one decoders keep) stays, so that no decoder finds a removed member.
+func withoutClientRouting(body []byte) []byte {
 	start := skipSpace(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return body
@@ -34,7 +42,7 @@ func withoutTokenData(body []byte) []byte {
 		inner, _ := objectMembers(body, ext.val)
 		var innerKept []member
 		for _, im := range inner {
-			if !keyIs(body, im, "token_data") {
+			if !slices.ContainsFunc(clientNvextKeys, func(k string) bool { return keyIs(body, im, k) }) {
 				innerKept = append(innerKept, im)
 			}
 		}
@@ -183,7 +191,7 @@ func skipValue(b []byte, i int) int {
 }
 
 // withTokenData sets nvext.token_data to ids in a body that has none
-// (withoutTokenData ran first), so the frontend skips its own
+// (withoutClientRouting ran first), so the frontend skips its own
 // tokenization: in the last nvext object (the one decoders keep), or in a
 // new nvext at the end. Every other byte stays as it was.
 func withTokenData(body []byte, ids []uint32) []byte {

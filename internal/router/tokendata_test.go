@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestWithoutTokenData(t *testing.T) {
+func TestWithoutClientRouting(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct{ in, want string }{
 		{`{"model":"m","nvext":{"token_data":[1,2,3],"cache_salt":"s"}}`, `{"model":"m","nvext":{"cache_salt":"s"}}`},
@@ -22,18 +22,23 @@ func TestWithoutTokenData(t *testing.T) {
 		{`{"nvext":{"token_data":1},"m":1,"nvext":{"k":"v"}}`, `{"m":1,"nvext":{"k":"v"}}`}, // only the last nvext stays
 		{`{"nvext":{"k":1},"nvext":{"token_data":2}}`, `{}`},
 		{`{"a":"\"nvext\"","nvext":{"token_data":"\"}"}}`, `{"a":"\"nvext\""}`},
+		// The worker choices go too; other routing hints stay.
+		{`{"model":"m","nvext":{"backend_instance_id":999,"prefill_worker_id":888,"decode_worker_id":7,"dp_rank":5,"cache_salt":"s","extra_fields":["worker_id"]}}`,
+			`{"model":"m","nvext":{"cache_salt":"s","extra_fields":["worker_id"]}}`},
+		{`{"model":"m","nvext":{"dp_rank":0}}`, `{"model":"m"}`},
 	} {
-		if got := string(withoutTokenData([]byte(tt.in))); got != tt.want {
+		if got := string(withoutClientRouting([]byte(tt.in))); got != tt.want {
 			t.Errorf("%s\n got  %s\n want %s", tt.in, got, tt.want)
 		}
 	}
 }
 
-// FuzzWithoutTokenData: for any valid JSON body the result is valid JSON
-// with the same members, except that no nvext object holds token_data.
-func FuzzWithoutTokenData(f *testing.F) {
+// FuzzWithoutClientRouting: for any valid JSON body the result is valid
+// JSON with the same members, except that no nvext object holds a member
+// a client may not send.
+func FuzzWithoutClientRouting(f *testing.F) {
 	for _, s := range []string{`{"model":"m","nvext":{"token_data":[1,2],"cache_salt":"s"}}`, `{"nvext":{"token_data":1}}`,
-		`{"nvext":{"a":"\\\"","token\u005fdata":{}}}`, `[1]`, `"x"`, `{}`} {
+		`{"nvext":{"a":"\\\"","token\u005fdata":{}}}`, `[1]`, `"x"`, `{}`, `{"nvext":{"dp_rank":1,"prefill_worker_id":2}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -41,17 +46,21 @@ func FuzzWithoutTokenData(f *testing.F) {
 		if json.Unmarshal(body, &before) != nil {
 			return // the router refuses bodies that are not JSON objects first
 		}
-		out := withoutTokenData(body)
+		out := withoutClientRouting(body)
 		var after map[string]any
 		if err := json.Unmarshal(out, &after); err != nil {
 			t.Fatalf("%q became invalid: %q: %v", body, out, err)
 		}
 		if ext, ok := before["nvext"].(map[string]any); ok {
-			if _, had := ext["token_data"]; had {
-				delete(ext, "token_data")
-				if len(ext) == 0 {
-					delete(before, "nvext")
+			had := false
+			for _, k := range clientNvextKeys {
+				if _, ok := ext[k]; ok {
+					delete(ext, k)
+					had = true
 				}
+			}
+			if had && len(ext) == 0 {
+				delete(before, "nvext")
 			}
 		}
 		if !reflect.DeepEqual(before, after) {
