@@ -347,12 +347,14 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	defer func() { _ = resp.Body.Close() }()
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
 	if pin != nil && resp.StatusCode >= 500 {
-		// A frontend that answers that a pinned worker is gone is up: the
-		// failure is the worker's, and it does not count against the
-		// replica's breaker. Which it is shows in the body, read below.
+		// A frontend that answers that a pinned worker is gone, or that
+		// the pin lacks the prefill worker it expects (the router's fleet
+		// view is behind its own), is up: the failure is not the
+		// replica's and does not count against its breaker. Which it is
+		// shows in the body, read below.
 		workerFault := false
 		defer func() { b.release(workerFault, x.s.opts.Now()) }()
-		defer func() { workerFault = shim.WorkerFault(res.repin) }()
+		defer func() { workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused }()
 	} else {
 		b.release(resp.StatusCode < 500, x.s.opts.Now())
 	}

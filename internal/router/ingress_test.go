@@ -566,3 +566,22 @@ func TestResponsesNativePassthrough(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, got)
 	}
 }
+
+// TestPrefillRefusalKeepsBreakerClosed: a frontend that refuses pins for
+// want of a prefill worker is up (the router's fleet view is behind), so
+// refusals, however many, never open its breaker: each request still
+// reaches it and gets the 503, none falls back to the plain backend.
+func TestPrefillRefusalKeepsBreakerClosed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) { c.DisaggregatedServing.FallbackToUnified = true })
+	h.reducer.Delete("v1/instances/dynamo/prefill/generate/a")
+	h.reg.Publish(h.reducer.Build(t0))
+	for i := range 8 {
+		if resp := h.post(t, chat(false), nil); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, readAll(t, resp))
+		}
+	}
+	if n := len(h.fe.Requests()); n != 8 || len(*h.plain) != 0 {
+		t.Errorf("%d requests reached the frontend, %d the plain backend; want 8 and 0", n, len(*h.plain))
+	}
+}
