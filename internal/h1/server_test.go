@@ -334,10 +334,18 @@ func TestWatchKeepsPipelinedByte(t *testing.T) {
 	}
 }
 
+// TestPanicClosesConnection: a handler that panics (http.ErrAbortHandler
+// is how a proxy cuts an answer whose upstream broke) gets no answer, or,
+// after part of one went out, no end of it: the client reads an error.
 func TestPanicClosesConnection(t *testing.T) {
 	t.Parallel()
 	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/panic" {
+		switch r.URL.Path {
+		case "/panic":
+			panic(http.ErrAbortHandler)
+		case "/cut":
+			_, _ = io.WriteString(w, "data: part\n\n")
+			w.(http.Flusher).Flush()
 			panic(http.ErrAbortHandler)
 		}
 		which(w, r)
@@ -346,6 +354,13 @@ func TestPanicClosesConnection(t *testing.T) {
 	if resp, err := c.Get("http://" + l.addr + "/panic"); err == nil {
 		_ = resp.Body.Close()
 		t.Fatal("a panicking handler answered")
+	}
+	if resp, err := c.Get("http://" + l.addr + "/cut"); err == nil {
+		data, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err == nil {
+			t.Fatalf("an answer cut by a panic read whole: %q", data)
+		}
 	}
 	resp, err := c.Get("http://" + l.addr + "/after")
 	if err != nil {

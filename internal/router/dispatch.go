@@ -175,7 +175,19 @@ func (x *exchange) route() {
 		x.plain(shim.PathFallback)
 	case shim.FailDecode:
 		x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "", "the pinned Dynamo dispatch failed: "+res.detail)
+	case shim.Abort:
+		x.abort(res)
 	}
+}
+
+// abort ends a client's answer whose upstream answer broke after some of
+// it was relayed: the connection is closed without the answer's end (the
+// last chunk of a chunked answer, or the bytes a length promised), which
+// a client reads as an error rather than as a complete answer.
+func (x *exchange) abort(res sendResult) {
+	x.s.logger.Warn("the backend's answer broke off after the client got part of it; the client's answer is cut short",
+		"path", x.path, "model", x.q.Model, "detail", res.detail)
+	panic(http.ErrAbortHandler)
 }
 
 // countSelection counts a pin's selections, by role and reason, and per
@@ -246,12 +258,15 @@ func (x *exchange) plain(routingPath string) {
 		return
 	}
 	res := x.send(cands, nil, nil)
-	if res.outcome == shim.Failed {
+	switch res.outcome {
+	case shim.Failed:
 		if res.status == http.StatusGatewayTimeout {
 			x.fail(http.StatusGatewayTimeout, CodeTimeout, "", res.detail)
 			return
 		}
 		x.fail(http.StatusBadGateway, CodeUpstream, "", res.detail)
+	case shim.Cut:
+		x.abort(res)
 	}
 }
 
@@ -365,8 +380,8 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		bp := streamBufPool.Get().(*[]byte)
 		_, err := io.CopyBuffer(x.w, resp.Body, *bp)
 		streamBufPool.Put(bp)
-		if err != nil && x.r.Context().Err() != nil {
-			return sendResult{outcome: shim.ClientGone}, false
+		if err != nil {
+			return x.broken(b, resp.StatusCode, err), false
 		}
 		return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
 	}
@@ -402,10 +417,19 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	if x.out != nil {
 		relay = x.out.stream
 	}
-	if err := relay(x.w, resp.Body); err != nil && x.r.Context().Err() != nil {
-		return sendResult{outcome: shim.ClientGone}, false
+	if err := relay(x.w, resp.Body); err != nil {
+		return x.broken(b, resp.StatusCode, err), false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// broken is the outcome of an answer whose relay failed after its head
+// went to the client: the client left, or the backend's answer broke off.
+func (x *exchange) broken(b *Backend, status int, err error) sendResult {
+	if x.r.Context().Err() != nil {
+		return sendResult{outcome: shim.ClientGone}
+	}
+	return sendResult{outcome: shim.Cut, status: status, detail: "backend " + b.Name() + ": the answer broke off: " + err.Error()}
 }
 
 // connectionBroken reports whether err says the connection to a replica

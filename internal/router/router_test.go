@@ -1004,3 +1004,40 @@ func TestModelUnknownBeforeDiscovery(t *testing.T) {
 		t.Fatalf("after discovery: %d, want 404", got)
 	}
 }
+
+// TestCutAnswerIsAborted: when a backend's answer breaks off after the
+// client got part of it, the client's answer is cut short too (no final
+// chunk, fewer bytes than promised), so the client reads an error instead
+// of a complete answer; a stream and a buffered answer alike.
+func TestCutAnswerIsAborted(t *testing.T) {
+	t.Parallel()
+	cutting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, `{"id":"cut","choi`)
+		}
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection closes mid-answer
+	}))
+	t.Cleanup(cutting.Close)
+	h := newHarness(t, func(c *config.Config) { c.Backends[1].URL = cutting.URL })
+	for _, stream := range []bool{true, false} {
+		body := fmt.Sprintf(`{"model":"not-dynamo","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+		// A head held back with the start of a short answer never goes
+		// out: the client's request fails instead.
+		resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			continue
+		}
+		got, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err == nil {
+			t.Errorf("stream %v: the client read a complete answer %q (status %d) from a backend that broke off", stream, got, resp.StatusCode)
+		}
+	}
+}

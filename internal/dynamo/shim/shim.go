@@ -358,6 +358,10 @@ const (
 	Failed
 	// ClientGone: the client went away.
 	ClientGone
+	// Cut: the frontend's answer broke after some of it went to the
+	// client; the client's answer is cut short too (no worker is chosen
+	// again for a request already under way).
+	Cut
 )
 
 // IsPrefillRefusal reports whether an answer is the frontend refusing a
@@ -389,6 +393,9 @@ const (
 	FallBack
 	// FailDecode: answer 502 disaggregated_decode_failed.
 	FailDecode
+	// Abort: end the client's connection without the end of the answer,
+	// so that it sees the answer was cut rather than complete.
+	Abort
 )
 
 // Verdict is the action after a pinned dispatch and what it counts.
@@ -408,6 +415,8 @@ func (p *Plan[R]) Verdict(o Outcome) Verdict {
 		return Verdict{Action: Finished, CountPath: true}
 	case PrefillRefused:
 		return Verdict{Action: RefusePrefill, CountPath: true, ErrorPhase: PhaseOrchestration}
+	case Cut:
+		return Verdict{Action: Abort, CountPath: true, ErrorPhase: PhaseDecode}
 	}
 	if p.cfg.FallbackToUnified {
 		return Verdict{Action: FallBack, ErrorPhase: PhaseDecode}
