@@ -43,7 +43,9 @@ type Reducer struct {
 	spaces map[wire.Keyspace]map[string]*record
 	// refused marks keyspaces that refused new keys at their cap;
 	// refusedNow collects the marks of a resync in progress, and seen counts
-	// the keys a resync has put again (the cap applies to those).
+	// the keys a resync has put and still holds (the cap applies to those:
+	// a keyspace holds at most the cap after a resync, and twice the cap
+	// while one runs, the old keys and the new).
 	refused    map[wire.Keyspace]bool
 	refusedNow map[wire.Keyspace]bool
 	seen       map[wire.Keyspace]int
@@ -140,8 +142,9 @@ func (r *Reducer) Len() int {
 	return n
 }
 
-// ResyncBegin starts a full resync: keys not put again before ResyncEnd are
-// deleted. Until then the previous records stay in force.
+// ResyncBegin starts a full resync: keys not put again before ResyncEnd,
+// and keys put past a keyspace's cap, are deleted then. Until then the
+// previous records stay in force.
 func (r *Reducer) ResyncBegin() {
 	r.resyncing = true
 	for _, s := range r.spaces {
@@ -200,27 +203,33 @@ func (r *Reducer) Put(key string, value []byte, now time.Time) {
 	recs := r.spaces[space]
 	h := maphash.Bytes(r.seed, value)
 	old, held := recs[key]
-	if held && r.resyncing && !old.seen {
-		r.seen[space]++
-	}
 	switch {
-	case held:
-		old.seen = true
-		if old.hash == h {
+	case r.resyncing && (!held || !old.seen):
+		// A resync reads the keyspace again as if it were empty: the cap
+		// keeps the first keys it puts, in the order they come, held
+		// before or not. A held key past them is left unmarked, so
+		// ResyncEnd drops it; were held keys always taken, new keys put
+		// before them would carry the keyspace past its cap.
+		if r.seen[space] >= MaxRecordsPerKeyspace {
+			r.refusedNow[space] = true
 			return
 		}
-	case r.resyncing && r.seen[space] >= MaxRecordsPerKeyspace, !r.resyncing && len(recs) >= MaxRecordsPerKeyspace:
-		// New keys past the cap are refused; keys held are still updated.
-		if r.resyncing {
-			r.refusedNow[space] = true
-		} else if !r.refused[space] {
+		r.seen[space]++
+	case !held && len(recs) >= MaxRecordsPerKeyspace:
+		// Outside a resync, new keys past the cap are refused; keys held
+		// are still updated (their owners' heartbeats).
+		if !r.refused[space] {
 			r.refused[space] = true
 			r.problemsUp = true
 			r.dirty = true
 		}
 		return
-	case r.resyncing:
-		r.seen[space]++
+	}
+	if held {
+		old.seen = true
+		if old.hash == h {
+			return
+		}
 	}
 	rec := &record{key: key, hash: h, putAt: now, seen: true}
 	parseRecord(rec, space, value)
@@ -241,6 +250,9 @@ func (r *Reducer) Delete(key string) {
 		return
 	}
 	if old, ok := r.spaces[space][key]; ok {
+		if r.resyncing && old.seen {
+			r.seen[space]-- // its room is free again for the resync's keys
+		}
 		delete(r.spaces[space], key)
 		r.unindex(old)
 		r.dirty = true

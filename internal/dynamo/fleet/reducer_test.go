@@ -229,6 +229,67 @@ func TestKeyspaceCapDuringResync(t *testing.T) {
 	}
 }
 
+// TestKeyspaceCapResyncOrder: a resync reads the keyspace again as if it
+// were empty, so the cap keeps the first MaxRecordsPerKeyspace keys the
+// resync puts, in the order they come, whether held before or not. Held
+// keys past that are dropped, and the refusal stays reported: keys refused
+// while watching that sort before the held ones must not push the keyspace
+// past its cap.
+func TestKeyspaceCapResyncOrder(t *testing.T) {
+	t.Parallel()
+	const extra = 1000
+	r := fleet.NewReducer()
+	for i := extra; i < extra+fleet.MaxRecordsPerKeyspace; i++ {
+		r.Put(key(i), endpoint(i), t0)
+	}
+	r.Build(t0)
+	for i := range extra { // refused while watching
+		r.Put(key(i), endpoint(i), t0.Add(time.Minute))
+	}
+	snap := r.Build(t0.Add(time.Minute))
+	if snap.Workers.Len() != fleet.MaxRecordsPerKeyspace || len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity {
+		t.Fatalf("before the resync: %d workers, problems %+v", snap.Workers.Len(), snap.Problems)
+	}
+	r.ResyncBegin()
+	for i := range extra + fleet.MaxRecordsPerKeyspace { // the refused keys come first
+		r.Put(key(i), endpoint(i), t0.Add(time.Hour))
+	}
+	r.ResyncEnd()
+	snap = r.Build(t0.Add(2 * time.Hour))
+	if snap.Workers.Len() != fleet.MaxRecordsPerKeyspace || r.Len() != fleet.MaxRecordsPerKeyspace {
+		t.Fatalf("after the resync: %d workers, %d keys held; the cap is %d", snap.Workers.Len(), r.Len(), fleet.MaxRecordsPerKeyspace)
+	}
+	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity {
+		t.Fatalf("the refusal is no longer reported: problems %+v", snap.Problems)
+	}
+	for i := range extra + fleet.MaxRecordsPerKeyspace {
+		w := snap.Workers.Get(fleet.WorkerID{Namespace: "dynamo", InstanceID: uint64(i)})
+		ok := w != nil
+		switch {
+		case i < fleet.MaxRecordsPerKeyspace && !ok:
+			t.Fatalf("worker %d, among the first keys of the resync, is missing", i)
+		case i >= fleet.MaxRecordsPerKeyspace && ok:
+			t.Fatalf("worker %d, past the cap in the resync, is held", i)
+		case ok && i >= extra && !w.FirstSeen.Equal(t0):
+			t.Fatalf("worker %d held across the resync: first_seen %v, want %v", i, w.FirstSeen, t0)
+		case ok && i < extra && !w.FirstSeen.Equal(t0.Add(2*time.Hour)):
+			t.Fatalf("worker %d new in the resync: first_seen %v", i, w.FirstSeen)
+		}
+	}
+	// A key deleted during a resync frees its room for the resync's next.
+	r.ResyncBegin()
+	for i := range fleet.MaxRecordsPerKeyspace {
+		r.Put(key(i), endpoint(i), t0.Add(3*time.Hour))
+	}
+	r.Delete(key(0))
+	r.Put(key(fleet.MaxRecordsPerKeyspace), endpoint(fleet.MaxRecordsPerKeyspace), t0.Add(3*time.Hour))
+	r.ResyncEnd()
+	snap = r.Build(t0.Add(4 * time.Hour))
+	if snap.Workers.Len() != fleet.MaxRecordsPerKeyspace || snap.Workers.Get(fleet.WorkerID{Namespace: "dynamo", InstanceID: fleet.MaxRecordsPerKeyspace}) == nil || len(snap.Problems) != 0 {
+		t.Fatalf("after a delete in the resync: %d workers, problems %+v", snap.Workers.Len(), snap.Problems)
+	}
+}
+
 func TestRecordSizeCaps(t *testing.T) {
 	t.Parallel()
 	r := fleet.NewReducer()
