@@ -108,14 +108,16 @@ type fileState struct {
 	size int64
 }
 
-// heldSet is what a pass holds, with a count per bucket for the cap.
+// heldSet is what a pass holds, with a count per bucket for the cap, and
+// the buckets whose cap the reducer has been shown.
 type heldSet struct {
 	files     map[string]fileState
 	perBucket map[string]int
+	full      map[string]bool
 }
 
 func newHeldSet() *heldSet {
-	return &heldSet{files: map[string]fileState{}, perBucket: map[string]int{}}
+	return &heldSet{files: map[string]fileState{}, perBucket: map[string]int{}, full: map[string]bool{}}
 }
 
 // bucketOf returns the bucket of a key ("v1/instances/...").
@@ -294,8 +296,20 @@ func (s *Source) refresh(path, key string, force bool, sink discovery.Sink, held
 	if isHeld && old == st && !force {
 		return // touched, not rewritten
 	}
-	if !isHeld && held.perBucket[bucketOf(key)] >= fleet.MaxRecordsPerKeyspace {
-		return // the reducer refuses past its cap; do not read more
+	if b := bucketOf(key); !isHeld && held.perBucket[b] >= fleet.MaxRecordsPerKeyspace {
+		// The reducer holds what this pass holds, so it refuses a new key
+		// here. The first one of a bucket is put all the same, so that the
+		// reducer reports the keyspace over capacity (it does once, until
+		// the next pass); the others are not read. None is held: each is
+		// looked at again on its next event or scan, and taken then if a
+		// held key has left.
+		if !held.full[b] {
+			held.full[b] = true
+			if value, err := readCapped(path); err == nil {
+				sink.Put(key, value)
+			}
+		}
+		return
 	}
 	value, err := readCapped(path)
 	if err != nil {

@@ -42,11 +42,18 @@ func endpoint(id int, component string) string {
 
 func start(t *testing.T, root string, ttl time.Duration) *fleet.Registry {
 	t.Helper()
+	return startScan(t, root, ttl, 20*time.Millisecond)
+}
+
+// startScan runs a watcher over root that also lists every bucket each
+// scan; time.Hour leaves it to filesystem events alone.
+func startScan(t *testing.T, root string, ttl, scan time.Duration) *fleet.Registry {
+	t.Helper()
 	src, err := filestore.New(root, []string{"dynamo", "ns.one"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src.SetTiming(ttl, 20*time.Millisecond)
+	src.SetTiming(ttl, scan)
 	reg := fleet.NewRegistry(nil, nil)
 	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -173,5 +180,32 @@ func TestLegacyChannelKeys(t *testing.T) {
 	})
 	if p := reg.Snapshot().Problems; len(p) != 0 {
 		t.Errorf("problems %+v", p)
+	}
+}
+
+// TestKeyspaceCapReported: files past the reducer's cap are not held, and
+// the keyspace is reported over capacity, as for any other source.
+func TestKeyspaceCapReported(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "v1/instances")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const total = fleet.MaxRecordsPerKeyspace + 10
+	for i := range total {
+		name := wire.FileStoreName(fmt.Sprintf("dynamo/decode/generate/%x", i))
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(endpoint(i, "decode")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := startScan(t, root, time.Hour, time.Hour)
+	testutil.Eventually(t, 30*time.Second, "seeded fleet", func() bool { return reg.Snapshot().Workers.Len() > 0 })
+	snap := reg.Snapshot()
+	if n := snap.Workers.Len(); n != fleet.MaxRecordsPerKeyspace {
+		t.Fatalf("%d workers from %d files; the cap is %d", n, total, fleet.MaxRecordsPerKeyspace)
+	}
+	if len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOverCapacity {
+		t.Fatalf("problems %+v, want one over_capacity", snap.Problems)
 	}
 }
