@@ -209,13 +209,8 @@ func (s *Source) handle(w *fsnotify.Watcher, ev fsnotify.Event, sink discovery.S
 	dir, name := filepath.Split(ev.Name)
 	bucket, ok := s.bucketOf(filepath.Clean(dir))
 	if !ok {
-		// A bucket directory may have been created: watch it and read it.
-		for _, b := range buckets {
-			if filepath.Clean(ev.Name) == filepath.Join(s.root, b) && ev.Has(fsnotify.Create) {
-				if err := w.Add(ev.Name); err == nil {
-					s.scanBucket(b, sink, held)
-				}
-			}
+		if ev.Has(fsnotify.Create) {
+			s.follow(w, filepath.Clean(ev.Name), sink, held)
 		}
 		return
 	}
@@ -231,6 +226,30 @@ func (s *Source) handle(w *fsnotify.Watcher, ev fsnotify.Event, sink discovery.S
 	}
 	// A write rereads; a touch (chmod) only proves the file is alive.
 	s.refresh(ev.Name, key, ev.Has(fsnotify.Write) || ev.Has(fsnotify.Create), sink, held)
+}
+
+// follow watches a directory created under the root, if it is v1/ or a
+// bucket, and reads what it holds: files (and, in v1/, buckets) made
+// before its watch was added sent no event. A store made after the source
+// started gets v1/ and its buckets this way; without their watches every
+// change would wait for the next scan.
+func (s *Source) follow(w *fsnotify.Watcher, dir string, sink discovery.Sink, held *heldSet) {
+	if dir == filepath.Join(s.root, "v1") {
+		if err := w.Add(dir); err != nil {
+			return // gone again, or unwatchable: the scans still read it
+		}
+		for _, b := range buckets {
+			s.follow(w, filepath.Join(s.root, b), sink, held)
+		}
+		return
+	}
+	for _, b := range buckets {
+		if dir == filepath.Join(s.root, b) {
+			if err := w.Add(dir); err == nil {
+				s.scanBucket(b, sink, held)
+			}
+		}
+	}
 }
 
 func (s *Source) bucketOf(dir string) (string, bool) {

@@ -209,3 +209,29 @@ func TestKeyspaceCapReported(t *testing.T) {
 		t.Fatalf("problems %+v, want one over_capacity", snap.Problems)
 	}
 }
+
+// TestStoreMadeAfterStart: a root that is still empty when the source starts
+// (the router up before any worker) is followed by its events alone, once
+// v1/ and its buckets are made: the scan is off.
+func TestStoreMadeAfterStart(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	reg := startScan(t, root, time.Hour, time.Hour)
+	testutil.Eventually(t, 10*time.Second, "empty view published", func() bool { return reg.Generation() > 0 })
+
+	write(t, root, "v1/instances", "dynamo/decode/generate/1", endpoint(1, "decode"))
+	testutil.Eventually(t, 10*time.Second, "worker in a new v1/", func() bool { return ids(reg)["dynamo/1"] })
+
+	write(t, root, "v1/mdc", "dynamo/decode/generate/1", `{"type":"Model","component":"decode","endpoint":"generate","instance_id":1,"card_json":{"display_name":"m","worker_type":"Decode"}}`)
+	testutil.Eventually(t, 10*time.Second, "card in a new bucket", func() bool {
+		w := slices.Collect(reg.Snapshot().Workers.All())
+		return len(w) == 1 && w[0].Model == "m"
+	})
+
+	write(t, root, "v1/instances", "dynamo/prefill/generate/2", endpoint(2, "prefill"))
+	testutil.Eventually(t, 10*time.Second, "second worker", func() bool { return ids(reg)["dynamo/2"] })
+	if err := os.Remove(filepath.Join(root, "v1/instances", wire.FileStoreName("dynamo/decode/generate/1"))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "removed worker", func() bool { return !ids(reg)["dynamo/1"] })
+}
