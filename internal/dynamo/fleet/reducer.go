@@ -79,7 +79,12 @@ type Reducer struct {
 	mix       map[NamespaceModel]*roleCount
 	mixed     []NamespaceModel
 	mixedUp   bool
-	added     []*Worker
+	releases  []*Worker
+
+	// released marks the workers whose release versions were handed to
+	// the registry to log, so that each instance's are logged once, not
+	// on every change of its card.
+	released map[WorkerID]struct{}
 }
 
 // roleCount counts the routable roles serving one (namespace, model).
@@ -125,8 +130,9 @@ func NewReducer() *Reducer {
 		pubs: map[pubID]*Publisher{}, pprobs: map[pubID]Problem{},
 		firstSeen: map[WorkerID]time.Time{},
 		order:     newTree(compareWorkers), byID: newTree(comparePlaces), porder: newTree(comparePublishers),
-		mix:   map[NamespaceModel]*roleCount{},
-		dirty: true,
+		mix:      map[NamespaceModel]*roleCount{},
+		released: map[WorkerID]struct{}{},
+		dirty:    true,
 	}
 }
 
@@ -503,12 +509,12 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Model, b.Model))
 		})
 	}
-	added := r.added
-	r.added = nil
+	releases := r.releases
+	r.releases = nil
 	return &Snapshot{
 		Workers:    Workers{byOrder: r.order.freeze(), byID: r.byID.freeze()},
 		Publishers: Publishers{byID: r.porder.freeze()},
-		Problems:   r.problems, Mixed: r.mixed, added: added, problemsGen: r.probGen,
+		Problems:   r.problems, Mixed: r.mixed, releases: releases, problemsGen: r.probGen,
 	}
 }
 
@@ -665,8 +671,9 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 			first = now
 			r.firstSeen[id] = now
 		}
-		if prev := r.workers[id]; prev == nil || prev.Card != w.Card {
-			r.added = append(r.added, w) // new, or a new card: its release is logged
+		if _, logged := r.released[id]; !logged && w.Card != nil && len(w.Card.Typed.Versions) > 0 {
+			r.released[id] = struct{}{}
+			r.releases = append(r.releases, w)
 		}
 		w.FirstSeen = first
 		w.LastUpdated = rec.putAt
@@ -682,6 +689,7 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		delete(r.workers, id)
 		if !r.resyncing {
 			delete(r.firstSeen, id)
+			delete(r.released, id)
 		}
 	}
 	if len(probs) > 0 || len(r.wprobs[id]) > 0 {

@@ -116,7 +116,7 @@ func problemKey(p Problem) string {
 }
 
 // report logs what is new in snap: problems (once per key set while they
-// last), release versions (once per new instance) and mixed namespaces. It
+// last), release versions (once per instance) and mixed namespaces. It
 // costs nothing for the parts of the view that did not change.
 func (r *Registry) report(snap *Snapshot) {
 	prev := r.snap.Load()
@@ -136,10 +136,8 @@ func (r *Registry) report(snap *Snapshot) {
 		r.problems = seen
 	}
 	if r.logger.Enabled(context.Background(), slog.LevelDebug) {
-		for _, w := range snap.added {
-			if w.Card != nil && len(w.Card.Typed.Versions) > 0 {
-				r.logger.Debug("dynamo worker release", "namespace", w.ID.Namespace, "instance_id", w.InstanceHex(), "versions", w.Card.Typed.Versions)
-			}
+		for _, w := range snap.releases {
+			r.logger.Debug("dynamo worker release", "namespace", w.ID.Namespace, "instance_id", w.InstanceHex(), "versions", w.Card.Typed.Versions)
 		}
 	}
 	if !sameList(snap.Mixed, prev.Mixed) {

@@ -113,3 +113,36 @@ func TestRegistryMixedNamespaceWarnings(t *testing.T) {
 		t.Errorf("mixed warned again for unchanged pairs:\n%s", logs.String())
 	}
 }
+
+// TestRegistryLogsReleaseOncePerInstance: a worker's release versions are
+// logged once, with the first card that carries them, not again when its
+// card changes or a resync puts it again.
+func TestRegistryLogsReleaseOncePerInstance(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	reg := fleet.NewRegistry(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
+	r := fleet.NewReducer()
+	card := func(id, blocks int, version string) []byte {
+		return fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Decode","runtime_config":{"total_kv_blocks":%d}%s}}`, id, blocks, version)
+	}
+	mdc := func(id int) string { return fmt.Sprintf("v1/mdc/dynamo/decode/generate/%x", id) }
+	r.Put(key(1), endpoint(1), t0)
+	r.Put(mdc(1), card(1, 10, `,"dynamo_version":"1.5.0"`), t0)
+	r.Put(key(2), endpoint(2), t0)
+	r.Put(mdc(2), card(2, 10, ""), t0) // no release yet
+	reg.Publish(r.Build(t0))
+	r.Put(mdc(1), card(1, 20, `,"dynamo_version":"1.5.0"`), t0) // a new card, the same instance
+	r.Put(mdc(2), card(2, 20, `,"dynamo_version":"1.4.0"`), t0)
+	reg.Publish(r.Build(t0))
+	r.ResyncBegin()
+	r.Put(key(1), endpoint(1), t0)
+	r.Put(mdc(1), card(1, 30, `,"dynamo_version":"1.5.0"`), t0)
+	r.Put(key(2), endpoint(2), t0)
+	r.Put(mdc(2), card(2, 30, `,"dynamo_version":"1.4.0"`), t0)
+	r.ResyncEnd()
+	reg.Publish(r.Build(t0))
+	out := logs.String()
+	if n := strings.Count(out, "dynamo worker release"); n != 2 || strings.Count(out, "instance_id=1 ") != 1 || strings.Count(out, "instance_id=2 ") != 1 {
+		t.Errorf("%d release lines, want one per instance:\n%s", n, out)
+	}
+}

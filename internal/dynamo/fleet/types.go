@@ -170,9 +170,10 @@ type Snapshot struct {
 	// workers and aggregated workers at once, sorted.
 	Mixed []NamespaceModel
 
-	// added holds the workers that are new in this snapshot; problemsGen
-	// changes whenever Problems is rebuilt.
-	added       []*Worker
+	// releases holds the workers whose release versions this snapshot
+	// logs: each instance's once, with the first card that carries any;
+	// problemsGen changes whenever Problems is rebuilt.
+	releases    []*Worker
 	problemsGen uint64
 }
 
