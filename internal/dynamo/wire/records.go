@@ -130,15 +130,10 @@ func ParseEndpoint(value []byte) (*Endpoint, error) {
 		return nil, fmt.Errorf("%w: endpoint: %w", ErrRecord, err)
 	}
 	e := &Endpoint{}
-	str := func(raw json.RawMessage, dst *string) {
-		if !isNull(raw) {
-			_ = json.Unmarshal(raw, dst)
-		}
-	}
-	str(f.Type, &e.Type)
-	str(f.Namespace, &e.Namespace)
-	str(f.Component, &e.Component)
-	str(f.Endpoint, &e.Endpoint)
+	lenientString(f.Type, &e.Type)
+	lenientString(f.Namespace, &e.Namespace)
+	lenientString(f.Component, &e.Component)
+	lenientString(f.Endpoint, &e.Endpoint)
 	if !isNull(f.InstanceID) {
 		if err := json.Unmarshal(f.InstanceID, &e.InstanceID); err != nil {
 			return nil, fmt.Errorf("%w: endpoint instance_id: %w", ErrRecord, err)
@@ -148,6 +143,14 @@ func ParseEndpoint(value []byte) (*Endpoint, error) {
 		_ = json.Unmarshal(f.Transport, &e.Transport)
 	}
 	return e, nil
+}
+
+// lenientString sets dst from a raw JSON string; null, absent or a value of
+// another type leaves it empty.
+func lenientString(raw json.RawMessage, dst *string) {
+	if !isNull(raw) {
+		_ = json.Unmarshal(raw, dst)
+	}
 }
 
 // ModelRecord is a model deployment card under v1/mdc/.
@@ -222,32 +225,46 @@ type RuntimeConfig struct {
 // blob is dropped.
 var CoreCardFields = []string{"display_name", "name", "worker_type", "model_type", "kv_cache_block_size", "migration_limit", "runtime_config", "lora"}
 
-type modelEnvelope struct {
-	Type        string          `json:"type"`
-	Namespace   string          `json:"namespace"`
-	Component   string          `json:"component"`
-	Endpoint    string          `json:"endpoint"`
-	InstanceID  ID              `json:"instance_id"`
-	ModelSuffix *string         `json:"model_suffix"`
+// modelFields holds a Model record's fields raw, so that one of the wrong
+// type is ignored rather than failing the record and costing the worker
+// its card (N-2 rules: every field optional, a partial failure keeps the
+// rest).
+type modelFields struct {
+	Type        json.RawMessage `json:"type"`
+	Namespace   json.RawMessage `json:"namespace"`
+	Component   json.RawMessage `json:"component"`
+	Endpoint    json.RawMessage `json:"endpoint"`
+	InstanceID  json.RawMessage `json:"instance_id"`
+	ModelSuffix json.RawMessage `json:"model_suffix"`
 	CardJSON    json.RawMessage `json:"card_json"`
 }
 
-// ParseModel parses a Model record. The envelope must be JSON; inside the
-// card, each typed field that fails is recorded in CardErrors and left at
-// its zero value, and the rest still parse.
+// ParseModel parses a Model record. Unknown fields are ignored, every field
+// is optional, and an envelope field of the wrong type is left empty; only
+// a value that is not a JSON object, or an instance_id that is not an id,
+// fails (the id names the worker the card belongs to: a wrong one must not
+// be guessed). Inside the card, each typed field that fails is recorded in
+// CardErrors and left at its zero value, and the rest still parse.
 func ParseModel(value []byte) (*ModelRecord, error) {
-	var env modelEnvelope
-	if err := json.Unmarshal(value, &env); err != nil {
+	var f modelFields
+	if err := json.Unmarshal(value, &f); err != nil {
 		return nil, fmt.Errorf("%w: model: %w", ErrRecord, err)
 	}
-	m := &ModelRecord{Type: env.Type, Namespace: env.Namespace, Component: env.Component, Endpoint: env.Endpoint, InstanceID: env.InstanceID}
+	m := &ModelRecord{}
 	m.Card.Runtime.DataParallelSize = 1
-	if env.ModelSuffix != nil {
-		m.ModelSuffix = *env.ModelSuffix
+	lenientString(f.Type, &m.Type)
+	lenientString(f.Namespace, &m.Namespace)
+	lenientString(f.Component, &m.Component)
+	lenientString(f.Endpoint, &m.Endpoint)
+	lenientString(f.ModelSuffix, &m.ModelSuffix)
+	if !isNull(f.InstanceID) {
+		if err := json.Unmarshal(f.InstanceID, &m.InstanceID); err != nil {
+			return nil, fmt.Errorf("%w: model instance_id: %w", ErrRecord, err)
+		}
 	}
-	if len(env.CardJSON) > 0 && !bytes.Equal(bytes.TrimSpace(env.CardJSON), []byte("null")) {
-		m.CardJSON = env.CardJSON
-		m.Card, m.CardErrors = parseCard(env.CardJSON)
+	if !isNull(f.CardJSON) {
+		m.CardJSON = f.CardJSON
+		m.Card, m.CardErrors = parseCard(f.CardJSON)
 	}
 	return m, nil
 }

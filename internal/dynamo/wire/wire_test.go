@@ -181,3 +181,27 @@ func FuzzParseRecords(f *testing.F) {
 		_, _ = wire.ParseEventChannel(b)
 	})
 }
+
+// TestParseModelLenientEnvelope: an envelope field of the wrong type is
+// left empty and the card still parses, as every field is optional; only
+// an instance_id that is not an id, or a value that is not an object,
+// fails the record.
+func TestParseModelLenientEnvelope(t *testing.T) {
+	t.Parallel()
+	m, err := wire.ParseModel([]byte(`{"type":true,"namespace":7,"component":["decode"],"endpoint":{"x":1},"model_suffix":5,"instance_id":"1f",
+	  "card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":16}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Type != "" || m.Namespace != "" || m.Component != "" || m.Endpoint != "" || m.ModelSuffix != "" || m.InstanceID != (wire.ID{Value: 0x1f, Set: true}) {
+		t.Errorf("envelope %+v", m)
+	}
+	if m.Card.Model() != "m" || m.Card.WorkerType != wire.WorkerDecode || *m.Card.KVCacheBlockSize != 16 || len(m.CardErrors) != 0 || len(m.CardJSON) == 0 {
+		t.Errorf("card %+v, errors %v", m.Card, m.CardErrors)
+	}
+	for _, v := range []string{`{"instance_id":-1,"card_json":{}}`, `{"instance_id":{},"card_json":{}}`, `[1]`, `nope`} {
+		if _, err := wire.ParseModel([]byte(v)); err == nil {
+			t.Errorf("%s: parsed", v)
+		}
+	}
+}
