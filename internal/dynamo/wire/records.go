@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -221,9 +222,21 @@ type RuntimeConfig struct {
 	DisaggregatedEndpoint json.RawMessage
 }
 
-// CoreCardFields are the typed fields kept when an oversized card's opaque
-// blob is dropped.
-var CoreCardFields = []string{"display_name", "name", "worker_type", "model_type", "kv_cache_block_size", "migration_limit", "runtime_config", "lora"}
+// CoreCardFields are the card fields the router reads into Card. A source
+// that shrinks an oversized card to these keeps every typed field, as the
+// reducer does when it drops the opaque JSON of a card put whole: the two
+// give one Card. They are the names of cardFields, so a field read is
+// never left out.
+var CoreCardFields = jsonNames(reflect.TypeFor[cardFields]())
+
+// jsonNames returns the JSON names of a struct's fields, in order.
+func jsonNames(t reflect.Type) []string {
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return names
+}
 
 // modelFields holds a Model record's fields raw, so that one of the wrong
 // type is ignored rather than failing the record and costing the worker
