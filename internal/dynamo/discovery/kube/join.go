@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
+	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
@@ -20,8 +23,10 @@ const overCapacityKey = wire.PrefixRefusals + "dynamoworkermetadatas-over-capaci
 // join holds one pass's DynamoWorkerMetadata resources and EndpointSlice
 // readiness, and the records they supply. A resource supplies its records
 // while its pod is ready in some slice (see readiness). Several suppliers
-// of one key (event channels shared by resources) are counted; the key goes
-// when the last one does. Only changed keys are handed on.
+// of one event-channel key (a channel every worker of a component
+// registers) are counted; the key goes when the last one does. An instance
+// or card key belongs to one worker: two resources supplying it are a
+// duplicate (see dupKey). Only changed keys are handed on.
 type join struct {
 	namespaces []string
 	logger     *slog.Logger
@@ -209,6 +214,29 @@ func quoteUID(uid string) string {
 	return strconv.Quote(uid)
 }
 
+// exclusive reports whether key may have only one supplier: instance and
+// card keys carry the hashed id of the pod that wrote them, so a second
+// supplier is another pod claiming the same identity. Event channels are
+// shared (every worker of a component writes its component's channels),
+// and refusal keys are the join's own, one supplier each.
+func exclusive(key string) bool {
+	return strings.HasPrefix(key, wire.PrefixInstances) || strings.HasPrefix(key, wire.PrefixModelCards)
+}
+
+// dupPrefix keys the duplicate refusal of an instance or card key that two
+// or more resources supply; the rest of the key is that key.
+const dupPrefix = wire.PrefixRefusals + "dynamoworkermetadata-duplicate/"
+
+// dupKey is the key of key's duplicate refusal. The refusal stands while
+// more than one resource supplies key, and key itself is withheld: as with
+// two etcd keys of one identity, the router cannot tell the rightful
+// claimant from the other (two pod names hashing to one id, or records
+// copied from another pod), so every claimant is rejected.
+func dupKey(key string) string { return dupPrefix + key }
+
+// maxDupNames bounds the resources a duplicate refusal names.
+const maxDupNames = 4
+
 // setSupplier records that supplier supplies value at key (nil: no longer).
 func (j *join) setSupplier(key, supplier string, value []byte) {
 	s := j.keys[key]
@@ -228,6 +256,9 @@ func (j *join) setSupplier(key, supplier string, value []byte) {
 		s[supplier] = value
 	}
 	j.pending[key] = struct{}{}
+	if exclusive(key) {
+		j.pending[dupKey(key)] = struct{}{}
+	}
 }
 
 // applySlice applies an EndpointSlice's new state (or its deletion).
@@ -284,10 +315,19 @@ func (j *join) count(p podRef, n int) {
 // publishAll hands every key on (a pass's initial read).
 func (j *join) publishAll(sink discovery.Sink) {
 	clear(j.pending)
-	for _, k := range sortedKeys(j.keys) {
-		v := j.value(k)
-		j.sent[k] = v
-		sink.Put(k, v)
+	keys := make([]string, 0, len(j.keys))
+	for k, s := range j.keys {
+		keys = append(keys, k)
+		if len(s) > 1 && exclusive(k) {
+			keys = append(keys, dupKey(k))
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if v := j.value(k); v != nil {
+			j.sent[k] = v
+			sink.Put(k, v)
+		}
 	}
 }
 
@@ -313,11 +353,38 @@ func (j *join) flush(sink discovery.Sink) {
 }
 
 // value is the value a key is handed on with: its first supplier's by name
-// (suppliers of a shared event channel write the same record).
+// (suppliers of a shared event channel write the same record), or nothing
+// for an exclusive key of several suppliers, whose dupKey holds the
+// duplicate refusal instead.
 func (j *join) value(key string) []byte {
+	if under, ok := strings.CutPrefix(key, dupPrefix); ok {
+		return j.dupRefusal(under)
+	}
 	s := j.keys[key]
-	if len(s) == 0 {
+	if len(s) == 0 || (len(s) > 1 && exclusive(key)) {
 		return nil
 	}
 	return s[sortedKeys(s)[0]]
+}
+
+// dupRefusal is the duplicate refusal of key while more than one resource
+// supplies it, else nil.
+func (j *join) dupRefusal(key string) []byte {
+	s := j.keys[key]
+	if len(s) < 2 {
+		return nil
+	}
+	names := sortedKeys(s)
+	named := strings.Join(names[:min(len(names), maxDupNames)], ", ")
+	if len(names) > maxDupNames {
+		named += ", …"
+	}
+	var ns string
+	if k, err := wire.ParseKey(key); err == nil {
+		ns = k.Namespace
+	}
+	r := wire.Refusal{Kind: fleet.ProblemDuplicate, Namespace: ns, Reason: fmt.Sprintf(
+		"%d DynamoWorkerMetadata resources (%s) supply %s: each pod's records carry the id hashed from its name, so two pods claim one identity; every claimant is rejected",
+		len(names), named, key)}
+	return r.Encode()
 }

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -385,4 +386,81 @@ func TestMetadataPodRecreated(t *testing.T) {
 		s := h.reg.Snapshot()
 		return s.Workers.Len() == 4 && workerIDs(s)[decodeID] && len(s.Problems) == 0
 	})
+}
+
+// workerDWM is a pod-mode resource of pod name with one generate endpoint
+// and one model card in fixtureNS, both carrying the pod's hashed id.
+func workerDWM(name string) kubefake.Object {
+	id := kube.HashPodName(name)
+	rel := fmt.Sprintf("%s/VllmWorker/generate/%x", fixtureNS, id)
+	return kubefake.Object{
+		"metadata": kubefake.Object{"name": name, "namespace": "dynamo", "uid": "res-" + name,
+			"ownerReferences": []any{kubefake.Object{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": "pod-" + name}}},
+		"spec": kubefake.Object{"data": kubefake.Object{
+			"endpoints": kubefake.Object{rel: kubefake.Object{"type": "Endpoint", "namespace": fixtureNS, "component": "VllmWorker",
+				"endpoint": "generate", "instance_id": id, "transport": kubefake.Object{"tcp": "10.0.0.1:9345/" + rel}}},
+			"model_cards": kubefake.Object{rel: kubefake.Object{"type": "Model", "namespace": fixtureNS, "component": "VllmWorker",
+				"endpoint": "generate", "instance_id": id, "card_json": kubefake.Object{"display_name": "m", "worker_type": "Decode"}}},
+		}},
+	}
+}
+
+// readySlice is an EndpointSlice of the discovery labels listing pods
+// ready, each with the uid workerDWM gives its owner reference.
+func readySlice(name string, pods ...string) kubefake.Object {
+	var eps []any
+	for _, p := range pods {
+		eps = append(eps, kubefake.Object{"addresses": []any{"10.0.0.1"}, "conditions": kubefake.Object{"ready": true},
+			"targetRef": kubefake.Object{"kind": "Pod", "name": p, "namespace": "dynamo", "uid": "pod-" + p}})
+	}
+	return kubefake.Object{"addressType": "IPv4",
+		"metadata": kubefake.Object{"name": name, "namespace": "dynamo", "labels": kubefake.Object{
+			kube.LabelBackend: "kubernetes", kube.LabelEnabled: "true"}},
+		"endpoints": eps}
+}
+
+// Two pod names that hash to one instance id, each with its own resource
+// and ready endpoint, supply the same instance and card keys: every
+// claimant is rejected as a duplicate, as the etcd reducer rejects two keys
+// of one identity, and deleting one resource brings the other back.
+func TestMetadataHashCollision(t *testing.T) {
+	t.Parallel()
+	const a, b = "worker-34095562", "worker-126348249"
+	if ha, hb := kube.HashPodName(a), kube.HashPodName(b); ha != hb {
+		t.Fatalf("%s → %x, %s → %x", a, ha, b, hb)
+	}
+	fake := kubefake.Start(t)
+	for _, p := range []string{a, b, "worker-0"} {
+		fake.Apply(kubefake.DWMs, workerDWM(p))
+	}
+	fake.Apply(kubefake.EndpointSlices, readySlice("s", a, b, "worker-0"))
+	h := startMetadata(t, fake, fast)
+	tu.Eventually(t, 10*time.Second, "worker-0 alone, the pair rejected", func() bool {
+		s := h.reg.Snapshot()
+		ids := workerIDs(s)
+		return len(ids) == 1 && ids[kube.HashPodName("worker-0")] && problemKinds(s)[fleet.ProblemDuplicate] == 2
+	})
+	snap := h.reg.Snapshot()
+	if len(snap.Problems) != 2 {
+		t.Fatalf("problems %+v, want the endpoint's and the card's duplicates", snap.Problems)
+	}
+	for _, p := range snap.Problems {
+		if p.Namespace != fixtureNS || !strings.Contains(p.Reason, a) || !strings.Contains(p.Reason, b) {
+			t.Errorf("problem %+v does not name both resources in %s", p, fixtureNS)
+		}
+	}
+	if n := testutil.ToFloat64(h.metrics.Events.WithLabelValues(fleet.ProblemDuplicate)); n != 2 {
+		t.Fatalf("duplicate counted %v times, want 2", n)
+	}
+	fake.Delete(kubefake.DWMs, "dynamo", b)
+	tu.Eventually(t, 5*time.Second, "the remaining claimant back, no problems", func() bool {
+		s := h.reg.Snapshot()
+		ids := workerIDs(s)
+		return len(ids) == 2 && ids[kube.HashPodName(a)] && len(s.Problems) == 0
+	})
+	for w := range h.reg.Snapshot().Workers.All() {
+		if w.Card == nil {
+			t.Errorf("worker %x lacks its card", w.ID.InstanceID)
+		}
+	}
 }
