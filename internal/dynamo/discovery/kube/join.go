@@ -39,6 +39,21 @@ type join struct {
 	pending map[string]struct{}          // keys to hand on at the next flush
 	size    int                          // bytes of records held
 	overCap map[string]struct{}          // resources refused at the caps (at most MaxDWMs named)
+
+	// carried holds the previous pass's last valid records by resource
+	// name, taken by a resource of the same uid read malformed in this
+	// pass's list (see carry); nil once the list is read.
+	carried map[string]lastValid
+}
+
+// lastValid is a resource's last valid records, kept from one pass to the
+// next: a resource that turns malformed keeps supplying them, and the
+// re-list that ends every watch must not drop them.
+type lastValid struct {
+	uid, podUID string
+	records     map[string][]byte
+	ns          string
+	size        int
 }
 
 // podRef is the pod of a ready slice endpoint: its name, and its uid when
@@ -101,6 +116,7 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 		}
 		e = &dwmEntry{}
 		j.dwms[d.Name] = e
+		j.carry(d.Name, e)
 	}
 	if e.uid != d.UID || e.podUID != d.PodUID {
 		// Another resource, or one written by another pod, under the old
@@ -126,6 +142,53 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 	}
 	e.uid, e.podUID = d.UID, d.PodUID
 	j.supply(d.Name, e, e)
+}
+
+// carry gives e, a resource first read in this pass, the last valid
+// records the previous pass held for its name, while they fit in the held
+// total, with the uids they were read under: they stay its own only under
+// the same resource and pod uids, which applyDWM checks next.
+func (j *join) carry(name string, e *dwmEntry) {
+	c, ok := j.carried[name]
+	if !ok {
+		return
+	}
+	delete(j.carried, name)
+	if j.size+c.size > MaxRecordBytes {
+		return
+	}
+	e.uid, e.podUID, e.records, e.ns, e.size = c.uid, c.podUID, c.records, c.ns, c.size
+	j.size += c.size
+}
+
+// listed ends the carry-over once the list is read: a resource the list
+// did not return is gone, and one created later has another uid.
+func (j *join) listed() { j.carried = nil }
+
+// lastValid returns the last valid records held, by resource name, for the
+// next pass. When the list was not read to its end, what the previous pass
+// carried and this one did not reach is kept too, within the same caps.
+func (j *join) lastValid() map[string]lastValid {
+	out := make(map[string]lastValid, len(j.dwms))
+	size := 0
+	for name, e := range j.dwms {
+		if e.records != nil {
+			out[name] = lastValid{uid: e.uid, podUID: e.podUID, records: e.records, ns: e.ns, size: e.size}
+			size += e.size
+		}
+	}
+	for _, name := range sortedKeys(j.carried) {
+		c := j.carried[name]
+		if _, ok := out[name]; ok {
+			continue
+		}
+		if len(out) >= MaxDWMs || size+c.size > MaxRecordBytes {
+			break
+		}
+		out[name] = c
+		size += c.size
+	}
+	return out
 }
 
 // setOverCap keeps the one over-capacity refusal current.

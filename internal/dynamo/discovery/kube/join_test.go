@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -283,5 +284,64 @@ func TestJoinPodRecreated(t *testing.T) {
 				t.Run(s.what, func(t *testing.T) { checkUIDView(t, sink, s.ready, s.mismatch, s.others...) })
 			}
 		})
+	}
+}
+
+// TestJoinCarriesLastValid: a pass's last valid records reach the next
+// pass's join, and a resource read malformed there supplies them only under
+// the same resource and pod uids; resources missing from a complete list
+// are not carried further, and an unfinished list carries what it did not
+// reach.
+func TestJoinCarriesLastValid(t *testing.T) {
+	t.Parallel()
+	malformed := func(name, res, pod string) []byte {
+		return []byte(fmt.Sprintf(`{"metadata":{"name":%q,"uid":%q,"ownerReferences":[{"kind":"Pod","name":%q,"uid":%q}]},"spec":{"data":"oops"}}`, name, res, name, pod))
+	}
+	logger := slog.New(slog.DiscardHandler)
+	first := newJoin([]string{"dn"}, logger)
+	for _, name := range []string{"worker-0", "worker-1", "worker-2", "worker-3"} {
+		first.applyDWM(uidDWM(name, "r-"+name, "p-"+name, "dn"), false)
+	}
+	first.listed()
+	kept := first.lastValid()
+	if len(kept) != 4 {
+		t.Fatalf("%d resources kept, want 4", len(kept))
+	}
+
+	// An unfinished list: worker-3 was not reached and is carried on.
+	partial := newJoin([]string{"dn"}, logger)
+	partial.carried = kept
+	partial.applyDWM(uidDWM("worker-0", "r-worker-0", "p-worker-0", "dn"), false)
+	kept = partial.lastValid()
+	if len(kept) != 4 {
+		t.Fatalf("%d resources kept after an unfinished list, want 4", len(kept))
+	}
+
+	size0 := kept["worker-0"].size
+	second := newJoin([]string{"dn"}, logger)
+	second.carried = kept
+	second.applyDWM(malformed("worker-0", "r-worker-0", "p-worker-0"), false) // same uids: kept
+	second.applyDWM(malformed("worker-1", "r-new", "p-worker-1"), false)      // another resource
+	second.applyDWM(malformed("worker-2", "r-worker-2", "p-new"), false)      // written by another pod
+	second.listed()                                                           // worker-3 is gone
+	for _, name := range []string{"worker-0", "worker-1", "worker-2"} {
+		second.applySlice(slice("s-"+name, ep{name, "", true}), false)
+	}
+	sink := &recSink{keys: map[string][]byte{}}
+	second.publishAll(sink)
+	var endpoints []string
+	for k := range sink.keys {
+		if strings.HasPrefix(k, wire.PrefixInstances) {
+			endpoints = append(endpoints, k)
+		}
+	}
+	if want := wire.PrefixInstances + "dn/c/generate/" + wire.FormatID(HashPodName("worker-0")); len(endpoints) != 1 || endpoints[0] != want {
+		t.Fatalf("endpoints %v, want only %s", endpoints, want)
+	}
+	if second.size != size0 || size0 == 0 {
+		t.Fatalf("held %d bytes, want worker-0's %d", second.size, size0)
+	}
+	if got := second.lastValid(); len(got) != 1 || got["worker-0"].records == nil {
+		t.Fatalf("carried on %v, want worker-0 only", slices.Sorted(maps.Keys(got)))
 	}
 }

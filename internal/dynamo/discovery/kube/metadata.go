@@ -47,6 +47,13 @@ type MetadataSource struct {
 	Namespaces []string // Dynamo namespaces
 	Timing     Timing
 	Logger     *slog.Logger
+
+	// kept holds each resource's last valid records from one pass to the
+	// next, by name (within the join's caps): a resource read malformed in
+	// a re-list under the same uid keeps supplying them, so a transient bad
+	// write does not make its worker disappear at the next watch end.
+	// Passes run one at a time, for the life of the watcher.
+	kept map[string]lastValid
 }
 
 var _ discovery.Source = (*MetadataSource)(nil)
@@ -78,11 +85,14 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 	}
 	slices := cs.DiscoveryV1().EndpointSlices(s.Namespace)
 	st := newJoin(s.Namespaces, s.Logger)
+	st.carried = s.kept
+	defer func() { s.kept = st.lastValid() }()
 
 	dwmRV, cut, err := listAll(seedCtx, dwms.list, "", DWMPageSize, MaxDWMs, func(raw *json.RawMessage) { st.applyDWM(*raw, false) })
 	if err != nil {
 		return fmt.Errorf("listing dynamoworkermetadatas in %s: %w", s.Namespace, err)
 	}
+	st.listed()
 	if cut {
 		s.Logger.Warn("dynamo metadata discovery: too many DynamoWorkerMetadata resources; the rest are ignored", "max", MaxDWMs)
 	}

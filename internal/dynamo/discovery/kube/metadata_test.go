@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -463,4 +464,55 @@ func TestMetadataHashCollision(t *testing.T) {
 			t.Errorf("worker %x lacks its card", w.ID.InstanceID)
 		}
 	}
+}
+
+// A resource turned malformed keeps its last valid records, and keeps them
+// across the re-list that follows every watch's end: the next pass reads
+// the same malformed resource under the same uid, so the worker stays.
+func TestMetadataMalformedKeptAcrossRelist(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.DWMs, workerDWM("worker-0"))
+	fake.Apply(kubefake.EndpointSlices, readySlice("s", "worker-0", "worker-1"))
+	h := startMetadata(t, fake, fast)
+	id := kube.HashPodName("worker-0")
+	tu.Eventually(t, 10*time.Second, "worker-0", func() bool { return workerIDs(h.reg.Snapshot())[id] })
+
+	bad := workerDWM("worker-0")
+	bad["spec"] = kubefake.Object{"data": "oops"}
+	fake.Apply(kubefake.DWMs, bad)
+	tu.Eventually(t, 5*time.Second, "malformed counted, worker kept", func() bool {
+		s := h.reg.Snapshot()
+		return problemKinds(s)["malformed"] == 1 && workerIDs(s)[id]
+	})
+
+	fake.ExpireWatches()
+	tu.Eventually(t, 5*time.Second, "a normal watch end", func() bool {
+		for _, err := range h.passErrors() {
+			if errors.Is(err, discovery.ErrWatchExpired) || strings.Contains(err.Error(), "ended early") {
+				return true
+			}
+		}
+		return false
+	})
+	// A resource added after the re-list shows the new pass published.
+	fake.Apply(kubefake.DWMs, workerDWM("worker-1"))
+	tu.Eventually(t, 5*time.Second, "the next pass's view", func() bool { return workerIDs(h.reg.Snapshot())[kube.HashPodName("worker-1")] })
+	s := h.reg.Snapshot()
+	if !workerIDs(s)[id] || problemKinds(s)["malformed"] != 1 {
+		t.Fatalf("after the re-list: workers %v, problems %+v", workerIDs(s), s.Problems)
+	}
+	if n := testutil.ToFloat64(h.metrics.Events.WithLabelValues("malformed")); n != 1 {
+		t.Fatalf("malformed counted %v times, want once", n)
+	}
+
+	// Recreated under another uid, the malformed resource keeps nothing.
+	bad["metadata"].(kubefake.Object)["uid"] = "res-worker-0-new"
+	fake.Delete(kubefake.DWMs, "dynamo", "worker-0")
+	fake.Apply(kubefake.DWMs, bad)
+	fake.ExpireWatches()
+	tu.Eventually(t, 5*time.Second, "worker-0 gone", func() bool {
+		s := h.reg.Snapshot()
+		return !workerIDs(s)[id] && workerIDs(s)[kube.HashPodName("worker-1")] && problemKinds(s)["malformed"] == 1
+	})
 }
