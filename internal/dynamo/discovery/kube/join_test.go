@@ -1,10 +1,13 @@
 package kube
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -343,5 +346,43 @@ func TestJoinCarriesLastValid(t *testing.T) {
 	}
 	if got := second.lastValid(); len(got) != 1 || got["worker-0"].records == nil {
 		t.Fatalf("carried on %v, want worker-0 only", slices.Sorted(maps.Keys(got)))
+	}
+}
+
+// pagedDWMs lists n small resources, page by page, as the API server does.
+func pagedDWMs(n int) lister[json.RawMessage] {
+	return func(_ context.Context, o metav1.ListOptions) ([]json.RawMessage, metav1.ListMeta, error) {
+		from := 0
+		if o.Continue != "" {
+			from, _ = strconv.Atoi(o.Continue)
+		}
+		to := min(n, from+int(o.Limit))
+		var items []json.RawMessage
+		for i := from; i < to; i++ {
+			items = append(items, json.RawMessage(fmt.Sprintf(`{"metadata":{"name":"w-%05d","uid":"u%d"},"spec":{"data":{}}}`, i, i)))
+		}
+		meta := metav1.ListMeta{ResourceVersion: "7"}
+		if to < n {
+			meta.Continue = strconv.Itoa(to)
+		}
+		return items, meta, nil
+	}
+}
+
+// Past MaxDWMs resources in the initial list, the rest reach the join,
+// which refuses them under the one over-capacity refusal (counted
+// malformed) rather than their being dropped unseen.
+func TestListDWMsPastCap(t *testing.T) {
+	t.Parallel()
+	j := newJoin([]string{"dn"}, slog.New(slog.DiscardHandler))
+	rv, err := listDWMs(t.Context(), pagedDWMs(MaxDWMs+3), j)
+	if err != nil || rv != "7" {
+		t.Fatalf("rv %q, err %v", rv, err)
+	}
+	sink := &recSink{keys: map[string][]byte{}}
+	j.publishAll(sink)
+	r, err := wire.ParseRefusal(sink.keys[overCapacityKey])
+	if err != nil || r.Kind != "malformed" || len(j.dwms) != MaxDWMs || len(j.overCap) != 3 {
+		t.Fatalf("refusal %+v (%v), %d held, %d refused", r, err, len(j.dwms), len(j.overCap))
 	}
 }

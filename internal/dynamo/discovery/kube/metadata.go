@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,7 +26,8 @@ import (
 )
 
 // Bounds of the metadata source: list page sizes, and caps on the resources
-// held (past a cap the rest are ignored, with a warning) and on their bytes.
+// held and on their bytes. Resources past a cap are refused and counted
+// malformed; EndpointSlices past theirs are ignored, with a warning.
 const (
 	DWMPageSize   = 32
 	MaxDWMs       = 16384
@@ -88,13 +90,9 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 	st.carried = s.kept
 	defer func() { s.kept = st.lastValid() }()
 
-	dwmRV, cut, err := listAll(seedCtx, dwms.list, "", DWMPageSize, MaxDWMs, func(raw *json.RawMessage) { st.applyDWM(*raw, false) })
+	dwmRV, err := listDWMs(seedCtx, dwms.list, st)
 	if err != nil {
 		return fmt.Errorf("listing dynamoworkermetadatas in %s: %w", s.Namespace, err)
-	}
-	st.listed()
-	if cut {
-		s.Logger.Warn("dynamo metadata discovery: too many DynamoWorkerMetadata resources; the rest are ignored", "max", MaxDWMs)
 	}
 	listSlices := func(ctx context.Context, o metav1.ListOptions) ([]discoveryv1.EndpointSlice, metav1.ListMeta, error) {
 		l, err := slices.List(ctx, o)
@@ -165,6 +163,20 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 			st.flush(sink)
 		}
 	}
+}
+
+// listDWMs reads every DynamoWorkerMetadata resource into the join and
+// returns the list's resourceVersion. Every item reaches the join, past
+// MaxDWMs too: the join refuses those past its caps and counts them under
+// its over-capacity refusal, where stopping the list would drop them
+// unseen. Each page is bounded, and the join keeps no refused resource.
+func listDWMs(ctx context.Context, list lister[json.RawMessage], st *join) (string, error) {
+	rv, _, err := listAll(ctx, list, "", DWMPageSize, math.MaxInt, func(raw *json.RawMessage) { st.applyDWM(*raw, false) })
+	if err != nil {
+		return "", err
+	}
+	st.listed()
+	return rv, nil
 }
 
 // DWMGroup, DWMVersion and DWMResource name the CRD.
