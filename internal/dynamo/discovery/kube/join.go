@@ -114,6 +114,11 @@ func (j *join) applyDWM(raw []byte, deleted bool) {
 			}
 			return
 		}
+		if _, refused := j.overCap[d.Name]; refused {
+			// Admitted now that there is room: no longer refused.
+			delete(j.overCap, d.Name)
+			j.setOverCap()
+		}
 		e = &dwmEntry{}
 		j.dwms[d.Name] = e
 		j.carry(d.Name, e)
@@ -191,14 +196,16 @@ func (j *join) lastValid() map[string]lastValid {
 	return out
 }
 
-// setOverCap keeps the one over-capacity refusal current.
+// setOverCap keeps the one over-capacity refusal current: present while
+// some resource stands refused at the caps. Its text does not change with
+// how many: the registry counts a problem whose text changes as a new one.
 func (j *join) setOverCap() {
 	if len(j.overCap) == 0 {
 		j.setSupplier(overCapacityKey, "", nil)
 		return
 	}
 	r := wire.Refusal{Kind: "malformed", Reason: fmt.Sprintf(
-		"%d DynamoWorkerMetadata resources refused: at most %d resources and %d bytes of records are held", len(j.overCap), MaxDWMs, MaxRecordBytes)}
+		"DynamoWorkerMetadata resources refused: at most %d resources and %d bytes of records are held", MaxDWMs, MaxRecordBytes)}
 	j.setSupplier(overCapacityKey, "", r.Encode())
 }
 

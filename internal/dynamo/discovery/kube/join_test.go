@@ -48,14 +48,34 @@ func TestJoinResourceCap(t *testing.T) {
 	if err != nil || r.Kind != "malformed" || len(j.dwms) != MaxDWMs {
 		t.Fatalf("refusal %+v (%v), %d held", r, err, len(j.dwms))
 	}
-	if want := fmt.Sprintf("%d DynamoWorkerMetadata resources refused", 2); r.Reason[:len(want)] != want {
-		t.Fatalf("reason %q", r.Reason)
+	if len(j.overCap) != 2 {
+		t.Fatalf("%d refused, want 2", len(j.overCap))
 	}
-	j.applyDWM(dwm(MaxDWMs), true)
-	j.applyDWM(dwm(MaxDWMs+1), true)
+	refusal := string(sink.keys[overCapacityKey])
+	// Room made, a refused resource's next write admits it; the refusal,
+	// standing for the other, reads the same, so it is not a new problem.
+	j.applyDWM(dwm(0), true)
+	j.applyDWM(dwm(MaxDWMs), false)
+	j.flush(sink)
+	if _, held := j.dwms["w-16384"]; !held || string(sink.keys[overCapacityKey]) != refusal {
+		t.Fatalf("held %v, refusal %q, want held and %q", held, sink.keys[overCapacityKey], refusal)
+	}
+	j.applyDWM(dwm(1), true)
+	j.applyDWM(dwm(MaxDWMs+1), false)
+	j.flush(sink)
+	if _, ok := sink.keys[overCapacityKey]; ok || len(j.overCap) != 0 {
+		t.Fatalf("the over-capacity refusal stayed after every refused resource was admitted: %v", j.overCap)
+	}
+	// Refused again, then deleted while refused: the refusal goes.
+	j.applyDWM(dwm(MaxDWMs+2), false)
+	j.flush(sink)
+	if _, ok := sink.keys[overCapacityKey]; !ok {
+		t.Fatal("no over-capacity refusal")
+	}
+	j.applyDWM(dwm(MaxDWMs+2), true)
 	j.flush(sink)
 	if _, ok := sink.keys[overCapacityKey]; ok {
-		t.Fatal("the over-capacity refusal stayed after the refused resources went")
+		t.Fatal("the over-capacity refusal stayed after the refused resource went")
 	}
 }
 
