@@ -68,21 +68,28 @@ type dwmJSON struct {
 // card's suffix). Every endpoint and card must carry the instance id that
 // Dynamo derives from the pod's name, in key and value, or the whole
 // resource is refused as a mismatch; event channels carry publisher ids and
-// are exempt. The owning Pod's uid is kept for the readiness join.
+// are exempt. A resource of the container discovery mode (named otherwise
+// than its owning pod) is refused when it has records of the namespaces
+// given, and ignored like any other resource when it has none. The owning
+// Pod's uid is kept for the readiness join.
 func ClassifyDWM(raw []byte, namespaces []string) DWM {
 	var r dwmJSON
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return DWM{Malformed: fmt.Sprintf("resource is not JSON: %v", err)}
 	}
 	d := DWM{Name: r.Metadata.Name, UID: r.Metadata.UID}
+	// containerOf is the owning pod of a resource named otherwise: the
+	// container discovery mode, one resource per container. Whether it is
+	// refused waits for its records: only a resource with records of a
+	// watched Dynamo namespace is the source's business.
+	var containerOf string
 	for _, o := range r.Metadata.OwnerReferences {
 		if o.Kind != "Pod" {
 			continue
 		}
 		if o.Name != d.Name {
-			d.Refusal = &wire.Refusal{Kind: "refused", Reason: fmt.Sprintf(
-				"DynamoWorkerMetadata %s belongs to pod %s (container discovery mode); only pod mode is supported", d.Name, o.Name)}
-			return d
+			containerOf = o.Name
+			break
 		}
 		if d.PodUID == "" {
 			d.PodUID = o.UID
@@ -124,7 +131,7 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 			if !slices.Contains(namespaces, ns) {
 				continue
 			}
-			if ok && m.space != wire.KeyspaceEventChannels && id != want {
+			if containerOf == "" && ok && m.space != wire.KeyspaceEventChannels && id != want {
 				what := fmt.Sprintf("carries instance id %x", id)
 				if id&mismatchMark != 0 {
 					what = "names different instance ids in its key and its value"
@@ -144,6 +151,11 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 				d.Namespace = ns
 			}
 		}
+	}
+	if containerOf != "" && len(d.Records) > 0 {
+		d.Refusal = &wire.Refusal{Kind: "refused", Namespace: d.Namespace, Reason: fmt.Sprintf(
+			"DynamoWorkerMetadata %s belongs to pod %s (container discovery mode); only pod mode is supported", d.Name, containerOf)}
+		d.Records, d.Size, d.Namespace = nil, 0, ""
 	}
 	return d
 }
