@@ -203,7 +203,10 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			return "", "", 0, false
 		}
 		id = m.InstanceID.Value
-		if kerr == nil && k.InstanceID != id && k.Namespace == m.Namespace && k.Component == m.Component && k.Endpoint == m.Endpoint {
+		// The key's id is checked whatever component or endpoint it names,
+		// as an endpoint's is: a path id that is not the pod's hash is a
+		// mismatch even where the path is not used.
+		if kerr == nil && k.InstanceID != id {
 			id = k.InstanceID ^ id ^ mismatchMark
 		}
 		suffix := m.ModelSuffix
