@@ -208,10 +208,6 @@ func (s *PodsSource) classify(p *corev1.Pod) podEntry {
 	if !slices.Contains(s.Namespaces, dn) {
 		return podEntry{}
 	}
-	if p.Annotations[AnnotationMode] == "container" {
-		r := wire.Refusal{Kind: "refused", Namespace: dn, Reason: fmt.Sprintf("pod %s uses the container discovery mode; only pod mode is supported", p.Name)}
-		return podEntry{key: wire.PrefixRefusals + "pod/" + p.Namespace + "/" + p.Name, value: r.Encode()}
-	}
 	role := PodRole(p.Labels)
 	if role == "" || !PodReady(p) {
 		return podEntry{}
@@ -221,6 +217,14 @@ func (s *PodsSource) classify(p *corev1.Pod) podEntry {
 	if model == "" {
 		s.logUnmapped(p.Name, dn, component)
 		return podEntry{}
+	}
+	// Only a pod that would otherwise be a worker is refused for the
+	// container mode: a frontend, an unready or an unmapped pod is no
+	// worker either way, and counting it would report a problem that
+	// changes nothing.
+	if p.Annotations[AnnotationMode] == "container" {
+		r := wire.Refusal{Kind: "refused", Namespace: dn, Reason: fmt.Sprintf("pod %s uses the container discovery mode; only pod mode is supported", p.Name)}
+		return podEntry{key: wire.PrefixRefusals + "pod/" + p.Namespace + "/" + p.Name, value: r.Encode()}
 	}
 	rec := wire.PodRecord{Pod: p.Name, Component: component, Role: role, Model: model, InstanceID: HashPodName(p.Name)}
 	return podEntry{key: wire.PrefixPods + dn + "/" + p.Name, value: rec.Encode()}

@@ -136,9 +136,17 @@ func TestPodsSourceRolesReadinessModels(t *testing.T) {
 	fake.Apply(kubefake.Pods, pod("other-ns-0", "VllmDecodeWorker", "decode", "", true, func(o kubefake.Object) {
 		o["metadata"].(kubefake.Object)["labels"].(kubefake.Object)[kube.LabelDynamoNamespace] = "someone-else"
 	}))
-	fake.Apply(kubefake.Pods, pod("container-0", "VllmDecodeWorker", "decode", "", true, func(o kubefake.Object) {
+	containerMode := func(o kubefake.Object) {
 		o["metadata"].(kubefake.Object)["annotations"] = kubefake.Object{kube.AnnotationMode: "container"}
-	}))
+	}
+	fake.Apply(kubefake.Pods, pod("container-0", "VllmDecodeWorker", "decode", "", true, containerMode))
+	// Only pods that would otherwise be workers are refused for the
+	// container mode: not a frontend, a planner, an unready or an unmapped
+	// pod.
+	fake.Apply(kubefake.Pods, pod("container-frontend-0", "Frontend", "frontend", "", true, containerMode))
+	fake.Apply(kubefake.Pods, pod("container-planner-0", "Planner", "planner", "", true, containerMode))
+	fake.Apply(kubefake.Pods, pod("container-unready-0", "VllmDecodeWorker", "decode", "", false, containerMode))
+	fake.Apply(kubefake.Pods, pod("container-unmapped-0", "OtherWorker", "decode", "", true, containerMode))
 
 	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{
 		{Component: "VllmPrefillWorker", Model: "solar"},
