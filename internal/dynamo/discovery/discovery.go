@@ -100,6 +100,9 @@ type Watcher struct {
 	published bool
 	resyncing bool
 	stopped   bool      // Run is returning: nothing more is published
+	// ctx is Run's: once it ends nothing more is published, whatever the
+	// source goes on applying.
+	ctx context.Context
 	lastPub   time.Time // when the view was last published
 	// timer publishes the changes that wait; timerSeq tells a stopped
 	// timer's late callback from the armed one's, and timers counts the
@@ -129,7 +132,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("discovery backoff %v..%v is not valid", w.Backoff.Initial, w.Backoff.Max)
 	}
 	w.mu.Lock()
-	w.reducer, w.stopped = fleet.NewReducer(), false
+	w.reducer, w.stopped, w.ctx = fleet.NewReducer(), false, ctx
 	w.mu.Unlock()
 	delay := w.Backoff.Initial
 	defer w.stop()
@@ -232,7 +235,7 @@ func (s *sink) ResyncEnd() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.resyncing = false
-	if w.stopped {
+	if w.stopped || w.ctx.Err() != nil {
 		return
 	}
 	w.reducer.ResyncEnd()
@@ -293,6 +296,9 @@ func (w *Watcher) fire(seq uint64) {
 // was to publish.
 func (w *Watcher) publishLocked() {
 	w.stopTimerLocked()
+	if w.stopped || w.ctx.Err() != nil {
+		return
+	}
 	now := time.Now()
 	w.Registry.Publish(w.reducer.Build(now))
 	w.lastPub = now
