@@ -141,7 +141,7 @@ func (r *Registry) report(snap *Snapshot) {
 		}
 	}
 	if !sameList(snap.Mixed, prev.Mixed) {
-		r.reportMixed(snap.Mixed)
+		r.reportMixed(snap)
 	}
 }
 
@@ -151,12 +151,14 @@ func sameList[T any](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// reportMixed warns once per (namespace, model) that becomes mixed, at most
-// MaxMixedWarningsPerPublish times per publish plus one summary line.
-func (r *Registry) reportMixed(mixed []NamespaceModel) {
-	now := make(map[NamespaceModel]bool, len(mixed))
+// reportMixed warns once per (namespace, model) that becomes mixed, with
+// its workers counted by role, at most MaxMixedWarningsPerPublish times
+// per publish plus one summary line (how many pairs were logged and how
+// many left out: model names come from the fleet's records).
+func (r *Registry) reportMixed(snap *Snapshot) {
+	now := make(map[NamespaceModel]bool, len(snap.Mixed))
 	var fresh []NamespaceModel
-	for _, k := range mixed {
+	for _, k := range snap.Mixed {
 		now[k] = true
 		if !r.mixed[k] {
 			fresh = append(fresh, k)
@@ -165,10 +167,15 @@ func (r *Registry) reportMixed(mixed []NamespaceModel) {
 	r.mixed = now
 	for i, k := range fresh {
 		if i == MaxMixedWarningsPerPublish {
-			r.logger.Warn("more dynamo namespaces became mixed", "count", len(fresh)-i)
+			r.logger.Warn("more dynamo namespaces became mixed", "omitted", len(fresh)-i, "logged", i)
 			break
 		}
+		byRole := map[Role]int{}
+		for w := range snap.Workers.Serving(k.Namespace, k.Model) {
+			byRole[w.Role]++
+		}
 		r.logger.Warn("dynamo namespace serves a model with both prefill/decode and aggregated workers; aggregated workers are not decode candidates there",
-			"namespace", k.Namespace, "model", k.Model)
+			"namespace", k.Namespace, "model", k.Model,
+			"prefill", byRole[RolePrefill], "decode", byRole[RoleDecode], "aggregated", byRole[RoleAggregated])
 	}
 }

@@ -104,8 +104,11 @@ func TestRegistryMixedNamespaceWarnings(t *testing.T) {
 	if n := strings.Count(out, "serves a model with both"); n != fleet.MaxMixedWarningsPerPublish {
 		t.Errorf("%d mixed warnings, want %d:\n%s", n, fleet.MaxMixedWarningsPerPublish, out)
 	}
-	if !strings.Contains(out, "more dynamo namespaces became mixed") || !strings.Contains(out, "count=2") {
+	if !strings.Contains(out, "more dynamo namespaces became mixed") || !strings.Contains(out, "omitted=2 logged=8") {
 		t.Errorf("no summary line:\n%s", out)
+	}
+	if !strings.Contains(out, "model=model-0 prefill=1 decode=0 aggregated=1") {
+		t.Errorf("a warning without its workers by role:\n%s", out)
 	}
 	logs.Reset()
 	reg.Publish(r.Build(t0))
