@@ -402,6 +402,8 @@ func anthropicErrorType(status int) string {
 		return "invalid_request_error"
 	case http.StatusUnauthorized:
 		return "authentication_error"
+	case http.StatusPaymentRequired:
+		return "billing_error"
 	case http.StatusForbidden:
 		return "permission_error"
 	case http.StatusNotFound:
@@ -412,6 +414,8 @@ func anthropicErrorType(status int) string {
 		return "rate_limit_error"
 	case http.StatusServiceUnavailable, 529:
 		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
 	}
 	if status >= 500 {
 		return "api_error"
@@ -565,8 +569,8 @@ func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
 func (s *anthropicStream) finished() bool { return s.finish != "" }
 
 // fail ends the stream with an error event.
-func (s *anthropicStream) fail(message string) error {
-	s.sw.event("error", anthropicErrorObject("api_error", message))
+func (s *anthropicStream) fail(status int, message string) error {
+	s.sw.event("error", anthropicErrorObject(anthropicErrorType(status), message))
 	return s.sw.flush()
 }
 

@@ -347,6 +347,12 @@ func TestAnthropicStream(t *testing.T) {
 				`content_block_start {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
 				`error {"type":"error","error":{"type":"api_error","message":"Prefill worker ID required in Direct routing mode"}}`}},
+		{"an error inside the stream keeps its status's type", nil, false,
+			chunks(textChunk("Hi")) + "event: error\ndata: {\"error\":{\"message\":\"engine overloaded\",\"code\":503}}\n\n",
+			[]string{messageStart, `ping {"type":"ping"}`,
+				`content_block_start {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}`,
+				`error {"type":"error","error":{"type":"overloaded_error","message":"engine overloaded"}}`}},
 		{"an error object as data", nil, false,
 			chunks(`{"error":{"message":"engine crashed","type":"internal"}}`),
 			[]string{messageStart, `ping {"type":"ping"}`,
@@ -386,7 +392,8 @@ func TestAnthropicErrors(t *testing.T) {
 		t.Errorf("%s", rec.Body)
 	}
 	for status, typ := range map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-		413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 502: "api_error", 503: "overloaded_error", 529: "overloaded_error", 422: "invalid_request_error"} {
+		413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 502: "api_error", 503: "overloaded_error", 529: "overloaded_error", 422: "invalid_request_error",
+		402: "billing_error", 504: "timeout_error"} {
 		if got := anthropicErrorType(status); got != typ {
 			t.Errorf("%d: %s, want %s", status, got, typ)
 		}

@@ -396,13 +396,31 @@ func chatStreamEvent(ev sseEvent) (chunk *chatChunk, done bool, errMsg string) {
 	return &c, false, ""
 }
 
+// upstreamStatus is the HTTP status an upstream error event carries in
+// its error's numeric code (Dynamo's frontend sends {"error":{"message",
+// "code":503}}), 500 when it carries none.
+func upstreamStatus(data []byte) int {
+	var e struct {
+		Error struct {
+			Code json.Number `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(data), &e) == nil {
+		if n, err := e.Error.Code.Int64(); err == nil && n >= 400 && n <= 599 {
+			return int(n)
+		}
+	}
+	return http.StatusInternalServerError
+}
+
 // chunkSink is an ingress's translation of a chat completion stream.
 type chunkSink interface {
 	chunk(c *chatChunk)
 	// finished reports whether a chunk carried a finish reason.
 	finished() bool
-	// fail ends the client's stream with an error event.
-	fail(message string) error
+	// fail ends the client's stream with an error event; status is the
+	// HTTP status the error would have had (500 when none is known).
+	fail(status int, message string) error
 }
 
 // relayChunks feeds the frontend's chat completion stream to s chunk by
@@ -415,16 +433,16 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) (ok bool, err error
 		ev, err := rd.next()
 		if errors.Is(err, io.EOF) {
 			if !s.finished() {
-				return false, s.fail("the upstream stream ended before the answer was complete")
+				return false, s.fail(http.StatusBadGateway, "the upstream stream ended before the answer was complete")
 			}
 			return true, nil
 		}
 		if err != nil {
-			return false, s.fail("reading the upstream stream: " + err.Error())
+			return false, s.fail(http.StatusBadGateway, "reading the upstream stream: "+err.Error())
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {
-			return false, s.fail(errMsg)
+			return false, s.fail(upstreamStatus(ev.data), errMsg)
 		}
 		if done {
 			return true, nil

@@ -541,7 +541,7 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 func (s *responsesStream) finished() bool { return s.finish != "" }
 
 // fail ends the stream with response.failed.
-func (s *responsesStream) fail(message string) error {
+func (s *responsesStream) fail(_ int, message string) error {
 	s.close()
 	output := make([]any, len(s.items))
 	for i, it := range s.items {
