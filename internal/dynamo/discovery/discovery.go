@@ -100,10 +100,10 @@ type Watcher struct {
 	published bool
 	resyncing bool
 	stopped   bool      // Run is returning: nothing more is published
+	lastPub   time.Time // when the view was last published
 	// ctx is Run's: once it ends nothing more is published, whatever the
 	// source goes on applying.
 	ctx context.Context
-	lastPub   time.Time // when the view was last published
 	// timer publishes the changes that wait; timerSeq tells a stopped
 	// timer's late callback from the armed one's, and timers counts the
 	// callbacks that may still run.
