@@ -60,36 +60,7 @@ type Pool struct {
 	mu      sync.Mutex
 	subs    map[uint64]*poolSub
 	refused map[uint64]bool // over MaxSubscriptions, logged once
-	// carried are the publishers whose subscriptions a connector switch
-	// ended: the next subscription of each carries their session on.
-	// Bounded by MaxSubscriptions (it holds only publishers that had one).
-	carried map[uint64]fleet.Publisher
 	wg      sync.WaitGroup
-}
-
-// Continuer is a Handler that tells a session carrying on after a
-// connector switch from a new one: the publisher neither restarted nor
-// went away, only the path to it changed, so what it fed stays valid.
-type Continuer interface {
-	Handler
-	// Continued starts a session in place of Connected.
-	Continued()
-}
-
-// continued calls Continued instead of Connected for the first session
-// of a subscription that carries on after a connector switch.
-type continued struct {
-	Continuer
-	first bool
-}
-
-func (h *continued) Connected() {
-	if h.first {
-		h.first = false
-		h.Continued()
-		return
-	}
-	h.Continuer.Connected()
 }
 
 type poolSub struct {
@@ -138,11 +109,6 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 			stopped = append(stopped, sub.pub)
 		}
 	}
-	for id := range p.carried {
-		if _, ok := wanted[id]; !ok {
-			delete(p.carried, id)
-		}
-	}
 	for _, pub := range want {
 		if _, ok := p.subs[pub.PublisherID]; !ok {
 			p.startLocked(ctx, *pub)
@@ -162,15 +128,8 @@ func (p *Pool) startLocked(parent context.Context, pub fleet.Publisher) {
 	sub := &poolSub{pub: pub, cancel: cancel, transport: p.Connector.Transport()}
 	p.subs[pub.PublisherID] = sub
 	p.setLocked(sub, StatePending)
-	h := p.NewHandler(pub)
-	if was, ok := p.carried[pub.PublisherID]; ok {
-		delete(p.carried, pub.PublisherID)
-		if c, ok := h.(Continuer); ok && was == pub {
-			h = &continued{Continuer: c, first: true}
-		}
-	}
 	loop := &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Namespace: pub.Namespace, Limits: p.Limits, Connector: p.Connector,
-		Handler: h, State: func(s string) { p.transition(sub, s) }, Carrier: func(id string) { p.carrier(sub, id) }}
+		Handler: p.NewHandler(pub), State: func(s string) { p.transition(sub, s) }, Carrier: func(id string) { p.carrier(sub, id) }}
 	p.wg.Add(1)
 	loop.Start(ctx, p.wg.Done)
 }
@@ -186,19 +145,16 @@ func (p *Pool) stopLocked(id uint64, sub *poolSub) {
 
 // SetConnector makes c the connector of the subscriptions that follow and
 // ends the running ones, without telling Stopped: their publishers are
-// still wanted, and what they fed stays (load samples, KV blocks and event
-// cursors) for the subscriptions the next Reconcile starts through c to
-// carry on.
+// still wanted, so what they fed is not discarded wholesale at the switch.
+// The subscriptions the next Reconcile starts through c begin with a
+// session like any other, and each Handler's Connected decides what of
+// its publisher's past survives a new session.
 func (p *Pool) SetConnector(c zmtp.Connector) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.Connector = c
-	if p.carried == nil {
-		p.carried = map[uint64]fleet.Publisher{}
-	}
 	for id, sub := range p.subs {
 		p.stopLocked(id, sub)
-		p.carried[id] = sub.pub
 	}
 }
 

@@ -45,19 +45,19 @@ var _ Handler = (*reader)(nil)
 
 // Connected implements Handler. A session's sequence starts afresh, and
 // what the publisher sent before may be stale: changes may have been
-// missed while disconnected, and its engine may have restarted meanwhile,
-// so the requests sent to its workers before count no more either.
+// missed while no session was up, and publishers send only on change, so
+// a kept sample (a busy worker that has since gone idle) could stand
+// until the next change. That holds for every session, the first one
+// through a new transport included: a switch stops the old session, and
+// nothing relays what the publisher sent in between. Its engine may have
+// restarted meanwhile, so the requests sent to its workers before count
+// no more either.
 func (r *reader) Connected() {
 	r.haveSeq = false
 	if r.store != nil {
 		r.store.ResetPublisher(r.pid)
 	}
 }
-
-// Continued implements Continuer: after a connector switch the
-// publisher's samples and what was dispatched since stay; only the
-// sequence starts afresh with the session.
-func (r *reader) Continued() { r.haveSeq = false }
 
 // Message implements Handler.
 func (r *reader) Message(frames [][]byte, now time.Time) { r.handle(frames, now) }

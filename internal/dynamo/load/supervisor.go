@@ -60,8 +60,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 }
 
 // SetConnector restarts every subscription through c (a reload changed the
-// transport or the allowed networks). The store keeps its samples: the
-// restarted subscriptions carry on where the old ones stopped.
+// transport or the allowed networks). The store is not wiped at the
+// switch: each publisher's samples stay until its restarted subscription
+// connects, and that first session drops them like any other, since what
+// the publisher sent between the two sessions was not seen.
 func (s *Supervisor) SetConnector(c zmtp.Connector) {
 	s.pool.SetConnector(c)
 	select {

@@ -256,51 +256,60 @@ func TestSupervisorRefusesUnallowedAddress(t *testing.T) {
 }
 
 // transportConnector dials directly under another transport name and counts
-// its connections.
+// its connections; with a gate, each dial waits until the gate is closed.
 type transportConnector struct {
 	zmtp.Direct
 	name  string
+	gate  chan struct{}
 	dials atomic.Int32
 }
 
 func (c *transportConnector) Connect(ctx context.Context, t zmtp.Target) (net.Conn, error) {
 	c.dials.Add(1)
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return c.Direct.Connect(ctx, t)
 }
 
 func (c *transportConnector) Transport() string { return c.name }
 
 // TestSupervisorSetConnector: a new connector restarts every subscription
-// through it, and the store keeps the samples the old ones fed (the switch
-// is not a departure).
+// through it. The switch itself wipes nothing (the sample stays while the
+// new session is being dialled), and the first session through the new
+// connector drops the samples the publisher sent before, like any other
+// session: a change may have gone unseen between the two.
 func TestSupervisorSetConnector(t *testing.T) {
 	t.Parallel()
 	f := newFleet()
 	f.worker(1, 1)
 	pub := testutil.StartGoPublisher(t)
-	publishLoop(t, pub, 0xa1, 1, 10)
 	f.publisher(0xa1, pub.Endpoint)
 	s := startSupervisor(t, f.reg)
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, ActiveDecodeBlocks: u64(10)})
 	testutil.Eventually(t, 10*time.Second, "first sample", func() bool {
-		_, ok := s.store.FreshDefault(1, 0)
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 0xa1, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		_, ok := s.store.Latest(1, 0)
 		return ok
 	})
 
-	next := &transportConnector{name: "other"}
-	// Stopping the old subscriptions must not drop what they fed: the
-	// sample stays readable through the switch.
+	next := &transportConnector{name: "other", gate: make(chan struct{})}
 	s.sup.SetConnector(next)
+	testutil.Eventually(t, 10*time.Second, "a dial through the new connector", func() bool { return next.dials.Load() > 0 })
 	if _, ok := s.store.Latest(1, 0); !ok {
-		t.Fatal("the switch dropped the worker's sample")
+		t.Fatal("the switch itself dropped the worker's sample")
 	}
+	close(next.gate)
 	testutil.Eventually(t, 10*time.Second, "subscription through the new connector", func() bool {
 		subs := s.sup.Subscriptions()
-		return len(subs) == 1 && subs[0].Transport == "other" && subs[0].State == load.StateConnected && next.dials.Load() > 0
+		return len(subs) == 1 && subs[0].Transport == "other" && subs[0].State == load.StateConnected
 	})
-	// The new session carries the old one on: the publisher did not
-	// restart, so its sample stays (idle publishers send only on change).
-	if _, ok := s.store.Latest(1, 0); !ok {
-		t.Fatal("the new connector's session dropped the worker's sample")
+	if smp, ok := s.store.Latest(1, 0); ok {
+		t.Fatalf("the first session through the new connector kept the sample sent before it: %+v", smp)
 	}
 	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "direct")); v != 0 {
 		t.Errorf("the old transport's series still counts %v subscriptions", v)
