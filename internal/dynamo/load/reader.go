@@ -49,13 +49,15 @@ var _ Handler = (*reader)(nil)
 // a kept sample (a busy worker that has since gone idle) could stand
 // until the next change. That holds for every session, the first one
 // through a new transport included: a switch stops the old session, and
-// nothing relays what the publisher sent in between. Its engine may have
-// restarted meanwhile, so the requests sent to its workers before count
-// no more either.
+// nothing relays what the publisher sent in between. The requests sent to
+// its workers since their last samples stay counted, as on a sequence gap:
+// only a sample answers them (or their expiry), so a worker whose
+// subscription keeps breaking is filled as much as the others rather than
+// looking empty after every reconnect and drawing every request.
 func (r *reader) Connected() {
 	r.haveSeq = false
 	if r.store != nil {
-		r.store.ResetPublisher(r.pid)
+		r.store.DropPublisher(r.pid)
 	}
 }
 

@@ -60,12 +60,13 @@ type Observer interface {
 // router's own dispatches are accounted for (ReadView.Since): a picker
 // counts what it sent a worker after that instant on top of the worker's
 // sample. It is the last sample's arrival; it stays there when the sample
-// is dropped for a sequence gap (what the sample answered stays
-// answered); and it moves to the present when the worker may have lost
-// what it had: its publisher's session was (re-)established or its
-// publisher went, or the worker (re)joined the fleet. A worker restarted
-// under the same id thus competes as quiet at once, instead of carrying
-// the requests its previous life was sent.
+// is dropped because a change may have been missed (a sequence gap, a new
+// session of its publisher): what the sample answered stays answered, and
+// what was sent after it stays unanswered; and it moves to the present
+// when the worker may have lost what it had: its publisher went or was
+// replaced, or the worker (re)joined the fleet. A worker restarted under
+// the same id thus competes as quiet at once, instead of carrying the
+// requests its previous life was sent.
 type Store struct {
 	mu      sync.RWMutex
 	samples map[Key]*Sample
@@ -156,9 +157,10 @@ func (s *Store) Apply(smp Sample) string {
 	return ""
 }
 
-// DropPublisher forgets every sample a publisher sent, on a sequence gap:
-// a change may have been missed. What the dropped samples answered stays
-// answered.
+// DropPublisher forgets every sample a publisher sent when a change may
+// have been missed (a sequence gap, a new session). What the dropped
+// samples answered stays answered, and what was dispatched since stays
+// counted until a sample answers it.
 func (s *Store) DropPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,9 +172,9 @@ func (s *Store) DropPublisher(publisherID uint64) {
 }
 
 // ResetPublisher forgets every sample a publisher sent and what the router
-// dispatched to their keys so far: its session was (re-)established, or it
-// left or was replaced. Its engine may have restarted, losing its work, so
-// neither its old load nor the requests it was sent before count any more.
+// dispatched to their keys so far: it left or was replaced. Its engine may
+// have restarted, losing its work, so neither its old load nor the
+// requests it was sent before count any more.
 func (s *Store) ResetPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -301,9 +303,9 @@ func (r ReadView) Get(k Key) *Sample { return r.s.samples[k] }
 
 // Since is the instant after which the router's dispatches to k are not
 // yet accounted for (by a sample, or because the worker may have lost its
-// work since): the latest of its sample's arrival, the instant its
-// publisher's session restarted or its sample was dropped, and the instant
-// its worker joined. Zero when none is known.
+// work since): the latest of its last sample's arrival (kept when that
+// sample is dropped), the instant its publisher went or was replaced, and
+// the instant its worker joined. Zero when none is known.
 func (r ReadView) Since(k Key) time.Time {
 	var t time.Time
 	if smp := r.s.samples[k]; smp != nil {

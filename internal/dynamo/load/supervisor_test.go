@@ -172,11 +172,13 @@ func TestSupervisorCountsReconnects(t *testing.T) {
 	testutil.Eventually(t, 20*time.Second, "reconnected", state(load.StateConnected, 1))
 }
 
-// TestSupervisorReconnectResetsAccounting: when a publisher's session is
-// re-established, its worker's last sample is dropped and what the router
-// sent the worker before no longer counts (its engine may have restarted
-// and lost it): the accounting instant moves past the last sample.
-func TestSupervisorReconnectResetsAccounting(t *testing.T) {
+// TestSupervisorReconnectKeepsAccounting: when a publisher's session is
+// re-established, its worker's last sample is dropped (a change may have
+// been missed), but what the router sent the worker after that sample
+// stays counted until a sample answers it: the accounting instant stays at
+// the last sample's arrival instead of moving to the reconnect, so a worker
+// whose subscription flaps does not look empty and draw every request.
+func TestSupervisorReconnectKeepsAccounting(t *testing.T) {
 	t.Parallel()
 	f := newFleet()
 	f.worker(6, 1)
@@ -184,11 +186,9 @@ func TestSupervisorReconnectResetsAccounting(t *testing.T) {
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
 	f.publisher(0xe6, pub.Endpoint)
 	s := startSupervisor(t, f.reg)
-	var last load.Sample
 	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
 		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		smp, ok := s.store.Latest(6, 0)
-		last = smp
+		_, ok := s.store.Latest(6, 0)
 		return ok
 	})
 	pub.Close()
@@ -196,6 +196,11 @@ func TestSupervisorReconnectResetsAccounting(t *testing.T) {
 		subs := s.sup.Subscriptions()
 		return len(subs) == 1 && subs[0].State != load.StateConnected
 	})
+	// The session is over: this is the last sample it applied.
+	last, ok := s.store.Latest(6, 0)
+	if !ok {
+		t.Fatal("the sample went with the session, before any reconnect")
+	}
 	testutil.StartGoPublisherAt(t, pub.Endpoint)
 	testutil.Eventually(t, 20*time.Second, "reconnected", func() bool {
 		subs := s.sup.Subscriptions()
@@ -203,8 +208,8 @@ func TestSupervisorReconnectResetsAccounting(t *testing.T) {
 	})
 	var since time.Time
 	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{WorkerID: 6}) })
-	if _, ok := s.store.Latest(6, 0); ok || !since.After(last.ReceivedAt) {
-		t.Fatalf("after the reconnect: sample kept %v, accounted from %v, last sample at %v", ok, since, last.ReceivedAt)
+	if _, ok := s.store.Latest(6, 0); ok || !since.Equal(last.ReceivedAt) {
+		t.Fatalf("after the reconnect: sample kept %v, accounted from %v, want the last sample's arrival %v", ok, since, last.ReceivedAt)
 	}
 }
 
@@ -300,7 +305,9 @@ func TestSupervisorSetConnector(t *testing.T) {
 	next := &transportConnector{name: "other", gate: make(chan struct{})}
 	s.sup.SetConnector(next)
 	testutil.Eventually(t, 10*time.Second, "a dial through the new connector", func() bool { return next.dials.Load() > 0 })
-	if _, ok := s.store.Latest(1, 0); !ok {
+	// The old session is over: this is the last sample it applied.
+	last, ok := s.store.Latest(1, 0)
+	if !ok {
 		t.Fatal("the switch itself dropped the worker's sample")
 	}
 	close(next.gate)
@@ -310,6 +317,11 @@ func TestSupervisorSetConnector(t *testing.T) {
 	})
 	if smp, ok := s.store.Latest(1, 0); ok {
 		t.Fatalf("the first session through the new connector kept the sample sent before it: %+v", smp)
+	}
+	var since time.Time
+	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{WorkerID: 1}) })
+	if !since.Equal(last.ReceivedAt) {
+		t.Errorf("dispatches accounted from %v after the switch, want the last sample's arrival %v", since, last.ReceivedAt)
 	}
 	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "direct")); v != 0 {
 		t.Errorf("the old transport's series still counts %v subscriptions", v)
