@@ -55,7 +55,8 @@ type Envelope struct {
 
 // DecodeEventMessage checks the four frames of one event-plane message
 // against topic and maxPayload and decodes its envelope. The envelope's
-// payload aliases frames[3].
+// payload aliases frames[3]; bytes of frames[3] past the declared payload
+// length are ignored.
 func DecodeEventMessage(frames [][]byte, topic string, maxPayload int) (Envelope, *Reject) {
 	if len(frames) != 4 {
 		return Envelope{}, reject(ResultMalformed, "%d frames, want 4", len(frames))
@@ -79,10 +80,13 @@ func DecodeEventMessage(frames [][]byte, topic string, maxPayload int) (Envelope
 	if uint64(n) > uint64(maxPayload) {
 		return Envelope{}, reject(ResultOversized, "payload of %d bytes declared; at most %d", n, maxPayload)
 	}
-	if int(n) != len(f)-FrameHeaderSize {
+	// Bytes after the declared payload are ignored, as Dynamo's own frame
+	// parser does: a frame that holds its whole payload is read the same
+	// whatever follows it.
+	if uint64(n) > uint64(len(f)-FrameHeaderSize) {
 		return Envelope{}, reject(ResultMalformed, "payload length %d declared, %d present", n, len(f)-FrameHeaderSize)
 	}
-	env, err := decodeEnvelope(f[FrameHeaderSize:])
+	env, err := decodeEnvelope(f[FrameHeaderSize : FrameHeaderSize+int(n)])
 	if err != nil {
 		return Envelope{}, reject(ResultMalformed, "envelope: %v", err)
 	}

@@ -102,6 +102,12 @@ func TestRejects(t *testing.T) {
 		{"version 2", mutate(func(f [][]byte) [][]byte { f[3][0] = 2; return f }), "kv_metrics", wire.ResultUnknownVersion},
 		{"oversized", mutate(func(f [][]byte) [][]byte { binary.BigEndian.PutUint32(f[3][1:], 16<<10+1); return f }), "kv_metrics", wire.ResultOversized},
 		{"length lies", mutate(func(f [][]byte) [][]byte { binary.BigEndian.PutUint32(f[3][1:], 10); return f }), "kv_metrics", wire.ResultMalformed},
+		{"payload past the frame's end", mutate(func(f [][]byte) [][]byte { binary.BigEndian.PutUint32(f[3][1:], uint32(len(f[3])-4)); return f }), "kv_metrics", wire.ResultMalformed},
+		{"trailing bytes past the declared payload, which is over the limit", mutate(func(f [][]byte) [][]byte {
+			f[3] = append(f[3], make([]byte, 16<<10)...)
+			binary.BigEndian.PutUint32(f[3][1:], 16<<10+1)
+			return f
+		}), "kv_metrics", wire.ResultOversized},
 		{"no header", mutate(func(f [][]byte) [][]byte { f[3] = f[3][:3]; return f }), "kv_metrics", wire.ResultMalformed},
 		{"garbage envelope", mutate(func(f [][]byte) [][]byte { f[3] = append([]byte{1, 0, 0, 0, 2}, 0xc1, 0xc1); return f }), "kv_metrics", wire.ResultMalformed},
 		{"publisher differs", mutate(func(f [][]byte) [][]byte { f[1][7]++; return f }), "kv_metrics", wire.ResultIdentityMismatch},
@@ -120,6 +126,26 @@ func TestRejects(t *testing.T) {
 	f[0] = []byte("kv_metrics")
 	if _, rej := wire.DecodeEventMessage(f, "kv_metrics", wire.MaxLoadPayloadBytes); rej == nil || rej.Result != wire.ResultTopicMismatch {
 		t.Fatalf("envelope topic: %v", rej)
+	}
+}
+
+// TestTrailingBytesIgnored: bytes after the declared payload are ignored,
+// as Dynamo's frame parser does; the message decodes as without them.
+func TestTrailingBytesIgnored(t *testing.T) {
+	want, rej := wire.DecodeEventMessage(readFrames(t, "kv_metrics_map.frames"), "kv_metrics", wire.MaxLoadPayloadBytes)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	for _, tail := range [][]byte{{0}, []byte("trailing junk \xc1\xc1"), make([]byte, 16<<10)} {
+		frames := readFrames(t, "kv_metrics_map.frames")
+		frames[3] = append(frames[3], tail...)
+		env, rej := wire.DecodeEventMessage(frames, "kv_metrics", wire.MaxLoadPayloadBytes)
+		if rej != nil {
+			t.Fatalf("%d trailing bytes: %v", len(tail), rej)
+		}
+		if env.PublisherID != want.PublisherID || env.Sequence != want.Sequence || !bytes.Equal(env.Payload, want.Payload) {
+			t.Fatalf("%d trailing bytes: envelope %+v, want %+v", len(tail), env, want)
+		}
 	}
 }
 
