@@ -35,6 +35,10 @@ func FuzzStream(f *testing.F) {
 	f.Add(longHeader(false, 1<<60))
 	f.Add(append(longHeader(true, 100), bytes.Repeat([]byte{1}, 100)...))
 	f.Add([]byte{0x04, 3, 2, 'O', 'K'})
+	var five bytes.Buffer // a frame too many, then a payload frame over the frame limit
+	writeMessage(&five, append(message("kv_metrics", 2, []byte("payload")), []byte("fifth")))
+	writeMessage(&five, message("kv_metrics", 3, bytes.Repeat([]byte{7}, 17<<10)))
+	f.Add(five.Bytes())
 	handshake := append(pubGreeting(), readyFrame("PUB")...)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, stream := range [][]byte{append(append([]byte{}, handshake...), data...), data} {
@@ -51,8 +55,20 @@ func FuzzStream(f *testing.F) {
 				if errors.Is(err, io.EOF) || (err != nil && !errors.Is(err, zmtp.ErrOversized)) {
 					break
 				}
-				if err == nil && len(frames) > zmtp.LimitsKVMetrics.MaxFrames {
-					t.Fatalf("%d frames", len(frames))
+				if err == nil || errors.Is(err, zmtp.ErrOversized) {
+					lim, total := zmtp.LimitsKVMetrics, 0
+					if len(frames) > lim.MaxFrames {
+						t.Fatalf("%d frames", len(frames))
+					}
+					for _, f := range frames {
+						if len(f) > lim.MaxFrameBytes {
+							t.Fatalf("a frame of %d bytes", len(f))
+						}
+						total += len(f)
+					}
+					if total > lim.MaxMessageBytes {
+						t.Fatalf("a message of %d bytes", total)
+					}
 				}
 			}
 		}

@@ -74,13 +74,42 @@ type buffer struct{ b []byte }
 var (
 	// ErrProtocol: the peer broke ZMTP; the connection must be closed.
 	ErrProtocol = errors.New("zmtp protocol violation")
-	// ErrOversized: a message larger than the limits was skipped; the
-	// connection stays usable.
+	// ErrOversized: a message over the limits was cut to them (see
+	// OverLimitError); the connection stays usable.
 	ErrOversized = errors.New("zmtp message over the size limit")
 	// ErrQuiet: no message came for IdleAfter; the buffers were given
 	// back. Call Wake, then Next again.
 	ErrQuiet = errors.New("zmtp subscription quiet")
 )
+
+// OverLimitError is what Next returns for a message over the limits: more
+// than MaxFrames frames, a frame over MaxFrameBytes, or more than
+// MaxMessageBytes in all. The message was read to its end, and what did
+// not fit was read and thrown away, never buffered, so the connection
+// stays usable. Next returns with it what fits: the first MaxFrames
+// frames, each cut to the bytes that fit the limits, valid until the next
+// call like any message, so that the caller can judge the message by its
+// own rules (a frame count it does not expect, or a frame whose kept head
+// says why it is too long). It matches ErrOversized.
+type OverLimitError struct {
+	// Frames is the number of frames the message had.
+	Frames int
+	// Sizes are the declared sizes of the frames returned, in order.
+	Sizes []uint64
+	kept  []int
+}
+
+func (e *OverLimitError) Error() string {
+	return fmt.Sprintf("%v: %d frames of %v bytes", ErrOversized, e.Frames, e.Sizes)
+}
+
+// Unwrap makes the error match ErrOversized.
+func (e *OverLimitError) Unwrap() error { return ErrOversized }
+
+// Cut reports whether returned frame i was cut short of its declared size.
+func (e *OverLimitError) Cut(i int) bool {
+	return i >= 0 && i < len(e.Sizes) && uint64(e.kept[i]) < e.Sizes[i]
+}
 
 func protocolErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
@@ -108,8 +137,10 @@ type Sub struct {
 	fb   *buffer // the frame buffer's pool entry (nil while quiet)
 	lim  Limits
 	buf  []byte
-	// frames are the last message's frames, slices of buf.
+	// frames are the last message's frames, slices of buf, and sizes their
+	// declared sizes (larger when a frame was cut to the limits).
 	frames [][]byte
+	sizes  []uint64
 	one    [1]byte
 }
 
@@ -367,16 +398,18 @@ func property(b []byte, name string) (string, bool) {
 }
 
 // Next returns the next message. Its frames are valid until the next call.
-// ErrOversized means one message was skipped and Next may be called again;
-// ErrQuiet that none came for IdleAfter (call Wake, then Next); any other
-// error ends the subscription.
+// A message over the limits comes cut to them, with an *OverLimitError
+// (ErrOversized), and Next may be called again; ErrQuiet means none came
+// for IdleAfter (call Wake, then Next); any other error ends the
+// subscription.
 func (s *Sub) Next() ([][]byte, error) {
 	s.frames = s.frames[:0]
+	s.sizes = s.sizes[:0]
 	if err := s.Wait(); err != nil {
 		return nil, err
 	}
 	s.buf = s.buf[:0]
-	oversized := false
+	count, over := 0, false
 	for {
 		flags, size, err := s.header()
 		if err != nil {
@@ -392,31 +425,47 @@ func (s *Sub) Next() ([][]byte, error) {
 			}
 			continue
 		}
-		if oversized || size > uint64(s.lim.MaxFrameBytes) || len(s.frames) >= s.lim.MaxFrames ||
-			uint64(len(s.buf))+size > uint64(s.lim.MaxMessageBytes) {
-			if size > s.lim.DiscardBytes {
-				return nil, protocolErr("frame of %d bytes declared", size)
-			}
-			if err := s.skip(size); err != nil {
-				return nil, err
-			}
-			oversized = true
-		} else {
+		if size > s.lim.DiscardBytes && size > uint64(s.lim.MaxFrameBytes) {
+			return nil, protocolErr("frame of %d bytes declared", size)
+		}
+		count++
+		// Keep what fits the limits; read the rest and throw it away.
+		var keep uint64
+		if len(s.frames) < s.lim.MaxFrames {
+			keep = min(size, uint64(s.lim.MaxFrameBytes), uint64(s.lim.MaxMessageBytes-len(s.buf)))
 			start := len(s.buf)
-			s.grow(int(size))
-			s.buf = s.buf[:start+int(size)]
+			s.grow(int(keep))
+			s.buf = s.buf[:start+int(keep)]
 			if err := s.readFull(s.buf[start:]); err != nil {
 				return nil, err
 			}
-			s.frames = append(s.frames, s.buf[start:start+int(size):start+int(size)])
+			s.frames = append(s.frames, s.buf[start:start+int(keep):start+int(keep)])
+			s.sizes = append(s.sizes, size)
+		} else {
+			over = true // past MaxFrames, even an empty frame
+		}
+		if keep < size {
+			over = true
+			if err := s.skip(size - keep); err != nil {
+				return nil, err
+			}
 		}
 		if flags&flagMore == 0 {
-			if oversized {
-				return nil, ErrOversized
+			if over {
+				return s.frames, s.overLimit(count)
 			}
 			return s.frames, nil
 		}
 	}
+}
+
+// overLimit describes the message just read, over the limits.
+func (s *Sub) overLimit(count int) *OverLimitError {
+	e := &OverLimitError{Frames: count, Sizes: append([]uint64(nil), s.sizes...), kept: make([]int, len(s.frames))}
+	for i, f := range s.frames {
+		e.kept[i] = len(f)
+	}
+	return e
 }
 
 // Wait returns once the next message's first byte is readable, waiting

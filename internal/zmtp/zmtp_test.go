@@ -261,6 +261,67 @@ func TestOversizedSkippedThenNext(t *testing.T) {
 	}
 }
 
+// TestOverLimitKeepsWhatFits: a message over the limits comes back cut to
+// them, with the number of frames it had and which frames were cut, so that
+// the caller can judge it (a fifth frame, an over-long topic, a payload
+// frame with bytes past its payload), and the connection carries on.
+func TestOverLimitKeepsWhatFits(t *testing.T) {
+	t.Parallel()
+	lim := zmtp.LimitsKVMetrics
+	x := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
+	id := make([]byte, 8)
+	topic := []byte("kv_metrics")
+	steps := []struct {
+		name   string
+		msg    [][]byte
+		frames int   // frames the message had
+		kept   []int // bytes kept of each frame returned
+	}{
+		{"a fifth frame", [][]byte{topic, id, id, x(10), x(1)}, 5, []int{10, 8, 8, 10}},
+		{"an empty fifth frame", [][]byte{topic, id, id, x(10), {}}, 5, []int{10, 8, 8, 10}},
+		{"many frames", [][]byte{topic, id, id, x(10), x(1), x(1), x(1), x(1), x(1)}, 9, []int{10, 8, 8, 10}},
+		{"a payload frame over the frame limit", [][]byte{topic, id, id, x(20 << 10)}, 4, []int{10, 8, 8, lim.MaxFrameBytes}},
+		{"a topic frame over the frame limit", [][]byte{x(20 << 10), id, id, x(300)}, 4,
+			[]int{lim.MaxFrameBytes, 8, 8, lim.MaxMessageBytes - lim.MaxFrameBytes - 16}},
+		{"an id frame over the frame limit", [][]byte{topic, x(20 << 10), id, x(10)}, 4, []int{10, lim.MaxFrameBytes, 8, 10}},
+	}
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		for _, st := range steps {
+			writeMessage(w, st.msg)
+		}
+		writeMessage(w, message("kv_metrics", 2, []byte("ok")))
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range steps {
+		frames, err := sub.Next()
+		var over *zmtp.OverLimitError
+		if !errors.As(err, &over) || !errors.Is(err, zmtp.ErrOversized) {
+			t.Fatalf("%s: err = %v, want an OverLimitError", st.name, err)
+		}
+		if over.Frames != st.frames || len(frames) != len(st.kept) {
+			t.Fatalf("%s: %d frames, %d returned; want %d, %d", st.name, over.Frames, len(frames), st.frames, len(st.kept))
+		}
+		for i, f := range frames {
+			if len(f) != st.kept[i] || !bytes.Equal(f, st.msg[i][:len(f)]) {
+				t.Fatalf("%s: frame %d kept %d bytes %.16q, want the first %d of %.16q", st.name, i, len(f), f, st.kept[i], st.msg[i])
+			}
+			if cut := len(f) < len(st.msg[i]); over.Cut(i) != cut || over.Sizes[i] != uint64(len(st.msg[i])) {
+				t.Fatalf("%s: frame %d cut %v of %d bytes, want cut %v of %d", st.name, i, over.Cut(i), over.Sizes[i], cut, len(st.msg[i]))
+			}
+		}
+		if sub.BufferCap() > lim.MaxMessageBytes {
+			t.Fatalf("%s: buffer grew to %d", st.name, sub.BufferCap())
+		}
+	}
+	frames, err := sub.Next()
+	if err != nil || !bytes.HasSuffix(frames[3], []byte("ok")) {
+		t.Fatalf("after the messages over the limits: %q %v", frames, err)
+	}
+}
+
 // TestFrameAndMessageLimits holds each limit on its own: a frame over the
 // frame limit in a message well under the message limit, and a message over
 // the message limit made of frames each under the frame limit, are skipped

@@ -54,6 +54,27 @@ type Handler interface {
 	Ended(err error)
 }
 
+// OverLimitHandler is a Handler that judges a message over the limits
+// itself, from what of it the limits kept, rather than counting it as
+// Oversized: the limits bound memory, while why a message is refused (a
+// frame too many, a frame too long) is the handler's to say.
+type OverLimitHandler interface {
+	Handler
+	// OverLimit is a message cut to the limits: the frames kept, valid
+	// only during the call, and what was cut.
+	OverLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time)
+}
+
+// overLimit hands a message cut to the limits to h, as OverLimit when h
+// judges such messages itself, as Oversized otherwise.
+func overLimit(h Handler, frames [][]byte, over *zmtp.OverLimitError, now time.Time) {
+	if o, ok := h.(OverLimitHandler); ok {
+		o.OverLimit(frames, over, now)
+		return
+	}
+	h.Oversized()
+}
+
 // Loop is one subscription to one publisher: dial, handshake, read until
 // the session fails, back off, again, until its context ends. It is the
 // only subscription loop: the supervisor and both forms of tail-load run it.
@@ -157,13 +178,16 @@ func (s *session) run() {
 	s.end(err)
 }
 
-// one hands the next message to the handler; a skipped oversized message
-// is reported and the session goes on.
+// one hands the next message to the handler; a message over the limits is
+// reported and the session goes on.
 func (s *session) one() error {
 	frames, err := s.zs.Next()
+	var over *zmtp.OverLimitError
 	switch {
 	case err == nil:
 		s.l.Handler.Message(frames, time.Now())
+	case errors.As(err, &over):
+		overLimit(s.l.Handler, frames, over, time.Now())
 	case errors.Is(err, zmtp.ErrOversized):
 		s.l.Handler.Oversized()
 	default:

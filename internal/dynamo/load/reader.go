@@ -1,7 +1,9 @@
 package load
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,7 +43,7 @@ type reader struct {
 	haveSeq bool
 }
 
-var _ Handler = (*reader)(nil)
+var _ OverLimitHandler = (*reader)(nil)
 
 // Connected implements Handler. A session's sequence starts afresh, and
 // what the publisher sent before may be stale: changes may have been
@@ -67,6 +69,46 @@ func (r *reader) Message(frames [][]byte, now time.Time) { r.handle(frames, now)
 // Oversized implements Handler.
 func (r *reader) Oversized() {
 	r.report(Event{PublisherID: r.pid, Topic: r.topic, Result: wire.ResultOversized, Detail: "message over the size limit skipped"})
+}
+
+// OverLimit implements OverLimitHandler. A message over the limits is
+// judged by the rules of any other, on what was kept: a count of frames
+// other than four is malformed, an id frame cut short is not 8 bytes
+// (malformed), a topic frame cut short is not the topic (topic_mismatch).
+// When only the payload frame was cut, its kept head says the rest: a
+// payload declared over the limit is oversized, and one within it is whole
+// in what was kept (the limits leave room for the largest payload beside
+// the other frames), so that the bytes cut from the frame's end are
+// trailing bytes, ignored as in any frame.
+func (r *reader) OverLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time) {
+	ev := Event{PublisherID: r.pid, Topic: r.topic, Frames: frames}
+	ev.Result, ev.Detail = r.overLimit(frames, over, now, &ev)
+	r.report(ev)
+}
+
+func (r *reader) overLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time, ev *Event) (string, string) {
+	switch {
+	case over.Frames != 4 || len(frames) != 4:
+		return wire.ResultMalformed, fmt.Sprintf("%d frames, want 4", over.Frames)
+	case over.Cut(1) || over.Cut(2):
+		return wire.ResultMalformed, "publisher id or sequence frame is not 8 bytes"
+	case over.Cut(0):
+		return wire.ResultTopicMismatch, fmt.Sprintf("frame topic of %d bytes", over.Sizes[0])
+	}
+	res, detail := r.apply(frames, now, ev)
+	if res == wire.ResultMalformed && over.Cut(3) && payloadPastKept(frames[3]) && len(frames[1]) == 8 && len(frames[2]) == 8 {
+		// The payload itself was cut: the limits are tighter than the
+		// topic's payload bound.
+		return wire.ResultOversized, "payload frame over the transport's limit"
+	}
+	return res, detail
+}
+
+// payloadPastKept reports whether a version-1 payload frame declares more
+// payload than it holds.
+func payloadPastKept(f []byte) bool {
+	return len(f) >= wire.FrameHeaderSize && f[0] == wire.FrameVersion &&
+		uint64(binary.BigEndian.Uint32(f[1:wire.FrameHeaderSize])) > uint64(len(f)-wire.FrameHeaderSize)
 }
 
 // Ended implements Handler: a peer that broke the protocol or an address

@@ -1,6 +1,7 @@
 package load_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -328,5 +329,67 @@ func TestSupervisorSetConnector(t *testing.T) {
 	}
 	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "other")); v != 1 {
 		t.Errorf("the new transport's series counts %v subscriptions", v)
+	}
+}
+
+// TestSupervisorJudgesMessagesOverTheLimits: a message over the transport's
+// limits is counted by what is wrong with it, not as oversized wholesale:
+// five frames or an over-long id frame are malformed, an over-long topic
+// frame is a topic mismatch, only a payload declared over 16 KiB is
+// oversized, and a payload frame long only for the bytes after its payload
+// is accepted (those bytes are ignored).
+func TestSupervisorJudgesMessagesOverTheLimits(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(2, 1)
+	pub := testutil.StartGoPublisher(t)
+	f.publisher(0xb2, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	seq := uint64(0)
+	msg := func(decode uint64) [][]byte {
+		seq++
+		return wire.EncodeEventMessage("kv_metrics", 0xb2, seq, 1, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 2, ActiveDecodeBlocks: u64(decode)}))
+	}
+	decodeIs := func(want uint64) func() bool {
+		return func() bool {
+			smp, ok := s.store.Latest(2, 0)
+			return ok && smp.Load.ActiveDecodeBlocks != nil && *smp.Load.ActiveDecodeBlocks == want
+		}
+	}
+	// One message, sent until it arrives: the copies that follow it are
+	// duplicates, not accepted.
+	first := msg(1)
+	testutil.Eventually(t, 10*time.Second, "a first sample", func() bool {
+		_ = pub.Send(first)
+		return decodeIs(1)()
+	})
+	count := func(result string) float64 { return promtest.ToFloat64(s.metrics.Events.WithLabelValues(result)) }
+	before := map[string]float64{}
+	for _, r := range []string{wire.ResultMalformed, wire.ResultTopicMismatch, wire.ResultOversized, telemetry.ResultAccepted} {
+		before[r] = count(r)
+	}
+	long := bytes.Repeat([]byte{0xee}, 20<<10)
+
+	fifth := append(msg(2), []byte("fifth"))
+	longID := msg(3)
+	longID[1] = long
+	longTopic := msg(4)
+	longTopic[0] = append([]byte("kv_metrics"), long...) // passes the publisher's prefix filter
+	bigPayload := msg(5)
+	bigPayload[3] = append([]byte{wire.FrameVersion, 0, 0, 0x40, 0x01}, make([]byte, 16<<10+1)...)
+	trailing := msg(77)
+	trailing[3] = append(trailing[3], long...)
+	for _, m := range [][][]byte{fifth, longID, longTopic, bigPayload, trailing, msg(99)} {
+		if err := pub.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the last sample", decodeIs(99))
+	// Accepted: the frame with trailing bytes and the last one.
+	want := map[string]float64{wire.ResultMalformed: 2, wire.ResultTopicMismatch: 1, wire.ResultOversized: 1, telemetry.ResultAccepted: 2}
+	for r, n := range want {
+		if got := count(r) - before[r]; got != n {
+			t.Errorf("%s counted %v times, want %v", r, got, n)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/zmtp"
@@ -71,6 +72,11 @@ func limitsOf(topic string) zmtp.Limits {
 type errorReporter struct {
 	Handler
 	report func(error)
+}
+
+// OverLimit implements OverLimitHandler on behalf of the wrapped handler.
+func (e errorReporter) OverLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time) {
+	overLimit(e.Handler, frames, over, now)
 }
 
 func (e errorReporter) Ended(err error) {
