@@ -1,7 +1,8 @@
 // Package zmtp is a bounded ZMTP 3.x subscriber: NULL security, a SUB socket
-// on one connection, ZMTP 3.0 subscriptions, and multipart messages whose
-// every declared length is checked against a limit before anything is
-// allocated. It knows nothing about Dynamo.
+// on one connection, ZMTP 3.0 subscriptions, PONG replies to a ZMTP 3.1
+// peer's heartbeat PINGs, and multipart messages whose every declared
+// length is checked against a limit before anything is allocated. It knows
+// nothing about Dynamo.
 //
 // Imports: no internal package (it is fuzzed alone).
 package zmtp
@@ -44,11 +45,21 @@ const (
 	initialFrameBuffer = 512
 	maxCommandBytes    = 1 << 10
 	greetingBytes      = 64
+	// pingHeadBytes is what is read of a PING command: the name (length
+	// byte and "PING"), the 2-byte TTL and a context of at most 16 bytes,
+	// which the PONG echoes; a longer context is cut to 16, as libzmq does.
+	pingHeadBytes       = 1 + 4 + 2 + maxPingContextBytes
+	maxPingContextBytes = 16
 	// maxPooledFrameBuffer bounds a frame buffer kept for reuse once its
 	// subscription goes quiet; a larger one (a kv-events burst) is left to
 	// the collector.
 	maxPooledFrameBuffer = 64 << 10
 )
+
+// PongTimeout bounds writing one PONG. The write is a few bytes into the
+// socket's buffer; a peer that stops reading its own heartbeat replies for
+// this long is stuck, and the session ends rather than block on it.
+const PongTimeout = 10 * time.Second
 
 // IdleAfter is how long a subscription waits for a message with its
 // buffers before it gives them back and waits with none. Publishers send
@@ -142,6 +153,9 @@ type Sub struct {
 	frames [][]byte
 	sizes  []uint64
 	one    [1]byte
+	// heartbeats: the peer greeted as ZMTP 3.1 or later, whose PING
+	// commands are answered.
+	heartbeats bool
 }
 
 // warm takes the buffers from the pools.
@@ -286,6 +300,7 @@ func (s *Sub) readGreeting() error {
 	if string(mech) != "NULL" {
 		return protocolErr("peer security mechanism %q; only NULL is supported", mech)
 	}
+	s.heartbeats = g[10] > 3 || g[11] >= 1
 	return nil
 }
 
@@ -416,12 +431,19 @@ func (s *Sub) Next() ([][]byte, error) {
 			return nil, err
 		}
 		if flags&flagCommand != 0 {
-			// PING, or whatever a newer peer sends: bounded and ignored.
 			if flags&flagMore != 0 || size > maxCommandBytes {
 				return nil, protocolErr("command frame of %d bytes", size)
 			}
-			if err := s.skip(size); err != nil {
+			if err := s.command(size); err != nil {
 				return nil, err
+			}
+			if count == 0 {
+				// Between messages: wait for the next one as for any, so
+				// that a subscription that gets only heartbeats can go
+				// quiet.
+				if err := s.Wait(); err != nil {
+					return nil, err
+				}
 			}
 			continue
 		}
@@ -457,6 +479,44 @@ func (s *Sub) Next() ([][]byte, error) {
 			return s.frames, nil
 		}
 	}
+}
+
+// command reads a command frame's body of size bytes (at most
+// maxCommandBytes). A PING from a ZMTP 3.1 peer is answered with a PONG
+// that echoes its context: a peer with heartbeats on (libzmq's
+// ZMQ_HEARTBEAT_IVL and ZMQ_HEARTBEAT_TIMEOUT) drops a connection that
+// sends nothing back within its timeout, and a SUB socket sends nothing
+// else after subscribing. Any other command (or a PING from a ZMTP 3.0
+// peer, which has none) is ignored.
+func (s *Sub) command(size uint64) error {
+	var head [pingHeadBytes]byte
+	n := min(size, uint64(len(head)))
+	if err := s.readFull(head[:n]); err != nil {
+		return err
+	}
+	if err := s.skip(size - n); err != nil {
+		return err
+	}
+	if !s.heartbeats || n < 1+4+2 || string(head[:5]) != "\x04PING" {
+		return nil
+	}
+	return s.pong(head[7:n])
+}
+
+// pong writes a PONG command carrying the PING's context (at most
+// maxPingContextBytes), within PongTimeout.
+func (s *Sub) pong(pingContext []byte) error {
+	var b [2 + 5 + maxPingContextBytes]byte
+	b[0], b[1] = flagCommand, byte(5+len(pingContext))
+	copy(b[2:], "\x04PONG")
+	n := 7 + copy(b[7:], pingContext)
+	_ = s.conn.SetWriteDeadline(time.Now().Add(PongTimeout))
+	_, err := s.conn.Write(b[:n])
+	_ = s.conn.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return fmt.Errorf("zmtp pong: %w", err)
+	}
+	return nil
 }
 
 // overLimit describes the message just read, over the limits.

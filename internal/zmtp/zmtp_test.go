@@ -539,3 +539,168 @@ func TestQuietSubscription(t *testing.T) {
 		t.Fatal("still quiet after a message")
 	}
 }
+
+const pyHeartbeatPublisher = `
+import struct, sys, time, zmq
+ctx = zmq.Context()
+pub = ctx.socket(zmq.PUB)
+pub.setsockopt(zmq.HEARTBEAT_IVL, 200)
+pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, 600)
+port = pub.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+seq = 0
+deadline = time.time() + 30
+while time.time() < deadline:
+    payload = b"hb"
+    frame = struct.pack(">BI", 1, len(payload)) + payload
+    pub.send_multipart([b"kv_metrics", struct.pack(">Q", 0x1f3a4b), struct.pack(">Q", seq), frame])
+    seq += 1
+    time.sleep(0.02)
+`
+
+// TestLibzmqHeartbeats: a libzmq PUB with heartbeats on (a PING every
+// 200 ms, and the connection dropped when nothing comes back within
+// 600 ms) keeps our subscription, which answers each PING, for several
+// times its timeout: the messages keep coming on one connection, in order.
+func TestLibzmqHeartbeats(t *testing.T) {
+	t.Parallel()
+	testutil.RequireLibzmq(t) // skips without python3-zmq, fails in CI
+	cmd := exec.Command(testutil.Python, "-c", pyHeartbeatPublisher)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := subscribe(t, "tcp://127.0.0.1:"+strings.TrimSpace(line), "kv_metrics")
+	var first, last uint64
+	start := time.Now()
+	for n := 0; time.Since(start) < 3*time.Second; n++ {
+		frames, err := sub.Next()
+		if err != nil {
+			t.Fatalf("after %v and %d messages: %v", time.Since(start).Round(time.Millisecond), n, err)
+		}
+		seq := binary.BigEndian.Uint64(frames[2])
+		if n == 0 {
+			first = seq
+		} else if seq != last+1 {
+			t.Fatalf("message %d after %d", seq, last)
+		}
+		last = seq
+	}
+	if last-first < 50 {
+		t.Fatalf("only %d messages in 3 s", last-first)
+	}
+}
+
+// pingPeer is a hand-written PUB greeting as ZMTP 3.minor: after the
+// handshake it sends a PING with context, then a message, and returns
+// what the subscriber wrote back after its subscription.
+func pingPeer(t *testing.T, minor byte, ping []byte) (endpoint string, replies <-chan []byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	out := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			out <- nil
+			return
+		}
+		defer c.Close()
+		g := pubGreeting()
+		g[11] = minor
+		_, _ = c.Write(append(g, readyFrame("PUB")...))
+		// Greeting (64), READY (27) and the subscription to kv_metrics (13).
+		hello := make([]byte, 64+27+13)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, hello); err != nil {
+			out <- nil
+			return
+		}
+		_, _ = c.Write(append([]byte{0x04, byte(len(ping))}, ping...))
+		var m bytes.Buffer
+		writeMessage(&m, message("kv_metrics", 1, []byte("after the ping")))
+		_, _ = c.Write(m.Bytes())
+		// The subscriber answers a PING before it reads the next message, so
+		// once that message is read its reply, if any, is on its way.
+		buf := make([]byte, 64)
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _ := io.ReadAtLeast(c, buf, 1)
+		out <- buf[:n]
+	}()
+	return "tcp://" + ln.Addr().String(), out
+}
+
+// TestPingPong: a ZMTP 3.1 peer's PING is answered with a PONG echoing its
+// context (cut to 16 bytes); a ZMTP 3.0 peer has no heartbeats, and a PING
+// from it is ignored. Either way the message after it is delivered.
+func TestPingPong(t *testing.T) {
+	t.Parallel()
+	ping := func(ctx string) []byte { return append([]byte("\x04PING\x00\x0a"), ctx...) }
+	tests := []struct {
+		name  string
+		minor byte
+		ping  []byte
+		want  []byte // what the subscriber writes back
+	}{
+		{"3.1, a context", 1, ping("ctx-1"), []byte("\x04\x0a\x04PONGctx-1")},
+		{"3.1, no context", 1, ping(""), []byte("\x04\x05\x04PONG")},
+		{"3.1, a context over 16 bytes", 1, ping("0123456789abcdefXYZ"), []byte("\x04\x15\x04PONG0123456789abcdef")},
+		{"3.1, a PING without its TTL", 1, []byte("\x04PING\x00"), nil},
+		{"3.0", 0, ping("ctx-1"), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ep, replies := pingPeer(t, tt.minor, tt.ping)
+			sub, err := dialRaw(t, ep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			frames, err := sub.Next()
+			if err != nil || len(frames) != 4 || !bytes.HasSuffix(frames[3], []byte("after the ping")) {
+				t.Fatalf("the message after the PING: %q %v", frames, err)
+			}
+			if got := <-replies; !bytes.Equal(got, tt.want) {
+				t.Fatalf("the subscriber wrote back %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestHeartbeatsOnlyGoQuiet: a subscription that gets only PINGs between
+// messages still gives its buffers back after the idle wait, rather than
+// holding them while it waits for a message after each PING. It changes
+// the idle wait, so it does not run in parallel.
+func TestHeartbeatsOnlyGoQuiet(t *testing.T) {
+	defer zmtp.SetIdleAfter(100 * time.Millisecond)()
+	g := pubGreeting()
+	g[11] = 1
+	ep := newRawPeer(t, g, readyFrame("PUB"), func(w io.Writer) {
+		_, _ = w.Write([]byte("\x04\x07\x04PING\x00\x0a"))
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := sub.Next(); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, zmtp.ErrQuiet) || !sub.Quiet() {
+			t.Fatalf("after a PING and nothing else: %v (quiet %v), want ErrQuiet", err, sub.Quiet())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Next still waits for a message after a PING, holding its buffers")
+	}
+}
