@@ -27,16 +27,13 @@ type Limits struct {
 	MaxMessageBytes int
 	// MaxFrames bounds the frames of one message.
 	MaxFrames int
-	// DiscardBytes is the largest frame skipped unread (ErrOversized, the
-	// connection stays up); a frame declared larger ends the connection.
-	DiscardBytes uint64
 }
 
 // Limits per use: kv_metrics carries ActiveLoad payloads of at most 16 KiB
 // (plus the 5-byte frame header); kv-events frames are at most 1 MiB.
 var (
-	LimitsKVMetrics = Limits{MaxFrameBytes: 16<<10 + 5, MaxMessageBytes: 16<<10 + 5 + 256 + 16, MaxFrames: 4, DiscardBytes: 1 << 20}
-	LimitsKVEvents  = Limits{MaxFrameBytes: 1 << 20, MaxMessageBytes: 1<<20 + 256 + 16, MaxFrames: 4, DiscardBytes: 16 << 20}
+	LimitsKVMetrics = Limits{MaxFrameBytes: 16<<10 + 5, MaxMessageBytes: 16<<10 + 5 + 256 + 16, MaxFrames: 4}
+	LimitsKVEvents  = Limits{MaxFrameBytes: 1 << 20, MaxMessageBytes: 1<<20 + 256 + 16, MaxFrames: 4}
 )
 
 // Buffer sizes of a subscription.
@@ -447,11 +444,13 @@ func (s *Sub) Next() ([][]byte, error) {
 			}
 			continue
 		}
-		if size > s.lim.DiscardBytes && size > uint64(s.lim.MaxFrameBytes) {
-			return nil, protocolErr("frame of %d bytes declared", size)
-		}
 		count++
-		// Keep what fits the limits; read the rest and throw it away.
+		// Keep what fits the limits; read the rest and throw it away, in
+		// the read buffer, however long the frame is declared: ZMTP allows
+		// any 64-bit length, and a message too long is dropped, not a
+		// reason to end the session. Memory stays bounded by the limits;
+		// what a longer frame costs is the reading of bytes the peer
+		// really sends.
 		var keep uint64
 		if len(s.frames) < s.lim.MaxFrames {
 			keep = min(size, uint64(s.lim.MaxFrameBytes), uint64(s.lim.MaxMessageBytes-len(s.buf)))

@@ -212,12 +212,26 @@ func dialRawLimits(t *testing.T, endpoint string, lim zmtp.Limits) (*zmtp.Sub, e
 	return zmtp.Subscribe(ctxT(t), conn, []byte("kv_metrics"), lim)
 }
 
-// TestHugeDeclaredFrameCostsNothing: a peer declaring a 2^60-byte frame is
-// refused before anything is allocated. Not parallel: it reads the
-// process-wide allocation count, which other tests would move.
-func TestHugeDeclaredFrameCostsNothing(t *testing.T) {
+// TestHugeFrameCostsNothing: a peer that declares and sends a 64 MiB
+// frame has it read and thrown away in the read buffer: the message comes
+// back cut to the limits, nothing near the frame's size is allocated, and
+// the connection carries on. Not parallel: it reads the process-wide
+// allocation count, which other tests would move.
+func TestHugeFrameCostsNothing(t *testing.T) {
+	const huge = 64 << 20
+	chunk := make([]byte, 64<<10)
 	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
-		_, _ = w.Write(longHeader(false, 1<<60))
+		m := message("kv_metrics", 1, nil)
+		for _, f := range m[:3] {
+			_, _ = w.Write(shortFrame(true, f))
+		}
+		_, _ = w.Write(longHeader(false, huge))
+		for sent := 0; sent < huge; sent += len(chunk) {
+			_, _ = w.Write(chunk)
+		}
+		var next bytes.Buffer
+		writeMessage(&next, message("kv_metrics", 2, []byte("ok")))
+		_, _ = w.Write(next.Bytes())
 	})
 	sub, err := dialRaw(t, ep)
 	if err != nil {
@@ -226,18 +240,44 @@ func TestHugeDeclaredFrameCostsNothing(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err = sub.Next()
+	frames, err := sub.Next()
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, zmtp.ErrProtocol) {
-		t.Fatalf("err = %v, want a protocol error", err)
+	var over *zmtp.OverLimitError
+	if !errors.As(err, &over) || over.Frames != 4 || !over.Cut(3) || over.Sizes[3] != huge || len(frames[3]) != zmtp.LimitsKVMetrics.MaxFrameBytes {
+		t.Fatalf("a 64 MiB frame: %d frames, err %v; want it cut to the frame limit", len(frames), err)
 	}
-	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
-		t.Errorf("allocated %d bytes for a declared 2^60-byte frame", grew)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("allocated %d bytes for a 64 MiB frame", grew)
+	}
+	frames, err = sub.Next()
+	if err != nil || !bytes.HasSuffix(frames[3], []byte("ok")) {
+		t.Fatalf("after the 64 MiB frame: %q %v", frames, err)
 	}
 }
 
-// TestOversizedSkippedThenNext: a frame over the limit but within the
-// discard bound is skipped; the connection carries on.
+// TestHugeDeclaredFrameIsNoProtocolError: a frame declared 2^60 bytes long
+// is not refused as a protocol violation; its bytes are read as they come,
+// and a peer that stops sending them ends the connection as any would.
+func TestHugeDeclaredFrameIsNoProtocolError(t *testing.T) {
+	t.Parallel()
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		_, _ = w.Write(longHeader(false, 1<<60))
+		_, _ = w.Write(make([]byte, 1<<20))
+		if c, ok := w.(net.Conn); ok {
+			_ = c.Close()
+		}
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.Next(); err == nil || errors.Is(err, zmtp.ErrProtocol) || errors.Is(err, zmtp.ErrOversized) {
+		t.Fatalf("err = %v, want the connection's end", err)
+	}
+}
+
+// TestOversizedSkippedThenNext: a message over the limits is skipped (cut
+// to them); the connection carries on.
 func TestOversizedSkippedThenNext(t *testing.T) {
 	t.Parallel()
 	big := bytes.Repeat([]byte("x"), 20<<10)
@@ -326,11 +366,10 @@ func TestOverLimitKeepsWhatFits(t *testing.T) {
 // frame limit in a message well under the message limit, and a message over
 // the message limit made of frames each under the frame limit, are skipped
 // (ErrOversized) and the connection carries on; messages at both limits
-// are delivered; a frame at the discard bound is skipped, one a byte over
-// it (in a message under the message limit) ends the connection.
+// are delivered; a frame far over the frame limit is skipped the same way.
 func TestFrameAndMessageLimits(t *testing.T) {
 	t.Parallel()
-	lim := zmtp.Limits{MaxFrameBytes: 100, MaxMessageBytes: 400, MaxFrames: 8, DiscardBytes: 300}
+	lim := zmtp.Limits{MaxFrameBytes: 100, MaxMessageBytes: 400, MaxFrames: 8}
 	x := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
 	topic := []byte("kv_metrics")
 	steps := []struct {
@@ -344,15 +383,13 @@ func TestFrameAndMessageLimits(t *testing.T) {
 		{"message at the message limit", [][]byte{topic, x(100), x(100), x(100), x(90)}, false},
 		{"oversized frame first, then small ones", [][]byte{x(200), topic, x(10)}, true},
 		{"last frame over the frame limit", [][]byte{topic, x(1), x(1), x(101)}, true},
-		{"frame at the discard bound", [][]byte{topic, x(300)}, true},
+		{"frame far over the frame limit", [][]byte{topic, x(100 << 10)}, true},
 		{"small message after the skips", [][]byte{topic, []byte("ok")}, false},
 	}
 	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
 		for _, st := range steps {
 			writeMessage(w, st.msg)
 		}
-		// Over the frame limit and the discard bound, under the message limit.
-		writeMessage(w, [][]byte{topic, x(301)})
 	})
 	sub, err := dialRawLimits(t, ep, lim)
 	if err != nil {
@@ -377,9 +414,6 @@ func TestFrameAndMessageLimits(t *testing.T) {
 				t.Fatalf("%s: frame %d is %d bytes %.16q, want %d bytes %.16q", st.name, i, len(frames[i]), frames[i], len(st.msg[i]), st.msg[i])
 			}
 		}
-	}
-	if frames, err := sub.Next(); !errors.Is(err, zmtp.ErrProtocol) {
-		t.Fatalf("a 301-byte frame over the 300-byte discard bound: got %d frames, err %v; want a protocol error", len(frames), err)
 	}
 }
 

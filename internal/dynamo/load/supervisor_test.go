@@ -336,8 +336,9 @@ func TestSupervisorSetConnector(t *testing.T) {
 // limits is counted by what is wrong with it, not as oversized wholesale:
 // five frames or an over-long id frame are malformed, an over-long topic
 // frame is a topic mismatch, only a payload declared over 16 KiB is
-// oversized, and a payload frame long only for the bytes after its payload
-// is accepted (those bytes are ignored).
+// oversized (even one of megabytes, which does not cut the session), and a
+// payload frame long only for the bytes after its payload is accepted
+// (those bytes are ignored).
 func TestSupervisorJudgesMessagesOverTheLimits(t *testing.T) {
 	t.Parallel()
 	f := newFleet()
@@ -365,7 +366,7 @@ func TestSupervisorJudgesMessagesOverTheLimits(t *testing.T) {
 	})
 	count := func(result string) float64 { return promtest.ToFloat64(s.metrics.Events.WithLabelValues(result)) }
 	before := map[string]float64{}
-	for _, r := range []string{wire.ResultMalformed, wire.ResultTopicMismatch, wire.ResultOversized, telemetry.ResultAccepted} {
+	for _, r := range []string{wire.ResultMalformed, wire.ResultTopicMismatch, wire.ResultOversized, telemetry.ResultAccepted, wire.ResultTransportRefused} {
 		before[r] = count(r)
 	}
 	long := bytes.Repeat([]byte{0xee}, 20<<10)
@@ -377,19 +378,25 @@ func TestSupervisorJudgesMessagesOverTheLimits(t *testing.T) {
 	longTopic[0] = append([]byte("kv_metrics"), long...) // passes the publisher's prefix filter
 	bigPayload := msg(5)
 	bigPayload[3] = append([]byte{wire.FrameVersion, 0, 0, 0x40, 0x01}, make([]byte, 16<<10+1)...)
+	// Far over every limit: read and thrown away, the session goes on.
+	hugePayload := msg(6)
+	hugePayload[3] = append([]byte{wire.FrameVersion, 0, 0x20, 0, 0}, make([]byte, 2<<20)...)
 	trailing := msg(77)
 	trailing[3] = append(trailing[3], long...)
-	for _, m := range [][][]byte{fifth, longID, longTopic, bigPayload, trailing, msg(99)} {
+	for _, m := range [][][]byte{fifth, longID, longTopic, bigPayload, hugePayload, trailing, msg(99)} {
 		if err := pub.Send(m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, "the last sample", decodeIs(99))
 	// Accepted: the frame with trailing bytes and the last one.
-	want := map[string]float64{wire.ResultMalformed: 2, wire.ResultTopicMismatch: 1, wire.ResultOversized: 1, telemetry.ResultAccepted: 2}
+	want := map[string]float64{wire.ResultMalformed: 2, wire.ResultTopicMismatch: 1, wire.ResultOversized: 2, telemetry.ResultAccepted: 2, wire.ResultTransportRefused: 0}
 	for r, n := range want {
 		if got := count(r) - before[r]; got != n {
 			t.Errorf("%s counted %v times, want %v", r, got, n)
 		}
+	}
+	if subs := s.sup.Subscriptions(); len(subs) != 1 || subs[0].Reconnects != 0 {
+		t.Errorf("subscriptions %+v, want one that never reconnected", subs)
 	}
 }
