@@ -98,11 +98,12 @@ while time.time() < deadline:
     time.sleep(0.005)
 `
 
-// TestLibzmqPublisher: our SUB against libzmq (Debian python3-zmq).
-func TestLibzmqPublisher(t *testing.T) {
-	t.Parallel()
+// startPyPublisher runs a libzmq publisher script (Debian python3-zmq)
+// until the test ends and returns the endpoint it printed the port of.
+func startPyPublisher(t *testing.T, script string) string {
+	t.Helper()
 	testutil.RequireLibzmq(t) // skips without python3-zmq, fails in CI
-	cmd := exec.Command(testutil.Python, "-c", pyPublisher)
+	cmd := exec.Command(testutil.Python, "-c", script)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,13 @@ func TestLibzmqPublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := subscribe(t, "tcp://127.0.0.1:"+strings.TrimSpace(line), "kv_metrics")
+	return "tcp://127.0.0.1:" + strings.TrimSpace(line)
+}
+
+// TestLibzmqPublisher: our SUB against libzmq (Debian python3-zmq).
+func TestLibzmqPublisher(t *testing.T) {
+	t.Parallel()
+	sub := subscribe(t, startPyPublisher(t, pyPublisher), "kv_metrics")
 	for i := 0; i < 3; i++ {
 		frames, err := sub.Next()
 		if err != nil {
@@ -598,21 +605,7 @@ while time.time() < deadline:
 // times its timeout: the messages keep coming on one connection, in order.
 func TestLibzmqHeartbeats(t *testing.T) {
 	t.Parallel()
-	testutil.RequireLibzmq(t) // skips without python3-zmq, fails in CI
-	cmd := exec.Command(testutil.Python, "-c", pyHeartbeatPublisher)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := subscribe(t, "tcp://127.0.0.1:"+strings.TrimSpace(line), "kv_metrics")
+	sub := subscribe(t, startPyPublisher(t, pyHeartbeatPublisher), "kv_metrics")
 	var first, last uint64
 	start := time.Now()
 	for n := 0; time.Since(start) < 3*time.Second; n++ {

@@ -1,7 +1,6 @@
 package serve_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -245,7 +244,7 @@ func TestServeLogsConfigWarnings(t *testing.T) {
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, done := startServe(t, ctx, &serve.Options{ConfigFile: file,
@@ -257,22 +256,4 @@ func TestServeLogsConfigWarnings(t *testing.T) {
 	if got := logs.String(); !strings.Contains(got, "configuration warning") || !strings.Contains(got, "dynamo.load.transport") {
 		t.Errorf("start logged:\n%s", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
