@@ -3,6 +3,7 @@ package tokenize
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -273,6 +274,9 @@ func (m *bpe) encodeChunked(dst []uint32, w string, ws *wordScratch) []uint32 {
 type wordScratch struct {
 	syms []symbol
 	heap mergeHeap
+	// stop is the encode's stopper: a word of megabytes takes seconds of
+	// merges.
+	stop *stopper
 }
 
 type symbol struct {
@@ -308,7 +312,7 @@ func (m *bpe) encodeOne(dst []uint32, w string, ws *wordScratch) []uint32 {
 			return append(dst, ids...)
 		}
 	}
-	ws.syms = m.initialSymbols(ws.syms[:0], w)
+	ws.syms = m.initialSymbols(ws.syms[:0], w, ws.stop)
 	if len(ws.syms) > 24 {
 		m.mergeHeap(ws)
 	} else {
@@ -326,8 +330,13 @@ func (m *bpe) encodeOne(dst []uint32, w string, ws *wordScratch) []uint32 {
 
 // initialSymbols splits w into its characters' tokens (bytes in byte-level
 // mode), with byte fallback and unknown tokens as the library does.
-func (m *bpe) initialSymbols(syms []symbol, w string) []symbol {
+//
+// A word has at most one symbol per byte: the slice is sized once, as a
+// word of megabytes would otherwise spend most of its time regrowing it.
+func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
+	syms = slices.Grow(syms, len(w))
 	add := func(id uint32) {
+		stop.tick()
 		syms = append(syms, symbol{id: id})
 	}
 	if m.byteLevel {
@@ -451,11 +460,13 @@ func (m *bpe) mergeHeap(ws *wordScratch) {
 	syms := ws.syms
 	h := ws.heap[:0]
 	for i := 0; i+1 < len(syms); i++ {
+		ws.stop.tick()
 		if r, ok := m.rule(syms[i].id, syms[i+1].id); ok {
 			h.push(mergeItem{rank: r.rank, pos: int32(i), newID: r.newID})
 		}
 	}
 	for len(h) > 0 {
+		ws.stop.tick()
 		top := h.pop()
 		s := &syms[top.pos]
 		if s.dead || s.next < 0 {

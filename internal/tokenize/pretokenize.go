@@ -8,9 +8,10 @@ import (
 	"unicode/utf8"
 )
 
-// preTokenizer splits a piece into smaller pieces, appending them to dst.
+// preTokenizer splits a piece into smaller pieces, appending them to dst;
+// it ticks stop once per piece it cuts.
 type preTokenizer interface {
-	split(dst []piece, in piece) []piece
+	split(dst []piece, in piece, stop *stopper) []piece
 }
 
 // parsePreTokenizer returns the stages of the pre-tokenizer (a Sequence is
@@ -190,29 +191,29 @@ type splitPre struct {
 	invert   bool
 }
 
-func (p splitPre) split(dst []piece, in piece) []piece {
-	return splitBy(dst, in, p.m, p.behavior, p.invert)
+func (p splitPre) split(dst []piece, in piece, stop *stopper) []piece {
+	return splitBy(dst, in, p.m, p.behavior, p.invert, stop)
 }
 
 // splitBy cuts in at the matches of m and joins the parts by behaviour, as
 // NormalizedString::split does; empty parts are dropped.
-func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool) []piece {
+func splitBy(dst []piece, in piece, m matcher, b behavior, invert bool, stop *stopper) []piece {
 	s := in.s
 	if s == "" {
 		return dst
 	}
 	if fm, ok := m.(funcMatcher); ok && b == isolated && !invert {
-		return splitIsolated(dst, in, fm)
+		return splitIsolated(dst, in, fm, stop)
 	}
 	if lit, ok := m.(literal); ok && !invert && !strings.Contains(s, string(lit)) {
 		return append(dst, in) // no match: one part, kept whole by every behaviour
 	}
-	return splitGeneral(dst, in, m, b, invert)
+	return splitGeneral(dst, in, m, b, invert, stop)
 }
 
 // splitGeneral is splitBy's general case (apart, so the closures' captures
 // do not cost the fast paths an allocation).
-func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool) []piece {
+func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool, stop *stopper) []piece {
 	s := in.s
 	emit := func(start, end int) {
 		if start < end {
@@ -222,6 +223,7 @@ func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool) []p
 	if b == isolated {
 		prev := 0
 		m.each(s, func(start, end int) {
+			stop.tick()
 			emit(prev, start)
 			emit(start, end)
 			prev = end
@@ -236,6 +238,7 @@ func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool) []p
 	var parts []part
 	prev := 0
 	m.each(s, func(start, end int) {
+		stop.tick()
 		if prev != start {
 			parts = append(parts, part{prev, start, invert})
 		}
@@ -303,10 +306,11 @@ func splitGeneral(dst []piece, in piece, m matcher, b behavior, invert bool) []p
 
 // splitIsolated is splitBy for Isolated with a scanner, the common case,
 // without closures.
-func splitIsolated(dst []piece, in piece, f funcMatcher) []piece {
+func splitIsolated(dst []piece, in piece, f funcMatcher, stop *stopper) []piece {
 	s := in.s
 	prev := 0
 	for i := 0; i < len(s); {
+		stop.tick()
 		a, b := f(s, i)
 		if a < 0 {
 			break
@@ -337,7 +341,7 @@ type byteLevelPre struct {
 	addPrefixSpace bool
 }
 
-func (p byteLevelPre) split(dst []piece, in piece) []piece {
+func (p byteLevelPre) split(dst []piece, in piece, stop *stopper) []piece {
 	if p.addPrefixSpace && !strings.HasPrefix(in.s, " ") {
 		in.s = " " + in.s
 	}
@@ -347,7 +351,7 @@ func (p byteLevelPre) split(dst []piece, in piece) []piece {
 		}
 		return dst
 	}
-	return splitBy(dst, in, p.m, isolated, false)
+	return splitBy(dst, in, p.m, isolated, false, stop)
 }
 
 // metaspacePre is the Metaspace pre-tokenizer.
@@ -357,7 +361,7 @@ type metaspacePre struct {
 	doSplit bool
 }
 
-func (p metaspacePre) split(dst []piece, in piece) []piece {
+func (p metaspacePre) split(dst []piece, in piece, stop *stopper) []piece {
 	s := strings.ReplaceAll(in.s, " ", p.repl)
 	switch p.scheme {
 	case "always":
@@ -376,7 +380,7 @@ func (p metaspacePre) split(dst []piece, in piece) []piece {
 		}
 		return dst
 	}
-	return splitBy(dst, out, literal(p.repl), mergedWithNext, false)
+	return splitBy(dst, out, literal(p.repl), mergedWithNext, false, stop)
 }
 
 // digitRun matches runs of numeric characters (or single ones).

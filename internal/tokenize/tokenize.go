@@ -31,6 +31,7 @@
 package tokenize
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -74,6 +75,44 @@ type state struct {
 	segs []segment
 	a, b []piece
 	word wordScratch
+	stop stopper
+}
+
+// stopper lets a long encode observe the end of its context. Encoding is
+// linear in the text, but the text may be 16 MiB and a caller holding a
+// render permit must get it back by its deadline, so every loop that runs
+// once per unit of work (a piece split off, a word encoded, a merge made)
+// calls tick; every stopEvery ticks it looks at the Done channel, and once
+// that is closed it panics with stopped, which EncodeContext recovers. The
+// passes between ticks (added-token split, normalizer, a word's initial
+// symbols) are single linear scans. The zero stopper, and a nil one,
+// never stop.
+type stopper struct {
+	done <-chan struct{}
+	n    uint32
+}
+
+// stopEvery is how many ticks pass between looks at the Done channel: a
+// look is a few nanoseconds, a tick's work a few tens, so the overrun past
+// a deadline is microseconds.
+const stopEvery = 1024
+
+// stopped is the panic value of a stopper whose context ended.
+type stopped struct{}
+
+func (s *stopper) tick() {
+	if s == nil {
+		return
+	}
+	s.n++
+	if s.n%stopEvery != 0 || s.done == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		panic(stopped{})
+	default:
+	}
 }
 
 // segment is a stretch of the input between added tokens, or an added token.
@@ -99,9 +138,24 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 
 // EncodeAppend is Encode appending to dst; with a dst of enough capacity it
 // does not allocate for text the tokenizer has seen before.
-func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) (out []uint32, err error) {
+func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
+	return t.encode(context.Background(), dst, text, addSpecialTokens)
+}
+
+// EncodeContext is EncodeAppend bounded by ctx: once ctx is done the encode
+// stops within microseconds and returns dst unchanged and an error wrapping
+// ctx.Err(). Checking the size bounds first, it still returns
+// ErrPromptTooLarge for an over-long text whatever the context.
+func (t *Tokenizer) EncodeContext(ctx context.Context, dst []uint32, text string, addSpecialTokens bool) ([]uint32, error) {
+	return t.encode(ctx, dst, text, addSpecialTokens)
+}
+
+func (t *Tokenizer) encode(ctx context.Context, dst []uint32, text string, addSpecialTokens bool) (out []uint32, err error) {
 	if len(text) > MaxTextBytes {
 		return dst, ErrPromptTooLarge
+	}
+	if err := ctx.Err(); err != nil {
+		return dst, fmt.Errorf("tokenize: %w", err)
 	}
 	if !utf8.ValidString(text) {
 		text = sanitizeUTF8(text)
@@ -110,16 +164,22 @@ func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens boo
 	if st == nil {
 		st = &state{}
 	}
+	st.stop = stopper{done: ctx.Done()}
+	st.word.stop = &st.stop
 	base := len(dst)
 	defer func() {
 		if r := recover(); r != nil {
-			re, ok := r.(regexError)
-			if !ok {
+			switch x := r.(type) {
+			case regexError:
+				out, err = dst[:base], x.err
+			case stopped:
+				out, err = dst[:base], fmt.Errorf("tokenize: %w", ctx.Err())
+			default:
 				panic(r)
 			}
-			out, err = dst[:base], re.err
 			st = &state{} // abandon the scratch of the failed encode
 		}
+		st.stop = stopper{}
 		if cap(st.a) <= maxPooledPieces && cap(st.b) <= maxPooledPieces && cap(st.segs) <= maxPooledPieces && cap(st.word.syms) <= maxPooledPieces {
 			t.states.Put(st)
 		}
@@ -143,6 +203,7 @@ func (t *Tokenizer) EncodeAppend(dst []uint32, text string, addSpecialTokens boo
 func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) ([]uint32, error) {
 	st.segs = t.added.split(st.segs[:0], text, true, true)
 	for i := 0; i < len(st.segs); i++ {
+		st.stop.tick()
 		seg := st.segs[i]
 		if seg.isTok {
 			dst = append(dst, seg.id)
@@ -170,6 +231,7 @@ func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) (
 		st.segs = t.added.split(st.segs, norm, false, seg.first)
 		// st.segs may have been reallocated; index instead of ranging.
 		for i := start; i < len(st.segs); i++ {
+			st.stop.tick()
 			sub := st.segs[i]
 			if sub.isTok {
 				dst = append(dst, sub.id)
@@ -194,7 +256,7 @@ func (t *Tokenizer) encodeNormalized(st *state, dst []uint32, s string, first bo
 	for _, p := range t.pre {
 		st.b = st.b[:0]
 		for _, in := range st.a {
-			st.b = p.split(st.b, in)
+			st.b = p.split(st.b, in, &st.stop)
 		}
 		st.a, st.b = st.b, st.a
 	}
@@ -202,6 +264,7 @@ func (t *Tokenizer) encodeNormalized(st *state, dst []uint32, s string, first bo
 		if w.s == "" {
 			continue
 		}
+		st.stop.tick()
 		dst = t.model.encodeWord(dst, w.s, &st.word)
 		if len(dst)-base > MaxTokens {
 			return dst, ErrPromptTooLarge

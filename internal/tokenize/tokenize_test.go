@@ -1,12 +1,14 @@
 package tokenize_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/tokenize"
 )
@@ -233,4 +235,65 @@ func TestConcurrentEncode(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestEncodeContextStops: an encode observes its context's end wherever its
+// time goes (splitting millions of pieces, merging one word of megabytes,
+// encoding millions of words) and gives back dst as it was; without a
+// deadline the same texts take seconds and end as ErrPromptTooLarge.
+func TestEncodeContextStops(t *testing.T) {
+	t.Parallel()
+	tk := loadModel(t, "qwen3")
+	for _, tc := range []struct {
+		name, unit string
+		size       int
+	}{
+		// Unbounded, these take from half a second to two (without
+		// -race); a word's symbols are allocated at once, 20 bytes a byte.
+		{"one long word", "xq", 2 << 20},
+		{"digits split one by one", "1", 12 << 20},
+		{"many short words", "a ", 12 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			text := strings.Repeat(tc.unit, tc.size/len(tc.unit))
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			dst, err := tk.EncodeContext(ctx, []uint32{7}, text, false)
+			took := time.Since(start)
+			if !errors.Is(err, context.DeadlineExceeded) || !slices.Equal(dst, []uint32{7}) {
+				t.Fatalf("got %d ids, %v; want dst unchanged and the deadline", len(dst), err)
+			}
+			// Generous for -race on a loaded machine: the linear passes
+			// before the first look at the deadline run over the whole
+			// text.
+			if took > 1500*time.Millisecond {
+				t.Errorf("stopped after %v", took)
+			}
+		})
+	}
+	t.Run("ended context", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := tk.EncodeContext(ctx, nil, "hello", false); !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+		// Size bounds come first.
+		if _, err := tk.EncodeContext(ctx, nil, strings.Repeat("a", tokenize.MaxTextBytes+1), false); !errors.Is(err, tokenize.ErrPromptTooLarge) {
+			t.Fatalf("got %v, want ErrPromptTooLarge", err)
+		}
+	})
+	t.Run("same ids in time", func(t *testing.T) {
+		t.Parallel()
+		text := strings.Repeat("The quick brown fox jumps over the lazy dog 12345. ", 2000)
+		want, err := tk.Encode(text, true)
+		noErr(t, err)
+		got, err := tk.EncodeContext(t.Context(), nil, text, true)
+		noErr(t, err)
+		if !slices.Equal(got, want) {
+			t.Fatal("EncodeContext and Encode differ")
+		}
+	})
 }

@@ -1,9 +1,11 @@
 package kv
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/chattemplate"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
@@ -163,4 +165,12 @@ func NewChoiceForBench(t Terms, isl int, ix *Index, pr *Prompt) pick.Scorer {
 	b := &matchBuf{}
 	(&Picker{index: ix, inflight: newPending()}).matchPrompt(b, pr, time.Time{})
 	return &choice{terms: t, isl: isl, overlaps: b}
+}
+
+// SetRenderBudget shortens the render budget of p.
+func SetRenderBudget(p *Prompts, d time.Duration) { p.budget = d }
+
+// RenderBuilt renders a template artifact Build returned.
+func RenderBuilt(ctx context.Context, built any, in chattemplate.Input) (string, error) {
+	return built.(*templateArtifact).tmpl.Render(ctx, in)
 }

@@ -39,9 +39,9 @@ type Preparer struct {
 	Template *chattemplate.Template
 }
 
-// Chat renders a chat request and encodes the rendered prompt. The template
-// places the special tokens itself, so none are added (as the frontend
-// encodes a rendered prompt).
+// Chat renders a chat request and encodes the rendered prompt, both within
+// ctx. The template places the special tokens itself, so none are added (as
+// the frontend encodes a rendered prompt).
 func (p *Preparer) Chat(ctx context.Context, in chattemplate.Input) (string, []uint32, error) {
 	if p.Template == nil {
 		return "", nil, ErrNoTemplate
@@ -50,7 +50,7 @@ func (p *Preparer) Chat(ctx context.Context, in chattemplate.Input) (string, []u
 	if err != nil {
 		return "", nil, err
 	}
-	ids, err := p.Tokenizer.EncodeAppend(idsFor(text), text, false)
+	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
 	return text, ids, err
 }
 
@@ -83,7 +83,7 @@ func (p *Preparer) ChatBlockHashes(ctx context.Context, in chattemplate.Input, b
 			idPool.Put(buf)
 		}
 	}()
-	ids, err := p.Tokenizer.EncodeAppend((*buf)[:0], text, false)
+	ids, err := p.Tokenizer.EncodeContext(ctx, (*buf)[:0], text, false)
 	*buf = ids
 	if err != nil {
 		return nil, err

@@ -52,7 +52,10 @@ const (
 	MaxRenderPermits = 32
 	// PermitWait bounds the wait for a render permit.
 	PermitWait = 20 * time.Millisecond
-	// RenderBudget bounds a request's whole prompt work.
+	// RenderBudget bounds a request's whole prompt work, from the permit
+	// wait through the template render to the end of the encoding: the
+	// template gets what is left of it, and the encoding observes the same
+	// deadline, so a permit is never held much past it.
 	RenderBudget = 2 * time.Second
 	// MaxBlockSizesPerRequest bounds the block sizes hashed for one
 	// request; candidates of further sizes get no KV terms.
@@ -74,6 +77,7 @@ type Prompt struct {
 type Prompts struct {
 	loader  *artifact.Loader
 	permits chan struct{}
+	budget  time.Duration // RenderBudget; tests shorten it
 
 	mu   sync.Mutex
 	snap *fleet.Snapshot
@@ -90,7 +94,7 @@ type declared struct {
 // NewPrompts returns prompt preparation over loader.
 func NewPrompts(loader *artifact.Loader) *Prompts {
 	n := min(max(runtime.NumCPU(), MinRenderPermits), MaxRenderPermits)
-	return &Prompts{loader: loader, permits: make(chan struct{}, n), byModel: map[string]declared{}}
+	return &Prompts{loader: loader, permits: make(chan struct{}, n), budget: RenderBudget, byModel: map[string]declared{}}
 }
 
 // Build turns a pinned artifact's verified bytes into what Prompts uses:
@@ -102,14 +106,20 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 	case artifact.FormatHFTokenizerConfigJSON:
 		return configTemplate(data)
 	case artifact.FormatHFChatTemplate:
-		t, err := chattemplate.Compile(string(data))
+		t, err := chattemplate.Compile(string(data), templateClock)
 		return &templateArtifact{tmpl: t}, err
 	case artifact.FormatHFChatTemplateJSON:
-		t, err := chattemplate.FromTokenizerConfig(data, "")
+		t, err := chattemplate.FromTokenizerConfig(data, "", templateClock)
 		return &templateArtifact{tmpl: t}, err
 	}
 	return nil, fmt.Errorf("%w: %s format %q", artifact.ErrUnsupported, ref.Slot, ref.Format)
 }
+
+// templateClock gives templates no wall clock of their own: a render is
+// bounded by the request's render deadline, which it shares with the
+// encoding, rather than by a fixed second that would fail a render the
+// budget still has room for.
+var templateClock = chattemplate.WithTimeout(0)
 
 // templateArtifact is a loaded prompt_formatter or chat_template_file: a
 // template (nil for a tokenizer config without one) and the special tokens
@@ -120,7 +130,7 @@ type templateArtifact struct {
 }
 
 func configTemplate(data []byte) (*templateArtifact, error) {
-	t, err := chattemplate.FromTokenizerConfig(data, "")
+	t, err := chattemplate.FromTokenizerConfig(data, "", templateClock)
 	if err == nil {
 		return &templateArtifact{tmpl: t, tokens: t.SpecialTokens()}, nil
 	}
@@ -284,6 +294,8 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	if result != "" {
 		return nil, result
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.budget)
+	defer cancel()
 	t := time.NewTimer(PermitWait)
 	select {
 	case p.permits <- struct{}{}:
@@ -292,8 +304,6 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 		return nil, ResultRenderUnavailable
 	}
 	defer func() { <-p.permits }()
-	ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
-	defer cancel()
 
 	var text string
 	var salt string
@@ -324,16 +334,17 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 			return nil, ResultRenderUnavailable
 		}
 	}
-	if ctx.Err() != nil {
-		return nil, ResultRenderUnavailable
-	}
 	// The frontend encodes the rendered (or raw) prompt without adding
-	// special tokens: the template places them.
-	ids, err := tk.EncodeAppend(idsFor(text), text, false)
+	// special tokens: the template places them. The encoding runs on what
+	// is left of the render budget. A raw prompt is not held to the
+	// template's 1 MiB output bound: it is the client's text, not a
+	// template's, and only its token count (and the tokenizer's own text
+	// bound) says whether it is too large.
+	ids, err := tk.EncodeContext(ctx, idsFor(text), text, false)
 	switch {
 	case errors.Is(err, tokenize.ErrPromptTooLarge):
 		return nil, ResultPromptTooLarge
-	case err != nil:
+	case err != nil: // out of time included
 		return nil, ResultRenderUnavailable
 	}
 	seed := wire.BlockHashSeed("", salt)

@@ -203,3 +203,68 @@ func TestPromptsDiagnose(t *testing.T) {
 		return result == "" && why == nil
 	})
 }
+
+// TestPromptsRenderBudget: the encoding of a prompt observes the request's
+// render deadline, so an over-long raw prompt gives its permit back by the
+// deadline (render_unavailable) instead of after seconds of encoding, and
+// under a whole budget the same prompt is prompt_too_large.
+func TestPromptsRenderBudget(t *testing.T) {
+	t.Parallel()
+	snap, pins, _ := artifactFleet(t, "")
+	p := kv.NewPrompts(startLoader(t, pins...))
+	prepared(t, p, snap, "/v1/completions", `{"model":"m","prompt":"warm up"}`, 16)
+	// 12 MiB of "a ": 6 Mi tokens, about a second of encoding to find out.
+	body := `{"model":"m","prompt":"` + strings.Repeat("a ", 6<<20) + `"}`
+	kv.SetRenderBudget(p, 100*time.Millisecond)
+	start := time.Now()
+	_, result := p.Prepare(snap, "m", "/v1/completions", []byte(body), []int{16})
+	took := time.Since(start)
+	if result != kv.ResultRenderUnavailable {
+		t.Fatalf("over the budget: %q, want %q", result, kv.ResultRenderUnavailable)
+	}
+	if took > 1500*time.Millisecond { // generous for -race on a loaded machine
+		t.Errorf("the permit was held %v on a 100ms budget", took)
+	}
+	kv.SetRenderBudget(p, time.Minute)
+	if _, result := p.Prepare(snap, "m", "/v1/completions", []byte(body), []int{16}); result != kv.ResultPromptTooLarge {
+		t.Errorf("within the budget: %q, want %q", result, kv.ResultPromptTooLarge)
+	}
+}
+
+// TestBuiltTemplatesRunOnTheRequestClock: a template Build returns has no
+// wall clock of its own; it runs until the request's deadline, whatever is
+// left of the render budget, rather than failing at a fixed second.
+func TestBuiltTemplatesRunOnTheRequestClock(t *testing.T) {
+	t.Parallel()
+	// length is cheap in instructions and slow on a long string: the loop
+	// runs out of wall clock long before it runs out of fuel.
+	src := `{% for i in range(100000) %}{% for j in range(100000) %}{% set n = messages[0].content | length %}{% endfor %}{% endfor %}`
+	for _, ref := range []struct {
+		format string
+		data   []byte
+	}{
+		{artifact.FormatHFChatTemplate, []byte(src)},
+		{artifact.FormatHFTokenizerConfigJSON, fmt.Appendf(nil, `{"chat_template":%q}`, src)},
+	} {
+		t.Run(ref.format, func(t *testing.T) {
+			t.Parallel()
+			built, err := kv.Build(artifact.Ref{Slot: artifact.SlotPromptFormatter, Format: ref.format}, ref.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const budget = 1500 * time.Millisecond
+			ctx, cancel := context.WithTimeout(t.Context(), budget)
+			defer cancel()
+			in := chattemplate.Input{Messages: []any{map[string]any{"role": "user", "content": strings.Repeat("a", 256<<10)}}}
+			start := time.Now()
+			_, err = kv.RenderBuilt(ctx, built, in)
+			took := time.Since(start)
+			if !errors.Is(err, chattemplate.ErrRenderUnavailable) {
+				t.Fatalf("render: %v, want render_unavailable", err)
+			}
+			if took < budget-100*time.Millisecond {
+				t.Errorf("the render stopped after %v, before the request's %v deadline", took, budget)
+			}
+		})
+	}
+}
