@@ -133,13 +133,22 @@ func newHash(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "hash --tokenizer FILE --block-size N",
 		Short: "Token ids and per-block KV hashes of a prompt or chat request",
-		Long: `Reads JSON lines, each a raw prompt {"text": "..."} or a chat request
-{"messages": [...], ...} (rendered with --tokenizer-config or --template), and
-writes {"ids": [...], "block_hashes": [...]} per line: the tokens_hash of every
-complete block, XXH3-64 over the block's ids as little-endian u32 with seed
-1337, plus the LoRA adapter's and the cache salt's terms when given. Rendered
-chat prompts are encoded without added special tokens (the template places
-them); --add-special-tokens applies to raw prompts.`,
+		Long: `Reads JSON lines, each a raw prompt {"text": "..."} or a chat completion
+request body {"messages": [...], ...} (rendered with --tokenizer-config or
+--template), and writes {"ids": [...], "block_hashes": [...]} per line: the
+tokens_hash of every complete block, XXH3-64 over the block's ids as
+little-endian u32 with seed 1337, plus the LoRA adapter's and the cache
+salt's terms when given.
+
+A chat request goes through the router's own path, as Dynamo's frontend
+renders it: content lists of text parts only are joined by newlines, tools
+without a parameter type get an object schema, the generation prompt is added
+unless the request says otherwise (add_generation_prompt, or in
+chat_template_kwargs) or its last message is the assistant's, and only
+chat_template_kwargs entries become template variables (other top-level keys
+such as model or temperature do not). Its nvext.cache_salt (else cache_salt)
+wins over --salt. The rendered prompt is encoded without added special tokens
+(the template places them); --add-special-tokens applies to raw prompts.`,
 		Example: `  echo '{"text": "Hello"}' | continuum kv-inspect hash --tokenizer tokenizer.json --block-size 16
   continuum kv-inspect hash --tokenizer tokenizer.json --block-size 64 --lora adapter-a --text "$(cat prompt.txt)"`,
 		Args: cobra.NoArgs,
@@ -205,8 +214,9 @@ func loadTokenizer(path string) (*tokenize.Tokenizer, error) {
 	return t, nil
 }
 
-// loadTemplate returns the template the flags name, or nil when none.
-func loadTemplate(o *Options) (*chattemplate.Template, error) {
+// loadTemplate returns the template the flags name, compiled with opts, or
+// nil when none.
+func loadTemplate(o *Options, opts ...chattemplate.Option) (*chattemplate.Template, error) {
 	var (
 		t    *chattemplate.Template
 		err  error
@@ -219,14 +229,14 @@ func loadTemplate(o *Options) (*chattemplate.Template, error) {
 		if b, err = readFile(path); err != nil {
 			return nil, err
 		}
-		t, err = chattemplate.FromTokenizerConfig(b, o.TemplateName)
+		t, err = chattemplate.FromTokenizerConfig(b, o.TemplateName, opts...)
 	case o.Template != "":
 		path = o.Template
 		var b []byte
 		if b, err = readFile(path); err != nil {
 			return nil, err
 		}
-		t, err = chattemplate.Compile(string(b))
+		t, err = chattemplate.Compile(string(b), opts...)
 	default:
 		return nil, nil
 	}
@@ -344,7 +354,7 @@ func runTokenize(o *Options) error {
 }
 
 func runRender(o *Options) error {
-	tmpl, err := loadTemplate(o)
+	tmpl, err := loadTemplate(o, chattemplate.WithTimeout(chattemplate.DefaultTimeout))
 	if err != nil {
 		return err
 	}
@@ -371,7 +381,9 @@ func runHash(o *Options) error {
 	if err != nil {
 		return err
 	}
-	tmpl, err := loadTemplate(o)
+	// As the router builds templates: no clock of their own, a render runs
+	// to its request's render deadline.
+	tmpl, err := loadTemplate(o, chattemplate.WithTimeout(0))
 	if err != nil {
 		return err
 	}
@@ -400,14 +412,20 @@ func runHash(o *Options) error {
 			return nil, fmt.Errorf("not a JSON object: %w", err)
 		}
 		var ids []uint32
+		lineSeed := seed
 		switch {
 		case len(l.Messages) > 0:
-			in, err := chattemplate.DecodeRequestKwargs(line)
+			// The router's own path: the request as Dynamo's frontend
+			// renders it, within the router's render budget.
+			ctx, cancel := context.WithTimeout(context.Background(), kv.RenderBudget)
+			var salt string
+			ids, salt, err = p.ChatRequest(ctx, line)
+			cancel()
 			if err != nil {
 				return nil, err
 			}
-			if _, ids, err = p.Chat(context.Background(), in); err != nil {
-				return nil, err
+			if salt != "" {
+				lineSeed = wire.BlockHashSeed(o.LoRA, salt)
 			}
 		case l.Text != nil:
 			if ids, err = p.Text(*l.Text, o.AddSpecial); err != nil {
@@ -416,7 +434,7 @@ func runHash(o *Options) error {
 		default:
 			return nil, errors.New(`want "text" or "messages"`)
 		}
-		hashes, err := kv.BlockHashes(ids, o.BlockSize, seed)
+		hashes, err := kv.BlockHashes(ids, o.BlockSize, lineSeed)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ package kv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -37,6 +38,62 @@ type Preparer struct {
 	Tokenizer *tokenize.Tokenizer
 	// Template renders chat requests; nil refuses them.
 	Template *chattemplate.Template
+	// SpecialTokens, when set, override the template's own (a chat
+	// template file renders with the special tokens its model's tokenizer
+	// config names).
+	SpecialTokens map[string]string
+}
+
+// ErrNotText is returned for a completion request whose prompt is not one
+// text (a batch, or token ids).
+var ErrNotText = errors.New("the prompt is not one text")
+
+// ChatRequest renders and encodes a chat completion request body as the
+// router does for KV-aware selection, which is how Dynamo's frontend
+// renders it (see chatInput): the ids of the rendered prompt, encoded
+// without added special tokens, and the request's cache salt. Both steps
+// run within ctx. The router and kv-inspect share this one path, so that
+// what an operator computes by hand is what the router hashes.
+func (p *Preparer) ChatRequest(ctx context.Context, body []byte) ([]uint32, string, error) {
+	if p.Template == nil {
+		return nil, "", ErrNoTemplate
+	}
+	in, salt, err := chatInput(body)
+	if err != nil {
+		return nil, "", fmt.Errorf("chat request: %w", err)
+	}
+	if p.SpecialTokens != nil {
+		in.SpecialTokens = p.SpecialTokens
+	}
+	_, ids, err := p.Chat(ctx, in)
+	return ids, salt, err
+}
+
+// CompletionRequest encodes a completion request body's prompt as the
+// router does for KV-aware selection: the text as given, without added
+// special tokens, within ctx; and the request's cache salt (nvext.cache_salt,
+// else cache_salt). A prompt that is not one text is ErrNotText.
+//
+// A raw prompt is not held to a template's 1 MiB output bound: it is the
+// client's text, and only its token count (and the tokenizer's own text
+// bound) says whether it is too large.
+func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32, string, error) {
+	var q struct {
+		Prompt    json.RawMessage `json:"prompt"`
+		CacheSalt string          `json:"cache_salt"`
+		Nvext     struct {
+			CacheSalt string `json:"cache_salt"`
+		} `json:"nvext"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil {
+		return nil, "", fmt.Errorf("completion request: %w", err)
+	}
+	var text string
+	if json.Unmarshal(q.Prompt, &text) != nil {
+		return nil, "", ErrNotText
+	}
+	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
+	return ids, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), err
 }
 
 // Chat renders a chat request and encodes the rendered prompt, both within

@@ -305,42 +305,20 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	}
 	defer func() { <-p.permits }()
 
-	var text string
+	pp := Preparer{Tokenizer: tk}
+	var ids []uint32
 	var salt string
+	var err error
 	switch path {
 	case "/v1/completions":
-		var q struct {
-			Prompt    json.RawMessage `json:"prompt"`
-			CacheSalt string          `json:"cache_salt"`
-			Nvext     struct {
-				CacheSalt string `json:"cache_salt"`
-			} `json:"nvext"`
-		}
-		if json.Unmarshal(body, &q) != nil || json.Unmarshal(q.Prompt, &text) != nil {
-			return nil, ResultRenderUnavailable // a batch or token ids: no single text prompt
-		}
-		salt = cmpOr(q.Nvext.CacheSalt, q.CacheSalt)
+		ids, salt, err = pp.CompletionRequest(ctx, body)
 	default:
 		if tmpl == nil || tmpl.tmpl == nil {
 			return nil, ResultTokenizerUnavailable
 		}
-		in, s, err := chatInput(body)
-		if err != nil {
-			return nil, ResultRenderUnavailable
-		}
-		in.SpecialTokens = tokens
-		salt = s
-		if text, err = tmpl.tmpl.Render(ctx, in); err != nil {
-			return nil, ResultRenderUnavailable
-		}
+		pp.Template, pp.SpecialTokens = tmpl.tmpl, tokens
+		ids, salt, err = pp.ChatRequest(ctx, body)
 	}
-	// The frontend encodes the rendered (or raw) prompt without adding
-	// special tokens: the template places them. The encoding runs on what
-	// is left of the render budget. A raw prompt is not held to the
-	// template's 1 MiB output bound: it is the client's text, not a
-	// template's, and only its token count (and the tokenizer's own text
-	// bound) says whether it is too large.
-	ids, err := tk.EncodeContext(ctx, idsFor(text), text, false)
 	switch {
 	case errors.Is(err, tokenize.ErrPromptTooLarge):
 		return nil, ResultPromptTooLarge
