@@ -246,8 +246,8 @@ func (r *eventReader) Message(frames [][]byte, _ time.Time) {
 	for i := range events {
 		r.apply(&events[i])
 	}
-	if cap(r.buf) > wire.MaxKVEventsPerPayload {
-		r.buf = nil // keep an idle subscription small
+	if cap(r.buf) > wire.KVBatchEvents {
+		r.buf = nil // keep an idle subscription small after an outsized payload
 	}
 }
 

@@ -164,3 +164,56 @@ func TestSubscriptionsAgeOut(t *testing.T) {
 		<-done
 	})
 }
+
+// TestSubscriptionsTakeALongPromptsEvent: a stored event of more blocks
+// than upstream's batches hold comes alone (a prompt over 131,072 tokens at
+// block size 16); it fits the frame, so it is indexed, not dropped as
+// malformed, and the rank's cursor moves on without a gap.
+func TestSubscriptionsTakeALongPromptsEvent(t *testing.T) {
+	t.Parallel()
+	pub := testutil.StartGoPublisher(t)
+	r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+	kvRecords(r, reg, 7, 0x77, "kv-events", pub.Endpoint)
+	ix := kv.NewIndex()
+	m := telemetry.NewKVMetrics(nil)
+	subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, m, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = subs.Run(ctx) }()
+	s := &sender{}
+	go func() { defer wg.Done(); s.run(ctx, pub) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	const n = 9000 // over upstream's 8192-block batches
+	ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored}
+	prompt := make([]uint64, n)
+	for i := range n {
+		prompt[i] = uint64(1_000_000 + i)
+		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: uint64(i + 1), TokensHash: prompt[i]})
+	}
+	payload := wire.EncodeRouterEvent(ev)
+	if len(payload) > wire.MaxKVEventsPayloadBytes {
+		t.Fatalf("the event takes %d bytes, over the frame cap", len(payload))
+	}
+	s.set(wire.EncodeEventMessage("kv-events", 0x77, 1, uint64(time.Now().UnixMilli()), payload))
+	held := func() int {
+		for _, mt := range ix.FindMatches(prompt, nil) {
+			if mt.Rank == (load.Key{WorkerID: 7}) {
+				return mt.Blocks
+			}
+		}
+		return 0
+	}
+	testutil.Eventually(t, 20*time.Second, "the long prompt's blocks indexed", func() bool { return held() == n })
+	// The next event follows on: no gap.
+	s.set(wire.EncodeEventMessage("kv-events", 0x77, 2, uint64(time.Now().UnixMilli()),
+		wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 2, Kind: wire.KVRemoved, Removed: []uint64{n}})))
+	testutil.Eventually(t, 10*time.Second, "the next event applied", func() bool { return held() == n-1 })
+	if got := promtest.ToFloat64(m.Events.WithLabelValues(wire.ResultMalformed)); got != 0 {
+		t.Errorf("%v malformed", got)
+	}
+	if got := promtest.ToFloat64(m.Events.WithLabelValues(kv.ResultGap)); got != 0 {
+		t.Errorf("%v gaps", got)
+	}
+}

@@ -11,13 +11,13 @@ import (
 // publishers sent one RouterEvent per message; Dynamo's newer event-plane
 // KV publisher (lib/llm/src/kv_router/publisher/sinks.rs) sends a msgpack
 // array of RouterEvents per message, cut at event boundaries so that a
-// batch holds at most 8192 blocks (an event bigger than that goes alone,
-// and this reader refuses it), and its subscribers decode a list. The
-// two are told apart by their first bytes: a map is one RouterEvent in the
-// named form; an array whose first element is a map or an array is a
-// batch (its elements are RouterEvents in either form); any other array is
-// one RouterEvent in the positional form, its first element the worker id.
-// An empty array is an empty batch.
+// batch holds at most KVBatchBlocks blocks (an event bigger than that goes
+// alone: the blocks of a prompt over 131,072 tokens at block size 16), and
+// its subscribers decode a list. The two are told apart by their first
+// bytes: a map is one RouterEvent in the named form; an array whose first
+// element is a map or an array is a batch (its elements are RouterEvents
+// in either form); any other array is one RouterEvent in the positional
+// form, its first element the worker id. An empty array is an empty batch.
 //
 // start_position, when present, is the absolute index of blocks[0] within
 // its sequence, counted in blocks (not tokens) from 0: blocks[i] is block
@@ -38,14 +38,33 @@ import (
 //
 // Every error means the payload is malformed; its text names the field.
 
-// Bounds of one kv-events payload (with MaxKVEventsPayloadBytes). A
-// payload past any of them is refused whole, before anything past the
-// bound is allocated.
+// The sizes upstream's batcher cuts kv-events batches at, for which the
+// 1 MiB frame cap (MaxKVEventsPayloadBytes) is sized. They are not limits:
+// the frame cap is. A payload that fits the frame is decoded whatever its
+// counts, since upstream sends an event of more blocks on its own, and the
+// KV index's capacity bounds (nodes, blocks per rank, ownerships, owners
+// per node) decide what of it is kept.
 const (
-	MaxKVEventsPerPayload = 128
-	// MaxKVBlocksPerPayload counts stored blocks and removed hashes over
-	// every event of the payload.
-	MaxKVBlocksPerPayload = 8192
+	KVBatchEvents = 128
+	// KVBatchBlocks counts stored blocks and removed hashes over every
+	// event of a batch.
+	KVBatchBlocks = 8192
+)
+
+// The fewest bytes an element of a payload takes, to refuse a count its
+// payload cannot hold before allocating for it: decoding a payload then
+// allocates a bounded multiple of its size (at most 1 MiB), and a
+// header's count cannot ask for more.
+const (
+	// minEventBytes: the shortest RouterEvent is positional: an array
+	// header and a one-byte worker_id, a storage tier, and its event, an
+	// array header, a one-byte event_id and "cleared" with its header;
+	// 12 bytes without the tier.
+	minEventBytes = 12
+	// minBlockBytes: a positional stored block, [block_hash, tokens_hash].
+	minBlockBytes = 3
+	// minHashBytes: a removed block's hash, a one-byte integer.
+	minHashBytes = 1
 )
 
 // DecodeRouterEvents appends the RouterEvents of one kv-events payload to
@@ -70,9 +89,8 @@ func DecodeRouterEvents(payload []byte, dst []RouterEvent) ([]RouterEvent, error
 
 type kvDecoder struct {
 	r mpReader
-	// events is the payload's count of events; blocks counts the stored
-	// blocks and removed hashes read so far.
-	events, blocks int
+	// events is the payload's count of events.
+	events int
 	// opts holds ParentHash and StartPosition, one slot per event, so that
 	// a payload allocates them once rather than per event.
 	opts []kvOpts
@@ -123,8 +141,8 @@ func (d *kvDecoder) payload(dst []RouterEvent) ([]RouterEvent, error) {
 			}
 			break
 		}
-		if n > MaxKVEventsPerPayload {
-			return dst, mpErr("batch of %d events; at most %d", n, MaxKVEventsPerPayload)
+		if err := d.fits(n, minEventBytes); err != nil {
+			return dst, fmt.Errorf("batch: %w", err)
 		}
 		d.events = n
 		dst = slices.Grow(dst, n)
@@ -494,12 +512,12 @@ func (d *kvDecoder) stored(ev *RouterEvent, idx int) error {
 	return nil
 }
 
-// count reserves n more blocks of the payload's budget.
-func (d *kvDecoder) count(n int) error {
-	if n > MaxKVBlocksPerPayload-d.blocks {
-		return mpErr("%d more blocks after %d; at most %d in a payload", n, d.blocks, MaxKVBlocksPerPayload)
+// fits refuses a count of n elements of at least size bytes each that the
+// rest of the payload cannot hold.
+func (d *kvDecoder) fits(n, size int) error {
+	if left := d.r.left(); n > left/size {
+		return mpErr("%d elements cannot fit in the %d bytes left", n, left)
 	}
-	d.blocks += n
 	return nil
 }
 
@@ -511,7 +529,7 @@ func (d *kvDecoder) storedBlocks(ev *RouterEvent) error {
 	if isMap {
 		return mpErr("a map, not an array")
 	}
-	if err := d.count(n); err != nil {
+	if err := d.fits(n, minBlockBytes); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -626,7 +644,7 @@ func (d *kvDecoder) removedHashes(ev *RouterEvent) error {
 	if isMap {
 		return mpErr("a map, not an array")
 	}
-	if err := d.count(n); err != nil {
+	if err := d.fits(n, minHashBytes); err != nil {
 		return err
 	}
 	if n == 0 {

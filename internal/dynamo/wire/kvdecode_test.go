@@ -303,7 +303,7 @@ func TestDecodeRouterEventsRejects(t *testing.T) {
 		{"start negative", withData("81", "a6", `"stored"`, "82", "ae", `"start_position"`, "ff", "a6", `"blocks"`, "90"), "start_position"},
 		{"parent a string", withData("81", "a6", `"stored"`, "82", "ab", `"parent_hash"`, "a1", `"x"`, "a6", `"blocks"`, "90"), "parent_hash"},
 		{"no tokens_hash", withData("81", "a6", `"stored"`, "81", "a6", `"blocks"`, "91", "81", "aa", `"block_hash"`, "01"), "block 0: msgpack: no tokens_hash"},
-		{"no block_hash", withData("81", "a6", `"stored"`, "81", "a6", `"blocks"`, "91", "90"), "no block_hash"},
+		{"no block_hash", withData("81", "a6", `"stored"`, "81", "a6", `"blocks"`, "91", "81", "a1", `"x"`, "01"), "no block_hash"},
 		{"hash a float", withData("81", "a6", `"stored"`, "81", "a6", `"blocks"`, "91", "92", "cb 0000000000000000", "01"), "block_hash"},
 		{"mm_extra_info an integer", withData("81", "a6", `"stored"`, "81", "a6", `"blocks"`, "91", "93 01 02 03"), "mm_extra_info"},
 		{"no block_hashes", withData("81", "a7", `"removed"`, "80"), "no block_hashes"},
@@ -404,14 +404,21 @@ func TestDecodeRouterEventsBounds(t *testing.T) {
 		events  int
 		want    string // "" when it decodes
 	}{
+		// The frame cap is the bound, not upstream's batch sizes: an event
+		// of more blocks than a batch holds comes alone (a long prompt's).
 		{"128 events", batchOf(events(128)...), 128, ""},
-		{"129 events", batchOf(events(129)...), 0, "batch of 129 events; at most 128"},
-		{"8192 stored blocks", wire.EncodeRouterEvent(storedN(8192)), 1, ""},
-		{"8193 stored blocks", wire.EncodeRouterEvent(storedN(8193)), 0, "8193 more blocks after 0; at most 8192"},
-		{"8192 removed hashes", wire.EncodeRouterEvent(removedN(8192)), 1, ""},
-		{"8193 removed hashes", wire.EncodeRouterEvent(removedN(8193)), 0, "8193 more blocks"},
-		{"8192 blocks over a batch", batchOf(storedN(4096), cleared, removedN(4096)), 3, ""},
-		{"8193 blocks over a batch", batchOf(storedN(4096), cleared, removedN(4097)), 0, "event 2: event: data: removed: block_hashes: msgpack: 4097 more blocks after 4096"},
+		{"129 events", batchOf(events(129)...), 129, ""},
+		{"10000 events", batchOf(events(10000)...), 10000, ""},
+		{"8193 stored blocks", wire.EncodeRouterEvent(storedN(8193)), 1, ""},
+		{"stored blocks of a 300k-token prompt", wire.EncodeRouterEvent(storedN(300_000 / 16)), 1, ""},
+		{"65536 removed hashes", wire.EncodeRouterEvent(removedN(65536)), 1, ""},
+		{"8193 blocks over a batch", batchOf(storedN(4096), cleared, removedN(4097)), 3, ""},
+		// A count the payload cannot hold, at the fewest bytes a valid
+		// element takes, is refused before anything is allocated for it.
+		{"more blocks than bytes", mpb("93", "01", "a1", `"x"`, "92", "01", "81", "a6", `"stored"`, "92", "c0", "dc", "0004", "920102", "920102", "920102"), 0,
+			"4 elements cannot fit in the 9 bytes left"},
+		{"more events than bytes", append(mpb("dc", "0014"), append(wire.EncodeRouterEvent(cleared), wire.EncodeRouterEvent(cleared)...)...), 0,
+			"batch: msgpack: 20 elements cannot fit"},
 		{"payload of 1 MiB", sized(wire.MaxKVEventsPayloadBytes), 1, ""},
 		{"payload of 1 MiB and a byte", sized(wire.MaxKVEventsPayloadBytes + 1), 0, "payload of 1048577 bytes; at most 1048576"},
 		{"unknown field 32 deep", nest(32), 1, ""},
@@ -481,7 +488,7 @@ func TestRouterEventRoundTrip(t *testing.T) {
 		}
 	}
 	for i := range 200 {
-		batch := make([]wire.RouterEvent, 1+r.IntN(wire.MaxKVEventsPerPayload))
+		batch := make([]wire.RouterEvent, 1+r.IntN(wire.KVBatchEvents))
 		for j := range batch {
 			batch[j] = randomEvent(r)
 		}
@@ -568,8 +575,8 @@ func FuzzDecodeRouterEvents(f *testing.F) {
 			t.Fatal("dst[0] changed")
 		}
 		events := got[1:]
-		if len(events) > wire.MaxKVEventsPerPayload {
-			t.Fatalf("%d events", len(events))
+		if len(events) > max(1, len(payload)/12) { // a cleared event takes 12 bytes at least
+			t.Fatalf("%d events from %d bytes", len(events), len(payload))
 		}
 		blocks := 0
 		for _, e := range events {
@@ -593,8 +600,8 @@ func FuzzDecodeRouterEvents(f *testing.F) {
 				t.Fatalf("re-encoded %s: %s %v", dump([]wire.RouterEvent{e}), dump(again), err)
 			}
 		}
-		if blocks > wire.MaxKVBlocksPerPayload {
-			t.Fatalf("%d blocks", blocks)
+		if blocks > len(payload) { // a removed hash takes a byte at least
+			t.Fatalf("%d blocks from %d bytes", blocks, len(payload))
 		}
 	})
 }
