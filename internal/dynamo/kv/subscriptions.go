@@ -17,7 +17,11 @@ import (
 
 // StaleAfter is how long a kv-events subscription may be without a session
 // before the blocks it fed are dropped: events were missed meanwhile, and
-// a cache view that old would send requests to blocks long evicted.
+// a cache view that old would send requests to blocks long evicted. The
+// check runs every StaleAfter/6, so they go between StaleAfter and
+// 7/6 StaleAfter after the session was lost. The clock runs across a
+// transport switch: a publisher that stays without a session through one
+// has been without it since before.
 const StaleAfter = 60 * time.Second
 
 // kvTopics are the spellings of the KV events topic across Dynamo
@@ -143,7 +147,7 @@ func (s *Subscriptions) ageOut(now time.Time) {
 	s.mu.Unlock()
 	for _, id := range stale {
 		s.index.ClearSubscription(SubscriptionID(id))
-		s.logger.Info("kv-events subscription without a session for a minute: its blocks are dropped", "publisher_id", id)
+		s.logger.Warn("kv-events subscription without a session for a minute: its blocks are dropped", "publisher_id", id)
 	}
 }
 
@@ -164,6 +168,16 @@ func (s *Subscriptions) Subscriptions() []load.SubscriptionInfo { return s.pool.
 func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
 	r := &eventReader{s: s, pid: p.PublisherID, topic: p.Topic, since: time.Now()}
 	s.mu.Lock()
+	if old := s.readers[p.PublisherID]; old != nil {
+		// A restart of the same publisher's subscription (a transport
+		// switch keeps its blocks): the staleness clock carries on where
+		// the old one was without a session.
+		old.mu.Lock()
+		if !old.connected {
+			r.since, r.cleared = old.since, old.cleared
+		}
+		old.mu.Unlock()
+	}
 	s.readers[p.PublisherID] = r
 	s.mu.Unlock()
 	return r

@@ -1,10 +1,13 @@
 package kv_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -216,4 +219,62 @@ func TestSubscriptionsTakeALongPromptsEvent(t *testing.T) {
 	if got := promtest.ToFloat64(m.Events.WithLabelValues(kv.ResultGap)); got != 0 {
 		t.Errorf("%v gaps", got)
 	}
+}
+
+// TestSubscriptionsAgeOutAcrossATransportSwitch: a publisher that stays
+// without a session through a transport switch ages out a minute after it
+// lost its session, not a minute after the switch, and the drop is logged
+// as a warning.
+func TestSubscriptionsAgeOutAcrossATransportSwitch(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
+		ix := kv.NewIndex()
+		var logs syncBuffer
+		subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = subs.Run(ctx) }()
+		synctest.Wait()
+		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+		if out := ix.Apply(kv.SubscriptionID(0x77), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
+		time.Sleep(kv.StaleAfter * 2 / 3)
+		subs.SetConnector(refusing{})
+		synctest.Wait()
+		if held() != 1 {
+			t.Fatal("dropped before StaleAfter")
+		}
+		time.Sleep(kv.StaleAfter/3 + kv.StaleAfter/6)
+		synctest.Wait()
+		if held() != 0 {
+			t.Error("the switch restarted the staleness clock")
+		}
+		if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "its blocks are dropped") {
+			t.Errorf("the drop was not logged as a warning:\n%s", logs.String())
+		}
+		cancel()
+		<-done
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
