@@ -63,7 +63,12 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 		Stopped: func(p fleet.Publisher) {
 			index.ClearSubscription(SubscriptionID(p.PublisherID))
 			s.mu.Lock()
-			delete(s.readers, p.PublisherID)
+			// A publisher whose record changed is told stopped after its
+			// replacement started: that reader stays, or its
+			// subscription could never age out.
+			if r := s.readers[p.PublisherID]; r != nil && r.pub == p {
+				delete(s.readers, p.PublisherID)
+			}
 			s.mu.Unlock()
 		},
 	}
@@ -166,9 +171,9 @@ func (s *Subscriptions) report() {
 func (s *Subscriptions) Subscriptions() []load.SubscriptionInfo { return s.pool.Subscriptions() }
 
 func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
-	r := &eventReader{s: s, pid: p.PublisherID, topic: p.Topic, since: time.Now()}
+	r := &eventReader{s: s, pub: p, pid: p.PublisherID, topic: p.Topic, since: time.Now()}
 	s.mu.Lock()
-	if old := s.readers[p.PublisherID]; old != nil {
+	if old := s.readers[p.PublisherID]; old != nil && old.pub == p {
 		// A restart of the same publisher's subscription (a transport
 		// switch keeps its blocks): the staleness clock carries on where
 		// the old one was without a session.
@@ -194,6 +199,7 @@ func (s *Subscriptions) count(result string) {
 // goroutine; the clock fields are also read by ageOut.
 type eventReader struct {
 	s     *Subscriptions
+	pub   fleet.Publisher // the record it was started for
 	pid   uint64
 	topic string
 	buf   []wire.RouterEvent

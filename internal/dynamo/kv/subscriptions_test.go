@@ -278,3 +278,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestSubscriptionsAgeOutAfterARecordChange: a publisher whose record
+// changes is restarted; the replacement's subscription still ages out (the
+// old one's stop must not forget the new reader).
+func TestSubscriptionsAgeOutAfterARecordChange(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
+		ix := kv.NewIndex()
+		subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = subs.Run(ctx) }()
+		synctest.Wait()
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:2") // moved
+		synctest.Wait()
+		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+		if out := ix.Apply(kv.SubscriptionID(0x77), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+		time.Sleep(kv.StaleAfter + kv.StaleAfter/6)
+		synctest.Wait()
+		if len(ix.FindMatches([]uint64{101}, nil)) != 0 {
+			t.Error("the restarted subscription never aged out")
+		}
+		cancel()
+		<-done
+	})
+}
