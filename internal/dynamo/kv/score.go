@@ -233,10 +233,13 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 	if c.terms.Temperature > 0 && maxCost > minCost {
 		chosen = c.sample(minCost, maxCost)
 	} else {
-		ties := 0
+		ties, competing := 0, 0
 		for _, v := range c.costs {
 			if v == minCost {
 				ties++
+			}
+			if !math.IsNaN(v) {
+				competing++
 			}
 		}
 		k := int(cursor() % uint64(ties))
@@ -249,8 +252,11 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 				k--
 			}
 		}
-		if !anyFresh && ties == len(cands) {
-			reason = pick.ReasonRoundRobinStale // nothing told the candidates apart
+		if !anyFresh && ties == competing {
+			// Nothing told the competing candidates apart; those that
+			// could not be costed (an unsupported block size) were never
+			// in the running.
+			reason = pick.ReasonRoundRobinStale
 		}
 	}
 	c.Chosen, c.Scored = details[chosen], true

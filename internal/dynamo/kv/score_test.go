@@ -151,6 +151,27 @@ func TestScoreNeedsBlockSizes(t *testing.T) {
 	}
 }
 
+// TestScoreStaleTieAmongTheCostable: without fresh backlogs, a tie among
+// the candidates that can be costed rotates as round_robin_stale, however
+// many others could not be costed.
+func TestScoreStaleTieAmongTheCostable(t *testing.T) {
+	t.Parallel()
+	a, b, c := cand(1, 16), cand(2, 16), cand(3, 8) // c's block size is unsupported
+	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
+	next := counter()
+	for want := range 4 {
+		i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next)
+		if !ok || i != want%2 || reason != pick.ReasonRoundRobinStale {
+			t.Errorf("pick %d: chose %d (%s, %v), want %d under round_robin_stale; costs %v", want, i, reason, ok, want%2, ch.costs)
+		}
+	}
+	// An overlap tells them apart: kv_aware.
+	ch.overlaps = overlapMap{{2, 0}: 3}
+	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next); i != 1 || reason != pick.ReasonKVAware {
+		t.Errorf("with an overlap: chose %d (%s)", i, reason)
+	}
+}
+
 // TestScoreInFlight: with fresh backlogs, what the requests in flight on a
 // rank share with the request counts as held (the larger of it and the
 // index's overlap), hand-computed: isl 100, bs 16, a fresh with 160
