@@ -381,6 +381,9 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 	}
 	want := map[wire.Keyspace]string{wire.KeyspaceInstances: wire.TypeEndpoint, wire.KeyspaceModelCards: wire.TypeModel, wire.KeyspaceEventChannels: wire.TypeEventChannel}[space]
 	wrongType := func(typ string) bool {
+		if space == wire.KeyspaceEventChannels && typ == wire.TypeEventSource {
+			return false // the newer name of the same record
+		}
 		if typ != "" && typ != want {
 			problemFor(rec, ProblemMalformed, "record type %q under %s; want %q", typ, space, want)
 			return true

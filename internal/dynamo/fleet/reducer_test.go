@@ -414,3 +414,24 @@ func TestAdvertises(t *testing.T) {
 		}
 	}
 }
+
+// TestEventSourceRecord: an EventSource record (the newer name of an
+// event channel record, its publisher id in publisher_id) registers its
+// publisher as an EventChannel record does; it is not malformed.
+func TestEventSourceRecord(t *testing.T) {
+	t.Parallel()
+	r := fleet.NewReducer()
+	r.Put("v1/event_channels/namespace/dynamo/topic/kv_metrics/1f3a4b",
+		[]byte(`{"type":"EventSource","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","publisher_id":2046539,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://10.0.0.7:5557"}}}`), t0)
+	s := r.Build(t0)
+	if len(s.Problems) != 0 {
+		t.Fatalf("problems %+v", s.Problems)
+	}
+	found := false
+	for p := range s.Publishers.All() {
+		found = found || p.PublisherID == 2046539 && p.Topic == "kv_metrics"
+	}
+	if !found {
+		t.Errorf("the EventSource's publisher is not registered")
+	}
+}

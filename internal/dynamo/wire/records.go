@@ -18,6 +18,10 @@ const (
 	TypeEndpoint     = "Endpoint"
 	TypeModel        = "Model"
 	TypeEventChannel = "EventChannel"
+	// TypeEventSource is the newer name of an event channel record (kept
+	// under event_sources in Kubernetes metadata), with its publisher id
+	// in publisher_id.
+	TypeEventSource = "EventSource"
 )
 
 // ID is an instance or publisher id: a JSON number (decimal), or a string of
@@ -476,11 +480,12 @@ type channelJSON struct {
 			Name      string `json:"name"`
 		} `json:"endpoint"`
 	} `json:"scope"`
-	Namespace  string `json:"namespace"`
-	Component  string `json:"component"`
-	Topic      string `json:"topic"`
-	InstanceID ID     `json:"instance_id"`
-	Transport  *struct {
+	Namespace   string `json:"namespace"`
+	Component   string `json:"component"`
+	Topic       string `json:"topic"`
+	InstanceID  ID     `json:"instance_id"`
+	PublisherID ID     `json:"publisher_id"`
+	Transport   *struct {
 		Kind   string `json:"kind"`
 		Config *struct {
 			Endpoint string `json:"endpoint"`
@@ -495,6 +500,9 @@ func ParseEventChannel(value []byte) (*EventChannel, error) {
 		return nil, fmt.Errorf("%w: event channel: %w", ErrRecord, err)
 	}
 	ch := &EventChannel{Type: cj.Type, Topic: cj.Topic, PublisherID: cj.InstanceID}
+	if !ch.PublisherID.Set {
+		ch.PublisherID = cj.PublisherID // an EventSource record
+	}
 	if s := cj.Scope; s != nil {
 		ch.Scope = ScopeKind(s.Kind)
 		switch ch.Scope {
