@@ -192,24 +192,30 @@ func (f *Frontend) Reset() {
 }
 
 // decimalHeader parses a pin header the way the frontend does: a decimal
-// u64, anything else (hex, garbage) counts as absent.
-func decimalHeader(h http.Header, name string) *uint64 {
+// number of bits bits (64 for instance ids, 32 for ranks), anything else
+// (hex, garbage, out of range) counts as absent.
+func decimalHeader(h http.Header, name string, bits int) *uint64 {
 	v := h.Get(name)
 	if v == "" {
 		return nil
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	n, err := strconv.ParseUint(v, 10, bits)
 	if err != nil {
 		return nil
 	}
 	return &n
 }
 
-// pinHeader reads a pin as the newest frontends do: the x-dynamo-* header
-// first, then its legacy aliases in order.
-func pinHeader(h http.Header, names ...string) *uint64 {
+// pinHeader reads an instance id pin as the newest frontends do: the
+// x-dynamo-* header first, then its legacy aliases in order.
+func pinHeader(h http.Header, names ...string) *uint64 { return pinHeaderBits(h, 64, names...) }
+
+// rankHeader reads a rank pin (a u32) as pinHeader reads an id.
+func rankHeader(h http.Header, names ...string) *uint64 { return pinHeaderBits(h, 32, names...) }
+
+func pinHeaderBits(h http.Header, bits int, names ...string) *uint64 {
 	for _, n := range names {
-		if v := decimalHeader(h, n); v != nil {
+		if v := decimalHeader(h, n, bits); v != nil {
 			return v
 		}
 	}
@@ -324,8 +330,8 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	rec := Recorded{Path: r.URL.Path, Model: q.Model, Stream: q.Stream, Body: body, Authorization: r.Header.Get("Authorization"),
 		Worker:        pinHeader(r.Header, "x-dynamo-worker-instance-id", "x-worker-instance-id"),
 		Prefill:       pinHeader(r.Header, "x-dynamo-prefill-instance-id", "x-prefill-instance-id"),
-		DPRank:        pinHeader(r.Header, "x-dynamo-dp-rank", "x-dp-rank", "x-data-parallel-rank"),
-		PrefillDPRank: pinHeader(r.Header, "x-dynamo-prefill-dp-rank", "x-prefill-dp-rank"),
+		DPRank:        rankHeader(r.Header, "x-dynamo-dp-rank", "x-dp-rank", "x-data-parallel-rank"),
+		PrefillDPRank: rankHeader(r.Header, "x-dynamo-prefill-dp-rank", "x-prefill-dp-rank"),
 		DynamoHeaders: http.Header{}, HadTokenData: q.Nvext != nil && len(q.Nvext.TokenData) > 0, ReceivedAt: time.Now()}
 	for k, v := range r.Header {
 		if isPinHeader(k) {
@@ -388,7 +394,9 @@ func (f *Frontend) decide(rec *Recorded) (int, string) {
 		return http.StatusNotFound, fmt.Sprintf("Model not found: %s", rec.Model)
 	}
 	if rec.Worker == nil {
-		return http.StatusInternalServerError, WorkerRequiredError
+		// No decimal worker id (none, or hex): the frontend refuses the
+		// request itself, as a bad request.
+		return http.StatusBadRequest, WorkerRequiredError
 	}
 	unknown := UnknownInstance
 	if f.TerseErrors {

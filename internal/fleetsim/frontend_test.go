@@ -508,3 +508,27 @@ func TestFrontendUnknownInstance(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontendPinForms: only decimal pins count. A hex (or missing) worker
+// id is refused as a bad request, as Dynamo's frontend does; a rank past
+// u32 counts as absent.
+func TestFrontendPinForms(t *testing.T) {
+	t.Parallel()
+	f := fleetsim.NewFrontend()
+	f.SetWorkers("m", nil, []uint64{26})
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	for _, hdr := range []map[string]string{{"x-dynamo-worker-instance-id": "0x1a"}, {"x-dynamo-worker-instance-id": "1a"}, {}} {
+		if rec := do(t, f, http.MethodPost, "/v1/chat/completions", body, hdr); rec.Code != http.StatusBadRequest ||
+			!strings.Contains(rec.Body.String(), "Worker ID required") {
+			t.Errorf("%v: %d %s", hdr, rec.Code, rec.Body)
+		}
+	}
+	f.Reset()
+	rec := do(t, f, http.MethodPost, "/v1/chat/completions", body, map[string]string{"x-dynamo-worker-instance-id": "26", "x-dynamo-dp-rank": "4294967296"})
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if got := f.Requests(); len(got) != 1 || got[0].DPRank != nil {
+		t.Errorf("a rank past u32 was read: %+v", got)
+	}
+}

@@ -280,7 +280,7 @@ func plan(o Options) []*simWorker {
 					id := next
 					next++
 					ranks := max(o.DPSize, 1)
-					w := &simWorker{id: id, publisherID: id<<8 | 0x5a, kvPublisherID: id<<8 | 0x6b, blockSize: o.BlockSize, totalKV: uint64(o.TotalKVBlocks),
+					w := &simWorker{id: id, publisherID: publisherID(id, 0x5a), kvPublisherID: publisherID(id, 0x6b), blockSize: o.BlockSize, totalKV: uint64(o.TotalKVBlocks),
 						namespace: ns, model: model, role: role.name,
 						dpSize: ranks, declaredDP: o.DPSize > 1, nilFields: o.NilSchedulerFields,
 						prefillTokens: make([]uint64, ranks), decodeBlocks: make([]uint64, ranks), kvEventIDs: make([]uint64, ranks),
@@ -1329,4 +1329,14 @@ func (s *Sim) Probe(path string, body []byte, workers []uint64) (promptTokens, b
 		w.mu.Unlock()
 	}
 	return len(ids), s.opts.BlockSize, views
+}
+
+// maxPublisherID is the largest publisher id Dynamo's event plane draws
+// (its ids are kept exact in JSON numbers: 2^53 - 1).
+const maxPublisherID = 1<<53 - 1
+
+// publisherID is the simulated worker id's publisher of one kind (its low
+// byte), within the range real publishers draw from.
+func publisherID(worker uint64, kind byte) uint64 {
+	return (worker<<8 | uint64(kind)) & maxPublisherID
 }
