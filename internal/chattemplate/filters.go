@@ -1168,15 +1168,7 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		}
 		return b.String(), nil
 	case "splitlines":
-		lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-		if s == "" {
-			lines = nil
-		}
-		out := make([]any, len(lines))
-		for i, l := range lines {
-			out[i] = l
-		}
-		return &List{Items: out}, nil
+		return &List{Items: splitLines(s, a.boolean(0, "keepends", false))}, nil
 	case "isdigit", "isalpha", "isspace", "isalnum":
 		if s == "" {
 			return false, nil
@@ -1230,6 +1222,40 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 
 // isLower is Python's str.islower: some cased character and no upper-case
 // one.
+// splitLines is Python's str.splitlines: lines end at \n, \r, \r\n, \v,
+// \f, \x1c, \x1d, \x1e, \x85, U+2028 and U+2029, and a final line ending
+// adds no empty line.
+func splitLines(s string, keepends bool) []any {
+	var out []any
+	start := 0
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch r {
+		case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+		default:
+			i += n
+			continue
+		}
+		end := i + n
+		if r == '\r' && end < len(s) && s[end] == '\n' {
+			end++
+		}
+		if keepends {
+			out = append(out, s[start:end])
+		} else {
+			out = append(out, s[start:i])
+		}
+		start, i = end, end
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	if out == nil {
+		out = []any{}
+	}
+	return out
+}
+
 func isLower(s string) bool {
 	cased := false
 	for _, c := range s {

@@ -1,0 +1,64 @@
+package chattemplate_test
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// parityCase is a template whose render once differed from Python jinja2's,
+// with jinja2's output inline so the check runs without Python.
+type parityCase struct {
+	name     string
+	template string
+	vars     string // a JSON object, or empty
+	want     string
+}
+
+var parityCases = []parityCase{
+	{
+		name:     "splitlines_line_boundaries",
+		template: `{{ 'a\nb\r\nc\rd\x0be\x0cf\x1cg\x85h\u2028i\n'.splitlines() }}|{{ ''.splitlines() }}|{{ '\n'.splitlines() }}|{{ 'x\r\n'.splitlines() }}`,
+		want:     `['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i']|[]|['']|['x']`,
+	},
+	{
+		name:     "splitlines_keepends",
+		template: `{{ 'a\r\nb\nc'.splitlines(true) }}|{{ 'a\r\n'.splitlines(keepends=true) }}`,
+		want:     `['a\r\n', 'b\n', 'c']|['a\r\n']`,
+	},
+}
+
+// TestParity renders every parity case and compares it with the expected
+// text.
+func TestParity(t *testing.T) {
+	t.Parallel()
+	for _, c := range parityCases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := render(c.template, inputOf(t, json.RawMessage(c.vars)))
+			if err != nil {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+			if got != c.want {
+				t.Errorf("got  %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestParityPython checks the expected texts of the parity cases against
+// Python jinja2 itself (skipped without python3 and jinja2).
+func TestParityPython(t *testing.T) {
+	t.Parallel()
+	cases := make([]pyCase, len(parityCases))
+	for i, c := range parityCases {
+		cases[i] = pyCase{Template: c.template, Vars: json.RawMessage(c.vars)}
+	}
+	res := pyRender(t, cases)
+	for i, c := range parityCases {
+		switch {
+		case res[i].Text == nil:
+			t.Errorf("%s: python failed: %s", c.name, res[i].Error)
+		case *res[i].Text != c.want:
+			t.Errorf("%s: python renders %q, the case expects %q", c.name, *res[i].Text, c.want)
+		}
+	}
+}
