@@ -235,7 +235,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			return nil, errUndefined(u)
 		}
 		if i, isInt := intOf(v); isInt && method == "common" {
-			return i, nil
+			return roundInt(i, prec)
 		}
 		f, ok := asNumber(v)
 		if !ok {
@@ -1528,6 +1528,38 @@ func fixExponent(s string) string {
 		return s[:i+2] + "0" + s[i+2:]
 	}
 	return s
+}
+
+// roundInt is Python's round(i, ndigits) on an int: an int, rounded to a
+// multiple of 10**-ndigits with ties to even when ndigits is negative.
+func roundInt(i, prec int64) (any, error) {
+	if prec >= 0 {
+		return i, nil
+	}
+	if prec < -18 {
+		// 10**19 exceeds every int64: the nearest multiple is 0, or
+		// +-10**19 (out of range) past half of it.
+		const half = 5_000_000_000_000_000_000
+		if prec == -19 && (i > half || i < -half) {
+			return nil, errors.New("integer overflow: integers are 64-bit here")
+		}
+		return int64(0), nil
+	}
+	m := int64(1)
+	for ; prec < 0; prec++ {
+		m *= 10
+	}
+	q, rem := i/m, i%m
+	if rem < 0 {
+		q, rem = q-1, rem+m
+	}
+	if 2*rem > m || 2*rem == m && q%2 != 0 {
+		q++
+	}
+	if q > math.MaxInt64/m || q < math.MinInt64/m {
+		return nil, errors.New("integer overflow: integers are 64-bit here")
+	}
+	return q * m, nil
 }
 
 // pyRound is Python's round(f, ndigits): correctly rounded, ties to even.

@@ -25,6 +25,11 @@ var parityCases = []parityCase{
 		template: `{{ 'a\r\nb\nc'.splitlines(true) }}|{{ 'a\r\n'.splitlines(keepends=true) }}`,
 		want:     `['a\r\n', 'b\n', 'c']|['a\r\n']`,
 	},
+	{
+		name:     "round_int_negative_precision",
+		template: `{{ 15|round(-1) }}|{{ 25|round(-1) }}|{{ -15|round(-1) }}|{{ 1234|round(-2) }}|{{ 7|round(-5) }}|{{ 150|round(-2) }}|{{ 15|round(-1, 'floor') }}|{{ 7|round(2) }}`,
+		want:     `20|20|-20|1200|0|200|10.0|7`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
