@@ -479,13 +479,14 @@ func (r *renderer) join(v any, a argList) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sep, err := a.str(0, "d", "")
-	if err != nil {
-		return nil, err
+	// Jinja joins with str(d): any separator is printed.
+	sep := ""
+	if d, ok := a.get(0, "d"); ok {
+		sep = toStr(d)
 	}
-	attr, err := a.str(1, "attribute", "")
-	if err != nil {
-		return nil, err
+	attr := ""
+	if x, ok := a.get(1, "attribute"); ok && x != nil {
+		attr = toStr(x)
 	}
 	var b strings.Builder
 	for i, it := range items {

@@ -30,6 +30,11 @@ var parityCases = []parityCase{
 		template: `{{ 15|round(-1) }}|{{ 25|round(-1) }}|{{ -15|round(-1) }}|{{ 1234|round(-2) }}|{{ 7|round(-5) }}|{{ 150|round(-2) }}|{{ 15|round(-1, 'floor') }}|{{ 7|round(2) }}`,
 		want:     `20|20|-20|1200|0|200|10.0|7`,
 	},
+	{
+		name:     "join_separator_is_stringified",
+		template: `{{ [1, 2]|join(0) }}|{{ ['a', 'b']|join(none) }}|{{ ['a', 'b']|join(d=true) }}|{{ [[1, 2], [3, 4]]|join(',', attribute=1) }}`,
+		want:     `102|aNoneb|aTrueb|2,4`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
