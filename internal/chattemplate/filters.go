@@ -544,12 +544,23 @@ func toInt(v any, a argList) (any, error) {
 	return def, nil
 }
 
+func isASCIIDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // attrPath resolves "a.b.0" as Jinja's make_attrgetter does.
 func attrPath(v any, path string) (any, error) {
 	for _, part := range strings.Split(path, ".") {
 		var key any = part
-		if i, err := strconv.ParseInt(part, 10, 64); err == nil {
-			key = i
+		if isASCIIDigits(part) {
+			if i, err := strconv.ParseInt(part, 10, 64); err == nil {
+				key = i
+			}
 		}
 		var err error
 		if v, err = getItem(v, key); err != nil {
@@ -659,32 +670,69 @@ func (r *renderer) sortFilter(v any, a argList) (any, error) {
 	}
 	rev := a.boolean(0, "reverse", false)
 	cs := a.boolean(1, "case_sensitive", false)
-	attr, _ := a.str(2, "attribute", "")
+	// As Jinja's make_multi_attrgetter: a string attribute is a
+	// comma-separated list of paths, each giving one part of the key.
+	var paths []string
+	if attr, ok := a.get(2, "attribute"); ok && attr != nil {
+		if s, isStr := attr.(string); isStr {
+			paths = strings.Split(s, ",")
+		} else {
+			paths = []string{toStr(attr)}
+		}
+	}
 	out := append([]any{}, items...)
-	key := func(x any) any {
-		if attr != "" {
-			x, _ = attrPath(x, attr)
+	keys := make(map[int][]any, len(out))
+	order := make([]int, len(out))
+	for i, x := range out {
+		order[i] = i
+		k := []any{x}
+		if len(paths) > 0 {
+			k = make([]any, len(paths))
+			for p, path := range paths {
+				if k[p], err = attrPath(x, path); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if !cs {
-			x = foldCase(x)
+			for p := range k {
+				k[p] = foldCase(k[p])
+			}
 		}
-		return x
+		keys[i] = k
 	}
 	if err := r.step(int64(len(out)) * 8); err != nil {
 		return nil, err
 	}
 	var cerr error
-	sort.SliceStable(out, func(i, j int) bool {
-		c, e := compare(key(out[i]), key(out[j]))
-		if e != nil {
-			cerr = e
+	// The keys are lists, compared as Python compares lists: equal parts
+	// are skipped with ==, so equal keys never need an ordering.
+	sort.SliceStable(order, func(i, j int) bool {
+		ki, kj := keys[order[i]], keys[order[j]]
+		c := 0
+		for p := range ki {
+			if equal(ki[p], kj[p]) {
+				continue
+			}
+			var e error
+			if c, e = compare(ki[p], kj[p]); e != nil && cerr == nil {
+				cerr = e
+			}
+			break
 		}
 		if rev {
 			return c > 0
 		}
 		return c < 0
 	})
-	return &List{Items: out}, cerr
+	if cerr != nil {
+		return nil, cerr
+	}
+	sorted := make([]any, len(order))
+	for i, o := range order {
+		sorted[i] = out[o]
+	}
+	return &List{Items: sorted}, nil
 }
 
 func (r *renderer) indent(v any, a argList) (any, error) {

@@ -35,6 +35,23 @@ var parityCases = []parityCase{
 		template: `{{ [1, 2]|join(0) }}|{{ ['a', 'b']|join(none) }}|{{ ['a', 'b']|join(d=true) }}|{{ [[1, 2], [3, 4]]|join(',', attribute=1) }}`,
 		want:     `102|aNoneb|aTrueb|2,4`,
 	},
+	{
+		name:     "sort_equal_keys_need_no_order",
+		template: `{{ [none, none]|sort }}|{{ [{'a': 1}, {'a': 1}]|sort }}|{{ ms|sort(attribute='n')|map(attribute='r')|join }}`,
+		vars:     `{"ms": [{"r": "x", "n": null}, {"r": "y", "n": null}]}`,
+		want:     `[None, None]|[{'a': 1}, {'a': 1}]|xy`,
+	},
+	{
+		name:     "sort_multiple_attributes",
+		template: `{{ ms|sort(attribute='a,b')|map(attribute='r')|join }}|{{ ms|sort(attribute='a, b'|replace(' ', ''), reverse=true)|map(attribute='r')|join }}|{{ [[2, 'b'], [1, 'c'], [2, 'a']]|sort(attribute='0')|map('last')|join }}`,
+		vars:     `{"ms": [{"r": "1", "a": 2, "b": "Y"}, {"r": "2", "a": 1, "b": "z"}, {"r": "3", "a": 2, "b": "x"}]}`,
+		want:     `231|132|cba`,
+	},
+	{
+		name:     "attribute_path_signed_number_is_a_key",
+		template: `{{ [{'-1': 'k'}]|map(attribute='-1')|list }}|{{ [[1, 2]]|map(attribute='1')|list }}`,
+		want:     `['k']|[2]`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
