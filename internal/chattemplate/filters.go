@@ -411,6 +411,11 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The attr filter is Python's getattr alone: a dict's keys are
+		// not attributes.
+		if d, ok := v.(*Dict); ok && !isMethod(d, n) {
+			return undefined{owner: "dict", attr: n}, nil
+		}
 		return getAttr(v, n)
 	case "wordcount":
 		return int64(len(strings.FieldsFunc(toStr(v), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' }))), nil

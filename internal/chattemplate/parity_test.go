@@ -52,6 +52,12 @@ var parityCases = []parityCase{
 		template: `{{ [{'-1': 'k'}]|map(attribute='-1')|list }}|{{ [[1, 2]]|map(attribute='1')|list }}`,
 		want:     `['k']|[2]`,
 	},
+	{
+		name:     "attr_filter_skips_dict_keys",
+		template: `[{{ m|attr('role') }}]{{ m|attr('role') is defined }}|{{ m.role }}|{{ m|attr('get') is defined }}|{{ 'ab'|attr('upper') is defined }}`,
+		vars:     `{"m": {"role": "user"}}`,
+		want:     `[]False|user|True|True`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
