@@ -405,6 +405,13 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "e", "escape", "forceescape":
 		return htmlEscape(toStr(v)), nil
 	case "format":
+		// As jinja2: value % (kwargs or args).
+		if a.kw != nil && a.kw.Len() > 0 {
+			if len(a.pos) > 0 {
+				return nil, errors.New("can't handle positional and keyword arguments at the same time")
+			}
+			return r.percentFormat(toStr(v), a.kw)
+		}
 		return r.percentFormat(toStr(v), &List{Items: a.pos, Tuple: true})
 	case "attr":
 		n, err := a.str(0, "name", "")
@@ -1414,6 +1421,25 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			continue
 		}
 		i++
+		// A mapping key: "%(name)s" takes the argument from a dict.
+		var key *string
+		if i < len(f) && f[i] == '(' {
+			depth, k := 1, i+1
+			for ; k < len(f) && depth > 0; k++ {
+				switch f[k] {
+				case '(':
+					depth++
+				case ')':
+					depth--
+				}
+			}
+			if depth > 0 {
+				return nil, errors.New("incomplete format key")
+			}
+			name := f[i+1 : k-1]
+			key = &name
+			i = k
+		}
 		// flags, width, precision
 		j := i
 		for j < len(f) && strings.IndexByte("-+ 0#", f[j]) >= 0 {
@@ -1443,11 +1469,23 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			b.WriteByte('%')
 			continue
 		}
-		if n >= len(args) {
-			return nil, errors.New("not enough arguments for format string")
+		var v any
+		if key != nil {
+			d, ok := arg.(*Dict)
+			if !ok {
+				return nil, errors.New("format requires a mapping")
+			}
+			if v, ok = d.Get(*key); !ok {
+				return nil, fmt.Errorf("KeyError: %s", toReprString(*key))
+			}
+			n = len(args)
+		} else {
+			if n >= len(args) {
+				return nil, errors.New("not enough arguments for format string")
+			}
+			v = args[n]
+			n++
 		}
-		v := args[n]
-		n++
 		if width > maxOutputWidth || prec > maxOutputWidth {
 			return nil, r.overflow()
 		}

@@ -58,6 +58,12 @@ var parityCases = []parityCase{
 		vars:     `{"m": {"role": "user"}}`,
 		want:     `[]False|user|True|True`,
 	},
+	{
+		name:     "percent_format_mapping_keys",
+		template: `{{ '%(role)s: %(n)03d %(n)s' % m }}|{{ '%(a(b))s' % {'a(b)': 1} }}|{{ '%(role)s'|format(role='x') }}|{{ '%s' % m }}|{{ '%%(x)s' % () }}`,
+		vars:     `{"m": {"role": "user", "n": 7}}`,
+		want:     `user: 007 7|1|x|{'role': 'user', 'n': 7}|%(x)s`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
