@@ -26,9 +26,9 @@
 //     error here;
 //   - str.upper/lower use Go's simple case mapping (no "ß" → "SS");
 //   - not supported, with a clear error: recursive loops, *args/**kwargs and
-//     varargs/kwargs in macros, str.format, the filters batch, slice,
-//     groupby, truncate, wordwrap, center, urlize, urlencode, xmlattr,
-//     striptags, pprint, random, filesizeformat.
+//     varargs/kwargs in macros, str.format, the filters groupby,
+//     truncate, wordwrap, urlize, urlencode, xmlattr, striptags, pprint,
+//     random, filesizeformat.
 //
 // Imports: no internal package.
 package chattemplate

@@ -426,10 +426,130 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		return getAttr(v, n)
 	case "wordcount":
 		return int64(len(strings.FieldsFunc(toStr(v), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' }))), nil
-	case "batch", "slice", "groupby", "truncate", "wordwrap", "center", "urlize", "urlencode", "xmlattr", "striptags", "pprint", "random", "filesizeformat":
+	case "batch":
+		return r.batch(v, a)
+	case "slice":
+		return r.sliceFilter(v, a)
+	case "center":
+		width, err := a.integer(0, "width", 80)
+		if err != nil {
+			return nil, err
+		}
+		return r.center(toStr(v), width, " ")
+	case "groupby", "truncate", "wordwrap", "urlize", "urlencode", "xmlattr", "striptags", "pprint", "random", "filesizeformat":
 		return nil, fmt.Errorf("filter '%s' is not supported", name)
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
+}
+
+// batch is jinja2's batch filter: lists of linecount items, the last one
+// padded with fill_with when it is given and not None.
+func (r *renderer) batch(v any, a argList) (any, error) {
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	n, err := a.integer(0, "linecount", 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := a.get(0, "linecount"); !ok {
+		return nil, errors.New("batch() missing required argument: 'linecount'")
+	}
+	fill, hasFill := a.get(1, "fill_with")
+	if err := r.step(int64(len(items))); err != nil {
+		return nil, err
+	}
+	out := []any{}
+	var cur []any
+	for _, it := range items {
+		if int64(len(cur)) == n {
+			out = append(out, &List{Items: cur})
+			cur = nil
+		}
+		cur = append(cur, it)
+	}
+	if len(cur) > 0 {
+		if hasFill && fill != nil && int64(len(cur)) < n {
+			if n > int64(r.maxOutput) {
+				return nil, r.chargeItems(r.maxOutput + 1)
+			}
+			if err := r.chargeItems(int(n)); err != nil {
+				return nil, err
+			}
+			for int64(len(cur)) < n {
+				cur = append(cur, fill)
+			}
+		}
+		out = append(out, &List{Items: cur})
+	}
+	return &List{Items: out}, nil
+}
+
+// sliceFilter is jinja2's slice filter: the items in slices columns, the
+// first ones one longer, the others padded with fill_with when it is given
+// and not None.
+func (r *renderer) sliceFilter(v any, a argList) (any, error) {
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := a.get(0, "slices"); !ok {
+		return nil, errors.New("slice() missing required argument: 'slices'")
+	}
+	slices, err := a.integer(0, "slices", 0)
+	if err != nil {
+		return nil, err
+	}
+	if slices <= 0 {
+		if slices == 0 {
+			return nil, errors.New("integer division or modulo by zero")
+		}
+		return &List{Items: []any{}}, nil
+	}
+	if slices > int64(r.maxOutput) {
+		return nil, r.chargeItems(r.maxOutput + 1)
+	}
+	fill, hasFill := a.get(1, "fill_with")
+	if err := r.chargeItems(len(items) + int(slices)); err != nil {
+		return nil, err
+	}
+	length := int64(len(items))
+	per, extra := length/slices, length%slices
+	offset := int64(0)
+	out := make([]any, 0, slices)
+	for i := int64(0); i < slices; i++ {
+		start := offset + i*per
+		if i < extra {
+			offset++
+		}
+		end := offset + (i+1)*per
+		col := append([]any{}, items[start:end]...)
+		if hasFill && fill != nil && i >= extra {
+			col = append(col, fill)
+		}
+		out = append(out, &List{Items: col})
+	}
+	return &List{Items: out}, nil
+}
+
+// center is Python's str.center: s padded with fill on both sides to
+// width runes, split as CPython splits the padding (the extra rune goes
+// left when both the padding and width are odd).
+func (r *renderer) center(s string, width int64, fill string) (any, error) {
+	n := int64(utf8.RuneCountInString(s))
+	if width <= n {
+		return s, nil
+	}
+	if width > int64(r.maxOutput) {
+		return nil, r.overflow()
+	}
+	if err := r.chargeBytes(int(width-n)*len(fill) + len(s)); err != nil {
+		return nil, err
+	}
+	pad := width - n
+	left := pad/2 + (pad & width & 1)
+	return strings.Repeat(fill, int(left)) + s + strings.Repeat(fill, int(pad-left)), nil
 }
 
 func foldCase(v any) any {

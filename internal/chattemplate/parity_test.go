@@ -64,6 +64,21 @@ var parityCases = []parityCase{
 		vars:     `{"m": {"role": "user", "n": 7}}`,
 		want:     `user: 007 7|1|x|{'role': 'user', 'n': 7}|%(x)s`,
 	},
+	{
+		name:     "batch_filter",
+		template: `{{ [1, 2, 3, 4, 5]|batch(2)|list }}|{% for row in 'abcde'|batch(3, '-') %}{{ row|join }};{% endfor %}|{{ []|batch(2)|list }}|{{ [1, 2]|batch(2, 0)|list }}|{{ [1]|batch(3, none)|list }}|{{ [1, 2]|batch(linecount=1)|list }}`,
+		want:     `[[1, 2], [3, 4], [5]]|abc;de-;|[]|[[1, 2]]|[[1]]|[[1], [2]]`,
+	},
+	{
+		name:     "slice_filter",
+		template: `{{ [1, 2, 3, 4, 5, 6, 7]|slice(3)|list }}|{{ [1, 2, 3, 4]|slice(3, 'x')|list }}|{{ [1]|slice(3)|list }}|{{ []|slice(2)|list }}`,
+		want:     `[[1, 2, 3], [4, 5], [6, 7]]|[[1, 2], [3, 'x'], [4, 'x']]|[[1], [], []]|[[], []]`,
+	},
+	{
+		name:     "center_filter",
+		template: `[{{ 'abc'|center(9) }}][{{ 'ab'|center(5) }}][{{ 'abc'|center(6) }}][{{ 'abcd'|center(7) }}][{{ 'abc'|center(2) }}][{{ 'é'|center(width=4) }}][{{ 5|center(3) }}]`,
+		want:     `[   abc   ][  ab ][ abc  ][  abcd ][abc][ é  ][ 5 ]`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
