@@ -736,7 +736,7 @@ func getAttr(obj any, name string) (any, error) {
 		return nil, errUndefined(x)
 	case *Dict:
 		if isMethod(obj, name) {
-			return &boundMethod{recv: obj, name: name}, nil
+			return methodAttr(obj, name), nil
 		}
 		if v, ok := x.Get(name); ok {
 			return v, nil
@@ -751,9 +751,19 @@ func getAttr(obj any, name string) (any, error) {
 		return x.attr(name)
 	}
 	if isMethod(obj, name) {
-		return &boundMethod{recv: obj, name: name}, nil
+		return methodAttr(obj, name), nil
 	}
 	return undefined{owner: typeName(obj), attr: name}, nil
+}
+
+// methodAttr is the method name of obj as the immutable sandbox gives it:
+// a method that modifies a list or dict is an undefined value whose use
+// reports the access as unsafe.
+func methodAttr(obj any, name string) any {
+	if !isSafeMethod(obj, name) {
+		return undefined{name: fmt.Sprintf("access to attribute '%s' of '%s' object is unsafe.", name, typeName(obj))}
+	}
+	return &boundMethod{recv: obj, name: name}
 }
 
 // getItem is the sandboxed environment's getitem: obj[key], then the
@@ -800,7 +810,7 @@ func getItem(obj, key any) (any, error) {
 			return getAttr(obj, k)
 		}
 		if isMethod(obj, k) {
-			return &boundMethod{recv: obj, name: k}, nil
+			return methodAttr(obj, k), nil
 		}
 	}
 	return undefined{name: fmt.Sprintf("'%s object' has no element %s", typeName(obj), toReprString(key))}, nil

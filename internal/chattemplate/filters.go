@@ -1141,6 +1141,24 @@ func isListMethod(name string) bool {
 	return false
 }
 
+// isSafeMethod reports whether the immutable sandbox lets a template use
+// the method: list and dict methods that modify their object are unsafe.
+func isSafeMethod(obj any, name string) bool {
+	switch obj.(type) {
+	case *Dict:
+		switch name {
+		case "update", "pop", "setdefault", "clear", "popitem":
+			return false
+		}
+	case *List:
+		switch name {
+		case "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse":
+			return false
+		}
+	}
+	return true
+}
+
 func isMethod(obj any, name string) bool {
 	switch obj.(type) {
 	case string:

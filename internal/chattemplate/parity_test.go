@@ -79,6 +79,12 @@ var parityCases = []parityCase{
 		template: `[{{ 'abc'|center(9) }}][{{ 'ab'|center(5) }}][{{ 'abc'|center(6) }}][{{ 'abcd'|center(7) }}][{{ 'abc'|center(2) }}][{{ 'é'|center(width=4) }}][{{ 5|center(3) }}]`,
 		want:     `[   abc   ][  ab ][ abc  ][  abcd ][abc][ é  ][ 5 ]`,
 	},
+	{
+		name:     "unsafe_methods_are_undefined",
+		template: `[{{ l.append }}]{{ l.append is defined }}{{ l.pop is defined }}{{ d.update is defined }}{{ d.pop is defined }}{{ d.setdefault is defined }}|{{ d.get is defined }}{{ d.copy is defined }}{{ l.index is defined }}{{ l.count is defined }}|{{ d['items'] is defined }}`,
+		vars:     `{"l": [1], "d": {"a": 1}}`,
+		want:     `[]FalseFalseFalseFalseFalse|TrueTrueTrueTrue|True`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
