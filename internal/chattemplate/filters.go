@@ -1648,14 +1648,39 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			case bool:
 				iv, _ = intOf(x)
 			case float64:
+				if verb != 'd' && verb != 'i' {
+					return nil, fmt.Errorf("%%%c format: an integer is required, not float", verb)
+				}
+				if math.IsInf(x, 0) || math.IsNaN(x) || math.Abs(x) >= 1<<63 {
+					return nil, errors.New("integer overflow: integers are 64-bit here")
+				}
 				iv = int64(x)
 			default:
 				return nil, fmt.Errorf("%%%c format: a real number is required, not %s", verb, typeName(v))
 			}
 			base := map[byte]int{'d': 10, 'i': 10, 'x': 16, 'X': 16, 'o': 8}[verb]
-			s = strconv.FormatInt(iv, base)
+			neg := iv < 0
+			u := uint64(iv)
+			if neg {
+				u = -u
+			}
+			s = strconv.FormatUint(u, base)
+			// The alternate form prefixes 0x, 0X or 0o.
+			if strings.Contains(flags, "#") {
+				switch verb {
+				case 'x':
+					s = "0x" + s
+				case 'X':
+					s = "0X" + s
+				case 'o':
+					s = "0o" + s
+				}
+			}
 			if verb == 'X' {
 				s = strings.ToUpper(s)
+			}
+			if neg {
+				s = "-" + s
 			}
 		case 'f', 'F', 'e', 'E', 'g', 'G':
 			fv, ok := asNumber(v)
@@ -1693,6 +1718,9 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 				sign := ""
 				if s != "" && (s[0] == '-' || s[0] == '+' || s[0] == ' ') {
 					sign, s = s[:1], s[1:]
+				}
+				if strings.Contains(flags, "#") && len(s) >= 2 && s[0] == '0' && strings.IndexByte("xXo", s[1]) >= 0 {
+					sign, s = sign+s[:2], s[2:]
 				}
 				s = sign + strings.Repeat("0", pad) + s
 			default:

@@ -85,6 +85,11 @@ var parityCases = []parityCase{
 		vars:     `{"l": [1], "d": {"a": 1}}`,
 		want:     `[]FalseFalseFalseFalseFalse|TrueTrueTrueTrue|True`,
 	},
+	{
+		name:     "percent_format_alternate_form",
+		template: `{{ '%#x|%#X|%#o|%#5x|%#05x|%-#6x|%x|%X|%o|%+#x|%#07o' % (255, 255, 8, 255, 255, 255, -255, -255, -8, 10, -8) }}`,
+		want:     `0xff|0XFF|0o10| 0xff|0x0ff|0xff  |-ff|-FF|-10|+0xa|-0o0010`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
