@@ -563,17 +563,21 @@ func htmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(s)
 }
 
+// toJSON is transformers' tojson filter, json.dumps(x, ensure_ascii=False,
+// indent=None, separators=None, sort_keys=False): positional arguments
+// follow that order.
 func (r *renderer) toJSON(v any, a argList) (any, error) {
 	var b strings.Builder
-	iv, hasIndent := a.get(0, "indent")
+	iv, hasIndent := a.get(1, "indent")
 	indent := ""
 	if hasIndent && iv != nil {
 		switch x := iv.(type) {
-		case int64:
-			if x > 64 {
-				x = 64
-			}
-			indent = strings.Repeat(" ", max(int(x), 0))
+		case int64, bool:
+			n, _ := intOf(x)
+			// An indent longer than the output limit overflows at the
+			// first newline; a scalar never writes one.
+			n = min(n, int64(r.maxOutput)+1)
+			indent = strings.Repeat(" ", max(int(n), 0))
 		case string:
 			indent = x
 		default:
@@ -586,24 +590,25 @@ func (r *renderer) toJSON(v any, a argList) (any, error) {
 	if hasIndent {
 		itemSep = ","
 	}
-	if sv, ok := a.get(-1, "separators"); ok && sv != nil {
+	if sv, ok := a.get(2, "separators"); ok && sv != nil {
 		l, ok := sv.(*List)
 		if !ok || len(l.Items) != 2 {
 			return nil, errors.New("tojson: separators must be a pair")
 		}
 		itemSep, keySep = toStr(l.Items[0]), toStr(l.Items[1])
 	}
-	sortKeys := a.boolean(-1, "sort_keys", false)
+	sortKeys := a.boolean(3, "sort_keys", false)
 	if err := writeJSON(&b, v, indent, hasIndent, itemSep, keySep, sortKeys, 0, r); err != nil {
 		return nil, err
 	}
-	if a.boolean(-1, "ensure_ascii", false) {
-		return asciiEscape(b.String()), nil
+	out := b.String()
+	if a.boolean(0, "ensure_ascii", false) {
+		out = asciiEscape(out)
 	}
-	if err := r.chargeBytes(b.Len()); err != nil {
+	if err := r.chargeBytes(len(out)); err != nil {
 		return nil, err
 	}
-	return b.String(), nil
+	return out, nil
 }
 
 func (r *renderer) join(v any, a argList) (any, error) {

@@ -26,13 +26,18 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 			return r.overflow()
 		}
 	}
-	newline := func(l int) {
-		if hasIndent {
-			b.WriteByte('\n')
-			for range l {
-				b.WriteString(indent)
-			}
+	newline := func(l int) error {
+		if !hasIndent {
+			return nil
 		}
+		if r != nil && b.Len()+1+l*len(indent) > r.maxOutput {
+			return r.overflow()
+		}
+		b.WriteByte('\n')
+		for range l {
+			b.WriteString(indent)
+		}
+		return nil
 	}
 	switch x := v.(type) {
 	case nil:
@@ -70,12 +75,16 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 			if i > 0 {
 				b.WriteString(itemSep)
 			}
-			newline(level + 1)
+			if err := newline(level + 1); err != nil {
+				return err
+			}
 			if err := writeJSON(b, it, indent, hasIndent, itemSep, keySep, sortKeys, level+1, r); err != nil {
 				return err
 			}
 		}
-		newline(level)
+		if err := newline(level); err != nil {
+			return err
+		}
 		b.WriteByte(']')
 	case *Dict:
 		if x.Len() == 0 {
@@ -104,7 +113,9 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 			if n > 0 {
 				b.WriteString(itemSep)
 			}
-			newline(level + 1)
+			if err := newline(level + 1); err != nil {
+				return err
+			}
 			switch k := x.keys[i].(type) {
 			case string:
 				jsonString(b, k)
@@ -124,7 +135,9 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 				return err
 			}
 		}
-		newline(level)
+		if err := newline(level); err != nil {
+			return err
+		}
 		b.WriteByte('}')
 	case *Namespace:
 		return errors.New("object of type Namespace is not JSON serializable")

@@ -2,6 +2,7 @@ package chattemplate_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -89,6 +90,17 @@ var parityCases = []parityCase{
 		name:     "percent_format_alternate_form",
 		template: `{{ '%#x|%#X|%#o|%#5x|%#05x|%-#6x|%x|%X|%o|%+#x|%#07o' % (255, 255, 8, 255, 255, 255, -255, -255, -8, 10, -8) }}`,
 		want:     `0xff|0XFF|0o10| 0xff|0x0ff|0xff  |-ff|-FF|-10|+0xa|-0o0010`,
+	},
+	{
+		name:     "tojson_positional_arguments",
+		template: `{{ v|tojson(2) }}|{{ v|tojson(false, 2) }}|{{ v|tojson(false, none, (',', ':'), true) }}|{{ v|tojson(indent=true) }}|{{ 'x'|tojson(indent=100) }}`,
+		vars:     `{"v": {"b": ["é", 1], "a": null}}`,
+		want:     "{\"b\": [\"\\u00e9\", 1], \"a\": null}|{\n  \"b\": [\n    \"é\",\n    1\n  ],\n  \"a\": null\n}|{\"a\":null,\"b\":[\"é\",1]}|{\n \"b\": [\n  \"é\",\n  1\n ],\n \"a\": null\n}|\"x\"",
+	},
+	{
+		name:     "tojson_wide_indent",
+		template: `{{ [1]|tojson(indent=70) }}`,
+		want:     "[\n" + strings.Repeat(" ", 70) + "1\n]",
 	},
 }
 
