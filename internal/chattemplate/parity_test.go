@@ -1,9 +1,13 @@
 package chattemplate_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/chattemplate"
 )
 
 // parityCase is a template whose render once differed from Python jinja2's,
@@ -136,6 +140,35 @@ func TestParityPython(t *testing.T) {
 			t.Errorf("%s: python failed: %s", c.name, res[i].Error)
 		case *res[i].Text != c.want:
 			t.Errorf("%s: python renders %q, the case expects %q", c.name, *res[i].Text, c.want)
+		}
+	}
+}
+
+// TestStrftimeDirectives checks strftime_now's directives on dates around
+// year and week boundaries, with Python's outputs (a naive datetime: %Z and
+// %z are empty; unknown directives are kept).
+func TestStrftimeDirectives(t *testing.T) {
+	t.Parallel()
+	const f = "%U %W %V %G %g %u %w %j %c %l %r %s|%x %X %D %T %F %R %C %k %P [%Z%z] %-e %_d %^a %Q %Ey %Od %f"
+	for _, c := range []struct {
+		now  time.Time
+		want string
+	}{
+		{time.Date(2026, 1, 1, 0, 5, 4, 0, time.UTC), "00 00 01 2026 26 4 4 001 Thu Jan  1 00:05:04 2026 12 12:05:04 AM 1767225904|01/01/26 00:05:04 01/01/26 00:05:04 2026-01-01 00:05 20  0 am [] 1  1 THU %Q 26 01 000000"},
+		{time.Date(2027, 1, 3, 23, 59, 59, 0, time.UTC), "01 00 53 2026 26 7 0 003 Sun Jan  3 23:59:59 2027 11 11:59:59 PM 1799020799|01/03/27 23:59:59 01/03/27 23:59:59 2027-01-03 23:59 20 23 pm [] 3  3 SUN %Q 27 03 000000"},
+		{time.Date(2024, 12, 30, 12, 0, 0, 0, time.UTC), "52 53 01 2025 25 1 1 365 Mon Dec 30 12:00:00 2024 12 12:00:00 PM 1735560000|12/30/24 12:00:00 12/30/24 12:00:00 2024-12-30 12:00 20 12 pm [] 30 30 MON %Q 24 30 000000"},
+		{time.Date(2021, 1, 3, 13, 1, 2, 0, time.UTC), "01 00 53 2020 20 7 0 003 Sun Jan  3 13:01:02 2021  1 01:01:02 PM 1609678862|01/03/21 13:01:02 01/03/21 13:01:02 2021-01-03 13:01 20 13 pm [] 3  3 SUN %Q 21 03 000000"},
+	} {
+		tmpl, err := chattemplate.Compile(`{{ strftime_now('`+f+`') }}`, chattemplate.WithClock(func() time.Time { return c.now }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tmpl.Render(context.Background(), chattemplate.Input{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s:\ngot  %q\nwant %q", c.now, got, c.want)
 		}
 	}
 }

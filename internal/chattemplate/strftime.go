@@ -1,13 +1,17 @@
 package chattemplate
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// strftime formats t as C/Python strftime does for the directives chat
-// templates use (including glibc's "-" flag that drops padding).
+// strftime formats t as Python's datetime.strftime does on glibc in the C
+// locale, for the naive datetime.now() that transformers' strftime_now
+// formats: %Z and %z are empty. The flags "-" (no padding), "_" (space
+// padding), "0" (zero padding) and "^" (upper case) and the E and O
+// modifiers are taken; an unknown directive is written as it is, as glibc
+// does.
 func strftime(t time.Time, f string) (string, error) {
 	var b strings.Builder
 	for i := 0; i < len(f); i++ {
@@ -16,84 +20,130 @@ func strftime(t time.Time, f string) (string, error) {
 			b.WriteByte(c)
 			continue
 		}
+		start := i
 		i++
-		if i >= len(f) {
-			b.WriteByte('%')
-			break
-		}
-		noPad := false
-		if f[i] == '-' && i+1 < len(f) {
-			noPad = true
+		flag := byte(0)
+		for i < len(f) && strings.IndexByte("-_0^#", f[i]) >= 0 {
+			flag = f[i]
 			i++
 		}
-		num := func(v, width int) {
-			if noPad {
-				fmt.Fprintf(&b, "%d", v)
-			} else {
-				fmt.Fprintf(&b, "%0*d", width, v)
-			}
+		for i < len(f) && (f[i] == 'E' || f[i] == 'O') {
+			i++
 		}
+		if i >= len(f) {
+			b.WriteString(f[start:])
+			break
+		}
+		num := func(v, width int, pad byte) {
+			switch flag {
+			case '-':
+				pad = 0
+			case '_':
+				pad = ' '
+			case '0':
+				pad = '0'
+			}
+			s := strconv.Itoa(v)
+			for n := len(s); pad != 0 && n < width; n++ {
+				b.WriteByte(pad)
+			}
+			b.WriteString(s)
+		}
+		text := func(s string) {
+			if flag == '^' {
+				s = strings.ToUpper(s)
+			}
+			b.WriteString(s)
+		}
+		hour12 := t.Hour() % 12
+		if hour12 == 0 {
+			hour12 = 12
+		}
+		ampm := "AM"
+		if t.Hour() >= 12 {
+			ampm = "PM"
+		}
+		isoYear, isoWeek := t.ISOWeek()
 		switch f[i] {
 		case 'Y':
-			fmt.Fprintf(&b, "%d", t.Year())
+			num(t.Year(), 1, '0')
+		case 'C':
+			num(t.Year()/100, 2, '0')
 		case 'y':
-			num(t.Year()%100, 2)
+			num(t.Year()%100, 2, '0')
+		case 'G':
+			num(isoYear, 1, '0')
+		case 'g':
+			num(isoYear%100, 2, '0')
 		case 'm':
-			num(int(t.Month()), 2)
+			num(int(t.Month()), 2, '0')
 		case 'd':
-			num(t.Day(), 2)
+			num(t.Day(), 2, '0')
 		case 'e':
-			fmt.Fprintf(&b, "%2d", t.Day())
+			num(t.Day(), 2, ' ')
 		case 'H':
-			num(t.Hour(), 2)
+			num(t.Hour(), 2, '0')
+		case 'k':
+			num(t.Hour(), 2, ' ')
 		case 'I':
-			h := t.Hour() % 12
-			if h == 0 {
-				h = 12
-			}
-			num(h, 2)
+			num(hour12, 2, '0')
+		case 'l':
+			num(hour12, 2, ' ')
 		case 'M':
-			num(t.Minute(), 2)
+			num(t.Minute(), 2, '0')
 		case 'S':
-			num(t.Second(), 2)
+			num(t.Second(), 2, '0')
 		case 'f':
-			fmt.Fprintf(&b, "%06d", t.Nanosecond()/1000)
+			num(t.Nanosecond()/1000, 6, '0')
 		case 'j':
-			num(t.YearDay(), 3)
-		case 'p':
-			if t.Hour() < 12 {
-				b.WriteString("AM")
-			} else {
-				b.WriteString("PM")
-			}
-		case 'b', 'h':
-			b.WriteString(t.Month().String()[:3])
-		case 'B':
-			b.WriteString(t.Month().String())
-		case 'a':
-			b.WriteString(t.Weekday().String()[:3])
-		case 'A':
-			b.WriteString(t.Weekday().String())
+			num(t.YearDay(), 3, '0')
+		case 'U':
+			num((t.YearDay()+6-int(t.Weekday()))/7, 2, '0')
+		case 'W':
+			num((t.YearDay()+6-(int(t.Weekday())+6)%7)/7, 2, '0')
+		case 'V':
+			num(isoWeek, 2, '0')
 		case 'w':
-			fmt.Fprintf(&b, "%d", int(t.Weekday()))
-		case 'Z':
-			name, _ := t.Zone()
-			b.WriteString(name)
-		case 'z':
-			_, off := t.Zone()
-			sign := '+'
-			if off < 0 {
-				sign, off = '-', -off
-			}
-			fmt.Fprintf(&b, "%c%02d%02d", sign, off/3600, off%3600/60)
+			num(int(t.Weekday()), 1, '0')
+		case 'u':
+			num((int(t.Weekday())+6)%7+1, 1, '0')
+		case 's':
+			num(int(t.Unix()), 1, '0')
+		case 'p':
+			text(ampm)
+		case 'P':
+			b.WriteString(strings.ToLower(ampm))
+		case 'b', 'h':
+			text(t.Month().String()[:3])
+		case 'B':
+			text(t.Month().String())
+		case 'a':
+			text(t.Weekday().String()[:3])
+		case 'A':
+			text(t.Weekday().String())
+		case 'c':
+			text(t.Format("Mon Jan _2 15:04:05 2006"))
+		case 'x', 'D':
+			b.WriteString(t.Format("01/02/06"))
+		case 'X', 'T':
+			b.WriteString(t.Format("15:04:05"))
 		case 'F':
-			fmt.Fprintf(&b, "%d-%02d-%02d", t.Year(), int(t.Month()), t.Day())
-		case 'T':
-			fmt.Fprintf(&b, "%02d:%02d:%02d", t.Hour(), t.Minute(), t.Second())
+			num(t.Year(), 1, '0')
+			b.WriteString(t.Format("-01-02"))
+		case 'r':
+			b.WriteString(t.Format("03:04:05 PM"))
+		case 'R':
+			b.WriteString(t.Format("15:04"))
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'Z', 'z':
+			// A naive datetime has no zone.
 		case '%':
 			b.WriteByte('%')
 		default:
-			return "", fmt.Errorf("strftime_now: unsupported directive %%%c", f[i])
+			b.WriteString(f[start : i+1])
 		}
 	}
 	return b.String(), nil
