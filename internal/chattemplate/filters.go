@@ -1245,9 +1245,44 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		case string:
 			cands = []any{y}
 		case *List:
+			if !y.Tuple {
+				return nil, fmt.Errorf("%s first arg must be str or a tuple of str, not list", name)
+			}
 			cands = y.Items
 		default:
 			return nil, fmt.Errorf("%s first arg must be str or a tuple of str, not %s", name, typeName(p))
+		}
+		// start and end look at s[start:end], indices as in a slice; a
+		// start past the end of s or past end matches nothing, not even "".
+		if len(a.pos) > 1 {
+			rs := []rune(s)
+			n := int64(len(rs))
+			bound := func(i int, def int64) (int64, error) {
+				if i >= len(a.pos) || a.pos[i] == nil {
+					return def, nil
+				}
+				v, ok := intOf(a.pos[i])
+				if !ok {
+					return 0, errors.New("slice indices must be integers or None")
+				}
+				if v < 0 {
+					v = max(v+n, 0)
+				}
+				return v, nil
+			}
+			start, err := bound(1, 0)
+			if err != nil {
+				return nil, err
+			}
+			end, err := bound(2, n)
+			if err != nil {
+				return nil, err
+			}
+			end = min(end, n)
+			if start > n || end < start {
+				return false, nil
+			}
+			s = string(rs[start:end])
 		}
 		for _, c := range cands {
 			cs, ok := c.(string)

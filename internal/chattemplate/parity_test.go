@@ -106,6 +106,11 @@ var parityCases = []parityCase{
 		template: `{{ [1]|tojson(indent=70) }}`,
 		want:     "[\n" + strings.Repeat(" ", 70) + "1\n]",
 	},
+	{
+		name:     "startswith_start_end",
+		template: `{{ 'Hello'.startswith('He', 1) }}{{ 'Hello'.startswith('el', 1) }}{{ 'Hello'.endswith('lo', 0, 4) }}{{ 'Hello'.endswith('ll', 0, 4) }}{{ 'Hello'.startswith('', 6) }}{{ 'Hello'.startswith('', 5) }}{{ 'héllo'.startswith('é', -4) }}{{ 'Hello'.endswith(('x', 'l'), none, -1) }}{{ 'ab'.startswith('', 1, 0) }}`,
+		want:     `FalseTrueFalseTrueFalseTrueTrueTrueFalse`,
+	},
 }
 
 // TestParity renders every parity case and compares it with the expected
