@@ -86,9 +86,11 @@ var parityCases = []parityCase{
 	},
 	{
 		name:     "unsafe_methods_are_undefined",
-		template: `[{{ l.append }}]{{ l.append is defined }}{{ l.pop is defined }}{{ d.update is defined }}{{ d.pop is defined }}{{ d.setdefault is defined }}|{{ d.get is defined }}{{ d.copy is defined }}{{ l.index is defined }}{{ l.count is defined }}|{{ d['items'] is defined }}`,
+		// (list.pop is left out: jinja2 3.1.6 counts it as unsafe, Debian
+		// 12's 3.1.2, which CI runs, does not.)
+		template: `[{{ l.append }}]{{ l.append is defined }}{{ d.update is defined }}{{ d.pop is defined }}{{ d.setdefault is defined }}|{{ d.get is defined }}{{ d.copy is defined }}{{ l.index is defined }}{{ l.count is defined }}|{{ d['items'] is defined }}`,
 		vars:     `{"l": [1], "d": {"a": 1}}`,
-		want:     `[]FalseFalseFalseFalseFalse|TrueTrueTrueTrue|True`,
+		want:     `[]FalseFalseFalseFalse|TrueTrueTrueTrue|True`,
 	},
 	{
 		name:     "percent_format_alternate_form",

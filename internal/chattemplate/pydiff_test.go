@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // pyJinjaScript renders a JSON list of {template, vars} with jinja2
@@ -59,16 +60,14 @@ type pyResult struct {
 	Error string  `json:"error"`
 }
 
-// pyRender renders cases with Python jinja2; the test is skipped when
-// python3 or jinja2 is missing.
+// pyRender renders cases with Python jinja2 (Debian's python3-jinja2); the
+// test is skipped when it is missing, except in CI, where .ci/run installs
+// it.
 func pyRender(t *testing.T, cases []pyCase) []pyResult {
 	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed")
-	}
-	if exec.Command(py, "-c", "import jinja2").Run() != nil {
-		t.Skip("jinja2 not installed")
+	py := testutil.Python
+	if err := exec.Command(py, "-c", "import jinja2").Run(); err != nil {
+		testutil.SkipOrFailInCI(t, "jinja2 is not installed (apt-get install python3-jinja2): %v", err)
 	}
 	in, err := json.Marshal(cases)
 	if err != nil {
