@@ -143,7 +143,37 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	root.AddCommand(versioncmd.NewCmdVersion(f))
 	root.Version = versioncmd.Format(f.Build)
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.InitDefaultCompletionCmd() // now, so that usageErrors sees it
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every wrong command line a usage error (exit 2, with a
+// pointer to --help): an argument count a command's Args refuses, and a
+// word after a command group that is none of its subcommands (cobra shows
+// a group's help for any arguments, so `config valdate x.yaml` would
+// otherwise exit 0 without validating anything).
+func usageErrors(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return &cmdutil.FlagError{Err: err}
+			}
+			return nil
+		}
+	}
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if len(a) > 0 {
+				return &cmdutil.FlagError{Err: fmt.Errorf("unknown command %q for %q", a[0], cmd.CommandPath())}
+			}
+			return nil
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	for _, sub := range c.Commands() {
+		usageErrors(sub)
+	}
 }
 
 // Build returns the build information of this binary.
@@ -186,8 +216,8 @@ func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
 	if err == nil {
 		return cmdutil.ExitOK
 	}
-	if strings.HasPrefix(err.Error(), "unknown command ") {
-		err = &cmdutil.FlagError{Err: err} // cobra's own usage error
+	if msg := err.Error(); strings.HasPrefix(msg, "unknown command ") || strings.HasPrefix(msg, "required flag(s) ") {
+		err = &cmdutil.FlagError{Err: err} // cobra's own usage errors
 	}
 	var ee *cmdutil.ExitError
 	var fe *cmdutil.FlagError

@@ -33,12 +33,25 @@ func TestUsageErrors(t *testing.T) {
 		{"--log-format", "xml", "version"},
 		{"config", "validate", "--no-such-flag"},
 		{"config", "show", "-o", "toml"},
+		// A word after a command group that is none of its subcommands
+		// (cobra would show the group's help and exit 0).
+		{"config", "valdate", "continuum.yaml"},
+		{"kv-inspect", "tokenise"},
+		{"completion", "tcsh"},
+		// Argument counts and required flags.
+		{"config", "diff", "a.yaml"},
+		{"tail-load", "a", "b"},
+		{"kv-inspect", "tokenize", "--text", "hi"},
 	}
 	for _, args := range tests {
 		code, _, errOut := runCLI(args...)
-		if code != cmdutil.ExitUsage || !strings.Contains(errOut, "error:") {
+		if code != cmdutil.ExitUsage || !strings.Contains(errOut, "error:") || !strings.Contains(errOut, "--help") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+	// A group alone shows its help.
+	if code, out, _ := runCLI("config"); code != 0 || !strings.Contains(out, "validate") {
+		t.Errorf("config alone: exit %d:\n%s", code, out)
 	}
 }
 
