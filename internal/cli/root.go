@@ -15,6 +15,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/spf13/cobra"
 
@@ -83,11 +86,14 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		DisableAutoGenTag: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cmdutil.OneOf("--log-level", g.logLevel, telemetry.LogLevels); err != nil {
 				return err
 			}
-			return cmdutil.OneOf("--log-format", g.logFormat, telemetry.LogFormats)
+			if err := cmdutil.OneOf("--log-format", g.logFormat, telemetry.LogFormats); err != nil {
+				return err
+			}
+			return durations(cmd)
 		},
 	}
 	root.SetIn(f.IOStreams.In)
@@ -146,6 +152,35 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	root.InitDefaultCompletionCmd() // now, so that usageErrors sees it
 	usageErrors(root)
 	return root
+}
+
+// durations refuses a duration flag set below zero (every duration a
+// command takes is a wait, an interval or a bound), and a timeout or grace
+// set to zero where zero is not its default (it would give up at once).
+func durations(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if err != nil || fl.Value.Type() != "duration" {
+			return
+		}
+		d, perr := time.ParseDuration(fl.Value.String())
+		if perr != nil {
+			return
+		}
+		bound := fl.Name == "timeout" || fl.Name == "shutdown-grace"
+		if d < 0 || d == 0 && bound && fl.DefValue != "0s" {
+			err = &cmdutil.FlagError{Err: fmt.Errorf("--%s %v: give a positive duration, such as %s", fl.Name, fl.Value, positiveExample(fl.DefValue))}
+		}
+	})
+	return err
+}
+
+// positiveExample is a flag's default when it is positive, else 30s.
+func positiveExample(def string) string {
+	if d, err := time.ParseDuration(def); err == nil && d > 0 {
+		return def
+	}
+	return "30s"
 }
 
 // usageErrors makes every wrong command line a usage error (exit 2, with a

@@ -42,6 +42,10 @@ func TestUsageErrors(t *testing.T) {
 		{"config", "diff", "a.yaml"},
 		{"tail-load", "a", "b"},
 		{"kv-inspect", "tokenize", "--text", "hi"},
+		// Durations below zero, or zero where zero is not the default.
+		{"serve", "--shutdown-grace", "-5s"},
+		{"discover", "--timeout", "0"},
+		{"serve", "--demo", "--config", "continuum.yaml"},
 	}
 	for _, args := range tests {
 		code, _, errOut := runCLI(args...)

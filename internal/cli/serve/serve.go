@@ -8,6 +8,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -74,6 +75,9 @@ GOMEMLIMIT is set.`,
   continuum serve --config continuum.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Demo && cmd.Flags().Changed("config") {
+				return &cmdutil.FlagError{Err: errors.New("--demo runs its own fleet and configuration: drop --config, or drop --demo")}
+			}
 			opts.ConfigFile = f.ConfigPath()
 			if runF != nil {
 				return runF(cmd.Context(), opts)
