@@ -67,7 +67,9 @@ type proc struct {
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(binary(t), args...), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "CONTINUUM_CONFIG=")
+	// The process is killed at the end: what it keeps in temporary
+	// directories (the demo's file store) goes with the test's own.
+	p.cmd.Env = append(os.Environ(), "CONTINUUM_CONFIG=", "TMPDIR="+t.TempDir())
 	so, _ := p.cmd.StdoutPipe()
 	se, _ := p.cmd.StderrPipe()
 	if err := p.cmd.Start(); err != nil {
