@@ -36,10 +36,14 @@ type DiscoveryFlags struct {
 	changedSource       bool
 	changedRoot         bool
 	changedEtcdSecurity bool
+	// cmd is the command the flags are on: Resolve tells its standard
+	// error the discovery settings' warnings.
+	cmd *cobra.Command
 }
 
 // Register adds the flags to cmd.
 func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
+	o.cmd = cmd
 	fl := cmd.Flags()
 	fl.StringVar(&o.Source, "source", "", "discovery source: etcd, file, kubernetes or kubernetes_pods (default from --config, else etcd)")
 	fl.StringSliceVar(&o.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (http(s)://host:port or host:port)")
@@ -126,8 +130,14 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 	cfg.Dynamo.Enabled = true
 	var problems []string
 	for _, f := range config.Validate("flags", cfg) {
-		if f.Severity == config.SeverityError && strings.HasPrefix(f.Path, "dynamo.discovery.") {
+		switch {
+		case !strings.HasPrefix(f.Path, "dynamo.discovery."):
+		case f.Severity == config.SeverityError:
 			problems = append(problems, f.Path+": "+f.Message)
+		case o.cmd != nil:
+			// A warning (credentials over plaintext, an endpoint that looks
+			// outside the cluster) is told, as config validate tells it.
+			_, _ = fmt.Fprintf(o.cmd.ErrOrStderr(), "warning: %s: %s\n", f.Path, f.Message)
 		}
 	}
 	if len(problems) > 0 {

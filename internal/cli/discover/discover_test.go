@@ -150,6 +150,12 @@ func TestDiscoverUnreachable(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "not reachable within 1s") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	// The settings' warnings are told, as config validate tells them:
+	// here a password sent over plaintext.
+	code, _, errOut = runCLI(t, context.Background(), "discover", "--etcd-endpoints", "http://"+addr, "--timeout", "1s", "--etcd-username", "u")
+	if code != 1 || !strings.Contains(errOut, "warning: dynamo.discovery.etcd.auth: auth over a plaintext connection") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
 }
 
 func TestDiscoverFileStoreWatch(t *testing.T) {
