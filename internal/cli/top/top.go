@@ -83,6 +83,11 @@ set or stdout is not a terminal.`,
 			if opts.Interval < 100*time.Millisecond {
 				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("--interval %s: at least 100ms", opts.Interval)}
 			}
+			if !opts.Once && (!opts.IO.IsStdinTTY() || !opts.IO.IsStdoutTTY()) {
+				// The full-screen program reads keys from a terminal and draws
+				// on one; in a pipe it would fill it with escape codes.
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("top needs a terminal on standard input and output; use --once (with -o json) to print one snapshot")}
+			}
 			if opts.Token == "" && opts.Env != nil {
 				opts.Token, _ = opts.Env(TokenEnv)
 			}

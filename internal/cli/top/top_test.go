@@ -62,6 +62,7 @@ func TestUsageErrors(t *testing.T) {
 		{"top", "--demo", "--router", "http://x"},
 		{"top", "--once", "-o", "yaml"},
 		{"top", "--interval", "1ms"},
+		{"top", "--router", "http://127.0.0.1:1"}, // no terminal: only --once prints
 	} {
 		if code, _, errOut := run(t, args...); code != cmdutil.ExitUsage || errOut == "" {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
