@@ -239,6 +239,10 @@ func Main() int {
 	f := &cmdutil.Factory{IOStreams: ios, Build: Build(), Env: os.LookupEnv}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGINT or SIGTERM asks the command to stop (serve drains
+	// its requests for --shutdown-grace); a second one ends the process at
+	// once, as the signal's default does.
+	context.AfterFunc(ctx, stop)
 	return Run(ctx, f, os.Args[1:])
 }
 
