@@ -64,7 +64,8 @@ running configuration stays. Each change applies in its tier (see
 continuum config diff).
 
 On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
-for --shutdown-grace, then stops discovery and subscriptions.
+for --shutdown-grace, then stops discovery and subscriptions; a second signal
+ends it at once.
 
 Unless GOGC is set, the router runs its garbage collector at GOGC=400 and
 lets the heap reach 256 MiB (a quarter of the memory limit, if less) before
