@@ -67,7 +67,7 @@ from a Hugging Face tokenizer.json, prompts rendered from a chat template
 1337, LoRA and cache salt folded in) that a worker's KV events carry.
 tokenize, render and hash read JSON lines on stdin and write one JSON line per
 input line ({"error": "..."} for a line that fails; the exit status is then
-1), or take --text for one prompt and print a table.
+1); tokenize and hash also take --text for one prompt and print a table.
 
 Over a live fleet (--config or the discovery flags): workers prints the KV
 index the fleet's kv-events build, per worker rank (or a running router's,
