@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -358,17 +359,26 @@ func Run(ctx context.Context, o *Options) error {
 			break
 		}
 	}
+	// An interrupted run still prints what it measured, marked partial,
+	// and exits 1 so that a script does not take it for a finished one.
+	interrupted := ctx.Err() != nil
+	partial := func(err error) error {
+		if err == nil && interrupted {
+			err = errors.New("interrupted before the run ended: the results are partial")
+		}
+		return err
+	}
 	fleet := map[string]any{"prefill": o.Prefill, "decode": o.Decode, "speed": o.Speed, "kv_blocks_per_rank": o.KVBlocks, "block_size": 16}
 	if o.Output == "json" {
 		out := map[string]any{"workload": o.Workload, "requests": len(reqs), "time_scale": timeScale, "rate_rps": rate, "max_output": o.MaxOutput,
-			"fleet": fleet, "results": reports}
+			"fleet": fleet, "results": reports, "interrupted": interrupted}
 		if synthetic {
 			out["synthetic"] = map[string]any{"tenants": o.Tenants, "prefix_tokens": o.PrefixBlocks * workload.TraceBlockTokens,
 				"query_tokens": o.QueryTokens, "seed": o.Seed}
 		}
 		enc := json.NewEncoder(o.IO.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return partial(enc.Encode(out))
 	}
 	tw := tabwriter.NewWriter(o.IO.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "workload %s, %d requests at %.1f req/s, fleet %d prefill + %d decode (%d blocks of 16 tokens a rank) at speed %g\n",
@@ -385,7 +395,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	fmt.Fprintln(tw, "\nTime to first token as the client saw it; worker TTFT as the simulated workers measured it (queue and")
 	fmt.Fprintln(tw, "prefill, in the simulation's clock, which this host's scheduling delays do not add to).")
-	return tw.Flush()
+	return partial(tw.Flush())
 }
 
 // load reads or builds the workload.

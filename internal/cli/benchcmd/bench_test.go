@@ -178,3 +178,27 @@ func TestBenchFaultFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchInterrupted: a run cut short by its context still prints what it
+// measured, says so, and exits 1, so that a script does not take it for a
+// finished run.
+func TestBenchInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a router over a simulated fleet")
+	}
+	ios, _, out, errOut := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	code := cli.Run(ctx, f, []string{"bench", "--workload", "synthetic", "--requests", "2000", "--tenants", "2", "--prefix-blocks", "1",
+		"--query-tokens", "16", "--rate", "20", "--prefill", "1", "--decode", "1", "--speed", "50", "--max-output", "2", "--modes", "load", "-o", "json"})
+	var rep struct {
+		Interrupted bool `json:"interrupted"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("exit %d, %v:\n%s%s", code, err, out, errOut)
+	}
+	if code != 1 || !rep.Interrupted || !strings.Contains(errOut.String(), "partial") {
+		t.Errorf("exit %d, interrupted %v, stderr %q", code, rep.Interrupted, errOut)
+	}
+}
