@@ -147,7 +147,7 @@ func TestDiscoverUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	_ = l.Close()
 	code, _, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", "http://"+addr, "--timeout", "1s")
-	if code != 1 || !strings.Contains(errOut, "not reachable within 1s") {
+	if code != 1 || !strings.Contains(errOut, "not reachable within 1s") || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	// The settings' warnings are told, as config validate tells them:

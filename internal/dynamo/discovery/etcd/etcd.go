@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -139,6 +141,29 @@ func (s *Source) prefixes() []string {
 // "namespace" can sit under another namespace's scoped prefix.
 func (s *Source) watched(key []byte) bool {
 	return !bytes.HasPrefix(key, []byte(wire.PrefixEventChannels)) || wire.WatchedChannelKey(string(key), s.namespaces)
+}
+
+// Diagnose says why the endpoints may not answer: the first failure to
+// open a TCP connection to one of them (refused, no route, a name that
+// does not resolve), or nil when every one accepts a connection. A pass
+// retries a refused connection quietly until its seed timeout, so a
+// command that gives up sooner asks this for the reason.
+func (s *Source) Diagnose(ctx context.Context) error {
+	var d net.Dialer
+	for _, ep := range s.endpoints {
+		u, err := url.Parse(ep)
+		if err != nil {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		c, err := d.DialContext(dctx, "tcp", u.Host)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("etcd endpoint %s: %w", ep, err)
+		}
+		_ = c.Close()
+	}
+	return nil
 }
 
 // Run performs one pass: connect, range get, watch, stream.

@@ -105,6 +105,9 @@ func Open(ctx context.Context, d *config.Discovery, client kube.ClientOptions, l
 	mu.Lock()
 	reason := lastErr
 	mu.Unlock()
+	if d, ok := src.(interface{ Diagnose(context.Context) error }); ok && reason == nil {
+		reason = d.Diagnose(ctx)
+	}
 	if reason == nil {
 		reason = errors.New("no complete read yet")
 	}
