@@ -60,7 +60,8 @@ EndpointSlices (--source kubernetes) or the operator's pod labels alone
 (--source kubernetes_pods, with --model or --models). Kubernetes credentials
 are in-cluster first, then KUBECONFIG or ~/.kube/config, or --kubeconfig and
 --context. With --watch, changes (added, removed, updated) are printed with
-their generation until interrupted.
+their generation until interrupted: a line each, one JSON object a line with
+-o json, one more YAML document each with -o yaml.
 
 Exit status 1 when the source cannot be reached within --timeout.`,
 		Example: `  continuum discover --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo
@@ -261,7 +262,7 @@ func writeTable(out io.Writer, r Report, now time.Time) error {
 	return tw.Flush()
 }
 
-// Change is one line of --watch output in JSON.
+// Change is one --watch change in JSON (and YAML).
 type Change struct {
 	Generation uint64           `json:"generation"`
 	Event      string           `json:"event"`
@@ -339,6 +340,13 @@ func sameWorker(a, b admin.Worker) bool {
 }
 
 func (o *Options) printChange(c Change) error {
+	if o.Output == "yaml" {
+		// One more document of the stream the first report began.
+		if _, err := io.WriteString(o.IO.Out, "---\n"); err != nil {
+			return err
+		}
+		return writeYAML(o.IO.Out, c)
+	}
 	if o.Output != "table" {
 		b, err := json.Marshal(c)
 		if err != nil {

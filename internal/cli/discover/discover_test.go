@@ -158,38 +158,49 @@ func TestDiscoverUnreachable(t *testing.T) {
 	}
 }
 
+// TestDiscoverFileStoreWatch: --watch prints the first report, then each
+// change: a JSON object a line with -o json, a further YAML document each
+// with -o yaml.
 func TestDiscoverFileStoreWatch(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	dir := filepath.Join(root, "v1/instances")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	write := func(id int) {
-		v := fmt.Sprintf(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d}`, id)
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("dynamo%%2Fdecode%%2Fgenerate%%2F%x", id)), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(1)
-	ios, _, _, errOut := iostreams.Test()
-	out := &testutil.SyncBuffer{}
-	ios.Out = out
-	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv, Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
-	ctx, cancel := context.WithCancel(context.Background())
-	opts := &discover.Options{IO: ios, Env: os.LookupEnv, Logger: f.Logger, Output: "json", Watch: true, Timeout: 10 * time.Second}
-	opts.Discovery.Source, opts.Discovery.FileRoot = "file", root
-	discover.SetChanged(opts, true, true)
-	done := make(chan error, 1)
-	go func() { done <- discover.Run(ctx, opts) }()
-	// The first report is printed before the watch; a new worker follows as
-	// an "added" change.
-	testutil.Eventually(t, 10*time.Second, "first report", func() bool { return strings.Contains(out.String(), `"generation"`) })
-	write(2)
-	testutil.Eventually(t, 10*time.Second, "added change", func() bool { return strings.Contains(out.String(), `"event":"added"`) })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("%v %s", err, errOut)
+	for _, tc := range []struct{ output, report, added string }{
+		{"json", `"generation"`, `"event":"added"`},
+		{"yaml", "generation:", "---\ngeneration: 2\nevent: added\n"},
+	} {
+		t.Run(tc.output, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			dir := filepath.Join(root, "v1/instances")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write := func(id int) {
+				v := fmt.Sprintf(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d}`, id)
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("dynamo%%2Fdecode%%2Fgenerate%%2F%x", id)), []byte(v), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(1)
+			ios, _, _, errOut := iostreams.Test()
+			out := &testutil.SyncBuffer{}
+			ios.Out = out
+			f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv, Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil }}
+			ctx, cancel := context.WithCancel(context.Background())
+			opts := &discover.Options{IO: ios, Env: os.LookupEnv, Logger: f.Logger, Output: tc.output, Watch: true, Timeout: 10 * time.Second}
+			opts.Discovery.Source, opts.Discovery.FileRoot = "file", root
+			discover.SetChanged(opts, true, true)
+			done := make(chan error, 1)
+			go func() { done <- discover.Run(ctx, opts) }()
+			// The first report is printed before the watch; a new worker
+			// follows as an "added" change.
+			testutil.Eventually(t, 10*time.Second, "first report", func() bool { return strings.Contains(out.String(), tc.report) })
+			write(2)
+			testutil.Eventually(t, 10*time.Second, "added change", func() bool { return strings.Contains(out.String(), tc.added) })
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("%v %s", err, errOut)
+			}
+		})
 	}
 }
 
