@@ -1025,7 +1025,8 @@ func TestCutAnswerIsAborted(t *testing.T) {
 		panic(http.ErrAbortHandler) // the connection closes mid-answer
 	}))
 	t.Cleanup(cutting.Close)
-	h := newHarness(t, func(c *config.Config) { c.Backends[1].URL = cutting.URL })
+	// One in-flight slot: an aborted answer must give it back.
+	h := newHarness(t, func(c *config.Config) { c.Backends[1].URL = cutting.URL; c.Server.MaxInFlight = 1 })
 	for _, stream := range []bool{true, false} {
 		body := fmt.Sprintf(`{"model":"not-dynamo","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
 		// A head held back with the start of a short answer never goes
@@ -1039,5 +1040,11 @@ func TestCutAnswerIsAborted(t *testing.T) {
 		if err == nil {
 			t.Errorf("stream %v: the client read a complete answer %q (status %d) from a backend that broke off", stream, got, resp.StatusCode)
 		}
+	}
+	if resp := h.post(t, chat(false), nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("after the aborted answers: status %d: %s (their in-flight slots not given back?)", resp.StatusCode, readAll(t, resp))
+	}
+	if n := promtest.ToFloat64(h.metrics.Requests.WithLabelValues("/v1/chat/completions", "5xx")); n != 2 {
+		t.Errorf("%v aborted answers counted as 5xx, want 2", n)
 	}
 }

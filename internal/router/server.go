@@ -421,23 +421,36 @@ func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFun
 		id := requestID(r)
 		w.Header().Set(requestIDHeader, id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		// Accounted for however the handler ends: an answer cut short
+		// (http.ErrAbortHandler, after its upstream broke off) panics
+		// through here, and the panic goes on to the server, which closes
+		// the connection.
+		defer func() {
+			aborted := recover()
+			if rec.inFlight {
+				s.inFlight.Add(-1)
+			}
+			status := rec.status
+			switch {
+			case r.Context().Err() != nil:
+				status = 499 // the client went away
+			case aborted != nil:
+				status = http.StatusBadGateway // the answer was cut short
+			}
+			if c := status / 100; c >= 1 && c <= 5 {
+				byClass[c].Inc()
+			} else {
+				s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx").Inc()
+			}
+			duration.Observe(time.Since(start).Seconds())
+			if status >= 500 || status == 499 {
+				s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start), "request_id", id)
+			}
+			if aborted != nil {
+				panic(aborted)
+			}
+		}()
 		serve(rec, r)
-		if rec.inFlight {
-			s.inFlight.Add(-1)
-		}
-		status := rec.status
-		if r.Context().Err() != nil {
-			status = 499 // the client went away
-		}
-		if c := status / 100; c >= 1 && c <= 5 {
-			byClass[c].Inc()
-		} else {
-			s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx").Inc()
-		}
-		duration.Observe(time.Since(start).Seconds())
-		if status >= 500 || status == 499 {
-			s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start), "request_id", id)
-		}
 	}
 }
 
