@@ -1,7 +1,6 @@
 package kv_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +61,27 @@ func (s *sender) run(ctx context.Context, pub *testutil.GoPublisher) {
 	}
 }
 
+// runSubscriptions runs KV-events subscriptions over a fleet of one worker
+// (7) whose publisher (0x77, on topic) is a real ZMQ socket the returned
+// sender publishes through, until the test ends.
+func runSubscriptions(t *testing.T, topic string) (*fleet.Reducer, *fleet.Registry, *kv.Index, *telemetry.KVMetrics, *kv.Subscriptions, *sender) {
+	t.Helper()
+	pub := testutil.StartGoPublisher(t)
+	r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+	kvRecords(r, reg, 7, 0x77, topic, pub.Endpoint)
+	ix := kv.NewIndex()
+	m := telemetry.NewKVMetrics(nil)
+	subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, m, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = subs.Run(ctx) }()
+	s := &sender{}
+	go func() { defer wg.Done(); s.run(ctx, pub) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return r, reg, ix, m, subs, s
+}
+
 // TestSubscriptionsFeedTheIndex: a real ZMQ publisher's stored and removed
 // events reach the index (replays of a resent message skipped, a skipped
 // id a gap), the subscription gauge says connected, and a publisher that
@@ -71,19 +91,7 @@ func TestSubscriptionsFeedTheIndex(t *testing.T) {
 	for _, topic := range []string{"kv-events", "kv_events"} {
 		t.Run(topic, func(t *testing.T) {
 			t.Parallel()
-			pub := testutil.StartGoPublisher(t)
-			r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
-			kvRecords(r, reg, 7, 0x77, topic, pub.Endpoint)
-			ix := kv.NewIndex()
-			m := telemetry.NewKVMetrics(nil)
-			subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, m, nil)
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Add(2)
-			go func() { defer wg.Done(); _ = subs.Run(ctx) }()
-			s := &sender{}
-			go func() { defer wg.Done(); s.run(ctx, pub) }()
-			t.Cleanup(func() { cancel(); wg.Wait() })
+			r, reg, ix, m, subs, s := runSubscriptions(t, topic)
 
 			seq := uint64(0)
 			send := func(ev wire.RouterEvent) {
@@ -174,19 +182,7 @@ func TestSubscriptionsAgeOut(t *testing.T) {
 // malformed, and the rank's cursor moves on without a gap.
 func TestSubscriptionsTakeALongPromptsEvent(t *testing.T) {
 	t.Parallel()
-	pub := testutil.StartGoPublisher(t)
-	r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
-	kvRecords(r, reg, 7, 0x77, "kv-events", pub.Endpoint)
-	ix := kv.NewIndex()
-	m := telemetry.NewKVMetrics(nil)
-	subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, m, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = subs.Run(ctx) }()
-	s := &sender{}
-	go func() { defer wg.Done(); s.run(ctx, pub) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	_, _, ix, m, _, s := runSubscriptions(t, "kv-events")
 
 	const n = 9000 // over upstream's 8192-block batches
 	ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored}
@@ -231,7 +227,7 @@ func TestSubscriptionsAgeOutAcrossATransportSwitch(t *testing.T) {
 		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
 		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
 		ix := kv.NewIndex()
-		var logs syncBuffer
+		var logs testutil.SyncBuffer
 		subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
@@ -259,24 +255,6 @@ func TestSubscriptionsAgeOutAcrossATransportSwitch(t *testing.T) {
 		cancel()
 		<-done
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestSubscriptionsAgeOutAfterARecordChange: a publisher whose record
