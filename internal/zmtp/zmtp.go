@@ -29,11 +29,11 @@ type Limits struct {
 	MaxFrames int
 }
 
-// Limits per use: kv_metrics carries ActiveLoad payloads of at most 16 KiB
-// (plus the 5-byte frame header); kv-events frames are at most 1 MiB.
+// Limits per use: kv_metrics carries ActiveLoad payloads of at most 16 KiB,
+// kv-events payloads of at most 1 MiB, each behind the 5-byte frame header.
 var (
 	LimitsKVMetrics = Limits{MaxFrameBytes: 16<<10 + 5, MaxMessageBytes: 16<<10 + 5 + 256 + 16, MaxFrames: 4}
-	LimitsKVEvents  = Limits{MaxFrameBytes: 1 << 20, MaxMessageBytes: 1<<20 + 256 + 16, MaxFrames: 4}
+	LimitsKVEvents  = Limits{MaxFrameBytes: 1<<20 + 5, MaxMessageBytes: 1<<20 + 5 + 256 + 16, MaxFrames: 4}
 )
 
 // Buffer sizes of a subscription.

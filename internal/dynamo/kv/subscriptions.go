@@ -246,6 +246,25 @@ func (r *eventReader) Ended(err error) {
 // Oversized implements load.Handler.
 func (r *eventReader) Oversized() { r.s.count(wire.ResultOversized) }
 
+// OverLimit implements load.OverLimitHandler: a message the transport cut
+// to its limits is judged by what is wrong with it, as a whole one is: a
+// frame count other than four or an id frame cut short is malformed, a
+// topic cut short is not the topic, a payload declared past what was kept
+// is oversized; a payload frame cut only in bytes after its payload is
+// decoded as any other.
+func (r *eventReader) OverLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time) {
+	switch {
+	case over.Frames != 4 || len(frames) != 4 || over.Cut(1) || over.Cut(2):
+		r.s.count(wire.ResultMalformed)
+	case over.Cut(0):
+		r.s.count(wire.ResultTopicMismatch)
+	case wire.PayloadCut(frames[3]):
+		r.s.count(wire.ResultOversized)
+	default:
+		r.Message(frames, now)
+	}
+}
+
 // Message implements load.Handler.
 func (r *eventReader) Message(frames [][]byte, _ time.Time) {
 	env, rej := wire.DecodeEventMessage(frames, r.topic, wire.MaxKVEventsPayloadBytes)

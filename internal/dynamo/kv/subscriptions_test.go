@@ -286,3 +286,19 @@ func TestSubscriptionsAgeOutAfterARecordChange(t *testing.T) {
 		<-done
 	})
 }
+
+// TestSubscriptionsJudgeMessagesOverTheLimits: a message the transport
+// cuts to its limits is counted by what is wrong with it: five frames are
+// malformed (not oversized), as over a kv_metrics subscription.
+func TestSubscriptionsJudgeMessagesOverTheLimits(t *testing.T) {
+	t.Parallel()
+	_, _, _, m, _, s := runSubscriptions(t, "kv-events")
+	msg := wire.EncodeEventMessage("kv-events", 0x77, 1, uint64(time.Now().UnixMilli()), wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVCleared}))
+	s.set(append(msg, []byte("a fifth frame")))
+	testutil.Eventually(t, 10*time.Second, "the five-frame message counted", func() bool {
+		return promtest.ToFloat64(m.Events.WithLabelValues(wire.ResultMalformed)) > 0
+	})
+	if n := promtest.ToFloat64(m.Events.WithLabelValues(wire.ResultOversized)); n != 0 {
+		t.Errorf("%v messages counted oversized", n)
+	}
+}

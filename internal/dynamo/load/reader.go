@@ -1,7 +1,6 @@
 package load
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,19 +95,12 @@ func (r *reader) overLimit(frames [][]byte, over *zmtp.OverLimitError, now time.
 		return wire.ResultTopicMismatch, fmt.Sprintf("frame topic of %d bytes", over.Sizes[0])
 	}
 	res, detail := r.apply(frames, now, ev)
-	if res == wire.ResultMalformed && over.Cut(3) && payloadPastKept(frames[3]) && len(frames[1]) == 8 && len(frames[2]) == 8 {
+	if res == wire.ResultMalformed && over.Cut(3) && wire.PayloadCut(frames[3]) && len(frames[1]) == 8 && len(frames[2]) == 8 {
 		// The payload itself was cut: the limits are tighter than the
 		// topic's payload bound.
 		return wire.ResultOversized, "payload frame over the transport's limit"
 	}
 	return res, detail
-}
-
-// payloadPastKept reports whether a version-1 payload frame declares more
-// payload than it holds.
-func payloadPastKept(f []byte) bool {
-	return len(f) >= wire.FrameHeaderSize && f[0] == wire.FrameVersion &&
-		uint64(binary.BigEndian.Uint32(f[1:wire.FrameHeaderSize])) > uint64(len(f)-wire.FrameHeaderSize)
 }
 
 // Ended implements Handler: a peer that broke the protocol or an address

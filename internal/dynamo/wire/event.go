@@ -53,6 +53,15 @@ type Envelope struct {
 	Payload []byte
 }
 
+// PayloadCut reports whether a version-1 payload frame declares more
+// payload than it holds: a frame a bounded transport cut short, whose
+// payload is over the limit (a frame cut only in bytes after its payload
+// holds the payload whole).
+func PayloadCut(frame []byte) bool {
+	return len(frame) >= FrameHeaderSize && frame[0] == FrameVersion &&
+		uint64(binary.BigEndian.Uint32(frame[1:FrameHeaderSize])) > uint64(len(frame)-FrameHeaderSize)
+}
+
 // DecodeEventMessage checks the four frames of one event-plane message
 // against topic and maxPayload and decodes its envelope. The envelope's
 // payload aliases frames[3]; bytes of frames[3] past the declared payload
