@@ -497,6 +497,20 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 	x.w.WriteHeader(status)
 }
 
+// routingPathHeader is x-continuum-routing-path, canonical, and
+// routingPathValues its values: one shared slice each, since every answer
+// carries one and nothing changes a header's values once set.
+var (
+	routingPathHeader = http.CanonicalHeaderKey("x-continuum-routing-path")
+	routingPathValues = map[string][]string{}
+)
+
+func init() {
+	for _, p := range []string{shim.PathDisaggregated, shim.PathAggregated, shim.PathUnified, shim.PathFallback} {
+		routingPathValues[p] = []string{p}
+	}
+}
+
 // writeHeaders sets the upstream headers, without hop-by-hop or x-dynamo-*
 // headers, and the routing path the request took; the backend and worker
 // identities only when the client asked (x-backend).
@@ -521,7 +535,11 @@ func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) 
 			path = shim.PathUnified
 		}
 	}
-	h.Set("x-continuum-routing-path", path)
+	if v, ok := routingPathValues[path]; ok {
+		h[routingPathHeader] = v
+	} else {
+		h.Set(routingPathHeader, path)
+	}
 	if !x.reveal {
 		return
 	}
