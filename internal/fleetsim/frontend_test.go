@@ -532,3 +532,32 @@ func TestFrontendPinForms(t *testing.T) {
 		t.Errorf("a rank past u32 was read: %+v", got)
 	}
 }
+
+// TestControlAPIWorkerIDs: the control API takes a worker's id as decimal,
+// 0x hex, or bare hex as discover and top print instance ids.
+func TestControlAPIWorkerIDs(t *testing.T) {
+	t.Parallel()
+	sim, err := fleetsim.Start(fleetsim.Options{Root: t.TempDir(), Decode: 1, Speed: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Stop)
+	id := sim.Workers()[0].InstanceID
+	h := sim.Handler(sim.Namespaces()[0])
+	for _, tc := range []struct {
+		text string
+		code int
+	}{
+		{strconv.FormatUint(id, 10), http.StatusNoContent},
+		{"0x" + strconv.FormatUint(id, 16), http.StatusNoContent},
+		{strconv.FormatUint(id, 16), http.StatusNoContent},
+		{"12345", http.StatusNotFound},
+		{"not-an-id", http.StatusBadRequest},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sim/workers/"+tc.text+"/stop-publisher", nil))
+		if rec.Code != tc.code {
+			t.Errorf("%s: %d %s, want %d", tc.text, rec.Code, rec.Body, tc.code)
+		}
+	}
+}

@@ -1016,6 +1016,27 @@ const saturatedShare = 97
 // ErrNoWorker is returned for an unknown worker id.
 var ErrNoWorker = errors.New("no such simulated worker")
 
+// workerID reads a worker id as the control API takes it: decimal (as
+// worker_id is shown), 0x hex, or bare hex (as discover and top show
+// instance ids). A text that reads both ways names the worker it matches
+// as decimal first.
+func (s *Sim) workerID(text string) (uint64, error) {
+	dec, derr := strconv.ParseUint(text, 0, 64)
+	if derr == nil && s.workers[dec] != nil {
+		return dec, nil
+	}
+	hex, herr := strconv.ParseUint(text, 16, 64)
+	switch {
+	case herr == nil && s.workers[hex] != nil:
+		return hex, nil
+	case derr == nil:
+		return dec, nil // no such worker: Inject says so
+	case herr == nil:
+		return hex, nil
+	}
+	return 0, errors.New("worker id must be a number: decimal, 0x hex, or hex as discover shows instance ids")
+}
+
 // Inject applies a fault to the worker with instance id.
 func (s *Sim) Inject(id uint64, f Fault) error {
 	w := s.workers[id]
@@ -1258,9 +1279,9 @@ func (s *Sim) Handler(ns string) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /sim/workers/{id}/{fault}", func(w http.ResponseWriter, r *http.Request) {
-		id, err := strconv.ParseUint(r.PathValue("id"), 0, 64)
+		id, err := s.workerID(r.PathValue("id"))
 		if err != nil {
-			http.Error(w, "worker id must be a number (decimal or 0x hex)", http.StatusBadRequest)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		if err := s.Inject(id, Fault(r.PathValue("fault"))); err != nil {
