@@ -24,12 +24,10 @@ func TestBenchSynthetic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs four routers over simulated fleets")
 	}
-	ios, _, out, errOut := iostreams.Test()
-	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	code := cli.Run(ctx, f, []string{"bench", "--workload", "synthetic", "--requests", "24", "--tenants", "3", "--prefix-blocks", "2",
-		"--query-tokens", "64", "--rate", "100", "--prefill", "2", "--decode", "1", "--speed", "50", "--max-output", "4", "-o", "json"})
+	code, out, errOut := runBench(ctx, "--workload", "synthetic", "--requests", "24", "--tenants", "3", "--prefix-blocks", "2",
+		"--query-tokens", "64", "--rate", "100", "--prefill", "2", "--decode", "1", "--speed", "50", "--max-output", "4", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -37,7 +35,7 @@ func TestBenchSynthetic(t *testing.T) {
 		Requests int               `json:"requests"`
 		Results  []workload.Report `json:"results"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	var modes []string
@@ -51,14 +49,13 @@ func TestBenchSynthetic(t *testing.T) {
 		t.Errorf("modes %v", modes)
 	}
 	// The table names every mode too.
-	ios, _, out, errOut = iostreams.Test()
-	f = &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
-	if code := cli.Run(ctx, f, []string{"bench", "--requests", "4", "--tenants", "2", "--prefix-blocks", "1", "--query-tokens", "16",
-		"--rate", "100", "--prefill", "1", "--decode", "1", "--speed", "50", "--max-output", "2", "--modes", "kv,oracle"}); code != 0 {
+	code, out, errOut = runBench(ctx, "--requests", "4", "--tenants", "2", "--prefix-blocks", "1", "--query-tokens", "16",
+		"--rate", "100", "--prefill", "1", "--decode", "1", "--speed", "50", "--max-output", "2", "--modes", "kv,oracle")
+	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"TIME TO FIRST TOKEN", "WORKER TTFT", "HIT RATE", "\nkv ", "\noracle "} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
@@ -115,15 +112,14 @@ func routingBench(b *testing.B, runs int, args ...string) {
 // name.
 func routingRun(b *testing.B, args ...string) map[string]float64 {
 	b.Helper()
-	ios, _, out, errOut := iostreams.Test()
-	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
-	if code := cli.Run(context.Background(), f, append(append([]string{"bench"}, args...), "-o", "json")); code != 0 {
+	code, out, errOut := runBench(context.Background(), slices.Concat(args, []string{"-o", "json"})...)
+	if code != 0 {
 		b.Fatalf("exit %d: %s", code, errOut)
 	}
 	var rep struct {
 		Results []workload.Report `json:"results"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		b.Fatal(err)
 	}
 	fig := map[string]float64{}
@@ -169,10 +165,8 @@ func TestBenchFaultFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ios, _, _, errOut := iostreams.Test()
-			f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
-			code := cli.Run(t.Context(), f, append([]string{"bench"}, tc.args...))
-			if code == 0 || !strings.Contains(errOut.String(), tc.want) {
+			code, _, errOut := runBench(t.Context(), tc.args...)
+			if code == 0 || !strings.Contains(errOut, tc.want) {
 				t.Fatalf("exit %d, stderr %q, want an error saying %q", code, errOut, tc.want)
 			}
 		})
@@ -186,19 +180,26 @@ func TestBenchInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a router over a simulated fleet")
 	}
-	ios, _, out, errOut := iostreams.Test()
-	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
-	code := cli.Run(ctx, f, []string{"bench", "--workload", "synthetic", "--requests", "2000", "--tenants", "2", "--prefix-blocks", "1",
-		"--query-tokens", "16", "--rate", "20", "--prefill", "1", "--decode", "1", "--speed", "50", "--max-output", "2", "--modes", "load", "-o", "json"})
+	code, out, errOut := runBench(ctx, "--workload", "synthetic", "--requests", "2000", "--tenants", "2", "--prefix-blocks", "1",
+		"--query-tokens", "16", "--rate", "20", "--prefill", "1", "--decode", "1", "--speed", "50", "--max-output", "2", "--modes", "load", "-o", "json")
 	var rep struct {
 		Interrupted bool `json:"interrupted"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("exit %d, %v:\n%s%s", code, err, out, errOut)
 	}
-	if code != 1 || !rep.Interrupted || !strings.Contains(errOut.String(), "partial") {
+	if code != 1 || !rep.Interrupted || !strings.Contains(errOut, "partial") {
 		t.Errorf("exit %d, interrupted %v, stderr %q", code, rep.Interrupted, errOut)
 	}
+}
+
+// runBench runs `continuum bench args...` and returns its exit code and
+// what it wrote to stdout and stderr.
+func runBench(ctx context.Context, args ...string) (code int, out, errOut string) {
+	ios, _, o, e := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
+	code = cli.Run(ctx, f, append([]string{"bench"}, args...))
+	return code, o.String(), e.String()
 }
