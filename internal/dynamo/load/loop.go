@@ -186,10 +186,8 @@ func (s *session) one() error {
 	switch {
 	case err == nil:
 		s.l.Handler.Message(frames, time.Now())
-	case errors.As(err, &over):
+	case errors.As(err, &over): // every ErrOversized is one
 		overLimit(s.l.Handler, frames, over, time.Now())
-	case errors.Is(err, zmtp.ErrOversized):
-		s.l.Handler.Oversized()
 	default:
 		return err
 	}
