@@ -74,7 +74,7 @@ type Server struct {
 // it, or hands it to Fallback; false, with c left open, when the server is
 // shutting down.
 func (s *Server) Go(rwc net.Conn) bool {
-	c := &conn{srv: s, rwc: rwc}
+	c := &conn{srv: s, rwc: rwc, sock: SocketIO(rwc)}
 	if !s.track(c) {
 		return false
 	}
@@ -184,8 +184,10 @@ const (
 )
 
 type conn struct {
-	srv    *Server
-	rwc    net.Conn
+	srv *Server
+	rwc net.Conn
+	// sock reads and writes rwc (SocketIO).
+	sock   io.ReadWriter
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	remote string
@@ -221,11 +223,14 @@ func (c *conn) read(p []byte) (int, error) {
 		p[0] = c.peek[0]
 		return 1, nil
 	}
-	return c.rwc.Read(p)
+	return c.readConn(p)
 }
 
+// readConn reads the connection itself.
+func (c *conn) readConn(p []byte) (int, error) { return c.sock.Read(p) }
+
 func (c *conn) write(p []byte) (int, error) {
-	n, err := c.rwc.Write(p)
+	n, err := c.sock.Write(p)
 	if err != nil && c.cancel != nil {
 		c.cancel()
 	}
@@ -483,7 +488,7 @@ func (c *conn) watch() {
 	cancel := c.cancel
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.mu.Unlock()
-	n, err := c.rwc.Read(c.peek[:])
+	n, err := c.readConn(c.peek[:])
 	c.mu.Lock()
 	c.hasPeek = n == 1
 	aborted := c.watchSt == watchAborted

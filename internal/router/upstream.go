@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/continuum-router/continuum/internal/h1"
 )
 
 // upstream is the router's HTTP/1.1 client for plain http:// backends: a
@@ -58,7 +60,9 @@ func newUpstream(fallback *http.Transport, dialer *net.Dialer) *upstream {
 
 // upConn is one keep-alive connection to a backend.
 type upConn struct {
-	conn     net.Conn
+	conn net.Conn
+	// rw reads and writes conn (h1.SocketIO).
+	rw       io.ReadWriter
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	addr     string
@@ -79,7 +83,7 @@ type upConn struct {
 type connWriter struct{ c *upConn }
 
 func (w connWriter) Write(p []byte) (int, error) {
-	n, err := w.c.conn.Write(p)
+	n, err := w.c.rw.Write(p)
 	w.c.written += int64(n)
 	if err != nil {
 		w.c.connErr = err
@@ -95,7 +99,7 @@ func (c *upConn) Read(p []byte) (int, error) {
 	if int64(len(p)) > c.headLimit {
 		p = p[:c.headLimit]
 	}
-	n, err := c.conn.Read(p)
+	n, err := c.rw.Read(p)
 	c.headLimit -= int64(n)
 	c.read += int64(n)
 	return n, err
@@ -320,7 +324,7 @@ func (u *upstream) get(ctx context.Context, addr string, idle bool) (*upConn, er
 	if err != nil {
 		return nil, err
 	}
-	c := &upConn{conn: conn, addr: addr}
+	c := &upConn{conn: conn, rw: h1.SocketIO(conn), addr: addr}
 	c.br = bufio.NewReaderSize(c, upstreamBufferSize)
 	c.bw = bufio.NewWriterSize(connWriter{c}, upstreamBufferSize)
 	return c, nil

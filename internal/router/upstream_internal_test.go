@@ -441,6 +441,7 @@ func TestUpstreamRetryUnsent(t *testing.T) {
 	rt.mu.Lock()
 	for _, l := range rt.idle {
 		l[0].conn = failingWrites{l[0].conn}
+		l[0].rw = l[0].conn
 	}
 	rt.mu.Unlock()
 	resp, err = post(t, rt, t.Context(), srv.URL, `{"n":2}`)
@@ -515,7 +516,7 @@ func TestUpstreamPoolBound(t *testing.T) {
 	for range maxIdleConnsPerBE + 10 {
 		a, b := net.Pipe()
 		peers = append(peers, b)
-		u.put(&upConn{conn: a, addr: "be:80"})
+		u.put(&upConn{conn: a, rw: a, addr: "be:80"})
 	}
 	u.mu.Lock()
 	n := len(u.idle["be:80"])

@@ -14,6 +14,9 @@ func (c *upConn) open() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
+	if s, ok := c.rw.(interface{ Quiet() bool }); ok {
+		return s.Quiet() // h1's socket: the same peek, unseen by the scheduler
+	}
 	sc, ok := c.conn.(syscall.Conn)
 	if !ok {
 		return true

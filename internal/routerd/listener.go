@@ -253,6 +253,10 @@ func (c *trackedConn) CloseWrite() error {
 	return nil
 }
 
+// NetConn is the connection counted, which the lean server reads and
+// writes directly (only Close counts).
+func (c *trackedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.l.open.Add(-1)
