@@ -19,22 +19,26 @@ import (
 // in-flight requests) while it allocates steadily per request. With Go's
 // default GOGC=100 the collector then runs many times a second, and the
 // requests that meet a cycle wait for it (assists, the write barrier, the
-// two short pauses, and a core given to marking): on two cores that is
-// most of the router's tail latency (the router's BenchmarkOverhead). A
-// cycle costs about the same whatever the heap has grown to, since its work
-// is the live heap, so the router lets the heap grow further between
-// cycles: GOGC=GCPercent, and a floor under the heap goal (MinHeapGoal, at
-// most a quarter of the memory limit) while the live heap is small. Memory
-// stays bounded by a soft limit.
+// two short pauses, and a core given to marking). A cycle costs about the
+// same whatever the heap has grown to, since its work is the live heap, so
+// the router lets the heap grow further between cycles: GOGC=GCPercent,
+// and a floor under the heap goal (MinHeapGoal, at most a quarter of the
+// memory limit) while the live heap is small. The floor is kept small on
+// purpose: every byte of heap between cycles is memory the allocator walks
+// through cold, and a heap of hundreds of MiB made each request touch fresh
+// pages (page faults, cache and TLB misses, and on virtual machines the
+// host's own faults), which cost the serving process more CPU and tail
+// latency than the cycles it saved. Memory stays bounded by a soft limit.
 const (
 	// GCPercent is the router's GOGC when the environment sets none.
 	GCPercent = 400
 	// MinHeapGoal is the least heap size at which a cycle starts, when the
-	// environment sets no GOGC: with a live heap of 8 MiB and GOGC=400,
-	// cycles would start at 40 MiB; at 2,000 requests a second that is
-	// one every two or three seconds, and one at most every twenty or so
-	// with the floor.
-	MinHeapGoal = 256 << 20
+	// environment sets no GOGC. A router alone allocates about 7 KiB per
+	// request: at 2,000 requests a second a cycle every two seconds or so,
+	// over a heap that stays warm. (256 MiB, one cycle every twenty
+	// seconds, cost the serving process 4-32 % more CPU per request and a
+	// higher p99 behind a real socket than 32 MiB or no floor.)
+	MinHeapGoal = 32 << 20
 	// memoryLimitShare of the container's memory limit becomes the soft
 	// memory limit when GOMEMLIMIT is not set, so the collector runs as
 	// often as it must near the limit.

@@ -72,7 +72,9 @@ func TestPercentFor(t *testing.T) {
 		live, goal uint64
 		want       int
 	}{
-		{0, MinHeapGoal, 6400},           // the runtime's 4 MiB minimum × 64 = 256 MiB
+		{0, 256 << 20, 6400},             // the runtime's 4 MiB minimum × 64 = 256 MiB
+		{0, 32 << 20, 800},               // × 8 = 32 MiB
+		{4 << 20, 32 << 20, 700},         // 4 MiB live: 32 = 4 × (1 + 7)
 		{8 << 20, 256 << 20, 3100},       // 8 MiB live: 256 = 8 × (1 + 31)
 		{64 << 20, 256 << 20, GCPercent}, // 64 × 4 = 256: GCPercent reaches it
 		{300 << 20, 256 << 20, GCPercent},

@@ -68,7 +68,7 @@ for --shutdown-grace, then stops discovery and subscriptions; a second signal
 ends it at once.
 
 Unless GOGC is set, the router runs its garbage collector at GOGC=400 and
-lets the heap reach 256 MiB (a quarter of the memory limit, if less) before
+lets the heap reach 32 MiB (a quarter of the memory limit, if less) before
 a collection (its live heap is small and collections cost tail latency),
 with a soft memory limit of 80% of the container's memory limit unless
 GOMEMLIMIT is set.`,
