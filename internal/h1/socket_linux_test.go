@@ -89,14 +89,16 @@ func TestSocketReadWrite(t *testing.T) {
 	}
 }
 
-// TestSocketLargeWrite: a write larger than the socket's buffers waits in
+// TestSocketLargeWrite: a write many times the socket's buffers waits in
 // the poller for room and completes as the peer reads, whole and in order.
+// (Buffers of a few KiB would make loopback TCP crawl: small windows and
+// delayed acknowledgements.)
 func TestSocketLargeWrite(t *testing.T) {
 	t.Parallel()
 	c, s := tcpPair(t)
-	_ = c.SetWriteBuffer(4 << 10)
-	_ = s.SetReadBuffer(4 << 10)
-	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	_ = c.SetWriteBuffer(64 << 10)
+	_ = s.SetReadBuffer(64 << 10)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
 	done := make(chan error, 1)
 	go func() {
 		n, err := newSocket(c).Write(want)
@@ -106,8 +108,6 @@ func TestSocketLargeWrite(t *testing.T) {
 		done <- err
 		_ = c.CloseWrite()
 	}()
-	// Let the writer fill the buffers and wait before anything is read.
-	time.Sleep(20 * time.Millisecond)
 	got, err := io.ReadAll(newSocket(s))
 	if err != nil {
 		t.Fatal(err)
