@@ -223,11 +223,8 @@ func (c *conn) read(p []byte) (int, error) {
 		p[0] = c.peek[0]
 		return 1, nil
 	}
-	return c.readConn(p)
+	return c.sock.Read(p)
 }
-
-// readConn reads the connection itself.
-func (c *conn) readConn(p []byte) (int, error) { return c.sock.Read(p) }
 
 func (c *conn) write(p []byte) (int, error) {
 	n, err := c.sock.Write(p)
@@ -488,7 +485,7 @@ func (c *conn) watch() {
 	cancel := c.cancel
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.mu.Unlock()
-	n, err := c.readConn(c.peek[:])
+	n, err := c.sock.Read(c.peek[:])
 	c.mu.Lock()
 	c.hasPeek = n == 1
 	aborted := c.watchSt == watchAborted
