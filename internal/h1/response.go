@@ -152,7 +152,11 @@ func (w *response) Write(p []byte) (int, error) {
 				w.pending = w.c.pendBuf[:0]
 			}
 			w.pending = append(w.pending, p...)
-			return len(p), nil
+			if !w.complete(len(p)) {
+				return len(p), nil
+			}
+			w.commit(false, nil)
+			return w.sendComplete(len(p))
 		}
 		w.commit(true, p)
 	}
@@ -160,7 +164,31 @@ func (w *response) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	if w.complete(len(p)) {
+		return w.sendComplete(len(p))
+	}
 	return len(p), nil
+}
+
+// complete reports whether a write of n bytes finished the body the
+// handler declared.
+func (w *response) complete(n int) bool {
+	return n > 0 && w.declared >= 0 && w.written == w.declared
+}
+
+// sendComplete sends an answer whose declared body is all written at
+// once, rather than when the handler returns: what a handler does after
+// its last write (accounting, logging, putting a backend connection back
+// in its pool) is then not part of the client's wait. finish has nothing
+// left to send.
+func (w *response) sendComplete(n int) (int, error) {
+	if w.err == nil {
+		w.err = w.c.bw.Flush()
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	return n, nil
 }
 
 func (w *response) WriteString(s string) (int, error) { return w.Write([]byte(s)) }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,6 +264,56 @@ func TestStreamFlushes(t *testing.T) {
 	}
 }
 
+// TestDeclaredBodyGoesOutAtOnce: an answer whose declared Content-Length
+// is all written reaches the client while the handler is still running
+// (small and held back for sniffing, or large, in one write or several);
+// what the handler writes after that is refused.
+func TestDeclaredBodyGoesOutAtOnce(t *testing.T) {
+	t.Parallel()
+	for name, parts := range map[string][]string{
+		"small":          {"ok"},
+		"small sniffed":  {"<html>", "</html>"},
+		"large":          {strings.Repeat("x", 3000)},
+		"large in parts": {strings.Repeat("y", 300), strings.Repeat("z", 2700)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body := strings.Join(parts, "")
+			release := make(chan struct{})
+			extra := make(chan error, 1)
+			l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				for _, p := range parts {
+					if _, err := io.WriteString(w, p); err != nil {
+						t.Error(err)
+					}
+				}
+				<-release
+				_, err := io.WriteString(w, "more")
+				extra <- err
+			}), nil)
+			conn := l.dial(t)
+			if _, err := io.WriteString(conn, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				close(release)
+				t.Fatalf("no answer while the handler runs: %v", err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			close(release)
+			if err != nil || string(got) != body {
+				t.Fatalf("body %q, %v; want %q", truncate(string(got)), err, truncate(body))
+			}
+			if err := <-extra; !errors.Is(err, http.ErrContentLength) {
+				t.Fatalf("a write past the declared length: %v, want ErrContentLength", err)
+			}
+		})
+	}
+}
+
 // TestClientLeavingCancels: a request still running when its client
 // closes the connection sees its context cancelled, buffered (the watch)
 // and streaming (the failed write).
@@ -500,6 +551,11 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 		"declared length": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "5000")
 			_, _ = io.WriteString(w, strings.Repeat("d", 5000))
+		},
+		"declared short": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "2")
+			_, _ = io.WriteString(w, "ok")
+			_, _ = io.WriteString(w, "no")
 		},
 		"large": func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, strings.Repeat("l", 10000)) },
 		"flushed": func(w http.ResponseWriter, r *http.Request) {
