@@ -179,7 +179,7 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 	// written whole before the answer is read. Expect: 100-continue does
 	// not make it wait: a client may send the body without waiting for
 	// 100 Continue, which is then read and skipped like any 1xx.
-	werr := req.Write(c.bw)
+	werr := writeRequest(c.bw, req)
 	if werr == nil {
 		werr = c.bw.Flush()
 	}

@@ -1,0 +1,198 @@
+package router
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// defaultUserAgent is what net/http's client sends when a request names
+// none; the router's requests keep it so that a backend sees the same
+// head whichever path wrote it.
+const defaultUserAgent = "Go-http-client/1.1"
+
+// maxSortedHeaders bounds the header keys writeRequest orders on the
+// stack; a request with more goes through net/http's writer.
+const maxSortedHeaders = 32
+
+// writeRequest writes req to bw as net/http's Request.Write does, byte for
+// byte, for the requests the router sends upstream: an ASCII host, a body
+// of known length (or none), no trailers, no client trace. Anything else
+// goes through Request.Write. Request.Write costs the router a formatted
+// print per line, a header sorter and a transfer writer per request, on
+// the path between the client's request and the backend's.
+func writeRequest(bw *bufio.Writer, req *http.Request) error {
+	host, ok := plainRequestHost(req)
+	if !ok {
+		return req.Write(bw)
+	}
+	ruri := req.URL.RequestURI()
+	if hasCTL(ruri) {
+		return req.Write(bw)
+	}
+	var keys [maxSortedHeaders]string
+	sorted, ok := sortedHeaderKeys(req.Header, keys[:0])
+	if !ok {
+		return req.Write(bw)
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	_, _ = bw.WriteString(method)
+	_ = bw.WriteByte(' ')
+	_, _ = bw.WriteString(ruri)
+	_, _ = bw.WriteString(" HTTP/1.1\r\nHost: ")
+	_, _ = bw.WriteString(host)
+	_, _ = bw.WriteString("\r\n")
+	ua := defaultUserAgent
+	if vs, named := req.Header["User-Agent"]; named {
+		ua = ""
+		if len(vs) > 0 {
+			ua = vs[0]
+		}
+	}
+	if ua != "" {
+		writeHeaderLine(bw, "User-Agent", ua)
+	}
+	n := req.ContentLength
+	if req.Body == nil || req.Body == http.NoBody {
+		n = 0
+	}
+	if n > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+		_, _ = bw.WriteString("Content-Length: ")
+		var num [20]byte
+		_, _ = bw.Write(strconv.AppendInt(num[:0], n, 10))
+		_, _ = bw.WriteString("\r\n")
+	}
+	for _, k := range sorted {
+		for _, v := range req.Header[k] {
+			writeHeaderLine(bw, k, v)
+		}
+	}
+	if _, err := bw.WriteString("\r\n"); err != nil {
+		closeRequestBody(req)
+		return err
+	}
+	if n == 0 {
+		closeRequestBody(req)
+		return nil
+	}
+	return writeBody(bw, req.Body, n)
+}
+
+// plainRequestHost is the Host line of req and whether writeRequest
+// writes req itself: a known body length, nothing chunked, no trailer,
+// no Connection: close to add, no client trace, and a host net/http would
+// write unchanged (ASCII, valid, not an IPv6 literal with a zone).
+func plainRequestHost(req *http.Request) (string, bool) {
+	if req.URL == nil || req.ContentLength < 0 || (req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody) ||
+		len(req.TransferEncoding) > 0 || req.Trailer != nil || req.Close || len(req.Header) > maxSortedHeaders ||
+		httptrace.ContextClientTrace(req.Context()) != nil {
+		return "", false
+	}
+	if req.Method != "" && !validMethodToken(req.Method) {
+		return "", false
+	}
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	if host == "" || strings.HasPrefix(host, "[") || !isASCII(host) || !httpguts.ValidHostHeader(host) {
+		return "", false
+	}
+	return host, true
+}
+
+// sortedHeaderKeys appends the keys of h that go on the wire after the
+// fixed lines, in order, and reports false when they are too many to order
+// here.
+func sortedHeaderKeys(h http.Header, keys []string) ([]string, bool) {
+	for k := range h {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue // net/http drops such a field
+		}
+		if len(keys) == cap(keys) {
+			return nil, false
+		}
+		// Insertion sort: a request carries a handful of fields.
+		i := len(keys)
+		keys = append(keys, k)
+		for ; i > 0 && keys[i-1] > k; i-- {
+			keys[i] = keys[i-1]
+		}
+		keys[i] = k
+	}
+	return keys, true
+}
+
+// writeHeaderLine writes one field as net/http does: line breaks in the
+// value become spaces and the value is trimmed of surrounding white space.
+func writeHeaderLine(bw *bufio.Writer, k, v string) {
+	if strings.ContainsAny(v, "\r\n") {
+		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	v = strings.Trim(v, " \t\r\n")
+	_, _ = bw.WriteString(k)
+	_, _ = bw.WriteString(": ")
+	_, _ = bw.WriteString(v)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// writeBody copies exactly n bytes of body to bw and closes body; a body
+// shorter or longer than n is an error, as with net/http.
+func writeBody(bw *bufio.Writer, body io.ReadCloser, n int64) error {
+	defer func() { _ = body.Close() }()
+	copied, err := io.Copy(bw, io.LimitReader(body, n))
+	if err != nil {
+		return err
+	}
+	if copied == n {
+		var extra [1]byte
+		k, _ := io.ReadFull(body, extra[:])
+		copied += int64(k)
+	}
+	if copied != n {
+		return fmt.Errorf("http: ContentLength=%d with Body length %d", n, copied)
+	}
+	return nil
+}
+
+func hasCTL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < ' ' || b == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// validMethodToken reports whether m is an HTTP token, as net/http's
+// client requires of a method.
+func validMethodToken(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if !httpguts.IsTokenRune(rune(m[i])) {
+			return false
+		}
+	}
+	return m != ""
+}

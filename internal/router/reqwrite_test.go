@@ -1,0 +1,189 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"testing"
+)
+
+// TestWriteRequestMatchesNetHTTP: what writeRequest writes is what
+// net/http's Request.Write writes, byte for byte, for the requests it
+// writes itself and for those it hands to net/http.
+func TestWriteRequestMatchesNetHTTP(t *testing.T) {
+	t.Parallel()
+	type build func() *http.Request
+	post := func(url, body string, h map[string][]string) build {
+		return func() *http.Request {
+			var rd io.Reader
+			if body != "" {
+				rd = strings.NewReader(body)
+			}
+			req, err := http.NewRequest(http.MethodPost, url, rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range h {
+				req.Header[k] = v
+			}
+			return req
+		}
+	}
+	cases := map[string]build{
+		"chat": post("http://be:8000/v1/chat/completions", `{"model":"m"}`, map[string][]string{
+			"Content-Type": {"application/json"}, "Authorization": {"Bearer k"}, "X-Request-Id": {"r1"}, "Accept": {"*/*"},
+		}),
+		"no body post":   post("http://be/v1/x", "", nil),
+		"query":          post("http://be/v1/x?a=1&b=%20", "q", nil),
+		"escaped path":   post("http://be/v1/a%2Fb", "q", nil),
+		"multi values":   post("http://be/", "q", map[string][]string{"X-M": {"1", "2", "3"}, "A": {"a"}}),
+		"line breaks":    post("http://be/", "q", map[string][]string{"X-Split": {"a\r\nInjected: yes"}, "X-Pad": {"  v \t"}}),
+		"invalid name":   post("http://be/", "q", map[string][]string{"Bad Name": {"v"}, "Ok": {"v"}}),
+		"user agent":     post("http://be/", "q", map[string][]string{"User-Agent": {" curl/8 "}}),
+		"no user agent":  post("http://be/", "q", map[string][]string{"User-Agent": {""}}),
+		"nil user agent": post("http://be/", "q", map[string][]string{"User-Agent": nil}),
+		"framing fields": post("http://be/", "q", map[string][]string{"Content-Length": {"99"}, "Transfer-Encoding": {"chunked"}, "Host": {"evil"}, "Trailer": {"X"}}),
+		"empty value":    post("http://be/", "q", map[string][]string{"X-Empty": {""}}),
+		"get": func() *http.Request {
+			req, _ := http.NewRequest(http.MethodGet, "http://be:1/v1/models", nil)
+			return req
+		},
+		"delete empty": func() *http.Request {
+			req, _ := http.NewRequest(http.MethodDelete, "http://be/x", http.NoBody)
+			return req
+		},
+		"put empty": func() *http.Request {
+			req, _ := http.NewRequest(http.MethodPut, "http://be/x", nil)
+			return req
+		},
+		"host override": func() *http.Request {
+			req := post("http://be/", "q", nil)()
+			req.Host = "other:9"
+			return req
+		},
+		"close": func() *http.Request {
+			req := post("http://be/", "q", nil)()
+			req.Close = true
+			return req
+		},
+		"ipv6 zone": func() *http.Request {
+			req := post("http://[fe80::1%25eth0]:80/", "q", nil)()
+			return req
+		},
+		"idn host": func() *http.Request {
+			req := post("http://bücher.example/", "q", nil)()
+			return req
+		},
+		"chunked": func() *http.Request {
+			req := post("http://be/", "", nil)()
+			req.Body = io.NopCloser(strings.NewReader("unsized"))
+			req.ContentLength = -1
+			return req
+		},
+		"traced": func() *http.Request {
+			req := post("http://be/", "q", nil)()
+			return req.WithContext(httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{}))
+		},
+		"many headers": func() *http.Request {
+			h := map[string][]string{}
+			for i := range maxSortedHeaders + 3 {
+				h[fmt.Sprintf("X-H%02d", i)] = []string{"v"}
+			}
+			return post("http://be/", "q", h)()
+		},
+		"short body": func() *http.Request {
+			req := post("http://be/", "abc", nil)()
+			req.ContentLength = 5
+			return req
+		},
+		"long body": func() *http.Request {
+			req := post("http://be/", "abcdefg", nil)()
+			req.ContentLength = 5
+			return req
+		},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"a", "Z", "-", " ", "\t", "\r", "\n", ":", "é", "0", "_", "X-Y"}
+	for i := range 200 {
+		h := map[string][]string{}
+		for range rng.IntN(8) {
+			var k, v strings.Builder
+			for range 1 + rng.IntN(4) {
+				k.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			for range rng.IntN(6) {
+				v.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			h[http.CanonicalHeaderKey(k.String())] = append(h[http.CanonicalHeaderKey(k.String())], v.String())
+		}
+		cases[fmt.Sprintf("random %d", i)] = post("http://be/p", strings.Repeat("b", rng.IntN(3)), h)
+	}
+	for name, mk := range cases {
+		var want, got bytes.Buffer
+		wbw, gbw := bufio.NewWriter(&want), bufio.NewWriter(&got)
+		werr := mk().Write(wbw)
+		gerr := writeRequest(gbw, mk())
+		_ = wbw.Flush()
+		_ = gbw.Flush()
+		if (werr == nil) != (gerr == nil) {
+			t.Errorf("%s: error %v, net/http %v", name, gerr, werr)
+		}
+		if werr == nil && got.String() != want.String() {
+			t.Errorf("%s:\n got %q\nwant %q", name, got.String(), want.String())
+		}
+	}
+}
+
+// TestWriteRequestClosesBody: the body is closed however the write ends.
+func TestWriteRequestClosesBody(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{"whole": "abc", "short": "ab", "none": ""} {
+		c := &closeCount{Reader: strings.NewReader(body)}
+		req, _ := http.NewRequest(http.MethodPost, "http://be/", nil)
+		req.Body, req.ContentLength = c, 3
+		if body == "" {
+			req.ContentLength = 0
+			req.Body = c
+			req.GetBody = nil
+		}
+		_ = writeRequest(bufio.NewWriter(io.Discard), req)
+		if c.closed != 1 {
+			t.Errorf("%s: body closed %d times", name, c.closed)
+		}
+	}
+}
+
+type closeCount struct {
+	io.Reader
+	closed int
+}
+
+func (c *closeCount) Close() error { c.closed++; return nil }
+
+func BenchmarkWriteRequest(b *testing.B) {
+	body := []byte(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`)
+	h := http.Header{"Content-Type": {"application/json"}, "Accept": {"*/*"}, "X-Request-Id": {"abc"}}
+	bw := bufio.NewWriter(io.Discard)
+	for _, impl := range []struct {
+		name  string
+		write func(*bufio.Writer, *http.Request) error
+	}{{"net_http", func(bw *bufio.Writer, r *http.Request) error { return r.Write(bw) }}, {"router", writeRequest}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:8000/v1/chat/completions", bytes.NewReader(body))
+				req.Header = h
+				if err := impl.write(bw, req); err != nil {
+					b.Fatal(err)
+				}
+				_ = bw.Flush()
+			}
+		})
+	}
+}
