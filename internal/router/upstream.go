@@ -196,7 +196,7 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 	var resp *http.Response
 	for {
 		var err error
-		resp, err = http.ReadResponse(c.br, req)
+		resp, err = readResponse(c.br, req)
 		if err != nil {
 			switch {
 			case werr != nil:
