@@ -68,6 +68,7 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	shutting atomic.Bool
+	watcher  watcher
 }
 
 // Go serves c on a new goroutine until the client or the server closes
@@ -86,8 +87,6 @@ func (c *conn) serveConn() {
 	rwc := c.rwc
 	c.br = bufio.NewReaderSize(readerFunc(c.read), bufferSize)
 	c.bw = bufio.NewWriterSize(writerFunc(c.write), bufferSize)
-	c.timer = time.AfterFunc(time.Hour, c.watch)
-	c.timer.Stop()
 	c.remote = rwc.RemoteAddr().String()
 	if c.serve() {
 		return // handed off
@@ -199,6 +198,9 @@ type conn struct {
 	// pendBuf holds the start of an answer's body until its head is
 	// committed.
 	pendBuf [sniffLen]byte
+	// idleUntil is the read deadline setIdleDeadline set last, zero when
+	// the deadline has been set otherwise since.
+	idleUntil time.Time
 
 	// The current request's context; cancelled when the client leaves or
 	// a write fails.
@@ -206,8 +208,12 @@ type conn struct {
 
 	mu        sync.Mutex // guards the watch and what it read
 	watchSt   int
-	timer     *time.Timer
 	watchDone chan struct{}
+	// The server's watcher links the requests waiting for their watch
+	// (under its lock).
+	wprev, wnext *conn
+	waiting      bool
+	armedAt      time.Time
 	// peek is a byte the watch read (the next request's first), read again
 	// before the connection.
 	peek    [1]byte
@@ -268,14 +274,15 @@ func (c *conn) serve() bool {
 func (c *conn) readHead() (head, error) {
 	s := c.srv
 	if c.br.Buffered() == 0 {
-		wait := s.headerTimeout()
 		if c.served > 0 {
-			wait = s.IdleTimeout
+			wait := s.IdleTimeout
 			if wait == 0 {
 				wait = s.ReadTimeout
 			}
+			c.setIdleDeadline(wait)
+		} else {
+			c.setReadDeadline(s.headerTimeout())
 		}
-		c.setReadDeadline(wait)
 		c.state.Store(stateIdle)
 		if s.shutting.Load() {
 			return head{}, net.ErrClosed
@@ -347,7 +354,41 @@ func (c *conn) setReadDeadline(d time.Duration) {
 	if d > 0 {
 		t = time.Now().Add(d)
 	}
+	c.setDeadline(t)
+}
+
+// setDeadline sets the connection's read deadline to t from the
+// connection's goroutine.
+func (c *conn) setDeadline(t time.Time) {
+	c.idleUntil = time.Time{}
 	_ = c.rwc.SetReadDeadline(t)
+}
+
+// setIdleDeadline sets the wait for the next request on a kept connection
+// to at least d, moving the read deadline only when the one set before is
+// earlier than that: each time it moves, it is set idleSlack later than
+// asked, so that a busy connection moves it about once per idleSlack
+// rather than per request. Moving a deadline wakes a thread (to sleep
+// in the network poller until the new earliest timer) about as often as
+// it moves; the idle wait is then between d and d plus idleSlack.
+func (c *conn) setIdleDeadline(d time.Duration) {
+	if d <= 0 {
+		c.setDeadline(time.Time{})
+		return
+	}
+	want := time.Now().Add(d)
+	if !c.idleUntil.IsZero() && !want.After(c.idleUntil) {
+		return
+	}
+	until := want.Add(idleSlack(d))
+	_ = c.rwc.SetReadDeadline(until)
+	c.idleUntil = until
+}
+
+// idleSlack is how much later than asked an idle deadline is set: a
+// sixteenth of the wait, at most a second.
+func idleSlack(d time.Duration) time.Duration {
+	return min(d/16, time.Second)
 }
 
 // handOff gives the connection to the fallback server with the bytes read
@@ -356,7 +397,7 @@ func (c *conn) handOff() error {
 	buf, _ := c.br.Peek(c.br.Buffered())
 	rc := &replayConn{Conn: c.rwc, pending: bytes.Clone(buf)}
 	_ = c.rwc.SetReadDeadline(time.Time{})
-	c.timer.Stop()
+	c.srv.watcher.remove(c)
 	c.untrack()
 	c.srv.Fallback(rc)
 	return errHandedOff
@@ -408,7 +449,7 @@ func (c *conn) serveRequest(h head) (keep bool) {
 			if c.srv.ReadTimeout > 0 {
 				deadline = c.started.Add(c.srv.ReadTimeout)
 			}
-			_ = c.rwc.SetReadDeadline(deadline)
+			c.setDeadline(deadline)
 		}
 	}
 	w := &response{c: c, req: req, body: b, header: make(http.Header, 4), declared: -1}
@@ -460,16 +501,16 @@ func (c *conn) closeWithRead(unread bool) {
 	time.Sleep(500 * time.Millisecond)
 }
 
-// armWatch starts the timer after which the connection is watched; the
-// request has been read whole, so nothing else reads the connection.
+// armWatch puts the connection in line for a watch watchDelay from now;
+// the request has been read whole, so nothing else reads the connection.
 func (c *conn) armWatch() {
 	c.mu.Lock()
 	c.watchSt = watchArmed
 	c.mu.Unlock()
-	c.timer.Reset(watchDelay)
+	c.srv.watcher.add(c)
 }
 
-// watch runs on the timer's goroutine: it reads the connection until the
+// watch runs on a goroutine of the watcher's: it reads the connection until the
 // request ends (stopWatch) or the client leaves, which cancels the
 // request's context. A byte that arrives meanwhile (the next request,
 // pipelined) is kept for the next read.
@@ -504,16 +545,20 @@ func (c *conn) stopWatch() {
 	switch c.watchSt {
 	case watchArmed:
 		c.watchSt = watchOff
-		c.timer.Stop()
+		c.srv.watcher.remove(c)
 	case watchReading:
 		c.watchSt = watchAborted
-		_ = c.rwc.SetReadDeadline(aLongTimeAgo)
+		c.setDeadline(aLongTimeAgo)
+		// A watch that started on its own after an earlier request left
+		// this one in line; it is watched already.
+		c.srv.watcher.remove(c)
 	}
 	done := c.watchDone
 	c.watchDone = nil
 	c.mu.Unlock()
 	if done != nil {
 		<-done
+		c.idleUntil = time.Time{} // the watch cleared the deadline
 	}
 }
 

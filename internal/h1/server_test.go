@@ -355,6 +355,75 @@ func TestClientLeavingCancels(t *testing.T) {
 	}
 }
 
+// TestWatchOfManyRequests: the server's one watch timer serves requests
+// that start at different times, on many connections, among short ones
+// that end before their watch: each long request whose client leaves is
+// cancelled, and the line of requests waiting for a watch empties.
+func TestWatchOfManyRequests(t *testing.T) {
+	t.Parallel()
+	const long = 12
+	var started sync.WaitGroup
+	started.Add(long)
+	cancelled := make(chan error, long)
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/short" {
+			which(w, r)
+			return
+		}
+		started.Done()
+		select {
+		case <-r.Context().Done():
+			cancelled <- r.Context().Err()
+		case <-time.After(10 * time.Second):
+			cancelled <- errors.New("not cancelled")
+		}
+	}), nil)
+	client := l.client(t)
+	var conns []net.Conn
+	for i := range long {
+		conn := l.dial(t)
+		conns = append(conns, conn)
+		_, _ = io.WriteString(conn, "GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
+		// Short requests between the long ones, some ending before a
+		// long one's watch is due, others after.
+		for range 3 {
+			resp, err := client.Get("http://" + l.addr + "/short")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		if i%3 == 0 {
+			time.Sleep(watchDelay / 3)
+		}
+	}
+	started.Wait()
+	time.Sleep(2 * watchDelay)
+	for _, conn := range conns {
+		_ = conn.Close()
+	}
+	for range long {
+		if err := <-cancelled; !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w := &l.srv.watcher
+		w.mu.Lock()
+		empty := w.head == nil && w.tail == nil
+		w.mu.Unlock()
+		if empty {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("requests left in line for a watch")
+		}
+		time.Sleep(watchDelay)
+	}
+}
+
 // TestWatchKeepsPipelinedByte: the watch of a slow request reads the next
 // request's first byte; the next request is still served whole.
 func TestWatchKeepsPipelinedByte(t *testing.T) {
@@ -481,6 +550,57 @@ func TestIdleTimeout(t *testing.T) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("an idle connection: %v", err)
+	}
+}
+
+// TestIdleTimeoutAfterRequests: a kept connection closes once idle for
+// IdleTimeout (give or take the slack of its deadline), after a run of
+// quick requests and after slow ones whose watch read the connection,
+// whether the watch was stopped or ended on the next request arriving.
+func TestIdleTimeoutAfterRequests(t *testing.T) {
+	t.Parallel()
+	const idle = time.Second // its slack (1/16) is longer than a slow request
+	slow := "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+	quick := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	for name, parts := range map[string][]string{
+		"quick": {strings.Repeat(quick, 50)},
+		"slow":  {slow},
+		// After a quick request (the idle deadline is set), the next
+		// request arrives while a slow one's watch reads.
+		"next during the watch": {quick, slow, quick},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/slow" {
+					time.Sleep(2 * watchDelay)
+				}
+				which(w, r)
+			}), func(s *Server) { s.IdleTimeout = idle })
+			conn := l.dial(t)
+			for i, p := range parts {
+				if i > 0 {
+					time.Sleep(watchDelay * 3 / 2)
+				}
+				_, _ = io.WriteString(conn, p)
+			}
+			br := bufio.NewReader(conn)
+			for range strings.Count(strings.Join(parts, ""), "GET") {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+			idleFrom := time.Now()
+			_ = conn.SetReadDeadline(idleFrom.Add(4 * idle))
+			if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+				t.Fatalf("an idle connection: %v", err)
+			}
+			if waited := time.Since(idleFrom); waited < idle-idle/4 {
+				t.Fatalf("closed after %v idle, want about %v", waited, idle)
+			}
+		})
 	}
 }
 
