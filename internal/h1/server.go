@@ -510,9 +510,9 @@ func (c *conn) armWatch() {
 	c.srv.watcher.add(c)
 }
 
-// watch runs on a goroutine of the watcher's: it reads the connection until the
-// request ends (stopWatch) or the client leaves, which cancels the
-// request's context. A byte that arrives meanwhile (the next request,
+// watch runs on a goroutine of the watcher's: it reads the connection
+// until the request ends (stopWatch) or the client leaves, which cancels
+// the request's context. A byte that arrives meanwhile (the next request,
 // pipelined) is kept for the next read.
 func (c *conn) watch() {
 	c.mu.Lock()

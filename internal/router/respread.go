@@ -17,6 +17,17 @@ import (
 // client's write, and http.ReadResponse builds a textproto reader, a
 // header map of one slice per field and a transfer reader for it.
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	if br.Buffered() == 0 {
+		// The first read, made here so that its error is the answer's,
+		// as http.ReadResponse would report it (a failed read is not
+		// read again: a reset connection reads as closed the second time).
+		if _, err := br.Peek(1); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
 	if resp, ok := readPlainResponse(br, req); ok {
 		return resp, nil
 	}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -78,6 +80,34 @@ func TestReadResponseWaitsNoLonger(t *testing.T) {
 	if err != nil || string(body) != "ok" || resp.StatusCode != 200 {
 		t.Fatalf("%d %q %v", resp.StatusCode, body, err)
 	}
+}
+
+// TestReadResponseFirstReadError: a connection whose first read fails
+// fails the answer with that error, as with http.ReadResponse, even when
+// a second read would say something else.
+func TestReadResponseFirstReadError(t *testing.T) {
+	t.Parallel()
+	for _, first := range []error{syscall.ECONNRESET, io.EOF, os.ErrDeadlineExceeded} {
+		_, want := http.ReadResponse(bufio.NewReader(&failOnce{err: first}), nil)
+		_, got := readResponse(bufio.NewReader(&failOnce{err: first}), &http.Request{Method: http.MethodPost})
+		if got == nil || want == nil || got.Error() != want.Error() {
+			t.Errorf("first read %v: got %v, net/http %v", first, got, want)
+		}
+	}
+}
+
+// failOnce fails its first read with err, then reads as closed.
+type failOnce struct {
+	err  error
+	done bool
+}
+
+func (f *failOnce) Read([]byte) (int, error) {
+	if f.done {
+		return 0, io.EOF
+	}
+	f.done = true
+	return 0, f.err
 }
 
 // segments reads its parts one per call, as a connection hands over
