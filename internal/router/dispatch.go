@@ -375,7 +375,12 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	}
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if pin == nil && !stream && x.out == nil {
-		// Plain routing has nothing to inspect: copy through.
+		// Plain routing has nothing to inspect: copy through, with the
+		// backend's length (the answer then goes out as its last byte is
+		// written, and a large one is not re-framed in chunks).
+		if resp.ContentLength >= 0 {
+			x.w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		}
 		x.writeHead(resp, b, pin, resp.StatusCode)
 		bp := streamBufPool.Get().(*[]byte)
 		_, err := io.CopyBuffer(x.w, resp.Body, *bp)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // writeLog records every write the router makes to its clients'
@@ -116,5 +117,40 @@ func TestStreamRelayEventByEvent(t *testing.T) {
 	last := writes[len(writes)-1]
 	if !strings.Contains(last, "data: [DONE]\n\n") || !strings.HasSuffix(last, "0\r\n\r\n") {
 		t.Fatalf("the last event and the end of the body left in different writes: %q", writes)
+	}
+}
+
+// TestPlainAnswerKeepsLength: a buffered answer copied through from a
+// plain backend keeps the backend's Content-Length (a large one is not
+// re-framed in chunks), on the lean server and on net/http's.
+func TestPlainAnswerKeepsLength(t *testing.T) {
+	t.Parallel()
+	answer := `{"id":"x","object":"chat.completion","choices":[{"message":{"role":"assistant","content":"` + strings.Repeat("z", 3000) + `"}}]}`
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		_, _ = io.WriteString(w, answer)
+	}))
+	t.Cleanup(be.Close)
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	srv := router.New(router.Options{Config: cfg})
+	srv.SetReady(true)
+	netHTTP := httptest.NewServer(srv.Handler())
+	t.Cleanup(netHTTP.Close)
+	for name, url := range map[string]string{"lean": testutil.LeanServer(t, srv.Handler()), "net/http": netHTTP.URL} {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || string(body) != answer {
+			t.Fatalf("%s: %d bytes, %v", name, len(body), err)
+		}
+		if resp.ContentLength != int64(len(answer)) || len(resp.TransferEncoding) > 0 {
+			t.Fatalf("%s: Content-Length %d, Transfer-Encoding %v; want %d", name, resp.ContentLength, resp.TransferEncoding, len(answer))
+		}
 	}
 }
