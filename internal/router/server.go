@@ -507,7 +507,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		return
 	}
 	var q request
-	if err := json.Unmarshal(body, &q); err != nil {
+	if err := decodeRequest(body, &q); err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
 		return
 	}

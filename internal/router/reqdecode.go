@@ -1,0 +1,432 @@
+package router
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// decodeRequest decodes an inference request's body into q as
+// json.Unmarshal does. A body of the common shape (an object whose field
+// names are plain, a model name without escapes, stream a boolean,
+// messages objects, no field twice) is read here in one pass with a
+// handful of allocations; anything else, invalid JSON included, goes to
+// json.Unmarshal, whose errors the client then sees. encoding/json's
+// reflection walks a large amount of code and type data for each body,
+// which a router woken for each request meets with cold caches.
+func decodeRequest(body []byte, q *request) error {
+	if decodePlainRequest(body, q) {
+		return nil
+	}
+	*q = request{}
+	return json.Unmarshal(body, q)
+}
+
+// maxPlainDepth bounds the nesting decodePlainRequest follows; a deeper
+// body goes to json.Unmarshal.
+const maxPlainDepth = 64
+
+// decodePlainRequest decodes body into q when it has the common shape,
+// reporting false (with q in any state) otherwise.
+func decodePlainRequest(body []byte, q *request) bool {
+	d := plainDecoder{b: body}
+	d.space()
+	if !d.byte('{') {
+		return false
+	}
+	var seen [5]bool
+	if !d.members(func(key []byte) bool {
+		var i int
+		switch string(key) {
+		case "model":
+			i = 0
+		case "stream":
+			i = 1
+		case "messages":
+			i = 2
+		case "prompt":
+			i = 3
+		case "nvext":
+			i = 4
+		default:
+			// json.Unmarshal matches field names without regard to case;
+			// such a name is left to it.
+			if foldsToField(key) {
+				return false
+			}
+			return d.skip(1)
+		}
+		if seen[i] {
+			return false // the last one wins there: left to json.Unmarshal
+		}
+		seen[i] = true
+		switch i {
+		case 0:
+			return d.model(q)
+		case 1:
+			return d.stream(q)
+		case 2:
+			return d.messages(q)
+		case 3:
+			q.Prompt = d.raw(1)
+			return q.Prompt != nil
+		default:
+			q.Nvext = d.raw(1)
+			return q.Nvext != nil
+		}
+	}) {
+		return false
+	}
+	d.space()
+	return d.i == len(d.b)
+}
+
+// foldsToField reports whether key matches a field of request without
+// regard to case (json.Unmarshal's rule), other than exactly.
+func foldsToField(key []byte) bool {
+	for _, f := range [...]string{"model", "stream", "messages", "prompt", "nvext"} {
+		if len(key) == len(f) && asciiFold(key, f) {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiFold(a []byte, b string) bool {
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// plainDecoder reads JSON from b at i. Its methods report false for what
+// they do not read (malformed, or not plain).
+type plainDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *plainDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// byte reads c after white space.
+func (d *plainDecoder) byte(c byte) bool {
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *plainDecoder) peek() byte {
+	d.space()
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+// members reads an object's members after its '{', calling member with
+// each plain key (ASCII, no escapes; valid until the next read) with the
+// decoder at its value.
+func (d *plainDecoder) members(member func(key []byte) bool) bool {
+	if d.byte('}') {
+		return true
+	}
+	for {
+		key, ok := d.plainString()
+		if !ok || !d.byte(':') || !member(key) {
+			return false
+		}
+		if d.byte('}') {
+			return true
+		}
+		if !d.byte(',') {
+			return false
+		}
+	}
+}
+
+// plainString reads a string without escapes or bytes past ASCII.
+func (d *plainDecoder) plainString() ([]byte, bool) {
+	if !d.byte('"') {
+		return nil, false
+	}
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			return s, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return nil, false
+		}
+		d.i++
+	}
+	return nil, false
+}
+
+// model reads the model: a string without escapes, of valid UTF-8 (which
+// json.Unmarshal would keep as it is), or null.
+func (d *plainDecoder) model(q *request) bool {
+	if d.literal("null") {
+		return true
+	}
+	if !d.byte('"') {
+		return false
+	}
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !utf8.Valid(s) {
+				return false
+			}
+			q.Model = string(s)
+			return true
+		case c == '\\' || c < 0x20:
+			return false
+		}
+		d.i++
+	}
+	return false
+}
+
+func (d *plainDecoder) stream(q *request) bool {
+	switch {
+	case d.literal("true"):
+		q.Stream = true
+	case d.literal("false"):
+		q.Stream = false
+	case d.literal("null"):
+	default:
+		return false
+	}
+	return true
+}
+
+// messages reads an array of message objects (or null), keeping each
+// one's content as it is written.
+func (d *plainDecoder) messages(q *request) bool {
+	if d.literal("null") {
+		return true
+	}
+	if !d.byte('[') {
+		return false
+	}
+	if d.byte(']') {
+		// An empty array is an empty slice, not nil, as json.Unmarshal
+		// leaves it.
+		q.Messages = make([]struct {
+			Content json.RawMessage `json:"content"`
+		}, 0)
+		return true
+	}
+	for {
+		if !d.byte('{') {
+			return false
+		}
+		var content json.RawMessage
+		seen := false
+		if !d.members(func(key []byte) bool {
+			if string(key) != "content" {
+				if len(key) == len("content") && asciiFold(key, "content") {
+					return false
+				}
+				return d.skip(2)
+			}
+			if seen {
+				return false
+			}
+			seen = true
+			content = d.raw(2)
+			return content != nil
+		}) {
+			return false
+		}
+		q.Messages = append(q.Messages, struct {
+			Content json.RawMessage `json:"content"`
+		}{content})
+		if d.byte(']') {
+			return true
+		}
+		if !d.byte(',') {
+			return false
+		}
+	}
+}
+
+// raw reads any value and returns a copy of its bytes (json.RawMessage's
+// rule), nil when it is not valid.
+func (d *plainDecoder) raw(depth int) json.RawMessage {
+	d.space()
+	start := d.i
+	if !d.skip(depth) {
+		return nil
+	}
+	return append(json.RawMessage(nil), d.b[start:d.i]...)
+}
+
+// skip reads one value of any kind, checking it as JSON.
+func (d *plainDecoder) skip(depth int) bool {
+	if depth > maxPlainDepth {
+		return false
+	}
+	switch d.peek() {
+	case '{':
+		d.i++
+		if d.byte('}') {
+			return true
+		}
+		for {
+			if !d.skipString() || !d.byte(':') || !d.skip(depth+1) {
+				return false
+			}
+			if d.byte('}') {
+				return true
+			}
+			if !d.byte(',') {
+				return false
+			}
+		}
+	case '[':
+		d.i++
+		if d.byte(']') {
+			return true
+		}
+		for {
+			if !d.skip(depth + 1) {
+				return false
+			}
+			if d.byte(']') {
+				return true
+			}
+			if !d.byte(',') {
+				return false
+			}
+		}
+	case '"':
+		return d.skipString()
+	case 't':
+		return d.literal("true")
+	case 'f':
+		return d.literal("false")
+	case 'n':
+		return d.literal("null")
+	default:
+		return d.number()
+	}
+}
+
+// skipString reads a string, checking its escapes.
+func (d *plainDecoder) skipString() bool {
+	if !d.byte('"') {
+		return false
+	}
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			d.i++
+			if d.i >= len(d.b) {
+				return false
+			}
+			switch d.b[d.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if d.i+4 >= len(d.b) {
+					return false
+				}
+				for _, h := range d.b[d.i+1 : d.i+5] {
+					if !isHex(h) {
+						return false
+					}
+				}
+				d.i += 4
+			default:
+				return false
+			}
+		}
+		d.i++
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// number reads a JSON number.
+func (d *plainDecoder) number() bool {
+	b, i := d.b, d.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return false
+		}
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return false
+		}
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+	}
+	d.i = i
+	return true
+}
+
+// literal reads word (true, false, null) after white space.
+func (d *plainDecoder) literal(word string) bool {
+	d.space()
+	if len(d.b)-d.i >= len(word) && string(d.b[d.i:d.i+len(word)]) == word {
+		d.i += len(word)
+		return true
+	}
+	return false
+}

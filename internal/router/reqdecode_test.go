@@ -1,0 +1,116 @@
+package router
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// requestBodies are inference bodies, plain and not, for the tests and the
+// fuzzer's seeds.
+var requestBodies = []string{
+	`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+	` { "model" : "llama-3.1-8b" , "stream" : true , "max_tokens" : 16 , "messages" : [ { "role" : "system" , "content" : "be brief" } , { "role" : "user" , "content" : [ {"type":"text","text":"a\u00e9\n"} ] } ] } `,
+	`{"model":"m","prompt":"once upon","stream":false,"temperature":0.7,"top_p":1e-3,"n":-1}`,
+	`{"model":"m","prompt":["a","b"],"nvext":{"backend_instance_id":3}}`,
+	`{"model":"m","messages":[]}`,
+	`{"model":"m","messages":null,"prompt":null,"nvext":null,"stream":null}`,
+	`{"model":"m","messages":[{"content":null},{"role":"assistant"},{"content":{"a":[1,2,{"b":false}]}}]}`,
+	`{"model":"m","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}]}`,
+	`{"model":"mødel-ünïcode","messages":[]}`,
+	`{"model":"a\"b"}`,
+	`{"Model":"m"}`,
+	`{"MODEL":"m","model":"n"}`,
+	`{"model":"m","model":"n"}`,
+	`{"model":"m","messages":[{"Content":"x"}]}`,
+	`{"model":"m","messages":[{"content":"x","content":"y"}]}`,
+	`{"model":"m","messages":["not an object"]}`,
+	`{"model":"m","messages":[null]}`,
+	`{"model":"m","stream":"yes"}`,
+	`{"model":1}`,
+	`{"model":"m",}`,
+	`{"model":"m"} trailing`,
+	`{"model":"m","x":01}`,
+	`{"model":"m","x":"\x01"}`,
+	`{"model":"m","x":"\q"}`,
+	`{"model":"m","x":"\u12"}`,
+	`{"model":"m","x":1.}`,
+	`{"model":"m","x":-}`,
+	`{"model":"m","x":[1,]}`,
+	`{"model":"m","x":tru}`,
+	`{"model":"\xff"}`,
+	`{"model":"m","x":"\xff"}`,
+	`{"m\u006fdel":"m"}`,
+	"\ufeff{\"model\":\"m\"}",
+	`[]`,
+	``,
+	`{"model":"m","x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`,
+	`{"":1,"model":"m"}`,
+}
+
+// TestDecodeRequestMatchesJSON: what decodeRequest decodes is what
+// json.Unmarshal decodes from the same body, error or not, and the common
+// bodies are decoded without it.
+func TestDecodeRequestMatchesJSON(t *testing.T) {
+	t.Parallel()
+	plain := 0
+	for _, body := range requestBodies {
+		if checkDecodeRequest(t, []byte(body)) {
+			plain++
+		}
+	}
+	if plain < 8 {
+		t.Fatalf("only %d bodies were decoded without encoding/json", plain)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	for _, body := range requestBodies {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkDecodeRequest(t, body) })
+}
+
+// checkDecodeRequest decodes body both ways and fails t where they
+// differ; it reports whether the body was decoded without encoding/json.
+func checkDecodeRequest(t *testing.T, body []byte) bool {
+	t.Helper()
+	var want request
+	werr := json.Unmarshal(body, &want)
+	var plain request
+	ok := decodePlainRequest(body, &plain)
+	if ok && werr != nil {
+		t.Fatalf("%q: decoded as plain, encoding/json refuses it: %v", body, werr)
+	}
+	if ok && !reflect.DeepEqual(plain, want) {
+		t.Fatalf("%q:\n got %+v\nwant %+v", body, plain, want)
+	}
+	var got request
+	gerr := decodeRequest(body, &got)
+	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+		t.Fatalf("%q: error %v, encoding/json %v", body, gerr, werr)
+	}
+	if gerr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\n got %+v\nwant %+v", body, got, want)
+	}
+	return ok
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := []byte(`{"model":"bench","stream":false,"max_tokens":16,"messages":[{"role":"system","content":"You are brief."},{"role":"user","content":"Say something short."}]}`)
+	for _, impl := range []struct {
+		name   string
+		decode func([]byte, *request) error
+	}{{"encoding_json", func(b []byte, q *request) error { return json.Unmarshal(b, q) }}, {"router", decodeRequest}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var q request
+				if err := impl.decode(body, &q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
