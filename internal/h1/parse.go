@@ -48,6 +48,53 @@ func parseHead(b []byte) (h head, ok bool) {
 		return h, false
 	}
 
+	h.contentLength = -1
+	hosts := 0
+	h.header, ok = parseFields(s, func(key, value string) (keep, ok bool) {
+		switch key {
+		case "Host":
+			hosts++
+			h.host = value
+			return false, true // net/http keeps the host in Request.Host only
+		case "Content-Length":
+			length, ok := parseLength(value)
+			if !ok || h.contentLength >= 0 {
+				return false, false // repeated: net/http merges or refuses
+			}
+			h.contentLength = length
+		case "Connection":
+			switch {
+			case asciiEqualFold(value, "close"):
+				h.close = true
+			case asciiEqualFold(value, "keep-alive"):
+			default:
+				return false, false // a list, or upgrade: net/http's reading
+			}
+		case "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Http2-Settings", "Proxy-Connection", "Keep-Alive",
+			"Pragma": // net/http adds a Cache-Control to a Pragma: no-cache
+			return false, false
+		}
+		return true, true
+	})
+	if !ok {
+		return h, false
+	}
+	if hosts != 1 || !validHost(h.host) {
+		return h, false
+	}
+	if h.contentLength < 0 {
+		h.contentLength = 0
+	}
+	return h, true
+}
+
+// parseFields reads the field lines in s (a head after its first line,
+// through its empty line) into a header map allocated once, its values
+// sharing one slice. field sees each field's canonical name and value and
+// says whether it goes in the map (keep) and whether the head is still one
+// served here (ok); a malformed line, or bytes after the empty line, is
+// not.
+func parseFields(s string, field func(key, value string) (keep, ok bool)) (http.Header, bool) {
 	// Count the lines first so that the header map and the slices of its
 	// values are allocated once.
 	lines := 0
@@ -57,70 +104,45 @@ func parseHead(b []byte) (h head, ok bool) {
 		}
 	}
 	if lines == 0 {
-		return h, false
+		return nil, false
 	}
-	h.header = make(http.Header, lines)
+	header := make(http.Header, lines)
 	vals := make([]string, lines)
-	h.contentLength = -1
-	hosts := 0
 	for n := 0; ; n++ {
 		eol := indexCRLF(s)
 		if eol < 0 {
-			return h, false
+			return nil, false
 		}
 		if eol == 0 {
 			if s != "\r\n" {
-				return h, false // bytes after the head's end: not what the caller framed
+				return nil, false // bytes after the head's end: not what the caller framed
 			}
-			break
+			return header, true
 		}
 		line := s[:eol]
 		s = s[eol+2:]
 		colon := indexByte(line, ':')
 		if colon <= 0 {
-			return h, false
+			return nil, false
 		}
 		name, value := line[:colon], trimOWS(line[colon+1:])
 		if !validToken(name) || !validValue(value) {
-			return h, false
+			return nil, false
 		}
 		key := canonicalKey(name)
-		switch key {
-		case "Host":
-			hosts++
-			h.host = value
-			continue // net/http keeps the host in Request.Host only
-		case "Content-Length":
-			length, ok := parseLength(value)
-			if !ok || h.contentLength >= 0 {
-				return h, false // repeated: net/http merges or refuses
-			}
-			h.contentLength = length
-		case "Connection":
-			switch {
-			case asciiEqualFold(value, "close"):
-				h.close = true
-			case asciiEqualFold(value, "keep-alive"):
-			default:
-				return h, false // a list, or upgrade: net/http's reading
-			}
-		case "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Http2-Settings", "Proxy-Connection", "Keep-Alive",
-			"Pragma": // net/http adds a Cache-Control to a Pragma: no-cache
-			return h, false
+		keep, ok := field(key, value)
+		if !ok {
+			return nil, false
 		}
-		if prev, dup := h.header[key]; dup {
-			h.header[key] = append(prev, value)
+		if !keep {
 			continue
 		}
-		h.header[key] = append(vals[n:n:n+1], value)
+		if prev, dup := header[key]; dup {
+			header[key] = append(prev, value)
+			continue
+		}
+		header[key] = append(vals[n:n:n+1], value)
 	}
-	if hosts != 1 || !validHost(h.host) {
-		return h, false
-	}
-	if h.contentLength < 0 {
-		h.contentLength = 0
-	}
-	return h, true
 }
 
 // request builds the http.Request of a parsed head.
@@ -292,8 +314,8 @@ func asciiEqualFold(s, t string) bool {
 	return true
 }
 
-// commonKeys are canonical header names that requests to the router carry,
-// so that the usual ones cost no allocation.
+// commonKeys are canonical header names that requests to the router and
+// answers of its backends carry, so that the usual ones cost no allocation.
 var commonKeys = func() map[string]string {
 	m := map[string]string{}
 	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
@@ -302,7 +324,11 @@ var commonKeys = func() map[string]string {
 		"X-Request-Id", "X-Forwarded-For", "X-Forwarded-Proto", "X-Real-Ip", "Traceparent", "Tracestate",
 		"X-Stainless-Lang", "X-Stainless-Package-Version", "X-Stainless-Os", "X-Stainless-Arch",
 		"X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Retry-Count", "X-Stainless-Timeout",
-		"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Keep-Alive", "Proxy-Connection", "Http2-Settings", "Pragma"} {
+		"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Keep-Alive", "Proxy-Connection", "Http2-Settings", "Pragma",
+		// and answers from backends (ParseResponseHead)
+		"Date", "Server", "Vary", "Etag", "Expires", "Last-Modified", "Location", "Set-Cookie",
+		"Content-Encoding", "X-Content-Type-Options", "X-Dynamo-Request-Id", "Access-Control-Allow-Origin",
+		"Access-Control-Allow-Credentials", "Access-Control-Expose-Headers"} {
 		m[k] = k
 		m[string(bytes.ToLower([]byte(k)))] = k
 	}

@@ -31,7 +31,7 @@ func FuzzParseHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		end, plain := headEnd(data)
+		end, plain := HeadEnd(data)
 		if !plain || end < 0 {
 			return
 		}
@@ -85,8 +85,8 @@ func TestHeadEnd(t *testing.T) {
 		{"\r\n\r\n", 4, true},
 		{"", -1, true},
 	} {
-		if end, plain := headEnd([]byte(tc.in)); end != tc.end || plain != tc.plain {
-			t.Errorf("headEnd(%q) = %d, %v; want %d, %v", tc.in, end, plain, tc.end, tc.plain)
+		if end, plain := HeadEnd([]byte(tc.in)); end != tc.end || plain != tc.plain {
+			t.Errorf("HeadEnd(%q) = %d, %v; want %d, %v", tc.in, end, plain, tc.end, tc.plain)
 		}
 	}
 }

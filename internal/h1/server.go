@@ -301,7 +301,7 @@ func (c *conn) readHead() (head, error) {
 	headerSet := c.served == 0
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
-		end, plain := headEnd(buf)
+		end, plain := HeadEnd(buf)
 		if !plain {
 			return head{}, c.handOff()
 		}
@@ -329,10 +329,10 @@ func (c *conn) readHead() (head, error) {
 	}
 }
 
-// headEnd finds the end of the head in buf (the byte after its empty
+// HeadEnd finds the end of the head in buf (the byte after its empty
 // line), or -1 when it is not all there. plain is false when a line ends
 // in a bare LF, which net/http accepts and the lean path leaves to it.
-func headEnd(buf []byte) (end int, plain bool) {
+func HeadEnd(buf []byte) (end int, plain bool) {
 	for i := 0; ; {
 		j := bytes.IndexByte(buf[i:], '\n')
 		if j < 0 {
