@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 )
@@ -81,27 +82,15 @@ func decodePlainRequest(body []byte, q *request) bool {
 }
 
 // foldsToField reports whether key matches a field of request without
-// regard to case (json.Unmarshal's rule), other than exactly.
+// regard to case (json.Unmarshal's rule), other than exactly. Keys here
+// are ASCII, so Unicode folding is ASCII folding.
 func foldsToField(key []byte) bool {
 	for _, f := range [...]string{"model", "stream", "messages", "prompt", "nvext"} {
-		if len(key) == len(f) && asciiFold(key, f) {
+		if bytes.EqualFold(key, []byte(f)) {
 			return true
 		}
 	}
 	return false
-}
-
-func asciiFold(a []byte, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // plainDecoder reads JSON from b at i. Its methods report false for what
@@ -140,25 +129,33 @@ func (d *plainDecoder) peek() byte {
 	return 0
 }
 
-// members reads an object's members after its '{', calling member with
-// each plain key (ASCII, no escapes; valid until the next read) with the
-// decoder at its value.
-func (d *plainDecoder) members(member func(key []byte) bool) bool {
-	if d.byte('}') {
+// seq reads the items of an object or array after its opening byte, up
+// to close: item reads one, and they are separated by commas.
+func (d *plainDecoder) seq(close byte, item func() bool) bool {
+	if d.byte(close) {
 		return true
 	}
 	for {
-		key, ok := d.plainString()
-		if !ok || !d.byte(':') || !member(key) {
+		if !item() {
 			return false
 		}
-		if d.byte('}') {
+		if d.byte(close) {
 			return true
 		}
 		if !d.byte(',') {
 			return false
 		}
 	}
+}
+
+// members reads an object's members after its '{', calling member with
+// each plain key (ASCII, no escapes; valid until the next read) with the
+// decoder at its value.
+func (d *plainDecoder) members(member func(key []byte) bool) bool {
+	return d.seq('}', func() bool {
+		key, ok := d.plainString()
+		return ok && d.byte(':') && member(key)
+	})
 }
 
 // plainString reads a string without escapes or bytes past ASCII.
@@ -233,15 +230,12 @@ func (d *plainDecoder) messages(q *request) bool {
 	if !d.byte('[') {
 		return false
 	}
-	if d.byte(']') {
-		// An empty array is an empty slice, not nil, as json.Unmarshal
-		// leaves it.
-		q.Messages = make([]struct {
-			Content json.RawMessage `json:"content"`
-		}, 0)
-		return true
-	}
-	for {
+	// An empty array is an empty slice, not nil, as json.Unmarshal leaves
+	// it.
+	q.Messages = make([]struct {
+		Content json.RawMessage `json:"content"`
+	}, 0)
+	return d.seq(']', func() bool {
 		if !d.byte('{') {
 			return false
 		}
@@ -249,7 +243,7 @@ func (d *plainDecoder) messages(q *request) bool {
 		seen := false
 		if !d.members(func(key []byte) bool {
 			if string(key) != "content" {
-				if len(key) == len("content") && asciiFold(key, "content") {
+				if bytes.EqualFold(key, []byte("content")) {
 					return false
 				}
 				return d.skip(2)
@@ -266,13 +260,8 @@ func (d *plainDecoder) messages(q *request) bool {
 		q.Messages = append(q.Messages, struct {
 			Content json.RawMessage `json:"content"`
 		}{content})
-		if d.byte(']') {
-			return true
-		}
-		if !d.byte(',') {
-			return false
-		}
-	}
+		return true
+	})
 }
 
 // raw reads any value and returns a copy of its bytes (json.RawMessage's
@@ -294,36 +283,10 @@ func (d *plainDecoder) skip(depth int) bool {
 	switch d.peek() {
 	case '{':
 		d.i++
-		if d.byte('}') {
-			return true
-		}
-		for {
-			if !d.skipString() || !d.byte(':') || !d.skip(depth+1) {
-				return false
-			}
-			if d.byte('}') {
-				return true
-			}
-			if !d.byte(',') {
-				return false
-			}
-		}
+		return d.seq('}', func() bool { return d.skipString() && d.byte(':') && d.skip(depth+1) })
 	case '[':
 		d.i++
-		if d.byte(']') {
-			return true
-		}
-		for {
-			if !d.skip(depth + 1) {
-				return false
-			}
-			if d.byte(']') {
-				return true
-			}
-			if !d.byte(',') {
-				return false
-			}
-		}
+		return d.seq(']', func() bool { return d.skip(depth + 1) })
 	case '"':
 		return d.skipString()
 	case 't':

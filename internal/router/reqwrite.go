@@ -97,7 +97,7 @@ func plainRequestHost(req *http.Request) (string, bool) {
 		httptrace.ContextClientTrace(req.Context()) != nil {
 		return "", false
 	}
-	if req.Method != "" && !validMethodToken(req.Method) {
+	if req.Method != "" && !httpguts.ValidHeaderFieldName(req.Method) { // a method is a token too
 		return "", false
 	}
 	host := req.Host
@@ -184,15 +184,4 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
-}
-
-// validMethodToken reports whether m is an HTTP token, as net/http's
-// client requires of a method.
-func validMethodToken(m string) bool {
-	for i := 0; i < len(m); i++ {
-		if !httpguts.IsTokenRune(rune(m[i])) {
-			return false
-		}
-	}
-	return m != ""
 }
