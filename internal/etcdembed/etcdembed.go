@@ -9,8 +9,11 @@ package etcdembed
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,31 +29,59 @@ type Server struct {
 	clientURL, peerURL url.URL
 	tls                *transport.TLSInfo
 
-	mu     sync.Mutex
-	server *embed.Etcd
+	mu      sync.Mutex
+	server  *embed.Etcd
+	started bool // once it has run, clients know its ports: they stay
 }
 
 // New prepares a server with its data in dir on two free loopback ports;
 // with tls, clients connect over TLS. Start runs it.
 func New(dir string, tls *transport.TLSInfo) (*Server, error) {
+	s := &Server{dir: dir, tls: tls}
+	if err := s.pickPorts(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// pickPorts chooses the client and peer ports. A port is only known free
+// when it is asked for; someone else may bind it before etcd does, so the
+// first Start picks again when that happens.
+func (s *Server) pickPorts() error {
 	cp, err := freePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pp, err := freePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	scheme := "http"
-	if tls != nil {
+	if s.tls != nil {
 		scheme = "https"
 	}
-	return &Server{dir: dir, tls: tls,
-		clientURL: url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", cp)},
-		peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}}, nil
+	s.clientURL = url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", cp)}
+	s.peerURL = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)}
+	return nil
 }
 
+// freePort returns a loopback port that is free now, chosen below the
+// kernel's ephemeral range when it can be: ports handed out for port-0
+// listeners and outgoing connections come from that range, so a port
+// outside it is not taken by the rest of the process while etcd is down
+// for a restart.
 func freePort() (int, error) {
+	lo := ephemeralLow()
+	if lo > 2048 {
+		base := max(1024, lo-16384)
+		for range 64 {
+			port := base + rand.IntN(lo-base)
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				_ = l.Close()
+				return port, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -59,29 +90,43 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Endpoint is the client URL.
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when the range cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Endpoint is the client URL; the first Start may change it, later ones
+// keep it.
 func (s *Server) Endpoint() string { return s.clientURL.String() }
 
 // Start runs the server (again, after Stop) and waits until it is ready.
 func (s *Server) Start() error {
-	cfg := embed.NewConfig()
-	cfg.Name = "continuum"
-	cfg.Dir = s.dir
-	cfg.ListenClientUrls = []url.URL{s.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
-	cfg.ListenPeerUrls = []url.URL{s.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	if s.tls != nil {
-		cfg.ClientTLSInfo = *s.tls
-	}
 	var srv *embed.Etcd
 	var err error
 	for attempt := 0; attempt < 50; attempt++ {
-		if srv, err = embed.StartEtcd(cfg); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		if srv, err = embed.StartEtcd(s.config()); err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
+		}
+		if !s.started {
+			// Nobody knows the ports yet: take others rather than wait
+			// for whoever holds these.
+			if err = s.pickPorts(); err != nil {
+				return err
+			}
+			continue
 		}
 		time.Sleep(100 * time.Millisecond) // after a stop the port may linger in TIME_WAIT
 	}
@@ -96,8 +141,26 @@ func (s *Server) Start() error {
 	}
 	s.mu.Lock()
 	s.server = srv
+	s.started = true
 	s.mu.Unlock()
 	return nil
+}
+
+func (s *Server) config() *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = "continuum"
+	cfg.Dir = s.dir
+	cfg.ListenClientUrls = []url.URL{s.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
+	cfg.ListenPeerUrls = []url.URL{s.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if s.tls != nil {
+		cfg.ClientTLSInfo = *s.tls
+	}
+	return cfg
 }
 
 // Stop stops the server; Start brings it back with its data.

@@ -34,8 +34,9 @@ func StartEtcd(t testing.TB, opts EtcdOptions) *Etcd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Etcd{t: t, server: srv, Endpoint: srv.Endpoint()}
+	e := &Etcd{t: t, server: srv}
 	e.Start()
+	e.Endpoint = srv.Endpoint() // the first start may have moved the ports
 	t.Cleanup(e.Stop)
 	return e
 }
