@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/zmtp"
@@ -76,7 +77,7 @@ func overLimit(h Handler, frames [][]byte, over *zmtp.OverLimitError, now time.T
 }
 
 // Loop is one subscription to one publisher: dial, handshake, read until
-// the session fails, back off, again, until its context ends. It is the
+// the session fails, back off, again, until it is stopped. It is the
 // only subscription loop: the supervisor and both forms of tail-load run it.
 //
 // An established session is read on a fresh goroutine, and the goroutine
@@ -100,6 +101,11 @@ type Loop struct {
 	// Carrier, when set, is told the carrier of each session before it is
 	// reported connected: the broker id relaying it, "" when direct.
 	Carrier func(id string)
+
+	mu      sync.Mutex
+	stopped bool
+	cancel  context.CancelFunc // the stretch without a session, nil in one
+	zs      *zmtp.Sub          // the session, nil without one
 }
 
 // Run subscribes until ctx ends.
@@ -109,14 +115,76 @@ func (l *Loop) Run(ctx context.Context) {
 	<-done
 }
 
-// Start runs the loop on its own goroutines until ctx ends, then calls
-// done.
+// Start runs the loop on its own goroutines until ctx ends or Stop is
+// called, then calls done.
 func (l *Loop) Start(ctx context.Context, done func()) {
+	unbind := context.AfterFunc(ctx, l.Stop)
+	l.start(func() {
+		unbind()
+		done()
+	})
+}
+
+// start runs the loop until Stop, then calls done. A connected loop holds
+// no context of its own: Stop closes its session directly, which keeps an
+// idle subscription to its connection, its buffers and one goroutine.
+func (l *Loop) start(done func()) {
+	ctx, ok := l.detach()
+	if !ok {
+		done()
+		return
+	}
 	go l.connect(ctx, ReconnectInitial, done)
 }
 
+// Stop ends the loop: the session's connection is closed, or the attempt
+// or backoff under way abandoned. The loop calls its done once it is out.
+func (l *Loop) Stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	l.stopped = true
+	if l.cancel != nil {
+		l.cancel()
+	}
+	if l.zs != nil {
+		_ = l.zs.Close()
+	}
+}
+
+// detach begins a stretch without a session (backoff, waiting for a route,
+// connecting) under a context Stop cancels; false when the loop stopped.
+func (l *Loop) detach() (context.Context, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.zs = nil
+	if l.stopped {
+		return nil, false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	return ctx, true
+}
+
+// attach ends the stretch without a session and makes zs the session Stop
+// closes; false when the loop stopped meanwhile.
+func (l *Loop) attach(zs *zmtp.Sub) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cancel()
+	l.cancel = nil
+	if l.stopped {
+		return false
+	}
+	l.zs = zs
+	return true
+}
+
 // connect dials until a session is up, backing off between attempts, and
-// hands the session to a fresh goroutine.
+// hands the session to a fresh goroutine. ctx is the stretch's, from
+// detach.
 func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) {
 	for {
 		if !l.awaitRoute(ctx) {
@@ -126,14 +194,18 @@ func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) 
 		l.state(StateConnecting)
 		zs, carrier, err := l.dial(ctx)
 		if err == nil {
+			if !l.attach(zs) {
+				_ = zs.Close()
+				done()
+				return
+			}
 			// Everything but the reads happens here, before the handover.
-			stop := context.AfterFunc(ctx, func() { _ = zs.Close() })
 			l.Handler.Connected()
 			if l.Carrier != nil {
 				l.Carrier(carrier)
 			}
 			l.state(StateConnected)
-			s := &session{l: l, ctx: ctx, zs: zs, stop: stop, backoff: backoff, done: done, started: time.Now()}
+			s := &session{l: l, zs: zs, backoff: backoff, done: done, started: time.Now()}
 			go s.run()
 			return
 		}
@@ -147,9 +219,7 @@ func (l *Loop) connect(ctx context.Context, backoff time.Duration, done func()) 
 // session is one established session, read on its own goroutine.
 type session struct {
 	l       *Loop
-	ctx     context.Context
 	zs      *zmtp.Sub
-	stop    func() bool // undoes the AfterFunc that closes zs when ctx ends
 	backoff time.Duration
 	done    func()
 	started time.Time
@@ -196,17 +266,21 @@ func (s *session) one() error {
 
 // end closes the session and goes back to dialling on this goroutine.
 func (s *session) end(err error) {
-	s.stop()
 	_ = s.zs.Close()
+	ctx, ok := s.l.detach()
+	if !ok {
+		s.done()
+		return
+	}
 	backoff := s.backoff
 	if time.Since(s.started) >= ResetAfter {
 		backoff = ReconnectInitial
 	}
-	if backoff, err = s.l.failed(s.ctx, err, backoff); err != nil {
+	if backoff, err = s.l.failed(ctx, err, backoff); err != nil {
 		s.done()
 		return
 	}
-	s.l.connect(s.ctx, backoff, s.done)
+	s.l.connect(ctx, backoff, s.done)
 }
 
 // failed reports an ended attempt or session and waits a full-jitter delay

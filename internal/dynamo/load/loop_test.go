@@ -28,6 +28,7 @@ type scriptedConnector struct {
 	mu       sync.Mutex
 	steps    []time.Duration // < 0: refuse; >= 0: a session that long
 	attempts []time.Time
+	hungUp   int // sessions whose subscriber closed the connection
 }
 
 var errRefused = errors.New("connection refused")
@@ -46,14 +47,26 @@ func (c *scriptedConnector) Connect(ctx context.Context, _ zmtp.Target) (net.Con
 		return nil, errRefused
 	}
 	ours, theirs := net.Pipe()
-	go publisherPeer(theirs, step)
+	go func() {
+		if publisherPeer(theirs, step) {
+			c.mu.Lock()
+			c.hungUp++
+			c.mu.Unlock()
+		}
+	}()
 	return ours, nil
+}
+
+func (c *scriptedConnector) counts() (attempts, hungUp int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.attempts), c.hungUp
 }
 
 // publisherPeer speaks the publisher's side of a ZMTP 3.0 NULL handshake,
 // reads whatever the subscriber sends, and hangs up after d (or when the
-// subscriber does).
-func publisherPeer(c net.Conn, d time.Duration) {
+// subscriber does, true).
+func publisherPeer(c net.Conn, d time.Duration) bool {
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -64,15 +77,17 @@ func publisherPeer(c net.Conn, d time.Duration) {
 	copy(greeting[12:], "NULL")
 	body := []byte("\x05READY\x0bSocket-Type\x00\x00\x00\x03PUB")
 	if _, err := c.Write(append(greeting, append([]byte{0x04, byte(len(body))}, body...)...)); err != nil {
-		return
+		return true
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	defer func() { _ = c.Close() }()
 	select {
 	case <-t.C:
+		return false
 	case <-gone:
+		return true
 	}
-	_ = c.Close()
 }
 
 // countingHandler counts what a loop reports.
@@ -186,6 +201,93 @@ func TestLoopStopsWhileConnected(t *testing.T) {
 		if h.ended != 0 {
 			t.Errorf("a cancelled session reported its end: %v", h.lastErr)
 		}
+	})
+}
+
+// TestLoopStopInEveryStretch: Stop ends a loop at once wherever it is (not
+// started yet, connected and blocked in a read, backing off after a
+// refusal), without reporting an error, and closes its session.
+func TestLoopStopInEveryStretch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		steps []time.Duration
+		// settled: the stretch to stop in has been reached.
+		settled func(h *countingHandler, attempts int) bool
+	}{
+		{"before it starts", nil, nil},
+		{"connected", []time.Duration{time.Hour}, func(h *countingHandler, _ int) bool { return h.connected == 1 }},
+		{"backing off", []time.Duration{-1, -1}, func(h *countingHandler, attempts int) bool { return h.ended == 1 && attempts == 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				conn := &scriptedConnector{steps: tc.steps}
+				h := &countingHandler{}
+				l := &load.Loop{Endpoint: "tcp://127.0.0.1:1", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn, Handler: h}
+				done := make(chan struct{})
+				if tc.settled == nil {
+					l.Stop()
+					l.Start(t.Context(), func() { close(done) })
+				} else {
+					l.Start(t.Context(), func() { close(done) })
+					synctest.Wait()
+					attempts, _ := conn.counts()
+					if !tc.settled(h, attempts) {
+						t.Fatalf("not settled: %d attempts, %d connected, %d ended", attempts, h.connected, h.ended)
+					}
+					endedBefore := h.ended
+					l.Stop()
+					<-done // a loop that does not end deadlocks the bubble
+					if h.ended != endedBefore {
+						t.Errorf("a stopped loop reported its end: %v", h.lastErr)
+					}
+				}
+				<-done
+				synctest.Wait()
+				attempts, hungUp := conn.counts()
+				if tc.name == "connected" && hungUp != 1 {
+					t.Errorf("%d sessions closed, want 1", hungUp)
+				}
+				if tc.settled == nil && attempts != 0 {
+					t.Errorf("a loop stopped before it started dialled %d times", attempts)
+				}
+			})
+		})
+	}
+}
+
+// TestPoolStopsWithItsContext: the end of the context a pool reconciles
+// under stops every subscription and closes its session, and a later
+// reconcile under it starts nothing.
+func TestPoolStopsWithItsContext(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		conn := &scriptedConnector{steps: []time.Duration{time.Hour, time.Hour, time.Hour}}
+		pool := &load.Pool{Family: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn,
+			NewHandler: func(fleet.Publisher) load.Handler { return &countingHandler{} }}
+		pubs := []*fleet.Publisher{
+			{Namespace: "dynamo", Component: "decode", PublisherID: 1, Topic: "kv_metrics", Endpoint: "generate"},
+			{Namespace: "dynamo", Component: "decode", PublisherID: 2, Topic: "kv_metrics", Endpoint: "generate"},
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		pool.Reconcile(ctx, pubs)
+		synctest.Wait()
+		if n := pool.States()[load.StateConnected]; n != 2 {
+			t.Fatalf("%d connected, want 2", n)
+		}
+		cancel()
+		synctest.Wait()
+		if _, hungUp := conn.counts(); hungUp != 2 {
+			t.Errorf("%d sessions closed when the context ended, want 2", hungUp)
+		}
+		pool.Reconcile(ctx, append(pubs, &fleet.Publisher{Namespace: "dynamo", Component: "decode", PublisherID: 3,
+			Topic: "kv_metrics", Endpoint: "generate"}))
+		synctest.Wait()
+		if attempts, _ := conn.counts(); attempts != 2 {
+			t.Errorf("%d connection attempts after the context ended, want 2", attempts)
+		}
+		pool.Stop()
 	})
 }
 

@@ -61,12 +61,17 @@ type Pool struct {
 	subs    map[uint64]*poolSub
 	refused map[uint64]bool // over MaxSubscriptions, logged once
 	wg      sync.WaitGroup
+	// ctx is the context the loops run under, and unbind undoes the hook
+	// that stops them all when it ends: one hook for the pool rather than
+	// a context per subscription, which an idle subscription would hold.
+	ctx    context.Context
+	unbind func() bool
 }
 
 type poolSub struct {
-	pub    fleet.Publisher
-	cancel context.CancelFunc
-	state  string
+	pub   fleet.Publisher
+	loop  *Loop
+	state string
 	// transport is the connector's, fixed for the subscription's life (the
 	// gauge series it counts in).
 	transport string
@@ -99,6 +104,7 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 	}
 	var stopped []fleet.Publisher
 	p.mu.Lock()
+	p.bindLocked(ctx)
 	p.refused = refused
 	if p.subs == nil {
 		p.subs = map[uint64]*poolSub{}
@@ -110,8 +116,8 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 		}
 	}
 	for _, pub := range want {
-		if _, ok := p.subs[pub.PublisherID]; !ok {
-			p.startLocked(ctx, *pub)
+		if _, ok := p.subs[pub.PublisherID]; !ok && ctx.Err() == nil {
+			p.startLocked(*pub)
 		}
 	}
 	p.mu.Unlock()
@@ -122,23 +128,46 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 	}
 }
 
-// startLocked launches a subscription; p.mu is held.
-func (p *Pool) startLocked(parent context.Context, pub fleet.Publisher) {
-	ctx, cancel := context.WithCancel(parent)
-	sub := &poolSub{pub: pub, cancel: cancel, transport: p.Connector.Transport()}
-	p.subs[pub.PublisherID] = sub
-	p.setLocked(sub, StatePending)
-	loop := &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Namespace: pub.Namespace, Limits: p.Limits, Connector: p.Connector,
-		Handler: p.NewHandler(pub), State: func(s string) { p.transition(sub, s) }, Carrier: func(id string) { p.carrier(sub, id) }}
-	p.wg.Add(1)
-	loop.Start(ctx, p.wg.Done)
+// bindLocked makes the end of ctx stop every loop; p.mu is held. The
+// callers reconcile under one context for the pool's life; a new one
+// takes over from the old.
+func (p *Pool) bindLocked(ctx context.Context) {
+	if ctx == p.ctx {
+		return
+	}
+	if p.unbind != nil {
+		p.unbind()
+	}
+	p.ctx = ctx
+	p.unbind = context.AfterFunc(ctx, p.halt)
 }
 
-// stopLocked cancels a subscription and forgets it; p.mu is held. Its loop
-// ends on its own (cancelling closes its connection); what it reports from
+// halt stops every loop when the pool's context ends. The subscriptions
+// stay listed, as they were when the context ended.
+func (p *Pool) halt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, sub := range p.subs {
+		sub.loop.Stop()
+	}
+}
+
+// startLocked launches a subscription; p.mu is held.
+func (p *Pool) startLocked(pub fleet.Publisher) {
+	sub := &poolSub{pub: pub, transport: p.Connector.Transport()}
+	p.subs[pub.PublisherID] = sub
+	p.setLocked(sub, StatePending)
+	sub.loop = &Loop{Endpoint: pub.ZmqEndpoint(), Topic: pub.Topic, Namespace: pub.Namespace, Limits: p.Limits, Connector: p.Connector,
+		Handler: p.NewHandler(pub), State: func(s string) { p.transition(sub, s) }, Carrier: func(id string) { p.carrier(sub, id) }}
+	p.wg.Add(1)
+	sub.loop.start(p.wg.Done)
+}
+
+// stopLocked stops a subscription and forgets it; p.mu is held. Its loop
+// ends on its own (stopping closes its connection); what it reports from
 // now on is ignored.
 func (p *Pool) stopLocked(id uint64, sub *poolSub) {
-	sub.cancel()
+	sub.loop.Stop()
 	delete(p.subs, id)
 	p.setLocked(sub, "")
 }
