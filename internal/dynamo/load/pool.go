@@ -61,10 +61,11 @@ type Pool struct {
 	subs    map[uint64]*poolSub
 	refused map[uint64]bool // over MaxSubscriptions, logged once
 	wg      sync.WaitGroup
-	// ctx is the context the loops run under, and unbind undoes the hook
-	// that stops them all when it ends: one hook for the pool rather than
-	// a context per subscription, which an idle subscription would hold.
-	ctx    context.Context
+	// bound is the Done channel of the context the loops run under, and
+	// unbind undoes the hook that stops them all when it ends: one hook
+	// for the pool rather than a context per subscription, which an idle
+	// subscription would hold.
+	bound  <-chan struct{}
 	unbind func() bool
 }
 
@@ -132,13 +133,17 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 // callers reconcile under one context for the pool's life; a new one
 // takes over from the old.
 func (p *Pool) bindLocked(ctx context.Context) {
-	if ctx == p.ctx {
+	// Contexts that end together (the same one, or values over it) share
+	// their Done channel; comparing channels also never panics, as
+	// comparing two contexts of a non-comparable type would.
+	done := ctx.Done()
+	if p.unbind != nil && done == p.bound {
 		return
 	}
 	if p.unbind != nil {
 		p.unbind()
 	}
-	p.ctx = ctx
+	p.bound = done
 	p.unbind = context.AfterFunc(ctx, p.halt)
 }
 
