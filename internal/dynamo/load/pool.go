@@ -144,14 +144,18 @@ func (p *Pool) bindLocked(ctx context.Context) {
 		p.unbind()
 	}
 	p.bound = done
-	p.unbind = context.AfterFunc(ctx, p.halt)
+	p.unbind = context.AfterFunc(ctx, func() { p.halt(done) })
 }
 
-// halt stops every loop when the pool's context ends. The subscriptions
-// stay listed, as they were when the context ended.
-func (p *Pool) halt() {
+// halt stops every loop when the context the pool is bound to ends (done
+// is its Done channel; a context the pool moved on from stops nothing).
+// The subscriptions stay listed, as they were when the context ended.
+func (p *Pool) halt(done <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if done != p.bound {
+		return
+	}
 	for _, sub := range p.subs {
 		sub.loop.Stop()
 	}
