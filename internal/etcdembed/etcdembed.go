@@ -3,17 +3,13 @@
 // The fleet simulator registers workers in it; tests run discovery against
 // it.
 //
-// Imports: no internal package; only the simulator and tests use it.
+// Imports: loopport; only the simulator and tests use it.
 package etcdembed
 
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +17,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/continuum-router/continuum/internal/loopport"
 )
 
 // Server is one single-member etcd cluster.
@@ -48,11 +46,11 @@ func New(dir string, tls *transport.TLSInfo) (*Server, error) {
 // when it is asked for; someone else may bind it before etcd does, so the
 // first Start picks again when that happens.
 func (s *Server) pickPorts() error {
-	cp, err := freePort()
+	cp, err := loopport.Free()
 	if err != nil {
 		return err
 	}
-	pp, err := freePort()
+	pp, err := loopport.Free()
 	if err != nil {
 		return err
 	}
@@ -65,66 +63,26 @@ func (s *Server) pickPorts() error {
 	return nil
 }
 
-// freePort returns a loopback port that is free now, chosen below the
-// kernel's ephemeral range when it can be: ports handed out for port-0
-// listeners and outgoing connections come from that range, so a port
-// outside it is not taken by the rest of the process while etcd is down
-// for a restart.
-func freePort() (int, error) {
-	lo := ephemeralLow()
-	if lo > 2048 {
-		base := max(1024, lo-16384)
-		for range 64 {
-			port := base + rand.IntN(lo-base)
-			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-				_ = l.Close()
-				return port, nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range, or 0
-// when the range cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
 // Endpoint is the client URL; the first Start may change it, later ones
 // keep it.
 func (s *Server) Endpoint() string { return s.clientURL.String() }
 
 // Start runs the server (again, after Stop) and waits until it is ready.
 func (s *Server) Start() error {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
 	var srv *embed.Etcd
 	var err error
 	for attempt := 0; attempt < 50; attempt++ {
 		if srv, err = embed.StartEtcd(s.config()); err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
-		if !s.started {
+		if !started {
 			// Nobody knows the ports yet: take others rather than wait
 			// for whoever holds these.
-			if err = s.pickPorts(); err != nil {
-				return err
+			if perr := s.pickPorts(); perr != nil {
+				return perr
 			}
 			continue
 		}

@@ -323,8 +323,7 @@ func TestReloadRebind(t *testing.T) {
 	}()
 	testutil.Eventually(t, 10*time.Second, "request in flight", func() bool { return arrived.Load() == 1 })
 
-	newAddr, l := freeAddr(t)
-	_ = l.Close()
+	newAddr := unusedAddr(t)
 	f.write(strings.Replace(configYAML(backend.URL, root, ""), `"127.0.0.1:0"`, `"`+newAddr+`"`, 1))
 	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "server.bind_address (rebind)") {
 		t.Fatalf("rebind %+v", r)
@@ -368,8 +367,7 @@ func TestReloadRebind(t *testing.T) {
 
 	// The admin API moves to its own address: the main listener stops
 	// answering it.
-	adminAddr, al := freeAddr(t)
-	_ = al.Close()
+	adminAddr := unusedAddr(t)
 	text := strings.Replace(configYAML(backend.URL, root, ""), `"127.0.0.1:0"`, `"`+newAddr+`"`, 1)
 	text = strings.Replace(text, "admin:\n", "admin:\n  bind_address: \""+adminAddr+"\"\n", 1)
 	f.write(text)

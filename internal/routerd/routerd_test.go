@@ -19,6 +19,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/loopport"
 	"github.com/continuum-router/continuum/internal/routerd"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
@@ -46,6 +47,17 @@ func freeAddr(t *testing.T) (string, net.Listener) {
 	return l.Addr().String(), l
 }
 
+// unusedAddr is an address nothing listens on, for the router to bind
+// later: outside the ephemeral range, so that the connections of tests
+// running alongside do not take it in the meantime.
+func unusedAddr(t *testing.T) string {
+	addr, err := loopport.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
 // TestNewBindsOrFails: New binds both listeners; a port in use is New's
 // error, naming the key, and releases what it had bound.
 func TestNewBindsOrFails(t *testing.T) {
@@ -59,8 +71,7 @@ func TestNewBindsOrFails(t *testing.T) {
 		t.Errorf("main port in use: %v", err)
 	}
 
-	main, ml := freeAddr(t)
-	_ = ml.Close()
+	main := unusedAddr(t)
 	cfg = baseConfig(t, "http://127.0.0.1:1")
 	cfg.Server.BindAddress, cfg.Admin.BindAddress = main, busy
 	if _, err := routerd.New(cfg, routerd.Deps{}); err == nil || !strings.Contains(err.Error(), "admin.bind_address "+busy) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/continuum-router/continuum/internal/loopport"
 )
 
 // proc is a process the run started: the backend, continuum serve or the
@@ -109,20 +110,9 @@ func startBackend(dir string, tokens int, gap time.Duration) (*proc, string, err
 	return p, addr, nil
 }
 
-// freeAddr is a loopback address with a port nothing listens on now, for
-// the proxies whose configuration names their port.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
-}
-
 // startContinuum runs `continuum serve` with one plain backend.
 func startContinuum(dir, name, bin, backendAddr string) (*proc, string, error) {
-	addr, err := freeAddr()
+	addr, err := loopport.FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}
@@ -184,7 +174,7 @@ http {
 // startNginx runs nginx in the foreground (master and workers) with the
 // configuration above.
 func startNginx(dir, bin, backendAddr string) (*proc, string, error) {
-	addr, err := freeAddr()
+	addr, err := loopport.FreeAddr()
 	if err != nil {
 		return nil, "", err
 	}

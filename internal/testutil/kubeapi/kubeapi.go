@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,6 +52,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/continuum-router/continuum/internal/loopport"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -267,19 +267,10 @@ func write(t testing.TB, path string, data []byte) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // start runs the process and waits for /readyz. On failure the process is
 // stopped and the error carries the end of its log.
 func (s *Server) start(t testing.TB, bin string, pki *testutil.TestPKI) error {
-	port, err := freePort()
+	port, err := loopport.Free()
 	if err != nil {
 		return err
 	}
