@@ -13,39 +13,66 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/continuum-router/continuum/internal/loopport"
 )
 
-// GoPublisher is a go-zeromq/zmq4 PUB socket bound to a dynamic loopback port.
+// GoPublisher is a go-zeromq/zmq4 PUB socket bound to a loopback port.
 type GoPublisher struct {
 	Endpoint string
 	sock     zmq4.Socket
+	cancel   context.CancelFunc
 }
 
-// StartGoPublisher binds a PUB socket that closes when the test ends.
+// StartGoPublisher binds a PUB socket that closes when the test ends, on a
+// port outside the kernel's ephemeral range, so that a test restarting it
+// on its address (StartGoPublisherAt) does not find the port taken by some
+// connection in between.
 func StartGoPublisher(t testing.TB) *GoPublisher {
 	t.Helper()
+	for range 5 {
+		addr, err := loopport.FreeAddr()
+		if err != nil {
+			break
+		}
+		if p, err := startGoPublisher("tcp://" + addr); err == nil {
+			t.Cleanup(p.Close)
+			return p
+		}
+	}
 	return StartGoPublisherAt(t, "tcp://127.0.0.1:0")
+}
+
+func startGoPublisher(endpoint string) (*GoPublisher, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sock := zmq4.NewPub(ctx)
+	if err := sock.Listen(endpoint); err != nil {
+		cancel()
+		return nil, err
+	}
+	return &GoPublisher{Endpoint: "tcp://" + sock.Addr().String(), sock: sock, cancel: cancel}, nil
 }
 
 // StartGoPublisherAt binds a PUB socket at endpoint (a publisher that
 // restarts on its old address).
 func StartGoPublisherAt(t testing.TB, endpoint string) *GoPublisher {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	sock := zmq4.NewPub(ctx)
-	if err := sock.Listen(endpoint); err != nil {
-		cancel()
+	p, err := startGoPublisher(endpoint)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sock.Close(); cancel() })
-	return &GoPublisher{Endpoint: "tcp://" + sock.Addr().String(), sock: sock}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // Send publishes one multipart message.
 func (p *GoPublisher) Send(frames [][]byte) error { return p.sock.Send(zmq4.NewMsgFrom(frames...)) }
 
-// Close stops the publisher.
-func (p *GoPublisher) Close() { _ = p.sock.Close() }
+// Close stops the publisher (again: a no-op).
+func (p *GoPublisher) Close() {
+	_ = p.sock.Close()
+	p.cancel()
+}
 
 // Python is the interpreter whose python3-zmq binds libzmq (Debian's).
 const Python = "/usr/bin/python3"
