@@ -60,8 +60,10 @@ demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
 top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
 	scripts/top-e2e.sh
 
+# -p 1: one package's benchmarks at a time; two packages' at once would
+# share the cores and time each other.
 bench: tokenizer-ref ## run the benchmarks, then the proxy comparison (figures are ratios against baselines in the same run)
-	CONTINUUM_REQUIRE_HF_REF=1 $(GO) test -run '^$$' -bench . -benchmem ./...
+	CONTINUUM_REQUIRE_HF_REF=1 $(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)
 
 bench-proxy: ## continuum serve against nginx and the direct path, as processes under vegeta (installs nginx via apt if missing)
