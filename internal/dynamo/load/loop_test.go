@@ -212,12 +212,14 @@ func TestLoopStopInEveryStretch(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		steps []time.Duration
-		// settled: the stretch to stop in has been reached.
+		// settled: the stretch to stop in has been reached (nil: stop
+		// before starting).
 		settled func(h *countingHandler, attempts int) bool
+		hungUp  int // sessions the stop closes
 	}{
-		{"before it starts", nil, nil},
-		{"connected", []time.Duration{time.Hour}, func(h *countingHandler, _ int) bool { return h.connected == 1 }},
-		{"backing off", []time.Duration{-1, -1}, func(h *countingHandler, attempts int) bool { return h.ended == 1 && attempts == 1 }},
+		{"before it starts", nil, nil, 0},
+		{"connected", []time.Duration{time.Hour}, func(h *countingHandler, _ int) bool { return h.connected == 1 }, 1},
+		{"backing off", []time.Duration{-1, -1}, func(h *countingHandler, attempts int) bool { return h.ended == 1 && attempts == 1 }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -226,6 +228,7 @@ func TestLoopStopInEveryStretch(t *testing.T) {
 				h := &countingHandler{}
 				l := &load.Loop{Endpoint: "tcp://127.0.0.1:1", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn, Handler: h}
 				done := make(chan struct{})
+				endedBefore := 0
 				if tc.settled == nil {
 					l.Stop()
 					l.Start(t.Context(), func() { close(done) })
@@ -236,18 +239,17 @@ func TestLoopStopInEveryStretch(t *testing.T) {
 					if !tc.settled(h, attempts) {
 						t.Fatalf("not settled: %d attempts, %d connected, %d ended", attempts, h.connected, h.ended)
 					}
-					endedBefore := h.ended
+					endedBefore = h.ended
 					l.Stop()
-					<-done // a loop that does not end deadlocks the bubble
-					if h.ended != endedBefore {
-						t.Errorf("a stopped loop reported its end: %v", h.lastErr)
-					}
 				}
-				<-done
+				<-done // a loop that does not end deadlocks the bubble
 				synctest.Wait()
+				if h.ended != endedBefore {
+					t.Errorf("a stopped loop reported its end: %v", h.lastErr)
+				}
 				attempts, hungUp := conn.counts()
-				if tc.name == "connected" && hungUp != 1 {
-					t.Errorf("%d sessions closed, want 1", hungUp)
+				if hungUp != tc.hungUp {
+					t.Errorf("%d sessions closed, want %d", hungUp, tc.hungUp)
 				}
 				if tc.settled == nil && attempts != 0 {
 					t.Errorf("a loop stopped before it started dialled %d times", attempts)
