@@ -379,7 +379,15 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		problemFor(rec, rf.Kind, "%s", rf.Reason)
 		return
 	}
-	want := map[wire.Keyspace]string{wire.KeyspaceInstances: wire.TypeEndpoint, wire.KeyspaceModelCards: wire.TypeModel, wire.KeyspaceEventChannels: wire.TypeEventChannel}[space]
+	var want string
+	switch space {
+	case wire.KeyspaceInstances:
+		want = wire.TypeEndpoint
+	case wire.KeyspaceModelCards:
+		want = wire.TypeModel
+	case wire.KeyspaceEventChannels:
+		want = wire.TypeEventChannel
+	}
 	wrongType := func(typ string) bool {
 		if space == wire.KeyspaceEventChannels && typ == wire.TypeEventSource {
 			return false // the newer name of the same record

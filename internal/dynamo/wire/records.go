@@ -69,6 +69,10 @@ type Transport struct {
 
 // UnmarshalJSON reads the one-entry tagged map; a bare string is kept too.
 func (t *Transport) UnmarshalJSON(b []byte) error {
+	if kind, addr, ok := plainPair(b); ok {
+		*t = Transport{Kind: kind, Address: addr}
+		return nil
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		var s string
@@ -85,6 +89,65 @@ func (t *Transport) UnmarshalJSON(b []byte) error {
 		break
 	}
 	return nil
+}
+
+// plainPair reads b when it is an object of one string-valued entry whose
+// key and value hold no escapes and only valid UTF-8 (a transport as
+// workers write it), so that the common case costs no map. ok is false for
+// anything else, including what is not valid JSON.
+func plainPair(b []byte) (key, value string, ok bool) {
+	b = trimJSONSpace(b)
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return "", "", false
+	}
+	rest := trimJSONSpace(b[1 : len(b)-1])
+	k, rest, ok := plainString(rest)
+	if !ok {
+		return "", "", false
+	}
+	if rest = trimJSONSpace(rest); len(rest) == 0 || rest[0] != ':' {
+		return "", "", false
+	}
+	v, rest, ok := plainString(trimJSONSpace(rest[1:]))
+	if !ok || len(trimJSONSpace(rest)) != 0 {
+		return "", "", false
+	}
+	return string(k), string(v), true
+}
+
+// trimJSONSpace drops the whitespace JSON allows around b.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// plainString reads a JSON string at the start of b that has no escapes,
+// no control characters and only valid UTF-8, and returns its contents
+// and what follows it.
+func plainString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) < 2 || b[0] != '"' {
+		return nil, nil, false
+	}
+	end := bytes.IndexByte(b[1:], '"')
+	if end < 0 {
+		return nil, nil, false
+	}
+	s = b[1 : 1+end]
+	for _, c := range s {
+		if c < 0x20 || c == '\\' {
+			return nil, nil, false
+		}
+	}
+	if !utf8.Valid(s) {
+		return nil, nil, false
+	}
+	return s, b[2+end:], true
 }
 
 // Endpoint is a worker's request endpoint under v1/instances/.
@@ -139,20 +202,32 @@ func ParseEndpoint(value []byte) (*Endpoint, error) {
 	lenientString(f.Namespace, &e.Namespace)
 	lenientString(f.Component, &e.Component)
 	lenientString(f.Endpoint, &e.Endpoint)
+	// The raw fields are JSON the decode above has checked, so their
+	// parsers are called directly rather than through json.Unmarshal,
+	// which would check each again.
 	if !isNull(f.InstanceID) {
-		if err := json.Unmarshal(f.InstanceID, &e.InstanceID); err != nil {
+		if err := e.InstanceID.UnmarshalJSON(f.InstanceID); err != nil {
 			return nil, fmt.Errorf("%w: endpoint instance_id: %w", ErrRecord, err)
 		}
 	}
 	if !isNull(f.Transport) {
-		_ = json.Unmarshal(f.Transport, &e.Transport)
+		_ = e.Transport.UnmarshalJSON(f.Transport)
 	}
 	return e, nil
 }
 
 // lenientString sets dst from a raw JSON string; null, absent or a value of
-// another type leaves it empty.
+// another type leaves it empty. A string without escapes whose bytes are
+// valid UTF-8 reads as its bytes (what json.Unmarshal would make of it,
+// without its second pass over JSON already checked); others go through
+// json.Unmarshal, which decodes escapes and replaces invalid UTF-8.
 func lenientString(raw json.RawMessage, dst *string) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' {
+		if in := raw[1 : n-1]; bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+			*dst = string(in)
+			return
+		}
+	}
 	if !isNull(raw) {
 		_ = json.Unmarshal(raw, dst)
 	}

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -172,14 +173,69 @@ func FuzzParseRecords(f *testing.F) {
 	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"worker_type":" Prefill | decode ","model_type":"Chat | Completions"}}`))
 	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"model_type":"Prefill | 0x100","model_input":"Tokens"}}`))
 	f.Add([]byte(`{"type":"Model","instance_id":1,"card_json":{"worker_type":"encode|prefill","model_type":17}}`))
+	f.Add([]byte(`{"type":"End\u0070oint","namespace":"a\\b","component":"` + "\xff\xfe" + `","endpoint":"g","endpoint":7,"instance_id":1}`))
+	f.Add([]byte(` { "tcp" : "h:1/x" } `))
+	f.Add([]byte(`{"tcp":"a","tcp":"b"}`))
+	f.Add([]byte(`{"nats_tcp":"a\u0062"}`))
+	f.Add([]byte(`{"type":"Endpoint","namespace":"d\u00e9","component":null,"endpoint":"\ud800","instance_id":2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = wire.RecordType(b)
-		_, _ = wire.ParseEndpoint(b)
+		if e, err := wire.ParseEndpoint(b); err == nil {
+			got := [4]string{e.Type, e.Namespace, e.Component, e.Endpoint}
+			if want := endpointStrings(b); got != want {
+				t.Fatalf("%q: strings %q, json.Unmarshal reads %q", b, got, want)
+			}
+		}
 		if m, err := wire.ParseModel(b); err == nil && m.Card.Runtime.DataParallelSize == 0 {
 			t.Fatal("data_parallel_size 0 accepted")
 		}
 		_, _ = wire.ParseEventChannel(b)
+		if json.Valid(b) {
+			var got wire.Transport
+			err := got.UnmarshalJSON(b)
+			if want, ok := transportOf(b); ok && (err != nil || got != want) {
+				t.Fatalf("%q: transport %+v (%v), a map reads %+v", b, got, err, want)
+			}
+		}
 	})
+}
+
+// transportOf reads a transport as a map of its entries, the reference
+// for Transport's shortcut where the answer is certain: an object of one
+// entry (the kind and, when it is a string, the address) or a string.
+func transportOf(b []byte) (wire.Transport, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) == nil {
+		if len(m) != 1 {
+			return wire.Transport{}, false
+		}
+		for k, v := range m {
+			var addr string
+			_ = json.Unmarshal(v, &addr)
+			return wire.Transport{Kind: k, Address: addr}, true
+		}
+	}
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		return wire.Transport{Address: s}, true
+	}
+	return wire.Transport{}, false
+}
+
+// endpointStrings reads an endpoint record's string fields with
+// json.Unmarshal alone, as the reference for ParseEndpoint's shortcut: the
+// last of a repeated key counts, and a value that is not a string reads
+// as "".
+func endpointStrings(b []byte) [4]string {
+	var f struct {
+		Type, Namespace, Component, Endpoint json.RawMessage
+	}
+	_ = json.Unmarshal(b, &f)
+	var out [4]string
+	for i, raw := range []json.RawMessage{f.Type, f.Namespace, f.Component, f.Endpoint} {
+		_ = json.Unmarshal(raw, &out[i])
+	}
+	return out
 }
 
 // TestParseModelLenientEnvelope: an envelope field of the wrong type is
