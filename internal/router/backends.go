@@ -11,8 +11,10 @@ package router
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -43,6 +45,59 @@ type Backend struct {
 	probing      atomic.Bool  // a half-open probe is in flight
 	inflight     atomic.Int64
 	lastHealthAt atomic.Int64
+	// targets holds the parsed URL of each request path sent to the
+	// backend, read without a lock and replaced whole when a path is
+	// added. The paths are the router's routes, a handful.
+	targets atomic.Pointer[map[string]*url.URL]
+	auth    atomic.Pointer[[]string]
+}
+
+// authorization is the Authorization header the backend's requests carry
+// (its api_key as a bearer token), nil without a key; one slice per
+// backend, shared by its requests.
+func (b *Backend) authorization() []string {
+	if b.cfg.APIKey == "" {
+		return nil
+	}
+	if v := b.auth.Load(); v != nil {
+		return *v
+	}
+	v := []string{"Bearer " + b.cfg.APIKey}
+	b.auth.Store(&v)
+	return v
+}
+
+// maxTargets bounds a backend's parsed URLs; past it a URL is parsed per
+// request (the router has fewer routes than this).
+const maxTargets = 32
+
+// target is the URL of path on the backend, parsed once per path: every
+// request to that path shares it, so nothing may write to it.
+func (b *Backend) target(path string) (*url.URL, error) {
+	cached := b.targets.Load()
+	var known map[string]*url.URL
+	if cached != nil {
+		known = *cached
+	}
+	if u, ok := known[path]; ok {
+		return u, nil
+	}
+	u, err := url.Parse(b.URL() + path)
+	if err != nil {
+		return nil, err
+	}
+	// An empty port ("host:") means the scheme's, as an outgoing
+	// request's host is written without it.
+	if i := strings.LastIndexByte(u.Host, ':'); i >= 0 && i > strings.LastIndexByte(u.Host, ']') {
+		u.Host = strings.TrimSuffix(u.Host, ":")
+	}
+	if len(known) < maxTargets {
+		next := make(map[string]*url.URL, len(known)+1)
+		maps.Copy(next, known)
+		next[path] = u
+		b.targets.CompareAndSwap(cached, &next) // losing a race loses only the cache entry
+	}
+	return u, nil
 }
 
 // Name is the configured name.

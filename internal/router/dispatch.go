@@ -317,21 +317,10 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin) 
 func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res sendResult, retry bool) {
 	ctx, cancel := context.WithTimeout(x.r.Context(), b.cfg.Timeout.D())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL()+x.path, bytes.NewReader(x.body))
+	req, err := x.upstreamRequest(ctx, b, pinHdr)
 	if err != nil {
 		b.release(false, x.s.opts.Now())
 		return sendResult{outcome: shim.Failed, detail: err.Error()}, false
-	}
-	copyRequestHeaders(req.Header, x.r.Header)
-	req.ContentLength = int64(len(x.body))
-	req.Header.Set("Content-Type", "application/json")
-	if b.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+b.cfg.APIKey)
-	} else {
-		req.Header.Del("Authorization")
-	}
-	for k, v := range pinHdr {
-		req.Header[k] = v
 	}
 	// The transport directly: the client would only copy the headers and
 	// the URL for redirects, which the router never follows.
@@ -428,6 +417,43 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
 }
 
+// jsonContentType is the upstream request's Content-Type, one slice shared
+// by every request (cap = len, so an append copies).
+var jsonContentType = []string{"application/json"}
+
+// upstreamRequest is the request to send to b: the client's body, its
+// end-to-end headers, the backend's credentials and the pin headers, to
+// the backend's URL for the exchange's path.
+func (x *exchange) upstreamRequest(ctx context.Context, b *Backend, pinHdr http.Header) (*http.Request, error) {
+	u, err := b.target(x.path)
+	if err != nil {
+		return nil, err
+	}
+	h := make(http.Header, len(x.r.Header)+len(pinHdr)+2)
+	copyRequestHeaders(h, x.r.Header)
+	h["Content-Type"] = jsonContentType
+	if key := b.authorization(); key != nil {
+		h["Authorization"] = key
+	}
+	for k, v := range pinHdr {
+		h[k] = v
+	}
+	req := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host,
+		Body: http.NoBody, GetBody: noBody}
+	if len(x.body) > 0 {
+		req.Body, req.GetBody, req.ContentLength = io.NopCloser(bytes.NewReader(x.body)), x.bodyAgain, int64(len(x.body))
+	}
+	return req.WithContext(ctx), nil
+}
+
+// bodyAgain is the request body from its start, for a request sent a
+// second time.
+func (x *exchange) bodyAgain() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(x.body)), nil
+}
+
+func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
+
 // broken is the outcome of an answer whose relay failed after its head
 // went to the client: the client left, or the backend's answer broke off.
 func (x *exchange) broken(b *Backend, status int, err error) sendResult {
@@ -492,7 +518,9 @@ func copyRequestHeaders(dst, src http.Header) {
 		if dropRequestHeaders[k] || shim.IsPinHeader(k) {
 			continue
 		}
-		dst[k] = slices.Clone(v)
+		// Shared, not copied: nothing writes an upstream request's
+		// values, and a clipped slice is copied by any append.
+		dst[k] = slices.Clip(v)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
 )
 
 // countingBackend serves h and counts the connections it accepted.
@@ -802,5 +805,39 @@ func TestHeaderBytesCountTowardsInline(t *testing.T) {
 		if n != tc.pooled {
 			t.Fatalf("a %d-byte header: %d connections in the router's own pool, want %d", len(tc.header), n, tc.pooled)
 		}
+	}
+}
+
+// TestBackendTarget: a request path's URL on a backend is parsed once and
+// shared (the same pointer for the same path, a different one for another
+// path), is written as NewRequest would (an empty port dropped), and the
+// cache stops growing at maxTargets while URLs are still returned.
+func TestBackendTarget(t *testing.T) {
+	t.Parallel()
+	b := &Backend{cfg: config.Backend{URL: "http://backend.example:/base/"}}
+	u1, err := b.target("/v1/chat/completions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u1.String() != "http://backend.example/base/v1/chat/completions" || u1.Host != "backend.example" {
+		t.Fatalf("target %q (host %q)", u1, u1.Host)
+	}
+	if again, _ := b.target("/v1/chat/completions"); again != u1 {
+		t.Error("the same path was parsed again")
+	}
+	if other, _ := b.target("/v1/completions"); other == u1 || other.Path != "/base/v1/completions" {
+		t.Errorf("another path gave %q", other)
+	}
+	for i := range 2 * maxTargets {
+		u, err := b.target(fmt.Sprintf("/p%d", i))
+		if err != nil || u.Path != fmt.Sprintf("/base/p%d", i) {
+			t.Fatalf("path %d: %v, %v", i, u, err)
+		}
+	}
+	if n := len(*b.targets.Load()); n != maxTargets {
+		t.Errorf("%d cached URLs, want the bound %d", n, maxTargets)
+	}
+	if _, err := (&Backend{cfg: config.Backend{URL: "http://[::1"}}).target("/x"); err == nil {
+		t.Error("an unparsable URL gave no error")
 	}
 }
