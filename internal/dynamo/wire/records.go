@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -68,6 +70,8 @@ type Transport struct {
 }
 
 // UnmarshalJSON reads the one-entry tagged map; a bare string is kept too.
+// Of a map with several entries (which Dynamo never writes) the first key
+// in byte order counts, so that the same record always reads the same.
 func (t *Transport) UnmarshalJSON(b []byte) error {
 	if kind, addr, ok := plainPair(b); ok {
 		*t = Transport{Kind: kind, Address: addr}
@@ -82,12 +86,13 @@ func (t *Transport) UnmarshalJSON(b []byte) error {
 		}
 		return err
 	}
-	for k, v := range m {
-		var addr string
-		_ = json.Unmarshal(v, &addr)
-		*t = Transport{Kind: k, Address: addr}
-		break
+	if len(m) == 0 {
+		return nil
 	}
+	k := slices.Min(slices.Collect(maps.Keys(m)))
+	var addr string
+	_ = json.Unmarshal(m[k], &addr)
+	*t = Transport{Kind: k, Address: addr}
 	return nil
 }
 
@@ -350,7 +355,7 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 	lenientString(f.Endpoint, &m.Endpoint)
 	lenientString(f.ModelSuffix, &m.ModelSuffix)
 	if !isNull(f.InstanceID) {
-		if err := json.Unmarshal(f.InstanceID, &m.InstanceID); err != nil {
+		if err := m.InstanceID.UnmarshalJSON(f.InstanceID); err != nil {
 			return nil, fmt.Errorf("%w: model instance_id: %w", ErrRecord, err)
 		}
 	}

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 
@@ -176,6 +177,7 @@ func FuzzParseRecords(f *testing.F) {
 	f.Add([]byte(`{"type":"End\u0070oint","namespace":"a\\b","component":"` + "\xff\xfe" + `","endpoint":"g","endpoint":7,"instance_id":1}`))
 	f.Add([]byte(` { "tcp" : "h:1/x" } `))
 	f.Add([]byte(`{"tcp":"a","tcp":"b"}`))
+	f.Add([]byte(`{"zmq":"b","tcp":"a","nats":7}`))
 	f.Add([]byte(`{"nats_tcp":"a\u0062"}`))
 	f.Add([]byte(`{"type":"Endpoint","namespace":"d\u00e9","component":null,"endpoint":"\ud800","instance_id":2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -201,19 +203,18 @@ func FuzzParseRecords(f *testing.F) {
 }
 
 // transportOf reads a transport as a map of its entries, the reference
-// for Transport's shortcut where the answer is certain: an object of one
-// entry (the kind and, when it is a string, the address) or a string.
+// for Transport's reading: of an object, the entry with the least key (the
+// kind and, when it is a string, the address); a string is the address.
 func transportOf(b []byte) (wire.Transport, bool) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(b, &m) == nil {
-		if len(m) != 1 {
-			return wire.Transport{}, false
+		if len(m) == 0 {
+			return wire.Transport{}, true
 		}
-		for k, v := range m {
-			var addr string
-			_ = json.Unmarshal(v, &addr)
-			return wire.Transport{Kind: k, Address: addr}, true
-		}
+		k := slices.Min(slices.Collect(maps.Keys(m)))
+		var addr string
+		_ = json.Unmarshal(m[k], &addr)
+		return wire.Transport{Kind: k, Address: addr}, true
 	}
 	var s string
 	if json.Unmarshal(b, &s) == nil {
