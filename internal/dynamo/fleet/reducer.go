@@ -269,16 +269,16 @@ func (r *Reducer) Delete(key string) {
 func (rec *record) identities() (wid WorkerID, isGen, isCard bool, pid pubID, isChan bool) {
 	switch {
 	case rec.endpoint != nil:
-		return WorkerID{rec.ns, rec.endpoint.InstanceID.Value}, rec.endpoint.Endpoint == GenerateEndpoint, false, pubID{}, false
+		return WorkerID{rec.ns, rec.endpoint.InstanceID.Value}, rec.endpoint.Endpoint == GenerateEndpoint, false, pubID(0), false
 	case rec.pod != nil:
-		return WorkerID{rec.ns, rec.pod.InstanceID}, true, false, pubID{}, false
+		return WorkerID{rec.ns, rec.pod.InstanceID}, true, false, pubID(0), false
 	case rec.model != nil:
 		m := rec.model
-		return WorkerID{rec.ns, m.InstanceID.Value}, false, m.ModelSuffix == "" && !m.Card.LoRA, pubID{}, false
+		return WorkerID{rec.ns, m.InstanceID.Value}, false, m.ModelSuffix == "" && !m.Card.LoRA, pubID(0), false
 	case rec.channel != nil:
-		return WorkerID{}, false, false, pubID{rec.ns, rec.channel.PublisherID.Value}, true
+		return WorkerID{}, false, false, pubID(rec.channel.PublisherID.Value), true
 	}
-	return WorkerID{}, false, false, pubID{}, false
+	return WorkerID{}, false, false, pubID(0), false
 }
 
 func addTo[K comparable](m map[K]map[string]*record, k K, rec *record) {
@@ -461,10 +461,12 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 	}
 }
 
-type pubID struct {
-	namespace string
-	id        uint64
-}
+// pubID is a publisher's identity: its publisher id alone, in whatever
+// namespace its channel record sits. Subscriptions and the load samples
+// they feed are keyed by publisher id, so two channels that claim one id
+// are both rejected as duplicates even when their namespaces differ (one
+// subscription cannot follow both).
+type pubID uint64
 
 // Build materialises the current records into a snapshot and clears the
 // dirty flag. now stamps workers seen for the first time. Only identities
@@ -720,7 +722,7 @@ func (r *Reducer) recomputePublisher(id pubID) {
 	delete(r.pubs, id)
 	switch {
 	case len(recs) > 1:
-		r.pprobs[id] = dupProblem("event channel", recs, "publisher "+wire.FormatID(id.id))
+		r.pprobs[id] = dupProblem("event channel", recs, "publisher "+wire.FormatID(uint64(id)))
 	case len(recs) == 1:
 		rec := recs[0]
 		ch := rec.channel
@@ -730,7 +732,7 @@ func (r *Reducer) recomputePublisher(id pubID) {
 		}
 		r.pubs[id] = &Publisher{
 			Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
-			PublisherID: id.id, TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
+			PublisherID: uint64(id), TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
 		}
 	}
 	if _, has := r.pprobs[id]; has || hadProblem {
