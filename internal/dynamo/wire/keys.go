@@ -161,7 +161,11 @@ func parseWorkerKey(full string, space Keyspace, rel string) (Key, error) {
 		return Key{}, keyErr(full, "want <namespace>/<component>/<endpoint>/<hex id>%s", map[bool]string{true: "[/<lora suffix>]"}[space == KeyspaceModelCards])
 	}
 	for i, s := range seg[:3] {
-		if s == "" {
+		// A legacy model card's writer left component and endpoint
+		// empty, in the record and so in its key (<ns>///<hex id>); the
+		// card joins by instance id alone, so its key's segments may be
+		// empty. Other records need all three.
+		if s == "" && (i == 0 || space != KeyspaceModelCards) {
 			return Key{}, keyErr(full, "empty %s segment", [3]string{"namespace", "component", "endpoint"}[i])
 		}
 	}
