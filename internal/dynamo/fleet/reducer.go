@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"hash/maphash"
 	"maps"
 	"slices"
@@ -567,8 +568,13 @@ func dupProblem(what string, recs []*record, identity string) Problem {
 		keys[i] = rec.key
 	}
 	slices.Sort(keys)
+	set := fnv.New64a()
+	for _, k := range keys {
+		_, _ = set.Write([]byte(k))
+		_, _ = set.Write([]byte{0})
+	}
 	return Problem{Kind: ProblemDuplicate, Namespace: recs[0].ns, Keys: keys[:min(len(keys), MaxProblemKeys)], KeyCount: len(keys),
-		Reason: fmt.Sprintf("%d %s records claim %s; every claimant is rejected", len(keys), what, identity)}
+		Reason: fmt.Sprintf("%d %s records claim %s; every claimant is rejected", len(keys), what, identity), keySet: set.Sum64()}
 }
 
 func values(m map[string]*record) []*record {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,7 +113,8 @@ func (r *Registry) Publish(snap *Snapshot) uint64 {
 func (r *Registry) Reset() uint64 { return r.Publish(&Snapshot{}) }
 
 func problemKey(p Problem) string {
-	return p.Kind + "\x00" + p.Namespace + "\x00" + strings.Join(p.Keys, "\x00") + "\x00" + fmt.Sprint(p.KeyCount) + "\x00" + p.Reason
+	return p.Kind + "\x00" + p.Namespace + "\x00" + strings.Join(p.Keys, "\x00") + "\x00" + fmt.Sprint(p.KeyCount) + "\x00" + p.Reason +
+		"\x00" + strconv.FormatUint(p.keySet, 16)
 }
 
 // report logs what is new in snap: problems (once per key set while they

@@ -85,6 +85,34 @@ func TestRegistryReportsProblemsOnce(t *testing.T) {
 	}
 }
 
+// TestRegistryReportsChangedKeySet: a conflict is reported once per key
+// set, and a set that changes is a new conflict, also when the keys it
+// shows (at most four) and its count stay the same.
+func TestRegistryReportsChangedKeySet(t *testing.T) {
+	t.Parallel()
+	var observed int
+	reg := fleet.NewRegistry(slog.New(slog.DiscardHandler), func(fleet.Problem) { observed++ })
+	r := fleet.NewReducer()
+	claim := func(suffix string) string { return "v1/instances/dynamo/decode/generate/" + suffix }
+	for _, s := range []string{"1", "a", "b", "c", "d"} {
+		r.Put(claim(s), endpoint(1), t0)
+	}
+	reg.Publish(r.Build(t0))
+	if observed != 1 {
+		t.Fatalf("%d problems observed for one conflict", observed)
+	}
+	r.Delete(claim("d"))
+	r.Put(claim("e"), endpoint(1), t0)
+	snap := r.Build(t0)
+	if p := snap.Problems; len(p) != 1 || p[0].KeyCount != 5 || len(p[0].Keys) != fleet.MaxProblemKeys {
+		t.Fatalf("problems %+v", p)
+	}
+	reg.Publish(snap)
+	if observed != 2 {
+		t.Errorf("%d problems observed; the changed key set was not reported", observed)
+	}
+}
+
 func TestRegistryMixedNamespaceWarnings(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer

@@ -151,6 +151,10 @@ type Problem struct {
 	Keys     []string
 	KeyCount int
 	Reason   string
+	// keySet identifies every key involved, where Keys may show only
+	// some: a conflict whose key set changes is a new conflict (logged
+	// and counted again) even when its first keys and count do not.
+	keySet uint64
 }
 
 // NamespaceModel names a model served in one Dynamo namespace.
