@@ -174,9 +174,18 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			// A record is written beside the store and renamed into it, so
+			// that the watch sees it whole in one event (a file written in
+			// place can be seen empty first, a malformed record and a
+			// generation of its own).
+			scratch := t.TempDir()
 			write := func(id int) {
 				v := fmt.Sprintf(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d}`, id)
-				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("dynamo%%2Fdecode%%2Fgenerate%%2F%x", id)), []byte(v), 0o644); err != nil {
+				name := fmt.Sprintf("dynamo%%2Fdecode%%2Fgenerate%%2F%x", id)
+				if err := os.WriteFile(filepath.Join(scratch, name), []byte(v), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(filepath.Join(scratch, name), filepath.Join(dir, name)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -195,6 +204,11 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 			// follows as an "added" change.
 			testutil.Eventually(t, 10*time.Second, "first report", func() bool { return strings.Contains(out.String(), tc.report) })
 			write(2)
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("output: %q", out.String())
+				}
+			})
 			testutil.Eventually(t, 10*time.Second, "added change", func() bool { return strings.Contains(out.String(), tc.added) })
 			cancel()
 			if err := <-done; err != nil {
