@@ -174,6 +174,16 @@ func prefixOf(space wire.Keyspace) string {
 // for a record whose key and value name different instance ids.
 const mismatchMark = 1 << 63
 
+// keyedID is the id a record under a relative key names: the key's, or
+// one that can match no pod when the value names another id (the value's
+// id is the one the reducer goes by).
+func keyedID(keyID uint64, valueID *wire.ID) uint64 {
+	if valueID == nil || !valueID.Set || valueID.Value == keyID {
+		return keyID
+	}
+	return keyID ^ valueID.Value ^ mismatchMark
+}
+
 // recordKey derives the full etcd key of one record from its value (and
 // its map key, when that is the relative key of the same identity), with
 // the namespace and the instance (or publisher) id it names. When the key
@@ -185,7 +195,13 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 		e, err := wire.ParseEndpoint(value)
 		if err != nil || !e.InstanceID.Set || e.Namespace == "" || e.Component == "" || e.Endpoint == "" {
 			if kerr == nil {
-				return wire.PrefixInstances + mapKey, k.Namespace, k.InstanceID, true
+				// The value's id, when it has one, is the worker's id in
+				// the reducer: it must be the key's too.
+				var valueID *wire.ID
+				if err == nil {
+					valueID = &e.InstanceID
+				}
+				return wire.PrefixInstances + mapKey, k.Namespace, keyedID(k.InstanceID, valueID), true
 			}
 			return "", "", 0, false
 		}
@@ -198,7 +214,11 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 		m, err := wire.ParseModel(value)
 		if err != nil || !m.InstanceID.Set || m.Namespace == "" || m.Component == "" || m.Endpoint == "" {
 			if kerr == nil {
-				return wire.PrefixModelCards + mapKey, k.Namespace, k.InstanceID, true
+				var valueID *wire.ID
+				if err == nil {
+					valueID = &m.InstanceID
+				}
+				return wire.PrefixModelCards + mapKey, k.Namespace, keyedID(k.InstanceID, valueID), true
 			}
 			return "", "", 0, false
 		}
@@ -252,6 +272,11 @@ func channelPath(ch *wire.EventChannel) string {
 func shrinkCard(value []byte) []byte {
 	var env map[string]json.RawMessage
 	if json.Unmarshal(value, &env) != nil {
+		return value
+	}
+	// The bound is the card's, as the reducer applies it to a card from
+	// any source: a record over it whose card is under it is kept whole.
+	if len(env["card_json"]) <= fleet.MaxRetainedCardBytes {
 		return value
 	}
 	var card map[string]json.RawMessage

@@ -51,6 +51,10 @@ func TestClassifyDWM(t *testing.T) {
 		{name: "key id mismatch", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/c/generate/7":%s}}}`, card(id, "")), refusal: "mismatch"},
 		{name: "card key of another component, id mismatch", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/other/generate/7":%s}}}`, card(id, "")), refusal: "mismatch"},
 		{name: "card key of another endpoint, id mismatch", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/c/other/7/lora":%s}}}`, card(id, "")), refusal: "mismatch"},
+		{name: "value without namespace: its id is still checked", spec: fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate/%s":{"type":"Endpoint","instance_id":7,"transport":{"tcp":"x"}}}}}`, hex), refusal: "mismatch"},
+		{name: "card without namespace: its id is still checked", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/c/generate/%s":{"type":"Model","instance_id":7,"card_json":{"display_name":"m"}}}}}`, hex), refusal: "mismatch"},
+		{name: "value without namespace, the key's id", spec: fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate/%s":{"type":"Endpoint","instance_id":%d,"transport":{"tcp":"x"}}},"model_cards":{"dn/c/generate/%s":{"type":"Model","card_json":{"display_name":"m"}}}}}`, hex, id, hex),
+			keys: []string{"v1/instances/dn/c/generate/" + hex, "v1/mdc/dn/c/generate/" + hex}},
 		{name: "endpoint key of another component, id mismatch", spec: fmt.Sprintf(`{"data":{"endpoints":{"dn/other/generate/7":%s}}}`, ep("dn", id)), refusal: "mismatch"},
 		{name: "card key of another component, same id", spec: fmt.Sprintf(`{"data":{"model_cards":{"dn/other/generate/%s":%s}}}`, hex, card(id, "")),
 			keys: []string{"v1/mdc/dn/c/generate/" + hex}},
@@ -160,4 +164,32 @@ func FuzzClassifyDWM(f *testing.F) {
 			t.Fatalf("namespace %q with %d records", d.Namespace, len(d.Records))
 		}
 	})
+}
+
+// TestClassifyKeepsCardUnderBound: the retained-card bound is the card's
+// (card_json), not the record's: a Model record over 1 MiB whose card is
+// under it is handed on whole, as the etcd path keeps it.
+func TestClassifyKeepsCardUnderBound(t *testing.T) {
+	t.Parallel()
+	const pod = "worker-0"
+	id := kube.HashPodName(pod)
+	template := strings.Repeat("x", 1<<20-100)
+	pad := strings.Repeat("p", 400)
+	spec := fmt.Sprintf(`{"data":{"model_cards":{"k":{"type":"Model","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d,"note":%q,"card_json":{"display_name":"m","chat_template":%q}}}}}`, id, pad, template)
+	d := kube.ClassifyDWM(dwmJSON(pod, pod, spec), []string{"dn"})
+	if d.Refusal != nil || d.Malformed != "" || len(d.Records) != 1 {
+		t.Fatalf("refusal %+v, malformed %q, %d records", d.Refusal, d.Malformed, len(d.Records))
+	}
+	for k, v := range d.Records {
+		m, err := wire.ParseModel(v)
+		if err != nil || len(v) <= 1<<20 {
+			t.Fatalf("%s: %d bytes, %v", k, len(v), err)
+		}
+		var card struct {
+			ChatTemplate string `json:"chat_template"`
+		}
+		if err := json.Unmarshal(m.CardJSON, &card); err != nil || card.ChatTemplate != template {
+			t.Errorf("%s: the card was not kept whole (%d bytes of template, %v)", k, len(card.ChatTemplate), err)
+		}
+	}
 }
