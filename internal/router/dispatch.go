@@ -174,10 +174,24 @@ func (x *exchange) route() {
 	case shim.FallBack:
 		x.plain(shim.PathFallback)
 	case shim.FailDecode:
-		x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "", "the pinned Dynamo dispatch failed: "+res.detail)
+		x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "", "the pinned Dynamo dispatch failed: "+x.failure(res))
 	case shim.Abort:
 		x.abort(res)
 	}
+}
+
+// failure is what the client is told of a failed dispatch: the backend is
+// named only to a client that asked to see backends (x-backend), as in
+// the answer's headers; the log has it always.
+func (x *exchange) failure(res sendResult) string {
+	x.s.logger.Warn("dispatch failed", "path", x.path, "model", x.q.Model, "status", res.status, "detail", res.detail)
+	switch {
+	case x.reveal:
+		return res.detail
+	case res.public == "":
+		return "the dispatch to the backend failed"
+	}
+	return res.public
 }
 
 // abort ends a client's answer whose upstream answer broke after some of
@@ -261,10 +275,10 @@ func (x *exchange) plain(routingPath string) {
 	switch res.outcome {
 	case shim.Failed:
 		if res.status == http.StatusGatewayTimeout {
-			x.fail(http.StatusGatewayTimeout, CodeTimeout, "", res.detail)
+			x.fail(http.StatusGatewayTimeout, CodeTimeout, "", x.failure(res))
 			return
 		}
-		x.fail(http.StatusBadGateway, CodeUpstream, "", res.detail)
+		x.fail(http.StatusBadGateway, CodeUpstream, "", x.failure(res))
 	case shim.Cut:
 		x.abort(res)
 	}
@@ -276,7 +290,10 @@ func strconvQuote(s string) string { return strconv.Quote(s) }
 type sendResult struct {
 	outcome shim.Outcome
 	status  int
-	detail  string
+	// detail says what failed, naming the backend (for the logs, and for
+	// a client that asked to see backends with x-backend); public says it
+	// without naming the backend or its address, for any other client.
+	detail, public string
 	// repin is why a failed pinned dispatch calls for other workers
 	// (shim.Repin), "" when it does not; blame are the workers it failed on.
 	repin string
@@ -289,7 +306,7 @@ type sendResult struct {
 // answer. Non-retryable answers (2xx, other 4xx) are relayed as they are.
 func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin) sendResult {
 	if len(replicas) == 0 {
-		return sendResult{outcome: shim.Failed, detail: "no replica available"}
+		return sendResult{outcome: shim.Failed, detail: "no replica available", public: "no replica available"}
 	}
 	start := int(x.s.rr.Add(1))
 	var last sendResult
@@ -307,7 +324,7 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin) 
 		last = res
 	}
 	if tried == 0 {
-		return sendResult{outcome: shim.Failed, detail: "every replica is unavailable"}
+		return sendResult{outcome: shim.Failed, detail: "every replica is unavailable", public: "every replica is unavailable"}
 	}
 	return last
 }
@@ -320,7 +337,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	req, err := x.upstreamRequest(ctx, b, pinHdr)
 	if err != nil {
 		b.release(false, x.s.opts.Now())
-		return sendResult{outcome: shim.Failed, detail: err.Error()}, false
+		return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + err.Error(), public: "the backend's URL is not valid"}, false
 	}
 	// The transport directly: the client would only copy the headers and
 	// the URL for redirects, which the router never follows.
@@ -331,9 +348,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return sendResult{outcome: shim.ClientGone}, false
 		}
 		b.release(false, x.s.opts.Now())
-		status := http.StatusBadGateway
+		status, public := http.StatusBadGateway, "the connection to the backend failed"
 		if errors.Is(err, context.DeadlineExceeded) {
-			status = http.StatusGatewayTimeout
+			status, public = http.StatusGatewayTimeout, "the backend did not answer within its timeout"
 		}
 		// A failure to connect is retried on another replica: the request
 		// never reached this one. A connection that broke before any
@@ -346,7 +363,10 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		var op *net.OpError
 		dialFailed := errors.As(err, &op) && op.Op == "dial"
 		migrates := pin != nil && shim.RepinLimit(*pin) > 0 && connectionBroken(err)
-		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + err.Error()}, dialFailed || migrates
+		if dialFailed {
+			public = "the backend could not be reached"
+		}
+		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + err.Error(), public: public}, dialFailed || migrates
 	}
 	defer func() { _ = resp.Body.Close() }()
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
@@ -386,13 +406,14 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			if x.r.Context().Err() != nil {
 				return sendResult{outcome: shim.ClientGone}, false
 			}
-			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + err.Error()}, false
+			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + err.Error(),
+				public: "reading the backend's response failed"}, false
 		}
 		if pin != nil && shim.IsPrefillRefusal(resp.StatusCode, data) {
 			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false
 		}
 		if pin != nil && failed {
-			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status}
+			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status}
 			if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
 				res.blame, res.named = shim.FailedWorkers(*pin, data)
 			}

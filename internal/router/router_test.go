@@ -1048,3 +1048,34 @@ func TestCutAnswerIsAborted(t *testing.T) {
 		t.Errorf("%v aborted answers counted as 5xx, want 2", n)
 	}
 }
+
+// TestFailureNamesBackendOnlyWhenAsked: a failed dispatch's error names the
+// backend and its address only to a client that sent x-backend (an empty
+// value too), as the answer's headers do; any other client is told what
+// failed without either.
+func TestFailureNamesBackendOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	dead := closedURL(t)
+	h := newHarness(t, func(cfg *config.Config) {
+		cfg.Dynamo.Enabled, cfg.DisaggregatedServing.Enabled = false, false
+		cfg.Backends = []config.Backend{{Name: "gpu-pool-7", Type: "openai", URL: dead, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	})
+	addr := strings.TrimPrefix(dead, "http://")
+	for _, tc := range []struct {
+		hdr    map[string]string
+		reveal bool
+	}{{nil, false}, {map[string]string{"x-backend": ""}, true}} {
+		resp := h.post(t, chat(false), tc.hdr)
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		named := strings.Contains(body, "gpu-pool-7") || strings.Contains(body, addr)
+		if named != tc.reveal {
+			t.Errorf("x-backend %v: the error names the backend: %v: %s", tc.hdr, named, body)
+		}
+		if !tc.reveal && !strings.Contains(body, "the backend could not be reached") {
+			t.Errorf("the error does not say what failed: %s", body)
+		}
+	}
+}
