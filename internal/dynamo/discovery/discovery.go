@@ -164,7 +164,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if resetAfter <= 0 {
 			resetAfter = w.Backoff.Max
 		}
-		if !s.established.IsZero() && time.Since(s.established) >= resetAfter {
+		// A watch the server ended at its timeout opened a moment before
+		// the pass counted itself established (the listed records were
+		// applied in between), so its session reads just short of that
+		// timeout: an expiry counts as a full session from a tenth short
+		// of the bound, so that the normal end of a watch never grows the
+		// backoff.
+		lasted := time.Since(s.established)
+		if !s.established.IsZero() && (lasted >= resetAfter || expired && lasted >= resetAfter-resetAfter/10) {
 			delay = w.Backoff.Initial
 		}
 		if expired {

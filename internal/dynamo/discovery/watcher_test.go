@@ -19,6 +19,9 @@ type scripted struct {
 	sessions []time.Duration
 	starts   []time.Time
 	cancel   context.CancelFunc
+	// expires marks the passes whose watch the server ends at its
+	// timeout (ErrWatchExpired) rather than breaking.
+	expires map[int]bool
 }
 
 func (s *scripted) Name() string { return "scripted" }
@@ -37,6 +40,9 @@ func (s *scripted) Run(ctx context.Context, sink discovery.Sink) error {
 	sink.Put("v1/instances/dynamo/decode/generate/1", []byte(`{"component":"decode","endpoint":"generate","instance_id":1}`))
 	sink.ResyncEnd()
 	time.Sleep(d) // the session stays up this long
+	if s.expires[len(s.starts)-1] {
+		return discovery.ErrWatchExpired
+	}
 	return errors.New("stream ended")
 }
 
@@ -75,6 +81,41 @@ func TestBackoff(t *testing.T) {
 		}
 		if w.Registry.Generation() != 1 {
 			t.Errorf("generation %d: identical resyncs must publish once", w.Registry.Generation())
+		}
+	})
+}
+
+// TestBackoffWatchExpiry: a watch the server ends at its timeout resets
+// the backoff although the pass counted its session from a little after
+// the watch opened (so it reads just short of the bound); a watch that
+// ends early does not.
+func TestBackoffWatchExpiry(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		sessions := []time.Duration{
+			-1, -1, // 500ms 1s
+			7900 * time.Millisecond, // expired just short of 8s: reset -> 500ms
+			-1,                      // 1s
+			time.Second,             // expired early: no reset -> 2s
+		}
+		src := &scripted{cancel: cancel, sessions: sessions, expires: map[int]bool{2: true, 4: true}}
+		w := &discovery.Watcher{
+			Source: src, Registry: fleet.NewRegistry(nil, nil),
+			Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
+		}
+		if err := w.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var delays []time.Duration
+		for i := 1; i < len(src.starts); i++ {
+			end := src.starts[i-1].Add(max(sessions[i-1], 0))
+			delays = append(delays, src.starts[i].Sub(end))
+		}
+		want := []time.Duration{500 * time.Millisecond, time.Second, 500 * time.Millisecond, time.Second, 2 * time.Second}
+		if !slices.Equal(delays, want) {
+			t.Fatalf("delays %v, want %v", delays, want)
 		}
 	})
 }
