@@ -199,7 +199,7 @@ type endpointFields struct {
 // id, fails.
 func ParseEndpoint(value []byte) (*Endpoint, error) {
 	var f endpointFields
-	if err := json.Unmarshal(value, &f); err != nil {
+	if err := unmarshalFields(value, &f); err != nil {
 		return nil, fmt.Errorf("%w: endpoint: %w", ErrRecord, err)
 	}
 	e := &Endpoint{}
@@ -344,7 +344,7 @@ type modelFields struct {
 // CardErrors and left at its zero value, and the rest still parse.
 func ParseModel(value []byte) (*ModelRecord, error) {
 	var f modelFields
-	if err := json.Unmarshal(value, &f); err != nil {
+	if err := unmarshalFields(value, &f); err != nil {
 		return nil, fmt.Errorf("%w: model: %w", ErrRecord, err)
 	}
 	m := &ModelRecord{}
@@ -392,7 +392,7 @@ func isNull(v json.RawMessage) bool {
 
 func parseCard(raw json.RawMessage) (Card, []string) {
 	var f cardFields
-	if err := json.Unmarshal(raw, &f); err != nil {
+	if err := unmarshalFields(raw, &f); err != nil {
 		return Card{Runtime: RuntimeConfig{DataParallelSize: 1}}, []string{"card_json is not an object"}
 	}
 	var c Card

@@ -57,3 +57,27 @@ func TestCoreCardFieldsKeepTypedCard(t *testing.T) {
 		t.Errorf("shrunk card parses to\n%+v\nthe whole card to\n%+v", small.Card, whole.Card)
 	}
 }
+
+// TestRecordFieldsMatchExactly: a key that differs from a field's name only
+// in case (or by a Unicode fold, as the Kelvin sign to "k") is an unknown
+// field and ignored, as Dynamo's own decoder reads records, wherever it
+// stands; encoding/json alone would take it for the field.
+func TestRecordFieldsMatchExactly(t *testing.T) {
+	t.Parallel()
+	e, err := wire.ParseEndpoint([]byte(`{"type":"Endpoint","component":"backend","endpoint":"generate","Instance_ID":3,"instance_id":1,"INSTANCE_ID":2,"Component":"x"}`))
+	if err != nil || e.InstanceID != (wire.ID{Value: 1, Set: true}) || e.Component != "backend" {
+		t.Errorf("endpoint %+v, %v", e, err)
+	}
+	m, err := wire.ParseModel([]byte(`{"type":"Model","Instance_Id":9,"instance_id":1,"card_json":{"display_name":"m","worker_type":"Decode","Worker_Type":"Prefill","DISPLAY_NAME":"other","\u212Av_cache_block_size":8,"kv_cache_block_size":16}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.InstanceID.Value != 1 || m.Card.Model() != "m" || m.Card.WorkerType != wire.WorkerDecode || m.Card.KVCacheBlockSize == nil || *m.Card.KVCacheBlockSize != 16 {
+		t.Errorf("model %+v, card %+v", m, m.Card)
+	}
+	// Only the case-folded key present: the field is absent.
+	e, err = wire.ParseEndpoint([]byte(`{"type":"Endpoint","Instance_id":5}`))
+	if err != nil || e.InstanceID.Set {
+		t.Errorf("endpoint %+v, %v: a case-folded key was read as instance_id", e, err)
+	}
+}

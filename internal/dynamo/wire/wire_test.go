@@ -179,6 +179,7 @@ func FuzzParseRecords(f *testing.F) {
 	f.Add([]byte(`{"tcp":"a","tcp":"b"}`))
 	f.Add([]byte(`{"zmq":"b","tcp":"a","nats":7}`))
 	f.Add([]byte(`{"nats_tcp":"a\u0062"}`))
+	f.Add([]byte(`{"type":"Endpoint","TYPE":"x","Namespace":"n","namespace":"d","ſomething":1,"compoNent":"c","endpoint":"e","nested":{"Type":"y"}}`))
 	f.Add([]byte(`{"type":"Endpoint","namespace":"d\u00e9","component":null,"endpoint":"\ud800","instance_id":2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = wire.RecordType(b)
@@ -224,17 +225,16 @@ func transportOf(b []byte) (wire.Transport, bool) {
 }
 
 // endpointStrings reads an endpoint record's string fields with
-// json.Unmarshal alone, as the reference for ParseEndpoint's shortcut: the
-// last of a repeated key counts, and a value that is not a string reads
-// as "".
+// json.Unmarshal alone, as the reference for ParseEndpoint: keys match the
+// fields' names exactly (one in another case is an unknown field, as to
+// Dynamo's decoder), the last of a repeated key counts, and a value that
+// is not a string reads as "".
 func endpointStrings(b []byte) [4]string {
-	var f struct {
-		Type, Namespace, Component, Endpoint json.RawMessage
-	}
-	_ = json.Unmarshal(b, &f)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
 	var out [4]string
-	for i, raw := range []json.RawMessage{f.Type, f.Namespace, f.Component, f.Endpoint} {
-		_ = json.Unmarshal(raw, &out[i])
+	for i, name := range []string{"type", "namespace", "component", "endpoint"} {
+		_ = json.Unmarshal(m[name], &out[i])
 	}
 	return out
 }
