@@ -184,7 +184,10 @@ func (x *exchange) route() {
 // named only to a client that asked to see backends (x-backend), as in
 // the answer's headers; the log has it always.
 func (x *exchange) failure(res sendResult) string {
-	x.s.logger.Warn("dispatch failed", "path", x.path, "model", x.q.Model, "status", res.status, "detail", res.detail)
+	if left, ok := x.s.failLog.allow(x.s.opts.Now()); ok {
+		x.s.logger.Warn("dispatch failed", "path", x.path, "model", x.q.Model, "status", res.status, "detail", res.detail,
+			"not_logged_since_last", left)
+	}
 	switch {
 	case x.reveal:
 		return res.detail
@@ -192,6 +195,27 @@ func (x *exchange) failure(res sendResult) string {
 		return "the dispatch to the backend failed"
 	}
 	return res.public
+}
+
+// logLimiter lets one log line through a second: a backend that is down
+// fails every request sent to it, and a line per request would flood the
+// log. allow reports whether a line may go now and how many were held
+// back since the last one.
+type logLimiter struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (l *logLimiter) allow(now time.Time) (skipped int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
+		l.skipped++
+		return 0, false
+	}
+	skipped, l.last, l.skipped = l.skipped, now, 0
+	return skipped, true
 }
 
 // abort ends a client's answer whose upstream answer broke after some of

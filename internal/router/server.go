@@ -87,6 +87,8 @@ type Server struct {
 	logger   *slog.Logger
 	ready    atomic.Bool
 	rr       atomic.Uint64
+	// failLog bounds the warnings of failed dispatches (one a second).
+	failLog  logLimiter
 	picks    selections
 	dispatch *shim.Dispatcher[*Backend]
 	// queue holds requests that found every worker busy.

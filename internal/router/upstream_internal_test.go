@@ -841,3 +841,22 @@ func TestBackendTarget(t *testing.T) {
 		t.Error("an unparsable URL gave no error")
 	}
 }
+
+// TestLogLimiter: one line a second goes through, and it carries how many
+// were held back since the one before.
+func TestLogLimiter(t *testing.T) {
+	t.Parallel()
+	var l logLimiter
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at      time.Duration
+		ok      bool
+		skipped int
+	}{{0, true, 0}, {500 * time.Millisecond, false, 0}, {900 * time.Millisecond, false, 0}, {1100 * time.Millisecond, true, 2}, {1200 * time.Millisecond, false, 0}, {5 * time.Second, true, 1}}
+	for _, s := range steps {
+		skipped, ok := l.allow(t0.Add(s.at))
+		if ok != s.ok || skipped != s.skipped {
+			t.Errorf("at %v: allow = %d, %v; want %d, %v", s.at, skipped, ok, s.skipped, s.ok)
+		}
+	}
+}
