@@ -46,78 +46,67 @@ func (s *scripted) Run(ctx context.Context, sink discovery.Sink) error {
 	return errors.New("stream ended")
 }
 
+// delays are the waits between the passes: from one pass's end (its start
+// plus its session) to the next one's start.
+func (s *scripted) delays() []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(s.starts); i++ {
+		end := s.starts[i-1].Add(max(s.sessions[i-1], 0))
+		out = append(out, s.starts[i].Sub(end))
+	}
+	return out
+}
+
 // TestBackoff: delays double from initial to max, and reset to initial only
 // after a session that stayed established for at least max, so a source
-// that keeps failing soon after connecting keeps backing off.
+// that keeps failing soon after connecting keeps backing off. A watch the
+// server ends at its timeout resets them although the pass counted its
+// session from a little after the watch opened (so it reads just short of
+// the bound); a watch that ends early does not.
 func TestBackoff(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		sessions := []time.Duration{
+	for _, tc := range []struct {
+		name     string
+		sessions []time.Duration
+		expires  map[int]bool
+		want     []time.Duration
+	}{
+		{name: "failures and sessions", sessions: []time.Duration{
 			-1, -1, -1, -1, -1, -1, // 500ms 1s 2s 4s 8s 8s
 			3 * time.Second, // short session: no reset -> 8s
 			8 * time.Second, // session >= max: reset -> 500ms
 			-1,              // 1s
-		}
-		src := &scripted{cancel: cancel, sessions: sessions}
-		w := &discovery.Watcher{
-			Source: src, Registry: fleet.NewRegistry(nil, nil),
-			Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
-		}
-		if err := w.Run(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// The delay between passes is the time from one pass's end (its
-		// start plus its session) to the next one's start.
-		var delays []time.Duration
-		for i := 1; i < len(src.starts); i++ {
-			end := src.starts[i-1].Add(max(sessions[i-1], 0))
-			delays = append(delays, src.starts[i].Sub(end))
-		}
-		want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second, 500 * time.Millisecond, time.Second}
-		if !slices.Equal(delays, want) {
-			t.Fatalf("delays %v, want %v", delays, want)
-		}
-		if w.Registry.Generation() != 1 {
-			t.Errorf("generation %d: identical resyncs must publish once", w.Registry.Generation())
-		}
-	})
-}
-
-// TestBackoffWatchExpiry: a watch the server ends at its timeout resets
-// the backoff although the pass counted its session from a little after
-// the watch opened (so it reads just short of the bound); a watch that
-// ends early does not.
-func TestBackoffWatchExpiry(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		sessions := []time.Duration{
+		}, want: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second, 500 * time.Millisecond, time.Second}},
+		{name: "watch expiry", sessions: []time.Duration{
 			-1, -1, // 500ms 1s
 			7900 * time.Millisecond, // expired just short of 8s: reset -> 500ms
 			-1,                      // 1s
 			time.Second,             // expired early: no reset -> 2s
-		}
-		src := &scripted{cancel: cancel, sessions: sessions, expires: map[int]bool{2: true, 4: true}}
-		w := &discovery.Watcher{
-			Source: src, Registry: fleet.NewRegistry(nil, nil),
-			Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
-		}
-		if err := w.Run(ctx); err != nil {
-			t.Fatal(err)
-		}
-		var delays []time.Duration
-		for i := 1; i < len(src.starts); i++ {
-			end := src.starts[i-1].Add(max(sessions[i-1], 0))
-			delays = append(delays, src.starts[i].Sub(end))
-		}
-		want := []time.Duration{500 * time.Millisecond, time.Second, 500 * time.Millisecond, time.Second, 2 * time.Second}
-		if !slices.Equal(delays, want) {
-			t.Fatalf("delays %v, want %v", delays, want)
-		}
-	})
+		}, expires: map[int]bool{2: true, 4: true},
+			want: []time.Duration{500 * time.Millisecond, time.Second, 500 * time.Millisecond, time.Second, 2 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				src := &scripted{cancel: cancel, sessions: tc.sessions, expires: tc.expires}
+				w := &discovery.Watcher{
+					Source: src, Registry: fleet.NewRegistry(nil, nil),
+					Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
+				}
+				if err := w.Run(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if delays := src.delays(); !slices.Equal(delays, tc.want) {
+					t.Fatalf("delays %v, want %v", delays, tc.want)
+				}
+				if w.Registry.Generation() != 1 {
+					t.Errorf("generation %d: identical resyncs must publish once", w.Registry.Generation())
+				}
+			})
+		})
+	}
 }
 
 // lingering is a source that does not notice its context ending: it
