@@ -101,58 +101,48 @@ func (t *Transport) UnmarshalJSON(b []byte) error {
 // workers write it), so that the common case costs no map. ok is false for
 // anything else, including what is not valid JSON.
 func plainPair(b []byte) (key, value string, ok bool) {
-	b = trimJSONSpace(b)
-	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
 		return "", "", false
 	}
-	rest := trimJSONSpace(b[1 : len(b)-1])
-	k, rest, ok := plainString(rest)
+	k, i, ok := plainString(b, skipSpace(b, i+1))
 	if !ok {
 		return "", "", false
 	}
-	if rest = trimJSONSpace(rest); len(rest) == 0 || rest[0] != ':' {
+	if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
 		return "", "", false
 	}
-	v, rest, ok := plainString(trimJSONSpace(rest[1:]))
-	if !ok || len(trimJSONSpace(rest)) != 0 {
+	v, i, ok := plainString(b, skipSpace(b, i+1))
+	if !ok {
+		return "", "", false
+	}
+	if i = skipSpace(b, i); i >= len(b) || b[i] != '}' || skipSpace(b, i+1) != len(b) {
 		return "", "", false
 	}
 	return string(k), string(v), true
 }
 
-// trimJSONSpace drops the whitespace JSON allows around b.
-func trimJSONSpace(b []byte) []byte {
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
-	for len(b) > 0 && isSpace(b[0]) {
-		b = b[1:]
+// plainString reads the JSON string at b[i] when it has no escapes, no
+// control characters and only valid UTF-8, and returns its contents and
+// the index after it.
+func plainString(b []byte, i int) (s []byte, next int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
 	}
-	for len(b) > 0 && isSpace(b[len(b)-1]) {
-		b = b[:len(b)-1]
+	end, escaped := stringEnd(b, i)
+	if escaped || end-1 <= i || b[end-1] != '"' {
+		return nil, 0, false
 	}
-	return b
-}
-
-// plainString reads a JSON string at the start of b that has no escapes,
-// no control characters and only valid UTF-8, and returns its contents
-// and what follows it.
-func plainString(b []byte) (s, rest []byte, ok bool) {
-	if len(b) < 2 || b[0] != '"' {
-		return nil, nil, false
-	}
-	end := bytes.IndexByte(b[1:], '"')
-	if end < 0 {
-		return nil, nil, false
-	}
-	s = b[1 : 1+end]
+	s = b[i+1 : end-1]
 	for _, c := range s {
-		if c < 0x20 || c == '\\' {
-			return nil, nil, false
+		if c < 0x20 {
+			return nil, 0, false
 		}
 	}
 	if !utf8.Valid(s) {
-		return nil, nil, false
+		return nil, 0, false
 	}
-	return s, b[2+end:], true
+	return s, end, true
 }
 
 // Endpoint is a worker's request endpoint under v1/instances/.

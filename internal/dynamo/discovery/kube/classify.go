@@ -177,11 +177,11 @@ const mismatchMark = 1 << 63
 // keyedID is the id a record under a relative key names: the key's, or
 // one that can match no pod when the value names another id (the value's
 // id is the one the reducer goes by).
-func keyedID(keyID uint64, valueID *wire.ID) uint64 {
-	if valueID == nil || !valueID.Set || valueID.Value == keyID {
+func keyedID(keyID uint64, valueHasID bool, valueID uint64) uint64 {
+	if !valueHasID || valueID == keyID {
 		return keyID
 	}
-	return keyID ^ valueID.Value ^ mismatchMark
+	return keyID ^ valueID ^ mismatchMark
 }
 
 // recordKey derives the full etcd key of one record from its value (and
@@ -197,11 +197,7 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			if kerr == nil {
 				// The value's id, when it has one, is the worker's id in
 				// the reducer: it must be the key's too.
-				var valueID *wire.ID
-				if err == nil {
-					valueID = &e.InstanceID
-				}
-				return wire.PrefixInstances + mapKey, k.Namespace, keyedID(k.InstanceID, valueID), true
+				return wire.PrefixInstances + mapKey, k.Namespace, keyedID(k.InstanceID, err == nil && e.InstanceID.Set, e.InstanceID.Value), true
 			}
 			return "", "", 0, false
 		}
@@ -214,11 +210,7 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 		m, err := wire.ParseModel(value)
 		if err != nil || !m.InstanceID.Set || m.Namespace == "" || m.Component == "" || m.Endpoint == "" {
 			if kerr == nil {
-				var valueID *wire.ID
-				if err == nil {
-					valueID = &m.InstanceID
-				}
-				return wire.PrefixModelCards + mapKey, k.Namespace, keyedID(k.InstanceID, valueID), true
+				return wire.PrefixModelCards + mapKey, k.Namespace, keyedID(k.InstanceID, err == nil && m.InstanceID.Set, m.InstanceID.Value), true
 			}
 			return "", "", 0, false
 		}
