@@ -36,6 +36,30 @@ func metricValue(t *testing.T, base, series string) float64 {
 	return 0
 }
 
+// metricMax reads the largest value of a metric over its labelled series
+// (0 when it has none).
+func metricMax(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var max float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		series, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !strings.HasPrefix(series, name+"{") {
+			continue
+		}
+		var f float64
+		if _, err := fmt.Sscan(v, &f); err == nil && f > max {
+			max = f
+		}
+	}
+	return max
+}
+
 // TestServeBusyThresholdReload: serve over the simulator (real ZMQ load
 // samples, real frontend). A reload adds dynamo.load.busy_threshold: it
 // applies at once, and while the one decode worker streams a long answer a
@@ -105,6 +129,13 @@ func TestServeBusyThresholdReload(t *testing.T) {
 		if _, err := r.ReadString('\n'); err != nil {
 			t.Fatal(err)
 		}
+		// The worker is streaming, but the router judges it by its samples:
+		// the last one before this stream may be older than max_staleness
+		// (the worker publishes on change only), and with no fresh sample
+		// nothing is judged busy. Wait for the sample that shows the stream.
+		testutil.Eventually(t, 10*time.Second, "the decode worker's sample shows the stream", func() bool {
+			return metricMax(t, base, "continuum_dynamo_worker_active_decode_blocks") > 0
+		})
 		return resp, r
 	}
 	finish := func(resp *http.Response, r *bufio.Reader) {
