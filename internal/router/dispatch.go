@@ -50,6 +50,12 @@ type exchange struct {
 	// unpinned sends the request the plain way even when its model's
 	// workers are pinned for inference.
 	unpinned bool
+	// freshPins picks the workers again for every replica the request is
+	// tried on (the Messages and Responses ingresses). A chat request
+	// keeps its one pin for the whole request: its client asked for one
+	// dispatch, while an ingress sends one per attempt, each chosen
+	// against the fleet as it is then.
+	freshPins bool
 }
 
 // fail answers the client with a router error, in its ingress's shape.
@@ -138,14 +144,22 @@ func (x *exchange) route() {
 	plainBody := x.body
 	defer func() { x.body = plainBody }()
 	var res sendResult
+	var refresh func(tried []*Backend) *shim.Dispatch[*Backend]
+	if x.freshPins {
+		refresh = func(tried []*Backend) *shim.Dispatch[*Backend] {
+			nd := x.reserveAgain(&req, tried)
+			if nd != nil {
+				d.Done()
+				d = nd
+				x.pinned(plainBody, &d.Pin)
+			}
+			return nd
+		}
+	}
 	limit := shim.RepinLimit(d.Pin)
 	for repins := 0; ; repins++ {
-		x.countSelection(&d.Pin)
-		x.body = plainBody
-		if len(d.Pin.TokenIDs) > 0 && !x.modelOnly {
-			x.body = withTokenData(plainBody, d.Pin.TokenIDs)
-		}
-		res = x.send(d.Replicas, d.Header, &d.Pin)
+		x.pinned(plainBody, &d.Pin)
+		res = x.send(d.Replicas, d.Header, &d.Pin, refresh)
 		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.r.Context().Err() != nil {
 			break
 		}
@@ -178,6 +192,30 @@ func (x *exchange) route() {
 	case shim.Abort:
 		x.abort(res)
 	}
+}
+
+// pinned counts a pin's selections and makes the body it is sent with:
+// only a pinned dispatch carries the router's tokens.
+func (x *exchange) pinned(plainBody []byte, pin *pick.Pin) {
+	x.countSelection(pin)
+	x.body = plainBody
+	if len(pin.TokenIDs) > 0 && !x.modelOnly {
+		x.body = withTokenData(plainBody, pin.TokenIDs)
+	}
+}
+
+// reserveAgain picks the workers of a request about to be tried on another
+// replica, among the replicas not tried yet; nil when none is left or no
+// worker can take it now, and the last failure then stands.
+func (x *exchange) reserveAgain(req *shim.Request[*Backend], tried []*Backend) *shim.Dispatch[*Backend] {
+	usable := req.Usable
+	defer func() { req.Usable = usable }()
+	req.Usable = func(b *Backend) bool { return !slices.Contains(tried, b) && usable(b) }
+	d, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
+	if err != nil {
+		return nil
+	}
+	return d
 }
 
 // failure is what the client is told of a failed dispatch: the backend is
@@ -295,7 +333,7 @@ func (x *exchange) plain(routingPath string) {
 		x.fail(http.StatusServiceUnavailable, CodeNoBackend, "", "no available backend serves model "+strconvQuote(x.q.Model))
 		return
 	}
-	res := x.send(cands, nil, nil)
+	res := x.send(cands, nil, nil, nil)
 	switch res.outcome {
 	case shim.Failed:
 		if res.status == http.StatusGatewayTimeout {
@@ -326,14 +364,18 @@ type sendResult struct {
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
-// connection failures, with the same pin headers, and relays the first
-// answer. Non-retryable answers (2xx, other 4xx) are relayed as they are.
-func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin) sendResult {
+// connection failures, and relays the first answer. Non-retryable answers
+// (2xx, other 4xx) are relayed as they are. Each replica gets the same pin
+// headers, unless refresh is set: it then gives the dispatch for the next
+// attempt, its workers picked again and its replicas those not tried yet
+// (nil: the last failure stands).
+func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin, refresh func(tried []*Backend) *shim.Dispatch[*Backend]) sendResult {
 	if len(replicas) == 0 {
 		return sendResult{outcome: shim.Failed, detail: "no replica available", public: "no replica available"}
 	}
 	start := int(x.s.rr.Add(1))
 	var last sendResult
+	var triedOn []*Backend
 	tried := 0
 	for i := 0; i < len(replicas) && tried < maxReplicaAttempts; i++ {
 		b := replicas[(start+i)%len(replicas)]
@@ -346,6 +388,15 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin) 
 			return res
 		}
 		last = res
+		if refresh != nil && tried < maxReplicaAttempts {
+			triedOn = append(triedOn, b)
+			d := refresh(triedOn)
+			if d == nil {
+				return last
+			}
+			// The new dispatch's replicas leave out those tried.
+			replicas, pinHdr, pin, i = d.Replicas, d.Header, &d.Pin, -1
+		}
 	}
 	if tried == 0 {
 		return sendResult{outcome: shim.Failed, detail: "every replica is unavailable", public: "every replica is unavailable"}

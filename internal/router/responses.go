@@ -736,7 +736,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		prompt, _ := json.Marshal(instructionsAnd(q.Instructions, inputText(q.Input)))
 		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body),
 			q: &request{Model: q.Model, Stream: q.Stream, Prompt: prompt}, policy: policy,
-			reveal: r.Header.Values("x-backend") != nil, only: isNative, modelOnly: true}
+			reveal: r.Header.Values("x-backend") != nil, only: isNative, modelOnly: true, freshPins: true}
 		x.route()
 		return
 	}

@@ -366,6 +366,53 @@ func TestRetrySecondReplicaSamePin(t *testing.T) {
 	}
 }
 
+// TestIngressRetryPicksAgain: the Messages and Responses ingresses pick
+// their workers again for every replica they try, where chat keeps its
+// pin: a request whose first replica cannot be reached is counted as two
+// selections, and the replica that answers gets a pin.
+func TestIngressRetryPicksAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		path, body string
+		fresh      bool
+	}{
+		{"/v1/chat/completions", chat(false), false},
+		{"/v1/messages", messagesBody(false), true},
+		{"/v1/responses", responsesBody(false), true},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends = append(c.Backends, config.Backend{Name: "dead", Type: "openai", URL: closedURL(t), Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
+				c.Dynamo.Shim.Backends = []string{"dead", "fe"}
+			})
+			const requests = 4
+			for range requests {
+				if resp, body := h.postTo(t, tt.path, tt.body, nil); resp.StatusCode != 200 {
+					t.Fatalf("status %d: %s", resp.StatusCode, body)
+				}
+			}
+			if n := len(h.fe.Requests()); n != requests {
+				t.Fatalf("the frontend got %d requests, want %d", n, requests)
+			}
+			for _, r := range h.fe.Requests() {
+				if r.Worker == nil || *r.Worker != 20 || r.Prefill == nil || *r.Prefill != 10 {
+					t.Fatalf("unpinned request: %+v", r)
+				}
+			}
+			// The replicas are tried from a rotating offset, so some of
+			// the requests went to the dead replica first.
+			picks := promtest.ToFloat64(h.metrics.Selections.WithLabelValues("decode", "round_robin_stale"))
+			if tt.fresh && picks <= requests {
+				t.Errorf("%v decode selections for %d requests: a retry on another replica did not pick again", picks, requests)
+			}
+			if !tt.fresh && picks != requests {
+				t.Errorf("%v decode selections for %d requests: chat picked again on retry", picks, requests)
+			}
+		})
+	}
+}
+
 func TestNamespacePools(t *testing.T) {
 	t.Parallel()
 	canary := fleetsim.NewFrontend()
