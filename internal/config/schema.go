@@ -93,9 +93,11 @@ type Backend struct {
 	Enabled  bool     `yaml:"enabled" json:"enabled"`
 	APIKey   string   `yaml:"api_key" json:"api_key" secret:"true"`
 	Timeout  Duration `yaml:"timeout" json:"timeout"`
-	// ResponsesAPI is how POST /v1/responses reaches the backend: chat
-	// (converted to a chat completion request) or native (passed as it
-	// is; through the shim, pinned by the model alone).
+	// ResponsesAPI is how POST /v1/responses reaches the backend: native
+	// (passed as it is; through the shim, pinned by the model alone), the
+	// default for an OpenAI backend, which Dynamo's frontend is; or chat
+	// (converted to a chat completion request), for a server that has no
+	// Responses API.
 	ResponsesAPI string `yaml:"responses_api" json:"responses_api"`
 }
 
@@ -106,7 +108,7 @@ const (
 )
 
 func (b *Backend) setDefaults() {
-	b.ResponsesAPI = ResponsesAPIChat
+	b.ResponsesAPI = ResponsesAPINative
 	b.Type = "openai"
 	b.Role = RoleUnified
 	b.Enabled = true

@@ -233,7 +233,9 @@ backends:
 	names := map[string][]string{} // each namespace's replicas
 	for _, rp := range d.replicas {
 		names[rp.namespace] = append(names[rp.namespace], rp.name)
-		fmt.Fprintf(&b, "  - name: %s\n    type: openai\n    url: %q\n    models: %s\n", rp.name, "http://"+rp.addr, quoted(d.Sim.Models()))
+		// The frontend emulator serves chat completions only: Responses
+		// requests are converted by the router.
+		fmt.Fprintf(&b, "  - name: %s\n    type: openai\n    url: %q\n    models: %s\n    responses_api: chat\n", rp.name, "http://"+rp.addr, quoted(d.Sim.Models()))
 	}
 	b.WriteString(`disaggregated_serving:
   enabled: true
