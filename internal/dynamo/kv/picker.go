@@ -177,7 +177,7 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	switch {
 	case pin.Bypass:
 		p.count(ResultBypass)
-	case ch.Scored && ch.Chosen.Overlap > 0:
+	case ch.Scored && ch.ChosenIndexed > 0:
 		p.count(ResultOverlap)
 	default:
 		p.count(ResultNoOverlap)
@@ -218,7 +218,7 @@ func (p *Picker) Explain(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	switch {
 	case pin.Bypass:
 		ex.Result = ResultBypass
-	case ch.Scored && ch.Chosen.Overlap > 0:
+	case ch.Scored && ch.ChosenIndexed > 0:
 		ex.Result = ResultOverlap
 	}
 	return ex, err

@@ -24,6 +24,28 @@ import (
 // pinned tokenizer and template: prefill ids, decode ids, aggregated ids.
 func kvFleet(t testing.TB, prefill, decode, aggregated []uint64) (*fleet.Snapshot, []string) {
 	t.Helper()
+	var ws []kvWorker
+	for _, id := range prefill {
+		ws = append(ws, kvWorker{"dynamo", "Prefill", id})
+	}
+	for _, id := range decode {
+		ws = append(ws, kvWorker{"dynamo", "Decode", id})
+	}
+	for _, id := range aggregated {
+		ws = append(ws, kvWorker{"dynamo", "Aggregated", id})
+	}
+	return kvFleetOf(t, ws)
+}
+
+// kvWorker is a worker of kvFleetOf: its namespace, worker_type and id.
+type kvWorker struct {
+	ns, kind string
+	id       uint64
+}
+
+// kvFleetOf is kvFleet with each worker's namespace given.
+func kvFleetOf(t testing.TB, ws []kvWorker) (*fleet.Snapshot, []string) {
+	t.Helper()
 	dir := t.TempDir()
 	tok := testutil.TokenizerJSON(t, "qwen3")
 	cfg, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/chattemplate/qwen3.tokenizer_config.json"))
@@ -40,22 +62,17 @@ func kvFleet(t testing.TB, prefill, decode, aggregated []uint64) (*fleet.Snapsho
 	pins := []string{artifact.Sum(tok).String(), artifact.Sum(cfg).String()}
 	r := fleet.NewReducer()
 	t0 := time.Unix(1_800_000_000, 0)
-	put := func(component, wt string, id uint64) {
-		r.Put(fmt.Sprintf("v1/instances/dynamo/%s/generate/%x", component, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, id), t0)
-		r.Put(fmt.Sprintf("v1/mdc/dynamo/%s/generate/%x", component, id), fmt.Appendf(nil,
+	put := func(ns, component, wt string, id uint64) {
+		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, id), t0)
+		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
 			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":%q,"kv_cache_block_size":16,
 			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192},
 			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
 			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, id, wt, tokPath, pins[0], cfgPath, pins[1]), t0)
 	}
-	for _, id := range prefill {
-		put("prefill", "Prefill", id)
-	}
-	for _, id := range decode {
-		put("decode", "Decode", id)
-	}
-	for _, id := range aggregated {
-		put("backend", "Aggregated", id)
+	components := map[string]string{"Prefill": "prefill", "Decode": "decode", "Aggregated": "backend"}
+	for _, w := range ws {
+		put(w.ns, components[w.kind], w.kind, w.id)
 	}
 	return r.Build(t0), pins
 }
@@ -139,6 +156,100 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	p.Release(tk)
 	if pin.TokenIDs != nil {
 		t.Error("token ids sent with send_token_data off")
+	}
+}
+
+// TestPickerScoresPrefillAcrossNamespaces: over two graphs that pair
+// prefill and decode workers, the prefill workers of both compete and the
+// winner's namespace is the pin's, its decode worker chosen there by load:
+// the prefill worker holding the prompt wins though its graph's decode
+// worker is the busier one. Its decode worker busy, the request goes
+// decode-first to the other graph.
+func TestPickerScoresPrefillAcrossNamespaces(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}})
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{10: {Namespace: "a", DPSize: 1}, 20: {Namespace: "a", DPSize: 1}, 11: {Namespace: "b", DPSize: 1}, 21: {Namespace: "b", DPSize: 1}}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
+	zero := uint64(0)
+	seq := uint64(0)
+	sample := func(id, decodeBlocks uint64) {
+		t.Helper()
+		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &decodeBlocks}
+		seq++
+		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	sample(10, 0)
+	sample(11, 0)
+	sample(20, 10)
+	sample(21, 20)
+	body := longChat(400)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hold(t, ix, 1, 11, pr.Hashes[16], len(pr.Hashes[16])-1)
+	req := pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	for range 3 {
+		pin, tk, err := p.Reserve(snap, req, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(tk)
+		if pin.Namespace != "b" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 || pin.PrefillReason != pick.ReasonKVAware ||
+			pin.Decode.Worker.ID.InstanceID != 21 || pin.DecodeReason != pick.ReasonLoad {
+			t.Fatalf("pin %s: prefill %+v (%s), decode %d (%s); want b, the holder 11 and its graph's decode 21",
+				pin.Namespace, pin.Prefill, pin.PrefillReason, pin.Decode.Worker.ID.InstanceID, pin.DecodeReason)
+		}
+	}
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultOverlap)); n != 3 {
+		t.Errorf("overlap selections %v", n)
+	}
+	// b's decode worker excluded (a re-pin): decode first, in a.
+	pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body),
+		Exclude: []fleet.WorkerID{{Namespace: "b", InstanceID: 21}}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if pin.Namespace != "a" || pin.Decode.Worker.ID.InstanceID != 20 || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 {
+		t.Fatalf("with 21 excluded: pin %s, decode %d, prefill %+v; want a's pair", pin.Namespace, pin.Decode.Worker.ID.InstanceID, pin.Prefill)
+	}
+}
+
+// TestPickerScoresSelfPrefillingDecodeWorkers: decode workers without a
+// prefill pool prefill their own requests, so the formula chooses among
+// them as among aggregated workers: the one holding the prompt gets it.
+func TestPickerScoresSelfPrefillingDecodeWorkers(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, nil, []uint64{20, 21}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPSize: 1}, 21: {Namespace: "dynamo", DPSize: 1}}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
+	body := longChat(200)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hold(t, ix, 1, 21, pr.Hashes[16], 8)
+	for range 4 {
+		pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(tk)
+		if pin.Decode.Worker.ID.InstanceID != 21 || pin.DecodeReason != pick.ReasonKVAware || pin.Prefill != nil || pin.PrefillReason != pick.ReasonNoPrefillPool {
+			t.Fatalf("decode %d (%s), prefill %v (%s): want the holder 21 prefilling itself", pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
+		}
+	}
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultOverlap)); n != 4 {
+		t.Errorf("overlap selections %v", n)
 	}
 }
 
@@ -392,6 +503,10 @@ func TestPickerCountsInFlightPrefixes(t *testing.T) {
 		if id := c.Worker.ID.InstanceID; id == home && (c.Indexed != 0 || c.Cost.Overlap < 10) || id != home && c.Cost.Overlap != 0 {
 			t.Errorf("worker %d: indexed %d, overlap %d", id, c.Indexed, c.Cost.Overlap)
 		}
+	}
+	// The rank holds nothing the index knows of yet: no overlap to count.
+	if ex.Result != kv.ResultNoOverlap {
+		t.Errorf("result %s for a prefix only in flight, want %s", ex.Result, kv.ResultNoOverlap)
 	}
 	second, t2, err := p.Reserve(snap, req(turn2), time.Now())
 	if err != nil {

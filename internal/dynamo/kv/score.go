@@ -96,6 +96,11 @@ type choice struct {
 	// load rule decided.
 	Chosen Cost
 	Scored bool
+	// ChosenIndexed is the blocks of the prompt the index says the chosen
+	// rank holds: the selection counts as an overlap only for those, not
+	// for the prefixes of requests in flight there (Chosen.Overlap may
+	// count them).
+	ChosenIndexed int
 	// cached is, per phase the formula chose, the prompt tokens the chosen
 	// rank holds.
 	cached [2]struct {
@@ -199,9 +204,10 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		}
 		details[i] = c.terms.Costs(c.isl, bs, max(ov, inFlight), prefill, decode)
 		cost := details[i].Total
-		if phase == pick.PhaseDecode && cd.Worker.Role != fleet.RoleAggregated {
+		if phase == pick.PhaseDecode && cd.Paired {
 			// A decode worker of a pair (conditional disaggregation):
-			// what it decodes, less what it already holds.
+			// what it decodes, less what it already holds. Any other
+			// decode candidate prefills its requests itself.
 			cost = math.Max(0, details[i].DecodeCostBlocks-details[i].CreditBlocks)
 		}
 		c.costs = append(c.costs, cost)
@@ -252,14 +258,19 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 				k--
 			}
 		}
-		if !anyFresh && ties == competing {
-			// Nothing told the competing candidates apart; those that
+		if !anyFresh && (ties > 1 || ties == competing) {
+			// Without backlogs, the cursor chose between candidates the
+			// formula could not tell apart (or there was one); those that
 			// could not be costed (an unsupported block size) were never
 			// in the running.
 			reason = pick.ReasonRoundRobinStale
 		}
 	}
 	c.Chosen, c.Scored = details[chosen], true
+	c.ChosenIndexed = 0
+	if b := cands[chosen].Worker.BlockSize; b != nil {
+		c.ChosenIndexed = c.overlaps.Overlap(cands[chosen].Worker.ID.InstanceID, cands[chosen].DPRank, int(*b))
+	}
 	if int(phase) < len(c.cached) {
 		c.cached[phase].set, c.cached[phase].tokens = true, details[chosen].CachedTokens
 	}

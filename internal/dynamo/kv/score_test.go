@@ -91,6 +91,15 @@ func TestScoreFreshness(t *testing.T) {
 	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter()); i != 2 || reason != pick.ReasonKVAware {
 		t.Errorf("stale fleet: chose %d (%s), want the holder 2; costs %v", i, reason, ch.costs)
 	}
+	// Nothing fresh, two holding the same: the cursor rotates between them,
+	// and that is round_robin_stale too.
+	ch.overlaps = overlapMap{{1, 0}: 4, {3, 0}: 4}
+	next2 := counter()
+	for _, want := range []int{0, 2, 0} {
+		if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next2); i != want || reason != pick.ReasonRoundRobinStale {
+			t.Fatalf("tied holders: chose %d (%s), want %d under round_robin_stale; costs %v", i, reason, want, ch.costs)
+		}
+	}
 	// Nothing fresh and nothing held: the cursor rotates over equal costs.
 	ch.overlaps = overlapMap{}
 	next := counter()

@@ -56,10 +56,21 @@ type index struct {
 	// prefill indexes of each group (decode indexes only), built on use.
 	groups  []group
 	prefill []*index
-	// aggregatedOnly: every candidate is an aggregated worker (no candidate
-	// namespace has a prefill/decode pool for the model).
-	aggregatedOnly bool
+	// Of a request shape's decode index, for a scorer choosing across
+	// namespaces that pair prefill and decode workers: the prefill
+	// candidates of all of them, and each group's own decode candidates;
+	// built on use.
+	allPrefill *index
+	decodeOf   []*index
+	// pairedGroups counts the groups that pair prefill and decode workers
+	// for the model; selfGroups the others, whose decode candidates
+	// (decode or aggregated workers) prefill their own requests.
+	pairedGroups, selfGroups int
 }
+
+// paired reports whether a group pairs prefill and decode workers: only
+// then is a prefill worker a candidate, and an aggregated one is not.
+func (g *group) paired() bool { return len(g.prefill) > 0 && len(g.decode) > 0 }
 
 type cand struct {
 	w     *fleet.Worker
@@ -94,9 +105,16 @@ type class struct {
 
 func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index {
 	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs,
-		aggregatedOnly: true, busy: busy}
+		busy: busy}
 	if phase == phaseDecode {
 		x.prefill = make([]*index, len(gs))
+	}
+	for i := range gs {
+		if gs[i].paired() {
+			x.pairedGroups++
+		} else if len(gs[i].decode)+len(gs[i].aggregated) > 0 {
+			x.selfGroups++
+		}
 	}
 	type classKey struct {
 		bs  int
@@ -106,7 +124,6 @@ func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index 
 	for i, c := range cands {
 		k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
 		x.cands[i] = cand{w: c.w, key: k, group: int32(c.group), class: -1}
-		x.aggregatedOnly = x.aggregatedOnly && c.w.Role == fleet.RoleAggregated
 		var ck classKey
 		ok := false
 		if phase == phaseDecode {

@@ -288,6 +288,9 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	c.drain(r, &p.ledger)
 	dx.sync(r, &p.ledger, now, maxAge)
 	defer dx.exclude(&k.req)()
+	if p.scorer != nil && dx.pairedGroups > 1 && dx.selfGroups == 0 && !p.scoresDecode(dx) && p.prefillFirst(r) {
+		return
+	}
 	var i int
 	var reason string
 	scored := false
@@ -329,6 +332,60 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	pc := px.cands[j]
 	k.pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
 	k.pin.PrefillReason = preason
+}
+
+// prefillFirst makes the choice of p.call for a scorer over several
+// namespaces that pair prefill and decode workers: the prefill candidates
+// of all of them compete, the winner's namespace is the pin's, and the
+// decode worker is chosen there by the load rule (a prefill worker holding
+// the prompt's prefix in one graph would otherwise never be weighed
+// against the decode load of another). False, with no pin, when the
+// scorer makes no choice or no decode worker of the winner's namespace
+// may take the request (every one busy or excluded): the decode-first
+// rule then decides. The caller holds p.mu, under the store's read lock.
+func (p *LoadBased) prefillFirst(r load.ReadView) bool {
+	k := &p.call
+	c, dx, now, maxAge := k.c, k.dx, k.now, k.maxAge
+	ax := dx.allPrefill
+	if ax == nil {
+		var cands []candidate
+		for gi := range dx.groups {
+			if g := &dx.groups[gi]; g.paired() {
+				cands = appendRanks(cands, gi, g.prefill)
+			}
+		}
+		ax = newIndex(phasePrefill, cands, nil, &p.busy)
+		dx.allPrefill = ax
+		c.add(ax)
+	}
+	ax.sync(r, &p.ledger, now, maxAge)
+	restore := ax.exclude(&k.req)
+	j, preason, scored := p.scored(PhasePrefill, ax)
+	restore()
+	if !scored {
+		return false
+	}
+	pc := ax.cands[j]
+	if dx.decodeOf == nil {
+		dx.decodeOf = make([]*index, len(dx.groups))
+	}
+	gx := dx.decodeOf[pc.group]
+	if gx == nil {
+		gx = newIndex(phaseDecode, appendRanks(nil, int(pc.group), dx.groups[pc.group].decode), dx.groups, &p.busy)
+		dx.decodeOf[pc.group] = gx
+		c.add(gx)
+	}
+	gx.sync(r, &p.ledger, now, maxAge)
+	defer gx.exclude(&k.req)()
+	i, reason, err := gx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens)
+	if err != nil {
+		return false
+	}
+	d := gx.cands[i]
+	k.pin = Pin{Namespace: dx.groups[pc.group].namespace,
+		Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason,
+		Prefill: &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}, PrefillReason: preason}
+	return true
 }
 
 func target(c candidate) Target {

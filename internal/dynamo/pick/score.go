@@ -33,6 +33,10 @@ type Candidate struct {
 	// and HasDecode say whether the sample carried them.
 	PrefillTokens, DecodeBlocks float64
 	HasPrefill, HasDecode       bool
+	// Paired: a decode worker whose namespace has a prefill pool for the
+	// model (the decode side of a pair); any other decode candidate
+	// prefills its own requests.
+	Paired bool
 }
 
 // Scorer makes a phase's choice in place of the load rule: KV-aware
@@ -58,9 +62,12 @@ type Bypasser interface {
 }
 
 // ReserveScored is Reserve with a scorer making the prefill choice of a
-// disaggregated pin, and the decode choice when every decode candidate is
-// an aggregated worker (an aggregated fleet, whose workers prefill their
-// own requests). A nil scorer is Reserve.
+// disaggregated pin, and the decode choice when no candidate namespace
+// pairs prefill and decode workers (an aggregated fleet, whose workers
+// prefill their own requests, as a decode worker without a prefill pool
+// does). Where several namespaces pair them, the prefill candidates of
+// all of them compete and the winner's namespace is the pin's; its decode
+// worker is then chosen there by the load rule. A nil scorer is Reserve.
 func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Time, s Scorer) (Pin, Ticket, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -99,6 +106,9 @@ func (p *LoadBased) candidates(x *index) []Candidate {
 	for i, c := range x.cands {
 		st := x.st[i]
 		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded, Quiet: !st.fresh && !st.excluded}
+		if x.phase == phaseDecode && c.w.Role == fleet.RoleDecode {
+			cd.Paired = x.groups[c.group].paired()
+		}
 		switch {
 		case cd.Quiet:
 			// Idle at its last sample (or never heard from): what was
@@ -149,7 +159,7 @@ func (p *LoadBased) scoresDecode(x *index) bool {
 	if b, ok := p.scorer.(Bypasser); ok && b.ScoresDecode() {
 		return true
 	}
-	return x.aggregatedOnly
+	return x.pairedGroups == 0
 }
 
 // bypass asks a Bypasser whether decode candidate i of x prefills the
