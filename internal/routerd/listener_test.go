@@ -218,18 +218,37 @@ func TestInFlightLimitAndRequestID(t *testing.T) {
 	if r1.StatusCode != http.StatusOK || r1.Header.Get("X-Request-Id") != "client-id-1" {
 		t.Errorf("the first request: %d, id %q", r1.StatusCode, r1.Header.Get("X-Request-Id"))
 	}
-	// The slot is free again; an unusable id is replaced.
-	go func() { first <- post(`{"model":"m","messages":[]}`, "bad id\twith controls") }()
-	got := <-arrived
+	// The slot is free again once the first request's handler has ended,
+	// which may be a moment after its answer reached the client (a request
+	// refused meanwhile is tried again); an unusable id is replaced.
+	var got string
+	deadline := time.Now().Add(10 * time.Second)
+	for got == "" {
+		go func() { first <- post(`{"model":"m","messages":[]}`, "bad id\twith controls") }()
+		select {
+		case got = <-arrived:
+		case r := <-first:
+			_ = r.Body.Close()
+			if r.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("the slot was not freed: %d", r.StatusCode)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	release <- struct{}{}
 	r2 := <-first
 	_ = r2.Body.Close()
 	if r2.StatusCode != http.StatusOK || got == "" || strings.Contains(got, " ") || r2.Header.Get("X-Request-Id") != got {
 		t.Errorf("a replaced id: %d, backend %q, response %q", r2.StatusCode, got, r2.Header.Get("X-Request-Id"))
 	}
-	// server.max_body_bytes.
+	// server.max_body_bytes (once the slot is free again).
 	big := post(`{"model":"m","messages":[],"pad":"`+strings.Repeat("x", 4096)+`"}`, "")
 	_ = big.Body.Close()
+	for big.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		big = post(`{"model":"m","messages":[],"pad":"`+strings.Repeat("x", 4096)+`"}`, "")
+		_ = big.Body.Close()
+	}
 	if big.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over max_body_bytes: %d", big.StatusCode)
 	}
