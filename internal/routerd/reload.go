@@ -381,9 +381,16 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 	if wr.CountRestart {
 		d.dm.Events.WithLabelValues(telemetry.KindRestart).Inc()
 	}
-	stopParts(d.logger, d.dyn.watcherRun, alsoStop)
-	d.dyn.watcher = w
-	d.watcher.Store(w)
+	// The old watcher stops publishing before the registry changes hands,
+	// not once its source returns (within the stop grace): the router has
+	// the new configuration already, and must not pin workers of a source
+	// or namespace it no longer follows meanwhile.
+	if run := d.dyn.watcherRun; run != nil {
+		run.cancel()
+	}
+	if prev := d.dyn.watcher; prev != nil {
+		prev.Halt()
+	}
 	switch {
 	case wr.KeepSnapshot:
 	case wr.Reason == config.ReasonNamespaces:
@@ -394,6 +401,9 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 		d.registry.Reset()
 		d.settling.Store(&settle{done: w.Synced()})
 	}
+	stopParts(d.logger, d.dyn.watcherRun, alsoStop)
+	d.dyn.watcher = w
+	d.watcher.Store(w)
 	d.dyn.watcherRun = d.start("dynamo discovery", w.Run)
 }
 

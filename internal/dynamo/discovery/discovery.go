@@ -331,6 +331,13 @@ func (w *Watcher) endPass() {
 	w.stopTimerLocked()
 }
 
+// Halt ends publishing: once it returns, no publish is under way and none
+// follows, whatever the source still does. Run's context ending does the
+// same, asynchronously; a caller about to give the registry to another
+// watcher calls Halt after cancelling so that its next Publish or Reset is
+// the last word, without waiting for a slow source to return.
+func (w *Watcher) Halt() { w.halt() }
+
 // halt ends publishing at once (ctx ended); stop, when Run returns, also
 // waits for a timer callback under way.
 func (w *Watcher) halt() {

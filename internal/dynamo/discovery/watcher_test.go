@@ -151,6 +151,7 @@ func TestNoPublishAfterCancel(t *testing.T) {
 		t.Fatal("no first view")
 	}
 	cancel()
+	w.Halt() // no publish under way from here on
 	reg.Reset()
 	gen := reg.Generation()
 	close(src.cancelled)
