@@ -93,7 +93,9 @@ func (b *Bus) Apply(s Settings) error {
 }
 
 // sessionAllowed says whether a session may go on under entry ne (nil:
-// removed), and if not, the code it ends with. b.mu is held.
+// removed), and if not, the code it ends with; caChanged says that the
+// client CA that verified the session's connection is no longer the
+// current one. b.mu is held.
 func sessionAllowed(s *session, ne *entry, caChanged bool) (code, why string) {
 	switch {
 	case ne == nil:

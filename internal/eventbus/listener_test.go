@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,12 +254,14 @@ func TestSessionLimits(t *testing.T) {
 	}
 }
 
-// postAsync sends a POST whose answer may take long; the channel receives
-// the response (nil on error).
+// postAsync sends a POST (with a token unless "") whose answer may take
+// long; the channel receives the response (nil on error).
 func postAsync(cc *http.ClientConn, path, token string, body io.Reader) <-chan *http.Response {
 	ch := make(chan *http.Response, 1)
 	req, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1"+path, body)
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	req.Header.Set(eventbus.HeaderVersion, "1")
 	go func() {
 		resp, err := cc.RoundTrip(req)
@@ -438,6 +441,97 @@ func TestReloadNarrowsAllowLists(t *testing.T) {
 	}
 	if m := b.next(t); m.Type != eventbus.TypeError || m.Code != eventbus.CodeForbidden {
 		t.Errorf("role change told %+v, want forbidden", m)
+	}
+}
+
+// TestReloadDuringHello: a reload that lands while a client's hello is
+// awaited judges that session as it judges the open ones: a removed or
+// replaced credential (or a replaced client CA, for a certificate) is
+// refused 401 credential_revoked, a changed role or a narrowed allow-list
+// 403 forbidden, and no session is registered.
+func TestReloadDuringHello(t *testing.T) {
+	t.Parallel()
+	without := func(id string) func(*eventbus.Settings) {
+		return func(s *eventbus.Settings) {
+			s.Entries = slices.DeleteFunc(s.Entries, func(e eventbus.Entry) bool { return e.ID == id })
+		}
+	}
+	entry := func(id string, edit func(*eventbus.Entry)) func(*eventbus.Settings) {
+		return func(s *eventbus.Settings) {
+			for i := range s.Entries {
+				if s.Entries[i].ID == id {
+					edit(&s.Entries[i])
+				}
+			}
+		}
+	}
+	cases := []struct {
+		name       string
+		token      string // "" authenticates by a client certificate naming cert
+		cert       string
+		hello      *eventbus.Message
+		reload     func(*eventbus.Settings)
+		wantStatus int
+		wantCode   string
+	}{
+		{name: "token removed", token: tokenB, hello: hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil),
+			reload: without(brokerB), wantStatus: 401, wantCode: eventbus.CodeCredentialRevoked},
+		{name: "token replaced", token: tokenB, hello: hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil),
+			reload: entry(brokerB, func(e *eventbus.Entry) { e.TokenHash = eventbus.HashToken("another token") }), wantStatus: 401, wantCode: eventbus.CodeCredentialRevoked},
+		{name: "certificate identity removed", cert: brokerB, hello: hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil),
+			reload: without(brokerB), wantStatus: 401, wantCode: eventbus.CodeCredentialRevoked},
+		{name: "client CA replaced", cert: brokerB, hello: hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil),
+			reload: func(s *eventbus.Settings) { s.ClientCAFile = testutil.NewTestPKI(t).CAFile }, wantStatus: 401, wantCode: eventbus.CodeCredentialRevoked},
+		{name: "role changed", token: tokenB, hello: hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil),
+			reload: entry(brokerB, func(e *eventbus.Entry) {
+				e.Role, e.Namespaces, e.Backends = eventbus.RoleKVListener, nil, []string{"vllm-1"}
+			}), wantStatus: 403, wantCode: eventbus.CodeForbidden},
+		{name: "namespaces narrowed", token: tokenA, hello: hello(eventbus.RoleBroker, brokerA, []string{"dynamo", "other"}, nil),
+			reload: entry(brokerA, func(e *eventbus.Entry) { e.Namespaces = []string{"dynamo"} }), wantStatus: 403, wantCode: eventbus.CodeForbidden},
+		{name: "backends narrowed", token: tokenKV, hello: hello(eventbus.RoleKVListener, kvID, nil, []string{"vllm-2"}),
+			reload: entry(kvID, func(e *eventbus.Entry) { e.Backends = []string{"vllm-1"} }), wantStatus: 403, wantCode: eventbus.CodeForbidden},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tb := startBus(t, nil)
+			dial := func() *http.ClientConn {
+				if tc.cert != "" {
+					return tb.dial(t, tb.clientCert(t, tc.cert))
+				}
+				return tb.dial(t, nil)
+			}
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			pending := postAsync(dial(), eventbus.PathSession, tc.token, pr)
+			// The credential's one pre-hello slot is taken: the request is
+			// authenticated and its hello awaited.
+			testutil.Eventually(t, 10*time.Second, "the hello awaited", func() bool {
+				st, code := refusalOf(t, post(t, dial(), eventbus.PathSession, tc.token, strings.NewReader(""), nil))
+				return st == 429 && code == eventbus.CodeTooManySessions
+			})
+			s := tb.settings
+			s.Entries = slices.Clone(s.Entries)
+			tc.reload(&s)
+			if err := tb.Apply(s); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = pw.Write(eventbus.Encode(tc.hello)) }()
+			resp := <-pending
+			if resp == nil {
+				t.Fatal("no answer")
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Fatalf("welcomed after the reload (%d sessions), want %d %s", tb.SessionCount(), tc.wantStatus, tc.wantCode)
+			}
+			if st, code := refusalOf(t, resp); st != tc.wantStatus || code != tc.wantCode {
+				t.Errorf("got %d %s, want %d %s", st, code, tc.wantStatus, tc.wantCode)
+			}
+			if n := tb.SessionCount(); n != 0 {
+				t.Errorf("%d sessions registered", n)
+			}
+		})
 	}
 }
 

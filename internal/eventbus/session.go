@@ -84,8 +84,7 @@ func (b *Bus) serveSession(bc *busConn, ent *entry, w http.ResponseWriter, r *ht
 	}
 	var s *session
 	if code == "" {
-		s, code, why = b.register(bc, ent, &hello, r.Header.Get("Authorization"))
-		status = http.StatusTooManyRequests
+		s, status, code, why = b.register(bc, ent, &hello, r.Header.Get("Authorization"))
 	}
 	b.leavePreHello(ent.id)
 	if code != "" {
@@ -131,8 +130,10 @@ func (b *Bus) readHello(rc *http.ResponseController, lr *LineReader) (m Message,
 }
 
 // register adds a session for ent; an older session of the same entry is
-// superseded. It refuses when max_sessions are open.
-func (b *Bus) register(bc *busConn, ent *entry, hello *Message, auth string) (*session, string, string) {
+// superseded. It refuses when max_sessions are open, and a session the
+// credentials of now no longer allow (see below), with the refusal's
+// status.
+func (b *Bus) register(bc *busConn, ent *entry, hello *Message, auth string) (*session, int, string, string) {
 	st := b.settings.Load()
 	s := &session{bus: b, id: "sess-" + newID(), role: hello.Role, entID: ent.id, bc: bc,
 		namespaces: slices.Clone(hello.DynamoNamespaces), sources: slices.Clone(hello.Sources),
@@ -148,12 +149,25 @@ func (b *Bus) register(bc *busConn, ent *entry, hello *Message, auth string) (*s
 	s.lastSeen.Store(time.Now().UnixNano())
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// ent was read when the request arrived; a reload may have landed
+	// while the hello was awaited. Apply changes the credentials and the CA
+	// generation under b.mu and judges the sessions registered by then, so
+	// the session is judged here against the credentials of now exactly
+	// as Apply judges one: whichever comes first, no session outlives the
+	// reload that removed, replaced, re-roled or narrowed its credential.
+	if code, why := sessionAllowed(s, b.creds.Load().byID[ent.id], bc.caGen != b.caGen); code != "" {
+		status := http.StatusForbidden
+		if code == CodeCredentialRevoked {
+			status = http.StatusUnauthorized
+		}
+		return nil, status, code, why
+	}
 	old := b.byEntry[ent.id]
 	if old == nil && len(b.sessions) >= st.MaxSessions {
-		return nil, CodeTooManySessions, "the router holds max_sessions sessions"
+		return nil, http.StatusTooManyRequests, CodeTooManySessions, "the router holds max_sessions sessions"
 	}
 	if b.stopped {
-		return nil, CodeTooManySessions, "the router is shutting down"
+		return nil, http.StatusTooManyRequests, CodeTooManySessions, "the router is shutting down"
 	}
 	if old != nil {
 		b.closeSessionLocked(old, CodeSessionSuperseded, "a newer session of this credential replaced it")
@@ -162,7 +176,7 @@ func (b *Bus) register(bc *busConn, ent *entry, hello *Message, auth string) (*s
 	b.byEntry[ent.id] = s
 	b.metrics.Sessions.Set(float64(len(b.sessions)))
 	b.notifyLocked()
-	return s, "", ""
+	return s, 0, "", ""
 }
 
 // serve writes commands and heartbeats and reads the client's reports
