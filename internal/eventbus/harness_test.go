@@ -111,10 +111,10 @@ func (tb *testBus) roots(t testing.TB) *x509.CertPool {
 	return pool
 }
 
-// clientCert loads a client certificate naming id.
-func (tb *testBus) clientCert(t testing.TB, id string) *tls.Certificate {
+// clientCert loads a client certificate naming ids (by DNS SAN).
+func (tb *testBus) clientCert(t testing.TB, ids ...string) *tls.Certificate {
 	t.Helper()
-	cf, kf := tb.pki.ClientFor(t, id)
+	cf, kf := tb.pki.ClientForNames(t, ids...)
 	c, err := tls.LoadX509KeyPair(cf, kf)
 	if err != nil {
 		t.Fatal(err)

@@ -477,7 +477,14 @@ func (b *Bus) authenticate(bc *busConn, r *http.Request) (ent *entry, status int
 	if certEnt != nil {
 		return certEnt, 0, "", ""
 	}
-	if certCode != "" {
+	switch certCode {
+	case CodeForbidden:
+		// A verified certificate that names two configured brokers is a
+		// credential the listener knows but will let act as neither: like
+		// a token and a certificate naming different brokers, a conflict
+		// of identities, which is forbidden with 403, not a missing one.
+		return nil, http.StatusForbidden, certCode, "the client certificate names more than one broker"
+	case CodeCredentialRevoked:
 		return nil, http.StatusUnauthorized, certCode, "this client certificate's identity was removed from the configuration"
 	}
 	return nil, http.StatusUnauthorized, CodeUnauthenticated, "send Authorization: Bearer <token> or a client certificate"

@@ -77,7 +77,7 @@ func TestAuthRefusals(t *testing.T) {
 	helloA := hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil)
 	cases := []struct {
 		name       string
-		cert       string // a client certificate naming this id
+		cert       []string // a client certificate naming these ids
 		token      string
 		hdr        map[string]string
 		wantStatus int
@@ -86,19 +86,20 @@ func TestAuthRefusals(t *testing.T) {
 		{name: "no token", wantStatus: 401, wantCode: eventbus.CodeUnauthenticated},
 		{name: "wrong token", token: "not-a-token", wantStatus: 401, wantCode: eventbus.CodeUnauthenticated},
 		{name: "not bearer", hdr: map[string]string{"Authorization": "Basic " + tokenA}, wantStatus: 401, wantCode: eventbus.CodeUnauthenticated},
-		{name: "certificate naming no broker", cert: "nobody.example", wantStatus: 401, wantCode: eventbus.CodeUnauthenticated},
-		{name: "token and a certificate naming another broker", cert: brokerB, token: tokenA, wantStatus: 403, wantCode: eventbus.CodeForbidden},
+		{name: "certificate naming no broker", cert: []string{"nobody.example"}, wantStatus: 401, wantCode: eventbus.CodeUnauthenticated},
+		{name: "token and a certificate naming another broker", cert: []string{brokerB}, token: tokenA, wantStatus: 403, wantCode: eventbus.CodeForbidden},
+		{name: "certificate naming two brokers", cert: []string{brokerA, brokerB}, wantStatus: 403, wantCode: eventbus.CodeForbidden},
 		{name: "no version", token: tokenA, hdr: map[string]string{eventbus.HeaderVersion: ""}, wantStatus: 400, wantCode: eventbus.CodeUnsupportedVersion},
 		{name: "version 0", token: tokenA, hdr: map[string]string{eventbus.HeaderVersion: "0"}, wantStatus: 400, wantCode: eventbus.CodeUnsupportedVersion},
 		{name: "token", token: tokenA, wantStatus: 200},
-		{name: "certificate", cert: brokerA, wantStatus: 200},
-		{name: "token and the same broker's certificate", cert: brokerA, token: tokenA, wantStatus: 200},
+		{name: "certificate", cert: []string{brokerA}, wantStatus: 200},
+		{name: "token and the same broker's certificate", cert: []string{brokerA}, token: tokenA, wantStatus: 200},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var cert *tls.Certificate
-			if tc.cert != "" {
-				cert = tb.clientCert(t, tc.cert)
+			if tc.cert != nil {
+				cert = tb.clientCert(t, tc.cert...)
 			}
 			cc := tb.dial(t, cert)
 			pr, pw := io.Pipe()

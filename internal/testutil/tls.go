@@ -90,13 +90,20 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 // event bus broker id), signed by the PKI's CA.
 func (p *TestPKI) ClientFor(t testing.TB, name string) (certFile, keyFile string) {
 	t.Helper()
+	return p.ClientForNames(t, name)
+}
+
+// ClientForNames issues a client certificate whose DNS SANs are names (the
+// first is also its common name), signed by the PKI's CA.
+func (p *TestPKI) ClientForNames(t testing.TB, names ...string) (certFile, keyFile string) {
+	t.Helper()
 	p.serial++
 	key := newKey(t)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: names[0]},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		DNSNames: []string{name},
+		DNSNames: names,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
 	if err != nil {
