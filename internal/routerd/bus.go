@@ -35,9 +35,11 @@ func (d *Daemon) startBus() { d.busRun = d.start("event bus listener", d.bus.Run
 // applyBus gives the event bus a reload's settings: a running listener
 // binds a new address first and refuses the reload when it cannot. It is
 // the last step of prepare, so that nothing after it can refuse the
-// reload.
+// reload. Settings that turn the bus off are not given to it: they need
+// no TLS files and no free address (commitBus stops the listener), and a
+// reload that turns it on again gives it the settings of then.
 func (d *Daemon) applyBus(old, cfg *config.Config) error {
-	if equalBus(&old.Dynamo.EventBus, &cfg.Dynamo.EventBus) {
+	if !cfg.Dynamo.EventBus.Enabled || equalBus(&old.Dynamo.EventBus, &cfg.Dynamo.EventBus) {
 		return nil
 	}
 	return d.bus.Apply(busSettings(cfg))

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -257,4 +258,38 @@ func TestBrokerTransport(t *testing.T) {
 		t.Fatalf("reload %+v", r)
 	}
 	testutil.Eventually(t, 10*time.Second, "the listener stopped", func() bool { return f.d.BusAddr() == "" })
+}
+
+// TestBusTurnedOffWithoutTLS: a reload that turns the event bus off needs
+// nothing a listener needs (enabled: false with no tls block, the default
+// listen address): it is applied and the listener closes. Turning the bus
+// on again starts it with the settings of that reload.
+func TestBusTurnedOffWithoutTLS(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	pki := testutil.NewTestPKI(t)
+	f := startReload(t, busYAML("http://127.0.0.1:1", root, pki, "direct", true, ""))
+	testutil.Eventually(t, 10*time.Second, "the event bus listening", func() bool { return f.d.BusAddr() != "" })
+	addr := f.d.BusAddr()
+
+	f.write(configYAML("http://127.0.0.1:1", root, "  event_bus:\n    enabled: false\n"))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied {
+		t.Fatalf("turning the bus off: %+v", r)
+	}
+	testutil.Eventually(t, 10*time.Second, "the listener closed", func() bool {
+		if f.d.BusAddr() != "" {
+			return false
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	})
+
+	f.write(busYAML("http://127.0.0.1:1", root, pki, "direct", true, ""))
+	if r := f.waitReload(2); r.Result != admin.ReloadApplied {
+		t.Fatalf("turning the bus on again: %+v", r)
+	}
+	testutil.Eventually(t, 10*time.Second, "the event bus listening again", func() bool { return f.d.BusAddr() != "" })
 }
