@@ -18,10 +18,11 @@ import (
 // StaleAfter is how long a kv-events subscription may be without a session
 // before the blocks it fed are dropped: events were missed meanwhile, and
 // a cache view that old would send requests to blocks long evicted. The
-// check runs every StaleAfter/6, so they go between StaleAfter and
-// 7/6 StaleAfter after the session was lost. The clock runs across a
-// transport switch: a publisher that stays without a session through one
-// has been without it since before.
+// check is timed for the earliest subscription due, so they go StaleAfter
+// after the session was lost, not at some later periodic check; while
+// every subscription has a session it runs once every StaleAfter. The
+// clock runs across a transport switch: a publisher that stays without a
+// session through one has been without it since before.
 const StaleAfter = 60 * time.Second
 
 // kvTopics are the spellings of the KV events topic across Dynamo
@@ -81,22 +82,25 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 // Run follows registry generations until ctx ends, then stops every
 // subscription.
 func (s *Subscriptions) Run(ctx context.Context) error {
-	tick := time.NewTicker(StaleAfter / 6)
-	defer tick.Stop()
+	// The first check runs at once and times the next from the
+	// subscriptions there are; each check times its successor.
+	age := time.NewTimer(0)
+	defer age.Stop()
 	for {
 		changed := s.reg.Changed()
 		s.reconcile(ctx, s.reg.Snapshot())
 		s.report()
-		if !s.wait(ctx, changed, tick.C) {
+		if !s.wait(ctx, changed, age) {
 			s.pool.Stop()
 			return nil
 		}
 	}
 }
 
-// wait ages out stale subscriptions until the registry changes or a new
-// connector asks for a reconcile; false when ctx ended.
-func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, tick <-chan time.Time) bool {
+// wait ages out stale subscriptions, each when it is due, until the
+// registry changes or a new connector asks for a reconcile; false when ctx
+// ended.
+func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, age *time.Timer) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,8 +109,8 @@ func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, tick 
 			return true
 		case <-s.kick:
 			return true
-		case now := <-tick:
-			s.ageOut(now)
+		case now := <-age.C:
+			age.Reset(time.Until(s.ageOut(now)))
 			s.report()
 		}
 	}
@@ -140,13 +144,21 @@ func (s *Subscriptions) reconcile(ctx context.Context, snap *fleet.Snapshot) {
 	s.pool.Reconcile(ctx, want)
 }
 
-// ageOut drops what subscriptions without a session for StaleAfter fed.
-func (s *Subscriptions) ageOut(now time.Time) {
+// ageOut drops what subscriptions without a session for StaleAfter fed,
+// and returns when the next check is due: when the first of the others
+// without a session becomes stale, at the latest StaleAfter from now (a
+// subscription that loses its session after now, or starts after now, is
+// due no earlier).
+func (s *Subscriptions) ageOut(now time.Time) (next time.Time) {
+	next = now.Add(StaleAfter)
 	s.mu.Lock()
 	var stale []uint64
 	for id, r := range s.readers {
-		if r.staleAt(now) {
+		switch isStale, due := r.staleAt(now); {
+		case isStale:
 			stale = append(stale, id)
+		case !due.IsZero() && due.Before(next):
+			next = due
 		}
 	}
 	s.mu.Unlock()
@@ -154,6 +166,7 @@ func (s *Subscriptions) ageOut(now time.Time) {
 		s.index.ClearSubscription(SubscriptionID(id))
 		s.logger.Warn("kv-events subscription without a session for a minute: its blocks are dropped", "publisher_id", id)
 	}
+	return next
 }
 
 // report exports the index's size.
@@ -212,14 +225,20 @@ type eventReader struct {
 
 var _ load.Handler = (*eventReader)(nil)
 
-func (r *eventReader) staleAt(now time.Time) bool {
+// staleAt reports whether the reader is stale at now, marking it cleared;
+// when it is not, due is when it will be (zero while it has a session or
+// after it was cleared).
+func (r *eventReader) staleAt(now time.Time) (stale bool, due time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.connected || r.cleared || now.Sub(r.since) < StaleAfter {
-		return false
+	if r.connected || r.cleared {
+		return false, time.Time{}
+	}
+	if due = r.since.Add(StaleAfter); now.Before(due) {
+		return false, due
 	}
 	r.cleared = true
-	return true
+	return true, time.Time{}
 }
 
 // Connected implements load.Handler. The event_id cursors outlive the

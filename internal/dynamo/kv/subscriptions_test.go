@@ -176,6 +176,44 @@ func TestSubscriptionsAgeOut(t *testing.T) {
 	})
 }
 
+// TestSubscriptionsAgeOutOnTime: a subscription that starts after the
+// others is dropped StaleAfter after it started, within a second, not at
+// some later periodic check.
+func TestSubscriptionsAgeOutOnTime(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
+		ix := kv.NewIndex()
+		subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = subs.Run(ctx) }()
+		synctest.Wait()
+		// A second publisher, out of step with the first.
+		time.Sleep(7 * time.Second)
+		kvRecords(r, reg, 8, 0x88, "kv-events", "tcp://127.0.0.1:2")
+		synctest.Wait() // its subscription started, the live gate is set
+		ev := wire.RouterEvent{WorkerID: 8, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+		if out := ix.Apply(kv.SubscriptionID(0x88), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
+		time.Sleep(kv.StaleAfter - time.Second)
+		synctest.Wait()
+		if held() != 1 {
+			t.Fatal("dropped before StaleAfter")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if held() != 0 {
+			t.Error("still held a second past StaleAfter without a session")
+		}
+		cancel()
+		<-done
+	})
+}
+
 // TestSubscriptionsTakeALongPromptsEvent: a stored event of more blocks
 // than upstream's batches hold comes alone (a prompt over 131,072 tokens at
 // block size 16); it fits the frame, so it is indexed, not dropped as
