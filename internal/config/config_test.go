@@ -470,3 +470,61 @@ func TestExternalEtcdEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestQuestionableButValid: a repeated etcd endpoint, auth without a
+// username and a zero initial backoff are valid configuration, so a CI
+// `config validate` passes them, but each gets a warning; negative
+// durations and a max below initial stay errors.
+func TestQuestionableButValid(t *testing.T) {
+	t.Parallel()
+	const etcd = "dynamo.discovery.etcd"
+	for _, tc := range []struct {
+		name, yaml    string
+		sev           config.Severity
+		path, message string
+	}{
+		{"duplicate endpoint", `{endpoints: ["a:1", "b:1", "a:1"]}`,
+			config.SeverityWarning, etcd + ".endpoints[2]", `endpoint "a:1" is listed twice`},
+		{"auth without username", `{endpoints: ["https://a:1"], tls: {ca_cert: "/ca.pem"}, auth: {password: "pw"}}`,
+			config.SeverityWarning, etcd + ".auth.username", "auth needs a username"},
+		{"zero initial", `{endpoints: ["a:1"], watch_reconnect_backoff: {initial: 0s, max: 1s}}`,
+			config.SeverityWarning, etcd + ".watch_reconnect_backoff.initial", "waits at least 1ms"},
+		{"zero initial and max", `{endpoints: ["a:1"], watch_reconnect_backoff: {initial: 0s, max: 0s}}`,
+			config.SeverityWarning, etcd + ".watch_reconnect_backoff.initial", "waits at least 1ms"},
+		{"negative initial", `{endpoints: ["a:1"], watch_reconnect_backoff: {initial: -1s, max: 1s}}`,
+			config.SeverityError, etcd + ".watch_reconnect_backoff.initial", "must not be negative"},
+		{"max below initial", `{endpoints: ["a:1"], watch_reconnect_backoff: {initial: 2s, max: 1s}}`,
+			config.SeverityError, etcd + ".watch_reconnect_backoff.max", "must be at least initial"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			doc := parse(t, `dynamo:
+  enabled: true
+  discovery: {etcd: `+tc.yaml+`}
+  load: {direct_allow_cidrs: ["10.0.0.0/8"]}
+`)
+			if !hasFinding(doc, tc.sev, tc.path, tc.message) {
+				t.Fatalf("no %s at %s saying %q; findings %v", tc.sev, tc.path, tc.message, doc.Findings)
+			}
+			if tc.sev == config.SeverityWarning && doc.Findings.Errors() > 0 {
+				t.Errorf("errors in a valid file: %v", doc.Findings)
+			}
+		})
+	}
+}
+
+// TestKubernetesZeroBackoff: the Kubernetes sources' backoff follows the
+// same rules as etcd's.
+func TestKubernetesZeroBackoff(t *testing.T) {
+	t.Parallel()
+	doc := parse(t, `dynamo:
+  enabled: true
+  discovery:
+    source: kubernetes
+    kubernetes: {namespace: dynamo, dynamo_namespace: dynamo, watch_reconnect_backoff: {initial: 0s, max: 1s}}
+  load: {direct_allow_cidrs: ["10.0.0.0/8"]}
+`)
+	if doc.Findings.Errors() > 0 || !hasFinding(doc, config.SeverityWarning, "dynamo.discovery.kubernetes.watch_reconnect_backoff.initial", "waits at least 1ms") {
+		t.Errorf("findings %v", doc.Findings)
+	}
+}

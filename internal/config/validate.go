@@ -222,9 +222,22 @@ func (v *validator) backendNames() []string {
 	return names
 }
 
+// MinBackoffDelay is the least wait the discovery watcher keeps between two
+// passes (discovery.MinDelay; that package does not import this one). An
+// initial (or max) of zero is valid configuration, but a source that fails
+// at once would then be retried in a tight loop, so at run time zero waits
+// this long instead, and the warning for a zero initial says so.
+const MinBackoffDelay = time.Millisecond
+
+// backoff checks a reconnect backoff. The rule is only that max is at
+// least initial; negative durations make no sense, and a zero initial is
+// accepted with a warning because it does not mean "no wait" at run time.
 func (v *validator) backoff(path string, b Backoff) {
-	if b.Initial <= 0 {
-		v.errorf(path+".initial", "must be positive, such as \"500ms\"")
+	switch {
+	case b.Initial < 0:
+		v.errorf(path+".initial", "must not be negative; use a delay such as \"500ms\"")
+	case b.Initial == 0:
+		v.warnf(path+".initial", "initial 0s would retry a failed pass at once: the watcher waits at least %s instead, doubling up to max; set a delay such as \"500ms\"", MinBackoffDelay)
 	}
 	if b.Max < b.Initial {
 		v.errorf(path+".max", "max (%s) must be at least initial (%s)", b.Max, b.Initial)
@@ -281,7 +294,9 @@ func (v *validator) etcd(active bool) {
 			v.errorf(path, "%s", msg)
 			continue
 		case seen[ep]:
-			v.errorf(path, "endpoint %q is listed twice", ep)
+			// The client still reaches the member, so the file stays
+			// valid; the repeat is most likely a typo for another member.
+			v.warnf(path, "endpoint %q is listed twice; remove the duplicate", ep)
 		}
 		seen[ep] = true
 		if _, ok := schemes[scheme]; !ok {
@@ -323,7 +338,9 @@ func (v *validator) etcd(active bool) {
 	}
 	if a := e.Auth; a != nil {
 		if a.Username == "" {
-			v.errorf(p+".auth.username", "auth needs a username")
+			// Valid, but the etcd client authenticates only with both a
+			// username and a password: without one the block does nothing.
+			v.warnf(p+".auth.username", "auth needs a username: without one the router does not authenticate to etcd")
 		}
 		if selected && e.TLS == nil && !okHTTPS {
 			v.warnf(p+".auth", "auth over a plaintext connection sends the password and session token in clear text: use https:// endpoints with a tls block")

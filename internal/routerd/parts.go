@@ -115,7 +115,7 @@ func (d *Daemon) newWatcher(cfg *config.Config) (*discovery.Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if backoff.Initial <= 0 || backoff.Max < backoff.Initial {
+	if backoff.Initial < 0 || backoff.Max < backoff.Initial {
 		return nil, fmt.Errorf("dynamo.discovery: reconnect backoff %v..%v is not valid", backoff.Initial, backoff.Max)
 	}
 	return &discovery.Watcher{Source: src, Registry: d.registry, Backoff: backoff, Metrics: d.dm, Logger: d.logger}, nil

@@ -48,6 +48,7 @@ func TestValidate(t *testing.T) {
 		{"many findings json", []string{"config", "validate", "--format", "json", "testdata/config/invalid/event-bus.yaml"}, 1, "event-bus.json", ""},
 		{"many findings github", []string{"config", "validate", "--format", "github", "testdata/config/invalid/event-bus.yaml"}, 1, "event-bus.github", ""},
 		{"warnings pass", []string{"config", "validate", "testdata/config/valid/kubernetes-pods.yaml"}, 0, "", "valid (0 errors, 1 warning)"},
+		{"questionable but valid", []string{"config", "validate", "testdata/config/valid/etcd-design-warnings.yaml"}, 0, "", "valid (0 errors, 3 warnings)"},
 		{"warnings fail strict", []string{"config", "validate", "--strict", "testdata/config/valid/kubernetes-pods.yaml"}, 1, "", "warning: dynamo.discovery.source"},
 		{"strict json says invalid", []string{"config", "validate", "--strict", "--format", "json", "testdata/config/valid/kubernetes-pods.yaml"}, 1, "", `"valid": false`},
 		{"several files", []string{"config", "validate", "testdata/config/valid/etcd.yaml", "testdata/config/invalid/one-rule.yaml"}, 1, "", "etcd.yaml: valid"},

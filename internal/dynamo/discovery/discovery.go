@@ -50,13 +50,27 @@ type Source interface {
 	Run(ctx context.Context, sink Sink) error
 }
 
-// Backoff is the doubling reconnect delay between passes.
+// Backoff is the doubling reconnect delay between passes. Neither may be
+// negative and Max is at least Initial; a zero waits MinDelay.
 type Backoff struct {
 	Initial, Max time.Duration
 	// ResetAfter is how long a session must stay established for the delay
 	// to return to Initial; Max when zero. Kubernetes sources use
 	// min(Max, 290 s) so that the watch's normal end never grows the delay.
 	ResetAfter time.Duration
+}
+
+// MinDelay is the least wait between two passes. A backoff whose initial
+// (or max) is zero is valid configuration, but a source that fails at once
+// would then be retried in a tight loop: zero waits MinDelay instead, and
+// the delay doubles from there.
+const MinDelay = time.Millisecond
+
+// floored is b with Initial and Max raised to at least MinDelay.
+func (b Backoff) floored() Backoff {
+	b.Initial = max(b.Initial, MinDelay)
+	b.Max = max(b.Max, b.Initial)
+	return b
 }
 
 // PublishDelay is the least time between two publishes of a watcher's view
@@ -128,13 +142,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if w.Logger == nil {
 		w.Logger = slog.New(slog.DiscardHandler)
 	}
-	if w.Backoff.Initial <= 0 || w.Backoff.Max < w.Backoff.Initial {
+	if w.Backoff.Initial < 0 || w.Backoff.Max < w.Backoff.Initial {
 		return fmt.Errorf("discovery backoff %v..%v is not valid", w.Backoff.Initial, w.Backoff.Max)
 	}
+	backoff := w.Backoff.floored()
 	w.mu.Lock()
 	w.reducer, w.stopped, w.ctx = fleet.NewReducer(), false, ctx
 	w.mu.Unlock()
-	delay := w.Backoff.Initial
+	delay := backoff.Initial
 	defer w.stop()
 	// Publishing ends when ctx does, not when the source notices: a source
 	// slow to return (a stopped watcher is abandoned after a grace) must
@@ -160,9 +175,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		// Reset the backoff only after a session that stayed established
 		// (all watches open) for at least the maximum delay.
-		resetAfter := w.Backoff.ResetAfter
+		resetAfter := backoff.ResetAfter
 		if resetAfter <= 0 {
-			resetAfter = w.Backoff.Max
+			resetAfter = backoff.Max
 		}
 		// A watch the server ended at its timeout opened a moment before
 		// the pass counted itself established (the listed records were
@@ -172,7 +187,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// backoff.
 		lasted := time.Since(s.established)
 		if !s.established.IsZero() && (lasted >= resetAfter || expired && lasted >= resetAfter-resetAfter/10) {
-			delay = w.Backoff.Initial
+			delay = backoff.Initial
 		}
 		if expired {
 			w.Logger.Debug("dynamo discovery watch ended normally; re-listing", "source", w.Source.Name(), "retry_in", delay)
@@ -183,7 +198,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.setConnected(false)
 			return nil
 		}
-		delay = min(delay*2, w.Backoff.Max)
+		delay = min(delay*2, backoff.Max)
 	}
 }
 

@@ -62,22 +62,34 @@ func (s *scripted) delays() []time.Duration {
 // that keeps failing soon after connecting keeps backing off. A watch the
 // server ends at its timeout resets them although the pass counted its
 // session from a little after the watch opened (so it reads just short of
-// the bound); a watch that ends early does not.
+// the bound); a watch that ends early does not. A zero initial (or max),
+// which configuration accepts, waits MinDelay rather than retrying a failing
+// source in a tight loop.
 func TestBackoff(t *testing.T) {
 	t.Parallel()
+	const ms = time.Millisecond
+	usual := discovery.Backoff{Initial: 500 * ms, Max: 8 * time.Second}
 	for _, tc := range []struct {
 		name     string
+		backoff  discovery.Backoff
 		sessions []time.Duration
 		expires  map[int]bool
 		want     []time.Duration
 	}{
-		{name: "failures and sessions", sessions: []time.Duration{
+		{name: "zero initial", backoff: discovery.Backoff{Max: 4 * ms}, sessions: []time.Duration{
+			-1, -1, -1, -1, // 1ms 2ms 4ms 4ms
+			4 * ms, // session >= max: reset -> 1ms
+			-1,     // 2ms
+		}, want: []time.Duration{discovery.MinDelay, 2 * ms, 4 * ms, 4 * ms, discovery.MinDelay, 2 * ms}},
+		{name: "zero initial and max", backoff: discovery.Backoff{}, sessions: []time.Duration{-1, -1, ms, -1},
+			want: []time.Duration{discovery.MinDelay, discovery.MinDelay, discovery.MinDelay, discovery.MinDelay}},
+		{name: "failures and sessions", backoff: usual, sessions: []time.Duration{
 			-1, -1, -1, -1, -1, -1, // 500ms 1s 2s 4s 8s 8s
 			3 * time.Second, // short session: no reset -> 8s
 			8 * time.Second, // session >= max: reset -> 500ms
 			-1,              // 1s
 		}, want: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second, 500 * time.Millisecond, time.Second}},
-		{name: "watch expiry", sessions: []time.Duration{
+		{name: "watch expiry", backoff: usual, sessions: []time.Duration{
 			-1, -1, // 500ms 1s
 			7900 * time.Millisecond, // expired just short of 8s: reset -> 500ms
 			-1,                      // 1s
@@ -91,10 +103,7 @@ func TestBackoff(t *testing.T) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				src := &scripted{cancel: cancel, sessions: tc.sessions, expires: tc.expires}
-				w := &discovery.Watcher{
-					Source: src, Registry: fleet.NewRegistry(nil, nil),
-					Backoff: discovery.Backoff{Initial: 500 * time.Millisecond, Max: 8 * time.Second},
-				}
+				w := &discovery.Watcher{Source: src, Registry: fleet.NewRegistry(nil, nil), Backoff: tc.backoff}
 				if err := w.Run(ctx); err != nil {
 					t.Fatal(err)
 				}

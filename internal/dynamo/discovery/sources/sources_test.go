@@ -11,6 +11,7 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/sources"
 )
@@ -53,5 +54,14 @@ func TestOpenUnreachable(t *testing.T) {
 	cancel()
 	if _, err := sources.Open(ctx, &d, kube.ClientOptions{}, nil, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Errorf("after cancel: err = %v", err)
+	}
+}
+
+// TestBackoffFloorAgrees: the floor the validator's warning promises for a
+// zero initial backoff is the one the watcher applies.
+func TestBackoffFloorAgrees(t *testing.T) {
+	t.Parallel()
+	if config.MinBackoffDelay != discovery.MinDelay {
+		t.Errorf("config warns of %s, the watcher waits %s", config.MinBackoffDelay, discovery.MinDelay)
 	}
 }
