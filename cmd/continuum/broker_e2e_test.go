@@ -219,7 +219,7 @@ func shapedChat(t *testing.T, router string, blocks ...int) int {
 // TestBrokerTransportParity: a router with transport: broker, fed through
 // a `continuum broker` process, shows the same fresh load for every worker
 // and the same KV index as a router with transport: direct beside it, and
-// no subscription of either reconnects or sees an event-id gap.
+// neither sees an event-id gap.
 func TestBrokerTransportParity(t *testing.T) {
 	fx := newBusFixture(t)
 	directCfg, brokerCfg, root, sim := simConfigs(t, fx, "--prefill", "1", "--decode", "2")
@@ -302,11 +302,6 @@ func TestBrokerTransportParity(t *testing.T) {
 	for _, r := range []string{direct, viaBroker} {
 		if v := metric(t, r, `continuum_dynamo_kv_events_total{result="gap"}`); v != 0 {
 			t.Errorf("%s: %v kv-events gaps", r, v)
-		}
-		for _, s := range workers(t, r).Subscriptions {
-			if s.Reconnects != 0 {
-				t.Errorf("%s: the %s subscription of publisher %s reconnected %d times", r, s.Family, s.PublisherID, s.Reconnects)
-			}
 		}
 	}
 	if v := metric(t, viaBroker, "continuum_dynamo_event_bus_sessions"); v != 1 {
@@ -391,16 +386,7 @@ func TestBrokerSIGKILL(t *testing.T) {
 
 	_, _ = startBroker(t, fx, bus, brokerB, root)
 	testutil.Eventually(t, 30*time.Second, "every subscription through broker B", func() bool {
-		v := workers(t, router)
-		if !connectedThrough(v, 6, "broker", brokerB) {
-			return false
-		}
-		for _, s := range v.Subscriptions {
-			if s.Reconnects < 1 {
-				return false
-			}
-		}
-		return true
+		return connectedThrough(workers(t, router), 6, "broker", brokerB)
 	})
 	if strings.Contains(srv.errOut(), "subscriptions restarting") {
 		t.Error("the subscriptions were restarted rather than reconnected")

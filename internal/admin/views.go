@@ -124,6 +124,9 @@ type Signals struct {
 }
 
 // Subscription is one load or kv-events subscription, without addresses.
+// Its fields are exactly those GET /admin/dynamo/workers documents for a
+// subscription, broker only while one relays it: the shape is part of the
+// API, so nothing beyond them is added here.
 type Subscription struct {
 	Family      string `json:"family"`
 	PublisherID string `json:"publisher_id"`
@@ -132,13 +135,12 @@ type Subscription struct {
 	State       string `json:"state"`
 	Transport   string `json:"transport"`
 	Broker      string `json:"broker,omitempty"`
-	Reconnects  int    `json:"reconnects"`
 }
 
 // SubscriptionView renders a subscription.
 func SubscriptionView(s load.SubscriptionInfo) Subscription {
 	return Subscription{Family: s.Family, PublisherID: strconv.FormatUint(s.PublisherID, 10), Namespace: s.Namespace,
-		Component: s.Component, State: s.State, Transport: s.Transport, Broker: s.Broker, Reconnects: s.Reconnects}
+		Component: s.Component, State: s.State, Transport: s.Transport, Broker: s.Broker}
 }
 
 // WorkersResponse is GET /admin/dynamo/workers.

@@ -59,7 +59,7 @@ func fixture(at time.Time, n float64) *tui.Snapshot {
 			Namespaces: []string{"canary", "prod"}, Generation: 42, Workers: workers, LoadPublishers: 5, KVEventPublishers: 1,
 			Subscriptions: []admin.Subscription{
 				{Family: "kv_metrics", PublisherID: "7587890000000000001", Namespace: "prod", Component: "prefill", State: "connected", Transport: "direct"},
-				{Family: "kv_metrics", PublisherID: "7587890000000000048", Namespace: "canary", Component: "decode", State: "backoff", Transport: "direct", Reconnects: 3},
+				{Family: "kv_metrics", PublisherID: "7587890000000000048", Namespace: "canary", Component: "decode", State: "backoff", Transport: "direct"},
 				{Family: "kv-events", PublisherID: "7587890000000000101", Namespace: "prod", Component: "prefill", State: "connected", Transport: "direct"},
 			}},
 		Load: admin.LoadResponse{MaxStalenessMs: 3000, Samples: samples},

@@ -409,7 +409,7 @@ func (m Model) subscriptionsBody(h int) []string {
 	}
 	out = append(out, m.kvLines()...)
 	cols := []column{{"FAMILY", 10, false}, {"PUBLISHER", 19, false}, {"NAMESPACE", 9, false}, {"COMPONENT", 9, false},
-		{"STATE", 10, false}, {"TRANSPORT", 9, false}, {"RECONN", 6, true}}
+		{"STATE", 10, false}, {"TRANSPORT", 9, false}}
 	for _, sub := range s.Workers.Subscriptions {
 		if sub.Broker != "" {
 			cols = append(cols, column{"BROKER", 24, false})
@@ -426,7 +426,7 @@ func (m Model) subscriptionsBody(h int) []string {
 		if sub.State != "connected" {
 			style = m.styles.Stale
 		}
-		vals := []string{sub.Family, sub.PublisherID, sub.Namespace, sub.Component, sub.State, sub.Transport, fmt.Sprint(sub.Reconnects), sub.Broker}
+		vals := []string{sub.Family, sub.PublisherID, sub.Namespace, sub.Component, sub.State, sub.Transport, sub.Broker}
 		rows = append(rows, m.tableRow(vals, cols, i == m.cursor, style))
 	}
 	return append(out, window(rows, m.cursor, h-len(out))...)

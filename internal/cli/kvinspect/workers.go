@@ -336,9 +336,9 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FAMILY\tPUBLISHER\tNAMESPACE\tCOMPONENT\tSTATE\tTRANSPORT\tRECONNECTS")
+	fmt.Fprintln(tw, "FAMILY\tPUBLISHER\tNAMESPACE\tCOMPONENT\tSTATE\tTRANSPORT")
 	for _, s := range v.Subscriptions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Family, s.PublisherID, s.Namespace, s.Component, s.State, s.Transport, s.Reconnects)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Family, s.PublisherID, s.Namespace, s.Component, s.State, s.Transport)
 	}
 	return tw.Flush()
 }

@@ -35,8 +35,6 @@ type SubscriptionInfo struct {
 	State       string
 	Transport   string
 	Broker      string
-	// Reconnects counts sessions after the first.
-	Reconnects int
 }
 
 // Pool keeps one subscription (a Loop on its own goroutine) per wanted
@@ -76,8 +74,6 @@ type poolSub struct {
 	// transport is the connector's, fixed for the subscription's life (the
 	// gauge series it counts in).
 	transport string
-	// sessions counts transitions to connected.
-	sessions int
 	// broker carries the current (or last) session, "" when direct.
 	broker string
 }
@@ -253,9 +249,6 @@ func (p *Pool) setLocked(sub *poolSub, state string) {
 		}
 	}
 	sub.state = state
-	if state == StateConnected {
-		sub.sessions++
-	}
 }
 
 // Subscriptions lists the running subscriptions in ascending publisher id.
@@ -265,7 +258,7 @@ func (p *Pool) Subscriptions() []SubscriptionInfo {
 	out := make([]SubscriptionInfo, 0, len(p.subs))
 	for _, sub := range p.subs {
 		out = append(out, SubscriptionInfo{Family: p.Family, PublisherID: sub.pub.PublisherID, Namespace: sub.pub.Namespace,
-			Component: sub.pub.Component, State: sub.state, Transport: sub.transport, Broker: sub.brokerNow(), Reconnects: max(sub.sessions-1, 0)})
+			Component: sub.pub.Component, State: sub.state, Transport: sub.transport, Broker: sub.brokerNow()})
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.PublisherID, b.PublisherID) })
 	return out
