@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -218,15 +217,18 @@ func (j *join) supply(name string, old, e *dwmEntry) {
 		if e.refusal != nil {
 			next[refusalKey(name)] = e.refusal.Encode()
 		}
-		ready, other := j.readiness(name, e.podUID)
+		ready, mismatch := j.readiness(name, e.podUID)
 		switch {
 		case ready:
 			maps.Copy(next, e.records)
-		case other != "" && len(e.records) > 0:
+		case mismatch && len(e.records) > 0:
+			// The reason names the resource and its pod, never the uids:
+			// problems are served by the admin API, whose views carry no
+			// UIDs, and the text stays the same while the uids change.
 			r := wire.Refusal{Kind: "mismatch", Namespace: e.ns, Reason: fmt.Sprintf(
-				"DynamoWorkerMetadata %s: its owner reference names pod uid %s, but the EndpointSlice endpoint of pod %s that is ready names uid %s; "+
+				"DynamoWorkerMetadata %s: the pod uid in its owner reference differs from the pod uid of the ready EndpointSlice endpoint of pod %s; "+
 					"one of them belongs to an earlier pod of that name, and the records are held back until both name the same pod",
-				name, quoteUID(e.podUID), name, quoteUID(other))}
+				name, name)}
 			next[podUIDKey(name)] = r.Encode()
 		}
 	}
@@ -254,34 +256,17 @@ func (j *join) supply(name string, old, e *dwmEntry) {
 // reference and the endpoint's targetRef carry the pod's uid they must be
 // equal, so the records a pod wrote never go ready with the endpoint of a
 // pod recreated under its name, nor the reverse; when either carries none
-// (older operators), the name alone matches. When it is not ready only for
-// the uids, other is the least of the uids the ready endpoints name.
-func (j *join) readiness(name, podUID string) (ready bool, other string) {
+// (older operators), the name alone matches. mismatch reports that it is
+// not ready only for the uids: ready endpoints name its pod, but another uid.
+func (j *join) readiness(name, podUID string) (ready, mismatch bool) {
 	uids := j.ready[name]
 	if podUID == "" {
-		return len(uids) > 0, ""
+		return len(uids) > 0, false
 	}
 	if uids[podUID] > 0 || uids[""] > 0 {
-		return true, ""
+		return true, false
 	}
-	for u := range uids {
-		if other == "" || u < other {
-			other = u
-		}
-	}
-	return false, other
-}
-
-// maxUIDReport bounds a uid quoted in a reason; a Kubernetes uid is 36
-// characters.
-const maxUIDReport = 64
-
-// quoteUID quotes a uid for a reason, cut at maxUIDReport bytes.
-func quoteUID(uid string) string {
-	if len(uid) > maxUIDReport {
-		return strconv.Quote(uid[:maxUIDReport]) + "…"
-	}
-	return strconv.Quote(uid)
+	return false, len(uids) > 0
 }
 
 // exclusive reports whether key may have only one supplier: instance and
