@@ -469,7 +469,9 @@ func (b *Bus) authenticate(bc *busConn, r *http.Request) (ent *entry, status int
 			}
 			return nil, http.StatusUnauthorized, CodeUnauthenticated, "unknown token"
 		}
-		if certEnt != nil && certEnt != ent {
+		if certEnt != nil && certEnt != ent || certEnt == nil && certCode == CodeForbidden {
+			// A certificate naming several brokers names at least one
+			// other than the token's.
 			return nil, http.StatusForbidden, CodeForbidden, "the client certificate names another broker than the token"
 		}
 		return ent, 0, "", ""

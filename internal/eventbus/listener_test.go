@@ -89,6 +89,7 @@ func TestAuthRefusals(t *testing.T) {
 		{name: "certificate naming no broker", cert: []string{"nobody.example"}, wantStatus: 401, wantCode: eventbus.CodeUnauthenticated},
 		{name: "token and a certificate naming another broker", cert: []string{brokerB}, token: tokenA, wantStatus: 403, wantCode: eventbus.CodeForbidden},
 		{name: "certificate naming two brokers", cert: []string{brokerA, brokerB}, wantStatus: 403, wantCode: eventbus.CodeForbidden},
+		{name: "token and a certificate naming it and another broker", cert: []string{brokerA, brokerB}, token: tokenA, wantStatus: 403, wantCode: eventbus.CodeForbidden},
 		{name: "no version", token: tokenA, hdr: map[string]string{eventbus.HeaderVersion: ""}, wantStatus: 400, wantCode: eventbus.CodeUnsupportedVersion},
 		{name: "version 0", token: tokenA, hdr: map[string]string{eventbus.HeaderVersion: "0"}, wantStatus: 400, wantCode: eventbus.CodeUnsupportedVersion},
 		{name: "token", token: tokenA, wantStatus: 200},
