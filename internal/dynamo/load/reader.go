@@ -159,8 +159,13 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 			r.store.DropPublisher(r.pid) // a gap: a change may have been missed
 		}
 	}
-	r.lastSeq, r.haveSeq = env.Sequence, true
+	// The cursor is the last sequence applied: a message that is not (its
+	// ActiveLoad unreadable, or refused by the store) leaves it, so that
+	// the next one shows the gap and the publisher's samples, which that
+	// change may have made stale, are dropped, as for a message over the
+	// size limit.
 	if topic != fleet.TopicLoad {
+		r.lastSeq, r.haveSeq = env.Sequence, true
 		return telemetry.ResultAccepted, ""
 	}
 	l, err := wire.DecodeActiveLoad(env.Payload)
@@ -169,10 +174,12 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 	}
 	ev.Load = &l
 	if r.store == nil {
+		r.lastSeq, r.haveSeq = env.Sequence, true
 		return telemetry.ResultAccepted, ""
 	}
 	if res := r.store.Apply(Sample{Load: l, PublisherID: r.pid, Sequence: env.Sequence, PublishedAt: env.PublishedAt, ReceivedAt: now}); res != "" {
 		return res, "refused by the load store"
 	}
+	r.lastSeq, r.haveSeq = env.Sequence, true
 	return telemetry.ResultAccepted, ""
 }

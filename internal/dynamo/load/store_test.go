@@ -92,6 +92,38 @@ func TestStoreCapacity(t *testing.T) {
 	}
 }
 
+// TestReaderUnappliedIsAGap: a message that was not applied (its
+// ActiveLoad unreadable) does not move the cursor, so the next one shows
+// the gap and the publisher's samples, which the lost change may have made
+// stale, are dropped.
+func TestReaderUnappliedIsAGap(t *testing.T) {
+	t.Parallel()
+	s := load.NewStore(time.Hour, nil)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
+	results := map[string]int{}
+	r := load.NewReader(7, s, func(res string) { results[res]++ })
+	msg := func(seq uint64, rank uint32, decode uint64) [][]byte {
+		return wire.EncodeEventMessage("kv_metrics", 7, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, DPRank: rank, ActiveDecodeBlocks: u64(decode)}))
+	}
+	r.Handle(msg(0, 0, 10), t0)
+	r.Handle(wire.EncodeEventMessage("kv_metrics", 7, 1, 0, []byte{0xc1}), t0) // not msgpack
+	r.Handle(msg(2, 1, 3), t0)
+	if results[wire.ResultMalformed] != 1 || results[telemetry.ResultAccepted] != 2 {
+		t.Fatalf("results %v", results)
+	}
+	if _, ok := s.Latest(1, 0); ok {
+		t.Error("rank 0's sample outlived a change that could not be read")
+	}
+	if got, ok := s.Latest(1, 1); !ok || *got.Load.ActiveDecodeBlocks != 3 {
+		t.Errorf("rank 1 = %+v, %v", got, ok)
+	}
+	// The next change applies as any other.
+	r.Handle(msg(3, 0, 4), t0)
+	if got, ok := s.Latest(1, 0); !ok || *got.Load.ActiveDecodeBlocks != 4 {
+		t.Errorf("rank 0 after = %+v, %v", got, ok)
+	}
+}
+
 // TestReaderOrder: per-subscription dedupe, and a sequence gap drops the
 // publisher's samples before the new one applies.
 func TestReaderOrder(t *testing.T) {
