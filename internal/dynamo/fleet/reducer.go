@@ -207,6 +207,9 @@ func (r *Reducer) Put(key string, value []byte, now time.Time) {
 	if space == 0 {
 		return // not a watched bucket
 	}
+	if space == wire.KeyspaceEventChannels && unsubscribedChannel(key) {
+		return
+	}
 	recs := r.spaces[space]
 	h := maphash.Bytes(r.seed, value)
 	old, held := recs[key]
@@ -753,12 +756,29 @@ const (
 	TopicKVEvents2 = "kv_events" // older Dynamo releases
 )
 
-// unsupportedChannel says why a load or kv-events channel cannot be
-// subscribed to directly, or "" when it can (or is not one of those topics).
+// subscribedTopic reports whether the router subscribes to topic.
+func subscribedTopic(topic string) bool {
+	return topic == TopicLoad || topic == TopicKVEvents || topic == TopicKVEvents2
+}
+
+// unsubscribedChannel reports whether key is an event channel's on a topic
+// the router does not subscribe to (active_sequences_events and the like).
+// Such a channel is skipped before its value is read, without a problem,
+// a log line or a count, and is not held: it is none of the router's
+// business, so it can be neither malformed nor unsupported, and it takes
+// no part in the duplicate rule, which applies among the channels the
+// router reads (a worker's active_sequences_events channel shares its
+// kv_metrics channel's publisher id, and must not cost it its load). The
+// topic is the key's, which the record's must equal; a key that does not
+// parse is not skipped but reported malformed.
+func unsubscribedChannel(key string) bool {
+	k, err := wire.ParseKey(key)
+	return err == nil && !subscribedTopic(k.Topic)
+}
+
+// unsupportedChannel says why a channel cannot be subscribed to directly,
+// or "" when it can.
 func unsupportedChannel(ch *wire.EventChannel) string {
-	if ch.Topic != TopicLoad && ch.Topic != TopicKVEvents && ch.Topic != TopicKVEvents2 {
-		return ""
-	}
 	switch {
 	case ch.TransportKind != "Zmq":
 		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", ch.Topic, ch.TransportKind)
