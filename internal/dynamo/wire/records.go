@@ -537,63 +537,122 @@ type EventChannel struct {
 	Legacy      bool
 }
 
-type channelJSON struct {
-	Type  string `json:"type"`
-	Scope *struct {
-		Kind      string `json:"kind"`
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-		Component string `json:"component"`
-		Endpoint  *struct {
-			Namespace string `json:"namespace"`
-			Component string `json:"component"`
-			Name      string `json:"name"`
-		} `json:"endpoint"`
-	} `json:"scope"`
-	Namespace   string `json:"namespace"`
-	Component   string `json:"component"`
-	Topic       string `json:"topic"`
-	InstanceID  ID     `json:"instance_id"`
-	PublisherID ID     `json:"publisher_id"`
-	Transport   *struct {
-		Kind   string `json:"kind"`
-		Config *struct {
-			Endpoint string `json:"endpoint"`
-		} `json:"config"`
-	} `json:"transport"`
+// channelFields holds an event channel record's fields raw, as the other
+// record fields are held, so that each is read by the rules of its shape.
+type channelFields struct {
+	Type        json.RawMessage `json:"type"`
+	Scope       json.RawMessage `json:"scope"`
+	Namespace   json.RawMessage `json:"namespace"`
+	Component   json.RawMessage `json:"component"`
+	Topic       json.RawMessage `json:"topic"`
+	InstanceID  json.RawMessage `json:"instance_id"`
+	PublisherID json.RawMessage `json:"publisher_id"`
+	Transport   json.RawMessage `json:"transport"`
 }
 
-// ParseEventChannel parses an EventChannel record, scoped or legacy.
+// scopeFields is a scoped record's scope: a kind and the fields of that kind.
+type scopeFields struct {
+	Kind      json.RawMessage `json:"kind"`
+	Name      json.RawMessage `json:"name"`
+	Namespace json.RawMessage `json:"namespace"`
+	Component json.RawMessage `json:"component"`
+	Endpoint  json.RawMessage `json:"endpoint"`
+}
+
+// scopeEndpointFields is an endpoint scope's endpoint.
+type scopeEndpointFields struct {
+	Namespace json.RawMessage `json:"namespace"`
+	Component json.RawMessage `json:"component"`
+	Name      json.RawMessage `json:"name"`
+}
+
+// channelTransportFields is a channel's transport: a kind and its config.
+type channelTransportFields struct {
+	Kind   json.RawMessage `json:"kind"`
+	Config json.RawMessage `json:"config"`
+}
+
+// zmqConfigFields is a Zmq transport's config.
+type zmqConfigFields struct {
+	Endpoint json.RawMessage `json:"endpoint"`
+}
+
+// lenientObject decodes raw, a JSON object, into dst (a struct of
+// json.RawMessage fields) with exact field names; null, absent or a value
+// of another type leaves dst empty.
+func lenientObject(raw json.RawMessage, dst any) {
+	if !isNull(raw) && unmarshalFields(raw, dst) != nil {
+		reflect.ValueOf(dst).Elem().SetZero()
+	}
+}
+
+// ParseEventChannel parses an EventChannel (or EventSource) record, scoped
+// or legacy, as Dynamo's own decoder reads it and by the rules
+// ParseEndpoint follows:
+//   - field names match exactly, at every level (the record, its scope and
+//     the scope's endpoint, its transport and the transport's config): a key
+//     in another case is an unknown field;
+//   - unknown fields are ignored, and so are fields outside the record's
+//     shape, whatever their type: a record with a non-null scope is scoped
+//     and its top-level namespace and component are not read; one without
+//     is legacy and has only those; of a scope only the fields of its kind
+//     are read, and of a transport's config only a Zmq transport's
+//     endpoint; the publisher id is instance_id, or publisher_id (an
+//     EventSource's) only when instance_id is absent or null;
+//   - every field is optional, and a field of the wrong type is left empty
+//     (a scope that is not an object has no kind, which the reducer reports
+//     as unsupported; a transport that is not one has no kind);
+//   - only a value that is not a JSON object, or a publisher id read that
+//     is not an id, fails: the id names the subscription, and a wrong one
+//     must not be guessed.
 func ParseEventChannel(value []byte) (*EventChannel, error) {
-	var cj channelJSON
-	if err := json.Unmarshal(value, &cj); err != nil {
+	var f channelFields
+	if err := unmarshalFields(value, &f); err != nil {
 		return nil, fmt.Errorf("%w: event channel: %w", ErrRecord, err)
 	}
-	ch := &EventChannel{Type: cj.Type, Topic: cj.Topic, PublisherID: cj.InstanceID}
-	if !ch.PublisherID.Set {
-		ch.PublisherID = cj.PublisherID // an EventSource record
+	ch := &EventChannel{}
+	lenientString(f.Type, &ch.Type)
+	lenientString(f.Topic, &ch.Topic)
+	id, idName := f.InstanceID, "instance_id"
+	if isNull(id) {
+		id, idName = f.PublisherID, "publisher_id" // an EventSource record
 	}
-	if s := cj.Scope; s != nil {
-		ch.Scope = ScopeKind(s.Kind)
+	if !isNull(id) {
+		if err := ch.PublisherID.UnmarshalJSON(id); err != nil {
+			return nil, fmt.Errorf("%w: event channel %s: %w", ErrRecord, idName, err)
+		}
+	}
+	if isNull(f.Scope) {
+		ch.Legacy = true
+		lenientString(f.Namespace, &ch.Namespace)
+		lenientString(f.Component, &ch.Component)
+	} else {
+		var s scopeFields
+		lenientObject(f.Scope, &s)
+		var kind string
+		lenientString(s.Kind, &kind)
+		ch.Scope = ScopeKind(kind)
 		switch ch.Scope {
 		case ScopeNamespace:
-			ch.Namespace = s.Name
+			lenientString(s.Name, &ch.Namespace)
 		case ScopeComponent:
-			ch.Namespace, ch.Component = s.Namespace, s.Component
+			lenientString(s.Namespace, &ch.Namespace)
+			lenientString(s.Component, &ch.Component)
 		case ScopeEndpoint:
-			if s.Endpoint != nil {
-				ch.Namespace, ch.Component, ch.Endpoint = s.Endpoint.Namespace, s.Endpoint.Component, s.Endpoint.Name
-			}
+			var e scopeEndpointFields
+			lenientObject(s.Endpoint, &e)
+			lenientString(e.Namespace, &ch.Namespace)
+			lenientString(e.Component, &ch.Component)
+			lenientString(e.Name, &ch.Endpoint)
 		}
-	} else {
-		ch.Legacy = true
-		ch.Namespace, ch.Component = cj.Namespace, cj.Component
 	}
-	if t := cj.Transport; t != nil {
-		ch.TransportKind = t.Kind
-		if t.Config != nil {
-			ch.ZmqEndpoint = t.Config.Endpoint
-		}
+	var t channelTransportFields
+	lenientObject(f.Transport, &t)
+	lenientString(t.Kind, &ch.TransportKind)
+	if ch.TransportKind == "Zmq" {
+		var c zmqConfigFields
+		lenientObject(t.Config, &c)
+		lenientString(c.Endpoint, &ch.ZmqEndpoint)
 	}
 	return ch, nil
 }

@@ -181,6 +181,10 @@ func FuzzParseRecords(f *testing.F) {
 	f.Add([]byte(`{"nats_tcp":"a\u0062"}`))
 	f.Add([]byte(`{"type":"Endpoint","TYPE":"x","Namespace":"n","namespace":"d","ſomething":1,"compoNent":"c","endpoint":"e","nested":{"Type":"y"}}`))
 	f.Add([]byte(`{"type":"Endpoint","namespace":"d\u00e9","component":null,"endpoint":"\ud800","instance_id":2}`))
+	f.Add([]byte(`{"type":"EventChannel","namespace":5,"Scope":{},"scope":{"kind":"component","Kind":"x","namespace":"n","component":"c","name":7},"topic":"kv_metrics","publisher_id":"zz","instance_id":2,"transport":{"kind":"Zmq","config":{"Endpoint":"tcp://x:1","endpoint":"tcp://a:1"}}}`))
+	f.Add([]byte(`{"scope":{"kind":"endpoint","endpoint":{"namespace":"n","Component":"x","component":"c","name":"g"}},"publisher_id":"ff","transport":{"kind":"Nats","config":{"endpoint":"tcp://a:1"}}}`))
+	f.Add([]byte(`{"scope":null,"namespace":"n","component":["c"],"instance_id":null,"publisher_id":3,"transport":"Zmq"}`))
+	f.Add([]byte(`{"scope":5,"topic":7,"instance_id":-1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = wire.RecordType(b)
 		if e, err := wire.ParseEndpoint(b); err == nil {
@@ -192,7 +196,18 @@ func FuzzParseRecords(f *testing.F) {
 		if m, err := wire.ParseModel(b); err == nil && m.Card.Runtime.DataParallelSize == 0 {
 			t.Fatal("data_parallel_size 0 accepted")
 		}
-		_, _ = wire.ParseEventChannel(b)
+		if json.Valid(b) {
+			got, err := wire.ParseEventChannel(b)
+			want, wantErr := channelOf(b)
+			switch {
+			case (err != nil) != wantErr:
+				t.Fatalf("%q: event channel error %v, a map reading fails: %v", b, err, wantErr)
+			case err == nil && *got != want:
+				t.Fatalf("%q: event channel\n%+v\na map reading gives\n%+v", b, *got, want)
+			}
+		} else if _, err := wire.ParseEventChannel(b); err == nil {
+			t.Fatalf("%q: invalid JSON parsed as an event channel", b)
+		}
 		if json.Valid(b) {
 			var got wire.Transport
 			err := got.UnmarshalJSON(b)
@@ -222,6 +237,119 @@ func transportOf(b []byte) (wire.Transport, bool) {
 		return wire.Transport{Address: s}, true
 	}
 	return wire.Transport{}, false
+}
+
+// channelOf reads an event channel record through maps of its exact keys
+// at every level, as the reference for ParseEventChannel: a record with a
+// non-null scope is scoped and reads only the fields of its scope's kind,
+// one without is legacy and reads its namespace and component; the
+// publisher id is instance_id, else publisher_id; a Zmq transport's
+// config gives its endpoint; a value of another type than a field's reads
+// as empty, and fail is true only when the value is not an object or the
+// id read is not an id.
+func channelOf(b []byte) (ch wire.EventChannel, fail bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil {
+		return ch, true
+	}
+	obj := func(raw json.RawMessage) map[string]json.RawMessage {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &m)
+		return m
+	}
+	str := func(raw json.RawMessage) string {
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return s
+	}
+	null := func(raw json.RawMessage) bool { return raw == nil || string(raw) == "null" }
+	ch.Type, ch.Topic = str(top["type"]), str(top["topic"])
+	id := top["instance_id"]
+	if null(id) {
+		id = top["publisher_id"]
+	}
+	if !null(id) && json.Unmarshal(id, &ch.PublisherID) != nil {
+		return wire.EventChannel{}, true
+	}
+	if scope := top["scope"]; null(scope) {
+		ch.Legacy = true
+		ch.Namespace, ch.Component = str(top["namespace"]), str(top["component"])
+	} else {
+		s := obj(scope)
+		ch.Scope = wire.ScopeKind(str(s["kind"]))
+		switch ch.Scope {
+		case wire.ScopeNamespace:
+			ch.Namespace = str(s["name"])
+		case wire.ScopeComponent:
+			ch.Namespace, ch.Component = str(s["namespace"]), str(s["component"])
+		case wire.ScopeEndpoint:
+			e := obj(s["endpoint"])
+			ch.Namespace, ch.Component, ch.Endpoint = str(e["namespace"]), str(e["component"]), str(e["name"])
+		}
+	}
+	t := obj(top["transport"])
+	if ch.TransportKind = str(t["kind"]); ch.TransportKind == "Zmq" {
+		ch.ZmqEndpoint = str(obj(t["config"])["endpoint"])
+	}
+	return ch, false
+}
+
+// TestParseEventChannelFields: an event channel record is read as Dynamo's
+// decoder reads it: exact field names at every level, and a field outside
+// the record's shape ignored whatever its type; a field of the shape with
+// the wrong type is left empty, as an endpoint record's is.
+func TestParseEventChannelFields(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, value string
+		want        wire.EventChannel
+	}{
+		{
+			name:  "a scoped record's top-level namespace is not its shape's",
+			value: `{"type":"EventChannel","namespace":5,"component":{"x":1},"scope":{"kind":"namespace","name":"dynamo","component":7},"topic":"kv_metrics","instance_id":9,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://a:1"}}}`,
+			want:  wire.EventChannel{Type: "EventChannel", Namespace: "dynamo", Scope: wire.ScopeNamespace, Topic: "kv_metrics", PublisherID: wire.ID{Value: 9, Set: true}, TransportKind: "Zmq", ZmqEndpoint: "tcp://a:1"},
+		},
+		{
+			name: "keys in another case are unknown fields, at every level",
+			value: `{"Type":"X","TOPIC":"x","topic":"kv_metrics","Instance_ID":1,"instance_id":2,"Scope":{"kind":"namespace","name":"x"},` +
+				`"scope":{"Kind":"namespace","kind":"endpoint","endpoint":{"Namespace":"x","namespace":"dynamo","component":"decode","NAME":"x","name":"generate"}},` +
+				`"transport":{"Kind":"Nats","kind":"Zmq","config":{"Endpoint":"tcp://x:1","endpoint":"tcp://a:1"}}}`,
+			want: wire.EventChannel{Namespace: "dynamo", Component: "decode", Endpoint: "generate", Scope: wire.ScopeEndpoint, Topic: "kv_metrics",
+				PublisherID: wire.ID{Value: 2, Set: true}, TransportKind: "Zmq", ZmqEndpoint: "tcp://a:1"},
+		},
+		{
+			name:  "a legacy record has no scope, and a scoped record's fields are not its",
+			value: `{"type":"EventChannel","namespace":"dynamo","component":"decode","Scope":{"kind":"namespace","name":"x"},"name":5,"topic":"kv_metrics","instance_id":3,"transport":{"kind":"Nats","config":7}}`,
+			want:  wire.EventChannel{Type: "EventChannel", Namespace: "dynamo", Component: "decode", Topic: "kv_metrics", PublisherID: wire.ID{Value: 3, Set: true}, TransportKind: "Nats", Legacy: true},
+		},
+		{
+			name:  "fields of the shape with the wrong type are left empty",
+			value: `{"type":1,"topic":["kv_metrics"],"scope":{"kind":"component","namespace":7,"component":"decode"},"instance_id":"1f","publisher_id":"not hex","transport":{"kind":"Zmq","config":{"endpoint":5}}}`,
+			want:  wire.EventChannel{Component: "decode", Scope: wire.ScopeComponent, PublisherID: wire.ID{Value: 0x1f, Set: true}, TransportKind: "Zmq"},
+		},
+		{
+			name:  "a scope that is not an object has no kind",
+			value: `{"scope":"endpoint","namespace":"dynamo","instance_id":4,"transport":[1]}`,
+			want:  wire.EventChannel{PublisherID: wire.ID{Value: 4, Set: true}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ch, err := wire.ParseEventChannel([]byte(tt.value))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *ch != tt.want {
+				t.Errorf("got\n%+v\nwant\n%+v", *ch, tt.want)
+			}
+		})
+	}
+	for _, v := range []string{`{"instance_id":-1}`, `{"publisher_id":{}}`, `{"instance_id":"xyz","publisher_id":1}`, `[1]`, `nope`} {
+		if _, err := wire.ParseEventChannel([]byte(v)); err == nil {
+			t.Errorf("%s: parsed", v)
+		}
+	}
 }
 
 // endpointStrings reads an endpoint record's string fields with
