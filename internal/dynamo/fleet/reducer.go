@@ -432,6 +432,17 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		if !m.InstanceID.Set {
 			m.InstanceID = wire.ID{Value: k.InstanceID, Set: true}
 		}
+		// A card's component and endpoint come from its key when its value
+		// leaves them out, as an endpoint's do: a card is a legacy one,
+		// joined by instance id alone, only when its key leaves them empty
+		// too (v1/mdc/<ns>///<hex>), so two cards of one instance under
+		// different endpoints are two scoped cards, not two legacy ones.
+		if m.Component == "" {
+			m.Component = k.Component
+		}
+		if m.Endpoint == "" {
+			m.Endpoint = k.Endpoint
+		}
 		if m.ModelSuffix == "" {
 			m.ModelSuffix = k.ModelSuffix
 		}
