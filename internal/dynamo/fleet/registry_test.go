@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -110,6 +111,45 @@ func TestRegistryReportsChangedKeySet(t *testing.T) {
 	reg.Publish(snap)
 	if observed != 2 {
 		t.Errorf("%d problems observed; the changed key set was not reported", observed)
+	}
+}
+
+// TestRegistryReportsRecordProblemsOncePerKey: a malformed or unsupported
+// record is logged and counted once per key while it lasts, also when its
+// key is put again with another bad value (which its reason quotes); gone
+// and back, it is reported again.
+func TestRegistryReportsRecordProblemsOncePerKey(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var observed []string
+	reg := fleet.NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)), func(p fleet.Problem) { observed = append(observed, p.Kind) })
+	r := fleet.NewReducer()
+	const ch = "v1/event_channels/namespace/dynamo/topic/kv_metrics/1"
+	channel := func(transport string) []byte {
+		return []byte(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","instance_id":1,"transport":` + transport + `}`)
+	}
+	steps := []struct {
+		key, value string
+		want       []string // kinds observed so far
+	}{
+		{key(1), `{"type":"Endpoint","instance_id":"zz"}`, []string{"malformed"}},
+		{key(1), `{"type":"Endpoint","instance_id":"yy"}`, []string{"malformed"}},
+		{key(1), `{"type":"Endpoint","instance_id":-1}`, []string{"malformed"}},
+		{ch, string(channel(`{"kind":"Nats","config":{}}`)), []string{"malformed", "unsupported"}},
+		{ch, string(channel(`{"kind":"ZmqBroker","config":{}}`)), []string{"malformed", "unsupported"}},
+		{ch, string(channel(`{"kind":"Zmq","config":{"endpoint":"ipc:///x"}}`)), []string{"malformed", "unsupported"}},
+		{key(1), string(endpoint(1)), []string{"malformed", "unsupported"}},
+		{key(1), `{"type":"Endpoint","instance_id":"xx"}`, []string{"malformed", "unsupported", "malformed"}},
+	}
+	for i, step := range steps {
+		r.Put(step.key, []byte(step.value), t0)
+		reg.Publish(r.Build(t0))
+		if !slices.Equal(observed, step.want) {
+			t.Fatalf("step %d (%s): observed %v, want %v", i, step.value, observed, step.want)
+		}
+	}
+	if n := strings.Count(logs.String(), "dynamo discovery problem"); n != 3 {
+		t.Errorf("%d problem warnings, want 3:\n%s", n, logs.String())
 	}
 }
 
