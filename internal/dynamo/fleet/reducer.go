@@ -778,8 +778,8 @@ func subscribedTopic(topic string) bool {
 // a log line or a count, and is not held: it is none of the router's
 // business, so it can be neither malformed nor unsupported, and it takes
 // no part in the duplicate rule, which applies among the channels the
-// router reads (a worker's active_sequences_events channel shares its
-// kv_metrics channel's publisher id, and must not cost it its load). The
+// router reads (a channel of another topic that claims a kv_metrics
+// channel's publisher id must not cost that worker its load). The
 // topic is the key's, which the record's must equal; a key that does not
 // parse is not skipped but reported malformed.
 func unsubscribedChannel(key string) bool {
