@@ -159,6 +159,20 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	}
 }
 
+// newKVRig is a KV-aware picker (overlap credit and prefill scale 1) over
+// the live workers, with its load store, index, prompts and metrics.
+func newKVRig(t *testing.T, pins []string, live map[uint64]load.LiveWorker) (*load.Store, *kv.Index, *kv.Prompts, *telemetry.KVMetrics, *kv.Picker) {
+	t.Helper()
+	store := load.NewStore(time.Minute, nil)
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
+	return store, ix, prompts, m, p
+}
+
 // TestPickerScoresPrefillAcrossNamespaces: over two graphs that pair
 // prefill and decode workers, the prefill workers of both compete and the
 // winner's namespace is the pin's, its decode worker chosen there by load:
@@ -168,14 +182,8 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 func TestPickerScoresPrefillAcrossNamespaces(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}})
-	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{10: {Namespace: "a", DPSize: 1}, 20: {Namespace: "a", DPSize: 1}, 11: {Namespace: "b", DPSize: 1}, 21: {Namespace: "b", DPSize: 1}}
-	store.SetLiveAndRetain(live)
-	ix := kv.NewIndex()
-	ix.SetLive(live)
-	prompts := kv.NewPrompts(startLoader(t, pins...))
-	m := telemetry.NewKVMetrics(nil)
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
+	store, ix, prompts, m, p := newKVRig(t, pins, map[uint64]load.LiveWorker{10: {Namespace: "a", DPSize: 1}, 20: {Namespace: "a", DPSize: 1},
+		11: {Namespace: "b", DPSize: 1}, 21: {Namespace: "b", DPSize: 1}})
 	zero := uint64(0)
 	seq := uint64(0)
 	sample := func(id, decodeBlocks uint64) {
@@ -227,14 +235,7 @@ func TestPickerScoresPrefillAcrossNamespaces(t *testing.T) {
 func TestPickerScoresSelfPrefillingDecodeWorkers(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, nil, []uint64{20, 21}, nil)
-	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPSize: 1}, 21: {Namespace: "dynamo", DPSize: 1}}
-	store.SetLiveAndRetain(live)
-	ix := kv.NewIndex()
-	ix.SetLive(live)
-	prompts := kv.NewPrompts(startLoader(t, pins...))
-	m := telemetry.NewKVMetrics(nil)
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
+	_, ix, prompts, m, p := newKVRig(t, pins, map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPSize: 1}, 21: {Namespace: "dynamo", DPSize: 1}})
 	body := longChat(200)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
 	hold(t, ix, 1, 21, pr.Hashes[16], 8)

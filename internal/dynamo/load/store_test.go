@@ -92,6 +92,14 @@ func TestStoreCapacity(t *testing.T) {
 	}
 }
 
+// worker1Load makes publisher pid's messages: sequence seq, worker 1's
+// rank with decode blocks.
+func worker1Load(pid uint64) func(seq uint64, rank uint32, decode uint64) [][]byte {
+	return func(seq uint64, rank uint32, decode uint64) [][]byte {
+		return wire.EncodeEventMessage("kv_metrics", pid, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, DPRank: rank, ActiveDecodeBlocks: u64(decode)}))
+	}
+}
+
 // TestReaderUnappliedIsAGap: a message that was not applied (its
 // ActiveLoad unreadable) does not move the cursor, so the next one shows
 // the gap and the publisher's samples, which the lost change may have made
@@ -102,9 +110,7 @@ func TestReaderUnappliedIsAGap(t *testing.T) {
 	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
 	results := map[string]int{}
 	r := load.NewReader(7, s, func(res string) { results[res]++ })
-	msg := func(seq uint64, rank uint32, decode uint64) [][]byte {
-		return wire.EncodeEventMessage("kv_metrics", 7, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, DPRank: rank, ActiveDecodeBlocks: u64(decode)}))
-	}
+	msg := worker1Load(7)
 	r.Handle(msg(0, 0, 10), t0)
 	r.Handle(wire.EncodeEventMessage("kv_metrics", 7, 1, 0, []byte{0xc1}), t0) // not msgpack
 	r.Handle(msg(2, 1, 3), t0)
@@ -132,9 +138,7 @@ func TestReaderOrder(t *testing.T) {
 	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
 	results := map[string]int{}
 	r := load.NewReader(7, s, func(res string) { results[res]++ })
-	msg := func(seq uint64, rank uint32, decode uint64) [][]byte {
-		return wire.EncodeEventMessage("kv_metrics", 7, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, DPRank: rank, ActiveDecodeBlocks: u64(decode)}))
-	}
+	msg := worker1Load(7)
 	r.Handle(msg(5, 0, 10), t0)
 	r.Handle(msg(6, 1, 11), t0)
 	r.Handle(msg(6, 1, 99), t0) // duplicate
