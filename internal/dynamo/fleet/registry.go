@@ -114,14 +114,14 @@ func (r *Registry) Reset() uint64 { return r.Publish(&Snapshot{}) }
 
 // problemKey is a problem's identity: a problem is logged and counted when
 // one of its identity appears, and not again while it lasts. A record
-// refused on its own (malformed or unsupported: one key) is one problem
+// refused on its own (malformed, unsupported or oversized: one key) is one problem
 // per kind and key, whatever its reason says: the reason quotes the
 // record's value, and a key put again with another bad value is the same
 // refusal, logged once per key. Other problems are told apart by all they
 // say, a conflict by its whole key set too, so that one whose keys change
 // is a new conflict.
 func problemKey(p Problem) string {
-	if (p.Kind == ProblemMalformed || p.Kind == ProblemUnsupported) && p.KeyCount == 1 && len(p.Keys) == 1 {
+	if (p.Kind == ProblemMalformed || p.Kind == ProblemUnsupported || p.Kind == ProblemOversized) && p.KeyCount == 1 && len(p.Keys) == 1 {
 		return p.Kind + "\x00" + p.Keys[0]
 	}
 	return p.Kind + "\x00" + p.Namespace + "\x00" + strings.Join(p.Keys, "\x00") + "\x00" + fmt.Sprint(p.KeyCount) + "\x00" + p.Reason +

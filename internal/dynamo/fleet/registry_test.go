@@ -140,6 +140,8 @@ func TestRegistryReportsRecordProblemsOncePerKey(t *testing.T) {
 		{ch, string(channel(`{"kind":"Zmq","config":{"endpoint":"ipc:///x"}}`)), []string{"malformed", "unsupported"}},
 		{key(1), string(endpoint(1)), []string{"malformed", "unsupported"}},
 		{key(1), `{"type":"Endpoint","instance_id":"xx"}`, []string{"malformed", "unsupported", "malformed"}},
+		{key(2), strings.Repeat(" ", fleet.MaxRecordBytes+1), []string{"malformed", "unsupported", "malformed", "oversized"}},
+		{key(2), strings.Repeat(" ", fleet.MaxRecordBytes+2), []string{"malformed", "unsupported", "malformed", "oversized"}},
 	}
 	for i, step := range steps {
 		r.Put(step.key, []byte(step.value), t0)
@@ -148,8 +150,8 @@ func TestRegistryReportsRecordProblemsOncePerKey(t *testing.T) {
 			t.Fatalf("step %d (%s): observed %v, want %v", i, step.value, observed, step.want)
 		}
 	}
-	if n := strings.Count(logs.String(), "dynamo discovery problem"); n != 3 {
-		t.Errorf("%d problem warnings, want 3:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), "dynamo discovery problem"); n != 4 {
+		t.Errorf("%d problem warnings, want 4:\n%s", n, logs.String())
 	}
 }
 
