@@ -147,7 +147,7 @@ func TestRegistryReportsRecordProblemsOncePerKey(t *testing.T) {
 		r.Put(step.key, []byte(step.value), t0)
 		reg.Publish(r.Build(t0))
 		if !slices.Equal(observed, step.want) {
-			t.Fatalf("step %d (%s): observed %v, want %v", i, step.value, observed, step.want)
+			t.Fatalf("step %d (%.80q): observed %v, want %v", i, step.value, observed, step.want)
 		}
 	}
 	if n := strings.Count(logs.String(), "dynamo discovery problem"); n != 4 {
