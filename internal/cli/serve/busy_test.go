@@ -17,17 +17,27 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// metricValue reads one series from serve's /metrics (0 when absent).
-func metricValue(t *testing.T, base, series string) float64 {
+// metricLines reads serve's /metrics, a line each.
+func metricLines(t *testing.T, base string) []string {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	var lines []string
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+		lines = append(lines, sc.Text())
+	}
+	return lines
+}
+
+// metricValue reads one series from serve's /metrics (0 when absent).
+func metricValue(t *testing.T, base, series string) float64 {
+	t.Helper()
+	for _, line := range metricLines(t, base) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			var f float64
 			_, _ = fmt.Sscan(v, &f)
 			return f
@@ -40,15 +50,9 @@ func metricValue(t *testing.T, base, series string) float64 {
 // (0 when it has none).
 func metricMax(t *testing.T, base, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var max float64
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		series, v, ok := strings.Cut(sc.Text(), " ")
+	for _, line := range metricLines(t, base) {
+		series, v, ok := strings.Cut(line, " ")
 		if !ok || !strings.HasPrefix(series, name+"{") {
 			continue
 		}
