@@ -51,6 +51,8 @@ type Publisher struct {
 	Namespace   string `json:"namespace"`
 	Component   string `json:"component"`
 	Topic       string `json:"topic"`
+	// Subject is the dotted event-plane subject (diagnostics only).
+	Subject string `json:"subject"`
 }
 
 // Problem says why records did not become (all of) a worker or publisher.
@@ -90,7 +92,8 @@ func formatTime(t time.Time) string {
 
 // PublisherView renders a publisher.
 func PublisherView(p *fleet.Publisher) Publisher {
-	return Publisher{PublisherID: strconv.FormatUint(p.PublisherID, 10), Namespace: p.Namespace, Component: p.Component, Topic: p.Topic}
+	return Publisher{PublisherID: strconv.FormatUint(p.PublisherID, 10), Namespace: p.Namespace, Component: p.Component, Topic: p.Topic,
+		Subject: p.Subject()}
 }
 
 // ProblemView renders a problem.

@@ -127,6 +127,22 @@ type Publisher struct {
 // ZmqEndpoint is the publisher's tcp:// address (internal; never exposed).
 func (p *Publisher) ZmqEndpoint() string { return p.zmqEndpoint }
 
+// Subject is the publisher's dotted event-plane subject, as Dynamo names
+// it for NATS and broker transports:
+// namespace.<ns>[.component.<c>[.endpoint.<e>]].<topic>, each part escaped
+// as a key segment, as deep as the channel's scope. A direct ZMQ
+// subscription filters on the plain topic; the subject is for diagnostics.
+func (p *Publisher) Subject() string {
+	s := "namespace." + wire.EncodeSegment(p.Namespace)
+	if p.Scope != wire.ScopeNamespace && p.Component != "" {
+		s += ".component." + wire.EncodeSegment(p.Component)
+		if p.Scope == wire.ScopeEndpoint && p.Endpoint != "" {
+			s += ".endpoint." + wire.EncodeSegment(p.Endpoint)
+		}
+	}
+	return s + "." + wire.EncodeSegment(p.Topic)
+}
+
 // Problem kinds: why a record did not become (all of) a worker or publisher.
 const (
 	ProblemDuplicate    = "duplicate"
