@@ -537,6 +537,44 @@ func TestReloadDuringHello(t *testing.T) {
 	}
 }
 
+// TestReloadLowersMaxSessionsDuringHello: a reload that lowers
+// max_sessions while a hello is awaited holds for that session too.
+func TestReloadLowersMaxSessionsDuringHello(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, func(s *eventbus.Settings, _ *eventbus.Timeouts) { s.MaxSessions = 2 })
+	first := openSession(t, tb.dial(t, nil), tokenA, hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	if first.resp.StatusCode != 200 {
+		t.Fatal(refusalOf(t, first.resp))
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	pending := postAsync(tb.dial(t, nil), eventbus.PathSession, tokenB, pr)
+	testutil.Eventually(t, 10*time.Second, "the hello awaited", func() bool {
+		st, code := refusalOf(t, post(t, tb.dial(t, nil), eventbus.PathSession, tokenB, strings.NewReader(""), nil))
+		return st == 429 && code == eventbus.CodeTooManySessions
+	})
+	s := tb.settings
+	s.MaxSessions = 1
+	if err := tb.Apply(s); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = pw.Write(eventbus.Encode(hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil))) }()
+	resp := <-pending
+	if resp == nil {
+		t.Fatal("no answer")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == 200 {
+		t.Fatalf("welcomed past the lowered max_sessions (%d sessions)", tb.SessionCount())
+	}
+	if st, code := refusalOf(t, resp); st != 429 || code != eventbus.CodeTooManySessions {
+		t.Errorf("got %d %s, want 429 %s", st, code, eventbus.CodeTooManySessions)
+	}
+	if n := tb.SessionCount(); n != 1 {
+		t.Errorf("%d sessions", n)
+	}
+}
+
 // TestIdleTimeoutOwnClock: a session that receives nothing for
 // idle_timeout ends then, not at the next heartbeat.
 func TestIdleTimeoutOwnClock(t *testing.T) {

@@ -163,7 +163,8 @@ func (b *Bus) register(bc *busConn, ent *entry, hello *Message, auth string) (*s
 		return nil, status, code, why
 	}
 	old := b.byEntry[ent.id]
-	if old == nil && len(b.sessions) >= st.MaxSessions {
+	// max_sessions as of now: Apply stores settings under b.mu.
+	if old == nil && len(b.sessions) >= b.settings.Load().MaxSessions {
 		return nil, http.StatusTooManyRequests, CodeTooManySessions, "the router holds max_sessions sessions"
 	}
 	if b.stopped {
