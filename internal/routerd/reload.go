@@ -384,9 +384,13 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 	// The old watcher stops publishing before the registry changes hands,
 	// not once its source returns (within the stop grace): the router has
 	// the new configuration already, and must not pin workers of a source
-	// or namespace it no longer follows meanwhile.
-	if run := d.dyn.watcherRun; run != nil {
-		run.cancel()
+	// or namespace it no longer follows meanwhile. Halted, it cannot
+	// publish over the new one, which therefore starts at once instead of
+	// after the old source returns: requests waiting for the new view wait
+	// for its first resync alone.
+	prevRun := d.dyn.watcherRun
+	if prevRun != nil {
+		prevRun.cancel()
 	}
 	if prev := d.dyn.watcher; prev != nil {
 		prev.Halt()
@@ -398,13 +402,15 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 			d.registry.Publish(d.registry.Snapshot().Within(cfg.Dynamo.Discovery.Namespaces()))
 		}
 	default:
-		d.registry.Reset()
+		// Settling first: a request that finds the emptied view waits
+		// for the new one rather than going the plain way.
 		d.settling.Store(&settle{done: w.Synced()})
+		d.registry.Reset()
 	}
-	stopParts(d.logger, d.dyn.watcherRun, alsoStop)
 	d.dyn.watcher = w
 	d.watcher.Store(w)
 	d.dyn.watcherRun = d.start("dynamo discovery", w.Run)
+	stopParts(d.logger, prevRun, alsoStop)
 }
 
 // stopDynamo stops every Dynamo part (discovery turned off) and empties

@@ -103,6 +103,9 @@ type Watcher struct {
 
 	reducer   *fleet.Reducer
 	connected atomic.Bool
+	// handedOver: Halt gave the registry, and the connected gauge, to a
+	// successor that may already run; this watcher no longer sets the gauge.
+	handedOver atomic.Bool
 
 	syncOnce sync.Once
 	synced   chan struct{}
@@ -204,7 +207,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 func (w *Watcher) setConnected(on bool) {
 	w.connected.Store(on)
-	if w.Metrics == nil {
+	if w.Metrics == nil || w.handedOver.Load() {
 		return
 	}
 	if on {
@@ -351,7 +354,10 @@ func (w *Watcher) endPass() {
 // same, asynchronously; a caller about to give the registry to another
 // watcher calls Halt after cancelling so that its next Publish or Reset is
 // the last word, without waiting for a slow source to return.
-func (w *Watcher) Halt() { w.halt() }
+func (w *Watcher) Halt() {
+	w.handedOver.Store(true)
+	w.halt()
+}
 
 // halt ends publishing at once (ctx ended); stop, when Run returns, also
 // waits for a timer callback under way.

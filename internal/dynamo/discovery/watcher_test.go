@@ -8,8 +8,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
 // scripted is a source whose passes are scripted: each entry is how long the
@@ -170,5 +173,33 @@ func TestNoPublishAfterCancel(t *testing.T) {
 	}
 	if reg.Generation() != gen || reg.Snapshot().Workers.Len() != 0 {
 		t.Errorf("published after its context ended: generation %d → %d, %d workers", gen, reg.Generation(), reg.Snapshot().Workers.Len())
+	}
+}
+
+// TestHaltHandsOverTheGauge: a halted watcher leaves the connected gauge to
+// its successor, which may already run: its own disconnection as it ends
+// does not set the gauge to 0 over the successor's 1.
+func TestHaltHandsOverTheGauge(t *testing.T) {
+	t.Parallel()
+	m := telemetry.NewDiscoveryMetrics(nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	src := &lingering{cancelled: make(chan struct{}), done: make(chan struct{})}
+	w := &discovery.Watcher{Source: src, Registry: fleet.NewRegistry(nil, nil), Backoff: discovery.Backoff{Initial: time.Second, Max: time.Second}, Metrics: m}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	select {
+	case <-w.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first view")
+	}
+	cancel()
+	w.Halt()
+	m.Connected.Set(1) // the successor's
+	close(src.cancelled)
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if v := promtest.ToFloat64(m.Connected); v != 1 {
+		t.Errorf("connected gauge %v after the halted watcher ended, want the successor's 1", v)
 	}
 }
