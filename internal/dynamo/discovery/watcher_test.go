@@ -146,22 +146,32 @@ func (l *lingering) Run(ctx context.Context, sink discovery.Sink) error {
 	return ctx.Err()
 }
 
+// runLingering runs a watcher over a lingering source until its first
+// view; Run's result arrives on ran once cancel is called and the source is
+// let go (close src.cancelled).
+func runLingering(t *testing.T, reg *fleet.Registry, m *telemetry.DiscoveryMetrics) (w *discovery.Watcher, src *lingering, cancel context.CancelFunc, ran chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	src = &lingering{cancelled: make(chan struct{}), done: make(chan struct{})}
+	w = &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: time.Second, Max: time.Second}, Metrics: m}
+	ran = make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	select {
+	case <-w.Synced():
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("no first view")
+	}
+	return w, src, cancel, ran
+}
+
 // TestNoPublishAfterCancel: once its context ends, a watcher publishes
 // nothing, even when its source goes on applying events, so an abandoned
 // watcher cannot put its view back over the registry's next owner.
 func TestNoPublishAfterCancel(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(t.Context())
-	src := &lingering{cancelled: make(chan struct{}), done: make(chan struct{})}
 	reg := fleet.NewRegistry(nil, nil)
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: time.Second, Max: time.Second}}
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-	select {
-	case <-w.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first view")
-	}
+	w, src, cancel, ran := runLingering(t, reg, nil)
 	cancel()
 	w.Halt() // no publish under way from here on
 	reg.Reset()
@@ -182,16 +192,7 @@ func TestNoPublishAfterCancel(t *testing.T) {
 func TestHaltHandsOverTheGauge(t *testing.T) {
 	t.Parallel()
 	m := telemetry.NewDiscoveryMetrics(nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	src := &lingering{cancelled: make(chan struct{}), done: make(chan struct{})}
-	w := &discovery.Watcher{Source: src, Registry: fleet.NewRegistry(nil, nil), Backoff: discovery.Backoff{Initial: time.Second, Max: time.Second}, Metrics: m}
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(ctx) }()
-	select {
-	case <-w.Synced():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first view")
-	}
+	w, src, cancel, ran := runLingering(t, fleet.NewRegistry(nil, nil), m)
 	cancel()
 	w.Halt()
 	m.Connected.Set(1) // the successor's

@@ -100,16 +100,22 @@ func worker1Load(pid uint64) func(seq uint64, rank uint32, decode uint64) [][]by
 	}
 }
 
+// worker1Reader is publisher 7's reader into a store whose one live
+// worker, 1, has two ranks, and the results it counted.
+func worker1Reader() (*load.Store, *load.Reader, map[string]int) {
+	s := load.NewStore(time.Hour, nil)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
+	results := map[string]int{}
+	return s, load.NewReader(7, s, func(res string) { results[res]++ }), results
+}
+
 // TestReaderUnappliedIsAGap: a message that was not applied (its
 // ActiveLoad unreadable) does not move the cursor, so the next one shows
 // the gap and the publisher's samples, which the lost change may have made
 // stale, are dropped.
 func TestReaderUnappliedIsAGap(t *testing.T) {
 	t.Parallel()
-	s := load.NewStore(time.Hour, nil)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
-	results := map[string]int{}
-	r := load.NewReader(7, s, func(res string) { results[res]++ })
+	s, r, results := worker1Reader()
 	msg := worker1Load(7)
 	r.Handle(msg(0, 0, 10), t0)
 	r.Handle(wire.EncodeEventMessage("kv_metrics", 7, 1, 0, []byte{0xc1}), t0) // not msgpack
@@ -134,10 +140,7 @@ func TestReaderUnappliedIsAGap(t *testing.T) {
 // publisher's samples before the new one applies.
 func TestReaderOrder(t *testing.T) {
 	t.Parallel()
-	s := load.NewStore(time.Hour, nil)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
-	results := map[string]int{}
-	r := load.NewReader(7, s, func(res string) { results[res]++ })
+	s, r, results := worker1Reader()
 	msg := worker1Load(7)
 	r.Handle(msg(5, 0, 10), t0)
 	r.Handle(msg(6, 1, 11), t0)
