@@ -191,9 +191,8 @@ func decodeStruct(b []byte, fields []string, set func(r *mpReader, i int) error)
 			return fmt.Errorf("%s: %w", fields[idx], err)
 		}
 	}
-	if r.left() != 0 {
-		return mpErr("%d bytes after the value", r.left())
-	}
+	// Bytes after the value are ignored: Dynamo's own decoder reads one
+	// value from the front of the slice and never looks past it.
 	return nil
 }
 
@@ -298,9 +297,7 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 			return ActiveLoad{}, fmt.Errorf("%s: %w", nameOr(name, i), err)
 		}
 	}
-	if r.left() != 0 {
-		return ActiveLoad{}, mpErr("%d bytes after the value", r.left())
-	}
+	// Bytes after the value are ignored, as in the envelope.
 	if !haveWorker {
 		return ActiveLoad{}, mpErr("no worker_id")
 	}

@@ -129,8 +129,9 @@ func TestRejects(t *testing.T) {
 	}
 }
 
-// TestTrailingBytesIgnored: bytes after the declared payload are ignored,
-// as Dynamo's frame parser does; the message decodes as without them.
+// TestTrailingBytesIgnored: bytes after the declared payload, and bytes
+// after the envelope's value inside it, are ignored, as Dynamo's frame
+// parser and msgpack decoder ignore them; the message decodes as without.
 func TestTrailingBytesIgnored(t *testing.T) {
 	want, rej := wire.DecodeEventMessage(readFrames(t, "kv_metrics_map.frames"), "kv_metrics", wire.MaxLoadPayloadBytes)
 	if rej != nil {
@@ -145,6 +146,22 @@ func TestTrailingBytesIgnored(t *testing.T) {
 		}
 		if env.PublisherID != want.PublisherID || env.Sequence != want.Sequence || !bytes.Equal(env.Payload, want.Payload) {
 			t.Fatalf("%d trailing bytes: envelope %+v, want %+v", len(tail), env, want)
+		}
+		// The same bytes inside the declared payload, after the envelope's
+		// value: Dynamo's decoder reads the one value and stops there.
+		frames = readFrames(t, "kv_metrics_map.frames")
+		inner := append(append([]byte{}, frames[3][wire.FrameHeaderSize:]...), tail...)
+		if len(inner) > wire.MaxLoadPayloadBytes {
+			continue
+		}
+		frames[3] = binary.BigEndian.AppendUint32([]byte{wire.FrameVersion}, uint32(len(inner)))
+		frames[3] = append(frames[3], inner...)
+		env, rej = wire.DecodeEventMessage(frames, "kv_metrics", wire.MaxLoadPayloadBytes)
+		if rej != nil {
+			t.Fatalf("%d bytes after the envelope: %v", len(tail), rej)
+		}
+		if env.PublisherID != want.PublisherID || env.Sequence != want.Sequence || !bytes.Equal(env.Payload, want.Payload) {
+			t.Fatalf("%d bytes after the envelope: envelope %+v, want %+v", len(tail), env, want)
 		}
 	}
 }
@@ -215,13 +232,25 @@ func TestActiveLoadRejects(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"no worker":     {0x81, 0xa7, 'd', 'p', '_', 'r', 'a', 'n', 'k', 0x00},
 		"negative":      {0x91, 0xd0, 0xff},
-		"trailing":      {0x91, 0x01, 0x01},
 		"huge array":    {0xdd, 0xff, 0xff, 0xff, 0xff},
 		"string worker": {0x91, 0xa1, 'x'},
 		"deep":          append(append([]byte{0x82, 0xa1, 'z'}, bytes.Repeat([]byte{0x91}, 100)...), 0x01),
 	} {
 		if _, err := wire.DecodeActiveLoad(b); err == nil {
 			t.Errorf("%s: decoded", name)
+		}
+	}
+	// Bytes after the value are ignored, as Dynamo's decoder ignores them.
+	for _, tt := range []struct {
+		b    []byte
+		want uint64
+	}{
+		{[]byte{0x91, 0x01, 0x01}, 1},
+		{[]byte{0x91, 0x07, 0xc1, 0xc1}, 7},
+		{[]byte{0x81, 0xa9, 'w', 'o', 'r', 'k', 'e', 'r', '_', 'i', 'd', 0x09, 0x91}, 9},
+	} {
+		if l, err := wire.DecodeActiveLoad(tt.b); err != nil || l.WorkerID != tt.want {
+			t.Errorf("% x: %+v %v, want worker %d", tt.b, l, err, tt.want)
 		}
 	}
 	// Unknown keys, extension types and floats are skipped.

@@ -155,9 +155,8 @@ func (d *kvDecoder) payload(dst []RouterEvent) ([]RouterEvent, error) {
 	default:
 		return dst, mpErr("payload starts with 0x%02x, neither a RouterEvent nor a batch", c)
 	}
-	if d.r.left() != 0 {
-		return dst, mpErr("%d bytes after the payload", d.r.left())
-	}
+	// Bytes after the payload's value are ignored, as Dynamo's decoder
+	// (one value read from the front of the slice) ignores them.
 	return dst, nil
 }
 
