@@ -10,6 +10,7 @@ package kubefake
 import (
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -75,10 +76,22 @@ type Server struct {
 	watches   int
 }
 
-// Start serves a fake API server until the test ends.
-func Start(t testing.TB) *Server {
+// Start serves a fake API server over plain HTTP until the test ends.
+func Start(t testing.TB) *Server { return start(t, false) }
+
+// StartTLS serves the fake API server over HTTPS, with a certificate the
+// kubeconfigs it writes trust. client-go applies a kubeconfig user's
+// credentials (tokens, exec plugins) only to TLS connections, so a test of
+// credentials needs this one.
+func StartTLS(t testing.TB) *Server { return start(t, true) }
+
+func start(t testing.TB, useTLS bool) *Server {
 	s := &Server{t: t, rv: 100, objects: map[Resource]map[string]Object{}, changed: make(chan struct{}), expire: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	if useTLS {
+		s.srv = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	} else {
+		s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	}
 	t.Cleanup(func() {
 		s.mu.Lock()
 		close(s.expire)
@@ -94,20 +107,36 @@ func (s *Server) URL() string { return s.srv.URL }
 
 // WriteKubeconfig writes a kubeconfig for the server and returns its path.
 func (s *Server) WriteKubeconfig(t testing.TB) string {
+	return s.writeKubeconfig(t, "{token: fake-token}")
+}
+
+// WriteExecKubeconfig writes a kubeconfig whose user's token comes from the
+// exec credential plugin command (client.authentication.k8s.io/v1) and
+// returns its path.
+func (s *Server) WriteExecKubeconfig(t testing.TB, command string) string {
+	return s.writeKubeconfig(t, fmt.Sprintf("{exec: {apiVersion: client.authentication.k8s.io/v1, command: %q}}", command))
+}
+
+func (s *Server) writeKubeconfig(t testing.TB, user string) string {
 	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cluster := fmt.Sprintf("{server: %q}", s.srv.URL)
+	if c := s.srv.Certificate(); c != nil {
+		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+		cluster = fmt.Sprintf("{server: %q, certificate-authority-data: %s}", s.srv.URL, base64.StdEncoding.EncodeToString(ca))
+	}
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: fake
-  cluster: {server: %q}
+  cluster: %s
 users:
 - name: fake
-  user: {token: fake-token}
+  user: %s
 contexts:
 - name: fake
   context: {cluster: fake, user: fake}
 current-context: fake
-`, s.srv.URL)
+`, cluster, user)
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

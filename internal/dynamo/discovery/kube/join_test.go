@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -403,7 +404,7 @@ func pagedDWMs(n int) lister[json.RawMessage] {
 func TestListDWMsPastCap(t *testing.T) {
 	t.Parallel()
 	j := newJoin([]string{"dn"}, slog.New(slog.DiscardHandler))
-	rv, err := listDWMs(t.Context(), pagedDWMs(MaxDWMs+3), j)
+	rv, err := listDWMs(t.Context(), &seedCalls{}, time.Minute, pagedDWMs(MaxDWMs+3), j)
 	if err != nil || rv != "7" {
 		t.Fatalf("rv %q, err %v", rv, err)
 	}

@@ -56,6 +56,8 @@ type MetadataSource struct {
 	// write does not make its worker disappear at the next watch end.
 	// Passes run one at a time, for the life of the watcher.
 	kept map[string]lastValid
+	// calls bounds the requests of each pass's seed phase.
+	calls seedCalls
 }
 
 var _ discovery.Source = (*MetadataSource)(nil)
@@ -90,7 +92,7 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 	st.carried = s.kept
 	defer func() { s.kept = st.lastValid() }()
 
-	dwmRV, err := listDWMs(seedCtx, dwms.list, st)
+	dwmRV, err := listDWMs(seedCtx, &s.calls, s.Timing.Seed, dwms.list, st)
 	if err != nil {
 		return fmt.Errorf("listing dynamoworkermetadatas in %s: %w", s.Namespace, err)
 	}
@@ -101,20 +103,20 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 		}
 		return l.Items, l.ListMeta, nil
 	}
-	sliceRV, cut, err := listAll(seedCtx, listSlices, discoverySelector, SlicePageSize, MaxSlices, func(es *discoveryv1.EndpointSlice) { st.applySlice(es, false) })
+	sliceRV, cut, err := listAll(seedCtx, &s.calls, s.Timing.Seed, listSlices, discoverySelector, SlicePageSize, MaxSlices, func(es *discoveryv1.EndpointSlice) { st.applySlice(es, false) })
 	if err != nil {
 		return fmt.Errorf("listing endpointslices in %s: %w", s.Namespace, err)
 	}
 	if cut {
 		s.Logger.Warn("dynamo metadata discovery: too many EndpointSlices; the rest are ignored", "max", MaxSlices)
 	}
-	dw, err := openWatch(ctx, deadline, dwms.watch, "", dwmRV, s.Timing)
+	dw, err := openWatch(ctx, seedCtx, &s.calls, dwms.watch, "", dwmRV, s.Timing)
 	if err != nil {
 		return fmt.Errorf("watching dynamoworkermetadatas in %s: %w", s.Namespace, err)
 	}
 	dStream := newStream("dynamoworkermetadatas", dw, s.Timing)
 	defer dStream.stop()
-	sw, err := openWatch(ctx, deadline, slices.Watch, discoverySelector, sliceRV, s.Timing)
+	sw, err := openWatch(ctx, seedCtx, &s.calls, slices.Watch, discoverySelector, sliceRV, s.Timing)
 	if err != nil {
 		return fmt.Errorf("watching endpointslices in %s: %w", s.Namespace, err)
 	}
@@ -170,8 +172,8 @@ func (s *MetadataSource) Run(ctx context.Context, sink discovery.Sink) error {
 // MaxDWMs too: the join refuses those past its caps and counts them under
 // its over-capacity refusal, where stopping the list would drop them
 // unseen. Each page is bounded, and the join keeps no refused resource.
-func listDWMs(ctx context.Context, list lister[json.RawMessage], st *join) (string, error) {
-	rv, _, err := listAll(ctx, list, "", DWMPageSize, math.MaxInt, func(raw *json.RawMessage) { st.applyDWM(*raw, false) })
+func listDWMs(ctx context.Context, c *seedCalls, seed time.Duration, list lister[json.RawMessage], st *join) (string, error) {
+	rv, _, err := listAll(ctx, c, seed, list, "", DWMPageSize, math.MaxInt, func(raw *json.RawMessage) { st.applyDWM(*raw, false) })
 	if err != nil {
 		return "", err
 	}

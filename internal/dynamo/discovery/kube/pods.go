@@ -62,6 +62,8 @@ type PodsSource struct {
 	// unmapped remembers the ready pods already logged as unmapped, across
 	// passes, bounded by MaxPods.
 	unmapped map[string]struct{}
+	// calls bounds the requests of each pass's seed phase.
+	calls seedCalls
 }
 
 var _ discovery.Source = (*PodsSource)(nil)
@@ -98,7 +100,7 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 		return l.Items, l.ListMeta, nil
 	}
 	held := map[string]podEntry{}
-	rv, cut, err := listAll(seedCtx, list, selector, PodPageSize, MaxPods, func(p *corev1.Pod) {
+	rv, cut, err := listAll(seedCtx, &s.calls, s.Timing.Seed, list, selector, PodPageSize, MaxPods, func(p *corev1.Pod) {
 		held[p.Name] = s.classify(p)
 	})
 	if err != nil {
@@ -107,7 +109,7 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 	if cut {
 		s.Logger.Warn("dynamo pod discovery: too many pods; the rest are ignored", "namespace", s.Namespace, "max", MaxPods)
 	}
-	w, err := openWatch(ctx, deadline, pods.Watch, selector, rv, s.Timing)
+	w, err := openWatch(ctx, seedCtx, &s.calls, pods.Watch, selector, rv, s.Timing)
 	if err != nil {
 		return fmt.Errorf("watching pods in %s: %w", s.Namespace, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -64,9 +66,15 @@ type harness struct {
 
 func startPods(t *testing.T, fake *kubefake.Server, k config.Kubernetes, timing kube.Timing) *harness {
 	t.Helper()
+	return startPodsWith(t, fake, fake.WriteKubeconfig(t), k, timing)
+}
+
+// startPodsWith is startPods with the kubeconfig at path.
+func startPodsWith(t *testing.T, fake *kubefake.Server, kubeconfig string, k config.Kubernetes, timing kube.Timing) *harness {
+	t.Helper()
 	h := &harness{fake: fake, metrics: telemetry.NewDiscoveryMetrics(prometheus.NewRegistry())}
 	h.reg = fleet.NewRegistry(nil, discovery.ProblemCounter(h.metrics))
-	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, nil)
+	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: kubeconfig}, nil)
 	src.Timing = timing
 	h.watcher = &discovery.Watcher{Source: src, Registry: h.reg, Metrics: h.metrics,
 		Backoff:   discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, ResetAfter: kube.ResetAfter(50 * time.Millisecond)},
@@ -404,4 +412,44 @@ func TestPodsSourceWatchOpenTimeout(t *testing.T) {
 	}
 	fake.HoldWatchOpen(false)
 	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+}
+
+// An exec credential plugin that does not answer: client-go runs it with no
+// context, so the list waiting for its token ignores the pass's deadline.
+// The pass still ends at the seed timeout, the next passes wait for that
+// one plugin run (none starts another), and once it answers the source
+// lists and watches.
+func TestPodsSourceExecPluginSeedTimeout(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.StartTLS(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	dir := t.TempDir()
+	const hang = 4 * time.Second
+	script := filepath.Join(dir, "creds.sh")
+	// The first run answers after hang, later runs at once.
+	body := fmt.Sprintf(`#!/bin/sh
+if [ ! -e %[1]s/answered ]; then sleep %[2]d; touch %[1]s/answered; fi
+echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t"}}'
+`, dir, int(hang/time.Second))
+	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := fake.WriteExecKubeconfig(t, script)
+	start := time.Now()
+	h := startPodsWith(t, fake, kubeconfig, config.Kubernetes{Namespace: k8sNS, Model: "m"},
+		kube.Timing{Seed: 300 * time.Millisecond, WatchTimeout: time.Hour, IdleDeadline: time.Hour})
+	tu.Eventually(t, 10*time.Second, "a pass end", func() bool { return len(h.passErrors()) > 0 })
+	if took, err := time.Since(start), h.passErrors()[0]; took > hang/2 || !strings.Contains(err.Error(), "seed timeout") {
+		t.Fatalf("the first pass ended after %v by %v; want a seed-timeout end long before the plugin's %v", took, err, hang)
+	}
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	// The passes while the plugin hung waited for its one request instead
+	// of sending their own.
+	waited := false
+	for _, err := range h.passErrors()[1:] {
+		waited = waited || strings.Contains(err.Error(), "has not returned")
+	}
+	if !waited {
+		t.Fatalf("pass errors %v: no later pass waited for the request given up on", h.passErrors())
+	}
 }

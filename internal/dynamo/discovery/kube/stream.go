@@ -58,46 +58,110 @@ func connect(o ClientOptions) (*rest.Config, *kubernetes.Clientset, error) {
 // lister lists one page.
 type lister[T any] func(ctx context.Context, opts metav1.ListOptions) (items []T, meta metav1.ListMeta, err error)
 
+// seedCalls bounds a source's requests of the seed phase by the pass's
+// deadline even where a request does not heed its context: client-go runs
+// a kubeconfig exec credential plugin with no context and under its
+// authenticator's lock, so a plugin that never answers (one waiting for a
+// browser login, say) would hold a list or a watch open, and with it the
+// pass, past the seed timeout. A request still running at the deadline is
+// left to finish on its own goroutine, which discards what it gets; the
+// next pass waits, within its own deadline, for that request to return
+// before it sends another, so a source has at most one such request
+// outstanding. Passes run one at a time.
+type seedCalls struct {
+	// abandoned is closed when the request a pass gave up on returns; nil
+	// when there is none.
+	abandoned chan struct{}
+}
+
+// call runs f and returns its result, or an error as soon as ctx (the
+// pass's seed context) ends while f still runs; f then finishes on its own
+// and discard, when set, gets what it returned without an error.
+func call[T any](ctx context.Context, c *seedCalls, seed time.Duration, f func() (T, error), discard func(T)) (T, error) {
+	var zero T
+	if c.abandoned != nil {
+		select {
+		case <-c.abandoned:
+			c.abandoned = nil
+		case <-ctx.Done():
+			return zero, fmt.Errorf("a request given up on at an earlier pass's %v seed timeout has not returned (a kubeconfig exec credential plugin that does not answer?): %w", seed, ctx.Err())
+		}
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	got, giveUp, done := make(chan result), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		v, err := f()
+		select {
+		case got <- result{v, err}:
+		case <-giveUp:
+			if err == nil && discard != nil {
+				discard(v)
+			}
+		}
+	}()
+	select {
+	case r := <-got:
+		return r.v, r.err
+	case <-ctx.Done():
+		close(giveUp)
+		c.abandoned = done
+		return zero, fmt.Errorf("no answer within the %v seed timeout (a kubeconfig exec credential plugin that does not answer?): %w", seed, ctx.Err())
+	}
+}
+
 // listAll lists every page of size page, calling fn for each item, and
 // returns the list's resourceVersion. It stops reading after limit items
-// (fn is told nothing about the rest) and reports how many were cut.
-func listAll[T any](ctx context.Context, list lister[T], selector string, page int64, limit int, fn func(*T)) (rv string, cut bool, err error) {
+// (fn is told nothing about the rest) and reports how many were cut. Each
+// page is a request of the seed phase, bounded by ctx through c.
+func listAll[T any](ctx context.Context, c *seedCalls, seed time.Duration, list lister[T], selector string, page int64, limit int, fn func(*T)) (rv string, cut bool, err error) {
 	opts := metav1.ListOptions{LabelSelector: selector, Limit: page}
 	n := 0
+	type pageOf struct {
+		items []T
+		meta  metav1.ListMeta
+	}
 	for {
-		items, meta, err := list(ctx, opts)
+		p, err := call(ctx, c, seed, func() (pageOf, error) {
+			items, meta, err := list(ctx, opts)
+			return pageOf{items, meta}, err
+		}, nil)
 		if err != nil {
 			return "", false, err
 		}
 		if rv == "" {
-			rv = meta.ResourceVersion
+			rv = p.meta.ResourceVersion
 		}
-		for i := range items {
+		for i := range p.items {
 			if n >= limit {
 				return rv, true, nil
 			}
-			fn(&items[i])
+			fn(&p.items[i])
 			n++
 		}
-		if meta.Continue == "" {
+		if p.meta.Continue == "" {
 			return rv, false, nil
 		}
-		opts.Continue = meta.Continue
+		opts.Continue = p.meta.Continue
 	}
 }
 
 // openWatch opens a watch from rv that asks the server to end after
-// t.WatchTimeout, within the pass's seed deadline.
-func openWatch(ctx context.Context, seedDeadline time.Time, w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector, rv string, t Timing) (watch.Interface, error) {
+// t.WatchTimeout, within the pass's seed context seedCtx; the stream then
+// lives as long as ctx, until stopped.
+func openWatch(ctx, seedCtx context.Context, c *seedCalls, w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector, rv string, t Timing) (watch.Interface, error) {
 	secs := int64(t.WatchTimeout / time.Second)
 	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: &secs}
-	// The stream lives in a context of its own: the seed deadline cancels it
-	// while it opens, Stop cancels it after.
+	// The stream lives in a context of its own: the seed context's end
+	// cancels it while it opens, Stop cancels it after.
 	wctx, cancel := context.WithCancel(ctx)
-	timer := time.AfterFunc(time.Until(seedDeadline), cancel)
-	wi, err := w(wctx, opts)
-	if !timer.Stop() {
-		if wi != nil {
+	stopCancel := context.AfterFunc(seedCtx, cancel)
+	wi, err := call(seedCtx, c, t.Seed, func() (watch.Interface, error) { return w(wctx, opts) }, func(wi watch.Interface) { wi.Stop() })
+	if !stopCancel() {
+		if err == nil {
 			wi.Stop()
 		}
 		cancel()
