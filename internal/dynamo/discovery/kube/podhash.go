@@ -9,6 +9,10 @@ import (
 	"math/bits"
 )
 
+// maxPodName is the longest pod name Kubernetes accepts (a DNS-1123
+// subdomain).
+const maxPodName = 253
+
 // InstanceIDMask keeps 53 bits, so that ids survive JSON numbers (f64).
 const InstanceIDMask = 1<<53 - 1
 
@@ -16,7 +20,9 @@ const InstanceIDMask = 1<<53 - 1
 // with both keys zero) over what `str::hash` feeds it, the UTF-8 bytes and
 // one 0xFF byte, masked to 53 bits.
 func HashPodName(name string) uint64 {
-	var buf [64]byte // pod names fit (at most 63 characters): no allocation
+	// A pod name is a DNS subdomain, at most 253 characters: with the 0xFF
+	// byte it fits the buffer, and hashing allocates nothing.
+	var buf [maxPodName + 1]byte
 	msg := append(append(buf[:0], name...), 0xff)
 	return sipHash13(0, 0, msg) & InstanceIDMask
 }

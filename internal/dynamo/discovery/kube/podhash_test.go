@@ -163,3 +163,14 @@ func BenchmarkHashPodName(b *testing.B) {
 		_ = kube.HashPodName("vllm-disagg-decode-worker-7f9c4d5b8-x2k9p")
 	}
 }
+
+// Hashing any valid pod name, up to the 253 characters of a DNS subdomain,
+// allocates nothing: the sources hash every pod and resource they read.
+func TestHashPodNameNoAllocation(t *testing.T) {
+	for _, n := range []int{8, 63, 64, 200, 253} {
+		name := strings.Repeat("a", n)
+		if allocs := testing.AllocsPerRun(100, func() { _ = kube.HashPodName(name) }); allocs != 0 {
+			t.Errorf("a %d-character name: %v allocations", n, allocs)
+		}
+	}
+}
