@@ -109,13 +109,9 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 	if cut {
 		s.Logger.Warn("dynamo pod discovery: too many pods; the rest are ignored", "namespace", s.Namespace, "max", MaxPods)
 	}
-	w, err := openWatch(ctx, seedCtx, &s.calls, pods.Watch, selector, rv, s.Timing)
-	if err != nil {
-		return fmt.Errorf("watching pods in %s: %w", s.Namespace, err)
-	}
-	st := newStream("pods", w, s.Timing)
-	defer st.stop()
-
+	// The list is published before the watch opens: what it read is the
+	// fleet at rv whether or not the watch then opens within the seed
+	// timeout (a pass that fails there is retried after its backoff).
 	sink.ResyncBegin()
 	for _, name := range sortedKeys(held) {
 		if e := held[name]; e.key != "" {
@@ -123,6 +119,13 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 		}
 	}
 	sink.ResyncEnd()
+
+	w, err := openWatch(ctx, seedCtx, &s.calls, pods.Watch, selector, rv, s.Timing)
+	if err != nil {
+		return fmt.Errorf("watching pods in %s: %w", s.Namespace, err)
+	}
+	st := newStream("pods", w, s.Timing)
+	defer st.stop()
 
 	for {
 		select {

@@ -410,8 +410,11 @@ func TestPodsSourceWatchOpenTimeout(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.Connected); got != 0 {
 		t.Fatalf("connected = %v while no watch could open", got)
 	}
-	fake.HoldWatchOpen(false)
+	// The list was published before the watch was asked for.
 	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
+	fake.HoldWatchOpen(false)
+	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line("worker-1", "decode", "m", "D")))
 }
 
 // An exec credential plugin that does not answer: client-go runs it with no
