@@ -62,6 +62,48 @@ func TestBlockHashVectors(t *testing.T) {
 	}
 }
 
+// Block hashes at the other block sizes workers run with, computed by an
+// XXH3-64 written independently from the algorithm's description (it
+// reproduces the upstream "test data" vector): the byte lengths of these
+// blocks (128 to 262,144) take each of XXH3's input-length paths, where
+// block size 16 (64 bytes) takes only one, and a seeded hash of a long
+// input derives its secret from the seed. Tokens are an LCG's high words,
+// so that every byte of each u32 varies.
+func TestBlockHashVectorsAcrossSizes(t *testing.T) {
+	tokens := make([]uint32, 2*65536+65536/2)
+	x := uint64(7)
+	for i := range tokens {
+		x = x*6364136223846793005 + 1442695040888963407
+		tokens[i] = uint32(x >> 32)
+	}
+	for _, c := range []struct {
+		blockSize  int
+		lora, salt string
+		want       string
+	}{
+		{32, "", "", "e2a315a92a2c94a1, cf41b4a7d4deeebd"},
+		{32, "adapter-a", "tenant-a", "413b0f8473635348, cd9b4d902bfc39f1"},
+		{48, "", "", "9a530de4bd13f285, 31fbcfe2fe73b142"},
+		{48, "adapter-a", "tenant-a", "763da284f2ff1b64, 4fbb458ce9b7709a"},
+		{60, "", "", "80d5e468a16e5013, 378168c11e7d2efe"},
+		{60, "adapter-a", "tenant-a", "b61325fab691cf21, 31d40103ad6518f5"},
+		{64, "", "", "c4d5222c8bd871ba, 5fae6f5e7dd4d671"},
+		{64, "adapter-a", "tenant-a", "ba2827bf70581991, b06837ff0f0a8b25"},
+		{1024, "", "", "9fd513759113c013, 3f52d4df948c9249"},
+		{1024, "adapter-a", "tenant-a", "566a7a5916b90e19, ad5012ab97eeff9e"},
+		{65536, "", "", "310707b9751c0f11, 4a2b93c0afef1a33"},
+		{65536, "adapter-a", "tenant-a", "69f41112fecee802, 233e409993ec4445"},
+	} {
+		hs := wire.LocalBlockHashes(tokens[:2*c.blockSize+c.blockSize/2], c.blockSize, wire.BlockHashSeed(c.lora, c.salt))
+		if len(hs) != 2 {
+			t.Fatalf("block size %d: %d blocks of 2.5 blocks' tokens", c.blockSize, len(hs))
+		}
+		if got := fmt.Sprintf("%016x, %016x", hs[0], hs[1]); got != c.want {
+			t.Errorf("block size %d (%q, %q)\n got %s\nwant %s", c.blockSize, c.lora, c.salt, got, c.want)
+		}
+	}
+}
+
 // TestEncodeRouterEvent: a stored event encodes byte for byte as rmp_serde's
 // named msgpack writes it.
 func TestEncodeRouterEvent(t *testing.T) {
