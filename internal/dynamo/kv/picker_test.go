@@ -393,6 +393,44 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	if pin.Bypass || pin.Prefill == nil {
 		t.Errorf("bypassed without a sample to check the threshold: %+v", pin)
 	}
+
+	// A decode worker that went idle publishes 0 once and then nothing:
+	// its last sample, stale by now, says it holds no active blocks, so
+	// the threshold has something to check and the bypass goes ahead.
+	zero, full := uint64(0), uint64(6000)
+	long := time.Now().Add(-10 * time.Minute)
+	for i, id := range []uint64{20, 21} {
+		l := wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &zero, KVUsedBlocks: &zero}
+		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: long}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	pin, tk, err = p.Reserve(snap, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if !pin.Bypass || pin.Prefill != nil || pin.Decode.Worker.ID.InstanceID != 21 {
+		t.Errorf("an idle decode worker (stale sample of 0 blocks) under the threshold: bypass %v, prefill %v, decode %d",
+			pin.Bypass, pin.Prefill, pin.Decode.Worker.ID.InstanceID)
+	}
+	// Fresh and over half its 10000 blocks with this request: refused.
+	l := wire.ActiveLoad{WorkerID: 21, ActiveDecodeBlocks: &full, KVUsedBlocks: &full}
+	if res := store.Apply(load.Sample{Load: l, PublisherID: 21, Sequence: 2, ReceivedAt: time.Now()}); res != "" {
+		t.Fatal(res)
+	}
+	l = wire.ActiveLoad{WorkerID: 20, ActiveDecodeBlocks: &full, KVUsedBlocks: &full}
+	if res := store.Apply(load.Sample{Load: l, PublisherID: 20, Sequence: 2, ReceivedAt: time.Now()}); res != "" {
+		t.Fatal(res)
+	}
+	pin, tk, err = p.Reserve(snap, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if pin.Bypass || pin.Prefill == nil {
+		t.Errorf("bypassed a decode worker over the threshold: %+v", pin)
+	}
 }
 
 // TestPickerExplain: Explain says what Reserve would pick, and every

@@ -132,7 +132,10 @@ func (c *choice) ScoresDecode() bool { return c.conditional }
 // Bypass implements pick.Bypasser: with a busy threshold, the decode
 // worker prefills the request itself only when its expected active blocks
 // (its backlog and the blocks this request adds) are at most that share of
-// its total_kv_blocks; without a sample or a capacity it does not.
+// its total_kv_blocks; without a sample or a capacity it does not. A
+// worker whose last sample went stale at 0 blocks has one: a worker that
+// went idle publishes 0 once and then nothing until it is given work, and
+// its backlog is then what it was sent since.
 func (c *choice) Bypass(d pick.Candidate) bool {
 	if !c.conditional {
 		return false
@@ -140,7 +143,7 @@ func (c *choice) Bypass(d pick.Candidate) bool {
 	c.Bypassed = false
 	if c.busy != nil {
 		capacity := d.Worker.Capacity.TotalKVBlocks
-		if !d.HasDecode || capacity == nil || *capacity == 0 || d.Worker.BlockSize == nil || *d.Worker.BlockSize == 0 {
+		if !d.HasDecode && !d.Idle || capacity == nil || *capacity == 0 || d.Worker.BlockSize == nil || *d.Worker.BlockSize == 0 {
 			return false
 		}
 		bs := int(*d.Worker.BlockSize)

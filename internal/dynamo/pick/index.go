@@ -86,7 +86,10 @@ type cstate struct {
 	// busy: over the busy threshold (see BusyThreshold); banned: excluded
 	// by the request being picked (set only during its pick).
 	busy, banned bool
-	backlog      float64
+	// idle: quiet by its last sample, gone stale with this phase's
+	// backlog at 0 (a worker never heard from is quiet but not idle).
+	idle    bool
+	backlog float64
 	// other is the other phase's backlog in the fresh sample (decode blocks
 	// of a prefill candidate, prefill tokens of a decode one), for scorers.
 	other    float64
@@ -249,8 +252,10 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	switch {
 	case s.fresh:
 		s.backlog = float64(*backlog)
-	case smp == nil, backlog != nil && *backlog == 0:
-		// quiet: never published, or went idle
+	case smp == nil:
+		// quiet: never published
+	case backlog != nil && *backlog == 0:
+		s.idle = true // quiet: went idle
 	default:
 		s.excluded = true // silent with a backlog, or no field for this phase
 	}

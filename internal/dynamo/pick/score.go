@@ -26,6 +26,9 @@ type Candidate struct {
 	// heard from, or last heard from idle. Excluded: silent with a backlog,
 	// possibly stalled, or lacking this phase's field while others have it.
 	Fresh, Quiet, Excluded bool
+	// Idle: quiet by its last sample, which went stale with this phase's
+	// backlog at 0; a quiet candidate never heard from is not idle.
+	Idle bool
 	// PrefillTokens and DecodeBlocks are the fresh sample's backlogs (0
 	// without one), the phase's own plus what was dispatched since the
 	// sample (for a quiet candidate, what was dispatched since alone); decode blocks are active_decode_blocks, or kv_used_blocks in
@@ -105,7 +108,8 @@ func (p *LoadBased) candidates(x *index) []Candidate {
 	out := p.candBuf[:0]
 	for i, c := range x.cands {
 		st := x.st[i]
-		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded, Quiet: !st.fresh && !st.excluded}
+		cd := Candidate{Worker: c.w, DPRank: c.key.DPRank, Fresh: st.fresh, Excluded: st.excluded, Quiet: !st.fresh && !st.excluded,
+			Idle: st.idle && !st.excluded}
 		if x.phase == phaseDecode && c.w.Role == fleet.RoleDecode {
 			cd.Paired = x.groups[c.group].paired()
 		}
