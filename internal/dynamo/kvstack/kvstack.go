@@ -65,8 +65,9 @@ type Stack struct {
 	Loader  *artifact.Loader
 	Index   *kv.Index
 	Prompts *kv.Prompts
-	// Subscriptions is nil with the broker transport, which needs the event
-	// bus this build does not include yet.
+	// Subscriptions is nil with the broker transport and no
+	// Options.Connector: brokers reach the router through the event bus,
+	// whose connector the daemon passes.
 	Subscriptions *kv.Subscriptions
 	// Picker is nil when Options.Base was.
 	Picker    *kv.Picker
