@@ -133,17 +133,36 @@ func TestDemoLegacyLoadFields(t *testing.T) {
 	base := startDemo(t, fleetsim.Options{Prefill: 2, Decode: 2, NilSchedulerFields: true, Speed: 50})
 	testutil.Eventually(t, 20*time.Second, "load-based decode picks", func() bool {
 		ask(t, base, "Qwen/Qwen3-32B")
-		resp, err := http.Get(base + "/metrics")
-		if err != nil {
-			return false
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		m := string(b)
-		return strings.Contains(m, `continuum_dynamo_selection_total{reason="load",role="decode"}`) &&
-			strings.Contains(m, `continuum_dynamo_selection_total{reason="round_robin_stale",role="prefill"}`) &&
-			!strings.Contains(m, `continuum_dynamo_selection_total{reason="load",role="prefill"}`)
+		m := selections(t, base)
+		return m["load decode"] > 0 && m["round_robin_stale prefill"] > 0 && m["load prefill"] == 0
 	})
+}
+
+// selections reads continuum_dynamo_selection_total by "reason role" (every
+// pair is exported, at zero until counted).
+func selections(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var reason, role string
+		var v float64
+		rest, ok := strings.CutPrefix(line, `continuum_dynamo_selection_total{reason="`)
+		if !ok {
+			continue
+		}
+		reason, rest, _ = strings.Cut(rest, `",role="`)
+		role, rest, _ = strings.Cut(rest, `"} `)
+		if _, err := fmt.Sscan(rest, &v); err == nil {
+			out[reason+" "+role] = v
+		}
+	}
+	return out
 }
 
 // bannerCurlRe finds each POST the banner suggests: its URL and body.

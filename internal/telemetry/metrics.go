@@ -11,6 +11,24 @@ const (
 	KindMalformed = "malformed"
 )
 
+// DiscoveryKinds is the closed set of continuum_dynamo_discovery_events_total
+// kinds: every kind of problem the registry reports (why records did not
+// become a worker or publisher, Kubernetes objects refused as a whole) and
+// watcher restarts. Each is exported at zero from the start, so that a
+// rate or an alert over a kind works before its first event.
+var DiscoveryKinds = []string{
+	KindDuplicate, "role_conflict", KindMalformed, "oversized", "over_capacity", "unknown_role",
+	"card_fields", "card_dropped", "unsupported", KindRefused, KindMismatch, KindRestart,
+}
+
+// Subscription states and transports, the labels of
+// continuum_dynamo_load_subscriptions and continuum_dynamo_kv_subscriptions.
+// Both sets are closed; every pair is exported from the start.
+var (
+	SubscriptionStates = []string{"pending", "connecting", "connected", "backoff"}
+	Transports         = []string{"direct", "broker"}
+)
+
 // DiscoveryMetrics are the discovery families. Labels are closed sets.
 type DiscoveryMetrics struct {
 	Events    *prometheus.CounterVec
@@ -30,14 +48,34 @@ func NewDiscoveryMetrics(reg prometheus.Registerer) *DiscoveryMetrics {
 			Help: "1 while the discovery source is seeded and watching, else 0.",
 		}),
 	}
+	for _, k := range DiscoveryKinds {
+		m.Events.WithLabelValues(k)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Connected)
 	}
 	return m
 }
 
+// presetSubscriptions exports every {state, transport} pair of a
+// subscription gauge at zero.
+func presetSubscriptions(g *prometheus.GaugeVec) {
+	for _, st := range SubscriptionStates {
+		for _, tr := range Transports {
+			g.WithLabelValues(st, tr)
+		}
+	}
+}
+
 // Load event results beyond the rejections: a sample stored.
 const ResultAccepted = "accepted"
+
+// LoadResults is the closed set of continuum_dynamo_load_events_total
+// results: accepted, or why a kv_metrics message was dropped.
+var LoadResults = []string{
+	ResultAccepted, "malformed", "unknown_version", "topic_mismatch", "oversized",
+	"identity_mismatch", "over_capacity", "duplicate", "transport_refused",
+}
 
 // LoadMetrics are the load-signal families.
 type LoadMetrics struct {
@@ -75,6 +113,10 @@ func NewLoadMetrics(reg prometheus.Registerer) *LoadMetrics {
 			Help: "Latest kv_used_blocks sample of a worker rank.",
 		}, worker),
 	}
+	for _, r := range LoadResults {
+		m.Events.WithLabelValues(r)
+	}
+	presetSubscriptions(m.Subscriptions)
 	if reg != nil {
 		reg.MustRegister(m.Events, m.Subscriptions, m.ActiveDecodeBlocks, m.ActivePrefillTokens, m.KVUsedBlocks)
 	}
@@ -138,6 +180,25 @@ const (
 	// OverloadConnections: a connection beyond server.max_connections,
 	// closed once accepted.
 	OverloadConnections = "connections"
+)
+
+// SelectionReasons is the closed set of continuum_dynamo_selection_total
+// labels: the reasons each role's selection can have. A decode worker is
+// chosen by load, by the stale round robin or by the KV-aware formula; a
+// prefill selection can also be none (no_prefill_pool: the decode worker
+// is aggregated or the model has no prefill worker) or the decode worker
+// prefilling itself (conditional_bypass).
+var SelectionReasons = map[string][]string{
+	"decode":  {"load", "round_robin_stale", "kv_aware"},
+	"prefill": {"load", "round_robin_stale", "no_prefill_pool", "kv_aware", "conditional_bypass"},
+}
+
+// RoutingPaths and ErrorPhases are the closed sets of
+// disaggregated_requests_total{routing_path} and
+// disaggregated_errors_total{phase}.
+var (
+	RoutingPaths = []string{"disaggregated", "aggregated", "unified", "fallback"}
+	ErrorPhases  = []string{"orchestration", "decode"}
 )
 
 // NewRouterMetrics creates the router families and registers them on reg
@@ -204,6 +265,17 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 	for _, r := range []string{QueueDispatched, QueueTimeout, QueueCancelled, QueueUnpinned} {
 		m.QueueWaits.WithLabelValues(r)
 	}
+	for role, reasons := range SelectionReasons {
+		for _, r := range reasons {
+			m.Selections.WithLabelValues(role, r)
+		}
+	}
+	for _, p := range RoutingPaths {
+		m.DisaggRequests.WithLabelValues(p)
+	}
+	for _, p := range ErrorPhases {
+		m.DisaggErrors.WithLabelValues(p)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Selections, m.DisaggRequests, m.DisaggErrors, m.Requests, m.RequestDuration,
 			m.Repins, m.BusyRefusals, m.QueueDepth, m.QueueWaits, m.QueueWaitSeconds, m.Overloaded, m.Connections)
@@ -267,6 +339,9 @@ func NewArtifactMetrics(reg prometheus.Registerer) *ArtifactMetrics {
 			Help: "Tokenizer and chat-template artifacts by result (loaded, unpinned, unsupported, disallowed, malformed, too_large, checksum_mismatch, cache_corrupt, fetch_failed, build_failed, over_capacity).",
 		}, []string{"result"}),
 	}
+	for _, r := range ArtifactResults {
+		m.Artifacts.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Artifacts)
 	}
@@ -283,6 +358,20 @@ type KVMetrics struct {
 	IndexNodes    prometheus.Gauge
 	IndexOwners   prometheus.Gauge
 	IndexBytes    prometheus.Gauge
+}
+
+// KVEventResults is the closed set of continuum_dynamo_kv_events_total
+// results: what the index did with an event, and why a kv-events message
+// or session was refused before reaching it.
+var KVEventResults = []string{
+	ResultAccepted, "replay", "gap", "over_capacity", "identity_mismatch", "other_tier", "cache_owner",
+	"multimodal", "unknown_parent", "malformed", "unknown_version", "topic_mismatch", "oversized", "transport_refused",
+}
+
+// KVSelectionResults is the closed set of
+// continuum_dynamo_kv_selection_total results.
+var KVSelectionResults = []string{
+	"overlap", "no_overlap", "tokenizer_unavailable", "prompt_too_large", "render_unavailable", "artifact_unpinned", "bypass",
 }
 
 // NewKVMetrics creates the KV families and registers them on reg when reg
@@ -313,6 +402,13 @@ func NewKVMetrics(reg prometheus.Registerer) *KVMetrics {
 			Name: "continuum_dynamo_kv_index_bytes",
 			Help: "Estimated memory held by the KV index, in bytes.",
 		}),
+	}
+	presetSubscriptions(m.Subscriptions)
+	for _, r := range KVEventResults {
+		m.Events.WithLabelValues(r)
+	}
+	for _, r := range KVSelectionResults {
+		m.Selections.WithLabelValues(r)
 	}
 	if reg != nil {
 		reg.MustRegister(m.Subscriptions, m.Events, m.Selections, m.IndexNodes, m.IndexOwners, m.IndexBytes)

@@ -72,12 +72,16 @@ func fixture(at time.Time, n float64) *tui.Snapshot {
 				"reason=load,role=prefill":             c(45),
 				"reason=round_robin_stale,role=decode": c(3),
 				"reason=no_prefill_pool,role=decode":   c(5),
+				// The router exports every pair of the closed set: those
+				// at zero are not shown.
+				"reason=kv_aware,role=decode": 0,
 			},
-			"disaggregated_requests_total":            {"routing_path=disaggregated": c(45), "routing_path=aggregated": c(5)},
-			"disaggregated_errors_total":              {"phase=decode": c(1)},
-			"continuum_dynamo_load_subscriptions":     {"state=connected,transport=direct": 4, "state=backoff,transport=direct": 1},
-			"continuum_dynamo_load_events_total":      {"result=accepted": c(900), "result=duplicate": 2},
-			"continuum_dynamo_discovery_events_total": {"kind=duplicate": n, "kind=restart": 1},
+			"disaggregated_requests_total": {"routing_path=disaggregated": c(45), "routing_path=aggregated": c(5), "routing_path=fallback": 0},
+			"disaggregated_errors_total":   {"phase=decode": c(1), "phase=orchestration": 0},
+			"continuum_dynamo_load_subscriptions": {"state=connected,transport=direct": 4, "state=backoff,transport=direct": 1,
+				"state=pending,transport=broker": 0},
+			"continuum_dynamo_load_events_total":      {"result=accepted": c(900), "result=duplicate": 2, "result=oversized": 0},
+			"continuum_dynamo_discovery_events_total": {"kind=duplicate": n, "kind=restart": 1, "kind=mismatch": 0},
 			"continuum_dynamo_kv_selection_total": {
 				"result=overlap": c(30), "result=no_overlap": c(15), "result=tokenizer_unavailable": 2, "result=bypass": 0,
 			},

@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -391,16 +392,16 @@ func (m Model) detailBody() []string {
 func (m Model) subscriptionsBody(h int) []string {
 	s := m.snap
 	out := []string{fmt.Sprintf("  publishers: %d load, %d kv-events", s.Workers.LoadPublishers, s.Workers.KVEventPublishers)}
-	if states := sortedSeries(s.Metrics["continuum_dynamo_load_subscriptions"]); len(states) > 0 {
+	// Every series of a closed label set is exported from the start: only
+	// those that counted something are shown.
+	if states := nonZero(s.Metrics["continuum_dynamo_load_subscriptions"]); len(states) > 0 {
 		var parts []string
 		for _, kv := range states {
-			if kv.v > 0 {
-				parts = append(parts, fmt.Sprintf("%s/%s %g", label(kv.k, "state"), label(kv.k, "transport"), kv.v))
-			}
+			parts = append(parts, fmt.Sprintf("%s/%s %g", label(kv.k, "state"), label(kv.k, "transport"), kv.v))
 		}
 		out = append(out, "  load subscriptions: "+strings.Join(parts, ", "))
 	}
-	if ev := sortedSeries(s.Metrics["continuum_dynamo_load_events_total"]); len(ev) > 0 {
+	if ev := nonZero(s.Metrics["continuum_dynamo_load_events_total"]); len(ev) > 0 {
 		var parts []string
 		for _, kv := range ev {
 			parts = append(parts, fmt.Sprintf("%s %g", label(kv.k, "result"), kv.v))
@@ -492,6 +493,13 @@ func sortedSeries(m map[string]float64) []series {
 	return out
 }
 
+// nonZero is sortedSeries without the series at zero: the router exports
+// every value of a closed label set before it counts any.
+func nonZero(m map[string]float64) []series {
+	out := sortedSeries(m)
+	return slices.DeleteFunc(out, func(s series) bool { return s.v == 0 })
+}
+
 var sparks = []rune("▁▂▃▄▅▆▇█")
 
 func sparkline(h []float64, width int) string {
@@ -521,7 +529,7 @@ func (m Model) routingBody(w int) []string {
 	var out []string
 	section := func(title, family string, name func(string) string) {
 		out = append(out, m.styles.Header.Render("  "+title))
-		ss := sortedSeries(m.snap.Metrics[family])
+		ss := nonZero(m.snap.Metrics[family])
 		if len(ss) == 0 {
 			out = append(out, m.styles.Dim.Render("  none yet"))
 		}
@@ -592,10 +600,9 @@ func (m Model) problemsBody(w, h int) []string {
 		rows = append(rows, m.tableRow([]string{p.Kind, fmt.Sprint(p.KeyCount), p.Reason, first}, cols, i == m.cursor, m.styles.Bad))
 	}
 	// The events below keep a few lines; the problems scroll in the rest.
-	events := len(s.Metrics["continuum_dynamo_discovery_events_total"])
-	out = append(out, window(rows, m.cursor, max(h-len(out)-3-min(max(events, 1), 4), 3))...)
+	ev := nonZero(s.Metrics["continuum_dynamo_discovery_events_total"])
+	out = append(out, window(rows, m.cursor, max(h-len(out)-3-min(max(len(ev), 1), 4), 3))...)
 	out = append(out, "", m.styles.Header.Render("  discovery events"))
-	ev := sortedSeries(s.Metrics["continuum_dynamo_discovery_events_total"])
 	if len(ev) == 0 {
 		out = append(out, m.styles.Dim.Render("  none"))
 	}
