@@ -2,11 +2,17 @@ package router_test
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/router"
 )
 
 // adminGet calls an admin path with an Authorization header as given ("" for
@@ -104,4 +110,146 @@ func TestAdminNeedsTheToken(t *testing.T) {
 			t.Errorf("%s with the token: %d %s", path, status, body)
 		}
 	}
+}
+
+// keysOf returns the sorted keys of a JSON object.
+func keysOf(t *testing.T, raw json.RawMessage) []string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+var (
+	rfc3339Offset = regexp.MustCompile(`^"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00"$`)
+	lowerHex      = regexp.MustCompile(`^"[0-9a-f]+"$`)
+	decimal       = regexp.MustCompile(`^"(0|[1-9][0-9]*)"$`)
+)
+
+// TestAdminWorkersShape: GET /admin/dynamo/workers has exactly the fields
+// of its documented shape, at every level: the worker's instance id in
+// lowercase hex beside the same id as a decimal worker_id, instants as
+// RFC 3339 with an explicit +00:00 offset, capacity fields null when the
+// card does not declare them, a string disaggregated_endpoint as the card
+// has it, publisher ids in decimal, broker only on a subscription a broker
+// relays, broker_coverage only with transport: broker. With dynamo off it
+// answers 200, enabled false, with empty lists (never null).
+func TestAdminWorkersShape(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, func(c *config.Config) { c.Dynamo.Load.Transport = config.TransportBroker }, func(o *router.Options) {
+		o.Subscriptions = func() []load.SubscriptionInfo {
+			return []load.SubscriptionInfo{
+				{Family: "kv_metrics", PublisherID: 0x1f3a4b, Namespace: "dynamo", Component: "decode", State: "connected", Transport: "broker", Broker: "broker-a.dynamo"},
+				{Family: "kv-events", PublisherID: 0x1f3a4c, Namespace: "dynamo", Component: "decode", State: "pending", Transport: "broker"},
+			}
+		}
+		o.BrokerCoverage = func() []admin.BrokerCoverage {
+			return []admin.BrokerCoverage{{Namespace: "dynamo", Covered: true, Brokers: []string{"broker-a.dynamo"}, PendingSubscriptions: 1}}
+		}
+	})
+	// A worker whose card names its prefill endpoint and declares no
+	// capacity but its block size.
+	h.reducer.Put("v1/instances/dynamo/backend/generate/1a7f2b", []byte(
+		`{"component":"backend","endpoint":"generate","instance_id":1736491,"transport":{"tcp":"10.0.0.9:31000"}}`), t0)
+	h.reducer.Put("v1/mdc/dynamo/backend/generate/1a7f2b", []byte(
+		`{"component":"backend","endpoint":"generate","instance_id":1736491,"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":64,"runtime_config":{"disaggregated_endpoint":"dynamo/prefill/generate"}}}`), t0)
+	h.reg.Publish(h.reducer.Build(t0))
+
+	status, body := adminGet(t, h, "/admin/dynamo/workers", "Bearer admin-secret")
+	if status != http.StatusOK {
+		t.Fatalf("%d: %s", status, body)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &top); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"broker_coverage", "connected", "enabled", "generation", "kv_event_publishers", "load_publishers", "namespace",
+		"namespaces", "signals", "source", "subscriptions", "workers"}
+	if got := keysOf(t, json.RawMessage(body)); !slices.Equal(got, want) {
+		t.Errorf("fields %v, want %v", got, want)
+	}
+	if got := keysOf(t, top["signals"]); !slices.Equal(got, []string{"capacity", "load"}) {
+		t.Errorf("signals %v", got)
+	}
+	var workers []json.RawMessage
+	_ = json.Unmarshal(top["workers"], &workers)
+	if len(workers) != 3 {
+		t.Fatalf("%d workers: %s", len(workers), top["workers"])
+	}
+	wantWorker := []string{"block_size", "capacity", "component", "disaggregated_endpoint", "dp_size", "dp_start_rank", "endpoint",
+		"first_seen", "instance_id", "last_updated", "model", "namespace", "role", "worker_id"}
+	found := false
+	for _, raw := range workers {
+		if got := keysOf(t, raw); !slices.Equal(got, wantWorker) {
+			t.Errorf("worker fields %v, want %v", got, wantWorker)
+		}
+		var w map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &w)
+		if got := keysOf(t, w["capacity"]); !slices.Equal(got, []string{"context_length", "max_num_batched_tokens", "max_num_seqs", "total_kv_blocks"}) {
+			t.Errorf("capacity fields %v", got)
+		}
+		for _, k := range []string{"first_seen", "last_updated"} {
+			if !rfc3339Offset.Match(w[k]) {
+				t.Errorf("%s = %s", k, w[k])
+			}
+		}
+		if !lowerHex.Match(w["instance_id"]) || !decimal.Match(w["worker_id"]) {
+			t.Errorf("instance_id %s, worker_id %s", w["instance_id"], w["worker_id"])
+		}
+		if string(w["instance_id"]) != `"1a7f2b"` {
+			continue
+		}
+		found = true
+		if string(w["worker_id"]) != `"1736491"` || string(w["disaggregated_endpoint"]) != `"dynamo/prefill/generate"` ||
+			string(w["block_size"]) != "64" || string(w["dp_start_rank"]) != "0" || string(w["dp_size"]) != "1" {
+			t.Errorf("worker %s", raw)
+		}
+		var c map[string]json.RawMessage
+		_ = json.Unmarshal(w["capacity"], &c)
+		for k, v := range c {
+			if string(v) != "null" {
+				t.Errorf("capacity.%s = %s, want null (not declared)", k, v)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("worker 1a7f2b missing: %s", top["workers"])
+	}
+	var subs []json.RawMessage
+	_ = json.Unmarshal(top["subscriptions"], &subs)
+	wantSub := []string{"component", "family", "namespace", "publisher_id", "state", "transport"}
+	if len(subs) != 2 || !slices.Equal(keysOf(t, subs[0]), sortedWith(wantSub, "broker")) || !slices.Equal(keysOf(t, subs[1]), wantSub) {
+		t.Errorf("subscriptions %s", top["subscriptions"])
+	}
+	if !strings.Contains(string(subs[0]), `"publisher_id":"2046539"`) || !strings.Contains(string(subs[0]), `"broker":"broker-a.dynamo"`) {
+		t.Errorf("subscription %s", subs[0])
+	}
+	var cov []json.RawMessage
+	_ = json.Unmarshal(top["broker_coverage"], &cov)
+	if len(cov) != 1 || !slices.Equal(keysOf(t, cov[0]), []string{"brokers", "covered", "namespace", "pending_subscriptions"}) {
+		t.Errorf("broker_coverage %s", top["broker_coverage"])
+	}
+	for _, leak := range []string{"10.0.0.9", "10.0.0.4", "tcp", "transport\":{", "card_json", "runtime_config"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("the response carries %q", leak)
+		}
+	}
+
+	off := newHarness(t, func(c *config.Config) { c.Dynamo.Enabled = false })
+	status, body = adminGet(t, off, "/admin/dynamo/workers", "Bearer admin-secret")
+	if status != http.StatusOK {
+		t.Fatalf("dynamo off: %d", status)
+	}
+	top = nil
+	_ = json.Unmarshal([]byte(body), &top)
+	if string(top["enabled"]) != "false" || string(top["workers"]) != "[]" || string(top["subscriptions"]) != "[]" ||
+		string(top["namespaces"]) != "[]" || top["broker_coverage"] != nil {
+		t.Errorf("dynamo off: %s", body)
+	}
+}
+
+func sortedWith(list []string, more ...string) []string {
+	return slices.Sorted(slices.Values(append(slices.Clone(list), more...)))
 }
