@@ -347,8 +347,18 @@ func (r *Reducer) unindex(rec *record) {
 	}
 }
 
+// MaxProblemReasonBytes bounds the reason of a record's problem. A reason
+// may quote what a parser found wrong, and the record it came from may be
+// up to MaxRecordBytes: the problem is kept, logged and served by the
+// admin API for as long as the record stays, so it must stay small.
+const MaxProblemReasonBytes = 512
+
 func problemFor(rec *record, kind, format string, args ...any) {
-	rec.problem = &Problem{Kind: kind, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: fmt.Sprintf(format, args...)}
+	reason := fmt.Sprintf(format, args...)
+	if len(reason) > MaxProblemReasonBytes {
+		reason = strings.ToValidUTF8(reason[:MaxProblemReasonBytes], "") + "…"
+	}
+	rec.problem = &Problem{Kind: kind, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
 }
 
 // parseRecord parses value once, at put time. A record that fails keeps a
@@ -654,7 +664,7 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		case m.Component == "" && m.Endpoint == "":
 			probs = append(probs, dupProblem("legacy model card", cards[i:j], "instance "+wire.FormatID(id.InstanceID)))
 		default:
-			probs = append(probs, dupProblem("model card", cards[i:j], fmt.Sprintf("instance %s of %s/%s", wire.FormatID(id.InstanceID), m.Component, m.Endpoint)))
+			probs = append(probs, dupProblem("model card", cards[i:j], fmt.Sprintf("instance %s of %s/%s", wire.FormatID(id.InstanceID), truncate(m.Component), truncate(m.Endpoint))))
 		}
 		i = j
 	}
@@ -697,7 +707,7 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		}
 		if w.Role == RoleUnknown {
 			probs = append(probs, Problem{Kind: ProblemUnknownRole, Namespace: id.Namespace, Keys: []string{rec.key}, KeyCount: 1,
-				Reason: fmt.Sprintf("component %q names no role and %s; shown but never routed to", w.Component, cardNoRole(cardRec))})
+				Reason: fmt.Sprintf("component %q names no role and %s; shown but never routed to", truncate(w.Component), cardNoRole(cardRec))})
 		}
 		first, ok := r.firstSeen[id]
 		if !ok {
@@ -792,11 +802,23 @@ func unsubscribedChannel(key string) bool {
 func unsupportedChannel(ch *wire.EventChannel) string {
 	switch {
 	case ch.TransportKind != "Zmq":
-		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", ch.Topic, ch.TransportKind)
+		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", ch.Topic, truncate(ch.TransportKind))
 	case !strings.HasPrefix(ch.ZmqEndpoint, "tcp://"):
-		return fmt.Sprintf("%s channel endpoint %q is not tcp://host:port; its worker is treated as quiet", ch.Topic, ch.ZmqEndpoint)
+		return fmt.Sprintf("%s channel endpoint (%s) is not tcp://host:port; its worker is treated as quiet", ch.Topic, endpointScheme(ch.ZmqEndpoint))
 	}
 	return ""
+}
+
+// endpointScheme names the scheme of a publisher endpoint that is not
+// tcp://, for a problem's reason. The endpoint itself is a worker's
+// address, which problems (logged, and served by the admin API) never
+// quote.
+func endpointScheme(endpoint string) string {
+	scheme, _, ok := strings.Cut(endpoint, "://")
+	if !ok || scheme == "" {
+		return "no scheme"
+	}
+	return fmt.Sprintf("scheme %q", truncate(scheme))
 }
 
 func (r *Reducer) collectProblems() []Problem {
@@ -944,7 +966,7 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 		keys := []string{rec.key, cardRec.key}
 		slices.Sort(keys)
 		return nil, &Problem{Kind: ProblemRoleConflict, Namespace: id.Namespace, Keys: keys, KeyCount: 2,
-			Reason: fmt.Sprintf("component %q says %s but %s; the worker is excluded", e.Component, compRole, claim.source())}
+			Reason: fmt.Sprintf("component %q says %s but %s; the worker is excluded", truncate(e.Component), compRole, claim.source())}
 	case compRole != "":
 		w.Role = compRole
 	case claim.role != "":

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -318,6 +319,59 @@ func TestRecordSizeCaps(t *testing.T) {
 	}
 	if !kinds[fleet.ProblemOversized] || !kinds[fleet.ProblemCardDropped] {
 		t.Errorf("problems %+v", snap.Problems)
+	}
+}
+
+// TestProblemReasonBounded: a malformed record's problem quotes at most
+// MaxProblemReasonBytes of what its parser found wrong, however large the
+// bad value (an instance id as a megabyte string or array), and the cut
+// keeps the reason valid UTF-8.
+func TestProblemReasonBounded(t *testing.T) {
+	t.Parallel()
+	r := fleet.NewReducer()
+	r.Put(key(1), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":"`+strings.Repeat("é", 1<<19)+`"}`), t0)
+	r.Put(key(2), []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":[`+strings.Repeat("1,", 1<<19)+`1]}`), t0)
+	snap := r.Build(t0)
+	if len(snap.Problems) != 2 {
+		t.Fatalf("problems %+v", snap.Problems)
+	}
+	for _, p := range snap.Problems {
+		if p.Kind != fleet.ProblemMalformed || len(p.Reason) > fleet.MaxProblemReasonBytes+len("…") || !utf8.ValidString(p.Reason) ||
+			!strings.Contains(p.Reason, "instance_id") {
+			t.Errorf("%s: %d bytes: %.100q", p.Kind, len(p.Reason), p.Reason)
+		}
+	}
+}
+
+// TestUnsupportedChannelReasons: a channel the router cannot subscribe to
+// is a problem whose reason names the transport kind or the endpoint's
+// scheme, bounded, and never the publisher's address.
+func TestUnsupportedChannelReasons(t *testing.T) {
+	t.Parallel()
+	channel := func(id int, transport string) (string, []byte) {
+		return fmt.Sprintf("v1/event_channels/namespace/dynamo/topic/kv_metrics/%x", id),
+			[]byte(fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","instance_id":%d,"transport":%s}`, id, transport))
+	}
+	for _, c := range []struct {
+		transport, want, never string
+	}{
+		{`{"kind":"Zmq","config":{"endpoint":"10.0.0.7:41000"}}`, "(no scheme)", "10.0.0.7"},
+		{`{"kind":"Zmq","config":{"endpoint":"ipc:///run/dynamo/pub-7.sock"}}`, `(scheme "ipc")`, "pub-7"},
+		{`{"kind":"Zmq","config":{"endpoint":"` + strings.Repeat("h", 1<<20) + `://10.0.0.8:41000"}}`, `(scheme "hhh`, "10.0.0.8"},
+		{`{"kind":"` + strings.Repeat("K", 1<<20) + `","config":{}}`, `transport "KKK`, ""},
+	} {
+		r := fleet.NewReducer()
+		k, v := channel(1, c.transport)
+		r.Put(k, v, t0)
+		snap := r.Build(t0)
+		if len(snap.Problems) != 1 {
+			t.Fatalf("%.60s: problems %+v", c.transport, snap.Problems)
+		}
+		p := snap.Problems[0]
+		if p.Kind != fleet.ProblemUnsupported || !strings.Contains(p.Reason, c.want) || (c.never != "" && strings.Contains(p.Reason, c.never)) ||
+			len(p.Reason) > fleet.MaxProblemReasonBytes {
+			t.Errorf("%.60s: %s %d bytes: %.200s", c.transport, p.Kind, len(p.Reason), p.Reason)
+		}
 	}
 }
 
