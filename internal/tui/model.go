@@ -244,7 +244,7 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 					rate = max(v-m.prev.Metrics[fam][key], 0) / dt
 				}
 				id := fam + "{" + key + "}"
-				h := append(append([]float64(nil), hist[id]...), rate)
+				h := append(append([]float64(nil), m.hist[id]...), rate)
 				if len(h) > historyLen {
 					h = h[len(h)-historyLen:]
 				}

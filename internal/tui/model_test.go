@@ -522,6 +522,22 @@ func TestLongListsScroll(t *testing.T) {
 	}
 }
 
+// TestSparklinesRemember: the Routing view's sparklines show the rates of
+// the polls so far, not the last one alone.
+func TestSparklinesRemember(t *testing.T) {
+	m := update(newModel(t, 100, 40, nil), tui.SnapshotMsg(fixture(t0, 1)), tui.SnapshotMsg(fixture(t0.Add(time.Second), 2)),
+		tui.SnapshotMsg(fixture(t0.Add(2*time.Second), 4)))
+	for _, line := range strings.Split(keys(m, "3").View(), "\n") {
+		if strings.Contains(line, "decode load") {
+			if !strings.Contains(line, "▅█") { // 50/s, then 100/s
+				t.Errorf("sparkline of two polls: %q", line)
+			}
+			return
+		}
+	}
+	t.Error("no decode load line")
+}
+
 // TestRatesOfVanishedSeries: a series the router no longer reports (it
 // restarted) stops counting in the totals.
 func TestRatesOfVanishedSeries(t *testing.T) {
