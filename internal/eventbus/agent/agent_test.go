@@ -2,16 +2,21 @@ package agent_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/continuum-router/continuum/internal/eventbus"
@@ -181,5 +186,71 @@ func TestClientRetriesRefusedSession(t *testing.T) {
 	}
 	if promtest.ToFloat64(m.Connected) != 0 {
 		t.Error("connected after refusals")
+	}
+}
+
+// TestSessionResultsClosed: whatever answers at the router's address, the
+// session results counted are the listener's refusal codes or failed: a
+// code the listener never sends, or none, does not become a label value.
+func TestSessionResultsClosed(t *testing.T) {
+	t.Parallel()
+	var attempts atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := attempts.Add(1)
+		switch n % 3 {
+		case 0:
+			w.WriteHeader(http.StatusBadGateway) // a proxy's answer, no body
+		case 1:
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintf(w, `{"error":{"code":"made_up_%d","message":"x"}}`, n)
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"error":{"code":%q,"message":"x"}}`, eventbus.CodeUnauthenticated)
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	reg := prometheus.NewRegistry()
+	m := telemetry.NewBrokerMetrics(reg)
+	results := func() map[string]float64 {
+		out := map[string]float64{}
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "continuum_broker_sessions_total" {
+				for _, s := range mf.GetMetric() {
+					out[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	c, err := agent.New(agent.Options{Router: "https://127.0.0.1:" + strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port), ID: "broker-a",
+		Role: eventbus.RoleBroker, Token: "t", RootCAs: roots, Namespaces: []string{"dynamo"}, Opener: &agent.Publishers{}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testutil.Eventually(t, 20*time.Second, "three answers", func() bool { return attempts.Load() >= 3 })
+	testutil.Eventually(t, 5*time.Second, "three counted", func() bool {
+		sum := 0.0
+		for _, v := range results() {
+			sum += v
+		}
+		return sum >= 3
+	})
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v", err)
+	}
+	for result := range results() {
+		if result != "failed" && result != eventbus.CodeUnauthenticated {
+			t.Errorf("session result %q counted", result)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -164,12 +165,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if time.Since(started) >= ResetAfter {
 			backoff = ReconnectInitial
 		}
-		result := "failed"
-		var se *SessionError
-		if errors.As(err, &se) && se.Status != 0 {
-			result = se.Code
-		}
-		c.o.Metrics.Sessions.WithLabelValues(result).Inc()
+		c.o.Metrics.Sessions.WithLabelValues(sessionResult(err)).Inc()
 		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
 		c.o.Logger.Warn("event bus session ended; reconnecting", "router", c.base.Host, "err", err, "retry_in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
@@ -200,6 +196,20 @@ func (c *Client) request(ctx context.Context, path string, body io.Reader) *http
 	}
 	req.Header.Set(eventbus.HeaderVersion, strconv.Itoa(eventbus.ProtocolVersion))
 	return req
+}
+
+// sessionResult is the continuum_broker_sessions_total result of a
+// session that ended with err: the router's refusal code, or failed. The
+// code comes from whatever answered at the router's address, so only the
+// listener's own refusal codes become label values; anything else (a proxy's
+// answer, a body without a code) counts as failed, and the label set stays
+// closed.
+func sessionResult(err error) string {
+	var se *SessionError
+	if errors.As(err, &se) && se.Status != 0 && slices.Contains(eventbus.RefusalCodes, se.Code) {
+		return se.Code
+	}
+	return "failed"
 }
 
 // refusal reads a refused request's code.
