@@ -365,9 +365,21 @@ func problemFor(rec *record, kind, format string, args ...any) {
 // problem and takes no part in the view.
 func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 	k, err := wire.ParseKey(rec.key)
-	if err != nil {
-		problemFor(rec, ProblemMalformed, "%v", err)
-		return
+	// keyed: the key has Dynamo's layout, so its segments stand in for
+	// what the value leaves out.
+	keyed := err == nil
+	if !keyed {
+		// An endpoint or a model card is joined and published by the
+		// identity its value names, not its key: a key of another shape
+		// (an id segment that is not hex, say) needs only to sit under a
+		// namespace, which is the watched prefix's, and the record stands
+		// on its value alone.
+		ns, ok := looseNamespace(rec.key, space)
+		if !ok {
+			problemFor(rec, ProblemMalformed, "%v", err)
+			return
+		}
+		k = wire.Key{Space: space, Namespace: ns}
 	}
 	rec.ns = k.Namespace
 	if len(value) > MaxRecordBytes {
@@ -440,6 +452,10 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 			return
 		}
 		if !m.InstanceID.Set {
+			if !keyed {
+				problemFor(rec, ProblemMalformed, "model record has no instance_id and its key names none")
+				return
+			}
 			m.InstanceID = wire.ID{Value: k.InstanceID, Set: true}
 		}
 		// A card's component and endpoint come from its key when its value
@@ -484,6 +500,24 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 			rec.channel = ch
 		}
 	}
+}
+
+// looseNamespace returns the namespace of an instance or model card key
+// that does not have Dynamo's layout: its first segment under the bucket,
+// when that and the rest are not empty. Other keyspaces have no loose
+// keys: an event channel's key is what says its topic and scope.
+func looseNamespace(key string, space wire.Keyspace) (string, bool) {
+	var rest string
+	switch space {
+	case wire.KeyspaceInstances:
+		rest = strings.TrimPrefix(key, wire.PrefixInstances)
+	case wire.KeyspaceModelCards:
+		rest = strings.TrimPrefix(key, wire.PrefixModelCards)
+	default:
+		return "", false
+	}
+	ns, tail, ok := strings.Cut(rest, "/")
+	return ns, ok && ns != "" && tail != ""
 }
 
 // pubID is a publisher's identity: its publisher id alone, in whatever
