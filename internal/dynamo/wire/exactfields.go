@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"sync"
@@ -17,6 +18,11 @@ import (
 func unmarshalFields(b []byte, dst any) error {
 	if err := json.Unmarshal(b, dst); err != nil {
 		return err
+	}
+	// null decodes into a struct without error, but it is no object: a
+	// record or card of null names nothing, as Dynamo's decoder says too.
+	if isNull(b) {
+		return errNotObject
 	}
 	v := reflect.ValueOf(dst).Elem()
 	names := fieldNames(v.Type())
@@ -35,6 +41,9 @@ func unmarshalFields(b []byte, dst any) error {
 	}
 	return nil
 }
+
+// errNotObject is the error for null where an object belongs.
+var errNotObject = errors.New("null is not an object")
 
 var fieldNameCache sync.Map // reflect.Type -> []string
 

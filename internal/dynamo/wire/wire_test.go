@@ -103,6 +103,27 @@ func TestParseModel(t *testing.T) {
 	}
 }
 
+// TestNullRecord: a value of null is valid JSON but no record (it names no
+// type, instance or card), so each parser refuses it as it refuses an
+// array or a number; a record with only null fields is an empty record.
+func TestNullRecord(t *testing.T) {
+	for _, v := range []string{`null`, ` null `} {
+		if _, err := wire.ParseEndpoint([]byte(v)); err == nil {
+			t.Errorf("endpoint %q parsed", v)
+		}
+		if _, err := wire.ParseModel([]byte(v)); err == nil {
+			t.Errorf("model %q parsed", v)
+		}
+		if _, err := wire.ParseEventChannel([]byte(v)); err == nil {
+			t.Errorf("event channel %q parsed", v)
+		}
+	}
+	m, err := wire.ParseModel([]byte(`{"type":null,"instance_id":null,"card_json":null}`))
+	if err != nil || m.InstanceID.Set || m.CardJSON != nil {
+		t.Errorf("null fields: %+v %v", m, err)
+	}
+}
+
 // TestParseModelPartial: typed fields that fail are named and left unset;
 // the rest parse and the worker is still built: a bad field costs that
 // field, not the worker.
@@ -249,7 +270,7 @@ func transportOf(b []byte) (wire.Transport, bool) {
 // id read is not an id.
 func channelOf(b []byte) (ch wire.EventChannel, fail bool) {
 	var top map[string]json.RawMessage
-	if json.Unmarshal(b, &top) != nil {
+	if json.Unmarshal(b, &top) != nil || top == nil {
 		return ch, true
 	}
 	obj := func(raw json.RawMessage) map[string]json.RawMessage {
