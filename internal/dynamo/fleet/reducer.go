@@ -882,6 +882,9 @@ func cardNoRole(rec *record) string {
 	}
 	c := &rec.model.Card
 	switch {
+	case c.WorkerTypeProblem != "" && c.RawWorkerType == "":
+		// Not a string: there is no spelling to quote.
+		return fmt.Sprintf("the card's worker_type claims none (%s)", c.WorkerTypeProblem)
 	case c.WorkerTypeProblem != "":
 		return fmt.Sprintf("the card's worker_type %q claims none (%s)", truncate(c.RawWorkerType), c.WorkerTypeProblem)
 	case c.WorkerType == wire.WorkerEncode:

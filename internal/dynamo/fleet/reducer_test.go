@@ -407,7 +407,7 @@ func TestRoleProblemReasons(t *testing.T) {
 		"unknown_role v1/instances/dynamo/backend/generate/46":  `worker_type "encode" is an encode worker's`,
 		"unknown_role v1/instances/dynamo/backend/generate/51":  "the worker has no base model card",
 		"unknown_role v1/instances/dynamo/backend/generate/52":  "empty part",
-		"unknown_role v1/instances/dynamo/backend/generate/55":  "not a string",
+		"unknown_role v1/instances/dynamo/backend/generate/55":  "the card's worker_type claims none (not a string)",
 		"role_conflict v1/instances/dynamo/prefill/generate/48": `component "prefill" says prefill but the card's worker_type "decode" says decode`,
 		"role_conflict v1/instances/dynamo/decode/generate/49":  `worker_type "Prefill | Decode" says aggregated`,
 		"role_conflict v1/instances/dynamo/decode/generate/4a":  "the card's model_type (no worker_type) says prefill",
