@@ -434,10 +434,12 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		case !e.InstanceID.Set:
 			problemFor(rec, ProblemMalformed, "endpoint record has no instance_id")
 		default:
-			if e.Component == "" {
+			// A field the value leaves out comes from the key; one it
+			// writes, even empty, is the value's.
+			if !e.ComponentSet {
 				e.Component = k.Component
 			}
-			if e.Endpoint == "" {
+			if !e.EndpointSet {
 				e.Endpoint = k.Endpoint
 			}
 			rec.endpoint = e
@@ -459,14 +461,16 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 			m.InstanceID = wire.ID{Value: k.InstanceID, Set: true}
 		}
 		// A card's component and endpoint come from its key when its value
-		// leaves them out, as an endpoint's do: a card is a legacy one,
-		// joined by instance id alone, only when its key leaves them empty
-		// too (v1/mdc/<ns>///<hex>), so two cards of one instance under
-		// different endpoints are two scoped cards, not two legacy ones.
-		if m.Component == "" {
+		// leaves them out, as an endpoint's do, so that two cards of one
+		// instance under different endpoints whose values omit both are two
+		// scoped cards, not two legacy ones. A value that writes them, even
+		// empty, is read as written: the card is joined by the identity its
+		// value names, and one whose writer left both empty is a legacy
+		// card, joined by instance id alone, under whatever key.
+		if !m.ComponentSet {
 			m.Component = k.Component
 		}
-		if m.Endpoint == "" {
+		if !m.EndpointSet {
 			m.Endpoint = k.Endpoint
 		}
 		if m.ModelSuffix == "" {

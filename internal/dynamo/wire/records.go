@@ -153,6 +153,11 @@ type Endpoint struct {
 	Endpoint   string    `json:"endpoint"`
 	InstanceID ID        `json:"instance_id"`
 	Transport  Transport `json:"transport"`
+	// ComponentSet and EndpointSet say the value writes component and
+	// endpoint as strings, empty ones included; one it leaves out (or
+	// writes as another type) may be taken from the record's key.
+	ComponentSet bool `json:"-"`
+	EndpointSet  bool `json:"-"`
 }
 
 // ErrRecord is wrapped by every record parse error.
@@ -197,6 +202,7 @@ func ParseEndpoint(value []byte) (*Endpoint, error) {
 	lenientString(f.Namespace, &e.Namespace)
 	lenientString(f.Component, &e.Component)
 	lenientString(f.Endpoint, &e.Endpoint)
+	e.ComponentSet, e.EndpointSet = isString(f.Component), isString(f.Endpoint)
 	// The raw fields are JSON the decode above has checked, so their
 	// parsers are called directly rather than through json.Unmarshal,
 	// which would check each again.
@@ -236,6 +242,11 @@ type ModelRecord struct {
 	Endpoint    string
 	InstanceID  ID
 	ModelSuffix string
+	// ComponentSet and EndpointSet say the value writes component and
+	// endpoint as strings, empty ones included (a legacy writer's card
+	// writes both empty); one it leaves out (or writes as another type)
+	// may be taken from the record's key.
+	ComponentSet, EndpointSet bool
 	// Card holds the typed fields that parsed; CardErrors names those that
 	// did not (the worker is still built).
 	Card       Card
@@ -343,6 +354,7 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 	lenientString(f.Namespace, &m.Namespace)
 	lenientString(f.Component, &m.Component)
 	lenientString(f.Endpoint, &m.Endpoint)
+	m.ComponentSet, m.EndpointSet = isString(f.Component), isString(f.Endpoint)
 	lenientString(f.ModelSuffix, &m.ModelSuffix)
 	if !isNull(f.InstanceID) {
 		if err := m.InstanceID.UnmarshalJSON(f.InstanceID); err != nil {
@@ -374,6 +386,12 @@ type cardFields struct {
 	Tokenizer        json.RawMessage `json:"tokenizer"`
 	PromptFormatter  json.RawMessage `json:"prompt_formatter"`
 	ChatTemplateFile json.RawMessage `json:"chat_template_file"`
+}
+
+// isString reports whether raw, checked JSON, is a string.
+func isString(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '"'
 }
 
 func isNull(v json.RawMessage) bool {
