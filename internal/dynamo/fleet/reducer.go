@@ -495,11 +495,11 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 			problemFor(rec, ProblemMalformed, "event channel record has no instance_id (publisher id)")
 		case ch.Topic != "" && ch.Topic != k.Topic:
 			problemFor(rec, ProblemMalformed, "record topic %q differs from the key's topic %q", ch.Topic, k.Topic)
-		case ch.Namespace != "" && ch.Namespace != k.Namespace:
-			problemFor(rec, ProblemMalformed, "record namespace %q differs from the key's namespace %q", ch.Namespace, k.Namespace)
 		case !ch.Legacy && ch.Scope != wire.ScopeNamespace && ch.Scope != wire.ScopeComponent && ch.Scope != wire.ScopeEndpoint:
 			problemFor(rec, ProblemUnsupported, "event channel scope kind %q is not namespace, component or endpoint", ch.Scope)
 		default:
+			// The publisher's namespace is its key's, as a worker's is: a
+			// namespace the record names otherwise is not read.
 			ch.Topic = k.Topic
 			rec.channel = ch
 		}
