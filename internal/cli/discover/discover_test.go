@@ -138,6 +138,58 @@ func TestDiscoverDialects(t *testing.T) {
 	}
 }
 
+// TestDiscoverValueIdentity: through a real etcd, records are joined by
+// the identity their values name: a key whose id segment is a decimal
+// lease id, or whose shape is not Dynamo's, still gives its worker, two
+// such keys claiming one instance are a duplicate, a card whose value
+// leaves component and endpoint empty joins by instance id whatever its
+// key (and an endpoint whose value writes an empty endpoint is none), and
+// a channel whose record names another namespace is its key's namespace's
+// publisher.
+func TestDiscoverValueIdentity(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	loadFixtures(t, c, "loose_keys.yaml", "legacy_keys.yaml")
+	channel := `{"type":"EventChannel","scope":{"kind":"component","namespace":"elsewhere","component":"prefill"},"topic":"kv_metrics","instance_id":11,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://10.0.0.9:4"}}}`
+	if _, err := c.Put(context.Background(), "v1/event_channels/namespace/dynamo/component/prefill/topic/kv_metrics/b", channel); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", srv.Endpoint, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep discover.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	workers := map[string]string{}
+	for _, w := range rep.Workers {
+		workers[w.WorkerID] = w.Role + " " + w.Model
+	}
+	for id, want := range map[string]string{"7587862386181335300": "prefill m", "4": "decode ", "27": "aggregated x-1b"} {
+		if workers[id] != want {
+			t.Errorf("worker %s: %q, want %q (all %v)", id, workers[id], want, workers)
+		}
+	}
+	if w, ok := workers["28"]; ok {
+		t.Errorf("an endpoint record that writes an empty endpoint is a worker: %s", w)
+	}
+	var dup bool
+	for _, p := range rep.Problems {
+		dup = dup || p.Kind == "duplicate" && strings.Join(p.Keys, " ") == "v1/instances/dynamo/worker-a v1/instances/dynamo/worker-b"
+		if p.Kind != "duplicate" {
+			t.Errorf("problem %+v", p)
+		}
+	}
+	if !dup {
+		t.Errorf("no duplicate for worker-a and worker-b: %+v", rep.Problems)
+	}
+	if len(rep.Publishers) != 1 || rep.Publishers[0].Namespace != "dynamo" || rep.Publishers[0].PublisherID != "11" {
+		t.Errorf("publishers %+v", rep.Publishers)
+	}
+}
+
 func TestDiscoverUnreachable(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
