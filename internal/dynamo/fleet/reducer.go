@@ -419,7 +419,7 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 			return false // the newer name of the same record
 		}
 		if typ != "" && typ != want {
-			problemFor(rec, ProblemMalformed, "record type %q under %s; want %q", typ, space, want)
+			problemFor(rec, ProblemMalformed, "record type %q under %s; want %q", truncate(typ), space, want)
 			return true
 		}
 		return false
@@ -494,9 +494,9 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		case !ch.PublisherID.Set:
 			problemFor(rec, ProblemMalformed, "event channel record has no instance_id (publisher id)")
 		case ch.Topic != "" && ch.Topic != k.Topic:
-			problemFor(rec, ProblemMalformed, "record topic %q differs from the key's topic %q", ch.Topic, k.Topic)
+			problemFor(rec, ProblemMalformed, "record topic %q differs from the key's topic %q", truncate(ch.Topic), truncate(k.Topic))
 		case !ch.Legacy && ch.Scope != wire.ScopeNamespace && ch.Scope != wire.ScopeComponent && ch.Scope != wire.ScopeEndpoint:
-			problemFor(rec, ProblemUnsupported, "event channel scope kind %q is not namespace, component or endpoint", ch.Scope)
+			problemFor(rec, ProblemUnsupported, "event channel scope kind %q is not namespace, component or endpoint", truncate(string(ch.Scope)))
 		default:
 			// The publisher's namespace is its key's, as a worker's is: a
 			// namespace the record names otherwise is not read.
@@ -840,9 +840,9 @@ func unsubscribedChannel(key string) bool {
 func unsupportedChannel(ch *wire.EventChannel) string {
 	switch {
 	case ch.TransportKind != "Zmq":
-		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", ch.Topic, truncate(ch.TransportKind))
+		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", truncate(ch.Topic), truncate(ch.TransportKind))
 	case !strings.HasPrefix(ch.ZmqEndpoint, "tcp://"):
-		return fmt.Sprintf("%s channel endpoint (%s) is not tcp://host:port; its worker is treated as quiet", ch.Topic, endpointScheme(ch.ZmqEndpoint))
+		return fmt.Sprintf("%s channel endpoint (%s) is not tcp://host:port; its worker is treated as quiet", truncate(ch.Topic), endpointScheme(ch.ZmqEndpoint))
 	}
 	return ""
 }
@@ -897,7 +897,8 @@ func cardNoRole(rec *record) string {
 	return "the card claims none"
 }
 
-// maxShown bounds a record's string quoted in a problem.
+// maxShown bounds a record's string quoted in a problem: records are
+// written by the fleet, and a problem is kept and logged.
 const maxShown = 64
 
 func truncate(s string) string {

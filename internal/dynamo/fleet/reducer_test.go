@@ -419,6 +419,41 @@ func TestRoleProblemReasons(t *testing.T) {
 	}
 }
 
+// TestProblemReasonsBounded: the strings of a record a problem quotes
+// (component, endpoint, record type, topic, scope kind, transport kind and
+// endpoint) are the fleet's to write, as long as a record may be; a
+// problem is kept and logged, so each is quoted cut short.
+func TestProblemReasonsBounded(t *testing.T) {
+	long := strings.Repeat("x", 64<<10)
+	r := fleet.NewReducer()
+	put := func(k, v string) { r.Put(k, []byte(v), t0) }
+	put("v1/instances/dynamo/p/generate/1", `{"component":"prefill`+long+`","endpoint":"generate","instance_id":1}`)
+	put("v1/mdc/dynamo/p/generate/1", `{"component":"prefill`+long+`","endpoint":"generate","instance_id":1,"card_json":{"worker_type":"Decode"}}`)
+	put("v1/instances/dynamo/b/generate/2", `{"component":"`+long+`","endpoint":"generate","instance_id":2}`)
+	put("v1/mdc/dynamo/b/generate/2", `{"component":"`+long+`","endpoint":"`+long+`","instance_id":2}`)
+	put("v1/mdc/dynamo/b/generate/20", `{"component":"`+long+`","endpoint":"`+long+`","instance_id":2}`)
+	put("v1/instances/dynamo/b/generate/3", `{"type":"`+long+`","instance_id":3}`)
+	ch := func(id int, scope, kind, ep string) string {
+		return fmt.Sprintf(`{"scope":{"kind":%q},"instance_id":%d,"transport":{"kind":%q,"config":{"endpoint":%q}}}`, scope, id, kind, ep)
+	}
+	put("v1/event_channels/namespace/dynamo/topic/kv_metrics/4", ch(4, "namespace", "Zmq", "ipc://"+long))
+	put("v1/event_channels/namespace/dynamo/topic/kv_metrics/5", ch(5, "namespace", "Nats"+long, ""))
+	put("v1/event_channels/namespace/dynamo/topic/kv_metrics/6", ch(6, long, "Zmq", "tcp://a:1"))
+	put("v1/event_channels/namespace/dynamo/topic/kv_metrics/7", `{"scope":{"kind":"namespace"},"topic":"`+long+`","instance_id":7}`)
+	kinds := map[string]bool{}
+	for _, p := range r.Build(t0).Problems {
+		kinds[p.Kind] = true
+		if len(p.Reason) > 1024 {
+			t.Errorf("%s %v: reason of %d bytes: %.200s…", p.Kind, p.Keys, len(p.Reason), p.Reason)
+		}
+	}
+	for _, k := range []string{fleet.ProblemRoleConflict, fleet.ProblemUnknownRole, fleet.ProblemDuplicate, fleet.ProblemMalformed, fleet.ProblemUnsupported} {
+		if !kinds[k] {
+			t.Errorf("no %s problem: %v", k, kinds)
+		}
+	}
+}
+
 // TestLegacyCardRoleFollowsUpdates: a worker whose card gains a
 // worker_type (a rolling upgrade) takes the role it declares, and one
 // whose legacy card gains the Prefill flag becomes a prefill worker.
