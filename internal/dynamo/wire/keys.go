@@ -250,13 +250,25 @@ func parseChannelKey(full, rel string) (Key, error) {
 // without 0x or padding (uppercase is accepted too).
 func parseHexID(s string) (uint64, error) {
 	if s == "" || len(s) > 16 {
-		return 0, fmt.Errorf("id %q is not 1 to 16 hex digits", s)
+		return 0, fmt.Errorf("id %q is not 1 to 16 hex digits", clipID(s))
 	}
 	v, err := strconv.ParseUint(s, 16, 64)
 	if err != nil {
-		return 0, fmt.Errorf("id %q is not hex", s)
+		return 0, fmt.Errorf("id %q is not hex", clipID(s))
 	}
 	return v, nil
+}
+
+// maxIDShown bounds an id quoted in an error: a record's id field may be
+// a string or a value as long as the record.
+const maxIDShown = 32
+
+// clipID returns s cut to maxIDShown bytes, marked when cut.
+func clipID(s string) string {
+	if len(s) <= maxIDShown {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxIDShown], "") + "…"
 }
 
 // FormatID renders an id the way keys and the registry hold it: lowercase hex.

@@ -55,7 +55,7 @@ func (id *ID) UnmarshalJSON(b []byte) error {
 	}
 	v, err := strconv.ParseUint(string(b), 10, 64)
 	if err != nil {
-		return fmt.Errorf("id %s is not a non-negative integer", b)
+		return fmt.Errorf("id %s is not a non-negative integer", clipID(string(b)))
 	}
 	*id = ID{v, true}
 	return nil

@@ -3,8 +3,10 @@ package wire_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -100,6 +102,18 @@ func TestParseModel(t *testing.T) {
 		!c.Runtime.DataParallelDeclared || c.Runtime.DataParallelSize != 1 || string(c.Runtime.DisaggregatedEndpoint) != `"dynamo/decode/generate"` ||
 		c.Versions["dynamo_version"] != "1.5.0" || c.MigrationLimit != 3 || len(m.CardErrors) != 0 || len(m.CardJSON) == 0 {
 		t.Errorf("%+v %+v", m, c)
+	}
+}
+
+// TestIDErrorsBounded: an id that is not one is quoted cut short in the
+// error, however long the record writes it.
+func TestIDErrorsBounded(t *testing.T) {
+	long := strings.Repeat("7", 1<<20)
+	for _, v := range []string{`{"instance_id":"` + long + `"}`, `{"instance_id":"zz` + long + `"}`, `{"instance_id":[` + long + `]}`, `{"instance_id":-` + long + `}`} {
+		_, err := wire.ParseEndpoint([]byte(v))
+		if err == nil || len(err.Error()) > 256 {
+			t.Errorf("%.40s…: error of %d bytes", v, len(fmt.Sprint(err)))
+		}
 	}
 }
 
