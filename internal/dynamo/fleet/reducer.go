@@ -561,10 +561,15 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 	for id := range r.dirtyP {
 		old := r.pubs[id]
 		r.recomputePublisher(id)
-		if p := r.pubs[id]; p != nil {
-			r.porder.put(p)
-		} else if old != nil {
+		p := r.pubs[id]
+		// The list is ordered by namespace and then id: a publisher id
+		// whose channel moved to another namespace takes another place,
+		// and its old one must go.
+		if old != nil && (p == nil || comparePublishers(old, p) != 0) {
 			r.porder.remove(old)
+		}
+		if p != nil {
+			r.porder.put(p)
 		}
 	}
 	r.dirtyP = emptied(r.dirtyP)

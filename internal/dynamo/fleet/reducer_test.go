@@ -530,3 +530,27 @@ func TestEventSourceRecord(t *testing.T) {
 		t.Errorf("the EventSource's publisher is not registered")
 	}
 }
+
+// TestPublisherMovesNamespace: a publisher id whose channel leaves one
+// namespace and appears in another between two builds is listed once, in
+// its new namespace: the list is ordered by namespace, so the old place
+// must be given up, not left beside the new one.
+func TestPublisherMovesNamespace(t *testing.T) {
+	t.Parallel()
+	ch := func(ns string) []byte {
+		return fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"namespace","name":%q},"topic":"kv_metrics","instance_id":7,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://10.0.0.7:1"}}}`, ns)
+	}
+	r := fleet.NewReducer()
+	r.Put("v1/event_channels/namespace/b/topic/kv_metrics/7", ch("b"), t0)
+	r.Build(t0)
+	r.Delete("v1/event_channels/namespace/b/topic/kv_metrics/7")
+	r.Put("v1/event_channels/namespace/a/topic/kv_metrics/7", ch("a"), t0)
+	s := r.Build(t0)
+	var got []string
+	for p := range s.Publishers.All() {
+		got = append(got, fmt.Sprintf("%s/%d", p.Namespace, p.PublisherID))
+	}
+	if !slices.Equal(got, []string{"a/7"}) || s.Publishers.Len() != 1 {
+		t.Errorf("publishers %v (len %d), want [a/7]", got, s.Publishers.Len())
+	}
+}
