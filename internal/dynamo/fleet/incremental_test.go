@@ -54,8 +54,11 @@ func randomRecord(rng *rand.Rand, ids int) (key string, value []byte) {
 		value = fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m%d",%s"kv_cache_block_size":%d,"runtime_config":{"data_parallel_size":%d}}}`,
 			comp, id, rng.IntN(2), wt, 16*(1+rng.IntN(2)), 1+rng.IntN(2))
 	case 6:
-		key = fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, comp, id) // a legacy card: no component in the record
-		value = fmt.Appendf(nil, `{"instance_id":%d,"card_json":{"display_name":"m%d"}}`, id, rng.IntN(2))
+		// A card whose record leaves out component and endpoint (its key's
+		// are its own), or writes them empty: a legacy card under any key.
+		key = fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, comp, id)
+		scope := []string{"", `"component":"","endpoint":"",`}[rng.IntN(2)]
+		value = fmt.Appendf(nil, `{%s"instance_id":%d,"card_json":{"display_name":"m%d"}}`, scope, id, rng.IntN(2))
 	case 7, 8:
 		topic := []string{"kv_metrics", "kv-events"}[rng.IntN(2)]
 		pub := 100 + rng.IntN(max(6, ids/2))
