@@ -35,7 +35,8 @@ func lines(s *fleet.Snapshot) []string {
 // randomRecord is a record of a small fleet where identities collide:
 // endpoints and cards of a few instance ids under several components (so
 // duplicates, role conflicts and mixed namespaces come and go), event
-// channels, and some malformed values.
+// channels, endpoints under keys of another shape, and some malformed
+// values.
 func randomRecord(rng *rand.Rand, ids int) (key string, value []byte) {
 	ns := []string{"a", "b"}[rng.IntN(2)]
 	id := 1 + rng.IntN(ids)
@@ -66,8 +67,17 @@ func randomRecord(rng *rand.Rand, ids int) (key string, value []byte) {
 		value = fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"namespace","name":%q},"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://h:%d"}}}`,
 			ns, topic, pub, rng.IntN(3))
 	default:
-		key = fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, comp, id)
-		value = []byte(`{"component":`)
+		switch rng.IntN(3) {
+		case 0: // an endpoint under a key of another shape: its value names it
+			key = fmt.Sprintf("v1/instances/%s/w-%d", ns, rng.IntN(ids))
+			value = fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, comp, id)
+		case 1: // a card of null: malformed
+			key = fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, comp, id)
+			value = []byte(`null`)
+		default:
+			key = fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, comp, id)
+			value = []byte(`{"component":`)
+		}
 	}
 	return key, value
 }
