@@ -467,7 +467,9 @@ func (v *validator) load() {
 			v.errorf(fmt.Sprintf("%s.direct_allow_cidrs[%d]", p, i), "%q is not an IPv4 or IPv6 CIDR such as \"10.0.0.0/8\"", c)
 		}
 	}
-	if v.c.Dynamo.Enabled && l.Transport == TransportDirect && len(l.DirectAllowCIDRs) == 0 {
+	// kubernetes_pods registers no publishers, so nothing is dialled and
+	// there is no address to bound.
+	if v.c.Dynamo.Enabled && l.Transport == TransportDirect && len(l.DirectAllowCIDRs) == 0 && v.c.Dynamo.Discovery.Source != SourceKubernetesPods {
 		v.warnf(p+".direct_allow_cidrs", "no direct_allow_cidrs: the router will connect to any publisher address the fleet registers; add the worker Pod CIDR (such as \"10.0.0.0/8\")")
 	}
 	if l.Transport == TransportBroker && !v.c.Dynamo.EventBus.Enabled {
@@ -690,15 +692,20 @@ func (v *validator) eventBus() {
 func (v *validator) busAdvisories() {
 	b := &v.c.Dynamo.EventBus
 	const p = "dynamo.event_bus"
-	if !b.Enabled || !v.c.Dynamo.Enabled {
+	if !b.Enabled {
 		return
 	}
+	// The listener runs whether or not dynamo is enabled, and no source
+	// reads announced backends either way: an allowed kv_listener is idle.
 	kvListeners := 0
 	for i, e := range b.Brokers {
 		if e.Role == BusRoleKVListener {
 			kvListeners++
 			v.warnf(fmt.Sprintf("%s.brokers[%d]", p, i), "no kv-events source of this router reads announced backends: a kv_listener session is accepted and stays idle")
 		}
+	}
+	if !v.c.Dynamo.Enabled {
+		return
 	}
 	if v.c.Dynamo.Load.Transport != TransportBroker {
 		if kvListeners == 0 {
