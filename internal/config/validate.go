@@ -415,7 +415,7 @@ func (v *validator) podModels() {
 		v.errorf(p+".model", "source: kubernetes_pods needs model (the served model name) or models (per nvidia.com/dynamo-component)")
 		return
 	}
-	namespaces := v.c.Dynamo.Discovery.Namespaces()
+	namespaces := v.watchedNamespaces()
 	type key struct{ ns, component string }
 	seen := map[key]bool{}
 	components := map[string]bool{}
@@ -525,7 +525,7 @@ func (v *validator) shim() {
 		v.errorf(p+".backends", "%d shim backends listed; at most %d are supported", len(s.Backends), MaxShimBackends)
 	}
 	v.knownBackends(p+".backends", s.Backends)
-	namespaces := v.c.Dynamo.Discovery.Namespaces()
+	namespaces := v.watchedNamespaces()
 	switch {
 	case len(s.Backends) > 0 && len(s.Pools) > 0:
 		v.errorf(p+".pools", "backends and pools are exclusive: use pools, one per Dynamo namespace")
@@ -575,6 +575,23 @@ func (v *validator) shimBackendFlags(path string, names []string) {
 			v.warnf(ep, "backend %q is enabled: false; this shim replica receives nothing", n)
 		}
 	}
+}
+
+// watchedNamespaces are the configured source's Dynamo namespaces, each
+// once and only those that are valid: a namespace rejected (or repeated)
+// in the discovery block has its own finding, and rules that count or name
+// the watched namespaces (one shim pool each, models per namespace) must
+// not add more about it.
+func (v *validator) watchedNamespaces() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, ns := range v.c.Dynamo.Discovery.Namespaces() {
+		if checkDynamoNamespace(ns) == "" && !seen[ns] {
+			seen[ns] = true
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 func (v *validator) pools(namespaces []string) {
