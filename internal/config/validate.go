@@ -747,6 +747,7 @@ func (v *validator) brokers() {
 	b := &v.c.Dynamo.EventBus
 	const p = "dynamo.event_bus.brokers"
 	ids := map[string]bool{}
+	tokens := map[string]int{} // token_hash -> index of its first entry
 	for i, e := range b.Brokers {
 		ep := fmt.Sprintf("%s[%d]", p, i)
 		switch {
@@ -761,6 +762,12 @@ func (v *validator) brokers() {
 		if e.TokenHash != "" {
 			if msg := checkHashRef(e.TokenHash, "sha256", "token_hash"); msg != "" {
 				v.errorf(ep+".token_hash", "%s (printf %%s \"$TOKEN\" | sha256sum); never the token itself", msg)
+			} else if first, dup := tokens[e.TokenHash]; dup {
+				// A token names one entry: the listener matches it to the
+				// first entry holding its hash, never to this one.
+				v.warnf(ep+".token_hash", "the same token_hash as brokers[%d]: this token always authenticates as %q, never as %q; give each entry its own token", first, b.Brokers[first].ID, e.ID)
+			} else {
+				tokens[e.TokenHash] = i
 			}
 		} else if b.TLS.ClientCA == "" {
 			v.errorf(ep+".token_hash", "this broker cannot authenticate: set token_hash, or tls.client_ca for client certificates")
