@@ -415,7 +415,9 @@ func (v *validator) podModels() {
 		v.errorf(p+".model", "source: kubernetes_pods needs model (the served model name) or models (per nvidia.com/dynamo-component)")
 		return
 	}
-	namespaces := v.watchedNamespaces()
+	// Counted and named once each and only when valid; an entry naming a
+	// listed namespace that is itself refused is not refused again.
+	namespaces, listed := v.watchedNamespaces(), v.c.Dynamo.Discovery.Namespaces()
 	type key struct{ ns, component string }
 	seen := map[key]bool{}
 	components := map[string]bool{}
@@ -431,7 +433,7 @@ func (v *validator) podModels() {
 		switch {
 		case ns == "" && len(namespaces) > 1:
 			v.errorf(ep+".dynamo_namespace", "several dynamo_namespaces are watched: say which one this component belongs to")
-		case ns != "" && !slices.Contains(namespaces, ns):
+		case ns != "" && !slices.Contains(listed, ns):
 			v.errorf(ep+".dynamo_namespace", "%q is not a watched dynamo namespace (%s)", ns, strings.Join(namespaces, ", "))
 		}
 		if ns == "" && len(namespaces) == 1 {
