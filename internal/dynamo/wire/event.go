@@ -118,28 +118,45 @@ func truncate(b []byte) string {
 	return string(b)
 }
 
-// Envelope field order of the positional (array) form.
-var envelopeFields = []string{"topic", "publisher_id", "sequence", "published_at", "payload"}
+// Envelope field orders of the positional (array) form. Dynamo has
+// declared the envelope's fields in two orders: topic first, and topic
+// fourth (after publisher_id, sequence and published_at). The first
+// element tells them apart: a string is the topic, an integer the
+// publisher id.
+var (
+	envelopeFieldsTopicFirst  = []string{"topic", "publisher_id", "sequence", "published_at", "payload"}
+	envelopeFieldsTopicFourth = []string{"publisher_id", "sequence", "published_at", "topic", "payload"}
+)
 
 func decodeEnvelope(b []byte) (Envelope, error) {
+	fields := envelopeFieldsTopicFourth
+	head := &mpReader{b: b}
+	if isMap, _, err := head.container(); err == nil && (isMap || head.peekString()) {
+		// A map names its fields, so either order reads it.
+		fields = envelopeFieldsTopicFirst
+	}
 	var env Envelope
 	var seen [5]bool
-	err := decodeStruct(b, envelopeFields, func(r *mpReader, i int) error {
+	err := decodeStruct(b, fields, func(r *mpReader, i int) error {
 		var err error
-		seen[i] = true
-		switch i {
-		case 0:
+		switch fields[i] {
+		case "topic":
+			seen[0] = true
 			var s []byte
 			if s, err = r.raw(); err == nil {
 				env.Topic = string(s)
 			}
-		case 1:
+		case "publisher_id":
+			seen[1] = true
 			env.PublisherID, err = r.uint()
-		case 2:
+		case "sequence":
+			seen[2] = true
 			env.Sequence, err = r.uint()
-		case 3:
+		case "published_at":
+			seen[3] = true
 			env.PublishedAt, _, err = r.optUint()
-		case 4:
+		case "payload":
+			seen[4] = true
 			env.Payload, err = r.raw()
 		}
 		return err

@@ -277,3 +277,31 @@ func FuzzDecodeEventMessage(f *testing.F) {
 		_, _ = wire.DecodeActiveLoad(frame)
 	})
 }
+
+// TestEnvelopeArrayOrders: a positional envelope is read in both field
+// orders Dynamo has declared: topic first, and topic after publisher_id,
+// sequence and published_at.
+func TestEnvelopeArrayOrders(t *testing.T) {
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 7, KVUsedBlocks: u64(3)})
+	topic := append([]byte{0xaa}, "kv_metrics"...)
+	pid := []byte{0xce, 0x00, 0x01, 0x00, 0x00} // 65536
+	seq, published := []byte{0x05}, []byte{0xcf, 0, 0, 1, 0x8b, 0xcf, 0xe5, 0x68, 0}
+	bin := append([]byte{0xc4, byte(len(payload))}, payload...)
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	for name, env := range map[string][]byte{
+		"topic first":  cat([]byte{0x95}, topic, pid, seq, published, bin),
+		"topic fourth": cat([]byte{0x95}, pid, seq, published, topic, bin),
+	} {
+		t.Run(name, func(t *testing.T) {
+			frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
+			frames := [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 65536), binary.BigEndian.AppendUint64(nil, 5), append(frame, env...)}
+			got, rej := wire.DecodeEventMessage(frames, "kv_metrics", wire.MaxLoadPayloadBytes)
+			if rej != nil {
+				t.Fatal(rej)
+			}
+			if got.Topic != "kv_metrics" || got.PublisherID != 65536 || got.Sequence != 5 || got.PublishedAt != 0x18bcfe56800 || !bytes.Equal(got.Payload, payload) {
+				t.Fatalf("envelope %+v", got)
+			}
+		})
+	}
+}
