@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -255,25 +256,41 @@ func Subscribe(ctx context.Context, conn net.Conn, topic []byte, lim Limits) (*S
 	s := &Sub{conn: conn, lim: lim}
 	s.warm()
 	if _, err := conn.Write(greeting()); err != nil {
-		return nil, err
+		return nil, closedInHandshake(err)
 	}
 	if err := s.readGreeting(); err != nil {
-		return nil, err
+		return nil, closedInHandshake(err)
 	}
 	if _, err := conn.Write(readyCommand("SUB")); err != nil {
-		return nil, err
+		return nil, closedInHandshake(err)
 	}
 	if err := s.readReady(); err != nil {
-		return nil, err
+		return nil, closedInHandshake(err)
 	}
 	// ZMTP 3.0 subscription: a one-frame message, 0x01 then the topic.
 	if _, err := conn.Write(frame(0, append([]byte{1}, topic...))); err != nil {
-		return nil, err
+		return nil, closedInHandshake(err)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	return s, nil
+}
+
+// closedInHandshake makes a connection the peer closed during the
+// handshake a protocol error: the peer refused the handshake. libzmq does
+// so without a word when it will not talk to this client (another
+// security mechanism than NULL, a socket type it does not pair with a
+// SUB), closing before it has sent the greeting that would have said why.
+// A carrier lost under the connection stays what it is.
+func closedInHandshake(err error) error {
+	if errors.Is(err, ErrProtocol) || errors.Is(err, ErrCarrierLost) {
+		return err
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: peer closed the connection during the handshake: %w", ErrProtocol, err)
+	}
+	return err
 }
 
 func (s *Sub) readGreeting() error {

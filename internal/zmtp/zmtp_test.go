@@ -457,6 +457,52 @@ func TestProtocolViolations(t *testing.T) {
 	}
 }
 
+// TestPeerClosesInHandshake: a peer that closes the connection before the
+// handshake is done refused it (libzmq does so, silently, on a security
+// mechanism or socket type it will not pair with ours): a protocol error,
+// whether it closed before its greeting, in it, or after it. A session
+// the peer closes once established is no such error.
+func TestPeerClosesInHandshake(t *testing.T) {
+	t.Parallel()
+	for name, sent := range map[string][]byte{
+		"before its greeting": nil,
+		"in its greeting":     pubGreeting()[:11],
+		"after its greeting":  pubGreeting(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write(sent)
+				_, _ = io.ReadFull(c, make([]byte, 64))
+				_ = c.Close()
+			}()
+			_, err = dialRaw(t, "tcp://"+ln.Addr().String())
+			if !errors.Is(err, zmtp.ErrProtocol) {
+				t.Fatalf("err = %v, want a protocol error", err)
+			}
+		})
+	}
+	t.Run("after the handshake", func(t *testing.T) {
+		t.Parallel()
+		sub, err := dialRaw(t, newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) { _ = w.(net.Conn).Close() }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err = sub.Next(); err == nil || errors.Is(err, zmtp.ErrProtocol) {
+			t.Fatalf("err = %v, want the connection's end", err)
+		}
+	})
+}
+
 func TestHandshakeTimeout(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -231,3 +231,57 @@ func TestLibzmqPublisherRestarts(t *testing.T) {
 		t.Errorf("%v messages of the restarted publisher counted duplicate", n)
 	}
 }
+
+// libzmqRefusedScript binds a libzmq socket our SUB cannot use: argv[1]
+// names it, "plain" (a PUB whose security mechanism is PLAIN) or a socket
+// type such as ROUTER.
+const libzmqRefusedScript = `
+import sys, zmq
+ctx = zmq.Context()
+kind = sys.argv[1]
+s = ctx.socket(zmq.PUB if kind == "plain" else getattr(zmq, kind))
+if kind == "plain":
+    s.plain_server = True
+port = s.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+sys.stdin.readline()
+`
+
+// TestLibzmqRefusedPeers: a libzmq peer outside the protocol's scope (a
+// mechanism other than NULL, a socket type that cannot feed a SUB) is
+// refused, counted transport_refused, and tried again after a backoff.
+func TestLibzmqRefusedPeers(t *testing.T) {
+	t.Parallel()
+	testutil.RequireLibzmq(t)
+	for i, kind := range []string{"plain", "ROUTER", "SUB"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(testutil.Python, "-c", libzmqRefusedScript, kind)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			port, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := uint64(0xd0 + i)
+			f := newFleet()
+			f.worker(pid, 1)
+			f.publisher(pid, "tcp://127.0.0.1:"+strings.TrimSpace(port))
+			s := startSupervisor(t, f.reg)
+			testutil.Eventually(t, 10*time.Second, "transport_refused counted twice", func() bool {
+				return promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultTransportRefused)) >= 2
+			})
+		})
+	}
+}
