@@ -61,7 +61,8 @@ EndpointSlices (--source kubernetes) or the operator's pod labels alone
 are in-cluster first, then KUBECONFIG or ~/.kube/config, or --kubeconfig and
 --context. With --watch, changes (added, removed, updated) are printed with
 their generation until interrupted: a line each, one JSON object a line with
--o json, one more YAML document each with -o yaml.
+-o json (the first report too, on one line), one more YAML document each with
+-o yaml.
 
 Exit status 1 when the source cannot be reached within --timeout.`,
 		Example: `  continuum discover --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo
@@ -155,7 +156,11 @@ func (o *Options) print(r Report) error {
 	switch o.Output {
 	case "json":
 		enc := json.NewEncoder(o.IO.Out)
-		enc.SetIndent("", "  ")
+		if !o.Watch {
+			enc.SetIndent("", "  ")
+		}
+		// With --watch the report is the first line of a JSON Lines
+		// stream, so that a reader taking a line at a time parses each.
 		return enc.Encode(r)
 	case "yaml":
 		return writeYAML(o.IO.Out, r)

@@ -211,8 +211,8 @@ func TestDiscoverUnreachable(t *testing.T) {
 }
 
 // TestDiscoverFileStoreWatch: --watch prints the first report, then each
-// change: a JSON object a line with -o json, a further YAML document each
-// with -o yaml.
+// change: a JSON object a line with -o json (the report included), a
+// further YAML document each with -o yaml.
 func TestDiscoverFileStoreWatch(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ output, report, added string }{
@@ -265,6 +265,19 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 			cancel()
 			if err := <-done; err != nil {
 				t.Fatalf("%v %s", err, errOut)
+			}
+			if tc.output == "json" {
+				// JSON Lines: the first report is a line like the changes.
+				lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+				for i, l := range lines {
+					var v map[string]any
+					if err := json.Unmarshal([]byte(l), &v); err != nil {
+						t.Fatalf("line %d is not a JSON object: %v: %q", i+1, err, l)
+					}
+				}
+				if len(lines) < 2 || !strings.HasPrefix(lines[0], `{"source":"file"`) {
+					t.Fatalf("want the report, then changes, a line each: %q", out.String())
+				}
 			}
 		})
 	}
