@@ -1,6 +1,7 @@
 package cmdutil
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 
@@ -18,4 +19,19 @@ func OneOf(flag, value string, allowed []string) error {
 // RegisterEnumCompletion completes a flag from a fixed list of values.
 func RegisterEnumCompletion(cmd *cobra.Command, flag string, values []string) {
 	_ = cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// HTTPBaseURL checks that a flag holds an http(s) base URL with a host, such
+// as http://router:8080: a bare host:port or another scheme is a usage
+// error told as such, not a request error after the command has started.
+func HTTPBaseURL(flag, value string) error {
+	u, err := url.Parse(value)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		example := "http://router:8080"
+		if value != "" && !strings.Contains(value, "://") {
+			example = "http://" + strings.TrimPrefix(value, "//")
+		}
+		return FlagErrorf("%s %q: give an http(s) URL, such as %s", flag, value, example)
+	}
+	return nil
 }

@@ -62,6 +62,8 @@ func TestNewCmdWorkersFlags(t *testing.T) {
 		{"--router http://r:9090 --source file", nil, "drop --source", nil},
 		{"--router http://r:9090 --duration 1s", nil, "drop --duration", nil},
 		{"--router=", nil, "needs the router's base URL", nil},
+		{"--router r:9090", nil, `--router "r:9090": give an http(s) URL, such as http://r:9090`, nil},
+		{"--router unix:///run/router.sock", nil, "give an http(s) URL", nil},
 		{"--token t", nil, "--token needs --router", nil},
 		{"-o yaml", nil, "is not one of table, json", nil},
 		{"--interval 10ms", nil, "at least 100ms", nil},

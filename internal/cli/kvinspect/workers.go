@@ -170,6 +170,9 @@ $CONTINUUM_ADMIN_TOKEN). -o json prints the admin API's shape either way.`,
 				if o.Router == "" {
 					return cmdutil.FlagErrorf("--router needs the router's base URL")
 				}
+				if err := cmdutil.HTTPBaseURL("--router", o.Router); err != nil {
+					return err
+				}
 			} else if cmd.Flags().Changed("token") {
 				return cmdutil.FlagErrorf("--token needs --router")
 			}

@@ -80,6 +80,11 @@ set or stdout is not a terminal.`,
 			if opts.Demo && cmd.Flags().Changed("router") {
 				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--demo starts its own router; drop --router")}
 			}
+			if !opts.Demo {
+				if err := cmdutil.HTTPBaseURL("--router", opts.Router); err != nil {
+					return err
+				}
+			}
 			if opts.Interval < 100*time.Millisecond {
 				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("--interval %s: at least 100ms", opts.Interval)}
 			}

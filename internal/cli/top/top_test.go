@@ -68,6 +68,14 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
 		}
 	}
+	// A router given without its scheme is told as a usage error before
+	// any request.
+	for _, router := range []string{"127.0.0.1:8080", "ftp://router", "router"} {
+		code, _, errOut := run(t, "top", "--once", "--router", router)
+		if code != cmdutil.ExitUsage || !strings.Contains(errOut, "give an http(s) URL") {
+			t.Errorf("--router %s: exit %d %q", router, code, errOut)
+		}
+	}
 	code, _, errOut := run(t, "top", "--once", "--router", "http://127.0.0.1:1", "--timeout", "1s")
 	if code != 1 || !strings.Contains(errOut, "router unreachable") {
 		t.Errorf("unreachable: exit %d %q", code, errOut)
