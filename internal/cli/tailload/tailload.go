@@ -130,8 +130,11 @@ func Run(ctx context.Context, o *Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p := &printer{o: o, results: map[string]int{}, stop: cancel}
-	defer p.summary()
+	// The summary tells what a tail saw, so it follows a tail that began:
+	// a configuration or source that fails first leaves its error the
+	// only line.
 	if o.Endpoint != "" {
+		defer p.summary()
 		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: p.observe,
 			OnError: func(err error) { fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %v\n", o.Endpoint, err) }})
 	}
@@ -151,6 +154,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	defer fl.Close()
+	defer p.summary()
 	reg := fl.Registry
 	n := 0
 	for pub := range reg.Snapshot().Publishers.All() {

@@ -137,3 +137,26 @@ func TestTailBadEndpoint(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 }
+
+// TestTailSourceErrorsAlone: a configuration that cannot be read, or a
+// source that cannot be reached, exits with its error as the only line
+// (no summary of a tail that never began).
+func TestTailSourceErrorsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"config", []string{"tail-load", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, 2, "error: configuration unreadable: "},
+		{"source", []string{"tail-load", "--source", "file", "--file-root", filepath.Join(t.TempDir(), "missing"), "--timeout", "1s"}, 1, "error: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := run(t, tc.args...)
+			lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+			if code != tc.code || out != "" || !strings.HasPrefix(lines[len(lines)-1], tc.want) || strings.Contains(errOut, "messages:") {
+				t.Fatalf("exit %d\nstdout: %q\nstderr: %q", code, out, errOut)
+			}
+		})
+	}
+}
