@@ -12,6 +12,12 @@ const (
 	ExitUsage   = 2 // bad flags or arguments, or an input file that cannot be read or parsed
 )
 
+// ErrInterrupted ends a command that answers once (discover, kv-inspect
+// match) when a signal came before the fleet was read: it exits 1, so that
+// a script that cut it short does not take its empty output for the fleet.
+// Commands that follow until interrupted end with 0 instead.
+var ErrInterrupted = errors.New("interrupted before the fleet was read")
+
 // ExitError carries an exit code; its message, if any, is printed by Main.
 type ExitError struct {
 	Code int

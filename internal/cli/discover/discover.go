@@ -64,7 +64,8 @@ their generation until interrupted: a line each, one JSON object a line with
 -o json (the first report too, on one line), one more YAML document each with
 -o yaml.
 
-Exit status 1 when the source cannot be reached within --timeout.`,
+Exit status 1 when the source cannot be reached within --timeout, or when a
+signal ends a one-shot discover before the fleet was read.`,
 		Example: `  continuum discover --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo
   continuum discover --source file --file-root /tmp/dynamo_store_kv -o json
   continuum discover --config continuum.yaml --watch
@@ -116,7 +117,10 @@ func Run(ctx context.Context, o *Options) error {
 	fl, err := sources.Open(ctx, d, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // interrupted
+			if o.Watch {
+				return nil // interrupted: a watch ends so
+			}
+			return cmdutil.ErrInterrupted
 		}
 		return err
 	}

@@ -190,6 +190,30 @@ func TestDiscoverValueIdentity(t *testing.T) {
 	}
 }
 
+// TestDiscoverInterrupted: a signal before the fleet was read ends a
+// one-shot discover with exit 1 and says so (its empty output is no fleet);
+// a --watch ends with 0, as every interrupted watch does.
+func TestDiscoverInterrupted(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		watch bool
+		code  int
+		want  string
+	}{{false, 1, "error: interrupted before the fleet was read\n"}, {true, 0, ""}} {
+		args := []string{"discover", "--source", "file", "--file-root", missing, "--log-level", "error"}
+		if tc.watch {
+			args = append(args, "--watch")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		code, out, errOut := runCLI(t, ctx, args...)
+		cancel()
+		if code != tc.code || out != "" || errOut != tc.want {
+			t.Errorf("watch %v: exit %d, stdout %q, stderr %q", tc.watch, code, out, errOut)
+		}
+	}
+}
+
 func TestDiscoverUnreachable(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

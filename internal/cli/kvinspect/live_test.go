@@ -563,3 +563,31 @@ func mustChecksums(t *testing.T, pins []string) []artifact.Checksum {
 	}
 	return out
 }
+
+// TestLiveInterrupted: a signal before the fleet was read ends match and a
+// one-shot workers with exit 1 and says so; workers --follow ends with 0,
+// as every interrupted follow does.
+func TestLiveInterrupted(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		args  []string
+		stdin string
+		code  int
+		want  string
+	}{
+		{[]string{"kv-inspect", "match"}, `{"model": "m", "messages": [{"role": "user", "content": "Hi"}]}`, 1, "error: interrupted before the fleet was read\n"},
+		{[]string{"kv-inspect", "workers"}, "", 1, "error: interrupted before the fleet was read\n"},
+		{[]string{"kv-inspect", "workers", "--follow"}, "", 0, ""},
+	} {
+		ios, in, out, errOut := iostreams.Test()
+		in.WriteString(tc.stdin)
+		f := &cmdutil.Factory{IOStreams: ios, Env: func(string) (string, bool) { return "", false }}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		code := cli.Run(ctx, f, append(tc.args, "--source", "file", "--file-root", missing, "--log-level", "error"))
+		cancel()
+		if code != tc.code || out.String() != "" || errOut.String() != tc.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", tc.args, code, out, errOut)
+		}
+	}
+}

@@ -74,8 +74,8 @@ credit, adjusted prefill, decode cost, total). Workers publish kv-events only
 when their cache changes, so blocks cached before --duration began are not
 seen until the worker stores or removes more.
 
-Exit status 1 when no worker of the model is a candidate or the fleet cannot
-be reached.`,
+Exit status 1 when no worker of the model is a candidate, or the fleet cannot
+be reached or a signal comes before it was read.`,
 		Example: `  echo '{"model": "qwen3", "messages": [{"role": "user", "content": "Hi"}]}' |
     continuum kv-inspect match --config continuum.yaml
   continuum kv-inspect match --config continuum.yaml --duration 30s -o json < request.json
@@ -242,7 +242,7 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 		return err
 	}
 	cfg, fl, logger, err := o.openFleet(ctx)
-	if err != nil || fl == nil {
+	if err != nil {
 		return err
 	}
 	defer fl.Close()

@@ -79,8 +79,8 @@ func (o *LiveOptions) check(f *cmdutil.Factory, fl *pflag.FlagSet) error {
 	return nil
 }
 
-// openFleet resolves the configuration and opens the fleet it names. A
-// nil fleet and error means ctx ended first.
+// openFleet resolves the configuration and opens the fleet it names, or
+// returns cmdutil.ErrInterrupted when ctx ended first.
 func (o *LiveOptions) openFleet(ctx context.Context) (*config.Config, *sources.Fleet, *slog.Logger, error) {
 	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
 	if err != nil {
@@ -93,7 +93,7 @@ func (o *LiveOptions) openFleet(ctx context.Context) (*config.Config, *sources.F
 	fl, err := sources.Open(ctx, &cfg.Dynamo.Discovery, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil, nil, nil // interrupted
+			return nil, nil, nil, cmdutil.ErrInterrupted
 		}
 		return nil, nil, nil, err
 	}
@@ -203,7 +203,10 @@ func RunWorkers(ctx context.Context, o *WorkersOptions) error {
 		return workersFromRouter(ctx, o)
 	}
 	cfg, fl, logger, err := o.openFleet(ctx)
-	if err != nil || fl == nil {
+	if errors.Is(err, cmdutil.ErrInterrupted) && o.Follow {
+		return nil // interrupted: a follow ends so
+	}
+	if err != nil {
 		return err
 	}
 	defer fl.Close()

@@ -68,7 +68,8 @@ With --from-discovery it reads the live fleet (from --config, or the discovery
 flags) and lists every artifact the workers' model cards declare, per model,
 with the declared checksum and whether the configuration pins it.
 
-Exit status 1 when an input cannot be read or the fleet cannot be reached.`,
+Exit status 1 when an input cannot be read, or the fleet cannot be reached
+or a signal comes before it was read.`,
 		Example: `  continuum pin-artifact /models/Qwen3-0.6B/tokenizer.json /models/Qwen3-0.6B/tokenizer_config.json
   continuum pin-artifact --yaml hf://Qwen/Qwen3-0.6B/tokenizer.json hf://Qwen/Qwen3-0.6B/tokenizer_config.json
   continuum pin-artifact --from-discovery --config continuum.yaml
@@ -278,7 +279,7 @@ func runDiscovery(ctx context.Context, o *Options) error {
 	fl, err := sources.Open(ctx, d, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // interrupted
+			return cmdutil.ErrInterrupted
 		}
 		return err
 	}

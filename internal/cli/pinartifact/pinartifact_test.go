@@ -269,3 +269,17 @@ func TestFromDiscovery(t *testing.T) {
 		}
 	}
 }
+
+// TestFromDiscoveryInterrupted: a signal before the fleet was read ends
+// --from-discovery with exit 1 and says so, not with an empty success.
+func TestFromDiscoveryInterrupted(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	ios, _, out, errOut := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: func(string) (string, bool) { return "", false }}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	code := cli.Run(ctx, f, []string{"pin-artifact", "--from-discovery", "--source", "file", "--file-root", filepath.Join(t.TempDir(), "missing"), "--log-level", "error"})
+	if code != 1 || out.String() != "" || errOut.String() != "error: interrupted before the fleet was read\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
