@@ -227,10 +227,14 @@ func age(since string, now time.Time) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
+// writeTable prints r for a terminal; every string read from the fleet goes
+// through cmdutil.Printable (pr), so none can drive the terminal or break a
+// row.
 func writeTable(out io.Writer, r Report, now time.Time) error {
+	pr := cmdutil.Printable
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "source %s, namespaces %s, generation %d: %d workers, %d publishers, %d problems\n\n",
-		r.Source, strings.Join(r.Namespaces, ","), r.Generation, len(r.Workers), len(r.Publishers), len(r.Problems))
+		r.Source, pr(strings.Join(r.Namespaces, ",")), r.Generation, len(r.Workers), len(r.Publishers), len(r.Problems))
 	if len(r.Workers) > 0 {
 		fmt.Fprintln(tw, "NAMESPACE\tMODEL\tROLE\tINSTANCE\tWORKER_ID\tDP_RANKS\tBLOCK\tKV_BLOCKS\tBATCH_TOKENS\tAGE")
 		for _, w := range r.Workers {
@@ -246,7 +250,7 @@ func writeTable(out io.Writer, r Report, now time.Time) error {
 			if model == "" {
 				model = "(no card)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.Namespace, model, w.Role, w.InstanceID, w.WorkerID,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pr(w.Namespace), pr(model), w.Role, w.InstanceID, w.WorkerID,
 				ranks, block, dash(w.Capacity.TotalKVBlocks), dash(w.Capacity.MaxNumBatchedTokens), age(w.FirstSeen, now))
 		}
 		fmt.Fprintln(tw)
@@ -254,7 +258,7 @@ func writeTable(out io.Writer, r Report, now time.Time) error {
 	if len(r.Publishers) > 0 {
 		fmt.Fprintln(tw, "NAMESPACE\tCOMPONENT\tTOPIC\tPUBLISHER_ID")
 		for _, p := range r.Publishers {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Namespace, p.Component, p.Topic, p.PublisherID)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", pr(p.Namespace), pr(p.Component), pr(p.Topic), p.PublisherID)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -265,7 +269,7 @@ func writeTable(out io.Writer, r Report, now time.Time) error {
 			if p.KeyCount > len(p.Keys) {
 				keys += fmt.Sprintf(" (+%d more)", p.KeyCount-len(p.Keys))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Kind, keys, p.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Kind, pr(keys), pr(p.Reason))
 		}
 	}
 	return tw.Flush()
@@ -364,15 +368,16 @@ func (o *Options) printChange(c Change) error {
 		_, err = fmt.Fprintf(o.IO.Out, "%s\n", b)
 		return err
 	}
+	pr := cmdutil.Printable // fleet strings, as in writeTable
 	if c.Problem != nil {
-		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s  %s: %s\n", c.Generation, c.Event, c.Problem.Kind, strings.Join(c.Problem.Keys, " "), c.Problem.Reason)
+		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s  %s: %s\n", c.Generation, c.Event, c.Problem.Kind, pr(strings.Join(c.Problem.Keys, " ")), pr(c.Problem.Reason))
 		return err
 	}
 	if p := c.Publisher; p != nil {
-		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s/%s  %s  publisher_id=%s\n", c.Generation, c.Event, p.Namespace, p.Component, p.Topic, p.PublisherID)
+		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s/%s  %s  publisher_id=%s\n", c.Generation, c.Event, pr(p.Namespace), pr(p.Component), pr(p.Topic), p.PublisherID)
 		return err
 	}
 	w := c.Worker
-	_, err := fmt.Fprintf(o.IO.Out, "gen %d  %-7s  %s/%s  %s  %s  worker_id=%s\n", c.Generation, c.Event, w.Namespace, w.InstanceID, w.Role, w.Model, w.WorkerID)
+	_, err := fmt.Fprintf(o.IO.Out, "gen %d  %-7s  %s/%s  %s  %s  worker_id=%s\n", c.Generation, c.Event, pr(w.Namespace), w.InstanceID, w.Role, pr(w.Model), w.WorkerID)
 	return err
 }

@@ -190,6 +190,62 @@ func TestDiscoverValueIdentity(t *testing.T) {
 	}
 }
 
+// TestDiscoverTableEscapesFleetStrings: keys, component and model names
+// read from etcd reach the table and the --watch lines with their control
+// characters escaped, so a record cannot clear the screen, retitle the
+// terminal or split a row.
+func TestDiscoverTableEscapesFleetStrings(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	js := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	comp, model := "de\x1b[2Jcode", "evil\x1b[31mRED\r\nNL\u202e"
+	put := func(k, v string) {
+		if _, err := c.Put(context.Background(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("v1/instances/dynamo/"+comp+"/generate/9", `{"type":"Endpoint","namespace":"dynamo","component":`+js(comp)+`,"endpoint":"generate","instance_id":9}`)
+	put("v1/mdc/dynamo/"+comp+"/generate/9", `{"type":"Model","namespace":"dynamo","component":`+js(comp)+`,"endpoint":"generate","instance_id":9,"card_json":{"display_name":`+js(model)+`,"kv_cache_block_size":16,"worker_type":"Decode"}}`)
+	put("v1/instances/dynamo/x\x1b]0;TITLE\x07/generate/a", "{")
+	code, out, errOut := runCLI(t, context.Background(), "discover", "--etcd-endpoints", srv.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{`evil\x1b[31mRED\x0d\x0aNL\u202e  decode`, `v1/instances/dynamo/x\x1b]0;TITLE\x07/generate/a`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.ContainsAny(out, "\x1b\x07\r\u202e") {
+		t.Errorf("table carries raw control characters: %q", out)
+	}
+
+	// The --watch lines escape them as well.
+	ios, _, _, _ := iostreams.Test()
+	buf := &testutil.SyncBuffer{}
+	ios.Out = buf
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := &discover.Options{IO: ios, Env: os.LookupEnv, Logger: func() (*slog.Logger, error) { return slog.New(slog.DiscardHandler), nil },
+		Output: "table", Watch: true, Timeout: 10 * time.Second}
+	opts.Discovery.EtcdEndpoints = []string{srv.Endpoint}
+	done := make(chan error, 1)
+	go func() { done <- discover.Run(ctx, opts) }()
+	testutil.Eventually(t, 10*time.Second, "first report", func() bool { return strings.Contains(buf.String(), "PROBLEM") })
+	put("v1/instances/dynamo/"+comp+"/generate/9", `{"type":"Endpoint","namespace":"dynamo","component":`+js(comp)+`,"endpoint":"generate","instance_id":9`)
+	testutil.Eventually(t, 10*time.Second, "watch lines", func() bool {
+		return strings.Contains(buf.String(), "problem  malformed")
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if lines := buf.String()[strings.Index(buf.String(), "\ngen ")+1:]; strings.ContainsAny(lines, "\x1b\x07\r\u202e") || !strings.Contains(lines, `evil\x1b[31m`) {
+		t.Errorf("watch lines carry raw control characters: %q", lines)
+	}
+}
+
 // TestDiscoverInterrupted: a signal before the fleet was read ends a
 // one-shot discover with exit 1 and says so (its empty output is no fleet);
 // a --watch ends with 0, as every interrupted watch does.

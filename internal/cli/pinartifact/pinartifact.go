@@ -392,8 +392,11 @@ func writeTable(out io.Writer, r Report) error {
 				if a.Pinned {
 					pinned = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", m.Namespace, m.Model, a.Slot, a.Format,
-					dash(a.Kind), dash(a.Checksum), pinned, a.Workers, m.Workers, commentSafe(a.Location), dash(a.Problem))
+				// Names, formats, locations and problems come from the
+				// fleet's cards: printed for a terminal, never raw.
+				pr := cmdutil.Printable
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", pr(m.Namespace), pr(m.Model), pr(a.Slot), pr(a.Format),
+					dash(a.Kind), dash(a.Checksum), pinned, a.Workers, m.Workers, pr(a.Location), pr(dash(a.Problem)))
 			}
 		}
 	}

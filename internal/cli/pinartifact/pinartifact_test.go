@@ -283,3 +283,30 @@ func TestFromDiscoveryInterrupted(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// TestFromDiscoveryTableEscapes: a model name and an artifact path read
+// from the fleet's cards reach the table with their control characters
+// escaped, so a card cannot drive the terminal or split a row.
+func TestFromDiscoveryTableEscapes(t *testing.T) {
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	js := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	cj := card("M", "Decode", "P")
+	cj = strings.Replace(cj, `"display_name":"M"`, `"display_name":`+js("evil\x1b[2J\r\nrow"), 1)
+	cj = strings.Replace(cj, `"path":"P"`, `"path":`+js("/models/q\x1b]0;t\x07/tokenizer.json"), 1)
+	for k, v := range map[string]string{
+		"v1/instances/dynamo/decode/generate/9": `{"type":"Endpoint","namespace":"dynamo","component":"decode","endpoint":"generate","instance_id":9}`,
+		"v1/mdc/dynamo/decode/generate/9":       `{"type":"Model","namespace":"dynamo","component":"decode","endpoint":"generate","instance_id":9,"card_json":` + cj + `}`,
+	} {
+		if _, err := c.Put(context.Background(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := run(t, nil, "pin-artifact", "--from-discovery", "--etcd-endpoints", srv.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, `evil\x1b[2J\x0d\x0arow`) || !strings.Contains(out, `/models/q\x1b]0;t\x07/tokenizer.json`) {
+		t.Errorf("table:\n%q", out)
+	}
+}
