@@ -292,6 +292,13 @@ func TestWorkersFromRouter(t *testing.T) {
 	if code, _, errOut := runLive(t, nil, "", "kv-inspect", "workers", "--router", srv.URL, "--token", "wrong"); code != 1 || !strings.Contains(errOut, "401") {
 		t.Errorf("wrong token: exit %d %s", code, errOut)
 	}
+	// Strings of the answer reach the table with their control characters
+	// escaped: an answer cannot drive the terminal or split a row.
+	view.Ranks[0].Namespace, view.Subscriptions[0].Component = "dyn\x1b[2Jamo", "pre\r\nfill\u202e"
+	code, out, _ = runLive(t, env, "", "kv-inspect", "workers", "--router", srv.URL)
+	if code != 0 || strings.ContainsAny(out, "\x1b\r\u202e") || !strings.Contains(out, `dyn\x1b[2Jamo`) || !strings.Contains(out, `pre\x0d\x0afill\u202e`) {
+		t.Errorf("escapes: exit %d %q", code, out)
+	}
 	enabled = false
 	if code, _, errOut := runLive(t, env, "", "kv-inspect", "workers", "--router", srv.URL); code != 1 || !strings.Contains(errOut, "dynamo.kv.enabled is false") {
 		t.Errorf("kv off: exit %d %s", code, errOut)

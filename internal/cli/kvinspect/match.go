@@ -380,7 +380,7 @@ func report(ex kv.Explanation, model, requested, path string, namespaces []strin
 }
 
 func targetText(t MatchTarget) string {
-	return fmt.Sprintf("%s rank %d (%s, %s)", t.InstanceID, t.DPRank, t.Component, t.Reason)
+	return fmt.Sprintf("%s rank %d (%s, %s)", t.InstanceID, t.DPRank, cmdutil.Printable(t.Component), t.Reason)
 }
 
 // writeMatchTable prints a report: the request and the result, the pin,
@@ -403,7 +403,7 @@ func writeMatchTable(w io.Writer, r MatchReport) error {
 			fmt.Fprintln(w, "     review the files, then pin their checksums in dynamo.kv.pinned_artifacts (continuum pin-artifact --from-discovery)")
 		}
 	}
-	fmt.Fprintf(w, "pin: namespace %s\n", r.Pin.Namespace)
+	fmt.Fprintf(w, "pin: namespace %s\n", cmdutil.Printable(r.Pin.Namespace))
 	if r.Pin.Prefill != nil {
 		fmt.Fprintf(w, "  prefill %s\n", targetText(*r.Pin.Prefill))
 	}

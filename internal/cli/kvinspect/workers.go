@@ -317,7 +317,9 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 			if id, err := strconv.ParseUint(r.WorkerID, 10, 64); err == nil {
 				inst = wire.FormatID(id)
 			}
-			ns := r.Namespace
+			// Namespaces and component names come from the fleet (or a
+			// router's answer): printed for a terminal, never raw.
+			ns := cmdutil.Printable(r.Namespace)
 			if ns == "" {
 				ns = "-"
 			}
@@ -344,7 +346,8 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FAMILY\tPUBLISHER\tNAMESPACE\tCOMPONENT\tSTATE\tTRANSPORT")
 	for _, s := range v.Subscriptions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Family, s.PublisherID, s.Namespace, s.Component, s.State, s.Transport)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cmdutil.Printable(s.Family), cmdutil.Printable(s.PublisherID), cmdutil.Printable(s.Namespace),
+			cmdutil.Printable(s.Component), cmdutil.Printable(s.State), cmdutil.Printable(s.Transport))
 	}
 	return tw.Flush()
 }
