@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -69,6 +70,7 @@ func (c *Client) Fetch(ctx context.Context, now time.Time) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad response from /metrics: %w", err)
 	}
+	escapeStrings(reflect.ValueOf(s))
 	return s, nil
 }
 

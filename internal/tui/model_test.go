@@ -552,3 +552,61 @@ func TestRatesOfVanishedSeries(t *testing.T) {
 		t.Errorf("after the series went:\n%s", m.View())
 	}
 }
+
+// TestClientEscapesFleetStrings: strings of the router's answers (model,
+// namespace and component names, problem keys and reasons, metric labels)
+// reach every view and the --once table with their control characters
+// escaped, so an answer cannot clear the screen, retitle the terminal or
+// break a row.
+func TestClientEscapesFleetStrings(t *testing.T) {
+	evil := "m\x1b[2J\x1b]0;title\x07\r\nx\u202e"
+	w := worker("ns\x1b[31m", evil, "decode", "0a", "10", 0, 1)
+	w.Component = "c\x1b[Hc"
+	cl := routerStub(t, func(rw http.ResponseWriter, r *http.Request) {
+		var v any
+		switch r.URL.Path {
+		case "/admin/dynamo/workers":
+			v = admin.WorkersResponse{Enabled: true, Connected: true, Source: "etcd", Namespaces: []string{"ns\x1b[31m"}, Workers: []admin.Worker{w},
+				Subscriptions: []admin.Subscription{{Family: "load", PublisherID: "1", Namespace: "ns\x1b[31m", Component: "c\x1b[Hc", State: "connected", Transport: "direct"}}}
+		case "/admin/dynamo/load":
+			v = admin.LoadResponse{Samples: []admin.LoadSample{{WorkerID: "10", Namespace: "ns\x1b[31m", State: "fresh", ActiveDecodeBlocks: u64(1)}}}
+		case "/admin/dynamo/problems":
+			v = admin.ProblemsResponse{Problems: []admin.Problem{{Kind: "malformed", Keys: []string{"v1/instances/\x1b]0;t\x07"}, KeyCount: 1, Reason: evil}}}
+		case "/metrics":
+			_, _ = rw.Write([]byte("# TYPE continuum_dynamo_selection_total counter\ncontinuum_dynamo_selection_total{reason=\"load\x1b[2J\",role=\"decode\"} 7\n"))
+			return
+		}
+		_ = json.NewEncoder(rw).Encode(v)
+	})
+	m := newModel(t, 200, 40, nil)
+	for range 2 {
+		s, err := cl.Fetch(context.Background(), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m = update(m, tui.SnapshotMsg(s))
+	}
+	raw := func(s string) bool {
+		return strings.ContainsAny(s, "\x07\r\u202e") || strings.Contains(s, "\x1b[2J") || strings.Contains(s, "\x1b]") || strings.Contains(s, "\x1b[H") || strings.Contains(s, "\x1b[31m")
+	}
+	views := []string{m.View()}
+	for _, k := range []string{"enter", "esc", "tab", "tab", "tab"} {
+		m = keys(m, k)
+		views = append(views, m.View())
+	}
+	for i, v := range views {
+		if raw(v) {
+			t.Errorf("view %d carries raw control sequences:\n%q", i, v)
+		}
+	}
+	if !strings.Contains(views[0], `m\x1b[2J`) {
+		t.Errorf("the model name is not shown escaped:\n%s", views[0])
+	}
+	var table strings.Builder
+	if err := m.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if raw(table.String()) || !strings.Contains(table.String(), `ns\x1b[31m`) {
+		t.Errorf("--once table:\n%q", table.String())
+	}
+}
