@@ -61,8 +61,9 @@ fleet, and a chat template is code. Review each file, then pin it.
 
 For each PATH or URL (file://, http(s)://, or hf://OWNER/REPO[@REVISION]/FILE
 through $HF_ENDPOINT with $HF_TOKEN) pin-artifact prints "blake3:<hex>  NAME",
-the digest b3sum prints. With --yaml it prints a dynamo.kv.pinned_artifacts
-block instead, ready to merge into the configuration.
+the digest b3sum prints (a URL named without its user info and query). With
+--yaml it prints a dynamo.kv.pinned_artifacts block instead, ready to merge
+into the configuration.
 
 With --from-discovery it reads the live fleet (from --config, or the discovery
 flags) and lists every artifact the workers' model cards declare, per model,
@@ -133,11 +134,11 @@ func runHash(ctx context.Context, o *Options) error {
 		d, err := hashOne(ctx, o.Client, in, hf)
 		if err != nil {
 			failed++
-			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %v\n", in, err)
+			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %v\n", displayName(in), err)
 			continue
 		}
 		if d.Bytes > artifact.MaxArtifactBytes {
-			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %d bytes, over the 64 MiB artifact limit: the router will refuse it\n", in, d.Bytes)
+			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %d bytes, over the 64 MiB artifact limit: the router will refuse it\n", d.Name, d.Bytes)
 		}
 		digests = append(digests, d)
 		if !o.YAML && !o.JSON {
@@ -186,7 +187,18 @@ func hashOne(ctx context.Context, client *http.Client, in string, hf artifact.HF
 	if remote && n > artifact.MaxArtifactBytes {
 		return Digest{}, fmt.Errorf("%w: stopped reading at %d bytes", artifact.ErrTooLarge, n)
 	}
-	return Digest{Name: in, Checksum: sum.String(), Bytes: n}, nil
+	return Digest{Name: displayName(in), Checksum: sum.String(), Bytes: n}, nil
+}
+
+// displayName is how an input is printed: a URL without its user info,
+// query and fragment, which may hold credentials or a signature (and
+// would otherwise land in the --yaml block's comment, then in a
+// configuration kept in git), and without control characters.
+func displayName(in string) string {
+	if strings.Contains(in, "://") {
+		in = artifact.Redact(in)
+	}
+	return cmdutil.Printable(in)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -310,3 +310,29 @@ func TestFromDiscoveryTableEscapes(t *testing.T) {
 		t.Errorf("table:\n%q", out)
 	}
 }
+
+// TestURLNamesRedacted: a URL input's user info, query and fragment (a
+// password, a signed URL's signature) are printed in no output: not in the
+// digest line, the --yaml block's comment, the JSON, nor an error.
+func TestURLNamesRedacted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v/0" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(vectorInput(0))
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	in := "http://user:pa55@" + host + "/v/0?X-Amz-Signature=s3cret#frag"
+	bad := "http://user:pa55@" + host + "/nope?X-Amz-Signature=s3cret"
+	for _, args := range [][]string{{in}, {"--yaml", in}, {"--json", in}, {bad}} {
+		code, out, errOut := run(t, nil, append([]string{"pin-artifact"}, args...)...)
+		if (code == 0) == (args[0] == bad) || strings.Contains(out+errOut, "pa55") || strings.Contains(out+errOut, "s3cret") || strings.Contains(out+errOut, "frag") {
+			t.Errorf("%v: exit %d\nstdout %s\nstderr %s", args, code, out, errOut)
+		}
+		if args[0] != bad && !strings.Contains(out, "http://"+host+"/v/0") {
+			t.Errorf("%v: the URL is not named:\n%s", args, out)
+		}
+	}
+}
