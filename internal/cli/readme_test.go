@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/cli"
@@ -37,4 +38,80 @@ func TestReadmeConfigsValidate(t *testing.T) {
 			t.Errorf("README example %d: exit %d\n%s%s", i+1, code, out, errOut)
 		}
 	}
+}
+
+var shBlock = regexp.MustCompile("(?s)```sh\n(.*?)```")
+
+// TestReadmeCommandLinesParse: every `continuum` command line in the
+// README's shell examples names a command that exists, with flags it takes
+// and an argument count it accepts, so an example cannot drift from the
+// command tree (what each one does is tested with its command).
+func TestReadmeCommandLinesParse(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, b := range shBlock.FindAllSubmatch(readme, -1) {
+		text := strings.ReplaceAll(string(b[1]), "\\\n", " ")
+		for _, line := range strings.Split(text, "\n") {
+			for _, seg := range strings.Split(line, "|") {
+				words := shellWords(seg)
+				if len(words) == 0 || words[0] != "continuum" {
+					continue
+				}
+				n++
+				ios, _, _, _ := iostreams.Test()
+				root := cli.NewRootCmd(&cmdutil.Factory{IOStreams: ios})
+				c, rest, err := root.Find(words[1:])
+				if err == nil {
+					err = c.ParseFlags(rest)
+				}
+				if err == nil {
+					err = c.ValidateArgs(c.Flags().Args())
+				}
+				if err != nil {
+					t.Errorf("README: %s: %v", strings.TrimSpace(seg), err)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d continuum command lines found in the README", n)
+	}
+}
+
+// shellWords splits a command line as sh would for these examples: quotes
+// group, a trailing "&" and a "# comment" end it, "$VAR" stays a word.
+func shellWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	in, quote := false, rune(0)
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == '#' && !in:
+			return words
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		case r == '&' && !in:
+			return words
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words
 }
