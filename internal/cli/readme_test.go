@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/continuum-router/continuum/internal/cli"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
 	"github.com/continuum-router/continuum/internal/iostreams"
@@ -82,7 +84,8 @@ func TestReadmeCommandLinesParse(t *testing.T) {
 }
 
 // shellWords splits a command line as sh would for these examples: quotes
-// group, a trailing "&" and a "# comment" end it, "$VAR" stays a word.
+// group; a "# comment", a redirection and a trailing "&" end it; "$VAR"
+// stays a word.
 func shellWords(s string) []string {
 	var words []string
 	var cur strings.Builder
@@ -103,8 +106,8 @@ func shellWords(s string) []string {
 				cur.Reset()
 				in = false
 			}
-		case r == '&' && !in:
-			return words
+		case r == '&' || r == '<' || r == '>':
+			return append(words, strings.Fields(cur.String())...) // a redirection or "&" ends the command
 		default:
 			cur.WriteRune(r)
 			in = true
@@ -114,4 +117,43 @@ func shellWords(s string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+// TestHelpExamplesParse: the Examples of every command's --help (and man
+// page) parse against the command tree, as the README's do.
+func TestHelpExamplesParse(t *testing.T) {
+	ios, _, _, _ := iostreams.Test()
+	root := cli.NewRootCmd(&cmdutil.Factory{IOStreams: ios})
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		text := strings.ReplaceAll(c.Example, "\\\n", " ")
+		for _, line := range strings.Split(text, "\n") {
+			for _, seg := range strings.Split(line, "|") {
+				words := shellWords(seg)
+				if len(words) == 0 || words[0] != "continuum" {
+					continue
+				}
+				n++
+				fresh := cli.NewRootCmd(&cmdutil.Factory{IOStreams: ios})
+				sub, rest, err := fresh.Find(words[1:])
+				if err == nil {
+					err = sub.ParseFlags(rest)
+				}
+				if err == nil {
+					err = sub.ValidateArgs(sub.Flags().Args())
+				}
+				if err != nil {
+					t.Errorf("%s example: %s: %v", c.CommandPath(), strings.TrimSpace(seg), err)
+				}
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	if n < 20 {
+		t.Fatalf("only %d examples found", n)
+	}
 }
