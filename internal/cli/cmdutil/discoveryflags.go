@@ -89,7 +89,7 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 			return nil, &ExitError{Code: ExitUsage, Err: err}
 		}
 		if n := doc.Findings.Errors(); n > 0 {
-			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", configFile, n, configFile)
+			return nil, configErrors(configFile, doc.Findings, n)
 		}
 		cfg = doc.Config
 	}
@@ -176,4 +176,25 @@ func (o *DiscoveryFlags) applyKube(k *config.Kubernetes) error {
 		}
 	}
 	return nil
+}
+
+// configErrors says why a configuration is refused in one line: its first
+// error finding (file:line:col, key and message), how many more there are,
+// and the command that lists them all.
+func configErrors(file string, fs config.Findings, n int) error {
+	var first config.Finding
+	for _, f := range fs {
+		if f.Severity == config.SeverityError {
+			first = f
+			break
+		}
+	}
+	more := ""
+	switch {
+	case n == 2:
+		more = " (and 1 more error)"
+	case n > 2:
+		more = fmt.Sprintf(" (and %d more errors)", n-1)
+	}
+	return fmt.Errorf("%s%s; run continuum config validate %s", first.String(), more, file)
 }

@@ -270,6 +270,28 @@ func TestDiscoverInterrupted(t *testing.T) {
 	}
 }
 
+// TestDiscoverInvalidConfig: a configuration with errors is refused in one
+// line that names the first error where it is, and how many more there are.
+func TestDiscoverInvalidConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct{ doc, more string }{
+		{"dynamo:\n  enabled: true\n  discovery:\n    source: bogus\n", ""},
+		{"dynamo:\n  enabled: true\n  discovery:\n    source: bogus\n  load:\n    max_staleness: -1s\n", " (and 1 more error)"},
+	} {
+		file := filepath.Join(dir, fmt.Sprintf("c%d.yaml", len(tc.more)))
+		if err := os.WriteFile(file, []byte(tc.doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI(t, context.Background(), "discover", "--config", file)
+		want := "error: " + file + `:4:13: error: dynamo.discovery.source: source "bogus" is not one of etcd, file, kubernetes, kubernetes_pods` +
+			tc.more + "; run continuum config validate " + file + "\n"
+		if code != 1 || out != "" || errOut != want {
+			t.Errorf("exit %d\nstderr %q\nwant   %q", code, errOut, want)
+		}
+	}
+}
+
 func TestDiscoverUnreachable(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
