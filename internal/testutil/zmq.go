@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,7 +127,24 @@ func StartLibzmqPublisher(t testing.TB, msgs [][][]byte, interval time.Duration)
 	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(Python, "-c", libzmqPublisher, file, strconv.FormatFloat(interval.Seconds(), 'f', -1, 64))
+	_, in, out := StartPython(t, libzmqPublisher, file, strconv.FormatFloat(interval.Seconds(), 'f', -1, 64))
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("libzmq publisher: %v", err)
+	}
+	return &LibzmqPublisher{Endpoint: "tcp://127.0.0.1:" + strings.TrimSpace(line), stdin: in}
+}
+
+// Go starts sending.
+func (p *LibzmqPublisher) Go() { _, _ = p.stdin.Write([]byte("\n")) }
+
+// StartPython runs script with args under the Python that has libzmq,
+// with its stderr on the test's, and returns the process, its stdin and
+// its stdout. The test's cleanup closes stdin and kills and reaps the
+// process (harmless if the test already did).
+func StartPython(t testing.TB, script string, args ...string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(Python, append([]string{"-c", script}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -140,12 +158,5 @@ func StartLibzmqPublisher(t testing.TB, msgs [][][]byte, interval time.Duration)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("libzmq publisher: %v", err)
-	}
-	return &LibzmqPublisher{Endpoint: "tcp://127.0.0.1:" + strings.TrimSpace(line), stdin: in}
+	return cmd, in, bufio.NewReader(out)
 }
-
-// Go starts sending.
-func (p *LibzmqPublisher) Go() { _, _ = p.stdin.Write([]byte("\n")) }

@@ -72,21 +72,8 @@ func startXPub(t *testing.T, endpoint string, msgs [][][]byte) *xpub {
 	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testutil.Python, "-c", xpubScript, file, "0.005", endpoint)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &xpub{cmd: cmd, lines: bufio.NewReader(out)}
-	t.Cleanup(func() { _ = in.Close(); p.stop() })
+	cmd, _, out := testutil.StartPython(t, xpubScript, file, "0.005", endpoint)
+	p := &xpub{cmd: cmd, lines: out}
 	port, err := p.lines.ReadString('\n')
 	if err != nil {
 		t.Fatalf("libzmq publisher: %v", err)
@@ -256,21 +243,8 @@ func TestLibzmqRefusedPeers(t *testing.T) {
 	for i, kind := range []string{"plain", "ROUTER", "SUB"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(testutil.Python, "-c", libzmqRefusedScript, kind)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			port, err := bufio.NewReader(out).ReadString('\n')
+			_, _, out := testutil.StartPython(t, libzmqRefusedScript, kind)
+			port, err := out.ReadString('\n')
 			if err != nil {
 				t.Fatal(err)
 			}
