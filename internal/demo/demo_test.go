@@ -138,9 +138,8 @@ func TestDemoLegacyLoadFields(t *testing.T) {
 	})
 }
 
-// selections reads continuum_dynamo_selection_total by "reason role" (every
-// pair is exported, at zero until counted).
-func selections(t *testing.T, base string) map[string]float64 {
+// scrape returns the router's /metrics text.
+func scrape(t *testing.T, base string) string {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
@@ -148,8 +147,15 @@ func selections(t *testing.T, base string) map[string]float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// selections reads continuum_dynamo_selection_total by "reason role" (every
+// pair is exported, at zero until counted).
+func selections(t *testing.T, base string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(scrape(t, base), "\n") {
 		var reason, role string
 		var v float64
 		rest, ok := strings.CutPrefix(line, `continuum_dynamo_selection_total{reason="`)
@@ -222,14 +228,8 @@ func TestBannerCurls(t *testing.T) {
 // kvSelections reads continuum_dynamo_kv_selection_total by result.
 func kvSelections(t *testing.T, base string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(scrape(t, base), "\n") {
 		rest, ok := strings.CutPrefix(line, `continuum_dynamo_kv_selection_total{result="`)
 		if !ok {
 			continue

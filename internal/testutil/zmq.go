@@ -113,20 +113,7 @@ type LibzmqPublisher struct {
 func StartLibzmqPublisher(t testing.TB, msgs [][][]byte, interval time.Duration) *LibzmqPublisher {
 	t.Helper()
 	RequireLibzmq(t)
-	file := filepath.Join(t.TempDir(), "messages")
-	var b strings.Builder
-	for _, m := range msgs {
-		for i, f := range m {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(hex.EncodeToString(f))
-		}
-		b.WriteByte('\n')
-	}
-	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := WriteMessagesFile(t, msgs)
 	_, in, out := StartPython(t, libzmqPublisher, file, strconv.FormatFloat(interval.Seconds(), 'f', -1, 64))
 	line, err := out.ReadString('\n')
 	if err != nil {
@@ -159,4 +146,26 @@ func StartPython(t testing.TB, script string, args ...string) (*exec.Cmd, io.Wri
 	}
 	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, in, bufio.NewReader(out)
+}
+
+// WriteMessagesFile writes msgs for the python3 libzmq scripts to send,
+// one message a line, its frames in hex separated by commas, and returns
+// the file's path.
+func WriteMessagesFile(t testing.TB, msgs [][][]byte) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "messages")
+	var b strings.Builder
+	for _, m := range msgs {
+		for i, f := range m {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(hex.EncodeToString(f))
+		}
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,20 +56,7 @@ type xpub struct {
 func startXPub(t *testing.T, endpoint string, msgs [][][]byte) *xpub {
 	t.Helper()
 	testutil.RequireLibzmq(t)
-	file := filepath.Join(t.TempDir(), "messages")
-	var b strings.Builder
-	for _, m := range msgs {
-		for i, f := range m {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(hex.EncodeToString(f))
-		}
-		b.WriteByte('\n')
-	}
-	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := testutil.WriteMessagesFile(t, msgs)
 	cmd, _, out := testutil.StartPython(t, xpubScript, file, "0.005", endpoint)
 	p := &xpub{cmd: cmd, lines: out}
 	port, err := p.lines.ReadString('\n')
