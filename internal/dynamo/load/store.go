@@ -37,15 +37,18 @@ type Sample struct {
 
 // LiveWorker is a worker of the current snapshot, with the ranks its card
 // declares.
+//
+// The store's gate admits a worker, not its ranks: a sample is refused as
+// identity_mismatch when its worker_id is not in the snapshot, and a
+// sample of a live worker is kept whatever rank it names. Pickers read the
+// ranks the card declares, so a sample of another rank (a card that leaves
+// its data-parallel fields out, a publisher counting ranks its own way)
+// never weighs on a choice; it is kept, bounded by MaxStoreKeys, and goes
+// when its worker leaves.
 type LiveWorker struct {
 	Namespace   string
 	DPStartRank uint32
 	DPSize      uint32
-}
-
-func (w LiveWorker) hasRank(r uint32) bool {
-	size := max(w.DPSize, 1)
-	return r >= w.DPStartRank && uint64(r) < uint64(w.DPStartRank)+uint64(size)
 }
 
 // Observer is told when a key's sample changes or goes (gauges).
@@ -126,7 +129,7 @@ func (s *Store) Apply(smp Sample) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.live[k.WorkerID]
-	if !ok || !w.hasRank(k.DPRank) {
+	if !ok {
 		return wire.ResultIdentityMismatch
 	}
 	old := s.samples[k]
@@ -221,27 +224,31 @@ func (s *Store) unlink(publisherID uint64, k Key) {
 }
 
 // SetLiveAndRetain installs the live-worker gate and, in the same step,
-// drops the samples (and gauge series) of workers that left. A worker that
-// joins (first seen, or back after leaving) starts with nothing dispatched
-// to it: what its previous life was sent does not count.
+// drops the samples (and gauge series) of workers that left, every rank
+// of them. A worker that joins (first seen, or back after leaving)
+// starts with nothing dispatched to it: what its previous life was sent
+// does not count.
 func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	stays := func(id uint64) bool {
+		_, ok := live[id]
+		return ok
+	}
 	for k, smp := range s.samples {
-		w, ok := live[k.WorkerID]
-		if ok && w.hasRank(k.DPRank) {
+		if stays(k.WorkerID) {
 			continue
 		}
 		s.unlink(smp.PublisherID, k)
 		s.dropLocked(k)
 	}
 	for k := range s.accounted {
-		if w, ok := live[k.WorkerID]; !ok || !w.hasRank(k.DPRank) {
+		if !stays(k.WorkerID) {
 			delete(s.accounted, k)
 		}
 	}
 	for id := range s.joined {
-		if _, ok := live[id]; !ok {
+		if !stays(id) {
 			delete(s.joined, id)
 		}
 	}

@@ -34,7 +34,7 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 	}{
 		{sample(1, 2, 7, 1, 10), ""},
 		{sample(1, 3, 7, 2, 11), ""},
-		{sample(1, 4, 7, 3, 12), wire.ResultIdentityMismatch}, // rank outside 2..3
+		{sample(1, 4, 7, 3, 12), ""},                          // rank outside 2..3: the worker is live
 		{sample(2, 0, 7, 4, 12), wire.ResultIdentityMismatch}, // not a live worker
 		{sample(1, 2, 7, 1, 99), wire.ResultDuplicate},        // same publisher, old sequence
 		{sample(1, 2, 8, 0, 20), ""},                          // a restarted publisher replaces it
@@ -68,6 +68,38 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 	s.SetLiveAndRetain(map[uint64]load.LiveWorker{})
 	if s.Len() != 0 || promtest.CollectAndCount(m.ActiveDecodeBlocks) != 0 {
 		t.Errorf("after departure: %d samples, %d series", s.Len(), promtest.CollectAndCount(m.ActiveDecodeBlocks))
+	}
+}
+
+// TestStoreGateIsTheWorker: the gate admits live workers, whatever rank a
+// sample names; only a worker_id missing from the snapshot is an identity
+// mismatch.
+func TestStoreGateIsTheWorker(t *testing.T) {
+	t.Parallel()
+	now := t0
+	m := telemetry.NewLoadMetrics(nil)
+	s := load.NewStore(3*time.Second, load.Gauges{M: m})
+	s.SetClock(func() time.Time { return now })
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPStartRank: 2, DPSize: 2}})
+	for _, rank := range []uint32{0, 2, 9} {
+		if r := s.Apply(sample(1, rank, 7, uint64(rank)+1, 10+uint64(rank))); r != "" {
+			t.Fatalf("rank %d of a live worker: %q", rank, r)
+		}
+	}
+	if r := s.Apply(sample(2, 2, 7, 20, 1)); r != wire.ResultIdentityMismatch {
+		t.Fatalf("a worker not in the snapshot: %q", r)
+	}
+	if got, ok := s.FreshDefault(1, 9); !ok || *got.Load.ActiveDecodeBlocks != 19 {
+		t.Fatalf("rank 9 = %+v, %v", got, ok)
+	}
+	if v := promtest.ToFloat64(m.ActiveDecodeBlocks.WithLabelValues("prod", "1", "0")); v != 10 {
+		t.Errorf("rank 0 gauge %v", v)
+	}
+	// The card now declares one rank: the worker is still live, and so are
+	// its samples.
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPStartRank: 2, DPSize: 1}})
+	if s.Len() != 3 {
+		t.Fatalf("%d samples after the card changed, want 3", s.Len())
 	}
 }
 
