@@ -225,15 +225,18 @@ func (s *Store) unlink(publisherID uint64, k Key) {
 
 // SetLiveAndRetain installs the live-worker gate and, in the same step,
 // drops the samples (and gauge series) of workers that left, every rank
-// of them. A worker that joins (first seen, or back after leaving)
+// of them. A worker is its namespace and id: an id that is live in
+// another namespace than before is another worker, so what the one that
+// left had goes with it, its series labelled with the old namespace
+// included. A worker that joins (first seen, or back after leaving)
 // starts with nothing dispatched to it: what its previous life was sent
 // does not count.
 func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	stays := func(id uint64) bool {
-		_, ok := live[id]
-		return ok
+		w, ok := live[id]
+		return ok && w.Namespace == s.live[id].Namespace
 	}
 	for k, smp := range s.samples {
 		if stays(k.WorkerID) {

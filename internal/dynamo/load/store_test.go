@@ -73,7 +73,9 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 
 // TestStoreGateIsTheWorker: the gate admits live workers, whatever rank a
 // sample names; only a worker_id missing from the snapshot is an identity
-// mismatch.
+// mismatch. Samples go, series and all, when their worker leaves, and an
+// id that is live in another namespace is another worker: the samples and
+// series of the one that left go, and the new one starts afresh.
 func TestStoreGateIsTheWorker(t *testing.T) {
 	t.Parallel()
 	now := t0
@@ -100,6 +102,23 @@ func TestStoreGateIsTheWorker(t *testing.T) {
 	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPStartRank: 2, DPSize: 1}})
 	if s.Len() != 3 {
 		t.Fatalf("%d samples after the card changed, want 3", s.Len())
+	}
+	// The id is now another namespace's worker.
+	now = t0.Add(time.Minute)
+	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "canary", DPSize: 1}})
+	if s.Len() != 0 || promtest.CollectAndCount(m.ActiveDecodeBlocks) != 0 {
+		t.Fatalf("after the namespace changed: %d samples, %d series", s.Len(), promtest.CollectAndCount(m.ActiveDecodeBlocks))
+	}
+	s.Read(func(r load.ReadView) {
+		if got := r.Since(load.Key{WorkerID: 1}); !got.Equal(now) {
+			t.Errorf("the new worker's accounting starts at +%v, want +%v", got.Sub(t0), now.Sub(t0))
+		}
+	})
+	if r := s.Apply(sample(1, 0, 8, 1, 5)); r != "" {
+		t.Fatalf("the new worker's sample: %q", r)
+	}
+	if v := promtest.ToFloat64(m.ActiveDecodeBlocks.WithLabelValues("canary", "1", "0")); v != 5 {
+		t.Errorf("canary gauge %v", v)
 	}
 }
 
