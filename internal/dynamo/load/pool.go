@@ -52,7 +52,8 @@ type Pool struct {
 	// NewHandler returns the handler of a publisher's new subscription.
 	NewHandler func(p fleet.Publisher) Handler
 	// Stopped, when set, is told synchronously that a publisher's
-	// subscription stopped (departed or replaced).
+	// subscription stopped (departed, or replaced because its record
+	// changed: Running then reports its new subscription).
 	Stopped func(p fleet.Publisher)
 
 	mu      sync.Mutex
@@ -249,6 +250,14 @@ func (p *Pool) setLocked(sub *poolSub, state string) {
 		}
 	}
 	sub.state = state
+}
+
+// Running reports whether a subscription to publisher id runs.
+func (p *Pool) Running(id uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.subs[id]
+	return ok
 }
 
 // Subscriptions lists the running subscriptions in ascending publisher id.

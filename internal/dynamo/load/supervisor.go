@@ -27,11 +27,19 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 	}
 	count := func(string) {}
 	s := &Supervisor{reg: reg, store: store, kick: make(chan struct{}, 1)}
-	s.pool = Pool{Family: fleet.TopicLoad, Limits: limitsOf(fleet.TopicLoad), Connector: connector, Logger: logger,
-		// Samples of a publisher that left or was replaced are not its
-		// worker's load any more, nor are the requests sent before: a
-		// replaced publisher is most often a restarted engine.
-		Stopped: func(p fleet.Publisher) { store.ResetPublisher(p.PublisherID) },
+	s.pool = Pool{Family: fleet.TopicLoad, Limits: limitsOf(fleet.TopicLoad), Connector: connector, Logger: logger}
+	// Samples of a publisher that left are not its worker's load any more,
+	// nor are the requests sent before: a publisher id names one
+	// incarnation, so a worker publishing under a new id most often has a
+	// restarted engine. A publisher whose record changed under the same id
+	// is the same incarnation, restarted on its new record like a
+	// transport switch: its subscription's first session drops its
+	// samples, and what was dispatched since them stays counted until a
+	// sample answers it.
+	s.pool.Stopped = func(p fleet.Publisher) {
+		if !s.pool.Running(p.PublisherID) {
+			store.ResetPublisher(p.PublisherID)
+		}
 	}
 	if metrics != nil {
 		s.pool.Gauge = metrics.Subscriptions

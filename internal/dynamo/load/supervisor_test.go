@@ -209,6 +209,51 @@ func TestSupervisorReconnectKeepsAccounting(t *testing.T) {
 	}
 }
 
+// TestSupervisorChangedRecordKeepsAccounting: a publisher whose record
+// changes under the same id (here its endpoint) is the same incarnation:
+// its subscription restarts on the new record, whose first session drops
+// the samples, and what was dispatched since the last one stays counted.
+// A publisher that leaves takes its worker's accounting with it.
+func TestSupervisorChangedRecordKeepsAccounting(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(6, 1)
+	a, b := testutil.StartGoPublisher(t), testutil.StartGoPublisher(t)
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
+	f.publisher(0xe6, a.Endpoint)
+	s := startSupervisor(t, f.reg)
+	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
+		_ = a.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		_, ok := s.store.Latest(6, 0)
+		return ok
+	})
+	since := func() (at time.Time) {
+		s.store.Read(func(r load.ReadView) { at = r.Since(load.Key{WorkerID: 6}) })
+		return at
+	}
+	time.Sleep(100 * time.Millisecond) // the samples sent are all in
+	changed := time.Now()
+	f.publisher(0xe6, b.Endpoint)
+	testutil.Eventually(t, 10*time.Second, "the sample dropped by the new record's session", func() bool {
+		_, ok := s.store.Latest(6, 0)
+		return !ok
+	})
+	if got := since(); got.IsZero() || got.After(changed) {
+		t.Fatalf("after the record changed: accounted from %v, want the last sample's arrival, before the change at %v", got, changed)
+	}
+	testutil.Eventually(t, 10*time.Second, "a sample through the new record", func() bool {
+		_ = b.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		_, ok := s.store.Latest(6, 0)
+		return ok
+	})
+	last, _ := s.store.Latest(6, 0)
+	f.removePublisher(0xe6)
+	testutil.Eventually(t, 10*time.Second, "the publisher gone", func() bool { return len(s.sup.Subscriptions()) == 0 })
+	if got := since(); !got.After(last.ReceivedAt) {
+		t.Fatalf("after the publisher left: accounted from %v, want later than %v", got, last.ReceivedAt)
+	}
+}
+
 // TestSupervisorLibzmq: a libzmq publisher, whose bytes our SUB decodes.
 func TestSupervisorLibzmq(t *testing.T) {
 	t.Parallel()
