@@ -41,6 +41,14 @@ type Sink interface {
 	Flush()
 }
 
+// OversizedSink is a Sink that also holds keys whose values a source could
+// not read at all, being larger than the limit bytes one read may carry:
+// such a key is refused as oversized, as a value over the reducer's own
+// limit is, and a later put or delete of it applies as usual.
+type OversizedSink interface {
+	PutOversized(key string, limit int)
+}
+
 // Source is one discovery backend.
 type Source interface {
 	// Name is the configured source name (etcd, file, ...).
@@ -238,6 +246,12 @@ func (s *sink) Put(key string, value []byte) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	s.w.reducer.Put(key, value, time.Now())
+}
+
+func (s *sink) PutOversized(key string, limit int) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.w.reducer.PutOversized(key, limit, time.Now())
 }
 
 func (s *sink) Delete(key string) {

@@ -18,10 +18,12 @@ const GenerateEndpoint = "generate"
 
 // record is one held etcd key: its parsed form, or why it has none.
 type record struct {
-	key     string
-	hash    uint64
-	putAt   time.Time
-	seen    bool // marked during a resync
+	key   string
+	hash  uint64
+	putAt time.Time
+	seen  bool // marked during a resync
+	// unread: the value was too large for the source to read (PutOversized).
+	unread  bool
 	problem *Problem
 
 	endpoint *wire.Endpoint
@@ -203,6 +205,19 @@ func spaceOf(key string) wire.Keyspace {
 
 // Put applies a put of value at key, at time now.
 func (r *Reducer) Put(key string, value []byte, now time.Time) {
+	r.put(key, value, 0, now)
+}
+
+// PutOversized applies a put at key of a value the source could not read,
+// being larger than limit bytes: the key is held and refused as oversized,
+// as a value over MaxRecordBytes is.
+func (r *Reducer) PutOversized(key string, limit int, now time.Time) {
+	r.put(key, nil, max(limit, 1), now)
+}
+
+// put applies a put of value at key, or of an unread value over limit
+// bytes when limit is positive.
+func (r *Reducer) put(key string, value []byte, limit int, now time.Time) {
 	space := spaceOf(key)
 	if space == 0 {
 		return // not a watched bucket
@@ -235,14 +250,15 @@ func (r *Reducer) Put(key string, value []byte, now time.Time) {
 		}
 		return
 	}
+	unread := limit > 0
 	if held {
 		old.seen = true
-		if old.hash == h {
+		if old.hash == h && old.unread == unread {
 			return
 		}
 	}
-	rec := &record{key: key, hash: h, putAt: now, seen: true}
-	parseRecord(rec, space, value)
+	rec := &record{key: key, hash: h, putAt: now, seen: true, unread: unread}
+	parseRecord(rec, space, value, limit)
 	recs[key] = rec
 	// Index the new record before dropping the old one: when both claim
 	// the same identity its set is kept rather than freed and made again.
@@ -362,8 +378,9 @@ func problemFor(rec *record, kind, format string, args ...any) {
 }
 
 // parseRecord parses value once, at put time. A record that fails keeps a
-// problem and takes no part in the view.
-func parseRecord(rec *record, space wire.Keyspace, value []byte) {
+// problem and takes no part in the view. A positive limit stands for a
+// value over limit bytes that was never read.
+func parseRecord(rec *record, space wire.Keyspace, value []byte, limit int) {
 	k, err := wire.ParseKey(rec.key)
 	// keyed: the key has Dynamo's layout, so its segments stand in for
 	// what the value leaves out.
@@ -382,6 +399,10 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte) {
 		k = wire.Key{Space: space, Namespace: ns}
 	}
 	rec.ns = k.Namespace
+	if limit > 0 {
+		problemFor(rec, ProblemOversized, "value larger than %d bytes, what one read from the source may carry; refused unread", limit)
+		return
+	}
 	if len(value) > MaxRecordBytes {
 		problemFor(rec, ProblemOversized, "value of %d bytes is larger than %d bytes; refused before parsing", len(value), MaxRecordBytes)
 		return

@@ -554,3 +554,27 @@ func TestPublisherMovesNamespace(t *testing.T) {
 		t.Errorf("publishers %v (len %d), want [a/7]", got, s.Publishers.Len())
 	}
 }
+
+// TestPutOversized: a key whose value the source could not read is held
+// and refused as oversized; a resync that finds it again changes nothing,
+// and a readable value put at the key replaces it.
+func TestPutOversized(t *testing.T) {
+	t.Parallel()
+	r := fleet.NewReducer()
+	r.Put(key(1), endpoint(1), t0)
+	r.PutOversized(key(1), 64<<20, t0)
+	snap := r.Build(t0)
+	if snap.Workers.Len() != 0 || len(snap.Problems) != 1 || snap.Problems[0].Kind != fleet.ProblemOversized || snap.Problems[0].Keys[0] != key(1) {
+		t.Fatalf("%d workers, problems %+v", snap.Workers.Len(), snap.Problems)
+	}
+	r.ResyncBegin()
+	r.PutOversized(key(1), 64<<20, t0)
+	r.ResyncEnd()
+	if r.Dirty() || r.Len() != 1 {
+		t.Errorf("a resync that read the same unread key: dirty %v, %d keys", r.Dirty(), r.Len())
+	}
+	r.Put(key(1), endpoint(1), t0)
+	if snap := r.Build(t0); snap.Workers.Len() != 1 || len(snap.Problems) != 0 {
+		t.Errorf("after a readable put: %d workers, problems %+v", snap.Workers.Len(), snap.Problems)
+	}
+}

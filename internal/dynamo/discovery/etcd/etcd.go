@@ -34,11 +34,13 @@ import (
 const (
 	keepAliveTime    = 10 * time.Second
 	keepAliveTimeout = 10 * time.Second
-	// pageSize is the number of keys one range get returns.
+	// pageSize is the number of keys one range get returns at most.
 	pageSize = 256
 	// maxRecvBytes bounds one response: a page of records of at most
 	// fleet.MaxRecordBytes each is refused by the reducer past that size
-	// anyway, and etcd's own request limit is 1.5 MiB by default.
+	// anyway, and etcd's own request limit is 1.5 MiB by default. A page
+	// over it is asked for again in halves; a single value over it is
+	// skipped by name (see skipOversized).
 	maxRecvBytes = 64 << 20
 )
 
@@ -50,6 +52,8 @@ type Source struct {
 	username   string
 	password   string
 	logger     *slog.Logger
+	// recvLimit is the client's receive limit (maxRecvBytes; tests lower it).
+	recvLimit int
 
 	// afterSeed runs between the range get and opening the watches (tests).
 	afterSeed func()
@@ -66,7 +70,7 @@ func New(cfg config.Etcd, namespaces []string, logger *slog.Logger) (*Source, er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Source{namespaces: namespaces, logger: logger}
+	s := &Source{namespaces: namespaces, logger: logger, recvLimit: maxRecvBytes}
 	useTLS := cfg.TLS != nil
 	for _, e := range cfg.Endpoints {
 		if strings.HasPrefix(strings.ToLower(e), "https://") {
@@ -180,7 +184,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		Password:             s.password,
 		Context:              ctx,
 		Logger:               zap.NewNop(),
-		MaxCallRecvMsgSize:   maxRecvBytes,
+		MaxCallRecvMsgSize:   s.recvLimit,
 	})
 	if err != nil {
 		return fmt.Errorf("etcd connect %v: %w", s.endpoints, err)
@@ -202,8 +206,21 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
 			resp, err := client.Get(seedCtx, from, opts...)
-			if status.Code(err) == codes.ResourceExhausted && limit > 1 {
-				limit /= 2 // large records: smaller pages
+			if status.Code(err) == codes.ResourceExhausted {
+				if limit > 1 {
+					limit /= 2 // large records: smaller pages
+					continue
+				}
+				// One value is larger than any response may be: every
+				// pass would fail on it, so it is skipped by name.
+				next, done, err := s.skipOversized(seedCtx, client, sink, from, end, &rev)
+				if err != nil {
+					return fmt.Errorf("etcd range get %q: %w", p, err)
+				}
+				if done {
+					break
+				}
+				from = next
 				continue
 			}
 			if err != nil {
@@ -212,6 +229,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 			if rev == 0 {
 				rev = resp.Header.Revision
 			}
+			limit = min(limit*2, pageSize) // back to full pages past large records
 			for _, e := range resp.Kvs {
 				if s.watched(e.Key) {
 					sink.Put(string(e.Key), e.Value)
@@ -295,6 +313,41 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 			sink.Flush()
 		}
 	}
+}
+
+// skipOversized handles a range whose first value alone is over the
+// client's receive limit: it reads that key without its value, hands it to
+// the sink as oversized (when the sink holds such keys) and returns where
+// the range goes on. done is true when the range holds no key any more.
+// The value is never read, so the keys-only read is the only way to learn
+// which key it is; a watch event carrying such a value ends the pass, and
+// the next pass's read skips it here.
+func (s *Source) skipOversized(ctx context.Context, client *clientv3.Client, sink discovery.Sink, from, end string, rev *int64) (next string, done bool, err error) {
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1), clientv3.WithKeysOnly()}
+	if *rev != 0 {
+		opts = append(opts, clientv3.WithRev(*rev))
+	}
+	resp, err := client.Get(ctx, from, opts...)
+	if err != nil {
+		return "", false, err
+	}
+	if *rev == 0 {
+		// The read that failed had no revision, so the key it failed on
+		// may be gone by now: read again at this revision, and skip the
+		// key only if that fails too.
+		*rev = resp.Header.Revision
+		return from, false, nil
+	}
+	if len(resp.Kvs) == 0 {
+		return "", true, nil
+	}
+	key := resp.Kvs[0].Key
+	if s.watched(key) {
+		if o, ok := sink.(discovery.OversizedSink); ok {
+			o.PutOversized(string(key), s.recvLimit)
+		}
+	}
+	return string(key) + "\x00", false, nil
 }
 
 func watchErr(resp clientv3.WatchResponse, ok bool) error {

@@ -6,6 +6,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -329,4 +331,53 @@ func TestWatchBurstCoalesced(t *testing.T) {
 		t.Errorf("%d events in %v published %d times, want at most %d", n, elapsed, publishes, most)
 	}
 	t.Logf("%d events in %v: %d publishes", n, elapsed, publishes)
+}
+
+// TestValueOverReceiveLimit: a value larger than one response may carry
+// (the client's receive limit) is refused as oversized by its key, on the
+// initial read and when a watch brings one, and every other record is read
+// as usual; once the key holds a value of a normal size it is a worker.
+func TestValueOverReceiveLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 64 << 10
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	big := func(id uint64) string {
+		v := endpointValue(id, "decode")
+		return v + strings.Repeat(" ", 2*limit)
+	}
+	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
+	put(t, c, instanceKey("dynamo", "decode", 5), big(5))
+	put(t, c, instanceKey("dynamo", "decode", 9), endpointValue(9, "decode"))
+	src := newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}})
+	src.SetRecvLimit(limit)
+	h := run(t, src)
+	oversized := func(keys ...string) bool {
+		var got []string
+		for _, p := range h.reg.Snapshot().Problems {
+			if p.Kind == fleet.ProblemOversized {
+				got = append(got, p.Keys...)
+			}
+		}
+		return slices.Equal(got, keys)
+	}
+	testutil.Eventually(t, 15*time.Second, "the other workers read, the large value refused", func() bool {
+		w := h.workers()
+		return w["dynamo/1"] != nil && w["dynamo/9"] != nil && w["dynamo/5"] == nil && oversized(instanceKey("dynamo", "decode", 5))
+	})
+	if got := promtest.ToFloat64(h.metrics.Events.WithLabelValues(fleet.ProblemOversized)); got != 1 {
+		t.Errorf("discovery events kind=oversized: %v, want 1", got)
+	}
+	// A watch event carrying such a value ends the pass; the next pass
+	// refuses it by name and reads on.
+	put(t, c, instanceKey("dynamo", "decode", 6), big(6))
+	put(t, c, instanceKey("dynamo", "decode", 10), endpointValue(10, "decode"))
+	testutil.Eventually(t, 15*time.Second, "the watched large value refused", func() bool {
+		w := h.workers()
+		return w["dynamo/a"] != nil && w["dynamo/1"] != nil && oversized(instanceKey("dynamo", "decode", 5), instanceKey("dynamo", "decode", 6))
+	})
+	put(t, c, instanceKey("dynamo", "decode", 5), endpointValue(5, "decode"))
+	testutil.Eventually(t, 15*time.Second, "the key rewritten small", func() bool {
+		return h.workers()["dynamo/5"] != nil && oversized(instanceKey("dynamo", "decode", 6))
+	})
 }
