@@ -71,7 +71,8 @@ type Server struct {
 	expireGen uint64        // counts ExpireWatches calls
 	goneGen   uint64        // counts Gone calls
 	hang      bool
-	holdOpen  bool // watch requests get no response headers
+	holdOpen  bool                // watch requests get no response headers
+	ends      map[string]WatchEnd // by resource: how a watch ends at its timeoutSeconds
 	requests  []string
 	watches   int
 }
@@ -244,6 +245,33 @@ func (s *Server) HoldWatchOpen(on bool) {
 	s.holdOpen = on
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// WatchEnd is how a watch that reaches its timeoutSeconds ends.
+type WatchEnd int
+
+const (
+	// EndNormal ends the response cleanly, as the API server does.
+	EndNormal WatchEnd = iota
+	// EndCut drops the connection without ending the response, as a cut
+	// connection or a proxy dropping it would.
+	EndCut
+	// EndGarbage sends bytes that are no watch event, then ends the
+	// response cleanly.
+	EndGarbage
+	// EndNever keeps the watch open past its timeoutSeconds.
+	EndNever
+)
+
+// SetWatchEnd sets how watches of r that reach their timeoutSeconds end
+// from now on, open ones included.
+func (s *Server) SetWatchEnd(r Resource, e WatchEnd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ends == nil {
+		s.ends = map[string]WatchEnd{}
+	}
+	s.ends[r.Plural] = e
 }
 
 // Watches is how many watch requests were served.
@@ -460,6 +488,20 @@ func (s *Server) watch(w http.ResponseWriter, req *http.Request, r Resource, ns 
 		case <-expire:
 			return
 		case <-timeout:
+			s.mu.Lock()
+			end := s.ends[r.Plural]
+			s.mu.Unlock()
+			switch end {
+			case EndNever:
+				timeout = nil
+				continue
+			case EndCut:
+				panic(http.ErrAbortHandler) // net/http closes the connection mid-response
+			case EndGarbage:
+				_, _ = w.Write([]byte("{\"type\": \"ADDED\", \"object\": \n"))
+				_, _ = w.Write([]byte("]]]\n"))
+				flusher.Flush()
+			}
 			return
 		case <-req.Context().Done():
 			return

@@ -61,5 +61,8 @@ func finish(c *rest.Config) *rest.Config {
 	// A pass lists a few pages and opens watches; client-side throttling
 	// would only delay re-lists.
 	c.QPS, c.Burst = 50, 100
+	// A watch's stream learns through this whether its response ended
+	// cleanly or by a transport error.
+	c.Wrap(trackWatchEnds)
 	return c
 }

@@ -317,7 +317,13 @@ func (w *rawWatch) read(body io.ReadCloser) {
 			Object json.RawMessage `json:"object"`
 		}
 		if err := dec.Decode(&ev); err != nil {
-			return // EOF (the server's end), a cut connection, Stop, or an event past the bound
+			// EOF (the server's end), a cut connection, Stop, or an event
+			// that is not JSON or is past the bound: all but the first
+			// end the stream as a failure.
+			if end := watchEndOf(w.ctx); end != nil {
+				end.set(err)
+			}
+			return
 		}
 		cr.n = 0
 		out := watch.Event{Type: ev.Type}

@@ -466,6 +466,33 @@ func TestMetadataHashCollision(t *testing.T) {
 	}
 }
 
+// A DynamoWorkerMetadata watch that ends at the time it asked the server
+// for, but by a cut connection or an undecodable event, is a failure, not
+// the server's normal end. The EndpointSlice watch stays open meanwhile, so
+// the pass ends by the resources' stream.
+func TestMetadataBrokenEndAtTimeoutIsAFailure(t *testing.T) {
+	t.Parallel()
+	for name, end := range map[string]kubefake.WatchEnd{"cut": kubefake.EndCut, "garbage": kubefake.EndGarbage} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fake := kubefake.Start(t)
+			fake.SetWatchEnd(kubefake.DWMs, end)
+			fake.SetWatchEnd(kubefake.EndpointSlices, kubefake.EndNever)
+			fake.Apply(kubefake.DWMs, workerDWM("worker-0"))
+			fake.Apply(kubefake.EndpointSlices, readySlice("s", "worker-0"))
+			h := startMetadata(t, fake, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Second, IdleDeadline: time.Hour})
+			id := kube.HashPodName("worker-0")
+			tu.Eventually(t, 10*time.Second, "worker-0", func() bool { return workerIDs(h.reg.Snapshot())[id] })
+			tu.Eventually(t, 10*time.Second, "two passes ended", func() bool { return len(h.passErrors()) >= 2 })
+			for _, err := range h.passErrors() {
+				if errors.Is(err, discovery.ErrWatchExpired) {
+					t.Fatalf("a watch ended by %s read as the normal end: %v", name, err)
+				}
+			}
+		})
+	}
+}
+
 // A resource turned malformed keeps its last valid records, and keeps them
 // across the re-list that follows every watch's end: the next pass reads
 // the same malformed resource under the same uid, so the worker stays.

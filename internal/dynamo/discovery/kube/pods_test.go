@@ -329,6 +329,29 @@ func TestPodsSourceNormalEndKeepsConnected(t *testing.T) {
 	}
 }
 
+// A watch that ends at the time it asked the server for, but by a cut
+// connection or an undecodable event, is a failure (the connected gauge
+// drops), not the server's normal end: only the response's clean end is.
+func TestPodsSourceBrokenEndAtTimeoutIsAFailure(t *testing.T) {
+	t.Parallel()
+	for name, end := range map[string]kubefake.WatchEnd{"cut": kubefake.EndCut, "garbage": kubefake.EndGarbage} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fake := kubefake.Start(t)
+			fake.SetWatchEnd(kubefake.Pods, end)
+			fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+			h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Second, IdleDeadline: time.Hour})
+			waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+			tu.Eventually(t, 10*time.Second, "two passes ended", func() bool { return len(h.passErrors()) >= 2 })
+			for _, err := range h.passErrors() {
+				if errors.Is(err, discovery.ErrWatchExpired) {
+					t.Fatalf("a watch ended by %s read as the normal end: %v", name, err)
+				}
+			}
+		})
+	}
+}
+
 // Two pod names that really hash to one instance id (found by a search over
 // 160 million names): both are rejected as duplicates, and deleting one
 // brings the other back.

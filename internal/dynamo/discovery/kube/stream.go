@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -149,15 +151,81 @@ func listAll[T any](ctx context.Context, c *seedCalls, seed time.Duration, list 
 	}
 }
 
+// watchEnd records how a watch's response ended: the first error a read of
+// its body returned (io.EOF when the server ended the response cleanly), or
+// the decode error that ended the stream, which wins over a clean end read
+// ahead of it. A watch's result channel closes the same way for the
+// server's end and a cut connection (client-go reports neither an
+// unexpected EOF nor a reset connection), so this is how a stream tells
+// them apart.
+type watchEnd struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *watchEnd) set(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err == nil || errors.Is(e.err, io.EOF) && !errors.Is(err, io.EOF) {
+		e.err = err
+	}
+}
+
+func (e *watchEnd) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+type watchEndKey struct{}
+
+// watchEndOf is the watchEnd a watch request's context carries, or nil.
+func watchEndOf(ctx context.Context) *watchEnd {
+	e, _ := ctx.Value(watchEndKey{}).(*watchEnd)
+	return e
+}
+
+// trackWatchEnds wraps the body of every response to a request whose
+// context carries a watchEnd, so that how the body ended is recorded there.
+func trackWatchEnds(rt http.RoundTripper) http.RoundTripper { return endTracker{rt} }
+
+type endTracker struct{ rt http.RoundTripper }
+
+func (t endTracker) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	if end := watchEndOf(req.Context()); err == nil && end != nil {
+		resp.Body = &endBody{ReadCloser: resp.Body, end: end}
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go see through the wrapper.
+func (t endTracker) WrappedRoundTripper() http.RoundTripper { return t.rt }
+
+type endBody struct {
+	io.ReadCloser
+	end *watchEnd
+}
+
+func (b *endBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end.set(err)
+	}
+	return n, err
+}
+
 // openWatch opens a watch from rv that asks the server to end after
 // t.WatchTimeout, within the pass's seed context seedCtx; the stream then
 // lives as long as ctx, until stopped.
-func openWatch(ctx, seedCtx context.Context, c *seedCalls, w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector, rv string, t Timing) (watch.Interface, error) {
+func openWatch(ctx, seedCtx context.Context, c *seedCalls, w func(context.Context, metav1.ListOptions) (watch.Interface, error), selector, rv string, t Timing) (cancelWatch, error) {
 	secs := int64(t.WatchTimeout / time.Second)
 	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, Watch: true, AllowWatchBookmarks: true, TimeoutSeconds: &secs}
 	// The stream lives in a context of its own: the seed context's end
-	// cancels it while it opens, Stop cancels it after.
-	wctx, cancel := context.WithCancel(ctx)
+	// cancels it while it opens, Stop cancels it after. The context also
+	// carries where the response's end is recorded.
+	end := &watchEnd{}
+	wctx, cancel := context.WithCancel(context.WithValue(ctx, watchEndKey{}, end))
 	stopCancel := context.AfterFunc(seedCtx, cancel)
 	wi, err := call(seedCtx, c, t.Seed, func() (watch.Interface, error) { return w(wctx, opts) }, func(wi watch.Interface) { wi.Stop() })
 	if !stopCancel() {
@@ -165,19 +233,20 @@ func openWatch(ctx, seedCtx context.Context, c *seedCalls, w func(context.Contex
 			wi.Stop()
 		}
 		cancel()
-		return nil, fmt.Errorf("opening the watch took longer than the %v seed timeout", t.Seed)
+		return cancelWatch{}, fmt.Errorf("opening the watch took longer than the %v seed timeout", t.Seed)
 	}
 	if err != nil {
 		cancel()
-		return nil, err
+		return cancelWatch{}, err
 	}
-	return cancelWatch{Interface: wi, cancel: cancel}, nil
+	return cancelWatch{Interface: wi, cancel: cancel, end: end}, nil
 }
 
 // cancelWatch ends its context when stopped.
 type cancelWatch struct {
 	watch.Interface
 	cancel context.CancelFunc
+	end    *watchEnd
 }
 
 func (c cancelWatch) Stop() {
@@ -189,14 +258,15 @@ func (c cancelWatch) Stop() {
 type stream struct {
 	name    string
 	w       watch.Interface
+	end     *watchEnd
 	idle    time.Duration
 	timer   *time.Timer
 	start   time.Time
 	timeout time.Duration // what the server was asked for
 }
 
-func newStream(name string, w watch.Interface, t Timing) *stream {
-	return &stream{name: name, w: w, idle: t.IdleDeadline, timer: time.NewTimer(t.IdleDeadline), start: time.Now(), timeout: t.WatchTimeout}
+func newStream(name string, w cancelWatch, t Timing) *stream {
+	return &stream{name: name, w: w, end: w.end, idle: t.IdleDeadline, timer: time.NewTimer(t.IdleDeadline), start: time.Now(), timeout: t.WatchTimeout}
 }
 
 func (s *stream) stop() {
@@ -222,10 +292,16 @@ func (s *stream) receive(ev watch.Event, ok bool) (watch.EventType, runtime.Obje
 }
 
 // closed is why a stream whose result channel closed ended: the server's
-// normal end when it ran (nearly) as long as it asked for, else an early
-// EOF (a cut connection, a proxy's timeout), which is a failure.
+// normal end when the response ended cleanly after (nearly) as long as it
+// asked for; else a failure: a transport error (a cut connection, an
+// unexpected EOF, an undecodable event) whenever it came, or an early EOF
+// (a proxy's timeout).
 func (s *stream) closed() error {
-	if lived := time.Since(s.start); lived < s.timeout*9/10 {
+	lived := time.Since(s.start)
+	if err := s.end.get(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s watch: broken after %v: %w", s.name, lived.Round(time.Millisecond), err)
+	}
+	if lived < s.timeout*9/10 {
 		return fmt.Errorf("%s watch: ended early, after %v of %v", s.name, lived.Round(time.Millisecond), s.timeout)
 	}
 	return fmt.Errorf("%s watch: %w", s.name, discovery.ErrWatchExpired)
