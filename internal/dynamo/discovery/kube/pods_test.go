@@ -235,6 +235,9 @@ func TestPodsSource410Relists(t *testing.T) {
 	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
 	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, fast)
 	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line("worker-1", "decode", "m", "D")))
+	// The list is published before the watch opens: the watch must be open
+	// before the compaction, or it opens too old and ends by a 410 instead.
+	tu.Eventually(t, 5*time.Second, "the watch open", func() bool { return fake.Watches() >= 1 })
 
 	fake.Hang(true)
 	fake.Delete(kubefake.Pods, k8sNS, "worker-1")
