@@ -1,18 +1,19 @@
 package eventbus
 
-import (
-	"crypto/sha256"
-	"fmt"
-	"net"
-)
+import "crypto/sha256"
 
 // Apply gives a running (or retrying) bus new settings without touching
-// anything else: a new listen address is bound before anything changes
-// (refused, the running listener kept, when it cannot be), new TLS files
-// serve the next handshakes, and sessions the new credentials no longer
-// allow end: a removed or replaced credential as credential_revoked (and
-// is remembered, so that its holder is told so), a narrowed allow-list or
-// a changed role as forbidden.
+// anything else, and refuses only settings that are invalid in themselves.
+// New TLS files serve the next handshakes. A listener that must start
+// again (a new listen address, TLS files that do not load) is restarted by
+// Run: the old one closes first, so that a new address may reuse its port,
+// and a start that fails is logged and retried every ListenRetry, like the
+// first start. Until new TLS files load, no handshake is served: a
+// replaced client CA is never trusted again, and no connection is
+// verified by files the configuration no longer names. Sessions the new
+// credentials no longer allow end: a removed or replaced credential as
+// credential_revoked (and is remembered, so that its holder is told so),
+// a narrowed allow-list or a changed role as forbidden.
 func (b *Bus) Apply(s Settings) error {
 	if err := s.check(); err != nil {
 		return err
@@ -25,21 +26,12 @@ func (b *Bus) Apply(s Settings) error {
 	tlsChanged := old.CertFile != s.CertFile || old.KeyFile != s.KeyFile || old.ClientCAFile != s.ClientCAFile
 	caChanged := old.ClientCAFile != s.ClientCAFile
 	var ts *tlsState
+	var tlsErr error
 	if running && tlsChanged {
 		if caChanged {
 			gen++
 		}
-		var err error
-		if ts, err = loadTLS(&s, gen); err != nil {
-			return fmt.Errorf("dynamo.event_bus.tls: %w; the running listener keeps its certificate", err)
-		}
-	}
-	var ln net.Listener
-	if running && old.Listen != s.Listen {
-		var err error
-		if ln, err = net.Listen("tcp", s.Listen); err != nil {
-			return fmt.Errorf("dynamo.event_bus.listen %s: %w; the running listener is kept", s.Listen, err)
-		}
+		ts, tlsErr = loadTLS(&s, gen)
 	}
 	oldCreds, creds := b.creds.Load(), newCredentials(s.Entries)
 
@@ -47,9 +39,13 @@ func (b *Bus) Apply(s Settings) error {
 	if caChanged {
 		b.caGen++
 	}
-	if ts != nil {
+	switch {
+	case ts != nil:
 		ts.caGen = b.caGen
 		b.tls.Store(ts)
+	case tlsChanged:
+		// Loaded again by the listener's next start.
+		b.tls.Store(nil)
 	}
 	b.settings.Store(&s)
 	b.creds.Store(creds)
@@ -75,13 +71,9 @@ func (b *Bus) Apply(s Settings) error {
 			b.closeSessionLocked(ss, code, why)
 		}
 	}
-	kick := ln != nil || !running && (old.Listen != s.Listen || tlsChanged)
-	if ln != nil {
-		if b.nextLn != nil {
-			_ = b.nextLn.Close()
-		}
-		b.nextLn = ln
-	}
+	// A running listener restarts for a new address or TLS files that did
+	// not load; one that is retrying its start tries again at once.
+	kick := old.Listen != s.Listen || tlsErr != nil || !running && tlsChanged
 	b.mu.Unlock()
 	if kick {
 		select {

@@ -62,11 +62,10 @@ type Bus struct {
 	changed  chan struct{} // closed at the next change of the sessions
 	running  bool
 	addr     net.Addr
-	// nextLn is a listener Apply bound on a new address, for Run to serve.
-	nextLn  net.Listener
-	caGen   uint64
-	stopped bool
-	kick    chan struct{}
+	caGen    uint64
+	stopped  bool
+	// kick asks Run to start the listener again with the settings of now.
+	kick chan struct{}
 }
 
 // tlsState is one generation of the listener's TLS settings; caGen names
@@ -132,13 +131,15 @@ func loadTLS(s *Settings, caGen uint64) (*tlsState, error) {
 
 // Run serves the listener until ctx ends, then closes every session and
 // connection. A listener that fails to start (its TLS files missing, its
-// port in use) is logged and retried every ListenRetry; Run returns nil.
+// port in use), at first or after a reload, is logged and retried every
+// ListenRetry, or at once when Apply changes its settings; sessions and
+// connections already open go on meanwhile. Run returns nil.
 func (b *Bus) Run(ctx context.Context) error {
 	b.mu.Lock()
 	b.stopped = false
 	b.mu.Unlock()
 	b.handlers.reopen()
-	// A request to rebind made while nothing ran is already served by
+	// A request to start again made while nothing ran is served by
 	// starting.
 	select {
 	case <-b.kick:
@@ -146,8 +147,9 @@ func (b *Bus) Run(ctx context.Context) error {
 	}
 	defer b.shutdown()
 	for {
-		ln, err := b.takeListener()
+		ln, err := b.startListener()
 		if err != nil {
+			b.setStopped()
 			b.logger.Warn("event bus listener failed to start; retrying", "address", b.settings.Load().Listen, "err", err, "retry", b.t.listenRetry)
 			t := time.NewTimer(b.t.listenRetry)
 			select {
@@ -170,16 +172,23 @@ func (b *Bus) Run(ctx context.Context) error {
 			b.acceptEnded(<-acceptDone)
 			return nil
 		case <-b.kick:
-			// Apply bound a new address, or changed the TLS files of a
-			// listener that is running: serve the new listener.
+			// A new address, or TLS files that did not load: the old
+			// listener closes before the new one starts, which may bind
+			// the same port.
 			_ = ln.Close()
 			b.acceptEnded(<-acceptDone)
 		case err := <-acceptDone:
 			_ = ln.Close()
 			b.setStopped()
 			b.logger.Warn("event bus listener failed; restarting", "err", err)
-			if !sleepCtx(ctx, b.t.listenRetry) {
+			t := time.NewTimer(b.t.listenRetry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
 				return nil
+			case <-t.C:
+			case <-b.kick:
+				t.Stop()
 			}
 		}
 	}
@@ -193,27 +202,19 @@ func (b *Bus) acceptEnded(err error) {
 	}
 }
 
-// takeListener returns the listener Apply bound, or binds the configured
-// address and loads the TLS files.
-func (b *Bus) takeListener() (net.Listener, error) {
+// startListener loads the configured TLS files (unless loaded already)
+// and binds the configured address.
+func (b *Bus) startListener() (net.Listener, error) {
 	b.mu.Lock()
-	ln := b.nextLn
-	b.nextLn = nil
 	gen := b.caGen
 	b.mu.Unlock()
 	s := b.settings.Load()
 	if ts := b.tls.Load(); ts == nil || ts.certFile != s.CertFile || ts.keyFile != s.KeyFile || ts.caFile != s.ClientCAFile {
 		st, err := loadTLS(s, gen)
 		if err != nil {
-			if ln != nil {
-				_ = ln.Close()
-			}
-			return nil, err
+			return nil, fmt.Errorf("dynamo.event_bus.tls: %w", err)
 		}
 		b.tls.Store(st)
-	}
-	if ln != nil {
-		return ln, nil
 	}
 	return net.Listen("tcp", s.Listen)
 }
@@ -349,6 +350,12 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 		return
 	}
 	ts := b.tls.Load()
+	if ts == nil {
+		// A reload named TLS files that have not loaded: the listener is
+		// restarting, and nothing is verified by the files it replaced.
+		b.refused(CodeHandshakeFailed)
+		return
+	}
 	tc := tls.Server(&prefixConn{Conn: raw, prefix: first[:]}, ts.config)
 	hctx, cancel := context.WithTimeout(ctx, b.t.handshake)
 	err := tc.HandshakeContext(hctx)
@@ -543,10 +550,6 @@ func (b *Bus) certIdentity(bc *busConn, creds *credentials) (*entry, string) {
 func (b *Bus) shutdown() {
 	b.mu.Lock()
 	b.stopped = true
-	if b.nextLn != nil {
-		_ = b.nextLn.Close()
-		b.nextLn = nil
-	}
 	for _, s := range b.sessions {
 		b.closeSessionLocked(s, CodeShuttingDown, "the router is shutting down")
 	}

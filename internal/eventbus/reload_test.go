@@ -1,8 +1,10 @@
 package eventbus_test
 
 import (
+	"crypto/tls"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,37 +41,102 @@ func TestListenerRetriesStart(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the listener started", b.Running)
 }
 
-// TestListenerRebinds: a reload that changes listen binds the new address
-// and serves it; one whose address is in use is refused and the running
-// listener kept.
+// TestListenerRebinds: a reload that changes listen closes the listener
+// and starts it on the new address, which may be the old port on another
+// host part. An address in use is not a refused reload: the listener
+// logs that it failed to start, is not running, and retries every
+// ListenRetry until the address is free.
 func TestListenerRebinds(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, nil)
+	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.ListenRetry = 200 * time.Millisecond })
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer busy.Close()
 	s := tb.settings
 	s.Listen = busy.Addr().String()
-	if err := tb.Apply(s); err == nil || !strings.Contains(err.Error(), "the running listener is kept") {
-		t.Errorf("a busy address: %v", err)
-	}
-	if tb.LocalAddr().String() != tb.addr {
-		t.Errorf("listener moved to %v", tb.LocalAddr())
-	}
-	s.Listen = "localhost:0"
 	if err := tb.Apply(s); err != nil {
-		t.Fatal(err)
+		t.Fatalf("a busy address refused the reload: %v", err)
 	}
-	testutil.Eventually(t, 10*time.Second, "the new address served", func() bool {
-		a := tb.LocalAddr()
-		return a != nil && a.String() != tb.addr
+	testutil.Eventually(t, 10*time.Second, "the failed start logged", func() bool {
+		return strings.Contains(tb.logs.String(), "event bus listener failed to start; retrying") && !tb.Running() && tb.LocalAddr() == nil
 	})
-	tb.addr = tb.LocalAddr().String()
+	if c, err := net.DialTimeout("tcp", tb.addr, time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("the old address %s still served", tb.addr)
+	}
+	_ = busy.Close()
+	testutil.Eventually(t, 10*time.Second, "the freed address served", func() bool {
+		a := tb.LocalAddr()
+		return a != nil && a.String() == s.Listen
+	})
+	tb.addr = s.Listen
 	rs := openSession(t, tb.dial(t, nil), tokenA, hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
 	if rs.resp.StatusCode != 200 {
 		t.Errorf("on the new address: %d", rs.resp.StatusCode)
+	}
+
+	// The same port on every address: free only once the listener on
+	// 127.0.0.1 is closed.
+	_, port, _ := net.SplitHostPort(s.Listen)
+	s.Listen = net.JoinHostPort("0.0.0.0", port)
+	if err := tb.Apply(s); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the listener on 0.0.0.0", func() bool {
+		a, ok := tb.LocalAddr().(*net.TCPAddr)
+		return ok && a.IP.IsUnspecified() && strconv.Itoa(a.Port) == port
+	})
+	rs = openSession(t, tb.dial(t, nil), tokenB, hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil))
+	if rs.resp.StatusCode != 200 {
+		t.Errorf("on 0.0.0.0:%s: %d", port, rs.resp.StatusCode)
+	}
+}
+
+// TestReloadTLSNotLoaded: a reload whose TLS files do not load is applied:
+// the listener stops (no handshake is served with the files it replaced,
+// a replaced client CA verifies nothing more), logs that it failed to
+// start and retries; sessions the reload allows go on. Files that load
+// start it again.
+func TestReloadTLSNotLoaded(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.ListenRetry = 200 * time.Millisecond })
+	byCert := openSession(t, tb.dial(t, tb.clientCert(t, brokerA)), "", hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	byToken := openSession(t, tb.dial(t, nil), tokenB, hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil))
+	if byCert.resp.StatusCode != 200 || byToken.resp.StatusCode != 200 {
+		t.Fatalf("sessions refused: %d, %d", byCert.resp.StatusCode, byToken.resp.StatusCode)
+	}
+	s := tb.settings
+	s.ClientCAFile = filepath.Join(t.TempDir(), "missing-ca.pem")
+	if err := tb.Apply(s); err != nil {
+		t.Fatalf("missing TLS files refused the reload: %v", err)
+	}
+	if m := byCert.next(t); m.Type != eventbus.TypeError || m.Code != eventbus.CodeCredentialRevoked {
+		t.Errorf("the session verified by the replaced CA told %+v, want credential_revoked", m)
+	}
+	testutil.Eventually(t, 10*time.Second, "the failed start logged", func() bool {
+		return strings.Contains(tb.logs.String(), "event bus listener failed to start; retrying") && !tb.Running()
+	})
+	if c, err := tls.Dial("tcp", tb.addr, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: tb.roots(t), ServerName: "127.0.0.1",
+		NextProtos: []string{"h2"}, Certificates: []tls.Certificate{*tb.clientCert(t, brokerA)}}); err == nil {
+		_ = c.Close()
+		t.Error("a handshake was served while the TLS files did not load")
+	}
+	if tb.SessionCount() != 1 {
+		t.Errorf("%d sessions, want the token's kept", tb.SessionCount())
+	}
+	s.ClientCAFile = tb.pki.CAFile
+	if err := tb.Apply(s); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the listener started again", tb.Running)
+	tb.addr = tb.LocalAddr().String()
+	rs := openSession(t, tb.dial(t, tb.clientCert(t, brokerA)), "", hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	if rs.resp.StatusCode != 200 {
+		t.Errorf("a certificate session after the files loaded: %d", rs.resp.StatusCode)
+	}
+	if tb.SessionCount() != 2 {
+		t.Errorf("%d sessions, want 2", tb.SessionCount())
 	}
 }
 

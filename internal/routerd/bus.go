@@ -32,12 +32,14 @@ func busSettings(cfg *config.Config) eventbus.Settings {
 // startBus starts the event bus listener. d.mu is held.
 func (d *Daemon) startBus() { d.busRun = d.start("event bus listener", d.bus.Run) }
 
-// applyBus gives the event bus a reload's settings: a running listener
-// binds a new address first and refuses the reload when it cannot. It is
-// the last step of prepare, so that nothing after it can refuse the
-// reload. Settings that turn the bus off are not given to it: they need
-// no TLS files and no free address (commitBus stops the listener), and a
-// reload that turns it on again gives it the settings of then.
+// applyBus gives the event bus a reload's settings. Only settings invalid
+// in themselves are refused: a listen address in use or TLS files that do
+// not load make the listener log that it failed to start and retry, as at
+// startup. It is the last step of prepare, so that nothing after it can
+// refuse the reload. Settings that turn the bus off are not given to it:
+// they need no TLS files and no free address (commitBus stops the
+// listener), and a reload that turns it on again gives it the settings of
+// then.
 func (d *Daemon) applyBus(old, cfg *config.Config) error {
 	if !cfg.Dynamo.EventBus.Enabled || equalBus(&old.Dynamo.EventBus, &cfg.Dynamo.EventBus) {
 		return nil
