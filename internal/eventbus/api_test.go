@@ -293,6 +293,28 @@ func TestOpenStreamErrors(t *testing.T) {
 		t.Errorf("after the timeout: %+v", m)
 	}
 
+	// A client's code is passed on when it is a word, and as
+	// stream_refused when it is anything else (here an address and an
+	// error text).
+	for code, want := range map[string]string{
+		"publisher_gone": "publisher_gone",
+		"connect_failed: dial 10.9.9.9:1 refused": eventbus.CodeStreamRefused,
+		"connect_failed\ntoken=secret":            eventbus.CodeStreamRefused,
+	} {
+		go func() { _, err := tb.OpenStream(t.Context(), *placed); errc <- err }()
+		m := rs.next(t)
+		if m.Type != eventbus.TypeSubscribe {
+			t.Fatalf("%+v", m)
+		}
+		if _, err := rs.w.Write(eventbus.Encode(&eventbus.Message{Type: eventbus.TypeStreamClosed, StreamID: m.StreamID, Code: code})); err != nil {
+			t.Fatal(err)
+		}
+		err := <-errc
+		if !errors.As(err, &re) || re.Code != want || strings.Contains(err.Error(), "10.9.9.9") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("stream_closed with code %q: %v, want code %s", code, err, want)
+		}
+	}
+
 	// The session ends while a stream is pending.
 	go func() { _, err := tb.OpenStream(t.Context(), *placed); errc <- err }()
 	if m := rs.next(t); m.Type != eventbus.TypeSubscribe {

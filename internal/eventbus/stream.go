@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,10 +94,25 @@ func (b *Bus) streamClosedByClient(s *session, id, code string) {
 		return
 	}
 	b.forgetLocked(st)
-	if code == "" {
-		code = CodeStreamRefused
+	st.endLocked(reasonWord(code), false)
+}
+
+// reasonWordRe is a stream code as the router passes it on: one word of
+// lowercase letters, digits and underscores.
+var reasonWordRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// reasonWord is the code a client reported for a stream, as the reason its
+// opener and its subscription's errors carry: a word, such as
+// target_not_advertised or connect_failed, of a client's own vocabulary as
+// well. Anything else (an address, an error text, a control character) is
+// not repeated and becomes stream_refused, so that what a client reports
+// cannot bring an address, a name or a secret into the router's errors
+// and logs.
+func reasonWord(code string) string {
+	if !reasonWordRe.MatchString(code) {
+		return CodeStreamRefused
 	}
-	st.endLocked(code, false)
+	return code
 }
 
 // serveStream is POST /bus/v1/streams/{id}: the data stream of a stream
