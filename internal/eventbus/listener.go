@@ -151,14 +151,8 @@ func (b *Bus) Run(ctx context.Context) error {
 		if err != nil {
 			b.setStopped()
 			b.logger.Warn("event bus listener failed to start; retrying", "address", b.settings.Load().Listen, "err", err, "retry", b.t.listenRetry)
-			t := time.NewTimer(b.t.listenRetry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !b.awaitRetry(ctx) {
 				return nil
-			case <-t.C:
-			case <-b.kick:
-				t.Stop()
 			}
 			continue
 		}
@@ -181,17 +175,25 @@ func (b *Bus) Run(ctx context.Context) error {
 			_ = ln.Close()
 			b.setStopped()
 			b.logger.Warn("event bus listener failed; restarting", "err", err)
-			t := time.NewTimer(b.t.listenRetry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !b.awaitRetry(ctx) {
 				return nil
-			case <-t.C:
-			case <-b.kick:
-				t.Stop()
 			}
 		}
 	}
+}
+
+// awaitRetry waits ListenRetry before the listener's next start, or until
+// Apply changes its settings; false when ctx ended.
+func (b *Bus) awaitRetry(ctx context.Context) bool {
+	t := time.NewTimer(b.t.listenRetry)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-b.kick:
+	}
+	return true
 }
 
 // acceptEnded logs why an accept loop that was asked to stop ended, when
