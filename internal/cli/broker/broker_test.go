@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/continuum-router/continuum/internal/eventbus"
 	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/testutil/kubefake"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -168,4 +170,109 @@ func TestRun(t *testing.T) {
 		c.Close()
 		t.Error("metrics still served after Run returned")
 	}
+}
+
+// TestRunKubernetes: a broker following the fleet through the Kubernetes
+// metadata source (DynamoWorkerMetadata and EndpointSlices, served by a
+// fake API server over real HTTP) relays a publisher its metadata
+// advertises, refuses a target no metadata advertises
+// (target_not_advertised), and refuses the publisher too once its
+// DynamoWorkerMetadata is deleted.
+func TestRunKubernetes(t *testing.T) {
+	t.Parallel()
+	const ns, podNS, prefill = "dynamo-qwen3", "dynamo", "vllm-disagg-vllmprefillworker-7c9d6f5b8-k2x4p"
+	pki := testutil.NewTestPKI(t)
+	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
+		Entries:     []eventbus.Entry{{ID: "broker-a.dynamo", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("tok"), Namespaces: []string{ns}}},
+		MaxSessions: 4, MaxStreamsPerSession: 8, MaxSessionBufferBytes: 8 << 16, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busCtx, stopBus := context.WithCancel(context.Background())
+	busDone := make(chan struct{})
+	go func() { defer close(busDone); _ = bus.Run(busCtx) }()
+	defer func() { stopBus(); <-busDone }()
+	testutil.Eventually(t, 10*time.Second, "the bus listening", func() bool { return bus.LocalAddr() != nil })
+
+	// The fleet fixture, with the prefill worker's kv_metrics publisher
+	// moved to a real one on loopback.
+	pub := testutil.StartGoPublisher(t)
+	fake := kubefake.Start(t)
+	var dwms, slices []kubefake.Object
+	for name, v := range map[string]*[]kubefake.Object{"dynamoworkermetadatas.json": &dwms, "endpointslices.json": &slices} {
+		data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/kube/fleet", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := false
+	for _, d := range dwms {
+		if d["metadata"].(kubefake.Object)["name"] == prefill {
+			for _, ch := range d["spec"].(kubefake.Object)["data"].(kubefake.Object)["event_channels"].(kubefake.Object) {
+				ch.(kubefake.Object)["transport"].(kubefake.Object)["config"].(kubefake.Object)["endpoint"] = pub.Endpoint
+				moved = true
+			}
+		}
+		fake.Apply(kubefake.DWMs, d)
+	}
+	for _, s := range slices {
+		fake.Apply(kubefake.EndpointSlices, s)
+	}
+	if !moved {
+		t.Fatal("the fixture has no prefill publisher")
+	}
+
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &broker.Options{IO: factory().IOStreams, Env: os.LookupEnv, Logger: factory().Logger, Timeout: 10 * time.Second,
+		Bus: cmdutil.BusClientFlags{Router: "https://" + bus.LocalAddr().String(), ID: "broker-a.dynamo", TokenFile: tokenFile,
+			CAFile: pki.CAFile, MetricsAddress: "127.0.0.1:0", DrainGrace: 5 * time.Second}}
+	o.Discovery.Source, o.Discovery.Kubeconfig, o.Discovery.KubeNamespace = "kubernetes", fake.WriteKubeconfig(t), podNS
+	o.Discovery.DynamoNamespaces = []string{ns}
+	o.Discovery.SetChanged(true, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- broker.Run(ctx, o) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 15*time.Second, "the broker's session", func() bool { return bus.Covers(ns) })
+
+	host, port, _ := zmtp.SplitTCPEndpoint(pub.Endpoint)
+	p, _ := strconv.Atoi(port)
+	advertised := eventbus.Target{Namespace: ns, Host: host, Port: p, Topic: "kv_metrics"}
+	s, err := bus.OpenStream(t.Context(), advertised)
+	if err != nil {
+		t.Fatalf("the advertised publisher: %v", err)
+	}
+	sctx, scancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer scancel()
+	if _, err := zmtp.Subscribe(sctx, s, []byte("kv_metrics"), zmtp.LimitsKVMetrics); err != nil {
+		t.Fatalf("ZMTP over the broker: %v", err)
+	}
+	_ = s.Close()
+
+	var re *eventbus.RefusedError
+	for _, tg := range []eventbus.Target{
+		{Namespace: ns, Host: host, Port: p, Topic: "kv-events"},
+		{Namespace: ns, Host: "10.42.1.18", Port: 20080, Topic: "kv_metrics"},
+	} {
+		if _, err := bus.OpenStream(t.Context(), tg); !errors.As(err, &re) || re.Code != eventbus.CodeTargetNotAdvertised {
+			t.Errorf("%+v, in no DynamoWorkerMetadata: %v", tg, err)
+		}
+	}
+
+	fake.Delete(kubefake.DWMs, podNS, prefill)
+	testutil.Eventually(t, 15*time.Second, "the deleted worker's publisher refused", func() bool {
+		s, err := bus.OpenStream(t.Context(), advertised)
+		if err == nil {
+			_ = s.Close()
+			return false
+		}
+		return errors.As(err, &re) && re.Code == eventbus.CodeTargetNotAdvertised
+	})
 }
