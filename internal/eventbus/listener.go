@@ -422,6 +422,10 @@ func plainRefusal(code, message string) []byte {
 func (b *Bus) refuse(w http.ResponseWriter, status int, code, message string) {
 	b.refused(code)
 	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusUnauthorized {
+		// A 401 names the scheme that authenticates (RFC 9110 §11.6.1).
+		w.Header().Set("WWW-Authenticate", `Bearer realm="continuum-event-bus"`)
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(errorBody(code, message))
 }

@@ -118,6 +118,9 @@ func TestAuthRefusals(t *testing.T) {
 			if st != tc.wantStatus || code != tc.wantCode {
 				t.Errorf("got %d %s, want %d %s", st, code, tc.wantStatus, tc.wantCode)
 			}
+			if h := resp.Header.Get("WWW-Authenticate"); (st == 401) != strings.HasPrefix(h, "Bearer ") {
+				t.Errorf("%d with WWW-Authenticate %q", st, h)
+			}
 			_ = pw.Close()
 		})
 	}
