@@ -101,10 +101,12 @@ type choice struct {
 	// for the prefixes of requests in flight there (Chosen.Overlap may
 	// count them).
 	ChosenIndexed int
-	// cached is, per phase the formula chose, the prompt tokens the chosen
-	// rank holds.
+	// cached is, per phase the formula chose, the chosen rank and the
+	// prompt tokens it holds.
 	cached [2]struct {
 		set    bool
+		worker fleet.WorkerID
+		rank   uint32
 		tokens int
 	}
 }
@@ -112,16 +114,21 @@ type choice struct {
 var _ pick.PrefillSizer = (*choice)(nil)
 
 // PrefillTokens implements pick.PrefillSizer: the prompt tokens the
-// prefilling rank of pin lacks, when the formula chose it.
+// prefilling rank of pin (its prefill worker, else its decode worker) lacks,
+// when the formula chose that rank. The rank is matched rather than the
+// phase: a choice among the prefill side of several graphs may give the
+// request to a worker that prefills what it decodes.
 func (c *choice) PrefillTokens(pin pick.Pin) (int, bool) {
-	ph := pick.PhaseDecode
+	target := pin.Decode
 	if pin.Prefill != nil {
-		ph = pick.PhasePrefill
+		target = *pin.Prefill
 	}
-	if int(ph) >= len(c.cached) || !c.cached[ph].set {
-		return 0, false
+	for _, e := range c.cached {
+		if e.set && e.worker == target.Worker.ID && e.rank == target.DPRank {
+			return max(0, c.isl-e.tokens), true
+		}
 	}
-	return max(0, c.isl-c.cached[ph].tokens), true
+	return 0, false
 }
 
 var _ pick.Bypasser = (*choice)(nil)
@@ -275,7 +282,8 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		c.ChosenIndexed = c.overlaps.Overlap(cands[chosen].Worker.ID.InstanceID, cands[chosen].DPRank, int(*b))
 	}
 	if int(phase) < len(c.cached) {
-		c.cached[phase].set, c.cached[phase].tokens = true, details[chosen].CachedTokens
+		e := &c.cached[phase]
+		e.set, e.worker, e.rank, e.tokens = true, cands[chosen].Worker.ID, cands[chosen].DPRank, details[chosen].CachedTokens
 	}
 	return chosen, reason, true
 }

@@ -57,9 +57,10 @@ type index struct {
 	groups  []group
 	prefill []*index
 	// Of a request shape's decode index, for a scorer choosing across
-	// namespaces that pair prefill and decode workers: the prefill
-	// candidates of all of them, and each group's own decode candidates;
-	// built on use.
+	// namespaces of which one or more pair prefill and decode workers: the
+	// workers that would prefill the request in all of them (prefill
+	// workers where paired, the decode candidates elsewhere), and each
+	// paired group's own decode candidates; built on use.
 	allPrefill *index
 	decodeOf   []*index
 	// pairedGroups counts the groups that pair prefill and decode workers
