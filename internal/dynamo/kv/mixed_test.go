@@ -25,6 +25,8 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 		holder  uint64
 		samples [][4]*uint64
 		want    uint64 // the worker that prefills: 10 (with decode 20) or 30
+		// busy sets a busy threshold of half the KV blocks.
+		busy bool
 	}{
 		{name: "aggregated holder, lighter paired decode", holder: 30,
 			samples: [][4]*uint64{{u(10), u(0), u(0)}, {u(20), u(0), u(0)}, {u(30), u(0), u(5)}}, want: 30},
@@ -34,6 +36,12 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 		// prefill backlog, so all compete on overlap and size.
 		{name: "vllm samples, prefill holder", holder: 10,
 			samples: [][4]*uint64{{u(10), nil, nil, u(0)}, {u(20), nil, nil, u(50)}, {u(30), nil, nil, u(0)}}, want: 10},
+		// The aggregated holder over the busy threshold by its decode
+		// signal is passed over, though no worker has a prefill backlog
+		// (the prefill worker is then alone in the running: its reason is
+		// round_robin_stale).
+		{name: "vllm samples, busy aggregated holder", holder: 30, busy: true,
+			samples: [][4]*uint64{{u(10), nil, nil, u(0)}, {u(20), nil, nil, u(0)}, {u(30), nil, nil, u(9000)}}, want: 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -49,9 +57,12 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 			body := longChat(400)
 			pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
 			hold(t, ix, 1, tc.holder, pr.Hashes[16], len(pr.Hashes[16]))
+			req := pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body)}
+			if tc.busy {
+				req.Busy = &pick.BusyThreshold{KVBlocks: 0.5}
+			}
 			for it := range 3 {
-				pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body)},
-					time.Now())
+				pin, tk, err := p.Reserve(snap, req, time.Now())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,7 +75,7 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 							pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
 					}
 				default:
-					if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || pin.PrefillReason != pick.ReasonKVAware ||
+					if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || (pin.PrefillReason != pick.ReasonKVAware && !tc.busy) ||
 						pin.Decode.Worker.ID.InstanceID != 20 {
 						t.Fatalf("%d pin %s: decode %d (%s), prefill %+v (%s); want a's pair 10/20", it, pin.Namespace,
 							pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)

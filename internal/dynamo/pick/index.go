@@ -331,13 +331,19 @@ func (x *index) exclude(req *Request) (restore func()) {
 	if len(req.Exclude) == 0 {
 		return func() {}
 	}
+	return x.ban(func(i int) bool { return req.excluded(x.cands[i].w) })
+}
+
+// ban takes the candidates for which out holds out of candidacy, as
+// exclude does, and returns what puts them back.
+func (x *index) ban(out func(i int) bool) (restore func()) {
 	type saved struct {
 		i int
 		s cstate
 	}
 	var undo []saved
 	for i := range x.cands {
-		if req.excluded(x.cands[i].w) {
+		if out(i) {
 			undo = append(undo, saved{i, x.st[i]})
 			s := x.st[i]
 			s.banned = true

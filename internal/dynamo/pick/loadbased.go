@@ -374,7 +374,15 @@ func (p *LoadBased) prefillFirst(r load.ReadView) bool {
 	}
 	ax.sync(r, &p.ledger, now, maxAge)
 	restore := ax.exclude(&k.req)
+	unbusy := func() {}
+	if ax.busyN > 0 && ax.fresh == 0 && dx.fresh > 0 {
+		// A worker that prefills itself is passed over when busy as a
+		// decode candidate is: its decode signals are fresh even where
+		// no worker publishes a prefill backlog.
+		unbusy = ax.ban(func(i int) bool { return ax.st[i].busy && !dx.groups[ax.cands[i].group].paired() })
+	}
 	j, preason, scored := p.scored(PhasePrefill, ax)
+	unbusy()
 	restore()
 	if !scored {
 		return false
