@@ -528,3 +528,39 @@ func TestKubernetesZeroBackoff(t *testing.T) {
 		t.Errorf("findings %v", doc.Findings)
 	}
 }
+
+// TestBrokerIDs: a broker id is compared with a client certificate's DNS
+// SAN, so it must be a lowercase DNS name: dot-separated labels of at most
+// 63 letters, digits and '-', none empty, none starting or ending with '-'.
+func TestBrokerIDs(t *testing.T) {
+	t.Parallel()
+	const path = "dynamo.event_bus.brokers[0].id"
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"broker-a.dynamo", true},
+		{"kv-listener-a", true},
+		{"b", true},
+		{"0.dynamo.svc", true},
+		{strings.Repeat("a", 63) + ".dynamo", true},
+		{"a..b", false},
+		{".dynamo", false},
+		{"broker-a.", false},
+		{"a.-b", false},
+		{"a-.b", false},
+		{"Broker-A", false},
+		{"*.dynamo", false},
+		{"broker_a", false},
+		{strings.Repeat("a", 64) + ".dynamo", false},
+		{strings.Repeat("a.", 127) + "a", false}, // 255 bytes
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			t.Parallel()
+			doc := parse(t, fmt.Sprintf("dynamo:\n  event_bus:\n    brokers:\n      - {id: %q, token_hash: \"sha256:%s\", namespaces: [dynamo]}\n", tc.id, strings.Repeat("0", 64)))
+			if bad := hasFinding(doc, config.SeverityError, path, "lowercase DNS name"); bad == tc.ok {
+				t.Errorf("id %q: refused = %v, want %v (%v)", tc.id, bad, !tc.ok, doc.Findings)
+			}
+		})
+	}
+}

@@ -189,9 +189,23 @@ var (
 	labelValue   = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
 	lowerHex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	anyHex64     = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
-	brokerID     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 	backendName  = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 )
+
+// validBrokerID: a broker id is matched against the DNS SAN of a client
+// certificate, so it is a lowercase DNS name: dot-separated DNS-1123 labels
+// (no empty label, no wildcard, no trailing dot), at most 253 bytes.
+func validBrokerID(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if len(label) > 63 || !dns1123Label.MatchString(label) {
+			return false
+		}
+	}
+	return true
+}
 
 func checkDNS1123Label(s string) string {
 	if len(s) > 63 || !dns1123Label.MatchString(s) {

@@ -755,7 +755,7 @@ func (v *validator) brokers() {
 		switch {
 		case e.ID == "":
 			v.errorf(ep+".id", "every broker entry needs an id")
-		case len(e.ID) > 253 || !brokerID.MatchString(e.ID):
+		case !validBrokerID(e.ID):
 			v.errorf(ep+".id", "%q: a broker id is a lowercase DNS name without wildcards (it is matched against the client certificate's DNS SAN)", e.ID)
 		case ids[e.ID]:
 			v.errorf(ep+".id", "broker id %q is used twice", e.ID)
