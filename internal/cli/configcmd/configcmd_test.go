@@ -107,6 +107,17 @@ func TestShow(t *testing.T) {
 			testutil.Golden(t, filepath.Join(testutil.RepoRoot(t), "testdata/config/golden", "show-etcd-tls."+tt.out+".golden"), []byte(r.out))
 		})
 	}
+	// FILE names the file as for config validate, before --config.
+	t.Run("file argument", func(t *testing.T) {
+		r := run(t, env, "--config", "testdata/config/invalid/one-rule.yaml", "config", "show", "-o", "json", "testdata/config/valid/etcd-tls.yaml")
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.errOut)
+		}
+		testutil.Golden(t, filepath.Join(testutil.RepoRoot(t), "testdata/config/golden", "show-etcd-tls.json.golden"), []byte(r.out))
+		if r := run(t, nil, "config", "show", "a.yaml", "b.yaml"); r.code != 2 {
+			t.Errorf("two files: exit %d, want 2", r.code)
+		}
+	})
 	t.Run("defaults", func(t *testing.T) {
 		r := run(t, nil, "config", "show")
 		if r.code != 0 || !strings.Contains(r.out, "max_staleness: 3s") {

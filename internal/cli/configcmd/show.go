@@ -26,21 +26,30 @@ var showFormats = []string{"yaml", "json"}
 func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Command {
 	opts := &ShowOptions{IO: f.IOStreams, Env: f.Env}
 	cmd := &cobra.Command{
-		Use:   "show",
+		Use:   "show [FILE]",
 		Short: "Print the effective configuration, secrets masked",
-		Long: `Print the effective configuration: the defaults, then the file given by
---config, with ${VAR} references resolved. Secrets (etcd client_key and
-auth.password, backend api_key, admin token, event bus TLS key) are masked;
-certificates are shown as they are. Without a configuration file, the
-defaults are shown.
+		Long: `Print the effective configuration: the defaults, then FILE (or the file
+given by --config or CONTINUUM_CONFIG), with ${VAR} references resolved.
+Secrets (etcd client_key and auth.password, backend api_key, admin token,
+event bus TLS key) are masked; certificates are shown as they are. Without a
+configuration file, the defaults are shown.
 
 A file with validation errors is not shown: its findings are printed instead
 and the exit status is 1.`,
-		Example: `  continuum config show --config continuum.yaml
-  continuum config show -o json | jq .dynamo.discovery`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.File = f.ConfigPath()
+		Example: `  continuum config show continuum.yaml
+  continuum config show --config continuum.yaml -o json | jq .dynamo.discovery`,
+		Args: cobra.MaximumNArgs(1),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return []string{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// A FILE argument names the file as config validate's does;
+			// without one, --config, CONTINUUM_CONFIG or ./continuum.yaml.
+			if len(args) == 1 {
+				opts.File = args[0]
+			} else {
+				opts.File = f.ConfigPath()
+			}
 			if err := cmdutil.OneOf("--output", opts.Output, showFormats); err != nil {
 				return err
 			}
