@@ -564,3 +564,54 @@ func TestBrokerIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestUnsetEnvWarns: a ${VAR} whose variable is not set is an error by
+// default (serving would use a wrong value); with UnsetEnvWarns it is a
+// warning, the value stays at its default, and no rule judges the
+// placeholder (no "needs a url" after the url's variable was missing).
+// A malformed reference stays an error either way.
+func TestUnsetEnvWarns(t *testing.T) {
+	t.Parallel()
+	const text = `backends:
+  - name: fe
+    url: "http://${FE_HOST}:8000"
+dynamo:
+  discovery:
+    etcd:
+      endpoints: ["http://etcd:2379"]
+      auth: {username: router, password: "${ETCD_PASSWORD}"}
+  event_bus:
+    tls: {key: "${1BAD}"}
+`
+	strict, err := config.Parse("test.yaml", []byte(text), config.Options{Env: envOf(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasFinding(strict, config.SeverityError, "dynamo.discovery.etcd.auth.password", "ETCD_PASSWORD is not set") ||
+		!hasFinding(strict, config.SeverityError, "backends[0].url", "FE_HOST is not set") {
+		t.Errorf("strict: %v", strict.Findings)
+	}
+	lenient, err := config.Parse("test.yaml", []byte(text), config.Options{Env: envOf(nil), UnsetEnvWarns: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasFinding(lenient, config.SeverityWarning, "dynamo.discovery.etcd.auth.password", "ETCD_PASSWORD is not set here") ||
+		!hasFinding(lenient, config.SeverityWarning, "backends[0].url", "FE_HOST is not set here") ||
+		!hasFinding(lenient, config.SeverityWarning, "dynamo.discovery.etcd.auth", "plaintext") ||
+		!hasFinding(lenient, config.SeverityError, "dynamo.event_bus.tls.key", `invalid variable name "1BAD"`) {
+		t.Errorf("lenient: %v", lenient.Findings)
+	}
+	if n := lenient.Findings.Errors(); n != 1 {
+		t.Errorf("lenient: %d errors, want only the malformed reference: %v", n, lenient.Findings)
+	}
+	if p := lenient.Config.Dynamo.Discovery.Etcd.Auth.Password; p != "" {
+		t.Errorf("password %q, want the default", p)
+	}
+	set, err := config.Parse("test.yaml", []byte(text), config.Options{Env: envOf(map[string]string{"FE_HOST": "fe", "ETCD_PASSWORD": "pw"}), UnsetEnvWarns: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Findings.Warnings() != 1 || set.Config.Backends[0].URL != "http://fe:8000" || set.Config.Dynamo.Discovery.Etcd.Auth.Password != "pw" {
+		t.Errorf("set: %v %+v", set.Findings, set.Config.Backends)
+	}
+}

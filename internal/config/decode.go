@@ -55,23 +55,30 @@ type position struct{ line, col int }
 // decoder walks a YAML node tree into the typed schema, recording the
 // position of every path it sees and a finding for everything it rejects.
 type decoder struct {
-	file     string
-	env      LookupEnv
-	pos      map[string]position
-	failed   map[string]bool // paths whose value was rejected while decoding
-	dropped  int             // findings past MaxFindings
-	findings Findings
-	visited  int
+	file       string
+	env        LookupEnv
+	unsetWarns bool // Options.UnsetEnvWarns
+	pos        map[string]position
+	failed     map[string]bool // paths whose value was rejected while decoding
+	dropped    int             // findings past MaxFindings
+	findings   Findings
+	visited    int
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	d.add(SeverityError, n, path, format, args...)
+}
+
+// add records a finding about a value the decoder did not set; the
+// validator says nothing more about its path.
+func (d *decoder) add(sev Severity, n *yaml.Node, path, format string, args ...any) {
 	d.failed[path] = true
 	if len(d.findings) >= MaxFindings {
 		d.dropped++
 		return
 	}
 	d.findings = append(d.findings, Finding{
-		Severity: SeverityError, Path: clip(path), Message: clip(fmt.Sprintf(format, args...)),
+		Severity: sev, Path: clip(path), Message: clip(fmt.Sprintf(format, args...)),
 		File: d.file, Line: n.Line, Column: n.Column,
 	})
 }
@@ -188,7 +195,12 @@ func (d *decoder) scalarText(n *yaml.Node, path, want string) (string, bool) {
 		return "", false
 	}
 	s, err := interpolate(n.Value, d.env)
-	if err != nil {
+	var unset *unsetVarError
+	switch {
+	case err != nil && d.unsetWarns && errors.As(err, &unset):
+		d.add(SeverityWarning, n, path, "%v here: the value is not checked, and continuum serve refuses the file unless it is set where the router runs", err)
+		return "", false
+	case err != nil:
 		d.errorf(n, path, "%v", err)
 		return "", false
 	}

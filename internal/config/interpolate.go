@@ -5,6 +5,13 @@ import (
 	"strings"
 )
 
+// unsetVarError is a ${NAME} reference to a variable that is not set.
+type unsetVarError struct{ name string }
+
+func (e *unsetVarError) Error() string {
+	return fmt.Sprintf("environment variable %s is not set", e.name)
+}
+
 // LookupEnv finds an environment variable; os.LookupEnv in production.
 type LookupEnv func(name string) (string, bool)
 
@@ -39,7 +46,7 @@ func interpolate(s string, env LookupEnv) (string, error) {
 		}
 		v, ok := env(name)
 		if !ok {
-			return "", fmt.Errorf("environment variable %s is not set", name)
+			return "", &unsetVarError{name}
 		}
 		b.WriteString(v)
 		s = s[i+2+end+1:]

@@ -34,6 +34,13 @@ type Document struct {
 type Options struct {
 	// Env resolves ${VAR} references; os.LookupEnv when nil.
 	Env LookupEnv
+	// UnsetEnvWarns makes a reference to a variable that is not set a
+	// warning, the value left at its default and not judged further,
+	// instead of an error. Checking a file elsewhere than where the router
+	// runs (CI, which rarely holds the router's secrets) judges the file,
+	// not that machine's environment; serving and reloading keep the
+	// error, since the value would be wrong.
+	UnsetEnvWarns bool
 }
 
 // Load reads, decodes and validates the file at path. The error is non-nil
@@ -62,7 +69,7 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 		env = os.LookupEnv
 	}
 	doc := &Document{File: name, Config: Default()}
-	dec := &decoder{file: name, env: env, pos: map[string]position{}, failed: map[string]bool{}}
+	dec := &decoder{file: name, env: env, unsetWarns: opts.UnsetEnvWarns, pos: map[string]position{}, failed: map[string]bool{}}
 
 	yd := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node

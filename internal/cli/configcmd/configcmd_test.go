@@ -73,6 +73,40 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateUnsetEnv: validate judges the file, not this machine's
+// environment: the design's auth block, its password a ${VAR} not set
+// here, passes with a warning beside the plaintext-auth one; config show,
+// which prints the values serve would use, still refuses it.
+func TestValidateUnsetEnv(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	file := filepath.Join(t.TempDir(), "auth.yaml")
+	text := `dynamo:
+  enabled: true
+  discovery:
+    etcd:
+      endpoints: ["http://etcd-0.dynamo.svc:2379"]
+      auth:
+        username: "router"
+        password: "${ETCD_PASSWORD}"
+  load:
+    direct_allow_cidrs: ["10.0.0.0/8"]
+`
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, nil, "config", "validate", file)
+	if r.code != 0 || !strings.Contains(r.out, "warning: dynamo.discovery.etcd.auth.password: environment variable ETCD_PASSWORD is not set here") ||
+		!strings.Contains(r.out, "warning: dynamo.discovery.etcd.auth: auth over a plaintext connection") || !strings.Contains(r.out, "valid (0 errors, 2 warnings)") {
+		t.Errorf("validate: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	if r := run(t, map[string]string{"ETCD_PASSWORD": "pw"}, "config", "validate", file); r.code != 0 || !strings.Contains(r.out, "valid (0 errors, 1 warning)") {
+		t.Errorf("validate with the variable set: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	if r := run(t, nil, "config", "show", file); r.code != 1 || !strings.Contains(r.errOut, "ETCD_PASSWORD is not set") {
+		t.Errorf("show: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+}
+
 func TestValidateNoFile(t *testing.T) {
 	t.Setenv("CONTINUUM_CONFIG", "")
 	r := run(t, nil, "config", "validate")

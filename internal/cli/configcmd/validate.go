@@ -34,7 +34,9 @@ func NewCmdValidate(f *cmdutil.Factory, runF func(*ValidateOptions) error) *cobr
 print each finding with its severity, key path, file, line and column.
 
 The file is judged, not the machine: certificate and artifact files it names
-need not exist here (serve reports them at start).
+need not exist here (serve reports them at start), and a ${VAR} whose
+variable is not set here is a warning, its value left unchecked (serve
+refuses the file unless the variable is set where it runs).
 
 Exit status: 0 when no file has errors (warnings are allowed), 1 when any file
 has an error (or a warning, with --strict), 2 when a file cannot be read or
@@ -79,7 +81,7 @@ type fileResult struct {
 func validateRun(opts *ValidateOptions) error {
 	results := make([]fileResult, 0, len(opts.Files))
 	for _, file := range opts.Files {
-		doc, err := config.Load(file, config.Options{Env: opts.Env})
+		doc, err := config.Load(file, config.Options{Env: opts.Env, UnsetEnvWarns: true})
 		r := fileResult{File: file, Err: err}
 		if doc != nil {
 			r.Findings = doc.Findings
