@@ -615,3 +615,29 @@ dynamo:
 		t.Errorf("set: %v %+v", set.Findings, set.Config.Backends)
 	}
 }
+
+// TestBusListenCollision: a listen port that collides with
+// server.bind_address is refused when the bus is enabled, and when the file
+// writes it even with the bus off; the default bus port is judged only
+// while the bus runs.
+func TestBusListenCollision(t *testing.T) {
+	t.Parallel()
+	const path = "dynamo.event_bus.listen"
+	for _, tc := range []struct {
+		name, yaml string
+		refused    bool
+	}{
+		{"enabled", "server: {bind_address: \"0.0.0.0:7443\"}\ndynamo: {event_bus: {enabled: true, tls: {cert: c, key: k}}}\n", true},
+		{"written while off", "server: {bind_address: \"0.0.0.0:9000\"}\ndynamo: {event_bus: {listen: \"0.0.0.0:9000\"}}\n", true},
+		{"default while off", "server: {bind_address: \"0.0.0.0:7443\"}\n", false},
+		{"other port", "server: {bind_address: \"0.0.0.0:8080\"}\ndynamo: {event_bus: {listen: \"0.0.0.0:7443\"}}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			doc := parse(t, tc.yaml)
+			if got := hasFinding(doc, config.SeverityError, path, "collides with server.bind_address"); got != tc.refused {
+				t.Errorf("refused = %v, want %v: %v", got, tc.refused, doc.Findings)
+			}
+		})
+	}
+}
