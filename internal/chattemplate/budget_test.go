@@ -10,7 +10,9 @@ import (
 	"github.com/continuum-router/continuum/internal/chattemplate"
 )
 
-// Every overrun ends in ErrRenderUnavailable, quickly.
+// Every overrun ends in ErrRenderUnavailable, quickly; those of the output
+// size limit (the text or a string built on the way) also in
+// ErrOutputTooLarge, and only those.
 func TestBudgets(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -18,16 +20,18 @@ func TestBudgets(t *testing.T) {
 		src  string
 		opts []chattemplate.Option
 		ctx  func(t *testing.T) context.Context
+		// tooLarge: the overrun is the output size limit's.
+		tooLarge bool
 	}{
 		{name: "fuel nested loops", src: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"},
 		{name: "fuel small budget", src: "{% for i in range(1000) %}{{ i }}{% endfor %}", opts: []chattemplate.Option{chattemplate.WithFuel(500)}},
-		{name: "output size", src: "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}"},
-		{name: "output size small limit", src: "{% for m in messages %}{{ m.content }}{% endfor %}", opts: []chattemplate.Option{chattemplate.WithMaxOutput(3)}},
-		{name: "string doubling", src: "{% set ns = namespace(v='x') %}{% for i in range(64) %}{% set ns.v = ns.v + ns.v %}{% endfor %}{{ ns.v | length }}"},
-		{name: "string repeat", src: "{{ 'x' * 1000000000 }}"},
+		{name: "output size", src: "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", tooLarge: true},
+		{name: "output size small limit", src: "{% for m in messages %}{{ m.content }}{% endfor %}", opts: []chattemplate.Option{chattemplate.WithMaxOutput(3)}, tooLarge: true},
+		{name: "string doubling", src: "{% set ns = namespace(v='x') %}{% for i in range(64) %}{% set ns.v = ns.v + ns.v %}{% endfor %}{{ ns.v | length }}", tooLarge: true},
+		{name: "string repeat", src: "{{ 'x' * 1000000000 }}", tooLarge: true},
 		{name: "join doubling", src: "{% set ns = namespace(v=['xxxxxxxx']) %}{% for i in range(64) %}{% set ns.v = ns.v + ns.v %}{% endfor %}{{ ns.v | join }}"},
 		{name: "list repeat", src: "{{ ([1] * 100000000) | length }}"},
-		{name: "replace growth", src: "{{ ('a' * 1000) | replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') | replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') }}"},
+		{name: "replace growth", src: "{{ ('a' * 1000) | replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') | replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') }}", tooLarge: true},
 		{name: "unique quadratic", src: "{{ range(100000) | unique | list | length }}"},
 		{name: "macro recursion", src: "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"},
 		{name: "mutual recursion", src: "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}"},
@@ -64,6 +68,9 @@ func TestBudgets(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "internal error") {
 				t.Fatal(err)
+			}
+			if got := errors.Is(err, chattemplate.ErrOutputTooLarge); got != tc.tooLarge {
+				t.Errorf("ErrOutputTooLarge %v, want %v: %v", got, tc.tooLarge, err)
 			}
 			// Generous for -race on a loaded machine; an unbounded render
 			// runs for minutes.

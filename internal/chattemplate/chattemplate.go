@@ -59,8 +59,15 @@ const (
 
 // ErrRenderUnavailable is wrapped by every budget overrun (fuel, output
 // size, wall clock, recursion, cancelled context): the caller falls back
-// (render_unavailable) rather than trusting a partial prompt.
+// rather than trusting a partial prompt. An output size overrun also wraps
+// ErrOutputTooLarge.
 var ErrRenderUnavailable = errors.New("render_unavailable")
+
+// ErrOutputTooLarge is wrapped, beside ErrRenderUnavailable, when the
+// rendered text, or a string built on the way to it, would pass the output
+// size limit: the prompt is too large to render, which a caller may tell
+// from a template that ran out of instructions or time.
+var ErrOutputTooLarge = errors.New("output too large")
 
 // ErrRaised is wrapped when the template calls raise_exception.
 var ErrRaised = errors.New("template raised an exception")

@@ -93,7 +93,7 @@ type renderer struct {
 }
 
 func (r *renderer) overflow() error {
-	return fmt.Errorf("%w: output larger than %d bytes", ErrRenderUnavailable, r.maxOutput)
+	return fmt.Errorf("%w: %w: more than %d bytes", ErrRenderUnavailable, ErrOutputTooLarge, r.maxOutput)
 }
 
 // step spends n units of fuel and checks the clock and the context now and

@@ -1665,7 +1665,7 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			n++
 		}
 		if width > maxOutputWidth || prec > maxOutputWidth {
-			return nil, r.overflow()
+			return nil, fmt.Errorf("%w: format width or precision over %d", ErrRenderUnavailable, maxOutputWidth)
 		}
 		var s string
 		numeric := true

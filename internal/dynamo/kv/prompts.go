@@ -28,7 +28,9 @@ const (
 	// ResultTokenizerUnavailable: the model's workers disagree on their
 	// tokenizer or template, declare none, or they are not loaded (yet).
 	ResultTokenizerUnavailable = "tokenizer_unavailable"
-	// ResultPromptTooLarge: the prompt is over the encoding bounds.
+	// ResultPromptTooLarge: the prompt is over the size bounds: its
+	// rendered text over the template's output limit, or its encoding over
+	// the tokenizer's.
 	ResultPromptTooLarge = "prompt_too_large"
 	// ResultRenderUnavailable: no render permit in time, the render failed
 	// or ran out of its budgets, or the request cannot be rendered.
@@ -320,7 +322,10 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 		ids, salt, err = pp.ChatRequest(ctx, body)
 	}
 	switch {
-	case errors.Is(err, tokenize.ErrPromptTooLarge):
+	case errors.Is(err, tokenize.ErrPromptTooLarge), errors.Is(err, chattemplate.ErrOutputTooLarge):
+		// Too large to render is a prompt's size, like too many tokens:
+		// the output limit (1 MiB) is met long before the token limit by
+		// any chat prompt, since a token takes at least a byte.
 		return nil, ResultPromptTooLarge
 	case err != nil: // out of time included
 		return nil, ResultRenderUnavailable

@@ -235,6 +235,26 @@ func TestPromptsRenderBudget(t *testing.T) {
 	}
 }
 
+// TestPromptsChatTooLargeToRender: a chat prompt whose rendered text would
+// pass the template's 1 MiB output limit is prompt_too_large (the prompt's
+// size, as an encoding over the token limit is), not render_unavailable.
+func TestPromptsChatTooLargeToRender(t *testing.T) {
+	t.Parallel()
+	snap, pins, _ := artifactFleet(t, "")
+	p := kv.NewPrompts(startLoader(t, pins...))
+	prepared(t, p, snap, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"warm up"}]}`, 16)
+	// The render's deadline is not what this is about (-race on a loaded
+	// machine renders slowly).
+	kv.SetRenderBudget(p, time.Minute)
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a ", 600<<10) + `"}]}`
+	if _, result := p.Prepare(snap, "m", "/v1/chat/completions", []byte(body), []int{16}); result != kv.ResultPromptTooLarge {
+		t.Errorf("a chat prompt of 1.2 MiB: %q, want %q", result, kv.ResultPromptTooLarge)
+	}
+	if n, result := p.Count(snap, "m", []byte(body)); n != 0 || result != kv.ResultPromptTooLarge {
+		t.Errorf("count of a chat prompt of 1.2 MiB: %d %q", n, result)
+	}
+}
+
 // TestBuiltTemplatesRunOnTheRequestClock: a template Build returns has no
 // wall clock of its own; it runs until the request's deadline, whatever is
 // left of the render budget, rather than failing at a fixed second.
