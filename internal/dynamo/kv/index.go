@@ -112,8 +112,8 @@ type Stats struct {
 	// tables.
 	Bytes int64
 
-	// StoredBlocks counts blocks placed (a new hold or one more reference
-	// to a held engine hash); RemovedBlocks holds released by removed
+	// StoredBlocks counts blocks placed (a new hold, or an engine hash
+	// stored again where it is held); RemovedBlocks holds released by removed
 	// events; UnknownRemovals removed hashes the rank did not hold;
 	// RefusedBlocks blocks of stored events dropped (over_capacity,
 	// unknown_parent); Rebinds engine hashes stored again at another place
@@ -484,10 +484,10 @@ func (ix *Index) storeBlock(r, parent int32, b wire.StoredBlock, path uint64) (i
 	if had {
 		s := &rs.blocks.slots[bi]
 		if exists && s.node == child {
-			if s.refs == math.MaxUint32 {
-				return 0, false
-			}
-			s.refs++
+			// Stored again where it is: the rank holds it, once. An engine
+			// hash names one block; the publisher passes on every store of
+			// it but only the removal that ends its last copy, so one
+			// removal must release it whatever the stores before.
 			ix.cnt.stored++
 			return child, true
 		}
@@ -521,7 +521,7 @@ func (ix *Index) storeBlock(r, parent int32, b wire.StoredBlock, path uint64) (i
 		ix.addOwner(child, r)
 		ix.ownerships++
 	}
-	slot := blockSlot{hash: b.BlockHash, node: child, refs: 1}
+	slot := blockSlot{hash: b.BlockHash, node: child}
 	if had {
 		rs.blocks.slots[bi] = slot
 		// child is in place first, so releasing the old node cannot free
@@ -597,13 +597,9 @@ func (ix *Index) removeSome(r int32, t *blockTable, hashes []uint64) {
 			ix.cnt.unknownRemovals++
 			continue
 		}
-		if s := &t.slots[i]; s.refs > 1 {
-			s.refs--
-		} else {
-			n := s.node
-			t.remove(i)
-			ix.release(r, n)
-		}
+		n := t.slots[i].node
+		t.remove(i)
+		ix.release(r, n)
 		ix.cnt.removed++
 	}
 }

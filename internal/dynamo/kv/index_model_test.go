@@ -29,7 +29,6 @@ type modelCursor struct {
 
 type modelBlock struct {
 	path string
-	refs int
 }
 
 func newModel() *model {
@@ -116,19 +115,11 @@ func (m *model) apply(sub kv.SubscriptionID, ev wire.RouterEvent) kv.Outcome {
 		}
 		for _, b := range ev.Blocks {
 			path = string(binary.LittleEndian.AppendUint64([]byte(path), b.TokensHash))
-			if old, ok := blocks[b.BlockHash]; ok && old.path == path {
-				old.refs++
-				continue
-			}
-			blocks[b.BlockHash] = &modelBlock{path: path, refs: 1}
+			blocks[b.BlockHash] = &modelBlock{path: path}
 		}
 	case wire.KVRemoved:
 		for _, h := range ev.Removed {
-			if b, ok := blocks[h]; ok {
-				if b.refs--; b.refs == 0 {
-					delete(blocks, h)
-				}
-			}
+			delete(blocks, h)
 		}
 		if len(blocks) == 0 {
 			delete(m.ranks, k)

@@ -34,13 +34,11 @@ type blockTable struct {
 	seed  uint64
 }
 
-// blockSlot is one engine hash, its node and how many times it was stored
-// without being removed. node 0 (the root, which no rank holds) marks an
-// empty slot.
+// blockSlot is one engine hash and its node. node 0 (the root, which no
+// rank holds) marks an empty slot.
 type blockSlot struct {
 	hash uint64
 	node int32
-	refs uint32
 }
 
 func (t *blockTable) init(log uint8, seed uint64) {

@@ -30,7 +30,7 @@ func TestTablesAgainstMaps(t *testing.T) {
 				bt.remove(i)
 				delete(bm, h)
 			} else {
-				bt.insert(i, blockSlot{hash: h, node: int32(step + 1), refs: 1})
+				bt.insert(i, blockSlot{hash: h, node: int32(step + 1)})
 				bm[h] = int32(step + 1)
 			}
 		} else {
