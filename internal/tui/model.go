@@ -87,6 +87,10 @@ type Row struct {
 	Load   *admin.LoadSample
 	// SelRate is picks per second over the last poll interval.
 	SelRate float64
+	// worker and sample index the row's worker and load sample (-1 for
+	// none) in the snapshot, so that the --once document can take them
+	// from the answer as sent rather than as drawn.
+	worker, sample int
 }
 
 func (r *Row) group() string {
@@ -127,8 +131,11 @@ type Model struct {
 	keys   KeyMap
 	styles Styles
 
-	snap, prev *Snapshot
-	rows       []Row // filtered and sorted
+	// snap and prev are the last two polls with their strings escaped for
+	// the terminal, raw the last one as the router sent it (for the JSON
+	// document); all the views draw from snap.
+	snap, prev, raw *Snapshot
+	rows            []Row // filtered and sorted
 	// hist holds per-series rates (selections by role/reason, errors by
 	// phase), oldest first, at most historyLen each.
 	hist map[string][]float64
@@ -229,7 +236,8 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 	if s == nil {
 		return m
 	}
-	m.prev, m.snap = m.snap, s
+	m.prev, m.snap, m.raw = m.snap, escapedSnapshot(s), s
+	s = m.snap
 	m.err, m.errSince, m.failures, m.lastPoll = nil, time.Time{}, 0, s.At
 	if m.prev != nil {
 		dt := s.At.Sub(m.prev.At).Seconds()
@@ -267,10 +275,9 @@ func (m Model) buildRows() []Row {
 		id   string
 		rank uint32
 	}
-	samples := map[key]*admin.LoadSample{}
-	for i := range m.snap.Load.Samples {
-		s := &m.snap.Load.Samples[i]
-		samples[key{s.WorkerID, s.DPRank}] = s
+	samples := map[key]int{}
+	for i, s := range m.snap.Load.Samples {
+		samples[key{s.WorkerID, s.DPRank}] = i
 	}
 	prevSel := map[key]uint64{}
 	var dt float64
@@ -282,13 +289,16 @@ func (m Model) buildRows() []Row {
 	}
 	filter := strings.ToLower(strings.TrimSpace(m.filter))
 	var rows []Row
-	for _, w := range m.snap.Workers.Workers {
+	for wi, w := range m.snap.Workers.Workers {
 		if filter != "" && !matches(w, filter) {
 			continue
 		}
 		for r := range max(w.DPSize, 1) {
 			rank := w.DPStartRank + r
-			row := Row{Worker: w, Rank: rank, Load: samples[key{w.WorkerID, rank}]}
+			row := Row{Worker: w, Rank: rank, worker: wi, sample: -1}
+			if si, ok := samples[key{w.WorkerID, rank}]; ok {
+				row.Load, row.sample = &m.snap.Load.Samples[si], si
+			}
 			if row.Load != nil && dt > 0 {
 				if p, ok := prevSel[key{w.WorkerID, rank}]; ok && row.Load.Selections >= p {
 					row.SelRate = float64(row.Load.Selections-p) / dt
@@ -483,7 +493,8 @@ func (m Model) Rows() []Row { return m.rows }
 // Err is the last poll's error, nil after a good poll.
 func (m Model) Err() error { return m.err }
 
-// Snapshot is the last good poll.
+// Snapshot is the last good poll, its strings escaped as the views draw
+// them.
 func (m Model) Snapshot() *Snapshot { return m.snap }
 
 // Selected returns the row under the cursor.

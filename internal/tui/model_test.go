@@ -553,12 +553,12 @@ func TestRatesOfVanishedSeries(t *testing.T) {
 	}
 }
 
-// TestClientEscapesFleetStrings: strings of the router's answers (model,
+// TestFleetStringsEscapedForTerminal: strings of the router's answers (model,
 // namespace and component names, problem keys and reasons, metric labels)
 // reach every view and the --once table with their control characters
 // escaped, so an answer cannot clear the screen, retitle the terminal or
-// break a row.
-func TestClientEscapesFleetStrings(t *testing.T) {
+// break a row; the --once JSON document keeps them as sent.
+func TestFleetStringsEscapedForTerminal(t *testing.T) {
 	evil := "m\x1b[2J\x1b]0;title\x07\r\nx\u202e"
 	w := worker("ns\x1b[31m", evil, "decode", "0a", "10", 0, 1)
 	w.Component = "c\x1b[Hc"
@@ -608,5 +608,36 @@ func TestClientEscapesFleetStrings(t *testing.T) {
 	}
 	if raw(table.String()) || !strings.Contains(table.String(), `ns\x1b[31m`) {
 		t.Errorf("--once table:\n%q", table.String())
+	}
+	// The JSON document carries the strings as the router sent them: the
+	// encoder writes control characters as \u escapes, and a reader gets
+	// back the names the fleet holds, not their terminal rendering.
+	var js strings.Builder
+	if err := m.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(js.String(), "\x1b\x07\r") {
+		t.Errorf("--once -o json carries raw control characters:\n%q", js.String())
+	}
+	var doc tui.Once
+	if err := json.Unmarshal([]byte(js.String()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Workers) != 1 || doc.Workers[0].Model != evil || doc.Workers[0].Namespace != "ns\x1b[31m" ||
+		doc.Workers[0].Load == nil || doc.Workers[0].Load.Namespace != "ns\x1b[31m" {
+		t.Errorf("--once -o json workers: %+v", doc.Workers)
+	}
+	if len(doc.Subscriptions) != 1 || doc.Subscriptions[0].Component != "c\x1b[Hc" {
+		t.Errorf("--once -o json subscriptions: %+v", doc.Subscriptions)
+	}
+	if len(doc.Problems) != 1 || doc.Problems[0].Reason != evil || doc.Problems[0].Keys[0] != "v1/instances/\x1b]0;t\x07" {
+		t.Errorf("--once -o json problems: %+v", doc.Problems)
+	}
+	if doc.Counters["continuum_dynamo_selection_total"]["reason=load\x1b[2J,role=decode"] != 7 {
+		t.Errorf("--once -o json counters: %v", doc.Counters)
+	}
+	// The views still draw the escaped strings after the JSON was taken.
+	if v := m.View(); raw(v) {
+		t.Errorf("view after --once -o json:\n%q", v)
 	}
 }

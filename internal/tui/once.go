@@ -37,9 +37,14 @@ type Once struct {
 	Counters map[string]map[string]float64 `json:"counters"`
 }
 
-// Once returns the model's snapshot as a document (rows in view order).
-func (m Model) Once() (Once, error) {
-	s := m.snap
+// Once returns the model's last poll as a document (rows in view order),
+// its strings as the router sent them: the JSON encoder escapes what a
+// reader needs escaped.
+func (m Model) Once() (Once, error) { return m.document(m.raw) }
+
+// document is the last poll as s holds it: the raw answer or the one
+// escaped for the terminal.
+func (m Model) document(s *Snapshot) (Once, error) {
 	if s == nil {
 		if m.err != nil {
 			return Once{}, m.err
@@ -56,9 +61,13 @@ func (m Model) Once() (Once, error) {
 		o.Problems = []admin.Problem{}
 	}
 	for _, r := range m.rows {
-		w := r.Worker
+		w := s.Workers.Workers[r.worker]
+		var load *admin.LoadSample
+		if r.sample >= 0 {
+			load = &s.Load.Samples[r.sample]
+		}
 		o.Workers = append(o.Workers, OnceRow{Namespace: w.Namespace, Model: w.Model, Role: w.Role, InstanceID: w.InstanceID,
-			WorkerID: w.WorkerID, DPRank: r.Rank, Capacity: w.Capacity, Load: r.Load, FirstSeen: w.FirstSeen, LastUpdated: w.LastUpdated})
+			WorkerID: w.WorkerID, DPRank: r.Rank, Capacity: w.Capacity, Load: load, FirstSeen: w.FirstSeen, LastUpdated: w.LastUpdated})
 	}
 	return o, nil
 }
@@ -74,9 +83,10 @@ func (m Model) WriteJSON(w io.Writer) error {
 	return enc.Encode(o)
 }
 
-// WriteTable prints the fleet view as a plain table, one row per rank.
+// WriteTable prints the fleet view as a plain table, one row per rank,
+// its strings escaped as the views draw them.
 func (m Model) WriteTable(w io.Writer) error {
-	o, err := m.Once()
+	o, err := m.document(m.snap)
 	if err != nil {
 		return err
 	}
