@@ -7,7 +7,6 @@ package fleetsimcmd
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -56,7 +55,8 @@ the requests a dynamo.frontend --router-mode direct emulator receives with
 x-dynamo-* pins (prefill time by prompt length, decode time per token).
 
 It prints the file store root (or etcd endpoint), the frontend URL and a router configuration
-(or writes it with --write-config) for continuum serve --config.
+for continuum serve --config, or writes it with --write-config: once the fleet
+is up, replacing the file whole (a reader finds none or all of it).
 
 --card-dialect chooses how the workers' cards say their role, as Dynamo
 revisions have written it: enum (worker_type "Prefill", "Decode",
@@ -173,7 +173,9 @@ func Run(ctx context.Context, o *Options) error {
 		fmt.Fprintf(w, "  %-7s instance %d (0x%x), publisher %d, %s / %s%s\n", wk.Role, wk.InstanceID, wk.InstanceID, wk.PublisherID, wk.Namespace, wk.Model, standby)
 	}
 	if o.WriteConfig != "" {
-		if err := os.WriteFile(o.WriteConfig, []byte(d.Config), 0o600); err != nil {
+		// Replaced whole, never rewritten in place: whoever waits for the
+		// file (serve --config, a script) reads all of it or none.
+		if err := cmdutil.WriteFileAtomic(o.WriteConfig, []byte(d.Config), 0o600); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "router configuration: %s (continuum serve --config %s)\n", o.WriteConfig, o.WriteConfig)
