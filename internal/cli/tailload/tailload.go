@@ -136,7 +136,9 @@ func Run(ctx context.Context, o *Options) error {
 	if o.Endpoint != "" {
 		defer p.summary()
 		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: p.observe,
-			OnError: func(err error) { fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %v\n", o.Endpoint, err) }})
+			OnError: func(err error) {
+				fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %s\n", o.Endpoint, cmdutil.Printable(err.Error()))
+			}})
 	}
 	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
 	if err != nil {
@@ -241,7 +243,9 @@ func (p *printer) writeText(ev load.Event) {
 	w := p.o.IO.Out
 	now := time.Now().UTC().Format("15:04:05.000")
 	if ev.Result != telemetry.ResultAccepted {
-		fmt.Fprintf(w, "%s  %-17s %s\n", now, "REJECT "+ev.Result, ev.Detail)
+		// A detail may quote what the publisher sent (a field name of its
+		// payload): escaped, it cannot drive the terminal or split a line.
+		fmt.Fprintf(w, "%s  %-17s %s\n", now, "REJECT "+ev.Result, cmdutil.Printable(ev.Detail))
 	} else {
 		env := ev.Envelope
 		age := "-"

@@ -132,6 +132,44 @@ func TestTailFleet(t *testing.T) {
 	}
 }
 
+// TestTailRejectDetailEscaped: a rejection's detail quoting what the
+// publisher sent (here a field name of its ActiveLoad carrying terminal
+// controls) is printed escaped in the text lines, and kept as sent in the
+// JSON lines, whose encoder escapes it.
+func TestTailRejectDetailEscaped(t *testing.T) {
+	const evil = "x\x1b]0;owned\x07\x1b[2J"
+	// {"worker_id": 3, evil: <0xc1, never a msgpack type>}
+	payload := append([]byte{0x82, 0xa9}, "worker_id"...)
+	payload = append(append(append(payload, 0x03, 0xa0|byte(len(evil))), evil...), 0xc1)
+	pub := testutil.StartGoPublisher(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := uint64(0); ctx.Err() == nil; seq++ {
+			_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, seq, 0, payload))
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	code, out, errOut := run(t, "tail-load", "--count", "1", pub.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "REJECT malformed") || strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `x\x1b]0;owned\x07\x1b[2J`) {
+		t.Errorf("text line %q", out)
+	}
+	code, out, errOut = run(t, "tail-load", "--json", "--count", "1", pub.Endpoint)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r tailload.RejectLine
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Result != "malformed" || !strings.Contains(r.Detail, evil) || strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("JSON line %q (%v)", out, err)
+	}
+}
+
 func TestTailBadEndpoint(t *testing.T) {
 	if code, _, errOut := run(t, "tail-load", "ipc:///tmp/x"); code != 2 || !strings.Contains(errOut, "tcp://host:port") {
 		t.Fatalf("exit %d: %s", code, errOut)
