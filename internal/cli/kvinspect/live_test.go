@@ -598,3 +598,65 @@ func TestLiveInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchWhyEscaped: the reason a match has no prompt may quote what the
+// fleet's cards declare (an artifact's path); the table prints it with
+// its control characters escaped, the JSON report keeps it as declared.
+func TestMatchWhyEscaped(t *testing.T) {
+	root := t.TempDir()
+	_, files, pins := kvFleet(t, root, nil)
+	evil := filepath.Join(t.TempDir(), "missing\x1b]0;owned\x07", "tokenizer.json")
+	for _, file := range files {
+		if !strings.Contains(file, "v1/mdc") {
+			continue
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(data, &v); err != nil {
+			t.Fatal(err)
+		}
+		v["card_json"].(map[string]any)["tokenizer"].(map[string]any)["hf_tokenizer_json"].(map[string]any)["path"] = evil
+		if data, err = json.Marshal(v); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() { keepAlive(ctx, files) })
+	path := filepath.Join(t.TempDir(), "continuum.yaml")
+	yaml := fmt.Sprintf(`dynamo:
+  enabled: true
+  discovery:
+    source: file
+    file:
+      root: %q
+      namespace: dynamo
+  load:
+    direct_allow_cidrs: ["127.0.0.0/8"]
+  kv:
+    enabled: true
+    artifact_cache_dir: %q
+    pinned_artifacts: [%q, %q]
+`, root, t.TempDir(), pins[0], pins[1])
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
+	code, out, errOut := runLive(t, nil, body, "kv-inspect", "match", "--config", path, "--duration", "0s", "--artifact-timeout", "10s")
+	if code != 0 || !strings.Contains(out, "result: tokenizer_unavailable") || !strings.Contains(out, `missing\x1b]0;owned\x07`) ||
+		strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("table: exit %d\n%q\n%s", code, out, errOut)
+	}
+	code, out, errOut = runLive(t, nil, body, "kv-inspect", "match", "--config", path, "--duration", "0s", "--artifact-timeout", "10s", "-o", "json")
+	var rep kvinspect.MatchReport
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || !strings.Contains(rep.Reason, evil) {
+		t.Errorf("json: exit %d (%v)\n%s\n%s", code, err, out, errOut)
+	}
+}

@@ -398,7 +398,9 @@ func writeMatchTable(w io.Writer, r MatchReport) error {
 	}
 	fmt.Fprintf(w, "result: %s\n", r.Result)
 	if r.Reason != "" {
-		fmt.Fprintf(w, "why: %s\n", r.Reason)
+		// The reason may quote what the fleet's cards declare (an
+		// artifact's path or URL): printed escaped, never raw.
+		fmt.Fprintf(w, "why: %s\n", cmdutil.Printable(r.Reason))
 		if r.Result == kv.ResultArtifactUnpinned {
 			fmt.Fprintln(w, "     review the files, then pin their checksums in dynamo.kv.pinned_artifacts (continuum pin-artifact --from-discovery)")
 		}
