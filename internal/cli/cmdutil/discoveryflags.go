@@ -33,6 +33,9 @@ type DiscoveryFlags struct {
 	Model            string
 	Models           []string // component=model
 
+	// names are the flags Register added, in their order.
+	names []string
+
 	changedSource       bool
 	changedRoot         bool
 	changedEtcdSecurity bool
@@ -44,7 +47,7 @@ type DiscoveryFlags struct {
 // Register adds the flags to cmd.
 func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
 	o.cmd = cmd
-	fl := cmd.Flags()
+	fl := pflag.NewFlagSet(cmd.Name(), pflag.ContinueOnError)
 	fl.StringVar(&o.Source, "source", "", "discovery source: etcd, file, kubernetes or kubernetes_pods (default from --config, else etcd)")
 	fl.StringSliceVar(&o.EtcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma-separated (http(s)://host:port or host:port)")
 	fl.StringArrayVar(&o.Namespaces, "namespace", nil, "Dynamo namespace to read (repeatable; default from --config, else dynamo)")
@@ -61,6 +64,8 @@ func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
 	fl.StringArrayVar(&o.DynamoNamespaces, "dynamo-namespace", nil, "Dynamo namespace (the pods' nvidia.com/dynamo-namespace label) to read (repeatable)")
 	fl.StringVar(&o.Model, "model", "", "model served by every worker pod (kubernetes_pods)")
 	fl.StringArrayVar(&o.Models, "models", nil, "COMPONENT=MODEL: model of the pods with this nvidia.com/dynamo-component label (kubernetes_pods; repeatable)")
+	fl.VisitAll(func(f *pflag.Flag) { o.names = append(o.names, f.Name) })
+	cmd.Flags().AddFlagSet(fl)
 	RegisterEnumCompletion(cmd, "source", []string{config.SourceEtcd, config.SourceFile, config.SourceKubernetes, config.SourceKubernetesPods})
 	_ = cmd.MarkFlagFilename("kubeconfig")
 	_ = cmd.MarkFlagDirname("file-root")
@@ -73,6 +78,18 @@ func (o *DiscoveryFlags) Capture(fl *pflag.FlagSet) {
 	for _, n := range []string{"etcd-ca-cert", "etcd-client-cert", "etcd-client-key", "etcd-server-name", "etcd-username"} {
 		o.changedEtcdSecurity = o.changedEtcdSecurity || fl.Changed(n)
 	}
+}
+
+// FirstGiven returns the first discovery flag given on fl, "" when none
+// was: a command that reads the fleet only in one mode refuses them in the
+// others rather than ignore them.
+func (o *DiscoveryFlags) FirstGiven(fl *pflag.FlagSet) string {
+	for _, n := range o.names {
+		if fl.Changed(n) {
+			return n
+		}
+	}
+	return ""
 }
 
 // SetChanged marks --source and --file-root as given (for callers that

@@ -89,10 +89,12 @@ or a signal comes before it was read.`,
 				return cmdutil.FlagErrorf("--yaml and --json cannot be combined")
 			}
 			if !opts.FromDiscovery {
-				for _, n := range []string{"source", "etcd-endpoints", "namespace", "file-root", "timeout"} {
-					if cmd.Flags().Changed(n) {
-						return cmdutil.FlagErrorf("--%s needs --from-discovery", n)
-					}
+				n := opts.Discovery.FirstGiven(cmd.Flags())
+				if n == "" && cmd.Flags().Changed("timeout") {
+					n = "timeout"
+				}
+				if n != "" {
+					return cmdutil.FlagErrorf("--%s needs --from-discovery", n)
 				}
 			}
 			opts.Discovery.Capture(cmd.Flags())

@@ -48,6 +48,10 @@ func TestNewCmdPinArtifactFlags(t *testing.T) {
 		{"--from-discovery --yaml", "--yaml pins files you have reviewed", nil},
 		{"--yaml --json a.json", "cannot be combined", nil},
 		{"--etcd-endpoints http://e:2379 a.json", "--etcd-endpoints needs --from-discovery", nil},
+		{"--kube-namespace dynamo a.json", "--kube-namespace needs --from-discovery", nil},
+		{"--models decode=m a.json", "--models needs --from-discovery", nil},
+		{"--etcd-ca-cert ca.pem a.json", "--etcd-ca-cert needs --from-discovery", nil},
+		{"--timeout 5s a.json", "--timeout needs --from-discovery", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.args, func(t *testing.T) {
