@@ -60,7 +60,8 @@ the envelope (publisher id, sequence, publish time) and the ActiveLoad sample
 (worker, dp rank, active decode blocks, active prefill tokens, kv used blocks),
 or why a frame was rejected, with the same checks serve applies.
 
-With an endpoint, one publisher is tailed. Without one, the fleet is read
+With an endpoint, one publisher is tailed (the discovery flags and --timeout
+do not apply, and are refused). Without one, the fleet is read
 from the discovery source (--config, or the discover flags) and every
 publisher of the topic is tailed. A summary of results goes to stderr on exit.`,
 		Example: `  continuum tail-load tcp://10.0.0.7:41000
@@ -74,6 +75,15 @@ publisher of the topic is tailed. A summary of results goes to stderr on exit.`,
 				opts.Endpoint = args[0]
 				if _, _, err := zmtp.SplitTCPEndpoint(opts.Endpoint); err != nil {
 					return cmdutil.FlagErrorf("%v", err)
+				}
+				// The fleet is not read with an endpoint: a discovery flag
+				// would be ignored, so it is refused.
+				n := opts.Discovery.FirstGiven(cmd.Flags())
+				if n == "" && cmd.Flags().Changed("timeout") {
+					n = "timeout"
+				}
+				if n != "" {
+					return cmdutil.FlagErrorf("--%s reads the fleet: drop it or the endpoint", n)
 				}
 			}
 			if opts.Count < 0 {

@@ -176,6 +176,18 @@ func TestTailBadEndpoint(t *testing.T) {
 	}
 }
 
+// TestTailEndpointRefusesDiscoveryFlags: with an endpoint the fleet is not
+// read, so a discovery flag (or --timeout) is a usage error rather than
+// ignored.
+func TestTailEndpointRefusesDiscoveryFlags(t *testing.T) {
+	for _, flag := range [][]string{{"--etcd-endpoints", "http://e:2379"}, {"--kube-namespace", "dynamo"}, {"--source", "file"}, {"--timeout", "1s"}} {
+		code, out, errOut := run(t, append([]string{"tail-load"}, append(flag, "tcp://127.0.0.1:1")...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, flag[0]+" reads the fleet") {
+			t.Errorf("%v: exit %d\n%s%s", flag, code, out, errOut)
+		}
+	}
+}
+
 // TestTailSourceErrorsAlone: a configuration that cannot be read, or a
 // source that cannot be reached, exits with its error as the only line
 // (no summary of a tail that never began).
