@@ -94,10 +94,10 @@ frontend's "instance not found" 500, streams already started are cut.`,
 			if opts.DP < 0 || opts.DP > 64 {
 				return cmdutil.FlagErrorf("--dp must be between 0 and 64")
 			}
-			if err := cmdutil.OneOf("store", opts.Store, []string{fleetsim.StoreFile, fleetsim.StoreEtcd}); err != nil {
+			if err := cmdutil.OneOf("--store", opts.Store, []string{fleetsim.StoreFile, fleetsim.StoreEtcd}); err != nil {
 				return err
 			}
-			if err := cmdutil.OneOf("card-dialect", opts.CardDialect, fleetsim.CardDialects); err != nil {
+			if err := cmdutil.OneOf("--card-dialect", opts.CardDialect, fleetsim.CardDialects); err != nil {
 				return err
 			}
 			if opts.Speed <= 0 {

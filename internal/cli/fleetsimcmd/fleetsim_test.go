@@ -71,3 +71,22 @@ func TestWriteConfigReplacesTheFile(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 }
+
+// TestBadValuesNameTheirFlag: a value outside a flag's set is a usage
+// error naming the flag as typed.
+func TestBadValuesNameTheirFlag(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"--store bogus", `--store "bogus" is not one of file, etcd`},
+		{"--card-dialect bogus", `--card-dialect "bogus" is not one of`},
+	} {
+		ios, _, _, _ := iostreams.Test()
+		cmd := fleetsimcmd.NewCmdFleetSim(&cmdutil.Factory{IOStreams: ios}, func(context.Context, *fleetsimcmd.Options) error { return nil })
+		cmd.SetArgs(strings.Fields(tc.args))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.args, err)
+		}
+	}
+}

@@ -74,7 +74,7 @@ set or stdout is not a terminal.`,
   continuum top --router http://router:8080 --once -o json | jq '.workers[] | select(.load.state=="stale")'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cmdutil.OneOf("output", opts.Output, outputs); err != nil {
+			if err := cmdutil.OneOf("--output", opts.Output, outputs); err != nil {
 				return err
 			}
 			if opts.Demo && cmd.Flags().Changed("router") {

@@ -76,6 +76,10 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("--router %s: exit %d %q", router, code, errOut)
 		}
 	}
+	// A bad value names its flag as typed, as every command's does.
+	if code, _, errOut := run(t, "top", "--once", "-o", "yaml"); !strings.Contains(errOut, `--output "yaml" is not one of table, json`) {
+		t.Errorf("-o yaml: exit %d %q", code, errOut)
+	}
 	code, _, errOut := run(t, "top", "--once", "--router", "http://127.0.0.1:1", "--timeout", "1s")
 	if code != 1 || !strings.Contains(errOut, "router unreachable") {
 		t.Errorf("unreachable: exit %d %q", code, errOut)
