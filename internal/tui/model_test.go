@@ -1,10 +1,13 @@
 package tui_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -639,5 +642,38 @@ func TestFleetStringsEscapedForTerminal(t *testing.T) {
 	// The views still draw the escaped strings after the JSON was taken.
 	if v := m.View(); raw(v) {
 		t.Errorf("view after --once -o json:\n%q", v)
+	}
+}
+
+// TestErrorBannerEscaped: a poll's error quoting the router's answer (a
+// status line carrying terminal controls) is drawn escaped in the banner.
+func TestErrorBannerEscaped(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				_, _ = io.WriteString(c, "HTTP/1.1 500 bad\x1b]0;owned\x07\x1b[2J\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	cl := &tui.Client{Base: "http://" + ln.Addr().String(), HTTP: &http.Client{}}
+	_, ferr := cl.Fetch(context.Background(), t0)
+	if ferr == nil || !strings.Contains(ferr.Error(), "\x1b]0;owned") {
+		t.Fatalf("fetch error %v: the status line did not reach it", ferr)
+	}
+	m := update(newModel(t, 200, 20, nil), tui.FetchErrMsg(ferr, t0))
+	v := m.View()
+	if strings.ContainsAny(v, "\x07") || strings.Contains(v, "\x1b]") || strings.Contains(v, "\x1b[2J") || !strings.Contains(v, `bad\x1b]0;owned\x07`) {
+		t.Errorf("banner:\n%q", v)
 	}
 }

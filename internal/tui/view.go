@@ -128,7 +128,9 @@ func (m Model) banner() []string {
 		}
 		return []string{m.styles.Banner.Render(fmt.Sprintf(" %s %s (%s, retrying every %s) ",
 			state, m.errSince.Format("15:04:05"), plural(m.failures, "failure"), m.backoff())),
-			m.styles.Bad.Render(" " + m.err.Error())}
+			// The error may quote the router's answer (its status line):
+			// escaped like every string from it.
+			m.styles.Bad.Render(" " + printable(m.err.Error()))}
 	case m.snap != nil && m.snap.Workers.Enabled && !m.snap.Workers.Connected:
 		return []string{m.styles.Stale.Render(" discovery is not connected: the fleet view may be out of date ")}
 	}

@@ -165,7 +165,9 @@ func once(ctx context.Context, o *Options, m tui.Model, client *tui.Client) erro
 		snap, err := client.Fetch(pctx, time.Now())
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%s: %w", o.Router, err)
+			// The error may quote the router's answer (its status line):
+			// printed escaped, as the views draw it.
+			return fmt.Errorf("%s: %s", o.Router, cmdutil.Printable(err.Error()))
 		}
 		model, _ = model.Update(tui.SnapshotMsg(snap))
 	}
