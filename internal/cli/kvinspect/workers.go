@@ -407,14 +407,16 @@ func fetchKV(ctx context.Context, client *http.Client, base, token string) (admi
 		return v, fmt.Errorf("router unreachable: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	// The status line is the router's: quoted escaped, never raw.
+	status := cmdutil.Printable(resp.Status)
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return v, fmt.Errorf("%s: %s (check --token or $%s)", path, resp.Status, TokenEnv)
+		return v, fmt.Errorf("%s: %s (check --token or $%s)", path, status, TokenEnv)
 	case http.StatusNotFound:
-		return v, fmt.Errorf("%s: %s (the admin API is off without admin.token, or the router predates this view)", path, resp.Status)
+		return v, fmt.Errorf("%s: %s (the admin API is off without admin.token, or the router predates this view)", path, status)
 	default:
-		return v, fmt.Errorf("%s: %s", path, resp.Status)
+		return v, fmt.Errorf("%s: %s", path, status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody+1))
 	if err != nil {
