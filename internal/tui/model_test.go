@@ -565,6 +565,7 @@ func TestFleetStringsEscapedForTerminal(t *testing.T) {
 	evil := "m\x1b[2J\x1b]0;title\x07\r\nx\u202e"
 	w := worker("ns\x1b[31m", evil, "decode", "0a", "10", 0, 1)
 	w.Component = "c\x1b[Hc"
+	w.DisaggregatedEndpoint = json.RawMessage("\"dynamo/prefill\u202e/generate\"")
 	cl := routerStub(t, func(rw http.ResponseWriter, r *http.Request) {
 		var v any
 		switch r.URL.Path {

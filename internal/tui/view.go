@@ -382,7 +382,9 @@ func (m Model) detailBody() []string {
 			[2]string{"selections", fmt.Sprintf("%d (%s/s)", l.Selections, fmtRate(r.SelRate))})
 	}
 	if len(w.DisaggregatedEndpoint) > 0 && string(w.DisaggregatedEndpoint) != "null" {
-		kv = append(kv, [2]string{"bootstrap", string(w.DisaggregatedEndpoint)})
+		// Raw JSON is kept as sent, not escaped with the snapshot's
+		// strings: a JSON string may hold C1 controls and bidi overrides.
+		kv = append(kv, [2]string{"bootstrap", printable(string(w.DisaggregatedEndpoint))})
 	}
 	out := []string{m.styles.Header.Render("  worker detail (enter or esc to close)")}
 	for _, p := range kv {
