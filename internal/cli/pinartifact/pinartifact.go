@@ -136,7 +136,9 @@ func runHash(ctx context.Context, o *Options) error {
 		d, err := hashOne(ctx, o.Client, in, hf)
 		if err != nil {
 			failed++
-			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %v\n", displayName(in), err)
+			// The error may quote the server's answer (its status line):
+			// printed escaped, never raw.
+			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %s\n", displayName(in), cmdutil.Printable(err.Error()))
 			continue
 		}
 		if d.Bytes > artifact.MaxArtifactBytes {
