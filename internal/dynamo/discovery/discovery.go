@@ -49,6 +49,28 @@ type OversizedSink interface {
 	PutOversized(key string, limit int)
 }
 
+// ReadPublisher is a Sink that can publish a pass's initial read before
+// the pass's watches are open, for a source that lists first and then
+// watches from the list's revision: the view is the fleet as listed
+// whether or not the watch opens in time, but the pass counts as connected
+// (and its session as established) only at the ResyncEnd that follows once
+// the watch is open.
+type ReadPublisher interface {
+	PublishRead()
+}
+
+// PublishRead publishes the initial read through sink ahead of its watches
+// when sink can, and reports whether it did: the caller then calls
+// ResyncEnd once its watches are open. Otherwise it does nothing, and
+// ResyncEnd publishes the read then.
+func PublishRead(sink Sink) bool {
+	if rp, ok := sink.(ReadPublisher); ok {
+		rp.PublishRead()
+		return true
+	}
+	return false
+}
+
 // Source is one discovery backend.
 type Source interface {
 	// Name is the configured source name (etcd, file, ...).
@@ -240,6 +262,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 type sink struct {
 	w           *Watcher
 	established time.Time
+	// readEnded: the reducer's resync of this pass has ended.
+	readEnded bool
 }
 
 func (s *sink) Put(key string, value []byte) {
@@ -267,30 +291,56 @@ func (s *sink) ResyncBegin() {
 	s.w.reducer.ResyncBegin()
 }
 
-// ResyncEnd publishes the resynced view at once: readiness and reloads
-// wait for it.
+// ResyncEnd publishes the resynced view at once (readiness and reloads
+// wait for it) unless PublishRead did, and counts the pass as connected.
 func (s *sink) ResyncEnd() {
 	w := s.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.resyncing = false
-	if w.stopped || w.ctx.Err() != nil {
+	if !s.endRead() {
 		return
 	}
-	w.reducer.ResyncEnd()
 	s.established = time.Now()
 	w.setConnected(true)
+	if w.reducer.Dirty() {
+		w.publishLocked()
+	}
+}
+
+// PublishRead publishes the resynced view before the pass's watches are
+// open, without counting the pass as connected.
+func (s *sink) PublishRead() {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.endRead()
+}
+
+// endRead ends the initial read once: the reducer's resync ends and the
+// view is published (the first view replaces the registry's even when it
+// is empty). False when the watcher no longer publishes.
+func (s *sink) endRead() bool {
+	w := s.w
+	w.resyncing = false
+	if w.stopped || w.ctx.Err() != nil {
+		return false
+	}
+	if s.readEnded {
+		return true
+	}
+	s.readEnded = true
+	w.reducer.ResyncEnd()
 	if !w.published {
 		// The first view replaces the registry's even when it is empty.
 		w.published = true
 		w.publishLocked()
 		w.Synced()
 		close(w.synced)
-		return
+		return true
 	}
 	if w.reducer.Dirty() {
 		w.publishLocked()
 	}
+	return true
 }
 
 func (s *sink) Flush() {

@@ -111,18 +111,25 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 	}
 	// The list is published before the watch opens: what it read is the
 	// fleet at rv whether or not the watch then opens within the seed
-	// timeout (a pass that fails there is retried after its backoff).
+	// timeout (a pass that fails there is retried after its backoff). The
+	// pass is connected only once the watch is open.
 	sink.ResyncBegin()
 	for _, name := range sortedKeys(held) {
 		if e := held[name]; e.key != "" {
 			sink.Put(e.key, e.value)
 		}
 	}
-	sink.ResyncEnd()
+	early := discovery.PublishRead(sink)
+	if !early {
+		sink.ResyncEnd()
+	}
 
 	w, err := openWatch(ctx, seedCtx, &s.calls, pods.Watch, selector, rv, s.Timing)
 	if err != nil {
 		return fmt.Errorf("watching pods in %s: %w", s.Namespace, err)
+	}
+	if early {
+		sink.ResyncEnd()
 	}
 	st := newStream("pods", w, s.Timing)
 	defer st.stop()

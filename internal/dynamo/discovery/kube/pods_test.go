@@ -176,9 +176,10 @@ func TestPodsSourceRolesReadinessModels(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.Events.WithLabelValues("refused")); got != 1 {
 		t.Fatalf("refused counted %v times, want 1", got)
 	}
-	if got := testutil.ToFloat64(h.metrics.Connected); got != 1 {
-		t.Fatalf("connected = %v", got)
-	}
+	// The list is published before the watch opens; connected follows.
+	tu.Eventually(t, 5*time.Second, "connected once the watch opens", func() bool {
+		return testutil.ToFloat64(h.metrics.Connected) == 1
+	})
 	for w := range snap.Workers.All() {
 		if w.Card != nil || w.DPDeclared || w.Capacity.TotalKVBlocks != nil {
 			t.Fatalf("pod worker %+v has card, dp or capacity", w)
@@ -311,6 +312,9 @@ func TestPodsSourceNormalEndKeepsConnected(t *testing.T) {
 	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
 	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Second, IdleDeadline: time.Hour})
 	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	tu.Eventually(t, 5*time.Second, "connected once the first watch opens", func() bool {
+		return testutil.ToFloat64(h.metrics.Connected) == 1
+	})
 	var drops int
 	deadline := time.Now().Add(3500 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -441,6 +445,25 @@ func TestPodsSourceWatchOpenTimeout(t *testing.T) {
 	fake.Apply(kubefake.Pods, pod("worker-1", "D", "decode", "", true))
 	fake.HoldWatchOpen(false)
 	waitView(t, h, want(line("worker-0", "decode", "m", "D"), line("worker-1", "decode", "m", "D")))
+}
+
+// The list is published before the watch opens, but the pass counts as
+// connected only once the watch is open: a watch held unopened shows the
+// listed fleet with connected at 0.
+func TestPodsSourceConnectedOnlyWatching(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	fake.Apply(kubefake.Pods, pod("worker-0", "D", "decode", "", true))
+	fake.HoldWatchOpen(true)
+	h := startPods(t, fake, config.Kubernetes{Namespace: k8sNS, Model: "m"}, kube.Timing{Seed: time.Minute, WatchTimeout: time.Hour, IdleDeadline: time.Hour})
+	waitView(t, h, want(line("worker-0", "decode", "m", "D")))
+	if got := testutil.ToFloat64(h.metrics.Connected); got != 0 {
+		t.Fatalf("connected = %v with the list published and the watch not open", got)
+	}
+	fake.HoldWatchOpen(false)
+	tu.Eventually(t, 5*time.Second, "connected once the watch opens", func() bool {
+		return testutil.ToFloat64(h.metrics.Connected) == 1
+	})
 }
 
 // An exec credential plugin that does not answer: client-go runs it with no
