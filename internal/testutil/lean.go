@@ -1,7 +1,9 @@
 package testutil
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -45,5 +47,33 @@ func LeanServer(tb testing.TB, h http.Handler) string {
 		_ = fallback.Shutdown(ctx)
 		wg.Wait()
 	})
+	return "http://" + ln.Addr().String()
+}
+
+// StatusLineServer serves every connection one HTTP/1.1 answer with the
+// status line "HTTP/1.1 "+status (taken as it is, control bytes included)
+// and an empty body, then closes it; it returns the server's base URL.
+// Tests of what a command shows of an answer a client must not trust use
+// it: net/http would refuse to write such a status line.
+func StatusLineServer(tb testing.TB, status string) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				_, _ = io.WriteString(c, "HTTP/1.1 "+status+"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
 	return "http://" + ln.Addr().String()
 }

@@ -1,13 +1,10 @@
 package tui_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -649,25 +646,8 @@ func TestFleetStringsEscapedForTerminal(t *testing.T) {
 // TestErrorBannerEscaped: a poll's error quoting the router's answer (a
 // status line carrying terminal controls) is drawn escaped in the banner.
 func TestErrorBannerEscaped(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				_, _ = bufio.NewReader(c).ReadString('\n')
-				_, _ = io.WriteString(c, "HTTP/1.1 500 bad\x1b]0;owned\x07\x1b[2J\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			}()
-		}
-	}()
-	cl := &tui.Client{Base: "http://" + ln.Addr().String(), HTTP: &http.Client{}}
+	base := testutil.StatusLineServer(t, "500 bad\x1b]0;owned\x07\x1b[2J")
+	cl := &tui.Client{Base: base, HTTP: &http.Client{}}
 	_, ferr := cl.Fetch(context.Background(), t0)
 	if ferr == nil || !strings.Contains(ferr.Error(), "\x1b]0;owned") {
 		t.Fatalf("fetch error %v: the status line did not reach it", ferr)

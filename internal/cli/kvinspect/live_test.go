@@ -1,12 +1,9 @@
 package kvinspect_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -667,25 +664,8 @@ func TestMatchWhyEscaped(t *testing.T) {
 // TestWorkersRouterStatusEscaped: a router answering with a status line
 // that carries terminal controls is quoted escaped in the error, exit 1.
 func TestWorkersRouterStatusEscaped(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				_, _ = bufio.NewReader(c).ReadString('\n')
-				_, _ = io.WriteString(c, "HTTP/1.1 500 bad\x1b]0;owned\x07\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			}()
-		}
-	}()
-	code, _, errOut := runLive(t, nil, "", "kv-inspect", "workers", "--router", "http://"+ln.Addr().String())
+	base := testutil.StatusLineServer(t, "500 bad\x1b]0;owned\x07")
+	code, _, errOut := runLive(t, nil, "", "kv-inspect", "workers", "--router", base)
 	if code != 1 || strings.ContainsAny(errOut, "\x1b\x07") || !strings.Contains(errOut, `500 bad\x1b]0;owned\x07`) {
 		t.Errorf("exit %d %q", code, errOut)
 	}

@@ -1,11 +1,9 @@
 package top_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -118,25 +116,8 @@ func TestInteractiveDemo(t *testing.T) {
 // TestOnceErrorEscaped: --once ending on a router answer that quotes
 // terminal controls (its status line) prints the error escaped, exit 1.
 func TestOnceErrorEscaped(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				_, _ = bufio.NewReader(c).ReadString('\n')
-				_, _ = io.WriteString(c, "HTTP/1.1 500 bad\x1b]0;owned\x07\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			}()
-		}
-	}()
-	code, _, errOut := run(t, "top", "--once", "--router", "http://"+ln.Addr().String())
+	base := testutil.StatusLineServer(t, "500 bad\x1b]0;owned\x07")
+	code, _, errOut := run(t, "top", "--once", "--router", base)
 	if code != 1 || strings.ContainsAny(errOut, "\x1b\x07") || !strings.Contains(errOut, `500 bad\x1b]0;owned\x07`) {
 		t.Errorf("exit %d %q", code, errOut)
 	}
