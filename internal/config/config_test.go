@@ -641,3 +641,35 @@ func TestBusListenCollision(t *testing.T) {
 		})
 	}
 }
+
+// TestFileRootFromDynamoEnv: the file source's root defaults to Dynamo's
+// DYN_FILE_KV when it is set (where Dynamo's processes keep their store),
+// else $TMPDIR/dynamo_store_kv; a root the file writes wins over both.
+func TestFileRootFromDynamoEnv(t *testing.T) {
+	t.Parallel()
+	const src = "dynamo:\n  enabled: true\n  discovery:\n    source: file\n"
+	for _, tc := range []struct {
+		name, yaml string
+		env        map[string]string
+		want       string
+	}{
+		{"unset", src, nil, filepath.Join(os.TempDir(), "dynamo_store_kv")},
+		{"empty", src, map[string]string{"DYN_FILE_KV": ""}, filepath.Join(os.TempDir(), "dynamo_store_kv")},
+		{"set", src, map[string]string{"DYN_FILE_KV": "/srv/dyn"}, "/srv/dyn"},
+		{"written", src + "    file:\n      root: /data/kv\n", map[string]string{"DYN_FILE_KV": "/srv/dyn"}, "/data/kv"},
+	} {
+		doc, err := config.Parse("test.yaml", []byte(tc.yaml), config.Options{Env: envOf(tc.env)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := doc.Findings.Errors(); n > 0 {
+			t.Fatalf("%s: %d errors: %v", tc.name, n, doc.Findings)
+		}
+		if got := doc.Config.Dynamo.Discovery.File.Root; got != tc.want {
+			t.Errorf("%s: root %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := config.DefaultFor(envOf(map[string]string{"DYN_FILE_KV": "/srv/dyn"})).Dynamo.Discovery.File.Root; got != "/srv/dyn" {
+		t.Errorf("DefaultFor: root %q", got)
+	}
+}

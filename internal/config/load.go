@@ -68,7 +68,7 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 	if env == nil {
 		env = os.LookupEnv
 	}
-	doc := &Document{File: name, Config: Default()}
+	doc := &Document{File: name, Config: DefaultFor(env)}
 	dec := &decoder{file: name, env: env, unsetWarns: opts.UnsetEnvWarns, pos: map[string]position{}, failed: map[string]bool{}}
 
 	yd := yaml.NewDecoder(bytes.NewReader(data))

@@ -376,6 +376,21 @@ const (
 	MinStreamBudgetBytes = 64 << 10
 )
 
+// DefaultFor is Default with the defaults Dynamo itself takes from its
+// environment, read through env (none when env is nil): the file store's
+// root is DYN_FILE_KV when that is set, as it is for Dynamo's workers and
+// frontend (their store is under $TMPDIR/dynamo_store_kv otherwise, which
+// is Default's root). A root the file writes still wins.
+func DefaultFor(env LookupEnv) *Config {
+	c := Default()
+	if env != nil {
+		if root, ok := env("DYN_FILE_KV"); ok && root != "" {
+			c.Dynamo.Discovery.File.Root = root
+		}
+	}
+	return c
+}
+
 // Default returns the configuration with every default filled in: what a
 // configuration that sets nothing means.
 func Default() *Config {

@@ -99,7 +99,7 @@ func (o *DiscoveryFlags) SetChanged(source, root bool) { o.changedSource, o.chan
 // Resolve returns the configuration --config gives, with the discovery
 // flags applied over it; its discovery settings are validated.
 func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*config.Config, error) {
-	cfg := config.Default()
+	cfg := config.DefaultFor(env)
 	if configFile != "" {
 		doc, err := config.Load(configFile, config.Options{Env: env})
 		if err != nil {

@@ -65,7 +65,7 @@ and the exit status is 1.`,
 }
 
 func showRun(opts *ShowOptions) error {
-	cfg := config.Default()
+	cfg := config.DefaultFor(opts.Env)
 	if opts.File != "" {
 		doc, err := config.Load(opts.File, config.Options{Env: opts.Env})
 		if err != nil {

@@ -140,7 +140,7 @@ func (o *Options) ready(d *routerd.Daemon) {
 // config loads --config (the defaults without one), prints its errors,
 // logs its warnings (as a reload does) and applies --bind.
 func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
-	cfg := config.Default()
+	cfg := config.DefaultFor(o.Env)
 	if o.ConfigFile != "" {
 		doc, err := config.Load(o.ConfigFile, config.Options{Env: o.Env})
 		if err != nil {
