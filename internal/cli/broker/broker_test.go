@@ -80,17 +80,7 @@ func TestNewCmdBroker(t *testing.T) {
 func TestRun(t *testing.T) {
 	t.Parallel()
 	pki := testutil.NewTestPKI(t)
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
-		Entries:     []eventbus.Entry{{ID: "broker-a.dynamo", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("tok"), Namespaces: []string{"dynamo"}}},
-		MaxSessions: 4, MaxStreamsPerSession: 8, MaxSessionBufferBytes: 8 << 16, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	busCtx, stopBus := context.WithCancel(context.Background())
-	busDone := make(chan struct{})
-	go func() { defer close(busDone); _ = bus.Run(busCtx) }()
-	defer func() { stopBus(); <-busDone }()
-	testutil.Eventually(t, 10*time.Second, "the bus listening", func() bool { return bus.LocalAddr() != nil })
+	bus := testutil.StartBus(t, pki, eventbus.Entry{ID: "broker-a.dynamo", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("tok"), Namespaces: []string{"dynamo"}})
 
 	root := t.TempDir()
 	pub := testutil.StartGoPublisher(t)
@@ -182,17 +172,7 @@ func TestRunKubernetes(t *testing.T) {
 	t.Parallel()
 	const ns, podNS, prefill = "dynamo-qwen3", "dynamo", "vllm-disagg-vllmprefillworker-7c9d6f5b8-k2x4p"
 	pki := testutil.NewTestPKI(t)
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
-		Entries:     []eventbus.Entry{{ID: "broker-a.dynamo", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("tok"), Namespaces: []string{ns}}},
-		MaxSessions: 4, MaxStreamsPerSession: 8, MaxSessionBufferBytes: 8 << 16, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	busCtx, stopBus := context.WithCancel(context.Background())
-	busDone := make(chan struct{})
-	go func() { defer close(busDone); _ = bus.Run(busCtx) }()
-	defer func() { stopBus(); <-busDone }()
-	testutil.Eventually(t, 10*time.Second, "the bus listening", func() bool { return bus.LocalAddr() != nil })
+	bus := testutil.StartBus(t, pki, eventbus.Entry{ID: "broker-a.dynamo", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("tok"), Namespaces: []string{ns}})
 
 	// The fleet fixture, with the prefill worker's kv_metrics publisher
 	// moved to a real one on loopback.

@@ -70,17 +70,7 @@ func TestNewCmdKVListener(t *testing.T) {
 func TestRun(t *testing.T) {
 	t.Parallel()
 	pki := testutil.NewTestPKI(t)
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
-		Entries:     []eventbus.Entry{{ID: "kv-a", Role: eventbus.RoleKVListener, TokenHash: eventbus.HashToken("tok"), Backends: []string{"vllm-1"}}},
-		MaxSessions: 4, MaxStreamsPerSession: 8, MaxSessionBufferBytes: 8 << 16, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	busCtx, stopBus := context.WithCancel(context.Background())
-	busDone := make(chan struct{})
-	go func() { defer close(busDone); _ = bus.Run(busCtx) }()
-	defer func() { stopBus(); <-busDone }()
-	testutil.Eventually(t, 10*time.Second, "the bus listening", func() bool { return bus.LocalAddr() != nil })
+	bus := testutil.StartBus(t, pki, eventbus.Entry{ID: "kv-a", Role: eventbus.RoleKVListener, TokenHash: eventbus.HashToken("tok"), Backends: []string{"vllm-1"}})
 
 	lastID := make(chan string, 1)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
