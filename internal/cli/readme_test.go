@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"iter"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,32 +56,50 @@ func TestReadmeCommandLinesParse(t *testing.T) {
 	}
 	n := 0
 	for _, b := range shBlock.FindAllSubmatch(readme, -1) {
-		text := strings.ReplaceAll(string(b[1]), "\\\n", " ")
-		for _, line := range strings.Split(text, "\n") {
-			for _, seg := range strings.Split(line, "|") {
-				words := shellWords(seg)
-				if len(words) == 0 || words[0] != "continuum" {
-					continue
-				}
-				n++
-				ios, _, _, _ := iostreams.Test()
-				root := cli.NewRootCmd(&cmdutil.Factory{IOStreams: ios})
-				c, rest, err := root.Find(words[1:])
-				if err == nil {
-					err = c.ParseFlags(rest)
-				}
-				if err == nil {
-					err = c.ValidateArgs(c.Flags().Args())
-				}
-				if err != nil {
-					t.Errorf("README: %s: %v", strings.TrimSpace(seg), err)
-				}
+		for seg, words := range commandLines(string(b[1])) {
+			n++
+			if err := parseCommandLine(words); err != nil {
+				t.Errorf("README: %s: %v", seg, err)
 			}
 		}
 	}
 	if n < 20 {
 		t.Fatalf("only %d continuum command lines found in the README", n)
 	}
+}
+
+// commandLines yields each `continuum` command of a shell text (lines
+// joined at a trailing backslash, pipelines split) with its words.
+func commandLines(text string) iter.Seq2[string, []string] {
+	return func(yield func(string, []string) bool) {
+		text = strings.ReplaceAll(text, "\\\n", " ")
+		for line := range strings.SplitSeq(text, "\n") {
+			for seg := range strings.SplitSeq(line, "|") {
+				words := shellWords(seg)
+				if len(words) == 0 || words[0] != "continuum" {
+					continue
+				}
+				if !yield(strings.TrimSpace(seg), words) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// parseCommandLine finds the command words name in a fresh command tree
+// and parses its flags and argument count, running nothing.
+func parseCommandLine(words []string) error {
+	ios, _, _, _ := iostreams.Test()
+	root := cli.NewRootCmd(&cmdutil.Factory{IOStreams: ios})
+	c, rest, err := root.Find(words[1:])
+	if err == nil {
+		err = c.ParseFlags(rest)
+	}
+	if err == nil {
+		err = c.ValidateArgs(c.Flags().Args())
+	}
+	return err
 }
 
 // shellWords splits a command line as sh would for these examples: quotes
@@ -127,25 +146,10 @@ func TestHelpExamplesParse(t *testing.T) {
 	var walk func(c *cobra.Command)
 	n := 0
 	walk = func(c *cobra.Command) {
-		text := strings.ReplaceAll(c.Example, "\\\n", " ")
-		for _, line := range strings.Split(text, "\n") {
-			for _, seg := range strings.Split(line, "|") {
-				words := shellWords(seg)
-				if len(words) == 0 || words[0] != "continuum" {
-					continue
-				}
-				n++
-				fresh := cli.NewRootCmd(&cmdutil.Factory{IOStreams: ios})
-				sub, rest, err := fresh.Find(words[1:])
-				if err == nil {
-					err = sub.ParseFlags(rest)
-				}
-				if err == nil {
-					err = sub.ValidateArgs(sub.Flags().Args())
-				}
-				if err != nil {
-					t.Errorf("%s example: %s: %v", c.CommandPath(), strings.TrimSpace(seg), err)
-				}
+		for seg, words := range commandLines(c.Example) {
+			n++
+			if err := parseCommandLine(words); err != nil {
+				t.Errorf("%s example: %s: %v", c.CommandPath(), seg, err)
 			}
 		}
 		for _, s := range c.Commands() {
