@@ -231,7 +231,14 @@ func TestSupervisorChangedRecordKeepsAccounting(t *testing.T) {
 		s.store.Read(func(r load.ReadView) { at = r.Since(load.Key{WorkerID: 6}) })
 		return at
 	}
-	time.Sleep(100 * time.Millisecond) // the samples sent are all in
+	// One more sample, the highest sequence: once it is in, every one sent
+	// before it has been handled (a publisher's messages arrive in order).
+	final := uint64(time.Now().UnixNano())
+	_ = a.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, final, uint64(time.Now().UnixMilli()), payload))
+	testutil.Eventually(t, 10*time.Second, "the last sample sent", func() bool {
+		smp, _ := s.store.Latest(6, 0)
+		return smp.Sequence == final
+	})
 	changed := time.Now()
 	f.publisher(0xe6, b.Endpoint)
 	testutil.Eventually(t, 10*time.Second, "the sample dropped by the new record's session", func() bool {
