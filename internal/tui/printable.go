@@ -1,10 +1,9 @@
 package tui
 
 import (
-	"fmt"
 	"reflect"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/continuum-router/continuum/internal/iostreams"
 )
 
 // escaped returns a deep copy of v (a pointer, struct, slice, array, map
@@ -58,7 +57,7 @@ func escaped(v reflect.Value) reflect.Value {
 		}
 		return n
 	case reflect.String:
-		return reflect.ValueOf(printable(v.String())).Convert(v.Type())
+		return reflect.ValueOf(iostreams.Printable(v.String())).Convert(v.Type())
 	}
 	return v
 }
@@ -66,39 +65,4 @@ func escaped(v reflect.Value) reflect.Value {
 // escapedSnapshot is s with every string escaped for the terminal.
 func escapedSnapshot(s *Snapshot) *Snapshot {
 	return escaped(reflect.ValueOf(s)).Interface().(*Snapshot)
-}
-
-// printable returns s with control characters (C0, DEL, C1), the Unicode
-// line and paragraph separators and the bidirectional overrides written as
-// Go escapes, and invalid UTF-8 as \ufffd.
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || unprintable(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == utf8.RuneError:
-			b.WriteString(`\ufffd`)
-		case unprintable(r) && r < 0x100:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case unprintable(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-func unprintable(r rune) bool {
-	return r < 0x20 || r >= 0x7f && r < 0xa0 || r == 0x2028 || r == 0x2029 ||
-		r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/continuum-router/continuum/internal/iostreams"
 )
 
 // wide is the width from which the fleet view shows its extra columns.
@@ -130,7 +132,7 @@ func (m Model) banner() []string {
 			state, m.errSince.Format("15:04:05"), plural(m.failures, "failure"), m.backoff())),
 			// The error may quote the router's answer (its status line):
 			// escaped like every string from it.
-			m.styles.Bad.Render(" " + printable(m.err.Error()))}
+			m.styles.Bad.Render(" " + iostreams.Printable(m.err.Error()))}
 	case m.snap != nil && m.snap.Workers.Enabled && !m.snap.Workers.Connected:
 		return []string{m.styles.Stale.Render(" discovery is not connected: the fleet view may be out of date ")}
 	}
@@ -384,7 +386,7 @@ func (m Model) detailBody() []string {
 	if len(w.DisaggregatedEndpoint) > 0 && string(w.DisaggregatedEndpoint) != "null" {
 		// Raw JSON is kept as sent, not escaped with the snapshot's
 		// strings: a JSON string may hold C1 controls and bidi overrides.
-		kv = append(kv, [2]string{"bootstrap", printable(string(w.DisaggregatedEndpoint))})
+		kv = append(kv, [2]string{"bootstrap", iostreams.Printable(string(w.DisaggregatedEndpoint))})
 	}
 	out := []string{m.styles.Header.Render("  worker detail (enter or esc to close)")}
 	for _, p := range kv {

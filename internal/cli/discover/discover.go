@@ -228,10 +228,10 @@ func age(since string, now time.Time) string {
 }
 
 // writeTable prints r for a terminal; every string read from the fleet goes
-// through cmdutil.Printable (pr), so none can drive the terminal or break a
+// through iostreams.Printable (pr), so none can drive the terminal or break a
 // row.
 func writeTable(out io.Writer, r Report, now time.Time) error {
-	pr := cmdutil.Printable
+	pr := iostreams.Printable
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "source %s, namespaces %s, generation %d: %d workers, %d publishers, %d problems\n\n",
 		r.Source, pr(strings.Join(r.Namespaces, ",")), r.Generation, len(r.Workers), len(r.Publishers), len(r.Problems))
@@ -368,7 +368,7 @@ func (o *Options) printChange(c Change) error {
 		_, err = fmt.Fprintf(o.IO.Out, "%s\n", b)
 		return err
 	}
-	pr := cmdutil.Printable // fleet strings, as in writeTable
+	pr := iostreams.Printable // fleet strings, as in writeTable
 	if c.Problem != nil {
 		_, err := fmt.Fprintf(o.IO.Out, "gen %d  %s  %s  %s: %s\n", c.Generation, c.Event, c.Problem.Kind, pr(strings.Join(c.Problem.Keys, " ")), pr(c.Problem.Reason))
 		return err

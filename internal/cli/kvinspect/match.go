@@ -24,6 +24,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/kvstack"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/iostreams"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -380,7 +381,7 @@ func report(ex kv.Explanation, model, requested, path string, namespaces []strin
 }
 
 func targetText(t MatchTarget) string {
-	return fmt.Sprintf("%s rank %d (%s, %s)", t.InstanceID, t.DPRank, cmdutil.Printable(t.Component), t.Reason)
+	return fmt.Sprintf("%s rank %d (%s, %s)", t.InstanceID, t.DPRank, iostreams.Printable(t.Component), t.Reason)
 }
 
 // writeMatchTable prints a report: the request and the result, the pin,
@@ -400,12 +401,12 @@ func writeMatchTable(w io.Writer, r MatchReport) error {
 	if r.Reason != "" {
 		// The reason may quote what the fleet's cards declare (an
 		// artifact's path or URL): printed escaped, never raw.
-		fmt.Fprintf(w, "why: %s\n", cmdutil.Printable(r.Reason))
+		fmt.Fprintf(w, "why: %s\n", iostreams.Printable(r.Reason))
 		if r.Result == kv.ResultArtifactUnpinned {
 			fmt.Fprintln(w, "     review the files, then pin their checksums in dynamo.kv.pinned_artifacts (continuum pin-artifact --from-discovery)")
 		}
 	}
-	fmt.Fprintf(w, "pin: namespace %s\n", cmdutil.Printable(r.Pin.Namespace))
+	fmt.Fprintf(w, "pin: namespace %s\n", iostreams.Printable(r.Pin.Namespace))
 	if r.Pin.Prefill != nil {
 		fmt.Fprintf(w, "  prefill %s\n", targetText(*r.Pin.Prefill))
 	}

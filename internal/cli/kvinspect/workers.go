@@ -319,7 +319,7 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 			}
 			// Namespaces and component names come from the fleet (or a
 			// router's answer): printed for a terminal, never raw.
-			ns := cmdutil.Printable(r.Namespace)
+			ns := iostreams.Printable(r.Namespace)
 			if ns == "" {
 				ns = "-"
 			}
@@ -346,8 +346,8 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FAMILY\tPUBLISHER\tNAMESPACE\tCOMPONENT\tSTATE\tTRANSPORT")
 	for _, s := range v.Subscriptions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cmdutil.Printable(s.Family), cmdutil.Printable(s.PublisherID), cmdutil.Printable(s.Namespace),
-			cmdutil.Printable(s.Component), cmdutil.Printable(s.State), cmdutil.Printable(s.Transport))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", iostreams.Printable(s.Family), iostreams.Printable(s.PublisherID), iostreams.Printable(s.Namespace),
+			iostreams.Printable(s.Component), iostreams.Printable(s.State), iostreams.Printable(s.Transport))
 	}
 	return tw.Flush()
 }
@@ -408,7 +408,7 @@ func fetchKV(ctx context.Context, client *http.Client, base, token string) (admi
 	}
 	defer func() { _ = resp.Body.Close() }()
 	// The status line is the router's: quoted escaped, never raw.
-	status := cmdutil.Printable(resp.Status)
+	status := iostreams.Printable(resp.Status)
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusUnauthorized, http.StatusForbidden:

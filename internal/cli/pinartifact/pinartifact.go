@@ -138,7 +138,7 @@ func runHash(ctx context.Context, o *Options) error {
 			failed++
 			// The error may quote the server's answer (its status line):
 			// printed escaped, never raw.
-			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %s\n", displayName(in), cmdutil.Printable(err.Error()))
+			fmt.Fprintf(o.IO.ErrOut, "pin-artifact: %s: %s\n", displayName(in), iostreams.Printable(err.Error()))
 			continue
 		}
 		if d.Bytes > artifact.MaxArtifactBytes {
@@ -202,7 +202,7 @@ func displayName(in string) string {
 	if strings.Contains(in, "://") {
 		in = artifact.Redact(in)
 	}
-	return cmdutil.Printable(in)
+	return iostreams.Printable(in)
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -410,7 +410,7 @@ func writeTable(out io.Writer, r Report) error {
 				}
 				// Names, formats, locations and problems come from the
 				// fleet's cards: printed for a terminal, never raw.
-				pr := cmdutil.Printable
+				pr := iostreams.Printable
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", pr(m.Namespace), pr(m.Model), pr(a.Slot), pr(a.Format),
 					dash(a.Kind), dash(a.Checksum), pinned, a.Workers, m.Workers, pr(a.Location), pr(dash(a.Problem)))
 			}

@@ -147,7 +147,7 @@ func Run(ctx context.Context, o *Options) error {
 		defer p.summary()
 		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: p.observe,
 			OnError: func(err error) {
-				fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %s\n", o.Endpoint, cmdutil.Printable(err.Error()))
+				fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %s\n", o.Endpoint, iostreams.Printable(err.Error()))
 			}})
 	}
 	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)
@@ -255,7 +255,7 @@ func (p *printer) writeText(ev load.Event) {
 	if ev.Result != telemetry.ResultAccepted {
 		// A detail may quote what the publisher sent (a field name of its
 		// payload): escaped, it cannot drive the terminal or split a line.
-		fmt.Fprintf(w, "%s  %-17s %s\n", now, "REJECT "+ev.Result, cmdutil.Printable(ev.Detail))
+		fmt.Fprintf(w, "%s  %-17s %s\n", now, "REJECT "+ev.Result, iostreams.Printable(ev.Detail))
 	} else {
 		env := ev.Envelope
 		age := "-"

@@ -167,7 +167,7 @@ func once(ctx context.Context, o *Options, m tui.Model, client *tui.Client) erro
 		if err != nil {
 			// The error may quote the router's answer (its status line):
 			// printed escaped, as the views draw it.
-			return fmt.Errorf("%s: %s", o.Router, cmdutil.Printable(err.Error()))
+			return fmt.Errorf("%s: %s", o.Router, iostreams.Printable(err.Error()))
 		}
 		model, _ = model.Update(tui.SnapshotMsg(snap))
 	}

@@ -1,9 +1,9 @@
-package cmdutil_test
+package iostreams_test
 
 import (
 	"testing"
 
-	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/iostreams"
 )
 
 func TestPrintable(t *testing.T) {
@@ -20,7 +20,7 @@ func TestPrintable(t *testing.T) {
 		{"", ""},
 	}
 	for _, tc := range tests {
-		if got := cmdutil.Printable(tc.in); got != tc.want {
+		if got := iostreams.Printable(tc.in); got != tc.want {
 			t.Errorf("Printable(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
