@@ -39,6 +39,7 @@ type DiscoveryFlags struct {
 	changedSource       bool
 	changedRoot         bool
 	changedEtcdSecurity bool
+	changedPasswordEnv  bool
 	// cmd is the command the flags are on: Resolve tells its standard
 	// error the discovery settings' warnings.
 	cmd *cobra.Command
@@ -78,6 +79,7 @@ func (o *DiscoveryFlags) Capture(fl *pflag.FlagSet) {
 	for _, n := range []string{"etcd-ca-cert", "etcd-client-cert", "etcd-client-key", "etcd-server-name", "etcd-username"} {
 		o.changedEtcdSecurity = o.changedEtcdSecurity || fl.Changed(n)
 	}
+	o.changedPasswordEnv = fl.Changed("etcd-password-env")
 }
 
 // FirstGiven returns the first discovery flag given on fl, "" when none
@@ -139,6 +141,19 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 			pw, _ := env(o.PasswordEnv)
 			d.Etcd.Auth = &config.Auth{Username: o.Username, Password: pw}
 		}
+	}
+	// A password variable named on the command line is that of the user
+	// given beside it or in --config, and must be set: an empty password
+	// would fail later as a refused login, far from its cause.
+	if o.changedPasswordEnv {
+		if d.Etcd.Auth == nil || d.Etcd.Auth.Username == "" {
+			return nil, FlagErrorf("--etcd-password-env names the password of an etcd user: pass --etcd-username, or --config with dynamo.discovery.etcd.auth.username")
+		}
+		pw, ok := env(o.PasswordEnv)
+		if !ok {
+			return nil, FlagErrorf("--etcd-password-env: the environment variable %s is not set", o.PasswordEnv)
+		}
+		d.Etcd.Auth.Password = pw
 	}
 	if d.Source == config.SourceEtcd && len(d.Etcd.Endpoints) == 0 {
 		return nil, FlagErrorf("no etcd endpoints: pass --etcd-endpoints, or --config with dynamo.discovery.etcd.endpoints")

@@ -1,0 +1,74 @@
+package cmdutil_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+)
+
+// resolve parses args as a discovery command's flags and resolves them
+// over configFile with env.
+func resolve(t *testing.T, configFile string, env map[string]string, args ...string) (user, password string, err error) {
+	t.Helper()
+	var o cmdutil.DiscoveryFlags
+	cmd := &cobra.Command{Use: "discover"}
+	o.Register(cmd)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	o.Capture(cmd.Flags())
+	cfg, err := o.Resolve(configFile, func(name string) (string, bool) { v, ok := env[name]; return v, ok })
+	if err != nil {
+		return "", "", err
+	}
+	if a := cfg.Dynamo.Discovery.Etcd.Auth; a != nil {
+		return a.Username, a.Password, nil
+	}
+	return "", "", nil
+}
+
+// TestPasswordEnv: --etcd-password-env is the password of the user given
+// beside it or in --config; alone, or naming an unset variable, it is a
+// usage error instead of an empty password.
+func TestPasswordEnv(t *testing.T) {
+	t.Parallel()
+	endpoints := "--etcd-endpoints=https://etcd:2379"
+	env := map[string]string{"ETCD_PASSWORD": "default", "PW": "secret"}
+	check := func(name, wantUser, wantPassword string, user, password string, err error) {
+		t.Helper()
+		if err != nil || user != wantUser || password != wantPassword {
+			t.Errorf("%s: user %q password %q, %v", name, user, password, err)
+		}
+	}
+	refused := func(name, want string, err error) {
+		t.Helper()
+		var fe *cmdutil.FlagError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a usage error saying %q", name, err, want)
+		}
+	}
+	u, p, err := resolve(t, "", env, endpoints, "--etcd-username=reader")
+	check("the default variable", "reader", "default", u, p, err)
+	u, p, err = resolve(t, "", env, endpoints, "--etcd-username=reader", "--etcd-password-env=PW")
+	check("a named variable", "reader", "secret", u, p, err)
+	_, _, err = resolve(t, "", env, endpoints, "--etcd-password-env=PW")
+	refused("no user", "--etcd-username", err)
+	_, _, err = resolve(t, "", env, endpoints, "--etcd-username=reader", "--etcd-password-env=NOPE")
+	refused("an unset variable", "NOPE is not set", err)
+
+	file := filepath.Join(t.TempDir(), "continuum.yaml")
+	doc := "dynamo:\n  discovery:\n    etcd:\n      endpoints: [\"https://etcd:2379\"]\n      auth: {username: fromfile, password: inline}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u, p, err = resolve(t, file, env)
+	check("the file's user and password", "fromfile", "inline", u, p, err)
+	u, p, err = resolve(t, file, env, "--etcd-password-env=PW")
+	check("the file's user, the variable's password", "fromfile", "secret", u, p, err)
+}
