@@ -10,10 +10,16 @@ import (
 // file in path's directory, synced, then renamed over path. A reader that
 // waits for the file (a script polling for it, serve --config) finds it
 // absent or complete, never empty or cut short, and a reader of the file
-// it replaces keeps reading the old one whole. The file gets perm. Its
-// error names path, not the temporary file.
+// it replaces keeps reading the old one whole. The file gets perm. A path
+// that is a symbolic link is written through: the file it leads to is
+// replaced and the link stays. Its error names path, not the temporary
+// file.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := writeFileAtomic(path, data, perm); err != nil {
+	target := path
+	if t, err := filepath.EvalSymlinks(path); err == nil {
+		target = t
+	}
+	if err := writeFileAtomic(target, data, perm); err != nil {
 		var pe *os.PathError
 		var le *os.LinkError
 		switch {

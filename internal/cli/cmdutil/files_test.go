@@ -66,3 +66,30 @@ func TestWriteFileAtomicFails(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// TestWriteFileAtomicThroughLink: a path that is a symbolic link (a
+// configuration kept in another directory and linked where it is read)
+// stays a link; the file it leads to gets the data.
+func TestWriteFileAtomicThroughLink(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "real", "continuum.yaml")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("old: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "continuum.yaml")
+	if err := os.Symlink(filepath.Join("real", "continuum.yaml"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmdutil.WriteFileAtomic(link, []byte("new: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v, %v", fi.Mode(), err)
+	}
+	if got, err := os.ReadFile(file); err != nil || string(got) != "new: 2\n" {
+		t.Errorf("the linked file holds %q, %v", got, err)
+	}
+}
