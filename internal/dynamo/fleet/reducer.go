@@ -1007,10 +1007,10 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 		if role != RolePrefill && role != RoleDecode && role != RoleAggregated {
 			role = RoleUnknown
 		}
-		return &Worker{ID: id, Role: role, Model: p.Model, Component: p.Component, Endpoint: GenerateEndpoint, DPSize: 1}, nil
+		return &Worker{ID: id, Role: role, Model: p.Model, Component: p.Component, Endpoint: GenerateEndpoint, DPSize: 1, ns: InternNamespace(id.Namespace)}, nil
 	}
 	e := rec.endpoint
-	w := &Worker{ID: id, Component: e.Component, Endpoint: e.Endpoint, DPSize: 1, transport: e.Transport}
+	w := &Worker{ID: id, Component: e.Component, Endpoint: e.Endpoint, DPSize: 1, transport: e.Transport, ns: InternNamespace(id.Namespace)}
 	compRole := componentRole(e.Component)
 	var claim roleClaim
 	if cardRec != nil && cardRec.model != nil {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unique"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
@@ -49,6 +50,31 @@ const (
 type WorkerID struct {
 	Namespace  string
 	InstanceID uint64
+}
+
+// NamespaceID is a namespace name interned: comparing or hashing one costs
+// what a pointer's does, where a string costs a pass over its bytes, so
+// that maps keyed by worker (load samples, cached blocks, dispatches in
+// flight) stay as fast as when a worker was its instance id alone. The
+// zero NamespaceID is the empty name. An interned name is freed once no
+// NamespaceID of it is left, so names of departed namespaces do not
+// accumulate.
+type NamespaceID struct{ h unique.Handle[string] }
+
+// InternNamespace returns the NamespaceID of name.
+func InternNamespace(name string) NamespaceID {
+	if name == "" {
+		return NamespaceID{}
+	}
+	return NamespaceID{unique.Make(name)}
+}
+
+// String is the namespace's name.
+func (n NamespaceID) String() string {
+	if n == (NamespaceID{}) {
+		return ""
+	}
+	return n.h.Value()
 }
 
 // Capacity is what a worker's card declares; nil fields were not declared.
@@ -97,6 +123,18 @@ type Worker struct {
 	Card *Card
 
 	transport wire.Transport
+	// ns is ID.Namespace interned (NamespaceID), set when the reducer
+	// builds the worker.
+	ns NamespaceID
+}
+
+// NamespaceID is the worker's namespace interned. A worker built outside
+// the reducer has its namespace interned on each call.
+func (w *Worker) NamespaceID() NamespaceID {
+	if w.ns == (NamespaceID{}) {
+		return InternNamespace(w.ID.Namespace)
+	}
+	return w.ns
 }
 
 // InstanceHex is the instance id as keys and the registry write it.
