@@ -374,7 +374,7 @@ func report(ex kv.Explanation, model, requested, path string, namespaces []strin
 		if c.Phase == pick.PhasePrefill && pin.Prefill != nil {
 			chosen = *pin.Prefill
 		}
-		mc.Chosen = chosen.Worker != nil && chosen.Worker.ID.InstanceID == c.Worker.ID.InstanceID && chosen.DPRank == c.DPRank
+		mc.Chosen = chosen.Worker != nil && chosen.Worker.ID == c.Worker.ID && chosen.DPRank == c.DPRank
 		rep.Candidates = append(rep.Candidates, mc)
 	}
 	return rep

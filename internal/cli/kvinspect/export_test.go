@@ -1,0 +1,4 @@
+package kvinspect
+
+// Report renders an explanation (tests).
+var Report = report
