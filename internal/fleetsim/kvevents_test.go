@@ -331,7 +331,7 @@ func TestKVEventsMatchTheRouter(t *testing.T) {
 
 	// The index fed these events agrees with the worker on every prompt.
 	ix := kv.NewIndex()
-	ix.SetLive(map[uint64]load.LiveWorker{prefill.InstanceID: {Namespace: "dynamo", DPSize: 1}})
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: prefill.InstanceID}: {DPSize: 1}})
 	nextID := map[uint32]uint64{}
 	removed, top, engine := 0, 0, 0
 	for i := range events {
@@ -340,7 +340,7 @@ func TestKVEventsMatchTheRouter(t *testing.T) {
 			t.Fatalf("event %d has id %d, want %d", i, ev.EventID, want)
 		}
 		nextID[ev.DPRank] = ev.EventID + 1
-		if out := ix.Apply(1, ev); out.Result != kv.ResultAccepted || out.Gap {
+		if out := ix.Apply(1, load.NS("dynamo"), ev); out.Result != kv.ResultAccepted || out.Gap {
 			t.Fatalf("event %d (%s): %+v", i, ev.Kind, out)
 		}
 		removed += len(ev.Removed)

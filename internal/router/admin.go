@@ -92,20 +92,20 @@ func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 		resp.MaxStalenessMs = maxAge.Milliseconds()
 		now := s.opts.Now()
 		snap := s.opts.Registry.Snapshot()
-		ranks := make(map[uint64]*fleet.Worker, snap.Workers.Len())
+		ranks := make(map[fleet.WorkerID]*fleet.Worker, snap.Workers.Len())
 		for w := range snap.Workers.All() {
-			ranks[w.ID.InstanceID] = w
+			ranks[w.ID] = w
 		}
 		picks := s.picks.snapshot(func(k load.Key) bool {
-			w := ranks[k.WorkerID]
+			w := ranks[k.ID()]
 			return w != nil && k.DPRank >= w.DPStartRank && k.DPRank < w.DPStartRank+max(w.DPSize, 1)
 		})
 		for wk := range snap.Workers.All() {
 			for r := range max(wk.DPSize, 1) {
 				rank := wk.DPStartRank + r
 				row := admin.LoadSample{WorkerID: wk.WorkerIDDecimal(), Namespace: wk.ID.Namespace, DPRank: rank,
-					Selections: picks[load.Key{WorkerID: wk.ID.InstanceID, DPRank: rank}], State: "none"}
-				smp, ok := s.opts.Store.Latest(wk.ID.InstanceID, rank)
+					Selections: picks[load.RankOf(wk, rank)], State: "none"}
+				smp, ok := s.opts.Store.Latest(load.RankOf(wk, rank))
 				if !ok {
 					resp.Samples = append(resp.Samples, row)
 					continue

@@ -55,7 +55,7 @@ func newBusyHarness(t *testing.T, edit func(*config.Config)) *busyHarness {
 	h.reg = fleet.NewRegistry(nil, nil)
 	h.reg.Publish(h.reducer.Build(t0))
 	h.store = load.NewStore(time.Minute, nil)
-	h.store.SetLiveAndRetain(map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 2}})
+	h.store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 10}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 20}: {DPSize: 2}})
 	h.metrics = telemetry.NewRouterMetrics(nil)
 	h.srv = router.New(router.Options{Config: cfg, Registry: h.reg, Store: h.store, Metrics: h.metrics, Gatherer: prometheus.NewRegistry()})
 	h.srv.SetReady(true)
@@ -77,7 +77,7 @@ func (h *busyHarness) setLoad(t *testing.T, id uint64, rank uint32, used uint64)
 	h.mu.Unlock()
 	zero := uint64(0)
 	l := wire.ActiveLoad{WorkerID: id, DPRank: rank, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero, KVUsedBlocks: &used}
-	if r := h.store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); r != "" {
+	if r := h.store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); r != "" {
 		t.Fatal(r)
 	}
 }

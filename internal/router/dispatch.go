@@ -271,12 +271,12 @@ func (x *exchange) abort(res sendResult) {
 func (x *exchange) countSelection(pin *pick.Pin) {
 	m := x.s.opts.Metrics
 	m.Selections.WithLabelValues(pick.RoleDecode, pin.DecodeReason).Inc()
-	x.s.picks.add(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
+	x.s.picks.add(load.RankOf(pin.Decode.Worker, pin.Decode.DPRank))
 	if pin.PrefillReason != "" {
 		m.Selections.WithLabelValues(pick.RolePrefill, pin.PrefillReason).Inc()
 	}
 	if pin.Prefill != nil {
-		x.s.picks.add(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
+		x.s.picks.add(load.RankOf(pin.Prefill.Worker, pin.Prefill.DPRank))
 	}
 }
 

@@ -71,9 +71,9 @@ func newKVRouter(t *testing.T, edit func(*config.Config)) *kvRouter {
 	put("decode", "Decode", 20)
 	k := &kvRouter{fe: fleetsim.NewFrontend(), reg: fleet.NewRegistry(nil, nil), index: kv.NewIndex(), metrics: telemetry.NewKVMetrics(nil)}
 	k.reg.Publish(red.Build(t0))
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := range k.reg.Snapshot().Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
+		live[w.ID] = load.LiveWorker{DPSize: 1}
 	}
 	store := load.NewStore(time.Minute, nil)
 	store.SetLiveAndRetain(live)
@@ -137,7 +137,7 @@ func (k *kvRouter) hold(t *testing.T, w uint64, hashes []uint64, n int) {
 	for i, h := range hashes[:n] {
 		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: w<<32 | uint64(i), TokensHash: h})
 	}
-	if out := k.index.Apply(kv.SubscriptionID(w), &ev); out.Result != kv.ResultAccepted {
+	if out := k.index.Apply(kv.SubscriptionID(w), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
 		t.Fatalf("stored: %+v", out)
 	}
 }

@@ -24,8 +24,8 @@ import (
 func (x *exchange) repin(req *shim.Request[*Backend], res sendResult, pin *pick.Pin) *shim.Dispatch[*Backend] {
 	tries := [][]fleet.WorkerID{res.blame}
 	if !res.named && pin.Prefill != nil && len(res.blame) == 2 {
-		decode := x.s.picks.lastServed(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank})
-		prefill := x.s.picks.lastServed(load.Key{WorkerID: pin.Prefill.Worker.ID.InstanceID, DPRank: pin.Prefill.DPRank})
+		decode := x.s.picks.lastServed(load.RankOf(pin.Decode.Worker, pin.Decode.DPRank))
+		prefill := x.s.picks.lastServed(load.RankOf(pin.Prefill.Worker, pin.Prefill.DPRank))
 		switch {
 		case prefill.After(decode):
 			tries = [][]fleet.WorkerID{res.blame[:1]}
@@ -55,8 +55,8 @@ func (x *exchange) repin(req *shim.Request[*Backend], res sendResult, pin *pick.
 // alive.
 func (x *exchange) served(pin *pick.Pin) {
 	now := x.s.opts.Now()
-	x.s.picks.served(load.Key{WorkerID: pin.Decode.Worker.ID.InstanceID, DPRank: pin.Decode.DPRank}, now)
+	x.s.picks.served(load.RankOf(pin.Decode.Worker, pin.Decode.DPRank), now)
 	if p := pin.Prefill; p != nil {
-		x.s.picks.served(load.Key{WorkerID: p.Worker.ID.InstanceID, DPRank: p.DPRank}, now)
+		x.s.picks.served(load.RankOf(p.Worker, p.DPRank), now)
 	}
 }

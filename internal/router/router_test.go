@@ -446,6 +446,66 @@ func TestNamespacePools(t *testing.T) {
 	}
 }
 
+// TestNamespacesShareInstanceIDs: a worker is its namespace and instance
+// id. Canary runs a worker 20 of another model beside the harness's decode
+// worker 20 in namespace dynamo: a request pinned to canary's counts as a
+// selection of canary's worker only, and a sample of dynamo's worker 20
+// (from a publisher of namespace dynamo) is not canary's load.
+func TestNamespacesShareInstanceIDs(t *testing.T) {
+	t.Parallel()
+	canary := fleetsim.NewFrontend()
+	canarySrv := httptest.NewServer(canary)
+	defer canarySrv.Close()
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = append(c.Backends, config.Backend{Name: "fe-canary", Type: "openai", URL: canarySrv.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
+		c.Dynamo.Discovery.Etcd.Namespaces = []string{"dynamo", "canary"}
+		c.Dynamo.Shim.Backends = nil
+		c.Dynamo.Shim.Pools = []config.ShimPool{{Namespace: "dynamo", Backends: []string{"fe"}}, {Namespace: "canary", Backends: []string{"fe-canary"}}}
+	})
+	modelWorker(h.reducer, "canary", "backend", "Aggregated", "canary-model", 20, 0)
+	h.reg.Publish(h.reducer.Build(t0))
+	canary.SetWorkers("canary-model", nil, []uint64{20})
+	h.store.SetLiveAndRetain(load.LiveOf(h.reg.Snapshot()))
+	blocks := uint64(7)
+	if r := h.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: 20, ActiveDecodeBlocks: &blocks}, Namespace: load.NS("dynamo"), PublisherID: 1, Sequence: 1, ReceivedAt: time.Now()}); r != "" {
+		t.Fatal(r)
+	}
+	resp := h.post(t, `{"model":"canary-model","messages":[{"role":"user","content":"hi"}]}`, map[string]string{"x-backend": ""})
+	if body := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get("x-continuum-backend") != "fe-canary" {
+		t.Fatalf("status %d via %q: %s", resp.StatusCode, resp.Header.Get("x-continuum-backend"), body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/admin/dynamo/load", nil)
+	req.Header.Set("Authorization", "Bearer admin-secret")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l admin.LoadResponse
+	if err := json.Unmarshal([]byte(readAll(t, r)), &l); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, s := range l.Samples {
+		if s.WorkerID != "20" || s.DPRank != 0 {
+			continue
+		}
+		seen++
+		switch s.Namespace {
+		case "canary":
+			if s.Selections != 1 || s.State != "none" || s.ActiveDecodeBlocks != nil {
+				t.Errorf("canary's worker 20: %+v, want one selection and no sample", s)
+			}
+		case "dynamo":
+			if s.Selections != 0 || s.ActiveDecodeBlocks == nil || *s.ActiveDecodeBlocks != 7 {
+				t.Errorf("dynamo's worker 20: %+v, want no selection and its sample", s)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("worker 20 rank 0 listed %d times: %+v", seen, l.Samples)
+	}
+}
+
 func TestNoWorkerPlainRouting(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
@@ -537,9 +597,9 @@ func TestAdminWorkers(t *testing.T) {
 func TestAdminLoadAndProblems(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.store.SetLiveAndRetain(map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPStartRank: 0, DPSize: 2}})
+	h.store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 20}: {DPStartRank: 0, DPSize: 2}})
 	blocks := uint64(7)
-	if r := h.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: 20, DPRank: 1, ActiveDecodeBlocks: &blocks}, PublisherID: 1, Sequence: 1, ReceivedAt: time.Now()}); r != "" {
+	if r := h.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: 20, DPRank: 1, ActiveDecodeBlocks: &blocks}, Namespace: load.NS("dynamo"), PublisherID: 1, Sequence: 1, ReceivedAt: time.Now()}); r != "" {
 		t.Fatal(r)
 	}
 	get := func(path string) string {

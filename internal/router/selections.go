@@ -13,7 +13,7 @@ import (
 // than any the router is sized for.
 const maxSelectionKeys = 1 << 16
 
-// selections counts picks per (worker, rank) since the router started, for
+// selections counts picks per (namespace, worker, rank) since the router started, for
 // GET /admin/dynamo/load (continuum top turns them into rates), and
 // remembers when each last served a pinned request (which worker of a
 // failed pair to blame). Prometheus keeps only role and reason, which

@@ -18,20 +18,20 @@ func TestSelections(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 1000 {
-				s.add(load.Key{WorkerID: uint64(i % 10), DPRank: uint32(g % 2)})
+				s.add(load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(i % 10), DPRank: uint32(g % 2)})
 			}
 		}()
 	}
 	wg.Wait()
 	got := s.snapshot(func(k load.Key) bool { return k.WorkerID != 3 })
-	if len(got) != 18 || got[load.Key{WorkerID: 1}] != 200 || got[load.Key{WorkerID: 9, DPRank: 1}] != 200 {
+	if len(got) != 18 || got[load.Key{Namespace: load.NS("dynamo"), WorkerID: 1}] != 200 || got[load.Key{Namespace: load.NS("dynamo"), WorkerID: 9, DPRank: 1}] != 200 {
 		t.Fatalf("%d keys: %v", len(got), got)
 	}
 	if again := s.snapshot(func(load.Key) bool { return true }); len(again) != 18 {
 		t.Fatalf("pruned keys came back: %v", again)
 	}
 	for i := range maxSelectionKeys + 10 {
-		s.add(load.Key{WorkerID: uint64(1000 + i)})
+		s.add(load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(1000 + i)})
 	}
 	if n := len(s.snapshot(func(load.Key) bool { return true })); n != maxSelectionKeys {
 		t.Fatalf("%d keys held, bound %d", n, maxSelectionKeys)
@@ -40,7 +40,7 @@ func TestSelections(t *testing.T) {
 
 func BenchmarkSelectionsAdd(b *testing.B) {
 	var s selections
-	k := load.Key{WorkerID: 7, DPRank: 1}
+	k := load.Key{Namespace: load.NS("dynamo"), WorkerID: 7, DPRank: 1}
 	s.add(k)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -2,7 +2,7 @@ package kv
 
 // This file: the bounded radix index of the workers' KV caches. It is fed
 // decoded KV events and answers, for a request's block hashes, how many
-// leading blocks each (worker, dp rank) already holds.
+// leading blocks each (namespace, worker, dp rank) already holds.
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
@@ -168,7 +169,7 @@ type Index struct {
 	rankOf     map[load.Key]int32
 	ownerships int
 
-	live map[uint64]load.LiveWorker
+	live load.LiveSet
 	subs map[SubscriptionID]*subscription
 	nCur int // cursors of all subscriptions
 
@@ -227,7 +228,7 @@ func newIndex(lim limits) *Index {
 		nodes:  make([]node, 1, 1024),
 		seed:   newSeed(),
 		rankOf: map[load.Key]int32{},
-		live:   map[uint64]load.LiveWorker{},
+		live:   load.LiveSet{},
 		subs:   map[SubscriptionID]*subscription{},
 	}
 	ix.nodes[0] = node{path: ix.seed, own: -1}
@@ -236,20 +237,21 @@ func newIndex(lim limits) *Index {
 }
 
 // SetLive installs the live-worker gate: an event is indexed only if its
-// worker is in live and its rank is one the worker declares. In the same
-// step, the blocks and cursors of every rank that left are dropped. The
-// index keeps live; the caller must not change it afterwards.
-func (ix *Index) SetLive(live map[uint64]load.LiveWorker) {
+// worker (its publisher's namespace and its worker_id) is in live and its
+// rank is one the worker declares. In the same step, the blocks and
+// cursors of every rank that left are dropped.
+func (ix *Index) SetLive(byID map[fleet.WorkerID]load.LiveWorker) {
+	live := load.NewLiveSet(byID)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for k, r := range ix.rankOf {
-		if !isLive(live, k) {
+		if !live.Declares(k) {
 			ix.dropRank(r)
 		}
 	}
 	for _, s := range ix.subs {
 		for k := range s.cursors {
-			if !isLive(live, k) {
+			if !live.Declares(k) {
 				delete(s.cursors, k)
 				ix.nCur--
 			}
@@ -257,15 +259,6 @@ func (ix *Index) SetLive(live map[uint64]load.LiveWorker) {
 	}
 	ix.live = live
 	ix.maybeCompact()
-}
-
-func isLive(live map[uint64]load.LiveWorker, k load.Key) bool {
-	w, ok := live[k.WorkerID]
-	if !ok {
-		return false
-	}
-	size := max(w.DPSize, 1)
-	return k.DPRank >= w.DPStartRank && uint64(k.DPRank) < uint64(w.DPStartRank)+uint64(size)
 }
 
 // ClearSubscription forgets a subscription: the blocks of every rank it fed
@@ -324,22 +317,24 @@ func admit(ev *wire.RouterEvent) string {
 }
 
 // Apply takes one event of subscription sub, in the order the publisher
-// sent it; ev is read, not kept. In turn: the per-event checks; the
-// live-identity gate; the rank's cursor (replays skipped, a gap drops the
-// rank's blocks first); then the event itself, if it is about the device
-// tier. The index keeps a subscription from its first event until
+// sent it; ev is read, not kept. The event is about worker ev.WorkerID of
+// namespace ns, the namespace of the publisher as discovered: a worker is
+// its namespace and id, and the payload does not name the namespace. In
+// turn: the per-event checks; the live-identity gate; the rank's cursor
+// (replays skipped, a gap drops the rank's blocks first); then the event
+// itself, if it is about the device tier. The index keeps a subscription from its first event until
 // ClearSubscription; the caller bounds how many subscriptions it feeds.
-func (ix *Index) Apply(sub SubscriptionID, ev *wire.RouterEvent) Outcome {
+func (ix *Index) Apply(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.RouterEvent) Outcome {
 	adm := admit(ev)
 	if adm == ResultMalformed {
 		return Outcome{Result: ResultMalformed}
 	}
-	k := load.Key{WorkerID: ev.WorkerID, DPRank: ev.DPRank}
+	k := load.Key{Namespace: ns, WorkerID: ev.WorkerID, DPRank: ev.DPRank}
 	fp := fingerprint(ev)
 
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if !isLive(ix.live, k) {
+	if !ix.live.Declares(k) {
 		return Outcome{Result: ResultIdentityMismatch}
 	}
 	s := ix.subs[sub]
@@ -835,7 +830,7 @@ type CursorInfo struct {
 }
 
 // Ranks lists every rank the index holds blocks of or has a cursor for,
-// ordered by worker and rank.
+// ordered by namespace, worker and rank.
 func (ix *Index) Ranks() []RankInfo {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
@@ -863,7 +858,7 @@ func (ix *Index) Ranks() []RankInfo {
 		out = append(out, *ri)
 	}
 	slices.SortFunc(out, func(a, b RankInfo) int {
-		return cmp.Or(cmp.Compare(a.Rank.WorkerID, b.Rank.WorkerID), cmp.Compare(a.Rank.DPRank, b.Rank.DPRank))
+		return cmp.Or(cmp.Compare(a.Rank.Namespace.String(), b.Rank.Namespace.String()), cmp.Compare(a.Rank.WorkerID, b.Rank.WorkerID), cmp.Compare(a.Rank.DPRank, b.Rank.DPRank))
 	})
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -221,10 +222,10 @@ func mooncake(b *testing.B, simBlocks int) *mooncakeReplay {
 	return rp
 }
 
-func benchLive(workers int, ranks uint32) map[uint64]load.LiveWorker {
-	live := map[uint64]load.LiveWorker{}
+func benchLive(workers int, ranks uint32) map[fleet.WorkerID]load.LiveWorker {
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := 1; w <= workers; w++ {
-		live[uint64(w)] = load.LiveWorker{DPSize: ranks}
+		live[fleet.WorkerID{Namespace: "dynamo", InstanceID: uint64(w)}] = load.LiveWorker{DPSize: ranks}
 	}
 	return live
 }
@@ -261,7 +262,7 @@ func benchMooncake(b *testing.B, rp *mooncakeReplay) {
 				matched += best
 				continue
 			}
-			if out := ix.Apply(kv.SubscriptionID(op.worker), &op.ev); out.Result != kv.ResultAccepted || out.Gap {
+			if out := ix.Apply(kv.SubscriptionID(op.worker), load.NS("dynamo"), &op.ev); out.Result != kv.ResultAccepted || out.Gap {
 				b.Fatalf("op %d: %+v", i, out)
 			}
 		}
@@ -290,7 +291,7 @@ func BenchmarkIndexAtCaps(b *testing.B) {
 		blocks := make([]wire.StoredBlock, 4096)
 		for tree := range trees {
 			for o := range owners {
-				k := load.Key{WorkerID: uint64(tree*ranksPerTree + o + 1)}
+				k := load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(tree*ranksPerTree + o + 1)}
 				var parent *uint64
 				for start := 0; start < kv.MaxBlocksPerRank; start += len(blocks) {
 					for i := range blocks {
@@ -299,7 +300,7 @@ func BenchmarkIndexAtCaps(b *testing.B) {
 					}
 					ids[k]++
 					ev := wire.RouterEvent{WorkerID: k.WorkerID, EventID: ids[k], Kind: wire.KVStored, ParentHash: parent, Blocks: blocks}
-					if out := ix.Apply(kv.SubscriptionID(k.WorkerID), &ev); out.Result != kv.ResultAccepted {
+					if out := ix.Apply(kv.SubscriptionID(k.WorkerID), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
 						b.Fatalf("fill: %+v", out)
 					}
 					last := blocks[len(blocks)-1].BlockHash
@@ -333,7 +334,7 @@ func BenchmarkIndexAtCaps(b *testing.B) {
 		// One block more is refused.
 		ev := wire.RouterEvent{WorkerID: trees*ranksPerTree + 1, EventID: 1, Kind: wire.KVStored,
 			Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 1}}}
-		if out := ix.Apply(0, &ev); out.Result != kv.ResultOverCapacity {
+		if out := ix.Apply(0, load.NS("dynamo"), &ev); out.Result != kv.ResultOverCapacity {
 			b.Fatalf("past the caps: %+v", out)
 		}
 		tokens := make([]uint64, 8192)

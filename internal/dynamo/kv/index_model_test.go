@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -17,7 +18,7 @@ import (
 // A rank's engine hash names a path (the tokens hashes from the root, as a
 // string); a rank holds a path while one of its hashes names it.
 type model struct {
-	live  map[uint64]load.LiveWorker
+	live  map[fleet.WorkerID]load.LiveWorker
 	subs  map[kv.SubscriptionID]map[load.Key]modelCursor
 	ranks map[load.Key]map[uint64]*modelBlock
 }
@@ -36,11 +37,11 @@ func newModel() *model {
 }
 
 func (m *model) isLive(k load.Key) bool {
-	w, ok := m.live[k.WorkerID]
+	w, ok := m.live[k.ID()]
 	return ok && k.DPRank >= w.DPStartRank && k.DPRank < w.DPStartRank+max(w.DPSize, 1)
 }
 
-func (m *model) setLive(live map[uint64]load.LiveWorker) {
+func (m *model) setLive(live map[fleet.WorkerID]load.LiveWorker) {
 	m.live = live
 	for k := range m.ranks {
 		if !m.isLive(k) {
@@ -63,14 +64,14 @@ func (m *model) clearSubscription(id kv.SubscriptionID) {
 	delete(m.subs, id)
 }
 
-func (m *model) apply(sub kv.SubscriptionID, ev wire.RouterEvent) kv.Outcome {
+func (m *model) apply(sub kv.SubscriptionID, ns string, ev wire.RouterEvent) kv.Outcome {
 	switch {
 	case ev.Kind == wire.KVStored && len(ev.Blocks) == 0,
 		ev.Kind == wire.KVRemoved && len(ev.Removed) == 0,
 		ev.Kind != wire.KVStored && ev.Kind != wire.KVRemoved && ev.Kind != wire.KVCleared:
 		return kv.Outcome{Result: kv.ResultMalformed}
 	}
-	k := load.Key{WorkerID: ev.WorkerID, DPRank: ev.DPRank}
+	k := load.Key{Namespace: load.NS(ns), WorkerID: ev.WorkerID, DPRank: ev.DPRank}
 	if !m.isLive(k) {
 		return kv.Outcome{Result: kv.ResultIdentityMismatch}
 	}
@@ -189,9 +190,18 @@ type generator struct {
 
 func (g *generator) pick(n int) int { return g.rnd.IntN(n) }
 
+// nsOf is the namespace of subscription sub's publisher: two graphs, whose
+// workers share instance ids.
+func nsOf(sub kv.SubscriptionID) string {
+	if sub == 3 {
+		return "canary"
+	}
+	return "prod"
+}
+
 func (g *generator) event() (kv.SubscriptionID, wire.RouterEvent) {
 	sub := kv.SubscriptionID(1 + g.pick(3))
-	k := load.Key{WorkerID: uint64(1 + g.pick(4)), DPRank: uint32(g.pick(2))}
+	k := load.Key{Namespace: load.NS(nsOf(sub)), WorkerID: uint64(1 + g.pick(4)), DPRank: uint32(g.pick(2))}
 	if g.pick(10) == 0 {
 		k.DPRank = 2 // declared by no worker
 	}
@@ -249,15 +259,17 @@ func (g *generator) event() (kv.SubscriptionID, wire.RouterEvent) {
 	return sub, ev
 }
 
-func (g *generator) live() map[uint64]load.LiveWorker {
-	live := map[uint64]load.LiveWorker{}
-	for w := uint64(1); w <= 4; w++ {
-		switch g.pick(6) {
-		case 0: // absent
-		case 1:
-			live[w] = load.LiveWorker{DPStartRank: 1, DPSize: 2}
-		default:
-			live[w] = load.LiveWorker{DPSize: 2}
+func (g *generator) live() map[fleet.WorkerID]load.LiveWorker {
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	for _, ns := range []string{"prod", "canary"} {
+		for w := uint64(1); w <= 4; w++ {
+			switch g.pick(6) {
+			case 0: // absent
+			case 1:
+				live[fleet.WorkerID{Namespace: ns, InstanceID: w}] = load.LiveWorker{DPStartRank: 1, DPSize: 2}
+			default:
+				live[fleet.WorkerID{Namespace: ns, InstanceID: w}] = load.LiveWorker{DPSize: 2}
+			}
 		}
 	}
 	return live
@@ -322,8 +334,8 @@ func TestIndexAgainstModel(t *testing.T) {
 				}
 			default:
 				sub, ev := g.event()
-				want := g.m.apply(sub, ev)
-				if got := ix.Apply(sub, &ev); got != want {
+				want := g.m.apply(sub, nsOf(sub), ev)
+				if got := ix.Apply(sub, load.NS(nsOf(sub)), &ev); got != want {
 					t.Fatalf("seed %d step %d: %+v: %+v, want %+v", seed, step, ev, got, want)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -16,7 +17,9 @@ import (
 
 func ph(h uint64) *uint64 { return &h }
 
-func key(w uint64, r uint32) load.Key { return load.Key{WorkerID: w, DPRank: r} }
+func key(w uint64, r uint32) load.Key {
+	return load.Key{Namespace: load.NS("dynamo"), WorkerID: w, DPRank: r}
+}
 
 // chain is a stored event of worker w rank 0: engine hashes first,
 // first+1…, tokens hashes as given.
@@ -39,10 +42,10 @@ func onRank(ev wire.RouterEvent, r uint32) wire.RouterEvent { ev.DPRank = r; ret
 func withID(ev wire.RouterEvent, id uint64) wire.RouterEvent { ev.EventID = id; return ev }
 
 // liveWorkers makes workers 1..n live with dp ranks 0..size-1.
-func liveWorkers(n int, size uint32) map[uint64]load.LiveWorker {
-	live := map[uint64]load.LiveWorker{}
+func liveWorkers(n int, size uint32) map[fleet.WorkerID]load.LiveWorker {
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := 1; w <= n; w++ {
-		live[uint64(w)] = load.LiveWorker{Namespace: "ns", DPSize: size}
+		live[fleet.WorkerID{Namespace: "dynamo", InstanceID: uint64(w)}] = load.LiveWorker{DPSize: size}
 	}
 	return live
 }
@@ -60,7 +63,7 @@ func (f *feeder) apply(ev wire.RouterEvent) kv.Outcome {
 	k := key(ev.WorkerID, ev.DPRank)
 	f.ids[k]++
 	ev.EventID = f.ids[k]
-	return f.ix.Apply(kv.SubscriptionID(ev.WorkerID), &ev)
+	return f.ix.Apply(kv.SubscriptionID(ev.WorkerID), load.NS("dynamo"), &ev)
 }
 
 func matches(ix *kv.Index, tokens ...uint64) map[load.Key]int {
@@ -415,7 +418,7 @@ func TestIndexCursors(t *testing.T) {
 			ix := kv.NewIndex()
 			ix.SetLive(liveWorkers(2, 2))
 			for i, s := range tc.steps {
-				if got := ix.Apply(s.sub, &s.ev); got != s.want {
+				if got := ix.Apply(s.sub, load.NS("dynamo"), &s.ev); got != s.want {
 					t.Fatalf("step %d: %+v, want %+v", i, got, s.want)
 				}
 			}
@@ -430,7 +433,7 @@ func TestIndexGapCounted(t *testing.T) {
 	ix.SetLive(liveWorkers(1, 1))
 	for _, id := range []uint64{1, 2, 4, 5, 9} {
 		ev := withID(chain(1, nil, id, 1), id)
-		ix.Apply(1, &ev)
+		ix.Apply(1, load.NS("dynamo"), &ev)
 	}
 	if st := ix.Stats(); st.Gaps != 2 {
 		t.Fatalf("gaps %d, want 2", st.Gaps)
@@ -442,11 +445,11 @@ func TestIndexIdentityGate(t *testing.T) {
 	ix := kv.NewIndex()
 	mismatch := kv.Outcome{Result: kv.ResultIdentityMismatch}
 	ev := chain(1, nil, 10, 1)
-	if got := ix.Apply(1, &ev); got != mismatch {
+	if got := ix.Apply(1, load.NS("dynamo"), &ev); got != mismatch {
 		t.Fatalf("before SetLive: %+v", got)
 	}
 	// Worker 1 declares ranks 4..5; worker 2 no size (one rank, 0).
-	ix.SetLive(map[uint64]load.LiveWorker{1: {DPStartRank: 4, DPSize: 2}, 2: {}})
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPStartRank: 4, DPSize: 2}, {Namespace: "dynamo", InstanceID: 2}: {}})
 	for _, tc := range []struct {
 		ev   wire.RouterEvent
 		want kv.Outcome
@@ -461,7 +464,7 @@ func TestIndexIdentityGate(t *testing.T) {
 		{onRank(chain(3, nil, 10, 1), 0), mismatch},
 	} {
 		ev := withID(tc.ev, 1)
-		if got := ix.Apply(kv.SubscriptionID(ev.WorkerID), &ev); got != tc.want {
+		if got := ix.Apply(kv.SubscriptionID(ev.WorkerID), load.NS("dynamo"), &ev); got != tc.want {
 			t.Errorf("worker %d rank %d: %+v, want %+v", ev.WorkerID, ev.DPRank, got, tc.want)
 		}
 	}
@@ -472,19 +475,19 @@ func TestIndexIdentityGate(t *testing.T) {
 
 	// Worker 1 shrinks to rank 5 only; worker 2 leaves: their blocks and
 	// cursors go in the same call.
-	ix.SetLive(map[uint64]load.LiveWorker{1: {DPStartRank: 5, DPSize: 1}})
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPStartRank: 5, DPSize: 1}})
 	checkIndex(t, ix, []query{q(map[load.Key]int{key(1, 5): 1}, 1)}, shape{1, 1, 1})
 	if st := ix.Stats(); st.Cursors != 1 {
 		t.Fatalf("cursors %d, want 1", st.Cursors)
 	}
 	ev = withID(chain(2, nil, 10, 1), 2)
-	if got := ix.Apply(2, &ev); got != mismatch {
+	if got := ix.Apply(2, load.NS("dynamo"), &ev); got != mismatch {
 		t.Fatalf("departed worker: %+v", got)
 	}
 	// Back again, its first event sets a new cursor: no gap, no replay.
-	ix.SetLive(map[uint64]load.LiveWorker{1: {DPStartRank: 5, DPSize: 1}, 2: {}})
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPStartRank: 5, DPSize: 1}, {Namespace: "dynamo", InstanceID: 2}: {}})
 	ev = withID(chain(2, nil, 10, 1), 1)
-	if got := ix.Apply(2, &ev); got != accepted {
+	if got := ix.Apply(2, load.NS("dynamo"), &ev); got != accepted {
 		t.Fatalf("returned worker: %+v", got)
 	}
 	checkIndex(t, ix, []query{q(map[load.Key]int{key(1, 5): 1, key(2, 0): 1}, 1)}, shape{1, 2, 2})
@@ -504,7 +507,7 @@ func TestIndexClearSubscription(t *testing.T) {
 		{2, withID(chain(3, nil, 30, 1), 1)},
 	}
 	for _, s := range steps {
-		if got := ix.Apply(s.sub, &s.ev); got != accepted {
+		if got := ix.Apply(s.sub, load.NS("dynamo"), &s.ev); got != accepted {
 			t.Fatalf("%+v", got)
 		}
 	}
@@ -516,7 +519,7 @@ func TestIndexClearSubscription(t *testing.T) {
 	}
 	// Its cursors went too: an old id starts afresh instead of a replay.
 	ev := withID(chain(1, nil, 10, 1), 1)
-	if got := ix.Apply(1, &ev); got != accepted {
+	if got := ix.Apply(1, load.NS("dynamo"), &ev); got != accepted {
 		t.Fatalf("after ClearSubscription: %+v", got)
 	}
 	ix.ClearSubscription(2)
@@ -649,7 +652,7 @@ func TestIndexRealCaps(t *testing.T) {
 			tokens[i] = uint64(i)
 		}
 		ev := withID(chain(1, nil, 1, tokens...), 1)
-		if got := ix.Apply(1, &ev); got.Result != kv.ResultOverCapacity {
+		if got := ix.Apply(1, load.NS("dynamo"), &ev); got.Result != kv.ResultOverCapacity {
 			t.Fatalf("%+v", got)
 		}
 		m := ix.FindMatches(tokens, nil)
@@ -663,19 +666,19 @@ func TestIndexRealCaps(t *testing.T) {
 	t.Run("owners per node and cursors per subscription", func(t *testing.T) {
 		t.Parallel()
 		ix := kv.NewIndex()
-		ix.SetLive(map[uint64]load.LiveWorker{1: {DPSize: kv.MaxOwnersPerNode + 1}})
+		ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: kv.MaxOwnersPerNode + 1}})
 		for r := range uint32(kv.MaxCursorsPerSubscription) {
 			ev := withID(onRank(chain(1, nil, 10, 1), r), 1)
-			if got := ix.Apply(1, &ev); got != accepted {
+			if got := ix.Apply(1, load.NS("dynamo"), &ev); got != accepted {
 				t.Fatalf("rank %d: %+v", r, got)
 			}
 		}
 		ev := withID(onRank(chain(1, nil, 10, 1), kv.MaxCursorsPerSubscription), 1)
-		if got := ix.Apply(1, &ev); got.Result != kv.ResultOverCapacity {
+		if got := ix.Apply(1, load.NS("dynamo"), &ev); got.Result != kv.ResultOverCapacity {
 			t.Fatalf("one cursor past: %+v", got)
 		}
 		// Through another subscription: the node is full.
-		if got := ix.Apply(2, &ev); got.Result != kv.ResultOverCapacity {
+		if got := ix.Apply(2, load.NS("dynamo"), &ev); got.Result != kv.ResultOverCapacity {
 			t.Fatalf("one owner past: %+v", got)
 		}
 		if m := ix.FindMatches([]uint64{1}, nil); len(m) != kv.MaxOwnersPerNode {
@@ -693,19 +696,19 @@ func TestIndexCompaction(t *testing.T) {
 	t.Parallel()
 	ix := kv.NewIndex()
 	const ranks, blocks = 16, 8192
-	ix.SetLive(map[uint64]load.LiveWorker{1: {DPSize: ranks}})
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: ranks}})
 	tokens := make([]uint64, blocks)
 	for i := range tokens {
 		tokens[i] = uint64(i) + 1
 	}
 	for r := range uint32(ranks) {
 		ev := withID(onRank(chain(1, nil, 1, tokens...), r), 1)
-		ix.Apply(1, &ev)
+		ix.Apply(1, load.NS("dynamo"), &ev)
 	}
 	full := ix.Stats()
 	for r := range uint32(ranks - 1) {
 		ev := withID(onRank(cleared(1), r), 2)
-		ix.Apply(1, &ev)
+		ix.Apply(1, load.NS("dynamo"), &ev)
 	}
 	st := ix.Stats()
 	if st.Compactions == 0 || st.Bytes >= full.Bytes || st.Ownerships != blocks {
@@ -721,14 +724,14 @@ func TestIndexSteadyStateAllocations(t *testing.T) {
 	id := uint64(0)
 	store, remove := chain(1, nil, 10, tokens...), removed(1, 14, 15, 16, 17)
 	other := chain(2, nil, 20, tokens[:6]...)
-	ix.Apply(2, &other)
+	ix.Apply(2, load.NS("dynamo"), &other)
 	cycle := func() {
 		id++
 		store.EventID = id
-		ix.Apply(1, &store)
+		ix.Apply(1, load.NS("dynamo"), &store)
 		id++
 		remove.EventID = id
-		ix.Apply(1, &remove)
+		ix.Apply(1, load.NS("dynamo"), &remove)
 	}
 	for range 100 {
 		cycle()
@@ -770,7 +773,7 @@ func TestIndexConcurrent(t *testing.T) {
 				for _, ev := range evs {
 					id++
 					ev.EventID = id
-					if got := ix.Apply(kv.SubscriptionID(w), &ev); got.Result != kv.ResultAccepted || got.Gap {
+					if got := ix.Apply(kv.SubscriptionID(w), load.NS("dynamo"), &ev); got.Result != kv.ResultAccepted || got.Gap {
 						t.Errorf("writer %d: %+v", w, got)
 						return
 					}
@@ -814,11 +817,11 @@ func TestIndexConcurrent(t *testing.T) {
 
 func ExampleIndex() {
 	ix := kv.NewIndex()
-	ix.SetLive(map[uint64]load.LiveWorker{7: {Namespace: "dynamo", DPSize: 1}})
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 7}: {DPSize: 1}})
 	ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{
 		{BlockHash: 0xa1, TokensHash: 0x11}, {BlockHash: 0xa2, TokensHash: 0x22},
 	}}
-	fmt.Println(ix.Apply(1, &ev).Result)
+	fmt.Println(ix.Apply(1, load.NS("dynamo"), &ev).Result)
 	for _, m := range ix.FindMatches([]uint64{0x11, 0x22, 0x33}, nil) {
 		fmt.Println(m.Rank.WorkerID, m.Rank.DPRank, m.Blocks)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
@@ -46,17 +47,17 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Aggregated", 30}})
-			store, ix, prompts, _, p := newKVRig(t, pins, map[uint64]load.LiveWorker{10: {Namespace: "a", DPSize: 1},
-				20: {Namespace: "a", DPSize: 1}, 30: {Namespace: "b", DPSize: 1}})
+			store, ix, prompts, _, p := newKVRig(t, pins, map[fleet.WorkerID]load.LiveWorker{{Namespace: "a", InstanceID: 10}: {DPSize: 1},
+				{Namespace: "a", InstanceID: 20}: {DPSize: 1}, {Namespace: "b", InstanceID: 30}: {DPSize: 1}})
 			for i, s := range tc.samples {
 				l := wire.ActiveLoad{WorkerID: *s[0], ActivePrefillTokens: s[1], ActiveDecodeBlocks: s[2], KVUsedBlocks: s[3]}
-				if res := store.Apply(load.Sample{Load: l, PublisherID: *s[0], Sequence: uint64(i + 1), ReceivedAt: time.Now()}); res != "" {
+				if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, *s[0]).Namespace), PublisherID: *s[0], Sequence: uint64(i + 1), ReceivedAt: time.Now()}); res != "" {
 					t.Fatal(res)
 				}
 			}
 			body := longChat(400)
 			pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-			hold(t, ix, 1, tc.holder, pr.Hashes[16], len(pr.Hashes[16]))
+			hold(t, ix, 1, idOf(snap, tc.holder), pr.Hashes[16], len(pr.Hashes[16]))
 			req := pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body)}
 			if tc.busy {
 				req.Busy = &pick.BusyThreshold{KVBlocks: 0.5}

@@ -27,7 +27,7 @@ func TestPendingOverlapsAndRelease(t *testing.T) {
 	tk := ticket(t, pick.NewLoadBased(load.NewStore(time.Minute, nil)), 4)
 	p := newPending()
 	now := time.Now()
-	a, b := load.Key{WorkerID: 1}, load.Key{WorkerID: 2, DPRank: 3}
+	a, b := load.Key{Namespace: load.NS("dynamo"), WorkerID: 1}, load.Key{Namespace: load.NS("dynamo"), WorkerID: 2, DPRank: 3}
 	p.add(tk[0], a, 16, []uint64{1, 2, 3, 4}, now)
 	p.add(tk[1], a, 16, []uint64{1, 2, 9}, now)
 	p.add(tk[2], b, 16, []uint64{1, 2, 3}, now)
@@ -87,7 +87,7 @@ func TestPendingBounds(t *testing.T) {
 		if i == 0 {
 			first = tk
 		}
-		p.add(tk, load.Key{WorkerID: uint64(i)}, 16, long, now)
+		p.add(tk, load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(i)}, 16, long, now)
 	}
 	if _, n := p.size(); n > maxPendingBlocks {
 		t.Fatalf("%d blocks recorded, bound %d", n, maxPendingBlocks)
@@ -105,7 +105,7 @@ func TestPendingBounds(t *testing.T) {
 	p2 := newPending()
 	for i := range maxPendingRequests + 10 {
 		tk := lb.Dispatched(anyPin, 0, now)
-		p2.add(tk, load.Key{WorkerID: uint64(i % 7)}, 16, []uint64{uint64(i % 5), 1}, now)
+		p2.add(tk, load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(i % 7)}, 16, []uint64{uint64(i % 5), 1}, now)
 		if i%3 == 0 {
 			p2.done(tk)
 		}
@@ -126,9 +126,9 @@ func TestPendingManyRanks(t *testing.T) {
 	p := newPending()
 	now := time.Now()
 	for i := range 300 {
-		p.add(lb.Dispatched(anyPin, 0, now), load.Key{WorkerID: uint64(i % 100)}, 16, []uint64{1, 2, uint64(3 + i%3)}, now)
+		p.add(lb.Dispatched(anyPin, 0, now), load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(i % 100)}, 16, []uint64{1, 2, uint64(3 + i%3)}, now)
 	}
-	got := p.overlaps([]uint64{1, 2, 3}, 16, now, []Match{{Rank: load.Key{WorkerID: 999}, Blocks: 7}})
+	got := p.overlaps([]uint64{1, 2, 3}, 16, now, []Match{{Rank: load.Key{Namespace: load.NS("dynamo"), WorkerID: 999}, Blocks: 7}})
 	if len(got) != 101 || got[0].Blocks != 7 {
 		t.Fatalf("%d matches (want the one given and 100 ranks), first %+v", len(got), got[0])
 	}

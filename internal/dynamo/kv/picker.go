@@ -120,20 +120,20 @@ func (m *matches) blocks(k load.Key) int {
 }
 
 // Overlap implements Overlaps.
-func (b *matchBuf) Overlap(worker uint64, rank uint32, blockSize int) int {
+func (b *matchBuf) Overlap(k load.Key, blockSize int) int {
 	for i := range b.n {
 		if sz := &b.bySize[i]; sz.size == blockSize {
-			return sz.indexed.blocks(load.Key{WorkerID: worker, DPRank: rank})
+			return sz.indexed.blocks(k)
 		}
 	}
 	return 0
 }
 
 // InFlight implements Overlaps.
-func (b *matchBuf) InFlight(worker uint64, rank uint32, blockSize int) int {
+func (b *matchBuf) InFlight(k load.Key, blockSize int) int {
 	for i := range b.n {
 		if sz := &b.bySize[i]; sz.size == blockSize {
-			return sz.inFlight.blocks(load.Key{WorkerID: worker, DPRank: rank})
+			return sz.inFlight.blocks(k)
 		}
 	}
 	return 0
@@ -172,7 +172,7 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 		target = *pin.Prefill
 	}
 	if bs := target.Worker.BlockSize; bs != nil {
-		p.inflight.add(t, load.Key{WorkerID: target.Worker.ID.InstanceID, DPRank: target.DPRank}, int(*bs), prompt.Hashes[int(*bs)], now)
+		p.inflight.add(t, load.RankOf(target.Worker, target.DPRank), int(*bs), prompt.Hashes[int(*bs)], now)
 	}
 	switch {
 	case pin.Bypass:

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
@@ -24,16 +25,16 @@ func BenchmarkPickKV(b *testing.B) {
 	}
 	snap, pins := kvFleet(b, prefill, decode, nil)
 	store := load.NewStore(time.Hour, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo"}
+		live[w.ID] = load.LiveWorker{}
 	}
 	store.SetLiveAndRetain(live)
 	now := time.Now()
 	for i, w := range slices.Collect(snap.Workers.All()) {
 		v := uint64(i % 50)
 		store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
-			PublisherID: w.ID.InstanceID, Sequence: 1, ReceivedAt: now})
+			Namespace: load.NS("dynamo"), PublisherID: w.ID.InstanceID, Sequence: 1, ReceivedAt: now})
 	}
 	ix := kv.NewIndex()
 	ix.SetLive(live)
@@ -52,7 +53,7 @@ func BenchmarkPickKV(b *testing.B) {
 		for j, h := range pr.Hashes[16][:4+i] {
 			ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: uint64(i<<32 | j), TokensHash: h})
 		}
-		ix.Apply(kv.SubscriptionID(i), &ev)
+		ix.Apply(kv.SubscriptionID(i), load.NS("dynamo"), &ev)
 	}
 	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, EstPromptTokens: len(pr.IDs), Path: "/v1/chat/completions", Body: []byte(body)}
 	b.Run("load-only", func(b *testing.B) {

@@ -77,14 +77,27 @@ func kvFleetOf(t testing.TB, ws []kvWorker) (*fleet.Snapshot, []string) {
 	return r.Build(t0), pins
 }
 
-// hold makes worker w (rank 0) hold the first n blocks of prompt in ix.
-func hold(t *testing.T, ix *kv.Index, sub kv.SubscriptionID, w uint64, hashes []uint64, n int) {
+// idOf is the worker of instance id in snap (the test fleets' ids are
+// unique across their namespaces).
+func idOf(snap *fleet.Snapshot, id uint64) fleet.WorkerID {
+	for w := range snap.Workers.All() {
+		if w.ID.InstanceID == id {
+			return w.ID
+		}
+	}
+	return fleet.WorkerID{InstanceID: id}
+}
+
+// hold makes worker id (rank 0) hold the first n blocks of prompt in ix,
+// as a publisher of its namespace would.
+func hold(t *testing.T, ix *kv.Index, sub kv.SubscriptionID, id fleet.WorkerID, hashes []uint64, n int) {
 	t.Helper()
+	w := id.InstanceID
 	ev := wire.RouterEvent{WorkerID: w, Kind: wire.KVStored, EventID: 1}
 	for i, h := range hashes[:n] {
 		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: w<<32 | uint64(i), TokensHash: h})
 	}
-	if out := ix.Apply(sub, &ev); out.Result != kv.ResultAccepted {
+	if out := ix.Apply(sub, load.NS(id.Namespace), &ev); out.Result != kv.ResultAccepted {
 		t.Fatalf("stored: %+v", out)
 	}
 }
@@ -104,9 +117,9 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
+		live[w.ID] = load.LiveWorker{DPSize: 1}
 	}
 	store.SetLiveAndRetain(live)
 	ix := kv.NewIndex()
@@ -121,8 +134,8 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	if len(hashes) < 20 {
 		t.Fatalf("only %d blocks", len(hashes))
 	}
-	hold(t, ix, 1, 11, hashes, len(hashes)-2)
-	hold(t, ix, 2, 12, hashes, 5)
+	hold(t, ix, 1, idOf(snap, 11), hashes, len(hashes)-2)
+	hold(t, ix, 2, idOf(snap, 12), hashes, 5)
 	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, EstPromptTokens: 1, Path: "/v1/chat/completions", Body: []byte(body)}
 	for range 3 {
 		pin, tk, err := p.Reserve(snap, req, time.Now())
@@ -161,7 +174,7 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 
 // newKVRig is a KV-aware picker (overlap credit and prefill scale 1) over
 // the live workers, with its load store, index, prompts and metrics.
-func newKVRig(t *testing.T, pins []string, live map[uint64]load.LiveWorker) (*load.Store, *kv.Index, *kv.Prompts, *telemetry.KVMetrics, *kv.Picker) {
+func newKVRig(t *testing.T, pins []string, live map[fleet.WorkerID]load.LiveWorker) (*load.Store, *kv.Index, *kv.Prompts, *telemetry.KVMetrics, *kv.Picker) {
 	t.Helper()
 	store := load.NewStore(time.Minute, nil)
 	store.SetLiveAndRetain(live)
@@ -182,15 +195,15 @@ func newKVRig(t *testing.T, pins []string, live map[uint64]load.LiveWorker) (*lo
 func TestPickerScoresPrefillAcrossNamespaces(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}})
-	store, ix, prompts, m, p := newKVRig(t, pins, map[uint64]load.LiveWorker{10: {Namespace: "a", DPSize: 1}, 20: {Namespace: "a", DPSize: 1},
-		11: {Namespace: "b", DPSize: 1}, 21: {Namespace: "b", DPSize: 1}})
+	store, ix, prompts, m, p := newKVRig(t, pins, map[fleet.WorkerID]load.LiveWorker{{Namespace: "a", InstanceID: 10}: {DPSize: 1}, {Namespace: "a", InstanceID: 20}: {DPSize: 1},
+		{Namespace: "b", InstanceID: 11}: {DPSize: 1}, {Namespace: "b", InstanceID: 21}: {DPSize: 1}})
 	zero := uint64(0)
 	seq := uint64(0)
 	sample := func(id, decodeBlocks uint64) {
 		t.Helper()
 		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &decodeBlocks}
 		seq++
-		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
 			t.Fatal(res)
 		}
 	}
@@ -200,7 +213,7 @@ func TestPickerScoresPrefillAcrossNamespaces(t *testing.T) {
 	sample(21, 20)
 	body := longChat(400)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	hold(t, ix, 1, 11, pr.Hashes[16], len(pr.Hashes[16])-1)
+	hold(t, ix, 1, idOf(snap, 11), pr.Hashes[16], len(pr.Hashes[16])-1)
 	req := pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body)}
 	for range 3 {
 		pin, tk, err := p.Reserve(snap, req, time.Now())
@@ -235,10 +248,10 @@ func TestPickerScoresPrefillAcrossNamespaces(t *testing.T) {
 func TestPickerScoresSelfPrefillingDecodeWorkers(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, nil, []uint64{20, 21}, nil)
-	_, ix, prompts, m, p := newKVRig(t, pins, map[uint64]load.LiveWorker{20: {Namespace: "dynamo", DPSize: 1}, 21: {Namespace: "dynamo", DPSize: 1}})
+	_, ix, prompts, m, p := newKVRig(t, pins, map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 20}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 21}: {DPSize: 1}})
 	body := longChat(200)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	hold(t, ix, 1, 21, pr.Hashes[16], 8)
+	hold(t, ix, 1, idOf(snap, 21), pr.Hashes[16], 8)
 	for range 4 {
 		pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
 		if err != nil {
@@ -261,10 +274,10 @@ func TestPickerExcludesAndSkipsBusy(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	ids := map[uint64]fleet.WorkerID{}
 	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo", DPSize: 1}
+		live[w.ID] = load.LiveWorker{DPSize: 1}
 		ids[w.ID.InstanceID] = w.ID
 	}
 	store.SetLiveAndRetain(live)
@@ -274,8 +287,8 @@ func TestPickerExcludesAndSkipsBusy(t *testing.T) {
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
 	body := longChat(400)
 	hashes := prepared(t, prompts, snap, "/v1/chat/completions", body, 16).Hashes[16]
-	hold(t, ix, 1, 11, hashes, len(hashes)-2)
-	hold(t, ix, 2, 12, hashes, 5)
+	hold(t, ix, 1, idOf(snap, 11), hashes, len(hashes)-2)
+	hold(t, ix, 2, idOf(snap, 12), hashes, 5)
 	// Fresh samples; worker 11 has 9500 of its 10000 blocks in use.
 	zero := uint64(0)
 	for i, id := range []uint64{10, 11, 12, 20} {
@@ -284,7 +297,7 @@ func TestPickerExcludesAndSkipsBusy(t *testing.T) {
 			used := uint64(9500)
 			l.KVUsedBlocks = &used
 		}
-		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
 			t.Fatal(res)
 		}
 	}
@@ -319,7 +332,7 @@ func TestPickerAggregatedAndFallback(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, nil, nil, []uint64{30, 31})
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{30: {Namespace: "dynamo"}, 31: {Namespace: "dynamo"}}
+	live := map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 30}: {}, {Namespace: "dynamo", InstanceID: 31}: {}}
 	store.SetLiveAndRetain(live)
 	ix := kv.NewIndex()
 	ix.SetLive(live)
@@ -328,7 +341,7 @@ func TestPickerAggregatedAndFallback(t *testing.T) {
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, m, nil, nil)
 	body := longChat(200)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	hold(t, ix, 1, 31, pr.Hashes[16], 8)
+	hold(t, ix, 1, idOf(snap, 31), pr.Hashes[16], 8)
 	for range 3 {
 		pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
 		if err != nil {
@@ -357,9 +370,9 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: "dynamo"}
+		live[w.ID] = load.LiveWorker{}
 	}
 	store.SetLiveAndRetain(live)
 	ix := kv.NewIndex()
@@ -370,7 +383,7 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: terms, Conditional: true}, m, nil, nil)
 	body := longChat(300)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	hold(t, ix, 1, 21, pr.Hashes[16], 10)
+	hold(t, ix, 1, idOf(snap, 21), pr.Hashes[16], 10)
 	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
 	pin, tk, err := p.Reserve(snap, req, time.Now())
 	if err != nil {
@@ -401,7 +414,7 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	long := time.Now().Add(-10 * time.Minute)
 	for i, id := range []uint64{20, 21} {
 		l := wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &zero, KVUsedBlocks: &zero}
-		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: long}); res != "" {
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: uint64(i), ReceivedAt: long}); res != "" {
 			t.Fatal(res)
 		}
 	}
@@ -416,11 +429,11 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	}
 	// Fresh and over half its 10000 blocks with this request: refused.
 	l := wire.ActiveLoad{WorkerID: 21, ActiveDecodeBlocks: &full, KVUsedBlocks: &full}
-	if res := store.Apply(load.Sample{Load: l, PublisherID: 21, Sequence: 2, ReceivedAt: time.Now()}); res != "" {
+	if res := store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: 21, Sequence: 2, ReceivedAt: time.Now()}); res != "" {
 		t.Fatal(res)
 	}
 	l = wire.ActiveLoad{WorkerID: 20, ActiveDecodeBlocks: &full, KVUsedBlocks: &full}
-	if res := store.Apply(load.Sample{Load: l, PublisherID: 20, Sequence: 2, ReceivedAt: time.Now()}); res != "" {
+	if res := store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: 20, Sequence: 2, ReceivedAt: time.Now()}); res != "" {
 		t.Fatal(res)
 	}
 	pin, tk, err = p.Reserve(snap, req, time.Now())
@@ -439,7 +452,7 @@ func TestPickerExplain(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo"}, 11: {Namespace: "dynamo"}, 20: {Namespace: "dynamo"}}
+	live := map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 10}: {}, {Namespace: "dynamo", InstanceID: 11}: {}, {Namespace: "dynamo", InstanceID: 20}: {}}
 	store.SetLiveAndRetain(live)
 	ix := kv.NewIndex()
 	ix.SetLive(live)
@@ -447,7 +460,7 @@ func TestPickerExplain(t *testing.T) {
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
 	body := longChat(300)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	hold(t, ix, 1, 10, pr.Hashes[16], 6)
+	hold(t, ix, 1, idOf(snap, 10), pr.Hashes[16], 6)
 	ex, err := p.Explain(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -474,7 +487,7 @@ func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20}, nil)
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
+	live := map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 10}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 11}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 20}: {DPSize: 1}}
 	store.SetLiveAndRetain(live)
 	ix := kv.NewIndex()
 	ix.SetLive(live)
@@ -484,7 +497,7 @@ func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
 	backlog, zero := uint64(32), uint64(0)
 	for i, id := range []uint64{10, 20} {
 		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &backlog, ActiveDecodeBlocks: &zero}
-		if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
 			t.Fatal(res)
 		}
 	}
@@ -597,7 +610,7 @@ func TestPickerLedgerCountsWhatTheRankComputes(t *testing.T) {
 	body := longChat(300)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
 	hashes := pr.Hashes[16]
-	hold(t, ix, 1, 11, hashes, len(hashes)-2)
+	hold(t, ix, 1, idOf(snap, 11), hashes, len(hashes)-2)
 	req := func(body string) pick.Request {
 		return pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
 	}
@@ -627,13 +640,13 @@ func TestPickerLedgerCountsWhatTheRankComputes(t *testing.T) {
 func pairPicker(t *testing.T, prompts *kv.Prompts, fresh bool) (*kv.Picker, *kv.Index) {
 	t.Helper()
 	store := load.NewStore(time.Minute, nil)
-	live := map[uint64]load.LiveWorker{10: {Namespace: "dynamo", DPSize: 1}, 11: {Namespace: "dynamo", DPSize: 1}, 20: {Namespace: "dynamo", DPSize: 1}}
+	live := map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 10}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 11}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 20}: {DPSize: 1}}
 	store.SetLiveAndRetain(live)
 	if fresh {
 		zero := uint64(0)
 		for i, id := range []uint64{10, 11, 20} {
 			l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}
-			if res := store.Apply(load.Sample{Load: l, PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+			if res := store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
 				t.Fatal(res)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
@@ -64,8 +65,8 @@ func (t Terms) Costs(isl, bs, overlap int, prefillTokens, decodeBlocks float64) 
 // holds, for the rank's block size, by the index (Overlap) and by the
 // requests in flight on it (InFlight).
 type Overlaps interface {
-	Overlap(worker uint64, rank uint32, blockSize int) int
-	InFlight(worker uint64, rank uint32, blockSize int) int
+	Overlap(k load.Key, blockSize int) int
+	InFlight(k load.Key, blockSize int) int
 }
 
 // choice is one request's KV-aware choice of a phase: it implements
@@ -154,7 +155,7 @@ func (c *choice) Bypass(d pick.Candidate) bool {
 			return false
 		}
 		bs := int(*d.Worker.BlockSize)
-		adds := math.Max(0, float64((c.isl+bs-1)/bs-c.overlaps.Overlap(d.Worker.ID.InstanceID, d.DPRank, bs)))
+		adds := math.Max(0, float64((c.isl+bs-1)/bs-c.overlaps.Overlap(load.RankOf(d.Worker, d.DPRank), bs)))
 		if d.DecodeBlocks+adds > *c.busy*float64(*capacity) {
 			return false
 		}
@@ -203,14 +204,14 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 			// dispatched to it since.
 			prefill, decode = cd.PrefillTokens, cd.DecodeBlocks
 		}
-		ov := c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, bs)
+		ov := c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), bs)
 		inFlight := 0
 		if anyFresh {
 			// Where backlogs compete, the prefixes of the requests in
 			// flight on a rank count as held: the rank computes them
 			// before it gets to this request, and its backlog already
 			// charges for that work.
-			inFlight = c.overlaps.InFlight(cd.Worker.ID.InstanceID, cd.DPRank, bs)
+			inFlight = c.overlaps.InFlight(load.RankOf(cd.Worker, cd.DPRank), bs)
 		}
 		details[i] = c.terms.Costs(c.isl, bs, max(ov, inFlight), prefill, decode)
 		cost := details[i].Total
@@ -228,7 +229,7 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 			cd := &cands[i]
 			e := Explained{Phase: phase, Worker: cd.Worker, DPRank: cd.DPRank, Competing: !math.IsNaN(c.costs[i]), Cost: details[i], Total: c.costs[i]}
 			if b := cd.Worker.BlockSize; b != nil {
-				e.Indexed = c.overlaps.Overlap(cd.Worker.ID.InstanceID, cd.DPRank, int(*b))
+				e.Indexed = c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), int(*b))
 			}
 			switch {
 			case cd.Fresh:
@@ -279,7 +280,7 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 	c.Chosen, c.Scored = details[chosen], true
 	c.ChosenIndexed = 0
 	if b := cands[chosen].Worker.BlockSize; b != nil {
-		c.ChosenIndexed = c.overlaps.Overlap(cands[chosen].Worker.ID.InstanceID, cands[chosen].DPRank, int(*b))
+		c.ChosenIndexed = c.overlaps.Overlap(load.RankOf(cands[chosen].Worker, cands[chosen].DPRank), int(*b))
 	}
 	if int(phase) < len(c.cached) {
 		e := &c.cached[phase]

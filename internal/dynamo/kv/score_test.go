@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
@@ -40,14 +41,14 @@ func TestCosts(t *testing.T) {
 
 type overlapMap map[[2]uint64]int
 
-func (m overlapMap) Overlap(worker uint64, rank uint32, _ int) int {
-	return m[[2]uint64{worker, uint64(rank)}]
+func (m overlapMap) Overlap(k load.Key, _ int) int {
+	return m[[2]uint64{k.WorkerID, uint64(k.DPRank)}]
 }
 
 // InFlight: the prefixes of requests in flight sit at rank 1<<31 of the
 // same worker in the map.
-func (m overlapMap) InFlight(worker uint64, rank uint32, _ int) int {
-	return m[[2]uint64{worker, uint64(rank) | 1<<31}]
+func (m overlapMap) InFlight(k load.Key, _ int) int {
+	return m[[2]uint64{k.WorkerID, uint64(k.DPRank) | 1<<31}]
 }
 
 func cand(id uint64, bs uint32) pick.Candidate {

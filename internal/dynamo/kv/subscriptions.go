@@ -130,11 +130,7 @@ func (s *Subscriptions) SetConnector(c zmtp.Connector) {
 // reconcile applies one snapshot: the live gate (departed workers' blocks
 // go), then the subscriptions.
 func (s *Subscriptions) reconcile(ctx context.Context, snap *fleet.Snapshot) {
-	live := make(map[uint64]load.LiveWorker, snap.Workers.Len())
-	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
-	}
-	s.index.SetLive(live)
+	s.index.SetLive(load.LiveOf(snap))
 	var want []*fleet.Publisher
 	for p := range snap.Publishers.All() {
 		if IsKVTopic(p.Topic) {
@@ -184,7 +180,7 @@ func (s *Subscriptions) report() {
 func (s *Subscriptions) Subscriptions() []load.SubscriptionInfo { return s.pool.Subscriptions() }
 
 func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
-	r := &eventReader{s: s, pub: p, pid: p.PublisherID, topic: p.Topic, since: time.Now()}
+	r := &eventReader{s: s, pub: p, ns: load.NS(p.Namespace), pid: p.PublisherID, topic: p.Topic, since: time.Now()}
 	s.mu.Lock()
 	if old := s.readers[p.PublisherID]; old != nil && old.pub == p {
 		// A restart of the same publisher's subscription (a transport
@@ -213,6 +209,7 @@ func (s *Subscriptions) count(result string) {
 type eventReader struct {
 	s     *Subscriptions
 	pub   fleet.Publisher // the record it was started for
+	ns    fleet.NamespaceID
 	pid   uint64
 	topic string
 	buf   []wire.RouterEvent
@@ -311,7 +308,7 @@ func (r *eventReader) Message(frames [][]byte, _ time.Time) {
 
 // apply feeds one event to the index and counts what became of it.
 func (r *eventReader) apply(ev *wire.RouterEvent) {
-	out := r.s.index.Apply(SubscriptionID(r.pid), ev)
+	out := r.s.index.Apply(SubscriptionID(r.pid), r.ns, ev)
 	if out.Result == ResultAccepted && slices.ContainsFunc(ev.Blocks, func(b wire.StoredBlock) bool { return b.Multimodal }) {
 		r.s.count(ResultMultimodal) // indexed up to its first multimodal block
 	}

@@ -26,11 +26,16 @@ import (
 // kvRecords puts a decode worker and its kv-events channel (under the
 // given topic spelling) into a reducer and publishes the snapshot.
 func kvRecords(r *fleet.Reducer, reg *fleet.Registry, worker, pid uint64, topic, endpoint string) {
+	nsKVRecords(r, reg, "dynamo", worker, pid, topic, endpoint)
+}
+
+// nsKVRecords is kvRecords under Dynamo namespace ns.
+func nsKVRecords(r *fleet.Reducer, reg *fleet.Registry, ns string, worker, pid uint64, topic, endpoint string) {
 	t0 := time.Unix(1_800_000_000, 0)
-	r.Put(fmt.Sprintf("v1/instances/dynamo/decode/generate/%x", worker), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d}`, worker), t0)
-	r.Put(fmt.Sprintf("v1/mdc/dynamo/decode/generate/%x", worker), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Decode"}}`, worker), t0)
-	r.Put(fmt.Sprintf("v1/event_channels/namespace/dynamo/topic/%s/%x", wire.EncodeSegment(topic), pid), fmt.Appendf(nil,
-		`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, topic, pid, endpoint), t0)
+	r.Put(fmt.Sprintf("v1/instances/%s/decode/generate/%x", ns, worker), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d}`, worker), t0)
+	r.Put(fmt.Sprintf("v1/mdc/%s/decode/generate/%x", ns, worker), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Decode"}}`, worker), t0)
+	r.Put(fmt.Sprintf("v1/event_channels/namespace/%s/topic/%s/%x", ns, wire.EncodeSegment(topic), pid), fmt.Appendf(nil,
+		`{"type":"EventChannel","scope":{"kind":"namespace","name":%q},"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, ns, topic, pid, endpoint), t0)
 	reg.Publish(r.Build(t0))
 }
 
@@ -100,7 +105,7 @@ func TestSubscriptionsFeedTheIndex(t *testing.T) {
 			}
 			held := func() int {
 				for _, mt := range ix.FindMatches([]uint64{101, 102, 103}, nil) {
-					if mt.Rank == (load.Key{WorkerID: 7}) {
+					if mt.Rank == (load.Key{Namespace: load.NS("dynamo"), WorkerID: 7}) {
 						return mt.Blocks
 					}
 				}
@@ -135,6 +140,45 @@ func TestSubscriptionsFeedTheIndex(t *testing.T) {
 	}
 }
 
+// TestSubscriptionsWorkerIsNamespaceAndID: two graphs each run a worker
+// with instance id 7. The blocks a publisher reports are its namespace's
+// worker's: canary's publisher's stored event credits canary's worker 7
+// only, and prod's worker 7 leaving takes none of them.
+func TestSubscriptionsWorkerIsNamespaceAndID(t *testing.T) {
+	t.Parallel()
+	pub := testutil.StartGoPublisher(t)
+	r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+	nsKVRecords(r, reg, "canary", 7, 0xc7, "kv-events", pub.Endpoint)
+	nsKVRecords(r, reg, "prod", 7, 0xd7, "kv-events", "tcp://127.0.0.1:1")
+	ix := kv.NewIndex()
+	subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, telemetry.NewKVMetrics(nil), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = subs.Run(ctx) }()
+	s := &sender{}
+	go func() { defer wg.Done(); s.run(ctx, pub) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	s.set(wire.EncodeEventMessage("kv-events", 0xc7, 1, uint64(time.Now().UnixMilli()), wire.EncodeRouterEvent(wire.RouterEvent{
+		WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}, {BlockHash: 2, TokensHash: 102}}})))
+	canary := load.Key{Namespace: load.NS("canary"), WorkerID: 7}
+	matches := func() []kv.Match { return ix.FindMatches([]uint64{101, 102}, nil) }
+	testutil.Eventually(t, 20*time.Second, "canary's blocks indexed", func() bool { return len(matches()) > 0 })
+	if got := matches(); len(got) != 1 || got[0] != (kv.Match{Rank: canary, Blocks: 2}) {
+		t.Fatalf("matches %+v, want canary's worker 7 holding 2 blocks", got)
+	}
+	// Prod's worker 7 and its publisher leave (the gate is installed
+	// before the subscriptions follow); canary's keeps its blocks.
+	r.Delete("v1/instances/prod/decode/generate/7")
+	r.Delete(fmt.Sprintf("v1/event_channels/namespace/prod/topic/kv-events/%x", 0xd7))
+	reg.Publish(r.Build(time.Unix(1_800_000_000, 0)))
+	testutil.Eventually(t, 10*time.Second, "prod's publisher unsubscribed", func() bool { return len(subs.Subscriptions()) == 1 })
+	if got := matches(); len(got) != 1 || got[0] != (kv.Match{Rank: canary, Blocks: 2}) {
+		t.Fatalf("after prod's worker 7 left: matches %+v, want canary's 2 blocks", got)
+	}
+}
+
 // refusing is a connector that never connects.
 type refusing struct{}
 
@@ -157,7 +201,7 @@ func TestSubscriptionsAgeOut(t *testing.T) {
 		go func() { defer close(done); _ = subs.Run(ctx) }()
 		synctest.Wait() // the live gate is set
 		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
-		if out := ix.Apply(kv.SubscriptionID(0x77), &ev); out.Result != kv.ResultAccepted {
+		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
 			t.Fatalf("stored: %+v", out)
 		}
 		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
@@ -195,7 +239,7 @@ func TestSubscriptionsAgeOutOnTime(t *testing.T) {
 		kvRecords(r, reg, 8, 0x88, "kv-events", "tcp://127.0.0.1:2")
 		synctest.Wait() // its subscription started, the live gate is set
 		ev := wire.RouterEvent{WorkerID: 8, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
-		if out := ix.Apply(kv.SubscriptionID(0x88), &ev); out.Result != kv.ResultAccepted {
+		if out := ix.Apply(kv.SubscriptionID(0x88), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
 			t.Fatalf("stored: %+v", out)
 		}
 		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
@@ -236,7 +280,7 @@ func TestSubscriptionsTakeALongPromptsEvent(t *testing.T) {
 	s.set(wire.EncodeEventMessage("kv-events", 0x77, 1, uint64(time.Now().UnixMilli()), payload))
 	held := func() int {
 		for _, mt := range ix.FindMatches(prompt, nil) {
-			if mt.Rank == (load.Key{WorkerID: 7}) {
+			if mt.Rank == (load.Key{Namespace: load.NS("dynamo"), WorkerID: 7}) {
 				return mt.Blocks
 			}
 		}
@@ -272,7 +316,7 @@ func TestSubscriptionsAgeOutAcrossATransportSwitch(t *testing.T) {
 		go func() { defer close(done); _ = subs.Run(ctx) }()
 		synctest.Wait()
 		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
-		if out := ix.Apply(kv.SubscriptionID(0x77), &ev); out.Result != kv.ResultAccepted {
+		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
 			t.Fatalf("stored: %+v", out)
 		}
 		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
@@ -312,7 +356,7 @@ func TestSubscriptionsAgeOutAfterARecordChange(t *testing.T) {
 		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:2") // moved
 		synctest.Wait()
 		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
-		if out := ix.Apply(kv.SubscriptionID(0x77), &ev); out.Result != kv.ResultAccepted {
+		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
 			t.Fatalf("stored: %+v", out)
 		}
 		time.Sleep(kv.StaleAfter + kv.StaleAfter/6)

@@ -171,12 +171,8 @@ func (s *Stack) View() admin.KVResponse {
 	if s.Picker != nil {
 		resp.Index.InFlightRequests, resp.Index.InFlightBlocks = s.Picker.InFlightPrefixes()
 	}
-	ns := map[uint64]string{}
-	for w := range s.reg.Snapshot().Workers.All() {
-		ns[w.ID.InstanceID] = w.ID.Namespace
-	}
 	for _, r := range s.Index.Ranks() {
-		row := admin.KVRank{WorkerID: strconv.FormatUint(r.Rank.WorkerID, 10), Namespace: ns[r.Rank.WorkerID], DPRank: r.Rank.DPRank,
+		row := admin.KVRank{WorkerID: strconv.FormatUint(r.Rank.WorkerID, 10), Namespace: r.Rank.Namespace.String(), DPRank: r.Rank.DPRank,
 			Blocks: r.Blocks, Cursors: []admin.KVCursor{}}
 		for _, c := range r.Cursors {
 			row.Cursors = append(row.Cursors, admin.KVCursor{PublisherID: strconv.FormatUint(uint64(c.Subscription), 10), EventID: c.EventID, Gaps: c.Gaps})

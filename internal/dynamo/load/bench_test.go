@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/testutil"
@@ -21,7 +22,7 @@ import (
 // general-purpose vmihailenco/msgpack into maps, with no checks at all.
 func BenchmarkDecode(b *testing.B) {
 	store := load.NewStore(time.Minute, nil)
-	store.SetLiveAndRetain(map[uint64]load.LiveWorker{1186445869714687: {DPSize: 1}})
+	store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1186445869714687}: {DPSize: 1}})
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1186445869714687, ActiveDecodeBlocks: u64(120), ActivePrefillTokens: u64(4096), KVUsedBlocks: u64(800)})
 	const n = 1024
 	msgs := make([][][]byte, n)

@@ -7,7 +7,7 @@ type Reader struct{ r *reader }
 
 // NewReader returns a reader counting results into count.
 func NewReader(pid uint64, store *Store, count func(string)) *Reader {
-	return &Reader{&reader{pid: pid, topic: "kv_metrics", store: store, count: count}}
+	return &Reader{&reader{pid: pid, ns: NS("dynamo"), topic: "kv_metrics", store: store, count: count}}
 }
 
 // Handle applies one message.

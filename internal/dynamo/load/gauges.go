@@ -15,8 +15,8 @@ type Gauges struct{ M *telemetry.LoadMetrics }
 
 var _ Observer = Gauges{}
 
-func labels(k Key, namespace string) prometheus.Labels {
-	return prometheus.Labels{"namespace": namespace, "worker": wire.FormatID(k.WorkerID), "dp_rank": strconv.FormatUint(uint64(k.DPRank), 10)}
+func labels(k Key) prometheus.Labels {
+	return prometheus.Labels{"namespace": k.Namespace.String(), "worker": wire.FormatID(k.WorkerID), "dp_rank": strconv.FormatUint(uint64(k.DPRank), 10)}
 }
 
 func setOrDelete(g *prometheus.GaugeVec, l prometheus.Labels, v *uint64) {
@@ -28,22 +28,22 @@ func setOrDelete(g *prometheus.GaugeVec, l prometheus.Labels, v *uint64) {
 }
 
 // SampleSet implements Observer.
-func (g Gauges) SampleSet(k Key, namespace string, s *Sample) {
+func (g Gauges) SampleSet(k Key, s *Sample) {
 	if g.M == nil {
 		return
 	}
-	l := labels(k, namespace)
+	l := labels(k)
 	setOrDelete(g.M.ActiveDecodeBlocks, l, s.Load.ActiveDecodeBlocks)
 	setOrDelete(g.M.ActivePrefillTokens, l, s.Load.ActivePrefillTokens)
 	setOrDelete(g.M.KVUsedBlocks, l, s.Load.KVUsedBlocks)
 }
 
 // SampleDropped implements Observer.
-func (g Gauges) SampleDropped(k Key, namespace string) {
+func (g Gauges) SampleDropped(k Key) {
 	if g.M == nil {
 		return
 	}
-	l := labels(k, namespace)
+	l := labels(k)
 	g.M.ActiveDecodeBlocks.Delete(l)
 	g.M.ActivePrefillTokens.Delete(l)
 	g.M.KVUsedBlocks.Delete(l)

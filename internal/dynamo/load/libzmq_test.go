@@ -147,7 +147,7 @@ func TestLibzmqPublisherMessages(t *testing.T) {
 		t.Fatalf("libzmq received subscription %s, want %s", got, want)
 	}
 	testutil.Eventually(t, 10*time.Second, "the last sample", func() bool {
-		smp, ok := s.store.FreshDefault(worker, 0)
+		smp, ok := s.store.FreshDefault(key(worker, 0))
 		return ok && *smp.Load.KVUsedBlocks == 42
 	})
 	want := map[string]float64{
@@ -189,14 +189,14 @@ func TestLibzmqPublisherRestarts(t *testing.T) {
 	s := startSupervisor(t, f.reg)
 	first.subscription(t)
 	testutil.Eventually(t, 10*time.Second, "the first life's last sample", func() bool {
-		smp, ok := s.store.Latest(worker, 0)
+		smp, ok := s.store.Latest(key(worker, 0))
 		return ok && *smp.Load.KVUsedBlocks == 12
 	})
 	first.stop()
 	second := startXPub(t, first.endpoint, life(20))
 	second.subscription(t)
 	testutil.Eventually(t, 20*time.Second, "the second life's last sample", func() bool {
-		smp, ok := s.store.Latest(worker, 0)
+		smp, ok := s.store.Latest(key(worker, 0))
 		return ok && *smp.Load.KVUsedBlocks == 22
 	})
 	if n := promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultDuplicate)); n != 0 {

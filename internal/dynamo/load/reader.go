@@ -28,7 +28,10 @@ type Event struct {
 
 // reader applies one subscription's messages: decode, identity, order.
 type reader struct {
-	pid   uint64
+	pid uint64
+	// ns is the namespace of the publisher as discovered: the namespace
+	// of the workers its samples are about.
+	ns    fleet.NamespaceID
 	topic string
 	// anyPublisher accepts messages of any publisher id (tail-load on a
 	// bare endpoint); store may be nil (decode only).
@@ -177,7 +180,7 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 		r.lastSeq, r.haveSeq = env.Sequence, true
 		return telemetry.ResultAccepted, ""
 	}
-	if res := r.store.Apply(Sample{Load: l, PublisherID: r.pid, Sequence: env.Sequence, PublishedAt: env.PublishedAt, ReceivedAt: now}); res != "" {
+	if res := r.store.Apply(Sample{Load: l, Namespace: r.ns, PublisherID: r.pid, Sequence: env.Sequence, PublishedAt: env.PublishedAt, ReceivedAt: now}); res != "" {
 		return res, "refused by the load store"
 	}
 	r.lastSeq, r.haveSeq = env.Sequence, true

@@ -1,9 +1,10 @@
 // Package load follows Dynamo workers' live load: a bounded store of the
-// latest ActiveLoad sample per (worker, dp rank); the one subscription loop
-// (Loop: dial, handshake, read, back off, report state) and the pool that
-// keeps one per wanted publisher (Pool), which the supervisor, tail-load and
-// the KV-events subscriptions share; and the supervisor that keeps the
-// kv_metrics subscriptions and the store in step with the registry.
+// latest ActiveLoad sample per (namespace, worker, dp rank); the one
+// subscription loop (Loop: dial, handshake, read, back off, report state)
+// and the pool that keeps one per wanted publisher (Pool), which the
+// supervisor, tail-load and the KV-events subscriptions share; and the
+// supervisor that keeps the kv_metrics subscriptions and the store in step
+// with the registry.
 //
 // Imports: zmtp, wire, fleet and telemetry only.
 package load
@@ -13,21 +14,85 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// MaxStoreKeys bounds the (worker_id, dp_rank) keys the store holds.
+// MaxStoreKeys bounds the (namespace, worker_id, dp_rank) keys the store
+// holds.
 const MaxStoreKeys = 65536
 
-// Key is one data-parallel rank of one worker.
+// Key is one data-parallel rank of one worker. A worker is its Dynamo
+// namespace and its instance id: two graphs a router fronts (a production
+// and a canary one) may each run a worker with the same instance id, and
+// the two are different workers, with their own load, cache and requests.
+// The namespace is held interned, which keeps keys as cheap to hash and
+// compare as plain numbers.
 type Key struct {
-	WorkerID uint64
-	DPRank   uint32
+	Namespace fleet.NamespaceID
+	WorkerID  uint64
+	DPRank    uint32
+}
+
+// NS interns a namespace name (fleet.InternNamespace).
+func NS(name string) fleet.NamespaceID { return fleet.InternNamespace(name) }
+
+// RankOf is the key of rank of w.
+func RankOf(w *fleet.Worker, rank uint32) Key {
+	return Key{Namespace: w.NamespaceID(), WorkerID: w.ID.InstanceID, DPRank: rank}
+}
+
+// KeyOf is the key of rank of the worker id; RankOf is cheaper where the
+// worker is at hand.
+func KeyOf(id fleet.WorkerID, rank uint32) Key {
+	return Key{Namespace: NS(id.Namespace), WorkerID: id.InstanceID, DPRank: rank}
+}
+
+// Worker is a worker as keys name it: its interned namespace and its
+// instance id.
+type Worker struct {
+	Namespace  fleet.NamespaceID
+	InstanceID uint64
+}
+
+// Worker is the worker k is a rank of.
+func (k Key) Worker() Worker { return Worker{k.Namespace, k.WorkerID} }
+
+// ID is the worker k is a rank of, as the fleet names it.
+func (k Key) ID() fleet.WorkerID {
+	return fleet.WorkerID{Namespace: k.Namespace.String(), InstanceID: k.WorkerID}
+}
+
+// LiveSet is a live-worker gate keyed as Keys name workers.
+type LiveSet map[Worker]LiveWorker
+
+// NewLiveSet keys live as Keys name workers.
+func NewLiveSet(live map[fleet.WorkerID]LiveWorker) LiveSet {
+	s := make(LiveSet, len(live))
+	for id, w := range live {
+		s[Worker{NS(id.Namespace), id.InstanceID}] = w
+	}
+	return s
+}
+
+// Declares reports whether k's worker is live and declares k's rank.
+func (s LiveSet) Declares(k Key) bool {
+	w, ok := s[k.Worker()]
+	if !ok {
+		return false
+	}
+	size := max(w.DPSize, 1)
+	return k.DPRank >= w.DPStartRank && uint64(k.DPRank) < uint64(w.DPStartRank)+uint64(size)
 }
 
 // Sample is the latest load of one key and where it came from.
 type Sample struct {
-	Load        wire.ActiveLoad
+	Load wire.ActiveLoad
+	// Namespace is the namespace of the publisher the sample came
+	// through, as discovery found it (its channel record's key), never a
+	// value of the payload: with Load.WorkerID and Load.DPRank it names
+	// the key the sample is about.
+	Namespace   fleet.NamespaceID
 	PublisherID uint64
 	Sequence    uint64
 	// PublishedAt is the publisher's clock (Unix ms); ReceivedAt is ours.
@@ -39,22 +104,21 @@ type Sample struct {
 // declares.
 //
 // The store's gate admits a worker, not its ranks: a sample is refused as
-// identity_mismatch when its worker_id is not in the snapshot, and a
-// sample of a live worker is kept whatever rank it names. Pickers read the
-// ranks the card declares, so a sample of another rank (a card that leaves
-// its data-parallel fields out, a publisher counting ranks its own way)
-// never weighs on a choice; it is kept, bounded by MaxStoreKeys, and goes
-// when its worker leaves.
+// identity_mismatch when its publisher's namespace has no worker of its
+// worker_id in the snapshot, and a sample of a live worker is kept
+// whatever rank it names. Pickers read the ranks the card declares, so a
+// sample of another rank (a card that leaves its data-parallel fields out,
+// a publisher counting ranks its own way) never weighs on a choice; it is
+// kept, bounded by MaxStoreKeys, and goes when its worker leaves.
 type LiveWorker struct {
-	Namespace   string
 	DPStartRank uint32
 	DPSize      uint32
 }
 
 // Observer is told when a key's sample changes or goes (gauges).
 type Observer interface {
-	SampleSet(k Key, namespace string, s *Sample)
-	SampleDropped(k Key, namespace string)
+	SampleSet(k Key, s *Sample)
+	SampleDropped(k Key)
 }
 
 // Store holds the latest sample per key. Reads take a read lock only.
@@ -74,14 +138,14 @@ type Store struct {
 	mu      sync.RWMutex
 	samples map[Key]*Sample
 	byPub   map[uint64]map[Key]struct{}
-	live    map[uint64]LiveWorker
+	live    LiveSet
 	obs     Observer
 	// accounted holds the accounting instant of keys whose sample was
 	// dropped or whose publisher restarted, until a later sample
 	// supersedes it (at most MaxStoreKeys); joined holds when each live
 	// worker joined the live set.
 	accounted map[Key]time.Time
-	joined    map[uint64]time.Time
+	joined    map[Worker]time.Time
 
 	maxStaleness atomic.Int64
 	now          func() time.Time
@@ -108,8 +172,8 @@ func (s *Store) changed(k Key) {
 // NewStore returns an empty store whose gate admits no worker until
 // SetLiveAndRetain is called.
 func NewStore(maxStaleness time.Duration, obs Observer) *Store {
-	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: map[uint64]LiveWorker{}, obs: obs, now: time.Now,
-		accounted: map[Key]time.Time{}, joined: map[uint64]time.Time{}}
+	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: LiveSet{}, obs: obs, now: time.Now,
+		accounted: map[Key]time.Time{}, joined: map[Worker]time.Time{}}
 	s.maxStaleness.Store(int64(maxStaleness))
 	return s
 }
@@ -125,11 +189,10 @@ func (s *Store) SetMaxStaleness(d time.Duration) { s.maxStaleness.Store(int64(d)
 // Apply stores a sample if it passes the gates, and returns "" or the
 // result it was refused with (identity_mismatch, duplicate, over_capacity).
 func (s *Store) Apply(smp Sample) string {
-	k := Key{smp.Load.WorkerID, smp.Load.DPRank}
+	k := Key{smp.Namespace, smp.Load.WorkerID, smp.Load.DPRank}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w, ok := s.live[k.WorkerID]
-	if !ok {
+	if _, ok := s.live[k.Worker()]; !ok {
 		return wire.ResultIdentityMismatch
 	}
 	old := s.samples[k]
@@ -155,7 +218,7 @@ func (s *Store) Apply(smp Sample) string {
 	set[k] = struct{}{}
 	s.changed(k)
 	if s.obs != nil {
-		s.obs.SampleSet(k, w.Namespace, &v)
+		s.obs.SampleSet(k, &v)
 	}
 	return ""
 }
@@ -195,7 +258,7 @@ func (s *Store) dropLocked(k Key) {
 	delete(s.samples, k)
 	s.changed(k)
 	if s.obs != nil {
-		s.obs.SampleDropped(k, s.live[k.WorkerID].Namespace)
+		s.obs.SampleDropped(k)
 	}
 }
 
@@ -225,33 +288,29 @@ func (s *Store) unlink(publisherID uint64, k Key) {
 
 // SetLiveAndRetain installs the live-worker gate and, in the same step,
 // drops the samples (and gauge series) of workers that left, every rank
-// of them. A worker is its namespace and id: an id that is live in
-// another namespace than before is another worker, so what the one that
-// left had goes with it, its series labelled with the old namespace
-// included. A worker that joins (first seen, or back after leaving)
-// starts with nothing dispatched to it: what its previous life was sent
-// does not count.
-func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
+// of them. A worker is its namespace and id: the same id in another
+// namespace is another worker, which neither keeps nor inherits what the
+// one that left had. A worker that joins (first seen, or back after
+// leaving) starts with nothing dispatched to it: what its previous life
+// was sent does not count.
+func (s *Store) SetLiveAndRetain(byID map[fleet.WorkerID]LiveWorker) {
+	live := NewLiveSet(byID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stays := func(id uint64) bool {
-		w, ok := live[id]
-		return ok && w.Namespace == s.live[id].Namespace
-	}
 	for k, smp := range s.samples {
-		if stays(k.WorkerID) {
+		if _, ok := live[k.Worker()]; ok {
 			continue
 		}
 		s.unlink(smp.PublisherID, k)
 		s.dropLocked(k)
 	}
 	for k := range s.accounted {
-		if !stays(k.WorkerID) {
+		if _, ok := live[k.Worker()]; !ok {
 			delete(s.accounted, k)
 		}
 	}
 	for id := range s.joined {
-		if !stays(id) {
+		if _, ok := live[id]; !ok {
 			delete(s.joined, id)
 		}
 	}
@@ -262,16 +321,16 @@ func (s *Store) SetLiveAndRetain(live map[uint64]LiveWorker) {
 		}
 		s.joined[id] = now
 		for r := range max(w.DPSize, 1) {
-			s.changed(Key{id, w.DPStartRank + r})
+			s.changed(Key{id.Namespace, id.InstanceID, w.DPStartRank + r})
 		}
 	}
 	s.live = live
 }
 
-// Fresh returns the sample of (worker, rank) if it is at most maxAge old.
-func (s *Store) Fresh(workerID uint64, rank uint32, maxAge time.Duration) (Sample, bool) {
+// Fresh returns the sample of k if it is at most maxAge old.
+func (s *Store) Fresh(k Key, maxAge time.Duration) (Sample, bool) {
 	s.mu.RLock()
-	smp := s.samples[Key{workerID, rank}]
+	smp := s.samples[k]
 	s.mu.RUnlock()
 	if smp == nil || s.now().Sub(smp.ReceivedAt) > maxAge {
 		return Sample{}, false
@@ -280,8 +339,8 @@ func (s *Store) Fresh(workerID uint64, rank uint32, maxAge time.Duration) (Sampl
 }
 
 // FreshDefault is Fresh with dynamo.load.max_staleness.
-func (s *Store) FreshDefault(workerID uint64, rank uint32) (Sample, bool) {
-	return s.Fresh(workerID, rank, time.Duration(s.maxStaleness.Load()))
+func (s *Store) FreshDefault(k Key) (Sample, bool) {
+	return s.Fresh(k, time.Duration(s.maxStaleness.Load()))
 }
 
 // MaxStaleness is the default freshness window.
@@ -324,7 +383,7 @@ func (r ReadView) Since(k Key) time.Time {
 	if a, ok := r.s.accounted[k]; ok && a.After(t) {
 		t = a
 	}
-	if j, ok := r.s.joined[k.WorkerID]; ok && j.After(t) {
+	if j, ok := r.s.joined[k.Worker()]; ok && j.After(t) {
 		t = j
 	}
 	return t
@@ -347,11 +406,11 @@ func (r ReadView) ChangedSince(since uint64, each func(Key)) bool {
 	return true
 }
 
-// Latest returns the last sample of (worker, rank), however old.
-func (s *Store) Latest(workerID uint64, rank uint32) (Sample, bool) {
+// Latest returns the last sample of k, however old.
+func (s *Store) Latest(k Key) (Sample, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	smp := s.samples[Key{workerID, rank}]
+	smp := s.samples[k]
 	if smp == nil {
 		return Sample{}, false
 	}

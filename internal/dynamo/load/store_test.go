@@ -6,6 +6,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -16,7 +17,12 @@ var t0 = time.Unix(1_800_000_000, 0)
 func u64(v uint64) *uint64 { return &v }
 
 func sample(worker uint64, rank uint32, pid, seq uint64, decode uint64) load.Sample {
-	return load.Sample{Load: wire.ActiveLoad{WorkerID: worker, DPRank: rank, ActiveDecodeBlocks: u64(decode)}, PublisherID: pid, Sequence: seq, ReceivedAt: t0}
+	return load.Sample{Load: wire.ActiveLoad{WorkerID: worker, DPRank: rank, ActiveDecodeBlocks: u64(decode)}, Namespace: load.NS("dynamo"), PublisherID: pid, Sequence: seq, ReceivedAt: t0}
+}
+
+// key is rank of worker in namespace dynamo.
+func key(worker uint64, rank uint32) load.Key {
+	return load.Key{Namespace: load.NS("dynamo"), WorkerID: worker, DPRank: rank}
 }
 
 func TestStoreGatesAndDedupe(t *testing.T) {
@@ -27,7 +33,7 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 	if r := s.Apply(sample(1, 0, 7, 1, 10)); r != wire.ResultIdentityMismatch {
 		t.Fatalf("sample before the gate: %q", r)
 	}
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "dynamo", DPStartRank: 2, DPSize: 2}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPStartRank: 2, DPSize: 2}})
 	for _, tt := range []struct {
 		s    load.Sample
 		want string
@@ -43,7 +49,7 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 			t.Errorf("apply %+v: %q, want %q", tt.s, got, tt.want)
 		}
 	}
-	got, ok := s.FreshDefault(1, 2)
+	got, ok := s.FreshDefault(key(1, 2))
 	if !ok || *got.Load.ActiveDecodeBlocks != 20 || got.PublisherID != 8 {
 		t.Fatalf("fresh %+v %v", got, ok)
 	}
@@ -53,45 +59,52 @@ func TestStoreGatesAndDedupe(t *testing.T) {
 	if promtest.CollectAndCount(m.KVUsedBlocks) != 0 {
 		t.Error("a nil field made a series")
 	}
-	if _, ok := s.Fresh(1, 2, 500*time.Millisecond); ok {
+	if _, ok := s.Fresh(key(1, 2), 500*time.Millisecond); ok {
 		t.Error("a 1 s old sample is fresh within 500 ms")
 	}
 	// Dropping a publisher drops its samples and their series.
 	s.DropPublisher(8)
-	if _, ok := s.Latest(1, 2); ok {
+	if _, ok := s.Latest(key(1, 2)); ok {
 		t.Error("sample of a dropped publisher kept")
 	}
-	if _, ok := s.Latest(1, 3); !ok {
+	if _, ok := s.Latest(key(1, 3)); !ok {
 		t.Error("another publisher's sample dropped")
 	}
 	// A departed worker: samples and series go with it.
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{})
 	if s.Len() != 0 || promtest.CollectAndCount(m.ActiveDecodeBlocks) != 0 {
 		t.Errorf("after departure: %d samples, %d series", s.Len(), promtest.CollectAndCount(m.ActiveDecodeBlocks))
 	}
 }
 
 // TestStoreGateIsTheWorker: the gate admits live workers, whatever rank a
-// sample names; only a worker_id missing from the snapshot is an identity
-// mismatch. Samples go, series and all, when their worker leaves, and an
-// id that is live in another namespace is another worker: the samples and
-// series of the one that left go, and the new one starts afresh.
+// sample names; only a worker missing from the snapshot is an identity
+// mismatch. A worker is its namespace and id: a sample counts for the
+// worker of its publisher's namespace, the same id live in another
+// namespace is another worker (joining afresh, its own samples and
+// series), and each leaves with its own samples only.
 func TestStoreGateIsTheWorker(t *testing.T) {
 	t.Parallel()
 	now := t0
 	m := telemetry.NewLoadMetrics(nil)
 	s := load.NewStore(3*time.Second, load.Gauges{M: m})
 	s.SetClock(func() time.Time { return now })
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPStartRank: 2, DPSize: 2}})
+	in := func(ns string, smp load.Sample) load.Sample { smp.Namespace = load.NS(ns); return smp }
+	prod := func(rank uint32) load.Key { return load.Key{Namespace: load.NS("prod"), WorkerID: 1, DPRank: rank} }
+	canary := func(rank uint32) load.Key { return load.Key{Namespace: load.NS("canary"), WorkerID: 1, DPRank: rank} }
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "prod", InstanceID: 1}: {DPStartRank: 2, DPSize: 2}})
 	for _, rank := range []uint32{0, 2, 9} {
-		if r := s.Apply(sample(1, rank, 7, uint64(rank)+1, 10+uint64(rank))); r != "" {
+		if r := s.Apply(in("prod", sample(1, rank, 7, uint64(rank)+1, 10+uint64(rank)))); r != "" {
 			t.Fatalf("rank %d of a live worker: %q", rank, r)
 		}
 	}
-	if r := s.Apply(sample(2, 2, 7, 20, 1)); r != wire.ResultIdentityMismatch {
+	if r := s.Apply(in("prod", sample(2, 2, 7, 20, 1))); r != wire.ResultIdentityMismatch {
 		t.Fatalf("a worker not in the snapshot: %q", r)
 	}
-	if got, ok := s.FreshDefault(1, 9); !ok || *got.Load.ActiveDecodeBlocks != 19 {
+	if r := s.Apply(in("canary", sample(1, 2, 9, 1, 1))); r != wire.ResultIdentityMismatch {
+		t.Fatalf("worker 1 of a namespace without one: %q", r)
+	}
+	if got, ok := s.FreshDefault(prod(9)); !ok || *got.Load.ActiveDecodeBlocks != 19 {
 		t.Fatalf("rank 9 = %+v, %v", got, ok)
 	}
 	if v := promtest.ToFloat64(m.ActiveDecodeBlocks.WithLabelValues("prod", "1", "0")); v != 10 {
@@ -99,35 +112,53 @@ func TestStoreGateIsTheWorker(t *testing.T) {
 	}
 	// The card now declares one rank: the worker is still live, and so are
 	// its samples.
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPStartRank: 2, DPSize: 1}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "prod", InstanceID: 1}: {DPStartRank: 2, DPSize: 1}})
 	if s.Len() != 3 {
 		t.Fatalf("%d samples after the card changed, want 3", s.Len())
 	}
-	// The id is now another namespace's worker.
+	// Another graph runs a worker 1 too: it joins with nothing, and prod's
+	// worker keeps what it had.
 	now = t0.Add(time.Minute)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "canary", DPSize: 1}})
-	if s.Len() != 0 || promtest.CollectAndCount(m.ActiveDecodeBlocks) != 0 {
-		t.Fatalf("after the namespace changed: %d samples, %d series", s.Len(), promtest.CollectAndCount(m.ActiveDecodeBlocks))
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "prod", InstanceID: 1}: {DPStartRank: 2, DPSize: 1}, {Namespace: "canary", InstanceID: 1}: {DPSize: 1}})
+	if s.Len() != 3 {
+		t.Fatalf("%d samples after canary's worker 1 joined, want prod's 3", s.Len())
+	}
+	if _, ok := s.Latest(canary(0)); ok {
+		t.Fatal("canary's worker 1 has a sample it was never sent")
 	}
 	s.Read(func(r load.ReadView) {
-		if got := r.Since(load.Key{WorkerID: 1}); !got.Equal(now) {
-			t.Errorf("the new worker's accounting starts at +%v, want +%v", got.Sub(t0), now.Sub(t0))
+		if got := r.Since(canary(0)); !got.Equal(now) {
+			t.Errorf("canary's accounting starts at +%v, want +%v", got.Sub(t0), now.Sub(t0))
+		}
+		if got := r.Since(prod(0)); !got.Equal(t0) {
+			t.Errorf("prod's accounting moved to +%v by canary's joining", got.Sub(t0))
 		}
 	})
-	if r := s.Apply(sample(1, 0, 8, 1, 5)); r != "" {
-		t.Fatalf("the new worker's sample: %q", r)
+	if r := s.Apply(in("canary", sample(1, 0, 8, 1, 5))); r != "" {
+		t.Fatalf("canary's sample: %q", r)
+	}
+	if got, _ := s.Latest(prod(0)); *got.Load.ActiveDecodeBlocks != 10 {
+		t.Errorf("prod's rank 0 = %d after canary's sample, want 10", *got.Load.ActiveDecodeBlocks)
 	}
 	if v := promtest.ToFloat64(m.ActiveDecodeBlocks.WithLabelValues("canary", "1", "0")); v != 5 {
 		t.Errorf("canary gauge %v", v)
+	}
+	// Prod's worker leaves: its samples and series go, canary's stay.
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "canary", InstanceID: 1}: {DPSize: 1}})
+	if s.Len() != 1 || promtest.CollectAndCount(m.ActiveDecodeBlocks) != 1 {
+		t.Fatalf("after prod left: %d samples, %d series", s.Len(), promtest.CollectAndCount(m.ActiveDecodeBlocks))
+	}
+	if got, ok := s.Latest(canary(0)); !ok || *got.Load.ActiveDecodeBlocks != 5 {
+		t.Errorf("canary's sample after prod left: %+v, %v", got, ok)
 	}
 }
 
 func TestStoreCapacity(t *testing.T) {
 	t.Parallel()
 	s := load.NewStore(time.Second, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for i := range uint64(load.MaxStoreKeys + 1) {
-		live[i] = load.LiveWorker{DPSize: 1}
+		live[fleet.WorkerID{Namespace: "dynamo", InstanceID: i}] = load.LiveWorker{DPSize: 1}
 	}
 	s.SetLiveAndRetain(live)
 	for i := range uint64(load.MaxStoreKeys) {
@@ -155,7 +186,7 @@ func worker1Load(pid uint64) func(seq uint64, rank uint32, decode uint64) [][]by
 // worker, 1, has two ranks, and the results it counted.
 func worker1Reader() (*load.Store, *load.Reader, map[string]int) {
 	s := load.NewStore(time.Hour, nil)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}})
 	results := map[string]int{}
 	return s, load.NewReader(7, s, func(res string) { results[res]++ }), results
 }
@@ -174,15 +205,15 @@ func TestReaderUnappliedIsAGap(t *testing.T) {
 	if results[wire.ResultMalformed] != 1 || results[telemetry.ResultAccepted] != 2 {
 		t.Fatalf("results %v", results)
 	}
-	if _, ok := s.Latest(1, 0); ok {
+	if _, ok := s.Latest(key(1, 0)); ok {
 		t.Error("rank 0's sample outlived a change that could not be read")
 	}
-	if got, ok := s.Latest(1, 1); !ok || *got.Load.ActiveDecodeBlocks != 3 {
+	if got, ok := s.Latest(key(1, 1)); !ok || *got.Load.ActiveDecodeBlocks != 3 {
 		t.Errorf("rank 1 = %+v, %v", got, ok)
 	}
 	// The next change applies as any other.
 	r.Handle(msg(3, 0, 4), t0)
-	if got, ok := s.Latest(1, 0); !ok || *got.Load.ActiveDecodeBlocks != 4 {
+	if got, ok := s.Latest(key(1, 0)); !ok || *got.Load.ActiveDecodeBlocks != 4 {
 		t.Errorf("rank 0 after = %+v, %v", got, ok)
 	}
 }
@@ -197,10 +228,10 @@ func TestReaderOrder(t *testing.T) {
 	r.Handle(msg(6, 1, 11), t0)
 	r.Handle(msg(6, 1, 99), t0) // duplicate
 	r.Handle(msg(9, 0, 12), t0) // gap: rank 1's sample goes
-	if _, ok := s.Latest(1, 1); ok {
+	if _, ok := s.Latest(key(1, 1)); ok {
 		t.Error("a gap kept the publisher's other samples")
 	}
-	if got, _ := s.Latest(1, 0); *got.Load.ActiveDecodeBlocks != 12 {
+	if got, _ := s.Latest(key(1, 0)); *got.Load.ActiveDecodeBlocks != 12 {
 		t.Errorf("rank 0 = %+v", got)
 	}
 	r.Handle(wire.EncodeEventMessage("kv_metrics", 8, 10, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1})), t0) // another publisher on this socket
@@ -221,7 +252,7 @@ func TestReaderOrder(t *testing.T) {
 func TestChangeLog(t *testing.T) {
 	t.Parallel()
 	s := load.NewStore(3*time.Second, nil)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}, {Namespace: "dynamo", InstanceID: 2}: {}})
 	changes := func(since uint64) (keys []load.Key, version uint64, ok bool) {
 		s.Read(func(r load.ReadView) {
 			version = r.Version()
@@ -234,9 +265,9 @@ func TestChangeLog(t *testing.T) {
 	s.Apply(sample(1, 1, 7, 1, 10)) // a duplicate: no change
 	s.Apply(sample(2, 0, 8, 1, 10))
 	s.DropPublisher(8)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{2: {}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 2}: {}})
 	keys, v1, ok := changes(v0)
-	want := []load.Key{{WorkerID: 1, DPRank: 1}, {WorkerID: 2}, {WorkerID: 2}, {WorkerID: 1, DPRank: 1}}
+	want := []load.Key{key(1, 1), key(2, 0), key(2, 0), key(1, 1)}
 	if !ok || v1-v0 != 4 || len(keys) != len(want) {
 		t.Fatalf("changes %v (ok %v, %d versions), want %v", keys, ok, v1-v0, want)
 	}
@@ -268,7 +299,7 @@ func TestStoreAccounting(t *testing.T) {
 	now := t0
 	s := load.NewStore(3*time.Second, nil)
 	s.SetClock(func() time.Time { return now })
-	k := load.Key{WorkerID: 1, DPRank: 1}
+	k := load.Key{Namespace: load.NS("dynamo"), WorkerID: 1, DPRank: 1}
 	since := func() (at time.Time, keys []load.Key) {
 		s.Read(func(r load.ReadView) {
 			at = r.Since(k)
@@ -288,11 +319,11 @@ func TestStoreAccounting(t *testing.T) {
 		}
 	}
 	check("unknown worker", time.Time{}, 0)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}})
 	check("joined", t0, 1)
 
 	now = t0.Add(10 * time.Second)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}, {Namespace: "dynamo", InstanceID: 2}: {}})
 	check("still live: its joining stays", t0, 1)
 
 	smp := sample(1, 1, 7, 1, 10)
@@ -308,7 +339,7 @@ func TestStoreAccounting(t *testing.T) {
 	now = t0.Add(15 * time.Second)
 	s.ResetPublisher(7)
 	check("publisher session restarted", t0.Add(15*time.Second), 5)
-	if _, ok := s.Latest(1, 1); ok {
+	if _, ok := s.Latest(key(1, 1)); ok {
 		t.Fatal("the sample survived its publisher's restart")
 	}
 	smp.Sequence, smp.ReceivedAt = 3, t0.Add(14*time.Second) // an earlier arrival does not move it back
@@ -316,9 +347,9 @@ func TestStoreAccounting(t *testing.T) {
 	check("older sample", t0.Add(15*time.Second), 6)
 
 	now = t0.Add(20 * time.Second)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{2: {}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 2}: {}})
 	check("left", time.Time{}, 7)
 	now = t0.Add(30 * time.Second)
-	s.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {DPSize: 2}, 2: {}})
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}, {Namespace: "dynamo", InstanceID: 2}: {}})
 	check("back: it starts afresh", t0.Add(30*time.Second), 8)
 }

@@ -46,7 +46,7 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 		count = func(result string) { metrics.Events.WithLabelValues(result).Inc() }
 	}
 	s.pool.NewHandler = func(p fleet.Publisher) Handler {
-		return &reader{pid: p.PublisherID, topic: fleet.TopicLoad, store: store, count: count, logger: logger}
+		return &reader{pid: p.PublisherID, ns: NS(p.Namespace), topic: fleet.TopicLoad, store: store, count: count, logger: logger}
 	}
 	return s
 }
@@ -82,12 +82,18 @@ func (s *Supervisor) SetConnector(c zmtp.Connector) {
 
 // reconcile applies one snapshot: the live gate first, then subscriptions.
 func (s *Supervisor) reconcile(ctx context.Context, snap *fleet.Snapshot) {
-	live := make(map[uint64]LiveWorker, snap.Workers.Len())
-	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
-	}
-	s.store.SetLiveAndRetain(live)
+	s.store.SetLiveAndRetain(LiveOf(snap))
 	s.pool.Reconcile(ctx, publishers(snap, fleet.TopicLoad))
+}
+
+// LiveOf is the live-worker gate of snap: each worker, by namespace and
+// instance id, with the ranks its card declares.
+func LiveOf(snap *fleet.Snapshot) map[fleet.WorkerID]LiveWorker {
+	live := make(map[fleet.WorkerID]LiveWorker, snap.Workers.Len())
+	for w := range snap.Workers.All() {
+		live[w.ID] = LiveWorker{DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+	}
+	return live
 }
 
 // publishers returns the snapshot's publishers of topic.

@@ -112,7 +112,7 @@ func TestSupervisorFollowsRegistry(t *testing.T) {
 	s := startSupervisor(t, f.reg)
 
 	testutil.Eventually(t, 10*time.Second, "first sample", func() bool {
-		smp, ok := s.store.FreshDefault(1, 0)
+		smp, ok := s.store.FreshDefault(key(1, 0))
 		return ok && smp.PublisherID == 0xa1
 	})
 	if v := promtest.ToFloat64(s.metrics.Subscriptions.WithLabelValues(load.StateConnected, "direct")); v != 1 {
@@ -128,7 +128,7 @@ func TestSupervisorFollowsRegistry(t *testing.T) {
 	f.removePublisher(0xa1)
 	f.publisher(0xb2, pubB.Endpoint)
 	testutil.Eventually(t, 10*time.Second, "sample of the new publisher", func() bool {
-		smp, ok := s.store.FreshDefault(1, 0)
+		smp, ok := s.store.FreshDefault(key(1, 0))
 		return ok && smp.PublisherID == 0xb2 && *smp.Load.ActiveDecodeBlocks == 20
 	})
 	if subs := s.sup.Subscriptions(); len(subs) != 1 || subs[0].PublisherID != 0xb2 {
@@ -138,7 +138,7 @@ func TestSupervisorFollowsRegistry(t *testing.T) {
 	// The worker leaves: its samples and series go.
 	f.removeWorker(1)
 	testutil.Eventually(t, 10*time.Second, "departed worker dropped", func() bool {
-		_, ok := s.store.Latest(1, 0)
+		_, ok := s.store.Latest(key(1, 0))
 		return !ok && promtest.CollectAndCount(s.metrics.ActiveDecodeBlocks) == 0
 	})
 	if n := promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultIdentityMismatch)); n == 0 {
@@ -184,7 +184,7 @@ func TestSupervisorReconnectKeepsAccounting(t *testing.T) {
 	s := startSupervisor(t, f.reg)
 	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
 		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(6, 0)
+		_, ok := s.store.Latest(key(6, 0))
 		return ok
 	})
 	pub.Close()
@@ -193,7 +193,7 @@ func TestSupervisorReconnectKeepsAccounting(t *testing.T) {
 		return len(subs) == 1 && subs[0].State != load.StateConnected
 	})
 	// The session is over: this is the last sample it applied.
-	last, ok := s.store.Latest(6, 0)
+	last, ok := s.store.Latest(key(6, 0))
 	if !ok {
 		t.Fatal("the sample went with the session, before any reconnect")
 	}
@@ -203,8 +203,8 @@ func TestSupervisorReconnectKeepsAccounting(t *testing.T) {
 		return len(subs) == 1 && subs[0].State == load.StateConnected
 	})
 	var since time.Time
-	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{WorkerID: 6}) })
-	if _, ok := s.store.Latest(6, 0); ok || !since.Equal(last.ReceivedAt) {
+	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{Namespace: load.NS("dynamo"), WorkerID: 6}) })
+	if _, ok := s.store.Latest(key(6, 0)); ok || !since.Equal(last.ReceivedAt) {
 		t.Fatalf("after the reconnect: sample kept %v, accounted from %v, want the last sample's arrival %v", ok, since, last.ReceivedAt)
 	}
 }
@@ -224,11 +224,11 @@ func TestSupervisorChangedRecordKeepsAccounting(t *testing.T) {
 	s := startSupervisor(t, f.reg)
 	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
 		_ = a.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(6, 0)
+		_, ok := s.store.Latest(key(6, 0))
 		return ok
 	})
 	since := func() (at time.Time) {
-		s.store.Read(func(r load.ReadView) { at = r.Since(load.Key{WorkerID: 6}) })
+		s.store.Read(func(r load.ReadView) { at = r.Since(load.Key{Namespace: load.NS("dynamo"), WorkerID: 6}) })
 		return at
 	}
 	// One more sample, the highest sequence: once it is in, every one sent
@@ -236,13 +236,13 @@ func TestSupervisorChangedRecordKeepsAccounting(t *testing.T) {
 	final := uint64(time.Now().UnixNano())
 	_ = a.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, final, uint64(time.Now().UnixMilli()), payload))
 	testutil.Eventually(t, 10*time.Second, "the last sample sent", func() bool {
-		smp, _ := s.store.Latest(6, 0)
+		smp, _ := s.store.Latest(key(6, 0))
 		return smp.Sequence == final
 	})
 	changed := time.Now()
 	f.publisher(0xe6, b.Endpoint)
 	testutil.Eventually(t, 10*time.Second, "the sample dropped by the new record's session", func() bool {
-		_, ok := s.store.Latest(6, 0)
+		_, ok := s.store.Latest(key(6, 0))
 		return !ok
 	})
 	if got := since(); got.IsZero() || got.After(changed) {
@@ -250,10 +250,10 @@ func TestSupervisorChangedRecordKeepsAccounting(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "a sample through the new record", func() bool {
 		_ = b.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(6, 0)
+		_, ok := s.store.Latest(key(6, 0))
 		return ok
 	})
-	last, _ := s.store.Latest(6, 0)
+	last, _ := s.store.Latest(key(6, 0))
 	f.removePublisher(0xe6)
 	testutil.Eventually(t, 10*time.Second, "the publisher gone", func() bool { return len(s.sup.Subscriptions()) == 0 })
 	if got := since(); !got.After(last.ReceivedAt) {
@@ -279,7 +279,7 @@ func TestSupervisorLibzmq(t *testing.T) {
 	})
 	pub.Go()
 	testutil.Eventually(t, 10*time.Second, "libzmq samples", func() bool {
-		smp, ok := s.store.FreshDefault(3, 0)
+		smp, ok := s.store.FreshDefault(key(3, 0))
 		return ok && smp.Load.KVUsedBlocks != nil && *smp.Load.KVUsedBlocks > 30 && smp.Load.ActiveDecodeBlocks == nil
 	})
 }
@@ -346,7 +346,7 @@ func TestSupervisorSetConnector(t *testing.T) {
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1, ActiveDecodeBlocks: u64(10)})
 	testutil.Eventually(t, 10*time.Second, "first sample", func() bool {
 		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 0xa1, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(1, 0)
+		_, ok := s.store.Latest(key(1, 0))
 		return ok
 	})
 
@@ -354,7 +354,7 @@ func TestSupervisorSetConnector(t *testing.T) {
 	s.sup.SetConnector(next)
 	testutil.Eventually(t, 10*time.Second, "a dial through the new connector", func() bool { return next.dials.Load() > 0 })
 	// The old session is over: this is the last sample it applied.
-	last, ok := s.store.Latest(1, 0)
+	last, ok := s.store.Latest(key(1, 0))
 	if !ok {
 		t.Fatal("the switch itself dropped the worker's sample")
 	}
@@ -363,11 +363,11 @@ func TestSupervisorSetConnector(t *testing.T) {
 		subs := s.sup.Subscriptions()
 		return len(subs) == 1 && subs[0].Transport == "other" && subs[0].State == load.StateConnected
 	})
-	if smp, ok := s.store.Latest(1, 0); ok {
+	if smp, ok := s.store.Latest(key(1, 0)); ok {
 		t.Fatalf("the first session through the new connector kept the sample sent before it: %+v", smp)
 	}
 	var since time.Time
-	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{WorkerID: 1}) })
+	s.store.Read(func(r load.ReadView) { since = r.Since(load.Key{Namespace: load.NS("dynamo"), WorkerID: 1}) })
 	if !since.Equal(last.ReceivedAt) {
 		t.Errorf("dispatches accounted from %v after the switch, want the last sample's arrival %v", since, last.ReceivedAt)
 	}
@@ -400,7 +400,7 @@ func TestSupervisorJudgesMessagesOverTheLimits(t *testing.T) {
 	}
 	decodeIs := func(want uint64) func() bool {
 		return func() bool {
-			smp, ok := s.store.Latest(2, 0)
+			smp, ok := s.store.Latest(key(2, 0))
 			return ok && smp.Load.ActiveDecodeBlocks != nil && *smp.Load.ActiveDecodeBlocks == want
 		}
 	}
@@ -445,5 +445,37 @@ func TestSupervisorJudgesMessagesOverTheLimits(t *testing.T) {
 	}
 	if subs := s.sup.Subscriptions(); len(subs) != 1 || subs[0].State != load.StateConnected {
 		t.Errorf("subscriptions %+v, want one, still connected", subs)
+	}
+}
+
+// nsWorker puts a decode worker and its kv_metrics channel under Dynamo
+// namespace ns.
+func (f *fleetState) nsWorker(ns string, id, pid uint64, endpoint string) {
+	f.r.Put(fmt.Sprintf("v1/instances/%s/decode/generate/%x", ns, id), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d}`, id), t0)
+	f.r.Put(fmt.Sprintf("v1/mdc/%s/decode/generate/%x", ns, id), fmt.Appendf(nil, `{"component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":"Decode"}}`, id), t0)
+	f.r.Put(fmt.Sprintf("v1/event_channels/namespace/%s/component/decode/endpoint/generate/topic/kv_metrics/%x", ns, pid),
+		fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":%q,"component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, ns, pid, endpoint), t0)
+	f.reg.Publish(f.r.Build(t0))
+}
+
+// TestSupervisorWorkerIsNamespaceAndID: two graphs (canary and prod) each
+// run a worker with instance id 7. A sample is its publisher's
+// namespace's worker's: the canary publisher's samples weigh on canary's
+// worker 7 and are labelled canary, prod's worker 7 stays without a
+// sample, and prod's leaving takes nothing of canary's.
+func TestSupervisorWorkerIsNamespaceAndID(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	pub := testutil.StartGoPublisher(t)
+	publishLoop(t, pub, 0xc1, 7, 5)
+	f.nsWorker("canary", 7, 0xc1, pub.Endpoint)
+	f.nsWorker("prod", 7, 0xd1, "tcp://127.0.0.1:1")
+	s := startSupervisor(t, f.reg)
+
+	testutil.Eventually(t, 10*time.Second, "canary's worker 7 sample", func() bool {
+		return promtest.ToFloat64(s.metrics.ActiveDecodeBlocks.WithLabelValues("canary", "7", "0")) == 5
+	})
+	if n := promtest.CollectAndCount(s.metrics.ActiveDecodeBlocks); n != 1 {
+		t.Errorf("%d decode-block series, want canary's only", n)
 	}
 }

@@ -95,6 +95,7 @@ func BenchmarkReserveWhileSamplesArrive(b *testing.B) {
 				}
 				now := t0
 				i, seq := 0, uint64(1<<40)
+				ns := load.NS("dynamo") // a subscription's reader holds its namespace interned
 				b.ReportAllocs()
 				for b.Loop() {
 					now = now.Add(100 * time.Microsecond)
@@ -102,7 +103,7 @@ func BenchmarkReserveWhileSamplesArrive(b *testing.B) {
 					seq++
 					v := uint64(i % 97)
 					l.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
-						PublisherID: id, Sequence: seq, ReceivedAt: now})
+						Namespace: ns, PublisherID: id, Sequence: seq, ReceivedAt: now})
 					_, t, err := p.Reserve(snap, reqs[i%models], now)
 					if err != nil {
 						b.Fatal(err)

@@ -115,12 +115,12 @@ func (p *LoadBased) pruneLatches(snap *fleet.Snapshot) {
 	if len(p.busy.latched) == 0 {
 		return
 	}
-	ids := make(map[uint64]struct{}, snap.Workers.Len())
+	ids := make(map[fleet.WorkerID]struct{}, snap.Workers.Len())
 	for w := range snap.Workers.All() {
-		ids[w.ID.InstanceID] = struct{}{}
+		ids[w.ID] = struct{}{}
 	}
 	for k := range p.busy.latched {
-		if _, ok := ids[k.WorkerID]; !ok {
+		if _, ok := ids[k.ID()]; !ok {
 			delete(p.busy.latched, k)
 		}
 	}

@@ -126,7 +126,7 @@ func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index 
 	}
 	classOf := map[classKey]int32{}
 	for i, c := range cands {
-		k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
+		k := load.RankOf(c.w, c.rank)
 		x.cands[i] = cand{w: c.w, key: k, group: int32(c.group), class: -1}
 		var ck classKey
 		ok := false

@@ -115,7 +115,7 @@ func (l *ledger) dispatched(pin Pin, promptTokens, prefillTokens int, now time.T
 		return (promptTokens + bs - 1) / bs
 	}
 	add := func(target Target, e entry) {
-		k := load.Key{WorkerID: target.Worker.ID.InstanceID, DPRank: target.DPRank}
+		k := load.RankOf(target.Worker, target.DPRank)
 		list := expire(l.entries[k], now)
 		if list == nil && len(l.entries) >= maxLedgerKeys {
 			return

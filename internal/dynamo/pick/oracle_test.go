@@ -221,7 +221,7 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 	p.Loads.Read(func(r load.ReadView) {
 		for i := range cands {
 			c := &cands[i]
-			k := load.Key{WorkerID: c.w.ID.InstanceID, DPRank: c.rank}
+			k := load.RankOf(c.w, c.rank)
 			c.banned = slices.Contains(req.Exclude, c.w.ID)
 			smp := r.Get(k)
 			since := r.Since(k)
@@ -419,9 +419,9 @@ func TestDifferential(t *testing.T) {
 			now := base.Add(time.Minute)
 			store := load.NewStore(3*time.Second, nil)
 			store.SetClock(func() time.Time { return now })
-			live := map[uint64]load.LiveWorker{}
+			live := map[fleet.WorkerID]load.LiveWorker{}
 			for w := range snap.Workers.All() {
-				live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+				live[w.ID] = load.LiveWorker{DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 			}
 			store.SetLiveAndRetain(live)
 			p := NewLoadBased(store)
@@ -459,7 +459,7 @@ func TestDifferential(t *testing.T) {
 						at = now
 					}
 					store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: rank, ActiveDecodeBlocks: small(),
-						ActivePrefillTokens: small(), KVUsedBlocks: small()}, PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: at})
+						ActivePrefillTokens: small(), KVUsedBlocks: small()}, Namespace: load.NS(w.ID.Namespace), PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: at})
 				case op == 9 && snap.Workers.Len() > 0:
 					store.DropPublisher(workersOf(snap)[rng.IntN(snap.Workers.Len())].ID.InstanceID)
 				case op == 10:
@@ -472,7 +472,7 @@ func TestDifferential(t *testing.T) {
 					store.ResetPublisher(workersOf(snap)[rng.IntN(snap.Workers.Len())].ID.InstanceID)
 				case op == 14 && snap.Workers.Len() > 0:
 					// A worker leaves the live set and comes back.
-					gone := workersOf(snap)[rng.IntN(snap.Workers.Len())].ID.InstanceID
+					gone := workersOf(snap)[rng.IntN(snap.Workers.Len())].ID
 					without := maps.Clone(live)
 					delete(without, gone)
 					store.SetLiveAndRetain(without)
@@ -558,9 +558,9 @@ func TestIndexCatchesUp(t *testing.T) {
 	base := time.Unix(1_800_000_000, 0)
 	snap := randomFleet(rand.New(rand.NewPCG(3, 1)), 40, base)
 	store := load.NewStore(3*time.Second, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := range snap.Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+		live[w.ID] = load.LiveWorker{DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	store.SetLiveAndRetain(live)
 	now := base.Add(time.Minute)
@@ -587,7 +587,7 @@ func TestIndexCatchesUp(t *testing.T) {
 			seq++
 			v := seq % 7
 			store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: w.DPStartRank, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
-				PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: now.Add(-time.Duration(seq%4000) * time.Millisecond)})
+				Namespace: load.NS(w.ID.Namespace), PublisherID: w.ID.InstanceID, Sequence: seq, ReceivedAt: now.Add(-time.Duration(seq%4000) * time.Millisecond)})
 		}
 	}
 	for range 200 { // superseded deadlines pile up in the heap
@@ -614,9 +614,9 @@ func TestConcurrentUse(t *testing.T) {
 	base := time.Unix(1_800_000_000, 0)
 	snaps := []*fleet.Snapshot{randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base), randomFleet(rand.New(rand.NewPCG(9, 1)), 30, base)}
 	store := load.NewStore(3*time.Second, nil)
-	live := map[uint64]load.LiveWorker{}
+	live := map[fleet.WorkerID]load.LiveWorker{}
 	for w := range snaps[0].Workers.All() {
-		live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+		live[w.ID] = load.LiveWorker{DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	store.SetLiveAndRetain(live)
 	var clock atomic.Int64
@@ -637,7 +637,7 @@ func TestConcurrentUse(t *testing.T) {
 				case 0:
 					v := uint64(rng.IntN(50))
 					store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: w.ID.InstanceID, DPRank: w.DPStartRank, ActiveDecodeBlocks: &v, ActivePrefillTokens: &v},
-						PublisherID: w.ID.InstanceID, Sequence: seq.Add(1), ReceivedAt: now()})
+						Namespace: load.NS(w.ID.Namespace), PublisherID: w.ID.InstanceID, Sequence: seq.Add(1), ReceivedAt: now()})
 				case 1:
 					store.DropPublisher(w.ID.InstanceID)
 				default:

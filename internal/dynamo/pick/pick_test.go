@@ -68,13 +68,15 @@ func snapshot(t testing.TB, ws ...w) *fleet.Snapshot {
 
 type loads struct {
 	store *load.Store
-	live  map[uint64]load.LiveWorker
+	live  map[fleet.WorkerID]load.LiveWorker
+	ids   map[uint64]fleet.WorkerID
 }
 
 func newLoads(snap *fleet.Snapshot) *loads {
-	l := &loads{store: load.NewStore(3*time.Second, nil), live: map[uint64]load.LiveWorker{}}
+	l := &loads{store: load.NewStore(3*time.Second, nil), live: map[fleet.WorkerID]load.LiveWorker{}, ids: map[uint64]fleet.WorkerID{}}
 	for w := range snap.Workers.All() {
-		l.live[w.ID.InstanceID] = load.LiveWorker{Namespace: w.ID.Namespace, DPStartRank: w.DPStartRank, DPSize: w.DPSize}
+		l.ids[w.ID.InstanceID] = w.ID
+		l.live[w.ID] = load.LiveWorker{DPStartRank: w.DPStartRank, DPSize: w.DPSize}
 	}
 	l.store.SetLiveAndRetain(l.live)
 	return l
@@ -82,11 +84,21 @@ func newLoads(snap *fleet.Snapshot) *loads {
 
 var seq uint64
 
-// sample stores a sample received at 'at'.
+// id is the live worker of instance id (ids are unique across the test
+// fleets' namespaces).
+func (l *loads) id(worker uint64) fleet.WorkerID {
+	if id, ok := l.ids[worker]; ok {
+		return id
+	}
+	return fleet.WorkerID{InstanceID: worker}
+}
+
+// sample stores a sample received at 'at', as worker's namespace's
+// publisher would.
 func (l *loads) sample(worker uint64, rank uint32, at time.Time, decode, prefill, kvUsed *uint64) {
 	seq++
 	res := l.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: worker, DPRank: rank, ActiveDecodeBlocks: decode, ActivePrefillTokens: prefill, KVUsedBlocks: kvUsed},
-		PublisherID: worker, Sequence: seq, ReceivedAt: at})
+		Namespace: load.NS(l.id(worker).Namespace), PublisherID: worker, Sequence: seq, ReceivedAt: at})
 	if res != "" {
 		panic(res)
 	}
@@ -386,7 +398,7 @@ func TestRestartedWorkerStartsClean(t *testing.T) {
 		restart func(l *loads)
 	}{
 		{"left and rejoined", func(l *loads) {
-			live := map[uint64]load.LiveWorker{2: l.live[2]}
+			live := map[fleet.WorkerID]load.LiveWorker{l.id(2): l.live[l.id(2)]}
 			l.store.SetLiveAndRetain(live)
 			l.store.SetLiveAndRetain(l.live)
 		}},

@@ -258,9 +258,9 @@ func TestDispatcherReserve(t *testing.T) {
 	w1, w2 := mk(1), mk(2)
 	snap := fleet.NewSnapshot([]*fleet.Worker{w1, w2}, nil)
 	store := load.NewStore(time.Minute, nil)
-	store.SetLiveAndRetain(map[uint64]load.LiveWorker{1: {Namespace: "prod", DPSize: 1}, 2: {Namespace: "prod", DPSize: 1}})
+	store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "prod", InstanceID: 1}: {DPSize: 1}, {Namespace: "prod", InstanceID: 2}: {DPSize: 1}})
 	setLoad := func(id, blocks uint64, seq uint64) {
-		if res := store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &blocks}, PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
+		if res := store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &blocks}, Namespace: load.NS("prod"), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
 			t.Fatal(res)
 		}
 	}
