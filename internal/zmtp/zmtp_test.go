@@ -151,14 +151,42 @@ func newRawPeer(t *testing.T, greeting []byte, ready []byte, script func(w io.Wr
 		defer c.Close()
 		_, _ = c.Write(greeting)
 		_, _ = c.Write(ready)
-		// Read what the subscriber sends (greeting, READY, subscription).
-		buf := make([]byte, 64+64+64)
+		// Read what the subscriber sends (greeting, READY, subscription)
+		// before the script runs: a script that closes the connection
+		// with some of it unread would reset the subscriber's handshake.
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		_, _ = io.ReadAtLeast(c, buf, 64)
+		readHandshake(c)
+		_ = c.SetReadDeadline(time.Time{})
 		script(c)
 		_, _ = io.Copy(io.Discard, c)
 	}()
 	return "tcp://" + ln.Addr().String()
+}
+
+// readHandshake reads a subscriber's side of the handshake: its 64-byte
+// greeting, then two frames (its READY command and its subscription). It
+// stops at the first error (a subscriber that gave up).
+func readHandshake(r io.Reader) {
+	if _, err := io.ReadFull(r, make([]byte, 64)); err != nil {
+		return
+	}
+	for range 2 {
+		head := make([]byte, 2)
+		if _, err := io.ReadFull(r, head); err != nil {
+			return
+		}
+		size := uint64(head[1])
+		if head[0]&0x02 != 0 { // a long frame: an 8-byte size
+			rest := make([]byte, 7)
+			if _, err := io.ReadFull(r, rest); err != nil {
+				return
+			}
+			size = binary.BigEndian.Uint64(append([]byte{head[1]}, rest...))
+		}
+		if _, err := io.CopyN(io.Discard, r, int64(size)); err != nil {
+			return
+		}
+	}
 }
 
 func pubGreeting() []byte {
