@@ -413,17 +413,25 @@ func TestIngressRetryPicksAgain(t *testing.T) {
 	}
 }
 
-func TestNamespacePools(t *testing.T) {
-	t.Parallel()
+// canaryHarness is the harness with a second namespace, canary, whose shim
+// pool is the returned frontend emulator (fe-canary).
+func canaryHarness(t *testing.T) (*harness, *fleetsim.Frontend) {
+	t.Helper()
 	canary := fleetsim.NewFrontend()
 	canarySrv := httptest.NewServer(canary)
-	defer canarySrv.Close()
+	t.Cleanup(canarySrv.Close)
 	h := newHarness(t, func(c *config.Config) {
 		c.Backends = append(c.Backends, config.Backend{Name: "fe-canary", Type: "openai", URL: canarySrv.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
 		c.Dynamo.Discovery.Etcd.Namespaces = []string{"dynamo", "canary"}
 		c.Dynamo.Shim.Backends = nil
 		c.Dynamo.Shim.Pools = []config.ShimPool{{Namespace: "dynamo", Backends: []string{"fe"}}, {Namespace: "canary", Backends: []string{"fe-canary"}}}
 	})
+	return h, canary
+}
+
+func TestNamespacePools(t *testing.T) {
+	t.Parallel()
+	h, canary := canaryHarness(t)
 	// Only canary has workers for another model.
 	worker(h.reducer, "canary", "backend", "Aggregated", 30, 0)
 	h.reg.Publish(h.reducer.Build(t0))
@@ -453,15 +461,7 @@ func TestNamespacePools(t *testing.T) {
 // (from a publisher of namespace dynamo) is not canary's load.
 func TestNamespacesShareInstanceIDs(t *testing.T) {
 	t.Parallel()
-	canary := fleetsim.NewFrontend()
-	canarySrv := httptest.NewServer(canary)
-	defer canarySrv.Close()
-	h := newHarness(t, func(c *config.Config) {
-		c.Backends = append(c.Backends, config.Backend{Name: "fe-canary", Type: "openai", URL: canarySrv.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)})
-		c.Dynamo.Discovery.Etcd.Namespaces = []string{"dynamo", "canary"}
-		c.Dynamo.Shim.Backends = nil
-		c.Dynamo.Shim.Pools = []config.ShimPool{{Namespace: "dynamo", Backends: []string{"fe"}}, {Namespace: "canary", Backends: []string{"fe-canary"}}}
-	})
+	h, canary := canaryHarness(t)
 	modelWorker(h.reducer, "canary", "backend", "Aggregated", "canary-model", 20, 0)
 	h.reg.Publish(h.reducer.Build(t0))
 	canary.SetWorkers("canary-model", nil, []uint64{20})

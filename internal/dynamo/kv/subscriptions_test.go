@@ -76,6 +76,14 @@ func runSubscriptions(t *testing.T, topic string) (*fleet.Reducer, *fleet.Regist
 	kvRecords(r, reg, 7, 0x77, topic, pub.Endpoint)
 	ix := kv.NewIndex()
 	m := telemetry.NewKVMetrics(nil)
+	subs, s := startSubscriptions(t, reg, ix, m, pub)
+	return r, reg, ix, m, subs, s
+}
+
+// startSubscriptions runs the KV subscriptions of reg's publishers into ix,
+// and a sender publishing through pub, until the test ends.
+func startSubscriptions(t *testing.T, reg *fleet.Registry, ix *kv.Index, m *telemetry.KVMetrics, pub *testutil.GoPublisher) (*kv.Subscriptions, *sender) {
+	t.Helper()
 	subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, m, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -84,7 +92,7 @@ func runSubscriptions(t *testing.T, topic string) (*fleet.Reducer, *fleet.Regist
 	s := &sender{}
 	go func() { defer wg.Done(); s.run(ctx, pub) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return r, reg, ix, m, subs, s
+	return subs, s
 }
 
 // TestSubscriptionsFeedTheIndex: a real ZMQ publisher's stored and removed
@@ -151,14 +159,7 @@ func TestSubscriptionsWorkerIsNamespaceAndID(t *testing.T) {
 	nsKVRecords(r, reg, "canary", 7, 0xc7, "kv-events", pub.Endpoint)
 	nsKVRecords(r, reg, "prod", 7, 0xd7, "kv-events", "tcp://127.0.0.1:1")
 	ix := kv.NewIndex()
-	subs := kv.NewSubscriptions(reg, ix, &zmtp.Direct{}, telemetry.NewKVMetrics(nil), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = subs.Run(ctx) }()
-	s := &sender{}
-	go func() { defer wg.Done(); s.run(ctx, pub) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	subs, s := startSubscriptions(t, reg, ix, telemetry.NewKVMetrics(nil), pub)
 
 	s.set(wire.EncodeEventMessage("kv-events", 0xc7, 1, uint64(time.Now().UnixMilli()), wire.EncodeRouterEvent(wire.RouterEvent{
 		WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}, {BlockHash: 2, TokensHash: 102}}})))
