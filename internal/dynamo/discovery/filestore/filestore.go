@@ -50,6 +50,8 @@ type Source struct {
 	ttl  time.Duration
 	scan time.Duration
 	now  func() time.Time
+	// listLimit bounds the entries one scan reads from a bucket.
+	listLimit int
 }
 
 var _ discovery.Source = (*Source)(nil)
@@ -62,7 +64,7 @@ func New(root string, namespaces []string, logger *slog.Logger) (*Source, error)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Source{root: filepath.Clean(root), namespaces: namespaces, logger: logger, ttl: TTL, scan: TTL / 3, now: time.Now}
+	s := &Source{root: filepath.Clean(root), namespaces: namespaces, logger: logger, ttl: TTL, scan: TTL / 3, now: time.Now, listLimit: maxListedFiles}
 	for _, ns := range namespaces {
 		p := wire.WatchPrefixes(ns)
 		s.prefixes = append(s.prefixes, p[:]...)
@@ -108,16 +110,18 @@ type fileState struct {
 	size int64
 }
 
-// heldSet is what a pass holds, with a count per bucket for the cap, and
-// the buckets whose cap the reducer has been shown.
+// heldSet is what a pass holds (each key's file state and file name), with
+// a count per bucket for the cap, and the buckets whose cap the reducer has
+// been shown.
 type heldSet struct {
 	files     map[string]fileState
+	names     map[string]string
 	perBucket map[string]int
 	full      map[string]bool
 }
 
 func newHeldSet() *heldSet {
-	return &heldSet{files: map[string]fileState{}, perBucket: map[string]int{}, full: map[string]bool{}}
+	return &heldSet{files: map[string]fileState{}, names: map[string]string{}, perBucket: map[string]int{}, full: map[string]bool{}}
 }
 
 // bucketOf returns the bucket of a key ("v1/instances/...").
@@ -130,11 +134,12 @@ func bucketOf(key string) string {
 	return ""
 }
 
-func (h *heldSet) put(key string, st fileState) {
+func (h *heldSet) put(key, name string, st fileState) {
 	if _, ok := h.files[key]; !ok {
 		h.perBucket[bucketOf(key)]++
 	}
 	h.files[key] = st
+	h.names[key] = name
 }
 
 func (h *heldSet) del(key string) bool {
@@ -142,6 +147,7 @@ func (h *heldSet) del(key string) bool {
 		return false
 	}
 	delete(h.files, key)
+	delete(h.names, key)
 	h.perBucket[bucketOf(key)]--
 	return true
 }
@@ -272,7 +278,7 @@ func (s *Source) scanAll(sink discovery.Sink, held *heldSet) {
 func (s *Source) scanBucket(bucket string, sink discovery.Sink, held *heldSet) {
 	dir := filepath.Join(s.root, bucket)
 	present := map[string]bool{}
-	err := readDirBounded(dir, maxListedFiles, func(e fs.DirEntry) {
+	truncated, err := readDirBounded(dir, s.listLimit, func(e fs.DirEntry) {
 		if !e.Type().IsRegular() {
 			return
 		}
@@ -288,7 +294,20 @@ func (s *Source) scanBucket(bucket string, sink discovery.Sink, held *heldSet) {
 		return
 	}
 	for key := range held.files {
-		if strings.HasPrefix(key, bucket+"/") && !present[key] && held.del(key) {
+		if !strings.HasPrefix(key, bucket+"/") || present[key] {
+			continue
+		}
+		if truncated {
+			// The listing stopped at its bound before the end of the
+			// bucket: a held key it did not reach may still have its
+			// file. Its file is looked at instead, and the key dropped
+			// only if that is gone or expired; were every key not listed
+			// dropped, the keys past the bound (read from their events)
+			// would come and go with each scan.
+			s.refresh(filepath.Join(dir, held.names[key]), key, false, sink, held)
+			continue
+		}
+		if held.del(key) {
 			sink.Delete(key)
 		}
 	}
@@ -334,7 +353,7 @@ func (s *Source) refresh(path, key string, force bool, sink discovery.Sink, held
 	if err != nil {
 		return // gone between stat and read: the remove event follows
 	}
-	held.put(key, st)
+	held.put(key, filepath.Base(path), st)
 	sink.Put(key, value)
 }
 
@@ -343,11 +362,12 @@ func (s *Source) refresh(path, key string, force bool, sink discovery.Sink, held
 const maxListedFiles = 2 * fleet.MaxRecordsPerKeyspace
 
 // readDirBounded visits at most limit entries of dir, reading them in
-// chunks so a huge directory is never listed whole.
-func readDirBounded(dir string, limit int, fn func(fs.DirEntry)) error {
+// chunks so a huge directory is never listed whole. truncated is true when
+// it stopped at limit with entries possibly left unread.
+func readDirBounded(dir string, limit int, fn func(fs.DirEntry)) (truncated bool, err error) {
 	f, err := os.Open(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() { _ = f.Close() }()
 	seen := 0
@@ -358,13 +378,13 @@ func readDirBounded(dir string, limit int, fn func(fs.DirEntry)) error {
 		}
 		seen += len(entries)
 		if errors.Is(err, io.EOF) || len(entries) == 0 {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // readCapped reads at most one byte more than the reducer accepts, so an

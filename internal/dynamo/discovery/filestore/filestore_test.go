@@ -235,3 +235,48 @@ func TestStoreMadeAfterStart(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "removed worker", func() bool { return !ids(reg)["dynamo/1"] })
 }
+
+// TestScanPastListLimit: a scan reads at most a bounded number of entries
+// of a bucket; keys it did not reach (read from their files' events) stay
+// while their files live, and go when their files expire, as listed ones do.
+func TestScanPastListLimit(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	// The bucket is there from the start, watched: every file made below
+	// is read from its event, whatever a scan reaches.
+	if err := os.MkdirAll(filepath.Join(root, "v1/instances"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := filestore.New(root, []string{"dynamo"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.SetTiming(time.Hour, 20*time.Millisecond)
+	src.SetListLimit(4)
+	reg := fleet.NewRegistry(nil, nil)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testutil.Eventually(t, 10*time.Second, "empty view published", func() bool { return reg.Generation() > 0 })
+
+	const n = 8
+	var paths []string
+	for i := 1; i <= n; i++ {
+		paths = append(paths, write(t, root, "v1/instances", fmt.Sprintf("dynamo/decode/generate/%x", i), endpoint(i, "decode")))
+	}
+	testutil.Eventually(t, 10*time.Second, "every worker", func() bool { return len(ids(reg)) == n })
+	// Ten scans, each reading half the bucket.
+	time.Sleep(200 * time.Millisecond)
+	if got := len(ids(reg)); got != n {
+		t.Fatalf("%d of %d workers left after scans that read %d entries each", got, n, 4)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for _, p := range paths {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "every expired worker gone", func() bool { return len(ids(reg)) == 0 })
+}
