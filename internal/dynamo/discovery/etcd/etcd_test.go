@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -380,4 +381,63 @@ func TestValueOverReceiveLimit(t *testing.T) {
 	testutil.Eventually(t, 15*time.Second, "the key rewritten small", func() bool {
 		return h.workers()["dynamo/5"] != nil && oversized(instanceKey("dynamo", "decode", 6))
 	})
+}
+
+// TestDiscoveryEventsCounted: continuum_dynamo_discovery_events_total counts
+// a conflict or a refused record once when it appears: not again when its
+// records are put again unchanged, nor when a reconnect resyncs them; a
+// duplicate whose extra record is deleted is resolved, and counted again
+// when that record comes back.
+func TestDiscoveryEventsCounted(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	dupKey := "v1/instances/dynamo/decode/generate/ff"
+	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
+	put(t, c, dupKey, endpointValue(1, "decode"))
+	put(t, c, instanceKey("dynamo", "decode", 2), `{"type":"Endpoint","component":"decode","endpoint":"generate"}`)
+	put(t, c, instanceKey("dynamo", "prefill", 3), endpointValue(3, "prefill"))
+	put(t, c, "v1/mdc/dynamo/prefill/generate/3", `{"type":"Model","component":"prefill","endpoint":"generate","instance_id":3,"card_json":{"display_name":"m","worker_type":"Decode"}}`)
+	h := run(t, newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}}))
+	counts := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, k := range []string{fleet.ProblemDuplicate, fleet.ProblemMalformed, fleet.ProblemRoleConflict} {
+			out[k] = promtest.ToFloat64(h.metrics.Events.WithLabelValues(k))
+		}
+		return out
+	}
+	want := map[string]float64{fleet.ProblemDuplicate: 1, fleet.ProblemMalformed: 1, fleet.ProblemRoleConflict: 1}
+	check := func(when string) {
+		t.Helper()
+		if got := counts(); !maps.Equal(got, want) {
+			t.Fatalf("%s: events %v, want %v", when, got, want)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "seeded", func() bool { return len(h.reg.Snapshot().Problems) == 3 })
+	check("seeded")
+	if len(h.workers()) != 0 {
+		t.Fatalf("workers %v", h.workers())
+	}
+
+	// The same records put again, and a new worker to wait for.
+	put(t, c, dupKey, endpointValue(1, "decode"))
+	put(t, c, instanceKey("dynamo", "decode", 2), `{"type":"Endpoint","component":"decode","endpoint":"generate"}`)
+	put(t, c, instanceKey("dynamo", "decode", 4), endpointValue(4, "decode"))
+	testutil.Eventually(t, 10*time.Second, "new worker", func() bool { return h.workers()["dynamo/4"] != nil })
+	check("records put again")
+
+	srv.Stop()
+	testutil.Eventually(t, 30*time.Second, "disconnect noticed", func() bool { return promtest.ToFloat64(h.metrics.Connected) == 0 })
+	srv.Start()
+	testutil.Eventually(t, 30*time.Second, "reconnected", func() bool { return promtest.ToFloat64(h.metrics.Connected) == 1 })
+	check("resynced")
+
+	if _, err := c.Delete(context.Background(), dupKey); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "duplicate resolved", func() bool { return h.workers()["dynamo/1"] != nil })
+	put(t, c, dupKey, endpointValue(1, "decode"))
+	testutil.Eventually(t, 10*time.Second, "duplicate again", func() bool { return h.workers()["dynamo/1"] == nil })
+	want[fleet.ProblemDuplicate] = 2
+	check("duplicate again")
 }
