@@ -278,8 +278,17 @@ type sseEvent struct {
 	data []byte // the data: lines joined
 }
 
-// maxSSELine bounds one line of an upstream stream.
-const maxSSELine = 16 << 20
+// maxSSELine bounds one line of an upstream stream, and maxSSEEvent the
+// data of one event, which may come in any number of lines: the reader
+// holds an event whole until the blank line that ends it.
+const (
+	maxSSELine  = 16 << 20
+	maxSSEEvent = 16 << 20
+)
+
+// errSSEEventTooLarge: an upstream event's data went past maxSSEEvent
+// before the blank line that ends it.
+var errSSEEventTooLarge = fmt.Errorf("an event is larger than %d MiB", maxSSEEvent>>20)
 
 // sseReader reads server-sent events.
 type sseReader struct {
@@ -297,6 +306,7 @@ func newSSEReader(r io.Reader) *sseReader {
 func (r *sseReader) next() (sseEvent, error) {
 	var ev sseEvent
 	var data [][]byte
+	size := 0
 	seen := false
 	for r.sc.Scan() {
 		line := r.sc.Bytes()
@@ -314,6 +324,9 @@ func (r *sseReader) next() (sseEvent, error) {
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(field) {
 		case "data":
+			if size += len(value) + 1; size > maxSSEEvent {
+				return sseEvent{}, errSSEEventTooLarge
+			}
 			data = append(data, bytes.Clone(value))
 			seen = true
 		case "event":
