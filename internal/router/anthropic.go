@@ -606,7 +606,7 @@ func (s *anthropicStream) text(text string) {
 	s.delta(s.blocks-1, "text_delta", "text", text)
 }
 
-func (s *anthropicStream) chunk(c *chatChunk) {
+func (s *anthropicStream) chunk(c *chatChunk) string {
 	if c.Usage != nil {
 		s.usage = c.Usage
 	}
@@ -617,6 +617,9 @@ func (s *anthropicStream) chunk(c *chatChunk) {
 		d := ch.Delta
 		if r := d.ReasoningContent; r != nil && *r != "" && s.a.thinking {
 			if s.open != "thinking" {
+				if s.blocks >= maxStreamBlocks {
+					return errTooManyBlocks
+				}
 				s.start("thinking", thinkingBlock(""))
 			}
 			s.delta(s.blocks-1, "thinking_delta", "thinking", *r)
@@ -624,11 +627,21 @@ func (s *anthropicStream) chunk(c *chatChunk) {
 		if d.Content != nil && *d.Content != "" {
 			var send string
 			send, s.pending = holdBack(s.pending+*d.Content, s.holdLen)
+			if send != "" && s.open != "text" && s.blocks >= maxStreamBlocks {
+				return errTooManyBlocks
+			}
 			s.text(send)
 		}
 		for _, tc := range d.ToolCalls {
 			idx, ok := s.tools[tc.Index]
 			if !ok {
+				need := 1
+				if s.pending != "" && s.open != "text" {
+					need++ // the held text opens a block before the call's
+				}
+				if s.blocks+need > maxStreamBlocks {
+					return errTooManyBlocks
+				}
 				s.text(s.pending) // text before a tool call ends no answer
 				s.pending = ""
 				id := tc.ID
@@ -648,6 +661,7 @@ func (s *anthropicStream) chunk(c *chatChunk) {
 			s.stopRsn = ch.StopReason
 		}
 	}
+	return ""
 }
 
 // end sends the held text (without the stop sequence that ended the

@@ -426,9 +426,24 @@ func upstreamStatus(data []byte) int {
 	return http.StatusInternalServerError
 }
 
+// A converted stream keeps state that grows with the upstream answer: the
+// content blocks (Messages) or output items (Responses) it opened, and for
+// Responses the whole text and arguments, which its last event repeats.
+// maxStreamBlocks bounds the first, maxBufferedResponse (the bound of a
+// buffered answer) the second; an answer past either ends with the
+// ingress's error event. Real answers have a handful of blocks.
+const maxStreamBlocks = 4096
+
+var (
+	errTooManyBlocks = fmt.Sprintf("the upstream answer has more than %d content blocks, more than the router converts", maxStreamBlocks)
+	errAnswerTooLong = "the upstream answer is larger than the router holds to convert"
+)
+
 // chunkSink is an ingress's translation of a chat completion stream.
 type chunkSink interface {
-	chunk(c *chatChunk)
+	// chunk translates one chunk; a message says why the answer cannot go
+	// on (see maxStreamBlocks), "" when it can.
+	chunk(c *chatChunk) string
 	// finished reports whether a chunk carried a finish reason.
 	finished() bool
 	// fail ends the client's stream with an error event; status is the
@@ -460,7 +475,9 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) (ok bool, err error
 		if done {
 			return true, nil
 		}
-		s.chunk(chunk)
+		if msg := s.chunk(chunk); msg != "" {
+			return false, s.fail(http.StatusBadGateway, msg)
+		}
 		if err := sw.flush(); err != nil {
 			return false, err
 		}

@@ -348,10 +348,20 @@ type responsesOut struct {
 	created int64
 	id      func(prefix string) string
 	respID  string
+	// maxHeld bounds the text and arguments a stream holds for its last
+	// event; 0 is maxBufferedResponse.
+	maxHeld int
 }
 
 func newResponsesOut(q *responsesRequest, now time.Time) *responsesOut {
 	return &responsesOut{q: q, created: now.Unix(), id: newID}
+}
+
+func (o *responsesOut) heldLimit() int {
+	if o.maxHeld > 0 {
+		return o.maxHeld
+	}
+	return maxBufferedResponse
 }
 
 func (o *responsesOut) fail(w http.ResponseWriter, status int, code, param, message string) {
@@ -502,6 +512,7 @@ type responsesStream struct {
 	open   int             // the open item's index, -1 for none
 	text   strings.Builder // the open message's text
 	tools  map[int]int     // upstream tool call index → item index
+	held   int             // bytes of text and arguments held in items
 	finish string
 	usage  *chatUsage
 }
@@ -579,7 +590,7 @@ func (s *responsesStream) close() {
 	s.event("response.output_item.done", field{"output_index", i}, field{"item", it})
 }
 
-func (s *responsesStream) chunk(c *chatChunk) {
+func (s *responsesStream) chunk(c *chatChunk) string {
 	if c.Usage != nil {
 		s.usage = c.Usage
 	}
@@ -589,7 +600,13 @@ func (s *responsesStream) chunk(c *chatChunk) {
 		}
 		d := ch.Delta
 		if d.Content != nil && *d.Content != "" {
+			if s.held += len(*d.Content); s.held > s.o.heldLimit() {
+				return errAnswerTooLong
+			}
 			if s.open < 0 || s.items[s.open].get("type") != "message" {
+				if len(s.items) >= maxStreamBlocks {
+					return errTooManyBlocks
+				}
 				s.close()
 				it := messageItem(s.o.id("msg_"), "in_progress", []any{})
 				s.items = append(s.items, it)
@@ -605,6 +622,9 @@ func (s *responsesStream) chunk(c *chatChunk) {
 		for _, tc := range d.ToolCalls {
 			i, ok := s.tools[tc.Index]
 			if !ok {
+				if len(s.items) >= maxStreamBlocks {
+					return errTooManyBlocks
+				}
 				s.close()
 				callID := tc.ID
 				if callID == "" {
@@ -618,6 +638,9 @@ func (s *responsesStream) chunk(c *chatChunk) {
 				s.event("response.output_item.added", field{"output_index", i}, field{"item", it.clone()})
 			}
 			if tc.Function.Arguments != "" {
+				if s.held += len(tc.Function.Arguments); s.held > s.o.heldLimit() {
+					return errAnswerTooLong
+				}
 				it := s.items[i]
 				args, _ := it.get("arguments").(string)
 				it.set("arguments", args+tc.Function.Arguments)
@@ -629,6 +652,7 @@ func (s *responsesStream) chunk(c *chatChunk) {
 			s.finish = *ch.FinishReason
 		}
 	}
+	return ""
 }
 
 // isNative reports whether a backend serves /v1/responses itself.

@@ -2,7 +2,9 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -55,4 +57,77 @@ func TestSSEEventBounded(t *testing.T) {
 	if ev, err := rd.next(); err != nil || ev.name != "x" || len(ev.data) != 4*line+3 {
 		t.Fatalf("event %q of %d bytes: %v", ev.name, len(ev.data), err)
 	}
+}
+
+// toolCallChunks is a chat stream of n tool calls, each its own.
+func toolCallChunks(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}`+"\n\n", i, i)
+	}
+	return b.String() + chunks(finishChunk("tool_calls"), "[DONE]")
+}
+
+// TestConvertedStreamBounded: a converted stream holds state per content
+// block (Messages) or output item (Responses), and a Responses stream the
+// whole answer for its last event; an upstream answer past
+// maxStreamBlocks blocks or maxBufferedResponse bytes ends with the
+// ingress's error event instead of growing without bound.
+func TestConvertedStreamBounded(t *testing.T) {
+	t.Parallel()
+	t.Run("messages blocks", func(t *testing.T) {
+		t.Parallel()
+		rec := httptest.NewRecorder()
+		if err := (&anthropicOut{model: "m"}).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks+1))); err != nil {
+			t.Fatal(err)
+		}
+		evs := events(t, rec.Body.String())
+		starts := 0
+		for _, e := range evs {
+			if strings.HasPrefix(e, "content_block_start ") {
+				starts++
+			}
+		}
+		if last := evs[len(evs)-1]; starts > maxStreamBlocks || !strings.HasPrefix(last, "error ") || !strings.Contains(last, errTooManyBlocks) {
+			t.Fatalf("%d blocks, last event %.200s", starts, last)
+		}
+		// At the bound the answer is whole.
+		rec = httptest.NewRecorder()
+		if err := (&anthropicOut{model: "m"}).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks))); err != nil {
+			t.Fatal(err)
+		}
+		if evs := events(t, rec.Body.String()); evs[len(evs)-1] != `message_stop {"type":"message_stop"}` {
+			t.Fatalf("last event %.200s", evs[len(evs)-1])
+		}
+	})
+	t.Run("responses items", func(t *testing.T) {
+		t.Parallel()
+		rec := httptest.NewRecorder()
+		if err := testResponsesOut(t, `{"model":"m","input":"x"}`).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks+1))); err != nil {
+			t.Fatal(err)
+		}
+		evs := events(t, rec.Body.String())
+		if last := evs[len(evs)-1]; !strings.HasPrefix(last, "response.failed ") || !strings.Contains(last, errTooManyBlocks) {
+			t.Fatalf("last event %.200s", last)
+		}
+	})
+	t.Run("responses bytes", func(t *testing.T) {
+		t.Parallel()
+		const size = 64 << 10
+		o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+		o.maxHeld = 1 << 20 // maxBufferedResponse, scaled down
+		chunk := "data: " + textChunk(strings.Repeat("x", size)) + "\n\n"
+		body := io.MultiReader(&repeatReader{s: chunk, n: o.maxHeld/size + 1}, strings.NewReader(chunks(finishChunk("stop"), "[DONE]")))
+		rec := httptest.NewRecorder()
+		if err := o.stream(rec, body); err != nil {
+			t.Fatal(err)
+		}
+		evs := events(t, rec.Body.String())
+		if last := evs[len(evs)-1]; !strings.HasPrefix(last, "response.failed ") || !strings.Contains(last, errAnswerTooLong) {
+			t.Fatalf("last event %.200s", last)
+		}
+		if (&responsesOut{}).heldLimit() != maxBufferedResponse {
+			t.Error("a stream holds up to maxBufferedResponse of its answer")
+		}
+	})
 }
