@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -583,5 +584,50 @@ func TestPrefillRefusalKeepsBreakerClosed(t *testing.T) {
 	}
 	if n := len(h.fe.Requests()); n != 8 || len(*h.plain) != 0 {
 		t.Errorf("%d requests reached the frontend, %d the plain backend; want 8 and 0", n, len(*h.plain))
+	}
+}
+
+// TestNativeResponsesPrefillRefusal503: a native /v1/responses passthrough
+// the direct-mode frontend refuses for want of a prefill id (a buffered
+// answer, or a non-2xx head of a stream) is 503
+// disaggregated_prefill_decode_unavailable in the Responses (OpenAI) error
+// shape, counted as an orchestration error and neither retried nor fallen
+// back from.
+func TestNativeResponsesPrefillRefusal503(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+					return
+				}
+				hits.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, `{"error":{"message":"Prefill worker ID required in Direct routing mode but none found in request.","type":"Service Unavailable","code":503}}`)
+			}))
+			t.Cleanup(fe.Close)
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends[0].URL = fe.URL
+				c.Backends[0].ResponsesAPI = config.ResponsesAPINative
+				c.Backends[1].ResponsesAPI = config.ResponsesAPINative
+				c.DisaggregatedServing.FallbackToUnified = true
+			})
+			resp, got := h.postTo(t, "/v1/responses", fmt.Sprintf(`{"model":%q,"input":"x","stream":%v}`, model, stream), nil)
+			var e openAIError
+			if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal([]byte(got), &e) != nil ||
+				e.Error.Code != "disaggregated_prefill_decode_unavailable" || e.Error.Type != "server_error" {
+				t.Fatalf("status %d: %s", resp.StatusCode, got)
+			}
+			if hits.Load() != 1 || len(*h.plain) != 0 {
+				t.Errorf("%d attempts, %d fallbacks", hits.Load(), len(*h.plain))
+			}
+			if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("orchestration")) != 1 {
+				t.Error("orchestration error not counted")
+			}
+		})
 	}
 }
