@@ -54,6 +54,13 @@ func startScan(t *testing.T, root string, ttl, scan time.Duration) *fleet.Regist
 		t.Fatal(err)
 	}
 	src.SetTiming(ttl, scan)
+	return watch(t, src)
+}
+
+// watch runs a discovery watcher over src into a new registry until the
+// test ends.
+func watch(t *testing.T, src *filestore.Source) *fleet.Registry {
+	t.Helper()
 	reg := fleet.NewRegistry(nil, nil)
 	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -253,12 +260,7 @@ func TestScanPastListLimit(t *testing.T) {
 	}
 	src.SetTiming(time.Hour, 20*time.Millisecond)
 	src.SetListLimit(4)
-	reg := fleet.NewRegistry(nil, nil)
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	reg := watch(t, src)
 	testutil.Eventually(t, 10*time.Second, "empty view published", func() bool { return reg.Generation() > 0 })
 
 	const n = 8
