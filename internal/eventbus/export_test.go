@@ -5,7 +5,7 @@ import "time"
 // Timeouts shortens a bus's timeouts for a test; zero keeps one. Call it
 // before Run.
 type Timeouts struct {
-	Handshake, Hello, Auth, Open, ListenRetry, LossGrace time.Duration
+	Handshake, Hello, Auth, Open, ListenRetry, LossGrace, TLSCheck time.Duration
 }
 
 // SetTimeouts applies t.
@@ -21,4 +21,5 @@ func (b *Bus) SetTimeouts(t Timeouts) {
 	set(&b.t.open, t.Open)
 	set(&b.t.listenRetry, t.ListenRetry)
 	set(&b.t.lossGrace, t.LossGrace)
+	set(&b.t.tlsCheck, t.TLSCheck)
 }

@@ -2,6 +2,7 @@ package eventbus
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -25,12 +26,13 @@ import (
 type timing struct {
 	handshake, hello, auth, idleConn, keepalive, pingTimeout time.Duration
 	listenRetry, open, close, lossGrace, stopGrace           time.Duration
+	tlsCheck                                                 time.Duration
 }
 
 var defaultTiming = timing{
 	handshake: HandshakeTimeout, hello: HelloTimeout, auth: AuthTimeout, idleConn: CloseAfterLastRequest,
 	keepalive: KeepalivePing, pingTimeout: PingTimeout, listenRetry: ListenRetry, open: OpenTimeout,
-	close: CloseTimeout, lossGrace: SessionLossGrace, stopGrace: 5 * time.Second,
+	close: CloseTimeout, lossGrace: SessionLossGrace, stopGrace: 5 * time.Second, tlsCheck: TLSFileCheck,
 }
 
 // Bus is the router's event bus: the listener that in-cluster clients
@@ -74,6 +76,9 @@ type tlsState struct {
 	config                    *tls.Config
 	caGen                     uint64
 	certFile, keyFile, caFile string
+	// pair and ca digest the files' contents as loaded, to tell a
+	// renewal from an unchanged file.
+	pair, ca [sha256.Size]byte
 }
 
 // New returns a bus with settings; nothing listens until Run. metrics and
@@ -110,10 +115,20 @@ func loadTLS(s *Settings, caGen uint64) (*tlsState, error) {
 	if s.CertFile == "" || s.KeyFile == "" {
 		return nil, errors.New("tls.cert and tls.key are required: the listener is TLS 1.3 only")
 	}
-	cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+	certPEM, err := os.ReadFile(s.CertFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert: %w", err)
+	}
+	keyPEM, err := os.ReadFile(s.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("tls.cert %s, tls.key %s: %w", s.CertFile, s.KeyFile, err)
 	}
+	st := &tlsState{caGen: caGen, certFile: s.CertFile, keyFile: s.KeyFile, caFile: s.ClientCAFile,
+		pair: sha256.Sum256(append(certPEM, keyPEM...))}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, NextProtos: []string{protoH2}}
 	if s.ClientCAFile != "" {
 		pem, err := os.ReadFile(s.ClientCAFile)
@@ -125,8 +140,50 @@ func loadTLS(s *Settings, caGen uint64) (*tlsState, error) {
 			return nil, fmt.Errorf("tls.client_ca %s: no PEM certificate", s.ClientCAFile)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+		st.ca = sha256.Sum256(pem)
 	}
-	return &tlsState{config: cfg, caGen: caGen, certFile: s.CertFile, keyFile: s.KeyFile, caFile: s.ClientCAFile}, nil
+	st.config = cfg
+	return st, nil
+}
+
+// checkTLSFiles loads the running listener's TLS files again and serves
+// them from the next handshake when their contents changed. A renewed
+// client CA is another CA: the sessions its predecessor verified end as
+// credential_revoked, as when the configuration names another file.
+// Files that changed but do not load (a renewal half written) are logged
+// and the loaded ones kept; the next check tries again.
+func (b *Bus) checkTLSFiles() {
+	cur := b.tls.Load()
+	s := b.settings.Load()
+	if cur == nil || cur.certFile != s.CertFile || cur.keyFile != s.KeyFile || cur.caFile != s.ClientCAFile {
+		return // a reload named other files: the listener's restart loads them
+	}
+	next, err := loadTLS(s, cur.caGen)
+	if err != nil {
+		b.logger.Error("event bus TLS files changed and do not load; the loaded ones are served", "cert", s.CertFile, "err", err)
+		return
+	}
+	if next.pair == cur.pair && next.ca == cur.ca {
+		return
+	}
+	caChanged := next.ca != cur.ca
+	b.mu.Lock()
+	if !b.tls.CompareAndSwap(cur, next) {
+		b.mu.Unlock()
+		return // Apply replaced them meanwhile
+	}
+	if caChanged {
+		b.caGen++
+		next.caGen = b.caGen
+		creds := b.creds.Load()
+		for _, ss := range b.sessions {
+			if code, why := sessionAllowed(ss, creds.byID[ss.entID], true); code != "" {
+				b.closeSessionLocked(ss, code, why)
+			}
+		}
+	}
+	b.mu.Unlock()
+	b.logger.Info("event bus TLS files reloaded", "cert", s.CertFile, "client_ca_changed", caChanged)
 }
 
 // Run serves the listener until ctx ends, then closes every session and
@@ -160,24 +217,38 @@ func (b *Bus) Run(ctx context.Context) error {
 		b.logger.Info("event bus listening", "address", ln.Addr().String())
 		acceptDone := make(chan error, 1)
 		go func() { acceptDone <- b.accept(ctx, ln) }()
+		if !b.serveListener(ctx, ln, acceptDone) {
+			return nil
+		}
+	}
+}
+
+// serveListener waits while ln serves, checking its TLS files every
+// tlsCheck, until ctx ends (false), Apply asks for a restart, or the
+// accept loop fails (true: start again).
+func (b *Bus) serveListener(ctx context.Context, ln net.Listener, acceptDone chan error) bool {
+	check := time.NewTicker(b.t.tlsCheck)
+	defer check.Stop()
+	for {
 		select {
+		case <-check.C:
+			b.checkTLSFiles()
 		case <-ctx.Done():
 			_ = ln.Close()
 			b.acceptEnded(<-acceptDone)
-			return nil
+			return false
 		case <-b.kick:
 			// A new address, or TLS files that did not load: the old
 			// listener closes before the new one starts, which may bind
 			// the same port.
 			_ = ln.Close()
 			b.acceptEnded(<-acceptDone)
+			return true
 		case err := <-acceptDone:
 			_ = ln.Close()
 			b.setStopped()
 			b.logger.Warn("event bus listener failed; restarting", "err", err)
-			if !b.awaitRetry(ctx) {
-				return nil
-			}
+			return b.awaitRetry(ctx)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package eventbus_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -163,5 +165,61 @@ func TestStreamBudget(t *testing.T) {
 	s.MaxSessionBufferBytes = int64(s.MaxStreamsPerSession)*eventbus.MinSessionBudgetPerStream - 1
 	if _, err := eventbus.New(s, nil, nil); err == nil || !strings.Contains(err.Error(), "64 KiB") {
 		t.Errorf("a budget under max_streams × 64 KiB: %v", err)
+	}
+}
+
+// TestTLSFilesRenewedInPlace: TLS files rewritten at the same paths (a
+// certificate manager renewing a Secret) are served from the next
+// handshake without a reload. A renewed server certificate keeps every
+// session; a replaced client CA ends the sessions the old one verified
+// (token sessions stay); files that do not load are logged and the last
+// loaded ones kept.
+func TestTLSFilesRenewedInPlace(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.TLSCheck = 20 * time.Millisecond })
+	byCert := openSession(t, tb.dial(t, tb.clientCert(t, brokerA)), "", hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	byToken := openSession(t, tb.dial(t, nil), tokenB, hello(eventbus.RoleBroker, brokerB, []string{"dynamo"}, nil))
+	if byCert.resp.StatusCode != 200 || byToken.resp.StatusCode != 200 {
+		t.Fatalf("sessions refused: %d, %d", byCert.resp.StatusCode, byToken.resp.StatusCode)
+	}
+	roots := tb.roots(t) // the server's CA, whatever the client CA file becomes
+	served := func() []byte {
+		c, err := tls.Dial("tcp", tb.addr, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Raw
+	}
+	before := served()
+	tb.pki.RenewServer(t)
+	testutil.Eventually(t, 10*time.Second, "the renewed certificate served", func() bool { return !bytes.Equal(served(), before) })
+	renewed := served()
+	if tb.SessionCount() != 2 {
+		t.Errorf("%d sessions after the server certificate's renewal, want both kept", tb.SessionCount())
+	}
+
+	// Another CA written over the client CA file.
+	other, err := os.ReadFile(testutil.NewTestPKI(t).CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tb.pki.CAFile, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m := byCert.next(t); m.Type != eventbus.TypeError || m.Code != eventbus.CodeCredentialRevoked {
+		t.Errorf("the session verified by the replaced CA told %+v, want credential_revoked", m)
+	}
+	testutil.Eventually(t, 10*time.Second, "the token session alone", func() bool { return tb.SessionCount() == 1 })
+
+	logged := len(tb.logs.String())
+	if err := os.WriteFile(tb.pki.ServerCert, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the unloadable files logged", func() bool {
+		return strings.Contains(tb.logs.String()[logged:], "event bus TLS files changed and do not load")
+	})
+	if !bytes.Equal(served(), renewed) {
+		t.Error("the certificate served changed to files that do not load")
 	}
 }

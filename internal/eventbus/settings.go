@@ -34,6 +34,10 @@ const (
 	// ListenRetry is the delay between attempts to start a listener that
 	// failed to (TLS files missing, the port in use).
 	ListenRetry = 30 * time.Second
+	// TLSFileCheck is how often a running listener reads its TLS files
+	// again: a certificate renewed in place (a Kubernetes Secret updated
+	// by a certificate manager) is served from the next handshake.
+	TLSFileCheck = 30 * time.Second
 	// RevokedMemory is how many removed credentials are remembered, so
 	// that their holders are told credential_revoked, not unauthenticated.
 	RevokedMemory = 256

@@ -45,30 +45,43 @@ func NewTestPKI(t testing.TB) *TestPKI {
 	ca, _ := x509.ParseCertificate(caDER)
 	p := &TestPKI{CAFile: filepath.Join(dir, "ca.pem"), dir: dir, ca: ca, caKey: caKey, serial: 3}
 	writePEM(t, p.CAFile, "CERTIFICATE", caDER)
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		kb, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writePEM(t, keyFile, "EC PRIVATE KEY", kb)
-		return certFile, keyFile
-	}
-	p.ServerCert, p.ServerKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
-	p.ClientCert, p.ClientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
+	p.ServerCert, p.ServerKey = p.issue(t, "server", 2, x509.ExtKeyUsageServerAuth)
+	p.ClientCert, p.ClientKey = p.issue(t, "client", 3, x509.ExtKeyUsageClientAuth)
 	return p
+}
+
+// issue writes a certificate for name (valid for 127.0.0.1, ::1, localhost
+// and name) and its key into name.pem and name-key.pem, signed by the CA.
+func (p *TestPKI) issue(t testing.TB, name string, serial int64, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
+	writePEM(t, certFile, "CERTIFICATE", der)
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
+	return certFile, keyFile
+}
+
+// RenewServer replaces the server certificate and key in their files (a
+// new key and serial, the same CA and names), as a certificate manager
+// renewing a Secret does.
+func (p *TestPKI) RenewServer(t testing.TB) {
+	t.Helper()
+	p.serial++
+	p.issue(t, "server", p.serial, x509.ExtKeyUsageServerAuth)
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
