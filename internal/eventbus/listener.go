@@ -48,6 +48,9 @@ type Bus struct {
 	creds    atomic.Pointer[credentials]
 	tls      atomic.Pointer[tlsState]
 	handlers tracker
+	// tlsCheckErr is the last failure checkTLSFiles logged (Run's
+	// goroutine only).
+	tlsCheckErr string
 
 	// mu guards everything below, and every session's and stream's
 	// mutable fields.
@@ -160,21 +163,32 @@ func (b *Bus) checkTLSFiles() {
 	}
 	next, err := loadTLS(s, cur.caGen)
 	if err != nil {
-		b.logger.Error("event bus TLS files changed and do not load; the loaded ones are served", "cert", s.CertFile, "err", err)
+		// Told once per failure, not at every check while it lasts.
+		if err.Error() != b.tlsCheckErr {
+			b.tlsCheckErr = err.Error()
+			b.logger.Error("event bus TLS files changed and do not load; the loaded ones are served", "cert", s.CertFile, "err", err)
+		}
 		return
 	}
+	b.tlsCheckErr = ""
 	if next.pair == cur.pair && next.ca == cur.ca {
 		return
 	}
 	caChanged := next.ca != cur.ca
+	// Apply stores TLS state under b.mu too, and the listener's start runs
+	// on this goroutine: nothing replaces it between the check and the
+	// store.
 	b.mu.Lock()
-	if !b.tls.CompareAndSwap(cur, next) {
+	if b.tls.Load() != cur {
 		b.mu.Unlock()
 		return // Apply replaced them meanwhile
 	}
 	if caChanged {
 		b.caGen++
 		next.caGen = b.caGen
+	}
+	b.tls.Store(next)
+	if caChanged {
 		creds := b.creds.Load()
 		for _, ss := range b.sessions {
 			if code, why := sessionAllowed(ss, creds.byID[ss.entID], true); code != "" {
