@@ -48,10 +48,16 @@ const (
 type Source struct {
 	endpoints  []string
 	namespaces []string
-	tlsConfig  *tls.Config
-	username   string
-	password   string
-	logger     *slog.Logger
+	// useTLS: the endpoints are https; tlsFiles names the CA and client
+	// certificate, if any. The files are read again at each pass, so that
+	// a certificate or CA renewed in place (a Secret rotated by a
+	// certificate manager) is used from the next connection, instead of
+	// the one read at start until it expires.
+	useTLS   bool
+	tlsFiles *config.EtcdTLS
+	username string
+	password string
+	logger   *slog.Logger
 	// recvLimit is the client's receive limit (maxRecvBytes; tests lower it).
 	recvLimit int
 
@@ -61,8 +67,8 @@ type Source struct {
 
 var _ discovery.Source = (*Source)(nil)
 
-// New builds a source from configuration. TLS files are read here, so a
-// missing file is reported with its path before any pass starts.
+// New builds a source from configuration. TLS files are read here too, so
+// a missing file is reported with its path before any pass starts.
 func New(cfg config.Etcd, namespaces []string, logger *slog.Logger) (*Source, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("etcd: no endpoints")
@@ -89,11 +95,10 @@ func New(cfg config.Etcd, namespaces []string, logger *slog.Logger) (*Source, er
 		s.endpoints = append(s.endpoints, scheme+host)
 	}
 	if useTLS {
-		tc, err := tlsConfig(cfg.TLS)
-		if err != nil {
+		if _, err := tlsConfig(cfg.TLS); err != nil {
 			return nil, err
 		}
-		s.tlsConfig = tc
+		s.tlsFiles, s.useTLS = cfg.TLS, true
 	}
 	if cfg.Auth != nil {
 		s.username, s.password = cfg.Auth.Username, cfg.Auth.Password
@@ -172,6 +177,13 @@ func (s *Source) Diagnose(ctx context.Context) error {
 
 // Run performs one pass: connect, range get, watch, stream.
 func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
+	var tc *tls.Config
+	if s.useTLS {
+		var err error
+		if tc, err = tlsConfig(s.tlsFiles); err != nil {
+			return err
+		}
+	}
 	seedCtx, cancelSeed := context.WithTimeout(ctx, discovery.SeedTimeout)
 	defer cancelSeed()
 	client, err := clientv3.New(clientv3.Config{
@@ -179,7 +191,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		DialTimeout:          discovery.SeedTimeout,
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: keepAliveTimeout,
-		TLS:                  s.tlsConfig,
+		TLS:                  tc,
 		Username:             s.username,
 		Password:             s.password,
 		Context:              ctx,

@@ -7,6 +7,8 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -244,6 +246,43 @@ func TestTLS(t *testing.T) {
 	if _, err := etcd.New(config.Etcd{Endpoints: []string{srv.Endpoint}, TLS: &config.EtcdTLS{CACert: "/nonexistent/ca.pem"}}, []string{"dynamo"}, nil); err == nil {
 		t.Error("a missing CA file was accepted")
 	}
+}
+
+// TestTLSFilesReadEachPass: the client certificate is read when a pass
+// connects, not once when the source is built: files renewed in place (a
+// Secret rotated by a certificate manager) serve the next pass without a
+// restart. Here the source is built over a certificate the server does
+// not trust, renewed before the first pass.
+func TestTLSFilesReadEachPass(t *testing.T) {
+	t.Parallel()
+	pki, other := testutil.NewTestPKI(t), testutil.NewTestPKI(t)
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{TLS: &transport.TLSInfo{
+		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CAFile, ClientCertAuth: true}})
+	tlsCfg, err := (&transport.TLSInfo{CertFile: pki.ClientCert, KeyFile: pki.ClientKey, TrustedCAFile: pki.CAFile}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, srv.Client(t, clientv3.Config{TLS: tlsCfg}), instanceKey("dynamo", "decode", 6), endpointValue(6, "decode"))
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	copyFile := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(other.ClientCert, certFile)
+	copyFile(other.ClientKey, keyFile)
+	src := newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}, TLS: &config.EtcdTLS{
+		CACert: pki.CAFile, ClientCert: certFile, ClientKey: keyFile, ServerName: "localhost"}})
+	copyFile(pki.ClientCert, certFile)
+	copyFile(pki.ClientKey, keyFile)
+	h := run(t, src)
+	testutil.Eventually(t, 15*time.Second, "worker over the renewed certificate", func() bool { return h.workers()["dynamo/6"] != nil })
 }
 
 // TestReadOnlyContract: no call in the package's code writes, deletes,
