@@ -132,7 +132,7 @@ func Run(ctx context.Context, o *Options) error {
 		return slices.Contains(declared, t.Namespace) && fl.Registry.Snapshot().Advertises(t.Namespace, t.Host, t.Port, t.Topic)
 	}
 	client, err := agent.New(agent.Options{Router: o.Bus.Router, ID: o.Bus.ID, Role: eventbus.RoleBroker, Token: token,
-		Certificate: cert, RootCAs: roots, Namespaces: declared, DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger,
+		GetCertificate: cert.Getter(), RootCAs: roots, Namespaces: declared, DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger,
 		Opener: &agent.Publishers{Namespaces: declared, Advertised: advertised}})
 	if err != nil {
 		return cmdutil.FlagErrorf("%v", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -62,8 +63,10 @@ func (o *BusClientFlags) Check() error {
 }
 
 // Credentials reads the token, the client certificate and the CA the
-// flags name. The token is returned, never printed.
-func (o *BusClientFlags) Credentials() (token string, cert *tls.Certificate, roots *x509.CertPool, err error) {
+// flags name. The token is returned, never printed. The certificate is
+// read now, so that a missing or broken pair is a usage error, and again
+// at each connection (CertFiles.Get).
+func (o *BusClientFlags) Credentials() (token string, cert *CertFiles, roots *x509.CertPool, err error) {
 	if o.TokenFile != "" {
 		data, err := os.ReadFile(o.TokenFile)
 		if err != nil {
@@ -74,11 +77,10 @@ func (o *BusClientFlags) Credentials() (token string, cert *tls.Certificate, roo
 		}
 	}
 	if o.CertFile != "" {
-		c, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-		if err != nil {
+		cert = &CertFiles{certFile: o.CertFile, keyFile: o.KeyFile}
+		if _, err := cert.Get(); err != nil {
 			return "", nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--cert, --key: %w", err)}
 		}
-		cert = &c
 	}
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
@@ -91,4 +93,38 @@ func (o *BusClientFlags) Credentials() (token string, cert *tls.Certificate, roo
 		}
 	}
 	return token, cert, roots, nil
+}
+
+// CertFiles is a client certificate read from its files each time it is
+// asked for (each TLS handshake of a long-running client, a rare event):
+// one renewed in place (a Secret rotated by a certificate manager) is
+// presented from the next connection. A pair that does not load (a
+// renewal half written) gives the last one that did.
+type CertFiles struct {
+	certFile, keyFile string
+	mu                sync.Mutex
+	last              *tls.Certificate
+}
+
+// Get reads the pair, or returns the last one read when it does not load.
+func (c *CertFiles) Get() (*tls.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if c.last != nil {
+			return c.last, nil
+		}
+		return nil, err
+	}
+	c.last = &pair
+	return c.last, nil
+}
+
+// Getter is Get, or nil when c is (no certificate).
+func (c *CertFiles) Getter() func() (*tls.Certificate, error) {
+	if c == nil {
+		return nil
+	}
+	return c.Get
 }

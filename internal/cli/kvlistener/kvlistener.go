@@ -120,7 +120,7 @@ func Run(ctx context.Context, o *Options) error {
 	// The SSE streams are long-lived: no overall timeout, only reaching
 	// the backend is bounded (by the client).
 	client, err := agent.New(agent.Options{Router: o.Bus.Router, ID: o.Bus.ID, Role: eventbus.RoleKVListener, Token: token,
-		Certificate: cert, RootCAs: roots, Sources: names, DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger,
+		GetCertificate: cert.Getter(), RootCAs: roots, Sources: names, DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger,
 		Opener: &agent.Backends{URLs: o.Backends, Client: &http.Client{}}})
 	if err != nil {
 		return cmdutil.FlagErrorf("%v", err)

@@ -254,3 +254,51 @@ func TestSessionResultsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestClientAsksCertificateAtHandshake: with GetCertificate, the client
+// certificate is asked for at the TLS handshake (so that one renewed in
+// place is presented from the next connection) and authenticates the
+// session.
+func TestClientAsksCertificateAtHandshake(t *testing.T) {
+	t.Parallel()
+	pki := testutil.NewTestPKI(t)
+	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CAFile,
+		Entries:     []eventbus.Entry{{ID: "broker-a", Role: eventbus.RoleBroker, Namespaces: []string{"dynamo"}}},
+		MaxSessions: 1, MaxStreamsPerSession: 1, MaxSessionBufferBytes: 1 << 20, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	busDone := make(chan struct{})
+	go func() { defer close(busDone); _ = bus.Run(ctx) }()
+	defer func() { cancel(); <-busDone }()
+	testutil.Eventually(t, 10*time.Second, "listening", func() bool { return bus.LocalAddr() != nil })
+	roots, err := agentRoots(pki.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := pki.ClientFor(t, "broker-a")
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	m := telemetry.NewBrokerMetrics(nil)
+	c, err := agent.New(agent.Options{Router: "https://127.0.0.1:" + strconv.Itoa(bus.LocalAddr().(*net.TCPAddr).Port), ID: "broker-a",
+		Role: eventbus.RoleBroker, RootCAs: roots, Namespaces: []string{"dynamo"}, Opener: &agent.Publishers{}, Metrics: m,
+		GetCertificate: func() (*tls.Certificate, error) { asked.Add(1); return &pair, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	testutil.Eventually(t, 15*time.Second, "a session by certificate", func() bool { return promtest.ToFloat64(m.Connected) == 1 })
+	if asked.Load() == 0 {
+		t.Error("the certificate was not asked for")
+	}
+	ccancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v", err)
+	}
+}

@@ -74,6 +74,10 @@ type Options struct {
 	Token string
 	// Certificate, when set, is presented to the listener.
 	Certificate *tls.Certificate
+	// GetCertificate, when set, is asked for the certificate at each TLS
+	// handshake instead (one read from files that a certificate manager
+	// renews in place).
+	GetCertificate func() (*tls.Certificate, error)
 	// RootCAs verifies the listener; the system roots when nil.
 	RootCAs *x509.CertPool
 	// Namespaces are declared in a broker's hello; Sources announced in a
@@ -101,7 +105,7 @@ func New(o Options) (*Client, error) {
 	if err != nil || u.Scheme != "https" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
 		return nil, fmt.Errorf("router %q: want https://HOST:PORT", o.Router)
 	}
-	if o.Token == "" && o.Certificate == nil {
+	if o.Token == "" && o.Certificate == nil && o.GetCertificate == nil {
 		return nil, errors.New("no credential: a bearer token or a client certificate")
 	}
 	if o.Opener == nil {
@@ -122,7 +126,10 @@ func New(o Options) (*Client, error) {
 		o.Metrics = telemetry.NewBrokerMetrics(nil)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: o.RootCAs, ServerName: u.Hostname(), NextProtos: []string{"h2"}}
-	if o.Certificate != nil {
+	switch {
+	case o.GetCertificate != nil:
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return o.GetCertificate() }
+	case o.Certificate != nil:
 		cfg.Certificates = []tls.Certificate{*o.Certificate}
 	}
 	var protos http.Protocols
