@@ -61,18 +61,37 @@ func (p *TestPKI) issue(t testing.TB, name string, serial int64, usage x509.ExtK
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 		DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
 	}
+	certFile, keyFile = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
+	p.sign(t, tmpl, key, certFile, keyFile)
+	return certFile, keyFile
+}
+
+// sign writes tmpl signed by the CA into certFile and key into keyFile.
+func (p *TestPKI) sign(t testing.TB, tmpl *x509.Certificate, key *ecdsa.PrivateKey, certFile, keyFile string) {
+	t.Helper()
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
 	writePEM(t, certFile, "CERTIFICATE", der)
 	kb, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
-	return certFile, keyFile
+}
+
+// CopyFile copies from to to (mode 0600), as a certificate manager
+// writing a renewed file over an old one does.
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // RenewServer replaces the server certificate and key in their files (a
@@ -118,16 +137,7 @@ func (p *TestPKI) ClientForNames(t testing.TB, names ...string) (certFile, keyFi
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		DNSNames: names,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	certFile, keyFile = filepath.Join(p.dir, fmt.Sprintf("client-%d.pem", p.serial)), filepath.Join(p.dir, fmt.Sprintf("client-%d-key.pem", p.serial))
-	writePEM(t, certFile, "CERTIFICATE", der)
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
+	p.sign(t, tmpl, key, certFile, keyFile)
 	return certFile, keyFile
 }

@@ -19,19 +19,9 @@ func TestCertFilesRenewedInPlace(t *testing.T) {
 	pki := testutil.NewTestPKI(t)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	install := func(from, to string) {
-		t.Helper()
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	c1, k1 := pki.ClientFor(t, "broker-a")
-	install(c1, certFile)
-	install(k1, keyFile)
+	testutil.CopyFile(t, c1, certFile)
+	testutil.CopyFile(t, k1, keyFile)
 	flags := cmdutil.BusClientFlags{CertFile: certFile, KeyFile: keyFile}
 	_, cert, _, err := flags.Credentials()
 	if err != nil {
@@ -42,8 +32,8 @@ func TestCertFilesRenewedInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2, k2 := pki.ClientFor(t, "broker-a")
-	install(c2, certFile)
-	install(k2, keyFile)
+	testutil.CopyFile(t, c2, certFile)
+	testutil.CopyFile(t, k2, keyFile)
 	renewed, err := cert.Get()
 	if err != nil {
 		t.Fatal(err)

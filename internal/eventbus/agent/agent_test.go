@@ -148,26 +148,35 @@ func TestBackendsOpen(t *testing.T) {
 	}
 }
 
-// TestClientRetriesRefusedSession: a refused session is counted by its
-// code and retried with backoff until the context ends.
-func TestClientRetriesRefusedSession(t *testing.T) {
-	t.Parallel()
-	pki := testutil.NewTestPKI(t)
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
-		Entries:     []eventbus.Entry{{ID: "broker-a", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("right")}},
-		MaxSessions: 1, MaxStreamsPerSession: 1, MaxSessionBufferBytes: 1 << 20, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
+// startOneSessionBus runs a bus of one session for entry, with pki's server
+// certificate and clientCA verifying client certificates ("" for none),
+// until the test ends; roots verify it.
+func startOneSessionBus(t *testing.T, pki *testutil.TestPKI, clientCA string, entry eventbus.Entry) (*eventbus.Bus, *x509.CertPool) {
+	t.Helper()
+	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: clientCA,
+		Entries: []eventbus.Entry{entry}, MaxSessions: 1, MaxStreamsPerSession: 1, MaxSessionBufferBytes: 1 << 20,
+		HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	busDone := make(chan struct{})
 	go func() { defer close(busDone); _ = bus.Run(ctx) }()
-	defer func() { cancel(); <-busDone }()
+	t.Cleanup(func() { cancel(); <-busDone })
 	testutil.Eventually(t, 10*time.Second, "listening", func() bool { return bus.LocalAddr() != nil })
 	roots, err := agentRoots(pki.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bus, roots
+}
+
+// TestClientRetriesRefusedSession: a refused session is counted by its
+// code and retried with backoff until the context ends.
+func TestClientRetriesRefusedSession(t *testing.T) {
+	t.Parallel()
+	pki := testutil.NewTestPKI(t)
+	bus, roots := startOneSessionBus(t, pki, "", eventbus.Entry{ID: "broker-a", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("right")})
 	m := telemetry.NewBrokerMetrics(nil)
 	c, err := agent.New(agent.Options{Router: "https://127.0.0.1:" + strconv.Itoa(bus.LocalAddr().(*net.TCPAddr).Port), ID: "broker-a",
 		Role: eventbus.RoleBroker, Token: "wrong", RootCAs: roots, Namespaces: []string{"dynamo"}, Opener: &agent.Publishers{}, Metrics: m})
@@ -262,21 +271,7 @@ func TestSessionResultsClosed(t *testing.T) {
 func TestClientAsksCertificateAtHandshake(t *testing.T) {
 	t.Parallel()
 	pki := testutil.NewTestPKI(t)
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CAFile,
-		Entries:     []eventbus.Entry{{ID: "broker-a", Role: eventbus.RoleBroker, Namespaces: []string{"dynamo"}}},
-		MaxSessions: 1, MaxStreamsPerSession: 1, MaxSessionBufferBytes: 1 << 20, HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	busDone := make(chan struct{})
-	go func() { defer close(busDone); _ = bus.Run(ctx) }()
-	defer func() { cancel(); <-busDone }()
-	testutil.Eventually(t, 10*time.Second, "listening", func() bool { return bus.LocalAddr() != nil })
-	roots, err := agentRoots(pki.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bus, roots := startOneSessionBus(t, pki, pki.CAFile, eventbus.Entry{ID: "broker-a", Role: eventbus.RoleBroker, Namespaces: []string{"dynamo"}})
 	certFile, keyFile := pki.ClientFor(t, "broker-a")
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

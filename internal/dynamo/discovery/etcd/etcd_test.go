@@ -7,7 +7,6 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -265,22 +264,12 @@ func TestTLSFilesReadEachPass(t *testing.T) {
 	put(t, srv.Client(t, clientv3.Config{TLS: tlsCfg}), instanceKey("dynamo", "decode", 6), endpointValue(6, "decode"))
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
-	copyFile := func(from, to string) {
-		t.Helper()
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(other.ClientCert, certFile)
-	copyFile(other.ClientKey, keyFile)
+	testutil.CopyFile(t, other.ClientCert, certFile)
+	testutil.CopyFile(t, other.ClientKey, keyFile)
 	src := newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}, TLS: &config.EtcdTLS{
 		CACert: pki.CAFile, ClientCert: certFile, ClientKey: keyFile, ServerName: "localhost"}})
-	copyFile(pki.ClientCert, certFile)
-	copyFile(pki.ClientKey, keyFile)
+	testutil.CopyFile(t, pki.ClientCert, certFile)
+	testutil.CopyFile(t, pki.ClientKey, keyFile)
 	h := run(t, src)
 	testutil.Eventually(t, 15*time.Second, "worker over the renewed certificate", func() bool { return h.workers()["dynamo/6"] != nil })
 }
