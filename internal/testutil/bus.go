@@ -14,9 +14,16 @@ import (
 // when the test ends.
 func StartBus(tb testing.TB, pki *TestPKI, entries ...eventbus.Entry) *eventbus.Bus {
 	tb.Helper()
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
+	return StartBusWith(tb, eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey,
 		Entries: entries, MaxSessions: 4, MaxStreamsPerSession: 8, MaxSessionBufferBytes: 8 << 16,
-		HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
+		HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second})
+}
+
+// StartBusWith runs an event bus listener with s, waits until it listens,
+// and stops it when the test ends.
+func StartBusWith(tb testing.TB, s eventbus.Settings) *eventbus.Bus {
+	tb.Helper()
+	bus, err := eventbus.New(s, nil, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -153,17 +153,9 @@ func TestBackendsOpen(t *testing.T) {
 // until the test ends; roots verify it.
 func startOneSessionBus(t *testing.T, pki *testutil.TestPKI, clientCA string, entry eventbus.Entry) (*eventbus.Bus, *x509.CertPool) {
 	t.Helper()
-	bus, err := eventbus.New(eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: clientCA,
+	bus := testutil.StartBusWith(t, eventbus.Settings{Listen: "127.0.0.1:0", CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: clientCA,
 		Entries: []eventbus.Entry{entry}, MaxSessions: 1, MaxStreamsPerSession: 1, MaxSessionBufferBytes: 1 << 20,
-		HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	busDone := make(chan struct{})
-	go func() { defer close(busDone); _ = bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-busDone })
-	testutil.Eventually(t, 10*time.Second, "listening", func() bool { return bus.LocalAddr() != nil })
+		HeartbeatInterval: time.Second, IdleTimeout: 5 * time.Second})
 	roots, err := agentRoots(pki.CAFile)
 	if err != nil {
 		t.Fatal(err)
