@@ -758,9 +758,10 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		// As it is, but never with the client's token data; pinned by the
 		// model alone (the router renders no Responses prompt).
 		prompt, _ := json.Marshal(instructionsAnd(q.Instructions, inputText(q.Input)))
-		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body),
+		reveal := r.Header.Values("x-backend") != nil
+		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body, reveal),
 			q: &request{Model: q.Model, Stream: q.Stream, Prompt: prompt}, policy: policy,
-			reveal: r.Header.Values("x-backend") != nil, only: isNative, modelOnly: true, freshPins: true}
+			reveal: reveal, only: isNative, modelOnly: true, freshPins: true}
 		x.route()
 		return
 	}
@@ -804,7 +805,8 @@ func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
 			"POST /v1/responses/compact goes only to a backend with responses_api: native serving the model (unpinned, not through the shim); none can take "+strconvQuote(q.Model)+" now")
 		return
 	}
-	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutClientRouting(body), q: &request{Model: q.Model},
-		policy: policy, reveal: r.Header.Values("x-backend") != nil, only: isNative, unpinned: true}
+	reveal := r.Header.Values("x-backend") != nil
+	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutClientRouting(body, reveal), q: &request{Model: q.Model},
+		policy: policy, reveal: reveal, only: isNative, unpinned: true}
 	x.route()
 }

@@ -526,6 +526,29 @@ func TestTokenDataStripped(t *testing.T) {
 	}
 }
 
+// TestWorkerEchoOnlyWithXBackend: a client may ask the frontend to name
+// the workers in its answer (nvext.extra_fields "worker_id") only with
+// x-backend, as it may see them in the response headers only then; the
+// frontend's query-only annotation never reaches it.
+func TestWorkerEchoOnlyWithXBackend(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],`+
+		`"nvext":{"extra_fields":["worker_id","timing"],"annotations":["query_instance_id:1","keep"],"prefill_dp_rank":3}}`, model)
+	readAll(t, h.post(t, body, nil))
+	readAll(t, h.post(t, body, map[string]string{"x-backend": ""}))
+	reqs := h.fe.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests reached the frontend", len(reqs))
+	}
+	for i, want := range []string{`"extra_fields":["timing"]`, `"extra_fields":["worker_id","timing"]`} {
+		b := reqs[i].Body
+		if !bytes.Contains(b, []byte(want)) || !bytes.Contains(b, []byte(`"annotations":["keep"]`)) || bytes.Contains(b, []byte("prefill_dp_rank")) {
+			t.Errorf("request %d (want %s): %s", i, want, b)
+		}
+	}
+}
+
 func TestAPIKeys(t *testing.T) {
 	t.Parallel()
 	const key = "sk-client-1"

@@ -517,9 +517,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "model is required")
 		return
 	}
+	reveal := r.Header.Values("x-backend") != nil
 	if len(q.Nvext) > 0 {
-		body = withoutClientRouting(body)
+		body = withoutClientRouting(body, reveal)
 	}
-	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: r.Header.Values("x-backend") != nil}
+	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: reveal}
 	x.route()
 }

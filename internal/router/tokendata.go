@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // clientNvextKeys are the nvext members a client may not send: its own
@@ -13,15 +14,29 @@ import (
 // the body when no pin header overrides them (a client would otherwise
 // pick its own decode or prefill worker or rank, or pair a prefill worker
 // with an aggregated pin).
-var clientNvextKeys = []string{"token_data", "backend_instance_id", "decode_worker_id", "prefill_worker_id", "dp_rank"}
+var clientNvextKeys = []string{"token_data", "backend_instance_id", "decode_worker_id", "prefill_worker_id", "dp_rank", "prefill_dp_rank"}
 
-// withoutClientRouting removes clientNvextKeys from a body's nvext. body
-// must be valid JSON (it was decoded before). Only the members concerned
-// change: every other byte of the body is kept as the client sent it, and
-// the body is returned as it is when there is nothing to remove. An nvext
-// left empty goes; of an nvext given more than once only the last (the
-// one decoders keep) stays, so that no decoder finds a removed member.
-func withoutClientRouting(body []byte) []byte {
+// queryInstanceAnnotation starts the nvext annotation with which an
+// external router asks Dynamo's frontend for its own choice of worker
+// (and the prompt's tokens) instead of an answer; the router is that
+// external router, so a client's such annotation goes.
+const queryInstanceAnnotation = "query_instance_id:"
+
+// workerIDField is the nvext.extra_fields entry that makes the frontend
+// name the prefill and decode workers in the answer's nvext. A worker's
+// identity is shown only to a client that asked with x-backend.
+const workerIDField = "worker_id"
+
+// withoutClientRouting removes from a body's nvext what a client may not
+// ask of the frontend: the clientNvextKeys members, annotations starting
+// with queryInstanceAnnotation, and, unless reveal (the client sent
+// x-backend), workerIDField from extra_fields. body must be valid JSON (it
+// was decoded before). Only the members concerned change: every other
+// byte of the body is kept as the client sent it, and the body is
+// returned as it is when there is nothing to remove. An nvext left empty
+// goes; of an nvext given more than once only the last (the one decoders
+// keep) stays, so that no decoder finds a removed member.
+func withoutClientRouting(body []byte, reveal bool) []byte {
 	start := skipSpace(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return body
@@ -40,13 +55,22 @@ func withoutClientRouting(body []byte) []byte {
 	drop := false // the last nvext goes entirely
 	if body[ext.val] == '{' {
 		inner, _ := objectMembers(body, ext.val)
-		var innerKept []member
+		innerKept := make([]member, 0, len(inner))
+		changed := false
 		for _, im := range inner {
-			if !slices.ContainsFunc(clientNvextKeys, func(k string) bool { return keyIs(body, im, k) }) {
-				innerKept = append(innerKept, im)
+			switch {
+			case slices.ContainsFunc(clientNvextKeys, func(k string) bool { return keyIs(body, im, k) }):
+				changed = true
+				continue
+			case keyIs(body, im, "annotations"):
+				im.replacement = withoutStrings(body, im, func(s string) bool { return strings.HasPrefix(s, queryInstanceAnnotation) })
+			case !reveal && keyIs(body, im, "extra_fields"):
+				im.replacement = withoutStrings(body, im, func(s string) bool { return s == workerIDField })
 			}
+			changed = changed || im.replacement != nil
+			innerKept = append(innerKept, im)
 		}
-		if len(innerKept) < len(inner) {
+		if changed {
 			if len(innerKept) == 0 {
 				drop = true
 			} else {
@@ -72,6 +96,54 @@ func withoutClientRouting(body []byte) []byte {
 	out = append(out, body[:start]...)
 	out = append(out, joinMembers(body, kept)...)
 	return append(out, body[end:]...)
+}
+
+// withoutStrings returns m's array value without the strings that match
+// gone, or nil when m's value is not an array or nothing matches. Every
+// other element is kept as it was written.
+func withoutStrings(b []byte, m member, gone func(string) bool) []byte {
+	if b[m.val] != '[' {
+		return nil
+	}
+	var kept [][2]int
+	removed := false
+	i := skipSpace(b, m.val+1)
+	for i < m.valEnd && b[i] != ']' {
+		j := skipValue(b, i)
+		if b[i] == '"' && gone(decodeString(b[i:j])) {
+			removed = true
+		} else {
+			kept = append(kept, [2]int{i, j})
+		}
+		i = skipSpace(b, j)
+		if i < m.valEnd && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	if !removed {
+		return nil
+	}
+	out := []byte{'['}
+	for k, e := range kept {
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, b[e[0]:e[1]]...)
+	}
+	return append(out, ']')
+}
+
+// decodeString decodes the JSON string raw (quotes included); one that
+// does not decode gives "".
+func decodeString(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 // member is one "key": value of an object: the key's quotes at
@@ -103,12 +175,7 @@ func joinMembers(b []byte, ms []member) []byte {
 
 // keyIs compares a member's decoded key.
 func keyIs(b []byte, m member, want string) bool {
-	raw := b[m.key:m.keyEnd]
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1:len(raw)-1]) == want
-	}
-	var k string
-	return json.Unmarshal(raw, &k) == nil && k == want
+	return decodeString(b[m.key:m.keyEnd]) == want
 }
 
 // objectMembers lists the members of the object at b[i] == '{' and

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -23,30 +24,53 @@ func TestWithoutClientRouting(t *testing.T) {
 		{`{"nvext":{"k":1},"nvext":{"token_data":2}}`, `{}`},
 		{`{"a":"\"nvext\"","nvext":{"token_data":"\"}"}}`, `{"a":"\"nvext\""}`},
 		// The worker choices go too; other routing hints stay.
-		{`{"model":"m","nvext":{"backend_instance_id":999,"prefill_worker_id":888,"decode_worker_id":7,"dp_rank":5,"cache_salt":"s","extra_fields":["worker_id"]}}`,
-			`{"model":"m","nvext":{"cache_salt":"s","extra_fields":["worker_id"]}}`},
+		{`{"model":"m","nvext":{"backend_instance_id":999,"prefill_worker_id":888,"decode_worker_id":7,"dp_rank":5,"prefill_dp_rank":1,"cache_salt":"s","extra_fields":["timing"]}}`,
+			`{"model":"m","nvext":{"cache_salt":"s","extra_fields":["timing"]}}`},
 		{`{"model":"m","nvext":{"dp_rank":0}}`, `{"model":"m"}`},
+		{`{"model":"m","nvext":{"prefill_dp_rank":0}}`, `{"model":"m"}`},
+		// Asking the frontend for its own choice of worker instead of an
+		// answer: the annotation goes, the others stay as written.
+		{`{"nvext":{"annotations":[ "a" , "query_instance_id:1", "query_instance_id_x", 3 ,"query\u005finstance_id:"]}}`,
+			`{"nvext":{"annotations":["a","query_instance_id_x",3]}}`},
+		{`{"nvext":{"annotations":["query_instance_id:"]}}`, `{"nvext":{"annotations":[]}}`},
+		{`{"nvext":{"annotations":"query_instance_id:"}}`, `{"nvext":{"annotations":"query_instance_id:"}}`},
+		// The frontend names the workers in the answer only for a client
+		// that sent x-backend.
+		{`{"nvext":{"extra_fields":["timing","worker_id","worker\u005fid","routed_experts"]}}`,
+			`{"nvext":{"extra_fields":["timing","routed_experts"]}}`},
+		{`{"nvext":{"extra_fields":["worker_id"],"extra_fields":["worker_id"]}}`, `{"nvext":{"extra_fields":[],"extra_fields":[]}}`},
 	} {
-		if got := string(withoutClientRouting([]byte(tt.in))); got != tt.want {
+		if got := string(withoutClientRouting([]byte(tt.in), false)); got != tt.want {
 			t.Errorf("%s\n got  %s\n want %s", tt.in, got, tt.want)
+		}
+	}
+	// With x-backend the extra_fields stay as sent; the rest goes as before.
+	for _, tt := range []struct{ in, want string }{
+		{`{"nvext":{"extra_fields":["timing","worker_id"]}}`, `{"nvext":{"extra_fields":["timing","worker_id"]}}`},
+		{`{"nvext":{"extra_fields":["worker_id"],"dp_rank":1,"annotations":["query_instance_id:7"]}}`, `{"nvext":{"extra_fields":["worker_id"],"annotations":[]}}`},
+	} {
+		if got := string(withoutClientRouting([]byte(tt.in), true)); got != tt.want {
+			t.Errorf("x-backend: %s\n got  %s\n want %s", tt.in, got, tt.want)
 		}
 	}
 }
 
 // FuzzWithoutClientRouting: for any valid JSON body the result is valid
 // JSON with the same members, except that no nvext object holds a member
-// a client may not send.
+// a client may not send, nor an annotation or (without x-backend) an
+// extra field it may not ask for.
 func FuzzWithoutClientRouting(f *testing.F) {
 	for _, s := range []string{`{"model":"m","nvext":{"token_data":[1,2],"cache_salt":"s"}}`, `{"nvext":{"token_data":1}}`,
-		`{"nvext":{"a":"\\\"","token\u005fdata":{}}}`, `[1]`, `"x"`, `{}`, `{"nvext":{"dp_rank":1,"prefill_worker_id":2}}`} {
-		f.Add([]byte(s))
+		`{"nvext":{"a":"\\\"","token\u005fdata":{}}}`, `[1]`, `"x"`, `{}`, `{"nvext":{"dp_rank":1,"prefill_worker_id":2}}`,
+		`{"nvext":{"annotations":["query_instance_id:1",{}],"extra_fields":["worker_id","timing"]}}`} {
+		f.Add([]byte(s), false)
 	}
-	f.Fuzz(func(t *testing.T, body []byte) {
+	f.Fuzz(func(t *testing.T, body []byte, reveal bool) {
 		var before map[string]any
 		if json.Unmarshal(body, &before) != nil {
 			return // the router refuses bodies that are not JSON objects first
 		}
-		out := withoutClientRouting(body)
+		out := withoutClientRouting(body, reveal)
 		var after map[string]any
 		if err := json.Unmarshal(out, &after); err != nil {
 			t.Fatalf("%q became invalid: %q: %v", body, out, err)
@@ -61,6 +85,15 @@ func FuzzWithoutClientRouting(f *testing.F) {
 			}
 			if had && len(ext) == 0 {
 				delete(before, "nvext")
+			}
+			drop := func(k string, gone func(string) bool) {
+				if a, ok := ext[k].([]any); ok {
+					ext[k] = slices.DeleteFunc(a, func(v any) bool { s, ok := v.(string); return ok && gone(s) })
+				}
+			}
+			drop("annotations", func(s string) bool { return strings.HasPrefix(s, queryInstanceAnnotation) })
+			if !reveal {
+				drop("extra_fields", func(s string) bool { return s == workerIDField })
 			}
 		}
 		if !reflect.DeepEqual(before, after) {
