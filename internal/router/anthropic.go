@@ -433,18 +433,26 @@ func anthropicError(status int, message string) []byte {
 }
 
 // fail writes a router error as the Messages API does, with the router's
-// code (and the parameter at fault) leading the message.
+// code (and the parameter at fault) leading the message. The type is
+// Anthropic's for the status, except for a shim refusal for want of a
+// prefill worker: its code is the error's type, as it is the code in every
+// ingress's error shape.
 func (a *anthropicOut) fail(w http.ResponseWriter, status int, code, param, message string) {
 	msg := message
 	if param != "" {
 		msg = param + ": " + msg
 	}
-	if code != "" && code != anthropicErrorType(status) {
+	typ := anthropicErrorType(status)
+	if code != "" && code != typ {
 		msg = code + ": " + msg
+	}
+	if code == CodePrefillDecodeUnavailable {
+		typ = code
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(anthropicError(status, msg))
+	b, _ := json.Marshal(anthropicErrorObject(typ, msg))
+	_, _ = w.Write(append(b, '\n'))
 }
 
 func (a *anthropicOut) upstreamError(status int, data []byte) []byte {

@@ -254,7 +254,7 @@ func TestConvertedPrefillRefusal503(t *testing.T) {
 							Type, Message string
 						} `json:"error"`
 					}
-					if json.Unmarshal([]byte(got), &e) != nil || e.Type != "error" || e.Error.Type != "overloaded_error" ||
+					if json.Unmarshal([]byte(got), &e) != nil || e.Type != "error" || e.Error.Type != "disaggregated_prefill_decode_unavailable" ||
 						!strings.HasPrefix(e.Error.Message, "disaggregated_prefill_decode_unavailable: ") {
 						t.Errorf("%s", got)
 					}
