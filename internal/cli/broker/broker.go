@@ -57,7 +57,9 @@ cannot reach their ZMQ publishers (dynamo.load.transport: broker).
 The broker dials out to the router's event bus listener (--router, TLS 1.3
 and HTTP/2; the router never dials in), authenticates as --id with a bearer
 token (--token-file) or a client certificate whose DNS SAN is the id
-(--cert, --key), and declares the Dynamo namespaces it serves
+(--cert, --key; these files and --ca-file are read again at each
+connection, so a Secret rotated in place is used from the next one), and
+declares the Dynamo namespaces it serves
 (--dynamo-namespace, repeatable; each must be in the entry's allow-list).
 For every stream the router asks for, it dials the publisher and relays its
 raw bytes both ways, within the byte budget the router sets. A target that
@@ -112,7 +114,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	token, cert, roots, err := o.Bus.Credentials()
+	creds, err := o.Bus.Credentials()
 	if err != nil {
 		return err
 	}
@@ -131,9 +133,10 @@ func Run(ctx context.Context, o *Options) error {
 	advertised := func(t eventbus.Target) bool {
 		return slices.Contains(declared, t.Namespace) && fl.Registry.Snapshot().Advertises(t.Namespace, t.Host, t.Port, t.Topic)
 	}
-	client, err := agent.New(agent.Options{Router: o.Bus.Router, ID: o.Bus.ID, Role: eventbus.RoleBroker, Token: token,
-		GetCertificate: cert.Getter(), RootCAs: roots, Namespaces: declared, DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger,
-		Opener: &agent.Publishers{Namespaces: declared, Advertised: advertised}})
+	ao := agent.Options{Router: o.Bus.Router, ID: o.Bus.ID, Role: eventbus.RoleBroker, Namespaces: declared,
+		DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger, Opener: &agent.Publishers{Namespaces: declared, Advertised: advertised}}
+	creds.Apply(&ao)
+	client, err := agent.New(ao)
 	if err != nil {
 		return cmdutil.FlagErrorf("%v", err)
 	}

@@ -62,69 +62,108 @@ func (o *BusClientFlags) Check() error {
 	return nil
 }
 
+// BusCredentials are a bus client's credential files, each read again
+// when it is next needed (a Secret rotated in place is used from the next
+// session or handshake on); a file that does not load then, such as one
+// caught half written, gives the last value that did.
+type BusCredentials struct {
+	Token *FileValue[string]           // nil without --token-file
+	Cert  *FileValue[*tls.Certificate] // nil without --cert
+	Roots *FileValue[*x509.CertPool]   // nil without --ca-file: the system roots
+}
+
 // Credentials reads the token, the client certificate and the CA the
-// flags name. The token is returned, never printed. The certificate is
-// read now, so that a missing or broken pair is a usage error, and again
-// at each connection (CertFiles.Get).
-func (o *BusClientFlags) Credentials() (token string, cert *CertFiles, roots *x509.CertPool, err error) {
+// flags name, now, so that a missing or broken file is a usage error, and
+// returns them for reading again later. The token is never printed.
+func (o *BusClientFlags) Credentials() (*BusCredentials, error) {
+	var c BusCredentials
+	var err error
 	if o.TokenFile != "" {
-		data, err := os.ReadFile(o.TokenFile)
-		if err != nil {
-			return "", nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--token-file: %w", err)}
-		}
-		if token = strings.TrimSpace(string(data)); token == "" {
-			return "", nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--token-file %s is empty", o.TokenFile)}
+		if c.Token, err = LoadFileValue(func() (string, error) { return readToken(o.TokenFile) }); err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--token-file: %w", err)}
 		}
 	}
 	if o.CertFile != "" {
-		cert = &CertFiles{certFile: o.CertFile, keyFile: o.KeyFile}
-		if _, err := cert.Get(); err != nil {
-			return "", nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--cert, --key: %w", err)}
+		load := func() (*tls.Certificate, error) {
+			pair, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+			return &pair, err
+		}
+		if c.Cert, err = LoadFileValue(load); err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--cert, --key: %w", err)}
 		}
 	}
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return "", nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--ca-file: %w", err)}
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return "", nil, nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--ca-file %s: no PEM certificate", o.CAFile)}
+		if c.Roots, err = LoadFileValue(func() (*x509.CertPool, error) { return readRoots(o.CAFile) }); err != nil {
+			return nil, &ExitError{Code: ExitUsage, Err: fmt.Errorf("--ca-file: %w", err)}
 		}
 	}
-	return token, cert, roots, nil
+	return &c, nil
 }
 
-// CertFiles is a client certificate read from its files each time it is
-// asked for (each TLS handshake of a long-running client, a rare event):
-// one renewed in place (a Secret rotated by a certificate manager) is
-// presented from the next connection. A pair that does not load (a
-// renewal half written) gives the last one that did.
-type CertFiles struct {
-	certFile, keyFile string
-	mu                sync.Mutex
-	last              *tls.Certificate
+// Apply sets the credentials on an event bus client's options: the token
+// read at each session, the certificate and the roots at each handshake.
+func (c *BusCredentials) Apply(o *agent.Options) {
+	if c.Token != nil {
+		o.GetToken = c.Token.Get
+	}
+	if c.Cert != nil {
+		o.GetCertificate = func() (*tls.Certificate, error) { return c.Cert.Get(), nil }
+	}
+	if c.Roots != nil {
+		o.GetRootCAs = c.Roots.Get
+	}
 }
 
-// Get reads the pair, or returns the last one read when it does not load.
-func (c *CertFiles) Get() (*tls.Certificate, error) {
-	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func readToken(file string) (string, error) {
+	data, err := os.ReadFile(file)
 	if err != nil {
-		if c.last != nil {
-			return c.last, nil
-		}
+		return "", err
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("%s is empty", file)
+	}
+	return token, nil
+}
+
+func readRoots(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
 		return nil, err
 	}
-	c.last = &pair
-	return c.last, nil
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", file)
+	}
+	return roots, nil
 }
 
-// Getter is Get, or nil when c is (no certificate).
-func (c *CertFiles) Getter() func() (*tls.Certificate, error) {
-	if c == nil {
-		return nil
+// FileValue is a value parsed from files each time it is asked for (a
+// rare event for a long-running client: a session, a TLS handshake), so
+// that files renewed in place are used from then on; when they do not
+// load, the last value that did is given.
+type FileValue[T any] struct {
+	load func() (T, error)
+	mu   sync.Mutex
+	last T
+}
+
+// LoadFileValue loads the value once, an error when it does not load.
+func LoadFileValue[T any](load func() (T, error)) (*FileValue[T], error) {
+	v, err := load()
+	if err != nil {
+		return nil, err
 	}
-	return c.Get
+	return &FileValue[T]{load: load, last: v}, nil
+}
+
+// Get loads the value again, or gives the last one loaded.
+func (f *FileValue[T]) Get() T {
+	v, err := f.load()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		f.last = v
+	}
+	return f.last
 }

@@ -109,7 +109,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	token, cert, roots, err := o.Bus.Credentials()
+	creds, err := o.Bus.Credentials()
 	if err != nil {
 		return err
 	}
@@ -119,9 +119,10 @@ func Run(ctx context.Context, o *Options) error {
 	names := slices.Sorted(maps.Keys(o.Backends))
 	// The SSE streams are long-lived: no overall timeout, only reaching
 	// the backend is bounded (by the client).
-	client, err := agent.New(agent.Options{Router: o.Bus.Router, ID: o.Bus.ID, Role: eventbus.RoleKVListener, Token: token,
-		GetCertificate: cert.Getter(), RootCAs: roots, Sources: names, DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger,
-		Opener: &agent.Backends{URLs: o.Backends, Client: &http.Client{}}})
+	ao := agent.Options{Router: o.Bus.Router, ID: o.Bus.ID, Role: eventbus.RoleKVListener, Sources: names,
+		DrainGrace: o.Bus.DrainGrace, Metrics: metrics, Logger: logger, Opener: &agent.Backends{URLs: o.Backends, Client: &http.Client{}}}
+	creds.Apply(&ao)
+	client, err := agent.New(ao)
 	if err != nil {
 		return cmdutil.FlagErrorf("%v", err)
 	}

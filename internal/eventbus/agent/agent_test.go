@@ -256,6 +256,58 @@ func TestSessionResultsClosed(t *testing.T) {
 	}
 }
 
+// TestClientAsksTokenAndRootsAgain: with GetRootCAs the listener is
+// verified with the roots of each handshake, and with GetToken each
+// session opens with the token of its moment, so a CA bundle or a token
+// rotated in place is used from the next connection on.
+func TestClientAsksTokenAndRootsAgain(t *testing.T) {
+	t.Parallel()
+	pki := testutil.NewTestPKI(t)
+	bus, roots := startOneSessionBus(t, pki, "", eventbus.Entry{ID: "broker-a", Role: eventbus.RoleBroker, TokenHash: eventbus.HashToken("right")})
+	other, err := agentRoots(testutil.NewTestPKI(t).CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phase atomic.Int32 // 0: another CA's roots; 1: the right roots, the old token; 2: both right
+	m := telemetry.NewBrokerMetrics(nil)
+	c, err := agent.New(agent.Options{Router: "https://127.0.0.1:" + strconv.Itoa(bus.LocalAddr().(*net.TCPAddr).Port), ID: "broker-a",
+		Role: eventbus.RoleBroker, Namespaces: []string{"dynamo"}, Opener: &agent.Publishers{}, Metrics: m,
+		GetRootCAs: func() *x509.CertPool {
+			if phase.Load() == 0 {
+				return other
+			}
+			return roots
+		},
+		GetToken: func() string {
+			if phase.Load() < 2 {
+				return "old"
+			}
+			return "right"
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	testutil.Eventually(t, 15*time.Second, "a handshake refused for another CA's roots", func() bool {
+		return promtest.ToFloat64(m.Sessions.WithLabelValues("failed")) >= 1
+	})
+	if promtest.ToFloat64(m.Sessions.WithLabelValues(eventbus.CodeUnauthenticated)) != 0 {
+		t.Fatal("a listener was trusted by roots that did not sign it")
+	}
+	phase.Store(1)
+	testutil.Eventually(t, 15*time.Second, "the old token refused", func() bool {
+		return promtest.ToFloat64(m.Sessions.WithLabelValues(eventbus.CodeUnauthenticated)) >= 1
+	})
+	phase.Store(2)
+	testutil.Eventually(t, 15*time.Second, "a session with the new token", func() bool { return promtest.ToFloat64(m.Connected) == 1 })
+	ccancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v", err)
+	}
+}
+
 // TestClientAsksCertificateAtHandshake: with GetCertificate, the client
 // certificate is asked for at the TLS handshake (so that one renewed in
 // place is presented from the next connection) and authenticates the

@@ -72,6 +72,10 @@ type Options struct {
 	// Token is the bearer token; "" when a client certificate is the
 	// credential. It is sent, never logged.
 	Token string
+	// GetToken, when set, is asked for the token at the start of each
+	// session instead (one read from a file that is rotated in place); the
+	// session's streams carry the token its opening request did.
+	GetToken func() string
 	// Certificate, when set, is presented to the listener.
 	Certificate *tls.Certificate
 	// GetCertificate, when set, is asked for the certificate at each TLS
@@ -80,6 +84,9 @@ type Options struct {
 	GetCertificate func() (*tls.Certificate, error)
 	// RootCAs verifies the listener; the system roots when nil.
 	RootCAs *x509.CertPool
+	// GetRootCAs, when set, is asked for the roots at each TLS handshake
+	// instead (a CA bundle renewed in place).
+	GetRootCAs func() *x509.CertPool
 	// Namespaces are declared in a broker's hello; Sources announced in a
 	// kv_listener's.
 	Namespaces []string
@@ -105,7 +112,7 @@ func New(o Options) (*Client, error) {
 	if err != nil || u.Scheme != "https" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
 		return nil, fmt.Errorf("router %q: want https://HOST:PORT", o.Router)
 	}
-	if o.Token == "" && o.Certificate == nil && o.GetCertificate == nil {
+	if o.Token == "" && o.GetToken == nil && o.Certificate == nil && o.GetCertificate == nil {
 		return nil, errors.New("no credential: a bearer token or a client certificate")
 	}
 	if o.Opener == nil {
@@ -126,6 +133,15 @@ func New(o Options) (*Client, error) {
 		o.Metrics = telemetry.NewBrokerMetrics(nil)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: o.RootCAs, ServerName: u.Hostname(), NextProtos: []string{"h2"}}
+	if o.GetRootCAs != nil {
+		// crypto/tls takes roots only from the config, so the chain is
+		// verified here, with the roots of the moment, exactly as the
+		// handshake would have with RootCAs.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyServer(cs, u.Hostname(), o.GetRootCAs())
+		}
+	}
 	switch {
 	case o.GetCertificate != nil:
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return o.GetCertificate() }
@@ -193,13 +209,35 @@ func (c *Client) dial(ctx context.Context) (*http.ClientConn, error) {
 	return c.tr.NewClientConn(dctx, "https", c.base.Host)
 }
 
+// verifyServer verifies the listener's chain against roots (the system
+// roots when nil) for host, as crypto/tls does.
+func verifyServer(cs tls.ConnectionState, host string, roots *x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the listener presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: host, Roots: roots, Intermediates: inter})
+	return err
+}
+
+// token is the bearer token for a new session.
+func (c *Client) token() string {
+	if c.o.GetToken != nil {
+		return c.o.GetToken()
+	}
+	return c.o.Token
+}
+
 // request builds a POST to path with the credential and version headers.
-func (c *Client) request(ctx context.Context, path string, body io.Reader) *http.Request {
+func (c *Client) request(ctx context.Context, path, token string, body io.Reader) *http.Request {
 	u := *c.base
 	u.Path = path
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
-	if c.o.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.o.Token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set(eventbus.HeaderVersion, strconv.Itoa(eventbus.ProtocolVersion))
 	return req
@@ -237,6 +275,7 @@ type conn struct {
 	c       *Client
 	cc      *http.ClientConn
 	ctx     context.Context // ends the session's requests
+	token   string          // the bearer token the session opened with
 	id      string
 	limits  eventbus.Limits
 	out     chan []byte
@@ -273,7 +312,8 @@ func (c *Client) session(ctx context.Context) error {
 	defer func() { _ = cc.Close() }()
 	pr, pw := io.Pipe()
 	defer func() { _ = pw.Close() }()
-	req := c.request(sctx, eventbus.PathSession, pr)
+	token := c.token()
+	req := c.request(sctx, eventbus.PathSession, token, pr)
 	type result struct {
 		resp *http.Response
 		err  error
@@ -326,7 +366,7 @@ func (c *Client) session(ctx context.Context) error {
 	if w.Type != eventbus.TypeWelcome {
 		return fmt.Errorf("the router's first line is a %s, not a welcome", w.Type)
 	}
-	s := &conn{c: c, cc: cc, ctx: sctx, id: w.SessionID, limits: *w.Limits,
+	s := &conn{c: c, cc: cc, ctx: sctx, token: token, id: w.SessionID, limits: *w.Limits,
 		out: make(chan []byte, 2*w.Limits.MaxStreams+16), dead: make(chan struct{})}
 	c.o.Metrics.Sessions.WithLabelValues("welcomed").Inc()
 	c.o.Metrics.Connected.Set(1)
@@ -515,7 +555,7 @@ func (s *conn) relay(ctx context.Context, m *eventbus.Message) string {
 	}
 	defer func() { _ = src.Close() }()
 	pr, pw := io.Pipe()
-	req := c.request(ctx, eventbus.PathStreams+m.StreamID, pr)
+	req := c.request(ctx, eventbus.PathStreams+m.StreamID, s.token, pr)
 	resp, err := s.cc.RoundTrip(req)
 	if err != nil {
 		_ = pw.CloseWithError(err)
