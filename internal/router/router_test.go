@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,6 +274,50 @@ func TestPrefillRefusal503(t *testing.T) {
 			}
 			if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("orchestration")) != 1 {
 				t.Error("orchestration error not counted")
+			}
+		})
+	}
+}
+
+// TestWrappedPrefillRefusalIsDecodeFailure: the refusal quoted inside a
+// generic 500 ("Failed to generate completions: ...", as the frontend words
+// any engine error) is a failed dispatch: counted in phase decode, then
+// the unified fallback when it is on, else 502 disaggregated_decode_failed.
+func TestWrappedPrefillRefusalIsDecodeFailure(t *testing.T) {
+	t.Parallel()
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+					return
+				}
+				hits.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, `{"message":"Failed to generate completions: `+fleetsim.PrefillRequiredError+`","type":"Internal Server Error","code":500}`)
+			}))
+			t.Cleanup(fe.Close)
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends[0].URL = fe.URL
+				c.DisaggregatedServing.FallbackToUnified = fallback
+			})
+			resp := h.post(t, chat(false), nil)
+			body := readAll(t, resp)
+			switch {
+			case fallback && (resp.StatusCode != 200 || len(*h.plain) != 1):
+				t.Errorf("status %d, %d fallbacks: %s", resp.StatusCode, len(*h.plain), body)
+			case !fallback && (resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "disaggregated_decode_failed")):
+				t.Errorf("status %d: %s", resp.StatusCode, body)
+			}
+			if hits.Load() != 1 {
+				t.Errorf("%d attempts", hits.Load())
+			}
+			if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("decode")) != 1 ||
+				promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("orchestration")) != 0 {
+				t.Error("not counted as a decode failure")
 			}
 		})
 	}

@@ -54,7 +54,10 @@ var unreachable = [][]byte{
 // the request, and a failure to reach the frontend itself is retried on
 // another replica with the same pins.
 func Repin(status int, body []byte) string {
-	if status < 500 || status > 599 || IsPrefillRefusal(status, body) {
+	// The frontend asking for a prefill id, even quoted in a generic 500,
+	// says the router's view lacks a prefill worker: picking again from
+	// the same view pins the same way.
+	if status < 500 || status > 599 || mentionsPrefillRefusal(body) {
 		return ""
 	}
 	b := bytes.ToLower(body[:min(len(body), repinScan)])

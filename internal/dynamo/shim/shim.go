@@ -13,6 +13,8 @@
 package shim
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -365,9 +367,48 @@ const (
 )
 
 // IsPrefillRefusal reports whether an answer is the frontend refusing a
-// request for want of a prefill id.
+// request for want of a prefill id: an error answer whose message is the
+// refusal. A 500 that only quotes it inside a generic failure ("Failed to
+// generate completions: Prefill worker ID required ...") is a failed
+// dispatch like any other 500, not a refusal; an answer of another error
+// status that carries the text anywhere is the refusal.
 func IsPrefillRefusal(status int, body []byte) bool {
-	return status >= 400 && strings.Contains(string(body), directModePrefillError)
+	if status < 400 || !mentionsPrefillRefusal(body) {
+		return false
+	}
+	return status != http.StatusInternalServerError || strings.HasPrefix(errorMessage(body), directModePrefillError)
+}
+
+func mentionsPrefillRefusal(body []byte) bool {
+	return bytes.Contains(body, []byte(directModePrefillError))
+}
+
+// errorMessage is what an error answer says: the message of a JSON error
+// body ({"error":{"message"}}, {"error":"..."}, {"message"}, {"detail"}),
+// else the body as text; spaces around it trimmed.
+func errorMessage(body []byte) string {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  string          `json:"detail"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return strings.TrimSpace(string(body))
+	}
+	var inner struct {
+		Message string `json:"message"`
+	}
+	var s string
+	switch {
+	case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
+		s = inner.Message
+	case json.Unmarshal(e.Error, &s) == nil && s != "":
+	case e.Message != "":
+		s = e.Message
+	default:
+		s = e.Detail
+	}
+	return strings.TrimSpace(s)
 }
 
 // Failure reports whether a frontend's answer counts as a failed dispatch

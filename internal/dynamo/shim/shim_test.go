@@ -2,7 +2,6 @@ package shim_test
 
 import (
 	"errors"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -169,9 +168,29 @@ func TestFailure(t *testing.T) {
 			t.Errorf("Failure(%d, stream %v) = %v", c.status, c.stream, got)
 		}
 	}
-	body := []byte(`{"error":"Prefill worker ID required in Direct routing mode"}`)
-	if !shim.IsPrefillRefusal(http.StatusBadRequest, body) || shim.IsPrefillRefusal(http.StatusOK, body) || shim.IsPrefillRefusal(500, []byte("boom")) {
-		t.Error("IsPrefillRefusal")
+	// The refusal is an error answer whose message is the refusal; a
+	// generic 500 that quotes it as its cause is a failed dispatch.
+	const refusal = "Prefill worker ID required in Direct routing mode but none found in request."
+	for _, c := range []struct {
+		status int
+		body   string
+		want   bool
+	}{
+		{400, `{"error":"` + refusal + `"}`, true},
+		{503, `{"message":"Failed to generate completions: ` + refusal + `","type":"Service Unavailable","code":503}`, true},
+		{500, `{"error":{"message":"` + refusal + `","type":"Internal Server Error","code":500}}`, true},
+		{500, `{"message":" ` + refusal + `","code":500}`, true},
+		{500, `{"error":"` + refusal + `"}`, true},
+		{500, refusal, true},
+		{500, `{"error":"Failed to generate completions: ` + refusal + `"}`, false},
+		{500, `{"message":"Failed to generate completions: ` + refusal + `","type":"Internal Server Error","code":500}`, false},
+		{500, `Failed to generate completions: ` + refusal, false},
+		{500, `boom`, false},
+		{200, `{"error":"` + refusal + `"}`, false},
+	} {
+		if got := shim.IsPrefillRefusal(c.status, []byte(c.body)); got != c.want {
+			t.Errorf("IsPrefillRefusal(%d, %s) = %v", c.status, c.body, got)
+		}
 	}
 }
 
@@ -326,6 +345,7 @@ func TestRepin(t *testing.T) {
 		{500, `Failed to generate completions`, shim.RepinStatus5xx},
 		{504, ``, shim.RepinStatus5xx},
 		{500, `{"error":{"message":"Prefill worker ID required in Direct routing mode but none found"}}`, ""},
+		{500, `{"error":"Failed to generate completions: Prefill worker ID required in Direct routing mode but none found"}`, ""},
 		{404, `{"error":"Model not found: m"}`, ""},
 		{429, `too many requests`, ""},
 		{400, `instance not found`, ""},
