@@ -490,7 +490,7 @@ func newNativeBackend(t *testing.T) *nativeBackend {
 // TestResponsesNativePassthrough: with responses_api: native a shim
 // replica gets the Responses body as it is (the client's token data and
 // pins removed), pinned by the model alone: the picker is asked without a
-// body. Compaction goes unpinned to a native plain backend, else 501.
+// body or a prompt size. Compaction goes unpinned to a native plain backend, else 501.
 func TestResponsesNativePassthrough(t *testing.T) {
 	t.Parallel()
 	nb := newNativeBackend(t)
@@ -502,7 +502,8 @@ func TestResponsesNativePassthrough(t *testing.T) {
 		rp = &recordingPicker{Picker: pick.NewLoadBased(o.Store)}
 		o.Picker = rp
 	})
-	body := fmt.Sprintf(`{"model":%q,"input":[{"type":"item_reference","id":"msg_1"}],"tools":[{"type":"web_search"}],"nvext":{"token_data":[1],"x":1}}`, model)
+	body := fmt.Sprintf(`{"model":%q,"instructions":%q,"input":[{"type":"item_reference","id":"msg_1"},{"role":"user","content":%q}],"tools":[{"type":"web_search"}],"nvext":{"token_data":[1],"x":1}}`,
+		model, strings.Repeat("Be terse. ", 100), strings.Repeat("word ", 400))
 	resp, got := h.postTo(t, "/v1/responses", body, map[string]string{"x-dynamo-worker-instance-id": "999", "x-backend": ""})
 	if resp.StatusCode != 200 || strings.TrimSpace(got) != `{"id":"resp_native","object":"response","status":"completed","output":[]}` {
 		t.Fatalf("status %d: %s", resp.StatusCode, got)
@@ -516,11 +517,12 @@ func TestResponsesNativePassthrough(t *testing.T) {
 	if r.URL.Path != "/v1/responses" || r.Header.Get("x-dynamo-worker-instance-id") != "20" || r.Header.Get("x-dynamo-prefill-instance-id") != "10" {
 		t.Errorf("path %s headers %v", r.URL.Path, r.Header)
 	}
-	if want := fmt.Sprintf(`{"model":%q,"input":[{"type":"item_reference","id":"msg_1"}],"tools":[{"type":"web_search"}],"nvext":{"x":1}}`, model); string(sent) != want {
+	if want := fmt.Sprintf(`{"model":%q,"instructions":%q,"input":[{"type":"item_reference","id":"msg_1"},{"role":"user","content":%q}],"tools":[{"type":"web_search"}],"nvext":{"x":1}}`,
+		model, strings.Repeat("Be terse. ", 100), strings.Repeat("word ", 400)); string(sent) != want {
 		t.Errorf("sent %s\nwant %s", sent, want)
 	}
 	reqs := rp.requests()
-	if len(reqs) != 1 || reqs[0].Body != nil || reqs[0].Path != "/v1/responses" || reqs[0].Model != model {
+	if len(reqs) != 1 || reqs[0].Body != nil || reqs[0].EstPromptTokens != 0 || reqs[0].Path != "/v1/responses" || reqs[0].Model != model {
 		t.Errorf("picked with %+v", reqs)
 	}
 
