@@ -175,7 +175,11 @@ func joinMembers(b []byte, ms []member) []byte {
 
 // keyIs compares a member's decoded key.
 func keyIs(b []byte, m member, want string) bool {
-	return decodeString(b[m.key:m.keyEnd]) == want
+	raw := b[m.key:m.keyEnd]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1:len(raw)-1]) == want // compared without a copy
+	}
+	return decodeString(raw) == want
 }
 
 // objectMembers lists the members of the object at b[i] == '{' and
