@@ -1122,7 +1122,7 @@ func isStrMethod(name string) bool {
 	switch name {
 	case "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit",
 		"replace", "upper", "lower", "title", "capitalize", "find", "rfind",
-		"index", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
+		"index", "rindex", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
 		"isalnum", "islower", "isupper", "format", "removeprefix", "removesuffix",
 		"casefold", "swapcase", "zfill", "partition", "rpartition":
 		return true
@@ -1252,37 +1252,17 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		default:
 			return nil, fmt.Errorf("%s first arg must be str or a tuple of str, not %s", name, typeName(p))
 		}
-		// start and end look at s[start:end], indices as in a slice; a
-		// start past the end of s or past end matches nothing, not even "".
+		// start and end look at s[start:end]; an empty window matches
+		// nothing, not even "".
 		if len(a.pos) > 1 {
-			rs := []rune(s)
-			n := int64(len(rs))
-			bound := func(i int, def int64) (int64, error) {
-				if i >= len(a.pos) || a.pos[i] == nil {
-					return def, nil
-				}
-				v, ok := intOf(a.pos[i])
-				if !ok {
-					return 0, errors.New("slice indices must be integers or None")
-				}
-				if v < 0 {
-					v = max(v+n, 0)
-				}
-				return v, nil
-			}
-			start, err := bound(1, 0)
+			win, _, ok, err := strWindow(s, a.pos[1:])
 			if err != nil {
 				return nil, err
 			}
-			end, err := bound(2, n)
-			if err != nil {
-				return nil, err
-			}
-			end = min(end, n)
-			if start > n || end < start {
+			if !ok {
 				return false, nil
 			}
-			s = string(rs[start:end])
+			s = win
 		}
 		for _, c := range cands {
 			cs, ok := c.(string)
@@ -1363,28 +1343,42 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		return title(s), nil
 	case "capitalize":
 		return capitalize(s), nil
-	case "find", "rfind", "index", "count":
+	case "find", "rfind", "index", "rindex", "count":
 		sub, err := a.str(0, "sub", "")
 		if err != nil {
 			return nil, err
 		}
-		if name == "count" {
-			if sub == "" {
-				return int64(utf8.RuneCountInString(s) + 1), nil
+		// Like str.startswith, these look at s[start:end] when given start
+		// and end, and report positions in s, not in the window.
+		win, off, ok := s, int64(0), true
+		if len(a.pos) > 1 {
+			if win, off, ok, err = strWindow(s, a.pos[1:]); err != nil {
+				return nil, err
 			}
-			return int64(strings.Count(s, sub)), nil
 		}
-		i := strings.Index(s, sub)
-		if name == "rfind" {
-			i = strings.LastIndex(s, sub)
+		if name == "count" {
+			switch {
+			case !ok:
+				return int64(0), nil
+			case sub == "":
+				return int64(utf8.RuneCountInString(win) + 1), nil
+			}
+			return int64(strings.Count(win, sub)), nil
+		}
+		i := -1
+		if ok {
+			i = strings.Index(win, sub)
+			if name == "rfind" || name == "rindex" {
+				i = strings.LastIndex(win, sub)
+			}
 		}
 		if i < 0 {
-			if name == "index" {
+			if name == "index" || name == "rindex" {
 				return nil, errors.New("substring not found")
 			}
 			return int64(-1), nil
 		}
-		return int64(utf8.RuneCountInString(s[:i])), nil
+		return off + int64(utf8.RuneCountInString(win[:i])), nil
 	case "join":
 		v, _ := a.get(0, "iterable")
 		items, err := seqItems(v)
@@ -1459,8 +1453,43 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 	return nil, fmt.Errorf("str method '%s' is not supported", name)
 }
 
-// isLower is Python's str.islower: some cased character and no upper-case
-// one.
+// strWindow is s[start:end] for the optional start and end arguments of
+// str.find, count, startswith and their kin, with Python's index rules:
+// negative indices count from the end, None is the default, end is clamped
+// to the length. off is the window's first index in s (in code points); ok
+// is false when start lies past end or past the end of s, where nothing
+// matches, not even "".
+func strWindow(s string, bounds []any) (win string, off int64, ok bool, err error) {
+	rs := []rune(s)
+	n := int64(len(rs))
+	bound := func(i int, def int64) (int64, error) {
+		if i >= len(bounds) || bounds[i] == nil {
+			return def, nil
+		}
+		v, isInt := intOf(bounds[i])
+		if !isInt {
+			return 0, errors.New("slice indices must be integers or None or have an __index__ method")
+		}
+		if v < 0 {
+			v = max(v+n, 0)
+		}
+		return v, nil
+	}
+	start, err := bound(0, 0)
+	if err != nil {
+		return "", 0, false, err
+	}
+	end, err := bound(1, n)
+	if err != nil {
+		return "", 0, false, err
+	}
+	end = min(end, n)
+	if start > n || end < start {
+		return "", 0, false, nil
+	}
+	return string(rs[start:end]), start, true, nil
+}
+
 // splitLines is Python's str.splitlines: lines end at \n, \r, \r\n, \v,
 // \f, \x1c, \x1d, \x1e, \x85, U+2028 and U+2029, and a final line ending
 // adds no empty line.
@@ -1495,6 +1524,8 @@ func splitLines(s string, keepends bool) []any {
 	return out
 }
 
+// isLower is Python's str.islower: some cased character and no upper-case
+// one.
 func isLower(s string) bool {
 	cased := false
 	for _, c := range s {
