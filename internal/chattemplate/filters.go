@@ -198,11 +198,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		switch x := v.(type) {
 		case string:
-			f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
-			if err != nil {
-				return def, nil
+			if f, ok := pyParseFloat(x); ok {
+				return f, nil
 			}
-			return f, nil
+			return def, nil
 		}
 		if f, ok := asNumber(v); ok {
 			return f, nil
@@ -659,27 +658,148 @@ func toInt(v any, a argList) (any, error) {
 		i, _ := intOf(x)
 		return i, nil
 	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return def, nil
-		}
-		if math.Abs(x) >= 1<<63 {
-			return nil, errors.New("integer overflow: integers are 64-bit here")
-		}
-		return int64(x), nil
+		return floatToInt(x, def)
 	case string:
-		s := strings.ReplaceAll(strings.TrimSpace(x), "_", "")
-		if i, err := strconv.ParseInt(s, int(base), 64); err == nil {
-			return i, nil
+		// Jinja tries int(value, base), then int(float(value)), then the
+		// default.
+		if i, ok, err := pyParseInt(x, base); ok || err != nil {
+			return i, err
 		}
-		if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
-			if math.Abs(f) >= 1<<63 {
-				return nil, errors.New("integer overflow: integers are 64-bit here")
+		if f, ok := pyParseFloat(x); ok {
+			if math.IsInf(f, 0) {
+				// This second try catches OverflowError too.
+				return def, nil
 			}
-			return int64(f), nil
+			return floatToInt(f, def)
 		}
 	}
 	return def, nil
 }
+
+// floatToInt is Python's int(float): NaN is a ValueError (the int filter's
+// default), an infinity an OverflowError, which the filter does not catch
+// for a float value.
+func floatToInt(f float64, def int64) (any, error) {
+	switch {
+	case math.IsNaN(f):
+		return def, nil
+	case math.IsInf(f, 0):
+		return nil, errors.New("cannot convert float infinity to integer")
+	case math.Abs(f) >= 1<<63:
+		return nil, errors.New("integer overflow: integers are 64-bit here")
+	}
+	return int64(f), nil
+}
+
+// pyParseInt is Python's int(s, base) for the ASCII digits: surrounding
+// whitespace, a sign, a 0x, 0o or 0b prefix matching the base (base 0 takes
+// the base from the prefix, and then a decimal number has no leading zero),
+// and single underscores between digits. ok is false where Python raises
+// ValueError (a bad literal or a base outside 0 and 2..36); err is set for
+// a value past 64 bits.
+func pyParseInt(s string, base int64) (n int64, ok bool, err error) {
+	if base != 0 && (base < 2 || base > 36) {
+		return 0, false, nil
+	}
+	s = strings.TrimFunc(s, pyIsSpace)
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	prefixed := false
+	if len(s) >= 2 && s[0] == '0' {
+		var pb int64
+		switch s[1] {
+		case 'x', 'X':
+			pb = 16
+		case 'o', 'O':
+			pb = 8
+		case 'b', 'B':
+			pb = 2
+		}
+		if pb != 0 && (base == 0 || base == pb) {
+			base, prefixed, s = pb, true, s[2:]
+		}
+	}
+	if base == 0 {
+		base = 10
+		if strings.Trim(s, "0_") != "" && strings.HasPrefix(s, "0") {
+			return 0, false, nil
+		}
+	}
+	// An underscore may follow the prefix or a digit, and must precede a
+	// digit.
+	digits := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '_' {
+			if i+1 >= len(s) || s[i+1] == '_' || i == 0 && !prefixed {
+				return 0, false, nil
+			}
+			continue
+		}
+		digits = append(digits, c)
+	}
+	if len(digits) == 0 {
+		return 0, false, nil
+	}
+	u, perr := strconv.ParseUint(string(digits), int(base), 64)
+	if perr != nil {
+		if errors.Is(perr, strconv.ErrRange) {
+			return 0, false, errors.New("integer overflow: integers are 64-bit here")
+		}
+		return 0, false, nil
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false, errors.New("integer overflow: integers are 64-bit here")
+		}
+		return -int64(u), true, nil
+	}
+	if u > math.MaxInt64 {
+		return 0, false, errors.New("integer overflow: integers are 64-bit here")
+	}
+	return int64(u), true, nil
+}
+
+// pyParseFloat is Python's float(s) for a string: surrounding whitespace, a
+// decimal literal with single underscores between digits, or inf, infinity
+// and nan in any case, signed. Go's hexadecimal floats are not Python's.
+func pyParseFloat(s string) (float64, bool) {
+	s = strings.TrimFunc(s, pyIsSpace)
+	body := strings.TrimLeft(s, "+-")
+	if len(s)-len(body) > 1 || body == "" {
+		return 0, false
+	}
+	switch strings.ToLower(body) {
+	case "nan":
+		// A sign is allowed and means nothing.
+		return math.NaN(), true
+	case "inf", "infinity":
+		f, err := strconv.ParseFloat(s, 64)
+		return f, err == nil
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case c >= '0' && c <= '9', c == '.', c == 'e', c == 'E', c == '+', c == '-':
+		case c == '_':
+			if i == 0 || i+1 >= len(body) || !isASCIIDigit(body[i-1]) || !isASCIIDigit(body[i+1]) {
+				return 0, false
+			}
+		default:
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(s, "_", ""), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return f, true
+}
+
+func isASCIIDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func isASCIIDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
