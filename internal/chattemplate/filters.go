@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1230,10 +1231,45 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		}
 		op := map[string]string{"lt": "<", "lessthan": "<", "<": "<", "le": "<=", "<=": "<=", "gt": ">", "greaterthan": ">", ">": ">", "ge": ">=", ">=": ">="}[name]
 		return r.cmpop(op, v, a)
-	case "filter", "test", "escaped":
+	case "filter", "test":
+		// Whether the name is one of the environment's filters or tests,
+		// as Jinja's environment has them, whether this engine implements
+		// the filter or not.
+		if !isHashable(v) {
+			return false, fmt.Errorf("unhashable type: '%s'", typeName(v))
+		}
+		s, ok := v.(string)
+		if !ok {
+			return false, nil
+		}
+		if name == "filter" {
+			return slices.Contains(jinjaFilterNames, s), nil
+		}
+		return slices.Contains(jinjaTestNames, s), nil
+	case "escaped":
+		// Strings here are never Markup.
 		return false, nil
 	}
 	return false, fmt.Errorf("no test named '%s'", name)
+}
+
+// jinjaFilterNames are the filters of the environment transformers renders
+// with: Jinja's built-in ones (tojson replaced by transformers' own).
+var jinjaFilterNames = []string{
+	"abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
+	"escape", "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent",
+	"int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "pprint",
+	"random", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+	"selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
+	"truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+}
+
+// jinjaTestNames are Jinja's built-in tests.
+var jinjaTestNames = []string{
+	"!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq",
+	"equalto", "escaped", "even", "false", "filter", "float", "ge", "greaterthan", "gt", "in",
+	"integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number",
+	"odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper",
 }
 
 // Methods of str, dict and list that templates call.
