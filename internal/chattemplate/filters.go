@@ -337,9 +337,25 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if len(items) == 0 {
 			return undefined{name: "no " + name + " item, sequence was empty"}, nil
 		}
+		// As Jinja: compare by the attribute when given, and ignore case
+		// unless case_sensitive; the first of equal items wins.
+		cs := a.boolean(0, "case_sensitive", false)
+		attr, err := a.str(1, "attribute", "")
+		if err != nil {
+			return nil, err
+		}
+		key := func(x any) any {
+			if attr != "" {
+				x, _ = attrPath(x, attr)
+			}
+			if !cs {
+				x = foldCase(x)
+			}
+			return x
+		}
 		best := items[0]
 		for _, it := range items[1:] {
-			c, err := compare(foldCase(it), foldCase(best))
+			c, err := compare(key(it), key(best))
 			if err != nil {
 				return nil, err
 			}
