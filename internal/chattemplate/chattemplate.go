@@ -461,7 +461,44 @@ func init() {
 		"dict":            &builtin{name: "dict", fn: builtinDict},
 		"raise_exception": &builtin{name: "raise_exception", fn: builtinRaise},
 		"strftime_now":    &builtin{name: "strftime_now", fn: builtinStrftimeNow},
+		"cycler":          &builtin{name: "cycler", fn: builtinCycler},
+		"joiner":          &builtin{name: "joiner", fn: builtinJoiner},
 	}
+}
+
+// builtinCycler is Jinja's cycler(*items).
+func builtinCycler(_ *renderer, args []any, kw *Dict) (any, error) {
+	if kw != nil && kw.Len() > 0 {
+		return nil, errors.New("cycler() takes no keyword arguments")
+	}
+	if len(args) == 0 {
+		return nil, errors.New("at least one item has to be provided")
+	}
+	return &cycler{items: append([]any(nil), args...)}, nil
+}
+
+// builtinJoiner is Jinja's joiner(sep=", "): a callable that gives "" the
+// first time and sep after.
+func builtinJoiner(_ *renderer, args []any, kw *Dict) (any, error) {
+	a := argList{pos: args, kw: kw}
+	if len(args) > 1 {
+		return nil, fmt.Errorf("joiner() takes at most 1 argument (%d given)", len(args))
+	}
+	var sep any = ", "
+	if v, ok := a.get(0, "sep"); ok {
+		sep = v
+	}
+	used := false
+	return &builtin{name: "joiner", fn: func(_ *renderer, args []any, kw *Dict) (any, error) {
+		if len(args) > 0 || kw != nil && kw.Len() > 0 {
+			return nil, errors.New("joiner takes no arguments")
+		}
+		if !used {
+			used = true
+			return "", nil
+		}
+		return sep, nil
+	}}, nil
 }
 
 func builtinRange(r *renderer, args []any, _ *Dict) (any, error) {

@@ -49,6 +49,9 @@ type macro struct {
 type loopInfo struct {
 	items []any // the items so far accepted
 	i     int
+	// lastChanged holds the arguments of the last loop.changed call (nil
+	// before the first).
+	lastChanged *List
 	// With a loop filter: the items not yet examined and the test.
 	src    []any
 	accept func(any) (bool, error)
@@ -749,6 +752,8 @@ func getAttr(obj any, name string) (any, error) {
 		return undefined{owner: "Namespace", attr: name}, nil
 	case *loopInfo:
 		return x.attr(name)
+	case *cycler:
+		return x.attr(name), nil
 	}
 	if isMethod(obj, name) {
 		return methodAttr(obj, name), nil
@@ -1358,6 +1363,40 @@ func (li *loopInfo) attr(name string) (any, error) {
 			}
 			return args[li.i%len(args)], nil
 		}}, nil
+	case "changed":
+		// True at the first call and whenever the arguments differ from
+		// those of the previous call.
+		return &builtin{name: "changed", fn: func(_ *renderer, args []any, _ *Dict) (any, error) {
+			cur := &List{Items: args, Tuple: true}
+			if li.lastChanged != nil && equal(li.lastChanged, cur) {
+				return false, nil
+			}
+			li.lastChanged = cur
+			return true, nil
+		}}, nil
 	}
 	return undefined{owner: "LoopContext", attr: name}, nil
+}
+
+// attr is an attribute of a cycler: current, next() (current, then the
+// cycler moves on) and reset().
+func (c *cycler) attr(name string) any {
+	switch name {
+	case "current":
+		return c.items[c.pos]
+	case "items":
+		return &List{Items: c.items, Tuple: true}
+	case "next":
+		return &builtin{name: "next", fn: func(*renderer, []any, *Dict) (any, error) {
+			v := c.items[c.pos]
+			c.pos = (c.pos + 1) % len(c.items)
+			return v, nil
+		}}
+	case "reset":
+		return &builtin{name: "reset", fn: func(*renderer, []any, *Dict) (any, error) {
+			c.pos = 0
+			return nil, nil
+		}}
+	}
+	return undefined{owner: "Cycler", attr: name}
 }

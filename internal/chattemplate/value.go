@@ -139,6 +139,13 @@ func (d *Dict) Get(k any) (any, bool) {
 // with {% set ns.x = ... %}.
 type Namespace struct{ d *Dict }
 
+// cycler is what the cycler global gives: a position over fixed items.
+// Each render makes its own, so the state is never shared.
+type cycler struct {
+	items []any
+	pos   int
+}
+
 type builtin struct {
 	name string
 	fn   func(r *renderer, args []any, kw *Dict) (any, error)
@@ -177,6 +184,8 @@ func typeName(v any) string {
 		return "Macro"
 	case *loopInfo:
 		return "LoopContext"
+	case *cycler:
+		return "Cycler"
 	case *builtin, *boundMethod:
 		return "builtin_function_or_method"
 	}
@@ -369,6 +378,8 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 		b.WriteString("<Macro '" + x.name + "'>")
 	case *loopInfo:
 		b.WriteString("<LoopContext>")
+	case *cycler:
+		b.WriteString("<Cycler>")
 	case *builtin:
 		b.WriteString("<built-in function " + x.name + ">")
 	case *boundMethod:
