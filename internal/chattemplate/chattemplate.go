@@ -24,7 +24,8 @@
 //   - Jinja evaluates all-constant output expressions at compile time with
 //     its lenient getitem, so a bad constant slice prints "" there and is an
 //     error here;
-//   - str.upper/lower use Go's simple case mapping (no "ß" → "SS");
+//   - Unicode properties and case mappings are those of Go's Unicode
+//     version, which may be newer or older than the Python's;
 //   - not supported, with a clear error: recursive loops, *args/**kwargs and
 //     varargs/kwargs in macros, str.format, the filters groupby,
 //     truncate, wordwrap, urlize, urlencode, xmlattr, striptags, pprint,

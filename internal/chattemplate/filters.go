@@ -130,11 +130,11 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		_, has := a.get(0, "chars")
 		return pyStrip(toStr(v), chars, has && chars != "", true, true), nil
 	case "upper":
-		return strings.ToUpper(toStr(v)), nil
+		return pyUpper(toStr(v)), nil
 	case "lower":
-		return strings.ToLower(toStr(v)), nil
+		return pyLower(toStr(v)), nil
 	case "capitalize":
-		return capitalize(toStr(v)), nil
+		return pyCapitalize(toStr(v)), nil
 	case "title":
 		return jinjaTitle(toStr(v)), nil
 	case "default", "d":
@@ -549,6 +549,48 @@ func (r *renderer) sliceFilter(v any, a argList) (any, error) {
 	return &List{Items: out}, nil
 }
 
+// zfill is Python's str.zfill: s padded on the left with zeros to width
+// runes, after its sign if it has one.
+func (r *renderer) zfill(s string, width int64) (any, error) {
+	n := int64(utf8.RuneCountInString(s))
+	if width <= n {
+		return s, nil
+	}
+	if width > int64(r.maxOutput) {
+		return nil, r.overflow()
+	}
+	if err := r.chargeBytes(int(width-n) + len(s)); err != nil {
+		return nil, err
+	}
+	zeros := strings.Repeat("0", int(width-n))
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		return s[:1] + zeros + s[1:], nil
+	}
+	return zeros + s, nil
+}
+
+// justify is Python's str.center, ljust and rjust.
+func (r *renderer) justify(s, name string, width int64, fill string) (any, error) {
+	if name == "center" {
+		return r.center(s, width, fill)
+	}
+	n := int64(utf8.RuneCountInString(s))
+	if width <= n {
+		return s, nil
+	}
+	if width > int64(r.maxOutput) {
+		return nil, r.overflow()
+	}
+	if err := r.chargeBytes(int(width-n)*len(fill) + len(s)); err != nil {
+		return nil, err
+	}
+	pad := strings.Repeat(fill, int(width-n))
+	if name == "ljust" {
+		return s + pad, nil
+	}
+	return pad + s, nil
+}
+
 // center is Python's str.center: s padded with fill on both sides to
 // width runes, split as CPython splits the padding (the extra rune goes
 // left when both the padding and width are odd).
@@ -568,9 +610,10 @@ func (r *renderer) center(s string, width int64, fill string) (any, error) {
 	return strings.Repeat(fill, int(left)) + s + strings.Repeat(fill, int(pad-left)), nil
 }
 
+// foldCase is Jinja's ignore_case: str.lower of a string.
 func foldCase(v any) any {
 	if s, ok := v.(string); ok {
-		return strings.ToLower(s)
+		return pyLower(s)
 	}
 	return v
 }
@@ -1055,51 +1098,29 @@ func (r *renderer) indent(v any, a argList) (any, error) {
 	return b.String(), nil
 }
 
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	r, n := utf8.DecodeRuneInString(s)
-	return string(unicode.ToUpper(r)) + strings.ToLower(s[n:])
-}
-
-func title(s string) string {
-	var b strings.Builder
-	prevLetter := false
-	for _, c := range s {
-		if unicode.IsLetter(c) {
-			if prevLetter {
-				b.WriteRune(unicode.ToLower(c))
-			} else {
-				b.WriteRune(unicode.ToUpper(c))
-			}
-			prevLetter = true
-		} else {
-			b.WriteRune(c)
-			prevLetter = false
-		}
-	}
-	return b.String()
-}
-
 // jinjaTitle is Jinja's title filter: each piece after a run of whitespace,
 // '-', '(', '{', '[' or '<' gets its first character upper-cased and the rest
-// lower-cased.
+// lower-cased (str.upper and str.lower of those slices).
 func jinjaTitle(s string) string {
 	var b strings.Builder
-	atStart := true
-	for _, c := range s {
-		if pyIsSpace(c) || strings.ContainsRune("-({[<", c) {
-			b.WriteRune(c)
-			atStart = true
+	isSep := func(c rune) bool { return pyIsSpace(c) || strings.ContainsRune("-({[<", c) }
+	for s != "" {
+		if i := strings.IndexFunc(s, func(c rune) bool { return !isSep(c) }); i != 0 {
+			if i < 0 {
+				i = len(s)
+			}
+			b.WriteString(s[:i])
+			s = s[i:]
 			continue
 		}
-		if atStart {
-			b.WriteString(strings.ToUpper(string(c)))
-			atStart = false
-		} else {
-			b.WriteString(strings.ToLower(string(c)))
+		end := strings.IndexFunc(s, isSep)
+		if end < 0 {
+			end = len(s)
 		}
+		_, n := utf8.DecodeRuneInString(s)
+		b.WriteString(pyUpper(s[:n]))
+		b.WriteString(pyLower(s[n:end]))
+		s = s[end:]
 	}
 	return b.String()
 }
@@ -1296,7 +1317,8 @@ func isStrMethod(name string) bool {
 		"replace", "upper", "lower", "title", "capitalize", "find", "rfind",
 		"index", "rindex", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
 		"isalnum", "islower", "isupper", "format", "removeprefix", "removesuffix",
-		"casefold", "swapcase", "zfill", "partition", "rpartition":
+		"casefold", "swapcase", "zfill", "partition", "rpartition", "istitle", "center",
+		"ljust", "rjust":
 		return true
 	}
 	return false
@@ -1508,13 +1530,38 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		}
 		return r.replace(s, old, nw, cnt)
 	case "upper":
-		return strings.ToUpper(s), nil
-	case "lower", "casefold":
-		return strings.ToLower(s), nil
+		return pyUpper(s), nil
+	case "lower":
+		return pyLower(s), nil
+	case "casefold":
+		return pyCasefold(s), nil
+	case "swapcase":
+		return pySwapcase(s), nil
 	case "title":
-		return title(s), nil
+		return pyTitle(s), nil
 	case "capitalize":
-		return capitalize(s), nil
+		return pyCapitalize(s), nil
+	case "istitle":
+		return isTitle(s), nil
+	case "zfill":
+		width, err := a.integer(0, "width", 0)
+		if err != nil {
+			return nil, err
+		}
+		return r.zfill(s, width)
+	case "center", "ljust", "rjust":
+		width, err := a.integer(0, "width", 0)
+		if err != nil {
+			return nil, err
+		}
+		fill, err := a.str(1, "fillchar", " ")
+		if err != nil {
+			return nil, err
+		}
+		if utf8.RuneCountInString(fill) != 1 {
+			return nil, errors.New("the fill character must be exactly one character long")
+		}
+		return r.justify(s, name, width, fill)
 	case "find", "rfind", "index", "rindex", "count":
 		sub, err := a.str(0, "sub", "")
 		if err != nil {
@@ -1701,10 +1748,10 @@ func splitLines(s string, keepends bool) []any {
 func isLower(s string) bool {
 	cased := false
 	for _, c := range s {
-		if unicode.IsUpper(c) || unicode.IsTitle(c) {
+		if pyIsUpperRune(c) || unicode.IsTitle(c) {
 			return false
 		}
-		if unicode.IsLower(c) {
+		if pyIsLowerRune(c) {
 			cased = true
 		}
 	}
@@ -1715,11 +1762,35 @@ func isLower(s string) bool {
 func isUpper(s string) bool {
 	cased := false
 	for _, c := range s {
-		if unicode.IsLower(c) || unicode.IsTitle(c) {
+		if pyIsLowerRune(c) || unicode.IsTitle(c) {
 			return false
 		}
-		if unicode.IsUpper(c) {
+		if pyIsUpperRune(c) {
 			cased = true
+		}
+	}
+	return cased
+}
+
+// isTitle is Python's str.istitle: some cased character, upper- and
+// title-case ones only after an uncased one, lower-case ones only after a
+// cased one.
+func isTitle(s string) bool {
+	cased, prevCased := false, false
+	for _, c := range s {
+		switch {
+		case pyIsUpperRune(c) || unicode.IsTitle(c):
+			if prevCased {
+				return false
+			}
+			prevCased, cased = true, true
+		case pyIsLowerRune(c):
+			if !prevCased {
+				return false
+			}
+			prevCased, cased = true, true
+		default:
+			prevCased = false
 		}
 	}
 	return cased
