@@ -35,6 +35,8 @@ func TestBudgets(t *testing.T) {
 		{name: "unique quadratic", src: "{{ range(100000) | unique | list | length }}"},
 		{name: "macro recursion", src: "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"},
 		{name: "mutual recursion", src: "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}"},
+		{name: "loop recursion", src: "{% for i in [1] recursive %}{{ loop([i]) }}{% endfor %}"},
+		{name: "loop recursion fan-out", src: "{% for i in [1, 2, 3, 4] recursive %}{{ loop([i, i, i, i]) }}{% endfor %}"},
 		{name: "wall clock", src: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
 			opts: []chattemplate.Option{chattemplate.WithFuel(1 << 60), chattemplate.WithTimeout(20 * time.Millisecond)}},
 		{name: "context deadline", src: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",

@@ -26,7 +26,7 @@
 //     error here;
 //   - Unicode properties and case mappings are those of Go's Unicode
 //     version, which may be newer or older than the Python's;
-//   - not supported, with a clear error: recursive loops, *args/**kwargs and
+//   - not supported, with a clear error: *args/**kwargs and
 //     varargs/kwargs in macros, str.format, the filters groupby,
 //     truncate, wordwrap, urlize, urlencode, xmlattr, striptags, pprint,
 //     random, filesizeformat.

@@ -52,6 +52,11 @@ type loopInfo struct {
 	// lastChanged holds the arguments of the last loop.changed call (nil
 	// before the first).
 	lastChanged *List
+	// depth is the loop's level, 1 unless it runs from a recursive call.
+	depth int
+	// recurse runs a recursive loop again over the given items one level
+	// deeper and gives its output; nil when the loop is not recursive.
+	recurse func(items any) (any, error)
 	// With a loop filter: the items not yet examined and the test.
 	src    []any
 	accept func(any) (bool, error)
@@ -364,11 +369,33 @@ func (r *renderer) execFor(n *forStmt, s *scope, o *output) (ctrl, error) {
 	if err != nil {
 		return ctrlNone, err
 	}
+	return r.runLoop(n, s, o, it, 1)
+}
+
+// runLoop runs a for loop over it at the given depth. A recursive loop's
+// loop(items) runs it again over items in the same scope, one level
+// deeper, and gives what that run wrote; the depth counts against the same
+// bound as macro calls.
+func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (ctrl, error) {
 	items, err := r.iterate(it)
 	if err != nil {
 		return ctrlNone, err
 	}
-	li := &loopInfo{items: items}
+	li := &loopInfo{items: items, depth: depth}
+	if n.recursive {
+		li.recurse = func(sub any) (any, error) {
+			r.depth++
+			defer func() { r.depth-- }()
+			if r.depth > maxCallDepth {
+				return nil, fmt.Errorf("%w: loop recursion deeper than %d", ErrRenderUnavailable, maxCallDepth)
+			}
+			inner := &output{}
+			if _, err := r.runLoop(n, s, inner, sub, depth+1); err != nil {
+				return nil, err
+			}
+			return inner.b.String(), nil
+		}
+	}
 	if n.cond != nil {
 		// Jinja filters lazily, interleaved with the body (and ahead of it
 		// only as far as loop.last, loop.length and the like need): the
@@ -1254,7 +1281,13 @@ func (r *renderer) call(fn any, args []any, kw *Dict, caller *macro) (any, error
 	case undefined:
 		return nil, errUndefined(f)
 	case *loopInfo:
-		return nil, errors.New("recursive loops are not supported")
+		if f.recurse == nil {
+			return nil, errors.New("the loop must have the 'recursive' marker to be called recursively")
+		}
+		if len(args) != 1 || kw != nil && kw.Len() > 0 {
+			return nil, fmt.Errorf("loop() takes 1 positional argument but %d were given", len(args))
+		}
+		return f.recurse(args[0])
 	}
 	return nil, fmt.Errorf("'%s' object is not callable", typeName(fn))
 }
@@ -1343,9 +1376,9 @@ func (li *loopInfo) attr(name string) (any, error) {
 	case "length":
 		return n, nil
 	case "depth":
-		return int64(1), nil
+		return int64(li.depth), nil
 	case "depth0":
-		return int64(0), nil
+		return int64(li.depth - 1), nil
 	case "previtem":
 		if i == 0 {
 			return undefined{name: "there is no previous item"}, nil

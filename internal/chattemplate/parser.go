@@ -82,9 +82,12 @@ type (
 		unpack  bool
 		iter    expr
 		cond    expr
-		body    []stmt
-		els     []stmt
-		line    int
+		// recursive: the body may call loop(items) to run the loop again
+		// over items, one level deeper.
+		recursive bool
+		body      []stmt
+		els       []stmt
+		line      int
 	}
 	setStmt struct {
 		targets []string
@@ -446,9 +449,7 @@ func (p *parser) parseFor(line int) (stmt, error) {
 			return nil, err
 		}
 	}
-	if p.skipName("recursive") {
-		return nil, p.errorf("recursive loops are not supported")
-	}
+	s.recursive = p.skipName("recursive")
 	if err := p.endTag(); err != nil {
 		return nil, err
 	}
