@@ -26,8 +26,8 @@
 //     error here;
 //   - Unicode properties and case mappings are those of Go's Unicode
 //     version, which may be newer or older than the Python's;
-//   - not supported, with a clear error: *args/**kwargs and
-//     varargs/kwargs in macros, str.format, the filters groupby,
+//   - not supported, with a clear error: *args/**kwargs in calls,
+//     str.format, the filters groupby,
 //     truncate, wordwrap, urlize, urlencode, xmlattr, striptags, pprint,
 //     random, filesizeformat.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -1299,10 +1300,15 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 		return nil, fmt.Errorf("%w: macro recursion deeper than %d", ErrRenderUnavailable, maxCallDepth)
 	}
 	d := m.def
-	if len(args) > len(d.params) {
+	if len(args) > len(d.params) && !d.varargs {
 		return nil, fmt.Errorf("macro '%s' takes not more than %d argument(s)", m.name, len(d.params))
 	}
 	inner := &scope{parent: m.closure}
+	// Keyword arguments fill the parameters past the positional ones; any
+	// other keyword (one naming a parameter already given by position
+	// included) is an error unless the macro reads kwargs, which then holds
+	// them.
+	used := 0
 	for i, p := range d.params {
 		switch {
 		case i < len(args):
@@ -1310,6 +1316,7 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 		default:
 			if v, ok := kw.Get(p); ok {
 				inner.set(p, v)
+				used++
 				continue
 			}
 			if d.defaults[i] != nil {
@@ -1323,19 +1330,30 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 			}
 		}
 	}
-	if kw != nil {
-		for _, k := range kw.keys {
+	if kw != nil && kw.Len() > used {
+		extra := &Dict{}
+		for i, k := range kw.keys {
 			ks, _ := k.(string)
-			found := false
-			for _, p := range d.params {
-				if p == ks {
-					found = true
-				}
+			if ks == "caller" || slices.Index(d.params, ks) >= len(args) {
+				continue
 			}
-			if !found && ks != "caller" {
+			if !d.kwargs {
 				return nil, fmt.Errorf("macro '%s' takes no keyword argument '%s'", m.name, ks)
 			}
+			extra.Set(k, kw.vals[i])
 		}
+		if d.kwargs {
+			inner.set("kwargs", extra)
+		}
+	} else if d.kwargs {
+		inner.set("kwargs", &Dict{})
+	}
+	if d.varargs {
+		var rest []any
+		if len(args) > len(d.params) {
+			rest = append(rest, args[len(d.params):]...)
+		}
+		inner.set("varargs", &List{Items: orEmptyAny(rest), Tuple: true})
 	}
 	if caller != nil {
 		inner.set("caller", caller)

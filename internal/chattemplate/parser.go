@@ -126,6 +126,10 @@ type macroDef struct {
 	params   []string
 	defaults []expr // nil entries: no default
 	body     []stmt
+	// varargs and kwargs: the body reads the name, so the macro takes
+	// extra positional arguments (as the tuple varargs) or extra keyword
+	// arguments (as the dict kwargs), as Jinja decides from the body.
+	varargs, kwargs bool
 }
 
 type parser struct {
@@ -565,15 +569,37 @@ func (p *parser) parseMacro() (stmt, error) {
 	}
 	loops := p.loops
 	p.loops = 0
+	start := p.pos
 	m.body, _, err = p.subparse([]string{"endmacro"})
 	p.loops = loops
 	if err != nil {
 		return nil, err
 	}
+	m.varargs, m.kwargs = p.readsName(start, p.pos, "varargs"), p.readsName(start, p.pos, "kwargs")
 	if p.peek().kind == tkName && p.peek().val == name {
 		p.pos++
 	}
 	return &macroStmt{m: m}, p.endTag()
+}
+
+// readsName reports whether the tokens from..to read the variable name:
+// the name appears other than as an attribute (after a dot) or a keyword
+// argument or parameter name (before a lone "=").
+func (p *parser) readsName(from, to int, name string) bool {
+	for i := from; i < to && i < len(p.toks); i++ {
+		t := p.toks[i]
+		if t.kind != tkName || t.val != name {
+			continue
+		}
+		if i > 0 && p.toks[i-1].kind == tkOp && p.toks[i-1].val == "." {
+			continue
+		}
+		if i+1 < len(p.toks) && p.toks[i+1].kind == tkOp && p.toks[i+1].val == "=" {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 func (p *parser) parseCallBlock() (stmt, error) {
