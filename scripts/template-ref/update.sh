@@ -9,7 +9,8 @@
 # deepseek_v3_1, glm_4_6, kimi_k2, minimax_m2, command_r7b, granite_3_3,
 # hermes_3, mistral_nemo, phi_3_5, qwq, deepseek_r1_distill, seed_oss,
 # qwen3_coder, functionary_v3_2, smollm3, llama4, deepseek_v3_2, gigachat3,
-# features) are committed by hand; see testdata/chattemplate/README.md.
+# nemotron_nano_v2, apriel_1_6, features) are committed by hand; see
+# testdata/chattemplate/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cache="${CONTINUUM_CACHE:-${HOME:?HOME or CONTINUUM_CACHE must be set}/.cache/continuum}/template-ref"
