@@ -782,6 +782,13 @@ func getAttr(obj any, name string) (any, error) {
 		return x.attr(name)
 	case *cycler:
 		return x.attr(name), nil
+	case *List:
+		if x.group && name == "grouper" {
+			return x.Items[0], nil
+		}
+		if x.group && name == "list" {
+			return x.Items[1], nil
+		}
 	}
 	if isMethod(obj, name) {
 		return methodAttr(obj, name), nil

@@ -452,7 +452,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			return nil, err
 		}
 		return r.center(toStr(v), width, " ")
-	case "groupby", "truncate", "wordwrap", "urlize", "urlencode", "xmlattr", "striptags", "pprint", "random", "filesizeformat":
+	case "groupby":
+		return r.groupBy(v, a)
+	case "truncate", "wordwrap", "urlize", "urlencode", "xmlattr", "striptags", "pprint", "random", "filesizeformat":
 		return nil, fmt.Errorf("filter '%s' is not supported", name)
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
@@ -978,6 +980,83 @@ func (r *renderer) selectFilter(v any, a argList, want, byAttr bool) (any, error
 		}
 	}
 	return &List{Items: out}, nil
+}
+
+// groupBy is Jinja's groupby filter: the items sorted by the attribute
+// (ignoring case unless case_sensitive; a missing one is default when
+// given), then one (grouper, list) tuple per run of equal keys. The grouper
+// is the first item's attribute as it is, not case-folded.
+func (r *renderer) groupBy(v any, a argList) (any, error) {
+	items, err := seqItems(v)
+	if err != nil {
+		return nil, err
+	}
+	attr, ok := a.get(0, "attribute")
+	if !ok {
+		return nil, errors.New("groupby() missing 1 required positional argument: 'attribute'")
+	}
+	def, hasDef := a.get(1, "default")
+	cs := a.boolean(2, "case_sensitive", false)
+	keyOf := func(x any) (any, error) {
+		var k any
+		var err error
+		if i, isInt := attr.(int64); isInt {
+			k, err = getItem(x, i)
+		} else {
+			k, err = attrPath(x, toStr(attr))
+		}
+		if _, missing := k.(undefined); missing && hasDef {
+			k = def
+		}
+		return k, err
+	}
+	if err := r.step(int64(len(items)) * 8); err != nil {
+		return nil, err
+	}
+	keys := make([]any, len(items))
+	folded := make([]any, len(items))
+	for i, it := range items {
+		if keys[i], err = keyOf(it); err != nil {
+			return nil, err
+		}
+		folded[i] = keys[i]
+		if !cs {
+			folded[i] = foldCase(keys[i])
+		}
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	var cerr error
+	sort.SliceStable(order, func(i, j int) bool {
+		ki, kj := folded[order[i]], folded[order[j]]
+		if equal(ki, kj) {
+			return false
+		}
+		c, e := compare(ki, kj)
+		if e != nil && cerr == nil {
+			cerr = e
+		}
+		return c < 0
+	})
+	if cerr != nil {
+		return nil, cerr
+	}
+	var out []any
+	for start := 0; start < len(order); {
+		end := start + 1
+		for end < len(order) && equal(folded[order[end]], folded[order[start]]) {
+			end++
+		}
+		group := make([]any, 0, end-start)
+		for _, i := range order[start:end] {
+			group = append(group, items[i])
+		}
+		out = append(out, &List{Items: []any{keys[order[start]], &List{Items: group}}, Tuple: true, group: true})
+		start = end
+	}
+	return &List{Items: orEmptyAny(out)}, nil
 }
 
 func (r *renderer) sortFilter(v any, a argList) (any, error) {

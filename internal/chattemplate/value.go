@@ -32,6 +32,9 @@ type undefined struct {
 type List struct {
 	Items []any
 	Tuple bool
+	// group marks the (grouper, list) tuples of the groupby filter, whose
+	// items are also the attributes grouper and list.
+	group bool
 }
 
 // Dict is an insertion-ordered mapping, the interpreter's form of a JSON
