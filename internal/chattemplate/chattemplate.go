@@ -26,9 +26,9 @@
 //     error here;
 //   - Unicode properties and case mappings are those of Go's Unicode
 //     version, which may be newer or older than the Python's;
-//   - not supported, with a clear error: *args/**kwargs in calls,
-//     str.format, the filters truncate, wordwrap, urlize, urlencode,
-//     xmlattr, striptags, pprint, random, filesizeformat.
+//   - not supported, with a clear error: *args/**kwargs in calls, the
+//     filters truncate, wordwrap, urlize, urlencode, xmlattr, striptags,
+//     pprint, random, filesizeformat.
 //
 // Imports: no internal package.
 package chattemplate

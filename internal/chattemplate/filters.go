@@ -1731,6 +1731,8 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 	case "removesuffix":
 		p, err := a.str(0, "suffix", "")
 		return strings.TrimSuffix(s, p), err
+	case "format":
+		return r.strFormat(s, a.pos, a.kw)
 	case "partition", "rpartition":
 		sep, err := a.str(0, "sep", "")
 		if err != nil || sep == "" {
