@@ -27,8 +27,7 @@
 //   - Unicode properties and case mappings are those of Go's Unicode
 //     version, which may be newer or older than the Python's;
 //   - not supported, with a clear error: *args/**kwargs in calls, the
-//     filters truncate, wordwrap, urlize, urlencode, xmlattr, striptags,
-//     pprint, random, filesizeformat.
+//     filters wordwrap, urlize, pprint and random.
 //
 // Imports: no internal package.
 package chattemplate

@@ -454,7 +454,17 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		return r.center(toStr(v), width, " ")
 	case "groupby":
 		return r.groupBy(v, a)
-	case "truncate", "wordwrap", "urlize", "urlencode", "xmlattr", "striptags", "pprint", "random", "filesizeformat":
+	case "truncate":
+		return truncateFilter(v, a)
+	case "filesizeformat":
+		return fileSizeFormat(v, a.boolean(0, "binary", false))
+	case "striptags":
+		return r.stripTags(toStr(v))
+	case "xmlattr":
+		return xmlAttr(v, a.boolean(0, "autospace", true))
+	case "urlencode":
+		return urlEncode(v)
+	case "wordwrap", "urlize", "pprint", "random":
 		return nil, fmt.Errorf("filter '%s' is not supported", name)
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
