@@ -377,7 +377,8 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 	root.set("add_generation_prompt", in.AddGenerationPrompt)
 	o := &output{}
 	o.b.Grow(int(min(t.sizeHint.Load(), int64(t.maxOutput))))
-	if _, err := r.execBody(t.body, &scope{parent: root}, o); err != nil {
+	r.top = &scope{parent: root}
+	if _, err := r.execBody(t.body, r.top, o); err != nil {
 		if errors.Is(err, ErrRenderUnavailable) {
 			return "", err
 		}

@@ -99,6 +99,8 @@ type renderer struct {
 	now       func() time.Time
 	tick      int
 	depth     int
+	// top is the template's top-level scope, which blocks see.
+	top *scope
 }
 
 func (r *renderer) overflow() error {
@@ -261,6 +263,16 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 			return ctrlNone, err
 		}
 		return ctrlNone, r.write(o, toStr(v))
+	case *blockStmt:
+		if n.required {
+			return ctrlNone, fmt.Errorf("line %d: required block '%s' not found", n.line, n.name)
+		}
+		parent := r.top
+		if n.scoped || parent == nil {
+			parent = s
+		}
+		_, err := r.execBody(n.body, &scope{parent: parent}, o)
+		return ctrlNone, err
 	case *withStmt:
 		inner := &scope{parent: s}
 		for i, name := range n.names {

@@ -3,6 +3,7 @@ package chattemplate
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Expression nodes.
@@ -113,6 +114,16 @@ type (
 		vals  []expr
 		body  []stmt
 	}
+	// blockStmt is {% block %} in a template without a parent: its body
+	// renders where it stands, seeing the template's top-level names (and,
+	// when scoped, the enclosing ones too).
+	blockStmt struct {
+		name     string
+		scoped   bool
+		required bool
+		body     []stmt
+		line     int
+	}
 	callBlockStmt struct {
 		call   *callExpr
 		params []string
@@ -140,6 +151,8 @@ type parser struct {
 	// call bodies start again from zero): break and continue need one, as
 	// the Python code Jinja compiles to does.
 	loops int
+	// blocks holds the block names seen, which must be unique.
+	blocks map[string]bool
 }
 
 func (p *parser) peek() token { return p.toks[p.pos] }
@@ -371,10 +384,59 @@ func (p *parser) parseStatement() (stmt, error) {
 		return &withStmt{body: body}, p.endTag()
 	case "call":
 		return p.parseCallBlock()
-	case "include", "import", "from", "extends", "block":
+	case "block":
+		return p.parseBlock(t.line)
+	case "include", "import", "from", "extends":
 		return nil, fmt.Errorf("line %d: '%s' is not available: templates have no loader", t.line, t.val)
 	}
 	return nil, fmt.Errorf("line %d: encountered unknown tag '%s'", t.line, t.val)
+}
+
+func (p *parser) parseBlock(line int) (stmt, error) {
+	name, err := p.expectName()
+	if err != nil {
+		return nil, err
+	}
+	if p.blocks[name] {
+		return nil, p.errorf("block '%s' defined twice", name)
+	}
+	if p.blocks == nil {
+		p.blocks = map[string]bool{}
+	}
+	p.blocks[name] = true
+	b := &blockStmt{name: name, line: line}
+	b.scoped = p.skipName("scoped")
+	b.required = p.skipName("required")
+	if err := p.endTag(); err != nil {
+		return nil, err
+	}
+	// A block body is a function of its own: break and continue do not
+	// reach a loop around it.
+	loops := p.loops
+	p.loops = 0
+	b.body, _, err = p.subparse([]string{"endblock"})
+	p.loops = loops
+	if err != nil {
+		return nil, err
+	}
+	if p.peek().kind == tkName && p.peek().val == name {
+		p.pos++
+	}
+	if b.required && !onlyWhitespace(b.body) {
+		return nil, p.errorf("required blocks can only contain comments or whitespace")
+	}
+	return b, p.endTag()
+}
+
+// onlyWhitespace reports whether body is text made of whitespace only.
+func onlyWhitespace(body []stmt) bool {
+	for _, st := range body {
+		d, ok := st.(*dataStmt)
+		if !ok || strings.TrimFunc(d.text, pyIsSpace) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *parser) parseIf() (stmt, error) {
