@@ -1989,19 +1989,63 @@ func (r *renderer) percentFormat(f string, arg any) (any, error) {
 			j++
 		}
 		flags := f[i:j]
-		k := j
-		for k < len(f) && f[k] >= '0' && f[k] <= '9' {
-			k++
+		// A '*' width or precision takes the next argument, an int; a
+		// negative width means left alignment.
+		star := func() (int, error) {
+			if key != nil || n >= len(args) {
+				return 0, errors.New("* wants int")
+			}
+			var w int64
+			switch x := args[n].(type) {
+			case int64:
+				w = x
+			case bool:
+				w, _ = intOf(x)
+			default:
+				return 0, errors.New("* wants int")
+			}
+			n++
+			if w > maxOutputWidth || w < -maxOutputWidth {
+				return 0, fmt.Errorf("%w: format width or precision over %d", ErrRenderUnavailable, maxOutputWidth)
+			}
+			return int(w), nil
 		}
-		width, _ := strconv.Atoi(f[j:k])
-		prec := -1
-		if k < len(f) && f[k] == '.' {
+		k := j
+		var width int
+		if k < len(f) && f[k] == '*' {
+			w, err := star()
+			if err != nil {
+				return nil, err
+			}
+			if w < 0 {
+				flags += "-"
+				w = -w
+			}
+			width = w
 			k++
-			m := k
+		} else {
 			for k < len(f) && f[k] >= '0' && f[k] <= '9' {
 				k++
 			}
-			prec, _ = strconv.Atoi(f[m:k])
+			width, _ = strconv.Atoi(f[j:k])
+		}
+		prec := -1
+		if k < len(f) && f[k] == '.' {
+			k++
+			if k < len(f) && f[k] == '*' {
+				p, err := star()
+				if err != nil {
+					return nil, err
+				}
+				prec = max(p, 0)
+				k++
+			} else {
+				m := k
+				for k < len(f) && f[k] >= '0' && f[k] <= '9' {
+					k++
+				}
+				prec, _ = strconv.Atoi(f[m:k])
+			}
 		}
 		if k >= len(f) {
 			return nil, errors.New("incomplete format")
