@@ -327,6 +327,9 @@ func (r *renderer) execSet(n *setStmt, s *scope) error {
 		ns.d.Set(n.nsAttr, v)
 		return nil
 	}
+	if n.tree != nil {
+		return r.bindTree(n.tree, s, v)
+	}
 	if !n.unpack {
 		s.set(n.targets[0], v)
 		return nil
@@ -466,7 +469,28 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 	return ctrlNone, nil
 }
 
+// bindTree assigns v to a nested tuple target, unpacking at each level.
+func (r *renderer) bindTree(t *target, s *scope, v any) error {
+	if t.name != "" {
+		s.set(t.name, v)
+		return nil
+	}
+	vals, err := r.unpack(v, len(t.items))
+	if err != nil {
+		return err
+	}
+	for i, sub := range t.items {
+		if err := r.bindTree(sub, s, vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *renderer) bindTargets(n *forStmt, inner *scope, item any) error {
+	if n.tree != nil {
+		return r.bindTree(n.tree, inner, item)
+	}
 	if !n.unpack {
 		inner.set(n.targets[0], item)
 		return nil

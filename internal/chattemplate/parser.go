@@ -81,6 +81,7 @@ type (
 	forStmt struct {
 		targets []string
 		unpack  bool
+		tree    *target // nested tuple targets
 		iter    expr
 		cond    expr
 		// recursive: the body may call loop(items) to run the loop again
@@ -93,7 +94,8 @@ type (
 	setStmt struct {
 		targets []string
 		unpack  bool
-		nsAttr  string // set ns.attr = ...: targets[0] is the namespace
+		tree    *target // nested tuple targets
+		nsAttr  string  // set ns.attr = ...: targets[0] is the namespace
 		x       expr
 		line    int
 	}
@@ -472,36 +474,78 @@ func (p *parser) parseIf() (stmt, error) {
 	}
 }
 
-func (p *parser) parseTargets() ([]string, bool, error) {
-	paren := p.skipOp("(")
-	var names []string
-	unpack := paren
-	for {
-		n, err := p.expectName()
-		if err != nil {
-			return nil, false, err
+// target is an assignment target: a name, or a tuple of targets to
+// unpack a value into.
+type target struct {
+	name  string
+	items []*target
+}
+
+// parseTargets reads the targets of a for loop or a set: names separated
+// by commas, each of them possibly a parenthesized tuple of targets. names
+// holds the top-level names and unpack says whether they form a tuple;
+// tree is set instead when a tuple nests in another.
+func (p *parser) parseTargets() (names []string, unpack bool, tree *target, err error) {
+	top, err := p.parseTargetTuple(false)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if top.name != "" {
+		return []string{top.name}, false, nil, nil
+	}
+	for _, t := range top.items {
+		if t.name == "" {
+			return nil, true, top, nil
 		}
-		names = append(names, n)
+		names = append(names, t.name)
+	}
+	return names, true, nil, nil
+}
+
+// parseTargetTuple reads comma-separated targets up to "in", "=" or, in
+// parentheses, ")"; one target without a comma is that target itself.
+func (p *parser) parseTargetTuple(inParens bool) (*target, error) {
+	var items []*target
+	comma := false
+	for {
+		var t *target
+		if p.skipOp("(") {
+			inner, err := p.parseTargetTuple(true)
+			if err != nil {
+				return nil, err
+			}
+			if err := p.expectOp(")"); err != nil {
+				return nil, err
+			}
+			t = inner
+		} else {
+			n, err := p.expectName()
+			if err != nil {
+				return nil, err
+			}
+			t = &target{name: n}
+		}
+		items = append(items, t)
 		if !p.skipOp(",") {
 			break
 		}
-		unpack = true
-		if paren && p.isOp(")") || !paren && (p.isName("in") || p.isOp("=")) {
+		comma = true
+		// A trailing comma needs parentheses: at the top, Jinja reads the
+		// next word ("in" included) as one more target.
+		if inParens && p.isOp(")") {
 			break
 		}
 	}
-	if paren {
-		if err := p.expectOp(")"); err != nil {
-			return nil, false, err
-		}
+	if len(items) == 1 && !comma {
+		return items[0], nil
 	}
-	return names, unpack, nil
+	return &target{items: items}, nil
 }
 
 func (p *parser) parseFor(line int) (stmt, error) {
 	s := &forStmt{line: line}
 	var err error
-	if s.targets, s.unpack, err = p.parseTargets(); err != nil {
+	if s.targets, s.unpack, s.tree, err = p.parseTargets(); err != nil {
 		return nil, err
 	}
 	if !p.skipName("in") {
@@ -539,6 +583,19 @@ func (p *parser) parseFor(line int) (stmt, error) {
 
 func (p *parser) parseSet(line int) (stmt, error) {
 	s := &setStmt{line: line}
+	if p.isOp("(") {
+		var err error
+		if s.targets, s.unpack, s.tree, err = p.parseTargets(); err != nil {
+			return nil, err
+		}
+		if !p.skipOp("=") {
+			return nil, p.errorf("expected '='")
+		}
+		if s.x, err = p.parseTupleOrExpr(); err != nil {
+			return nil, err
+		}
+		return s, p.endTag()
+	}
 	n, err := p.expectName()
 	if err != nil {
 		return nil, err
@@ -553,7 +610,7 @@ func (p *parser) parseSet(line int) (stmt, error) {
 		s.targets, s.nsAttr = []string{n}, attr
 	case p.isOp(","):
 		p.pos--
-		if s.targets, s.unpack, err = p.parseTargets(); err != nil {
+		if s.targets, s.unpack, s.tree, err = p.parseTargets(); err != nil {
 			return nil, err
 		}
 	default:
