@@ -469,6 +469,31 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 	return ctrlNone, nil
 }
 
+// pyFloatDivmod is Python's divmod of floats: the remainder takes the
+// divisor's sign (a zero one included), and the quotient is derived from
+// it and snapped to the nearest integer, so 1 // 0.1 is 9.0 as in Python
+// (not floor(1 / 0.1), which is 10.0).
+func pyFloatDivmod(a, b float64) (float64, float64) {
+	mod := math.Mod(a, b)
+	div := (a - mod) / b
+	if mod != 0 {
+		if (b < 0) != (mod < 0) {
+			mod += b
+			div--
+		}
+	} else {
+		mod = math.Copysign(0, b)
+	}
+	if div == 0 {
+		return math.Copysign(0, a/b), mod
+	}
+	floor := math.Floor(div)
+	if div-floor > 0.5 {
+		floor++
+	}
+	return floor, mod
+}
+
 // bindTree assigns v to a nested tuple target, unpacking at each level.
 func (r *renderer) bindTree(t *target, s *scope, v any) error {
 	if t.name != "" {
@@ -1210,12 +1235,9 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 		if rf == 0 {
 			return nil, errors.New("float division by zero")
 		}
+		q, m := pyFloatDivmod(lf, rf)
 		if op == "//" {
-			return math.Floor(lf / rf), nil
-		}
-		m := math.Mod(lf, rf)
-		if m != 0 && (m < 0) != (rf < 0) {
-			m += rf
+			return q, nil
 		}
 		return m, nil
 	case "**":
