@@ -65,16 +65,58 @@ func hashKey(k any) any {
 		if v == math.Trunc(v) && math.Abs(v) < 1<<62 {
 			return int64(v)
 		}
+	case undefined:
+		// Jinja's undefined values are equal to one another.
+		return undefinedKey{}
+	case *List:
+		var b strings.Builder
+		writeTupleKey(&b, v)
+		return tupleKey(b.String())
 	}
 	return k
 }
 
+// undefinedKey and tupleKey are the map keys of an undefined value and of
+// a tuple (its items' keys written out), distinct from every string.
+type (
+	undefinedKey struct{}
+	tupleKey     string
+)
+
+func writeTupleKey(b *strings.Builder, l *List) {
+	b.WriteByte('(')
+	for _, it := range l.Items {
+		switch x := hashKey(it).(type) {
+		case tupleKey:
+			b.WriteString(string(x))
+		case string:
+			b.WriteString(strconv.Quote(x))
+		case undefinedKey:
+			b.WriteString("U")
+		default:
+			fmt.Fprintf(b, "%T:%v", x, x)
+		}
+		b.WriteByte(',')
+	}
+	b.WriteByte(')')
+}
+
+// isHashable is whether Python can hash k: scalars, undefined values, and
+// tuples of hashable items.
 func isHashable(k any) bool {
-	switch k.(type) {
-	case nil, bool, int64, float64, string, bigInt:
+	switch x := k.(type) {
+	case nil, bool, int64, float64, string, bigInt, undefined:
 		return true
 	case *List:
-		return false
+		if !x.Tuple {
+			return false
+		}
+		for _, it := range x.Items {
+			if !isHashable(it) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }
