@@ -309,22 +309,20 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			}
 			return x
 		}
-		if err := r.step(int64(len(items) * len(items) / 8)); err != nil {
+		if err := r.step(int64(len(items))); err != nil {
 			return nil, err
 		}
+		// As Python's set of seen keys: hashKey makes equal keys (1, 1.0
+		// and True; equal tuples) the same map key.
 		out := []any{}
+		seen := make(map[any]bool, len(items))
 		for _, it := range items {
-			if k := key(it); !isHashable(k) {
+			k := key(it)
+			if !isHashable(k) {
 				return nil, fmt.Errorf("unhashable type: '%s'", typeName(k))
 			}
-			dup := false
-			for _, o := range out {
-				if equal(key(o), key(it)) {
-					dup = true
-					break
-				}
-			}
-			if !dup {
+			if h := hashKey(k); !seen[h] {
+				seen[h] = true
 				out = append(out, it)
 			}
 		}
