@@ -9,9 +9,9 @@ import (
 // strftime formats t as Python's datetime.strftime does on glibc in the C
 // locale, for the naive datetime.now() that transformers' strftime_now
 // formats: %Z and %z are empty. The flags "-" (no padding), "_" (space
-// padding), "0" (zero padding) and "^" (upper case) and the E and O
-// modifiers are taken; an unknown directive is written as it is, as glibc
-// does.
+// padding), "0" (zero padding), "^" (upper case) and "#" (upper-case
+// names, a lower-case %p), a field width, and the E and O modifiers are
+// taken; an unknown directive is written as it is, as glibc does.
 func strftime(t time.Time, f string) (string, error) {
 	var b strings.Builder
 	for i := 0; i < len(f); i++ {
@@ -25,6 +25,13 @@ func strftime(t time.Time, f string) (string, error) {
 		flag := byte(0)
 		for i < len(f) && strings.IndexByte("-_0^#", f[i]) >= 0 {
 			flag = f[i]
+			i++
+		}
+		// A field width pads the result: numbers with zeros (spaces with
+		// "_"), names with spaces (zeros with "0").
+		fw := 0
+		for i < len(f) && f[i] >= '0' && f[i] <= '9' && fw <= maxOutputWidth {
+			fw = fw*10 + int(f[i]-'0')
 			i++
 		}
 		for i < len(f) && (f[i] == 'E' || f[i] == 'O') {
@@ -44,14 +51,29 @@ func strftime(t time.Time, f string) (string, error) {
 				pad = '0'
 			}
 			s := strconv.Itoa(v)
+			if fw > 0 {
+				// A width never shortens the usual one; with "-" it pads
+				// with spaces.
+				width = max(width, fw)
+				if pad == 0 {
+					pad = ' '
+				}
+			}
 			for n := len(s); pad != 0 && n < width; n++ {
 				b.WriteByte(pad)
 			}
 			b.WriteString(s)
 		}
 		text := func(s string) {
-			if flag == '^' {
+			if flag == '^' || flag == '#' {
 				s = strings.ToUpper(s)
+			}
+			pad := byte(' ')
+			if flag == '0' {
+				pad = '0'
+			}
+			for n := len(s); n < fw; n++ {
+				b.WriteByte(pad)
 			}
 			b.WriteString(s)
 		}
@@ -110,6 +132,10 @@ func strftime(t time.Time, f string) (string, error) {
 		case 's':
 			num(int(t.Unix()), 1, '0')
 		case 'p':
+			if flag == '#' {
+				ampm = strings.ToLower(ampm)
+				flag = 0
+			}
 			text(ampm)
 		case 'P':
 			b.WriteString(strings.ToLower(ampm))
