@@ -843,6 +843,24 @@ func getAttr(obj any, name string) (any, error) {
 		return x.attr(name)
 	case *cycler:
 		return x.attr(name), nil
+	case *macro:
+		// The attributes of Jinja's Macro objects.
+		switch name {
+		case "name":
+			return x.name, nil
+		case "arguments":
+			args := make([]any, len(x.def.params))
+			for i, p := range x.def.params {
+				args[i] = p
+			}
+			return &List{Items: args, Tuple: true}, nil
+		case "catch_kwargs":
+			return x.def.kwargs, nil
+		case "catch_varargs":
+			return x.def.varargs, nil
+		case "caller":
+			return x.def.caller, nil
+		}
 	case *List:
 		if x.group && name == "grouper" {
 			return x.Items[0], nil

@@ -143,6 +143,8 @@ type macroDef struct {
 	// extra positional arguments (as the tuple varargs) or extra keyword
 	// arguments (as the dict kwargs), as Jinja decides from the body.
 	varargs, kwargs bool
+	// caller: the body reads caller (the macro's caller attribute).
+	caller bool
 }
 
 type parser struct {
@@ -695,6 +697,7 @@ func (p *parser) parseMacro() (stmt, error) {
 		return nil, err
 	}
 	m.varargs, m.kwargs = p.readsName(start, p.pos, "varargs"), p.readsName(start, p.pos, "kwargs")
+	m.caller = p.readsName(start, p.pos, "caller")
 	if p.peek().kind == tkName && p.peek().val == name {
 		p.pos++
 	}
