@@ -17,8 +17,9 @@
 //     integers in JSON input keep their digits for printing, tojson and
 //     comparison, but arithmetic on them is an error;
 //   - lazy filters (select, reject, map, selectattr, rejectattr, unique,
-//     reverse, items) and dict views (.items(), .keys(), .values()) give
-//     lists, so printing one shows the list, not Python's generator object;
+//     reverse, items), dict views (.items(), .keys(), .values()) and range()
+//     give lists, so printing one shows the list, not Python's generator or
+//     range object, and two ranges concatenate;
 //   - escape and safe give plain strings (no Markup: concatenation does not
 //     escape the other side);
 //   - Jinja evaluates all-constant output expressions at compile time with
@@ -27,7 +28,8 @@
 //   - Unicode properties and case mappings are those of Go's Unicode
 //     version, which may be newer or older than the Python's;
 //   - not supported, with a clear error: *args/**kwargs in calls, the
-//     filters wordwrap, urlize, pprint and random.
+//     autoescape tag, the filters wordwrap, urlize, pprint and random; the
+//     globals lipsum and self are undefined.
 //
 // Imports: no internal package.
 package chattemplate
