@@ -116,6 +116,9 @@ func Compile(src string, opts ...Option) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
+	if err := checkNames(body); err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
 	t := &Template{body: body, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
 	for _, o := range opts {
 		o(t)
