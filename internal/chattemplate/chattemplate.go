@@ -28,8 +28,8 @@
 //   - Unicode properties and case mappings are those of Go's Unicode
 //     version, which may be newer or older than the Python's;
 //   - not supported, with a clear error: *args/**kwargs in calls, the
-//     autoescape tag, the filters wordwrap, urlize, pprint and random; the
-//     globals lipsum and self are undefined.
+//     autoescape tag, the filters wordwrap, urlize and random; the globals
+//     lipsum and self are undefined.
 //
 // Imports: no internal package.
 package chattemplate

@@ -462,7 +462,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		return xmlAttr(v, a.boolean(0, "autospace", true))
 	case "urlencode":
 		return urlEncode(v)
-	case "wordwrap", "urlize", "pprint", "random":
+	case "pprint":
+		return pformat(v), nil
+	case "wordwrap", "urlize", "random":
 		return nil, fmt.Errorf("filter '%s' is not supported", name)
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
