@@ -62,6 +62,41 @@ var onigExtraLl = &unicode.RangeTable{
 // onigExtraLt holds the code points in \p{Lt} for the engine and not for Go.
 var onigExtraLt = &unicode.RangeTable{}
 
+// onigExtraLm holds the code points in \p{Lm} for the engine and not for Go.
+var onigExtraLm = &unicode.RangeTable{
+	R32: []unicode.Range32{
+		{0x10d4e, 0x10d4e, 1},
+		{0x10d6f, 0x10d6f, 1},
+		{0x16d40, 0x16d42, 1},
+		{0x16d6b, 0x16d6c, 1},
+	},
+}
+
+// onigExtraLo holds the code points in \p{Lo} for the engine and not for Go.
+var onigExtraLo = &unicode.RangeTable{
+	R32: []unicode.Range32{
+		{0x105c0, 0x105f3, 1},
+		{0x10d4a, 0x10d4d, 1},
+		{0x10d4f, 0x10d4f, 1},
+		{0x10ec2, 0x10ec4, 1},
+		{0x11380, 0x11389, 1},
+		{0x1138b, 0x1138b, 1},
+		{0x1138e, 0x1138e, 1},
+		{0x11390, 0x113b5, 1},
+		{0x113b7, 0x113b7, 1},
+		{0x113d1, 0x113d1, 1},
+		{0x113d3, 0x113d3, 1},
+		{0x11bc0, 0x11be0, 1},
+		{0x13460, 0x143fa, 1},
+		{0x16100, 0x1611d, 1},
+		{0x16d43, 0x16d6a, 1},
+		{0x18cff, 0x18cff, 1},
+		{0x1e5d0, 0x1e5ed, 1},
+		{0x1e5f0, 0x1e5f0, 1},
+		{0x2ebf0, 0x2ee5d, 1},
+	},
+}
+
 // onigExtraM holds the code points in \p{M} for the engine and not for Go.
 var onigExtraM = &unicode.RangeTable{
 	R16: []unicode.Range16{
@@ -211,4 +246,64 @@ var hfNormUnknown = &unicode.RangeTable{
 		{0x1f16c, 0x1f16c, 1},
 		{0x1fbf0, 0x1fbf9, 1},
 	},
+}
+
+// hfLowerDelta holds the lowercase mappings of the engine's Lowercase
+// normalizer (a newer Unicode) that Go's unicode.ToLower does not give.
+var hfLowerDelta = map[rune]string{
+	0x1c89:  "\u1c8a",
+	0xa7cb:  "\u0264",
+	0xa7cc:  "\ua7cd",
+	0xa7ce:  "\ua7cf",
+	0xa7d2:  "\ua7d3",
+	0xa7d4:  "\ua7d5",
+	0xa7da:  "\ua7db",
+	0xa7dc:  "\u019b",
+	0x10d50: "\U00010d70",
+	0x10d51: "\U00010d71",
+	0x10d52: "\U00010d72",
+	0x10d53: "\U00010d73",
+	0x10d54: "\U00010d74",
+	0x10d55: "\U00010d75",
+	0x10d56: "\U00010d76",
+	0x10d57: "\U00010d77",
+	0x10d58: "\U00010d78",
+	0x10d59: "\U00010d79",
+	0x10d5a: "\U00010d7a",
+	0x10d5b: "\U00010d7b",
+	0x10d5c: "\U00010d7c",
+	0x10d5d: "\U00010d7d",
+	0x10d5e: "\U00010d7e",
+	0x10d5f: "\U00010d7f",
+	0x10d60: "\U00010d80",
+	0x10d61: "\U00010d81",
+	0x10d62: "\U00010d82",
+	0x10d63: "\U00010d83",
+	0x10d64: "\U00010d84",
+	0x10d65: "\U00010d85",
+	0x16ea0: "\U00016ebb",
+	0x16ea1: "\U00016ebc",
+	0x16ea2: "\U00016ebd",
+	0x16ea3: "\U00016ebe",
+	0x16ea4: "\U00016ebf",
+	0x16ea5: "\U00016ec0",
+	0x16ea6: "\U00016ec1",
+	0x16ea7: "\U00016ec2",
+	0x16ea8: "\U00016ec3",
+	0x16ea9: "\U00016ec4",
+	0x16eaa: "\U00016ec5",
+	0x16eab: "\U00016ec6",
+	0x16eac: "\U00016ec7",
+	0x16ead: "\U00016ec8",
+	0x16eae: "\U00016ec9",
+	0x16eaf: "\U00016eca",
+	0x16eb0: "\U00016ecb",
+	0x16eb1: "\U00016ecc",
+	0x16eb2: "\U00016ecd",
+	0x16eb3: "\U00016ece",
+	0x16eb4: "\U00016ecf",
+	0x16eb5: "\U00016ed0",
+	0x16eb6: "\U00016ed1",
+	0x16eb7: "\U00016ed2",
+	0x16eb8: "\U00016ed3",
 }

@@ -137,10 +137,38 @@ func isASCII(s string) bool {
 
 // lowercase maps each character to its full lowercase mapping, character by
 // character (no final-sigma context), as Rust's char::to_lowercase does.
+// Rust's tables are newer than Go's: hfLowerDelta (measured from the library)
+// holds the mappings Go lacks, and U+0130 is the one character whose mapping
+// is two.
 type lowercase struct{}
 
 func (lowercase) normalize(s string) string {
-	return strings.Map(func(r rune) rune { return unicode.ToLower(r) }, strings.ReplaceAll(s, "\u0130", "i\u0307"))
+	special := false
+	for _, r := range s {
+		if r < utf8.RuneSelf {
+			continue
+		}
+		if _, ok := hfLowerDelta[r]; ok || r == '\u0130' {
+			special = true
+			break
+		}
+	}
+	if !special {
+		return strings.Map(unicode.ToLower, s)
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for _, r := range s {
+		switch to, ok := hfLowerDelta[r]; {
+		case ok:
+			b.WriteString(to)
+		case r == '\u0130':
+			b.WriteString("i\u0307")
+		default:
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	return b.String()
 }
 
 type prepend struct{ s string }

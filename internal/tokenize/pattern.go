@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -26,7 +27,7 @@ func compilePattern(p patternJSON) (matcher, error) {
 		if m := knownScanner(*p.Regex); m != nil {
 			return m, nil
 		}
-		re, err := regexp2.Compile(*p.Regex, regexp2.Unicode)
+		re, err := regexp2.Compile(withEngineClasses(*p.Regex), regexp2.Unicode)
 		if err != nil {
 			return nil, fmt.Errorf("compile regex %q: %w", *p.Regex, err)
 		}
@@ -34,6 +35,95 @@ func compilePattern(p patternJSON) (matcher, error) {
 		return regexMatcher{re}, nil
 	}
 	return nil, fmt.Errorf("pattern needs exactly one of String and Regex")
+}
+
+// engineClassExtra holds, per general category the patterns name, the code
+// points the library's regex engine puts in it and Go's tables (which the
+// backtracking engine uses) do not, as class ranges (\x{..}-\x{..}).
+var engineClassExtra = func() map[string]string {
+	tables := map[string]*unicode.RangeTable{
+		"L": onigExtraL, "Lu": onigExtraLu, "Ll": onigExtraLl, "Lt": onigExtraLt, "Lm": onigExtraLm,
+		"Lo": onigExtraLo, "M": onigExtraM, "N": onigExtraN, "P": onigExtraP, "S": onigExtraS,
+	}
+	out := make(map[string]string, len(tables))
+	for name, t := range tables {
+		var b strings.Builder
+		for _, r := range t.R16 {
+			fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r.Lo, r.Hi)
+		}
+		for _, r := range t.R32 {
+			fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r.Lo, r.Hi)
+		}
+		if b.Len() > 0 {
+			out[name] = b.String()
+		}
+	}
+	return out
+}()
+
+// withEngineClasses rewrites the \p{X} and \P{X} of a pattern so the
+// backtracking engine's classes hold what the library's newer Unicode tables
+// put in them: a pattern matching letters must take a letter Go's tables do
+// not know yet for one (Mistral's Tekken split, say, keeps such a letter in
+// the word it ends, where Go's tables alone would cut it off). Inside a
+// bracket class \p{X} gains the ranges; outside it becomes a bracket class
+// of its own. A \P{X} inside a bracket class cannot be widened this way and
+// is left as it is, and so is a whole pattern with a nested bracket (a
+// nested set or a POSIX class), whose meaning the engines do not share.
+func withEngineClasses(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	inClass := false
+	for i := 0; i < len(p); {
+		c := p[i]
+		switch {
+		case c == '\\' && i+1 < len(p):
+			if (p[i+1] == 'p' || p[i+1] == 'P') && i+2 < len(p) && p[i+2] == '{' {
+				if end := strings.IndexByte(p[i+3:], '}'); end >= 0 {
+					name := p[i+3 : i+3+end]
+					if extra, ok := engineClassExtra[name]; ok {
+						tok := p[i : i+4+end]
+						switch neg := p[i+1] == 'P'; {
+						case inClass && !neg:
+							b.WriteString(tok + extra)
+						case !inClass && !neg:
+							b.WriteString("[" + tok + extra + "]")
+						case !inClass && neg:
+							b.WriteString(`[^\p{` + name + "}" + extra + "]")
+						default:
+							b.WriteString(tok)
+						}
+						i += 4 + end
+						continue
+					}
+				}
+			}
+			_, n := utf8.DecodeRuneInString(p[i+1:])
+			b.WriteString(p[i : i+1+n])
+			i += 1 + n
+			continue
+		case c == '[' && inClass:
+			return p
+		case c == '[':
+			inClass = true
+			b.WriteByte(c)
+			i++
+			if i < len(p) && p[i] == '^' {
+				b.WriteByte('^')
+				i++
+			}
+			if i < len(p) && p[i] == ']' { // a leading ] is a literal
+				b.WriteByte(']')
+				i++
+			}
+			continue
+		case c == ']' && inClass:
+			inClass = false
+		}
+		b.WriteByte(c)
+		i++
+	}
+	return b.String()
 }
 
 // literal matches a fixed string; the empty string matches nothing.

@@ -46,3 +46,35 @@ func TestRegexTimeoutFailsEncode(t *testing.T) {
 		t.Fatalf("text over MaxTextBytes: %v", err)
 	}
 }
+
+// TestFallbackClassesFollowEngine: a pattern without a scanner still puts a
+// letter of a newer Unicode than Go's (U+13E97, Unicode 16) in \p{L} and
+// \p{Lo}, inside and outside bracket classes and negated, as the library's
+// regex engine does.
+func TestFallbackClassesFollowEngine(t *testing.T) {
+	const newLetter = "\U00013e97"
+	for _, tc := range []struct {
+		pattern, text string
+		want          []string
+	}{
+		{`\p{L}+`, "a" + newLetter + "b.", []string{"a" + newLetter + "b"}},
+		{`\P{L}+`, "a" + newLetter + "b.", []string{"."}},
+		{`[^\r\n\p{L}\p{N}]+`, newLetter + ".", []string{"."}},
+		{`[\p{Lu}\p{Lo}]+`, "x" + newLetter + "Y", []string{newLetter + "Y"}},
+		{`\p{Lo}|\.`, newLetter + ".", []string{newLetter, "."}},
+	} {
+		m, err := compilePattern(patternJSON{Regex: &tc.pattern})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		m.each(tc.text, func(a, b int) { got = append(got, tc.text[a:b]) })
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("%s on %q: got %q, want %q", tc.pattern, tc.text, got, tc.want)
+		}
+	}
+	// A nested bracket leaves the pattern as written.
+	if p := `[a[b]]\p{L}`; withEngineClasses(p) != p {
+		t.Errorf("nested class rewritten: %s", withEngineClasses(p))
+	}
+}
