@@ -213,6 +213,23 @@ var runeToByte = func() map[rune]byte {
 	return r2b
 }()
 
+// byteToRune is runeToByte inverted: the alphabet character of each byte.
+var byteToRune = func() (t [256]rune) {
+	for r, b := range runeToByte {
+		t[b] = r
+	}
+	return t
+}()
+
+// toByteLevel spells raw bytes in the byte-level alphabet.
+func toByteLevel(s string) string {
+	out := make([]rune, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = byteToRune[s[i]]
+	}
+	return string(out)
+}
+
 // fromByteLevel maps a byte-level token back to its bytes.
 func fromByteLevel(tok string) (string, bool) {
 	out := make([]byte, 0, len(tok))

@@ -7,7 +7,9 @@
 // normalizers do not know, from testdata/tokenize/hf-norm-unknown.json
 // (scripts/tokenizer-ref/unicode-norm.js), and the lowercase mappings of its
 // Lowercase normalizer that Go's tables lack, from
-// testdata/tokenize/hf-lowercase.json (scripts/tokenizer-ref/unicode-lower.js).
+// testdata/tokenize/hf-lowercase.json (scripts/tokenizer-ref/unicode-lower.js),
+// and the characters its Punctuation pre-tokenizer splits off, from
+// testdata/tokenize/hf-punctuation.json (scripts/tokenizer-ref/unicode-punct.js).
 // Run: go run gen_classes.go
 package main
 
@@ -103,6 +105,29 @@ func main() {
 	}
 	b.WriteString("R16: []unicode.Range16{\n" + strings.Join(r16, "\n") + "\n},\n")
 	b.WriteString("R32: []unicode.Range32{\n" + strings.Join(r32, "\n") + "\n},\n}\n")
+	punctData, err := os.ReadFile("../../testdata/tokenize/hf-punctuation.json")
+	if err != nil {
+		panic(err)
+	}
+	var punct struct {
+		Punctuation [][2]int `json:"punctuation"`
+	}
+	if err := json.Unmarshal(punctData, &punct); err != nil {
+		panic(err)
+	}
+	b.WriteString("\n// hfPunctuation holds the characters the engine's Punctuation\n// pre-tokenizer splits off (its own, older, Unicode tables).\nvar hfPunctuation = &unicode.RangeTable{\n")
+	r16, r32 = nil, nil
+	for _, r := range punct.Punctuation {
+		s := fmt.Sprintf("{0x%04x, 0x%04x, 1},", r[0], r[1])
+		if r[1] <= 0xFFFF {
+			r16 = append(r16, s)
+		} else {
+			r32 = append(r32, s)
+		}
+	}
+	b.WriteString("R16: []unicode.Range16{\n" + strings.Join(r16, "\n") + "\n},\n")
+	b.WriteString("R32: []unicode.Range32{\n" + strings.Join(r32, "\n") + "\n},\n")
+	b.WriteString("LatinOffset: " + fmt.Sprint(latinOffset(punct.Punctuation)) + ",\n}\n")
 	lowerData, err := os.ReadFile("../../testdata/tokenize/hf-lowercase.json")
 	if err != nil {
 		panic(err)
@@ -150,4 +175,16 @@ func main() {
 	if err := os.WriteFile("classdelta.go", src, 0o644); err != nil {
 		panic(err)
 	}
+}
+
+// latinOffset counts the ranges that end at or below U+00FF, as
+// unicode.RangeTable.LatinOffset wants.
+func latinOffset(ranges [][2]int) int {
+	n := 0
+	for _, r := range ranges {
+		if r[1] <= 0xFF {
+			n++
+		}
+	}
+	return n
 }

@@ -15,8 +15,16 @@ type preTokenizer interface {
 }
 
 // parsePreTokenizer returns the stages of the pre-tokenizer (a Sequence is
-// flattened) and whether the last stage is ByteLevel, in which case the model
+// flattened) and whether one stage is ByteLevel, in which case the model
 // works on raw bytes rather than the byte-level alphabet.
+//
+// The library runs the stages after a ByteLevel one on the byte-level
+// alphabet (Falcon's digit splits follow it): such a stage sees a byte of a
+// multi-byte character as a character of its own ("²" for the byte 0xB2), so
+// it may cut a character apart. Those stages run here on the alphabet too
+// (byteLevelMapped). Only splitting stages may follow; a Metaspace or a
+// second ByteLevel after one would hand the model characters outside the
+// alphabet, and is refused.
 func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, bool, error) {
 	if isNull(raw) {
 		return nil, false, nil
@@ -25,23 +33,52 @@ func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	byteLevel := false
+	at := -1
 	for i, s := range stages {
-		if _, ok := s.(byteLevelPre); ok {
-			if i != len(stages)-1 {
-				return nil, false, unsupported("ByteLevel pre-tokenizer before another pre-tokenizer")
+		switch st := s.(type) {
+		case byteLevelPre:
+			if at >= 0 {
+				return nil, false, unsupported("two ByteLevel pre-tokenizers")
 			}
-			byteLevel = true
+			at = i
+		case splitPre:
+			if at >= 0 {
+				stages[i] = byteLevelMapped{st}
+			}
+		case metaspacePre:
+			if at >= 0 {
+				return nil, false, unsupported("Metaspace pre-tokenizer after ByteLevel")
+			}
 		}
+	}
+	if at < 0 {
+		return stages, false, nil
 	}
 	// A ByteLevel stage without its own regex and without a prefix space
 	// does nothing but map bytes, which the byte-level model does itself.
-	if byteLevel {
-		if bl := stages[len(stages)-1].(byteLevelPre); bl.m == nil && !bl.addPrefixSpace {
-			stages = stages[:len(stages)-1]
-		}
+	if bl := stages[at].(byteLevelPre); bl.m == nil && !bl.addPrefixSpace {
+		stages = append(stages[:at], stages[at+1:]...)
 	}
-	return stages, byteLevel, nil
+	return stages, true, nil
+}
+
+// byteLevelMapped runs a splitting stage that follows ByteLevel on the
+// byte-level alphabet, as the library does, and hands the parts back as raw
+// bytes (a part may end inside a UTF-8 sequence; the byte-level model takes
+// bytes).
+type byteLevelMapped struct{ inner splitPre }
+
+func (p byteLevelMapped) split(dst []piece, in piece, stop *stopper) []piece {
+	n := len(dst)
+	dst = p.inner.split(dst, piece{s: toByteLevel(in.s), first: in.first}, stop)
+	for i := n; i < len(dst); i++ {
+		raw, ok := fromByteLevel(dst[i].s)
+		if !ok { // parts of an alphabet string are in the alphabet
+			panic("tokenize: byte-level part outside the alphabet")
+		}
+		dst[i].s = raw
+	}
+	return dst
 }
 
 func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
@@ -138,6 +175,21 @@ func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
 			return nil, unsupported("Metaspace prepend_scheme %q", m.scheme)
 		}
 		return []preTokenizer{m}, nil
+	case "Punctuation":
+		var p struct {
+			Behavior *string `json:"behavior"`
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: Punctuation pre-tokenizer: %w", err)
+		}
+		b := isolated // the library's default
+		if p.Behavior != nil {
+			var err error
+			if b, err = parseBehavior(*p.Behavior); err != nil {
+				return nil, err
+			}
+		}
+		return []preTokenizer{splitPre{m: funcMatcher(punctChar), behavior: b}}, nil
 	case "WhitespaceSplit":
 		return []preTokenizer{splitPre{m: funcMatcher(spaceRun), behavior: removed}}, nil
 	case "CharDelimiterSplit":
@@ -408,6 +460,22 @@ func digitRun(individual bool) func(s string, i int) (int, int) {
 		}
 		return -1, -1
 	}
+}
+
+// punctChar matches one punctuation character as the Punctuation
+// pre-tokenizer sees one: ASCII punctuation (symbols included) and the
+// general category P of the library's own tables (hfPunctuation, measured).
+// Each character is a match of its own; the Contiguous behaviour joins
+// neighbours.
+func punctChar(s string, i int) (int, int) {
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if unicode.Is(hfPunctuation, r) {
+			return i, i + n
+		}
+		i += n
+	}
+	return -1, -1
 }
 
 // spaceRun matches runs of whitespace.

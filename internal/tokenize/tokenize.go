@@ -9,7 +9,8 @@
 // leftmost-longest, with single_word, lstrip and rstrip; the rest is
 // normalized (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip,
 // Sequence), pre-tokenized (Split with its behaviours and invert, ByteLevel,
-// Digits, Metaspace, WhitespaceSplit, CharDelimiterSplit, Sequence) and run
+// Digits, Metaspace, Punctuation, WhitespaceSplit, CharDelimiterSplit,
+// Sequence; splitting stages after ByteLevel see its alphabet) and run
 // through the BPE model (byte fallback, unk and fuse_unk, ignore_merges); a
 // post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
 // its special tokens when asked to. A tokenizer.json using anything else
