@@ -19,6 +19,9 @@ const (
 	qwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	// o200kPattern is GPT-OSS's (GPT-4o's) split.
 	o200kPattern = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+	// tekkenPattern is Mistral's Tekken split (Mistral Nemo, Small 3, Pixtral):
+	// o200k's without the contractions and with single digits.
+	tekkenPattern = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 	// DeepSeek V3 splits three times: digit groups, CJK runs, then words.
 	digits3Pattern    = `\p{N}{1,3}`
 	deepseekCJK       = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
@@ -32,6 +35,7 @@ var scanners = map[string]funcMatcher{
 	cl100kPattern:     func(s string, i int) (int, int) { return i, scanCL100k(s, i, 3) },
 	qwenPattern:       func(s string, i int) (int, int) { return i, scanCL100k(s, i, 1) },
 	o200kPattern:      func(s string, i int) (int, int) { return i, scanO200k(s, i) },
+	tekkenPattern:     func(s string, i int) (int, int) { return i, scanTekken(s, i) },
 	digits3Pattern:    scanDigits3,
 	deepseekCJK:       scanDeepseekCJK,
 	deepseekWordsPatt: scanDeepseekWords,
@@ -302,30 +306,44 @@ func otherRun(s string, i int, c rune, n int, slash bool) int {
 }
 
 // scanO200k matches the o200k pattern at s[i:] and returns the end.
-func scanO200k(s string, i int) int {
+func scanO200k(s string, i int) int { return scanCaseWords(s, i, true, 3) }
+
+// scanTekken matches the Tekken pattern at s[i:] and returns the end.
+func scanTekken(s string, i int) int { return scanCaseWords(s, i, false, 1) }
+
+// scanCaseWords matches the case-aware word split o200k and Tekken share:
+// the o200k pattern with its contractions when contractions is set, and at
+// most maxDigits numbers to a piece.
+func scanCaseWords(s string, i int, contractions bool, maxDigits int) int {
+	tail := func(e int) int {
+		if contractions {
+			return o200kContraction(s, e)
+		}
+		return e
+	}
 	c, n := decode(s, i)
 	prefix := c != '\r' && c != '\n' && !isL(c) && !isN(c) // [^\r\n\p{L}\p{N}]
 	// [P]?[U]*[L]+(contraction)?
 	if prefix {
 		if e := o200kWord1(s, i+n); e > 0 {
-			return o200kContraction(s, e)
+			return tail(e)
 		}
 	}
 	if e := o200kWord1(s, i); e > 0 {
-		return o200kContraction(s, e)
+		return tail(e)
 	}
 	// [P]?[U]+[L]*(contraction)?
 	if prefix {
 		if e := o200kWord2(s, i+n); e > 0 {
-			return o200kContraction(s, e)
+			return tail(e)
 		}
 	}
 	if e := o200kWord2(s, i); e > 0 {
-		return o200kContraction(s, e)
+		return tail(e)
 	}
 	if isN(c) {
 		j := i + n
-		for k := 1; k < 3 && j < len(s); k++ {
+		for k := 1; k < maxDigits && j < len(s); k++ {
 			c2, n2 := decode(s, j)
 			if !isN(c2) {
 				break

@@ -18,7 +18,7 @@
 // silently wrong.
 //
 // The split patterns of the common tokenizers (cl100k/Llama 3, Qwen, o200k/
-// GPT-OSS, DeepSeek V3, GPT-2) run on hand-written scanners; other patterns
+// GPT-OSS, Mistral's Tekken, DeepSeek V3, GPT-2) run on hand-written scanners; other patterns
 // on a backtracking engine (github.com/dlclark/regexp2), whose matches are
 // bounded in time (a timeout fails the encode).
 //
