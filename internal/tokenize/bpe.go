@@ -221,11 +221,12 @@ var byteToRune = func() (t [256]rune) {
 	return t
 }()
 
-// toByteLevel spells raw bytes in the byte-level alphabet.
+// toByteLevel spells raw bytes in the byte-level alphabet (at most two
+// UTF-8 bytes a character, so at most twice the input).
 func toByteLevel(s string) string {
-	out := make([]rune, len(s))
+	out := make([]byte, 0, 2*len(s))
 	for i := 0; i < len(s); i++ {
-		out[i] = byteToRune[s[i]]
+		out = utf8.AppendRune(out, byteToRune[s[i]])
 	}
 	return string(out)
 }
