@@ -5,11 +5,11 @@
 // version) does not, from testdata/tokenize/onig-classes.json (written by
 // scripts/tokenizer-ref/unicode-classes.js), and the code points its
 // normalizers do not know, from testdata/tokenize/hf-norm-unknown.json
-// (scripts/tokenizer-ref/unicode-norm.js), and the lowercase mappings of its
-// Lowercase normalizer that Go's tables lack, from
-// testdata/tokenize/hf-lowercase.json (scripts/tokenizer-ref/unicode-lower.js),
-// and the characters its Punctuation pre-tokenizer splits off, from
-// testdata/tokenize/hf-punctuation.json (scripts/tokenizer-ref/unicode-punct.js).
+// (scripts/tokenizer-ref/unicode-norm.js), and what the core's own character
+// tables make of each code point (the Lowercase mappings Go's tables lack,
+// the Nmt mappings, the StripAccents marks, the Punctuation pre-tokenizer's
+// characters, the regex engine's \w), from testdata/tokenize/hf-unicode.json
+// (scripts/tokenizer-ref/unicode-rust.js).
 // Run: go run gen_classes.go
 package main
 
@@ -105,51 +105,45 @@ func main() {
 	}
 	b.WriteString("R16: []unicode.Range16{\n" + strings.Join(r16, "\n") + "\n},\n")
 	b.WriteString("R32: []unicode.Range32{\n" + strings.Join(r32, "\n") + "\n},\n}\n")
-	punctData, err := os.ReadFile("../../testdata/tokenize/hf-punctuation.json")
+	rustData, err := os.ReadFile("../../testdata/tokenize/hf-unicode.json")
 	if err != nil {
 		panic(err)
 	}
-	var punct struct {
-		Punctuation [][2]int `json:"punctuation"`
+	var rust struct {
+		Lowercase    [][2]json.RawMessage `json:"lowercase"`
+		Nmt          [][2]json.RawMessage `json:"nmt"`
+		StripAccents [][2]int             `json:"strip_accents"`
+		Punctuation  [][2]int             `json:"punctuation"`
+		Word         [][2]int             `json:"word"`
+		Space        [][2]int             `json:"space"`
 	}
-	if err := json.Unmarshal(punctData, &punct); err != nil {
+	if err := json.Unmarshal(rustData, &rust); err != nil {
 		panic(err)
 	}
-	b.WriteString("\n// hfPunctuation holds the characters the engine's Punctuation\n// pre-tokenizer splits off (its own, older, Unicode tables).\nvar hfPunctuation = &unicode.RangeTable{\n")
-	r16, r32 = nil, nil
-	for _, r := range punct.Punctuation {
-		s := fmt.Sprintf("{0x%04x, 0x%04x, 1},", r[0], r[1])
-		if r[1] <= 0xFFFF {
-			r16 = append(r16, s)
-		} else {
-			r32 = append(r32, s)
+	// The Whitespace pre-tokenizer's \s is taken as unicode.IsSpace: check it.
+	space := map[rune]bool{}
+	for _, r := range rust.Space {
+		for c := r[0]; c <= r[1]; c++ {
+			space[rune(c)] = true
 		}
 	}
-	b.WriteString("R16: []unicode.Range16{\n" + strings.Join(r16, "\n") + "\n},\n")
-	b.WriteString("R32: []unicode.Range32{\n" + strings.Join(r32, "\n") + "\n},\n")
-	b.WriteString("LatinOffset: " + fmt.Sprint(latinOffset(punct.Punctuation)) + ",\n}\n")
-	lowerData, err := os.ReadFile("../../testdata/tokenize/hf-lowercase.json")
-	if err != nil {
-		panic(err)
-	}
-	var lower struct {
-		Raw [][2]json.RawMessage `json:"lowercase"`
-	}
-	if err := json.Unmarshal(lowerData, &lower); err != nil {
-		panic(err)
-	}
-	hfLower := map[rune]string{}
-	for _, e := range lower.Raw {
-		var c rune
-		var to string
-		if err := json.Unmarshal(e[0], &c); err != nil {
-			panic(err)
+	for c := rune(0); c < 0x110000; c++ {
+		if c != 'Q' && space[c] != unicode.IsSpace(c) {
+			panic(fmt.Sprintf("%U: the engine's \\s and unicode.IsSpace differ: the tables need \\s too", c))
 		}
-		if err := json.Unmarshal(e[1], &to); err != nil {
-			panic(err)
-		}
-		hfLower[c] = to
 	}
+	writeTable(&b, "hfPunctuation", "the characters the engine's Punctuation pre-tokenizer\n// splits off (its own, older, Unicode tables)", rust.Punctuation)
+	writeTable(&b, "hfStripAccents", "the characters the engine's StripAccents normalizer\n// removes (its own, older, Unicode tables)", rust.StripAccents)
+	writeTable(&b, "hfWord", "the characters of \\w in the engine's regex engine (the\n// Whitespace pre-tokenizer's words)", rust.Word)
+	nmt := readMapping(rust.Nmt)
+	b.WriteString("\n// hfNmt holds what the engine's Nmt normalizer makes of the characters it\n// changes (\"\" for one it removes).\nvar hfNmt = map[rune]string{\n")
+	for c := rune(0); c < 0x110000; c++ {
+		if to, ok := nmt[c]; ok {
+			fmt.Fprintf(&b, "0x%04x: %+q,\n", c, to)
+		}
+	}
+	b.WriteString("}\n")
+	hfLower := readMapping(rust.Lowercase)
 	b.WriteString("\n// hfLowerDelta holds the lowercase mappings of the engine's Lowercase\n// normalizer (a newer Unicode) that Go's unicode.ToLower does not give.\nvar hfLowerDelta = map[rune]string{\n")
 	for c := rune(0); c < 0x110000; c++ {
 		if c >= 0xd800 && c <= 0xdfff || c == '\n' {
@@ -175,6 +169,44 @@ func main() {
 	if err := os.WriteFile("classdelta.go", src, 0o644); err != nil {
 		panic(err)
 	}
+}
+
+// readMapping reads [code point, string] pairs.
+func readMapping(pairs [][2]json.RawMessage) map[rune]string {
+	out := make(map[rune]string, len(pairs))
+	for _, e := range pairs {
+		var c rune
+		var to string
+		if err := json.Unmarshal(e[0], &c); err != nil {
+			panic(err)
+		}
+		if err := json.Unmarshal(e[1], &to); err != nil {
+			panic(err)
+		}
+		out[c] = to
+	}
+	return out
+}
+
+// writeTable writes a unicode.RangeTable of the ranges.
+func writeTable(b *bytes.Buffer, name, doc string, ranges [][2]int) {
+	fmt.Fprintf(b, "\n// %s holds %s.\nvar %s = &unicode.RangeTable{\n", name, doc, name)
+	var r16, r32 []string
+	for _, r := range ranges {
+		s := fmt.Sprintf("{0x%04x, 0x%04x, 1},", r[0], r[1])
+		if r[1] <= 0xFFFF {
+			r16 = append(r16, s)
+		} else {
+			r32 = append(r32, s)
+		}
+	}
+	if len(r16) > 0 {
+		b.WriteString("R16: []unicode.Range16{\n" + strings.Join(r16, "\n") + "\n},\n")
+	}
+	if len(r32) > 0 {
+		b.WriteString("R32: []unicode.Range32{\n" + strings.Join(r32, "\n") + "\n},\n")
+	}
+	fmt.Fprintf(b, "LatinOffset: %d,\n}\n", latinOffset(ranges))
 }
 
 // latinOffset counts the ranges that end at or below U+00FF, as

@@ -87,6 +87,10 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 	if t.pre, byteLevel, err = parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
+	if byteLevel && mapsToByteLevel(t.normalizer) {
+		// The pre-tokenizer would map the alphabet's characters again.
+		return nil, unsupported("ByteLevel normalizer with a ByteLevel pre-tokenizer")
+	}
 	if t.model, err = parseBPE(f.Model, byteLevel); err != nil {
 		return nil, err
 	}

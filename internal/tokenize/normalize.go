@@ -40,6 +40,12 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		return unicodeNorm{norm.NFKD}, nil
 	case "Lowercase":
 		return lowercase{}, nil
+	case "StripAccents":
+		return charMap{drop: hfStripAccents}, nil
+	case "Nmt":
+		return charMap{to: hfNmt}, nil
+	case "ByteLevel":
+		return byteLevelNorm{}, nil
 	case "Prepend":
 		var p struct {
 			Prepend string `json:"prepend"`
@@ -169,6 +175,64 @@ func (lowercase) normalize(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// charMap removes the characters of drop and replaces those of to (an
+// empty replacement removes): StripAccents drops the combining marks of the
+// library's own tables, Nmt blanks or removes control and format characters
+// (both measured from the library into classdelta.go).
+type charMap struct {
+	drop *unicode.RangeTable
+	to   map[rune]string
+}
+
+func (m charMap) hit(r rune) bool {
+	if m.drop != nil {
+		return unicode.Is(m.drop, r)
+	}
+	_, ok := m.to[r]
+	return ok
+}
+
+func (m charMap) normalize(s string) string {
+	i := strings.IndexFunc(s, m.hit)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	b.WriteString(s[:i])
+	for _, r := range s[i:] {
+		switch {
+		case !m.hit(r):
+			b.WriteRune(r)
+		case m.to != nil:
+			b.WriteString(m.to[r])
+		}
+	}
+	return b.String()
+}
+
+// byteLevelNorm is the ByteLevel normalizer: the text spelled in the
+// byte-level alphabet, which the model then reads as the file spells its
+// tokens.
+type byteLevelNorm struct{}
+
+func (byteLevelNorm) normalize(s string) string { return toByteLevel(s) }
+
+// mapsToByteLevel reports whether n (or a stage of it) is ByteLevel.
+func mapsToByteLevel(n normalizer) bool {
+	switch n := n.(type) {
+	case byteLevelNorm:
+		return true
+	case sequenceNorm:
+		for _, s := range n {
+			if mapsToByteLevel(s) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type prepend struct{ s string }

@@ -190,6 +190,15 @@ func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
 			}
 		}
 		return []preTokenizer{splitPre{m: funcMatcher(punctChar), behavior: b}}, nil
+	case "Whitespace":
+		// \w+|[^\w\s]+, the rest removed.
+		return []preTokenizer{splitPre{m: funcMatcher(wordOrSymbolRun), behavior: removed, invert: true}}, nil
+	case "BertPreTokenizer":
+		// Whitespace removed, then each punctuation character on its own.
+		return []preTokenizer{
+			splitPre{m: funcMatcher(spaceRun), behavior: removed},
+			splitPre{m: funcMatcher(punctChar), behavior: isolated},
+		}, nil
 	case "WhitespaceSplit":
 		return []preTokenizer{splitPre{m: funcMatcher(spaceRun), behavior: removed}}, nil
 	case "CharDelimiterSplit":
@@ -474,6 +483,29 @@ func punctChar(s string, i int) (int, int) {
 			return i, i + n
 		}
 		i += n
+	}
+	return -1, -1
+}
+
+// wordOrSymbolRun matches \w+|[^\w\s]+ as the library's regex engine does
+// (its \w is hfWord, measured; its \s is Go's).
+func wordOrSymbolRun(s string, i int) (int, int) {
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if unicode.IsSpace(r) {
+			i += n
+			continue
+		}
+		start, word := i, unicode.Is(hfWord, r)
+		i += n
+		for i < len(s) {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if unicode.IsSpace(r) || unicode.Is(hfWord, r) != word {
+				break
+			}
+			i += n
+		}
+		return start, i
 	}
 	return -1, -1
 }

@@ -7,9 +7,10 @@
 // The pipeline is the library's: added tokens are split out of the raw text
 // (non-normalized ones) and out of the normalized text (normalized ones),
 // leftmost-longest, with single_word, lstrip and rstrip; the rest is
-// normalized (NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip,
-// Sequence), pre-tokenized (Split with its behaviours and invert, ByteLevel,
-// Digits, Metaspace, Punctuation, WhitespaceSplit, CharDelimiterSplit,
+// normalized (NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Nmt, ByteLevel,
+// Prepend, Replace, Strip, Sequence), pre-tokenized (Split with its
+// behaviours and invert, ByteLevel, Digits, Metaspace, Punctuation,
+// Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit,
 // Sequence; splitting stages after ByteLevel see its alphabet) and run
 // through the BPE model (byte fallback, unk and fuse_unk, ignore_merges); a
 // post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
@@ -18,9 +19,10 @@
 // silently wrong.
 //
 // The split patterns of the common tokenizers (cl100k/Llama 3, Qwen, o200k/
-// GPT-OSS, Mistral's Tekken, DeepSeek V3, GPT-2) run on hand-written scanners; other patterns
-// on a backtracking engine (github.com/dlclark/regexp2), whose matches are
-// bounded in time (a timeout fails the encode).
+// GPT-OSS, Mistral's Tekken, DeepSeek V3, GPT-2) run on hand-written
+// scanners; other patterns on a backtracking engine
+// (github.com/dlclark/regexp2) with the library's Unicode classes, whose
+// matches are bounded in time (a timeout fails the encode).
 //
 // Text that is not valid UTF-8 is encoded as if each invalid byte were
 // U+FFFD, the way encoding/json decodes it.

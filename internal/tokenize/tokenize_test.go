@@ -139,6 +139,7 @@ func TestLoadRejects(t *testing.T) {
 		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `normalizer "BertNormalizer"`},
 		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "UnicodeScripts"}`}, `pre-tokenizer "UnicodeScripts"`},
 		{"metaspace after bytelevel", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, {"type": "Metaspace", "replacement": "▁"}]}`}, `Metaspace pre-tokenizer after ByteLevel`},
+		{"bytelevel normalizer and pre-tokenizer", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "ByteLevel"}]}`}, `ByteLevel normalizer with a ByteLevel pre-tokenizer`},
 		{"two bytelevels", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "use_regex": false}, {"type": "Digits"}, {"type": "ByteLevel"}]}`}, `two ByteLevel pre-tokenizers`},
 		{"punctuation behaviour", map[string]string{"pre_tokenizer": `{"type": "Punctuation", "behavior": "Sideways"}`}, `split behavior "Sideways"`},
 		{"split behaviour", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways", "invert": false}`}, `split behavior "Sideways"`},

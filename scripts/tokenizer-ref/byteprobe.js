@@ -46,21 +46,22 @@ function ranges(cps) {
   return out;
 }
 
-// allCodePoints lists the scalar values other than "\n", the probes' separator.
-function allCodePoints() {
+// allCodePoints lists the scalar values other than sep, the probes' separator.
+function allCodePoints(sep = '\n') {
   const cps = [];
-  for (let c = 0; c < 0x110000; c++) if (!(c >= 0xd800 && c <= 0xdfff) && c !== 0x0a) cps.push(c);
+  for (let c = 0; c < 0x110000; c++) if (!(c >= 0xd800 && c <= 0xdfff) && c !== sep.codePointAt(0)) cps.push(c);
   return cps;
 }
 
-// perLine runs hf over the code points, one a line, in bounded texts, and
-// returns what each line became.
-async function perLine(hf, cps, wrap = (s) => s) {
+// perLine runs hf over the code points, one a line (lines end at sep, which
+// the probe must leave alone), in bounded texts, and returns what each line
+// became.
+async function perLine(hf, cps, sep = '\n') {
   const out = [];
   const step = 1 << 16;
   for (let i = 0; i < cps.length; i += step) {
     const part = cps.slice(i, i + step);
-    const lines = (await hf(part.map((c) => wrap(String.fromCodePoint(c))).join('\n'))).split('\n');
+    const lines = (await hf(part.map((c) => String.fromCodePoint(c)).join(sep))).split(sep);
     if (lines.length !== part.length) throw new Error('probe lengths differ');
     out.push(...lines);
   }

@@ -43,6 +43,5 @@ TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/variants.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-classes.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-norm.js"
-TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-lower.js"
-TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-punct.js"
+TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-rust.js"
 (cd "$repo/internal/tokenize" && go run gen_classes.go)
