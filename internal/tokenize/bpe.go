@@ -26,6 +26,10 @@ type bpe struct {
 	hasFallback  [256]bool
 	unk          uint32
 	hasUnk       bool
+	// unkMissing is the file's unk_token when the vocab lacks it: the
+	// library loads such a file and fails an encode only when a character
+	// needs the unknown token.
+	unkMissing   string
 	fuseUnk      bool
 	ignoreMerges bool
 	cache        wordCache
@@ -141,11 +145,11 @@ func parseBPE(j *bpeJSON, byteLevel bool) (*bpe, error) {
 		}
 	}
 	if j.UnkToken != nil {
-		id, ok := vocab[*j.UnkToken]
-		if !ok {
-			return nil, fmt.Errorf("tokenize: unk_token %q is not in the vocab", *j.UnkToken)
+		if id, ok := vocab[*j.UnkToken]; ok {
+			m.unk, m.hasUnk = id, true
+		} else {
+			m.unkMissing = *j.UnkToken
 		}
-		m.unk, m.hasUnk = id, true
 	}
 	if byteLevel {
 		m.vocab = make(map[string]uint32, len(vocab))
@@ -387,6 +391,8 @@ func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
 				}
 				unkPending = true
 				unkSet = true
+			} else if m.unkMissing != "" {
+				panic(encodeError{fmt.Errorf("tokenize: %q needs the unk_token %q, which is not in the vocab", ch, m.unkMissing)})
 			}
 		}
 		if unkPending {

@@ -32,6 +32,40 @@ type addedTokenJSON struct {
 	Special    bool    `json:"special"`
 }
 
+// UnmarshalJSON reads an added token, which must spell out every field:
+// the library refuses a file whose added token lacks one.
+func (a *addedTokenJSON) UnmarshalJSON(data []byte) error {
+	var raw struct {
+		ID         *uint32 `json:"id"`
+		Content    *string `json:"content"`
+		SingleWord *bool   `json:"single_word"`
+		LStrip     *bool   `json:"lstrip"`
+		RStrip     *bool   `json:"rstrip"`
+		Normalized *bool   `json:"normalized"`
+		Special    *bool   `json:"special"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	if raw.Content == nil {
+		return fmt.Errorf("tokenize: an added token lacks \"content\"")
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"id", raw.ID != nil}, {"single_word", raw.SingleWord != nil}, {"lstrip", raw.LStrip != nil},
+		{"rstrip", raw.RStrip != nil}, {"normalized", raw.Normalized != nil}, {"special", raw.Special != nil},
+	} {
+		if !f.set {
+			return fmt.Errorf("tokenize: added token %q lacks %q", *raw.Content, f.name)
+		}
+	}
+	*a = addedTokenJSON{ID: raw.ID, Content: *raw.Content, SingleWord: *raw.SingleWord, LStrip: *raw.LStrip,
+		RStrip: *raw.RStrip, Normalized: *raw.Normalized, Special: *raw.Special}
+	return nil
+}
+
 // typed reads the "type" field of a component.
 type typed struct {
 	Type string `json:"type"`
@@ -48,7 +82,7 @@ func isNull(raw json.RawMessage) bool {
 func Load(data []byte) (tk *Tokenizer, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			re, ok := r.(regexError)
+			re, ok := r.(encodeError)
 			if !ok {
 				panic(r)
 			}

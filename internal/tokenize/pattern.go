@@ -173,11 +173,13 @@ func (f funcMatcher) findAll(s string, dst [][2]int) [][2]int {
 
 // regexMatcher is the general fallback for patterns without a scanner.
 // A match that runs past regexTimeout fails the encode (never a partial
-// split): it panics with a regexError, which Encode and Load recover.
+// split): it panics with an encodeError, which Encode and Load recover.
 type regexMatcher struct{ re *regexp2.Regexp }
 
-// regexError carries a failed regex match out of a matcher.
-type regexError struct{ err error }
+// encodeError carries an error that ends an encode (or a Load) out of the
+// loop that met it: a failed regex match, an unknown character a file's
+// missing unk_token should stand for.
+type encodeError struct{ err error }
 
 func (r regexMatcher) each(s string, fn func(start, end int)) {
 	if s == "" {
@@ -198,7 +200,7 @@ func (r regexMatcher) each(s string, fn func(start, end int)) {
 		m, err = r.re.FindNextMatch(m)
 	}
 	if err != nil {
-		panic(regexError{fmt.Errorf("tokenize: regex %q: %w", r.re.String(), err)})
+		panic(encodeError{fmt.Errorf("tokenize: regex %q: %w", r.re.String(), err)})
 	}
 }
 

@@ -173,7 +173,7 @@ func (t *Tokenizer) encode(ctx context.Context, dst []uint32, text string, addSp
 	defer func() {
 		if r := recover(); r != nil {
 			switch x := r.(type) {
-			case regexError:
+			case encodeError:
 				out, err = dst[:base], x.err
 			case stopped:
 				out, err = dst[:base], fmt.Errorf("tokenize: %w", ctx.Err())

@@ -151,7 +151,8 @@ func TestLoadRejects(t *testing.T) {
 		{"bad regex", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": false}`}, `compile regex`},
 		{"merge outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}`}, `not in the vocab`},
 		{"missing byte tokens", map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0}, "merges": []}`}, `without a token for byte`},
-		{"unk outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}`}, `unk_token "<unk>" is not in the vocab`},
+		{"added token without normalized", map[string]string{"added_tokens": `[{"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "special": true}]`}, `added token "<|end|>" lacks "normalized"`},
+		{"added token without id", map[string]string{"added_tokens": `[{"content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}]`}, `lacks "id"`},
 		{"not json", map[string]string{"model": `{`}, `parse tokenizer.json`},
 		{"merge of three", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b a"]}`}, `not two tokens separated by one space`},
 		{"merge without a space", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["ab"]}`}, `not two tokens separated by one space`},
@@ -171,6 +172,26 @@ func TestLoadRejects(t *testing.T) {
 		_, err := tokenize.Load(make([]byte, tokenize.MaxFileSize+1))
 		errContains(t, err, "more than")
 	})
+}
+
+// TestUnkMissingFromVocab: a file whose unk_token the vocab lacks loads, as
+// the library loads it; only a character that needs the unknown token fails
+// the encode.
+func TestUnkMissingFromVocab(t *testing.T) {
+	t.Parallel()
+	tk, err := tokenize.Load(tiny(t, map[string]string{"pre_tokenizer": `null`, "post_processor": `null`,
+		"model": `{"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := tk.Encode("abab", false); err != nil || !slices.Equal(ids, []uint32{2, 2}) {
+		t.Fatalf("abab: %v, %v", ids, err)
+	}
+	_, err = tk.Encode("abz", false)
+	errContains(t, err, `needs the unk_token "<unk>", which is not in the vocab`)
+	if ids, err := tk.Encode("ba", false); err != nil || !slices.Equal(ids, []uint32{1, 0}) {
+		t.Fatalf("ba after a failed encode: %v, %v", ids, err)
+	}
 }
 
 func TestPromptTooLarge(t *testing.T) {
