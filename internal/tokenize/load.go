@@ -78,7 +78,7 @@ func isNull(raw json.RawMessage) bool {
 
 // Load parses a tokenizer.json. Features it does not implement (a model
 // other than BPE, a normalizer, pre-tokenizer or post-processor it does not
-// know, truncation, padding, dropout) are errors naming the feature.
+// know, dropout) are errors naming the feature.
 func Load(data []byte) (tk *Tokenizer, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -104,16 +104,16 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 		}
 		return nil, fmt.Errorf("tokenize: parse tokenizer.json: %w", err)
 	}
-	if !isNull(f.Truncation) {
-		return nil, unsupported("truncation (set to null)")
-	}
-	if !isNull(f.Padding) {
-		return nil, unsupported("padding (set to null)")
-	}
 	if f.Model == nil {
 		return nil, fmt.Errorf("tokenize: tokenizer.json has no model")
 	}
 	t := &Tokenizer{segs: newSegCache()}
+	if t.trunc, err = parseTruncation(f.Truncation); err != nil {
+		return nil, err
+	}
+	if t.pad, err = parsePadding(f.Padding); err != nil {
+		return nil, err
+	}
 	if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}

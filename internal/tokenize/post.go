@@ -10,6 +10,7 @@ import (
 type postProcessor interface {
 	prefix(dst []uint32) []uint32
 	suffix(dst []uint32) []uint32
+	added() int // how many tokens prefix and suffix add
 }
 
 // template is a single-sequence template: ids before and after the sequence.
@@ -19,6 +20,7 @@ type template struct {
 
 func (t template) prefix(dst []uint32) []uint32 { return append(dst, t.pre...) }
 func (t template) suffix(dst []uint32) []uint32 { return append(dst, t.post...) }
+func (t template) added() int                   { return len(t.pre) + len(t.post) }
 
 func parsePostProcessor(raw json.RawMessage, tok *Tokenizer) (postProcessor, error) {
 	if isNull(raw) {

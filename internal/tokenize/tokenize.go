@@ -14,7 +14,8 @@
 // Sequence; splitting stages after ByteLevel see its alphabet) and run
 // through the BPE model (byte fallback, unk and fuse_unk, ignore_merges); a
 // post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
-// its special tokens when asked to. A tokenizer.json using anything else
+// its special tokens when asked to; a file's truncation and padding apply to
+// every encoding, as in the library. A tokenizer.json using anything else
 // fails to load with an error naming the feature, so an encoding is never
 // silently wrong.
 //
@@ -66,6 +67,8 @@ type Tokenizer struct {
 	pre        []preTokenizer
 	model      *bpe
 	post       postProcessor // nil: none
+	trunc      *truncation   // nil: none
+	pad        *padding      // nil: none
 	idToToken  map[uint32]string
 	states     sync.Pool
 	// segs caches the ids of long segments between added tokens; nil
@@ -187,15 +190,30 @@ func (t *Tokenizer) encode(ctx context.Context, dst []uint32, text string, addSp
 			t.states.Put(st)
 		}
 	}()
+	added := 0
 	if addSpecialTokens && t.post != nil {
 		dst = t.post.prefix(dst)
+		added = t.post.added()
 	}
+	seq := len(dst)
 	dst, err = t.encodeText(st, dst, text, base)
 	if err != nil {
 		return dst[:base], err
 	}
+	// The library truncates the sequence before the post-processor adds
+	// its tokens, and pads the result.
+	if t.trunc != nil {
+		if dst, err = t.trunc.apply(dst, seq, added); err != nil {
+			return dst[:base], err
+		}
+	}
 	if addSpecialTokens && t.post != nil {
 		dst = t.post.suffix(dst)
+	}
+	if t.pad != nil {
+		if dst, err = t.pad.apply(dst, base); err != nil {
+			return dst[:base], err
+		}
 	}
 	if len(dst)-base > MaxTokens {
 		return dst[:base], ErrPromptTooLarge

@@ -145,8 +145,13 @@ func TestLoadRejects(t *testing.T) {
 		{"split behaviour", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways", "invert": false}`}, `split behavior "Sideways"`},
 		{"post-processor", map[string]string{"post_processor": `{"type": "Whatever"}`}, `post-processor "Whatever"`},
 		{"dropout", map[string]string{"model": `{"type": "BPE", "dropout": 0.1, "vocab": {"a": 0}, "merges": []}`}, `BPE dropout`},
-		{"truncation", map[string]string{"truncation": `{"max_length": 512}`}, `truncation`},
-		{"padding", map[string]string{"padding": `{"strategy": "BatchLongest"}`}, `padding`},
+		{"truncation without strategy", map[string]string{"truncation": `{"max_length": 512}`}, `truncation lacks strategy`},
+		{"truncation without stride", map[string]string{"truncation": `{"max_length": 512, "strategy": "LongestFirst"}`}, `truncation lacks stride`},
+		{"truncation strategy", map[string]string{"truncation": `{"max_length": 512, "strategy": "Middle", "stride": 0}`}, `truncation strategy "Middle"`},
+		{"truncation direction", map[string]string{"truncation": `{"max_length": 512, "strategy": "OnlyFirst", "stride": 0, "direction": "Up"}`}, `truncation direction "Up"`},
+		{"padding without direction", map[string]string{"padding": `{"strategy": "BatchLongest"}`}, `padding lacks direction`},
+		{"padding without pad_token", map[string]string{"padding": `{"strategy": "BatchLongest", "direction": "Right", "pad_id": 0, "pad_type_id": 0}`}, `padding lacks pad_token`},
+		{"padding strategy", map[string]string{"padding": `{"strategy": {"Fixed": -1}, "direction": "Right", "pad_id": 0, "pad_type_id": 0, "pad_token": "x"}`}, `padding strategy`},
 		{"metaspace scheme", map[string]string{"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}`}, `prepend_scheme "sometimes"`},
 		{"bad regex", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": false}`}, `compile regex`},
 		{"merge outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}`}, `not in the vocab`},
@@ -323,4 +328,20 @@ func TestEncodeContextStops(t *testing.T) {
 			t.Fatal("EncodeContext and Encode differ")
 		}
 	})
+}
+
+// TestTruncationOnlySecond: a file truncating only the second sequence
+// fails a single sequence that needs cutting, as the library does, and
+// leaves one that fits alone.
+func TestTruncationOnlySecond(t *testing.T) {
+	t.Parallel()
+	tk, err := tokenize.Load(tiny(t, map[string]string{"truncation": `{"max_length": 3, "strategy": "OnlySecond", "stride": 0}`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := tk.Encode("abc", true); err != nil || !slices.Equal(ids, []uint32{258, 257}) {
+		t.Fatalf("abc: %v, %v", ids, err)
+	}
+	_, err = tk.Encode("abc abc abc", false)
+	errContains(t, err, "second sequence not provided")
 }
