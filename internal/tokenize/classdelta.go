@@ -674,8 +674,8 @@ var hfStripAccents = &unicode.RangeTable{
 	LatinOffset: 0,
 }
 
-// hfWord holds the characters of \w in the engine's regex engine (the
-// Whitespace pre-tokenizer's words).
+// hfWord holds the characters of \w in the engine's Whitespace
+// pre-tokenizer (the regex crate's word characters, not the Split regex engine's).
 var hfWord = &unicode.RangeTable{
 	R16: []unicode.Range16{
 		{0x0030, 0x0039, 1},
@@ -683,10 +683,8 @@ var hfWord = &unicode.RangeTable{
 		{0x005f, 0x005f, 1},
 		{0x0061, 0x007a, 1},
 		{0x00aa, 0x00aa, 1},
-		{0x00b2, 0x00b3, 1},
 		{0x00b5, 0x00b5, 1},
-		{0x00b9, 0x00ba, 1},
-		{0x00bc, 0x00be, 1},
+		{0x00ba, 0x00ba, 1},
 		{0x00c0, 0x00d6, 1},
 		{0x00d8, 0x00f6, 1},
 		{0x00f8, 0x02c1, 1},
@@ -977,6 +975,7 @@ var hfWord = &unicode.RangeTable{
 		{0x1fe0, 0x1fec, 1},
 		{0x1ff2, 0x1ff4, 1},
 		{0x1ff6, 0x1ffc, 1},
+		{0x200c, 0x200d, 1},
 		{0x203f, 0x2040, 1},
 		{0x2054, 0x2054, 1},
 		{0x2071, 0x2071, 1},
@@ -1478,7 +1477,7 @@ var hfWord = &unicode.RangeTable{
 		{0x31350, 0x323af, 1},
 		{0xe0100, 0xe01ef, 1},
 	},
-	LatinOffset: 11,
+	LatinOffset: 9,
 }
 
 // hfNmt holds what the engine's Nmt normalizer makes of the characters it

@@ -8,7 +8,7 @@
 // (scripts/tokenizer-ref/unicode-norm.js), and what the core's own character
 // tables make of each code point (the Lowercase mappings Go's tables lack,
 // the Nmt mappings, the StripAccents marks, the Punctuation pre-tokenizer's
-// characters, the regex engine's \w), from testdata/tokenize/hf-unicode.json
+// characters, the Whitespace pre-tokenizer's \w), from testdata/tokenize/hf-unicode.json
 // (scripts/tokenizer-ref/unicode-rust.js).
 // Run: go run gen_classes.go
 package main
@@ -128,13 +128,13 @@ func main() {
 		}
 	}
 	for c := rune(0); c < 0x110000; c++ {
-		if c != 'Q' && space[c] != unicode.IsSpace(c) {
+		if c != 0x2581 && space[c] != unicode.IsSpace(c) {
 			panic(fmt.Sprintf("%U: the engine's \\s and unicode.IsSpace differ: the tables need \\s too", c))
 		}
 	}
 	writeTable(&b, "hfPunctuation", "the characters the engine's Punctuation pre-tokenizer\n// splits off (its own, older, Unicode tables)", rust.Punctuation)
 	writeTable(&b, "hfStripAccents", "the characters the engine's StripAccents normalizer\n// removes (its own, older, Unicode tables)", rust.StripAccents)
-	writeTable(&b, "hfWord", "the characters of \\w in the engine's regex engine (the\n// Whitespace pre-tokenizer's words)", rust.Word)
+	writeTable(&b, "hfWord", "the characters of \\w in the engine's Whitespace\n// pre-tokenizer (the regex crate's word characters, not the Split regex engine's)", rust.Word)
 	nmt := readMapping(rust.Nmt)
 	b.WriteString("\n// hfNmt holds what the engine's Nmt normalizer makes of the characters it\n// changes (\"\" for one it removes).\nvar hfNmt = map[rune]string{\n")
 	for c := rune(0); c < 0x110000; c++ {

@@ -487,8 +487,9 @@ func punctChar(s string, i int) (int, int) {
 	return -1, -1
 }
 
-// wordOrSymbolRun matches \w+|[^\w\s]+ as the library's regex engine does
-// (its \w is hfWord, measured; its \s is Go's).
+// wordOrSymbolRun matches \w+|[^\w\s]+ as the library's Whitespace
+// pre-tokenizer does (its \w, the regex crate's and not the Split regex
+// engine's, is hfWord, measured; its \s is Go's).
 func wordOrSymbolRun(s string, i int) (int, int) {
 	for i < len(s) {
 		r, n := utf8.DecodeRuneInString(s[i:])

@@ -7,8 +7,8 @@
 //   nmt:           [cp, result] for each code point the Nmt normalizer changes
 //   strip_accents: ranges the StripAccents normalizer removes
 //   punctuation:   ranges the Punctuation pre-tokenizer splits off
-//   word, space:   ranges of \w and \s in the core's regex engine (the
-//                  Whitespace pre-tokenizer's \w+|[^\w\s]+)
+//   word, space:   ranges of \w and \s in the Whitespace pre-tokenizer's
+//                  \w+|[^\w\s]+ (the regex crate's classes)
 // internal/tokenize/gen_classes.go turns it into Go tables. Run through
 // generate.sh.
 'use strict';
@@ -36,15 +36,50 @@ async function removed(normalizer, preStages, sep = '\n') {
   return ranges(cps.filter((c, i) => out[i] === ''));
 }
 
+// whitespaceClasses measures the Whitespace pre-tokenizer's \w and \s (its
+// regex is the regex crate's, not the Split pre-tokenizer's engine): "a"
+// and each code point, the pairs apart by spaces, then Metaspace marks where
+// each piece starts. "▁a" + c: c continues the word; "▁a▁" + c: c starts a
+// piece of its own; "▁a" alone: c was removed as whitespace. U+2581 itself
+// (a symbol, in neither class) would blur the marks and is left out.
+async function whitespaceClasses() {
+  const cps = allCodePoints(' ').filter((c) => c !== 0x2581);
+  const hf = probe(null, [{ type: 'Whitespace' },
+    { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: false }]);
+  const word = [];
+  const space = [];
+  const step = 1 << 14;
+  for (let i = 0; i < cps.length; i += step) {
+    const part = cps.slice(i, i + step);
+    const out = await hf(part.map((c) => 'a' + String.fromCodePoint(c)).join(' '));
+    let k = 0;
+    for (const c of part) {
+      const ch = String.fromCodePoint(c);
+      if (!out.startsWith('\u2581a', k)) throw new Error(`probe lost its place at U+${c.toString(16)}`);
+      k += 2;
+      if (out.startsWith(ch, k) && !out.startsWith('\u2581a', k)) {
+        word.push(c);
+        k += ch.length;
+      } else if (out.startsWith('\u2581' + ch, k)) {
+        k += 1 + ch.length;
+      } else {
+        space.push(c);
+      }
+    }
+    if (k !== out.length) throw new Error('probe left text over');
+  }
+  space.push(0x20);
+  space.sort((a, b) => a - b);
+  return { word: ranges(word), space: ranges(space) };
+}
+
 async function main() {
-  const split = (re) => [{ type: 'Split', pattern: { Regex: re }, behavior: 'Removed', invert: false }];
   const res = {
     lowercase: await changed({ type: 'Lowercase' }),
     nmt: await changed({ type: 'Nmt' }, 'Q'),
     strip_accents: await removed({ type: 'StripAccents' }, []),
     punctuation: await removed(null, [{ type: 'Punctuation', behavior: 'Removed' }]),
-    word: await removed(null, split('\\w')),
-    space: await removed(null, split('\\s'), 'Q'),
+    ...(await whitespaceClasses()),
   };
   fs.writeFileSync(path.join(process.env.REPO_ROOT, 'testdata', 'tokenize', 'hf-unicode.json'), JSON.stringify(res) + '\n');
   for (const [k, v] of Object.entries(res)) console.error(`${k}: ${v.length}`);
