@@ -181,15 +181,15 @@ func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment
 	return segs
 }
 
+// isWordChar is the library's single_word test, the regex crate's \w
+// (Alphabetic, marks, decimal digits, connector punctuation, joiners; not ²
+// or ½): hfWord, measured through the Whitespace pre-tokenizer, whose \w is
+// the same crate's.
 func isWordChar(r rune) bool {
-	return r == '_' || isL(r) || isN(r) || isOtherAlphabetic(r)
-}
-
-// isOtherAlphabetic covers the Alphabetic characters that are not letters
-// (Rust's char::is_alphabetic is the Alphabetic property): Nl is a number;
-// the rest are mostly combining marks with Other_Alphabetic.
-func isOtherAlphabetic(r rune) bool {
-	return unicode.Is(unicode.Other_Alphabetic, r)
+	if r < utf8.RuneSelf {
+		return r == '_' || asciiClass[r]&(clL|clN) != 0
+	}
+	return unicode.Is(hfWord, r)
 }
 
 func endsWithWord(s string) bool {
