@@ -7,8 +7,8 @@
 // normalizers do not know, from testdata/tokenize/hf-norm-unknown.json
 // (scripts/tokenizer-ref/unicode-norm.js), and what the core's own character
 // tables make of each code point (the Lowercase mappings Go's tables lack,
-// the Nmt mappings, the StripAccents marks, the Punctuation pre-tokenizer's
-// characters, the Whitespace pre-tokenizer's \w), from testdata/tokenize/hf-unicode.json
+// the Nmt mappings, the StripAccents marks, the Punctuation and Digits
+// pre-tokenizers' characters, the Whitespace pre-tokenizer's \w), from testdata/tokenize/hf-unicode.json
 // (scripts/tokenizer-ref/unicode-rust.js).
 // Run: go run gen_classes.go
 package main
@@ -114,6 +114,7 @@ func main() {
 		Nmt          [][2]json.RawMessage `json:"nmt"`
 		StripAccents [][2]int             `json:"strip_accents"`
 		Punctuation  [][2]int             `json:"punctuation"`
+		Numeric      [][2]int             `json:"numeric"`
 		Word         [][2]int             `json:"word"`
 		Space        [][2]int             `json:"space"`
 	}
@@ -133,6 +134,7 @@ func main() {
 		}
 	}
 	writeTable(&b, "hfPunctuation", "the characters the engine's Punctuation pre-tokenizer\n// splits off (its own, older, Unicode tables)", rust.Punctuation)
+	writeTable(&b, "hfNumeric", "the characters the engine's Digits pre-tokenizer takes\n// for digits (Rust's char::is_numeric, a newer Unicode than the regex\n// engine's)", rust.Numeric)
 	writeTable(&b, "hfStripAccents", "the characters the engine's StripAccents normalizer\n// removes (its own, older, Unicode tables)", rust.StripAccents)
 	writeTable(&b, "hfWord", "the characters of \\w in the engine's Whitespace\n// pre-tokenizer (the regex crate's word characters, not the Split regex engine's)", rust.Word)
 	nmt := readMapping(rust.Nmt)

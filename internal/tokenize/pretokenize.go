@@ -444,12 +444,14 @@ func (p metaspacePre) split(dst []piece, in piece, stop *stopper) []piece {
 	return splitBy(dst, out, literal(p.repl), mergedWithNext, false, stop)
 }
 
-// digitRun matches runs of numeric characters (or single ones).
+// digitRun matches runs of numeric characters (or single ones), as Rust's
+// char::is_numeric has them (hfNumeric, measured: its Unicode is newer than
+// the regex engine's \p{N}).
 func digitRun(individual bool) func(s string, i int) (int, int) {
 	return func(s string, i int) (int, int) {
 		for i < len(s) {
 			r, n := utf8.DecodeRuneInString(s[i:])
-			if !isN(r) {
+			if !isNumeric(r) {
 				i += n
 				continue
 			}
@@ -460,7 +462,7 @@ func digitRun(individual bool) func(s string, i int) (int, int) {
 			}
 			for i < len(s) {
 				r, n := utf8.DecodeRuneInString(s[i:])
-				if !isN(r) {
+				if !isNumeric(r) {
 					break
 				}
 				i += n
@@ -509,6 +511,13 @@ func wordOrSymbolRun(s string, i int) (int, int) {
 		return start, i
 	}
 	return -1, -1
+}
+
+func isNumeric(r rune) bool {
+	if r < utf8.RuneSelf {
+		return '0' <= r && r <= '9'
+	}
+	return unicode.Is(hfNumeric, r)
 }
 
 // spaceRun matches runs of whitespace.

@@ -7,6 +7,7 @@
 //   nmt:           [cp, result] for each code point the Nmt normalizer changes
 //   strip_accents: ranges the StripAccents normalizer removes
 //   punctuation:   ranges the Punctuation pre-tokenizer splits off
+//   numeric:       ranges the Digits pre-tokenizer takes for digits
 //   word, space:   ranges of \w and \s in the Whitespace pre-tokenizer's
 //                  \w+|[^\w\s]+ (the regex crate's classes)
 // internal/tokenize/gen_classes.go turns it into Go tables. Run through
@@ -73,12 +74,46 @@ async function whitespaceClasses() {
   return { word: ranges(word), space: ranges(space) };
 }
 
+// numericClass measures the Digits pre-tokenizer's digits (Rust's
+// char::is_numeric, whose Unicode is newer than the regex engine's \p{N}):
+// "a" and each code point, run together, then Metaspace marks where each
+// piece starts; a digit is cut out ("▁" + c, the next "a" a new piece).
+async function numericClass() {
+  const cps = allCodePoints(' ').filter((c) => c !== 0x2581);
+  const hf = probe(null, [{ type: 'Digits', individual_digits: true },
+    { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: false }]);
+  const numeric = [];
+  const step = 1 << 14;
+  for (let i = 0; i < cps.length; i += step) {
+    const part = cps.slice(i, i + step);
+    const out = await hf(part.map((c) => 'a' + String.fromCodePoint(c)).join(''));
+    let k = 0;
+    for (const c of part) {
+      const ch = String.fromCodePoint(c);
+      if (out.startsWith('\u2581a', k)) k += 2;
+      else if (out.startsWith('a', k)) k += 1;
+      else throw new Error(`probe lost its place at U+${c.toString(16)}`);
+      if (out.startsWith('\u2581' + ch, k)) {
+        numeric.push(c);
+        k += 1 + ch.length;
+      } else if (out.startsWith(ch, k)) {
+        k += ch.length;
+      } else {
+        throw new Error(`probe lost its place at U+${c.toString(16)}`);
+      }
+    }
+    if (k !== out.length) throw new Error('probe left text over');
+  }
+  return ranges(numeric);
+}
+
 async function main() {
   const res = {
     lowercase: await changed({ type: 'Lowercase' }),
     nmt: await changed({ type: 'Nmt' }, 'Q'),
     strip_accents: await removed({ type: 'StripAccents' }, []),
     punctuation: await removed(null, [{ type: 'Punctuation', behavior: 'Removed' }]),
+    numeric: await numericClass(),
     ...(await whitespaceClasses()),
   };
   fs.writeFileSync(path.join(process.env.REPO_ROOT, 'testdata', 'tokenize', 'hf-unicode.json'), JSON.stringify(res) + '\n');
