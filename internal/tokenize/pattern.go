@@ -43,23 +43,52 @@ func compilePattern(p patternJSON) (matcher, error) {
 var engineClassExtra = func() map[string]string {
 	tables := map[string]*unicode.RangeTable{
 		"L": onigExtraL, "Lu": onigExtraLu, "Ll": onigExtraLl, "Lt": onigExtraLt, "Lm": onigExtraLm,
-		"Lo": onigExtraLo, "M": onigExtraM, "N": onigExtraN, "P": onigExtraP, "S": onigExtraS,
+		"Lo": onigExtraLo, "M": onigExtraM, "N": onigExtraN, "Nd": onigExtraNd, "P": onigExtraP, "S": onigExtraS,
 	}
 	out := make(map[string]string, len(tables))
 	for name, t := range tables {
-		var b strings.Builder
-		for _, r := range t.R16 {
-			fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r.Lo, r.Hi)
-		}
-		for _, r := range t.R32 {
-			fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r.Lo, r.Hi)
-		}
-		if b.Len() > 0 {
-			out[name] = b.String()
+		if r := classRanges(t); r != "" {
+			out[name] = r
 		}
 	}
 	return out
 }()
+
+// engineWord and engineWordInClass are the regex engine's \w written out,
+// outside and inside a bracket class, where it is narrower (no category
+// formula gives either, so they replace the backtracking engine's \w
+// instead of widening it).
+var engineWord, engineWordInClass = classRanges(onigWord), classRanges(onigWordInClass)
+
+// classRanges writes a table as bracket-class ranges.
+func classRanges(t *unicode.RangeTable) string {
+	var b strings.Builder
+	for _, r := range t.R16 {
+		fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r.Lo, r.Hi)
+	}
+	for _, r := range t.R32 {
+		fmt.Fprintf(&b, `\x{%x}-\x{%x}`, r.Lo, r.Hi)
+	}
+	return b.String()
+}
+
+// shorthandClass gives what a class shorthand stands for in the library's
+// engine, inside a bracket class or not, as bracket-class contents: \w
+// written out, \d widened ("" for one left as it is).
+func shorthandClass(c byte, inClass bool) string {
+	switch c {
+	case 'w', 'W':
+		if inClass {
+			return engineWordInClass
+		}
+		return engineWord
+	case 'd', 'D':
+		if extra := engineClassExtra["Nd"]; extra != "" {
+			return `\d` + extra
+		}
+	}
+	return ""
+}
 
 // withEngineClasses rewrites the \p{X} and \P{X} of a pattern so the
 // backtracking engine's classes hold what the library's newer Unicode tables
@@ -67,9 +96,11 @@ var engineClassExtra = func() map[string]string {
 // not know yet for one (Mistral's Tekken split, say, keeps such a letter in
 // the word it ends, where Go's tables alone would cut it off). Inside a
 // bracket class \p{X} gains the ranges; outside it becomes a bracket class
-// of its own. A \P{X} inside a bracket class cannot be widened this way and
-// is left as it is, and so is a whole pattern with a nested bracket (a
-// nested set or a POSIX class), whose meaning the engines do not share.
+// of its own. \d and \w are rewritten alike (the engine's \w, letters,
+// marks, most numbers and circled letters, is written out whole; its \s is
+// Go's). A \P{X}, \W or \D inside a bracket class cannot be widened this
+// way and is left as it is, and so is a whole pattern with a nested bracket
+// (a nested set or a POSIX class), whose meaning the engines do not share.
 func withEngineClasses(p string) string {
 	var b strings.Builder
 	b.Grow(len(p))
@@ -97,6 +128,20 @@ func withEngineClasses(p string) string {
 						continue
 					}
 				}
+			}
+			if body := shorthandClass(p[i+1], inClass); body != "" {
+				switch neg := p[i+1] == 'W' || p[i+1] == 'D'; {
+				case inClass && !neg:
+					b.WriteString(body)
+				case !inClass && !neg:
+					b.WriteString("[" + body + "]")
+				case !inClass && neg:
+					b.WriteString("[^" + body + "]")
+				default:
+					b.WriteString(p[i : i+2])
+				}
+				i += 2
+				continue
 			}
 			_, n := utf8.DecodeRuneInString(p[i+1:])
 			b.WriteString(p[i : i+1+n])

@@ -62,6 +62,14 @@ func TestFallbackClassesFollowEngine(t *testing.T) {
 		{`[^\r\n\p{L}\p{N}]+`, newLetter + ".", []string{"."}},
 		{`[\p{Lu}\p{Lo}]+`, "x" + newLetter + "Y", []string{newLetter + "Y"}},
 		{`\p{Lo}|\.`, newLetter + ".", []string{newLetter, "."}},
+		// The engine's \w takes spacing marks, ² and circled letters, and
+		// not ৴ (a number the backtracking engine's \w leaves out too).
+		{`\w+`, "a\u0903²Ⓐ" + newLetter + "৴b", []string{"a\u0903²Ⓐ" + newLetter, "b"}},
+		{`\W+`, "a²৴.b", []string{"৴."}},
+		{`[\w.]+`, "x²Ⓐ.y ৴", []string{"x", "Ⓐ.y"}}, // ² is not \w inside a bracket class
+		{`\w+|[^\w\s]+`, "x².y", []string{"x²", ".", "y"}},
+		{`[^\w\s]+`, "x².y", []string{"²."}},
+		{`\d+`, "1\U00010d40\U00010d412", []string{"1\U00010d40\U00010d412"}},
 	} {
 		m, err := compilePattern(patternJSON{Regex: &tc.pattern})
 		if err != nil {

@@ -1,5 +1,5 @@
 // Writes testdata/tokenize/onig-classes.json: for each Unicode class the
-// split patterns use, the code points the HF Rust core's regex engine
+// split patterns use (and \\w, \\d, \\s), the code points the HF Rust core's regex engine
 // (Oniguruma) puts in it, as [lo, hi] ranges. Measured, not read from a
 // table: a byte-level tokenizer without merges whose pre-tokenizer removes
 // \p{X} encodes every code point, and what is left is the complement.
@@ -11,7 +11,13 @@ const path = require('path');
 const zlib = require('zlib');
 const { Tokenizer } = require(path.join(process.env.TOKENIZER_REF_CACHE, 'node_modules', 'tokenizers'));
 
-const classes = ['L', 'Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'M', 'N', 'P', 'S'];
+// Each class by the name the Go side reads, with the regex measured.
+const classes = Object.fromEntries(['L', 'Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'M', 'N', 'Nd', 'P', 'S']
+  .map((c) => [c, `\\p{${c}}`]));
+Object.assign(classes, { w: '\\w', d: '\\d', s: '\\s' });
+// \\w inside a bracket class, where the engine's is narrower (it leaves out
+// ², ³, ¹, ¼, ½, ¾); the other classes measure the same inside one.
+classes['[w]'] = '[\\w]';
 
 async function main() {
   const dir = path.join(process.env.REPO_ROOT, 'testdata', 'tokenize');
@@ -28,11 +34,11 @@ async function main() {
   }
   for (const [tok, id] of Object.entries(vocab)) idToByte.set(id, byteOf.get(tok));
   const out = {};
-  for (const cls of classes) {
+  for (const [cls, re] of Object.entries(classes)) {
     const t = {
       version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null,
       pre_tokenizer: { type: 'Sequence', pretokenizers: [
-        { type: 'Split', pattern: { Regex: `\\p{${cls}}` }, behavior: 'Removed', invert: false },
+        { type: 'Split', pattern: { Regex: re }, behavior: 'Removed', invert: false },
         { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false }] },
       post_processor: null, decoder: null,
       model: { type: 'BPE', dropout: null, unk_token: null, fuse_unk: false, byte_fallback: false, vocab, merges: [] },
@@ -61,7 +67,7 @@ async function main() {
       else ranges.push([c, c]);
     }
     out[cls] = ranges;
-    console.error(`\\p{${cls}}: ${ranges.length} ranges`);
+    console.error(`${re}: ${ranges.length} ranges`);
   }
   fs.writeFileSync(path.join(dir, 'onig-classes.json'), JSON.stringify(out) + '\n');
 }
