@@ -92,6 +92,7 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 // Template is a compiled chat template; it is immutable and safe for
 // concurrent use.
 type Template struct {
+	src       string
 	body      []stmt
 	tokens    map[string]string
 	fuel      int64
@@ -119,7 +120,7 @@ func Compile(src string, opts ...Option) (*Template, error) {
 	if err := checkNames(body); err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
-	t := &Template{body: body, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
+	t := &Template{src: src, body: body, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
 	for _, o := range opts {
 		o(t)
 	}
@@ -193,6 +194,11 @@ func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, e
 	}
 	return t, nil
 }
+
+// Mentions reports whether the template's source contains s: a renderer
+// that adapts its input to what a template expects (as inference servers
+// do, by reading the template's text) asks it.
+func (t *Template) Mentions(s string) bool { return strings.Contains(t.src, s) }
 
 // SpecialTokens returns the special tokens read from the tokenizer config.
 func (t *Template) SpecialTokens() map[string]string {

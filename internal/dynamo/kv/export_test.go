@@ -174,3 +174,9 @@ func SetRenderBudget(p *Prompts, d time.Duration) { p.budget = d }
 func RenderBuilt(ctx context.Context, built any, in chattemplate.Input) (string, error) {
 	return built.(*templateArtifact).tmpl.Render(ctx, in)
 }
+
+// NamedTemplates is namedTemplates: a tokenizer config's default and
+// tool_use templates as the prompts load them.
+func NamedTemplates(data []byte) (def, toolUse *chattemplate.Template, err error) {
+	return namedTemplates(data)
+}

@@ -38,6 +38,10 @@ type Preparer struct {
 	Tokenizer *tokenize.Tokenizer
 	// Template renders chat requests; nil refuses them.
 	Template *chattemplate.Template
+	// ToolUse, when set, renders the chat requests that list tools
+	// instead: a tokenizer config's template named tool_use, which
+	// Dynamo's frontend renders such requests with.
+	ToolUse *chattemplate.Template
 	// SpecialTokens, when set, override the template's own (a chat
 	// template file renders with the special tokens its model's tokenizer
 	// config names).
@@ -55,10 +59,17 @@ var ErrNotText = errors.New("the prompt is not one text")
 // run within ctx. The router and kv-inspect share this one path, so that
 // what an operator computes by hand is what the router hashes.
 func (p *Preparer) ChatRequest(ctx context.Context, body []byte) ([]uint32, string, error) {
-	if p.Template == nil {
+	if p.Template == nil && p.ToolUse == nil {
 		return nil, "", ErrNoTemplate
 	}
-	in, salt, err := chatInput(body)
+	in, salt, err := chatInput(body, func(tools bool) bool {
+		// A template that tests whether a tool call's arguments are a
+		// string prints the client's string itself; Dynamo's frontend
+		// then leaves the strings as they are, and parses them for every
+		// other template (which would print an encoded string again).
+		t := p.template(tools)
+		return t != nil && !t.Mentions("arguments is string")
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("chat request: %w", err)
 	}
@@ -100,15 +111,25 @@ func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32
 // ctx. The template places the special tokens itself, so none are added (as
 // the frontend encodes a rendered prompt).
 func (p *Preparer) Chat(ctx context.Context, in chattemplate.Input) (string, []uint32, error) {
-	if p.Template == nil {
+	t := p.template(len(in.Tools) > 0)
+	if t == nil {
 		return "", nil, ErrNoTemplate
 	}
-	text, err := p.Template.Render(ctx, in)
+	text, err := t.Render(ctx, in)
 	if err != nil {
 		return "", nil, err
 	}
 	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
 	return text, ids, err
+}
+
+// template is the template a request with tools, or without, renders
+// with.
+func (p *Preparer) template(tools bool) *chattemplate.Template {
+	if tools && p.ToolUse != nil {
+		return p.ToolUse
+	}
+	return p.Template
 }
 
 // idsFor sizes the id slice for text once, rather than growing it by

@@ -207,3 +207,66 @@ func reportP99(b *testing.B, times []time.Duration) {
 	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 	b.ReportMetric(float64(times[len(times)*99/100].Microseconds()), "p99-µs")
 }
+
+// TestChatRequestAsTheFrontendRenders: a tool call's arguments string that
+// holds JSON reaches the template as that JSON (so tojson does not encode
+// it a second time), unless the template tests for a string and prints it
+// itself; a request listing tools renders with the config's tool_use
+// template when it has one, every other with its default.
+func TestChatRequestAsTheFrontendRenders(t *testing.T) {
+	t.Parallel()
+	base := qwen3(t)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[` +
+		`{"id":"a","type":"function","function":{"name":"f","arguments":"{\"city\": \"Paris\",\"n\":2}"}},` +
+		`{"id":"b","type":"function","function":{"name":"g","arguments":"not json"}}]}]}`)
+	compile := func(src string) *chattemplate.Template {
+		t.Helper()
+		tmpl, err := chattemplate.Compile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tmpl
+	}
+	for _, tt := range []struct{ template, want string }{
+		{`{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }};{% endfor %}{% endfor %}`,
+			`{"city": "Paris", "n": 2};"not json";`},
+		{`{% for m in messages %}{% for c in m.tool_calls or [] %}{% if c.function.arguments is string %}S:{{ c.function.arguments }}` +
+			`{% else %}O:{{ c.function.arguments | tojson }}{% endif %};{% endfor %}{% endfor %}`,
+			`S:{"city": "Paris","n":2};S:not json;`},
+	} {
+		p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: compile(tt.template)}
+		got, _, err := p.ChatRequest(context.Background(), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := p.Text(tt.want, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: got ids %v, want the ids of %q", tt.template, got, tt.want)
+		}
+	}
+
+	def, toolUse, err := kv.NamedTemplates([]byte(`{"chat_template":[{"name":"default","template":"D"},{"name":"tool_use","template":"T{{ tools | length }}"}]}`))
+	if err != nil || def == nil || toolUse == nil {
+		t.Fatalf("named templates: %v %v %v", def, toolUse, err)
+	}
+	if _, toolUse, err := kv.NamedTemplates([]byte(`{"chat_template":"one"}`)); err != nil || toolUse != nil {
+		t.Errorf("a single template is both: tool_use %v, %v", toolUse, err)
+	}
+	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: def, ToolUse: toolUse}
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"x"}]}`:                                                       "D",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[]}`:                                            "D",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`: "T1",
+	} {
+		got, _, err := p.ChatRequest(context.Background(), []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, _ := p.Text(want, false); !slices.Equal(got, w) {
+			t.Errorf("%s: rendered ids %v, want the ids of %q", body, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,8 +112,11 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 		t, err := chattemplate.Compile(string(data), templateClock)
 		return &templateArtifact{tmpl: t}, err
 	case artifact.FormatHFChatTemplateJSON:
-		t, err := chattemplate.FromTokenizerConfig(data, "", templateClock)
-		return &templateArtifact{tmpl: t}, err
+		t, toolUse, err := namedTemplates(data)
+		if err != nil {
+			return nil, err
+		}
+		return &templateArtifact{tmpl: t, toolUse: toolUse}, nil
 	}
 	return nil, fmt.Errorf("%w: %s format %q", artifact.ErrUnsupported, ref.Slot, ref.Format)
 }
@@ -123,18 +127,42 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 // budget still has room for.
 var templateClock = chattemplate.WithTimeout(0)
 
+// toolUseTemplate names the template a tokenizer config may give for
+// requests that list tools.
+const toolUseTemplate = "tool_use"
+
 // templateArtifact is a loaded prompt_formatter or chat_template_file: a
-// template (nil for a tokenizer config without one) and the special tokens
-// a tokenizer config names.
+// template (nil for a tokenizer config without one), the config's template
+// named tool_use when it has one beside its default, and the special
+// tokens a tokenizer config names.
 type templateArtifact struct {
-	tmpl   *chattemplate.Template
-	tokens map[string]string
+	tmpl    *chattemplate.Template
+	toolUse *chattemplate.Template
+	tokens  map[string]string
+}
+
+// namedTemplates loads a tokenizer config's (or chat_template.json's)
+// templates as Dynamo's frontend picks them: the one named tool_use for a
+// request that lists tools (nil when the config has no such template
+// beside its default, or a single template, which serves both), the
+// default otherwise. A config with only a tool_use template has no
+// default, and renders only requests with tools.
+func namedTemplates(data []byte) (def, toolUse *chattemplate.Template, err error) {
+	def, err = chattemplate.FromTokenizerConfig(data, "", templateClock)
+	if t, terr := chattemplate.FromTokenizerConfig(data, toolUseTemplate, templateClock); terr == nil {
+		toolUse = t
+	}
+	if err != nil && toolUse != nil {
+		return nil, toolUse, nil
+	}
+	return def, toolUse, err
 }
 
 func configTemplate(data []byte) (*templateArtifact, error) {
-	t, err := chattemplate.FromTokenizerConfig(data, "", templateClock)
+	t, toolUse, err := namedTemplates(data)
 	if err == nil {
-		return &templateArtifact{tmpl: t, tokens: t.SpecialTokens()}, nil
+		tokens := cmp.Or(t, toolUse).SpecialTokens()
+		return &templateArtifact{tmpl: t, toolUse: toolUse, tokens: tokens}, nil
 	}
 	// A config without a chat template still names the special tokens a
 	// separate chat_template_file renders with.
@@ -259,7 +287,7 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokeni
 	if formatter != nil {
 		tokens = formatter.tokens
 	}
-	if file != nil && file.tmpl != nil {
+	if file != nil && (file.tmpl != nil || file.toolUse != nil) {
 		tmpl = file
 	}
 	return tk, tmpl, tokens, "", nil
@@ -274,7 +302,7 @@ func (p *Prompts) Diagnose(snap *fleet.Snapshot, model, path string) (string, er
 	if result != "" {
 		return result, why
 	}
-	if path != "/v1/completions" && (tmpl == nil || tmpl.tmpl == nil) {
+	if path != "/v1/completions" && (tmpl == nil || (tmpl.tmpl == nil && tmpl.toolUse == nil)) {
 		return ResultTokenizerUnavailable, errors.New("the model's cards declare no chat template")
 	}
 	return "", nil
@@ -315,10 +343,10 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	case "/v1/completions":
 		ids, salt, err = pp.CompletionRequest(ctx, body)
 	default:
-		if tmpl == nil || tmpl.tmpl == nil {
+		if tmpl == nil || (tmpl.tmpl == nil && tmpl.toolUse == nil) {
 			return nil, ResultTokenizerUnavailable
 		}
-		pp.Template, pp.SpecialTokens = tmpl.tmpl, tokens
+		pp.Template, pp.ToolUse, pp.SpecialTokens = tmpl.tmpl, tmpl.toolUse, tokens
 		ids, salt, err = pp.ChatRequest(ctx, body)
 	}
 	switch {
@@ -364,11 +392,13 @@ func cmpOr(a, b string) string {
 // chatInput reads a chat request as Dynamo's frontend renders it: a
 // message content that is a list of text parts only becomes their texts
 // joined by newlines; a tool whose parameters lack "type" or "properties"
-// gets {"type": "object"} and {} there; the generation prompt is added
+// gets {"type": "object"} and {} there; a tool call's arguments string
+// that holds JSON becomes that value when parseArgs says so for the
+// request (with tools or without); the generation prompt is added
 // unless the request says otherwise or its last message is the
 // assistant's (a continuation). It also returns the request's cache salt
 // (nvext.cache_salt, else cache_salt).
-func chatInput(body []byte) (chattemplate.Input, string, error) {
+func chatInput(body []byte, parseArgs func(tools bool) bool) (chattemplate.Input, string, error) {
 	var q struct {
 		Messages            []json.RawMessage `json:"messages"`
 		Tools               []json.RawMessage `json:"tools"`
@@ -382,7 +412,7 @@ func chatInput(body []byte) (chattemplate.Input, string, error) {
 	if err := json.Unmarshal(body, &q); err != nil {
 		return chattemplate.Input{}, "", err
 	}
-	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools))
+	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools, parseArgs(len(q.Tools) > 0)))
 	if err != nil {
 		return chattemplate.Input{}, "", err
 	}
@@ -409,8 +439,9 @@ func chatInput(body []byte) (chattemplate.Input, string, error) {
 
 // normalizedChat rewrites what Dynamo's frontend normalizes before
 // rendering (text-only content lists, tool parameter schemas); the body is
-// returned as it is when nothing needs it.
-func normalizedChat(body []byte, messages, tools []json.RawMessage) []byte {
+// returned as it is when nothing needs it. With parseArgs, tool calls'
+// arguments strings holding JSON become that JSON.
+func normalizedChat(body []byte, messages, tools []json.RawMessage, parseArgs bool) []byte {
 	changed := false
 	var msgs []any
 	for _, raw := range messages {
@@ -422,6 +453,14 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage) []byte {
 			j, _ := json.Marshal(joined)
 			m["content"] = j
 			changed = true
+		}
+		if parseArgs {
+			if calls, ok := parsedToolCalls(m["tool_calls"]); ok {
+				m["tool_calls"], changed = calls, true
+			}
+			if call, ok := withParsedArguments(m["function_call"]); ok {
+				m["function_call"], changed = call, true
+			}
 		}
 		msgs = append(msgs, orderedObject(raw, m))
 	}
@@ -447,6 +486,46 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage) []byte {
 		top["tools"] = b
 	}
 	return orderedObject(body, top)
+}
+
+// parsedToolCalls returns a tool_calls list whose function arguments
+// strings holding JSON are that JSON, and whether any was.
+func parsedToolCalls(raw json.RawMessage) (json.RawMessage, bool) {
+	var calls []json.RawMessage
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &calls) != nil {
+		return raw, false
+	}
+	changed := false
+	for i, c := range calls {
+		var call map[string]json.RawMessage
+		if json.Unmarshal(c, &call) != nil || call == nil {
+			continue
+		}
+		if fn, ok := withParsedArguments(call["function"]); ok {
+			call["function"] = fn
+			calls[i], changed = orderedObject(c, call), true
+		}
+	}
+	if !changed {
+		return raw, false
+	}
+	b, _ := json.Marshal(calls)
+	return b, true
+}
+
+// withParsedArguments returns a function object whose arguments string
+// holds JSON with that JSON as its arguments, and whether it had one.
+func withParsedArguments(raw json.RawMessage) (json.RawMessage, bool) {
+	var fn map[string]json.RawMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &fn) != nil {
+		return raw, false
+	}
+	var args string
+	if a := fn["arguments"]; len(a) == 0 || a[0] != '"' || json.Unmarshal(a, &args) != nil || !json.Valid([]byte(args)) {
+		return raw, false
+	}
+	fn["arguments"] = json.RawMessage(args)
+	return orderedObject(raw, fn), true
 }
 
 // joinTextParts returns the texts of a content list made only of text
