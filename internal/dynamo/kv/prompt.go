@@ -42,6 +42,11 @@ type Preparer struct {
 	// instead: a tokenizer config's template named tool_use, which
 	// Dynamo's frontend renders such requests with.
 	ToolUse *chattemplate.Template
+	// KeepToolsWhenToolChoiceNone renders a request's tools even when its
+	// tool_choice is "none" (the model's cards say
+	// exclude_tools_when_tool_choice_none: false); by default they are
+	// left out, as the frontend leaves them out.
+	KeepToolsWhenToolChoiceNone bool
 	// SpecialTokens, when set, override the template's own (a chat
 	// template file renders with the special tokens its model's tokenizer
 	// config names).
@@ -62,7 +67,7 @@ func (p *Preparer) ChatRequest(ctx context.Context, body []byte) ([]uint32, stri
 	if p.Template == nil && p.ToolUse == nil {
 		return nil, "", ErrNoTemplate
 	}
-	in, salt, err := chatInput(body, func(tools bool) bool {
+	in, salt, err := chatInput(body, p.KeepToolsWhenToolChoiceNone, func(tools bool) bool {
 		// A template that tests whether a tool call's arguments are a
 		// string prints the client's string itself; Dynamo's frontend
 		// then leaves the strings as they are, and parses them for every

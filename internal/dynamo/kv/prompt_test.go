@@ -260,6 +260,9 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 		`{"messages":[{"role":"user","content":"x"}]}`:                                                       "D",
 		`{"messages":[{"role":"user","content":"x"}],"tools":[]}`:                                            "D",
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`: "T1",
+		// tool_choice "none": the tools are left out of the prompt.
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}`: "D",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto"}`: "T1",
 	} {
 		got, _, err := p.ChatRequest(context.Background(), []byte(body))
 		if err != nil {
@@ -268,5 +271,11 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 		if w, _ := p.Text(want, false); !slices.Equal(got, w) {
 			t.Errorf("%s: rendered ids %v, want the ids of %q", body, got, want)
 		}
+	}
+	// Cards with exclude_tools_when_tool_choice_none: false keep them.
+	p.KeepToolsWhenToolChoiceNone = true
+	got, _, err := p.ChatRequest(context.Background(), []byte(`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}`))
+	if w, _ := p.Text("T1", false); err != nil || !slices.Equal(got, w) {
+		t.Errorf("tools kept: rendered ids %v (%v), want the ids of T1", got, err)
 	}
 }

@@ -92,6 +92,9 @@ type declared struct {
 	decl   []artifact.Declared
 	result string // "" when the fleet agrees on usable declarations
 	why    error  // what result stands for, in words
+	// keepTools: every worker's card keeps a request's tools in the
+	// prompt when its tool_choice is "none".
+	keepTools bool
 }
 
 // NewPrompts returns prompt preparation over loader.
@@ -215,7 +218,7 @@ func (p *Prompts) declarations(snap *fleet.Snapshot, model string) declared {
 func agree(snap *fleet.Snapshot, model string) declared {
 	var first []artifact.Declared
 	var firstID string
-	seen := false
+	seen, keepTools := false, true
 	for w := range snap.Workers.All() {
 		if w.Model != model || w.Role == fleet.RoleUnknown {
 			continue
@@ -224,6 +227,7 @@ func agree(snap *fleet.Snapshot, model string) declared {
 			return declared{result: ResultTokenizerUnavailable, why: fmt.Errorf("worker %s has no model card", w.InstanceHex())}
 		}
 		c := &w.Card.Typed
+		keepTools = keepTools && c.Runtime.KeepToolsWhenToolChoiceNone
 		ds := artifact.CardSlots(c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile)
 		if !seen {
 			first, firstID, seen = ds, w.InstanceHex(), true
@@ -240,7 +244,7 @@ func agree(snap *fleet.Snapshot, model string) declared {
 	case len(first) == 0:
 		return declared{result: ResultTokenizerUnavailable, why: errors.New("the model's cards declare no tokenizer or template artifact")}
 	}
-	return declared{decl: first}
+	return declared{decl: first, keepTools: keepTools}
 }
 
 func sameDeclarations(a, b []artifact.Declared) bool {
@@ -347,6 +351,7 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 			return nil, ResultTokenizerUnavailable
 		}
 		pp.Template, pp.ToolUse, pp.SpecialTokens = tmpl.tmpl, tmpl.toolUse, tokens
+		pp.KeepToolsWhenToolChoiceNone = p.declarations(snap, model).keepTools
 		ids, salt, err = pp.ChatRequest(ctx, body)
 	}
 	switch {
@@ -392,16 +397,19 @@ func cmpOr(a, b string) string {
 // chatInput reads a chat request as Dynamo's frontend renders it: a
 // message content that is a list of text parts only becomes their texts
 // joined by newlines; a tool whose parameters lack "type" or "properties"
-// gets {"type": "object"} and {} there; a tool call's arguments string
+// gets {"type": "object"} and {} there; the tools are left out of a
+// request whose tool_choice is "none" unless keepTools (the workers' cards
+// say exclude_tools_when_tool_choice_none: false); a tool call's arguments string
 // that holds JSON becomes that value when parseArgs says so for the
 // request (with tools or without); the generation prompt is added
 // unless the request says otherwise or its last message is the
 // assistant's (a continuation). It also returns the request's cache salt
 // (nvext.cache_salt, else cache_salt).
-func chatInput(body []byte, parseArgs func(tools bool) bool) (chattemplate.Input, string, error) {
+func chatInput(body []byte, keepTools bool, parseArgs func(tools bool) bool) (chattemplate.Input, string, error) {
 	var q struct {
 		Messages            []json.RawMessage `json:"messages"`
 		Tools               []json.RawMessage `json:"tools"`
+		ToolChoice          json.RawMessage   `json:"tool_choice"`
 		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 		CacheSalt           string            `json:"cache_salt"`
 		Nvext               struct {
@@ -412,7 +420,11 @@ func chatInput(body []byte, parseArgs func(tools bool) bool) (chattemplate.Input
 	if err := json.Unmarshal(body, &q); err != nil {
 		return chattemplate.Input{}, "", err
 	}
-	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools, parseArgs(len(q.Tools) > 0)))
+	dropTools := !keepTools && q.Tools != nil && bytes.Equal(bytes.TrimSpace(q.ToolChoice), []byte(`"none"`))
+	if dropTools {
+		q.Tools = nil
+	}
+	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools, dropTools, parseArgs(len(q.Tools) > 0)))
 	if err != nil {
 		return chattemplate.Input{}, "", err
 	}
@@ -439,9 +451,10 @@ func chatInput(body []byte, parseArgs func(tools bool) bool) (chattemplate.Input
 
 // normalizedChat rewrites what Dynamo's frontend normalizes before
 // rendering (text-only content lists, tool parameter schemas); the body is
-// returned as it is when nothing needs it. With parseArgs, tool calls'
-// arguments strings holding JSON become that JSON.
-func normalizedChat(body []byte, messages, tools []json.RawMessage, parseArgs bool) []byte {
+// returned as it is when nothing needs it. With dropTools the body's tools
+// go; with parseArgs, tool calls' arguments strings holding JSON become
+// that JSON.
+func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools, parseArgs bool) []byte {
 	changed := false
 	var msgs []any
 	for _, raw := range messages {
@@ -470,6 +483,7 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage, parseArgs bo
 		changed = changed || ok
 		tls = append(tls, fixed)
 	}
+	changed = changed || dropTools
 	if !changed {
 		return body
 	}
@@ -484,6 +498,9 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage, parseArgs bo
 	if tls != nil {
 		b, _ := json.Marshal(tls)
 		top["tools"] = b
+	}
+	if dropTools {
+		delete(top, "tools")
 	}
 	return orderedObject(body, top)
 }

@@ -305,6 +305,10 @@ type RuntimeConfig struct {
 	// DisaggregatedEndpoint is a JSON string in older cards and an object
 	// {bootstrap_host, bootstrap_port} in newer ones; kept as compact JSON.
 	DisaggregatedEndpoint json.RawMessage
+	// KeepToolsWhenToolChoiceNone is exclude_tools_when_tool_choice_none
+	// set to false: the frontend then renders a request's tools even when
+	// its tool_choice is "none" (by default it leaves them out).
+	KeepToolsWhenToolChoiceNone bool
 }
 
 // CoreCardFields are the card fields the router reads into Card. A source
@@ -516,6 +520,14 @@ func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) 
 			rc.DataParallelSize = *p
 		} else {
 			errs = append(errs, "runtime_config.data_parallel_size")
+		}
+	}
+	if v, ok := fields["exclude_tools_when_tool_choice_none"]; ok && !isNull(v) {
+		var exclude bool
+		if err := json.Unmarshal(v, &exclude); err != nil {
+			errs = append(errs, "runtime_config.exclude_tools_when_tool_choice_none")
+		} else {
+			rc.KeepToolsWhenToolChoiceNone = !exclude
 		}
 	}
 	if v, ok := fields["disaggregated_endpoint"]; ok && !isNull(v) {

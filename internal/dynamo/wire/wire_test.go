@@ -161,8 +161,14 @@ func TestParseModelPartial(t *testing.T) {
 		t.Errorf("lora %+v", lora)
 	}
 	noDP, _ := wire.ParseModel([]byte(`{"card_json":{"runtime_config":{}}}`))
-	if noDP.Card.Runtime.DataParallelDeclared || noDP.Card.Runtime.DataParallelSize != 1 {
-		t.Errorf("dp defaults %+v", noDP.Card.Runtime)
+	if noDP.Card.Runtime.DataParallelDeclared || noDP.Card.Runtime.DataParallelSize != 1 || noDP.Card.Runtime.KeepToolsWhenToolChoiceNone {
+		t.Errorf("defaults %+v", noDP.Card.Runtime)
+	}
+	for v, keep := range map[string]bool{`false`: true, `true`: false, `null`: false, `"no"`: false} {
+		m, _ := wire.ParseModel([]byte(`{"card_json":{"runtime_config":{"exclude_tools_when_tool_choice_none":` + v + `}}}`))
+		if m.Card.Runtime.KeepToolsWhenToolChoiceNone != keep || (v == `"no"`) != (len(m.CardErrors) == 1) {
+			t.Errorf("exclude_tools_when_tool_choice_none %s: keep %v, errors %v", v, m.Card.Runtime.KeepToolsWhenToolChoiceNone, m.CardErrors)
+		}
 	}
 }
 
