@@ -212,7 +212,8 @@ func reportP99(b *testing.B, times []time.Duration) {
 // holds JSON reaches the template as that JSON (so tojson does not encode
 // it a second time), unless the template tests for a string and prints it
 // itself; a request listing tools renders with the config's tool_use
-// template when it has one, every other with its default.
+// template when it has one (without its tools when tool_choice is "none"),
+// every other with its default; an image_url part is the image placeholder.
 func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 	t.Parallel()
 	base := qwen3(t)
@@ -248,6 +249,13 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 		}
 	}
 
+	// An image_url part reaches the template as the image placeholder.
+	img := &kv.Preparer{Tokenizer: base.Tokenizer, Template: compile(`{% for p in messages[0].content %}{{ p | tojson }}{% endfor %}`)}
+	got, _, err := img.ChatRequest(context.Background(), []byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:x"}}]}]}`))
+	if want, _ := img.Text(`{"type": "text", "text": "a"}{"type": "image"}`, false); err != nil || !slices.Equal(got, want) {
+		t.Errorf("image parts: ids %v (%v)", got, err)
+	}
+
 	def, toolUse, err := kv.NamedTemplates([]byte(`{"chat_template":[{"name":"default","template":"D"},{"name":"tool_use","template":"T{{ tools | length }}"}]}`))
 	if err != nil || def == nil || toolUse == nil {
 		t.Fatalf("named templates: %v %v %v", def, toolUse, err)
@@ -274,7 +282,7 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 	}
 	// Cards with exclude_tools_when_tool_choice_none: false keep them.
 	p.KeepToolsWhenToolChoiceNone = true
-	got, _, err := p.ChatRequest(context.Background(), []byte(`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}`))
+	got, _, err = p.ChatRequest(context.Background(), []byte(`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}`))
 	if w, _ := p.Text("T1", false); err != nil || !slices.Equal(got, w) {
 		t.Errorf("tools kept: rendered ids %v (%v), want the ids of T1", got, err)
 	}

@@ -396,7 +396,8 @@ func cmpOr(a, b string) string {
 
 // chatInput reads a chat request as Dynamo's frontend renders it: a
 // message content that is a list of text parts only becomes their texts
-// joined by newlines; a tool whose parameters lack "type" or "properties"
+// joined by newlines, and in any other list an image_url part becomes
+// {"type": "image"}; a tool whose parameters lack "type" or "properties"
 // gets {"type": "object"} and {} there; the tools are left out of a
 // request whose tool_choice is "none" unless keepTools (the workers' cards
 // say exclude_tools_when_tool_choice_none: false); a tool call's arguments string
@@ -466,6 +467,9 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools, p
 			j, _ := json.Marshal(joined)
 			m["content"] = j
 			changed = true
+		} else if parts, ok := imagePlaceholders(m["content"]); ok {
+			m["content"] = parts
+			changed = true
 		}
 		if parseArgs {
 			if calls, ok := parsedToolCalls(m["tool_calls"]); ok {
@@ -503,6 +507,31 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools, p
 		delete(top, "tools")
 	}
 	return orderedObject(body, top)
+}
+
+// imagePlaceholders returns a content list whose image_url parts are
+// {"type": "image"}, the placeholder templates print an image's tokens for
+// (the image itself reaches the engine apart from the prompt), and whether
+// it had any.
+func imagePlaceholders(raw json.RawMessage) (json.RawMessage, bool) {
+	var parts []json.RawMessage
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &parts) != nil {
+		return raw, false
+	}
+	changed := false
+	for i, p := range parts {
+		var part struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(p, &part) == nil && part.Type == "image_url" {
+			parts[i], changed = json.RawMessage(`{"type":"image"}`), true
+		}
+	}
+	if !changed {
+		return raw, false
+	}
+	b, _ := json.Marshal(parts)
+	return b, true
 }
 
 // parsedToolCalls returns a tool_calls list whose function arguments
