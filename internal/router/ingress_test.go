@@ -601,17 +601,8 @@ func TestNativeResponsesPrefillRefusal503(t *testing.T) {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			t.Parallel()
 			var hits atomic.Int32
-			fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet {
-					_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-					return
-				}
-				hits.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = io.WriteString(w, `{"error":{"message":"Prefill worker ID required in Direct routing mode but none found in request.","type":"Service Unavailable","code":503}}`)
-			}))
-			t.Cleanup(fe.Close)
+			fe := failingFrontend(t, http.StatusServiceUnavailable,
+				`{"error":{"message":"Prefill worker ID required in Direct routing mode but none found in request.","type":"Service Unavailable","code":503}}`, &hits)
 			h := newHarness(t, func(c *config.Config) {
 				c.Backends[0].URL = fe.URL
 				c.Backends[0].ResponsesAPI = config.ResponsesAPINative

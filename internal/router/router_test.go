@@ -289,17 +289,8 @@ func TestWrappedPrefillRefusalIsDecodeFailure(t *testing.T) {
 		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
 			t.Parallel()
 			var hits atomic.Int32
-			fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet {
-					_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-					return
-				}
-				hits.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusInternalServerError)
-				_, _ = io.WriteString(w, `{"message":"Failed to generate completions: `+fleetsim.PrefillRequiredError+`","type":"Internal Server Error","code":500}`)
-			}))
-			t.Cleanup(fe.Close)
+			fe := failingFrontend(t, http.StatusInternalServerError,
+				`{"message":"Failed to generate completions: `+fleetsim.PrefillRequiredError+`","type":"Internal Server Error","code":500}`, &hits)
 			h := newHarness(t, func(c *config.Config) {
 				c.Backends[0].URL = fe.URL
 				c.DisaggregatedServing.FallbackToUnified = fallback
