@@ -361,6 +361,9 @@ type sendResult struct {
 	repin string
 	blame []fleet.WorkerID
 	named bool
+	// viewBehind: the answer quotes the frontend's refusal for want of a
+	// prefill id; the frontend is up (its breaker counts no failure).
+	viewBehind bool
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
@@ -453,7 +456,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		// shows in the body, read below.
 		workerFault := false
 		defer func() { b.release(workerFault, x.s.opts.Now()) }()
-		defer func() { workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused }()
+		defer func() {
+			workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused || res.viewBehind
+		}()
 	} else {
 		b.release(resp.StatusCode < 500, x.s.opts.Now())
 	}
@@ -488,7 +493,8 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false
 		}
 		if pin != nil && failed {
-			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status}
+			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
+				viewBehind: shim.MentionsPrefillRefusal(data)}
 			if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
 				res.blame, res.named = shim.FailedWorkers(*pin, data)
 			}

@@ -48,8 +48,8 @@ var unreachable = [][]byte{
 
 // Repin says why a frontend's answer to a pinned dispatch calls for
 // pinning the request to other workers, or "" when it does not. Only a
-// 5xx answer does (any answer but one that refuses the pins themselves,
-// IsPrefillRefusal): before a response starts, a 5xx says the dispatch
+// 5xx answer does (any answer but one that refuses the pins themselves or
+// quotes that refusal, MentionsPrefillRefusal): before a response starts, a 5xx says the dispatch
 // went nowhere, most often because a pinned worker is gone. A 4xx is about
 // the request, and a failure to reach the frontend itself is retried on
 // another replica with the same pins.
@@ -57,7 +57,7 @@ func Repin(status int, body []byte) string {
 	// The frontend asking for a prefill id, even quoted in a generic 500,
 	// says the router's view lacks a prefill worker: picking again from
 	// the same view pins the same way.
-	if status < 500 || status > 599 || mentionsPrefillRefusal(body) {
+	if status < 500 || status > 599 || MentionsPrefillRefusal(body) {
 		return ""
 	}
 	b := bytes.ToLower(body[:min(len(body), repinScan)])

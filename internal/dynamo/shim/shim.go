@@ -373,13 +373,16 @@ const (
 // dispatch like any other 500, not a refusal; an answer of another error
 // status that carries the text anywhere is the refusal.
 func IsPrefillRefusal(status int, body []byte) bool {
-	if status < 400 || !mentionsPrefillRefusal(body) {
+	if status < 400 || !MentionsPrefillRefusal(body) {
 		return false
 	}
 	return status != http.StatusInternalServerError || strings.HasPrefix(errorMessage(body), directModePrefillError)
 }
 
-func mentionsPrefillRefusal(body []byte) bool {
+// MentionsPrefillRefusal reports whether an answer carries the frontend's
+// refusal for want of a prefill id, as itself or quoted as a cause: either
+// way the frontend is up and the router's view of the fleet is behind.
+func MentionsPrefillRefusal(body []byte) bool {
 	return bytes.Contains(body, []byte(directModePrefillError))
 }
 
