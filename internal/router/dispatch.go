@@ -47,6 +47,9 @@ type exchange struct {
 	// picker renders no prompt and no token data is sent (a body that is
 	// not a chat or text completion request).
 	modelOnly bool
+	// bookTokens is the size a modelOnly request is booked at in the
+	// picker's in-flight ledger (pick.Request.BookTokens).
+	bookTokens int
 	// unpinned sends the request the plain way even when its model's
 	// workers are pinned for inference.
 	unpinned bool
@@ -123,6 +126,7 @@ func (x *exchange) route() {
 	req := shim.Request[*Backend]{
 		Model:        x.q.Model,
 		PromptTokens: pick.EstimateTokens(x.q.promptText()),
+		BookTokens:   x.bookTokens,
 		Path:         x.path,
 		Body:         pinBody,
 		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(x.s.opts.Now()) },

@@ -490,7 +490,7 @@ func newNativeBackend(t *testing.T) *nativeBackend {
 // TestResponsesNativePassthrough: with responses_api: native a shim
 // replica gets the Responses body as it is (the client's token data and
 // pins removed), pinned by the model alone: the picker is asked without a
-// body or a prompt size. Compaction goes unpinned to a native plain backend, else 501.
+// body or a prompt size, and books the dispatch at the input's estimate. Compaction goes unpinned to a native plain backend, else 501.
 func TestResponsesNativePassthrough(t *testing.T) {
 	t.Parallel()
 	nb := newNativeBackend(t)
@@ -522,7 +522,7 @@ func TestResponsesNativePassthrough(t *testing.T) {
 		t.Errorf("sent %s\nwant %s", sent, want)
 	}
 	reqs := rp.requests()
-	if len(reqs) != 1 || reqs[0].Body != nil || reqs[0].EstPromptTokens != 0 || reqs[0].Path != "/v1/responses" || reqs[0].Model != model {
+	if len(reqs) != 1 || reqs[0].Body != nil || reqs[0].EstPromptTokens != 0 || reqs[0].BookTokens < 400 || reqs[0].Path != "/v1/responses" || reqs[0].Model != model {
 		t.Errorf("picked with %+v", reqs)
 	}
 

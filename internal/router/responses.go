@@ -11,6 +11,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
 // The Responses ingress (POST /v1/responses). A request goes to a backend
@@ -709,6 +710,36 @@ func (s *Server) nativePlain(model string, policy *keyPolicy) bool {
 	return false
 }
 
+// inputText is the text of a Responses input, for a size estimate.
+func inputText(input json.RawMessage) string {
+	var s string
+	if json.Unmarshal(input, &s) == nil {
+		return s
+	}
+	var items []struct {
+		Content   json.RawMessage `json:"content"`
+		Arguments string          `json:"arguments"`
+		Output    json.RawMessage `json:"output"`
+	}
+	if json.Unmarshal(input, &items) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, it := range items {
+		for _, raw := range []json.RawMessage{it.Content, it.Output} {
+			if t := contentText(raw); t != "" {
+				b.WriteString(t)
+				b.WriteByte('\n')
+			}
+		}
+		if it.Arguments != "" {
+			b.WriteString(it.Arguments)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
 // responses handles POST /v1/responses.
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	policy, body, ok := s.admit(w, r, writeParamError)
@@ -728,11 +759,13 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		// As it is, but never with the client's token data; pinned by the
 		// model name alone: no prompt is rendered, scored or estimated
 		// from a body the router does not convert, so the workers are
-		// chosen by their load as it stands.
+		// chosen by their load as it stands. The dispatch is still booked
+		// at the input's estimated size, so that the next picks see it.
 		reveal := r.Header.Values("x-backend") != nil
 		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body, reveal),
 			q: &request{Model: q.Model, Stream: q.Stream}, policy: policy,
-			reveal: reveal, only: isNative, modelOnly: true, freshPins: true}
+			reveal: reveal, only: isNative, modelOnly: true, freshPins: true,
+			bookTokens: pick.EstimateTokens(instructionsAnd(q.Instructions, inputText(q.Input)))}
 		x.route()
 		return
 	}
@@ -742,6 +775,14 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sendConverted(w, r, c, policy, newResponsesOut(&q, s.opts.Now()))
+}
+
+func instructionsAnd(instructions json.RawMessage, input string) string {
+	var s string
+	if json.Unmarshal(instructions, &s) == nil && s != "" {
+		return s + "\n" + input
+	}
+	return input
 }
 
 // compact handles POST /v1/responses/compact: passed as it is, unpinned,

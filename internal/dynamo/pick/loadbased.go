@@ -188,7 +188,8 @@ func (p *LoadBased) Reserve(snap *fleet.Snapshot, req Request, now time.Time) (P
 	if err != nil {
 		return pin, Ticket{}, err
 	}
-	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, req.EstPromptTokens, now), nil
+	book := max(req.EstPromptTokens, req.BookTokens)
+	return pin, p.ledger.dispatched(pin, book, book, now), nil
 }
 
 // Release implements Picker.

@@ -51,6 +51,11 @@ type Request struct {
 	Namespaces []string
 	// EstPromptTokens is the estimated prompt size.
 	EstPromptTokens int
+	// BookTokens, when larger than EstPromptTokens, is the size the
+	// dispatch is booked at in the in-flight ledger: a request picked
+	// without a prompt size (by its model name alone) still occupies its
+	// workers until it ends, so that a burst of them is spread.
+	BookTokens int
 	// Path is the endpoint (/v1/chat/completions, /v1/completions) and
 	// Body the request as the frontend will receive it: what a picker that
 	// renders the prompt reads. Pickers that do not, ignore them. A nil

@@ -317,6 +317,27 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
+// TestBookTokens: a request picked without a prompt size (by its model
+// name alone) is chosen by load as it stands, and booked at BookTokens, so
+// that the next pick sees it.
+func TestBookTokens(t *testing.T) {
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.sample(1, 0, t0, u64(10), nil, nil)
+	l.sample(2, 0, t0, u64(12), nil, nil)
+	now := t0.Add(time.Second)
+	p := picker(l, now)
+	modelOnly := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, BookTokens: 160}
+	first, _, err := p.Reserve(snap, modelOnly, now)
+	if err != nil || first.Decode.Worker.ID.InstanceID != 1 {
+		t.Fatalf("%+v %v", first, err)
+	}
+	second, _, err := p.Reserve(snap, modelOnly, now)
+	if err != nil || second.Decode.Worker.ID.InstanceID != 2 {
+		t.Fatalf("the booked request was not counted: %+v %v", second, err)
+	}
+}
+
 // TestStalled: a worker sent a large request that then reports nothing for
 // 5 s is passed over while another has a cost; not when nothing is fresh.
 func TestStalled(t *testing.T) {

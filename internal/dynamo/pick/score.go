@@ -83,13 +83,14 @@ func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Ti
 	if err != nil {
 		return pin, Ticket{}, err
 	}
-	prefill := req.EstPromptTokens
+	book := max(req.EstPromptTokens, req.BookTokens)
+	prefill := book
 	if ps, ok := s.(PrefillSizer); ok {
 		if n, ok := ps.PrefillTokens(pin); ok {
 			prefill = n
 		}
 	}
-	return pin, p.ledger.dispatched(pin, req.EstPromptTokens, prefill, now), nil
+	return pin, p.ledger.dispatched(pin, book, prefill, now), nil
 }
 
 // PrefillSizer is a Scorer that knows how much of the prompt the rank that

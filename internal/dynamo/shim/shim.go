@@ -265,8 +265,9 @@ func (d *Dispatcher[R]) Plan() *Plan[R] { return d.plan.Load() }
 type Request[R comparable] struct {
 	// Model is the model the client named.
 	Model string
-	// PromptTokens is the prompt's estimated size.
-	PromptTokens int
+	// PromptTokens is the prompt's estimated size; BookTokens the size
+	// to book the dispatch at when larger (pick.Request.BookTokens).
+	PromptTokens, BookTokens int
 	// Path and Body are the endpoint and the body the frontend will get.
 	Path string
 	Body []byte
@@ -325,7 +326,7 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 	}
 	picker := d.Picker()
 	pin, ticket, err := picker.Reserve(snap, pick.Request{Model: plan.Model(req.Model), Namespaces: cands.Namespaces,
-		EstPromptTokens: req.PromptTokens, Path: req.Path, Body: req.Body, Exclude: req.Exclude, Busy: plan.cfg.Busy}, now)
+		EstPromptTokens: req.PromptTokens, BookTokens: req.BookTokens, Path: req.Path, Body: req.Body, Exclude: req.Exclude, Busy: plan.cfg.Busy}, now)
 	if errors.Is(err, pick.ErrAllBusy) {
 		return nil, err
 	}
