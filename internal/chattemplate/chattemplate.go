@@ -130,10 +130,16 @@ func Compile(src string, opts ...Option) (*Template, error) {
 // specialTokenKeys are the tokenizer_config.json keys exposed to templates.
 var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}
 
+// ErrNoNamedTemplate: the tokenizer config has no chat template of the
+// name asked for.
+var ErrNoNamedTemplate = errors.New("chattemplate: no chat template named")
+
 // FromTokenizerConfig compiles the chat template of a tokenizer_config.json:
 // chat_template as a string, or a list of {name, template} from which name
-// is chosen ("default" when name is empty). The special tokens (strings or
-// AddedToken objects with "content") become the template's defaults.
+// is chosen ("default" when name is empty; none of that name is
+// ErrNoNamedTemplate). The special tokens (strings or AddedToken objects
+// with "content") become the template's defaults.
+
 func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, error) {
 	var cfg map[string]json.RawMessage
 	if err := json.Unmarshal(data, &cfg); err != nil {
@@ -165,10 +171,10 @@ func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, e
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("chattemplate: no chat template named %q (have %s)", want, strings.Join(names, ", "))
+			return nil, fmt.Errorf("%w %q (have %s)", ErrNoNamedTemplate, want, strings.Join(names, ", "))
 		}
 	} else if name != "" && name != "default" {
-		return nil, fmt.Errorf("chattemplate: no chat template named %q (the config has a single one)", name)
+		return nil, fmt.Errorf("%w %q (the config has a single one)", ErrNoNamedTemplate, name)
 	}
 	t, err := Compile(src, opts...)
 	if err != nil {

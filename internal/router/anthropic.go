@@ -443,11 +443,11 @@ func (a *anthropicOut) fail(w http.ResponseWriter, status int, code, param, mess
 		msg = param + ": " + msg
 	}
 	typ := anthropicErrorType(status)
-	if code != "" && code != typ {
-		msg = code + ": " + msg
-	}
 	if code == CodePrefillDecodeUnavailable {
 		typ = code
+	}
+	if code != "" && code != typ {
+		msg = code + ": " + msg
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

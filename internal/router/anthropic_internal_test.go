@@ -383,7 +383,7 @@ func TestAnthropicErrors(t *testing.T) {
 	rec := httptest.NewRecorder()
 	a.fail(rec, 503, CodePrefillDecodeUnavailable, "", "the fleet view is out of date")
 	if rec.Code != 503 || compactJSON(t, rec.Body.String()) !=
-		`{"type":"error","error":{"type":"disaggregated_prefill_decode_unavailable","message":"disaggregated_prefill_decode_unavailable: the fleet view is out of date"}}` {
+		`{"type":"error","error":{"type":"disaggregated_prefill_decode_unavailable","message":"the fleet view is out of date"}}` {
 		t.Errorf("%d %s", rec.Code, rec.Body)
 	}
 	rec = httptest.NewRecorder()

@@ -157,12 +157,12 @@ func LoadFileValue[T any](load func() (T, error)) (*FileValue[T], error) {
 	return &FileValue[T]{load: load, last: v}, nil
 }
 
-// Get loads the value again, or gives the last one loaded.
+// Get loads the value again, or gives the last one loaded. Loads are one
+// at a time, so a slow one cannot put back an older value.
 func (f *FileValue[T]) Get() T {
-	v, err := f.load()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err == nil {
+	if v, err := f.load(); err == nil {
 		f.last = v
 	}
 	return f.last

@@ -383,11 +383,20 @@ func runHash(o *Options) error {
 	}
 	// As the router builds templates: no clock of their own, a render runs
 	// to its request's render deadline.
-	tmpl, err := loadTemplate(o, chattemplate.WithTimeout(0))
-	if err != nil {
+	p := &kv.Preparer{Tokenizer: tok}
+	if o.TokenizerConfig != "" && o.TemplateName == "" {
+		// As the router loads a config: its tool_use template, when it
+		// names one, renders the requests that list tools.
+		b, err := readFile(o.TokenizerConfig)
+		if err != nil {
+			return err
+		}
+		if p.Template, p.ToolUse, err = kv.ConfigTemplates(b, chattemplate.WithTimeout(0)); err != nil {
+			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s: %w", o.TokenizerConfig, err)}
+		}
+	} else if p.Template, err = loadTemplate(o, chattemplate.WithTimeout(0)); err != nil {
 		return err
 	}
-	p := &kv.Preparer{Tokenizer: tok, Template: tmpl}
 	seed := wire.BlockHashSeed(o.LoRA, o.Salt)
 	if o.textSet {
 		ids, err := p.Text(o.Text, o.AddSpecial)

@@ -263,6 +263,12 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 	if _, toolUse, err := kv.NamedTemplates([]byte(`{"chat_template":"one"}`)); err != nil || toolUse != nil {
 		t.Errorf("a single template is both: tool_use %v, %v", toolUse, err)
 	}
+	if _, _, err := kv.NamedTemplates([]byte(`{"chat_template":[{"name":"default","template":"D"},{"name":"tool_use","template":"{% if %}"}]}`)); err == nil {
+		t.Error("a tool_use template that does not compile was taken as absent")
+	}
+	if def, toolUse, err := kv.NamedTemplates([]byte(`{"chat_template":[{"name":"tool_use","template":"T"}]}`)); err != nil || def != nil || toolUse == nil {
+		t.Errorf("only tool_use: %v %v %v", def, toolUse, err)
+	}
 	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: def, ToolUse: toolUse}
 	for body, want := range map[string]string{
 		`{"messages":[{"role":"user","content":"x"}]}`:                                                       "D",

@@ -151,14 +151,28 @@ type templateArtifact struct {
 // default otherwise. A config with only a tool_use template has no
 // default, and renders only requests with tools.
 func namedTemplates(data []byte) (def, toolUse *chattemplate.Template, err error) {
-	def, err = chattemplate.FromTokenizerConfig(data, "", templateClock)
-	if t, terr := chattemplate.FromTokenizerConfig(data, toolUseTemplate, templateClock); terr == nil {
-		toolUse = t
-	}
-	if err != nil && toolUse != nil {
+	return ConfigTemplates(data, templateClock)
+}
+
+// ConfigTemplates compiles a tokenizer config's default template and the
+// one named tool_use, as Dynamo's frontend picks between them: tool_use
+// for a request that lists tools, when the config names one beside its
+// default (nil otherwise: a single template serves both), the default for
+// every other request (nil when the config names only a tool_use
+// template). A template that does not compile is an error, as it fails
+// the frontend's loading.
+func ConfigTemplates(data []byte, opts ...chattemplate.Option) (def, toolUse *chattemplate.Template, err error) {
+	def, err = chattemplate.FromTokenizerConfig(data, "", opts...)
+	toolUse, terr := chattemplate.FromTokenizerConfig(data, toolUseTemplate, opts...)
+	switch {
+	case terr != nil && !errors.Is(terr, chattemplate.ErrNoNamedTemplate):
+		return nil, nil, terr
+	case err != nil && errors.Is(err, chattemplate.ErrNoNamedTemplate) && terr == nil:
 		return nil, toolUse, nil
+	case err != nil:
+		return nil, nil, err
 	}
-	return def, toolUse, err
+	return def, toolUse, nil
 }
 
 func configTemplate(data []byte) (*templateArtifact, error) {
@@ -454,7 +468,7 @@ func chatInput(body []byte, keepTools bool, parseArgs func(tools bool) bool) (ch
 // rendering (text-only content lists, tool parameter schemas); the body is
 // returned as it is when nothing needs it. With dropTools the body's tools
 // go; with parseArgs, tool calls' arguments strings holding JSON become
-// that JSON.
+// that JSON (a legacy function_call's always do).
 func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools, parseArgs bool) []byte {
 	changed := false
 	var msgs []any
@@ -475,9 +489,10 @@ func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools, p
 			if calls, ok := parsedToolCalls(m["tool_calls"]); ok {
 				m["tool_calls"], changed = calls, true
 			}
-			if call, ok := withParsedArguments(m["function_call"]); ok {
-				m["function_call"], changed = call, true
-			}
+		}
+		// The legacy function_call is parsed whatever the template tests.
+		if call, ok := withParsedArguments(m["function_call"]); ok {
+			m["function_call"], changed = call, true
 		}
 		msgs = append(msgs, orderedObject(raw, m))
 	}
