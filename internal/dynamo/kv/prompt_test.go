@@ -293,3 +293,32 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 		t.Errorf("tools kept: rendered ids %v (%v), want the ids of T1", got, err)
 	}
 }
+
+// FuzzChatRequest: whatever body a client sends, preparing its prompt the
+// way the frontend would (content parts, image placeholders, tool schemas,
+// tool-call arguments, tool_choice) returns the ids of a render or an
+// error, within the render budget, and never panics.
+func FuzzChatRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"messages":[{"role":"user","content":"hi"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"none"}`,
+		`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\": [1, {\"b\": null}]}"}}],"function_call":{"arguments":"7"}}]}`,
+		`{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"not json"}},3,null]}],"tools":[]}`,
+	} {
+		f.Add([]byte(s), false)
+	}
+	tk := qwen3(f).Tokenizer
+	tmpl, err := chattemplate.Compile(`{{ messages | tojson }}|{{ tools | tojson }}`)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, keep bool) {
+		p := &kv.Preparer{Tokenizer: tk, Template: tmpl, KeepToolsWhenToolChoiceNone: keep}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		ids, _, err := p.ChatRequest(ctx, body)
+		if err == nil && len(ids) == 0 {
+			t.Fatalf("%q: no ids and no error", body)
+		}
+	})
+}
