@@ -57,6 +57,26 @@ func (a argList) integer(i int, name string, def int64) (int64, error) {
 	return n, nil
 }
 
+// itemKey reads the case_sensitive and attribute arguments of unique,
+// min and max, and returns what they compare items by, as Jinja does: the
+// attribute when given, case folded unless case_sensitive.
+func (a argList) itemKey() (func(any) any, error) {
+	cs := a.boolean(0, "case_sensitive", false)
+	attr, err := a.str(1, "attribute", "")
+	if err != nil {
+		return nil, err
+	}
+	return func(x any) any {
+		if attr != "" {
+			x, _ = attrPath(x, attr)
+		}
+		if !cs {
+			x = foldCase(x)
+		}
+		return x
+	}, nil
+}
+
 func (a argList) boolean(i int, name string, def bool) bool {
 	v, ok := a.get(i, name)
 	if !ok {
@@ -295,19 +315,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		cs := a.boolean(0, "case_sensitive", false)
-		attr, err := a.str(1, "attribute", "")
+		key, err := a.itemKey()
 		if err != nil {
 			return nil, err
-		}
-		key := func(x any) any {
-			if attr != "" {
-				x, _ = attrPath(x, attr)
-			}
-			if !cs {
-				x = foldCase(x)
-			}
-			return x
 		}
 		if err := r.step(int64(len(items))); err != nil {
 			return nil, err
@@ -335,21 +345,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if len(items) == 0 {
 			return undefined{name: "no " + name + " item, sequence was empty"}, nil
 		}
-		// As Jinja: compare by the attribute when given, and ignore case
-		// unless case_sensitive; the first of equal items wins.
-		cs := a.boolean(0, "case_sensitive", false)
-		attr, err := a.str(1, "attribute", "")
+		// The first of equal items wins.
+		key, err := a.itemKey()
 		if err != nil {
 			return nil, err
-		}
-		key := func(x any) any {
-			if attr != "" {
-				x, _ = attrPath(x, attr)
-			}
-			if !cs {
-				x = foldCase(x)
-			}
-			return x
 		}
 		best := items[0]
 		for _, it := range items[1:] {

@@ -267,16 +267,17 @@ func sameDeclarations(a, b []artifact.Declared) bool {
 	})
 }
 
-// preparer returns the model's loaded tokenizer and template, or the
-// result to count and why.
-func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokenizer, *templateArtifact, map[string]string, string, error) {
+// preparer returns the model's loaded tokenizer and templates as a
+// Preparer (without templates when the cards declare none), or the result
+// to count and why.
+func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (Preparer, string, error) {
 	d := p.declarations(snap, model)
 	if d.result != "" {
-		return nil, nil, nil, d.result, d.why
+		return Preparer{}, d.result, d.why
 	}
 	vals, err := p.loader.ResolveDeclared(model, d.decl)
 	if errors.Is(err, artifact.ErrUnpinned) {
-		return nil, nil, nil, ResultArtifactUnpinned, err
+		return Preparer{}, ResultArtifactUnpinned, err
 	}
 	var tk *tokenize.Tokenizer
 	var formatter, file *templateArtifact
@@ -293,22 +294,25 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokeni
 		}
 	}
 	if err != nil {
-		return nil, nil, nil, ResultTokenizerUnavailable, err
+		return Preparer{}, ResultTokenizerUnavailable, err
 	}
 	if tk == nil {
-		return nil, nil, nil, ResultTokenizerUnavailable, errors.New("the model's cards declare no tokenizer")
+		return Preparer{}, ResultTokenizerUnavailable, errors.New("the model's cards declare no tokenizer")
 	}
+	pp := Preparer{Tokenizer: tk, KeepToolsWhenToolChoiceNone: d.keepTools}
 	// A separate chat template file wins over the config's template; the
 	// config still names the special tokens.
 	tmpl := formatter
-	var tokens map[string]string
 	if formatter != nil {
-		tokens = formatter.tokens
+		pp.SpecialTokens = formatter.tokens
 	}
 	if file != nil && (file.tmpl != nil || file.toolUse != nil) {
 		tmpl = file
 	}
-	return tk, tmpl, tokens, "", nil
+	if tmpl != nil {
+		pp.Template, pp.ToolUse = tmpl.tmpl, tmpl.toolUse
+	}
+	return pp, "", nil
 }
 
 // Diagnose says what Prepare would count, before rendering, for a request
@@ -316,11 +320,11 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (*tokenize.Tokeni
 // for a chat request, its template) is loaded, else the result and why.
 // An artifact still loading is an error wrapping artifact.ErrPending.
 func (p *Prompts) Diagnose(snap *fleet.Snapshot, model, path string) (string, error) {
-	_, tmpl, _, result, why := p.preparer(snap, model)
+	pp, result, why := p.preparer(snap, model)
 	if result != "" {
 		return result, why
 	}
-	if path != "/v1/completions" && (tmpl == nil || (tmpl.tmpl == nil && tmpl.toolUse == nil)) {
+	if path != "/v1/completions" && pp.Template == nil && pp.ToolUse == nil {
 		return ResultTokenizerUnavailable, errors.New("the model's cards declare no chat template")
 	}
 	return "", nil
@@ -338,7 +342,7 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	if len(body) == 0 {
 		return nil, ""
 	}
-	tk, tmpl, tokens, result, _ := p.preparer(snap, model)
+	pp, result, _ := p.preparer(snap, model)
 	if result != "" {
 		return nil, result
 	}
@@ -353,7 +357,6 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	}
 	defer func() { <-p.permits }()
 
-	pp := Preparer{Tokenizer: tk}
 	var ids []uint32
 	var salt string
 	var err error
@@ -361,11 +364,9 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	case "/v1/completions":
 		ids, salt, err = pp.CompletionRequest(ctx, body)
 	default:
-		if tmpl == nil || (tmpl.tmpl == nil && tmpl.toolUse == nil) {
+		if pp.Template == nil && pp.ToolUse == nil {
 			return nil, ResultTokenizerUnavailable
 		}
-		pp.Template, pp.ToolUse, pp.SpecialTokens = tmpl.tmpl, tmpl.toolUse, tokens
-		pp.KeepToolsWhenToolChoiceNone = p.declarations(snap, model).keepTools
 		ids, salt, err = pp.ChatRequest(ctx, body)
 	}
 	switch {
