@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,23 +98,7 @@ type mergeRule struct {
 
 func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 
-type bpeJSON struct {
-	Type                    string          `json:"type"`
-	Dropout                 *float64        `json:"dropout"`
-	UnkToken                *string         `json:"unk_token"`
-	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
-	FuseUnk                 bool            `json:"fuse_unk"`
-	ByteFallback            bool            `json:"byte_fallback"`
-	IgnoreMerges            bool            `json:"ignore_merges"`
-	Vocab                   json.RawMessage `json:"vocab"`
-	Merges                  json.RawMessage `json:"merges"`
-}
-
-func parseBPE(j *bpeJSON, byteLevel bool) (*bpe, error) {
-	if j.Type != "BPE" && j.Type != "" {
-		return nil, unsupported("model %q (only BPE)", j.Type)
-	}
+func parseBPE(j *modelJSON, byteLevel bool) (*bpe, error) {
 	if j.Dropout != nil && *j.Dropout != 0 {
 		return nil, unsupported("BPE dropout %v", *j.Dropout)
 	}
@@ -139,10 +122,8 @@ func parseBPE(j *bpeJSON, byteLevel bool) (*bpe, error) {
 		fuseUnk:      j.FuseUnk,
 		ignoreMerges: j.IgnoreMerges,
 	}
-	for tok, id := range vocab {
-		if id >= maxTokenID {
-			return nil, fmt.Errorf("tokenize: token %q has id %d, more than %d", tok, id, maxTokenID)
-		}
+	if err := checkIDs(vocab); err != nil {
+		return nil, err
 	}
 	if j.UnkToken != nil {
 		if id, ok := vocab[*j.UnkToken]; ok {
@@ -199,6 +180,19 @@ func parseBPE(j *bpeJSON, byteLevel bool) (*bpe, error) {
 	}
 	m.cache.init()
 	return m, nil
+}
+
+func (m *bpe) tokenID(tok string) (uint32, bool) {
+	id, ok := m.vocabStr[tok]
+	return id, ok
+}
+
+func (m *bpe) size() int { return len(m.vocabStr) }
+
+func (m *bpe) eachToken(f func(uint32, string)) {
+	for s, id := range m.vocabStr {
+		f(id, s)
+	}
 }
 
 // The byte-level alphabet: printable bytes stand for themselves, the others
@@ -296,9 +290,19 @@ func (m *bpe) encodeChunked(dst []uint32, w string, ws *wordScratch) []uint32 {
 type wordScratch struct {
 	syms []symbol
 	heap mergeHeap
+	// The other models' scratch: WordPiece's prefixed piece, Unigram's
+	// best paths and the path found.
+	buf   []byte
+	uni   []uniNode
+	spans []uniSpan
 	// stop is the encode's stopper: a word of megabytes takes seconds of
 	// merges.
 	stop *stopper
+}
+
+// small reports whether the scratch is small enough to keep in the pool.
+func (w *wordScratch) small() bool {
+	return cap(w.syms) <= maxPooledPieces && cap(w.uni) <= maxPooledPieces && cap(w.spans) <= maxPooledPieces && cap(w.buf) <= maxPooledPieces
 }
 
 type symbol struct {

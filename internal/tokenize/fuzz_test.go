@@ -9,14 +9,17 @@ import (
 )
 
 // FuzzEncode feeds arbitrary bytes (invalid UTF-8 included) through Encode
-// of a byte-level and a SentencePiece-style tokenizer: no panic, every id
-// in the vocabulary, and bounded time.
+// of a byte-level and a SentencePiece-style BPE tokenizer, BERT's WordPiece
+// and a small Unigram one with byte fallback: no panic, every id in the
+// vocabulary, and bounded time.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "hello world", "<|im_start|>user\n hi<|im_end|>", "\xff\xfe<s>\xc3", "   \t\r\n  x", "안녕 🍕 ١٢٣"} {
 		f.Add([]byte(s))
 	}
 	byteLevel := loadModel(f, "qwen3")
 	sentencePiece := loadModel(f, "llama2")
+	wordPiece := loadModel(f, "bert")
+	uni := smallModel(f, "unigram_byte_fallback")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
 			return
@@ -24,7 +27,7 @@ func FuzzEncode(f *testing.F) {
 		for _, tk := range []interface {
 			Encode(string, bool) ([]uint32, error)
 			IDToToken(uint32) (string, bool)
-		}{byteLevel, sentencePiece} {
+		}{byteLevel, sentencePiece, wordPiece, uni} {
 			start := time.Now()
 			ids, err := tk.Encode(string(data), true)
 			if err != nil {
@@ -52,6 +55,10 @@ func FuzzLoad(f *testing.F) {
 	f.Add(tiny(f, map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]}`, "pre_tokenizer": `null`}))
 	f.Add(tiny(f, map[string]string{"model": `{"type": "BPE", "vocab": {"a\u0041": 0, "\ud83d\ude00": 1}, "merges": []}`, "pre_tokenizer": `null`}))
 	f.Add(tiny(f, map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Replace", "pattern": {"Regex": "a+"}, "content": "b"}]}`}))
+	f.Add(tiny(f, map[string]string{"model": `{"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["a", -1.5], ["ab", -2]], "byte_fallback": true}`, "pre_tokenizer": `null`}))
+	f.Add(tiny(f, map[string]string{"model": `{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}`,
+		"normalizer": `{"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true}`, "pre_tokenizer": `{"type": "BertPreTokenizer"}`}))
+	f.Add(tiny(f, map[string]string{"model": `{"unk_token": "<unk>", "vocab": {"<unk>": 0, "hello": 1}}`, "pre_tokenizer": `{"type": "Whitespace"}`}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tk, err := tokenize.Load(data)
 		if err != nil {

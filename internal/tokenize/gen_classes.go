@@ -120,6 +120,9 @@ func main() {
 		Numeric      [][2]int             `json:"numeric"`
 		Word         [][2]int             `json:"word"`
 		Space        [][2]int             `json:"space"`
+		BertControl  [][2]int             `json:"bert_control"`
+		BertSpace    [][2]int             `json:"bert_space"`
+		BertMn       [][2]int             `json:"bert_mn"`
 	}
 	if err := json.Unmarshal(rustData, &rust); err != nil {
 		panic(err)
@@ -140,6 +143,9 @@ func main() {
 	writeTable(&b, "hfNumeric", "the characters the engine's Digits pre-tokenizer takes\n// for digits (Rust's char::is_numeric, a newer Unicode than the regex\n// engine's)", rust.Numeric)
 	writeTable(&b, "hfStripAccents", "the characters the engine's StripAccents normalizer\n// removes (its own, older, Unicode tables)", rust.StripAccents)
 	writeTable(&b, "hfWord", "the characters of \\w in the engine's Whitespace\n// pre-tokenizer (the regex crate's word characters, not the Split regex engine's)", rust.Word)
+	writeTable(&b, "hfBertControl", "the characters BertNormalizer's clean_text removes\n// (NUL, U+FFFD and the engine's older \"other\" categories)", rust.BertControl)
+	writeTable(&b, "hfBertSpace", "the characters BertNormalizer's clean_text turns into\n// a space (Rust's whitespace, less those it removes)", rust.BertSpace)
+	writeTable(&b, "hfBertMn", "the characters BertNormalizer's strip_accents removes\n// after NFD (non-spacing marks in the engine's older tables)", rust.BertMn)
 	nmt := readMapping(rust.Nmt)
 	b.WriteString("\n// hfNmt holds what the engine's Nmt normalizer makes of the characters it\n// changes (\"\" for one it removes).\nvar hfNmt = map[rune]string{\n")
 	for c := rune(0); c < 0x110000; c++ {

@@ -185,3 +185,62 @@ func readMerges(raw []byte) ([][2]string, error) {
 		}
 	}
 }
+
+// float reads a JSON number as a float64.
+func (r *jsonReader) float() (float64, error) {
+	r.ws()
+	start := r.i
+	for r.i < len(r.b) {
+		switch c := r.b[r.i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			r.i++
+			continue
+		}
+		break
+	}
+	f, err := strconv.ParseFloat(string(r.b[start:r.i]), 64)
+	if err != nil {
+		return 0, fmt.Errorf("offset %d: %w", start, err)
+	}
+	return f, nil
+}
+
+// readScoredVocab reads [["piece", score], ...].
+func readScoredVocab(raw []byte) ([]scoredPiece, error) {
+	r := &jsonReader{b: raw}
+	if err := r.expect('['); err != nil {
+		return nil, err
+	}
+	out := make([]scoredPiece, 0, len(raw)/24)
+	if r.peek() == ']' {
+		return out, nil
+	}
+	for {
+		if err := r.expect('['); err != nil {
+			return nil, err
+		}
+		s, err := r.str()
+		if err != nil {
+			return nil, err
+		}
+		if err := r.expect(','); err != nil {
+			return nil, err
+		}
+		f, err := r.float()
+		if err != nil {
+			return nil, err
+		}
+		if err := r.expect(']'); err != nil {
+			return nil, fmt.Errorf("piece [%q, %v, ...] is not a pair: %w", s, f, err)
+		}
+		out = append(out, scoredPiece{s: s, score: f})
+		switch r.peek() {
+		case ',':
+			r.i++
+		case ']':
+			return out, nil
+		default:
+			return nil, fmt.Errorf("offset %d: want ',' or ']'", r.i)
+		}
+	}
+}

@@ -19,7 +19,7 @@ type fileJSON struct {
 	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage  `json:"post_processor"`
 	Decoder       json.RawMessage  `json:"decoder"`
-	Model         *bpeJSON         `json:"model"`
+	Model         *modelJSON       `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -92,16 +92,10 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("tokenize: tokenizer.json is %d bytes, more than the %d allowed", len(data), MaxFileSize)
 	}
-	// The model is decoded with the rest, in one pass over the file; a
-	// model that is not BPE fails that, and a second look names its type.
+	// The model is decoded with the rest, in one pass over the file (its
+	// vocabulary and merges are kept raw for the hand-written readers).
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		var probe struct {
-			Model typed `json:"model"`
-		}
-		if json.Unmarshal(data, &probe) == nil && probe.Model.Type != "BPE" && probe.Model.Type != "" {
-			return nil, unsupported("model %q (only BPE)", probe.Model.Type)
-		}
 		return nil, fmt.Errorf("tokenize: parse tokenizer.json: %w", err)
 	}
 	if f.Model == nil {
@@ -125,20 +119,18 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 		// The pre-tokenizer would map the alphabet's characters again.
 		return nil, unsupported("ByteLevel normalizer with a ByteLevel pre-tokenizer")
 	}
-	if t.model, err = parseBPE(f.Model, byteLevel); err != nil {
+	if t.model, err = parseModel(f.Model, byteLevel); err != nil {
 		return nil, err
 	}
-	assignAddedIDs(f.AddedTokens, t.model.vocabStr)
+	assignAddedIDs(f.AddedTokens, t.model)
 	if t.added, err = newAddedVocab(f.AddedTokens, t.normalizer); err != nil {
 		return nil, err
 	}
 	if t.post, err = parsePostProcessor(f.PostProcessor, t); err != nil {
 		return nil, err
 	}
-	t.idToToken = make(map[uint32]string, len(t.model.vocabStr)+len(f.AddedTokens))
-	for s, id := range t.model.vocabStr {
-		t.idToToken[id] = s
-	}
+	t.idToToken = make(map[uint32]string, t.model.size()+len(f.AddedTokens))
+	t.model.eachToken(func(id uint32, s string) { t.idToToken[id] = s })
 	for _, a := range f.AddedTokens {
 		if a.ID != nil {
 			t.idToToken[*a.ID] = a.Content
@@ -152,8 +144,8 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 // library wrote): a token the vocab holds has the vocab's id; a content seen
 // before keeps its id; any other takes the next id after the highest added
 // id, or the vocab's size if that is higher.
-func assignAddedIDs(toks []addedTokenJSON, vocab map[string]uint32) {
-	vocabSize := uint32(len(vocab))
+func assignAddedIDs(toks []addedTokenJSON, vocab model) {
+	vocabSize := uint32(vocab.size())
 	seen := make(map[string]uint32, len(toks))
 	var maxID uint32
 	haveMax := false
@@ -164,7 +156,7 @@ func assignAddedIDs(toks []addedTokenJSON, vocab map[string]uint32) {
 		}
 		id, ok := seen[a.Content]
 		if !ok {
-			id, ok = vocab[a.Content]
+			id, ok = vocab.tokenID(a.Content)
 		}
 		if !ok {
 			id = vocabSize

@@ -76,6 +76,8 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 			return nil, fmt.Errorf("tokenize: Strip normalizer: %w", err)
 		}
 		return strip(p), nil
+	case "BertNormalizer":
+		return parseBertNormalizer(raw)
 	case "Sequence":
 		var p struct {
 			Normalizers []json.RawMessage `json:"normalizers"`
@@ -177,18 +179,20 @@ func (lowercase) normalize(s string) string {
 	return b.String()
 }
 
-// charMap removes the characters of drop and replaces those of to (an
-// empty replacement removes): StripAccents drops the combining marks of the
-// library's own tables, Nmt blanks or removes control and format characters
-// (both measured from the library into classdelta.go).
+// charMap removes the characters of drop, turns those of space into
+// spaces and replaces those of to (an empty replacement removes):
+// StripAccents drops the combining marks of the library's own tables, Nmt
+// blanks or removes control and format characters, BertNormalizer's
+// clean_text removes control characters and blanks whitespace (all
+// measured from the library into classdelta.go).
 type charMap struct {
-	drop *unicode.RangeTable
-	to   map[rune]string
+	drop, space *unicode.RangeTable
+	to          map[rune]string
 }
 
 func (m charMap) hit(r rune) bool {
-	if m.drop != nil {
-		return unicode.Is(m.drop, r)
+	if m.drop != nil && unicode.Is(m.drop, r) || m.space != nil && unicode.Is(m.space, r) {
+		return true
 	}
 	_, ok := m.to[r]
 	return ok
@@ -203,11 +207,14 @@ func (m charMap) normalize(s string) string {
 	b.Grow(len(s))
 	b.WriteString(s[:i])
 	for _, r := range s[i:] {
-		switch {
-		case !m.hit(r):
+		if !m.hit(r) {
 			b.WriteRune(r)
-		case m.to != nil:
-			b.WriteString(m.to[r])
+			continue
+		}
+		if m.space != nil && unicode.Is(m.space, r) {
+			b.WriteByte(' ')
+		} else if to, ok := m.to[r]; ok {
+			b.WriteString(to)
 		}
 	}
 	return b.String()
@@ -286,4 +293,79 @@ func (q sequenceNorm) normalize(s string) string {
 		s = n.normalize(s)
 	}
 	return s
+}
+
+// parseBertNormalizer reads BertNormalizer, BERT's cleaning as stages:
+// clean_text removes control characters (and NUL and U+FFFD) and turns
+// whitespace into spaces; handle_chinese_chars puts a space on each side
+// of every CJK ideograph; strip_accents (when null, as lowercase) removes
+// non-spacing marks after NFD; lowercase lowercases.
+func parseBertNormalizer(raw json.RawMessage) (normalizer, error) {
+	var p struct {
+		CleanText          *bool `json:"clean_text"`
+		HandleChineseChars *bool `json:"handle_chinese_chars"`
+		StripAccents       *bool `json:"strip_accents"`
+		Lowercase          *bool `json:"lowercase"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("tokenize: BertNormalizer: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"clean_text", p.CleanText != nil}, {"handle_chinese_chars", p.HandleChineseChars != nil}, {"lowercase", p.Lowercase != nil}} {
+		if !f.set {
+			return nil, fmt.Errorf("tokenize: BertNormalizer: missing field %q", f.name)
+		}
+	}
+	var seq sequenceNorm
+	if *p.CleanText {
+		seq = append(seq, charMap{drop: hfBertControl, space: hfBertSpace})
+	}
+	if *p.HandleChineseChars {
+		seq = append(seq, bertChinese{})
+	}
+	if p.StripAccents != nil && *p.StripAccents || p.StripAccents == nil && *p.Lowercase {
+		seq = append(seq, unicodeNorm{norm.NFD}, charMap{drop: hfBertMn})
+	}
+	if *p.Lowercase {
+		seq = append(seq, lowercase{})
+	}
+	switch len(seq) {
+	case 0:
+		return nil, nil
+	case 1:
+		return seq[0], nil
+	}
+	return seq, nil
+}
+
+// bertChinese is BertNormalizer's handle_chinese_chars: a space on each
+// side of every character of the CJK ideograph blocks BERT names.
+type bertChinese struct{}
+
+func isBertChinese(r rune) bool {
+	return r >= 0x4E00 && r <= 0x9FFF || r >= 0x3400 && r <= 0x4DBF || r >= 0x20000 && r <= 0x2A6DF ||
+		r >= 0x2A700 && r <= 0x2B73F || r >= 0x2B740 && r <= 0x2B81F || r >= 0x2B920 && r <= 0x2CEAF ||
+		r >= 0xF900 && r <= 0xFAFF || r >= 0x2F800 && r <= 0x2FA1F
+}
+
+func (bertChinese) normalize(s string) string {
+	i := strings.IndexFunc(s, isBertChinese)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	b.WriteString(s[:i])
+	for _, r := range s[i:] {
+		if isBertChinese(r) {
+			b.WriteByte(' ')
+			b.WriteRune(r)
+			b.WriteByte(' ')
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

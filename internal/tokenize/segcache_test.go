@@ -36,7 +36,7 @@ func TestSegmentCache(t *testing.T) {
 			cold.SetSegmentCache(false)
 			warm := loadModel(t, model) // shared with the golden tests, cache on
 			sep := ""
-			for _, s := range []string{"<|im_start|>", "<|begin_of_text|>", "<start_of_turn>", "<|start|>", "<｜begin▁of▁sentence｜>", "</s>", "<|endoftext|>", "<EOT>"} {
+			for _, s := range []string{"<|im_start|>", "<|begin_of_text|>", "<start_of_turn>", "<|start|>", "<｜begin▁of▁sentence｜>", "</s>", "<|endoftext|>", "<EOT>", "[SEP]"} {
 				if _, ok := warm.TokenToID(s); ok {
 					sep = s
 					break

@@ -1,21 +1,25 @@
 // Package tokenize encodes text to token ids exactly as the Hugging Face
-// tokenizers library does for a tokenizer.json file, for the BPE tokenizers
-// inference fleets serve: byte-level BPE (Qwen2/2.5/3, Llama 3.x, DeepSeek V3,
-// GPT-OSS) and SentencePiece-style BPE with byte fallback (Llama 2, Mistral,
-// Gemma).
+// tokenizers library does for a tokenizer.json file: the BPE tokenizers
+// inference fleets mostly serve, byte-level (Qwen2/2.5/3, Llama 3.x,
+// DeepSeek V3, GPT-OSS) and SentencePiece-style with byte fallback (Llama 2,
+// Mistral, Gemma), and the Unigram (T5, XLM-R), WordPiece (BERT) and
+// WordLevel models.
 //
 // The pipeline is the library's: added tokens are split out of the raw text
 // (non-normalized ones) and out of the normalized text (normalized ones),
 // leftmost-longest, with single_word, lstrip and rstrip; the rest is
 // normalized (NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Nmt, ByteLevel,
-// Prepend, Replace, Strip, Sequence), pre-tokenized (Split with its
-// behaviours and invert, ByteLevel, Digits, Metaspace, Punctuation,
+// BertNormalizer, Prepend, Replace, Strip, Sequence), pre-tokenized (Split
+// with its behaviours and invert, ByteLevel, Digits, Metaspace, Punctuation,
 // Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit,
 // Sequence; splitting stages after ByteLevel see its alphabet) and run
-// through the BPE model (byte fallback, unk and fuse_unk, ignore_merges); a
+// through the model (BPE with byte fallback, unk and fuse_unk and
+// ignore_merges; Unigram's best-scoring path with fused unknowns and byte
+// fallback; WordPiece's greedy longest pieces; WordLevel); a
 // post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
 // its special tokens when asked to; a file's truncation and padding apply to
-// every encoding, as in the library. A tokenizer.json using anything else
+// every encoding, as in the library. A file without a model type is read as
+// the library reads such older files. A tokenizer.json using anything else
 // fails to load with an error naming the feature, so an encoding is never
 // silently wrong.
 //
@@ -65,7 +69,7 @@ type Tokenizer struct {
 	added      *addedVocab
 	normalizer normalizer // nil: none
 	pre        []preTokenizer
-	model      *bpe
+	model      model
 	post       postProcessor // nil: none
 	trunc      *truncation   // nil: none
 	pad        *padding      // nil: none
@@ -186,7 +190,7 @@ func (t *Tokenizer) encode(ctx context.Context, dst []uint32, text string, addSp
 			st = &state{} // abandon the scratch of the failed encode
 		}
 		st.stop = stopper{}
-		if cap(st.a) <= maxPooledPieces && cap(st.b) <= maxPooledPieces && cap(st.segs) <= maxPooledPieces && cap(st.word.syms) <= maxPooledPieces {
+		if cap(st.a) <= maxPooledPieces && cap(st.b) <= maxPooledPieces && cap(st.segs) <= maxPooledPieces && st.word.small() {
 			t.states.Put(st)
 		}
 	}()
@@ -306,8 +310,7 @@ func (t *Tokenizer) TokenToID(tok string) (uint32, bool) {
 	if id, ok := t.added.byContent[tok]; ok {
 		return id, true
 	}
-	id, ok := t.model.vocabStr[tok]
-	return id, ok
+	return t.model.tokenID(tok)
 }
 
 // sanitizeUTF8 replaces each invalid byte with U+FFFD, as encoding/json and

@@ -133,10 +133,15 @@ func TestLoadRejects(t *testing.T) {
 		override map[string]string
 		want     string
 	}{
-		{"unigram model", map[string]string{"model": `{"type": "Unigram", "vocab": []}`}, `unsupported tokenizer.json feature: model "Unigram"`},
-		{"wordpiece model", map[string]string{"model": `{"type": "WordPiece", "vocab": {}}`}, `model "WordPiece"`},
+		{"unknown model", map[string]string{"model": `{"type": "BacktrackingBpe", "vocab": {}}`}, `unsupported tokenizer.json feature: model "BacktrackingBpe"`},
+		{"unigram unk_id outside the vocab", map[string]string{"model": `{"type": "Unigram", "unk_id": 1, "vocab": [["a", 0]]}`}, `unk_id 1 is not in the vocabulary`},
+		{"unigram unk_id in an empty vocab", map[string]string{"model": `{"type": "Unigram", "unk_id": 0, "vocab": []}`}, `vocabulary is empty`},
+		{"unigram score", map[string]string{"model": `{"type": "Unigram", "unk_id": 0, "vocab": [["a", "x"]]}`}, `Unigram vocab`},
+		{"wordpiece without unk_token", map[string]string{"model": `{"type": "WordPiece", "vocab": {}}`}, `WordPiece model: missing field "unk_token"`},
+		{"wordpiece without max_input_chars_per_word", map[string]string{"model": `{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "vocab": {}}`}, `missing field "max_input_chars_per_word"`},
+		{"wordlevel without vocab", map[string]string{"model": `{"type": "WordLevel", "unk_token": "[UNK]"}`}, `WordLevel model: missing field "vocab"`},
 		{"precompiled normalizer", map[string]string{"normalizer": `{"type": "Precompiled", "precompiled_charsmap": ""}`}, `unsupported tokenizer.json feature: normalizer "Precompiled"`},
-		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `normalizer "BertNormalizer"`},
+		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `BertNormalizer: missing field "clean_text"`},
 		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "UnicodeScripts"}`}, `pre-tokenizer "UnicodeScripts"`},
 		{"metaspace after bytelevel", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, {"type": "Metaspace", "replacement": "▁"}]}`}, `Metaspace pre-tokenizer after ByteLevel`},
 		{"bytelevel normalizer and pre-tokenizer", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "ByteLevel"}]}`}, `ByteLevel normalizer with a ByteLevel pre-tokenizer`},

@@ -10,7 +10,15 @@ const zlib = require('zlib');
 const cache = process.env.TOKENIZER_REF_CACHE;
 const repo = process.env.REPO_ROOT;
 const { Tokenizer } = require(path.join(cache, 'node_modules', 'tokenizers'));
+const { execFileSync } = require('child_process');
 const models = require('./models.js');
+
+// modelFile returns the path of a model's tokenizer.json.
+function modelFile(src) {
+  if (typeof src === 'string') return path.join(cache, 'node_modules', src, 'models', 'tokenizer.json');
+  const dl = JSON.parse(execFileSync('go', ['mod', 'download', '-json', src.module], { cwd: '/', encoding: 'utf8' }));
+  return path.join(dl.Dir, src.file);
+}
 
 async function main() {
   const dir = path.join(repo, 'testdata', 'tokenize');
@@ -18,7 +26,7 @@ async function main() {
   const corpus = fs.readFileSync(path.join(dir, 'corpus.jsonl'), 'utf8')
     .split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l));
   for (const [name, pkg] of Object.entries(models)) {
-    const file = path.join(cache, 'node_modules', pkg, 'models', 'tokenizer.json');
+    const file = modelFile(pkg);
     const raw = fs.readFileSync(file);
     fs.writeFileSync(path.join(dir, `${name}.tokenizer.json.gz`), zlib.gzipSync(raw, { level: 9 }));
     const tok = Tokenizer.fromFile(file);

@@ -10,6 +10,11 @@
 //   numeric:       ranges the Digits pre-tokenizer takes for digits
 //   word, space:   ranges of \w and \s in the Whitespace pre-tokenizer's
 //                  \w+|[^\w\s]+ (the regex crate's classes)
+//   bert_control:  ranges BertNormalizer's clean_text removes (NUL, U+FFFD and
+//                  its "other" category, from an older Unicode)
+//   bert_space:    ranges clean_text turns into a space (Rust's whitespace)
+//   bert_mn:       ranges BertNormalizer's strip_accents removes after NFD
+//                  (non-spacing marks, from an older Unicode)
 // internal/tokenize/gen_classes.go turns it into Go tables. Run through
 // generate.sh.
 'use strict';
@@ -107,6 +112,26 @@ async function numericClass() {
   return ranges(numeric);
 }
 
+// bertClasses measures BertNormalizer's character classes, one stage at a
+// time ("Q" separates the probes: no stage touches it).
+async function bertClasses() {
+  const bert = (o) => ({ type: 'BertNormalizer', clean_text: false, handle_chinese_chars: false,
+    strip_accents: false, lowercase: false, ...o });
+  const clean = await changed(bert({ clean_text: true }), 'Q');
+  const control = [];
+  const space = [];
+  for (const [c, to] of clean) {
+    if (to === '') control.push(c);
+    else if (to === ' ') space.push(c);
+    else throw new Error(`clean_text made U+${c.toString(16)} into ${JSON.stringify(to)}`);
+  }
+  return {
+    bert_control: ranges(control),
+    bert_space: ranges(space),
+    bert_mn: await removed(bert({ strip_accents: true }), [], 'Q'),
+  };
+}
+
 async function main() {
   const res = {
     lowercase: await changed({ type: 'Lowercase' }),
@@ -115,6 +140,7 @@ async function main() {
     punctuation: await removed(null, [{ type: 'Punctuation', behavior: 'Removed' }]),
     numeric: await numericClass(),
     ...(await whitespaceClasses()),
+    ...(await bertClasses()),
   };
   fs.writeFileSync(path.join(process.env.REPO_ROOT, 'testdata', 'tokenize', 'hf-unicode.json'), JSON.stringify(res) + '\n');
   for (const [k, v] of Object.entries(res)) console.error(`${k}: ${v.length}`);

@@ -126,7 +126,7 @@ func TestTokenizeTextAndErrors(t *testing.T) {
 		t.Fatalf("missing file: exit %d %s", code, errOut)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
-	_ = os.WriteFile(bad, []byte(`{"model": {"type": "Unigram", "vocab": []}}`), 0o600)
+	_ = os.WriteFile(bad, []byte(`{"model": {"type": "BacktrackingBpe", "vocab": {}}}`), 0o600)
 	if code, _, errOut := run(t, "", "kv-inspect", "tokenize", "--tokenizer", bad, "--text", "x"); code != 2 || errOut == "" {
 		t.Fatalf("unsupported tokenizer: exit %d %s", code, errOut)
 	}
