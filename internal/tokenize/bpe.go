@@ -15,11 +15,15 @@ const maxTokenID = 1 << 24
 // ByteLevel) it keys its vocabulary by raw bytes, which is the library's
 // byte-to-alphabet mapping undone once at load instead of on every word.
 type bpe struct {
-	vocabStr     map[string]uint32 // as the file spells the tokens
-	vocab        map[string]uint32 // as words reach the model (raw bytes in byte-level mode)
-	merges       mergeTable
-	byteLevel    bool
-	byteTok      [256]uint32 // byte-level mode: the token of each byte
+	vocabStr  map[string]uint32 // as the file spells the tokens
+	vocab     map[string]uint32 // as words reach the model (raw bytes in byte-level mode)
+	merges    mergeTable
+	byteLevel bool
+	byteTok   [256]uint32 // byte-level mode: the token of each byte
+	// hasByte says which bytes have a token; allBytes that all do (a byte
+	// without one is read as a missing character, see initialSymbols).
+	hasByte      [256]bool
+	allBytes     bool
 	byteFallback bool
 	fallback     [256]uint32 // <0xXX> tokens
 	hasFallback  [256]bool
@@ -145,11 +149,11 @@ func parseBPE(j *modelJSON, byteLevel bool) (*bpe, error) {
 				m.byteTok[raw[0]], have[raw[0]] = id, true
 			}
 		}
-		for b, ok := range have {
-			if !ok {
-				return nil, unsupported("byte-level vocabulary without a token for byte %#02x", b)
-			}
+		m.allBytes = true
+		for _, ok := range have {
+			m.allBytes = m.allBytes && ok
 		}
+		m.hasByte = have
 	} else {
 		m.vocab = vocab
 	}
@@ -365,17 +369,34 @@ func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
 		stop.tick()
 		syms = append(syms, symbol{id: id})
 	}
-	if m.byteLevel {
+	if m.byteLevel && m.allBytes {
 		for i := 0; i < len(w); i++ {
 			add(m.byteTok[w[i]])
 		}
 	} else {
-		unkPending, unkSet := false, false
+		// A character the vocabulary lacks goes to byte fallback (its
+		// bytes' <0xXX> tokens, when all exist), else to the unknown token
+		// (runs of them fused into one with fuse_unk), else it is dropped,
+		// as the library does. In byte-level mode the characters are the
+		// bytes, spelled in the alphabet for the fallback's sake.
+		unkPending := false
 		for i := 0; i < len(w); {
-			_, n := utf8.DecodeRuneInString(w[i:])
-			ch := w[i : i+n]
-			i += n
-			if id, ok := m.vocab[ch]; ok {
+			var ch string
+			var id uint32
+			var ok bool
+			if m.byteLevel {
+				b := w[i]
+				i++
+				if id, ok = m.byteTok[b], m.hasByte[b]; !ok {
+					ch = string(byteToRune[b])
+				}
+			} else {
+				_, n := utf8.DecodeRuneInString(w[i:])
+				ch = w[i : i+n]
+				i += n
+				id, ok = m.vocab[ch]
+			}
+			if ok {
 				if unkPending {
 					add(m.unk)
 					unkPending = false
@@ -394,7 +415,6 @@ func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
 					add(m.unk)
 				}
 				unkPending = true
-				unkSet = true
 			} else if m.unkMissing != "" {
 				panic(encodeError{fmt.Errorf("tokenize: %q needs the unk_token %q, which is not in the vocab", ch, m.unkMissing)})
 			}
@@ -402,7 +422,6 @@ func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
 		if unkPending {
 			add(m.unk)
 		}
-		_ = unkSet
 	}
 	for i := range syms {
 		syms[i].prev = int32(i - 1)

@@ -160,7 +160,6 @@ func TestLoadRejects(t *testing.T) {
 		{"metaspace scheme", map[string]string{"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}`}, `prepend_scheme "sometimes"`},
 		{"bad regex", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": false}`}, `compile regex`},
 		{"merge outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}`}, `not in the vocab`},
-		{"missing byte tokens", map[string]string{"model": `{"type": "BPE", "vocab": {"a": 0}, "merges": []}`}, `without a token for byte`},
 		{"added token without normalized", map[string]string{"added_tokens": `[{"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "special": true}]`}, `added token "<|end|>" lacks "normalized"`},
 		{"added token without id", map[string]string{"added_tokens": `[{"content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}]`}, `lacks "id"`},
 		{"not json", map[string]string{"model": `{`}, `parse tokenizer.json`},
