@@ -22,13 +22,18 @@ type bpe struct {
 	byteTok   [256]uint32 // byte-level mode: the token of each byte
 	// hasByte says which bytes have a token; allBytes that all do (a byte
 	// without one is read as a missing character, see initialSymbols).
-	hasByte      [256]bool
-	allBytes     bool
-	byteFallback bool
-	fallback     [256]uint32 // <0xXX> tokens
-	hasFallback  [256]bool
-	unk          uint32
-	hasUnk       bool
+	hasByte  [256]bool
+	allBytes bool
+	// prefix and suffix decorate a word's characters before they are
+	// looked up: every character but the first is spelled after prefix
+	// (continuing_subword_prefix), the last before suffix
+	// (end_of_word_suffix).
+	prefix, suffix string
+	byteFallback   bool
+	fallback       [256]uint32 // <0xXX> tokens
+	hasFallback    [256]bool
+	unk            uint32
+	hasUnk         bool
 	// unkMissing is the file's unk_token when the vocab lacks it: the
 	// library loads such a file and fails an encode only when a character
 	// needs the unknown token.
@@ -106,11 +111,15 @@ func parseBPE(j *modelJSON, byteLevel bool) (*bpe, error) {
 	if j.Dropout != nil && *j.Dropout != 0 {
 		return nil, unsupported("BPE dropout %v", *j.Dropout)
 	}
-	if j.ContinuingSubwordPrefix != nil && *j.ContinuingSubwordPrefix != "" {
-		return nil, unsupported("BPE continuing_subword_prefix %q", *j.ContinuingSubwordPrefix)
+	var prefix, suffix string
+	if j.ContinuingSubwordPrefix != nil {
+		prefix = *j.ContinuingSubwordPrefix
 	}
-	if j.EndOfWordSuffix != nil && *j.EndOfWordSuffix != "" {
-		return nil, unsupported("BPE end_of_word_suffix %q", *j.EndOfWordSuffix)
+	if j.EndOfWordSuffix != nil {
+		suffix = *j.EndOfWordSuffix
+	}
+	if byteLevel && (prefix != "" || suffix != "") {
+		return nil, unsupported("BPE continuing_subword_prefix or end_of_word_suffix with a ByteLevel pre-tokenizer")
 	}
 	vocab, err := readVocab(j.Vocab)
 	if err != nil {
@@ -125,6 +134,8 @@ func parseBPE(j *modelJSON, byteLevel bool) (*bpe, error) {
 		byteFallback: j.ByteFallback,
 		fuseUnk:      j.FuseUnk,
 		ignoreMerges: j.IgnoreMerges,
+		prefix:       prefix,
+		suffix:       suffix,
 	}
 	if err := checkIDs(vocab); err != nil {
 		return nil, err
@@ -173,13 +184,22 @@ func parseBPE(j *modelJSON, byteLevel bool) (*bpe, error) {
 		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("tokenize: merge %q %q: token not in the vocab", mg[0], mg[1])
 		}
-		id, ok := vocab[mg[0]+mg[1]]
+		// The merged token is the pair with the second's first len(prefix)
+		// bytes cut (its continuing prefix, whatever they are).
+		second := mg[1]
+		if len(prefix) > 0 {
+			if len(second) < len(prefix) || !utf8.ValidString(second[len(prefix):]) {
+				return nil, fmt.Errorf("tokenize: merge %q %q: the second token is shorter than the continuing_subword_prefix %q", mg[0], mg[1], prefix)
+			}
+			second = second[len(prefix):]
+		}
+		id, ok := vocab[mg[0]+second]
 		if !ok {
 			return nil, fmt.Errorf("tokenize: merge %q %q: merged token not in the vocab", mg[0], mg[1])
 		}
 		m.merges.put(pairKey(a, b), mergeRule{rank: uint32(rank), newID: id})
 	}
-	if !byteLevel {
+	if !byteLevel && prefix == "" && suffix == "" {
 		m.chunkAfter = chunkable(vocab)
 	}
 	m.cache.init()
@@ -323,7 +343,7 @@ const maxCachedWord = 128
 
 // encodeWord appends the tokens of one pre-token.
 func (m *bpe) encodeWord(dst []uint32, w string, ws *wordScratch) []uint32 {
-	if m.ignoreMerges || len(w) == 1 && m.byteLevel {
+	if m.ignoreMerges || len(w) == 1 && m.byteLevel && m.suffix == "" {
 		if id, ok := m.vocab[w]; ok {
 			return append(dst, id)
 		}
@@ -342,7 +362,7 @@ func (m *bpe) encodeOne(dst []uint32, w string, ws *wordScratch) []uint32 {
 			return append(dst, ids...)
 		}
 	}
-	ws.syms = m.initialSymbols(ws.syms[:0], w, ws.stop)
+	ws.syms = m.initialSymbols(ws.syms[:0], w, ws)
 	if len(ws.syms) > 24 {
 		m.mergeHeap(ws)
 	} else {
@@ -363,10 +383,10 @@ func (m *bpe) encodeOne(dst []uint32, w string, ws *wordScratch) []uint32 {
 //
 // A word has at most one symbol per byte: the slice is sized once, as a
 // word of megabytes would otherwise spend most of its time regrowing it.
-func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
+func (m *bpe) initialSymbols(syms []symbol, w string, ws *wordScratch) []symbol {
 	syms = slices.Grow(syms, len(w))
 	add := func(id uint32) {
-		stop.tick()
+		ws.stop.tick()
 		syms = append(syms, symbol{id: id})
 	}
 	if m.byteLevel && m.allBytes {
@@ -393,6 +413,17 @@ func (m *bpe) initialSymbols(syms []symbol, w string, stop *stopper) []symbol {
 			} else {
 				_, n := utf8.DecodeRuneInString(w[i:])
 				ch = w[i : i+n]
+				if m.prefix != "" && i > 0 || m.suffix != "" && i+n == len(w) {
+					ws.buf = ws.buf[:0]
+					if m.prefix != "" && i > 0 {
+						ws.buf = append(ws.buf, m.prefix...)
+					}
+					ws.buf = append(ws.buf, ch...)
+					if m.suffix != "" && i+n == len(w) {
+						ws.buf = append(ws.buf, m.suffix...)
+					}
+					ch = string(ws.buf)
+				}
 				i += n
 				id, ok = m.vocab[ch]
 			}

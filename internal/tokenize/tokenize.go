@@ -13,8 +13,8 @@
 // with its behaviours and invert, ByteLevel, Digits, Metaspace, Punctuation,
 // Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit,
 // Sequence; splitting stages after ByteLevel see its alphabet) and run
-// through the model (BPE with byte fallback, unk and fuse_unk and
-// ignore_merges; Unigram's best-scoring path with fused unknowns and byte
+// through the model (BPE with byte fallback, unk and fuse_unk,
+// ignore_merges, continuing_subword_prefix and end_of_word_suffix; Unigram's best-scoring path with fused unknowns and byte
 // fallback; WordPiece's greedy longest pieces; WordLevel); a
 // post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
 // its special tokens when asked to; a file's truncation and padding apply to

@@ -149,6 +149,8 @@ func TestLoadRejects(t *testing.T) {
 		{"punctuation behaviour", map[string]string{"pre_tokenizer": `{"type": "Punctuation", "behavior": "Sideways"}`}, `split behavior "Sideways"`},
 		{"split behaviour", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways", "invert": false}`}, `split behavior "Sideways"`},
 		{"post-processor", map[string]string{"post_processor": `{"type": "Whatever"}`}, `post-processor "Whatever"`},
+		{"prefix with byte-level", map[string]string{"model": `{"type": "BPE", "continuing_subword_prefix": "##", "vocab": {"a": 0}, "merges": []}`}, `continuing_subword_prefix or end_of_word_suffix with a ByteLevel pre-tokenizer`},
+		{"merge shorter than the prefix", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "continuing_subword_prefix": "##", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}`}, `shorter than the continuing_subword_prefix`},
 		{"dropout", map[string]string{"model": `{"type": "BPE", "dropout": 0.1, "vocab": {"a": 0}, "merges": []}`}, `BPE dropout`},
 		{"truncation without strategy", map[string]string{"truncation": `{"max_length": 512}`}, `truncation lacks strategy`},
 		{"truncation without stride", map[string]string{"truncation": `{"max_length": 512, "strategy": "LongestFirst"}`}, `truncation lacks stride`},
