@@ -217,56 +217,73 @@ type byteTrie struct {
 }
 
 func newByteTrie(ids map[string]uint32) byteTrie {
-	// Build with maps, then lay the nodes out breadth first.
+	// Build from the sorted pieces, each node's children in a sibling
+	// list (appended in label order, as the pieces are sorted), without a
+	// map per node: a vocabulary of 250,000 pieces has about a million
+	// nodes. Then lay the nodes out breadth first, children contiguous.
 	type node struct {
-		kids map[byte]int
-		leaf int32
+		label                   byte
+		first, last, next, leaf int32
 	}
-	nodes := []node{{kids: map[byte]int{}, leaf: -1}}
-	for s, id := range ids {
-		n := 0
-		for i := 0; i < len(s); i++ {
-			next, ok := nodes[n].kids[s[i]]
-			if !ok {
-				next = len(nodes)
-				nodes = append(nodes, node{kids: map[byte]int{}, leaf: -1})
-				nodes[n].kids[s[i]] = next
+	keys := make([]string, 0, len(ids))
+	most := 1 // nodes at most: the root and one per byte of every piece
+	for k := range ids {
+		if k != "" { // the empty piece is never matched
+			keys = append(keys, k)
+			most += len(k)
+		}
+	}
+	slices.Sort(keys)
+	nodes := make([]node, 1, most)
+	nodes[0] = node{first: -1, last: -1, next: -1, leaf: -1}
+	path := []int32{0} // path[d]: the node at depth d on the previous piece's path
+	prev := ""
+	for _, k := range keys {
+		common := 0
+		for common < len(prev) && common < len(k) && prev[common] == k[common] {
+			common++
+		}
+		path = path[:common+1]
+		for d := common; d < len(k); d++ {
+			parent := path[d]
+			n := int32(len(nodes))
+			nodes = append(nodes, node{label: k[d], first: -1, last: -1, next: -1, leaf: -1})
+			if nodes[parent].last < 0 {
+				nodes[parent].first = n
+			} else {
+				nodes[nodes[parent].last].next = n
 			}
-			n = next
+			nodes[parent].last = n
+			path = append(path, n)
 		}
-		if n != 0 { // the empty piece is never matched
-			nodes[n].leaf = int32(id)
-		}
+		nodes[path[len(k)]].leaf = int32(ids[k])
+		prev = k
 	}
 	t := byteTrie{
 		first: make([]int32, len(nodes)),
 		count: make([]uint16, len(nodes)),
 		leaf:  make([]int32, len(nodes)),
+		label: make([]byte, 0, len(nodes)),
+		kid:   make([]int32, 0, len(nodes)),
 	}
 	for i := range t.root {
 		t.root[i] = -1
 	}
-	// order[k] is the node numbered k in the flat layout.
-	order := []int{0}
-	flat := map[int]int32{0: 0}
+	// order[k] is the built node laid out as node k; a node's children
+	// take the next flat numbers as they are queued.
+	order := make([]int32, 1, len(nodes))
 	for k := 0; k < len(order); k++ {
 		n := nodes[order[k]]
 		t.leaf[k] = n.leaf
-		labels := make([]byte, 0, len(n.kids))
-		for b := range n.kids {
-			labels = append(labels, b)
-		}
-		slices.Sort(labels)
 		t.first[k] = int32(len(t.label))
-		t.count[k] = uint16(len(labels))
-		for _, b := range labels {
-			c := n.kids[b]
-			flat[c] = int32(len(order))
+		for c := n.first; c >= 0; c = nodes[c].next {
+			flat := int32(len(order))
 			order = append(order, c)
-			t.label = append(t.label, b)
-			t.kid = append(t.kid, flat[c])
+			t.label = append(t.label, nodes[c].label)
+			t.kid = append(t.kid, flat)
+			t.count[k]++
 			if k == 0 {
-				t.root[b] = flat[c]
+				t.root[nodes[c].label] = flat
 			}
 		}
 	}
