@@ -49,6 +49,10 @@ func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, bool, error) {
 			if at >= 0 {
 				return nil, false, unsupported("Metaspace pre-tokenizer after ByteLevel")
 			}
+		case fixedLength:
+			// After ByteLevel each character of the alphabet is a byte.
+			st.bytes = at >= 0
+			stages[i] = st
 		}
 	}
 	if at < 0 {
@@ -201,6 +205,21 @@ func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
 		}, nil
 	case "WhitespaceSplit":
 		return []preTokenizer{splitPre{m: funcMatcher(spaceRun), behavior: removed}}, nil
+	case "FixedLength":
+		p := struct {
+			Length *int64 `json:"length"`
+		}{}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("tokenize: FixedLength pre-tokenizer: %w", err)
+		}
+		n := int64(5) // the library's default
+		if p.Length != nil {
+			n = *p.Length
+		}
+		if n <= 0 {
+			return nil, fmt.Errorf("tokenize: FixedLength pre-tokenizer length %d is not positive", n)
+		}
+		return []preTokenizer{fixedLength{n: int(min(n, MaxTextBytes))}}, nil
 	case "CharDelimiterSplit":
 		var p struct {
 			Delimiter string `json:"delimiter"`
@@ -540,4 +559,31 @@ func spaceRun(s string, i int) (int, int) {
 		return start, i
 	}
 	return -1, -1
+}
+
+// fixedLength is the FixedLength pre-tokenizer: pieces of n characters
+// (the last may be shorter); after ByteLevel, of n bytes, as the library
+// counts the byte-level alphabet's characters.
+type fixedLength struct {
+	n     int
+	bytes bool
+}
+
+func (f fixedLength) split(dst []piece, in piece, stop *stopper) []piece {
+	s := in.s
+	for start := 0; start < len(s); {
+		stop.tick()
+		end := start
+		if f.bytes {
+			end = min(start+f.n, len(s))
+		} else {
+			for k := 0; k < f.n && end < len(s); k++ {
+				_, size := utf8.DecodeRuneInString(s[end:])
+				end += size
+			}
+		}
+		dst = append(dst, piece{s: s[start:end], first: in.first && start == 0})
+		start = end
+	}
+	return dst
 }

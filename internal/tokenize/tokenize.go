@@ -12,7 +12,7 @@
 // BertNormalizer, Prepend, Replace, Strip, Sequence), pre-tokenized (Split
 // with its behaviours and invert, ByteLevel, Digits, Metaspace, Punctuation,
 // Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit,
-// Sequence; splitting stages after ByteLevel see its alphabet) and run
+// FixedLength, Sequence; splitting stages after ByteLevel see its alphabet) and run
 // through the model (BPE with byte fallback, unk and fuse_unk,
 // ignore_merges, continuing_subword_prefix and end_of_word_suffix; Unigram's best-scoring path with fused unknowns and byte
 // fallback; WordPiece's greedy longest pieces; WordLevel); a

@@ -143,6 +143,7 @@ func TestLoadRejects(t *testing.T) {
 		{"precompiled normalizer", map[string]string{"normalizer": `{"type": "Precompiled", "precompiled_charsmap": ""}`}, `unsupported tokenizer.json feature: normalizer "Precompiled"`},
 		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `BertNormalizer: missing field "clean_text"`},
 		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "UnicodeScripts"}`}, `pre-tokenizer "UnicodeScripts"`},
+		{"fixed length zero", map[string]string{"pre_tokenizer": `{"type": "FixedLength", "length": 0}`}, `length 0 is not positive`},
 		{"metaspace after bytelevel", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, {"type": "Metaspace", "replacement": "▁"}]}`}, `Metaspace pre-tokenizer after ByteLevel`},
 		{"bytelevel normalizer and pre-tokenizer", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "ByteLevel"}]}`}, `ByteLevel normalizer with a ByteLevel pre-tokenizer`},
 		{"two bytelevels", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "use_regex": false}, {"type": "Digits"}, {"type": "ByteLevel"}]}`}, `two ByteLevel pre-tokenizers`},
