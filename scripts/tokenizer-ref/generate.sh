@@ -42,6 +42,12 @@ python3 "$here/gen-corpus.py"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/generate.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/variants.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/small-models.js"
+# The SentencePiece tokenizers are trained here on the corpus and a generated
+# mix (spm_train of Debian's sentencepiece 0.1.97), then converted; their
+# goldens follow. When python3 has the sentencepiece package, its protobuf
+# reader cross-checks the converter's own.
+python3 "$here/spm-train.py"
+TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/spm-golden.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-classes.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-norm.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-rust.js"
