@@ -46,6 +46,8 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		return charMap{to: hfNmt}, nil
 	case "ByteLevel":
 		return byteLevelNorm{}, nil
+	case "Precompiled":
+		return parsePrecompiled(raw)
 	case "Prepend":
 		var p struct {
 			Prepend string `json:"prepend"`

@@ -140,7 +140,7 @@ func TestLoadRejects(t *testing.T) {
 		{"wordpiece without unk_token", map[string]string{"model": `{"type": "WordPiece", "vocab": {}}`}, `WordPiece model: missing field "unk_token"`},
 		{"wordpiece without max_input_chars_per_word", map[string]string{"model": `{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "vocab": {}}`}, `missing field "max_input_chars_per_word"`},
 		{"wordlevel without vocab", map[string]string{"model": `{"type": "WordLevel", "unk_token": "[UNK]"}`}, `WordLevel model: missing field "vocab"`},
-		{"precompiled normalizer", map[string]string{"normalizer": `{"type": "Precompiled", "precompiled_charsmap": ""}`}, `unsupported tokenizer.json feature: normalizer "Precompiled"`},
+		{"precompiled normalizer without a charsmap", map[string]string{"normalizer": `{"type": "Precompiled", "precompiled_charsmap": ""}`}, `Precompiled normalizer: cannot parse precompiled_charsmap`},
 		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `BertNormalizer: missing field "clean_text"`},
 		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "UnicodeScripts"}`}, `pre-tokenizer "UnicodeScripts"`},
 		{"fixed length zero", map[string]string{"pre_tokenizer": `{"type": "FixedLength", "length": 0}`}, `length 0 is not positive`},
