@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/rivo/uniseg"
@@ -41,23 +40,13 @@ import (
 // so. The library reads no charsmap of the models it was written for that
 // way; the rules only keep a malformed file from crashing the encoder.
 //
-// Clusters are github.com/rivo/uniseg's, which follows Unicode 15.0.0; the
-// library's are those of the unicode-segmentation crate 1.13.3, which
-// follows Unicode 17.0.0 (its tables know the marks added in 16.0 and 17.0,
-// such as U+1AD0). The whole-cluster rule sees the difference only in a
-// cluster under 6 bytes whose first character has a replacement: a mapped
-// 1- or 2-byte character and a mark, as "²" + U+0897. So a mark the
-// library's clusters join and uniseg's do not (hfLateExtend, measured by
-// precompiled_test.go against the library: the code points c for which "A"
-// + c is one cluster there) extends the cluster before it here, as do the
-// marks uniseg knows that follow it. What remains different: a prepended
-// sign newer than 15.0 before a mapped character (none of the trained
-// charsmaps maps one), and GB9c's Indic conjuncts (15.1), which end a
-// uniseg cluster after a virama, before the next consonant: a
-// consonant-virama-consonant cluster is over 6 bytes in the library, but
-// uniseg's cluster of the last consonant and a 2-byte mark is under 6, so a
-// consonant the charsmap maps (U+0958-U+095F, NFKC's nukta forms) drops a
-// 2-byte mark after it here and keeps it in the library.
+// Clusters are the library's (unicode-segmentation 1.13.3, Unicode 17.0):
+// github.com/rivo/uniseg's (Unicode 15.0), extended by clusterEnd with the
+// newer rules. The difference matters only where the whole-cluster rule
+// sees it, in a cluster under 6 bytes whose first character has a
+// replacement: "²" + U+0897 (a mark new in 16.0) is one cluster, "2";
+// "क्" + "क़" + U+0301 is one cluster of 11 bytes (GB9c), so "क़" + U+0301
+// is not a cluster of 5 that drops the mark.
 type precompiled struct {
 	trie []uint32
 	// repl holds the replacement strings, each ended by a NUL byte.
@@ -232,7 +221,7 @@ func (p *precompiled) normalize(s string) string {
 		}
 		var cluster string
 		cluster, _, _, state = uniseg.FirstGraphemeClusterInString(s[i:], state)
-		if n := lateExtend(s[i:], len(cluster)); n > len(cluster) {
+		if n := clusterEnd(s[i:], len(cluster)); n != len(cluster) {
 			cluster, state = s[i:i+n], -1
 		}
 		if len(cluster) < 6 {
@@ -262,68 +251,4 @@ func (p *precompiled) normalize(s string) string {
 	}
 	b.WriteString(s[done:])
 	return b.String()
-}
-
-// lateExtend returns the length of the cluster that starts s and that
-// uniseg ends at n, once extended by the marks it does not know to be marks
-// (hfLateExtend) and any marks after them. A cluster that ends in a control
-// character takes none.
-func lateExtend(s string, n int) int {
-	if n >= len(s) || s[n] < 0xE0 { // every hfLateExtend rune has 3 or 4 bytes
-		return n
-	}
-	r, size := utf8.DecodeRuneInString(s[n:])
-	if !unicode.Is(hfLateExtend, r) {
-		return n
-	}
-	last, lastSize := utf8.DecodeLastRuneInString(s[:n])
-	if !joinsMark(last, lastSize) {
-		return n
-	}
-	n += size
-	for n < len(s) {
-		r, size = utf8.DecodeRuneInString(s[n:])
-		if !unicode.Is(hfLateExtend, r) && !isMark(r, size) {
-			break
-		}
-		n += size
-	}
-	return n
-}
-
-// joinsMark reports whether uniseg puts a combining mark (U+0301) in the
-// cluster of r: not after a control character, CR or LF.
-func joinsMark(r rune, size int) bool {
-	var buf [utf8.UTFMax + 2]byte
-	b := utf8.AppendRune(buf[:0], r)
-	b = append(b, "\u0301"...)
-	cluster, _, _, _ := uniseg.FirstGraphemeCluster(b, -1)
-	return len(cluster) > size
-}
-
-// isMark reports whether uniseg joins r to a letter before it: an extending
-// character, a spacing mark or a zero-width joiner.
-func isMark(r rune, size int) bool {
-	var buf [utf8.UTFMax + 1]byte
-	b := append(buf[:0], 'a')
-	b = utf8.AppendRune(b, r)
-	cluster, _, _, _ := uniseg.FirstGraphemeCluster(b, -1)
-	return len(cluster) == 1+size
-}
-
-// hfLateExtend are the characters the library's clusters (Unicode 17.0)
-// join to the character before them and uniseg's (15.0) do not: marks
-// added in Unicode 16.0 and 17.0. Measured (precompiled_test.go checks it
-// against the library for every code point).
-var hfLateExtend = &unicode.RangeTable{
-	R16: []unicode.Range16{
-		{0x0897, 0x0897, 1}, {0x1acf, 0x1add, 1}, {0x1ae0, 0x1aeb, 1},
-	},
-	R32: []unicode.Range32{
-		{0x10d69, 0x10d6d, 1}, {0x10efa, 0x10efc, 1}, {0x113b8, 0x113c0, 1}, {0x113c2, 0x113c2, 1},
-		{0x113c5, 0x113c5, 1}, {0x113c7, 0x113ca, 1}, {0x113cc, 0x113d0, 1}, {0x113d2, 0x113d2, 1},
-		{0x113e1, 0x113e2, 1}, {0x11b60, 0x11b67, 1}, {0x11f5a, 0x11f5a, 1}, {0x1611e, 0x1612f, 1},
-		{0x1e5ee, 0x1e5ef, 1}, {0x1e6e3, 0x1e6e3, 1}, {0x1e6e6, 0x1e6e6, 1}, {0x1e6ee, 0x1e6ef, 1},
-		{0x1e6f5, 0x1e6f5, 1},
-	},
 }

@@ -48,6 +48,7 @@ TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node
 # reader cross-checks the converter's own.
 python3 "$here/spm-train.py"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" TOKENIZERS_PARALLELISM=false node "$here/spm-golden.js"
+TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/graphemes.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-classes.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-norm.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-rust.js"
