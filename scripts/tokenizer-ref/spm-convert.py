@@ -8,13 +8,15 @@ Hugging Face converters shape a T5- or XLM-R-style SentencePiece tokenizer:
   model           Unigram(vocab [[piece, score], ...], unk_id, byte_fallback)
   added_tokens    the control and unknown pieces, special and not normalized
   post_processor  TemplateProcessing appending "</s>" to each sequence (as T5's does)
-  decoder         Metaspace (with ByteFallback and Fuse first when the model falls back to bytes)
+  decoder         Metaspace; with byte fallback, Replace("▁" -> " "), ByteFallback, Fuse and
+                  Strip(one leading space), as for Llama-style models
 
   spm-convert.py in.model out.tokenizer.json
 
-The .model protobuf is read through the sentencepiece package's
-sentencepiece_model_pb2 when it is importable, otherwise by the small reader
-below (the few fields the conversion needs). The output is deterministic.
+The .model protobuf is read by the small reader below (the few fields the
+conversion needs) and, when the sentencepiece package is importable, also
+through its sentencepiece_model_pb2; the two must agree. The output is
+deterministic.
 """
 import base64
 import json
@@ -134,8 +136,8 @@ def convert(m):
             {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
     else:
         decoder = metaspace
-    # Scores are float32 in the .model; written as the shortest decimal
-    # that reads back as that float32's value in double precision.
+    # Scores are float32 in the .model; each is written as its exact value
+    # in double precision (the shortest decimal that reads back as it).
     vocab = [[p["piece"], float(p["score"])] for p in pieces]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
