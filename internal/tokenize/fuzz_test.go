@@ -10,7 +10,8 @@ import (
 
 // FuzzEncode feeds arbitrary bytes (invalid UTF-8 included) through Encode
 // of a byte-level and a SentencePiece-style BPE tokenizer, BERT's WordPiece
-// and a small Unigram one with byte fallback: no panic, every id in the
+// a small Unigram one with byte fallback and a trained SentencePiece Unigram
+// one with its Precompiled normalizer: no panic, every id in the
 // vocabulary, and bounded time.
 func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"", "hello world", "<|im_start|>user\n hi<|im_end|>", "\xff\xfe<s>\xc3", "   \t\r\n  x", "안녕 🍕 ١٢٣"} {
@@ -20,6 +21,7 @@ func FuzzEncode(f *testing.F) {
 	sentencePiece := loadModel(f, "llama2")
 	wordPiece := loadModel(f, "bert")
 	uni := smallModel(f, "unigram_byte_fallback")
+	spm := loadModel(f, "spm_unigram_cf")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<16 {
 			return
@@ -27,7 +29,7 @@ func FuzzEncode(f *testing.F) {
 		for _, tk := range []interface {
 			Encode(string, bool) ([]uint32, error)
 			IDToToken(uint32) (string, bool)
-		}{byteLevel, sentencePiece, wordPiece, uni} {
+		}{byteLevel, sentencePiece, wordPiece, uni, spm} {
 			start := time.Now()
 			ids, err := tk.Encode(string(data), true)
 			if err != nil {

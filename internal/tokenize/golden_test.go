@@ -17,7 +17,7 @@ import (
 // goldenModels are the tokenizers whose ids scripts/tokenizer-ref pinned,
 // the largest first: the parallel subtests over them start in this order,
 // so the longest do not run last on their own.
-var goldenModels = []string{"gemma3", "gptoss", "gpt4o", "qwen3", "llama3", "deepseek_v3", "gpt35turbo", "claude", "llama2", "bert", "minilm"}
+var goldenModels = []string{"gemma3", "gptoss", "gpt4o", "qwen3", "llama3", "deepseek_v3", "gpt35turbo", "claude", "llama2", "bert", "minilm", "spm_unigram", "spm_unigram_bf", "spm_unigram_cf"}
 
 type corpusEntry struct {
 	Name string `json:"name"`
