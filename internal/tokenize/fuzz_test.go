@@ -61,6 +61,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(tiny(f, map[string]string{"model": `{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}`,
 		"normalizer": `{"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true}`, "pre_tokenizer": `{"type": "BertPreTokenizer"}`}))
 	f.Add(tiny(f, map[string]string{"model": `{"unk_token": "<unk>", "vocab": {"<unk>": 0, "hello": 1}}`, "pre_tokenizer": `{"type": "Whitespace"}`}))
+	f.Add(tiny(f, map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "use_regex": false}, {"type": "UnicodeScripts"}]}`}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tk, err := tokenize.Load(data)
 		if err != nil {

@@ -9,7 +9,9 @@
 // tables make of each code point (the Lowercase mappings Go's tables lack,
 // the Nmt mappings, the StripAccents marks, the Punctuation and Digits
 // pre-tokenizers' characters, the Whitespace pre-tokenizer's \w), from testdata/tokenize/hf-unicode.json
-// (scripts/tokenizer-ref/unicode-rust.js).
+// (scripts/tokenizer-ref/unicode-rust.js), and the UnicodeScripts
+// pre-tokenizer's script classes, from testdata/tokenize/hf-scripts.json
+// (scripts/tokenizer-ref/unicode-scripts.js).
 // Run: go run gen_classes.go
 package main
 
@@ -173,6 +175,7 @@ func main() {
 		}
 	}
 	b.WriteString("}\n")
+	writeScripts(&b)
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		panic(err)
@@ -258,4 +261,50 @@ func latinOffset(ranges [][2]int) int {
 		}
 	}
 	return n
+}
+
+// writeScripts writes the UnicodeScripts pre-tokenizer's classes: the
+// ranges of hf-scripts.json as their first code points and classes, each
+// class named by Go's script of its representative (a comment: the core's
+// table is its own, of another Unicode version, and joins some scripts).
+func writeScripts(b *bytes.Buffer) {
+	data, err := os.ReadFile("../../testdata/tokenize/hf-scripts.json")
+	if err != nil {
+		panic(err)
+	}
+	var sc struct {
+		Classes []rune     `json:"classes"`
+		Ranges  [][3]int32 `json:"ranges"`
+	}
+	if err := json.Unmarshal(data, &sc); err != nil {
+		panic(err)
+	}
+	if len(sc.Classes) > 255 {
+		panic("more script classes than a byte holds")
+	}
+	name := func(class int32) string {
+		if class == 0 {
+			return "Any"
+		}
+		rep := sc.Classes[class-1]
+		for n, t := range unicode.Scripts {
+			if unicode.Is(t, rep) {
+				return n
+			}
+		}
+		return fmt.Sprintf("the script of %U", rep)
+	}
+	b.WriteString("\n// hfScripts holds the UnicodeScripts pre-tokenizer's script classes as\n// the engine measures them: each range runs from its first code point to the\n// next range's; class 0 is Any (the space and unassigned code points).\nvar hfScripts = []scriptRange{\n")
+	next := int32(0)
+	for _, r := range sc.Ranges {
+		if r[0] != next && !(next == 0xd800 && r[0] == 0xe000) {
+			panic(fmt.Sprintf("hf-scripts.json: a gap before %U", r[0]))
+		}
+		next = r[1] + 1
+		fmt.Fprintf(b, "{0x%04x, %d}, // %s\n", r[0], r[2], name(r[2]))
+	}
+	if next != 0x110000 {
+		panic("hf-scripts.json does not reach U+10FFFF")
+	}
+	b.WriteString("}\n")
 }

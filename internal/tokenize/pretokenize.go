@@ -41,7 +41,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, bool, error) {
 				return nil, false, unsupported("two ByteLevel pre-tokenizers")
 			}
 			at = i
-		case splitPre:
+		case splitPre, unicodeScripts:
 			if at >= 0 {
 				stages[i] = byteLevelMapped{st}
 			}
@@ -70,7 +70,7 @@ func parsePreTokenizer(raw json.RawMessage) ([]preTokenizer, bool, error) {
 // byte-level alphabet, as the library does, and hands the parts back as raw
 // bytes (a part may end inside a UTF-8 sequence; the byte-level model takes
 // bytes).
-type byteLevelMapped struct{ inner splitPre }
+type byteLevelMapped struct{ inner preTokenizer }
 
 func (p byteLevelMapped) split(dst []piece, in piece, stop *stopper) []piece {
 	n := len(dst)
@@ -220,6 +220,8 @@ func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
 			return nil, fmt.Errorf("tokenize: FixedLength pre-tokenizer length %d is not positive", n)
 		}
 		return []preTokenizer{fixedLength{n: int(min(n, MaxTextBytes))}}, nil
+	case "UnicodeScripts":
+		return []preTokenizer{unicodeScripts{}}, nil
 	case "CharDelimiterSplit":
 		var p struct {
 			Delimiter string `json:"delimiter"`
@@ -586,4 +588,75 @@ func (f fixedLength) split(dst []piece, in piece, stop *stopper) []piece {
 		start = end
 	}
 	return dst
+}
+
+// unicodeScripts is the UnicodeScripts pre-tokenizer: a piece starts at
+// each character whose script differs from that of the last character
+// before it that is not of the Any class. The classes are the library's own
+// (hfScripts): an older Unicode than Go's, with Hiragana, Katakana and the
+// prolonged sound mark U+30FC counted as Han, and the space and unassigned
+// code points as Any. An Any character starts no piece and stays with the
+// piece before it; those before the first other character are dropped, as
+// the library drops them, so a piece of Any characters only vanishes.
+type unicodeScripts struct{}
+
+func (unicodeScripts) split(dst []piece, in piece, stop *stopper) []piece {
+	s := in.s
+	start := -1
+	var last uint8 // the class of the last character not of class Any
+	for i := 0; i < len(s); {
+		c, n := scriptClass(s[i:])
+		if c != 0 && c != last {
+			if start >= 0 {
+				stop.tick()
+				dst = append(dst, piece{s: s[start:i], first: in.first && start == 0})
+			}
+			start, last = i, c
+		}
+		i += n
+	}
+	if start >= 0 {
+		stop.tick()
+		dst = append(dst, piece{s: s[start:], first: in.first && start == 0})
+	}
+	return dst
+}
+
+// scriptRange is one range of hfScripts: from first to the next range's
+// first code point, of script class class (0: Any).
+type scriptRange struct {
+	first rune
+	class uint8
+}
+
+// asciiScripts is hfScripts for the ASCII characters.
+var asciiScripts = func() (t [utf8.RuneSelf]uint8) {
+	for c := range t {
+		t[c] = lookupScript(rune(c))
+	}
+	return t
+}()
+
+// scriptClass returns the script class of the first character of s (valid
+// UTF-8) and its length.
+func scriptClass(s string) (uint8, int) {
+	if s[0] < utf8.RuneSelf {
+		return asciiScripts[s[0]], 1
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	return lookupScript(r), n
+}
+
+// lookupScript finds r's range in hfScripts.
+func lookupScript(r rune) uint8 {
+	lo, hi := 0, len(hfScripts) // hfScripts[lo].first <= r < hfScripts[hi].first
+	for hi-lo > 1 {
+		m := int(uint(lo+hi) >> 1)
+		if hfScripts[m].first <= r {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return hfScripts[lo].class
 }

@@ -9,13 +9,15 @@
 // (non-normalized ones) and out of the normalized text (normalized ones),
 // leftmost-longest, with single_word, lstrip and rstrip; the rest is
 // normalized (NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Nmt, ByteLevel,
-// BertNormalizer, Prepend, Replace, Strip, Sequence), pre-tokenized (Split
-// with its behaviours and invert, ByteLevel, Digits, Metaspace, Punctuation,
-// Whitespace, WhitespaceSplit, BertPreTokenizer, CharDelimiterSplit,
-// FixedLength, Sequence; splitting stages after ByteLevel see its alphabet) and run
-// through the model (BPE with byte fallback, unk and fuse_unk,
-// ignore_merges, continuing_subword_prefix and end_of_word_suffix; Unigram's best-scoring path with fused unknowns and byte
-// fallback; WordPiece's greedy longest pieces; WordLevel); a
+// BertNormalizer, Precompiled, Prepend, Replace, Strip, Sequence),
+// pre-tokenized (Split with its behaviours and invert, ByteLevel, Digits,
+// Metaspace, Punctuation, Whitespace, WhitespaceSplit, BertPreTokenizer,
+// CharDelimiterSplit, FixedLength, UnicodeScripts, Sequence; splitting
+// stages after ByteLevel see its alphabet) and run through the model (BPE
+// with byte fallback, unk and fuse_unk, ignore_merges,
+// continuing_subword_prefix and end_of_word_suffix; Unigram's best-scoring
+// path with fused unknowns and byte fallback; WordPiece's greedy longest
+// pieces; WordLevel); a
 // post-processor (TemplateProcessing, ByteLevel, Bert/Roberta, Sequence) adds
 // its special tokens when asked to; a file's truncation and padding apply to
 // every encoding, as in the library. A file without a model type is read as

@@ -142,7 +142,7 @@ func TestLoadRejects(t *testing.T) {
 		{"wordlevel without vocab", map[string]string{"model": `{"type": "WordLevel", "unk_token": "[UNK]"}`}, `WordLevel model: missing field "vocab"`},
 		{"precompiled normalizer without a charsmap", map[string]string{"normalizer": `{"type": "Precompiled", "precompiled_charsmap": ""}`}, `Precompiled normalizer: cannot parse precompiled_charsmap`},
 		{"bert normalizer in a sequence", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]}`}, `BertNormalizer: missing field "clean_text"`},
-		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "UnicodeScripts"}`}, `pre-tokenizer "UnicodeScripts"`},
+		{"unknown pre-tokenizer", map[string]string{"pre_tokenizer": `{"type": "Jieba"}`}, `pre-tokenizer "Jieba"`},
 		{"fixed length zero", map[string]string{"pre_tokenizer": `{"type": "FixedLength", "length": 0}`}, `length 0 is not positive`},
 		{"metaspace after bytelevel", map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}, {"type": "Metaspace", "replacement": "▁"}]}`}, `Metaspace pre-tokenizer after ByteLevel`},
 		{"bytelevel normalizer and pre-tokenizer", map[string]string{"normalizer": `{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "ByteLevel"}]}`}, `ByteLevel normalizer with a ByteLevel pre-tokenizer`},

@@ -52,4 +52,5 @@ TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/graphemes.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-classes.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-norm.js"
 TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-rust.js"
+TOKENIZER_REF_CACHE="$cache" REPO_ROOT="$repo" node "$here/unicode-scripts.js"
 (cd "$repo/internal/tokenize" && go run gen_classes.go)
