@@ -142,6 +142,12 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 				d.Records, d.Size, d.Namespace = nil, 0, ""
 				return d
 			}
+			if _, had := d.Records[key]; had && m.name == "event_sources" {
+				// A worker that writes one publisher both as a channel and
+				// as a source keeps the channel record, the one that names
+				// the transport this router subscribes through.
+				continue
+			}
 			if m.space == wire.KeyspaceModelCards && len(value) > fleet.MaxRetainedCardBytes {
 				value = shrinkCard(value)
 			}

@@ -109,6 +109,27 @@ func TestClassifyDWM(t *testing.T) {
 	}
 }
 
+// TestClassifyDWMChannelAndSource: a publisher written both under
+// event_channels and under event_sources keeps its channel record, whose
+// transport the router subscribes through, whichever the map keys sort.
+func TestClassifyDWMChannelAndSource(t *testing.T) {
+	t.Parallel()
+	const pod = "worker-0"
+	channel := `{"type":"EventChannel","scope":{"kind":"namespace","name":"dn"},"topic":"kv_metrics","instance_id":5,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://h:1"}}}`
+	source := `{"type":"EventSource","scope":{"kind":"namespace","name":"dn"},"topic":"kv_metrics","publisher_id":5,"metadata":{}}`
+	for _, keys := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		spec := fmt.Sprintf(`{"data":{"event_channels":{%q:%s},"event_sources":{%q:%s}}}`, keys[0], channel, keys[1], source)
+		d := kube.ClassifyDWM(dwmJSON(pod, pod, spec), []string{"dn"})
+		const key = "v1/event_channels/namespace/dn/topic/kv_metrics/5"
+		if len(d.Records) != 1 || string(d.Records[key]) != channel {
+			t.Fatalf("map keys %v: records %q, want the channel record under %s", keys, d.Records, key)
+		}
+		if d.Size != len(key)+len(channel) {
+			t.Fatalf("size %d, want %d", d.Size, len(key)+len(channel))
+		}
+	}
+}
+
 // TestClassifyDWMPodUID: the owning Pod's uid and the records' namespace
 // are kept for the readiness join.
 func TestClassifyDWMPodUID(t *testing.T) {
