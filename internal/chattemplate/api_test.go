@@ -96,6 +96,53 @@ func TestDecodeRequest(t *testing.T) {
 	}
 }
 
+// TestMinijinjaToJSON: tojson as minijinja writes it, which is how Dynamo's
+// frontend renders the prompts its workers cache: compact, pretty only for
+// a keyword integer indent, HTML-safe, serde_json's floats, null for NaN
+// and undefined, other arguments not read; the same template without the
+// option keeps transformers' json.dumps.
+func TestMinijinjaToJSON(t *testing.T) {
+	t.Parallel()
+	in, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "x": {"b": [1, 2.0, 1e-6, "<a href='x'>&amp;</a> é\n"], "a": {}, "c": [], "d": null, "e": true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ src, minijinja, transformers string }{
+		{"{{ x | tojson }}",
+			`{"b":[1,2.0,1e-6,"\u003ca href=\u0027x\u0027\u003e\u0026amp;\u003c/a\u003e é\n"],"a":{},"c":[],"d":null,"e":true}`,
+			`{"b": [1, 2.0, 1e-06, "<a href='x'>&amp;</a> é\n"], "a": {}, "c": [], "d": null, "e": true}`},
+		{"{{ x.b[:2] | tojson(indent=2) }}", "[\n  1,\n  2.0\n]", "[\n  1,\n  2.0\n]"},
+		{"{{ x.a | tojson(indent=2) }}{{ x.c | tojson(indent=2) }}", "{}[]", "{}[]"},
+		{"{{ {'k': x.e} | tojson(indent=1) }}", "{\n \"k\": true\n}", "{\n \"k\": true\n}"},
+		{"{{ x.b[:2] | tojson(indent='  ') }}", "[1,2.0]", "[\n  1,\n  2.0\n]"},
+		{"{{ x.b[:2] | tojson(separators=(';', '=')) }}", "[1,2.0]", "[1;2.0]"},
+		{"{{ {'z': 1, 'a': 2} | tojson(sort_keys=true) }}", `{"z":1,"a":2}`, `{"a": 2, "z": 1}`},
+		{"{{ nothing | tojson }}", "null", ""},
+	} {
+		for _, minijinja := range []bool{true, false} {
+			var opts []chattemplate.Option
+			want := tc.transformers
+			if minijinja {
+				opts, want = append(opts, chattemplate.WithMinijinjaToJSON()), tc.minijinja
+			}
+			tmpl, err := chattemplate.Compile(tc.src, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := tmpl.Render(t.Context(), in)
+			if want == "" {
+				if err == nil {
+					t.Errorf("%s (minijinja %v): %q, want an error", tc.src, minijinja, out)
+				}
+				continue
+			}
+			if err != nil || out != want {
+				t.Errorf("%s (minijinja %v): %q, %v; want %q", tc.src, minijinja, out, err, want)
+			}
+		}
+	}
+}
+
 func TestGoValuesAsInput(t *testing.T) {
 	t.Parallel()
 	tmpl, err := chattemplate.Compile("{% for m in messages %}{{ m | tojson }}{% endfor %}|{{ n + 1 }}|{{ f }}|{{ l | join(',') }}")

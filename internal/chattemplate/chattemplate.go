@@ -89,6 +89,18 @@ func WithTimeout(d time.Duration) Option { return func(t *Template) { t.timeout 
 // WithClock sets the clock strftime_now reads (tests use a fixed one).
 func WithClock(now func() time.Time) Option { return func(t *Template) { t.now = now } }
 
+// WithMinijinjaToJSON makes tojson write JSON as minijinja's filter does,
+// which Dynamo's frontend installs as its own (and so renders the prompts
+// whose tokens its workers cache), instead of transformers' json.dumps:
+// serde_json's compact form ("," and ":" without spaces), or its pretty
+// form when the keyword indent is a non-negative integer; floats in
+// serde_json's shortest form (1e-7, 1e16), NaN and infinities as null,
+// an undefined value as null; and <, >, & and the apostrophe written as
+// \u003c, \u003e, \u0026 and \u0027 so the text is safe in HTML too.
+// Other arguments (ensure_ascii, separators, sort_keys, a positional
+// indent) are not read.
+func WithMinijinjaToJSON() Option { return func(t *Template) { t.minijinjaJSON = true } }
+
 // Template is a compiled chat template; it is immutable and safe for
 // concurrent use.
 type Template struct {
@@ -99,6 +111,8 @@ type Template struct {
 	maxOutput int
 	timeout   time.Duration
 	now       func() time.Time
+	// minijinjaJSON: tojson as minijinja writes it (WithMinijinjaToJSON).
+	minijinjaJSON bool
 	// sizeHint is the length of the last render, to size the next one's
 	// buffer.
 	sizeHint atomic.Int64
@@ -333,7 +347,7 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 			out, err = "", fmt.Errorf("%w: internal error: %v", ErrRenderUnavailable, p)
 		}
 	}()
-	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now}
+	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now, minijinjaJSON: t.minijinjaJSON}
 	if r.now == nil {
 		r.now = time.Now
 	}

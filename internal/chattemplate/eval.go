@@ -97,8 +97,10 @@ type renderer struct {
 	maxOutput int
 	deadline  time.Time
 	now       func() time.Time
-	tick      int
-	depth     int
+	// minijinjaJSON: tojson as minijinja writes it.
+	minijinjaJSON bool
+	tick          int
+	depth         int
 	// top is the template's top-level scope, which blocks see.
 	top *scope
 }

@@ -637,6 +637,9 @@ func htmlEscape(s string) string {
 // indent=None, separators=None, sort_keys=False): positional arguments
 // follow that order.
 func (r *renderer) toJSON(v any, a argList) (any, error) {
+	if r.minijinjaJSON {
+		return r.minijinjaToJSON(v, a)
+	}
 	var b strings.Builder
 	iv, hasIndent := a.get(1, "indent")
 	indent := ""
@@ -680,6 +683,36 @@ func (r *renderer) toJSON(v any, a argList) (any, error) {
 	}
 	return out, nil
 }
+
+// minijinjaToJSON is minijinja's tojson (WithMinijinjaToJSON): only the
+// keyword indent is read, and only a non-negative integer is an indent.
+func (r *renderer) minijinjaToJSON(v any, a argList) (any, error) {
+	indent, hasIndent := "", false
+	if iv, ok := a.kw.Get("indent"); ok {
+		if n, isInt := iv.(int64); isInt && n >= 0 {
+			// An indent longer than the output limit overflows at the
+			// first newline; a scalar never writes one.
+			indent, hasIndent = strings.Repeat(" ", int(min(n, int64(r.maxOutput)+1))), true
+		}
+	}
+	itemSep, keySep := ",", ":"
+	if hasIndent {
+		keySep = ": "
+	}
+	var b strings.Builder
+	if err := writeJSON(&b, v, indent, hasIndent, itemSep, keySep, false, 0, r); err != nil {
+		return nil, err
+	}
+	out := htmlSafeJSON(b.String())
+	if err := r.chargeBytes(len(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// htmlSafeJSON escapes the characters minijinja's tojson escapes so that
+// its output is safe in HTML as well as in JSON.
+var htmlSafeJSON = strings.NewReplacer("<", `\u003c`, ">", `\u003e`, "&", `\u0026`, "'", `\u0027`).Replace
 
 func (r *renderer) join(v any, a argList) (any, error) {
 	items, err := seqItems(v)

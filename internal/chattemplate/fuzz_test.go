@@ -51,9 +51,12 @@ func FuzzRender(f *testing.F) {
 		Extra:               map[string]any{"enable_thinking": false},
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tmpl, err := chattemplate.Compile(string(data),
-			chattemplate.WithFuel(200_000), chattemplate.WithMaxOutput(64<<10), chattemplate.WithTimeout(200*time.Millisecond),
-			chattemplate.WithClock(func() time.Time { return fixedNow }))
+		opts := []chattemplate.Option{chattemplate.WithFuel(200_000), chattemplate.WithMaxOutput(64 << 10), chattemplate.WithTimeout(200 * time.Millisecond),
+			chattemplate.WithClock(func() time.Time { return fixedNow })}
+		if len(data)%2 == 1 { // half the inputs with the router's tojson
+			opts = append(opts, chattemplate.WithMinijinjaToJSON())
+		}
+		tmpl, err := chattemplate.Compile(string(data), opts...)
 		if err != nil {
 			return
 		}

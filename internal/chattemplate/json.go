@@ -53,7 +53,12 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 	case bigInt:
 		b.WriteString(string(x))
 	case float64:
+		minijinja := r != nil && r.minijinjaJSON
 		switch {
+		case minijinja && (math.IsNaN(x) || math.IsInf(x, 0)):
+			b.WriteString("null")
+		case minijinja:
+			b.WriteString(serdeFloat(x))
 		case math.IsNaN(x):
 			b.WriteString("NaN")
 		case math.IsInf(x, 1):
@@ -142,6 +147,10 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 	case *Namespace:
 		return errors.New("object of type Namespace is not JSON serializable")
 	case undefined:
+		if r != nil && r.minijinjaJSON {
+			b.WriteString("null")
+			return nil
+		}
 		return errors.New("object of type Undefined is not JSON serializable")
 	default:
 		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
@@ -493,4 +502,53 @@ func (d *jsonDecoder) hex4() (rune, bool) {
 	}
 	d.pos += 4
 	return r, true
+}
+
+// serdeFloat writes a finite float as serde_json does (the ryu crate's
+// shortest form): the shortest digits that read back to x, as a decimal
+// when the decimal point falls within 16 digits of them and at most 5
+// places before them (123.0, 1e15 as 1000000000000000.0, 0.00001), else
+// as d.ddde±x without a plus sign or padding (1e16, 1.5e-7).
+func serdeFloat(x float64) string {
+	if x == 0 {
+		if math.Signbit(x) {
+			return "-0.0"
+		}
+		return "0.0"
+	}
+	var b strings.Builder
+	if x < 0 {
+		b.WriteByte('-')
+		x = -x
+	}
+	// Shortest digits and the power of ten of the first one.
+	e := strconv.FormatFloat(x, 'e', -1, 64)
+	mant, exp, _ := strings.Cut(e, "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	p, _ := strconv.Atoi(exp)
+	n := len(digits)
+	kk := p + 1 // the decimal point falls after kk digits
+	switch {
+	case kk >= n && kk <= 16:
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", kk-n))
+		b.WriteString(".0")
+	case kk > 0 && kk <= 16:
+		b.WriteString(digits[:kk])
+		b.WriteByte('.')
+		b.WriteString(digits[kk:])
+	case kk > -5 && kk <= 0:
+		b.WriteString("0.")
+		b.WriteString(strings.Repeat("0", -kk))
+		b.WriteString(digits)
+	default:
+		b.WriteString(digits[:1])
+		if n > 1 {
+			b.WriteByte('.')
+			b.WriteString(digits[1:])
+		}
+		b.WriteByte('e')
+		b.WriteString(strconv.Itoa(kk - 1))
+	}
+	return b.String()
 }

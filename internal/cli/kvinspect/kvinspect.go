@@ -51,6 +51,7 @@ type Options struct {
 	AddSpecial      bool
 	Text            string
 	textSet         bool
+	Dynamo          bool
 	BlockSize       int
 	LoRA            string
 	Salt            string
@@ -113,7 +114,13 @@ func newRender(f *cmdutil.Factory) *cobra.Command {
 and writes {"text": "..."} per line. The template comes from a
 tokenizer_config.json (its chat_template, a string or a named list; pick one
 with --template-name) or from a .jinja file. Rendering is sandboxed and
-bounded (5,000,000 steps, 1 MiB of output, 1 s).`,
+bounded (5,000,000 steps, 1 MiB of output, 1 s).
+
+--dynamo renders as Dynamo's frontend does, and the router with it: the
+tojson filter writes minijinja's compact, HTML-safe JSON
+({"type":"function",...} with <, >, & and ' as \u003c ...) where
+transformers writes json.dumps' {"type": "function", ...}. Templates that
+print tools or tool-call arguments with tojson render differently.`,
 		Example: `  echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' |
     continuum kv-inspect render --tokenizer-config tokenizer_config.json`,
 		Args: cobra.NoArgs,
@@ -125,6 +132,7 @@ bounded (5,000,000 steps, 1 MiB of output, 1 s).`,
 		},
 	}
 	addTemplateFlags(cmd, o)
+	cmd.Flags().BoolVar(&o.Dynamo, "dynamo", false, "render as Dynamo's frontend does (minijinja's tojson)")
 	return cmd
 }
 
@@ -141,7 +149,8 @@ little-endian u32 with seed 1337, plus the LoRA adapter's and the cache
 salt's terms when given.
 
 A chat request goes through the router's own path, as Dynamo's frontend
-renders it: content lists of text parts only are joined by newlines, tools
+renders it: tojson writes minijinja's compact JSON (see render --dynamo),
+content lists of text parts only are joined by newlines, tools
 without a parameter type get an object schema, the generation prompt is added
 unless the request says otherwise (add_generation_prompt, or in
 chat_template_kwargs) or its last message is the assistant's, and only
@@ -354,7 +363,11 @@ func runTokenize(o *Options) error {
 }
 
 func runRender(o *Options) error {
-	tmpl, err := loadTemplate(o, chattemplate.WithTimeout(chattemplate.DefaultTimeout))
+	opts := []chattemplate.Option{chattemplate.WithTimeout(chattemplate.DefaultTimeout)}
+	if o.Dynamo {
+		opts = append(opts, chattemplate.WithMinijinjaToJSON())
+	}
+	tmpl, err := loadTemplate(o, opts...)
 	if err != nil {
 		return err
 	}
@@ -381,8 +394,8 @@ func runHash(o *Options) error {
 	if err != nil {
 		return err
 	}
-	// As the router builds templates: no clock of their own, a render runs
-	// to its request's render deadline.
+	// As the router builds templates: minijinja's tojson, no clock of
+	// their own (a render runs to its request's render deadline).
 	p := &kv.Preparer{Tokenizer: tok}
 	if o.TokenizerConfig != "" && o.TemplateName == "" {
 		// As the router loads a config: its tool_use template, when it
@@ -391,10 +404,10 @@ func runHash(o *Options) error {
 		if err != nil {
 			return err
 		}
-		if p.Template, p.ToolUse, err = kv.ConfigTemplates(b, chattemplate.WithTimeout(0)); err != nil {
+		if p.Template, p.ToolUse, err = kv.ConfigTemplates(b, kv.TemplateOptions()...); err != nil {
 			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s: %w", o.TokenizerConfig, err)}
 		}
-	} else if p.Template, err = loadTemplate(o, chattemplate.WithTimeout(0)); err != nil {
+	} else if p.Template, err = loadTemplate(o, kv.TemplateOptions()...); err != nil {
 		return err
 	}
 	seed := wire.BlockHashSeed(o.LoRA, o.Salt)

@@ -204,6 +204,31 @@ func TestRenderMatchesGoldens(t *testing.T) {
 	}
 }
 
+// render --dynamo writes tojson as Dynamo's frontend does (minijinja's
+// compact, HTML-safe JSON); without it, as transformers does.
+func TestRenderDynamo(t *testing.T) {
+	t.Parallel()
+	tmpl := filepath.Join(t.TempDir(), "t.jinja")
+	if err := os.WriteFile(tmpl, []byte(`{{ tools | tojson }}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := `{"messages": [], "tools": [{"type": "function", "function": {"name": "f", "description": "<&>"}}]}` + "\n"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `[{"type": "function", "function": {"name": "f", "description": "<&>"}}]`},
+		{[]string{"--dynamo"}, `[{"type":"function","function":{"name":"f","description":"\u003c\u0026\u003e"}}]`},
+	} {
+		code, out, errOut := run(t, in, append([]string{"kv-inspect", "render", "--template", tmpl}, tc.args...)...)
+		got := lines(t, out)
+		var text string
+		if code != 0 || len(got) != 1 || json.Unmarshal(got[0]["text"], &text) != nil || text != tc.want {
+			t.Errorf("%v: exit %d, %s %s; want text %s", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
+
 // The hash subcommand: the block hashes are wire.LocalBlockHashes of the ids
 // under the LoRA and salt seed, for text and for chat requests.
 func TestHash(t *testing.T) {

@@ -112,7 +112,7 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 	case artifact.FormatHFTokenizerConfigJSON:
 		return configTemplate(data)
 	case artifact.FormatHFChatTemplate:
-		t, err := chattemplate.Compile(string(data), templateClock)
+		t, err := chattemplate.Compile(string(data), TemplateOptions()...)
 		return &templateArtifact{tmpl: t}, err
 	case artifact.FormatHFChatTemplateJSON:
 		t, toolUse, err := namedTemplates(data)
@@ -124,11 +124,16 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 	return nil, fmt.Errorf("%w: %s format %q", artifact.ErrUnsupported, ref.Slot, ref.Format)
 }
 
-// templateClock gives templates no wall clock of their own: a render is
-// bounded by the request's render deadline, which it shares with the
-// encoding, rather than by a fixed second that would fail a render the
-// budget still has room for.
-var templateClock = chattemplate.WithTimeout(0)
+// TemplateOptions are the options templates are compiled with to render
+// prompts as Dynamo's frontend renders them, whose tokens its workers
+// cache: tojson as minijinja writes it (compact and HTML-safe, where
+// transformers writes ", " and ": "), which the frontend installs, and no
+// wall clock of the template's own: a render is bounded by the request's
+// render deadline, which it shares with the encoding, rather than by a
+// fixed second that would fail a render the budget still has room for.
+func TemplateOptions() []chattemplate.Option {
+	return []chattemplate.Option{chattemplate.WithTimeout(0), chattemplate.WithMinijinjaToJSON()}
+}
 
 // toolUseTemplate names the template a tokenizer config may give for
 // requests that list tools.
@@ -151,7 +156,7 @@ type templateArtifact struct {
 // default otherwise. A config with only a tool_use template has no
 // default, and renders only requests with tools.
 func namedTemplates(data []byte) (def, toolUse *chattemplate.Template, err error) {
-	return ConfigTemplates(data, templateClock)
+	return ConfigTemplates(data, TemplateOptions()...)
 }
 
 // ConfigTemplates compiles a tokenizer config's default template and the

@@ -292,3 +292,33 @@ func TestBuiltTemplatesRunOnTheRequestClock(t *testing.T) {
 		})
 	}
 }
+
+// TestBuiltTemplatesWriteJSONAsTheFrontend: a template Build returns, in
+// every artifact format, writes tojson as Dynamo's frontend does
+// (minijinja's compact, HTML-safe JSON), since the workers cache the tokens
+// of the frontend's rendering: with transformers' ", " and ": " a prompt
+// listing tools would share no block past the tools with any cached one.
+func TestBuiltTemplatesWriteJSONAsTheFrontend(t *testing.T) {
+	t.Parallel()
+	src := `{{ tools | tojson }}|{{ tools[0] | tojson(indent=1) }}`
+	in := chattemplate.Input{Tools: []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "description": "a < b"}}}}
+	const want = `[{"function":{"description":"a \u003c b","name":"f"},"type":"function"}]|{` + "\n" +
+		` "function": {` + "\n" + `  "description": "a \u003c b",` + "\n" + `  "name": "f"` + "\n" + ` },` + "\n" + ` "type": "function"` + "\n}"
+	for _, ref := range []struct {
+		format string
+		data   []byte
+	}{
+		{artifact.FormatHFChatTemplate, []byte(src)},
+		{artifact.FormatHFTokenizerConfigJSON, fmt.Appendf(nil, `{"chat_template":%q}`, src)},
+		{artifact.FormatHFChatTemplateJSON, fmt.Appendf(nil, `{"chat_template":%q}`, src)},
+	} {
+		built, err := kv.Build(artifact.Ref{Slot: artifact.SlotPromptFormatter, Format: ref.format}, ref.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := kv.RenderBuilt(t.Context(), built, in)
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", ref.format, got, err, want)
+		}
+	}
+}
