@@ -96,12 +96,12 @@ func TestDecodeRequest(t *testing.T) {
 	}
 }
 
-// TestMinijinjaToJSON: tojson as minijinja writes it, which is how Dynamo's
+// TestDynamoFrontendToJSON: tojson as minijinja writes it, which is how Dynamo's
 // frontend renders the prompts its workers cache: compact, pretty only for
 // a keyword integer indent, HTML-safe, serde_json's floats, null for NaN
 // and undefined, other arguments not read; the same template without the
 // option keeps transformers' json.dumps.
-func TestMinijinjaToJSON(t *testing.T) {
+func TestDynamoFrontendToJSON(t *testing.T) {
 	t.Parallel()
 	in, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "x": {"b": [1, 2.0, 1e-6, "<a href='x'>&amp;</a> é\n"], "a": {}, "c": [], "d": null, "e": true}}`))
 	if err != nil {
@@ -123,7 +123,7 @@ func TestMinijinjaToJSON(t *testing.T) {
 			var opts []chattemplate.Option
 			want := tc.transformers
 			if minijinja {
-				opts, want = append(opts, chattemplate.WithMinijinjaToJSON()), tc.minijinja
+				opts, want = append(opts, chattemplate.WithDynamoFrontend()), tc.minijinja
 			}
 			tmpl, err := chattemplate.Compile(tc.src, opts...)
 			if err != nil {
@@ -138,6 +138,49 @@ func TestMinijinjaToJSON(t *testing.T) {
 			}
 			if err != nil || out != want {
 				t.Errorf("%s (minijinja %v): %q, %v; want %q", tc.src, minijinja, out, err, want)
+			}
+		}
+	}
+}
+
+// TestDynamoFrontendPrinting: values print as minijinja prints them, and
+// length of none is 0 (Dynamo's frontend's own filter), against Python's
+// str and jinja2's TypeError without the option.
+func TestDynamoFrontendPrinting(t *testing.T) {
+	t.Parallel()
+	in, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "tools": null, "x": {"s": "a\"b\n", "n": null, "t": true, "f": 1.0, "g": 1e20, "h": 2.5e-7, "l": [1, "x", null, false]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ src, dynamo, transformers string }{
+		{"{{ x.n }}|{{ x.t }}|{{ false }}|{{ x.f }}|{{ x.g }}|{{ x.h }}", "none|true|false|1.0|100000000000000000000.0|0.00000025", "None|True|False|1.0|1e+20|2.5e-07"},
+		{"{{ x.l }}", `[1, "x", none, false]`, `[1, 'x', None, False]`},
+		{"{{ x }}", `{"s": "a\"b\n", "n": none, "t": true, "f": 1.0, "g": 100000000000000000000.0, "h": 0.00000025, "l": [1, "x", none, false]}`,
+			`{'s': 'a"b\n', 'n': None, 't': True, 'f': 1.0, 'g': 1e+20, 'h': 2.5e-07, 'l': [1, 'x', None, False]}`},
+		{"{{ x.t | string }}{{ 'a' ~ x.n ~ x.t }}{{ x.l | join('/') }}", "trueanonetrue1/x/none/false", "TrueaNoneTrue1/x/None/False"},
+		{"{{ x.s }}", "a\"b\n", "a\"b\n"},
+		{"{{ tools | length }}{{ nothing | length }}", "00", ""},
+		{"{{ tools | count }}", "", ""},
+	} {
+		for _, dynamo := range []bool{true, false} {
+			var opts []chattemplate.Option
+			want := tc.transformers
+			if dynamo {
+				opts, want = append(opts, chattemplate.WithDynamoFrontend()), tc.dynamo
+			}
+			tmpl, err := chattemplate.Compile(tc.src, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := tmpl.Render(t.Context(), in)
+			if want == "" {
+				if err == nil {
+					t.Errorf("%s (dynamo %v): %q, want an error", tc.src, dynamo, out)
+				}
+				continue
+			}
+			if err != nil || out != want {
+				t.Errorf("%s (dynamo %v): %q, %v; want %q", tc.src, dynamo, out, err, want)
 			}
 		}
 	}

@@ -2,7 +2,8 @@
 // transformers does: Python Jinja2 semantics in an immutable sandbox with
 // trim_blocks, lstrip_blocks, the loop-controls extension, a tojson filter
 // that keeps non-ASCII characters and insertion order, raise_exception and
-// strftime_now.
+// strftime_now. WithDynamoFrontend renders instead as Dynamo's frontend
+// does in minijinja, where tojson and the printing of values differ.
 //
 // It is a purpose-built interpreter (lexer, parser, evaluator) rather than a
 // general Jinja engine: every render is bounded by an instruction budget
@@ -89,17 +90,22 @@ func WithTimeout(d time.Duration) Option { return func(t *Template) { t.timeout 
 // WithClock sets the clock strftime_now reads (tests use a fixed one).
 func WithClock(now func() time.Time) Option { return func(t *Template) { t.now = now } }
 
-// WithMinijinjaToJSON makes tojson write JSON as minijinja's filter does,
-// which Dynamo's frontend installs as its own (and so renders the prompts
-// whose tokens its workers cache), instead of transformers' json.dumps:
-// serde_json's compact form ("," and ":" without spaces), or its pretty
-// form when the keyword indent is a non-negative integer; floats in
-// serde_json's shortest form (1e-7, 1e16), NaN and infinities as null,
-// an undefined value as null; and <, >, & and the apostrophe written as
-// \u003c, \u003e, \u0026 and \u0027 so the text is safe in HTML too.
-// Other arguments (ensure_ascii, separators, sort_keys, a positional
-// indent) are not read.
-func WithMinijinjaToJSON() Option { return func(t *Template) { t.minijinjaJSON = true } }
+// WithDynamoFrontend renders as Dynamo's frontend does, whose renders give
+// the tokens its workers cache: it runs templates in minijinja, with a
+// tojson and a length filter of its own, where transformers runs Python's
+// jinja2. With it:
+//   - tojson writes serde_json's compact form ("," and ":" without spaces),
+//     or its pretty form when the keyword indent is a non-negative integer;
+//     floats in serde_json's shortest form (1e-7, 1e16), NaN, infinities
+//     and undefined values as null; and <, >, & and the apostrophe as
+//     \u003c, \u003e, \u0026 and \u0027. Other arguments (ensure_ascii,
+//     separators, sort_keys, a positional indent) are not read;
+//   - values print as minijinja prints them (in output, ~, string, join):
+//     none, true and false in lower case, floats with a decimal point and
+//     without an exponent (1e20 is 100000000000000000000.0), lists and dicts
+//     as [1, "a"] and {"k": none} (strings quoted as Rust's Debug does);
+//   - length of none or of an undefined value is 0, not an error.
+func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for
 // concurrent use.
@@ -111,8 +117,8 @@ type Template struct {
 	maxOutput int
 	timeout   time.Duration
 	now       func() time.Time
-	// minijinjaJSON: tojson as minijinja writes it (WithMinijinjaToJSON).
-	minijinjaJSON bool
+	// dynamo: render as Dynamo's frontend does (WithDynamoFrontend).
+	dynamo bool
 	// sizeHint is the length of the last render, to size the next one's
 	// buffer.
 	sizeHint atomic.Int64
@@ -347,7 +353,7 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 			out, err = "", fmt.Errorf("%w: internal error: %v", ErrRenderUnavailable, p)
 		}
 	}()
-	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now, minijinjaJSON: t.minijinjaJSON}
+	r := &renderer{ctx: ctx, fuel: t.fuel, maxOutput: t.maxOutput, now: t.now, dynamo: t.dynamo}
 	if r.now == nil {
 		r.now = time.Now
 	}

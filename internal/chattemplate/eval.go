@@ -97,10 +97,10 @@ type renderer struct {
 	maxOutput int
 	deadline  time.Time
 	now       func() time.Time
-	// minijinjaJSON: tojson as minijinja writes it.
-	minijinjaJSON bool
-	tick          int
-	depth         int
+	// dynamo: render as Dynamo's frontend does (WithDynamoFrontend).
+	dynamo bool
+	tick   int
+	depth  int
 	// top is the template's top-level scope, which blocks see.
 	top *scope
 }
@@ -204,7 +204,7 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 				if err != nil {
 					return ctrlNone, lineErr(n.line, err)
 				}
-				return ctrlNone, r.write(o, toStr(v))
+				return ctrlNone, r.write(o, r.str(v))
 			}
 			for _, v := range vals {
 				if err := r.write(o, v.(string)); err != nil {
@@ -217,7 +217,7 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		if err != nil {
 			return ctrlNone, lineErr(n.line, err)
 		}
-		return ctrlNone, r.write(o, toStr(v))
+		return ctrlNone, r.write(o, r.str(v))
 	case *ifStmt:
 		for i, c := range n.conds {
 			v, err := r.eval(c, s)
@@ -264,7 +264,7 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		if err != nil {
 			return ctrlNone, err
 		}
-		return ctrlNone, r.write(o, toStr(v))
+		return ctrlNone, r.write(o, r.str(v))
 	case *blockStmt:
 		if n.required {
 			return ctrlNone, fmt.Errorf("line %d: required block '%s' not found", n.line, n.name)
@@ -291,7 +291,7 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		if err != nil {
 			return ctrlNone, err
 		}
-		return ctrlNone, r.write(o, toStr(v))
+		return ctrlNone, r.write(o, r.str(v))
 	}
 	return ctrlNone, fmt.Errorf("internal: unknown statement %T", st)
 }
@@ -716,7 +716,7 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			b.WriteString(toStr(v))
+			b.WriteString(r.str(v))
 			if err := r.chargeBytes(b.Len()); err != nil {
 				return nil, err
 			}

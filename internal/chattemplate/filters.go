@@ -136,12 +136,13 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "tojson":
 		return r.toJSON(v, a)
 	case "length", "count":
+		if _, undef := v.(undefined); r.dynamo && name == "length" && (v == nil || undef) {
+			return int64(0), nil // Dynamo's frontend's own length filter
+		}
 		n, err := pyLen(v)
 		return n, err
-	case "string":
-		return toStr(v), nil
-	case "safe":
-		return toStr(v), nil
+	case "string", "safe":
+		return r.str(v), nil
 	case "trim":
 		chars, err := a.str(0, "chars", "")
 		if err != nil {
@@ -637,7 +638,7 @@ func htmlEscape(s string) string {
 // indent=None, separators=None, sort_keys=False): positional arguments
 // follow that order.
 func (r *renderer) toJSON(v any, a argList) (any, error) {
-	if r.minijinjaJSON {
+	if r.dynamo {
 		return r.minijinjaToJSON(v, a)
 	}
 	var b strings.Builder
@@ -684,7 +685,7 @@ func (r *renderer) toJSON(v any, a argList) (any, error) {
 	return out, nil
 }
 
-// minijinjaToJSON is minijinja's tojson (WithMinijinjaToJSON): only the
+// minijinjaToJSON is minijinja's tojson (WithDynamoFrontend): only the
 // keyword indent is read, and only a non-negative integer is an indent.
 func (r *renderer) minijinjaToJSON(v any, a argList) (any, error) {
 	indent, hasIndent := "", false
@@ -738,7 +739,7 @@ func (r *renderer) join(v any, a argList) (any, error) {
 				return nil, err
 			}
 		}
-		b.WriteString(toStr(it))
+		b.WriteString(r.str(it))
 		if err := r.chargeBytes(b.Len()); err != nil {
 			return nil, err
 		}

@@ -54,7 +54,7 @@ func FuzzRender(f *testing.F) {
 		opts := []chattemplate.Option{chattemplate.WithFuel(200_000), chattemplate.WithMaxOutput(64 << 10), chattemplate.WithTimeout(200 * time.Millisecond),
 			chattemplate.WithClock(func() time.Time { return fixedNow })}
 		if len(data)%2 == 1 { // half the inputs with the router's tojson
-			opts = append(opts, chattemplate.WithMinijinjaToJSON())
+			opts = append(opts, chattemplate.WithDynamoFrontend())
 		}
 		tmpl, err := chattemplate.Compile(string(data), opts...)
 		if err != nil {

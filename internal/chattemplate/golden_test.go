@@ -172,6 +172,55 @@ func TestGoldenRenders(t *testing.T) {
 	}
 }
 
+// TestGoldenTemplatesAsDynamoFrontend renders every golden case again as
+// Dynamo's frontend does (WithDynamoFrontend): what jinja2 renders must
+// render there too, and a template that neither calls tojson nor prints
+// anything but strings renders the same text.
+func TestGoldenTemplatesAsDynamoFrontend(t *testing.T) {
+	t.Parallel()
+	root := testutil.RepoRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "testdata", "chattemplate", "golden", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files (%v)", err)
+	}
+	cases := loadCases(t)
+	differ, rendered := 0, 0
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		src, err := os.ReadFile(filepath.Join(root, "testdata", "chattemplate", "templates", name+".jinja"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := loadTemplate(t, name)
+		dyn, err := chattemplate.Compile(string(src), chattemplate.WithClock(func() time.Time { return fixedNow }), chattemplate.WithDynamoFrontend())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens := loadTokens(t, name)
+		for _, c := range cases {
+			in := c.input
+			in.SpecialTokens = tokens
+			want, err := tmpl.Render(context.Background(), in)
+			if err != nil {
+				continue
+			}
+			got, err := dyn.Render(context.Background(), in)
+			if err != nil {
+				t.Errorf("%s/%s: %v", name, c.name, err)
+				continue
+			}
+			rendered++
+			if got != want {
+				differ++
+				if name == "llama2" || name == "mistral" || name == "gemma3" {
+					t.Errorf("%s/%s: a template without tojson renders differently:\n%q\n%q", name, c.name, got, want)
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d renders differ from transformers'", differ, rendered)
+}
+
 func TestFromTokenizerConfig(t *testing.T) {
 	t.Parallel()
 	root := testutil.RepoRoot(t)

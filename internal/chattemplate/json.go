@@ -53,7 +53,7 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 	case bigInt:
 		b.WriteString(string(x))
 	case float64:
-		minijinja := r != nil && r.minijinjaJSON
+		minijinja := r != nil && r.dynamo
 		switch {
 		case minijinja && (math.IsNaN(x) || math.IsInf(x, 0)):
 			b.WriteString("null")
@@ -147,7 +147,7 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 	case *Namespace:
 		return errors.New("object of type Namespace is not JSON serializable")
 	case undefined:
-		if r != nil && r.minijinjaJSON {
+		if r != nil && r.dynamo {
 			b.WriteString("null")
 			return nil
 		}

@@ -300,6 +300,128 @@ func toStr(v any) string {
 	return b.String()
 }
 
+// str is how the template prints v: Python's str, or minijinja's Display
+// when the template renders as Dynamo's frontend does.
+func (r *renderer) str(v any) string {
+	if r.dynamo {
+		return minijinjaStr(v)
+	}
+	return toStr(v)
+}
+
+// minijinjaStr is minijinja's Display of a value: none, true and false in
+// lower case, floats always with a decimal point and never in exponent
+// form, lists and dicts as [a, b] and {k: v} with their strings quoted as
+// Rust's Debug quotes them.
+func minijinjaStr(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case undefined:
+		return ""
+	case *List, *Dict:
+		var b strings.Builder
+		writeMinijinjaDebug(&b, v, 0)
+		return b.String()
+	}
+	return minijinjaScalar(v)
+}
+
+// minijinjaScalar is minijinja's Display of a value that is not a string,
+// a list or a dict.
+func minijinjaScalar(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "none"
+	case bool:
+		if x {
+			return "true"
+		}
+		return "false"
+	case float64:
+		switch {
+		case math.IsNaN(x):
+			return "NaN"
+		case math.IsInf(x, 1):
+			return "inf"
+		case math.IsInf(x, -1):
+			return "-inf"
+		}
+		s := strconv.FormatFloat(x, 'f', -1, 64)
+		if !strings.Contains(s, ".") {
+			s += ".0"
+		}
+		return s
+	}
+	return toStr(v)
+}
+
+// writeMinijinjaDebug writes minijinja's Debug of a value, which its
+// Display of lists and dicts uses for their items.
+func writeMinijinjaDebug(b *strings.Builder, v any, depth int) {
+	if depth > maxNesting {
+		b.WriteString("...")
+		return
+	}
+	switch x := v.(type) {
+	case string:
+		rustDebugStr(b, x)
+	case undefined:
+		b.WriteString("undefined")
+	case *List:
+		b.WriteString("[")
+		for i, it := range x.Items {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeMinijinjaDebug(b, it, depth+1)
+		}
+		b.WriteString("]")
+	case *Dict:
+		b.WriteString("{")
+		for i, k := range x.keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeMinijinjaDebug(b, k, depth+1)
+			b.WriteString(": ")
+			writeMinijinjaDebug(b, x.vals[i], depth+1)
+		}
+		b.WriteString("}")
+	default:
+		b.WriteString(minijinjaScalar(v))
+	}
+}
+
+// rustDebugStr quotes s as Rust's Debug of a str: double quotes, with \,
+// ", \n, \r, \t and \0 escaped and other control characters as \u{hex}.
+func rustDebugStr(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, c := range s {
+		switch c {
+		case '\\':
+			b.WriteString(`\\`)
+		case '"':
+			b.WriteString(`\"`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case 0:
+			b.WriteString(`\0`)
+		default:
+			if unicode.IsControl(c) {
+				fmt.Fprintf(b, `\u{%x}`, c)
+			} else {
+				b.WriteRune(c)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
 // pyFloat is Python's repr of a float.
 func pyFloat(f float64) string {
 	switch {

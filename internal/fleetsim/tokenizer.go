@@ -192,7 +192,7 @@ var demoEncoder = sync.OnceValues(func() (*encoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo tokenizer: %w", err)
 	}
-	tmpl, err := chattemplate.FromTokenizerConfig(DemoTokenizerConfigJSON(), "", chattemplate.WithMinijinjaToJSON())
+	tmpl, err := chattemplate.FromTokenizerConfig(DemoTokenizerConfigJSON(), "", chattemplate.WithDynamoFrontend())
 	if err != nil {
 		return nil, fmt.Errorf("demo chat template: %w", err)
 	}

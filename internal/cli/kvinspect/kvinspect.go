@@ -116,11 +116,12 @@ tokenizer_config.json (its chat_template, a string or a named list; pick one
 with --template-name) or from a .jinja file. Rendering is sandboxed and
 bounded (5,000,000 steps, 1 MiB of output, 1 s).
 
---dynamo renders as Dynamo's frontend does, and the router with it: the
-tojson filter writes minijinja's compact, HTML-safe JSON
-({"type":"function",...} with <, >, & and ' as \u003c ...) where
-transformers writes json.dumps' {"type": "function", ...}. Templates that
-print tools or tool-call arguments with tojson render differently.`,
+--dynamo renders as Dynamo's frontend does, and the router with it: in
+minijinja, whose tojson writes compact, HTML-safe JSON ({"type":"function",...}
+with <, >, & and ' as \u003c ...) where transformers writes json.dumps'
+{"type": "function", ...}, and which prints none, true and [1, "a"] where
+Python prints None, True and [1, 'a']; length of none is 0. Templates that
+print tools or tool-call arguments render differently.`,
 		Example: `  echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' |
     continuum kv-inspect render --tokenizer-config tokenizer_config.json`,
 		Args: cobra.NoArgs,
@@ -132,7 +133,7 @@ print tools or tool-call arguments with tojson render differently.`,
 		},
 	}
 	addTemplateFlags(cmd, o)
-	cmd.Flags().BoolVar(&o.Dynamo, "dynamo", false, "render as Dynamo's frontend does (minijinja's tojson)")
+	cmd.Flags().BoolVar(&o.Dynamo, "dynamo", false, "render as Dynamo's frontend does (minijinja's tojson and printing)")
 	return cmd
 }
 
@@ -149,7 +150,7 @@ little-endian u32 with seed 1337, plus the LoRA adapter's and the cache
 salt's terms when given.
 
 A chat request goes through the router's own path, as Dynamo's frontend
-renders it: tojson writes minijinja's compact JSON (see render --dynamo),
+renders it: in minijinja's manner (see render --dynamo),
 content lists of text parts only are joined by newlines, tools
 without a parameter type get an object schema, the generation prompt is added
 unless the request says otherwise (add_generation_prompt, or in
@@ -365,7 +366,7 @@ func runTokenize(o *Options) error {
 func runRender(o *Options) error {
 	opts := []chattemplate.Option{chattemplate.WithTimeout(chattemplate.DefaultTimeout)}
 	if o.Dynamo {
-		opts = append(opts, chattemplate.WithMinijinjaToJSON())
+		opts = append(opts, chattemplate.WithDynamoFrontend())
 	}
 	tmpl, err := loadTemplate(o, opts...)
 	if err != nil {
@@ -394,8 +395,8 @@ func runHash(o *Options) error {
 	if err != nil {
 		return err
 	}
-	// As the router builds templates: minijinja's tojson, no clock of
-	// their own (a render runs to its request's render deadline).
+	// As the router builds templates: as Dynamo's frontend renders, no
+	// clock of their own (a render runs to its request's render deadline).
 	p := &kv.Preparer{Tokenizer: tok}
 	if o.TokenizerConfig != "" && o.TemplateName == "" {
 		// As the router loads a config: its tool_use template, when it

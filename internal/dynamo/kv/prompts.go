@@ -126,13 +126,14 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 
 // TemplateOptions are the options templates are compiled with to render
 // prompts as Dynamo's frontend renders them, whose tokens its workers
-// cache: tojson as minijinja writes it (compact and HTML-safe, where
-// transformers writes ", " and ": "), which the frontend installs, and no
-// wall clock of the template's own: a render is bounded by the request's
-// render deadline, which it shares with the encoding, rather than by a
-// fixed second that would fail a render the budget still has room for.
+// cache: in minijinja's manner (its tojson writes compact, HTML-safe JSON
+// where transformers writes ", " and ": ", and it prints none and true
+// where Python prints None and True), and with no wall clock of the
+// template's own: a render is bounded by the request's render deadline,
+// which it shares with the encoding, rather than by a fixed second that
+// would fail a render the budget still has room for.
 func TemplateOptions() []chattemplate.Option {
-	return []chattemplate.Option{chattemplate.WithTimeout(0), chattemplate.WithMinijinjaToJSON()}
+	return []chattemplate.Option{chattemplate.WithTimeout(0), chattemplate.WithDynamoFrontend()}
 }
 
 // toolUseTemplate names the template a tokenizer config may give for
