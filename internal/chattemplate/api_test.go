@@ -118,6 +118,9 @@ func TestDynamoFrontendToJSON(t *testing.T) {
 		{"{{ x.b[:2] | tojson(separators=(';', '=')) }}", "[1,2.0]", "[1;2.0]"},
 		{"{{ {'z': 1, 'a': 2} | tojson(sort_keys=true) }}", `{"z":1,"a":2}`, `{"a": 2, "z": 1}`},
 		{"{{ nothing | tojson }}", "null", ""},
+		{"{{ x.a | tojson(2) }}", "", "{}"},
+		{"{{ [1] | tojson(indent=true) }}", "[\n 1\n]", "[\n 1\n]"},
+		{"{{ {1.5: 1, 2: 2} | tojson }}", `{"1.5":1,"2":2}`, `{"1.5": 1, "2": 2}`},
 	} {
 		for _, minijinja := range []bool{true, false} {
 			var opts []chattemplate.Option
@@ -152,15 +155,21 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in.SpecialTokens = map[string]string{"eos_token": "</s>", "pad_token": "<pad>"}
 	for _, tc := range []struct{ src, dynamo, transformers string }{
 		{"{{ x.n }}|{{ x.t }}|{{ false }}|{{ x.f }}|{{ x.g }}|{{ x.h }}", "none|true|false|1.0|100000000000000000000.0|0.00000025", "None|True|False|1.0|1e+20|2.5e-07"},
 		{"{{ x.l }}", `[1, "x", none, false]`, `[1, 'x', None, False]`},
-		{"{{ x }}", `{"s": "a\"b\n", "n": none, "t": true, "f": 1.0, "g": 100000000000000000000.0, "h": 0.00000025, "l": [1, "x", none, false]}`,
+		{"{{ x }}", `{"s": "a\"b\n", "n": none, "t": true, "f": 1.0, "g": 1e20, "h": 2.5e-7, "l": [1, "x", none, false]}`,
 			`{'s': 'a"b\n', 'n': None, 't': True, 'f': 1.0, 'g': 1e+20, 'h': 2.5e-07, 'l': [1, 'x', None, False]}`},
 		{"{{ x.t | string }}{{ 'a' ~ x.n ~ x.t }}{{ x.l | join('/') }}", "trueanonetrue1/x/none/false", "TrueaNoneTrue1/x/None/False"},
 		{"{{ x.s }}", "a\"b\n", "a\"b\n"},
-		{"{{ tools | length }}{{ nothing | length }}", "00", ""},
+		{"{{ tools | length }}{{ nothing | length }}{{ 5 | length }}", "000", ""},
 		{"{{ tools | count }}", "", ""},
+		{"{{ nothing | count }}", "", "0"},
+		{"{{ x.n | trim }}|{{ x.t | upper }}|{{ [1, 2] | join(x.n) }}|{{ x.n | replace('n', 'N') }}", "none|TRUE|1none2|NoNe", "None|TRUE|1None2|NoNe"},
+		{"{{ ['e\u0301', '\u00a0', '\u200b', '\ufe0f', 'ok', '\x01'] }}", `["e\u{301}", "\u{a0}", "\u{200b}", "\u{fe0f}", "ok", "\u{1}"]`, "['e\u0301', '\\xa0', '\\u200b', '\ufe0f', 'ok', '\\x01']"},
+		{"{{ [0.0001, 0.00001, 1e15, 1e16, -2.5e-5] }}", "[0.0001, 1e-5, 1000000000000000.0, 1e16, -2.5e-5]", "[0.0001, 1e-05, 1000000000000000.0, 1e+16, -2.5e-05]"},
+		{"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}", "none|</s>|false", "|</s>|True"},
 	} {
 		for _, dynamo := range []bool{true, false} {
 			var opts []chattemplate.Option

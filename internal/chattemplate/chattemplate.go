@@ -95,16 +95,24 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 // tojson and a length filter of its own, where transformers runs Python's
 // jinja2. With it:
 //   - tojson writes serde_json's compact form ("," and ":" without spaces),
-//     or its pretty form when the keyword indent is a non-negative integer;
+//     or its pretty form when the keyword indent is a non-negative integer
+//     (or a bool or a float without a fraction, as minijinja converts);
 //     floats in serde_json's shortest form (1e-7, 1e16), NaN, infinities
 //     and undefined values as null; and <, >, & and the apostrophe as
-//     \u003c, \u003e, \u0026 and \u0027. Other arguments (ensure_ascii,
-//     separators, sort_keys, a positional indent) are not read;
-//   - values print as minijinja prints them (in output, ~, string, join):
-//     none, true and false in lower case, floats with a decimal point and
-//     without an exponent (1e20 is 100000000000000000000.0), lists and dicts
-//     as [1, "a"] and {"k": none} (strings quoted as Rust's Debug does);
-//   - length of none or of an undefined value is 0, not an error.
+//     \u003c, \u003e, \u0026 and \u0027. Other keyword arguments
+//     (ensure_ascii, separators, sort_keys) are not read, and a positional
+//     argument is an error;
+//   - values print as minijinja prints them (in output, ~, and the string
+//     filters: string, join, trim, upper, replace, ...): none, true and
+//     false in lower case, floats with a decimal point and without an
+//     exponent (1e20 is 100000000000000000000.0), lists and dicts as
+//     [1, "a"] and {"k": none} with their items in Rust's Debug form
+//     (strings quoted and escaped, floats below 1e-4 or from 1e16 on in
+//     exponent form);
+//   - length of anything without a length (none and undefined included)
+//     is 0, not an error; count of an undefined value is an error;
+//   - bos_token, eos_token and unk_token are always defined (none when the
+//     config has no such token) and no other special token is.
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for
@@ -370,11 +378,25 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 		return "", errors.New("chattemplate: continue_final_message and add_generation_prompt exclude each other")
 	}
 	root := &scope{}
-	for _, k := range sortedKeys(t.tokens) {
-		root.set(k, t.tokens[k])
-	}
-	for _, k := range sortedKeys(in.SpecialTokens) {
-		root.set(k, in.SpecialTokens[k])
+	if t.dynamo {
+		// Dynamo's frontend passes bos_token, eos_token and unk_token, none
+		// when the config has no such token, and no other special token.
+		for _, k := range []string{"bos_token", "eos_token", "unk_token"} {
+			var v any
+			if tok, ok := in.SpecialTokens[k]; ok {
+				v = tok
+			} else if tok, ok := t.tokens[k]; ok {
+				v = tok
+			}
+			root.set(k, v)
+		}
+	} else {
+		for _, k := range sortedKeys(t.tokens) {
+			root.set(k, t.tokens[k])
+		}
+		for _, k := range sortedKeys(in.SpecialTokens) {
+			root.set(k, in.SpecialTokens[k])
+		}
 	}
 	keys := make([]string, 0, len(in.Extra))
 	for k := range in.Extra {

@@ -136,10 +136,18 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "tojson":
 		return r.toJSON(v, a)
 	case "length", "count":
-		if _, undef := v.(undefined); r.dynamo && name == "length" && (v == nil || undef) {
-			return int64(0), nil // Dynamo's frontend's own length filter
-		}
 		n, err := pyLen(v)
+		if r.dynamo {
+			_, undef := v.(undefined)
+			switch {
+			case name == "length" && err != nil:
+				// Dynamo's frontend's own length filter: 0 for anything
+				// without a length, none and undefined values included.
+				return int64(0), nil
+			case name == "count" && undef:
+				return nil, errors.New("cannot calculate length of value of type undefined")
+			}
+		}
 		return n, err
 	case "string", "safe":
 		return r.str(v), nil
@@ -149,15 +157,15 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			return nil, err
 		}
 		_, has := a.get(0, "chars")
-		return pyStrip(toStr(v), chars, has && chars != "", true, true), nil
+		return pyStrip(r.str(v), chars, has && chars != "", true, true), nil
 	case "upper":
-		return pyUpper(toStr(v)), nil
+		return pyUpper(r.str(v)), nil
 	case "lower":
-		return pyLower(toStr(v)), nil
+		return pyLower(r.str(v)), nil
 	case "capitalize":
-		return pyCapitalize(toStr(v)), nil
+		return pyCapitalize(r.str(v)), nil
 	case "title":
-		return jinjaTitle(toStr(v)), nil
+		return jinjaTitle(r.str(v)), nil
 	case "default", "d":
 		def, _ := a.get(0, "default_value")
 		if _, ok := a.get(0, "default_value"); !ok {
@@ -271,7 +279,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		return pyRound(f, prec), nil
 	case "replace":
-		s := toStr(v)
+		s := r.str(v)
 		old, err := a.str(0, "old", "")
 		if err != nil {
 			return nil, err
@@ -417,7 +425,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		return &List{Items: out}, err
 	case "e", "escape", "forceescape":
-		return htmlEscape(toStr(v)), nil
+		return htmlEscape(r.str(v)), nil
 	case "format":
 		// As jinja2: value % (kwargs or args).
 		if a.kw != nil && a.kw.Len() > 0 {
@@ -439,7 +447,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		return getAttr(v, n)
 	case "wordcount":
-		return int64(len(strings.FieldsFunc(toStr(v), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' }))), nil
+		return int64(len(strings.FieldsFunc(r.str(v), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' }))), nil
 	case "batch":
 		return r.batch(v, a)
 	case "slice":
@@ -449,7 +457,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return r.center(toStr(v), width, " ")
+		return r.center(r.str(v), width, " ")
 	case "groupby":
 		return r.groupBy(v, a)
 	case "truncate":
@@ -457,7 +465,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "filesizeformat":
 		return fileSizeFormat(v, a.boolean(0, "binary", false))
 	case "striptags":
-		return r.stripTags(toStr(v))
+		return r.stripTags(r.str(v))
 	case "xmlattr":
 		return xmlAttr(v, a.boolean(0, "autospace", true))
 	case "urlencode":
@@ -688,9 +696,28 @@ func (r *renderer) toJSON(v any, a argList) (any, error) {
 // minijinjaToJSON is minijinja's tojson (WithDynamoFrontend): only the
 // keyword indent is read, and only a non-negative integer is an indent.
 func (r *renderer) minijinjaToJSON(v any, a argList) (any, error) {
+	if len(a.pos) > 0 {
+		return nil, errors.New("tojson: received unexpected extra arguments")
+	}
 	indent, hasIndent := "", false
 	if iv, ok := a.kw.Get("indent"); ok {
-		if n, isInt := iv.(int64); isInt && n >= 0 {
+		// minijinja's usize conversion: a non-negative integer, a bool
+		// (0 or 1) or a float without a fraction.
+		n, isInt := int64(-1), false
+		switch x := iv.(type) {
+		case int64:
+			n, isInt = x, true
+		case bool:
+			n, isInt = 0, true
+			if x {
+				n = 1
+			}
+		case float64:
+			if x == math.Trunc(x) && x >= 0 && x < 1<<53 {
+				n, isInt = int64(x), true
+			}
+		}
+		if isInt && n >= 0 {
 			// An indent longer than the output limit overflows at the
 			// first newline; a scalar never writes one.
 			indent, hasIndent = strings.Repeat(" ", int(min(n, int64(r.maxOutput)+1))), true
@@ -723,7 +750,7 @@ func (r *renderer) join(v any, a argList) (any, error) {
 	// Jinja joins with str(d): any separator is printed.
 	sep := ""
 	if d, ok := a.get(0, "d"); ok {
-		sep = toStr(d)
+		sep = r.str(d)
 	}
 	attr := ""
 	if x, ok := a.get(1, "attribute"); ok && x != nil {

@@ -125,8 +125,21 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 			case string:
 				jsonString(b, k)
 			case nil:
+				if r != nil && r.dynamo {
+					return errors.New("key must be a string")
+				}
 				b.WriteString(`"null"`)
-			case bool, int64, float64, bigInt:
+			case float64:
+				if r != nil && r.dynamo && !math.IsNaN(k) && !math.IsInf(k, 0) {
+					jsonString(b, serdeFloat(k))
+					break
+				}
+				var kb strings.Builder
+				if err := writeJSON(&kb, k, "", false, "", "", false, 0, nil); err != nil {
+					return err
+				}
+				jsonString(b, kb.String())
+			case bool, int64, bigInt:
 				var kb strings.Builder
 				if err := writeJSON(&kb, k, "", false, "", "", false, 0, nil); err != nil {
 					return err

@@ -388,13 +388,40 @@ func writeMinijinjaDebug(b *strings.Builder, v any, depth int) {
 			writeMinijinjaDebug(b, x.vals[i], depth+1)
 		}
 		b.WriteString("}")
+	case float64:
+		b.WriteString(rustDebugFloat(x))
 	default:
 		b.WriteString(minijinjaScalar(v))
 	}
 }
 
+// rustDebugFloat is Rust's Debug of an f64, which minijinja prints the
+// floats inside a list or a dict with: the shortest digits, as a decimal
+// with at least one fractional digit when 1e-4 <= |x| < 1e16 (or x is 0),
+// else in exponent form without a plus sign (1e16, 1.5e-7).
+func rustDebugFloat(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "NaN"
+	case math.IsInf(x, 1):
+		return "inf"
+	case math.IsInf(x, -1):
+		return "-inf"
+	}
+	if a := math.Abs(x); a == 0 || a >= 1e-4 && a < 1e16 {
+		return minijinjaScalar(x)
+	}
+	s := strconv.FormatFloat(x, 'e', -1, 64)
+	mant, exp, _ := strings.Cut(s, "e")
+	e, _ := strconv.Atoi(exp)
+	return mant + "e" + strconv.Itoa(e)
+}
+
 // rustDebugStr quotes s as Rust's Debug of a str: double quotes, with \,
-// ", \n, \r, \t and \0 escaped and other control characters as \u{hex}.
+// ", \n, \r, \t and \0 escaped, and as \u{hex} every character that is
+// not printable (controls, format characters, spaces but U+0020, private
+// use, unassigned) or that extends a grapheme (combining marks, variation
+// selectors, ZWNJ), wherever it stands.
 func rustDebugStr(b *strings.Builder, s string) {
 	b.WriteByte('"')
 	for _, c := range s {
@@ -412,7 +439,7 @@ func rustDebugStr(b *strings.Builder, s string) {
 		case 0:
 			b.WriteString(`\0`)
 		default:
-			if unicode.IsControl(c) {
+			if !unicode.IsPrint(c) || unicode.In(c, unicode.Mn, unicode.Me, unicode.Other_Grapheme_Extend) {
 				fmt.Fprintf(b, `\u{%x}`, c)
 			} else {
 				b.WriteRune(c)

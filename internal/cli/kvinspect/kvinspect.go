@@ -116,12 +116,14 @@ tokenizer_config.json (its chat_template, a string or a named list; pick one
 with --template-name) or from a .jinja file. Rendering is sandboxed and
 bounded (5,000,000 steps, 1 MiB of output, 1 s).
 
---dynamo renders as Dynamo's frontend does, and the router with it: in
-minijinja, whose tojson writes compact, HTML-safe JSON ({"type":"function",...}
-with <, >, & and ' as \u003c ...) where transformers writes json.dumps'
-{"type": "function", ...}, and which prints none, true and [1, "a"] where
-Python prints None, True and [1, 'a']; length of none is 0. Templates that
-print tools or tool-call arguments render differently.`,
+--dynamo renders the template as Dynamo's frontend and the router run it:
+in minijinja's manner, whose tojson writes compact, HTML-safe JSON
+({"type":"function",...} with <, >, & and ' as \u003c ...) where
+transformers writes json.dumps' {"type": "function", ...}, and which prints
+none, true and [1, "a"] where Python prints None, True and [1, 'a'].
+Templates that print tools or tool-call arguments render differently. The
+request is still taken as given: hash also applies the frontend's handling
+of the request (text parts joined, tool schemas completed, ...).`,
 		Example: `  echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' |
     continuum kv-inspect render --tokenizer-config tokenizer_config.json`,
 		Args: cobra.NoArgs,
