@@ -107,7 +107,7 @@ func TestDynamoFrontendToJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ src, minijinja, transformers string }{
+	checkModes(t, in, []modeCase{
 		{"{{ x | tojson }}",
 			`{"b":[1,2.0,1e-6,"\u003ca href=\u0027x\u0027\u003e\u0026amp;\u003c/a\u003e é\n"],"a":{},"c":[],"d":null,"e":true}`,
 			`{"b": [1, 2.0, 1e-06, "<a href='x'>&amp;</a> é\n"], "a": {}, "c": [], "d": null, "e": true}`},
@@ -121,29 +121,7 @@ func TestDynamoFrontendToJSON(t *testing.T) {
 		{"{{ x.a | tojson(2) }}", "", "{}"},
 		{"{{ [1] | tojson(indent=true) }}", "[\n 1\n]", "[\n 1\n]"},
 		{"{{ {1.5: 1, 2: 2} | tojson }}", `{"1.5":1,"2":2}`, `{"1.5": 1, "2": 2}`},
-	} {
-		for _, minijinja := range []bool{true, false} {
-			var opts []chattemplate.Option
-			want := tc.transformers
-			if minijinja {
-				opts, want = append(opts, chattemplate.WithDynamoFrontend()), tc.minijinja
-			}
-			tmpl, err := chattemplate.Compile(tc.src, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := tmpl.Render(t.Context(), in)
-			if want == "" {
-				if err == nil {
-					t.Errorf("%s (minijinja %v): %q, want an error", tc.src, minijinja, out)
-				}
-				continue
-			}
-			if err != nil || out != want {
-				t.Errorf("%s (minijinja %v): %q, %v; want %q", tc.src, minijinja, out, err, want)
-			}
-		}
-	}
+	})
 }
 
 // TestDynamoFrontendPrinting: values print as minijinja prints them, and
@@ -156,7 +134,7 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.SpecialTokens = map[string]string{"eos_token": "</s>", "pad_token": "<pad>"}
-	for _, tc := range []struct{ src, dynamo, transformers string }{
+	checkModes(t, in, []modeCase{
 		{"{{ x.n }}|{{ x.t }}|{{ false }}|{{ x.f }}|{{ x.g }}|{{ x.h }}", "none|true|false|1.0|100000000000000000000.0|0.00000025", "None|True|False|1.0|1e+20|2.5e-07"},
 		{"{{ x.l }}", `[1, "x", none, false]`, `[1, 'x', None, False]`},
 		{"{{ x }}", `{"s": "a\"b\n", "n": none, "t": true, "f": 1.0, "g": 1e20, "h": 2.5e-7, "l": [1, "x", none, false]}`,
@@ -170,7 +148,17 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 		{"{{ ['e\u0301', '\u00a0', '\u200b', '\ufe0f', 'ok', '\x01'] }}", `["e\u{301}", "\u{a0}", "\u{200b}", "\u{fe0f}", "ok", "\u{1}"]`, "['e\u0301', '\\xa0', '\\u200b', '\ufe0f', 'ok', '\\x01']"},
 		{"{{ [0.0001, 0.00001, 1e15, 1e16, -2.5e-5] }}", "[0.0001, 1e-5, 1000000000000000.0, 1e16, -2.5e-5]", "[0.0001, 1e-05, 1000000000000000.0, 1e+16, -2.5e-05]"},
 		{"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}", "none|</s>|false", "|</s>|True"},
-	} {
+	})
+}
+
+// modeCase is a template and what it renders as Dynamo's frontend does
+// and as transformers does ("" for an error).
+type modeCase struct{ src, dynamo, transformers string }
+
+// checkModes renders each case in both modes.
+func checkModes(t *testing.T, in chattemplate.Input, cases []modeCase) {
+	t.Helper()
+	for _, tc := range cases {
 		for _, dynamo := range []bool{true, false} {
 			var opts []chattemplate.Option
 			want := tc.transformers

@@ -370,24 +370,10 @@ func writeMinijinjaDebug(b *strings.Builder, v any, depth int) {
 		b.WriteString("undefined")
 	case *List:
 		b.WriteString("[")
-		for i, it := range x.Items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeMinijinjaDebug(b, it, depth+1)
-		}
+		writeItems(b, x.Items, depth, writeMinijinjaDebug)
 		b.WriteString("]")
 	case *Dict:
-		b.WriteString("{")
-		for i, k := range x.keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeMinijinjaDebug(b, k, depth+1)
-			b.WriteString(": ")
-			writeMinijinjaDebug(b, x.vals[i], depth+1)
-		}
-		b.WriteString("}")
+		writeDict(b, x, depth, writeMinijinjaDebug)
 	case float64:
 		b.WriteString(rustDebugFloat(x))
 	default:
@@ -541,27 +527,13 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 			open, closing = "(", ")"
 		}
 		b.WriteString(open)
-		for i, it := range x.Items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeRepr(b, it, depth+1)
-		}
+		writeItems(b, x.Items, depth, writeRepr)
 		if x.Tuple && len(x.Items) == 1 {
 			b.WriteString(",")
 		}
 		b.WriteString(closing)
 	case *Dict:
-		b.WriteString("{")
-		for i, k := range x.keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeRepr(b, k, depth+1)
-			b.WriteString(": ")
-			writeRepr(b, x.vals[i], depth+1)
-		}
-		b.WriteString("}")
+		writeDict(b, x, depth, writeRepr)
 	case *Namespace:
 		b.WriteString("<Namespace ")
 		writeRepr(b, x.d, depth+1)
@@ -581,6 +553,32 @@ func writeRepr(b *strings.Builder, v any, depth int) {
 	default:
 		b.WriteString(toStr(v))
 	}
+}
+
+// writeItems writes items separated by ", ", each with write one level
+// deeper.
+func writeItems(b *strings.Builder, items []any, depth int, write func(*strings.Builder, any, int)) {
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		write(b, it, depth+1)
+	}
+}
+
+// writeDict writes d as {k: v, ...}, keys and values with write one level
+// deeper.
+func writeDict(b *strings.Builder, d *Dict, depth int, write func(*strings.Builder, any, int)) {
+	b.WriteString("{")
+	for i, k := range d.keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		write(b, k, depth+1)
+		b.WriteString(": ")
+		write(b, d.vals[i], depth+1)
+	}
+	b.WriteString("}")
 }
 
 // maxNesting bounds recursion over nested values and parser nesting.
