@@ -148,6 +148,7 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 		{"{{ ['e\u0301', '\u00a0', '\u200b', '\ufe0f', 'ok', '\x01'] }}", `["e\u{301}", "\u{a0}", "\u{200b}", "\u{fe0f}", "ok", "\u{1}"]`, "['e\u0301', '\\xa0', '\\u200b', '\ufe0f', 'ok', '\\x01']"},
 		{"{{ [0.0001, 0.00001, 1e15, 1e16, -2.5e-5] }}", "[0.0001, 1e-5, 1000000000000000.0, 1e16, -2.5e-5]", "[0.0001, 1e-05, 1000000000000000.0, 1e+16, -2.5e-05]"},
 		{"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}", "none|</s>|false", "|</s>|True"},
+		{"{{ documents is defined }}", "false", "True"},
 	})
 }
 

@@ -112,7 +112,8 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //   - length of anything without a length (none and undefined included)
 //     is 0, not an error; count of an undefined value is an error;
 //   - bos_token, eos_token and unk_token are always defined (none when the
-//     config has no such token) and no other special token is.
+//     config has no such token) and no other special token is; documents
+//     are not passed (unless as an extra variable).
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for
@@ -424,13 +425,17 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 	} else {
 		root.set("tools", nil)
 	}
-	if in.Documents != nil {
+	switch {
+	case t.dynamo:
+		// The frontend's context has no documents; only its
+		// chat_template_args may name some.
+	case in.Documents != nil:
 		docs, err := fromGo(in.Documents, 0)
 		if err != nil {
 			return "", fmt.Errorf("chattemplate: documents: %w", err)
 		}
 		root.set("documents", docs)
-	} else {
+	default:
 		root.set("documents", nil)
 	}
 	root.set("add_generation_prompt", in.AddGenerationPrompt)
