@@ -134,6 +134,9 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.SpecialTokens = map[string]string{"eos_token": "</s>", "pad_token": "<pad>"}
+	// Extra variables of a context's names: the frontend's context wins
+	// over all of them, transformers' special tokens do not.
+	in.Extra["eos_token"], in.Extra["add_generation_prompt"] = "<extra>", true
 	checkModes(t, in, []modeCase{
 		{"{{ x.n }}|{{ x.t }}|{{ false }}|{{ x.f }}|{{ x.g }}|{{ x.h }}", "none|true|false|1.0|100000000000000000000.0|0.00000025", "None|True|False|1.0|1e+20|2.5e-07"},
 		{"{{ x.l }}", `[1, "x", none, false]`, `[1, 'x', None, False]`},
@@ -147,8 +150,9 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 		{"{{ x.n | trim }}|{{ x.t | upper }}|{{ [1, 2] | join(x.n) }}|{{ x.n | replace('n', 'N') }}", "none|TRUE|1none2|NoNe", "None|TRUE|1None2|NoNe"},
 		{"{{ ['e\u0301', '\u00a0', '\u200b', '\ufe0f', 'ok', '\x01'] }}", `["e\u{301}", "\u{a0}", "\u{200b}", "\u{fe0f}", "ok", "\u{1}"]`, "['e\u0301', '\\xa0', '\\u200b', '\ufe0f', 'ok', '\\x01']"},
 		{"{{ [0.0001, 0.00001, 1e15, 1e16, -2.5e-5] }}", "[0.0001, 1e-5, 1000000000000000.0, 1e16, -2.5e-5]", "[0.0001, 1e-05, 1000000000000000.0, 1e+16, -2.5e-05]"},
-		{"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}", "none|</s>|false", "|</s>|True"},
+		{"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}", "none|</s>|false", "|<extra>|True"},
 		{"{{ documents is defined }}", "false", "True"},
+		{"{{ eos_token }}|{{ add_generation_prompt }}", "</s>|false", "<extra>|False"},
 	})
 }
 

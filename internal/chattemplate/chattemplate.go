@@ -379,19 +379,7 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 		return "", errors.New("chattemplate: continue_final_message and add_generation_prompt exclude each other")
 	}
 	root := &scope{}
-	if t.dynamo {
-		// Dynamo's frontend passes bos_token, eos_token and unk_token, none
-		// when the config has no such token, and no other special token.
-		for _, k := range []string{"bos_token", "eos_token", "unk_token"} {
-			var v any
-			if tok, ok := in.SpecialTokens[k]; ok {
-				v = tok
-			} else if tok, ok := t.tokens[k]; ok {
-				v = tok
-			}
-			root.set(k, v)
-		}
-	} else {
+	if !t.dynamo {
 		for _, k := range sortedKeys(t.tokens) {
 			root.set(k, t.tokens[k])
 		}
@@ -410,6 +398,21 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 			return "", fmt.Errorf("chattemplate: %s: %w", k, err)
 		}
 		root.set(k, v)
+	}
+	if t.dynamo {
+		// Dynamo's frontend passes bos_token, eos_token and unk_token, none
+		// when the config has no such token, and no other special token;
+		// they win over extra variables of the same name, as the rest of
+		// its context does.
+		for _, k := range []string{"bos_token", "eos_token", "unk_token"} {
+			var v any
+			if tok, ok := in.SpecialTokens[k]; ok {
+				v = tok
+			} else if tok, ok := t.tokens[k]; ok {
+				v = tok
+			}
+			root.set(k, v)
+		}
 	}
 	msgs, err := fromGo(orEmptyAny(in.Messages), 0)
 	if err != nil {

@@ -152,13 +152,15 @@ little-endian u32 with seed 1337, plus the LoRA adapter's and the cache
 salt's terms when given.
 
 A chat request goes through the router's own path, as Dynamo's frontend
-renders it: in minijinja's manner (see render --dynamo),
-content lists of text parts only are joined by newlines, tools
-without a parameter type get an object schema, the generation prompt is added
-unless the request says otherwise (add_generation_prompt, or in
-chat_template_kwargs) or its last message is the assistant's, and only
-chat_template_kwargs entries become template variables (other top-level keys
-such as model or temperature do not). Its nvext.cache_salt (else cache_salt)
+renders it: in minijinja's manner (see render --dynamo), content lists of
+text parts only are joined by newlines, tools without a parameter type get
+an object schema, the generation prompt is added unless the last message is
+the assistant's (whatever add_generation_prompt the request gives, at the top
+level or in chat_template_kwargs), and only chat_template_kwargs entries
+become template variables (other top-level keys such as model or temperature
+do not), besides thinking and reasoning_effort, which the frontend folds into
+them (thinking, thinking_mode, enable_thinking, reasoning_effort). Its
+nvext.cache_salt (else cache_salt)
 wins over --salt. The rendered prompt is encoded without added special tokens
 (the template places them); --add-special-tokens applies to raw prompts.`,
 		Example: `  echo '{"text": "Hello"}' | continuum kv-inspect hash --tokenizer tokenizer.json --block-size 16

@@ -322,3 +322,45 @@ func FuzzChatRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestChatRequestGenerationPromptAndReasoning: the generation prompt
+// follows the last message alone, as the frontend decides it (its context
+// wins over chat_template_kwargs, and top-level add_generation_prompt or
+// continue_final_message are no fields of its request); thinking and
+// reasoning_effort become the template variables the frontend folds them
+// into.
+func TestChatRequestGenerationPromptAndReasoning(t *testing.T) {
+	t.Parallel()
+	base := qwen3(t)
+	tmpl, err := chattemplate.Compile(`{{ add_generation_prompt }}|{{ thinking }}|{{ thinking_mode }}|{{ enable_thinking }}|{{ reasoning_effort }}`, chattemplate.WithDynamoFrontend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl}
+	user := `"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct{ body, want string }{
+		{`{` + user + `}`, "true||||"},
+		{`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hel"}]}`, "false||||"},
+		{`{"messages":[{"role":"user","content":"hi"},{"role":"tool","content":"42"}]}`, "true||||"},
+		{`{` + user + `,"add_generation_prompt":false,"continue_final_message":true}`, "true||||"},
+		{`{` + user + `,"chat_template_kwargs":{"add_generation_prompt":false}}`, "true||||"},
+		{`{` + user + `,"thinking":true}`, "true|true|enabled||"},
+		{`{` + user + `,"thinking":{"type":"disabled"}}`, "true|false|disabled||"},
+		{`{` + user + `,"thinking":{"type":"adaptive"}}`, "true||adaptive||"},
+		{`{` + user + `,"thinking":null,"reasoning_effort":"none"}`, "true|||false|none"},
+		{`{` + user + `,"reasoning_effort":"high","chat_template_kwargs":{"enable_thinking":false}}`, "true|||false|high"},
+		{`{` + user + `,"reasoning_effort":"low","chat_template_kwargs":{"thinking":false}}`, "true|false||true|low"},
+	} {
+		got, _, err := p.ChatRequest(context.Background(), []byte(tc.body))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		want, err := p.Text(tc.want, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: rendered ids %v, want the ids of %q", tc.body, got, tc.want)
+		}
+	}
+}

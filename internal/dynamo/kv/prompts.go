@@ -423,18 +423,25 @@ func cmpOr(a, b string) string {
 // request whose tool_choice is "none" unless keepTools (the workers' cards
 // say exclude_tools_when_tool_choice_none: false); a tool call's arguments string
 // that holds JSON becomes that value when parseArgs says so for the
-// request (with tools or without); the generation prompt is added
-// unless the request says otherwise or its last message is the
-// assistant's (a continuation). It also returns the request's cache salt
-// (nvext.cache_salt, else cache_salt).
+// request (with tools or without); the generation prompt is added unless
+// the last message is the assistant's (a continuation): the frontend
+// decides it from the messages alone, and its template context wins over a
+// chat_template_kwargs entry of the same name, so neither a top-level
+// add_generation_prompt or continue_final_message nor one in
+// chat_template_kwargs changes it; OpenAI's thinking and reasoning_effort
+// become template variables as the frontend folds them into its
+// chat_template_args (thinking and thinking_mode; reasoning_effort, and
+// enable_thinking unless the kwargs give it). It also returns the
+// request's cache salt (nvext.cache_salt, else cache_salt).
 func chatInput(body []byte, keepTools bool, parseArgs func(tools bool) bool) (chattemplate.Input, string, error) {
 	var q struct {
-		Messages            []json.RawMessage `json:"messages"`
-		Tools               []json.RawMessage `json:"tools"`
-		ToolChoice          json.RawMessage   `json:"tool_choice"`
-		AddGenerationPrompt *bool             `json:"add_generation_prompt"`
-		CacheSalt           string            `json:"cache_salt"`
-		Nvext               struct {
+		Messages        []json.RawMessage `json:"messages"`
+		Tools           []json.RawMessage `json:"tools"`
+		ToolChoice      json.RawMessage   `json:"tool_choice"`
+		Thinking        json.RawMessage   `json:"thinking"`
+		ReasoningEffort *string           `json:"reasoning_effort"`
+		CacheSalt       string            `json:"cache_salt"`
+		Nvext           struct {
 			CacheSalt string `json:"cache_salt"`
 		} `json:"nvext"`
 		Kwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
@@ -458,17 +465,53 @@ func chatInput(body []byte, keepTools bool, parseArgs func(tools bool) bool) (ch
 		_ = json.Unmarshal(q.Messages[n-1], &last)
 		add = last.Role != "assistant"
 	}
-	if q.AddGenerationPrompt != nil {
-		add = *q.AddGenerationPrompt
+	in.AddGenerationPrompt, in.ContinueFinalMessage = add, false
+	foldReasoning(&in, q.Thinking, q.ReasoningEffort)
+	return in, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), nil
+}
+
+// foldReasoning sets the template variables the frontend derives from
+// OpenAI's thinking (true, false, or {"type": "enabled" | "disabled" |
+// "adaptive"}) and reasoning_effort. A value the frontend refuses (its
+// request fails) sets nothing.
+func foldReasoning(in *chattemplate.Input, thinking json.RawMessage, effort *string) {
+	mode := ""
+	var on bool
+	var typed struct {
+		Type string `json:"type"`
 	}
-	if raw, ok := q.Kwargs["add_generation_prompt"]; ok {
-		var v bool
-		if json.Unmarshal(raw, &v) == nil {
-			add = v
+	switch t := bytes.TrimSpace(thinking); {
+	case len(t) == 0 || bytes.Equal(t, []byte("null")):
+	case json.Unmarshal(t, &on) == nil:
+		mode = "disabled"
+		if on {
+			mode = "enabled"
+		}
+	case json.Unmarshal(t, &typed) == nil:
+		switch typed.Type {
+		case "enabled", "disabled", "adaptive":
+			mode = typed.Type
 		}
 	}
-	in.AddGenerationPrompt = add && !in.ContinueFinalMessage
-	return in, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), nil
+	if mode == "" && effort == nil {
+		return
+	}
+	if in.Extra == nil {
+		in.Extra = map[string]any{}
+	}
+	switch mode {
+	case "enabled", "disabled":
+		in.Extra["thinking"] = mode == "enabled"
+		in.Extra["thinking_mode"] = mode
+	case "adaptive":
+		in.Extra["thinking_mode"] = mode
+	}
+	if effort != nil {
+		if _, ok := in.Extra["enable_thinking"]; !ok {
+			in.Extra["enable_thinking"] = *effort != "none"
+		}
+		in.Extra["reasoning_effort"] = *effort
+	}
 }
 
 // normalizedChat rewrites what Dynamo's frontend normalizes before
