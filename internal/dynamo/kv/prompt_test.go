@@ -324,9 +324,9 @@ func FuzzChatRequest(f *testing.F) {
 }
 
 // TestChatRequestGenerationPromptAndReasoning: the generation prompt
-// follows the last message alone, as the frontend decides it (its context
-// wins over chat_template_kwargs, and top-level add_generation_prompt or
-// continue_final_message are no fields of its request); thinking and
+// follows the last message alone, as the frontend decides it (from the
+// messages only, its context winning over chat_template_kwargs), whatever
+// add_generation_prompt or continue_final_message the request gives; thinking and
 // reasoning_effort become the template variables the frontend folds them
 // into.
 func TestChatRequestGenerationPromptAndReasoning(t *testing.T) {
