@@ -152,6 +152,7 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 		{"{{ [0.0001, 0.00001, 1e15, 1e16, -2.5e-5] }}", "[0.0001, 1e-5, 1000000000000000.0, 1e16, -2.5e-5]", "[0.0001, 1e-05, 1000000000000000.0, 1e+16, -2.5e-05]"},
 		{"{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}", "none|</s>|false", "|<extra>|True"},
 		{"{{ documents is defined }}", "false", "True"},
+		{"{{ 'ab' is sequence }}{{ x is sequence }}{{ x.l is sequence }}{{ x.t is number }}{{ 1 is number }}", "falsefalsetruefalsetrue", "TrueTrueTrueTrueTrue"},
 		{"{{ eos_token }}|{{ add_generation_prompt }}", "</s>|false", "<extra>|False"},
 	})
 }

@@ -111,6 +111,8 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     exponent form);
 //   - length of anything without a length (none and undefined included)
 //     is 0, not an error; count of an undefined value is an error;
+//   - only a list is a sequence (not a string or a dict) and a bool is no
+//     number, as minijinja's tests say;
 //   - bos_token, eos_token and unk_token are always defined (none when the
 //     config has no such token) and no other special token is; documents
 //     are not passed (unless as an extra variable).

@@ -1338,6 +1338,12 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		}
 		return false, nil
 	case "sequence":
+		if r.dynamo {
+			// minijinja: lists only (Python: anything with len and
+			// indexing, strings and dicts too).
+			_, ok := v.(*List)
+			return ok, nil
+		}
 		switch v.(type) {
 		case string, *List, *Dict, undefined:
 			return true, nil
@@ -1345,8 +1351,10 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		return false, nil
 	case "number":
 		switch v.(type) {
-		case int64, float64, bool, bigInt:
+		case int64, float64, bigInt:
 			return true, nil
+		case bool:
+			return !r.dynamo, nil // a bool is a number in Python, not in minijinja
 		}
 		return false, nil
 	case "integer":
