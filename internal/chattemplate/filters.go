@@ -694,7 +694,8 @@ func (r *renderer) toJSON(v any, a argList) (any, error) {
 }
 
 // minijinjaToJSON is minijinja's tojson (WithDynamoFrontend): only the
-// keyword indent is read, and only a non-negative integer is an indent.
+// keyword indent is read, and only what minijinja converts to a size is
+// an indent.
 func (r *renderer) minijinjaToJSON(v any, a argList) (any, error) {
 	if len(a.pos) > 0 {
 		return nil, errors.New("tojson: received unexpected extra arguments")
@@ -703,21 +704,21 @@ func (r *renderer) minijinjaToJSON(v any, a argList) (any, error) {
 	if iv, ok := a.kw.Get("indent"); ok {
 		// minijinja's usize conversion: a non-negative integer, a bool
 		// (0 or 1) or a float without a fraction.
-		n, isInt := int64(-1), false
+		n := int64(-1)
 		switch x := iv.(type) {
 		case int64:
-			n, isInt = x, true
+			n = x
 		case bool:
-			n, isInt = 0, true
+			n = 0
 			if x {
 				n = 1
 			}
 		case float64:
 			if x == math.Trunc(x) && x >= 0 && x < 1<<53 {
-				n, isInt = int64(x), true
+				n = int64(x)
 			}
 		}
-		if isInt && n >= 0 {
+		if n >= 0 {
 			// An indent longer than the output limit overflows at the
 			// first newline; a scalar never writes one.
 			indent, hasIndent = strings.Repeat(" ", int(min(n, int64(r.maxOutput)+1))), true

@@ -129,17 +129,14 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 					return errors.New("key must be a string")
 				}
 				b.WriteString(`"null"`)
-			case float64:
-				if r != nil && r.dynamo && !math.IsNaN(k) && !math.IsInf(k, 0) {
-					jsonString(b, serdeFloat(k))
+			case bool, int64, float64, bigInt:
+				// A key is written as its value would be, in quotes
+				// (serde_json's floats in the Dynamo mode, whose NaN and
+				// infinities keep Python's names).
+				if f, ok := k.(float64); ok && r != nil && r.dynamo && !math.IsNaN(f) && !math.IsInf(f, 0) {
+					jsonString(b, serdeFloat(f))
 					break
 				}
-				var kb strings.Builder
-				if err := writeJSON(&kb, k, "", false, "", "", false, 0, nil); err != nil {
-					return err
-				}
-				jsonString(b, kb.String())
-			case bool, int64, bigInt:
 				var kb strings.Builder
 				if err := writeJSON(&kb, k, "", false, "", "", false, 0, nil); err != nil {
 					return err
