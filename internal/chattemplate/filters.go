@@ -589,32 +589,10 @@ func (r *renderer) zfill(s string, width int64) (any, error) {
 	return zeros + s, nil
 }
 
-// justify is Python's str.center, ljust and rjust.
+// justify is Python's str.center, ljust and rjust: s padded with fill to
+// width runes; center splits the padding as CPython does (the extra rune
+// goes left when both the padding and width are odd).
 func (r *renderer) justify(s, name string, width int64, fill string) (any, error) {
-	if name == "center" {
-		return r.center(s, width, fill)
-	}
-	n := int64(utf8.RuneCountInString(s))
-	if width <= n {
-		return s, nil
-	}
-	if width > int64(r.maxOutput) {
-		return nil, r.overflow()
-	}
-	if err := r.chargeBytes(int(width-n)*len(fill) + len(s)); err != nil {
-		return nil, err
-	}
-	pad := strings.Repeat(fill, int(width-n))
-	if name == "ljust" {
-		return s + pad, nil
-	}
-	return pad + s, nil
-}
-
-// center is Python's str.center: s padded with fill on both sides to
-// width runes, split as CPython splits the padding (the extra rune goes
-// left when both the padding and width are odd).
-func (r *renderer) center(s string, width int64, fill string) (any, error) {
 	n := int64(utf8.RuneCountInString(s))
 	if width <= n {
 		return s, nil
@@ -626,8 +604,19 @@ func (r *renderer) center(s string, width int64, fill string) (any, error) {
 		return nil, err
 	}
 	pad := width - n
+	switch name {
+	case "ljust":
+		return s + strings.Repeat(fill, int(pad)), nil
+	case "rjust":
+		return strings.Repeat(fill, int(pad)) + s, nil
+	}
 	left := pad/2 + (pad & width & 1)
 	return strings.Repeat(fill, int(left)) + s + strings.Repeat(fill, int(pad-left)), nil
+}
+
+// center is Python's str.center (justify).
+func (r *renderer) center(s string, width int64, fill string) (any, error) {
+	return r.justify(s, "center", width, fill)
 }
 
 // foldCase is Jinja's ignore_case: str.lower of a string.

@@ -146,40 +146,38 @@ func unitPower(base float64, k int) float64 {
 // to single spaces, and HTML entities unescaped.
 func (r *renderer) stripTags(s string) (any, error) {
 	// The text before a removed comment holds no "<!--", so a new one
-	// can only begin in its last three bytes.
-	for from := 0; ; {
-		i := strings.Index(s[from:], "<!--")
-		if i < 0 {
-			break
-		}
-		start := from + i
-		j := strings.Index(s[start:], "-->")
-		if j < 0 {
-			break
-		}
-		s = s[:start] + s[start+j+3:]
-		from = max(start-3, 0)
-		if err := r.step(int64(len(s)>>6) + 1); err != nil {
-			return nil, err
-		}
+	// can only begin in its last three bytes; a tag, only where the
+	// removed one began.
+	s, err := r.removeMarks(s, "<!--", "-->", 3)
+	if err != nil {
+		return nil, err
 	}
-	for from := 0; ; {
-		i := strings.IndexByte(s[from:], '<')
-		if i < 0 {
-			break
-		}
-		start := from + i
-		j := strings.IndexByte(s[start:], '>')
-		if j < 0 {
-			break
-		}
-		s = s[:start] + s[start+j+1:]
-		from = start
-		if err := r.step(int64(len(s)>>6) + 1); err != nil {
-			return nil, err
-		}
+	if s, err = r.removeMarks(s, "<", ">", 0); err != nil {
+		return nil, err
 	}
 	return html.UnescapeString(strings.Join(splitWhitespace(s, -1, false), " ")), nil
+}
+
+// removeMarks removes every open...close span of s, left to right, looking
+// again back bytes before where each removal joined the text, which may
+// form a new span.
+func (r *renderer) removeMarks(s, open, close string, back int) (string, error) {
+	for from := 0; ; {
+		i := strings.Index(s[from:], open)
+		if i < 0 {
+			return s, nil
+		}
+		start := from + i
+		j := strings.Index(s[start:], close)
+		if j < 0 {
+			return s, nil
+		}
+		s = s[:start] + s[start+j+len(close):]
+		from = max(start-back, 0)
+		if err := r.step(int64(len(s)>>6) + 1); err != nil {
+			return "", err
+		}
+	}
 }
 
 // xmlAttr is Jinja's xmlattr: key="value" pairs, HTML-escaped, for the

@@ -32,6 +32,7 @@ var onigExtraL = &unicode.RangeTable{
 		{0x1e5f0, 0x1e5f0, 1},
 		{0x2ebf0, 0x2ee5d, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraLu holds the code points in \p{Lu} for the engine and not for Go.
@@ -45,6 +46,7 @@ var onigExtraLu = &unicode.RangeTable{
 	R32: []unicode.Range32{
 		{0x10d50, 0x10d65, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraLl holds the code points in \p{Ll} for the engine and not for Go.
@@ -57,10 +59,13 @@ var onigExtraLl = &unicode.RangeTable{
 	R32: []unicode.Range32{
 		{0x10d70, 0x10d85, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraLt holds the code points in \p{Lt} for the engine and not for Go.
-var onigExtraLt = &unicode.RangeTable{}
+var onigExtraLt = &unicode.RangeTable{
+	LatinOffset: 0,
+}
 
 // onigExtraLm holds the code points in \p{Lm} for the engine and not for Go.
 var onigExtraLm = &unicode.RangeTable{
@@ -70,6 +75,7 @@ var onigExtraLm = &unicode.RangeTable{
 		{0x16d40, 0x16d42, 1},
 		{0x16d6b, 0x16d6c, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraLo holds the code points in \p{Lo} for the engine and not for Go.
@@ -95,6 +101,7 @@ var onigExtraLo = &unicode.RangeTable{
 		{0x1e5f0, 0x1e5f0, 1},
 		{0x2ebf0, 0x2ee5d, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraM holds the code points in \p{M} for the engine and not for Go.
@@ -116,6 +123,7 @@ var onigExtraM = &unicode.RangeTable{
 		{0x1611e, 0x1612f, 1},
 		{0x1e5ee, 0x1e5ef, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraN holds the code points in \p{N} for the engine and not for Go.
@@ -129,6 +137,7 @@ var onigExtraN = &unicode.RangeTable{
 		{0x1ccf0, 0x1ccf9, 1},
 		{0x1e5f1, 0x1e5fa, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraNd holds the code points in \p{Nd} for the engine and not for Go.
@@ -142,6 +151,7 @@ var onigExtraNd = &unicode.RangeTable{
 		{0x1ccf0, 0x1ccf9, 1},
 		{0x1e5f1, 0x1e5fa, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraP holds the code points in \p{P} for the engine and not for Go.
@@ -158,6 +168,7 @@ var onigExtraP = &unicode.RangeTable{
 		{0x16d6d, 0x16d6f, 1},
 		{0x1e5ff, 0x1e5ff, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigExtraS holds the code points in \p{S} for the engine and not for Go.
@@ -183,6 +194,7 @@ var onigExtraS = &unicode.RangeTable{
 		{0x1fae9, 0x1fae9, 1},
 		{0x1fbcb, 0x1fbef, 1},
 	},
+	LatinOffset: 0,
 }
 
 // onigWord holds the characters of \w in the engine's regex engine (letters,

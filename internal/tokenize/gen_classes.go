@@ -60,31 +60,7 @@ func main() {
 				ranges = append(ranges, [2]int{c, c})
 			}
 		}
-		fmt.Fprintf(&b, "// onigExtra%s holds the code points in \\p{%s} for the engine and not for Go.\nvar onigExtra%s = &unicode.RangeTable{\n", cls, cls, cls)
-		var r16, r32 []string
-		for _, r := range ranges {
-			s := fmt.Sprintf("{0x%04x, 0x%04x, 1},", r[0], r[1])
-			if r[1] <= 0xFFFF {
-				r16 = append(r16, s)
-			} else {
-				r32 = append(r32, s)
-			}
-		}
-		if len(r16) > 0 {
-			b.WriteString("R16: []unicode.Range16{\n")
-			for _, s := range r16 {
-				b.WriteString(s + "\n")
-			}
-			b.WriteString("},\n")
-		}
-		if len(r32) > 0 {
-			b.WriteString("R32: []unicode.Range32{\n")
-			for _, s := range r32 {
-				b.WriteString(s + "\n")
-			}
-			b.WriteString("},\n")
-		}
-		b.WriteString("}\n\n")
+		writeTable(&b, "onigExtra"+cls, fmt.Sprintf("the code points in \\p{%s} for the engine and not for Go", cls), ranges)
 	}
 	writeTable(&b, "onigWord", "the characters of \\w in the engine's regex engine (letters,\n// marks, most numbers, connectors, circled letters: no category formula)", classes["w"])
 	writeTable(&b, "onigWordInClass", "the characters of \\w inside a bracket class in the\n// engine's regex engine, which leaves out ², ³, ¹, ¼, ½ and ¾", classes["[w]"])
