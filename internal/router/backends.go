@@ -5,8 +5,8 @@
 // dispatch through Dynamo's direct-mode shim with pin headers, the admin
 // API and /metrics.
 //
-// Imports: admin, config, fleet, load, pick, shim and telemetry; never a
-// discovery source, the daemon or the simulator.
+// Imports: admin, config, fleet, h1, jsonscan, load, pick, shim and
+// telemetry; never a discovery source, the daemon or the simulator.
 package router
 
 import (

@@ -2,10 +2,11 @@ package router
 
 import (
 	"bytes"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/continuum-router/continuum/internal/jsonscan"
 )
 
 // clientNvextKeys are the nvext members a client may not send: its own
@@ -37,14 +38,14 @@ const workerIDField = "worker_id"
 // goes; of an nvext given more than once only the last (the one decoders
 // keep) stays, so that no decoder finds a removed member.
 func withoutClientRouting(body []byte, reveal bool) []byte {
-	start := skipSpace(body, 0)
+	start := jsonscan.SkipSpace(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return body
 	}
 	top, end := objectMembers(body, start)
 	last, count := -1, 0
 	for i, m := range top {
-		if keyIs(body, m, "nvext") {
+		if m.KeyIs(body, "nvext") {
 			last, count = i, count+1
 		}
 	}
@@ -53,18 +54,18 @@ func withoutClientRouting(body []byte, reveal bool) []byte {
 	}
 	ext := top[last]
 	drop := false // the last nvext goes entirely
-	if body[ext.val] == '{' {
-		inner, _ := objectMembers(body, ext.val)
+	if body[ext.Val] == '{' {
+		inner, _ := objectMembers(body, ext.Val)
 		innerKept := make([]member, 0, len(inner))
 		changed := false
 		for _, im := range inner {
 			switch {
-			case slices.ContainsFunc(clientNvextKeys, func(k string) bool { return keyIs(body, im, k) }):
+			case slices.ContainsFunc(clientNvextKeys, func(k string) bool { return im.KeyIs(body, k) }):
 				changed = true
 				continue
-			case keyIs(body, im, "annotations"):
+			case im.KeyIs(body, "annotations"):
 				im.replacement = withoutStrings(body, im, func(s string) bool { return strings.HasPrefix(s, queryInstanceAnnotation) })
-			case !reveal && keyIs(body, im, "extra_fields"):
+			case !reveal && im.KeyIs(body, "extra_fields"):
 				im.replacement = withoutStrings(body, im, func(s string) bool { return s == workerIDField })
 			}
 			changed = changed || im.replacement != nil
@@ -88,7 +89,7 @@ func withoutClientRouting(body []byte, reveal bool) []byte {
 			if !drop {
 				kept = append(kept, ext)
 			}
-		case !keyIs(body, m, "nvext"):
+		case !m.KeyIs(body, "nvext"):
 			kept = append(kept, m)
 		}
 	}
@@ -102,22 +103,23 @@ func withoutClientRouting(body []byte, reveal bool) []byte {
 // gone, or nil when m's value is not an array or nothing matches. Every
 // other element is kept as it was written.
 func withoutStrings(b []byte, m member, gone func(string) bool) []byte {
-	if b[m.val] != '[' {
+	if b[m.Val] != '[' {
 		return nil
 	}
 	var kept [][2]int
 	removed := false
-	i := skipSpace(b, m.val+1)
-	for i < m.valEnd && b[i] != ']' {
-		j := skipValue(b, i)
-		if b[i] == '"' && gone(decodeString(b[i:j])) {
+	i := jsonscan.SkipSpace(b, m.Val+1)
+	for i < m.ValEnd && b[i] != ']' {
+		j := jsonscan.SkipValue(b, i)
+		s, isString := jsonscan.String(b[i:j])
+		if isString && gone(s) {
 			removed = true
 		} else {
 			kept = append(kept, [2]int{i, j})
 		}
-		i = skipSpace(b, j)
-		if i < m.valEnd && b[i] == ',' {
-			i = skipSpace(b, i+1)
+		i = jsonscan.SkipSpace(b, j)
+		if i < m.ValEnd && b[i] == ',' {
+			i = jsonscan.SkipSpace(b, i+1)
 		}
 	}
 	if !removed {
@@ -133,24 +135,22 @@ func withoutStrings(b []byte, m member, gone func(string) bool) []byte {
 	return append(out, ']')
 }
 
-// decodeString decodes the JSON string raw (quotes included); one that
-// does not decode gives "".
-func decodeString(raw []byte) string {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1])
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return ""
-	}
-	return s
+// member is one "key": value of an object, with a new value when
+// replacement is not nil.
+type member struct {
+	jsonscan.Member
+	replacement []byte
 }
 
-// member is one "key": value of an object: the key's quotes at
-// [key, keyEnd), the value at [val, valEnd).
-type member struct {
-	key, keyEnd, val, valEnd int
-	replacement              []byte // a new value, when not nil
+// objectMembers lists the members of the object at b[i] == '{' and
+// returns the index after its '}'.
+func objectMembers(b []byte, i int) ([]member, int) {
+	ms, end := jsonscan.Members(b, i)
+	out := make([]member, len(ms))
+	for k, m := range ms {
+		out[k].Member = m
+	}
+	return out, end
 }
 
 // joinMembers writes an object of the given members, each as it was (or
@@ -163,102 +163,14 @@ func joinMembers(b []byte, ms []member) []byte {
 			out.WriteByte(',')
 		}
 		if m.replacement == nil {
-			out.Write(b[m.key:m.valEnd])
+			out.Write(b[m.Key:m.ValEnd])
 			continue
 		}
-		out.Write(b[m.key:m.val])
+		out.Write(b[m.Key:m.Val])
 		out.Write(m.replacement)
 	}
 	out.WriteByte('}')
 	return out.Bytes()
-}
-
-// keyIs compares a member's decoded key.
-func keyIs(b []byte, m member, want string) bool {
-	raw := b[m.key:m.keyEnd]
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1:len(raw)-1]) == want // compared without a copy
-	}
-	return decodeString(raw) == want
-}
-
-// objectMembers lists the members of the object at b[i] == '{' and
-// returns the index after its '}'.
-func objectMembers(b []byte, i int) ([]member, int) {
-	var ms []member
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return nil, i + 1
-	}
-	for i < len(b) {
-		var m member
-		m.key = i
-		i = skipString(b, i)
-		m.keyEnd = i
-		i = skipSpace(b, i)
-		i = skipSpace(b, i+1) // the colon
-		m.val = i
-		i = skipValue(b, i)
-		m.valEnd = i
-		ms = append(ms, m)
-		i = skipSpace(b, i)
-		if i >= len(b) || b[i] == '}' {
-			return ms, i + 1
-		}
-		i = skipSpace(b, i+1) // the comma
-	}
-	return ms, len(b)
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string at b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index after the value at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(b)
-	default: // number, true, false, null
-		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
-			i++
-		}
-		return i
-	}
 }
 
 // withTokenData sets nvext.token_data to ids in a body that has none
@@ -266,7 +178,7 @@ func skipValue(b []byte, i int) int {
 // tokenization: in the last nvext object (the one decoders keep), or in a
 // new nvext at the end. Every other byte stays as it was.
 func withTokenData(body []byte, ids []uint32) []byte {
-	start := skipSpace(body, 0)
+	start := jsonscan.SkipSpace(body, 0)
 	if start >= len(body) || body[start] != '{' {
 		return body
 	}
@@ -282,24 +194,24 @@ func withTokenData(body []byte, ids []uint32) []byte {
 	arr.WriteByte(']')
 	last := -1
 	for i, m := range top {
-		if keyIs(body, m, "nvext") {
+		if m.KeyIs(body, "nvext") {
 			last = i
 		}
 	}
 	if last < 0 {
-		top = append(top, member{key: -1})
+		top = append(top, member{Member: jsonscan.Member{Key: -1}})
 	} else {
 		ext := &top[last]
 		inner := []member(nil)
-		if body[ext.val] == '{' {
-			inner, _ = objectMembers(body, ext.val)
+		if body[ext.Val] == '{' {
+			inner, _ = objectMembers(body, ext.Val)
 		}
 		var obj bytes.Buffer
 		obj.WriteString(`{"token_data":`)
 		obj.Write(arr.Bytes())
 		for _, im := range inner {
 			obj.WriteByte(',')
-			obj.Write(body[im.key:im.valEnd])
+			obj.Write(body[im.Key:im.ValEnd])
 		}
 		obj.WriteByte('}')
 		ext.replacement = obj.Bytes()
@@ -313,15 +225,15 @@ func withTokenData(body []byte, ids []uint32) []byte {
 			out.WriteByte(',')
 		}
 		switch {
-		case m.key < 0:
+		case m.Key < 0:
 			out.WriteString(`"nvext":{"token_data":`)
 			out.Write(arr.Bytes())
 			out.WriteByte('}')
 		case m.replacement != nil:
-			out.Write(body[m.key:m.val])
+			out.Write(body[m.Key:m.Val])
 			out.Write(m.replacement)
 		default:
-			out.Write(body[m.key:m.valEnd])
+			out.Write(body[m.Key:m.ValEnd])
 		}
 	}
 	out.WriteByte('}')

@@ -152,9 +152,12 @@ little-endian u32 with seed 1337, plus the LoRA adapter's and the cache
 salt's terms when given.
 
 A chat request goes through the router's own path, as Dynamo's frontend
-renders it: in minijinja's manner (see render --dynamo), content lists of
-text parts only are joined by newlines, tools without a parameter type get
-an object schema, the generation prompt is added unless the last message is
+renders it: in minijinja's manner (see render --dynamo), messages and tools
+shaped as the frontend's typed structs write them back (their fields in the
+structs' order, null optional fields and unknown fields dropped), content
+lists of text parts only joined by newlines (unless the template renders
+text only from such lists: then every text is given as one), tools without
+a parameter type given an object schema, the generation prompt added unless the last message is
 the assistant's (whatever add_generation_prompt the request gives, at the top
 level or in chat_template_kwargs), and only chat_template_kwargs entries
 become template variables (other top-level keys such as model or temperature
@@ -415,6 +418,7 @@ func runHash(o *Options) error {
 	} else if p.Template, err = loadTemplate(o, kv.TemplateOptions()...); err != nil {
 		return err
 	}
+	p.ContentArrays = kv.RequiresContentArrays(p.Template)
 	seed := wire.BlockHashSeed(o.LoRA, o.Salt)
 	if o.textSet {
 		ids, err := p.Text(o.Text, o.AddSpecial)

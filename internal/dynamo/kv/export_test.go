@@ -180,3 +180,17 @@ func RenderBuilt(ctx context.Context, built any, in chattemplate.Input) (string,
 func NamedTemplates(data []byte) (def, toolUse *chattemplate.Template, err error) {
 	return namedTemplates(data)
 }
+
+// ChatRequestText is the text ChatRequest renders for body, before its
+// encoding.
+func (p *Preparer) ChatRequestText(body []byte) (string, error) {
+	in, _, err := chatInput(body, p.KeepToolsWhenToolChoiceNone, p.shape)
+	if err != nil {
+		return "", err
+	}
+	if p.SpecialTokens != nil {
+		in.SpecialTokens = p.SpecialTokens
+	}
+	text, _, err := p.Chat(context.Background(), in)
+	return text, err
+}

@@ -3,8 +3,8 @@
 // template, encode it with the pinned tokenizer exactly as the worker will,
 // and hash its complete blocks as the worker's KV events do.
 //
-// Imports: wire, load, fleet, pick, artifact, zmtp, telemetry, tokenize and
-// chattemplate.
+// Imports: wire, load, fleet, pick, artifact, zmtp, telemetry, tokenize,
+// chattemplate and jsonscan.
 package kv
 
 import (
@@ -47,6 +47,11 @@ type Preparer struct {
 	// exclude_tools_when_tool_choice_none: false); by default they are
 	// left out, as the frontend leaves them out.
 	KeepToolsWhenToolChoiceNone bool
+	// ContentArrays gives every text content as a list of one text part,
+	// and joins no list of text parts: Dynamo's frontend does so for every
+	// request when the default template requires it (see
+	// RequiresContentArrays).
+	ContentArrays bool
 	// SpecialTokens, when set, override the template's own (a chat
 	// template file renders with the special tokens its model's tokenizer
 	// config names).
@@ -67,14 +72,7 @@ func (p *Preparer) ChatRequest(ctx context.Context, body []byte) ([]uint32, stri
 	if p.Template == nil && p.ToolUse == nil {
 		return nil, "", ErrNoTemplate
 	}
-	in, salt, err := chatInput(body, p.KeepToolsWhenToolChoiceNone, func(tools bool) bool {
-		// A template that tests whether a tool call's arguments are a
-		// string prints the client's string itself; Dynamo's frontend
-		// then leaves the strings as they are, and parses them for every
-		// other template (which would print an encoded string again).
-		t := p.template(tools)
-		return t != nil && !t.Mentions("arguments is string")
-	})
+	in, salt, err := chatInput(body, p.KeepToolsWhenToolChoiceNone, p.shape)
 	if err != nil {
 		return nil, "", fmt.Errorf("chat request: %w", err)
 	}
@@ -126,6 +124,17 @@ func (p *Preparer) Chat(ctx context.Context, in chattemplate.Input) (string, []u
 	}
 	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
 	return text, ids, err
+}
+
+// shape is what the template of a request with tools, or without, makes
+// the frontend change in the request.
+func (p *Preparer) shape(tools bool) requestShape {
+	// A template that tests whether a tool call's arguments are a string
+	// prints the client's string itself; Dynamo's frontend then leaves the
+	// strings as they are, and parses them for every other template (which
+	// would print an encoded string again).
+	t := p.template(tools)
+	return requestShape{contentArrays: p.ContentArrays, parseArgs: t != nil && !t.Mentions("arguments is string")}
 }
 
 // template is the template a request with tools, or without, renders

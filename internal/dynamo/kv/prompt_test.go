@@ -294,6 +294,85 @@ func TestChatRequestAsTheFrontendRenders(t *testing.T) {
 	}
 }
 
+// TestChatRequestAsTheFrontendTypesIt: messages and tools reach the
+// template as the frontend's typed structs write them back: their fields
+// in the structs' order whatever the client's, null optional fields and
+// unknown fields gone, a function message's missing content null, a tool
+// call's missing type "function" and its object arguments a compact string
+// (parsed again for a template that does not test for strings), and
+// "type" then "properties" appended to object tool parameters lacking them.
+func TestChatRequestAsTheFrontendTypesIt(t *testing.T) {
+	t.Parallel()
+	base := qwen3(t)
+	body := []byte(`{"model":"m","messages":[` +
+		`{"content":"x","role":"user","cache_control":{"type":"ephemeral"},"name":null},` +
+		`{"tool_calls":[{"function":{"arguments":{"b":1,"a":[2, 3]},"name":"f"},"id":"c1","index":0}],"content":null,"role":"assistant","refusal":null},` +
+		`{"role":"tool","name":"f","tool_call_id":"c1","content":"42"},` +
+		`{"role":"function","name":"f"},` +
+		`{"role":"system","content":[{"text":"s","type":"text"}],"name":"n"}],` +
+		`"tools":[{"function":{"strict":null,"parameters":{},"name":"f","x":1},"type":"function"},` +
+		`{"type":"function","function":{"parameters":{"properties":{"a":{}}},"description":"d","name":"g"}}]}`)
+	for _, tt := range []struct{ template, want string }{
+		{`{{ messages | tojson }}|{{ tools | tojson }}`,
+			`[{"role": "user", "content": "x"}, ` +
+				`{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": [2, 3]}}}]}, ` +
+				`{"role": "tool", "content": "42", "tool_call_id": "c1"}, ` +
+				`{"role": "function", "content": null, "name": "f"}, ` +
+				`{"role": "system", "content": "s", "name": "n"}]|` +
+				`[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}, ` +
+				`{"type": "function", "function": {"name": "g", "description": "d", "parameters": {"properties": {"a": {}}, "type": "object"}}}]`},
+		{`{% for m in messages %}{% for c in m.tool_calls or [] %}{% if c.function.arguments is string %}{{ c.function.arguments }}{% endif %}{% endfor %}` +
+			`{{ m.content is defined }}{% endfor %}`,
+			`True{"b":1,"a":[2,3]}FalseTrueTrueTrue`},
+	} {
+		tmpl, err := chattemplate.Compile(tt.template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl, ToolUse: tmpl}
+		if got, err := p.ChatRequestText(body); err != nil || got != tt.want {
+			t.Errorf("%s:\n got %s (%v)\nwant %s", tt.template, got, err, tt.want)
+		}
+	}
+}
+
+// TestChatRequestContentArrays: a template that renders a user's text only
+// from a list of text parts is detected as the frontend detects it, and
+// then every text content reaches it as a list of one text part, and lists
+// of text parts are not joined.
+func TestChatRequestContentArrays(t *testing.T) {
+	t.Parallel()
+	base := qwen3(t)
+	compile := func(src string) *chattemplate.Template {
+		t.Helper()
+		tmpl, err := chattemplate.Compile(src, kv.TemplateOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tmpl
+	}
+	arrays := compile(`{% for m in messages %}<{{ m.role }}>{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}`)
+	for src, want := range map[string]bool{
+		`{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}`:                       true,
+		`{% for m in messages %}{{ m.content }}{% endfor %}`:                                                        false,
+		`{% for m in messages %}{% if m.content is string %}{{ m.content }}{% endif %}{% endfor %}`:                 false,
+		`{% for m in messages %}{% if m.content is string %}{{ raise_exception("text") }}{% endif %}{% endfor %}ok`: false,
+	} {
+		if got := kv.RequiresContentArrays(compile(src)); got != want {
+			t.Errorf("%s: requires content arrays %v, want %v", src, got, want)
+		}
+	}
+	if kv.RequiresContentArrays(nil) {
+		t.Error("no template requires content arrays")
+	}
+	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: arrays, ContentArrays: kv.RequiresContentArrays(arrays)}
+	got, err := p.ChatRequestText([]byte(`{"messages":[{"role":"system","content":"s"},` +
+		`{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":""}]}`))
+	if want := "<system>s<user>ab<assistant>"; err != nil || got != want {
+		t.Errorf("content arrays: rendered %q (%v), want %q", got, err, want)
+	}
+}
+
 // FuzzChatRequest: whatever body a client sends, preparing its prompt the
 // way the frontend would (content parts, image placeholders, tool schemas,
 // tool-call arguments, tool_choice) returns the ids of a render or an
@@ -304,6 +383,8 @@ func FuzzChatRequest(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"none"}`,
 		`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\": [1, {\"b\": null}]}"}}],"function_call":{"arguments":"7"}}]}`,
 		`{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"not json"}},3,null]}],"tools":[]}`,
+		`{"messages":[{"content":"x","role":"tool","name":"n"},{"role":"function"},{"role":"assistant","content":null,"tool_calls":[{"function":{"arguments":{"a":[1]}},"id":"c"}]}],` +
+			`"tools":[{"function":{"name":"f","parameters":{"properties":{}},"strict":null,"x":1},"type":"function"}]}`,
 	} {
 		f.Add([]byte(s), false)
 	}
@@ -313,7 +394,8 @@ func FuzzChatRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, keep bool) {
-		p := &kv.Preparer{Tokenizer: tk, Template: tmpl, KeepToolsWhenToolChoiceNone: keep}
+		// Half the bodies render as for a template requiring content lists.
+		p := &kv.Preparer{Tokenizer: tk, Template: tmpl, KeepToolsWhenToolChoiceNone: keep, ContentArrays: len(body)%2 == 1}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		ids, _, err := p.ChatRequest(ctx, body)

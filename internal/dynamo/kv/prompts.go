@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -113,13 +112,16 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 		return configTemplate(data)
 	case artifact.FormatHFChatTemplate:
 		t, err := chattemplate.Compile(string(data), TemplateOptions()...)
-		return &templateArtifact{tmpl: t}, err
+		if err != nil {
+			return nil, err
+		}
+		return &templateArtifact{tmpl: t, contentArrays: RequiresContentArrays(t)}, nil
 	case artifact.FormatHFChatTemplateJSON:
 		t, toolUse, err := namedTemplates(data)
 		if err != nil {
 			return nil, err
 		}
-		return &templateArtifact{tmpl: t, toolUse: toolUse}, nil
+		return &templateArtifact{tmpl: t, toolUse: toolUse, contentArrays: RequiresContentArrays(t)}, nil
 	}
 	return nil, fmt.Errorf("%w: %s format %q", artifact.ErrUnsupported, ref.Slot, ref.Format)
 }
@@ -148,6 +150,9 @@ type templateArtifact struct {
 	tmpl    *chattemplate.Template
 	toolUse *chattemplate.Template
 	tokens  map[string]string
+	// contentArrays: tmpl requires content lists (RequiresContentArrays),
+	// probed once when the artifact is built.
+	contentArrays bool
 }
 
 // namedTemplates loads a tokenizer config's (or chat_template.json's)
@@ -185,7 +190,7 @@ func configTemplate(data []byte) (*templateArtifact, error) {
 	t, toolUse, err := namedTemplates(data)
 	if err == nil {
 		tokens := cmp.Or(t, toolUse).SpecialTokens()
-		return &templateArtifact{tmpl: t, toolUse: toolUse, tokens: tokens}, nil
+		return &templateArtifact{tmpl: t, toolUse: toolUse, tokens: tokens, contentArrays: RequiresContentArrays(t)}, nil
 	}
 	// A config without a chat template still names the special tokens a
 	// separate chat_template_file renders with.
@@ -316,7 +321,7 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (Preparer, string
 		tmpl = file
 	}
 	if tmpl != nil {
-		pp.Template, pp.ToolUse = tmpl.tmpl, tmpl.toolUse
+		pp.Template, pp.ToolUse, pp.ContentArrays = tmpl.tmpl, tmpl.toolUse, tmpl.contentArrays
 	}
 	return pp, "", nil
 }
@@ -413,332 +418,4 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// chatInput reads a chat request as Dynamo's frontend renders it: a
-// message content that is a list of text parts only becomes their texts
-// joined by newlines, and in any other list an image_url part becomes
-// {"type": "image"}; a tool whose parameters lack "type" or "properties"
-// gets {"type": "object"} and {} there; the tools are left out of a
-// request whose tool_choice is "none" unless keepTools (the workers' cards
-// say exclude_tools_when_tool_choice_none: false); a tool call's arguments string
-// that holds JSON becomes that value when parseArgs says so for the
-// request (with tools or without); the generation prompt is added unless
-// the last message is the assistant's (a continuation): the frontend
-// decides it from the messages alone, and its template context wins over a
-// chat_template_kwargs entry of the same name, so neither a top-level
-// add_generation_prompt or continue_final_message nor one in
-// chat_template_kwargs changes it; OpenAI's thinking and reasoning_effort
-// become template variables as the frontend folds them into its
-// chat_template_args (thinking and thinking_mode; reasoning_effort, and
-// enable_thinking unless the kwargs give it). It also returns the
-// request's cache salt (nvext.cache_salt, else cache_salt).
-func chatInput(body []byte, keepTools bool, parseArgs func(tools bool) bool) (chattemplate.Input, string, error) {
-	var q struct {
-		Messages        []json.RawMessage `json:"messages"`
-		Tools           []json.RawMessage `json:"tools"`
-		ToolChoice      json.RawMessage   `json:"tool_choice"`
-		Thinking        json.RawMessage   `json:"thinking"`
-		ReasoningEffort *string           `json:"reasoning_effort"`
-		CacheSalt       string            `json:"cache_salt"`
-		Nvext           struct {
-			CacheSalt string `json:"cache_salt"`
-		} `json:"nvext"`
-		Kwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
-	}
-	if err := json.Unmarshal(body, &q); err != nil {
-		return chattemplate.Input{}, "", err
-	}
-	dropTools := !keepTools && q.Tools != nil && bytes.Equal(bytes.TrimSpace(q.ToolChoice), []byte(`"none"`))
-	if dropTools {
-		q.Tools = nil
-	}
-	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools, dropTools, parseArgs(len(q.Tools) > 0)))
-	if err != nil {
-		return chattemplate.Input{}, "", err
-	}
-	add := true
-	if n := len(q.Messages); n > 0 {
-		var last struct {
-			Role string `json:"role"`
-		}
-		_ = json.Unmarshal(q.Messages[n-1], &last)
-		add = last.Role != "assistant"
-	}
-	in.AddGenerationPrompt, in.ContinueFinalMessage = add, false
-	foldReasoning(&in, q.Thinking, q.ReasoningEffort)
-	return in, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), nil
-}
-
-// foldReasoning sets the template variables the frontend derives from
-// OpenAI's thinking (true, false, or {"type": "enabled" | "disabled" |
-// "adaptive"}) and reasoning_effort. A value the frontend refuses (its
-// request fails) sets nothing.
-func foldReasoning(in *chattemplate.Input, thinking json.RawMessage, effort *string) {
-	mode := ""
-	var on bool
-	var typed struct {
-		Type string `json:"type"`
-	}
-	switch t := bytes.TrimSpace(thinking); {
-	case len(t) == 0 || bytes.Equal(t, []byte("null")):
-	case json.Unmarshal(t, &on) == nil:
-		mode = "disabled"
-		if on {
-			mode = "enabled"
-		}
-	case json.Unmarshal(t, &typed) == nil:
-		switch typed.Type {
-		case "enabled", "disabled", "adaptive":
-			mode = typed.Type
-		}
-	}
-	if mode == "" && effort == nil {
-		return
-	}
-	if in.Extra == nil {
-		in.Extra = map[string]any{}
-	}
-	switch mode {
-	case "enabled", "disabled":
-		in.Extra["thinking"] = mode == "enabled"
-		in.Extra["thinking_mode"] = mode
-	case "adaptive":
-		in.Extra["thinking_mode"] = mode
-	}
-	if effort != nil {
-		if _, ok := in.Extra["enable_thinking"]; !ok {
-			in.Extra["enable_thinking"] = *effort != "none"
-		}
-		in.Extra["reasoning_effort"] = *effort
-	}
-}
-
-// normalizedChat rewrites what Dynamo's frontend normalizes before
-// rendering (text-only content lists, tool parameter schemas); the body is
-// returned as it is when nothing needs it. With dropTools the body's tools
-// go; with parseArgs, tool calls' arguments strings holding JSON become
-// that JSON (a legacy function_call's always do).
-func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools, parseArgs bool) []byte {
-	changed := false
-	var msgs []any
-	for _, raw := range messages {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) != nil {
-			return body
-		}
-		if joined, ok := joinTextParts(m["content"]); ok {
-			j, _ := json.Marshal(joined)
-			m["content"] = j
-			changed = true
-		} else if parts, ok := imagePlaceholders(m["content"]); ok {
-			m["content"] = parts
-			changed = true
-		}
-		if parseArgs {
-			if calls, ok := parsedToolCalls(m["tool_calls"]); ok {
-				m["tool_calls"], changed = calls, true
-			}
-		}
-		// The legacy function_call is parsed whatever the template tests.
-		if call, ok := withParsedArguments(m["function_call"]); ok {
-			m["function_call"], changed = call, true
-		}
-		msgs = append(msgs, orderedObject(raw, m))
-	}
-	var tls []any
-	for _, raw := range tools {
-		fixed, ok := fixToolSchema(raw)
-		changed = changed || ok
-		tls = append(tls, fixed)
-	}
-	changed = changed || dropTools
-	if !changed {
-		return body
-	}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
-		return body
-	}
-	if msgs != nil {
-		b, _ := json.Marshal(msgs)
-		top["messages"] = b
-	}
-	if tls != nil {
-		b, _ := json.Marshal(tls)
-		top["tools"] = b
-	}
-	if dropTools {
-		delete(top, "tools")
-	}
-	return orderedObject(body, top)
-}
-
-// imagePlaceholders returns a content list whose image_url parts are
-// {"type": "image"}, the placeholder templates print an image's tokens for
-// (the image itself reaches the engine apart from the prompt), and whether
-// it had any.
-func imagePlaceholders(raw json.RawMessage) (json.RawMessage, bool) {
-	var parts []json.RawMessage
-	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &parts) != nil {
-		return raw, false
-	}
-	changed := false
-	for i, p := range parts {
-		var part struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(p, &part) == nil && part.Type == "image_url" {
-			parts[i], changed = json.RawMessage(`{"type":"image"}`), true
-		}
-	}
-	if !changed {
-		return raw, false
-	}
-	b, _ := json.Marshal(parts)
-	return b, true
-}
-
-// parsedToolCalls returns a tool_calls list whose function arguments
-// strings holding JSON are that JSON, and whether any was.
-func parsedToolCalls(raw json.RawMessage) (json.RawMessage, bool) {
-	var calls []json.RawMessage
-	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &calls) != nil {
-		return raw, false
-	}
-	changed := false
-	for i, c := range calls {
-		var call map[string]json.RawMessage
-		if json.Unmarshal(c, &call) != nil || call == nil {
-			continue
-		}
-		if fn, ok := withParsedArguments(call["function"]); ok {
-			call["function"] = fn
-			calls[i], changed = orderedObject(c, call), true
-		}
-	}
-	if !changed {
-		return raw, false
-	}
-	b, _ := json.Marshal(calls)
-	return b, true
-}
-
-// withParsedArguments returns a function object whose arguments string
-// holds JSON with that JSON as its arguments, and whether it had one.
-func withParsedArguments(raw json.RawMessage) (json.RawMessage, bool) {
-	var fn map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &fn) != nil {
-		return raw, false
-	}
-	var args string
-	if a := fn["arguments"]; len(a) == 0 || a[0] != '"' || json.Unmarshal(a, &args) != nil || !json.Valid([]byte(args)) {
-		return raw, false
-	}
-	fn["arguments"] = json.RawMessage(args)
-	return orderedObject(raw, fn), true
-}
-
-// joinTextParts returns the texts of a content list made only of text
-// parts, joined by newlines.
-func joinTextParts(raw json.RawMessage) (string, bool) {
-	if len(raw) == 0 || raw[0] != '[' {
-		return "", false
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if json.Unmarshal(raw, &parts) != nil || len(parts) == 0 {
-		return "", false
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type != "text" {
-			return "", false
-		}
-		if p.Text != nil {
-			texts = append(texts, *p.Text)
-		}
-	}
-	return strings.Join(texts, "\n"), true
-}
-
-// fixToolSchema adds "type": "object" and "properties": {} to a function
-// tool's object parameters that lack them.
-func fixToolSchema(raw json.RawMessage) (json.RawMessage, bool) {
-	var tool map[string]json.RawMessage
-	if json.Unmarshal(raw, &tool) != nil {
-		return raw, false
-	}
-	var fn map[string]json.RawMessage
-	if json.Unmarshal(tool["function"], &fn) != nil {
-		return raw, false
-	}
-	var params map[string]json.RawMessage
-	if p, ok := fn["parameters"]; !ok || json.Unmarshal(p, &params) != nil || params == nil {
-		return raw, false
-	}
-	changed := false
-	if _, ok := params["type"]; !ok {
-		params["type"], changed = json.RawMessage(`"object"`), true
-	}
-	if _, ok := params["properties"]; !ok {
-		params["properties"], changed = json.RawMessage(`{}`), true
-	}
-	if !changed {
-		return raw, false
-	}
-	fn["parameters"] = orderedObject(fn["parameters"], params)
-	tool["function"] = orderedObject(tool["function"], fn)
-	return orderedObject(raw, tool), true
-}
-
-// orderedObject writes m as a JSON object keeping the key order of orig
-// (templates that print tojson see keys in the client's order); keys new
-// in m follow, in sorted order.
-func orderedObject(orig json.RawMessage, m map[string]json.RawMessage) json.RawMessage {
-	var keys []string
-	dec := json.NewDecoder(bytes.NewReader(orig))
-	if tok, err := dec.Token(); err == nil && tok == json.Delim('{') {
-		for dec.More() {
-			k, err := dec.Token()
-			if err != nil {
-				break
-			}
-			if s, ok := k.(string); ok {
-				keys = append(keys, s)
-			}
-			var skip json.RawMessage
-			if dec.Decode(&skip) != nil {
-				break
-			}
-		}
-	}
-	var extra []string
-	for k := range m {
-		if !slices.Contains(keys, k) {
-			extra = append(extra, k)
-		}
-	}
-	slices.Sort(extra)
-	var b bytes.Buffer
-	b.WriteByte('{')
-	n := 0
-	for _, k := range append(keys, extra...) {
-		v, ok := m[k]
-		if !ok {
-			continue
-		}
-		if n > 0 {
-			b.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(v)
-		n++
-	}
-	b.WriteByte('}')
-	return b.Bytes()
 }

@@ -1,0 +1,538 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/continuum-router/continuum/internal/chattemplate"
+	"github.com/continuum-router/continuum/internal/jsonscan"
+)
+
+// This file reads a chat request as Dynamo's frontend hands it to the chat
+// template. The frontend does not render the client's JSON: it decodes the
+// request into typed structs and serializes those back (with serde_json
+// keeping insertion order), then rewrites message contents and tool-call
+// arguments. Every difference reaches the prompt's tokens, so the router
+// makes the same ones before rendering.
+
+// requestShape is what a model's templates make the frontend change in a
+// request before rendering.
+type requestShape struct {
+	// contentArrays: the default template renders a user's text only from
+	// a list of text parts (see RequiresContentArrays), so every text
+	// content is given as one, and lists of text parts are not joined.
+	contentArrays bool
+	// parseArgs: tool calls' arguments strings holding JSON are given as
+	// that JSON (the legacy function_call's always are).
+	parseArgs bool
+}
+
+// chatInput reads a chat request as Dynamo's frontend renders it:
+//   - messages and tools as the frontend's typed structs write them back
+//     (see normalizedChat);
+//   - the tools are left out of a request whose tool_choice is "none"
+//     unless keepTools (the workers' cards say
+//     exclude_tools_when_tool_choice_none: false);
+//   - the generation prompt is added unless the last message is the
+//     assistant's (a continuation): the frontend decides it from the
+//     messages alone, and its template context wins over a
+//     chat_template_kwargs entry of the same name, so neither a top-level
+//     add_generation_prompt or continue_final_message nor one in
+//     chat_template_kwargs changes it;
+//   - OpenAI's thinking and reasoning_effort become template variables as
+//     the frontend folds them into its chat_template_args (thinking and
+//     thinking_mode; reasoning_effort, and enable_thinking unless the
+//     kwargs give it).
+//
+// shape says, for a request with tools or without, what its template
+// makes the frontend change. chatInput also returns the request's cache
+// salt (nvext.cache_salt, else cache_salt).
+func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape) (chattemplate.Input, string, error) {
+	var q struct {
+		Messages        []json.RawMessage `json:"messages"`
+		Tools           []json.RawMessage `json:"tools"`
+		ToolChoice      json.RawMessage   `json:"tool_choice"`
+		Thinking        json.RawMessage   `json:"thinking"`
+		ReasoningEffort *string           `json:"reasoning_effort"`
+		CacheSalt       string            `json:"cache_salt"`
+		Nvext           struct {
+			CacheSalt string `json:"cache_salt"`
+		} `json:"nvext"`
+		Kwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	dropTools := !keepTools && q.Tools != nil && bytes.Equal(bytes.TrimSpace(q.ToolChoice), []byte(`"none"`))
+	if dropTools {
+		q.Tools = nil
+	}
+	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools, dropTools, shape(len(q.Tools) > 0)))
+	if err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	add := true
+	if n := len(q.Messages); n > 0 {
+		var last struct {
+			Role string `json:"role"`
+		}
+		_ = json.Unmarshal(q.Messages[n-1], &last)
+		add = last.Role != "assistant"
+	}
+	in.AddGenerationPrompt, in.ContinueFinalMessage = add, false
+	foldReasoning(&in, q.Thinking, q.ReasoningEffort)
+	return in, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), nil
+}
+
+// foldReasoning sets the template variables the frontend derives from
+// OpenAI's thinking (true, false, or {"type": "enabled" | "disabled" |
+// "adaptive"}) and reasoning_effort. A value the frontend refuses (its
+// request fails) sets nothing.
+func foldReasoning(in *chattemplate.Input, thinking json.RawMessage, effort *string) {
+	mode := ""
+	var on bool
+	var typed struct {
+		Type string `json:"type"`
+	}
+	switch t := bytes.TrimSpace(thinking); {
+	case len(t) == 0 || bytes.Equal(t, []byte("null")):
+	case json.Unmarshal(t, &on) == nil:
+		mode = "disabled"
+		if on {
+			mode = "enabled"
+		}
+	case json.Unmarshal(t, &typed) == nil:
+		switch typed.Type {
+		case "enabled", "disabled", "adaptive":
+			mode = typed.Type
+		}
+	}
+	if mode == "" && effort == nil {
+		return
+	}
+	if in.Extra == nil {
+		in.Extra = map[string]any{}
+	}
+	switch mode {
+	case "enabled", "disabled":
+		in.Extra["thinking"] = mode == "enabled"
+		in.Extra["thinking_mode"] = mode
+	case "adaptive":
+		in.Extra["thinking_mode"] = mode
+	}
+	if effort != nil {
+		if _, ok := in.Extra["enable_thinking"]; !ok {
+			in.Extra["enable_thinking"] = *effort != "none"
+		}
+		in.Extra["reasoning_effort"] = *effort
+	}
+}
+
+// normalizedChat returns the request body with its messages and tools as
+// the frontend's typed structs write them back, and its contents and tool
+// calls as the frontend rewrites them (see message and tool); with
+// dropTools the body's tools go. The body is returned as it is when nothing
+// changes.
+func normalizedChat(body []byte, messages, tools []json.RawMessage, dropTools bool, shape requestShape) []byte {
+	changed := dropTools
+	rewrite := func(list []json.RawMessage, each func(json.RawMessage) json.RawMessage) []json.RawMessage {
+		if list == nil {
+			return nil
+		}
+		out := make([]json.RawMessage, len(list))
+		for i, raw := range list {
+			out[i] = each(raw)
+			changed = changed || !bytes.Equal(out[i], raw)
+		}
+		return out
+	}
+	msgs := rewrite(messages, shape.message)
+	tls := rewrite(tools, tool)
+	if !changed {
+		return body
+	}
+	top, ok := objectOf(body)
+	if !ok {
+		return body
+	}
+	out := make([]byte, 0, len(body)+len(body)/8)
+	out = append(out, '{')
+	for _, m := range top.members {
+		v := m.Value(body)
+		key, _ := jsonscan.String(body[m.Key:m.KeyEnd])
+		switch key {
+		case "messages":
+			if msgs != nil {
+				v = appendList(nil, msgs)
+			}
+		case "tools":
+			if dropTools {
+				continue
+			}
+			if tls != nil {
+				v = appendList(nil, tls)
+			}
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, body[m.Key:m.KeyEnd]...), ':'), v...)
+	}
+	return append(out, '}')
+}
+
+// appendList appends the JSON list of items to b.
+func appendList(b []byte, items []json.RawMessage) []byte {
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	return append(b, ']')
+}
+
+// A field of one of the frontend's typed request structs. Fields are
+// listed in the order the struct declares them, which is the order serde
+// writes them back in, whatever order the client sent.
+type field struct {
+	name string
+	kind fieldKind
+	// fix rewrites a present, non-null value; nil keeps it as sent.
+	fix func(json.RawMessage) json.RawMessage
+	// absent, when set, is written for a field the client left out.
+	absent json.RawMessage
+}
+
+// fieldKind says how a struct writes a field back. The zero kind is a
+// required field, written as sent (the frontend refuses a request without
+// it, so its absence is not the router's to mend).
+type fieldKind uint8
+
+const (
+	// optional: an Option the struct skips when None, so a field sent as
+	// null disappears as one left out.
+	optional fieldKind = iota + 1
+	// nullable: an Option the struct writes even when None: null when the
+	// client left it out.
+	nullable
+)
+
+var jsonNull = json.RawMessage(`null`)
+
+// reshape writes the object raw as a typed struct of fields writes itself
+// back: its fields in their declared order, optional ones left out when
+// absent or null, and every key the struct does not have dropped (the
+// structs keep no unknown fields). raw itself is returned when that is
+// what it already is, and when it is not an object (the frontend refuses
+// such a request).
+func reshape(raw json.RawMessage, fields []field) json.RawMessage {
+	in, ok := objectOf(raw)
+	if !ok {
+		return raw
+	}
+	var b bytes.Buffer
+	b.Grow(len(raw))
+	b.WriteByte('{')
+	same, written := true, 0
+	for _, f := range fields {
+		v, ok := in.get(f.name)
+		null := ok && bytes.Equal(v, jsonNull)
+		switch {
+		case !ok && f.absent != nil:
+			v, ok = f.absent, true
+		case !ok && f.kind == nullable:
+			v, ok, null = jsonNull, true, true
+		case f.kind == optional && null:
+			ok = false
+		}
+		if !ok {
+			continue
+		}
+		if f.fix != nil && !null {
+			fixed := f.fix(v)
+			same = same && bytes.Equal(fixed, v)
+			v = fixed
+		}
+		// Unchanged so far while the members come in the struct's order,
+		// each once, and none is added.
+		same = same && written < len(in.members) && in.members[written].KeyIs(raw, f.name) && bytes.Equal(in.members[written].Value(raw), v)
+		if written > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(f.name)
+		b.WriteString(`":`)
+		b.Write(v)
+		written++
+	}
+	if same && written == len(in.members) {
+		return raw
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// object is a JSON object's text and its members.
+type object struct {
+	text    []byte
+	members []jsonscan.Member
+}
+
+// objectOf splits raw into its members when it is an object. raw is part of
+// a request already decoded as JSON.
+func objectOf(raw []byte) (object, bool) {
+	i := jsonscan.SkipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return object{}, false
+	}
+	ms, _ := jsonscan.Members(raw, i)
+	return object{raw, ms}, true
+}
+
+// get returns the value of key (the last, when the object repeats it, as
+// decoders take it).
+func (o object) get(key string) ([]byte, bool) { return jsonscan.Get(o.text, o.members, key) }
+
+// message returns a message as the frontend gives it to the template:
+//   - its fields are those of its role's struct, in that struct's order
+//     (role first), optional ones gone when null (an assistant's content:
+//     null is no content at all), unknown ones dropped (a tool message's
+//     name, for one); a function message's content is null when left out;
+//   - with contentArrays every text content is a list of one text part;
+//     in every content list an image_url part is {"type": "image"}, the
+//     placeholder templates print an image's tokens for (the image reaches
+//     the engine apart from the prompt), and without contentArrays a list
+//     of text parts only is their texts joined by newlines;
+//   - tool calls have type "function" when they give none, and arguments
+//     sent as JSON rather than a string are that JSON's compact text; with
+//     parseArgs an arguments string holding JSON is that JSON, and a legacy
+//     function_call's always is.
+//
+// A message of a role the frontend does not know is left as it is (the
+// frontend refuses the request).
+func (s requestShape) message(raw json.RawMessage) json.RawMessage {
+	in, _ := objectOf(raw)
+	v, _ := in.get("role")
+	r, ok := jsonscan.String(v)
+	if !ok {
+		return raw
+	}
+	role := field{name: "role"}
+	content := field{name: "content", fix: s.content}
+	switch r {
+	case "system", "developer", "user":
+		return reshape(raw, []field{role, content, {name: "name", kind: optional}})
+	case "assistant":
+		content.kind = optional
+		calls := func(v json.RawMessage) json.RawMessage { return eachItem(v, s.toolCall) }
+		return reshape(raw, []field{role, content,
+			{name: "reasoning_content", kind: optional},
+			{name: "refusal", kind: optional},
+			{name: "name", kind: optional},
+			{name: "audio", kind: optional, fix: func(v json.RawMessage) json.RawMessage { return reshape(v, []field{{name: "id"}}) }},
+			{name: "tool_calls", kind: optional, fix: calls},
+			{name: "function_call", kind: optional, fix: func(v json.RawMessage) json.RawMessage { return functionCall(v, true) }},
+		})
+	case "tool":
+		return reshape(raw, []field{role, content, {name: "tool_call_id"}})
+	case "function":
+		content.kind = nullable
+		return reshape(raw, []field{role, content, {name: "name"}})
+	}
+	return raw
+}
+
+// content returns a message content as the frontend renders it (see
+// message).
+func (s requestShape) content(raw json.RawMessage) json.RawMessage {
+	switch {
+	case len(raw) > 0 && raw[0] == '"' && s.contentArrays:
+		return json.RawMessage(`[{"type":"text","text":` + string(raw) + `}]`)
+	case len(raw) == 0 || raw[0] != '[':
+		return raw
+	}
+	var parts []json.RawMessage
+	if json.Unmarshal(raw, &parts) != nil {
+		return raw
+	}
+	texts := make([]string, 0, len(parts))
+	onlyText, same := len(parts) > 0, true
+	for i, p := range parts {
+		var part struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		_ = json.Unmarshal(p, &part)
+		if part.Type == "image_url" {
+			parts[i] = json.RawMessage(`{"type":"image"}`)
+		} else {
+			parts[i] = contentPart(p, part.Type)
+		}
+		same = same && bytes.Equal(parts[i], p)
+		onlyText = onlyText && part.Type == "text" && part.Text != nil
+		if onlyText {
+			texts = append(texts, *part.Text)
+		}
+	}
+	switch {
+	case onlyText && !s.contentArrays:
+		b, _ := json.Marshal(strings.Join(texts, "\n"))
+		return b
+	case same:
+		return raw
+	}
+	b, err := json.Marshal(parts)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// contentPart returns a content part of type typ as the frontend's struct
+// for it writes it back (type first); a part of a type the frontend does
+// not know is left as it is (the frontend refuses the request).
+func contentPart(raw json.RawMessage, typ string) json.RawMessage {
+	kind := field{name: "type"}
+	media := func(name string, fields ...field) field {
+		return field{name: name, fix: func(v json.RawMessage) json.RawMessage { return reshape(v, fields) }}
+	}
+	url, uuid := field{name: "url"}, field{name: "uuid", kind: optional}
+	detail := field{name: "detail", kind: nullable}
+	switch typ {
+	case "text":
+		return reshape(raw, []field{kind, {name: "text"}})
+	case "refusal":
+		return reshape(raw, []field{kind, {name: "refusal"}})
+	case "video_url":
+		return reshape(raw, []field{kind, media("video_url", url, detail, uuid)})
+	case "audio_url":
+		return reshape(raw, []field{kind, media("audio_url", url, uuid)})
+	case "input_audio":
+		return reshape(raw, []field{kind, media("input_audio", field{name: "data"}, field{name: "format"})})
+	}
+	return raw
+}
+
+// toolCall returns an assistant's tool call as the frontend writes it back
+// (see message).
+func (s requestShape) toolCall(raw json.RawMessage) json.RawMessage {
+	return reshape(raw, []field{{name: "id"}, {name: "type", absent: json.RawMessage(`"function"`)},
+		{name: "function", fix: func(v json.RawMessage) json.RawMessage { return functionCall(v, s.parseArgs) }}})
+}
+
+// functionCall returns a called function ({"name", "arguments"}) with its
+// arguments as the frontend gives them: JSON sent as an object or list is
+// its compact text, as the struct holds a string; with parse, a string
+// holding JSON is that JSON.
+func functionCall(raw json.RawMessage, parse bool) json.RawMessage {
+	return reshape(raw, []field{{name: "name"}, {name: "arguments", fix: func(v json.RawMessage) json.RawMessage {
+		var args string
+		switch {
+		case v[0] == '{' || v[0] == '[':
+			var b bytes.Buffer
+			if json.Compact(&b, v) != nil {
+				return v
+			}
+			if parse {
+				return b.Bytes()
+			}
+			s, _ := json.Marshal(b.String())
+			return s
+		case parse && v[0] == '"' && json.Unmarshal(v, &args) == nil && json.Valid([]byte(args)):
+			return json.RawMessage(args)
+		}
+		return v
+	}}})
+}
+
+// tool returns a request's tool as the frontend gives it to the template:
+// {"type", "function": {"name", "description", "parameters", "strict"}} in
+// that order whatever the client's, description and strict gone when null,
+// other keys dropped, and object parameters that lack "type" or
+// "properties" given "type": "object" and then "properties": {} after
+// their own keys.
+func tool(raw json.RawMessage) json.RawMessage {
+	return reshape(raw, []field{{name: "type"}, {name: "function", fix: func(v json.RawMessage) json.RawMessage {
+		return reshape(v, []field{{name: "name"}, {name: "description", kind: optional},
+			{name: "parameters", kind: optional, fix: toolSchema}, {name: "strict", kind: optional}})
+	}}})
+}
+
+// toolSchema appends "type": "object" and "properties": {} to object
+// parameters that lack them, in that order after the schema's own keys.
+func toolSchema(raw json.RawMessage) json.RawMessage {
+	var params map[string]json.RawMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &params) != nil {
+		return raw
+	}
+	_, hasType := params["type"]
+	_, hasProps := params["properties"]
+	if hasType && hasProps {
+		return raw
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	b.Truncate(b.Len() - 1) // the closing brace
+	sep := func() {
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+	}
+	if !hasType {
+		sep()
+		b.WriteString(`"type":"object"`)
+	}
+	if !hasProps {
+		sep()
+		b.WriteString(`"properties":{}`)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// eachItem applies fix to every item of a JSON list; anything else is
+// returned as it is.
+func eachItem(raw json.RawMessage, fix func(json.RawMessage) json.RawMessage) json.RawMessage {
+	var items []json.RawMessage
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		return raw
+	}
+	for i := range items {
+		items[i] = fix(items[i])
+	}
+	b, err := json.Marshal(items)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// RequiresContentArrays reports whether a chat template renders a user's
+// text only when it comes as a list of text parts, as Dynamo's frontend
+// decides it once when it loads the template: a render of one user
+// message whose content is [{"type": "text", "text": T}] shows T, and one
+// whose content is the string T does not. For such a template the
+// frontend gives every text content as a one-part list.
+func RequiresContentArrays(t *chattemplate.Template) bool {
+	if t == nil {
+		return false
+	}
+	const probe = "template_test"
+	shows := func(content string) bool {
+		in, err := chattemplate.DecodeRequest([]byte(`{"messages":[{"role":"user","content":` + content + `}]}`))
+		if err != nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
+		defer cancel()
+		out, err := t.Render(ctx, in)
+		return err == nil && strings.Contains(out, probe)
+	}
+	return shows(`[{"type":"text","text":"`+probe+`"}]`) && !shows(`"`+probe+`"`)
+}
