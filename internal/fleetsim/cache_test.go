@@ -82,3 +82,39 @@ func TestBlockCache(t *testing.T) {
 		t.Fatal("cleared cache still holds blocks")
 	}
 }
+
+// TestEncodeGenerationPrompt: the simulated frontend adds the generation
+// prompt unless the last message is the assistant's, whatever the request
+// says of it, as Dynamo's frontend does.
+func TestEncodeGenerationPrompt(t *testing.T) {
+	e, err := demoEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	want, _, err := e.encode("/v1/chat/completions", []byte(`{`+msgs+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`{` + msgs + `,"add_generation_prompt":false}`,
+		`{` + msgs + `,"chat_template_kwargs":{"add_generation_prompt":false}}`,
+		`{` + msgs + `,"continue_final_message":true}`,
+	} {
+		if got, _, err := e.encode("/v1/chat/completions", []byte(body)); err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: ids %v (%v), want %v", body, got, err, want)
+		}
+	}
+	// A conversation ending with the assistant's turn gets no new one, even
+	// when the request asks for it.
+	end, err := e.tk.Encode("<|im_end|>\n", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, extra := range []string{``, `,"add_generation_prompt":true`} {
+		cont, _, err := e.encode("/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"He"}]`+extra+`}`))
+		if err != nil || len(cont) < len(end) || !slices.Equal(cont[len(cont)-len(end):], end) {
+			t.Errorf("%q: a continuation opened a new assistant turn: %v (%v)", extra, cont, err)
+		}
+	}
+}

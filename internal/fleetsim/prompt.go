@@ -19,9 +19,9 @@ import (
 //   - a chat request is rendered with the chat template: a content that is
 //     a list of text parts becomes their texts joined by newlines, and the
 //     generation prompt is added unless the last message is the
-//     assistant's, or the request says otherwise (add_generation_prompt at
-//     the top or in chat_template_kwargs; continue_final_message excludes
-//     it);
+//     assistant's (the frontend decides it from the messages alone: a
+//     client's add_generation_prompt, at the top or in
+//     chat_template_kwargs, does not change it);
 //   - special tokens are never added: the template places them;
 //   - the block hashes take the seed of the request's cache salt
 //     (nvext.cache_salt, else cache_salt).
@@ -35,13 +35,11 @@ type promptFields struct {
 	Messages []struct {
 		Role string `json:"role"`
 	} `json:"messages"`
-	AddGenerationPrompt *bool  `json:"add_generation_prompt"`
-	CacheSalt           string `json:"cache_salt"`
-	Nvext               *struct {
+	CacheSalt string `json:"cache_salt"`
+	Nvext     *struct {
 		TokenData []uint32 `json:"token_data"`
 		CacheSalt string   `json:"cache_salt"`
 	} `json:"nvext"`
-	Kwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 }
 
 // encode returns a request's prompt token ids and the seed of its block
@@ -79,17 +77,8 @@ func (e *encoder) encode(path string, body []byte) ([]uint32, uint64, error) {
 		return nil, seed, errNoPrompt
 	}
 	joinTextParts(in.Messages)
-	add := q.Messages[len(q.Messages)-1].Role != "assistant"
-	if q.AddGenerationPrompt != nil {
-		add = *q.AddGenerationPrompt
-	}
-	if raw, ok := q.Kwargs["add_generation_prompt"]; ok {
-		var v bool
-		if json.Unmarshal(raw, &v) == nil {
-			add = v
-		}
-	}
-	in.AddGenerationPrompt = add && !in.ContinueFinalMessage
+	in.AddGenerationPrompt = q.Messages[len(q.Messages)-1].Role != "assistant"
+	in.ContinueFinalMessage = false
 	ctx, cancel := context.WithTimeout(context.Background(), renderTimeout)
 	defer cancel()
 	text, err := e.tmpl.Render(ctx, in)
