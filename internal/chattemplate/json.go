@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -210,6 +211,17 @@ func jsonString(b *strings.Builder, s string) {
 	}
 	b.WriteString(s[start:])
 	b.WriteByte('"')
+}
+
+// EncodeSerdeJSON writes a value DecodeJSON returned as Rust's serde_json
+// writes it with to_string (as Dynamo's frontend turns JSON it holds as a
+// value back into text): compact, keys in order, strings escaped only where
+// JSON requires it, floats in serde's shortest form (100.0, 1e-7).
+func EncodeSerdeJSON(v any) (string, error) {
+	r := &renderer{ctx: context.Background(), fuel: math.MaxInt64, maxOutput: math.MaxInt, dynamo: true}
+	var b strings.Builder
+	err := writeJSON(&b, v, "", false, ",", ":", false, 0, r)
+	return b.String(), err
 }
 
 // MaxJSONDepth bounds the nesting DecodeJSON accepts.

@@ -134,7 +134,10 @@ func Get(b []byte, ms []Member, key string) ([]byte, bool) {
 // does: invalid UTF-8 becomes U+FFFD. It reports false for anything that
 // is not a string.
 func String(raw []byte) (string, bool) {
-	if plain(raw) {
+	switch {
+	case len(raw) == 0 || raw[0] != '"':
+		return "", false // null decodes into a string without an error
+	case plain(raw):
 		return string(raw[1 : len(raw)-1]), true
 	}
 	var s string

@@ -88,3 +88,19 @@ func TestSkipValue(t *testing.T) {
 		}
 	}
 }
+
+func TestString(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{`"a"`, "a", true}, {`"\u00e9\n"`, "é\n", true}, {"\"\xff\"", "\ufffd", true},
+		{`null`, "", false}, {`1`, "", false}, {`{}`, "", false}, {``, "", false}, {`"a`, "", false},
+	} {
+		if got, ok := jsonscan.String([]byte(tc.in)); got != tc.want || ok != tc.ok {
+			t.Errorf("String(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -111,8 +111,7 @@ func withoutStrings(b []byte, m member, gone func(string) bool) []byte {
 	i := jsonscan.SkipSpace(b, m.Val+1)
 	for i < m.ValEnd && b[i] != ']' {
 		j := jsonscan.SkipValue(b, i)
-		s, isString := jsonscan.String(b[i:j])
-		if isString && gone(s) {
+		if s, isString := jsonscan.String(b[i:j]); b[i] == '"' && isString && gone(s) {
 			removed = true
 		} else {
 			kept = append(kept, [2]int{i, j})

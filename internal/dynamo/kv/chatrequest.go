@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
@@ -426,27 +428,92 @@ func (s requestShape) toolCall(raw json.RawMessage) json.RawMessage {
 
 // functionCall returns a called function ({"name", "arguments"}) with its
 // arguments as the frontend gives them: JSON sent as an object or list is
-// its compact text, as the struct holds a string; with parse, a string
-// holding JSON is that JSON.
+// the text serde_json writes for it, as the struct holds a string (parsed
+// again with parse); with parse, a string holding JSON that serde_json
+// reads is that JSON.
 func functionCall(raw json.RawMessage, parse bool) json.RawMessage {
 	return reshape(raw, []field{{name: "name"}, {name: "arguments", fix: func(v json.RawMessage) json.RawMessage {
 		var args string
 		switch {
+		case (v[0] == '{' || v[0] == '[') && parse:
+			return v
 		case v[0] == '{' || v[0] == '[':
-			var b bytes.Buffer
-			if json.Compact(&b, v) != nil {
+			val, err := chattemplate.DecodeJSON(v)
+			if err != nil {
 				return v
 			}
-			if parse {
-				return b.Bytes()
+			text, err := chattemplate.EncodeSerdeJSON(val)
+			if err != nil {
+				return v
 			}
-			s, _ := json.Marshal(b.String())
+			s, _ := json.Marshal(text)
 			return s
-		case parse && v[0] == '"' && json.Unmarshal(v, &args) == nil && json.Valid([]byte(args)):
+		case parse && v[0] == '"' && json.Unmarshal(v, &args) == nil && serdeReads(args):
 			return json.RawMessage(args)
 		}
 		return v
 	}}})
+}
+
+// serdeMaxDepth is serde_json's recursion limit: it refuses a 128th level
+// of nested lists and objects.
+const serdeMaxDepth = 127
+
+// serdeReads reports whether serde_json, which the frontend parses a tool
+// call's arguments with, reads s as JSON. It is stricter than
+// encoding/json: a UTF-16 surrogate escape without its pair, a number
+// beyond a float64's range and nesting deeper than serdeMaxDepth are
+// errors there (and the arguments stay a string).
+func serdeReads(s string) bool {
+	if !json.Valid([]byte(s)) {
+		return false
+	}
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '[' || c == '{':
+			if depth++; depth > serdeMaxDepth {
+				return false
+			}
+		case c == ']' || c == '}':
+			depth--
+		case c == '"':
+			for i++; s[i] != '"'; i++ {
+				if s[i] != '\\' {
+					continue
+				}
+				i++
+				if s[i] != 'u' {
+					continue
+				}
+				r, _ := strconv.ParseUint(s[i+1:i+5], 16, 32)
+				i += 4
+				switch {
+				case r >= 0xdc00 && r <= 0xdfff:
+					return false
+				case r >= 0xd800 && r <= 0xdbff:
+					if i+6 >= len(s) || s[i+1] != '\\' || s[i+2] != 'u' {
+						return false
+					}
+					lo, _ := strconv.ParseUint(s[i+3:i+7], 16, 32)
+					if lo < 0xdc00 || lo > 0xdfff {
+						return false
+					}
+					i += 6
+				}
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			j := i
+			for j < len(s) && strings.IndexByte("+-.eE0123456789", s[j]) >= 0 {
+				j++
+			}
+			if f, err := strconv.ParseFloat(s[i:j], 64); err != nil && (math.IsInf(f, 0)) {
+				return false
+			}
+			i = j - 1
+		}
+	}
+	return true
 }
 
 // tool returns a request's tool as the frontend gives it to the template:
@@ -503,8 +570,13 @@ func eachItem(raw json.RawMessage, fix func(json.RawMessage) json.RawMessage) js
 	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
 		return raw
 	}
-	for i := range items {
-		items[i] = fix(items[i])
+	same := true
+	for i, it := range items {
+		items[i] = fix(it)
+		same = same && bytes.Equal(items[i], it)
+	}
+	if same {
+		return raw
 	}
 	b, err := json.Marshal(items)
 	if err != nil {

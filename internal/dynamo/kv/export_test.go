@@ -194,3 +194,6 @@ func (p *Preparer) ChatRequestText(body []byte) (string, error) {
 	text, _, err := p.Chat(context.Background(), in)
 	return text, err
 }
+
+// SerdeReads is serdeReads: whether serde_json reads s as JSON.
+var SerdeReads = serdeReads

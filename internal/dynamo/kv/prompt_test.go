@@ -3,12 +3,14 @@ package kv_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -334,6 +336,49 @@ func TestChatRequestAsTheFrontendTypesIt(t *testing.T) {
 			t.Errorf("%s:\n got %s (%v)\nwant %s", tt.template, got, err, tt.want)
 		}
 	}
+
+	// Object arguments are the text serde_json writes for them: its escapes,
+	// numbers and repeated keys, not the client's.
+	tmpl, err := chattemplate.Compile(`{% for c in messages[0].tool_calls %}{% if c.function.arguments is string %}{{ c.function.arguments }}{% endif %}{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl}
+	got, err := p.ChatRequestText([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function",` +
+		`"function":{"name":"f","arguments":{"a":"\u00e9\/<","b":1e2,"c":1.50,"d":[-0.0, 12345678901234567890],"a":7}}}]}]}`))
+	if want := `{"a":7,"b":100.0,"c":1.5,"d":[-0.0,12345678901234567890]}`; err != nil || got != want {
+		t.Errorf("object arguments: %s (%v), want %s", got, err, want)
+	}
+}
+
+// TestSerdeReads: a tool call's arguments string is parsed only when
+// serde_json would parse it, which refuses what encoding/json reads
+// leniently.
+func TestSerdeReads(t *testing.T) {
+	t.Parallel()
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{`{"a": [1, 2.5e-3, "x"]}`, true},
+		{`"\ud83d\ude00"`, true},
+		{`"\\ud800"`, true}, // an escaped backslash, then text
+		{`1e-400`, true},
+		{`-12345678901234567890123`, true},
+		{deep(127), true},
+		{`"\ud800"`, false},
+		{`"\ud800\u0041"`, false},
+		{`"\udc00"`, false},
+		{`"x\ud800`, false}, // not JSON at all
+		{`1e400`, false},
+		{`[-1e309]`, false},
+		{deep(128), false},
+	} {
+		if got := kv.SerdeReads(tc.s); got != tc.want {
+			t.Errorf("SerdeReads(%s) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
 }
 
 // TestChatRequestContentArrays: a template that renders a user's text only
@@ -445,4 +490,18 @@ func TestChatRequestGenerationPromptAndReasoning(t *testing.T) {
 			t.Errorf("%s: rendered ids %v, want the ids of %q", tc.body, got, tc.want)
 		}
 	}
+}
+
+// FuzzSerdeReads: whatever a tool call's arguments string holds, deciding
+// whether serde_json reads it never panics, and never says so of text that
+// is not JSON.
+func FuzzSerdeReads(f *testing.F) {
+	for _, s := range []string{`{"a":[1,"\ud83d\ude00"]}`, `"\ud800"`, `1e400`, `[[[]]]`, `"\\u"`, `-0.0e-0`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if kv.SerdeReads(s) && !json.Valid([]byte(s)) {
+			t.Fatalf("%q: not JSON, yet read", s)
+		}
+	})
 }
