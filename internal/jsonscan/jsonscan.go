@@ -106,6 +106,26 @@ func Members(b []byte, i int) ([]Member, int) {
 	return ms, len(b)
 }
 
+// Items returns the values of the list that starts at b[i] == '[', in
+// order, and the index after its ']'.
+func Items(b []byte, i int) ([][]byte, int) {
+	var items [][]byte
+	i = SkipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return nil, i + 1
+	}
+	for i < len(b) {
+		end := max(SkipValue(b, i), i)
+		items = append(items, b[i:end])
+		i = SkipSpace(b, end)
+		if i >= len(b) || b[i] == ']' {
+			return items, min(i+1, len(b))
+		}
+		i = SkipSpace(b, min(i+1, len(b))) // the comma
+	}
+	return items, len(b)
+}
+
 // KeyIs reports whether m's key, decoded, is want.
 func (m Member) KeyIs(b []byte, want string) bool {
 	raw := b[m.Key:m.KeyEnd]

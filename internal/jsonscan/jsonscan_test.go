@@ -75,6 +75,37 @@ func FuzzMembers(f *testing.F) {
 	})
 }
 
+// FuzzItems: on any JSON list Items returns its values as encoding/json
+// reads them; on any bytes at all the values stay within the text and
+// nothing panics.
+func FuzzItems(f *testing.F) {
+	for _, s := range []string{`[]`, ` [ 1 , "a,]" , {"b":[2]} , null ] `, `[1,`, `[`, `[[],[[]]]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		start := jsonscan.SkipSpace(b, 0)
+		if start >= len(b) || b[start] != '[' {
+			return
+		}
+		items, end := jsonscan.Items(b, start)
+		if end < start || end > len(b) {
+			t.Fatalf("%q: end %d outside the text", b, end)
+		}
+		var want []json.RawMessage
+		if !json.Valid(b) || json.Unmarshal(b, &want) != nil {
+			return
+		}
+		if len(items) != len(want) {
+			t.Fatalf("%q: %d items, encoding/json reads %d", b, len(items), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(items[i], want[i]) {
+				t.Fatalf("%q: item %d is %s, want %s", b, i, items[i], want[i])
+			}
+		}
+	})
+}
+
 func TestSkipValue(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -53,12 +55,9 @@ type requestShape struct {
 // salt (nvext.cache_salt, else cache_salt).
 func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape) (chattemplate.Input, string, error) {
 	var q struct {
-		Messages        []json.RawMessage `json:"messages"`
-		Tools           []json.RawMessage `json:"tools"`
-		ToolChoice      json.RawMessage   `json:"tool_choice"`
-		Thinking        json.RawMessage   `json:"thinking"`
-		ReasoningEffort *string           `json:"reasoning_effort"`
-		CacheSalt       string            `json:"cache_salt"`
+		Thinking        json.RawMessage `json:"thinking"`
+		ReasoningEffort *string         `json:"reasoning_effort"`
+		CacheSalt       string          `json:"cache_salt"`
 		Nvext           struct {
 			CacheSalt string `json:"cache_salt"`
 		} `json:"nvext"`
@@ -67,21 +66,36 @@ func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape)
 	if err := json.Unmarshal(body, &q); err != nil {
 		return chattemplate.Input{}, "", err
 	}
-	dropTools := !keepTools && q.Tools != nil && bytes.Equal(bytes.TrimSpace(q.ToolChoice), []byte(`"none"`))
-	if dropTools {
-		q.Tools = nil
+	// The messages, tools and tool_choice the frontend reads are the
+	// members of exactly those names (encoding/json would also take
+	// "Messages" for them).
+	top, ok := objectOf(body)
+	if !ok {
+		return chattemplate.Input{}, "", errors.New("the request is not a JSON object")
 	}
-	in, err := chattemplate.DecodeRequest(normalizedChat(body, q.Messages, q.Tools, dropTools, shape(len(q.Tools) > 0)))
+	messages, err := top.list("messages")
+	if err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	tools, err := top.list("tools")
+	if err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	choice, _ := top.get("tool_choice")
+	dropTools := !keepTools && tools != nil && bytes.Equal(choice, []byte(`"none"`))
+	if dropTools {
+		tools = nil
+	}
+	in, err := chattemplate.DecodeRequest(normalizedChat(body, messages, tools, dropTools, shape(len(tools) > 0)))
 	if err != nil {
 		return chattemplate.Input{}, "", err
 	}
 	add := true
-	if n := len(q.Messages); n > 0 {
-		var last struct {
-			Role string `json:"role"`
-		}
-		_ = json.Unmarshal(q.Messages[n-1], &last)
-		add = last.Role != "assistant"
+	if n := len(messages); n > 0 {
+		last, _ := objectOf(messages[n-1])
+		v, _ := last.get("role")
+		role, _ := jsonscan.String(v)
+		add = role != "assistant"
 	}
 	in.AddGenerationPrompt, in.ContinueFinalMessage = add, false
 	foldReasoning(&in, q.Thinking, q.ReasoningEffort)
@@ -298,6 +312,24 @@ func objectOf(raw []byte) (object, bool) {
 // get returns the value of key (the last, when the object repeats it, as
 // decoders take it).
 func (o object) get(key string) ([]byte, bool) { return jsonscan.Get(o.text, o.members, key) }
+
+// list returns the items of the list that is the value of key: nil when
+// the key is absent or null, an error when the value is not a list.
+func (o object) list(key string) ([]json.RawMessage, error) {
+	v, ok := o.get(key)
+	switch {
+	case !ok || bytes.Equal(v, jsonNull):
+		return nil, nil
+	case v[0] != '[':
+		return nil, fmt.Errorf("%s: not a list", key)
+	}
+	items, _ := jsonscan.Items(v, 0)
+	out := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		out[i] = it
+	}
+	return out, nil
+}
 
 // message returns a message as the frontend gives it to the template:
 //   - its fields are those of its role's struct, in that struct's order

@@ -337,13 +337,20 @@ func TestChatRequestAsTheFrontendTypesIt(t *testing.T) {
 		}
 	}
 
+	// The frontend reads the members named exactly messages and tools.
+	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: compileTemplate(t, `{{ messages | tojson }}{{ tools | tojson }}`)}
+	if got, err := p.ChatRequestText([]byte(`{"Messages":[{"role":"user","content":"y"}],"messages":[{"content":"x","role":"user"}],` +
+		`"Tools":[],"Messages":null}`)); err != nil || got != `[{"role": "user", "content": "x"}]null` {
+		t.Errorf("keys in another case: %s (%v)", got, err)
+	}
+
 	// Object arguments are the text serde_json writes for them: its escapes,
 	// numbers and repeated keys, not the client's.
 	tmpl, err := chattemplate.Compile(`{% for c in messages[0].tool_calls %}{% if c.function.arguments is string %}{{ c.function.arguments }}{% endif %}{% endfor %}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl}
+	p = &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl}
 	got, err := p.ChatRequestText([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function",` +
 		`"function":{"name":"f","arguments":{"a":"\u00e9\/<","b":1e2,"c":1.50,"d":[-0.0, 12345678901234567890],"a":7}}}]}]}`))
 	if want := `{"a":7,"b":100.0,"c":1.5,"d":[-0.0,12345678901234567890]}`; err != nil || got != want {
@@ -504,4 +511,14 @@ func FuzzSerdeReads(f *testing.F) {
 			t.Fatalf("%q: not JSON, yet read", s)
 		}
 	})
+}
+
+// compileTemplate compiles a template for a test.
+func compileTemplate(t *testing.T, src string) *chattemplate.Template {
+	t.Helper()
+	tmpl, err := chattemplate.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
 }
