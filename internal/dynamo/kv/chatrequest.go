@@ -54,24 +54,20 @@ type requestShape struct {
 // makes the frontend change. chatInput also returns the request's cache
 // salt (nvext.cache_salt, else cache_salt).
 func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape) (chattemplate.Input, string, error) {
-	var q struct {
-		Thinking        json.RawMessage `json:"thinking"`
-		ReasoningEffort *string         `json:"reasoning_effort"`
-		CacheSalt       string          `json:"cache_salt"`
-		Nvext           struct {
-			CacheSalt string `json:"cache_salt"`
-		} `json:"nvext"`
-		Kwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
-	}
-	if err := json.Unmarshal(body, &q); err != nil {
+	// The frontend reads the members of exactly the names its structs give
+	// (encoding/json would also take "Messages" for messages).
+	top, err := requestObject(body)
+	if err != nil {
 		return chattemplate.Input{}, "", err
 	}
-	// The messages, tools and tool_choice the frontend reads are the
-	// members of exactly those names (encoding/json would also take
-	// "Messages" for them).
-	top, ok := objectOf(body)
-	if !ok {
-		return chattemplate.Input{}, "", errors.New("the request is not a JSON object")
+	var effort *string
+	var kwargs map[string]json.RawMessage
+	if err := errors.Join(top.decode("reasoning_effort", &effort), top.decode("chat_template_kwargs", &kwargs)); err != nil {
+		return chattemplate.Input{}, "", err
+	}
+	salt, err := top.cacheSalt()
+	if err != nil {
+		return chattemplate.Input{}, "", err
 	}
 	messages, err := top.list("messages")
 	if err != nil {
@@ -98,8 +94,9 @@ func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape)
 		add = role != "assistant"
 	}
 	in.AddGenerationPrompt, in.ContinueFinalMessage = add, false
-	foldReasoning(&in, q.Thinking, q.ReasoningEffort)
-	return in, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), nil
+	thinking, _ := top.get("thinking")
+	foldReasoning(&in, thinking, effort)
+	return in, salt, nil
 }
 
 // foldReasoning sets the template variables the frontend derives from
@@ -312,6 +309,49 @@ func objectOf(raw []byte) (object, bool) {
 // get returns the value of key (the last, when the object repeats it, as
 // decoders take it).
 func (o object) get(key string) ([]byte, bool) { return jsonscan.Get(o.text, o.members, key) }
+
+// requestObject checks a request body as JSON and splits it into its
+// members.
+func requestObject(body []byte) (object, error) {
+	if !json.Valid(body) {
+		var v any
+		return object{}, json.Unmarshal(body, &v) // says where it is not JSON
+	}
+	top, ok := objectOf(body)
+	if !ok {
+		return object{}, errors.New("the request is not a JSON object")
+	}
+	return top, nil
+}
+
+// decode decodes the value of key into v; an absent or null value leaves v
+// as it is.
+func (o object) decode(key string, v any) error {
+	raw, ok := o.get(key)
+	if !ok || bytes.Equal(raw, jsonNull) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	return nil
+}
+
+// cacheSalt returns a request's cache salt: nvext.cache_salt, else
+// cache_salt.
+func (o object) cacheSalt() (string, error) {
+	var salt, inner string
+	if err := o.decode("cache_salt", &salt); err != nil {
+		return "", err
+	}
+	if v, ok := o.get("nvext"); ok && v[0] == '{' {
+		nvext, _ := objectOf(v)
+		if err := nvext.decode("cache_salt", &inner); err != nil {
+			return "", fmt.Errorf("nvext.%w", err)
+		}
+	}
+	return cmpOr(inner, salt), nil
+}
 
 // list returns the items of the list that is the value of key: nil when
 // the key is absent or null, an error when the value is not a list.

@@ -92,22 +92,21 @@ func (p *Preparer) ChatRequest(ctx context.Context, body []byte) ([]uint32, stri
 // client's text, and only its token count (and the tokenizer's own text
 // bound) says whether it is too large.
 func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32, string, error) {
-	var q struct {
-		Prompt    json.RawMessage `json:"prompt"`
-		CacheSalt string          `json:"cache_salt"`
-		Nvext     struct {
-			CacheSalt string `json:"cache_salt"`
-		} `json:"nvext"`
-	}
-	if err := json.Unmarshal(body, &q); err != nil {
+	top, err := requestObject(body)
+	if err != nil {
 		return nil, "", fmt.Errorf("completion request: %w", err)
 	}
+	salt, err := top.cacheSalt()
+	if err != nil {
+		return nil, "", fmt.Errorf("completion request: %w", err)
+	}
+	prompt, _ := top.get("prompt")
 	var text string
-	if json.Unmarshal(q.Prompt, &text) != nil {
+	if json.Unmarshal(prompt, &text) != nil {
 		return nil, "", ErrNotText
 	}
 	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
-	return ids, cmpOr(q.Nvext.CacheSalt, q.CacheSalt), err
+	return ids, salt, err
 }
 
 // Chat renders a chat request and encodes the rendered prompt, both within

@@ -522,3 +522,38 @@ func compileTemplate(t *testing.T, src string) *chattemplate.Template {
 	}
 	return tmpl
 }
+
+// TestRequestCacheSalt: the cache salt is nvext.cache_salt, else
+// cache_salt, read from members of exactly those names as the frontend
+// reads them; a salt that is not a string fails the request.
+func TestRequestCacheSalt(t *testing.T) {
+	t.Parallel()
+	base := qwen3(t)
+	p := &kv.Preparer{Tokenizer: base.Tokenizer, Template: compileTemplate(t, `{{ messages[0].content }}`)}
+	msgs := `"messages":[{"role":"user","content":"x"}],"prompt":"x"`
+	for _, tc := range []struct{ body, want string }{
+		{`{` + msgs + `}`, ""},
+		{`{` + msgs + `,"cache_salt":"a"}`, "a"},
+		{`{` + msgs + `,"cache_salt":"a","nvext":{"cache_salt":"b"}}`, "b"},
+		{`{` + msgs + `,"cache_salt":"a","nvext":{"cache_salt":null}}`, "a"},
+		{`{` + msgs + `,"Cache_Salt":"a","nvext":{"Cache_salt":"b"}}`, ""},
+		{`{` + msgs + `,"cache_salt":"a","cache_salt":"c"}`, "c"},
+	} {
+		_, chat, err := p.ChatRequest(context.Background(), []byte(tc.body))
+		if err != nil || chat != tc.want {
+			t.Errorf("chat %s: salt %q (%v), want %q", tc.body, chat, err, tc.want)
+		}
+		_, completion, err := p.CompletionRequest(context.Background(), []byte(tc.body))
+		if err != nil || completion != tc.want {
+			t.Errorf("completion %s: salt %q (%v), want %q", tc.body, completion, err, tc.want)
+		}
+	}
+	for _, body := range []string{`{` + msgs + `,"cache_salt":5}`, `{` + msgs + `,"nvext":{"cache_salt":[]}}`, `{` + msgs, `[1]`} {
+		if _, _, err := p.ChatRequest(context.Background(), []byte(body)); err == nil {
+			t.Errorf("chat %s: no error", body)
+		}
+		if _, _, err := p.CompletionRequest(context.Background(), []byte(body)); err == nil {
+			t.Errorf("completion %s: no error", body)
+		}
+	}
+}
