@@ -97,13 +97,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 				seq = append(seq, n)
 			}
 		}
-		switch len(seq) {
-		case 0:
-			return nil, nil
-		case 1:
-			return seq[0], nil
-		}
-		return seq, nil
+		return seq.simplest(), nil
 	default:
 		return nil, unsupported("normalizer %q", ty.Type)
 	}
@@ -290,6 +284,18 @@ func (p strip) normalize(s string) string {
 
 type sequenceNorm []normalizer
 
+// simplest returns the sequence as the normalizer it amounts to: none for
+// an empty one, its only stage for a single one.
+func (s sequenceNorm) simplest() normalizer {
+	switch len(s) {
+	case 0:
+		return nil
+	case 1:
+		return s[0]
+	}
+	return s
+}
+
 func (q sequenceNorm) normalize(s string) string {
 	for _, n := range q {
 		s = n.normalize(s)
@@ -333,13 +339,7 @@ func parseBertNormalizer(raw json.RawMessage) (normalizer, error) {
 	if *p.Lowercase {
 		seq = append(seq, lowercase{})
 	}
-	switch len(seq) {
-	case 0:
-		return nil, nil
-	case 1:
-		return seq[0], nil
-	}
-	return seq, nil
+	return seq.simplest(), nil
 }
 
 // bertChinese is BertNormalizer's handle_chinese_chars: a space on each

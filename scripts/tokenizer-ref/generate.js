@@ -7,6 +7,7 @@
 const fs = require('fs');
 const path = require('path');
 const zlib = require('zlib');
+const { writeGolden } = require('./golden.js');
 const cache = process.env.TOKENIZER_REF_CACHE;
 const repo = process.env.REPO_ROOT;
 const { Tokenizer } = require(path.join(cache, 'node_modules', 'tokenizers'));
@@ -30,14 +31,7 @@ async function main() {
     const raw = fs.readFileSync(file);
     fs.writeFileSync(path.join(dir, `${name}.tokenizer.json.gz`), zlib.gzipSync(raw, { level: 9 }));
     const tok = Tokenizer.fromFile(file);
-    const lines = [];
-    for (const c of corpus) {
-      const plain = await tok.encode(c.text, null, { addSpecialTokens: false });
-      const special = await tok.encode(c.text, null, { addSpecialTokens: true });
-      lines.push(JSON.stringify({ name: c.name, ids: plain.getIds(), ids_special: special.getIds() }));
-    }
-    fs.writeFileSync(path.join(dir, 'golden', `${name}.jsonl`), lines.join('\n') + '\n');
-    console.error(`${name}: ${corpus.length} texts`);
+    await writeGolden(tok, name, corpus, dir);
   }
 }
 main().catch((e) => { console.error(e); process.exit(1); });

@@ -20,6 +20,7 @@
 const fs = require('fs');
 const path = require('path');
 const zlib = require('zlib');
+const { writeGolden } = require('./golden.js');
 const cache = process.env.TOKENIZER_REF_CACHE;
 const repo = process.env.REPO_ROOT;
 const { Tokenizer, precompiled } = require(path.join(cache, 'node_modules', 'tokenizers'));
@@ -73,14 +74,7 @@ async function main() {
     const name = f.replace(/\.tokenizer\.json\.gz$/, '');
     const raw = zlib.gunzipSync(fs.readFileSync(path.join(dir, f))).toString('utf8');
     const tok = Tokenizer.fromString(raw);
-    const lines = [];
-    for (const c of corpus) {
-      const plain = await tok.encode(c.text, null, { addSpecialTokens: false });
-      const special = await tok.encode(c.text, null, { addSpecialTokens: true });
-      lines.push(JSON.stringify({ name: c.name, ids: plain.getIds(), ids_special: special.getIds() }));
-    }
-    fs.writeFileSync(path.join(dir, 'golden', `${name}.jsonl`), lines.join('\n') + '\n');
-    console.error(`${name}: ${corpus.length} texts`);
+    await writeGolden(tok, name, corpus, dir);
     const cm = JSON.parse(raw).normalizer.normalizers[0].precompiled_charsmap;
     if (!charsmaps.has(cm)) charsmaps.set(cm, name);
   }
