@@ -360,15 +360,12 @@ func (o object) list(key string) ([]json.RawMessage, error) {
 	switch {
 	case !ok || bytes.Equal(v, jsonNull):
 		return nil, nil
-	case v[0] != '[':
+	}
+	list, ok := items(v)
+	if !ok {
 		return nil, fmt.Errorf("%s: not a list", key)
 	}
-	items, _ := jsonscan.Items(v, 0)
-	out := make([]json.RawMessage, len(items))
-	for i, it := range items {
-		out[i] = it
-	}
-	return out, nil
+	return list, nil
 }
 
 // message returns a message as the frontend gives it to the template:
@@ -429,27 +426,27 @@ func (s requestShape) content(raw json.RawMessage) json.RawMessage {
 	case len(raw) == 0 || raw[0] != '[':
 		return raw
 	}
-	var parts []json.RawMessage
-	if json.Unmarshal(raw, &parts) != nil {
+	parts, ok := items(raw)
+	if !ok {
 		return raw
 	}
 	texts := make([]string, 0, len(parts))
 	onlyText, same := len(parts) > 0, true
 	for i, p := range parts {
-		var part struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
-		}
-		_ = json.Unmarshal(p, &part)
-		if part.Type == "image_url" {
+		part, _ := objectOf(p)
+		v, _ := part.get("type")
+		typ, _ := jsonscan.String(v)
+		v, _ = part.get("text")
+		text, isText := jsonscan.String(v)
+		if typ == "image_url" {
 			parts[i] = json.RawMessage(`{"type":"image"}`)
 		} else {
-			parts[i] = contentPart(p, part.Type)
+			parts[i] = contentPart(p, typ)
 		}
 		same = same && bytes.Equal(parts[i], p)
-		onlyText = onlyText && part.Type == "text" && part.Text != nil
+		onlyText = onlyText && typ == "text" && isText
 		if onlyText {
-			texts = append(texts, *part.Text)
+			texts = append(texts, text)
 		}
 	}
 	switch {
@@ -459,11 +456,7 @@ func (s requestShape) content(raw json.RawMessage) json.RawMessage {
 	case same:
 		return raw
 	}
-	b, err := json.Marshal(parts)
-	if err != nil {
-		return raw
-	}
-	return b
+	return appendList(nil, parts)
 }
 
 // contentPart returns a content part of type typ as the frontend's struct
@@ -604,12 +597,12 @@ func tool(raw json.RawMessage) json.RawMessage {
 // toolSchema appends "type": "object" and "properties": {} to object
 // parameters that lack them, in that order after the schema's own keys.
 func toolSchema(raw json.RawMessage) json.RawMessage {
-	var params map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &params) != nil {
+	params, ok := objectOf(raw)
+	if !ok {
 		return raw
 	}
-	_, hasType := params["type"]
-	_, hasProps := params["properties"]
+	_, hasType := params.get("type")
+	_, hasProps := params.get("properties")
 	if hasType && hasProps {
 		return raw
 	}
@@ -638,23 +631,33 @@ func toolSchema(raw json.RawMessage) json.RawMessage {
 // eachItem applies fix to every item of a JSON list; anything else is
 // returned as it is.
 func eachItem(raw json.RawMessage, fix func(json.RawMessage) json.RawMessage) json.RawMessage {
-	var items []json.RawMessage
-	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+	list, ok := items(raw)
+	if !ok {
 		return raw
 	}
 	same := true
-	for i, it := range items {
-		items[i] = fix(it)
-		same = same && bytes.Equal(items[i], it)
+	for i, it := range list {
+		list[i] = fix(it)
+		same = same && bytes.Equal(list[i], it)
 	}
 	if same {
 		return raw
 	}
-	b, err := json.Marshal(items)
-	if err != nil {
-		return raw
+	return appendList(nil, list)
+}
+
+// items returns the items of raw when it is a JSON list.
+func items(raw []byte) ([]json.RawMessage, bool) {
+	i := jsonscan.SkipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, false
 	}
-	return b
+	spans, _ := jsonscan.Items(raw, i)
+	out := make([]json.RawMessage, len(spans))
+	for k, it := range spans {
+		out[k] = it
+	}
+	return out, true
 }
 
 // RequiresContentArrays reports whether a chat template renders a user's
