@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -16,8 +17,8 @@ type head struct {
 	method, target, host string
 	header               http.Header
 	contentLength        int64
-	close                bool          // Connection: close
-	req                  *http.Request // built by request
+	close                bool     // Connection: close
+	url                  *url.URL // set by parseTarget
 }
 
 // parseHead reads the request head in b, which ends with the empty line.
@@ -145,15 +146,24 @@ func parseFields(s string, field func(key, value string) (keep, ok bool)) (http.
 	}
 }
 
-// request builds the http.Request of a parsed head.
-func (h *head) request() (*http.Request, bool) {
+// parseTarget parses the request target as net/http does; false when it
+// refuses it.
+func (h *head) parseTarget() bool {
 	u, err := url.ParseRequestURI(h.target)
 	if err != nil {
-		return nil, false
+		return false
 	}
-	return &http.Request{
+	h.url = u
+	return true
+}
+
+// request builds the http.Request of a parsed head with its context. The
+// request is built in place and copied once by WithContext (the only way
+// to give it a context), not allocated twice.
+func (h *head) request(ctx context.Context) *http.Request {
+	r := http.Request{
 		Method:        h.method,
-		URL:           u,
+		URL:           h.url,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
@@ -162,7 +172,8 @@ func (h *head) request() (*http.Request, bool) {
 		Close:         h.close,
 		Host:          h.host,
 		RequestURI:    h.target,
-	}, true
+	}
+	return r.WithContext(ctx)
 }
 
 func indexCRLF(s string) int {

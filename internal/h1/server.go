@@ -316,7 +316,7 @@ func (c *conn) readHead() (head, error) {
 		if end > 0 {
 			h, ok := parseHead(buf[:end])
 			if ok {
-				h.req, ok = h.request()
+				ok = h.parseTarget()
 			}
 			if !ok {
 				return head{}, c.handOff()
@@ -439,12 +439,11 @@ func (r *replayConn) Read(p []byte) (int, error) {
 
 // serveRequest runs one request; false when the connection is to close.
 func (c *conn) serveRequest(h head) (keep bool) {
-	req := h.req
 	c.served++
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	defer cancel()
-	req = req.WithContext(ctx)
+	req := h.request(ctx)
 	req.RemoteAddr = c.remote
 	b := &body{c: c, remain: h.contentLength, armOnLastBytes: true}
 	if h.contentLength == 0 {
@@ -636,6 +635,9 @@ func (b *body) drain(end bool) bool {
 	}
 	if b.remain > maxDrain {
 		return false
+	}
+	if b.remain == 0 {
+		return true // no buffer: one would be allocated per request
 	}
 	var buf [512]byte
 	for b.remain > 0 {

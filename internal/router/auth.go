@@ -91,7 +91,7 @@ func bearer(r *http.Request) string {
 	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
 		return strings.TrimSpace(t)
 	}
-	return strings.TrimSpace(r.Header.Get("x-api-key"))
+	return strings.TrimSpace(r.Header.Get("X-Api-Key")) // canonical: Get does not copy it
 }
 
 // tokenBucket is a per-key rate limit.

@@ -544,7 +544,8 @@ func (x *exchange) upstreamRequest(ctx context.Context, b *Backend, pinHdr http.
 	for k, v := range pinHdr {
 		h[k] = v
 	}
-	req := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host,
+	// Built in place and copied once by WithContext, not allocated twice.
+	req := http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host,
 		Body: http.NoBody, GetBody: noBody}
 	if len(x.body) > 0 {
 		req.Body, req.GetBody, req.ContentLength = io.NopCloser(bytes.NewReader(x.body)), x.bodyAgain, int64(len(x.body))
@@ -635,6 +636,10 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 	x.writeHeaders(resp, b, pin)
 	x.w.WriteHeader(status)
 }
+
+// revealHeader is x-backend, canonical (a lookup by it copies nothing): a
+// client sends it to learn the backend and workers that served it.
+const revealHeader = "X-Backend"
 
 // routingPathHeader is x-continuum-routing-path, canonical, and
 // routingPathValues its values: one shared slice each, since every answer

@@ -1,7 +1,7 @@
 package router
 
 import (
-	"crypto/rand"
+	"math/rand/v2"
 	"net/http"
 )
 
@@ -20,9 +20,29 @@ func requestID(r *http.Request) string {
 	if id := r.Header.Get(requestIDHeader); validRequestID(id) {
 		return id
 	}
-	id := rand.Text()
-	r.Header.Set(requestIDHeader, id)
+	id := newRequestID()
+	r.Header[requestIDHeader] = []string{id}
 	return id
+}
+
+// idAlphabet is RFC 4648's base32 alphabet.
+const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+// newRequestID is 26 base32 characters, 130 random bits: an id needs to be
+// unique, not secret, so it comes from the runtime's per-thread ChaCha8
+// generator (seeded from the system's) rather than from crypto/rand, which
+// cost a twentieth of the router's own time per request.
+func newRequestID() string {
+	var b [26]byte
+	var bits uint64
+	for i := range b {
+		if i%12 == 0 {
+			bits = rand.Uint64()
+		}
+		b[i] = idAlphabet[bits&31]
+		bits >>= 5
+	}
+	return string(b[:])
 }
 
 func validRequestID(id string) bool {

@@ -761,7 +761,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		// from a body the router does not convert, so the workers are
 		// chosen by their load as it stands. The dispatch is still booked
 		// at the input's estimated size, so that the next picks see it.
-		reveal := r.Header.Values("x-backend") != nil
+		reveal := r.Header[revealHeader] != nil
 		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body, reveal),
 			q: &request{Model: q.Model, Stream: q.Stream}, policy: policy,
 			reveal: reveal, only: isNative, modelOnly: true, freshPins: true,
@@ -809,7 +809,7 @@ func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
 			"POST /v1/responses/compact goes only to a backend with responses_api: native serving the model (unpinned, not through the shim); none can take "+strconvQuote(q.Model)+" now")
 		return
 	}
-	reveal := r.Header.Values("x-backend") != nil
+	reveal := r.Header[revealHeader] != nil
 	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutClientRouting(body, reveal), q: &request{Model: q.Model},
 		policy: policy, reveal: reveal, only: isNative, unpinned: true}
 	x.route()

@@ -517,7 +517,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "model is required")
 		return
 	}
-	reveal := r.Header.Values("x-backend") != nil
+	reveal := r.Header[revealHeader] != nil
 	if len(q.Nvext) > 0 {
 		body = withoutClientRouting(body, reveal)
 	}
