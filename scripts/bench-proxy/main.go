@@ -3,8 +3,9 @@
 // it there, and with no proxy at all, process against process over real
 // sockets:
 //
-//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH]
+//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH] [-floor]
 //	bench-proxy backend [-addr 127.0.0.1:0] [-tokens 8] [-gap 0s]
+//	bench-proxy floor [-addr 127.0.0.1:0] -upstream HOST:PORT
 //
 // run starts the fast backend (this program's backend command, a process of
 // its own), continuum serve and nginx in front of it, then drives each of
@@ -22,7 +23,10 @@
 // processes (utime + stime of /proc/PID/stat around each cell), as a
 // markdown table on stdout and as JSON. With -baseline, a second continuum
 // build runs as a fourth path, so that a change to the router is measured
-// against the build before it in the same run.
+// against the build before it in the same run. With -floor, the floor (this
+// program's floor command: the least a Go proxy does per request, see
+// floor.go) runs as one more path, so that continuum's own work shows apart
+// from what any Go proxy pays on the machine.
 package main
 
 import (
@@ -57,6 +61,16 @@ func main() {
 		gap := fs.Duration("gap", 0, "pause between SSE events")
 		_ = fs.Parse(os.Args[2:])
 		err = serveBackend(*addr, *tokens, *gap)
+	case "floor":
+		fs := flag.NewFlagSet("floor", flag.ExitOnError)
+		addr := fs.String("addr", "127.0.0.1:0", "listen address")
+		upstream := fs.String("upstream", "", "the backend's HOST:PORT")
+		_ = fs.Parse(os.Args[2:])
+		if *upstream == "" {
+			err = fmt.Errorf("floor: -upstream is required")
+			break
+		}
+		err = serveFloor(*addr, *upstream)
 	case "run":
 		var o options
 		if o, err = parseRun(os.Args[2:]); err == nil {
@@ -74,7 +88,7 @@ func main() {
 }
 
 func printUsage() {
-	fmt.Fprintln(os.Stderr, "usage: bench-proxy run -continuum PATH -nginx PATH [flags] | bench-proxy backend [flags]")
+	fmt.Fprintln(os.Stderr, "usage: bench-proxy run -continuum PATH -nginx PATH [flags] | bench-proxy backend [flags] | bench-proxy floor -upstream HOST:PORT [flags]")
 	os.Exit(2)
 }
 
@@ -90,6 +104,7 @@ type options struct {
 	json             string
 	label            string
 	baseline         string
+	floor            bool
 }
 
 func parseRun(args []string) (options, error) {
@@ -107,6 +122,7 @@ func parseRun(args []string) (options, error) {
 	fs.StringVar(&o.json, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.label, "label", "", "what is measured (a commit), printed with the results")
 	fs.StringVar(&o.baseline, "baseline", "", "another continuum binary (the build before a change), measured as a fourth path")
+	fs.BoolVar(&o.floor, "floor", false, "measure the floor too: a Go proxy that does nothing per request but relay bytes")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -140,6 +156,7 @@ const (
 	pathContinuum = "continuum"
 	pathNginx     = "nginx"
 	pathBaseline  = "baseline"
+	pathFloor     = "floor"
 )
 
 func requestBody(mode string) string {
@@ -200,6 +217,14 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 		procs = append(procs, base)
 		targets = append(targets, &target{name: pathBaseline, url: "http://" + baseAddr + "/v1/chat/completions", proc: base})
+	}
+	if o.floor {
+		fl, flAddr, err := startFloor(dir, beAddr)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, fl)
+		targets = append(targets, &target{name: pathFloor, url: "http://" + flAddr + "/v1/chat/completions", proc: fl})
 	}
 	for _, t := range targets {
 		t.client = newClient()

@@ -76,17 +76,28 @@ func (p *proc) tail() string {
 // startBackend runs this program's backend command and reads the address
 // it listens on.
 func startBackend(dir string, tokens int, gap time.Duration) (*proc, string, error) {
+	return startSelf(dir, "backend", "backend", "-addr", "127.0.0.1:0", "-tokens", strconv.Itoa(tokens), "-gap", gap.String())
+}
+
+// startFloor runs this program's floor command in front of backendAddr.
+func startFloor(dir, backendAddr string) (*proc, string, error) {
+	return startSelf(dir, pathFloor, "floor", "-addr", "127.0.0.1:0", "-upstream", backendAddr)
+}
+
+// startSelf runs this program with args as the process name, its stderr in
+// dir/name.log, and reads the "listening HOST:PORT" line it prints first.
+func startSelf(dir, name string, args ...string) (*proc, string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(self, "backend", "-addr", "127.0.0.1:0", "-tokens", strconv.Itoa(tokens), "-gap", gap.String())
+	cmd := exec.Command(self, args...)
 	cmd.Env = os.Environ()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", err
 	}
-	logPath := filepath.Join(dir, "backend.log")
+	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, "", err
@@ -94,9 +105,9 @@ func startBackend(dir string, tokens int, gap time.Duration) (*proc, string, err
 	defer func() { _ = f.Close() }()
 	cmd.Stderr = f
 	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start backend: %w", err)
+		return nil, "", fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: "backend", cmd: cmd, log: logPath, pids: []int{cmd.Process.Pid}}
+	p := &proc{name: name, cmd: cmd, log: logPath, pids: []int{cmd.Process.Pid}}
 	line, err := bufio.NewReader(out).ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
 	if err != nil || !ok {
@@ -104,7 +115,7 @@ func startBackend(dir string, tokens int, gap time.Duration) (*proc, string, err
 		if err == nil {
 			err = errors.New("no address")
 		}
-		return nil, "", fmt.Errorf("backend did not say where it listens (%q): %w", line, err)
+		return nil, "", fmt.Errorf("%s did not say where it listens (%q): %w", name, line, err)
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 	return p, addr, nil

@@ -380,21 +380,34 @@ func (r *report) writeTable(w io.Writer) {
 		}
 	}
 	if r.Versions.Baseline != "" {
-		r.writeBaseline(w)
+		r.writeAgainst(w, pathBaseline, fmt.Sprintf("the baseline build (%s)", r.Versions.Baseline))
+	}
+	if r.hasPath(pathFloor) {
+		r.writeAgainst(w, pathFloor, "the floor (a Go proxy with one goroutine per connection and continuum's socket I/O that only relays bytes)")
 	}
 	if len(bad) > 0 {
 		fmt.Fprintf(w, "\nWARNING:\n- %s\n", strings.Join(bad, "\n- "))
 	}
 }
 
-// writeBaseline compares continuum with the baseline build, cell by cell.
-func (r *report) writeBaseline(w io.Writer) {
-	fmt.Fprintf(w, "\ncontinuum against the baseline build (%s):\n\n", r.Versions.Baseline)
-	fmt.Fprintln(w, "| mode | req/s | baseline added p50 / p99 / p99.9 (µs) | continuum added p50 / p99 / p99.9 (µs) | p99 continuum ÷ baseline | CPU s per 1k req: baseline / continuum | write syscalls, context switches per request: baseline / continuum |")
+func (r *report) hasPath(path string) bool {
+	for _, c := range r.Cells {
+		if c.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// writeAgainst compares continuum with another path (the baseline build,
+// the floor), cell by cell.
+func (r *report) writeAgainst(w io.Writer, path, what string) {
+	fmt.Fprintf(w, "\ncontinuum against %s:\n\n", what)
+	fmt.Fprintf(w, "| mode | req/s | %[1]s added p50 / p99 / p99.9 (µs) | continuum added p50 / p99 / p99.9 (µs) | p99 continuum ÷ %[1]s | CPU s per 1k req: %[1]s / continuum | write syscalls, context switches per request: %[1]s / continuum |\n", path)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, mode := range r.Settings.Modes {
 		for _, rate := range r.Settings.Rates {
-			b, c := r.cell(mode, rate, pathBaseline), r.cell(mode, rate, pathContinuum)
+			b, c := r.cell(mode, rate, path), r.cell(mode, rate, pathContinuum)
 			ratio := "n/a"
 			if b.Latency.P99 > 0 {
 				ratio = fmt.Sprintf("%.2f", c.Latency.P99/b.Latency.P99)
