@@ -60,13 +60,17 @@ demo: ## run the router on its embedded demo fleet (127.0.0.1:8080)
 top-e2e: ## drive `continuum top --demo` in tmux and check what it shows
 	scripts/top-e2e.sh
 
+# The proxy comparison measures the floor (a Go proxy that only relays bytes)
+# too, so that the router's own cost shows apart from any Go proxy's.
+BENCH_PROXY_FLAGS ?= -floor
+
 # -p 1: one package's benchmarks at a time; two packages' at once would
 # share the cores and time each other.
 bench: tokenizer-ref ## run the benchmarks, then the proxy comparison (figures are ratios against baselines in the same run)
 	CONTINUUM_REQUIRE_HF_REF=1 $(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)
 
-bench-proxy: ## continuum serve against nginx and the direct path, as processes under vegeta (installs nginx via apt if missing)
+bench-proxy: ## continuum serve against nginx, the floor and the direct path, as processes under vegeta (installs nginx via apt if missing)
 	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)
 
 faults: build ## the fault-injection benchmark at full size (every scenario, about 4 minutes)
