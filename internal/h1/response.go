@@ -17,6 +17,7 @@ import (
 // returns.
 type response struct {
 	c      *conn
+	rctx   reqContext // the request's context
 	req    *http.Request
 	body   *body
 	header http.Header

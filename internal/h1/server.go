@@ -210,9 +210,9 @@ type conn struct {
 	// the deadline has been set otherwise since.
 	idleUntil time.Time
 
-	// The current request's context; cancelled when the client leaves or
-	// a write fails.
-	cancel context.CancelFunc
+	// The current request's context; ended when the client leaves or a
+	// write fails.
+	rctx *reqContext
 
 	mu        sync.Mutex // guards the watch and what it read
 	watchSt   int
@@ -242,8 +242,8 @@ func (c *conn) read(p []byte) (int, error) {
 
 func (c *conn) write(p []byte) (int, error) {
 	n, err := c.sock.Write(p)
-	if err != nil && c.cancel != nil {
-		c.cancel()
+	if err != nil && c.rctx != nil {
+		c.rctx.end()
 	}
 	return n, err
 }
@@ -440,12 +440,14 @@ func (r *replayConn) Read(p []byte) (int, error) {
 // serveRequest runs one request; false when the connection is to close.
 func (c *conn) serveRequest(h head) (keep bool) {
 	c.served++
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	defer cancel()
-	req := h.request(ctx)
+	w := &response{c: c, header: make(http.Header, 4), declared: -1}
+	w.rctx.init()
+	c.rctx = &w.rctx
+	defer w.rctx.end()
+	req := h.request(&w.rctx)
 	req.RemoteAddr = c.remote
 	b := &body{c: c, remain: h.contentLength, armOnLastBytes: true}
+	w.req, w.body = req, b
 	if h.contentLength == 0 {
 		req.Body = http.NoBody
 		c.armWatch()
@@ -459,7 +461,6 @@ func (c *conn) serveRequest(h head) (keep bool) {
 			c.setDeadline(deadline)
 		}
 	}
-	w := &response{c: c, req: req, body: b, header: make(http.Header, 4), declared: -1}
 	if !c.run(w, req) {
 		b.end()
 		c.stopWatch()
@@ -472,7 +473,7 @@ func (c *conn) serveRequest(h head) (keep bool) {
 	drained := b.drain(true)
 	keep = w.err == nil && !w.closeAfter && drained
 	c.stopWatch()
-	c.cancel = nil
+	c.rctx = nil
 	if !keep {
 		c.closeWithRead(!drained)
 		return false
@@ -530,7 +531,7 @@ func (c *conn) watch() {
 	c.watchSt = watchReading
 	done := make(chan struct{})
 	c.watchDone = done
-	cancel := c.cancel
+	rctx := c.rctx
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.mu.Unlock()
 	n, err := c.sock.Read(c.peek[:])
@@ -539,8 +540,8 @@ func (c *conn) watch() {
 	aborted := c.watchSt == watchAborted
 	c.watchSt = watchOff
 	c.mu.Unlock()
-	if n == 0 && err != nil && !aborted && cancel != nil {
-		cancel()
+	if n == 0 && err != nil && !aborted && rctx != nil {
+		rctx.end()
 	}
 	close(done)
 }

@@ -414,16 +414,23 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin, 
 // sendOnce performs one upstream request. retry is true for a failure to
 // reach the replica (the request never started there).
 func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res sendResult, retry bool) {
-	ctx, cancel := context.WithTimeout(x.r.Context(), b.cfg.Timeout.D())
-	defer cancel()
-	req, err := x.upstreamRequest(ctx, b, pinHdr)
+	req, err := x.upstreamRequest(x.r.Context(), b, pinHdr)
 	if err != nil {
 		b.release(false, x.s.opts.Now())
 		return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + err.Error(), public: "the backend's URL is not valid"}, false
 	}
 	// The transport directly: the client would only copy the headers and
-	// the URL for redirects, which the router never follows.
-	resp, err := x.s.client.Transport.RoundTrip(req)
+	// the URL for redirects, which the router never follows. The router's
+	// own client takes the backend's timeout as its connection's deadline;
+	// any other transport gets it as the request's context's.
+	var resp *http.Response
+	if up, ok := x.s.client.Transport.(*upstream); ok && up.inline(req) {
+		resp, err = up.RoundTripUntil(req, time.Now().Add(b.cfg.Timeout.D()))
+	} else {
+		ctx, cancel := context.WithTimeout(x.r.Context(), b.cfg.Timeout.D())
+		defer cancel()
+		resp, err = x.s.client.Transport.RoundTrip(req.WithContext(ctx))
+	}
 	if err != nil {
 		if x.r.Context().Err() != nil {
 			b.release(true, x.s.opts.Now())

@@ -77,6 +77,56 @@ type upConn struct {
 	// connection's write error, if any.
 	written, read int64
 	connErr       error
+	// deadline is the connection's deadline (zero: none), the current
+	// exchange's end when the caller gave one.
+	deadline time.Time
+	// kill ends a blocked read or write at once (made once per
+	// connection, so that cutting an exchange allocates nothing).
+	kill func()
+}
+
+// setDeadline makes d the connection's deadline, unless it is already.
+func (c *upConn) setDeadline(d time.Time) {
+	if !c.deadline.Equal(d) {
+		_ = c.conn.SetDeadline(d)
+		c.deadline = d
+	}
+}
+
+// ended is why the exchange on c has ended, or nil: its context ended, or
+// its deadline passed (read as the context's deadline, as a timeout
+// context would have ended).
+func (c *upConn) ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// cut is what ends an exchange when its request's context ends: the lean
+// server's own notifier, or context.AfterFunc for any other context.
+type cut struct {
+	end  h1.EndNotifier
+	stop func() bool
+}
+
+func cutOn(ctx context.Context, kill func()) cut {
+	if n, ok := ctx.(h1.EndNotifier); ok && n.AfterEnd(kill) {
+		return cut{end: n}
+	}
+	return cut{stop: context.AfterFunc(ctx, kill)}
+}
+
+// release forgets the cut; false when it has happened (the connection's
+// deadline was moved to end the exchange).
+func (k cut) release() bool {
+	if k.end != nil {
+		return k.end.StopAfterEnd()
+	}
+	return k.stop()
 }
 
 // connWriter is the connection's side for bw, counting what reaches it.
@@ -105,20 +155,42 @@ func (c *upConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// aLongTimeAgo is a deadline that has passed: set, it ends a blocked read
+// or write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
 var errResponseHeadTooLarge = errors.New("the backend's response head is larger than 10 MiB")
 
 // RoundTrip implements http.RoundTripper.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	// A body of unknown length (ContentLength 0 with a body) may be of
-	// any size, and an upgrade needs the connection handed over:
-	// http.Transport does both.
+	if !u.inline(req) {
+		return u.fallback.RoundTrip(req)
+	}
+	return u.roundTrip(req, time.Time{})
+}
+
+// RoundTripUntil is RoundTrip with the exchange bounded by deadline as a
+// context's deadline would bound it (dial, request, answer and body), set
+// as the connection's deadline instead: the router's own requests then
+// need no timeout context. req must be inline.
+func (u *upstream) RoundTripUntil(req *http.Request, deadline time.Time) (*http.Response, error) {
+	return u.roundTrip(req, deadline)
+}
+
+// inline reports whether req goes through this client's own exchange;
+// else http.Transport sends it. A body of unknown length (ContentLength 0
+// with a body) may be of any size, and an upgrade needs the connection
+// handed over: http.Transport does both.
+func (u *upstream) inline(req *http.Request) bool {
 	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
 	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header) > maxInlineBody || unsized || req.Header.Get("Upgrade") != "" {
-		return u.fallback.RoundTrip(req)
+		return false
 	}
-	if p, err := u.fallback.Proxy(req); err != nil || p != nil {
-		return u.fallback.RoundTrip(req)
-	}
+	p, err := u.fallback.Proxy(req)
+	return err == nil && p == nil
+}
+
+func (u *upstream) roundTrip(req *http.Request, deadline time.Time) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -128,7 +200,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	// sent once more, on a new connection, when that is safe (see
 	// retryable); a new connection is never retried, so a
 	// backend that hangs up on a request is not sent it again and again.
-	c, err := u.get(req.Context(), addr, true)
+	c, err := u.get(req.Context(), deadline, addr, true)
 	for {
 		if err != nil {
 			closeRequestBody(req)
@@ -145,7 +217,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 			if req, err = rewound(req); err != nil {
 				return nil, err
 			}
-			c, err = u.get(req.Context(), addr, false)
+			c, err = u.get(req.Context(), deadline, addr, false)
 			continue
 		}
 		if !c.reused || !retryable(req, c) {
@@ -155,7 +227,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req, err = rewound(req); err != nil {
 			return nil, err
 		}
-		c, err = u.get(req.Context(), addr, false)
+		c, err = u.get(req.Context(), deadline, addr, false)
 	}
 }
 
@@ -165,13 +237,14 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 	ctx := req.Context()
 	c.written, c.read, c.connErr = 0, 0, nil
 	// The context ends a blocked read or write at once: its deadline, the
-	// client going away.
-	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Unix(1, 0)) })
+	// client going away. (A deadline given apart from the context is the
+	// connection's already.)
+	stop := cutOn(ctx, c.kill)
 	fail := func(err error) (*http.Response, error) {
-		stop()
+		stop.release()
 		_ = c.conn.Close()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("the request to the backend ended: %w", ctx.Err())
+		if end := c.ended(ctx); end != nil {
+			return nil, fmt.Errorf("the request to the backend ended: %w", end)
 		}
 		return nil, err
 	}
@@ -183,7 +256,7 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
-	if werr != nil && (c.connErr == nil || c.written == 0 || ctx.Err() != nil) {
+	if werr != nil && (c.connErr == nil || c.written == 0 || c.ended(ctx) != nil) {
 		return fail(werr)
 	}
 	// A write the connection failed after some of the request went out
@@ -233,7 +306,7 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 // idempotent (sending it twice does no harm); in both cases only if its
 // body can be sent again. A request the context ended is not retried.
 func retryable(req *http.Request, c *upConn) bool {
-	if req.Context().Err() != nil || c.read > 0 {
+	if c.ended(req.Context()) != nil || c.read > 0 {
 		return false
 	}
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
@@ -269,7 +342,7 @@ func headerBytes(h http.Header) int64 {
 // means the backend did not act on the request (it did not get all of it
 // in time), so any request may be sent again, once, on a new connection.
 func idleTimeoutAnswer(resp *http.Response, req *http.Request, c *upConn) bool {
-	return resp.StatusCode == http.StatusRequestTimeout && resp.Close && c.reused && req.Context().Err() == nil &&
+	return resp.StatusCode == http.StatusRequestTimeout && resp.Close && c.reused && c.ended(req.Context()) == nil &&
 		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
 }
 
@@ -295,8 +368,8 @@ func closeRequestBody(req *http.Request) {
 }
 
 // get takes an idle connection to addr that the backend has not closed
-// (when idle allows it), or dials one.
-func (u *upstream) get(ctx context.Context, addr string, idle bool) (*upConn, error) {
+// (when idle allows it), or dials one, with deadline as its deadline.
+func (u *upstream) get(ctx context.Context, deadline time.Time, addr string, idle bool) (*upConn, error) {
 	now := time.Now()
 	for idle {
 		u.mu.Lock()
@@ -314,17 +387,29 @@ func (u *upstream) get(ctx context.Context, addr string, idle bool) (*upConn, er
 		}
 		u.n--
 		u.mu.Unlock()
-		if now.Sub(c.lastUsed) < upstreamIdleTimeout && c.open() {
-			c.reused = true
-			return c, nil
+		if now.Sub(c.lastUsed) < upstreamIdleTimeout {
+			// The new deadline first: the last exchange's may have
+			// passed while the connection was idle, and the check reads.
+			c.setDeadline(deadline)
+			if c.open() {
+				c.reused = true
+				return c, nil
+			}
 		}
 		_ = c.conn.Close()
+	}
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	conn, err := u.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	c := &upConn{conn: conn, rw: h1.SocketIO(conn), addr: addr}
+	c.kill = func() { _ = conn.SetDeadline(aLongTimeAgo) }
+	c.setDeadline(deadline)
 	c.br = bufio.NewReaderSize(c, upstreamBufferSize)
 	c.bw = bufio.NewWriterSize(connWriter{c}, upstreamBufferSize)
 	return c, nil
@@ -374,7 +459,7 @@ type upBody struct {
 	c     *upConn
 	rc    io.ReadCloser
 	ctx   context.Context
-	stop  func() bool
+	stop  cut
 	reuse bool
 
 	mu   sync.Mutex
@@ -396,8 +481,8 @@ func (b *upBody) Read(p []byte) (int, error) {
 		}
 		return n, io.EOF
 	}
-	if b.ctx.Err() != nil {
-		err = fmt.Errorf("reading the backend's response: %w", b.ctx.Err())
+	if end := b.c.ended(b.ctx); end != nil {
+		err = fmt.Errorf("reading the backend's response: %w", end)
 	}
 	if !b.finish(false, err) {
 		return n, b.doneErr()
@@ -431,7 +516,7 @@ func (b *upBody) finish(ended bool, err error) bool {
 	b.err = err
 	b.done.Store(true)
 	b.mu.Unlock()
-	if b.stop() && ended && b.reuse {
+	if b.stop.release() && ended && b.reuse {
 		b.u.put(b.c)
 		return true
 	}

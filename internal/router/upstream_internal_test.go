@@ -628,7 +628,7 @@ func TestUpstreamIdleBookkeeping(t *testing.T) {
 	if !armed {
 		t.Fatal("an idle connection is held without the sweeper armed")
 	}
-	c, err := rt.get(t.Context(), srv.Listener.Addr().String(), true)
+	c, err := rt.get(t.Context(), time.Time{}, srv.Listener.Addr().String(), true)
 	if err != nil || !c.reused {
 		t.Fatalf("get: %v (reused %v)", err, c != nil && c.reused)
 	}

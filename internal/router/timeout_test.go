@@ -1,0 +1,174 @@
+package router_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// servers serves a router handler both ways a router is reached: the lean
+// HTTP/1.1 server of serve's plain listener, and net/http (TLS, HTTP/2 and
+// what the lean server hands off).
+var servers = []struct {
+	name  string
+	serve func(t *testing.T, h http.Handler) string
+}{
+	{"lean", func(t *testing.T, h http.Handler) string { return testutil.LeanServer(t, h) }},
+	{"net/http", func(t *testing.T, h http.Handler) string {
+		s := httptest.NewServer(h)
+		t.Cleanup(s.Close)
+		return s.URL
+	}},
+}
+
+func oneBackend(url string, timeout time.Duration) *config.Config {
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "be", Type: "openai", URL: url, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(timeout)}}
+	return cfg
+}
+
+// TestBackendTimeout: a backend that does not answer within its timeout
+// gets a 504 to the client and its request cut; one whose stream stalls
+// past the timeout has the stream cut there.
+func TestBackendTimeout(t *testing.T) {
+	t.Parallel()
+	for _, sv := range servers {
+		t.Run(sv.name, func(t *testing.T) {
+			t.Parallel()
+			cut := make(chan string, 2)
+			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					return
+				}
+				body, _ := io.ReadAll(r.Body)
+				if strings.Contains(string(body), `"stream":true`) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					_, _ = io.WriteString(w, "data: {}\n\n")
+					w.(http.Flusher).Flush()
+				}
+				select {
+				case <-r.Context().Done():
+					cut <- "cut"
+				case <-time.After(10 * time.Second):
+					cut <- "not cut"
+				}
+			}))
+			defer be.Close()
+			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, 300*time.Millisecond)}).Handler())
+
+			start := time.Now()
+			resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "timeout") {
+				t.Fatalf("buffered: status %d, %s; want 504 about the timeout", resp.StatusCode, body)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("the 504 came after %v", d)
+			}
+			if got := <-cut; got != "cut" {
+				t.Fatalf("buffered: the backend's request was %s", got)
+			}
+
+			resp, err = http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "data: {}\n\n") {
+				t.Fatalf("stream: status %d, %q", resp.StatusCode, body)
+			}
+			if got := <-cut; got != "cut" {
+				t.Fatalf("stream: the backend's request was %s", got)
+			}
+		})
+	}
+}
+
+// TestClientLeavingCutsBackend: a client that goes away while the backend
+// works has the backend's request cut, through either server.
+func TestClientLeavingCutsBackend(t *testing.T) {
+	t.Parallel()
+	for _, sv := range servers {
+		t.Run(sv.name, func(t *testing.T) {
+			t.Parallel()
+			started, cut := make(chan struct{}), make(chan struct{})
+			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					return
+				}
+				_, _ = io.ReadAll(r.Body)
+				close(started)
+				<-r.Context().Done()
+				close(cut)
+			}))
+			defer be.Close()
+			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, time.Minute)}).Handler())
+			c, err := net.Dial("tcp", strings.TrimPrefix(rt, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const body = `{"model":"m","messages":[]}`
+			_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+				strconv.Itoa(len(body))+"\r\n\r\n"+body)
+			<-started
+			_ = c.Close()
+			select {
+			case <-cut:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the backend's request was not cut")
+			}
+		})
+	}
+}
+
+// TestConnectionKeptPastTimeout: a kept-alive connection to a backend is
+// used again after it idled for longer than the backend's timeout (the
+// last exchange's deadline passed while it idled).
+func TestConnectionKeptPastTimeout(t *testing.T) {
+	t.Parallel()
+	var conns atomic.Int32
+	be := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, `{"choices":[]}`)
+	}))
+	be.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	be.Start()
+	defer be.Close()
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, 100*time.Millisecond)}).Handler())
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(250 * time.Millisecond)
+		}
+		resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections to the backend for 3 requests; want 1", n)
+	}
+}
