@@ -16,8 +16,8 @@ type EndNotifier interface {
 	// goroutine that ends it, or now when it has ended. It holds one
 	// function at a time: false, and f not kept, when one is set.
 	AfterEnd(f func()) bool
-	// StopAfterEnd forgets the function; false when it has run or is
-	// running.
+	// StopAfterEnd forgets the function set (by the one caller whose
+	// AfterEnd was accepted); false when it has run or is running.
 	StopAfterEnd() bool
 }
 

@@ -25,8 +25,8 @@ func TestReqContextAfterEnd(t *testing.T) {
 		t.Fatal("AfterEnd after a stop refused")
 	}
 	r.end()
-	if ran != 1 || r.StopAfterEnd() {
-		t.Fatalf("end: ran %d times, StopAfterEnd after it %v", ran, !r.StopAfterEnd())
+	if stopped := r.StopAfterEnd(); ran != 1 || stopped {
+		t.Fatalf("end: ran %d times, StopAfterEnd after it %v", ran, stopped)
 	}
 	if !errors.Is(r.Err(), context.Canceled) || !errors.Is(child.Err(), context.Canceled) {
 		t.Fatalf("after end: Err %v, child's %v", r.Err(), child.Err())

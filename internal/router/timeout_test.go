@@ -113,11 +113,16 @@ func TestClientLeavingCutsBackend(t *testing.T) {
 				}
 				_, _ = io.ReadAll(r.Body)
 				close(started)
-				<-r.Context().Done()
-				close(cut)
+				select {
+				case <-r.Context().Done():
+					close(cut)
+				case <-time.After(15 * time.Second): // not cut: the test has failed by then
+				}
 			}))
 			defer be.Close()
-			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, time.Minute)}).Handler())
+			// The backend's timeout is longer than the test waits, so only
+			// the client leaving can cut the request.
+			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, 20*time.Second)}).Handler())
 			c, err := net.Dial("tcp", strings.TrimPrefix(rt, "http://"))
 			if err != nil {
 				t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -858,5 +859,36 @@ func TestLogLimiter(t *testing.T) {
 		if ok != s.ok || skipped != s.skipped {
 			t.Errorf("at %v: allow = %d, %v; want %d, %v", s.at, skipped, ok, s.skipped, s.ok)
 		}
+	}
+}
+
+// TestRoundTripUntilBoundsTheDial: a connection that does not connect is
+// given up at the deadline, as a timeout context bounded the dial.
+func TestRoundTripUntilBoundsTheDial(t *testing.T) {
+	t.Parallel()
+	dialer := &net.Dialer{ControlContext: func(ctx context.Context, _, _ string, _ syscall.RawConn) error {
+		<-ctx.Done() // a connect that never completes
+		return ctx.Err()
+	}}
+	u := newUpstream(newHTTPTransport(dialer), dialer)
+	// The request's own context only keeps a broken build from hanging.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:9/v1/chat/completions", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = u.RoundTripUntil(req, start.Add(200*time.Millisecond))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want a dial that ended at its deadline", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the dial was given up after %v", d)
+	}
+	// A request http.Transport must send is refused, not sent in plain.
+	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:9/", strings.NewReader(`{}`))
+	if _, err := u.RoundTripUntil(tls, time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
+		t.Fatalf("https through RoundTripUntil: %v", err)
 	}
 }
