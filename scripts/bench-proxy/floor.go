@@ -29,8 +29,12 @@ import (
 // floorBuf is the size of one read.
 const floorBuf = 16 << 10
 
-// maxFloorHead bounds a request or answer head.
-const maxFloorHead = 64 << 10
+// maxFloorHead bounds a request or answer head, maxFloorRequest a whole
+// request (the comparison's are a few hundred bytes).
+const (
+	maxFloorHead    = 64 << 10
+	maxFloorRequest = 1 << 20
+)
 
 // serveFloor listens on addr, prints "listening HOST:PORT" on stdout once
 // it accepts connections, and proxies every connection to upstream until
@@ -112,7 +116,7 @@ func wholeRequest(r io.Reader, in *[]byte, buf []byte) (int, error) {
 	for {
 		if end := bytes.Index(*in, []byte("\r\n\r\n")); end >= 0 {
 			length, chunked, err := bodyLength((*in)[:end+4])
-			if err != nil || chunked {
+			if err != nil || chunked || length > maxFloorRequest {
 				return 0, errors.Join(errors.New("a request the floor does not serve"), err)
 			}
 			if n := end + 4 + length; len(*in) >= n {
