@@ -424,9 +424,11 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	// own client takes the backend's timeout as its connection's deadline;
 	// any other transport gets it as the request's context's.
 	var resp *http.Response
-	if up, ok := x.s.client.Transport.(*upstream); ok && up.inline(req) {
+	up, own := x.s.client.Transport.(*upstream)
+	if own {
 		resp, err = up.RoundTripUntil(req, time.Now().Add(b.cfg.Timeout.D()))
-	} else {
+	}
+	if !own || errors.Is(err, errNotInline) {
 		ctx, cancel := context.WithTimeout(x.r.Context(), b.cfg.Timeout.D())
 		defer cancel()
 		resp, err = x.s.client.Transport.RoundTrip(req.WithContext(ctx))

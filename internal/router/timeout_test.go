@@ -177,3 +177,41 @@ func TestConnectionKeptPastTimeout(t *testing.T) {
 		t.Fatalf("%d connections to the backend for 3 requests; want 1", n)
 	}
 }
+
+// TestLargeBodyTimeout: a request too large for the router's own client
+// goes through http.Transport, and the backend's timeout still bounds it.
+func TestLargeBodyTimeout(t *testing.T) {
+	t.Parallel()
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"content":"stall`) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		_, _ = io.WriteString(w, `{"choices":[]}`)
+	}))
+	defer be.Close()
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, 300*time.Millisecond)}).Handler())
+	pad := strings.Repeat("x", 80<<10)
+	for _, tc := range []struct {
+		content string
+		want    int
+	}{{"fine", http.StatusOK}, {"stall", http.StatusGatewayTimeout}} {
+		body := `{"model":"m","messages":[{"role":"user","content":"` + tc.content + pad + `"}]}`
+		resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("%s: status %d, want %d", tc.content, resp.StatusCode, tc.want)
+		}
+	}
+}

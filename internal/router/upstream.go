@@ -172,11 +172,11 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 // RoundTripUntil is RoundTrip with the exchange bounded by deadline as a
 // context's deadline would bound it (dial, request, answer and body), set
 // as the connection's deadline instead: the router's own requests then
-// need no timeout context. It sends only what inline accepts; anything
-// else is the caller's to send through RoundTrip with a timeout context.
+// need no timeout context. It sends only what inline accepts: anything
+// else it refuses with errNotInline, req untouched, for the caller to send
+// through RoundTrip with a timeout context.
 func (u *upstream) RoundTripUntil(req *http.Request, deadline time.Time) (*http.Response, error) {
 	if !u.inline(req) {
-		closeRequestBody(req)
 		return nil, errNotInline
 	}
 	return u.roundTrip(req, deadline)
