@@ -3,6 +3,7 @@ package router_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/floorproxy"
 	"github.com/continuum-router/continuum/internal/gcpolicy"
 	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/testutil"
@@ -198,6 +200,80 @@ func BenchmarkSerial(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// evictBuf is what BenchmarkCold walks between requests: four times the
+// second-level cache of the machines this runs on (4 MiB a core), so that
+// a walk leaves none of a request's code or data in the core's own caches.
+var evictBuf = make([]byte, 16<<20)
+
+func evictCaches() {
+	for i := 0; i < len(evictBuf); i += 64 {
+		evictBuf[i]++
+	}
+}
+
+// BenchmarkCold is BenchmarkSerial as a router process meets its requests:
+// with its caches holding other processes' data (the load generator's,
+// the backend's), which a router between two requests on a busy machine
+// does. Before each request a walk over evictBuf evicts the core's caches.
+// The requests go in turn straight to the fast backend, through the router
+// and through the floor (internal/floorproxy: a Go proxy that only relays
+// bytes, its sockets read and written as the router's); it reports the
+// median of each and what the router and the floor add to the direct
+// path's median ("own" is the router's less the floor's: the router's own
+// work). Code and data read cold cost about three times what they cost
+// warm, so this measures the router's per-request work as the process-level
+// comparison with nginx (scripts/bench-proxy.sh) sees it, in seconds
+// rather than minutes, with the baseline in the same run.
+func BenchmarkCold(b *testing.B) {
+	be, rt := fastRouter(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = floorproxy.Serve(ln, strings.TrimPrefix(be, "http://"), nil) }()
+	b.Cleanup(func() { _ = ln.Close() })
+	fl := "http://" + ln.Addr().String()
+	tr := &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}
+	b.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	for _, stream := range []bool{false, true} {
+		mode := "buffered"
+		if stream {
+			mode = "sse"
+		}
+		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
+		b.Run(mode, func(b *testing.B) {
+			targets := []string{be, rt, fl}
+			lat := make([][]time.Duration, len(targets))
+			for b.Loop() {
+				for i, u := range targets {
+					evictCaches()
+					start := time.Now()
+					resp, err := client.Post(u+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					lat[i] = append(lat[i], time.Since(start))
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("%s: status %d", u, resp.StatusCode)
+					}
+				}
+			}
+			median := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Nanoseconds()) / 1e3
+			}
+			direct, router, floor := median(lat[0]), median(lat[1]), median(lat[2])
+			b.ReportMetric(direct, "direct-µs")
+			b.ReportMetric(router-direct, "router-added-µs")
+			b.ReportMetric(floor-direct, "floor-added-µs")
+			b.ReportMetric(router-floor, "own-µs")
+		})
 	}
 }
 

@@ -24,9 +24,9 @@
 // markdown table on stdout and as JSON. With -baseline, a second continuum
 // build runs as a fourth path, so that a change to the router is measured
 // against the build before it in the same run. With -floor, the floor (this
-// program's floor command: the least a Go proxy does per request, see
-// floor.go) runs as one more path, so that continuum's own work shows apart
-// from what any Go proxy pays on the machine.
+// program's floor command: the least a Go proxy does per request,
+// internal/floorproxy) runs as one more path, so that continuum's own work
+// shows apart from what any Go proxy pays on the machine.
 package main
 
 import (
@@ -46,6 +46,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/continuum-router/continuum/internal/floorproxy"
 )
 
 func main() {
@@ -451,4 +453,16 @@ func readTrim(path string) string {
 		return "?"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// serveFloor listens on addr, prints "listening HOST:PORT" on stdout once
+// it accepts connections, and runs the floor in front of upstream until the
+// process is stopped.
+func serveFloor(addr, upstream string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "listening %s\n", ln.Addr())
+	return floorproxy.Serve(ln, upstream, func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
 }

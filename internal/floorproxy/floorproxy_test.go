@@ -1,48 +1,61 @@
-package main
+package floorproxy
 
 import (
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestFloorRelays sends buffered and streamed answers through the floor,
-// several on each kept-alive connection, and reads them whole.
+// TestFloorRelays sends buffered and streamed (chunked) answers through
+// the floor, several on each kept-alive connection, and reads them whole.
 func TestFloorRelays(t *testing.T) {
 	t.Parallel()
-	b := newBackend(5, 0)
-	srv := httptest.NewServer(b)
+	const completion = `{"id":"c","choices":[{"message":{"content":"hello"}}]}`
+	events := []string{"data: {\"a\":1}\n\n", "data: {\"b\":2}\n\n", "data: [DONE]\n\n"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Query().Get("stream") == "" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(completion)))
+			_, _ = io.WriteString(w, completion)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range events {
+			_, _ = io.WriteString(w, e)
+			w.(http.Flusher).Flush()
+		}
+	}))
 	defer srv.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = ln.Close() }()
-	go func() { _ = floorOn(ln, srv.Listener.Addr().String()) }()
+	go func() { _ = Serve(ln, srv.Listener.Addr().String(), t.Logf) }()
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	for i := range 6 {
-		mode := modeBuffered
-		want := string(b.completion)
+		url, want := "http://"+ln.Addr().String()+"/v1/chat/completions", completion
 		if i%2 == 1 {
-			mode, want = modeSSE, ""
-			for _, e := range b.events {
-				want += string(e)
-			}
+			url, want = url+"?stream=1", strings.Join(events, "")
 		}
-		resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(requestBody(mode)))
+		resp, err := client.Post(url, "application/json", strings.NewReader(`{"model":"m"}`))
 		if err != nil {
-			t.Fatalf("request %d (%s): %v", i, mode, err)
+			t.Fatalf("request %d: %v", i, err)
 		}
 		got, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK || string(got) != want {
-			t.Fatalf("request %d (%s): status %d, %v, body %q", i, mode, resp.StatusCode, err, got)
+			t.Fatalf("request %d: status %d, %v, body %q", i, resp.StatusCode, err, got)
+		}
+		if i%2 == 1 && len(resp.TransferEncoding) == 0 {
+			t.Fatalf("request %d: the stream was not chunked (%v): the test does not cover chunked framing", i, resp.TransferEncoding)
 		}
 	}
 }

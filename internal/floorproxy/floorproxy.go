@@ -1,4 +1,21 @@
-package main
+// Package floorproxy is the floor of the proxy benchmarks: the least a Go
+// reverse proxy can do per request on this machine, measured as a path of
+// its own. One goroutine per client connection with its own kept-alive
+// upstream connection, the sockets read and written as continuum's are
+// (h1.SocketIO: system calls the scheduler is not told of, waits in the
+// network poller), and no HTTP work beyond finding where a request and an
+// answer end; its bytes go through as they are. Against it, the part of
+// continuum's cost that is the router's own work (heads parsed and written
+// again, routing, metrics) shows apart from what any Go proxy pays for its
+// goroutines and sockets. bench-proxy runs it as a process; the router's
+// benchmarks run it in theirs.
+//
+// It serves only what the benchmarks send: requests with a Content-Length
+// (or none), answers with a Content-Length or chunked; anything else ends
+// the connection.
+//
+// Imports: h1.
+package floorproxy
 
 import (
 	"bytes"
@@ -6,50 +23,24 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 
 	"github.com/continuum-router/continuum/internal/h1"
 )
 
-// The floor is the least a Go reverse proxy can do per request on this
-// machine, measured as a path of its own: one goroutine per client
-// connection with its own kept-alive upstream connection, the sockets read
-// and written as continuum's are (h1.SocketIO: system calls the scheduler
-// is not told of, waits in the network poller), and no HTTP work beyond
-// finding where a request and an answer end. Its bytes go through as they
-// are. Against it, the part of continuum's cost that is the router's own
-// work (heads parsed and written again, routing, contexts, metrics) shows
-// apart from what any Go proxy pays for its goroutines and sockets.
-//
-// It serves only what the comparison sends: requests with a Content-Length
-// (or none), answers with a Content-Length or chunked; anything else ends
-// the connection.
-
 // floorBuf is the size of one read.
 const floorBuf = 16 << 10
 
 // maxFloorHead bounds a request or answer head, maxFloorRequest a whole
-// request (the comparison's are a few hundred bytes).
+// request (the benchmarks' are a few hundred bytes).
 const (
 	maxFloorHead    = 64 << 10
 	maxFloorRequest = 1 << 20
 )
 
-// serveFloor listens on addr, prints "listening HOST:PORT" on stdout once
-// it accepts connections, and proxies every connection to upstream until
-// the process is stopped.
-func serveFloor(addr, upstream string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stdout, "listening %s\n", ln.Addr())
-	return floorOn(ln, upstream)
-}
-
-// floorOn proxies every connection ln accepts to upstream.
-func floorOn(ln net.Listener, upstream string) error {
+// Serve proxies every connection ln accepts to upstream (HOST:PORT) until
+// ln is closed; errors of single connections go to logf when it is set.
+func Serve(ln net.Listener, upstream string, logf func(format string, args ...any)) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -57,8 +48,8 @@ func floorOn(ln net.Listener, upstream string) error {
 		}
 		go func() {
 			err := floorConn(c, upstream)
-			if err != nil && !errors.Is(err, io.EOF) {
-				fmt.Fprintf(os.Stderr, "floor: %s: %v\n", c.RemoteAddr(), err)
+			if err != nil && !errors.Is(err, io.EOF) && logf != nil {
+				logf("floor: %s: %v", c.RemoteAddr(), err)
 			}
 		}()
 	}
