@@ -414,24 +414,35 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin, 
 // sendOnce performs one upstream request. retry is true for a failure to
 // reach the replica (the request never started there).
 func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res sendResult, retry bool) {
-	req, err := x.upstreamRequest(x.r.Context(), b, pinHdr)
+	ur, err := x.upstreamRequest(b, pinHdr)
 	if err != nil {
 		b.release(false, x.s.opts.Now())
 		return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + err.Error(), public: "the backend's URL is not valid"}, false
 	}
+	// Runs last (deferred first): once the answer's body is closed, the
+	// router's own client holds nothing of the request.
+	reuse := false
+	defer func() {
+		if reuse {
+			ur.put()
+		}
+	}()
 	// The transport directly: the client would only copy the headers and
 	// the URL for redirects, which the router never follows. The router's
-	// own client takes the backend's timeout as its connection's deadline;
-	// any other transport gets it as the request's context's.
+	// own client takes the backend's timeout as its connection's deadline
+	// and the client's context beside the request; any other transport
+	// gets a copy of the request with a timeout context, and may hold it
+	// after it answers (writing the body), so that request is not reused.
 	var resp *http.Response
 	up, own := x.s.client.Transport.(*upstream)
 	if own {
-		resp, err = up.RoundTripUntil(req, time.Now().Add(b.cfg.Timeout.D()))
+		resp, err = up.RoundTripUntil(x.r.Context(), &ur.req, time.Now().Add(b.cfg.Timeout.D()))
+		reuse = !errors.Is(err, errNotInline)
 	}
 	if !own || errors.Is(err, errNotInline) {
 		ctx, cancel := context.WithTimeout(x.r.Context(), b.cfg.Timeout.D())
 		defer cancel()
-		resp, err = x.s.client.Transport.RoundTrip(req.WithContext(ctx))
+		resp, err = x.s.client.Transport.RoundTrip(ur.req.WithContext(ctx))
 	}
 	if err != nil {
 		if x.r.Context().Err() != nil {
@@ -536,15 +547,58 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 // by every request (cap = len, so an append copies).
 var jsonContentType = []string{"application/json"}
 
+// upRequest is a request to a backend with its header map and body
+// reader. The router's own client holds none of it once the answer's body
+// is closed, so it serves the next request (upRequests): a request is
+// then written from memory that is already in the cache rather than from
+// fresh heap, which a process that sleeps between requests reads cold.
+type upRequest struct {
+	req  http.Request
+	h    http.Header
+	body bodyReader
+	// src is the body, again the reader of a new copy of it (a method
+	// value bound once, for retries).
+	src   []byte
+	again func() (io.ReadCloser, error)
+}
+
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+var upRequests = sync.Pool{New: func() any {
+	u := &upRequest{h: make(http.Header, 8)}
+	u.again = u.bodyAgain
+	return u
+}}
+
+// bodyAgain is the request body from its start, for a request sent a
+// second time.
+func (u *upRequest) bodyAgain() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(u.src)), nil
+}
+
+// put gives u back for another request, holding no reference to this
+// one's data.
+func (u *upRequest) put() {
+	clear(u.h)
+	u.req = http.Request{}
+	u.body.Reset(nil)
+	u.src = nil
+	upRequests.Put(u)
+}
+
 // upstreamRequest is the request to send to b: the client's body, its
 // end-to-end headers, the backend's credentials and the pin headers, to
-// the backend's URL for the exchange's path.
-func (x *exchange) upstreamRequest(ctx context.Context, b *Backend, pinHdr http.Header) (*http.Request, error) {
+// the backend's URL for the exchange's path. Its context is unset: the
+// caller gives the client's beside it.
+func (x *exchange) upstreamRequest(b *Backend, pinHdr http.Header) (*upRequest, error) {
 	u, err := b.target(x.path)
 	if err != nil {
 		return nil, err
 	}
-	h := make(http.Header, len(x.r.Header)+len(pinHdr)+2)
+	ur := upRequests.Get().(*upRequest)
+	h := ur.h
 	copyRequestHeaders(h, x.r.Header)
 	h["Content-Type"] = jsonContentType
 	if key := b.authorization(); key != nil {
@@ -553,19 +607,14 @@ func (x *exchange) upstreamRequest(ctx context.Context, b *Backend, pinHdr http.
 	for k, v := range pinHdr {
 		h[k] = v
 	}
-	// Built in place and copied once by WithContext, not allocated twice.
-	req := http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host,
+	ur.req = http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host,
 		Body: http.NoBody, GetBody: noBody}
 	if len(x.body) > 0 {
-		req.Body, req.GetBody, req.ContentLength = io.NopCloser(bytes.NewReader(x.body)), x.bodyAgain, int64(len(x.body))
+		ur.src = x.body
+		ur.body.Reset(x.body)
+		ur.req.Body, ur.req.GetBody, ur.req.ContentLength = &ur.body, ur.again, int64(len(x.body))
 	}
-	return req.WithContext(ctx), nil
-}
-
-// bodyAgain is the request body from its start, for a request sent a
-// second time.
-func (x *exchange) bodyAgain() (io.ReadCloser, error) {
-	return io.NopCloser(bytes.NewReader(x.body)), nil
+	return ur, nil
 }
 
 func noBody() (io.ReadCloser, error) { return http.NoBody, nil }

@@ -15,14 +15,17 @@ const maxRequestIDLen = 128
 
 // requestID returns r's id, setting a new one on r when the client sent
 // none or one that is too long or holds more than letters, digits and
-// -_.:/+= (a value that could forge a log line or a header).
-func requestID(r *http.Request) string {
-	if id := r.Header.Get(requestIDHeader); validRequestID(id) {
-		return id
+// -_.:/+= (a value that could forge a log line or a header). The id also
+// comes as the one-value slice of r's header that holds it, which the
+// answer's header shares (clipped: an append copies).
+func requestID(r *http.Request) (string, []string) {
+	if vs := r.Header[requestIDHeader]; len(vs) > 0 && validRequestID(vs[0]) {
+		return vs[0], vs[:1:1]
 	}
 	id := newRequestID()
-	r.Header[requestIDHeader] = []string{id}
-	return id
+	vs := []string{id}
+	r.Header[requestIDHeader] = vs
+	return id, vs
 }
 
 // idAlphabet is RFC 4648's base32 alphabet.

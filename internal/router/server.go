@@ -160,8 +160,9 @@ func (s *Server) SetReady(on bool) { s.ready.Store(on) }
 // client-sent x-dynamo-* headers.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.inference("/v1/chat/completions"))
-	mux.HandleFunc("POST /v1/completions", s.inference("/v1/completions"))
+	chat, completions := s.inference("/v1/chat/completions"), s.inference("/v1/completions")
+	mux.HandleFunc("POST /v1/chat/completions", chat)
+	mux.HandleFunc("POST /v1/completions", completions)
 	for _, prefix := range []string{"", "/anthropic"} {
 		mux.HandleFunc("POST "+prefix+"/v1/messages", s.instrument(prefix+"/v1/messages", s.messages))
 		mux.HandleFunc("POST "+prefix+"/v1/messages/count_tokens", s.instrument(prefix+"/v1/messages/count_tokens", s.countTokens))
@@ -181,7 +182,34 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
 	})
-	return stripDynamoHeaders(mux)
+	return &front{mux: mux, chat: chat, completions: completions}
+}
+
+// front is the router's handler: it strips the client's pin headers, then
+// sends the two completion routes, nearly every request a router serves,
+// to their handlers itself and the rest through the mux. Exactly what the
+// mux would do for them (a POST to the path as written, nothing escaped
+// in it), without its pattern lookup: a request's path through the router
+// is short, and every layer it crosses is code and data it brings into a
+// cache that other processes have used since the last request.
+type front struct {
+	mux               *http.ServeMux
+	chat, completions http.HandlerFunc
+}
+
+func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	stripPinHeaders(r.Header)
+	if r.Method == http.MethodPost && r.URL.RawPath == "" {
+		switch r.URL.Path {
+		case "/v1/chat/completions":
+			f.chat(w, r)
+			return
+		case "/v1/completions":
+			f.completions(w, r)
+			return
+		}
+	}
+	f.mux.ServeHTTP(w, r)
 }
 
 // AdminHandler is the admin API, for admin.bind_address, with /metrics
@@ -199,13 +227,17 @@ func (s *Server) AdminHandler() http.Handler {
 // anything else sees the request, whatever the configuration.
 func stripDynamoHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for k := range r.Header {
-			if shim.IsPinHeader(k) {
-				delete(r.Header, k)
-			}
-		}
+		stripPinHeaders(r.Header)
 		next.ServeHTTP(w, r)
 	})
+}
+
+func stripPinHeaders(h http.Header) {
+	for k := range h {
+		if shim.IsPinHeader(k) {
+			delete(h, k)
+		}
+	}
 }
 
 func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
@@ -420,8 +452,8 @@ func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFun
 	duration := s.opts.Metrics.RequestDuration.WithLabelValues(path)
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := requestID(r)
-		w.Header().Set(requestIDHeader, id)
+		id, idValue := requestID(r)
+		w.Header()[requestIDHeader] = idValue
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		// Accounted for however the handler ends: an answer cut short
 		// (http.ErrAbortHandler, after its upstream broke off) panics

@@ -166,20 +166,23 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !u.inline(req) {
 		return u.fallback.RoundTrip(req)
 	}
-	return u.roundTrip(req, time.Time{})
+	return u.roundTrip(req.Context(), req, time.Time{})
 }
 
 // RoundTripUntil is RoundTrip with the exchange bounded by deadline as a
 // context's deadline would bound it (dial, request, answer and body), set
-// as the connection's deadline instead: the router's own requests then
-// need no timeout context. It sends only what inline accepts: anything
-// else it refuses with errNotInline, req untouched, for the caller to send
-// through RoundTrip with a timeout context.
-func (u *upstream) RoundTripUntil(req *http.Request, deadline time.Time) (*http.Response, error) {
+// as the connection's deadline instead, and by ctx, which stands for the
+// request's own context: the router's own requests then need no timeout
+// context, nor a copy of the request to carry one. It sends only what
+// inline accepts: anything else it refuses with errNotInline, req
+// untouched, for the caller to send through RoundTrip with a timeout
+// context. Nothing keeps req once the answer's body is closed (the caller
+// may use it again then).
+func (u *upstream) RoundTripUntil(ctx context.Context, req *http.Request, deadline time.Time) (*http.Response, error) {
 	if !u.inline(req) {
 		return nil, errNotInline
 	}
-	return u.roundTrip(req, deadline)
+	return u.roundTrip(ctx, req, deadline)
 }
 
 var errNotInline = errors.New("router: RoundTripUntil given a request only http.Transport sends")
@@ -197,7 +200,7 @@ func (u *upstream) inline(req *http.Request) bool {
 	return err == nil && p == nil
 }
 
-func (u *upstream) roundTrip(req *http.Request, deadline time.Time) (*http.Response, error) {
+func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline time.Time) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -207,15 +210,15 @@ func (u *upstream) roundTrip(req *http.Request, deadline time.Time) (*http.Respo
 	// sent once more, on a new connection, when that is safe (see
 	// retryable); a new connection is never retried, so a
 	// backend that hangs up on a request is not sent it again and again.
-	c, err := u.get(req.Context(), deadline, addr, true)
+	c, err := u.get(ctx, deadline, addr, true)
 	for {
 		if err != nil {
 			closeRequestBody(req)
 			return nil, err
 		}
 		var resp *http.Response
-		if resp, err = u.exchange(c, req); err == nil {
-			if !idleTimeoutAnswer(resp, req, c) {
+		if resp, err = u.exchange(ctx, c, req); err == nil {
+			if !idleTimeoutAnswer(ctx, resp, req, c) {
 				return resp, nil
 			}
 			// The backend timed the kept-alive connection out as the
@@ -224,24 +227,23 @@ func (u *upstream) roundTrip(req *http.Request, deadline time.Time) (*http.Respo
 			if req, err = rewound(req); err != nil {
 				return nil, err
 			}
-			c, err = u.get(req.Context(), deadline, addr, false)
+			c, err = u.get(ctx, deadline, addr, false)
 			continue
 		}
-		if !c.reused || !retryable(req, c) {
+		if !c.reused || !retryable(ctx, req, c) {
 			closeRequestBody(req)
 			return nil, err
 		}
 		if req, err = rewound(req); err != nil {
 			return nil, err
 		}
-		c, err = u.get(req.Context(), deadline, addr, false)
+		c, err = u.get(ctx, deadline, addr, false)
 	}
 }
 
 // exchange writes req on c and reads the answer's head. On an error the
 // connection is closed.
-func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request) (*http.Response, error) {
 	c.written, c.read, c.connErr = 0, 0, nil
 	// The context ends a blocked read or write at once: its deadline, the
 	// client going away. (A deadline given apart from the context is the
@@ -312,8 +314,8 @@ func (u *upstream) exchange(c *upConn, req *http.Request) (*http.Response, error
 // reached the connection (the backend cannot have seen it), or when it is
 // idempotent (sending it twice does no harm); in both cases only if its
 // body can be sent again. A request the context ended is not retried.
-func retryable(req *http.Request, c *upConn) bool {
-	if c.ended(req.Context()) != nil || c.read > 0 {
+func retryable(ctx context.Context, req *http.Request, c *upConn) bool {
+	if c.ended(ctx) != nil || c.read > 0 {
 		return false
 	}
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
@@ -348,8 +350,8 @@ func headerBytes(h http.Header) int64 {
 // reused connection, for a request whose body can be sent again. A 408
 // means the backend did not act on the request (it did not get all of it
 // in time), so any request may be sent again, once, on a new connection.
-func idleTimeoutAnswer(resp *http.Response, req *http.Request, c *upConn) bool {
-	return resp.StatusCode == http.StatusRequestTimeout && resp.Close && c.reused && c.ended(req.Context()) == nil &&
+func idleTimeoutAnswer(ctx context.Context, resp *http.Response, req *http.Request, c *upConn) bool {
+	return resp.StatusCode == http.StatusRequestTimeout && resp.Close && c.reused && c.ended(ctx) == nil &&
 		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
 }
 

@@ -879,7 +879,7 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = u.RoundTripUntil(req, start.Add(200*time.Millisecond))
+	_, err = u.RoundTripUntil(ctx, req, start.Add(200*time.Millisecond))
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want a dial that ended at its deadline", err)
 	}
@@ -888,7 +888,7 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 	}
 	// A request http.Transport must send is refused, not sent in plain.
 	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:9/", strings.NewReader(`{}`))
-	if _, err := u.RoundTripUntil(tls, time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
+	if _, err := u.RoundTripUntil(t.Context(), tls, time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
 		t.Fatalf("https through RoundTripUntil: %v", err)
 	}
 }
