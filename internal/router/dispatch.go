@@ -486,7 +486,10 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	} else {
 		b.release(resp.StatusCode < 500, x.s.opts.Now())
 	}
-	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	stream := false
+	if ct := resp.Header["Content-Type"]; len(ct) > 0 { // the parsers keep names canonical
+		stream = strings.HasPrefix(ct[0], "text/event-stream")
+	}
 	if pin == nil && !stream && x.out == nil {
 		// Plain routing has nothing to inspect: copy through, with the
 		// backend's length (the answer then goes out as its last byte is
@@ -671,16 +674,22 @@ func truncate(b []byte, n int) []byte {
 	return b
 }
 
-// hop-by-hop and routing headers never forwarded upstream.
-var dropRequestHeaders = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Host": true, "X-Backend": true,
-	"Accept-Encoding": true, "Authorization": true, "X-Api-Key": true,
+// dropped reports whether a header (canonical name) is never forwarded:
+// hop-by-hop fields, the framing the router writes itself, and the
+// client's routing and credential fields. (A switch, not a map: no hash
+// per field, and nothing to read from memory that is not the code.)
+func dropped(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Content-Length", "Host", "X-Backend", "Accept-Encoding", "Authorization", "X-Api-Key":
+		return true
+	}
+	return false
 }
 
 func copyRequestHeaders(dst, src http.Header) {
 	for k, v := range src {
-		if dropRequestHeaders[k] || shim.IsPinHeader(k) {
+		if dropped(k) || shim.IsPinHeader(k) {
 			continue
 		}
 		// Shared, not copied: nothing writes an upstream request's
@@ -719,7 +728,7 @@ func init() {
 func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
 	for k, v := range resp.Header {
-		if shim.IsPinHeader(k) || dropRequestHeaders[k] || k == requestIDHeader {
+		if dropped(k) || k == requestIDHeader || shim.IsPinHeader(k) {
 			continue // the request id is the router's (set before)
 		}
 		h[k] = v // the upstream response is not read again: no copy
