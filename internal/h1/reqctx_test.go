@@ -3,6 +3,8 @@ package h1
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync/atomic"
 	"testing"
 )
 
@@ -38,5 +40,40 @@ func TestReqContextAfterEnd(t *testing.T) {
 	r.end() // a second end runs nothing again
 	if ran != 2 {
 		t.Fatalf("a second end ran the function (%d)", ran)
+	}
+}
+
+// TestReqContextEndRaces runs end against AfterEnd and StopAfterEnd on
+// other goroutines: the function runs exactly when StopAfterEnd says it
+// could not stop it, and once.
+func TestReqContextEndRaces(t *testing.T) {
+	t.Parallel()
+	rounds := 20000
+	if testing.Short() {
+		rounds = 2000
+	}
+	for i := range rounds {
+		var r reqContext
+		r.init()
+		var ran atomic.Int32
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			r.end()
+		}()
+		if !r.AfterEnd(func() { ran.Add(1) }) {
+			t.Fatalf("round %d: AfterEnd refused with no function set", i)
+		}
+		if i%3 == 0 {
+			runtime.Gosched()
+		}
+		stopped := r.StopAfterEnd()
+		<-ended
+		if n := ran.Load(); stopped && n != 0 || !stopped && n != 1 {
+			t.Fatalf("round %d: stopped %v, the function ran %d times", i, stopped, n)
+		}
+		if r.Err() == nil {
+			t.Fatalf("round %d: the context did not end", i)
+		}
 	}
 }

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/telemetry"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -213,5 +216,82 @@ func TestLargeBodyTimeout(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Fatalf("%s: status %d, want %d", tc.content, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestWriteFailureEndsRequest: a client that resets its connection while a
+// stream is relayed to it is seen through the failed write, not only
+// through the read that watches an idle connection: the request ends as
+// the client's (499), and the backend's request is cut. The client sends a
+// byte after its request (the start of a next one, pipelined) so that the
+// server has input in hand and does not watch the connection: only the
+// write can tell.
+func TestWriteFailureEndsRequest(t *testing.T) {
+	t.Parallel()
+	for _, sv := range servers {
+		t.Run(sv.name, func(t *testing.T) {
+			t.Parallel()
+			cut := make(chan struct{})
+			be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					return
+				}
+				_, _ = io.ReadAll(r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
+				stop := time.After(15 * time.Second) // not cut: the test has failed by then
+				for {
+					select {
+					case <-r.Context().Done():
+						close(cut)
+						return
+					case <-stop:
+						return
+					case <-tick.C:
+						_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")
+						w.(http.Flusher).Flush()
+					}
+				}
+			}))
+			defer be.Close()
+			metrics := telemetry.NewRouterMetrics(nil)
+			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, 20*time.Second), Metrics: metrics}).Handler())
+			c, err := net.Dial("tcp", strings.TrimPrefix(rt, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const body = `{"model":"m","stream":true,"messages":[]}`
+			_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+				strconv.Itoa(len(body))+"\r\n\r\n"+body+"P")
+			// Events arrive: the stream runs.
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var got []byte
+			buf := make([]byte, 4096)
+			for strings.Count(string(got), "data:") < 3 {
+				n, err := c.Read(buf)
+				if err != nil {
+					t.Fatalf("reading the stream: %v (got %q)", err, got)
+				}
+				got = append(got, buf[:n]...)
+			}
+			// A reset, not a close: the next write fails at once.
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+			select {
+			case <-cut:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the backend's request was not cut")
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for promtest.ToFloat64(metrics.Requests.WithLabelValues("/v1/chat/completions", "4xx")) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("not counted as the client's (499): 4xx %v, 5xx %v",
+						promtest.ToFloat64(metrics.Requests.WithLabelValues("/v1/chat/completions", "4xx")),
+						promtest.ToFloat64(metrics.Requests.WithLabelValues("/v1/chat/completions", "5xx")))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }
