@@ -389,11 +389,10 @@ func (u *upstream) get(ctx context.Context, deadline time.Time, addr string, idl
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		if len(list) == 1 {
-			delete(u.idle, addr) // a backend gone from the configuration leaves no key
-		} else {
-			u.idle[addr] = list[:len(list)-1]
-		}
+		// An emptied list keeps its key and its array for the put that
+		// follows (a sweep drops the key of a backend gone from the
+		// configuration).
+		u.idle[addr] = list[:len(list)-1]
 		u.n--
 		u.mu.Unlock()
 		if now.Sub(c.lastUsed) < upstreamIdleTimeout {
