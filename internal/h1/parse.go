@@ -7,6 +7,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 // head is a parsed request head that the lean path serves itself: an
@@ -147,8 +148,14 @@ func parseFields(s string, field func(key, value string) (keep, ok bool)) (http.
 }
 
 // parseTarget parses the request target as net/http does; false when it
-// refuses it.
+// refuses it. A target whose path needs no unescaping (the API's paths, a
+// query after them) is read here into what url.ParseRequestURI makes of
+// it; others go through it.
 func (h *head) parseTarget() bool {
+	if path, query, ok := plainTarget(h.target); ok {
+		h.url = &url.URL{Path: path, RawQuery: query}
+		return true
+	}
 	u, err := url.ParseRequestURI(h.target)
 	if err != nil {
 		return false
@@ -175,6 +182,46 @@ func (h *head) request(ctx context.Context) *http.Request {
 	}
 	return r.WithContext(ctx)
 }
+
+// plainTarget splits a target (as validTarget takes it) whose path is
+// made of bytes a URL path holds as they are (letters, digits and
+// -._~/$&+,:;=@: nothing to unescape, nothing escaping would change) and
+// whose query holds no control byte, so that its URL is its path and its
+// raw query; false for anything else, including a '?' with no query after
+// it (url sets ForceQuery then).
+func plainTarget(t string) (path, query string, ok bool) {
+	path, query, hasQuery := strings.Cut(t, "?")
+	if hasQuery && query == "" || path == "" || path[0] != '/' {
+		return "", "", false
+	}
+	for i := 0; i < len(path); i++ {
+		if !pathChar[path[i]] {
+			return "", "", false
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if c := query[i]; c < ' ' || c == 0x7f { // url refuses control bytes
+			return "", "", false
+		}
+	}
+	return path, query, true
+}
+
+var pathChar = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "-._~/$&+,:;=@" {
+		t[c] = true
+	}
+	return t
+}()
 
 func indexCRLF(s string) int {
 	for i := 0; i < len(s); i++ {
