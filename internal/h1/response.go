@@ -21,6 +21,9 @@ type response struct {
 	req    *http.Request
 	body   *body
 	header http.Header
+	// reqBody is the request's body, allocated with the response (body
+	// points to it).
+	reqBody body
 
 	status      int
 	wroteHeader bool

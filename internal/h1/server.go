@@ -446,7 +446,8 @@ func (c *conn) serveRequest(h head) (keep bool) {
 	defer w.rctx.end()
 	req := h.request(&w.rctx)
 	req.RemoteAddr = c.remote
-	b := &body{c: c, remain: h.contentLength, armOnLastBytes: true}
+	w.reqBody = body{c: c, remain: h.contentLength, armOnLastBytes: true}
+	b := &w.reqBody
 	w.req, w.body = req, b
 	if h.contentLength == 0 {
 		req.Body = http.NoBody

@@ -72,6 +72,9 @@ func (ks *keys) open() bool { return len(ks.list) == 0 }
 // match returns the policy of the request's bearer token, comparing hashes
 // in constant time, or nil.
 func (ks *keys) match(r *http.Request) *keyPolicy {
+	if len(ks.list) == 0 {
+		return nil
+	}
 	token := bearer(r)
 	if token == "" {
 		return nil
@@ -87,11 +90,19 @@ func (ks *keys) match(r *http.Request) *keyPolicy {
 }
 
 func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
-	if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+	if t, ok := strings.CutPrefix(first(r.Header, "Authorization"), "Bearer "); ok {
 		return strings.TrimSpace(t)
 	}
-	return strings.TrimSpace(r.Header.Get("X-Api-Key")) // canonical: Get does not copy it
+	return strings.TrimSpace(first(r.Header, "X-Api-Key"))
+}
+
+// first is h.Get(key) for a key in canonical form, as the servers' header
+// maps hold them, without canonicalizing it again.
+func first(h http.Header, key string) string {
+	if vs := h[key]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
 }
 
 // tokenBucket is a per-key rate limit.

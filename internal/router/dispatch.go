@@ -26,12 +26,15 @@ const maxReplicaAttempts = 3
 
 // exchange is one client request being routed.
 type exchange struct {
-	s      *Server
-	w      http.ResponseWriter
-	r      *http.Request
-	path   string
-	body   []byte
-	q      *request
+	s    *Server
+	w    http.ResponseWriter
+	r    *http.Request
+	path string
+	body []byte
+	q    *request
+	// query holds q for the ingresses that read it here (allocated with
+	// the exchange).
+	query  request
 	policy *keyPolicy
 	reveal bool // the client sent x-backend: show routing identities
 	// routingPath is the routing path of a plain dispatch (unified or
@@ -495,7 +498,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		// backend's length (the answer then goes out as its last byte is
 		// written, and a large one is not re-framed in chunks).
 		if resp.ContentLength >= 0 {
-			x.w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+			x.w.Header()["Content-Length"] = []string{strconv.FormatInt(resp.ContentLength, 10)}
 		}
 		x.writeHead(resp, b, pin, resp.StatusCode)
 		bp := streamBufPool.Get().(*[]byte)

@@ -540,8 +540,9 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 	if !ok {
 		return
 	}
-	var q request
-	if err := decodeRequest(body, &q); err != nil {
+	x := &exchange{s: s, w: w, r: r, path: path, policy: policy}
+	q := &x.query
+	if err := decodeRequest(body, q); err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
 		return
 	}
@@ -549,10 +550,10 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "model is required")
 		return
 	}
-	reveal := r.Header[revealHeader] != nil
+	x.reveal = r.Header[revealHeader] != nil
 	if len(q.Nvext) > 0 {
-		body = withoutClientRouting(body, reveal)
+		body = withoutClientRouting(body, x.reveal)
 	}
-	x := &exchange{s: s, w: w, r: r, path: path, body: body, q: &q, policy: policy, reveal: reveal}
+	x.body, x.q = body, q
 	x.route()
 }

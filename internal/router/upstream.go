@@ -193,7 +193,7 @@ var errNotInline = errors.New("router: RoundTripUntil given a request only http.
 // handed over: http.Transport does both.
 func (u *upstream) inline(req *http.Request) bool {
 	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
-	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header) > maxInlineBody || unsized || req.Header.Get("Upgrade") != "" {
+	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header) > maxInlineBody || unsized || first(req.Header, "Upgrade") != "" {
 		return false
 	}
 	p, err := u.fallback.Proxy(req)
