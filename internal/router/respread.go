@@ -16,7 +16,10 @@ import (
 // answer spends most of its time in the router between this head and the
 // client's write, and http.ReadResponse builds a textproto reader, a
 // header map of one slice per field and a transfer reader for it.
-func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+//
+// A plain answer's body reads through lb when it is given (a caller that
+// allocates it with its own state), else through one allocated here.
+func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Response, error) {
 	if br.Buffered() == 0 {
 		// The first read, made here so that its error is the answer's,
 		// as http.ReadResponse would report it (a failed read is not
@@ -28,7 +31,7 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	if resp, ok := readPlainResponse(br, req); ok {
+	if resp, ok := readPlainResponse(br, req, lb); ok {
 		return resp, nil
 	}
 	return http.ReadResponse(br, req)
@@ -36,7 +39,7 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 
 // readPlainResponse reads the head at the start of br when it is plain (see
 // readResponse); false leaves br as it was, but for what it buffered.
-func readPlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
+func readPlainResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Response, bool) {
 	if req != nil && req.Method == http.MethodHead {
 		return nil, false
 	}
@@ -53,7 +56,11 @@ func readPlainResponse(br *bufio.Reader, req *http.Request) (*http.Response, boo
 	if resp.ContentLength == 0 {
 		resp.Body = http.NoBody
 	} else {
-		resp.Body = &lengthBody{br: br, left: resp.ContentLength}
+		if lb == nil {
+			lb = new(lengthBody)
+		}
+		*lb = lengthBody{br: br, left: resp.ContentLength}
+		resp.Body = lb
 	}
 	return resp, true
 }

@@ -72,7 +72,7 @@ func TestReadResponseWaitsNoLonger(t *testing.T) {
 	t.Parallel()
 	parts := []string{"HTTP/1.1 200 OK\r\nContent-", "Length: 2\r\n\r\nok"}
 	br := bufio.NewReaderSize(&segments{parts: parts}, 4096)
-	resp, err := readResponse(br, &http.Request{Method: http.MethodPost})
+	resp, err := readResponse(br, &http.Request{Method: http.MethodPost}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestReadResponseFirstReadError(t *testing.T) {
 	t.Parallel()
 	for _, first := range []error{syscall.ECONNRESET, io.EOF, os.ErrDeadlineExceeded} {
 		_, want := http.ReadResponse(bufio.NewReader(&failOnce{err: first}), nil)
-		_, got := readResponse(bufio.NewReader(&failOnce{err: first}), &http.Request{Method: http.MethodPost})
+		_, got := readResponse(bufio.NewReader(&failOnce{err: first}), &http.Request{Method: http.MethodPost}, nil)
 		if got == nil || want == nil || got.Error() != want.Error() {
 			t.Errorf("first read %v: got %v, net/http %v", first, got, want)
 		}
@@ -145,7 +145,7 @@ func checkReadResponse(t *testing.T, raw []byte, method string) bool {
 	t.Helper()
 	req := &http.Request{Method: method}
 	mine := bufio.NewReaderSize(bytes.NewReader(raw), upstreamBufferSize)
-	resp, ok := readPlainResponse(mine, req)
+	resp, ok := readPlainResponse(mine, req, nil)
 	ref := bufio.NewReaderSize(bytes.NewReader(raw), upstreamBufferSize)
 	want, werr := http.ReadResponse(ref, req)
 	if !ok {
@@ -189,7 +189,9 @@ func BenchmarkReadResponse(b *testing.B) {
 	for _, impl := range []struct {
 		name string
 		read func(*bufio.Reader, *http.Request) (*http.Response, error)
-	}{{"net_http", http.ReadResponse}, {"router", readResponse}} {
+	}{{"net_http", http.ReadResponse}, {"router", func(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+		return readResponse(br, req, nil)
+	}}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			rd := bytes.NewReader(raw)

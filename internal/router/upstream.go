@@ -276,9 +276,10 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request) (
 	// waits.
 	c.headLimit = maxResponseHeaderBytes
 	var resp *http.Response
+	b := new(upBody) // with the plain answer's length reader in it
 	for {
 		var err error
-		resp, err = readResponse(c.br, req)
+		resp, err = readResponse(c.br, req, &b.lb)
 		if err != nil {
 			switch {
 			case werr != nil:
@@ -301,7 +302,7 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request) (
 	// ReadResponse marks as Close) and it still speaks HTTP (not after a
 	// 101).
 	reuse := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols && werr == nil
-	b := &upBody{u: u, c: c, rc: resp.Body, ctx: ctx, stop: stop, reuse: reuse}
+	b.u, b.c, b.rc, b.ctx, b.stop, b.reuse = u, c, resp.Body, ctx, stop, reuse
 	if resp.Body == http.NoBody {
 		b.finish(true, io.EOF)
 	}
@@ -466,6 +467,7 @@ type upBody struct {
 	u     *upstream
 	c     *upConn
 	rc    io.ReadCloser
+	lb    lengthBody // rc, for a plain answer
 	ctx   context.Context
 	stop  cut
 	reuse bool
