@@ -9,6 +9,11 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
 func sha256hex(s string) string {
@@ -36,4 +41,19 @@ func failingFrontend(t *testing.T, status int, body string, hits *atomic.Int32) 
 	}))
 	t.Cleanup(fe.Close)
 	return fe
+}
+
+// waitClientGone waits (up to 5 s: the handler counts its request once it
+// returns) for the one request on path to be counted as the client's
+// (499, in the 4xx class), and fails the test if it is not.
+func waitClientGone(t *testing.T, metrics *telemetry.RouterMetrics, path string) {
+	t.Helper()
+	count := func(class string) float64 { return promtest.ToFloat64(metrics.Requests.WithLabelValues(path, class)) }
+	deadline := time.Now().Add(5 * time.Second)
+	for count("4xx") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not counted as the client's (499): 4xx %v, 5xx %v", count("4xx"), count("5xx"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
