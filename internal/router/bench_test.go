@@ -1,12 +1,16 @@
 package router_test
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -223,7 +227,12 @@ func evictCaches() {
 // bytes, its sockets read and written as the router's); it reports the
 // median of each and what the router and the floor add to the direct
 // path's median ("own" is the router's less the floor's: the router's own
-// work). Code and data read cold cost about three times what they cost
+// work). Two more paths split that own work in three: the lean server
+// with the least relay behind it (rawRelay: "server", what the server
+// adds over the floor), the same server with the router's upstream client
+// and plain relay behind it (Server.UpstreamRelay: "client", what they add
+// over rawRelay), and the rest ("logic": admission, decoding, routing,
+// metrics, the request id). Code and data read cold cost about three times what they cost
 // warm, so this measures the router's per-request work as the process-level
 // comparison with nginx (scripts/bench-proxy.sh) sees it, in seconds
 // rather than minutes, with the baseline in the same run.
@@ -236,9 +245,17 @@ func BenchmarkCold(b *testing.B) {
 	go func() { _ = floorproxy.Serve(ln, strings.TrimPrefix(be, "http://"), nil) }()
 	b.Cleanup(func() { _ = ln.Close() })
 	fl := "http://" + ln.Addr().String()
+	// The stages between the floor and the router: the lean server with
+	// the least relay behind it, then with the router's upstream client.
+	relay := &rawRelay{addr: strings.TrimPrefix(be, "http://")}
+	b.Cleanup(relay.close)
+	lean := testutil.LeanServer(b, relay)
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	client := testutil.LeanServer(b, router.New(router.Options{Config: cfg}).UpstreamRelay())
 	tr := &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}
 	b.Cleanup(tr.CloseIdleConnections)
-	client := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: tr}
 	for _, stream := range []bool{false, true} {
 		mode := "buffered"
 		if stream {
@@ -246,13 +263,13 @@ func BenchmarkCold(b *testing.B) {
 		}
 		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
 		b.Run(mode, func(b *testing.B) {
-			targets := []string{be, rt, fl}
+			targets := []string{be, rt, fl, lean, client}
 			lat := make([][]time.Duration, len(targets))
 			for b.Loop() {
 				for i, u := range targets {
 					evictCaches()
 					start := time.Now()
-					resp, err := client.Post(u+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					resp, err := hc.Post(u+"/v1/chat/completions", "application/json", strings.NewReader(body))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -269,12 +286,182 @@ func BenchmarkCold(b *testing.B) {
 				return float64(d[len(d)/2].Nanoseconds()) / 1e3
 			}
 			direct, router, floor := median(lat[0]), median(lat[1]), median(lat[2])
+			leanRelay, clientRelay := median(lat[3]), median(lat[4])
 			b.ReportMetric(direct, "direct-µs")
 			b.ReportMetric(router-direct, "router-added-µs")
 			b.ReportMetric(floor-direct, "floor-added-µs")
 			b.ReportMetric(router-floor, "own-µs")
+			// The router's own work in three parts: the lean server (with
+			// the least relay behind it), the upstream client and plain
+			// relay, and the router's logic around them.
+			b.ReportMetric(leanRelay-floor, "server-µs")
+			b.ReportMetric(clientRelay-leanRelay, "client-µs")
+			b.ReportMetric(router-clientRelay, "logic-µs")
 		})
 	}
+}
+
+// rawRelay is the least a handler can do to relay a completion: the body
+// sent over a kept-alive connection of its own under a head it writes
+// itself, the answer's head read for its status, framing and Content-Type
+// only, and the body copied (a chunked one flushed read by read, as the
+// router relays a stream). Behind the lean server it shows what the server
+// itself costs.
+type rawRelay struct {
+	addr string
+	mu   sync.Mutex
+	idle []*rawConn
+}
+
+type rawConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+var rawBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (p *rawRelay) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.idle {
+		_ = c.c.Close()
+	}
+	p.idle = nil
+}
+
+func (p *rawRelay) get() (*rawConn, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{c: c, br: bufio.NewReaderSize(c, 4<<10)}, nil
+}
+
+func (p *rawRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c, err := p.get()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	head := make([]byte, 0, 256+len(body))
+	head = append(head, "POST "...)
+	head = append(head, r.URL.Path...)
+	head = append(head, " HTTP/1.1\r\nHost: "...)
+	head = append(head, p.addr...)
+	head = append(head, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+	head = strconv.AppendInt(head, int64(len(body)), 10)
+	head = append(head, "\r\n\r\n"...)
+	head = append(head, body...)
+	status, length, chunked, ctype, err := 0, -1, false, "", error(nil)
+	if _, err = c.c.Write(head); err == nil {
+		status, length, chunked, ctype, err = readRawHead(c.br)
+	}
+	if err != nil {
+		_ = c.c.Close()
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	h := w.Header()
+	if ctype != "" {
+		h["Content-Type"] = []string{ctype}
+	}
+	src := io.LimitReader(c.br, int64(length))
+	if chunked {
+		src = httputil.NewChunkedReader(c.br)
+	} else {
+		h["Content-Length"] = []string{strconv.Itoa(length)}
+	}
+	w.WriteHeader(status)
+	bp := rawBufs.Get().(*[]byte)
+	defer rawBufs.Put(bp)
+	for {
+		n, err := src.Read(*bp)
+		if n > 0 {
+			_, _ = w.Write((*bp)[:n])
+			if chunked && err == nil {
+				w.(http.Flusher).Flush()
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			_ = c.c.Close()
+			return
+		}
+	}
+	if chunked { // the trailer section, empty here, ends the answer
+		for {
+			line, err := c.br.ReadSlice('\n')
+			if err != nil {
+				_ = c.c.Close()
+				return
+			}
+			if string(line) == "\r\n" {
+				break
+			}
+		}
+	}
+	p.mu.Lock()
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+// readRawHead reads an answer's head for its status, Content-Length,
+// whether it is chunked and its Content-Type.
+func readRawHead(br *bufio.Reader) (status, length int, chunked bool, ctype string, err error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, 0, false, "", err
+	}
+	if len(line) < 12 {
+		return 0, 0, false, "", fmt.Errorf("bad status line %q", line)
+	}
+	if status, err = strconv.Atoi(string(line[9:12])); err != nil {
+		return 0, 0, false, "", err
+	}
+	length = -1
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, false, "", err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return 0, 0, false, "", fmt.Errorf("bad header line %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil {
+				return 0, 0, false, "", err
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Content-Type")):
+			ctype = string(value)
+		}
+	}
+	if !chunked && length < 0 {
+		return 0, 0, false, "", fmt.Errorf("an answer with no length")
+	}
+	return status, length, chunked, ctype, nil
 }
 
 // BenchmarkSerialShim is BenchmarkSerial through the Dynamo shim: a
