@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpproxy"
+
 	"github.com/continuum-router/continuum/internal/config"
 )
 
@@ -178,7 +180,9 @@ type backends struct {
 // client for http:// backends, http.Transport for the others.
 func newTransport() http.RoundTripper {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	return newUpstream(newHTTPTransport(dialer), dialer)
+	u := newUpstream(newHTTPTransport(dialer), dialer)
+	u.noHTTPProxy = httpproxy.FromEnvironment().HTTPProxy == ""
+	return u
 }
 
 func newHTTPTransport(dialer *net.Dialer) *http.Transport {

@@ -27,6 +27,12 @@ import (
 type upstream struct {
 	fallback *http.Transport
 	dialer   *net.Dialer
+	// noHTTPProxy: fallback's Proxy is http.ProxyFromEnvironment and the
+	// environment names no proxy for http:// URLs, so no request inline
+	// accepts (all http://) goes through one, and inline does not ask it
+	// per request. (The environment is read once, as that function reads
+	// it once.)
+	noHTTPProxy bool
 
 	mu        sync.Mutex
 	idle      map[string][]*upConn // by host:port, most recently used last
@@ -195,6 +201,9 @@ func (u *upstream) inline(req *http.Request) bool {
 	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
 	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header) > maxInlineBody || unsized || first(req.Header, "Upgrade") != "" {
 		return false
+	}
+	if u.noHTTPProxy {
+		return true
 	}
 	p, err := u.fallback.Proxy(req)
 	return err == nil && p == nil

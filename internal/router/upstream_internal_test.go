@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -893,5 +894,31 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:9/", strings.NewReader(`{}`))
 	if _, err := u.RoundTripUntil(t.Context(), tls, time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
 		t.Fatalf("https through RoundTripUntil: %v", err)
+	}
+}
+
+// inline leaves a request that a proxy is to carry to http.Transport, and
+// asks the proxy function per request only when the environment names an
+// HTTP proxy.
+func TestInlineHonoursHTTPProxy(t *testing.T) {
+	req := &http.Request{Method: http.MethodPost, URL: &url.URL{Scheme: "http", Host: "backend.example:8000", Path: "/v1/chat/completions"},
+		Header: http.Header{}, Body: http.NoBody}
+	for _, name := range []string{"HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "REQUEST_METHOD"} {
+		t.Setenv(name, "")
+	}
+	u := newTransport().(*upstream)
+	if !u.noHTTPProxy || !u.inline(req) {
+		t.Fatalf("no proxy in the environment: noHTTPProxy %v, inline %v; want both true", u.noHTTPProxy, u.inline(req))
+	}
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:9")
+	u = newTransport().(*upstream)
+	if u.noHTTPProxy {
+		t.Fatal("HTTP_PROXY set: the upstream must ask the proxy function per request")
+	}
+	// http.ProxyFromEnvironment reads the environment once per process,
+	// so the proxy's answer is given here as that function would give it.
+	u.fallback.Proxy = func(*http.Request) (*url.URL, error) { return url.Parse("http://127.0.0.1:9") }
+	if u.inline(req) {
+		t.Fatal("a request the proxy carries was sent inline")
 	}
 }
