@@ -203,8 +203,9 @@ func (w *response) writeBody(p []byte) {
 	}
 	bw := w.c.bw
 	if w.chunked {
-		var hex [16]byte
-		_, _ = bw.Write(strconv.AppendInt(hex[:0], int64(len(p)), 16))
+		// The size formatted in the buffer's free space: a local array
+		// would escape, a heap object per chunk.
+		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16))
 		_, _ = bw.WriteString("\r\n")
 		_, _ = bw.Write(p)
 		_, w.err = bw.WriteString("\r\n")

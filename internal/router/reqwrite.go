@@ -17,7 +17,7 @@ import (
 // head whichever path wrote it.
 const defaultUserAgent = "Go-http-client/1.1"
 
-// maxSortedHeaders bounds the header keys writeRequest orders on the
+// maxSortedHeaders bounds the header fields writeRequest orders on the
 // stack; a request with more goes through net/http's writer.
 const maxSortedHeaders = 32
 
@@ -36,8 +36,8 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 	if hasCTL(ruri) {
 		return req.Write(bw)
 	}
-	var keys [maxSortedHeaders]string
-	sorted, ok := sortedHeaderKeys(req.Header, keys[:0])
+	var fields [maxSortedHeaders]headerField
+	sorted, ok := sortedHeaderFields(req.Header, fields[:0])
 	if !ok {
 		return req.Write(bw)
 	}
@@ -67,13 +67,15 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 	}
 	if n > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
 		_, _ = bw.WriteString("Content-Length: ")
-		var num [20]byte
-		_, _ = bw.Write(strconv.AppendInt(num[:0], n, 10))
+		// Formatted in the buffer's free space: a local array would
+		// escape (Write keeps its argument when the buffer is full), a
+		// heap object per request.
+		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
 		_, _ = bw.WriteString("\r\n")
 	}
-	for _, k := range sorted {
-		for _, v := range req.Header[k] {
-			writeHeaderLine(bw, k, v)
+	for _, f := range sorted {
+		for _, v := range f.vs {
+			writeHeaderLine(bw, f.k, v)
 		}
 	}
 	if _, err := bw.WriteString("\r\n"); err != nil {
@@ -110,11 +112,17 @@ func plainRequestHost(req *http.Request) (string, bool) {
 	return host, true
 }
 
-// sortedHeaderKeys appends the keys of h that go on the wire after the
-// fixed lines, in order, and reports false when they are too many to order
-// here.
-func sortedHeaderKeys(h http.Header, keys []string) ([]string, bool) {
-	for k := range h {
+// headerField is a field of a request's header map: its key and values.
+type headerField struct {
+	k  string
+	vs []string
+}
+
+// sortedHeaderFields appends the fields of h that go on the wire after the
+// request line, Host, User-Agent and Content-Length, ordered by key as
+// net/http writes them; false when there are more than fields can hold.
+func sortedHeaderFields(h http.Header, fields []headerField) ([]headerField, bool) {
+	for k, vs := range h {
 		switch k {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
@@ -122,31 +130,54 @@ func sortedHeaderKeys(h http.Header, keys []string) ([]string, bool) {
 		if !httpguts.ValidHeaderFieldName(k) {
 			continue // net/http drops such a field
 		}
-		if len(keys) == cap(keys) {
+		if len(fields) == cap(fields) {
 			return nil, false
 		}
 		// Insertion sort: a request carries a handful of fields.
-		i := len(keys)
-		keys = append(keys, k)
-		for ; i > 0 && keys[i-1] > k; i-- {
-			keys[i] = keys[i-1]
+		i := len(fields)
+		fields = append(fields, headerField{})
+		for ; i > 0 && fields[i-1].k > k; i-- {
+			fields[i] = fields[i-1]
 		}
-		keys[i] = k
+		fields[i] = headerField{k: k, vs: vs}
 	}
-	return keys, true
+	return fields, true
 }
 
 // writeHeaderLine writes one field as net/http does: line breaks in the
 // value become spaces and the value is trimmed of surrounding white space.
 func writeHeaderLine(bw *bufio.Writer, k, v string) {
-	if strings.ContainsAny(v, "\r\n") {
-		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	if !plainHeaderValue(v) {
+		if strings.ContainsAny(v, "\r\n") {
+			v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+		}
+		v = strings.Trim(v, " \t\r\n")
 	}
-	v = strings.Trim(v, " \t\r\n")
 	_, _ = bw.WriteString(k)
 	_, _ = bw.WriteString(": ")
 	_, _ = bw.WriteString(v)
 	_, _ = bw.WriteString("\r\n")
+}
+
+// plainHeaderValue reports whether v goes on the wire as it is: no line
+// break in it and no white space at either end (a parsed head's values
+// never have them), so that most values cost one pass over their bytes.
+func plainHeaderValue(v string) bool {
+	if v == "" {
+		return true
+	}
+	if c := v[0]; c == ' ' || c == '\t' {
+		return false
+	}
+	if c := v[len(v)-1]; c == ' ' || c == '\t' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == '\r' || c == '\n' {
+			return false
+		}
+	}
+	return true
 }
 
 // writeBody copies exactly n bytes of body to bw and closes body; a body

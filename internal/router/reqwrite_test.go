@@ -125,19 +125,26 @@ func TestWriteRequestMatchesNetHTTP(t *testing.T) {
 		cases[fmt.Sprintf("random %d", i)] = post("http://be/p", strings.Repeat("b", rng.IntN(3)), h)
 	}
 	for name, mk := range cases {
-		var want, got bytes.Buffer
-		wbw, gbw := bufio.NewWriter(&want), bufio.NewWriter(&got)
-		werr := mk().Write(wbw)
-		gerr := writeRequest(gbw, mk())
-		_ = wbw.Flush()
-		_ = gbw.Flush()
+		want, got, werr, gerr := writeBoth(mk)
 		if (werr == nil) != (gerr == nil) {
 			t.Errorf("%s: error %v, net/http %v", name, gerr, werr)
 		}
-		if werr == nil && got.String() != want.String() {
-			t.Errorf("%s:\n got %q\nwant %q", name, got.String(), want.String())
+		if werr == nil && got != want {
+			t.Errorf("%s:\n got %q\nwant %q", name, got, want)
 		}
 	}
+}
+
+// writeBoth writes a request mk builds with net/http's Request.Write and
+// another with writeRequest.
+func writeBoth(mk func() *http.Request) (want, got string, werr, gerr error) {
+	var wb, gb bytes.Buffer
+	wbw, gbw := bufio.NewWriter(&wb), bufio.NewWriter(&gb)
+	werr = mk().Write(wbw)
+	gerr = writeRequest(gbw, mk())
+	_ = wbw.Flush()
+	_ = gbw.Flush()
+	return wb.String(), gb.String(), werr, gerr
 }
 
 // TestWriteRequestClosesBody: the body is closed however the write ends.
@@ -186,4 +193,35 @@ func BenchmarkWriteRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzWriteRequest: for any header field, path and body, writeRequest
+// writes what net/http's Request.Write writes, or fails where it fails.
+func FuzzWriteRequest(f *testing.F) {
+	f.Add("Content-Type", "application/json", "/v1/chat/completions", `{"model":"m"}`)
+	f.Fuzz(func(t *testing.T, key, value, path, body string) {
+		mk := func() *http.Request {
+			var rd io.Reader
+			if body != "" {
+				rd = strings.NewReader(body)
+			}
+			req, err := http.NewRequest(http.MethodPost, "http://be:8000"+path, rd)
+			if err != nil {
+				return nil
+			}
+			req.Header[key] = []string{value, value + "2"}
+			req.Header["Accept"] = []string{"*/*"}
+			return req
+		}
+		if mk() == nil {
+			return
+		}
+		want, got, werr, gerr := writeBoth(mk)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("error %v, net/http %v", gerr, werr)
+		}
+		if werr == nil && got != want {
+			t.Fatalf("\n got %q\nwant %q", got, want)
+		}
+	})
 }
