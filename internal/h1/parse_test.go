@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"reflect"
 	"testing"
@@ -141,5 +143,30 @@ func BenchmarkParseHead(b *testing.B) {
 			b.Fatal("declined")
 		}
 		_ = h.request(context.Background())
+	}
+}
+
+// canonicalKey gives textproto's canonical form of every valid token.
+func TestCanonicalKeyMatchesTextproto(t *testing.T) {
+	t.Parallel()
+	names := []string{"Content-Type", "content-type", "CONTENT-TYPE", "X-Request-Id", "x-request-id", "X-Request-ID",
+		"A", "a", "-", "--a", "a-", "X-1a", "X-1A", "Www-Authenticate", "X_Under", "x_under", "Foo-Bar-Baz", "foo-BAR"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "aZbY-0_9!~."
+	for range 5000 {
+		b := make([]byte, 1+rng.IntN(8))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		names = append(names, string(b))
+	}
+	for _, name := range names {
+		if !httpguts.ValidHeaderFieldName(name) {
+			continue
+		}
+		want := textproto.CanonicalMIMEHeaderKey(name)
+		if got := canonicalKey(name); got != want {
+			t.Errorf("canonicalKey(%q) = %q, textproto %q", name, got, want)
+		}
 	}
 }

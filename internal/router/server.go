@@ -342,16 +342,16 @@ func (s *Server) known(model string, policy *keyPolicy) bool {
 // readBody reads a request body of at most limit bytes, in one
 // allocation when the client declared its length.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, limit)
 	if n := r.ContentLength; n > 0 && n <= limit {
-		// The declared length is the whole body (net/http enforces it).
+		// The declared length is the whole body (the server enforces
+		// it), within the limit: read as it is, with no bound to watch.
 		buf := make([]byte, n)
-		if _, err := io.ReadFull(body, buf); err != nil {
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
 			return nil, err
 		}
 		return buf, nil
 	}
-	return io.ReadAll(body)
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 }
 
 // request is what the router reads of an inference body.
