@@ -5,12 +5,15 @@ import "net/http"
 // ParseResponseHead parses the answer head in b (through its empty line,
 // as HeadEnd finds it) when it is one a client may read without
 // net/http's general reader: "HTTP/1.1 NNN[ reason]" with a final status
-// that has a body, fields as parseHead takes them, one Content-Length, and
-// none of the fields net/http rewrites or that change the framing
-// (Connection, Transfer-Encoding, Trailer, Pragma). Anything else,
-// malformed or merely unusual, is ok=false, for http.ReadResponse to read
-// from the start. The response has no Body or Request; its strings share
-// one allocation.
+// that has a body, fields as parseHead takes them, and its body framed by
+// one Content-Length or by "Transfer-Encoding: chunked" alone (a streamed
+// answer), and none of the fields net/http rewrites or that change the
+// framing otherwise (Connection, Trailer, Pragma). A chunked answer has
+// ContentLength -1 and TransferEncoding ["chunked"], and its header map
+// leaves the Transfer-Encoding field out, as http.ReadResponse's does.
+// Anything else, malformed or merely unusual, is ok=false, for
+// http.ReadResponse to read from the start. The response has no Body or
+// Request; its strings share one allocation.
 func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 	s := string(b)
 	eol := indexCRLF(s)
@@ -39,6 +42,7 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 		return nil, false
 	}
 	length := int64(-1)
+	chunked := false
 	header, ok := parseFields(s, func(key, value string) (keep, ok bool) {
 		switch key {
 		case "Content-Length":
@@ -47,7 +51,15 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 				return false, false // repeated: net/http merges or refuses
 			}
 			length = l
-		case "Connection", "Transfer-Encoding", "Trailer", "Pragma":
+		case "Transfer-Encoding":
+			// One field naming chunked alone; lists, repeats and other
+			// codings are net/http's to refuse or read.
+			if chunked || !asciiEqualFold(value, "chunked") {
+				return false, false
+			}
+			chunked = true
+			return false, true // net/http keeps it in TransferEncoding only
+		case "Connection", "Trailer", "Pragma":
 			return false, false
 		}
 		return true, true
@@ -55,10 +67,7 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 	if !ok {
 		return nil, false
 	}
-	if length < 0 {
-		return nil, false // no length: the body ends with the connection
-	}
-	return &http.Response{
+	resp = &http.Response{
 		Status:        status,
 		StatusCode:    code,
 		Proto:         "HTTP/1.1",
@@ -66,5 +75,18 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 		ProtoMinor:    1,
 		Header:        header,
 		ContentLength: length,
-	}, true
+	}
+	switch {
+	case chunked && length >= 0:
+		return nil, false // both framings: net/http's rules decide
+	case chunked:
+		resp.TransferEncoding = chunkedCoding
+	case length < 0:
+		return nil, false // no length: the body ends with the connection
+	}
+	return resp, true
 }
+
+// chunkedCoding is a chunked answer's TransferEncoding, one slice shared
+// by every answer (nothing writes it).
+var chunkedCoding = []string{"chunked"}

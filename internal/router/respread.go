@@ -2,24 +2,29 @@ package router
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httputil"
+	"net/textproto"
 
 	"github.com/continuum-router/continuum/internal/h1"
 )
 
 // readResponse reads an answer's head from br as http.ReadResponse does.
 // The common answer (HTTP/1.1, a final status that has a body, one
-// Content-Length, a head already in the buffer) is read here, with one
-// allocation for the whole head; anything else goes to http.ReadResponse,
-// which also has the last word on malformed heads. A backend's buffered
-// answer spends most of its time in the router between this head and the
-// client's write, and http.ReadResponse builds a textproto reader, a
-// header map of one slice per field and a transfer reader for it.
+// Content-Length or a chunked stream, a head already in the buffer) is
+// read here, with one allocation for the whole head; anything else goes to
+// http.ReadResponse, which also has the last word on malformed heads. A
+// backend's buffered answer spends most of its time in the router between
+// this head and the client's write, and http.ReadResponse builds a
+// textproto reader, a header map of one slice per field and a transfer
+// reader for it.
 //
-// A plain answer's body reads through lb when it is given (a caller that
+// A plain answer's body reads through pb when it is given (a caller that
 // allocates it with its own state), else through one allocated here.
-func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Response, error) {
+func readResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*http.Response, error) {
 	if br.Buffered() == 0 {
 		// The first read, made here so that its error is the answer's,
 		// as http.ReadResponse would report it (a failed read is not
@@ -31,7 +36,7 @@ func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Re
 			return nil, err
 		}
 	}
-	if resp, ok := readPlainResponse(br, req, lb); ok {
+	if resp, ok := readPlainResponse(br, req, pb); ok {
 		return resp, nil
 	}
 	return http.ReadResponse(br, req)
@@ -39,7 +44,7 @@ func readResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Re
 
 // readPlainResponse reads the head at the start of br when it is plain (see
 // readResponse); false leaves br as it was, but for what it buffered.
-func readPlainResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*http.Response, bool) {
+func readPlainResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*http.Response, bool) {
 	if req != nil && req.Method == http.MethodHead {
 		return nil, false
 	}
@@ -53,16 +58,27 @@ func readPlainResponse(br *bufio.Reader, req *http.Request, lb *lengthBody) (*ht
 	}
 	_, _ = br.Discard(len(head))
 	resp.Request = req
-	if resp.ContentLength == 0 {
+	if pb == nil {
+		pb = new(plainBody)
+	}
+	switch {
+	case resp.TransferEncoding != nil:
+		pb.chunked = chunkedBody{br: br, cr: httputil.NewChunkedReader(br), trailer: &resp.Trailer}
+		resp.Body = &pb.chunked
+	case resp.ContentLength == 0:
 		resp.Body = http.NoBody
-	} else {
-		if lb == nil {
-			lb = new(lengthBody)
-		}
-		*lb = lengthBody{br: br, left: resp.ContentLength}
-		resp.Body = lb
+	default:
+		pb.length = lengthBody{br: br, left: resp.ContentLength}
+		resp.Body = &pb.length
 	}
 	return resp, true
+}
+
+// plainBody holds the body readers of a plain answer, one of which reads
+// it.
+type plainBody struct {
+	length  lengthBody
+	chunked chunkedBody
 }
 
 // peekHead returns the head (through its blank line) when it is all in
@@ -120,3 +136,92 @@ func (b *lengthBody) Read(p []byte) (int, error) {
 }
 
 func (b *lengthBody) Close() error { return nil }
+
+// chunkedBody is a chunked answer's body read from the connection's
+// buffer: net/http's chunk decoder, then the trailer read as an answer's
+// body reads it (fields before the final empty line go to the answer's
+// Trailer; the router relays none). Reads return what is buffered of the
+// current chunk without waiting for the next, so a stream's events pass
+// one by one.
+type chunkedBody struct {
+	br      *bufio.Reader
+	cr      io.Reader
+	trailer *http.Header
+	err     error
+}
+
+func (b *chunkedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.cr.Read(p)
+	if err == io.EOF {
+		if terr := b.readTrailer(); terr != nil {
+			err = terr
+		}
+	}
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *chunkedBody) Close() error { return nil }
+
+// The trailer's failures, worded as net/http's (they reach the logs).
+var (
+	errTrailerEOF  = errors.New("http: unexpected EOF reading trailer")
+	errLongTrailer = errors.New("http: suspiciously long trailer after chunked body")
+)
+
+// readTrailer reads what follows the last chunk: the empty line alone in
+// the common case, else trailer fields through an empty line that must
+// come within the buffer's size (the bound on a trailer).
+func (b *chunkedBody) readTrailer() error {
+	end, err := b.br.Peek(2)
+	if len(end) == 2 && end[0] == '\r' && end[1] == '\n' {
+		_, _ = b.br.Discard(2)
+		return nil
+	}
+	if len(end) < 2 {
+		return errTrailerEOF
+	}
+	if err != nil {
+		return err
+	}
+	if !blankLineAhead(b.br) {
+		return errLongTrailer
+	}
+	fields, err := textproto.NewReader(b.br).ReadMIMEHeader()
+	if err != nil {
+		if err == io.EOF {
+			return errTrailerEOF
+		}
+		return err
+	}
+	if *b.trailer == nil {
+		*b.trailer = http.Header(fields)
+		return nil
+	}
+	for k, v := range fields {
+		(*b.trailer)[k] = v
+	}
+	return nil
+}
+
+// blankLineAhead reports whether a CRLF CRLF comes within br's buffer
+// size, reading no further than it must to see one.
+func blankLineAhead(br *bufio.Reader) bool {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if bytes.Contains(buf, []byte("\r\n\r\n")) {
+			return true
+		}
+		if len(buf) >= br.Size() {
+			return false
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return false // nothing more came
+		}
+	}
+}

@@ -3,7 +3,6 @@ package router
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -23,6 +22,22 @@ var responseHeads = []string{
 	"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\nX-M: 1\r\nX-M: 2\r\n\r\nnope!",
 	"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nshort",
 	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" +
+		"e\r\ndata: {\"a\":1}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\nNEXT",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n3;ext=1 \r\nabc\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\nNEXT",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nbad trailer\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort",
+	"HTTP/1.1 502 Bad Gateway\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nabc",
 	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
 	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
 	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
@@ -173,8 +188,11 @@ func checkReadResponse(t *testing.T, raw []byte, method string) bool {
 	}
 	got, gerr := io.ReadAll(resp.Body)
 	exp, eerr := io.ReadAll(want.Body)
-	if !bytes.Equal(got, exp) || !errors.Is(gerr, eerr) {
+	if !bytes.Equal(got, exp) || (gerr == nil) != (eerr == nil) || (gerr != nil && gerr.Error() != eerr.Error()) {
 		t.Fatalf("%q: body %q %v, net/http %q %v", raw, got, gerr, exp, eerr)
+	}
+	if !reflect.DeepEqual(resp.Trailer, want.Trailer) {
+		t.Fatalf("%q: trailer %q, net/http %q", raw, resp.Trailer, want.Trailer)
 	}
 	restGot, _ := io.ReadAll(mine)
 	restWant, _ := io.ReadAll(ref)
@@ -207,5 +225,40 @@ func BenchmarkReadResponse(b *testing.B) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 			}
 		})
+	}
+}
+
+// TestChunkedAnswerReadsAsItArrives: a chunked answer is read without
+// net/http, and a read returns the chunks that have arrived without
+// waiting for the next (a stream's events pass one by one).
+func TestChunkedAnswerReadsAsItArrives(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	defer func() { _ = pw.Close() }()
+	go func() {
+		_, _ = io.WriteString(pw, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n7\r\ndata: 1\r\n")
+		_, _ = io.WriteString(pw, "7\r\ndata: 2\r\n")
+	}()
+	br := bufio.NewReaderSize(pr, upstreamBufferSize)
+	resp, err := readResponse(br, &http.Request{Method: http.MethodPost}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, plain := resp.Body.(*chunkedBody); !plain {
+		t.Fatalf("body %T: the chunked answer went to net/http", resp.Body)
+	}
+	if _, ok := resp.Header["Transfer-Encoding"]; ok || resp.ContentLength != -1 {
+		t.Fatalf("header %q, length %d", resp.Header, resp.ContentLength)
+	}
+	buf := make([]byte, 64)
+	for _, want := range []string{"data: 1", "data: 2"} {
+		n, err := resp.Body.Read(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("read %q %v, want %q", buf[:n], err, want)
+		}
+	}
+	go func() { _, _ = io.WriteString(pw, "0\r\n\r\n") }()
+	if n, err := resp.Body.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("end: %d %v", n, err)
 	}
 }

@@ -285,10 +285,10 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request) (
 	// waits.
 	c.headLimit = maxResponseHeaderBytes
 	var resp *http.Response
-	b := new(upBody) // with the plain answer's length reader in it
+	b := new(upBody) // with the plain answer's body readers in it
 	for {
 		var err error
-		resp, err = readResponse(c.br, req, &b.lb)
+		resp, err = readResponse(c.br, req, &b.pb)
 		if err != nil {
 			switch {
 			case werr != nil:
@@ -476,7 +476,7 @@ type upBody struct {
 	u     *upstream
 	c     *upConn
 	rc    io.ReadCloser
-	lb    lengthBody // rc, for a plain answer
+	pb    plainBody // rc, for a plain answer
 	ctx   context.Context
 	stop  cut
 	reuse bool
