@@ -52,7 +52,7 @@ func parseHead(b []byte) (h head, ok bool) {
 
 	h.contentLength = -1
 	hosts := 0
-	h.header, ok = parseFields(s, func(key, value string) (keep, ok bool) {
+	h.header, ok = parseFields(s, true, func(key, value string) (keep, ok bool) {
 		switch key {
 		case "Host":
 			hosts++
@@ -96,7 +96,10 @@ func parseHead(b []byte) (h head, ok bool) {
 // says whether it goes in the map (keep) and whether the head is still one
 // served here (ok); a malformed line, or bytes after the empty line, is
 // not.
-func parseFields(s string, field func(key, value string) (keep, ok bool)) (http.Header, bool) {
+//
+// With build false the fields are checked and seen but no map is made
+// (the result is nil).
+func parseFields(s string, build bool, field func(key, value string) (keep, ok bool)) (http.Header, bool) {
 	// Count the lines first so that the header map and the slices of its
 	// values are allocated once.
 	lines := 0
@@ -108,8 +111,12 @@ func parseFields(s string, field func(key, value string) (keep, ok bool)) (http.
 	if lines == 0 {
 		return nil, false
 	}
-	header := make(http.Header, lines)
-	vals := make([]string, lines)
+	var header http.Header
+	var vals []string
+	if build {
+		header = make(http.Header, lines)
+		vals = make([]string, lines)
+	}
 	for n := 0; ; n++ {
 		eol := indexCRLF(s)
 		if eol < 0 {
@@ -136,7 +143,7 @@ func parseFields(s string, field func(key, value string) (keep, ok bool)) (http.
 		if !ok {
 			return nil, false
 		}
-		if !keep {
+		if !keep || !build {
 			continue
 		}
 		if prev, dup := header[key]; dup {

@@ -15,35 +15,46 @@ import "net/http"
 // http.ReadResponse to read from the start. The response has no Body or
 // Request; its strings share one allocation.
 func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
+	resp, _, ok = ParseResponseHeadFields(b, true)
+	return resp, ok
+}
+
+// ParseResponseHeadFields is ParseResponseHead that also returns the
+// head's field lines (each "name: value\r\n", names as sent, through the
+// last field's line break) and builds the header map only when asked
+// (withMap); else resp.Header is nil and HeaderOf makes it from fields when it
+// is wanted. A caller that only relays the fields (WriteHeaderFields)
+// then never builds the map.
+func ParseResponseHeadFields(b []byte, withMap bool) (resp *http.Response, fields string, ok bool) {
 	s := string(b)
 	eol := indexCRLF(s)
 	if eol < 0 {
-		return nil, false
+		return nil, "", false
 	}
 	line := s[:eol]
 	s = s[eol+2:]
 	const proto = "HTTP/1.1 "
 	if len(line) < len(proto)+3 || line[:len(proto)] != proto {
-		return nil, false
+		return nil, "", false
 	}
 	status := line[len(proto):]
 	code := 0
 	for i := range 3 {
 		c := status[i]
 		if c < '0' || c > '9' {
-			return nil, false
+			return nil, "", false
 		}
 		code = code*10 + int(c-'0')
 	}
 	if len(status) > 3 && (status[3] != ' ' || !validValue(status[4:])) {
-		return nil, false
+		return nil, "", false
 	}
 	if code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
-		return nil, false
+		return nil, "", false
 	}
 	length := int64(-1)
 	chunked := false
-	header, ok := parseFields(s, func(key, value string) (keep, ok bool) {
+	header, ok := parseFields(s, withMap, func(key, value string) (keep, ok bool) {
 		switch key {
 		case "Content-Length":
 			l, ok := parseLength(value)
@@ -65,7 +76,7 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 		return true, true
 	})
 	if !ok {
-		return nil, false
+		return nil, "", false
 	}
 	resp = &http.Response{
 		Status:        status,
@@ -78,13 +89,67 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 	}
 	switch {
 	case chunked && length >= 0:
-		return nil, false // both framings: net/http's rules decide
+		return nil, "", false // both framings: net/http's rules decide
 	case chunked:
 		resp.TransferEncoding = chunkedCoding
 	case length < 0:
-		return nil, false // no length: the body ends with the connection
+		return nil, "", false // no length: the body ends with the connection
 	}
-	return resp, true
+	return resp, s[:len(s)-2], true
+}
+
+// HeaderOf is the header map of an answer's fields as
+// ParseResponseHeadFields returned them: what ParseResponseHead would
+// have put in resp.Header.
+func HeaderOf(fields string) http.Header {
+	h, ok := parseFields(fields+"\r\n", true, func(key, _ string) (keep, ok bool) {
+		return key != "Transfer-Encoding", true
+	})
+	if !ok {
+		return http.Header{}
+	}
+	return h
+}
+
+// FieldValue is the first value of the field named name (canonical) in
+// fields (as ParseResponseHeadFields returned them), without a map.
+func FieldValue(fields, name string) (string, bool) {
+	for fields != "" {
+		eol := indexCRLF(fields)
+		if eol < 0 {
+			return "", false
+		}
+		line := fields[:eol]
+		fields = fields[eol+2:]
+		colon := indexByte(line, ':')
+		if colon == len(name) && equalFoldASCII(line[:colon], name) {
+			return trimOWS(line[colon+1:]), true
+		}
+	}
+	return "", false
+}
+
+// equalFoldASCII reports whether s and t are equal ignoring ASCII case.
+func equalFoldASCII(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := range len(s) {
+		a, b := s[i], t[i]
+		if a == b {
+			continue
+		}
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
 }
 
 // chunkedCoding is a chunked answer's TransferEncoding, one slice shared

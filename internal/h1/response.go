@@ -2,6 +2,7 @@ package h1
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -82,6 +83,95 @@ func (w *response) WriteHeader(code int) {
 	_, w.hasDate = w.header["Date"]
 	writeStatusLine(bw, code)
 	writeHeaders(bw, w.header, code)
+}
+
+// FieldsWriter is an answer that relays another answer's field lines
+// into its head as they are, with no header map in between: the lean
+// server's answers implement it.
+type FieldsWriter interface {
+	// WriteHeaderFields is WriteHeader(code), code a final status, that
+	// also writes the lines of fields (as ParseResponseHeadFields returned
+	// them) whose canonical names keep accepts and that the header map
+	// does not hold: a field the handler set is the handler's alone. The
+	// framing fields (Content-Length, Transfer-Encoding, Connection,
+	// Trailer) are never relayed; the server decides them.
+	WriteHeaderFields(code int, fields string, keep func(name string) bool)
+}
+
+func (w *response) WriteHeaderFields(code int, fields string, keep func(name string) bool) {
+	relay := !w.wroteHeader && code >= 200
+	w.WriteHeader(code)
+	if !relay {
+		return
+	}
+	bw := w.c.bw
+	for fields != "" {
+		eol := indexCRLF(fields)
+		if eol < 0 {
+			return
+		}
+		line := fields[:eol+2]
+		fields = fields[eol+2:]
+		colon := indexByte(line, ':')
+		if colon <= 0 || !validToken(line[:colon]) {
+			continue
+		}
+		name := canonicalKey(line[:colon])
+		switch name {
+		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
+			continue
+		case "Content-Type":
+			if code == http.StatusNotModified {
+				continue
+			}
+		}
+		if _, mine := w.header[name]; mine || !keep(name) {
+			continue
+		}
+		switch name {
+		case "Content-Type":
+			w.hasType = true
+		case "Content-Encoding":
+			if trimOWS(line[colon+1:eol]) != "" {
+				w.hasType = true // an encoded body is not sniffed
+			}
+		case "Date":
+			w.hasDate = true
+		}
+		_, _ = bw.WriteString(line)
+	}
+}
+
+// AddFields adds to h the fields WriteHeaderFields would relay, for an
+// answer that is not the lean server's.
+func AddFields(h http.Header, fields string, keep func(name string) bool) {
+	var added []string // names this call added: their repeats are relayed too
+	for fields != "" {
+		eol := indexCRLF(fields)
+		if eol < 0 {
+			return
+		}
+		line := fields[:eol]
+		fields = fields[eol+2:]
+		colon := indexByte(line, ':')
+		if colon <= 0 || !validToken(line[:colon]) {
+			continue
+		}
+		name, value := canonicalKey(line[:colon]), trimOWS(line[colon+1:])
+		switch name {
+		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
+			continue
+		}
+		if slices.Contains(added, name) {
+			h[name] = append(h[name], value)
+			continue
+		}
+		if _, mine := h[name]; mine || !keep(name) {
+			continue
+		}
+		h[name] = []string{value}
+		added = append(added, name)
+	}
 }
 
 // commit completes the head: chunked says whether the body follows in

@@ -19,6 +19,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/h1"
 )
 
 // maxReplicaAttempts bounds the replicas one pinned request is sent to.
@@ -489,10 +490,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	} else {
 		b.release(resp.StatusCode < 500, x.s.opts.Now())
 	}
-	stream := false
-	if ct := resp.Header["Content-Type"]; len(ct) > 0 { // the parsers keep names canonical
-		stream = strings.HasPrefix(ct[0], "text/event-stream")
-	}
+	stream := strings.HasPrefix(answerContentType(resp), "text/event-stream")
 	if pin == nil && !stream && x.out == nil {
 		// Plain routing has nothing to inspect: copy through, with the
 		// backend's length (the answer then goes out as its last byte is
@@ -649,6 +647,7 @@ func connectionBroken(err error) bool {
 // completion is a 502 upstream_error.
 func (x *exchange) relayConverted(resp *http.Response, b *Backend, pin *pick.Pin, data []byte) {
 	status := resp.StatusCode
+	answerHeader(resp) // changed below
 	var out []byte
 	if status >= 200 && status <= 299 {
 		var err error
@@ -702,9 +701,26 @@ func copyRequestHeaders(dst, src http.Header) {
 }
 
 // writeHead relays the upstream headers (see writeHeaders) with status.
+// An answer whose header map the router's client left unbuilt has its
+// field lines relayed as they came, with no map in between, when the
+// client's answer takes them (the lean server's, through the recorder).
 func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, status int) {
+	if fields, ok := answerFields(resp); ok {
+		if fw, ok := x.w.(h1.FieldsWriter); ok {
+			x.writeOwnHeaders(b, pin)
+			fw.WriteHeaderFields(status, fields, relayedField)
+			return
+		}
+	}
 	x.writeHeaders(resp, b, pin)
 	x.w.WriteHeader(status)
+}
+
+// relayedField reports whether an answer's field (canonical name) goes
+// on to the client: not hop-by-hop, not a pin, not the request id (the
+// router's own, set before).
+func relayedField(k string) bool {
+	return !dropped(k) && k != requestIDHeader && !shim.IsPinHeader(k)
 }
 
 // revealHeader is x-backend, canonical (a lookup by it copies nothing): a
@@ -730,12 +746,18 @@ func init() {
 // identities only when the client asked (x-backend).
 func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
-	for k, v := range resp.Header {
-		if dropped(k) || k == requestIDHeader || shim.IsPinHeader(k) {
-			continue // the request id is the router's (set before)
+	for k, v := range answerHeader(resp) {
+		if relayedField(k) {
+			h[k] = v // the upstream response is not read again: no copy
 		}
-		h[k] = v // the upstream response is not read again: no copy
 	}
+	x.writeOwnHeaders(b, pin)
+}
+
+// writeOwnHeaders sets the router's fields of an answer: the routing path
+// and, when the client asked, who served it.
+func (x *exchange) writeOwnHeaders(b *Backend, pin *pick.Pin) {
+	h := x.w.Header()
 	path := shim.PathUnified
 	if x.routingPath != "" {
 		path = x.routingPath

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/continuum-router/continuum/internal/h1"
 )
 
 // UpstreamRelay is the router's plain relay without the router: the client's
@@ -35,19 +37,24 @@ func (s *Server) UpstreamRelay() http.Handler {
 			return
 		}
 		defer func() { _ = resp.Body.Close() }()
-		h := w.Header()
-		for k, v := range resp.Header {
-			if !dropped(k) {
-				h[k] = v
+		if resp.ContentLength >= 0 {
+			w.Header()["Content-Length"] = []string{strconv.FormatInt(resp.ContentLength, 10)}
+		}
+		if fields, ok := answerFields(resp); ok {
+			w.(h1.FieldsWriter).WriteHeaderFields(resp.StatusCode, fields, relayedField)
+		} else {
+			h := w.Header()
+			for k, v := range resp.Header {
+				if relayedField(k) {
+					h[k] = v
+				}
 			}
+			w.WriteHeader(resp.StatusCode)
 		}
 		if resp.ContentLength < 0 {
-			w.WriteHeader(resp.StatusCode)
 			_ = relayStream(w, resp.Body)
 			return
 		}
-		h["Content-Length"] = []string{strconv.FormatInt(resp.ContentLength, 10)}
-		w.WriteHeader(resp.StatusCode)
 		bp := streamBufPool.Get().(*[]byte)
 		_, _ = io.CopyBuffer(w, resp.Body, *bp)
 		streamBufPool.Put(bp)

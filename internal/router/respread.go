@@ -52,15 +52,16 @@ func readPlainResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*htt
 	if !ok {
 		return nil, false
 	}
-	resp, ok := h1.ParseResponseHead(head)
+	if pb == nil {
+		pb = new(plainBody)
+	}
+	resp, fields, ok := h1.ParseResponseHeadFields(head, !pb.fieldsOnly)
 	if !ok {
 		return nil, false
 	}
 	_, _ = br.Discard(len(head))
 	resp.Request = req
-	if pb == nil {
-		pb = new(plainBody)
-	}
+	pb.fields = fields
 	switch {
 	case resp.TransferEncoding != nil:
 		pb.chunked = chunkedBody{br: br, cr: httputil.NewChunkedReader(br), trailer: &resp.Trailer}
@@ -75,10 +76,14 @@ func readPlainResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*htt
 }
 
 // plainBody holds the body readers of a plain answer, one of which reads
-// it.
+// it, and its head's field lines.
 type plainBody struct {
 	length  lengthBody
 	chunked chunkedBody
+	// fieldsOnly: the answer's header map is left unbuilt (resp.Header
+	// nil), fields holding what it would be made of.
+	fieldsOnly bool
+	fields     string
 }
 
 // peekHead returns the head (through its blank line) when it is all in

@@ -199,6 +199,24 @@ func checkReadResponse(t *testing.T, raw []byte, method string) bool {
 	if !bytes.Equal(restGot, restWant) {
 		t.Fatalf("%q: after the answer %q, net/http %q", raw, restGot, restWant)
 	}
+	// Read again with the header map left unbuilt: the fields make the
+	// same map, and give the same first Content-Type, without it.
+	pb := &plainBody{fieldsOnly: true}
+	lazy, ok := readPlainResponse(bufio.NewReaderSize(bytes.NewReader(raw), upstreamBufferSize), req, pb)
+	if !ok || lazy.Header != nil {
+		t.Fatalf("%q: fields only: %v, header %q", raw, ok, lazy.Header)
+	}
+	lazy.Body = &upBody{pb: *pb}
+	wantType := ""
+	if ct := want.Header["Content-Type"]; len(ct) > 0 {
+		wantType = ct[0]
+	}
+	if got := answerContentType(lazy); got != wantType {
+		t.Fatalf("%q: content type %q from the fields, %q from the map", raw, got, wantType)
+	}
+	if got := answerHeader(lazy); !reflect.DeepEqual(got, want.Header) {
+		t.Fatalf("%q: header from the fields\n got %q\nwant %q", raw, got, want.Header)
+	}
 	return true
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/h1"
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
@@ -411,6 +412,20 @@ func (r *statusRecorder) WriteHeader(code int) {
 	if !r.wrote {
 		r.status, r.wrote = code, true
 	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// WriteHeaderFields relays an answer's fields (h1.FieldsWriter): through
+// the lean server's answer as they are, else added to the header map.
+func (r *statusRecorder) WriteHeaderFields(code int, fields string, keep func(name string) bool) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	if fw, ok := r.ResponseWriter.(h1.FieldsWriter); ok {
+		fw.WriteHeaderFields(code, fields, keep)
+		return
+	}
+	h1.AddFields(r.Header(), fields, keep)
 	r.ResponseWriter.WriteHeader(code)
 }
 

@@ -172,7 +172,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !u.inline(req) {
 		return u.fallback.RoundTrip(req)
 	}
-	return u.roundTrip(req.Context(), req, time.Time{})
+	return u.roundTrip(req.Context(), req, time.Time{}, false)
 }
 
 // RoundTripUntil is RoundTrip with the exchange bounded by deadline as a
@@ -184,11 +184,15 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 // untouched, for the caller to send through RoundTrip with a timeout
 // context. Nothing keeps req once the answer's body is closed (the caller
 // may use it again then).
+//
+// A plain answer comes without its header map (resp.Header nil): the
+// caller relays its fields as they are (answerFields) or makes the map
+// when it wants one (answerHeader).
 func (u *upstream) RoundTripUntil(ctx context.Context, req *http.Request, deadline time.Time) (*http.Response, error) {
 	if !u.inline(req) {
 		return nil, errNotInline
 	}
-	return u.roundTrip(ctx, req, deadline)
+	return u.roundTrip(ctx, req, deadline, true)
 }
 
 var errNotInline = errors.New("router: RoundTripUntil given a request only http.Transport sends")
@@ -209,7 +213,9 @@ func (u *upstream) inline(req *http.Request) bool {
 	return err == nil && p == nil
 }
 
-func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline time.Time) (*http.Response, error) {
+// roundTrip sends req inline; fieldsOnly leaves a plain answer's header
+// map unbuilt (RoundTripUntil).
+func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline time.Time, fieldsOnly bool) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -226,7 +232,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline ti
 			return nil, err
 		}
 		var resp *http.Response
-		if resp, err = u.exchange(ctx, c, req); err == nil {
+		if resp, err = u.exchange(ctx, c, req, fieldsOnly); err == nil {
 			if !idleTimeoutAnswer(ctx, resp, req, c) {
 				return resp, nil
 			}
@@ -250,9 +256,9 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline ti
 	}
 }
 
-// exchange writes req on c and reads the answer's head. On an error the
-// connection is closed.
-func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request) (*http.Response, error) {
+// exchange writes req on c and reads the answer's head (see roundTrip for
+// fieldsOnly). On an error the connection is closed.
+func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, fieldsOnly bool) (*http.Response, error) {
 	c.written, c.read, c.connErr = 0, 0, nil
 	// The context ends a blocked read or write at once: its deadline, the
 	// client going away. (A deadline given apart from the context is the
@@ -286,6 +292,7 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request) (
 	c.headLimit = maxResponseHeaderBytes
 	var resp *http.Response
 	b := new(upBody) // with the plain answer's body readers in it
+	b.pb.fieldsOnly = fieldsOnly
 	for {
 		var err error
 		resp, err = readResponse(c.br, req, &b.pb)
@@ -590,4 +597,42 @@ func (u *upstream) sweep(now time.Time) {
 		clear(list[n:])
 		u.idle[addr] = list[:n]
 	}
+}
+
+// answerFields is the field lines of an answer whose header map the
+// router's own client left unbuilt (RoundTripUntil's plain answers): ok is
+// false when resp.Header is the answer's header.
+func answerFields(resp *http.Response) (fields string, ok bool) {
+	if resp.Header != nil {
+		return "", false
+	}
+	if b, isOwn := resp.Body.(*upBody); isOwn {
+		return b.pb.fields, true
+	}
+	return "", false
+}
+
+// answerHeader is resp's header map, made from its fields first when the
+// router's own client left it unbuilt.
+func answerHeader(resp *http.Response) http.Header {
+	if resp.Header == nil {
+		if fields, ok := answerFields(resp); ok {
+			resp.Header = h1.HeaderOf(fields)
+		} else {
+			resp.Header = http.Header{}
+		}
+	}
+	return resp.Header
+}
+
+// answerContentType is the first Content-Type of resp, "" when none.
+func answerContentType(resp *http.Response) string {
+	if fields, ok := answerFields(resp); ok {
+		v, _ := h1.FieldValue(fields, "Content-Type")
+		return v
+	}
+	if ct := resp.Header["Content-Type"]; len(ct) > 0 { // the parsers keep names canonical
+		return ct[0]
+	}
+	return ""
 }
