@@ -38,26 +38,37 @@ const (
 	maxFloorRequest = 1 << 20
 )
 
+// Options are Serve's settings; the zero value is the floor itself.
+type Options struct {
+	// Logf, when set, receives the errors of single connections.
+	Logf func(format string, args ...any)
+	// PerRequest, when set, runs once per request between reading it and
+	// sending it on: work added to the floor's on purpose, to see how
+	// the benchmarks' figures move with a proxy's own work per request.
+	PerRequest func()
+}
+
 // Serve proxies every connection ln accepts to upstream (HOST:PORT) until
-// ln is closed; errors of single connections go to logf when it is set.
-func Serve(ln net.Listener, upstream string, logf func(format string, args ...any)) error {
+// ln is closed.
+func Serve(ln net.Listener, upstream string, o Options) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return err
 		}
 		go func() {
-			err := floorConn(c, upstream)
-			if err != nil && !errors.Is(err, io.EOF) && logf != nil {
-				logf("floor: %s: %v", c.RemoteAddr(), err)
+			err := floorConn(c, upstream, o.PerRequest)
+			if err != nil && !errors.Is(err, io.EOF) && o.Logf != nil {
+				o.Logf("floor: %s: %v", c.RemoteAddr(), err)
 			}
 		}()
 	}
 }
 
 // floorConn relays the requests of one client connection, one at a time,
-// over one upstream connection dialed at the first.
-func floorConn(c net.Conn, upstream string) error {
+// over one upstream connection dialed at the first, running work (when
+// set) for each.
+func floorConn(c net.Conn, upstream string, work func()) error {
 	defer func() { _ = c.Close() }()
 	client := h1.SocketIO(c)
 	var up net.Conn
@@ -80,6 +91,9 @@ func floorConn(c net.Conn, upstream string) error {
 				return err
 			}
 			upIO = h1.SocketIO(up)
+		}
+		if work != nil {
+			work()
 		}
 		if _, err := upIO.Write(in[:n]); err != nil {
 			return err

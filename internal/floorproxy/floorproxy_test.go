@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -35,7 +36,10 @@ func TestFloorRelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = ln.Close() }()
-	go func() { _ = Serve(ln, srv.Listener.Addr().String(), t.Logf) }()
+	var requests atomic.Int32
+	go func() {
+		_ = Serve(ln, srv.Listener.Addr().String(), Options{Logf: t.Logf, PerRequest: func() { requests.Add(1) }})
+	}()
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}
 	defer tr.CloseIdleConnections()
@@ -57,6 +61,9 @@ func TestFloorRelays(t *testing.T) {
 		if i%2 == 1 && len(resp.TransferEncoding) == 0 {
 			t.Fatalf("request %d: the stream was not chunked (%v): the test does not cover chunked framing", i, resp.TransferEncoding)
 		}
+	}
+	if n := requests.Load(); n != 6 {
+		t.Fatalf("the work ran for %d requests of 6", n)
 	}
 }
 

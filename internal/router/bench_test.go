@@ -242,7 +242,7 @@ func BenchmarkCold(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	go func() { _ = floorproxy.Serve(ln, strings.TrimPrefix(be, "http://"), nil) }()
+	go func() { _ = floorproxy.Serve(ln, strings.TrimPrefix(be, "http://"), floorproxy.Options{}) }()
 	b.Cleanup(func() { _ = ln.Close() })
 	fl := "http://" + ln.Addr().String()
 	// The stages between the floor and the router: the lean server with

@@ -3,9 +3,9 @@
 // it there, and with no proxy at all, process against process over real
 // sockets:
 //
-//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH] [-floor]
+//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH] [-floor [-floor-work 20us] [-floor-touch 8192]]
 //	bench-proxy backend [-addr 127.0.0.1:0] [-tokens 8] [-gap 0s]
-//	bench-proxy floor [-addr 127.0.0.1:0] -upstream HOST:PORT
+//	bench-proxy floor [-addr 127.0.0.1:0] -upstream HOST:PORT [-work 0s] [-touch 0]
 //
 // run starts the fast backend (this program's backend command, a process of
 // its own), continuum serve and nginx in front of it, then drives each of
@@ -26,7 +26,10 @@
 // against the build before it in the same run. With -floor, the floor (this
 // program's floor command: the least a Go proxy does per request,
 // internal/floorproxy) runs as one more path, so that continuum's own work
-// shows apart from what any Go proxy pays on the machine.
+// shows apart from what any Go proxy pays on the machine. -floor-work and
+// -floor-touch add work of a known size to the floor's requests (CPU spun,
+// fresh memory written), to see how a proxy's figures, its p99 above all,
+// move with its own work per request.
 package main
 
 import (
@@ -42,6 +45,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -67,12 +71,14 @@ func main() {
 		fs := flag.NewFlagSet("floor", flag.ExitOnError)
 		addr := fs.String("addr", "127.0.0.1:0", "listen address")
 		upstream := fs.String("upstream", "", "the backend's HOST:PORT")
+		work := fs.Duration("work", 0, "CPU time to spend per request (a spin), to see how the figures move with a proxy's own work")
+		touch := fs.Int("touch", 0, "bytes of a 32 MiB arena to write per request before the spin, moving on through it as allocation moves through a heap")
 		_ = fs.Parse(os.Args[2:])
 		if *upstream == "" {
 			err = fmt.Errorf("floor: -upstream is required")
 			break
 		}
-		err = serveFloor(*addr, *upstream)
+		err = serveFloor(*addr, *upstream, floorWork(*work, *touch))
 	case "run":
 		var o options
 		if o, err = parseRun(os.Args[2:]); err == nil {
@@ -107,6 +113,10 @@ type options struct {
 	label            string
 	baseline         string
 	floor            bool
+	// floorWork and floorTouch are work added to the floor per request
+	// (floor -work, -touch).
+	floorWork  time.Duration
+	floorTouch int
 }
 
 func parseRun(args []string) (options, error) {
@@ -125,6 +135,8 @@ func parseRun(args []string) (options, error) {
 	fs.StringVar(&o.label, "label", "", "what is measured (a commit), printed with the results")
 	fs.StringVar(&o.baseline, "baseline", "", "another continuum binary (the build before a change), measured as a fourth path")
 	fs.BoolVar(&o.floor, "floor", false, "measure the floor too: a Go proxy that does nothing per request but relay bytes")
+	fs.DurationVar(&o.floorWork, "floor-work", 0, "with -floor: CPU time the floor spends per request on purpose (a spin)")
+	fs.IntVar(&o.floorTouch, "floor-touch", 0, "with -floor: bytes of fresh memory the floor writes per request on purpose")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -221,7 +233,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		targets = append(targets, &target{name: pathBaseline, url: "http://" + baseAddr + "/v1/chat/completions", proc: base})
 	}
 	if o.floor {
-		fl, flAddr, err := startFloor(dir, beAddr)
+		fl, flAddr, err := startFloor(dir, beAddr, o.floorWork, o.floorTouch)
 		if err != nil {
 			return err
 		}
@@ -458,11 +470,45 @@ func readTrim(path string) string {
 // serveFloor listens on addr, prints "listening HOST:PORT" on stdout once
 // it accepts connections, and runs the floor in front of upstream until the
 // process is stopped.
-func serveFloor(addr, upstream string) error {
+func serveFloor(addr, upstream string, work func()) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stdout, "listening %s\n", ln.Addr())
-	return floorproxy.Serve(ln, upstream, func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) })
+	return floorproxy.Serve(ln, upstream, floorproxy.Options{
+		Logf:       func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+		PerRequest: work,
+	})
+}
+
+// floorWork is the work floor's -work and -touch add per request, nil for
+// none: touch bytes of a 32 MiB arena (a byte per cache line), going on
+// through it from request to request as allocation goes through a heap,
+// so that the lines are seldom in a cache; then spin until d has passed
+// since the work began.
+func floorWork(d time.Duration, touch int) func() {
+	if d <= 0 && touch <= 0 {
+		return nil
+	}
+	const arenaSize = 32 << 20
+	var arena []byte
+	if touch > 0 {
+		arena = make([]byte, arenaSize)
+	}
+	var mu sync.Mutex
+	off := 0
+	return func() {
+		start := time.Now()
+		if touch > 0 {
+			mu.Lock()
+			for i := 0; i < touch; i += 64 {
+				arena[(off+i)%arenaSize]++
+			}
+			off = (off + touch) % arenaSize
+			mu.Unlock()
+		}
+		for time.Since(start) < d {
+		}
+	}
 }

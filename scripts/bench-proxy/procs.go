@@ -79,9 +79,11 @@ func startBackend(dir string, tokens int, gap time.Duration) (*proc, string, err
 	return startSelf(dir, "backend", "backend", "-addr", "127.0.0.1:0", "-tokens", strconv.Itoa(tokens), "-gap", gap.String())
 }
 
-// startFloor runs this program's floor command in front of backendAddr.
-func startFloor(dir, backendAddr string) (*proc, string, error) {
-	return startSelf(dir, pathFloor, "floor", "-addr", "127.0.0.1:0", "-upstream", backendAddr)
+// startFloor runs this program's floor command in front of backendAddr,
+// with work and touch added per request (zero: none).
+func startFloor(dir, backendAddr string, work time.Duration, touch int) (*proc, string, error) {
+	return startSelf(dir, pathFloor, "floor", "-addr", "127.0.0.1:0", "-upstream", backendAddr,
+		"-work", work.String(), "-touch", strconv.Itoa(touch))
 }
 
 // startSelf runs this program with args as the process name, its stderr in

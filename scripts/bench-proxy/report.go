@@ -58,6 +58,10 @@ type settings struct {
 	LatencyMeasured string   `json:"latency_measured"`
 	CPUMeasured     string   `json:"cpu_measured"`
 	AddedLatency    string   `json:"added_latency"`
+	// FloorWorkUS and FloorTouchBytes are the work added to the floor
+	// per request on purpose (-floor-work, -floor-touch).
+	FloorWorkUS     float64 `json:"floor_work_us,omitempty"`
+	FloorTouchBytes int     `json:"floor_touch_bytes,omitempty"`
 }
 
 // cell is one path at one rate and mode, pooled over the rounds.
@@ -155,6 +159,7 @@ func newReport(o options, targets []*target) *report {
 		LatencyMeasured: "from sending the request to reading the last byte of the answer (vegeta's latency; the first byte by the generator's transport)",
 		CPUMeasured:     "utime+stime of /proc/PID/stat (the proxy process; nginx's master and workers) before and after each cell",
 		AddedLatency:    "a proxy's quantile minus the direct path's same quantile, same rate and mode, same run",
+		FloorWorkUS:     float64(o.floorWork.Nanoseconds()) / 1e3, FloorTouchBytes: o.floorTouch,
 	}}
 	for _, rate := range o.rates {
 		for _, mode := range o.modes {
@@ -383,7 +388,11 @@ func (r *report) writeTable(w io.Writer) {
 		r.writeAgainst(w, pathBaseline, fmt.Sprintf("the baseline build (%s)", r.Versions.Baseline))
 	}
 	if r.hasPath(pathFloor) {
-		r.writeAgainst(w, pathFloor, "the floor (a Go proxy with one goroutine per connection and continuum's socket I/O that only relays bytes)")
+		what := "the floor (a Go proxy with one goroutine per connection and continuum's socket I/O that only relays bytes)"
+		if s := r.Settings; s.FloorWorkUS > 0 || s.FloorTouchBytes > 0 {
+			what = fmt.Sprintf("the floor with work added on purpose: %g µs of spin and %d bytes of fresh memory written per request", s.FloorWorkUS, s.FloorTouchBytes)
+		}
+		r.writeAgainst(w, pathFloor, what)
 	}
 	if len(bad) > 0 {
 		fmt.Fprintf(w, "\nWARNING:\n- %s\n", strings.Join(bad, "\n- "))
