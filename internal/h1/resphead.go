@@ -111,6 +111,27 @@ func HeaderOf(fields string) http.Header {
 	return h
 }
 
+// NextField takes the first field line off fields (as
+// ParseResponseHeadFields gives them): its canonical name, the line itself
+// through its line break, and the lines after it; ok is false at the end.
+// A line that is not a field (there is none in what that gives) is passed
+// over.
+func NextField(fields string) (name, line, rest string, ok bool) {
+	for fields != "" {
+		eol := indexCRLF(fields)
+		if eol < 0 {
+			return "", "", "", false
+		}
+		line, fields = fields[:eol+2], fields[eol+2:]
+		colon := indexByte(line, ':')
+		if colon <= 0 || !validToken(line[:colon]) {
+			continue
+		}
+		return canonicalKey(line[:colon]), line, fields, true
+	}
+	return "", "", "", false
+}
+
 // FieldValue is the first value of the field named name (canonical) in
 // fields (as ParseResponseHeadFields returned them), without a map.
 func FieldValue(fields, name string) (string, bool) {

@@ -105,18 +105,12 @@ func (w *response) WriteHeaderFields(code int, fields string, keep func(name str
 		return
 	}
 	bw := w.c.bw
-	for fields != "" {
-		eol := indexCRLF(fields)
-		if eol < 0 {
+	for {
+		name, line, rest, ok := NextField(fields)
+		if !ok {
 			return
 		}
-		line := fields[:eol+2]
-		fields = fields[eol+2:]
-		colon := indexByte(line, ':')
-		if colon <= 0 || !validToken(line[:colon]) {
-			continue
-		}
-		name := canonicalKey(line[:colon])
+		fields = rest
 		switch name {
 		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
 			continue
@@ -132,7 +126,7 @@ func (w *response) WriteHeaderFields(code int, fields string, keep func(name str
 		case "Content-Type":
 			w.hasType = true
 		case "Content-Encoding":
-			if trimOWS(line[colon+1:eol]) != "" {
+			if trimOWS(line[len(name)+1:len(line)-2]) != "" {
 				w.hasType = true // an encoded body is not sniffed
 			}
 		case "Date":
@@ -146,18 +140,13 @@ func (w *response) WriteHeaderFields(code int, fields string, keep func(name str
 // answer that is not the lean server's.
 func AddFields(h http.Header, fields string, keep func(name string) bool) {
 	var added []string // names this call added: their repeats are relayed too
-	for fields != "" {
-		eol := indexCRLF(fields)
-		if eol < 0 {
+	for {
+		name, line, rest, ok := NextField(fields)
+		if !ok {
 			return
 		}
-		line := fields[:eol]
-		fields = fields[eol+2:]
-		colon := indexByte(line, ':')
-		if colon <= 0 || !validToken(line[:colon]) {
-			continue
-		}
-		name, value := canonicalKey(line[:colon]), trimOWS(line[colon+1:])
+		fields = rest
+		value := trimOWS(line[len(name)+1 : len(line)-2])
 		switch name {
 		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
 			continue
