@@ -160,7 +160,7 @@ func (b *chunkedBody) Read(p []byte) (int, error) {
 		return 0, b.err
 	}
 	n, err := b.cr.Read(p)
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		if terr := b.readTrailer(); terr != nil {
 			err = terr
 		}
@@ -199,7 +199,7 @@ func (b *chunkedBody) readTrailer() error {
 	}
 	fields, err := textproto.NewReader(b.br).ReadMIMEHeader()
 	if err != nil {
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return errTrailerEOF
 		}
 		return err
