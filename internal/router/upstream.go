@@ -91,13 +91,33 @@ type upConn struct {
 	kill func()
 }
 
-// setDeadline makes d the connection's deadline, unless it is already.
-func (c *upConn) setDeadline(d time.Time) {
-	if !c.deadline.Equal(d) {
-		_ = c.conn.SetDeadline(d)
-		c.deadline = d
+// setDeadline makes d the connection's deadline, or keeps the one it has
+// when that is no earlier than d and at most a sixteenth of the time left
+// (and at most deadlineSlack) later, and when it moves it, moves it that
+// much beyond d. Moving a connection's deadline modifies two of the
+// runtime's timers; on a connection that carries request after request, a
+// deadline a little late then moves about once per sixteenth of the
+// timeout instead of once per request. A timeout may so end an exchange
+// up to that much after it was due, never before.
+func (c *upConn) setDeadline(d, now time.Time) {
+	if d.IsZero() {
+		if !c.deadline.IsZero() {
+			_ = c.conn.SetDeadline(d)
+			c.deadline = d
+		}
+		return
 	}
+	slack := max(min(d.Sub(now)/16, deadlineSlack), 0)
+	if !c.deadline.Before(d) && c.deadline.Sub(d) <= slack {
+		return
+	}
+	d = d.Add(slack)
+	_ = c.conn.SetDeadline(d)
+	c.deadline = d
 }
+
+// deadlineSlack bounds how late a connection's deadline may be.
+const deadlineSlack = time.Second
 
 // ended is why the exchange on c has ended, or nil: its context ended, or
 // its deadline passed (read as the context's deadline, as a timeout
@@ -415,7 +435,7 @@ func (u *upstream) get(ctx context.Context, deadline time.Time, addr string, idl
 		if now.Sub(c.lastUsed) < upstreamIdleTimeout {
 			// The new deadline first: the last exchange's may have
 			// passed while the connection was idle, and the check reads.
-			c.setDeadline(deadline)
+			c.setDeadline(deadline, now)
 			if c.open() {
 				c.reused = true
 				return c, nil
@@ -434,7 +454,7 @@ func (u *upstream) get(ctx context.Context, deadline time.Time, addr string, idl
 	}
 	c := &upConn{conn: conn, rw: h1.SocketIO(conn), addr: addr}
 	c.kill = func() { _ = conn.SetDeadline(aLongTimeAgo) }
-	c.setDeadline(deadline)
+	c.setDeadline(deadline, now)
 	c.br = bufio.NewReaderSize(c, upstreamBufferSize)
 	c.bw = bufio.NewWriterSize(connWriter{c}, upstreamBufferSize)
 	return c, nil

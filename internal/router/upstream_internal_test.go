@@ -922,3 +922,47 @@ func TestInlineHonoursHTTPProxy(t *testing.T) {
 		t.Fatal("a request the proxy carries was sent inline")
 	}
 }
+
+// deadlineCount counts a connection's deadline moves.
+type deadlineCount struct {
+	net.Conn
+	moves int
+	last  time.Time
+}
+
+func (c *deadlineCount) SetDeadline(t time.Time) error {
+	c.moves++
+	c.last = t
+	return nil
+}
+
+// TestDeadlineMovesRarely: on a connection that carries request after
+// request, the deadline moves about once per sixteenth of the timeout, and
+// is never earlier than asked nor later by more than that sixteenth (or a
+// second); none asked clears it.
+func TestDeadlineMovesRarely(t *testing.T) {
+	t.Parallel()
+	for _, timeout := range []time.Duration{800 * time.Millisecond, 10 * time.Second, time.Hour} {
+		fc := &deadlineCount{}
+		c := &upConn{conn: fc}
+		start := time.Unix(1_800_000_000, 0)
+		const requests = 10_000
+		for i := range requests {
+			now := start.Add(time.Duration(i) * time.Millisecond)
+			want := now.Add(timeout)
+			c.setDeadline(want, now)
+			slack := min(timeout/16, deadlineSlack)
+			if c.deadline.Before(want) || c.deadline.Sub(want) > slack || !fc.last.Equal(c.deadline) {
+				t.Fatalf("timeout %v, request %d: deadline %v for %v (slack %v), the connection's %v", timeout, i, c.deadline, want, slack, fc.last)
+			}
+		}
+		slack := min(timeout/16, deadlineSlack)
+		if most := int(requests*time.Millisecond/slack) + 1; fc.moves > most {
+			t.Fatalf("timeout %v: %d moves in %d requests 1 ms apart, want at most %d", timeout, fc.moves, requests, most)
+		}
+		c.setDeadline(time.Time{}, start)
+		if !c.deadline.IsZero() || !fc.last.IsZero() {
+			t.Fatalf("timeout %v: no deadline asked, %v kept", timeout, c.deadline)
+		}
+	}
+}
