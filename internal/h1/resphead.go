@@ -1,6 +1,9 @@
 package h1
 
-import "net/http"
+import (
+	"net/http"
+	"strings"
+)
 
 // ParseResponseHead parses the answer head in b (through its empty line,
 // as HeadEnd finds it) when it is one a client may read without
@@ -22,9 +25,9 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 // ParseResponseHeadFields is ParseResponseHead that also returns the
 // head's field lines (each "name: value\r\n", names as sent, through the
 // last field's line break) and builds the header map only when asked
-// (withMap); else resp.Header is nil and HeaderOf makes it from fields when it
-// is wanted. A caller that only relays the fields (WriteHeaderFields)
-// then never builds the map.
+// (withMap); else resp.Header is nil and HeaderOf makes it from fields
+// when it is wanted. A caller that only relays the fields
+// (WriteHeaderFields) then never builds the map.
 func ParseResponseHeadFields(b []byte, withMap bool) (resp *http.Response, fields string, ok bool) {
 	s := string(b)
 	eol := indexCRLF(s)
@@ -143,34 +146,11 @@ func FieldValue(fields, name string) (string, bool) {
 		line := fields[:eol]
 		fields = fields[eol+2:]
 		colon := indexByte(line, ':')
-		if colon == len(name) && equalFoldASCII(line[:colon], name) {
+		if colon == len(name) && strings.EqualFold(line[:colon], name) {
 			return trimOWS(line[colon+1:]), true
 		}
 	}
 	return "", false
-}
-
-// equalFoldASCII reports whether s and t are equal ignoring ASCII case.
-func equalFoldASCII(s, t string) bool {
-	if len(s) != len(t) {
-		return false
-	}
-	for i := range len(s) {
-		a, b := s[i], t[i]
-		if a == b {
-			continue
-		}
-		if 'A' <= a && a <= 'Z' {
-			a += 'a' - 'A'
-		}
-		if 'A' <= b && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		if a != b {
-			return false
-		}
-	}
-	return true
 }
 
 // chunkedCoding is a chunked answer's TransferEncoding, one slice shared
