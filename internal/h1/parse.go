@@ -18,8 +18,8 @@ type head struct {
 	method, target, host string
 	header               http.Header
 	contentLength        int64
-	close                bool     // Connection: close
-	url                  *url.URL // set by parseTarget
+	close                bool    // Connection: close
+	url                  url.URL // set by parseTarget
 }
 
 // parseHead reads the request head in b, which ends with the empty line.
@@ -160,24 +160,27 @@ func parseFields(s string, build bool, field func(key, value string) (keep, ok b
 // it; others go through it.
 func (h *head) parseTarget() bool {
 	if path, query, ok := plainTarget(h.target); ok {
-		h.url = &url.URL{Path: path, RawQuery: query}
+		h.url = url.URL{Path: path, RawQuery: query}
 		return true
 	}
 	u, err := url.ParseRequestURI(h.target)
 	if err != nil {
 		return false
 	}
-	h.url = u
+	h.url = *u
 	return true
 }
 
-// request builds the http.Request of a parsed head with its context. The
-// request is built in place and copied once by WithContext (the only way
-// to give it a context), not allocated twice.
-func (h *head) request(ctx context.Context) *http.Request {
+// request builds the http.Request of a parsed head with its context and
+// its URL (the head's, copied to where the caller keeps it: the request's
+// response, allocated anyway). The request is built in place and copied
+// once by WithContext (the only way to give it a context), not allocated
+// twice.
+func (h *head) request(ctx context.Context, u *url.URL) *http.Request {
+	*u = h.url
 	r := http.Request{
 		Method:        h.method,
-		URL:           h.url,
+		URL:           u,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,

@@ -56,7 +56,7 @@ func FuzzParseHead(f *testing.F) {
 		if !lok {
 			t.Fatalf("lean path refuses what net/http reads: %q", data)
 		}
-		lreq := h.request(context.Background())
+		lreq := h.request(context.Background(), new(url.URL))
 		// The checks net/http's server adds to ReadRequest's.
 		// ReadRequest keeps one Host in req.Host and drops the field.
 		hosts := 0
@@ -142,7 +142,7 @@ func BenchmarkParseHead(b *testing.B) {
 		if !h.parseTarget() {
 			b.Fatal("declined")
 		}
-		_ = h.request(context.Background())
+		_ = h.request(context.Background(), new(url.URL))
 	}
 }
 

@@ -2,7 +2,10 @@ package h1
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // EndNotifier is offered by the context of a request the lean server
@@ -21,33 +24,107 @@ type EndNotifier interface {
 	StopAfterEnd() bool
 }
 
-// reqContext is a request's context: a cancelable context (so that
-// context.WithTimeout and friends below it link to it as they do to any)
-// and the EndNotifier function.
+// reqContext is a request's context: it ends (context.Canceled) when the
+// request does, and holds the EndNotifier function. It is a context of its
+// own rather than a context.WithCancel so that a request that derives no
+// context from it allocates nothing for it: its Done channel is made only
+// when asked for. Contexts derived from it (context.WithTimeout and the
+// like, context.AfterFunc) link to it through its AfterFunc method, which
+// the context package uses for any parent that has one, as directly as
+// they link to a cancelCtx and with no goroutine.
 type reqContext struct {
-	context.Context
-	cancel context.CancelFunc
+	ended atomic.Bool // read without the lock by Err
 
-	mu    sync.Mutex
-	ended bool
-	hook  func()
+	mu     sync.Mutex
+	done   chan struct{} // made by the first Done; closed by end
+	hook   func()
+	afters []*afterFunc
 }
+
+// afterFunc is one function of AfterFunc, by pointer so that its stop
+// finds it.
+type afterFunc struct{ f func() }
 
 var _ EndNotifier = (*reqContext)(nil)
 
-func (r *reqContext) init() {
-	r.Context, r.cancel = context.WithCancel(context.Background())
+// closedDone is the Done channel of a context asked for it after it ended.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+func (r *reqContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (r *reqContext) Done() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		if r.ended.Load() {
+			return closedDone
+		}
+		r.done = make(chan struct{})
+	}
+	return r.done
 }
 
-// end cancels the context and runs the function, if one is set.
-func (r *reqContext) end() {
-	r.cancel()
+func (r *reqContext) Err() error {
+	if r.ended.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value holds nothing: the lean server puts no values in a request's
+// context.
+func (r *reqContext) Value(any) any { return nil }
+
+// AfterFunc runs f when the context ends, on the goroutine that ends it,
+// or now when it has ended; stop forgets f, false when f has run or is
+// running. (The context package calls it with the function that ends a
+// derived context.)
+func (r *reqContext) AfterFunc(f func()) (stop func() bool) {
+	a := &afterFunc{f: f}
 	r.mu.Lock()
-	f := r.hook
-	r.hook, r.ended = nil, true
+	if r.ended.Load() {
+		r.mu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	r.afters = append(r.afters, a)
+	r.mu.Unlock()
+	return func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		i := slices.Index(r.afters, a)
+		if i < 0 {
+			return false
+		}
+		r.afters = slices.Delete(r.afters, i, i+1)
+		return true
+	}
+}
+
+// end ends the context and runs its functions: the EndNotifier's first,
+// then AfterFunc's in the order they were set. A second end does nothing.
+func (r *reqContext) end() {
+	r.mu.Lock()
+	if r.ended.Load() {
+		r.mu.Unlock()
+		return
+	}
+	r.ended.Store(true)
+	if r.done != nil {
+		close(r.done)
+	}
+	f, afters := r.hook, r.afters
+	r.hook, r.afters = nil, nil
 	r.mu.Unlock()
 	if f != nil {
 		f()
+	}
+	for _, a := range afters {
+		a.f()
 	}
 }
 
@@ -57,7 +134,7 @@ func (r *reqContext) AfterEnd(f func()) bool {
 		r.mu.Unlock()
 		return false
 	}
-	if r.ended {
+	if r.ended.Load() {
 		r.mu.Unlock()
 		f()
 		return true

@@ -6,12 +6,12 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestReqContextAfterEnd(t *testing.T) {
 	t.Parallel()
 	var r reqContext
-	r.init()
 	ran := 0
 	f := func() { ran++ }
 	if !r.AfterEnd(f) || r.AfterEnd(f) {
@@ -54,7 +54,6 @@ func TestReqContextEndRaces(t *testing.T) {
 	}
 	for i := range rounds {
 		var r reqContext
-		r.init()
 		var ran atomic.Int32
 		ended := make(chan struct{})
 		go func() {
@@ -75,5 +74,68 @@ func TestReqContextEndRaces(t *testing.T) {
 		if r.Err() == nil {
 			t.Fatalf("round %d: the context did not end", i)
 		}
+	}
+}
+
+// TestReqContextDerived: contexts derived from a request's context, and
+// context.AfterFunc on it, end with it, whether they were made before or
+// after it ended, and a stopped AfterFunc does not run.
+func TestReqContextDerived(t *testing.T) {
+	t.Parallel()
+	var r reqContext
+	if r.Err() != nil {
+		t.Fatal("a new context has ended")
+	}
+	timeout, cancelTimeout := context.WithTimeout(&r, time.Hour)
+	defer cancelTimeout()
+	cancelled, cancel := context.WithCancel(&r)
+	cancel() // deregisters from r
+	ran := make(chan string, 4)
+	context.AfterFunc(&r, func() { ran <- "after" })
+	stop := context.AfterFunc(&r, func() { ran <- "stopped" })
+	if !stop() {
+		t.Fatal("stop of a waiting AfterFunc: false")
+	}
+	done := r.Done()
+	select {
+	case <-done:
+		t.Fatal("Done closed before the end")
+	default:
+	}
+	r.end()
+	<-done
+	if !errors.Is(timeout.Err(), context.Canceled) || !errors.Is(context.Cause(timeout), context.Canceled) {
+		t.Fatalf("derived context after the end: Err %v, Cause %v", timeout.Err(), context.Cause(timeout))
+	}
+	if !errors.Is(cancelled.Err(), context.Canceled) {
+		t.Fatalf("cancelled child: %v", cancelled.Err())
+	}
+	if got := <-ran; got != "after" {
+		t.Fatalf("AfterFunc ran %q", got)
+	}
+	// Made after the end: ended at once.
+	late, cancelLate := context.WithCancel(&r)
+	defer cancelLate()
+	if late.Err() == nil {
+		t.Fatal("a context derived after the end has not ended")
+	}
+	select {
+	case <-r.Done():
+	default:
+		t.Fatal("Done asked for after the end is not closed")
+	}
+	context.AfterFunc(&r, func() { ran <- "late" })
+	select {
+	case got := <-ran:
+		if got != "late" {
+			t.Fatalf("late AfterFunc: %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an AfterFunc set after the end did not run")
+	}
+	select {
+	case got := <-ran:
+		t.Fatalf("%q ran as well", got)
+	default:
 	}
 }

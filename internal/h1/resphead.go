@@ -29,31 +29,42 @@ func ParseResponseHead(b []byte) (resp *http.Response, ok bool) {
 // when it is wanted. A caller that only relays the fields
 // (WriteHeaderFields) then never builds the map.
 func ParseResponseHeadFields(b []byte, withMap bool) (resp *http.Response, fields string, ok bool) {
+	resp = new(http.Response)
+	if fields, ok = ParseResponseHeadTo(resp, b, withMap); !ok {
+		return nil, "", false
+	}
+	return resp, fields, true
+}
+
+// ParseResponseHeadTo is ParseResponseHeadFields into a response the
+// caller holds (allocated with what it keeps beside it); resp is
+// overwritten whole, and when ok is false its contents are undefined.
+func ParseResponseHeadTo(resp *http.Response, b []byte, withMap bool) (fields string, ok bool) {
 	s := string(b)
 	eol := indexCRLF(s)
 	if eol < 0 {
-		return nil, "", false
+		return "", false
 	}
 	line := s[:eol]
 	s = s[eol+2:]
 	const proto = "HTTP/1.1 "
 	if len(line) < len(proto)+3 || line[:len(proto)] != proto {
-		return nil, "", false
+		return "", false
 	}
 	status := line[len(proto):]
 	code := 0
 	for i := range 3 {
 		c := status[i]
 		if c < '0' || c > '9' {
-			return nil, "", false
+			return "", false
 		}
 		code = code*10 + int(c-'0')
 	}
 	if len(status) > 3 && (status[3] != ' ' || !validValue(status[4:])) {
-		return nil, "", false
+		return "", false
 	}
 	if code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
-		return nil, "", false
+		return "", false
 	}
 	length := int64(-1)
 	chunked := false
@@ -79,9 +90,9 @@ func ParseResponseHeadFields(b []byte, withMap bool) (resp *http.Response, field
 		return true, true
 	})
 	if !ok {
-		return nil, "", false
+		return "", false
 	}
-	resp = &http.Response{
+	*resp = http.Response{
 		Status:        status,
 		StatusCode:    code,
 		Proto:         "HTTP/1.1",
@@ -92,13 +103,13 @@ func ParseResponseHeadFields(b []byte, withMap bool) (resp *http.Response, field
 	}
 	switch {
 	case chunked && length >= 0:
-		return nil, "", false // both framings: net/http's rules decide
+		return "", false // both framings: net/http's rules decide
 	case chunked:
 		resp.TransferEncoding = chunkedCoding
 	case length < 0:
-		return nil, "", false // no length: the body ends with the connection
+		return "", false // no length: the body ends with the connection
 	}
-	return resp, s[:len(s)-2], true
+	return s[:len(s)-2], true
 }
 
 // HeaderOf is the header map of an answer's fields as

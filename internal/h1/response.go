@@ -1,7 +1,9 @@
 package h1
 
 import (
+	"bufio"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 type response struct {
 	c      *conn
 	rctx   reqContext // the request's context
+	url    url.URL    // the request's URL
 	req    *http.Request
 	body   *body
 	header http.Header
@@ -83,6 +86,21 @@ func (w *response) WriteHeader(code int) {
 	_, w.hasDate = w.header["Date"]
 	writeStatusLine(bw, code)
 	writeHeaders(bw, w.header, code)
+}
+
+// LengthDeclarer is an answer whose body length can be declared before
+// its status is written, as a Content-Length in the header map declares
+// it, with no map entry to make: the lean server's answers implement it.
+type LengthDeclarer interface {
+	// DeclareLength declares the body's length, n ≥ 0. A Content-Length
+	// in the header map when the status is written wins over it.
+	DeclareLength(n int64)
+}
+
+func (w *response) DeclareLength(n int64) {
+	if !w.wroteHeader && n >= 0 {
+		w.declared = n
+	}
 }
 
 // FieldsWriter is an answer that relays another answer's field lines
@@ -172,12 +190,12 @@ func (w *response) commit(chunked bool, next []byte) {
 	case w.noBody:
 		// 1xx, 204 and 304 carry no framing fields (net/http's rule).
 	case w.declared >= 0:
-		writeHeader(bw, "Content-Length", strconv.FormatInt(w.declared, 10))
+		writeLength(bw, w.declared)
 	case chunked:
 		w.chunked = true
 		_, _ = bw.WriteString("Transfer-Encoding: chunked\r\n")
 	default:
-		writeHeader(bw, "Content-Length", strconv.Itoa(len(w.pending)))
+		writeLength(bw, int64(len(w.pending)))
 	}
 	if !w.hasType && !w.noBody && len(w.pending)+len(next) > 0 {
 		writeHeader(bw, "Content-Type", sniff(w.pending, next))
@@ -381,6 +399,14 @@ func writeHeader(bw stringWriter, k, v string) {
 		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
 	}
 	_, _ = bw.WriteString(v)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// writeLength writes the Content-Length line, the number formatted in the
+// buffer's free space (a string of it would be a heap object per answer).
+func writeLength(bw *bufio.Writer, n int64) {
+	_, _ = bw.WriteString("Content-Length: ")
+	_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
 	_, _ = bw.WriteString("\r\n")
 }
 

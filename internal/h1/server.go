@@ -441,10 +441,9 @@ func (r *replayConn) Read(p []byte) (int, error) {
 func (c *conn) serveRequest(h head) (keep bool) {
 	c.served++
 	w := &response{c: c, header: make(http.Header, 4), declared: -1}
-	w.rctx.init()
 	c.rctx = &w.rctx
 	defer w.rctx.end()
-	req := h.request(&w.rctx)
+	req := h.request(&w.rctx, &w.url)
 	req.RemoteAddr = c.remote
 	w.reqBody = body{c: c, remain: h.contentLength, armOnLastBytes: true}
 	b := &w.reqBody
