@@ -496,7 +496,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		// backend's length (the answer then goes out as its last byte is
 		// written, and a large one is not re-framed in chunks).
 		if resp.ContentLength >= 0 {
-			x.w.Header()["Content-Length"] = []string{strconv.FormatInt(resp.ContentLength, 10)}
+			declareLength(x.w, resp.ContentLength)
 		}
 		x.writeHead(resp, b, pin, resp.StatusCode)
 		bp := streamBufPool.Get().(*[]byte)

@@ -7,7 +7,8 @@ import (
 )
 
 // decodeRequest decodes an inference request's body into q as
-// json.Unmarshal does. A body of the common shape (an object whose field
+// json.Unmarshal does, but for its raw members, which may share body's
+// bytes (body must not change while q is used). A body of the common shape (an object whose field
 // names are plain, a model name without escapes, stream a boolean,
 // messages objects, no field twice) is read here in one pass with a
 // handful of allocations; anything else, invalid JSON included, goes to
@@ -264,15 +265,18 @@ func (d *plainDecoder) messages(q *request) bool {
 	})
 }
 
-// raw reads any value and returns a copy of its bytes (json.RawMessage's
-// rule), nil when it is not valid.
+// raw reads any value and returns its bytes, nil when it is not valid.
+// Unlike json.Unmarshal, which copies a RawMessage, the bytes are the
+// body's own (capacity clipped, so that an append copies): nothing writes
+// a request body once it is read (the router's rewrites of it make new
+// ones), and a conversation's messages then cost no allocation each.
 func (d *plainDecoder) raw(depth int) json.RawMessage {
 	d.space()
 	start := d.i
 	if !d.skip(depth) {
 		return nil
 	}
-	return append(json.RawMessage(nil), d.b[start:d.i]...)
+	return json.RawMessage(d.b[start:d.i:d.i])
 }
 
 // skip reads one value of any kind, checking it as JSON.

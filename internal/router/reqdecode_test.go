@@ -114,3 +114,24 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeRawClipped: the raw members share the body's bytes with their
+// capacity clipped, so that appending to one never writes the body.
+func TestDecodeRawClipped(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"m","messages":[{"content":"a"},{"content":"b"}],"prompt":"p","nvext":{}}`)
+	orig := string(body)
+	var q request
+	if !decodePlainRequest(body, &q) {
+		t.Fatal("not decoded as plain")
+	}
+	for _, raw := range []json.RawMessage{q.Messages[0].Content, q.Messages[1].Content, q.Prompt, q.Nvext} {
+		if cap(raw) != len(raw) {
+			t.Fatalf("%s: capacity %d past its length %d", raw, cap(raw), len(raw))
+		}
+		_ = append(raw, 'X')
+	}
+	if string(body) != orig {
+		t.Fatalf("the body changed: %s", body)
+	}
+}

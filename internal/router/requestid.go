@@ -17,13 +17,15 @@ const maxRequestIDLen = 128
 // none or one that is too long or holds more than letters, digits and
 // -_.:/+= (a value that could forge a log line or a header). The id also
 // comes as the one-value slice of r's header that holds it, which the
-// answer's header shares (clipped: an append copies).
-func requestID(r *http.Request) (string, []string) {
+// answer's header shares (clipped: an append copies); a new id's slice is
+// slot, which the caller allocated with the request's other state.
+func requestID(r *http.Request, slot *[1]string) (string, []string) {
 	if vs := r.Header[requestIDHeader]; len(vs) > 0 && validRequestID(vs[0]) {
 		return vs[0], vs[:1:1]
 	}
 	id := newRequestID()
-	vs := []string{id}
+	slot[0] = id
+	vs := slot[:]
 	r.Header[requestIDHeader] = vs
 	return id, vs
 }

@@ -55,7 +55,8 @@ func readPlainResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*htt
 	if pb == nil {
 		pb = new(plainBody)
 	}
-	resp, fields, ok := h1.ParseResponseHeadFields(head, !pb.fieldsOnly)
+	resp := &pb.resp
+	fields, ok := h1.ParseResponseHeadTo(resp, head, !pb.fieldsOnly)
 	if !ok {
 		return nil, false
 	}
@@ -78,6 +79,8 @@ func readPlainResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*htt
 // plainBody holds the body readers of a plain answer, one of which reads
 // it, and its head's field lines.
 type plainBody struct {
+	// resp is the answer (allocated with its body's readers).
+	resp    http.Response
 	length  lengthBody
 	chunked chunkedBody
 	// fieldsOnly: the answer's header map is left unbuilt (resp.Header

@@ -398,7 +398,10 @@ func (q *request) promptText() string {
 	return strings.Join(parts, "\n")
 }
 
-// statusRecorder remembers the status written, for logs and metrics.
+// statusRecorder remembers the status written, for logs and metrics. It
+// also holds what the request needs for the whole of its handling, so
+// that it comes in one allocation: its id's header value and its
+// exchange (for the completion routes, which the router serves most).
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
@@ -406,6 +409,8 @@ type statusRecorder struct {
 	// inFlight: admit took one of server.max_in_flight's slots, released
 	// when the handler returns.
 	inFlight bool
+	idSlot   [1]string
+	x        exchange
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -427,6 +432,23 @@ func (r *statusRecorder) WriteHeaderFields(code int, fields string, keep func(na
 	}
 	h1.AddFields(r.Header(), fields, keep)
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// DeclareLength declares the answer's body length (h1.LengthDeclarer):
+// to the lean server's answer as it is, else as a Content-Length field.
+func (r *statusRecorder) DeclareLength(n int64) {
+	declareLength(r.ResponseWriter, n)
+}
+
+// declareLength declares w's body length n ≥ 0 before its status: through
+// h1.LengthDeclarer when w has it (no header value to allocate), else in
+// the header map.
+func declareLength(w http.ResponseWriter, n int64) {
+	if ld, ok := w.(h1.LengthDeclarer); ok {
+		ld.DeclareLength(n)
+		return
+	}
+	w.Header()["Content-Length"] = []string{strconv.FormatInt(n, 10)}
 }
 
 func (r *statusRecorder) Write(p []byte) (int, error) {
@@ -467,9 +489,9 @@ func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFun
 	duration := s.opts.Metrics.RequestDuration.WithLabelValues(path)
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id, idValue := requestID(r)
-		w.Header()[requestIDHeader] = idValue
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		id, idValue := requestID(r, &rec.idSlot)
+		w.Header()[requestIDHeader] = idValue
 		// Accounted for however the handler ends: an answer cut short
 		// (http.ErrAbortHandler, after its upstream broke off) panics
 		// through here, and the panic goes on to the server, which closes
@@ -555,7 +577,13 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 	if !ok {
 		return
 	}
-	x := &exchange{s: s, w: w, r: r, path: path, policy: policy}
+	var x *exchange
+	if rec, ok := w.(*statusRecorder); ok {
+		x = &rec.x
+	} else {
+		x = new(exchange)
+	}
+	*x = exchange{s: s, w: w, r: r, path: path, policy: policy}
 	q := &x.query
 	if err := decodeRequest(body, q); err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
