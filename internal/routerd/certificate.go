@@ -54,8 +54,8 @@ func (c *certificate) config() *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.cur.Load(), nil }}
 }
 
-// run reloads the pair when a file in the certificate's or the key's
-// directory changes, until ctx ends.
+// run reloads the pair when the certificate's or the key's file changes
+// (their directories are watched), until ctx ends.
 func (c *certificate) run(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -69,6 +69,7 @@ func (c *certificate) run(ctx context.Context) error {
 			c.logger.Warn("server.tls: watching the certificate's directory", "dir", dir, "err", err)
 		}
 	}
+	watched := newWatchedFiles(c.files.Cert, c.files.Key)
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
@@ -76,11 +77,14 @@ func (c *certificate) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-w.Events:
-			debounce.Reset(reloadDebounce)
+		case ev := <-w.Events:
+			if watched.concerns(ev) {
+				debounce.Reset(reloadDebounce)
+			}
 		case err := <-w.Errors:
 			c.logger.Warn("server.tls: watching the certificate files", "err", err)
 		case <-debounce.C:
+			watched.refresh()
 			prev := c.pem
 			if err := c.load(); err != nil {
 				c.logger.Error("server.tls: the changed certificate does not load; the previous one is served", "cert", c.files.Cert, "err", err)

@@ -38,7 +38,9 @@ func (d *Daemon) followReloads(ctx context.Context) error {
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	var last []byte // the file's content last read
+	var watched *watchedFiles
 	if file := d.reload.File; file != "" {
+		watched = newWatchedFiles(file)
 		w, err := fsnotify.NewWatcher()
 		if err == nil {
 			defer func() { _ = w.Close() }()
@@ -59,14 +61,16 @@ func (d *Daemon) followReloads(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-events:
-			// Any event in the directory may be the file's: which name an
-			// update touches depends on the editor or the volume. The
-			// content decides.
-			debounce.Reset(reloadDebounce)
+		case ev := <-events:
+			// Which of the file's names an update touches depends on the
+			// editor or the volume; whether it changed, on the content.
+			if watched.concerns(ev) {
+				debounce.Reset(reloadDebounce)
+			}
 		case err := <-errs:
 			d.logger.Warn("watching the configuration file", "file", d.reload.File, "err", err)
 		case <-debounce.C:
+			watched.refresh()
 			last = d.reloadFile(TriggerFile, last, false)
 		case <-d.reload.Signal:
 			if d.reload.File == "" {

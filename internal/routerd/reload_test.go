@@ -61,10 +61,16 @@ dynamo:
 
 func startReload(t *testing.T, text string) *reloadFixture {
 	t.Helper()
-	dir := t.TempDir()
-	f := &reloadFixture{t: t, file: filepath.Join(dir, "continuum.yaml"), metrics: prometheus.NewRegistry(),
+	file := filepath.Join(t.TempDir(), "continuum.yaml")
+	testutil.ReplaceFile(t, file, text)
+	return startReloadAt(t, file)
+}
+
+// startReloadAt starts the daemon on a configuration file that exists.
+func startReloadAt(t *testing.T, file string) *reloadFixture {
+	t.Helper()
+	f := &reloadFixture{t: t, file: file, metrics: prometheus.NewRegistry(),
 		logs: &testutil.SyncBuffer{}, signal: make(chan struct{}), done: make(chan error, 1)}
-	f.write(text)
 	doc, err := config.Load(f.file, config.Options{})
 	if err != nil || doc.Findings.Errors() > 0 {
 		t.Fatalf("load: %v %v", err, doc.Findings)
@@ -212,6 +218,105 @@ func TestReloadFileWatch(t *testing.T) {
 	}
 	if f.gauge("continuum_config_last_reload_success") != 1 {
 		t.Error("the last reload succeeded")
+	}
+}
+
+// TestReloadBesideBusyFile: a file written without pause in the
+// configuration's directory (a log beside it) neither holds back an edit
+// of the configuration nor reloads it.
+func TestReloadBesideBusyFile(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	f := startReload(t, configYAML("http://127.0.0.1:1", root, ""))
+	log, err := os.Create(filepath.Join(filepath.Dir(f.file), "continuum.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_, _ = log.WriteString("a line\n")
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-stopped
+		_ = log.Close()
+	}()
+	// The neighbour's writes alone reload nothing.
+	time.Sleep(4 * reloadWait)
+	if n := counter(t, f.metrics, "continuum_config_reloads_total"); n != 0 {
+		t.Fatalf("%v reloads from a neighbour's writes", n)
+	}
+	f.write(configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 7s\n"))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied {
+		t.Fatalf("reload %+v", r)
+	}
+}
+
+// reloadWait is longer than the daemon's wait that gathers an edit's
+// events.
+const reloadWait = 300 * time.Millisecond
+
+// TestReloadThroughLinks: a configuration file reached through a symlink
+// reloads when the file it points to is edited in place, and when a
+// Kubernetes volume swaps its files (a new timestamped directory, "..data"
+// renamed to point to it).
+func TestReloadThroughLinks(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := t.TempDir()
+	// The layout of a ConfigMap volume: continuum.yaml -> ..data/continuum.yaml,
+	// ..data -> ..2026_12_04_1.
+	volume := func(name, text string) {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "continuum.yaml"), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	volume("..2026_12_04_1", configYAML("http://127.0.0.1:1", root, ""))
+	file := filepath.Join(dir, "continuum.yaml")
+	if err := os.Symlink(filepath.Join("..data", "continuum.yaml"), file); err != nil {
+		t.Fatal(err)
+	}
+	f := startReloadAt(t, file)
+	volume("..2026_12_04_2", configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 7s\n"))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.load.max_staleness (immediate)") {
+		t.Fatalf("volume swap: reload %+v", r)
+	}
+
+	// A sibling the file links to, edited in place.
+	real := filepath.Join(dir, "real.yaml")
+	if err := os.WriteFile(real, []byte(configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 7s\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.yaml")
+	if err := os.Symlink("real.yaml", link); err != nil {
+		t.Fatal(err)
+	}
+	g := startReloadAt(t, link)
+	if err := os.WriteFile(real, []byte(configYAML("http://127.0.0.1:1", root, "  load:\n    max_staleness: 9s\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := g.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.load.max_staleness (immediate)") {
+		t.Fatalf("linked file edited in place: reload %+v", r)
 	}
 }
 
