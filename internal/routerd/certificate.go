@@ -6,11 +6,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync/atomic"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/continuum-router/continuum/internal/config"
 )
@@ -57,19 +54,13 @@ func (c *certificate) config() *tls.Config {
 // run reloads the pair when the certificate's or the key's file changes
 // (their directories are watched), until ctx ends.
 func (c *certificate) run(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
+	w, err := newFileWatcher(newWatchedFiles(c.files.Cert, c.files.Key))
 	if err != nil {
 		c.logger.Warn("server.tls: the certificate files are not watched; a renewed certificate needs a restart", "err", err)
 		<-ctx.Done()
 		return nil
 	}
 	defer func() { _ = w.Close() }()
-	for _, dir := range []string{filepath.Dir(c.files.Cert), filepath.Dir(c.files.Key)} {
-		if err := w.Add(dir); err != nil {
-			c.logger.Warn("server.tls: watching the certificate's directory", "dir", dir, "err", err)
-		}
-	}
-	watched := newWatchedFiles(c.files.Cert, c.files.Key)
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
@@ -77,14 +68,12 @@ func (c *certificate) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-w.Events:
-			if watched.concerns(ev) {
-				debounce.Reset(reloadDebounce)
-			}
-		case err := <-w.Errors:
+		case <-w.Changed():
+			debounce.Reset(reloadDebounce)
+		case err := <-w.Errors():
 			c.logger.Warn("server.tls: watching the certificate files", "err", err)
 		case <-debounce.C:
-			watched.refresh()
+			w.Rewatch()
 			prev := c.pem
 			if err := c.load(); err != nil {
 				c.logger.Error("server.tls: the changed certificate does not load; the previous one is served", "cert", c.files.Cert, "err", err)

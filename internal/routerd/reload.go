@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
@@ -35,21 +32,17 @@ const reloadDebounce = 250 * time.Millisecond
 // followReloads reloads the configuration file when it changes (its
 // directory is watched) and on every Reload.Signal, until ctx ends.
 func (d *Daemon) followReloads(ctx context.Context) error {
-	var events <-chan fsnotify.Event
+	var changed <-chan struct{}
 	var errs <-chan error
 	var last []byte // the file's content last read
-	var watched *watchedFiles
+	var watcher fileWatcher
 	if file := d.reload.File; file != "" {
-		watched = newWatchedFiles(file)
-		w, err := fsnotify.NewWatcher()
-		if err == nil {
-			defer func() { _ = w.Close() }()
-			err = w.Add(filepath.Dir(file))
-		}
+		w, err := newFileWatcher(newWatchedFiles(file))
 		if err != nil {
 			d.logger.Warn("the configuration file is not watched; reload with SIGHUP or PUT /admin/config", "file", file, "err", err)
 		} else {
-			events, errs = w.Events, w.Errors
+			defer func() { _ = w.Close() }()
+			watcher, changed, errs = w, w.Changed(), w.Errors()
 		}
 		// An edit made between the first load and the watch is not lost.
 		last = d.reloadFile(TriggerFile, nil, true)
@@ -61,16 +54,14 @@ func (d *Daemon) followReloads(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-events:
+		case <-changed:
 			// Which of the file's names an update touches depends on the
 			// editor or the volume; whether it changed, on the content.
-			if watched.concerns(ev) {
-				debounce.Reset(reloadDebounce)
-			}
+			debounce.Reset(reloadDebounce)
 		case err := <-errs:
 			d.logger.Warn("watching the configuration file", "file", d.reload.File, "err", err)
 		case <-debounce.C:
-			watched.refresh()
+			watcher.Rewatch()
 			last = d.reloadFile(TriggerFile, last, false)
 		case <-d.reload.Signal:
 			if d.reload.File == "" {
