@@ -409,8 +409,10 @@ type statusRecorder struct {
 	// inFlight: admit took one of server.max_in_flight's slots, released
 	// when the handler returns.
 	inFlight bool
-	idSlot   [1]string
-	x        exchange
+	// idSlot is the header value of an id the router made for the request.
+	idSlot [1]string
+	// x is the exchange of a completion request (serveInference).
+	x exchange
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
