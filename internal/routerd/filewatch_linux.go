@@ -26,7 +26,9 @@ const (
 // inotifyWatcher is the Linux fileWatcher: one inotify instance watching
 // the files and their directories.
 type inotifyWatcher struct {
-	f       *os.File
+	f *os.File
+	// fd is f's descriptor, kept apart: f.Fd would put it in blocking
+	// mode and take it out of the poller.
 	fd      int
 	watched *watchedFiles
 	changed chan struct{}
@@ -113,10 +115,7 @@ func (w *inotifyWatcher) read() {
 		}
 		w.reads.Add(1)
 		if w.relevant(buf[:n]) {
-			select {
-			case w.changed <- struct{}{}:
-			default: // one is waiting already
-			}
+			offer(w.changed, struct{}{})
 		}
 	}
 }
@@ -159,9 +158,4 @@ func (w *inotifyWatcher) relevant(b []byte) bool {
 	return found
 }
 
-func (w *inotifyWatcher) report(err error) {
-	select {
-	case w.errs <- err:
-	default:
-	}
-}
+func (w *inotifyWatcher) report(err error) { offer(w.errs, err) }

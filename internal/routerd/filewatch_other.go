@@ -61,19 +61,13 @@ func (w *fsnotifyWatcher) read() {
 				return
 			}
 			if w.watched.concerns(ev.Name) {
-				select {
-				case w.changed <- struct{}{}:
-				default:
-				}
+				offer(w.changed, struct{}{})
 			}
 		case err, ok := <-w.w.Errors:
 			if !ok {
 				return
 			}
-			select {
-			case w.errs <- err:
-			default:
-			}
+			offer(w.errs, err)
 		}
 	}
 }

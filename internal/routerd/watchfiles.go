@@ -13,8 +13,8 @@ import (
 // would lose), but a directory also reports changes to the files beside
 // the watched one: a log written next to the configuration reports
 // hundreds a second. Each change restarts the wait that gathers an edit's
-// changes into one reload, so such a neighbour kept an edit from ever
-// being applied. The changes that count are those naming a watched file,
+// changes into one reload, so counting those would keep an edit from being
+// applied for as long as the neighbour is written. The changes that count are those naming a watched file,
 // the file a watched symlink points to, or the hidden entries ("..data"
 // and its timestamped directories) through which a Kubernetes ConfigMap or
 // Secret volume swaps all its files at once.
@@ -84,4 +84,13 @@ type fileWatcher interface {
 	Errors() <-chan error
 	Rewatch()
 	Close() error
+}
+
+// offer sends v on ch unless ch is full: a change (or an error) already
+// waiting there says as much as another would.
+func offer[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
 }
