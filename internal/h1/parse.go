@@ -16,10 +16,13 @@ import (
 // request and an answer (no Expect, Upgrade, Transfer-Encoding or TE).
 type head struct {
 	method, target, host string
-	header               http.Header
-	contentLength        int64
-	close                bool    // Connection: close
-	url                  url.URL // set by parseTarget
+	// fields are the head's field lines (each through its CRLF) and the
+	// empty line that ends them.
+	fields        string
+	header        http.Header // nil until built (buildHeader)
+	contentLength int64
+	close         bool    // Connection: close
+	url           url.URL // set by parseTarget
 }
 
 // parseHead reads the request head in b, which ends with the empty line.
@@ -27,8 +30,9 @@ type head struct {
 // request is malformed or merely unusual: net/http then reads it from the
 // start and answers as it would (a 400 for what it rejects), so that the
 // lean path never accepts what net/http would refuse nor refuses what it
-// would accept. The strings of the result share one allocation.
-func parseHead(b []byte) (h head, ok bool) {
+// would accept. The strings of the result share one allocation. With
+// build false the header map is left for buildHeader to make.
+func parseHead(b []byte, build bool) (h head, ok bool) {
 	s := string(b)
 	eol := indexCRLF(s)
 	if eol < 0 {
@@ -51,8 +55,9 @@ func parseHead(b []byte) (h head, ok bool) {
 	}
 
 	h.contentLength = -1
+	h.fields = s
 	hosts := 0
-	h.header, ok = parseFields(s, true, func(key, value string) (keep, ok bool) {
+	h.header, ok = parseFields(s, build, func(key, value string) (keep, ok bool) {
 		switch key {
 		case "Host":
 			hosts++
@@ -88,6 +93,20 @@ func parseHead(b []byte) (h head, ok bool) {
 		h.contentLength = 0
 	}
 	return h, true
+}
+
+// buildHeader makes the header map of a head parsed without one: the
+// fields were checked then, so this cannot fail.
+func (h *head) buildHeader() {
+	if h.header != nil {
+		return
+	}
+	h.header, _ = parseFields(h.fields, true, func(key, _ string) (keep, ok bool) {
+		return key != "Host", true
+	})
+	if h.header == nil {
+		h.header = http.Header{}
+	}
 }
 
 // parseFields reads the field lines in s (a head after its first line,
@@ -177,6 +196,7 @@ func (h *head) parseTarget() bool {
 // once by WithContext (the only way to give it a context), not allocated
 // twice.
 func (h *head) request(ctx context.Context, u *url.URL) *http.Request {
+	h.buildHeader()
 	*u = h.url
 	r := http.Request{
 		Method:        h.method,
@@ -406,8 +426,30 @@ var commonKeys = func() map[string]string {
 // canonicalKey is textproto's canonical form of a valid token, without an
 // allocation for the common names in either case.
 func canonicalKey(name string) string {
+	if isCanonical(name) {
+		return name
+	}
 	if k, ok := commonKeys[name]; ok {
 		return k
 	}
 	return textproto.CanonicalMIMEHeaderKey(name)
+}
+
+// isCanonical reports whether a valid token is in canonical form already:
+// a letter at the start or after a hyphen in upper case, every other in
+// lower case (what most clients send, found without a map lookup).
+func isCanonical(s string) bool {
+	upper := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if upper {
+			if 'a' <= c && c <= 'z' {
+				return false
+			}
+		} else if 'A' <= c && c <= 'Z' {
+			return false
+		}
+		upper = c == '-'
+	}
+	return true
 }

@@ -41,7 +41,7 @@ func FuzzParseHead(f *testing.F) {
 			return
 		}
 		data = data[:end]
-		h, ok := parseHead(data)
+		h, ok := parseHead(data, true)
 		if !ok {
 			return
 		}
@@ -135,7 +135,7 @@ func BenchmarkParseHead(b *testing.B) {
 	head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: Go-http-client/1.1\r\nContent-Length: 120\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\n\r\n")
 	b.ReportAllocs()
 	for b.Loop() {
-		h, ok := parseHead(head)
+		h, ok := parseHead(head, true)
 		if !ok {
 			b.Fatal("declined")
 		}

@@ -146,6 +146,15 @@ func NextField(fields string) (name, line, rest string, ok bool) {
 	return "", "", "", false
 }
 
+// LineValue is the value of a field line as NextField returns it.
+func LineValue(line string) string {
+	colon := indexByte(line, ':')
+	if colon < 0 || len(line) < colon+3 {
+		return ""
+	}
+	return trimOWS(line[colon+1 : len(line)-2])
+}
+
 // FieldValue is the first value of the field named name (canonical) in
 // fields (as ParseResponseHeadFields returned them), without a map.
 func FieldValue(fields, name string) (string, bool) {

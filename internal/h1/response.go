@@ -19,12 +19,15 @@ import (
 // once more than sniffLen bytes of body are written, or when the handler
 // returns.
 type response struct {
-	c      *conn
-	rctx   reqContext // the request's context
-	url    url.URL    // the request's URL
-	req    *http.Request
-	body   *body
-	header http.Header
+	c    *conn
+	rctx reqContext // the request's context
+	url  url.URL    // the request's URL
+	raw  RawRequest // the request as RawServer sees it
+	body *body
+	// header is made by the first call of Header: a handler that sets no
+	// field through it makes none.
+	header   http.Header
+	reqClose bool // the request asked to close the connection
 	// reqBody is the request's body, allocated with the response (body
 	// points to it).
 	reqBody body
@@ -43,7 +46,12 @@ type response struct {
 	err         error
 }
 
-func (w *response) Header() http.Header { return w.header }
+func (w *response) Header() http.Header {
+	if w.header == nil {
+		w.header = make(http.Header, 4)
+	}
+	return w.header
+}
 
 func (w *response) WriteHeader(code int) {
 	if w.wroteHeader {
@@ -208,7 +216,7 @@ func (w *response) commit(chunked bool, next []byte) {
 	// body before reading would otherwise block on a full socket while
 	// the answer waits for the body to be read. Beyond maxDrain the
 	// connection closes after the answer instead.
-	if w.req.Close || w.c.srv.shutting.Load() || !w.body.drain(false) {
+	if w.reqClose || w.c.srv.shutting.Load() || !w.body.drain(false) {
 		w.closeAfter = true
 	}
 	if w.closeAfter {

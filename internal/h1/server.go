@@ -96,6 +96,7 @@ func (c *conn) serveConn() {
 	c.br = bufio.NewReaderSize(readerFunc(c.read), bufferSize)
 	c.bw = bufio.NewWriterSize(writerFunc(c.write), bufferSize)
 	c.remote = rwc.RemoteAddr().String()
+	c.raw, _ = c.srv.Handler.(RawServer)
 	if c.serve() {
 		return // handed off
 	}
@@ -198,6 +199,8 @@ type conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	remote string
+	// raw is the handler's RawServer, nil when it has none.
+	raw    RawServer
 	state  atomic.Int32
 	served int // requests so far
 	// started is when the current request's head began (with a
@@ -314,7 +317,7 @@ func (c *conn) readHead() (head, error) {
 			return head{}, c.handOff()
 		}
 		if end > 0 {
-			h, ok := parseHead(buf[:end])
+			h, ok := parseHead(buf[:end], c.raw == nil)
 			if ok {
 				ok = h.parseTarget()
 			}
@@ -440,28 +443,22 @@ func (r *replayConn) Read(p []byte) (int, error) {
 // serveRequest runs one request; false when the connection is to close.
 func (c *conn) serveRequest(h head) (keep bool) {
 	c.served++
-	w := &response{c: c, header: make(http.Header, 4), declared: -1}
+	w := &response{c: c, declared: -1, reqClose: h.close}
 	c.rctx = &w.rctx
 	defer w.rctx.end()
-	req := h.request(&w.rctx, &w.url)
-	req.RemoteAddr = c.remote
 	w.reqBody = body{c: c, remain: h.contentLength, armOnLastBytes: true}
 	b := &w.reqBody
-	w.req, w.body = req, b
+	w.body = b
 	if h.contentLength == 0 {
-		req.Body = http.NoBody
 		c.armWatch()
-	} else {
-		req.Body = b
-		if int64(c.br.Buffered()) < h.contentLength {
-			var deadline time.Time
-			if c.srv.ReadTimeout > 0 {
-				deadline = c.started.Add(c.srv.ReadTimeout)
-			}
-			c.setDeadline(deadline)
+	} else if int64(c.br.Buffered()) < h.contentLength {
+		var deadline time.Time
+		if c.srv.ReadTimeout > 0 {
+			deadline = c.started.Add(c.srv.ReadTimeout)
 		}
+		c.setDeadline(deadline)
 	}
-	if !c.run(w, req) {
+	if !c.run(w, &h) {
 		b.end()
 		c.stopWatch()
 		return false
@@ -481,8 +478,9 @@ func (c *conn) serveRequest(h head) (keep bool) {
 	return !c.srv.shutting.Load()
 }
 
-// run calls the handler; false when it panicked.
-func (c *conn) run(w *response, req *http.Request) (ok bool) {
+// run offers the request to the handler's RawServer, then calls the
+// handler if that declined; false when it panicked.
+func (c *conn) run(w *response, h *head) (ok bool) {
 	defer func() {
 		if err := recover(); err != nil {
 			if e, isErr := err.(error); !isErr || !errors.Is(e, http.ErrAbortHandler) {
@@ -493,6 +491,20 @@ func (c *conn) run(w *response, req *http.Request) (ok bool) {
 			ok = false
 		}
 	}()
+	var body io.ReadCloser = http.NoBody
+	if h.contentLength > 0 {
+		body = &w.reqBody
+	}
+	if c.raw != nil {
+		w.raw = RawRequest{Method: h.method, Target: h.target, Fields: h.fields[:len(h.fields)-2],
+			ContentLength: h.contentLength, Body: body, RemoteAddr: c.remote, ctx: &w.rctx}
+		if c.raw.ServeRaw(w, &w.raw) {
+			return true
+		}
+	}
+	req := h.request(&w.rctx, &w.url)
+	req.RemoteAddr = c.remote
+	req.Body = body
 	c.srv.Handler.ServeHTTP(w, req)
 	return true
 }

@@ -767,7 +767,7 @@ func (s *Server) sendConverted(w http.ResponseWriter, r *http.Request, c *chatRe
 	}
 	var q request
 	_ = json.Unmarshal(body, &q)
-	x := &exchange{s: s, w: w, r: r, path: "/v1/chat/completions", body: body, q: &q, policy: policy,
+	x := &exchange{s: s, w: w, r: r, ctx: r.Context(), path: "/v1/chat/completions", body: body, q: &q, policy: policy,
 		reveal: r.Header[revealHeader] != nil, out: out, freshPins: true}
 	x.route()
 }

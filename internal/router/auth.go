@@ -75,8 +75,12 @@ func (ks *keys) match(r *http.Request) *keyPolicy {
 	if len(ks.list) == 0 {
 		return nil
 	}
-	token := bearer(r)
-	if token == "" {
+	return ks.matchToken(bearerToken(first(r.Header, "Authorization"), first(r.Header, "X-Api-Key")))
+}
+
+// matchToken is match for a client's token as bearerToken takes it.
+func (ks *keys) matchToken(token string) *keyPolicy {
+	if len(ks.list) == 0 || token == "" {
 		return nil
 	}
 	sum := sha256.Sum256([]byte(token))
@@ -89,11 +93,13 @@ func (ks *keys) match(r *http.Request) *keyPolicy {
 	return found
 }
 
-func bearer(r *http.Request) string {
-	if t, ok := strings.CutPrefix(first(r.Header, "Authorization"), "Bearer "); ok {
+// bearerToken is the client's credential: the bearer token of its
+// Authorization field, else its X-Api-Key (the first value of each).
+func bearerToken(authorization, apiKey string) string {
+	if t, ok := strings.CutPrefix(authorization, "Bearer "); ok {
 		return strings.TrimSpace(t)
 	}
-	return strings.TrimSpace(first(r.Header, "X-Api-Key"))
+	return strings.TrimSpace(apiKey)
 }
 
 // first is h.Get(key) for a key in canonical form, as the servers' header

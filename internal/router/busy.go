@@ -57,7 +57,7 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 	m := x.s.opts.Metrics
 	unpinned := false
 	start := time.Now()
-	result := x.s.queue.wait(x.r.Context(), req.Model, q.Size, q.MaxWait.D(), func() bool {
+	result := x.s.queue.wait(x.ctx, req.Model, q.Size, q.MaxWait.D(), func() bool {
 		nd, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
 		switch {
 		case err == nil:

@@ -27,9 +27,18 @@ const maxReplicaAttempts = 3
 
 // exchange is one client request being routed.
 type exchange struct {
-	s    *Server
-	w    http.ResponseWriter
-	r    *http.Request
+	s *Server
+	w http.ResponseWriter
+	// r is the client's request; nil for one served from its head's
+	// bytes (ServeRaw), whose field lines are then in fields.
+	r      *http.Request
+	fields string
+	// newID is the header value of the request id the router made for a
+	// request served from its bytes (the client sent none that is valid),
+	// nil when it kept the client's.
+	newID []string
+	// ctx is the client's request's context.
+	ctx  context.Context
 	path string
 	body []byte
 	q    *request
@@ -168,7 +177,7 @@ func (x *exchange) route() {
 	for repins := 0; ; repins++ {
 		x.pinned(plainBody, &d.Pin)
 		res = x.send(d.Replicas, d.Header, &d.Pin, refresh)
-		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.r.Context().Err() != nil {
+		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.ctx.Err() != nil {
 			break
 		}
 		nd := x.repin(&req, res, &d.Pin)
@@ -310,7 +319,7 @@ func (x *exchange) awaitDiscovery() bool {
 	case <-ch:
 		return true
 	case <-t.C:
-	case <-x.r.Context().Done():
+	case <-x.ctx.Done():
 	}
 	return false
 }
@@ -440,16 +449,20 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	var resp *http.Response
 	up, own := x.s.client.Transport.(*upstream)
 	if own {
-		resp, err = up.RoundTripUntil(x.r.Context(), &ur.req, time.Now().Add(b.cfg.Timeout.D()))
+		resp, err = up.RoundTripUntil(x.ctx, &ur.req, ur.fields, time.Now().Add(b.cfg.Timeout.D()))
 		reuse = !errors.Is(err, errNotInline)
 	}
 	if !own || errors.Is(err, errNotInline) {
-		ctx, cancel := context.WithTimeout(x.r.Context(), b.cfg.Timeout.D())
+		if ur.fields != "" {
+			h1.AddFields(ur.req.Header, ur.fields, clientLine)
+			ur.fields = ""
+		}
+		ctx, cancel := context.WithTimeout(x.ctx, b.cfg.Timeout.D())
 		defer cancel()
 		resp, err = x.s.client.Transport.RoundTrip(ur.req.WithContext(ctx))
 	}
 	if err != nil {
-		if x.r.Context().Err() != nil {
+		if x.ctx.Err() != nil {
 			b.release(true, x.s.opts.Now())
 			return sendResult{outcome: shim.ClientGone}, false
 		}
@@ -511,7 +524,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		// Buffered (or an error before a stream): inspect, then relay.
 		data, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedResponse))
 		if err != nil {
-			if x.r.Context().Err() != nil {
+			if x.ctx.Err() != nil {
 				return sendResult{outcome: shim.ClientGone}, false
 			}
 			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + err.Error(),
@@ -557,9 +570,12 @@ var jsonContentType = []string{"application/json"}
 // then written from memory that is already in the cache rather than from
 // fresh heap, which a process that sleeps between requests reads cold.
 type upRequest struct {
-	req  http.Request
-	h    http.Header
-	body bodyReader
+	req http.Request
+	h   http.Header
+	// fields are the client's field lines sent with h (RoundTripUntil),
+	// for a request served from its head's bytes.
+	fields string
+	body   bodyReader
 	// src is the body, again the reader of a new copy of it (a method
 	// value bound once, for retries).
 	src   []byte
@@ -587,6 +603,7 @@ func (u *upRequest) bodyAgain() (io.ReadCloser, error) {
 func (u *upRequest) put() {
 	clear(u.h)
 	u.req = http.Request{}
+	u.fields = ""
 	u.body.Reset(nil)
 	u.src = nil
 	upRequests.Put(u)
@@ -603,7 +620,15 @@ func (x *exchange) upstreamRequest(b *Backend, pinHdr http.Header) (*upRequest, 
 	}
 	ur := upRequests.Get().(*upRequest)
 	h := ur.h
-	copyRequestHeaders(h, x.r.Header)
+	if x.r != nil {
+		copyRequestHeaders(h, x.r.Header)
+	} else {
+		ur.fields = x.fields
+		if x.newID != nil {
+			// The id the router made replaces whatever the client sent.
+			h[requestIDHeader] = x.newID
+		}
+	}
 	h["Content-Type"] = jsonContentType
 	if key := b.authorization(); key != nil {
 		h["Authorization"] = key
@@ -626,7 +651,7 @@ func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
 // broken is the outcome of an answer whose relay failed after its head
 // went to the client: the client left, or the backend's answer broke off.
 func (x *exchange) broken(b *Backend, status int, err error) sendResult {
-	if x.r.Context().Err() != nil {
+	if x.ctx.Err() != nil {
 		return sendResult{outcome: shim.ClientGone}
 	}
 	return sendResult{outcome: shim.Cut, status: status, detail: "backend " + b.Name() + ": the answer broke off: " + err.Error()}

@@ -24,14 +24,14 @@ func (s *Server) UpstreamRelay() http.Handler {
 			return
 		}
 		b := s.backends.all()[0]
-		x := &exchange{s: s, w: w, r: r, path: r.URL.Path, body: body}
+		x := &exchange{s: s, w: w, r: r, ctx: r.Context(), path: r.URL.Path, body: body}
 		ur, err := x.upstreamRequest(b, nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		defer ur.put()
-		resp, err := s.client.Transport.(*upstream).RoundTripUntil(r.Context(), &ur.req, time.Now().Add(b.cfg.Timeout.D()))
+		resp, err := s.client.Transport.(*upstream).RoundTripUntil(r.Context(), &ur.req, ur.fields, time.Now().Add(b.cfg.Timeout.D()))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/h1"
 )
 
 // defaultUserAgent is what net/http's client sends when a request names
@@ -27,19 +30,23 @@ const maxSortedHeaders = 32
 // goes through Request.Write. Request.Write costs the router a formatted
 // print per line, a header sorter and a transfer writer per request, on
 // the path between the client's request and the backend's.
-func writeRequest(bw *bufio.Writer, req *http.Request) error {
+//
+// client are a client's field lines to send with the header map's (see
+// RoundTripUntil): written after them as they came, or added to the map
+// for Request.Write.
+func writeRequest(bw *bufio.Writer, req *http.Request, client string) error {
 	host, ok := plainRequestHost(req)
 	if !ok {
-		return req.Write(bw)
+		return writeThroughNetHTTP(bw, req, client)
 	}
 	ruri := req.URL.RequestURI()
 	if hasCTL(ruri) {
-		return req.Write(bw)
+		return writeThroughNetHTTP(bw, req, client)
 	}
 	var fields [maxSortedHeaders]headerField
 	sorted, ok := sortedHeaderFields(req.Header, fields[:0])
 	if !ok {
-		return req.Write(bw)
+		return writeThroughNetHTTP(bw, req, client)
 	}
 	method := req.Method
 	if method == "" {
@@ -57,6 +64,8 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 		if len(vs) > 0 {
 			ua = vs[0]
 		}
+	} else if client != "" {
+		ua = "" // the client's, with its lines, or the default after them
 	}
 	if ua != "" {
 		writeHeaderLine(bw, "User-Agent", ua)
@@ -78,6 +87,11 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 			writeHeaderLine(bw, f.k, v)
 		}
 	}
+	if client != "" && !writeClientLines(bw, req.Header, client) {
+		if _, named := req.Header["User-Agent"]; !named {
+			writeHeaderLine(bw, "User-Agent", defaultUserAgent)
+		}
+	}
 	if _, err := bw.WriteString("\r\n"); err != nil {
 		closeRequestBody(req)
 		return err
@@ -87,6 +101,62 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 		return nil
 	}
 	return writeBody(bw, req.Body, n)
+}
+
+// writeThroughNetHTTP writes req with Request.Write, the client's lines
+// added to its header map first.
+func writeThroughNetHTTP(bw *bufio.Writer, req *http.Request, client string) error {
+	if client != "" {
+		h1.AddFields(req.Header, client, clientLine)
+	}
+	return req.Write(bw)
+}
+
+// clientLine reports whether a client's field (canonical name) goes on to
+// a backend: what copyRequestHeaders copies of a header map.
+func clientLine(k string) bool {
+	return !dropped(k) && !shim.IsPinHeader(k)
+}
+
+// writeClientLines writes the lines of client that go on to the backend
+// (clientLine) as they came, but those of a name h holds (the router's
+// value replaces the client's, as in a map) and, of User-Agent, all but a
+// first one that is not empty (net/http sends one, and none when empty).
+// agent reports whether the client sent a User-Agent.
+func writeClientLines(bw *bufio.Writer, h http.Header, client string) (agent bool) {
+	for {
+		name, line, rest, ok := h1.NextField(client)
+		if !ok {
+			return agent
+		}
+		client = rest
+		if !clientLine(name) {
+			continue
+		}
+		if _, own := h[name]; own {
+			continue
+		}
+		if name == "User-Agent" {
+			if agent {
+				continue
+			}
+			agent = true
+			if h1.LineValue(line) == "" {
+				continue
+			}
+		}
+		_, _ = bw.WriteString(line)
+	}
+}
+
+// clientValue is the first value of the field named name in a client's
+// field lines, "" when there is none.
+func clientValue(client, name string) string {
+	if client == "" {
+		return ""
+	}
+	v, _ := h1.FieldValue(client, name)
+	return v
 }
 
 // plainRequestHost is the Host line of req and whether writeRequest

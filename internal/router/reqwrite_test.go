@@ -141,7 +141,7 @@ func writeBoth(mk func() *http.Request) (want, got string, werr, gerr error) {
 	var wb, gb bytes.Buffer
 	wbw, gbw := bufio.NewWriter(&wb), bufio.NewWriter(&gb)
 	werr = mk().Write(wbw)
-	gerr = writeRequest(gbw, mk())
+	gerr = writeRequest(gbw, mk(), "")
 	_ = wbw.Flush()
 	_ = gbw.Flush()
 	return wb.String(), gb.String(), werr, gerr
@@ -159,7 +159,7 @@ func TestWriteRequestClosesBody(t *testing.T) {
 			req.Body = c
 			req.GetBody = nil
 		}
-		_ = writeRequest(bufio.NewWriter(io.Discard), req)
+		_ = writeRequest(bufio.NewWriter(io.Discard), req, "")
 		if c.closed != 1 {
 			t.Errorf("%s: body closed %d times", name, c.closed)
 		}
@@ -180,7 +180,7 @@ func BenchmarkWriteRequest(b *testing.B) {
 	for _, impl := range []struct {
 		name  string
 		write func(*bufio.Writer, *http.Request) error
-	}{{"net_http", func(bw *bufio.Writer, r *http.Request) error { return r.Write(bw) }}, {"router", writeRequest}} {
+	}{{"net_http", func(bw *bufio.Writer, r *http.Request) error { return r.Write(bw) }}, {"router", func(bw *bufio.Writer, r *http.Request) error { return writeRequest(bw, r, "") }}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -224,4 +224,91 @@ func FuzzWriteRequest(f *testing.F) {
 			t.Fatalf("\n got %q\nwant %q", got, want)
 		}
 	})
+}
+
+// FuzzClientLines: a client's field lines sent as they came (writeRequest
+// given them beside the router's own header map) reach a backend as the
+// same fields as when they are copied into that map first
+// (copyRequestHeaders, then the router's fields set over them): the same
+// header map once the backend has parsed the request.
+func FuzzClientLines(f *testing.F) {
+	f.Add("x-custom: a\r\nX-Custom: b\r\nuser-agent: ua/1\r\nContent-Type: text/plain\r\n", true)
+	f.Add("X-Dynamo-Worker-Instance-Id: 3\r\nAuthorization: Bearer k\r\nUser-Agent: \r\nUser-Agent: two\r\n", false)
+	f.Add("x-request-id: abc\r\nAccept:  */*  \r\nx-empty:\r\n", true)
+	f.Fuzz(func(t *testing.T, fields string, newID bool) {
+		if !servedFields(fields) {
+			return
+		}
+		client, err := http.ReadRequest(bufio.NewReader(strings.NewReader("POST / HTTP/1.1\r\nHost: h\r\n" + fields + "\r\n")))
+		if err != nil {
+			return
+		}
+		own := func(h http.Header) {
+			h["Content-Type"] = jsonContentType
+			h["Authorization"] = []string{"Bearer backend"}
+			if newID {
+				h[requestIDHeader] = []string{"NEWID"}
+			}
+		}
+		body := `{"model":"m"}`
+		send := func(h http.Header, lines string) http.Header {
+			req, err := http.NewRequest(http.MethodPost, "http://be:8000/v1/chat/completions", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header = h
+			var buf bytes.Buffer
+			bw := bufio.NewWriter(&buf)
+			if err := writeRequest(bw, req, lines); err != nil {
+				t.Fatal(err)
+			}
+			_ = bw.Flush()
+			got, err := http.ReadRequest(bufio.NewReader(&buf))
+			if err != nil {
+				t.Fatalf("the backend cannot read %q: %v", buf.String(), err)
+			}
+			return got.Header
+		}
+		mapped := http.Header{}
+		copyRequestHeaders(mapped, client.Header)
+		own(mapped)
+		lined := http.Header{}
+		own(lined)
+		want, got := send(mapped, ""), send(lined, fields)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("fields %q\nsent as lines %v\nfrom the map  %v", fields, got, want)
+		}
+	})
+}
+
+// servedFields reports whether fields are lines the lean server serves a
+// request with (h1's checks): names that are tokens, values of visible
+// ASCII and tabs, none of the fields it leaves to net/http, no Host or
+// Content-Length (the test's request has its own).
+func servedFields(fields string) bool {
+	if fields == "" || !strings.HasSuffix(fields, "\r\n") {
+		return false
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(fields, "\r\n"), "\r\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name == "" || strings.ContainsAny(line, "\r\n") {
+			return false
+		}
+		for i := 0; i < len(name); i++ {
+			if c := name[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+				return false
+			}
+		}
+		for i := 0; i < len(value); i++ {
+			if c := value[i]; (c < ' ' && c != '\t') || c >= 0x7f {
+				return false
+			}
+		}
+		switch http.CanonicalHeaderKey(name) {
+		case "Host", "Content-Length", "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Http2-Settings",
+			"Proxy-Connection", "Keep-Alive", "Pragma", "Connection":
+			return false
+		}
+	}
+	return true
 }

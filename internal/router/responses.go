@@ -762,7 +762,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		// chosen by their load as it stands. The dispatch is still booked
 		// at the input's estimated size, so that the next picks see it.
 		reveal := r.Header[revealHeader] != nil
-		x := &exchange{s: s, w: w, r: r, path: "/v1/responses", body: withoutClientRouting(body, reveal),
+		x := &exchange{s: s, w: w, r: r, ctx: r.Context(), path: "/v1/responses", body: withoutClientRouting(body, reveal),
 			q: &request{Model: q.Model, Stream: q.Stream}, policy: policy,
 			reveal: reveal, only: isNative, modelOnly: true, freshPins: true,
 			bookTokens: pick.EstimateTokens(instructionsAnd(q.Instructions, inputText(q.Input)))}
@@ -810,7 +810,7 @@ func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reveal := r.Header[revealHeader] != nil
-	x := &exchange{s: s, w: w, r: r, path: "/v1/responses/compact", body: withoutClientRouting(body, reveal), q: &request{Model: q.Model},
+	x := &exchange{s: s, w: w, r: r, ctx: r.Context(), path: "/v1/responses/compact", body: withoutClientRouting(body, reveal), q: &request{Model: q.Model},
 		policy: policy, reveal: reveal, only: isNative, unpinned: true}
 	x.route()
 }

@@ -161,7 +161,8 @@ func (s *Server) SetReady(on bool) { s.ready.Store(on) }
 // client-sent x-dynamo-* headers.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	chat, completions := s.inference("/v1/chat/completions"), s.inference("/v1/completions")
+	chatAt, completionsAt := s.endpoint("/v1/chat/completions"), s.endpoint("/v1/completions")
+	chat, completions := s.inference(chatAt), s.inference(completionsAt)
 	mux.HandleFunc("POST /v1/chat/completions", chat)
 	mux.HandleFunc("POST /v1/completions", completions)
 	for _, prefix := range []string{"", "/anthropic"} {
@@ -183,7 +184,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
 	})
-	return &front{mux: mux, chat: chat, completions: completions}
+	return &front{s: s, mux: mux, chat: chat, completions: completions, chatAt: chatAt, completionsAt: completionsAt}
 }
 
 // front is the router's handler: it strips the client's pin headers, then
@@ -194,8 +195,10 @@ func (s *Server) Handler() http.Handler {
 // is short, and every layer it crosses is code and data it brings into a
 // cache that other processes have used since the last request.
 type front struct {
-	mux               *http.ServeMux
-	chat, completions http.HandlerFunc
+	s                     *Server
+	mux                   *http.ServeMux
+	chat, completions     http.HandlerFunc
+	chatAt, completionsAt *endpoint
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -475,20 +478,62 @@ func (r *statusRecorder) FlushError() error {
 	return http.NewResponseController(r.ResponseWriter).Flush()
 }
 
-// inference handles chat and text completions.
-func (s *Server) inference(path string) http.HandlerFunc {
-	return s.instrument(path, func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, path) })
+// inference handles chat and text completions at e's path.
+func (s *Server) inference(e *endpoint) http.HandlerFunc {
+	return s.instrumentAt(e, func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, e.path) })
+}
+
+// endpoint is the metric series of one route, looked up once rather than
+// per request.
+type endpoint struct {
+	s        *Server
+	path     string
+	byClass  [6]prometheus.Counter // 1xx .. 5xx at [1] .. [5]
+	duration prometheus.Observer
+}
+
+func (s *Server) endpoint(path string) *endpoint {
+	e := &endpoint{s: s, path: path, duration: s.opts.Metrics.RequestDuration.WithLabelValues(path)}
+	for c := 1; c <= 5; c++ {
+		e.byClass[c] = s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx")
+	}
+	return e
+}
+
+// done accounts for a request that ended: its status (499 when the client
+// went away, 502 when its answer was cut short), its duration, and a
+// warning for a failure.
+func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Time, id string, aborted bool) {
+	s := e.s
+	if rec.inFlight {
+		s.inFlight.Add(-1)
+	}
+	status := rec.status
+	switch {
+	case ctx.Err() != nil:
+		status = 499 // the client went away
+	case aborted:
+		status = http.StatusBadGateway // the answer was cut short
+	}
+	if c := status / 100; c >= 1 && c <= 5 {
+		e.byClass[c].Inc()
+	} else {
+		s.opts.Metrics.Requests.WithLabelValues(e.path, strconv.Itoa(c)+"xx").Inc()
+	}
+	elapsed := time.Since(start)
+	e.duration.Observe(elapsed.Seconds())
+	if status >= 500 || status == 499 {
+		s.logger.Warn("request failed", "path", e.path, "status", status, "duration", elapsed, "request_id", id)
+	}
 }
 
 // instrument counts a handler's requests by status class and times them
 // under path.
 func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFunc {
-	// The series of this path, looked up once rather than per request.
-	var byClass [6]prometheus.Counter // 1xx .. 5xx at [1] .. [5]
-	for c := 1; c <= 5; c++ {
-		byClass[c] = s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx")
-	}
-	duration := s.opts.Metrics.RequestDuration.WithLabelValues(path)
+	return s.instrumentAt(s.endpoint(path), serve)
+}
+
+func (s *Server) instrumentAt(e *endpoint, serve http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
@@ -500,25 +545,7 @@ func (s *Server) instrument(path string, serve http.HandlerFunc) http.HandlerFun
 		// the connection.
 		defer func() {
 			aborted := recover()
-			if rec.inFlight {
-				s.inFlight.Add(-1)
-			}
-			status := rec.status
-			switch {
-			case r.Context().Err() != nil:
-				status = 499 // the client went away
-			case aborted != nil:
-				status = http.StatusBadGateway // the answer was cut short
-			}
-			if c := status / 100; c >= 1 && c <= 5 {
-				byClass[c].Inc()
-			} else {
-				s.opts.Metrics.Requests.WithLabelValues(path, strconv.Itoa(c)+"xx").Inc()
-			}
-			duration.Observe(time.Since(start).Seconds())
-			if status >= 500 || status == 499 {
-				s.logger.Warn("request failed", "path", path, "status", status, "duration", time.Since(start), "request_id", id)
-			}
+			e.done(rec, r.Context(), start, id, aborted != nil)
 			if aborted != nil {
 				panic(aborted)
 			}
@@ -534,29 +561,10 @@ type failFunc func(w http.ResponseWriter, status int, code, param, message strin
 // x-api-key) and rate limit and reads the body; when it returns false it
 // has answered through fail.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*keyPolicy, []byte, bool) {
-	if rec, ok := w.(*statusRecorder); ok {
-		limit := int64(s.cfg.Load().Server.MaxInFlight)
-		if s.inFlight.Add(1) > limit {
-			s.inFlight.Add(-1)
-			s.opts.Metrics.Overloaded.WithLabelValues(telemetry.OverloadInFlight).Inc()
-			w.Header().Set("Retry-After", "1")
-			fail(w, http.StatusServiceUnavailable, CodeOverloaded, "", fmt.Sprintf("the router is serving its limit of %d requests (server.max_in_flight): retry shortly", limit))
-			return nil, nil, false
-		}
-		rec.inFlight = true
-	}
 	keys := s.keys.Load()
-	policy := keys.match(r)
-	if !keys.open() && policy == nil {
-		fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "a valid API key is required")
+	policy, ok := s.admitClient(w, keys, keys.match(r), fail)
+	if !ok {
 		return nil, nil, false
-	}
-	if policy != nil && policy.bucket != nil {
-		if ok, wait := policy.bucket.take(s.opts.Now()); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-			fail(w, http.StatusTooManyRequests, CodeRateLimited, "", "rate limit exceeded for this API key")
-			return nil, nil, false
-		}
 	}
 	// The body is not pooled: the transport may still read it after the
 	// upstream answered.
@@ -574,6 +582,36 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*
 	return policy, body, true
 }
 
+// admitClient takes one of server.max_in_flight's slots (when w is the
+// recorder, which gives it back) and checks the client's key (policy,
+// what keys matched of its credential) and the key's rate limit; when it
+// returns false it has answered through fail.
+func (s *Server) admitClient(w http.ResponseWriter, keys *keys, policy *keyPolicy, fail failFunc) (*keyPolicy, bool) {
+	if rec, ok := w.(*statusRecorder); ok {
+		limit := int64(s.cfg.Load().Server.MaxInFlight)
+		if s.inFlight.Add(1) > limit {
+			s.inFlight.Add(-1)
+			s.opts.Metrics.Overloaded.WithLabelValues(telemetry.OverloadInFlight).Inc()
+			w.Header().Set("Retry-After", "1")
+			fail(w, http.StatusServiceUnavailable, CodeOverloaded, "", fmt.Sprintf("the router is serving its limit of %d requests (server.max_in_flight): retry shortly", limit))
+			return nil, false
+		}
+		rec.inFlight = true
+	}
+	if !keys.open() && policy == nil {
+		fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "a valid API key is required")
+		return nil, false
+	}
+	if policy != nil && policy.bucket != nil {
+		if ok, wait := policy.bucket.take(s.opts.Now()); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			fail(w, http.StatusTooManyRequests, CodeRateLimited, "", "rate limit exceeded for this API key")
+			return nil, false
+		}
+	}
+	return policy, true
+}
+
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path string) {
 	policy, body, ok := s.admit(w, r, writeParamError)
 	if !ok {
@@ -585,17 +623,21 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 	} else {
 		x = new(exchange)
 	}
-	*x = exchange{s: s, w: w, r: r, path: path, policy: policy}
+	*x = exchange{s: s, w: w, r: r, ctx: r.Context(), path: path, policy: policy, reveal: r.Header[revealHeader] != nil}
+	x.serveBody(body)
+}
+
+// serveBody decodes a completion request's body and routes it.
+func (x *exchange) serveBody(body []byte) {
 	q := &x.query
 	if err := decodeRequest(body, q); err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
+		writeError(x.w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
 		return
 	}
 	if q.Model == "" {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "model is required")
+		writeError(x.w, http.StatusBadRequest, CodeBadRequest, "model is required")
 		return
 	}
-	x.reveal = r.Header[revealHeader] != nil
 	if len(q.Nvext) > 0 {
 		body = withoutClientRouting(body, x.reveal)
 	}

@@ -189,10 +189,10 @@ var errResponseHeadTooLarge = errors.New("the backend's response head is larger 
 
 // RoundTrip implements http.RoundTripper.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !u.inline(req) {
+	if !u.inline(req, "") {
 		return u.fallback.RoundTrip(req)
 	}
-	return u.roundTrip(req.Context(), req, time.Time{}, false)
+	return u.roundTrip(req.Context(), req, "", time.Time{}, false)
 }
 
 // RoundTripUntil is RoundTrip with the exchange bounded by deadline as a
@@ -208,11 +208,15 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 // A plain answer comes without its header map (resp.Header nil): the
 // caller relays its fields as they are (answerFields) or makes the map
 // when it wants one (answerHeader).
-func (u *upstream) RoundTripUntil(ctx context.Context, req *http.Request, deadline time.Time) (*http.Response, error) {
-	if !u.inline(req) {
+//
+// fields are a client's field lines (h1.RawRequest.Fields) sent with the
+// request's header map: those a proxy passes on (clientLine), less the
+// names the map holds, are written as they came.
+func (u *upstream) RoundTripUntil(ctx context.Context, req *http.Request, fields string, deadline time.Time) (*http.Response, error) {
+	if !u.inline(req, fields) {
 		return nil, errNotInline
 	}
-	return u.roundTrip(ctx, req, deadline, true)
+	return u.roundTrip(ctx, req, fields, deadline, true)
 }
 
 var errNotInline = errors.New("router: RoundTripUntil given a request only http.Transport sends")
@@ -221,9 +225,9 @@ var errNotInline = errors.New("router: RoundTripUntil given a request only http.
 // else http.Transport sends it. A body of unknown length (ContentLength 0
 // with a body) may be of any size, and an upgrade needs the connection
 // handed over: http.Transport does both.
-func (u *upstream) inline(req *http.Request) bool {
+func (u *upstream) inline(req *http.Request, fields string) bool {
 	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
-	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header) > maxInlineBody || unsized || first(req.Header, "Upgrade") != "" {
+	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header)+int64(len(fields)) > maxInlineBody || unsized || first(req.Header, "Upgrade") != "" {
 		return false
 	}
 	if u.noHTTPProxy {
@@ -235,7 +239,7 @@ func (u *upstream) inline(req *http.Request) bool {
 
 // roundTrip sends req inline; fieldsOnly leaves a plain answer's header
 // map unbuilt (RoundTripUntil).
-func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline time.Time, fieldsOnly bool) (*http.Response, error) {
+func (u *upstream) roundTrip(ctx context.Context, req *http.Request, fields string, deadline time.Time, fieldsOnly bool) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -252,7 +256,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline ti
 			return nil, err
 		}
 		var resp *http.Response
-		if resp, err = u.exchange(ctx, c, req, fieldsOnly); err == nil {
+		if resp, err = u.exchange(ctx, c, req, fields, fieldsOnly); err == nil {
 			if !idleTimeoutAnswer(ctx, resp, req, c) {
 				return resp, nil
 			}
@@ -265,7 +269,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline ti
 			c, err = u.get(ctx, deadline, addr, false)
 			continue
 		}
-		if !c.reused || !retryable(ctx, req, c) {
+		if !c.reused || !retryable(ctx, req, fields, c) {
 			closeRequestBody(req)
 			return nil, err
 		}
@@ -278,7 +282,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, deadline ti
 
 // exchange writes req on c and reads the answer's head (see roundTrip for
 // fieldsOnly). On an error the connection is closed.
-func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, fieldsOnly bool) (*http.Response, error) {
+func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, fields string, fieldsOnly bool) (*http.Response, error) {
 	c.written, c.read, c.connErr = 0, 0, nil
 	// The context ends a blocked read or write at once: its deadline, the
 	// client going away. (A deadline given apart from the context is the
@@ -296,7 +300,7 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, f
 	// written whole before the answer is read. Expect: 100-continue does
 	// not make it wait: a client may send the body without waiting for
 	// 100 Continue, which is then read and skipped like any 1xx.
-	werr := writeRequest(c.bw, req)
+	werr := writeRequest(c.bw, req, fields)
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
@@ -351,7 +355,7 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, f
 // reached the connection (the backend cannot have seen it), or when it is
 // idempotent (sending it twice does no harm); in both cases only if its
 // body can be sent again. A request the context ended is not retried.
-func retryable(ctx context.Context, req *http.Request, c *upConn) bool {
+func retryable(ctx context.Context, req *http.Request, fields string, c *upConn) bool {
 	if c.ended(ctx) != nil || c.read > 0 {
 		return false
 	}
@@ -367,7 +371,8 @@ func retryable(ctx context.Context, req *http.Request, c *upConn) bool {
 	}
 	// A client that names its request with an idempotency key says that
 	// the backend applies it once however often it is sent.
-	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != "" ||
+		clientValue(fields, "Idempotency-Key") != "" || clientValue(fields, "X-Idempotency-Key") != ""
 }
 
 // headerBytes is about what h takes on the wire.

@@ -883,7 +883,7 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = u.RoundTripUntil(ctx, req, start.Add(200*time.Millisecond))
+	_, err = u.RoundTripUntil(ctx, req, "", start.Add(200*time.Millisecond))
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want a dial that ended at its deadline", err)
 	}
@@ -892,7 +892,7 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 	}
 	// A request http.Transport must send is refused, not sent in plain.
 	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:9/", strings.NewReader(`{}`))
-	if _, err := u.RoundTripUntil(t.Context(), tls, time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
+	if _, err := u.RoundTripUntil(t.Context(), tls, "", time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
 		t.Fatalf("https through RoundTripUntil: %v", err)
 	}
 }
@@ -907,8 +907,8 @@ func TestInlineHonoursHTTPProxy(t *testing.T) {
 		t.Setenv(name, "")
 	}
 	u := newTransport().(*upstream)
-	if !u.noHTTPProxy || !u.inline(req) {
-		t.Fatalf("no proxy in the environment: noHTTPProxy %v, inline %v; want both true", u.noHTTPProxy, u.inline(req))
+	if !u.noHTTPProxy || !u.inline(req, "") {
+		t.Fatalf("no proxy in the environment: noHTTPProxy %v, inline %v; want both true", u.noHTTPProxy, u.inline(req, ""))
 	}
 	t.Setenv("HTTP_PROXY", "http://127.0.0.1:9")
 	u = newTransport().(*upstream)
@@ -918,7 +918,7 @@ func TestInlineHonoursHTTPProxy(t *testing.T) {
 	// http.ProxyFromEnvironment reads the environment once per process,
 	// so the proxy's answer is given here as that function would give it.
 	u.fallback.Proxy = func(*http.Request) (*url.URL, error) { return url.Parse("http://127.0.0.1:9") }
-	if u.inline(req) {
+	if u.inline(req, "") {
 		t.Fatal("a request the proxy carries was sent inline")
 	}
 }

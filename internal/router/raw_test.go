@@ -1,0 +1,289 @@
+package router_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// rawCase is a request as a client writes it: its target, field lines
+// (Host and Content-Length are added) and body.
+type rawCase struct {
+	name, target string
+	fields       []string
+	body         string
+}
+
+// seenRequest is what a backend saw of a request.
+type seenRequest struct {
+	Method, URI string
+	Header      http.Header
+	Body        string
+}
+
+// answer is what a client saw of an answer.
+type answer struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// recordingBackend answers like an OpenAI server (an SSE stream when the
+// body asks for one, a 500 for the model "broken") and records each
+// request by its X-Case field, and every byte it read.
+type recordingBackend struct {
+	url  string
+	mu   sync.Mutex
+	seen map[string]seenRequest
+	raw  bytes.Buffer
+}
+
+func newRecordingBackend(t *testing.T) *recordingBackend {
+	rb := &recordingBackend{seen: map[string]seenRequest{}}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rb.mu.Lock()
+		rb.seen[r.Header.Get("X-Case")] = seenRequest{r.Method, r.RequestURI, r.Header.Clone(), string(body)}
+		rb.mu.Unlock()
+		h := w.Header()
+		h.Set("X-Upstream", "yes")
+		h.Add("X-Upstream-Twice", "1")
+		h.Add("X-Upstream-Twice", "2")
+		h.Set("X-Dynamo-Worker-Instance-Id", "99") // a pin in an answer: never relayed
+		switch {
+		case bytes.Contains(body, []byte(`"broken"`)):
+			h.Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"error":{"message":"the model broke"}}`)
+		case bytes.Contains(body, []byte(`"stream":true`)):
+			h.Set("Content-Type", "text/event-stream")
+			for i := range 3 {
+				_, _ = fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+				w.(http.Flusher).Flush()
+			}
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		default:
+			h.Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"object":"chat.completion","echo":%q}`, body)
+		}
+	}))
+	srv.Listener = &teeListener{Listener: srv.Listener, mu: &rb.mu, to: &rb.raw}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	rb.url = srv.URL
+	return rb
+}
+
+func (rb *recordingBackend) request(name string) (seenRequest, bool) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	s, ok := rb.seen[name]
+	return s, ok
+}
+
+func (rb *recordingBackend) bytesRead() string {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	return rb.raw.String()
+}
+
+// teeListener copies what its connections read into one buffer.
+type teeListener struct {
+	net.Listener
+	mu *sync.Mutex
+	to *bytes.Buffer
+}
+
+func (l *teeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &teeConn{Conn: c, l: l}, nil
+}
+
+type teeConn struct {
+	net.Conn
+	l *teeListener
+}
+
+func (c *teeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.l.mu.Lock()
+	c.l.to.Write(p[:n])
+	c.l.mu.Unlock()
+	return n, err
+}
+
+// hideRaw is a handler without ServeRaw: the lean server then builds an
+// http.Request for every request, as it did before ServeRaw existed.
+type hideRaw struct{ http.Handler }
+
+// sendRaw writes c's request on conn as it is and reads the answer.
+func sendRaw(t *testing.T, conn net.Conn, br *bufio.Reader, host string, c rawCase) answer {
+	t.Helper()
+	var b strings.Builder
+	target := c.target
+	if target == "" {
+		target = "/v1/chat/completions"
+	}
+	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nX-Case: %s\r\n", target, host, c.name)
+	for _, f := range c.fields {
+		b.WriteString(f + "\r\n")
+	}
+	fmt.Fprintf(&b, "Content-Length: %d\r\n\r\n%s", len(c.body), c.body)
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", c.name, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: reading the answer: %v", c.name, err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(body)}
+}
+
+// rawCases are requests whose fields a proxy must treat with care: names
+// in any case, repeats, pins, credentials, request ids, user agents,
+// white space, and bodies the router refuses.
+var rawCases = []rawCase{
+	{name: "plain", fields: []string{"Content-Type: application/json"}, body: `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+	{name: "names-in-any-case", fields: []string{"x-custom: a", "X-Custom: b", "x-stainless-os: Linux", "accept: */*", "ACCEPT-LANGUAGE: en"},
+		body: `{"model":"m","messages":[]}`},
+	{name: "pins", fields: []string{"x-dynamo-worker-instance-id: 7", "X-Dynamo-Prefill-Instance-Id: 3", "x-worker-instance-id: 5",
+		"X-Dp-Rank: 1", "x-data-parallel-rank: 2"}, body: `{"model":"m","messages":[]}`},
+	{name: "credentials", fields: []string{"Authorization: Bearer sk-client", "x-api-key: k", "Proxy-Authorization: Basic eA=="},
+		body: `{"model":"m","messages":[]}`},
+	{name: "api-key-only", fields: []string{"x-api-key:  sk-client "}, body: `{"model":"m","messages":[]}`},
+	{name: "wrong-key", fields: []string{"Authorization: Bearer nope", "X-Api-Key: sk-client"}, body: `{"model":"m","messages":[]}`},
+	{name: "request-id", fields: []string{"X-Request-Id: abc-123"}, body: `{"model":"m","messages":[]}`},
+	{name: "request-id-repeated", fields: []string{"x-request-id: abc-123", "X-Request-Id: other"}, body: `{"model":"m","messages":[]}`},
+	{name: "request-id-invalid", fields: []string{"X-Request-Id: not valid!", "x-request-id: abc"}, body: `{"model":"m","messages":[]}`},
+	{name: "agent-none", body: `{"model":"m","messages":[]}`},
+	{name: "agent-empty", fields: []string{"User-Agent: "}, body: `{"model":"m","messages":[]}`},
+	{name: "agent-twice", fields: []string{"user-agent: first/1", "User-Agent: second/2"}, body: `{"model":"m","messages":[]}`},
+	{name: "idempotency", fields: []string{"Idempotency-Key: k1"}, body: `{"model":"m","messages":[]}`},
+	{name: "encoding-and-type", fields: []string{"Accept-Encoding: gzip", "Content-Type: text/plain", "Connection: keep-alive"},
+		body: `{"model":"m","messages":[]}`},
+	{name: "white-space", fields: []string{"X-Spaced:    v  w   ", "X-Tab:\tt", "X-Empty:"}, body: `{"model":"m","messages":[]}`},
+	{name: "nvext", body: `{"model":"m","messages":[],"nvext":{"backend_instance_id":4,"token_data":[1,2],"greed_sampling":true}}`},
+	{name: "stream", body: `{"model":"m","stream":true,"messages":[]}`},
+	{name: "completions", target: "/v1/completions", body: `{"model":"m","prompt":"once upon"}`},
+	{name: "backend-fails", body: `{"model":"broken","messages":[]}`},
+	{name: "not-json", body: `{"model":`},
+	{name: "no-model", body: `{"messages":[]}`},
+	{name: "query", target: "/v1/chat/completions?x=1", body: `{"model":"m","messages":[]}`},
+	{name: "reveal", fields: []string{"x-backend: 1"}, body: `{"model":"m","messages":[]}`},
+	{name: "other-route", target: "/v1/messages", fields: []string{"anthropic-version: 2023-06-01"},
+		body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+}
+
+// TestServeRawMatchesServeHTTP sends each request through the router twice
+// on the lean server, from its bytes (ServeRaw) and as an http.Request (the
+// handler without ServeRaw), each router with a backend of its own, and
+// requires the same of both: what the backend saw (method, target, fields
+// as a header map, body) and what the client got (status, fields, body),
+// a request id the router made aside (a new one each time: both must carry
+// one, the same to the backend as to the client).
+func TestServeRawMatchesServeHTTP(t *testing.T) {
+	t.Parallel()
+	for _, keys := range []bool{false, true} {
+		t.Run(fmt.Sprintf("api_keys=%v", keys), func(t *testing.T) {
+			t.Parallel()
+			setup := func(h func(http.Handler) http.Handler) (*recordingBackend, string) {
+				be := newRecordingBackend(t)
+				cfg := config.Default()
+				cfg.Backends = []config.Backend{{Name: "be", Type: "openai", URL: be.url, Role: config.RoleUnified, Enabled: true,
+					APIKey: "sk-backend", Timeout: config.Duration(10 * time.Second)}}
+				if keys {
+					cfg.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex("sk-client")}}
+				}
+				return be, testutil.LeanServer(t, h(router.New(router.Options{Config: cfg}).Handler()))
+			}
+			rawBE, rawURL := setup(func(h http.Handler) http.Handler { return h })
+			mapBE, mapURL := setup(func(h http.Handler) http.Handler { return hideRaw{h} })
+			dial := func(u string) (net.Conn, *bufio.Reader, string) {
+				host := strings.TrimPrefix(u, "http://")
+				conn, err := net.Dial("tcp", host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = conn.Close() })
+				return conn, bufio.NewReader(conn), host
+			}
+			rc, rbr, rhost := dial(rawURL)
+			mc, mbr, mhost := dial(mapURL)
+			for _, c := range rawCases {
+				if keys && !strings.Contains("plain credentials api-key-only wrong-key request-id", c.name) {
+					continue
+				}
+				got := sendRaw(t, rc, rbr, rhost, c)
+				want := sendRaw(t, mc, mbr, mhost, c)
+				gotSeen, gotOK := rawBE.request(c.name)
+				wantSeen, wantOK := mapBE.request(c.name)
+				if gotOK != wantOK {
+					t.Errorf("%s: reached the backend from bytes %v, as a request %v", c.name, gotOK, wantOK)
+					continue
+				}
+				for _, a := range []*answer{&got, &want} {
+					a.Header.Del("Date")
+				}
+				if gotOK {
+					// The id the client got is the one the backend got.
+					for _, p := range []struct {
+						a *answer
+						s seenRequest
+					}{{&got, gotSeen}, {&want, wantSeen}} {
+						if id := p.a.Header.Get("X-Request-Id"); id == "" || !reflect.DeepEqual(p.s.Header["X-Request-Id"][:1], []string{id}) {
+							t.Errorf("%s: the client got request id %q, the backend %q", c.name, id, p.s.Header["X-Request-Id"])
+						}
+					}
+				}
+				if got.Header.Get("X-Request-Id") != want.Header.Get("X-Request-Id") {
+					// Made by the router: one of its own each time.
+					if len(got.Header.Get("X-Request-Id")) != 26 || len(want.Header.Get("X-Request-Id")) != 26 {
+						t.Errorf("%s: request ids %q and %q differ and are not the router's", c.name, got.Header.Get("X-Request-Id"), want.Header.Get("X-Request-Id"))
+					}
+					got.Header.Del("X-Request-Id")
+					want.Header.Del("X-Request-Id")
+					delete(gotSeen.Header, "X-Request-Id")
+					delete(wantSeen.Header, "X-Request-Id")
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: the client's answer\nfrom bytes   %+v\nas a request %+v", c.name, got, want)
+				}
+				if !reflect.DeepEqual(gotSeen, wantSeen) {
+					t.Errorf("%s: what the backend saw\nfrom bytes   %+v\nas a request %+v", c.name, gotSeen, wantSeen)
+				}
+			}
+			if keys {
+				return
+			}
+			// The lines went as the client wrote them from bytes, and from
+			// the map in canonical form: the two paths were both taken.
+			if raw := rawBE.bytesRead(); !strings.Contains(raw, "\r\nx-custom: a\r\n") {
+				t.Errorf("the backend of the router serving from bytes read no line x-custom as sent:\n%s", raw)
+			}
+			if raw := mapBE.bytesRead(); !strings.Contains(raw, "\r\nX-Custom: a\r\n") {
+				t.Errorf("the backend of the router serving requests read no line X-Custom:\n%s", raw)
+			}
+		})
+	}
+}
