@@ -32,7 +32,7 @@ import (
 // pinned tokenizer and chat template, and count_tokens on the same
 // prompts.
 type kvRouter struct {
-	router  *httptest.Server
+	router  *servedRouter
 	fe      *fleetsim.Frontend
 	prompts *kv.Prompts
 	index   *kv.Index
@@ -109,8 +109,7 @@ func newKVRouter(t *testing.T, edit func(*config.Config)) *kvRouter {
 	srv := router.New(router.Options{Config: cfg, Registry: k.reg, Store: store, Picker: picker,
 		CountTokens: func(model string, body []byte) (int, string) { return k.prompts.Count(k.reg.Snapshot(), model, body) }})
 	srv.SetReady(true)
-	k.router = httptest.NewServer(srv.Handler())
-	t.Cleanup(k.router.Close)
+	k.router = serveRouter(t, srv.Handler())
 	return k
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 const model = "Qwen/Qwen3-32B"
@@ -69,7 +70,7 @@ func plainBackend(t *testing.T) (*httptest.Server, *[]http.Header) {
 
 type harness struct {
 	fe      *fleetsim.Frontend
-	router  *httptest.Server
+	router  *servedRouter
 	reg     *fleet.Registry
 	reducer *fleet.Reducer
 	metrics *telemetry.RouterMetrics
@@ -131,10 +132,27 @@ func newHarnessWith(t *testing.T, edit func(*config.Config), opts func(*router.O
 	}
 	srv := router.New(o)
 	srv.SetReady(true)
-	h.router = httptest.NewServer(srv.Handler())
-	t.Cleanup(h.router.Close)
+	h.router = serveRouter(t, srv.Handler())
 	return h
 }
+
+// servedRouter is a router on a loopback port served as serve's plain
+// listener serves it: the lean server (a completion request from its
+// bytes), net/http behind it for what it hands off.
+type servedRouter struct {
+	URL    string
+	client *http.Client
+}
+
+func serveRouter(t testing.TB, h http.Handler) *servedRouter {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &servedRouter{URL: testutil.LeanServer(t, h), client: &http.Client{Transport: tr}}
+}
+
+// Client is a client of the router's own (its idle connections closed
+// when the test ends).
+func (s *servedRouter) Client() *http.Client { return s.client }
 
 func (h *harness) post(t *testing.T, body string, hdr map[string]string) *http.Response {
 	t.Helper()
