@@ -42,8 +42,21 @@ func FuzzParseHead(f *testing.F) {
 		}
 		data = data[:end]
 		h, ok := parseHead(data, true)
+		// Parsed for a RawServer, the map made later: the same decision and
+		// the same map.
+		lazy, lazyOK := parseHead(data, false)
+		if lazyOK != ok {
+			t.Fatalf("served with the map made at once %v, made later %v: %q", ok, lazyOK, data)
+		}
 		if !ok {
 			return
+		}
+		if lazy.header != nil {
+			t.Fatalf("a map made for a head parsed without one: %q", data)
+		}
+		lazy.buildHeader()
+		if fmt.Sprint(lazy.header) != fmt.Sprint(h.header) || lazy.fields != h.fields {
+			t.Fatalf("map made later %v, at once %v: %q", lazy.header, h.header, data)
 		}
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data)))
 		lok := h.parseTarget()
