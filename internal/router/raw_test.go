@@ -183,6 +183,10 @@ var rawCases = []rawCase{
 	{name: "encoding-and-type", fields: []string{"Accept-Encoding: gzip", "Content-Type: text/plain", "Connection: keep-alive"},
 		body: `{"model":"m","messages":[]}`},
 	{name: "white-space", fields: []string{"X-Spaced:    v  w   ", "X-Tab:\tt", "X-Empty:"}, body: `{"model":"m","messages":[]}`},
+	// Beyond what the router's own client sends inline: through
+	// http.Transport, the client's lines made a header map first.
+	{name: "large-body", fields: []string{"x-custom: big", "User-Agent: big/1"},
+		body: `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("long ", 14000) + `"}]}`},
 	{name: "nvext", body: `{"model":"m","messages":[],"nvext":{"backend_instance_id":4,"token_data":[1,2],"greed_sampling":true}}`},
 	{name: "stream", body: `{"model":"m","stream":true,"messages":[]}`},
 	{name: "completions", target: "/v1/completions", body: `{"model":"m","prompt":"once upon"}`},
