@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -91,5 +92,37 @@ func TestRawServer(t *testing.T) {
 	}
 	if rest, _ := io.ReadAll(p); len(rest) != 0 {
 		t.Fatalf("a panicking ServeRaw answered %q", rest)
+	}
+}
+
+// TestSetField: fields set through SetField go out with the head as map
+// entries would (a repeat replaces, the map's own entry of a name wins), a
+// relayed answer's line of such a name is not relayed, and none is taken
+// once the head is written.
+func TestSetField(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fs := w.(FieldSetter)
+		if !fs.SetField("X-Own", "first") || !fs.SetField("X-Own", "second") || !fs.SetField("X-Both", "own") {
+			t.Error("SetField refused a field")
+		}
+		if fs.SetField("X-Third", "x") {
+			t.Error("SetField took more fields than it holds")
+		}
+		w.Header().Set("X-Both", "map")
+		w.(FieldsWriter).WriteHeaderFields(http.StatusOK, "X-Own: relayed\r\nX-Relayed: yes\r\n", func(string) bool { return true })
+		if fs.SetField("X-Late", "x") {
+			t.Error("SetField took a field after the head")
+		}
+		_, _ = io.WriteString(w, "ok")
+	}), nil)
+	resp, err := l.client(t).Get("http://" + l.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	h := resp.Header
+	if got := [][]string{h.Values("X-Own"), h.Values("X-Both"), h.Values("X-Relayed"), h.Values("X-Late")}; fmt.Sprint(got) != "[[second] [map] [yes] []]" {
+		t.Fatalf("fields %v", got)
 	}
 }

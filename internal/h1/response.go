@@ -28,6 +28,9 @@ type response struct {
 	// field through it makes none.
 	header   http.Header
 	reqClose bool // the request asked to close the connection
+	// own are the fields set through SetField, written after the map's.
+	own  [2]ownField
+	nOwn int
 	// reqBody is the request's body, allocated with the response (body
 	// points to it).
 	reqBody body
@@ -94,6 +97,58 @@ func (w *response) WriteHeader(code int) {
 	_, w.hasDate = w.header["Date"]
 	writeStatusLine(bw, code)
 	writeHeaders(bw, w.header, code)
+	for _, f := range w.own[:w.nOwn] {
+		if _, inMap := w.header[f.name]; !inMap {
+			writeHeader(bw, f.name, f.value)
+		}
+	}
+}
+
+// FieldSetter is an answer that takes a field of the handler's as a name
+// and a value, written with its head as a header map's entry would be,
+// with no map to make: the lean server's answers implement it.
+type FieldSetter interface {
+	// SetField sets a field of the final answer's head, as
+	// Header()[name] = []string{value} would: name canonical, and not one
+	// of the framing fields (Content-Length, Transfer-Encoding,
+	// Connection, Trailer, Content-Type, Date), which the server reads
+	// from the map. A name the map also holds is the map's. False when
+	// the head is written already or the answer holds as many such fields
+	// as it can: the caller sets the map then.
+	SetField(name, value string) bool
+}
+
+type ownField struct{ name, value string }
+
+func (w *response) SetField(name, value string) bool {
+	if w.wroteHeader {
+		return false
+	}
+	for i := range w.own[:w.nOwn] {
+		if w.own[i].name == name {
+			w.own[i].value = value
+			return true
+		}
+	}
+	if w.nOwn == len(w.own) {
+		return false
+	}
+	w.own[w.nOwn] = ownField{name, value}
+	w.nOwn++
+	return true
+}
+
+// owns reports whether the handler set the field name (map or SetField).
+func (w *response) owns(name string) bool {
+	if _, ok := w.header[name]; ok {
+		return true
+	}
+	for _, f := range w.own[:w.nOwn] {
+		if f.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // LengthDeclarer is an answer whose body length can be declared before
@@ -145,7 +200,7 @@ func (w *response) WriteHeaderFields(code int, fields string, keep func(name str
 				continue
 			}
 		}
-		if _, mine := w.header[name]; mine || !keep(name) {
+		if w.owns(name) || !keep(name) {
 			continue
 		}
 		switch name {

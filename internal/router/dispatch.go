@@ -742,10 +742,10 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 }
 
 // relayedField reports whether an answer's field (canonical name) goes
-// on to the client: not hop-by-hop, not a pin, not the request id (the
-// router's own, set before).
+// on to the client: not hop-by-hop, not a pin, not the request id or the
+// routing path (the router's own).
 func relayedField(k string) bool {
-	return !dropped(k) && k != requestIDHeader && !shim.IsPinHeader(k)
+	return !dropped(k) && k != requestIDHeader && k != routingPathHeader && !shim.IsPinHeader(k)
 }
 
 // revealHeader is x-backend, canonical (a lookup by it copies nothing): a
@@ -782,7 +782,6 @@ func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) 
 // writeOwnHeaders sets the router's fields of an answer: the routing path
 // and, when the client asked, who served it.
 func (x *exchange) writeOwnHeaders(b *Backend, pin *pick.Pin) {
-	h := x.w.Header()
 	path := shim.PathUnified
 	if x.routingPath != "" {
 		path = x.routingPath
@@ -796,14 +795,15 @@ func (x *exchange) writeOwnHeaders(b *Backend, pin *pick.Pin) {
 			path = shim.PathUnified
 		}
 	}
-	if v, ok := routingPathValues[path]; ok {
-		h[routingPathHeader] = v
-	} else {
-		h.Set(routingPathHeader, path)
+	v, ok := routingPathValues[path]
+	if !ok {
+		v = []string{path}
 	}
+	setField(x.w, routingPathHeader, v)
 	if !x.reveal {
 		return
 	}
+	h := x.w.Header()
 	h.Set("x-continuum-backend", b.Name())
 	if pin != nil {
 		h.Set("x-continuum-worker", strconv.FormatUint(pin.Decode.Worker.ID.InstanceID, 10))

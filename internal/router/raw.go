@@ -74,7 +74,7 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 		x.newID = rec.idSlot[:]
 	}
 	rec.idSlot[0] = id
-	w.Header()[requestIDHeader] = rec.idSlot[:]
+	setField(rec, requestIDHeader, rec.idSlot[:])
 	defer func() {
 		aborted := recover()
 		e.done(rec, rq.Context(), start, id, aborted != nil)

@@ -62,7 +62,8 @@ func newRecordingBackend(t *testing.T) *recordingBackend {
 		h.Set("X-Upstream", "yes")
 		h.Add("X-Upstream-Twice", "1")
 		h.Add("X-Upstream-Twice", "2")
-		h.Set("X-Dynamo-Worker-Instance-Id", "99") // a pin in an answer: never relayed
+		h.Set("X-Dynamo-Worker-Instance-Id", "99")   // a pin in an answer: never relayed
+		h.Set("X-Continuum-Routing-Path", "spoofed") // the router's own field: never relayed
 		switch {
 		case bytes.Contains(body, []byte(`"broken"`)):
 			h.Set("Content-Type", "application/json")
@@ -257,6 +258,9 @@ func TestServeRawMatchesServeHTTP(t *testing.T) {
 					}{{&got, gotSeen}, {&want, wantSeen}} {
 						if id := p.a.Header.Get("X-Request-Id"); id == "" || !reflect.DeepEqual(p.s.Header["X-Request-Id"][:1], []string{id}) {
 							t.Errorf("%s: the client got request id %q, the backend %q", c.name, id, p.s.Header["X-Request-Id"])
+						}
+						if rp := p.a.Header.Values("X-Continuum-Routing-Path"); p.a.Status < 500 && !reflect.DeepEqual(rp, []string{"unified"}) {
+							t.Errorf("%s: routing path %q, want the router's own (unified)", c.name, rp)
 						}
 					}
 				}

@@ -439,6 +439,25 @@ func (r *statusRecorder) WriteHeaderFields(code int, fields string, keep func(na
 	r.ResponseWriter.WriteHeader(code)
 }
 
+// SetField sets one of the router's own fields of the answer through the
+// lean server's answer (h1.FieldSetter); false when it does not take it.
+func (r *statusRecorder) SetField(name, value string) bool {
+	if fs, ok := r.ResponseWriter.(h1.FieldSetter); ok {
+		return fs.SetField(name, value)
+	}
+	return false
+}
+
+// setField sets the answer's field name to vs[0] (vs of one value), as
+// w.Header()[name] = vs would, with no header map when w takes it as a
+// field of its own (h1.FieldSetter).
+func setField(w http.ResponseWriter, name string, vs []string) {
+	if fs, ok := w.(h1.FieldSetter); ok && fs.SetField(name, vs[0]) {
+		return
+	}
+	w.Header()[name] = vs
+}
+
 // DeclareLength declares the answer's body length (h1.LengthDeclarer):
 // to the lean server's answer as it is, else as a Content-Length field.
 func (r *statusRecorder) DeclareLength(n int64) {
