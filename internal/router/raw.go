@@ -88,8 +88,7 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 	if !keys.open() {
 		policy = keys.matchToken(bearerToken(authorization, apiKey))
 	}
-	policy, ok := s.admitClient(rec, keys, policy, writeParamError)
-	if !ok {
+	if !s.admitClient(rec, keys, policy, writeParamError) {
 		return true
 	}
 	// The declared length is the whole body (the lean server enforces it).

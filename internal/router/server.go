@@ -581,8 +581,8 @@ type failFunc func(w http.ResponseWriter, status int, code, param, message strin
 // has answered through fail.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*keyPolicy, []byte, bool) {
 	keys := s.keys.Load()
-	policy, ok := s.admitClient(w, keys, keys.match(r), fail)
-	if !ok {
+	policy := keys.match(r)
+	if !s.admitClient(w, keys, policy, fail) {
 		return nil, nil, false
 	}
 	// The body is not pooled: the transport may still read it after the
@@ -605,7 +605,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, fail failFunc) (*
 // recorder, which gives it back) and checks the client's key (policy,
 // what keys matched of its credential) and the key's rate limit; when it
 // returns false it has answered through fail.
-func (s *Server) admitClient(w http.ResponseWriter, keys *keys, policy *keyPolicy, fail failFunc) (*keyPolicy, bool) {
+func (s *Server) admitClient(w http.ResponseWriter, keys *keys, policy *keyPolicy, fail failFunc) bool {
 	if rec, ok := w.(*statusRecorder); ok {
 		limit := int64(s.cfg.Load().Server.MaxInFlight)
 		if s.inFlight.Add(1) > limit {
@@ -613,22 +613,22 @@ func (s *Server) admitClient(w http.ResponseWriter, keys *keys, policy *keyPolic
 			s.opts.Metrics.Overloaded.WithLabelValues(telemetry.OverloadInFlight).Inc()
 			w.Header().Set("Retry-After", "1")
 			fail(w, http.StatusServiceUnavailable, CodeOverloaded, "", fmt.Sprintf("the router is serving its limit of %d requests (server.max_in_flight): retry shortly", limit))
-			return nil, false
+			return false
 		}
 		rec.inFlight = true
 	}
 	if !keys.open() && policy == nil {
 		fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "a valid API key is required")
-		return nil, false
+		return false
 	}
 	if policy != nil && policy.bucket != nil {
 		if ok, wait := policy.bucket.take(s.opts.Now()); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 			fail(w, http.StatusTooManyRequests, CodeRateLimited, "", "rate limit exceeded for this API key")
-			return nil, false
+			return false
 		}
 	}
-	return policy, true
+	return true
 }
 
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path string) {
