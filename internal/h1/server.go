@@ -40,14 +40,12 @@ const (
 	bufferSize = 4 << 10
 	// watchDelay is how long a request runs before a read of its connection
 	// looks out for the client leaving (net/http looks from the start). The
-	// watcher's one timer fires about once per watchDelay while requests
-	// keep arriving, and each firing wakes an idle thread and the runtime's
-	// monitor thread (which sleeps until the earliest timer): at 10 ms that
-	// was about a fifth of a context switch per request at 500 requests a
-	// second and 4-13 % of the serving process's CPU. A client that leaves
-	// is still noticed within two of these, long before a model would have
-	// finished the answer it no longer waits for, and a stream notices at
-	// its next write.
+	// requests that arrive start the watches that are due, and the
+	// watcher's one timer only covers a quiet spell (see watcher): a client
+	// that leaves is noticed within about watchDelay while requests keep
+	// coming and within watchDelay plus watchTick otherwise, long before a
+	// model would have finished the answer it no longer waits for; a
+	// stream notices at its next write.
 	watchDelay = 100 * time.Millisecond
 	// maxDrain is what is read and dropped of a body the handler left
 	// unread so that the connection can carry the next request (net/http's

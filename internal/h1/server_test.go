@@ -424,6 +424,84 @@ func TestWatchOfManyRequests(t *testing.T) {
 	}
 }
 
+// TestWatchStartedByNextRequest: while requests keep coming, the watcher's
+// timer waits a tick between firings, and a request that has run
+// watchDelay is watched when the next one arrives; its client leaving then
+// cancels it. The tick here is an hour, so only the arriving request can
+// have started the watch.
+func TestWatchStartedByNextRequest(t *testing.T) {
+	t.Parallel()
+	started, cancelled := make(chan struct{}), make(chan error, 1)
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/short" {
+			which(w, r)
+			return
+		}
+		close(started)
+		select {
+		case <-r.Context().Done():
+			cancelled <- r.Context().Err()
+		case <-time.After(10 * time.Second):
+			cancelled <- errors.New("not cancelled")
+		}
+	}), func(s *Server) { s.watcher.tick = time.Hour })
+	w := &l.srv.watcher
+	inspect := func(f func()) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		f()
+	}
+	client := l.client(t)
+	short := func() {
+		t.Helper()
+		resp, err := client.Get("http://" + l.addr + "/short")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	// The first request arms the timer for watchDelay; once it has fired
+	// with requests having come, it is armed for the tick.
+	short()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var ticking bool
+		inspect(func() { ticking = w.armed && !w.added })
+		if ticking {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher's timer did not fire after the first request")
+		}
+		time.Sleep(watchDelay / 10)
+	}
+	lc := l.dial(t)
+	_, _ = io.WriteString(lc, "GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-started
+	time.Sleep(watchDelay * 3 / 2)
+	var long *conn
+	inspect(func() { long = w.head })
+	if long == nil {
+		t.Fatal("the long request is not in line for its watch")
+	}
+	long.mu.Lock()
+	armed := long.watchSt == watchArmed
+	long.mu.Unlock()
+	if !armed {
+		t.Fatal("the long request is watched before the next one arrived")
+	}
+	short()
+	inspect(func() {
+		if long.waiting || w.head != nil {
+			t.Error("the next request did not take the long one's watch out of line")
+		}
+	})
+	_ = lc.Close()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
+
 // TestWatchKeepsPipelinedByte: the watch of a slow request reads the next
 // request's first byte; the next request is still served whole.
 func TestWatchKeepsPipelinedByte(t *testing.T) {
