@@ -500,7 +500,7 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte, limit int) {
 		rec.model = m
 		if m.CardJSON != nil {
 			card := &Card{Typed: m.Card, Raw: m.CardJSON}
-			if len(m.CardJSON) > MaxRetainedCardBytes {
+			if len(m.CardJSON) > MaxRetainedCardBytes || m.CardDropped {
 				card.Raw = nil
 			}
 			rec.card = card

@@ -253,6 +253,9 @@ type ModelRecord struct {
 	CardErrors []string
 	// CardJSON is the whole card as it came, kept opaque.
 	CardJSON json.RawMessage
+	// CardDropped: a source shrank the card (CardDroppedField); CardJSON
+	// holds its core fields only.
+	CardDropped bool
 }
 
 // Card is the subset of Dynamo's ModelDeploymentCard the router reads.
@@ -339,7 +342,16 @@ type modelFields struct {
 	InstanceID  json.RawMessage `json:"instance_id"`
 	ModelSuffix json.RawMessage `json:"model_suffix"`
 	CardJSON    json.RawMessage `json:"card_json"`
+	CardDropped json.RawMessage `json:"card_json_dropped_bytes"`
 }
+
+// CardDroppedField is the envelope field of a Model record whose card a
+// source shrank to CoreCardFields before handing it on (a source that
+// cannot hold an oversized card whole): the size of the card it came
+// with. The reducer then treats the card as one put whole over the
+// retained bound, so that both give one view: the typed fields kept, the
+// opaque JSON dropped and reported. Dynamo never writes the field.
+const CardDroppedField = "card_json_dropped_bytes"
 
 // ParseModel parses a Model record. Unknown fields are ignored, every field
 // is optional, and an envelope field of the wrong type is left empty; only
@@ -368,6 +380,8 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 	if !isNull(f.CardJSON) {
 		m.CardJSON = f.CardJSON
 		m.Card, m.CardErrors = parseCard(f.CardJSON)
+		var n uint64
+		m.CardDropped = json.Unmarshal(f.CardDropped, &n) == nil && n > 0
 	}
 	return m, nil
 }

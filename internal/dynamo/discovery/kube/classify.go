@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -63,9 +64,11 @@ type dwmJSON struct {
 // ClassifyDWM turns one DynamoWorkerMetadata resource (its JSON) into the
 // records it supplies for the Dynamo namespaces given. It is pure.
 //
-// Identity comes from each record's value; the map key is used only when it
-// parses as the relative etcd key of the same identity (it keeps a LoRA
-// card's suffix). Every endpoint and card must carry the instance id that
+// Identity comes from each record's value, but for its namespace: a map
+// key that parses as a relative etcd key names it, as the key prefix does
+// in etcd (a worker's namespace is where it is registered, not what its
+// payload says), and keeps a LoRA card's suffix when it names the same
+// worker. A key of another form leaves the namespace to the value. Every endpoint and card must carry the instance id that
 // Dynamo derives from the pod's name, in key and value, or the whole
 // resource is refused as a mismatch; event channels carry publisher ids and
 // are exempt. A resource of the container discovery mode (named otherwise
@@ -190,10 +193,11 @@ func keyedID(keyID uint64, valueHasID bool, valueID uint64) uint64 {
 	return keyID ^ valueID ^ mismatchMark
 }
 
-// recordKey derives the full etcd key of one record from its value (and
-// its map key, when that is the relative key of the same identity), with
-// the namespace and the instance (or publisher) id it names. When the key
-// and the value disagree on the id, the id reported can match no pod.
+// recordKey derives the full etcd key of one record from its value and,
+// when the map key is a relative etcd key, its namespace (and a LoRA
+// card's suffix) from the key; with the namespace and the instance (or
+// publisher) id it names. When the key and the value disagree on the id,
+// the id reported can match no pod.
 func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string, id uint64, ok bool) {
 	k, kerr := wire.ParseRelativeKey(space, mapKey)
 	switch space {
@@ -207,11 +211,14 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			}
 			return "", "", 0, false
 		}
-		id = e.InstanceID.Value
-		if kerr == nil && k.InstanceID != id {
-			id = k.InstanceID ^ id ^ mismatchMark // key and value disagree: never a pod's hash
+		id, ns = e.InstanceID.Value, e.Namespace
+		if kerr == nil {
+			ns = k.Namespace
+			if k.InstanceID != id {
+				id = k.InstanceID ^ id ^ mismatchMark // key and value disagree: never a pod's hash
+			}
 		}
-		return fmt.Sprintf("%s%s/%s/%s/%s", wire.PrefixInstances, e.Namespace, e.Component, e.Endpoint, wire.FormatID(e.InstanceID.Value)), e.Namespace, id, true
+		return fmt.Sprintf("%s%s/%s/%s/%s", wire.PrefixInstances, ns, e.Component, e.Endpoint, wire.FormatID(e.InstanceID.Value)), ns, id, true
 	case wire.KeyspaceModelCards:
 		m, err := wire.ParseModel(value)
 		if err != nil || !m.InstanceID.Set || m.Namespace == "" || m.Component == "" || m.Endpoint == "" {
@@ -220,22 +227,24 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			}
 			return "", "", 0, false
 		}
-		id = m.InstanceID.Value
-		// The key's id is checked whatever component or endpoint it names,
-		// as an endpoint's is: a path id that is not the pod's hash is a
-		// mismatch even where the path is not used.
-		if kerr == nil && k.InstanceID != id {
-			id = k.InstanceID ^ id ^ mismatchMark
-		}
+		id, ns = m.InstanceID.Value, m.Namespace
 		suffix := m.ModelSuffix
-		if kerr == nil && k.Namespace == m.Namespace && k.Component == m.Component && k.Endpoint == m.Endpoint && k.InstanceID == m.InstanceID.Value {
-			suffix = k.ModelSuffix
+		if kerr == nil {
+			ns = k.Namespace
+			// The key's id is checked whatever component or endpoint it
+			// names, as an endpoint's is: a path id that is not the pod's
+			// hash is a mismatch even where the path is not used.
+			if k.InstanceID != id {
+				id = k.InstanceID ^ id ^ mismatchMark
+			} else if k.Component == m.Component && k.Endpoint == m.Endpoint {
+				suffix = k.ModelSuffix
+			}
 		}
-		key = fmt.Sprintf("%s%s/%s/%s/%s", wire.PrefixModelCards, m.Namespace, m.Component, m.Endpoint, wire.FormatID(m.InstanceID.Value))
+		key = fmt.Sprintf("%s%s/%s/%s/%s", wire.PrefixModelCards, ns, m.Component, m.Endpoint, wire.FormatID(m.InstanceID.Value))
 		if suffix != "" {
 			key += "/" + suffix
 		}
-		return key, m.Namespace, id, true
+		return key, ns, id, true
 	default:
 		ch, err := wire.ParseEventChannel(value)
 		if err != nil || !ch.PublisherID.Set || ch.Namespace == "" || ch.Topic == "" {
@@ -243,6 +252,9 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 				return wire.PrefixEventChannels + mapKey, k.Namespace, k.InstanceID, true
 			}
 			return "", "", 0, false
+		}
+		if kerr == nil {
+			ch.Namespace = k.Namespace
 		}
 		return wire.PrefixEventChannels + channelPath(ch), ch.Namespace, ch.PublisherID.Value, true
 	}
@@ -266,7 +278,9 @@ func channelPath(ch *wire.EventChannel) string {
 }
 
 // shrinkCard keeps a large Model record's envelope and only the core typed
-// fields of its card, so the source does not hold megabytes per worker.
+// fields of its card, so the source does not hold megabytes per worker; the
+// record says so (wire.CardDroppedField), and the reducer reports the card
+// dropped as it does when etcd hands it one whole.
 func shrinkCard(value []byte) []byte {
 	var env map[string]json.RawMessage
 	if json.Unmarshal(value, &env) != nil {
@@ -281,6 +295,7 @@ func shrinkCard(value []byte) []byte {
 	if json.Unmarshal(env["card_json"], &card) != nil || card == nil {
 		return value
 	}
+	env[wire.CardDroppedField] = json.RawMessage(strconv.Itoa(len(env["card_json"])))
 	core := map[string]json.RawMessage{}
 	for _, f := range wire.CoreCardFields {
 		if v, ok := card[f]; ok {

@@ -3,11 +3,14 @@ package kube_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
@@ -159,6 +162,52 @@ func TestClassifyDWMPodUID(t *testing.T) {
 	}
 }
 
+// TestClassifyDWMNamespaceFromKey: a map key that is a relative etcd key
+// names the record's namespace, whatever the value says (in etcd the key
+// prefix does); a key of another form leaves it to the value.
+func TestClassifyDWMNamespaceFromKey(t *testing.T) {
+	t.Parallel()
+	const pod = "worker-0"
+	id := kube.HashPodName(pod)
+	hex := fmt.Sprintf("%x", id)
+	ep := func(ns string) string {
+		return fmt.Sprintf(`{"type":"Endpoint","namespace":%q,"component":"c","endpoint":"generate","instance_id":%d}`, ns, id)
+	}
+	card := func(ns string) string {
+		return fmt.Sprintf(`{"type":"Model","namespace":%q,"component":"c","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m"}}`, ns, id)
+	}
+	channel := func(ns string) string {
+		return fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"namespace","name":%q},"topic":"kv_metrics","instance_id":5,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://h:1"}}}`, ns)
+	}
+	for _, tc := range []struct {
+		name, spec string
+		want       []string // record keys
+	}{
+		{"endpoint keyed elsewhere", fmt.Sprintf(`{"data":{"endpoints":{"other/c/generate/%s":%s}}}`, hex, ep("dn")), nil},
+		{"endpoint keyed here", fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate/%s":%s}}}`, hex, ep("other")),
+			[]string{"v1/instances/dn/c/generate/" + hex}},
+		{"card keyed here with its suffix", fmt.Sprintf(`{"data":{"model_cards":{"dn/c/generate/%s/lora-a":%s}}}`, hex, card("other")),
+			[]string{"v1/mdc/dn/c/generate/" + hex + "/lora-a"}},
+		{"card keyed elsewhere", fmt.Sprintf(`{"data":{"model_cards":{"other/c/generate/%s":%s}}}`, hex, card("dn")), nil},
+		{"channel keyed here", fmt.Sprintf(`{"data":{"event_channels":{"namespace/dn/topic/kv_metrics/5":%s}}}`, channel("other")),
+			[]string{"v1/event_channels/namespace/dn/topic/kv_metrics/5"}},
+		{"channel keyed elsewhere", fmt.Sprintf(`{"data":{"event_channels":{"namespace/other/topic/kv_metrics/5":%s}}}`, channel("dn")), nil},
+		{"key of another form", fmt.Sprintf(`{"data":{"endpoints":{"x":%s}}}`, ep("dn")),
+			[]string{"v1/instances/dn/c/generate/" + hex}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := kube.ClassifyDWM(dwmJSON(pod, pod, tc.spec), []string{"dn"})
+			if d.Refusal != nil || d.Malformed != "" {
+				t.Fatalf("refusal %+v, malformed %q", d.Refusal, d.Malformed)
+			}
+			got := slices.Sorted(maps.Keys(d.Records))
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("records %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzClassifyDWM: whatever a resource holds, classification does not
 // panic, keeps only watched namespaces and bounded records, and says why
 // it refuses.
@@ -185,6 +234,48 @@ func FuzzClassifyDWM(f *testing.F) {
 			t.Fatalf("namespace %q with %d records", d.Namespace, len(d.Records))
 		}
 	})
+}
+
+// TestShrunkCardViewAsEtcd: a card over the retained bound gives one view
+// whether etcd hands it over whole or the metadata source shrank it first:
+// the worker with its typed fields, and the card reported dropped.
+func TestShrunkCardViewAsEtcd(t *testing.T) {
+	t.Parallel()
+	const pod = "worker-0"
+	id := kube.HashPodName(pod)
+	key := fmt.Sprintf("dn/c/generate/%x", id)
+	endpoint := fmt.Sprintf(`{"type":"Endpoint","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d,"transport":{"nats_tcp":"x"}}`, id)
+	card := fmt.Sprintf(`{"type":"Model","namespace":"dn","component":"c","endpoint":"generate","instance_id":%d,`+
+		`"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":32,"chat_template":%q}}`, id, strings.Repeat("x", 1<<20))
+	view := func(records map[string][]byte) string {
+		r := fleet.NewReducer()
+		r.ResyncBegin()
+		for k, v := range records {
+			r.Put(k, v, time.Unix(0, 0))
+		}
+		r.ResyncEnd()
+		snap := r.Build(time.Unix(0, 0))
+		var ws []string
+		for w := range snap.Workers.All() {
+			ws = append(ws, fmt.Sprintf("%x %s %s %d raw=%t", w.ID.InstanceID, w.Role, w.Model, *w.Card.Typed.KVCacheBlockSize, w.Card.Raw != nil))
+		}
+		b, err := json.Marshal(map[string]any{"workers": ws, "problems": snap.Problems})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	want := view(map[string][]byte{"v1/instances/" + key: []byte(endpoint), "v1/mdc/" + key: []byte(card)})
+	if !strings.Contains(want, "card_dropped") || !strings.Contains(want, "raw=false") {
+		t.Fatalf("etcd view %s: want the card reported dropped", want)
+	}
+	d := kube.ClassifyDWM(dwmJSON(pod, pod, fmt.Sprintf(`{"data":{"endpoints":{%q:%s},"model_cards":{%q:%s}}}`, key, endpoint, key, card)), []string{"dn"})
+	if d.Size > 1<<20 {
+		t.Fatalf("classified records hold %d bytes: the card was not shrunk", d.Size)
+	}
+	if got := view(d.Records); got != want {
+		t.Fatalf("metadata source's view\n%s\nwant etcd's\n%s", got, want)
+	}
 }
 
 // TestClassifyKeepsCardUnderBound: the retained-card bound is the card's
