@@ -283,21 +283,13 @@ func (ix *Index) ClearSubscription(id SubscriptionID) {
 }
 
 // admit holds the per-event checks, those that need nothing but the event.
-// It returns "" for an event to index, ResultOtherTier for one that only
-// moves its rank's cursor, or ResultMalformed for one that cannot be. The
-// checks of new event fields belong here; those of new block fields belong
-// in store's loop over the blocks.
+// It returns "" for an event to index, the result of one that only moves
+// its rank's cursor (another tier, say), or ResultMalformed for one that
+// cannot be. The checks of new event fields belong here; those of new
+// block fields belong in store's loop over the blocks.
 func admit(ev *wire.RouterEvent) string {
 	switch ev.Kind {
-	case wire.KVStored:
-		if len(ev.Blocks) == 0 {
-			return ResultMalformed
-		}
-	case wire.KVRemoved:
-		if len(ev.Removed) == 0 {
-			return ResultMalformed
-		}
-	case wire.KVCleared:
+	case wire.KVStored, wire.KVRemoved, wire.KVCleared:
 	default:
 		return ResultMalformed
 	}
@@ -307,6 +299,13 @@ func admit(ev *wire.RouterEvent) string {
 	// A cache owner's domain (a shared cache) is not a worker's cache.
 	if ev.Residency == wire.ResidencyCacheOwner {
 		return ResultCacheOwner
+	}
+	// A publisher numbers an event that carries no block as any other
+	// (one whose blocks it could not hash whole, say): it changes nothing
+	// but is no loss, so it moves the cursor and the next event is not
+	// taken for a gap.
+	if ev.Kind != wire.KVCleared && len(ev.Blocks) == 0 && len(ev.Removed) == 0 {
+		return ResultAccepted
 	}
 	// The router hashes text only: a chain that starts with a multimodal
 	// block holds nothing a request's hashes can reach.

@@ -65,10 +65,7 @@ func (m *model) clearSubscription(id kv.SubscriptionID) {
 }
 
 func (m *model) apply(sub kv.SubscriptionID, ns string, ev wire.RouterEvent) kv.Outcome {
-	switch {
-	case ev.Kind == wire.KVStored && len(ev.Blocks) == 0,
-		ev.Kind == wire.KVRemoved && len(ev.Removed) == 0,
-		ev.Kind != wire.KVStored && ev.Kind != wire.KVRemoved && ev.Kind != wire.KVCleared:
+	if ev.Kind != wire.KVStored && ev.Kind != wire.KVRemoved && ev.Kind != wire.KVCleared {
 		return kv.Outcome{Result: kv.ResultMalformed}
 	}
 	k := load.Key{Namespace: load.NS(ns), WorkerID: ev.WorkerID, DPRank: ev.DPRank}
@@ -98,6 +95,9 @@ func (m *model) apply(sub kv.SubscriptionID, ns string, ev wire.RouterEvent) kv.
 		return out
 	}
 	out.Result = kv.ResultAccepted
+	if ev.Kind != wire.KVCleared && len(ev.Blocks) == 0 && len(ev.Removed) == 0 {
+		return out // no block: nothing changes
+	}
 	blocks := m.ranks[k]
 	switch ev.Kind {
 	case wire.KVStored:

@@ -266,13 +266,21 @@ func TestIndexStoredRemovedCleared(t *testing.T) {
 	}, {
 		name: "malformed events",
 		events: []wire.RouterEvent{
-			{WorkerID: 1, Kind: wire.KVStored},
-			{WorkerID: 1, Kind: wire.KVRemoved},
 			{WorkerID: 1, Kind: "evicted", Removed: []uint64{1}},
 			{WorkerID: 1},
 		},
-		want:  []kv.Outcome{{Result: kv.ResultMalformed}, {Result: kv.ResultMalformed}, {Result: kv.ResultMalformed}, {Result: kv.ResultMalformed}},
+		want:  []kv.Outcome{{Result: kv.ResultMalformed}, {Result: kv.ResultMalformed}},
 		shape: shape{0, 0, 0},
+	}, {
+		name: "events without blocks change nothing",
+		events: []wire.RouterEvent{
+			chain(1, nil, 10, 1),
+			{WorkerID: 1, Kind: wire.KVStored},
+			{WorkerID: 1, Kind: wire.KVRemoved},
+			{WorkerID: 1, Kind: wire.KVStored, ParentHash: ph(10)},
+		},
+		queries: []query{q(map[load.Key]int{w1: 1}, 1)},
+		shape:   shape{1, 1, 1},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -375,11 +383,21 @@ func TestIndexCursors(t *testing.T) {
 		name: "a malformed event does not move the cursor, so the next is a gap",
 		steps: []step{
 			{1, withID(chain(1, nil, 10, 1), 1), accepted},
-			{1, withID(wire.RouterEvent{WorkerID: 1, Kind: wire.KVStored}, 2), kv.Outcome{Result: kv.ResultMalformed}},
+			{1, withID(wire.RouterEvent{WorkerID: 1, Kind: "evicted", Removed: []uint64{10}}, 2), kv.Outcome{Result: kv.ResultMalformed}},
 			{1, withID(chain(1, nil, 20, 2), 3), gap(kv.ResultAccepted)},
 		},
 		queries: []query{q(nil, 1), q(map[load.Key]int{w1: 1}, 2)},
 		shape:   shape{1, 1, 1},
+	}, {
+		name: "an event without blocks moves the cursor",
+		steps: []step{
+			{1, withID(chain(1, nil, 10, 1), 1), accepted},
+			{1, withID(wire.RouterEvent{WorkerID: 1, Kind: wire.KVStored}, 2), accepted},
+			{1, withID(wire.RouterEvent{WorkerID: 1, Kind: wire.KVRemoved}, 3), accepted},
+			{1, withID(chain(1, ph(10), 20, 2), 4), accepted},
+		},
+		queries: []query{q(map[load.Key]int{w1: 2}, 1, 2)},
+		shape:   shape{2, 2, 1},
 	}, {
 		name: "other-tier events move the cursor",
 		steps: []step{
