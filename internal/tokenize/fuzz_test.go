@@ -62,6 +62,7 @@ func FuzzLoad(f *testing.F) {
 		"normalizer": `{"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true}`, "pre_tokenizer": `{"type": "BertPreTokenizer"}`}))
 	f.Add(tiny(f, map[string]string{"model": `{"unk_token": "<unk>", "vocab": {"<unk>": 0, "hello": 1}}`, "pre_tokenizer": `{"type": "Whitespace"}`}))
 	f.Add(tiny(f, map[string]string{"pre_tokenizer": `{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel", "use_regex": false}, {"type": "UnicodeScripts"}]}`}))
+	f.Add(tiny(f, map[string]string{"normalizer": `{"type": "NFC"}`, "pre_tokenizer": `{"type": "Split", "pattern": {"Regex": "\\p{L}++|\\p{N}{1,3}+|[\\r\\n]*+x?+|^\\s+|\\s+$|."}, "behavior": "Isolated", "invert": false}`}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tk, err := tokenize.Load(data)
 		if err != nil {

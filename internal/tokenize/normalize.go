@@ -1,8 +1,10 @@
 package tokenize
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -119,15 +121,111 @@ func (u unicodeNorm) normalize(s string) string {
 			continue
 		}
 		// (not AppendString: it would normalize across the junction)
-		b = append(b, u.f.String(s[start:i])...)
+		b = append(b, u.stretch(s[start:i])...)
 		_, n := utf8.DecodeRuneInString(s[i:])
 		b = append(b, s[i:i+n]...)
 		start = i + n
 	}
 	if b == nil {
-		return u.f.String(s)
+		return u.stretch(s)
 	}
-	return string(append(b, u.f.String(s[start:])...))
+	return string(append(b, u.stretch(s[start:])...))
+}
+
+// cgj is U+034F COMBINING GRAPHEME JOINER, which no normalization makes of
+// other characters.
+const cgj = "\u034f"
+
+// stretch normalizes s. The library keeps its output in the Stream-Safe
+// Text Format: after 30 non-starters in a row it inserts a U+034F and
+// neither reorders nor composes across it. Hugging Face's normalizers
+// order and compose a run of any length, so a text where the library
+// inserted one (more U+034F out than in) is normalized again by the
+// definition itself (full).
+func (u unicodeNorm) stretch(s string) string {
+	out := u.f.String(s)
+	if strings.Contains(out, cgj) && strings.Count(out, cgj) > strings.Count(s, cgj) {
+		return u.full(s)
+	}
+	return out
+}
+
+// full normalizes s as Unicode defines it, with no bound on a run of
+// non-starters: each character's full decomposition, every run of
+// non-starters stably sorted by combining class and, for NFC and NFKC,
+// canonical composition. The library supplies each character's
+// decomposition and class and whether two characters compose, none of
+// which it bounds. It is the path of texts with a run of over 30 marks,
+// so it is written for clarity, not speed.
+func (u unicodeNorm) full(s string) string {
+	decompose, compose := norm.NFD, false
+	switch u.f {
+	case norm.NFC:
+		compose = true
+	case norm.NFKC:
+		decompose, compose = norm.NFKD, true
+	case norm.NFKD:
+		decompose = norm.NFKD
+	}
+	type char struct {
+		r   rune
+		ccc uint8
+	}
+	var cs []char
+	for _, r := range s {
+		for _, d := range decompose.String(string(r)) {
+			cs = append(cs, char{d, norm.NFD.PropertiesString(string(d)).CCC()})
+		}
+	}
+	for i := 0; i < len(cs); {
+		if cs[i].ccc == 0 {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(cs) && cs[j].ccc != 0 {
+			j++
+		}
+		slices.SortStableFunc(cs[i:j], func(a, b char) int { return cmp.Compare(a.ccc, b.ccc) })
+		i = j
+	}
+	if compose {
+		// Canonical composition: a character joins the last starter
+		// when nothing between them blocks it (a character of its class
+		// or higher, or a starter) and the two have a primary composite.
+		// What follows the last starter is its marks in class order, so
+		// the last of them is the one that can block.
+		out := cs[:0]
+		last := -1
+		for _, c := range cs {
+			if last >= 0 && (len(out)-1 == last || out[len(out)-1].ccc < c.ccc) {
+				if p, ok := composite(out[last].r, c.r); ok {
+					out[last].r = p
+					continue
+				}
+			}
+			if c.ccc == 0 {
+				last = len(out)
+			}
+			out = append(out, c)
+		}
+		cs = out
+	}
+	b := make([]byte, 0, len(s))
+	for _, c := range cs {
+		b = utf8.AppendRune(b, c.r)
+	}
+	return string(b)
+}
+
+// composite is the primary composite of starter a and b, if they have one:
+// what NFC makes of the pair when it is one character.
+func composite(a, b rune) (rune, bool) {
+	var buf [2 * utf8.UTFMax]byte
+	pair := utf8.AppendRune(utf8.AppendRune(buf[:0], a), b)
+	c := norm.NFC.Bytes(pair)
+	r, n := utf8.DecodeRune(c)
+	return r, n == len(c) && r != utf8.RuneError
 }
 
 func isASCII(s string) bool {

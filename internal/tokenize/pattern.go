@@ -27,7 +27,11 @@ func compilePattern(p patternJSON) (matcher, error) {
 		if m := knownScanner(*p.Regex); m != nil {
 			return m, nil
 		}
-		re, err := regexp2.Compile(withEngineClasses(*p.Regex), regexp2.Unicode)
+		pattern, err := enginePattern(*p.Regex)
+		if err != nil {
+			return nil, err
+		}
+		re, err := regexp2.Compile(pattern, regexp2.Unicode|regexp2.Multiline)
 		if err != nil {
 			return nil, fmt.Errorf("compile regex %q: %w", *p.Regex, err)
 		}
@@ -90,25 +94,40 @@ func shorthandClass(c byte, inClass bool) string {
 	return ""
 }
 
-// withEngineClasses rewrites the \p{X} and \P{X} of a pattern so the
-// backtracking engine's classes hold what the library's newer Unicode tables
-// put in them: a pattern matching letters must take a letter Go's tables do
-// not know yet for one (Mistral's Tekken split, say, keeps such a letter in
-// the word it ends, where Go's tables alone would cut it off). Inside a
+// enginePattern rewrites a pattern written for the library's regex engine
+// (Oniguruma, Ruby syntax) for the backtracking one, or says why it cannot.
+//
+// Classes: \p{X} and \P{X} gain what the library's newer Unicode tables
+// put in them: a pattern matching letters must take a letter Go's tables
+// do not know yet for one (Mistral's Tekken split, say, keeps such a letter
+// in the word it ends, where Go's tables alone would cut it off). Inside a
 // bracket class \p{X} gains the ranges; outside it becomes a bracket class
 // of its own. \d and \w are rewritten alike (the engine's \w, letters,
 // marks, most numbers and circled letters, is written out whole; its \s is
 // Go's). A \P{X}, \W or \D inside a bracket class cannot be widened this
-// way and is left as it is, and so is a whole pattern with a nested bracket
-// (a nested set or a POSIX class), whose meaning the engines do not share.
-func withEngineClasses(p string) string {
-	var b strings.Builder
-	b.Grow(len(p))
+// way and is left as it is. A nested bracket (a nested set or a POSIX
+// class) and a class intersection (&&) mean something else to the
+// backtracking engine, which would read them without complaint: a pattern
+// with one is refused.
+//
+// Quantifiers: X?+, X*+ and X++ are possessive, written as atomic groups;
+// an interval followed by + repeats the interval (X{1,3}+ is (X{1,3})+ in
+// Ruby syntax, not a possessive interval), and {,m} is {0,m}.
+//
+// ^ and $ are line anchors in the library's engine; the caller compiles
+// with the backtracking engine's Multiline for them.
+func enginePattern(p string) (string, error) {
+	b := make([]byte, 0, len(p)+16)
 	inClass := false
+	atom := -1       // where the last quantifiable atom starts in b; -1: none
+	var groups []int // where each open group starts in b
 	for i := 0; i < len(p); {
 		c := p[i]
 		switch {
 		case c == '\\' && i+1 < len(p):
+			if !inClass {
+				atom = len(b)
+			}
 			if (p[i+1] == 'p' || p[i+1] == 'P') && i+2 < len(p) && p[i+2] == '{' {
 				if end := strings.IndexByte(p[i+3:], '}'); end >= 0 {
 					name := p[i+3 : i+3+end]
@@ -116,13 +135,13 @@ func withEngineClasses(p string) string {
 						tok := p[i : i+4+end]
 						switch neg := p[i+1] == 'P'; {
 						case inClass && !neg:
-							b.WriteString(tok + extra)
+							b = append(b, tok+extra...)
 						case !inClass && !neg:
-							b.WriteString("[" + tok + extra + "]")
+							b = append(b, "["+tok+extra+"]"...)
 						case !inClass && neg:
-							b.WriteString(`[^\p{` + name + "}" + extra + "]")
+							b = append(b, `[^\p{`+name+"}"+extra+"]"...)
 						default:
-							b.WriteString(tok)
+							b = append(b, tok...)
 						}
 						i += 4 + end
 						continue
@@ -132,43 +151,145 @@ func withEngineClasses(p string) string {
 			if body := shorthandClass(p[i+1], inClass); body != "" {
 				switch neg := p[i+1] == 'W' || p[i+1] == 'D'; {
 				case inClass && !neg:
-					b.WriteString(body)
+					b = append(b, body...)
 				case !inClass && !neg:
-					b.WriteString("[" + body + "]")
+					b = append(b, "["+body+"]"...)
 				case !inClass && neg:
-					b.WriteString("[^" + body + "]")
+					b = append(b, "[^"+body+"]"...)
 				default:
-					b.WriteString(p[i : i+2])
+					b = append(b, p[i:i+2]...)
 				}
 				i += 2
 				continue
 			}
 			_, n := utf8.DecodeRuneInString(p[i+1:])
-			b.WriteString(p[i : i+1+n])
+			b = append(b, p[i:i+1+n]...)
 			i += 1 + n
 			continue
-		case c == '[' && inClass:
-			return p
+		case inClass:
+			switch {
+			case c == '[':
+				return "", unsupported("regex %q: a nested bracket or POSIX class", p)
+			case c == '&' && i+1 < len(p) && p[i+1] == '&':
+				return "", unsupported("regex %q: a class intersection (&&)", p)
+			case c == ']':
+				inClass = false
+			}
 		case c == '[':
+			atom = len(b)
 			inClass = true
-			b.WriteByte(c)
+			b = append(b, c)
 			i++
 			if i < len(p) && p[i] == '^' {
-				b.WriteByte('^')
+				b = append(b, '^')
 				i++
 			}
 			if i < len(p) && p[i] == ']' { // a leading ] is a literal
-				b.WriteByte(']')
+				b = append(b, ']')
 				i++
 			}
 			continue
-		case c == ']' && inClass:
-			inClass = false
+		case c == '(':
+			groups = append(groups, len(b))
+			atom = -1
+			// A group's opening ((?:, (?i:, (?=, (?<name>, ...) is copied
+			// whole: its ? is no quantifier.
+			n := 1
+			if i+1 < len(p) && p[i+1] == '?' {
+				n = 2
+				for i+n < len(p) && p[i+n] != ':' && p[i+n] != ')' && p[i+n] != '=' && p[i+n] != '!' && p[i+n] != '>' {
+					n++
+				}
+				if i+n < len(p) && p[i+n] != ')' {
+					n++
+				}
+			}
+			b = append(b, p[i:i+n]...)
+			i += n
+			continue
+		case c == ')':
+			atom = -1
+			if len(groups) > 0 {
+				atom = groups[len(groups)-1]
+				groups = groups[:len(groups)-1]
+			}
+		case c == '?' || c == '*' || c == '+':
+			if atom >= 0 && i+1 < len(p) && p[i+1] == '+' {
+				b = append(b[:atom], append([]byte("(?>"), append(append([]byte(nil), b[atom:]...), c, ')')...)...)
+				atom = -1
+				i += 2
+				continue
+			}
+			atom = -1
+			b = append(b, c)
+			i++
+			if i < len(p) && p[i] == '?' { // lazy
+				b = append(b, '?')
+				i++
+			}
+			continue
+		case c == '{':
+			if lo, hi, n, ok := interval(p[i:]); ok && atom >= 0 {
+				q := "{" + lo + hi + "}"
+				if lo == "" {
+					q = "{0" + hi + "}"
+				}
+				i += n
+				if i < len(p) && p[i] == '+' {
+					// Repeated, not possessive: X{n,m}+ is (X{n,m})+.
+					b = append(b[:atom], append([]byte("(?:"), append(append([]byte(nil), b[atom:]...), q+")"...)...)...)
+					continue // atom stays: the + quantifies the group
+				}
+				b = append(b, q...)
+				atom = -1
+				if i < len(p) && p[i] == '?' {
+					b = append(b, '?')
+					i++
+				}
+				continue
+			}
+			atom = len(b) // a literal {
+		case c == '|' || c == '^' || c == '$':
+			atom = -1
+		default:
+			atom = len(b)
+			_, n := utf8.DecodeRuneInString(p[i:])
+			b = append(b, p[i:i+n]...)
+			i += n
+			continue
 		}
-		b.WriteByte(c)
+		b = append(b, c)
 		i++
 	}
-	return b.String()
+	return string(b), nil
+}
+
+// interval reads a bounded repeat at the start of s ({n}, {n,}, {n,m},
+// {,m}): its lower bound, the rest up to the closing brace (",m", "," or
+// ""), and its length; ok false when s does not start with one (the brace
+// is then a literal).
+func interval(s string) (lo, hi string, n int, ok bool) {
+	end := strings.IndexByte(s, '}')
+	if end < 0 {
+		return "", "", 0, false
+	}
+	body := s[1:end]
+	lo, rest, comma := strings.Cut(body, ",")
+	digits := func(d string) bool {
+		for i := 0; i < len(d); i++ {
+			if d[i] < '0' || d[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	if !digits(lo) || !digits(rest) || (lo == "" && rest == "") {
+		return "", "", 0, false
+	}
+	if comma {
+		hi = "," + rest
+	}
+	return lo, hi, end + 1, true
 }
 
 // literal matches a fixed string; the empty string matches nothing.

@@ -3,6 +3,7 @@ package tokenize
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,8 +82,58 @@ func TestFallbackClassesFollowEngine(t *testing.T) {
 			t.Errorf("%s on %q: got %q, want %q", tc.pattern, tc.text, got, tc.want)
 		}
 	}
-	// A nested bracket leaves the pattern as written.
-	if p := `[a[b]]\p{L}`; withEngineClasses(p) != p {
-		t.Errorf("nested class rewritten: %s", withEngineClasses(p))
+	// A nested bracket, a POSIX class or an intersection would be read
+	// without complaint and otherwise: refused.
+	for _, p := range []string{`[a[b]]\p{L}`, `[[:alpha:]]+`, `[\p{L}&&[^a-z]]`, `[a-z&&b]`} {
+		if got, err := enginePattern(p); err == nil {
+			t.Errorf("%s rewritten as %s, want it refused", p, got)
+		}
+	}
+}
+
+// TestEnginePatternQuantifiers: Ruby-syntax quantifiers the backtracking
+// engine lacks or reads otherwise, written as it reads them. What each
+// stands for was measured with the Hugging Face Rust core (a Split of
+// that pattern): a*+ab|. cuts "aab" into a, a, b (possessive); \d{2}+|.
+// cuts "12345" into 1234, 5 (a repeated interval).
+func TestEnginePatternQuantifiers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ pattern, want string }{
+		{`a?+b`, `(?>a?)b`},
+		{`a*+ab|.`, `(?>a*)ab|.`},
+		{`\s++$`, `(?>\s+)$`},
+		{`[\r\n]*+x`, `(?>[\r\n]*)x`},
+		{`(?:ab)*+c`, `(?>(?:ab)*)c`},
+		{`(?i:x|y)++`, `(?>(?i:x|y)+)`},
+		{`\d{2}+|.`, `(?:[\d` + engineClassExtra["Nd"] + `]{2})+|.`},
+		{`x{1,3}+`, `(?:x{1,3})+`},
+		{`x{1,3}++`, `(?>(?:x{1,3})+)`},
+		{`x{,2}y{3,}z{4}?`, `x{0,2}y{3,}z{4}?`},
+		{`a+?b*?c??`, `a+?b*?c??`},
+		{`(?<=a)(?!b)(?<n>c)+`, `(?<=a)(?!b)(?<n>c)+`},
+		{`{x}{,}é?+`, `{x}{,}(?>é?)`},
+	} {
+		got, err := enginePattern(tc.pattern)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %s, %v; want %s", tc.pattern, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		pattern, text string
+		want          []string
+	}{
+		{`a*+ab|.`, "aab", []string{"a", "a", "b"}},
+		{`\d{2}+|.`, "12345", []string{"1234", "5"}},
+		{`^\s+|\s+$|\S+|\s+`, "  a \n b  \nc", []string{"  ", "a", " ", "\n ", "b", "  ", "\n", "c"}},
+	} {
+		m, err := compilePattern(patternJSON{Regex: &tc.pattern})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		m.each(tc.text, func(a, b int) { got = append(got, tc.text[a:b]) })
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s on %q: %q, want %q", tc.pattern, tc.text, got, tc.want)
+		}
 	}
 }
