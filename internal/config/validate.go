@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 type validator struct {
@@ -798,6 +799,13 @@ func (v *validator) brokers() {
 			}
 			if len(e.Backends) == 0 {
 				v.errorf(ep+".backends", "a kv_listener needs the backends it may announce")
+			}
+			for j, b := range e.Backends {
+				// What the hello can carry: a name without white space or
+				// control characters, at most 253 bytes.
+				if b == "" || len(b) > 253 || strings.ContainsFunc(b, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+					v.errorf(fmt.Sprintf("%s.backends[%d]", ep, j), "%q is not a backend name a kv_listener can announce (non-empty, at most 253 bytes, no white space or control characters)", b)
+				}
 			}
 		default:
 			v.errorf(ep+".role", "role %q is not one of broker, kv_listener", e.Role)

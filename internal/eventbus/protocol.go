@@ -22,6 +22,8 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Request paths, headers and the protocol version.
@@ -179,21 +181,25 @@ func invalid(format string, args ...any) error {
 var (
 	streamIDRe  = regexp.MustCompile(`^[0-9a-f]{32}$`)
 	sessionIDRe = regexp.MustCompile(`^sess-[0-9a-f]{32}$`)
-	// nameRe is a Dynamo namespace, a broker id or a backend name: no
-	// spaces or control characters, nothing a log line or a label could
-	// be confused by.
-	nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]*$`)
 )
 
 // ValidStreamID reports whether id is a stream id (32 lowercase hex).
 func ValidStreamID(id string) bool { return streamIDRe.MatchString(id) }
 
+// checkName checks a Dynamo namespace, a broker id or a backend name on
+// the wire: UTF-8, at most maxNameBytes, no white space or control
+// character (nothing a log line or a label could be confused by). It is no
+// narrower than what configuration accepts for each (a namespace such as
+// dynamo_ns, a backend such as vllm_1): a name an entry allows must pass
+// the hello, and whether it is allowed is the entry's to say (forbidden).
 func checkName(what, s string) error {
-	if s == "" || len(s) > maxNameBytes || !nameRe.MatchString(s) {
+	if s == "" || len(s) > maxNameBytes || !utf8.ValidString(s) || strings.ContainsFunc(s, badNameRune) {
 		return invalid("%s %q is not a valid name", what, truncate(s))
 	}
 	return nil
 }
+
+func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
 func checkNames(what string, list []string) error {
 	if len(list) > maxListLen {

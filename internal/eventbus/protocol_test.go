@@ -20,6 +20,12 @@ func TestMessages(t *testing.T) {
 	valid := []*eventbus.Message{
 		hello(eventbus.RoleBroker, "broker-a.dynamo", []string{"dynamo"}, nil),
 		hello(eventbus.RoleKVListener, "kv-a", nil, []string{"vllm-1"}),
+		// Whatever configuration accepts for a namespace or a backend
+		// name goes on the wire; whether an entry allows it is the
+		// entry's to say.
+		hello(eventbus.RoleBroker, "broker-b", []string{"dynamo_ns", "_x", "ns+1@é"}, nil),
+		hello(eventbus.RoleKVListener, "kv-b", nil, []string{"vllm_1", "a.b:c"}),
+		{Type: eventbus.TypeSubscribe, StreamID: id, Target: &eventbus.Target{Namespace: "dynamo_ns", Host: "10.0.0.1", Port: 5557, Topic: "kv_metrics"}},
 		{Type: eventbus.TypeWelcome, SessionID: "sess-" + id, Version: 1, Limits: &eventbus.Limits{MaxStreams: 1024, StreamBufferBytes: 16384, HeartbeatIntervalMs: 10000, IdleTimeoutMs: 30000}},
 		{Type: eventbus.TypeSubscribe, StreamID: id, Target: &eventbus.Target{Namespace: "dynamo", Host: "10.0.0.1", Port: 5557, Topic: "kv_metrics"}},
 		{Type: eventbus.TypeSubscribe, StreamID: id, Target: &eventbus.Target{Namespace: "dynamo", Host: "fd00::1", Port: 5557, Topic: "kv-events"}},
@@ -51,6 +57,9 @@ func TestMessages(t *testing.T) {
 		`{"type":"hello","role":"broker","client_id":"a b","versions":[1]}`,
 		`{"type":"hello","role":"broker","client_id":"a"}`,
 		`{"type":"hello","role":"broker","client_id":"a","versions":[1],"dynamo_namespaces":["x\n"]}`,
+		`{"type":"hello","role":"broker","client_id":"a","versions":[1],"dynamo_namespaces":["x\u00a0y"]}`,
+		`{"type":"hello","role":"broker","client_id":"a","versions":[1],"dynamo_namespaces":[""]}`,
+		`{"type":"hello","role":"kv_listener","client_id":"a","versions":[1],"sources":["` + strings.Repeat("v", 254) + `"]}`,
 		`{"type":"welcome","session_id":"sess-1","version":1,"limits":{"max_streams":1,"stream_buffer_bytes":1,"heartbeat_interval_ms":1,"idle_timeout_ms":1}}`,
 		`{"type":"subscribe","stream_id":"` + id + `"}`,
 		`{"type":"subscribe","stream_id":"` + strings.ToUpper(id) + `","target":{"namespace":"d","host":"h","port":1,"topic":"t"}}`,
