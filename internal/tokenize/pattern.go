@@ -162,7 +162,17 @@ func enginePattern(p string) (string, error) {
 				i += 2
 				continue
 			}
-			_, n := utf8.DecodeRuneInString(p[i+1:])
+			n := 0
+			if i+2 < len(p) && p[i+2] == '{' && strings.IndexByte("pPx", p[i+1]) >= 0 {
+				// A braced escape (\p{Han}, \x{1F600}) is one atom: its
+				// brace is no interval.
+				if end := strings.IndexByte(p[i+3:], '}'); end >= 0 {
+					n = 3 + end
+				}
+			}
+			if n == 0 {
+				_, n = utf8.DecodeRuneInString(p[i+1:])
+			}
 			b = append(b, p[i:i+1+n]...)
 			i += 1 + n
 			continue

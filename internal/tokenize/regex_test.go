@@ -112,6 +112,7 @@ func TestEnginePatternQuantifiers(t *testing.T) {
 		{`a+?b*?c??`, `a+?b*?c??`},
 		{`(?<=a)(?!b)(?<n>c)+`, `(?<=a)(?!b)(?<n>c)+`},
 		{`{x}{,}é?+`, `{x}{,}(?>é?)`},
+		{`\p{Han}++\x{1F600}{2}+`, `(?>\p{Han}+)(?:\x{1F600}{2})+`},
 	} {
 		got, err := enginePattern(tc.pattern)
 		if err != nil || got != tc.want {
