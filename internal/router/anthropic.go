@@ -529,7 +529,11 @@ func (a *anthropicOut) answer(data []byte) ([]byte, error) {
 		content = append(content, textBlock(text))
 	}
 	for _, tc := range ch.Message.ToolCalls {
-		content = append(content, toolUseBlock(tc.ID, tc.Function.Name, parseArguments(tc.Function.Arguments)))
+		id := tc.ID
+		if id == "" {
+			id = newID("toolu_") // as the stream names it: a client answers a tool_use by its id
+		}
+		content = append(content, toolUseBlock(id, tc.Function.Name, parseArguments(tc.Function.Arguments)))
 	}
 	out := a.message(content, stopReason(ch.FinishReason, len(ch.Message.ToolCalls) > 0, matched), seq, usageOf(c.Usage))
 	b, err := json.Marshal(out)

@@ -41,6 +41,11 @@ func TestConvertMessages(t *testing.T) {
 			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},
 			 {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},
 			 {"type":"image_url","image_url":{"url":"https://example.com/cat.jpg"}}]}],"max_tokens":10}`},
+		{"an empty text part beside an image keeps its text",
+			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":""},
+			 {"type":"image","source":{"type":"url","url":"https://example.com/cat.jpg"}}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":""},
+			 {"type":"image_url","image_url":{"url":"https://example.com/cat.jpg"}}]}],"max_tokens":10}`},
 		{"tool use and results, in order; thinking dropped",
 			`{"model":"m","max_tokens":100,"messages":[
 			  {"role":"user","content":"Weather in Paris and Oslo?"},
@@ -214,6 +219,19 @@ func TestAnthropicAnswer(t *testing.T) {
 	}
 	if _, err := (&anthropicOut{}).answer([]byte(`{"object":"list"}`)); err == nil {
 		t.Error("a body without choices was taken for a chat completion")
+	}
+	// A tool call the backend left without an id gets one, as in the
+	// stream: the client answers it by that id.
+	a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
+	got, err := a.answer([]byte(`{"choices":[{"message":{"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Content []struct{ ID string } `json:"content"`
+	}
+	if err := json.Unmarshal(got, &m); err != nil || len(m.Content) != 1 || !strings.HasPrefix(m.Content[0].ID, "toolu_") || len(m.Content[0].ID) <= len("toolu_") {
+		t.Errorf("tool_use without an upstream id: %s, %v", got, err)
 	}
 }
 

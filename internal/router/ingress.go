@@ -78,6 +78,19 @@ type chatPart struct {
 	ImageURL *chatImageURL `json:"image_url,omitempty"`
 }
 
+// MarshalJSON writes a text part's text even when empty: a part of type
+// text without one is refused upstream.
+func (p chatPart) MarshalJSON() ([]byte, error) {
+	if p.Type == "text" {
+		return json.Marshal(struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}{p.Type, p.Text})
+	}
+	type plain chatPart
+	return json.Marshal(plain(p))
+}
+
 type chatImageURL struct {
 	URL    string `json:"url"`
 	Detail string `json:"detail,omitempty"`

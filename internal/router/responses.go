@@ -487,9 +487,17 @@ func (o *responsesOut) answer(data []byte) ([]byte, error) {
 		if strings.TrimSpace(args) == "" {
 			args = "{}"
 		}
-		output = append(output, functionCallItem(o.id("fc_"), "completed", tc.ID, tc.Function.Name, args))
+		callID := tc.ID
+		if callID == "" {
+			callID = o.id("call_") // as the stream names it
+		}
+		output = append(output, functionCallItem(o.id("fc_"), "completed", callID, tc.Function.Name, args))
 	}
 	status, incomplete := finishStatus(ch.FinishReason)
+	if n := len(output); n > 0 && status == "incomplete" {
+		// The answer was cut in its last item, as the stream marks it.
+		output[n-1].(object).set("status", status)
+	}
 	b, err := json.Marshal(o.response(status, output, c.Usage, incomplete))
 	return append(b, '\n'), err
 }
@@ -587,7 +595,10 @@ func (s *responsesStream) close() {
 		s.event("response.function_call_arguments.done", field{"item_id", id}, field{"output_index", i},
 			field{"name", it.get("name")}, field{"arguments", it.get("arguments")})
 	}
-	it.set("status", "completed")
+	// An item still open when the answer was cut (max_output_tokens, a
+	// content filter) is incomplete, as the response is.
+	status, _ := finishStatus(s.finish)
+	it.set("status", status)
 	s.event("response.output_item.done", field{"output_index", i}, field{"item", it})
 }
 

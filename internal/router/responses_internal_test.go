@@ -155,12 +155,15 @@ func TestResponsesAnswer(t *testing.T) {
 			responseObject("completed", `[{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]}]}]`,
 				"null", responsesUsage1)},
 		{"cut by max_output_tokens", `{"choices":[{"message":{"content":"Hel"},"finish_reason":"length"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
-			responseObject("incomplete", `[{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hel","annotations":[],"logprobs":[]}]}]`,
+			responseObject("incomplete", `[{"id":"msg_01","type":"message","status":"incomplete","role":"assistant","content":[{"type":"output_text","text":"Hel","annotations":[],"logprobs":[]}]}]`,
 				`{"reason":"max_output_tokens"}`, responsesUsage1)},
 		{"function calls", `{"choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},
 			{"id":"call_2","type":"function","function":{"name":"g","arguments":""}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
 			responseObject("completed", `[{"id":"fc_01","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"},
 				{"id":"fc_02","type":"function_call","status":"completed","call_id":"call_2","name":"g","arguments":"{}"}]`, "null", responsesUsage1)},
+		// A call without an id gets one, as in the stream.
+		{"function call without id", `{"choices":[{"message":{"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
+			responseObject("completed", `[{"id":"fc_01","type":"function_call","status":"completed","call_id":"call_01","name":"f","arguments":"{}"}]`, "null", responsesUsage1)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := testResponsesOut(t, `{"model":"m","input":"x"}`)
@@ -198,6 +201,8 @@ func TestResponsesStream(t *testing.T) {
 	}
 	msgAdded := `{"id":"msg_01","type":"message","status":"in_progress","role":"assistant","content":[]}`
 	msgDone := `{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]}]}`
+	// The item the answer was cut in is incomplete, as the response is.
+	msgCut := strings.Replace(msgDone, `"status":"completed"`, `"status":"incomplete"`, 1)
 	fcDone := `{"id":"fc_01","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"}`
 	for _, tt := range []struct {
 		name string
@@ -237,8 +242,8 @@ func TestResponsesStream(t *testing.T) {
 				`response.output_text.done {"type":"response.output_text.done","item_id":"msg_01","output_index":0,"content_index":0,"text":"Hello","logprobs":[],"sequence_number":5}`,
 				`response.content_part.done {"type":"response.content_part.done","item_id":"msg_01","output_index":0,"content_index":0,
 				  "part":{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]},"sequence_number":6}`,
-				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + msgDone + `,"sequence_number":7}`,
-				`response.incomplete {"type":"response.incomplete","response":` + responseObject("incomplete", "["+msgDone+"]", `{"reason":"max_output_tokens"}`, responsesUsage1) + `,"sequence_number":8}`}},
+				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + msgCut + `,"sequence_number":7}`,
+				`response.incomplete {"type":"response.incomplete","response":` + responseObject("incomplete", "["+msgCut+"]", `{"reason":"max_output_tokens"}`, responsesUsage1) + `,"sequence_number":8}`}},
 		{"an error inside the stream: response.failed",
 			chunks(`{"error":{"message":"engine crashed"}}`),
 			[]string{created(0, "response.created"), created(1, "response.in_progress"),
