@@ -68,10 +68,10 @@ type dwmJSON struct {
 // key that parses as a relative etcd key names it, as the key prefix does
 // in etcd (a worker's namespace is where it is registered, not what its
 // payload says), and keeps a LoRA card's suffix when it names the same
-// worker. A key of another form leaves the namespace to the value. Every endpoint and card must carry the instance id that
-// Dynamo derives from the pod's name, in key and value, or the whole
-// resource is refused as a mismatch; event channels carry publisher ids and
-// are exempt. A resource of the container discovery mode (named otherwise
+// worker. A key of another form leaves the namespace to the value. Every
+// endpoint and card must carry the instance id that Dynamo derives from
+// the pod's name, in key and value, or the whole resource is refused as a
+// mismatch; event channels carry publisher ids and are exempt. A resource of the container discovery mode (named otherwise
 // than its owning pod) is refused when it has records of the namespaces
 // given, and ignored like any other resource when it has none. The owning
 // Pod's uid is kept for the readiness join.
