@@ -27,18 +27,25 @@ func compilePattern(p patternJSON) (matcher, error) {
 		if m := knownScanner(*p.Regex); m != nil {
 			return m, nil
 		}
-		pattern, err := enginePattern(*p.Regex)
-		if err != nil {
-			return nil, err
-		}
-		re, err := regexp2.Compile(pattern, regexp2.Unicode|regexp2.Multiline)
-		if err != nil {
-			return nil, fmt.Errorf("compile regex %q: %w", *p.Regex, err)
-		}
-		re.MatchTimeout = regexTimeout
-		return regexMatcher{re}, nil
+		return compileFallback(*p.Regex)
 	}
 	return nil, fmt.Errorf("pattern needs exactly one of String and Regex")
+}
+
+// compileFallback compiles a pattern of the library's regex engine for the
+// backtracking one (enginePattern; Multiline: ^ and $ are line anchors
+// there).
+func compileFallback(p string) (regexMatcher, error) {
+	pattern, err := enginePattern(p)
+	if err != nil {
+		return regexMatcher{}, err
+	}
+	re, err := regexp2.Compile(pattern, regexp2.Unicode|regexp2.Multiline)
+	if err != nil {
+		return regexMatcher{}, fmt.Errorf("compile regex %q: %w", p, err)
+	}
+	re.MatchTimeout = regexTimeout
+	return regexMatcher{re}, nil
 }
 
 // engineClassExtra holds, per general category the patterns name, the code
@@ -225,7 +232,7 @@ func enginePattern(p string) (string, error) {
 			}
 		case c == '?' || c == '*' || c == '+':
 			if atom >= 0 && i+1 < len(p) && p[i+1] == '+' {
-				b = append(b[:atom], append([]byte("(?>"), append(append([]byte(nil), b[atom:]...), c, ')')...)...)
+				b = wrap(b, atom, "(?>", string(c)+")")
 				atom = -1
 				i += 2
 				continue
@@ -247,7 +254,7 @@ func enginePattern(p string) (string, error) {
 				i += n
 				if i < len(p) && p[i] == '+' {
 					// Repeated, not possessive: X{n,m}+ is (X{n,m})+.
-					b = append(b[:atom], append([]byte("(?:"), append(append([]byte(nil), b[atom:]...), q+")"...)...)...)
+					b = wrap(b, atom, "(?:", q+")")
 					continue // atom stays: the + quantifies the group
 				}
 				b = append(b, q...)
@@ -272,6 +279,12 @@ func enginePattern(p string) (string, error) {
 		i++
 	}
 	return string(b), nil
+}
+
+// wrap puts b[at:] between open and end.
+func wrap(b []byte, at int, open, end string) []byte {
+	atom := string(b[at:])
+	return append(append(append(b[:at], open...), atom...), end...)
 }
 
 // interval reads a bounded repeat at the start of s ({n}, {n,}, {n,m},
