@@ -415,7 +415,8 @@ type Record struct {
 
 // Records returns the records a fleet of o registers, in the order they
 // are written, without starting it: publisher endpoints are the
-// placeholder tcp://127.0.0.1:0.
+// placeholder tcp://127.0.0.1:9 (the discard port: a dialable address
+// that no publisher listens at).
 func Records(o Options) ([]Record, error) {
 	o, err := withDefaults(o)
 	if err != nil {
@@ -423,7 +424,7 @@ func Records(o Options) ([]Record, error) {
 	}
 	var out []Record
 	for _, w := range plan(o) {
-		w.endpoint, w.kvEndpoint = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
+		w.endpoint, w.kvEndpoint = "tcp://127.0.0.1:9", "tcp://127.0.0.1:9"
 		out = append(out, records(o, w)...)
 	}
 	return out, nil

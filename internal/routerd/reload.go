@@ -390,12 +390,16 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 	if prev := d.dyn.watcher; prev != nil {
 		prev.Halt()
 	}
+	// Where the registry keeps the view, the new watcher keeps its
+	// workers' first_seen too: they are the same workers, still routed.
 	switch {
 	case wr.KeepSnapshot:
+		w.Predecessor = d.registry.Snapshot()
 	case wr.Reason == config.ReasonNamespaces:
 		if len(wr.Prune) > 0 {
 			d.registry.Publish(d.registry.Snapshot().Within(cfg.Dynamo.Discovery.Namespaces()))
 		}
+		w.Predecessor = d.registry.Snapshot()
 	default:
 		// Settling first: a request that finds the emptied view waits
 		// for the new one rather than going the plain way.

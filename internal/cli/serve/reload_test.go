@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -155,8 +156,22 @@ func TestServeReloadUnderLoad(t *testing.T) {
 		w := workers()
 		return w["alpha"] > 0 && w["beta"] > 0
 	})
+	// firstSeen maps alpha's workers to their first_seen, which the
+	// reloads that keep the view (backoff, pruning) must keep.
+	firstSeen := func() map[string]string {
+		var w admin.WorkersResponse
+		adminGet(t, base, "/admin/dynamo/workers", &w)
+		out := map[string]string{}
+		for _, wk := range w.Workers {
+			if wk.Namespace == "alpha" {
+				out[wk.InstanceID] = wk.FirstSeen
+			}
+		}
+		return out
+	}
 	tr := startTraffic(base, fl.Sim.Model(), 4)
 	tr.after(t, 20, "start")
+	alphaSeen := firstSeen()
 
 	attempts := 0
 	// edit rewrites the file and waits for its reload.
@@ -240,6 +255,11 @@ func TestServeReloadUnderLoad(t *testing.T) {
 	tr.after(t, 30, "pruning")
 	if n := len(fl.Sim.Frontend("beta").Requests()); n != beta {
 		t.Errorf("beta's frontend got %d requests after its namespace was removed", n-beta)
+	}
+	// By now the pruning's new watcher has resynced (its etcd is in this
+	// process): alpha's workers are the ones first seen before both reloads.
+	if got := firstSeen(); !maps.Equal(got, alphaSeen) {
+		t.Errorf("alpha's first_seen across the backoff and pruning reloads: %v, was %v", got, alphaSeen)
 	}
 
 	// A connection change empties the view until the new watcher's resync;

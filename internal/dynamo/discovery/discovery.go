@@ -130,6 +130,10 @@ type Watcher struct {
 	Logger   *slog.Logger
 	// OnPassEnd, when set, is told why each pass ended (not on cancellation).
 	OnPassEnd func(err error)
+	// Predecessor, when set, is the view of the watcher this one replaces
+	// over the same fleet: the workers this watcher's first resync finds
+	// in it keep their first_seen (fleet.Reducer.KeepFirstSeen).
+	Predecessor *fleet.Snapshot
 
 	reducer   *fleet.Reducer
 	connected atomic.Bool
@@ -181,6 +185,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	backoff := w.Backoff.floored()
 	w.mu.Lock()
 	w.reducer, w.stopped, w.ctx = fleet.NewReducer(), false, ctx
+	w.reducer.KeepFirstSeen(w.Predecessor)
 	w.mu.Unlock()
 	delay := backoff.Initial
 	defer w.stop()

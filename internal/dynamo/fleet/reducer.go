@@ -6,7 +6,10 @@ import (
 	"hash/fnv"
 	"hash/maphash"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,15 +77,20 @@ type Reducer struct {
 	pubs      map[pubID]*Publisher
 	pprobs    map[pubID]Problem
 	firstSeen map[WorkerID]time.Time
-	order     tree[*Worker] // by compareWorkers
-	byID      tree[*place]
-	porder    tree[*Publisher]
-	problems  []Problem
-	probGen   uint64
-	mix       map[NamespaceModel]*roleCount
-	mixed     []NamespaceModel
-	mixedUp   bool
-	releases  []*Worker
+	// carried holds the first_seen of the workers of a view this reducer
+	// takes over (KeepFirstSeen), until its first full resync has been
+	// built: a worker it finds there keeps its time.
+	carried     map[WorkerID]time.Time
+	dropCarried bool
+	order       tree[*Worker] // by compareWorkers
+	byID        tree[*place]
+	porder      tree[*Publisher]
+	problems    []Problem
+	probGen     uint64
+	mix         map[NamespaceModel]*roleCount
+	mixed       []NamespaceModel
+	mixedUp     bool
+	releases    []*Worker
 
 	// released marks the workers whose release versions were handed to
 	// the registry to log, so that each instance's are logged once, not
@@ -171,6 +179,7 @@ func (r *Reducer) ResyncEnd() {
 		return
 	}
 	r.resyncing = false
+	r.dropCarried = r.carried != nil
 	if !maps.Equal(r.refused, r.refusedNow) {
 		r.refused, r.refusedNow = r.refusedNow, r.refused
 		r.problemsUp = true
@@ -552,6 +561,22 @@ func looseNamespace(key string, space wire.Keyspace) (string, bool) {
 // subscription cannot follow both).
 type pubID uint64
 
+// KeepFirstSeen makes the workers of prev that this reducer's first full
+// resync finds again keep their first_seen: a watcher that replaces
+// another over the same fleet (a reload that prunes namespaces or changes
+// only the backoff) keeps the view's workers as they were, not as new.
+// Workers the resync does not find are forgotten once it is built.
+func (r *Reducer) KeepFirstSeen(prev *Snapshot) {
+	if prev == nil || prev.Workers.Len() == 0 {
+		return
+	}
+	r.carried = make(map[WorkerID]time.Time, prev.Workers.Len())
+	for w := range prev.Workers.All() {
+		r.carried[w.ID] = w.FirstSeen
+	}
+	r.dropCarried = false
+}
+
 // Build materialises the current records into a snapshot and clears the
 // dirty flag. now stamps workers seen for the first time. Only identities
 // touched since the last Build are recomputed.
@@ -579,6 +604,9 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 		}
 	}
 	r.dirtyW = emptied(r.dirtyW)
+	if r.dropCarried {
+		r.carried, r.dropCarried = nil, false
+	}
 	for id := range r.dirtyP {
 		old := r.pubs[id]
 		r.recomputePublisher(id)
@@ -775,8 +803,10 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 		}
 		first, ok := r.firstSeen[id]
 		if !ok {
-			first = now
-			r.firstSeen[id] = now
+			if first, ok = r.carried[id]; !ok {
+				first = now
+			}
+			r.firstSeen[id] = first
 		}
 		if _, logged := r.released[id]; !logged && w.Card != nil && len(w.Card.Typed.Versions) > 0 {
 			r.released[id] = struct{}{}
@@ -824,6 +854,11 @@ func (r *Reducer) recomputePublisher(id pubID) {
 			r.pprobs[id] = Problem{Kind: ProblemUnsupported, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
 			break
 		}
+		if reason := undialableEndpoint(ch.ZmqEndpoint); reason != "" {
+			r.pprobs[id] = Problem{Kind: ProblemMalformed, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1,
+				Reason: fmt.Sprintf("%s channel endpoint %s; its worker is treated as quiet", truncate(ch.Topic), reason)}
+			break
+		}
 		r.pubs[id] = &Publisher{
 			Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
 			PublisherID: uint64(id), TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
@@ -869,6 +904,30 @@ func unsupportedChannel(ch *wire.EventChannel) string {
 		return fmt.Sprintf("%s channel with transport %q: only direct Zmq publishers are subscribed to; its worker is treated as quiet", truncate(ch.Topic), truncate(ch.TransportKind))
 	case !strings.HasPrefix(ch.ZmqEndpoint, "tcp://"):
 		return fmt.Sprintf("%s channel endpoint (%s) is not tcp://host:port; its worker is treated as quiet", truncate(ch.Topic), endpointScheme(ch.ZmqEndpoint))
+	}
+	return ""
+}
+
+// undialableEndpoint says what keeps a tcp:// endpoint from being dialled,
+// or "" when it names a host and a port. A publisher advertises the
+// address it can be reached at; one that advertises its bind address
+// instead (a wildcard, an unspecified address, no port, port 0) would be
+// retried forever without a connection, so it is refused here, where an
+// operator sees it among the fleet's problems. The reason never quotes
+// the address.
+func undialableEndpoint(endpoint string) string {
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(endpoint, "tcp://"))
+	switch {
+	case err != nil:
+		return "is not tcp://host:port"
+	case host == "" || host == "*":
+		return "names no host (a wildcard is a bind address)"
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsUnspecified() {
+		return "names an unspecified address (a bind address, not one to connect to)"
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "has no port number from 1 to 65535"
 	}
 	return ""
 }

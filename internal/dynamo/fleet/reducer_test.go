@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -375,6 +376,50 @@ func TestUnsupportedChannelReasons(t *testing.T) {
 	}
 }
 
+// TestUndialableEndpoints: a tcp:// endpoint that names no host or port a
+// subscriber can connect to (a bind address, a wildcard, port 0, a
+// service name) is a malformed channel, reported without the address;
+// host names and IPv6 literals are subscribed to.
+func TestUndialableEndpoints(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		endpoint string
+		ok       bool
+	}{
+		{"tcp://10.0.0.7:41000", true},
+		{"tcp://[fd00::7]:41000", true},
+		{"tcp://worker-0.decode.dynamo.svc:41000", true},
+		{"tcp://10.0.0.7", false},
+		{"tcp://*:41000", false},
+		{"tcp://0.0.0.0:41000", false},
+		{"tcp://[::]:41000", false},
+		{"tcp://:41000", false},
+		{"tcp://10.0.0.7:0", false},
+		{"tcp://10.0.0.7:65536", false},
+		{"tcp://10.0.0.7:zmq", false},
+		{"tcp://[fd00::7:41000", false},
+	} {
+		r := fleet.NewReducer()
+		r.Put("v1/event_channels/namespace/dynamo/topic/kv_metrics/1",
+			[]byte(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","instance_id":1,"transport":{"kind":"Zmq","config":{"endpoint":"`+c.endpoint+`"}}}`), t0)
+		snap := r.Build(t0)
+		if c.ok {
+			if snap.Publishers.Len() != 1 || len(snap.Problems) != 0 {
+				t.Errorf("%s: publishers %d, problems %+v", c.endpoint, snap.Publishers.Len(), snap.Problems)
+			}
+			continue
+		}
+		if snap.Publishers.Len() != 0 || len(snap.Problems) != 1 {
+			t.Fatalf("%s: publishers %d, problems %+v", c.endpoint, snap.Publishers.Len(), snap.Problems)
+		}
+		p := snap.Problems[0]
+		host := strings.TrimPrefix(c.endpoint, "tcp://")
+		if p.Kind != fleet.ProblemMalformed || strings.Contains(p.Reason, host) || !strings.Contains(p.Reason, "treated as quiet") {
+			t.Errorf("%s: %s: %s", c.endpoint, p.Kind, p.Reason)
+		}
+	}
+}
+
 // TestCardSharedAcrossSnapshots: the opaque card is parsed once and shared.
 func TestCardSharedAcrossSnapshots(t *testing.T) {
 	t.Parallel()
@@ -576,5 +621,39 @@ func TestPutOversized(t *testing.T) {
 	r.Put(key(1), endpoint(1), t0)
 	if snap := r.Build(t0); snap.Workers.Len() != 1 || len(snap.Problems) != 0 {
 		t.Errorf("after a readable put: %d workers, problems %+v", snap.Workers.Len(), snap.Problems)
+	}
+}
+
+// TestKeepFirstSeen: a reducer that takes over another's view keeps the
+// first_seen of the workers its first resync finds again, stamps new ones
+// as new, and forgets the rest once that resync is built (a worker that
+// comes back later is new).
+func TestKeepFirstSeen(t *testing.T) {
+	t.Parallel()
+	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	old := fleet.NewReducer()
+	old.Put(key(1), endpoint(1), t0)
+	old.Put(key(2), endpoint(2), t0)
+	prev := old.Build(t0)
+
+	r := fleet.NewReducer()
+	r.KeepFirstSeen(prev)
+	r.ResyncBegin()
+	r.Put(key(1), endpoint(1), t1)
+	r.Put(key(3), endpoint(3), t1)
+	r.ResyncEnd()
+	seen := func(s *fleet.Snapshot) map[uint64]time.Time {
+		out := map[uint64]time.Time{}
+		for w := range s.Workers.All() {
+			out[w.ID.InstanceID] = w.FirstSeen
+		}
+		return out
+	}
+	if got, want := seen(r.Build(t1)), map[uint64]time.Time{1: t0, 3: t1}; !maps.Equal(got, want) {
+		t.Fatalf("after the takeover: %v, want %v", got, want)
+	}
+	r.Put(key(2), endpoint(2), t2)
+	if got, want := seen(r.Build(t2)), map[uint64]time.Time{1: t0, 2: t2, 3: t1}; !maps.Equal(got, want) {
+		t.Fatalf("a worker of the old view found after the resync: %v, want %v", got, want)
 	}
 }
