@@ -22,6 +22,13 @@ import (
 // holds.
 const MaxStoreKeys = 65536
 
+// MaxRanksPerWorker bounds the ranks the store holds for one worker: the
+// most data-parallel ranks a card may declare. Ranks a card leaves out are
+// kept (see LiveWorker), but a publisher naming ever new ranks of one
+// worker fills this bound, not the store's, and cannot crowd the rest of
+// the fleet out of it.
+const MaxRanksPerWorker = 1024
+
 // Key is one data-parallel rank of one worker. A worker is its Dynamo
 // namespace and its instance id: two graphs a router fronts (a production
 // and a canary one) may each run a worker with the same instance id, and
@@ -109,7 +116,8 @@ type Sample struct {
 // whatever rank it names. Pickers read the ranks the card declares, so a
 // sample of another rank (a card that leaves its data-parallel fields out,
 // a publisher counting ranks its own way) never weighs on a choice; it is
-// kept, bounded by MaxStoreKeys, and goes when its worker leaves.
+// kept, bounded by MaxRanksPerWorker and MaxStoreKeys, and goes when its
+// worker leaves.
 type LiveWorker struct {
 	DPStartRank uint32
 	DPSize      uint32
@@ -146,6 +154,8 @@ type Store struct {
 	// worker joined the live set.
 	accounted map[Key]time.Time
 	joined    map[Worker]time.Time
+	// ranks counts each worker's keys in samples (MaxRanksPerWorker).
+	ranks map[Worker]int
 
 	maxStaleness atomic.Int64
 	now          func() time.Time
@@ -173,7 +183,7 @@ func (s *Store) changed(k Key) {
 // SetLiveAndRetain is called.
 func NewStore(maxStaleness time.Duration, obs Observer) *Store {
 	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: LiveSet{}, obs: obs, now: time.Now,
-		accounted: map[Key]time.Time{}, joined: map[Worker]time.Time{}}
+		accounted: map[Key]time.Time{}, joined: map[Worker]time.Time{}, ranks: map[Worker]int{}}
 	s.maxStaleness.Store(int64(maxStaleness))
 	return s
 }
@@ -199,11 +209,13 @@ func (s *Store) Apply(smp Sample) string {
 	switch {
 	case old != nil && old.PublisherID == smp.PublisherID && smp.Sequence <= old.Sequence:
 		return wire.ResultDuplicate
-	case old == nil && len(s.samples) >= MaxStoreKeys:
+	case old == nil && (len(s.samples) >= MaxStoreKeys || s.ranks[k.Worker()] >= MaxRanksPerWorker):
 		return wire.ResultOverCapacity
 	}
 	if old != nil {
 		s.unlink(old.PublisherID, k)
+	} else {
+		s.ranks[k.Worker()]++
 	}
 	if at, ok := s.accounted[k]; ok && !smp.ReceivedAt.Before(at) {
 		delete(s.accounted, k) // the sample answers everything before it
@@ -255,7 +267,14 @@ func (s *Store) ResetPublisher(publisherID uint64) {
 // dropLocked removes k's sample (its publisher link is the caller's); s.mu
 // is held.
 func (s *Store) dropLocked(k Key) {
-	delete(s.samples, k)
+	if _, ok := s.samples[k]; ok {
+		delete(s.samples, k)
+		if w := k.Worker(); s.ranks[w] > 1 {
+			s.ranks[w]--
+		} else {
+			delete(s.ranks, w)
+		}
+	}
 	s.changed(k)
 	if s.obs != nil {
 		s.obs.SampleDropped(k)

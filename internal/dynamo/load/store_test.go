@@ -174,6 +174,35 @@ func TestStoreCapacity(t *testing.T) {
 	}
 }
 
+// TestStoreRanksPerWorker: one worker's ranks are bounded by
+// MaxRanksPerWorker, so a publisher naming ever new ranks of one worker is
+// refused over_capacity there while the other workers' new keys are
+// taken; a rank that goes frees its place.
+func TestStoreRanksPerWorker(t *testing.T) {
+	t.Parallel()
+	s := load.NewStore(time.Second, nil)
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{
+		{Namespace: "dynamo", InstanceID: 1}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 2}: {DPSize: 1}})
+	for r := range uint32(load.MaxRanksPerWorker) {
+		if res := s.Apply(sample(1, r, 7, uint64(r)+1, 1)); res != "" {
+			t.Fatalf("rank %d: %q", r, res)
+		}
+	}
+	if res := s.Apply(sample(1, load.MaxRanksPerWorker, 7, load.MaxRanksPerWorker+1, 1)); res != wire.ResultOverCapacity {
+		t.Fatalf("a rank past the worker's bound: %q", res)
+	}
+	if res := s.Apply(sample(1, 3, 7, load.MaxRanksPerWorker+2, 2)); res != "" {
+		t.Fatalf("an update of a held rank: %q", res)
+	}
+	if res := s.Apply(sample(2, 0, 8, 1, 1)); res != "" {
+		t.Fatalf("another worker's first rank: %q", res)
+	}
+	s.DropPublisher(7)
+	if res := s.Apply(sample(1, load.MaxRanksPerWorker, 9, 1, 1)); res != "" || s.Len() != 2 {
+		t.Fatalf("after its publisher's samples went: %q, %d samples", res, s.Len())
+	}
+}
+
 // worker1Load makes publisher pid's messages: sequence seq, worker 1's
 // rank with decode blocks.
 func worker1Load(pid uint64) func(seq uint64, rank uint32, decode uint64) [][]byte {
