@@ -15,3 +15,11 @@ func SetIdleAfter(d time.Duration) func() {
 
 // Quiet reports whether the subscription holds no buffer.
 func (s *Sub) Quiet() bool { return s.rb == nil && s.fb == nil }
+
+// SetMessageTimeout shortens the bound on a message's rest; the returned
+// func restores it.
+func SetMessageTimeout(d time.Duration) func() {
+	old := messageTimeout
+	messageTimeout = d
+	return func() { messageTimeout = old }
+}

@@ -69,6 +69,18 @@ const IdleAfter = time.Second
 // idleAfter is IdleAfter, shortened by tests.
 var idleAfter = IdleAfter
 
+// MessageTimeout bounds the rest of a message once its first byte has
+// come: a peer that starts a message and stops sending (a stuck or
+// hostile publisher on a live connection, which TCP keepalive does not
+// catch) ends the session, which reconnects, instead of holding it and
+// its buffers forever. A message within the limits comes in one or a few
+// reads; the bound is far above what the slowest honest link needs for
+// the longest message a subscription reads or skips.
+const MessageTimeout = 30 * time.Second
+
+// messageTimeout is MessageTimeout, shortened by tests.
+var messageTimeout = MessageTimeout
+
 // Pools of the buffers a quiet subscription gives back. A busy fleet's
 // subscriptions hold theirs; a quiet one's hold none.
 var (
@@ -154,6 +166,27 @@ type Sub struct {
 	// heartbeats: the peer greeted as ZMTP 3.1 or later, whose PING
 	// commands are answered.
 	heartbeats bool
+	// inMessage: Next is reading a message, whose reads are bounded by
+	// messageTimeout; armed: that deadline is set on conn (only once a
+	// message needs a read beyond its first, so that a message that came
+	// whole costs no deadline).
+	inMessage, armed bool
+}
+
+// arm sets the message's deadline before a read within it.
+func (s *Sub) arm() {
+	if s.inMessage && !s.armed {
+		s.armed = true
+		_ = s.conn.SetReadDeadline(time.Now().Add(messageTimeout))
+	}
+}
+
+// disarm clears the message's deadline, if set.
+func (s *Sub) disarm() {
+	if s.armed {
+		s.armed = false
+		_ = s.conn.SetReadDeadline(time.Time{})
+	}
 }
 
 // warm takes the buffers from the pools.
@@ -184,6 +217,7 @@ func (s *Sub) fill() error {
 		s.w = copy(s.rb.b, s.rb.b[s.r:s.w])
 		s.r = 0
 	}
+	s.arm()
 	for {
 		n, err := s.conn.Read(s.rb.b[s.w:])
 		s.w += n
@@ -215,6 +249,7 @@ func (s *Sub) readFull(p []byte) error {
 	if n == len(p) {
 		return nil
 	}
+	s.arm()
 	_, err := io.ReadFull(s.conn, p[n:])
 	return err
 }
@@ -437,6 +472,20 @@ func (s *Sub) Next() ([][]byte, error) {
 	if err := s.Wait(); err != nil {
 		return nil, err
 	}
+	frames, err := s.message()
+	s.inMessage = false
+	if s.armed {
+		s.disarm()
+		if err != nil && isTimeout(err) {
+			err = fmt.Errorf("zmtp: a message stopped arriving for %v: %w", messageTimeout, err)
+		}
+	}
+	return frames, err
+}
+
+// message reads the message whose first byte Wait found.
+func (s *Sub) message() ([][]byte, error) {
+	s.inMessage = true
 	s.buf = s.buf[:0]
 	count, over := 0, false
 	for {
@@ -454,10 +503,13 @@ func (s *Sub) Next() ([][]byte, error) {
 			if count == 0 {
 				// Between messages: wait for the next one as for any, so
 				// that a subscription that gets only heartbeats can go
-				// quiet.
+				// quiet. (Wait sets a deadline of its own.)
+				s.disarm()
+				s.inMessage = false
 				if err := s.Wait(); err != nil {
 					return nil, err
 				}
+				s.inMessage = true
 			}
 			continue
 		}
@@ -546,9 +598,8 @@ func (s *Sub) overLimit(count int) *OverLimitError {
 
 // Wait returns once the next message's first byte is readable, waiting
 // with the buffers for IdleAfter at most; then it gives them back and
-// returns ErrQuiet (call Wake). A message's other bytes are read without a
-// deadline: only the wait between messages is bounded. Call it from a
-// shallow frame, as Wake.
+// returns ErrQuiet (call Wake). A message's other bytes are then read by
+// Next within MessageTimeout. Call it from a shallow frame, as Wake.
 func (s *Sub) Wait() error {
 	if s.rb == nil {
 		return ErrQuiet

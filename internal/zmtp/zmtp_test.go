@@ -805,3 +805,46 @@ func TestHeartbeatsOnlyGoQuiet(t *testing.T) {
 		t.Fatal("Next still waits for a message after a PING, holding its buffers")
 	}
 }
+
+// TestStalledMessageEnds: a message's rest is bounded by MessageTimeout
+// from its first read beyond the first: a message that comes in pieces
+// within it is read, and a peer that starts a message and stops sending
+// ends the session (which then reconnects) instead of holding it.
+func TestStalledMessageEnds(t *testing.T) {
+	defer zmtp.SetMessageTimeout(400 * time.Millisecond)()
+	whole := bytes.Join(func() [][]byte {
+		var b [][]byte
+		for i, f := range message("kv_metrics", 1, []byte("split")) {
+			b = append(b, shortFrame(i < 3, f))
+		}
+		return b
+	}(), nil)
+	ep := newRawPeer(t, pubGreeting(), readyFrame("PUB"), func(w io.Writer) {
+		for i := 0; i < len(whole); i += len(whole)/3 + 1 {
+			_, _ = w.Write(whole[i:min(i+len(whole)/3+1, len(whole))])
+			time.Sleep(60 * time.Millisecond)
+		}
+		writeMessage(w, message("kv_metrics", 2, []byte("whole")))
+		_, _ = w.Write(whole[:len(whole)-4]) // and nothing more
+	})
+	sub, err := dialRaw(t, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"split", "whole"} {
+		frames, err := sub.Next()
+		if err != nil || !bytes.HasSuffix(frames[3], []byte(want)) {
+			t.Fatalf("message %q: %q %v", want, frames, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { _, err := sub.Next(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, zmtp.ErrQuiet) || !strings.Contains(err.Error(), "stopped arriving") {
+			t.Fatalf("a message cut short: %v, want the session ended", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Next still waits for the rest of a message the peer stopped sending")
+	}
+}
