@@ -189,8 +189,9 @@ func classify(path string, oldCfg, newCfg *Config) Change {
 	case path == "server.bind_address", path == "admin.bind_address":
 		ch.Tier = TierRebind
 	case path == "dynamo.event_bus.listen":
-		// A running event bus binds its new address first (a reload it
-		// cannot bind is refused); a disabled one only records it.
+		// A running event bus restarts its listener at the new address
+		// (one it cannot bind is logged and retried, as a failed start
+		// is; the reload itself applies); a disabled one only records it.
 		if oldCfg.Dynamo.EventBus.Enabled && newCfg.Dynamo.EventBus.Enabled {
 			ch.Tier = TierRebind
 		}

@@ -140,6 +140,11 @@ func (v *validator) backendList() {
 		}
 		if !slices.Contains([]string{RoleUnified, RolePrefill, RoleDecode}, b.Role) {
 			v.errorf(p+".role", "role %q is not one of unified, prefill, decode", b.Role)
+		} else if b.Role != RoleUnified {
+			// The router serves a request from one backend; Dynamo's
+			// prefill/decode split is its workers', pinned through
+			// dynamo.shim. A backend of either half alone is never chosen.
+			v.warnf(p+".role", "a %s backend is never routed to: the router routes to unified backends only (Dynamo's disaggregated serving goes through dynamo.shim, whose backends are unified)", b.Role)
 		}
 		if b.Timeout <= 0 {
 			v.errorf(p+".timeout", "timeout must be positive, such as \"300s\"")
