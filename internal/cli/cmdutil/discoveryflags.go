@@ -194,6 +194,12 @@ func (o *DiscoveryFlags) applyKube(k *config.Kubernetes) error {
 	default:
 		k.DynamoNamespace, k.DynamoNamespaces = "", o.DynamoNamespaces
 	}
+	// Exactly one of the two names the models, on the command line as in
+	// a file: a flag overrides the file's setting, but the two flags
+	// together are refused rather than one dropped.
+	if o.Model != "" && len(o.Models) > 0 {
+		return FlagErrorf("--model and --models are mutually exclusive: give one")
+	}
 	if o.Model != "" {
 		k.Model, k.Models = o.Model, nil
 	}

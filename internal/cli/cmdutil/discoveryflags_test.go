@@ -72,3 +72,22 @@ func TestPasswordEnv(t *testing.T) {
 	u, p, err = resolve(t, file, env, "--etcd-password-env=PW")
 	check("the file's user, the variable's password", "fromfile", "secret", u, p, err)
 }
+
+// TestModelFlagsExclusive: --model and --models together are a usage
+// error, as model and models together are in a file, not one of them
+// silently dropped.
+func TestModelFlagsExclusive(t *testing.T) {
+	t.Parallel()
+	var o cmdutil.DiscoveryFlags
+	cmd := &cobra.Command{Use: "discover"}
+	o.Register(cmd)
+	if err := cmd.ParseFlags([]string{"--source=kubernetes_pods", "--dynamo-namespace=dynamo", "--model=m", "--models=decode=m2"}); err != nil {
+		t.Fatal(err)
+	}
+	o.Capture(cmd.Flags())
+	_, err := o.Resolve("", func(string) (string, bool) { return "", false })
+	var fe *cmdutil.FlagError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "mutually exclusive") {
+		t.Fatalf("--model with --models: %v, want a usage error", err)
+	}
+}
