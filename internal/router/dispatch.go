@@ -522,13 +522,20 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || !stream {
 		// Buffered (or an error before a stream): inspect, then relay.
-		data, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedResponse))
+		data, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedResponse+1))
 		if err != nil {
 			if x.ctx.Err() != nil {
 				return sendResult{outcome: shim.ClientGone}, false
 			}
 			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + err.Error(),
 				public: "reading the backend's response failed"}, false
+		}
+		if len(data) > maxBufferedResponse {
+			// Relaying what fits would hand the client a cut answer (under
+			// a length it does not have, or as if whole).
+			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway,
+				detail: "backend " + b.Name() + ": its answer is larger than the " + strconv.Itoa(maxBufferedResponse) + " bytes the router holds to inspect or convert one",
+				public: "the backend's answer is too large to relay"}, false
 		}
 		if pin != nil && shim.IsPrefillRefusal(resp.StatusCode, data) {
 			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false

@@ -623,3 +623,31 @@ func TestNativeResponsesPrefillRefusal503(t *testing.T) {
 		})
 	}
 }
+
+// TestBufferedAnswerTooLarge: an answer the router must hold whole to
+// convert or inspect, larger than it holds (64 MiB), is a 502 that says
+// so, not a relayed 2xx cut at the bound.
+func TestBufferedAnswerTooLarge(t *testing.T) {
+	t.Parallel()
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		chunk := bytes.Repeat([]byte(" "), 1<<20)
+		_, _ = w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]`))
+		for range 65 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+		_, _ = w.Write([]byte("}"))
+	}))
+	t.Cleanup(huge.Close)
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = append(c.Backends, config.Backend{Name: "huge", Type: "openai", URL: huge.URL, Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(30 * time.Second), Models: []string{"huge-model"}})
+	})
+	resp, body := h.postTo(t, "/v1/messages", `{"model":"huge-model","max_tokens":3,"messages":[{"role":"user","content":"x"}]}`, nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "too large") {
+		t.Fatalf("a 65 MiB answer to convert: %d %.300s", resp.StatusCode, body)
+	}
+}
