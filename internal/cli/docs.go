@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
@@ -30,6 +32,7 @@ func GenerateDocs(dir string) error {
 		}
 	}
 	header := &doc.GenManHeader{Title: "CONTINUUM", Section: "1", Source: "Continuum", Manual: "Continuum Manual", Date: &docsDate}
+	escapeAngles(root)
 	if err := doc.GenManTree(root, header, manDir); err != nil {
 		return fmt.Errorf("man pages: %w", err)
 	}
@@ -50,3 +53,17 @@ func GenerateDocs(dir string) error {
 	}
 	return nil
 }
+
+// escapeAngles escapes the placeholders in angle brackets (<hex>,
+// <instance id>) of every command's long description for the man pages'
+// Markdown, which reads them as HTML tags and drops them. Other angle
+// brackets (a shell's <( or >>) are left as they are: they may stand in
+// code blocks, where an escape would print. The tree is GenerateDocs' own.
+func escapeAngles(cmd *cobra.Command) {
+	cmd.Long = placeholder.ReplaceAllString(cmd.Long, `\<$1\>`)
+	for _, c := range cmd.Commands() {
+		escapeAngles(c)
+	}
+}
+
+var placeholder = regexp.MustCompile(`<([A-Za-z][A-Za-z0-9 _.-]*)>`)
