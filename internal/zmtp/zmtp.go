@@ -323,6 +323,14 @@ func closedInHandshake(err error) error {
 		return err
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		// The cause without the connection's addresses, which a
+		// network error quotes: a protocol error's text is reported and
+		// printed as the publisher's (a problem, tail-load), and the
+		// fleet's addresses never are.
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			err = op.Err
+		}
 		return fmt.Errorf("%w: peer closed the connection during the handshake: %w", ErrProtocol, err)
 	}
 	return err

@@ -517,6 +517,11 @@ func TestPeerClosesInHandshake(t *testing.T) {
 			if !errors.Is(err, zmtp.ErrProtocol) {
 				t.Fatalf("err = %v, want a protocol error", err)
 			}
+			// Its text is reported as the publisher's and printed by
+			// tools: the fleet's addresses never are.
+			if _, port, _ := net.SplitHostPort(ln.Addr().String()); strings.Contains(err.Error(), ":"+port) {
+				t.Errorf("the protocol error quotes the publisher's address: %v", err)
+			}
 		})
 	}
 	t.Run("after the handshake", func(t *testing.T) {

@@ -9,14 +9,18 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -133,6 +137,11 @@ type printer struct {
 	seen    int
 	results map[string]int
 	stop    context.CancelFunc
+	// fleet: the publishers come from discovery, and their addresses are
+	// never printed; failed says what was last printed of each one's
+	// connection failing (a line when that changes, not one per retry).
+	fleet  bool
+	failed map[uint64]string
 }
 
 // Run tails until interrupted or --count messages were printed.
@@ -175,12 +184,59 @@ func Run(ctx context.Context, o *Options) error {
 		}
 	}
 	fmt.Fprintf(o.IO.ErrOut, "tail-load: %d %s publishers in the fleet\n", n, o.Topic)
+	if cfg.Dynamo.Load.Transport == config.TransportBroker {
+		fmt.Fprintln(o.IO.ErrOut, "tail-load: dynamo.load.transport is broker, but tail-load connects to each publisher directly: from outside the cluster they may not be reachable")
+	}
 	connector := &zmtp.Direct{}
 	if cidrs, err := zmtp.ParseCIDRs(cfg.Dynamo.Load.DirectAllowCIDRs); err == nil {
 		connector.Allow = cidrs
 	}
-	load.TailFleet(ctx, reg, o.Topic, connector, p.observe)
+	p.fleet, p.failed = true, map[uint64]string{}
+	load.TailFleet(ctx, reg, o.Topic, connector, p.observe, func(pid uint64, err error) {
+		if ctx.Err() == nil {
+			p.publisherFailed(pid, err)
+		}
+	})
 	return nil
+}
+
+// publisherFailed prints why a publisher's connection failed or ended,
+// when that differs from what was last printed for it. The reason names
+// no address: the fleet's addresses are never printed.
+func (p *printer) publisherFailed(pid uint64, err error) {
+	why := connectionFailure(err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed[pid] == why {
+		return
+	}
+	p.failed[pid] = why
+	fmt.Fprintf(p.o.IO.ErrOut, "tail-load: publisher %d: %s\n", pid, why)
+}
+
+// connectionFailure says why a publisher's connection failed, without its
+// address (a network error's text quotes both ends).
+func connectionFailure(err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, zmtp.ErrNotAllowed):
+		return "its address is outside dynamo.load.direct_allow_cidrs"
+	case errors.Is(err, zmtp.ErrProtocol):
+		return iostreams.Printable(err.Error()) // the zmtp package's own words
+	case errors.As(err, &dns):
+		return "its host name does not resolve"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to it"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "it closed the connection"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	}
+	return "the connection failed"
 }
 
 func hexFrames(frames [][]byte) []string {
@@ -197,8 +253,17 @@ func (p *printer) observe(ev load.Event) {
 	if p.o.Count > 0 && p.seen >= p.o.Count {
 		return
 	}
-	p.seen++
-	p.results[ev.Result]++
+	if ev.Result == wire.ResultTransportRefused {
+		// A connection, not a message: counted in the summary, not
+		// towards --count; in a fleet, publisherFailed says it.
+		p.results[ev.Result]++
+		if p.fleet {
+			return
+		}
+	} else {
+		p.seen++
+		p.results[ev.Result]++
+	}
 	if p.o.JSON {
 		p.writeJSON(ev)
 	} else {
@@ -263,11 +328,11 @@ func (p *printer) writeText(ev load.Event) {
 			age = time.Since(time.UnixMilli(int64(env.PublishedAt))).Round(time.Millisecond).String()
 		}
 		if a := ev.Load; a != nil {
-			fmt.Fprintf(w, "%s  pub=%s seq=%d  worker=%s rank=%d  decode=%s prefill=%s kv_used=%s  age=%s\n", now,
-				wire.FormatID(env.PublisherID), env.Sequence, wire.FormatID(a.WorkerID), a.DPRank,
+			fmt.Fprintf(w, "%s  pub=%d seq=%d  worker=%s rank=%d  decode=%s prefill=%s kv_used=%s  age=%s\n", now,
+				env.PublisherID, env.Sequence, wire.FormatID(a.WorkerID), a.DPRank,
 				opt(a.ActiveDecodeBlocks), opt(a.ActivePrefillTokens), opt(a.KVUsedBlocks), age)
 		} else {
-			fmt.Fprintf(w, "%s  pub=%s seq=%d  topic=%s payload=%d bytes  age=%s\n", now, wire.FormatID(env.PublisherID), env.Sequence, env.Topic, len(env.Payload), age)
+			fmt.Fprintf(w, "%s  pub=%d seq=%d  topic=%s payload=%d bytes  age=%s\n", now, env.PublisherID, env.Sequence, env.Topic, len(env.Payload), age)
 		}
 	}
 	if p.o.Raw {

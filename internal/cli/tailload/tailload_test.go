@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,17 +101,30 @@ func TestTailRejectsAndRaw(t *testing.T) {
 }
 
 // TestTailFleet: without an endpoint, every kv_metrics publisher of the
-// fleet (here from Dynamo's file store) is tailed.
+// fleet (here from Dynamo's file store) is tailed; a publisher that cannot
+// be reached is named on stderr by its id, with why, never its address,
+// and its failures do not count as messages.
 func TestTailFleet(t *testing.T) {
 	pub := testutil.StartGoPublisher(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close()
 	root := t.TempDir()
 	dir := filepath.Join(root, "v1/event_channels")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rec := fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","instance_id":77,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, pub.Endpoint)
-	if err := os.WriteFile(filepath.Join(dir, "namespace%2Fdynamo%2Ftopic%2Fkv_metrics%2F4d"), []byte(rec), 0o644); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		id       int
+		endpoint string
+	}{{77, pub.Endpoint}, {78, "tcp://" + closed}} {
+		rec := fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":%q}}}`, c.id, c.endpoint)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("namespace%%2Fdynamo%%2Ftopic%%2Fkv_metrics%%2F%x", c.id)), []byte(rec), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -127,7 +141,8 @@ func TestTailFleet(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if strings.Count(out, "pub=4d") != 3 || !strings.Contains(out, "prefill=100") || !strings.Contains(errOut, "1 kv_metrics publishers") {
+	if strings.Count(out, "pub=77") != 3 || !strings.Contains(out, "prefill=100") || !strings.Contains(errOut, "2 kv_metrics publishers") ||
+		!strings.Contains(errOut, "publisher 78: connection refused") || strings.Contains(errOut+out, closed) || !strings.Contains(errOut, "3 messages") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 }

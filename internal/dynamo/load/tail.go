@@ -41,10 +41,18 @@ func Tail(ctx context.Context, c TailConfig) error {
 
 // TailFleet tails every publisher of topic in the registry's fleet (at most
 // MaxSubscriptions, lowest publisher ids first), following generations
-// until ctx ends. observe runs on many goroutines at once.
-func TailFleet(ctx context.Context, reg *fleet.Registry, topic string, connector zmtp.Connector, observe func(Event)) {
+// until ctx ends. observe runs on many goroutines at once; onError, when
+// set, is told why each attempt or session of a publisher ended, on the
+// same goroutines.
+func TailFleet(ctx context.Context, reg *fleet.Registry, topic string, connector zmtp.Connector, observe func(Event), onError func(publisherID uint64, err error)) {
 	pool := Pool{Family: topic, Limits: limitsOf(topic), Connector: connector,
-		NewHandler: func(p fleet.Publisher) Handler { return tailReader(p.PublisherID, topic, observe) }}
+		NewHandler: func(p fleet.Publisher) Handler {
+			var h Handler = tailReader(p.PublisherID, topic, observe)
+			if onError != nil {
+				h = errorReporter{Handler: h, report: func(err error) { onError(p.PublisherID, err) }}
+			}
+			return h
+		}}
 	watch := reg.Subscribe()
 	for {
 		pool.Reconcile(ctx, publishers(reg.Snapshot(), topic))
