@@ -99,7 +99,7 @@ func (o *LiveOptions) openFleet(ctx context.Context) (*config.Config, *sources.F
 	}
 	if cfg.Dynamo.Load.Transport == config.TransportBroker {
 		fl.Close()
-		return nil, nil, nil, errors.New("dynamo.load.transport is broker: kv-events then come through the event bus, which this build does not include yet")
+		return nil, nil, nil, errors.New("dynamo.load.transport is broker: the fleet's kv-events come through its brokers, and kv-inspect subscribes to publishers directly (kv-inspect workers --router reads a running router's view instead)")
 	}
 	return cfg, fl, logger, nil
 }
@@ -323,7 +323,7 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 			if ns == "" {
 				ns = "-"
 			}
-			lead := fmt.Sprintf("%s\t%s\t%s\t%d\t%d", ns, inst, r.WorkerID, r.DPRank, r.Blocks)
+			lead := fmt.Sprintf("%s\t%s\t%s\t%d\t%d", ns, iostreams.Printable(inst), iostreams.Printable(r.WorkerID), r.DPRank, r.Blocks)
 			if len(r.Cursors) == 0 {
 				fmt.Fprintf(tw, "%s\t-\t-\t-\n", lead)
 			}
@@ -331,7 +331,7 @@ func writeKVTable(w io.Writer, v admin.KVResponse) error {
 				if i > 0 {
 					lead = "\t\t\t\t"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", lead, c.PublisherID, c.EventID, c.Gaps)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", lead, iostreams.Printable(c.PublisherID), c.EventID, c.Gaps)
 			}
 		}
 		if err := tw.Flush(); err != nil {
