@@ -134,8 +134,18 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 		return nil, err
 	}
 	if o.changedEtcdSecurity {
+		// Each TLS flag overrides its own field of --config's tls block
+		// (--etcd-server-name alone keeps the file's CA and client pair).
 		if o.CACert != "" || o.ClientCert != "" || o.ClientKey != "" || o.ServerName != "" {
-			d.Etcd.TLS = &config.EtcdTLS{CACert: o.CACert, ClientCert: o.ClientCert, ClientKey: o.ClientKey, ServerName: o.ServerName}
+			var tls config.EtcdTLS
+			if d.Etcd.TLS != nil {
+				tls = *d.Etcd.TLS
+			}
+			override(&tls.CACert, o.CACert)
+			override(&tls.ClientCert, o.ClientCert)
+			override(&tls.ClientKey, o.ClientKey)
+			override(&tls.ServerName, o.ServerName)
+			d.Etcd.TLS = &tls
 		}
 		if o.Username != "" {
 			pw, _ := env(o.PasswordEnv)
@@ -176,6 +186,13 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 		return nil, FlagErrorf("%s", strings.Join(problems, "\n"))
 	}
 	return cfg, nil
+}
+
+// override sets *field to v when a flag gave v.
+func override(field *string, v string) {
+	if v != "" {
+		*field = v
+	}
 }
 
 // KubeClient returns the Kubernetes credentials the flags select.

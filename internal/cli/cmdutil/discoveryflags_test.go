@@ -91,3 +91,29 @@ func TestModelFlagsExclusive(t *testing.T) {
 		t.Fatalf("--model with --models: %v, want a usage error", err)
 	}
 }
+
+// TestTLSFlagsOverFile: a TLS flag overrides its own field of the file's
+// tls block, and the others stay the file's.
+func TestTLSFlagsOverFile(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "continuum.yaml")
+	doc := "dynamo:\n  discovery:\n    etcd:\n      endpoints: [\"https://etcd:2379\"]\n      tls: {ca_cert: /etc/etcd/ca.pem, client_cert: /etc/etcd/c.pem, client_key: /etc/etcd/k.pem}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var o cmdutil.DiscoveryFlags
+	cmd := &cobra.Command{Use: "discover"}
+	o.Register(cmd)
+	if err := cmd.ParseFlags([]string{"--etcd-server-name=etcd.internal", "--etcd-ca-cert=/tmp/ca.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	o.Capture(cmd.Flags())
+	cfg, err := o.Resolve(file, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Dynamo.Discovery.Etcd.TLS
+	if got == nil || got.ServerName != "etcd.internal" || got.CACert != "/tmp/ca.pem" || got.ClientCert != "/etc/etcd/c.pem" || got.ClientKey != "/etc/etcd/k.pem" {
+		t.Fatalf("tls: %+v", got)
+	}
+}
