@@ -374,6 +374,12 @@ const (
 	// MinStreamBudgetBytes is the per-stream share below which a session
 	// buffer budget is rejected: budget >= max_streams_per_session * 64 KiB.
 	MinStreamBudgetBytes = 64 << 10
+	// MaxStreamsPerSession bounds max_streams_per_session: the event
+	// bus's clients refuse a welcome that allows more.
+	MaxStreamsPerSession = 1 << 16
+	// MaxBusInterval bounds heartbeat_interval and idle_timeout, which the
+	// welcome carries in milliseconds to clients that refuse more.
+	MaxBusInterval = 24 * time.Hour
 )
 
 // DefaultFor is Default with the defaults Dynamo itself takes from its

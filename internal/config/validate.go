@@ -701,16 +701,16 @@ func (v *validator) eventBus() {
 	if b.MaxSessions < 1 {
 		v.errorf(p+".max_sessions", "must be at least 1")
 	}
-	if b.MaxStreamsPerSession < 1 {
-		v.errorf(p+".max_streams_per_session", "must be at least 1")
+	if b.MaxStreamsPerSession < 1 || b.MaxStreamsPerSession > MaxStreamsPerSession {
+		v.errorf(p+".max_streams_per_session", "must be from 1 to %d", MaxStreamsPerSession)
 	} else if need := int64(b.MaxStreamsPerSession) * MinStreamBudgetBytes; b.MaxSessionBufferBytes < need {
 		v.errorf(p+".max_session_buffer_bytes", "%d bytes is below max_streams_per_session × 64 KiB = %d: raise it or lower max_streams_per_session", b.MaxSessionBufferBytes, need)
 	}
-	if b.HeartbeatInterval <= 0 {
-		v.errorf(p+".heartbeat_interval", "must be positive, such as \"10s\"")
+	if b.HeartbeatInterval <= 0 || time.Duration(b.HeartbeatInterval) > MaxBusInterval {
+		v.errorf(p+".heartbeat_interval", "must be positive and at most %v, such as \"10s\"", MaxBusInterval)
 	}
-	if b.IdleTimeout <= 0 {
-		v.errorf(p+".idle_timeout", "must be positive, such as \"30s\"")
+	if b.IdleTimeout <= 0 || time.Duration(b.IdleTimeout) > MaxBusInterval {
+		v.errorf(p+".idle_timeout", "must be positive and at most %v, such as \"30s\"", MaxBusInterval)
 	}
 	v.brokers()
 	v.busAdvisories()

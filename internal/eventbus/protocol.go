@@ -245,6 +245,11 @@ func (m *Message) Validate() error {
 		if l := m.Limits; l.MaxStreams < 1 || l.StreamBufferBytes < 1 || l.HeartbeatIntervalMs < 1 || l.IdleTimeoutMs < 1 {
 			return invalid("welcome limits must be positive")
 		}
+		if l, most := m.Limits, MaxWelcomeInterval.Milliseconds(); l.MaxStreams > StreamsPerSessionLimit || l.StreamBufferBytes > MaxStreamBuffer ||
+			l.HeartbeatIntervalMs > most || l.IdleTimeoutMs > most {
+			return invalid("welcome limits past their bounds (max_streams %d, stream_buffer_bytes %d, intervals %d ms)",
+				StreamsPerSessionLimit, MaxStreamBuffer, most)
+		}
 	case TypeSubscribe:
 		if !ValidStreamID(m.StreamID) {
 			return invalid("stream id %q is not 32 lowercase hex", truncate(m.StreamID))

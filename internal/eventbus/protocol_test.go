@@ -61,6 +61,11 @@ func TestMessages(t *testing.T) {
 		`{"type":"hello","role":"broker","client_id":"a","versions":[1],"dynamo_namespaces":[""]}`,
 		`{"type":"hello","role":"kv_listener","client_id":"a","versions":[1],"sources":["` + strings.Repeat("v", 254) + `"]}`,
 		`{"type":"welcome","session_id":"sess-1","version":1,"limits":{"max_streams":1,"stream_buffer_bytes":1,"heartbeat_interval_ms":1,"idle_timeout_ms":1}}`,
+		// Limits a client would size its queues or timers by, past their bounds.
+		`{"type":"welcome","session_id":"sess-0123456789abcdef0123456789abcdef","version":1,"limits":{"max_streams":65537,"stream_buffer_bytes":16384,"heartbeat_interval_ms":1,"idle_timeout_ms":1}}`,
+		`{"type":"welcome","session_id":"sess-0123456789abcdef0123456789abcdef","version":1,"limits":{"max_streams":1,"stream_buffer_bytes":1048577,"heartbeat_interval_ms":1,"idle_timeout_ms":1}}`,
+		`{"type":"welcome","session_id":"sess-0123456789abcdef0123456789abcdef","version":1,"limits":{"max_streams":1,"stream_buffer_bytes":16384,"heartbeat_interval_ms":9223372036854775807,"idle_timeout_ms":1}}`,
+		`{"type":"welcome","session_id":"sess-0123456789abcdef0123456789abcdef","version":1,"limits":{"max_streams":1,"stream_buffer_bytes":16384,"heartbeat_interval_ms":1,"idle_timeout_ms":86400001}}`,
 		`{"type":"subscribe","stream_id":"` + id + `"}`,
 		`{"type":"subscribe","stream_id":"` + strings.ToUpper(id) + `","target":{"namespace":"d","host":"h","port":1,"topic":"t"}}`,
 		`{"type":"subscribe","stream_id":"` + id + `","target":{"namespace":"d","host":"h/x","port":1,"topic":"t"}}`,

@@ -60,6 +60,14 @@ const (
 	// each allowed stream must have at least: a budget below
 	// max_streams_per_session × 64 KiB is refused.
 	MinSessionBudgetPerStream = 64 << 10
+	// StreamsPerSessionLimit is the most streams a session may be allowed:
+	// a client sizes its queues by the welcome's max_streams, so a welcome
+	// past it is refused, and so is a listener configured past it.
+	StreamsPerSessionLimit = 1 << 16
+	// MaxWelcomeInterval bounds the heartbeat interval and idle timeout a
+	// welcome may carry (far past any configuration; a client would
+	// otherwise take a number of milliseconds no duration holds).
+	MaxWelcomeInterval = 24 * time.Hour
 	// maxFrameBytes is the largest HTTP/2 frame read: one frame is the
 	// "current receive frame" of the budget, so it stays at the protocol
 	// minimum.
@@ -118,13 +126,13 @@ func (s *Settings) check() error {
 	if s.MaxSessions < 1 {
 		errs = append(errs, errors.New("max_sessions must be at least 1"))
 	}
-	if s.MaxStreamsPerSession < 1 {
-		errs = append(errs, errors.New("max_streams_per_session must be at least 1"))
+	if s.MaxStreamsPerSession < 1 || s.MaxStreamsPerSession > StreamsPerSessionLimit {
+		errs = append(errs, fmt.Errorf("max_streams_per_session must be from 1 to %d", StreamsPerSessionLimit))
 	} else if need := int64(s.MaxStreamsPerSession) * MinSessionBudgetPerStream; s.MaxSessionBufferBytes < need {
 		errs = append(errs, fmt.Errorf("max_session_buffer_bytes %d is below max_streams_per_session × 64 KiB = %d", s.MaxSessionBufferBytes, need))
 	}
-	if s.HeartbeatInterval <= 0 || s.IdleTimeout <= 0 {
-		errs = append(errs, errors.New("heartbeat_interval and idle_timeout must be positive"))
+	if s.HeartbeatInterval <= 0 || s.IdleTimeout <= 0 || s.HeartbeatInterval > MaxWelcomeInterval || s.IdleTimeout > MaxWelcomeInterval {
+		errs = append(errs, fmt.Errorf("heartbeat_interval and idle_timeout must be positive and at most %v", MaxWelcomeInterval))
 	}
 	ids := map[string]bool{}
 	for _, e := range s.Entries {
