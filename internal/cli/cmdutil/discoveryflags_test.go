@@ -10,11 +10,26 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
 )
 
 // resolve parses args as a discovery command's flags and resolves them
 // over configFile with env.
 func resolve(t *testing.T, configFile string, env map[string]string, args ...string) (user, password string, err error) {
+	t.Helper()
+	cfg, err := resolveConfig(t, configFile, env, args...)
+	if err != nil {
+		return "", "", err
+	}
+	if a := cfg.Dynamo.Discovery.Etcd.Auth; a != nil {
+		return a.Username, a.Password, nil
+	}
+	return "", "", nil
+}
+
+// resolveConfig parses args as a discovery command's flags and resolves
+// them over configFile with env.
+func resolveConfig(t *testing.T, configFile string, env map[string]string, args ...string) (*config.Config, error) {
 	t.Helper()
 	var o cmdutil.DiscoveryFlags
 	cmd := &cobra.Command{Use: "discover"}
@@ -23,14 +38,7 @@ func resolve(t *testing.T, configFile string, env map[string]string, args ...str
 		t.Fatal(err)
 	}
 	o.Capture(cmd.Flags())
-	cfg, err := o.Resolve(configFile, func(name string) (string, bool) { v, ok := env[name]; return v, ok })
-	if err != nil {
-		return "", "", err
-	}
-	if a := cfg.Dynamo.Discovery.Etcd.Auth; a != nil {
-		return a.Username, a.Password, nil
-	}
-	return "", "", nil
+	return o.Resolve(configFile, func(name string) (string, bool) { v, ok := env[name]; return v, ok })
 }
 
 // TestPasswordEnv: --etcd-password-env is the password of the user given
@@ -78,14 +86,7 @@ func TestPasswordEnv(t *testing.T) {
 // silently dropped.
 func TestModelFlagsExclusive(t *testing.T) {
 	t.Parallel()
-	var o cmdutil.DiscoveryFlags
-	cmd := &cobra.Command{Use: "discover"}
-	o.Register(cmd)
-	if err := cmd.ParseFlags([]string{"--source=kubernetes_pods", "--dynamo-namespace=dynamo", "--model=m", "--models=decode=m2"}); err != nil {
-		t.Fatal(err)
-	}
-	o.Capture(cmd.Flags())
-	_, err := o.Resolve("", func(string) (string, bool) { return "", false })
+	_, err := resolveConfig(t, "", nil, "--source=kubernetes_pods", "--dynamo-namespace=dynamo", "--model=m", "--models=decode=m2")
 	var fe *cmdutil.FlagError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "mutually exclusive") {
 		t.Fatalf("--model with --models: %v, want a usage error", err)
@@ -101,14 +102,7 @@ func TestTLSFlagsOverFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var o cmdutil.DiscoveryFlags
-	cmd := &cobra.Command{Use: "discover"}
-	o.Register(cmd)
-	if err := cmd.ParseFlags([]string{"--etcd-server-name=etcd.internal", "--etcd-ca-cert=/tmp/ca.pem"}); err != nil {
-		t.Fatal(err)
-	}
-	o.Capture(cmd.Flags())
-	cfg, err := o.Resolve(file, func(string) (string, bool) { return "", false })
+	cfg, err := resolveConfig(t, file, nil, "--etcd-server-name=etcd.internal", "--etcd-ca-cert=/tmp/ca.pem")
 	if err != nil {
 		t.Fatal(err)
 	}
