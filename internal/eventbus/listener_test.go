@@ -594,3 +594,33 @@ func TestIdleTimeoutOwnClock(t *testing.T) {
 		t.Errorf("idle session ended after %v: it waited for a heartbeat", d)
 	}
 }
+
+// TestIgnoredLinesLogSparingly: a session's invalid or unexpected lines
+// are ignored and the session goes on; the log tells the first, not each
+// (a client sending nothing else cannot flood it).
+func TestIgnoredLinesLogSparingly(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	rs := openSession(t, tb.dial(t, nil), tokenA, hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	go func() {
+		for range 50 {
+			if _, err := rs.w.Write([]byte("{not json}\n")); err != nil {
+				return
+			}
+		}
+		_, _ = rs.w.Write(eventbus.Encode(&eventbus.Message{Type: eventbus.TypeHeartbeat, Seq: 7}))
+	}()
+	// The heartbeat after them is answered: the session went on.
+	for {
+		line, err := rs.lr.Next()
+		if err != nil {
+			t.Fatalf("control channel: %v", err)
+		}
+		if m, err := eventbus.Decode(line); err == nil && m.Type == eventbus.TypeHeartbeatAck && m.Seq == 7 {
+			break
+		}
+	}
+	if n := strings.Count(tb.logs.String(), "sent an invalid line"); n != 1 {
+		t.Errorf("%d warnings for 50 invalid lines, want 1:\n%s", n, tb.logs.String())
+	}
+}

@@ -29,6 +29,10 @@ type session struct {
 	out       chan []byte // control lines to send, bounded
 	done      chan struct{}
 	lastSeen  atomic.Int64 // unix nanoseconds of the last line received
+	// ignored counts the lines read ignored, and ignoredLogged is when
+	// they were last logged (the reader's alone: ignore).
+	ignored       int
+	ignoredLogged time.Time
 
 	// Guarded by bus.mu.
 	entID    string
@@ -254,7 +258,7 @@ func (s *session) read(lr *LineReader) {
 		s.lastSeen.Store(time.Now().UnixNano())
 		m, err := Decode(line)
 		if err != nil {
-			b.logger.Warn("event bus session sent an invalid line; ignored", "session", s.id, "err", err)
+			s.ignore("event bus session sent an invalid line; ignored", "err", err)
 			continue
 		}
 		switch m.Type {
@@ -266,9 +270,26 @@ func (s *session) read(lr *LineReader) {
 		case TypeDraining:
 			b.sessionDraining(s)
 		default:
-			b.logger.Warn("event bus session sent an unexpected message; ignored", "session", s.id, "type", m.Type)
+			s.ignore("event bus session sent an unexpected message; ignored", "type", m.Type)
 		}
 	}
+}
+
+// ignoredLogEvery spaces the warnings about a session's ignored lines.
+const ignoredLogEvery = time.Minute
+
+// ignore warns of a line the session sent that is ignored: the first,
+// then at most one every ignoredLogEvery with how many there were in all,
+// so that a client sending nothing else cannot flood the log. It runs on
+// the session's reader alone.
+func (s *session) ignore(msg string, args ...any) {
+	s.ignored++
+	now := time.Now()
+	if s.ignored > 1 && now.Sub(s.ignoredLogged) < ignoredLogEvery {
+		return
+	}
+	s.ignoredLogged = now
+	s.bus.logger.Warn(msg, append(args, "session", s.id, "ignored_lines", s.ignored)...)
 }
 
 // send queues a line without waiting; false when the queue is full.
