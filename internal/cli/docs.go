@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,7 +33,7 @@ func GenerateDocs(dir string) error {
 		}
 	}
 	header := &doc.GenManHeader{Title: "CONTINUUM", Section: "1", Source: "Continuum", Manual: "Continuum Manual", Date: &docsDate}
-	escapeAngles(root)
+	escapeForMan(root)
 	if err := doc.GenManTree(root, header, manDir); err != nil {
 		return fmt.Errorf("man pages: %w", err)
 	}
@@ -54,15 +55,25 @@ func GenerateDocs(dir string) error {
 	return nil
 }
 
-// escapeAngles escapes the placeholders in angle brackets (<hex>,
-// <instance id>) of every command's long description for the man pages'
-// Markdown, which reads them as HTML tags and drops them. Other angle
-// brackets (a shell's <( or >>) are left as they are: they may stand in
-// code blocks, where an escape would print. The tree is GenerateDocs' own.
-func escapeAngles(cmd *cobra.Command) {
-	cmd.Long = placeholder.ReplaceAllString(cmd.Long, `\<$1\>`)
+// escapeForMan escapes what the man pages' Markdown would otherwise take
+// for markup in every command's long description: placeholders in angle
+// brackets (<hex>, <instance id>), read as HTML tags and dropped, and
+// underscores, which pair into emphasis (continuum_broker_* printed as
+// continuum*broker**). Lines of code (indented four spaces or a tab) are
+// left as they are, since an escape there would print. The tree is
+// GenerateDocs' own.
+func escapeForMan(cmd *cobra.Command) {
+	lines := strings.Split(cmd.Long, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t") {
+			continue
+		}
+		l = placeholder.ReplaceAllString(l, `\<$1\>`)
+		lines[i] = strings.ReplaceAll(l, "_", `\_`)
+	}
+	cmd.Long = strings.Join(lines, "\n")
 	for _, c := range cmd.Commands() {
-		escapeAngles(c)
+		escapeForMan(c)
 	}
 }
 

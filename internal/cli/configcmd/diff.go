@@ -32,16 +32,16 @@ func NewCmdDiff(f *cmdutil.Factory, runF func(*DiffOptions) error) *cobra.Comman
 		Long: `Show what a running router configured with OLD would do on reloading NEW:
 every changed key, grouped by how it takes effect.
 
-  immediate             read at the next request or freshness check
-  subscription_restart  load and kv-events subscriptions restart through the
-                        new transport policy (samples and KV cursors kept)
-  watcher_restart       the discovery watcher is replaced; the reason says
-                        what happens to the fleet view meanwhile (backoff:
-                        kept until the new watcher's first resync;
-                        namespaces: the removed namespaces are pruned, the
-                        rest kept; any other: emptied until the resync)
-  rebind                a listener moves to its new address; the old one
-                        drains its open connections
+    immediate             read at the next request or freshness check
+    subscription_restart  load and kv-events subscriptions restart through the
+                          new transport policy (samples and KV cursors kept)
+    watcher_restart       the discovery watcher is replaced; the reason says
+                          what happens to the fleet view meanwhile (backoff:
+                          kept until the new watcher's first resync;
+                          namespaces: the removed namespaces are pruned, the
+                          rest kept; any other: emptied until the resync)
+    rebind                a listener moves to its new address; the old one
+                          drains its open connections
 
 Values are never printed, so secrets stay out of CI logs.
 
