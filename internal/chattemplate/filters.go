@@ -1463,7 +1463,8 @@ func isStrMethod(name string) bool {
 	case "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit",
 		"replace", "upper", "lower", "title", "capitalize", "find", "rfind",
 		"index", "rindex", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
-		"isalnum", "islower", "isupper", "format", "removeprefix", "removesuffix",
+		"isalnum", "islower", "isupper", "isnumeric", "isdecimal", "isascii", "isidentifier",
+		"isprintable", "format", "removeprefix", "removesuffix",
 		"casefold", "swapcase", "zfill", "partition", "rpartition", "istitle", "center",
 		"ljust", "rjust":
 		return true
@@ -1785,6 +1786,40 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 				ok = unicode.IsLetter(c) || unicode.IsDigit(c)
 			}
 			if !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	case "isnumeric", "isdecimal", "isidentifier":
+		// Python's: false for "", and each code point numeric (a number's
+		// general category: Python's numeric ideographs such as 三 are not
+		// counted), a decimal digit (Nd), or an identifier's (a letter or
+		// _, then letters, digits, marks and _).
+		if s == "" {
+			return false, nil
+		}
+		for i, c := range s {
+			var ok bool
+			switch name {
+			case "isnumeric":
+				ok = unicode.IsNumber(c)
+			case "isdecimal":
+				ok = unicode.Is(unicode.Nd, c)
+			default:
+				ok = c == '_' || unicode.IsLetter(c) || unicode.Is(unicode.Nl, c) ||
+					i > 0 && (unicode.Is(unicode.Nd, c) || unicode.Is(unicode.Mn, c) || unicode.Is(unicode.Mc, c) || unicode.Is(unicode.Pc, c))
+			}
+			if !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	case "isascii", "isprintable":
+		// True for "", as in Python; printable is Go's IsPrint (no
+		// control, format, private or unassigned code point, no space
+		// but U+0020), which is Python's definition.
+		for _, c := range s {
+			if name == "isascii" && c >= 0x80 || name == "isprintable" && !unicode.IsPrint(c) {
 				return false, nil
 			}
 		}

@@ -109,6 +109,11 @@ var parityCases = []parityCase{
 		want:     "[\n" + strings.Repeat(" ", 70) + "1\n]",
 	},
 	{
+		name:     "str_predicates",
+		template: `{% for s in ['', '12', '١٢', '½', 'x1', 'abc', '_a1', '1a', 'a-b', 'é', 'a b', 'a\tb', 'a\u00a0b', 'ü_9'] %}{{ s.isnumeric() }}{{ s.isdecimal() }}{{ s.isascii() }}{{ s.isidentifier() }}{{ s.isprintable() }},{% endfor %}`,
+		want:     `FalseFalseTrueFalseTrue,TrueTrueTrueFalseTrue,TrueTrueFalseFalseTrue,TrueFalseFalseFalseTrue,FalseFalseTrueTrueTrue,FalseFalseTrueTrueTrue,FalseFalseTrueTrueTrue,FalseFalseTrueFalseTrue,FalseFalseTrueFalseTrue,FalseFalseFalseTrueTrue,FalseFalseTrueFalseTrue,FalseFalseTrueFalseFalse,FalseFalseFalseFalseFalse,FalseFalseFalseTrueTrue,`,
+	},
+	{
 		name:     "startswith_start_end",
 		template: `{{ 'Hello'.startswith('He', 1) }}{{ 'Hello'.startswith('el', 1) }}{{ 'Hello'.endswith('lo', 0, 4) }}{{ 'Hello'.endswith('ll', 0, 4) }}{{ 'Hello'.startswith('', 6) }}{{ 'Hello'.startswith('', 5) }}{{ 'héllo'.startswith('é', -4) }}{{ 'Hello'.endswith(('x', 'l'), none, -1) }}{{ 'ab'.startswith('', 1, 0) }}`,
 		want:     `FalseTrueFalseTrueFalseTrueTrueTrueFalse`,
