@@ -150,3 +150,14 @@ func TestDecodeJSONDepth(t *testing.T) {
 		t.Fatal("accepted trailing data")
 	}
 }
+
+// TestExpandTabsBounded: str.expandtabs cannot grow a string past the
+// output limit, whatever the tab size.
+func TestExpandTabsBounded(t *testing.T) {
+	t.Parallel()
+	for _, tpl := range []string{`{{ 'a\tb'.expandtabs(1000000000000) }}`, `{{ ('\t' * 1000).expandtabs(100000) }}`} {
+		if _, err := render(tpl, chattemplate.Input{}); !errors.Is(err, chattemplate.ErrRenderUnavailable) {
+			t.Errorf("%s: %v, want the output limit", tpl, err)
+		}
+	}
+}

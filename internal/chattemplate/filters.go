@@ -589,6 +589,41 @@ func (r *renderer) zfill(s string, width int64) (any, error) {
 	return zeros + s, nil
 }
 
+// expandTabs is Python's str.expandtabs: each tab becomes the spaces to
+// the next multiple of size columns (none when size is not positive),
+// counting columns from the last line break (\n or \r).
+func (r *renderer) expandTabs(s string, size int64) (any, error) {
+	if !strings.Contains(s, "\t") {
+		return s, nil
+	}
+	var b strings.Builder
+	col := int64(0)
+	for _, c := range s {
+		switch c {
+		case '\t':
+			if size <= 0 {
+				continue
+			}
+			n := size - col%size
+			if int64(b.Len())+n > int64(r.maxOutput) {
+				return nil, r.overflow()
+			}
+			if err := r.chargeBytes(int(n)); err != nil {
+				return nil, err
+			}
+			b.WriteString(strings.Repeat(" ", int(n)))
+			col += n
+			continue
+		case '\n', '\r':
+			col = 0
+		default:
+			col++
+		}
+		b.WriteRune(c)
+	}
+	return b.String(), nil
+}
+
 // justify is Python's str.center, ljust and rjust: s padded with fill to
 // width runes; center splits the padding as CPython does (the extra rune
 // goes left when both the padding and width are odd).
@@ -1464,7 +1499,7 @@ func isStrMethod(name string) bool {
 		"replace", "upper", "lower", "title", "capitalize", "find", "rfind",
 		"index", "rindex", "count", "join", "splitlines", "isdigit", "isalpha", "isspace",
 		"isalnum", "islower", "isupper", "isnumeric", "isdecimal", "isascii", "isidentifier",
-		"isprintable", "format", "removeprefix", "removesuffix",
+		"isprintable", "format", "format_map", "expandtabs", "removeprefix", "removesuffix",
 		"casefold", "swapcase", "zfill", "partition", "rpartition", "istitle", "center",
 		"ljust", "rjust":
 		return true
@@ -1697,6 +1732,19 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 			return nil, err
 		}
 		return r.zfill(s, width)
+	case "expandtabs":
+		size, err := a.integer(0, "tabsize", 8)
+		if err != nil {
+			return nil, err
+		}
+		return r.expandTabs(s, size)
+	case "format_map":
+		m, ok := a.get(0, "mapping")
+		d, isDict := m.(*Dict)
+		if !ok || !isDict {
+			return nil, fmt.Errorf("format_map() argument must be a mapping, not %s", typeName(m))
+		}
+		return r.strFormat(s, nil, d)
 	case "center", "ljust", "rjust":
 		width, err := a.integer(0, "width", 0)
 		if err != nil {

@@ -114,6 +114,11 @@ var parityCases = []parityCase{
 		want:     `FalseFalseTrueFalseTrue,TrueTrueTrueFalseTrue,TrueTrueFalseFalseTrue,TrueFalseFalseFalseTrue,FalseFalseTrueTrueTrue,FalseFalseTrueTrueTrue,FalseFalseTrueTrueTrue,FalseFalseTrueFalseTrue,FalseFalseTrueFalseTrue,FalseFalseFalseTrueTrue,FalseFalseTrueFalseTrue,FalseFalseTrueFalseFalse,FalseFalseFalseFalseFalse,FalseFalseFalseTrueTrue,`,
 	},
 	{
+		name:     "expandtabs_format_map",
+		template: `{{ 'a\tbc\td'.expandtabs() }}|{{ 'a\tb\nxy\tz'.expandtabs(4) }}|{{ '\tx'.expandtabs(0) }}|{{ 'é\tx'.expandtabs(tabsize=3) }}|{{ '{a}-{b!r}-{a:>3}'.format_map({'a': 1, 'b': 'x'}) }}`,
+		want:     "a       bc      d|a   b\nxy  z|x|é  x|1-'x'-  1",
+	},
+	{
 		name:     "startswith_start_end",
 		template: `{{ 'Hello'.startswith('He', 1) }}{{ 'Hello'.startswith('el', 1) }}{{ 'Hello'.endswith('lo', 0, 4) }}{{ 'Hello'.endswith('ll', 0, 4) }}{{ 'Hello'.startswith('', 6) }}{{ 'Hello'.startswith('', 5) }}{{ 'héllo'.startswith('é', -4) }}{{ 'Hello'.endswith(('x', 'l'), none, -1) }}{{ 'ab'.startswith('', 1, 0) }}`,
 		want:     `FalseTrueFalseTrueFalseTrueTrueTrueFalse`,
