@@ -715,7 +715,8 @@ func truncate(b []byte, n int) []byte {
 func dropped(k string) bool {
 	switch k {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Content-Length", "Host", "X-Backend", "Accept-Encoding", "Authorization", "X-Api-Key":
+		"Content-Length", "Host", "X-Backend", "Accept-Encoding", "Authorization", "X-Api-Key",
+		"Proxy-Authorization", "Proxy-Authenticate":
 		return true
 	}
 	return false

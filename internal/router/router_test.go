@@ -905,8 +905,9 @@ func TestNoRetryAfterTheRequestWasSent(t *testing.T) {
 func TestClientCredentialsNotForwarded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	readAll(t, h.post(t, `{"model":"other","messages":[]}`, map[string]string{"X-Api-Key": "client-secret", "Authorization": "Bearer client-secret"}))
-	if got := (*h.plain)[0]; got.Get("X-Api-Key") != "" || got.Get("Authorization") != "" {
+	readAll(t, h.post(t, `{"model":"other","messages":[]}`, map[string]string{"X-Api-Key": "client-secret", "Authorization": "Bearer client-secret",
+		"Proxy-Authorization": "Basic Y2xpZW50OnNlY3JldA=="}))
+	if got := (*h.plain)[0]; got.Get("X-Api-Key") != "" || got.Get("Authorization") != "" || got.Get("Proxy-Authorization") != "" {
 		t.Fatalf("credentials forwarded: %v", got)
 	}
 	req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/admin/dynamo/workers", nil)
