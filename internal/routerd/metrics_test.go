@@ -51,7 +51,7 @@ var documentedFamilies = map[string]family{
 	"continuum_dynamo_kv_subscriptions":   {dto.MetricType_GAUGE, []string{"state", "transport"}, subscriptionSeries()},
 	"continuum_dynamo_kv_events_total": {dto.MetricType_COUNTER, []string{"result"}, []string{
 		"accepted", "replay", "gap", "over_capacity", "identity_mismatch", "other_tier", "cache_owner", "multimodal",
-		"unknown_parent", "malformed", "unknown_version", "topic_mismatch", "oversized", "transport_refused"}},
+		"unknown_parent", "unsupported", "malformed", "unknown_version", "topic_mismatch", "oversized", "transport_refused"}},
 	"continuum_dynamo_kv_selection_total": {dto.MetricType_COUNTER, []string{"result"}, []string{
 		"overlap", "no_overlap", "tokenizer_unavailable", "prompt_too_large", "render_unavailable", "artifact_unpinned", "bypass"}},
 	"continuum_dynamo_kv_artifacts_total": {dto.MetricType_COUNTER, []string{"result"}, []string{

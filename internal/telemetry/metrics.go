@@ -365,7 +365,7 @@ type KVMetrics struct {
 // or session was refused before reaching it.
 var KVEventResults = []string{
 	ResultAccepted, "replay", "gap", "over_capacity", "identity_mismatch", "other_tier", "cache_owner",
-	"multimodal", "unknown_parent", "malformed", "unknown_version", "topic_mismatch", "oversized", "transport_refused",
+	"multimodal", "unknown_parent", "unsupported", "malformed", "unknown_version", "topic_mismatch", "oversized", "transport_refused",
 }
 
 // KVSelectionResults is the closed set of

@@ -69,16 +69,19 @@ const (
 	// ResultUnknownParent: the stored chain's parent is not a block the
 	// rank holds, so the chain cannot be placed; its blocks are dropped.
 	ResultUnknownParent = "unknown_parent"
-	// ResultMalformed: the event cannot be: an unknown kind, a stored event
-	// without blocks, a removed event without hashes. It does not move the
-	// cursor, so the next event of the rank is a gap.
+	// ResultUnsupported: the event is of a kind, or about a residency
+	// domain, that this router does not read (a newer publisher's); it
+	// moves the cursor and nothing else.
+	ResultUnsupported = "unsupported"
+	// ResultMalformed: the event cannot be: a kind it has none of. It does
+	// not move the cursor, so the next event of the rank is a gap.
 	ResultMalformed = wire.ResultMalformed
 )
 
 // Results lists every result Apply returns, gap included (to pre-register
 // the label values).
 var Results = []string{ResultAccepted, ResultReplay, ResultGap, ResultOverCapacity,
-	ResultIdentityMismatch, ResultOtherTier, ResultCacheOwner, ResultMultimodal, ResultUnknownParent, ResultMalformed}
+	ResultIdentityMismatch, ResultOtherTier, ResultCacheOwner, ResultMultimodal, ResultUnknownParent, ResultUnsupported, ResultMalformed}
 
 // SubscriptionID names one publisher's subscription. The event_id cursors of
 // the ranks it feeds belong to it and outlive its connections; a restarted
@@ -290,6 +293,8 @@ func (ix *Index) ClearSubscription(id SubscriptionID) {
 func admit(ev *wire.RouterEvent) string {
 	switch ev.Kind {
 	case wire.KVStored, wire.KVRemoved, wire.KVCleared:
+	case wire.KVUnknown:
+		return ResultUnsupported
 	default:
 		return ResultMalformed
 	}
@@ -297,8 +302,11 @@ func admit(ev *wire.RouterEvent) string {
 		return ResultOtherTier
 	}
 	// A cache owner's domain (a shared cache) is not a worker's cache.
-	if ev.Residency == wire.ResidencyCacheOwner {
+	switch ev.Residency {
+	case wire.ResidencyCacheOwner:
 		return ResultCacheOwner
+	case wire.ResidencyUnknown:
+		return ResultUnsupported
 	}
 	// A publisher numbers an event that carries no block as any other
 	// (one whose blocks it could not hash whole, say): it changes nothing

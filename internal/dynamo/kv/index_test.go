@@ -409,6 +409,20 @@ func TestIndexCursors(t *testing.T) {
 		queries: []query{q(nil, 1, 2)},
 		shape:   shape{0, 0, 0},
 	}, {
+		name: "events of a kind or domain the router does not read move the cursor",
+		steps: []step{
+			{1, withID(chain(1, nil, 10, 1), 1), accepted},
+			{1, withID(wire.RouterEvent{WorkerID: 1, Kind: wire.KVUnknown}, 2), kv.Outcome{Result: kv.ResultUnsupported}},
+			{1, func() wire.RouterEvent {
+				e := withID(chain(1, nil, 50, 9), 3)
+				e.Residency = wire.ResidencyUnknown
+				return e
+			}(), kv.Outcome{Result: kv.ResultUnsupported}},
+			{1, withID(chain(1, ph(10), 11, 2), 4), accepted},
+		},
+		queries: []query{q(map[load.Key]int{w1: 2}, 1, 2)},
+		shape:   shape{2, 2, 1},
+	}, {
 		name: "cursors belong to the subscription",
 		steps: []step{
 			{1, withID(chain(1, nil, 10, 1), 10), accepted},

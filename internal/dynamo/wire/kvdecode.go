@@ -297,10 +297,14 @@ func (d *kvDecoder) tier(ev *RouterEvent) error {
 }
 
 // residency reads a present residency_domain: only an absent field selects
-// the legacy semantics, so nil is malformed, as is a domain we do not know.
+// the legacy semantics; nil or a domain this decoder does not know is
+// ResidencyUnknown (the event then only moves its cursor: a newer
+// publisher's domain must not cost the rank its blocks).
 func (d *kvDecoder) residency(ev *RouterEvent) error {
 	if c, ok := d.r.peek(); ok && c == 0xc0 {
-		return mpErr("nil (only an absent residency_domain means legacy)")
+		_, err := d.r.byte1()
+		ev.Residency = ResidencyUnknown
+		return err
 	}
 	if !d.r.peekString() {
 		return d.r.notA("string")
@@ -315,7 +319,7 @@ func (d *kvDecoder) residency(ev *RouterEvent) error {
 	case ResidencyCacheOwner:
 		ev.Residency = ResidencyCacheOwner
 	default:
-		return mpErr("unknown domain %q", truncate(s))
+		ev.Residency = ResidencyUnknown
 	}
 	return nil
 }
@@ -396,10 +400,14 @@ func (d *kvDecoder) data(ev *RouterEvent, idx int) error {
 		if err != nil {
 			return err
 		}
-		if string(s) != KVCleared {
-			return mpErr("unit variant %q; only cleared has no data", truncate(s))
+		switch string(s) {
+		case KVCleared:
+			ev.Kind = KVCleared
+		case KVStored, KVRemoved:
+			return mpErr("unit variant %q; only cleared has no data", s)
+		default:
+			ev.Kind = KVUnknown // a newer unit variant
 		}
-		ev.Kind = KVCleared
 		return nil
 	}
 	isMap, n, err := d.r.container()
@@ -427,10 +435,12 @@ func (d *kvDecoder) data(ev *RouterEvent, idx int) error {
 			err = mpErr("0x%02x where nil is required", c)
 		}
 	default:
-		return mpErr("unknown variant %q", truncate(tag))
+		// A newer variant: its data skipped (bounded like any value).
+		ev.Kind = KVUnknown
+		err = d.r.skip(0)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", tag, err)
+		return fmt.Errorf("%s: %w", truncate(tag), err)
 	}
 	return nil
 }

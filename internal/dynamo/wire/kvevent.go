@@ -5,6 +5,11 @@ const (
 	KVStored  = "stored"
 	KVRemoved = "removed"
 	KVCleared = "cleared"
+	// KVUnknown is the kind of an event whose variant this decoder does
+	// not read (a newer publisher's: hybrid keys, a tier's clear). Its
+	// content is skipped; it is still numbered, so it moves its rank's
+	// cursor, as a newer reader ignores what an older one cannot use.
+	KVUnknown = "unknown"
 )
 
 // Storage tiers (StorageTier's snake_case names). A publisher that omits
@@ -22,6 +27,10 @@ const (
 const (
 	ResidencyWorker     = "worker"
 	ResidencyCacheOwner = "cache_owner"
+	// ResidencyUnknown is a domain this decoder does not know, or a nil
+	// one: the event is not about a worker's cache as the router reads it,
+	// and only moves its rank's cursor.
+	ResidencyUnknown = "unknown"
 )
 
 // StoredBlock is one block of a stored event: the engine's own
