@@ -70,11 +70,14 @@ const (
 // DecodeRouterEvents appends the RouterEvents of one kv-events payload to
 // dst and returns the extended slice; on error it returns dst with its
 // length as it was (its spare capacity may have been written).
-// Decoded events alias nothing in payload. Hashes and ids take the whole
-// u64 range: a negative integer is read as the two's-complement bits of
-// an i64 (vLLM's hashes are i64 values reinterpreted). StorageTier is
-// never "" (a missing storage_tier is TierDevice); Residency is "" only
-// when residency_domain was absent (an explicit nil is malformed).
+// Decoded events alias nothing in payload. Hashes take the whole u64
+// range: a negative integer is read as the two's-complement bits of an
+// i64 (vLLM's hashes are i64 values reinterpreted); worker and event ids
+// are u64 and a negative one is malformed. StorageTier is never "" (a
+// missing storage_tier is TierDevice); Residency is "" only when
+// residency_domain was absent (an explicit nil, or a domain not known
+// here, is ResidencyUnknown). An event of a variant not known here has
+// Kind KVUnknown.
 func DecodeRouterEvents(payload []byte, dst []RouterEvent) ([]RouterEvent, error) {
 	if len(payload) > MaxKVEventsPayloadBytes {
 		return dst, mpErr("payload of %d bytes; at most %d", len(payload), MaxKVEventsPayloadBytes)
@@ -205,7 +208,7 @@ func (d *kvDecoder) routerEvent(ev *RouterEvent, idx int) error {
 		seen |= bit
 		switch bit {
 		case fWorker:
-			ev.WorkerID, err = d.r.bits64()
+			ev.WorkerID, err = d.r.uint()
 		case fTier:
 			err = d.tier(ev)
 		case fResidency:
@@ -238,7 +241,7 @@ func (d *kvDecoder) routerEventArray(ev *RouterEvent, idx, n int) error {
 		return mpErr("no worker_id")
 	}
 	var err error
-	if ev.WorkerID, err = d.r.bits64(); err != nil {
+	if ev.WorkerID, err = d.r.uint(); err != nil {
 		return fmt.Errorf("worker_id: %w", err)
 	}
 	i := 1
@@ -349,7 +352,7 @@ func (d *kvDecoder) kvEvent(ev *RouterEvent, idx int) error {
 		seen |= 1 << f
 		switch f {
 		case 0:
-			ev.EventID, err = d.r.bits64()
+			ev.EventID, err = d.r.uint()
 		case 1:
 			err = d.data(ev, idx)
 		case 2:

@@ -319,6 +319,10 @@ func TestDecodeRouterEventsRejects(t *testing.T) {
 		{"no event", mpb("81", "a9", `"worker_id"`, "01"), "no event"},
 		{"no event, positional", mpb("92 01", "a6", `"device"`), "no event"},
 		{"negative worker as float", mpb("92", "cb 0000000000000000", "a6", `"device"`), "worker_id"},
+		// Ids are u64 upstream: a negative one would read as a huge id (an
+		// event_id of -1 would take the rank's cursor to the top for good).
+		{"negative worker", mpb("92", "ff", "a6", `"device"`), "worker_id"},
+		{"negative event_id", mpb("82", "a9", `"worker_id"`, "01", "a5", `"event"`, "82", "a8", `"event_id"`, "ff", "a4", `"data"`, "a7", `"cleared"`), "event_id"},
 		{"no event_id", mpb("82", "a9", `"worker_id"`, "01", "a5", `"event"`, "81", "a4", `"data"`, "a7", `"cleared"`), "no event_id"},
 		{"no data", mpb("82", "a9", `"worker_id"`, "01", "a5", `"event"`, "81", "a8", `"event_id"`, "01"), "no data"},
 		{"dp_rank past u32", mpb("93 01", "a6", `"device"`, "93 01", "a7", `"cleared"`, "cf 0000000100000000"), "dp_rank"},
