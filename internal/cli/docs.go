@@ -59,17 +59,20 @@ func GenerateDocs(dir string) error {
 // for markup in every command's long description: placeholders in angle
 // brackets (<hex>, <instance id>), read as HTML tags and dropped, and
 // underscores, which pair into emphasis (continuum_broker_* printed as
-// continuum*broker**). Lines of code (indented four spaces or a tab) are
-// left as they are, since an escape there would print. The tree is
-// GenerateDocs' own.
+// continuum*broker**). Code (lines indented four spaces or a tab, and
+// spans in backticks) is left as it is, since an escape there would print.
+// The tree is GenerateDocs' own.
 func escapeForMan(cmd *cobra.Command) {
 	lines := strings.Split(cmd.Long, "\n")
 	for i, l := range lines {
 		if strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t") {
 			continue
 		}
-		l = placeholder.ReplaceAllString(l, `\<$1\>`)
-		lines[i] = strings.ReplaceAll(l, "_", `\_`)
+		spans := strings.Split(l, "`")
+		for j := 0; j < len(spans); j += 2 { // the even spans are outside backticks
+			spans[j] = strings.ReplaceAll(placeholder.ReplaceAllString(spans[j], `\<$1\>`), "_", `\_`)
+		}
+		lines[i] = strings.Join(spans, "`")
 	}
 	cmd.Long = strings.Join(lines, "\n")
 	for _, c := range cmd.Commands() {
