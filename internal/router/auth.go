@@ -96,10 +96,21 @@ func (ks *keys) matchToken(token string) *keyPolicy {
 // bearerToken is the client's credential: the bearer token of its
 // Authorization field, else its X-Api-Key (the first value of each).
 func bearerToken(authorization, apiKey string) string {
-	if t, ok := strings.CutPrefix(authorization, "Bearer "); ok {
+	if t, ok := cutBearer(authorization); ok {
 		return strings.TrimSpace(t)
 	}
 	return strings.TrimSpace(apiKey)
+}
+
+// cutBearer is the token of an Authorization value of the Bearer scheme,
+// whose name is matched in any case (an auth scheme is case-insensitive:
+// curl users write "bearer").
+func cutBearer(authorization string) (string, bool) {
+	const scheme = "Bearer "
+	if len(authorization) < len(scheme) || !strings.EqualFold(authorization[:len(scheme)], scheme) {
+		return "", false
+	}
+	return authorization[len(scheme):], true
 }
 
 // first is h.Get(key) for a key in canonical form, as the servers' header

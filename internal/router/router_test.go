@@ -626,7 +626,9 @@ func TestAPIKeys(t *testing.T) {
 	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "plain backend") {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	h.post(t, chat(false), auth)
+	// The scheme's name is matched in any case: the second request counts
+	// against the key's limit like the first.
+	h.post(t, chat(false), map[string]string{"Authorization": "bearer " + key})
 	resp = h.post(t, chat(false), auth)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("rate limit: %d %v", resp.StatusCode, resp.Header)
