@@ -291,3 +291,16 @@ func TestBusTurnedOffWithoutTLS(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "the event bus listening again", func() bool { return f.d.BusAddr() != "" })
 }
+
+// TestBusBoundsAgree: the configuration judges the event bus's settings
+// by bounds it holds apart from the event bus (which it does not import);
+// they must be the same, or config validate would pass a listener the
+// event bus refuses, or a welcome its own clients refuse.
+func TestBusBoundsAgree(t *testing.T) {
+	t.Parallel()
+	if config.MaxStreamsPerSession != eventbus.StreamsPerSessionLimit || config.MaxBusInterval != eventbus.MaxWelcomeInterval ||
+		config.MinStreamBudgetBytes != eventbus.MinSessionBudgetPerStream {
+		t.Errorf("config %d / %v / %d, eventbus %d / %v / %d", config.MaxStreamsPerSession, config.MaxBusInterval, config.MinStreamBudgetBytes,
+			eventbus.StreamsPerSessionLimit, eventbus.MaxWelcomeInterval, eventbus.MinSessionBudgetPerStream)
+	}
+}
