@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Hand-rolled readers for the two big parts of a tokenizer.json, the vocab
@@ -137,6 +138,7 @@ func readMerges(raw []byte) ([][2]string, error) {
 	}
 	for {
 		var pair [2]string
+		skip := false
 		if r.peek() == '[' {
 			r.i++
 			a, err := r.str()
@@ -159,6 +161,11 @@ func readMerges(raw []byte) ([][2]string, error) {
 			if err != nil {
 				return nil, err
 			}
+			if strings.HasPrefix(s, "#version") {
+				// A merges.txt header carried over: the library skips it
+				// (the merges after it keep their ranks from 0).
+				skip = true
+			}
 			sp := -1
 			for k := 0; k < len(s); k++ {
 				if s[k] == ' ' {
@@ -169,12 +176,16 @@ func readMerges(raw []byte) ([][2]string, error) {
 					sp = k
 				}
 			}
-			if sp < 0 {
+			if sp < 0 && !skip {
 				return nil, fmt.Errorf("merge %q is not two tokens separated by one space", s)
 			}
-			pair = [2]string{s[:sp], s[sp+1:]}
+			if !skip {
+				pair = [2]string{s[:sp], s[sp+1:]}
+			}
 		}
-		out = append(out, pair)
+		if !skip {
+			out = append(out, pair)
+		}
 		switch r.peek() {
 		case ',':
 			r.i++

@@ -354,15 +354,18 @@ func (r replace) normalize(s string) string {
 	if lit, ok := r.m.(literal); ok {
 		return strings.ReplaceAll(s, string(lit), r.content)
 	}
+	matches := r.m.findAll(s, nil)
+	if len(matches) == 0 {
+		return s
+	}
+	// An empty match is a place to insert at (a pattern like "^" puts
+	// its content in front), so a match ending at 0 still counts.
 	var b strings.Builder
 	prev := 0
-	for _, m := range r.m.findAll(s, nil) {
+	for _, m := range matches {
 		b.WriteString(s[prev:m[0]])
 		b.WriteString(r.content)
 		prev = m[1]
-	}
-	if prev == 0 {
-		return s
 	}
 	b.WriteString(s[prev:])
 	return b.String()

@@ -73,3 +73,28 @@ func TestNormalizeFullAgreesWithLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceEmptyMatches: an empty match is a place where Replace
+// inserts its content, the first position included ("^" puts it in
+// front of the text), and an empty match right after another match is
+// no match, as in the library's regex engine.
+func TestReplaceEmptyMatches(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ pattern, content, in, want string }{
+		{`^`, "X", "ab", "Xab"},
+		{`^`, "X", "a\nb", "Xa\nXb"},
+		{`\A\s*`, "\u2581", "hi", "\u2581hi"},
+		{` *`, "_", "a  b", "_a_b_"},
+		{`a*`, "-", "ab", "-b-"},
+		{`x`, "-", "ab", "ab"},
+	} {
+		re := tc.pattern
+		m, err := compilePattern(patternJSON{Regex: &re})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (replace{m: m, content: tc.content}).normalize(tc.in); got != tc.want {
+			t.Errorf("Replace(%q, %q) on %q = %q, want %q", tc.pattern, tc.content, tc.in, got, tc.want)
+		}
+	}
+}

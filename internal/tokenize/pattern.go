@@ -383,9 +383,16 @@ func (r regexMatcher) each(s string, fn func(start, end int)) {
 		off += utf8.RuneLen(c)
 	}
 	byteAt[len(runes)] = off
+	// An empty match right where the previous match ended is not one:
+	// Oniguruma's match iterator (the library's engine) skips it, as Go's
+	// regexp does; this engine would report it.
+	lastEnd := -1
 	m, err := r.re.FindRunesMatch(runes)
 	for err == nil && m != nil {
-		fn(byteAt[m.Index], byteAt[m.Index+m.Length])
+		if end := m.Index + m.Length; m.Length > 0 || m.Index != lastEnd {
+			fn(byteAt[m.Index], byteAt[end])
+			lastEnd = end
+		}
 		m, err = r.re.FindNextMatch(m)
 	}
 	if err != nil {

@@ -167,11 +167,14 @@ func parsePreStages(raw json.RawMessage) ([]preTokenizer, error) {
 			return nil, fmt.Errorf("tokenize: Metaspace replacement %q is not one character", p.Replacement)
 		}
 		m := metaspacePre{repl: p.Replacement, scheme: "always", doSplit: p.Split == nil || *p.Split}
-		switch {
-		case p.PrependScheme != nil:
+		if p.PrependScheme != nil {
 			m.scheme = *p.PrependScheme
-		case p.AddPrefixSpace != nil && !*p.AddPrefixSpace:
-			m.scheme = "never"
+		}
+		// The older add_prefix_space may only agree with the scheme, which
+		// is "always" when absent: false beside anything but "never" is a
+		// file the library refuses, so it cannot say what the ids are.
+		if p.AddPrefixSpace != nil && !*p.AddPrefixSpace && m.scheme != "never" {
+			return nil, fmt.Errorf("tokenize: Metaspace add_prefix_space false does not match prepend_scheme %q", m.scheme)
 		}
 		switch m.scheme {
 		case "always", "never", "first":

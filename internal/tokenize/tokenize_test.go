@@ -161,6 +161,8 @@ func TestLoadRejects(t *testing.T) {
 		{"padding without pad_token", map[string]string{"padding": `{"strategy": "BatchLongest", "direction": "Right", "pad_id": 0, "pad_type_id": 0}`}, `padding lacks pad_token`},
 		{"padding strategy", map[string]string{"padding": `{"strategy": {"Fixed": -1}, "direction": "Right", "pad_id": 0, "pad_type_id": 0, "pad_token": "x"}`}, `padding strategy`},
 		{"metaspace scheme", map[string]string{"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}`}, `prepend_scheme "sometimes"`},
+		{"metaspace add_prefix_space against the default scheme", map[string]string{"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "add_prefix_space": false}`}, `add_prefix_space false does not match prepend_scheme "always"`},
+		{"metaspace add_prefix_space against first", map[string]string{"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "add_prefix_space": false, "prepend_scheme": "first"}`}, `does not match prepend_scheme "first"`},
 		{"bad regex", map[string]string{"pre_tokenizer": `{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated", "invert": false}`}, `compile regex`},
 		{"merge outside the vocab", map[string]string{"pre_tokenizer": `null`, "model": `{"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]}`}, `not in the vocab`},
 		{"added token without normalized", map[string]string{"added_tokens": `[{"id": 258, "content": "<|end|>", "single_word": false, "lstrip": false, "rstrip": false, "special": true}]`}, `added token "<|end|>" lacks "normalized"`},
@@ -351,4 +353,20 @@ func TestTruncationOnlySecond(t *testing.T) {
 	}
 	_, err = tk.Encode("abc abc abc", false)
 	errContains(t, err, "second sequence not provided")
+}
+
+// TestMergesVersionLine: a legacy merges list that kept merges.txt's
+// "#version" header loads, the header skipped and the merges after it
+// ranked from the first, as the library reads it.
+func TestMergesVersionLine(t *testing.T) {
+	t.Parallel()
+	tk, err := tokenize.Load(tiny(t, map[string]string{"pre_tokenizer": `null`, "post_processor": `null`,
+		"model": `{"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4}, "merges": ["#version: 0.2", "b c", "a b"]}`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "b c" ranks before "a b": abc is a + bc.
+	if ids, err := tk.Encode("abc", false); err != nil || !slices.Equal(ids, []uint32{0, 4}) {
+		t.Fatalf("abc: %v, %v", ids, err)
+	}
 }
