@@ -1242,6 +1242,9 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 			if ri == 0 {
 				return nil, errors.New("integer division or modulo by zero")
 			}
+			if op == "//" && li == math.MinInt64 && ri == -1 {
+				return nil, errors.New("integer overflow") // 2**63 is not a 64-bit integer
+			}
 			q, m := li/ri, li%ri
 			if m != 0 && (m < 0) != (ri < 0) {
 				q--

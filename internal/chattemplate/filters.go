@@ -222,9 +222,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if u, ok := v.(undefined); ok {
 			return nil, errUndefined(u)
 		}
-		def := 0.0
+		// The default comes back untouched when the conversion fails.
+		var def any = 0.0
 		if d, ok := a.get(0, "default"); ok {
-			def, _ = asNumber(d)
+			def = d
 		}
 		switch x := v.(type) {
 		case string:
@@ -240,6 +241,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "abs":
 		switch x := v.(type) {
 		case int64:
+			if x == math.MinInt64 {
+				return nil, errors.New("integer overflow") // 2**63 is not a 64-bit integer
+			}
 			if x < 0 {
 				return -x, nil
 			}
@@ -398,31 +402,37 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if !ok {
 			return nil, errors.New("dictsort expects a mapping")
 		}
-		byValue := false
-		if by, _ := a.str(1, "by", "key"); by == "value" {
-			byValue = true
+		caseSensitive := a.boolean(0, "case_sensitive", false)
+		idx := 0
+		switch by, _ := a.str(1, "by", "key"); by {
+		case "key":
+		case "value":
+			idx = 1
+		default:
+			return nil, errors.New(`you can only sort by either "key" or "value"`)
 		}
+		reverse := a.boolean(2, "reverse", false)
 		out := make([]any, d.Len())
 		for i, k := range d.keys {
 			out[i] = &List{Items: []any{k, d.vals[i]}, Tuple: true}
 		}
 		var err error
+		// Python's sorted(reverse=True) keeps equal items in their order,
+		// so the reversal is in the comparison, not of the result.
 		sort.SliceStable(out, func(i, j int) bool {
-			idx := 0
-			if byValue {
-				idx = 1
+			x, y := out[i].(*List).Items[idx], out[j].(*List).Items[idx]
+			if !caseSensitive {
+				x, y = foldCase(x), foldCase(y)
 			}
-			c, e := compare(foldCase(out[i].(*List).Items[idx]), foldCase(out[j].(*List).Items[idx]))
+			c, e := compare(x, y)
 			if e != nil {
 				err = e
 			}
+			if reverse {
+				return c > 0
+			}
 			return c < 0
 		})
-		if a.boolean(2, "reverse", false) {
-			for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
 		return &List{Items: out}, err
 	case "e", "escape", "forceescape":
 		return htmlEscape(r.str(v)), nil
@@ -800,9 +810,11 @@ func (r *renderer) join(v any, a argList) (any, error) {
 }
 
 func toInt(v any, a argList) (any, error) {
-	def, err := a.integer(0, "default", 0)
-	if err != nil {
-		return nil, err
+	// The default comes back as it was given, whatever its type (jinja
+	// returns it untouched when the conversion fails).
+	var def any = int64(0)
+	if d, ok := a.get(0, "default"); ok {
+		def = d
 	}
 	base, err := a.integer(1, "base", 10)
 	if err != nil {
@@ -836,7 +848,7 @@ func toInt(v any, a argList) (any, error) {
 // floatToInt is Python's int(float): NaN is a ValueError (the int filter's
 // default), an infinity an OverflowError, which the filter does not catch
 // for a float value.
-func floatToInt(f float64, def int64) (any, error) {
+func floatToInt(f float64, def any) (any, error) {
 	switch {
 	case math.IsNaN(f):
 		return def, nil

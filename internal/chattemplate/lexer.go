@@ -381,12 +381,15 @@ func (lx *lexer) number(s string) error {
 	}
 	digits()
 	isFloat := false
-	if n+1 < len(s) && s[n] == '.' && s[n+1] >= '0' && s[n+1] <= '9' {
+	// Right after a dot a number is an integer (jinja's float pattern
+	// looks behind for one): x.0.1 is item 1 of item 0, not x[0.1].
+	afterDot := lx.pos > 0 && lx.src[lx.pos-1] == '.'
+	if !afterDot && n+1 < len(s) && s[n] == '.' && s[n+1] >= '0' && s[n+1] <= '9' {
 		isFloat = true
 		n++
 		digits()
 	}
-	if n < len(s) && (s[n] == 'e' || s[n] == 'E') {
+	if !afterDot && n < len(s) && (s[n] == 'e' || s[n] == 'E') {
 		m := n + 1
 		if m < len(s) && (s[m] == '+' || s[m] == '-') {
 			m++

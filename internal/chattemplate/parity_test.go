@@ -21,6 +21,27 @@ type parityCase struct {
 
 var parityCases = []parityCase{
 	{
+		name:     "dictsort_case_and_reverse",
+		template: `{{ {'b':1,'B':2,'a':3}|dictsort(case_sensitive=true) }}|{{ {'b':1,'B':2,'a':3}|dictsort }}|{{ {'b':1,'a':1,'c':0}|dictsort(by='value', reverse=true) }}|{{ {'b':1,'a':1,'c':0}|dictsort(false, 'value') }}`,
+		want:     `[('B', 2), ('a', 3), ('b', 1)]|[('a', 3), ('b', 1), ('B', 2)]|[('b', 1), ('a', 1), ('c', 0)]|[('c', 0), ('b', 1), ('a', 1)]`,
+	},
+	{
+		name:     "int_float_default_untouched",
+		template: `{{ 'abc'|float('n/a') }}|{{ 'abc'|int(none) }}|{{ none|float(3) }}|{{ 'x'|int('y') }}|{{ 'nan'|float|int(7) }}|{{ '2.5'|int }}`,
+		want:     `n/a|None|3|y|7|2`,
+	},
+	{
+		name:     "int_float_compare_exactly",
+		template: `{{ 9223372036854775807 == 9223372036854775807.0 }}|{{ (2**53 + 1) > 2.0**53 }}|{{ 2.0**53 < 2**53 + 1 }}|{{ 3 == 3.0 }}|{{ -3 < -2.5 }}|{{ 2 > 2.5 }}|{{ [2**53 + 1, 2.0**53]|max }}|{{ 1.0 in [1] }}`,
+		want:     `False|True|True|True|True|False|9007199254740993|True`,
+	},
+	{
+		name:     "number_after_dot_is_an_index",
+		template: `{{ x.0.1 }}|{{ x.1.0 }}|{{ x.0[1] }}`,
+		vars:     `{"x": [[1, 2], [3, 4]]}`,
+		want:     `2|3|2`,
+	},
+	{
 		name:     "splitlines_line_boundaries",
 		template: `{{ 'a\nb\r\nc\rd\x0be\x0cf\x1cg\x85h\u2028i\n'.splitlines() }}|{{ ''.splitlines() }}|{{ '\n'.splitlines() }}|{{ 'x\r\n'.splitlines() }}`,
 		want:     `['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i']|[]|['']|['x']`,
@@ -186,6 +207,23 @@ func TestStrftimeDirectives(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s:\ngot  %q\nwant %q", c.now, got, c.want)
+		}
+	}
+}
+
+// TestPythonRaises: templates on which jinja2 raises fail here too, rather
+// than rendering a value Python would not give (a wrapped 64-bit integer,
+// a sort by a field that is neither key nor value).
+func TestPythonRaises(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ template, err string }{
+		{`{{ (-9223372036854775807 - 1) // -1 }}`, "integer overflow"},
+		{`{{ (-9223372036854775807 - 1)|abs }}`, "integer overflow"},
+		{`{{ {'a': 1}|dictsort(by='val') }}`, `"key" or "value"`},
+	} {
+		out, err := render(c.template, chattemplate.Input{})
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: %q, %v; want an error with %q", c.template, out, err, c.err)
 		}
 	}
 }

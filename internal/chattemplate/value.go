@@ -597,8 +597,13 @@ func equalDepth(a, b any, depth int) bool {
 		if fb, ok := asNumber(b); ok {
 			ia, aInt := intOf(a)
 			ib, bInt := intOf(b)
-			if aInt && bInt {
+			switch {
+			case aInt && bInt:
 				return ia == ib
+			case aInt:
+				return !math.IsNaN(fb) && cmpIntFloat(ia, fb) == 0
+			case bInt:
+				return !math.IsNaN(fa) && cmpIntFloat(ib, fa) == 0
 			}
 			return fa == fb
 		}
@@ -680,11 +685,16 @@ func compareDepth(a, b any, depth int) (int, error) {
 		if _, ok := asNumber(b); ok {
 			ia, aInt := intOf(a)
 			ib, bInt := intOf(b)
-			if aInt && bInt {
-				return cmpOrdered(ia, ib), nil
-			}
 			fa, _ := asNumber(a)
 			fb, _ := asNumber(b)
+			switch {
+			case aInt && bInt:
+				return cmpOrdered(ia, ib), nil
+			case aInt && !math.IsNaN(fb):
+				return cmpIntFloat(ia, fb), nil
+			case bInt && !math.IsNaN(fa):
+				return -cmpIntFloat(ib, fa), nil
+			}
 			return cmpOrdered(fa, fb), nil
 		}
 	}
@@ -705,6 +715,23 @@ func compareDepth(a, b any, depth int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
+}
+
+// cmpIntFloat orders an integer and a float (not NaN) by their exact
+// values, as Python does: through float64 the integers beyond 2**53 would
+// round (2**53+1 would equal 2.0**53).
+func cmpIntFloat(i int64, f float64) int {
+	switch {
+	case f >= 1<<63:
+		return -1
+	case f < -(1 << 63):
+		return 1
+	}
+	whole := math.Trunc(f)
+	if c := cmpOrdered(i, int64(whole)); c != 0 {
+		return c
+	}
+	return cmpOrdered(whole, f) // the fraction decides
 }
 
 func cmpOrdered[T int | int64 | float64](a, b T) int {
