@@ -309,23 +309,35 @@ func convertAnthropicMessage(m anthropicMessage, param string) ([]chatMessage, *
 		return []chatMessage{{Role: "assistant", Content: strings.Join(texts, "\n"), ToolCalls: calls}}, nil
 	case "user":
 		var out []chatMessage
-		var parts []chatPart
+		// parts is the user content so far; toolParts the images of the
+		// tool results since, which follow the run of tool messages in
+		// one user message: a user message between two tool messages
+		// answering one assistant turn is refused by strict templates.
+		var parts, toolParts []chatPart
 		flush := func() {
 			if len(parts) > 0 {
 				out = append(out, chatMessage{Role: "user", Content: userContent(parts)})
 				parts = nil
 			}
 		}
+		endTools := func() {
+			if len(toolParts) > 0 {
+				parts = append(toolParts, parts...)
+				toolParts = nil
+			}
+		}
 		for j, b := range list {
 			bp := fmt.Sprintf("%s.content.%d", param, j)
 			switch b.Type {
 			case "text":
+				endTools()
 				parts = append(parts, chatPart{Type: "text", Text: b.Text})
 			case "image":
 				p, err := imagePart(b.Source, bp)
 				if err != nil {
 					return nil, err
 				}
+				endTools()
 				parts = append(parts, p)
 			case "tool_result":
 				if b.ToolUseID == "" {
@@ -337,12 +349,13 @@ func convertAnthropicMessage(m anthropicMessage, param string) ([]chatMessage, *
 					return nil, err
 				}
 				out = append(out, chatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: text})
-				parts = append(parts, images...)
+				toolParts = append(toolParts, images...)
 			case "thinking", "redacted_thinking":
 			default:
 				return nil, badParam(bp+".type", "%q blocks are not supported in a user message", b.Type)
 			}
 		}
+		endTools()
 		flush()
 		if len(out) == 0 {
 			out = append(out, chatMessage{Role: "user", Content: ""})
@@ -697,8 +710,21 @@ func (s *anthropicStream) end() {
 	s.sw.event("message_stop", object{{"type", "message_stop"}})
 }
 
+// anthropicRequestIDHeader is where the Messages API gives a request's id
+// (the Anthropic SDKs read it as the response's request id); the router
+// sends its own request id there too.
+const anthropicRequestIDHeader = "Request-Id"
+
+func setAnthropicRequestID(w http.ResponseWriter) {
+	h := w.Header()
+	if id := h[requestIDHeader]; len(id) > 0 {
+		h[anthropicRequestIDHeader] = id
+	}
+}
+
 // messages handles POST /v1/messages.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	setAnthropicRequestID(w)
 	out := &anthropicOut{}
 	policy, body, ok := s.admit(w, r, out.fail)
 	if !ok {
@@ -723,6 +749,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 // request's prompt, rendered with the model's chat template and encoded
 // with its tokenizer, as KV-aware routing loads them.
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
+	setAnthropicRequestID(w)
 	out := &anthropicOut{}
 	policy, body, ok := s.admit(w, r, out.fail)
 	if !ok {

@@ -722,9 +722,41 @@ func dropped(k string) bool {
 	return false
 }
 
+// connectionNominated is the canonical names of the fields a message's
+// Connection values list, beside the connection options close and
+// keep-alive: hop-by-hop fields of that connection, which a proxy removes
+// before forwarding (RFC 9110, section 7.6.1). Nil when there are none,
+// as nearly always.
+func connectionNominated(values []string) []string {
+	var names []string
+	for _, v := range values {
+		for tok := range strings.SplitSeq(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok == "" || strings.EqualFold(tok, "close") || strings.EqualFold(tok, "keep-alive") {
+				continue
+			}
+			names = append(names, http.CanonicalHeaderKey(tok))
+		}
+	}
+	return names
+}
+
+// nominatesFields reports whether a Connection value lists a field name
+// (anything beside close and keep-alive).
+func nominatesFields(v string) bool {
+	for tok := range strings.SplitSeq(v, ",") {
+		tok = strings.TrimSpace(tok)
+		if tok != "" && !strings.EqualFold(tok, "close") && !strings.EqualFold(tok, "keep-alive") {
+			return true
+		}
+	}
+	return false
+}
+
 func copyRequestHeaders(dst, src http.Header) {
+	nominated := connectionNominated(src["Connection"])
 	for k, v := range src {
-		if dropped(k) || shim.IsPinHeader(k) {
+		if dropped(k) || shim.IsPinHeader(k) || slices.Contains(nominated, k) {
 			continue
 		}
 		// Shared, not copied: nothing writes an upstream request's
@@ -779,8 +811,10 @@ func init() {
 // identities only when the client asked (x-backend).
 func (x *exchange) writeHeaders(resp *http.Response, b *Backend, pin *pick.Pin) {
 	h := x.w.Header()
-	for k, v := range answerHeader(resp) {
-		if relayedField(k) {
+	answer := answerHeader(resp)
+	nominated := connectionNominated(answer["Connection"])
+	for k, v := range answer {
+		if relayedField(k) && !slices.Contains(nominated, k) {
 			h[k] = v // the upstream response is not read again: no copy
 		}
 	}

@@ -350,6 +350,10 @@ func TestConvertedErrors(t *testing.T) {
 	if typ, _ := anthropicErr(body); resp.StatusCode != 401 || typ != "authentication_error" {
 		t.Fatalf("no key: %d %s", resp.StatusCode, body)
 	}
+	// The request id is where the Anthropic SDKs read it too.
+	if id := resp.Header.Get("Request-Id"); id == "" || id != resp.Header.Get("X-Request-Id") {
+		t.Fatalf("request-id %q, x-request-id %q", id, resp.Header.Get("X-Request-Id"))
+	}
 	// x-api-key is a credential as Authorization: Bearer is.
 	auth := map[string]string{"x-api-key": key}
 	resp, body = h.postTo(t, "/v1/messages", `{"model":"no-such-model","max_tokens":3,"messages":[{"role":"user","content":"x"}]}`, auth)

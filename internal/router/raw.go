@@ -50,6 +50,11 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 		switch name {
 		case revealHeader:
 			return false
+		case "Connection":
+			// Fields it names are this hop's, which the map path removes.
+			if nominatesFields(h1.LineValue(line)) {
+				return false
+			}
 		case requestIDHeader:
 			if !hasID {
 				id, hasID = h1.LineValue(line), true

@@ -64,6 +64,11 @@ func newRecordingBackend(t *testing.T) *recordingBackend {
 		h.Add("X-Upstream-Twice", "2")
 		h.Set("X-Dynamo-Worker-Instance-Id", "99")   // a pin in an answer: never relayed
 		h.Set("X-Continuum-Routing-Path", "spoofed") // the router's own field: never relayed
+		if bytes.Contains(body, []byte(`"hop"`)) {
+			// Fields of this hop alone, which a proxy must not relay.
+			h.Set("Connection", "X-Hop")
+			h.Set("X-Hop", "1")
+		}
 		switch {
 		case bytes.Contains(body, []byte(`"broken"`)):
 			h.Set("Content-Type", "application/json")
@@ -183,6 +188,8 @@ var rawCases = []rawCase{
 	{name: "idempotency", fields: []string{"Idempotency-Key: k1"}, body: `{"model":"m","messages":[]}`},
 	{name: "encoding-and-type", fields: []string{"Accept-Encoding: gzip", "Content-Type: text/plain", "Connection: keep-alive"},
 		body: `{"model":"m","messages":[]}`},
+	{name: "hop-by-hop", fields: []string{"Connection: keep-alive, X-Hop-Secret", "X-Hop-Secret: s", "x-custom: kept"},
+		body: `{"model":"m","messages":[],"hop":1}`},
 	{name: "white-space", fields: []string{"X-Spaced:    v  w   ", "X-Tab:\tt", "X-Empty:"}, body: `{"model":"m","messages":[]}`},
 	// Beyond what the router's own client sends inline: through
 	// http.Transport, the client's lines made a header map first.
@@ -276,8 +283,19 @@ func TestServeRawMatchesServeHTTP(t *testing.T) {
 					}
 					got.Header.Del("X-Request-Id")
 					want.Header.Del("X-Request-Id")
+					got.Header.Del("Request-Id") // the Messages API's copy of it
+					want.Header.Del("Request-Id")
 					delete(gotSeen.Header, "X-Request-Id")
 					delete(wantSeen.Header, "X-Request-Id")
+				}
+				if c.name == "hop-by-hop" {
+					// The fields a Connection field names went no further.
+					if v := gotSeen.Header.Values("X-Hop-Secret"); len(v) > 0 || gotSeen.Header.Get("X-Custom") != "kept" {
+						t.Errorf("hop-by-hop: the backend got %v", gotSeen.Header)
+					}
+					if v := got.Header.Values("X-Hop"); len(v) > 0 || got.Header.Get("X-Upstream") != "yes" {
+						t.Errorf("hop-by-hop: the client got %v", got.Header)
+					}
 				}
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("%s: the client's answer\nfrom bytes   %+v\nas a request %+v", c.name, got, want)

@@ -523,6 +523,7 @@ type responsesStream struct {
 	tools  map[int]int     // upstream tool call index → item index
 	held   int             // bytes of text and arguments held in items
 	finish string
+	failed bool // the stream ends in response.failed
 	usage  *chatUsage
 }
 
@@ -562,6 +563,7 @@ func (s *responsesStream) finished() bool { return s.finish != "" }
 
 // fail ends the stream with response.failed.
 func (s *responsesStream) fail(_ int, message string) error {
+	s.failed = true
 	s.close()
 	output := make([]any, len(s.items))
 	for i, it := range s.items {
@@ -598,6 +600,9 @@ func (s *responsesStream) close() {
 	// An item still open when the answer was cut (max_output_tokens, a
 	// content filter) is incomplete, as the response is.
 	status, _ := finishStatus(s.finish)
+	if s.failed {
+		status = "incomplete" // cut by the failure
+	}
 	it.set("status", status)
 	s.event("response.output_item.done", field{"output_index", i}, field{"item", it})
 }

@@ -249,6 +249,19 @@ func TestResponsesStream(t *testing.T) {
 			[]string{created(0, "response.created"), created(1, "response.in_progress"),
 				`response.failed {"type":"response.failed","response":` + strings.Replace(responseObject("failed", "[]", "null", "null"),
 					`"error":null`, `"error":{"code":"server_error","message":"engine crashed"}`, 1) + `,"sequence_number":2}`}},
+		{"an error after some text: the item it cut is incomplete",
+			chunks(textChunk("Hello"), `{"error":{"message":"engine crashed"}}`),
+			[]string{created(0, "response.created"), created(1, "response.in_progress"),
+				`response.output_item.added {"type":"response.output_item.added","output_index":0,"item":` + msgAdded + `,"sequence_number":2}`,
+				`response.content_part.added {"type":"response.content_part.added","item_id":"msg_01","output_index":0,"content_index":0,
+				  "part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"sequence_number":3}`,
+				`response.output_text.delta {"type":"response.output_text.delta","item_id":"msg_01","output_index":0,"content_index":0,"delta":"Hello","logprobs":[],"sequence_number":4}`,
+				`response.output_text.done {"type":"response.output_text.done","item_id":"msg_01","output_index":0,"content_index":0,"text":"Hello","logprobs":[],"sequence_number":5}`,
+				`response.content_part.done {"type":"response.content_part.done","item_id":"msg_01","output_index":0,"content_index":0,
+				  "part":{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]},"sequence_number":6}`,
+				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + msgCut + `,"sequence_number":7}`,
+				`response.failed {"type":"response.failed","response":` + strings.Replace(responseObject("failed", "["+msgCut+"]", "null", "null"),
+					`"error":null`, `"error":{"code":"server_error","message":"engine crashed"}`, 1) + `,"sequence_number":8}`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := testResponsesOut(t, `{"model":"m","input":"x"}`)
