@@ -744,6 +744,26 @@ func TestModelsAndReady(t *testing.T) {
 	if !strings.Contains(body, `"qwen3"`) || !strings.Contains(body, model) {
 		t.Fatalf("%s", body)
 	}
+	// One model by its id (slashes and all), as the list shows it; an id
+	// the list does not show is model_not_found.
+	for _, id := range []string{model, "qwen3"} {
+		resp, err = http.Get(h.router.URL + "/v1/models/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`{"id":%q,"object":"model","created":0,"owned_by":"continuum"}`+"\n", id)
+		if body := readAll(t, resp); resp.StatusCode != 200 || body != want {
+			t.Fatalf("GET /v1/models/%s: %d %s, want %s", id, resp.StatusCode, body, want)
+		}
+	}
+	resp, err = http.Get(h.router.URL + "/v1/models/org/no-such-model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e openAIError
+	if body := readAll(t, resp); resp.StatusCode != 404 || json.Unmarshal([]byte(body), &e) != nil || e.Error.Code != "model_not_found" {
+		t.Fatalf("unknown model: %d %s", resp.StatusCode, body)
+	}
 	resp, err = http.Get(h.router.URL + "/ready")
 	if err != nil {
 		t.Fatal(err)

@@ -172,6 +172,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/responses", s.instrument("/v1/responses", s.responses))
 	mux.HandleFunc("POST /v1/responses/compact", s.instrument("/v1/responses/compact", s.compact))
 	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /v1/models/{id...}", s.model) // ids may hold slashes (org/name)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
@@ -262,32 +263,65 @@ func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 
 // models lists the models the client's key may see (see catalog).
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	policy := s.keys.Load().match(r)
-	if !s.keys.Load().open() && policy == nil {
-		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
+	set, ok := s.modelCatalog(w, r)
+	if !ok {
 		return
 	}
-	set, _ := s.catalog(policy)
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	out := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
+		Object string        `json:"object"`
+		Data   []modelObject `json:"data"`
+	}{Object: "list", Data: []modelObject{}}
 	ids := make([]string, 0, len(set))
 	for m := range set {
 		ids = append(ids, m)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		out.Data = append(out.Data, model{ID: id, Object: "model", OwnedBy: "continuum"})
+		out.Data = append(out.Data, newModelObject(id))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// model handles GET /v1/models/{id}: the model as the list shows it, or
+// 404 model_not_found for one the list does not show.
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	set, ok := s.modelCatalog(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !set[id] {
+		writeParamError(w, http.StatusNotFound, CodeModelNotFound, "model",
+			"the model "+strconvQuote(id)+" does not exist here (GET /v1/models lists the models)")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(newModelObject(id))
+}
+
+// modelObject is a model as the OpenAI models API describes one.
+type modelObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func newModelObject(id string) modelObject {
+	return modelObject{ID: id, Object: "model", OwnedBy: "continuum"}
+}
+
+// modelCatalog is the models listed for the client of r; false, with the
+// 401 written, when the router wants a key r does not carry.
+func (s *Server) modelCatalog(w http.ResponseWriter, r *http.Request) (map[string]bool, bool) {
+	policy := s.keys.Load().match(r)
+	if !s.keys.Load().open() && policy == nil {
+		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "a valid API key is required")
+		return nil, false
+	}
+	set, _ := s.catalog(policy)
+	return set, true
 }
 
 // catalog is what the router knows of models for a client with policy.
