@@ -42,7 +42,11 @@ const (
 	readBufferBytes    = 2 << 10
 	initialFrameBuffer = 512
 	maxCommandBytes    = 1 << 10
-	greetingBytes      = 64
+	// maxReadyBytes bounds the READY command, read once per session: its
+	// metadata has no limit in the protocol, and a publisher may add
+	// properties of its own (libzmq's ZMQ_METADATA) past maxCommandBytes.
+	maxReadyBytes = 64 << 10
+	greetingBytes = 64
 	// pingHeadBytes is what is read of a PING command: the name (length
 	// byte and "PING"), the 2-byte TTL and a context of at most 16 bytes,
 	// which the PONG echoes; a longer context is cut to 16, as libzmq does.
@@ -407,8 +411,11 @@ func (s *Sub) readReady() error {
 	if err != nil {
 		return err
 	}
-	if flags&flagCommand == 0 || size > maxCommandBytes {
+	if flags&flagCommand == 0 {
 		return protocolErr("expected a READY command")
+	}
+	if size > maxReadyBytes {
+		return protocolErr("READY command of %d bytes, more than %d", size, maxReadyBytes)
 	}
 	body := make([]byte, size)
 	if err := s.readFull(body); err != nil {

@@ -134,6 +134,23 @@ func TestLibzmqPublisher(t *testing.T) {
 	}
 }
 
+// TestLibzmqPublisherMetadata: a publisher whose READY carries metadata of
+// its own past a command's usual bound (4 KiB of ZMQ_METADATA) is read.
+func TestLibzmqPublisherMetadata(t *testing.T) {
+	t.Parallel()
+	script := strings.Replace(pyPublisher, `pub = ctx.socket(zmq.PUB)`,
+		`pub = ctx.socket(zmq.PUB)
+pub.setsockopt(zmq.METADATA, b"X-Big:" + b"a" * 4096)`, 1)
+	sub := subscribe(t, startPyPublisher(t, script), "kv_metrics")
+	frames, err := sub.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 4 || !bytes.Contains(frames[3], []byte("libzmq-")) {
+		t.Fatalf("frames %q", frames)
+	}
+}
+
 // newRawPeer is a hand-written ZMTP 3.0 PUB for fault injection: it
 // completes the handshake, then writes script.
 func newRawPeer(t *testing.T, greeting []byte, ready []byte, script func(w io.Writer)) string {

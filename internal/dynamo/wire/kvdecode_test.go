@@ -625,12 +625,16 @@ func FuzzDecodeRouterEvents(f *testing.F) {
 				t.Fatal("empty storage tier")
 			}
 			switch e.Residency {
-			case "", wire.ResidencyWorker, wire.ResidencyCacheOwner:
+			case "", wire.ResidencyWorker, wire.ResidencyCacheOwner, wire.ResidencyUnknown:
 			default:
 				t.Fatalf("residency %q", e.Residency)
 			}
 			switch e.Kind {
 			case wire.KVStored, wire.KVRemoved, wire.KVCleared:
+			case wire.KVUnknown:
+				if len(e.Blocks)+len(e.Removed) > 0 || e.ParentHash != nil || e.StartPosition != nil {
+					t.Fatalf("an event of an unknown kind kept data: %s", dump([]wire.RouterEvent{e}))
+				}
 			default:
 				t.Fatalf("kind %q", e.Kind)
 			}

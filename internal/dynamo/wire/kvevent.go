@@ -136,6 +136,11 @@ func EncodeRouterEvent(e RouterEvent) []byte {
 		for _, h := range e.Removed {
 			w.uint(h)
 		}
+	case KVUnknown:
+		// A variant the decoder did not know, its data dropped: written as
+		// a unit variant of that name, which decodes as KVUnknown again
+		// (never as a clear, which would empty the rank).
+		w.str(KVUnknown)
 	default:
 		w.str(KVCleared)
 	}
