@@ -273,6 +273,11 @@ func (w *response) commit(chunked bool, next []byte) {
 	// connection closes after the answer instead.
 	if w.reqClose || w.c.srv.shutting.Load() || !w.body.drain(false) {
 		w.closeAfter = true
+	} else {
+		// Read to its end for the handler, which then can read no more
+		// of it (a read says so, as net/http's closed body does, rather
+		// than find an end it did not read up to).
+		_ = w.body.Close()
 	}
 	if w.closeAfter {
 		_, _ = bw.WriteString("Connection: close\r\n")

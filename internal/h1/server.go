@@ -204,6 +204,10 @@ type conn struct {
 	// started is when the current request's head began (with a
 	// ReadTimeout).
 	started time.Time
+	// afterPost: the last request was a POST, after whose body old
+	// clients may send a stray CRLF (net/http skips up to four such
+	// bytes then, and so does readHead).
+	afterPost bool
 	// pendBuf holds the start of an answer's body until its head is
 	// committed.
 	pendBuf [sniffLen]byte
@@ -301,6 +305,17 @@ func (c *conn) readHead() (head, error) {
 		}
 		c.state.Store(stateActive)
 	}
+	if c.afterPost {
+		c.afterPost = false
+		// Of what has come (at least a byte): waiting for four would hold
+		// a connection past its header timeout on three bytes.
+		peek, _ := c.br.Peek(min(4, c.br.Buffered()))
+		n := 0
+		for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+			n++
+		}
+		_, _ = c.br.Discard(n)
+	}
 	if s.ReadTimeout > 0 {
 		c.started = time.Now() // ReadTimeout counts from the head's first byte
 	}
@@ -333,6 +348,10 @@ func (c *conn) readHead() (head, error) {
 			c.setReadDeadline(s.headerTimeout())
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			if errors.Is(err, io.EOF) && len(buf) > 0 {
+				// A head cut short: net/http answers 400 to it.
+				return head{}, c.handOff()
+			}
 			return head{}, err
 		}
 	}
@@ -441,6 +460,7 @@ func (r *replayConn) Read(p []byte) (int, error) {
 // serveRequest runs one request; false when the connection is to close.
 func (c *conn) serveRequest(h head) (keep bool) {
 	c.served++
+	c.afterPost = h.method == http.MethodPost
 	w := &response{c: c, declared: -1, reqClose: h.close}
 	c.rctx = &w.rctx
 	defer w.rctx.end()

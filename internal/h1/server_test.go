@@ -873,7 +873,8 @@ func TestBodyAfterHandler(t *testing.T) {
 // TestAnswerBeforeBodyRead: when a handler answers without reading the
 // body, the body is read (and dropped) before the answer's head goes out,
 // as net/http does, so a client that sends its whole body before reading
-// is not left blocked; the handler then finds the body at its end.
+// is not left blocked; the handler then finds the body closed, as with
+// net/http (a read says so, not that the body ended where it did not).
 func TestAnswerBeforeBodyRead(t *testing.T) {
 	t.Parallel()
 	after := make(chan error, 1)
@@ -882,7 +883,7 @@ func TestAnswerBeforeBodyRead(t *testing.T) {
 		_, _ = io.WriteString(w, chunk)
 		w.(http.Flusher).Flush()
 		n, err := r.Body.Read(make([]byte, 16))
-		if n != 0 || !errors.Is(err, io.EOF) {
+		if n != 0 || !errors.Is(err, http.ErrBodyReadAfterClose) {
 			err = fmt.Errorf("read %d bytes of the body after the head went out (%w)", n, err)
 		} else {
 			err = nil
@@ -910,5 +911,57 @@ func TestAnswerBeforeBodyRead(t *testing.T) {
 	}
 	if err := <-after; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStrayLineBreaksAfterPost: up to four CR or LF bytes after a POST's
+// body are skipped, as net/http skips them for old clients, and the next
+// request is served on the lean path; after a GET they are not.
+func TestStrayLineBreaksAfterPost(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), nil)
+	conn := l.dial(t)
+	br := bufio.NewReader(conn)
+	_, _ = io.WriteString(conn, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi\r\n"+
+		"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+	for _, want := range []string{"POST /a 2 hi", "GET /b 0 "} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(data) != want || resp.Header.Get("X-Writer") != leanWriter {
+			t.Fatalf("%d %q (%s), want %q from the lean path", resp.StatusCode, data, resp.Header.Get("X-Writer"), want)
+		}
+	}
+	// After a GET a line break is no request: net/http's 400.
+	_, _ = io.WriteString(conn, "\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a line break after a GET: %d", resp.StatusCode)
+	}
+}
+
+// TestHeadCutShort: a client that ends its side within a head gets
+// net/http's 400, not a silent close.
+func TestHeadCutShort(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), nil)
+	conn := l.dial(t)
+	_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n")
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a head cut short: %d", resp.StatusCode)
 	}
 }
