@@ -31,7 +31,7 @@ import (
 //     as parallel_tool_calls false), max_tokens (required), stop_sequences
 //     as stop (with include_stop_str_in_output, so that the matched one can
 //     be told), temperature, top_p, top_k (a root field Dynamo's and vLLM's
-//     frontends read) and metadata.user_id as user.
+//     frontends read) and metadata.user_id as user (unless a UUID).
 //   - thinking {type: enabled|adaptive} sets chat_template_kwargs
 //     enable_thinking true and {type: disabled} false: the switch of the
 //     templates that reason (Qwen3's and others that read it; the rest
@@ -186,7 +186,7 @@ func convertMessages(q *anthropicRequest, count bool) (*chatRequest, *requestErr
 		t := true
 		c.IncludeStopStr = &t
 	}
-	if q.Metadata != nil {
+	if q.Metadata != nil && !parsesAsUUID(q.Metadata.UserID) {
 		c.User = q.Metadata.UserID
 	}
 	if q.Thinking != nil {
@@ -801,4 +801,35 @@ func (s *Server) sendConverted(w http.ResponseWriter, r *http.Request, c *chatRe
 	x := &exchange{s: s, w: w, r: r, ctx: r.Context(), path: "/v1/chat/completions", body: body, q: &q, policy: policy,
 		reveal: r.Header[revealHeader] != nil, out: out, freshPins: true}
 	x.route()
+}
+
+// parsesAsUUID reports whether s is a UUID in any of the spellings Rust's
+// uuid crate parses (32 hex digits, hyphenated, braced, urn:uuid:). Dynamo's
+// frontend takes a chat request's user that parses so as the request's id,
+// and the Messages API suggests a UUID for metadata.user_id: sent on as
+// user, one person's concurrent requests would share an engine request id
+// (which vLLM refuses while the first runs). Such a user_id is not sent.
+func parsesAsUUID(s string) bool {
+	if rest, ok := strings.CutPrefix(s, "urn:uuid:"); ok {
+		s = rest
+	} else if len(s) == 38 && s[0] == '{' && s[37] == '}' {
+		s = s[1:37]
+	}
+	switch len(s) {
+	case 32:
+		return allHex(s)
+	case 36:
+		return s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+			allHex(s[:8]) && allHex(s[9:13]) && allHex(s[14:18]) && allHex(s[19:23]) && allHex(s[24:])
+	}
+	return false
+}
+
+func allHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isHex(s[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -75,6 +75,9 @@ func TestConvertMessages(t *testing.T) {
 			`{"model":"m","messages":[{"role":"tool","content":"A","tool_call_id":"a"},{"role":"tool","content":"B","tool_call_id":"b"},
 			  {"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}},
 			    {"type":"image_url","image_url":{"url":"https://example.com/b.png"}},{"type":"text","text":"Compare them."}]}],"max_tokens":10}`},
+		{"a user_id that is a UUID is not sent as user (Dynamo would make it the request id)",
+			`{"model":"m","max_tokens":5,"metadata":{"user_id":"3f0c2a7e-9d1b-4c7e-8a55-0e1f2d3c4b5a"},"messages":[{"role":"user","content":"Hi"}]}`,
+			`{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":5}`},
 		{"tools, tool_choice any without parallel calls, sampling, stop, user, stream",
 			`{"model":"m","max_tokens":64,"stream":true,"temperature":0.2,"top_p":0.9,"top_k":40,"stop_sequences":["END","\n\n"],
 			  "metadata":{"user_id":"u-1"},"tool_choice":{"type":"any","disable_parallel_tool_use":true},
@@ -436,5 +439,25 @@ func TestAnthropicErrors(t *testing.T) {
 	if got := string(a.upstreamError(500, []byte("Failed to generate completions\n"))); compactJSON(t, got) !=
 		`{"type":"error","error":{"type":"api_error","message":"Failed to generate completions"}}` {
 		t.Errorf("%s", got)
+	}
+}
+
+func TestParsesAsUUID(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"3f0c2a7e-9d1b-4c7e-8a55-0e1f2d3c4b5a":          true,
+		"3F0C2A7E-9D1B-4C7E-8A55-0E1F2D3C4B5A":          true,
+		"3f0c2a7e9d1b4c7e8a550e1f2d3c4b5a":              true,
+		"{3f0c2a7e-9d1b-4c7e-8a55-0e1f2d3c4b5a}":        true,
+		"urn:uuid:3f0c2a7e-9d1b-4c7e-8a55-0e1f2d3c4b5a": true,
+		"u-1":                                   false,
+		"":                                      false,
+		"3f0c2a7e-9d1b-4c7e-8a55-0e1f2d3c4b5g":  false,
+		"3f0c2a7e_9d1b_4c7e_8a55_0e1f2d3c4b5a":  false,
+		"3f0c2a7e-9d1b-4c7e-8a55-0e1f2d3c4b5a0": false,
+	} {
+		if got := parsesAsUUID(s); got != want {
+			t.Errorf("parsesAsUUID(%q) = %v", s, got)
+		}
 	}
 }
