@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // DefaultHFEndpoint is the Hugging Face Hub, used when HF_ENDPOINT is unset.
@@ -103,7 +103,7 @@ func (p *Policy) admit(ref Ref) error {
 			return fmt.Errorf("%w: %s is an hf:// reference and dynamo.kv.allow_hf_artifacts is false", ErrDisallowed, ref.Slot)
 		}
 	default:
-		return fmt.Errorf("%w: %s location %q", ErrUnsupported, ref.Slot, trunc(ref.Location))
+		return fmt.Errorf("%w: %s location %q", ErrUnsupported, ref.Slot, trunc(Redact(ref.Location)))
 	}
 	if ref.Size > MaxArtifactBytes {
 		return fmt.Errorf("%w: %s declares %d bytes", ErrTooLarge, ref.Slot, ref.Size)
@@ -145,7 +145,10 @@ func Open(ctx context.Context, client *http.Client, loc string, hf HF) (io.ReadC
 }
 
 func openFile(path string) (io.ReadCloser, error) {
-	f, err := os.Open(path)
+	// Opened without blocking: a card may name a FIFO, whose open would
+	// wait for a writer beyond any timeout. The file is then refused
+	// unless regular (for which the flag changes nothing).
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
 	}
@@ -230,16 +233,21 @@ func ReadBounded(r io.Reader, max int64) ([]byte, error) {
 	return data, nil
 }
 
+// ErrCacheWrite is a verified download the cache could not keep (a
+// read-only or full disk): the artifact is used all the same.
+var ErrCacheWrite = errors.New("artifact cache write failed")
+
 // Fetch returns the verified bytes of a pinned artifact: read from its
 // local path, or from the cache's blobs/<hex> (verified on every read; a
 // corrupted blob is removed), or downloaded, verified and cached. It is
-// what Loader runs; onCorrupt, when set, hears of a removed blob.
-func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCorrupt func(error)) ([]byte, error) {
+// what Loader runs; onCache, when set, hears of a removed blob and of a
+// blob it could not write (ErrCacheWrite), which fails nothing.
+func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCache func(error)) ([]byte, error) {
 	if err := p.admit(ref); err != nil {
 		return nil, err
 	}
 	if ref.Kind.Local() {
-		data, err := readLocation(ctx, client, ref.Location, p.HF)
+		data, err := readLocation(ctx, client, ref, p.HF)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref.Slot, trunc(ref.Location), err)
 		}
@@ -257,35 +265,46 @@ func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCorr
 			return data, nil
 		case errors.Is(err, ErrChecksumMismatch) || errors.Is(err, ErrTooLarge):
 			rmErr := os.Remove(blob)
-			if onCorrupt != nil {
-				onCorrupt(errors.Join(err, rmErr))
+			if onCache != nil {
+				onCache(errors.Join(err, rmErr))
 			}
-		case !errors.Is(err, fs.ErrNotExist):
-			return nil, fmt.Errorf("%s: cache: %w", ref.Slot, err)
 		}
+		// Any other failure to read the blob (none yet, an unreadable
+		// cache) is a miss: the artifact is downloaded, and a cache that
+		// cannot be written either is heard of below.
 	}
-	data, err := readLocation(ctx, client, ref.Location, p.HF)
+	data, err := readLocation(ctx, client, ref, p.HF)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", ref.Slot, Redact(trunc(ref.Location)), err)
+		return nil, fmt.Errorf("%s %s: %w", ref.Slot, trunc(Redact(ref.Location)), err)
 	}
 	if err := verify(ref, data); err != nil {
 		return nil, err
 	}
 	if blob != "" {
-		if err := writeBlob(p.CacheDir, blob, data); err != nil {
-			return nil, fmt.Errorf("%s: cache: %w", ref.Slot, err)
+		if err := writeBlob(p.CacheDir, blob, data); err != nil && onCache != nil {
+			onCache(fmt.Errorf("%w: %s: %w", ErrCacheWrite, ref.Slot, err))
 		}
 	}
 	return data, nil
 }
 
-func readLocation(ctx context.Context, client *http.Client, loc string, hf HF) ([]byte, error) {
-	rc, err := Open(ctx, client, loc, hf)
+// readLocation reads ref's bytes, no more than the card declared when it
+// declared a size: a longer answer cannot be the pinned content.
+func readLocation(ctx context.Context, client *http.Client, ref Ref, hf HF) ([]byte, error) {
+	rc, err := Open(ctx, client, ref.Location, hf)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rc.Close() }()
-	return ReadBounded(rc, MaxArtifactBytes)
+	limit := int64(MaxArtifactBytes)
+	if ref.Size >= 0 && ref.Size < limit {
+		limit = ref.Size
+	}
+	data, err := ReadBounded(rc, limit)
+	if errors.Is(err, ErrTooLarge) && limit < MaxArtifactBytes {
+		return nil, fmt.Errorf("%w: %s: more than the %d bytes declared", ErrChecksumMismatch, ref.Slot, ref.Size)
+	}
+	return data, err
 }
 
 func verify(ref Ref, data []byte) error {
@@ -312,7 +331,8 @@ func readBlob(path string, ref Ref) ([]byte, error) {
 }
 
 // ensureDir creates dir (and its parents) owner-only, and narrows it to
-// 0700 when it exists wider.
+// 0700 when it exists wider: for the cache's own blobs directory only,
+// never the configured directory, which may be shared (/tmp, /var/cache).
 func ensureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -330,7 +350,9 @@ func ensureDir(dir string) error {
 // writeBlob writes data to path atomically: a temp file (0600) in the same
 // directory, synced, then renamed over path.
 func writeBlob(cacheDir, path string, data []byte) error {
-	if err := ensureDir(cacheDir); err != nil {
+	// The configured directory is created owner-only when missing and
+	// left as it is when it exists.
+	if err := os.MkdirAll(cacheDir, 0o700); err != nil {
 		return err
 	}
 	dir := filepath.Dir(path)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -130,6 +131,61 @@ func TestFetchLocal(t *testing.T) {
 	dir := refFor(t, artifact.SlotTokenizer, t.TempDir(), data)
 	if _, err := pol.Fetch(t.Context(), nil, dir, nil); !errors.Is(err, artifact.ErrFetch) {
 		t.Errorf("directory: %v", err)
+	}
+	// A FIFO is refused at once: opening it to read would wait for a
+	// writer, past any timeout.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pol.Fetch(t.Context(), nil, refFor(t, artifact.SlotTokenizer, fifo, data), nil); !errors.Is(err, artifact.ErrFetch) ||
+		!strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("FIFO: %v", err)
+	}
+}
+
+// TestFetchCacheDirectory: an existing cache directory is left as it is
+// (it may be shared: only the blobs directory is the cache's own), and a
+// cache that cannot be written fails nothing: the verified bytes are
+// returned and the failure heard of.
+func TestFetchCacheDirectory(t *testing.T) {
+	data := []byte(`{"chat_template":"x"}`)
+	srv, client := serveFilesTLS(t, map[string][]byte{"/t.json": data})
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	pol := artifact.NewPolicy(artifact.Sum(data))
+	pol.AllowHTTP, pol.CacheDir = true, shared
+	ref := refFor(t, artifact.SlotPromptFormatter, srv.srv.URL+"/t.json", data)
+	if got, err := pol.Fetch(t.Context(), client, ref, nil); err != nil || string(got) != string(data) {
+		t.Fatalf("%q %v", got, err)
+	}
+	if st, err := os.Stat(shared); err != nil || st.Mode().Perm() != 0o777 {
+		t.Errorf("the configured directory's mode became %v (%v)", st.Mode(), err)
+	}
+	if st, err := os.Stat(filepath.Join(shared, "blobs")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("blobs: %v (%v)", st.Mode(), err)
+	}
+	// A card that declares a size is read no further than it: an answer
+	// longer than declared is not the pinned content.
+	short := ref
+	short.Size = 6
+	pol.CacheDir = "" // downloaded, not read from the cache
+	if _, err := pol.Fetch(t.Context(), client, short, nil); !errors.Is(err, artifact.ErrChecksumMismatch) ||
+		!strings.Contains(err.Error(), "more than the 6 bytes declared") {
+		t.Errorf("declared 6 bytes: %v", err)
+	}
+	// A file where the cache directory should be: nothing can be written.
+	blocked := writeFile(t, "not-a-dir", []byte("x"))
+	pol.CacheDir = filepath.Join(blocked, "cache")
+	var heard error
+	got, err := pol.Fetch(t.Context(), client, ref, func(err error) { heard = err })
+	if err != nil || string(got) != string(data) {
+		t.Fatalf("unwritable cache: %q %v", got, err)
+	}
+	if !errors.Is(heard, artifact.ErrCacheWrite) {
+		t.Errorf("the cache failure was heard as %v", heard)
 	}
 }
 

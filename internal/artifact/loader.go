@@ -345,6 +345,11 @@ func (l *Loader) load(ctx context.Context, k Key, ref Ref) {
 	p := l.policy.Load()
 	lctx, cancel := context.WithTimeout(ctx, LoadTimeout)
 	data, err := p.Fetch(lctx, l.client, ref, func(err error) {
+		if errors.Is(err, ErrCacheWrite) {
+			l.logger.Warn("artifact cache: the verified artifact could not be written to the cache; it is used, and fetched again on the next load",
+				"slot", string(ref.Slot), "checksum", ref.Checksum.String(), "err", err)
+			return
+		}
 		l.count(telemetry.ArtifactCacheCorrupt)
 		l.logger.Warn("artifact cache blob failed verification: removed, fetching again",
 			"slot", string(ref.Slot), "checksum", ref.Checksum.String(), "err", err)

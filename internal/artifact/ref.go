@@ -268,7 +268,7 @@ func locationKind(loc string) (Kind, error) {
 func checkHTTPURL(loc string) error {
 	u, err := url.Parse(loc)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%w: %q is not an absolute http(s) URL", ErrMalformed, trunc(loc))
+		return fmt.Errorf("%w: %q is not an absolute http(s) URL", ErrMalformed, trunc(Redact(loc)))
 	}
 	return nil
 }
@@ -301,17 +301,27 @@ type HFRef struct {
 func ParseHF(loc string) (HFRef, error) {
 	rest, ok := strings.CutPrefix(loc, "hf://")
 	if !ok {
-		return HFRef{}, fmt.Errorf("%w: %q is not hf://owner/repo/file", ErrMalformed, trunc(loc))
+		return HFRef{}, fmt.Errorf("%w: %q is not hf://[owner/]repo[@revision]/file", ErrMalformed, trunc(loc))
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) < 3 {
-		return HFRef{}, fmt.Errorf("%w: %q is not hf://owner/repo[@revision]/file", ErrMalformed, trunc(loc))
+	if len(parts) < 2 {
+		return HFRef{}, fmt.Errorf("%w: %q is not hf://[owner/]repo[@revision]/file", ErrMalformed, trunc(loc))
 	}
 	if parts[0] == "datasets" || parts[0] == "spaces" {
 		return HFRef{}, fmt.Errorf("%w: %q is not a model repository", ErrUnsupported, trunc(loc))
 	}
-	repo, rev, hasRev := strings.Cut(parts[1], "@")
-	r := HFRef{Repo: parts[0] + "/" + repo, Revision: "main", Path: strings.Join(parts[2:], "/")}
+	// Two segments are a repository without an owner (gpt2), as the Hub
+	// still serves them and Dynamo's own fallback may write them.
+	hasOwner := len(parts) > 2
+	var owner string
+	if hasOwner {
+		owner, parts = parts[0], parts[1:]
+	}
+	repo, rev, hasRev := strings.Cut(parts[0], "@")
+	r := HFRef{Repo: repo, Revision: "main", Path: strings.Join(parts[1:], "/")}
+	if hasOwner {
+		r.Repo = owner + "/" + repo
+	}
 	if hasRev {
 		dec, err := url.PathUnescape(rev)
 		if err != nil || dec == "" {
@@ -319,7 +329,8 @@ func ParseHF(loc string) (HFRef, error) {
 		}
 		r.Revision = dec
 	}
-	for _, seg := range append([]string{parts[0], repo}, parts[2:]...) {
+	segs := append(strings.Split(r.Repo, "/"), parts[1:]...)
+	for _, seg := range segs {
 		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "?#\\") {
 			return HFRef{}, fmt.Errorf("%w: %q has an empty, dot or escaping path segment", ErrMalformed, trunc(loc))
 		}
@@ -334,8 +345,11 @@ func (r HFRef) ResolveURL(endpoint string) string {
 	for i, s := range segs {
 		segs[i] = url.PathEscape(s)
 	}
-	owner, repo, _ := strings.Cut(r.Repo, "/")
-	return strings.TrimRight(endpoint, "/") + "/" + url.PathEscape(owner) + "/" + url.PathEscape(repo) +
+	repo := strings.Split(r.Repo, "/")
+	for i, s := range repo {
+		repo[i] = url.PathEscape(s)
+	}
+	return strings.TrimRight(endpoint, "/") + "/" + strings.Join(repo, "/") +
 		"/resolve/" + url.PathEscape(r.Revision) + "/" + strings.Join(segs, "/")
 }
 

@@ -132,6 +132,8 @@ func TestParseHF(t *testing.T) {
 		{"hf://meta-llama/Llama-3.1-8B@a1b2c3/original/tokenizer.model", "https://hub.example/meta-llama/Llama-3.1-8B/resolve/a1b2c3/original/tokenizer.model"},
 		{"hf://o/r@refs%2Fpr%2F1/t.json", "https://hub.example/o/r/resolve/refs%2Fpr%2F1/t.json"},
 		{"hf://o/r/dir name/t.json", "https://hub.example/o/r/resolve/main/dir%20name/t.json"},
+		{"hf://gpt2/tokenizer.json", "https://hub.example/gpt2/resolve/main/tokenizer.json"},
+		{"hf://gpt2@v1/tokenizer.json", "https://hub.example/gpt2/resolve/v1/tokenizer.json"},
 	}
 	for _, tc := range tests {
 		r, err := artifact.ParseHF(tc.in)
@@ -143,7 +145,7 @@ func TestParseHF(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.in, got, tc.url)
 		}
 	}
-	for _, bad := range []string{"hf://o/r", "hf://o/r/../x", "hf:///r/t", "hf://o/r@/t", "hf://spaces/o/r/t", "hf://o/r/a?b", "https://o/r/t"} {
+	for _, bad := range []string{"hf://o", "hf://o/", "hf:///t", "hf://@v/t", "hf://o/r/../x", "hf:///r/t", "hf://o/r@/t", "hf://spaces/o/r/t", "hf://o/r/a?b", "https://o/r/t"} {
 		if _, err := artifact.ParseHF(bad); err == nil {
 			t.Errorf("ParseHF(%q) accepted", bad)
 		}

@@ -371,6 +371,7 @@ func declared(ds artifact.Declared, policy *artifact.Policy) Declared {
 		d.Problem = ds.Err.Error()
 		if ds.Checksum != (artifact.Checksum{}) {
 			d.Checksum = ds.Checksum.String()
+			d.Pinned = policy.Pinned(ds.Checksum) // pinned or not, whatever else is wrong
 		}
 		return d
 	}

@@ -213,7 +213,7 @@ func TestFromDiscovery(t *testing.T) {
 			fmt.Sprintf(`{"type":"Model","namespace":"dynamo","component":%q,"endpoint":"generate","instance_id":%d,"card_json":%s}`, w.comp, id, card("Qwen/Qwen3-0.6B", w.role, w.path)))
 	}
 	cfg := filepath.Join(t.TempDir(), "continuum.yaml")
-	conf := fmt.Sprintf("dynamo:\n  discovery:\n    etcd:\n      endpoints: [%q]\n  kv:\n    pinned_artifacts:\n      - %q\n", srv.Endpoint, sumTok)
+	conf := fmt.Sprintf("dynamo:\n  discovery:\n    etcd:\n      endpoints: [%q]\n  kv:\n    pinned_artifacts:\n      - %q\n      - %q\n", srv.Endpoint, sumTok, sumTmpl)
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +245,10 @@ func TestFromDiscovery(t *testing.T) {
 	want := []row{
 		{"tokenizer", "path", sumTok, true, 2, ""},
 		{"tokenizer", "https", sumTok, true, 1, ""},
-		{"prompt_formatter", "hf", sumTmpl, false, 3, "dynamo.kv.allow_hf_artifacts is false"},
-		{"chat_template_file", "other", sumTmpl, false, 3, `unsupported artifact: URI scheme "nats"`},
+		// Pinned, whatever else stands in the way (a declaration that did
+		// not parse included).
+		{"prompt_formatter", "hf", sumTmpl, true, 3, "dynamo.kv.allow_hf_artifacts is false"},
+		{"chat_template_file", "other", sumTmpl, true, 3, `unsupported artifact: URI scheme "nats"`},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("artifacts %+v", got)
