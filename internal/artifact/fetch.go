@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -238,8 +239,10 @@ func ReadBounded(r io.Reader, max int64) ([]byte, error) {
 var ErrCacheWrite = errors.New("artifact cache write failed")
 
 // Fetch returns the verified bytes of a pinned artifact: read from its
-// local path, or from the cache's blobs/<hex> (verified on every read; a
-// corrupted blob is removed), or downloaded, verified and cached. It is
+// local path (or, when that is not on this host, downloaded from its
+// HFFallback if hf artifacts are allowed), or from the cache's
+// blobs/<hex> (verified on every read; a corrupted blob is removed), or
+// downloaded, verified and cached. It is
 // what Loader runs; onCache, when set, hears of a removed blob and of a
 // blob it could not write (ErrCacheWrite), which fails nothing.
 func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCache func(error)) ([]byte, error) {
@@ -248,6 +251,19 @@ func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCach
 	}
 	if ref.Kind.Local() {
 		data, err := readLocation(ctx, client, ref, p.HF)
+		if err != nil && errors.Is(err, fs.ErrNotExist) && ref.HFFallback != "" {
+			// The worker's path is not on this host (a snapshot in the
+			// worker's own Hugging Face cache): the same file, by its
+			// checksum, from the model's repository, as Dynamo's
+			// frontend resolves it.
+			if !p.AllowHF {
+				return nil, fmt.Errorf("%s %s: %w (with dynamo.kv.allow_hf_artifacts it is fetched from %s)",
+					ref.Slot, trunc(ref.Location), err, trunc(ref.HFFallback))
+			}
+			fb := ref
+			fb.Location, fb.Kind, fb.HFFallback = ref.HFFallback, KindHF, ""
+			return p.download(ctx, client, fb, onCache)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref.Slot, trunc(ref.Location), err)
 		}
@@ -256,6 +272,12 @@ func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCach
 		}
 		return data, nil
 	}
+	return p.download(ctx, client, ref, onCache)
+}
+
+// download fetches a remote artifact through the cache: from its blob when
+// that verifies, else from its location, verified, then kept.
+func (p *Policy) download(ctx context.Context, client *http.Client, ref Ref, onCache func(error)) ([]byte, error) {
 	blob := ""
 	if p.CacheDir != "" {
 		blob = filepath.Join(p.CacheDir, "blobs", ref.Checksum.Hex())

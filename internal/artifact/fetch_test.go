@@ -416,6 +416,51 @@ func TestFetchHF(t *testing.T) {
 	}
 }
 
+// TestFetchHFFallback: a worker's local path that is not on this host is
+// fetched from the card's Hugging Face repository by the file's name (the
+// same checksum), as Dynamo's frontend resolves it, when hf artifacts are
+// allowed; a custom template has no such fallback, and a path that is
+// here is read from here.
+func TestFetchHFFallback(t *testing.T) {
+	tok := []byte(`{"version":"1.0","model":{"type":"BPE"}}`)
+	tmpl := []byte(`{{ messages }}`)
+	h := &hub{token: "t", files: map[string][]byte{"Qwen/Qwen3-0.6B@main/tokenizer.json": tok, "Qwen/Qwen3-0.6B@main/chat_template.jinja": tmpl}}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	gone := "/nonexistent/hub/models--Qwen--Qwen3-0.6B/snapshots/abc/"
+	card := func(path string) []byte {
+		return []byte(`{"hf_tokenizer_json":{"path":"` + path + `","checksum":"` + artifact.Sum(tok).String() + `"}}`)
+	}
+	custom := []byte(`{"hf_chat_template":{"is_custom":true,"file":{"path":"` + gone + `chat_template.jinja","checksum":"` + artifact.Sum(tmpl).String() + `"}}}`)
+	ds := artifact.CardSlots("Qwen/Qwen3-0.6B", card(gone+"tokenizer.json"), nil, custom)
+	if len(ds) != 2 || ds[0].Err != nil || ds[0].HFFallback != "hf://Qwen/Qwen3-0.6B/tokenizer.json" || ds[1].HFFallback != "" {
+		t.Fatalf("declared %+v", ds)
+	}
+	set := artifact.Settings{AllowHF: true, Pinned: []string{artifact.Sum(tok).String(), artifact.Sum(tmpl).String()}}
+	env := map[string]string{"HF_ENDPOINT": srv.URL, "HF_TOKEN": "t"}
+	pol, err := artifact.PolicyFor(set, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := pol.Fetch(t.Context(), localClient(t), ds[0].Ref, nil); err != nil || string(got) != string(tok) {
+		t.Fatalf("fallback: %q %v", got, err)
+	}
+	if _, err := pol.Fetch(t.Context(), localClient(t), ds[1].Ref, nil); !errors.Is(err, artifact.ErrFetch) {
+		t.Errorf("a custom template fetched from the hub: %v", err)
+	}
+	hits := h.hits.Load()
+	here := writeFile(t, "tokenizer.json", tok)
+	local := artifact.CardSlots("Qwen/Qwen3-0.6B", card(here), nil, nil)
+	if got, err := pol.Fetch(t.Context(), localClient(t), local[0].Ref, nil); err != nil || string(got) != string(tok) || h.hits.Load() != hits {
+		t.Errorf("a path on this host: %q %v, %d hub requests", got, err, h.hits.Load()-hits)
+	}
+	pol.AllowHF = false
+	if _, err := pol.Fetch(t.Context(), localClient(t), ds[0].Ref, nil); !errors.Is(err, artifact.ErrFetch) ||
+		!strings.Contains(err.Error(), "with dynamo.kv.allow_hf_artifacts it is fetched from hf://Qwen/Qwen3-0.6B/tokenizer.json") {
+		t.Errorf("without allow_hf_artifacts: %v", err)
+	}
+}
+
 func TestPolicyFor(t *testing.T) {
 	set := artifact.Settings{Pinned: []string{"blake3:" + strings.Repeat("ab", 32)}, AllowHTTP: true, CacheDir: "/var/cache/c"}
 	pol, err := artifact.PolicyFor(set, nil)

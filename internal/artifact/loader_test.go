@@ -363,7 +363,7 @@ func TestLoaderRejectsWithoutIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := artifact.CardSlots(m.Card.Tokenizer, m.Card.PromptFormatter, m.Card.ChatTemplateFile)
+	ds := artifact.CardSlots("", m.Card.Tokenizer, m.Card.PromptFormatter, m.Card.ChatTemplateFile)
 	for range 3 {
 		vals, err := h.loader.ResolveDeclared("m", ds)
 		if !errors.Is(err, artifact.ErrUnsupported) || len(vals) != 2 || vals[0] != nil {

@@ -150,6 +150,11 @@ type Ref struct {
 	Checksum Checksum
 	// Size is the declared size in bytes, or -1 when the card gives none.
 	Size int64
+	// HFFallback is where a local file that is not on this host is
+	// fetched from instead, as Dynamo's frontend does: hf://<the card's
+	// source>/<the file's name>, for a file that is not a custom template
+	// (those are not on the Hub); empty when there is none.
+	HFFallback string
 }
 
 // checkedFile is Dynamo's CheckedFile: {"path": "<path or URL>",
@@ -374,8 +379,10 @@ type Declared struct {
 
 // CardSlots parses the artifact slots of a card (its tokenizer,
 // prompt_formatter and chat_template_file values), in that order; absent
-// or null slots are skipped.
-func CardSlots(tokenizer, promptFormatter, chatTemplateFile json.RawMessage) []Declared {
+// or null slots are skipped. hfSource is the card's Hugging Face
+// repository (wire.Card.HFSource), which gives local files their
+// HFFallback; empty for none.
+func CardSlots(hfSource string, tokenizer, promptFormatter, chatTemplateFile json.RawMessage) []Declared {
 	var out []Declared
 	for _, s := range []struct {
 		slot Slot
@@ -385,6 +392,12 @@ func CardSlots(tokenizer, promptFormatter, chatTemplateFile json.RawMessage) []D
 			continue
 		}
 		ref, err := ParseSlot(s.slot, s.raw)
+		if err == nil && ref.Kind.Local() && !ref.Custom && hfSource != "" {
+			fb := "hf://" + hfSource + "/" + ref.Name()
+			if _, perr := ParseHF(fb); perr == nil {
+				ref.HFFallback = fb
+			}
+		}
 		out = append(out, Declared{Ref: ref, Err: err})
 	}
 	return out

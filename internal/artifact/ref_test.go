@@ -164,7 +164,7 @@ func TestCardSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := artifact.CardSlots(m.Card.Tokenizer, m.Card.PromptFormatter, m.Card.ChatTemplateFile)
+	got := artifact.CardSlots("", m.Card.Tokenizer, m.Card.PromptFormatter, m.Card.ChatTemplateFile)
 	if len(got) != 3 {
 		t.Fatalf("slots %+v", got)
 	}
@@ -177,7 +177,7 @@ func TestCardSlots(t *testing.T) {
 	if !errors.Is(got[2].Err, artifact.ErrUnsupported) || got[2].Slot != artifact.SlotChatTemplateFile {
 		t.Errorf("chat_template_file %+v", got[2])
 	}
-	if n := len(artifact.CardSlots(nil, nil, []byte("null"))); n != 0 {
+	if n := len(artifact.CardSlots("", nil, nil, []byte("null"))); n != 0 {
 		t.Errorf("empty card has %d slots", n)
 	}
 	// The slot bound is the one the discovery reducer applies.

@@ -329,7 +329,7 @@ func BuildReport(snap *fleet.Snapshot, policy *artifact.Policy) Report {
 			models[mk], index[mk] = m, map[string]int{}
 		}
 		m.Workers++
-		for _, ds := range artifact.CardSlots(w.Card.Typed.Tokenizer, w.Card.Typed.PromptFormatter, w.Card.Typed.ChatTemplateFile) {
+		for _, ds := range artifact.CardSlots(w.Card.Typed.HFSource(), w.Card.Typed.Tokenizer, w.Card.Typed.PromptFormatter, w.Card.Typed.ChatTemplateFile) {
 			d := declared(ds, policy)
 			id := d.Slot + "\x00" + d.Format + "\x00" + d.Checksum + "\x00" + d.Location + "\x00" + d.Problem
 			if i, ok := index[mk][id]; ok {

@@ -253,7 +253,7 @@ func agree(snap *fleet.Snapshot, model string) declared {
 		}
 		c := &w.Card.Typed
 		keepTools = keepTools && c.Runtime.KeepToolsWhenToolChoiceNone
-		ds := artifact.CardSlots(c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile)
+		ds := artifact.CardSlots(c.HFSource(), c.Tokenizer, c.PromptFormatter, c.ChatTemplateFile)
 		if !seen {
 			first, firstID, seen = ds, w.InstanceHex(), true
 			continue

@@ -262,6 +262,9 @@ type ModelRecord struct {
 type Card struct {
 	DisplayName string
 	Name        string
+	// SourcePath is the Hugging Face repository the model came from when
+	// display_name was changed (--served-model-name); empty when absent.
+	SourcePath string
 	// WorkerType is the card's worker_type as ParseWorkerType reads it, and
 	// RawWorkerType the string as written. WorkerTypeAbsent is true when
 	// the card (a JSON object) has no worker_type, a null or a blank one,
@@ -285,6 +288,16 @@ type Card struct {
 	Versions map[string]string
 	// Artifact slots, raw: tokenizer, prompt_formatter, chat_template_file.
 	Tokenizer, PromptFormatter, ChatTemplateFile json.RawMessage
+}
+
+// HFSource is the Hugging Face repository the card's files may be fetched
+// from when its worker's paths are not on the reader's host, as Dynamo's
+// frontend resolves them: source_path, else display_name.
+func (c *Card) HFSource() string {
+	if c.SourcePath != "" {
+		return c.SourcePath
+	}
+	return c.DisplayName
 }
 
 // Model returns the served model name: display_name, else name.
@@ -391,6 +404,7 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 type cardFields struct {
 	DisplayName      json.RawMessage `json:"display_name"`
 	Name             json.RawMessage `json:"name"`
+	SourcePath       json.RawMessage `json:"source_path"`
 	WorkerType       json.RawMessage `json:"worker_type"`
 	ModelType        json.RawMessage `json:"model_type"`
 	KVCacheBlockSize json.RawMessage `json:"kv_cache_block_size"`
@@ -435,6 +449,7 @@ func parseCard(raw json.RawMessage) (Card, []string) {
 	}
 	field("display_name", f.DisplayName, &c.DisplayName)
 	field("name", f.Name, &c.Name)
+	field("source_path", f.SourcePath, &c.SourcePath)
 	switch {
 	case isNull(f.WorkerType):
 		c.WorkerTypeAbsent = true

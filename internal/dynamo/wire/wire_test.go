@@ -90,14 +90,14 @@ func TestParseEndpoint(t *testing.T) {
 
 func TestParseModel(t *testing.T) {
 	m, err := wire.ParseModel([]byte(`{"type":"Model","namespace":"dynamo","component":"prefill","endpoint":"generate","instance_id":7465265302745285,
-	 "card_json":{"display_name":"Qwen/Qwen3-32B","worker_type":"Prefill","kv_cache_block_size":64,"migration_limit":3,"dynamo_version":"1.5.0",
+	 "card_json":{"display_name":"qwen","source_path":"Qwen/Qwen3-32B","worker_type":"Prefill","kv_cache_block_size":64,"migration_limit":3,"dynamo_version":"1.5.0",
 	  "runtime_config":{"total_kv_blocks":12000,"max_num_batched_tokens":8192,"max_num_seqs":256,"context_length":32768,
 	   "data_parallel_start_rank":0,"data_parallel_size":1,"disaggregated_endpoint":"dynamo/decode/generate"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := m.Card
-	if c.Model() != "Qwen/Qwen3-32B" || c.WorkerType != wire.WorkerPrefill || *c.KVCacheBlockSize != 64 ||
+	if c.Model() != "qwen" || c.HFSource() != "Qwen/Qwen3-32B" || c.WorkerType != wire.WorkerPrefill || *c.KVCacheBlockSize != 64 ||
 		*c.Runtime.TotalKVBlocks != 12000 || *c.Runtime.MaxNumBatchedTokens != 8192 || *c.Runtime.ContextLength != 32768 ||
 		!c.Runtime.DataParallelDeclared || c.Runtime.DataParallelSize != 1 || string(c.Runtime.DisaggregatedEndpoint) != `"dynamo/decode/generate"` ||
 		c.Versions["dynamo_version"] != "1.5.0" || c.MigrationLimit != 3 || len(m.CardErrors) != 0 || len(m.CardJSON) == 0 {
