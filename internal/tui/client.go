@@ -110,7 +110,25 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
 		return nil, fmt.Errorf("%s: %s (check --token)", path, resp.Status)
 	case resp.StatusCode != http.StatusOK:
+		// The router says why in an error body ("the admin API is off:
+		// set admin.token"); its message, cut short, follows the status.
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(head, &e) == nil && e.Error.Message != "" {
+			msg := e.Error.Message
+			if r := []rune(msg); len(r) > 200 {
+				msg = string(r[:200]) + "…"
+			}
+			return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, msg)
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("%s: %s (is the admin API on, and on this address? admin.token, admin.bind_address)", path, resp.Status)
+		}
 		return nil, fmt.Errorf("%s: %s", path, resp.Status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))

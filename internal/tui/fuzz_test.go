@@ -53,7 +53,7 @@ func fuzzSnapshot(t *testing.T, in []byte) {
 				if k != "" {
 					m = keys(m, k)
 				}
-				_ = m.View()
+				_ = m.Render()
 			}
 			_ = m.WriteTable(discard{})
 		}

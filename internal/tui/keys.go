@@ -1,11 +1,9 @@
 package tui
 
 import (
-	"io"
 	"slices"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
+	"charm.land/lipgloss/v2"
 )
 
 // Binding is one action's keys and its help text.
@@ -16,7 +14,7 @@ type Binding struct {
 	Label, Short, Help string
 }
 
-// Has reports whether key (as tea.KeyMsg.String spells it) triggers b.
+// Has reports whether key (as tea.KeyPressMsg.String spells it) triggers b.
 func (b Binding) Has(key string) bool { return slices.Contains(b.Keys, key) }
 
 // KeyMap is every binding top knows.
@@ -62,10 +60,7 @@ type Styles struct {
 // NewStyles builds the styles, coloured or plain.
 func NewStyles(color bool) Styles {
 	if !color {
-		// A renderer of its own, never the default one: that one probes
-		// the terminal on first use.
-		r := lipgloss.NewRenderer(io.Discard, termenv.WithProfile(termenv.Ascii))
-		p := r.NewStyle()
+		p := lipgloss.NewStyle()
 		return Styles{p, p, p, p, p, p, p, p, p, p, p, p, p, p, p}
 	}
 	s := lipgloss.NewStyle

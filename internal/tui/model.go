@@ -1,13 +1,15 @@
 package tui
 
 import (
+	"cmp"
 	"context"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/continuum-router/continuum/internal/admin"
 )
@@ -226,10 +228,37 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.failures++
 		m.lastPoll = msg.at
 		return m, tick(m.backoff())
-	case tea.KeyMsg:
+	case tea.KeyPressMsg:
 		return m.key(msg)
+	case tea.PasteMsg:
+		if m.filtering {
+			m.filter = addFilterText(m.filter, msg.Content)
+			m.rows = m.buildRows()
+			m.cursor = 0
+			m.clampCursor()
+		}
+		return m, nil
 	}
 	return m, nil
+}
+
+// maxFilterRunes bounds the filter's text.
+const maxFilterRunes = 64
+
+// addFilterText appends what was typed or pasted to the filter: its
+// printable characters only (a pasted line break or terminal control
+// would be drawn raw in the prompt), at most maxFilterRunes in all.
+func addFilterText(filter, text string) string {
+	r := []rune(filter)
+	for _, c := range text {
+		if len(r) >= maxFilterRunes {
+			break
+		}
+		if unicode.IsPrint(c) {
+			r = append(r, c)
+		}
+	}
+	return string(r)
 }
 
 func (m Model) applySnapshot(s *Snapshot) Model {
@@ -261,9 +290,28 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 		}
 		m.hist = hist
 	}
-	m.rows = m.buildRows()
-	m.clampCursor()
+	m.rebuildKeepingSelection()
 	return m
+}
+
+// rebuildKeepingSelection rebuilds the fleet rows with the cursor on the
+// worker rank it was on, wherever that row sorts now: loads change every
+// poll, and a cursor kept by position would jump to another worker (and
+// the detail it shows with it). A row that is gone leaves the cursor
+// where it was.
+func (m *Model) rebuildKeepingSelection() {
+	sel, had := m.Selected()
+	m.rows = m.buildRows()
+	if had {
+		for i := range m.rows {
+			r := &m.rows[i]
+			if r.Rank == sel.Rank && r.Worker.WorkerID == sel.Worker.WorkerID && r.Worker.Namespace == sel.Worker.Namespace {
+				m.cursor = i
+				break
+			}
+		}
+	}
+	m.clampCursor()
 }
 
 // buildRows joins workers with their load rows, filters and sorts them.
@@ -320,18 +368,27 @@ func (m Model) buildRows() []Row {
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := &rows[i], &rows[j]
-		if g := strings.Compare(a.group(), b.group()); g != 0 {
+		// By group (namespace, model, role), field by field: group()'s
+		// string orders the same, but would be built per comparison.
+		if g := cmp.Or(strings.Compare(a.Worker.Namespace, b.Worker.Namespace), strings.Compare(a.Worker.Model, b.Worker.Model),
+			strings.Compare(a.Worker.Role, b.Worker.Role)); g != 0 {
 			return g < 0
 		}
 		if c := less(a, b); c != 0 {
 			return c < 0
 		}
-		if a.Worker.InstanceID != b.Worker.InstanceID {
-			return a.Worker.InstanceID < b.Worker.InstanceID
+		if c := cmpHexID(a.Worker.InstanceID, b.Worker.InstanceID); c != 0 {
+			return c < 0
 		}
 		return a.Rank < b.Rank
 	})
 	return rows
+}
+
+// cmpHexID orders instance ids, unpadded hex, by value: the shorter is
+// the smaller ("fff" before "1000"), as a string compare would not have it.
+func cmpHexID(a, b string) int {
+	return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(strings.ToLower(a), strings.ToLower(b)))
 }
 
 func age(r *Row) int64 {
@@ -390,41 +447,25 @@ func (m *Model) listLen() int {
 	return 0
 }
 
-func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
-	// Keys typed faster than the terminal is read arrive as one message:
-	// outside the filter prompt, each is its own command.
-	if k.Type == tea.KeyRunes && len(k.Runes) > 1 && !m.filtering && !k.Paste {
-		var model tea.Model = m
-		var cmds []tea.Cmd
-		for i, r := range k.Runes {
-			var cmd tea.Cmd
-			model, cmd = model.(Model).key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
-			cmds = append(cmds, cmd)
-			if mm := model.(Model); mm.filtering && i+1 < len(k.Runes) {
-				// The rest of the burst is the filter's text.
-				return mm.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: k.Runes[i+1:]})
-			}
-		}
-		return model, tea.Batch(cmds...)
-	}
+func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	s := k.String()
 	if m.filtering {
-		switch k.Type {
-		case tea.KeyEnter:
+		switch s {
+		case "enter":
 			m.filtering = false
-		case tea.KeyEsc:
+		case "esc":
 			m.filtering, m.filter = false, ""
-		case tea.KeyBackspace:
+		case "backspace":
 			if r := []rune(m.filter); len(r) > 0 {
 				m.filter = string(r[:len(r)-1])
 			}
-		case tea.KeyRunes, tea.KeySpace:
-			if len(m.filter) < 64 {
-				m.filter += string(k.Runes)
-			}
-		case tea.KeyCtrlC:
+		case "ctrl+c":
 			m.quitting = true
 			return m, tea.Quit
+		case "space":
+			m.filter = addFilterText(m.filter, " ")
+		default:
+			m.filter = addFilterText(m.filter, k.Text)
 		}
 		m.rows = m.buildRows()
 		m.cursor = 0
@@ -476,7 +517,7 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.clampCursor()
 	case m.keys.Sort.Has(s):
 		m.sortBy = (m.sortBy + 1) % sortCount
-		m.rows = m.buildRows()
+		m.rebuildKeepingSelection()
 	case m.keys.Detail.Has(s):
 		if m.view == ViewFleet && len(m.rows) > 0 {
 			m.detail = true

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/testutil"
@@ -110,20 +111,23 @@ func update(m tui.Model, msgs ...tea.Msg) tui.Model {
 
 func keys(m tui.Model, ks ...string) tui.Model {
 	for _, k := range ks {
-		var msg tea.KeyMsg
+		var msg tea.KeyPressMsg
 		switch k {
 		case "tab":
-			msg = tea.KeyMsg{Type: tea.KeyTab}
+			msg = tea.KeyPressMsg{Code: tea.KeyTab}
 		case "enter":
-			msg = tea.KeyMsg{Type: tea.KeyEnter}
+			msg = tea.KeyPressMsg{Code: tea.KeyEnter}
 		case "esc":
-			msg = tea.KeyMsg{Type: tea.KeyEsc}
+			msg = tea.KeyPressMsg{Code: tea.KeyEscape}
 		case "down":
-			msg = tea.KeyMsg{Type: tea.KeyDown}
+			msg = tea.KeyPressMsg{Code: tea.KeyDown}
 		case "backspace":
-			msg = tea.KeyMsg{Type: tea.KeyBackspace}
+			msg = tea.KeyPressMsg{Code: tea.KeyBackspace}
 		default:
-			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+			for _, r := range k { // one press per character, as the terminal sends them
+				m = update(m, tea.KeyPressMsg{Code: r, Text: string(r)})
+			}
+			continue
 		}
 		m = update(m, msg)
 	}
@@ -137,7 +141,7 @@ func loaded(t *testing.T, w, h int) tui.Model {
 
 func frame(t *testing.T, m tui.Model, w, h int) string {
 	t.Helper()
-	v := m.View()
+	v := m.Render()
 	lines := strings.Split(v, "\n")
 	if len(lines) != h {
 		t.Fatalf("frame has %d lines, want %d:\n%s", len(lines), h, v)
@@ -176,7 +180,7 @@ func TestGoldenFrames(t *testing.T) {
 // index only when it is on.
 func TestKVSections(t *testing.T) {
 	m := loaded(t, 160, 48)
-	routing, subs := keys(m, "3").View(), keys(m, "2").View()
+	routing, subs := keys(m, "3").Render(), keys(m, "2").Render()
 	for _, want := range []string{"KV-aware selections by result", "overlap", "30/s", "tokenizer_unavailable"} {
 		if !strings.Contains(routing, want) {
 			t.Errorf("routing lacks %q:\n%s", want, routing)
@@ -193,7 +197,7 @@ func TestKVSections(t *testing.T) {
 	}
 	fresh := fixture(t0, 1)
 	fresh.Metrics["continuum_dynamo_kv_selection_total"] = map[string]float64{"result=overlap": 0}
-	if v := keys(update(newModel(t, 160, 48, nil), tui.SnapshotMsg(fresh)), "3").View(); !strings.Contains(v, "none yet") {
+	if v := keys(update(newModel(t, 160, 48, nil), tui.SnapshotMsg(fresh)), "3").Render(); !strings.Contains(v, "none yet") {
 		t.Errorf("no selections yet:\n%s", v)
 	}
 	off := fixture(t0, 1)
@@ -203,10 +207,10 @@ func TestKVSections(t *testing.T) {
 		}
 	}
 	m = update(newModel(t, 160, 48, nil), tui.SnapshotMsg(off))
-	if v := keys(m, "3").View(); !strings.Contains(v, "off (dynamo.kv.enabled is false)") {
+	if v := keys(m, "3").Render(); !strings.Contains(v, "off (dynamo.kv.enabled is false)") {
 		t.Errorf("kv off:\n%s", v)
 	}
-	if v := keys(m, "2").View(); strings.Contains(v, "kv index") {
+	if v := keys(m, "2").Render(); strings.Contains(v, "kv index") {
 		t.Errorf("kv lines without KV-aware selection:\n%s", v)
 	}
 }
@@ -235,7 +239,7 @@ func TestFleetRows(t *testing.T) {
 		t.Errorf("age sort: %s first among prefill", r.Worker.InstanceID)
 	}
 	m = keys(m, "s") // selections
-	if !strings.Contains(m.View(), "sort:selections") {
+	if !strings.Contains(m.Render(), "sort:selections") {
 		t.Error("sort not shown")
 	}
 	if r := m.Rows()[1]; r.Rank != 0 {
@@ -248,7 +252,7 @@ func TestFilter(t *testing.T) {
 	if n := len(m.Rows()); n != 2 {
 		t.Fatalf("filter prefill: %d rows", n)
 	}
-	if !strings.Contains(m.View(), "filter: prefill") {
+	if !strings.Contains(m.Render(), "filter: prefill") {
 		t.Error("filter not shown while typing")
 	}
 	m = keys(m, "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", "backspace", "2c60", "enter")
@@ -260,8 +264,8 @@ func TestFilter(t *testing.T) {
 		t.Fatalf("esc keeps the filter: %d rows", n)
 	}
 	m = keys(m, "/", "no-such-thing", "enter")
-	if !strings.Contains(m.View(), `no workers match the filter "no-such-thing"`) {
-		t.Errorf("empty filter result:\n%s", m.View())
+	if !strings.Contains(m.Render(), `no workers match the filter "no-such-thing"`) {
+		t.Errorf("empty filter result:\n%s", m.Render())
 	}
 }
 
@@ -287,25 +291,25 @@ func TestTabsWrapAndNumbers(t *testing.T) {
 	m := loaded(t, 80, 24)
 	for i, want := range []string{"[2 Subs]", "[3 Routing]", "[4 Problems]", "[1 Fleet]"} {
 		m = keys(m, "tab")
-		if !strings.Contains(m.View(), want) {
+		if !strings.Contains(m.Render(), want) {
 			t.Fatalf("tab %d: want %s", i+1, want)
 		}
 	}
-	if m = keys(m, "3"); !strings.Contains(m.View(), "[3 Routing]") {
+	if m = keys(m, "3"); !strings.Contains(m.Render(), "[3 Routing]") {
 		t.Error("3 does not jump to Routing")
 	}
 }
 
 func TestQuitAndHelp(t *testing.T) {
 	m := keys(loaded(t, 80, 24), "?")
-	if !strings.Contains(m.View(), "cycle sort: load, id, age, selections") {
+	if !strings.Contains(m.Render(), "cycle sort: load, id, age, selections") {
 		t.Fatal("help not shown")
 	}
 	m = keys(m, "x")
-	if strings.Contains(m.View(), "cycle sort") {
+	if strings.Contains(m.Render(), "cycle sort") {
 		t.Fatal("help not closed by a key")
 	}
-	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	_, cmd := m.Update(tea.KeyPressMsg{Code: 'q', Text: "q"})
 	if cmd == nil {
 		t.Fatal("q returns no command")
 	}
@@ -339,7 +343,7 @@ func TestPollingAndPause(t *testing.T) {
 		t.Fatalf("a tick does not poll: %d calls", calls.Load())
 	}
 	m = keys(m, "p")
-	if !strings.Contains(m.View(), "PAUSED") {
+	if !strings.Contains(m.Render(), "PAUSED") {
 		t.Error("pause not shown")
 	}
 	_, cmd = m.Update(tick)
@@ -368,25 +372,25 @@ func TestDisconnected(t *testing.T) {
 		t.Error("the last good view is not kept while disconnected")
 	}
 	m = update(m, tui.SnapshotMsg(fixture(t0.Add(10*time.Second), 3)))
-	if strings.Contains(m.View(), "disconnected") || m.Err() != nil {
+	if strings.Contains(m.Render(), "disconnected") || m.Err() != nil {
 		t.Error("banner not cleared by a good poll")
 	}
 	many := m
 	for range 20 {
 		many = update(many, tui.FetchErrMsg(errors.New("x"), t0))
 	}
-	if !strings.Contains(many.View(), "retrying every 30s") {
-		t.Errorf("backoff not capped at 30s:\n%s", many.View())
+	if !strings.Contains(many.Render(), "retrying every 30s") {
+		t.Errorf("backoff not capped at 30s:\n%s", many.Render())
 	}
 	first := update(newModel(t, 80, 24, nil), tui.FetchErrMsg(errors.New("/admin/dynamo/workers: 401 Unauthorized (check --token)"), t0))
-	if v := first.View(); !strings.Contains(v, "no answer since 14:00:00") || !strings.Contains(v, "check --token") || !strings.Contains(v, "waiting for the first answer") {
+	if v := first.Render(); !strings.Contains(v, "no answer since 14:00:00") || !strings.Contains(v, "check --token") || !strings.Contains(v, "waiting for the first answer") {
 		t.Errorf("never connected:\n%s", v)
 	}
 }
 
 // TestNoColor: plain styles carry no escape sequences.
 func TestNoColor(t *testing.T) {
-	if v := loaded(t, 80, 24).View(); strings.Contains(v, "\x1b[") {
+	if v := loaded(t, 80, 24).Render(); strings.Contains(v, "\x1b[") {
 		t.Errorf("escape sequences without colour:\n%q", v)
 	}
 }
@@ -406,6 +410,11 @@ func TestClientErrors(t *testing.T) {
 		"garbage": {func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>oops")) }, "bad response from /admin/dynamo/workers"},
 		"401":     {func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnauthorized) }, "/admin/dynamo/workers: 401 Unauthorized (check --token)"},
 		"500":     {func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }, "500 Internal Server Error"},
+		"404 with the router's reason": {func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"message":"the admin API is off: set admin.token","type":"invalid_request_error"}}`))
+		}, "/admin/dynamo/workers: 404 Not Found: the admin API is off: set admin.token"},
+		"bare 404": {func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) }, "404 Not Found (is the admin API on"},
 		"bad metrics": {func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/metrics" {
 				_, _ = w.Write([]byte("continuum_dynamo_selection_total{role=\"decode\" 1\n"))
@@ -484,12 +493,20 @@ func TestOnce(t *testing.T) {
 	}
 }
 
-// TestKeyBurst: keys that arrive in one read act one by one, and the rest
-// of a burst after "/" is the filter.
-func TestKeyBurst(t *testing.T) {
-	m := update(loaded(t, 80, 24), tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("2/canary")})
-	if !strings.Contains(m.View(), "filter: canary") || len(m.Rows()) != 1 {
-		t.Fatalf("burst:\n%s", m.View())
+// TestFilterPaste: a paste into the filter keeps its printable characters
+// (no line break or terminal control reaches the prompt) up to the
+// filter's bound; outside the filter a paste does nothing.
+func TestFilterPaste(t *testing.T) {
+	m := update(keys(loaded(t, 200, 24), "/"), tea.PasteMsg{Content: "cana\x1b]0;owned\x07ry\n"})
+	if !strings.Contains(m.Render(), "filter: cana]0;ownedry") || strings.ContainsAny(m.Render(), "\x1b\x07") {
+		t.Fatalf("paste:\n%q", m.Render())
+	}
+	m = update(keys(m, "esc", "/"), tea.PasteMsg{Content: strings.Repeat("x", 500)})
+	if !strings.Contains(m.Render(), "filter: "+strings.Repeat("x", 64)) || strings.Contains(m.Render(), strings.Repeat("x", 65)) {
+		t.Fatalf("a long paste:\n%s", m.Render())
+	}
+	if m = update(keys(m, "esc"), tea.PasteMsg{Content: "q"}); m.Err() != nil || strings.Contains(m.Render(), "filter:") {
+		t.Fatalf("a paste outside the filter:\n%s", m.Render())
 	}
 }
 
@@ -499,7 +516,7 @@ func TestTinyTerminals(t *testing.T) {
 		m := update(loaded(t, size[0], size[1]), tui.FetchErrMsg(errors.New("router unreachable"), t0))
 		for _, k := range []string{"tab", "tab", "tab", "tab", "G", "enter", "esc", "?", "x", "/", "z"} {
 			m = keys(m, k)
-			_ = m.View()
+			_ = m.Render()
 		}
 	}
 }
@@ -514,10 +531,10 @@ func TestLongListsScroll(t *testing.T) {
 		snap.Workers.Subscriptions = append(snap.Workers.Subscriptions, admin.Subscription{Family: "kv_metrics", PublisherID: fmt.Sprint(1000 + i), State: "connected"})
 	}
 	m := update(newModel(t, 80, 24, nil), tui.SnapshotMsg(snap))
-	if v := keys(m, "4", "G").View(); !strings.Contains(v, "reason-49") || strings.Contains(v, "reason-0 ") {
+	if v := keys(m, "4", "G").Render(); !strings.Contains(v, "reason-49") || strings.Contains(v, "reason-0 ") {
 		t.Errorf("problems do not scroll:\n%s", v)
 	}
-	if v := keys(m, "2", "G").View(); !strings.Contains(v, "› kv_metrics 1049") {
+	if v := keys(m, "2", "G").Render(); !strings.Contains(v, "› kv_metrics 1049") {
 		t.Errorf("subscriptions do not scroll:\n%s", v)
 	}
 }
@@ -527,7 +544,7 @@ func TestLongListsScroll(t *testing.T) {
 func TestSparklinesRemember(t *testing.T) {
 	m := update(newModel(t, 100, 40, nil), tui.SnapshotMsg(fixture(t0, 1)), tui.SnapshotMsg(fixture(t0.Add(time.Second), 2)),
 		tui.SnapshotMsg(fixture(t0.Add(2*time.Second), 4)))
-	for _, line := range strings.Split(keys(m, "3").View(), "\n") {
+	for _, line := range strings.Split(keys(m, "3").Render(), "\n") {
 		if strings.Contains(line, "decode load") {
 			if !strings.Contains(line, "▅█") { // 50/s, then 100/s
 				t.Errorf("sparkline of two polls: %q", line)
@@ -542,14 +559,14 @@ func TestSparklinesRemember(t *testing.T) {
 // restarted) stops counting in the totals.
 func TestRatesOfVanishedSeries(t *testing.T) {
 	m := loaded(t, 80, 24)
-	if !strings.Contains(m.View(), "58 req/s") {
-		t.Fatalf("before:\n%s", m.View())
+	if !strings.Contains(m.Render(), "58 req/s") {
+		t.Fatalf("before:\n%s", m.Render())
 	}
 	next := fixture(t0.Add(2*time.Second), 2)
 	next.Metrics["continuum_dynamo_selection_total"] = map[string]float64{}
 	m = update(m, tui.SnapshotMsg(next))
-	if !strings.Contains(m.View(), " 0 req/s") {
-		t.Errorf("after the series went:\n%s", m.View())
+	if !strings.Contains(m.Render(), " 0 req/s") {
+		t.Errorf("after the series went:\n%s", m.Render())
 	}
 }
 
@@ -590,10 +607,10 @@ func TestFleetStringsEscapedForTerminal(t *testing.T) {
 	raw := func(s string) bool {
 		return strings.ContainsAny(s, "\x07\r\u202e") || strings.Contains(s, "\x1b[2J") || strings.Contains(s, "\x1b]") || strings.Contains(s, "\x1b[H") || strings.Contains(s, "\x1b[31m")
 	}
-	views := []string{m.View()}
+	views := []string{m.Render()}
 	for _, k := range []string{"enter", "esc", "tab", "tab", "tab"} {
 		m = keys(m, k)
-		views = append(views, m.View())
+		views = append(views, m.Render())
 	}
 	for i, v := range views {
 		if raw(v) {
@@ -638,7 +655,7 @@ func TestFleetStringsEscapedForTerminal(t *testing.T) {
 		t.Errorf("--once -o json counters: %v", doc.Counters)
 	}
 	// The views still draw the escaped strings after the JSON was taken.
-	if v := m.View(); raw(v) {
+	if v := m.Render(); raw(v) {
 		t.Errorf("view after --once -o json:\n%q", v)
 	}
 }
@@ -653,8 +670,65 @@ func TestErrorBannerEscaped(t *testing.T) {
 		t.Fatalf("fetch error %v: the status line did not reach it", ferr)
 	}
 	m := update(newModel(t, 200, 20, nil), tui.FetchErrMsg(ferr, t0))
-	v := m.View()
+	v := m.Render()
 	if strings.ContainsAny(v, "\x07") || strings.Contains(v, "\x1b]") || strings.Contains(v, "\x1b[2J") || !strings.Contains(v, `bad\x1b]0;owned\x07`) {
 		t.Errorf("banner:\n%q", v)
+	}
+}
+
+// TestCursorFollowsWorker: the cursor stays on its worker rank when a
+// poll re-sorts the rows (here the two prefill workers swap loads), and
+// so does the detail it opened.
+func TestCursorFollowsWorker(t *testing.T) {
+	m := loaded(t, 160, 48)
+	for i, r := range m.Rows() { // down to the less loaded prefill worker
+		if r.Worker.WorkerID == "7587890000000000002" {
+			m = keys(m, slices.Repeat([]string{"down"}, i)...)
+		}
+	}
+	before, ok := m.Selected()
+	if !ok || before.Worker.Role != "prefill" {
+		t.Fatalf("selected %+v", before.Worker)
+	}
+	next := fixture(t0.Add(2*time.Second), 3)
+	var a, b *admin.LoadSample
+	for i := range next.Load.Samples {
+		switch next.Load.Samples[i].WorkerID {
+		case "7587890000000000001":
+			a = &next.Load.Samples[i]
+		case "7587890000000000002":
+			b = &next.Load.Samples[i]
+		}
+	}
+	a.ActivePrefillTokens, b.ActivePrefillTokens = b.ActivePrefillTokens, a.ActivePrefillTokens
+	idx := func(m tui.Model, id string) int {
+		for i, r := range m.Rows() {
+			if r.Worker.WorkerID == id {
+				return i
+			}
+		}
+		return -1
+	}
+	at := idx(m, before.Worker.WorkerID)
+	m = update(keys(m, "enter"), tui.SnapshotMsg(next))
+	after, _ := m.Selected()
+	if after.Worker.WorkerID != before.Worker.WorkerID || after.Rank != before.Rank {
+		t.Fatalf("the cursor moved from worker %s to %s", before.Worker.WorkerID, after.Worker.WorkerID)
+	}
+	if idx(m, before.Worker.WorkerID) == at {
+		t.Fatalf("the poll did not re-sort the rows: the test shows nothing")
+	}
+	if !strings.Contains(m.Render(), before.Worker.WorkerID) {
+		t.Fatalf("the detail does not show the worker:\n%s", m.Render())
+	}
+}
+
+// TestSortByIDIsNumeric: instance ids are unpadded hex, ordered by value.
+func TestSortByIDIsNumeric(t *testing.T) {
+	snap := &tui.Snapshot{At: t0, Workers: admin.WorkersResponse{Enabled: true, Connected: true, Workers: []admin.Worker{
+		worker("prod", "m", "decode", "1000", "4096", 0, 1), worker("prod", "m", "decode", "fff", "4095", 0, 1)}}}
+	m := keys(update(newModel(t, 160, 48, nil), tui.SnapshotMsg(snap)), "s")
+	if rows := m.Rows(); len(rows) != 2 || rows[0].Worker.InstanceID != "fff" {
+		t.Fatalf("rows %v", rows)
 	}
 }

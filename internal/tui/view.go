@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/continuum-router/continuum/internal/iostreams"
@@ -17,8 +18,16 @@ import (
 // wide is the width from which the fleet view shows its extra columns.
 const wide = 120
 
-// View renders the whole screen at the model's size.
-func (m Model) View() string {
+// View is the program's frame: the screen Render draws, on the
+// terminal's alternate screen.
+func (m Model) View() tea.View {
+	v := tea.NewView(m.Render())
+	v.AltScreen = true
+	return v
+}
+
+// Render draws the whole screen at the model's size.
+func (m Model) Render() string {
 	if m.quitting {
 		return ""
 	}
@@ -180,7 +189,7 @@ func (m Model) tableRow(vals []string, cols []column, selected bool, style lipgl
 }
 
 // window returns at most h of lines, scrolled so that line cursor shows.
-func window(lines []string, cursor, h int) []string {
+func window[T any](lines []T, cursor, h int) []T {
 	if h <= 0 {
 		return nil
 	}
@@ -232,25 +241,40 @@ func (m Model) fleetBody(w, h int) []string {
 		}
 		return append(out, m.styles.Dim.Render(msg))
 	}
-	var lines []string
+	// The lines are laid out first (a row, or a group's header: the row
+	// it starts at, negated less one) and only those in the window are
+	// drawn: a fleet of tens of thousands of rows costs a layout pass per
+	// frame, not a formatted and styled line each.
+	layout := make([]int, 0, len(m.rows)+8)
 	cursorLine := 0
-	group := ""
 	for i := range m.rows {
-		r := &m.rows[i]
-		if g := r.group(); g != group {
-			group = g
-			n := 0
-			for j := i; j < len(m.rows) && m.rows[j].group() == g; j++ {
-				n++
-			}
-			lines = append(lines, m.styles.Group.Render("▾ "+g+fmt.Sprintf(" (%d)", n)))
+		if i == 0 || !sameGroup(&m.rows[i-1], &m.rows[i]) {
+			layout = append(layout, -i-1)
 		}
 		if i == m.cursor {
-			cursorLine = len(lines)
+			cursorLine = len(layout)
 		}
-		lines = append(lines, m.rowLine(r, i == m.cursor, cols, kvBar, pfBar))
+		layout = append(layout, i)
 	}
-	return append(out, window(lines, cursorLine, h-1)...)
+	for _, l := range window(layout, cursorLine, h-1) {
+		if l >= 0 {
+			out = append(out, m.rowLine(&m.rows[l], l == m.cursor, cols, kvBar, pfBar))
+			continue
+		}
+		first := -l - 1
+		n := 1
+		for n < len(m.rows)-first && sameGroup(&m.rows[first], &m.rows[first+n]) {
+			n++
+		}
+		out = append(out, m.styles.Group.Render("▾ "+m.rows[first].group()+fmt.Sprintf(" (%d)", n)))
+	}
+	return out
+}
+
+// sameGroup reports whether two rows are of one group (namespace, model,
+// role), as group() names it.
+func sameGroup(a, b *Row) bool {
+	return a.Worker.Namespace == b.Worker.Namespace && a.Worker.Model == b.Worker.Model && a.Worker.Role == b.Worker.Role
 }
 
 func (m Model) rowLine(r *Row, selected bool, cols []column, kvBar, pfBar int) string {

@@ -154,9 +154,20 @@ func Run(ctx context.Context, o *Options) error {
 	// only line.
 	if o.Endpoint != "" {
 		defer p.summary()
-		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: p.observe,
+		// A line when the failure changes, not one per retry (the same
+		// refusal every backoff step says nothing new).
+		// A message that comes through forgets the last failure.
+		last := ""
+		observe := func(ev load.Event) {
+			last = ""
+			p.observe(ev)
+		}
+		return load.Tail(ctx, load.TailConfig{Endpoint: o.Endpoint, Topic: o.Topic, Connector: &zmtp.Direct{}, Observe: observe,
 			OnError: func(err error) {
-				fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %s\n", o.Endpoint, iostreams.Printable(err.Error()))
+				if msg := iostreams.Printable(err.Error()); msg != last {
+					last = msg
+					fmt.Fprintf(o.IO.ErrOut, "tail-load: %s: %s\n", o.Endpoint, msg)
+				}
 			}})
 	}
 	cfg, err := o.Discovery.Resolve(o.ConfigFile, o.Env)

@@ -225,3 +225,25 @@ func TestTailSourceErrorsAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestTailEndpointFailureOnce: a publisher that refuses every attempt is
+// named once, not once per retry.
+func TestTailEndpointFailureOnce(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	ios, _, _, errOut := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // a port that refuses
+	if code := cli.Run(ctx, f, []string{"tail-load", "tcp://" + addr}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if n := strings.Count(errOut.String(), "refused"); n != 1 {
+		t.Fatalf("%d failure lines:\n%s", n, errOut)
+	}
+}

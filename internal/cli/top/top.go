@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
@@ -136,7 +136,10 @@ func Run(ctx context.Context, o *Options) (err error) {
 	if o.Once {
 		return once(ctx, o, m, client)
 	}
-	popts := append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithInput(o.IO.In), tea.WithOutput(o.IO.Out)},
+	// Signals are the root context's (it ends on SIGINT and SIGTERM, and
+	// the program with it): a second handler in the program raced it and
+	// could leave top hung on a signal, the terminal in raw mode.
+	popts := append([]tea.ProgramOption{tea.WithContext(ctx), tea.WithoutSignalHandler(), tea.WithInput(o.IO.In), tea.WithOutput(o.IO.Out)},
 		o.ProgramOptions...)
 	_, err = tea.NewProgram(m, popts...).Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/continuum-router/continuum/internal/cli"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
@@ -96,7 +96,7 @@ func TestInteractiveDemo(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- top.Run(context.Background(), &top.Options{IO: ios, Env: os.LookupEnv, Demo: true, Interval: 200 * time.Millisecond,
-			ProgramOptions: []tea.ProgramOption{tea.WithInput(pr), tea.WithOutput(ios.Out)}})
+			ProgramOptions: []tea.ProgramOption{tea.WithInput(pr), tea.WithOutput(ios.Out), tea.WithWindowSize(120, 30)}})
 	}()
 	testutil.Eventually(t, 30*time.Second, "the fleet view", func() bool { return strings.Contains(out.String(), "prefill (2)") })
 	_, _ = pw.Write([]byte("2"))
