@@ -413,7 +413,13 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte, limit int) {
 		return
 	}
 	if len(value) > MaxRecordBytes {
-		problemFor(rec, ProblemOversized, "value of %d bytes is larger than %d bytes; refused before parsing", len(value), MaxRecordBytes)
+		if len(value) == MaxRecordBytes+1 {
+			// A source that reads one byte past the bound (the file store)
+			// gives no more: the value's true size is not known here.
+			problemFor(rec, ProblemOversized, "value larger than %d bytes; refused before parsing", MaxRecordBytes)
+		} else {
+			problemFor(rec, ProblemOversized, "value of %d bytes is larger than %d bytes; refused before parsing", len(value), MaxRecordBytes)
+		}
 		return
 	}
 	switch space {
@@ -993,10 +999,13 @@ func truncate(s string) string {
 	return s
 }
 
-// componentRole is the role a component name claims, if any.
+// componentRole is the role a component name claims, if any: it names
+// prefill or decode as a word of its own (prefill, VllmPrefillWorker,
+// TRTLLMDecodeWorker, sglang-decode, decode2), not inside a longer word
+// (VllmWorker-decodeheavy, an aggregated pool, claims nothing and its card
+// decides).
 func componentRole(component string) Role {
-	c := strings.ToLower(component)
-	p, d := strings.Contains(c, "prefill"), strings.Contains(c, "decode")
+	p, d := namesWord(component, "prefill"), namesWord(component, "decode")
 	switch {
 	case p && !d:
 		return RolePrefill
@@ -1005,6 +1014,32 @@ func componentRole(component string) Role {
 	}
 	return ""
 }
+
+// namesWord reports whether word (lower case) appears in name, in any case,
+// as a word: starting at the name's start, after a character that is not
+// a letter, or with a capital after any letter (camel case); and ending at
+// the name's end or before a character that is not a lower-case letter.
+func namesWord(name, word string) bool {
+	lower := strings.ToLower(name)
+	for from := 0; ; {
+		i := strings.Index(lower[from:], word)
+		if i < 0 {
+			return false
+		}
+		i += from
+		end := i + len(word)
+		startOK := i == 0 || !isLetter(name[i-1]) || isUpper(name[i])
+		endOK := end == len(name) || !isLower(name[end])
+		if startOK && endOK {
+			return true
+		}
+		from = i + 1
+	}
+}
+
+func isLower(c byte) bool  { return 'a' <= c && c <= 'z' }
+func isUpper(c byte) bool  { return 'A' <= c && c <= 'Z' }
+func isLetter(c byte) bool { return isLower(c) || isUpper(c) }
 
 // roleClaim is the role a card claims, and the card that says so.
 type roleClaim struct {

@@ -472,8 +472,8 @@ func TestProblemReasonsBounded(t *testing.T) {
 	long := strings.Repeat("x", 64<<10)
 	r := fleet.NewReducer()
 	put := func(k, v string) { r.Put(k, []byte(v), t0) }
-	put("v1/instances/dynamo/p/generate/1", `{"component":"prefill`+long+`","endpoint":"generate","instance_id":1}`)
-	put("v1/mdc/dynamo/p/generate/1", `{"component":"prefill`+long+`","endpoint":"generate","instance_id":1,"card_json":{"worker_type":"Decode"}}`)
+	put("v1/instances/dynamo/p/generate/1", `{"component":"prefill-`+long+`","endpoint":"generate","instance_id":1}`)
+	put("v1/mdc/dynamo/p/generate/1", `{"component":"prefill-`+long+`","endpoint":"generate","instance_id":1,"card_json":{"worker_type":"Decode"}}`)
 	put("v1/instances/dynamo/b/generate/2", `{"component":"`+long+`","endpoint":"generate","instance_id":2}`)
 	put("v1/mdc/dynamo/b/generate/2", `{"component":"`+long+`","endpoint":"`+long+`","instance_id":2}`)
 	put("v1/mdc/dynamo/b/generate/20", `{"component":"`+long+`","endpoint":"`+long+`","instance_id":2}`)
@@ -655,5 +655,37 @@ func TestKeepFirstSeen(t *testing.T) {
 	r.Put(key(2), endpoint(2), t2)
 	if got, want := seen(r.Build(t2)), map[uint64]time.Time{1: t0, 2: t2, 3: t1}; !maps.Equal(got, want) {
 		t.Fatalf("a worker of the old view found after the resync: %v, want %v", got, want)
+	}
+}
+
+// TestComponentNamesRole: a component names a role when prefill or decode
+// is a word of its name; a longer word that starts so (the aggregated
+// pools VllmWorker-decodeheavy and VllmWorker-prefillheavy) names none,
+// and the card's aggregated worker_type decides without a conflict.
+func TestComponentNamesRole(t *testing.T) {
+	for comp, want := range map[string]fleet.Role{
+		"prefill": fleet.RolePrefill, "VllmPrefillWorker": fleet.RolePrefill, "TRTLLMPrefillWorker": fleet.RolePrefill,
+		"sglang-prefill-0": fleet.RolePrefill, "decode": fleet.RoleDecode, "VllmDecodeWorker": fleet.RoleDecode, "decode2": fleet.RoleDecode,
+		"VllmWorker-decodeheavy": fleet.RoleAggregated, "VllmWorker-prefillheavy": fleet.RoleAggregated, "backend": fleet.RoleAggregated,
+		"predecode": fleet.RoleAggregated,
+	} {
+		r := fleet.NewReducer()
+		ek, mk := "v1/instances/dynamo/"+comp+"/generate/7", "v1/mdc/dynamo/"+comp+"/generate/7"
+		r.Put(ek, []byte(`{"type":"Endpoint","component":"`+comp+`","endpoint":"generate","instance_id":7}`), t0)
+		// A card without worker_type says aggregated by default, which a
+		// component naming a role overrides.
+		r.Put(mk, []byte(`{"type":"Model","component":"`+comp+`","endpoint":"generate","instance_id":7,"card_json":{"display_name":"m","model_type":"Chat"}}`), t0)
+		snap := r.Build(t0)
+		if snap.Workers.Len() != 1 || workers(snap)[0].Role != want || len(snap.Problems) != 0 {
+			t.Errorf("%s: workers %+v problems %+v, want one %s worker", comp, workers(snap), snap.Problems, want)
+		}
+	}
+	// An aggregated card under a pool named decodeheavy: no conflict.
+	r := fleet.NewReducer()
+	const comp = "VllmWorker-decodeheavy"
+	r.Put("v1/instances/dynamo/"+comp+"/generate/7", []byte(`{"type":"Endpoint","component":"`+comp+`","endpoint":"generate","instance_id":7}`), t0)
+	r.Put("v1/mdc/dynamo/"+comp+"/generate/7", []byte(`{"type":"Model","component":"`+comp+`","endpoint":"generate","instance_id":7,"card_json":{"display_name":"solar-pro4","worker_type":"Prefill | Decode"}}`), t0)
+	if snap := r.Build(t0); snap.Workers.Len() != 1 || workers(snap)[0].Role != fleet.RoleAggregated || len(snap.Problems) != 0 {
+		t.Errorf("aggregated pool: workers %+v problems %+v", workers(snap), snap.Problems)
 	}
 }
