@@ -138,7 +138,7 @@ func (x *exchange) route() {
 	}
 	req := shim.Request[*Backend]{
 		Model:        x.q.Model,
-		PromptTokens: pick.EstimateTokens(x.q.promptText()),
+		PromptTokens: pick.EstimateTokens(x.q.promptText()) + x.q.promptIDs(),
 		BookTokens:   x.bookTokens,
 		Path:         x.path,
 		Body:         pinBody,
@@ -503,7 +503,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	} else {
 		b.release(resp.StatusCode < 500, x.s.opts.Now())
 	}
-	stream := strings.HasPrefix(answerContentType(resp), "text/event-stream")
+	stream := isEventStream(answerContentType(resp))
 	if pin == nil && !stream && x.out == nil {
 		// Plain routing has nothing to inspect: copy through, with the
 		// backend's length (the answer then goes out as its last byte is
@@ -560,6 +560,13 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	relay := relayStream
 	if x.out != nil {
 		relay = x.out.stream
+	} else if !bodyBuffered(resp.Body) {
+		// The first event has not come with the head (a prefill still
+		// queued): the client gets the head now rather than with the first
+		// token. When it has come, head and event go out in one write.
+		if err := flusher(x.w)(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return x.broken(b, resp.StatusCode, err), false
+		}
 	}
 	if err := relay(x.w, resp.Body); err != nil {
 		return x.broken(b, resp.StatusCode, err), false
@@ -856,6 +863,21 @@ func (x *exchange) writeOwnHeaders(b *Backend, pin *pick.Pin) {
 }
 
 var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// isEventStream reports whether a Content-Type is text/event-stream (its
+// type and subtype are case-insensitive; parameters may follow).
+func isEventStream(ct string) bool {
+	const t = "text/event-stream"
+	return len(ct) >= len(t) && strings.EqualFold(ct[:len(t)], t) && (len(ct) == len(t) || ct[len(t)] == ';' || ct[len(t)] == ' ')
+}
+
+// bodyBuffered reports whether some of an answer's body has been read from
+// its connection already (the router's own client knows; any other body
+// says no).
+func bodyBuffered(body io.Reader) bool {
+	b, ok := body.(interface{ Buffered() int })
+	return ok && b.Buffered() > 0
+}
 
 // relayStream copies an SSE body to the client, flushing after every read
 // so events are not held back. The read that ends the body is not flushed:

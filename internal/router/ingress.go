@@ -311,7 +311,31 @@ type sseReader struct {
 func newSSEReader(r io.Reader) *sseReader {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
+	sc.Split(scanSSELines)
 	return &sseReader{sc: sc}
+}
+
+// scanSSELines splits at the line ends server-sent events allow: CR LF,
+// LF, or CR alone.
+func scanSSELines(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	i := bytes.IndexAny(data, "\r\n")
+	switch {
+	case i < 0:
+		if atEOF && len(data) > 0 {
+			return len(data), data, nil
+		}
+		return 0, nil, nil
+	case data[i] == '\n':
+		return i + 1, data[:i], nil
+	case i+1 < len(data):
+		if data[i+1] == '\n' {
+			return i + 2, data[:i], nil
+		}
+		return i + 1, data[:i], nil
+	case atEOF:
+		return i + 1, data[:i], nil
+	}
+	return 0, nil, nil // a CR last: an LF may follow
 }
 
 // next returns the next event, io.EOF at the end of the stream, or the
@@ -328,6 +352,7 @@ func (r *sseReader) next() (sseEvent, error) {
 				ev.data = bytes.Join(data, []byte("\n"))
 				return ev, nil
 			}
+			ev.name = "" // an event without data is not one: its name goes too
 			continue
 		}
 		if line[0] == ':' {
@@ -344,7 +369,6 @@ func (r *sseReader) next() (sseEvent, error) {
 			seen = true
 		case "event":
 			ev.name = string(value)
-			seen = true
 		}
 	}
 	if err := r.sc.Err(); err != nil {

@@ -40,7 +40,7 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 	// What the router reads of the fields: each name's first value, as a
 	// header map's Get gives it.
 	var id, authorization, apiKey string
-	var hasID, hasAuthorization, hasAPIKey bool
+	var hasID, idRepeated, hasAuthorization, hasAPIKey bool
 	for fields := rq.Fields; ; {
 		name, line, rest, ok := h1.NextField(fields)
 		if !ok {
@@ -58,6 +58,8 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 		case requestIDHeader:
 			if !hasID {
 				id, hasID = h1.LineValue(line), true
+			} else {
+				idRepeated = true
 			}
 		case "Authorization":
 			if !hasAuthorization {
@@ -76,6 +78,10 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 	*x = exchange{s: s, w: rec, fields: rq.Fields, ctx: rq.Context(), path: e.path}
 	if !hasID || !validRequestID(id) {
 		id = newRequestID()
+		x.newID = rec.idSlot[:]
+	} else if idRepeated {
+		// The first value goes on alone, as the router's own: the lines
+		// after it were never checked.
 		x.newID = rec.idSlot[:]
 	}
 	rec.idSlot[0] = id

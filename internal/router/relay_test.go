@@ -154,3 +154,55 @@ func TestPlainAnswerKeepsLength(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamHeadBeforeFirstEvent: a stream whose head comes before its
+// first event (a prefill still queued) has its head relayed at once, on
+// the lean server and on net/http's, not held until the first token.
+func TestStreamHeadBeforeFirstEvent(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "Text/Event-Stream; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "data: {\"n\":0}\n\ndata: [DONE]\n\n")
+	}))
+	defer be.Close()
+	defer close(release)
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "be", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	srv := router.New(router.Options{Config: cfg})
+	srv.SetReady(true)
+	ns := httptest.NewServer(srv.Handler())
+	defer ns.Close()
+	for name, url := range map[string]string{"lean": testutil.LeanServer(t, srv.Handler()), "net/http": ns.URL} {
+		got := make(chan *http.Response, 1)
+		go func() {
+			resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- resp
+		}()
+		select {
+		case resp := <-got:
+			_ = resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.EqualFold(resp.Header.Get("Content-Type"), "text/event-stream; charset=utf-8") {
+				t.Errorf("%s: %d %v", name, resp.StatusCode, resp.Header)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no head while the backend holds its first event", name)
+		}
+	}
+}

@@ -3,24 +3,56 @@ package router
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"unicode/utf8"
 )
 
 // decodeRequest decodes an inference request's body into q as
-// json.Unmarshal does, but for its raw members, which may share body's
+// decodeExact does, but for its raw members, which may share body's
 // bytes (body must not change while q is used). A body of the common shape (an object whose field
 // names are plain, a model name without escapes, stream a boolean,
 // messages objects, no field twice) is read here in one pass with a
 // handful of allocations; anything else, invalid JSON included, goes to
-// json.Unmarshal, whose errors the client then sees. encoding/json's
+// decodeExact, whose errors the client then sees. encoding/json's
 // reflection walks a large amount of code and type data for each body,
 // which a router woken for each request meets with cold caches.
 func decodeRequest(body []byte, q *request) error {
 	if decodePlainRequest(body, q) {
 		return nil
 	}
+	return decodeExact(body, q)
+}
+
+// errNotARequest is a body that is JSON but not an inference request.
+var errNotARequest = errors.New("the body is not a valid request")
+
+// decodeExact decodes body's members by their exact names, as the
+// backends read them (serde, pydantic): encoding/json would take "MODEL"
+// for model too, and the router would route by a name the backend never
+// sees. A repeated member's last value counts.
+func decodeExact(body []byte, q *request) error {
 	*q = request{}
-	return json.Unmarshal(body, q)
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%w: it is not a JSON object", errNotARequest)
+		}
+		return fmt.Errorf("the body is not valid JSON: %w", err)
+	}
+	for _, f := range []struct {
+		name, want string
+		dst        any
+	}{{"model", "a string", &q.Model}, {"stream", "a boolean", &q.Stream}, {"messages", "a list of objects", &q.Messages}} {
+		if v, ok := members[f.name]; ok {
+			if json.Unmarshal(v, f.dst) != nil {
+				return fmt.Errorf("%w: %s must be %s", errNotARequest, f.name, f.want)
+			}
+		}
+	}
+	q.Prompt, q.Nvext = members["prompt"], members["nvext"]
+	return nil
 }
 
 // maxPlainDepth bounds the nesting decodePlainRequest follows; a deeper
@@ -50,15 +82,10 @@ func decodePlainRequest(body []byte, q *request) bool {
 		case "nvext":
 			i = 4
 		default:
-			// json.Unmarshal matches field names without regard to case;
-			// such a name is left to it.
-			if foldsToField(key) {
-				return false
-			}
-			return d.skip(1)
+			return d.skip(1) // "MODEL" too: names are matched exactly
 		}
 		if seen[i] {
-			return false // the last one wins there: left to json.Unmarshal
+			return false // the last one wins there: left to decodeExact
 		}
 		seen[i] = true
 		switch i {
@@ -80,18 +107,6 @@ func decodePlainRequest(body []byte, q *request) bool {
 	}
 	d.space()
 	return d.i == len(d.b)
-}
-
-// foldsToField reports whether key matches a field of request without
-// regard to case (json.Unmarshal's rule), other than exactly. Keys here
-// are ASCII, so Unicode folding is ASCII folding.
-func foldsToField(key []byte) bool {
-	for _, f := range [...]string{"model", "stream", "messages", "prompt", "nvext"} {
-		if bytes.EqualFold(key, []byte(f)) {
-			return true
-		}
-	}
-	return false
 }
 
 // plainDecoder reads JSON from b at i. Its methods report false for what

@@ -77,7 +77,7 @@ func FuzzDecodeRequest(f *testing.F) {
 func checkDecodeRequest(t *testing.T, body []byte) bool {
 	t.Helper()
 	var want request
-	werr := json.Unmarshal(body, &want)
+	werr := decodeExact(body, &want)
 	var plain request
 	ok := decodePlainRequest(body, &plain)
 	if ok && werr != nil {
@@ -133,5 +133,43 @@ func TestDecodeRawClipped(t *testing.T) {
 	}
 	if string(body) != orig {
 		t.Fatalf("the body changed: %s", body)
+	}
+}
+
+// TestPromptIDsCounted: a prompt of token ids counts one token per id
+// (text estimates leave it empty), single and batched, on both decoders.
+func TestPromptIDsCounted(t *testing.T) {
+	for body, want := range map[string]int{
+		`{"model":"m","prompt":[1,2,3]}`:              3,
+		`{"model":"m","prompt":[[1,2],[3,4,5]]}`:      5,
+		`{"model":"m","prompt":"once upon a time"}`:   0,
+		`{"model":"m","prompt":["a","b"]}`:            0,
+		`{"model":"m","messages":[],"prompt":null}`:   0,
+		`{"model":"m","prompt":[1,2,3],"x":"\u00e9"}`: 3,
+	} {
+		var q request
+		if err := decodeRequest([]byte(body), &q); err != nil {
+			t.Fatal(err)
+		}
+		if got := q.promptIDs(); got != want {
+			t.Errorf("%s: %d ids, want %d", body, got, want)
+		}
+	}
+}
+
+// TestDecodeExactNames: members are matched by their exact names, as the
+// backends match them; a name in another case is another member.
+func TestDecodeExactNames(t *testing.T) {
+	for body, want := range map[string]request{
+		`{"model":"a","MODEL":"b"}`:                  {Model: "a"},
+		`{"MODEL":"b","Stream":true,"model":"a"}`:    {Model: "a"},
+		`{"Model":"b"}`:                              {},
+		`{"model":"a","model":"c","stream":true}`:    {Model: "c", Stream: true},
+		`{"model":"a","Prompt":"x","NVEXT":{"a":1}}`: {Model: "a"},
+	} {
+		var q request
+		if err := decodeRequest([]byte(body), &q); err != nil || !reflect.DeepEqual(q, want) {
+			t.Errorf("%s: %+v %v, want %+v", body, q, err, want)
+		}
 	}
 }

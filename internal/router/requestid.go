@@ -21,6 +21,9 @@ const maxRequestIDLen = 128
 // slot, which the caller allocated with the request's other state.
 func requestID(r *http.Request, slot *[1]string) (string, []string) {
 	if vs := r.Header[requestIDHeader]; len(vs) > 0 && validRequestID(vs[0]) {
+		// Its first value only, to the backend too: a repeated field's
+		// other values were never checked.
+		r.Header[requestIDHeader] = vs[:1:1]
 		return vs[0], vs[:1:1]
 	}
 	id := newRequestID()

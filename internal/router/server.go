@@ -435,6 +435,33 @@ func (q *request) promptText() string {
 	return strings.Join(parts, "\n")
 }
 
+// promptIDs counts the token ids of a prompt given as ids ([1, 2, 3], or a
+// batch of such lists), which promptText has no text of: their number is
+// the prompt's length exactly.
+func (q *request) promptIDs() int {
+	var list []json.RawMessage
+	if len(q.Prompt) == 0 || q.Prompt[0] != '[' || json.Unmarshal(q.Prompt, &list) != nil {
+		return 0
+	}
+	n := 0
+	for _, item := range list {
+		switch {
+		case len(item) > 0 && (item[0] == '-' || '0' <= item[0] && item[0] <= '9'):
+			n++
+		case len(item) > 0 && item[0] == '[':
+			var ids []json.RawMessage
+			if json.Unmarshal(item, &ids) == nil {
+				for _, id := range ids {
+					if len(id) > 0 && (id[0] == '-' || '0' <= id[0] && id[0] <= '9') {
+						n++
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
 // statusRecorder remembers the status written, for logs and metrics. It
 // also holds what the request needs for the whole of its handling, so
 // that it comes in one allocation: its id's header value and its
@@ -684,11 +711,11 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, path str
 func (x *exchange) serveBody(body []byte) {
 	q := &x.query
 	if err := decodeRequest(body, q); err != nil {
-		writeError(x.w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
+		writeError(x.w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
 	if q.Model == "" {
-		writeError(x.w, http.StatusBadRequest, CodeBadRequest, "model is required")
+		writeParamError(x.w, http.StatusBadRequest, CodeBadRequest, "model", "model is required")
 		return
 	}
 	if len(q.Nvext) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -130,4 +131,28 @@ func TestConvertedStreamBounded(t *testing.T) {
 			t.Error("a stream holds up to maxBufferedResponse of its answer")
 		}
 	})
+}
+
+// TestSSEReaderFraming: lines end in CR LF, LF or CR alone; an event
+// without data is none (its name does not carry over to the next); a
+// comment is skipped; the last event may end with the stream.
+func TestSSEReaderFraming(t *testing.T) {
+	t.Parallel()
+	body := "event: ping\n\n: keep-alive\r\n\r\ndata: {\"a\":1}\rdata: x\r\rdata: 2\r\n\r\nevent: e\ndata: 3\n\ndata: last"
+	rd := newSSEReader(strings.NewReader(body))
+	var got []string
+	for {
+		ev, err := rd.next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		got = append(got, ev.name+"|"+string(ev.data))
+	}
+	want := []string{"|{\"a\":1}\nx", "|2", "e|3", "|last"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
 }

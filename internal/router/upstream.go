@@ -518,6 +518,15 @@ type upBody struct {
 	err  error // what reads return once done: io.EOF, or why the body ended
 }
 
+// Buffered is how many bytes of the connection's input are read and not
+// yet taken: some of the body when not zero.
+func (b *upBody) Buffered() int {
+	if b.c == nil || b.c.br == nil || b.done.Load() {
+		return 0
+	}
+	return b.c.br.Buffered()
+}
+
 func (b *upBody) Read(p []byte) (int, error) {
 	if b.done.Load() {
 		return 0, b.doneErr()
