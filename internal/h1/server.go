@@ -286,26 +286,29 @@ func (c *conn) serve() bool {
 // lean path does not serve is handed off (errHandedOff).
 func (c *conn) readHead() (head, error) {
 	s := c.srv
-	if c.br.Buffered() == 0 {
-		if c.served > 0 {
-			wait := s.IdleTimeout
-			if wait == 0 {
-				wait = s.ReadTimeout
+	for {
+		if c.br.Buffered() == 0 {
+			if c.served > 0 {
+				wait := s.IdleTimeout
+				if wait == 0 {
+					wait = s.ReadTimeout
+				}
+				c.setIdleDeadline(wait)
+			} else {
+				c.setReadDeadline(s.headerTimeout())
 			}
-			c.setIdleDeadline(wait)
-		} else {
-			c.setReadDeadline(s.headerTimeout())
+			c.state.Store(stateIdle)
+			if s.shutting.Load() {
+				return head{}, net.ErrClosed
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				return head{}, err
+			}
+			c.state.Store(stateActive)
 		}
-		c.state.Store(stateIdle)
-		if s.shutting.Load() {
-			return head{}, net.ErrClosed
+		if !c.afterPost {
+			break
 		}
-		if _, err := c.br.Peek(1); err != nil {
-			return head{}, err
-		}
-		c.state.Store(stateActive)
-	}
-	if c.afterPost {
 		c.afterPost = false
 		// Of what has come (at least a byte): waiting for four would hold
 		// a connection past its header timeout on three bytes.
@@ -315,6 +318,8 @@ func (c *conn) readHead() (head, error) {
 			n++
 		}
 		_, _ = c.br.Discard(n)
+		// Line breaks and nothing after them: the connection is idle
+		// again, waiting for its next request as before them.
 	}
 	if s.ReadTimeout > 0 {
 		c.started = time.Now() // ReadTimeout counts from the head's first byte
