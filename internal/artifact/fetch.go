@@ -242,9 +242,9 @@ var ErrCacheWrite = errors.New("artifact cache write failed")
 // local path (or, when that is not on this host, downloaded from its
 // HFFallback if hf artifacts are allowed), or from the cache's
 // blobs/<hex> (verified on every read; a corrupted blob is removed), or
-// downloaded, verified and cached. It is
-// what Loader runs; onCache, when set, hears of a removed blob and of a
-// blob it could not write (ErrCacheWrite), which fails nothing.
+// downloaded, verified and cached. It is what Loader runs; onCache, when
+// set, hears of a removed blob and of a blob it could not write
+// (ErrCacheWrite), which fails nothing.
 func (p *Policy) Fetch(ctx context.Context, client *http.Client, ref Ref, onCache func(error)) ([]byte, error) {
 	if err := p.admit(ref); err != nil {
 		return nil, err
