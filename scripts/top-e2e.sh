@@ -44,7 +44,7 @@ wait_gone() {
 
 keys() { t send-keys -t "$session" "$@"; }
 
-# run WIDTH HEIGHT ENV...: a user's terminal (CI unset: termenv treats CI as no terminal).
+# run WIDTH HEIGHT ENV...: a user's terminal (CI unset: colour detection may take CI as no terminal).
 run() {
 	t new-session -d -s "$session" -x "$1" -y "$2" env -u CI TERM=xterm-256color "${@:3}" "$bin" top --demo --interval 300ms
 }
