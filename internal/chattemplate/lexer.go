@@ -1,7 +1,9 @@
 package chattemplate
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -373,6 +375,23 @@ func (lx *lexer) inside(c byte) error {
 }
 
 func (lx *lexer) number(s string) error {
+	// 0x, 0o and 0b integers (any case, with underscores between digits),
+	// as jinja lexes them; the parser gets them in decimal.
+	if len(s) > 2 && s[0] == '0' && strings.ContainsRune("xXoObB", rune(s[1])) {
+		n := 2
+		for n < len(s) && (s[n] >= '0' && s[n] <= '9' || s[n] >= 'a' && s[n] <= 'z' || s[n] >= 'A' && s[n] <= 'Z' || s[n] == '_') {
+			n++
+		}
+		// Not one ("0or x"): the 0 is a decimal integer, as jinja's
+		// pattern would take it; too large is an error either way.
+		if v, err := strconv.ParseInt(s[:n], 0, 64); err == nil {
+			lx.emit(tkInt, strconv.FormatInt(v, 10))
+			lx.advance(n)
+			return nil
+		} else if errors.Is(err, strconv.ErrRange) {
+			return lx.errorf("integer %s out of range", s[:n])
+		}
+	}
 	n := 0
 	digits := func() {
 		for n < len(s) && (s[n] >= '0' && s[n] <= '9' || s[n] == '_' && n+1 < len(s) && s[n+1] >= '0' && s[n+1] <= '9') {

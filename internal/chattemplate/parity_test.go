@@ -36,6 +36,11 @@ var parityCases = []parityCase{
 		want:     `False|True|True|True|True|False|9007199254740993|True`,
 	},
 	{
+		name:     "prefixed_integers_and_float_overflow",
+		template: `{{ 0x1F }}|{{ 0o17 }}|{{ 0b101 }}|{{ 0X1f }}|{{ 0x_ff }}|{{ 1e400 }}|{{ -1e400 }}|{{ 0x1F + 1 }}|{{ 1_000 }}|{{ 0 if 0or 1 }}`,
+		want:     `31|15|5|31|255|inf|-inf|32|1000|0`,
+	},
+	{
 		name:     "number_after_dot_is_an_index",
 		template: `{{ x.0.1 }}|{{ x.1.0 }}|{{ x.0[1] }}`,
 		vars:     `{"x": [[1, 2], [3, 4]]}`,

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -1073,8 +1074,9 @@ func (p *parser) parsePrimary() (expr, error) {
 		}
 		return &constExpr{i}, nil
 	case tkFloat:
+		// Beyond float64's range Python's float() gives an infinity.
 		f, err := strconv.ParseFloat(t.val, 64)
-		if err != nil {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return nil, fmt.Errorf("line %d: bad float %s", t.line, t.val)
 		}
 		return &constExpr{f}, nil
