@@ -473,16 +473,21 @@ func (a *anthropicOut) upstreamError(status int, data []byte) []byte {
 }
 
 // anthropicUsage is a Messages usage.
+// A prompt's tokens read from the cache are cache_read_input_tokens,
+// outside input_tokens, as the Messages API counts them (its input is
+// input_tokens plus the cache's).
 type anthropicUsage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	InputTokens          int `json:"input_tokens"`
+	CacheReadInputTokens int `json:"cache_read_input_tokens,omitempty"`
+	OutputTokens         int `json:"output_tokens"`
 }
 
 func usageOf(u *chatUsage) anthropicUsage {
 	if u == nil {
 		return anthropicUsage{}
 	}
-	return anthropicUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
+	cached := u.cached()
+	return anthropicUsage{InputTokens: u.PromptTokens - cached, CacheReadInputTokens: cached, OutputTokens: u.CompletionTokens}
 }
 
 // stopReason is the Messages stop reason of a chat finish reason.

@@ -461,3 +461,29 @@ func TestParsesAsUUID(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageCachedAndReasoning: a backend's cached prompt tokens are the
+// Messages API's cache_read_input_tokens, outside input_tokens, and the
+// Responses API's input_tokens_details.cached_tokens, inside
+// input_tokens; reasoning tokens are output_tokens_details'.
+func TestUsageCachedAndReasoning(t *testing.T) {
+	t.Parallel()
+	var u chatUsage
+	if err := json.Unmarshal([]byte(`{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,
+		"prompt_tokens_details":{"cached_tokens":64},"completion_tokens_details":{"reasoning_tokens":12}}`), &u); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := json.Marshal(usageOf(&u)); string(got) != `{"input_tokens":36,"cache_read_input_tokens":64,"output_tokens":20}` {
+		t.Errorf("messages usage %s", got)
+	}
+	got, _ := json.Marshal(responsesUsage(&u))
+	if want := `{"input_tokens":100,"input_tokens_details":{"cached_tokens":64},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":12},"total_tokens":120}`; string(got) != want {
+		t.Errorf("responses usage %s, want %s", got, want)
+	}
+	// Without details, as before: nothing cached, nothing reasoned.
+	var plain chatUsage
+	_ = json.Unmarshal([]byte(`{"prompt_tokens":10,"completion_tokens":2}`), &plain)
+	if got, _ := json.Marshal(usageOf(&plain)); string(got) != `{"input_tokens":10,"output_tokens":2}` {
+		t.Errorf("messages usage %s", got)
+	}
+}

@@ -142,9 +142,32 @@ type chatCompletion struct {
 }
 
 type chatUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// cached is how many of the prompt's tokens the backend reports served
+// from its cache (prompt_tokens_details.cached_tokens), within the prompt.
+func (u *chatUsage) cached() int {
+	if u.PromptTokensDetails == nil {
+		return 0
+	}
+	return min(max(u.PromptTokensDetails.CachedTokens, 0), u.PromptTokens)
+}
+
+// reasoning is how many completion tokens were reasoning.
+func (u *chatUsage) reasoning() int {
+	if u.CompletionTokensDetails == nil {
+		return 0
+	}
+	return min(max(u.CompletionTokensDetails.ReasoningTokens, 0), u.CompletionTokens)
 }
 
 // chatChunk is what a converter reads of one chat.completion.chunk.

@@ -399,8 +399,8 @@ func responsesUsage(u *chatUsage) any {
 	if u == nil {
 		return nil
 	}
-	return object{{"input_tokens", u.PromptTokens}, {"input_tokens_details", object{{"cached_tokens", 0}}},
-		{"output_tokens", u.CompletionTokens}, {"output_tokens_details", object{{"reasoning_tokens", 0}}},
+	return object{{"input_tokens", u.PromptTokens}, {"input_tokens_details", object{{"cached_tokens", u.cached()}}},
+		{"output_tokens", u.CompletionTokens}, {"output_tokens_details", object{{"reasoning_tokens", u.reasoning()}}},
 		{"total_tokens", u.PromptTokens + u.CompletionTokens}}
 }
 
