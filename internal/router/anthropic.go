@@ -38,9 +38,9 @@ import (
 //     ignore it). The frontend's reasoning_content then comes back as
 //     thinking blocks (without a signature); without thinking enabled it is
 //     dropped.
-//   - Server tools (a tools entry with a type other than custom) and
-//     document, search result or file-source blocks are refused (400): the
-//     router runs no tools and keeps no files.
+//   - Server tools (a tools entry with a type other than custom),
+//     mcp_servers, container and document, search result or file-source
+//     blocks are refused (400): the router runs no tools and keeps no files.
 
 // anthropicRequest is what the router reads of a Messages request.
 type anthropicRequest struct {
@@ -61,6 +61,10 @@ type anthropicRequest struct {
 	Thinking *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
+	// Features the router cannot carry out (it runs no tools and no
+	// containers): refused rather than dropped, as server tools are.
+	MCPServers json.RawMessage `json:"mcp_servers"`
+	Container  json.RawMessage `json:"container"`
 }
 
 type anthropicMessage struct {
@@ -114,6 +118,12 @@ func convertMessages(q *anthropicRequest, count bool) (*chatRequest, *requestErr
 	}
 	if len(q.Messages) == 0 {
 		return nil, badParam("messages", "at least one message is required")
+	}
+	if !isNull(q.MCPServers) {
+		return nil, badParam("mcp_servers", "MCP servers are not supported: this router runs no tools")
+	}
+	if !isNull(q.Container) {
+		return nil, badParam("container", "containers are not supported: this router runs no tools")
 	}
 	c := &chatRequest{Model: q.Model, MaxTokens: q.MaxTokens, Temperature: q.Temperature, TopP: q.TopP, TopK: q.TopK}
 	if len(q.System) > 0 && string(q.System) != "null" {

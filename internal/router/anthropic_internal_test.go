@@ -143,6 +143,8 @@ func TestConvertMessagesRefusals(t *testing.T) {
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}`, "messages.0.role", "not one of"},
 		{`{"model":"m","max_tokens":5,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"x"}]}`, "tools.0.type", "server tool"},
 		{`{"model":"m","max_tokens":5,"tools":[{"name":"f"}],"messages":[{"role":"user","content":"x"}]}`, "tools.0.input_schema", "Field required"},
+		{`{"model":"m","max_tokens":5,"mcp_servers":[{"type":"url","url":"https://mcp.example/sse","name":"x"}],"messages":[{"role":"user","content":"x"}]}`, "mcp_servers", "not supported"},
+		{`{"model":"m","max_tokens":5,"container":"container_1","messages":[{"role":"user","content":"x"}]}`, "container", "not supported"},
 		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"sometimes"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.type", "not one of"},
 		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"tool"},"messages":[{"role":"user","content":"x"}]}`, "tool_choice.name", "Field required"},
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","data":"x"}}]}]}`, "messages.0.content.0.type", "not supported"},
