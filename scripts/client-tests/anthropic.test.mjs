@@ -42,9 +42,19 @@ function textOf(message) {
   return message.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
 }
 
+// promptTokens is a request's whole input: the Messages API counts the
+// prompt tokens read from the cache apart from input_tokens.
+function promptTokens(usage) {
+  return usage.input_tokens + (usage.cache_read_input_tokens ?? 0);
+}
+
 function assertUsage(usage, outputTokens) {
   assert.ok(usage, 'no usage');
-  assert.ok(usage.input_tokens > 0, `input_tokens ${usage.input_tokens}`);
+  assert.ok(usage.input_tokens >= 0 && promptTokens(usage) > 0, `input_tokens ${usage.input_tokens}`);
+  if (usage.cache_read_input_tokens !== undefined) {
+    assert.ok(Number.isInteger(usage.cache_read_input_tokens) && usage.cache_read_input_tokens > 0,
+      `cache_read_input_tokens ${usage.cache_read_input_tokens}`);
+  }
   assert.equal(usage.output_tokens, outputTokens);
 }
 
@@ -72,9 +82,11 @@ test('messages.create: the system prompt reaches the model', async () => {
   const system = 'You are a terse assistant who answers in three words, whatever the question. '.repeat(8);
   const withString = await client.messages.create({ model, max_tokens: 3, system, messages });
   const withBlocks = await client.messages.create({ model, max_tokens: 3, system: [{ type: 'text', text: system }], messages });
-  assert.ok(withString.usage.input_tokens > bare.usage.input_tokens + 50,
-    `input tokens ${withString.usage.input_tokens} with a system prompt, ${bare.usage.input_tokens} without`);
-  assert.equal(withBlocks.usage.input_tokens, withString.usage.input_tokens, 'a text block system is the same prompt');
+  assert.ok(promptTokens(withString.usage) > promptTokens(bare.usage) + 50,
+    `input tokens ${promptTokens(withString.usage)} with a system prompt, ${promptTokens(bare.usage)} without`);
+  assert.equal(promptTokens(withBlocks.usage), promptTokens(withString.usage), 'a text block system is the same prompt');
+  // The same prompt again: the demo's workers hold its blocks, and say so.
+  assert.ok(withBlocks.usage.cache_read_input_tokens > 0, JSON.stringify(withBlocks.usage));
   assertUsage(withString.usage, 3);
 });
 
@@ -89,7 +101,7 @@ test('messages.create: a multi-turn conversation', async () => {
     ],
   });
   assert.equal(three.stop_reason, 'max_tokens');
-  assert.ok(three.usage.input_tokens > one.usage.input_tokens, 'the earlier turns are part of the prompt');
+  assert.ok(promptTokens(three.usage) > promptTokens(one.usage), 'the earlier turns are part of the prompt');
   assert.equal(textOf(three).split(' ').length, 4);
 });
 
@@ -114,7 +126,7 @@ test('messages.create: a tool use round trip', async () => {
   });
   assert.equal(answer.stop_reason, 'end_turn', 'after the tool result the model answers in text');
   assert.ok(textOf(answer).startsWith('Dynamo pinned this request'), textOf(answer));
-  assert.ok(answer.usage.input_tokens > call.usage.input_tokens, 'the tool call and result are part of the prompt');
+  assert.ok(promptTokens(answer.usage) > promptTokens(call.usage), 'the tool call and result are part of the prompt');
 
   const forced = await client.messages.create({
     model, max_tokens: 256, tools: [{ ...weather, name: 'other' }, weather],
