@@ -748,18 +748,6 @@ func connectionNominated(values []string) []string {
 	return names
 }
 
-// nominatesFields reports whether a Connection value lists a field name
-// (anything beside close and keep-alive).
-func nominatesFields(v string) bool {
-	for tok := range strings.SplitSeq(v, ",") {
-		tok = strings.TrimSpace(tok)
-		if tok != "" && !strings.EqualFold(tok, "close") && !strings.EqualFold(tok, "keep-alive") {
-			return true
-		}
-	}
-	return false
-}
-
 func copyRequestHeaders(dst, src http.Header) {
 	nominated := connectionNominated(src["Connection"])
 	for k, v := range src {

@@ -52,7 +52,7 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 			return false
 		case "Connection":
 			// Fields it names are this hop's, which the map path removes.
-			if nominatesFields(h1.LineValue(line)) {
+			if connectionNominated([]string{h1.LineValue(line)}) != nil {
 				return false
 			}
 		case requestIDHeader:
