@@ -393,13 +393,21 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 	// Where the registry keeps the view, the new watcher keeps its
 	// workers' first_seen too: they are the same workers, still routed.
 	switch {
-	case wr.KeepSnapshot:
-		w.Predecessor = d.registry.Snapshot()
-	case wr.Reason == config.ReasonNamespaces:
-		if len(wr.Prune) > 0 {
+	case wr.KeepSnapshot, wr.Reason == config.ReasonNamespaces:
+		if wr.Reason == config.ReasonNamespaces && len(wr.Prune) > 0 {
 			d.registry.Publish(d.registry.Snapshot().Within(cfg.Dynamo.Discovery.Namespaces()))
 		}
 		w.Predecessor = d.registry.Snapshot()
+		// A view kept before the old watcher's first resync was never a
+		// whole one: requests go on waiting, now for the new watcher's
+		// (the old one, halted, would never end their wait).
+		if s := d.settling.Load(); s != nil {
+			select {
+			case <-s.done:
+			default:
+				d.settling.Store(&settle{done: w.Synced()})
+			}
+		}
 	default:
 		// Settling first: a request that finds the emptied view waits
 		// for the new one rather than going the plain way.

@@ -590,3 +590,61 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// A reload that keeps the registry's view (a namespace removed, as when
+// only the backoff changed) before the first watcher's first resync leaves
+// requests waiting for the new watcher's view, not for the halted
+// watcher's, which never comes: once the new watcher has its view, a
+// request for a model outside the fleet goes the plain way at once.
+func TestReloadBeforeFirstView(t *testing.T) {
+	t.Parallel()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
+	}))
+	t.Cleanup(backend.Close)
+	root := filepath.Join(t.TempDir(), "store") // not there yet: no first view
+	text := fmt.Sprintf(`server:
+  bind_address: "127.0.0.1:0"
+admin:
+  token: %q
+backends:
+  - {name: plain, url: %q, models: [plain-model]}
+  - {name: fa, url: %q}
+  - {name: fb, url: %q}
+disaggregated_serving: {enabled: true}
+dynamo:
+  enabled: true
+  discovery:
+    source: file
+    file:
+      root: %q
+      namespaces: [a, b]
+  load:
+    direct_allow_cidrs: ["127.0.0.0/8"]
+  shim:
+    pools:
+      - {namespace: a, backends: [fa]}
+      - {namespace: b, backends: [fb]}
+`, adminToken, backend.URL, backend.URL, backend.URL, root)
+	f := startReload(t, text)
+	f.write(strings.NewReplacer("namespaces: [a, b]", "namespaces: [a]", "      - {namespace: b, backends: [fb]}\n", "").Replace(text))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.discovery.file.namespaces (watcher_restart)") {
+		t.Fatalf("reload %+v", r)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "discovery connected", func() bool { return connected(t, f.metrics) == 1 })
+	// The wait for a view is 5 s; this client gives up well before.
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"plain-model","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatalf("request after the new view: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+}
