@@ -1,7 +1,6 @@
 package h1
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/textproto"
@@ -121,12 +120,10 @@ func (h *head) buildHeader() {
 func parseFields(s string, build bool, field func(key, value string) (keep, ok bool)) (http.Header, bool) {
 	// Count the lines first so that the header map and the slices of its
 	// values are allocated once.
-	lines := 0
-	for i := 0; i+1 < len(s); i++ {
-		if s[i] == '\n' {
-			lines++
-		}
+	if len(s) < 2 {
+		return nil, false
 	}
+	lines := strings.Count(s[:len(s)-1], "\n")
 	if lines == 0 {
 		return nil, false
 	}
@@ -254,28 +251,16 @@ var pathChar = func() (t [256]bool) {
 }()
 
 func indexCRLF(s string) int {
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\r':
-			if i+1 < len(s) && s[i+1] == '\n' {
-				return i
-			}
-			return -1 // a bare CR
-		case '\n':
-			return -1 // a bare LF: net/http's leniency decides
-		}
+	// The first LF must end the first CR: a CR before it stands alone, and
+	// an LF without its CR is a bare one (net/http's leniency decides).
+	i := strings.IndexByte(s, '\n')
+	if i < 1 || s[i-1] != '\r' || strings.IndexByte(s[:i-1], '\r') >= 0 {
+		return -1
 	}
-	return -1
+	return i - 1
 }
 
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
-}
+func indexByte(s string, c byte) int { return strings.IndexByte(s, c) }
 
 // trimOWS drops the optional white space around a field value.
 func trimOWS(s string) string {
@@ -336,6 +321,28 @@ func validMethod(m string) bool {
 // validValue: visible ASCII, spaces and tabs only. Bytes above 0x7f are
 // legal (obs-text) but rare; net/http takes them.
 func validValue(s string) bool {
+	// Eight bytes at a time: a word with no byte below a space and none at
+	// or above DEL is valid; one that has such a byte (a tab, say) is
+	// looked at byte by byte.
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		// below ' ': w-0x20.. borrows into a byte's high bit where the
+		// byte was below 0x20 and had no high bit itself; >= 0x7f: adding
+		// 1 carries into the high bit, or it was set.
+		if ((w-ones*' ')&^w|(w+ones)|w)&highs == 0 {
+			continue
+		}
+		if !validValueBytes(s[i : i+8]) {
+			return false
+		}
+	}
+	return validValueBytes(s[i:])
+}
+
+func validValueBytes(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < ' ' && c != '\t') || c >= 0x7f {
 			return false
@@ -403,36 +410,58 @@ func asciiEqualFold(s, t string) bool {
 }
 
 // commonKeys are canonical header names that requests to the router and
-// answers of its backends carry, so that the usual ones cost no allocation.
-var commonKeys = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
-		"Connection", "Content-Length", "Content-Type", "Cookie", "Host", "Origin", "Referer", "User-Agent",
-		"X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "Openai-Organization", "Openai-Project",
-		"X-Request-Id", "X-Forwarded-For", "X-Forwarded-Proto", "X-Real-Ip", "Traceparent", "Tracestate",
-		"X-Stainless-Lang", "X-Stainless-Package-Version", "X-Stainless-Os", "X-Stainless-Arch",
-		"X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Retry-Count", "X-Stainless-Timeout",
-		"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Keep-Alive", "Proxy-Connection", "Http2-Settings", "Pragma",
-		// and answers from backends (ParseResponseHead)
-		"Date", "Server", "Vary", "Etag", "Expires", "Last-Modified", "Location", "Set-Cookie",
-		"Content-Encoding", "X-Content-Type-Options", "X-Dynamo-Request-Id", "Access-Control-Allow-Origin",
-		"Access-Control-Allow-Credentials", "Access-Control-Expose-Headers"} {
-		m[k] = k
-		m[string(bytes.ToLower([]byte(k)))] = k
+// answers of its backends carry, so that the usual ones cost no allocation
+// in any case; commonByLen holds them by length, where canonicalKey looks
+// a name up by comparing it with the few of its length (cheaper than
+// hashing it for a map).
+var commonKeys = []string{"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+	"Connection", "Content-Length", "Content-Type", "Cookie", "Host", "Origin", "Referer", "User-Agent",
+	"X-Api-Key", "Anthropic-Version", "Anthropic-Beta", "Openai-Organization", "Openai-Project",
+	"X-Request-Id", "X-Forwarded-For", "X-Forwarded-Proto", "X-Real-Ip", "Traceparent", "Tracestate",
+	"X-Stainless-Lang", "X-Stainless-Package-Version", "X-Stainless-Os", "X-Stainless-Arch",
+	"X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Retry-Count", "X-Stainless-Timeout",
+	"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer", "Keep-Alive", "Proxy-Connection", "Http2-Settings", "Pragma",
+	// and answers from backends (ParseResponseHead)
+	"Date", "Server", "Vary", "Etag", "Expires", "Last-Modified", "Location", "Set-Cookie",
+	"Content-Encoding", "X-Content-Type-Options", "X-Dynamo-Request-Id", "Access-Control-Allow-Origin",
+	"Access-Control-Allow-Credentials", "Access-Control-Expose-Headers"}
+
+var commonByLen = func() (t [33][]string) {
+	for _, k := range commonKeys {
+		t[len(k)] = append(t[len(k)], k)
 	}
-	return m
+	return t
 }()
 
 // canonicalKey is textproto's canonical form of a valid token, without an
-// allocation for the common names in either case.
+// allocation for the common names in any case.
 func canonicalKey(name string) string {
 	if isCanonical(name) {
 		return name
 	}
-	if k, ok := commonKeys[name]; ok {
-		return k
+	if len(name) < len(commonByLen) {
+		for _, k := range commonByLen[len(name)] {
+			if foldEqual(name, k) {
+				return k
+			}
+		}
 	}
 	return textproto.CanonicalMIMEHeaderKey(name)
+}
+
+// foldEqual reports whether s and t, of one length, are equal but for the
+// case of their ASCII letters.
+func foldEqual(s, t string) bool {
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if a == b {
+			continue
+		}
+		if a|0x20 != b|0x20 || a|0x20 < 'a' || a|0x20 > 'z' {
+			return false
+		}
+	}
+	return true
 }
 
 // isCanonical reports whether a valid token is in canonical form already:

@@ -131,14 +131,16 @@ func HeaderOf(fields string) http.Header {
 // A line that is not a field (there is none in what that gives) is passed
 // over.
 func NextField(fields string) (name, line, rest string, ok bool) {
+	// The lines were checked when the head was parsed: each ends with its
+	// CRLF and names a valid token.
 	for fields != "" {
-		eol := indexCRLF(fields)
+		eol := strings.IndexByte(fields, '\n')
 		if eol < 0 {
 			return "", "", "", false
 		}
-		line, fields = fields[:eol+2], fields[eol+2:]
-		colon := indexByte(line, ':')
-		if colon <= 0 || !validToken(line[:colon]) {
+		line, fields = fields[:eol+1], fields[eol+1:]
+		colon := strings.IndexByte(line, ':')
+		if colon <= 0 {
 			continue
 		}
 		return canonicalKey(line[:colon]), line, fields, true
@@ -159,15 +161,14 @@ func LineValue(line string) string {
 // fields (as ParseResponseHeadFields returned them), without a map.
 func FieldValue(fields, name string) (string, bool) {
 	for fields != "" {
-		eol := indexCRLF(fields)
-		if eol < 0 {
+		eol := strings.IndexByte(fields, '\n')
+		if eol < 1 {
 			return "", false
 		}
-		line := fields[:eol]
-		fields = fields[eol+2:]
-		colon := indexByte(line, ':')
-		if colon == len(name) && strings.EqualFold(line[:colon], name) {
-			return trimOWS(line[colon+1:]), true
+		line := fields[:eol-1]
+		fields = fields[eol+1:]
+		if len(line) > len(name) && line[len(name)] == ':' && foldEqual(line[:len(name)], name) {
+			return trimOWS(line[len(name)+1:]), true
 		}
 	}
 	return "", false
