@@ -537,7 +537,13 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 				detail: "backend " + b.Name() + ": its answer is larger than the " + strconv.Itoa(maxBufferedResponse) + " bytes the router holds to inspect or convert one",
 				public: "the backend's answer is too large to relay"}, false
 		}
-		if pin != nil && shim.IsPrefillRefusal(resp.StatusCode, data) {
+		// The frontend's refusal for want of a prefill id is answered 503
+		// for a buffered request and for a Messages or Responses stream
+		// refused in its head; a chat or text completion stream's refused
+		// head is a failed dispatch like any other: fallen back from when
+		// it is a 5xx, 429 or 408, relayed otherwise.
+		completionStream := x.q.Stream && x.out == nil && (x.path == "/v1/chat/completions" || x.path == "/v1/completions")
+		if pin != nil && !completionStream && shim.IsPrefillRefusal(resp.StatusCode, data) {
 			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false
 		}
 		if pin != nil && failed {

@@ -271,7 +271,10 @@ func TestStreamRelayed(t *testing.T) {
 }
 
 // TestPrefillRefusal503: the frontend wants a prefill id the fleet view did
-// not have: 503 disaggregated_prefill_decode_unavailable, no retry.
+// not have: 503 disaggregated_prefill_decode_unavailable, no retry, for a
+// buffered chat request. A chat stream's refused head is a failed
+// dispatch like any other: counted in phase decode and fallen back from
+// (the fleet simulator refuses with a 500).
 func TestPrefillRefusal503(t *testing.T) {
 	t.Parallel()
 	for _, stream := range []bool{false, true} {
@@ -281,11 +284,21 @@ func TestPrefillRefusal503(t *testing.T) {
 			h.reg.Publish(h.reducer.Build(t0))
 			resp := h.post(t, chat(stream), nil)
 			body := readAll(t, resp)
-			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "disaggregated_prefill_decode_unavailable") {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
-			}
 			if n := len(h.fe.Requests()); n != 1 {
 				t.Errorf("%d attempts: a direct-mode refusal is not retried", n)
+			}
+			if stream {
+				if resp.StatusCode != http.StatusOK || len(*h.plain) != 1 {
+					t.Fatalf("status %d, %d fallbacks: %s", resp.StatusCode, len(*h.plain), body)
+				}
+				if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("decode")) != 1 ||
+					promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("orchestration")) != 0 {
+					t.Error("a refused chat stream was not counted as a decode failure")
+				}
+				return
+			}
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "disaggregated_prefill_decode_unavailable") {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
 			if len(*h.plain) != 0 {
 				t.Error("a direct-mode refusal fell back to unified")
