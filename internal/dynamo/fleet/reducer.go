@@ -11,10 +11,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
+
+// problemGens numbers the problem lists of every reducer, so that the
+// registry, comparing a published view's number with the one before it,
+// sees a new list even where a new reducer (a watcher replaced by a
+// reload) takes over from an old one.
+var problemGens atomic.Uint64
 
 // GenerateEndpoint is the only endpoint that becomes a worker.
 const GenerateEndpoint = "generate"
@@ -86,7 +93,7 @@ type Reducer struct {
 	byID        tree[*place]
 	porder      tree[*Publisher]
 	problems    []Problem
-	probGen     uint64
+	probGen     uint64 // from problemGens: no two reducers' lists share one
 	mix         map[NamespaceModel]*roleCount
 	mixed       []NamespaceModel
 	mixedUp     bool
@@ -631,7 +638,7 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 	if r.problemsUp {
 		r.problemsUp = false
 		r.problems = r.collectProblems()
-		r.probGen++
+		r.probGen = problemGens.Add(1)
 	}
 	if r.mixedUp {
 		r.mixedUp = false

@@ -187,7 +187,7 @@ func (r *Registry) reportMixed(snap *Snapshot) {
 		for w := range snap.Workers.Serving(k.Namespace, k.Model) {
 			byRole[w.Role]++
 		}
-		r.logger.Warn("dynamo namespace serves a model with both prefill/decode and aggregated workers; aggregated workers are not decode candidates there",
+		r.logger.Warn("dynamo namespace serves a model with both prefill/decode and aggregated workers; a direct-mode frontend picks one worker set per request and refuses instance ids of the other",
 			"namespace", k.Namespace, "model", k.Model,
 			"prefill", byRole[RolePrefill], "decode", byRole[RoleDecode], "aggregated", byRole[RoleAggregated])
 	}

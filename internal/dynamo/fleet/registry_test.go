@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +84,24 @@ func TestRegistryReportsProblemsOnce(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "kind=duplicate"); n != 2 {
 		t.Errorf("%d duplicate warnings:\n%s", n, logs.String())
+	}
+}
+
+// TestRegistryReportsANewReducersProblems: a view from a new reducer (a
+// watcher replaced by a reload, publishing over the old one's view) with
+// as many problems as the view before it, but others, has them reported.
+func TestRegistryReportsANewReducersProblems(t *testing.T) {
+	t.Parallel()
+	var observed int
+	reg := fleet.NewRegistry(slog.New(slog.DiscardHandler), func(fleet.Problem) { observed++ })
+	for _, id := range []int{1, 2} {
+		r := fleet.NewReducer()
+		r.Put(key(id), endpoint(id), t0)
+		r.Put("v1/instances/dynamo/decode/generate/0"+strconv.Itoa(id), endpoint(id), t0)
+		reg.Publish(r.Build(t0))
+	}
+	if observed != 2 {
+		t.Errorf("%d conflicts observed, want 2 (one per reducer)", observed)
 	}
 }
 
