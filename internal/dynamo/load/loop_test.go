@@ -293,6 +293,41 @@ func TestPoolStopsWithItsContext(t *testing.T) {
 	})
 }
 
+// TestPoolSwitchThenDeparture: a connector switch ends the subscriptions
+// without telling Stopped (their publishers are still wanted), and the
+// reconcile after it tells Stopped of every publisher that left, or whose
+// record changed, in between; one still wanted as it was is not told.
+func TestPoolSwitchThenDeparture(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		conn := &scriptedConnector{steps: []time.Duration{time.Hour, time.Hour, time.Hour, time.Hour, time.Hour}}
+		var stopped []uint64
+		pool := &load.Pool{Family: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn,
+			NewHandler: func(fleet.Publisher) load.Handler { return &countingHandler{} },
+			Stopped:    func(p fleet.Publisher) { stopped = append(stopped, p.PublisherID) }}
+		pub := func(id uint64, endpoint string) *fleet.Publisher {
+			return &fleet.Publisher{Namespace: "dynamo", Component: "decode", PublisherID: id, Topic: "kv_metrics", Endpoint: endpoint}
+		}
+		pool.Reconcile(t.Context(), []*fleet.Publisher{pub(1, "generate"), pub(2, "generate"), pub(3, "generate")})
+		synctest.Wait()
+		pool.SetConnector(conn)
+		if len(stopped) != 0 {
+			t.Fatalf("the switch told Stopped of %v", stopped)
+		}
+		// 1 left, 2 changed its record, 3 is still wanted as it was.
+		pool.Reconcile(t.Context(), []*fleet.Publisher{pub(2, "other"), pub(3, "generate")})
+		synctest.Wait()
+		slices.Sort(stopped)
+		if !slices.Equal(stopped, []uint64{1, 2}) {
+			t.Errorf("Stopped told of %v, want [1 2]", stopped)
+		}
+		if n := pool.States()[load.StateConnected]; n != 2 {
+			t.Errorf("%d connected after the switch, want 2", n)
+		}
+		pool.Stop()
+	})
+}
+
 // TestPoolStateAccounting: every subscription is in exactly one state, so
 // the gauge's series sum to the number of subscriptions and never go
 // negative, across connect, backoff, reconnect, replacement and stop.

@@ -56,8 +56,12 @@ type Pool struct {
 	// changed: Running then reports its new subscription).
 	Stopped func(p fleet.Publisher)
 
-	mu      sync.Mutex
-	subs    map[uint64]*poolSub
+	mu   sync.Mutex
+	subs map[uint64]*poolSub
+	// switched are the publishers whose subscriptions a connector switch
+	// ended, until the next Reconcile tells Stopped of those it no longer
+	// wants as they were (bounded by MaxSubscriptions, as subs is).
+	switched map[uint64]fleet.Publisher
 	refused map[uint64]bool // over MaxSubscriptions, logged once
 	wg      sync.WaitGroup
 	// bound is the Done channel of the context the loops run under, and
@@ -113,6 +117,12 @@ func (p *Pool) Reconcile(ctx context.Context, want []*fleet.Publisher) {
 			stopped = append(stopped, sub.pub)
 		}
 	}
+	for id, old := range p.switched {
+		if pub, ok := wanted[id]; !ok || *pub != old {
+			stopped = append(stopped, old)
+		}
+	}
+	p.switched = nil
 	for _, pub := range want {
 		if _, ok := p.subs[pub.PublisherID]; !ok && ctx.Err() == nil {
 			p.startLocked(*pub)
@@ -183,13 +193,19 @@ func (p *Pool) stopLocked(id uint64, sub *poolSub) {
 // still wanted, so what they fed is not discarded wholesale at the switch.
 // The subscriptions the next Reconcile starts through c begin with a
 // session like any other, and each Handler's Connected decides what of
-// its publisher's past survives a new session.
+// its publisher's past survives a new session; a publisher that Reconcile
+// no longer wants as it was (it left, or its record changed meanwhile) is
+// told to Stopped then, as if its subscription had run until that call.
 func (p *Pool) SetConnector(c zmtp.Connector) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.Connector = c
 	for id, sub := range p.subs {
 		p.stopLocked(id, sub)
+		if p.switched == nil {
+			p.switched = map[uint64]fleet.Publisher{}
+		}
+		p.switched[id] = sub.pub
 	}
 }
 
@@ -202,6 +218,10 @@ func (p *Pool) Stop() {
 		p.stopLocked(id, sub)
 		stopped = append(stopped, sub.pub)
 	}
+	for _, pub := range p.switched {
+		stopped = append(stopped, pub)
+	}
+	p.switched = nil
 	p.mu.Unlock()
 	if p.Stopped != nil {
 		for _, pub := range stopped {
