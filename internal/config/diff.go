@@ -46,7 +46,6 @@ func (t Tier) String() string {
 // the one reported.
 const (
 	ReasonEnabled    = "enabled"
-	ReasonSource     = "source"
 	ReasonNamespace  = "namespace"
 	ReasonConnection = "connection"
 	ReasonOther      = "other"
@@ -55,7 +54,7 @@ const (
 )
 
 // reasonRank orders reasons when several apply: the first wins.
-var reasonRank = []string{ReasonEnabled, ReasonSource, ReasonNamespace, ReasonConnection, ReasonOther, ReasonNamespaces, ReasonBackoff}
+var reasonRank = []string{ReasonEnabled, ReasonNamespace, ReasonConnection, ReasonOther, ReasonNamespaces, ReasonBackoff}
 
 // Change is one changed configuration path and how it takes effect.
 type Change struct {
@@ -215,12 +214,14 @@ func discoveryReason(p string, oldCfg, newCfg *Config) string {
 	if !oldCfg.Dynamo.Enabled && !newCfg.Dynamo.Enabled {
 		return ""
 	}
+	// Another source is none of the named reasons (enabled, namespace,
+	// connection, backoff): "other".
 	if p == "source" {
-		return ReasonSource
+		return ReasonOther
 	}
 	od, nd := &oldCfg.Dynamo.Discovery, &newCfg.Dynamo.Discovery
 	if od.Source != nd.Source {
-		return ReasonSource
+		return ReasonOther
 	}
 	section, field, _ := strings.Cut(p, ".")
 	active := map[string]string{SourceEtcd: "etcd", SourceFile: "file", SourceKubernetes: "kubernetes", SourceKubernetesPods: "kubernetes"}[nd.Source]
