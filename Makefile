@@ -25,7 +25,7 @@ COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test test-kube lint bench bench-cold bench-proxy faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
+.PHONY: help build test test-kube lint bench bench-cold bench-instr bench-proxy faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -73,6 +73,10 @@ bench: tokenizer-ref ## run the benchmarks, then the proxy comparison (figures a
 BENCH_COLD_BASE ?= HEAD
 bench-cold: ## the router's own work per request, cold (BenchmarkCold), of the working tree against BENCH_COLD_BASE (default HEAD)
 	scripts/bench-cold.sh $(BENCH_COLD_BASE)
+
+BENCH_INSTR_BASE ?=
+bench-instr: ## instructions and instruction cache misses of a request on the floor's and the router's paths (cachegrind; steady under load), of the working tree and BENCH_INSTR_BASE when set
+	scripts/bench-instr.sh $(BENCH_INSTR_BASE)
 
 bench-proxy: ## continuum serve against nginx, the floor and the direct path, as processes under vegeta (installs nginx via apt if missing)
 	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)

@@ -237,25 +237,9 @@ func evictCaches() {
 // comparison with nginx (scripts/bench-proxy.sh) sees it, in seconds
 // rather than minutes, with the baseline in the same run.
 func BenchmarkCold(b *testing.B) {
-	be, rt := fastRouter(b)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = floorproxy.Serve(ln, strings.TrimPrefix(be, "http://"), floorproxy.Options{}) }()
-	b.Cleanup(func() { _ = ln.Close() })
-	fl := "http://" + ln.Addr().String()
-	// The stages between the floor and the router: the lean server with
-	// the least relay behind it, then with the router's upstream client.
-	relay := &rawRelay{addr: strings.TrimPrefix(be, "http://")}
-	b.Cleanup(relay.close)
-	lean := testutil.LeanServer(b, relay)
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
-	client := testutil.LeanServer(b, router.New(router.Options{Config: cfg}).UpstreamRelay())
-	tr := &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}
-	b.Cleanup(tr.CloseIdleConnections)
-	hc := &http.Client{Transport: tr}
+	p := startPaths(b)
+	be, rt, fl, lean, client := p.direct, p.router, p.floor, p.lean, p.client
+	hc := p.hc
 	for _, stream := range []bool{false, true} {
 		mode := "buffered"
 		if stream {
@@ -298,6 +282,68 @@ func BenchmarkCold(b *testing.B) {
 			b.ReportMetric(clientRelay-leanRelay, "client-µs")
 			b.ReportMetric(router-clientRelay, "logic-µs")
 		})
+	}
+}
+
+// paths are the URLs a request can take to the fast backend: straight
+// ("direct"), through the router, through the floor (internal/floorproxy),
+// through the lean server with the least relay behind it ("lean"), and
+// through the lean server with the router's upstream client and plain
+// relay ("client"); hc is a client to send them with.
+type paths struct {
+	direct, router, floor, lean, client string
+	hc                                  *http.Client
+}
+
+func startPaths(b *testing.B) paths {
+	be, rt := fastRouter(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = floorproxy.Serve(ln, strings.TrimPrefix(be, "http://"), floorproxy.Options{}) }()
+	b.Cleanup(func() { _ = ln.Close() })
+	// The stages between the floor and the router: the lean server with
+	// the least relay behind it, then with the router's upstream client.
+	relay := &rawRelay{addr: strings.TrimPrefix(be, "http://")}
+	b.Cleanup(relay.close)
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "fast", Type: "openai", URL: be, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+	tr := &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}
+	b.Cleanup(tr.CloseIdleConnections)
+	return paths{direct: be, router: rt, floor: "http://" + ln.Addr().String(), lean: testutil.LeanServer(b, relay),
+		client: testutil.LeanServer(b, router.New(router.Options{Config: cfg}).UpstreamRelay()), hc: &http.Client{Transport: tr}}
+}
+
+// BenchmarkPath sends requests one at a time along one path (see paths),
+// buffered and SSE: the work of a request on each path, client, proxy and
+// backend in one process. scripts/bench-instr.sh runs it under cachegrind
+// (one thread, no collector) to count the instructions and instruction
+// cache misses of a request on each path, a figure that does not move with
+// the machine's load as times do.
+func BenchmarkPath(b *testing.B) {
+	p := startPaths(b)
+	for _, stream := range []bool{false, true} {
+		mode := "buffered"
+		if stream {
+			mode = "sse"
+		}
+		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hello"}]}`, stream)
+		for _, t := range []struct{ name, url string }{{"direct", p.direct}, {"floor", p.floor}, {"lean", p.lean}, {"client", p.client}, {"router", p.router}} {
+			b.Run(mode+"/"+t.name, func(b *testing.B) {
+				for b.Loop() {
+					resp, err := p.hc.Post(t.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("status %d", resp.StatusCode)
+					}
+				}
+			})
+		}
 	}
 }
 
