@@ -436,15 +436,19 @@ var commonByLen = func() (t [33][]string) {
 // canonicalKey is textproto's canonical form of a valid token, without an
 // allocation for the common names in any case.
 func canonicalKey(name string) string {
-	if isCanonical(name) {
-		return name
-	}
+	// The common names first, as sent or in another case (comparing a
+	// few strings of the name's length costs less than reading its case
+	// byte by byte).
 	if len(name) < len(commonByLen) {
+		exact := name != "" && name[0] >= 'A' && name[0] <= 'Z' // sent in canonical form, most likely
 		for _, k := range commonByLen[len(name)] {
-			if foldEqual(name, k) {
+			if exact && name == k || foldEqual(name, k) {
 				return k
 			}
 		}
+	}
+	if isCanonical(name) {
+		return name
 	}
 	return textproto.CanonicalMIMEHeaderKey(name)
 }
