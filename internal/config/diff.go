@@ -46,6 +46,7 @@ func (t Tier) String() string {
 // the one reported.
 const (
 	ReasonEnabled    = "enabled"
+	ReasonSource     = "source"
 	ReasonNamespace  = "namespace"
 	ReasonConnection = "connection"
 	ReasonOther      = "other"
@@ -54,7 +55,7 @@ const (
 )
 
 // reasonRank orders reasons when several apply: the first wins.
-var reasonRank = []string{ReasonEnabled, ReasonNamespace, ReasonConnection, ReasonOther, ReasonNamespaces, ReasonBackoff}
+var reasonRank = []string{ReasonEnabled, ReasonSource, ReasonNamespace, ReasonConnection, ReasonOther, ReasonNamespaces, ReasonBackoff}
 
 // Change is one changed configuration path and how it takes effect.
 type Change struct {
@@ -214,14 +215,12 @@ func discoveryReason(p string, oldCfg, newCfg *Config) string {
 	if !oldCfg.Dynamo.Enabled && !newCfg.Dynamo.Enabled {
 		return ""
 	}
-	// Another source is none of the named reasons (enabled, namespace,
-	// connection, backoff): "other".
 	if p == "source" {
-		return ReasonOther
+		return ReasonSource
 	}
 	od, nd := &oldCfg.Dynamo.Discovery, &newCfg.Dynamo.Discovery
 	if od.Source != nd.Source {
-		return ReasonOther
+		return ReasonSource
 	}
 	section, field, _ := strings.Cut(p, ".")
 	active := map[string]string{SourceEtcd: "etcd", SourceFile: "file", SourceKubernetes: "kubernetes", SourceKubernetesPods: "kubernetes"}[nd.Source]

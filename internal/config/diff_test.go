@@ -96,7 +96,7 @@ func TestDiffTiers(t *testing.T) {
 			c.Dynamo.Discovery.Etcd.Namespaces = []string{"prod"}
 			c.Dynamo.Discovery.Etcd.Endpoints = []string{"http://etcd-9:2379"}
 		}, config.TierWatcherRestart, false, "connection", true, false, nil},
-		{"source", diffBase, func(c *config.Config) { c.Dynamo.Discovery.Source = "file" }, config.TierWatcherRestart, false, "other", true, false, nil},
+		{"source", diffBase, func(c *config.Config) { c.Dynamo.Discovery.Source = "file" }, config.TierWatcherRestart, false, "source", true, false, nil},
 		{"inactive source block is inert", diffBase, func(c *config.Config) { c.Dynamo.Discovery.Kubernetes.Namespace = "x" }, config.TierImmediate, false, "", false, false, nil},
 		{"discovery while disabled is inert", "dynamo: {enabled: false}", func(c *config.Config) { c.Dynamo.Discovery.Etcd.Endpoints = []string{"etcd:1"} }, config.TierImmediate, false, "", false, false, nil},
 		{"kube namespace", podsBase, func(c *config.Config) { c.Dynamo.Discovery.Kubernetes.Namespace = "other" }, config.TierWatcherRestart, false, "namespace", true, false, nil},
