@@ -247,18 +247,23 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 	}
 	var chosen int
 	reason := pick.ReasonKVAware
-	if c.terms.Temperature > 0 && maxCost > minCost {
-		chosen = c.sample(minCost, maxCost)
-	} else {
-		ties, competing := 0, 0
-		for _, v := range c.costs {
-			if v == minCost {
-				ties++
-			}
-			if !math.IsNaN(v) {
-				competing++
-			}
+	ties, competing := 0, 0
+	for _, v := range c.costs {
+		if v == minCost {
+			ties++
 		}
+		if !math.IsNaN(v) {
+			competing++
+		}
+	}
+	if c.terms.Temperature > 0 {
+		// Softmax sampling, as the upstream router samples: costs all
+		// equal make it a uniform draw.
+		chosen = c.sample(minCost, maxCost)
+		if !anyFresh && ties == competing {
+			reason = pick.ReasonRoundRobinStale
+		}
+	} else {
 		k := int(cursor() % uint64(ties))
 		for i, v := range c.costs {
 			if v == minCost {
@@ -309,13 +314,20 @@ type Explained struct {
 }
 
 // sample draws a candidate with softmax weights over the negated costs
-// scaled by their range and the temperature: exp(-(cost-min)/((max-min)*T)).
+// scaled by their range and the temperature: exp(-(cost-min)/((max-min)*T)),
+// each candidate as likely when the costs are all equal.
 func (c *choice) sample(minCost, maxCost float64) int {
 	span := (maxCost - minCost) * c.terms.Temperature
+	weight := func(v float64) float64 {
+		if span == 0 { // every cost the same: each as likely
+			return 1
+		}
+		return math.Exp(-(v - minCost) / span)
+	}
 	total := 0.0
 	for _, v := range c.costs {
 		if !math.IsNaN(v) {
-			total += math.Exp(-(v - minCost) / span)
+			total += weight(v)
 		}
 	}
 	u := rand.Float64()
@@ -329,7 +341,7 @@ func (c *choice) sample(minCost, maxCost float64) int {
 			continue
 		}
 		last = i
-		x -= math.Exp(-(v - minCost) / span)
+		x -= weight(v)
 		if x < 0 {
 			return i
 		}

@@ -146,6 +146,25 @@ func TestScoreTiesAndTemperature(t *testing.T) {
 			t.Errorf("u=%g: drew %d, want %d", c.u, i, c.want)
 		}
 	}
+
+	// Costs all equal: the draw is uniform, as the upstream router's
+	// softmax makes it (not the cursor's rotation), and without fresh
+	// backlogs still a round_robin_stale choice.
+	same := []pick.Candidate{cand(1, 16), cand(2, 16), cand(3, 16)}
+	for i := range same {
+		same[i].Quiet = true
+	}
+	ch.overlaps = overlapMap{}
+	for _, c := range []struct {
+		u    float64
+		want int
+	}{{0, 0}, {0.34, 1}, {0.5, 1}, {0.67, 2}, {0.999999, 2}} {
+		ch.rng = func() float64 { return c.u }
+		i, reason, _ := ch.Score(pick.PhasePrefill, same, func() uint64 { return 0 })
+		if i != c.want || reason != pick.ReasonRoundRobinStale {
+			t.Errorf("equal costs, u=%g: drew %d (%s), want %d (round_robin_stale)", c.u, i, reason, c.want)
+		}
+	}
 }
 
 // TestScoreNeedsBlockSizes: a candidate without a usable block size cannot
