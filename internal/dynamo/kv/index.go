@@ -265,9 +265,8 @@ func (ix *Index) SetLive(byID map[fleet.WorkerID]load.LiveWorker) {
 }
 
 // ClearSubscription forgets a subscription: the blocks of every rank it fed
-// and its cursors. The caller calls it when the subscription stopped, or
-// could not connect for long enough that its ranks are no longer believed.
-// A rank fed by two subscriptions loses its blocks when either is cleared.
+// and its cursors. The caller calls it when the subscription stopped. A
+// rank fed by two subscriptions loses its blocks when either is cleared.
 func (ix *Index) ClearSubscription(id SubscriptionID) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -282,6 +281,26 @@ func (ix *Index) ClearSubscription(id SubscriptionID) {
 	}
 	ix.nCur -= len(s.cursors)
 	delete(ix.subs, id)
+	ix.maybeCompact()
+}
+
+// ClearRanks drops the blocks of every rank the subscription fed, keeping
+// its cursors: for a subscription that could not connect for long enough
+// that its ranks are no longer believed, but whose events, when it
+// connects again, must still be told apart as replays (skipped) or after a
+// gap (counted as one).
+func (ix *Index) ClearRanks(id SubscriptionID) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s, ok := ix.subs[id]
+	if !ok {
+		return
+	}
+	for k := range s.cursors {
+		if r, ok := ix.rankOf[k]; ok {
+			ix.dropRank(r)
+		}
+	}
 	ix.maybeCompact()
 }
 

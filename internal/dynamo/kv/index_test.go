@@ -558,6 +558,35 @@ func TestIndexClearSubscription(t *testing.T) {
 	checkIndex(t, ix, []query{q(map[load.Key]int{key(1, 0): 1}, 1, 2, 3)}, shape{1, 1, 1})
 }
 
+// TestIndexClearRanks: an aged subscription's ranks lose their blocks but
+// its cursors stay, so that when it connects again a replay is skipped and
+// the events it missed are counted as a gap.
+func TestIndexClearRanks(t *testing.T) {
+	t.Parallel()
+	ix := kv.NewIndex()
+	ix.SetLive(liveWorkers(3, 2))
+	parent := uint64(11)
+	for _, ev := range []wire.RouterEvent{withID(chain(1, nil, 10, 1, 2), 1), withID(chain(1, &parent, 12, 3), 2)} {
+		if got := ix.Apply(1, load.NS("dynamo"), &ev); got != accepted {
+			t.Fatalf("%+v", got)
+		}
+	}
+	ix.ClearRanks(1)
+	ix.ClearRanks(99)
+	checkIndex(t, ix, []query{q(map[load.Key]int{}, 1, 2, 3)}, shape{0, 0, 0})
+	if st := ix.Stats(); st.Cursors != 1 || st.Subscriptions != 1 {
+		t.Fatalf("cursors %d subscriptions %d, want 1 and 1", st.Cursors, st.Subscriptions)
+	}
+	replay := withID(chain(1, nil, 10, 1, 2), 1)
+	if got := ix.Apply(1, load.NS("dynamo"), &replay); got.Result != kv.ResultReplay {
+		t.Fatalf("a replay after ageing: %+v", got)
+	}
+	later := withID(chain(1, nil, 10, 1), 5)
+	if got := ix.Apply(1, load.NS("dynamo"), &later); got.Result != kv.ResultAccepted || !got.Gap {
+		t.Fatalf("the first event after missed ones: %+v, want accepted after a gap", got)
+	}
+}
+
 func TestIndexCaps(t *testing.T) {
 	t.Parallel()
 	over := kv.Outcome{Result: kv.ResultOverCapacity}

@@ -159,7 +159,9 @@ func (s *Subscriptions) ageOut(now time.Time) (next time.Time) {
 	}
 	s.mu.Unlock()
 	for _, id := range stale {
-		s.index.ClearSubscription(SubscriptionID(id))
+		// The cursors stay: the events missed meanwhile are a gap when it
+		// connects again, replays are skipped.
+		s.index.ClearRanks(SubscriptionID(id))
 		s.logger.Warn("kv-events subscription without a session for a minute: its blocks are dropped", "publisher_id", id)
 	}
 	return next

@@ -216,6 +216,9 @@ func TestSubscriptionsAgeOut(t *testing.T) {
 		if held() != 0 {
 			t.Error("still held after StaleAfter without a session")
 		}
+		if st := ix.Stats(); st.Cursors != 1 {
+			t.Errorf("%d cursors after ageing, want 1: the events missed meanwhile must show as a gap", st.Cursors)
+		}
 		cancel()
 		<-done
 	})
