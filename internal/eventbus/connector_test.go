@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,5 +208,50 @@ func TestConnectorWithoutBus(t *testing.T) {
 	}
 	if c.Transport() != "broker" {
 		t.Error(c.Transport())
+	}
+}
+
+// TestConnectorPublisherClosedInHandshake: a publisher that closes every
+// connection before its greeting ends a session through the broker as it
+// ends one directly, a protocol error (which the load and KV readers count
+// as transport_refused), and the broker's reason, publisher_closed, reaches
+// the error rather than the data stream's bare end.
+func TestConnectorPublisherClosedInHandshake(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	tb := startBus(t, nil)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	for _, tc := range []struct {
+		name string
+		conn zmtp.Connector
+	}{{"direct", &zmtp.Direct{}}, {"broker", &eventbus.Connector{Bus: tb.Bus}}} {
+		h := &loopHandler{}
+		l := &load.Loop{Endpoint: "tcp://" + ln.Addr().String(), Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
+			Connector: tc.conn, Handler: h}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); l.Run(ctx) }()
+		testutil.Eventually(t, 10*time.Second, tc.name+": a session ended", func() bool { _, _, ended := h.counts(); return len(ended) > 0 })
+		cancel()
+		<-done
+		_, _, ended := h.counts()
+		if err := ended[0]; !errors.Is(err, zmtp.ErrProtocol) {
+			t.Errorf("%s: the session ended with %v, want a protocol error", tc.name, err)
+		} else if tc.name == "broker" && !strings.Contains(err.Error(), eventbus.CodePublisherClosed) {
+			t.Errorf("%s: the session ended with %v, without the broker's reason", tc.name, err)
+		}
 	}
 }

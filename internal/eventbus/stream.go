@@ -167,6 +167,19 @@ func (b *Bus) serveStream(bc *busConn, ent *entry, version int, id string, w htt
 		select {
 		case <-c.closing:
 		case <-r.Context().Done():
+			// The client ended the data stream. A client whose relay
+			// ended says why in a stream_closed that follows on the
+			// control stream: the stream is kept for it a while, so that
+			// the reason reaches the stream's reader rather than the bare
+			// end of its body.
+			t := time.NewTimer(b.t.lossGrace)
+			select {
+			case <-st.ended:
+			case <-s.done:
+			case <-c.closing:
+			case <-t.C:
+			}
+			t.Stop()
 		case <-st.ended:
 		}
 	}
@@ -424,6 +437,12 @@ func (c *Stream) why(err error) error {
 	c.bus.mu.Unlock()
 	if lost {
 		return fmt.Errorf("event bus stream via %s: %w", c.carrier, zmtp.ErrCarrierLost)
+	}
+	if code == CodePublisherClosed {
+		// The publisher closed its connection: the end of the stream, as
+		// a direct connection's read would report it (and so a protocol
+		// error when it comes during the handshake, as it is directly).
+		return fmt.Errorf("event bus stream closed by %s: %s: %w", c.carrier, code, io.EOF)
 	}
 	return fmt.Errorf("event bus stream closed by %s: %s", c.carrier, code)
 }
