@@ -198,8 +198,18 @@ func keyedID(keyID uint64, valueHasID bool, valueID uint64) uint64 {
 // card's suffix) from the key; with the namespace and the instance (or
 // publisher) id it names. When the key and the value disagree on the id,
 // the id reported can match no pod.
+//
+// A record's namespace is its map key's (a relative key's namespace, or the
+// first path segment of an older "<ns>/<component>/<endpoint>" one),
+// never the payload's: only a key that is no path (a name of another
+// format) leaves it to the value.
 func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string, id uint64, ok bool) {
 	k, kerr := wire.ParseRelativeKey(space, mapKey)
+	pathNS, _, isPath := strings.Cut(mapKey, "/")
+	isPath = isPath && pathNS != ""
+	if kerr == nil {
+		pathNS, isPath = k.Namespace, true // a scoped channel key's first segment is its scope's kind
+	}
 	switch space {
 	case wire.KeyspaceInstances:
 		e, err := wire.ParseEndpoint(value)
@@ -212,8 +222,10 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			return "", "", 0, false
 		}
 		id, ns = e.InstanceID.Value, e.Namespace
+		if isPath {
+			ns = pathNS
+		}
 		if kerr == nil {
-			ns = k.Namespace
 			if k.InstanceID != id {
 				id = k.InstanceID ^ id ^ mismatchMark // key and value disagree: never a pod's hash
 			}
@@ -228,9 +240,11 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			return "", "", 0, false
 		}
 		id, ns = m.InstanceID.Value, m.Namespace
+		if isPath {
+			ns = pathNS
+		}
 		suffix := m.ModelSuffix
 		if kerr == nil {
-			ns = k.Namespace
 			// The key's id is checked whatever component or endpoint it
 			// names, as an endpoint's is: a path id that is not the pod's
 			// hash is a mismatch even where the path is not used.
@@ -253,8 +267,8 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 			}
 			return "", "", 0, false
 		}
-		if kerr == nil {
-			ch.Namespace = k.Namespace
+		if isPath {
+			ch.Namespace = pathNS
 		}
 		return wire.PrefixEventChannels + channelPath(ch), ch.Namespace, ch.PublisherID.Value, true
 	}

@@ -192,6 +192,9 @@ func TestClassifyDWMNamespaceFromKey(t *testing.T) {
 		{"channel keyed here", fmt.Sprintf(`{"data":{"event_channels":{"namespace/dn/topic/kv_metrics/5":%s}}}`, channel("other")),
 			[]string{"v1/event_channels/namespace/dn/topic/kv_metrics/5"}},
 		{"channel keyed elsewhere", fmt.Sprintf(`{"data":{"event_channels":{"namespace/other/topic/kv_metrics/5":%s}}}`, channel("dn")), nil},
+		{"older key keyed here", fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate":%s}}}`, ep("other")),
+			[]string{"v1/instances/dn/c/generate/" + hex}},
+		{"older key keyed elsewhere", fmt.Sprintf(`{"data":{"endpoints":{"other/c/generate":%s},"model_cards":{"other/c/generate":%s}}}`, ep("dn"), card("dn")), nil},
 		{"key of another form", fmt.Sprintf(`{"data":{"endpoints":{"x":%s}}}`, ep("dn")),
 			[]string{"v1/instances/dn/c/generate/" + hex}},
 	} {
