@@ -619,7 +619,7 @@ dynamo:
 // TestBusListenCollision: a listen port that collides with
 // server.bind_address is refused when the bus is enabled, and when the file
 // writes it even with the bus off; the default bus port is judged only
-// while the bus runs.
+// while the bus runs, written or not.
 func TestBusListenCollision(t *testing.T) {
 	t.Parallel()
 	const path = "dynamo.event_bus.listen"
@@ -630,6 +630,8 @@ func TestBusListenCollision(t *testing.T) {
 		{"enabled", "server: {bind_address: \"0.0.0.0:7443\"}\ndynamo: {event_bus: {enabled: true, tls: {cert: c, key: k}}}\n", true},
 		{"written while off", "server: {bind_address: \"0.0.0.0:9000\"}\ndynamo: {event_bus: {listen: \"0.0.0.0:9000\"}}\n", true},
 		{"default while off", "server: {bind_address: \"0.0.0.0:7443\"}\n", false},
+		// As config show prints that file: every default written out.
+		{"default written while off", "server: {bind_address: \"0.0.0.0:7443\"}\ndynamo: {event_bus: {enabled: false, listen: \"0.0.0.0:7443\"}}\n", false},
 		{"other port", "server: {bind_address: \"0.0.0.0:8080\"}\ndynamo: {event_bus: {listen: \"0.0.0.0:7443\"}}\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -677,10 +677,12 @@ func (v *validator) eventBus() {
 	// The listener's port must be its own: a listen address the file
 	// writes is judged whether or not the bus runs now (turning it on is a
 	// reload away), the default one only while the bus runs, so that a
-	// server on the default bus port needs no event_bus block.
+	// server on the default bus port needs no event_bus block, and a file
+	// that config show printed (every default written out) validates as
+	// the file it was printed from.
 	if msg := checkHostPort(b.Listen, true); msg != "" {
 		v.errorf(p+".listen", "%s", msg)
-	} else if b.Enabled || v.doc.Has(p+".listen") {
+	} else if b.Enabled || v.doc.Has(p+".listen") && b.Listen != DefaultBusListen {
 		if samePort(b.Listen, v.c.Server.BindAddress) {
 			v.errorf(p+".listen", "port collides with server.bind_address %q: the event bus needs a port of its own", v.c.Server.BindAddress)
 		} else if v.c.Admin.BindAddress != "" && samePort(b.Listen, v.c.Admin.BindAddress) {

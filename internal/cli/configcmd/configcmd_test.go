@@ -264,3 +264,35 @@ rebind:
 		t.Errorf("missing NEW: %d", r.code)
 	}
 }
+
+// TestShowValidates: what config show prints of a valid file (secrets
+// masked, every default written out) is itself a valid file, as the admin
+// API's export is imported back: a server on the event bus's default port
+// with the bus off among them.
+func TestShowValidates(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	files, err := filepath.Glob(filepath.Join(testutil.RepoRoot(t), "testdata/config/valid/*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no valid configurations: %v", err)
+	}
+	dir := t.TempDir()
+	busPort := filepath.Join(dir, "bus-port.yaml")
+	if err := os.WriteFile(busPort, []byte("server: {bind_address: \"0.0.0.0:7443\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"ETCD_PASSWORD": "s3cret"}
+	for _, file := range append(files, busPort) {
+		r := run(t, env, "config", "show", file)
+		if r.code != 0 {
+			t.Errorf("%s: show: exit %d: %s", filepath.Base(file), r.code, r.errOut)
+			continue
+		}
+		shown := filepath.Join(dir, "shown-"+filepath.Base(file))
+		if err := os.WriteFile(shown, []byte(r.out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := run(t, env, "config", "validate", shown); r.code != 0 {
+			t.Errorf("%s: the shown file does not validate: exit %d\n%s%s", filepath.Base(file), r.code, r.out, r.errOut)
+		}
+	}
+}
