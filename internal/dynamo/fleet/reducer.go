@@ -1124,6 +1124,7 @@ func materialize(id WorkerID, rec, cardRec *record) (*Worker, *Problem) {
 		rc := c.Runtime
 		w.Capacity = Capacity{TotalKVBlocks: rc.TotalKVBlocks, MaxNumBatchedTokens: rc.MaxNumBatchedTokens, MaxNumSeqs: rc.MaxNumSeqs, ContextLength: rc.ContextLength}
 		w.DPStartRank, w.DPSize, w.DPDeclared = rc.DataParallelStartRank, rc.DataParallelSize, rc.DataParallelDeclared
+		w.Eagle = rc.EnableEagle
 		w.DisaggregatedEndpoint = rc.DisaggregatedEndpoint
 		w.Card = cardRec.card
 	}

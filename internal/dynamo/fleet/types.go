@@ -108,7 +108,10 @@ type Worker struct {
 	DPSize      uint32
 	DPDeclared  bool
 	BlockSize   *uint32
-	Capacity    Capacity
+	// Eagle is the card's runtime_config.enable_eagle: its blocks are
+	// hashed over windows one token longer (wire.EagleBlockHashes).
+	Eagle    bool
+	Capacity Capacity
 	// MigrationLimit is the card's migration_limit: how many times a
 	// request that failed because its worker is gone or refused may be
 	// pinned again to another worker before anything reached its client

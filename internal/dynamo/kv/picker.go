@@ -73,11 +73,11 @@ func (p *Picker) SetSettings(s Settings) { p.settings.Store(&s) }
 // Settings returns the settings the next request is picked with.
 func (p *Picker) Settings() Settings { return *p.settings.Load() }
 
-// matchBuf holds one request's overlaps per block size, from the index
-// and from the requests in flight.
+// matchBuf holds one request's overlaps per hashing (hashingOf: a block
+// size, Eagle or not), from the index and from the requests in flight.
 type matchBuf struct {
 	bySize [MaxBlockSizesPerRequest]struct {
-		size     int
+		size     int // the hashing
 		indexed  matches
 		inFlight matches
 	}
@@ -120,9 +120,9 @@ func (m *matches) blocks(k load.Key) int {
 }
 
 // Overlap implements Overlaps.
-func (b *matchBuf) Overlap(k load.Key, blockSize int) int {
+func (b *matchBuf) Overlap(k load.Key, hashing int) int {
 	for i := range b.n {
-		if sz := &b.bySize[i]; sz.size == blockSize {
+		if sz := &b.bySize[i]; sz.size == hashing {
 			return sz.indexed.blocks(k)
 		}
 	}
@@ -130,9 +130,9 @@ func (b *matchBuf) Overlap(k load.Key, blockSize int) int {
 }
 
 // InFlight implements Overlaps.
-func (b *matchBuf) InFlight(k load.Key, blockSize int) int {
+func (b *matchBuf) InFlight(k load.Key, hashing int) int {
 	for i := range b.n {
-		if sz := &b.bySize[i]; sz.size == blockSize {
+		if sz := &b.bySize[i]; sz.size == hashing {
 			return sz.inFlight.blocks(k)
 		}
 	}
@@ -171,8 +171,8 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	if pin.Prefill != nil {
 		target = *pin.Prefill
 	}
-	if bs := target.Worker.BlockSize; bs != nil {
-		p.inflight.add(t, load.RankOf(target.Worker, target.DPRank), int(*bs), prompt.Hashes[int(*bs)], now)
+	if h := hashingOf(target.Worker); h != 0 {
+		p.inflight.add(t, load.RankOf(target.Worker, target.DPRank), h, prompt.Hashes[h], now)
 	}
 	switch {
 	case pin.Bypass:
@@ -259,10 +259,10 @@ func (p *Picker) count(result string) {
 // maxNotedModels bounds the models whose unsupported block size is logged.
 const maxNotedModels = 4096
 
-// blockSizes returns the block sizes of the request's candidate workers,
-// the most common first, at most MaxBlockSizesPerRequest of the supported
-// ones. An unsupported size is logged once per model and counted as an
-// unsupported artifact.
+// blockSizes returns the hashings (hashingOf: block sizes, Eagle or not)
+// of the request's candidate workers, the most common first, at most
+// MaxBlockSizesPerRequest of the supported ones. An unsupported size is
+// logged once per model and counted as an unsupported artifact.
 func (p *Picker) blockSizes(snap *fleet.Snapshot, req pick.Request) []int {
 	type sized struct{ size, n int }
 	var sizes []sized
@@ -279,6 +279,7 @@ func (p *Picker) blockSizes(snap *fleet.Snapshot, req pick.Request) []int {
 				p.noteUnsupported(req.Model, bs)
 				continue
 			}
+			bs = hashingOf(w)
 			if i := slices.IndexFunc(sizes, func(s sized) bool { return s.size == bs }); i >= 0 {
 				sizes[i].n++
 			} else {

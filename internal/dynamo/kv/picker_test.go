@@ -46,6 +46,16 @@ type kvWorker struct {
 // kvFleetOf is kvFleet with each worker's namespace given.
 func kvFleetOf(t testing.TB, ws []kvWorker) (*fleet.Snapshot, []string) {
 	t.Helper()
+	return kvFleetWith(t, ws, "")
+}
+
+// kvFleetWith is kvFleetOf with runtime, when not empty, added to every
+// card's runtime_config (`"enable_eagle":true`, say).
+func kvFleetWith(t testing.TB, ws []kvWorker, runtime string) (*fleet.Snapshot, []string) {
+	t.Helper()
+	if runtime != "" {
+		runtime = "," + runtime
+	}
 	dir := t.TempDir()
 	tok := testutil.TokenizerJSON(t, "qwen3")
 	cfg, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/chattemplate/qwen3.tokenizer_config.json"))
@@ -66,9 +76,9 @@ func kvFleetOf(t testing.TB, ws []kvWorker) (*fleet.Snapshot, []string) {
 		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, id), t0)
 		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
 			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":%q,"kv_cache_block_size":16,
-			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192},
+			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192%s},
 			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
-			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, id, wt, tokPath, pins[0], cfgPath, pins[1]), t0)
+			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, id, wt, runtime, tokPath, pins[0], cfgPath, pins[1]), t0)
 	}
 	components := map[string]string{"Prefill": "prefill", "Decode": "decode", "Aggregated": "backend"}
 	for _, w := range ws {
@@ -169,6 +179,43 @@ func TestPickerPrefersTheHolder(t *testing.T) {
 	p.Release(tk)
 	if pin.TokenIDs != nil {
 		t.Error("token ids sent with send_token_data off")
+	}
+}
+
+// TestPickerEagleWorkers: the prompt is hashed for Eagle workers
+// (runtime_config.enable_eagle) over windows one token longer than a
+// block, as their publishers hash their blocks, so that the holder of the
+// prompt's Eagle blocks wins; plain block hashes match nothing there.
+func TestPickerEagleWorkers(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleetWith(t, []kvWorker{{"dynamo", "Prefill", 10}, {"dynamo", "Prefill", 11}, {"dynamo", "Decode", 20}}, `"enable_eagle":true`)
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	for w := range snap.Workers.All() {
+		if !w.Eagle {
+			t.Fatalf("worker %d: enable_eagle not read", w.ID.InstanceID)
+		}
+		live[w.ID] = load.LiveWorker{DPSize: 1}
+	}
+	_, ix, prompts, m, p := newKVRig(t, pins, live)
+	body := longChat(400)
+	ids := prepared(t, prompts, snap, "/v1/chat/completions", body, 16).IDs
+	eagle, plain := wire.EagleBlockHashes(ids, 16, wire.XXH3Seed), wire.LocalBlockHashes(ids, 16, wire.XXH3Seed)
+	if len(eagle) < 20 {
+		t.Fatalf("only %d blocks", len(eagle))
+	}
+	hold(t, ix, 1, idOf(snap, 10), plain, len(plain)) // what a plain hashing would have matched
+	hold(t, ix, 2, idOf(snap, 11), eagle, len(eagle)-2)
+	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, EstPromptTokens: 1, Path: "/v1/chat/completions", Body: []byte(body)}
+	pin, tk, err := p.Reserve(snap, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(tk)
+	if pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 || pin.PrefillReason != pick.ReasonKVAware {
+		t.Fatalf("prefill %+v (%s), want the Eagle holder 11", pin.Prefill, pin.PrefillReason)
+	}
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultOverlap)); n != 1 {
+		t.Errorf("overlap selections %v", n)
 	}
 }
 

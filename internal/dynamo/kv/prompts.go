@@ -68,7 +68,8 @@ const (
 type Prompt struct {
 	// IDs are the prompt's token ids as the frontend encodes them.
 	IDs []uint32
-	// Hashes are the tokens_hash of each complete block, per block size.
+	// Hashes are the tokens_hash of each complete block, per hashing (a
+	// block size, with eagleHashing set for Eagle workers' windows).
 	Hashes map[int][]uint64
 }
 
@@ -343,9 +344,10 @@ func (p *Prompts) Diagnose(snap *fleet.Snapshot, model, path string) (string, er
 
 // Prepare renders and encodes a request's prompt (path is the endpoint,
 // body the request as the frontend will receive it) and hashes its
-// complete blocks for each of the given block sizes (at most
-// MaxBlockSizesPerRequest, each MinBlockSize..MaxBlockSize). It returns the
-// prompt, or the result to count when there is none.
+// complete blocks for each of the given hashings (block sizes, Eagle or
+// not: at most MaxBlockSizesPerRequest, each of a size MinBlockSize..
+// MaxBlockSize). It returns the prompt, or the result to count when there
+// is none.
 //
 // A request without a body has no prompt to render (it is pinned by its
 // model alone): no prompt, and no result to count.
@@ -391,9 +393,14 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	}
 	seed := wire.BlockHashSeed("", salt)
 	pr := &Prompt{IDs: ids, Hashes: make(map[int][]uint64, len(blockSizes))}
-	for _, bs := range blockSizes {
-		if bs >= MinBlockSize && bs <= MaxBlockSize && len(pr.Hashes) < MaxBlockSizesPerRequest {
-			pr.Hashes[bs] = wire.LocalBlockHashes(ids, bs, seed)
+	for _, h := range blockSizes {
+		bs := hashingBlockSize(h)
+		switch {
+		case bs < MinBlockSize || bs > MaxBlockSize || len(pr.Hashes) >= MaxBlockSizesPerRequest:
+		case h&eagleHashing != 0:
+			pr.Hashes[h] = wire.EagleBlockHashes(ids, bs, seed)
+		default:
+			pr.Hashes[h] = wire.LocalBlockHashes(ids, bs, seed)
 		}
 	}
 	return pr, ""

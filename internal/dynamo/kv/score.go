@@ -65,9 +65,32 @@ func (t Terms) Costs(isl, bs, overlap int, prefillTokens, decodeBlocks float64) 
 // holds, for the rank's block size, by the index (Overlap) and by the
 // requests in flight on it (InFlight).
 type Overlaps interface {
-	Overlap(k load.Key, blockSize int) int
-	InFlight(k load.Key, blockSize int) int
+	Overlap(k load.Key, hashing int) int
+	InFlight(k load.Key, hashing int) int
 }
+
+// eagleHashing marks a hashing (see hashingOf) as an Eagle worker's: its
+// blocks' tokens_hash covers a window one token longer than the block
+// (wire.EagleBlockHashes). It lies above every supported block size.
+const eagleHashing = 1 << 24
+
+// hashingOf is how worker w's blocks are hashed: its block size, with
+// eagleHashing set for an Eagle worker; 0 without a block size. A prompt's
+// hashes, its overlaps and the dispatches in flight are kept per hashing,
+// since one prompt hashes differently for the two kinds of worker.
+func hashingOf(w *fleet.Worker) int {
+	if w.BlockSize == nil {
+		return 0
+	}
+	h := int(*w.BlockSize)
+	if w.Eagle {
+		h |= eagleHashing
+	}
+	return h
+}
+
+// hashingBlockSize is the block size of a hashing.
+func hashingBlockSize(h int) int { return h &^ eagleHashing }
 
 // choice is one request's KV-aware choice of a phase: it implements
 // pick.Scorer. Its fields after Score say what was chosen, for metrics and
@@ -155,7 +178,7 @@ func (c *choice) Bypass(d pick.Candidate) bool {
 			return false
 		}
 		bs := int(*d.Worker.BlockSize)
-		adds := math.Max(0, float64((c.isl+bs-1)/bs-c.overlaps.Overlap(load.RankOf(d.Worker, d.DPRank), bs)))
+		adds := math.Max(0, float64((c.isl+bs-1)/bs-c.overlaps.Overlap(load.RankOf(d.Worker, d.DPRank), hashingOf(d.Worker))))
 		if d.DecodeBlocks+adds > *c.busy*float64(*capacity) {
 			return false
 		}
@@ -204,14 +227,14 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 			// dispatched to it since.
 			prefill, decode = cd.PrefillTokens, cd.DecodeBlocks
 		}
-		ov := c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), bs)
+		ov := c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), hashingOf(cd.Worker))
 		inFlight := 0
 		if anyFresh {
 			// Where backlogs compete, the prefixes of the requests in
 			// flight on a rank count as held: the rank computes them
 			// before it gets to this request, and its backlog already
 			// charges for that work.
-			inFlight = c.overlaps.InFlight(load.RankOf(cd.Worker, cd.DPRank), bs)
+			inFlight = c.overlaps.InFlight(load.RankOf(cd.Worker, cd.DPRank), hashingOf(cd.Worker))
 		}
 		details[i] = c.terms.Costs(c.isl, bs, max(ov, inFlight), prefill, decode)
 		cost := details[i].Total
@@ -228,8 +251,8 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		for i := range cands {
 			cd := &cands[i]
 			e := Explained{Phase: phase, Worker: cd.Worker, DPRank: cd.DPRank, Competing: !math.IsNaN(c.costs[i]), Cost: details[i], Total: c.costs[i]}
-			if b := cd.Worker.BlockSize; b != nil {
-				e.Indexed = c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), int(*b))
+			if cd.Worker.BlockSize != nil {
+				e.Indexed = c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), hashingOf(cd.Worker))
 			}
 			switch {
 			case cd.Fresh:
@@ -284,8 +307,8 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 	}
 	c.Chosen, c.Scored = details[chosen], true
 	c.ChosenIndexed = 0
-	if b := cands[chosen].Worker.BlockSize; b != nil {
-		c.ChosenIndexed = c.overlaps.Overlap(load.RankOf(cands[chosen].Worker, cands[chosen].DPRank), int(*b))
+	if cands[chosen].Worker.BlockSize != nil {
+		c.ChosenIndexed = c.overlaps.Overlap(load.RankOf(cands[chosen].Worker, cands[chosen].DPRank), hashingOf(cands[chosen].Worker))
 	}
 	if int(phase) < len(c.cached) {
 		e := &c.cached[phase]

@@ -42,6 +42,27 @@ func LocalBlockHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
 	return out
 }
 
+// EagleBlockHashes returns the tokens_hash of every complete block of an
+// Eagle worker (speculative decoding keeps one token past each block): a
+// window of blockSize+1 tokens every blockSize tokens, hashed as
+// LocalBlockHashes hashes a block. A block is complete when its window
+// is, so len(tokens)-1 tokens give (len(tokens)-1)/blockSize blocks.
+func EagleBlockHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
+	if blockSize <= 0 || len(tokens) == 0 {
+		return nil
+	}
+	n := (len(tokens) - 1) / blockSize
+	out := make([]uint64, n)
+	buf := make([]byte, 4*(blockSize+1))
+	for i := range n {
+		for j, t := range tokens[i*blockSize : i*blockSize+blockSize+1] {
+			binary.LittleEndian.PutUint32(buf[4*j:], t)
+		}
+		out[i] = xxh3.HashSeed(buf, seed)
+	}
+	return out
+}
+
 // SequenceHashes chains local hashes: seq[0] = local[0] and seq[i] =
 // XXH3_64(LE64(seq[i-1]) ‖ LE64(local[i]), seed).
 func SequenceHashes(local []uint64, seed uint64) []uint64 {

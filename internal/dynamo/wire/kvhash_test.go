@@ -136,3 +136,37 @@ func TestEncodeRouterEvent(t *testing.T) {
 		t.Errorf("removed %s", got)
 	}
 }
+
+// TestEagleBlockHashes: an Eagle worker's block i is hashed over tokens
+// i*bs .. i*bs+bs (one past the block), as XXH3 of their u32
+// little-endian bytes; a block is complete when that window is, so 64
+// tokens make 3 blocks of 16 and 65 make 4.
+func TestEagleBlockHashes(t *testing.T) {
+	t.Parallel()
+	tokens := make([]uint32, 65)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7919)
+	}
+	window := func(ts []uint32) uint64 {
+		b := make([]byte, 0, 4*len(ts))
+		for _, tk := range ts {
+			b = append(b, byte(tk), byte(tk>>8), byte(tk>>16), byte(tk>>24))
+		}
+		return xxh3.HashSeed(b, wire.XXH3Seed)
+	}
+	for _, n := range []int{0, 1, 16, 17, 64, 65} {
+		got := wire.EagleBlockHashes(tokens[:n], 16, wire.XXH3Seed)
+		want := max(0, (n-1)/16)
+		if len(got) != want {
+			t.Fatalf("%d tokens: %d blocks, want %d", n, len(got), want)
+		}
+		for i, h := range got {
+			if w := window(tokens[i*16 : i*16+17]); h != w {
+				t.Errorf("%d tokens, block %d: %x, want %x", n, i, h, w)
+			}
+		}
+	}
+	if p, e := wire.LocalBlockHashes(tokens[:17], 16, wire.XXH3Seed), wire.EagleBlockHashes(tokens[:17], 16, wire.XXH3Seed); p[0] == e[0] {
+		t.Error("an Eagle block hashed as a plain one")
+	}
+}

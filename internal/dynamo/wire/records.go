@@ -318,6 +318,10 @@ type RuntimeConfig struct {
 	DataParallelSize      uint32
 	// DataParallelDeclared is true when the card sets data_parallel_size.
 	DataParallelDeclared bool
+	// EnableEagle is runtime_config.enable_eagle: the worker runs Eagle
+	// speculative decoding, and its blocks' tokens_hash covers a window of
+	// kv_cache_block_size+1 tokens (EagleBlockHashes).
+	EnableEagle bool
 	// DisaggregatedEndpoint is a JSON string in older cards and an object
 	// {bootstrap_host, bootstrap_port} in newer ones; kept as compact JSON.
 	DisaggregatedEndpoint json.RawMessage
@@ -557,6 +561,11 @@ func parseRuntime(raw json.RawMessage, errs []string) (RuntimeConfig, []string) 
 			errs = append(errs, "runtime_config.exclude_tools_when_tool_choice_none")
 		} else {
 			rc.KeepToolsWhenToolChoiceNone = !exclude
+		}
+	}
+	if v, ok := fields["enable_eagle"]; ok && !isNull(v) {
+		if err := json.Unmarshal(v, &rc.EnableEagle); err != nil {
+			errs = append(errs, "runtime_config.enable_eagle")
 		}
 	}
 	if v, ok := fields["disaggregated_endpoint"]; ok && !isNull(v) {

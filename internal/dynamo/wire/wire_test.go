@@ -160,6 +160,17 @@ func TestParseModelPartial(t *testing.T) {
 	if !lora.Card.LoRA || lora.ModelSuffix != "ad" {
 		t.Errorf("lora %+v", lora)
 	}
+	for _, tc := range []struct {
+		runtime string
+		eagle   bool
+		errs    []string
+	}{{`{"enable_eagle":true}`, true, nil}, {`{"enable_eagle":false}`, false, nil}, {`{"enable_eagle":null}`, false, nil},
+		{`{"enable_eagle":"yes"}`, false, []string{"runtime_config.enable_eagle"}}} {
+		m, _ := wire.ParseModel([]byte(`{"card_json":{"runtime_config":` + tc.runtime + `}}`))
+		if m.Card.Runtime.EnableEagle != tc.eagle || !slices.Equal(m.CardErrors, tc.errs) {
+			t.Errorf("%s: eagle %v, errors %v", tc.runtime, m.Card.Runtime.EnableEagle, m.CardErrors)
+		}
+	}
 	noDP, _ := wire.ParseModel([]byte(`{"card_json":{"runtime_config":{}}}`))
 	if noDP.Card.Runtime.DataParallelDeclared || noDP.Card.Runtime.DataParallelSize != 1 || noDP.Card.Runtime.KeepToolsWhenToolChoiceNone {
 		t.Errorf("defaults %+v", noDP.Card.Runtime)
