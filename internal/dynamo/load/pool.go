@@ -62,8 +62,8 @@ type Pool struct {
 	// ended, until the next Reconcile tells Stopped of those it no longer
 	// wants as they were (bounded by MaxSubscriptions, as subs is).
 	switched map[uint64]fleet.Publisher
-	refused map[uint64]bool // over MaxSubscriptions, logged once
-	wg      sync.WaitGroup
+	refused  map[uint64]bool // over MaxSubscriptions, logged once
+	wg       sync.WaitGroup
 	// bound is the Done channel of the context the loops run under, and
 	// unbind undoes the hook that stops them all when it ends: one hook
 	// for the pool rather than a context per subscription, which an idle
