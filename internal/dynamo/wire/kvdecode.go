@@ -300,15 +300,12 @@ func (d *kvDecoder) tier(ev *RouterEvent) error {
 }
 
 // residency reads a present residency_domain: only an absent field selects
-// the legacy semantics; nil or a domain this decoder does not know is
+// the legacy semantics; a domain this decoder does not know is
 // ResidencyUnknown (the event then only moves its cursor: a newer
-// publisher's domain must not cost the rank its blocks).
+// publisher's domain must not cost the rank its blocks). An explicit nil
+// is no domain at all: the event is malformed, as upstream decoders refuse
+// it (the field is present or omitted, never null).
 func (d *kvDecoder) residency(ev *RouterEvent) error {
-	if c, ok := d.r.peek(); ok && c == 0xc0 {
-		_, err := d.r.byte1()
-		ev.Residency = ResidencyUnknown
-		return err
-	}
 	if !d.r.peekString() {
 		return d.r.notA("string")
 	}

@@ -270,8 +270,6 @@ func TestDecodeRouterEventsForwardCompatible(t *testing.T) {
 		payload         []byte
 		kind, residency string
 	}{
-		{"residency nil", named("b0", `"residency_domain"`, "c0"), wire.KVCleared, wire.ResidencyUnknown},
-		{"residency nil, positional", mpb("94 01", "a6", `"device"`, "c0", "92 01", "a7", `"cleared"`), wire.KVCleared, wire.ResidencyUnknown},
 		{"residency unknown", named("b0", `"residency_domain"`, "a6", `"future"`), wire.KVCleared, wire.ResidencyUnknown},
 		{"unknown unit variant", withData("ac", `"tier_cleared"`), wire.KVUnknown, ""},
 		{"unknown variant", withData("81", "a5", `"moved"`, "80"), wire.KVUnknown, ""},
@@ -310,6 +308,9 @@ func TestDecodeRouterEventsRejects(t *testing.T) {
 		{"integer", []byte{0x07}, "neither"},
 		{"string", mpb("a7", `"cleared"`), "neither"},
 		{"residency integer", named("b0", `"residency_domain"`, "01"), "residency_domain: msgpack: 0x01 is not a string"},
+		// Present or omitted, never null: upstream decoders refuse it.
+		{"residency nil", named("b0", `"residency_domain"`, "c0"), "residency_domain: msgpack: 0xc0 is not a string"},
+		{"residency nil, positional", mpb("94 01", "a6", `"device"`, "c0", "92 01", "a7", `"cleared"`), "residency_domain"},
 		{"tier integer", named("ac", `"storage_tier"`, "01"), "storage_tier: msgpack: 0x01 is not a string"},
 		{"tier nil", named("ac", `"storage_tier"`, "c0"), "storage_tier"},
 		{"tier empty", named("ac", `"storage_tier"`, "a0"), "storage_tier: msgpack: empty"},
