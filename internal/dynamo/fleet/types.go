@@ -377,7 +377,7 @@ func (s *Snapshot) Within(namespaces []string) *Snapshot {
 	out := &Snapshot{
 		Workers:     workersOf(workers),
 		Publishers:  Publishers{byID: buildTree(pubs, comparePublishers)},
-		problemsGen: s.problemsGen + 1,
+		problemsGen: problemGens.Add(1), // a list of its own, never another reducer's number
 	}
 	for _, p := range s.Problems {
 		if p.Namespace == "" || keep(p.Namespace) {
