@@ -378,6 +378,7 @@ func TestServerLimits(t *testing.T) {
 		{"read_header_timeout: 50ms", "server.read_header_timeout", "out of range"},
 		{"read_timeout: 2h", "server.read_timeout", "out of range"},
 		{"idle_timeout: 0s", "server.idle_timeout", "out of range"},
+		{"write_timeout: 0s", "server.write_timeout", "out of range"},
 		{"max_header_bytes: 1024", "server.max_header_bytes", "out of range"},
 		{"max_body_bytes: 2147483648", "server.max_body_bytes", "out of range"},
 		{"max_connections: 0", "server.max_connections", "out of range"},

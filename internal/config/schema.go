@@ -28,11 +28,14 @@ type Server struct {
 	// ReadHeaderTimeout bounds reading a request's line and headers;
 	// ReadTimeout the whole request, body included (a client trickling
 	// either is cut off); IdleTimeout a keep-alive connection between
-	// requests. Responses (streams) are not bounded here: a backend's
-	// timeout bounds them.
+	// requests. WriteTimeout bounds a client that takes none of its
+	// answer's bytes: a write that cannot go on for that long ends the
+	// request. A response's length (a stream) is not bounded here: a
+	// backend's timeout bounds it.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout" json:"read_header_timeout"`
 	ReadTimeout       Duration `yaml:"read_timeout" json:"read_timeout"`
 	IdleTimeout       Duration `yaml:"idle_timeout" json:"idle_timeout"`
+	WriteTimeout      Duration `yaml:"write_timeout" json:"write_timeout"`
 	// MaxHeaderBytes bounds a request's headers; MaxBodyBytes its body
 	// (413 beyond).
 	MaxHeaderBytes int64 `yaml:"max_header_bytes" json:"max_header_bytes"`
@@ -58,6 +61,7 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
 	DefaultMaxHeaderBytes    = 1 << 20
 	DefaultMaxBodyBytes      = 32 << 20
 	DefaultMaxConnections    = 8192
@@ -402,7 +406,7 @@ func DefaultFor(env LookupEnv) *Config {
 func Default() *Config {
 	return &Config{
 		Server: Server{BindAddress: "127.0.0.1:8080", ReadHeaderTimeout: Duration(DefaultReadHeaderTimeout),
-			ReadTimeout: Duration(DefaultReadTimeout), IdleTimeout: Duration(DefaultIdleTimeout),
+			ReadTimeout: Duration(DefaultReadTimeout), IdleTimeout: Duration(DefaultIdleTimeout), WriteTimeout: Duration(DefaultWriteTimeout),
 			MaxHeaderBytes: DefaultMaxHeaderBytes, MaxBodyBytes: DefaultMaxBodyBytes,
 			MaxConnections: DefaultMaxConnections, MaxInFlight: DefaultMaxInFlight},
 		Dynamo: Dynamo{

@@ -65,7 +65,7 @@ func (v *validator) server() {
 	for _, d := range []struct {
 		key string
 		val Duration
-	}{{"read_header_timeout", srv.ReadHeaderTimeout}, {"read_timeout", srv.ReadTimeout}, {"idle_timeout", srv.IdleTimeout}} {
+	}{{"read_header_timeout", srv.ReadHeaderTimeout}, {"read_timeout", srv.ReadTimeout}, {"idle_timeout", srv.IdleTimeout}, {"write_timeout", srv.WriteTimeout}} {
 		if d.val.D() < 100*time.Millisecond || d.val.D() > time.Hour {
 			v.errorf("server."+d.key, "%s is out of range: use 100ms to 1h", d.val)
 		}

@@ -65,6 +65,10 @@ type Server struct {
 	// whole request, IdleTimeout the wait for the next request on a kept
 	// connection (ReadTimeout when zero), as in http.Server.
 	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
+	// WriteTimeout bounds how long a write may wait for a client that
+	// takes no bytes of its answer: past it the write fails and the
+	// request ends (its handler sees the error). 0: no bound.
+	WriteTimeout time.Duration
 	// Fallback takes a connection whose next request the lean path does
 	// not serve, with what was read of it replayed; it owns the connection
 	// from then on. Required.
@@ -211,6 +215,8 @@ type conn struct {
 	// pendBuf holds the start of an answer's body until its head is
 	// committed.
 	pendBuf [sniffLen]byte
+	// writeUntil is the write deadline write set last (WriteTimeout).
+	writeUntil time.Time
 	// idleUntil is the read deadline setIdleDeadline set last, zero when
 	// the deadline has been set otherwise since.
 	idleUntil time.Time
@@ -246,6 +252,9 @@ func (c *conn) read(p []byte) (int, error) {
 }
 
 func (c *conn) write(p []byte) (int, error) {
+	if d := c.srv.WriteTimeout; d > 0 {
+		c.writeUntil = moveWriteDeadline(c.rwc, c.writeUntil, d)
+	}
 	n, err := c.sock.Write(p)
 	if err != nil && c.rctx != nil {
 		c.rctx.end()
@@ -266,6 +275,57 @@ func (c *conn) wakeIfIdle() {
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// moveWriteDeadline makes c's write deadline at least half of d away from
+// now, moving it (to d from now) only when the one set before, until, is
+// nearer: a write waits at least d/2 for a client that takes nothing, and
+// a busy connection moves its deadline about twice per d rather than per
+// write. It returns the deadline now set.
+func moveWriteDeadline(c net.Conn, until time.Time, d time.Duration) time.Time {
+	now := time.Now()
+	if until.Sub(now) >= d/2 {
+		return until
+	}
+	until = now.Add(d)
+	_ = c.SetWriteDeadline(until)
+	return until
+}
+
+// WithWriteTimeout returns c whose writes wait at most d (at least d/2)
+// for a peer that takes no bytes, as Server.WriteTimeout bounds the lean
+// server's: for the connections net/http serves (TLS, handed off), whose
+// own WriteTimeout bounds a whole answer, a stream included. One writer at
+// a time, as net/http writes.
+func WithWriteTimeout(c net.Conn, d time.Duration) net.Conn {
+	if d <= 0 {
+		return c
+	}
+	return &stallBound{Conn: c, d: d}
+}
+
+type stallBound struct {
+	net.Conn
+	d     time.Duration
+	until time.Time
+}
+
+func (c *stallBound) Write(p []byte) (int, error) {
+	c.until = moveWriteDeadline(c.Conn, c.until, c.d)
+	return c.Conn.Write(p)
+}
+
+// NetConn is the connection bounded, for crypto/tls's and SocketIO's
+// unwrapping.
+func (c *stallBound) NetConn() net.Conn { return c.Conn }
+
+// CloseWrite shuts the write side when c can (net/http does so before
+// closing a connection with unread input).
+func (c *stallBound) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
 
 var errHandedOff = errors.New("handed off")
 

@@ -965,3 +965,78 @@ func TestHeadCutShort(t *testing.T) {
 		t.Fatalf("a head cut short: %d", resp.StatusCode)
 	}
 }
+
+// TestWriteTimeout: a client that takes none of its answer holds its
+// request no longer than about WriteTimeout: the handler's write fails
+// (on the lean path, and on a connection net/http serves, bounded by
+// WithWriteTimeout), while a client that reads a slow stream is never cut
+// off however long the stream lasts.
+func TestWriteTimeout(t *testing.T) {
+	t.Parallel()
+	const d = 300 * time.Millisecond
+	failed := make(chan error, 2)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" { // a stream: a chunk every d, for 4d
+			for range 4 {
+				time.Sleep(d)
+				if _, err := w.Write([]byte("data: x\n\n")); err != nil {
+					failed <- err
+					return
+				}
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		chunk := make([]byte, 1<<20)
+		for range 256 { // far more than socket buffers hold
+			if _, err := w.Write(chunk); err != nil {
+				failed <- err
+				return
+			}
+		}
+		failed <- nil
+	})
+	l := startLean(t, h, func(s *Server) {
+		s.WriteTimeout = d
+		give := s.Fallback
+		s.Fallback = func(c net.Conn) { give(WithWriteTimeout(c, d)) }
+	})
+	for _, req := range []string{
+		"GET /big HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /big HTTP/1.0\r\nHost: x\r\n\r\n", // handed off to net/http
+	} {
+		c, err := net.Dial("tcp", l.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-failed:
+			if err == nil {
+				t.Errorf("%q: a client that read nothing took 256 MiB", req)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%q: the handler still writes to a client that reads nothing", req)
+		}
+		_ = c.Close()
+	}
+	resp, err := http.Get("http://" + l.addr + "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || strings.Count(string(body), "data: x") != 4 {
+		t.Errorf("a slow stream read as it came: %q, %v", body, err)
+	}
+	select {
+	case err := <-failed:
+		t.Errorf("the slow stream's write failed: %v", err)
+	default:
+	}
+}

@@ -46,14 +46,14 @@ type listener struct {
 
 // serverSettings are what an http.Server is built with.
 type serverSettings struct {
-	readHeader, read, idle time.Duration
-	maxHeader              int
-	tls                    *config.ServerTLS
+	readHeader, read, idle, write time.Duration
+	maxHeader                     int
+	tls                           *config.ServerTLS
 }
 
 func settingsOf(cfg *config.Config) serverSettings {
 	s := cfg.Server
-	out := serverSettings{readHeader: s.ReadHeaderTimeout.D(), read: s.ReadTimeout.D(), idle: s.IdleTimeout.D(), maxHeader: int(s.MaxHeaderBytes)}
+	out := serverSettings{readHeader: s.ReadHeaderTimeout.D(), read: s.ReadTimeout.D(), idle: s.IdleTimeout.D(), write: s.WriteTimeout.D(), maxHeader: int(s.MaxHeaderBytes)}
 	if s.TLS != nil {
 		t := *s.TLS
 		out.tls = &t
@@ -65,7 +65,7 @@ func (a serverSettings) equal(b serverSettings) bool {
 	if (a.tls == nil) != (b.tls == nil) || (a.tls != nil && *a.tls != *b.tls) {
 		return false
 	}
-	return a.readHeader == b.readHeader && a.read == b.read && a.idle == b.idle && a.maxHeader == b.maxHeader
+	return a.readHeader == b.readHeader && a.read == b.read && a.idle == b.idle && a.write == b.write && a.maxHeader == b.maxHeader
 }
 
 // served is one server generation: the lean HTTP/1.1 server that plain
@@ -99,8 +99,11 @@ func (l *listener) newServed() *served {
 	srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
 		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn)}
 	q := h1.NewHandoff(l.ln.Addr())
+	// net/http's own WriteTimeout would bound a whole answer, streams
+	// included: the connections it serves are bounded per write instead,
+	// as the lean server bounds its own.
 	lean := &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
-		Logger: l.logger, Fallback: q.Give}
+		WriteTimeout: st.write, Logger: l.logger, Fallback: func(c net.Conn) { q.Give(h1.WithWriteTimeout(c, st.write)) }}
 	return &served{lean: lean, srv: srv, conns: q}
 }
 
@@ -156,7 +159,7 @@ func (l *listener) acceptLoop() error {
 			c = &trackedConn{Conn: c, l: l}
 		}
 		if cfg := l.tls.Load(); cfg != nil {
-			c = tls.Server(c, cfg)
+			c = tls.Server(h1.WithWriteTimeout(c, l.cur.Load().lean.WriteTimeout), cfg)
 		}
 		l.handOff(c)
 	}
