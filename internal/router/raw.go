@@ -1,7 +1,6 @@
 package router
 
 import (
-	"io"
 	"net/http"
 	"time"
 
@@ -103,8 +102,8 @@ func (f *front) ServeRaw(w http.ResponseWriter, rq *h1.RawRequest) bool {
 		return true
 	}
 	// The declared length is the whole body (the lean server enforces it).
-	body := make([]byte, rq.ContentLength)
-	if _, err := io.ReadFull(rq.Body, body); err != nil {
+	body, err := readDeclared(rq.Body, rq.ContentLength)
+	if err != nil {
 		writeParamError(rec, http.StatusBadRequest, CodeBadRequest, "", "could not read the request body")
 		return true
 	}

@@ -383,13 +383,45 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if n := r.ContentLength; n > 0 && n <= limit {
 		// The declared length is the whole body (the server enforces
 		// it), within the limit: read as it is, with no bound to watch.
+		return readDeclared(r.Body, n)
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// wholeBodyAlloc is the largest declared body read into one allocation
+// made before its bytes arrive: a larger one grows as they come, so that
+// a client declaring the most it may send and sending little holds little.
+const wholeBodyAlloc = 1 << 20
+
+// readDeclared reads a body of declared length n (which the server
+// enforces: r ends after n bytes), in one allocation up to wholeBodyAlloc
+// and otherwise in a buffer that doubles as the bytes arrive.
+func readDeclared(r io.Reader, n int64) ([]byte, error) {
+	if n <= wholeBodyAlloc {
 		buf := make([]byte, n)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			if err == io.EOF { // nothing came: still short of n
+				err = io.ErrUnexpectedEOF
+			}
 			return nil, err
 		}
 		return buf, nil
 	}
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	buf := make([]byte, 0, wholeBodyAlloc)
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), n-int64(len(buf)))))
+		}
+		m, err := r.Read(buf[len(buf):int(min(int64(cap(buf)), n))])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF && int64(len(buf)) < n {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 // request is what the router reads of an inference body.
