@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/h1"
+	"github.com/continuum-router/continuum/internal/jsonscan"
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
@@ -439,23 +441,35 @@ type request struct {
 func (q *request) promptText() string {
 	var parts []string
 	add := func(raw json.RawMessage) {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			parts = append(parts, s)
+		raw = bytes.TrimLeft(raw, " \t\r\n")
+		if len(raw) == 0 {
 			return
 		}
-		var list []json.RawMessage
-		if json.Unmarshal(raw, &list) == nil {
-			for _, item := range list {
-				var p struct {
-					Text string `json:"text"`
-				}
-				if json.Unmarshal(item, &p) == nil && p.Text != "" {
-					parts = append(parts, p.Text)
-				} else if json.Unmarshal(item, &s) == nil {
-					parts = append(parts, s)
-				}
+		switch raw[0] {
+		case '"':
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				parts = append(parts, s)
 			}
+		case '[':
+			// Walked in place: a list of token ids (the common large
+			// one) costs nothing per id.
+			eachItem(raw, func(item []byte) {
+				switch item[0] {
+				case '{':
+					var p struct {
+						Text string `json:"text"`
+					}
+					if json.Unmarshal(item, &p) == nil && p.Text != "" {
+						parts = append(parts, p.Text)
+					}
+				case '"':
+					var s string
+					if json.Unmarshal(item, &s) == nil {
+						parts = append(parts, s)
+					}
+				}
+			})
 		}
 	}
 	for _, m := range q.Messages {
@@ -471,27 +485,43 @@ func (q *request) promptText() string {
 // batch of such lists), which promptText has no text of: their number is
 // the prompt's length exactly.
 func (q *request) promptIDs() int {
-	var list []json.RawMessage
-	if len(q.Prompt) == 0 || q.Prompt[0] != '[' || json.Unmarshal(q.Prompt, &list) != nil {
-		return 0
-	}
 	n := 0
-	for _, item := range list {
+	isID := func(item []byte) bool { return item[0] == '-' || '0' <= item[0] && item[0] <= '9' }
+	eachItem(q.Prompt, func(item []byte) {
 		switch {
-		case len(item) > 0 && (item[0] == '-' || '0' <= item[0] && item[0] <= '9'):
+		case isID(item):
 			n++
-		case len(item) > 0 && item[0] == '[':
-			var ids []json.RawMessage
-			if json.Unmarshal(item, &ids) == nil {
-				for _, id := range ids {
-					if len(id) > 0 && (id[0] == '-' || '0' <= id[0] && id[0] <= '9') {
-						n++
-					}
+		case item[0] == '[':
+			eachItem(item, func(id []byte) {
+				if isID(id) {
+					n++
 				}
-			}
+			})
+		}
+	})
+	return n
+}
+
+// eachItem calls f with each item of the JSON array raw (checked JSON, as
+// a decoded body's members are), in order; nothing when raw is not an
+// array. Items are never empty.
+func eachItem(raw []byte, f func(item []byte)) {
+	i := jsonscan.SkipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return
+	}
+	i = jsonscan.SkipSpace(raw, i+1)
+	for i < len(raw) && raw[i] != ']' {
+		end := jsonscan.SkipValue(raw, i)
+		if end <= i {
+			return
+		}
+		f(raw[i:end])
+		i = jsonscan.SkipSpace(raw, end)
+		if i < len(raw) && raw[i] == ',' {
+			i = jsonscan.SkipSpace(raw, i+1)
 		}
 	}
-	return n
 }
 
 // statusRecorder remembers the status written, for logs and metrics. It
