@@ -517,11 +517,15 @@ type responsesStream struct {
 	sw  *sseWriter
 	seq int
 
-	items  []object        // the output items so far
-	open   int             // the open item's index, -1 for none
-	text   strings.Builder // the open message's text
-	tools  map[int]int     // upstream tool call index → item index
-	held   int             // bytes of text and arguments held in items
+	items []object        // the output items so far
+	open  int             // the open item's index, -1 for none
+	text  strings.Builder // the open message's text
+	tools map[int]int     // upstream tool call index → item index
+	// args are the function calls' arguments as they came, by item
+	// index: set on their items when these are sent whole (appending
+	// each delta to the item's string copied it all, per delta).
+	args   map[int]*strings.Builder
+	held   int // bytes of text and arguments held in items
 	finish string
 	failed bool // the stream ends in response.failed
 	usage  *chatUsage
@@ -536,7 +540,7 @@ func (s *responsesStream) event(name string, fields ...field) {
 }
 
 func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
-	s := &responsesStream{o: o, sw: newSSEWriter(w), open: -1, tools: map[int]int{}}
+	s := &responsesStream{o: o, sw: newSSEWriter(w), open: -1, tools: map[int]int{}, args: map[int]*strings.Builder{}}
 	s.event("response.created", field{"response", o.response("in_progress", []any{}, nil, "")})
 	s.event("response.in_progress", field{"response", o.response("in_progress", []any{}, nil, "")})
 	if err := s.sw.flush(); err != nil {
@@ -546,6 +550,7 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 		return err
 	}
 	s.close()
+	s.setArgs()
 	status, incomplete := finishStatus(s.finish)
 	output := make([]any, len(s.items))
 	for i, it := range s.items {
@@ -565,6 +570,7 @@ func (s *responsesStream) finished() bool { return s.finish != "" }
 func (s *responsesStream) fail(_ int, message string) error {
 	s.failed = true
 	s.close()
+	s.setArgs()
 	output := make([]any, len(s.items))
 	for i, it := range s.items {
 		output[i] = it
@@ -573,6 +579,15 @@ func (s *responsesStream) fail(_ int, message string) error {
 	r = r.set("error", object{{"code", "server_error"}, {"message", message}})
 	s.event("response.failed", field{"response", r})
 	return s.sw.flush()
+}
+
+// setArgs sets each function call's arguments on its item, for the
+// response sent whole at the end (a call's arguments may come after its
+// item was closed, when the backend interleaves calls).
+func (s *responsesStream) setArgs() {
+	for i, b := range s.args {
+		s.items[i].set("arguments", b.String())
+	}
 }
 
 // close ends the open item.
@@ -594,6 +609,9 @@ func (s *responsesStream) close() {
 		s.event("response.content_part.done", field{"item_id", id}, field{"output_index", i}, field{"content_index", 0}, field{"part", part})
 		it.set("content", []any{part})
 	case "function_call":
+		if b := s.args[i]; b != nil {
+			it.set("arguments", b.String())
+		}
 		s.event("response.function_call_arguments.done", field{"item_id", id}, field{"output_index", i},
 			field{"name", it.get("name")}, field{"arguments", it.get("arguments")})
 	}
@@ -659,8 +677,12 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 					return errAnswerTooLong
 				}
 				it := s.items[i]
-				args, _ := it.get("arguments").(string)
-				it.set("arguments", args+tc.Function.Arguments)
+				b := s.args[i]
+				if b == nil {
+					b = &strings.Builder{}
+					s.args[i] = b
+				}
+				b.WriteString(tc.Function.Arguments)
 				s.event("response.function_call_arguments.delta", field{"item_id", it.get("id")}, field{"output_index", i},
 					field{"delta", tc.Function.Arguments})
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -290,5 +291,66 @@ func TestStreamHelpers(t *testing.T) {
 	}
 	if send, held := holdBack("ab", 0); send != "ab" || held != "" {
 		t.Errorf("no stop sequences: %q %q", send, held)
+	}
+}
+
+// TestResponsesStreamArguments: a function call's arguments are the
+// deltas as they came, also those of a call the backend interleaved with
+// another (after its item closed), and a call streamed in many small
+// deltas costs memory in proportion to its arguments, not their square.
+func TestResponsesStreamArguments(t *testing.T) { // not parallel: it counts allocations
+	call := func(index int, id, args string) string {
+		head := ""
+		if id != "" {
+			head = `"id":"` + id + `","type":"function","function":{"name":"f","arguments":""}`
+			return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + fmt.Sprint(index) + `,` + head + `}]}}]}`
+		}
+		return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + fmt.Sprint(index) + `,"function":{"arguments":` + fmt.Sprintf("%q", args) + `}}]}}]}`
+	}
+	final := func(body string) []any {
+		t.Helper()
+		evs := events(t, body)
+		_, data, _ := strings.Cut(evs[len(evs)-1], " ")
+		var last struct {
+			Response struct {
+				Output []any `json:"output"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal([]byte(data), &last); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		return last.Response.Output
+	}
+	o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+	rec := httptest.NewRecorder()
+	in := chunks(call(0, "call_a", ""), call(0, "", `{"x":`), call(1, "call_b", ""), call(1, "", `{"y":2}`), call(0, "", `1}`),
+		finishChunk("tool_calls"), usageChunk, "[DONE]")
+	if err := o.stream(rec, strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	out := final(rec.Body.String())
+	if len(out) != 2 || out[0].(map[string]any)["arguments"] != `{"x":1}` || out[1].(map[string]any)["arguments"] != `{"y":2}` {
+		t.Errorf("output %v", out)
+	}
+
+	const n = 20000
+	parts := []string{call(0, "call_a", "")}
+	for range n {
+		parts = append(parts, call(0, "", "ab"))
+	}
+	in = chunks(append(parts, finishChunk("tool_calls"), "[DONE]")...)
+	o = testResponsesOut(t, `{"model":"m","input":"x"}`)
+	rec = httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := o.stream(rec, strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if out := final(rec.Body.String()); len(out) != 1 || len(out[0].(map[string]any)["arguments"].(string)) != 2*n {
+		t.Errorf("arguments of %d deltas: %v", n, out)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 128<<20 {
+		t.Errorf("%d deltas of 2 bytes allocated %d MiB", n, grew>>20)
 	}
 }
