@@ -365,14 +365,14 @@ func scanSSELines(data []byte, atEOF bool) (advance int, token []byte, err error
 // reading error.
 func (r *sseReader) next() (sseEvent, error) {
 	var ev sseEvent
-	var data [][]byte
+	var data []byte // the data lines so far, joined by LF: what they cost is their size
 	size := 0
 	seen := false
 	for r.sc.Scan() {
 		line := r.sc.Bytes()
 		if len(line) == 0 {
 			if seen {
-				ev.data = bytes.Join(data, []byte("\n"))
+				ev.data = data
 				return ev, nil
 			}
 			ev.name = "" // an event without data is not one: its name goes too
@@ -388,7 +388,10 @@ func (r *sseReader) next() (sseEvent, error) {
 			if size += len(value) + 1; size > maxSSEEvent {
 				return sseEvent{}, errSSEEventTooLarge
 			}
-			data = append(data, bytes.Clone(value))
+			if seen {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
 			seen = true
 		case "event":
 			ev.name = string(value)
@@ -398,7 +401,7 @@ func (r *sseReader) next() (sseEvent, error) {
 		return sseEvent{}, err
 	}
 	if seen {
-		ev.data = bytes.Join(data, []byte("\n"))
+		ev.data = data
 		return ev, nil
 	}
 	return sseEvent{}, io.EOF

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -57,6 +58,25 @@ func TestSSEEventBounded(t *testing.T) {
 	rd = newSSEReader(io.MultiReader(dataLines(4, line), strings.NewReader("\n")))
 	if ev, err := rd.next(); err != nil || ev.name != "x" || len(ev.data) != 4*line+3 {
 		t.Fatalf("event %q of %d bytes: %v", ev.name, len(ev.data), err)
+	}
+}
+
+// TestSSEEventLinesCostTheirSize: an event of many short data lines
+// costs about its size, not a slice per line (four million empty lines
+// held 24 bytes each beside their bytes).
+func TestSSEEventLinesCostTheirSize(t *testing.T) { // not parallel: it counts allocations
+	const lines = 1 << 20
+	body := strings.Repeat("data:\n", lines) + "\n"
+	rd := newSSEReader(strings.NewReader(body))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ev, err := rd.next()
+	runtime.ReadMemStats(&after)
+	if err != nil || len(ev.data) != lines-1 {
+		t.Fatalf("%d bytes of data: %v", len(ev.data), err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Errorf("an event of %d empty data lines allocated %d MiB", lines, grew>>20)
 	}
 }
 
