@@ -14,6 +14,11 @@ import (
 	"github.com/continuum-router/continuum/internal/admin"
 )
 
+// maxRanksPerWorker bounds the rows one worker makes: the router takes
+// no card declaring more data-parallel ranks than this, and a worker list
+// from elsewhere (another build, a proxy) must not make millions of rows.
+const maxRanksPerWorker = 1024
+
 // View is one of top's screens.
 type View int
 
@@ -341,7 +346,7 @@ func (m Model) buildRows() []Row {
 		if filter != "" && !matches(w, filter) {
 			continue
 		}
-		for r := range max(w.DPSize, 1) {
+		for r := range min(max(w.DPSize, 1), maxRanksPerWorker) {
 			rank := w.DPStartRank + r
 			row := Row{Worker: w, Rank: rank, worker: wi, sample: -1}
 			if si, ok := samples[key{w.WorkerID, rank}]; ok {

@@ -732,3 +732,17 @@ func TestSortByIDIsNumeric(t *testing.T) {
 		t.Fatalf("rows %v", rows)
 	}
 }
+
+// TestRanksPerWorkerBounded: a worker list that declares a worker of
+// billions of data-parallel ranks (not one the router takes) makes no more
+// rows than the router's cap.
+func TestRanksPerWorkerBounded(t *testing.T) {
+	t.Parallel()
+	s := fixture(t0, 1)
+	s.Workers.Workers = append(s.Workers.Workers, worker("prod", "m", "decode", "694d9a8f0e8b2c80", "7587890000000000064", 0, 4_000_000_000))
+	m := update(newModel(t, 160, 48, nil), tui.SnapshotMsg(s))
+	if n := len(m.Rows()); n > 6+1024 {
+		t.Errorf("%d rows", n)
+	}
+	_ = m.Render()
+}
