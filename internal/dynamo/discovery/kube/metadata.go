@@ -262,9 +262,11 @@ func (c *dwmClient) list(ctx context.Context, o metav1.ListOptions) ([]json.RawM
 	}
 	defer func() { _ = resp.Body.Close() }()
 	// A page holds at most DWMPageSize resources of at most
-	// maxWatchEventBytes each.
+	// maxWatchEventBytes each, and no more than the source holds in all
+	// (MaxRecordBytes) and one resource: a larger page could not be held
+	// anyway.
 	var l dwmList
-	if err := json.NewDecoder(io.LimitReader(resp.Body, DWMPageSize*maxWatchEventBytes)).Decode(&l); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, min(DWMPageSize*maxWatchEventBytes, MaxRecordBytes+maxWatchEventBytes))).Decode(&l); err != nil {
 		return nil, metav1.ListMeta{}, fmt.Errorf("decoding the list: %w", err)
 	}
 	return l.Items, l.Metadata, nil
