@@ -301,10 +301,17 @@ func (x *exchange) countSelection(pin *pick.Pin) {
 // discovery to settle: the grace a replaced watcher has to stop.
 const settleWait = 5 * time.Second
 
+// settleCheck is how often a request waiting for discovery to settle
+// asks again what it waits for.
+const settleCheck = 100 * time.Millisecond
+
 // awaitDiscovery waits, when discovery is between views (a reload replacing
 // the watcher, before the new one's first full resync), until it has one;
 // true when it then does. A request arriving in that window would
-// otherwise fail for want of workers the fleet still has.
+// otherwise fail for want of workers the fleet still has. What it waits
+// for is asked again every settleCheck: a reload meanwhile may replace
+// the watcher whose view it waits for (that one never comes) or turn
+// discovery off.
 func (x *exchange) awaitDiscovery() bool {
 	if x.s.opts.DiscoverySettling == nil {
 		return false
@@ -315,13 +322,22 @@ func (x *exchange) awaitDiscovery() bool {
 	}
 	t := time.NewTimer(settleWait)
 	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-	case <-x.ctx.Done():
+	check := time.NewTicker(settleCheck)
+	defer check.Stop()
+	for {
+		select {
+		case <-ch:
+			return true
+		case <-check.C:
+			if ch = x.s.opts.DiscoverySettling(); ch == nil {
+				return true
+			}
+		case <-t.C:
+			return false
+		case <-x.ctx.Done():
+			return false
+		}
 	}
-	return false
 }
 
 // plain routes to a unified backend serving the model, without pins. The

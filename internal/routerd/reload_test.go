@@ -604,7 +604,34 @@ func TestReloadBeforeFirstView(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 	root := filepath.Join(t.TempDir(), "store") // not there yet: no first view
-	text := fmt.Sprintf(`server:
+	text := twoNamespaces(backend.URL, root)
+	f := startReload(t, text)
+	f.write(oneNamespace(text))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.discovery.file.namespaces (watcher_restart)") {
+		t.Fatalf("reload %+v", r)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "discovery connected", func() bool { return connected(t, f.metrics) == 1 })
+	// The wait for a view is 5 s; this client gives up well before.
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"plain-model","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatalf("request after the new view: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+}
+
+// twoNamespaces is a configuration watching namespaces a and b of a file
+// store at root, each with a pool of its own, and a plain backend serving
+// plain-model, all at backendURL.
+func twoNamespaces(backendURL, root string) string {
+	return fmt.Sprintf(`server:
   bind_address: "127.0.0.1:0"
 admin:
   token: %q
@@ -626,25 +653,50 @@ dynamo:
     pools:
       - {namespace: a, backends: [fa]}
       - {namespace: b, backends: [fb]}
-`, adminToken, backend.URL, backend.URL, backend.URL, root)
+`, adminToken, backendURL, backendURL, backendURL, root)
+}
+
+// oneNamespace is twoNamespaces without namespace b.
+func oneNamespace(text string) string {
+	return strings.NewReplacer("namespaces: [a, b]", "namespaces: [a]", "      - {namespace: b, backends: [fb]}\n", "").Replace(text)
+}
+
+// TestReloadWhileARequestWaits: a request waiting for the first view when
+// a reload replaces the watcher (whose view then never comes) waits for
+// the new watcher's instead, and goes on as soon as that one has its view.
+func TestReloadWhileARequestWaits(t *testing.T) {
+	t.Parallel()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
+	}))
+	t.Cleanup(backend.Close)
+	root := filepath.Join(t.TempDir(), "store")
+	text := twoNamespaces(backend.URL, root)
 	f := startReload(t, text)
-	f.write(strings.NewReplacer("namespaces: [a, b]", "namespaces: [a]", "      - {namespace: b, backends: [fb]}\n", "").Replace(text))
-	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.discovery.file.namespaces (watcher_restart)") {
+	answered := make(chan error, 1)
+	go func() {
+		// The wait for a view is 5 s; this client gives up well before.
+		client := &http.Client{Timeout: 3 * time.Second}
+		resp, err := client.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"plain-model","messages":[{"role":"user","content":"hi"}]}`))
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		answered <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the request waits for the first view
+	f.write(oneNamespace(text))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied {
 		t.Fatalf("reload %+v", r)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, "discovery connected", func() bool { return connected(t, f.metrics) == 1 })
-	// The wait for a view is 5 s; this client gives up well before.
-	client := &http.Client{Timeout: 3 * time.Second}
-	resp, err := client.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"plain-model","messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatalf("request after the new view: %v", err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("status %d", resp.StatusCode)
+	if err := <-answered; err != nil {
+		t.Errorf("the waiting request: %v", err)
 	}
 }
