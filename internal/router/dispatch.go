@@ -345,10 +345,11 @@ func (x *exchange) awaitDiscovery() bool {
 // them: a direct-mode frontend refuses unpinned requests.
 func (x *exchange) plain(routingPath string) {
 	x.routingPath = routingPath
-	plan := x.s.dispatch.Plan()
+	rt := x.s.routes.Load()
+	plan := rt.plan
 	now := x.s.opts.Now()
 	var cands []*Backend
-	for _, b := range x.s.backends.all() {
+	for _, b := range rt.backends {
 		if b.cfg.Internal || b.cfg.Role != config.RoleUnified || plan.IsReplica(b) || !b.Serves(x.q.Model) || !x.takes(b) || !b.Available(now) {
 			continue
 		}

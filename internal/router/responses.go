@@ -737,9 +737,10 @@ func (s *Server) nativeResponses(model string, policy *keyPolicy) bool {
 // nativePlain reports whether a plain backend that may take model for the
 // client now is native.
 func (s *Server) nativePlain(model string, policy *keyPolicy) bool {
-	plan := s.dispatch.Plan()
+	rt := s.routes.Load()
+	plan := rt.plan
 	now := s.opts.Now()
-	for _, b := range s.backends.all() {
+	for _, b := range rt.backends {
 		if isNative(b) && !b.cfg.Internal && b.cfg.Role == config.RoleUnified && !plan.IsReplica(b) && b.Serves(model) &&
 			policy.allows(b.Name()) && b.Available(now) {
 			return true

@@ -94,6 +94,11 @@ type Server struct {
 	failLog  logLimiter
 	picks    selections
 	dispatch *shim.Dispatcher[*Backend]
+	// routes are the backends and the dispatch plan built from them, one
+	// pair: a request that reads both reads them of one configuration (a
+	// replica whose settings changed is another *Backend, which a plan of
+	// the other configuration does not know as a replica).
+	routes atomic.Pointer[routes]
 	// queue holds requests that found every worker busy.
 	queue *busyQueue
 	// inFlight counts the inference requests being served.
@@ -127,8 +132,16 @@ func New(o Options) *Server {
 		backends: newBackends(o.Config.Backends, client), queue: newBusyQueue(o.Metrics)}
 	s.keys.Store(newKeys(o.Config.APIKeys, nil))
 	s.cfg.Store(o.Config)
-	s.dispatch = shim.NewDispatcher(o.Picker, shimPlan(o.Config, s.backends, o.Registry != nil))
+	plan := shimPlan(o.Config, s.backends, o.Registry != nil)
+	s.dispatch = shim.NewDispatcher(o.Picker, plan)
+	s.routes.Store(&routes{plan: plan, backends: s.backends.all()})
 	return s
+}
+
+// routes is a configuration's backends and the dispatch plan of them.
+type routes struct {
+	plan     *shim.Plan[*Backend]
+	backends []*Backend
 }
 
 // SetConfig applies a new configuration to the requests that follow: the
@@ -141,7 +154,9 @@ func New(o Options) *Server {
 func (s *Server) SetConfig(cfg *config.Config) {
 	s.backends.replace(cfg.Backends)
 	s.keys.Store(newKeys(cfg.APIKeys, s.keys.Load()))
-	s.dispatch.SetPlan(shimPlan(cfg, s.backends, s.opts.Registry != nil))
+	plan := shimPlan(cfg, s.backends, s.opts.Registry != nil)
+	s.dispatch.SetPlan(plan)
+	s.routes.Store(&routes{plan: plan, backends: s.backends.all()})
 	s.cfg.Store(cfg)
 }
 
@@ -335,9 +350,10 @@ func (s *Server) modelCatalog(w http.ResponseWriter, r *http.Request) (map[strin
 // shim): it takes any model, so no model can be called unknown.
 func (s *Server) catalog(policy *keyPolicy) (listed map[string]bool, anyModel bool) {
 	cfg := s.cfg.Load()
-	plan := s.dispatch.Plan()
+	rt := s.routes.Load()
+	plan := rt.plan
 	listed = map[string]bool{}
-	for _, b := range s.backends.all() {
+	for _, b := range rt.backends {
 		if b.cfg.Enabled && !b.cfg.Internal && policy.allows(b.Name()) {
 			if len(b.cfg.Models) == 0 && b.cfg.Role == config.RoleUnified && !plan.IsReplica(b) {
 				anyModel = true
