@@ -491,8 +491,11 @@ func (c *conn) handOff() error {
 	rc := &replayConn{Conn: c.rwc, pending: bytes.Clone(buf)}
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.srv.watcher.remove(c)
-	c.untrack()
+	// Counted until the fallback has it: a Shutdown meanwhile waits for
+	// the hand-off rather than returning with the connection in no
+	// server's count (the fallback's own shutdown would then miss it).
 	c.srv.Fallback(rc)
+	c.untrack()
 	return errHandedOff
 }
 

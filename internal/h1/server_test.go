@@ -1040,3 +1040,54 @@ func TestWriteTimeout(t *testing.T) {
 	default:
 	}
 }
+
+// TestShutdownWaitsForAHandOff: a connection being handed off to the
+// fallback server is the lean server's until the fallback has it, so that
+// a Shutdown meanwhile waits for it, and the fallback's shutdown after
+// that finds it and answers its request.
+func TestShutdownWaitsForAHandOff(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	q := NewHandoff(ln.Addr())
+	srv := &http.Server{Handler: h}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(q) }()
+	inFallback := make(chan struct{})
+	lean := &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, Fallback: func(c net.Conn) {
+		close(inFallback)
+		time.Sleep(200 * time.Millisecond) // a slow hand-off
+		q.Give(c)
+	}}
+	go func() {
+		if c, err := ln.Accept(); err == nil && !lean.Go(c) {
+			_ = c.Close()
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	// Chunked: only net/http serves it.
+	_, _ = io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n")
+	<-inFallback
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lean.Shutdown(ctx); err != nil {
+		t.Fatalf("lean shutdown: %v", err)
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("fallback shutdown: %v", err)
+	}
+	<-served
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(conn)
+	if !strings.HasSuffix(string(b), "ok") {
+		t.Errorf("the request handed off during the shutdown got %q", b)
+	}
+}
