@@ -92,6 +92,7 @@ func (s *Subscriptions) Run(ctx context.Context) error {
 		s.report()
 		if !s.wait(ctx, changed, age) {
 			s.pool.Stop()
+			s.report() // the stopped subscriptions' blocks are gone: the gauges say so
 			return nil
 		}
 	}

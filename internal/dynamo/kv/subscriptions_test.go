@@ -224,6 +224,38 @@ func TestSubscriptionsAgeOut(t *testing.T) {
 	})
 }
 
+// TestSubscriptionsGaugesAfterStop: once the subscriptions stop (KV-aware
+// selection or discovery turned off), the index gauges say the blocks
+// they fed are gone rather than keep their last values.
+func TestSubscriptionsGaugesAfterStop(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
+		ix := kv.NewIndex()
+		m := telemetry.NewKVMetrics(nil)
+		subs := kv.NewSubscriptions(reg, ix, refusing{}, m, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = subs.Run(ctx) }()
+		synctest.Wait()
+		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+		kvRecords(r, reg, 8, 0x88, "kv-events", "tcp://127.0.0.1:2") // a change: the loop reports
+		synctest.Wait()
+		if v := promtest.ToFloat64(m.IndexNodes); v != 1 {
+			t.Fatalf("nodes gauge %v while running, want 1", v)
+		}
+		cancel()
+		<-done
+		if v := promtest.ToFloat64(m.IndexNodes); v != 0 {
+			t.Errorf("nodes gauge %v after the subscriptions stopped, want 0", v)
+		}
+	})
+}
+
 // TestSubscriptionsAgeOutOnTime: a subscription that starts after the
 // others is dropped StaleAfter after it started, within a second, not at
 // some later periodic check.
