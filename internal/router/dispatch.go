@@ -257,19 +257,29 @@ func (x *exchange) failure(res sendResult) string {
 // log. allow reports whether a line may go now and how many were held
 // back since the last one.
 type logLimiter struct {
+	// burst is how many lines a second may have (1 when zero).
+	burst   int
 	mu      sync.Mutex
-	last    time.Time
+	last    time.Time // the start of the current second
+	n       int       // lines logged in it
 	skipped int
 }
 
+// allow reports whether a line may be logged now, and how many were not
+// since the last one that was.
 func (l *logLimiter) allow(now time.Time) (skipped int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
-		l.skipped++
-		return 0, false
+		if l.n >= max(l.burst, 1) {
+			l.skipped++
+			return 0, false
+		}
+		l.n++
+	} else {
+		l.last, l.n = now, 1
 	}
-	skipped, l.last, l.skipped = l.skipped, now, 0
+	skipped, l.skipped = l.skipped, 0
 	return skipped, true
 }
 

@@ -90,8 +90,11 @@ type Server struct {
 	logger   *slog.Logger
 	ready    atomic.Bool
 	rr       atomic.Uint64
-	// failLog bounds the warnings of failed dispatches (one a second).
+	// failLog bounds the warnings of failed dispatches (one a second),
+	// reqLog those of failed requests (a client that leaves early makes
+	// one at will).
 	failLog  logLimiter
+	reqLog   logLimiter
 	picks    selections
 	dispatch *shim.Dispatcher[*Backend]
 	// routes are the backends and the dispatch plan built from them, one
@@ -129,7 +132,7 @@ func New(o Options) *Server {
 	}
 	client := &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	s := &Server{opts: o, client: client, logger: o.Logger,
-		backends: newBackends(o.Config.Backends, client), queue: newBusyQueue(o.Metrics)}
+		backends: newBackends(o.Config.Backends, client), queue: newBusyQueue(o.Metrics), reqLog: logLimiter{burst: requestLogBurst}}
 	s.keys.Store(newKeys(o.Config.APIKeys, nil))
 	s.cfg.Store(o.Config)
 	plan := shimPlan(o.Config, s.backends, o.Registry != nil)
@@ -137,6 +140,10 @@ func New(o Options) *Server {
 	s.routes.Store(&routes{plan: plan, backends: s.backends.all()})
 	return s
 }
+
+// requestLogBurst bounds the warnings of failed requests a second; those
+// past it are counted in the next one logged (and all are in the metrics).
+const requestLogBurst = 20
 
 // routes is a configuration's backends and the dispatch plan of them.
 type routes struct {
@@ -681,7 +688,10 @@ func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Tim
 	elapsed := time.Since(start)
 	e.duration.Observe(elapsed.Seconds())
 	if status >= 500 || status == 499 {
-		s.logger.Warn("request failed", "path", e.path, "status", status, "duration", elapsed, "request_id", id)
+		if left, ok := s.reqLog.allow(start.Add(elapsed)); ok {
+			s.logger.Warn("request failed", "path", e.path, "status", status, "duration", elapsed, "request_id", id,
+				"not_logged_since_last", left)
+		}
 	}
 }
 

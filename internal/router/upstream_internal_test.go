@@ -864,6 +864,16 @@ func TestLogLimiter(t *testing.T) {
 			t.Errorf("at %v: allow = %d, %v; want %d, %v", s.at, skipped, ok, s.skipped, s.ok)
 		}
 	}
+	// With a burst, that many lines a second.
+	b := logLimiter{burst: 3}
+	for i, want := range []bool{true, true, true, false, false} {
+		if _, ok := b.allow(t0.Add(time.Duration(i) * 100 * time.Millisecond)); ok != want {
+			t.Errorf("burst line %d: %v", i, ok)
+		}
+	}
+	if skipped, ok := b.allow(t0.Add(1500 * time.Millisecond)); !ok || skipped != 2 {
+		t.Errorf("the next second: %d, %v", skipped, ok)
+	}
 }
 
 // TestRoundTripUntilBoundsTheDial: a connection that does not connect is
