@@ -12,3 +12,6 @@ func KVParts(d *Daemon) (*kv.Index, *kv.Settings) {
 	s := k.st.Picker.Settings()
 	return k.st.Index, &s
 }
+
+// ReloadDebounce is how long after a file event the file is read.
+const ReloadDebounce = reloadDebounce

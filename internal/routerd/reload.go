@@ -82,6 +82,13 @@ func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 	if err == nil && prev != nil && bytes.Equal(data, prev) {
 		return prev
 	}
+	if err == nil && trigger == TriggerFile && len(bytes.TrimSpace(data)) == 0 {
+		// A file rewritten in place is empty between its truncation and
+		// its write, and an empty file is a valid configuration (every
+		// default, the admin API off): wait for the write's own event.
+		d.logger.Warn("the configuration file is empty; not reloaded (a write in progress?)", "file", d.reload.File)
+		return prev
+	}
 	var doc *config.Document
 	if err == nil {
 		doc, err = config.Parse(d.reload.File, data, config.Options{Env: d.reload.Env})

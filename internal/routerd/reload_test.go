@@ -700,3 +700,25 @@ func TestReloadWhileARequestWaits(t *testing.T) {
 		t.Errorf("the waiting request: %v", err)
 	}
 }
+
+// TestReloadSkipsAnEmptyFile: a file rewritten in place is empty for a
+// moment, and an empty file is a valid configuration (the admin API off
+// among its defaults): it is not applied; the write that follows is.
+func TestReloadSkipsAnEmptyFile(t *testing.T) {
+	t.Parallel()
+	text := configYAML("http://127.0.0.1:1", t.TempDir(), "")
+	f := startReload(t, text)
+	if err := os.WriteFile(f.file, nil, 0o600); err != nil { // truncated, in place
+		t.Fatal(err)
+	}
+	time.Sleep(3 * routerd.ReloadDebounce)
+	if n := counter(t, f.metrics, "continuum_config_reloads_total"); n != 0 {
+		t.Fatalf("the empty file was reloaded (%v reloads)", n)
+	}
+	if err := os.WriteFile(f.file, []byte(text+"  load:\n    max_staleness: 7s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.load.max_staleness (immediate)") {
+		t.Fatalf("the write after it: %+v", r)
+	}
+}
