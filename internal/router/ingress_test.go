@@ -571,6 +571,26 @@ func TestResponsesNativePassthrough(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(got, `"object":"response"`) || len(h3.fe.Requests()) != 1 {
 		t.Fatalf("status %d: %s", resp.StatusCode, got)
 	}
+	// A body passed on as it is is routed by the member the backend
+	// reads, "model" exactly: a "Model" beside it names nothing, and a
+	// backend's models list (the key's policy too) is judged by "model".
+	listed := newNativeBackend(t)
+	h4 := newHarness(t, func(c *config.Config) {
+		c.Backends[1].URL = listed.srv.URL
+		c.Backends[1].ResponsesAPI = config.ResponsesAPINative
+		c.Backends[1].Models = []string{"cheap"}
+	})
+	for _, path := range []string{"/v1/responses/compact", "/v1/responses"} {
+		resp, got = h4.postTo(t, path, `{"model":"expensive","Model":"cheap","input":"x"}`, nil)
+		if resp.StatusCode == 200 {
+			t.Errorf("%s: routed by Model: %s", path, got)
+		}
+	}
+	listed.mu.Lock()
+	if n := len(listed.seen); n != 0 {
+		t.Errorf("the backend serving only cheap got %d requests for expensive", n)
+	}
+	listed.mu.Unlock()
 }
 
 // TestPrefillRefusalKeepsBreakerClosed: a frontend that refuses pins for

@@ -790,6 +790,16 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not a valid Responses request: "+err.Error())
 		return
 	}
+	// The model and stream members by their exact names, as the backends
+	// read them: encoding/json takes "Model" for model too, and a body
+	// passed on as it is would be routed (and its key's policy judged) by
+	// a model the backend never sees.
+	var exact request
+	if err := decodeExact(body, &exact); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not a valid Responses request: "+err.Error())
+		return
+	}
+	q.Model, q.Stream = exact.Model, exact.Stream
 	if q.Model == "" {
 		writeParamError(w, http.StatusBadRequest, CodeBadRequest, "model", "model is required")
 		return
@@ -832,11 +842,11 @@ func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var q struct {
-		Model string `json:"model"`
-	}
-	if err := json.Unmarshal(body, &q); err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not valid JSON: "+err.Error())
+	// The model by its exact name, as the backend reads it (the body goes
+	// on as it is).
+	var q request
+	if err := decodeExact(body, &q); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not a valid request: "+err.Error())
 		return
 	}
 	if q.Model == "" {
