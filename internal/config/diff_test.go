@@ -226,6 +226,20 @@ dynamo:
 	if want := []string{"admin.token", "backends[0].api_key", "backends[1].api_key", "dynamo.discovery.etcd.tls.client_key"}; !slices.Equal(filled, want) {
 		t.Errorf("filled %v, want %v", filled, want)
 	}
+	if left := imported.StillMasked(); !slices.Equal(left, []string{"backends[2].api_key"}) {
+		t.Errorf("still masked %v", left)
+	}
+	// A backend whose url changed keeps the mask: its running key is
+	// never sent to another address by an import that did not give it.
+	again := running.Masked()
+	again.Backends[0].URL = "http://elsewhere:1"
+	again.Unmask(running)
+	if again.Backends[0].APIKey != config.Mask || again.Backends[1].APIKey != "sk-b" {
+		t.Errorf("a backend moved elsewhere: keys %q, %q", again.Backends[0].APIKey, again.Backends[1].APIKey)
+	}
+	if left := again.StillMasked(); !slices.Equal(left, []string{"backends[0].api_key"}) {
+		t.Errorf("still masked %v", left)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -70,6 +70,38 @@ func (c *Config) Unmask(running *Config) []string {
 	return filled
 }
 
+// StillMasked lists the secrets of c that still read as Mask: ones an import
+// left masked that Unmask had no running value for (a backend whose url
+// changed, say). Such a configuration would send the mask as a secret.
+func (c *Config) StillMasked() []string {
+	var left []string
+	masked(reflect.ValueOf(c).Elem(), "", false, &left)
+	return left
+}
+
+func masked(v reflect.Value, path string, secret bool, left *[]string) {
+	switch v.Kind() {
+	case reflect.Struct:
+		t := v.Type()
+		for i := range v.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			masked(v.Field(i), joinPath(path, name), t.Field(i).Tag.Get("secret") == "true", left)
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			masked(v.Elem(), path, secret, left)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			masked(v.Index(i), fmt.Sprintf("%s[%d]", path, i), secret, left)
+		}
+	case reflect.String:
+		if secret && v.String() == Mask {
+			*left = append(*left, path)
+		}
+	}
+}
+
 func unmask(dst, src reflect.Value, path string, secret bool, filled *[]string) {
 	switch dst.Kind() {
 	case reflect.Struct:
@@ -97,14 +129,23 @@ func unmask(dst, src reflect.Value, path string, secret bool, filled *[]string) 
 }
 
 // matching returns the index in list of the entry that corresponds to el,
-// the i-th imported entry: the entry of the same name, or the i-th.
+// the i-th imported entry: the entry of the same name, or the i-th. An
+// entry with a URL (a backend) corresponds only to one of the same URL
+// too: its running secret (an API key) is never sent to another address
+// by an import that left it masked.
 func matching(el, list reflect.Value, i int) int {
 	if el.Kind() == reflect.Struct {
 		if name := el.FieldByName("Name"); name.IsValid() && name.Kind() == reflect.String {
+			url := el.FieldByName("URL")
 			for j := range list.Len() {
-				if list.Index(j).FieldByName("Name").String() == name.String() {
-					return j
+				other := list.Index(j)
+				if other.FieldByName("Name").String() != name.String() {
+					continue
 				}
+				if url.IsValid() && url.Kind() == reflect.String && other.FieldByName("URL").String() != url.String() {
+					return -1
+				}
+				return j
 			}
 			return -1
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/admin"
@@ -166,6 +167,12 @@ func (d *Daemon) apply(trigger string, doc *config.Document, loadErr error, unma
 	old := d.cfg.Load()
 	if unmask {
 		cfg.Unmask(old)
+		if left := cfg.StillMasked(); len(left) > 0 {
+			// The mask stands for a running secret only where the entry is
+			// the same (a backend of the same name and url): sent as it
+			// is, it would be the secret.
+			return d.rejected(res, fmt.Errorf("%s: masked, with no running value to keep (a backend's url changed?): give the secret", strings.Join(left, ", ")))
+		}
 	}
 	plan := config.Diff(old, cfg)
 	for _, ch := range plan.Changes {

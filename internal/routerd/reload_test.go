@@ -376,6 +376,16 @@ func TestReloadAdminImport(t *testing.T) {
 	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "unreadable") {
 		t.Fatalf("unreadable import: %d %s", code, body)
 	}
+	// A backend moved to another url with its key left masked: the
+	// running key is not sent there, and the import is refused.
+	moved := strings.Replace(masked, `"url":"http://127.0.0.1:1"`, `"url":"http://127.0.0.1:2"`, 1)
+	if moved == masked {
+		t.Fatalf("no backend url in %s", masked)
+	}
+	code, body = f.adminDo(http.MethodPut, "/admin/config", moved)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "backends[0].api_key") {
+		t.Fatalf("a backend moved with its key masked: %d %s", code, body)
+	}
 	if st := f.status(); st.Generation != 2 {
 		t.Errorf("generation %d", st.Generation)
 	}
