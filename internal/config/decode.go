@@ -58,6 +58,7 @@ type decoder struct {
 	file       string
 	env        LookupEnv
 	unsetWarns bool // Options.UnsetEnvWarns
+	noRefs     bool // Options.NoEnvRefs
 	pos        map[string]position
 	failed     map[string]bool // paths whose value was rejected while decoding
 	dropped    int             // findings past MaxFindings
@@ -194,8 +195,16 @@ func (d *decoder) scalarText(n *yaml.Node, path, want string) (string, bool) {
 		d.errorf(n, path, "expected %s, found %s", want, kindName(n))
 		return "", false
 	}
-	s, err := interpolate(n.Value, d.env)
+	env := d.env
+	if d.noRefs {
+		env = func(string) (string, bool) { return "", false }
+	}
+	s, err := interpolate(n.Value, env)
 	var unset *unsetVarError
+	if d.noRefs && errors.As(err, &unset) {
+		d.errorf(n, path, "${%s}: a document sent to the admin API reads no environment variables; give the value", unset.name)
+		return "", false
+	}
 	switch {
 	case err != nil && d.unsetWarns && errors.As(err, &unset):
 		d.add(SeverityWarning, n, path, "%v here: the value is not checked, and continuum serve refuses the file unless it is set where the router runs", err)

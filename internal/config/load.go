@@ -41,6 +41,11 @@ type Options struct {
 	// not that machine's environment; serving and reloading keep the
 	// error, since the value would be wrong.
 	UnsetEnvWarns bool
+	// NoEnvRefs refuses every ${VAR} reference (an error naming it): for
+	// a document that comes over the network (an admin import), where
+	// reading the router's environment into it would show that
+	// environment to whoever sent it (in a finding, or a value read back).
+	NoEnvRefs bool
 }
 
 // Load reads, decodes and validates the file at path. The error is non-nil
@@ -69,7 +74,7 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 		env = os.LookupEnv
 	}
 	doc := &Document{File: name, Config: DefaultFor(env)}
-	dec := &decoder{file: name, env: env, unsetWarns: opts.UnsetEnvWarns, pos: map[string]position{}, failed: map[string]bool{}}
+	dec := &decoder{file: name, env: env, unsetWarns: opts.UnsetEnvWarns, noRefs: opts.NoEnvRefs, pos: map[string]position{}, failed: map[string]bool{}}
 
 	yd := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node

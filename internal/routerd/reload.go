@@ -129,7 +129,10 @@ func (d *Daemon) adjusted(cfg *config.Config) *config.Config {
 // importConfig is PUT /admin/config: the document replaces the running
 // configuration, secrets read back as the mask keeping their values.
 func (d *Daemon) importConfig(data []byte) admin.Reload {
-	doc, err := config.Parse("admin import", data, config.Options{Env: d.reload.Env})
+	// ${VAR} references are refused: the router's environment holds
+	// secrets that the import's findings, or the values read back, would
+	// otherwise show the sender.
+	doc, err := config.Parse("admin import", data, config.Options{Env: d.reload.Env, NoEnvRefs: true})
 	return d.apply(TriggerAdmin, doc, err, true)
 }
 

@@ -376,6 +376,13 @@ func TestReloadAdminImport(t *testing.T) {
 	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "unreadable") {
 		t.Fatalf("unreadable import: %d %s", code, body)
 	}
+	// ${VAR} is not read from the router's environment in an import: the
+	// finding names the variable, never its value.
+	home := os.Getenv("HOME")
+	code, body = f.adminDo(http.MethodPut, "/admin/config", "server: {read_timeout: \"${HOME}\"}")
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "reads no environment variables") || home != "" && strings.Contains(body, home) {
+		t.Fatalf("an import naming a variable: %d %s", code, body)
+	}
 	// A backend moved to another url with its key left masked: the
 	// running key is not sent there, and the import is refused.
 	moved := strings.Replace(masked, `"url":"http://127.0.0.1:1"`, `"url":"http://127.0.0.1:2"`, 1)
