@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -457,7 +458,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	ur, err := x.upstreamRequest(b, pinHdr)
 	if err != nil {
 		b.release(false, x.s.opts.Now())
-		return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + err.Error(), public: "the backend's URL is not valid"}, false
+		return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + errText(err), public: "the backend's URL is not valid"}, false
 	}
 	// Runs last (deferred first): once the answer's body is closed, the
 	// router's own client holds nothing of the request.
@@ -512,7 +513,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		if dialFailed {
 			public = "the backend could not be reached"
 		}
-		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + err.Error(), public: public}, dialFailed || migrates
+		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + errText(err), public: public}, dialFailed || migrates
 	}
 	defer func() { _ = resp.Body.Close() }()
 	failed := shim.Failure(resp.StatusCode, x.q.Stream)
@@ -554,7 +555,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			if x.ctx.Err() != nil {
 				return sendResult{outcome: shim.ClientGone}, false
 			}
-			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + err.Error(),
+			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + errText(err),
 				public: "reading the backend's response failed"}, false
 		}
 		if len(data) > maxBufferedResponse {
@@ -701,7 +702,23 @@ func (x *exchange) broken(b *Backend, status int, err error) sendResult {
 	if x.ctx.Err() != nil {
 		return sendResult{outcome: shim.ClientGone}
 	}
-	return sendResult{outcome: shim.Cut, status: status, detail: "backend " + b.Name() + ": the answer broke off: " + err.Error()}
+	return sendResult{outcome: shim.Cut, status: status, detail: "backend " + b.Name() + ": the answer broke off: " + errText(err)}
+}
+
+// errText is err's text without the addresses network errors quote (the
+// backend's URL, the peer's address and port): what a dispatch failure's
+// detail says, in the log and to a client that asked to see backends
+// (x-backend), which are named to it but never located.
+func errText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		err = ue.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Op + ": " + oe.Err.Error()
+	}
+	return err.Error()
 }
 
 // connectionBroken reports whether err says the connection to a replica

@@ -1299,3 +1299,31 @@ func TestFailureNamesBackendOnlyWhenAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestRevealNamesButNeverLocates: a client that asks to see backends
+// (x-backend) reads which backend failed and why, never its address.
+func TestRevealNamesButNeverLocates(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: the dial is refused
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "gone", Type: "openai", URL: "http://" + addr, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(5 * time.Second)}}
+	srv := router.New(router.Options{Config: cfg})
+	srv.SetReady(true)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("x-backend", "")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	if resp.StatusCode < 500 || !strings.Contains(body, "gone") || strings.Contains(body, addr) || strings.Contains(body, "127.0.0.1") {
+		t.Errorf("status %d: %s", resp.StatusCode, body)
+	}
+}
