@@ -751,7 +751,15 @@ func (x *exchange) relayConverted(resp *http.Response, b *Backend, pin *pick.Pin
 	if out == nil {
 		resp.Header.Del("Content-Type")
 		x.writeHeaders(resp, b, pin)
-		x.fail(status, CodeUpstream, "", "backend "+b.Name()+" answered with something that is not a chat completion")
+		what := "the backend"
+		if x.reveal { // named only to a client that asked to see backends
+			what = "backend " + b.Name()
+		}
+		if left, ok := x.s.failLog.allow(x.s.opts.Now()); ok {
+			x.s.logger.Warn("a converted request's answer is not a chat completion", "path", x.path, "backend", b.Name(), "status", status,
+				"not_logged_since_last", left)
+		}
+		x.fail(status, CodeUpstream, "", what+" answered with something that is not a chat completion")
 		return
 	}
 	x.writeHead(resp, b, pin, status)
