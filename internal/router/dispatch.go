@@ -366,15 +366,18 @@ func (x *exchange) plain(routingPath string) {
 		}
 		cands = append(cands, b)
 	}
+	if len(cands) == 0 && !x.s.known(x.q.Model, x.policy) {
+		// A model that is not here took no routing path: not counted in
+		// disaggregated_requests_total, whose unified series would read as
+		// traffic routed the plain way.
+		x.fail(http.StatusNotFound, CodeModelNotFound, "model",
+			"the model "+strconvQuote(x.q.Model)+" does not exist here: no backend lists it and no Dynamo worker serves it (GET /v1/models lists the models)")
+		return
+	}
 	if plan.Enabled() {
 		x.s.opts.Metrics.DisaggRequests.WithLabelValues(routingPath).Inc()
 	}
 	if len(cands) == 0 {
-		if !x.s.known(x.q.Model, x.policy) {
-			x.fail(http.StatusNotFound, CodeModelNotFound, "model",
-				"the model "+strconvQuote(x.q.Model)+" does not exist here: no backend lists it and no Dynamo worker serves it (GET /v1/models lists the models)")
-			return
-		}
 		x.fail(http.StatusServiceUnavailable, CodeNoBackend, "", "no available backend serves model "+strconvQuote(x.q.Model))
 		return
 	}

@@ -148,7 +148,13 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 			d.Etcd.TLS = &tls
 		}
 		if o.Username != "" {
-			pw, _ := env(o.PasswordEnv)
+			// The user's password must be set where it is looked for, as
+			// with a variable named on the command line: an empty one
+			// would fail later as a refused login, far from its cause.
+			pw, ok := env(o.PasswordEnv)
+			if !ok && !o.changedPasswordEnv { // a variable named on the command line is judged below
+				return nil, FlagErrorf("--etcd-username: the environment variable %s, which holds the password, is not set (name another with --etcd-password-env)", o.PasswordEnv)
+			}
 			d.Etcd.Auth = &config.Auth{Username: o.Username, Password: pw}
 		}
 	}

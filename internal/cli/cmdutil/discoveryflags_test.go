@@ -69,6 +69,8 @@ func TestPasswordEnv(t *testing.T) {
 	refused("no user", "--etcd-username", err)
 	_, _, err = resolve(t, "", env, endpoints, "--etcd-username=reader", "--etcd-password-env=NOPE")
 	refused("an unset variable", "NOPE is not set", err)
+	_, _, err = resolve(t, "", map[string]string{}, endpoints, "--etcd-username=reader")
+	refused("the default variable unset", "ETCD_PASSWORD, which holds the password, is not set", err)
 
 	file := filepath.Join(t.TempDir(), "continuum.yaml")
 	doc := "dynamo:\n  discovery:\n    etcd:\n      endpoints: [\"https://etcd:2379\"]\n      auth: {username: fromfile, password: inline}\n"

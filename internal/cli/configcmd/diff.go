@@ -94,7 +94,10 @@ type jsonWatcher struct {
 
 func diffRun(opts *DiffOptions) error {
 	load := func(file string) (*config.Document, error) {
-		doc, err := config.Load(file, config.Options{Env: opts.Env})
+		// A ${VAR} that is not set here (CI holds none of the router's
+		// secrets) leaves its key at the default in both files, as
+		// config validate judges the file rather than this machine.
+		doc, err := config.Load(file, config.Options{Env: opts.Env, UnsetEnvWarns: true})
 		if err != nil {
 			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s", describeUnreadable(err))}
 		}

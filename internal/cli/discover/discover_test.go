@@ -306,7 +306,8 @@ func TestDiscoverUnreachable(t *testing.T) {
 	}
 	// The settings' warnings are told, as config validate tells them:
 	// here a password sent over plaintext.
-	code, _, errOut = runCLI(t, context.Background(), "discover", "--etcd-endpoints", "http://"+addr, "--timeout", "1s", "--etcd-username", "u")
+	code, _, errOut = runCLI(t, context.Background(), "discover", "--etcd-endpoints", "http://"+addr, "--timeout", "1s", "--etcd-username", "u",
+		"--etcd-password-env", "HOME") // a variable that is set
 	if code != 1 || !strings.Contains(errOut, "warning: dynamo.discovery.etcd.auth: auth over a plaintext connection") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

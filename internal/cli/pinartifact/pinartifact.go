@@ -146,7 +146,9 @@ func runHash(ctx context.Context, o *Options) error {
 		}
 		digests = append(digests, d)
 		if !o.YAML && !o.JSON {
-			fmt.Fprintf(o.IO.Out, "%s  %s\n", d.Checksum, d.Name)
+			if _, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", d.Checksum, d.Name); err != nil {
+				return err // a checksum that did not reach its reader is no pin
+			}
 		}
 	}
 	var err error
