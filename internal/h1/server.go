@@ -314,9 +314,8 @@ func (c *stallBound) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// NetConn is the connection bounded, for crypto/tls's and SocketIO's
-// unwrapping.
-func (c *stallBound) NetConn() net.Conn { return c.Conn }
+// stallBound has no NetConn method: SocketIO would unwrap it and write
+// past its Write, the bound with it.
 
 // CloseWrite shuts the write side when c can (net/http does so before
 // closing a connection with unread input).
