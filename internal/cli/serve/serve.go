@@ -162,6 +162,10 @@ func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
 			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", doc.File, n, doc.File)
 		}
 		cfg = doc.Config
+	} else {
+		// Ready, and serving nothing: a --config forgotten, or a
+		// ConfigMap mounted elsewhere, says so here rather than nowhere.
+		logger.Warn("no configuration file (--config, CONTINUUM_CONFIG or ./continuum.yaml): serving the defaults, with no backends")
 	}
 	o.adjust(cfg)
 	return cfg, nil
