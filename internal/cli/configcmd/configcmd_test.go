@@ -50,6 +50,7 @@ func TestValidate(t *testing.T) {
 		{"warnings pass", []string{"config", "validate", "testdata/config/valid/kubernetes-pods.yaml"}, 0, "", "valid (0 errors, 1 warning)"},
 		{"questionable but valid", []string{"config", "validate", "testdata/config/valid/etcd-design-warnings.yaml"}, 0, "", "valid (0 errors, 3 warnings)"},
 		{"warnings fail strict", []string{"config", "validate", "--strict", "testdata/config/valid/kubernetes-pods.yaml"}, 1, "", "warning: dynamo.discovery.source"},
+		{"strict text says invalid", []string{"config", "validate", "--strict", "testdata/config/valid/kubernetes-pods.yaml"}, 1, "", "invalid under --strict (0 errors,"},
 		{"strict json says invalid", []string{"config", "validate", "--strict", "--format", "json", "testdata/config/valid/kubernetes-pods.yaml"}, 1, "", `"valid": false`},
 		{"several files", []string{"config", "validate", "testdata/config/valid/etcd.yaml", "testdata/config/invalid/one-rule.yaml"}, 1, "", "etcd.yaml: valid"},
 		{"unreadable wins", []string{"config", "validate", "testdata/config/invalid/one-rule.yaml", "testdata/config/missing.yaml"}, 2, "", "missing.yaml: cannot load"},

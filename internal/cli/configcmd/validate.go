@@ -95,7 +95,7 @@ func validateRun(opts *ValidateOptions) error {
 	case "github":
 		err = writeGitHub(opts.IO.Out, results)
 	default:
-		err = writeText(opts.IO, results)
+		err = writeText(opts.IO, results, opts.Strict)
 	}
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func exitCode(results []fileResult, strict bool) int {
 	return code
 }
 
-func writeText(ios *iostreams.IOStreams, results []fileResult) error {
+func writeText(ios *iostreams.IOStreams, results []fileResult, strict bool) error {
 	w := ios.Out
 	sev := func(s config.Severity) string {
 		if !ios.ColorEnabled() {
@@ -139,7 +139,7 @@ func writeText(ios *iostreams.IOStreams, results []fileResult) error {
 				return err
 			}
 		}
-		if _, err := fmt.Fprintf(w, "%s: %s\n", r.File, summary(r.Findings)); err != nil {
+		if _, err := fmt.Fprintf(w, "%s: %s\n", r.File, summary(r.Findings, strict)); err != nil {
 			return err
 		}
 	}
@@ -150,14 +150,17 @@ func describeUnreadable(err error) string {
 	return strings.TrimPrefix(err.Error(), config.ErrUnreadable.Error()+": ")
 }
 
-func summary(fs config.Findings) string {
+func summary(fs config.Findings, strict bool) string {
 	e, w := fs.Errors(), fs.Warnings()
 	if e == 0 && w == 0 {
 		return "valid"
 	}
 	word := "valid"
-	if e > 0 {
+	switch {
+	case e > 0:
 		word = "invalid"
+	case strict: // warnings fail the check: the line says so, as the exit code does
+		word = "invalid under --strict"
 	}
 	return fmt.Sprintf("%s (%s, %s)", word, plural(e, "error"), plural(w, "warning"))
 }
