@@ -274,14 +274,20 @@ func (ix *Index) ClearSubscription(id SubscriptionID) {
 	if !ok {
 		return
 	}
+	ix.dropRanksOf(s)
+	ix.nCur -= len(s.cursors)
+	delete(ix.subs, id)
+	ix.maybeCompact()
+}
+
+// dropRanksOf drops the blocks of every rank subscription s fed; ix.mu is
+// held.
+func (ix *Index) dropRanksOf(s *subscription) {
 	for k := range s.cursors {
 		if r, ok := ix.rankOf[k]; ok {
 			ix.dropRank(r)
 		}
 	}
-	ix.nCur -= len(s.cursors)
-	delete(ix.subs, id)
-	ix.maybeCompact()
 }
 
 // ClearRanks drops the blocks of every rank the subscription fed, keeping
@@ -296,11 +302,7 @@ func (ix *Index) ClearRanks(id SubscriptionID) {
 	if !ok {
 		return
 	}
-	for k := range s.cursors {
-		if r, ok := ix.rankOf[k]; ok {
-			ix.dropRank(r)
-		}
-	}
+	ix.dropRanksOf(s)
 	ix.maybeCompact()
 }
 
