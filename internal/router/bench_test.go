@@ -192,18 +192,24 @@ func BenchmarkSerial(b *testing.B) {
 			b.Run(mode+"/"+target.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					resp, err := client.Post(target.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-					if err != nil {
-						b.Fatal(err)
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatalf("status %d", resp.StatusCode)
-					}
+					postChat(b, client, target.url, body)
 				}
 			})
 		}
+	}
+}
+
+// postChat sends body to base's chat completions route with hc and reads
+// the answer whole; anything but a 200 fails the benchmark.
+func postChat(b *testing.B, hc *http.Client, base, body string) {
+	resp, err := hc.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: status %d", base, resp.StatusCode)
 	}
 }
 
@@ -332,15 +338,7 @@ func BenchmarkPath(b *testing.B) {
 		for _, t := range []struct{ name, url string }{{"direct", p.direct}, {"floor", p.floor}, {"lean", p.lean}, {"client", p.client}, {"router", p.router}} {
 			b.Run(mode+"/"+t.name, func(b *testing.B) {
 				for b.Loop() {
-					resp, err := p.hc.Post(t.url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-					if err != nil {
-						b.Fatal(err)
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatalf("status %d", resp.StatusCode)
-					}
+					postChat(b, p.hc, t.url, body)
 				}
 			})
 		}
