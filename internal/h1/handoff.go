@@ -1,20 +1,43 @@
 package h1
 
 import (
+	"context"
 	"net"
+	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Handoff is a net.Listener whose connections are given to it rather than
 // accepted from a socket: the net/http server behind a lean one serves
 // from it what the lean server hands off (Fallback), and whatever else
 // its owner gives it (TLS connections).
+//
+// net/http drops, unanswered, a request it reads after its Shutdown began.
+// A handed-off connection's request was already sent, and partly read, so
+// the Handoff counts each one given until its first request reaches the
+// handler (or the connection closes), and Drain waits for that count to
+// reach zero: shut the lean server down, Drain, then net/http's server.
 type Handoff struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
+	addr    net.Addr
+	ch      chan net.Conn
+	done    chan struct{}
+	once    sync.Once
+	pending atomic.Int64
+}
+
+// handedConn is a connection given by Give: settled once its first
+// request reached the handler or it closed.
+type handedConn struct {
+	net.Conn
+	h    *Handoff
 	once sync.Once
 }
+
+func (c *handedConn) settle() { c.once.Do(func() { c.h.pending.Add(-1) }) }
+
+type handedKey struct{}
 
 // NewHandoff returns a Handoff that reports addr as its address.
 func NewHandoff(addr net.Addr) *Handoff {
@@ -33,10 +56,71 @@ func (h *Handoff) Offer(c net.Conn) bool {
 }
 
 // Give offers c and closes it if the listener is closed: a Fallback.
+// The connection counts as pending, for Drain, until its first request
+// reaches the handler of a server started by Serve, or it closes.
 func (h *Handoff) Give(c net.Conn) {
-	if !h.Offer(c) {
+	hc := &handedConn{Conn: c, h: h}
+	h.pending.Add(1)
+	if !h.Offer(hc) {
+		hc.settle()
 		_ = c.Close()
 	}
+}
+
+// Serve serves srv from the hand-off until it is closed, as srv.Serve(h)
+// does, with srv's Handler, ConnContext and ConnState wrapped to settle
+// the connections Give counts.
+func (h *Handoff) Serve(srv *http.Server) error {
+	next := srv.Handler
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hc, ok := r.Context().Value(handedKey{}).(*handedConn); ok {
+			hc.settle()
+		}
+		next.ServeHTTP(w, r)
+	})
+	connContext := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if connContext != nil {
+			ctx = connContext(ctx, c)
+		}
+		if hc, ok := c.(*handedConn); ok {
+			ctx = context.WithValue(ctx, handedKey{}, hc)
+		}
+		return ctx
+	}
+	connState := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		if connState != nil {
+			connState(c, st)
+		}
+		if st == http.StateClosed || st == http.StateHijacked {
+			if hc, ok := c.(*handedConn); ok {
+				hc.settle()
+			}
+		}
+	}
+	return srv.Serve(h)
+}
+
+// Drain waits until every connection given has had its first request
+// reach the handler, or closed; ctx's error if it ends first.
+func (h *Handoff) Drain(ctx context.Context) error {
+	if h.pending.Load() == 0 {
+		return nil
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for h.pending.Load() != 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // Accept returns the next connection given, or net.ErrClosed once the

@@ -44,7 +44,7 @@ func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
 	if tune != nil {
 		tune(l.srv)
 	}
-	l.wg.Go(func() { _ = l.fallback.Serve(cl) })
+	l.wg.Go(func() { _ = cl.Serve(l.fallback) })
 	l.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -62,6 +62,7 @@ func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = l.srv.Shutdown(ctx)
+		_ = cl.Drain(ctx)
 		_ = l.fallback.Shutdown(ctx)
 		_ = cl.Close()
 		l.wg.Wait()
@@ -1043,8 +1044,9 @@ func TestWriteTimeout(t *testing.T) {
 
 // TestShutdownWaitsForAHandOff: a connection being handed off to the
 // fallback server is the lean server's until the fallback has it, so that
-// a Shutdown meanwhile waits for it, and the fallback's shutdown after
-// that finds it and answers its request.
+// a Shutdown meanwhile waits for it; Drain then waits until its request
+// has reached the fallback's handler, so that the fallback's shutdown
+// (which drops a request read after it began) answers it.
 func TestShutdownWaitsForAHandOff(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1054,9 +1056,14 @@ func TestShutdownWaitsForAHandOff(t *testing.T) {
 	t.Cleanup(func() { _ = ln.Close() })
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	q := NewHandoff(ln.Addr())
-	srv := &http.Server{Handler: h}
+	// A slow start between accepting the connection and reading its
+	// request: the window in which a shutdown would drop it.
+	srv := &http.Server{Handler: h, ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+		time.Sleep(100 * time.Millisecond)
+		return ctx
+	}}
 	served := make(chan struct{})
-	go func() { defer close(served); _ = srv.Serve(q) }()
+	go func() { defer close(served); _ = q.Serve(srv) }()
 	inFallback := make(chan struct{})
 	lean := &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, Fallback: func(c net.Conn) {
 		close(inFallback)
@@ -1081,6 +1088,9 @@ func TestShutdownWaitsForAHandOff(t *testing.T) {
 	if err := lean.Shutdown(ctx); err != nil {
 		t.Fatalf("lean shutdown: %v", err)
 	}
+	if err := q.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatalf("fallback shutdown: %v", err)
 	}
@@ -1089,5 +1099,41 @@ func TestShutdownWaitsForAHandOff(t *testing.T) {
 	b, _ := io.ReadAll(conn)
 	if !strings.HasSuffix(string(b), "ok") {
 		t.Errorf("the request handed off during the shutdown got %q", b)
+	}
+}
+
+// TestDrainSettles: Drain does not wait for a handed-off connection that
+// never reaches the handler: one net/http refuses (400, then closed) or
+// one given after the hand-off closed.
+func TestDrainSettles(t *testing.T) {
+	t.Parallel()
+	q := NewHandoff(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("a malformed request reached the handler")
+	})}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = q.Serve(srv) }()
+	client, server := net.Pipe()
+	go q.Give(server)
+	go func() { _, _ = io.WriteString(client, "GET / HTTP/1.1\r\nHost: x\r\nBad Field\r\n\r\n") }()
+	b, _ := io.ReadAll(client)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 400") {
+		t.Fatalf("got %q", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := q.Drain(ctx); err != nil {
+		t.Fatalf("drain after a refused request: %v", err)
+	}
+	_ = q.Close()
+	<-served
+	c2, s2 := net.Pipe()
+	defer func() { _ = c2.Close() }()
+	q.Give(s2)
+	if err := q.Drain(ctx); err != nil {
+		t.Fatalf("drain after a give to a closed hand-off: %v", err)
+	}
+	if _, err := s2.Write([]byte("x")); err == nil {
+		t.Error("a connection given to a closed hand-off was left open")
 	}
 }

@@ -121,7 +121,7 @@ func (d *Daemon) serve(l *listener) {
 
 func (d *Daemon) serveOne(l *listener, s *served) {
 	go func() {
-		if err := s.srv.Serve(s.conns); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.conns.Serve(s.srv); !errors.Is(err, http.ErrServerClosed) {
 			d.fail(fmt.Errorf("serving %s: %w", l.ln.Addr(), err))
 		}
 	}()
@@ -221,8 +221,13 @@ func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration)
 	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
 	defer cancel()
 	// The lean server first: a connection it hands off meanwhile (a
-	// request only net/http serves) still finds net/http's server open.
+	// request only net/http serves) still finds net/http's server open,
+	// and net/http's shutdown waits until that request has reached the
+	// handler (net/http drops one it reads after its shutdown began).
 	err := s.lean.Shutdown(ctx)
+	if derr := s.conns.Drain(ctx); err == nil {
+		err = derr
+	}
 	if serr := s.srv.Shutdown(ctx); serr != nil {
 		_ = s.srv.Close()
 		err = serr

@@ -27,7 +27,7 @@ func LeanServer(tb testing.TB, h http.Handler) string {
 	fallback := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	lean := &h1.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, Fallback: handed.Give}
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = fallback.Serve(handed) })
+	wg.Go(func() { _ = handed.Serve(fallback) })
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -44,6 +44,7 @@ func LeanServer(tb testing.TB, h http.Handler) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = lean.Shutdown(ctx)
+		_ = handed.Drain(ctx)
 		_ = fallback.Shutdown(ctx)
 		wg.Wait()
 	})
