@@ -2,6 +2,7 @@ package cmdutil
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -33,8 +34,10 @@ type DiscoveryFlags struct {
 	Model            string
 	Models           []string // component=model
 
-	// names are the flags Register added, in their order.
+	// names are the flags Register added, in their order; given those
+	// Capture found on the command line.
 	names []string
+	given []string
 
 	changedSource       bool
 	changedRoot         bool
@@ -80,6 +83,65 @@ func (o *DiscoveryFlags) Capture(fl *pflag.FlagSet) {
 		o.changedEtcdSecurity = o.changedEtcdSecurity || fl.Changed(n)
 	}
 	o.changedPasswordEnv = fl.Changed("etcd-password-env")
+	o.given = o.given[:0]
+	for _, n := range o.names {
+		if fl.Changed(n) {
+			o.given = append(o.given, n)
+		}
+	}
+}
+
+// flagSources are the discovery sources each source-specific flag applies
+// to; a flag absent applies to all.
+var flagSources = map[string][]string{
+	"etcd-endpoints":    {config.SourceEtcd},
+	"etcd-ca-cert":      {config.SourceEtcd},
+	"etcd-client-cert":  {config.SourceEtcd},
+	"etcd-client-key":   {config.SourceEtcd},
+	"etcd-server-name":  {config.SourceEtcd},
+	"etcd-username":     {config.SourceEtcd},
+	"etcd-password-env": {config.SourceEtcd},
+	"namespace":         {config.SourceEtcd, config.SourceFile},
+	"file-root":         {config.SourceFile},
+	"kubeconfig":        {config.SourceKubernetes, config.SourceKubernetesPods},
+	"context":           {config.SourceKubernetes, config.SourceKubernetesPods},
+	"kube-namespace":    {config.SourceKubernetes, config.SourceKubernetesPods},
+	"dynamo-namespace":  {config.SourceKubernetes, config.SourceKubernetesPods},
+	"model":             {config.SourceKubernetesPods},
+	"models":            {config.SourceKubernetesPods},
+}
+
+// checkApplies refuses a flag given for a source it does not apply to:
+// ignored, it would read another namespace or place than the one asked
+// for and say nothing (discover --source kubernetes --namespace x reads
+// the default Dynamo namespace).
+func (o *DiscoveryFlags) checkApplies(source string) error {
+	switch source {
+	case config.SourceEtcd, config.SourceFile, config.SourceKubernetes, config.SourceKubernetesPods:
+	default:
+		return nil // validation names the source's own mistake
+	}
+	for _, n := range o.given {
+		srcs, ok := flagSources[n]
+		if !ok || slices.Contains(srcs, source) {
+			continue
+		}
+		from := "--source"
+		if !o.changedSource {
+			from = "the source (from --config, else the default)"
+		}
+		hint := ""
+		switch {
+		case n == "namespace":
+			hint = "; a Kubernetes fleet's Dynamo namespace is --dynamo-namespace, its pods' namespace --kube-namespace"
+		case n == "dynamo-namespace" || n == "kube-namespace":
+			hint = "; the Dynamo namespace in etcd or a file store is --namespace"
+		case n == "model" || n == "models":
+			hint = "; source kubernetes takes models from the workers' model cards"
+		}
+		return FlagErrorf("--%s applies to source %s; %s is %s%s", n, strings.Join(srcs, " or "), from, source, hint)
+	}
+	return nil
 }
 
 // FirstGiven returns the first discovery flag given on fl, "" when none
@@ -129,6 +191,9 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 		}
 		d.Etcd.Namespace, d.Etcd.Namespaces = one, many
 		d.File.Namespace, d.File.Namespaces = one, many
+	}
+	if err := o.checkApplies(d.Source); err != nil {
+		return nil, err
 	}
 	if err := o.applyKube(&d.Kubernetes); err != nil {
 		return nil, err

@@ -113,3 +113,37 @@ func TestTLSFlagsOverFile(t *testing.T) {
 		t.Fatalf("tls: %+v", got)
 	}
 }
+
+// TestFlagsForAnotherSource: a flag of one source given for another is a
+// usage error naming both, not ignored (the fleet read would be another
+// than the one asked for).
+func TestFlagsForAnotherSource(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "continuum.yaml")
+	if err := os.WriteFile(file, []byte("dynamo:\n  discovery:\n    source: file\n    file: {root: /tmp}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file string
+		args []string
+		want string // "" when accepted
+	}{
+		{"", []string{"--source=etcd", "--etcd-endpoints=http://e:2379", "--dynamo-namespace=dn"}, "--dynamo-namespace applies to source kubernetes or kubernetes_pods; --source is etcd; the Dynamo namespace in etcd or a file store is --namespace"},
+		{"", []string{"--source=kubernetes", "--namespace=x"}, "--namespace applies to source etcd or file; --source is kubernetes; a Kubernetes fleet's Dynamo namespace is --dynamo-namespace"},
+		{"", []string{"--source=kubernetes", "--dynamo-namespace=dn", "--model=m"}, "--model applies to source kubernetes_pods"},
+		{"", []string{"--etcd-endpoints=http://e:2379", "--file-root=/tmp"}, "--file-root applies to source file; the source (from --config, else the default) is etcd"},
+		{file, []string{"--etcd-endpoints=http://e:2379"}, "--etcd-endpoints applies to source etcd; the source (from --config, else the default) is file"},
+		{file, []string{"--namespace=a", "--file-root=/var"}, ""},
+		{"", []string{"--source=kubernetes_pods", "--dynamo-namespace=dn", "--kube-namespace=k", "--model=m", "--kubeconfig=/nonexistent"}, ""},
+		{"", []string{"--source=etcd", "--etcd-endpoints=https://e:2379", "--namespace=a", "--etcd-server-name=e"}, ""},
+	} {
+		_, err := resolveConfig(t, c.file, nil, c.args...)
+		var fe *cmdutil.FlagError
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (!errors.As(err, &fe) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want a usage error saying %q", c.args, err, c.want)
+		}
+	}
+}
