@@ -453,8 +453,11 @@ func (c *Stream) why(err error) error {
 func (c *Stream) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		c.shut()
+		// Released (and the client told to unsubscribe) before the
+		// handler is woken: its own release, which tells nothing, would
+		// otherwise win whenever it ran first.
 		c.bus.release(c.st, true)
+		c.shut()
 	})
 	t := time.NewTimer(c.bus.t.close)
 	defer t.Stop()
