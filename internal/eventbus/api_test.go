@@ -228,7 +228,10 @@ func TestOpenStreamErrors(t *testing.T) {
 	t.Parallel()
 	tb := startBus(t, func(s *eventbus.Settings, to *eventbus.Timeouts) {
 		s.MaxStreamsPerSession = 1
-		to.Open = 500 * time.Millisecond
+		// Short enough to wait out once, long enough for the streams that
+		// do open (and the round trips the test answers) on a loaded
+		// machine.
+		to.Open = 2 * time.Second
 	})
 	pub := testutil.StartGoPublisher(t)
 	good := targetOf(t, "dynamo", pub.Endpoint, "kv_metrics")

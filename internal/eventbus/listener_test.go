@@ -165,7 +165,8 @@ func TestRevokedCredential(t *testing.T) {
 // versions are checked against the credential's entry.
 func TestHelloRefusals(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.Hello = 300 * time.Millisecond })
+	// Long enough for a written hello to arrive on a loaded machine.
+	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.Hello = 1500 * time.Millisecond })
 	cases := []struct {
 		name       string
 		token      string
@@ -376,7 +377,9 @@ func TestConnectionLimit(t *testing.T) {
 // session is not.
 func TestAuthTimeout(t *testing.T) {
 	t.Parallel()
-	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.Auth = 300 * time.Millisecond })
+	// Long enough for the active connection's handshake, hello and
+	// welcome on a loaded machine: its clock runs from the accept.
+	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.Auth = 2 * time.Second })
 	idle := tb.dial(t, nil)
 	refused := tb.dial(t, nil)
 	resp := post(t, refused, eventbus.PathSession, "wrong", strings.NewReader(""), nil)
@@ -393,7 +396,7 @@ func TestAuthTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = silent.Close() }()
-	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = silent.SetReadDeadline(time.Now().Add(8 * time.Second))
 	if _, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Errorf("a connection without a handshake: read %v, want EOF at the auth timeout", err)
 	}

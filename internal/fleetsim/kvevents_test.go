@@ -295,13 +295,23 @@ func TestKVEventsMatchTheRouter(t *testing.T) {
 		hashes[i] = routerHashes(t, prompts, snap, r.path, r.body)
 		cached[i] = send(r.path, r.body)
 	}
+	// A last prompt of its own marks the end: the events come in order
+	// (an update's evictions before its stores), so once its last block
+	// is stored every earlier event is in; a pause between events would
+	// prove nothing on a loaded machine.
+	last := chat(text("the closing prompt, unlike any other", 200))
+	lastHashes := routerHashes(t, prompts, snap, "/v1/chat/completions", last)
+	send("/v1/chat/completions", last)
 	var events []wire.RouterEvent
-	for {
-		ev, ok := feed.next(500 * time.Millisecond)
+	for done := false; !done; {
+		ev, ok := feed.next(20 * time.Second)
 		if !ok {
-			break
+			t.Fatal("the closing prompt's blocks were never stored")
 		}
 		events = append(events, ev)
+		for _, b := range ev.Blocks {
+			done = done || (ev.Kind == wire.KVStored && b.TokensHash == lastHashes[len(lastHashes)-1])
+		}
 	}
 
 	// The first request's blocks are stored from the root with the

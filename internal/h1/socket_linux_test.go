@@ -141,7 +141,9 @@ func TestSocketDeadlinesAndClose(t *testing.T) {
 	// A write with no room waits, then ends at its deadline.
 	_ = s.SetWriteBuffer(4 << 10)
 	_ = c.SetReadBuffer(4 << 10)
-	_ = s.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	// Long enough that the write surely starts before it (the buffers
+	// stay full whatever the wait).
+	_ = s.SetWriteDeadline(time.Now().Add(time.Second))
 	n, err := ss.Write(make([]byte, 8<<20))
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n <= 0 || n >= 8<<20 {
 		t.Fatalf("write past its deadline: %d bytes, %v", n, err)

@@ -65,7 +65,9 @@ func TestBackendTimeout(t *testing.T) {
 				}
 			}))
 			defer be.Close()
-			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, 300*time.Millisecond)}).Handler())
+			// Long enough for the stream's first event to come in time on
+			// a loaded machine.
+			rt := sv.serve(t, router.New(router.Options{Config: oneBackend(be.URL, time.Second)}).Handler())
 
 			start := time.Now()
 			resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
@@ -159,10 +161,12 @@ func TestConnectionKeptPastTimeout(t *testing.T) {
 	}
 	be.Start()
 	defer be.Close()
-	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, 100*time.Millisecond)}).Handler())
+	// Each exchange, the first one's dial included, must finish within
+	// the timeout even on a loaded machine; the idle gap outlasts it.
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, time.Second)}).Handler())
 	for i := range 3 {
 		if i > 0 {
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(1200 * time.Millisecond)
 		}
 		resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
 		if err != nil {
@@ -198,7 +202,7 @@ func TestLargeBodyTimeout(t *testing.T) {
 		_, _ = io.WriteString(w, `{"choices":[]}`)
 	}))
 	defer be.Close()
-	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, 300*time.Millisecond)}).Handler())
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, 2*time.Second)}).Handler())
 	pad := strings.Repeat("x", 80<<10)
 	for _, tc := range []struct {
 		content string

@@ -34,8 +34,9 @@ type inotifyWatcher struct {
 	changed chan struct{}
 	errs    chan error
 
-	// reads counts the reads that returned events (tests: a neighbour's
-	// writes wake nothing).
+	// reads counts the reads that returned events, each counted once its
+	// change is offered (tests: a neighbour's writes wake nothing; a
+	// change's last event has been handled).
 	reads atomic.Int64
 
 	mu sync.Mutex
@@ -113,10 +114,10 @@ func (w *inotifyWatcher) read() {
 			}
 			return
 		}
-		w.reads.Add(1)
 		if w.relevant(buf[:n]) {
 			offer(w.changed, struct{}{})
 		}
+		w.reads.Add(1)
 	}
 }
 

@@ -693,8 +693,10 @@ func TestReloadWhileARequestWaits(t *testing.T) {
 	f := startReload(t, text)
 	answered := make(chan error, 1)
 	go func() {
-		// The wait for a view is 5 s; this client gives up well before.
-		client := &http.Client{Timeout: 3 * time.Second}
+		// The wait for a view is 5 s; this client gives up before, with
+		// room for the new watcher's retries (0.5, 1.5, 3.5 s) on a
+		// loaded machine.
+		client := &http.Client{Timeout: 4500 * time.Millisecond}
 		resp, err := client.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"plain-model","messages":[{"role":"user","content":"hi"}]}`))
 		if err == nil {

@@ -131,12 +131,12 @@ func (o *DiscoveryFlags) checkApplies(source string) error {
 			from = "the source (from --config, else the default)"
 		}
 		hint := ""
-		switch {
-		case n == "namespace":
+		switch n {
+		case "namespace":
 			hint = "; a Kubernetes fleet's Dynamo namespace is --dynamo-namespace, its pods' namespace --kube-namespace"
-		case n == "dynamo-namespace" || n == "kube-namespace":
+		case "dynamo-namespace", "kube-namespace":
 			hint = "; the Dynamo namespace in etcd or a file store is --namespace"
-		case n == "model" || n == "models":
+		case "model", "models":
 			hint = "; source kubernetes takes models from the workers' model cards"
 		}
 		return FlagErrorf("--%s applies to source %s; %s is %s%s", n, strings.Join(srcs, " or "), from, source, hint)

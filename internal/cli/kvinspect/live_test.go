@@ -505,7 +505,7 @@ func TestMatchOverALiveFleet(t *testing.T) {
 		return path
 	}
 	pinned := config(pins)
-	code, out, errOut := runLive(t, nil, body, "kv-inspect", "match", "--config", pinned, "--duration", "2s", "-o", "json")
+	code, out, errOut := runLive(t, nil, body, "kv-inspect", "match", "--config", pinned, "--duration", "3s", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -539,7 +539,7 @@ func TestMatchOverALiveFleet(t *testing.T) {
 		}
 	}
 
-	code, out, errOut = runLive(t, nil, body, "kv-inspect", "match", "--config", pinned, "--duration", "1s")
+	code, out, errOut = runLive(t, nil, body, "kv-inspect", "match", "--config", pinned, "--duration", "3s")
 	if code != 0 || !strings.Contains(out, "result: overlap") || !strings.Contains(out, fmt.Sprintf("prompt: %d tokens", len(prompt.IDs))) ||
 		!strings.Contains(out, "prefill "+wire.FormatID(holder)+" rank 0 (prefill, kv_aware)") || !strings.Contains(out, "* chosen") {
 		t.Errorf("table: exit %d\n%s%s", code, out, errOut)

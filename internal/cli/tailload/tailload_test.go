@@ -126,7 +126,22 @@ func TestTailFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The command runs beside the test, its stderr read as it goes: 77
+	// publishes only once 78's failure is told (a failure after the
+	// count is reached is not: the tail is over).
+	t.Setenv("CONTINUUM_CONFIG", "")
+	ios, _, stdout, _ := iostreams.Test()
+	var stderr testutil.SyncBuffer
+	ios.ErrOut = &stderr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exit := make(chan int, 1)
+	go func() {
+		exit <- cli.Run(ctx, &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}, []string{"tail-load", "--source", "file", "--file-root", root, "--count", "3"})
+	}()
+	testutil.Eventually(t, 20*time.Second, "publisher 78's failure told", func() bool {
+		return strings.Contains(stderr.String(), "publisher 78:")
+	})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -137,7 +152,9 @@ func TestTailFleet(t *testing.T) {
 		}
 	}()
 	defer func() { cancel(); wg.Wait() }()
-	code, out, errOut := run(t, "tail-load", "--source", "file", "--file-root", root, "--count", "3")
+	code := <-exit
+	errOut := stderr.String()
+	out := stdout.String()
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
