@@ -462,3 +462,59 @@ func TestPlainListenerPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShutdownDelay: for the shutdown delay after its context ends, the
+// daemon reports not ready yet still accepts and serves new connections;
+// then it stops accepting and Run returns.
+func TestShutdownDelay(t *testing.T) {
+	t.Parallel()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"id":"x","choices":[]}`)
+	}))
+	t.Cleanup(backend.Close)
+	const delay = 4 * time.Second
+	d, err := routerd.New(plainCfg(backend.URL), routerd.Deps{ShutdownGrace: 5 * time.Second, ShutdownDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + d.Addr()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	status := func(req func() (*http.Response, error)) int {
+		resp, err := req()
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// A new client each time: a new connection.
+	get := func(path string) int {
+		return status(func() (*http.Response, error) { return (&http.Client{Transport: &http.Transport{}}).Get(base + path) })
+	}
+	testutil.Eventually(t, 10*time.Second, "ready", func() bool { return get("/ready") == http.StatusOK })
+	start := time.Now()
+	cancel()
+	testutil.Eventually(t, 10*time.Second, "not ready", func() bool { return get("/ready") == http.StatusServiceUnavailable })
+	if st := status(func() (*http.Response, error) {
+		return (&http.Client{Transport: &http.Transport{}}).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+	}); st != http.StatusOK {
+		t.Fatalf("a new connection during the shutdown delay got %d", st)
+	}
+	testutil.Eventually(t, 20*time.Second, "the listener closed", func() bool {
+		c, err := net.Dial("tcp", d.Addr())
+		if err != nil {
+			return true
+		}
+		_ = c.Close()
+		return false
+	})
+	if el := time.Since(start); el < delay {
+		t.Errorf("stopped accepting %v after the context ended, before the %v delay", el, delay)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}

@@ -52,6 +52,11 @@ type Deps struct {
 	// ShutdownGrace bounds draining in-flight requests at shutdown;
 	// DefaultShutdownGrace when zero.
 	ShutdownGrace time.Duration
+	// ShutdownDelay is how long the daemon keeps serving, not ready,
+	// after its context ends and before it stops accepting: the time load
+	// balancers and Kubernetes endpoints take to stop sending it new
+	// connections. Zero stops accepting at once.
+	ShutdownDelay time.Duration
 	// Reload says where a running daemon reloads its configuration from.
 	Reload Reload
 }
@@ -78,6 +83,7 @@ type Reload struct {
 type Daemon struct {
 	logger *slog.Logger
 	grace  time.Duration
+	delay  time.Duration
 	reload Reload
 
 	promReg *prometheus.Registry
@@ -154,7 +160,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		promReg = prometheus.NewRegistry()
 	}
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	d := &Daemon{logger: logger, grace: deps.ShutdownGrace, reload: deps.Reload, promReg: promReg, gen: 1,
+	d := &Daemon{logger: logger, grace: deps.ShutdownGrace, delay: max(deps.ShutdownDelay, 0), reload: deps.Reload, promReg: promReg, gen: 1,
 		dm: telemetry.NewDiscoveryMetrics(promReg), lm: telemetry.NewLoadMetrics(promReg), cm: telemetry.NewConfigMetrics(promReg),
 		rm:     telemetry.NewRouterMetrics(promReg),
 		failed: make(chan error, 1)}
@@ -339,7 +345,8 @@ func (d *Daemon) Close() {
 }
 
 // Run serves until ctx ends, then shuts down in order: the router stops
-// being ready, in-flight requests drain for the grace period, and only then
+// being ready (and serves on, not ready, for the shutdown delay), stops
+// accepting, in-flight requests drain for the grace period, and only then
 // discovery and the subscriptions stop (a draining request may still need
 // the fleet view), each within StopGrace. While it runs, the configuration
 // reloads from Deps.Reload. It returns nil after a clean shutdown, or the
@@ -375,6 +382,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		err = d.holdUnready()
 	case err = <-d.failed:
 	}
 	d.drain()
@@ -408,6 +416,25 @@ func (d *Daemon) startDynamo(dp *dynamoParts) {
 
 // drain stops readiness and shuts the listeners down, waiting up to the
 // grace period for in-flight requests.
+// holdUnready keeps serving for the shutdown delay with readiness
+// withdrawn, so that new connections stop coming before the listeners
+// close; a part that fails meanwhile ends the wait with its error.
+func (d *Daemon) holdUnready() error {
+	if d.delay <= 0 {
+		return nil
+	}
+	d.router.SetReady(false)
+	d.logger.Info("shutting down: not ready, serving on for the shutdown delay", "delay", d.delay)
+	t := time.NewTimer(d.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case err := <-d.failed:
+		return err
+	}
+}
+
 func (d *Daemon) drain() {
 	d.router.SetReady(false)
 	d.logger.Info("shutting down", "grace", d.grace)

@@ -35,6 +35,9 @@ type Options struct {
 
 	// Grace bounds draining in-flight requests at shutdown.
 	Grace time.Duration
+	// Delay is how long serve goes on serving, not ready, after a
+	// shutdown signal and before it stops accepting.
+	Delay time.Duration
 	// Bind overrides server.bind_address.
 	Bind string
 	// Demo routes to a simulated fleet started in-process.
@@ -63,8 +66,10 @@ SIGHUP, and on PUT /admin/config; a document with errors is refused and the
 running configuration stays. Each change applies in its tier (see
 continuum config diff).
 
-On SIGTERM or SIGINT the router stops being ready, drains in-flight requests
-for --shutdown-grace, then stops discovery and subscriptions; a second signal
+On SIGTERM or SIGINT the router stops being ready, serves on for
+--shutdown-delay (the time a load balancer or Kubernetes' endpoints take to
+stop sending it connections), stops accepting, drains in-flight requests for
+--shutdown-grace, then stops discovery and subscriptions; a second signal
 ends it at once.
 
 Unless GOGC is set, the router runs its garbage collector at GOGC=400 and
@@ -79,6 +84,9 @@ GOMEMLIMIT is set.`,
 			if opts.Demo && cmd.Flags().Changed("config") {
 				return &cmdutil.FlagError{Err: errors.New("--demo runs its own fleet and configuration: drop --config, or drop --demo")}
 			}
+			if opts.Delay < 0 {
+				return cmdutil.FlagErrorf("--shutdown-delay must not be negative")
+			}
 			opts.ConfigFile = f.ConfigPath()
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -90,6 +98,7 @@ GOMEMLIMIT is set.`,
 		},
 	}
 	cmd.Flags().DurationVar(&opts.Grace, "shutdown-grace", routerd.DefaultShutdownGrace, "how long in-flight requests may take to finish at shutdown")
+	cmd.Flags().DurationVar(&opts.Delay, "shutdown-delay", 0, "how long to go on serving, not ready, after a shutdown signal before no longer accepting (e.g. 5s behind a load balancer)")
 	cmd.Flags().StringVar(&opts.Bind, "bind", "", "listen address, overriding server.bind_address")
 	cmd.Flags().BoolVar(&opts.Demo, "demo", false, "start a simulated Dynamo fleet in-process and route to it (no --config needed)")
 	return cmd
@@ -108,7 +117,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer signal.Stop(hup)
 	reload := make(chan struct{})
 	go forward(ctx, hup, reload)
-	deps := routerd.Deps{Logger: logger, ShutdownGrace: o.Grace, Reload: routerd.Reload{Adjust: o.adjust, Signal: reload}}
+	deps := routerd.Deps{Logger: logger, ShutdownGrace: o.Grace, ShutdownDelay: o.Delay, Reload: routerd.Reload{Adjust: o.adjust, Signal: reload}}
 	if o.Demo {
 		d, err := demo.Start(demo.Options{Bind: o.Bind, Deps: deps})
 		if err != nil {
