@@ -67,7 +67,8 @@ or why a frame was rejected, with the same checks serve applies.
 With an endpoint, one publisher is tailed (the discovery flags and --timeout
 do not apply, and are refused). Without one, the fleet is read
 from the discovery source (--config, or the discover flags) and every
-publisher of the topic is tailed. A summary of results goes to stderr on exit.`,
+publisher of the topic is tailed. A summary of results goes to stderr on exit.
+With --count N, an interruption before N messages exits 1.`,
 		Example: `  continuum tail-load tcp://10.0.0.7:41000
   continuum tail-load --json --count 5 tcp://127.0.0.1:5555
   continuum tail-load --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo`,
@@ -103,7 +104,7 @@ publisher of the topic is tailed. A summary of results goes to stderr on exit.`,
 	fl.StringVar(&opts.Topic, "topic", fleet.TopicLoad, "event-plane topic to subscribe to")
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON lines")
 	fl.BoolVar(&opts.Raw, "raw", false, "add a hex dump of each message's frames")
-	fl.IntVar(&opts.Count, "count", 0, "exit after N messages (0: until interrupted)")
+	fl.IntVar(&opts.Count, "count", 0, "exit after N messages (0: until interrupted); interrupted before N, exit 1")
 	fl.DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "without an endpoint: how long to wait for the fleet's first read")
 	opts.Discovery.Register(cmd)
 	return cmd
@@ -144,11 +145,22 @@ type printer struct {
 	failed map[uint64]string
 }
 
-// Run tails until interrupted or --count messages were printed.
-func Run(ctx context.Context, o *Options) error {
+// Run tails until interrupted or --count messages were printed. With
+// --count, an interruption before that many messages is a failure: a
+// script that bounds the tail (timeout 30 continuum tail-load --count 5)
+// learns that the messages it asked for did not come.
+func Run(ctx context.Context, o *Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p := &printer{o: o, results: map[string]int{}, stop: cancel}
+	defer func() {
+		p.mu.Lock()
+		seen := p.seen
+		p.mu.Unlock()
+		if err == nil && o.Count > 0 && seen < o.Count {
+			err = &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("interrupted after %d of the %d messages --count asked for", seen, o.Count)}
+		}
+	}()
 	// The summary tells what a tail saw, so it follows a tail that began:
 	// a configuration or source that fails first leaves its error the
 	// only line.

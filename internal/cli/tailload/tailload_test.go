@@ -264,3 +264,27 @@ func TestTailEndpointFailureOnce(t *testing.T) {
 		t.Fatalf("%d failure lines:\n%s", n, errOut)
 	}
 }
+
+// TestCountNotReached: interrupted before --count messages came, the tail
+// exits 1 and says how many came; without --count an interruption is
+// the normal end.
+func TestCountNotReached(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	pub := testutil.StartGoPublisher(t) // publishes nothing
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"tail-load", "--count", "5", pub.Endpoint}, 1, "interrupted after 0 of the 5 messages --count asked for"},
+		{[]string{"tail-load", pub.Endpoint}, 0, "tail-load: 0 messages: none"},
+	} {
+		ios, _, _, errOut := iostreams.Test()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		code := cli.Run(ctx, &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}, c.args)
+		cancel()
+		if code != c.code || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d saying %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
