@@ -93,6 +93,9 @@ once they are gone or --drain-grace has passed. Its metrics
 		},
 	}
 	opts.Bus.Register(cmd)
+	// The namespaces declared, whatever the source (etcd and the file
+	// store read them too unless --namespace says otherwise).
+	opts.Discovery.EverySource = []string{"dynamo-namespace"}
 	opts.Discovery.Register(cmd)
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "how long to wait for the discovery source's first complete read")
 	return cmd

@@ -95,8 +95,16 @@ func TestRun(t *testing.T) {
 		Bus: cmdutil.BusClientFlags{Router: "https://" + bus.LocalAddr().String(), ID: "broker-a.dynamo", TokenFile: tokenFile,
 			CAFile: pki.CAFile, MetricsAddress: "127.0.0.1:0", DrainGrace: 5 * time.Second},
 		Ready: func(a string) { metricsAddr <- a }}
-	o.Discovery.Source, o.Discovery.FileRoot, o.Discovery.DynamoNamespaces = "file", root, []string{"dynamo"}
-	o.Discovery.SetChanged(true, true)
+	// The discovery flags as the command parses them: --dynamo-namespace
+	// declares the namespaces whatever the source.
+	var parsed *broker.Options
+	cmd := broker.NewCmdBroker(factory(), func(_ context.Context, po *broker.Options) error { parsed = po; return nil })
+	cmd.SetArgs([]string{"--router", o.Bus.Router, "--id", o.Bus.ID, "--token-file", tokenFile,
+		"--source", "file", "--file-root", root, "--dynamo-namespace", "dynamo"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	o.Discovery = parsed.Discovery
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- broker.Run(ctx, o) }()

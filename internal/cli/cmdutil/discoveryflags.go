@@ -34,6 +34,10 @@ type DiscoveryFlags struct {
 	Model            string
 	Models           []string // component=model
 
+	// EverySource names flags the command takes whatever the source
+	// (the broker declares its namespaces with --dynamo-namespace).
+	EverySource []string
+
 	// names are the flags Register added, in their order; given those
 	// Capture found on the command line.
 	names []string
@@ -123,7 +127,7 @@ func (o *DiscoveryFlags) checkApplies(source string) error {
 	}
 	for _, n := range o.given {
 		srcs, ok := flagSources[n]
-		if !ok || slices.Contains(srcs, source) {
+		if !ok || slices.Contains(srcs, source) || slices.Contains(o.EverySource, n) {
 			continue
 		}
 		from := "--source"
