@@ -352,6 +352,9 @@ func (w *response) complete(n int) bool {
 // left to send.
 func (w *response) sendComplete(n int) (int, error) {
 	if w.err == nil {
+		// Marked before the flush that lets the client finish and leave;
+		// a flush that fails ends the context itself (conn.write).
+		w.c.answered.Store(true)
 		w.err = w.c.bw.Flush()
 	}
 	if w.err != nil {

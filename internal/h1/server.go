@@ -224,6 +224,12 @@ type conn struct {
 	// The current request's context; ended when the client leaves or a
 	// write fails.
 	rctx *reqContext
+	// answered: the current request's declared body is all written and
+	// being sent. A client that leaves after that has its answer: the
+	// watch does not end the context (the handler's accounting after its
+	// last write would otherwise call a served request abandoned, and cut
+	// what it hands back, such as a backend connection).
+	answered atomic.Bool
 
 	mu        sync.Mutex // guards the watch and what it read
 	watchSt   int
@@ -530,6 +536,7 @@ func (c *conn) serveRequest(h head) (keep bool) {
 	c.afterPost = h.method == http.MethodPost
 	w := &response{c: c, declared: -1, reqClose: h.close}
 	c.rctx = &w.rctx
+	c.answered.Store(false)
 	defer w.rctx.end()
 	w.reqBody = body{c: c, remain: h.contentLength, armOnLastBytes: true}
 	b := &w.reqBody
@@ -637,7 +644,7 @@ func (c *conn) watch() {
 	aborted := c.watchSt == watchAborted
 	c.watchSt = watchOff
 	c.mu.Unlock()
-	if n == 0 && err != nil && !aborted && rctx != nil {
+	if n == 0 && err != nil && !aborted && rctx != nil && !c.answered.Load() {
 		rctx.end()
 	}
 	close(done)

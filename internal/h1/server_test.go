@@ -1145,3 +1145,53 @@ func TestDrainSettles(t *testing.T) {
 		t.Error("a connection given to a closed hand-off was left open")
 	}
 }
+
+// TestLeavingAfterTheAnswer: a client that leaves once its declared-length
+// answer is all sent (the answer goes out at the handler's last write,
+// before it returns) does not end the request's context: the handler's
+// work after its last write still runs for a served request. One that
+// leaves before its answer does end it.
+func TestLeavingAfterTheAnswer(t *testing.T) {
+	t.Parallel()
+	ended := make(chan bool, 2)
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/before" {
+			select {
+			case <-r.Context().Done():
+				ended <- true
+			case <-time.After(10 * time.Second):
+				ended <- false
+			}
+			return
+		}
+		w.Header().Set("Content-Length", "2")
+		_, _ = io.WriteString(w, "ok")
+		// Past the watch's delay, with the client gone.
+		select {
+		case <-r.Context().Done():
+			ended <- true
+		case <-time.After(5 * watchDelay):
+			ended <- false
+		}
+	}), nil)
+	conn := l.dial(t)
+	_, _ = io.WriteString(conn, "GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+		t.Fatalf("body %q", b)
+	}
+	_ = conn.Close()
+	if <-ended {
+		t.Error("a client leaving after its whole answer ended the request's context")
+	}
+	conn = l.dial(t)
+	_, _ = io.WriteString(conn, "GET /before HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(watchDelay / 2)
+	_ = conn.Close()
+	if !<-ended {
+		t.Error("a client leaving before its answer did not end the request's context")
+	}
+}
