@@ -405,10 +405,12 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 	// The connection has the auth timeout from its acceptance to its first
 	// authenticated request, the TLS handshake included, so that a slot is
 	// never held longer whatever the handshake takes.
-	var expired atomic.Bool
+	// counted: a refusal of this connection was counted. The auth timer
+	// and the handshake's own timeouts can fire together (both are 10 s
+	// by default): the first to claim it counts, once.
+	var counted atomic.Bool
 	bc.authTimer = time.AfterFunc(b.t.auth, func() {
-		if !bc.authed.Load() {
-			expired.Store(true)
+		if !bc.authed.Load() && counted.CompareAndSwap(false, true) {
 			b.refused(CodeAuthTimeout)
 			_ = raw.Close()
 		}
@@ -423,7 +425,7 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 	_ = raw.SetDeadline(time.Now().Add(b.t.handshake))
 	var first [1]byte
 	if _, err := io.ReadFull(raw, first[:]); err != nil {
-		if isTimeout(err) && !expired.Load() {
+		if isTimeout(err) && counted.CompareAndSwap(false, true) {
 			b.refused(CodeHandshakeTimeout)
 		}
 		return
@@ -449,7 +451,7 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 	cancel()
 	if err != nil {
 		switch {
-		case expired.Load():
+		case !counted.CompareAndSwap(false, true):
 		case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
 			b.refused(CodeHandshakeTimeout)
 		default:

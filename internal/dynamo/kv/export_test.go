@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 )
 
@@ -197,3 +198,13 @@ func (p *Preparer) ChatRequestText(body []byte) (string, error) {
 
 // SerdeReads is serdeReads: whether serde_json reads s as JSON.
 var SerdeReads = serdeReads
+
+// ReplaceForTest makes the readers of a publisher whose record changed
+// from old to new, and tells old stopped afterwards, as a reconcile does;
+// between the two, fed runs (the new session feeding the index).
+func (s *Subscriptions) ReplaceForTest(old, new fleet.Publisher, fed func()) {
+	s.newReader(old)
+	s.newReader(new)
+	fed()
+	s.pool.Stopped(old)
+}

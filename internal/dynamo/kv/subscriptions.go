@@ -62,15 +62,21 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 		// A publisher that left or was replaced fed ranks that are no
 		// longer its own to say anything about.
 		Stopped: func(p fleet.Publisher) {
-			index.ClearSubscription(SubscriptionID(p.PublisherID))
 			s.mu.Lock()
 			// A publisher whose record changed is told stopped after its
 			// replacement started: that reader stays, or its
-			// subscription could never age out.
-			if r := s.readers[p.PublisherID]; r != nil && r.pub == p {
+			// subscription could never age out, and what the old one fed
+			// was cleared when the replacement was made (clearing it now
+			// could drop what the new session has fed meanwhile).
+			r := s.readers[p.PublisherID]
+			replaced := r != nil && r.pub != p
+			if r != nil && r.pub == p {
 				delete(s.readers, p.PublisherID)
 			}
 			s.mu.Unlock()
+			if !replaced {
+				index.ClearSubscription(SubscriptionID(p.PublisherID))
+			}
 		},
 	}
 	if metrics != nil {
@@ -185,7 +191,8 @@ func (s *Subscriptions) Subscriptions() []load.SubscriptionInfo { return s.pool.
 func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
 	r := &eventReader{s: s, pub: p, ns: load.NS(p.Namespace), pid: p.PublisherID, topic: p.Topic, since: time.Now()}
 	s.mu.Lock()
-	if old := s.readers[p.PublisherID]; old != nil && old.pub == p {
+	old := s.readers[p.PublisherID]
+	if old != nil && old.pub == p {
 		// A restart of the same publisher's subscription (a transport
 		// switch keeps its blocks): the staleness clock carries on where
 		// the old one was without a session.
@@ -197,6 +204,13 @@ func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
 	}
 	s.readers[p.PublisherID] = r
 	s.mu.Unlock()
+	if old != nil && old.pub != p {
+		// The publisher's record changed: what the old subscription fed
+		// is dropped now, before the new one's loop starts, rather than
+		// when the old one is told stopped (after this one may have fed
+		// the index).
+		s.index.ClearSubscription(SubscriptionID(p.PublisherID))
+	}
 	return r
 }
 

@@ -420,3 +420,31 @@ func TestSubscriptionsJudgeMessagesOverTheLimits(t *testing.T) {
 		t.Errorf("%v messages counted oversized", n)
 	}
 }
+
+// TestSubscriptionsRecordChangeKeepsTheNewSession: a publisher whose
+// record changed loses what its old subscription fed when the new one is
+// made, not when the old one is told stopped, which may come after the
+// new session fed the index.
+func TestSubscriptionsRecordChangeKeepsTheNewSession(t *testing.T) {
+	t.Parallel()
+	reg, ix := fleet.NewRegistry(nil, nil), kv.NewIndex()
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 7}: {DPSize: 1}})
+	subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, nil)
+	old := fleet.Publisher{Namespace: "dynamo", Topic: "kv-events", PublisherID: 0x77, Key: "v1/event_channels/a"}
+	moved := old
+	moved.Key = "v1/event_channels/b"
+	apply := func(id, hash, tokens uint64) {
+		ev := wire.RouterEvent{WorkerID: 7, EventID: id, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: hash, TokensHash: tokens}}}
+		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+	}
+	apply(1, 1, 101) // the old session's block
+	subs.ReplaceForTest(old, moved, func() { apply(1, 2, 202) })
+	if len(ix.FindMatches([]uint64{101}, nil)) != 0 {
+		t.Error("the old session's block outlived the record change")
+	}
+	if len(ix.FindMatches([]uint64{202}, nil)) != 1 {
+		t.Error("the new session's block was dropped when the old subscription was told stopped")
+	}
+}

@@ -546,6 +546,14 @@ func (s *conn) relay(ctx context.Context, m *eventbus.Message) string {
 	octx, cancel := context.WithTimeout(ctx, SourceConnectTimeout)
 	src, code, err := c.o.Opener.Open(octx, m)
 	cancel()
+	if ctx.Err() != nil {
+		// The router ended the stream (unsubscribe, the session) while it
+		// opened: nothing to report, and no failure to count.
+		if src != nil {
+			_ = src.Close()
+		}
+		return ""
+	}
 	if code != "" || err != nil {
 		if code == "" {
 			code = eventbus.CodeConnectFailed
