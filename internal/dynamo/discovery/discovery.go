@@ -241,6 +241,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 func (w *Watcher) setConnected(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.setConnectedLocked(on)
+}
+
+// setConnectedLocked records whether a pass is connected, and reports it
+// unless the watcher was handed over (Halt); w.mu is held, as by Halt, so
+// that a watcher handed over never sets the gauge its successor owns.
+func (w *Watcher) setConnectedLocked(on bool) {
 	w.connected.Store(on)
 	if w.Metrics == nil || w.handedOver.Load() {
 		return
@@ -306,7 +315,7 @@ func (s *sink) ResyncEnd() {
 		return
 	}
 	s.established = time.Now()
-	w.setConnected(true)
+	w.setConnectedLocked(true)
 	if w.reducer.Dirty() {
 		w.publishLocked()
 	}
@@ -424,7 +433,9 @@ func (w *Watcher) endPass() {
 // watcher calls Halt after cancelling so that its next Publish or Reset is
 // the last word, without waiting for a slow source to return.
 func (w *Watcher) Halt() {
+	w.mu.Lock()
 	w.handedOver.Store(true)
+	w.mu.Unlock()
 	w.halt()
 }
 
