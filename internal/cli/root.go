@@ -260,9 +260,21 @@ func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
 	}
 	var ee *cmdutil.ExitError
 	var fe *cmdutil.FlagError
+	jsonLogs := false
+	if fl := root.PersistentFlags().Lookup("log-format"); fl != nil {
+		jsonLogs = fl.Value.String() == "json"
+	}
 	switch {
 	case errors.As(err, &ee) && ee.Err == nil:
 		// The command has reported already.
+	case jsonLogs:
+		// Logs read as JSON lines (a Kubernetes log pipeline) get the
+		// error as one too, like every other line the process wrote.
+		attrs := []any{"command", commandPath(root, args), "err", err.Error(), "exit_code", cmdutil.ExitCode(err)}
+		if errors.As(err, &fe) {
+			attrs = append(attrs, "usage", true)
+		}
+		slog.New(slog.NewJSONHandler(f.IOStreams.ErrOut, nil)).Error("command failed", attrs...)
 	case errors.As(err, &fe):
 		_, _ = fmt.Fprintf(f.IOStreams.ErrOut, "error: %v\nRun '%s --help' for usage.\n", err, commandPath(root, args))
 	default:

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -44,6 +45,7 @@ func TestUsageErrors(t *testing.T) {
 		{"kv-inspect", "tokenize", "--text", "hi"},
 		// Durations below zero, or zero where zero is not the default.
 		{"serve", "--shutdown-grace", "-5s"},
+		{"serve", "--shutdown-delay", "-1s"},
 		{"discover", "--timeout", "0"},
 		{"serve", "--demo", "--config", "continuum.yaml"},
 	}
@@ -56,6 +58,38 @@ func TestUsageErrors(t *testing.T) {
 	// A group alone shows its help.
 	if code, out, _ := runCLI("config"); code != 0 || !strings.Contains(out, "validate") {
 		t.Errorf("config alone: exit %d:\n%s", code, out)
+	}
+}
+
+// TestErrorAsJSON: with --log-format json, a failing command's error is
+// one JSON log line (as the process's other lines are), usage errors
+// included; with text it is the plain line.
+func TestErrorAsJSON(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		code  int
+		usage bool
+	}{
+		{[]string{"--log-format", "json", "config", "show", "/nonexistent/continuum.yaml"}, cmdutil.ExitUsage, false},
+		{[]string{"--log-format", "json", "serve", "--shutdown-grace", "-5s"}, cmdutil.ExitUsage, true},
+	} {
+		code, _, errOut := runCLI(c.args...)
+		var line struct {
+			Level, Msg, Command, Err string
+			ExitCode                 int  `json:"exit_code"`
+			Usage                    bool `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(errOut), &line); err != nil || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: stderr %q is not one JSON line: %v", c.args, errOut, err)
+			continue
+		}
+		if code != c.code || line.Level != "ERROR" || line.Msg != "command failed" || line.Err == "" || line.ExitCode != c.code ||
+			line.Usage != c.usage || !strings.HasPrefix(line.Command, "continuum ") {
+			t.Errorf("%v: exit %d, %+v", c.args, code, line)
+		}
+	}
+	if code, _, errOut := runCLI("config", "show", "/nonexistent/continuum.yaml"); code != cmdutil.ExitUsage || !strings.HasPrefix(errOut, "error: ") {
+		t.Errorf("text: exit %d, %q", code, errOut)
 	}
 }
 

@@ -84,9 +84,6 @@ GOMEMLIMIT is set.`,
 			if opts.Demo && cmd.Flags().Changed("config") {
 				return &cmdutil.FlagError{Err: errors.New("--demo runs its own fleet and configuration: drop --config, or drop --demo")}
 			}
-			if opts.Delay < 0 {
-				return cmdutil.FlagErrorf("--shutdown-delay must not be negative")
-			}
 			opts.ConfigFile = f.ConfigPath()
 			if runF != nil {
 				return runF(cmd.Context(), opts)
