@@ -37,6 +37,18 @@ type handedConn struct {
 
 func (c *handedConn) settle() { c.once.Do(func() { c.h.pending.Add(-1) }) }
 
+// CloseWrite half-closes what it wraps, as net/http does before closing a
+// connection with input unread (a refused head, a body past its limit).
+func (c *handedConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+var _ interface{ CloseWrite() error } = (*handedConn)(nil)
+
+// drainWait bounds Drain's wait beyond a connection's first request: one
+// handed off with its head incomplete (a stalled client) would otherwise
+// hold it until net/http's read-header timeout. net/http's own shutdown
+// likewise stops waiting for a connection new for 5 s.
+const drainWait = 5 * time.Second
+
 type handedKey struct{}
 
 // NewHandoff returns a Handoff that reports addr as its address.
@@ -69,7 +81,8 @@ func (h *Handoff) Give(c net.Conn) {
 
 // Serve serves srv from the hand-off until it is closed, as srv.Serve(h)
 // does, with srv's Handler, ConnContext and ConnState wrapped to settle
-// the connections Give counts.
+// the connections Give counts (at the handler, or when net/http is done
+// with the request or the connection otherwise).
 func (h *Handoff) Serve(srv *http.Server) error {
 	next := srv.Handler
 	if next == nil {
@@ -96,7 +109,9 @@ func (h *Handoff) Serve(srv *http.Server) error {
 		if connState != nil {
 			connState(c, st)
 		}
-		if st == http.StateClosed || st == http.StateHijacked {
+		// Idle comes after a request net/http answered itself (OPTIONS *),
+		// past its shutdown check like the handler's.
+		if st == http.StateIdle || st == http.StateClosed || st == http.StateHijacked {
 			if hc, ok := c.(*handedConn); ok {
 				hc.settle()
 			}
@@ -106,17 +121,22 @@ func (h *Handoff) Serve(srv *http.Server) error {
 }
 
 // Drain waits until every connection given has had its first request
-// reach the handler, or closed; ctx's error if it ends first.
+// reach the handler, or closed, or drainWait has passed; ctx's error if it
+// ends first.
 func (h *Handoff) Drain(ctx context.Context) error {
 	if h.pending.Load() == 0 {
 		return nil
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	limit := time.NewTimer(drainWait)
+	defer limit.Stop()
 	for h.pending.Load() != 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-limit.C:
+			return nil
 		case <-tick.C:
 		}
 	}

@@ -1111,8 +1111,9 @@ func TestShutdownWaitsForAHandOff(t *testing.T) {
 }
 
 // TestDrainSettles: Drain does not wait for a handed-off connection that
-// never reaches the handler: one net/http refuses (400, then closed) or
-// one given after the hand-off closed.
+// never reaches the handler: one net/http refuses (400, then closed), one
+// whose request net/http answers itself (OPTIONS *, then idle), or one
+// given after the hand-off closed.
 func TestDrainSettles(t *testing.T) {
 	t.Parallel()
 	q := NewHandoff(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -1128,10 +1129,22 @@ func TestDrainSettles(t *testing.T) {
 	if !strings.HasPrefix(string(b), "HTTP/1.1 400") {
 		t.Fatalf("got %q", b)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Shorter than Drain's own bound: only a settled count ends it.
+	ctx, cancel := context.WithTimeout(context.Background(), drainWait/2)
 	defer cancel()
 	if err := q.Drain(ctx); err != nil {
 		t.Fatalf("drain after a refused request: %v", err)
+	}
+	// A request net/http answers itself, the connection then idle.
+	client, server = net.Pipe()
+	defer func() { _ = client.Close() }()
+	go q.Give(server)
+	go func() { _, _ = io.WriteString(client, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n") }()
+	if resp, err := http.ReadResponse(bufio.NewReader(client), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("OPTIONS *: %v %v", resp, err)
+	}
+	if err := q.Drain(ctx); err != nil {
+		t.Fatalf("drain after OPTIONS *: %v", err)
 	}
 	_ = q.Close()
 	<-served
