@@ -201,10 +201,11 @@ var SerdeReads = serdeReads
 
 // ReplaceForTest makes the readers of a publisher whose record changed
 // from old to new, and tells old stopped afterwards, as a reconcile does;
-// between the two, fed runs (the new session feeding the index).
-func (s *Subscriptions) ReplaceForTest(old, new fleet.Publisher, fed func()) {
-	s.newReader(old)
+// between the two, fed runs (the new session feeding the index) with the
+// old reader's Message (its loop delivering a last message).
+func (s *Subscriptions) ReplaceForTest(old, new fleet.Publisher, fed func(oldMessage func(frames [][]byte))) {
+	r := s.newReader(old)
 	s.newReader(new)
-	fed()
+	fed(func(frames [][]byte) { r.Message(frames, time.Now()) })
 	s.pool.Stopped(old)
 }

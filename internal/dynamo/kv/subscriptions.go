@@ -208,7 +208,10 @@ func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
 		// The publisher's record changed: what the old subscription fed
 		// is dropped now, before the new one's loop starts, rather than
 		// when the old one is told stopped (after this one may have fed
-		// the index).
+		// the index); the old reader applies nothing more.
+		old.mu.Lock()
+		old.retired = true
+		old.mu.Unlock()
 		s.index.ClearSubscription(SubscriptionID(p.PublisherID))
 	}
 	return r
@@ -235,6 +238,10 @@ type eventReader struct {
 	connected bool
 	since     time.Time // when it last lost (or never had) a session
 	cleared   bool      // its blocks were dropped for staleness
+	// retired: a reader for the publisher's changed record replaced this
+	// one. Its loop may still be delivering a message; held under mu
+	// with the applying, so that nothing it applies outlives the clear.
+	retired bool
 }
 
 var _ load.Handler = (*eventReader)(nil)
@@ -315,9 +322,13 @@ func (r *eventReader) Message(frames [][]byte, _ time.Time) {
 		return
 	}
 	r.buf = events
-	for i := range events {
-		r.apply(&events[i])
+	r.mu.Lock()
+	if !r.retired {
+		for i := range events {
+			r.apply(&events[i])
+		}
 	}
+	r.mu.Unlock()
 	if cap(r.buf) > wire.KVBatchEvents {
 		r.buf = nil // keep an idle subscription small after an outsized payload
 	}

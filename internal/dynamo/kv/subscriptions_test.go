@@ -424,7 +424,7 @@ func TestSubscriptionsJudgeMessagesOverTheLimits(t *testing.T) {
 // TestSubscriptionsRecordChangeKeepsTheNewSession: a publisher whose
 // record changed loses what its old subscription fed when the new one is
 // made, not when the old one is told stopped, which may come after the
-// new session fed the index.
+// new session fed the index; the old reader applies nothing after.
 func TestSubscriptionsRecordChangeKeepsTheNewSession(t *testing.T) {
 	t.Parallel()
 	reg, ix := fleet.NewRegistry(nil, nil), kv.NewIndex()
@@ -440,9 +440,18 @@ func TestSubscriptionsRecordChangeKeepsTheNewSession(t *testing.T) {
 		}
 	}
 	apply(1, 1, 101) // the old session's block
-	subs.ReplaceForTest(old, moved, func() { apply(1, 2, 202) })
+	subs.ReplaceForTest(old, moved, func(oldMessage func([][]byte)) {
+		apply(1, 2, 202)
+		// The old loop delivering a message it had read: nothing of it
+		// is applied.
+		oldMessage(wire.EncodeEventMessage("kv-events", 0x77, 9, 0, wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 2,
+			Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 3, TokensHash: 303}}})))
+	})
 	if len(ix.FindMatches([]uint64{101}, nil)) != 0 {
 		t.Error("the old session's block outlived the record change")
+	}
+	if len(ix.FindMatches([]uint64{303}, nil)) != 0 {
+		t.Error("the replaced reader applied a message after its replacement")
 	}
 	if len(ix.FindMatches([]uint64{202}, nil)) != 1 {
 		t.Error("the new session's block was dropped when the old subscription was told stopped")
