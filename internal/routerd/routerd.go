@@ -414,8 +414,6 @@ func (d *Daemon) startDynamo(dp *dynamoParts) {
 	}
 }
 
-// drain stops readiness and shuts the listeners down, waiting up to the
-// grace period for in-flight requests.
 // holdUnready keeps serving for the shutdown delay with readiness
 // withdrawn, so that new connections stop coming before the listeners
 // close; a part that fails meanwhile ends the wait with its error.
@@ -435,6 +433,8 @@ func (d *Daemon) holdUnready() error {
 	}
 }
 
+// drain stops readiness and shuts the listeners down, waiting up to the
+// grace period for in-flight requests.
 func (d *Daemon) drain() {
 	d.router.SetReady(false)
 	d.logger.Info("shutting down", "grace", d.grace)

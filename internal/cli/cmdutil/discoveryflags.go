@@ -69,7 +69,11 @@ func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
 	fl.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes sources (default: in-cluster, then KUBECONFIG or ~/.kube/config)")
 	fl.StringVar(&o.KubeContext, "context", "", "kubeconfig context to use")
 	fl.StringVar(&o.KubeNamespace, "kube-namespace", "", "Kubernetes namespace of the fleet's pods")
-	fl.StringArrayVar(&o.DynamoNamespaces, "dynamo-namespace", nil, "Dynamo namespace (the pods' nvidia.com/dynamo-namespace label) to read (repeatable)")
+	dynHelp := "Dynamo namespace (the pods' nvidia.com/dynamo-namespace label) to read (repeatable)"
+	if slices.Contains(o.EverySource, "dynamo-namespace") {
+		dynHelp = "Dynamo namespace served, whatever the source (repeatable; etcd and the file store read it unless --namespace is given)"
+	}
+	fl.StringArrayVar(&o.DynamoNamespaces, "dynamo-namespace", nil, dynHelp)
 	fl.StringVar(&o.Model, "model", "", "model served by every worker pod (kubernetes_pods)")
 	fl.StringArrayVar(&o.Models, "models", nil, "COMPONENT=MODEL: model of the pods with this nvidia.com/dynamo-component label (kubernetes_pods; repeatable)")
 	fl.VisitAll(func(f *pflag.Flag) { o.names = append(o.names, f.Name) })
