@@ -269,11 +269,25 @@ func stripPinHeaders(h http.Header) {
 	}
 }
 
+// unseeded reports whether Dynamo discovery has no view yet: none since
+// the start, or none since a reload emptied the registry for a new
+// watcher (a source switched, discovery turned back on) whose first full
+// read has not come.
+func (s *Server) unseeded(cfg *config.Config) bool {
+	if !cfg.Dynamo.Enabled || s.opts.Registry == nil {
+		return false
+	}
+	if s.opts.Registry.Generation() == 0 {
+		return true
+	}
+	return s.opts.DiscoverySettling != nil && s.opts.DiscoverySettling() != nil
+}
+
 func (s *Server) readiness(w http.ResponseWriter, _ *http.Request) {
 	cfg := s.cfg.Load()
 	ready := s.ready.Load()
 	reason := "draining"
-	if ready && cfg.Dynamo.Enabled && s.opts.Registry != nil && s.opts.Registry.Generation() == 0 {
+	if ready && s.unseeded(cfg) {
 		ready, reason = false, "dynamo discovery not seeded yet"
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -395,7 +409,7 @@ func (s *Server) catalog(policy *keyPolicy) (listed map[string]bool, anyModel bo
 // model that is not known fails with 404 model_not_found; one for a known
 // model that nothing can take now fails with 503.
 func (s *Server) known(model string, policy *keyPolicy) bool {
-	if s.cfg.Load().Dynamo.Enabled && s.opts.Registry != nil && s.opts.Registry.Generation() == 0 {
+	if s.unseeded(s.cfg.Load()) {
 		return true
 	}
 	listed, anyModel := s.catalog(policy)

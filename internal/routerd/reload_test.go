@@ -741,3 +741,37 @@ func TestReloadSkipsAnEmptyFile(t *testing.T) {
 		t.Fatalf("the write after it: %+v", r)
 	}
 }
+
+// TestReadyAfterAWatcherSwitch: a reload that empties the view for a new
+// watcher (here a file store moved) makes /ready answer 503 until the new
+// watcher's first full read, as at the start.
+func TestReadyAfterAWatcherSwitch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
+	if err := os.MkdirAll(first, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := twoNamespaces("http://127.0.0.1:1", first)
+	f := startReload(t, text)
+	ready := func() int {
+		resp, err := http.Get("http://" + f.d.Addr() + "/ready")
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	testutil.Eventually(t, 10*time.Second, "ready on the first store", func() bool { return ready() == http.StatusOK })
+	f.write(strings.Replace(text, first, second, 1))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied {
+		t.Fatalf("reload %+v", r)
+	}
+	if st := ready(); st != http.StatusServiceUnavailable {
+		t.Errorf("/ready %d while the moved store has not been read", st)
+	}
+	if err := os.MkdirAll(second, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 15*time.Second, "ready on the second store", func() bool { return ready() == http.StatusOK })
+}
