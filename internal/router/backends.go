@@ -155,6 +155,14 @@ func (b *Backend) release(ok bool, now time.Time) {
 	}
 }
 
+// abandon gives back a slot whose request ended with its client before the
+// backend showed anything: no evidence either way, so the breaker's count
+// stays. A half-open probe abandoned so lets the next request probe.
+func (b *Backend) abandon() {
+	b.inflight.Add(-1)
+	b.probing.Store(false)
+}
+
 // Serves reports whether the backend lists model (an empty list serves any).
 func (b *Backend) Serves(model string) bool {
 	if len(b.cfg.Models) == 0 {

@@ -494,7 +494,10 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	}
 	if err != nil {
 		if x.ctx.Err() != nil {
-			b.release(true, x.s.opts.Now())
+			// The client's leaving cut the exchange: neither a success
+			// (a hung backend would never trip its breaker when clients
+			// time out first) nor a failure.
+			b.abandon()
 			return sendResult{outcome: shim.ClientGone}, false
 		}
 		b.release(false, x.s.opts.Now())

@@ -883,6 +883,58 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	}
 }
 
+// TestClientGoneLeavesTheBreaker: a request whose client left before the
+// backend answered is no evidence about the backend: it neither resets
+// the count of consecutive failures nor counts as one.
+func TestClientGoneLeavesTheBreaker(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), "hang") {
+			started <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer be.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	metrics := telemetry.NewRouterMetrics(nil)
+	rt := httptest.NewServer(router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
+	defer rt.Close()
+	post := func(content string) int {
+		resp, err := http.Post(rt.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"`+content+`"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 4 {
+		post("fail")
+	}
+	ctx, cancel := contextWithCancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rt.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hang"}]}`))
+	go func() {
+		<-started
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("the hanging request completed")
+	}
+	waitClientGone(t, metrics, "/v1/chat/completions")
+	post("fail") // the fifth failure in a row
+	if got := post("fail"); got != http.StatusServiceUnavailable {
+		t.Fatalf("after five failures and a client gone between them: status %d, want 503 (breaker open)", got)
+	}
+}
+
 // TestBufferedShim4xxIsFailure: for a buffered request any non-2xx shim
 // answer is a shim failure (fallback), unlike a stream's other 4xx.
 func TestBufferedShim4xxIsFailure(t *testing.T) {
