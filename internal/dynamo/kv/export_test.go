@@ -209,3 +209,11 @@ func (s *Subscriptions) ReplaceForTest(old, new fleet.Publisher, fed func(oldMes
 	fed(func(frames [][]byte) { r.Message(frames, time.Now()) })
 	s.pool.Stopped(old)
 }
+
+// DepartForTest makes a reader for p and tells p stopped (it left), and
+// returns the reader's Message: its loop delivering a message it read.
+func (s *Subscriptions) DepartForTest(p fleet.Publisher) (late func(frames [][]byte)) {
+	r := s.newReader(p)
+	s.pool.Stopped(p)
+	return func(frames [][]byte) { r.Message(frames, time.Now()) }
+}

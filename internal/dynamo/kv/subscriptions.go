@@ -75,6 +75,14 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 			}
 			s.mu.Unlock()
 			if !replaced {
+				// Its loop may still be delivering a message it read:
+				// retired first, nothing of it outlives the clear (the
+				// blocks would stay with no reader left to age them out).
+				if r != nil && r.pub == p {
+					r.mu.Lock()
+					r.retired = true
+					r.mu.Unlock()
+				}
 				index.ClearSubscription(SubscriptionID(p.PublisherID))
 			}
 		},
@@ -238,9 +246,10 @@ type eventReader struct {
 	connected bool
 	since     time.Time // when it last lost (or never had) a session
 	cleared   bool      // its blocks were dropped for staleness
-	// retired: a reader for the publisher's changed record replaced this
-	// one. Its loop may still be delivering a message; held under mu
-	// with the applying, so that nothing it applies outlives the clear.
+	// retired: the publisher left, or a reader for its changed record
+	// replaced this one. Its loop may still be delivering a message; held
+	// under mu with the applying, so that nothing it applies outlives the
+	// clear.
 	retired bool
 }
 

@@ -457,3 +457,19 @@ func TestSubscriptionsRecordChangeKeepsTheNewSession(t *testing.T) {
 		t.Error("the new session's block was dropped when the old subscription was told stopped")
 	}
 }
+
+// TestSubscriptionsDepartedReaderAppliesNothing: a message a departed
+// publisher's loop delivers after it was told stopped brings nothing back
+// into the index (no reader is left to age such blocks out).
+func TestSubscriptionsDepartedReaderAppliesNothing(t *testing.T) {
+	t.Parallel()
+	reg, ix := fleet.NewRegistry(nil, nil), kv.NewIndex()
+	ix.SetLive(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 7}: {DPSize: 1}})
+	subs := kv.NewSubscriptions(reg, ix, refusing{}, nil, nil)
+	late := subs.DepartForTest(fleet.Publisher{Namespace: "dynamo", Topic: "kv-events", PublisherID: 0x77, Key: "v1/event_channels/a"})
+	late(wire.EncodeEventMessage("kv-events", 0x77, 1, 0, wire.EncodeRouterEvent(wire.RouterEvent{WorkerID: 7, EventID: 1,
+		Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 4, TokensHash: 404}}})))
+	if len(ix.FindMatches([]uint64{404}, nil)) != 0 {
+		t.Error("a departed publisher's late message was applied")
+	}
+}
