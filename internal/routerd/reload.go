@@ -76,8 +76,10 @@ func (d *Daemon) followReloads(ctx context.Context) error {
 
 // reloadFile reloads Reload.File unless its content is prev, and returns
 // the content read (nil when unreadable, so that the next change is
-// tried). initial applies the file only when it differs from the running
-// configuration, silently otherwise.
+// tried). initial applies the file only when it differs from the
+// configuration the daemon started with (an edit made before the watch
+// was set up), silently otherwise: a document PUT to /admin/config as soon
+// as the router was ready is not undone by a file that did not change.
 func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 	data, err := readConfig(d.reload.File)
 	if err == nil && prev != nil && bytes.Equal(data, prev) {
@@ -94,7 +96,7 @@ func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 	if err == nil {
 		doc, err = config.Parse(d.reload.File, data, config.Options{Env: d.reload.Env})
 	}
-	if initial && err == nil && doc.Findings.Errors() == 0 && len(config.Diff(d.cfg.Load(), d.adjusted(doc.Config)).Changes) == 0 {
+	if initial && err == nil && doc.Findings.Errors() == 0 && len(config.Diff(d.started, d.adjusted(doc.Config)).Changes) == 0 {
 		return data
 	}
 	d.apply(trigger, doc, err, false)

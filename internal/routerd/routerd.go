@@ -97,6 +97,9 @@ type Daemon struct {
 	kvFamilies *kvstack.Families
 
 	cfg      atomic.Pointer[config.Config]
+	// started is the configuration the daemon started with: the file's
+	// first check after the watch is set up compares with it.
+	started *config.Config
 	registry *fleet.Registry
 	store    *load.Store
 	base     *pick.LoadBased
@@ -168,6 +171,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 		d.grace = DefaultShutdownGrace
 	}
 	d.cfg.Store(cfg)
+	d.started = cfg
 	d.bm = telemetry.NewEventBusMetrics(promReg)
 	bus, err := eventbus.New(busSettings(cfg), d.bm, logger)
 	if err != nil {
