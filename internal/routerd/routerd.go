@@ -96,10 +96,10 @@ type Daemon struct {
 	// built.
 	kvFamilies *kvstack.Families
 
-	cfg      atomic.Pointer[config.Config]
+	cfg atomic.Pointer[config.Config]
 	// started is the configuration the daemon started with: the file's
 	// first check after the watch is set up compares with it.
-	started *config.Config
+	started  *config.Config
 	registry *fleet.Registry
 	store    *load.Store
 	base     *pick.LoadBased

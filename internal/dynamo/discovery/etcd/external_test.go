@@ -44,7 +44,7 @@ func TestAgainstExternalEtcd(t *testing.T) {
 	})
 	put(t, c, instanceKey(ns, "decode", 1), endpointValue(1, "decode"))
 	put(t, c, fmt.Sprintf("v1/mdc/%s/decode/generate/1", ns),
-		fmt.Sprintf(`{"component":"decode","endpoint":"generate","instance_id":1,"card_json":{"display_name":"m","worker_type":"Decode"}}`))
+		`{"component":"decode","endpoint":"generate","instance_id":1,"card_json":{"display_name":"m","worker_type":"Decode"}}`)
 	h := run(t, newSource(t, config.Etcd{Endpoints: endpoints}, ns))
 	testutil.Eventually(t, 15*time.Second, "the seeded worker", func() bool {
 		w := h.workers()[ns+"/1"]
