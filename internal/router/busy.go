@@ -44,6 +44,11 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		if errors.Is(err, shim.ErrNotPinned) && x.awaitDiscovery() {
 			d, err = x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
 		}
+		if err != nil && x.ctx.Err() != nil {
+			// The client left while the request waited for discovery:
+			// nothing is routed for it, not even the plain way.
+			return nil, true
+		}
 		switch {
 		case err == nil:
 			return d, false

@@ -1379,3 +1379,27 @@ func TestRevealNamesButNeverLocates(t *testing.T) {
 		t.Errorf("status %d: %s", resp.StatusCode, body)
 	}
 }
+
+// TestClientGoneWhileDiscoverySettles: a request that waits for discovery
+// to settle and whose client leaves meanwhile is not routed at all (not
+// the plain way either, nor counted as a unified request).
+func TestClientGoneWhileDiscoverySettles(t *testing.T) {
+	t.Parallel()
+	never := make(chan struct{})
+	h := newHarnessWith(t, nil, func(o *router.Options) {
+		o.DiscoverySettling = func() <-chan struct{} { return never }
+	})
+	ctx, cancel := contextWithCancel()
+	time.AfterFunc(300*time.Millisecond, cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.router.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"a-model-no-worker-serves","messages":[]}`))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := h.router.client.Do(req); err == nil {
+		_ = resp.Body.Close()
+		t.Fatalf("answered %d", resp.StatusCode)
+	}
+	waitClientGone(t, h.metrics, "/v1/chat/completions")
+	if n := promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathUnified)); n != 0 {
+		t.Errorf("the abandoned request was routed the plain way (%v unified)", n)
+	}
+}
