@@ -73,6 +73,10 @@ type exchange struct {
 	// dispatch, while an ingress sends one per attempt, each chosen
 	// against the fleet as it is then.
 	freshPins bool
+	// streamDone: the stream relayed to the client ended with its final
+	// event (data: [DONE]). A client that leaves after it has its whole
+	// answer: the request is served, not abandoned.
+	streamDone bool
 }
 
 // fail answers the client with a router error, in its ingress's shape.
@@ -597,7 +601,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
 	}
 	x.writeHead(resp, b, pin, resp.StatusCode)
-	relay := relayStream
+	relay := x.relayStream
 	if x.out != nil {
 		relay = x.out.stream
 	} else if !bodyBuffered(resp.Body) {
@@ -608,7 +612,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return x.broken(b, resp.StatusCode, err), false
 		}
 	}
-	if err := relay(x.w, resp.Body); err != nil {
+	if err := relay(x.w, resp.Body); err != nil && !x.streamDone {
 		return x.broken(b, resp.StatusCode, err), false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
@@ -936,17 +940,21 @@ func bodyBuffered(body io.Reader) bool {
 // the handler's return sends it with the end of the chunked response, in
 // one write, so the client gets the last event and the end of the stream
 // together rather than in two writes it waits for in turn.
-func relayStream(w http.ResponseWriter, body io.Reader) error {
+// It notes in x.streamDone whether what it wrote last was the stream's
+// final event.
+func (x *exchange) relayStream(w http.ResponseWriter, body io.Reader) error {
 	flush := flusher(w)
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
 	buf := *bp
+	var tail doneTail
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
+			x.streamDone = tail.add(buf[:n])
 			if err == nil {
 				if ferr := flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 					return ferr
@@ -960,6 +968,28 @@ func relayStream(w http.ResponseWriter, body io.Reader) error {
 			return err
 		}
 	}
+}
+
+// doneTail keeps the last bytes of a stream written, enough to tell
+// whether they end with its final event.
+type doneTail struct {
+	b [16]byte
+	n int
+}
+
+// add takes the bytes p written after the others and reports whether the
+// stream written so far ends with data: [DONE] and its blank line.
+func (t *doneTail) add(p []byte) bool {
+	if len(p) >= len(t.b) {
+		t.n = copy(t.b[:], p[len(p)-len(t.b):])
+	} else {
+		keep := min(t.n, len(t.b)-len(p))
+		copy(t.b[:], t.b[t.n-keep:t.n])
+		t.n = keep + copy(t.b[keep:], p)
+	}
+	s := t.b[:t.n]
+	return bytes.HasSuffix(s, []byte("data: [DONE]\n\n")) || bytes.HasSuffix(s, []byte("data:[DONE]\n\n")) ||
+		bytes.HasSuffix(s, []byte("data: [DONE]\r\n\r\n"))
 }
 
 // flusher returns w's flush, found once for a whole stream rather than

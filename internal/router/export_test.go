@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/h1"
@@ -52,11 +53,22 @@ func (s *Server) UpstreamRelay() http.Handler {
 			w.WriteHeader(resp.StatusCode)
 		}
 		if resp.ContentLength < 0 {
-			_ = relayStream(w, resp.Body)
+			_ = (&exchange{}).relayStream(w, resp.Body)
 			return
 		}
 		bp := streamBufPool.Get().(*[]byte)
 		_, _ = io.CopyBuffer(w, resp.Body, *bp)
 		streamBufPool.Put(bp)
 	})
+}
+
+// NewDoneTail returns doneTail.add over strings.
+func NewDoneTail() func(string) bool {
+	var t doneTail
+	return func(s string) bool { return t.add([]byte(s)) }
+}
+
+// EndsWithDone says what doneTail must say of a whole stream s.
+func EndsWithDone(s string) bool {
+	return strings.HasSuffix(s, "data: [DONE]\n\n") || strings.HasSuffix(s, "data:[DONE]\n\n") || strings.HasSuffix(s, "data: [DONE]\r\n\r\n")
 }

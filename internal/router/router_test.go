@@ -1403,3 +1403,67 @@ func TestClientGoneWhileDiscoverySettles(t *testing.T) {
 		t.Errorf("the abandoned request was routed the plain way (%v unified)", n)
 	}
 }
+
+// TestStreamServedWhenTheClientLeavesAfterDone: a client that closes its
+// connection once it read data: [DONE], before the backend ended the
+// stream's body, was served: counted 2xx, not 499.
+func TestStreamServedWhenTheClientLeavesAfterDone(t *testing.T) {
+	t.Parallel()
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the body's end never comes before the cut
+	}))
+	defer be.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	metrics := telemetry.NewRouterMetrics(nil)
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
+	resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before [DONE]: %v", err)
+		}
+		if strings.HasPrefix(line, "data: [DONE]") {
+			break
+		}
+	}
+	_ = resp.Body.Close() // leaves: the connection closes with the body unfinished
+	count := func(class string) float64 {
+		return promtest.ToFloat64(metrics.Requests.WithLabelValues("/v1/chat/completions", class))
+	}
+	testutil.Eventually(t, 10*time.Second, "the request counted", func() bool { return count("2xx")+count("4xx") > 0 })
+	if count("2xx") != 1 || count("4xx") != 0 {
+		t.Errorf("2xx %v, 4xx %v: a stream read to its end was counted as abandoned", count("2xx"), count("4xx"))
+	}
+}
+
+// TestDoneTail: the end of a stream is told whatever the writes' sizes.
+func TestDoneTail(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []string{
+		"data: {}\n\ndata: [DONE]\n\n", "data:[DONE]\n\n", "data: [DONE]\r\n\r\n", "data: {}\n\n",
+		"data: [DONE]\n", "xdata: [DONE]\n\n", "data: [DONE]\n\n: trailing comment\n\n",
+	} {
+		want := router.EndsWithDone(stream)
+		for size := 1; size <= len(stream); size++ {
+			got := false
+			tail := router.NewDoneTail()
+			for i := 0; i < len(stream); i += size {
+				got = tail(stream[i:min(i+size, len(stream))])
+			}
+			if got != want {
+				t.Errorf("%q in writes of %d: %v, want %v", stream, size, got, want)
+			}
+		}
+	}
+}

@@ -689,8 +689,8 @@ func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Tim
 	}
 	status := rec.status
 	switch {
-	case ctx.Err() != nil:
-		status = 499 // the client went away
+	case ctx.Err() != nil && !rec.x.streamDone:
+		status = 499 // the client went away (not once it had its whole stream)
 	case aborted:
 		status = http.StatusBadGateway // the answer was cut short
 	}
