@@ -1,6 +1,10 @@
 package load
 
-import "time"
+import (
+	"time"
+
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+)
 
 // Handle feeds one message to a reader for publisher pid (tests).
 type Reader struct{ r *reader }
@@ -12,3 +16,12 @@ func NewReader(pid uint64, store *Store, count func(string)) *Reader {
 
 // Handle applies one message.
 func (r *Reader) Handle(frames [][]byte, now time.Time) { r.r.handle(frames, now) }
+
+// DepartForTest makes the supervisor's reader for p and tells p stopped
+// (it left), and returns the reader's Message: its loop delivering a
+// sample it had read.
+func (s *Supervisor) DepartForTest(p fleet.Publisher) (late func(frames [][]byte, now time.Time)) {
+	h := s.pool.NewHandler(p)
+	s.pool.Stopped(p)
+	return h.Message
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -29,6 +30,7 @@ type Event struct {
 // reader applies one subscription's messages: decode, identity, order.
 type reader struct {
 	pid uint64
+	pub fleet.Publisher // the record it was made for (zero for a bare endpoint)
 	// ns is the namespace of the publisher as discovered: the namespace
 	// of the workers its samples are about.
 	ns    fleet.NamespaceID
@@ -43,6 +45,22 @@ type reader struct {
 	logger  *slog.Logger
 	lastSeq uint64
 	haveSeq bool
+
+	// mu is held while a message is applied; retired (its publisher
+	// left) applies nothing more.
+	mu      sync.Mutex
+	retired bool
+}
+
+// retire makes r apply nothing more, once what it is applying is done; a
+// nil r is left alone.
+func (r *reader) retire() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.retired = true
+	r.mu.Unlock()
 }
 
 var _ OverLimitHandler = (*reader)(nil)
@@ -84,7 +102,13 @@ func (r *reader) Oversized() {
 // trailing bytes, ignored as in any frame.
 func (r *reader) OverLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time) {
 	ev := Event{PublisherID: r.pid, Topic: r.topic, Frames: frames}
+	r.mu.Lock()
+	if r.retired {
+		r.mu.Unlock()
+		return
+	}
 	ev.Result, ev.Detail = r.overLimit(frames, over, now, &ev)
+	r.mu.Unlock()
 	r.report(ev)
 }
 
@@ -119,7 +143,13 @@ func (r *reader) Ended(err error) {
 
 func (r *reader) handle(frames [][]byte, now time.Time) {
 	ev := Event{PublisherID: r.pid, Topic: r.topic, Frames: frames}
+	r.mu.Lock()
+	if r.retired {
+		r.mu.Unlock()
+		return
+	}
 	ev.Result, ev.Detail = r.apply(frames, now, &ev)
+	r.mu.Unlock()
 	r.report(ev)
 }
 

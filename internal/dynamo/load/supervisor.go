@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/telemetry"
@@ -17,6 +18,11 @@ type Supervisor struct {
 	pool  Pool
 	// kick asks Run to reconcile now (a new connector).
 	kick chan struct{}
+
+	// readers are the subscriptions' readers by publisher id (the last
+	// made), so that a publisher that left has its reader retired.
+	rmu     sync.Mutex
+	readers map[uint64]*reader
 }
 
 // NewSupervisor returns a supervisor of reg's load publishers feeding
@@ -26,7 +32,7 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	count := func(string) {}
-	s := &Supervisor{reg: reg, store: store, kick: make(chan struct{}, 1)}
+	s := &Supervisor{reg: reg, store: store, kick: make(chan struct{}, 1), readers: map[uint64]*reader{}}
 	s.pool = Pool{Family: fleet.TopicLoad, Limits: limitsOf(fleet.TopicLoad), Connector: connector, Logger: logger}
 	// Samples of a publisher that left are not its worker's load any more,
 	// nor are the requests sent before: a publisher id names one
@@ -37,16 +43,32 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 	// samples, and what was dispatched since them stays counted until a
 	// sample answers it.
 	s.pool.Stopped = func(p fleet.Publisher) {
-		if !s.pool.Running(p.PublisherID) {
-			store.ResetPublisher(p.PublisherID)
+		if s.pool.Running(p.PublisherID) {
+			return
 		}
+		s.rmu.Lock()
+		r := s.readers[p.PublisherID]
+		if r != nil && r.pub == p {
+			delete(s.readers, p.PublisherID)
+		} else {
+			r = nil
+		}
+		s.rmu.Unlock()
+		// Its loop may still be delivering a sample it read: retired
+		// first, nothing of it outlives the reset.
+		r.retire()
+		store.ResetPublisher(p.PublisherID)
 	}
 	if metrics != nil {
 		s.pool.Gauge = metrics.Subscriptions
 		count = func(result string) { metrics.Events.WithLabelValues(result).Inc() }
 	}
 	s.pool.NewHandler = func(p fleet.Publisher) Handler {
-		return &reader{pid: p.PublisherID, ns: NS(p.Namespace), topic: fleet.TopicLoad, store: store, count: count, logger: logger}
+		r := &reader{pid: p.PublisherID, pub: p, ns: NS(p.Namespace), topic: fleet.TopicLoad, store: store, count: count, logger: logger}
+		s.rmu.Lock()
+		s.readers[p.PublisherID] = r
+		s.rmu.Unlock()
+		return r
 	}
 	return s
 }

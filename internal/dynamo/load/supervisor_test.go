@@ -479,3 +479,19 @@ func TestSupervisorWorkerIsNamespaceAndID(t *testing.T) {
 		t.Errorf("%d decode-block series, want canary's only", n)
 	}
 }
+
+// TestSupervisorDepartedReaderAppliesNothing: a sample a departed
+// publisher's loop delivers after it was told stopped is not applied (the
+// store was reset for it; the sample would stand for an engine that is
+// gone).
+func TestSupervisorDepartedReaderAppliesNothing(t *testing.T) {
+	t.Parallel()
+	s := load.NewStore(time.Hour, nil)
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}})
+	sup := load.NewSupervisor(fleet.NewRegistry(nil, nil), s, &zmtp.Direct{}, nil, nil)
+	late := sup.DepartForTest(fleet.Publisher{Namespace: "dynamo", Topic: fleet.TopicLoad, PublisherID: 7, Key: "v1/event_channels/a"})
+	late(worker1Load(7)(0, 0, 10), t0)
+	if _, ok := s.Latest(key(1, 0)); ok {
+		t.Error("a departed publisher's late sample was applied")
+	}
+}
