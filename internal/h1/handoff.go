@@ -17,8 +17,9 @@ import (
 // net/http drops, unanswered, a request it reads after its Shutdown began.
 // A handed-off connection's request was already sent, and partly read, so
 // the Handoff counts each one given until its first request reaches the
-// handler (or the connection closes), and Drain waits for that count to
-// reach zero: shut the lean server down, Drain, then net/http's server.
+// handler (or net/http is done with it otherwise), and Drain waits, a few
+// seconds at most, for that count to reach zero: shut the lean server
+// down, Drain, then net/http's server.
 type Handoff struct {
 	addr    net.Addr
 	ch      chan net.Conn
