@@ -63,28 +63,23 @@ func NewSubscriptions(reg *fleet.Registry, index *Index, connector zmtp.Connecto
 		// longer its own to say anything about.
 		Stopped: func(p fleet.Publisher) {
 			s.mu.Lock()
-			// A publisher whose record changed is told stopped after its
-			// replacement started: that reader stays, or its
-			// subscription could never age out, and what the old one fed
-			// was cleared when the replacement was made (clearing it now
-			// could drop what the new session has fed meanwhile).
 			r := s.readers[p.PublisherID]
-			replaced := r != nil && r.pub != p
-			if r != nil && r.pub == p {
-				delete(s.readers, p.PublisherID)
+			if r != nil && r.pub != p {
+				// Its record changed and its replacement has started:
+				// that reader stays (or its subscription could never age
+				// out), and what the old one fed was cleared when the
+				// replacement was made (clearing it now could drop what
+				// the new session has fed meanwhile).
+				s.mu.Unlock()
+				return
 			}
+			delete(s.readers, p.PublisherID)
 			s.mu.Unlock()
-			if !replaced {
-				// Its loop may still be delivering a message it read:
-				// retired first, nothing of it outlives the clear (the
-				// blocks would stay with no reader left to age them out).
-				if r != nil && r.pub == p {
-					r.mu.Lock()
-					r.retired = true
-					r.mu.Unlock()
-				}
-				index.ClearSubscription(SubscriptionID(p.PublisherID))
-			}
+			// Its loop may still be delivering a message it read: retired
+			// first, nothing of it outlives the clear (the blocks would
+			// stay with no reader left to age them out).
+			r.retire()
+			index.ClearSubscription(SubscriptionID(p.PublisherID))
 		},
 	}
 	if metrics != nil {
@@ -217,9 +212,7 @@ func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
 		// is dropped now, before the new one's loop starts, rather than
 		// when the old one is told stopped (after this one may have fed
 		// the index); the old reader applies nothing more.
-		old.mu.Lock()
-		old.retired = true
-		old.mu.Unlock()
+		old.retire()
 		s.index.ClearSubscription(SubscriptionID(p.PublisherID))
 	}
 	return r
@@ -254,6 +247,17 @@ type eventReader struct {
 }
 
 var _ load.Handler = (*eventReader)(nil)
+
+// retire makes r apply nothing more, once what it is applying is done; a
+// nil r is left alone.
+func (r *eventReader) retire() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.retired = true
+	r.mu.Unlock()
+}
 
 // staleAt reports whether the reader is stale at now, marking it cleared;
 // when it is not, due is when it will be (zero while it has a session or
