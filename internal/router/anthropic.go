@@ -599,7 +599,7 @@ func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
 	if err := s.sw.flush(); err != nil {
 		return err
 	}
-	if ok, err := relayChunks(body, s.sw, s); !ok {
+	if err := relayChunks(body, s.sw, s); err != nil {
 		return err
 	}
 	s.end()

@@ -398,9 +398,8 @@ func TestAnthropicStream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &anthropicOut{model: "m", stops: tt.stops, thinking: tt.thinking, id: fixedIDs("msg_")}
 			rec := httptest.NewRecorder()
-			if err := a.stream(rec, strings.NewReader(tt.in)); err != nil {
-				t.Fatal(err)
-			}
+			err := a.stream(rec, strings.NewReader(tt.in))
+			endedTelling(t, err, strings.HasPrefix(tt.want[len(tt.want)-1], "error "))
 			sameEvents(t, events(t, rec.Body.String()), wantEvents(t, tt.want...))
 		})
 	}

@@ -612,10 +612,36 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return x.broken(b, resp.StatusCode, err), false
 		}
 	}
-	if err := relay(x.w, resp.Body); err != nil && !x.streamDone {
+	err = relay(x.w, resp.Body)
+	var told toldInStream
+	if errors.As(err, &told) {
+		x.streamEnded(told.status)
+		x.s.logger.Warn("the backend's answer broke off or carried an error after the client got part of it; the client was told in its stream",
+			"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message)
+		return sendResult{outcome: shim.Told, status: resp.StatusCode, detail: "backend " + b.Name() + ": " + told.message}, false
+	}
+	if err != nil && !x.streamDone {
 		return x.broken(b, resp.StatusCode, err), false
 	}
+	if x.out != nil {
+		x.streamEnded(0)
+		// The conversion returns at the stream's final event: the rest of
+		// the body is read so that its connection is kept.
+		if ub, ok := resp.Body.(*upBody); ok {
+			ub.readEnd()
+		}
+	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// streamEnded notes on the request's recorder that the stream the client
+// got has ended with its final event, having failed with status when that
+// is not 0 (an error event ended it): a client that leaves now has its
+// whole answer, and the request is counted by that status.
+func (x *exchange) streamEnded(status int) {
+	if rec, ok := x.w.(*statusRecorder); ok {
+		rec.ended, rec.failedInStream = true, status
+	}
 }
 
 // jsonContentType is the upstream request's Content-Type, one slice shared

@@ -34,7 +34,8 @@ type ingress interface {
 	// upstream answer was not one.
 	answer(data []byte) ([]byte, error)
 	// stream relays a chat.completion.chunk stream as the ingress's events.
-	// It returns the error of writing to the client, if any.
+	// It returns a toldInStream when the stream ended with the ingress's
+	// error event, else the error of writing to the client, if any.
 	stream(w http.ResponseWriter, body io.Reader) error
 }
 
@@ -514,37 +515,58 @@ type chunkSink interface {
 	fail(status int, message string) error
 }
 
+// toldInStream is how a converted stream that ended with its ingress's
+// error event reports it: the client's answer ends in good order, and the
+// request failed with status (the upstream error's, else 502) for message.
+type toldInStream struct {
+	status  int
+	message string
+}
+
+func (t toldInStream) Error() string { return t.message }
+
 // relayChunks feeds the frontend's chat completion stream to s chunk by
 // chunk, flushing sw after each, until [DONE] or the end of a finished
-// stream (ok). A stream that breaks, ends before a finish reason or
-// carries an error ends with s.fail, and ok is false.
-func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) (ok bool, err error) {
+// stream (nil). A stream that breaks, ends before a finish reason or
+// carries an error ends with s.fail, and the error is a toldInStream once
+// the client has the error event; any other error is the client's write
+// failing.
+func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 	rd := newSSEReader(body)
 	for {
 		ev, err := rd.next()
 		if errors.Is(err, io.EOF) {
 			if !s.finished() {
-				return false, s.fail(http.StatusBadGateway, "the upstream stream ended before the answer was complete")
+				return tell(s, http.StatusBadGateway, "the upstream stream ended before the answer was complete")
 			}
-			return true, nil
+			return nil
 		}
 		if err != nil {
-			return false, s.fail(http.StatusBadGateway, "reading the upstream stream: "+err.Error())
+			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+err.Error())
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {
-			return false, s.fail(upstreamStatus(ev.data), errMsg)
+			return tell(s, upstreamStatus(ev.data), errMsg)
 		}
 		if done {
-			return true, nil
+			return nil
 		}
 		if msg := s.chunk(chunk); msg != "" {
-			return false, s.fail(http.StatusBadGateway, msg)
+			return tell(s, http.StatusBadGateway, msg)
 		}
 		if err := sw.flush(); err != nil {
-			return false, err
+			return err
 		}
 	}
+}
+
+// tell ends s's stream with its error event: a toldInStream, or the
+// error of writing the event.
+func tell(s chunkSink, status int, message string) error {
+	if err := s.fail(status, message); err != nil {
+		return err
+	}
+	return toldInStream{status: status, message: message}
 }
 
 // field is one member of an object.

@@ -21,6 +21,8 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/router"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 func (h *harness) postTo(t *testing.T, path, body string, hdr map[string]string) (*http.Response, string) {
@@ -291,6 +293,16 @@ func TestConvertedRefusalInsideStream(t *testing.T) {
 	evs = sse(t, body)
 	if resp.StatusCode != 200 || len(evs) != 3 || evs[2][0] != "response.failed" || !strings.Contains(evs[2][1], "Prefill worker ID required") {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	// Each stream went out whole, and each request counts as the failure
+	// its error event told of: a 5xx, a decode error of the dispatch.
+	for _, path := range []string{"/v1/messages", "/v1/responses"} {
+		if ok, failed := promtest.ToFloat64(h.metrics.Requests.WithLabelValues(path, "2xx")), promtest.ToFloat64(h.metrics.Requests.WithLabelValues(path, "5xx")); ok != 0 || failed != 1 {
+			t.Errorf("%s: %v answers counted 2xx, %v 5xx; want 0 and 1", path, ok, failed)
+		}
+	}
+	if n := promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues(shim.PhaseDecode)); n != 2 {
+		t.Errorf("%v decode errors counted, want 2", n)
 	}
 }
 
@@ -674,4 +686,63 @@ func TestBufferedAnswerTooLarge(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "too large") {
 		t.Fatalf("a 65 MiB answer to convert: %d %.300s", resp.StatusCode, body)
 	}
+}
+
+// TestConvertedStreamKeepsItsConnection: a Messages or Responses stream
+// returns at the backend's data: [DONE], and the end of the backend's
+// chunked body, written a moment later, is read too, so that the backend's
+// connection carries the next request; a backend that keeps its stream
+// open after [DONE] delays the client's answer by a bounded wait, no more.
+func TestConvertedStreamKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		conns = map[string]bool{}
+		hold  atomic.Bool
+	)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		mu.Lock()
+		conns[r.RemoteAddr] = true
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"hi\"}}]}\n\n"+
+			"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		if hold.Load() {
+			<-r.Context().Done() // the body's end never comes
+			return
+		}
+		time.Sleep(2 * time.Millisecond) // the body's end comes in a segment of its own
+	}))
+	defer be.Close()
+	cfg := config.Default()
+	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: telemetry.NewRouterMetrics(nil)}).Handler())
+	post := func(path, body, last string) {
+		t.Helper()
+		resp, err := http.Post(rt+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(data), last) {
+			t.Fatalf("%s: status %d, %v: %s", path, resp.StatusCode, err, data)
+		}
+	}
+	for range 3 {
+		post("/v1/messages", messagesBody(true), "event: message_stop")
+		post("/v1/responses", responsesBody(true), "event: response.completed")
+	}
+	mu.Lock()
+	n := len(conns)
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("6 streams one after the other came on %d connections, want 1", n)
+	}
+	hold.Store(true)
+	post("/v1/messages", messagesBody(true), "event: message_stop")
 }

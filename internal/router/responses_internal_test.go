@@ -267,9 +267,8 @@ func TestResponsesStream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := testResponsesOut(t, `{"model":"m","input":"x"}`)
 			rec := httptest.NewRecorder()
-			if err := o.stream(rec, strings.NewReader(tt.in)); err != nil {
-				t.Fatal(err)
-			}
+			err := o.stream(rec, strings.NewReader(tt.in))
+			endedTelling(t, err, strings.HasPrefix(tt.want[len(tt.want)-1], "response.failed "))
 			sameEvents(t, events(t, rec.Body.String()), wantEvents(t, tt.want...))
 		})
 	}

@@ -576,6 +576,11 @@ type statusRecorder struct {
 	idSlot [1]string
 	// x is the exchange of a completion request (serveInference).
 	x exchange
+	// ended: a converted stream (Messages, Responses) went out whole, to
+	// its last event; failedInStream, when not 0, is the status of the
+	// failure its error event told the client of.
+	ended          bool
+	failedInStream int
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -689,10 +694,12 @@ func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Tim
 	}
 	status := rec.status
 	switch {
-	case ctx.Err() != nil && !rec.x.streamDone:
+	case ctx.Err() != nil && !rec.x.streamDone && !rec.ended:
 		status = 499 // the client went away (not once it had its whole stream)
 	case aborted:
 		status = http.StatusBadGateway // the answer was cut short
+	case rec.failedInStream != 0:
+		status = rec.failedInStream // the stream ended with an error event
 	}
 	if c := status / 100; c >= 1 && c <= 5 {
 		e.byClass[c].Inc()

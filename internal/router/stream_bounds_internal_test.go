@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"slices"
@@ -89,6 +90,27 @@ func toolCallChunks(n int) string {
 	return b.String() + chunks(finishChunk("tool_calls"), "[DONE]")
 }
 
+// wantTold fails t unless err says that a converted stream ended with its
+// error event for a failure counted 502.
+func wantTold(t *testing.T, err error) {
+	t.Helper()
+	var told toldInStream
+	if !errors.As(err, &told) || told.status != http.StatusBadGateway {
+		t.Fatalf("the stream's end: %v, want the error event told of a 502", err)
+	}
+}
+
+// endedTelling fails t unless a converted stream's end err is a
+// toldInStream when the stream ended with its error event (failed), and
+// nil otherwise.
+func endedTelling(t *testing.T, err error, failed bool) {
+	t.Helper()
+	var told toldInStream
+	if errors.As(err, &told) != failed || (!failed && err != nil) {
+		t.Fatalf("the stream's end: %v; ended with its error event: %v", err, failed)
+	}
+}
+
 // TestConvertedStreamBounded: a converted stream holds state per content
 // block (Messages) or output item (Responses), and a Responses stream the
 // whole answer for its last event; an upstream answer past
@@ -99,9 +121,7 @@ func TestConvertedStreamBounded(t *testing.T) {
 	t.Run("messages blocks", func(t *testing.T) {
 		t.Parallel()
 		rec := httptest.NewRecorder()
-		if err := (&anthropicOut{model: "m"}).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks+1))); err != nil {
-			t.Fatal(err)
-		}
+		wantTold(t, (&anthropicOut{model: "m"}).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks+1))))
 		evs := events(t, rec.Body.String())
 		starts := 0
 		for _, e := range evs {
@@ -124,9 +144,7 @@ func TestConvertedStreamBounded(t *testing.T) {
 	t.Run("responses items", func(t *testing.T) {
 		t.Parallel()
 		rec := httptest.NewRecorder()
-		if err := testResponsesOut(t, `{"model":"m","input":"x"}`).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks+1))); err != nil {
-			t.Fatal(err)
-		}
+		wantTold(t, testResponsesOut(t, `{"model":"m","input":"x"}`).stream(rec, strings.NewReader(toolCallChunks(maxStreamBlocks+1))))
 		evs := events(t, rec.Body.String())
 		if last := evs[len(evs)-1]; !strings.HasPrefix(last, "response.failed ") || !strings.Contains(last, errTooManyBlocks) {
 			t.Fatalf("last event %.200s", last)
@@ -140,9 +158,7 @@ func TestConvertedStreamBounded(t *testing.T) {
 		chunk := "data: " + textChunk(strings.Repeat("x", size)) + "\n\n"
 		body := io.MultiReader(&repeatReader{s: chunk, n: o.maxHeld/size + 1}, strings.NewReader(chunks(finishChunk("stop"), "[DONE]")))
 		rec := httptest.NewRecorder()
-		if err := o.stream(rec, body); err != nil {
-			t.Fatal(err)
-		}
+		wantTold(t, o.stream(rec, body))
 		evs := events(t, rec.Body.String())
 		if last := evs[len(evs)-1]; !strings.HasPrefix(last, "response.failed ") || !strings.Contains(last, errAnswerTooLong) {
 			t.Fatalf("last event %.200s", last)

@@ -563,6 +563,42 @@ func (b *upBody) doneErr() error {
 
 var errBodyClosed = errors.New("read on a closed response body")
 
+// A stream the router has read to its final event (data: [DONE]) is not
+// over on the wire: the backend writes the end of its chunked body after
+// it, usually a few bytes and microseconds later, in a segment of its own.
+// Closing the body then would close a connection that is about to be
+// reusable, and a converted stream would dial anew for every request. So
+// the rest is read, within endWait and endBytes: more than a body's framing
+// takes, too little to hold a backend that keeps its stream open after its
+// last event.
+const (
+	endWait  = 50 * time.Millisecond
+	endBytes = 4 << 10
+)
+
+// readEnd reads the rest of a body whose answer the caller has whole (a
+// stream read to its final event), so that the connection goes back to the
+// pool; past endWait or endBytes, or on an error, the connection is closed
+// as Close would close it.
+func (b *upBody) readEnd() {
+	if b.done.Load() {
+		return
+	}
+	if d := time.Now().Add(endWait); b.c.deadline.IsZero() || d.Before(b.c.deadline) {
+		_ = b.c.conn.SetDeadline(d)
+		b.c.deadline = d
+	}
+	var buf [512]byte
+	for read := 0; read <= endBytes; {
+		n, err := b.Read(buf[:])
+		if err != nil {
+			return // the end (pooled) or a failure (closed)
+		}
+		read += n
+	}
+	_ = b.Close()
+}
+
 // finish ends the body, unless it has ended already (it then reports
 // false): reads return err from now on, and the connection goes back to
 // the pool when the body ended cleanly and the context did not touch the

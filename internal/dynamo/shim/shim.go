@@ -365,6 +365,11 @@ const (
 	// client; the client's answer is cut short too (no worker is chosen
 	// again for a request already under way).
 	Cut
+	// Told: the frontend's answer broke, or carried an error, after some
+	// of it went to the client, and the client was told so inside its
+	// stream (a converted stream's error event): a failure of the decode
+	// like Cut, but the client's answer ends in good order.
+	Told
 )
 
 // IsPrefillRefusal reports whether an answer is the frontend refusing a
@@ -462,6 +467,8 @@ func (p *Plan[R]) Verdict(o Outcome) Verdict {
 		return Verdict{Action: RefusePrefill, CountPath: true, ErrorPhase: PhaseOrchestration}
 	case Cut:
 		return Verdict{Action: Abort, CountPath: true, ErrorPhase: PhaseDecode}
+	case Told:
+		return Verdict{Action: Finished, CountPath: true, ErrorPhase: PhaseDecode}
 	}
 	if p.cfg.FallbackToUnified {
 		return Verdict{Action: FallBack, ErrorPhase: PhaseDecode}

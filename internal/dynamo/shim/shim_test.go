@@ -145,6 +145,8 @@ func TestVerdicts(t *testing.T) {
 		{true, shim.Failed, shim.Verdict{Action: shim.FallBack, ErrorPhase: shim.PhaseDecode}},
 		// A stream under way is never fallen back from nor pinned again.
 		{true, shim.Cut, shim.Verdict{Action: shim.Abort, CountPath: true, ErrorPhase: shim.PhaseDecode}},
+		{true, shim.Told, shim.Verdict{Action: shim.Finished, CountPath: true, ErrorPhase: shim.PhaseDecode}},
+		{false, shim.Told, shim.Verdict{Action: shim.Finished, CountPath: true, ErrorPhase: shim.PhaseDecode}},
 	}
 	for _, c := range cases {
 		if got := plan(c.fallback).Verdict(c.o); got != c.want {
