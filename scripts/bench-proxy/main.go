@@ -3,7 +3,7 @@
 // it there, and with no proxy at all, process against process over real
 // sockets:
 //
-//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-rounds 3] [-json FILE] [-baseline PATH] [-floor [-floor-work 20us] [-floor-touch 8192]]
+//	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-slice 1s] [-rounds 3] [-json FILE] [-baseline PATH] [-floor [-floor-work 20us] [-floor-touch 8192]]
 //	bench-proxy backend [-addr 127.0.0.1:0] [-tokens 8] [-gap 0s]
 //	bench-proxy floor [-addr 127.0.0.1:0] -upstream HOST:PORT [-work 0s] [-touch 0]
 //
@@ -12,9 +12,10 @@
 // the three paths with vegeta, an open-loop load generator, at the same
 // fixed arrival rates, buffered chat completions and SSE streams (latency is
 // to the last byte of the answer; time to first byte too). Each round visits
-// every cell (mode × rate × path) once, the paths of a cell back to back in
-// an order that rotates, so slow changes in the machine's load fall on the
-// three alike; the cells' samples are pooled over the rounds. It reports the
+// every cell (mode × rate × path) once, the paths of a cell taking turns in
+// slices of a second (-slice) in an order that rotates, so that changes in
+// the machine's load fall on them alike; the cells' samples are pooled over
+// the rounds. It reports the
 // latency each proxy adds to the direct path (p50, p99, p99.9, proxy minus
 // direct at the same rate and mode, same run), the ratio of continuum's p99
 // to nginx's (over the pooled samples, and round by round with the median
@@ -106,13 +107,16 @@ type options struct {
 	rates            []int
 	modes            []string
 	duration, warmup time.Duration
-	rounds           int
-	tokens           int
-	gap              time.Duration
-	json             string
-	label            string
-	baseline         string
-	floor            bool
+	// slice is how long a path runs before the next path of its cell takes
+	// its turn (0: the whole cell).
+	slice    time.Duration
+	rounds   int
+	tokens   int
+	gap      time.Duration
+	json     string
+	label    string
+	baseline string
+	floor    bool
 	// floorWork and floorTouch are work added to the floor per request
 	// (floor -work, -touch).
 	floorWork  time.Duration
@@ -127,6 +131,7 @@ func parseRun(args []string) (options, error) {
 	rates := fs.String("rates", "500,1000,2000", "arrival rates, requests per second")
 	modes := fs.String("modes", "buffered,sse", "answer modes")
 	fs.DurationVar(&o.duration, "duration", 6*time.Second, "length of one cell (one path at one rate and mode) in one round")
+	fs.DurationVar(&o.slice, "slice", time.Second, "the paths of a cell take turns in slices this long (0: each path runs its whole cell at once)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured traffic to each path and mode before the first round")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds over every cell; a cell's samples are pooled over them")
 	fs.IntVar(&o.tokens, "tokens", 8, "content tokens per answer (SSE: one event each)")
@@ -158,6 +163,9 @@ func parseRun(args []string) (options, error) {
 	}
 	if o.rounds < 1 || o.duration <= 0 {
 		return o, fmt.Errorf("-rounds and -duration must be positive")
+	}
+	if o.slice < 0 {
+		return o, fmt.Errorf("-slice must not be negative")
 	}
 	return o, nil
 }
@@ -280,34 +288,23 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			watched = append(watched, t.proc)
 		}
 	}
+	m := meter{watched: watched, tick: tick}
 	for round := range o.rounds {
 		for ri, rate := range o.rates {
 			for _, mode := range o.modes {
+				order := make([]*target, len(targets))
 				for k := range targets {
-					t := targets[(k+round+ri)%len(targets)]
-					before, err := usageOf(watched)
-					if err != nil {
-						return err
-					}
-					load := loadAvg()
-					res, err := attack(ctx, t, mode, rate, o.duration, expect[mode])
-					if err != nil {
-						return err
-					}
-					after, err := usageOf(watched)
-					if err != nil {
-						return err
-					}
-					c := rep.cell(mode, rate, t.name)
-					c.add(res, load)
-					c.BackendCPUSeconds += float64(after[0].ticks-before[0].ticks) / tick
-					for i, p := range watched {
-						if p == t.proc {
-							c.addProxy(after[i].sub(before[i]), tick)
-						}
-					}
+					order[k] = targets[(k+round+ri)%len(targets)]
+				}
+				load := loadAvg()
+				results, err := runCell(ctx, o, rep, &m, order, mode, rate, expect[mode])
+				if err != nil {
+					return err
+				}
+				for k, t := range order {
+					rep.cell(mode, rate, t.name).add(results[k], load)
 					fmt.Fprintf(os.Stderr, "round %d/%d  %-8s %5d req/s  %-9s  %6d ok  %d errors  load %s\n",
-						round+1, o.rounds, mode, rate, t.name, len(res.latency), res.errors, load)
+						round+1, o.rounds, mode, rate, t.name, len(results[k].latency), results[k].errors, load)
 				}
 			}
 		}
@@ -322,6 +319,53 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		fmt.Fprintf(out, "\nJSON: %s\n", o.json)
 	}
 	return nil
+}
+
+// meter counts the CPU the watched processes use (the backend first).
+type meter struct {
+	watched []*proc
+	tick    float64
+}
+
+// runCell drives each path of one cell (a mode at a rate) for o.duration
+// in one round: in slices of about o.slice, the paths taking turns in the
+// order given, so that a change in the machine's load during the cell (a
+// neighbour's burst lasting seconds) falls on every path alike rather than
+// on whichever ran then. A slice of 0, or one no shorter than the cell,
+// drives each path for the whole cell in turn. The results are in order's
+// order; the processes' CPU goes to the cell of the path that ran.
+func runCell(ctx context.Context, o options, rep *report, m *meter, order []*target, mode string, rate, want int) ([]attackResult, error) {
+	n, length := 1, o.duration
+	if o.slice > 0 && o.slice < o.duration {
+		n = int((o.duration + o.slice - 1) / o.slice)
+		length = o.duration / time.Duration(n)
+	}
+	results := make([]attackResult, len(order))
+	for range n {
+		for k, t := range order {
+			before, err := usageOf(m.watched)
+			if err != nil {
+				return nil, err
+			}
+			res, err := attack(ctx, t, mode, rate, length, want)
+			if err != nil {
+				return nil, err
+			}
+			after, err := usageOf(m.watched)
+			if err != nil {
+				return nil, err
+			}
+			results[k].merge(res)
+			c := rep.cell(mode, rate, t.name)
+			c.BackendCPUSeconds += float64(after[0].ticks-before[0].ticks) / m.tick
+			for i, p := range m.watched {
+				if p == t.proc {
+					c.addProxy(after[i].sub(before[i]), m.tick)
+				}
+			}
+		}
+	}
+	return results, nil
 }
 
 func usageOf(ps []*proc) ([]usage, error) {
@@ -438,6 +482,17 @@ func attack(ctx context.Context, t *target, mode string, rate int, d time.Durati
 	}
 	res.span = last.Sub(first)
 	return res, nil
+}
+
+// merge adds the answers of another slice of the same cell.
+func (r *attackResult) merge(o attackResult) {
+	r.latency = append(r.latency, o.latency...)
+	r.firstByte = append(r.firstByte, o.firstByte...)
+	if r.errors == 0 {
+		r.firstErr = o.firstErr
+	}
+	r.errors += o.errors
+	r.span += o.span
 }
 
 func (r *attackResult) fail(why string) {

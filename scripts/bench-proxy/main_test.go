@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -86,5 +90,44 @@ func TestRoundMedian(t *testing.T) {
 	}
 	if _, ok := roundMedian([]float64{0}, []float64{1}, func(c, n float64) float64 { return c / n }); ok {
 		t.Fatal("a round without samples paired")
+	}
+}
+
+// TestRunCellTakesTurns: the paths of a cell run in slices that take
+// turns, and each path's slices add up to its whole cell.
+func TestRunCellTakesTurns(t *testing.T) {
+	b := newBackend(2, 0)
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	var targets []*target
+	for _, name := range []string{"a", "b"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			if len(order) == 0 || order[len(order)-1] != name {
+				order = append(order, name)
+			}
+			mu.Unlock()
+			b.ServeHTTP(w, r)
+		}))
+		defer srv.Close()
+		targets = append(targets, &target{name: name, url: srv.URL + "/v1/chat/completions", client: newClient()})
+	}
+	o := options{rates: []int{50}, modes: []string{modeBuffered}, duration: 600 * time.Millisecond, slice: 200 * time.Millisecond, rounds: 1}
+	rep := newReport(o, targets)
+	self := &proc{name: "self", pids: []int{os.Getpid()}}
+	m := &meter{watched: []*proc{self}, tick: float64(clockTicks())}
+	results, err := runCell(context.Background(), o, rep, m, targets, modeBuffered, 50, len(b.completion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, res := range results {
+		if len(res.latency) != 30 || res.errors != 0 {
+			t.Errorf("%s: %d answers, %d errors; want 30 over its three slices", targets[k].name, len(res.latency), res.errors)
+		}
+	}
+	if want := []string{"a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {
+		t.Errorf("the paths ran in the order %v, want %v", order, want)
 	}
 }

@@ -50,6 +50,7 @@ type settings struct {
 	Rates           []int    `json:"rates"`
 	Modes           []string `json:"modes"`
 	CellSeconds     float64  `json:"cell_seconds"`
+	SliceSeconds    float64  `json:"slice_seconds"`
 	Rounds          int      `json:"rounds"`
 	WarmupSeconds   float64  `json:"warmup_seconds"`
 	Tokens          int      `json:"tokens"`
@@ -154,10 +155,10 @@ type summary struct {
 func newReport(o options, targets []*target) *report {
 	b := newBackend(o.tokens, o.gap)
 	r := &report{Label: o.label, Settings: settings{
-		Rates: o.rates, Modes: o.modes, CellSeconds: o.duration.Seconds(), Rounds: o.rounds,
+		Rates: o.rates, Modes: o.modes, CellSeconds: o.duration.Seconds(), SliceSeconds: o.slice.Seconds(), Rounds: o.rounds,
 		WarmupSeconds: o.warmup.Seconds(), Tokens: o.tokens, SSEEvents: len(b.events), SSEGapSeconds: o.gap.Seconds(),
 		LatencyMeasured: "from sending the request to reading the last byte of the answer (vegeta's latency; the first byte by the generator's transport)",
-		CPUMeasured:     "utime+stime of /proc/PID/stat (the proxy process; nginx's master and workers) before and after each cell",
+		CPUMeasured:     "utime+stime of /proc/PID/stat (the proxy process; nginx's master and workers) before and after each slice of a cell",
 		AddedLatency:    "a proxy's quantile minus the direct path's same quantile, same rate and mode, same run",
 		FloorWorkUS:     float64(o.floorWork.Nanoseconds()) / 1e3, FloorTouchBytes: o.floorTouch,
 	}}
@@ -325,8 +326,12 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), Linux %s; load average before %s, after %s\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Kernel, r.Machine.LoadBefore, r.Machine.LoadAfter)
 	fmt.Fprintf(w, "- versions: %s; %s (%d workers); %s; vegeta %s\n", r.Versions.Continuum, r.Versions.Nginx, r.NginxWorkers, r.Versions.Go, r.Versions.Vegeta)
-	fmt.Fprintf(w, "- load: open loop (vegeta) at fixed rates, %d rounds of %gs per cell, paths interleaved, keep-alive connections; "+
-		"buffered: one chat completion; SSE: %d events, latency to the last byte\n", s.Rounds, s.CellSeconds, s.SSEEvents)
+	interleaved := "paths in turn"
+	if s.SliceSeconds > 0 && s.SliceSeconds < s.CellSeconds {
+		interleaved = fmt.Sprintf("paths taking turns in slices of %gs", s.SliceSeconds)
+	}
+	fmt.Fprintf(w, "- load: open loop (vegeta) at fixed rates, %d rounds of %gs per cell, %s, keep-alive connections; "+
+		"buffered: one chat completion; SSE: %d events, latency to the last byte\n", s.Rounds, s.CellSeconds, interleaved, s.SSEEvents)
 	fmt.Fprintf(w, "- added: the proxy's quantile minus the direct path's, same rate and mode, same run; CPU: utime+stime of the proxy's processes per 1,000 requests\n\n")
 	fmt.Fprintln(w, "| mode | req/s | direct p50 / p99 / p99.9 (µs) | continuum added p50 / p99 / p99.9 (µs) | nginx added p50 / p99 / p99.9 (µs) | p99 continuum ÷ nginx: pooled, median of rounds | added p99, median of rounds: continuum / nginx (µs) | CPU s per 1k req: continuum / nginx |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
