@@ -64,8 +64,10 @@ their generation until interrupted: a line each, one JSON object a line with
 -o json (the first report too, on one line), one more YAML document each with
 -o yaml.
 
-Exit status 1 when the source cannot be reached within --timeout, or when a
-signal ends a one-shot discover before the fleet was read.`,
+Exit status 1 when the source cannot be reached within --timeout (at once
+for a mistake no retry mends: a --file-root that is a file, a kubeconfig
+that cannot be read or names no cluster), or when a signal ends a one-shot
+discover before the fleet was read.`,
 		Example: `  continuum discover --etcd-endpoints http://etcd.dynamo.svc:2379 --namespace dynamo
   continuum discover --source file --file-root /tmp/dynamo_store_kv -o json
   continuum discover --config continuum.yaml --watch

@@ -120,6 +120,17 @@ const PublishDelay = 10 * time.Millisecond
 // up while the next pass re-lists.
 var ErrWatchExpired = errors.New("watch reached its server-side timeout")
 
+// ConfigError is a pass's failure that only a change on the operator's
+// side mends: a file store root that is a file, a kubeconfig that cannot
+// be read or names no cluster. A serving watcher retries it like any
+// failure (a volume may be mounted, a file written, later); a one-shot
+// command (sources.Open) gives up at once rather than wait out its
+// timeout.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // Watcher supervises one source for the lifetime of its configuration. Its
 // reducer lives as long as it does, so first_seen survives reconnects.
 type Watcher struct {

@@ -162,8 +162,10 @@ func stateOf(fi fs.FileInfo) fileState {
 
 // Run performs one pass: list every bucket, then follow changes.
 func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
-	if fi, err := os.Stat(s.root); err != nil || !fi.IsDir() {
-		return fmt.Errorf("file store root %s: %w", s.root, errOr(err, "not a directory"))
+	if fi, err := os.Stat(s.root); err != nil {
+		return fmt.Errorf("file store root %s: %w", s.root, err)
+	} else if !fi.IsDir() {
+		return &discovery.ConfigError{Err: fmt.Errorf("file store root %s: not a directory", s.root)}
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -201,13 +203,6 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 			sink.Flush()
 		}
 	}
-}
-
-func errOr(err error, msg string) error {
-	if err != nil {
-		return err
-	}
-	return errors.New(msg)
 }
 
 // handle applies one filesystem event.

@@ -7,6 +7,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 )
 
 // ClientOptions selects the credentials of a pass. With neither field set,
@@ -37,7 +39,7 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 	}
 	raw, err := rules.Load()
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, &discovery.ConfigError{Err: fmt.Errorf("kubeconfig: %w", err)}
 	}
 	for _, ai := range raw.AuthInfos {
 		if ai.Exec != nil {
@@ -46,7 +48,7 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 	}
 	c, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, &discovery.ConfigError{Err: fmt.Errorf("kubeconfig: %w", err)}
 	}
 	return finish(c), nil
 }

@@ -74,7 +74,9 @@ func (f *Fleet) Close() {
 
 // Open starts watching the source d configures (with the Kubernetes
 // credentials client names) and waits up to timeout for its first complete
-// read. An unreachable source's error carries the last reason a pass ended.
+// read. An unreachable source's error carries the last reason a pass ended;
+// a configuration mistake (discovery.ConfigError: a file store root that is
+// a file, a kubeconfig that cannot be read) ends the wait at once with it.
 // When ctx ends first, the error is ctx's.
 func Open(ctx context.Context, d *config.Discovery, client kube.ClientOptions, logger *slog.Logger, timeout time.Duration) (*Fleet, error) {
 	src, backoff, err := NewWithKube(d, logger, client)
@@ -84,23 +86,38 @@ func Open(ctx context.Context, d *config.Discovery, client kube.ClientOptions, l
 	reg := fleet.NewRegistry(logger, nil)
 	var mu sync.Mutex
 	var lastErr error
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
-		OnPassEnd: func(err error) { mu.Lock(); lastErr = err; mu.Unlock() }}
 	wctx, cancel := context.WithCancel(ctx)
+	// A configuration mistake ends the wait at once: retrying cannot mend
+	// it within a command's timeout.
+	waitCtx, cancelWait := context.WithCancelCause(wctx)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: backoff, Logger: logger,
+		OnPassEnd: func(err error) {
+			mu.Lock()
+			lastErr = err
+			mu.Unlock()
+			if ce := (*discovery.ConfigError)(nil); errors.As(err, &ce) {
+				cancelWait(ce)
+			}
+		}}
 	f := &Fleet{Registry: reg, Source: src.Name(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		_ = w.Run(wctx) // nil on cancellation; the backoff is validated
 	}()
-	waitCtx, cancelWait := context.WithTimeout(wctx, timeout)
-	f.Generation, err = reg.Wait(waitCtx, 0)
-	cancelWait()
+	timed, cancelTimed := context.WithTimeout(waitCtx, timeout)
+	f.Generation, err = reg.Wait(timed, 0)
+	cancelTimed()
+	cause := context.Cause(waitCtx)
+	cancelWait(nil)
 	if err == nil {
 		return f, nil
 	}
 	f.Close()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if ce := (*discovery.ConfigError)(nil); errors.As(cause, &ce) {
+		return nil, fmt.Errorf("discovery source %s: %w", src.Name(), ce)
 	}
 	mu.Lock()
 	reason := lastErr

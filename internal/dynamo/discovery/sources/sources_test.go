@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +56,40 @@ func TestOpenUnreachable(t *testing.T) {
 	cancel()
 	if _, err := sources.Open(ctx, &d, kube.ClientOptions{}, nil, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Errorf("after cancel: err = %v", err)
+	}
+}
+
+// TestOpenMisconfigured: a mistake no retry mends (a file store root that
+// is a file, a kubeconfig that is not there) is reported at once, as a
+// discovery.ConfigError, not after the timeout as an unreachable source.
+func TestOpenMisconfigured(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "root")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fileStore := config.Default().Dynamo.Discovery
+	fileStore.Source, fileStore.File.Root = config.SourceFile, file
+	pods := config.Default().Dynamo.Discovery
+	pods.Source = config.SourceKubernetesPods
+	for _, tc := range []struct {
+		name   string
+		d      *config.Discovery
+		client kube.ClientOptions
+		want   string
+	}{
+		{"file root a file", &fileStore, kube.ClientOptions{}, "not a directory"},
+		{"kubeconfig missing", &pods, kube.ClientOptions{Kubeconfig: filepath.Join(t.TempDir(), "absent")}, "kubeconfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// A timeout no test waits out: the error must come first.
+			_, err := sources.Open(t.Context(), tc.d, tc.client, nil, 10*time.Minute)
+			var ce *discovery.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "not reachable within") {
+				t.Errorf("err = %v, want a configuration error about %s", err, tc.want)
+			}
+		})
 	}
 }
 
