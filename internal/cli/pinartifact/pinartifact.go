@@ -88,12 +88,11 @@ or a signal comes before it was read.`,
 			case opts.YAML && opts.JSON:
 				return cmdutil.FlagErrorf("--yaml and --json cannot be combined")
 			}
+			if opts.Timeout < 0 {
+				return cmdutil.FlagErrorf("--timeout must not be negative")
+			}
 			if !opts.FromDiscovery {
-				n := opts.Discovery.FirstGiven(cmd.Flags())
-				if n == "" && cmd.Flags().Changed("timeout") {
-					n = "timeout"
-				}
-				if n != "" {
+				if n := opts.Discovery.FirstGiven(cmd.Flags()); n != "" {
 					return cmdutil.FlagErrorf("--%s needs --from-discovery", n)
 				}
 			}
@@ -108,7 +107,8 @@ or a signal comes before it was read.`,
 	fl.BoolVar(&opts.YAML, "yaml", false, "print a dynamo.kv.pinned_artifacts block")
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON")
 	fl.BoolVar(&opts.FromDiscovery, "from-discovery", false, "list the artifacts the live fleet's model cards declare")
-	fl.DurationVar(&opts.Timeout, "timeout", discovery.SeedTimeout, "with --from-discovery: how long to wait for the first complete read")
+	fl.DurationVar(&opts.Timeout, "timeout", 0, fmt.Sprintf("how long to wait: for each remote input (default %v, the router's own bound on a fetch); with --from-discovery, for the fleet's first complete read (default %v)",
+		artifact.LoadTimeout, discovery.SeedTimeout))
 	opts.Discovery.Register(cmd)
 	return cmd
 }
@@ -133,7 +133,7 @@ func runHash(ctx context.Context, o *Options) error {
 	var digests []Digest
 	failed := 0
 	for _, in := range o.Inputs {
-		d, err := hashOne(ctx, o.Client, in, hf)
+		d, err := hashOne(ctx, o.Client, in, hf, cmp.Or(o.Timeout, artifact.LoadTimeout))
 		if err != nil {
 			failed++
 			// The error may quote the server's answer (its status line):
@@ -171,10 +171,10 @@ func runHash(ctx context.Context, o *Options) error {
 }
 
 // hashOne streams a local file whole; a remote input is read to at most
-// one byte past the artifact limit, so a source that never ends cannot
-// hold the command.
-func hashOne(ctx context.Context, client *http.Client, in string, hf artifact.HF) (Digest, error) {
-	ctx, cancel := context.WithTimeout(ctx, artifact.LoadTimeout)
+// one byte past the artifact limit, within timeout, so a source that never
+// ends cannot hold the command.
+func hashOne(ctx context.Context, client *http.Client, in string, hf artifact.HF, timeout time.Duration) (Digest, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rc, err := artifact.Open(ctx, client, in, hf)
 	if err != nil {
@@ -294,7 +294,7 @@ func runDiscovery(ctx context.Context, o *Options) error {
 		return err
 	}
 	d := &cfg.Dynamo.Discovery
-	fl, err := sources.Open(ctx, d, o.Discovery.KubeClient(), logger, o.Timeout)
+	fl, err := sources.Open(ctx, d, o.Discovery.KubeClient(), logger, cmp.Or(o.Timeout, discovery.SeedTimeout))
 	if err != nil {
 		if ctx.Err() != nil {
 			return cmdutil.ErrInterrupted

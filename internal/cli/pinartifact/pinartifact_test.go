@@ -51,7 +51,8 @@ func TestNewCmdPinArtifactFlags(t *testing.T) {
 		{"--kube-namespace dynamo a.json", "--kube-namespace needs --from-discovery", nil},
 		{"--models decode=m a.json", "--models needs --from-discovery", nil},
 		{"--etcd-ca-cert ca.pem a.json", "--etcd-ca-cert needs --from-discovery", nil},
-		{"--timeout 5s a.json", "--timeout needs --from-discovery", nil},
+		{"--timeout 5m a.json", "", func(o *pinartifact.Options) bool { return o.Timeout == 5*time.Minute }},
+		{"--timeout -1s a.json", "--timeout must not be negative", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.args, func(t *testing.T) {
@@ -148,6 +149,26 @@ func TestHashHF(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 ||
 		got[0].Checksum != "blake3:42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7" || got[0].Bytes != 1024 {
 		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+}
+
+// TestHashTimeout: a remote input that does not come within --timeout
+// fails with the deadline, and the inputs after it are still hashed.
+func TestHashTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			_, _ = w.Write([]byte("a first part"))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // the rest never comes
+			return
+		}
+		_, _ = w.Write(vectorInput(1024))
+	}))
+	defer srv.Close()
+	code, out, errOut := run(t, nil, "pin-artifact", "--timeout", "300ms", srv.URL+"/slow", srv.URL+"/fast")
+	if code != 1 || !strings.Contains(errOut, "/slow") || !strings.Contains(errOut, "deadline") ||
+		!strings.Contains(out, "blake3:42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, errOut)
 	}
 }
 
