@@ -615,6 +615,13 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	err = relay(x.w, resp.Body)
 	var told toldInStream
 	if errors.As(err, &told) {
+		if x.ctx.Err() != nil {
+			// The client's leaving cut the stream: the error event went
+			// to a connection no one reads (net/http's writes succeed
+			// into the socket's buffer), and the request is abandoned,
+			// not failed.
+			return sendResult{outcome: shim.ClientGone}, false
+		}
 		x.streamEnded(told.status)
 		x.s.logger.Warn("the backend's answer broke off or carried an error after the client got part of it; the client was told in its stream",
 			"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message)
@@ -623,8 +630,12 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	if err != nil && !x.streamDone {
 		return x.broken(b, resp.StatusCode, err), false
 	}
-	if x.out != nil {
+	if x.out != nil || x.streamDone {
+		// On the recorder too: the Messages and Responses handlers' own
+		// exchanges are not the one it holds.
 		x.streamEnded(0)
+	}
+	if x.out != nil {
 		// The conversion returns at the stream's final event: the rest of
 		// the body is read so that its connection is kept.
 		if ub, ok := resp.Body.(*upBody); ok {

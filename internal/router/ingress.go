@@ -517,7 +517,9 @@ type chunkSink interface {
 
 // toldInStream is how a converted stream that ended with its ingress's
 // error event reports it: the client's answer ends in good order, and the
-// request failed with status (the upstream error's, else 502) for message.
+// request failed with status for message (an upstream error event's code,
+// 500 when it carries none; 502 when the stream broke off, ended early or
+// went past the router's bounds).
 type toldInStream struct {
 	status  int
 	message string

@@ -581,8 +581,8 @@ const (
 // pool; past endWait or endBytes, or on an error, the connection is closed
 // as Close would close it.
 func (b *upBody) readEnd() {
-	if b.done.Load() {
-		return
+	if b.done.Load() || b.ctx.Err() != nil {
+		return // ended, or cut by the client's leaving (Close closes it)
 	}
 	if d := time.Now().Add(endWait); b.c.deadline.IsZero() || d.Before(b.c.deadline) {
 		_ = b.c.conn.SetDeadline(d)

@@ -441,7 +441,7 @@ type attackResult struct {
 	firstByte []time.Duration
 	errors    int
 	firstErr  string
-	span      time.Duration // first request sent to last request sent
+	span      time.Duration // first request sent to one interval past the last
 }
 
 // attack drives t at rate req/s for d and collects every answer; an answer
@@ -480,7 +480,9 @@ func attack(ctx context.Context, t *target, mode string, rate int, d time.Durati
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	res.span = last.Sub(first)
+	// n requests paced 1/rate apart span n intervals, the last one's
+	// included: so a slice's spans add up to the time its cell ran.
+	res.span = last.Sub(first) + time.Second/time.Duration(rate)
 	return res, nil
 }
 

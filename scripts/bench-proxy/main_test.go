@@ -123,8 +123,10 @@ func TestRunCellTakesTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, res := range results {
-		if len(res.latency) != 30 || res.errors != 0 {
-			t.Errorf("%s: %d answers, %d errors; want 30 over its three slices", targets[k].name, len(res.latency), res.errors)
+		// 10 a slice, or fewer when the generator's pacer stalled near a
+		// slice's end (vegeta stops a slice at its duration).
+		if n := len(res.latency); n < 24 || n > 30 || res.errors != 0 {
+			t.Errorf("%s: %d answers, %d errors; want 30 over its three slices", targets[k].name, n, res.errors)
 		}
 	}
 	if want := []string{"a", "b", "a", "b", "a", "b"}; !slices.Equal(order, want) {

@@ -142,9 +142,9 @@ type summary struct {
 	Errors              int                `json:"errors"`
 	AddedP99Ratios      map[string]float64 `json:"added_p99_ratio_by_cell"`
 	MedianAddedP99Ratio float64            `json:"added_p99_ratio_median"`
-	// The same p99 ratio taken round by round (the three paths of a cell
-	// are measured back to back within a round), then the median over the
-	// rounds, per cell; and the median and worst of those over the cells.
+	// The same p99 ratio taken round by round (the paths of a cell take
+	// turns within a round), then the median over the rounds, per cell;
+	// and the median and worst of those over the cells.
 	RoundP99Ratios      map[string]float64 `json:"p99_ratio_by_cell_round_median"`
 	RoundMedianP99Ratio float64            `json:"p99_ratio_round_median_median"`
 	RoundWorstP99Ratio  float64            `json:"p99_ratio_round_median_worst"`

@@ -165,7 +165,7 @@ func TestHashTimeout(t *testing.T) {
 		_, _ = w.Write(vectorInput(1024))
 	}))
 	defer srv.Close()
-	code, out, errOut := run(t, nil, "pin-artifact", "--timeout", "300ms", srv.URL+"/slow", srv.URL+"/fast")
+	code, out, errOut := run(t, nil, "pin-artifact", "--timeout", "1s", srv.URL+"/slow", srv.URL+"/fast")
 	if code != 1 || !strings.Contains(errOut, "/slow") || !strings.Contains(errOut, "deadline") ||
 		!strings.Contains(out, "blake3:42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7") {
 		t.Fatalf("exit %d:\n%s\n%s", code, out, errOut)
