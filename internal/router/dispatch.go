@@ -623,6 +623,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			return sendResult{outcome: shim.ClientGone}, false
 		}
 		x.streamEnded(told.status)
+		if ub, ok := resp.Body.(*upBody); ok && told.upstream {
+			ub.readEnd() // what follows its error event is the stream's end
+		}
 		x.s.logger.Warn("the backend's answer broke off or carried an error after the client got part of it; the client was told in its stream",
 			"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message)
 		return sendResult{outcome: shim.Told, status: resp.StatusCode, detail: "backend " + b.Name() + ": " + told.message}, false

@@ -523,6 +523,10 @@ type chunkSink interface {
 type toldInStream struct {
 	status  int
 	message string
+	// upstream: the upstream's own error event ended it, and the rest of
+	// its body is the stream's end (the body is neither broken nor
+	// running on past a bound).
+	upstream bool
 }
 
 func (t toldInStream) Error() string { return t.message }
@@ -548,7 +552,12 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {
-			return tell(s, upstreamStatus(ev.data), errMsg)
+			err := tell(s, upstreamStatus(ev.data), errMsg)
+			if told, ok := err.(toldInStream); ok {
+				told.upstream = true
+				return told
+			}
+			return err
 		}
 		if done {
 			return nil

@@ -689,7 +689,7 @@ func TestBufferedAnswerTooLarge(t *testing.T) {
 }
 
 // TestConvertedStreamKeepsItsConnection: a Messages or Responses stream
-// returns at the backend's data: [DONE], and the end of the backend's
+// returns at the backend's data: [DONE] (or its error event), and the end of the backend's
 // chunked body, written a moment later, is read too, so that the backend's
 // connection carries the next request; a backend that keeps its stream
 // open after [DONE] delays the client's answer by a bounded wait, no more.
@@ -699,6 +699,7 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 		mu    sync.Mutex
 		conns = map[string]bool{}
 		hold  atomic.Bool
+		fail  atomic.Bool
 	)
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
@@ -708,8 +709,12 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 		conns[r.RemoteAddr] = true
 		mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
+		end := "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+		if fail.Load() {
+			end = "data: {\"error\":{\"message\":\"engine crashed\",\"code\":503}}\n\n"
+		}
 		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"hi\"}}]}\n\n"+
-			"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+			end+"data: [DONE]\n\n")
 		w.(http.Flusher).Flush()
 		if hold.Load() {
 			<-r.Context().Done() // the body's end never comes
@@ -737,13 +742,21 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 		post("/v1/messages", messagesBody(true), "event: message_stop")
 		post("/v1/responses", responsesBody(true), "event: response.completed")
 	}
+	// A stream the backend ends with its own error event (then [DONE])
+	// leaves its connection as whole.
+	fail.Store(true)
+	post("/v1/messages", messagesBody(true), "engine crashed")
+	post("/v1/responses", responsesBody(true), "event: response.failed")
+	fail.Store(false)
+	post("/v1/messages", messagesBody(true), "event: message_stop")
 	mu.Lock()
 	n := len(conns)
 	mu.Unlock()
 	// One, or two when a stall of either process (a loaded run) kept a
-	// body's end past the wait once; without the reading, six.
+	// body's end past the wait once; without the reading, nine (three
+	// when only streams that end in an error event close theirs).
 	if n > 2 {
-		t.Errorf("6 streams one after the other came on %d connections, want 1", n)
+		t.Errorf("9 streams one after the other came on %d connections, want 1", n)
 	}
 	hold.Store(true)
 	start := time.Now()
