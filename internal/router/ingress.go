@@ -552,12 +552,7 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {
-			err := tell(s, upstreamStatus(ev.data), errMsg)
-			if told, ok := err.(toldInStream); ok {
-				told.upstream = true
-				return told
-			}
-			return err
+			return tellUpstream(s, upstreamStatus(ev.data), errMsg)
 		}
 		if done {
 			return nil
@@ -578,6 +573,14 @@ func tell(s chunkSink, status int, message string) error {
 		return err
 	}
 	return toldInStream{status: status, message: message}
+}
+
+// tellUpstream is tell for the upstream's own error event.
+func tellUpstream(s chunkSink, status int, message string) error {
+	if err := s.fail(status, message); err != nil {
+		return err
+	}
+	return toldInStream{status: status, message: message, upstream: true}
 }
 
 // field is one member of an object.
