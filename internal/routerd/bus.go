@@ -84,18 +84,39 @@ func (d *Daemon) brokerCoverage() []admin.BrokerCoverage {
 	return out
 }
 
+// brokerTransport reports whether cfg's load signals go through brokers,
+// the only transport the coverage gauges describe.
+func brokerTransport(cfg *config.Config) bool {
+	return cfg.Dynamo.Enabled && cfg.Dynamo.Load.Transport == config.TransportBroker
+}
+
+// commitCoverage runs the coverage reporter while cfg's load signals go
+// through brokers, and only then: its ticker would otherwise wake an idle
+// router four times a second for nothing. d.mu is held.
+func (d *Daemon) commitCoverage(cfg *config.Config) {
+	switch on := brokerTransport(cfg); {
+	case on && d.coverageRun == nil:
+		d.coverageRun = d.start("broker coverage", d.reportCoverage)
+	case !on && d.coverageRun != nil:
+		d.coverageRun.stop(d.logger)
+		d.coverageRun = nil
+	}
+}
+
 // reportCoverage keeps the broker gauges up to date (transport: broker)
 // every coverageDebounce until ctx ends: sessions per configured
 // namespace, pending subscriptions per family and namespace, connected
 // subscriptions per family and configured broker. Series that no longer
-// apply are deleted; none are kept with another transport.
+// apply are deleted; when it ends because the transport changed, all of
+// them (none are kept with another transport).
 func (d *Daemon) reportCoverage(ctx context.Context) error {
 	t := time.NewTicker(coverageDebounce)
 	defer t.Stop()
-	var last coverageSeries
+	last := d.setCoverage(coverageSeries{})
 	for {
 		select {
 		case <-ctx.Done():
+			d.setCoverage(last) // the configuration of now: none with another transport
 			return nil
 		case <-t.C:
 		}

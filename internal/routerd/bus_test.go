@@ -22,6 +22,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/eventbus"
 	"github.com/continuum-router/continuum/internal/eventbus/agent"
+	"github.com/continuum-router/continuum/internal/routerd"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -125,6 +126,9 @@ func TestBrokerTransport(t *testing.T) {
 	}
 	f := startReload(t, busYAML("http://127.0.0.1:1", root, pki, "broker", true, ""))
 	testutil.Eventually(t, 10*time.Second, "the event bus listening", func() bool { return f.d.BusAddr() != "" })
+	if !routerd.CoverageRunning(f.d) {
+		t.Error("no broker coverage reporter with transport broker")
+	}
 
 	// Pending: nothing covers namespace a.
 	testutil.Eventually(t, 10*time.Second, "pending subscriptions", func() bool {
@@ -223,6 +227,10 @@ func TestBrokerTransport(t *testing.T) {
 	})
 	if v := f.workersView(); v.BrokerCoverage != nil {
 		t.Errorf("broker_coverage with transport direct: %+v", v.BrokerCoverage)
+	}
+	// Nothing to report with transport direct: no ticker wakes the router.
+	if routerd.CoverageRunning(f.d) {
+		t.Error("the broker coverage reporter runs with transport direct")
 	}
 	testutil.Eventually(t, 10*time.Second, "broker gauges gone", func() bool {
 		_, ok := series(t, f.metrics, "continuum_dynamo_broker_subscriptions", map[string]string{"family": "kv_metrics", "broker": "broker-a.dynamo"})

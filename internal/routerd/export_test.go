@@ -15,3 +15,10 @@ func KVParts(d *Daemon) (*kv.Index, *kv.Settings) {
 
 // ReloadDebounce is how long after a file event the file is read.
 const ReloadDebounce = reloadDebounce
+
+// CoverageRunning reports whether the broker coverage reporter runs.
+func CoverageRunning(d *Daemon) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.coverageRun != nil
+}

@@ -318,6 +318,7 @@ func (d *Daemon) commit(old, cfg *config.Config, plan config.Plan, p prepared) {
 	d.router.SetConfig(cfg)
 	d.swapListeners(old, cfg, p)
 	d.commitBus(old, cfg)
+	d.commitCoverage(cfg)
 
 	switch {
 	case old.Dynamo.Enabled && !cfg.Dynamo.Enabled:

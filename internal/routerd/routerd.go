@@ -113,11 +113,14 @@ type Daemon struct {
 
 	// mu serializes reloads with each other and with shutdown, and guards
 	// the parts and the reload status.
-	mu       sync.Mutex
-	dyn      dynamoParts
-	busRun   *part
-	partsCtx context.Context // set by Run
-	closed   bool            // Run is shutting down: no more reloads
+	mu     sync.Mutex
+	dyn    dynamoParts
+	busRun *part
+	// coverageRun keeps the broker gauges while the load signals go
+	// through brokers (reportCoverage); nil otherwise.
+	coverageRun *part
+	partsCtx    context.Context // set by Run
+	closed      bool            // Run is shutting down: no more reloads
 
 	// statusMu guards the reload status, read while a reload runs.
 	statusMu sync.Mutex
@@ -367,7 +370,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.Load().Dynamo.EventBus.Enabled {
 		d.startBus()
 	}
-	coverage := d.start("broker coverage", d.reportCoverage)
+	d.commitCoverage(d.cfg.Load())
 	routerRun := d.start("backend health checks", d.router.Run)
 	if d.cert != nil {
 		d.certRun = d.start("TLS certificate reloads", d.cert.run)
@@ -394,7 +397,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// A reload in progress finishes first (its own stops are bounded).
 	d.mu.Lock()
 	d.closed = true
-	stopParts(d.logger, d.dyn.watcherRun, d.dyn.loadRun, d.dyn.kv.part(), routerRun, d.certRun, d.busRun, coverage)
+	stopParts(d.logger, d.dyn.watcherRun, d.dyn.loadRun, d.dyn.kv.part(), routerRun, d.certRun, d.busRun, d.coverageRun)
 	d.mu.Unlock()
 	d.retiring.Wait()
 	if err == nil {
