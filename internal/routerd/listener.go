@@ -150,8 +150,10 @@ func (l *listener) acceptLoop() error {
 		delay = 0
 		if l.capped {
 			if l.open.Load() >= l.limit.Load() {
-				_ = c.Close()
+				// Counted before the close, which the refused client sees:
+				// whoever reads the counter after it has the refusal in it.
 				l.metrics.Overloaded.WithLabelValues(telemetry.OverloadConnections).Inc()
+				_ = c.Close()
 				continue
 			}
 			l.open.Add(1)
