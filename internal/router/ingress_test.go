@@ -723,8 +723,7 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // the body's end comes in a segment of its own
 	}))
 	defer be.Close()
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	cfg := oneBackend(be.URL, time.Minute)
 	rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: telemetry.NewRouterMetrics(nil)}).Handler())
 	post := func(path, body, last string) {
 		t.Helper()
@@ -792,8 +791,7 @@ func TestConvertedStreamClientLeaving(t *testing.T) {
 		}
 	}))
 	defer be.Close()
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	cfg := oneBackend(be.URL, time.Minute)
 	metrics := telemetry.NewRouterMetrics(nil)
 	rt := httptest.NewServer(router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
 	defer rt.Close()
