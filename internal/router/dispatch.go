@@ -293,8 +293,10 @@ func (l *logLimiter) allow(now time.Time) (skipped int, ok bool) {
 // last chunk of a chunked answer, or the bytes a length promised), which
 // a client reads as an error rather than as a complete answer.
 func (x *exchange) abort(res sendResult) {
-	x.s.logger.Warn("the backend's answer broke off after the client got part of it; the client's answer is cut short",
-		"path", x.path, "model", x.q.Model, "detail", res.detail)
+	if left, ok := x.s.failLog.allow(x.s.opts.Now()); ok {
+		x.s.logger.Warn("the backend's answer broke off after the client got part of it; the client's answer is cut short",
+			"path", x.path, "model", x.q.Model, "detail", res.detail, "not_logged_since_last", left)
+	}
 	panic(http.ErrAbortHandler)
 }
 
@@ -626,8 +628,11 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		if ub, ok := resp.Body.(*upBody); ok && told.upstream {
 			ub.readEnd() // what follows its error event is the stream's end
 		}
-		x.s.logger.Warn("the backend's answer broke off or carried an error after the client got part of it; the client was told in its stream",
-			"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message)
+		if left, ok := x.s.failLog.allow(x.s.opts.Now()); ok {
+			x.s.logger.Warn("the backend's answer broke off or carried an error after the client got part of it; the client was told in its stream",
+				"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message,
+				"not_logged_since_last", left)
+		}
 		return sendResult{outcome: shim.Told, status: resp.StatusCode, detail: "backend " + b.Name() + ": " + told.message}, false
 	}
 	if err != nil && !x.streamDone {

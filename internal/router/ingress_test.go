@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -816,5 +817,53 @@ func TestConvertedStreamClientLeaving(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the request counted", func() bool { return count("4xx")+count("5xx")+count("2xx") > 0 })
 	if count("4xx") != 1 || count("5xx") != 0 || count("2xx") != 0 {
 		t.Errorf("2xx %v, 4xx %v, 5xx %v: a client that left was counted otherwise than 499", count("2xx"), count("4xx"), count("5xx"))
+	}
+}
+
+// lockedBuffer is a log destination for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestConvertedStreamFailuresLogBounded: a backend that fails every stream
+// with its error event gets a warning a second, not one per request.
+func TestConvertedStreamFailuresLogBounded(t *testing.T) {
+	t.Parallel()
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"error\":{\"message\":\"engine crashed\",\"code\":503}}\n\ndata: [DONE]\n\n")
+	}))
+	defer be.Close()
+	var logs lockedBuffer
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, time.Minute), Metrics: telemetry.NewRouterMetrics(nil),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}).Handler())
+	const n = 10
+	for range n {
+		resp, err := http.Post(rt+"/v1/messages", "application/json", strings.NewReader(messagesBody(true)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	// One a second: ten requests take far less than ten seconds.
+	if lines := strings.Count(logs.String(), "the client was told in its stream"); lines < 1 || lines >= n {
+		t.Errorf("%d warnings for %d failed streams", lines, n)
 	}
 }
