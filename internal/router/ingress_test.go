@@ -689,6 +689,20 @@ func TestBufferedAnswerTooLarge(t *testing.T) {
 	}
 }
 
+// streamBackend serves serve's event streams to the POSTs it gets (the
+// router's health checks, GETs, get an empty 200); its URL.
+func streamBackend(t *testing.T, serve func(w http.ResponseWriter, r *http.Request)) string {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		serve(w, r)
+	}))
+	t.Cleanup(be.Close)
+	return be.URL
+}
+
 // TestConvertedStreamKeepsItsConnection: a Messages or Responses stream
 // returns at the backend's data: [DONE] (or its error event), and the end of the backend's
 // chunked body, written a moment later, is read too, so that the backend's
@@ -702,14 +716,10 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 		hold  atomic.Bool
 		fail  atomic.Bool
 	)
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			return
-		}
+	be := streamBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		conns[r.RemoteAddr] = true
 		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
 		end := "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
 		if fail.Load() {
 			end = "data: {\"error\":{\"message\":\"engine crashed\",\"code\":503}}\n\n"
@@ -722,9 +732,8 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 			return
 		}
 		time.Sleep(2 * time.Millisecond) // the body's end comes in a segment of its own
-	}))
-	defer be.Close()
-	cfg := oneBackend(be.URL, time.Minute)
+	})
+	cfg := oneBackend(be, time.Minute)
 	rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: telemetry.NewRouterMetrics(nil)}).Handler())
 	post := func(path, body, last string) {
 		t.Helper()
@@ -774,11 +783,7 @@ func TestConvertedStreamKeepsItsConnection(t *testing.T) {
 // the stream its leaving cut.
 func TestConvertedStreamClientLeaving(t *testing.T) {
 	t.Parallel()
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
+	be := streamBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		for {
 			if _, err := io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"more\"}}]}\n\n"); err != nil {
 				return
@@ -790,9 +795,8 @@ func TestConvertedStreamClientLeaving(t *testing.T) {
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-	}))
-	defer be.Close()
-	cfg := oneBackend(be.URL, time.Minute)
+	})
+	cfg := oneBackend(be, time.Minute)
 	metrics := telemetry.NewRouterMetrics(nil)
 	rt := httptest.NewServer(router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
 	defer rt.Close()
@@ -820,38 +824,15 @@ func TestConvertedStreamClientLeaving(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestConvertedStreamFailuresLogBounded: a backend that fails every stream
 // with its error event gets a warning a second, not one per request.
 func TestConvertedStreamFailuresLogBounded(t *testing.T) {
 	t.Parallel()
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
+	be := streamBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "data: {\"error\":{\"message\":\"engine crashed\",\"code\":503}}\n\ndata: [DONE]\n\n")
-	}))
-	defer be.Close()
-	var logs lockedBuffer
-	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be.URL, time.Minute), Metrics: telemetry.NewRouterMetrics(nil),
+	})
+	var logs testutil.SyncBuffer
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(be, time.Minute), Metrics: telemetry.NewRouterMetrics(nil),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}).Handler())
 	const n = 10
 	for range n {

@@ -1409,18 +1409,12 @@ func TestClientGoneWhileDiscoverySettles(t *testing.T) {
 // stream's body, was served: counted 2xx, not 499.
 func TestStreamServedWhenTheClientLeavesAfterDone(t *testing.T) {
 	t.Parallel()
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
+	be := streamBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done() // the body's end never comes before the cut
-	}))
-	defer be.Close()
-	cfg := config.Default()
-	cfg.Backends = []config.Backend{{Name: "b", Type: "openai", URL: be.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(time.Minute)}}
+	})
+	cfg := oneBackend(be, time.Minute)
 	metrics := telemetry.NewRouterMetrics(nil)
 	rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
 	resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
