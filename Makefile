@@ -39,7 +39,7 @@ test: ## run every test with the race detector
 # Packages with integration tests against a real kube-apiserver (build tag kube).
 KUBE_TEST_PKGS          = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build kube' internal cmd scripts)))
 
-test-kube: ## build kube-apiserver once (into CACHE) and run the kube-tagged integration tests
+test-kube: ## build kube-apiserver and kubectl once (into CACHE) and run the kube-tagged integration tests
 	scripts/kube-apiserver/build.sh
 	CONTINUUM_REQUIRE_KUBE=1 $(GO) test -race -tags kube -count=1 $(addprefix ./,$(KUBE_TEST_PKGS))
 

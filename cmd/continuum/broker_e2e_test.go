@@ -93,8 +93,14 @@ func serveConfig(t *testing.T, text string) (router, bus string, p *proc) {
 // from the file store at root, and returns it with its metrics URL.
 func startBroker(t *testing.T, fx *busFixture, bus, id, root string) (*proc, string) {
 	t.Helper()
+	return startBrokerAt(t, fx, bus, id, root, "127.0.0.1:0")
+}
+
+// startBrokerAt is startBroker with its metrics served on metricsAddr.
+func startBrokerAt(t *testing.T, fx *busFixture, bus, id, root, metricsAddr string) (*proc, string) {
+	t.Helper()
 	p := start(t, "broker", "--router", "https://"+bus, "--id", id, "--token-file", fx.tokens[id], "--ca-file", fx.pki.CAFile,
-		"--source", "file", "--file-root", root, "--dynamo-namespace", "dynamo", "--metrics-address", "127.0.0.1:0",
+		"--source", "file", "--file-root", root, "--dynamo-namespace", "dynamo", "--metrics-address", metricsAddr,
 		"--drain-grace", "3s", "--log-format", "json")
 	testutil.Eventually(t, 30*time.Second, "broker started", func() bool { return brokerUpRe.MatchString(p.errOut()) })
 	return p, "http://" + brokerUpRe.FindStringSubmatch(p.errOut())[1]

@@ -75,6 +75,7 @@ const (
 // Environment variables.
 const (
 	EnvBinary  = "CONTINUUM_KUBE_APISERVER"
+	EnvKubectl = "CONTINUUM_KUBECTL"
 	EnvRequire = "CONTINUUM_REQUIRE_KUBE"
 )
 
@@ -141,6 +142,29 @@ func BuiltBinary() (string, error) {
 		return "", err
 	}
 	return filepath.Join(cache, "kube-apiserver-"+version, "kube-apiserver"), nil
+}
+
+// Kubectl returns the upstream kubectl that scripts/kube-apiserver/build.sh
+// builds beside the server (of the server's version), or $CONTINUUM_KUBECTL;
+// without one it skips the test, or fails it where Start would.
+func Kubectl(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv(EnvKubectl)
+	if p == "" {
+		server, err := BuiltBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.Join(filepath.Dir(server), "kubectl")
+	}
+	if _, err := os.Stat(p); err != nil {
+		why := fmt.Sprintf("no kubectl (%v): run scripts/kube-apiserver/build.sh (or make test-kube), or set %s", err, EnvKubectl)
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatalf("kubectl required (%s=1): %s", EnvRequire, why)
+		}
+		testutil.SkipOrFailInCI(t, "skipping: %s", why)
+	}
+	return p
 }
 
 // kubernetesVersion returns the k8s.io/kubernetes version the wrapper
