@@ -30,7 +30,9 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 		case err == nil:
 			return finish(c), nil
 		case !errors.Is(err, rest.ErrNotInCluster):
-			return nil, fmt.Errorf("in-cluster credentials: %w", err)
+			// In a pod, but without the service account's token or CA
+			// (automountServiceAccountToken off): no retry mends that.
+			return nil, &discovery.ConfigError{Err: fmt.Errorf("in-cluster credentials: %w", err)}
 		}
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()

@@ -93,6 +93,25 @@ func TestOpenMisconfigured(t *testing.T) {
 	}
 }
 
+// TestOpenInClusterWithoutToken: a process in a pod (the service's
+// variables set) whose service account token is not mounted has a
+// configuration error too, reported at once.
+func TestOpenInClusterWithoutToken(t *testing.T) {
+	if _, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/token"); err == nil {
+		t.Skip("this process runs in a pod with a service account token")
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	pods := config.Default().Dynamo.Discovery
+	pods.Source = config.SourceKubernetesPods
+	// Were it taken for an unreachable source, Open would retry for 20 s.
+	_, err := sources.Open(t.Context(), &pods, kube.ClientOptions{}, nil, 20*time.Second)
+	var ce *discovery.ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "in-cluster credentials") {
+		t.Errorf("err = %v, want a configuration error about the in-cluster credentials", err)
+	}
+}
+
 // TestBackoffFloorAgrees: the floor the validator's warning promises for a
 // zero initial backoff is the one the watcher applies.
 func TestBackoffFloorAgrees(t *testing.T) {
