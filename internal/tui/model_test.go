@@ -752,3 +752,28 @@ func TestRanksPerWorkerBounded(t *testing.T) {
 	}
 	_ = m.Render()
 }
+
+// TestFleetColumnsFit: at every width the fleet view's columns are whole,
+// its states included (a layout is used only where all of it fits), and
+// the worker ids and first-seen times come in as room allows.
+func TestFleetColumnsFit(t *testing.T) {
+	for w := 76; w <= 180; w++ {
+		lines := strings.Split(loaded(t, w, 14).Render(), "\n")
+		head := lines[3]
+		if strings.Contains(head, "…") || !strings.Contains(head, "STATE") {
+			t.Errorf("width %d: the header is cut: %q", w, head)
+		}
+		if got, want := strings.Contains(head, "WORKER ID"), w >= 113; got != want {
+			t.Errorf("width %d: worker ids shown %v, want %v", w, got, want)
+		}
+		if got, want := strings.Contains(head, "FIRST SEEN"), w >= 143; got != want {
+			t.Errorf("width %d: first seen shown %v, want %v", w, got, want)
+		}
+		frameText := strings.Join(lines, "\n")
+		for _, state := range []string{"fresh", "stale", "none"} {
+			if !strings.Contains(frameText, state) {
+				t.Errorf("width %d: no whole %q state", w, state)
+			}
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/continuum-router/continuum/internal/iostreams"
 )
 
-// wide is the width from which the fleet view shows its extra columns.
+// wide is the width from which the problems view shows its extra column.
 const wide = 120
 
 // View is the program's frame: the screen Render draws, on the
@@ -217,14 +217,47 @@ func cell(s string, c column) string {
 	}
 }
 
-func (m Model) fleetColumns(w int) (cols []column, kvBar, pfBar int) {
-	if w >= wide {
-		return []column{{"INSTANCE", 16, false}, {"WORKER ID", 20, false}, {"RANK", 4, true},
-			{"DECODE/KV BLOCKS", 30, false}, {"PREFILL TOKENS", 26, false}, {"SEL/S", 6, true},
-			{"AGE", 6, true}, {"STATE", 6, false}, {"FIRST SEEN", 19, false}}, 16, 12
+// fleetLayout is a set of the fleet view's columns and the widths of its
+// two gauges' bars (a gauge's column holds its bar, a space and up to 13
+// characters of figures).
+type fleetLayout struct {
+	cols         []column
+	kvBar, pfBar int
+}
+
+// fleetLayouts, widest first: each is used where all of it fits (see
+// fleetColumns), so that a column is never cut.
+var fleetLayouts = []fleetLayout{
+	{[]column{{"INSTANCE", 16, false}, {"WORKER ID", 20, false}, {"RANK", 4, true},
+		{"DECODE/KV BLOCKS", 30, false}, {"PREFILL TOKENS", 26, false}, {"SEL/S", 6, true},
+		{"AGE", 6, true}, {"STATE", 6, false}, {"FIRST SEEN", 19, false}}, 16, 12},
+	{[]column{{"INSTANCE", 16, false}, {"WORKER ID", 20, false}, {"RANK", 4, true},
+		{"DECODE/KV BLOCKS", 24, false}, {"PREFILL TOKENS", 22, false}, {"SEL/S", 6, true},
+		{"AGE", 6, true}, {"STATE", 6, false}}, 10, 8},
+	{[]column{{"INSTANCE", 16, false}, {"RK", 3, true}, {"DECODE/KV BLOCKS", 18, false},
+		{"PREFILL TOKENS", 16, false}, {"SEL/S", 5, true}, {"AGE", 5, true}, {"STATE", 5, false}}, 8, 6},
+}
+
+// lineWidth is what a row of cols takes: the cursor's two columns, the
+// cells and a space between each two.
+func lineWidth(cols []column) int {
+	n := 2 + len(cols) - 1
+	for _, c := range cols {
+		n += c.width
 	}
-	return []column{{"INSTANCE", 16, false}, {"RK", 3, true}, {"DECODE/KV BLOCKS", 18, false},
-		{"PREFILL TOKENS", 16, false}, {"SEL/S", 5, true}, {"AGE", 5, true}, {"STATE", 5, false}}, 8, 6
+	return n
+}
+
+// fleetColumns is the widest layout that fits w (the narrowest below all).
+func (m Model) fleetColumns(w int) (cols []column, kvBar, pfBar int) {
+	l := fleetLayouts[len(fleetLayouts)-1]
+	for _, f := range fleetLayouts {
+		if lineWidth(f.cols) <= w {
+			l = f
+			break
+		}
+	}
+	return l.cols, l.kvBar, l.pfBar
 }
 
 func (m Model) fleetBody(w, h int) []string {
