@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/router"
@@ -34,7 +36,7 @@ type busyHarness struct {
 	mu  sync.Mutex
 }
 
-func newBusyHarness(t *testing.T, edit func(*config.Config)) *busyHarness {
+func newBusyHarness(t *testing.T, edit func(*config.Config), opts ...func(*router.Options)) *busyHarness {
 	t.Helper()
 	h := &busyHarness{harness: &harness{fe: fleetsim.NewFrontend(), reducer: fleet.NewReducer()}}
 	feSrv := httptest.NewServer(h.fe)
@@ -57,7 +59,11 @@ func newBusyHarness(t *testing.T, edit func(*config.Config)) *busyHarness {
 	h.store = load.NewStore(time.Minute, nil)
 	h.store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 10}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 20}: {DPSize: 2}})
 	h.metrics = telemetry.NewRouterMetrics(nil)
-	h.srv = router.New(router.Options{Config: cfg, Registry: h.reg, Store: h.store, Metrics: h.metrics, Gatherer: prometheus.NewRegistry()})
+	o := router.Options{Config: cfg, Registry: h.reg, Store: h.store, Metrics: h.metrics, Gatherer: prometheus.NewRegistry()}
+	for _, f := range opts {
+		f(&o)
+	}
+	h.srv = router.New(o)
 	h.srv.SetReady(true)
 	h.router = serveRouter(t, h.srv.Handler())
 	h.setLoad(t, 10, 0, 0)
@@ -218,5 +224,98 @@ func TestBusyQueue(t *testing.T) {
 	}
 	if h.waits(telemetry.QueueTimeout) != 1 || h.busyRefusals(telemetry.BusyQueueTimeout) != 1 {
 		t.Fatal("the expired wait was not counted")
+	}
+}
+
+// TestFallbackEndsTheDispatch: a pinned dispatch that fails and falls
+// back to a unified backend has ended as far as its workers' stall goes:
+// however long the fallback takes, the prefill worker it was pinned to,
+// which has sent no sample since, is not taken for stalled (and passed
+// over for a costlier one) by the requests that follow.
+func TestFallbackEndsTheDispatch(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	offset := time.Duration(0)
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Add(offset)
+	}
+	release := make(chan struct{})
+	hits := make(chan struct{}, 2)
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[]}`))
+	}))
+	t.Cleanup(plain.Close)
+	t.Cleanup(func() { close(release) })
+	h := newBusyHarness(t, func(c *config.Config) {
+		c.Dynamo.Load.BusyThreshold = nil
+		c.DisaggregatedServing.FallbackToUnified = true
+		c.Backends = append(c.Backends, config.Backend{Name: "plain", Type: "openai", URL: plain.URL, Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(10 * time.Second)})
+	}, func(o *router.Options) { o.Now = now })
+	// A second prefill worker, 11, far costlier than 10 (a backlog of
+	// 8,000 prompt tokens against none).
+	worker(h.reducer, "dynamo", "prefill", "Prefill", 11, 0)
+	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{20})
+	h.store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 10}: {DPSize: 1},
+		{Namespace: "dynamo", InstanceID: 11}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 20}: {DPSize: 2}})
+	h.setLoad(t, 10, 0, 0)
+	backlog, zero := uint64(8000), uint64(0)
+	h.mu.Lock()
+	h.seq++
+	seq := h.seq
+	h.mu.Unlock()
+	if r := h.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: 11, DPRank: 0, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &backlog, KVUsedBlocks: &zero},
+		Namespace: load.NS("dynamo"), PublisherID: 11, Sequence: seq, ReceivedAt: time.Now()}); r != "" {
+		t.Fatal(r)
+	}
+	// A prompt of several blocks: a dispatch a silent worker may stall on.
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, strings.Repeat("the quick brown fox jumps over the lazy dog ", 20))
+	send := func() <-chan int {
+		ch := make(chan int, 1)
+		go func() {
+			resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				ch <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			ch <- resp.StatusCode
+		}()
+		return ch
+	}
+	h.fe.Status = http.StatusInternalServerError // the first dispatch fails and falls back
+	first := send()
+	select {
+	case <-hits: // its fallback runs, and holds
+	case code := <-first:
+		t.Fatalf("the first request ended with %d before its fallback", code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request did not fall back")
+	}
+	mu.Lock()
+	offset = pick.StallAfter + time.Second
+	mu.Unlock()
+	h.fe.Status = 0
+	second := send()
+	if code := <-second; code != http.StatusOK {
+		t.Fatalf("the second request: %d", code)
+	}
+	reqs := h.fe.Requests()
+	if len(reqs) != 2 || reqs[0].Prefill == nil || reqs[1].Prefill == nil || *reqs[0].Prefill != 10 || *reqs[1].Prefill != 10 {
+		var got []any
+		for _, r := range reqs {
+			got = append(got, r.DynamoHeaders)
+		}
+		t.Fatalf("want both dispatches' prefill on the cheaper worker 10 (the failed one's not taken for stalled): %v", got)
+	}
+	release <- struct{}{}
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first request: %d", code)
 	}
 }

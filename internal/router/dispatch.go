@@ -156,10 +156,21 @@ func (x *exchange) route() {
 		}
 		return
 	}
-	defer func() {
-		d.Done()
-		x.s.queue.notify() // a worker may have room for a waiting request
-	}()
+	// The dispatch ends (in the picker's accounting: it no longer counts
+	// towards its workers' stall) when it is answered or fails, not after a
+	// unified fallback it takes no part in: a fallback held longer than
+	// pick.StallAfter would have had a worker that publishes no load
+	// samples taken for stalled. (What it booked stays until the workers'
+	// next samples, as for any finished dispatch.)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			d.Done()
+			x.s.queue.notify() // a worker may have room for a waiting request
+		}
+	}
+	defer release()
 	m := x.s.opts.Metrics
 	// Only a pinned dispatch carries the router's tokens; a plain fallback
 	// sends the body as it was.
@@ -208,6 +219,7 @@ func (x *exchange) route() {
 		x.fail(http.StatusServiceUnavailable, CodePrefillDecodeUnavailable, "",
 			"the Dynamo frontend requires a prefill worker the router did not pin; the fleet view is out of date")
 	case shim.FallBack:
+		release()
 		x.plain(shim.PathFallback)
 	case shim.FailDecode:
 		x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "", "the pinned Dynamo dispatch failed: "+x.failure(res))
