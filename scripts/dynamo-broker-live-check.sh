@@ -12,12 +12,15 @@
 #   2. load freshness: for --window seconds, once a second, the router's
 #      /admin/dynamo/load and /metrics: kv_metrics and kv-events frames
 #      decoded, the longest a worker rank with load went without a sample
-#      (against --max-staleness-ms), and the share of selections made on
-#      fresh load (reason="load") against round robin over stale load
-#      (reason="round_robin_stale").
+#      (against --max-staleness-ms), and, by role, the share of selections
+#      made on fresh load (reason="load" or "kv_aware") against round robin
+#      (reason="round_robin_stale"; the decode share is held to
+#      --min-fresh-share).
 #   3. relay latency (only with --probe-image): a one-off non-root pod in the
 #      broker namespace times TCP and TLS handshakes with the bus address;
-#      half the median handshake is reported as the one-way estimate.
+#      half the median TCP+TLS handshake is reported as the one-way
+#      estimate (an upper bound: it is about a round trip), with half the
+#      TCP handshake's round trip beside it.
 #
 # Nothing is created in the cluster without --probe-image; the router is
 # only read (its admin API logs each call). Exit status: 0 when every check
@@ -30,8 +33,15 @@
 #       --window 300 --max-staleness-ms 3000 \
 #       --probe-image curlimages/curl:8.11.1 --bus-url https://BUS_HOST:PORT
 #
-# Needs curl and jq; kubectl for the broker pods and the probe.
+# Needs bash 4.4 or later, curl and jq; kubectl for the broker pods and the
+# probe.
 set -euo pipefail
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then
+  echo "dynamo-broker-live-check: needs bash 4.4 or later (this is $BASH_VERSION)" >&2
+  exit 2
+fi
+# Numbers are read and printed with a point, whatever the user's locale.
+export LC_ALL=C
 
 usage() {
   cat <<'EOF'
@@ -48,8 +58,10 @@ usage: ROUTER_ADMIN_TOKEN=... dynamo-broker-live-check.sh --router-url URL [opti
   --window SECONDS          how long check 2 watches (default 300)
   --max-staleness-ms MS     the longest a loaded worker rank may go without a sample
                             (default 3000, the router's dynamo.load.max_staleness default)
-  --min-fresh-share F       the least share of selections made on fresh load (default 0.99)
-  --probe-image IMAGE       run check 3 from a one-off pod of IMAGE (it needs sh and curl)
+  --min-fresh-share F       the least share of decode selections made on fresh load
+                            (default 0.99)
+  --probe-image IMAGE       run check 3 from a one-off pod of IMAGE (it needs sh, seq and
+                            a curl with HTTP/2)
   --bus-url URL             the router's event bus address as the brokers dial it (check 3)
   --probes N                handshakes check 3 times (default 20)
   --probe-timeout SECONDS   how long the probe pod may take to start (default 120)
@@ -89,7 +101,10 @@ while (($#)); do
   --context) context=$value ;;
   --namespace) namespace=$value ;;
   --selector) selector=$value ;;
-  --broker-metrics-url) broker_urls+=("${value%/}") ;;
+  --broker-metrics-url)
+    value=${value%/}
+    broker_urls+=("${value%/metrics}")
+    ;;
   --window) window=$value ;;
   --max-staleness-ms) max_staleness_ms=$value ;;
   --min-fresh-share) min_fresh_share=$value ;;
@@ -109,6 +124,8 @@ done
 [[ "$max_staleness_ms" =~ ^[0-9]+$ && "$max_staleness_ms" -gt 0 ]] || die "--max-staleness-ms must be a positive number of milliseconds, not $max_staleness_ms"
 [[ "$probes" =~ ^[0-9]+$ && "$probes" -gt 0 ]] || die "--probes must be a positive number, not $probes"
 [[ "$probe_timeout" =~ ^[0-9]+$ && "$probe_timeout" -gt 0 ]] || die "--probe-timeout must be a positive number of seconds, not $probe_timeout"
+# Leading zeros are decimal here, not octal.
+window=$((10#$window)) max_staleness_ms=$((10#$max_staleness_ms)) probes=$((10#$probes)) probe_timeout=$((10#$probe_timeout))
 awk -v f="$min_fresh_share" 'BEGIN { exit !(f ~ /^(0|1)?(\.[0-9]+)?$/ && f != "" && f != "." && f + 0 <= 1) }' ||
   die "--min-fresh-share must be a number from 0 to 1, not $min_fresh_share"
 if [[ -n "$probe_image" ]]; then
@@ -126,9 +143,11 @@ if [[ -n "$namespace" ]]; then
 fi
 
 kube() {
-  local args=()
-  [[ -n "$context" ]] && args+=(--context "$context")
-  "$kubectl_bin" "${args[@]}" "$@"
+  if [[ -n "$context" ]]; then
+    "$kubectl_bin" --context "$context" "$@"
+  else
+    "$kubectl_bin" "$@"
+  fi
 }
 
 curl_opts=(--silent --show-error --fail --max-time 10)
@@ -152,7 +171,8 @@ metric_sum() {
       sub(/\{.*/, "", base)
       if (base != name) next
       for (i = 1; i <= n; i++) if (index(series, labels[i]) == 0) next
-      sum += $NF
+      # NaN and infinities (a gauge may be either) add nothing.
+      if ($NF ~ /^[-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/) sum += $NF
     }
     END { printf "%.0f\n", sum }'
 }
@@ -184,6 +204,8 @@ broker_report() {
 
 echo "== 1. bus connection"
 workers=$(router_get /admin/dynamo/workers) || die "GET $router_url/admin/dynamo/workers failed (URL, admin token, CA?)"
+jq -e 'type == "object" and has("subscriptions")' <<<"$workers" >/dev/null 2>&1 ||
+  die "$router_url/admin/dynamo/workers did not answer with the router's workers view"
 if [[ $(jq -r '.enabled' <<<"$workers") != true ]]; then
   fail "Dynamo discovery is not enabled on the router"
 elif [[ $(jq -r 'has("broker_coverage")' <<<"$workers") != true ]]; then
@@ -211,14 +233,21 @@ metrics=$(router_get /metrics) || die "GET $router_url/metrics failed"
 info "router: continuum_dynamo_event_bus_sessions $(metric_sum continuum_dynamo_event_bus_sessions <<<"$metrics")"
 
 if ((use_kube)); then
-  pods=$(kube -n "$namespace" get pods -l "$selector" \
-    -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.phase}{" "}{.spec.containers[*].ports[?(@.name=="metrics")].containerPort}{"\n"}{end}') ||
+  # Pods that have finished (an evicted one of a Deployment stays listed
+  # as Failed) are not brokers any more.
+  pods=$(kube -n "$namespace" get pods -l "$selector" --field-selector=status.phase!=Succeeded,status.phase!=Failed --request-timeout=20s \
+    -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.phase}{" "}{.metadata.deletionTimestamp}{"|"}{.spec.containers[*].ports[?(@.name=="metrics")].containerPort}{"\n"}{end}') ||
     die "kubectl could not list the pods of $selector in $namespace"
   if [[ -z "$pods" ]]; then
     fail "no broker pods match $selector in namespace $namespace"
   fi
-  while read -r pod phase port; do
+  while read -r pod phase rest; do
     [[ -n "$pod" ]] || continue
+    deleting=${rest%%|*} port=${rest#*|}
+    if [[ -n "$deleting" ]]; then
+      warn "broker pod $pod is terminating (since $deleting): not checked"
+      continue
+    fi
     if [[ "$phase" != Running ]]; then
       fail "broker pod $pod is $phase"
       continue
@@ -227,7 +256,7 @@ if ((use_kube)); then
       warn "broker pod $pod has no container port named metrics: its metrics not read"
       continue
     fi
-    if ! bm=$(kube get --raw "/api/v1/namespaces/$namespace/pods/$pod:${port%% *}/proxy/metrics" 2>&1); then
+    if ! bm=$(kube get --raw "/api/v1/namespaces/$namespace/pods/$pod:${port%% *}/proxy/metrics" --request-timeout=10s 2>&1); then
       warn "broker pod $pod: metrics not readable through the API server (pods/proxy): ${bm//$'\n'/ }"
       continue
     fi
@@ -246,24 +275,33 @@ if ((!use_kube)) && ((${#broker_urls[@]} == 0)); then
 fi
 
 echo "== 2. load freshness ($window s)"
-# Per rank: the largest age a sample had when the rank carried load, over
-# the polls. A rank whose last sample is old and all zero is an idle
-# worker that has nothing to publish ("quiet"), not a gap.
+# Per rank: the largest age its sample had, at a poll, while it carried
+# load (one of its three figures above zero). A rank whose last sample is
+# all zero is idle, with nothing to publish, and is no gap however old its
+# sample (the router calls it quiet). Polls come about a second apart, so
+# a gap reads up to that much short.
 declare -A worst=()
 stale_polls=0
 first=$metrics
 last=$metrics
 polls=0
+router_max="?"
 deadline=$((SECONDS + window))
 while :; do
-  if view=$(router_get /admin/dynamo/load 2>/dev/null); then
+  if view=$(router_get /admin/dynamo/load 2>/dev/null) &&
+    rows=$(jq -r '.max_staleness_ms as $max | "max \($max)", (.samples[]
+      | select((.active_decode_blocks // 0) > 0 or (.active_prefill_tokens // 0) > 0 or (.kv_used_blocks // 0) > 0)
+      | "\(.worker_id)/\(.dp_rank) \(.age_ms) \(.state)")' <<<"$view" 2>/dev/null); then
     polls=$((polls + 1))
     while read -r rank age state; do
       [[ -n "$rank" ]] || continue
+      if [[ "$rank" == max ]]; then
+        router_max=$age
+        continue
+      fi
       if [[ "$state" == stale ]]; then stale_polls=$((stale_polls + 1)); fi
       if [[ -z "${worst[$rank]:-}" || "$age" -gt "${worst[$rank]}" ]]; then worst[$rank]=$age; fi
-    done < <(jq -r '.samples[] | select(.state == "fresh" or .state == "stale") | "\(.worker_id)/\(.dp_rank) \(.age_ms) \(.state)"' <<<"$view")
-    router_max=$(jq -r '.max_staleness_ms' <<<"$view")
+    done <<<"$rows"
   else
     warn "a poll of /admin/dynamo/load failed"
   fi
@@ -277,11 +315,10 @@ load_dropped=$(($(delta continuum_dynamo_load_events_total) - load_frames))
 kv_frames=$(delta continuum_dynamo_kv_events_total 'result="accepted"')
 kv_dropped=$(($(delta continuum_dynamo_kv_events_total) - kv_frames))
 info "frames decoded: kv_metrics $load_frames accepted ($load_dropped dropped), kv-events $kv_frames accepted ($kv_dropped not indexed)"
-info "${#worst[@]} ranks with load seen over $polls polls; the router's max_staleness ${router_max:-?} ms"
-fresh=$(delta continuum_dynamo_selection_total 'reason="load"')
-stale=$(delta continuum_dynamo_selection_total 'reason="round_robin_stale"')
+info "${#worst[@]} ranks carried load over $polls polls; the router's max_staleness $router_max ms"
+routed=$(delta continuum_dynamo_selection_total)
 # Workers publish kv_metrics as they work: an idle fleet sends none.
-if ((load_frames == 0 && fresh + stale > 0)); then
+if ((load_frames == 0 && routed > 0)); then
   fail "no kv_metrics sample arrived in the window, under traffic"
 elif ((load_frames == 0)); then
   warn "no kv_metrics sample arrived in the window, and no request was routed: an idle fleet publishes none"
@@ -297,39 +334,59 @@ elif ((gap > max_staleness_ms)); then
 else
   pass "longest gap ${gap} ms (rank $gap_rank) within ${max_staleness_ms} ms"
 fi
-if ((fresh + stale == 0)); then
-  warn "no load-aware selections during the window (no traffic): the fresh share not measured"
-elif awk -v f="$fresh" -v s="$stale" -v min="$min_fresh_share" 'BEGIN { exit !(f / (f + s) >= min) }'; then
-  pass "selections on fresh load: $fresh of $((fresh + stale)) (round_robin_stale $stale)"
-else
-  fail "selections on fresh load: $fresh of $((fresh + stale)) (round_robin_stale $stale), under $min_fresh_share"
-fi
+# Selections by role: on fresh load (reason "load", or "kv_aware" with
+# KV-aware routing) or round robin. A decode pick always has a figure to
+# rank by (kv_used_blocks at least), so a round-robin one means stale
+# load; a prefill pool whose workers send no active_prefill_tokens (Dynamo
+# 1.4.2's vLLM workers) is taken in turn on fresh load too, so its share
+# is reported, not held to the bound.
+for role in decode prefill; do
+  fresh=$(($(delta continuum_dynamo_selection_total "role=\"$role\"" 'reason="load"') +
+    $(delta continuum_dynamo_selection_total "role=\"$role\"" 'reason="kv_aware"')))
+  stale=$(delta continuum_dynamo_selection_total "role=\"$role\"" 'reason="round_robin_stale"')
+  line="$role selections on fresh load: $fresh of $((fresh + stale)) (round_robin_stale $stale)"
+  if ((fresh + stale == 0)); then
+    warn "no $role selections during the window: the fresh share not measured"
+  elif [[ "$role" == prefill ]]; then
+    info "$line"
+  elif awk -v f="$fresh" -v s="$stale" -v min="$min_fresh_share" 'BEGIN { exit !(f / (f + s) >= min) }'; then
+    pass "$line"
+  else
+    fail "$line, under $min_fresh_share"
+  fi
+done
 
 if [[ -n "$probe_image" ]]; then
   echo "== 3. relay latency (from $namespace to $bus_url, $probes handshakes)"
   pod="continuum-live-check-$(date +%s)-$RANDOM"
+  errs=$(mktemp)
+  trap 'kube -n "$namespace" delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true; rm -f "$errs"' EXIT
   # Only handshakes are timed: no credential is sent, and the bus answers
   # the bare request with a refusal that is not read.
-  script="for i in \$(seq $probes); do curl -sk -o /dev/null --max-time 5 -w '%{time_connect} %{time_appconnect}\\n' '${bus_url%/}/' || true; done"
+  script="for i in \$(seq $probes); do curl -sk --http2 -o /dev/null --max-time 5 -w 'probe %{time_namelookup} %{time_connect} %{time_appconnect}\\n' '${bus_url%/}/' || true; done"
   overrides=$(jq -cn --arg name "$pod" --arg image "$probe_image" --arg script "$script" '{spec: {
     securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: "RuntimeDefault"}},
     containers: [{name: $name, image: $image, command: ["sh", "-c", $script],
       securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: ["ALL"]}}}]}}')
-  trap 'kube -n "$namespace" delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
   if out=$(kube -n "$namespace" run "$pod" --image "$probe_image" --restart=Never --quiet --attach --rm \
-    --pod-running-timeout="${probe_timeout}s" --overrides "$overrides" 2>&1); then
-    times=$(awk '$2 > 0 { print $1 * 1000, $2 * 1000 }' <<<"$out")
+    --pod-running-timeout="${probe_timeout}s" --overrides "$overrides" 2>"$errs"); then
+    # Lines of the probe's own format only (kubectl may add warnings), of
+    # handshakes that completed: TCP (connect less name lookup) and TCP+TLS
+    # (TLS done less name lookup), in ms.
+    times=$(awk '$1 == "probe" && NF == 4 && $2 ~ /^[0-9.]+$/ && $3 ~ /^[0-9.]+$/ && $4 ~ /^[0-9.]+$/ && $4 + 0 > 0 {
+      printf "%.3f %.3f\n", ($3 - $2) * 1000, ($4 - $2) * 1000 }' <<<"$out")
     n=$(grep -c . <<<"$times" || true)
     if ((n == 0)); then
-      fail "no handshake with $bus_url completed from the probe pod: ${out//$'\n'/ }"
+      fail "no handshake with $bus_url completed from the probe pod: $(tr '\n' ' ' <<<"$out" | cut -c1-300)"
     else
       median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
       tcp=$(awk '{ print $1 }' <<<"$times" | median)
       tls=$(awk '{ print $2 }' <<<"$times" | median)
-      pass "$n of $probes handshakes: median TCP connect $(printf '%.2f' "$tcp") ms, TCP+TLS $(printf '%.2f' "$tls") ms; one-way estimate (half of it) $(awk -v t="$tls" 'BEGIN { printf "%.2f", t / 2 }') ms"
+      pass "$(awk -v n="$n" -v p="$probes" -v tcp="$tcp" -v tls="$tls" 'BEGIN {
+        printf "%d of %d handshakes: median TCP %.2f ms, TCP+TLS %.2f ms; one-way estimate (half of TCP+TLS) %.2f ms, half the TCP round trip %.2f ms", n, p, tcp, tls, tls / 2, tcp / 2 }')"
     fi
   else
-    fail "the probe pod did not run: ${out//$'\n'/ }"
+    fail "the probe pod did not run: $(tr '\n' ' ' <"$errs" | cut -c1-300)"
   fi
 fi
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,28 +75,32 @@ func TestBrokerLiveCheck(t *testing.T) {
 		return connectedThrough(workers(t, router), 6, "broker", brokerA)
 	})
 
-	// Traffic through the window, so that selections are counted; prompts
+	// Traffic through the window, so that selections are counted: prompts
 	// of whole blocks, new ones each time, so that the prefill worker
-	// publishes KV events.
+	// publishes KV events, and answers long enough that the decode workers
+	// carry load when the check polls.
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := uint64(1); ; i += 2 {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
+	var wg sync.WaitGroup
+	for c := range uint64(3) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1000 * c; ; i += 2 {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				body := fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","max_tokens":256,"messages":[{"role":"user","content":%q}]}`,
+					workload.BlockText(i)+workload.BlockText(i+1))
+				if resp, err := http.Post(router+"/v1/chat/completions", "application/json", strings.NewReader(body)); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
 			}
-			body := fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","max_tokens":2,"messages":[{"role":"user","content":%q}]}`,
-				workload.BlockText(i)+workload.BlockText(i+1))
-			if resp, err := http.Post(router+"/v1/chat/completions", "application/json", strings.NewReader(body)); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
 
 	out, code := liveCheck(t, admin, "--router-url", router, "--broker-metrics-url", metricsURL, "--window", "3")
 	t.Logf("broker up:\n%s", out)
@@ -107,7 +112,7 @@ func TestBrokerLiveCheck(t *testing.T) {
 		"PASS  namespaces covered: dynamo by " + brokerA,
 		"continuum_dynamo_event_bus_sessions 1",
 		"PASS  broker at " + metricsURL + ": session up, 6 streams relayed",
-		"PASS  selections on fresh load: ",
+		"PASS  decode selections on fresh load: ",
 		"== result: passed",
 	} {
 		if !strings.Contains(out, want) {

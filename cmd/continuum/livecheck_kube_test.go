@@ -197,7 +197,7 @@ exec sh -c "$(jq -r '.spec.containers[0].command[2]' <<<"$overrides")"
 	localArgs[slices.Index(localArgs, kubectl)] = local
 	out, code = liveCheck(t, env, append(localArgs, "--probe-image", "curlimages/curl:8.11.1", "--bus-url", "https://"+bus, "--probes", "5")...)
 	t.Logf("the probe's command run here:\n%s", out)
-	if code != 0 || !regexp.MustCompile(`PASS  5 of 5 handshakes: median TCP connect \d+\.\d\d ms, TCP\+TLS \d+\.\d\d ms; one-way estimate \(half of it\) \d+\.\d\d ms`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`PASS  5 of 5 handshakes: median TCP \d+\.\d\d ms, TCP\+TLS \d+\.\d\d ms; one-way estimate \(half of TCP\+TLS\) \d+\.\d\d ms, half the TCP round trip \d+\.\d\d ms`).MatchString(out) {
 		t.Errorf("exit %d with the probe's command run here, want 0 and the timing", code)
 	}
 
