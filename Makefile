@@ -37,11 +37,14 @@ test: ## run every test with the race detector
 	$(GO) test -race -shuffle=on ./...
 
 # Packages with integration tests against a real kube-apiserver (build tag kube).
+# cmd/continuum's other tests (process-level, minutes long) have run in make
+# test: there, only the kube tests run (their names end in Kube).
 KUBE_TEST_PKGS          = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build kube' internal cmd scripts)))
 
 test-kube: ## build kube-apiserver and kubectl once (into CACHE) and run the kube-tagged integration tests
 	scripts/kube-apiserver/build.sh
-	CONTINUUM_REQUIRE_KUBE=1 $(GO) test -race -tags kube -count=1 $(addprefix ./,$(KUBE_TEST_PKGS))
+	CONTINUUM_REQUIRE_KUBE=1 $(GO) test -race -tags kube -count=1 $(addprefix ./,$(filter-out cmd/continuum/,$(KUBE_TEST_PKGS)))
+	CONTINUUM_REQUIRE_KUBE=1 $(GO) test -race -tags kube -count=1 -run 'Kube$$' ./cmd/continuum/
 
 deploy-check: $(HELM) $(KUSTOMIZE) ## render the Helm chart and Kustomize overlays (pinned helm, kustomize) and check them
 	$(HELM) lint --strict scripts/deploy/helm/continuum --set dynamoPodDiscovery.enabled=true --set dynamoPodDiscovery.model=m

@@ -145,9 +145,13 @@ func TestBrokerLiveCheckKube(t *testing.T) {
 	}
 	var probe *corev1.Pod
 	deleted := false
+	deadline := time.After(30 * time.Second)
 	for !deleted {
 		select {
-		case ev := <-w.ResultChan():
+		case ev, open := <-w.ResultChan():
+			if !open {
+				t.Fatalf("the watch of the pods ended (probe pod created: %v)", probe != nil)
+			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok || !strings.HasPrefix(p.Name, "continuum-live-check-") {
 				continue
@@ -156,7 +160,7 @@ func TestBrokerLiveCheckKube(t *testing.T) {
 				probe = p
 			}
 			deleted = ev.Type == "DELETED"
-		case <-time.After(30 * time.Second):
+		case <-deadline:
 			t.Fatalf("the probe pod was not created and deleted (created: %v)", probe != nil)
 		}
 	}
@@ -187,7 +191,7 @@ for a in "$@"; do
   [[ "$prev" == --overrides ]] && overrides=$a
   prev=$a
 done
-((run)) || exec ` + kubectl + ` "$@"
+((run)) || exec ` + strconv.Quote(kubectl) + ` "$@"
 exec sh -c "$(jq -r '.spec.containers[0].command[2]' <<<"$overrides")"
 `
 	if err := os.WriteFile(local, []byte(wrapper), 0o755); err != nil {

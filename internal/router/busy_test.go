@@ -250,13 +250,15 @@ func TestFallbackEndsTheDispatch(t *testing.T) {
 		_, _ = w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[]}`))
 	}))
 	t.Cleanup(plain.Close)
-	t.Cleanup(func() { close(release) })
 	h := newBusyHarness(t, func(c *config.Config) {
 		c.Dynamo.Load.BusyThreshold = nil
 		c.DisaggregatedServing.FallbackToUnified = true
 		c.Backends = append(c.Backends, config.Backend{Name: "plain", Type: "openai", URL: plain.URL, Role: config.RoleUnified,
 			Enabled: true, Timeout: config.Duration(10 * time.Second)})
 	}, func(o *router.Options) { o.Now = now })
+	// Registered after the harness, so run before its servers shut down:
+	// a fallback still held is let go first.
+	t.Cleanup(func() { close(release) })
 	// A second prefill worker, 11, far costlier than 10 (a backlog of
 	// 8,000 prompt tokens against none).
 	worker(h.reducer, "dynamo", "prefill", "Prefill", 11, 0)

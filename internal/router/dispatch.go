@@ -156,9 +156,10 @@ func (x *exchange) route() {
 		}
 		return
 	}
-	// The dispatch ends (in the picker's accounting: it no longer counts
-	// towards its workers' stall) when it is answered or fails, not after a
-	// unified fallback it takes no part in: a fallback held longer than
+	// The dispatch ends in the picker's accounting (it no longer counts
+	// towards its workers' stall, nor its prompt as in flight on them for
+	// KV-aware picks) when it is answered or fails, not after a unified
+	// fallback it takes no part in: a fallback held longer than
 	// pick.StallAfter would have had a worker that publishes no load
 	// samples taken for stalled. (What it booked stays until the workers'
 	// next samples, as for any finished dispatch.)

@@ -218,15 +218,16 @@ func cell(s string, c column) string {
 }
 
 // fleetLayout is a set of the fleet view's columns and the widths of its
-// two gauges' bars (a gauge's column holds its bar, a space and up to 13
-// characters of figures).
+// two gauges' bars (in the wider layouts a gauge's column holds its bar, a
+// space and up to 13 characters of figures; the narrowest may cut large
+// figures).
 type fleetLayout struct {
 	cols         []column
 	kvBar, pfBar int
 }
 
-// fleetLayouts, widest first: each is used where all of it fits (see
-// fleetColumns), so that a column is never cut.
+// fleetLayouts, widest first: each is used where all of its columns fit
+// (see fleetColumns), so that no column is cut off the screen.
 var fleetLayouts = []fleetLayout{
 	{[]column{{"INSTANCE", 16, false}, {"WORKER ID", 20, false}, {"RANK", 4, true},
 		{"DECODE/KV BLOCKS", 30, false}, {"PREFILL TOKENS", 26, false}, {"SEL/S", 6, true},

@@ -51,6 +51,7 @@ ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
 # The main module's GOFLAGS (e.g. -mod=readonly from .ci/run) apply here too;
 # go.sum is complete, so a read-only build works. The binary is written next
 # to its final name and renamed, so another clone never runs half a file.
+trap 'rm -f "$bin.tmp.$$" "$kubectl.tmp.$$"' EXIT
 (cd "$here" && CGO_ENABLED=0 "$go" build -trimpath -ldflags "$ldflags" -o "$bin.tmp.$$" .)
 (cd "$here" && CGO_ENABLED=0 "$go" build -trimpath -ldflags "$ldflags" -o "$kubectl.tmp.$$" k8s.io/kubernetes/cmd/kubectl)
 mv "$bin.tmp.$$" "$bin"

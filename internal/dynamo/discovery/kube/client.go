@@ -24,16 +24,24 @@ type ClientOptions struct {
 // interactiveMode Never: a plugin waiting for a human must fail, not hang a
 // pass. Requests and watches are JSON.
 func RESTConfig(o ClientOptions) (*rest.Config, error) {
+	// In a pod whose service account token is not mounted
+	// (automountServiceAccountToken off), a kubeconfig may still serve;
+	// without one, no retry mends it.
+	var inCluster error
 	if o.Kubeconfig == "" && o.Context == "" {
 		c, err := rest.InClusterConfig()
 		switch {
 		case err == nil:
 			return finish(c), nil
 		case !errors.Is(err, rest.ErrNotInCluster):
-			// In a pod, but without the service account's token or CA
-			// (automountServiceAccountToken off): no retry mends that.
-			return nil, &discovery.ConfigError{Err: fmt.Errorf("in-cluster credentials: %w", err)}
+			inCluster = fmt.Errorf("in-cluster credentials: %w", err)
 		}
+	}
+	kubeconfigError := func(err error) error {
+		if inCluster != nil {
+			return &discovery.ConfigError{Err: fmt.Errorf("%w; and no kubeconfig: %v", inCluster, err)}
+		}
+		return &discovery.ConfigError{Err: fmt.Errorf("kubeconfig: %w", err)}
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if o.Kubeconfig != "" {
@@ -41,7 +49,7 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 	}
 	raw, err := rules.Load()
 	if err != nil {
-		return nil, &discovery.ConfigError{Err: fmt.Errorf("kubeconfig: %w", err)}
+		return nil, kubeconfigError(err)
 	}
 	for _, ai := range raw.AuthInfos {
 		if ai.Exec != nil {
@@ -50,7 +58,7 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 	}
 	c, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
 	if err != nil {
-		return nil, &discovery.ConfigError{Err: fmt.Errorf("kubeconfig: %w", err)}
+		return nil, kubeconfigError(err)
 	}
 	return finish(c), nil
 }

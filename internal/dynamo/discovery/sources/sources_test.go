@@ -94,21 +94,34 @@ func TestOpenMisconfigured(t *testing.T) {
 }
 
 // TestOpenInClusterWithoutToken: a process in a pod (the service's
-// variables set) whose service account token is not mounted has a
-// configuration error too, reported at once.
+// variables set) whose service account token is not mounted, and that has
+// no kubeconfig either, has a configuration error too, reported at once;
+// with a kubeconfig, that serves.
 func TestOpenInClusterWithoutToken(t *testing.T) {
 	if _, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/token"); err == nil {
 		t.Skip("this process runs in a pod with a service account token")
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	t.Setenv("KUBECONFIG", kubeconfig) // not there yet
 	pods := config.Default().Dynamo.Discovery
 	pods.Source = config.SourceKubernetesPods
 	// Were it taken for an unreachable source, Open would retry for 20 s.
 	_, err := sources.Open(t.Context(), &pods, kube.ClientOptions{}, nil, 20*time.Second)
 	var ce *discovery.ConfigError
-	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "in-cluster credentials") {
-		t.Errorf("err = %v, want a configuration error about the in-cluster credentials", err)
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "in-cluster credentials") || !strings.Contains(err.Error(), "no kubeconfig") {
+		t.Errorf("err = %v, want a configuration error about the in-cluster credentials and the kubeconfig", err)
+	}
+
+	cfg := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://10.0.0.9:6443\"}}]\n" +
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := kube.RESTConfig(kube.ClientOptions{})
+	if err != nil || rc.Host != "https://10.0.0.9:6443" {
+		t.Errorf("with a kubeconfig: %v, %v; want its cluster", rc, err)
 	}
 }
 
