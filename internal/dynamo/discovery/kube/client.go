@@ -39,7 +39,7 @@ func RESTConfig(o ClientOptions) (*rest.Config, error) {
 	}
 	kubeconfigError := func(err error) error {
 		if inCluster != nil {
-			return &discovery.ConfigError{Err: fmt.Errorf("%w; and no kubeconfig: %v", inCluster, err)}
+			return &discovery.ConfigError{Err: fmt.Errorf("%w; and no kubeconfig: %w", inCluster, err)}
 		}
 		return &discovery.ConfigError{Err: fmt.Errorf("kubeconfig: %w", err)}
 	}
