@@ -12,8 +12,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -154,9 +156,11 @@ func (s *Source) watched(key []byte) bool {
 
 // Diagnose says why the endpoints may not answer: the first failure to
 // open a TCP connection to one of them (refused, no route, a name that
-// does not resolve), or nil when every one accepts a connection. A pass
-// retries a refused connection quietly until its seed timeout, so a
-// command that gives up sooner asks this for the reason.
+// does not resolve); else, asked for etcd's version, the first that does
+// not answer as etcd does (a server that accepts and never answers, one
+// that expects TLS, something else at that address); nil when they all
+// answer. A pass retries quietly until its seed timeout, so a command
+// that gives up sooner asks this for the reason.
 func (s *Source) Diagnose(ctx context.Context) error {
 	var d net.Dialer
 	for _, ep := range s.endpoints {
@@ -164,13 +168,66 @@ func (s *Source) Diagnose(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 		c, err := d.DialContext(dctx, "tcp", u.Host)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("etcd endpoint %s: %w", ep, err)
 		}
 		_ = c.Close()
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	if s.useTLS {
+		tc, err := tlsConfig(s.tlsFiles)
+		if err != nil {
+			return err
+		}
+		tr.TLSClientConfig = tc
+	}
+	// One bound for all the version probes: the command has given up
+	// already, and waits for this reason only.
+	vctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+	defer cancel()
+	hc := &http.Client{Transport: tr}
+	for _, ep := range s.endpoints {
+		if err := versionAnswer(vctx, hc, ep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// diagnoseTimeout bounds each of Diagnose's connection attempts, and its
+// version probes together.
+const diagnoseTimeout = 2 * time.Second
+
+// versionAnswer asks ep for etcd's GET /version (served on the client
+// port beside gRPC) and says how the answer is not etcd's, if it is not.
+func versionAnswer(ctx context.Context, hc *http.Client, ep string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+"/version", nil)
+	if err != nil {
+		return fmt.Errorf("etcd endpoint %s: %w", ep, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		hint := "is it etcd, or does it expect TLS (https://)?"
+		if strings.HasPrefix(ep, "https://") {
+			hint = "is it etcd, and does it speak TLS?"
+		}
+		var ne net.Error
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			return fmt.Errorf("etcd endpoint %s accepts connections but gave no answer within %s: %s", ep, diagnoseTimeout, hint)
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("etcd endpoint %s closed the connection without an answer: %s", ep, hint)
+		}
+		return fmt.Errorf("etcd endpoint %s: %w", ep, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"etcdserver"`)) {
+		return fmt.Errorf("etcd endpoint %s answers, but not as etcd (GET /version: %s)", ep, resp.Status)
 	}
 	return nil
 }
