@@ -148,8 +148,13 @@ func TestAllWorkersBusy(t *testing.T) {
 // postAsync sends a chat request in the background and returns where its
 // status arrives.
 func (h *busyHarness) postAsync(ctx context.Context, t *testing.T) <-chan int {
+	return h.postBodyAsync(ctx, chat(false))
+}
+
+// postBodyAsync is postAsync with a body of the caller's.
+func (h *busyHarness) postBodyAsync(ctx context.Context, body string) <-chan int {
 	ch := make(chan int, 1)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.router.URL+"/v1/chat/completions", strings.NewReader(chat(false)))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.router.URL+"/v1/chat/completions", strings.NewReader(body))
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -278,19 +283,7 @@ func TestFallbackEndsTheDispatch(t *testing.T) {
 	}
 	// A prompt of several blocks: a dispatch a silent worker may stall on.
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, strings.Repeat("the quick brown fox jumps over the lazy dog ", 20))
-	send := func() <-chan int {
-		ch := make(chan int, 1)
-		go func() {
-			resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
-			if err != nil {
-				ch <- 0
-				return
-			}
-			_ = resp.Body.Close()
-			ch <- resp.StatusCode
-		}()
-		return ch
-	}
+	send := func() <-chan int { return h.postBodyAsync(context.Background(), body) }
 	h.fe.Status = http.StatusInternalServerError // the first dispatch fails and falls back
 	first := send()
 	select {
