@@ -222,8 +222,11 @@ func TestSessionLimits(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	first := postAsync(tb.dial(t, nil), eventbus.PathSession, tokenA, pr)
+	// One connection for every probe: a new one each time would reach the
+	// listener's connection limit (16) if the hello took 150 ms to arrive.
+	probe := tb.dial(t, nil)
 	testutil.Eventually(t, 10*time.Second, "the second pre-hello handshake refused", func() bool {
-		resp := post(t, tb.dial(t, nil), eventbus.PathSession, tokenA, strings.NewReader(""), nil)
+		resp := post(t, probe, eventbus.PathSession, tokenA, strings.NewReader(""), nil)
 		st, code := refusalOf(t, resp)
 		return st == 429 && code == eventbus.CodeTooManySessions
 	})
@@ -555,8 +558,10 @@ func TestReloadLowersMaxSessionsDuringHello(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	pending := postAsync(tb.dial(t, nil), eventbus.PathSession, tokenB, pr)
+	// One connection for every probe (see TestSessionLimits).
+	probe := tb.dial(t, nil)
 	testutil.Eventually(t, 10*time.Second, "the hello awaited", func() bool {
-		st, code := refusalOf(t, post(t, tb.dial(t, nil), eventbus.PathSession, tokenB, strings.NewReader(""), nil))
+		st, code := refusalOf(t, post(t, probe, eventbus.PathSession, tokenB, strings.NewReader(""), nil))
 		return st == 429 && code == eventbus.CodeTooManySessions
 	})
 	s := tb.settings
