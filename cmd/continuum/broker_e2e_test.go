@@ -106,6 +106,32 @@ func startBrokerAt(t *testing.T, fx *busFixture, bus, id, root, metricsAddr stri
 	return p, "http://" + brokerUpRe.FindStringSubmatch(p.errOut())[1]
 }
 
+// brokered is a simulated fleet of one prefill and two decode workers, a
+// router with transport: broker, and broker A relaying all six of its
+// subscriptions.
+type brokered struct {
+	fx               *busFixture
+	router, bus      string
+	root             string // the fleet's file store
+	srv, broker      *proc
+	brokerMetricsURL string
+}
+
+// startBrokered starts a brokered fleet, broker A's metrics served on
+// metricsAddr, and waits until every subscription goes through it.
+func startBrokered(t *testing.T, metricsAddr string) *brokered {
+	t.Helper()
+	b := &brokered{fx: newBusFixture(t)}
+	_, brokerCfg, root, _ := simConfigs(t, b.fx, "--prefill", "1", "--decode", "2")
+	b.root = root
+	b.router, b.bus, b.srv = serveConfig(t, brokerCfg)
+	b.broker, b.brokerMetricsURL = startBrokerAt(t, b.fx, b.bus, brokerA, root, metricsAddr)
+	testutil.Eventually(t, 30*time.Second, "every subscription through broker A", func() bool {
+		return connectedThrough(workers(t, b.router), 6, "broker", brokerA)
+	})
+	return b
+}
+
 // connectedThrough reports whether every subscription of the view (at
 // least n) is connected with transport, through broker when set.
 func connectedThrough(v admin.WorkersResponse, n int, transport, broker string) bool {
@@ -355,13 +381,8 @@ func TestBrokerTransportParity(t *testing.T) {
 // restarted), selection follows load again, and the kv-events missed
 // meanwhile show as a gap that the index rebuilds from.
 func TestBrokerSIGKILL(t *testing.T) {
-	fx := newBusFixture(t)
-	_, brokerCfg, root, _ := simConfigs(t, fx, "--prefill", "1", "--decode", "2")
-	router, bus, srv := serveConfig(t, brokerCfg)
-	first, _ := startBroker(t, fx, bus, brokerA, root)
-	testutil.Eventually(t, 30*time.Second, "every subscription through broker A", func() bool {
-		return connectedThrough(workers(t, router), 6, "broker", brokerA)
-	})
+	b := startBrokered(t, "127.0.0.1:0")
+	fx, router, bus, root, srv, first := b.fx, b.router, b.bus, b.root, b.srv, b.broker
 	testutil.Eventually(t, 30*time.Second, "KV blocks indexed", func() bool {
 		return shapedChat(t, router, 1, 2, 3) == 200 && !strings.HasPrefix(kvState(t, router), "nodes=0 ")
 	})

@@ -646,7 +646,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 				"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message,
 				"not_logged_since_last", left)
 		}
-		return sendResult{outcome: shim.Told, status: resp.StatusCode, detail: "backend " + b.Name() + ": " + told.message}, false
+		return sendResult{outcome: shim.Told}, false // logged above; a told stream has finished
 	}
 	if err != nil && !x.streamDone {
 		return x.broken(b, resp.StatusCode, err), false

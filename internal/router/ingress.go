@@ -543,22 +543,22 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 		ev, err := rd.next()
 		if errors.Is(err, io.EOF) {
 			if !s.finished() {
-				return tell(s, http.StatusBadGateway, "the upstream stream ended before the answer was complete")
+				return tell(s, http.StatusBadGateway, "the upstream stream ended before the answer was complete", false)
 			}
 			return nil
 		}
 		if err != nil {
-			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+err.Error())
+			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+err.Error(), false)
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {
-			return tellUpstream(s, upstreamStatus(ev.data), errMsg)
+			return tell(s, upstreamStatus(ev.data), errMsg, true)
 		}
 		if done {
 			return nil
 		}
 		if msg := s.chunk(chunk); msg != "" {
-			return tell(s, http.StatusBadGateway, msg)
+			return tell(s, http.StatusBadGateway, msg, false)
 		}
 		if err := sw.flush(); err != nil {
 			return err
@@ -566,21 +566,14 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 	}
 }
 
-// tell ends s's stream with its error event: a toldInStream, or the
-// error of writing the event.
-func tell(s chunkSink, status int, message string) error {
+// tell ends s's stream with its error event: a toldInStream (upstream:
+// relaying the upstream's own error event), or the error of writing the
+// event.
+func tell(s chunkSink, status int, message string, upstream bool) error {
 	if err := s.fail(status, message); err != nil {
 		return err
 	}
-	return toldInStream{status: status, message: message}
-}
-
-// tellUpstream is tell for the upstream's own error event.
-func tellUpstream(s chunkSink, status int, message string) error {
-	if err := s.fail(status, message); err != nil {
-		return err
-	}
-	return toldInStream{status: status, message: message, upstream: true}
+	return toldInStream{status: status, message: message, upstream: upstream}
 }
 
 // field is one member of an object.

@@ -584,6 +584,7 @@ func (b *upBody) readEnd() {
 	if b.done.Load() || b.ctx.Err() != nil {
 		return // ended, or cut by the client's leaving (Close closes it)
 	}
+	// Not setDeadline: its slack would let this wait run past endWait.
 	if d := time.Now().Add(endWait); b.c.deadline.IsZero() || d.Before(b.c.deadline) {
 		_ = b.c.conn.SetDeadline(d)
 		b.c.deadline = d

@@ -137,7 +137,7 @@ var families = []string{"kv_metrics", "kv-events"}
 func (d *Daemon) setCoverage(last coverageSeries) coverageSeries {
 	cfg := d.cfg.Load()
 	var now coverageSeries
-	if cfg.Dynamo.Enabled && cfg.Dynamo.Load.Transport == config.TransportBroker {
+	if brokerTransport(cfg) {
 		namespaces := cfg.Dynamo.Discovery.Namespaces()
 		pending := map[[2]string]int{}
 		relayed := map[[2]string]int{}
