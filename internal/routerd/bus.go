@@ -11,9 +11,10 @@ import (
 	"github.com/continuum-router/continuum/internal/eventbus"
 )
 
-// coverageDebounce is how often the broker coverage gauges are brought up
-// to date: often enough to follow a broker coming and going, without
-// recomputing them at every subscription state change.
+// coverageDebounce is how long the broker coverage gauges wait after a
+// change before they are brought up to date: a broker coming or going
+// changes many subscriptions one after another, and they are counted once
+// it has settled (or at the latest this long after the first change).
 const coverageDebounce = 250 * time.Millisecond
 
 // busSettings are the event bus settings of a configuration.
@@ -91,8 +92,8 @@ func brokerTransport(cfg *config.Config) bool {
 }
 
 // commitCoverage runs the coverage reporter while cfg's load signals go
-// through brokers, and only then: its ticker would otherwise wake an idle
-// router four times a second for nothing. d.mu is held.
+// through brokers, and only then (with another transport it would count
+// nothing). d.mu is held.
 func (d *Daemon) commitCoverage(cfg *config.Config) {
 	switch on := brokerTransport(cfg); {
 	case on && d.coverageRun == nil:
@@ -104,23 +105,61 @@ func (d *Daemon) commitCoverage(cfg *config.Config) {
 }
 
 // reportCoverage keeps the broker gauges up to date (transport: broker)
-// every coverageDebounce until ctx ends: sessions per configured
-// namespace, pending subscriptions per family and namespace, connected
-// subscriptions per family and configured broker. Series that no longer
-// apply are deleted; when it ends because the transport changed, all of
-// them (none are kept with another transport).
+// until ctx ends: sessions per configured namespace, pending subscriptions
+// per family and namespace, connected subscriptions per family and
+// configured broker. It sets them at once, then coverageDebounce after
+// each change of what they count (the event bus's sessions, the load and
+// kv-events subscriptions, a reload), and sleeps while nothing changes.
+// Series that no longer apply are deleted; when it ends because the
+// transport changed, all of them (none are kept with another transport).
 func (d *Daemon) reportCoverage(ctx context.Context) error {
-	t := time.NewTicker(coverageDebounce)
-	defer t.Stop()
-	last := d.setCoverage(coverageSeries{})
+	var last coverageSeries
 	for {
+		// The watches are taken before the count, so that no change
+		// made while it counts goes unseen.
+		bus, ld, kv := d.coverageChanges()
+		last = d.setCoverage(last)
 		select {
 		case <-ctx.Done():
 			d.setCoverage(last) // the configuration of now: none with another transport
 			return nil
+		case <-bus:
+		case <-ld:
+		case <-kv:
+		case <-d.coverageKick:
+		}
+		t := time.NewTimer(coverageDebounce)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			d.setCoverage(last)
+			return nil
 		case <-t.C:
 		}
-		last = d.setCoverage(last)
+	}
+}
+
+// coverageChanges are closed at the next change of the event bus's
+// sessions, of the load subscriptions and of the kv-events subscriptions
+// (nil for parts that do not run: never closed). A reload that replaces
+// the parts says so on coverageKick.
+func (d *Daemon) coverageChanges() (bus, ld, kv <-chan struct{}) {
+	bus = d.bus.Changed()
+	if s := d.loadSubs.Load(); s != nil {
+		ld = s.Changed()
+	}
+	if k := d.kvState.Load(); k != nil {
+		kv = k.st.Subscriptions.Changed()
+	}
+	return bus, ld, kv
+}
+
+// kickCoverage tells the coverage reporter that a reload may have changed
+// what it counts (the namespaces, the brokers, the parts it watches).
+func (d *Daemon) kickCoverage() {
+	select {
+	case d.coverageKick <- struct{}{}:
+	default:
 	}
 }
 
@@ -135,6 +174,7 @@ type coverageSeries struct {
 var families = []string{"kv_metrics", "kv-events"}
 
 func (d *Daemon) setCoverage(last coverageSeries) coverageSeries {
+	d.coverageCounts.Add(1)
 	cfg := d.cfg.Load()
 	var now coverageSeries
 	if brokerTransport(cfg) {

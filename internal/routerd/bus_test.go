@@ -207,6 +207,21 @@ func TestBrokerTransport(t *testing.T) {
 		sessions, _ := series(t, f.metrics, "continuum_dynamo_event_bus_sessions", nil)
 		return relayed == 2 && covering == 1 && pending == 0 && sessions == 1
 	})
+	// Settled, with samples still flowing: the gauges are not counted
+	// again until something they count changes (a debounce, not a ticker).
+	settle := time.Now().Add(3 * routerd.CoverageDebounce)
+	for time.Now().Before(settle) {
+		publish()
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := routerd.CoverageCounts(f.d)
+	for range 20 {
+		publish()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := routerd.CoverageCounts(f.d) - before; n != 0 {
+		t.Errorf("the coverage gauges counted %d times in a second of steady load, want 0", n)
+	}
 
 	// The transport switches live; the samples stay.
 	f.write(busYAML("http://127.0.0.1:1", root, pki, "direct", true, ""))
@@ -228,7 +243,7 @@ func TestBrokerTransport(t *testing.T) {
 	if v := f.workersView(); v.BrokerCoverage != nil {
 		t.Errorf("broker_coverage with transport direct: %+v", v.BrokerCoverage)
 	}
-	// Nothing to report with transport direct: no ticker wakes the router.
+	// Nothing to report with transport direct: no reporter runs.
 	if routerd.CoverageRunning(f.d) {
 		t.Error("the broker coverage reporter runs with transport direct")
 	}

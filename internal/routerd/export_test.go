@@ -16,9 +16,15 @@ func KVParts(d *Daemon) (*kv.Index, *kv.Settings) {
 // ReloadDebounce is how long after a file event the file is read.
 const ReloadDebounce = reloadDebounce
 
+// CoverageDebounce is how long after a change the coverage gauges are set.
+const CoverageDebounce = coverageDebounce
+
 // CoverageRunning reports whether the broker coverage reporter runs.
 func CoverageRunning(d *Daemon) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.coverageRun != nil
 }
+
+// CoverageCounts is how many times the broker coverage gauges were set.
+func CoverageCounts(d *Daemon) uint64 { return d.coverageCounts.Load() }

@@ -313,6 +313,8 @@ func (p *prepared) close() {
 // the next request), then the listeners, the subscriptions, KV-aware
 // selection and the discovery watcher. d.mu is held.
 func (d *Daemon) commit(old, cfg *config.Config, plan config.Plan, p prepared) {
+	// Whatever the reload replaced, the coverage gauges count it again.
+	defer d.kickCoverage()
 	d.cfg.Store(cfg)
 	d.store.SetMaxStaleness(cfg.Dynamo.Load.MaxStaleness.D())
 	d.router.SetConfig(cfg)

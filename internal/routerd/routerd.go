@@ -122,6 +122,11 @@ type Daemon struct {
 	partsCtx    context.Context // set by Run
 	closed      bool            // Run is shutting down: no more reloads
 
+	// coverageKick wakes the coverage reporter after a reload (capacity 1).
+	coverageKick chan struct{}
+	// coverageCounts counts the times the coverage gauges were set.
+	coverageCounts atomic.Uint64
+
 	// statusMu guards the reload status, read while a reload runs.
 	statusMu sync.Mutex
 	gen      uint64
@@ -169,7 +174,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	d := &Daemon{logger: logger, grace: deps.ShutdownGrace, delay: max(deps.ShutdownDelay, 0), reload: deps.Reload, promReg: promReg, gen: 1,
 		dm: telemetry.NewDiscoveryMetrics(promReg), lm: telemetry.NewLoadMetrics(promReg), cm: telemetry.NewConfigMetrics(promReg),
 		rm:     telemetry.NewRouterMetrics(promReg),
-		failed: make(chan error, 1)}
+		failed: make(chan error, 1), coverageKick: make(chan struct{}, 1)}
 	if d.grace <= 0 {
 		d.grace = DefaultShutdownGrace
 	}

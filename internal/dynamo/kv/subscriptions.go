@@ -191,6 +191,10 @@ func (s *Subscriptions) report() {
 // Subscriptions lists the running subscriptions.
 func (s *Subscriptions) Subscriptions() []load.SubscriptionInfo { return s.pool.Subscriptions() }
 
+// Changed returns a channel closed at the next change of what
+// Subscriptions lists.
+func (s *Subscriptions) Changed() <-chan struct{} { return s.pool.Changed() }
+
 func (s *Subscriptions) newReader(p fleet.Publisher) load.Handler {
 	r := &eventReader{s: s, pub: p, ns: load.NS(p.Namespace), pid: p.PublisherID, topic: p.Topic, since: time.Now()}
 	s.mu.Lock()

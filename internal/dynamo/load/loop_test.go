@@ -293,6 +293,54 @@ func TestPoolStopsWithItsContext(t *testing.T) {
 	})
 }
 
+// TestPoolChanged: Changed is closed when a subscription starts, changes
+// state or stops, and stays open while the subscriptions only carry
+// messages.
+func TestPoolChanged(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		conn := &scriptedConnector{steps: []time.Duration{time.Hour, time.Hour}}
+		pool := &load.Pool{Family: "kv_metrics", Limits: zmtp.LimitsKVMetrics, Connector: conn,
+			NewHandler: func(fleet.Publisher) load.Handler { return &countingHandler{} }}
+		closed := func(c <-chan struct{}) bool {
+			select {
+			case <-c:
+				return true
+			default:
+				return false
+			}
+		}
+		pub := &fleet.Publisher{Namespace: "dynamo", Component: "decode", PublisherID: 1, Topic: "kv_metrics", Endpoint: "generate"}
+		changed := pool.Changed()
+		if pool.Changed() != changed {
+			t.Error("two channels for one change")
+		}
+		pool.Reconcile(t.Context(), []*fleet.Publisher{pub})
+		if !closed(changed) {
+			t.Error("Changed not closed when a subscription started")
+		}
+		synctest.Wait()
+		if n := pool.States()[load.StateConnected]; n != 1 {
+			t.Fatalf("%d connected, want 1", n)
+		}
+		// Connected, and nothing more happens.
+		changed = pool.Changed()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if closed(changed) {
+			t.Error("Changed closed while nothing changed")
+		}
+		pool.Reconcile(t.Context(), nil)
+		if !closed(changed) {
+			t.Error("Changed not closed when a subscription stopped")
+		}
+		if closed(pool.Changed()) {
+			t.Error("a closed channel given for the next change")
+		}
+		pool.Stop()
+	})
+}
+
 // TestPoolSwitchThenDeparture: a connector switch ends the subscriptions
 // without telling Stopped (their publishers are still wanted), and the
 // reconcile after it tells Stopped of every publisher that left, or whose

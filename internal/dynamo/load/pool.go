@@ -70,6 +70,9 @@ type Pool struct {
 	// subscription would hold.
 	bound  <-chan struct{}
 	unbind func() bool
+	// changed is closed at the next change of what Subscriptions lists
+	// (made when Changed is first asked for it, then after each close).
+	changed chan struct{}
 }
 
 type poolSub struct {
@@ -255,7 +258,10 @@ func (p *Pool) transition(sub *poolSub, state string) {
 func (p *Pool) carrier(sub *poolSub, id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	sub.broker = id
+	if sub.broker != id {
+		sub.broker = id
+		p.changedLocked()
+	}
 }
 
 // setLocked moves a subscription to state ("" when it stops), moving the
@@ -269,7 +275,30 @@ func (p *Pool) setLocked(sub *poolSub, state string) {
 			p.Gauge.WithLabelValues(state, sub.transport).Inc()
 		}
 	}
-	sub.state = state
+	if sub.state != state {
+		sub.state = state
+		p.changedLocked()
+	}
+}
+
+// Changed returns a channel closed at the next change of what
+// Subscriptions lists (a subscription started, stopped, changed state or
+// broker): a watch that needs no polling.
+func (p *Pool) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
+	return p.changed
+}
+
+// changedLocked tells the watchers of Changed; p.mu is held.
+func (p *Pool) changedLocked() {
+	if p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
 }
 
 // Running reports whether a subscription to publisher id runs.

@@ -131,3 +131,7 @@ func publishers(snap *fleet.Snapshot, topic string) []*fleet.Publisher {
 
 // Subscriptions lists the running subscriptions.
 func (s *Supervisor) Subscriptions() []SubscriptionInfo { return s.pool.Subscriptions() }
+
+// Changed returns a channel closed at the next change of what
+// Subscriptions lists.
+func (s *Supervisor) Changed() <-chan struct{} { return s.pool.Changed() }
