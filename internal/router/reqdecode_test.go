@@ -94,6 +94,15 @@ func checkDecodeRequest(t *testing.T, body []byte) bool {
 	if gerr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\n got %+v\nwant %+v", body, got, want)
 	}
+	if gerr == nil {
+		// The prompt is read in place as encoding/json would read it.
+		if text, ref := got.promptText(), promptTextRef(&got); text != ref {
+			t.Fatalf("%q: prompt text %q, encoding/json reads %q", body, text, ref)
+		}
+		if n, ref := got.promptIDs(), promptIDsRef(&got); n != ref {
+			t.Fatalf("%q: %d prompt ids, encoding/json reads %d", body, n, ref)
+		}
+	}
 	return ok
 }
 

@@ -99,6 +99,28 @@ func FuzzWithoutClientRouting(f *testing.F) {
 		if !reflect.DeepEqual(before, after) {
 			t.Fatalf("%q\n became %q", body, out)
 		}
+
+		// Then the router's ids: they are what a decoder reads as
+		// nvext.token_data, and the rest reads as it did.
+		ids := []uint32{uint32(len(body)), 0, 4294967295}
+		with := withTokenData(out, ids)
+		var got map[string]any
+		if err := json.Unmarshal(with, &got); err != nil {
+			t.Fatalf("%q with token data became invalid: %q: %v", out, with, err)
+		}
+		ext, _ := got["nvext"].(map[string]any)
+		if want := []any{float64(ids[0]), float64(ids[1]), float64(ids[2])}; !reflect.DeepEqual(ext["token_data"], want) {
+			t.Fatalf("%q with token data: %q", out, with)
+		}
+		delete(ext, "token_data")
+		if had, ok := after["nvext"].(map[string]any); ok {
+			after["nvext"] = had
+		} else {
+			after["nvext"] = map[string]any{}
+		}
+		if !reflect.DeepEqual(got, after) {
+			t.Fatalf("%q with token data: %q", out, with)
+		}
 	})
 }
 

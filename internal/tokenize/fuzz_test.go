@@ -2,6 +2,7 @@ package tokenize_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,8 +69,32 @@ func FuzzLoad(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := tk.Encode("hello <|end|> wörld 123", true); err != nil && !errors.Is(err, tokenize.ErrPromptTooLarge) {
-			t.Logf("encode: %v", err)
+		const text = "hello <|end|> wörld 123 hello"
+		ids, err := tk.Encode(text, true)
+		if err != nil {
+			// A file that loads may still lack what encoding needs (an
+			// unknown token for what its vocabulary cannot spell).
+			if !errors.Is(err, tokenize.ErrPromptTooLarge) {
+				t.Logf("encode: %v", err)
+			}
+			return
+		}
+		// The second encode meets its segments cached by the first.
+		again, err := tk.Encode(text, true)
+		if err != nil || !slices.Equal(again, ids) {
+			t.Fatalf("encoded again: %v, %v; first %v", again, err, ids)
+		}
+		// Without the post-processor's special tokens (whose ids a file
+		// writes as it likes, as the library takes them), every id is one
+		// of the vocabulary's or of the added tokens'.
+		plain, err := tk.Encode(text, false)
+		if err != nil {
+			t.Fatalf("encodes with special tokens but not without: %v", err)
+		}
+		for _, id := range plain {
+			if _, ok := tk.IDToToken(id); !ok {
+				t.Fatalf("id %d is not in the vocabulary", id)
+			}
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -272,10 +273,32 @@ func FuzzDecodeEventMessage(f *testing.F) {
 		}
 		env, rej := wire.DecodeEventMessage([][]byte{[]byte("kv_metrics"), pid, make([]byte, 8), frame}, "kv_metrics", wire.MaxLoadPayloadBytes)
 		if rej == nil {
-			_, _ = wire.DecodeActiveLoad(env.Payload)
+			// What is accepted is the message's own identity, and a payload
+			// within the bound.
+			if env.Topic != "kv_metrics" || env.PublisherID != binary.BigEndian.Uint64(pid) || env.Sequence != 0 {
+				t.Fatalf("accepted as %q publisher %d sequence %d", env.Topic, env.PublisherID, env.Sequence)
+			}
+			if len(env.Payload) > wire.MaxLoadPayloadBytes {
+				t.Fatalf("a payload of %d bytes accepted", len(env.Payload))
+			}
+			loadRoundTrip(t, env.Payload)
 		}
-		_, _ = wire.DecodeActiveLoad(frame)
+		loadRoundTrip(t, frame)
 	})
+}
+
+// loadRoundTrip checks that a payload DecodeActiveLoad accepts decodes to
+// the same sample once written again by EncodeActiveLoad.
+func loadRoundTrip(t *testing.T, payload []byte) {
+	t.Helper()
+	l, err := wire.DecodeActiveLoad(payload)
+	if err != nil {
+		return
+	}
+	back, err := wire.DecodeActiveLoad(wire.EncodeActiveLoad(l))
+	if err != nil || !reflect.DeepEqual(back, l) {
+		t.Fatalf("%+v written and read again: %+v, %v", l, back, err)
+	}
 }
 
 // TestEnvelopeArrayOrders: a positional envelope is read in both field
