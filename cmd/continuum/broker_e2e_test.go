@@ -366,12 +366,13 @@ func TestBrokerTransportParity(t *testing.T) {
 		t.Error("the broker did not drain")
 	}
 	testutil.Eventually(t, 10*time.Second, "pending after the drain", func() bool {
-		for _, s := range workers(t, viaBroker).Subscriptions {
+		v := workers(t, viaBroker)
+		for _, s := range v.Subscriptions {
 			if s.State != "pending" {
 				return false
 			}
 		}
-		return true
+		return len(v.Subscriptions) == 6 && len(v.BrokerCoverage) == 1 && !v.BrokerCoverage[0].Covered
 	})
 }
 

@@ -18,14 +18,15 @@ const tokenizerSize = 11 << 20
 // BenchmarkVerifyBaselineCopy copies the same bytes once, for scale.
 func BenchmarkVerify(b *testing.B) {
 	data := vectorInput(tokenizerSize)
-	want := artifact.Sum(data)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		if artifact.Sum(data) != want {
-			b.Fatal("mismatch")
-		}
+		sumSink = artifact.Sum(data)
 	}
 }
+
+// sumSink keeps the benchmarked sums (what they are is checked against
+// BLAKE3's own vectors in TestChecksumMatchesBlake3Vectors).
+var sumSink artifact.Checksum
 
 func BenchmarkVerifyBaselineCopy(b *testing.B) {
 	data := vectorInput(tokenizerSize)

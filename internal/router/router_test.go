@@ -432,10 +432,19 @@ func TestRetrySecondReplicaSamePin(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
 	}
+	if n := len(h.fe.Requests()); n != 4 {
+		t.Fatalf("the frontend got %d requests, want 4", n)
+	}
 	for _, r := range h.fe.Requests() {
-		if *r.Worker != 20 || *r.Prefill != 10 {
+		if r.Worker == nil || *r.Worker != 20 || r.Prefill == nil || *r.Prefill != 10 {
 			t.Fatalf("pin changed on retry: %+v", r)
 		}
+	}
+	// One selection per request: the fleet has one worker per role, so
+	// the pin alone cannot tell a retry that picked again from one that
+	// kept its pin; the count can.
+	if picks := promtest.ToFloat64(h.metrics.Selections.WithLabelValues("decode", "round_robin_stale")); picks != 4 {
+		t.Errorf("%v decode selections for 4 requests: a retry picked again", picks)
 	}
 }
 

@@ -233,7 +233,11 @@ func TestBrokerTransport(t *testing.T) {
 	}
 	testutil.Eventually(t, 15*time.Second, "direct subscriptions", func() bool {
 		publish()
-		for _, s := range f.workersView().Subscriptions {
+		subs := f.workersView().Subscriptions
+		if len(subs) != 2 {
+			return false
+		}
+		for _, s := range subs {
 			if s.State != "connected" || s.Transport != "direct" || s.Broker != "" {
 				return false
 			}
@@ -272,13 +276,26 @@ func TestBrokerTransport(t *testing.T) {
 		t.Fatalf("an address in use: %+v", r)
 	}
 	testutil.Eventually(t, 10*time.Second, "the listener retrying", func() bool { return f.d.BusAddr() == "" })
+	if !routerd.BusRunning(f.d) {
+		t.Fatal("the listener gave up on an address in use instead of retrying")
+	}
 
 	// Off.
 	f.write(busYAML("http://127.0.0.1:1", root, pki, "direct", false, other))
 	if r := f.waitReload(4); r.Result != admin.ReloadApplied {
 		t.Fatalf("reload %+v", r)
 	}
-	testutil.Eventually(t, 10*time.Second, "the listener stopped", func() bool { return f.d.BusAddr() == "" })
+	// Not listening already (the address is in use): what must stop is
+	// the listener's retrying, within the reload's stop grace.
+	if routerd.BusRunning(f.d) {
+		t.Error("the listener still retries after the bus was turned off")
+	}
+	if strings.Contains(f.logs.String(), "did not stop within its grace") {
+		t.Error("the retrying listener outlived its stop grace")
+	}
+	if f.d.BusAddr() != "" {
+		t.Error("the listener listens after the bus was turned off")
+	}
 }
 
 // TestBusTurnedOffWithoutTLS: a reload that turns the event bus off needs

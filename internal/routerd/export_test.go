@@ -28,3 +28,11 @@ func CoverageRunning(d *Daemon) bool {
 
 // CoverageCounts is how many times the broker coverage gauges were set.
 func CoverageCounts(d *Daemon) uint64 { return d.coverageCounts.Load() }
+
+// BusRunning reports whether the event bus listener runs (listening, or
+// retrying to).
+func BusRunning(d *Daemon) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.busRun != nil
+}

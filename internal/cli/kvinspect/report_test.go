@@ -25,6 +25,9 @@ func TestReportChosenIsNamespaceAndID(t *testing.T) {
 		},
 	}
 	rep := kvinspect.Report(ex, "m", "m", "/v1/chat/completions", []string{"prod", "canary"})
+	if len(rep.Candidates) != 2 {
+		t.Fatalf("%d candidates reported, want 2: %+v", len(rep.Candidates), rep.Candidates)
+	}
 	for _, c := range rep.Candidates {
 		if want := c.Namespace == "canary"; c.Chosen != want {
 			t.Errorf("%s/%s chosen=%v, want %v", c.Namespace, c.InstanceID, c.Chosen, want)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -90,16 +88,10 @@ dynamo:
 	decodes, prefills := map[uint64]int{}, map[uint64]int{}
 	for range 8 {
 		fe.Reset()
-		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
-			strings.NewReader(fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		status := postChat(t, base, model)
 		reqs := fe.Requests()
-		if resp.StatusCode != 200 || len(reqs) != 1 || reqs[0].Worker == nil || reqs[0].Prefill == nil {
-			t.Fatalf("status %d, frontend saw %+v", resp.StatusCode, reqs)
+		if status != 200 || len(reqs) != 1 || reqs[0].Worker == nil || reqs[0].Prefill == nil {
+			t.Fatalf("status %d, frontend saw %+v", status, reqs)
 		}
 		h := reqs[0].DynamoHeaders
 		if h.Get("x-dynamo-worker-instance-id") != fmt.Sprint(*reqs[0].Worker) || h.Get("x-dynamo-dp-rank") != "" {

@@ -161,8 +161,35 @@ dynamo:
 		}
 		// Before every sample is fresh the picker rotates round-robin, and a
 		// rotation can land on these two by chance: only a pick by load counts.
-		return metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="decode"}`) > 0
+		return metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="decode"}`) > 0 &&
+			metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="prefill"}`) > 0
 	})
+	// Every sample fresh: each request now goes to the less loaded pair, by
+	// load in both roles (a rotation would reach the other workers within
+	// two requests).
+	const more = 6
+	decodeBefore := metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="decode"}`)
+	prefillBefore := metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="prefill"}`)
+	fe.Reset()
+	for range more {
+		if status := postChat(t, base, model); status != 200 {
+			t.Fatalf("status %d", status)
+		}
+	}
+	for i, r := range fe.Requests() {
+		if *r.Worker != 0x21 || *r.Prefill != 0x11 {
+			t.Errorf("request %d pinned to decode %#x, prefill %#x; want 0x21 and 0x11", i, *r.Worker, *r.Prefill)
+		}
+	}
+	if n := len(fe.Requests()); n != more {
+		t.Errorf("the frontend saw %d requests, want %d", n, more)
+	}
+	if d := metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="decode"}`) - decodeBefore; d != more {
+		t.Errorf("%v decode selections by load for %d requests", d, more)
+	}
+	if d := metricValue(t, base, `continuum_dynamo_selection_total{reason="load",role="prefill"}`) - prefillBefore; d != more {
+		t.Errorf("%v prefill selections by load for %d requests", d, more)
+	}
 	metrics, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -250,4 +277,18 @@ func TestServeLogsConfigWarnings(t *testing.T) {
 	if got := logs.String(); !strings.Contains(got, "configuration warning") || !strings.Contains(got, "dynamo.load.transport") {
 		t.Errorf("start logged:\n%s", got)
 	}
+}
+
+// postChat sends a one-line chat completion for model and reads its
+// answer to the end, returning its status.
+func postChat(t *testing.T, base, model string) int {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
 }

@@ -89,13 +89,20 @@ func TestPendingBounds(t *testing.T) {
 		}
 		p.add(tk, load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(i)}, 16, long, now)
 	}
-	if _, n := p.size(); n > maxPendingBlocks {
-		t.Fatalf("%d blocks recorded, bound %d", n, maxPendingBlocks)
+	// Each request is cut to its bound, and as many as fit under the
+	// total are kept: the newest, the oldest forgotten.
+	kept := maxPendingBlocks / maxPendingBlocksPerRequest
+	if r, n := p.size(); n > maxPendingBlocks || r != kept || n != kept*maxPendingBlocksPerRequest {
+		t.Fatalf("%d requests and %d blocks recorded, want %d and %d (bound %d)", r, n, kept, kept*maxPendingBlocksPerRequest, maxPendingBlocks)
 	}
 	if p.byTicket[first.ID()] != nil {
 		t.Fatal("the oldest dispatch was kept past the bound")
 	}
-	for _, x := range p.overlaps(long, 16, now, nil) {
+	ms := p.overlaps(long, 16, now, nil)
+	if want := min(kept, maxPendingScan); len(ms) != want {
+		t.Fatalf("%d ranks overlap, want %d", len(ms), want)
+	}
+	for _, x := range ms {
 		if x.Blocks != maxPendingBlocksPerRequest {
 			t.Fatalf("a request recorded %d blocks, bound %d", x.Blocks, maxPendingBlocksPerRequest)
 		}
@@ -103,15 +110,16 @@ func TestPendingBounds(t *testing.T) {
 	// Many short requests: the request bound holds, and released ones
 	// leave no trace in the order.
 	p2 := newPending()
-	for i := range maxPendingRequests + 10 {
+	for i := range maxPendingRequests*3/2 + 30 { // two thirds of them, more than the bound, kept
 		tk := lb.Dispatched(anyPin, 0, now)
 		p2.add(tk, load.Key{Namespace: load.NS("dynamo"), WorkerID: uint64(i % 7)}, 16, []uint64{uint64(i % 5), 1}, now)
 		if i%3 == 0 {
 			p2.done(tk)
 		}
 	}
-	if r, _ := p2.size(); r > maxPendingRequests {
-		t.Fatalf("%d requests recorded, bound %d", r, maxPendingRequests)
+	// A third released, the rest kept up to the bound.
+	if r, _ := p2.size(); r != maxPendingRequests {
+		t.Fatalf("%d requests recorded, want the bound %d", r, maxPendingRequests)
 	}
 	if r, _ := p2.size(); len(p2.order) > 2*r+64 {
 		t.Fatalf("order holds %d for %d recorded", len(p2.order), r)

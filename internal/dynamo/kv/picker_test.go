@@ -671,13 +671,18 @@ func TestPickerLedgerCountsWhatTheRankComputes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := float64(len(pr.IDs) - (len(hashes)-2)*16)
+	found := false
 	for _, c := range ex.Candidates {
 		if c.Phase != pick.PhasePrefill || c.Worker.ID.InstanceID != 11 {
 			continue
 		}
+		found = true
 		if backlog := c.Cost.RawPrefillBlocks*16 - float64(ex.PromptTokens); backlog != want {
 			t.Errorf("the holder's backlog %v tokens, want the %v its cache lacked (of %d)", backlog, want, len(pr.IDs))
 		}
+	}
+	if !found {
+		t.Errorf("the holder 11 is not among the prefill candidates: %+v", ex.Candidates)
 	}
 }
 
