@@ -351,6 +351,7 @@ func (c *conn) serve() bool {
 // lean path does not serve is handed off (errHandedOff).
 func (c *conn) readHead() (head, error) {
 	s := c.srv
+	skipped := 0 // line breaks discarded after a POST
 	for {
 		if c.br.Buffered() == 0 {
 			if c.served > 0 {
@@ -383,6 +384,7 @@ func (c *conn) readHead() (head, error) {
 			n++
 		}
 		_, _ = c.br.Discard(n)
+		skipped += n
 		// Line breaks and nothing after them: the connection is idle
 		// again, waiting for its next request as before them.
 	}
@@ -395,32 +397,39 @@ func (c *conn) readHead() (head, error) {
 	headerSet := c.served == 0
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
-		end, plain := HeadEnd(buf)
-		if !plain {
-			return head{}, c.handOff()
-		}
-		if end > 0 {
-			h, ok := parseHead(buf[:end], c.raw == nil)
-			if ok {
-				ok = h.parseTarget()
-			}
-			if !ok {
+		// On a connection that has served a request, net/http reads the
+		// next once four bytes of it have come (line breaks after a POST
+		// included) and closes without an answer when the client's side
+		// ends before; so fewer than four are neither parsed nor handed
+		// to it. (Any other head cut short it answers with 400.)
+		short := c.served > 0 && skipped+len(buf) < 4
+		if !short {
+			end, plain := HeadEnd(buf)
+			if !plain {
 				return head{}, c.handOff()
 			}
-			_, _ = c.br.Discard(end)
-			return h, nil
-		}
-		if len(buf) >= bufferSize {
-			return head{}, c.handOff()
+			if end > 0 {
+				h, ok := parseHead(buf[:end], c.raw == nil)
+				if ok {
+					ok = h.parseTarget()
+				}
+				if !ok {
+					return head{}, c.handOff()
+				}
+				_, _ = c.br.Discard(end)
+				return h, nil
+			}
+			if len(buf) >= bufferSize {
+				return head{}, c.handOff()
+			}
 		}
 		if !headerSet {
 			headerSet = true
 			c.setReadDeadline(s.headerTimeout())
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
-			if errors.Is(err, io.EOF) && len(buf) > 0 {
-				// A head cut short: net/http answers 400 to it.
-				return head{}, c.handOff()
+			if errors.Is(err, io.EOF) && len(buf) > 0 && !short {
+				return head{}, c.handOff() // net/http answers it with 400
 			}
 			return head{}, err
 		}

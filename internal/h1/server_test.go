@@ -31,7 +31,7 @@ type lean struct {
 	wg       sync.WaitGroup
 }
 
-func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
+func startLean(t testing.TB, h http.Handler, tune func(*Server)) *lean {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -68,6 +68,22 @@ func startLean(t *testing.T, h http.Handler, tune func(*Server)) *lean {
 		l.wg.Wait()
 	})
 	return l
+}
+
+// startNetHTTP serves h with net/http alone on a new listener until the
+// test ends, returning its address: the reference the lean server answers
+// like.
+func startNetHTTP(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ref := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = ref.Serve(ln) }()
+	t.Cleanup(func() { _ = ref.Close(); <-served })
+	return ln.Addr().String()
 }
 
 // dial opens a raw connection to the server, closed when the test ends,
@@ -802,14 +818,7 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 		mux.Handle("/"+strings.ReplaceAll(name, " ", "-"), h)
 	}
 	l := startLean(t, mux, nil)
-	ref := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	rln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = ref.Serve(rln) }()
-	t.Cleanup(func() { _ = ref.Close(); <-served })
+	refAddr := startNetHTTP(t, mux)
 	get := func(addr, path string) (*http.Response, string) {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -829,7 +838,7 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 	for name := range handlers {
 		path := "/" + strings.ReplaceAll(name, " ", "-")
 		a, abody := get(l.addr, path)
-		b, bbody := get(rln.Addr().String(), path)
+		b, bbody := get(refAddr, path)
 		if a.StatusCode != b.StatusCode || abody != bbody || fmt.Sprint(a.Header) != fmt.Sprint(b.Header) ||
 			a.ContentLength != b.ContentLength || fmt.Sprint(a.TransferEncoding) != fmt.Sprint(b.TransferEncoding) {
 			t.Errorf("%s:\nlean    %d %v len=%d te=%v %q\nnet/http %d %v len=%d te=%v %q", name,
@@ -972,6 +981,26 @@ func TestHeadCutShort(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a head cut short: %d", resp.StatusCode)
+	}
+
+	// After a request it served, as net/http: fewer than four bytes of the
+	// next and the end of the client's side close the connection without
+	// an answer; four or more cut short are answered 400.
+	const first = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+	for next, want := range map[string]int{"G": 1, "\n": 1, "GET": 1, "\r\n\r": 1, "GET ": 2, "GET / HTTP/1.1\r\n": 2} {
+		conn := l.dial(t)
+		_, _ = io.WriteString(conn, first+next)
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		all, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers := strings.Count(string(all), "HTTP/1.1 ")
+		if answers != want || want == 2 && !strings.Contains(string(all), "HTTP/1.1 400 ") {
+			t.Errorf("%q after a request: %d answers, want %d: %q", next, answers, want, all)
+		}
 	}
 }
 
