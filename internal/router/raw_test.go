@@ -51,7 +51,7 @@ type recordingBackend struct {
 	raw  bytes.Buffer
 }
 
-func newRecordingBackend(t *testing.T) *recordingBackend {
+func newRecordingBackend(t testing.TB) *recordingBackend {
 	rb := &recordingBackend{seen: map[string]seenRequest{}}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -100,6 +100,15 @@ func (rb *recordingBackend) request(name string) (seenRequest, bool) {
 	return s, ok
 }
 
+// forget drops the request recorded under name, and every byte read so
+// far (a fuzz target sends many under one name).
+func (rb *recordingBackend) forget(name string) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	delete(rb.seen, name)
+	rb.raw.Reset()
+}
+
 func (rb *recordingBackend) bytesRead() string {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
@@ -132,6 +141,137 @@ func (c *teeConn) Read(p []byte) (int, error) {
 	c.l.to.Write(p[:n])
 	c.l.mu.Unlock()
 	return n, err
+}
+
+// routerPair starts two routers on the lean server, each with a backend
+// of its own that records what it gets: one serving from the request's
+// bytes (ServeRaw), one from http.Requests (the handler without ServeRaw);
+// with keys, both take the client key sk-client.
+func routerPair(tb testing.TB, keys bool) (rawBE *recordingBackend, rawURL string, mapBE *recordingBackend, mapURL string) {
+	setup := func(h func(http.Handler) http.Handler) (*recordingBackend, string) {
+		be := newRecordingBackend(tb)
+		cfg := config.Default()
+		cfg.Backends = []config.Backend{{Name: "be", Type: "openai", URL: be.url, Role: config.RoleUnified, Enabled: true,
+			APIKey: "sk-backend", Timeout: config.Duration(10 * time.Second)}}
+		if keys {
+			cfg.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex("sk-client")}}
+		}
+		return be, testutil.LeanServer(tb, h(router.New(router.Options{Config: cfg}).Handler()))
+	}
+	rawBE, rawURL = setup(func(h http.Handler) http.Handler { return h })
+	mapBE, mapURL = setup(func(h http.Handler) http.Handler { return hideRaw{h} })
+	return rawBE, rawURL, mapBE, mapURL
+}
+
+// FuzzServeRaw sends the same chat completion, with fuzzed field lines
+// and body, to the router serving from bytes and to the one serving
+// http.Requests (with and without API keys), and requires the same of
+// both, as TestServeRawMatchesServeHTTP does for its cases.
+func FuzzServeRaw(f *testing.F) {
+	for _, c := range rawCases {
+		if c.target == "" && len(c.body) < 1<<10 {
+			f.Add(strings.Join(c.fields, "\n"), c.body, false)
+			f.Add(strings.Join(c.fields, "\n"), c.body, true)
+		}
+	}
+	type pair struct {
+		rawBE, mapBE   *recordingBackend
+		rawURL, mapURL string
+	}
+	pairs := map[bool]pair{}
+	for _, keys := range []bool{false, true} {
+		var p pair
+		p.rawBE, p.rawURL, p.mapBE, p.mapURL = routerPair(f, keys)
+		pairs[keys] = p
+	}
+	f.Fuzz(func(t *testing.T, fields, body string, keys bool) {
+		lines := strings.Split(fields, "\n")
+		if len(body) > 4<<10 || len(lines) > 32 || len(fields) > 4<<10 {
+			return
+		}
+		for _, l := range lines {
+			// Each is one line of the head (the line breaks are the
+			// test's): an empty one would end it.
+			if l == "" || strings.ContainsAny(l, "\r\n") {
+				return
+			}
+		}
+		p := pairs[keys]
+		c := rawCase{name: "fuzz", fields: lines, body: body}
+		send := func(u string, be *recordingBackend) answer {
+			be.forget(c.name)
+			host := strings.TrimPrefix(u, "http://")
+			conn, err := net.Dial("tcp", host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			return sendRaw(t, conn, bufio.NewReader(conn), host, c)
+		}
+		got := send(p.rawURL, p.rawBE)
+		want := send(p.mapURL, p.mapBE)
+		sameThroughBoth(t, c.name, got, want, p.rawBE, p.mapBE)
+	})
+}
+
+// sameThroughBoth requires that a request sent to the router serving from
+// bytes (got, rawBE) and to the one serving http.Requests (want, mapBE)
+// came out alike: both reached their backend or neither did, with the same
+// method, target, fields and body, and the client got the same answer. A
+// request id the router made is one of its own on both (a new one each
+// time), and the same to the backend as to the client. It returns what the
+// first backend saw and whether the request reached it.
+func sameThroughBoth(t *testing.T, name string, got, want answer, rawBE, mapBE *recordingBackend) (seenRequest, bool) {
+	t.Helper()
+	gotSeen, gotOK := rawBE.request(name)
+	wantSeen, wantOK := mapBE.request(name)
+	if gotOK != wantOK {
+		t.Errorf("%s: reached the backend from bytes %v, as a request %v", name, gotOK, wantOK)
+		return gotSeen, gotOK
+	}
+	for _, a := range []*answer{&got, &want} {
+		a.Header.Del("Date")
+		if a.Header.Get("Content-Type") == "text/event-stream" {
+			// A stream whose events all came in one read goes out
+			// with a length, else chunked: timing, on either path.
+			a.Header.Del("Content-Length")
+		}
+	}
+	seen := gotSeen
+	if gotOK {
+		// The id the client got is the one the backend got.
+		for _, p := range []struct {
+			a *answer
+			s seenRequest
+		}{{&got, gotSeen}, {&want, wantSeen}} {
+			if id := p.a.Header.Get("X-Request-Id"); id == "" || !reflect.DeepEqual(p.s.Header["X-Request-Id"], []string{id}) {
+				t.Errorf("%s: the client got request id %q, the backend %q", name, id, p.s.Header["X-Request-Id"])
+			}
+			if rp := p.a.Header.Values("X-Continuum-Routing-Path"); p.a.Status < 500 && !reflect.DeepEqual(rp, []string{"unified"}) {
+				t.Errorf("%s: routing path %q, want the router's own (unified)", name, rp)
+			}
+		}
+		gotSeen.Header, wantSeen.Header = gotSeen.Header.Clone(), wantSeen.Header.Clone()
+	}
+	if got.Header.Get("X-Request-Id") != want.Header.Get("X-Request-Id") {
+		// Made by the router: one of its own each time.
+		if len(got.Header.Get("X-Request-Id")) != 26 || len(want.Header.Get("X-Request-Id")) != 26 {
+			t.Errorf("%s: request ids %q and %q differ and are not the router's", name, got.Header.Get("X-Request-Id"), want.Header.Get("X-Request-Id"))
+		}
+		got.Header.Del("X-Request-Id")
+		want.Header.Del("X-Request-Id")
+		got.Header.Del("Request-Id") // the Messages API's copy of it
+		want.Header.Del("Request-Id")
+		delete(gotSeen.Header, "X-Request-Id")
+		delete(wantSeen.Header, "X-Request-Id")
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: the client's answer\nfrom bytes   %+v\nas a request %+v", name, got, want)
+	}
+	if !reflect.DeepEqual(gotSeen, wantSeen) {
+		t.Errorf("%s: what the backend saw\nfrom bytes   %+v\nas a request %+v", name, gotSeen, wantSeen)
+	}
+	return seen, gotOK
 }
 
 // hideRaw is a handler without ServeRaw: the lean server then builds an
@@ -219,18 +359,7 @@ func TestServeRawMatchesServeHTTP(t *testing.T) {
 	for _, keys := range []bool{false, true} {
 		t.Run(fmt.Sprintf("api_keys=%v", keys), func(t *testing.T) {
 			t.Parallel()
-			setup := func(h func(http.Handler) http.Handler) (*recordingBackend, string) {
-				be := newRecordingBackend(t)
-				cfg := config.Default()
-				cfg.Backends = []config.Backend{{Name: "be", Type: "openai", URL: be.url, Role: config.RoleUnified, Enabled: true,
-					APIKey: "sk-backend", Timeout: config.Duration(10 * time.Second)}}
-				if keys {
-					cfg.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex("sk-client")}}
-				}
-				return be, testutil.LeanServer(t, h(router.New(router.Options{Config: cfg}).Handler()))
-			}
-			rawBE, rawURL := setup(func(h http.Handler) http.Handler { return h })
-			mapBE, mapURL := setup(func(h http.Handler) http.Handler { return hideRaw{h} })
+			rawBE, rawURL, mapBE, mapURL := routerPair(t, keys)
 			dial := func(u string) (net.Conn, *bufio.Reader, string) {
 				host := strings.TrimPrefix(u, "http://")
 				conn, err := net.Dial("tcp", host)
@@ -248,47 +377,8 @@ func TestServeRawMatchesServeHTTP(t *testing.T) {
 				}
 				got := sendRaw(t, rc, rbr, rhost, c)
 				want := sendRaw(t, mc, mbr, mhost, c)
-				gotSeen, gotOK := rawBE.request(c.name)
-				wantSeen, wantOK := mapBE.request(c.name)
-				if gotOK != wantOK {
-					t.Errorf("%s: reached the backend from bytes %v, as a request %v", c.name, gotOK, wantOK)
-					continue
-				}
-				for _, a := range []*answer{&got, &want} {
-					a.Header.Del("Date")
-					if a.Header.Get("Content-Type") == "text/event-stream" {
-						// A stream whose events all came in one read goes out
-						// with a length, else chunked: timing, on either path.
-						a.Header.Del("Content-Length")
-					}
-				}
-				if gotOK {
-					// The id the client got is the one the backend got.
-					for _, p := range []struct {
-						a *answer
-						s seenRequest
-					}{{&got, gotSeen}, {&want, wantSeen}} {
-						if id := p.a.Header.Get("X-Request-Id"); id == "" || !reflect.DeepEqual(p.s.Header["X-Request-Id"], []string{id}) {
-							t.Errorf("%s: the client got request id %q, the backend %q", c.name, id, p.s.Header["X-Request-Id"])
-						}
-						if rp := p.a.Header.Values("X-Continuum-Routing-Path"); p.a.Status < 500 && !reflect.DeepEqual(rp, []string{"unified"}) {
-							t.Errorf("%s: routing path %q, want the router's own (unified)", c.name, rp)
-						}
-					}
-				}
-				if got.Header.Get("X-Request-Id") != want.Header.Get("X-Request-Id") {
-					// Made by the router: one of its own each time.
-					if len(got.Header.Get("X-Request-Id")) != 26 || len(want.Header.Get("X-Request-Id")) != 26 {
-						t.Errorf("%s: request ids %q and %q differ and are not the router's", c.name, got.Header.Get("X-Request-Id"), want.Header.Get("X-Request-Id"))
-					}
-					got.Header.Del("X-Request-Id")
-					want.Header.Del("X-Request-Id")
-					got.Header.Del("Request-Id") // the Messages API's copy of it
-					want.Header.Del("Request-Id")
-					delete(gotSeen.Header, "X-Request-Id")
-					delete(wantSeen.Header, "X-Request-Id")
-				}
-				if c.name == "hop-by-hop" {
+				gotSeen, reached := sameThroughBoth(t, c.name, got, want, rawBE, mapBE)
+				if reached && c.name == "hop-by-hop" {
 					// The fields a Connection field names went no further.
 					if v := gotSeen.Header.Values("X-Hop-Secret"); len(v) > 0 || gotSeen.Header.Get("X-Custom") != "kept" {
 						t.Errorf("hop-by-hop: the backend got %v", gotSeen.Header)
@@ -296,12 +386,6 @@ func TestServeRawMatchesServeHTTP(t *testing.T) {
 					if v := got.Header.Values("X-Hop"); len(v) > 0 || got.Header.Get("X-Upstream") != "yes" {
 						t.Errorf("hop-by-hop: the client got %v", got.Header)
 					}
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: the client's answer\nfrom bytes   %+v\nas a request %+v", c.name, got, want)
-				}
-				if !reflect.DeepEqual(gotSeen, wantSeen) {
-					t.Errorf("%s: what the backend saw\nfrom bytes   %+v\nas a request %+v", c.name, gotSeen, wantSeen)
 				}
 			}
 			if keys {
