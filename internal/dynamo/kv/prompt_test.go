@@ -457,6 +457,82 @@ func FuzzChatRequest(f *testing.F) {
 	})
 }
 
+// FuzzRealTemplates renders fuzzed chat requests with the chat templates
+// of real models (testdata/chattemplate/templates, each with its special
+// tokens), as the router renders them for KV-aware selection: whatever a
+// client sends, a render ends within its bounds (or fails), and a second
+// render of the same request gives the same ids or the same error
+// (nothing of one render stays for the next). A template may render some
+// requests (one without messages) as nothing: no ids, no error.
+func FuzzRealTemplates(f *testing.F) {
+	seeds := []string{
+		`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"again"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"x":{"type":"string","enum":["a","b"]},"n":{"type":"integer"}},"required":["x"]}}}],"tool_choice":"auto"}`,
+		`{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"x\":\"a\"}"}}]},{"role":"tool","tool_call_id":"call_1","content":"42"}]}`,
+		`{"messages":[{"role":"user","content":"think"}],"chat_template_kwargs":{"enable_thinking":false},"reasoning_effort":"high"}`,
+		`{"messages":[{"role":"assistant","content":"<think>x</think>y","reasoning_content":"r"},{"role":"user","content":""}]}`,
+		`{"messages":[]}`,
+	}
+	root := testutil.RepoRoot(f)
+	files, err := filepath.Glob(filepath.Join(root, "testdata/chattemplate/templates/*.jinja"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no templates (%v)", err)
+	}
+	slices.Sort(files)
+	tk := qwen3(f).Tokenizer
+	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var preparers []*kv.Preparer
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		tmpl, err := chattemplate.Compile(string(src), chattemplate.WithClock(func() time.Time { return fixed }), chattemplate.WithDynamoFrontend())
+		if err != nil {
+			f.Fatalf("%s: %v", filepath.Base(file), err)
+		}
+		tokens := map[string]string{}
+		if b, err := os.ReadFile(strings.TrimSuffix(file, ".jinja") + ".tokens.json"); err == nil {
+			if err := json.Unmarshal(b, &tokens); err != nil {
+				f.Fatalf("%s tokens: %v", filepath.Base(file), err)
+			}
+		}
+		preparers = append(preparers, &kv.Preparer{Tokenizer: tk, Template: tmpl, SpecialTokens: tokens, ContentArrays: kv.RequiresContentArrays(tmpl)})
+	}
+	for i, s := range seeds {
+		for j := range preparers {
+			if (i+j)%3 == 0 {
+				f.Add([]byte(s), uint8(j))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
+		if len(body) > 16<<10 {
+			return
+		}
+		p := preparers[int(which)%len(preparers)]
+		if !json.Valid(body) {
+			// Bytes that are no request are a conversation's texts,
+			// NUL-separated, in turn from the user and the assistant.
+			var msgs []map[string]string
+			for i, text := range strings.Split(string(body), "\x00") {
+				msgs = append(msgs, map[string]string{"role": []string{"user", "assistant"}[i%2], "content": text})
+			}
+			body, _ = json.Marshal(map[string]any{"messages": msgs})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ids, salt, err := p.ChatRequest(ctx, body)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %q rendered past 30 s", files[int(which)%len(files)], body)
+		}
+		again, salt2, err2 := p.ChatRequest(ctx, body)
+		if fmt.Sprint(err) != fmt.Sprint(err2) || !slices.Equal(ids, again) || salt != salt2 {
+			t.Fatalf("%s: %q rendered twice: %v, %v; then %v, %v", files[int(which)%len(files)], body, len(ids), err, len(again), err2)
+		}
+	})
+}
+
 // TestChatRequestGenerationPromptAndReasoning: the generation prompt
 // follows the last message alone, as the frontend decides it (from the
 // messages only, its context winning over chat_template_kwargs), whatever
