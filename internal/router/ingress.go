@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
 )
 
 // Converted ingresses. The Anthropic Messages and Responses APIs are served
@@ -271,29 +273,11 @@ func holdBack(pending string, keep int) (send, held string) {
 	return pending[:cut], pending[cut:]
 }
 
-// upstreamMessage is the message of an upstream error body: OpenAI's
-// {"error": {"message"}}, {"message"}, {"detail"}, or the body itself.
+// upstreamMessage is the message of an upstream error body
+// (shim.ErrorMessage), or the body itself.
 func upstreamMessage(data []byte) string {
-	var e struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-		Detail  string          `json:"detail"`
-	}
-	if json.Unmarshal(data, &e) == nil {
-		var inner struct {
-			Message string `json:"message"`
-		}
-		var s string
-		switch {
-		case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
-			return inner.Message
-		case json.Unmarshal(e.Error, &s) == nil && s != "":
-			return s
-		case e.Message != "":
-			return e.Message
-		case e.Detail != "":
-			return e.Detail
-		}
+	if m := shim.ErrorMessage(data); m != "" {
+		return m
 	}
 	msg := strings.TrimSpace(string(truncate(data, 512)))
 	if msg == "" {

@@ -392,17 +392,19 @@ func MentionsPrefillRefusal(body []byte) bool {
 	return bytes.Contains(body, []byte(directModePrefillError))
 }
 
-// errorMessage is what an error answer says: the message of a JSON error
-// body ({"error":{"message"}}, {"error":"..."}, {"message"}, {"detail"}),
-// else the body as text; spaces around it trimmed.
-func errorMessage(body []byte) string {
+// ErrorMessage is the message a JSON error body carries, the first of
+// {"error":{"message"}}, {"error":"..."}, {"message"} and {"detail"} that
+// is not empty: the shapes OpenAI-compatible servers (Dynamo's frontend,
+// vLLM, SGLang) and Python web frameworks answer errors in. "" when the
+// body is not JSON or carries none of them.
+func ErrorMessage(body []byte) string {
 	var e struct {
 		Error   json.RawMessage `json:"error"`
 		Message string          `json:"message"`
 		Detail  string          `json:"detail"`
 	}
 	if json.Unmarshal(body, &e) != nil {
-		return strings.TrimSpace(string(body))
+		return ""
 	}
 	var inner struct {
 		Message string `json:"message"`
@@ -410,14 +412,22 @@ func errorMessage(body []byte) string {
 	var s string
 	switch {
 	case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
-		s = inner.Message
+		return inner.Message
 	case json.Unmarshal(e.Error, &s) == nil && s != "":
+		return s
 	case e.Message != "":
-		s = e.Message
-	default:
-		s = e.Detail
+		return e.Message
 	}
-	return strings.TrimSpace(s)
+	return e.Detail
+}
+
+// errorMessage is what an error answer says: its JSON error message, else
+// the body as text; spaces around it trimmed.
+func errorMessage(body []byte) string {
+	if m := ErrorMessage(body); m != "" {
+		return strings.TrimSpace(m)
+	}
+	return strings.TrimSpace(string(body))
 }
 
 // Failure reports whether a frontend's answer counts as a failed dispatch
