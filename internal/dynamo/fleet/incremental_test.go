@@ -94,73 +94,123 @@ func TestIncrementalBuildMatchesFresh(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 11))
 			// Few ids: identities collide often. Many: the lists grow
 			// past one tree node.
-			ids, batch, start, steps := 12, 6, 0, 150
 			if seed%2 == 1 {
-				ids, batch, start, steps = 200, 40, 1500, 30
-			}
-			r := fleet.NewReducer()
-			held := map[string][]byte{}
-			clock := t0
-			type published struct {
-				snap *fleet.Snapshot
-				view []string
-			}
-			var pubs []published
-			for range start {
-				k, v := randomRecord(rng, ids)
-				r.Put(k, v, clock)
-				held[k] = v
-			}
-			for step := range steps {
-				clock = clock.Add(time.Second)
-				if rng.IntN(15) == 0 { // a resync that keeps most records, changes some and adds some
-					r.ResyncBegin()
-					next := map[string][]byte{}
-					for _, k := range slices.Sorted(maps.Keys(held)) {
-						if rng.IntN(8) > 0 {
-							next[k] = held[k]
-						}
-					}
-					for range rng.IntN(4) {
-						k, v := randomRecord(rng, ids)
-						next[k] = v
-					}
-					for _, k := range slices.Sorted(maps.Keys(next)) {
-						r.Put(k, next[k], clock)
-					}
-					r.ResyncEnd()
-					held = next
-				}
-				for range 1 + rng.IntN(batch) { // a batch of events
-					clock = clock.Add(time.Second)
-					if k, v := randomRecord(rng, ids); rng.IntN(4) > 0 || len(held) == 0 {
-						r.Put(k, v, clock)
-						held[k] = v
-					} else {
-						keys := slices.Sorted(maps.Keys(held))
-						k := keys[rng.IntN(len(keys))]
-						r.Delete(k)
-						delete(held, k)
-					}
-				}
-				snap := r.Build(clock)
-				fresh := fleet.NewReducer()
-				for _, k := range slices.Sorted(maps.Keys(held)) {
-					fresh.Put(k, held[k], clock)
-				}
-				got, want := lines(snap), lines(fresh.Build(clock))
-				if !slices.Equal(got, want) {
-					t.Fatalf("step %d: incremental view differs from a fresh build:\n got %s\nwant %s", step, strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-				}
-				checkLookups(t, snap)
-				pubs = append(pubs, published{snap, got})
-			}
-			for i, p := range pubs {
-				if got := lines(p.snap); !slices.Equal(got, p.view) {
-					t.Fatalf("snapshot %d changed after it was published:\n got %s\nwant %s", i, strings.Join(got, "\n     "), strings.Join(p.view, "\n     "))
-				}
+				checkIncremental(t, rng, 200, 40, 1500, 30)
+			} else {
+				checkIncremental(t, rng, 12, 6, 0, 150)
 			}
 		})
+	}
+}
+
+// FuzzIncrementalBuild is TestIncrementalBuildMatchesFresh with the
+// fuzzer's bytes for its random choices (which record, put or delete,
+// when to resync), so that it looks for a sequence of events after which
+// the incremental view and a fresh build differ.
+func FuzzIncrementalBuild(f *testing.F) {
+	f.Add([]byte{}, uint8(12))
+	f.Add([]byte("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f"), uint8(3))
+	f.Add(make([]byte, 64), uint8(200))
+	f.Fuzz(func(t *testing.T, choices []byte, ids uint8) {
+		if len(choices) > 4<<10 {
+			return
+		}
+		rng := rand.New(&byteSource{b: choices})
+		checkIncremental(t, rng, 1+int(ids)%40, 6, 0, 1+len(choices)/32)
+	})
+}
+
+// byteSource is a rand.Source that takes its numbers from b, one byte
+// each, mixed into a counter (splitmix64) so that every number is
+// usable whatever the bytes (rand.IntN draws again on some values, and a
+// source stuck on one of those would never end), and goes on with the
+// counter alone once b runs out: a fuzzer's bytes as a test's choices.
+type byteSource struct {
+	b []byte
+	n uint64
+}
+
+func (s *byteSource) Uint64() uint64 {
+	s.n += 0x9e3779b97f4a7c15
+	z := s.n
+	if len(s.b) > 0 {
+		z ^= uint64(s.b[0]) << 56
+		s.b = s.b[1:]
+	}
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// checkIncremental feeds a reducer start records, then steps batches of
+// up to batch puts and deletes of records among ids identities (now and
+// then a resync), and requires after each batch that the view it builds
+// is the view a new reducer builds from the records it holds; and that
+// every snapshot published on the way still shows what it showed when it
+// was built.
+func checkIncremental(t *testing.T, rng *rand.Rand, ids, batch, start, steps int) {
+	t.Helper()
+	r := fleet.NewReducer()
+	held := map[string][]byte{}
+	clock := t0
+	type published struct {
+		snap *fleet.Snapshot
+		view []string
+	}
+	var pubs []published
+	for range start {
+		k, v := randomRecord(rng, ids)
+		r.Put(k, v, clock)
+		held[k] = v
+	}
+	for step := range steps {
+		clock = clock.Add(time.Second)
+		if rng.IntN(15) == 0 { // a resync that keeps most records, changes some and adds some
+			r.ResyncBegin()
+			next := map[string][]byte{}
+			for _, k := range slices.Sorted(maps.Keys(held)) {
+				if rng.IntN(8) > 0 {
+					next[k] = held[k]
+				}
+			}
+			for range rng.IntN(4) {
+				k, v := randomRecord(rng, ids)
+				next[k] = v
+			}
+			for _, k := range slices.Sorted(maps.Keys(next)) {
+				r.Put(k, next[k], clock)
+			}
+			r.ResyncEnd()
+			held = next
+		}
+		for range 1 + rng.IntN(batch) { // a batch of events
+			clock = clock.Add(time.Second)
+			if k, v := randomRecord(rng, ids); rng.IntN(4) > 0 || len(held) == 0 {
+				r.Put(k, v, clock)
+				held[k] = v
+			} else {
+				keys := slices.Sorted(maps.Keys(held))
+				k := keys[rng.IntN(len(keys))]
+				r.Delete(k)
+				delete(held, k)
+			}
+		}
+		snap := r.Build(clock)
+		fresh := fleet.NewReducer()
+		for _, k := range slices.Sorted(maps.Keys(held)) {
+			fresh.Put(k, held[k], clock)
+		}
+		got, want := lines(snap), lines(fresh.Build(clock))
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: incremental view differs from a fresh build:\n got %s\nwant %s", step, strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		checkLookups(t, snap)
+		pubs = append(pubs, published{snap, got})
+	}
+	for i, p := range pubs {
+		if got := lines(p.snap); !slices.Equal(got, p.view) {
+			t.Fatalf("snapshot %d changed after it was published:\n got %s\nwant %s", i, strings.Join(got, "\n     "), strings.Join(p.view, "\n     "))
+		}
 	}
 }
 
