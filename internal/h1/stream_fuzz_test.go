@@ -1,14 +1,18 @@
 package h1
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -103,4 +107,66 @@ func exchangeRaw(addr string, in []byte) ([]byte, error) {
 		return nil, err
 	}
 	return closeField.ReplaceAll(dateField.ReplaceAll(out, nil), nil), nil
+}
+
+// FuzzRelayFields: an answer's field lines (as ParseResponseHeadFields
+// gives them from a fuzzed head) relayed by the lean server with
+// WriteHeaderFields reach the client as AddFields puts them in a header
+// map, less what the server sets itself (its framing, and a Date when the
+// lines bring none).
+func FuzzRelayFields(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nConnection: x-hop\r\nX-Hop: 1\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-Spaced:  v  \r\nX-Empty:\r\nContent-Encoding: gzip\r\nTrailer: X-T\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	var mu sync.Mutex
+	relay := map[string]string{} // by request path: the lines to relay
+	lean := startLean(f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fields := relay[r.URL.Path]
+		mu.Unlock()
+		w.(FieldsWriter).WriteHeaderFields(http.StatusOK, fields, func(string) bool { return true })
+	}), nil)
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		_, fields, ok := ParseResponseHeadFields(raw, false)
+		if !ok {
+			return
+		}
+		path := fmt.Sprintf("/%d", n.Add(1))
+		mu.Lock()
+		relay[path] = fields
+		mu.Unlock()
+		defer func() { mu.Lock(); delete(relay, path); mu.Unlock() }()
+		conn, err := net.Dial("tcp", lean.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%q relayed: %v", fields, err)
+		}
+		_ = resp.Body.Close()
+		want := http.Header{}
+		AddFields(want, fields, func(string) bool { return true })
+		got := resp.Header
+		got.Del("Content-Length")
+		if _, relayed := want["Date"]; !relayed {
+			got.Del("Date")
+		}
+		if len(got) == 0 && len(want) == 0 {
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q relayed:\n got %q\nwant %q", fields, got, want)
+		}
+	})
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/continuum-router/continuum/internal/h1"
 )
 
 // responseHeads are answers a backend sends, plain and not, for the tests
@@ -216,6 +218,23 @@ func checkReadResponse(t *testing.T, raw []byte, method string) bool {
 	}
 	if got := answerHeader(lazy); !reflect.DeepEqual(got, want.Header) {
 		t.Fatalf("%q: header from the fields\n got %q\nwant %q", raw, got, want.Header)
+	}
+	// What the router relays of them to a client of another server (a
+	// header map): the fields it passes on, less those the server frames.
+	relayed := http.Header{}
+	h1.AddFields(relayed, pb.fields, relayedField)
+	expect := http.Header{}
+	for k, v := range want.Header {
+		switch k {
+		case "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
+		default:
+			if relayedField(k) {
+				expect[k] = v
+			}
+		}
+	}
+	if !reflect.DeepEqual(relayed, expect) {
+		t.Fatalf("%q: relayed\n got %q\nwant %q", raw, relayed, expect)
 	}
 	return true
 }
