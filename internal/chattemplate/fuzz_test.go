@@ -61,9 +61,12 @@ func FuzzRender(f *testing.F) {
 			return
 		}
 		start := time.Now()
-		_, err = tmpl.Render(context.Background(), in)
+		out, err := tmpl.Render(context.Background(), in)
 		if err != nil && errors.Is(err, chattemplate.ErrRenderUnavailable) && strings.Contains(err.Error(), "internal error") {
 			t.Fatal(err)
+		}
+		if err == nil && len(out) > 64<<10 {
+			t.Fatalf("%d bytes rendered past the 64 KiB bound", len(out))
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("render took %v", d)

@@ -1450,6 +1450,32 @@ func TestStreamServedWhenTheClientLeavesAfterDone(t *testing.T) {
 	}
 }
 
+// FuzzDoneTail: a stream cut into writes anywhere (cuts give the writes'
+// sizes) is told to end with its final event after each write exactly
+// when what was written so far does.
+func FuzzDoneTail(f *testing.F) {
+	f.Add("data: {}\n\ndata: [DONE]\n\n", []byte{3, 20, 1})
+	f.Add("data: [DONE]\r\n\r\ndata: [DONE]\n\n", []byte{16, 1, 1})
+	f.Add("data:[DONE]\n\n", []byte{0})
+	f.Fuzz(func(t *testing.T, stream string, cuts []byte) {
+		tail := router.NewDoneTail()
+		at := 0
+		// A cut of 0 is an empty write; the writes stop at the stream's
+		// end, or after as many as cuts of 0 alone could make.
+		for i := 0; at < len(stream) && i < 2*len(stream)+len(cuts); i++ {
+			size := 1
+			if len(cuts) > 0 {
+				size = int(cuts[i%len(cuts)])
+			}
+			end := min(at+size, len(stream))
+			if got, want := tail(stream[at:end]), router.EndsWithDone(stream[:end]); got != want {
+				t.Fatalf("%q after %d bytes: %v, want %v", stream, end, got, want)
+			}
+			at = end
+		}
+	})
+}
+
 // TestDoneTail: the end of a stream is told whatever the writes' sizes.
 func TestDoneTail(t *testing.T) {
 	t.Parallel()

@@ -272,6 +272,9 @@ func FuzzDecodeEventMessage(f *testing.F) {
 			copy(pid, frame[len(frame)-8:])
 		}
 		env, rej := wire.DecodeEventMessage([][]byte{[]byte("kv_metrics"), pid, make([]byte, 8), frame}, "kv_metrics", wire.MaxLoadPayloadBytes)
+		if rej == nil && wire.PayloadCut(frame) {
+			t.Fatalf("a frame cut short (%q) accepted", frame)
+		}
 		if rej == nil {
 			// What is accepted is the message's own identity, and a payload
 			// within the bound.
