@@ -8,6 +8,7 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,8 +103,8 @@ func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32
 	}
 	prompt, _ := top.get("prompt")
 	var text string
-	if json.Unmarshal(prompt, &text) != nil {
-		return nil, "", ErrNotText
+	if bytes.Equal(prompt, jsonNull) || json.Unmarshal(prompt, &text) != nil {
+		return nil, "", ErrNotText // none (absent or null), or not one string
 	}
 	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
 	return ids, salt, err

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -455,6 +456,73 @@ func FuzzChatRequest(f *testing.F) {
 			t.Fatalf("%q: no ids and no error", body)
 		}
 	})
+}
+
+// FuzzCompletionRequest: a completion request's prompt and cache salt are
+// read as encoding/json reads the body (nvext.cache_salt, else
+// cache_salt; a salt that is not a string refused; a prompt that is not
+// one string ErrNotText), and the prompt is encoded as the tokenizer
+// encodes it.
+func FuzzCompletionRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"once upon a time"}`,
+		`{"prompt":"x","cache_salt":"s","nvext":{"cache_salt":"inner"}}`,
+		`{"prompt":"x","cache_salt":"s","nvext":{"cache_salt":""}}`,
+		`{"prompt":["a","b"]}`, `{"prompt":[1,2,3]}`, `{"prompt":null,"cache_salt":7}`,
+		`{"prompt":"\u00e9\ud83d\ude00","nvext":null,"cache_salt":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	p := &kv.Preparer{Tokenizer: qwen3(f).Tokenizer}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if len(body) > 16<<10 {
+			return
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(body, &top) != nil || top == nil {
+			return // not an object (null reads as a nil map)
+		}
+		ids, salt, err := p.CompletionRequest(context.Background(), body)
+		var outer, inner string
+		saltErr := json.Unmarshal(orNull(top["cache_salt"]), &outer)
+		if v := top["nvext"]; saltErr == nil && len(v) > 0 && v[0] == '{' {
+			var nvext map[string]json.RawMessage
+			if json.Unmarshal(v, &nvext) == nil {
+				saltErr = json.Unmarshal(orNull(nvext["cache_salt"]), &inner)
+			}
+		}
+		if saltErr != nil {
+			if err == nil {
+				t.Fatalf("%q: a salt encoding/json cannot read as a string was taken (%q)", body, salt)
+			}
+			return
+		}
+		var text string
+		if json.Unmarshal(orNull(top["prompt"]), &text) != nil || top["prompt"] == nil || string(top["prompt"]) == "null" {
+			if !errors.Is(err, kv.ErrNotText) {
+				t.Fatalf("%q: a prompt that is not one text: %v", body, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if want := cmp.Or(inner, outer); salt != want {
+			t.Fatalf("%q: salt %q, want %q", body, salt, want)
+		}
+		want, err := p.Tokenizer.Encode(text, false)
+		if err != nil || !slices.Equal(ids, want) {
+			t.Fatalf("%q: %d ids, the tokenizer gives %d (%v)", body, len(ids), len(want), err)
+		}
+	})
+}
+
+// orNull is v, or null when v is absent.
+func orNull(v json.RawMessage) json.RawMessage {
+	if v == nil {
+		return json.RawMessage("null")
+	}
+	return v
 }
 
 // FuzzRealTemplates renders fuzzed chat requests with the chat templates
