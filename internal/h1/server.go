@@ -351,89 +351,96 @@ func (c *conn) serve() bool {
 // lean path does not serve is handed off (errHandedOff).
 func (c *conn) readHead() (head, error) {
 	s := c.srv
-	skipped := 0 // line breaks discarded after a POST
-	for {
+	if c.served == 0 {
+		// The first request's deadline, set before its first byte, covers
+		// its whole head (net/http's rule).
 		if c.br.Buffered() == 0 {
-			if c.served > 0 {
-				wait := s.IdleTimeout
-				if wait == 0 {
-					wait = s.ReadTimeout
-				}
-				c.setIdleDeadline(wait)
-			} else {
-				c.setReadDeadline(s.headerTimeout())
-			}
-			c.state.Store(stateIdle)
-			if s.shutting.Load() {
-				return head{}, net.ErrClosed
-			}
-			if _, err := c.br.Peek(1); err != nil {
+			c.setReadDeadline(s.headerTimeout())
+			if _, err := c.idlePeek(1); err != nil {
 				return head{}, err
 			}
-			c.state.Store(stateActive)
 		}
-		if !c.afterPost {
-			break
-		}
-		c.afterPost = false
-		// Of what has come (at least a byte): waiting for four would hold
-		// a connection past its header timeout on three bytes.
-		peek, _ := c.br.Peek(min(4, c.br.Buffered()))
-		n := 0
-		for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
-			n++
-		}
-		_, _ = c.br.Discard(n)
-		skipped += n
-		// Line breaks and nothing after them: the connection is idle
-		// again, waiting for its next request as before them.
+	} else if err := c.awaitNext(); err != nil {
+		return head{}, err
 	}
 	if s.ReadTimeout > 0 {
 		c.started = time.Now() // ReadTimeout counts from the head's first byte
 	}
-	// The first request's deadline, set before its first byte, already
-	// covers its whole head (net/http's rule); a later one's is set when
-	// its head does not come in one read.
+	// A later request's header deadline is set when its head does not
+	// come in one read.
 	headerSet := c.served == 0
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
-		// On a connection that has served a request, net/http reads the
-		// next once four bytes of it have come (line breaks after a POST
-		// included) and closes without an answer when the client's side
-		// ends before; so fewer than four are neither parsed nor handed
-		// to it. (Any other head cut short it answers with 400.)
-		short := c.served > 0 && skipped+len(buf) < 4
-		if !short {
-			end, plain := HeadEnd(buf)
-			if !plain {
+		end, plain := HeadEnd(buf)
+		if !plain {
+			return head{}, c.handOff()
+		}
+		if end > 0 {
+			h, ok := parseHead(buf[:end], c.raw == nil)
+			if ok {
+				ok = h.parseTarget()
+			}
+			if !ok {
 				return head{}, c.handOff()
 			}
-			if end > 0 {
-				h, ok := parseHead(buf[:end], c.raw == nil)
-				if ok {
-					ok = h.parseTarget()
-				}
-				if !ok {
-					return head{}, c.handOff()
-				}
-				_, _ = c.br.Discard(end)
-				return h, nil
-			}
-			if len(buf) >= bufferSize {
-				return head{}, c.handOff()
-			}
+			_, _ = c.br.Discard(end)
+			return h, nil
+		}
+		if len(buf) >= bufferSize {
+			return head{}, c.handOff()
 		}
 		if !headerSet {
 			headerSet = true
 			c.setReadDeadline(s.headerTimeout())
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
-			if errors.Is(err, io.EOF) && len(buf) > 0 && !short {
-				return head{}, c.handOff() // net/http answers it with 400
+			if errors.Is(err, io.EOF) && len(buf) > 0 {
+				// A head cut short: net/http answers 400 to it.
+				return head{}, c.handOff()
 			}
 			return head{}, err
 		}
 	}
+}
+
+// awaitNext waits, on a connection that has served a request, for four
+// bytes of the next, as net/http does before it reads one: idle (under
+// the idle deadline, and closed by Shutdown), the end of the client's side
+// or the deadline before them closing the connection without an answer.
+// After a POST, the line breaks among those four are dropped (some
+// clients end a body with one, as net/http tolerates).
+func (c *conn) awaitNext() error {
+	if c.br.Buffered() < 4 {
+		wait := c.srv.IdleTimeout
+		if wait == 0 {
+			wait = c.srv.ReadTimeout
+		}
+		c.setIdleDeadline(wait)
+		if _, err := c.idlePeek(4); err != nil {
+			return err
+		}
+	}
+	if c.afterPost {
+		c.afterPost = false
+		peek, _ := c.br.Peek(4)
+		n := 0
+		for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+			n++
+		}
+		_, _ = c.br.Discard(n)
+	}
+	return nil
+}
+
+// idlePeek waits, idle, until n bytes are buffered.
+func (c *conn) idlePeek(n int) ([]byte, error) {
+	c.state.Store(stateIdle)
+	if c.srv.shutting.Load() {
+		return nil, net.ErrClosed
+	}
+	b, err := c.br.Peek(n)
+	c.state.Store(stateActive)
+	return b, err
 }
 
 // HeadEnd finds the end of the head in buf (the byte after its empty

@@ -964,6 +964,43 @@ func TestStrayLineBreaksAfterPost(t *testing.T) {
 	}
 }
 
+// TestNextRequestAwaitsFourBytes: on a kept connection the lean server
+// waits for four bytes of the next request as net/http does: idle, under
+// the idle timeout rather than the header timeout (a client that sends a
+// byte and pauses is served), and taking the line breaks after a POST
+// from those four whatever writes they came in.
+func TestNextRequestAwaitsFourBytes(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), func(s *Server) { s.ReadHeaderTimeout = 200 * time.Millisecond })
+	for name, parts := range map[string][]string{
+		"a byte, a pause":      {"GET /a HTTP/1.1\r\nHost: x\r\n\r\nG", "ET /b HTTP/1.1\r\nHost: x\r\n\r\n"},
+		"split line breaks":    {"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi\r", "\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"},
+		"line breaks in two":   {"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi\r\n", "\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"},
+		"three bytes, a pause": {"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET", " /b HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		conn := l.dial(t)
+		br := bufio.NewReader(conn)
+		for i, p := range parts {
+			if i > 0 {
+				time.Sleep(400 * time.Millisecond) // past the header timeout
+			}
+			if _, err := io.WriteString(conn, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, want := range []string{"/a", "/b"} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", name, want, err)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || !strings.Contains(string(data), want+" ") {
+				t.Errorf("%s: %d %q, want %s answered", name, resp.StatusCode, data, want)
+			}
+		}
+	}
+}
+
 // TestHeadCutShort: a client that ends its side within a head gets
 // net/http's 400, not a silent close.
 func TestHeadCutShort(t *testing.T) {

@@ -191,10 +191,19 @@ func FuzzServeRaw(f *testing.F) {
 		}
 		for _, l := range lines {
 			// Each is one line of the head (the line breaks are the
-			// test's): an empty one would end it.
-			if l == "" || strings.ContainsAny(l, "\r\n") {
+			// test's): an empty one would end it. The framing is the
+			// test's too: a body the lines said was chunked, or longer,
+			// would leave both servers waiting for the rest.
+			name, _, _ := strings.Cut(l, ":")
+			name = strings.ToLower(strings.TrimSpace(name))
+			if l == "" || strings.ContainsAny(l, "\r\n") || name == "transfer-encoding" || name == "content-length" {
 				return
 			}
+		}
+		if strings.Contains(body, `"broken"`) {
+			// The backend answers those with a 500, and enough of them
+			// open each router's breaker at a slightly different moment.
+			return
 		}
 		p := pairs[keys]
 		c := rawCase{name: "fuzz", fields: lines, body: body}

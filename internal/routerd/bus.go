@@ -11,10 +11,10 @@ import (
 	"github.com/continuum-router/continuum/internal/eventbus"
 )
 
-// coverageDebounce is how long the broker coverage gauges wait after a
-// change before they are brought up to date: a broker coming or going
-// changes many subscriptions one after another, and they are counted once
-// it has settled (or at the latest this long after the first change).
+// coverageDebounce is how long after a change the broker coverage gauges
+// are brought up to date: a broker coming or going changes many
+// subscriptions one after another, and the changes made within this long
+// of the first are counted together.
 const coverageDebounce = 250 * time.Millisecond
 
 // busSettings are the event bus settings of a configuration.

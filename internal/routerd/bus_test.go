@@ -209,11 +209,15 @@ func TestBrokerTransport(t *testing.T) {
 	})
 	// Settled, with samples still flowing: the gauges are not counted
 	// again until something they count changes (a debounce, not a ticker).
-	settle := time.Now().Add(3 * routerd.CoverageDebounce)
-	for time.Now().Before(settle) {
+	// Settled: no count for twice the debounce.
+	last, quiet := routerd.CoverageCounts(f.d), time.Now()
+	testutil.Eventually(t, 10*time.Second, "the coverage counts settled", func() bool {
 		publish()
-		time.Sleep(50 * time.Millisecond)
-	}
+		if n := routerd.CoverageCounts(f.d); n != last {
+			last, quiet = n, time.Now()
+		}
+		return time.Since(quiet) > 2*routerd.CoverageDebounce
+	})
 	before := routerd.CoverageCounts(f.d)
 	for range 20 {
 		publish()

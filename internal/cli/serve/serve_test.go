@@ -177,8 +177,8 @@ dynamo:
 		}
 	}
 	for i, r := range fe.Requests() {
-		if *r.Worker != 0x21 || *r.Prefill != 0x11 {
-			t.Errorf("request %d pinned to decode %#x, prefill %#x; want 0x21 and 0x11", i, *r.Worker, *r.Prefill)
+		if r.Worker == nil || r.Prefill == nil || *r.Worker != 0x21 || *r.Prefill != 0x11 {
+			t.Errorf("request %d pinned to %+v; want decode 0x21 and prefill 0x11", i, r)
 		}
 	}
 	if n := len(fe.Requests()); n != more {

@@ -528,10 +528,11 @@ func orNull(v json.RawMessage) json.RawMessage {
 // FuzzRealTemplates renders fuzzed chat requests with the chat templates
 // of real models (testdata/chattemplate/templates, each with its special
 // tokens), as the router renders them for KV-aware selection: whatever a
-// client sends, a render ends within its bounds (or fails), and a second
-// render of the same request gives the same ids or the same error
-// (nothing of one render stays for the next). A template may render some
-// requests (one without messages) as nothing: no ids, no error.
+// client sends, a render ends (its fuel and output bounds stop a runaway
+// template well within the test's 30 s), and a second render of the same
+// request gives the same ids or the same error (nothing of one render
+// stays for the next). A template may render some requests (one without
+// messages) as nothing: no ids, no error.
 func FuzzRealTemplates(f *testing.F) {
 	seeds := []string{
 		`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"again"}]}`,
@@ -594,7 +595,9 @@ func FuzzRealTemplates(f *testing.F) {
 		if ctx.Err() != nil {
 			t.Fatalf("%s: %q rendered past 30 s", files[int(which)%len(files)], body)
 		}
-		again, salt2, err2 := p.ChatRequest(ctx, body)
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel2()
+		again, salt2, err2 := p.ChatRequest(ctx2, body)
 		if fmt.Sprint(err) != fmt.Sprint(err2) || !slices.Equal(ids, again) || salt != salt2 {
 			t.Fatalf("%s: %q rendered twice: %v, %v; then %v, %v", files[int(which)%len(files)], body, len(ids), err, len(again), err2)
 		}
