@@ -79,6 +79,11 @@ func (w *response) WriteHeader(code int) {
 	w.wroteHeader = true
 	w.status = code
 	w.noBody = code == http.StatusNoContent || code == http.StatusNotModified || code < 200
+	if te := w.header["Transfer-Encoding"]; len(te) > 0 && te[0] != "identity" {
+		// A handler that names a transfer coding does not also declare a
+		// length: net/http drops the Content-Length then.
+		delete(w.header, "Content-Length")
+	}
 	if cl := w.header["Content-Length"]; len(cl) > 0 {
 		if n, ok := parseLength(cl[0]); ok {
 			w.declared = n
@@ -93,6 +98,11 @@ func (w *response) WriteHeader(code int) {
 	_, w.hasType = w.header["Content-Type"]
 	if ce := w.header["Content-Encoding"]; len(ce) > 0 && ce[0] != "" {
 		w.hasType = true // an encoded body is not sniffed
+	}
+	if _, te := w.header["Transfer-Encoding"]; te {
+		// Nor one whose handler named its transfer coding (net/http's
+		// rule; the framing itself stays the server's).
+		w.hasType = true
 	}
 	_, w.hasDate = w.header["Date"]
 	writeStatusLine(bw, code)
@@ -311,10 +321,13 @@ func (w *response) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	if w.declared >= 0 && w.written+int64(len(p)) > w.declared {
+	// A write past the declared length is refused and counted, as
+	// net/http counts it: the answer is broken, and every write after it
+	// is refused too.
+	w.written += int64(len(p))
+	if w.declared >= 0 && w.written > w.declared {
 		return 0, http.ErrContentLength
 	}
-	w.written += int64(len(p))
 	if !w.committed {
 		if len(w.pending)+len(p) <= sniffLen {
 			if w.pending == nil {
@@ -468,6 +481,9 @@ func writeHeader(bw stringWriter, k, v string) {
 	_, _ = bw.WriteString(": ")
 	if strings.ContainsAny(v, "\r\n") {
 		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	if v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = strings.Trim(v, " \t") // white space around a value is not part of it
 	}
 	_, _ = bw.WriteString(v)
 	_, _ = bw.WriteString("\r\n")

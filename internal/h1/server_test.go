@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -39,7 +40,7 @@ func startLean(t testing.TB, h http.Handler, tune func(*Server)) *lean {
 	}
 	l := &lean{ln: ln, addr: ln.Addr().String()}
 	cl := NewHandoff(ln.Addr())
-	l.fallback = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	l.fallback = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
 	l.srv = &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second, Fallback: cl.Give}
 	if tune != nil {
 		tune(l.srv)
@@ -75,7 +76,7 @@ func startLean(t testing.TB, h http.Handler, tune func(*Server)) *lean {
 // like.
 func startNetHTTP(t testing.TB, h http.Handler) string {
 	t.Helper()
-	ref := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	ref := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -793,6 +794,12 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 			w.Header().Set("X-Split", "a\r\nInjected: yes")
 			w.Header()["Bad Name"] = []string{"v"}
 		},
+		"spaced value": func(w http.ResponseWriter, r *http.Request) { w.Header().Set("X-Spaced", " \tv w \t") },
+		"past the length": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "4")
+			_, _ = io.WriteString(w, "toolong")
+			_, _ = io.WriteString(w, "ok") // refused too: the answer is broken
+		},
 		"multi value": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Add("X-M", "1")
 			w.Header().Add("X-M", "2")
@@ -845,6 +852,27 @@ func TestSameAnswersAsNetHTTP(t *testing.T) {
 				a.StatusCode, a.Header, a.ContentLength, a.TransferEncoding, truncate(abody),
 				b.StatusCode, b.Header, b.ContentLength, b.TransferEncoding, truncate(bbody))
 		}
+	}
+}
+
+// TestCodingNamed: a handler that names a transfer coding gets no sniffed
+// Content-Type and no Content-Length of its own beside it, as from
+// net/http; the framing stays the lean server's.
+func TestCodingNamed(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Transfer-Encoding", "chunked")
+		w.Header().Set("Content-Length", "300")
+		_, _ = io.WriteString(w, "<html>not sniffed")
+	}), nil)
+	resp, err := l.client(t).Get("http://" + l.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || string(data) != "<html>not sniffed" || resp.Header.Get("Content-Type") != "" {
+		t.Fatalf("%q %v, Content-Type %q", data, err, resp.Header.Get("Content-Type"))
 	}
 }
 

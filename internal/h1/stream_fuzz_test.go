@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,4 +173,118 @@ func FuzzRelayFields(f *testing.F) {
 			t.Fatalf("%q relayed:\n got %q\nwant %q", fields, got, want)
 		}
 	})
+}
+
+// FuzzAnswers runs a handler scripted by the fuzzer's bytes (fields set
+// and deleted, a status, writes of several sizes, flushes) on the lean
+// server and on net/http for a GET or a HEAD, and requires the same
+// answer from both, byte for byte but for Date: the framing (a length or
+// chunks), the fields each server adds, what a 1xx, 204 or 304 carries and
+// a sniffed Content-Type are the lean server's to get right. (Neither
+// Trailer nor Transfer-Encoding is among the fields: the lean server
+// writes no handler's Trailer field, which the router has no use for, and
+// frames an answer itself whatever Transfer-Encoding its handler names;
+// with a Content-Length beside it, net/http still refuses writes past that
+// length, where the lean server drops the length.)
+func FuzzAnswers(f *testing.F) {
+	f.Add([]byte{0, 0, 2, 10}, false)
+	f.Add([]byte{1, 2, 2, 40, 3, 2, 5}, false)
+	f.Add([]byte{0, 3, 1, 3, 2, 9}, true)
+	f.Add([]byte{0, 2, 1, 0, 2, 1, 2, 1}, false)
+	f.Add([]byte{1, 5, 1, 1, 2, 200}, false)
+	var mu sync.Mutex
+	scripts := map[string][]byte{}
+	fieldsTable := [][2]string{
+		{"Content-Type", "text/plain"}, {"Content-Type", "application/json"}, {"Content-Length", "5"},
+		{"Content-Length", "0"}, {"X-A", "1"}, {"Content-Encoding", "gzip"}, {"Connection", "close"},
+		{"Content-Length", "300"}, {"X-B", " spaced "},
+	}
+	codes := []int{200, 201, 204, 304, 404, 500, 103, 206}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		script := scripts[r.URL.Path]
+		mu.Unlock()
+		next := func() int {
+			if len(script) == 0 {
+				return 0
+			}
+			b := script[0]
+			script = script[1:]
+			return int(b)
+		}
+		for len(script) > 0 {
+			switch next() % 6 {
+			case 0:
+				kv := fieldsTable[next()%len(fieldsTable)]
+				w.Header().Set(kv[0], kv[1])
+			case 1:
+				w.WriteHeader(codes[next()%len(codes)])
+			case 2:
+				n := next()
+				if n%2 == 1 {
+					_, _ = io.WriteString(w, "<html><body>")
+				}
+				_, _ = w.Write(bytes.Repeat([]byte("x"), n))
+			case 3:
+				w.(http.Flusher).Flush()
+			case 4:
+				w.Header().Del(fieldsTable[next()%len(fieldsTable)][0])
+			case 5:
+				w.Header().Add("X-A", strconv.Itoa(next()))
+			}
+		}
+	})
+	lean := startLean(f, handler, nil)
+	refAddr := startNetHTTP(f, handler)
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, script []byte, head bool) {
+		if len(script) > 256 {
+			return
+		}
+		path := fmt.Sprintf("/%d", n.Add(1))
+		mu.Lock()
+		scripts[path] = script
+		mu.Unlock()
+		defer func() { mu.Lock(); delete(scripts, path); mu.Unlock() }()
+		method := "GET"
+		if head {
+			method = "HEAD"
+		}
+		req := []byte(method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		got, gerr := exchangeRaw(lean.addr, req)
+		want, werr := exchangeRaw(refAddr, req)
+		if gerr != nil || werr != nil {
+			t.Fatalf("%v: lean %v, net/http %v", script, gerr, werr)
+		}
+		if a, b := answersOf(got, method), answersOf(want, method); a != b {
+			t.Fatalf("%s %v:\nlean     %s\nnet/http %s\n(raw: %q\n     %q)", method, script, a, b, got, want)
+		}
+	})
+}
+
+// answersOf is what a client reads of an answer (1xx answers, then the
+// final one): status, fields and body, or the error that cut it. The
+// framing is left out (a length or chunks, and where chunks are cut, are
+// each server's to choose: the lean server decides them itself where
+// net/http honours a handler's Transfer-Encoding), with the Date and a
+// Connection: close (the request asked for it).
+func answersOf(out []byte, method string) string {
+	br := bufio.NewReader(bytes.NewReader(out))
+	var b strings.Builder
+	for {
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			fmt.Fprintf(&b, "error: %v", err)
+			return b.String()
+		}
+		h := resp.Header.Clone()
+		for _, k := range []string{"Date", "Content-Length", "Connection"} {
+			h.Del(k)
+		}
+		body, err := io.ReadAll(resp.Body)
+		fmt.Fprintf(&b, "%d %v %q %v; ", resp.StatusCode, h, body, err)
+		if resp.StatusCode >= 200 {
+			return b.String()
+		}
+	}
 }
