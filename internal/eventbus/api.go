@@ -51,15 +51,24 @@ var (
 
 // RefusedError is a stream the client refused or ended, with its code
 // (target_not_advertised, connect_failed, ...). A draining client's
-// refusal is a lost carrier.
+// refusal is a lost carrier; a stream the publisher closed before its data
+// stream was taken here is a protocol error.
 type RefusedError struct{ Code string }
 
 func (e *RefusedError) Error() string { return "event bus stream refused: " + e.Code }
 
-// Unwrap makes a draining refusal a lost carrier.
+// Unwrap makes a draining refusal a lost carrier, and publisher_closed a
+// protocol error: the client reached the publisher and relayed until it
+// closed, and the end came on the control channel before the data stream
+// arrived (two streams of the session, in no set order). No greeting was
+// read, so it is what a direct connection the publisher closes before its
+// greeting reads as.
 func (e *RefusedError) Unwrap() error {
-	if e.Code == CodeDraining {
+	switch e.Code {
+	case CodeDraining:
 		return zmtp.ErrCarrierLost
+	case CodePublisherClosed:
+		return zmtp.ErrProtocol
 	}
 	return nil
 }

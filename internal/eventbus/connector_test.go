@@ -211,6 +211,24 @@ func TestConnectorWithoutBus(t *testing.T) {
 	}
 }
 
+// TestRefusalKinds: the codes a stream can be refused with that the
+// readers tell apart: draining is a lost carrier (moved at once, no
+// backoff), publisher_closed a protocol error (the end of a stream that
+// came before its data stream, as a direct connection's close before its
+// greeting), any other neither.
+func TestRefusalKinds(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]error{eventbus.CodeDraining: zmtp.ErrCarrierLost, eventbus.CodePublisherClosed: zmtp.ErrProtocol} {
+		if err := error(&eventbus.RefusedError{Code: code}); !errors.Is(err, want) {
+			t.Errorf("%s: %v is not %v", code, err, want)
+		}
+	}
+	other := error(&eventbus.RefusedError{Code: eventbus.CodeTargetNotAdvertised})
+	if errors.Is(other, zmtp.ErrProtocol) || errors.Is(other, zmtp.ErrCarrierLost) {
+		t.Errorf("%v taken for a protocol error or a lost carrier", other)
+	}
+}
+
 // TestConnectorPublisherClosedInHandshake: a publisher that closes every
 // connection before its greeting ends a session through the broker as it
 // ends one directly, a protocol error (which the load and KV readers count
