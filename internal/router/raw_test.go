@@ -143,11 +143,17 @@ func (c *teeConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// routerPair starts two routers on the lean server, each with a backend
-// of its own that records what it gets: one serving from the request's
-// bytes (ServeRaw), one from http.Requests (the handler without ServeRaw);
-// with keys, both take the client key sk-client.
-func routerPair(tb testing.TB, keys bool) (rawBE *recordingBackend, rawURL string, mapBE *recordingBackend, mapURL string) {
+// routerPair is two routers on the lean server, each with a backend of
+// its own that records what it gets: one serving from the request's bytes
+// (ServeRaw), one from http.Requests (the handler without ServeRaw).
+type routerPair struct {
+	rawBE, mapBE   *recordingBackend
+	rawURL, mapURL string
+}
+
+// startRouterPair starts a routerPair; with keys, both routers take the
+// client key sk-client.
+func startRouterPair(tb testing.TB, keys bool) routerPair {
 	setup := func(h func(http.Handler) http.Handler) (*recordingBackend, string) {
 		be := newRecordingBackend(tb)
 		cfg := config.Default()
@@ -158,9 +164,10 @@ func routerPair(tb testing.TB, keys bool) (rawBE *recordingBackend, rawURL strin
 		}
 		return be, testutil.LeanServer(tb, h(router.New(router.Options{Config: cfg}).Handler()))
 	}
-	rawBE, rawURL = setup(func(h http.Handler) http.Handler { return h })
-	mapBE, mapURL = setup(func(h http.Handler) http.Handler { return hideRaw{h} })
-	return rawBE, rawURL, mapBE, mapURL
+	var p routerPair
+	p.rawBE, p.rawURL = setup(func(h http.Handler) http.Handler { return h })
+	p.mapBE, p.mapURL = setup(func(h http.Handler) http.Handler { return hideRaw{h} })
+	return p
 }
 
 // FuzzServeRaw sends the same chat completion, with fuzzed field lines
@@ -174,16 +181,7 @@ func FuzzServeRaw(f *testing.F) {
 			f.Add(strings.Join(c.fields, "\n"), c.body, true)
 		}
 	}
-	type pair struct {
-		rawBE, mapBE   *recordingBackend
-		rawURL, mapURL string
-	}
-	pairs := map[bool]pair{}
-	for _, keys := range []bool{false, true} {
-		var p pair
-		p.rawBE, p.rawURL, p.mapBE, p.mapURL = routerPair(f, keys)
-		pairs[keys] = p
-	}
+	pairs := map[bool]routerPair{false: startRouterPair(f, false), true: startRouterPair(f, true)}
 	f.Fuzz(func(t *testing.T, fields, body string, keys bool) {
 		lines := strings.Split(fields, "\n")
 		if len(body) > 4<<10 || len(lines) > 32 || len(fields) > 4<<10 {
@@ -368,7 +366,8 @@ func TestServeRawMatchesServeHTTP(t *testing.T) {
 	for _, keys := range []bool{false, true} {
 		t.Run(fmt.Sprintf("api_keys=%v", keys), func(t *testing.T) {
 			t.Parallel()
-			rawBE, rawURL, mapBE, mapURL := routerPair(t, keys)
+			p := startRouterPair(t, keys)
+			rawBE, rawURL, mapBE, mapURL := p.rawBE, p.rawURL, p.mapBE, p.mapURL
 			dial := func(u string) (net.Conn, *bufio.Reader, string) {
 				host := strings.TrimPrefix(u, "http://")
 				conn, err := net.Dial("tcp", host)
