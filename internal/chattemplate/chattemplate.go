@@ -182,10 +182,9 @@ func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, e
 	}
 	var src string
 	if err := json.Unmarshal(raw, &src); err != nil {
-		var named []struct {
-			Name     string `json:"name"`
-			Template string `json:"template"`
-		}
+		// Keys match exactly, as Python's dict and serde's map read them
+		// (encoding/json would match a struct's fields in any case).
+		var named []map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &named); err != nil {
 			return nil, errors.New("chattemplate: chat_template is neither a string nor a list of {name, template}")
 		}
@@ -196,9 +195,14 @@ func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, e
 		found := false
 		var names []string
 		for _, n := range named {
-			names = append(names, n.Name)
-			if n.Name == want {
-				src, found = n.Template, true
+			entry, ok1 := stringValue(n["name"])
+			tmpl, ok2 := stringValue(n["template"])
+			if !ok1 || !ok2 {
+				return nil, errors.New("chattemplate: a chat_template entry without a string name and template")
+			}
+			names = append(names, entry)
+			if entry == want {
+				src, found = tmpl, true
 			}
 		}
 		if !found {
@@ -217,19 +221,30 @@ func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, e
 		if !ok || string(raw) == "null" {
 			continue
 		}
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
+		if s, ok := stringValue(raw); ok {
 			t.tokens[k] = s
 			continue
 		}
-		var at struct {
-			Content *string `json:"content"`
+		// An AddedToken object: its "content", a key matched exactly.
+		var at map[string]json.RawMessage
+		if json.Unmarshal(raw, &at) != nil {
+			continue
 		}
-		if json.Unmarshal(raw, &at) == nil && at.Content != nil {
-			t.tokens[k] = *at.Content
+		if s, ok := stringValue(at["content"]); ok {
+			t.tokens[k] = s
 		}
 	}
 	return t, nil
+}
+
+// stringValue reads raw as a JSON string; null, a missing value and any
+// other kind are not one.
+func stringValue(raw json.RawMessage) (string, bool) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // Mentions reports whether the template's source contains s: a renderer

@@ -1,8 +1,11 @@
 package chattemplate_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +73,102 @@ func FuzzRender(f *testing.F) {
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("render took %v", d)
+		}
+	})
+}
+
+// refTokenizerConfig reads a tokenizer config as Python's json module and
+// transformers read it (exact keys, a list of {name, template} picked by
+// name), decoding to plain values: the chat template's source and the
+// special tokens, or ok false where loading fails.
+func refTokenizerConfig(data []byte, name string) (src string, tokens map[string]string, ok bool) {
+	var cfg map[string]any
+	if json.Unmarshal(data, &cfg) != nil || cfg == nil {
+		return "", nil, false
+	}
+	switch v := cfg["chat_template"].(type) {
+	case string:
+		if name != "" && name != "default" {
+			return "", nil, false
+		}
+		src = v
+	case []any:
+		want, found := cmp.Or(name, "default"), false
+		for _, e := range v {
+			m, _ := e.(map[string]any)
+			n, ok1 := m["name"].(string)
+			tmpl, ok2 := m["template"].(string)
+			if !ok1 || !ok2 {
+				return "", nil, false
+			}
+			if n == want {
+				src, found = tmpl, true
+			}
+		}
+		if !found {
+			return "", nil, false
+		}
+	default:
+		return "", nil, false
+	}
+	tokens = map[string]string{}
+	for _, k := range []string{"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"} {
+		switch v := cfg[k].(type) {
+		case string:
+			tokens[k] = v
+		case map[string]any:
+			if c, ok := v["content"].(string); ok {
+				tokens[k] = c
+			}
+		}
+	}
+	return src, tokens, true
+}
+
+// FuzzTokenizerConfig: a tokenizer config loads as the reference reads it:
+// it fails where the reference finds no template of the name asked for
+// (or the template does not compile), and otherwise has the reference's
+// special tokens and renders a chat as the reference's template given
+// those tokens does.
+func FuzzTokenizerConfig(f *testing.F) {
+	f.Add([]byte(`{"chat_template":"{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}","bos_token":"<s>","eos_token":{"content":"</s>","lstrip":false}}`), "")
+	f.Add([]byte(`{"chat_template":[{"name":"default","template":"D{{ unk_token }}"},{"name":"tool_use","template":"T"}],"unk_token":{"Content":"x"}}`), "tool_use")
+	f.Add([]byte(`{"chat_template":[{"NAME":"default","template":"D"}]}`), "")
+	f.Add([]byte(`{"chat_template":[{"name":"default","template":null}],"pad_token":{"content":null}}`), "default")
+	f.Add([]byte(`{"chat_template":"x","chat_template":[{"name":"default","template":"y"}],"sep_token":"a","sep_token":"b"}`), "")
+	f.Add([]byte(`{"chat_template":null}`), "")
+	f.Add([]byte(`{"chat_template":"{% if %}"}`), "")
+	chat := chattemplate.Input{
+		Messages:            []any{map[string]any{"role": "user", "content": "hi"}},
+		AddGenerationPrompt: true,
+	}
+	f.Fuzz(func(t *testing.T, data []byte, name string) {
+		opts := []chattemplate.Option{chattemplate.WithFuel(100_000), chattemplate.WithMaxOutput(16 << 10), chattemplate.WithTimeout(200 * time.Millisecond),
+			chattemplate.WithClock(func() time.Time { return fixedNow })}
+		tmpl, err := chattemplate.FromTokenizerConfig(data, name, opts...)
+		src, tokens, ok := refTokenizerConfig(data, name)
+		if !ok {
+			if err == nil {
+				t.Fatalf("loaded a config the reference refuses")
+			}
+			return
+		}
+		ref, rerr := chattemplate.Compile(src, opts...)
+		if (err == nil) != (rerr == nil) {
+			t.Fatalf("load error %v, the reference template's %v", err, rerr)
+		}
+		if err != nil {
+			return
+		}
+		if got := tmpl.SpecialTokens(); !maps.Equal(got, tokens) {
+			t.Fatalf("special tokens %q, want %q", got, tokens)
+		}
+		out, err := tmpl.Render(context.Background(), chat)
+		in := chat
+		in.SpecialTokens = tokens
+		want, werr := ref.Render(context.Background(), in)
+		if out != want || (err == nil) != (werr == nil) {
+			t.Fatalf("rendered %q (%v), the reference %q (%v)", out, err, want, werr)
 		}
 	})
 }
