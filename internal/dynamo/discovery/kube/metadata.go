@@ -279,7 +279,7 @@ func (c *dwmClient) watch(ctx context.Context, o metav1.ListOptions) (watch.Inte
 		cancel()
 		return nil, err
 	}
-	w := &rawWatch{ch: make(chan watch.Event), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	w := &rawWatch{ch: make(chan watch.Event), ctx: ctx, cancel: cancel, done: make(chan struct{}), limit: maxWatchEventBytes}
 	go w.read(resp.Body)
 	return w, nil
 }
@@ -298,6 +298,8 @@ type rawWatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	// limit bounds the bytes read for one event (maxWatchEventBytes).
+	limit int
 }
 
 func (w *rawWatch) Stop() {
@@ -311,7 +313,7 @@ func (w *rawWatch) read(body io.ReadCloser) {
 	defer close(w.done)
 	defer close(w.ch)
 	defer func() { _ = body.Close() }()
-	cr := &countingReader{r: body, limit: maxWatchEventBytes}
+	cr := &countingReader{r: body, limit: w.limit}
 	dec := json.NewDecoder(cr)
 	for {
 		var ev struct {
