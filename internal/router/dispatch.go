@@ -143,7 +143,7 @@ func (x *exchange) route() {
 	}
 	req := shim.Request[*Backend]{
 		Model:        x.q.Model,
-		PromptTokens: pick.EstimateTokens(x.q.promptText()) + x.q.promptIDs(),
+		PromptTokens: x.q.estimateTokens(),
 		BookTokens:   x.bookTokens,
 		Path:         x.path,
 		Body:         pinBody,

@@ -474,6 +474,32 @@ type request struct {
 	Nvext  json.RawMessage `json:"nvext"`
 }
 
+// estimateTokens is the prompt's token estimate the picker is given: the
+// text's estimate (no tokenizer is at hand) and the ids counted.
+func (q *request) estimateTokens() int {
+	return pick.EstimateTokens(q.promptText()) + q.promptIDs()
+}
+
+// BodySummary is what the router reads of a chat or completion body to
+// route it: the model (an exact "model" member), whether it has messages
+// and a prompt, and the prompt's token estimate.
+type BodySummary struct {
+	Model               string
+	Messages, Prompt    bool
+	PromptTokenEstimate int
+}
+
+// SummarizeBody reads body as the router reads an inference request; its
+// errors are the router's (a body that is not JSON, or not a request).
+// kv-inspect uses it to give the picker what the router would.
+func SummarizeBody(body []byte) (BodySummary, error) {
+	var q request
+	if err := decodeRequest(body, &q); err != nil {
+		return BodySummary{}, err
+	}
+	return BodySummary{Model: q.Model, Messages: q.Messages != nil, Prompt: len(q.Prompt) > 0, PromptTokenEstimate: q.estimateTokens()}, nil
+}
+
 // promptText gathers the text a token estimate is made from.
 func (q *request) promptText() string {
 	var parts []string

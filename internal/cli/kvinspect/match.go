@@ -25,6 +25,7 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/iostreams"
+	"github.com/continuum-router/continuum/internal/router"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
@@ -164,70 +165,31 @@ type MatchCandidate struct {
 	Total            *float64 `json:"total"`
 }
 
-// request is what match reads of the request body.
-type request struct {
-	Model    *string           `json:"model"`
-	Messages []json.RawMessage `json:"messages"`
-	Prompt   json.RawMessage   `json:"prompt"`
-}
-
 // readRequest reads the request body on stdin: one JSON object with a
-// "model".
-func readRequest(r io.Reader, path string) ([]byte, *request, error) {
+// "model", read as the router reads it (router.SummarizeBody), so that
+// the picker is given the model and the token estimate the router would
+// give it.
+func readRequest(r io.Reader, path string) ([]byte, router.BodySummary, error) {
 	body, err := io.ReadAll(io.LimitReader(r, MaxLine+1))
 	if err != nil {
-		return nil, nil, err
+		return nil, router.BodySummary{}, err
 	}
 	if len(body) > MaxLine {
-		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("the request is over %d bytes", MaxLine)}
+		return nil, router.BodySummary{}, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("the request is over %d bytes", MaxLine)}
 	}
-	var q request
-	if err := json.Unmarshal(body, &q); err != nil {
-		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("the request on stdin is not a JSON object: %w", err)}
+	q, err := router.SummarizeBody(body)
+	if err != nil {
+		return nil, router.BodySummary{}, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("the request on stdin: %w", err)}
 	}
 	switch {
-	case q.Model == nil || *q.Model == "":
-		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New(`the request has no "model"`)}
-	case path == pathChat && q.Messages == nil:
-		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New(`the request has no "messages" (give --completions for a /v1/completions body)`)}
-	case path == pathCompletions && len(q.Prompt) == 0:
-		return nil, nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New(`the request has no "prompt"`)}
+	case q.Model == "":
+		return nil, router.BodySummary{}, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New(`the request has no "model"`)}
+	case path == pathChat && !q.Messages:
+		return nil, router.BodySummary{}, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New(`the request has no "messages" (give --completions for a /v1/completions body)`)}
+	case path == pathCompletions && !q.Prompt:
+		return nil, router.BodySummary{}, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New(`the request has no "prompt"`)}
 	}
-	return body, &q, nil
-}
-
-// estimate is the router's token estimate of a request without a
-// tokenizer: over the messages' text, or the prompt.
-func (q *request) estimate() int {
-	var b strings.Builder
-	for _, m := range q.Messages {
-		var msg struct {
-			Content json.RawMessage `json:"content"`
-		}
-		if json.Unmarshal(m, &msg) != nil {
-			continue
-		}
-		var s string
-		if json.Unmarshal(msg.Content, &s) == nil {
-			b.WriteString(s)
-			b.WriteByte(' ')
-			continue
-		}
-		var parts []struct {
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(msg.Content, &parts) == nil {
-			for _, p := range parts {
-				b.WriteString(p.Text)
-				b.WriteByte(' ')
-			}
-		}
-	}
-	var s string
-	if json.Unmarshal(q.Prompt, &s) == nil {
-		b.WriteString(s)
-	}
-	return pick.EstimateTokens(b.String())
+	return body, q, nil
 }
 
 // RunMatch follows the fleet for --duration, waits for the model's
@@ -247,7 +209,7 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 		return err
 	}
 	defer fl.Close()
-	model := *q.Model
+	model := q.Model
 	if m, ok := cfg.Dynamo.Shim.ModelMap[model]; ok {
 		model = m
 	}
@@ -289,14 +251,14 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 	waitArtifacts(ctx, st.Prompts, fl.Registry, model, path, o.ArtifactTimeout)
 
 	snap = fl.Registry.Snapshot()
-	ex, err := st.Picker.Explain(snap, pick.Request{Model: model, Namespaces: namespaces, EstPromptTokens: q.estimate(), Path: path, Body: body}, time.Now())
+	ex, err := st.Picker.Explain(snap, pick.Request{Model: model, Namespaces: namespaces, EstPromptTokens: q.PromptTokenEstimate, Path: path, Body: body}, time.Now())
 	if errors.Is(err, pick.ErrNoWorkers) {
 		return fmt.Errorf("no worker of model %q in namespaces %s", model, strings.Join(namespaces, ", "))
 	}
 	if err != nil {
 		return err
 	}
-	rep := report(ex, model, *q.Model, path, namespaces)
+	rep := report(ex, model, q.Model, path, namespaces)
 	if ex.PromptTokens == 0 {
 		if result, why := st.Prompts.Diagnose(snap, model, path); result == ex.Result && why != nil {
 			rep.Reason = why.Error()
