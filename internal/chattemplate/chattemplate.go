@@ -168,9 +168,11 @@ var ErrNoNamedTemplate = errors.New("chattemplate: no chat template named")
 // FromTokenizerConfig compiles the chat template of a tokenizer_config.json:
 // chat_template as a string, or a list of {name, template} from which name
 // is chosen ("default" when name is empty; none of that name is
-// ErrNoNamedTemplate). The special tokens (strings or AddedToken objects
-// with "content") become the template's defaults.
-
+// ErrNoNamedTemplate). Keys are matched exactly, and every entry of such a
+// list needs a string name and template: one without fails the config, as
+// transformers (a KeyError) and Dynamo's frontend (a map of strings) fail
+// it. The special tokens (strings, or AddedToken objects with a string
+// "content") become the template's defaults.
 func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, error) {
 	var cfg map[string]json.RawMessage
 	if err := json.Unmarshal(data, &cfg); err != nil {
@@ -194,11 +196,11 @@ func FromTokenizerConfig(data []byte, name string, opts ...Option) (*Template, e
 		}
 		found := false
 		var names []string
-		for _, n := range named {
+		for i, n := range named {
 			entry, ok1 := stringValue(n["name"])
 			tmpl, ok2 := stringValue(n["template"])
 			if !ok1 || !ok2 {
-				return nil, errors.New("chattemplate: a chat_template entry without a string name and template")
+				return nil, fmt.Errorf("chattemplate: chat_template entry %d has no string name and template", i)
 			}
 			names = append(names, entry)
 			if entry == want {

@@ -298,7 +298,8 @@ type rawWatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	// limit bounds the bytes read for one event (maxWatchEventBytes).
+	// limit bounds the bytes read for one event (maxWatchEventBytes when
+	// not set).
 	limit int
 }
 
@@ -313,7 +314,11 @@ func (w *rawWatch) read(body io.ReadCloser) {
 	defer close(w.done)
 	defer close(w.ch)
 	defer func() { _ = body.Close() }()
-	cr := &countingReader{r: body, limit: w.limit}
+	limit := w.limit
+	if limit <= 0 {
+		limit = maxWatchEventBytes
+	}
+	cr := &countingReader{r: body, limit: limit}
 	dec := json.NewDecoder(cr)
 	for {
 		var ev struct {
