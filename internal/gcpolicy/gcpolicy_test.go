@@ -24,6 +24,14 @@ func TestApply(t *testing.T) {
 	if got := gogc(); got < GCPercent {
 		t.Fatalf("GOGC %d, want at least %d", got, GCPercent)
 	}
+	// The heap up to the floor is resident (objects, or free pages the
+	// allocator reuses without a page fault), not released; without a
+	// cap from a cgroup's memory limit the floor is MinHeapGoal.
+	if _, capped := cgroupMemoryLimit(); !capped {
+		if r := residentHeap(); r < MinHeapGoal*9/10 {
+			t.Errorf("resident heap %d KiB after Apply, want about the floor's %d KiB", r>>10, MinHeapGoal>>10)
+		}
+	}
 	if l, ok := cgroupMemoryLimit(); ok {
 		if got := debug.SetMemoryLimit(-1); got != int64(float64(l)*memoryLimitShare) {
 			t.Errorf("memory limit %d with a cgroup limit of %d", got, l)
@@ -64,6 +72,18 @@ func TestApply(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != limit {
 		t.Fatalf("memory limit changed although GOMEMLIMIT is set")
 	}
+}
+
+// residentHeap is the heap memory the process holds in pages it has
+// touched: objects, unused parts of spans, and free pages not released.
+func residentHeap() uint64 {
+	s := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+	}
+	metrics.Read(s)
+	return s[0].Value.Uint64() + s[1].Value.Uint64() + s[2].Value.Uint64()
 }
 
 func TestPercentFor(t *testing.T) {

@@ -74,9 +74,10 @@ ends it at once.
 
 Unless GOGC is set, the router runs its garbage collector at GOGC=400 and
 lets the heap reach 32 MiB (a quarter of the memory limit, if less) before
-a collection (its live heap is small and collections cost tail latency),
-with a soft memory limit of 80% of the container's memory limit unless
-GOMEMLIMIT is set.`,
+a collection (its live heap is small and collections cost tail latency);
+that heap is made resident at start, so that requests do not take the
+page faults of a growing heap. A soft memory limit of 80% of the
+container's memory limit applies unless GOMEMLIMIT is set.`,
 		Example: `  continuum serve --demo
   continuum serve --config continuum.yaml`,
 		Args: cobra.NoArgs,
