@@ -216,7 +216,8 @@ func sampleValue(schema json.RawMessage) any {
 }
 
 // answerPlan is what the simulated model answers: text pieces (one token each,
-// each with its trailing space) or a tool call, and the finish reason.
+// each but the last with its trailing space) or a tool call, and the finish
+// reason.
 type answerPlan struct {
 	pieces []string
 	text   string // the whole text, as a buffered answer carries it
@@ -245,16 +246,19 @@ func (q *openAIRequest) planAnswer(natural int, word func(i int) string) *answer
 	}
 	n, finish := answerLength(natural, q.limit())
 	p := &answerPlan{finish: finish}
-	var full strings.Builder
 	for i := range n {
 		p.pieces = append(p.pieces, word(i)+" ")
-		full.WriteString(p.pieces[i])
 	}
-	p.text = strings.TrimSuffix(full.String(), " ")
+	// The answer ends without a space, streamed or not: its pieces add up
+	// to its text.
+	if n > 0 {
+		p.pieces[n-1] = strings.TrimSuffix(p.pieces[n-1], " ")
+	}
+	p.text = strings.Join(p.pieces, "")
 	cut := -1
 	var hit string
 	for _, stop := range q.stops() {
-		if i := strings.Index(full.String(), stop); stop != "" && i >= 0 && (cut < 0 || i < cut) {
+		if i := strings.Index(p.text, stop); stop != "" && i >= 0 && (cut < 0 || i < cut) {
 			cut, hit = i, stop
 		}
 	}
@@ -265,7 +269,7 @@ func (q *openAIRequest) planAnswer(natural int, word func(i int) string) *answer
 	if q.IncludeStopStr {
 		end += len(hit)
 	}
-	p.text, p.finish = full.String()[:end], finishStop
+	p.text, p.finish = p.text[:end], finishStop
 	// The pieces up to the cut, the last one trimmed to it.
 	at := 0
 	for i, piece := range p.pieces {
