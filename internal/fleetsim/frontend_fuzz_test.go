@@ -28,6 +28,8 @@ func FuzzFrontendAnswers(f *testing.F) {
 		`{"messages":[{"role":"user","content":"q"}],"tools":[{"function":{"name":"a"}},{"function":{"name":"b","parameters":{"properties":{"n":{"type":"number"}}}}}],"tool_choice":{"type":"function","function":{"name":"b"}},"max_tokens":1}`,
 		`{"messages":[{"role":"tool","content":"r"}],"tools":[{"function":{"name":"a"}}]}`,
 		`{"messages":[{"role":"user","content":"q"}],"tools":[{"function":{"name":"a"}}],"tool_choice":"none","max_completion_tokens":1}`,
+		`{"messages":[{"role":"user","content":"q"}],"tools":[{"function":{"name":"a","parameters":{"properties":{"a":{"enum":["ééé"]}}}}}]}`,
+		`{"ſtream":true,"MODEL":"x","prompt":"p"}`,
 	} {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
@@ -40,6 +42,14 @@ func FuzzFrontendAnswers(f *testing.F) {
 		var req map[string]any
 		if dec.Decode(&req) != nil || req == nil {
 			return
+		}
+		// encoding/json matches member names in any case (Unicode's
+		// simple folding: "ſtream" is "stream"), the last match winning:
+		// every such member gives way to the ones set here.
+		for k := range req {
+			if strings.EqualFold(k, "model") || strings.EqualFold(k, "stream") {
+				delete(req, k)
+			}
 		}
 		req["model"] = "m"
 		path := "/v1/completions"

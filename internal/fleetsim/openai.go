@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // The OpenAI shapes the frontend answers with. A chat request
@@ -215,9 +216,9 @@ func sampleValue(schema json.RawMessage) any {
 	return "sim"
 }
 
-// answerPlan is what the simulated model answers: text pieces (one token each,
-// each but the last with its trailing space) or a tool call, and the finish
-// reason.
+// answerPlan is what the simulated model answers: text pieces (one token
+// each, with the space after it but at the answer's end) that add up to its
+// text, or a tool call; and the finish reason.
 type answerPlan struct {
 	pieces []string
 	text   string // the whole text, as a buffered answer carries it
@@ -455,7 +456,13 @@ func (s *stream) tokens(n int, finish string, next func(i int) (string, error)) 
 // pieces, the finish reason on the last, then the end. next waits as the
 // tokens are made.
 func (s *stream) call(c *toolCall, tokens int, finish string, next func(i int) error) error {
+	// Split at a character's start: a delta is a JSON string, and half a
+	// character in each would reach the client as two replacement
+	// characters.
 	half := len(c.arguments) / 2
+	for half > 0 && !utf8.RuneStart(c.arguments[half]) {
+		half--
+	}
 	deltas := []map[string]any{
 		{"index": 0, "id": c.id, "type": "function", "function": map[string]any{"name": c.name, "arguments": ""}},
 		{"index": 0, "function": map[string]any{"arguments": c.arguments[:half]}},

@@ -33,9 +33,9 @@ const (
 	// GCPercent is the router's GOGC when the environment sets none.
 	GCPercent = 400
 	// MinHeapGoal is the least heap size at which a cycle starts, when the
-	// environment sets no GOGC. A router alone allocates about 7 KiB per
-	// request: at 2,000 requests a second a cycle every two seconds or so,
-	// over a heap that stays warm. (256 MiB, one cycle every twenty
+	// environment sets no GOGC. A router alone allocates a few KiB per
+	// request (about 3 KiB for a buffered completion): at 2,000 requests a
+	// second a cycle every five seconds or so, over a heap that stays warm. (256 MiB, one cycle every twenty
 	// seconds, cost the serving process 4-32 % more CPU per request and a
 	// higher p99 behind a real socket than 32 MiB or no floor.)
 	MinHeapGoal = 32 << 20
@@ -76,8 +76,8 @@ func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore f
 		if limit > 0 && limit < 1<<62 {
 			goal = min(goal, uint64(float64(limit)*floorShare))
 		}
-		f = startFloor(goal)
 		warmHeap(goal)
+		f = startFloor(goal)
 	}
 	if logger != nil {
 		logger.Debug("garbage collector", "gogc", gogc, "min_heap_goal_bytes", f.goalBytes(), "memory_limit_bytes", limit)
@@ -95,39 +95,46 @@ func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore f
 
 // warmHeap makes the heap the floor lets grow resident before the first
 // request: it writes one byte in each page of an allocation that brings
-// the heap's resident memory up to goal, drops it and collects it, so
-// that its pages are free heap memory, there to be reused. Without it the
-// heap grows into its goal a span at a time, and each new page of it is
-// a page fault taken while serving a request: at 1,000 requests a second
-// and about 3 KiB allocated per request, a fault for every second request
-// or so for the first ten seconds, and at lower rates for minutes. A page
-// fault costs 11-15 us on the virtual machines the benchmarks run on (far
-// above the microsecond or so on bare metal), several times a request's
-// own work. The collector keeps the pages: its scavenger returns free
-// heap memory to the system only beyond a tenth above the heap goal (or
-// near the memory limit), and the heap goal is the floor.
+// the heap in use up to goal (free pages the heap holds already are taken
+// first), with the collector off meanwhile, then collects it, so that its
+// pages are free heap memory, there to be reused. Without it the heap
+// grows into its goal a span at a time, and each new page of it is a page
+// fault taken while serving a request: about one every second request at
+// 500 requests a second, for minutes. A first touch of memory costs
+// several microseconds under a hypervisor (4-15 us measured on the
+// virtual machines the benchmarks run on, against well under one on bare
+// metal), more than a request's own work. Run before the floor takes
+// over, so that the one collection here is the only one.
+//
+// The pages stay while the router is busy: the collector's scavenger
+// keeps the heap a tenth above what the last cycle found in use (scaled
+// to the new goal), and a cycle that starts at the floor finds about the
+// floor in use. A cycle that finds much less (the forced one every two
+// minutes of an idle router) lets the scavenger give the rest back, and
+// the heap grows into its floor again with the traffic that follows.
 func warmHeap(goal uint64) {
 	s := []metrics.Sample{
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
 	}
 	metrics.Read(s)
-	var resident uint64
+	var inUse uint64
 	for _, v := range s {
 		if v.Value.Kind() == metrics.KindUint64 {
-			resident += v.Value.Uint64()
+			inUse += v.Value.Uint64()
 		}
 	}
-	if resident >= goal {
+	if inUse >= goal {
 		return
 	}
+	prev := debug.SetGCPercent(-1)
 	page := os.Getpagesize()
-	b := make([]byte, goal-resident)
+	b := make([]byte, goal-inUse)
 	for i := 0; i < len(b); i += page {
 		b[i] = 1
 	}
 	runtime.KeepAlive(b) // b is garbage from here on
+	debug.SetGCPercent(prev)
 	runtime.GC()
 }
 

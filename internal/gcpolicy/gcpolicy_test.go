@@ -25,12 +25,14 @@ func TestApply(t *testing.T) {
 		t.Fatalf("GOGC %d, want at least %d", got, GCPercent)
 	}
 	// The heap up to the floor is resident (objects, or free pages the
-	// allocator reuses without a page fault), not released; without a
-	// cap from a cgroup's memory limit the floor is MinHeapGoal.
-	if _, capped := cgroupMemoryLimit(); !capped {
-		if r := residentHeap(); r < MinHeapGoal*9/10 {
-			t.Errorf("resident heap %d KiB after Apply, want about the floor's %d KiB", r>>10, MinHeapGoal>>10)
-		}
+	// allocator reuses without a page fault), not released. The floor is
+	// MinHeapGoal, or a quarter of a memory limit below four times that.
+	floor := uint64(MinHeapGoal)
+	if l := debug.SetMemoryLimit(-1); l > 0 && l < 1<<62 {
+		floor = min(floor, uint64(float64(l)*floorShare))
+	}
+	if r := residentHeap(); r < floor*9/10 {
+		t.Errorf("resident heap %d KiB after Apply, want about the floor's %d KiB", r>>10, floor>>10)
 	}
 	if l, ok := cgroupMemoryLimit(); ok {
 		if got := debug.SetMemoryLimit(-1); got != int64(float64(l)*memoryLimitShare) {
@@ -38,22 +40,25 @@ func TestApply(t *testing.T) {
 		}
 	}
 	// This test's live heap is a few MiB, far under the floor: after a
-	// cycle GOGC is raised so that the heap goal reaches it.
-	runtime.GC()
-	deadline := time.Now().Add(5 * time.Second)
-	for gogc() <= GCPercent {
-		if time.Now().After(deadline) {
-			t.Fatalf("GOGC still %d after a collection with a small live heap", gogc())
-		}
+	// cycle GOGC is raised so that the heap goal reaches it (unless a
+	// memory limit makes the floor one GCPercent reaches by itself).
+	if floor*100/runtimeHeapMinimum > GCPercent {
 		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
-	// ... and the goal is the floor, not beyond (the runtime's own minimum
-	// goal scales with GOGC too).
-	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
-	metrics.Read(goal)
-	if g := goal[0].Value.Uint64(); g > MinHeapGoal*11/10 {
-		t.Errorf("heap goal %d MiB with a floor of %d MiB", g>>20, MinHeapGoal>>20)
+		deadline := time.Now().Add(5 * time.Second)
+		for gogc() <= GCPercent {
+			if time.Now().After(deadline) {
+				t.Fatalf("GOGC still %d after a collection with a small live heap", gogc())
+			}
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
+		}
+		// ... and the goal is the floor, not beyond (the runtime's own
+		// minimum goal scales with GOGC too).
+		goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+		metrics.Read(goal)
+		if g := goal[0].Value.Uint64(); g > floor*11/10 {
+			t.Errorf("heap goal %d MiB with a floor of %d MiB", g>>20, floor>>20)
+		}
 	}
 	restore()
 	if got := gogc(); got != 100 {
