@@ -22,7 +22,10 @@ import (
 // XPUB socket, which is libzmq's PUB that also hands the application the
 // subscriptions its subscribers send: it waits for one, prints it in hex,
 // so that the test sees what libzmq made of ours, then sends the messages
-// of the file, one every interval, with heartbeat PINGs in between.
+// of the file, one every interval, with heartbeat PINGs in between (every
+// 20 ms; the connection is dropped when nothing comes back for a second,
+// where libzmq's default of one interval would drop a subscriber that a
+// loaded machine kept from answering for 20 ms).
 const xpubScript = `
 import sys, time, zmq
 msgs = [[bytes.fromhex(f) for f in line.split(",")] for line in open(sys.argv[1]).read().split("\n") if line]
@@ -30,6 +33,7 @@ interval = float(sys.argv[2])
 ctx = zmq.Context()
 pub = ctx.socket(zmq.XPUB)
 pub.setsockopt(zmq.HEARTBEAT_IVL, 20)
+pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, 1000)
 pub.setsockopt(zmq.LINGER, 0)
 if sys.argv[3]:
     pub.bind(sys.argv[3])
