@@ -35,9 +35,10 @@ const (
 	// MinHeapGoal is the least heap size at which a cycle starts, when the
 	// environment sets no GOGC. A router alone allocates a few KiB per
 	// request (about 3 KiB for a buffered completion): at 2,000 requests a
-	// second a cycle every five seconds or so, over a heap that stays warm. (256 MiB, one cycle every twenty
-	// seconds, cost the serving process 4-32 % more CPU per request and a
-	// higher p99 behind a real socket than 32 MiB or no floor.)
+	// second a cycle every five seconds or so, over a heap that stays
+	// warm. (256 MiB, one cycle every twenty seconds, cost the serving
+	// process 4-32 % more CPU per request and a higher p99 behind a real
+	// socket than 32 MiB or no floor.)
 	MinHeapGoal = 32 << 20
 	// memoryLimitShare of the container's memory limit becomes the soft
 	// memory limit when GOMEMLIMIT is not set, so the collector runs as
