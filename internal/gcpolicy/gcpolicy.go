@@ -73,10 +73,7 @@ func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore f
 	if !set {
 		prevPercent = debug.SetGCPercent(GCPercent)
 		gogc = strconv.Itoa(GCPercent)
-		goal := uint64(MinHeapGoal)
-		if limit > 0 && limit < 1<<62 {
-			goal = min(goal, uint64(float64(limit)*floorShare))
-		}
+		goal := floorFor(limit)
 		warmHeap(goal)
 		f = startFloor(goal)
 	}
@@ -114,17 +111,7 @@ func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore f
 // minutes of an idle router) lets the scavenger give the rest back, and
 // the heap grows into its floor again with the traffic that follows.
 func warmHeap(goal uint64) {
-	s := []metrics.Sample{
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-	}
-	metrics.Read(s)
-	var inUse uint64
-	for _, v := range s {
-		if v.Value.Kind() == metrics.KindUint64 {
-			inUse += v.Value.Uint64()
-		}
-	}
+	inUse := heapBytes(heapObjects, heapUnused)
 	if inUse >= goal {
 		return
 	}
@@ -137,6 +124,41 @@ func warmHeap(goal uint64) {
 	runtime.KeepAlive(b) // b is garbage from here on
 	debug.SetGCPercent(prev)
 	runtime.GC()
+}
+
+// floorFor is the heap floor under a memory limit (as
+// debug.SetMemoryLimit reports it): MinHeapGoal, or floorShare of a limit
+// that makes that less.
+func floorFor(limit int64) uint64 {
+	goal := uint64(MinHeapGoal)
+	if limit > 0 && limit < 1<<62 {
+		goal = min(goal, uint64(float64(limit)*floorShare))
+	}
+	return goal
+}
+
+// The runtime's heap memory classes: bytes of live and dead objects, of
+// spans' unused space, and of free pages not released to the system.
+const (
+	heapObjects = "/memory/classes/heap/objects:bytes"
+	heapUnused  = "/memory/classes/heap/unused:bytes"
+	heapFree    = "/memory/classes/heap/free:bytes"
+)
+
+// heapBytes is the sum of the named memory classes.
+func heapBytes(names ...string) uint64 {
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	var sum uint64
+	for _, v := range s {
+		if v.Value.Kind() == metrics.KindUint64 {
+			sum += v.Value.Uint64()
+		}
+	}
+	return sum
 }
 
 // floor keeps the heap goal at or above goal: after each collection (a

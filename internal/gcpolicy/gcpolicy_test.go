@@ -27,11 +27,8 @@ func TestApply(t *testing.T) {
 	// The heap up to the floor is resident (objects, or free pages the
 	// allocator reuses without a page fault), not released. The floor is
 	// MinHeapGoal, or a quarter of a memory limit below four times that.
-	floor := uint64(MinHeapGoal)
-	if l := debug.SetMemoryLimit(-1); l > 0 && l < 1<<62 {
-		floor = min(floor, uint64(float64(l)*floorShare))
-	}
-	if r := residentHeap(); r < floor*9/10 {
+	floor := floorFor(debug.SetMemoryLimit(-1))
+	if r := heapBytes(heapObjects, heapUnused, heapFree); r < floor*9/10 {
 		t.Errorf("resident heap %d KiB after Apply, want about the floor's %d KiB", r>>10, floor>>10)
 	}
 	if l, ok := cgroupMemoryLimit(); ok {
@@ -77,18 +74,6 @@ func TestApply(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != limit {
 		t.Fatalf("memory limit changed although GOMEMLIMIT is set")
 	}
-}
-
-// residentHeap is the heap memory the process holds in pages it has
-// touched: objects, unused parts of spans, and free pages not released.
-func residentHeap() uint64 {
-	s := []metrics.Sample{
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-	}
-	metrics.Read(s)
-	return s[0].Value.Uint64() + s[1].Value.Uint64() + s[2].Value.Uint64()
 }
 
 func TestPercentFor(t *testing.T) {
