@@ -78,7 +78,7 @@ bench-cold: ## the router's own work per request, cold (BenchmarkCold), of the w
 	scripts/bench-cold.sh $(BENCH_COLD_BASE)
 
 BENCH_INSTR_BASE ?=
-bench-instr: ## instructions and instruction cache misses of a request on the floor's and the router's paths (cachegrind; steady under load), of the working tree and BENCH_INSTR_BASE when set
+bench-instr: ## instructions, instruction cache misses and cold lines of code and data of a request on the floor's and the router's paths (cachegrind; steady under load), of the working tree and BENCH_INSTR_BASE when set
 	scripts/bench-instr.sh $(BENCH_INSTR_BASE)
 
 bench-proxy: ## continuum serve against nginx, the floor and the direct path, as processes under vegeta (installs nginx via apt if missing)

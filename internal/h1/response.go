@@ -476,11 +476,17 @@ func writeHeaders(bw stringWriter, h http.Header, code int) {
 	}
 }
 
+// lineBreaks turns the line breaks of a field value into spaces, as
+// net/http does when it writes one.
+var lineBreaks = strings.NewReplacer("\r", " ", "\n", " ")
+
+// writeHeader writes one field line. (Two byte searches find a line break:
+// strings.ContainsAny would build a byte set for every value.)
 func writeHeader(bw stringWriter, k, v string) {
 	_, _ = bw.WriteString(k)
 	_, _ = bw.WriteString(": ")
-	if strings.ContainsAny(v, "\r\n") {
-		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	if strings.IndexByte(v, '\n') >= 0 || strings.IndexByte(v, '\r') >= 0 {
+		v = lineBreaks.Replace(v)
 	}
 	if v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
 		v = strings.Trim(v, " \t") // white space around a value is not part of it

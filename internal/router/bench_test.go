@@ -327,7 +327,19 @@ func startPaths(b *testing.B) paths {
 // (one thread, no collector) to count the instructions and instruction
 // cache misses of a request on each path, a figure that does not move with
 // the machine's load as times do.
-func BenchmarkPath(b *testing.B) {
+func BenchmarkPath(b *testing.B) { benchPaths(b, false) }
+
+// BenchmarkPathCold is BenchmarkPath with the caches evicted before each
+// request (evictCaches), as a serving process meets its requests on a busy
+// machine. Timed, it is BenchmarkCold one path at a time; under
+// cachegrind (scripts/bench-instr.sh) it counts the lines of code and data
+// a request brings in from memory when nothing of it is cached: the
+// footprint of each path, which is what a request costs a process whose
+// caches the machine's other work keeps taking (its misses less those of
+// the walk itself, which are known: one per 64 bytes of evictBuf).
+func BenchmarkPathCold(b *testing.B) { benchPaths(b, true) }
+
+func benchPaths(b *testing.B, cold bool) {
 	p := startPaths(b)
 	for _, stream := range []bool{false, true} {
 		mode := "buffered"
@@ -338,6 +350,9 @@ func BenchmarkPath(b *testing.B) {
 		for _, t := range []struct{ name, url string }{{"direct", p.direct}, {"floor", p.floor}, {"lean", p.lean}, {"client", p.client}, {"router", p.router}} {
 			b.Run(mode+"/"+t.name, func(b *testing.B) {
 				for b.Loop() {
+					if cold {
+						evictCaches()
+					}
 					postChat(b, p.hc, t.url, body)
 				}
 			})
