@@ -522,7 +522,7 @@ func parseRecord(rec *record, space wire.Keyspace, value []byte, limit int) {
 		rec.model = m
 		if m.CardJSON != nil {
 			card := &Card{Typed: m.Card, Raw: m.CardJSON}
-			if len(m.CardJSON) > MaxRetainedCardBytes || m.CardDropped {
+			if len(m.CardJSON) > MaxRetainedCardBytes || m.CardDroppedBytes > MaxRetainedCardBytes {
 				card.Raw = nil
 			}
 			rec.card = card

@@ -14,6 +14,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -687,5 +688,34 @@ func TestComponentNamesRole(t *testing.T) {
 	r.Put("v1/mdc/dynamo/"+comp+"/generate/7", []byte(`{"type":"Model","component":"`+comp+`","endpoint":"generate","instance_id":7,"card_json":{"display_name":"solar-pro4","worker_type":"Prefill | Decode"}}`), t0)
 	if snap := r.Build(t0); snap.Workers.Len() != 1 || workers(snap)[0].Role != fleet.RoleAggregated || len(snap.Problems) != 0 {
 		t.Errorf("aggregated pool: workers %+v problems %+v", workers(snap), snap.Problems)
+	}
+}
+
+// TestCardDroppedMarker: the field a source sets on a card it shrank is
+// honoured only with the size of a card over the retained bound, the only
+// cards a source shrinks; a small card that carries it (no source wrote
+// it so) keeps its opaque JSON and reports nothing, the field ignored as
+// any unknown one.
+func TestCardDroppedMarker(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		marker  int
+		dropped bool
+	}{{5, false}, {fleet.MaxRetainedCardBytes, false}, {fleet.MaxRetainedCardBytes + 1, true}} {
+		r := fleet.NewReducer()
+		r.Put(key(2), endpoint(2), t0)
+		r.Put("v1/mdc/dynamo/decode/generate/2", fmt.Appendf(nil, `{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"%s":%d,"card_json":{"display_name":"m","worker_type":"Decode"}}`,
+			wire.CardDroppedField, tt.marker), t0)
+		snap := r.Build(t0)
+		if snap.Workers.Len() != 1 {
+			t.Fatalf("marker %d: workers %+v", tt.marker, workers(snap))
+		}
+		reported := false
+		for _, p := range snap.Problems {
+			reported = reported || p.Kind == fleet.ProblemCardDropped
+		}
+		if w := workers(snap)[0]; w.Card == nil || (w.Card.Raw == nil) != tt.dropped || reported != tt.dropped {
+			t.Errorf("marker %d: raw card kept %v, card_dropped reported %v; want dropped %v", tt.marker, w.Card != nil && w.Card.Raw != nil, reported, tt.dropped)
+		}
 	}
 }

@@ -253,9 +253,10 @@ type ModelRecord struct {
 	CardErrors []string
 	// CardJSON is the whole card as it came, kept opaque.
 	CardJSON json.RawMessage
-	// CardDropped: a source shrank the card (CardDroppedField); CardJSON
-	// holds its core fields only.
-	CardDropped bool
+	// CardDroppedBytes is the size of the card a source shrank
+	// (CardDroppedField), 0 when none did; CardJSON then holds its core
+	// fields only.
+	CardDroppedBytes uint64
 }
 
 // Card is the subset of Dynamo's ModelDeploymentCard the router reads.
@@ -367,7 +368,9 @@ type modelFields struct {
 // cannot hold an oversized card whole): the size of the card it came
 // with. The reducer then treats the card as one put whole over the
 // retained bound, so that both give one view: the typed fields kept, the
-// opaque JSON dropped and reported. Dynamo never writes the field.
+// opaque JSON dropped and reported. Dynamo never writes the field; a
+// record that carries it with a size within the bound (no source shrinks
+// such a card) has it ignored as any unknown field is.
 const CardDroppedField = "card_json_dropped_bytes"
 
 // ParseModel parses a Model record. Unknown fields are ignored, every field
@@ -397,8 +400,9 @@ func ParseModel(value []byte) (*ModelRecord, error) {
 	if !isNull(f.CardJSON) {
 		m.CardJSON = f.CardJSON
 		m.Card, m.CardErrors = parseCard(f.CardJSON)
-		var n uint64
-		m.CardDropped = json.Unmarshal(f.CardDropped, &n) == nil && n > 0
+		if json.Unmarshal(f.CardDropped, &m.CardDroppedBytes) != nil {
+			m.CardDroppedBytes = 0
+		}
 	}
 	return m, nil
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
@@ -413,5 +414,38 @@ func TestListDWMsPastCap(t *testing.T) {
 	r, err := wire.ParseRefusal(sink.keys[overCapacityKey])
 	if err != nil || r.Kind != "malformed" || len(j.dwms) != MaxDWMs || len(j.overCap) != 3 {
 		t.Fatalf("refusal %+v (%v), %d held, %d refused", r, err, len(j.dwms), len(j.overCap))
+	}
+}
+
+// TestShrunkCardReadAsDropped: a Model record whose card is over the
+// retained bound is shrunk to its core fields here, and the reducer reads
+// the result as it reads such a card put whole: typed fields kept, the
+// opaque JSON dropped and reported.
+func TestShrunkCardReadAsDropped(t *testing.T) {
+	t.Parallel()
+	pad := strings.Repeat("x", fleet.MaxRetainedCardBytes)
+	value := fmt.Appendf(nil, `{"type":"Model","component":"decode","endpoint":"generate","instance_id":2,"card_json":{"display_name":"m","worker_type":"Decode","kv_cache_block_size":16,"padding":%q}}`, pad)
+	shrunk := shrinkCard(value)
+	if len(shrunk) >= fleet.MaxRetainedCardBytes {
+		t.Fatalf("not shrunk: %d bytes", len(shrunk))
+	}
+	now := time.Unix(1000, 0)
+	r := fleet.NewReducer()
+	r.Put("v1/instances/dynamo/decode/generate/2", []byte(`{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":2,"transport":{"nats_tcp":"x"}}`), now)
+	r.Put("v1/mdc/dynamo/decode/generate/2", shrunk, now)
+	snap := r.Build(now)
+	if snap.Workers.Len() != 1 {
+		t.Fatalf("workers: %d, problems %+v", snap.Workers.Len(), snap.Problems)
+	}
+	w := slices.Collect(snap.Workers.All())[0]
+	if w.Card == nil || w.Card.Raw != nil || w.Model != "m" || w.BlockSize == nil || *w.BlockSize != 16 {
+		t.Errorf("shrunk card: %+v card %+v", w, w.Card)
+	}
+	reported := false
+	for _, p := range snap.Problems {
+		reported = reported || p.Kind == fleet.ProblemCardDropped
+	}
+	if !reported {
+		t.Errorf("no card_dropped problem: %+v", snap.Problems)
 	}
 }
