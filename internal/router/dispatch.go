@@ -476,11 +476,17 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin, 
 
 // sendOnce performs one upstream request. retry is true for a failure to
 // reach the replica (the request never started there).
+//
+// The path of a plain answer stays in this function; everything else (a
+// request http.Transport sends, a failed exchange, an answer inspected,
+// converted or streamed) is a method of its own, so that the code a plain
+// request runs is not threaded through code it skips: a process whose
+// caches its neighbours take between requests pays for every line of code
+// it touches.
 func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res sendResult, retry bool) {
 	ur, err := x.upstreamRequest(b, pinHdr)
 	if err != nil {
-		b.release(false, x.s.opts.Now())
-		return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + errText(err), public: "the backend's URL is not valid"}, false
+		return x.badTarget(b, err), false
 	}
 	// Runs last (deferred first): once the answer's body is closed, the
 	// router's own client holds nothing of the request.
@@ -502,46 +508,15 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		resp, err = up.RoundTripUntil(x.ctx, &ur.req, ur.fields, time.Now().Add(b.cfg.Timeout.D()))
 		reuse = !errors.Is(err, errNotInline)
 	}
-	if !own || errors.Is(err, errNotInline) {
-		if ur.fields != "" {
-			h1.AddFields(ur.req.Header, ur.fields, clientLine)
-			ur.fields = ""
-		}
-		ctx, cancel := context.WithTimeout(x.ctx, b.cfg.Timeout.D())
+	if !reuse {
+		var cancel context.CancelFunc
+		resp, cancel, err = x.roundTripWithTimeout(ur, b)
 		defer cancel()
-		resp, err = x.s.client.Transport.RoundTrip(ur.req.WithContext(ctx))
 	}
 	if err != nil {
-		if x.ctx.Err() != nil {
-			// The client's leaving cut the exchange: neither a success
-			// (a hung backend would never trip its breaker when clients
-			// time out first) nor a failure.
-			b.abandon()
-			return sendResult{outcome: shim.ClientGone}, false
-		}
-		b.release(false, x.s.opts.Now())
-		status, public := http.StatusBadGateway, "the connection to the backend failed"
-		if errors.Is(err, context.DeadlineExceeded) {
-			status, public = http.StatusGatewayTimeout, "the backend did not answer within its timeout"
-		}
-		// A failure to connect is retried on another replica: the request
-		// never reached this one. A connection that broke before any
-		// answer header (the replica died, or closed a kept-alive
-		// connection as the request went out) may have carried the
-		// request to a worker, so it is retried only for a pin whose card
-		// declares a migration_limit: the workers' consent to a request
-		// running again elsewhere. Nothing reached the client yet. A
-		// timeout is never retried: the request may still be running.
-		var op *net.OpError
-		dialFailed := errors.As(err, &op) && op.Op == "dial"
-		migrates := pin != nil && shim.RepinLimit(*pin) > 0 && connectionBroken(err)
-		if dialFailed {
-			public = "the backend could not be reached"
-		}
-		return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + errText(err), public: public}, dialFailed || migrates
+		return x.roundTripFailed(b, pin, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	failed := shim.Failure(resp.StatusCode, x.q.Stream)
 	if pin != nil && resp.StatusCode >= 500 {
 		// A frontend that answers that a pinned worker is gone, or that
 		// the pin lacks the prefill worker it expects (the router's fleet
@@ -557,77 +532,147 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		b.release(resp.StatusCode < 500, x.s.opts.Now())
 	}
 	stream := isEventStream(answerContentType(resp))
-	if pin == nil && !stream && x.out == nil {
-		// Plain routing has nothing to inspect: copy through, with the
-		// backend's length (the answer then goes out as its last byte is
-		// written, and a large one is not re-framed in chunks).
-		if resp.ContentLength >= 0 {
-			declareLength(x.w, resp.ContentLength)
-		}
-		x.writeHead(resp, b, pin, resp.StatusCode)
-		bp := streamBufPool.Get().(*[]byte)
-		_, err := io.CopyBuffer(x.w, resp.Body, *bp)
-		streamBufPool.Put(bp)
-		if err != nil {
-			return x.broken(b, resp.StatusCode, err), false
-		}
-		return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+	if pin != nil || stream || x.out != nil {
+		return x.relayInspected(resp, b, pin, stream), false
 	}
+	// Plain routing has nothing to inspect: copy through, with the
+	// backend's length (the answer then goes out as its last byte is
+	// written, and a large one is not re-framed in chunks).
+	if resp.ContentLength >= 0 {
+		declareLength(x.w, resp.ContentLength)
+	}
+	x.writeHead(resp, b, pin, resp.StatusCode)
+	bp := streamBufPool.Get().(*[]byte)
+	_, err = io.CopyBuffer(x.w, resp.Body, *bp)
+	streamBufPool.Put(bp)
+	if err != nil {
+		return x.broken(b, resp.StatusCode, err), false
+	}
+	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// badTarget is the outcome of a request whose backend's URL makes no
+// request.
+func (x *exchange) badTarget(b *Backend, err error) sendResult {
+	b.release(false, x.s.opts.Now())
+	return sendResult{outcome: shim.Failed, detail: "backend " + b.Name() + ": " + errText(err), public: "the backend's URL is not valid"}
+}
+
+// roundTripWithTimeout sends ur through the client's transport with the
+// backend's timeout as a context's: the requests the router's own client
+// does not send (https, a proxy, a large body) or any other transport.
+// The caller cancels the context once the answer's body is read.
+func (x *exchange) roundTripWithTimeout(ur *upRequest, b *Backend) (*http.Response, context.CancelFunc, error) {
+	if ur.fields != "" {
+		h1.AddFields(ur.req.Header, ur.fields, clientLine)
+		ur.fields = ""
+	}
+	ctx, cancel := context.WithTimeout(x.ctx, b.cfg.Timeout.D())
+	resp, err := x.s.client.Transport.RoundTrip(ur.req.WithContext(ctx))
+	return resp, cancel, err
+}
+
+// roundTripFailed is the outcome of an exchange that brought no answer.
+func (x *exchange) roundTripFailed(b *Backend, pin *pick.Pin, err error) (sendResult, bool) {
+	if x.ctx.Err() != nil {
+		// The client's leaving cut the exchange: neither a success (a
+		// hung backend would never trip its breaker when clients time
+		// out first) nor a failure.
+		b.abandon()
+		return sendResult{outcome: shim.ClientGone}, false
+	}
+	b.release(false, x.s.opts.Now())
+	status, public := http.StatusBadGateway, "the connection to the backend failed"
+	if errors.Is(err, context.DeadlineExceeded) {
+		status, public = http.StatusGatewayTimeout, "the backend did not answer within its timeout"
+	}
+	// A failure to connect is retried on another replica: the request
+	// never reached this one. A connection that broke before any answer
+	// header (the replica died, or closed a kept-alive connection as the
+	// request went out) may have carried the request to a worker, so it
+	// is retried only for a pin whose card declares a migration_limit:
+	// the workers' consent to a request running again elsewhere. Nothing
+	// reached the client yet. A timeout is never retried: the request may
+	// still be running.
+	var op *net.OpError
+	dialFailed := errors.As(err, &op) && op.Op == "dial"
+	migrates := pin != nil && shim.RepinLimit(*pin) > 0 && connectionBroken(err)
+	if dialFailed {
+		public = "the backend could not be reached"
+	}
+	return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + errText(err), public: public}, dialFailed || migrates
+}
+
+// relayInspected relays an answer the router reads on its way: a pinned
+// dispatch's (whose failures it tells apart), a converted request's, or a
+// stream. The caller closes its body.
+func (x *exchange) relayInspected(resp *http.Response, b *Backend, pin *pick.Pin, stream bool) sendResult {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 || !stream {
-		// Buffered (or an error before a stream): inspect, then relay.
-		data, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedResponse+1))
-		if err != nil {
-			if x.ctx.Err() != nil {
-				return sendResult{outcome: shim.ClientGone}, false
-			}
-			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + errText(err),
-				public: "reading the backend's response failed"}, false
-		}
-		if len(data) > maxBufferedResponse {
-			// Relaying what fits would hand the client a cut answer (under
-			// a length it does not have, or as if whole).
-			return sendResult{outcome: shim.Failed, status: http.StatusBadGateway,
-				detail: "backend " + b.Name() + ": its answer is larger than the " + strconv.Itoa(maxBufferedResponse) + " bytes the router holds to inspect or convert one",
-				public: "the backend's answer is too large to relay"}, false
-		}
-		// The frontend's refusal for want of a prefill id is answered 503
-		// for a buffered request and for a Messages or Responses stream
-		// refused in its head; a chat or text completion stream's refused
-		// head is a failed dispatch like any other: fallen back from when
-		// it is a 5xx, 429 or 408, relayed otherwise.
-		completionStream := x.q.Stream && x.out == nil && (x.path == "/v1/chat/completions" || x.path == "/v1/completions")
-		if pin != nil && !completionStream && shim.IsPrefillRefusal(resp.StatusCode, data) {
-			return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}, false
-		}
-		if pin != nil && failed {
-			res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
-				viewBehind: shim.MentionsPrefillRefusal(data)}
-			if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
-				res.blame, res.named = shim.FailedWorkers(*pin, data)
-			}
-			return res, false
-		}
-		if x.out != nil {
-			x.relayConverted(resp, b, pin, data)
-			return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
-		}
-		x.writeHead(resp, b, pin, resp.StatusCode)
-		_, _ = x.w.Write(data)
-		return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+		return x.relayBuffered(resp, b, pin)
 	}
+	return x.relayStreamed(resp, b, pin)
+}
+
+// relayBuffered reads a buffered answer (or an error before a stream)
+// whole, then relays it or says how the dispatch failed.
+func (x *exchange) relayBuffered(resp *http.Response, b *Backend, pin *pick.Pin) sendResult {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedResponse+1))
+	if err != nil {
+		if x.ctx.Err() != nil {
+			return sendResult{outcome: shim.ClientGone}
+		}
+		return sendResult{outcome: shim.Failed, status: http.StatusBadGateway, detail: "backend " + b.Name() + ": reading the response: " + errText(err),
+			public: "reading the backend's response failed"}
+	}
+	if len(data) > maxBufferedResponse {
+		// Relaying what fits would hand the client a cut answer (under a
+		// length it does not have, or as if whole).
+		return sendResult{outcome: shim.Failed, status: http.StatusBadGateway,
+			detail: "backend " + b.Name() + ": its answer is larger than the " + strconv.Itoa(maxBufferedResponse) + " bytes the router holds to inspect or convert one",
+			public: "the backend's answer is too large to relay"}
+	}
+	// The frontend's refusal for want of a prefill id is answered 503 for
+	// a buffered request and for a Messages or Responses stream refused in
+	// its head; a chat or text completion stream's refused head is a
+	// failed dispatch like any other: fallen back from when it is a 5xx,
+	// 429 or 408, relayed otherwise.
+	completionStream := x.q.Stream && x.out == nil && (x.path == "/v1/chat/completions" || x.path == "/v1/completions")
+	if pin != nil && !completionStream && shim.IsPrefillRefusal(resp.StatusCode, data) {
+		return sendResult{outcome: shim.PrefillRefused, status: resp.StatusCode, detail: string(truncate(data, 512))}
+	}
+	if pin != nil && shim.Failure(resp.StatusCode, x.q.Stream) {
+		res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
+			viewBehind: shim.MentionsPrefillRefusal(data)}
+		if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
+			res.blame, res.named = shim.FailedWorkers(*pin, data)
+		}
+		return res
+	}
+	if x.out != nil {
+		x.relayConverted(resp, b, pin, data)
+		return sendResult{outcome: shim.Relayed, status: resp.StatusCode}
+	}
+	x.writeHead(resp, b, pin, resp.StatusCode)
+	_, _ = x.w.Write(data)
+	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}
+}
+
+// relayStreamed relays a stream's events as they come (or converts them).
+func (x *exchange) relayStreamed(resp *http.Response, b *Backend, pin *pick.Pin) sendResult {
 	x.writeHead(resp, b, pin, resp.StatusCode)
 	relay := x.relayStream
 	if x.out != nil {
 		relay = x.out.stream
 	} else if !bodyBuffered(resp.Body) {
 		// The first event has not come with the head (a prefill still
-		// queued): the client gets the head now rather than with the first
-		// token. When it has come, head and event go out in one write.
+		// queued): the client gets the head now rather than with the
+		// first token. When it has come, head and event go out in one
+		// write.
 		if err := flusher(x.w)(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return x.broken(b, resp.StatusCode, err), false
+			return x.broken(b, resp.StatusCode, err)
 		}
 	}
-	err = relay(x.w, resp.Body)
+	err := relay(x.w, resp.Body)
 	var told toldInStream
 	if errors.As(err, &told) {
 		if x.ctx.Err() != nil {
@@ -635,7 +680,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			// to a connection no one reads (net/http's writes succeed
 			// into the socket's buffer), and the request is abandoned,
 			// not failed.
-			return sendResult{outcome: shim.ClientGone}, false
+			return sendResult{outcome: shim.ClientGone}
 		}
 		x.streamEnded(told.status)
 		if ub, ok := resp.Body.(*upBody); ok && told.upstream {
@@ -646,10 +691,10 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 				"path", x.path, "model", x.q.Model, "backend", b.Name(), "status", told.status, "detail", told.message,
 				"not_logged_since_last", left)
 		}
-		return sendResult{outcome: shim.Told}, false // logged above; a told stream has finished
+		return sendResult{outcome: shim.Told} // logged above; a told stream has finished
 	}
 	if err != nil && !x.streamDone {
-		return x.broken(b, resp.StatusCode, err), false
+		return x.broken(b, resp.StatusCode, err)
 	}
 	if x.out != nil || x.streamDone {
 		// On the recorder too: the Messages and Responses handlers' own
@@ -663,7 +708,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 			ub.readEnd()
 		}
 	}
-	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}
 }
 
 // streamEnded notes on the request's recorder that the stream the client
