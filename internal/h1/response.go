@@ -79,6 +79,27 @@ func (w *response) WriteHeader(code int) {
 	w.wroteHeader = true
 	w.status = code
 	w.noBody = code == http.StatusNoContent || code == http.StatusNotModified || code < 200
+	if len(w.header) > 0 {
+		// An answer whose fields all came as SetField and
+		// WriteHeaderFields lines (the router's plain answers) has no
+		// map to read: that code stays off its path.
+		w.readHeaderMap()
+	}
+	writeStatusLine(bw, code)
+	if len(w.header) > 0 {
+		writeHeaders(bw, w.header, code)
+	}
+	for _, f := range w.own[:w.nOwn] {
+		if _, inMap := w.header[f.name]; !inMap {
+			writeHeader(bw, f.name, f.value)
+		}
+	}
+}
+
+// readHeaderMap reads what the handler's header map says of the framing
+// and the head the server completes: a declared length, Connection:
+// close, a Content-Type or Content-Encoding (no sniffing), a Date.
+func (w *response) readHeaderMap() {
 	if te := w.header["Transfer-Encoding"]; len(te) > 0 && te[0] != "identity" {
 		// A handler that names a transfer coding does not also declare a
 		// length: net/http drops the Content-Length then.
@@ -105,13 +126,6 @@ func (w *response) WriteHeader(code int) {
 		w.hasType = true
 	}
 	_, w.hasDate = w.header["Date"]
-	writeStatusLine(bw, code)
-	writeHeaders(bw, w.header, code)
-	for _, f := range w.own[:w.nOwn] {
-		if _, inMap := w.header[f.name]; !inMap {
-			writeHeader(bw, f.name, f.value)
-		}
-	}
 }
 
 // FieldSetter is an answer that takes a field of the handler's as a name
