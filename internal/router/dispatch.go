@@ -385,7 +385,22 @@ func (x *exchange) plain(routingPath string) {
 		}
 		cands = append(cands, b)
 	}
-	if len(cands) == 0 && !x.s.known(x.q.Model, x.policy) {
+	if len(cands) == 0 {
+		x.noPlainBackend(plan, routingPath)
+		return
+	}
+	if plan.Enabled() {
+		x.s.opts.Metrics.DisaggRequests.WithLabelValues(routingPath).Inc()
+	}
+	if res := x.send(cands, nil, nil, nil); res.outcome == shim.Failed || res.outcome == shim.Cut {
+		x.plainFailed(res)
+	}
+}
+
+// noPlainBackend answers a request no plain backend may take: its model is
+// not here, or none that serves it is available.
+func (x *exchange) noPlainBackend(plan *shim.Plan[*Backend], routingPath string) {
+	if !x.s.known(x.q.Model, x.policy) {
 		// A model that is not here took no routing path: not counted in
 		// disaggregated_requests_total, whose unified series would read as
 		// traffic routed the plain way.
@@ -396,20 +411,18 @@ func (x *exchange) plain(routingPath string) {
 	if plan.Enabled() {
 		x.s.opts.Metrics.DisaggRequests.WithLabelValues(routingPath).Inc()
 	}
-	if len(cands) == 0 {
-		x.fail(http.StatusServiceUnavailable, CodeNoBackend, "", "no available backend serves model "+strconvQuote(x.q.Model))
-		return
-	}
-	res := x.send(cands, nil, nil, nil)
-	switch res.outcome {
-	case shim.Failed:
-		if res.status == http.StatusGatewayTimeout {
-			x.fail(http.StatusGatewayTimeout, CodeTimeout, "", x.failure(res))
-			return
-		}
-		x.fail(http.StatusBadGateway, CodeUpstream, "", x.failure(res))
-	case shim.Cut:
+	x.fail(http.StatusServiceUnavailable, CodeNoBackend, "", "no available backend serves model "+strconvQuote(x.q.Model))
+}
+
+// plainFailed answers a plain dispatch that failed or was cut.
+func (x *exchange) plainFailed(res sendResult) {
+	switch {
+	case res.outcome == shim.Cut:
 		x.abort(res)
+	case res.status == http.StatusGatewayTimeout:
+		x.fail(http.StatusGatewayTimeout, CodeTimeout, "", x.failure(res))
+	default:
+		x.fail(http.StatusBadGateway, CodeUpstream, "", x.failure(res))
 	}
 }
 
