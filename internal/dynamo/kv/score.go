@@ -209,7 +209,12 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		if b := cd.Worker.BlockSize; b != nil {
 			bs = int(*b)
 		}
-		if bs < MinBlockSize || bs > MaxBlockSize || (anyFresh && !cd.Fresh && !cd.Quiet) {
+		// With fresh backlogs about, an excluded candidate never competes:
+		// one silent with a backlog, and one that took a request of two
+		// blocks or more and sent no sample for 5 s (possibly stalled),
+		// whose last sample may still be fresh under a max_staleness
+		// above that. Alone, it is the load rule's to pick or not.
+		if bs < MinBlockSize || bs > MaxBlockSize || (anyFresh && (cd.Excluded || !cd.Fresh && !cd.Quiet)) {
 			c.costs = append(c.costs, math.NaN())
 			continue
 		}

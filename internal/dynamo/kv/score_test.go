@@ -207,6 +207,27 @@ func TestScoreStaleTieAmongTheCostable(t *testing.T) {
 // tokens queued and 6 blocks in flight: raw (160+100)/16 = 16.25, credit
 // 6, adjusted 10.25, decode 0 + (7-6) = 1, cost 11.25; b quiet and empty:
 // 100/16 = 6.25 + 7 = 13.25. Without fresh backlogs the in-flight blocks
+// TestScoreStalledFresh: a candidate the load picker found possibly
+// stalled (a request of two blocks or more and no sample for 5 s) is left
+// out even when its last sample is still fresh (a max_staleness above
+// 5 s), however cheap its backlog looks; alone, the load rule decides.
+func TestScoreStalledFresh(t *testing.T) {
+	t.Parallel()
+	terms := Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
+	a, b := cand(1, 16), cand(2, 16)
+	a.Fresh, a.HasPrefill, a.PrefillTokens = true, true, 0
+	a.Excluded = true
+	b.Fresh, b.HasPrefill, b.PrefillTokens = true, true, 800
+	ch := &choice{terms: terms, isl: 100, overlaps: overlapMap{{1, 0}: 6}}
+	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter())
+	if !ok || i != 1 || reason != pick.ReasonKVAware || !math.IsNaN(ch.costs[0]) {
+		t.Errorf("chose %d (%s, %v), costs %v: want 1, the stalled candidate left out", i, reason, ok, ch.costs)
+	}
+	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a}, counter()); ok {
+		t.Errorf("the stalled candidate alone was costed: %v", ch.costs)
+	}
+}
+
 // do not count, and the overlaps alone decide.
 func TestScoreInFlight(t *testing.T) {
 	t.Parallel()
