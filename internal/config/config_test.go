@@ -459,6 +459,11 @@ func TestExternalEtcdEndpoint(t *testing.T) {
 		{"http://100.64.0.9:2379", "direct", false},
 		{"http://[fd00::1]:2379", "direct", false},
 		{"http://etcd.cluster.local:2379", "direct", false},
+		{"http://etcd.dynamo:2379", "direct", false},                 // a Service and its namespace
+		{"http://etcd-0.etcd-headless.dynamo:2379", "direct", false}, // a pod of a headless Service
+		{"http://etcd.corp.internal:2379", "direct", false},
+		{"http://etcd.mycompany.io:2379", "direct", true},
+		{"http://etcd.example.co.uk:2379", "direct", true},
 	} {
 		doc := parse(t, fmt.Sprintf(`dynamo:
   enabled: true

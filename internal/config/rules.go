@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"golang.org/x/net/publicsuffix"
 )
 
 // Limits that configuration validation enforces: the most entries each list
@@ -65,10 +67,14 @@ func checkEtcdEndpoint(s string) (scheme, problem string) {
 
 // etcdEndpointLooksExternal reports whether a valid etcd endpoint's host
 // looks outside a Kubernetes cluster: a public IP address (not loopback,
-// private, link-local or shared address space), or a dotted name that is
+// private, link-local or shared address space), or a dotted name under a
+// public top-level domain (one ICANN manages: .com, .io, ...) that is
 // neither a Service name (a "svc" label) nor under ".local" or
-// ".internal". Direct load subscriptions need the workers' pod addresses,
-// which a router beside an external etcd usually cannot reach.
+// ".internal". In-cluster short names, a Service and
+// its namespace ("etcd.dynamo") or a pod under a headless Service
+// ("etcd-0.etcd-headless.dynamo"), end in a namespace, not a public
+// domain. Direct load subscriptions need the workers' pod addresses, which
+// a router beside an external etcd usually cannot reach.
 func etcdEndpointLooksExternal(endpoint string) bool {
 	rest := endpoint
 	if i := strings.Index(endpoint, "://"); i >= 0 {
@@ -87,10 +93,11 @@ func etcdEndpointLooksExternal(endpoint string) bool {
 	if host == "localhost" || !strings.Contains(host, ".") {
 		return false
 	}
-	if strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") {
+	if strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") || slices.Contains(strings.Split(host, "."), "svc") {
 		return false
 	}
-	return !slices.Contains(strings.Split(host, "."), "svc")
+	_, icann := publicsuffix.PublicSuffix(host)
+	return icann
 }
 
 // sharedAddressSpace (100.64.0.0/10) carries pod networks in some clusters.
