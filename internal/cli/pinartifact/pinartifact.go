@@ -53,7 +53,7 @@ type Options struct {
 func NewCmdPinArtifact(f *cmdutil.Factory, runF func(context.Context, *Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Env: f.Env, Logger: f.Logger}
 	cmd := &cobra.Command{
-		Use:   "pin-artifact {PATH|URL...|--from-discovery}",
+		Use:   "pin-artifact {PATH|-|URL...|--from-discovery}",
 		Short: "Print the blake3 checksums to pin in dynamo.kv.pinned_artifacts",
 		Long: `The router loads a fleet's tokenizer and chat template only when its blake3
 checksum is pinned in dynamo.kv.pinned_artifacts: those files come from the
@@ -61,7 +61,8 @@ fleet, and a chat template is code. Review each file, then pin it.
 
 For each PATH or URL (file://, http(s)://, or hf://OWNER/REPO[@REVISION]/FILE
 through $HF_ENDPOINT with $HF_TOKEN) pin-artifact prints "blake3:<hex>  NAME",
-the digest b3sum prints (a URL named without its user info and query). With
+the digest b3sum prints (a URL named without its user info and query); "-"
+reads standard input. With
 --yaml it prints a dynamo.kv.pinned_artifacts block instead, ready to merge
 into the configuration.
 
@@ -133,7 +134,13 @@ func runHash(ctx context.Context, o *Options) error {
 	var digests []Digest
 	failed := 0
 	for _, in := range o.Inputs {
-		d, err := hashOne(ctx, o.Client, in, hf, cmp.Or(o.Timeout, artifact.LoadTimeout))
+		var d Digest
+		var err error
+		if in == "-" {
+			d, err = hashStdin(o.IO.In)
+		} else {
+			d, err = hashOne(ctx, o.Client, in, hf, cmp.Or(o.Timeout, artifact.LoadTimeout))
+		}
 		if err != nil {
 			failed++
 			// The error may quote the server's answer (its status line):
@@ -194,6 +201,16 @@ func hashOne(ctx context.Context, client *http.Client, in string, hf artifact.HF
 		return Digest{}, fmt.Errorf("%w: stopped reading at %d bytes", artifact.ErrTooLarge, n)
 	}
 	return Digest{Name: displayName(in), Checksum: sum.String(), Bytes: n}, nil
+}
+
+// hashStdin hashes standard input whole, as b3sum reads "-": a file
+// piped in, its size warned about as a local file's is.
+func hashStdin(in io.Reader) (Digest, error) {
+	sum, n, err := artifact.SumReader(in)
+	if err != nil {
+		return Digest{}, fmt.Errorf("reading standard input: %w", err)
+	}
+	return Digest{Name: "-", Checksum: sum.String(), Bytes: n}, nil
 }
 
 // displayName is how an input is printed: a URL without its user info,

@@ -133,6 +133,26 @@ func TestHashMatchesB3sum(t *testing.T) {
 	}
 }
 
+// TestHashStdin: "-" hashes standard input, as b3sum does, beside other
+// inputs.
+func TestHashStdin(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in-1024.bin")
+	if err := os.WriteFile(p, vectorInput(1024), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ios, in, out, errOut := iostreams.Test()
+	in.Write(vectorInput(102400))
+	f := &cmdutil.Factory{IOStreams: ios, Env: func(string) (string, bool) { return "", false }}
+	code := cli.Run(context.Background(), f, []string{"pin-artifact", "-", p})
+	want := "blake3:bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085  -\n" +
+		"blake3:42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7  " + p + "\n"
+	if code != 0 || out.String() != want {
+		t.Errorf("exit %d\n%s\nwant\n%s\nstderr %s", code, out.String(), want, errOut.String())
+	}
+}
+
 // TestHashHF reads hf:// inputs through $HF_ENDPOINT with $HF_TOKEN.
 func TestHashHF(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
