@@ -60,7 +60,8 @@ const (
 	// deadline, so a permit is never held much past it.
 	RenderBudget = 2 * time.Second
 	// MaxBlockSizesPerRequest bounds the block sizes hashed for one
-	// request; candidates of further sizes get no KV terms.
+	// request; candidates of further sizes are costed as holding none of
+	// the prompt (it is not hashed at their size).
 	MaxBlockSizesPerRequest = 2
 )
 
