@@ -201,12 +201,6 @@ func TestScoreStaleTieAmongTheCostable(t *testing.T) {
 	}
 }
 
-// TestScoreInFlight: with fresh backlogs, what the requests in flight on a
-// rank share with the request counts as held (the larger of it and the
-// index's overlap), hand-computed: isl 100, bs 16, a fresh with 160
-// tokens queued and 6 blocks in flight: raw (160+100)/16 = 16.25, credit
-// 6, adjusted 10.25, decode 0 + (7-6) = 1, cost 11.25; b quiet and empty:
-// 100/16 = 6.25 + 7 = 13.25. Without fresh backlogs the in-flight blocks
 // TestScoreStalledFresh: a candidate the load picker found possibly
 // stalled (a request of two blocks or more and no sample for 5 s) is left
 // out even when its last sample is still fresh (a max_staleness above
@@ -228,6 +222,12 @@ func TestScoreStalledFresh(t *testing.T) {
 	}
 }
 
+// TestScoreInFlight: with fresh backlogs, what the requests in flight on a
+// rank share with the request counts as held (the larger of it and the
+// index's overlap), hand-computed: isl 100, bs 16, a fresh with 160
+// tokens queued and 6 blocks in flight: raw (160+100)/16 = 16.25, credit
+// 6, adjusted 10.25, decode 0 + (7-6) = 1, cost 11.25; b quiet and empty:
+// 100/16 = 6.25 + 7 = 13.25. Without fresh backlogs the in-flight blocks
 // do not count, and the overlaps alone decide.
 func TestScoreInFlight(t *testing.T) {
 	t.Parallel()
