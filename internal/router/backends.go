@@ -50,7 +50,7 @@ type Backend struct {
 	// targets holds the parsed URL of each request path sent to the
 	// backend, read without a lock and replaced whole when a path is
 	// added. The paths are the router's routes, a handful.
-	targets atomic.Pointer[map[string]*url.URL]
+	targets atomic.Pointer[map[string]*target]
 	auth    atomic.Pointer[[]string]
 }
 
@@ -73,16 +73,24 @@ func (b *Backend) authorization() []string {
 // request (the router has fewer routes than this).
 const maxTargets = 32
 
-// target is the URL of path on the backend, parsed once per path: every
+// target is a request path on a backend: its URL, and the request line
+// and Host line of a POST to it when writeOwnRequest may write them as
+// they are ("" when the request goes through writeRequest's checks).
+type target struct {
+	u     *url.URL
+	start string
+}
+
+// target is the target of path on the backend, made once per path: every
 // request to that path shares it, so nothing may write to it.
-func (b *Backend) target(path string) (*url.URL, error) {
+func (b *Backend) target(path string) (*target, error) {
 	cached := b.targets.Load()
-	var known map[string]*url.URL
+	var known map[string]*target
 	if cached != nil {
 		known = *cached
 	}
-	if u, ok := known[path]; ok {
-		return u, nil
+	if t, ok := known[path]; ok {
+		return t, nil
 	}
 	u, err := url.Parse(b.URL() + path)
 	if err != nil {
@@ -93,13 +101,14 @@ func (b *Backend) target(path string) (*url.URL, error) {
 	if i := strings.LastIndexByte(u.Host, ':'); i >= 0 && i > strings.LastIndexByte(u.Host, ']') {
 		u.Host = strings.TrimSuffix(u.Host, ":")
 	}
+	t := &target{u: u, start: postStart(u)}
 	if len(known) < maxTargets {
-		next := make(map[string]*url.URL, len(known)+1)
+		next := make(map[string]*target, len(known)+1)
 		maps.Copy(next, known)
-		next[path] = u
+		next[path] = t
 		b.targets.CompareAndSwap(cached, &next) // losing a race loses only the cache entry
 	}
-	return u, nil
+	return t, nil
 }
 
 // Name is the configured name.

@@ -518,7 +518,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	var resp *http.Response
 	up, own := x.s.client.Transport.(*upstream)
 	if own {
-		resp, err = up.RoundTripUntil(x.ctx, &ur.req, ur.fields, time.Now().Add(b.cfg.Timeout.D()))
+		resp, err = up.RoundTripUntil(x.ctx, &ur.req, ur.fields, ur.ownHead(), time.Now().Add(b.cfg.Timeout.D()))
 		reuse = !errors.Is(err, errNotInline)
 	}
 	if !reuse {
@@ -576,6 +576,7 @@ func (x *exchange) badTarget(b *Backend, err error) sendResult {
 // does not send (https, a proxy, a large body) or any other transport.
 // The caller cancels the context once the answer's body is read.
 func (x *exchange) roundTripWithTimeout(ur *upRequest, b *Backend) (*http.Response, context.CancelFunc, error) {
+	ur.mapOwnHead()
 	if ur.fields != "" {
 		h1.AddFields(ur.req.Header, ur.fields, clientLine)
 		ur.fields = ""
@@ -749,7 +750,11 @@ type upRequest struct {
 	// fields are the client's field lines sent with h (RoundTripUntil),
 	// for a request served from its head's bytes.
 	fields string
-	body   bodyReader
+	// own stands for h, which is then empty, when own.start is set: a
+	// request of the router's own, served from its head's bytes, with no
+	// pins.
+	own  ownHead
+	body bodyReader
 	// src is the body, again the reader of a new copy of it (a method
 	// value bound once, for retries).
 	src   []byte
@@ -778,6 +783,7 @@ func (u *upRequest) put() {
 	clear(u.h)
 	u.req = http.Request{}
 	u.fields = ""
+	u.own = ownHead{}
 	u.body.Reset(nil)
 	u.src = nil
 	upRequests.Put(u)
@@ -788,27 +794,38 @@ func (u *upRequest) put() {
 // the backend's URL for the exchange's path. Its context is unset: the
 // caller gives the client's beside it.
 func (x *exchange) upstreamRequest(b *Backend, pinHdr http.Header) (*upRequest, error) {
-	u, err := b.target(x.path)
+	t, err := b.target(x.path)
 	if err != nil {
 		return nil, err
 	}
+	u := t.u
 	ur := upRequests.Get().(*upRequest)
 	h := ur.h
-	if x.r != nil {
-		copyRequestHeaders(h, x.r.Header)
-	} else {
+	switch {
+	case x.r == nil && len(pinHdr) == 0 && t.start != "":
+		// The header map stays empty: the router's own client writes
+		// what it would hold (RoundTripUntil), and any other transport
+		// gets it filled in (mapOwnHead). The id the router made
+		// replaces whatever the client sent.
+		ur.fields = x.fields
+		ur.own = ownHead{start: t.start, key: b.authorization(), id: x.newID}
+	case x.r == nil:
 		ur.fields = x.fields
 		if x.newID != nil {
-			// The id the router made replaces whatever the client sent.
 			h[requestIDHeader] = x.newID
 		}
-	}
-	h["Content-Type"] = jsonContentType
-	if key := b.authorization(); key != nil {
-		h["Authorization"] = key
-	}
-	for k, v := range pinHdr {
-		h[k] = v
+		fallthrough
+	default:
+		if x.r != nil {
+			copyRequestHeaders(h, x.r.Header)
+		}
+		h["Content-Type"] = jsonContentType
+		if key := b.authorization(); key != nil {
+			h["Authorization"] = key
+		}
+		for k, v := range pinHdr {
+			h[k] = v
+		}
 	}
 	ur.req = http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host,
 		Body: http.NoBody, GetBody: noBody}
@@ -821,6 +838,31 @@ func (x *exchange) upstreamRequest(b *Backend, pinHdr http.Header) (*upRequest, 
 }
 
 func noBody() (io.ReadCloser, error) { return http.NoBody, nil }
+
+// ownHead is the head u's header map stands for, nil when the map holds
+// it.
+func (u *upRequest) ownHead() *ownHead {
+	if u.own.start == "" {
+		return nil
+	}
+	return &u.own
+}
+
+// mapOwnHead puts the fields u's own head stands for into its header map,
+// for a transport that writes the map.
+func (u *upRequest) mapOwnHead() {
+	if u.own.start == "" {
+		return
+	}
+	u.req.Header["Content-Type"] = jsonContentType
+	if u.own.key != nil {
+		u.req.Header["Authorization"] = u.own.key
+	}
+	if u.own.id != nil {
+		u.req.Header[requestIDHeader] = u.own.id
+	}
+	u.own = ownHead{}
+}
 
 // broken is the outcome of an answer whose relay failed after its head
 // went to the client: the client left, or the backend's answer broke off.

@@ -32,7 +32,7 @@ func (s *Server) UpstreamRelay() http.Handler {
 			return
 		}
 		defer ur.put()
-		resp, err := s.client.Transport.(*upstream).RoundTripUntil(r.Context(), &ur.req, ur.fields, time.Now().Add(b.cfg.Timeout.D()))
+		resp, err := s.client.Transport.(*upstream).RoundTripUntil(r.Context(), &ur.req, ur.fields, ur.ownHead(), time.Now().Add(b.cfg.Timeout.D()))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

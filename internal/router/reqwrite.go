@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -75,23 +76,33 @@ func writeRequest(bw *bufio.Writer, req *http.Request, client string) error {
 		n = 0
 	}
 	if n > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
-		_, _ = bw.WriteString("Content-Length: ")
-		// Formatted in the buffer's free space: a local array would
-		// escape (Write keeps its argument when the buffer is full), a
-		// heap object per request.
-		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
-		_, _ = bw.WriteString("\r\n")
+		writeContentLength(bw, n)
 	}
 	for _, f := range sorted {
 		for _, v := range f.vs {
 			writeHeaderLine(bw, f.k, v)
 		}
 	}
-	if client != "" && !writeClientLines(bw, req.Header, client) {
+	if client != "" && !writeClientLines(bw, client, func(name string) bool { _, own := req.Header[name]; return own }) {
 		if _, named := req.Header["User-Agent"]; !named {
 			writeHeaderLine(bw, "User-Agent", defaultUserAgent)
 		}
 	}
+	return endRequest(bw, req, n)
+}
+
+// writeContentLength writes the Content-Length line of a body of n bytes.
+func writeContentLength(bw *bufio.Writer, n int64) {
+	_, _ = bw.WriteString("Content-Length: ")
+	// Formatted in the buffer's free space: a local array would escape
+	// (Write keeps its argument when the buffer is full), a heap object
+	// per request.
+	_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
+	_, _ = bw.WriteString("\r\n")
+}
+
+// endRequest ends a request's head and writes its body of n bytes.
+func endRequest(bw *bufio.Writer, req *http.Request, n int64) error {
 	if _, err := bw.WriteString("\r\n"); err != nil {
 		closeRequestBody(req)
 		return err
@@ -101,6 +112,84 @@ func writeRequest(bw *bufio.Writer, req *http.Request, client string) error {
 		return nil
 	}
 	return writeBody(bw, req.Body, n)
+}
+
+// ownHead is what a request the router makes itself carries in place of a
+// header map (whose map is then empty): the request line and Host line
+// made once for its target (target.start), and the router's own fields,
+// which a map would hold as Content-Type: application/json, Authorization:
+// key and X-Request-Id: id (nil for none; an id the router made, which
+// validRequestID accepts). writeOwnRequest writes exactly
+// what writeRequest writes from that map, without building, sorting and
+// checking the map for each request: the head of every plain request goes
+// this way, between the client's request and the backend's.
+type ownHead struct {
+	start   string
+	key, id []string
+}
+
+// size is about what o takes on the wire (0 for none).
+func (o *ownHead) size() int64 {
+	if o == nil {
+		return 0
+	}
+	n := len(o.start) + len("Content-Type: application/json\r\nContent-Length: 00000000\r\n")
+	if o.key != nil {
+		n += len("Authorization: \r\n") + len(o.key[0])
+	}
+	if o.id != nil {
+		n += len(requestIDHeader+": \r\n") + len(o.id[0])
+	}
+	return int64(n)
+}
+
+// owns reports whether the field named name (canonical) is one of o's:
+// a client's field of that name is not sent.
+func (o *ownHead) owns(name string) bool {
+	return name == "Content-Type" || (name == "Authorization" && o.key != nil) || (name == requestIDHeader && o.id != nil)
+}
+
+// writeOwnRequest writes req, whose header map is empty, with o's head and
+// the client's field lines: writeRequest's bytes for the map o stands for.
+func writeOwnRequest(bw *bufio.Writer, req *http.Request, o *ownHead, client string) error {
+	_, _ = bw.WriteString(o.start)
+	if client == "" {
+		_, _ = bw.WriteString("User-Agent: " + defaultUserAgent + "\r\n")
+	}
+	n := req.ContentLength
+	if req.Body == nil || req.Body == http.NoBody {
+		n = 0
+	}
+	writeContentLength(bw, n)
+	// In the order of their names, as writeRequest sorts them.
+	if o.key != nil {
+		writeHeaderLine(bw, "Authorization", o.key[0])
+	}
+	_, _ = bw.WriteString("Content-Type: application/json\r\n")
+	if o.id != nil {
+		// An id the router made: letters and digits, written as it is.
+		_, _ = bw.WriteString(requestIDHeader + ": ")
+		_, _ = bw.WriteString(o.id[0])
+		_, _ = bw.WriteString("\r\n")
+	}
+	if client != "" && !writeClientLines(bw, client, o.owns) {
+		_, _ = bw.WriteString("User-Agent: " + defaultUserAgent + "\r\n")
+	}
+	return endRequest(bw, req, n)
+}
+
+// postStart is the request line and Host line writeRequest writes for a
+// POST to u, "" when it would not write them as they are (a host or path
+// it sends through net/http's writer).
+func postStart(u *url.URL) string {
+	if !plainHost(u.Host) {
+		return ""
+	}
+	ruri := u.RequestURI()
+	if hasCTL(ruri) {
+		return ""
+	}
+	return "POST " + ruri + " HTTP/1.1\r\nHost: " + u.Host + "\r\n"
 }
 
 // writeThroughNetHTTP writes req with Request.Write, the client's lines
@@ -119,11 +208,12 @@ func clientLine(k string) bool {
 }
 
 // writeClientLines writes the lines of client that go on to the backend
-// (clientLine) as they came, but those of a name h holds (the router's
-// value replaces the client's, as in a map) and, of User-Agent, all but a
-// first one that is not empty (net/http sends one, and none when empty).
-// agent reports whether the client sent a User-Agent.
-func writeClientLines(bw *bufio.Writer, h http.Header, client string) (agent bool) {
+// (clientLine) as they came, but those of a name the router sets (own:
+// the router's value replaces the client's, as in a map) and, of
+// User-Agent, all but a first one that is not empty (net/http sends one,
+// and none when empty). agent reports whether the client sent a
+// User-Agent.
+func writeClientLines(bw *bufio.Writer, client string, own func(name string) bool) (agent bool) {
 	for {
 		name, line, rest, ok := h1.NextField(client)
 		if !ok {
@@ -133,7 +223,7 @@ func writeClientLines(bw *bufio.Writer, h http.Header, client string) (agent boo
 		if !clientLine(name) {
 			continue
 		}
-		if _, own := h[name]; own {
+		if own(name) {
 			continue
 		}
 		if name == "User-Agent" {
@@ -176,10 +266,13 @@ func plainRequestHost(req *http.Request) (string, bool) {
 	if host == "" {
 		host = req.URL.Host
 	}
-	if host == "" || strings.HasPrefix(host, "[") || !isASCII(host) || !httpguts.ValidHostHeader(host) {
-		return "", false
-	}
-	return host, true
+	return host, plainHost(host)
+}
+
+// plainHost reports whether net/http writes host as it is: ASCII, valid,
+// not an IPv6 literal (which may carry a zone it drops).
+func plainHost(host string) bool {
+	return host != "" && !strings.HasPrefix(host, "[") && isASCII(host) && httpguts.ValidHostHeader(host)
 }
 
 // headerField is a field of a request's header map: its key and values.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -311,4 +312,66 @@ func servedFields(fields string) bool {
 		}
 	}
 	return true
+}
+
+// FuzzOwnRequest: a request the router writes from its own head (no header
+// map: writeOwnRequest) goes on the wire byte for byte as the same request
+// written from a header map holding the router's fields (writeRequest,
+// itself checked against net/http), with or without the client's lines,
+// a key, a new request id, a body; a target whose request line or host
+// writeRequest would not write as it is gets no prepared head.
+func FuzzOwnRequest(f *testing.F) {
+	f.Add("backend:8000", "/v1/chat/completions", "Bearer k", "id-1", "x-custom: a\r\nUser-Agent: ua/1\r\n", `{"model":"m"}`)
+	f.Add("b.example", "/base/v1/completions?x=1", "", "", "", "")
+	f.Add("10.0.0.1:80", "/v1/chat/completions", " spaced\r\nkey ", "01KBZ3", "Content-Type: text/plain\r\nAuthorization: mine\r\nx-request-id: abc\r\nUser-Agent: \r\n", "{}")
+	f.Add("backend", "/v1/chat/completions", "", "", "Authorization: Bearer client\r\nX-Request-Id: client-id\r\n", "{}")
+	f.Add("[::1]:8000", "/v1/chat/completions", "", "", "", "")
+	f.Fuzz(func(t *testing.T, host, path, key, id, fields, body string) {
+		u, err := url.Parse("http://" + host + path)
+		if err != nil || u.Host != host {
+			return
+		}
+		start := postStart(u)
+		if start == "" {
+			req := &http.Request{Method: http.MethodPost, URL: u, Host: u.Host, Header: http.Header{}, Body: http.NoBody}
+			if _, ok := plainRequestHost(req); ok && !hasCTL(u.RequestURI()) {
+				t.Fatalf("%q: no prepared head for a target writeRequest writes as it is", u)
+			}
+			return
+		}
+		own := ownHead{start: start}
+		if key != "" {
+			own.key = []string{key}
+		}
+		if id != "" {
+			if !validRequestID(id) {
+				return // the router makes the ids it sends this way
+			}
+			own.id = []string{id}
+		}
+		mk := func(h http.Header) *http.Request {
+			req := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Host: u.Host, Body: http.NoBody}
+			if body != "" {
+				req.Body, req.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+			}
+			return req
+		}
+		var got, want bytes.Buffer
+		bw := bufio.NewWriter(&got)
+		if err := writeOwnRequest(bw, mk(http.Header{}), &own, fields); err != nil {
+			t.Fatal(err)
+		}
+		_ = bw.Flush()
+		h := http.Header{}
+		r := &upRequest{req: *mk(h), own: own}
+		r.mapOwnHead()
+		bw = bufio.NewWriter(&want)
+		if err := writeRequest(bw, &r.req, fields); err != nil {
+			t.Fatal(err)
+		}
+		_ = bw.Flush()
+		if got.String() != want.String() {
+			t.Fatalf("from the own head:\n%q\nfrom the map:\n%q", got.String(), want.String())
+		}
+	})
 }

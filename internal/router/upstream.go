@@ -189,10 +189,10 @@ var errResponseHeadTooLarge = errors.New("the backend's response head is larger 
 
 // RoundTrip implements http.RoundTripper.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !u.inline(req, "") {
+	if !u.inline(req, "", nil) {
 		return u.fallback.RoundTrip(req)
 	}
-	return u.roundTrip(req.Context(), req, "", time.Time{}, false)
+	return u.roundTrip(req.Context(), req, "", nil, time.Time{}, false)
 }
 
 // RoundTripUntil is RoundTrip with the exchange bounded by deadline as a
@@ -211,12 +211,14 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 //
 // fields are a client's field lines (h1.RawRequest.Fields) sent with the
 // request's header map: those a proxy passes on (clientLine), less the
-// names the map holds, are written as they came.
-func (u *upstream) RoundTripUntil(ctx context.Context, req *http.Request, fields string, deadline time.Time) (*http.Response, error) {
-	if !u.inline(req, fields) {
+// names the map holds, are written as they came. own, when not nil,
+// stands for the header map (which is then empty): the request is written
+// from its prepared head (see ownHead).
+func (u *upstream) RoundTripUntil(ctx context.Context, req *http.Request, fields string, own *ownHead, deadline time.Time) (*http.Response, error) {
+	if !u.inline(req, fields, own) {
 		return nil, errNotInline
 	}
-	return u.roundTrip(ctx, req, fields, deadline, true)
+	return u.roundTrip(ctx, req, fields, own, deadline, true)
 }
 
 var errNotInline = errors.New("router: RoundTripUntil given a request only http.Transport sends")
@@ -225,9 +227,9 @@ var errNotInline = errors.New("router: RoundTripUntil given a request only http.
 // else http.Transport sends it. A body of unknown length (ContentLength 0
 // with a body) may be of any size, and an upgrade needs the connection
 // handed over: http.Transport does both.
-func (u *upstream) inline(req *http.Request, fields string) bool {
+func (u *upstream) inline(req *http.Request, fields string, own *ownHead) bool {
 	unsized := req.ContentLength == 0 && req.Body != nil && req.Body != http.NoBody
-	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header)+int64(len(fields)) > maxInlineBody || unsized || first(req.Header, "Upgrade") != "" {
+	if req.URL.Scheme != "http" || req.ContentLength < 0 || req.ContentLength+headerBytes(req.Header)+own.size()+int64(len(fields)) > maxInlineBody || unsized || first(req.Header, "Upgrade") != "" {
 		return false
 	}
 	if u.noHTTPProxy {
@@ -239,7 +241,7 @@ func (u *upstream) inline(req *http.Request, fields string) bool {
 
 // roundTrip sends req inline; fieldsOnly leaves a plain answer's header
 // map unbuilt (RoundTripUntil).
-func (u *upstream) roundTrip(ctx context.Context, req *http.Request, fields string, deadline time.Time, fieldsOnly bool) (*http.Response, error) {
+func (u *upstream) roundTrip(ctx context.Context, req *http.Request, fields string, own *ownHead, deadline time.Time, fieldsOnly bool) (*http.Response, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -256,7 +258,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, fields stri
 			return nil, err
 		}
 		var resp *http.Response
-		if resp, err = u.exchange(ctx, c, req, fields, fieldsOnly); err == nil {
+		if resp, err = u.exchange(ctx, c, req, fields, own, fieldsOnly); err == nil {
 			if !idleTimeoutAnswer(ctx, resp, req, c) {
 				return resp, nil
 			}
@@ -282,7 +284,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *http.Request, fields stri
 
 // exchange writes req on c and reads the answer's head (see roundTrip for
 // fieldsOnly). On an error the connection is closed.
-func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, fields string, fieldsOnly bool) (*http.Response, error) {
+func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, fields string, own *ownHead, fieldsOnly bool) (*http.Response, error) {
 	c.written, c.read, c.connErr = 0, 0, nil
 	// The context ends a blocked read or write at once: its deadline, the
 	// client going away. (A deadline given apart from the context is the
@@ -300,7 +302,12 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, f
 	// written whole before the answer is read. Expect: 100-continue does
 	// not make it wait: a client may send the body without waiting for
 	// 100 Continue, which is then read and skipped like any 1xx.
-	werr := writeRequest(c.bw, req, fields)
+	var werr error
+	if own != nil {
+		werr = writeOwnRequest(c.bw, req, own, fields)
+	} else {
+		werr = writeRequest(c.bw, req, fields)
+	}
 	if werr == nil {
 		werr = c.bw.Flush()
 	}

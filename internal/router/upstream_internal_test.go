@@ -820,23 +820,27 @@ func TestHeaderBytesCountTowardsInline(t *testing.T) {
 func TestBackendTarget(t *testing.T) {
 	t.Parallel()
 	b := &Backend{cfg: config.Backend{URL: "http://backend.example:/base/"}}
-	u1, err := b.target("/v1/chat/completions")
+	t1, err := b.target("/v1/chat/completions")
 	if err != nil {
 		t.Fatal(err)
+	}
+	u1 := t1.u
+	if t1.start != "POST /base/v1/chat/completions HTTP/1.1\r\nHost: backend.example\r\n" {
+		t.Errorf("prepared start %q", t1.start)
 	}
 	if u1.String() != "http://backend.example/base/v1/chat/completions" || u1.Host != "backend.example" {
 		t.Fatalf("target %q (host %q)", u1, u1.Host)
 	}
-	if again, _ := b.target("/v1/chat/completions"); again != u1 {
+	if again, _ := b.target("/v1/chat/completions"); again != t1 {
 		t.Error("the same path was parsed again")
 	}
-	if other, _ := b.target("/v1/completions"); other == u1 || other.Path != "/base/v1/completions" {
-		t.Errorf("another path gave %q", other)
+	if other, _ := b.target("/v1/completions"); other == t1 || other.u.Path != "/base/v1/completions" {
+		t.Errorf("another path gave %q", other.u)
 	}
 	for i := range 2 * maxTargets {
-		u, err := b.target(fmt.Sprintf("/p%d", i))
-		if err != nil || u.Path != fmt.Sprintf("/base/p%d", i) {
-			t.Fatalf("path %d: %v, %v", i, u, err)
+		tg, err := b.target(fmt.Sprintf("/p%d", i))
+		if err != nil || tg.u.Path != fmt.Sprintf("/base/p%d", i) {
+			t.Fatalf("path %d: %v, %v", i, tg, err)
 		}
 	}
 	if n := len(*b.targets.Load()); n != maxTargets {
@@ -893,7 +897,7 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = u.RoundTripUntil(ctx, req, "", start.Add(200*time.Millisecond))
+	_, err = u.RoundTripUntil(ctx, req, "", nil, start.Add(200*time.Millisecond))
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want a dial that ended at its deadline", err)
 	}
@@ -902,7 +906,7 @@ func TestRoundTripUntilBoundsTheDial(t *testing.T) {
 	}
 	// A request http.Transport must send is refused, not sent in plain.
 	tls, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1:9/", strings.NewReader(`{}`))
-	if _, err := u.RoundTripUntil(t.Context(), tls, "", time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
+	if _, err := u.RoundTripUntil(t.Context(), tls, "", nil, time.Now().Add(time.Second)); !errors.Is(err, errNotInline) {
 		t.Fatalf("https through RoundTripUntil: %v", err)
 	}
 }
@@ -917,8 +921,8 @@ func TestInlineHonoursHTTPProxy(t *testing.T) {
 		t.Setenv(name, "")
 	}
 	u := newTransport().(*upstream)
-	if !u.noHTTPProxy || !u.inline(req, "") {
-		t.Fatalf("no proxy in the environment: noHTTPProxy %v, inline %v; want both true", u.noHTTPProxy, u.inline(req, ""))
+	if !u.noHTTPProxy || !u.inline(req, "", nil) {
+		t.Fatalf("no proxy in the environment: noHTTPProxy %v, inline %v; want both true", u.noHTTPProxy, u.inline(req, "", nil))
 	}
 	t.Setenv("HTTP_PROXY", "http://127.0.0.1:9")
 	u = newTransport().(*upstream)
@@ -928,7 +932,7 @@ func TestInlineHonoursHTTPProxy(t *testing.T) {
 	// http.ProxyFromEnvironment reads the environment once per process,
 	// so the proxy's answer is given here as that function would give it.
 	u.fallback.Proxy = func(*http.Request) (*url.URL, error) { return url.Parse("http://127.0.0.1:9") }
-	if u.inline(req, "") {
+	if u.inline(req, "", nil) {
 		t.Fatal("a request the proxy carries was sent inline")
 	}
 }
