@@ -118,8 +118,7 @@ func endRequest(bw *bufio.Writer, req *http.Request, n int64) error {
 // header map (whose map is then empty): the request line and Host line
 // made once for its target (target.start), and the router's own fields,
 // which a map would hold as Content-Type: application/json, Authorization:
-// key and X-Request-Id: id (nil for none; an id the router made, which
-// validRequestID accepts). writeOwnRequest writes exactly
+// key and X-Request-Id: id (nil for none; an id validRequestID accepts). writeOwnRequest writes exactly
 // what writeRequest writes from that map, without building, sorting and
 // checking the map for each request: the head of every plain request goes
 // this way, between the client's request and the backend's.
@@ -167,7 +166,8 @@ func writeOwnRequest(bw *bufio.Writer, req *http.Request, o *ownHead, client str
 	}
 	_, _ = bw.WriteString("Content-Type: application/json\r\n")
 	if o.id != nil {
-		// An id the router made: letters and digits, written as it is.
+		// An id validRequestID accepts (the router's, or the first of a
+		// client's repeated ones): nothing in it to trim or replace.
 		_, _ = bw.WriteString(requestIDHeader + ": ")
 		_, _ = bw.WriteString(o.id[0])
 		_, _ = bw.WriteString("\r\n")
