@@ -485,11 +485,14 @@ func (a *anthropicOut) upstreamError(status int, data []byte) []byte {
 // anthropicUsage is a Messages usage.
 // A prompt's tokens read from the cache are cache_read_input_tokens,
 // outside input_tokens, as the Messages API counts them (its input is
-// input_tokens plus the cache's).
+// input_tokens plus the cache's). The API always sends both cache counts;
+// nothing here writes a cache a client asked for, so its creation count
+// is 0.
 type anthropicUsage struct {
-	InputTokens          int `json:"input_tokens"`
-	CacheReadInputTokens int `json:"cache_read_input_tokens,omitempty"`
-	OutputTokens         int `json:"output_tokens"`
+	InputTokens              int `json:"input_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	OutputTokens             int `json:"output_tokens"`
 }
 
 func usageOf(u *chatUsage) anthropicUsage {

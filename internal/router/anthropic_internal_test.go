@@ -191,33 +191,33 @@ func TestAnthropicAnswer(t *testing.T) {
 		{"text cut by the limit", nil, false,
 			`{"id":"c1","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there"},"finish_reason":"length"}],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hello there"}],
-			  "stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":7,"output_tokens":2}}`},
+			  "stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":7,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}}`},
 		{"text ending by itself", []string{"END"}, false,
 			`{"choices":[{"message":{"content":"Done."},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Done."}],
-			  "stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":2}}`},
+			  "stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}}`},
 		{"a stop sequence kept in the output", []string{"END", "STOP"}, false,
 			`{"choices":[{"message":{"content":"Done.STOP"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":3}}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Done."}],
-			  "stop_reason":"stop_sequence","stop_sequence":"STOP","usage":{"input_tokens":3,"output_tokens":3}}`},
+			  "stop_reason":"stop_sequence","stop_sequence":"STOP","usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3}}`},
 		{"a stop sequence named by vLLM's stop_reason", []string{"END", "STOP"}, false,
 			`{"choices":[{"message":{"content":"Done."},"finish_reason":"stop","stop_reason":"END"}],"usage":{"prompt_tokens":3,"completion_tokens":3}}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Done."}],
-			  "stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":3,"output_tokens":3}}`},
+			  "stop_reason":"stop_sequence","stop_sequence":"END","usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3}}`},
 		{"tool calls with parsed input; bad arguments become {}", nil, false,
 			`{"choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}},
 			  {"id":"call_2","type":"function","function":{"name":"noop","arguments":"not json"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":12}}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[
 			  {"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}},{"type":"tool_use","id":"call_2","name":"noop","input":{}}],
-			  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":12}}`},
+			  "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":12}}`},
 		{"reasoning as a thinking block when thinking is on", nil, true,
 			`{"choices":[{"message":{"content":"42","reasoning_content":"6 times 7"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":9}}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[{"type":"thinking","thinking":"6 times 7","signature":""},{"type":"text","text":"42"}],
-			  "stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":4,"output_tokens":9}}`},
+			  "stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":4,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":9}}`},
 		{"reasoning dropped when thinking is off; content_filter is a refusal", nil, false,
 			`{"choices":[{"message":{"content":"","reasoning_content":"hmm"},"finish_reason":"content_filter"}]}`,
 			`{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[],
-			  "stop_reason":"refusal","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}`},
+			  "stop_reason":"refusal","stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &anthropicOut{model: "m", stops: tt.stops, thinking: tt.thinking, id: fixedIDs("msg_")}
@@ -306,7 +306,7 @@ func sameEvents(t *testing.T, got, want []string) {
 }
 
 const messageStart = `message_start {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"m","content":[],
-  "stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`
+  "stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}`
 
 // TestAnthropicStream: chat chunk streams and the Messages events they
 // become, event by event.
@@ -326,7 +326,7 @@ func TestAnthropicStream(t *testing.T) {
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}`,
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}`,
 				`content_block_stop {"type":"content_block_stop","index":0}`,
-				`message_delta {"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":11,"output_tokens":4}}`,
+				`message_delta {"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":11,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":4}}`,
 				`message_stop {"type":"message_stop"}`}},
 		{"a stop sequence split across chunks is held back and removed", []string{"END"}, false,
 			chunks(textChunk("Hello "), textChunk("world E"), textChunk("ND"), finishChunk("stop"), usageChunk, "[DONE]"),
@@ -336,7 +336,7 @@ func TestAnthropicStream(t *testing.T) {
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo worl"}}`,
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"d "}}`,
 				`content_block_stop {"type":"content_block_stop","index":0}`,
-				`message_delta {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"input_tokens":11,"output_tokens":4}}`,
+				`message_delta {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"input_tokens":11,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":4}}`,
 				`message_stop {"type":"message_stop"}`}},
 		{"held text that is no stop sequence is sent at the end", []string{"END"}, false,
 			chunks(textChunk("The E"), textChunk("N"), finishChunk("stop"), "[DONE]"),
@@ -346,7 +346,7 @@ func TestAnthropicStream(t *testing.T) {
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"e"}}`,
 				`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" EN"}}`,
 				`content_block_stop {"type":"content_block_stop","index":0}`,
-				`message_delta {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":0,"output_tokens":0}}`,
+				`message_delta {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`,
 				`message_stop {"type":"message_stop"}`}},
 		{"thinking, text, then two tool calls", nil, true,
 			chunks(`{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"Two cities."}}]}`,
@@ -370,7 +370,7 @@ func TestAnthropicStream(t *testing.T) {
 				`content_block_start {"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"call_2","name":"get_weather","input":{}}}`,
 				`content_block_delta {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"city\":\"Oslo\"}"}}`,
 				`content_block_stop {"type":"content_block_stop","index":3}`,
-				`message_delta {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":11,"output_tokens":4}}`,
+				`message_delta {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":11,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":4}}`,
 				`message_stop {"type":"message_stop"}`}},
 		{"an error inside the stream ends it with an error event", nil, false,
 			chunks(textChunk("Hi")) + "event: error\ndata: {\"error\":{\"message\":\"Prefill worker ID required in Direct routing mode\",\"code\":500}}\n\n",
@@ -474,7 +474,7 @@ func TestUsageCachedAndReasoning(t *testing.T) {
 		"prompt_tokens_details":{"cached_tokens":64},"completion_tokens_details":{"reasoning_tokens":12}}`), &u); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := json.Marshal(usageOf(&u)); string(got) != `{"input_tokens":36,"cache_read_input_tokens":64,"output_tokens":20}` {
+	if got, _ := json.Marshal(usageOf(&u)); string(got) != `{"input_tokens":36,"cache_creation_input_tokens":0,"cache_read_input_tokens":64,"output_tokens":20}` {
 		t.Errorf("messages usage %s", got)
 	}
 	got, _ := json.Marshal(responsesUsage(&u))
@@ -484,7 +484,7 @@ func TestUsageCachedAndReasoning(t *testing.T) {
 	// Without details, as before: nothing cached, nothing reasoned.
 	var plain chatUsage
 	_ = json.Unmarshal([]byte(`{"prompt_tokens":10,"completion_tokens":2}`), &plain)
-	if got, _ := json.Marshal(usageOf(&plain)); string(got) != `{"input_tokens":10,"output_tokens":2}` {
+	if got, _ := json.Marshal(usageOf(&plain)); string(got) != `{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}` {
 		t.Errorf("messages usage %s", got)
 	}
 }

@@ -111,7 +111,11 @@ func convertResponses(q *responsesRequest) (*chatRequest, *requestError) {
 		return nil, badParam(p, "this router keeps no conversation state: send the whole conversation as input (and store: false)")
 	}
 	c := &chatRequest{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP,
-		ParallelToolCalls: q.ParallelToolCalls, User: q.User}
+		ParallelToolCalls: q.ParallelToolCalls}
+	if !parsesAsUUID(q.User) {
+		// A UUID would become the engine's request id (see parsesAsUUID).
+		c.User = q.User
+	}
 	if !isNull(q.Instructions) {
 		var s string
 		if err := json.Unmarshal(q.Instructions, &s); err != nil {
@@ -609,9 +613,16 @@ func (s *responsesStream) close() {
 		s.event("response.content_part.done", field{"item_id", id}, field{"output_index", i}, field{"content_index", 0}, field{"part", part})
 		it.set("content", []any{part})
 	case "function_call":
-		if b := s.args[i]; b != nil {
-			it.set("arguments", b.String())
+		b := s.args[i]
+		if b == nil || strings.TrimSpace(b.String()) == "" {
+			// A call without arguments has "{}", as in a buffered answer:
+			// a client parses them as JSON.
+			b = &strings.Builder{}
+			b.WriteString("{}")
+			s.args[i] = b
+			s.event("response.function_call_arguments.delta", field{"item_id", id}, field{"output_index", i}, field{"delta", "{}"})
 		}
+		it.set("arguments", b.String())
 		s.event("response.function_call_arguments.done", field{"item_id", id}, field{"output_index", i},
 			field{"name", it.get("name")}, field{"arguments", it.get("arguments")})
 	}

@@ -51,10 +51,10 @@ function promptTokens(usage) {
 function assertUsage(usage, outputTokens) {
   assert.ok(usage, 'no usage');
   assert.ok(usage.input_tokens >= 0 && promptTokens(usage) > 0, `input_tokens ${usage.input_tokens}`);
-  if (usage.cache_read_input_tokens !== undefined) {
-    assert.ok(Number.isInteger(usage.cache_read_input_tokens) && usage.cache_read_input_tokens > 0,
-      `cache_read_input_tokens ${usage.cache_read_input_tokens}`);
-  }
+  // Both cache counts are always there, as the Messages API sends them.
+  assert.ok(Number.isInteger(usage.cache_read_input_tokens) && usage.cache_read_input_tokens >= 0,
+    `cache_read_input_tokens ${usage.cache_read_input_tokens}`);
+  assert.equal(usage.cache_creation_input_tokens, 0);
   assert.equal(usage.output_tokens, outputTokens);
 }
 
