@@ -157,6 +157,37 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 	})
 }
 
+// TestDynamoFrontendMinijinjaSemantics: where minijinja (and Dynamo's
+// frontend around it) parts from jinja2: none iterates as an empty
+// sequence; an attribute of a map is its item and never a method, and a
+// method call on a map calls its item of that name first; strings take
+// minijinja's escapes; vLLM's generation tags are deleted from the source
+// as they are written. The outputs were checked against minijinja (but
+// for the escapes, which changed in its 2.18, read from its source).
+func TestDynamoFrontendMinijinjaSemantics(t *testing.T) {
+	t.Parallel()
+	in, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "tools": null,
+		"x": {"n": null, "d": {"a": 1}, "p": {"items": {"type": "string"}}, "s": "ab"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkModes(t, in, []modeCase{
+		{"{% for t in tools %}x{% else %}e{% endfor %}", "e", ""},
+		{"{{ tools | list }}|{{ tools | join(',') }}|{{ tools | sort }}|{{ tools | sum }}|{{ tools | map('upper') | list }}", "[]||[]|0|[]", ""},
+		{"{{ tools | reverse }}", "none", ""},
+		{"{{ tools | first }}", "", ""},
+		{"{{ x.n is iterable }}", "true", "False"},
+		{"{{ tools is iterable }}|{{ tools[1:] }}", "true|[]", ""},
+		{"{{ x.d.items is defined }}|{{ x.d['items'] is defined }}|{{ x.s.upper is defined }}", "false|false|false", "True|True|True"},
+		{"{{ x.p.items.type ~ '!' }}", "string!", "!"},
+		{"{% for k, v in x.p.items() %}{{ k }}{% endfor %}", "", "items"},
+		{"{% for k, v in x.d.items() %}{{ k }}{% endfor %}|{{ x.d.get('a') }}|{{ x.s.upper() }}", "a|1|AB", "a|1|AB"},
+		{"{{ 'a\\\nb' }}|{{ 'x\\/y\\q' }}", "a\\\nb|x/y\\q", "ab|x\\/y\\q"},
+		{"{{ '\\x41\\101\\u00e9' }}", "AA\u00e9", "AA\u00e9"},
+		{"<a>\n  {% generation %}\nX\n  {% endgeneration %}\n</a>", "<a>\n  \nX\n  \n</a>", "<a>\nX\n</a>"},
+	})
+}
+
 // modeCase is a template and what it renders as Dynamo's frontend does
 // and as transformers does ("" for an error).
 type modeCase struct{ src, dynamo, transformers string }

@@ -115,7 +115,21 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     number, as minijinja's tests say;
 //   - bos_token, eos_token and unk_token are always defined (none when the
 //     config has no such token) and no other special token is; documents
-//     are not passed (unless as an extra variable).
+//     are not passed (unless as an extra variable);
+//   - none iterates as an empty sequence (a for loop's else, list, join,
+//     sort, map, select, sum, ..., a slice of it; is iterable is true of
+//     it; first and last of it are errors, reverse gives it back);
+//   - an attribute of a dict is its item, never a method (x.items is the
+//     item "items" or undefined; so is x['items']), and strings and lists
+//     have no attributes; a method call on a dict calls its item of that
+//     name when it has one (an error unless callable), else the Python
+//     method (items, keys, get, ...), as minijinja's pycompat does;
+//   - string literals take minijinja's escapes: \" \\ \/ \' \b \f \n \r
+//     \t, \uXXXX with UTF-16 pairs, \xXX and octal as a byte's value, and
+//     any other escape (a backslash before a line break included) kept as
+//     written;
+//   - the source's {% generation %} and {% endgeneration %}, exactly so
+//     written, are deleted before it is compiled, as the frontend does.
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for
@@ -140,20 +154,26 @@ func Compile(src string, opts ...Option) (*Template, error) {
 	if len(src) > maxTemplateSize {
 		return nil, fmt.Errorf("chattemplate: template larger than %d bytes", maxTemplateSize)
 	}
-	toks, err := lex(normalizeSource(src))
-	if err != nil {
-		return nil, fmt.Errorf("chattemplate: %w", err)
-	}
-	body, err := parse(toks)
-	if err != nil {
-		return nil, fmt.Errorf("chattemplate: %w", err)
-	}
-	if err := checkNames(body); err != nil {
-		return nil, fmt.Errorf("chattemplate: %w", err)
-	}
-	t := &Template{src: src, body: body, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
+	t := &Template{src: src, fuel: DefaultFuel, maxOutput: DefaultMaxOutput, timeout: DefaultTimeout, now: time.Now}
 	for _, o := range opts {
 		o(t)
+	}
+	if t.dynamo {
+		// Dynamo's frontend deletes vLLM's assistant-tracking tags, in
+		// exactly these spellings, before minijinja compiles the source:
+		// what stood around them stays (no block for trim_blocks and
+		// lstrip_blocks to act on), and other spellings are not removed.
+		src = strings.ReplaceAll(strings.ReplaceAll(src, "{% generation %}", ""), "{% endgeneration %}", "")
+	}
+	toks, err := lex(normalizeSource(src), t.dynamo)
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	if t.body, err = parse(toks); err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
+	}
+	if err := checkNames(t.body); err != nil {
+		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
 	return t, nil
 }

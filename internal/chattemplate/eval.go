@@ -378,6 +378,10 @@ func (r *renderer) iterate(v any) ([]any, error) {
 		return out, nil
 	case undefined:
 		return nil, nil
+	case nil:
+		if r.dynamo {
+			return nil, nil // minijinja iterates none as an empty sequence
+		}
 	}
 	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
 }
@@ -552,6 +556,9 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.dynamo {
+			return mjAttr(obj, n.name)
+		}
 		return getAttr(obj, n.name)
 	case *itemExpr:
 		obj, err := r.eval(n.obj, s)
@@ -561,6 +568,9 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 		key, err := r.eval(n.key, s)
 		if err != nil {
 			return nil, err
+		}
+		if r.dynamo {
+			return mjItem(obj, key)
 		}
 		return getItem(obj, key)
 	case *sliceExpr:
@@ -877,6 +887,44 @@ func getAttr(obj any, name string) (any, error) {
 	return undefined{owner: typeName(obj), attr: name}, nil
 }
 
+// mjAttr is minijinja's attribute lookup: a map's item of that name, and
+// no methods on maps, strings or lists (pycompat's methods are only
+// called: x.items() works, x.items is the item "items" or undefined).
+func mjAttr(obj any, name string) (any, error) {
+	switch x := obj.(type) {
+	case *Dict:
+		if v, ok := x.Get(name); ok {
+			return v, nil
+		}
+		return undefined{owner: "dict", attr: name}, nil
+	case string:
+		return undefined{owner: "str", attr: name}, nil
+	case *List:
+		if !x.group {
+			return undefined{owner: typeName(obj), attr: name}, nil
+		}
+	}
+	return getAttr(obj, name)
+}
+
+// mjItem is minijinja's subscript: a map's item (undefined when it has
+// none, never a method of that name), a sequence's or string's element;
+// a string key on anything else is an attribute (mjAttr).
+func mjItem(obj, key any) (any, error) {
+	if d, ok := obj.(*Dict); ok {
+		if isHashable(key) {
+			if v, ok := d.Get(key); ok {
+				return v, nil
+			}
+		}
+		return undefined{name: fmt.Sprintf("'%s object' has no element %s", typeName(obj), toReprString(key))}, nil
+	}
+	if k, ok := key.(string); ok {
+		return mjAttr(obj, k)
+	}
+	return getItem(obj, key)
+}
+
 // methodAttr is the method name of obj as the immutable sandbox gives it:
 // a method that modifies a list or dict is an undefined value whose use
 // reports the access as unsafe.
@@ -1038,6 +1086,11 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 		length = int64(len(runes))
 	case undefined:
 		return nil, errUndefined(x)
+	case nil:
+		if r.dynamo {
+			return &List{}, nil // minijinja slices none to an empty list
+		}
+		return nil, fmt.Errorf("'%s' object is not subscriptable", typeName(obj))
 	default:
 		return nil, fmt.Errorf("'%s' object is not subscriptable", typeName(obj))
 	}
@@ -1328,6 +1381,23 @@ func (r *renderer) evalCall(n *callExpr, s *scope, caller *macro) (any, error) {
 		obj, err := r.eval(a.obj, s)
 		if err != nil {
 			return nil, err
+		}
+		if d, isDict := obj.(*Dict); isDict && r.dynamo {
+			// minijinja calls a map's item of that name first, and
+			// pycompat's method only when there is none: x.items() on a
+			// map with an "items" key is that value called (an error when
+			// it is not callable, as in Dynamo's frontend).
+			if v, ok := d.Get(a.name); ok {
+				args, err := r.evalList(n.args, s)
+				if err != nil {
+					return nil, err
+				}
+				kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+				if err != nil {
+					return nil, err
+				}
+				return r.call(v, args, kw, caller)
+			}
 		}
 		if isMethod(obj, a.name) {
 			if _, isDict := obj.(*Dict); !isDict || isMethod(obj, a.name) {

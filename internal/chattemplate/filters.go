@@ -132,6 +132,15 @@ func pyLen(v any) (int64, error) {
 }
 
 func (r *renderer) filter(name string, v any, a argList) (any, error) {
+	if v == nil && r.dynamo {
+		switch name {
+		case "list", "unique", "min", "max", "sum", "batch", "slice", "join", "map", "select", "reject", "selectattr", "rejectattr",
+			"groupby", "sort":
+			v = &List{} // minijinja iterates none as an empty sequence
+		case "reverse":
+			return nil, nil // and gives none back reversed
+		}
+	}
 	switch name {
 	case "tojson":
 		return r.toJSON(v, a)
@@ -1372,6 +1381,8 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		switch v.(type) {
 		case string, *List, *Dict, undefined:
 			return true, nil
+		case nil:
+			return r.dynamo, nil // minijinja iterates none
 		}
 		return false, nil
 	case "sequence":

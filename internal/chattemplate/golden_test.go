@@ -185,7 +185,13 @@ func TestGoldenTemplatesAsDynamoFrontend(t *testing.T) {
 		t.Fatalf("no golden files (%v)", err)
 	}
 	cases := loadCases(t)
-	differ, rendered := 0, 0
+	// Where minijinja fails a render jinja2 completes: a schema's
+	// spec['items'] that has none is undefined there (jinja2 finds the
+	// dict's items method), and an attribute of undefined is an error;
+	// val.items() on a schema that has an "items" key calls that value
+	// there (jinja2 calls the method), which is not callable.
+	minijinjaFails := map[string]string{"features": "has no element 'items'", "gigachat3": "object is not callable"}
+	differ, rendered, failed := 0, 0, 0
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")
 		src, err := os.ReadFile(filepath.Join(root, "testdata", "chattemplate", "templates", name+".jinja"))
@@ -219,7 +225,10 @@ func TestGoldenTemplatesAsDynamoFrontend(t *testing.T) {
 			}
 			got, err := dyn.Render(context.Background(), in)
 			if err != nil {
-				t.Errorf("%s/%s: %v", name, c.name, err)
+				if want, ok := minijinjaFails[name]; !ok || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s/%s: %v", name, c.name, err)
+				}
+				failed++
 				continue
 			}
 			rendered++
@@ -231,7 +240,7 @@ func TestGoldenTemplatesAsDynamoFrontend(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of %d renders differ from transformers'", differ, rendered)
+	t.Logf("%d of %d renders differ from transformers'; %d failed as in minijinja", differ, rendered, failed)
 }
 
 func TestFromTokenizerConfig(t *testing.T) {

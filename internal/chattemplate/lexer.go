@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -97,6 +98,9 @@ type lexer struct {
 	pos  int
 	line int
 	toks []token
+	// minijinja: string literals take minijinja's escapes
+	// (WithDynamoFrontend), not Python's.
+	minijinja bool
 }
 
 func (lx *lexer) errorf(format string, args ...any) error {
@@ -114,8 +118,8 @@ func (lx *lexer) advance(n int) {
 
 // lex turns a normalized source into tokens with Jinja's whitespace rules as
 // transformers configures them (trim_blocks and lstrip_blocks on).
-func lex(src string) ([]token, error) {
-	lx := &lexer{src: src, line: 1}
+func lex(src string, minijinja bool) ([]token, error) {
+	lx := &lexer{src: src, line: 1, minijinja: minijinja}
 	for {
 		// Find the next tag start.
 		start := -1
@@ -429,8 +433,12 @@ func (lx *lexer) number(s string) error {
 	return nil
 }
 
-// str lexes a quoted string with Python's escapes.
+// str lexes a quoted string with Python's escapes (minijinja's with
+// lx.minijinja).
 func (lx *lexer) str(s string) error {
+	if lx.minijinja {
+		return lx.mjStr(s)
+	}
 	q := s[0]
 	var b strings.Builder
 	i := 1
@@ -516,4 +524,148 @@ func hexVal(h byte) (int, bool) {
 		return int(h-'A') + 10, true
 	}
 	return 0, false
+}
+
+// mjStr lexes a quoted string as minijinja does: the literal runs to the
+// next unescaped quote, and its escapes are minijinja's (mjUnescape).
+func (lx *lexer) mjStr(s string) error {
+	q := s[0]
+	i := 1
+	for ; i < len(s) && s[i] != q; i++ {
+		if s[i] == '\\' {
+			i++
+		}
+	}
+	if i >= len(s) {
+		return lx.errorf("unexpected end of string")
+	}
+	v, err := mjUnescape(s[1:i])
+	if err != nil {
+		return lx.errorf("%v", err)
+	}
+	lx.emit(tkString, v)
+	lx.advance(i + 1)
+	return nil
+}
+
+var errBadEscape = errors.New("bad string escape")
+
+// mjUnescape decodes the escapes of a minijinja string literal: \" \\ \/
+// \' \b \f \n \r \t as JSON has them, \uXXXX (UTF-16: a surrogate pair
+// makes one character, a lone surrogate is an error), \xXX and one to
+// three octal digits (a byte's value, as a character); any other escape,
+// a backslash before a line break included, stays as it is written
+// (Python would drop a backslash-newline and decode \a, \v, \U and \N).
+func mjUnescape(s string) (string, error) {
+	if !strings.Contains(s, "\\") {
+		return s, nil
+	}
+	var b strings.Builder
+	var pending rune // a surrogate waiting for its pair
+	push := func(r rune) error {
+		if pending != 0 {
+			return errBadEscape
+		}
+		b.WriteRune(r)
+		return nil
+	}
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		i += n
+		if r != '\\' {
+			if err := push(r); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if i >= len(s) {
+			return "", errBadEscape
+		}
+		d, n := utf8.DecodeRuneInString(s[i:])
+		i += n
+		var err error
+		switch d {
+		case '"', '\\', '/', '\'':
+			err = push(d)
+		case 'b':
+			err = push('\b')
+		case 'f':
+			err = push('\f')
+		case 'n':
+			err = push('\n')
+		case 'r':
+			err = push('\r')
+		case 't':
+			err = push('\t')
+		case 'u':
+			var v uint64
+			if v, i, err = mjRadix(s, i, 4, 16, 0xffff); err != nil {
+				return "", err
+			}
+			c := rune(v)
+			switch surrogate := c >= 0xd800 && c <= 0xdfff; {
+			case !surrogate && pending == 0:
+				b.WriteRune(c)
+			case !surrogate:
+				return "", errBadEscape
+			case pending == 0:
+				pending = c
+			default:
+				if pending > 0xdbff || c < 0xdc00 {
+					return "", errBadEscape
+				}
+				b.WriteRune(utf16.DecodeRune(pending, c))
+				pending = 0
+			}
+		case 'x':
+			var v uint64
+			if v, i, err = mjRadix(s, i, 2, 16, 0xff); err != nil {
+				return "", err
+			}
+			err = push(rune(v))
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			j := i
+			for j < len(s) && j < i+2 && s[j] >= '0' && s[j] <= '7' {
+				j++
+			}
+			v, perr := strconv.ParseUint(s[i-1:j], 8, 8)
+			if perr != nil {
+				return "", errBadEscape
+			}
+			i = j
+			err = push(rune(v))
+		default:
+			b.WriteByte('\\')
+			err = push(d)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	if pending != 0 {
+		return "", errBadEscape
+	}
+	return b.String(), nil
+}
+
+// mjRadix reads the next n characters of s from i as a number in base
+// (Rust's from_str_radix: an optional leading '+'), at most max.
+func mjRadix(s string, i, n, base int, max uint64) (uint64, int, error) {
+	start := i
+	for k := 0; k < n; k++ {
+		if i >= len(s) {
+			return 0, i, errBadEscape
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	digits := strings.TrimPrefix(s[start:i], "+")
+	if digits == "" || strings.HasPrefix(digits, "+") || strings.HasPrefix(digits, "-") {
+		return 0, i, errBadEscape
+	}
+	v, err := strconv.ParseUint(digits, base, 64)
+	if err != nil || v > max {
+		return 0, i, errBadEscape
+	}
+	return v, i, nil
 }

@@ -41,3 +41,32 @@ func TestSerdeFloat(t *testing.T) {
 		}
 	}
 }
+
+// TestMinijinjaEscapes: string literals decoded as minijinja 2.18 and
+// later decode them (its utils.rs unescape): JSON's escapes, UTF-16 pairs,
+// a byte's value from \x or octal, and any other escape kept as written.
+func TestMinijinjaEscapes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`plain`, "plain"},
+		{`\"\\\/\'\b\f\n\r\t`, "\"\\/'\b\f\n\r\t"},
+		{"a\\\nb", "a\\\nb"},
+		{`\a\v\U0001F600\N{DASH}\q\ `, `\a\v\U0001F600\N{DASH}\q\ `},
+		{`\u00e9\u+0e9\ud83d\udca9`, "\u00e9\u00e9\U0001F4A9"},
+		{`\x41\xff\x+1`, "A\u00ff\x01"},
+		{`\0\101\1010\377`, "\x00AA0\u00ff"},
+		{`\ud83d`, ""}, {`\ud83dx`, ""}, {`\udca9\ud83d`, ""}, {`\ud83d\ud83d`, ""}, {`\ud83d\u0041`, ""},
+		{`\u12`, ""}, {`\u12g4`, ""}, {`\x4`, ""}, {`\xg1`, ""}, {`\400`, ""}, {`\u-123`, ""}, {`\x++`, ""},
+	} {
+		got, err := mjUnescape(tc.in)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%q: %q, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
