@@ -185,6 +185,19 @@ func TestDynamoFrontendMinijinjaSemantics(t *testing.T) {
 		{"{{ 'a\\\nb' }}|{{ 'x\\/y\\q' }}", "a\\\nb|x/y\\q", "ab|x\\/y\\q"},
 		{"{{ '\\x41\\101\\u00e9' }}", "AA\u00e9", "AA\u00e9"},
 		{"<a>\n  {% generation %}\nX\n  {% endgeneration %}\n</a>", "<a>\n  \nX\n  \n</a>", "<a>\nX\n</a>"},
+		{"{{ 7 // -2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ -7.5 % 2 }} {{ 7.5 // -2 }} {{ 7 / 2 }}", "-3 1 2 -1.5 -3.0 3.5", "-4 -2 2 0.5 -4.0 3.5"},
+		{"{{ 1 / 0 }} {{ 7.0 // 0 }}", "inf inf", ""},
+		{"{{ 7 // 0 }}", "", ""},
+		{"{{ 2 ** -1 }}", "", "0.5"},
+		{"{{ '%s' % 1 }}", "", "1"},
+		{"{{ 2.5|round }} {{ 2.55|round(1) }} {{ -0.5|round }} {{ 3|round }}", "3.0 2.6 -1.0 3", "2.0 2.5 -0.0 3"},
+		{"{{ 2.5|round(0, 'floor') }}", "", "2.0"},
+		{"{{ '1.9'|int }} {{ '+5'|int }} {{ none|int }} {{ nothing|int }} {{ '.5'|float }} {{ 'inf'|float }}", "1 5 0 0 0.5 inf", ""},
+		{"{{ 'x'|int }}", "", "0"},
+		{"{{ ' 2 '|float }}", "", "2.0"},
+		{"{{ ''.isdigit() }} {{ 'Ⅻ'.isdigit() }} {{ 'a1'.islower() }} {{ ''.isupper() }}", "true true false true", "False False True False"},
+		{"{{ 'a/b<c>\"d\\'e&'|escape }}", "a&#x2f;b&lt;c&gt;&quot;d&#x27;e&amp;", "a/b&lt;c&gt;&#34;d&#39;e&amp;"},
+		{"{{ 'hello2world it\\'s'|title }} {{ 'hello2world'.title() }} {{ 'a-b_c d.e'|title }}", "Hello2world It'S Hello2world A-B_C D.E", "Hello2world It's Hello2World A-B_c D.e"},
 	})
 }
 

@@ -129,7 +129,18 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     any other escape (a backslash before a line break included) kept as
 //     written;
 //   - the source's {% generation %} and {% endgeneration %}, exactly so
-//     written, are deleted before it is compiled, as the frontend does.
+//     written, are deleted before it is compiled, as the frontend does;
+//   - arithmetic as minijinja's: integer // and % Euclidean (7 // -2 is
+//     -3) and an error by zero, float // Euclidean and float % truncated,
+//     / by zero inf or NaN, an integer to a negative power an error, and
+//     no printf-style % on strings;
+//   - round halves away from zero and takes no method; int and float of
+//     a string that is no number (Rust's grammar: no spaces, no base
+//     prefix) are errors, of none or undefined 0, and take no default;
+//     escape writes &quot; &#x27; &#x2f;; title starts a word after white
+//     space or punctuation only ("x1y" is "X1y"); isdigit is Rust's
+//     is_numeric, and isdigit, isalpha, isalnum, isspace, islower and
+//     isupper of "" are true (islower: every character lower-case).
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for

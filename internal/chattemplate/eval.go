@@ -1190,6 +1190,10 @@ func (r *renderer) contains(container, item any) (bool, error) {
 
 func (r *renderer) binop(op string, l, rv any) (any, error) {
 	if f, ok := l.(string); ok && op == "%" {
+		if r.dynamo {
+			// minijinja has no printf-style formatting.
+			return nil, fmt.Errorf("tried to use %% operator on unsupported types %s and %s", typeName(l), typeName(rv))
+		}
 		return r.percentFormat(f, rv)
 	}
 	if u, ok := l.(undefined); ok {
@@ -1274,6 +1278,14 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 			return r.repeat(rv, n, bad)
 		}
 		return nil, bad()
+	case "/", "//", "%", "**":
+		if r.dynamo && lNum && rNum {
+			if v, ok, err := mjArith(op, li, ri, lf, rf, lInt && rInt); ok {
+				return v, err
+			}
+		}
+	}
+	switch op {
 	case "/":
 		if !lNum || !rNum {
 			return nil, bad()
@@ -1608,4 +1620,51 @@ func (c *cycler) attr(name string) any {
 		}}
 	}
 	return undefined{owner: "Cycler", attr: name}
+}
+
+// mjArith is minijinja's arithmetic where it parts from Python's (ok
+// false: as Python's): integer // and % are Euclidean (7 // -2 is -3,
+// 7 % -3 is 1) and fail by zero; a float // is Euclidean and a float %
+// truncated (-7.5 % 2 is -1.5), by zero inf and NaN; / by zero is inf or
+// NaN; an integer to a negative integer power fails.
+func mjArith(op string, li, ri int64, lf, rf float64, ints bool) (any, bool, error) {
+	switch op {
+	case "/":
+		return lf / rf, true, nil
+	case "//", "%":
+		if !ints {
+			if op == "%" {
+				return math.Mod(lf, rf), true, nil
+			}
+			q := math.Trunc(lf / rf)
+			if math.Mod(lf, rf) < 0 {
+				if rf > 0 {
+					q--
+				} else {
+					q++
+				}
+			}
+			return q, true, nil
+		}
+		if ri == 0 || (li == math.MinInt64 && ri == -1) {
+			return nil, true, fmt.Errorf("unable to calculate %d %s %d", li, op, ri)
+		}
+		q, m := li/ri, li%ri
+		if m < 0 {
+			if ri > 0 {
+				q, m = q-1, m+ri
+			} else {
+				q, m = q+1, m-ri
+			}
+		}
+		if op == "//" {
+			return q, true, nil
+		}
+		return m, true, nil
+	case "**":
+		if ints && ri < 0 {
+			return nil, true, fmt.Errorf("unable to calculate %d ** %d", li, ri)
+		}
+	}
+	return nil, false, nil
 }

@@ -174,6 +174,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "capitalize":
 		return pyCapitalize(r.str(v)), nil
 	case "title":
+		if r.dynamo {
+			return mjTitle(r.str(v)), nil
+		}
 		return jinjaTitle(r.str(v)), nil
 	case "default", "d":
 		def, _ := a.get(0, "default_value")
@@ -223,11 +226,17 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "join":
 		return r.join(v, a)
 	case "int":
+		if r.dynamo {
+			return mjInt(v, a)
+		}
 		if u, ok := v.(undefined); ok {
 			return nil, errUndefined(u)
 		}
 		return toInt(v, a)
 	case "float":
+		if r.dynamo {
+			return mjFloat(v, a)
+		}
 		if u, ok := v.(undefined); ok {
 			return nil, errUndefined(u)
 		}
@@ -268,6 +277,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		prec, err := a.integer(0, "precision", 0)
 		if err != nil {
 			return nil, err
+		}
+		if r.dynamo {
+			return mjRound(v, prec, a)
 		}
 		method, err := a.str(1, "method", "common")
 		if err != nil {
@@ -444,6 +456,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		})
 		return &List{Items: out}, err
 	case "e", "escape", "forceescape":
+		if r.dynamo {
+			return mjHTMLEscape.Replace(r.str(v)), nil
+		}
 		return htmlEscape(r.str(v)), nil
 	case "format":
 		// As jinja2: value % (kwargs or args).
@@ -1744,6 +1759,9 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 	case "swapcase":
 		return pySwapcase(s), nil
 	case "title":
+		if r.dynamo {
+			return mjTitle(s), nil
+		}
 		return pyTitle(s), nil
 	case "capitalize":
 		return pyCapitalize(s), nil
@@ -1842,13 +1860,13 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		return &List{Items: splitLines(s, a.boolean(0, "keepends", false))}, nil
 	case "isdigit", "isalpha", "isspace", "isalnum":
 		if s == "" {
-			return false, nil
+			return r.dynamo, nil // minijinja: every character of none is one
 		}
 		for _, c := range s {
 			ok := false
 			switch name {
 			case "isdigit":
-				ok = unicode.IsDigit(c)
+				ok = unicode.IsDigit(c) || r.dynamo && unicode.IsNumber(c) // Rust's is_numeric
 			case "isalpha":
 				ok = unicode.IsLetter(c)
 			case "isspace":
@@ -1895,9 +1913,24 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 			}
 		}
 		return true, nil
-	case "islower":
-		return isLower(s), nil
-	case "isupper":
+	case "islower", "isupper":
+		if r.dynamo {
+			// minijinja: every character of that case (so not "a1", and
+			// "" is).
+			is := unicode.IsLower
+			if name == "isupper" {
+				is = unicode.IsUpper
+			}
+			for _, c := range s {
+				if !is(c) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		if name == "islower" {
+			return isLower(s), nil
+		}
 		return isUpper(s), nil
 	case "removeprefix":
 		p, err := a.str(0, "prefix", "")
@@ -2472,4 +2505,129 @@ func asciiEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// mjHTMLEscape is minijinja's HTML escaping (the slash too).
+var mjHTMLEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#x27;", "/", "&#x2f;")
+
+// mjTitle is minijinja's title: the first character after white space or
+// ASCII punctuation (or at the start) upper-cased, every other lower-cased
+// (a digit does not start a word: "x1y" is "X1y"; "it's" is "It'S").
+func mjTitle(s string) string {
+	var b strings.Builder
+	start := true
+	for _, c := range s {
+		switch {
+		case c < utf8.RuneSelf && unicode.IsPunct(c) || c < utf8.RuneSelf && unicode.IsSymbol(c) || unicode.IsSpace(c):
+			b.WriteRune(c)
+			start = true
+		case start:
+			b.WriteString(strings.ToUpper(string(c)))
+			start = false
+		default:
+			b.WriteString(strings.ToLower(string(c)))
+		}
+	}
+	return b.String()
+}
+
+// mjInt is minijinja's int filter: none and undefined are 0, a bool 0 or
+// 1, a float truncated, a string an integer or else a float (Rust's
+// grammar: no white space, no base prefix) truncated, anything else an
+// error; it takes no default.
+func mjInt(v any, a argList) (any, error) {
+	if len(a.pos) > 0 || a.kw != nil && a.kw.Len() > 0 {
+		return nil, errors.New("too many arguments")
+	}
+	switch x := v.(type) {
+	case nil, undefined:
+		return int64(0), nil
+	case string:
+		if i, err := strconv.ParseInt(x, 10, 64); err == nil && !strings.Contains(x, "_") {
+			return i, nil
+		}
+		f, ok := rustParseFloat(x)
+		if !ok {
+			return nil, errors.New("invalid float literal")
+		}
+		return saturatingInt(f), nil
+	case float64:
+		return saturatingInt(x), nil
+	}
+	if i, ok := intOf(v); ok {
+		return i, nil
+	}
+	return nil, fmt.Errorf("cannot convert %s to integer", typeName(v))
+}
+
+// mjFloat is minijinja's float filter: none and undefined are 0.0, a
+// string parsed by Rust's grammar (an error when it is not a number).
+func mjFloat(v any, a argList) (any, error) {
+	if len(a.pos) > 0 || a.kw != nil && a.kw.Len() > 0 {
+		return nil, errors.New("too many arguments")
+	}
+	switch x := v.(type) {
+	case nil, undefined:
+		return 0.0, nil
+	case string:
+		f, ok := rustParseFloat(x)
+		if !ok {
+			return nil, errors.New("invalid float literal")
+		}
+		return f, nil
+	}
+	if f, ok := asNumber(v); ok {
+		return f, nil
+	}
+	return nil, fmt.Errorf("cannot convert %s to float", typeName(v))
+}
+
+// rustParseFloat parses s as Rust's f64 FromStr does: an optional sign,
+// then digits with an optional fraction and exponent, or inf, infinity or
+// nan in any case; a value too large is an infinity, not an error.
+func rustParseFloat(s string) (float64, bool) {
+	if s == "" || strings.ContainsAny(s, "_xXpP \t\n\r") {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return f, true
+}
+
+// saturatingInt is Rust's float-to-integer cast: truncated, NaN 0, out of
+// range the nearest bound (here int64's, where minijinja's is i128's).
+func saturatingInt(f float64) int64 {
+	switch {
+	case math.IsNaN(f):
+		return 0
+	case f >= math.MaxInt64:
+		return math.MaxInt64
+	case f <= math.MinInt64:
+		return math.MinInt64
+	}
+	return int64(f)
+}
+
+// mjRound is minijinja's round: an integer as it is, a float rounded half
+// away from zero after scaling by 10**precision; there is no method.
+func mjRound(v any, prec int64, a argList) (any, error) {
+	if len(a.pos) > 1 {
+		return nil, errors.New("too many arguments")
+	}
+	if a.kw != nil && a.kw.Len() > 0 {
+		if _, ok := a.kw.Get("precision"); !ok || a.kw.Len() > 1 {
+			return nil, errors.New("too many arguments")
+		}
+	}
+	if i, ok := v.(int64); ok {
+		return i, nil
+	}
+	f, ok := asNumber(v)
+	if !ok {
+		return nil, fmt.Errorf("cannot round value of type %s", typeName(v))
+	}
+	p := math.Pow(10, float64(prec))
+	return math.Round(f*p) / p, nil
 }
