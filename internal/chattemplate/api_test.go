@@ -162,7 +162,8 @@ func TestDynamoFrontendPrinting(t *testing.T) {
 // sequence; an attribute of a map is its item and never a method, and a
 // method call on a map calls its item of that name first; strings take
 // minijinja's escapes; vLLM's generation tags are deleted from the source
-// as they are written. The outputs were checked against minijinja (but
+// as they are written; \r stays in the text, and trim_blocks drops a \r\n
+// after a tag. The outputs were checked against minijinja (but
 // for the escapes, which changed in its 2.18, read from its source).
 func TestDynamoFrontendMinijinjaSemantics(t *testing.T) {
 	t.Parallel()
@@ -185,6 +186,9 @@ func TestDynamoFrontendMinijinjaSemantics(t *testing.T) {
 		{"{{ 'a\\\nb' }}|{{ 'x\\/y\\q' }}", "a\\\nb|x/y\\q", "ab|x\\/y\\q"},
 		{"{{ '\\x41\\101\\u00e9' }}", "AA\u00e9", "AA\u00e9"},
 		{"<a>\n  {% generation %}\nX\n  {% endgeneration %}\n</a>", "<a>\n  \nX\n  \n</a>", "<a>\nX\n</a>"},
+		{"a\r\nb{% if true %}\r\nc{% endif %}\r\nd\r\n", "a\r\nbcd", "a\nbcd"},
+		{"x\r\n  {% if true %}\r\n  y\r\n  {% endif %}\r\nz", "x\r\n  y\r\nz", "x\n  y\nz"},
+		{"{% raw %}\r\nR{% endraw %}\r\nS{# c #}\r\nq", "RSq", "\nRSq"},
 		{"{{ 7 // -2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ -7.5 % 2 }} {{ 7.5 // -2 }} {{ 7 / 2 }}", "-3 1 2 -1.5 -3.0 3.5", "-4 -2 2 0.5 -4.0 3.5"},
 		{"{{ 1 / 0 }} {{ 7.0 // 0 }}", "inf inf", ""},
 		{"{{ 7 // 0 }}", "", ""},

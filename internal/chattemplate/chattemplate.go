@@ -130,6 +130,9 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     written;
 //   - the source's {% generation %} and {% endgeneration %}, exactly so
 //     written, are deleted before it is compiled, as the frontend does;
+//   - line breaks are not normalised: \r and \r\n stay in the output,
+//     trim_blocks drops a \r, \n or \r\n after a tag (the raw tag's
+//     too), and a trailing \n then \r are dropped from the source;
 //   - arithmetic as minijinja's: integer // and % Euclidean (7 // -2 is
 //     -3) and an error by zero, float // Euclidean and float % truncated,
 //     / by zero inf or NaN, an integer to a negative power an error, and
@@ -176,7 +179,7 @@ func Compile(src string, opts ...Option) (*Template, error) {
 		// lstrip_blocks to act on), and other spellings are not removed.
 		src = strings.ReplaceAll(strings.ReplaceAll(src, "{% generation %}", ""), "{% endgeneration %}", "")
 	}
-	toks, err := lex(normalizeSource(src), t.dynamo)
+	toks, err := lex(normalizeSource(src, t.dynamo), t.dynamo)
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}

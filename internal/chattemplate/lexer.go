@@ -84,8 +84,13 @@ func pyLStripLen(s string) int {
 }
 
 // normalizeSource applies Jinja's newline rules: \r\n and \r become \n and
-// one trailing newline is dropped (keep_trailing_newline=False).
-func normalizeSource(src string) string {
+// one trailing newline is dropped (keep_trailing_newline=False). minijinja
+// keeps \r as it is and drops a trailing \n, then a \r before it.
+func normalizeSource(src string, minijinja bool) string {
+	if minijinja {
+		src = strings.TrimSuffix(src, "\n")
+		return strings.TrimSuffix(src, "\r")
+	}
 	if strings.ContainsRune(src, '\r') {
 		src = strings.ReplaceAll(src, "\r\n", "\n")
 		src = strings.ReplaceAll(src, "\r", "\n")
@@ -217,11 +222,20 @@ func (lx *lexer) endTag(c byte) bool {
 	case sign == '-':
 		lx.advance(pyLStripLen(lx.src[lx.pos:]))
 	case sign == 0 && c != '}':
-		if lx.pos < len(lx.src) && lx.src[lx.pos] == '\n' {
-			lx.advance(1)
-		}
+		lx.trimBlock()
 	}
 	return true
+}
+
+// trimBlock drops the line break after a block or comment tag
+// (trim_blocks): a \n, or for minijinja a \r, a \n or both.
+func (lx *lexer) trimBlock() {
+	if lx.minijinja && lx.pos < len(lx.src) && lx.src[lx.pos] == '\r' {
+		lx.advance(1)
+	}
+	if lx.pos < len(lx.src) && lx.src[lx.pos] == '\n' {
+		lx.advance(1)
+	}
 }
 
 func (lx *lexer) comment(open int) error {
@@ -265,8 +279,11 @@ func (lx *lexer) raw() error {
 	j := lx.pos + i
 	minus := lx.src[j-1] == '-'
 	lx.advance(j + 2 - lx.pos)
-	if minus {
+	switch {
+	case minus:
 		lx.advance(pyLStripLen(lx.src[lx.pos:]))
+	case lx.minijinja:
+		lx.trimBlock() // minijinja's trim_blocks applies to the raw tag too
 	}
 	for k := lx.pos; ; {
 		i := strings.Index(lx.src[k:], "{%")
