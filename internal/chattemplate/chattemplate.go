@@ -143,7 +143,10 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     escape writes &quot; &#x27; &#x2f;; title starts a word after white
 //     space or punctuation only ("x1y" is "X1y"); isdigit is Rust's
 //     is_numeric, and isdigit, isalpha, isalnum, isspace, islower and
-//     isupper of "" are true (islower: every character lower-case).
+//     isupper of "" are true (islower: every character lower-case);
+//     splitlines splits at \n only (Rust's lines);
+//   - a tuple equals the list of its items; a namespace's tojson is its
+//     attributes' object.
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for

@@ -1118,9 +1118,9 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 func (r *renderer) cmpop(op string, l, rv any) (bool, error) {
 	switch op {
 	case "==":
-		return equal(l, rv), nil
+		return r.equal(l, rv), nil
 	case "!=":
-		return !equal(l, rv), nil
+		return !r.equal(l, rv), nil
 	case "in":
 		return r.contains(rv, l)
 	case "notin":
@@ -1165,7 +1165,7 @@ func (r *renderer) contains(container, item any) (bool, error) {
 			return false, err
 		}
 		for _, it := range c.Items {
-			if equal(it, item) {
+			if r.equal(it, item) {
 				return true, nil
 			}
 		}
@@ -1667,4 +1667,12 @@ func mjArith(op string, li, ri int64, lf, rf float64, ints bool) (any, bool, err
 		}
 	}
 	return nil, false, nil
+}
+
+// equal is == in the renderer's engine (mjEqual as Dynamo's frontend).
+func (r *renderer) equal(a, b any) bool {
+	if r.dynamo {
+		return mjEqual(a, b)
+	}
+	return equal(a, b)
 }

@@ -1857,6 +1857,20 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		}
 		return b.String(), nil
 	case "splitlines":
+		if r.dynamo {
+			// Rust's lines(): only \n ends a line (a \r before it is
+			// dropped), and a final line break ends the last line.
+			var out []any
+			for s != "" {
+				l, rest, nl := strings.Cut(s, "\n")
+				if nl {
+					l = strings.TrimSuffix(l, "\r")
+				}
+				out = append(out, l)
+				s = rest
+			}
+			return &List{Items: out}, nil
+		}
 		return &List{Items: splitLines(s, a.boolean(0, "keepends", false))}, nil
 	case "isdigit", "isalpha", "isspace", "isalnum":
 		if s == "" {

@@ -156,6 +156,9 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 		}
 		b.WriteByte('}')
 	case *Namespace:
+		if r != nil && r.dynamo {
+			return writeJSON(b, x.d, indent, hasIndent, itemSep, keySep, sortKeys, level, r) // a map to minijinja
+		}
 		return errors.New("object of type Namespace is not JSON serializable")
 	case undefined:
 		if r != nil && r.dynamo {

@@ -586,10 +586,16 @@ const maxNesting = 200
 
 // equal is Python's ==.
 func equal(a, b any) bool {
-	return equalDepth(a, b, 0)
+	return equalDepth(a, b, 0, false)
 }
 
-func equalDepth(a, b any, depth int) bool {
+// mjEqual is minijinja's ==: as Python's, but a tuple equals the list of
+// the same items (minijinja has sequences only).
+func mjEqual(a, b any) bool {
+	return equalDepth(a, b, 0, true)
+}
+
+func equalDepth(a, b any, depth int, anySeq bool) bool {
 	if depth > maxNesting {
 		return false
 	}
@@ -617,11 +623,11 @@ func equalDepth(a, b any, depth int) bool {
 		return ok && x == y
 	case *List:
 		y, ok := b.(*List)
-		if !ok || x.Tuple != y.Tuple || len(x.Items) != len(y.Items) {
+		if !ok || x.Tuple != y.Tuple && !anySeq || len(x.Items) != len(y.Items) {
 			return false
 		}
 		for i := range x.Items {
-			if !equalDepth(x.Items[i], y.Items[i], depth+1) {
+			if !equalDepth(x.Items[i], y.Items[i], depth+1, anySeq) {
 				return false
 			}
 		}
@@ -633,7 +639,7 @@ func equalDepth(a, b any, depth int) bool {
 		}
 		for i, k := range x.keys {
 			v, ok := y.Get(k)
-			if !ok || !equalDepth(x.vals[i], v, depth+1) {
+			if !ok || !equalDepth(x.vals[i], v, depth+1, anySeq) {
 				return false
 			}
 		}
