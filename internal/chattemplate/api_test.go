@@ -192,6 +192,8 @@ func TestDynamoFrontendMinijinjaSemantics(t *testing.T) {
 		{"{{ [1, 2] == (1, 2) }} {{ [1, (2, 3)] == [1, [2, 3]] }} {{ [1, 2] in [(1, 2)] }}", "true true true", "False False False"},
 		{"{{ 'a\\rb\\nc\\r\\nd\\n'.splitlines() }} {{ 'a\\r'.splitlines() }}", `["a\rb", "c", "d"] ["a\r"]`, "['a', 'b', 'c', 'd'] ['a']"},
 		{"{% set ns = namespace(a=1, b=[1]) %}{{ ns|tojson }}", `{"a":1,"b":[1]}`, ""},
+		{"{{ x.n < 1 }} {{ 'a' < 1 }} {{ 1 < 'a' }} {{ [] < {} }} {{ nothing < x.n }} {{ [1, 2] < [1, 3] }} {{ true < 1.5 }}", "true false true true true true true", ""},
+		{"{{ nothing in 'abc' }} {{ 1 in 'a1' }} {{ x.n in [x.n] }}", "true true true", ""},
 		{"{{ 7 // -2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ -7.5 % 2 }} {{ 7.5 // -2 }} {{ 7 / 2 }}", "-3 1 2 -1.5 -3.0 3.5", "-4 -2 2 0.5 -4.0 3.5"},
 		{"{{ 1 / 0 }} {{ 7.0 // 0 }}", "inf inf", ""},
 		{"{{ 7 // 0 }}", "", ""},

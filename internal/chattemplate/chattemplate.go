@@ -146,7 +146,11 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     isupper of "" are true (islower: every character lower-case);
 //     splitlines splits at \n only (Rust's lines);
 //   - a tuple equals the list of its items; a namespace's tojson is its
-//     attributes' object.
+//     attributes' object;
+//   - values of different kinds order by kind (undefined, none, numbers,
+//     strings, sequences, maps: none < 1 is true, 'a' < 1 false) instead
+//     of failing, and in on a string looks for the text of any needle
+//     (undefined's is "", found in every string).
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for

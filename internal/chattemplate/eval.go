@@ -1127,13 +1127,19 @@ func (r *renderer) cmpop(op string, l, rv any) (bool, error) {
 		ok, err := r.contains(rv, l)
 		return !ok, err
 	}
-	if u, ok := l.(undefined); ok {
-		return false, errUndefined(u)
+	var c int
+	var err error
+	if r.dynamo {
+		c, err = mjCompare(l, rv, 0)
+	} else {
+		if u, ok := l.(undefined); ok {
+			return false, errUndefined(u)
+		}
+		if u, ok := rv.(undefined); ok {
+			return false, errUndefined(u)
+		}
+		c, err = compare(l, rv)
 	}
-	if u, ok := rv.(undefined); ok {
-		return false, errUndefined(u)
-	}
-	c, err := compare(l, rv)
 	if err != nil {
 		return false, fmt.Errorf("'%s' not supported between instances of '%s' and '%s'", op, typeName(l), typeName(rv))
 	}
@@ -1153,6 +1159,9 @@ func (r *renderer) contains(container, item any) (bool, error) {
 	switch c := container.(type) {
 	case string:
 		s, ok := item.(string)
+		if !ok && r.dynamo {
+			s, ok = r.str(item), true // minijinja looks for the needle's text (undefined's is "")
+		}
 		if !ok {
 			return false, fmt.Errorf("'in <string>' requires string as left operand, not %s", typeName(item))
 		}

@@ -723,6 +723,67 @@ func compareDepth(a, b any, depth int) (int, error) {
 	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
 }
 
+// mjKind ranks a value's kind as minijinja orders values of different
+// kinds: undefined, none, numbers (bools among them), strings, sequences,
+// maps, then anything else.
+func mjKind(v any) int {
+	switch v.(type) {
+	case undefined:
+		return 0
+	case nil:
+		return 1
+	case bool, int64, float64, bigInt:
+		return 2
+	case string:
+		return 3
+	case *List:
+		return 4
+	case *Dict:
+		return 5
+	}
+	return 6
+}
+
+// mjCompare is minijinja's ordering: within a kind as Python's (a tuple
+// and a list alike; maps by their items), across kinds by kind
+// (mjKind), never an error but for nesting too deep.
+func mjCompare(a, b any, depth int) (int, error) {
+	if depth > maxNesting {
+		return 0, errors.New("comparison nested too deeply")
+	}
+	ka, kb := mjKind(a), mjKind(b)
+	if ka != kb {
+		return cmpOrdered(ka, kb), nil
+	}
+	switch x := a.(type) {
+	case *List:
+		y := b.(*List)
+		for i := 0; i < len(x.Items) && i < len(y.Items); i++ {
+			if c, err := mjCompare(x.Items[i], y.Items[i], depth+1); c != 0 || err != nil {
+				return c, err
+			}
+		}
+		return cmpOrdered(len(x.Items), len(y.Items)), nil
+	case *Dict:
+		y := b.(*Dict)
+		for i := 0; i < len(x.keys) && i < len(y.keys); i++ {
+			if c, err := mjCompare(x.keys[i], y.keys[i], depth+1); c != 0 || err != nil {
+				return c, err
+			}
+			if c, err := mjCompare(x.vals[i], y.vals[i], depth+1); c != 0 || err != nil {
+				return c, err
+			}
+		}
+		return cmpOrdered(len(x.keys), len(y.keys)), nil
+	case undefined, nil:
+		return 0, nil
+	}
+	if ka == 6 {
+		return 0, nil
+	}
+	return compare(a, b)
+}
+
 // cmpIntFloat orders an integer and a float (not NaN) by their exact
 // values, as Python does: through float64 the integers beyond 2**53 would
 // round (2**53+1 would equal 2.0**53).
