@@ -194,6 +194,7 @@ func TestDynamoFrontendMinijinjaSemantics(t *testing.T) {
 		{"{% set ns = namespace(a=1, b=[1]) %}{{ ns|tojson }}", `{"a":1,"b":[1]}`, ""},
 		{"{{ x.n < 1 }} {{ 'a' < 1 }} {{ 1 < 'a' }} {{ [] < {} }} {{ nothing < x.n }} {{ [1, 2] < [1, 3] }} {{ true < 1.5 }}", "true false true true true true true", ""},
 		{"{{ nothing in 'abc' }} {{ 1 in 'a1' }} {{ x.n in [x.n] }}", "true true true", ""},
+		{"{{ [3, 'a', x.n, 1]|sort }} {{ [3, 'a', x.n, 1]|min }} {{ [[2], 'a', 1]|sort(reverse=true) }}", `[none, 1, 3, "a"] none [[2], "a", 1]`, ""},
 		{"{{ 7 // -2 }} {{ 7 % -3 }} {{ -7 % 3 }} {{ -7.5 % 2 }} {{ 7.5 // -2 }} {{ 7 / 2 }}", "-3 1 2 -1.5 -3.0 3.5", "-4 -2 2 0.5 -4.0 3.5"},
 		{"{{ 1 / 0 }} {{ 7.0 // 0 }}", "inf inf", ""},
 		{"{{ 7 // 0 }}", "", ""},

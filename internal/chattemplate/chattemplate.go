@@ -149,7 +149,8 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     attributes' object;
 //   - values of different kinds order by kind (undefined, none, numbers,
 //     strings, sequences, maps: none < 1 is true, 'a' < 1 false) instead
-//     of failing, and in on a string looks for the text of any needle
+//     of failing, in comparisons and in sort, min, max, dictsort and
+//     groupby, and in on a string looks for the text of any needle
 //     (undefined's is "", found in every string).
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 

@@ -1685,3 +1685,12 @@ func (r *renderer) equal(a, b any) bool {
 	}
 	return equal(a, b)
 }
+
+// compare orders two values in the renderer's engine (mjCompare, which
+// orders across kinds, as Dynamo's frontend).
+func (r *renderer) compare(a, b any) (int, error) {
+	if r.dynamo {
+		return mjCompare(a, b, 0)
+	}
+	return compare(a, b)
+}

@@ -386,7 +386,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		best := items[0]
 		for _, it := range items[1:] {
-			c, err := compare(key(it), key(best))
+			c, err := r.compare(key(it), key(best))
 			if err != nil {
 				return nil, err
 			}
@@ -445,7 +445,7 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			if !caseSensitive {
 				x, y = foldCase(x), foldCase(y)
 			}
-			c, e := compare(x, y)
+			c, e := r.compare(x, y)
 			if e != nil {
 				err = e
 			}
@@ -1165,7 +1165,7 @@ func (r *renderer) groupBy(v any, a argList) (any, error) {
 		if equal(ki, kj) {
 			return false
 		}
-		c, e := compare(ki, kj)
+		c, e := r.compare(ki, kj)
 		if e != nil && cerr == nil {
 			cerr = e
 		}
@@ -1242,7 +1242,7 @@ func (r *renderer) sortFilter(v any, a argList) (any, error) {
 				continue
 			}
 			var e error
-			if c, e = compare(ki[p], kj[p]); e != nil && cerr == nil {
+			if c, e = r.compare(ki[p], kj[p]); e != nil && cerr == nil {
 				cerr = e
 			}
 			break
