@@ -10,13 +10,14 @@ import (
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 )
 
-// TestPickerScoresAcrossMixedNamespaces: graph a pairs prefill 10 with
-// decode 20, graph b serves the model with aggregated 30. The workers that
-// would prefill the request (10, and 30 for itself) compete on the
-// formula, and the winner's graph is the pin's: the holder of the prompt
-// gets it whichever graph it is in, though the load rule alone (decode
-// first) would send it to the other graph's lighter decode candidate.
-func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
+// TestPickerDecodeFirstAcrossMixedNamespaces: graph a pairs prefill 10
+// with decode 20, graph b serves the model with aggregated 30. Prefill
+// workers serve the model, so the decode worker is chosen by the load rule
+// over both graphs (a's decode worker and b's aggregated one) whoever holds
+// the prompt, the same choice the load-only picker makes; a decode worker
+// has its graph's prefill worker chosen by the formula, an aggregated one
+// is pinned alone.
+func TestPickerDecodeFirstAcrossMixedNamespaces(t *testing.T) {
 	t.Parallel()
 	u := func(v uint64) *uint64 { return &v }
 	for _, tc := range []struct {
@@ -25,24 +26,21 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 		// prefill tokens, active decode blocks, kv used blocks).
 		holder  uint64
 		samples [][4]*uint64
-		want    uint64 // the worker that prefills: 10 (with decode 20) or 30
+		want    uint64 // the decode pin: 20 (with prefill 10) or 30 alone
 		// busy sets a busy threshold of half the KV blocks.
 		busy bool
 	}{
 		{name: "aggregated holder, lighter paired decode", holder: 30,
-			samples: [][4]*uint64{{u(10), u(0), u(0)}, {u(20), u(0), u(0)}, {u(30), u(0), u(5)}}, want: 30},
+			samples: [][4]*uint64{{u(10), u(0), u(0)}, {u(20), u(0), u(0)}, {u(30), u(0), u(5)}}, want: 20},
 		{name: "prefill holder, lighter aggregated", holder: 10,
-			samples: [][4]*uint64{{u(10), u(0), u(0)}, {u(20), u(0), u(50)}, {u(30), u(0), u(0)}}, want: 10},
-		// vLLM workers publish kv_used_blocks alone: no candidate has a
-		// prefill backlog, so all compete on overlap and size.
-		{name: "vllm samples, prefill holder", holder: 10,
-			samples: [][4]*uint64{{u(10), nil, nil, u(0)}, {u(20), nil, nil, u(50)}, {u(30), nil, nil, u(0)}}, want: 10},
-		// The aggregated holder over the busy threshold by its decode
-		// signal is passed over, though no worker has a prefill backlog
-		// (the prefill worker is then alone in the running: its reason is
-		// round_robin_stale).
+			samples: [][4]*uint64{{u(10), u(0), u(0)}, {u(20), u(0), u(50)}, {u(30), u(0), u(0)}}, want: 30},
+		// vLLM workers publish kv_used_blocks alone: the load rule reads
+		// it as the decode backlog.
+		{name: "vllm samples, prefill holder, lighter aggregated", holder: 10,
+			samples: [][4]*uint64{{u(10), nil, nil, u(0)}, {u(20), nil, nil, u(50)}, {u(30), nil, nil, u(0)}}, want: 30},
+		// The aggregated holder over the busy threshold is passed over.
 		{name: "vllm samples, busy aggregated holder", holder: 30, busy: true,
-			samples: [][4]*uint64{{u(10), nil, nil, u(0)}, {u(20), nil, nil, u(0)}, {u(30), nil, nil, u(9000)}}, want: 10},
+			samples: [][4]*uint64{{u(10), nil, nil, u(0)}, {u(20), nil, nil, u(0)}, {u(30), nil, nil, u(9000)}}, want: 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -62,22 +60,38 @@ func TestPickerScoresAcrossMixedNamespaces(t *testing.T) {
 			if tc.busy {
 				req.Busy = &pick.BusyThreshold{KVBlocks: 0.5}
 			}
-			for it := range 3 {
+			loadOnly := pick.NewLoadBased(store)
+			// One pick each: a pick charges its worker for the request
+			// (dispatched, not yet in a sample), which moves the next.
+			for it := range 1 {
 				pin, tk, err := p.Reserve(snap, req, time.Now())
 				if err != nil {
 					t.Fatal(err)
 				}
 				p.Release(tk)
+				if it == 0 {
+					// Each picker keeps its own dispatches: compared on the
+					// first pick, before either has made one.
+					lpin, ltk, err := loadOnly.Reserve(snap, req, time.Now())
+					if err != nil {
+						t.Fatal(err)
+					}
+					loadOnly.Release(ltk)
+					if pin.Decode.Worker.ID != lpin.Decode.Worker.ID {
+						t.Fatalf("decode %v; the load-only picker's is %v", pin.Decode.Worker.ID, lpin.Decode.Worker.ID)
+					}
+				}
+				if pin.DecodeReason != pick.ReasonLoad {
+					t.Fatalf("%d decode reason %s", it, pin.DecodeReason)
+				}
 				switch tc.want {
 				case 30:
-					if pin.Namespace != "b" || pin.Decode.Worker.ID.InstanceID != 30 || pin.Prefill != nil ||
-						pin.DecodeReason != pick.ReasonKVAware || pin.PrefillReason != pick.ReasonNoPrefillPool {
-						t.Fatalf("%d pin %s: decode %d (%s), prefill %+v (%s); want b's 30 prefilling itself", it, pin.Namespace,
+					if pin.Namespace != "b" || pin.Decode.Worker.ID.InstanceID != 30 || pin.Prefill != nil || pin.PrefillReason != pick.ReasonNoPrefillPool {
+						t.Fatalf("%d pin %s: decode %d (%s), prefill %+v (%s); want b's 30 alone", it, pin.Namespace,
 							pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
 					}
 				default:
-					if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || (pin.PrefillReason != pick.ReasonKVAware && !tc.busy) ||
-						pin.Decode.Worker.ID.InstanceID != 20 {
+					if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || pin.Decode.Worker.ID.InstanceID != 20 {
 						t.Fatalf("%d pin %s: decode %d (%s), prefill %+v (%s); want a's pair 10/20", it, pin.Namespace,
 							pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
 					}

@@ -56,17 +56,9 @@ type index struct {
 	// prefill indexes of each group (decode indexes only), built on use.
 	groups  []group
 	prefill []*index
-	// Of a request shape's decode index, for a scorer choosing across
-	// namespaces of which one or more pair prefill and decode workers: the
-	// workers that would prefill the request in all of them (prefill
-	// workers where paired, the decode candidates elsewhere), and each
-	// paired group's own decode candidates; built on use.
-	allPrefill *index
-	decodeOf   []*index
 	// pairedGroups counts the groups that pair prefill and decode workers
-	// for the model; selfGroups the others, whose decode candidates
-	// (decode or aggregated workers) prefill their own requests.
-	pairedGroups, selfGroups int
+	// for the model: with any, decode is chosen by the load rule.
+	pairedGroups int
 }
 
 // paired reports whether a group pairs prefill and decode workers: only
@@ -116,8 +108,6 @@ func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index 
 	for i := range gs {
 		if gs[i].paired() {
 			x.pairedGroups++
-		} else if len(gs[i].decode)+len(gs[i].aggregated) > 0 {
-			x.selfGroups++
 		}
 	}
 	type classKey struct {

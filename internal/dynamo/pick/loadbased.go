@@ -289,9 +289,6 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	c.drain(r, &p.ledger)
 	dx.sync(r, &p.ledger, now, maxAge)
 	defer dx.exclude(&k.req)()
-	if p.scorer != nil && dx.pairedGroups > 0 && dx.pairedGroups+dx.selfGroups > 1 && !p.scoresDecode(dx) && p.prefillFirst(r) {
-		return
-	}
 	var i int
 	var reason string
 	scored := false
@@ -333,89 +330,6 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	pc := px.cands[j]
 	k.pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
 	k.pin.PrefillReason = preason
-}
-
-// prefillFirst makes the choice of p.call for a scorer over several
-// namespaces of which at least one pairs prefill and decode workers: the
-// workers that would prefill the request compete across all of them (the
-// prefill workers of each pairing namespace, and in any other namespace
-// its decode candidates, decode or aggregated workers that prefill their
-// own requests), and the winner's namespace is the pin's. A prefill winner
-// has its decode worker chosen in its namespace by the load rule; a
-// self-prefilling winner is itself the decode pin, with no prefill id (a
-// prefill worker is never paired with an aggregated one). Otherwise a
-// prefill worker holding the prompt's prefix in one graph would never be
-// weighed against the decode load of another, and in a fleet of paired
-// and aggregated graphs the load rule alone would choose the graph. All
-// compete on the prefill side's load signals (active_prefill_tokens, the
-// decode backlog beside it), so a fleet whose workers publish no prefill
-// backlog compares them all on overlap and request size alone, as it does
-// its prefill workers.
-//
-// False, with no pin, when the scorer makes no choice or no decode worker
-// of a prefill winner's namespace may take the request (every one busy or
-// excluded): the decode-first rule then decides. The caller holds p.mu,
-// under the store's read lock.
-func (p *LoadBased) prefillFirst(r load.ReadView) bool {
-	k := &p.call
-	c, dx, now, maxAge := k.c, k.dx, k.now, k.maxAge
-	ax := dx.allPrefill
-	if ax == nil {
-		var cands []candidate
-		for gi := range dx.groups {
-			if g := &dx.groups[gi]; g.paired() {
-				cands = appendRanks(cands, gi, g.prefill)
-			} else {
-				cands = appendRanks(appendRanks(cands, gi, g.decode), gi, g.aggregated)
-			}
-		}
-		ax = newIndex(phasePrefill, cands, nil, &p.busy)
-		dx.allPrefill = ax
-		c.add(ax)
-	}
-	ax.sync(r, &p.ledger, now, maxAge)
-	restore := ax.exclude(&k.req)
-	unbusy := func() {}
-	if ax.busyN > 0 && ax.fresh == 0 && dx.fresh > 0 {
-		// A worker that prefills itself is passed over when busy as a
-		// decode candidate is: its decode signals are fresh even where
-		// no worker publishes a prefill backlog.
-		unbusy = ax.ban(func(i int) bool { return ax.st[i].busy && !dx.groups[ax.cands[i].group].paired() })
-	}
-	j, preason, scored := p.scored(PhasePrefill, ax)
-	unbusy()
-	restore()
-	if !scored {
-		return false
-	}
-	pc := ax.cands[j]
-	g := &dx.groups[pc.group]
-	if !g.paired() {
-		// It prefills what it decodes.
-		k.pin = Pin{Namespace: g.namespace, Decode: Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared},
-			DecodeReason: preason, PrefillReason: ReasonNoPrefillPool}
-		return true
-	}
-	if dx.decodeOf == nil {
-		dx.decodeOf = make([]*index, len(dx.groups))
-	}
-	gx := dx.decodeOf[pc.group]
-	if gx == nil {
-		gx = newIndex(phaseDecode, appendRanks(nil, int(pc.group), g.decode), dx.groups, &p.busy)
-		dx.decodeOf[pc.group] = gx
-		c.add(gx)
-	}
-	gx.sync(r, &p.ledger, now, maxAge)
-	defer gx.exclude(&k.req)()
-	i, reason, err := gx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens)
-	if err != nil {
-		return false
-	}
-	d := gx.cands[i]
-	k.pin = Pin{Namespace: g.namespace,
-		Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason,
-		Prefill: &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}, PrefillReason: preason}
-	return true
 }
 
 func target(c candidate) Target {

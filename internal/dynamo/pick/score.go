@@ -68,12 +68,10 @@ type Bypasser interface {
 // disaggregated pin, and the decode choice when no candidate namespace
 // pairs prefill and decode workers (an aggregated fleet, whose workers
 // prefill their own requests, as a decode worker without a prefill pool
-// does). Over several namespaces of which one or more pair them, the
-// workers that would prefill the request compete across all of them (the
-// prefill workers where paired, the decode candidates that prefill
-// themselves elsewhere) and the winner's namespace is the pin's; a prefill
-// winner's decode worker is then chosen there by the load rule, a
-// self-prefilling winner is the decode pin alone. A nil scorer is Reserve.
+// does). Where prefill workers serve the model, decode keeps the load
+// rule over every candidate namespace, and the scorer chooses among the
+// prefill workers of the decode worker's namespace only (an aggregated
+// decode choice is pinned alone). A nil scorer is Reserve.
 func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Time, s Scorer) (Pin, Ticket, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
