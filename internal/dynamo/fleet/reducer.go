@@ -274,7 +274,7 @@ func (r *Reducer) put(key string, value []byte, limit int, now time.Time) {
 		}
 	}
 	rec := &record{key: key, hash: h, putAt: now, seen: true, unread: unread}
-	parseRecord(rec, space, value, limit)
+	parseIsolated(rec, space, value, limit)
 	recs[key] = rec
 	// Index the new record before dropping the old one: when both claim
 	// the same identity its set is kept rather than freed and made again.
@@ -391,6 +391,20 @@ func problemFor(rec *record, kind, format string, args ...any) {
 		reason = strings.ToValidUTF8(reason[:MaxProblemReasonBytes], "") + "…"
 	}
 	rec.problem = &Problem{Kind: kind, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
+}
+
+// parseIsolated is parseRecord with a failure of its own (a panic: a bug
+// meeting a record nobody foresaw) confined to the record, which is then
+// malformed as any record that fails is, rather than ending the watcher
+// and, the record being read again at start, the router again and again.
+func parseIsolated(rec *record, space wire.Keyspace, value []byte, limit int) {
+	defer func() {
+		if v := recover(); v != nil {
+			*rec = record{key: rec.key, hash: rec.hash, putAt: rec.putAt, seen: rec.seen, unread: rec.unread, ns: rec.ns}
+			problemFor(rec, ProblemMalformed, "the record could not be read (internal error: %v)", v)
+		}
+	}()
+	parseRecord(rec, space, value, limit)
 }
 
 // parseRecord parses value once, at put time. A record that fails keeps a
@@ -795,7 +809,7 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 			}
 		}
 		var prob *Problem
-		w, prob = materialize(id, rec, cardRec)
+		w, prob = materializeIsolated(id, rec, cardRec)
 		if prob != nil {
 			probs = append(probs, *prob)
 			break
@@ -1022,12 +1036,15 @@ func componentRole(component string) Role {
 	return ""
 }
 
-// namesWord reports whether word (lower case) appears in name, in any case,
-// as a word: starting at the name's start, after a character that is not
-// a letter, or with a capital after any letter (camel case); and ending at
-// the name's end or before a character that is not a lower-case letter.
+// namesWord reports whether word (lower-case ASCII) appears in name, in
+// any case, as a word: starting at the name's start, after a character
+// that is not a letter, or with a capital after any letter (camel case);
+// and ending at the name's end or before a character that is not a
+// lower-case letter. Only ASCII letters are folded, so that the positions
+// found are the name's own (Unicode case mapping changes some characters'
+// lengths: a name from the fleet would index past its end).
 func namesWord(name, word string) bool {
-	lower := strings.ToLower(name)
+	lower := asciiLower(name)
 	for from := 0; ; {
 		i := strings.Index(lower[from:], word)
 		if i < 0 {
@@ -1042,6 +1059,23 @@ func namesWord(name, word string) bool {
 		}
 		from = i + 1
 	}
+}
+
+// asciiLower is s with its ASCII capitals in lower case, every other byte
+// as it is.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if isUpper(s[i]) {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if isUpper(b[j]) {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
 
 func isLower(c byte) bool  { return 'a' <= c && c <= 'z' }
@@ -1098,6 +1132,23 @@ func cardRole(c *wire.Card) roleClaim {
 		return roleClaim{}
 	}
 	return roleClaim{role: role, card: c}
+}
+
+// materializeIsolated is materialize with a failure of its own confined
+// to the endpoint's record (see parseIsolated): no worker, a malformed
+// record.
+func materializeIsolated(id WorkerID, rec, cardRec *record) (w *Worker, p *Problem) {
+	defer func() {
+		if v := recover(); v != nil {
+			w = nil
+			reason := fmt.Sprintf("the record could not be read (internal error: %v)", v)
+			if len(reason) > MaxProblemReasonBytes {
+				reason = strings.ToValidUTF8(reason[:MaxProblemReasonBytes], "") + "…"
+			}
+			p = &Problem{Kind: ProblemMalformed, Namespace: id.Namespace, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
+		}
+	}()
+	return materialize(id, rec, cardRec)
 }
 
 // materialize builds the worker of one generate endpoint and its card, or

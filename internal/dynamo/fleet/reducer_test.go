@@ -669,6 +669,11 @@ func TestComponentNamesRole(t *testing.T) {
 		"sglang-prefill-0": fleet.RolePrefill, "decode": fleet.RoleDecode, "VllmDecodeWorker": fleet.RoleDecode, "decode2": fleet.RoleDecode,
 		"VllmWorker-decodeheavy": fleet.RoleAggregated, "VllmWorker-prefillheavy": fleet.RoleAggregated, "backend": fleet.RoleAggregated,
 		"predecode": fleet.RoleAggregated,
+		// Characters whose lower case is longer or shorter in UTF-8 (Ⱥ
+		// becomes ⱥ, a byte longer; İ becomes i̇): the name's own
+		// positions, no index past its end.
+		"\u023aprefill": fleet.RolePrefill, "\u0130decode": fleet.RoleDecode, "x\u023a\u023a\u023aprefillworker": fleet.RoleAggregated,
+		"\u023aPrefill\u023a": fleet.RolePrefill,
 	} {
 		r := fleet.NewReducer()
 		ek, mk := "v1/instances/dynamo/"+comp+"/generate/7", "v1/mdc/dynamo/"+comp+"/generate/7"
