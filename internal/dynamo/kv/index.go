@@ -215,7 +215,9 @@ type subscription struct {
 // and a fingerprint of its content, and the gaps seen on the rank.
 type cursor struct {
 	id, fp uint64
-	gaps   uint32
+	// msg is the message the event at the cursor came in (ApplyInMessage).
+	msg  uint64
+	gaps uint32
 }
 
 // bigRankTable: a freed rank keeps its emptied table for reuse up to this
@@ -353,6 +355,18 @@ func admit(ev *wire.RouterEvent) string {
 // itself, if it is about the device tier. The index keeps a subscription from its first event until
 // ClearSubscription; the caller bounds how many subscriptions it feeds.
 func (ix *Index) Apply(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.RouterEvent) Outcome {
+	return ix.ApplyInMessage(sub, ns, ev, 0)
+}
+
+// ApplyInMessage is Apply for an event of the subscription's message msg
+// (numbered from 1, one number per message received). An event whose id is
+// the cursor's is a resend, skipped, unless it came in the same message as
+// the cursor's event with other content: an older publisher numbers every
+// event of one engine batch alike, and such a batch is one message. The
+// same batch received again is skipped whole. msg 0 stands for no message
+// boundaries (Apply): an equal id with new content is then always taken as
+// the batch going on.
+func (ix *Index) ApplyInMessage(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.RouterEvent, msg uint64) Outcome {
 	adm := admit(ev)
 	if adm == ResultMalformed {
 		return Outcome{Result: ResultMalformed}
@@ -378,9 +392,10 @@ func (ix *Index) Apply(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.Router
 			return Outcome{Result: ResultOverCapacity}
 		}
 		ix.nCur++
-	case ev.EventID < c.id, ev.EventID == c.id && fp == c.fp:
+	case ev.EventID < c.id, ev.EventID == c.id && (fp == c.fp || msg != c.msg):
 		// An older publisher numbers every event of one engine batch
-		// alike, so an equal id with new content is the batch going on.
+		// alike, so an equal id with new content in the same message is
+		// the batch going on; in another message it is a resend.
 		return Outcome{Result: ResultReplay}
 	case ev.EventID-c.id > 1:
 		if r, ok := ix.rankOf[k]; ok {
@@ -390,7 +405,7 @@ func (ix *Index) Apply(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.Router
 		c.gaps++
 		out.Gap = true
 	}
-	s.cursors[k] = cursor{id: ev.EventID, fp: fp, gaps: c.gaps}
+	s.cursors[k] = cursor{id: ev.EventID, fp: fp, msg: msg, gaps: c.gaps}
 	if adm != "" {
 		out.Result = adm
 		return out
