@@ -160,7 +160,10 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	defer p.buf.Put(b)
 	p.matchPrompt(b, prompt, now)
 	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold}
-	req.EstPromptTokens = len(prompt.IDs) // the ledger counts the real size
+	// The load rule (the decode choice, and any choice the formula does
+	// not make) keeps its own estimate of the prompt's size, as the
+	// load-only picker's; the ledger books the real size when larger.
+	req.BookTokens = max(req.BookTokens, len(prompt.IDs))
 	pin, t, err := p.base.ReserveScored(snap, req, now, ch)
 	if err != nil {
 		return pin, t, err
@@ -212,7 +215,7 @@ func (p *Picker) Explain(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	b := &matchBuf{}
 	p.matchPrompt(b, prompt, now)
 	ch := &choice{terms: s.Terms, isl: len(prompt.IDs), overlaps: b, conditional: s.Conditional, busy: s.DecodeBusyThreshold, explain: true}
-	req.EstPromptTokens = len(prompt.IDs)
+	req.BookTokens = max(req.BookTokens, len(prompt.IDs))
 	pin, err := p.base.PickScored(snap, req, now, ch)
 	ex := Explanation{Pin: pin, PromptTokens: len(prompt.IDs), Candidates: ch.explained, Result: ResultNoOverlap}
 	switch {
