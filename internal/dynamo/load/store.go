@@ -238,26 +238,33 @@ func (s *Store) Apply(smp Sample) string {
 // DropPublisher forgets every sample a publisher sent when a change may
 // have been missed (a sequence gap, a new session). What the dropped
 // samples answered stays answered, and what was dispatched since stays
-// counted until a sample answers it.
+// counted until a sample answers it. The publisher's keys stay known, so
+// that its leaving or replacement (ResetPublisher) still reaches them.
 func (s *Store) DropPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.byPub[publisherID] {
-		s.account(k, s.samples[k].ReceivedAt)
-		s.dropLocked(k)
+		if smp := s.samples[k]; smp != nil && smp.PublisherID == publisherID {
+			s.account(k, smp.ReceivedAt)
+			s.dropLocked(k)
+		}
 	}
-	delete(s.byPub, publisherID)
 }
 
 // ResetPublisher forgets every sample a publisher sent and what the router
 // dispatched to their keys so far: it left or was replaced. Its engine may
 // have restarted, losing its work, so neither its old load nor the
-// requests it was sent before count any more.
+// requests it was sent before count any more, also where its samples were
+// dropped before (a reconnect to the replacing process). A key another
+// publisher has sent for since is that one's.
 func (s *Store) ResetPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	for k := range s.byPub[publisherID] {
+		if smp := s.samples[k]; smp != nil && smp.PublisherID != publisherID {
+			continue
+		}
 		s.account(k, now)
 		s.dropLocked(k)
 	}

@@ -375,10 +375,22 @@ func TestStoreAccounting(t *testing.T) {
 	s.Apply(smp)
 	check("older sample", t0.Add(15*time.Second), 6)
 
+	// Dropped on a reconnect, then replaced (its record gone): what it
+	// was sent before no longer counts, though its samples were gone.
+	smp.Sequence, smp.ReceivedAt = 4, t0.Add(16*time.Second)
+	s.Apply(smp)
+	check("a sample again", t0.Add(16*time.Second), 7)
+	now = t0.Add(17 * time.Second)
+	s.DropPublisher(7)
+	check("dropped on a reconnect", t0.Add(16*time.Second), 8)
+	now = t0.Add(18 * time.Second)
+	s.ResetPublisher(7)
+	check("replaced after its samples were dropped", t0.Add(18*time.Second), 9)
+
 	now = t0.Add(20 * time.Second)
 	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 2}: {}})
-	check("left", time.Time{}, 7)
+	check("left", time.Time{}, 9)
 	now = t0.Add(30 * time.Second)
 	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}, {Namespace: "dynamo", InstanceID: 2}: {}})
-	check("back: it starts afresh", t0.Add(30*time.Second), 8)
+	check("back: it starts afresh", t0.Add(30*time.Second), 10)
 }
