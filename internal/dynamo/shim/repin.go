@@ -62,6 +62,11 @@ func Repin(status int, body []byte) string {
 	}
 	b := bytes.ToLower(body[:min(len(body), repinScan)])
 	switch {
+	case bytes.Contains(b, []byte("upstream connect error")) || bytes.Contains(b, []byte("no healthy upstream")):
+		// A proxy in front of the frontend (a service mesh's sidecar)
+		// could not reach the frontend itself: its words ("connection
+		// refused") are about the replica, which is then not up.
+		return RepinStatus5xx
 	case bytes.Contains(b, []byte("not found")) && bytes.Contains(b, []byte("instance")):
 		return RepinInstanceNotFound
 	}

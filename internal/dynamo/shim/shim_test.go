@@ -345,6 +345,9 @@ func TestRepin(t *testing.T) {
 		{500, `stream disconnected: no responders`, shim.RepinEngineUnreachable},
 		{502, `{"error":"EngineShutdown"}`, shim.RepinEngineUnreachable},
 		{500, `Failed to generate completions`, shim.RepinStatus5xx},
+		// Envoy in front of a frontend that is down: the replica's fault.
+		{503, `upstream connect error or disconnect/reset before headers. reset reason: connection failure, transport failure reason: delayed connect error: 111 Connection refused`, shim.RepinStatus5xx},
+		{503, `no healthy upstream`, shim.RepinStatus5xx},
 		{504, ``, shim.RepinStatus5xx},
 		{500, `{"error":{"message":"Prefill worker ID required in Direct routing mode but none found"}}`, ""},
 		{500, `{"error":"Failed to generate completions: Prefill worker ID required in Direct routing mode but none found"}`, ""},
