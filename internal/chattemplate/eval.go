@@ -1403,38 +1403,30 @@ func (r *renderer) evalCall(n *callExpr, s *scope, caller *macro) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		// minijinja calls a map's item of that name first, and pycompat's
+		// method only when there is none: x.items() on a map with an
+		// "items" key is that value called (an error when it is not
+		// callable, as in Dynamo's frontend).
+		var item bool
 		if d, isDict := obj.(*Dict); isDict && r.dynamo {
-			// minijinja calls a map's item of that name first, and
-			// pycompat's method only when there is none: x.items() on a
-			// map with an "items" key is that value called (an error when
-			// it is not callable, as in Dynamo's frontend).
-			if v, ok := d.Get(a.name); ok {
-				args, err := r.evalList(n.args, s)
-				if err != nil {
-					return nil, err
-				}
-				kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
-				if err != nil {
-					return nil, err
-				}
-				return r.call(v, args, kw, caller)
-			}
+			fn, item = d.Get(a.name)
 		}
-		if isMethod(obj, a.name) {
-			if _, isDict := obj.(*Dict); !isDict || isMethod(obj, a.name) {
-				args, err := r.evalList(n.args, s)
-				if err != nil {
-					return nil, err
-				}
-				kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
-				if err != nil {
-					return nil, err
-				}
-				return r.callMethod(obj, a.name, args, kw)
+		switch {
+		case item:
+		case isMethod(obj, a.name):
+			args, err := r.evalList(n.args, s)
+			if err != nil {
+				return nil, err
 			}
-		}
-		if fn, err = getAttr(obj, a.name); err != nil {
-			return nil, err
+			kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+			if err != nil {
+				return nil, err
+			}
+			return r.callMethod(obj, a.name, args, kw)
+		default:
+			if fn, err = getAttr(obj, a.name); err != nil {
+				return nil, err
+			}
 		}
 	} else if fn, err = r.eval(n.fn, s); err != nil {
 		return nil, err
