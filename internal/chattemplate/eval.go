@@ -1218,6 +1218,11 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 	bad := func() error {
 		return fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(l), typeName(rv))
 	}
+	if r.dynamo && lNum && rNum {
+		if v, ok, err := mjArith(op, li, ri, lf, rf, lInt && rInt); ok {
+			return v, err
+		}
+	}
 	switch op {
 	case "+":
 		switch {
@@ -1287,14 +1292,6 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 			return r.repeat(rv, n, bad)
 		}
 		return nil, bad()
-	case "/", "//", "%", "**":
-		if r.dynamo && lNum && rNum {
-			if v, ok, err := mjArith(op, li, ri, lf, rf, lInt && rInt); ok {
-				return v, err
-			}
-		}
-	}
-	switch op {
 	case "/":
 		if !lNum || !rNum {
 			return nil, bad()
@@ -1414,11 +1411,7 @@ func (r *renderer) evalCall(n *callExpr, s *scope, caller *macro) (any, error) {
 		switch {
 		case item:
 		case isMethod(obj, a.name):
-			args, err := r.evalList(n.args, s)
-			if err != nil {
-				return nil, err
-			}
-			kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+			args, kw, err := r.callArgs(n, s)
 			if err != nil {
 				return nil, err
 			}
@@ -1431,15 +1424,21 @@ func (r *renderer) evalCall(n *callExpr, s *scope, caller *macro) (any, error) {
 	} else if fn, err = r.eval(n.fn, s); err != nil {
 		return nil, err
 	}
-	args, err := r.evalList(n.args, s)
-	if err != nil {
-		return nil, err
-	}
-	kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+	args, kw, err := r.callArgs(n, s)
 	if err != nil {
 		return nil, err
 	}
 	return r.call(fn, args, kw, caller)
+}
+
+// callArgs evaluates a call's positional and keyword arguments.
+func (r *renderer) callArgs(n *callExpr, s *scope) ([]any, *Dict, error) {
+	args, err := r.evalList(n.args, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	kw, err := r.evalKwargs(n.kwName, n.kwVal, s)
+	return args, kw, err
 }
 
 func (r *renderer) call(fn any, args []any, kw *Dict, caller *macro) (any, error) {

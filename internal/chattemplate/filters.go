@@ -2521,6 +2521,15 @@ func asciiEscape(s string) string {
 	return b.String()
 }
 
+// none is an error when a filter that takes no arguments (minijinja's
+// int and float) is given some.
+func (a argList) none() error {
+	if len(a.pos) > 0 || a.kw != nil && a.kw.Len() > 0 {
+		return errors.New("too many arguments")
+	}
+	return nil
+}
+
 // mjHTMLEscape is minijinja's HTML escaping (the slash too).
 var mjHTMLEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#x27;", "/", "&#x2f;")
 
@@ -2532,7 +2541,7 @@ func mjTitle(s string) string {
 	start := true
 	for _, c := range s {
 		switch {
-		case c < utf8.RuneSelf && unicode.IsPunct(c) || c < utf8.RuneSelf && unicode.IsSymbol(c) || unicode.IsSpace(c):
+		case c < utf8.RuneSelf && (unicode.IsPunct(c) || unicode.IsSymbol(c)) || unicode.IsSpace(c):
 			b.WriteRune(c)
 			start = true
 		case start:
@@ -2550,14 +2559,14 @@ func mjTitle(s string) string {
 // grammar: no white space, no base prefix) truncated, anything else an
 // error; it takes no default.
 func mjInt(v any, a argList) (any, error) {
-	if len(a.pos) > 0 || a.kw != nil && a.kw.Len() > 0 {
-		return nil, errors.New("too many arguments")
+	if err := a.none(); err != nil {
+		return nil, err
 	}
 	switch x := v.(type) {
 	case nil, undefined:
 		return int64(0), nil
 	case string:
-		if i, err := strconv.ParseInt(x, 10, 64); err == nil && !strings.Contains(x, "_") {
+		if i, err := strconv.ParseInt(x, 10, 64); err == nil {
 			return i, nil
 		}
 		f, ok := rustParseFloat(x)
@@ -2577,8 +2586,8 @@ func mjInt(v any, a argList) (any, error) {
 // mjFloat is minijinja's float filter: none and undefined are 0.0, a
 // string parsed by Rust's grammar (an error when it is not a number).
 func mjFloat(v any, a argList) (any, error) {
-	if len(a.pos) > 0 || a.kw != nil && a.kw.Len() > 0 {
-		return nil, errors.New("too many arguments")
+	if err := a.none(); err != nil {
+		return nil, err
 	}
 	switch x := v.(type) {
 	case nil, undefined:

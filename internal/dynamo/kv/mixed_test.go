@@ -60,41 +60,35 @@ func TestPickerDecodeFirstAcrossMixedNamespaces(t *testing.T) {
 			if tc.busy {
 				req.Busy = &pick.BusyThreshold{KVBlocks: 0.5}
 			}
-			loadOnly := pick.NewLoadBased(store)
-			// One pick each: a pick charges its worker for the request
-			// (dispatched, not yet in a sample), which moves the next.
-			for it := range 1 {
-				pin, tk, err := p.Reserve(snap, req, time.Now())
-				if err != nil {
-					t.Fatal(err)
+			// One pick each, compared: a pick charges its worker for the
+			// request (dispatched, not yet in a sample), and each picker
+			// keeps its own dispatches, so later picks part.
+			pin, tk, err := p.Reserve(snap, req, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Release(tk)
+			lpin, ltk, err := pick.NewLoadBased(store).Reserve(snap, req, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = ltk
+			if pin.Decode.Worker.ID != lpin.Decode.Worker.ID {
+				t.Fatalf("decode %v; the load-only picker's is %v", pin.Decode.Worker.ID, lpin.Decode.Worker.ID)
+			}
+			if pin.DecodeReason != pick.ReasonLoad {
+				t.Fatalf("decode reason %s", pin.DecodeReason)
+			}
+			switch tc.want {
+			case 30:
+				if pin.Namespace != "b" || pin.Decode.Worker.ID.InstanceID != 30 || pin.Prefill != nil || pin.PrefillReason != pick.ReasonNoPrefillPool {
+					t.Fatalf("pin %s: decode %d (%s), prefill %+v (%s); want b's 30 alone", pin.Namespace,
+						pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
 				}
-				p.Release(tk)
-				if it == 0 {
-					// Each picker keeps its own dispatches: compared on the
-					// first pick, before either has made one.
-					lpin, ltk, err := loadOnly.Reserve(snap, req, time.Now())
-					if err != nil {
-						t.Fatal(err)
-					}
-					loadOnly.Release(ltk)
-					if pin.Decode.Worker.ID != lpin.Decode.Worker.ID {
-						t.Fatalf("decode %v; the load-only picker's is %v", pin.Decode.Worker.ID, lpin.Decode.Worker.ID)
-					}
-				}
-				if pin.DecodeReason != pick.ReasonLoad {
-					t.Fatalf("%d decode reason %s", it, pin.DecodeReason)
-				}
-				switch tc.want {
-				case 30:
-					if pin.Namespace != "b" || pin.Decode.Worker.ID.InstanceID != 30 || pin.Prefill != nil || pin.PrefillReason != pick.ReasonNoPrefillPool {
-						t.Fatalf("%d pin %s: decode %d (%s), prefill %+v (%s); want b's 30 alone", it, pin.Namespace,
-							pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
-					}
-				default:
-					if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || pin.Decode.Worker.ID.InstanceID != 20 {
-						t.Fatalf("%d pin %s: decode %d (%s), prefill %+v (%s); want a's pair 10/20", it, pin.Namespace,
-							pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
-					}
+			default:
+				if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || pin.Decode.Worker.ID.InstanceID != 20 {
+					t.Fatalf("pin %s: decode %d (%s), prefill %+v (%s); want a's pair 10/20", pin.Namespace,
+						pin.Decode.Worker.ID.InstanceID, pin.DecodeReason, pin.Prefill, pin.PrefillReason)
 				}
 			}
 		})
