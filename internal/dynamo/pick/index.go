@@ -83,8 +83,11 @@ type cstate struct {
 	// backlog at 0 (a worker never heard from is quiet but not idle).
 	idle    bool
 	backlog float64
-	// other is the other phase's backlog in the fresh sample (decode blocks
-	// of a prefill candidate, prefill tokens of a decode one), for scorers.
+	// other is the other phase's backlog, for scorers: the fresh sample's
+	// (decode blocks of a prefill candidate, prefill tokens of a decode
+	// one; 0 for a worker that went idle), and for a decode candidate the
+	// prompt tokens it was sent since to prefill itself. hasOther: the
+	// sample carries the field.
 	other    float64
 	hasOther bool
 	next     time.Time // when the state may change; zero: never by time alone
@@ -231,13 +234,24 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	}
 	fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
 	s := cstate{fresh: fresh && backlog != nil, next: b.next}
-	if fresh {
+	if smp != nil {
 		other := smp.Load.ActivePrefillTokens
 		if x.phase == phasePrefill {
 			other = smp.Load.ActiveDecodeBlocks
 		}
-		if other != nil {
+		switch {
+		case other == nil:
+		case fresh:
 			s.other, s.hasOther = float64(*other), true
+		case backlog != nil && *backlog == 0 && *other == 0:
+			s.hasOther = true // went idle: only what it was sent since
+		}
+		if s.hasOther && x.phase == phaseDecode {
+			// A decode candidate given a request without a prefill worker
+			// prefills it itself: the prompt tokens sent since its sample
+			// are prefill backlog too (a prefill candidate is never sent
+			// decode work, so its other backlog is the sample's alone).
+			s.other += float64(inPrefill)
 		}
 	}
 	switch {

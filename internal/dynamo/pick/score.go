@@ -104,8 +104,9 @@ type PrefillSizer interface {
 // candidates describes an index's candidates for a scorer; the caller
 // holds p.mu, and x is synced. The phase's
 // backlog comes from the index's state (the fresh sample plus what was
-// dispatched since); the other phase's from the fresh sample alone, as
-// the router dispatches only the phase's own work to a candidate.
+// dispatched since); the other phase's from the sample, plus, for a decode
+// candidate, the prompt tokens it was sent since to prefill itself (a
+// prefill candidate is sent no decode work).
 func (p *LoadBased) candidates(x *index) []Candidate {
 	out := p.candBuf[:0]
 	for i, c := range x.cands {
