@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -422,6 +423,52 @@ func TestPickerAggregatedAndFallback(t *testing.T) {
 	}
 }
 
+// TestPickerConditionalLacksTooMuch: conditional disaggregation lets a
+// decode worker prefill only what is mostly cached on it: a prompt nobody
+// holds, or one whose holder lacks 70 % of it or more, keeps the prefill
+// pool.
+func TestPickerConditionalLacksTooMuch(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	for w := range snap.Workers.All() {
+		live[w.ID] = load.LiveWorker{}
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, Conditional: true}, m, nil, nil)
+	body := longChat(300)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	check := func(what string) {
+		t.Helper()
+		for range 4 {
+			pin, tk, err := p.Reserve(snap, req, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Release(tk)
+			if pin.Bypass || pin.Prefill == nil {
+				t.Fatalf("%s: bypass %v, prefill %v", what, pin.Bypass, pin.Prefill)
+			}
+		}
+	}
+	check("nothing cached")
+	// 10 of the prompt's blocks: the holder lacks over 70 % of it.
+	if len(pr.Hashes[16]) < 40 {
+		t.Fatalf("prompt of %d blocks, want 40 or more", len(pr.Hashes[16]))
+	}
+	hold(t, ix, 1, idOf(snap, 21), pr.Hashes[16], 10)
+	check("10 blocks cached")
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultBypass)); n != 0 {
+		t.Errorf("bypass counted %v times", n)
+	}
+}
+
 // TestPickerConditionalDisaggregation: with conditional disaggregation the
 // decode worker holding the prefix is chosen and prefills the request
 // itself; a busy threshold without a sample to check it against keeps the
@@ -443,7 +490,7 @@ func TestPickerConditionalDisaggregation(t *testing.T) {
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: terms, Conditional: true}, m, nil, nil)
 	body := longChat(300)
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	hold(t, ix, 1, idOf(snap, 21), pr.Hashes[16], 10)
+	hold(t, ix, 1, idOf(snap, 21), pr.Hashes[16], len(pr.Hashes[16]))
 	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
 	pin, tk, err := p.Reserve(snap, req, time.Now())
 	if err != nil {
@@ -578,6 +625,70 @@ func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
 	}
 	if got[11] == 0 || got[10] == 0 {
 		t.Fatalf("prefill picks %v: want the quiet worker first, then both as what it was sent counts", got)
+	}
+}
+
+// TestPickerAggregatedCountsWhatItPrefills: an aggregated worker prefills
+// the requests it is sent, so until its next sample the prompt tokens it
+// was sent count in its prefill term as they will in that sample, whether
+// its last sample is fresh or went stale idle; a worker just sent a prompt
+// does not look as cheap as an idle one for the next.
+func TestPickerAggregatedCountsWhatItPrefills(t *testing.T) {
+	t.Parallel()
+	for _, age := range []time.Duration{time.Millisecond, 10 * time.Minute} {
+		// 32 is fresh and busy: backlogs compete (with no fresh sample
+		// about, none would count), and it is never the cheapest.
+		snap, pins := kvFleet(t, nil, nil, []uint64{30, 31, 32})
+		store := load.NewStore(time.Minute, nil)
+		live := map[fleet.WorkerID]load.LiveWorker{}
+		for w := range snap.Workers.All() {
+			live[w.ID] = load.LiveWorker{}
+		}
+		store.SetLiveAndRetain(live)
+		ix := kv.NewIndex()
+		ix.SetLive(live)
+		prompts := kv.NewPrompts(startLoader(t, pins...))
+		p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+		body := longChat(300)
+		pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+		now := time.Now()
+		zero := uint64(0)
+		busy := uint64(5000)
+		for i, id := range []uint64{30, 31, 32} {
+			l := wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero, KVUsedBlocks: &zero}
+			at := now.Add(-age)
+			if id == 32 {
+				l.ActiveDecodeBlocks, at = &busy, now
+			}
+			if res := store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: id, Sequence: uint64(i), ReceivedAt: at}); res != "" {
+				t.Fatal(res)
+			}
+		}
+		req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+		pin, _, err := p.Reserve(snap, req, now) // in flight
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := pin.Decode.Worker.ID.InstanceID
+		ex, err := p.Explain(snap, req, now.Add(time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ex.Candidates {
+			if c.Worker.ID.InstanceID == 32 {
+				continue
+			}
+			want := float64(len(pr.IDs)) / 16 // this request's own prompt
+			if c.Worker.ID.InstanceID == first {
+				want *= 2 // and the one in flight
+			}
+			if math.Abs(c.Cost.RawPrefillBlocks-want) > 0.01 {
+				t.Errorf("sample %v old: worker %d (first pick %d): raw prefill blocks %.2f, want %.2f", age, c.Worker.ID.InstanceID, first, c.Cost.RawPrefillBlocks, want)
+			}
+		}
+		if ex.Pin.Decode.Worker.ID.InstanceID == first {
+			t.Errorf("sample %v old: the same prompt went to worker %d twice, the other idle", age, first)
+		}
 	}
 }
 

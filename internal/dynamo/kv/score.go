@@ -160,25 +160,47 @@ var _ pick.Bypasser = (*choice)(nil)
 // ScoresDecode implements pick.Bypasser.
 func (c *choice) ScoresDecode() bool { return c.conditional }
 
-// Bypass implements pick.Bypasser: with a busy threshold, the decode
-// worker prefills the request itself only when its expected active blocks
-// (its backlog and the blocks this request adds) are at most that share of
-// its total_kv_blocks; without a sample or a capacity it does not. A
-// worker whose last sample went stale at 0 blocks has one: a worker that
-// went idle publishes 0 once and then nothing until it is given work, and
-// its backlog is then what it was sent since.
+// The conditional bypass's bounds on the prompt tokens the decode worker
+// lacks (the prompt less the prefix it holds): fewer than this many, and
+// under this share of the prompt. A prompt mostly cached on the decode
+// worker and short in what remains is cheaper to finish there than to
+// send through a prefill worker and move its KV cache; anything else goes
+// to the prefill pool. These are upstream's defaults for the same rule.
+const (
+	bypassMaxNewTokens = 2048
+	bypassMaxNewShare  = 0.7
+)
+
+// Bypass implements pick.Bypasser: the decode worker prefills the request
+// itself only when what it lacks of the prompt is under bypassMaxNewTokens
+// and under bypassMaxNewShare of it (a worker without a block size holds
+// nothing the router can see, so never). With a busy threshold, also only
+// when its expected active blocks (its backlog and the blocks this request
+// adds) are at most that share of its total_kv_blocks; without a sample or
+// a capacity it does not. A worker whose last sample went stale at 0
+// blocks has one: a worker that went idle publishes 0 once and then
+// nothing until it is given work, and its backlog is then what it was sent
+// since.
 func (c *choice) Bypass(d pick.Candidate) bool {
 	if !c.conditional {
 		return false
 	}
 	c.Bypassed = false
+	if d.Worker.BlockSize == nil || *d.Worker.BlockSize == 0 {
+		return false
+	}
+	bs := int(*d.Worker.BlockSize)
+	held := c.overlaps.Overlap(load.RankOf(d.Worker, d.DPRank), hashingOf(d.Worker))
+	lacks := max(0, c.isl-held*bs)
+	if lacks >= bypassMaxNewTokens || float64(lacks) >= bypassMaxNewShare*float64(max(c.isl, 1)) {
+		return false
+	}
 	if c.busy != nil {
 		capacity := d.Worker.Capacity.TotalKVBlocks
-		if !d.HasDecode && !d.Idle || capacity == nil || *capacity == 0 || d.Worker.BlockSize == nil || *d.Worker.BlockSize == 0 {
+		if !d.HasDecode && !d.Idle || capacity == nil || *capacity == 0 {
 			return false
 		}
-		bs := int(*d.Worker.BlockSize)
-		adds := math.Max(0, float64((c.isl+bs-1)/bs-c.overlaps.Overlap(load.RankOf(d.Worker, d.DPRank), hashingOf(d.Worker))))
+		adds := math.Max(0, float64((c.isl+bs-1)/bs-held))
 		if d.DecodeBlocks+adds > *c.busy*float64(*capacity) {
 			return false
 		}
