@@ -96,7 +96,7 @@ func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config
 // newServed builds a server with the listener's settings.
 func (l *listener) newServed() *served {
 	st := l.settings
-	srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
+	srv := &http.Server{Handler: streamWriteBound(l.handler, st.write), ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
 		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn)}
 	q := h1.NewHandoff(l.ln.Addr())
 	// net/http's own WriteTimeout would bound a whole answer, streams
@@ -274,3 +274,59 @@ func (c *trackedConn) Close() error {
 	})
 	return c.Conn.Close()
 }
+
+// streamWriteBound bounds each write of an answer net/http serves over
+// HTTP/2 as the connection's write timeout bounds HTTP/1's: under HTTP/2's
+// flow control a client that grants no window takes none of its answer
+// without ever blocking a write on the socket, so the handler's Write
+// would wait for it forever, holding its in-flight slot and its backend
+// request. The stream's own write deadline, moved as the lean server moves
+// a connection's, resets that stream alone; a client that reads keeps its
+// stream however long it runs. Zero d bounds nothing.
+func streamWriteBound(h http.Handler, d time.Duration) http.Handler {
+	if d <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 2 {
+			h.ServeHTTP(w, r) // the connection's own write timeout holds
+			return
+		}
+		h.ServeHTTP(&boundWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}, r)
+	})
+}
+
+// boundWriter is an HTTP/2 stream's answer whose every write and flush
+// waits at most d (at least d/2) for the client.
+type boundWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	d     time.Duration
+	until time.Time
+}
+
+func (w *boundWriter) move() {
+	now := time.Now()
+	if w.until.Sub(now) >= w.d/2 {
+		return
+	}
+	w.until = now.Add(w.d)
+	_ = w.rc.SetWriteDeadline(w.until)
+}
+
+func (w *boundWriter) Write(p []byte) (int, error) {
+	w.move()
+	return w.ResponseWriter.Write(p)
+}
+
+// FlushError flushes what was written, within the same bound.
+func (w *boundWriter) FlushError() error {
+	w.move()
+	return w.rc.Flush()
+}
+
+// Flush is FlushError without its error, for http.Flusher.
+func (w *boundWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap gives http.ResponseController the stream's own writer.
+func (w *boundWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
