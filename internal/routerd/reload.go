@@ -85,10 +85,16 @@ func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 	if err == nil && prev != nil && bytes.Equal(data, prev) {
 		return prev
 	}
-	if err == nil && trigger == TriggerFile && len(bytes.TrimSpace(data)) == 0 {
+	if err == nil && len(bytes.TrimSpace(data)) == 0 {
 		// A file rewritten in place is empty between its truncation and
 		// its write, and an empty file is a valid configuration (every
-		// default, the admin API off): wait for the write's own event.
+		// default, the admin API off): a change waits for the write's own
+		// event, and a signal caught in between is refused, never
+		// applied as every default.
+		if trigger != TriggerFile {
+			d.apply(trigger, nil, fmt.Errorf("%s is empty (a write in progress?)", d.reload.File), false)
+			return prev
+		}
 		d.logger.Warn("the configuration file is empty; not reloaded (a write in progress?)", "file", d.reload.File)
 		return prev
 	}
@@ -99,7 +105,13 @@ func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 	if initial && err == nil && doc.Findings.Errors() == 0 && len(config.Diff(d.started, d.adjusted(doc.Config)).Changes) == 0 {
 		return data
 	}
-	d.apply(trigger, doc, err, false)
+	if res := d.apply(trigger, doc, err, false); res.Result != admin.ReloadApplied && err == nil && doc.Findings.Errors() == 0 {
+		// A valid document refused for a reason outside it (a file it
+		// names not there yet, a port in use) is tried again at the
+		// next event, even with the same content: a Secret's volume may
+		// be updated after its ConfigMap's.
+		return nil
+	}
 	return data
 }
 

@@ -69,6 +69,13 @@ func startReload(t *testing.T, text string) *reloadFixture {
 // startReloadAt starts the daemon on a configuration file that exists.
 func startReloadAt(t *testing.T, file string) *reloadFixture {
 	t.Helper()
+	return startReloadWith(t, file, nil)
+}
+
+// startReloadWith is startReloadAt with Reload.Adjust (as serve's --bind
+// sets it).
+func startReloadWith(t *testing.T, file string, adjust func(*config.Config)) *reloadFixture {
+	t.Helper()
 	f := &reloadFixture{t: t, file: file, metrics: prometheus.NewRegistry(),
 		logs: &testutil.SyncBuffer{}, signal: make(chan struct{}), done: make(chan error, 1)}
 	doc, err := config.Load(f.file, config.Options{})
@@ -77,7 +84,7 @@ func startReloadAt(t *testing.T, file string) *reloadFixture {
 	}
 	logger := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	f.d, err = routerd.New(doc.Config, routerd.Deps{Logger: logger, Metrics: f.metrics, ShutdownGrace: 5 * time.Second,
-		Reload: routerd.Reload{File: f.file, Signal: f.signal}})
+		Reload: routerd.Reload{File: f.file, Signal: f.signal, Adjust: adjust}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -740,6 +747,64 @@ func TestReloadSkipsAnEmptyFile(t *testing.T) {
 	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "dynamo.load.max_staleness (immediate)") {
 		t.Fatalf("the write after it: %+v", r)
 	}
+}
+
+// TestReloadSignalRefusesAnEmptyFile: SIGHUP caught while the file is
+// empty refuses the reload (the file is being written) instead of
+// applying every default, which would drop the backends and the admin
+// API; the running configuration stays. The listener's address is kept
+// across reloads (as serve's --bind keeps it), so that every default
+// would apply if it were not refused.
+func TestReloadSignalRefusesAnEmptyFile(t *testing.T) {
+	t.Parallel()
+	addr := unusedAddr(t)
+	file := filepath.Join(t.TempDir(), "continuum.yaml")
+	testutil.ReplaceFile(t, file, strings.Replace(configYAML("http://127.0.0.1:1", t.TempDir(), ""), "127.0.0.1:0", addr, 1))
+	f := startReloadWith(t, file, func(c *config.Config) { c.Server.BindAddress = addr })
+	gen := f.status().Generation
+	if err := os.WriteFile(f.file, nil, 0o600); err != nil { // truncated, in place
+		t.Fatal(err)
+	}
+	f.signal <- struct{}{}
+	if r := f.waitReload(1); r.Result != admin.ReloadRejected || !strings.Contains(r.Error, "empty") {
+		t.Fatalf("SIGHUP on an empty file: %+v", r)
+	}
+	if g := f.status().Generation; g != gen {
+		t.Errorf("generation %d after the refused reload, %d before", g, gen)
+	}
+}
+
+// TestReloadRetriesARefusedDocument: a valid document refused for a
+// reason outside it (server.tls naming files not there yet) is tried again
+// when the file is written again with the same content, as a ConfigMap's
+// volume is re-synced after the Secret's arrives.
+func TestReloadRetriesARefusedDocument(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	text := configYAML("http://127.0.0.1:1", t.TempDir(), "")
+	f := startReload(t, text)
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	withTLS := strings.Replace(text, "  bind_address: \"127.0.0.1:0\"\n",
+		fmt.Sprintf("  bind_address: \"127.0.0.1:0\"\n  tls: {cert: %q, key: %q}\n", cert, key), 1)
+	f.write(withTLS)
+	if r := f.waitReload(1); r.Result != admin.ReloadRejected {
+		t.Fatalf("TLS files missing: %+v", r)
+	}
+	pki := testutil.NewTestPKI(t)
+	for _, c := range [][2]string{{pki.ServerCert, cert}, {pki.ServerKey, key}} {
+		data, err := os.ReadFile(c[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.ReplaceFile(t, c[1], string(data))
+	}
+	f.write(withTLS) // the same content again
+	// Applied, the listener speaks TLS: the admin API's status is out of
+	// this plain client's reach, the metrics are not.
+	testutil.Eventually(t, 10*time.Second, "the same document applied once its files exist", func() bool {
+		n, _ := series(t, f.metrics, "continuum_config_reloads_total", map[string]string{"result": admin.ReloadApplied})
+		return n == 1
+	})
 }
 
 // TestReadyAfterAWatcherSwitch: a reload that empties the view for a new
