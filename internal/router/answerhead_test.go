@@ -72,11 +72,13 @@ func rawBackend(t *testing.T, answer string) string {
 // they would through a header map, whether the router's server relays
 // their lines as they came (the lean server) or adds them to its map
 // (net/http's): names in any case, repeats in order, and none of the
-// hop-by-hop, framing, pin or request id fields, which are the router's.
+// hop-by-hop, framing, pin, request id or x-continuum-* fields, which are
+// the router's (a backend does not say who served a request).
 func TestAnswerFieldsRelayed(t *testing.T) {
 	t.Parallel()
 	fields := "content-type: text/event-stream\r\nx-Custom: a\r\nkeep-alive: timeout=5\r\nX-Dynamo-Worker-Instance-Id: 7\r\n" +
-		"x-request-id: backend-id\r\nx-continuum-routing-path: forged\r\nX-Multi: 1\r\nx-multi: 2\r\nDate: Wed, 02 Dec 2026 06:00:00 GMT\r\n"
+		"x-request-id: backend-id\r\nx-continuum-routing-path: forged\r\nX-Multi: 1\r\nx-multi: 2\r\nDate: Wed, 02 Dec 2026 06:00:00 GMT\r\n" +
+		"x-continuum-worker: forged\r\nX-Continuum-Backend: forged\r\n"
 	for _, tc := range []struct{ name, answer, body string }{
 		{"sse", "HTTP/1.1 200 OK\r\n" + fields + "Transfer-Encoding: chunked\r\n\r\n8\r\ndata: 1\n\r\n0\r\n\r\n", "data: 1\n"},
 		{"buffered", "HTTP/1.1 200 OK\r\n" + strings.Replace(fields, "text/event-stream", "application/json", 1) + "Content-Length: 2\r\n\r\n{}", "{}"},
@@ -107,7 +109,8 @@ func TestAnswerFieldsRelayed(t *testing.T) {
 				t.Fatalf("%s %s: relayed fields missing: %q", tc.name, url, h)
 			}
 			if h.Get("Keep-Alive") != "" || h.Get("X-Dynamo-Worker-Instance-Id") != "" || h.Get("X-Request-Id") == "backend-id" ||
-				h.Get("X-Request-Id") == "" || !reflect.DeepEqual(h["X-Continuum-Routing-Path"], []string{"unified"}) {
+				h.Get("X-Request-Id") == "" || !reflect.DeepEqual(h["X-Continuum-Routing-Path"], []string{"unified"}) ||
+				h.Get("X-Continuum-Worker") != "" || h.Get("X-Continuum-Backend") != "" {
 				t.Fatalf("%s %s: fields the router owns or drops: %q", tc.name, url, h)
 			}
 			h = h.Clone()

@@ -1003,11 +1003,16 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 }
 
 // relayedField reports whether an answer's field (canonical name) goes
-// on to the client: not hop-by-hop, not a pin, not the request id or the
-// routing path (the router's own).
+// on to the client: not hop-by-hop, not a pin, not the request id or any
+// x-continuum-* field (the router's own: the routing path, and who served
+// the request, told only a client that asked and never by a backend).
 func relayedField(k string) bool {
-	return !dropped(k) && k != requestIDHeader && k != routingPathHeader && !shim.IsPinHeader(k)
+	return !dropped(k) && k != requestIDHeader && !strings.HasPrefix(k, ownFieldPrefix) && !shim.IsPinHeader(k)
 }
+
+// ownFieldPrefix begins the canonical names of the router's own answer
+// fields.
+const ownFieldPrefix = "X-Continuum-"
 
 // revealHeader is x-backend, canonical (a lookup by it copies nothing): a
 // client sends it to learn the backend and workers that served it.
