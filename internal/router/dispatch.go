@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -209,6 +210,12 @@ func (x *exchange) route() {
 		x.served(&d.Pin)
 	}
 	v := plan.Verdict(res.outcome)
+	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load())) == 0 {
+		// Nothing to fall back to (the shim's frontend is the only
+		// backend of the model): the dispatch's own failure says more
+		// than "no backend", and a retry would not find one either.
+		v = shim.Verdict{Action: shim.FailDecode, CountPath: true, ErrorPhase: v.ErrorPhase}
+	}
 	if v.ErrorPhase != "" {
 		m.DisaggErrors.WithLabelValues(v.ErrorPhase).Inc()
 	}
@@ -377,14 +384,7 @@ func (x *exchange) plain(routingPath string) {
 	x.routingPath = routingPath
 	rt := x.s.routes.Load()
 	plan := rt.plan
-	now := x.s.opts.Now()
-	var cands []*Backend
-	for _, b := range rt.backends {
-		if b.cfg.Internal || b.cfg.Role != config.RoleUnified || plan.IsReplica(b) || !b.Serves(x.q.Model) || !x.takes(b) || !b.Available(now) {
-			continue
-		}
-		cands = append(cands, b)
-	}
+	cands := x.plainCandidates(rt)
 	if len(cands) == 0 {
 		x.noPlainBackend(plan, routingPath)
 		return
@@ -395,6 +395,20 @@ func (x *exchange) plain(routingPath string) {
 	if res := x.send(cands, nil, nil, nil); res.outcome == shim.Failed || res.outcome == shim.Cut {
 		x.plainFailed(res)
 	}
+}
+
+// plainCandidates lists the unified backends rt may route the request to
+// without pins, available now.
+func (x *exchange) plainCandidates(rt *routes) []*Backend {
+	now := x.s.opts.Now()
+	var cands []*Backend
+	for _, b := range rt.backends {
+		if b.cfg.Internal || b.cfg.Role != config.RoleUnified || rt.plan.IsReplica(b) || !b.Serves(x.q.Model) || !x.takes(b) || !b.Available(now) {
+			continue
+		}
+		cands = append(cands, b)
+	}
+	return cands
 }
 
 // noPlainBackend answers a request no plain backend may take: its model is
@@ -657,6 +671,16 @@ func (x *exchange) relayBuffered(resp *http.Response, b *Backend, pin *pick.Pin)
 	if pin != nil && shim.Failure(resp.StatusCode, x.q.Stream) {
 		res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
 			viewBehind: shim.MentionsPrefillRefusal(data)}
+		if msg := answerMessage(data); msg != "" {
+			// What the frontend said goes to the log and, when the client
+			// asked who served it, to the client; a 4xx's (about the
+			// request: a context length exceeded, a bad parameter) to
+			// every client, as the frontend would have told it.
+			res.detail += ": " + msg
+			if resp.StatusCode >= 400 && resp.StatusCode <= 499 {
+				res.public += ": " + msg
+			}
+		}
 		if res.repin = shim.Repin(resp.StatusCode, data); res.repin != "" {
 			res.blame, res.named = shim.FailedWorkers(*pin, data)
 		}
@@ -933,6 +957,24 @@ func (x *exchange) relayConverted(resp *http.Response, b *Backend, pin *pick.Pin
 	x.writeHead(resp, b, pin, status)
 	_, _ = x.w.Write(out)
 }
+
+// answerMessage is a failed answer's JSON error message, at most
+// maxAnswerMessage bytes (cut at a character's start), or "".
+func answerMessage(body []byte) string {
+	msg := shim.ErrorMessage(body)
+	if len(msg) > maxAnswerMessage {
+		cut := maxAnswerMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	return msg
+}
+
+// maxAnswerMessage bounds what of a backend's error message the router
+// repeats.
+const maxAnswerMessage = 512
 
 func truncate(b []byte, n int) []byte {
 	if len(b) > n {

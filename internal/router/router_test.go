@@ -395,6 +395,46 @@ func TestDecodeFailure(t *testing.T) {
 	}
 }
 
+// TestDecodeFailureWithNowhereToFallBack: with fallback_to_unified on and
+// the shim's frontend the model's only backend, a failed dispatch has
+// nothing to fall back to: it is answered 502 disaggregated_decode_failed
+// (not 503 no_backend_available), counted under its own routing path,
+// with what the frontend said of a 4xx (the request's fault) in the
+// message, and of a 5xx only for a client that sent x-backend.
+func TestDecodeFailureWithNowhereToFallBack(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status        int
+		reveal, shown bool
+	}{{400, false, true}, {500, false, false}, {500, true, true}} {
+		t.Run(fmt.Sprintf("%d reveal=%v", tc.status, tc.reveal), func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			const said = "max_tokens (100000) exceeds the context length 32768"
+			fe := failingFrontend(t, tc.status, `{"error":{"message":"`+said+`","type":"BadRequestError","code":400}}`, &hits)
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends = c.Backends[:1]
+				c.Backends[0].URL = fe.URL
+				c.DisaggregatedServing.FallbackToUnified = true
+			})
+			hdr := map[string]string{}
+			if tc.reveal {
+				hdr["x-backend"] = ""
+			}
+			resp := h.post(t, chat(false), hdr)
+			body := readAll(t, resp)
+			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "disaggregated_decode_failed") || strings.Contains(body, said) != tc.shown {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathDisaggregated)) != 1 ||
+				promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(shim.PathFallback)) != 0 ||
+				promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("decode")) != 1 {
+				t.Error("counted as a fallback, or not as a decode failure")
+			}
+		})
+	}
+}
+
 // TestStreamingFallbackRules: before a stream starts, 429 falls back;
 // other 4xx pass through.
 func TestStreamingFallbackRules(t *testing.T) {
