@@ -273,3 +273,36 @@ func TestConnectorPublisherClosedInHandshake(t *testing.T) {
 		}
 	}
 }
+
+// TestSameCredentialYields: a second broker process with the same id and
+// token (a second replica, or the next pod of a rollout) replaces the
+// first's session, as the newer session of a credential does; the first
+// then stays away for the backoff's ceiling instead of taking the session
+// straight back, which would drop the streams it carries each time.
+func TestSameCredentialYields(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pub := testutil.StartGoPublisher(t)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "one session", func() bool { return tb.SessionCount() == 1 })
+	h := &loopHandler{}
+	l := &load.Loop{Endpoint: pub.Endpoint, Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
+		Connector: &eventbus.Connector{Bus: tb.Bus}, Handler: h}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testutil.Eventually(t, 15*time.Second, "connected", func() bool {
+		_ = pub.Send([][]byte{[]byte("kv_metrics"), []byte("s")})
+		n, m, _ := h.counts()
+		return n == 1 && m > 0
+	})
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil) // the same credential again
+	// Without yielding, the two take turns within a second or so each
+	// (the reconnect backoff starts at 0.5 s).
+	time.Sleep(4 * time.Second)
+	n, _, _ := h.counts()
+	if sup := strings.Count(tb.logs.String(), "code="+eventbus.CodeSessionSuperseded); sup != 1 || n > 2 {
+		t.Errorf("two processes of one credential: %d sessions superseded, the subscription connected %d times", sup, n)
+	}
+}

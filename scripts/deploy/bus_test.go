@@ -42,6 +42,11 @@ func checkBusClient(t *testing.T, name string, m *manifests, w busClient) {
 			t.Errorf("%s: %T in namespace %q, want %q", name, o, ns, w.namespace)
 		}
 	}
+	// One process per credential, never two at once (a second replica or a
+	// rollout's surge pod would replace the first's session).
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("%s: replicas %v, strategy %q: want 1 and Recreate", name, d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
 	spec := d.Spec.Template.Spec
 	if spec.ServiceAccountName != sa.Name || sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
 		t.Errorf("%s: the Deployment runs as %q (ServiceAccount %q, which must not mount its token by default)", name, spec.ServiceAccountName, sa.Name)
@@ -292,6 +297,8 @@ func TestHelmBusClients(t *testing.T) {
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b"}, "eventBroker.tokenSecret.name (or eventBroker.token) is required"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.token=t"}, "eventBroker.id is required"},
 		{[]string{"--set", "kvListener.enabled=true", "--set", "kvListener.router=https://r:7443", "--set", "kvListener.id=k", "--set", "kvListener.token=t"}, "kvListener.backends is required"},
+		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t",
+			"--set", "eventBroker.dynamoNamespaces={dynamo}", "--set", "eventBroker.replicaCount=2"}, "eventBroker.replicaCount: one process per entry"},
 	} {
 		_, err := run(t, helm, append([]string{"template", "c", chart}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {

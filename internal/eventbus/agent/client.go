@@ -190,7 +190,19 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.o.Metrics.Sessions.WithLabelValues(sessionResult(err)).Inc()
 		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
-		c.o.Logger.Warn("event bus session ended; reconnecting", "router", c.base.Host, "err", err, "retry_in", wait.Round(time.Millisecond))
+		if se := (*SessionError)(nil); errors.As(err, &se) && se.Code == eventbus.CodeSessionSuperseded {
+			// Another process holds this credential (a second replica
+			// with the same id, or the next pod of a rollout): the newer
+			// session keeps it. Coming back at once would take it back
+			// and drop its streams, and it would do the same in turn; so
+			// the longest wait, and the backoff stays at its ceiling.
+			backoff = ReconnectMax
+			wait = ReconnectMax/2 + time.Duration(rand.Int64N(int64(ReconnectMax/2)+1))
+			c.o.Logger.Error("a newer event bus session with this credential replaced this one: another process runs with the same id and token (a second replica, or the next pod of a rollout)",
+				"router", c.base.Host, "retry_in", wait.Round(time.Millisecond))
+		} else {
+			c.o.Logger.Warn("event bus session ended; reconnecting", "router", c.base.Host, "err", err, "retry_in", wait.Round(time.Millisecond))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
