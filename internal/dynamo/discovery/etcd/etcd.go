@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,6 +37,9 @@ import (
 const (
 	keepAliveTime    = 10 * time.Second
 	keepAliveTimeout = 10 * time.Second
+	// revisionProbeEvery is how often a pass reads the store's revision
+	// to learn whether the store went back (see probeRevision).
+	revisionProbeEvery = 10 * time.Second
 	// pageSize is the number of keys one range get returns at most.
 	pageSize = 256
 	// maxRecvBytes bounds one response: a page of records of at most
@@ -65,6 +69,9 @@ type Source struct {
 
 	// afterSeed runs between the range get and opening the watches (tests).
 	afterSeed func()
+	// probeEvery is how often a pass checks the store's revision
+	// (revisionProbeEvery; tests shorten it).
+	probeEvery time.Duration
 }
 
 var _ discovery.Source = (*Source)(nil)
@@ -357,6 +364,13 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 	}
 	connLost := make(chan error, 1)
 	go watchConnection(watchCtx, client, connLost)
+	var seen atomic.Int64 // the newest revision the pass has read
+	seen.Store(rev)
+	every := s.probeEvery
+	if every <= 0 {
+		every = revisionProbeEvery
+	}
+	go probeRevision(watchCtx, client, prefixes[0], &seen, every, connLost)
 
 	for {
 		select {
@@ -367,6 +381,9 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		case b := <-events:
 			if !b.ok || b.resp.Canceled || b.resp.Err() != nil {
 				return fmt.Errorf("etcd watch ended: %w", watchErr(b.resp, b.ok))
+			}
+			if r := b.resp.Header.Revision; r > seen.Load() {
+				seen.Store(r)
 			}
 			for _, ev := range b.resp.Events {
 				if !s.watched(ev.Kv.Key) {
@@ -433,13 +450,20 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 	return errors.New("watch not created")
 }
 
-// watchConnection ends the pass when the client's connection fails, so a
-// stopped server leads to a full resync rather than a silent resume.
+// watchConnection ends the pass when the client's connection is lost, so
+// a stopped server leads to a full resync rather than a silent resume:
+// the connection failing, or leaving READY at all (a connection closed and
+// made again at once goes through IDLE and CONNECTING, and the client
+// would resume its watches on the new one unnoticed).
 func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- error) {
 	conn := client.ActiveConnection()
 	state := conn.GetState()
+	ready := false
 	for {
-		if state == connectivity.TransientFailure || state == connectivity.Shutdown {
+		switch {
+		case state == connectivity.Ready:
+			ready = true
+		case state == connectivity.TransientFailure || state == connectivity.Shutdown || ready:
 			select {
 			case lost <- fmt.Errorf("etcd connection %s", state):
 			default:
@@ -450,5 +474,40 @@ func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- e
 			return
 		}
 		state = conn.GetState()
+	}
+}
+
+// probeRevision ends the pass when the store's revision is below the
+// newest the pass has read: the store went back (a member restarted with
+// its data wiped, or restored from an older snapshot), and a watch
+// resumed there waits for revisions that will not come for a long time,
+// or brings a different history under them. A connection kept up by a
+// proxy in between (a service mesh's sidecar, an L4 balancer that retries
+// its upstream) hides such a restart from the connection's state. The
+// read is one key without its value, linearizable (the leader's revision,
+// not a lagging member's); a failed read is the connection's watch's to
+// judge.
+func probeRevision(ctx context.Context, client *clientv3.Client, prefix string, seen *atomic.Int64, every time.Duration, lost chan<- error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, keepAliveTimeout)
+		resp, err := client.Get(pctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		cancel()
+		if err != nil {
+			continue
+		}
+		if r, s := resp.Header.Revision, seen.Load(); r < s {
+			select {
+			case lost <- fmt.Errorf("etcd revision %d is below %d, read before: the store went back (wiped or restored)", r, s):
+			default:
+			}
+			return
+		}
 	}
 }
