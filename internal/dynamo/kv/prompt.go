@@ -59,9 +59,9 @@ type Preparer struct {
 	SpecialTokens map[string]string
 }
 
-// ErrNotText is returned for a completion request whose prompt is not one
-// text (a batch, or token ids).
-var ErrNotText = errors.New("the prompt is not one text")
+// ErrNotText is returned for a completion request whose prompt is neither
+// one text nor one list of token ids (a batch, or none).
+var ErrNotText = errors.New("the prompt is not one text or one list of token ids")
 
 // ChatRequest renders and encodes a chat completion request body as the
 // router does for KV-aware selection, which is how Dynamo's frontend
@@ -86,8 +86,11 @@ func (p *Preparer) ChatRequest(ctx context.Context, body []byte) ([]uint32, stri
 
 // CompletionRequest encodes a completion request body's prompt as the
 // router does for KV-aware selection: the text as given, without added
-// special tokens, within ctx; and the request's cache salt (nvext.cache_salt,
-// else cache_salt). A prompt that is not one text is ErrNotText.
+// special tokens, within ctx; a list of token ids as it is (the frontend
+// passes such a prompt to the engine untouched); and the request's cache
+// salt (nvext.cache_salt, else cache_salt). A prompt that is neither is
+// ErrNotText; a list of more than tokenize.MaxTokens ids is
+// tokenize.ErrPromptTooLarge.
 //
 // A raw prompt is not held to a template's 1 MiB output bound: it is the
 // client's text, and only its token count (and the tokenizer's own text
@@ -102,12 +105,33 @@ func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32
 		return nil, "", fmt.Errorf("completion request: %w", err)
 	}
 	prompt, _ := top.get("prompt")
+	if ids, ok, err := tokenIDs(prompt); ok {
+		return ids, salt, err
+	}
 	var text string
 	if bytes.Equal(prompt, jsonNull) || json.Unmarshal(prompt, &text) != nil {
 		return nil, "", ErrNotText // none (absent or null), or not one string
 	}
 	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
 	return ids, salt, err
+}
+
+// tokenIDs reads a prompt that is one list of token ids (each an integer
+// 0..2^32-1): ok is false for anything else (a text, a batch, ids out of
+// range), which is then not read as ids.
+func tokenIDs(prompt []byte) ([]uint32, bool, error) {
+	prompt = bytes.TrimLeft(prompt, " \t\r\n")
+	if len(prompt) == 0 || prompt[0] != '[' {
+		return nil, false, nil
+	}
+	var ids []uint32
+	if json.Unmarshal(prompt, &ids) != nil {
+		return nil, false, nil // a batch, or not integers that fit
+	}
+	if len(ids) > tokenize.MaxTokens {
+		return nil, true, tokenize.ErrPromptTooLarge
+	}
+	return ids, true, nil
 }
 
 // Chat renders a chat request and encodes the rendered prompt, both within

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -135,9 +136,19 @@ func TestPromptsMatchThePipeline(t *testing.T) {
 	if !slices.Equal(cp.IDs, want) {
 		t.Errorf("completions ids %v, want %v", cp.IDs, want)
 	}
-	// A prompt that is not one text has no KV terms.
-	if _, result := p.Prepare(snap, "m", "/v1/completions", []byte(`{"model":"m","prompt":["a","b"]}`), []int{16}); result != kv.ResultRenderUnavailable {
-		t.Errorf("batch prompt: %q", result)
+	// Token ids are the prompt as they are, salt and all (the frontend
+	// passes them to the engine untouched).
+	idsJSON, _ := json.Marshal(want)
+	tp := prepared(t, p, snap, "/v1/completions", `{"model":"m","cache_salt":"s","prompt":`+string(idsJSON)+`}`, 16)
+	if !slices.Equal(tp.IDs, want) || !slices.Equal(tp.Hashes[16], wire.LocalBlockHashes(want, 16, wire.BlockHashSeed("", "s"))) {
+		t.Errorf("token id prompt: ids %v, hashes %v", tp.IDs, tp.Hashes[16])
+	}
+	// A prompt that is neither one text nor one list of ids has no KV
+	// terms.
+	for _, batch := range []string{`["a","b"]`, `[[1,2],[3,4]]`, `[1,-2]`, `[1,4294967296]`, `[1.5]`} {
+		if _, result := p.Prepare(snap, "m", "/v1/completions", []byte(`{"model":"m","prompt":`+batch+`}`), []int{16}); result != kv.ResultRenderUnavailable {
+			t.Errorf("prompt %s: %q", batch, result)
+		}
 	}
 	// No body: a pick by model alone, with no result to count.
 	if pr, result := p.Prepare(snap, "m", "/v1/responses", nil, []int{16}); pr != nil || result != "" {
