@@ -99,11 +99,13 @@ func (s *Subscriptions) Run(ctx context.Context) error {
 	// subscriptions there are; each check times its successor.
 	age := time.NewTimer(0)
 	defer age.Stop()
+	tick := time.NewTicker(reportEvery)
+	defer tick.Stop()
 	for {
 		changed := s.reg.Changed()
 		s.reconcile(ctx, s.reg.Snapshot())
 		s.report()
-		if !s.wait(ctx, changed, age) {
+		if !s.wait(ctx, changed, age, tick.C) {
 			s.pool.Stop()
 			s.report() // the stopped subscriptions' blocks are gone: the gauges say so
 			return nil
@@ -111,10 +113,10 @@ func (s *Subscriptions) Run(ctx context.Context) error {
 	}
 }
 
-// wait ages out stale subscriptions, each when it is due, until the
-// registry changes or a new connector asks for a reconcile; false when ctx
-// ended.
-func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, age *time.Timer) bool {
+// wait ages out stale subscriptions, each when it is due, and exports the
+// index's size at each tick, until the registry changes or a new connector
+// asks for a reconcile; false when ctx ended.
+func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, age *time.Timer, tick <-chan time.Time) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -126,9 +128,16 @@ func (s *Subscriptions) wait(ctx context.Context, changed <-chan struct{}, age *
 		case now := <-age.C:
 			age.Reset(time.Until(s.ageOut(now)))
 			s.report()
+		case <-tick:
+			s.report()
 		}
 	}
 }
+
+// reportEvery is how often the index's size is exported: the events that
+// change it come at any time, and a scrape or `top` should see it within
+// a second.
+const reportEvery = time.Second
 
 // SetConnector restarts every subscription through c (a reload changed the
 // transport or the allowed networks). The index keeps its blocks and each

@@ -473,3 +473,32 @@ func TestSubscriptionsDepartedReaderAppliesNothing(t *testing.T) {
 		t.Error("a departed publisher's late message was applied")
 	}
 }
+
+// TestIndexGaugesFollowTheIndex: the index's size gauges follow events
+// within a second or so, not only when the fleet changes or a stale
+// subscription is aged out (up to a minute later).
+func TestIndexGaugesFollowTheIndex(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := fleet.NewReducer(), fleet.NewRegistry(nil, nil)
+		kvRecords(r, reg, 7, 0x77, "kv-events", "tcp://127.0.0.1:1")
+		ix := kv.NewIndex()
+		m := telemetry.NewKVMetrics(nil)
+		subs := kv.NewSubscriptions(reg, ix, refusing{}, m, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = subs.Run(ctx) }()
+		synctest.Wait()
+		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
+			t.Fatalf("stored: %+v", out)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if v, n := promtest.ToFloat64(m.IndexNodes), ix.Stats().Nodes; v != float64(n) {
+			t.Errorf("2 s after an accepted event: continuum_dynamo_kv_index_nodes = %v, index holds %d", v, n)
+		}
+		cancel()
+		<-done
+	})
+}
