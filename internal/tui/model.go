@@ -160,9 +160,14 @@ type Model struct {
 	filter    string
 	filtering bool
 	detail    bool
-	paused    bool
-	help      bool
-	quitting  bool
+	// departed is the worker rank the open detail was on when it left the
+	// fleet (at departedAt): the detail keeps showing it, said to be gone,
+	// rather than whatever row the cursor is left on.
+	departed   *Row
+	departedAt time.Time
+	paused     bool
+	help       bool
+	quitting   bool
 }
 
 // New returns a model; Init starts polling.
@@ -303,20 +308,40 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 // worker rank it was on, wherever that row sorts now: loads change every
 // poll, and a cursor kept by position would jump to another worker (and
 // the detail it shows with it). A row that is gone leaves the cursor
-// where it was.
+// where it was; an open detail stays on the worker that left, said to be
+// gone, until it is closed, the cursor moves, or the worker comes back.
 func (m *Model) rebuildKeepingSelection() {
 	sel, had := m.Selected()
+	if m.departed != nil {
+		sel, had = *m.departed, true
+	}
 	m.rows = m.buildRows()
+	found := false
 	if had {
 		for i := range m.rows {
 			r := &m.rows[i]
 			if r.Rank == sel.Rank && r.Worker.WorkerID == sel.Worker.WorkerID && r.Worker.Namespace == sel.Worker.Namespace {
-				m.cursor = i
+				m.cursor, found = i, true
 				break
 			}
 		}
 	}
+	switch {
+	case found:
+		m.departed = nil
+	case had && m.detail && m.departed == nil && m.snap != nil:
+		m.departed, m.departedAt = &sel, m.snap.At
+	}
 	m.clampCursor()
+}
+
+// detailRow is the row the open detail shows: the worker that left while
+// it was open, else the one under the cursor.
+func (m Model) detailRow() (Row, bool) {
+	if m.departed != nil {
+		return *m.departed, true
+	}
+	return m.Selected()
 }
 
 // buildRows joins workers with their load rows, filters and sorts them.
@@ -490,7 +515,7 @@ func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	case m.keys.Help.Has(s):
 		m.help = true
 	case m.detail && (m.keys.Detail.Has(s) || m.keys.Back.Has(s)):
-		m.detail = false
+		m.detail, m.departed = false, nil
 	case m.keys.Back.Has(s):
 		if m.filter != "" {
 			m.filter = ""
@@ -499,33 +524,37 @@ func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		}
 	case m.keys.Up.Has(s):
 		m.cursor--
+		m.departed = nil
 		m.clampCursor()
 	case m.keys.Down.Has(s):
 		m.cursor++
+		m.departed = nil
 		m.clampCursor()
 	case m.keys.Top.Has(s):
 		m.cursor = 0
+		m.departed = nil
 	case m.keys.Bottom.Has(s):
 		m.cursor = m.listLen() - 1
+		m.departed = nil
 		m.clampCursor()
 	case m.keys.NextView.Has(s):
 		m.view = (m.view + 1) % viewCount
-		m.cursor, m.offset, m.detail = 0, 0, false
+		m.cursor, m.offset, m.detail, m.departed = 0, 0, false, nil
 	case m.keys.PrevView.Has(s):
 		m.view = (m.view + viewCount - 1) % viewCount
-		m.cursor, m.offset, m.detail = 0, 0, false
+		m.cursor, m.offset, m.detail, m.departed = 0, 0, false, nil
 	case len(s) == 1 && s[0] >= '1' && s[0] < '1'+byte(viewCount):
 		m.view = View(s[0] - '1')
-		m.cursor, m.offset, m.detail = 0, 0, false
+		m.cursor, m.offset, m.detail, m.departed = 0, 0, false, nil
 	case m.keys.Filter.Has(s):
-		m.view, m.filtering, m.detail = ViewFleet, true, false
+		m.view, m.filtering, m.detail, m.departed = ViewFleet, true, false, nil
 		m.clampCursor()
 	case m.keys.Sort.Has(s):
 		m.sortBy = (m.sortBy + 1) % sortCount
 		m.rebuildKeepingSelection()
 	case m.keys.Detail.Has(s):
 		if m.view == ViewFleet && len(m.rows) > 0 {
-			m.detail = true
+			m.detail, m.departed = true, nil
 		}
 	case m.keys.Pause.Has(s):
 		m.paused = !m.paused

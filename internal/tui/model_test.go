@@ -729,6 +729,37 @@ func TestCursorFollowsWorker(t *testing.T) {
 	}
 }
 
+// TestDetailOfADepartedWorker: a worker that leaves the fleet while its
+// detail is open stays in the detail, said to be gone, rather than the
+// detail showing whichever worker the cursor is left on; closing it, or
+// moving the cursor, shows the rows as they are.
+func TestDetailOfADepartedWorker(t *testing.T) {
+	m := loaded(t, 160, 48)
+	const gone = "7587890000000000002"
+	for i, r := range m.Rows() {
+		if r.Worker.WorkerID == gone {
+			m = keys(m, slices.Repeat([]string{"down"}, i)...)
+		}
+	}
+	m = keys(m, "enter")
+	next := fixture(t0.Add(2*time.Second), 3)
+	ws := next.Workers.Workers[:0]
+	for _, w := range next.Workers.Workers {
+		if w.WorkerID != gone {
+			ws = append(ws, w)
+		}
+	}
+	next.Workers.Workers = ws
+	m = update(m, tui.SnapshotMsg(next))
+	if v := m.Render(); !strings.Contains(v, gone) || !strings.Contains(v, "left the fleet") {
+		t.Fatalf("the detail of a worker that left:\n%s", v)
+	}
+	m = keys(m, "esc", "enter")
+	if v := m.Render(); strings.Contains(v, "left the fleet") {
+		t.Fatalf("the detail opened again on the rows as they are:\n%s", v)
+	}
+}
+
 // TestSortByIDIsNumeric: instance ids are unpadded hex, ordered by value.
 func TestSortByIDIsNumeric(t *testing.T) {
 	snap := &tui.Snapshot{At: t0, Workers: admin.WorkersResponse{Enabled: true, Connected: true, Workers: []admin.Worker{

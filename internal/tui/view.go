@@ -408,7 +408,7 @@ func fmtAge(d time.Duration) string {
 }
 
 func (m Model) detailBody() []string {
-	r, ok := m.Selected()
+	r, ok := m.detailRow()
 	if !ok {
 		return nil
 	}
@@ -425,14 +425,18 @@ func (m Model) detailBody() []string {
 		}
 		return fmt.Sprint(*v)
 	}
-	kv := [][2]string{
+	var kv [][2]string
+	if m.departed != nil {
+		kv = append(kv, [2]string{"status", "left the fleet (gone at " + m.departedAt.Format("15:04:05") + "); what follows is as last seen"})
+	}
+	kv = append(kv, [][2]string{
 		{"instance", w.InstanceID + "  (worker id " + w.WorkerID + ")"}, {"where", w.Namespace + " / " + w.Component + " / " + w.Endpoint},
 		{"model", w.Model + "  (" + w.Role + ")"},
 		{"dp ranks", fmt.Sprintf("%d..%d (this row: %d)", w.DPStartRank, w.DPStartRank+max(w.DPSize, 1)-1, r.Rank)},
 		{"kv blocks", opt(w.Capacity.TotalKVBlocks) + " of " + opt32(w.BlockSize) + " tokens"},
 		{"batch", opt(w.Capacity.MaxNumBatchedTokens) + " tokens, " + opt(w.Capacity.MaxNumSeqs) + " seqs"},
 		{"context length", opt32(w.Capacity.ContextLength)}, {"first seen", w.FirstSeen}, {"last updated", w.LastUpdated},
-	}
+	}...)
 	if l := r.Load; l != nil {
 		kv = append(kv, [2]string{"load state", l.State},
 			[2]string{"active decode blocks", opt(l.ActiveDecodeBlocks)},
