@@ -69,6 +69,9 @@ type Source struct {
 
 	// afterSeed runs between the range get and opening the watches (tests).
 	afterSeed func()
+	// seedTimeout bounds a pass's connect, range get and watch creation
+	// (discovery.SeedTimeout; tests shorten it).
+	seedTimeout time.Duration
 	// probeEvery is how often a pass checks the store's revision
 	// (revisionProbeEvery; tests shorten it).
 	probeEvery time.Duration
@@ -239,8 +242,21 @@ func versionAnswer(ctx context.Context, hc *http.Client, ep string) error {
 	return nil
 }
 
-// Run performs one pass: connect, range get, watch, stream.
+// Run performs one pass: connect, range get, watch, stream. A pass that
+// ran out of its seed timeout says why, when a probe of the endpoints
+// finds out (refused, silent, not etcd): the timeout alone tells an
+// operator nothing.
 func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
+	err := s.run(ctx, sink)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if why := s.Diagnose(ctx); why != nil {
+			err = fmt.Errorf("%w (%v)", err, why)
+		}
+	}
+	return err
+}
+
+func (s *Source) run(ctx context.Context, sink discovery.Sink) error {
 	var tc *tls.Config
 	if s.useTLS {
 		var err error
@@ -248,11 +264,15 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 			return err
 		}
 	}
-	seedCtx, cancelSeed := context.WithTimeout(ctx, discovery.SeedTimeout)
+	seedTimeout := discovery.SeedTimeout
+	if s.seedTimeout > 0 {
+		seedTimeout = s.seedTimeout
+	}
+	seedCtx, cancelSeed := context.WithTimeout(ctx, seedTimeout)
 	defer cancelSeed()
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:            s.endpoints,
-		DialTimeout:          discovery.SeedTimeout,
+		DialTimeout:          seedTimeout,
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: keepAliveTimeout,
 		TLS:                  tc,
@@ -340,7 +360,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 				return fmt.Errorf("etcd watch %q from revision %d: %w", prefixes[i], rev+1, watchErr(resp, ok))
 			}
 		case <-seedCtx.Done():
-			return fmt.Errorf("etcd watch %q: not created within %s: %w", prefixes[i], discovery.SeedTimeout, seedCtx.Err())
+			return fmt.Errorf("etcd watch %q: not created within %s: %w", prefixes[i], seedTimeout, seedCtx.Err())
 		}
 	}
 	cancelSeed()

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -339,6 +340,30 @@ func TestSeedTimeoutUnreachable(t *testing.T) {
 	}
 	if reg.Generation() != 0 {
 		t.Error("published without a source")
+	}
+}
+
+// TestSeedTimeoutSaysWhy: a pass that runs out of its seed timeout says
+// why when a probe finds out (here: the endpoint refuses connections), in
+// the error the watcher logs and discover prints, rather than the
+// timeout alone.
+func TestSeedTimeoutSaysWhy(t *testing.T) {
+	t.Parallel()
+	src := newSource(t, config.Etcd{Endpoints: []string{"http://127.0.0.1:1"}})
+	src.SetSeedTimeout(500 * time.Millisecond)
+	logs := &testutil.SyncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	w := &discovery.Watcher{Source: src, Registry: fleet.NewRegistry(nil, nil), Backoff: discovery.Backoff{Initial: time.Minute, Max: time.Minute},
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	testutil.Eventually(t, 10*time.Second, "the pass's end logged", func() bool { return strings.Contains(logs.String(), "pass ended") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l := logs.String(); !strings.Contains(l, "deadline exceeded") || !strings.Contains(l, "refused") {
+		t.Fatalf("the pass's end, logged: %s", l)
 	}
 }
 

@@ -11,3 +11,6 @@ func (s *Source) SetRecvLimit(n int) { s.recvLimit = n }
 
 // SetProbeEvery shortens how often a pass reads the store's revision.
 func (s *Source) SetProbeEvery(d time.Duration) { s.probeEvery = d }
+
+// SetSeedTimeout shortens the seed timeout of each pass.
+func (s *Source) SetSeedTimeout(d time.Duration) { s.seedTimeout = d }
