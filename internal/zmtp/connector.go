@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -74,7 +75,9 @@ var _ Connector = (*Direct)(nil)
 // Transport implements Connector.
 func (d *Direct) Transport() string { return "direct" }
 
-// SplitTCPEndpoint parses tcp://host:port.
+// SplitTCPEndpoint parses tcp://host:port, port a number from 1 to 65535
+// (ZMQ's tcp transport takes no service names, and no wildcard to
+// connect to).
 func SplitTCPEndpoint(endpoint string) (host, port string, err error) {
 	rest, ok := strings.CutPrefix(endpoint, "tcp://")
 	if !ok {
@@ -83,6 +86,9 @@ func SplitTCPEndpoint(endpoint string) (host, port string, err error) {
 	host, port, err = net.SplitHostPort(rest)
 	if err != nil || host == "" || port == "" || host == "*" {
 		return "", "", fmt.Errorf("endpoint %q is not tcp://host:port", endpoint)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", "", fmt.Errorf("endpoint %q has no port number from 1 to 65535", endpoint)
 	}
 	return host, port, nil
 }

@@ -202,9 +202,14 @@ func TestTailRejectDetailEscaped(t *testing.T) {
 	}
 }
 
+// TestTailBadEndpoint: an endpoint that could never be dialled is a usage
+// error, not a connection retried for ever.
 func TestTailBadEndpoint(t *testing.T) {
-	if code, _, errOut := run(t, "tail-load", "ipc:///tmp/x"); code != 2 || !strings.Contains(errOut, "tcp://host:port") {
-		t.Fatalf("exit %d: %s", code, errOut)
+	for arg, want := range map[string]string{"ipc:///tmp/x": "tcp://host:port", "tcp://127.0.0.1:99999": "port number",
+		"tcp://127.0.0.1:0": "port number", "tcp://127.0.0.1:zmq": "port number", "tcp://*:5555": "tcp://host:port"} {
+		if code, _, errOut := run(t, "tail-load", arg); code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%s: exit %d: %s", arg, code, errOut)
+		}
 	}
 }
 
