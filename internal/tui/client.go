@@ -119,17 +119,21 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 				Message string `json:"message"`
 			} `json:"error"`
 		}
+		hint := ""
+		if resp.StatusCode == http.StatusNotFound {
+			hint = " (is the admin API on, and on this address? admin.token, admin.bind_address)"
+		}
 		if json.Unmarshal(head, &e) == nil && e.Error.Message != "" {
 			msg := e.Error.Message
 			if r := []rune(msg); len(r) > 200 {
 				msg = string(r[:200]) + "…"
 			}
-			return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, msg)
+			if strings.Contains(msg, "admin") {
+				hint = "" // the router's own reason says it
+			}
+			return nil, fmt.Errorf("%s: %s: %s%s", path, resp.Status, msg, hint)
 		}
-		if resp.StatusCode == http.StatusNotFound {
-			return nil, fmt.Errorf("%s: %s (is the admin API on, and on this address? admin.token, admin.bind_address)", path, resp.Status)
-		}
-		return nil, fmt.Errorf("%s: %s", path, resp.Status)
+		return nil, fmt.Errorf("%s: %s%s", path, resp.Status, hint)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
 	if err != nil {

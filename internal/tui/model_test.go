@@ -415,6 +415,10 @@ func TestClientErrors(t *testing.T) {
 			_, _ = w.Write([]byte(`{"error":{"message":"the admin API is off: set admin.token","type":"invalid_request_error"}}`))
 		}, "/admin/dynamo/workers: 404 Not Found: the admin API is off: set admin.token"},
 		"bare 404": {func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) }, "404 Not Found (is the admin API on"},
+		"404 from the router's main port": {func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"message":"no such route","type":"invalid_request_error"}}`))
+		}, "404 Not Found: no such route (is the admin API on"},
 		"bad metrics": {func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/metrics" {
 				_, _ = w.Write([]byte("continuum_dynamo_selection_total{role=\"decode\" 1\n"))
@@ -524,6 +528,19 @@ func TestTinyTerminals(t *testing.T) {
 			m = keys(m, k)
 			_ = m.Render()
 		}
+	}
+}
+
+// TestProblemKeyKeepsItsEnd: a problem's first key too wide for its
+// column keeps its end (the instance id that tells two records apart),
+// not the prefix every key shares.
+func TestProblemKeyKeepsItsEnd(t *testing.T) {
+	snap := fixture(t0, 1)
+	key := "v1/instances/dynamo/decode/generate/" + strings.Repeat("7a", 30) + "beef"
+	snap.Problems.Problems = []admin.Problem{{Kind: "malformed", KeyCount: 1, Keys: []string{key}, Reason: "bad"}}
+	v := keys(update(newModel(t, 130, 24, nil), tui.SnapshotMsg(snap)), "4").Render()
+	if !strings.Contains(v, "7a7abeef") || strings.Contains(v, "v1/instances/dynamo") {
+		t.Errorf("the key's end is not shown:\n%s", v)
 	}
 }
 

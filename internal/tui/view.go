@@ -664,6 +664,13 @@ func (m Model) problemsBody(w, h int) []string {
 		first := ""
 		if len(p.Keys) > 0 {
 			first = p.Keys[0]
+			if last := cols[len(cols)-1]; last.title == "FIRST KEY" {
+				// A key too wide keeps its end: the instance id that
+				// tells two records apart, not the prefix they share.
+				if n := ansi.StringWidth(first); n > last.width {
+					first = ansi.TruncateLeft(first, n-last.width+1, "…")
+				}
+			}
 		}
 		rows = append(rows, m.tableRow([]string{p.Kind, fmt.Sprint(p.KeyCount), p.Reason, first}, cols, i == m.cursor, m.styles.Bad))
 	}
