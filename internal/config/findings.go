@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // Severity says whether a finding fails validation.
@@ -53,6 +54,15 @@ type Findings []Finding
 
 // Errors counts error findings.
 func (fs Findings) Errors() int { return fs.count(SeverityError) }
+
+// ErrorCount is the number of error findings in words: "1 error",
+// "2 errors".
+func (fs Findings) ErrorCount() string {
+	if n := fs.Errors(); n != 1 {
+		return strconv.Itoa(n) + " errors"
+	}
+	return "1 error"
+}
 
 // Warnings counts warning findings.
 func (fs Findings) Warnings() int { return fs.count(SeverityWarning) }

@@ -61,7 +61,7 @@ func Start(o Options) (*Demo, error) {
 	}
 	doc, err := config.Parse("(demo)", []byte(fl.Config), config.Options{})
 	if err == nil && doc.Findings.Errors() > 0 {
-		err = fmt.Errorf("the demo configuration has %d errors: %v", doc.Findings.Errors(), doc.Findings)
+		err = fmt.Errorf("the demo configuration has %s: %v", doc.Findings.ErrorCount(), doc.Findings)
 	}
 	if err != nil {
 		fl.Stop()

@@ -175,7 +175,7 @@ func (d *Daemon) apply(trigger string, doc *config.Document, loadErr error, unma
 	case d.closed:
 		err = fmt.Errorf("the router is shutting down")
 	case err == nil && doc.Findings.Errors() > 0:
-		err = fmt.Errorf("%s has %d errors", doc.File, doc.Findings.Errors())
+		err = fmt.Errorf("%s has %s", doc.File, doc.Findings.ErrorCount())
 	}
 	if err != nil {
 		return d.rejected(res, err)

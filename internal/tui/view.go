@@ -438,11 +438,15 @@ func (m Model) detailBody() []string {
 		{"context length", opt32(w.Capacity.ContextLength)}, {"first seen", w.FirstSeen}, {"last updated", w.LastUpdated},
 	}...)
 	if l := r.Load; l != nil {
+		age := "-" // no sample yet
+		if l.State != "none" {
+			age = fmtAge(time.Duration(l.AgeMs) * time.Millisecond)
+		}
 		kv = append(kv, [2]string{"load state", l.State},
 			[2]string{"active decode blocks", opt(l.ActiveDecodeBlocks)},
 			[2]string{"active prefill tokens", opt(l.ActivePrefillTokens)},
 			[2]string{"kv used blocks", opt(l.KVUsedBlocks)},
-			[2]string{"sample age", fmtAge(time.Duration(l.AgeMs) * time.Millisecond)},
+			[2]string{"sample age", age},
 			[2]string{"selections", fmt.Sprintf("%d (%s/s)", l.Selections, fmtRate(r.SelRate))})
 	}
 	if len(w.DisaggregatedEndpoint) > 0 && string(w.DisaggregatedEndpoint) != "null" {

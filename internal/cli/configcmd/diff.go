@@ -111,8 +111,8 @@ func diffRun(opts *DiffOptions) error {
 	if err != nil {
 		return err
 	}
-	if n := oldDoc.Findings.Errors(); n > 0 {
-		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%s has %d errors: no router runs it; run continuum config validate %s", opts.Old, n, opts.Old)}
+	if oldDoc.Findings.Errors() > 0 {
+		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%s has %s: no router runs it; run continuum config validate %s", opts.Old, oldDoc.Findings.ErrorCount(), opts.Old)}
 	}
 	out := jsonDiff{Applied: newDoc.Findings.Errors() == 0, Errors: []string{}, Tiers: []jsonTier{}}
 	for _, f := range newDoc.Findings {

@@ -77,7 +77,7 @@ func showRun(opts *ShowOptions) error {
 					_, _ = fmt.Fprintln(opts.IO.ErrOut, f.String())
 				}
 			}
-			return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%s has %d errors (above): it shows the configuration a router would run, with the variables it names set as where the router runs", opts.File, doc.Findings.Errors())}
+			return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%s has %s (above): it shows the configuration a router would run, with the variables it names set as where the router runs", opts.File, doc.Findings.ErrorCount())}
 		}
 		cfg = doc.Config
 	}

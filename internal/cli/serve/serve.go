@@ -165,8 +165,8 @@ func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
 				}
 			}
 		}
-		if n := doc.Findings.Errors(); n > 0 {
-			return nil, fmt.Errorf("%s has %d errors; run continuum config validate %s", doc.File, n, doc.File)
+		if doc.Findings.Errors() > 0 {
+			return nil, fmt.Errorf("%s has %s; run continuum config validate %s", doc.File, doc.Findings.ErrorCount(), doc.File)
 		}
 		cfg = doc.Config
 	} else {
