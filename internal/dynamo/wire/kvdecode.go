@@ -302,12 +302,16 @@ func (d *kvDecoder) tier(ev *RouterEvent) error {
 // residency reads a present residency_domain: only an absent field selects
 // the legacy semantics; a domain this decoder does not know is
 // ResidencyUnknown (the event then only moves its cursor: a newer
-// publisher's domain must not cost the rank its blocks). An explicit nil
-// is no domain at all: the event is malformed, as upstream decoders refuse
-// it (the field is present or omitted, never null).
+// publisher's domain must not cost the rank its blocks). A value that is
+// not a string (nil included: the field is present or omitted, never
+// null) is no domain the router reads either, and ResidencyUnknown too:
+// upstream's decoder takes it as an invalid domain and refuses that one
+// event, not the batch around it, and reading a nil as the field's
+// absence would turn a malformed clear into a reset of every domain.
 func (d *kvDecoder) residency(ev *RouterEvent) error {
 	if !d.r.peekString() {
-		return d.r.notA("string")
+		ev.Residency = ResidencyUnknown
+		return d.r.skip(0)
 	}
 	s, err := d.r.raw()
 	if err != nil {
