@@ -497,10 +497,18 @@ func FuzzCompletionRequest(f *testing.F) {
 			}
 			return
 		}
+		var list []uint32
+		if v := bytes.TrimLeft(top["prompt"], " \t\r\n"); len(v) > 0 && v[0] == '[' && json.Unmarshal(v, &list) == nil {
+			// One list of token ids: the ids as they are.
+			if err != nil || !slices.Equal(ids, list) || salt != cmp.Or(inner, outer) {
+				t.Fatalf("%q: token ids %v, salt %q (%v)", body, ids, salt, err)
+			}
+			return
+		}
 		var text string
 		if json.Unmarshal(orNull(top["prompt"]), &text) != nil || top["prompt"] == nil || string(top["prompt"]) == "null" {
 			if !errors.Is(err, kv.ErrNotText) {
-				t.Fatalf("%q: a prompt that is not one text: %v", body, err)
+				t.Fatalf("%q: a prompt that is neither one text nor one list of ids: %v", body, err)
 			}
 			return
 		}
