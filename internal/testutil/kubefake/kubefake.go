@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -75,6 +76,7 @@ type Server struct {
 	ends      map[string]WatchEnd // by resource: how a watch ends at its timeoutSeconds
 	requests  []string
 	watches   int
+	unserved  map[Resource]bool // answered as a resource the server does not serve
 }
 
 // Start serves a fake API server over plain HTTP until the test ends.
@@ -247,6 +249,18 @@ func (s *Server) HoldWatchOpen(on bool) {
 	s.changed = make(chan struct{})
 }
 
+// Unserve makes the server answer r's paths as a real API server answers a
+// resource it does not serve (its CRD not installed): a bare 404 page,
+// not a Status.
+func (s *Server) Unserve(r Resource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unserved == nil {
+		s.unserved = map[Resource]bool{}
+	}
+	s.unserved[r] = true
+}
+
 // WatchEnd is how a watch that reaches its timeoutSeconds ends.
 type WatchEnd int
 
@@ -295,6 +309,15 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 	r, ns, ok := route(req.URL.Path)
 	if !ok || req.Method != http.MethodGet {
 		status(w, http.StatusNotFound, "NotFound", "the server could not find the requested resource")
+		return
+	}
+	s.mu.Lock()
+	unserved := s.unserved[r]
+	s.mu.Unlock()
+	if unserved {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "404 page not found\n")
 		return
 	}
 	q := req.URL.Query()

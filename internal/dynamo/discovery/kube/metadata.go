@@ -245,6 +245,13 @@ func (c *dwmClient) get(ctx context.Context, o metav1.ListOptions) (*http.Respon
 		if json.Unmarshal(b, &st) == nil && st.Code != 0 {
 			return nil, &apierrors.StatusError{ErrStatus: st}
 		}
+		if resp.StatusCode == http.StatusNotFound {
+			// The API server answers a resource it does not serve with a
+			// bare 404 page, not a Status: the CRD is not installed (or
+			// not at this version). Retried as any failure: it may be
+			// installed later.
+			return nil, fmt.Errorf("%s: the API server does not serve %s.%s/%s (is Dynamo's DynamoWorkerMetadata CRD installed?)", resp.Status, DWMResource, DWMGroup, DWMVersion)
+		}
 		return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
 	}
 	return resp, nil

@@ -493,6 +493,20 @@ func TestMetadataBrokenEndAtTimeoutIsAFailure(t *testing.T) {
 	}
 }
 
+// TestMetadataCRDNotInstalled: a cluster without the DynamoWorkerMetadata
+// CRD answers its paths with a bare 404 page; the pass's error says what
+// is missing rather than quoting the page.
+func TestMetadataCRDNotInstalled(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	fake.Unserve(kubefake.DWMs)
+	h := startMetadata(t, fake, kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Minute, IdleDeadline: time.Hour})
+	tu.Eventually(t, 10*time.Second, "a pass ended", func() bool { return len(h.passErrors()) >= 1 })
+	if err := h.passErrors()[0]; !strings.Contains(err.Error(), "CRD installed") || !strings.Contains(err.Error(), "dynamoworkermetadatas.nvidia.com/v1alpha1") {
+		t.Fatalf("pass error: %v", err)
+	}
+}
+
 // A resource turned malformed keeps its last valid records, and keeps them
 // across the re-list that follows every watch's end: the next pass reads
 // the same malformed resource under the same uid, so the worker stays.
