@@ -250,7 +250,7 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 	err := s.run(ctx, sink)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		if why := s.Diagnose(ctx); why != nil {
-			err = fmt.Errorf("%w (%v)", err, why)
+			err = fmt.Errorf("%w (%w)", err, why)
 		}
 	}
 	return err
