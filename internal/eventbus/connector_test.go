@@ -3,7 +3,6 @@ package eventbus_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -16,56 +15,6 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
-
-// cutProxy forwards TCP to addr until cut, which drops every connection
-// at once and refuses new ones: a broker killed with SIGKILL, seen from
-// the router.
-type cutProxy struct {
-	ln    net.Listener
-	addr  string
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, addr string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, addr: addr}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
-		}
-	})
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *cutProxy) cut() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
 
 // loopHandler counts sessions and messages.
 type loopHandler struct {
@@ -109,8 +58,8 @@ func TestConnectorFailover(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "pending", func() bool { mu.Lock(); defer mu.Unlock(); return len(states) > 0 && states[0] == load.StatePending })
 
 	// Broker A, through a proxy that can be cut.
-	proxy := newCutProxy(t, tb.addr)
-	c, err := agent.New(agent.Options{Router: "https://" + proxy.ln.Addr().String(), ID: brokerA, Role: eventbus.RoleBroker, Token: tokenA,
+	proxy := testutil.StartProxy(t, tb.addr, 0)
+	c, err := agent.New(agent.Options{Router: "https://" + proxy.Addr(), ID: brokerA, Role: eventbus.RoleBroker, Token: tokenA,
 		RootCAs: tb.roots(t), Namespaces: []string{"dynamo"},
 		Opener: &agent.Publishers{Namespaces: []string{"dynamo"}, Advertised: func(eventbus.Target) bool { return true }}})
 	if err != nil {
@@ -127,7 +76,7 @@ func TestConnectorFailover(t *testing.T) {
 	}
 	flow("messages through broker A", 1)
 
-	proxy.cut()
+	proxy.Close() // the broker killed: connections dropped, new ones refused
 	lost := time.Now()
 	testutil.Eventually(t, 10*time.Second, "pending again", func() bool { return state() == load.StatePending })
 	if d := time.Since(lost); d > 2*time.Second {

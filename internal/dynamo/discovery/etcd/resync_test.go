@@ -2,11 +2,8 @@ package etcd_test
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,67 +16,6 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// tcpProxy forwards connections to target. cut closes the ones open; a
-// new connection's upstream dial is retried for up to 10 s, as an L4
-// balancer that retries its upstream does, so that the client's side of
-// the proxy accepts at once whatever the server behind it is doing.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target}
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.wg.Go(func() {
-				var u net.Conn
-				for range 100 {
-					if u, err = net.Dial("tcp", p.target); err == nil {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				if err != nil {
-					_ = c.Close()
-					return
-				}
-				p.mu.Lock()
-				p.conns = append(p.conns, c, u)
-				p.mu.Unlock()
-				p.wg.Go(func() { _, _ = io.Copy(u, c); _ = u.Close() })
-				_, _ = io.Copy(c, u)
-				_ = c.Close()
-			})
-		}
-	})
-	t.Cleanup(func() { _ = ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *tcpProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
-
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
 // TestConnectionBlipResyncs: a connection closed and made again at once
 // (the client reconnects before its connection ever reports a failure)
 // ends the pass like any closed connection: a full resync, not a watch
@@ -89,13 +25,13 @@ func TestConnectionBlipResyncs(t *testing.T) {
 	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	c := srv.Client(t, clientv3.Config{})
 	put(t, c, instanceKey("dynamo", "decode", 1), endpointValue(1, "decode"))
-	p := newTCPProxy(t, srv.Endpoint[len("http://"):])
-	src := newSource(t, config.Etcd{Endpoints: []string{p.endpoint()}})
+	p := testutil.StartProxy(t, srv.Endpoint[len("http://"):], 10*time.Second)
+	src := newSource(t, config.Etcd{Endpoints: []string{"http://" + p.Addr()}})
 	var passes atomic.Int32
 	src.SetAfterSeed(func() { passes.Add(1) })
 	h := run(t, src)
 	testutil.Eventually(t, 10*time.Second, "seeded", func() bool { return h.workers()["dynamo/1"] != nil })
-	p.cut()
+	p.Cut()
 	testutil.Eventually(t, 15*time.Second, "a second pass", func() bool { return passes.Load() >= 2 })
 	put(t, c, instanceKey("dynamo", "decode", 2), endpointValue(2, "decode"))
 	testutil.Eventually(t, 10*time.Second, "an event after it", func() bool { return h.workers()["dynamo/2"] != nil })
@@ -130,8 +66,8 @@ func TestStoreWentBack(t *testing.T) {
 	for i := range 50 {
 		put(t, c, "unrelated", fmt.Sprint(i)) // the old store's revision runs ahead
 	}
-	p := newTCPProxy(t, srv.Endpoint()[len("http://"):])
-	src := newSource(t, config.Etcd{Endpoints: []string{p.endpoint()}})
+	p := testutil.StartProxy(t, srv.Endpoint()[len("http://"):], 10*time.Second)
+	src := newSource(t, config.Etcd{Endpoints: []string{"http://" + p.Addr()}})
 	src.SetProbeEvery(200 * time.Millisecond)
 	h := run(t, src)
 	testutil.Eventually(t, 10*time.Second, "seeded", func() bool { return h.workers()["dynamo/1"] != nil })
