@@ -611,8 +611,14 @@ func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
 
 func (s *anthropicStream) finished() bool { return s.finish != "" }
 
-// fail ends the stream with an error event.
+// fail ends the stream with an error event, after the text held back for
+// a possible stop sequence (the answer it was part of is not ending at a
+// stop sequence now, and the client keeps what was generated).
 func (s *anthropicStream) fail(status int, message string) error {
+	if s.pending != "" && (s.open == "text" || s.blocks < maxStreamBlocks) {
+		s.text(s.pending)
+		s.pending = ""
+	}
 	s.sw.event("error", anthropicErrorObject(anthropicErrorType(status), message))
 	return s.sw.flush()
 }

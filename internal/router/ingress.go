@@ -539,6 +539,11 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 			return tell(s, upstreamStatus(ev.data), errMsg, true)
 		}
 		if done {
+			if !s.finished() {
+				// [DONE] without a finish reason: the answer was cut
+				// (an engine gone mid-stream), not complete.
+				return tell(s, http.StatusBadGateway, "the upstream stream ended before the answer was complete", false)
+			}
 			return nil
 		}
 		if msg := s.chunk(chunk); msg != "" {

@@ -138,6 +138,12 @@ func convertResponses(q *responsesRequest) (*chatRequest, *requestError) {
 		if err != nil {
 			return nil, err
 		}
+		if len(msgs) == 0 {
+			// A chat request needs a message: an empty list, or items that
+			// carry none (reasoning alone), would go upstream as no
+			// messages at all.
+			return nil, badParam("input", "holds no message: give at least one input item that carries one")
+		}
 		c.Messages = append(c.Messages, msgs...)
 	}
 	for i, raw := range q.Tools {

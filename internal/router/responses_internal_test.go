@@ -88,6 +88,8 @@ func TestConvertResponsesRefusals(t *testing.T) {
 	for _, tt := range []struct {
 		in, param, msg string
 	}{
+		{`{"model":"m","input":[]}`, "input", "holds no message"},
+		{`{"model":"m","input":[{"type":"reasoning","id":"rs_1","summary":[]}]}`, "input", "holds no message"},
 		{`{"model":"m","input":"x","previous_response_id":"resp_1"}`, "previous_response_id", "no conversation state"},
 		{`{"model":"m","input":"x","store":true}`, "store", "no conversation state"},
 		{`{"model":"m","input":"x","conversation":"conv_1"}`, "conversation", "no conversation state"},
@@ -284,6 +286,21 @@ func TestResponsesStream(t *testing.T) {
 			endedTelling(t, err, strings.HasPrefix(tt.want[len(tt.want)-1], "response.failed "))
 			sameEvents(t, events(t, rec.Body.String()), wantEvents(t, tt.want...))
 		})
+	}
+}
+
+// TestResponsesStreamDoneBeforeFinish: a chat stream that ends with
+// [DONE] but never gave a finish reason was cut (an engine gone
+// mid-stream): the response fails instead of completing.
+func TestResponsesStreamDoneBeforeFinish(t *testing.T) {
+	t.Parallel()
+	o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+	rec := httptest.NewRecorder()
+	err := o.stream(rec, strings.NewReader(chunks(textChunk("Hel"), "[DONE]")))
+	endedTelling(t, err, true)
+	ev := events(t, rec.Body.String())
+	if last := ev[len(ev)-1]; !strings.HasPrefix(last, "response.failed ") {
+		t.Fatalf("ended with %.80s", last)
 	}
 }
 
