@@ -1,6 +1,7 @@
 package pick
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -289,15 +290,51 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	c.drain(r, &p.ledger)
 	dx.sync(r, &p.ledger, now, maxAge)
 	defer dx.exclude(&k.req)()
+	// A namespace whose prefill workers cannot take the request (all
+	// busy, or all excluded by a re-pin) leaves the choice: its decode
+	// candidates are set aside and decode is chosen again among the other
+	// namespaces', so that a free pair elsewhere serves the request rather
+	// than a 503 or a wait in the queue. At most one pass per namespace.
+	var prefillErr error
+	var unban []func()
+	defer func() {
+		for i := len(unban) - 1; i >= 0; i-- {
+			unban[i]()
+		}
+	}()
+	for {
+		group, err := p.choosePair(r, dx)
+		if err == nil || group < 0 {
+			if err != nil && prefillErr != nil {
+				err = prefillErr // the namespaces' own reason
+			}
+			k.err = err
+			return
+		}
+		if prefillErr == nil || errors.Is(err, ErrAllBusy) {
+			prefillErr = err
+		}
+		unban = append(unban, dx.ban(func(i int) bool { return dx.cands[i].group == int32(group) }))
+	}
+}
+
+// choosePair chooses decode among dx's candidates and, for a decode worker
+// of a pair, prefill in its namespace, into p.call's pin. A failure of the
+// prefill choice returns the decode candidate's group (namespace); any
+// other outcome returns -1.
+func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
+	k := &p.call
+	c, now, maxAge := k.c, k.now, k.maxAge
 	var i int
 	var reason string
+	var err error
 	scored := false
 	if p.scoresDecode(dx) {
 		i, reason, scored = p.scored(PhaseDecode, dx)
 	}
 	if !scored {
-		if i, reason, k.err = dx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens); k.err != nil {
-			return
+		if i, reason, err = dx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens); err != nil {
+			return -1, err
 		}
 	}
 	d := dx.cands[i]
@@ -307,11 +344,11 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 		// No prefill id goes with an aggregated worker, and a decode
 		// worker without a prefill pool prefills itself.
 		k.pin.PrefillReason = ReasonNoPrefillPool
-		return
+		return -1, nil
 	}
 	if p.scorer != nil && p.bypass(dx, i) {
 		k.pin.PrefillReason, k.pin.Bypass = ReasonConditional, true
-		return
+		return -1, nil
 	}
 	px := dx.prefill[d.group]
 	if px == nil {
@@ -323,13 +360,15 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	defer px.exclude(&k.req)()
 	j, preason, scored := p.scored(PhasePrefill, px)
 	if !scored {
-		if j, preason, k.err = px.choose(p.cursors[phasePrefill].Add(1)-1, k.req.EstPromptTokens); k.err != nil {
-			return
+		if j, preason, err = px.choose(p.cursors[phasePrefill].Add(1)-1, k.req.EstPromptTokens); err != nil {
+			k.pin = Pin{}
+			return int(d.group), err
 		}
 	}
 	pc := px.cands[j]
 	k.pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
 	k.pin.PrefillReason = preason
+	return -1, nil
 }
 
 func target(c candidate) Target {
@@ -349,10 +388,18 @@ func appendDecodeCandidates(out []candidate, gs []group) []candidate {
 	return out
 }
 
+// appendRanks appends every rank of ws as a candidate, at most
+// load.MaxStoreKeys in all: the load store holds no more (worker, rank)
+// keys, so a rank past them would never have a sample and would look
+// forever idle, and a fleet of cards each declaring many ranks must not
+// make an index as large as it likes.
 func appendRanks(out []candidate, group int, ws []*fleet.Worker) []candidate {
 	for _, w := range ws {
 		size := max(w.DPSize, 1)
 		for r := range size {
+			if len(out) >= load.MaxStoreKeys {
+				return out
+			}
 			out = append(out, candidate{w: w, group: group, rank: w.DPStartRank + r})
 		}
 	}

@@ -25,7 +25,10 @@ type oracle struct {
 	Loads   Loads
 	Ledger  *ledger
 	cursors [2]atomic.Uint64
-	mu      sync.Mutex // guards Ledger when the oracle is a Picker
+	// skipGroups: namespaces whose prefill choice failed for the request
+	// being picked, out of its decode choice.
+	skipGroups map[int]bool
+	mu         sync.Mutex // guards Ledger when the oracle is a Picker
 	// busyRule is the busy rule of the last request (nil: off) and
 	// busyHeld the keys it holds busy.
 	busyRule *BusyThreshold
@@ -123,20 +126,36 @@ func (p *oracle) pick(snap *fleet.Snapshot, req Request, now time.Time) (Pin, er
 			p.busyRule = &r
 		}
 	}
-	d, reason, err := p.choose(decode, phaseDecode, &req, now)
-	if err != nil {
-		return Pin{}, err
+	// A namespace whose prefill choice fails leaves the decode choice,
+	// which is made again among the others'.
+	p.skipGroups = map[int]bool{}
+	defer func() { p.skipGroups = nil }()
+	var prefillErr error
+	var d, pc ocand
+	var reason, preason string
+	for {
+		var err error
+		d, reason, err = p.choose(decode, phaseDecode, &req, now)
+		if err != nil {
+			if prefillErr != nil {
+				err = prefillErr
+			}
+			return Pin{}, err
+		}
+		g := gs[d.group]
+		if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
+			return Pin{Namespace: g.namespace, Decode: oracleTarget(d), DecodeReason: reason, PrefillReason: ReasonNoPrefillPool}, nil
+		}
+		if pc, preason, err = p.choose(oracleRanks(nil, d.group, g.prefill), phasePrefill, &req, now); err == nil {
+			break
+		}
+		if prefillErr == nil || errors.Is(err, ErrAllBusy) {
+			prefillErr = err
+		}
+		p.skipGroups[d.group] = true
 	}
 	g := gs[d.group]
 	pin := Pin{Namespace: g.namespace, Decode: oracleTarget(d), DecodeReason: reason}
-	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
-		pin.PrefillReason = ReasonNoPrefillPool
-		return pin, nil
-	}
-	pc, preason, err := p.choose(oracleRanks(nil, d.group, g.prefill), phasePrefill, &req, now)
-	if err != nil {
-		return Pin{}, err
-	}
 	t := oracleTarget(pc)
 	pin.Prefill, pin.PrefillReason = &t, preason
 	return pin, nil
@@ -222,7 +241,7 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 		for i := range cands {
 			c := &cands[i]
 			k := load.RankOf(c.w, c.rank)
-			c.banned = slices.Contains(req.Exclude, c.w.ID)
+			c.banned = slices.Contains(req.Exclude, c.w.ID) || phase == phaseDecode && p.skipGroups[c.group]
 			smp := r.Get(k)
 			since := r.Since(k)
 			var inPrefill, inDecode int

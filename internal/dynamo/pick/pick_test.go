@@ -514,6 +514,49 @@ func TestBusyThreshold(t *testing.T) {
 	}
 }
 
+// TestPrefillBlockedNamespaceLeavesTheChoice: two namespaces each with a
+// prefill/decode pair, a's decode worker the cheaper. When a's prefill
+// worker cannot take the request (busy, or excluded by a re-pin), decode
+// is chosen again among the other namespaces and b's pair serves it,
+// rather than a 503 while b is idle. With both namespaces' prefill
+// workers busy, the answer is busy.
+func TestPrefillBlockedNamespaceLeavesTheChoice(t *testing.T) {
+	t.Parallel()
+	snap := snapshot(t,
+		w{ns: "a", component: "prefill", workerType: "Prefill", id: 10}, w{ns: "a", component: "decode", workerType: "Decode", id: 20},
+		w{ns: "b", component: "prefill", workerType: "Prefill", id: 11}, w{ns: "b", component: "decode", workerType: "Decode", id: 21})
+	fill := func(prefillA, prefillB uint64) *loads {
+		l := newLoads(snap)
+		l.sample(20, 0, t0, u64(10), u64(0), nil)
+		l.sample(21, 0, t0, u64(100), u64(0), nil)
+		l.sample(10, 0, t0, u64(0), u64(prefillA), nil)
+		l.sample(11, 0, t0, u64(0), u64(prefillB), nil)
+		return l
+	}
+	busy := &pick.BusyThreshold{PrefillTokens: 1.0, Hysteresis: 0.05}
+	r := req("a", "b")
+	if pin, err := picker(fill(0, 0), t0).Pick(snap, r); err != nil || pin.Namespace != "a" {
+		t.Fatalf("both free: %s in %q (%v), want a's pair", pinString(pin), pin.Namespace, err)
+	}
+	r.Busy = busy
+	pin, err := picker(fill(20000, 0), t0).Pick(snap, r) // a's prefill over 1.0 x 8192 tokens
+	if err != nil || pin.Namespace != "b" || pin.Decode.Worker.ID.InstanceID != 21 || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 {
+		t.Fatalf("a's prefill busy: %s in %q (%v), want b's pair", pinString(pin), pin.Namespace, err)
+	}
+	if _, err := picker(fill(20000, 20000), t0).Pick(snap, r); !errors.Is(err, pick.ErrAllBusy) {
+		t.Fatalf("every prefill worker busy: %v, want all busy", err)
+	}
+	r.Busy = nil
+	for wk := range snap.Workers.All() {
+		if wk.ID.InstanceID == 10 {
+			r.Exclude = []fleet.WorkerID{wk.ID}
+		}
+	}
+	if pin, err := picker(fill(0, 0), t0).Pick(snap, r); err != nil || pin.Namespace != "b" {
+		t.Fatalf("a's prefill excluded: %s in %q (%v), want b's pair", pinString(pin), pin.Namespace, err)
+	}
+}
+
 // TestBusyFromDispatches: what the router sent since a worker's sample
 // counts towards its busyness, so a burst between samples does not pile
 // onto one worker; the prefill backlog against max_num_batched_tokens
