@@ -146,10 +146,12 @@ func (f *Frontend) SetWorkers(model string, prefill, decode []uint64) {
 }
 
 // SetInstances declares the workers serving model by their Endpoint
-// records (aggregated workers go in decode). As Dynamo 1.5's frontend does,
-// a model served with prefill workers is withdrawn when its last prefill
-// worker leaves while decode workers remain; its workers stay listed on
-// GET /health, since they are still registered.
+// records (aggregated workers, of component "backend", go in decode). As
+// Dynamo 1.5's frontend does, a model served with prefill workers is
+// withdrawn when its last prefill worker leaves while decode workers
+// remain; its workers stay listed on GET /health, since they are still
+// registered. Once the disaggregated pools are empty (aggregated workers
+// alone, or none) it is served again as an aggregated model.
 func (f *Frontend) SetInstances(model string, prefill, decode []Instance) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -157,9 +159,13 @@ func (f *Frontend) SetInstances(model string, prefill, decode []Instance) {
 	if len(f.instances[model]) == 0 {
 		delete(f.instances, model)
 	}
-	if len(prefill) > 0 {
+	disaggDecode := slices.ContainsFunc(decode, func(in Instance) bool { return in.Component != "backend" })
+	switch {
+	case len(prefill) > 0:
 		f.hadPrefill[model] = true
-	} else if f.hadPrefill[model] && len(decode) > 0 {
+	case !disaggDecode:
+		delete(f.hadPrefill, model) // the disaggregated pools are empty
+	case f.hadPrefill[model]:
 		delete(f.models, model)
 		return
 	}

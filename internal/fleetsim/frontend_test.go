@@ -279,6 +279,15 @@ func TestFrontendHealth(t *testing.T) {
 	if code, v, body = getHealth(t, f); code != http.StatusOK || len(v.Instances) != 3 || served(t, f) != "agg,n" {
 		t.Fatalf("after the withdrawal: %d %s", code, body)
 	}
+	// Its decode workers leave too and an aggregated worker takes the
+	// model: served again, as an aggregated model.
+	agg := []fleetsim.Instance{{Namespace: "dynamo", Component: "backend", Endpoint: "generate", InstanceID: 40,
+		Transport: map[string]string{"tcp": "127.0.0.1:0/28"}}}
+	f.SetInstances("m", nil, agg)
+	if served(t, f) != "agg,m,n" {
+		t.Fatalf("after the disaggregated pools emptied: served %s", served(t, f))
+	}
+	f.SetInstances("m", nil, nil)
 	f.SetWorkers("agg", nil, nil)
 	f.SetInstances("n", nil, nil)
 	if code, v, body = getHealth(t, f); code != http.StatusServiceUnavailable || v.Status != "not_ready" {
