@@ -113,6 +113,21 @@ func hold(t *testing.T, ix *kv.Index, sub kv.SubscriptionID, id fleet.WorkerID, 
 	}
 }
 
+// liveKV is the load store, KV index and prompts of a test fleet whose
+// every worker is live, its artifacts served by a loader.
+func liveKV(t testing.TB, snap *fleet.Snapshot, pins []string) (*load.Store, *kv.Index, *kv.Prompts) {
+	t.Helper()
+	store := load.NewStore(time.Minute, nil)
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	for w := range snap.Workers.All() {
+		live[w.ID] = load.LiveWorker{}
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	return store, ix, kv.NewPrompts(startLoader(t, pins...))
+}
+
 func longChat(words int) string {
 	var b strings.Builder
 	for i := range words {
@@ -430,15 +445,7 @@ func TestPickerAggregatedAndFallback(t *testing.T) {
 func TestPickerConditionalLacksTooMuch(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
-	store := load.NewStore(time.Minute, nil)
-	live := map[fleet.WorkerID]load.LiveWorker{}
-	for w := range snap.Workers.All() {
-		live[w.ID] = load.LiveWorker{}
-	}
-	store.SetLiveAndRetain(live)
-	ix := kv.NewIndex()
-	ix.SetLive(live)
-	prompts := kv.NewPrompts(startLoader(t, pins...))
+	store, ix, prompts := liveKV(t, snap, pins)
 	m := telemetry.NewKVMetrics(nil)
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, Conditional: true}, m, nil, nil)
 	body := longChat(300)
@@ -476,15 +483,7 @@ func TestPickerConditionalLacksTooMuch(t *testing.T) {
 func TestPickerConditionalDisaggregation(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
-	store := load.NewStore(time.Minute, nil)
-	live := map[fleet.WorkerID]load.LiveWorker{}
-	for w := range snap.Workers.All() {
-		live[w.ID] = load.LiveWorker{}
-	}
-	store.SetLiveAndRetain(live)
-	ix := kv.NewIndex()
-	ix.SetLive(live)
-	prompts := kv.NewPrompts(startLoader(t, pins...))
+	store, ix, prompts := liveKV(t, snap, pins)
 	m := telemetry.NewKVMetrics(nil)
 	terms := kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: terms, Conditional: true}, m, nil, nil)
@@ -639,15 +638,7 @@ func TestPickerAggregatedCountsWhatItPrefills(t *testing.T) {
 		// 32 is fresh and busy: backlogs compete (with no fresh sample
 		// about, none would count), and it is never the cheapest.
 		snap, pins := kvFleet(t, nil, nil, []uint64{30, 31, 32})
-		store := load.NewStore(time.Minute, nil)
-		live := map[fleet.WorkerID]load.LiveWorker{}
-		for w := range snap.Workers.All() {
-			live[w.ID] = load.LiveWorker{}
-		}
-		store.SetLiveAndRetain(live)
-		ix := kv.NewIndex()
-		ix.SetLive(live)
-		prompts := kv.NewPrompts(startLoader(t, pins...))
+		store, ix, prompts := liveKV(t, snap, pins)
 		p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
 		body := longChat(300)
 		pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
