@@ -106,6 +106,10 @@ type Server struct {
 	queue *busyQueue
 	// inFlight counts the inference requests being served.
 	inFlight atomic.Int64
+	// cutAt is when the process's shutdown grace ends (unix nanoseconds;
+	// 0 while it is not shutting down): a request whose context ends
+	// from then on was cut by the router, not left by its client.
+	cutAt atomic.Int64
 }
 
 // New builds a server from configuration.
@@ -180,6 +184,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 // SetReady sets readiness (false while draining).
 func (s *Server) SetReady(on bool) { s.ready.Store(on) }
+
+// SetShutdownDeadline says when the shutdown's grace ends: requests still
+// running then are cut by the router's own listeners, and are accounted
+// as 503 (the router gave up on them), not as 499 (a client that left).
+func (s *Server) SetShutdownDeadline(t time.Time) { s.cutAt.Store(t.UnixNano()) }
 
 // Handler returns the HTTP handler: every request first loses its
 // client-sent x-dynamo-* headers.
@@ -711,8 +720,8 @@ func (s *Server) endpoint(path string) *endpoint {
 }
 
 // done accounts for a request that ended: its status (499 when the client
-// went away, 502 when its answer was cut short), its duration, and a
-// warning for a failure.
+// went away, 503 when the shutdown's grace ended it, 502 when its answer
+// was cut short), its duration, and a warning for a failure.
 func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Time, id string, aborted bool) {
 	s := e.s
 	if rec.inFlight {
@@ -722,6 +731,9 @@ func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Tim
 	switch {
 	case ctx.Err() != nil && !rec.x.streamDone && !rec.ended:
 		status = 499 // the client went away (not once it had its whole stream)
+		if at := s.cutAt.Load(); at != 0 && time.Now().UnixNano() >= at {
+			status = http.StatusServiceUnavailable // cut at the end of the shutdown's grace
+		}
 	case aborted:
 		status = http.StatusBadGateway // the answer was cut short
 	case rec.failedInStream != 0:

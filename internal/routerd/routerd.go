@@ -449,6 +449,7 @@ func (d *Daemon) holdUnready() error {
 // grace period for in-flight requests.
 func (d *Daemon) drain() {
 	d.router.SetReady(false)
+	d.router.SetShutdownDeadline(time.Now().Add(d.grace))
 	d.logger.Info("shutting down", "grace", d.grace)
 	d.lnMu.Lock()
 	d.draining = true

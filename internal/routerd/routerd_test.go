@@ -306,3 +306,63 @@ func TestKVAdminView(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownCutIs503: a stream still running when the shutdown's grace
+// ends is cut by the router, and accounted as a 503 (the router gave up
+// on it), not as a 499 (a client that left).
+func TestShutdownCutIs503(t *testing.T) {
+	t.Parallel()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			if _, err := io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}))
+	defer backend.Close()
+	metrics := prometheus.NewRegistry()
+	d, err := routerd.New(plainCfg(backend.URL), routerd.Deps{Metrics: metrics, ShutdownGrace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	testutil.Eventually(t, 10*time.Second, "serving", func() bool {
+		resp, err := http.Get("http://" + d.Addr() + "/health")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err == nil
+	})
+	resp, err := http.Post("http://"+d.Addr()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	go func() { _, _ = io.Copy(io.Discard, resp.Body) }() // a client that reads all it is given
+	cancel() // SIGTERM
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	class := func(c string) float64 {
+		v, _ := series(t, metrics, "continuum_http_requests_total", map[string]string{"route": "/v1/chat/completions", "code": c})
+		return v
+	}
+	testutil.Eventually(t, 5*time.Second, "the cut stream accounted", func() bool { return class("5xx")+class("4xx") > 0 })
+	if fives, fours := class("5xx"), class("4xx"); fives != 1 || fours != 0 {
+		t.Errorf("the stream cut at the grace's end: %v 5xx, %v 4xx; want it a 5xx", fives, fours)
+	}
+}
