@@ -352,8 +352,9 @@ func TestShutdownCutIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	go func() { _, _ = io.Copy(io.Discard, resp.Body) }() // a client that reads all it is given
-	cancel() // SIGTERM
+	// A client that reads all it is given, and the process told to stop.
+	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
+	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
