@@ -16,6 +16,20 @@ import (
 	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
+// followThroughBus runs a kv_metrics subscription to endpoint through
+// tb's brokers until the test ends, and returns what it counts.
+func followThroughBus(t *testing.T, tb *testBus, endpoint string) *loopHandler {
+	t.Helper()
+	h := &loopHandler{}
+	l := &load.Loop{Endpoint: endpoint, Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
+		Connector: &eventbus.Connector{Bus: tb.Bus}, Handler: h}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
 // loopHandler counts sessions and messages.
 type loopHandler struct {
 	mu        sync.Mutex
@@ -109,13 +123,7 @@ func TestConnectorQuietSubscription(t *testing.T) {
 	tb := startBus(t, nil)
 	pub := testutil.StartGoPublisher(t)
 	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
-	h := &loopHandler{}
-	l := &load.Loop{Endpoint: pub.Endpoint, Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
-		Connector: &eventbus.Connector{Bus: tb.Bus}, Handler: h}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	h := followThroughBus(t, tb, pub.Endpoint)
 	testutil.Eventually(t, 15*time.Second, "a message through the broker", func() bool {
 		_ = pub.Send([][]byte{[]byte("kv_metrics"), []byte("sample")})
 		_, m, _ := h.counts()
@@ -234,13 +242,7 @@ func TestSameCredentialYields(t *testing.T) {
 	pub := testutil.StartGoPublisher(t)
 	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
 	testutil.Eventually(t, 10*time.Second, "one session", func() bool { return tb.SessionCount() == 1 })
-	h := &loopHandler{}
-	l := &load.Loop{Endpoint: pub.Endpoint, Namespace: "dynamo", Topic: "kv_metrics", Limits: zmtp.LimitsKVMetrics,
-		Connector: &eventbus.Connector{Bus: tb.Bus}, Handler: h}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	h := followThroughBus(t, tb, pub.Endpoint)
 	testutil.Eventually(t, 15*time.Second, "connected", func() bool {
 		_ = pub.Send([][]byte{[]byte("kv_metrics"), []byte("s")})
 		n, m, _ := h.counts()

@@ -259,7 +259,7 @@ func (c *conn) read(p []byte) (int, error) {
 
 func (c *conn) write(p []byte) (int, error) {
 	if d := c.srv.WriteTimeout; d > 0 {
-		c.writeUntil = moveWriteDeadline(c.rwc, c.writeUntil, d)
+		c.writeUntil = MoveWriteDeadline(c.rwc, c.writeUntil, d)
 	}
 	n, err := c.sock.Write(p)
 	if err != nil && c.rctx != nil {
@@ -282,12 +282,16 @@ func (c *conn) wakeIfIdle() {
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-// moveWriteDeadline makes c's write deadline at least half of d away from
+// WriteDeadliner is what has a write deadline: a connection, or an
+// HTTP/2 stream's http.ResponseController.
+type WriteDeadliner interface{ SetWriteDeadline(time.Time) error }
+
+// MoveWriteDeadline makes c's write deadline at least half of d away from
 // now, moving it (to d from now) only when the one set before, until, is
 // nearer: a write waits at least d/2 for a client that takes nothing, and
 // a busy connection moves its deadline about twice per d rather than per
 // write. It returns the deadline now set.
-func moveWriteDeadline(c net.Conn, until time.Time, d time.Duration) time.Time {
+func MoveWriteDeadline(c WriteDeadliner, until time.Time, d time.Duration) time.Time {
 	now := time.Now()
 	if until.Sub(now) >= d/2 {
 		return until
@@ -316,7 +320,7 @@ type stallBound struct {
 }
 
 func (c *stallBound) Write(p []byte) (int, error) {
-	c.until = moveWriteDeadline(c.Conn, c.until, c.d)
+	c.until = MoveWriteDeadline(c.Conn, c.until, c.d)
 	return c.Conn.Write(p)
 }
 

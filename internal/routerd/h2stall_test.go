@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,28 +29,7 @@ import (
 func TestH2ClientTakesNothing(t *testing.T) {
 	t.Parallel()
 	backendEnded := make(chan struct{})
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
-			return
-		}
-		defer close(backendEnded)
-		w.Header().Set("Content-Type", "text/event-stream")
-		chunk := []byte(`data: {"choices":[{"index":0,"delta":{"content":"` + string(bytes.Repeat([]byte("a"), 900)) + `"}}]}` + "\n\n")
-		for {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}))
-	defer be.Close()
+	be := endlessStream(t, `data: {"choices":[{"index":0,"delta":{"content":"`+strings.Repeat("a", 900)+`"}}]}`+"\n\n", backendEnded)
 
 	pki := testutil.NewTestPKI(t)
 	cfg := plainCfg(be.URL)
@@ -136,4 +117,35 @@ func TestH2ClientTakesNothing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the backend request outlived the stream")
 	}
+}
+
+// endlessStream is a backend whose chat completions stream chunk every
+// 10 ms until the request ends (then ended, when given, is closed); any
+// other request gets an empty model list. It closes when the test ends.
+func endlessStream(t *testing.T, chunk string, ended chan<- struct{}) *httptest.Server {
+	t.Helper()
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		if ended != nil {
+			defer close(ended)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(be.Close)
+	return be
 }

@@ -305,23 +305,14 @@ type boundWriter struct {
 	until time.Time
 }
 
-func (w *boundWriter) move() {
-	now := time.Now()
-	if w.until.Sub(now) >= w.d/2 {
-		return
-	}
-	w.until = now.Add(w.d)
-	_ = w.rc.SetWriteDeadline(w.until)
-}
-
 func (w *boundWriter) Write(p []byte) (int, error) {
-	w.move()
+	w.until = h1.MoveWriteDeadline(w.rc, w.until, w.d)
 	return w.ResponseWriter.Write(p)
 }
 
 // FlushError flushes what was written, within the same bound.
 func (w *boundWriter) FlushError() error {
-	w.move()
+	w.until = h1.MoveWriteDeadline(w.rc, w.until, w.d)
 	return w.rc.Flush()
 }
 

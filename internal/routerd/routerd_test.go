@@ -312,25 +312,7 @@ func TestKVAdminView(t *testing.T) {
 // on it), not as a 499 (a client that left).
 func TestShutdownCutIs503(t *testing.T) {
 	t.Parallel()
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		for {
-			if _, err := io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}))
-	defer backend.Close()
+	backend := endlessStream(t, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n", nil)
 	metrics := prometheus.NewRegistry()
 	d, err := routerd.New(plainCfg(backend.URL), routerd.Deps{Metrics: metrics, ShutdownGrace: 300 * time.Millisecond})
 	if err != nil {
