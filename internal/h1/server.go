@@ -259,7 +259,7 @@ func (c *conn) read(p []byte) (int, error) {
 
 func (c *conn) write(p []byte) (int, error) {
 	if d := c.srv.WriteTimeout; d > 0 {
-		c.writeUntil = MoveWriteDeadline(c.rwc, c.writeUntil, d)
+		c.writeUntil = moveWriteDeadline(c.rwc, c.writeUntil, d)
 	}
 	n, err := c.sock.Write(p)
 	if err != nil && c.rctx != nil {
@@ -282,22 +282,26 @@ func (c *conn) wakeIfIdle() {
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-// WriteDeadliner is what has a write deadline: a connection, or an
-// HTTP/2 stream's http.ResponseController.
-type WriteDeadliner interface{ SetWriteDeadline(time.Time) error }
-
-// MoveWriteDeadline makes c's write deadline at least half of d away from
-// now, moving it (to d from now) only when the one set before, until, is
-// nearer: a write waits at least d/2 for a client that takes nothing, and
-// a busy connection moves its deadline about twice per d rather than per
-// write. It returns the deadline now set.
-func MoveWriteDeadline(c WriteDeadliner, until time.Time, d time.Duration) time.Time {
+// NextWriteDeadline is the write deadline to set, and whether to set it,
+// for a write waiting at least d/2 for a client that takes nothing: the
+// one set before, until, while it is at least d/2 away, else d from now.
+// A busy connection moves its deadline about twice per d rather than per
+// write.
+func NextWriteDeadline(until time.Time, d time.Duration) (time.Time, bool) {
 	now := time.Now()
 	if until.Sub(now) >= d/2 {
-		return until
+		return until, false
 	}
-	until = now.Add(d)
-	_ = c.SetWriteDeadline(until)
+	return now.Add(d), true
+}
+
+// moveWriteDeadline moves c's write deadline as NextWriteDeadline says and
+// returns the deadline now set.
+func moveWriteDeadline(c net.Conn, until time.Time, d time.Duration) time.Time {
+	if next, move := NextWriteDeadline(until, d); move {
+		_ = c.SetWriteDeadline(next)
+		return next
+	}
 	return until
 }
 
@@ -320,7 +324,7 @@ type stallBound struct {
 }
 
 func (c *stallBound) Write(p []byte) (int, error) {
-	c.until = MoveWriteDeadline(c.Conn, c.until, c.d)
+	c.until = moveWriteDeadline(c.Conn, c.until, c.d)
 	return c.Conn.Write(p)
 }
 

@@ -305,14 +305,21 @@ type boundWriter struct {
 	until time.Time
 }
 
+func (w *boundWriter) move() {
+	if next, move := h1.NextWriteDeadline(w.until, w.d); move {
+		w.until = next
+		_ = w.rc.SetWriteDeadline(next)
+	}
+}
+
 func (w *boundWriter) Write(p []byte) (int, error) {
-	w.until = h1.MoveWriteDeadline(w.rc, w.until, w.d)
+	w.move()
 	return w.ResponseWriter.Write(p)
 }
 
 // FlushError flushes what was written, within the same bound.
 func (w *boundWriter) FlushError() error {
-	w.until = h1.MoveWriteDeadline(w.rc, w.until, w.d)
+	w.move()
 	return w.rc.Flush()
 }
 
