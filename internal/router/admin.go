@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
@@ -151,7 +150,7 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 			writeError(w, http.StatusNotFound, CodeNotFound, "the admin API is off: set admin.token")
 			return
 		}
-		got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, hasBearer := cutBearer(r.Header.Get("Authorization"))
 		// Digests compared, so that the time taken says nothing of the
 		// token, its length included (ConstantTimeCompare returns at once
 		// on a length that differs).

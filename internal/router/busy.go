@@ -39,7 +39,8 @@ func busyThreshold(b *config.BusyThreshold) *pick.BusyThreshold {
 // line at once when requests for its model already wait there).
 func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backend], answered bool) {
 	q := x.s.cfg.Load().Dynamo.Load.Queue
-	if q == nil || !x.s.queue.waiting(req.Model) {
+	line := x.queueLine(req.Model)
+	if q == nil || !x.s.queue.waiting(line) {
 		d, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
 		if errors.Is(err, shim.ErrNotPinned) && x.awaitDiscovery() {
 			d, err = x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
@@ -62,7 +63,7 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 	m := x.s.opts.Metrics
 	unpinned := false
 	start := time.Now()
-	result := x.s.queue.wait(x.ctx, req.Model, q.Size, q.MaxWait.D(), func() bool {
+	result := x.s.queue.wait(x.ctx, line, q.Size, q.MaxWait.D(), func() bool {
 		nd, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
 		switch {
 		case err == nil:
@@ -92,6 +93,23 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		x.refuseBusy(telemetry.BusyQueueTimeout)
 	}
 	return nil, true // answered, or the client left
+}
+
+// queueLine names the busy queue's line of the request: its model, and
+// what narrows the replicas it may go to (a key's allowed_backends, a
+// Responses request that only a native backend takes). Requests in one
+// line have the same candidates, so the head's finding no room holds for
+// those behind it; a request with other candidates (a key that may use a
+// namespace whose workers are free) never waits behind it.
+func (x *exchange) queueLine(model string) string {
+	line := model
+	if x.policy != nil && x.policy.allowed != nil {
+		line += "\x00key:" + string(x.policy.hash[:])
+	}
+	if x.only != nil {
+		line += "\x00native"
+	}
+	return line
 }
 
 // refuseBusy answers 503 all_workers_busy with Retry-After, in the

@@ -314,3 +314,76 @@ func TestFallbackEndsTheDispatch(t *testing.T) {
 		t.Errorf("the first request: %d", code)
 	}
 }
+
+// TestQueueLinePerKey: the busy queue keeps a line per model and set of
+// candidate replicas. A key confined to namespace dynamo (all busy) waits
+// in its line; a key that may use namespace b (free) for the same model is
+// served at once, not held behind it until the first one's max_wait.
+func TestQueueLinePerKey(t *testing.T) {
+	t.Parallel()
+	const keyA, keyAll = "sk-a-only", "sk-all"
+	var feURL string
+	h := newBusyHarness(t, func(c *config.Config) {
+		feURL = c.Backends[0].URL
+		c.Backends = append(c.Backends, config.Backend{Name: "fe-b", Type: "openai", URL: feURL, Role: config.RoleUnified,
+			Enabled: true, Timeout: c.Backends[0].Timeout})
+		c.Dynamo.Discovery.Etcd.Namespace = ""
+		c.Dynamo.Discovery.Etcd.Namespaces = []string{"dynamo", "b"}
+		c.Dynamo.Shim.Backends = nil
+		c.Dynamo.Shim.Pools = []config.ShimPool{{Namespace: "dynamo", Backends: []string{"fe"}}, {Namespace: "b", Backends: []string{"fe-b"}}}
+		c.Dynamo.Load.Queue = &config.LoadQueue{Size: 8, MaxWait: config.Duration(2 * time.Second)}
+		c.APIKeys = []config.APIKey{
+			{KeyHash: "sha256:" + sha256hex(keyA), AllowedBackends: []string{"fe"}},
+			{KeyHash: "sha256:" + sha256hex(keyAll)},
+		}
+	})
+	// Namespace b: a free prefill/decode pair.
+	worker(h.reducer, "b", "prefill", "Prefill", 11, 0)
+	worker(h.reducer, "b", "decode", "Decode", 21, 0)
+	h.reg.Publish(h.reducer.Build(t0))
+	h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{20, 21})
+	h.store.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{
+		{Namespace: "dynamo", InstanceID: 10}: {DPSize: 1}, {Namespace: "dynamo", InstanceID: 20}: {DPSize: 2},
+		{Namespace: "b", InstanceID: 11}: {DPSize: 1}, {Namespace: "b", InstanceID: 21}: {DPSize: 1}})
+	zero, used := uint64(0), uint64(0)
+	for _, s := range []struct {
+		id   uint64
+		rank uint32
+	}{{11, 0}, {21, 0}} {
+		l := wire.ActiveLoad{WorkerID: s.id, DPRank: s.rank, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero, KVUsedBlocks: &used}
+		if r := h.store.Apply(load.Sample{Load: l, Namespace: load.NS("b"), PublisherID: s.id, Sequence: 1, ReceivedAt: time.Now()}); r != "" {
+			t.Fatal(r)
+		}
+	}
+	h.setLoad(t, 20, 0, 900) // namespace dynamo: both decode ranks busy
+	h.setLoad(t, 20, 1, 900)
+
+	// Alone, the unrestricted key is served at once by namespace b.
+	start := time.Now()
+	if resp := h.post(t, chat(false), map[string]string{"Authorization": "Bearer " + keyAll}); resp.StatusCode != 200 {
+		t.Fatalf("alone: %d %s", resp.StatusCode, readAll(t, resp))
+	}
+	t.Logf("alone: served in %v", time.Since(start))
+
+	// The confined key waits at the head of the model's line.
+	a := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, h.router.URL+"/v1/chat/completions", strings.NewReader(chat(false)))
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			a <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		a <- resp.StatusCode
+	}()
+	testutil.Eventually(t, 5*time.Second, "the confined request waits", func() bool { return promtest.ToFloat64(h.metrics.QueueDepth) == 1 })
+	start = time.Now()
+	resp := h.post(t, chat(false), map[string]string{"Authorization": "Bearer " + keyAll})
+	took := time.Since(start)
+	t.Logf("behind the confined request: %d in %v; confined: %d", resp.StatusCode, took, <-a)
+	if took > time.Second {
+		t.Errorf("a request a free worker could serve waited %v behind another key's request (head-of-line)", took)
+	}
+}

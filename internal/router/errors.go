@@ -17,6 +17,9 @@ const (
 	CodePrefillDecodeUnavailable  = "disaggregated_prefill_decode_unavailable"
 	CodeDisaggregatedDecodeFailed = "disaggregated_decode_failed"
 	CodeNotFound                  = "not_found"
+	// CodeMethodNotAllowed: a route the router has, asked with a method
+	// it does not take (405 with Allow).
+	CodeMethodNotAllowed = "method_not_allowed"
 	// CodeOverloaded: the router serves server.max_in_flight requests
 	// already (503 with Retry-After).
 	CodeOverloaded = "router_overloaded"

@@ -15,8 +15,9 @@ import (
 const queuePoll = 20 * time.Millisecond
 
 // busyQueue holds requests that found every candidate worker busy
-// (dynamo.load.queue), in one line per model so that a model whose workers
-// are all busy never holds up another's requests. Only the request at the
+// (dynamo.load.queue), in one line per model and set of candidate
+// replicas (exchange.queueLine) so that requests whose workers are all
+// busy never hold up others'. Only the request at the
 // head of a line tries for a worker, so each line is served in arrival
 // order; it tries when a pinned dispatch ends, when the request before it
 // leaves, and every queuePoll. The lines hold at most the configured size
@@ -40,33 +41,33 @@ func newBusyQueue(m *telemetry.RouterMetrics) *busyQueue {
 	return &busyQueue{lines: map[string][]*waiter{}, m: m}
 }
 
-// waiting reports whether requests for model are waiting: a new one joins
+// waiting reports whether requests of line are waiting: a new one joins
 // the line behind them rather than taking room they wait for.
-func (q *busyQueue) waiting(model string) bool {
+func (q *busyQueue) waiting(line string) bool {
 	if q.n.Load() == 0 {
 		return false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.lines[model]) > 0
+	return len(q.lines[line]) > 0
 }
 
-// wait joins model's line, unless size requests already wait, and returns
+// wait joins the line named name, unless size requests already wait, and returns
 // how the wait ended: telemetry.QueueDispatched when try reported done
 // (it is called only at the head of the line, never concurrently for one
 // line), telemetry.QueueTimeout after maxWait, telemetry.QueueCancelled
 // when ctx ends, or telemetry.BusyQueueFull when it could not join.
-func (q *busyQueue) wait(ctx context.Context, model string, size int, maxWait time.Duration, try func() bool) string {
+func (q *busyQueue) wait(ctx context.Context, name string, size int, maxWait time.Duration, try func() bool) string {
 	w := &waiter{kick: make(chan struct{}, 1)}
 	q.mu.Lock()
 	if q.n.Load() >= int64(size) {
 		q.mu.Unlock()
 		return telemetry.BusyQueueFull
 	}
-	q.lines[model] = append(q.lines[model], w)
+	q.lines[name] = append(q.lines[name], w)
 	q.m.QueueDepth.Set(float64(q.n.Add(1)))
 	q.mu.Unlock()
-	defer q.leave(model, w)
+	defer q.leave(name, w)
 
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
@@ -74,7 +75,7 @@ func (q *busyQueue) wait(ctx context.Context, model string, size int, maxWait ti
 	defer poll.Stop()
 	for {
 		var pollC <-chan time.Time
-		if q.head(model, w) {
+		if q.head(name, w) {
 			if try() {
 				return telemetry.QueueDispatched
 			}
@@ -92,19 +93,19 @@ func (q *busyQueue) wait(ctx context.Context, model string, size int, maxWait ti
 	}
 }
 
-func (q *busyQueue) head(model string, w *waiter) bool {
+func (q *busyQueue) head(name string, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	line := q.lines[model]
+	line := q.lines[name]
 	return len(line) > 0 && line[0] == w
 }
 
-// leave takes w out of model's line; the request behind it, now at the
+// leave takes w out of the line named name; the request behind it, now at the
 // head, tries at once.
-func (q *busyQueue) leave(model string, w *waiter) {
+func (q *busyQueue) leave(name string, w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	line := q.lines[model]
+	line := q.lines[name]
 	for i, x := range line {
 		if x != w {
 			continue
@@ -112,10 +113,10 @@ func (q *busyQueue) leave(model string, w *waiter) {
 		line = append(line[:i], line[i+1:]...)
 		q.m.QueueDepth.Set(float64(q.n.Add(-1)))
 		if len(line) == 0 {
-			delete(q.lines, model)
+			delete(q.lines, name)
 			return
 		}
-		q.lines[model] = line
+		q.lines[name] = line
 		if i == 0 {
 			kick(line[0])
 		}

@@ -1536,3 +1536,106 @@ func TestDoneTail(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoModelPerKey: a key whose allowed_backends excludes every shim
+// replica cannot reach the Dynamo model: GET /v1/models does not list it
+// for that key, and a request answers 404 model_not_found (as for a plain
+// backend's model the key may not use), not a 503 its SDK would retry.
+func TestDynamoModelPerKey(t *testing.T) {
+	t.Parallel()
+	const key = "sk-only-plain"
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends[1].Models = []string{"plain-model"} // no catch-all backend
+		c.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex(key), AllowedBackends: []string{"plain"}}}
+	})
+	req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := readAll(t, resp)
+	if strings.Contains(list, model) {
+		t.Errorf("GET /v1/models lists %s to a key that may use no shim replica: %s", model, list)
+	}
+	resp = h.post(t, chat(false), map[string]string{"Authorization": "Bearer " + key})
+	body := readAll(t, resp)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "model_not_found") {
+		t.Errorf("chat for %s with a key that may use no shim replica: %d %s (want 404 model_not_found)", model, resp.StatusCode, body)
+	}
+	if n := len(h.fe.Requests()); n != 0 {
+		t.Fatalf("the frontend got %d requests", n)
+	}
+}
+
+// TestWrongMethodIs405: a known route asked with another method answers
+// 405 with Allow, not the catch-all 404 "no such route"; an unknown path
+// stays 404.
+func TestWrongMethodIs405(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, tt := range []struct{ method, path, allow string }{
+		{http.MethodPost, "/v1/models", "GET, HEAD"},
+		{http.MethodGet, "/v1/chat/completions", "POST"},
+		{http.MethodGet, "/v1/messages", "POST"},
+		{http.MethodPost, "/health", "GET, HEAD"},
+		{http.MethodDelete, "/v1/models/org/name", "GET, HEAD"},
+	} {
+		req, _ := http.NewRequest(tt.method, h.router.URL+tt.path, strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tt.allow || !strings.Contains(body, "method_not_allowed") {
+			t.Errorf("%s %s: %d Allow=%q %s", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Allow"), strings.TrimSpace(body))
+		}
+	}
+	resp, err := http.Get(h.router.URL + "/v1/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound || resp.Header.Get("Allow") != "" {
+		t.Errorf("unknown path: %d Allow=%q %s", resp.StatusCode, resp.Header.Get("Allow"), body)
+	}
+}
+
+// TestAdminBearerSchemeAnyCase: the admin API takes the bearer scheme in
+// any case, as the inference routes do (an auth scheme is
+// case-insensitive, RFC 9110 §11.1).
+func TestAdminBearerSchemeAnyCase(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, auth := range []string{"Bearer admin-secret", "bearer admin-secret", "BEARER admin-secret"} {
+		req, _ := http.NewRequest(http.MethodGet, h.router.URL+"/admin/config/status", nil)
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%q: %d %s", auth, resp.StatusCode, strings.TrimSpace(body))
+		}
+	}
+}
+
+// TestDiscoveredModelWithdrawn: a discovered model leaves GET /v1/models
+// when its workers leave, and a request for it is then a 404.
+func TestDiscoveredModelWithdrawn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) { c.Backends[1].Models = []string{"plain-model"} })
+	if !listedModels(t, h.router.URL)[model] {
+		t.Fatal("not listed while served")
+	}
+	h.reducer.Delete("v1/instances/dynamo/prefill/generate/a")
+	h.reducer.Delete("v1/instances/dynamo/decode/generate/14")
+	h.reg.Publish(h.reducer.Build(t0))
+	if listed := listedModels(t, h.router.URL); listed[model] {
+		t.Errorf("listed after its workers left: %v", listed)
+	}
+	resp := h.post(t, chat(false), nil)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("request after its workers left: %d %s", resp.StatusCode, body)
+	}
+}

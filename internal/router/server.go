@@ -215,10 +215,35 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
 	s.mountAdmin(mux, true)
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+				"the method "+r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+allow+")")
+			return
+		}
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
 	})
 	return &front{s: s, mux: mux, chat: chat, completions: completions, chatAt: chatAt, completionsAt: completionsAt}
+}
+
+// routeMethods are the methods the router's routes are registered with
+// (GET ones also answer HEAD).
+var routeMethods = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete}
+
+// allowedMethods lists the methods a route of mux other than the catch-all
+// takes at r's path ("" when none does): a known path asked with another
+// method is answered 405 with them, as RFC 9110 asks, not "no such route".
+func allowedMethods(mux *http.ServeMux, r *http.Request) string {
+	var allow []string
+	probe := *r
+	for _, m := range routeMethods {
+		probe.Method = m
+		if _, pattern := mux.Handler(&probe); pattern != "" && pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
 }
 
 // front is the router's handler: it strips the client's pin headers, then
@@ -377,7 +402,13 @@ func (s *Server) modelCatalog(w http.ResponseWriter, r *http.Request) (map[strin
 // workers serve, and the client ids of shim.model_map whose Dynamo model a
 // worker serves. anyModel reports a backend of those with no model list
 // that plain routing uses (role unified, not a direct-mode frontend of the
-// shim): it takes any model, so no model can be called unknown.
+// shim): it takes any model, so no model can be called unknown. With the
+// shim on, a worker's model counts only when the key may use an enabled
+// replica of the worker's namespace: a key kept from every frontend that
+// reaches a model cannot call it, and is told so by a 404 as for a plain
+// backend's model it may not use (a 503 would have its SDK retry what
+// cannot succeed). A replica's health does not count: a model whose
+// replicas are all down is there, and answers 503.
 func (s *Server) catalog(policy *keyPolicy) (listed map[string]bool, anyModel bool) {
 	cfg := s.cfg.Load()
 	rt := s.routes.Load()
@@ -394,9 +425,18 @@ func (s *Server) catalog(policy *keyPolicy) (listed map[string]bool, anyModel bo
 		}
 	}
 	if cfg.Dynamo.Enabled && s.opts.Registry != nil {
+		// reach: the namespaces the key may reach through the shim (nil:
+		// every namespace, the shim being off or the key unrestricted).
+		var reach []string
+		if plan.Enabled() && policy != nil && policy.allowed != nil {
+			reach = plan.Candidates(func(b *Backend) bool { return b.cfg.Enabled && policy.allows(b.Name()) }).Namespaces
+			if reach == nil {
+				reach = []string{}
+			}
+		}
 		served := map[string]bool{}
 		for wk := range s.opts.Registry.Snapshot().Workers.All() {
-			if wk.Model != "" && wk.Role != fleet.RoleUnknown {
+			if wk.Model != "" && wk.Role != fleet.RoleUnknown && (reach == nil || slices.Contains(reach, wk.ID.Namespace)) {
 				served[wk.Model] = true
 			}
 		}
