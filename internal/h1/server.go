@@ -319,13 +319,41 @@ func WithWriteTimeout(c net.Conn, d time.Duration) net.Conn {
 
 type stallBound struct {
 	net.Conn
-	d     time.Duration
-	until time.Time
+	d time.Duration
+	// until is the write deadline Write set last, in Unix nanoseconds (0:
+	// none). Atomic: net/http sets deadlines of its own from another
+	// goroutine than the one writing (an HTTP/2 connection's frames are
+	// written by a goroutine of their own).
+	until atomic.Int64
 }
 
 func (c *stallBound) Write(p []byte) (int, error) {
-	c.until = moveWriteDeadline(c.Conn, c.until, c.d)
+	var until time.Time
+	if n := c.until.Load(); n != 0 {
+		until = time.Unix(0, n)
+	}
+	if next, move := NextWriteDeadline(until, c.d); move {
+		_ = c.Conn.SetWriteDeadline(next)
+		c.until.Store(next.UnixNano())
+	}
 	return c.Conn.Write(p)
+}
+
+// SetWriteDeadline and SetDeadline replace the deadline Write set last, so
+// Write sets its own again before the next write: net/http clears the
+// socket's deadlines after a TLS handshake and after each request, and a
+// bound that believed its deadline still set would let a write to a peer
+// that takes nothing wait for ever. (A deadline set from outside thus holds
+// until the next write; net/http sets one only around a TLS handshake,
+// whose few KiB of writes a socket buffer takes whole.)
+func (c *stallBound) SetWriteDeadline(t time.Time) error {
+	c.until.Store(0)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *stallBound) SetDeadline(t time.Time) error {
+	c.until.Store(0)
+	return c.Conn.SetDeadline(t)
 }
 
 // stallBound has no NetConn method: SocketIO would unwrap it and write

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,8 @@ type certificate struct {
 	files  config.ServerTLS
 	logger *slog.Logger
 	cur    atomic.Pointer[tls.Certificate]
+	// mu orders the reloads of the file watch and of SIGHUP.
+	mu sync.Mutex
 	// pem is the content last loaded, to tell a change from a touch.
 	pem []byte
 }
@@ -51,12 +54,16 @@ func (c *certificate) config() *tls.Config {
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.cur.Load(), nil }}
 }
 
+// watchCertificate watches the pair's files (a variable, so that a test
+// can have the watch fail as it does where inotify is out of watches).
+var watchCertificate = newFileWatcher
+
 // run reloads the pair when the certificate's or the key's file changes
 // (their directories are watched), until ctx ends.
 func (c *certificate) run(ctx context.Context) error {
-	w, err := newFileWatcher(newWatchedFiles(c.files.Cert, c.files.Key))
+	w, err := watchCertificate(newWatchedFiles(c.files.Cert, c.files.Key))
 	if err != nil {
-		c.logger.Warn("server.tls: the certificate files are not watched; a renewed certificate needs a restart", "err", err)
+		c.logger.Warn("server.tls: the certificate files are not watched; renew a certificate with SIGHUP", "err", err)
 		<-ctx.Done()
 		return nil
 	}
@@ -74,12 +81,21 @@ func (c *certificate) run(ctx context.Context) error {
 			c.logger.Warn("server.tls: watching the certificate files", "err", err)
 		case <-debounce.C:
 			w.Rewatch()
-			prev := c.pem
-			if err := c.load(); err != nil {
-				c.logger.Error("server.tls: the changed certificate does not load; the previous one is served", "cert", c.files.Cert, "err", err)
-			} else if !bytes.Equal(prev, c.pem) {
-				c.logger.Info("server.tls: certificate reloaded", "cert", c.files.Cert)
-			}
+			c.reread("changed")
 		}
+	}
+}
+
+// reread loads the pair again (its files changed, or SIGHUP asked for it:
+// the way to renew a certificate whose files are not watched); a pair
+// that does not load is logged and the previous one kept.
+func (c *certificate) reread(why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.pem
+	if err := c.load(); err != nil {
+		c.logger.Error("server.tls: the "+why+" certificate does not load; the previous one is served", "cert", c.files.Cert, "err", err)
+	} else if !bytes.Equal(prev, c.pem) {
+		c.logger.Info("server.tls: certificate reloaded", "cert", c.files.Cert)
 	}
 }

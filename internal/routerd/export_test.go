@@ -1,6 +1,10 @@
 package routerd
 
-import "github.com/continuum-router/continuum/internal/dynamo/kv"
+import (
+	"errors"
+
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+)
 
 // KVParts returns the running KV-aware selection's index and settings; nil
 // when it is off.
@@ -35,4 +39,13 @@ func BusRunning(d *Daemon) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.busRun != nil
+}
+
+// UnwatchCertificates makes the watch of server.tls's files fail, as it
+// does where inotify is out of watches, until restore is called. Not for
+// parallel tests.
+func UnwatchCertificates() (restore func()) {
+	prev := watchCertificate
+	watchCertificate = func(*watchedFiles) (fileWatcher, error) { return nil, errors.New("inotify: out of watches (test)") }
+	return func() { watchCertificate = prev }
 }

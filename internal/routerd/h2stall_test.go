@@ -1,10 +1,13 @@
 package routerd_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -148,4 +151,106 @@ func endlessStream(t *testing.T, chunk string, ended chan<- struct{}) *httptest.
 	}))
 	t.Cleanup(be.Close)
 	return be
+}
+
+// TestServedConnectionsStayBounded: write_timeout bounds the writes of
+// every connection net/http serves, after net/http cleared the socket's
+// deadlines (it does after a TLS handshake and after each request): a
+// client that stops reading its streamed answer is cut, and the backend
+// request with it, over TLS (HTTP/1.1 and an HTTP/2 client that grants a
+// large window and stops reading the socket) and in the second request
+// of a plain connection handed to net/http (a chunked upload).
+func TestServedConnectionsStayBounded(t *testing.T) {
+	t.Parallel()
+	request := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		name   string
+		secure bool
+		// stall sends the request over c and then reads nothing.
+		stall func(t *testing.T, c net.Conn)
+	}{
+		{"tls-http1", true, func(t *testing.T, c net.Conn) {
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(request), request)
+		}},
+		{"tls-h2", true, func(t *testing.T, c net.Conn) {
+			_, _ = c.Write([]byte(http2.ClientPreface))
+			fr := http2.NewFramer(c, c)
+			_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+			_ = fr.WriteWindowUpdate(0, 1<<31-1-65535)
+			var hb bytes.Buffer
+			enc := hpack.NewEncoder(&hb)
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "x"}, {":path", "/v1/chat/completions"},
+				{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(request))}} {
+				_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+			_ = fr.WriteData(1, true, []byte(request))
+		}},
+		{"handed-off-second-request", false, func(t *testing.T, c net.Conn) {
+			chunked := func(body string) {
+				fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+			}
+			chunked(`{"model":`) // answered at once: 400
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("first request: %d", resp.StatusCode)
+			}
+			chunked(request)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			backendEnded := make(chan struct{})
+			be := endlessStream(t, `data: {"choices":[{"index":0,"delta":{"content":"`+strings.Repeat("a", 64<<10)+`"}}]}`+"\n\n", backendEnded)
+			cfg := plainCfg(be.URL)
+			pki := testutil.NewTestPKI(t)
+			if tc.secure {
+				cfg.Server.TLS = &config.ServerTLS{Cert: pki.ServerCert, Key: pki.ServerKey}
+			}
+			// Long enough that the socket's send buffer fills (the
+			// backend sends 6.4 MB/s) well before half of it has passed,
+			// when a bound that missed net/http's clearing would set its
+			// deadline again.
+			cfg.Server.WriteTimeout = config.Duration(3 * time.Second)
+			d, reg := runDaemon(t, cfg)
+			raw, err := net.Dial("tcp", d.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = raw.(*net.TCPConn).SetReadBuffer(4096)
+			c := raw
+			if tc.secure {
+				pool := x509.NewCertPool()
+				ca, err := os.ReadFile(pki.CAFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pool.AppendCertsFromPEM(ca)
+				proto := "http/1.1"
+				if tc.name == "tls-h2" {
+					proto = "h2"
+				}
+				tlsConn := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{proto}})
+				if err := tlsConn.Handshake(); err != nil {
+					t.Fatal(err)
+				}
+				c = tlsConn
+			}
+			defer func() { _ = c.Close() }()
+			tc.stall(t, c)
+			select {
+			case <-backendEnded:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the backend request still runs 15 s after its client stopped reading (write_timeout 3s)")
+			}
+			testutil.Eventually(t, 5*time.Second, "the stalled connection closed", func() bool {
+				return gaugeValue(t, reg, "continuum_http_connections") == 0
+			})
+		})
+	}
 }

@@ -222,6 +222,18 @@ func (l *listener) shutdown(logger *slog.Logger, grace time.Duration) {
 func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration) {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
 	defer cancel()
+	s.retire(ctx, logger, addr)
+}
+
+// retire lets the servers' requests finish until ctx ends, when those
+// left are cut.
+func (s *served) retire(ctx context.Context, logger *slog.Logger, addr string) {
+	// No new request starts on a connection net/http serves: its idle
+	// keep-alive connections close now and busy ones after their answer
+	// (an HTTP/2 one with a GOAWAY once its streams end), as the lean
+	// server does with its own, instead of serving requests that began
+	// after the drain did until the end of the grace cuts them.
+	s.srv.SetKeepAlivesEnabled(false)
 	// The lean server first: a connection it hands off meanwhile (a
 	// request only net/http serves) still finds net/http's server open,
 	// and net/http's shutdown waits until that request has reached the

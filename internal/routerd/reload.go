@@ -65,6 +65,15 @@ func (d *Daemon) followReloads(ctx context.Context) error {
 			watcher.Rewatch()
 			last = d.reloadFile(TriggerFile, last, false)
 		case <-d.reload.Signal:
+			// SIGHUP also reads server.tls's pair again, whatever the
+			// configuration: the files may be renewed in place where no
+			// watch sees it.
+			d.mu.Lock()
+			cert := d.cert
+			d.mu.Unlock()
+			if cert != nil {
+				cert.reread("renewed")
+			}
 			if d.reload.File == "" {
 				d.logger.Warn("reload requested, but the router was started without a configuration file: nothing to reload")
 				continue
@@ -518,8 +527,13 @@ func (d *Daemon) swapListeners(old, cfg *config.Config, p prepared) {
 	for _, l := range retire {
 		d.retiring.Go(func() { l.shutdown(d.logger, d.grace) })
 	}
+	// A replaced server's open requests finish on the old settings,
+	// bounded by their own limits (the backends' timeouts, write_timeout),
+	// not by the shutdown's grace: a reload is no shutdown, and a long
+	// stream would be cut by it. The daemon's shutdown ends them with the
+	// rest, at the end of its grace.
 	for _, s := range replaced {
-		d.retiring.Go(func() { s.shutdown(d.logger, "", d.grace) })
+		d.retiring.Go(func() { s.retire(d.retireEnd, d.logger, "") })
 	}
 }
 

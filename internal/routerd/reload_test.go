@@ -1,7 +1,10 @@
 package routerd_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -339,6 +342,57 @@ func TestReloadSignal(t *testing.T) {
 	}
 	if f.status().Generation != 1 {
 		t.Error("a reload that changed nothing made a new generation")
+	}
+}
+
+// TestReloadSignalRereadsCertificate: where the certificate files are not
+// watched (inotify out of watches), SIGHUP reads server.tls's pair again,
+// even when the configuration did not change. Not parallel: it changes
+// how the package watches certificates.
+func TestReloadSignalRereadsCertificate(t *testing.T) {
+	defer routerd.UnwatchCertificates()()
+	first, second := testutil.NewTestPKI(t), testutil.NewTestPKI(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	install := func(p *testutil.TestPKI) {
+		for _, f := range [][2]string{{p.ServerCert, certFile}, {p.ServerKey, keyFile}} {
+			data, err := os.ReadFile(f[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.ReplaceFile(t, f[1], string(data))
+		}
+	}
+	install(first)
+	text := strings.Replace(configYAML("http://127.0.0.1:1", t.TempDir(), ""), "server:\n",
+		fmt.Sprintf("server:\n  tls:\n    cert: %q\n    key: %q\n", certFile, keyFile), 1)
+	f := startReload(t, text)
+	pool := x509.NewCertPool()
+	for _, p := range []*testutil.TestPKI{first, second} {
+		data, _ := os.ReadFile(p.CAFile)
+		pool.AppendCertsFromPEM(data)
+	}
+	served := func() string {
+		c, err := tls.Dial("tcp", f.d.Addr(), &tls.Config{RootCAs: pool, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		return string(c.ConnectionState().PeerCertificates[0].Raw)
+	}
+	before := served()
+	install(second)
+	time.Sleep(2 * routerd.ReloadDebounce) // a watch, were there one, would have acted
+	if served() != before {
+		t.Fatal("the certificate changed without a watch or a signal")
+	}
+	f.signal <- struct{}{}
+	// The pair is read before the file is (the admin API is HTTPS here).
+	testutil.Eventually(t, 10*time.Second, "the signal's reload", func() bool {
+		return counter(t, f.metrics, "continuum_config_reloads_total") >= 1
+	})
+	if served() == before {
+		t.Error("SIGHUP did not read the renewed certificate")
 	}
 }
 
@@ -839,4 +893,55 @@ func TestReadyAfterAWatcherSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 15*time.Second, "ready on the second store", func() bool { return ready() == http.StatusOK })
+}
+
+// TestReloadKeepsOpenStreams: a reload that changes a server setting
+// applies it to the connections that follow; a stream open before it
+// finishes on the old server, bounded by its own limits and not by the
+// shutdown's grace (5 s here), which a reload is not.
+func TestReloadKeepsOpenStreams(t *testing.T) {
+	t.Parallel()
+	be := endlessStream(t, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n", nil)
+	root := t.TempDir()
+	f := startReload(t, configYAML(be.URL, root, ""))
+	resp, err := http.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	lines := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	go func() {
+		br := bufio.NewReader(resp.Body)
+		for {
+			if _, err := br.ReadString('\n'); err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case lines <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	<-lines
+	f.write(strings.Replace(configYAML(be.URL, root, ""), "server:\n", "server:\n  idle_timeout: 90s\n", 1))
+	if r := f.waitReload(1); r.Result != "applied" {
+		t.Fatalf("reload: %+v", r)
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("the stream open before the reload ended: %v", err)
+	case <-time.After(7 * time.Second):
+	}
+	// Still flowing, not merely open.
+	for len(lines) > 0 {
+		<-lines
+	}
+	select {
+	case <-lines:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the stream open before the reload stalled")
+	}
 }

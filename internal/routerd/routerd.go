@@ -13,6 +13,7 @@ package routerd
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -145,6 +146,10 @@ type Daemon struct {
 	admin    *listener
 	draining bool
 	retiring sync.WaitGroup // replaced listeners and servers finishing their requests
+	// retireEnd ends at the end of the shutdown's grace (or at Close): the
+	// requests of servers a reload replaced are cut then.
+	retireEnd   context.Context
+	endRetiring context.CancelCauseFunc
 	// cert is server.tls's certificate (nil for plain HTTP), reloaded by
 	// certRun when its files change; guarded by mu.
 	cert    *certificate
@@ -178,6 +183,7 @@ func New(cfg *config.Config, deps Deps) (*Daemon, error) {
 	if d.grace <= 0 {
 		d.grace = DefaultShutdownGrace
 	}
+	d.retireEnd, d.endRetiring = context.WithCancelCause(context.Background())
 	d.cfg.Store(cfg)
 	d.started = cfg
 	d.bm = telemetry.NewEventBusMetrics(promReg)
@@ -347,6 +353,7 @@ func (d *Daemon) AdminAddr() string {
 
 // Close releases the listeners of a daemon that was not Run.
 func (d *Daemon) Close() {
+	d.endRetiring(errors.New("daemon closed"))
 	d.lnMu.Lock()
 	defer d.lnMu.Unlock()
 	for _, l := range []*listener{d.main, d.admin} {
@@ -451,6 +458,8 @@ func (d *Daemon) drain() {
 	d.router.SetReady(false)
 	d.router.SetShutdownDeadline(time.Now().Add(d.grace))
 	d.logger.Info("shutting down", "grace", d.grace)
+	// Servers a reload replaced have the same grace.
+	time.AfterFunc(d.grace, func() { d.endRetiring(fmt.Errorf("shutdown grace of %s exceeded", d.grace)) })
 	d.lnMu.Lock()
 	d.draining = true
 	ls := []*listener{d.main, d.admin}

@@ -1,6 +1,7 @@
 package routerd_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -348,4 +349,53 @@ func TestShutdownCutIs503(t *testing.T) {
 	if fives, fours := class("5xx"), class("4xx"); fives != 1 || fours != 0 {
 		t.Errorf("the stream cut at the grace's end: %v 5xx, %v 4xx; want it a 5xx", fives, fours)
 	}
+}
+
+// TestShutdownClosesHandedOffKeepAlives: while the shutdown waits for a
+// stream, an idle keep-alive connection net/http serves (one the lean
+// server handed off: a chunked upload) is closed at once, as the lean
+// server closes its own idle ones, rather than taking new requests that
+// the end of the grace would cut.
+func TestShutdownClosesHandedOffKeepAlives(t *testing.T) {
+	t.Parallel()
+	backend := endlessStream(t, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n", nil)
+	d, err := routerd.New(plainCfg(backend.URL), routerd.Deps{Metrics: prometheus.NewRegistry(), ShutdownGrace: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	// A connection handed to net/http, idle after its first answer.
+	c, err := net.Dial("tcp", d.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	body := `{"model":`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	answer, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, answer.Body)
+	// A stream the shutdown waits for.
+	resp, err := http.Post("http://"+d.Addr()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
+	cancel()
+	if !closedWithin(c, 2*time.Second) {
+		t.Error("an idle handed-off keep-alive connection stays open while the shutdown drains")
+	}
+	_ = resp.Body.Close()
 }
