@@ -164,6 +164,30 @@ func (b *Backend) release(ok bool, now time.Time) {
 	}
 }
 
+// answered gives back a slot whose request had an answer head below 500:
+// the breaker closes (a half-open probe has its answer), and whether the
+// replica failed waits for the body (settle).
+func (b *Backend) answered() {
+	b.inflight.Add(-1)
+	b.openUntil.Store(0)
+	b.probing.Store(false)
+}
+
+// settle records how an answered request's body ended: read whole (or
+// ended by the client or the router), or broken off by the replica, which
+// counts as a failure as a reset before the head does. A replica that
+// answers every head and breaks every body is taken out like one that
+// fails outright.
+func (b *Backend) settle(ok bool, now time.Time) {
+	if ok {
+		b.consecutive.Store(0)
+		return
+	}
+	if b.consecutive.Add(1) >= breakerFailures {
+		b.openUntil.Store(now.Add(breakerOpenFor).UnixNano())
+	}
+}
+
 // abandon gives back a slot whose request ended with its client before the
 // backend showed anything: no evidence either way, so the breaker's count
 // stays. A half-open probe abandoned so lets the next request probe.

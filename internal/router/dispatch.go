@@ -555,10 +555,16 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		defer func() {
 			workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused || res.viewBehind
 		}()
+	} else if resp.StatusCode >= 500 {
+		b.release(false, x.s.opts.Now())
 	} else {
-		b.release(resp.StatusCode < 500, x.s.opts.Now())
+		b.answered()
+		defer func() { b.settle(!bodyBroke(resp.Body, x.ctx), x.s.opts.Now()) }()
 	}
-	stream := isEventStream(answerContentType(resp))
+	// A plain stream in another type than text/event-stream (NDJSON, or
+	// none named) framed by its end (chunked) is relayed as it comes too,
+	// as any reverse proxy does with a body of unknown length.
+	stream := isEventStream(answerContentType(resp)) || (x.q.Stream && resp.ContentLength < 0 && pin == nil && x.out == nil)
 	if pin != nil || stream || x.out != nil {
 		return x.relayInspected(resp, b, pin, stream), false
 	}
@@ -576,6 +582,14 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return x.broken(b, resp.StatusCode, err), false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// bodyBroke reports whether reading an answer's body from the backend
+// failed while its client was still there. Only the router's own client
+// tells (the bodies of other transports are taken as read whole).
+func bodyBroke(body io.ReadCloser, ctx context.Context) bool {
+	ub, ok := body.(*upBody)
+	return ok && ctx.Err() == nil && ub.Broke()
 }
 
 // badTarget is the outcome of a request whose backend's URL makes no

@@ -1,12 +1,15 @@
 package router_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,4 +59,67 @@ func waitClientGone(t *testing.T, metrics *telemetry.RouterMetrics, path string)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// scriptBackend is an HTTP/1.1 backend over a raw listener, free to
+// misbehave: answer writes the answer to the req-th request (from 0) of
+// the conn-th connection (from 1) on c, and reports whether to keep the
+// connection.
+type scriptBackend struct {
+	url             string
+	conns, requests atomic.Int32
+}
+
+func newScriptBackend(t *testing.T, answer func(c net.Conn, conn, req int) bool) *scriptBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &scriptBackend{url: "http://" + ln.Addr().String()}
+	var mu sync.Mutex
+	var open []net.Conn
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			n := int(sb.conns.Add(1))
+			wg.Go(func() {
+				defer func() { _ = c.Close() }()
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if req.Method == http.MethodGet {
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 27\r\n\r\n{\"object\":\"list\",\"data\":[]}")
+						i--
+						continue
+					}
+					sb.requests.Add(1)
+					if !answer(c, n, i) {
+						return
+					}
+				}
+			})
+		}
+	})
+	return sb
 }

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -204,5 +205,74 @@ func TestStreamHeadBeforeFirstEvent(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s: no head while the backend holds its first event", name)
 		}
+	}
+}
+
+// TestPlainChunkedStreamFlows: a stream a plain backend sends chunked in
+// another type than text/event-stream (NDJSON, or no type: a framework's
+// default) reaches the client as it comes, not whole at its end.
+func TestPlainChunkedStreamFlows(t *testing.T) {
+	t.Parallel()
+	for _, ct := range []string{"", "Content-Type: application/x-ndjson\r\n"} {
+		t.Run(fmt.Sprintf("type=%q", ct), func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			be := newScriptBackend(t, func(c net.Conn, _, _ int) bool {
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n"+ct+"Transfer-Encoding: chunked\r\n\r\n9\r\n{\"n\":1}\n\r\n")
+				<-release
+				_, _ = io.WriteString(c, "9\r\n{\"n\":2}\n\r\n0\r\n\r\n")
+				return true
+			})
+			defer close(release)
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends = []config.Backend{{Name: "plain", Type: "openai", URL: be.url, Role: config.RoleUnified,
+					Enabled: true, Timeout: config.Duration(10 * time.Second)}}
+				c.Dynamo.Enabled = false
+			})
+			got := make(chan string, 1)
+			go func() {
+				resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json",
+					strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+				if err != nil {
+					got <- err.Error()
+					return
+				}
+				defer func() { _ = resp.Body.Close() }()
+				line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+				got <- line
+			}()
+			select {
+			case line := <-got:
+				if line != "{\"n\":1}\n" {
+					t.Errorf("first line %q", line)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the stream's first chunk is held back until the stream ends")
+			}
+		})
+	}
+}
+
+// TestUnaskedSwitchIsAnError: a backend answering 101 Switching Protocols
+// to a completion request (which asks for no upgrade) gives the client a
+// 502, not a broken 101.
+func TestUnaskedSwitchIsAnError(t *testing.T) {
+	t.Parallel()
+	be := newScriptBackend(t, func(c net.Conn, _, _ int) bool {
+		_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n\r\n")
+		return false
+	})
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = []config.Backend{{Name: "plain", Type: "openai", URL: be.url, Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(5 * time.Second)}}
+		c.Dynamo.Enabled = false
+	})
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Post(h.router.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat(false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("status %d: %s", resp.StatusCode, body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -324,5 +325,46 @@ func TestReplicaDroppingTheConnectionRetried(t *testing.T) {
 	}
 	if dropped.Load() == 0 {
 		t.Fatal("no request went to the replica that drops connections: the test proves nothing")
+	}
+}
+
+// TestPinnedNotResentByTheTransport: a pinned dispatch that went out on a
+// kept-alive connection is not sent to its frontend again by the router's
+// HTTP client, whatever the client's Idempotency-Key says (the frontend
+// applies none) or a 408 closing the connection (a mesh's stream timeout
+// after the frontend ran it): a card without migration_limit does not
+// consent to a request running twice.
+func TestPinnedNotResentByTheTransport(t *testing.T) {
+	t.Parallel()
+	const completion = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		fail   func(c net.Conn)
+	}{
+		{"idempotency-key dropped", map[string]string{"Idempotency-Key": "k-1"}, func(net.Conn) {}},
+		{"408 closing", nil, func(c net.Conn) {
+			_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 15\r\n\r\nstream timeout\n")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fe := newScriptBackend(t, func(c net.Conn, conn, req int) bool {
+				if conn == 1 && req == 1 {
+					tc.fail(c)
+					return false
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(completion), completion)
+				return true
+			})
+			h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.url })
+			for range 2 {
+				resp := h.post(t, chat(false), tc.header)
+				_ = readAll(t, resp)
+			}
+			if n := fe.requests.Load(); n != 2 {
+				t.Errorf("the frontend got %d requests for 2 pinned dispatches", n)
+			}
+		})
 	}
 }

@@ -3,12 +3,14 @@ package router_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1637,5 +1639,103 @@ func TestDiscoveredModelWithdrawn(t *testing.T) {
 	resp := h.post(t, chat(false), nil)
 	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("request after its workers left: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestBrokenBodiesOpenTheBreaker: a backend that answers every head and
+// breaks every body off (a reset after the head, a body shorter than its
+// length) fails as one reset before its head does: after five in a row
+// its breaker opens and requests stop reaching it. Buffered and streamed
+// answers alike.
+func TestBrokenBodiesOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+					return
+				}
+				hits.Add(1)
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer func() { _ = c.Close() }()
+				if stream {
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+
+						"20\r\ndata: {\"choices\":[{\"index\":0}]}\n\n\r\n")
+				} else {
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\"")
+				}
+			}))
+			t.Cleanup(broken.Close)
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends = []config.Backend{{Name: "broken", Type: "openai", URL: broken.URL, Role: config.RoleUnified,
+					Enabled: true, Timeout: config.Duration(5 * time.Second)}}
+				c.Dynamo.Enabled = false
+			})
+			for i := range 8 {
+				// The client of a broken answer gets a cut one (or none).
+				resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json",
+					strings.NewReader(`{"model":"m","stream":`+strconv.FormatBool(stream)+`,"messages":[{"role":"user","content":"hi"}]}`))
+				status := 0
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					status = resp.StatusCode
+				}
+				if i >= 5 && status != http.StatusServiceUnavailable {
+					t.Errorf("request %d after five broken answers: %d %v, want 503 (breaker open)", i, status, err)
+				}
+			}
+			if n := hits.Load(); n != 5 {
+				t.Errorf("the broken backend got %d requests, want 5 (then its breaker opened)", n)
+			}
+		})
+	}
+}
+
+// TestClientGoneSparesTheBreaker: a client that leaves in the middle of a
+// stream ends the backend's answer early; that is no failure of the
+// backend's, however often it happens.
+func TestClientGoneSparesTheBreaker(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(endless.Close)
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = []config.Backend{{Name: "endless", Type: "openai", URL: endless.URL, Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(5 * time.Second)}}
+		c.Dynamo.Enabled = false
+	})
+	for i := range 8 {
+		ctx, cancel := context.WithCancel(t.Context())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.router.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+		_, _ = bufio.NewReader(resp.Body).ReadString('\n')
+		cancel()
+		_ = resp.Body.Close()
+	}
+	if n := hits.Load(); n != 8 {
+		t.Errorf("the backend got %d of 8 requests whose clients left mid-stream", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/shim"
 	"github.com/continuum-router/continuum/internal/h1"
 )
 
@@ -338,6 +339,11 @@ func (u *upstream) exchange(ctx context.Context, c *upConn, req *http.Request, f
 		}
 		// Informational answers (100 Continue, 103 Early Hints) come
 		// before the answer; their heads count against the same bound.
+		if resp.StatusCode == http.StatusSwitchingProtocols && first(req.Header, "Upgrade") == "" {
+			// A switch no request asked for (the router sends no
+			// Upgrade inline) leaves no HTTP answer to relay.
+			return fail(errors.New("the backend switched protocols for a request that asked for no upgrade"))
+		}
 		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
@@ -372,6 +378,14 @@ func retryable(ctx context.Context, req *http.Request, fields string, c *upConn)
 	if c.written == 0 {
 		return true
 	}
+	if pinned(req) {
+		// A pinned dispatch that may have reached its worker runs again
+		// only with the workers' consent (a card's migration_limit), which
+		// the dispatch judges, never by the transport's own rule: the
+		// frontend applies no idempotency key, and the worker would
+		// compute the answer twice.
+		return false
+	}
 	switch req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		return true
@@ -399,9 +413,22 @@ func headerBytes(h http.Header) int64 {
 // reused connection, for a request whose body can be sent again. A 408
 // means the backend did not act on the request (it did not get all of it
 // in time), so any request may be sent again, once, on a new connection.
+//
+// Not for a pinned dispatch (whose frontend, or a mesh proxy in front of
+// it, may say 408 of a request it ran): its 408 is the dispatch's failure
+// to judge (see retryable).
 func idleTimeoutAnswer(ctx context.Context, resp *http.Response, req *http.Request, c *upConn) bool {
 	return resp.StatusCode == http.StatusRequestTimeout && resp.Close && c.reused && c.ended(ctx) == nil &&
-		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
+		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil) && !pinned(req)
+}
+
+// pinKey is the pin header every pinned dispatch carries, canonical.
+var pinKey = http.CanonicalHeaderKey(shim.HeaderWorkerInstanceID)
+
+// pinned reports whether req is a dispatch pinned to a Dynamo worker.
+func pinned(req *http.Request) bool {
+	_, ok := req.Header[pinKey]
+	return ok
 }
 
 // rewound is req with its body from the start again, for a retry; the
@@ -523,6 +550,17 @@ type upBody struct {
 	mu   sync.Mutex
 	done atomic.Bool
 	err  error // what reads return once done: io.EOF, or why the body ended
+	// broke: a read from the backend failed (a reset, a body shorter than
+	// its length, a timeout), not the router's own ending of it (readEnd's
+	// wait, Close).
+	broke, ending bool
+}
+
+// Broke reports whether reading the body from the backend failed.
+func (b *upBody) Broke() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.broke
 }
 
 // Buffered is how many bytes of the connection's input are read and not
@@ -551,6 +589,9 @@ func (b *upBody) Read(p []byte) (int, error) {
 	if end := b.c.ended(b.ctx); end != nil {
 		err = fmt.Errorf("reading the backend's response: %w", end)
 	}
+	b.mu.Lock()
+	b.broke = !b.ending
+	b.mu.Unlock()
 	if !b.finish(false, err) {
 		return n, b.doneErr()
 	}
@@ -591,6 +632,9 @@ func (b *upBody) readEnd() {
 	if b.done.Load() || b.ctx.Err() != nil {
 		return // ended, or cut by the client's leaving (Close closes it)
 	}
+	b.mu.Lock()
+	b.ending = true
+	b.mu.Unlock()
 	// Not setDeadline: its slack would let this wait run past endWait.
 	if d := time.Now().Add(endWait); b.c.deadline.IsZero() || d.Before(b.c.deadline) {
 		_ = b.c.conn.SetDeadline(d)

@@ -324,6 +324,7 @@ func TestUpstreamReuse(t *testing.T) {
 		answer string
 		close  bool // the backend closes after the answer (a body to the end of the connection)
 		body   string
+		fails  bool  // the round trip is an error
 		conns  int32 // for two requests in turn
 	}{
 		{name: "content-length", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 1},
@@ -334,7 +335,9 @@ func TestUpstreamReuse(t *testing.T) {
 		{name: "http/1.0 keep-alive", answer: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 1},
 		{name: "body to the end of the connection", answer: "HTTP/1.1 200 OK\r\n\r\nok", close: true, body: "ok", conns: 2},
 		{name: "100 continue first", answer: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", body: "ok", conns: 1},
-		{name: "switching protocols", answer: "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n", conns: 2},
+		// A switch the request did not ask for is no answer: an error,
+		// and the connection is not kept.
+		{name: "switching protocols", answer: "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n", fails: true, conns: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -350,6 +353,13 @@ func TestUpstreamReuse(t *testing.T) {
 				}
 				req.Header.Set("Expect", "100-continue")
 				resp, err := rt.RoundTrip(req)
+				if tc.fails {
+					if err == nil {
+						_ = resp.Body.Close()
+						t.Fatalf("status %d, want an error", resp.StatusCode)
+					}
+					continue
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
