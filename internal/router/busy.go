@@ -39,7 +39,10 @@ func busyThreshold(b *config.BusyThreshold) *pick.BusyThreshold {
 // line at once when requests for its model already wait there).
 func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backend], answered bool) {
 	q := x.s.cfg.Load().Dynamo.Load.Queue
-	line := x.queueLine(req.Model)
+	var line string
+	if q != nil {
+		line = x.queueLine(req.Model)
+	}
 	if q == nil || !x.s.queue.waiting(line) {
 		d, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
 		if errors.Is(err, shim.ErrNotPinned) && x.awaitDiscovery() {

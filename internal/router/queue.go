@@ -17,11 +17,11 @@ const queuePoll = 20 * time.Millisecond
 // busyQueue holds requests that found every candidate worker busy
 // (dynamo.load.queue), in one line per model and set of candidate
 // replicas (exchange.queueLine) so that requests whose workers are all
-// busy never hold up others'. Only the request at the
-// head of a line tries for a worker, so each line is served in arrival
-// order; it tries when a pinned dispatch ends, when the request before it
-// leaves, and every queuePoll. The lines hold at most the configured size
-// in all, each request at most its max wait: nothing waits unbounded.
+// busy never hold up others'. Only the request at the head of a line
+// tries for a worker, so each line is served in arrival order; it tries
+// when a pinned dispatch ends, when the request before it leaves, and
+// every queuePoll. The lines hold at most the configured size in all, each
+// request at most its max wait: nothing waits unbounded.
 type busyQueue struct {
 	mu    sync.Mutex
 	lines map[string][]*waiter
@@ -52,8 +52,8 @@ func (q *busyQueue) waiting(line string) bool {
 	return len(q.lines[line]) > 0
 }
 
-// wait joins the line named name, unless size requests already wait, and returns
-// how the wait ended: telemetry.QueueDispatched when try reported done
+// wait joins the line named name, unless size requests already wait, and
+// returns how the wait ended: telemetry.QueueDispatched when try reported done
 // (it is called only at the head of the line, never concurrently for one
 // line), telemetry.QueueTimeout after maxWait, telemetry.QueueCancelled
 // when ctx ends, or telemetry.BusyQueueFull when it could not join.
@@ -100,8 +100,8 @@ func (q *busyQueue) head(name string, w *waiter) bool {
 	return len(line) > 0 && line[0] == w
 }
 
-// leave takes w out of the line named name; the request behind it, now at the
-// head, tries at once.
+// leave takes w out of the line named name; the request behind it, now at
+// the head, tries at once.
 func (q *busyQueue) leave(name string, w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

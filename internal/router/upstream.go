@@ -589,12 +589,12 @@ func (b *upBody) Read(p []byte) (int, error) {
 	if end := b.c.ended(b.ctx); end != nil {
 		err = fmt.Errorf("reading the backend's response: %w", end)
 	}
+	if !b.finish(false, err) {
+		return n, b.doneErr() // closed meanwhile: the router ended it
+	}
 	b.mu.Lock()
 	b.broke = !b.ending
 	b.mu.Unlock()
-	if !b.finish(false, err) {
-		return n, b.doneErr()
-	}
 	return n, err
 }
 
