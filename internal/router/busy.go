@@ -56,6 +56,9 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		switch {
 		case err == nil:
 			return d, false
+		case errors.Is(err, shim.ErrNoReplica):
+			x.shimUnavailable()
+			return nil, true
 		case !errors.Is(err, pick.ErrAllBusy):
 			return nil, false
 		case q == nil:
@@ -64,7 +67,7 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		}
 	}
 	m := x.s.opts.Metrics
-	unpinned := false
+	unpinned, noReplica := false, false
 	start := time.Now()
 	result := x.s.queue.wait(x.ctx, line, q.Size, q.MaxWait.D(), func() bool {
 		nd, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
@@ -73,6 +76,8 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 			d = nd
 		case errors.Is(err, pick.ErrAllBusy):
 			return false
+		case errors.Is(err, shim.ErrNoReplica):
+			unpinned, noReplica = true, true
 		default:
 			unpinned = true
 		}
@@ -91,6 +96,10 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 	case telemetry.QueueDispatched:
 		return d, false
 	case telemetry.QueueUnpinned:
+		if noReplica {
+			x.shimUnavailable()
+			return nil, true
+		}
 		return nil, false
 	case telemetry.QueueTimeout:
 		x.refuseBusy(telemetry.BusyQueueTimeout)

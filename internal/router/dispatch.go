@@ -149,6 +149,7 @@ func (x *exchange) route() {
 		Path:         x.path,
 		Body:         pinBody,
 		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(x.s.opts.Now()) },
+		Allowed:      x.takes,
 	}
 	d, answered := x.reserve(&req)
 	if d == nil {
@@ -234,6 +235,24 @@ func (x *exchange) route() {
 	case shim.Abort:
 		x.abort(res)
 	}
+}
+
+// shimUnavailable answers a request for a model whose Dynamo workers are
+// behind frontend replicas the client may use, none of which is available
+// (a breaker open, a failing health check): a shim failure like a failed
+// dispatch, counted in phase decode, then the unified fallback when it is
+// on and a backend other than the shim's frontends can take the request,
+// else 502 disaggregated_decode_failed. (No routing path was chosen: the
+// path is counted only by a fallback.)
+func (x *exchange) shimUnavailable() {
+	v := x.s.dispatch.Plan().Verdict(shim.Failed)
+	x.s.opts.Metrics.DisaggErrors.WithLabelValues(shim.PhaseDecode).Inc()
+	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load())) > 0 {
+		x.plain(shim.PathFallback)
+		return
+	}
+	x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "",
+		"no Dynamo frontend replica that serves model "+strconvQuote(x.q.Model)+" is available (circuit breaker open or failing its health check)")
 }
 
 // pinned counts a pin's selections and makes the body it is sent with:

@@ -256,7 +256,9 @@ func TestRepinDeadDecodeAndPrefill(t *testing.T) {
 
 // TestWorkerFaultsKeepTheReplica: a frontend answering that a pinned
 // worker is gone is up, so those answers do not open its breaker; other
-// 5xx answers still do (the request then goes the plain way).
+// 5xx answers still do, and with the breaker open the request is a shim
+// failure still (502 disaggregated_decode_failed without fallback_to_unified),
+// never sent the plain way.
 func TestWorkerFaultsKeepTheReplica(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -274,12 +276,12 @@ func TestWorkerFaultsKeepTheReplica(t *testing.T) {
 			for i := range 8 {
 				resp := h.post(t, chat(false), nil)
 				body := readAll(t, resp)
-				plain := resp.StatusCode == 200 && strings.Contains(body, "plain backend")
+				open := strings.Contains(body, "no Dynamo frontend replica")
 				switch {
-				case i < 5 && resp.StatusCode != http.StatusBadGateway:
+				case resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "disaggregated_decode_failed"):
 					t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
-				case i >= 5 && plain != tt.wantOpen:
-					t.Fatalf("request %d after 5 failures: %d %s (breaker open: want %v)", i, resp.StatusCode, body, tt.wantOpen)
+				case open != (i >= 5 && tt.wantOpen):
+					t.Fatalf("request %d: %s (breaker open: want %v)", i, body, i >= 5 && tt.wantOpen)
 				}
 			}
 		})
@@ -364,6 +366,52 @@ func TestPinnedNotResentByTheTransport(t *testing.T) {
 			}
 			if n := fe.requests.Load(); n != 2 {
 				t.Errorf("the frontend got %d requests for 2 pinned dispatches", n)
+			}
+		})
+	}
+}
+
+// TestOpenBreakerIsAShimFailure: once the shim's only replica has its
+// breaker open, a request for a model its workers serve is a shim failure
+// like a failed dispatch: counted in phase decode, then sent the plain way
+// as a fallback (counted as one) when fallback_to_unified is on, else
+// answered 502 disaggregated_decode_failed; it never goes unpinned to a
+// unified backend as if Dynamo did not serve the model.
+func TestOpenBreakerIsAShimFailure(t *testing.T) {
+	t.Parallel()
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			fe := failingFrontend(t, http.StatusBadGateway, `{"error":{"message":"upstream connect error or disconnect/reset before headers"}}`, &hits)
+			h := newHarness(t, func(c *config.Config) {
+				c.Backends[0].URL = fe.URL
+				c.DisaggregatedServing.FallbackToUnified = fallback
+			})
+			const n = 8
+			for i := range n {
+				resp := h.post(t, chat(false), nil)
+				body := readAll(t, resp)
+				if want := map[bool]int{false: http.StatusBadGateway, true: http.StatusOK}[fallback]; resp.StatusCode != want {
+					t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+				}
+			}
+			if hits.Load() != 5 {
+				t.Errorf("the frontend got %d requests, want 5 (then its breaker opened)", hits.Load())
+			}
+			path := func(p string) float64 { return promtest.ToFloat64(h.metrics.DisaggRequests.WithLabelValues(p)) }
+			if got := promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues(shim.PhaseDecode)); got != n {
+				t.Errorf("decode errors %v, want %d", got, n)
+			}
+			if path(shim.PathUnified) != 0 {
+				t.Errorf("%v requests counted as routed unified", path(shim.PathUnified))
+			}
+			if fallback {
+				if path(shim.PathFallback) != n || len(*h.plain) != n {
+					t.Errorf("fallbacks: %v counted, %d at the plain backend; want %d", path(shim.PathFallback), len(*h.plain), n)
+				}
+			} else if len(*h.plain) != 0 {
+				t.Errorf("fallback_to_unified is off, yet %d requests went to the plain backend", len(*h.plain))
 			}
 		})
 	}

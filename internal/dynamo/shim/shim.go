@@ -274,6 +274,11 @@ type Request[R comparable] struct {
 	// Usable reports whether a replica may take this request now (the
 	// client's key allows it, it is healthy, its breaker lets it through).
 	Usable func(R) bool
+	// Allowed, when set, reports whether a replica may take this request
+	// at all (the client's key allows it), now or not: a model whose
+	// workers are behind allowed replicas none of which is usable fails
+	// with ErrNoReplica rather than going the plain way.
+	Allowed func(R) bool
 	// Exclude lists workers an earlier attempt of this request failed on
 	// (see Repin): the request is not pinned to them again.
 	Exclude []fleet.WorkerID
@@ -298,10 +303,32 @@ type Dispatch[R comparable] struct {
 // Done ends the dispatch in the picker's in-flight accounting.
 func (d *Dispatch[R]) Done() { d.picker.Release(d.ticket) }
 
+// servedBehind reports whether a worker of model is in a namespace with a
+// replica for which allowed holds.
+func (p *Plan[R]) servedBehind(snap *fleet.Snapshot, model string, allowed func(R) bool) bool {
+	if snap == nil {
+		return false
+	}
+	for _, ns := range p.Candidates(allowed).Namespaces {
+		for w := range snap.Workers.InNamespace(ns) {
+			if w.Model == model && w.Role != fleet.RoleUnknown {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // ErrNotPinned: the request goes the plain way: pinning is off, no replica
 // is usable, or no worker of the model is a candidate (or every one is
 // excluded).
 var ErrNotPinned = errors.New("not pinned")
+
+// ErrNoReplica: workers of the model are behind replicas the request may
+// use (Request.Allowed), and none of those is usable now (a breaker open,
+// a failing health check): a shim failure, not a model the shim does not
+// serve.
+var ErrNoReplica = errors.New("no frontend replica of the model's workers is available")
 
 // Pin picks the workers of a request and the replicas to send it to. It
 // returns false when the request is not pinned, for whatever reason
@@ -322,6 +349,9 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 	}
 	cands := plan.Candidates(req.Usable)
 	if len(cands.Namespaces) == 0 {
+		if req.Allowed != nil && plan.servedBehind(snap, plan.Model(req.Model), req.Allowed) {
+			return nil, ErrNoReplica
+		}
 		return nil, ErrNotPinned
 	}
 	picker := d.Picker()
