@@ -604,7 +604,7 @@ dynamo:
 	if !hasFinding(lenient, config.SeverityWarning, "dynamo.discovery.etcd.auth.password", "ETCD_PASSWORD is not set here") ||
 		!hasFinding(lenient, config.SeverityWarning, "backends[0].url", "FE_HOST is not set here") ||
 		!hasFinding(lenient, config.SeverityWarning, "dynamo.discovery.etcd.auth", "plaintext") ||
-		!hasFinding(lenient, config.SeverityError, "dynamo.event_bus.tls.key", `invalid variable name "1BAD"`) {
+		!hasFinding(lenient, config.SeverityError, "dynamo.event_bus.tls.key", `invalid variable name in the '${...}' at byte 1`) {
 		t.Errorf("lenient: %v", lenient.Findings)
 	}
 	if n := lenient.Findings.Errors(); n != 1 {
@@ -679,5 +679,62 @@ func TestFileRootFromDynamoEnv(t *testing.T) {
 	}
 	if got := config.DefaultFor(envOf(map[string]string{"DYN_FILE_KV": "/srv/dyn"})).Dynamo.Discovery.File.Root; got != "/srv/dyn" {
 		t.Errorf("DefaultFor: root %q", got)
+	}
+}
+
+// TestMaskIsNoSecret: a file whose secrets read as the mask (saved from
+// config show) is refused, each masked secret an error at its key; an
+// admin import (MaskedSecrets), whose masked secrets keep running values,
+// is not.
+func TestMaskIsNoSecret(t *testing.T) {
+	t.Parallel()
+	const text = `admin:
+  token: "********"
+backends:
+  - name: a
+    type: openai
+    url: http://a.example:8000
+    role: unified
+    api_key: "********"
+`
+	doc := parse(t, text)
+	for _, path := range []string{"admin.token", "backends[0].api_key"} {
+		if !hasFinding(doc, config.SeverityError, path, "not a secret") {
+			t.Errorf("%s: no error for the mask: %v", path, doc.Findings)
+		}
+	}
+	imported, err := config.Parse("admin import", []byte(text), config.Options{Env: envOf(nil), NoEnvRefs: true, MaskedSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := imported.Findings.Errors(); n != 0 {
+		t.Errorf("an import's masked secrets: %v", imported.Findings)
+	}
+}
+
+// TestFindingsQuoteNoSecret: a finding about a malformed value quotes no
+// part of it where it may be a secret: a password holding "${" by chance,
+// a URL's credentials.
+func TestFindingsQuoteNoSecret(t *testing.T) {
+	t.Parallel()
+	doc := parse(t, `admin:
+  token: "wX7!pL2${secretTAIL"
+backends:
+  - name: a
+    type: openai
+    url: "htps://user:sk-live-SECRET@api.example.com"
+    role: unified
+  - name: b
+    type: openai
+    url: "http://user:sk-live-SECRET@api.example.com:8000/%zz"
+    role: unified
+`)
+	if len(doc.Findings) == 0 {
+		t.Fatal("no findings")
+	}
+	for _, f := range doc.Findings {
+		if s := f.String(); strings.Contains(s, "secretTAIL") || strings.Contains(s, "sk-live-SECRET") {
+			t.Errorf("a finding quotes a secret: %s", s)
+		}
 	}
 }

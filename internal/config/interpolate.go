@@ -16,13 +16,15 @@ func (e *unsetVarError) Error() string {
 type LookupEnv func(name string) (string, bool)
 
 // interpolate replaces every ${NAME} in s with the variable's value. "$${"
-// writes a literal "${". An unset variable or a malformed reference is an
-// error that names it.
+// writes a literal "${". An unset variable is an error that names it; a
+// malformed reference, one that says where it is (the value may be a
+// secret, and is not quoted).
 func interpolate(s string, env LookupEnv) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
 	}
 	var b strings.Builder
+	pos := 0 // bytes of the value consumed before s
 	for {
 		i := strings.Index(s, "${")
 		if i < 0 {
@@ -32,24 +34,26 @@ func interpolate(s string, env LookupEnv) (string, error) {
 		if i > 0 && s[i-1] == '$' {
 			b.WriteString(s[:i-1])
 			b.WriteString("${")
-			s = s[i+2:]
+			s, pos = s[i+2:], pos+i+2
 			continue
 		}
 		b.WriteString(s[:i])
 		end := strings.IndexByte(s[i+2:], '}')
 		if end < 0 {
-			return "", fmt.Errorf("unterminated variable reference %q: close it with '}' or write '$${' for a literal '${'", s[i:])
+			// The value is not quoted: it may be a secret that holds
+			// "${" by chance, and findings go to CI logs and the admin API.
+			return "", fmt.Errorf("unterminated variable reference: the '${' at byte %d of the value has no '}'; close it or write '$${' for a literal '${'", pos+i+1)
 		}
 		name := s[i+2 : i+2+end]
 		if !validVarName(name) {
-			return "", fmt.Errorf("invalid variable name %q in ${...}: use letters, digits and '_', not starting with a digit", name)
+			return "", fmt.Errorf("invalid variable name in the '${...}' at byte %d of the value: use letters, digits and '_', not starting with a digit (or write '$${' for a literal '${')", pos+i+1)
 		}
 		v, ok := env(name)
 		if !ok {
 			return "", &unsetVarError{name}
 		}
 		b.WriteString(v)
-		s = s[i+2+end+1:]
+		s, pos = s[i+2+end+1:], pos+i+2+end+1
 	}
 }
 

@@ -28,6 +28,8 @@ type Document struct {
 	Findings Findings
 	pos      map[string]position
 	failed   map[string]bool
+	// maskOK: the document's secrets may read as Mask (Options.MaskedSecrets).
+	maskOK bool
 }
 
 // Options adjust loading.
@@ -46,6 +48,13 @@ type Options struct {
 	// reading the router's environment into it would show that
 	// environment to whoever sent it (in a finding, or a value read back).
 	NoEnvRefs bool
+	// MaskedSecrets lets secrets read as Mask: a document read back from
+	// GET /admin/config and imported, whose masked secrets keep their
+	// running values (Config.Unmask). Anywhere else a secret that is the
+	// mask is an error: a file saved from `config show` would otherwise
+	// make the mask, which anyone can read, the admin token or the key
+	// sent to a backend.
+	MaskedSecrets bool
 }
 
 // Load reads, decodes and validates the file at path. The error is non-nil
@@ -100,6 +109,7 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 	}
 	doc.pos = dec.pos
 	doc.failed = dec.failed
+	doc.maskOK = opts.MaskedSecrets
 	doc.Findings = dec.findings
 	more, dropped := validate(doc)
 	doc.Findings = append(doc.Findings, more...)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -54,6 +55,11 @@ func validate(doc *Document) (Findings, int) {
 	v.shim()
 	v.kv()
 	v.eventBus()
+	if !doc.maskOK {
+		for _, p := range v.c.StillMasked() {
+			v.errorf(p, "%q is how secrets are shown (config show, GET /admin/config), not a secret: give the value", Mask)
+		}
+	}
 	return v.out, v.dropped
 }
 
@@ -134,7 +140,7 @@ func (v *validator) backendList() {
 		if u, err := url.Parse(b.URL); b.URL == "" {
 			v.errorf(p+".url", "every backend needs a url, such as http://dynamo-frontend.dynamo.svc:8000")
 		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.errorf(p+".url", "%q is not an http:// or https:// URL with a host", b.URL)
+			v.errorf(p+".url", "%s is not an http:// or https:// URL with a host", shownURL(b.URL, u, err))
 		} else if u.User != nil {
 			v.errorf(p+".url", "credentials in the URL are not allowed: use api_key")
 		}
@@ -818,4 +824,17 @@ func (v *validator) brokers() {
 			v.errorf(ep+".role", "role %q is not one of broker, kv_listener", e.Role)
 		}
 	}
+}
+
+// shownURL is how a finding quotes a url: without the password of its
+// user info (a backend URL may carry credentials), and not at all when it
+// holds an '@' and does not parse (the credentials cannot be told apart).
+func shownURL(raw string, u *url.URL, err error) string {
+	switch {
+	case err == nil:
+		return strconv.Quote(u.Redacted())
+	case strings.Contains(raw, "@"):
+		return "the value (not shown: it may hold credentials)"
+	}
+	return strconv.Quote(raw)
 }

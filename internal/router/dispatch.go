@@ -563,6 +563,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return x.roundTripFailed(b, pin, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusProxyAuthRequired) && b.authorization() != nil {
+		return x.credentialsRefused(b, resp), true
+	}
 	if pin != nil && resp.StatusCode >= 500 {
 		// A frontend that answers that a pinned worker is gone, or that
 		// the pin lacks the prefill worker it expects (the router's fleet
@@ -601,6 +604,19 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return x.broken(b, resp.StatusCode, err), false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// credentialsRefused is the outcome of a 401 or 407 from a backend the
+// router sent its own credentials (backends[].api_key): the router's
+// configuration is at fault, not the client's key, so the answer (which
+// may quote the key it refused) is not relayed, the backend counts it as a
+// failure, and the request, which the backend did not run, may go to
+// another replica; the client gets a 502 and the log names the backend.
+func (x *exchange) credentialsRefused(b *Backend, resp *http.Response) sendResult {
+	b.release(false, x.s.opts.Now())
+	return sendResult{outcome: shim.Failed, status: http.StatusBadGateway,
+		detail: "backend " + b.Name() + " refused the router's credentials (" + resp.Status + "): check its api_key",
+		public: "the backend refused the router's credentials"}
 }
 
 // bodyBroke reports whether reading an answer's body from the backend
@@ -1080,9 +1096,11 @@ func (x *exchange) writeHead(resp *http.Response, b *Backend, pin *pick.Pin, sta
 // relayedField reports whether an answer's field (canonical name) goes
 // on to the client: not hop-by-hop, not a pin, not the request id or any
 // x-continuum-* field (the router's own: the routing path, and who served
-// the request, told only a client that asked and never by a backend).
+// the request, told only a client that asked and never by a backend), not
+// a backend's authentication challenge (the client authenticates with the
+// router, never with a backend).
 func relayedField(k string) bool {
-	return !dropped(k) && k != requestIDHeader && !strings.HasPrefix(k, ownFieldPrefix) && !shim.IsPinHeader(k)
+	return !dropped(k) && k != requestIDHeader && k != "Www-Authenticate" && !strings.HasPrefix(k, ownFieldPrefix) && !shim.IsPinHeader(k)
 }
 
 // ownFieldPrefix begins the canonical names of the router's own answer

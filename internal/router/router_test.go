@@ -1739,3 +1739,51 @@ func TestClientGoneSparesTheBreaker(t *testing.T) {
 		t.Errorf("the backend got %d of 8 requests whose clients left mid-stream", n)
 	}
 }
+
+// TestBackendRefusingTheRoutersKey: a backend that refuses the router's
+// own key (backends[].api_key) with a 401 has its answer, which may quote
+// the key, kept from the client, who gets a 502 (its own key was fine);
+// a backend's authentication challenge never reaches a client, whose
+// credentials are the router's business, not a backend's.
+func TestBackendRefusingTheRoutersKey(t *testing.T) {
+	t.Parallel()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("WWW-Authenticate", `Bearer realm="upstream"`)
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"message":"Incorrect API key provided: `+r.Header.Get("Authorization")+`","code":"invalid_api_key"}}`)
+	}))
+	t.Cleanup(refusing.Close)
+	for _, key := range []string{"sk-router-SECRET", ""} {
+		t.Run(fmt.Sprintf("api_key=%q", key), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(c *config.Config) {
+				c.Dynamo.Enabled, c.DisaggregatedServing.Enabled = false, false
+				c.Backends = []config.Backend{{Name: "keyed", Type: "openai", URL: refusing.URL, Role: config.RoleUnified, Enabled: true,
+					Timeout: config.Duration(10 * time.Second), APIKey: key, Models: []string{"m"}}}
+			})
+			for _, stream := range []bool{false, true} {
+				resp := h.post(t, `{"model":"m","stream":`+strconv.FormatBool(stream)+`,"messages":[{"role":"user","content":"x"}]}`, nil)
+				body := readAll(t, resp)
+				if resp.Header.Get("WWW-Authenticate") != "" {
+					t.Errorf("stream=%v: a backend's challenge reached the client: %q", stream, resp.Header.Get("WWW-Authenticate"))
+				}
+				if key == "" {
+					// No key of the router's: the backend's answer is the
+					// backend's to give.
+					if resp.StatusCode != http.StatusUnauthorized {
+						t.Errorf("stream=%v: %d %s", stream, resp.StatusCode, body)
+					}
+					continue
+				}
+				if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, key) || !strings.Contains(body, "refused the router's credentials") {
+					t.Errorf("stream=%v: %d %s", stream, resp.StatusCode, body)
+				}
+			}
+		})
+	}
+}

@@ -155,7 +155,7 @@ func (d *Daemon) importConfig(data []byte) admin.Reload {
 	// ${VAR} references are refused: the router's environment holds
 	// secrets that the import's findings, or the values read back, would
 	// otherwise show the sender.
-	doc, err := config.Parse("admin import", data, config.Options{Env: d.reload.Env, NoEnvRefs: true})
+	doc, err := config.Parse("admin import", data, config.Options{Env: d.reload.Env, NoEnvRefs: true, MaskedSecrets: true})
 	return d.apply(TriggerAdmin, doc, err, true)
 }
 

@@ -45,8 +45,14 @@ func (s *Snapshot) Metric(family, labels string) float64 { return s.Metrics[fami
 type Client struct {
 	Base  string
 	Token string
-	HTTP  *http.Client
+	// HTTP sends the requests; nil: a client that follows no redirect
+	// (Go's keeps the Authorization field across one to the same host on
+	// another port or scheme, which would send the admin token in clear;
+	// a redirect shows as the error it is).
+	HTTP *http.Client
 }
+
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // Fetch takes one snapshot, its strings as the router sent them (the model
 // escapes them for the terminal). Its error says which request failed and why, in
@@ -94,7 +100,7 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 	}
 	hc := c.HTTP
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = noRedirects
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -120,6 +126,9 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 			} `json:"error"`
 		}
 		hint := ""
+		if loc := resp.Header.Get("Location"); resp.StatusCode >= 300 && resp.StatusCode <= 399 && loc != "" {
+			hint = " (redirected to " + loc + ", not followed: give that address with --router)"
+		}
 		if resp.StatusCode == http.StatusNotFound {
 			hint = " (is the admin API on, and on this address? admin.token, admin.bind_address)"
 		}

@@ -825,3 +825,33 @@ func TestFleetColumnsFit(t *testing.T) {
 		}
 	}
 }
+
+// TestClientFollowsNoRedirect: a router address that redirects (to
+// another port or scheme of the same host) gets no admin token sent on:
+// the redirect is an error naming where it points.
+func TestClientFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
+	got := make(chan string, 1)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+		http.Error(w, "no", http.StatusNotFound)
+	}))
+	t.Cleanup(other.Close)
+	router := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(router.Close)
+	c := &tui.Client{Base: router.URL, Token: "admin-SECRET"}
+	_, err := c.Fetch(t.Context(), time.Now())
+	if err == nil || !strings.Contains(err.Error(), "redirected to "+other.URL) {
+		t.Errorf("Fetch: %v", err)
+	}
+	select {
+	case a := <-got:
+		t.Errorf("the redirect was followed (Authorization %q)", a)
+	default:
+	}
+}

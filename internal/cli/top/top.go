@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -130,7 +129,7 @@ func Run(ctx context.Context, o *Options) (err error) {
 		}()
 		o.Router, o.Token = base, demo.AdminToken
 	}
-	client := &tui.Client{Base: o.Router, Token: o.Token, HTTP: &http.Client{}}
+	client := &tui.Client{Base: o.Router, Token: o.Token}
 	m := tui.New(tui.Options{Router: o.Router, Interval: o.Interval, Timeout: o.Timeout, Fetch: client.Fetch,
 		Color: o.IO.ColorEnabled()})
 	if o.Once {
