@@ -870,6 +870,11 @@ func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
 		writeParamError(w, http.StatusBadRequest, CodeBadRequest, "model", "model is required")
 		return
 	}
+	if !s.known(q.Model, policy) {
+		writeParamError(w, http.StatusNotFound, CodeModelNotFound, "model",
+			"the model "+strconvQuote(q.Model)+" does not exist here (GET /v1/models lists the models)")
+		return
+	}
 	if !s.nativePlain(q.Model, policy) {
 		writeError(w, http.StatusNotImplemented, CodeNotImplemented,
 			"POST /v1/responses/compact goes only to a backend with responses_api: native serving the model (unpinned, not through the shim); none can take "+strconvQuote(q.Model)+" now")

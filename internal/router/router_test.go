@@ -1600,6 +1600,23 @@ func TestWrongMethodIs405(t *testing.T) {
 	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound || resp.Header.Get("Allow") != "" {
 		t.Errorf("unknown path: %d Allow=%q %s", resp.StatusCode, resp.Header.Get("Allow"), body)
 	}
+	// Under the Messages API's paths, in its error shape.
+	resp, err = http.Get(h.router.URL + "/anthropic/v1/messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(body, `"type":"error"`) {
+		t.Errorf("GET /anthropic/v1/messages: %d %s", resp.StatusCode, body)
+	}
+	// A compaction for a model that is not here is a 404, as any request's.
+	h = newHarness(t, func(c *config.Config) { c.Backends[1].Models = []string{"plain-model"} })
+	resp, err = http.Post(h.router.URL+"/v1/responses/compact", "application/json", strings.NewReader(`{"model":"nowhere","input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "model_not_found") {
+		t.Errorf("compact, unknown model: %d %s", resp.StatusCode, body)
+	}
 }
 
 // TestAdminBearerSchemeAnyCase: the admin API takes the bearer scheme in

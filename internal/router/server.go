@@ -216,13 +216,19 @@ func (s *Server) Handler() http.Handler {
 	}
 	s.mountAdmin(mux, true)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// In the Messages API's error shape under its paths, where an
+		// Anthropic client reads the answer.
+		fail := func(status int, code, message string) { writeError(w, status, code, message) }
+		if strings.HasPrefix(r.URL.Path, "/v1/messages") || strings.HasPrefix(r.URL.Path, "/anthropic/") {
+			fail = func(status int, code, message string) { (&anthropicOut{}).fail(w, status, code, "", message) }
+		}
 		if allow := allowedMethods(mux, r); allow != "" {
 			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			fail(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
 				"the method "+r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+allow+")")
 			return
 		}
-		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
+		fail(http.StatusNotFound, CodeNotFound, "no such route")
 	})
 	return &front{s: s, mux: mux, chat: chat, completions: completions, chatAt: chatAt, completionsAt: completionsAt}
 }
