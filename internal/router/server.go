@@ -206,10 +206,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/responses/compact", s.instrument("/v1/responses/compact", s.compact))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /v1/models/{id...}", s.model) // ids may hold slashes (org/name)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
-	})
+	mux.HandleFunc("GET /health", health)
 	mux.HandleFunc("GET /ready", s.readiness)
 	if s.opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
@@ -281,11 +278,21 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mux.ServeHTTP(w, r)
 }
 
+// health is GET /health: the process serves.
+func health(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"status":"ok"}`)
+}
+
 // AdminHandler is the admin API, for admin.bind_address, with /metrics
 // beside it so that one address serves continuum top.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.mountAdmin(mux, false)
+	// /health here too: a liveness probe on the admin listener is not
+	// refused when client connections fill server.max_connections (a
+	// router restarted for being busy would drop every stream it holds).
+	mux.HandleFunc("GET /health", health)
 	if s.opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}

@@ -66,12 +66,14 @@ func plainCfg(backendURL string) *config.Config {
 }
 
 // TestConnectionLimit: connections beyond server.max_connections are
-// closed as soon as accepted and counted; one closing makes room.
+// closed as soon as accepted and counted; one closing makes room. The
+// admin listener's /health (a liveness probe's) answers meanwhile.
 func TestConnectionLimit(t *testing.T) {
 	t.Parallel()
 	cfg := plainCfg("http://127.0.0.1:1")
 	cfg.Server.MaxConnections = 2
 	cfg.Server.MaxInFlight = 2
+	cfg.Admin.BindAddress = "127.0.0.1:0"
 	d, reg := runDaemon(t, cfg)
 	var held []net.Conn
 	for range 2 {
@@ -95,6 +97,12 @@ func TestConnectionLimit(t *testing.T) {
 	}
 	if counter(t, reg, "continuum_http_overload_rejections_total") != 1 {
 		t.Error("the refused connection was not counted")
+	}
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := probe.Get("http://" + d.AdminAddr() + "/health"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the admin listener's /health with client connections at the limit: %v %v", resp, err)
+	} else {
+		_ = resp.Body.Close()
 	}
 	_ = held[0].Close()
 	testutil.Eventually(t, 5*time.Second, "room again", func() bool {

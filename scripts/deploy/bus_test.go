@@ -287,12 +287,31 @@ func TestHelmBusClients(t *testing.T) {
 		disjoint(t, tc.name+" kv-listener", parts[""], parts["c-continuum-kv-listener"])
 	}
 
+	// The kubelet gives each client its drain and 20 s more.
+	for _, tc := range []struct {
+		grace string
+		want  int64
+	}{{"10s", 30}, {"1m", 80}} {
+		out, err := run(t, helm, append(slices.Clone(base), "--set", "eventBroker.token=t1", "--set", "kvListener.token=t2",
+			"--set", "eventBroker.drainGrace="+tc.grace, "--set", "kvListener.drainGrace="+tc.grace)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range parse(t, "grace "+tc.grace, out).deployments {
+			if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; d.Name != "c-continuum" && (g == nil || *g != tc.want) {
+				t.Errorf("%s with drainGrace %s: terminationGracePeriodSeconds %v, want %d", d.Name, tc.grace, g, tc.want)
+			}
+		}
+	}
+
 	// Rendering refuses what the clients would refuse, with the reason.
 	for _, tc := range []struct {
 		args []string
 		msg  string
 	}{
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t"}, "the router's event bus listener is required"},
+		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t",
+			"--set", "eventBroker.drainGrace=1.5m"}, "give whole seconds or minutes"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=http://r:7443", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t"}, "want https://HOST:PORT"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b"}, "eventBroker.tokenSecret.name (or eventBroker.token) is required"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.token=t"}, "eventBroker.id is required"},

@@ -258,18 +258,36 @@ func checkContainer(t *testing.T, name string, d *appsv1.Deployment) map[string]
 	if ports["http"] == 0 || ports["admin"] == 0 {
 		t.Errorf("%s: container ports %v, want http and admin", name, ports)
 	}
+	// Liveness on the admin listener, which server.max_connections does
+	// not count (a router busy with clients is alive); readiness where
+	// the clients come.
 	for _, p := range []struct {
-		what  string
-		probe *corev1.Probe
-		path  string
-	}{{"liveness", c.LivenessProbe, "/health"}, {"readiness", c.ReadinessProbe, "/ready"}} {
+		what       string
+		probe      *corev1.Probe
+		path, port string
+	}{{"liveness", c.LivenessProbe, "/health", "admin"}, {"readiness", c.ReadinessProbe, "/ready", "http"}} {
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.Errorf("%s: no HTTP %s probe", name, p.what)
 			continue
 		}
-		if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "http" {
-			t.Errorf("%s: %s probe GET %s on %s, want %s on http", name, p.what, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path)
+		if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != p.port {
+			t.Errorf("%s: %s probe GET %s on %s, want %s on %s", name, p.what, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path, p.port)
 		}
+	}
+	// The artifact cache on a writable volume (the root filesystem is
+	// read-only).
+	cacheHome := ""
+	for _, e := range c.Env {
+		if e.Name == "XDG_CACHE_HOME" {
+			cacheHome = e.Value
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (cacheHome != "" && m.MountPath == cacheHome && !m.ReadOnly)
+	}
+	if !mounted {
+		t.Errorf("%s: XDG_CACHE_HOME %q is not a writable mount: the artifact cache would land on the read-only root filesystem", name, cacheHome)
 	}
 	sc := c.SecurityContext
 	psc := spec.SecurityContext
@@ -519,8 +537,41 @@ func TestHelmChartOptions(t *testing.T) {
 	m := parse(t, "options", out)
 	check(t, "options", m, want{discovery: true, routerNS: "routers", fleetNS: "routers", apiPorts: []int{443, 6443}, adminTok: true})
 	env := m.deployments[0].Spec.Template.Spec.Containers[0].Env
-	if len(env) != 1 || env[0].ValueFrom == nil || env[0].ValueFrom.SecretKeyRef == nil || env[0].ValueFrom.SecretKeyRef.Name != "continuum-admin" {
+	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "CONTINUUM_ADMIN_TOKEN" })
+	if i < 0 || env[i].ValueFrom == nil || env[i].ValueFrom.SecretKeyRef == nil || env[i].ValueFrom.SecretKeyRef.Name != "continuum-admin" {
 		t.Errorf("the admin token comes from Secret continuum-admin: env %+v", env)
+	}
+
+	// Keys written in config win over routerConfig's; a backend key comes
+	// in as a variable from a Secret (extraEnv).
+	out, err = run(t, helm, append(base,
+		"--set", "dynamoPodDiscovery.model=m",
+		"--set-json", `config.dynamo={"load":{"direct_allow_cidrs":["172.16.0.0/12"]}}`,
+		"--set", "config.disaggregated_serving.enabled=false",
+		"--set-json", `config.backends=[{"name":"dynamo-frontend","url":"http://a:8000","api_key":"${OPENAI_API_KEY}"}]`,
+		"--set-json", `extraEnv=[{"name":"OPENAI_API_KEY","valueFrom":{"secretKeyRef":{"name":"openai","key":"api-key"}}}]`,
+	)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = parse(t, "explicit config", out)
+	if len(m.configMaps) != 1 {
+		t.Fatalf("explicit config: %d ConfigMaps", len(m.configMaps))
+	}
+	cfg := m.configMaps[0].Data["continuum.yaml"]
+	for _, want := range []string{"172.16.0.0/12", "enabled: false"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("explicit config: %q not rendered (routerConfig overwrote it):\n%s", want, cfg)
+		}
+	}
+	if strings.Contains(cfg, "10.0.0.0/8") {
+		t.Errorf("explicit config: routerConfig's allow-list replaced the operator's:\n%s", cfg)
+	}
+	env = m.deployments[0].Spec.Template.Spec.Containers[0].Env
+	if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+		return e.Name == "OPENAI_API_KEY" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+	}) {
+		t.Errorf("extraEnv not rendered: %+v", env)
 	}
 
 	// Rendering refuses what the router would refuse, with the reason.

@@ -35,6 +35,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default .Release.Namespace .Values.dynamoPodDiscovery.namespace -}}
 {{- end -}}
 
+{{/* continuum.fill sets in .dst every key of .src that .dst has not, map
+by map: a key written in .dst stays as written, false and empty values
+too (Sprig's merge takes those for unset). */}}
+{{- define "continuum.fill" -}}
+{{- $dst := .dst -}}
+{{- range $k, $v := .src -}}
+{{- if not (hasKey $dst $k) -}}
+{{- $_ := set $dst $k (deepCopy $v) -}}
+{{- else if and (kindIs "map" $v) (kindIs "map" (index $dst $k)) -}}
+{{- $_ := include "continuum.fill" (dict "dst" (index $dst $k) "src" $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The router's configuration file. */}}
 {{- define "continuum.config" -}}
 {{- $cfg := deepCopy (default dict .Values.config) -}}
@@ -44,9 +58,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.admin.tokenSecret.name -}}
 {{- $_ := set $admin "token" "${CONTINUUM_ADMIN_TOKEN}" -}}
 {{- end -}}
-{{- $_ := set $cfg "admin" $admin -}}
+{{- $_ := set $cfg "admin" (merge $admin (default dict $cfg.admin)) -}}
 {{- if $d.enabled -}}
-{{- $cfg = mergeOverwrite $cfg (deepCopy (default dict $d.routerConfig)) -}}
+{{- /* config's own keys win over routerConfig's defaults, a false or empty one included. */ -}}
+{{- $_ := include "continuum.fill" (dict "dst" $cfg "src" (default dict $d.routerConfig)) -}}
 {{- $kube := dict "namespace" (include "continuum.fleetNamespace" .) -}}
 {{- if $d.dynamoNamespaces -}}
 {{- $_ := set $kube "dynamo_namespaces" $d.dynamoNamespaces -}}
@@ -107,4 +122,18 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace 
 app.kubernetes.io/component: {{ index . 1 }}
 app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+{{- end -}}
+
+{{/* An event bus client's terminationGracePeriodSeconds: its --drain-grace
+(whole seconds or minutes, "10s", "1m") and 20 s for the rest of its stop,
+so that the kubelet does not kill it within the drain it promised. */}}
+{{- define "continuum.busGrace" -}}
+{{- $g := toString . -}}
+{{- if regexMatch "^[0-9]+s$" $g -}}
+{{- add (trimSuffix "s" $g | int) 20 -}}
+{{- else if regexMatch "^[0-9]+m$" $g -}}
+{{- add (mul (trimSuffix "m" $g | int) 60) 20 -}}
+{{- else -}}
+{{- fail (printf "drainGrace %q: give whole seconds or minutes, such as 10s or 1m" $g) -}}
+{{- end -}}
 {{- end -}}
