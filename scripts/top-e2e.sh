@@ -105,5 +105,25 @@ wait_for "FIRST SEEN" 40
 wait_for "fresh"
 if t capture-pane -e -p -t "$session" | grep -q $'\e\[[0-9;]*3[0-9;]*m'; then fail "colour with NO_COLOR set"; fi
 keys q
+sleep 1
+t kill-server 2>/dev/null || true
+
+# Its terminal closing (SIGHUP) quits it as q does: the demo's directory
+# is removed.
+tmp=$(mktemp -d)
+run 80 24 TMPDIR="$tmp"
+wait_for "fresh" 40
+compgen -G "$tmp/continuum-demo-*" >/dev/null || fail "no demo directory under TMPDIR"
+t kill-server
+deadline=$((SECONDS + 10))
+while compgen -G "$tmp/continuum-demo-*" >/dev/null; do
+	if ((SECONDS >= deadline)); then
+		rm -rf "$tmp"
+		echo "top-e2e: the demo's directory outlived SIGHUP" >&2
+		exit 1
+	fi
+	sleep 0.2
+done
+rm -rf "$tmp"
 
 echo "top-e2e: ok"

@@ -10,9 +10,10 @@ import (
 const Mask = "********"
 
 // Masked returns a deep copy of c in which every secret field (etcd
-// client_key and auth.password, backend api_key, the admin token, the event
-// bus TLS key) that is set reads as Mask. Certificates are shown as they are.
-// Absent lists and maps are empty in the copy, so they print as [] and {}.
+// client_key and auth.password, backend api_key, the admin token, the
+// server's and the event bus's TLS keys) that is set reads as Mask.
+// Certificates are shown as they are. Absent lists and maps are empty in
+// the copy, so they print as [] and {}.
 func (c *Config) Masked() *Config {
 	out := reflect.New(reflect.TypeOf(*c)).Elem()
 	copyMasked(out, reflect.ValueOf(*c), false)

@@ -31,7 +31,8 @@ func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Comman
 		Long: `Print the effective configuration: the defaults, then FILE (or the file
 given by --config or CONTINUUM_CONFIG), with ${VAR} references resolved.
 Secrets (etcd client_key and auth.password, backend api_key, admin token,
-event bus TLS key) are masked; certificates are shown as they are. Without a
+the server's and the event bus's TLS keys) are masked (a file holding the
+mask as a secret is refused); certificates are shown as they are. Without a
 configuration file, the defaults are shown.
 
 A file with validation errors is not shown: its findings are printed instead

@@ -109,12 +109,21 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	// SIGHUP reloads the configuration file (and never ends the process).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	reload := make(chan struct{})
-	go forward(ctx, hup, reload)
+	if o.Demo {
+		// The demo has no file to reload: SIGHUP (its terminal closed)
+		// stops it as SIGTERM does, rather than leaving it on its port.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGHUP)
+		defer stop()
+	} else {
+		// SIGHUP reloads the configuration file (and never ends the
+		// process).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go forward(ctx, hup, reload)
+	}
 	deps := routerd.Deps{Logger: logger, ShutdownGrace: o.Grace, ShutdownDelay: o.Delay, Reload: routerd.Reload{Adjust: o.adjust, Signal: reload}}
 	if o.Demo {
 		d, err := demo.Start(demo.Options{Bind: o.Bind, Deps: deps})

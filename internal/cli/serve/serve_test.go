@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -291,4 +292,24 @@ func postChat(t *testing.T, base, model string) int {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
+}
+
+// TestServeDemoStopsOnSIGHUP: `serve --demo` has no file to reload, so
+// SIGHUP (its terminal closed) stops it, as SIGTERM does, rather than
+// leaving it on its port. Not parallel: the signal goes to the whole test
+// process, where another serve would take it for a reload.
+func TestServeDemoStopsOnSIGHUP(t *testing.T) {
+	ios, _, _, _ := iostreams.Test()
+	_, done := startServe(t, t.Context(), &serve.Options{IO: ios, Demo: true, Bind: "127.0.0.1:0"})
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve --demo still runs 20 s after SIGHUP")
+	}
 }

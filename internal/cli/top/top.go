@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/signal"
+	"syscall"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -114,6 +116,11 @@ set or stdout is not a terminal.`,
 
 // Run watches the router until the user quits or ctx ends.
 func Run(ctx context.Context, o *Options) (err error) {
+	// SIGHUP (the terminal closed) quits as SIGINT does: the demo's
+	// directory is removed and the terminal restored, rather than the
+	// process dying where it stands.
+	ctx, stopHUP := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stopHUP()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Demo {
