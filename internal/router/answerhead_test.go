@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,54 +17,14 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// rawBackend answers every request on its connections with answer, bytes
-// as given, after reading the request's head and body.
+// rawBackend answers every completion request on its connections with
+// answer, bytes as given, after reading the request's head and body.
 func rawBackend(t *testing.T, answer string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	// Closed when the test ends, the router's kept-alive connections
-	// with it, and waited for: no goroutine outlives the test.
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer func() { _ = c.Close() }()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if _, err := io.WriteString(c, answer); err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	return "http://" + ln.Addr().String()
+	return newScriptBackend(t, func(c net.Conn, _, _ int) bool {
+		_, err := io.WriteString(c, answer)
+		return err == nil
+	}).url
 }
 
 // TestAnswerFieldsRelayed: a backend's answer fields reach the client as
