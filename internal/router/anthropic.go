@@ -38,6 +38,9 @@ import (
 //     ignore it). The frontend's reasoning_content then comes back as
 //     thinking blocks (without a signature); without thinking enabled it is
 //     dropped.
+//   - Structured output (output_config.format, or the beta's
+//     output_format: {type: json_schema, schema}) becomes response_format
+//     json_schema (named "output"), as the chat API asks for it.
 //   - Server tools (a tools entry with a type other than custom),
 //     mcp_servers, container and document, search result or file-source
 //     blocks are refused (400): the router runs no tools and keeps no files.
@@ -61,6 +64,12 @@ type anthropicRequest struct {
 	Thinking *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
+	// Structured output: output_config.format, or the beta's
+	// output_format.
+	OutputConfig *struct {
+		Format json.RawMessage `json:"format"`
+	} `json:"output_config"`
+	OutputFormat json.RawMessage `json:"output_format"`
 	// Features the router cannot carry out (it runs no tools and no
 	// containers): refused rather than dropped, as server tools are.
 	MCPServers json.RawMessage `json:"mcp_servers"`
@@ -208,6 +217,26 @@ func convertMessages(q *anthropicRequest, count bool) (*chatRequest, *requestErr
 		default:
 			return nil, badParam("thinking.type", "%q is not one of enabled, adaptive, disabled", q.Thinking.Type)
 		}
+	}
+	format, param := q.OutputFormat, "output_format"
+	if q.OutputConfig != nil && !isNull(q.OutputConfig.Format) {
+		format, param = q.OutputConfig.Format, "output_config.format"
+	}
+	if !isNull(format) {
+		var f struct {
+			Type   string          `json:"type"`
+			Schema json.RawMessage `json:"schema"`
+		}
+		if err := json.Unmarshal(format, &f); err != nil {
+			return nil, badParam(param, "not a format object")
+		}
+		if f.Type != "json_schema" {
+			return nil, badParam(param+".type", "%q is not json_schema", f.Type)
+		}
+		if isNull(f.Schema) {
+			return nil, badParam(param+".schema", "Field required")
+		}
+		c.ResponseFormat = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "output", "schema": f.Schema}}
 	}
 	if q.Stream {
 		c.Stream = true

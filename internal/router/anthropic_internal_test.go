@@ -27,6 +27,15 @@ func TestConvertMessages(t *testing.T) {
 	for _, tt := range []struct {
 		name, in, want string
 	}{
+		{"structured output as response_format json_schema",
+			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"Hi"}],
+			 "output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"string"}}}}}}`,
+			`{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":10,
+			 "response_format":{"json_schema":{"name":"output","schema":{"type":"object","properties":{"a":{"type":"string"}}}},"type":"json_schema"}}`},
+		{"the beta's output_format too",
+			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"Hi"}],"output_format":{"type":"json_schema","schema":{"type":"object"}}}`,
+			`{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":10,
+			 "response_format":{"json_schema":{"name":"output","schema":{"type":"object"}},"type":"json_schema"}}`},
 		{"string content and system",
 			`{"model":"m","max_tokens":10,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}]}`,
 			`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":10}`},
@@ -153,6 +162,8 @@ func TestConvertMessagesRefusals(t *testing.T) {
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":42}]}`, "messages.0.content", "string or a list"},
 		{`{"model":"m","max_tokens":5,"system":[{"type":"image"}],"messages":[{"role":"user","content":"x"}]}`, "system.0.type", "only text"},
 		{`{"model":"m","max_tokens":5,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]}`, "thinking.type", "not one of"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"regex"}},"messages":[{"role":"user","content":"x"}]}`, "output_config.format.type", "not json_schema"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema"}},"messages":[{"role":"user","content":"x"}]}`, "output_config.format.schema", "Field required"},
 	} {
 		var q anthropicRequest
 		if err := json.Unmarshal([]byte(tt.in), &q); err != nil {
