@@ -31,6 +31,10 @@ import (
 //     function), max_output_tokens as max_tokens, temperature, top_p,
 //     parallel_tool_calls, user, and text.format (json_schema as
 //     response_format json_schema, json_object as json_object).
+//   - reasoning.effort none or minimal sets chat_template_kwargs
+//     enable_thinking false, low, medium or high true: the switch of the
+//     templates that reason (Qwen3's and others; the rest ignore it). The
+//     reasoning itself is not returned (no reasoning output item).
 //   - The router keeps no conversation state: previous_response_id,
 //     conversation, store: true, background: true and item references are
 //     refused (400), as are hosted tools and file inputs.
@@ -56,6 +60,9 @@ type responsesRequest struct {
 	Background         *bool           `json:"background"`
 	Prompt             json.RawMessage `json:"prompt"`
 	Metadata           json.RawMessage `json:"metadata"`
+	Reasoning          *struct {
+		Effort *string `json:"effort"`
+	} `json:"reasoning"`
 }
 
 // responsesItem is what the router reads of an input item.
@@ -115,6 +122,16 @@ func convertResponses(q *responsesRequest) (*chatRequest, *requestError) {
 	if !parsesAsUUID(q.User) {
 		// A UUID would become the engine's request id (see parsesAsUUID).
 		c.User = q.User
+	}
+	if q.Reasoning != nil && q.Reasoning.Effort != nil {
+		switch *q.Reasoning.Effort {
+		case "none", "minimal":
+			c.TemplateKwargs = map[string]any{"enable_thinking": false}
+		case "low", "medium", "high":
+			c.TemplateKwargs = map[string]any{"enable_thinking": true}
+		default:
+			return nil, badParam("reasoning.effort", "%q is not one of none, minimal, low, medium, high", *q.Reasoning.Effort)
+		}
 	}
 	if !isNull(q.Instructions) {
 		var s string
@@ -449,10 +466,14 @@ func (o *responsesOut) response(status string, output []any, usage *chatUsage, i
 	if q.User != "" {
 		user = q.User
 	}
+	var effort any
+	if q.Reasoning != nil && q.Reasoning.Effort != nil {
+		effort = *q.Reasoning.Effort
+	}
 	return object{{"id", o.respID}, {"object", "response"}, {"created_at", o.created}, {"status", status}, {"error", nil},
 		{"incomplete_details", details}, {"instructions", raw(q.Instructions)}, {"max_output_tokens", q.MaxOutputTokens},
 		{"model", q.Model}, {"output", output}, {"parallel_tool_calls", parallel}, {"previous_response_id", nil},
-		{"reasoning", object{{"effort", nil}, {"summary", nil}}}, {"store", false}, {"temperature", raw(q.Temperature)},
+		{"reasoning", object{{"effort", effort}, {"summary", nil}}}, {"store", false}, {"temperature", raw(q.Temperature)},
 		{"text", text}, {"tool_choice", toolChoice}, {"tools", tools}, {"top_p", raw(q.TopP)}, {"truncation", "disabled"},
 		{"usage", responsesUsage(usage)}, {"user", user}, {"metadata", metadata}}
 }

@@ -17,6 +17,12 @@ func TestConvertResponses(t *testing.T) {
 	for _, tt := range []struct {
 		name, in, want string
 	}{
+		{"reasoning effort as the templates' thinking switch",
+			`{"model":"m","input":"Hi","reasoning":{"effort":"minimal"}}`,
+			`{"model":"m","messages":[{"role":"user","content":"Hi"}],"chat_template_kwargs":{"enable_thinking":false}}`},
+		{"reasoning effort high",
+			`{"model":"m","input":"Hi","reasoning":{"effort":"high","summary":"auto"}}`,
+			`{"model":"m","messages":[{"role":"user","content":"Hi"}],"chat_template_kwargs":{"enable_thinking":true}}`},
 		{"a string input and instructions",
 			`{"model":"m","instructions":"Be brief.","input":"Hi","max_output_tokens":20,"temperature":0.5,"top_p":1}`,
 			`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":20,"temperature":0.5,"top_p":1}`},
@@ -89,6 +95,7 @@ func TestConvertResponsesRefusals(t *testing.T) {
 		in, param, msg string
 	}{
 		{`{"model":"m","input":[]}`, "input", "holds no message"},
+		{`{"model":"m","input":"x","reasoning":{"effort":"extreme"}}`, "reasoning.effort", "not one of"},
 		{`{"model":"m","input":[{"type":"reasoning","id":"rs_1","summary":[]}]}`, "input", "holds no message"},
 		{`{"model":"m","input":"x","previous_response_id":"resp_1"}`, "previous_response_id", "no conversation state"},
 		{`{"model":"m","input":"x","store":true}`, "store", "no conversation state"},
