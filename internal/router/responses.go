@@ -34,7 +34,8 @@ import (
 //   - reasoning.effort none or minimal sets chat_template_kwargs
 //     enable_thinking false, low, medium or high true: the switch of the
 //     templates that reason (Qwen3's and others; the rest ignore it). The
-//     reasoning itself is not returned (no reasoning output item).
+//     backend's reasoning_content comes back as a reasoning output item
+//     (its text as reasoning_text content, no summary) before the message.
 //   - The router keeps no conversation state: previous_response_id,
 //     conversation, store: true, background: true and item references are
 //     refused (400), as are hosted tools and file inputs.
@@ -494,6 +495,16 @@ func outputTextPart(text string) object {
 	return object{{"type", "output_text"}, {"text", text}, {"annotations", []any{}}, {"logprobs", []any{}}}
 }
 
+func reasoningTextPart(text string) object {
+	return object{{"type", "reasoning_text"}, {"text", text}}
+}
+
+// reasoningItem is the model's reasoning (the backend's
+// reasoning_content) as its text, with no summary.
+func reasoningItem(id, status string, content []any) object {
+	return object{{"id", id}, {"type", "reasoning"}, {"status", status}, {"summary", []any{}}, {"content", content}}
+}
+
 func messageItem(id, status string, content []any) object {
 	return object{{"id", id}, {"type", "message"}, {"status", status}, {"role", "assistant"}, {"content", content}}
 }
@@ -510,6 +521,9 @@ func (o *responsesOut) answer(data []byte) ([]byte, error) {
 	}
 	ch := c.Choices[0]
 	output := []any{}
+	if r := ch.Message.ReasoningContent; r != "" {
+		output = append(output, reasoningItem(o.id("rs_"), "completed", []any{reasoningTextPart(r)}))
+	}
 	if text := contentText(ch.Message.Content); text != "" {
 		output = append(output, messageItem(o.id("msg_"), "completed", []any{outputTextPart(text)}))
 	}
@@ -537,7 +551,8 @@ func (o *responsesOut) answer(data []byte) ([]byte, error) {
 // response.created and response.in_progress; per output item
 // response.output_item.added, then for a message response.content_part.added,
 // response.output_text.delta ... response.output_text.done and
-// response.content_part.done, for a function call
+// response.content_part.done, for reasoning the same with
+// response.reasoning_text.delta and .done, for a function call
 // response.function_call_arguments.delta ... .done, then
 // response.output_item.done; then response.completed (response.incomplete
 // when the answer was cut short). Every event carries its sequence_number.
@@ -550,7 +565,7 @@ type responsesStream struct {
 
 	items []object        // the output items so far
 	open  int             // the open item's index, -1 for none
-	text  strings.Builder // the open message's text
+	text  strings.Builder // the open message's or reasoning's text
 	tools map[int]int     // upstream tool call index → item index
 	// args are the function calls' arguments as they came, by item
 	// index: set on their items when these are sent whole (appending
@@ -631,6 +646,14 @@ func (s *responsesStream) close() {
 	s.open = -1
 	id := it.get("id")
 	switch it.get("type") {
+	case "reasoning":
+		text := s.text.String()
+		s.text.Reset()
+		s.event("response.reasoning_text.done", field{"item_id", id}, field{"output_index", i}, field{"content_index", 0},
+			field{"text", text})
+		part := reasoningTextPart(text)
+		s.event("response.content_part.done", field{"item_id", id}, field{"output_index", i}, field{"content_index", 0}, field{"part", part})
+		it.set("content", []any{part})
 	case "message":
 		text := s.text.String()
 		s.text.Reset()
@@ -672,6 +695,26 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 			continue
 		}
 		d := ch.Delta
+		if r := d.ReasoningContent; r != nil && *r != "" {
+			if s.held += len(*r); s.held > s.o.heldLimit() {
+				return errAnswerTooLong
+			}
+			if s.open < 0 || s.items[s.open].get("type") != "reasoning" {
+				if len(s.items) >= maxStreamBlocks {
+					return errTooManyBlocks
+				}
+				s.close()
+				it := reasoningItem(s.o.id("rs_"), "in_progress", []any{})
+				s.items = append(s.items, it)
+				s.open = len(s.items) - 1
+				s.event("response.output_item.added", field{"output_index", s.open}, field{"item", it.clone()})
+				s.event("response.content_part.added", field{"item_id", it.get("id")}, field{"output_index", s.open}, field{"content_index", 0},
+					field{"part", reasoningTextPart("")})
+			}
+			s.text.WriteString(*r)
+			s.event("response.reasoning_text.delta", field{"item_id", s.items[s.open].get("id")}, field{"output_index", s.open},
+				field{"content_index", 0}, field{"delta", *r})
+		}
 		if d.Content != nil && *d.Content != "" {
 			if s.held += len(*d.Content); s.held > s.o.heldLimit() {
 				return errAnswerTooLong

@@ -167,6 +167,11 @@ func TestResponsesAnswer(t *testing.T) {
 		{"text", `{"choices":[{"message":{"content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
 			responseObject("completed", `[{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]}]}]`,
 				"null", responsesUsage1)},
+		// The backend's reasoning leads as a reasoning item.
+		{"reasoning, then text", `{"choices":[{"message":{"content":"Hello","reasoning_content":"Greet back."},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
+			responseObject("completed", `[{"id":"rs_01","type":"reasoning","status":"completed","summary":[],"content":[{"type":"reasoning_text","text":"Greet back."}]},
+				{"id":"msg_01","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]}]}]`,
+				"null", responsesUsage1)},
 		{"cut by max_output_tokens", `{"choices":[{"message":{"content":"Hel"},"finish_reason":"length"}],"usage":{"prompt_tokens":11,"completion_tokens":4}}`,
 			responseObject("incomplete", `[{"id":"msg_01","type":"message","status":"incomplete","role":"assistant","content":[{"type":"output_text","text":"Hel","annotations":[],"logprobs":[]}]}]`,
 				`{"reason":"max_output_tokens"}`, responsesUsage1)},
@@ -217,6 +222,7 @@ func TestResponsesStream(t *testing.T) {
 	// The item the answer was cut in is incomplete, as the response is.
 	msgCut := strings.Replace(msgDone, `"status":"completed"`, `"status":"incomplete"`, 1)
 	fcDone := `{"id":"fc_01","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"}`
+	rsDone := `{"id":"rs_01","type":"reasoning","status":"completed","summary":[],"content":[{"type":"reasoning_text","text":"Greet."}]}`
 	for _, tt := range []struct {
 		name string
 		in   string
@@ -255,6 +261,29 @@ func TestResponsesStream(t *testing.T) {
 				`response.function_call_arguments.done {"type":"response.function_call_arguments.done","item_id":"fc_01","output_index":0,"name":"f","arguments":"{}","sequence_number":4}`,
 				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + strings.Replace(fcDone, `{\"a\":1}`, `{}`, 1) + `,"sequence_number":5}`,
 				`response.completed {"type":"response.completed","response":` + responseObject("completed", "["+strings.Replace(fcDone, `{\"a\":1}`, `{}`, 1)+"]", "null", responsesUsage1) + `,"sequence_number":6}`}},
+		{"reasoning, then text",
+			chunks(`{"choices":[{"index":0,"delta":{"reasoning_content":"Gre"}}]}`, `{"choices":[{"index":0,"delta":{"reasoning_content":"et."}}]}`,
+				textChunk("Hello"), finishChunk("stop"), usageChunk, "[DONE]"),
+			[]string{created(0, "response.created"), created(1, "response.in_progress"),
+				`response.output_item.added {"type":"response.output_item.added","output_index":0,
+				  "item":{"id":"rs_01","type":"reasoning","status":"in_progress","summary":[],"content":[]},"sequence_number":2}`,
+				`response.content_part.added {"type":"response.content_part.added","item_id":"rs_01","output_index":0,"content_index":0,
+				  "part":{"type":"reasoning_text","text":""},"sequence_number":3}`,
+				`response.reasoning_text.delta {"type":"response.reasoning_text.delta","item_id":"rs_01","output_index":0,"content_index":0,"delta":"Gre","sequence_number":4}`,
+				`response.reasoning_text.delta {"type":"response.reasoning_text.delta","item_id":"rs_01","output_index":0,"content_index":0,"delta":"et.","sequence_number":5}`,
+				`response.reasoning_text.done {"type":"response.reasoning_text.done","item_id":"rs_01","output_index":0,"content_index":0,"text":"Greet.","sequence_number":6}`,
+				`response.content_part.done {"type":"response.content_part.done","item_id":"rs_01","output_index":0,"content_index":0,
+				  "part":{"type":"reasoning_text","text":"Greet."},"sequence_number":7}`,
+				`response.output_item.done {"type":"response.output_item.done","output_index":0,"item":` + rsDone + `,"sequence_number":8}`,
+				`response.output_item.added {"type":"response.output_item.added","output_index":1,"item":` + msgAdded + `,"sequence_number":9}`,
+				`response.content_part.added {"type":"response.content_part.added","item_id":"msg_01","output_index":1,"content_index":0,
+				  "part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"sequence_number":10}`,
+				`response.output_text.delta {"type":"response.output_text.delta","item_id":"msg_01","output_index":1,"content_index":0,"delta":"Hello","logprobs":[],"sequence_number":11}`,
+				`response.output_text.done {"type":"response.output_text.done","item_id":"msg_01","output_index":1,"content_index":0,"text":"Hello","logprobs":[],"sequence_number":12}`,
+				`response.content_part.done {"type":"response.content_part.done","item_id":"msg_01","output_index":1,"content_index":0,
+				  "part":{"type":"output_text","text":"Hello","annotations":[],"logprobs":[]},"sequence_number":13}`,
+				`response.output_item.done {"type":"response.output_item.done","output_index":1,"item":` + msgDone + `,"sequence_number":14}`,
+				`response.completed {"type":"response.completed","response":` + responseObject("completed", "["+rsDone+","+msgDone+"]", "null", responsesUsage1) + `,"sequence_number":15}`}},
 		{"cut by max_output_tokens: response.incomplete",
 			chunks(textChunk("Hello"), finishChunk("length"), usageChunk, "[DONE]"),
 			[]string{created(0, "response.created"), created(1, "response.in_progress"),
