@@ -149,7 +149,9 @@ func (x *exchange) route() {
 		Path:         x.path,
 		Body:         pinBody,
 		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(x.s.opts.Now()) },
-		Allowed:      x.takes,
+		// A disabled replica is no replica (the catalog's rule): a
+		// namespace whose replicas are all disabled goes the plain way.
+		Allowed: func(b *Backend) bool { return b.cfg.Enabled && x.takes(b) },
 	}
 	d, answered := x.reserve(&req)
 	if d == nil {

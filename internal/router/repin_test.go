@@ -416,3 +416,15 @@ func TestOpenBreakerIsAShimFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestDisabledReplicasGoPlain: a namespace whose shim replicas are all
+// disabled in the configuration has none: its model's requests go the
+// plain way, not a shim failure (as an open breaker is).
+func TestDisabledReplicasGoPlain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) { c.Backends[0].Enabled = false })
+	resp := h.post(t, chat(false), nil)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusOK || len(*h.plain) != 1 {
+		t.Errorf("%d %s; %d at the plain backend", resp.StatusCode, body, len(*h.plain))
+	}
+}

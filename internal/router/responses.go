@@ -32,7 +32,7 @@ import (
 //     parallel_tool_calls, user, and text.format (json_schema as
 //     response_format json_schema, json_object as json_object).
 //   - reasoning.effort none or minimal sets chat_template_kwargs
-//     enable_thinking false, low, medium or high true: the switch of the
+//     enable_thinking false, low, medium, high or xhigh true: the switch of the
 //     templates that reason (Qwen3's and others; the rest ignore it). The
 //     backend's reasoning_content comes back as a reasoning output item
 //     (its text as reasoning_text content, no summary) before the message.
@@ -128,10 +128,10 @@ func convertResponses(q *responsesRequest) (*chatRequest, *requestError) {
 		switch *q.Reasoning.Effort {
 		case "none", "minimal":
 			c.TemplateKwargs = map[string]any{"enable_thinking": false}
-		case "low", "medium", "high":
+		case "low", "medium", "high", "xhigh":
 			c.TemplateKwargs = map[string]any{"enable_thinking": true}
 		default:
-			return nil, badParam("reasoning.effort", "%q is not one of none, minimal, low, medium, high", *q.Reasoning.Effort)
+			return nil, badParam("reasoning.effort", "%q is not one of none, minimal, low, medium, high, xhigh", *q.Reasoning.Effort)
 		}
 	}
 	if !isNull(q.Instructions) {

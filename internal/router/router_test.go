@@ -1804,3 +1804,46 @@ func TestBackendRefusingTheRoutersKey(t *testing.T) {
 		})
 	}
 }
+
+// TestTimedOutStreamsSpareTheBreaker: a stream cut by its backend's
+// timeout (a long answer, or a client too slow to take it) is no broken
+// answer: the backend was sending, and its breaker stays closed however
+// often it happens.
+func TestTimedOutStreamsSpareTheBreaker(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(endless.Close)
+	h := newHarness(t, func(c *config.Config) {
+		c.Backends = []config.Backend{{Name: "endless", Type: "openai", URL: endless.URL, Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(200 * time.Millisecond)}}
+		c.Dynamo.Enabled = false
+	})
+	for i := range 7 {
+		resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if n := hits.Load(); n != 7 {
+		t.Errorf("the backend got %d of 7 requests whose streams its timeout cut", n)
+	}
+}

@@ -551,8 +551,8 @@ type upBody struct {
 	done atomic.Bool
 	err  error // what reads return once done: io.EOF, or why the body ended
 	// broke: a read from the backend failed (a reset, a body shorter than
-	// its length, a timeout), not the router's own ending of it (readEnd's
-	// wait, Close).
+	// its length), not by a timeout nor the router's own ending of it
+	// (readEnd's wait, Close).
 	broke, ending bool
 }
 
@@ -592,8 +592,13 @@ func (b *upBody) Read(p []byte) (int, error) {
 	if !b.finish(false, err) {
 		return n, b.doneErr() // closed meanwhile: the router ended it
 	}
+	// A read that timed out (the backend's timeout reached in a long
+	// answer, or a client too slow to take it) is no broken answer: the
+	// backend was sending.
+	var ne net.Error
+	timedOut := errors.As(err, &ne) && ne.Timeout()
 	b.mu.Lock()
-	b.broke = !b.ending
+	b.broke = !b.ending && !timedOut
 	b.mu.Unlock()
 	return n, err
 }
