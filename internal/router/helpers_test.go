@@ -16,6 +16,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/telemetry"
 )
 
@@ -122,4 +123,36 @@ func newScriptBackend(t *testing.T, answer func(c net.Conn, conn, req int) bool)
 		}
 	})
 	return sb
+}
+
+// onlyBackend edits a harness's configuration down to one plain backend
+// at url with timeout, Dynamo off.
+func onlyBackend(url string, timeout time.Duration) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Backends = []config.Backend{{Name: "only", Type: "openai", URL: url, Role: config.RoleUnified,
+			Enabled: true, Timeout: config.Duration(timeout)}}
+		c.Dynamo.Enabled = false
+	}
+}
+
+// endlessStreamBackend answers every POST with an SSE stream of one
+// event every gap until its client leaves, counting the POSTs in hits.
+func endlessStreamBackend(t *testing.T, gap time.Duration) (url string, hits *atomic.Int32) {
+	t.Helper()
+	hits = new(atomic.Int32)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for r.Context().Err() == nil {
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(gap)
+		}
+	}))
+	t.Cleanup(be.Close)
+	return be.URL, hits
 }

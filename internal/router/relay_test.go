@@ -224,11 +224,7 @@ func TestPlainChunkedStreamFlows(t *testing.T) {
 				return true
 			})
 			defer close(release)
-			h := newHarness(t, func(c *config.Config) {
-				c.Backends = []config.Backend{{Name: "plain", Type: "openai", URL: be.url, Role: config.RoleUnified,
-					Enabled: true, Timeout: config.Duration(10 * time.Second)}}
-				c.Dynamo.Enabled = false
-			})
+			h := newHarness(t, onlyBackend(be.url, 10*time.Second))
 			got := make(chan string, 1)
 			go func() {
 				resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json",
@@ -262,11 +258,7 @@ func TestUnaskedSwitchIsAnError(t *testing.T) {
 		_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n\r\n")
 		return false
 	})
-	h := newHarness(t, func(c *config.Config) {
-		c.Backends = []config.Backend{{Name: "plain", Type: "openai", URL: be.url, Role: config.RoleUnified,
-			Enabled: true, Timeout: config.Duration(5 * time.Second)}}
-		c.Dynamo.Enabled = false
-	})
+	h := newHarness(t, onlyBackend(be.url, 5*time.Second))
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Post(h.router.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat(false)))
 	if err != nil {

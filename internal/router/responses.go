@@ -686,6 +686,36 @@ func (s *responsesStream) close() {
 	s.event("response.output_item.done", field{"output_index", i}, field{"item", it})
 }
 
+// textDelta adds delta to the open item of type typ (message or
+// reasoning), opening one (its output_item.added and content_part.added)
+// when another or none is open, and sends it as an event named name with
+// the fields given after the delta.
+func (s *responsesStream) textDelta(delta, typ, name string, more ...field) string {
+	if s.held += len(delta); s.held > s.o.heldLimit() {
+		return errAnswerTooLong
+	}
+	if s.open < 0 || s.items[s.open].get("type") != typ {
+		if len(s.items) >= maxStreamBlocks {
+			return errTooManyBlocks
+		}
+		s.close()
+		var it, part object
+		if typ == "reasoning" {
+			it, part = reasoningItem(s.o.id("rs_"), "in_progress", []any{}), reasoningTextPart("")
+		} else {
+			it, part = messageItem(s.o.id("msg_"), "in_progress", []any{}), outputTextPart("")
+		}
+		s.items = append(s.items, it)
+		s.open = len(s.items) - 1
+		s.event("response.output_item.added", field{"output_index", s.open}, field{"item", it.clone()})
+		s.event("response.content_part.added", field{"item_id", it.get("id")}, field{"output_index", s.open}, field{"content_index", 0},
+			field{"part", part})
+	}
+	s.text.WriteString(delta)
+	s.event(name, append([]field{{"item_id", s.items[s.open].get("id")}, {"output_index", s.open}, {"content_index", 0}, {"delta", delta}}, more...)...)
+	return ""
+}
+
 func (s *responsesStream) chunk(c *chatChunk) string {
 	if c.Usage != nil {
 		s.usage = c.Usage
@@ -696,44 +726,14 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 		}
 		d := ch.Delta
 		if r := d.ReasoningContent; r != nil && *r != "" {
-			if s.held += len(*r); s.held > s.o.heldLimit() {
-				return errAnswerTooLong
+			if err := s.textDelta(*r, "reasoning", "response.reasoning_text.delta"); err != "" {
+				return err
 			}
-			if s.open < 0 || s.items[s.open].get("type") != "reasoning" {
-				if len(s.items) >= maxStreamBlocks {
-					return errTooManyBlocks
-				}
-				s.close()
-				it := reasoningItem(s.o.id("rs_"), "in_progress", []any{})
-				s.items = append(s.items, it)
-				s.open = len(s.items) - 1
-				s.event("response.output_item.added", field{"output_index", s.open}, field{"item", it.clone()})
-				s.event("response.content_part.added", field{"item_id", it.get("id")}, field{"output_index", s.open}, field{"content_index", 0},
-					field{"part", reasoningTextPart("")})
-			}
-			s.text.WriteString(*r)
-			s.event("response.reasoning_text.delta", field{"item_id", s.items[s.open].get("id")}, field{"output_index", s.open},
-				field{"content_index", 0}, field{"delta", *r})
 		}
 		if d.Content != nil && *d.Content != "" {
-			if s.held += len(*d.Content); s.held > s.o.heldLimit() {
-				return errAnswerTooLong
+			if err := s.textDelta(*d.Content, "message", "response.output_text.delta", field{"logprobs", []any{}}); err != "" {
+				return err
 			}
-			if s.open < 0 || s.items[s.open].get("type") != "message" {
-				if len(s.items) >= maxStreamBlocks {
-					return errTooManyBlocks
-				}
-				s.close()
-				it := messageItem(s.o.id("msg_"), "in_progress", []any{})
-				s.items = append(s.items, it)
-				s.open = len(s.items) - 1
-				s.event("response.output_item.added", field{"output_index", s.open}, field{"item", it.clone()})
-				s.event("response.content_part.added", field{"item_id", it.get("id")}, field{"output_index", s.open}, field{"content_index", 0},
-					field{"part", outputTextPart("")})
-			}
-			s.text.WriteString(*d.Content)
-			s.event("response.output_text.delta", field{"item_id", s.items[s.open].get("id")}, field{"output_index", s.open},
-				field{"content_index", 0}, field{"delta", *d.Content}, field{"logprobs", []any{}})
 		}
 		for _, tc := range d.ToolCalls {
 			i, ok := s.tools[tc.Index]

@@ -1689,11 +1689,7 @@ func TestBrokenBodiesOpenTheBreaker(t *testing.T) {
 				}
 			}))
 			t.Cleanup(broken.Close)
-			h := newHarness(t, func(c *config.Config) {
-				c.Backends = []config.Backend{{Name: "broken", Type: "openai", URL: broken.URL, Role: config.RoleUnified,
-					Enabled: true, Timeout: config.Duration(5 * time.Second)}}
-				c.Dynamo.Enabled = false
-			})
+			h := newHarness(t, onlyBackend(broken.URL, 5*time.Second))
 			for i := range 8 {
 				// The client of a broken answer gets a cut one (or none).
 				resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json",
@@ -1720,26 +1716,8 @@ func TestBrokenBodiesOpenTheBreaker(t *testing.T) {
 // backend's, however often it happens.
 func TestClientGoneSparesTheBreaker(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int32
-	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-			return
-		}
-		hits.Add(1)
-		w.Header().Set("Content-Type", "text/event-stream")
-		for r.Context().Err() == nil {
-			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n")
-			w.(http.Flusher).Flush()
-			time.Sleep(5 * time.Millisecond)
-		}
-	}))
-	t.Cleanup(endless.Close)
-	h := newHarness(t, func(c *config.Config) {
-		c.Backends = []config.Backend{{Name: "endless", Type: "openai", URL: endless.URL, Role: config.RoleUnified,
-			Enabled: true, Timeout: config.Duration(5 * time.Second)}}
-		c.Dynamo.Enabled = false
-	})
+	url, hits := endlessStreamBackend(t, 5*time.Millisecond)
+	h := newHarness(t, onlyBackend(url, 5*time.Second))
 	for i := range 8 {
 		ctx, cancel := context.WithCancel(t.Context())
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.router.URL+"/v1/chat/completions",
@@ -1811,26 +1789,8 @@ func TestBackendRefusingTheRoutersKey(t *testing.T) {
 // often it happens.
 func TestTimedOutStreamsSpareTheBreaker(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int32
-	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-			return
-		}
-		hits.Add(1)
-		w.Header().Set("Content-Type", "text/event-stream")
-		for r.Context().Err() == nil {
-			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n")
-			w.(http.Flusher).Flush()
-			time.Sleep(20 * time.Millisecond)
-		}
-	}))
-	t.Cleanup(endless.Close)
-	h := newHarness(t, func(c *config.Config) {
-		c.Backends = []config.Backend{{Name: "endless", Type: "openai", URL: endless.URL, Role: config.RoleUnified,
-			Enabled: true, Timeout: config.Duration(200 * time.Millisecond)}}
-		c.Dynamo.Enabled = false
-	})
+	url, hits := endlessStreamBackend(t, 20*time.Millisecond)
+	h := newHarness(t, onlyBackend(url, 200*time.Millisecond))
 	for i := range 7 {
 		resp, err := http.Post(h.router.URL+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
