@@ -45,6 +45,15 @@ wait_gone() {
 keys() { t send-keys -t "$session" "$@"; }
 
 # run WIDTH HEIGHT ENV...: a user's terminal (CI unset: colour detection may take CI as no terminal).
+# wait_quit: poll until top has quit (its pane is dead or gone).
+wait_quit() {
+	local deadline=$((SECONDS + 10))
+	while t has-session -t "$session" 2>/dev/null && t list-panes -t "$session" -F '#{pane_dead}' | grep -q 0; do
+		((SECONDS < deadline)) || fail "q did not quit"
+		sleep 0.2
+	done
+}
+
 run() {
 	t new-session -d -s "$session" -x "$1" -y "$2" env -u CI TERM=xterm-256color "${@:3}" "$bin" top --demo --interval 300ms
 }
@@ -92,11 +101,7 @@ keys x
 wait_gone "cycle sort"
 
 keys q
-deadline=$((SECONDS + 10))
-while t has-session -t "$session" 2>/dev/null && t list-panes -t "$session" -F '#{pane_dead}' | grep -q 0; do
-	((SECONDS < deadline)) || fail "q did not quit"
-	sleep 0.2
-done
+wait_quit
 t kill-server 2>/dev/null || true
 
 # NO_COLOR and a wide terminal.
@@ -105,7 +110,7 @@ wait_for "FIRST SEEN" 40
 wait_for "fresh"
 if t capture-pane -e -p -t "$session" | grep -q $'\e\[[0-9;]*3[0-9;]*m'; then fail "colour with NO_COLOR set"; fi
 keys q
-sleep 1
+wait_quit
 t kill-server 2>/dev/null || true
 
 # Its terminal closing (SIGHUP) quits it as q does: the demo's directory
