@@ -30,7 +30,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -58,14 +60,15 @@ var (
 
 // allowedKinds is every kind the manifests may hold, with its apiVersion.
 var allowedKinds = map[string]string{
-	"ServiceAccount": "v1",
-	"ConfigMap":      "v1",
-	"Service":        "v1",
-	"Deployment":     "apps/v1",
-	"Role":           "rbac.authorization.k8s.io/v1",
-	"RoleBinding":    "rbac.authorization.k8s.io/v1",
-	"NetworkPolicy":  "networking.k8s.io/v1",
-	"Secret":         "v1",
+	"ServiceAccount":      "v1",
+	"ConfigMap":           "v1",
+	"Service":             "v1",
+	"Deployment":          "apps/v1",
+	"Role":                "rbac.authorization.k8s.io/v1",
+	"RoleBinding":         "rbac.authorization.k8s.io/v1",
+	"NetworkPolicy":       "networking.k8s.io/v1",
+	"Secret":              "v1",
+	"PodDisruptionBudget": "policy/v1",
 }
 
 // strict decodes manifests into the Kubernetes API types, refusing unknown
@@ -83,6 +86,7 @@ type manifests struct {
 	roleBindings   []*rbacv1.RoleBinding
 	netpols        []*networkingv1.NetworkPolicy
 	secrets        []*corev1.Secret
+	pdbs           []*policyv1.PodDisruptionBudget
 }
 
 // parse splits a multi-document YAML stream and decodes every document
@@ -129,6 +133,8 @@ func parse(t *testing.T, name string, data []byte) *manifests {
 			m.netpols = append(m.netpols, o)
 		case *corev1.Secret:
 			m.secrets = append(m.secrets, o)
+		case *policyv1.PodDisruptionBudget:
+			m.pdbs = append(m.pdbs, o)
 		}
 	}
 	return m
@@ -574,6 +580,29 @@ func TestHelmChartOptions(t *testing.T) {
 		t.Errorf("extraEnv not rendered: %+v", env)
 	}
 
+	// A PodDisruptionBudget on request, over the router's pods.
+	out, err = run(t, helm, append(base, "--set", "dynamoPodDiscovery.model=m", "--set", "replicaCount=3",
+		"--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.minAvailable=2", "--set", "podDisruptionBudget.maxUnavailable=null")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = parse(t, "pdb", out)
+	if len(m.pdbs) != 1 {
+		t.Fatalf("pdb: %d PodDisruptionBudgets, want 1", len(m.pdbs))
+	}
+	pdb, pods := m.pdbs[0], m.deployments[0].Spec.Template.Labels
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 || pdb.Spec.MaxUnavailable != nil || pdb.Namespace != "routers" {
+		t.Errorf("pdb: %+v, want minAvailable 2 alone in namespace routers", pdb.Spec)
+	}
+	if sel := pdb.Spec.Selector; sel == nil || len(sel.MatchLabels) == 0 || !labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(pods)) {
+		t.Errorf("pdb: selector %v does not select the router's pods %v", pdb.Spec.Selector, pods)
+	}
+	if out, err = run(t, helm, append(base, "--set", "dynamoPodDiscovery.model=m")...); err != nil {
+		t.Fatal(err)
+	} else if m = parse(t, "no pdb", out); len(m.pdbs) != 0 {
+		t.Errorf("no pdb: a PodDisruptionBudget rendered by default")
+	}
+
 	// Rendering refuses what the router would refuse, with the reason.
 	for _, tc := range []struct {
 		args []string
@@ -582,6 +611,8 @@ func TestHelmChartOptions(t *testing.T) {
 		{nil, "dynamoPodDiscovery.model (or models) is required"},
 		{[]string{"--set", "dynamoPodDiscovery.model=m", "--set-json", `dynamoPodDiscovery.models=[{"component":"c","model":"m"}]`}, "model and dynamoPodDiscovery.models are exclusive"},
 		{[]string{"--set", "dynamoPodDiscovery.model=m", "--set", "dynamoPodDiscovery.dynamoNamespace="}, "dynamoPodDiscovery.dynamoNamespace (or dynamoNamespaces) is required"},
+		{[]string{"--set", "dynamoPodDiscovery.model=m", "--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.minAvailable=1"}, "set minAvailable or maxUnavailable, not both"},
+		{[]string{"--set", "dynamoPodDiscovery.model=m", "--set", "podDisruptionBudget.enabled=true", "--set", "podDisruptionBudget.maxUnavailable=null"}, "minAvailable or maxUnavailable is required"},
 	} {
 		_, err := run(t, helm, append(slices.Clone(base), tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {
