@@ -220,6 +220,10 @@ type conn struct {
 	// idleUntil is the read deadline setIdleDeadline set last, zero when
 	// the deadline has been set otherwise since.
 	idleUntil time.Time
+	// headBy is the deadline of the head being read, zero when none was
+	// set for it (it came in one read, or no timeout applies): a head
+	// handed off unfinished keeps it (replayConn).
+	headBy time.Time
 
 	// The current request's context; ended when the client leaves or a
 	// write fails.
@@ -387,11 +391,12 @@ func (c *conn) serve() bool {
 // lean path does not serve is handed off (errHandedOff).
 func (c *conn) readHead() (head, error) {
 	s := c.srv
+	c.headBy = time.Time{}
 	if c.served == 0 {
 		// The first request's deadline, set before its first byte, covers
 		// its whole head (net/http's rule).
 		if c.br.Buffered() == 0 {
-			c.setReadDeadline(s.headerTimeout())
+			c.headBy = c.setReadDeadline(s.headerTimeout())
 			if _, err := c.idlePeek(1); err != nil {
 				return head{}, err
 			}
@@ -427,7 +432,7 @@ func (c *conn) readHead() (head, error) {
 		}
 		if !headerSet {
 			headerSet = true
-			c.setReadDeadline(s.headerTimeout())
+			c.headBy = c.setReadDeadline(s.headerTimeout())
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
 			if errors.Is(err, io.EOF) && len(buf) > 0 {
@@ -499,12 +504,15 @@ func HeadEnd(buf []byte) (end int, plain bool) {
 	}
 }
 
-func (c *conn) setReadDeadline(d time.Duration) {
+// setReadDeadline sets the read deadline d from now (none for 0) and
+// returns it.
+func (c *conn) setReadDeadline(d time.Duration) time.Time {
 	var t time.Time
 	if d > 0 {
 		t = time.Now().Add(d)
 	}
 	c.setDeadline(t)
+	return t
 }
 
 // setDeadline sets the connection's read deadline to t from the
@@ -545,7 +553,7 @@ func idleSlack(d time.Duration) time.Duration {
 // so far in front of it.
 func (c *conn) handOff() error {
 	buf, _ := c.br.Peek(c.br.Buffered())
-	rc := &replayConn{Conn: c.rwc, pending: bytes.Clone(buf)}
+	rc := &replayConn{Conn: c.rwc, pending: bytes.Clone(buf), headBy: c.headBy}
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.srv.watcher.remove(c)
 	// Counted until the fallback has it: a Shutdown meanwhile waits for
@@ -557,9 +565,45 @@ func (c *conn) handOff() error {
 }
 
 // replayConn reads pending before the connection.
+//
+// A head handed off unfinished (longer than the lean server's buffer, or
+// cut short) has had part of its time already: the fallback server's
+// first read deadline, the one it sets for the head, is held to headBy
+// when that is earlier, so that a client trickling its head gets
+// read_header_timeout once, not again from the hand-off.
 type replayConn struct {
 	net.Conn
 	pending []byte
+	headBy  time.Time
+	// set: the fallback has set a read deadline (the first is the head's).
+	set atomic.Bool
+}
+
+// headDeadline is t, or headBy for the first read deadline set when t is
+// later (or none).
+func (r *replayConn) headDeadline(t time.Time) time.Time {
+	if r.headBy.IsZero() || r.set.Swap(true) {
+		return t
+	}
+	if t.IsZero() || t.After(r.headBy) {
+		return r.headBy
+	}
+	return t
+}
+
+func (r *replayConn) SetReadDeadline(t time.Time) error {
+	return r.Conn.SetReadDeadline(r.headDeadline(t))
+}
+
+func (r *replayConn) SetDeadline(t time.Time) error {
+	rt := r.headDeadline(t)
+	if rt.Equal(t) {
+		return r.Conn.SetDeadline(t)
+	}
+	if err := r.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return r.Conn.SetReadDeadline(rt)
 }
 
 // CloseWrite shuts the connection's write side when it has one (net/http

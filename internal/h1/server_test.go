@@ -34,6 +34,13 @@ type lean struct {
 
 func startLean(t testing.TB, h http.Handler, tune func(*Server)) *lean {
 	t.Helper()
+	return startLeanFallback(t, h, tune, nil)
+}
+
+// startLeanFallback is startLean with the fallback server's settings
+// tuned too.
+func startLeanFallback(t testing.TB, h http.Handler, tune func(*Server), tuneFallback func(*http.Server)) *lean {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +51,9 @@ func startLean(t testing.TB, h http.Handler, tune func(*Server)) *lean {
 	l.srv = &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second, Fallback: cl.Give}
 	if tune != nil {
 		tune(l.srv)
+	}
+	if tuneFallback != nil {
+		tuneFallback(l.fallback)
 	}
 	l.wg.Go(func() { _ = cl.Serve(l.fallback) })
 	l.wg.Go(func() {
@@ -632,6 +642,63 @@ func TestReadHeaderTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("closed after %s", d)
+	}
+}
+
+// TestLongHeadKeepsItsDeadline trickles a head longer than the lean
+// server's buffer: handed to net/http part way, it still has
+// read_header_timeout from its first byte in all, not that again from
+// the hand-off.
+func TestLongHeadKeepsItsDeadline(t *testing.T) {
+	t.Parallel()
+	const timeout = 1500 * time.Millisecond
+	for _, served := range []int{0, 1} {
+		t.Run(fmt.Sprintf("after %d requests", served), func(t *testing.T) {
+			t.Parallel()
+			l := startLeanFallback(t, http.HandlerFunc(which),
+				func(s *Server) { s.ReadHeaderTimeout = timeout },
+				func(s *http.Server) { s.ReadHeaderTimeout = timeout })
+			conn := l.dial(t)
+			br := bufio.NewReader(conn)
+			for range served {
+				_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			// The head's first part, then, after most of the timeout, past
+			// the buffer: the hand-off.
+			_, _ = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n")
+			start := time.Now()
+			time.Sleep(timeout * 2 / 3)
+			_, _ = io.WriteString(conn, "X-Long: "+strings.Repeat("a", 2*bufferSize)+"\r\n")
+			// Then a field line now and then, never the head's end.
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				tick := time.NewTicker(50 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						if _, err := io.WriteString(conn, "X-More: b\r\n"); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			_, _ = io.Copy(io.Discard, br)
+			// From the head's first byte: the timeout once (a second from
+			// the hand-off would end it at 1.67 times the timeout).
+			if d := time.Since(start); d > timeout*3/2 {
+				t.Fatalf("the trickled head ended after %s, read_header_timeout %s", d, timeout)
+			}
+		})
 	}
 }
 
