@@ -28,11 +28,13 @@ type listener struct {
 	ln      net.Listener
 	handler http.Handler
 	logger  *slog.Logger
-	// capped: this listener counts its connections against limit (the
-	// main one; the admin listener is not capped).
+	// capped: this listener counts its connections in open against limit
+	// (the main one; the admin listener is not capped). open is the
+	// daemon's count, shared with the listener a rebind replaced while its
+	// connections finish.
 	capped  bool
 	limit   atomic.Int64
-	open    atomic.Int64
+	open    *atomic.Int64
 	metrics *telemetry.RouterMetrics
 
 	tls atomic.Pointer[tls.Config] // nil: plain HTTP
@@ -86,7 +88,7 @@ func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config
 		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
 	}
 	l := &listener{key: key, ln: ln, handler: h, logger: d.logger, capped: capped, metrics: d.rm,
-		settings: settingsOf(cfg), accepted: make(chan struct{})}
+		settings: settingsOf(cfg), accepted: make(chan struct{}), open: &d.clientConns}
 	l.limit.Store(int64(cfg.Server.MaxConnections))
 	l.tls.Store(tlsCfg)
 	l.cur.Store(l.newServed())

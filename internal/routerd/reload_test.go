@@ -899,6 +899,63 @@ func TestReadyAfterAWatcherSwitch(t *testing.T) {
 // applies it to the connections that follow; a stream open before it
 // finishes on the old server, bounded by its own limits and not by the
 // shutdown's grace (5 s here), which a reload is not.
+// TestRebindKeepsTheConnectionLimit: while the listener a rebind
+// replaced finishes its streams, its connections count against
+// server.max_connections with the new listener's.
+func TestRebindKeepsTheConnectionLimit(t *testing.T) {
+	t.Parallel()
+	be := endlessStream(t, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n", nil)
+	root := t.TempDir()
+	// The admin API on its own listener, which the limit does not cap.
+	limited := func(addr string) string {
+		text := strings.Replace(configYAML(be.URL, root, ""), "  bind_address: \"127.0.0.1:0\"\n",
+			"  bind_address: \""+addr+"\"\n  max_connections: 2\n", 1)
+		return strings.Replace(text, "admin:\n", "admin:\n  bind_address: \"127.0.0.1:0\"\n", 1)
+	}
+	f := startReload(t, limited("127.0.0.1:0"))
+	oldAddr := f.d.Addr()
+	// Two streams on the old listener: the limit, reached.
+	var streams []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", oldAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		_, _ = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			t.Fatalf("stream %d: %v", len(streams), err)
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+		streams = append(streams, c)
+	}
+	newAddr := unusedAddr(t)
+	f.write(limited(newAddr))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied || !contains(r.Changes, "server.bind_address (rebind)") {
+		t.Fatalf("rebind %+v", r)
+	}
+	extra, err := net.Dial("tcp", newAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if !closedWithin(extra, 5*time.Second) {
+		t.Fatal("the new listener took a connection over the limit while the old one's streams were open")
+	}
+	_ = streams[0].Close()
+	testutil.Eventually(t, 10*time.Second, "room on the new listener", func() bool {
+		resp, err := http.Get("http://" + newAddr + "/health")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
 func TestReloadKeepsOpenStreams(t *testing.T) {
 	t.Parallel()
 	be := endlessStream(t, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n", nil)

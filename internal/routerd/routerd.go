@@ -98,6 +98,10 @@ type Daemon struct {
 	kvFamilies *kvstack.Families
 
 	cfg atomic.Pointer[config.Config]
+	// clientConns counts the client connections open on the main
+	// listener, and on the one it replaced while that drains after a
+	// rebind: server.max_connections caps them together.
+	clientConns atomic.Int64
 	// started is the configuration the daemon started with: the file's
 	// first check after the watch is set up compares with it.
 	started  *config.Config
