@@ -10,7 +10,6 @@ import (
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
-	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
@@ -92,14 +91,7 @@ func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 		resp.MaxStalenessMs = maxAge.Milliseconds()
 		now := s.opts.Now()
 		snap := s.opts.Registry.Snapshot()
-		ranks := make(map[fleet.WorkerID]*fleet.Worker, snap.Workers.Len())
-		for w := range snap.Workers.All() {
-			ranks[w.ID] = w
-		}
-		picks := s.picks.snapshot(func(k load.Key) bool {
-			w := ranks[k.ID()]
-			return w != nil && k.DPRank >= w.DPStartRank && k.DPRank < w.DPStartRank+max(w.DPSize, 1)
-		})
+		picks := s.picks.snapshot(liveRanks(snap))
 		for wk := range snap.Workers.All() {
 			for r := range max(wk.DPSize, 1) {
 				rank := wk.DPStartRank + r

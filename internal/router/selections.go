@@ -5,13 +5,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
-// maxSelectionKeys bounds the per-rank selection counters; the admin API
-// prunes departed workers, so the bound is only reached by a fleet larger
-// than any the router is sized for.
+// maxSelectionKeys bounds the per-rank selection counters. Departed
+// workers' counters are forgotten as keys are added (pruneFrom) and when
+// the admin API lists the load, so the bound is only reached by a fleet
+// larger than any the router is sized for.
 const maxSelectionKeys = 1 << 16
+
+// pruneFrom is the least number of keys at which adding one first forgets
+// the keys of workers no longer in the fleet; after that, twice the keys
+// left. Restarted workers come back under new instance ids, so a fleet
+// that churns would otherwise fill the map with the dead, and the living
+// would go uncounted past the bound.
+const pruneFrom = 1024
 
 // selections counts picks per (namespace, worker, rank) since the router started, for
 // GET /admin/dynamo/load (continuum top turns them into rates), and
@@ -23,6 +32,10 @@ type selections struct {
 	n    sync.Map // load.Key -> *selection
 	keys atomic.Int64
 	mu   sync.Mutex // serialises inserts and pruning (the bound)
+	// live, when set, gives what tells the keys of the fleet's workers now.
+	live func() func(load.Key) bool
+	// pruneAt is the number of keys at which an insert prunes (under mu).
+	pruneAt int64
 }
 
 type selection struct {
@@ -40,6 +53,10 @@ func (s *selections) get(k load.Key) *selection {
 	defer s.mu.Unlock()
 	c, ok := s.n.Load(k)
 	if !ok {
+		if n := s.keys.Load(); n >= max(s.pruneAt, pruneFrom) && s.live != nil {
+			s.prune(s.live())
+			s.pruneAt = 2 * s.keys.Load()
+		}
 		if s.keys.Load() >= maxSelectionKeys {
 			return nil
 		}
@@ -78,16 +95,30 @@ func (s *selections) lastServed(k load.Key) time.Time {
 func (s *selections) snapshot(live func(load.Key) bool) map[load.Key]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.prune(live)
 	out := make(map[load.Key]uint64)
 	s.n.Range(func(k, c any) bool {
-		key := k.(load.Key)
-		if !live(key) {
-			s.n.Delete(key)
-			s.keys.Add(-1)
-			return true
-		}
-		out[key] = c.(*selection).picks.Load()
+		out[k.(load.Key)] = c.(*selection).picks.Load()
 		return true
 	})
 	return out
+}
+
+// prune forgets the keys live does not tell (under mu).
+func (s *selections) prune(live func(load.Key) bool) {
+	s.n.Range(func(k, _ any) bool {
+		if key := k.(load.Key); !live(key) {
+			s.n.Delete(key)
+			s.keys.Add(-1)
+		}
+		return true
+	})
+}
+
+// liveRanks tells the keys of the ranks of snap's workers.
+func liveRanks(snap *fleet.Snapshot) func(load.Key) bool {
+	return func(k load.Key) bool {
+		w := snap.Workers.Get(k.ID())
+		return w != nil && k.DPRank >= w.DPStartRank && k.DPRank < w.DPStartRank+max(w.DPSize, 1)
+	}
 }

@@ -3,7 +3,9 @@ package router
 import (
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
@@ -35,6 +37,46 @@ func TestSelections(t *testing.T) {
 	}
 	if n := len(s.snapshot(func(load.Key) bool { return true })); n != maxSelectionKeys {
 		t.Fatalf("%d keys held, bound %d", n, maxSelectionKeys)
+	}
+}
+
+// TestSelectionsForgetDepartedWorkers: a fleet whose workers keep coming
+// back under new instance ids (restarts) does not fill the pick counters
+// with the dead, whether or not anyone reads the admin API: a live
+// worker that joins after a long churn is still counted and its last
+// pinned request remembered (which worker of a failed pair to blame).
+func TestSelectionsForgetDepartedWorkers(t *testing.T) {
+	t.Parallel()
+	reg := fleet.NewRegistry(nil, nil)
+	var s selections
+	s.live = func() func(load.Key) bool { return liveRanks(reg.Snapshot()) }
+	now := time.Now()
+	worker := func(id uint64) *fleet.Worker {
+		return &fleet.Worker{ID: fleet.WorkerID{Namespace: "dynamo", InstanceID: id}, DPSize: 1}
+	}
+	most := int64(0)
+	// One worker at a time, each replaced by the next.
+	for i := range uint64(maxSelectionKeys + 1000) {
+		w := worker(1_000_000 + i)
+		reg.Publish(fleet.NewSnapshot([]*fleet.Worker{w}, nil))
+		k := load.RankOf(w, 0)
+		s.add(k)
+		s.served(k, now)
+		most = max(most, s.keys.Load())
+	}
+	if most > 2*pruneFrom {
+		t.Errorf("the counters held up to %d keys for a fleet of one worker", most)
+	}
+	w := worker(42)
+	reg.Publish(fleet.NewSnapshot([]*fleet.Worker{w}, nil))
+	s.add(load.RankOf(w, 0))
+	s.served(load.RankOf(w, 0), now)
+	if got := s.lastServed(load.RankOf(w, 0)); got.IsZero() {
+		t.Fatalf("a live worker's last pinned request is forgotten after churn (%d keys held)", s.keys.Load())
+	}
+	// The admin API's listing keeps the live worker's count.
+	if picks := s.snapshot(liveRanks(reg.Snapshot())); len(picks) != 1 || picks[load.RankOf(w, 0)] != 1 {
+		t.Errorf("listed picks %v, want the live worker's 1 alone", picks)
 	}
 }
 

@@ -138,6 +138,9 @@ func New(o Options) *Server {
 	s := &Server{opts: o, client: client, logger: o.Logger,
 		backends: newBackends(o.Config.Backends, client), queue: newBusyQueue(o.Metrics), reqLog: logLimiter{burst: requestLogBurst}}
 	s.keys.Store(newKeys(o.Config.APIKeys, nil))
+	if o.Registry != nil {
+		s.picks.live = func() func(load.Key) bool { return liveRanks(o.Registry.Snapshot()) }
+	}
 	s.cfg.Store(o.Config)
 	plan := shimPlan(o.Config, s.backends, o.Registry != nil)
 	s.dispatch = shim.NewDispatcher(o.Picker, plan)

@@ -615,7 +615,7 @@ func (h *mergeHeap) pop() mergeItem {
 }
 
 // wordCache remembers the encodings of recent words. It is bounded: a
-// shard that fills up is emptied.
+// shard that fills up (in words or in bytes) is emptied.
 type wordCache struct {
 	shards [64]cacheShard
 }
@@ -623,10 +623,23 @@ type wordCache struct {
 type cacheShard struct {
 	mu sync.RWMutex
 	m  map[string][]uint32
+	// bytes is what the words and their ids hold (cacheEntryBytes each).
+	bytes int
 }
 
-// cacheShardEntries bounds each shard: 262,144 words in all (about 20 MiB).
-const cacheShardEntries = 4096
+// cacheShardEntries and cacheShardBytes bound each shard: 262,144 words
+// and 24 MiB in all. Clients choose the words, and their length (up to
+// maxCachedWord) sets an entry's size, so the words alone would not bound
+// the memory; words of natural text (under 100 bytes an entry) fill a
+// shard's count before its bytes.
+const (
+	cacheShardEntries = 4096
+	cacheShardBytes   = 384 << 10
+)
+
+// cacheEntryBytes is what one entry of w and ids holds: the bytes, the
+// string and slice headers, and about as much again for the map's slot.
+func cacheEntryBytes(w string, ids []uint32) int { return len(w) + 4*len(ids) + 64 }
 
 func (c *wordCache) init() {
 	for i := range c.shards {
@@ -656,10 +669,16 @@ func (c *wordCache) put(w string, ids []uint32) {
 	sh := &c.shards[shardOf(w)]
 	cp := append([]uint32(nil), ids...)
 	key := strings.Clone(w)
+	size := cacheEntryBytes(key, cp)
 	sh.mu.Lock()
-	if len(sh.m) >= cacheShardEntries {
+	if len(sh.m) >= cacheShardEntries || sh.bytes+size > cacheShardBytes {
 		clear(sh.m)
+		sh.bytes = 0
+	}
+	if old, ok := sh.m[key]; ok {
+		sh.bytes -= cacheEntryBytes(key, old)
 	}
 	sh.m[key] = cp
+	sh.bytes += size
 	sh.mu.Unlock()
 }
