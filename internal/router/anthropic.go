@@ -704,7 +704,7 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 		}
 		if d.Content != nil && *d.Content != "" {
 			var send string
-			send, s.pending = holdBack(s.pending+*d.Content, s.holdLen)
+			send, s.pending = holdBack(s.pending+*d.Content, s.a.stops, s.holdLen)
 			if send != "" && s.open != "text" && s.blocks >= maxStreamBlocks {
 				return errTooManyBlocks
 			}

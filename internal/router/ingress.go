@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
 )
@@ -258,19 +257,23 @@ func stopMatch(text string, stops []string, stopReason json.RawMessage) (string,
 }
 
 // holdBack keeps the end of streamed text that may still turn out to be a
-// stop sequence: it returns what can be sent now and what stays held.
-func holdBack(pending string, keep int) (send, held string) {
-	if keep <= 0 || len(pending) <= keep {
-		if keep <= 0 {
-			return pending, ""
+// stop sequence: the longest end of pending that begins one of stops (or
+// is one, which the stream's end strips), at most longest bytes (the
+// longest stop). It returns what can be sent now and what stays held; text
+// that cannot begin a stop sequence goes out at once. Only the last
+// longest bytes are looked at, each only where a stop sequence could
+// start (its first byte there), so the usual short stops cost a few
+// comparisons a chunk.
+func holdBack(pending string, stops []string, longest int) (send, held string) {
+	for p := max(0, len(pending)-longest); p < len(pending); p++ {
+		tail := pending[p:]
+		for _, s := range stops {
+			if s != "" && s[0] == tail[0] && len(tail) <= len(s) && s[:len(tail)] == tail {
+				return pending[:p], tail
+			}
 		}
-		return "", pending
 	}
-	cut := len(pending) - keep
-	for cut > 0 && !utf8.RuneStart(pending[cut]) {
-		cut--
-	}
-	return pending[:cut], pending[cut:]
+	return pending, ""
 }
 
 // upstreamMessage is the message of an upstream error body

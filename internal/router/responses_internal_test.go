@@ -350,12 +350,29 @@ func TestStreamHelpers(t *testing.T) {
 	if _, _, ok := stopMatch("abc", []string{"x"}, json.RawMessage(`128001`)); ok {
 		t.Error("a stop token id is no stop sequence")
 	}
-	send, held := holdBack("héllo", 4)
-	if send+held != "héllo" || send != "h" {
-		t.Errorf("hold back split a rune: %q %q", send, held)
-	}
-	if send, held := holdBack("ab", 0); send != "ab" || held != "" {
-		t.Errorf("no stop sequences: %q %q", send, held)
+	for _, tc := range []struct {
+		pending    string
+		stops      []string
+		send, held string
+	}{
+		{"ab", nil, "ab", ""},                                 // no stop sequences
+		{"Hello ", []string{"END"}, "Hello ", ""},             // nothing that may begin one: all of it at once
+		{"world E", []string{"END"}, "world ", "E"},           // the start of one
+		{"xEN", []string{"END"}, "x", "EN"},                   // more of it
+		{"xEND", []string{"END"}, "x", "END"},                 // all of it, stripped at the end
+		{"ENDx", []string{"END"}, "ENDx", ""},                 // past it: not a stop
+		{"a\n\nH", []string{"\n\nHuman:", "D"}, "a", "\n\nH"}, // the longest end that may begin one
+		{"héé", []string{"éx"}, "hé", "é"},                    // whole runes
+		{"aaa", []string{"aa"}, "a", "aa"},                    // within the longest stop's length
+		{"tok " + strings.Repeat("x", 64), []string{strings.Repeat("x", 1<<20)}, "tok ", strings.Repeat("x", 64)},
+	} {
+		longest := 0
+		for _, s := range tc.stops {
+			longest = max(longest, len(s))
+		}
+		if send, held := holdBack(tc.pending, tc.stops, longest); send != tc.send || held != tc.held {
+			t.Errorf("holdBack(%.20q, %.20q): %.20q %.20q, want %.20q %.20q", tc.pending, tc.stops, send, held, tc.send, tc.held)
+		}
 	}
 }
 
