@@ -600,7 +600,7 @@ func (r *replayConn) SetDeadline(t time.Time) error {
 	if rt.Equal(t) {
 		return r.Conn.SetDeadline(t)
 	}
-	if err := r.Conn.SetWriteDeadline(t); err != nil {
+	if err := r.SetWriteDeadline(t); err != nil {
 		return err
 	}
 	return r.Conn.SetReadDeadline(rt)
