@@ -17,10 +17,15 @@ const maxSelectionKeys = 1 << 16
 
 // pruneFrom is the least number of keys at which adding one first forgets
 // the keys of workers no longer in the fleet; after that, twice the keys
-// left. Restarted workers come back under new instance ids, so a fleet
-// that churns would otherwise fill the map with the dead, and the living
-// would go uncounted past the bound.
-const pruneFrom = 1024
+// left, at most the bound (a prune at the bound that frees less than an
+// eighth of it holds the next off for pruneWait: a fleet of that many live
+// ranks would otherwise prune on every insert). Restarted workers come back
+// under new instance ids, so a fleet that churns would otherwise fill the
+// map with the dead, and the living would go uncounted past the bound.
+const (
+	pruneFrom = 1024
+	pruneWait = time.Second
+)
 
 // selections counts picks per (namespace, worker, rank) since the router started, for
 // GET /admin/dynamo/load (continuum top turns them into rates), and
@@ -34,8 +39,10 @@ type selections struct {
 	mu   sync.Mutex // serialises inserts and pruning (the bound)
 	// live, when set, gives what tells the keys of the fleet's workers now.
 	live func() func(load.Key) bool
-	// pruneAt is the number of keys at which an insert prunes (under mu).
-	pruneAt int64
+	// pruneAt is the number of keys at which an insert prunes, not before
+	// holdUntil (under mu).
+	pruneAt   int64
+	holdUntil time.Time
 }
 
 type selection struct {
@@ -53,9 +60,13 @@ func (s *selections) get(k load.Key) *selection {
 	defer s.mu.Unlock()
 	c, ok := s.n.Load(k)
 	if !ok {
-		if n := s.keys.Load(); n >= max(s.pruneAt, pruneFrom) && s.live != nil {
+		if n := s.keys.Load(); n >= max(s.pruneAt, pruneFrom) && s.live != nil && time.Now().After(s.holdUntil) {
 			s.prune(s.live())
-			s.pruneAt = 2 * s.keys.Load()
+			left := s.keys.Load()
+			s.pruneAt = min(2*left, maxSelectionKeys)
+			if n >= maxSelectionKeys && n-left < maxSelectionKeys/8 {
+				s.holdUntil = time.Now().Add(pruneWait)
+			}
 		}
 		if s.keys.Load() >= maxSelectionKeys {
 			return nil

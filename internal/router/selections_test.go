@@ -80,6 +80,38 @@ func TestSelectionsForgetDepartedWorkers(t *testing.T) {
 	}
 }
 
+// TestSelectionsPruneNearTheBound: a fleet with more than half the bound
+// of live ranks keeps forgetting its departed workers (the next prune
+// was set past the bound, so it never came).
+func TestSelectionsPruneNearTheBound(t *testing.T) {
+	t.Parallel()
+	reg := fleet.NewRegistry(nil, nil)
+	var s selections
+	s.live = func() func(load.Key) bool { return liveRanks(reg.Snapshot()) }
+	const size = 40_000 // live ranks: more than half the bound
+	fleetOf := func(from uint64) []*fleet.Worker {
+		ws := make([]*fleet.Worker, size)
+		for i := range ws {
+			ws[i] = &fleet.Worker{ID: fleet.WorkerID{Namespace: "dynamo", InstanceID: from + uint64(i)}, DPSize: 1}
+		}
+		return ws
+	}
+	// Three generations of the whole fleet, each replacing the one before.
+	for gen := range uint64(3) {
+		ws := fleetOf(gen * 1_000_000)
+		reg.Publish(fleet.NewSnapshot(ws, nil))
+		for _, w := range ws {
+			s.add(load.RankOf(w, 0))
+		}
+	}
+	last := fleetOf(2 * 1_000_000)
+	for _, w := range []*fleet.Worker{last[0], last[size-1]} {
+		if c, ok := s.n.Load(load.RankOf(w, 0)); !ok || c.(*selection).picks.Load() != 1 {
+			t.Fatalf("a live worker of the last generation is not counted (%d keys held)", s.keys.Load())
+		}
+	}
+}
+
 func BenchmarkSelectionsAdd(b *testing.B) {
 	var s selections
 	k := load.Key{Namespace: load.NS("dynamo"), WorkerID: 7, DPRank: 1}
