@@ -220,9 +220,10 @@ type conn struct {
 	// idleUntil is the read deadline setIdleDeadline set last, zero when
 	// the deadline has been set otherwise since.
 	idleUntil time.Time
-	// headBy is the deadline of the head being read, zero when none was
-	// set for it (it came in one read, or no timeout applies): a head
-	// handed off unfinished keeps it (replayConn).
+	// headBy is the deadline of the head being read: zero when no head
+	// timeout applies or, after a connection's first request, when the
+	// head came in one read. A head handed off unfinished keeps it
+	// (replayConn).
 	headBy time.Time
 
 	// The current request's context; ended when the client leaves or a

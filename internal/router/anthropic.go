@@ -614,8 +614,7 @@ type anthropicStream struct {
 	open      string // the open block's kind: "", text, thinking, tool
 	tools     map[int]int
 	toolCalls bool
-	pending   string // text held back while it may be a stop sequence
-	holdLen   int
+	hold      *stopHold // text held back while it may be a stop sequence (nil: no stops)
 	finish    string
 	stopRsn   json.RawMessage
 	usage     *chatUsage
@@ -623,9 +622,7 @@ type anthropicStream struct {
 
 func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
 	s := &anthropicStream{a: a, sw: newSSEWriter(w), tools: map[int]int{}}
-	for _, stop := range a.stops {
-		s.holdLen = max(s.holdLen, len(stop))
-	}
+	s.hold = newStopHold(a.stops)
 	s.sw.event("message_start", object{{"type", "message_start"}, {"message", a.message([]any{}, nil, nil, anthropicUsage{})}})
 	s.sw.event("ping", object{{"type", "ping"}})
 	if err := s.sw.flush(); err != nil {
@@ -644,9 +641,8 @@ func (s *anthropicStream) finished() bool { return s.finish != "" }
 // a possible stop sequence (the answer it was part of is not ending at a
 // stop sequence now, and the client keeps what was generated).
 func (s *anthropicStream) fail(status int, message string) error {
-	if s.pending != "" && (s.open == "text" || s.blocks < maxStreamBlocks) {
-		s.text(s.pending)
-		s.pending = ""
+	if s.hold.holding() && (s.open == "text" || s.blocks < maxStreamBlocks) {
+		s.text(s.hold.take())
 	}
 	s.sw.event("error", anthropicErrorObject(anthropicErrorType(status), message))
 	return s.sw.flush()
@@ -703,8 +699,10 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 			s.delta(s.blocks-1, "thinking_delta", "thinking", *r)
 		}
 		if d.Content != nil && *d.Content != "" {
-			var send string
-			send, s.pending = holdBack(s.pending+*d.Content, s.a.stops, s.holdLen)
+			send := *d.Content
+			if s.hold != nil {
+				send = s.hold.add(send)
+			}
 			if send != "" && s.open != "text" && s.blocks >= maxStreamBlocks {
 				return errTooManyBlocks
 			}
@@ -714,14 +712,13 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 			idx, ok := s.tools[tc.Index]
 			if !ok {
 				need := 1
-				if s.pending != "" && s.open != "text" {
+				if s.hold.holding() && s.open != "text" {
 					need++ // the held text opens a block before the call's
 				}
 				if s.blocks+need > maxStreamBlocks {
 					return errTooManyBlocks
 				}
-				s.text(s.pending) // text before a tool call ends no answer
-				s.pending = ""
+				s.text(s.hold.take()) // text before a tool call ends no answer
 				id := tc.ID
 				if id == "" {
 					id = newID("toolu_")
@@ -747,7 +744,7 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 func (s *anthropicStream) end() {
 	var seq *string
 	matched := false
-	text := s.pending
+	text := s.hold.take()
 	if s.finish == "stop" && len(s.a.stops) > 0 && !s.toolCalls {
 		var m string
 		if text, m, matched = stopMatch(text, s.a.stops, s.stopRsn); matched {
@@ -755,7 +752,6 @@ func (s *anthropicStream) end() {
 		}
 	}
 	s.text(text)
-	s.pending = ""
 	s.stop()
 	s.sw.event("message_delta", object{{"type", "message_delta"},
 		{"delta", object{{"stop_reason", stopReason(s.finish, s.toolCalls, matched)}, {"stop_sequence", seq}}},

@@ -256,24 +256,91 @@ func stopMatch(text string, stops []string, stopReason json.RawMessage) (string,
 	return strings.TrimSuffix(text, best), best, true
 }
 
-// holdBack keeps the end of streamed text that may still turn out to be a
-// stop sequence: the longest end of pending that begins one of stops (or
-// is one, which the stream's end strips), at most longest bytes (the
-// longest stop). It returns what can be sent now and what stays held; text
-// that cannot begin a stop sequence goes out at once. Only the last
-// longest bytes are looked at, each only where a stop sequence could
-// start (its first byte there), so the usual short stops cost a few
-// comparisons a chunk.
-func holdBack(pending string, stops []string, longest int) (send, held string) {
-	for p := max(0, len(pending)-longest); p < len(pending); p++ {
-		tail := pending[p:]
-		for _, s := range stops {
-			if s != "" && s[0] == tail[0] && len(tail) <= len(s) && s[:len(tail)] == tail {
-				return pending[:p], tail
+// stopHold holds back the end of streamed text that may still turn out to
+// be a stop sequence: the longest end of the text so far that begins one
+// of the stops (or is one, which the stream's end strips). Text that
+// cannot begin a stop sequence goes out at once. Each stop has a matcher
+// (Knuth-Morris-Pratt) that follows the text byte by byte, so a chunk
+// costs its length times the number of stops, whatever their length, and
+// the held text is kept in one buffer rather than copied with each chunk.
+// A stop starts with a rune's first byte (the request's JSON decodes to
+// UTF-8), so the held end never splits a rune.
+type stopHold struct {
+	stops []string
+	// fail[i][j] is the length of the longest proper prefix of stops[i]
+	// that is also a suffix of stops[i][:j+1]; at[i] is how much of
+	// stops[i] the text's end matches.
+	fail [][]int32
+	at   []int
+	held []byte
+}
+
+// newStopHold returns a hold for stops (empty ones ignored), nil for none.
+func newStopHold(stops []string) *stopHold {
+	h := &stopHold{}
+	for _, s := range stops {
+		if s == "" {
+			continue
+		}
+		f := make([]int32, len(s))
+		for j, k := 1, int32(0); j < len(s); j++ {
+			for k > 0 && s[j] != s[k] {
+				k = f[k-1]
+			}
+			if s[j] == s[k] {
+				k++
+			}
+			f[j] = k
+		}
+		h.stops = append(h.stops, s)
+		h.fail = append(h.fail, f)
+	}
+	if len(h.stops) == 0 {
+		return nil
+	}
+	h.at = make([]int, len(h.stops))
+	return h
+}
+
+// add takes the next chunk of text and returns what can be sent now.
+func (h *stopHold) add(chunk string) string {
+	keep := 0
+	for i, s := range h.stops {
+		m, f := h.at[i], h.fail[i]
+		for j := 0; j < len(chunk); j++ {
+			c := chunk[j]
+			if m == len(s) {
+				m = int(f[m-1])
+			}
+			for m > 0 && s[m] != c {
+				m = int(f[m-1])
+			}
+			if s[m] == c {
+				m++
 			}
 		}
+		h.at[i] = m
+		keep = max(keep, m)
 	}
-	return pending, ""
+	h.held = append(h.held, chunk...)
+	cut := len(h.held) - keep
+	send := string(h.held[:cut])
+	h.held = h.held[cut:]
+	return send
+}
+
+// holding reports whether any text is held.
+func (h *stopHold) holding() bool { return h != nil && len(h.held) > 0 }
+
+// take returns the text held and lets it go: what follows starts afresh.
+func (h *stopHold) take() string {
+	if h == nil {
+		return ""
+	}
+	s := string(h.held)
+	h.held = h.held[:0]
+	clear(h.at)
+	return s
 }
 
 // upstreamMessage is the message of an upstream error body

@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -355,7 +356,6 @@ func TestStreamHelpers(t *testing.T) {
 		stops      []string
 		send, held string
 	}{
-		{"ab", nil, "ab", ""},                                 // no stop sequences
 		{"Hello ", []string{"END"}, "Hello ", ""},             // nothing that may begin one: all of it at once
 		{"world E", []string{"END"}, "world ", "E"},           // the start of one
 		{"xEN", []string{"END"}, "x", "EN"},                   // more of it
@@ -364,14 +364,63 @@ func TestStreamHelpers(t *testing.T) {
 		{"a\n\nH", []string{"\n\nHuman:", "D"}, "a", "\n\nH"}, // the longest end that may begin one
 		{"héé", []string{"éx"}, "hé", "é"},                    // whole runes
 		{"aaa", []string{"aa"}, "a", "aa"},                    // within the longest stop's length
+		{"abab", []string{"", "abac"}, "ab", "ab"},            // an empty stop is none
 		{"tok " + strings.Repeat("x", 64), []string{strings.Repeat("x", 1<<20)}, "tok ", strings.Repeat("x", 64)},
 	} {
-		longest := 0
-		for _, s := range tc.stops {
-			longest = max(longest, len(s))
+		h := newStopHold(tc.stops)
+		if send := h.add(tc.pending); send != tc.send || h.take() != tc.held {
+			t.Errorf("%.20q with stops %.20q: sent %.20q, want %.20q held %.20q", tc.pending, tc.stops, send, tc.send, tc.held)
 		}
-		if send, held := holdBack(tc.pending, tc.stops, longest); send != tc.send || held != tc.held {
-			t.Errorf("holdBack(%.20q, %.20q): %.20q %.20q, want %.20q %.20q", tc.pending, tc.stops, send, held, tc.send, tc.held)
+	}
+	if newStopHold([]string{"", ""}) != nil {
+		t.Error("a hold for no stop sequences")
+	}
+}
+
+// TestStopHoldAnyChunking: whatever the chunks, the text sent and held is
+// the text, and what is held is its longest end that begins a stop
+// sequence (checked against that definition, stop by stop, after every
+// chunk), also after take lets it go.
+func TestStopHoldAnyChunking(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	word := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "ab"[rng.IntN(2)]
+		}
+		return string(b)
+	}
+	longestEnd := func(text string, stops []string) string {
+		for p := range len(text) {
+			for _, s := range stops {
+				if s != "" && strings.HasPrefix(s, text[p:]) {
+					return text[p:]
+				}
+			}
+		}
+		return ""
+	}
+	for range 2000 {
+		stops := []string{word(1 + rng.IntN(6)), word(1 + rng.IntN(6)), word(1 + rng.IntN(3))}
+		h := newStopHold(stops)
+		var all, out, text strings.Builder // every chunk; what was sent and taken; the text since the last take
+		for range rng.IntN(12) {
+			if rng.IntN(8) == 0 {
+				out.WriteString(h.take())
+				text.Reset()
+				continue
+			}
+			chunk := word(rng.IntN(5))
+			all.WriteString(chunk)
+			text.WriteString(chunk)
+			out.WriteString(h.add(chunk))
+			if got, want := string(h.held), longestEnd(text.String(), stops); got != want {
+				t.Fatalf("stops %q, text %q: held %q, want %q", stops, text.String(), got, want)
+			}
+		}
+		if out.WriteString(h.take()); out.String() != all.String() {
+			t.Fatalf("stops %q: sent %q of %q", stops, out.String(), all.String())
 		}
 	}
 }

@@ -151,14 +151,13 @@ func (l *listener) acceptLoop() error {
 		}
 		delay = 0
 		if l.capped {
-			if l.open.Load() >= l.limit.Load() {
+			if !l.reserve() {
 				// Counted before the close, which the refused client sees:
 				// whoever reads the counter after it has the refusal in it.
 				l.metrics.Overloaded.WithLabelValues(telemetry.OverloadConnections).Inc()
 				_ = c.Close()
 				continue
 			}
-			l.open.Add(1)
 			l.metrics.Connections.Inc()
 			c = &trackedConn{Conn: c, l: l}
 		}
@@ -166,6 +165,21 @@ func (l *listener) acceptLoop() error {
 			c = tls.Server(h1.WithWriteTimeout(c, l.cur.Load().lean.WriteTimeout), cfg)
 		}
 		l.handOff(c)
+	}
+}
+
+// reserve counts a connection in open if that stays within the limit:
+// the listener a rebind replaced may still be accepting beside this one,
+// and the two share the count.
+func (l *listener) reserve() bool {
+	for {
+		n := l.open.Load()
+		if n >= l.limit.Load() {
+			return false
+		}
+		if l.open.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
 }
 
