@@ -699,10 +699,7 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 			s.delta(s.blocks-1, "thinking_delta", "thinking", *r)
 		}
 		if d.Content != nil && *d.Content != "" {
-			send := *d.Content
-			if s.hold != nil {
-				send = s.hold.add(send)
-			}
+			send := s.hold.add(*d.Content)
 			if send != "" && s.open != "text" && s.blocks >= maxStreamBlocks {
 				return errTooManyBlocks
 			}

@@ -302,8 +302,12 @@ func newStopHold(stops []string) *stopHold {
 	return h
 }
 
-// add takes the next chunk of text and returns what can be sent now.
+// add takes the next chunk of text and returns what can be sent now (all
+// of it without stop sequences).
 func (h *stopHold) add(chunk string) string {
+	if h == nil {
+		return chunk
+	}
 	keep := 0
 	for i, s := range h.stops {
 		m, f := h.at[i], h.fail[i]
