@@ -249,13 +249,15 @@ func newKVRig(t *testing.T, pins []string, live map[fleet.WorkerID]load.LiveWork
 	return store, ix, prompts, m, p
 }
 
-// TestPickerDecodeFirstAcrossNamespaces: over two graphs that pair prefill
-// and decode workers, decode keeps the load rule: the lighter decode
-// worker's graph is the pin's, and the formula chooses among that graph's
-// prefill workers only, though the other graph's prefill worker holds the
-// prompt. With the lighter decode worker excluded (a re-pin), the other
-// graph's pair, its holder prefilling.
-func TestPickerDecodeFirstAcrossNamespaces(t *testing.T) {
+// TestPickerPrefillFirstAcrossNamespaces: over two graphs that both pair
+// prefill and decode workers, the formula weighs the prefill workers of
+// both, and the winner's graph is the pin's, its decode worker chosen
+// there by the load rule: graph b's prefill worker holds the prompt, so
+// b's pair serves it though a's decode worker is the lighter one (the
+// load-only picker's choice). With b's decode worker excluded (a re-pin),
+// b cannot take the request and a's pair does, its prefill worker chosen
+// by the formula.
+func TestPickerPrefillFirstAcrossNamespaces(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}})
 	store, ix, prompts, m, p := newKVRig(t, pins, map[fleet.WorkerID]load.LiveWorker{{Namespace: "a", InstanceID: 10}: {DPSize: 1}, {Namespace: "a", InstanceID: 20}: {DPSize: 1},
@@ -278,43 +280,40 @@ func TestPickerDecodeFirstAcrossNamespaces(t *testing.T) {
 	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
 	hold(t, ix, 1, idOf(snap, 11), pr.Hashes[16], len(pr.Hashes[16])-1)
 	req := pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body)}
-	// One pick (a pick charges its worker for the request until a sample
-	// shows it, which moves the next), the same decode worker as the
-	// load-only picker's.
-	lpin, ltk, err := pick.NewLoadBased(store).Reserve(snap, req, time.Now())
+	lpin, err := pick.NewLoadBased(store).Pick(snap, req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = ltk
+	if lpin.Decode.Worker.ID.InstanceID != 20 {
+		t.Fatalf("the load-only picker chose decode %d; the test wants the lighter 20", lpin.Decode.Worker.ID.InstanceID)
+	}
 	pin, tk, err := p.Reserve(snap, req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Release(tk)
-	if lpin.Decode.Worker.ID.InstanceID != 20 {
-		t.Fatalf("the load-only picker chose decode %d; the test wants the lighter 20", lpin.Decode.Worker.ID.InstanceID)
-	}
-	if pin.Namespace != "a" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 || pin.PrefillReason != pick.ReasonKVAware ||
-		pin.Decode.Worker.ID.InstanceID != 20 || pin.DecodeReason != pick.ReasonLoad {
-		t.Fatalf("pin %s: prefill %+v (%s), decode %d (%s); want a, the lighter decode 20 and its graph's prefill 10",
+	if pin.Namespace != "b" || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 || pin.PrefillReason != pick.ReasonKVAware ||
+		pin.Decode.Worker.ID.InstanceID != 21 || pin.DecodeReason != pick.ReasonLoad {
+		t.Fatalf("pin %s: prefill %+v (%s), decode %d (%s); want b: the holder 11 prefilling, its graph's decode 21 by load",
 			pin.Namespace, pin.Prefill, pin.PrefillReason, pin.Decode.Worker.ID.InstanceID, pin.DecodeReason)
 	}
-	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultNoOverlap)); n != 1 {
-		t.Errorf("no_overlap selections %v", n)
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultOverlap)); n != 1 {
+		t.Errorf("overlap selections %v", n)
 	}
-	// a's decode worker excluded (a re-pin): b's pair, the holder 11
-	// prefilling.
+	// b's decode worker excluded (a re-pin): a's pair.
 	pin, tk, err = p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body),
-		Exclude: []fleet.WorkerID{{Namespace: "a", InstanceID: 20}}}, time.Now())
+		Exclude: []fleet.WorkerID{{Namespace: "b", InstanceID: 21}}}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Release(tk)
-	if pin.Namespace != "b" || pin.Decode.Worker.ID.InstanceID != 21 || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 {
-		t.Fatalf("with 20 excluded: pin %s, decode %d, prefill %+v; want b's pair", pin.Namespace, pin.Decode.Worker.ID.InstanceID, pin.Prefill)
+	if pin.Namespace != "a" || pin.Decode.Worker.ID.InstanceID != 20 || pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 10 ||
+		pin.PrefillReason != pick.ReasonKVAware {
+		t.Fatalf("with 21 excluded: pin %s, decode %d, prefill %+v (%s); want a's pair, its prefill by the formula",
+			pin.Namespace, pin.Decode.Worker.ID.InstanceID, pin.Prefill, pin.PrefillReason)
 	}
-	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultOverlap)); n != 1 {
-		t.Errorf("overlap selections %v", n)
+	if n := promtest.ToFloat64(m.Selections.WithLabelValues(kv.ResultNoOverlap)); n != 1 {
+		t.Errorf("no_overlap selections %v", n)
 	}
 }
 

@@ -56,9 +56,17 @@ type index struct {
 	// prefill indexes of each group (decode indexes only), built on use.
 	groups  []group
 	prefill []*index
+	// Of a decode index over several namespaces that all pair prefill and
+	// decode workers, for a scorer choosing prefill first (see
+	// prefillFirst): the prefill workers of all of them, and each group's
+	// own decode candidates; built on use.
+	allPrefill *index
+	decodeOf   []*index
 	// pairedGroups counts the groups that pair prefill and decode workers
 	// for the model: with any, decode is chosen by the load rule.
-	pairedGroups int
+	// selfGroups counts the others with decode candidates (decode or
+	// aggregated workers, which prefill their own requests).
+	pairedGroups, selfGroups int
 }
 
 // paired reports whether a group pairs prefill and decode workers: only
@@ -111,6 +119,8 @@ func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index 
 	for i := range gs {
 		if gs[i].paired() {
 			x.pairedGroups++
+		} else if len(gs[i].decode)+len(gs[i].aggregated) > 0 {
+			x.selfGroups++
 		}
 	}
 	type classKey struct {

@@ -290,6 +290,9 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	c.drain(r, &p.ledger)
 	dx.sync(r, &p.ledger, now, maxAge)
 	defer dx.exclude(&k.req)()
+	if p.scorer != nil && dx.pairedGroups > 1 && dx.selfGroups == 0 && !p.scoresDecode(dx) && p.prefillFirst(r) {
+		return
+	}
 	// A namespace whose prefill workers cannot take the request (all
 	// busy, or all excluded by a re-pin) leaves the choice: its decode
 	// candidates are set aside and decode is chosen again among the other
@@ -369,6 +372,77 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 	k.pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
 	k.pin.PrefillReason = preason
 	return -1, nil
+}
+
+// prefillFirst makes the choice of p.call for a scorer over several
+// namespaces that all pair prefill and decode workers for the model: the
+// scorer weighs the prefill workers of all of them together, and the
+// winner's namespace is the pin's, its decode worker chosen there by the
+// load rule. Choosing decode first would hand the request to whichever
+// namespace's decode worker is least loaded, and a prefill worker of
+// another namespace holding the prompt's prefix would never be weighed
+// (the prefix computed again from scratch). Where some candidate
+// namespace does not pair them (its decode or aggregated workers prefill
+// their own requests), decode is chosen first as by the load rule: those
+// workers have no prefill candidate to compete with, and where they
+// publish no prefill backlog (vLLM) they would lose every such contest.
+//
+// A winner whose namespace has no decode worker that may take the request
+// (every one busy or excluded) is set aside and the scorer asked again
+// among the rest. False, with no pin, when the scorer makes no choice:
+// the decode-first rule then decides. The caller holds p.mu, under the
+// store's read lock.
+func (p *LoadBased) prefillFirst(r load.ReadView) bool {
+	k := &p.call
+	c, dx, now, maxAge := k.c, k.dx, k.now, k.maxAge
+	ax := dx.allPrefill
+	if ax == nil {
+		var cands []candidate
+		for gi := range dx.groups {
+			if g := &dx.groups[gi]; g.paired() {
+				cands = appendRanks(cands, gi, g.prefill)
+			}
+		}
+		ax = newIndex(phasePrefill, cands, nil, &p.busy)
+		dx.allPrefill, dx.decodeOf = ax, make([]*index, len(dx.groups))
+		c.add(ax)
+	}
+	ax.sync(r, &p.ledger, now, maxAge)
+	restore := []func(){ax.exclude(&k.req)}
+	defer func() {
+		for i := len(restore) - 1; i >= 0; i-- {
+			restore[i]()
+		}
+	}()
+	for range dx.pairedGroups {
+		j, preason, scored := p.scored(PhasePrefill, ax)
+		if !scored {
+			return false
+		}
+		pc := ax.cands[j]
+		g := &dx.groups[pc.group]
+		gx := dx.decodeOf[pc.group]
+		if gx == nil {
+			gx = newIndex(phaseDecode, appendRanks(nil, int(pc.group), g.decode), dx.groups, &p.busy)
+			dx.decodeOf[pc.group] = gx
+			c.add(gx)
+		}
+		gx.sync(r, &p.ledger, now, maxAge)
+		unexclude := gx.exclude(&k.req)
+		i, reason, err := gx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens)
+		unexclude()
+		if err != nil {
+			group := pc.group
+			restore = append(restore, ax.ban(func(i int) bool { return ax.cands[i].group == group }))
+			continue
+		}
+		d := gx.cands[i]
+		k.pin = Pin{Namespace: g.namespace,
+			Decode: Target{Worker: d.w, DPRank: d.key.DPRank, SendRank: d.w.DPDeclared}, DecodeReason: reason,
+			Prefill: &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}, PrefillReason: preason}
+		return true
+	}
+	return false
 }
 
 func target(c candidate) Target {

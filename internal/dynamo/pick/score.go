@@ -68,10 +68,13 @@ type Bypasser interface {
 // disaggregated pin, and the decode choice when no candidate namespace
 // pairs prefill and decode workers (an aggregated fleet, whose workers
 // prefill their own requests, as a decode worker without a prefill pool
-// does). Where prefill workers serve the model, decode keeps the load
-// rule over every candidate namespace, and the scorer chooses among the
-// prefill workers of the decode worker's namespace only (an aggregated
-// decode choice is pinned alone). A nil scorer is Reserve.
+// does). Where prefill workers serve the model, decode is chosen by the
+// load rule: over several candidate namespaces that all pair prefill and
+// decode workers, the scorer chooses among the prefill workers of all of
+// them first and the decode worker comes from the winner's namespace;
+// otherwise decode is chosen first over every candidate namespace and the
+// scorer chooses among the prefill workers of its namespace only (an
+// aggregated decode choice is pinned alone). A nil scorer is Reserve.
 func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Time, s Scorer) (Pin, Ticket, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
