@@ -481,10 +481,16 @@ func (v *validator) load() {
 			v.errorf(fmt.Sprintf("%s.direct_allow_cidrs[%d]", p, i), "%q is not an IPv4 or IPv6 CIDR such as \"10.0.0.0/8\"", c)
 		}
 	}
-	// kubernetes_pods registers no publishers, so nothing is dialled and
-	// there is no address to bound.
-	if v.c.Dynamo.Enabled && l.Transport == TransportDirect && len(l.DirectAllowCIDRs) == 0 && v.c.Dynamo.Discovery.Source != SourceKubernetesPods {
-		v.warnf(p+".direct_allow_cidrs", "no direct_allow_cidrs: the router will connect to any publisher address the fleet registers; add the worker Pod CIDR (such as \"10.0.0.0/8\")")
+	// Without the list the direct connector dials whatever address a
+	// fleet record names, so validation always suggests one. The
+	// kubernetes_pods source registers no publishers today, and the
+	// warning says so rather than claiming an exposure it does not have.
+	if v.c.Dynamo.Enabled && l.Transport == TransportDirect && len(l.DirectAllowCIDRs) == 0 {
+		if v.c.Dynamo.Discovery.Source == SourceKubernetesPods {
+			v.warnf(p+".direct_allow_cidrs", "no direct_allow_cidrs: kubernetes_pods registers no publishers, but any other source would have the router connect to whatever publisher address the fleet registers; add the worker Pod CIDR (such as \"10.0.0.0/8\")")
+		} else {
+			v.warnf(p+".direct_allow_cidrs", "no direct_allow_cidrs: the router will connect to any publisher address the fleet registers; add the worker Pod CIDR (such as \"10.0.0.0/8\")")
+		}
 	}
 	if l.Transport == TransportBroker && !v.c.Dynamo.EventBus.Enabled {
 		v.warnf(p+".transport", "transport: broker with dynamo.event_bus.enabled: false: subscriptions stay pending and no load samples arrive; enable the event bus")
