@@ -94,3 +94,67 @@ func TestPickerDecodeFirstAcrossMixedNamespaces(t *testing.T) {
 		})
 	}
 }
+
+// TestPickerPrefillFirstBesideAnAggregatedGraph: graphs a and b pair
+// prefill and decode workers, graph c serves the model with one aggregated
+// worker. The load rule chooses decode over all three first; when it
+// lands in a pairing graph (c's worker is the busiest here), the prefill
+// workers of a and b are weighed together and the winner's graph is the
+// pin's: b's prefill worker holds the prompt, so b's pair serves it though
+// a's decode worker is the lighter. When c's worker is the lightest, it
+// takes the request alone, as the load rule says.
+func TestPickerPrefillFirstBesideAnAggregatedGraph(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		aggBlocks  uint64
+		wantNS     string
+		wantDecode uint64
+	}{
+		{"aggregated busiest", 5000, "b", 21},
+		{"aggregated lightest", 1, "c", 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}, {"c", "Aggregated", 30}})
+			live := map[fleet.WorkerID]load.LiveWorker{}
+			for w := range snap.Workers.All() {
+				live[w.ID] = load.LiveWorker{DPSize: 1}
+			}
+			store, ix, prompts, _, p := newKVRig(t, pins, live)
+			zero := uint64(0)
+			seq := uint64(0)
+			sample := func(id, decodeBlocks uint64) {
+				t.Helper()
+				l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &decodeBlocks}
+				seq++
+				if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
+					t.Fatal(res)
+				}
+			}
+			sample(10, 0)
+			sample(11, 0)
+			sample(20, 10)
+			sample(21, 20)
+			sample(30, tc.aggBlocks)
+			body := longChat(400)
+			pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+			hold(t, ix, 1, idOf(snap, 11), pr.Hashes[16], len(pr.Hashes[16])-1)
+			req := pick.Request{Model: "m", Namespaces: []string{"a", "b", "c"}, Path: "/v1/chat/completions", Body: []byte(body)}
+			pin, tk, err := p.Reserve(snap, req, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Release(tk)
+			if pin.Namespace != tc.wantNS || pin.Decode.Worker.ID.InstanceID != tc.wantDecode {
+				t.Fatalf("pin %s, decode %d; want %s, decode %d", pin.Namespace, pin.Decode.Worker.ID.InstanceID, tc.wantNS, tc.wantDecode)
+			}
+			if tc.wantNS == "b" && (pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 || pin.PrefillReason != pick.ReasonKVAware) {
+				t.Fatalf("prefill %+v (%s); want the holder 11 by the formula", pin.Prefill, pin.PrefillReason)
+			}
+			if tc.wantNS == "c" && pin.Prefill != nil {
+				t.Fatalf("an aggregated pin has prefill %+v", pin.Prefill)
+			}
+		})
+	}
+}

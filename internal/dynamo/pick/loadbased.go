@@ -353,6 +353,12 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 		k.pin.PrefillReason, k.pin.Bypass = ReasonConditional, true
 		return -1, nil
 	}
+	if p.scorer != nil && !p.scoresDecode(dx) && dx.pairedGroups > 1 && dx.selfGroups > 0 && p.prefillFirst(r) {
+		// The load rule gave the request to the namespaces that pair
+		// prefill and decode workers rather than to one whose workers
+		// prefill themselves; among those, prefill is weighed first.
+		return -1, nil
+	}
 	px := dx.prefill[d.group]
 	if px == nil {
 		px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil, &p.busy)
@@ -383,9 +389,11 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 // another namespace holding the prompt's prefix would never be weighed
 // (the prefix computed again from scratch). Where some candidate
 // namespace does not pair them (its decode or aggregated workers prefill
-// their own requests), decode is chosen first as by the load rule: those
-// workers have no prefill candidate to compete with, and where they
-// publish no prefill backlog (vLLM) they would lose every such contest.
+// their own requests), decode is chosen first by the load rule over every
+// namespace, and only a decode worker of a pair leads here: the
+// self-prefilling workers have no prefill candidate to compete with, and
+// where they publish no prefill backlog (vLLM) they would lose every such
+// contest.
 //
 // A winner whose namespace has no decode worker that may take the request
 // (every one busy or excluded) is set aside and the scorer asked again
