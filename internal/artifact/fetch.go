@@ -206,10 +206,16 @@ func Redact(u string) string {
 		u = u[:i]
 	}
 	if scheme, rest, ok := strings.Cut(u, "://"); ok {
-		if at := strings.LastIndex(rest, "@"); at >= 0 && (strings.IndexByte(rest, '/') < 0 || at < strings.IndexByte(rest, '/')) {
-			rest = rest[at+1:]
+		// The user info is in the authority alone, up to the first '/':
+		// an '@' in the path (a revision such as repo@main) is not it.
+		authority, path := rest, ""
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			authority, path = rest[:i], rest[i:]
 		}
-		u = scheme + "://" + rest
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			authority = authority[at+1:]
+		}
+		u = scheme + "://" + authority + path
 	}
 	return u
 }

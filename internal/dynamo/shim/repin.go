@@ -92,6 +92,13 @@ func FailedWorkers(pin pick.Pin, body []byte) (ids []fleet.WorkerID, named bool)
 		return all, true
 	}
 	b := body[:min(len(body), repinScan)]
+	if len(b) < len(body) && isDigit(body[len(b)]) {
+		// A number the cut runs through is not read: its head alone
+		// could be another worker's id.
+		for len(b) > 0 && isDigit(b[len(b)-1]) {
+			b = b[:len(b)-1]
+		}
+	}
 	var hits []fleet.WorkerID
 	for _, id := range all {
 		if containsNumber(b, strconv.AppendUint(nil, id.InstanceID, 10)) {
