@@ -122,16 +122,7 @@ func TestPickerPrefillFirstBesideAnAggregatedGraph(t *testing.T) {
 				live[w.ID] = load.LiveWorker{DPSize: 1}
 			}
 			store, ix, prompts, _, p := newKVRig(t, pins, live)
-			zero := uint64(0)
-			seq := uint64(0)
-			sample := func(id, decodeBlocks uint64) {
-				t.Helper()
-				l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &decodeBlocks}
-				seq++
-				if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
-					t.Fatal(res)
-				}
-			}
+			sample := decodeSampler(t, store, snap)
 			sample(10, 0)
 			sample(11, 0)
 			sample(20, 10)

@@ -249,6 +249,21 @@ func newKVRig(t *testing.T, pins []string, live map[fleet.WorkerID]load.LiveWork
 	return store, ix, prompts, m, p
 }
 
+// decodeSampler returns what gives worker id of snap a fresh sample with no
+// prefill backlog and decodeBlocks active decode blocks.
+func decodeSampler(t *testing.T, store *load.Store, snap *fleet.Snapshot) func(id, decodeBlocks uint64) {
+	zero := uint64(0)
+	seq := uint64(0)
+	return func(id, decodeBlocks uint64) {
+		t.Helper()
+		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &decodeBlocks}
+		seq++
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+}
+
 // TestPickerPrefillFirstAcrossNamespaces: over two graphs that both pair
 // prefill and decode workers, the formula weighs the prefill workers of
 // both, and the winner's graph is the pin's, its decode worker chosen
@@ -262,16 +277,7 @@ func TestPickerPrefillFirstAcrossNamespaces(t *testing.T) {
 	snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}})
 	store, ix, prompts, m, p := newKVRig(t, pins, map[fleet.WorkerID]load.LiveWorker{{Namespace: "a", InstanceID: 10}: {DPSize: 1}, {Namespace: "a", InstanceID: 20}: {DPSize: 1},
 		{Namespace: "b", InstanceID: 11}: {DPSize: 1}, {Namespace: "b", InstanceID: 21}: {DPSize: 1}})
-	zero := uint64(0)
-	seq := uint64(0)
-	sample := func(id, decodeBlocks uint64) {
-		t.Helper()
-		l := wire.ActiveLoad{WorkerID: id, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &decodeBlocks}
-		seq++
-		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(idOf(snap, id).Namespace), PublisherID: id, Sequence: seq, ReceivedAt: time.Now()}); res != "" {
-			t.Fatal(res)
-		}
-	}
+	sample := decodeSampler(t, store, snap)
 	sample(10, 0)
 	sample(11, 0)
 	sample(20, 10)
