@@ -60,7 +60,11 @@ func (tr *trie) insert(content string, tok addedToken) {
 		tr.nodes[n].edges = edges
 		n = next
 	}
-	if tr.nodes[n].tok == 0 { // the first token with a content wins, as in the library's map
+	// The first token with a (normalized) content wins. Two contents the
+	// normalizer makes alike are one the library picks between from run
+	// to run (it builds its matcher from a hash map), so any pick is one
+	// of its own.
+	if tr.nodes[n].tok == 0 {
 		tr.toks = append(tr.toks, tok)
 		tr.nodes[n].tok = int32(len(tr.toks))
 	}
@@ -101,6 +105,14 @@ func newAddedVocab(toks []addedTokenJSON, norm normalizer) (*addedVocab, error) 
 		norm:      &trie{nodes: []trieNode{{}}},
 		byContent: make(map[string]uint32, len(toks)),
 	}
+	// The library keeps one token per content: a later entry with the
+	// content of an earlier one replaces it, flags and all (normalized,
+	// lstrip, rstrip, single_word), and keeps its id (assignAddedIDs gave
+	// both the same), so only the last entry of each content is matched.
+	last := make(map[string]int, len(toks))
+	for i, a := range toks {
+		last[a.Content] = i
+	}
 	for i, a := range toks {
 		if a.Content == "" {
 			continue
@@ -110,6 +122,9 @@ func newAddedVocab(toks []addedTokenJSON, norm normalizer) (*addedVocab, error) 
 		}
 		if _, dup := av.byContent[a.Content]; !dup {
 			av.byContent[a.Content] = *a.ID
+		}
+		if last[a.Content] != i {
+			continue
 		}
 		tok := addedToken{id: *a.ID, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
 		if !a.Normalized {

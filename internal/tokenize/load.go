@@ -115,6 +115,14 @@ func Load(data []byte) (tk *Tokenizer, err error) {
 	if t.pre, byteLevel, err = parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
+	for _, st := range t.pre {
+		if bm, ok := st.(byteLevelMapped); ok {
+			st = bm.inner
+		}
+		if m, ok := st.(metaspacePre); ok && m.scheme == "first" {
+			t.firstOnly = true
+		}
+	}
 	if byteLevel && mapsToByteLevel(t.normalizer) {
 		// The pre-tokenizer would map the alphabet's characters again.
 		return nil, unsupported("ByteLevel normalizer with a ByteLevel pre-tokenizer")

@@ -17,6 +17,46 @@ type normalizer interface {
 	normalize(s string) string
 }
 
+// leadNormalizer is a normalizer that tracks where its output starts.
+// The library keeps, for every normalized character, the span of the
+// original text it came from, and Metaspace's "first" prepend scheme adds
+// its replacement only to a piece whose span starts at offset 0 of the
+// original text. normalizeLead is normalize that also follows lead, the
+// number of characters s starts with whose span starts at 0: it returns
+// how many the output starts with. Once that is 0 (a Strip, StripAccents,
+// Nmt or clean_text removed the first character, or a Replace replaced
+// it) the text starts further on and gets no replacement.
+type leadNormalizer interface {
+	normalizeLead(s string, lead int) (string, int)
+}
+
+// normalizeLead normalizes s with n and follows lead (leadNormalizer).
+// A normalizer without its own rule maps each character on its own
+// (Unicode forms, Lowercase, ByteLevel, handle_chinese_chars, Prepend,
+// which gives what it adds the first character's span): the output's
+// first characters are what the first lead characters become.
+func normalizeLead(n normalizer, s string, lead int) (string, int) {
+	if l, ok := n.(leadNormalizer); ok {
+		return l.normalizeLead(s, lead)
+	}
+	out := n.normalize(s)
+	if lead == 0 || out == "" {
+		return out, 0
+	}
+	return out, utf8.RuneCountInString(n.normalize(s[:runesPrefix(s, lead)]))
+}
+
+// runesPrefix returns the byte length of s's first n characters (all of s
+// when it has fewer).
+func runesPrefix(s string, n int) int {
+	i := 0
+	for ; n > 0 && i < len(s); n-- {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
+}
+
 // patternJSON is a Split or Replace pattern: {"String": ...} or {"Regex": ...}.
 type patternJSON struct {
 	String *string `json:"String"`
@@ -292,6 +332,23 @@ func (m charMap) hit(r rune) bool {
 	return ok
 }
 
+// normalizeLead counts what the first lead characters become: nothing
+// for a removed one, one character for a blanked one, the replacement for
+// a replaced one.
+func (m charMap) normalizeLead(s string, lead int) (string, int) {
+	n := 0
+	for _, r := range s[:runesPrefix(s, lead)] {
+		switch to, ok := m.to[r]; {
+		case m.drop != nil && unicode.Is(m.drop, r):
+		case ok:
+			n += utf8.RuneCountInString(to)
+		default:
+			n++
+		}
+	}
+	return m.normalize(s), n
+}
+
 func (m charMap) normalize(s string) string {
 	i := strings.IndexFunc(s, m.hit)
 	if i < 0 {
@@ -354,7 +411,11 @@ func (r replace) normalize(s string) string {
 	if lit, ok := r.m.(literal); ok {
 		return strings.ReplaceAll(s, string(lit), r.content)
 	}
-	matches := r.m.findAll(s, nil)
+	return r.apply(s, r.m.findAll(s, nil))
+}
+
+// apply replaces the matches of s with the content.
+func (r replace) apply(s string, matches [][2]int) string {
 	if len(matches) == 0 {
 		return s
 	}
@@ -371,7 +432,56 @@ func (r replace) normalize(s string) string {
 	return b.String()
 }
 
+// normalizeLead follows the first lead characters through the matches.
+// The library gives the content of a match the span of the match's last
+// character (of the character before an empty match, or a span at 0 for
+// an empty match at the start): the content counts when that character is
+// one of the first lead ones, and a match reaching past them ends the
+// count, as does the first character after them.
+func (r replace) normalizeLead(s string, lead int) (string, int) {
+	end := runesPrefix(s, lead) // the first lead characters are s[:end]
+	// A literal's matches that start within the lead are found in its
+	// first end+len bytes, and found there as in the whole text (leftmost
+	// first, without overlaps); the rest of the text is replaced without
+	// listing its matches.
+	lit, isLit := r.m.(literal)
+	window := s
+	if isLit && end+len(lit) < len(s) {
+		window = s[:end+len(lit)]
+	}
+	matches := r.m.findAll(window, nil)
+	n, prev := 0, 0
+	for _, m := range matches {
+		if m[0] > end {
+			break
+		}
+		n += utf8.RuneCountInString(s[prev:m[0]])
+		if m[1] > end {
+			prev = end
+			break
+		}
+		n += utf8.RuneCountInString(r.content)
+		prev = m[1]
+	}
+	if prev < end {
+		n += utf8.RuneCountInString(s[prev:end])
+	}
+	if isLit {
+		return r.normalize(s), n
+	}
+	return r.apply(s, matches), n
+}
+
 type strip struct{ Left, Right bool }
+
+// normalizeLead takes the leading spaces the left strip removes off lead.
+func (p strip) normalizeLead(s string, lead int) (string, int) {
+	if p.Left {
+		rest := strings.TrimLeftFunc(s, unicode.IsSpace)
+		lead -= utf8.RuneCountInString(s[:len(s)-len(rest)])
+	}
+	return p.normalize(s), max(lead, 0)
+}
 
 func (p strip) normalize(s string) string {
 	if p.Left {
@@ -402,6 +512,14 @@ func (q sequenceNorm) normalize(s string) string {
 		s = n.normalize(s)
 	}
 	return s
+}
+
+// normalizeLead follows lead through the stages.
+func (q sequenceNorm) normalizeLead(s string, lead int) (string, int) {
+	for _, n := range q {
+		s, lead = normalizeLead(n, s, lead)
+	}
+	return s, lead
 }
 
 // parseBertNormalizer reads BertNormalizer, BERT's cleaning as stages:

@@ -83,6 +83,21 @@ func classRanges(t *unicode.RangeTable) string {
 	return b.String()
 }
 
+// wordBoundary is \b (or, negated, \B) as the library's engine reads it:
+// a place between a character of its \w and one not of it (the text's
+// ends count as not), where the backtracking engine's own \b would use
+// its narrower \w (which lacks ², ½, circled letters and some marks).
+// Inside a bracket class \b is a backspace in both engines and is left
+// alone.
+func wordBoundary(negated bool) string {
+	w, notW := "(?<=["+engineWord+"])", "(?<!["+engineWord+"])"
+	ahead, notAhead := "(?=["+engineWord+"])", "(?!["+engineWord+"])"
+	if negated {
+		return "(?:" + w + ahead + "|" + notW + notAhead + ")"
+	}
+	return "(?:" + w + notAhead + "|" + notW + ahead + ")"
+}
+
 // shorthandClass gives what a class shorthand stands for in the library's
 // engine, inside a bracket class or not, as bracket-class contents: \w
 // written out, \d widened ("" for one left as it is).
@@ -111,8 +126,9 @@ func shorthandClass(c byte, inClass bool) string {
 // bracket class \p{X} gains the ranges; outside it becomes a bracket class
 // of its own. \d and \w are rewritten alike (the engine's \w, letters,
 // marks, most numbers and circled letters, is written out whole; its \s is
-// Go's). A \P{X}, \W or \D inside a bracket class cannot be widened this
-// way and is left as it is. A nested bracket (a nested set or a POSIX
+// Go's), and so are \b and \B outside a bracket class (wordBoundary).
+// A \P{X}, \W or \D inside a bracket class cannot be widened this way and
+// is left as it is. A nested bracket (a nested set or a POSIX
 // class) and a class intersection (&&) mean something else to the
 // backtracking engine, which would read them without complaint: a pattern
 // with one is refused.
@@ -154,6 +170,11 @@ func enginePattern(p string) (string, error) {
 						continue
 					}
 				}
+			}
+			if !inClass && (p[i+1] == 'b' || p[i+1] == 'B') {
+				b = append(b, wordBoundary(p[i+1] == 'B')...)
+				i += 2
+				continue
 			}
 			if body := shorthandClass(p[i+1], inClass); body != "" {
 				switch neg := p[i+1] == 'W' || p[i+1] == 'D'; {

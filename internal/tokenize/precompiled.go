@@ -202,6 +202,18 @@ func (p *precompiled) replacement(off uint32) (string, bool) {
 	return s, true
 }
 
+// normalizeLead keeps lead at least as it is: the library's Precompiled
+// code hands the span of a character it removes to the character after it
+// (it records no removal), so a removed first character leaves the text
+// starting at 0.
+func (p *precompiled) normalizeLead(s string, lead int) (string, int) {
+	out := p.normalize(s)
+	if lead == 0 || out == "" {
+		return out, 0
+	}
+	return out, max(lead, utf8.RuneCountInString(p.normalize(s[:runesPrefix(s, lead)])))
+}
+
 func (p *precompiled) normalize(s string) string {
 	var b strings.Builder
 	// done is how much of s is in b: nothing is written until the first

@@ -71,12 +71,16 @@ type Tokenizer struct {
 	added      *addedVocab
 	normalizer normalizer // nil: none
 	pre        []preTokenizer
-	model      model
-	post       postProcessor // nil: none
-	trunc      *truncation   // nil: none
-	pad        *padding      // nil: none
-	idToToken  map[uint32]string
-	states     sync.Pool
+	// firstOnly: a Metaspace stage prepends its replacement only to the
+	// piece at the start of the text, so whether a normalizer removed the
+	// text's first character matters (normalizeLead).
+	firstOnly bool
+	model     model
+	post      postProcessor // nil: none
+	trunc     *truncation   // nil: none
+	pad       *padding      // nil: none
+	idToToken map[uint32]string
+	states    sync.Pool
 	// segs caches the ids of long segments between added tokens; nil
 	// disables it (benchmarks of cold encoding).
 	segs *segCache
@@ -247,15 +251,23 @@ func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) (
 			}
 		}
 		segStart := len(dst)
-		norm := seg.text
-		if t.normalizer != nil {
+		norm, first := seg.text, seg.first
+		switch {
+		case t.normalizer == nil:
+		case first && t.firstOnly:
+			// A normalizer that removed the text's first character
+			// leaves it starting past offset 0 (see normalizeLead).
+			var lead int
+			norm, lead = normalizeLead(t.normalizer, norm, 1)
+			first = lead > 0
+		default:
 			norm = t.normalizer.normalize(norm)
 		}
 		if norm == "" {
 			continue
 		}
 		start := len(st.segs)
-		st.segs = t.added.split(st.segs, norm, false, seg.first)
+		st.segs = t.added.split(st.segs, norm, false, first)
 		// st.segs may have been reallocated; index instead of ranging.
 		for i := start; i < len(st.segs); i++ {
 			st.stop.tick()
