@@ -56,8 +56,8 @@ type index struct {
 	// prefill indexes of each group (decode indexes only), built on use.
 	groups  []group
 	prefill []*index
-	// Of a decode index over several namespaces that all pair prefill and
-	// decode workers, for a scorer choosing prefill first (see
+	// Of a decode index over two or more namespaces that pair prefill and
+	// decode workers, for a scorer choosing prefill first among them (see
 	// prefillFirst): the prefill workers of all of them, and each group's
 	// own decode candidates; built on use.
 	allPrefill *index

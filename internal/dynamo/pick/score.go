@@ -69,12 +69,14 @@ type Bypasser interface {
 // pairs prefill and decode workers (an aggregated fleet, whose workers
 // prefill their own requests, as a decode worker without a prefill pool
 // does). Where prefill workers serve the model, decode is chosen by the
-// load rule: over several candidate namespaces that all pair prefill and
+// load rule: over two or more candidate namespaces that pair prefill and
 // decode workers, the scorer chooses among the prefill workers of all of
-// them first and the decode worker comes from the winner's namespace;
-// otherwise decode is chosen first over every candidate namespace and the
-// scorer chooses among the prefill workers of its namespace only (an
-// aggregated decode choice is pinned alone). A nil scorer is Reserve.
+// them first and the decode worker comes from the winner's namespace
+// (beside a namespace whose workers prefill themselves, once the load
+// rule's decode choice over every namespace lands on a pair; an
+// aggregated choice is pinned alone); with one such namespace, decode is
+// chosen first and the scorer chooses among its prefill workers. A nil
+// scorer is Reserve.
 func (p *LoadBased) ReserveScored(snap *fleet.Snapshot, req Request, now time.Time, s Scorer) (Pin, Ticket, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
