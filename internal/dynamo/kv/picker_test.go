@@ -590,6 +590,35 @@ func TestPickerExplain(t *testing.T) {
 	}
 }
 
+// TestPickerExplainListsEachCandidateOnce: over two pairing graphs whose
+// prefix holder's graph cannot take the request (its decode worker
+// excluded), the prefill workers are scored twice, the holder set aside;
+// the explanation lists each once.
+func TestPickerExplainListsEachCandidateOnce(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleetOf(t, []kvWorker{{"a", "Prefill", 10}, {"a", "Decode", 20}, {"b", "Prefill", 11}, {"b", "Decode", 21}})
+	_, ix, prompts, _, p := newKVRig(t, pins, map[fleet.WorkerID]load.LiveWorker{{Namespace: "a", InstanceID: 10}: {}, {Namespace: "a", InstanceID: 20}: {},
+		{Namespace: "b", InstanceID: 11}: {}, {Namespace: "b", InstanceID: 21}: {}})
+	body := longChat(300)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	hold(t, ix, 1, idOf(snap, 11), pr.Hashes[16], 6)
+	ex, err := p.Explain(snap, pick.Request{Model: "m", Namespaces: []string{"a", "b"}, Path: "/v1/chat/completions", Body: []byte(body),
+		Exclude: []fleet.WorkerID{{Namespace: "b", InstanceID: 21}}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Pin.Namespace != "a" || ex.Pin.Prefill == nil || ex.Pin.Prefill.Worker.ID.InstanceID != 10 {
+		t.Fatalf("pin %+v", ex.Pin)
+	}
+	seen := map[uint64]int{}
+	for _, c := range ex.Candidates {
+		seen[c.Worker.ID.InstanceID]++
+	}
+	if len(ex.Candidates) != 2 || seen[10] != 1 || seen[11] != 1 {
+		t.Fatalf("candidates listed %v (%d)", seen, len(ex.Candidates))
+	}
+}
+
 // TestPickerCountsWhatQuietWorkersWereSent: a quiet worker (idle at its
 // last sample, or never heard from) competes with what the router sent it
 // since, as the load rule has it, not as empty forever: one that died idle

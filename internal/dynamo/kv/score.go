@@ -289,7 +289,7 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 			case cd.Excluded:
 				e.State = "excluded"
 			}
-			c.explained = append(c.explained, e)
+			c.explain1(e)
 		}
 	}
 	if math.IsInf(minCost, 1) {
@@ -342,6 +342,20 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() u
 		e.set, e.worker, e.rank, e.tokens = true, cands[chosen].Worker.ID, cands[chosen].DPRank, details[chosen].CachedTokens
 	}
 	return chosen, reason, true
+}
+
+// explain1 records e, in place of what an earlier scoring of the same
+// phase said of the same rank: a choice over several namespaces may score
+// a phase again after setting one aside, and each candidate is listed once,
+// with its latest cost.
+func (c *choice) explain1(e Explained) {
+	for i := range c.explained {
+		if o := &c.explained[i]; o.Phase == e.Phase && o.Worker == e.Worker && o.DPRank == e.DPRank {
+			*o = e
+			return
+		}
+	}
+	c.explained = append(c.explained, e)
 }
 
 // Explained is one candidate's cost in one phase of a choice.
