@@ -296,3 +296,68 @@ func TestConcurrentRenders(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestDynamoFrontendMinijinjaDifferential: differences a differential
+// search against minijinja (minijinja-js 2.11.0, a build of the Rust
+// crate) found; each expected output is minijinja-js's ("" for an error).
+func TestDynamoFrontendMinijinjaDifferential(t *testing.T) {
+	t.Parallel()
+	in, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "x": {"d": {"a": 1}, "n": null}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ src, want string }{
+		// A set block's or a filter block's body has no scope of its own.
+		{"{% set b %}{% set q = 1 %}{% endset %}{{ q }}", "1"},
+		{"{% filter upper %}{% set q = 1 %}{% endfilter %}{{ q }}", "1"},
+		// A bool orders as a kind of its own, before the numbers.
+		{"{{ false < -2 }}|{{ true > 0.5 }}|{{ [true, 2, false, -1]|sort }}|{{ [0.5, true]|min }}", "true|false|[false, true, -1, 2]|true"},
+		// A list or a map is looked up among a map's keys, not refused.
+		{"{{ {} in x.d }}|{{ [1] in x.d }}", "false|false"},
+		// odd, even and divisibleby are false of what is no number.
+		{"{{ x.d is odd }}|{{ x.n is even }}|{{ nothing is divisibleby(3) }}|{{ 'a' is divisibleby(3) }}|{{ true is odd }}", "false|false|false|false|true"},
+		{"{{ 5|indent(2) }}|{{ none|indent(2) }}", "5|none"},
+		{"{{ true|abs }}", ""},
+		{"{{ true|round }}", ""},
+		{"{{ [false]|sum }}", ""},
+		{"{{ nothing|first }}", ""},
+		{"{{ nothing|last }}", ""},
+		// minijinja's own filter split and tests startingwith, endingwith.
+		{"{{ 'a,b'|split(',')|list }}|{{ ' a  b '|split|list }}|{{ 'a b c'|split(none, 1)|list }}", `["a", "b"]|["a", "b"]|["a", "b c"]`},
+		{"{{ 5|split }}", ""},
+		{"{{ 'abc' is startingwith('a') }}|{{ 'abc' is endingwith('bc') }}|{{ 5 is startingwith('a') }}", "true|true|false"},
+		// The lower and upper tests: every character of that case, of a
+		// string only.
+		{"{{ '' is lower }}|{{ 'a1' is lower }}|{{ 'A1' is upper }}", "true|false|false"},
+		{"{{ x.d is lower }}", ""},
+		{"{{ 'x' * -1 }}", ""},
+		// unique keeps unhashable items and tells true from 1.
+		{"{{ [x.d, x.d]|unique|list|length }}|{{ [[1], [1], 2]|unique|list }}|{{ [1, true, 1.0]|unique|list }}", "1|[[1], 2]|[1, true]"},
+		// Slicing undefined gives an empty list; a step of 0 always fails.
+		{"{{ ([]|min)[1:] }}|{{ nothing[::-1] }}", "[]|[]"},
+		{"{{ none[::0] }}", ""},
+		// map and select iterate a false value (Jinja takes it as empty).
+		{"{{ false|map('string')|list }}", ""},
+		{"{{ 0|select|list }}", ""},
+		// find and rfind give byte offsets (Rust's str::find).
+		{"{{ 'ß straße'.rfind('a') }}|{{ '😀a'.find('a') }}|{{ 'abc'.find('z') }}", "6|4|-1"},
+	} {
+		tmpl, err := chattemplate.Compile(tc.src, chattemplate.WithDynamoFrontend())
+		if err != nil {
+			if tc.want != "" {
+				t.Errorf("%s: %v", tc.src, err)
+			}
+			continue
+		}
+		out, err := tmpl.Render(t.Context(), in)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%s: %q, want an error", tc.src, out)
+			}
+			continue
+		}
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.src, out, err, tc.want)
+		}
+	}
+}

@@ -151,7 +151,15 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     strings, sequences, maps: none < 1 is true, 'a' < 1 false) instead
 //     of failing, in comparisons and in sort, min, max, dictsort and
 //     groupby, and in on a string looks for the text of any needle
-//     (undefined's is "", found in every string).
+//     (undefined's is "", found in every string); a bool is a kind of its
+//     own there, before the numbers (false < -2), and no number to abs,
+//     round or sum;
+//   - a set block's or filter block's body assigns in the enclosing scope;
+//     odd, even, divisibleby, startingwith and endingwith are false of
+//     what they cannot test; the filter split and the tests startingwith
+//     and endingwith exist; map and select iterate a false value (an
+//     error unless none or undefined), a slice of undefined is [], and
+//     str.find and rfind give byte offsets.
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for
@@ -194,7 +202,7 @@ func Compile(src string, opts ...Option) (*Template, error) {
 	if t.body, err = parse(toks); err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
-	if err := checkNames(t.body); err != nil {
+	if err := checkNames(t.body, t.dynamo); err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
 	return t, nil

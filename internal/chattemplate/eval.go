@@ -162,6 +162,17 @@ func (r *renderer) write(o *output, s string) error {
 	return nil
 }
 
+// blockScope is the scope of a set block's or a filter block's body: a
+// scope of its own in Jinja, whose assignments stay inside the block; in
+// minijinja (WithDynamoFrontend) the enclosing one, since it only
+// captures the body's output, so a variable set inside is set after it.
+func (r *renderer) blockScope(s *scope) *scope {
+	if r.dynamo {
+		return s
+	}
+	return &scope{parent: s}
+}
+
 // filterBlock applies a block's filters, in order, to what it rendered.
 func (r *renderer) filterBlock(filters []*filterExpr, v any, s *scope) (any, error) {
 	for _, f := range filters {
@@ -238,8 +249,9 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		sub := &output{}
 		// break and continue inside the block leave it, unassigned, as
 		// in the Python code Jinja compiles to.
-		// The block's body has a scope of its own.
-		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
+		// The block's body has a scope of its own (in minijinja it has
+		// not: blockScope).
+		if c, err := r.execBody(n.body, r.blockScope(s), sub); err != nil || c != ctrlNone {
 			return c, err
 		}
 		v, err := r.filterBlock(n.filters, sub.b.String(), s)
@@ -257,7 +269,7 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		return ctrlContinue, nil
 	case *filterBlockStmt:
 		sub := &output{}
-		if c, err := r.execBody(n.body, &scope{parent: s}, sub); err != nil || c != ctrlNone {
+		if c, err := r.execBody(n.body, r.blockScope(s), sub); err != nil || c != ctrlNone {
 			return c, err
 		}
 		v, err := r.filterBlock(n.filters, sub.b.String(), s)
@@ -1072,6 +1084,11 @@ func sliceIndices(length int64, start, stop, step *int64) (int64, int64, int64, 
 }
 
 func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
+	if r.dynamo && step != nil && *step == 0 {
+		// minijinja checks the step before the value: slicing even none
+		// or undefined by 0 is an error.
+		return nil, errors.New("cannot slice by step size of 0")
+	}
 	var items []any
 	var runes []rune
 	var length int64
@@ -1085,6 +1102,9 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 		runes = []rune(x)
 		length = int64(len(runes))
 	case undefined:
+		if r.dynamo {
+			return &List{}, nil // minijinja slices undefined to an empty list
+		}
 		return nil, errUndefined(x)
 	case nil:
 		if r.dynamo {
@@ -1184,6 +1204,11 @@ func (r *renderer) contains(container, item any) (bool, error) {
 			return false, nil
 		}
 		if !isHashable(item) {
+			if r.dynamo {
+				// minijinja looks any value up among a map's keys; a list
+				// or a map is never one of a JSON object's (string) keys.
+				return false, nil
+			}
 			return false, fmt.Errorf("unhashable type: '%s'", typeName(item))
 		}
 		_, ok := c.Get(item)
@@ -1362,6 +1387,11 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 }
 
 func (r *renderer) repeat(v any, n int64, bad func() error) (any, error) {
+	if _, isStr := v.(string); isStr && n < 0 && r.dynamo {
+		// minijinja repeats a string a usize of times: a negative count
+		// is an error (Python's is the empty string).
+		return nil, errors.New("strings can only be multiplied with integers")
+	}
 	if n < 0 {
 		n = 0
 	}

@@ -141,6 +141,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			return nil, nil // and gives none back reversed
 		}
 	}
+	if _, undef := v.(undefined); undef && r.dynamo && (name == "first" || name == "last") {
+		// minijinja: an undefined value has no first or last item.
+		return nil, fmt.Errorf("cannot get %s item from value", name)
+	}
 	switch name {
 	case "tojson":
 		return r.toJSON(v, a)
@@ -267,6 +271,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			}
 			return x, nil
 		case bool:
+			if r.dynamo {
+				// A bool is no number in minijinja: its abs is an error.
+				return nil, errors.New("cannot get absolute value")
+			}
 			i, _ := intOf(x)
 			return i, nil
 		case float64:
@@ -360,12 +368,34 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		// and True; equal tuples) the same map key.
 		out := []any{}
 		seen := make(map[any]bool, len(items))
+		var unhashable []any // keys of the Dynamo mode's unhashable items
+	items:
 		for _, it := range items {
 			k := key(it)
+			if !isHashable(k) && r.dynamo {
+				// minijinja's unique keeps the first of equal items of any
+				// kind, lists and maps too (Python's set refuses them).
+				for _, u := range unhashable {
+					if r.equal(u, k) {
+						continue items
+					}
+				}
+				if err := r.step(int64(len(unhashable))); err != nil {
+					return nil, err
+				}
+				unhashable = append(unhashable, k)
+				out = append(out, it)
+				continue
+			}
 			if !isHashable(k) {
 				return nil, fmt.Errorf("unhashable type: '%s'", typeName(k))
 			}
-			if h := hashKey(k); !seen[h] {
+			h := hashKey(k)
+			if b, isBool := k.(bool); isBool && r.dynamo {
+				// A bool is no number in minijinja: true and 1 are both kept.
+				h = mjBoolKey(b)
+			}
+			if !seen[h] {
 				seen[h] = true
 				out = append(out, it)
 			}
@@ -410,6 +440,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 				if it, err = attrPath(it, attr); err != nil {
 					return nil, err
 				}
+			}
+			if _, isBool := it.(bool); isBool && r.dynamo {
+				// A bool is no number in minijinja: summing one is an error.
+				return nil, errors.New("can only sum numbers, got bool")
 			}
 			if total, err = r.binop("+", total, it); err != nil {
 				return nil, err
@@ -508,6 +542,20 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		return pformat(v), nil
 	case "wordwrap", "urlize", "random":
 		return nil, fmt.Errorf("filter '%s' is not supported", name)
+	case "split":
+		if r.dynamo {
+			// minijinja's split filter is Python's str.split of a string
+			// (anything else is an error): at white space without a
+			// separator, a negative maxsplits for no limit. It gives a
+			// lazy sequence, a list here.
+			s, ok := v.(string)
+			if !ok {
+				return nil, errors.New("value is not a string")
+			}
+			sep, _ := a.get(0, "split")
+			maxs, _ := a.get(1, "maxsplits")
+			return r.strMethod(s, "split", argList{pos: []any{sep, maxs}})
+		}
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
 }
@@ -1021,8 +1069,10 @@ func attrPath(v any, path string) (any, error) {
 }
 
 func (r *renderer) mapFilter(v any, a argList) (any, error) {
-	if !truthy(v) {
-		// Jinja only iterates a true value.
+	_, undef := v.(undefined)
+	if !truthy(v) && (!r.dynamo || v == nil || undef) {
+		// Jinja only iterates a true value; minijinja iterates any value
+		// (none and undefined as empty), so false or 0 is an error there.
 		return &List{Items: []any{}}, nil
 	}
 	items, err := seqItems(v)
@@ -1067,7 +1117,9 @@ func (r *renderer) mapFilter(v any, a argList) (any, error) {
 }
 
 func (r *renderer) selectFilter(v any, a argList, want, byAttr bool) (any, error) {
-	if !truthy(v) {
+	_, undef := v.(undefined)
+	if !truthy(v) && (!r.dynamo || v == nil || undef) {
+		// As in mapFilter: only Jinja takes any false value as empty.
 		return &List{Items: []any{}}, nil
 	}
 	items, err := seqItems(v)
@@ -1264,6 +1316,10 @@ func (r *renderer) sortFilter(v any, a argList) (any, error) {
 
 func (r *renderer) indent(v any, a argList) (any, error) {
 	s, ok := v.(string)
+	if !ok && r.dynamo {
+		// minijinja indents the text of any value (5|indent(2) is "5").
+		s, ok = r.str(v), true
+	}
 	if !ok {
 		if u, isU := v.(undefined); isU {
 			return nil, errUndefined(u)
@@ -1368,6 +1424,10 @@ func pyStrip(s, chars string, hasChars, left, right bool) string {
 	return s
 }
 
+// mjBoolKey is a bool's key in the Dynamo mode's unique, apart from the
+// numbers' keys (hashKey makes True and 1 the same key, as Python does).
+type mjBoolKey bool
+
 // Tests.
 
 func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
@@ -1453,21 +1513,48 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 			}
 			div = a
 		}
+		if r.dynamo {
+			// minijinja's odd, even and divisibleby are false of anything
+			// that is no number (a bool is one here: true is odd) and
+			// when the remainder fails (a divisor of 0), never an error.
+			switch v.(type) {
+			case bool, int64, float64, bigInt:
+			default:
+				return false, nil
+			}
+		}
 		if _, isStr := v.(string); isStr {
 			return false, fmt.Errorf("test '%s' needs a number, not str", name)
 		}
 		m, err := r.binop("%", v, div)
 		if err != nil {
+			if r.dynamo && !errors.Is(err, ErrRenderUnavailable) {
+				return false, nil
+			}
 			return false, err
 		}
 		if name == "odd" {
 			return equal(m, int64(1)), nil
 		}
 		return equal(m, int64(0)), nil
-	case "lower":
-		return isLower(toStr(v)), nil
-	case "upper":
-		return isUpper(toStr(v)), nil
+	case "lower", "upper":
+		s, ok := v.(string)
+		if r.dynamo {
+			// minijinja's lower and upper tests take a string only, and
+			// are its islower and isupper: every character of that case.
+			if !ok {
+				return false, errors.New("value is not a string")
+			}
+			b, err := r.strMethod(s, "is"+name, argList{})
+			return b == true, err
+		}
+		if !ok {
+			s = toStr(v)
+		}
+		if name == "lower" {
+			return isLower(s), nil
+		}
+		return isUpper(s), nil
 	case "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas":
 		a, err := arg()
 		if err != nil {
@@ -1506,6 +1593,24 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 	case "escaped":
 		// Strings here are never Markup.
 		return false, nil
+	case "startingwith", "endingwith":
+		if r.dynamo {
+			// minijinja's tests of a string's prefix or suffix: false
+			// when the value or the argument is no string.
+			a, err := arg()
+			if err != nil {
+				return false, err
+			}
+			s, ok1 := v.(string)
+			t, ok2 := a.(string)
+			if !ok1 || !ok2 {
+				return false, nil
+			}
+			if name == "startingwith" {
+				return strings.HasPrefix(s, t), nil
+			}
+			return strings.HasSuffix(s, t), nil
+		}
 	}
 	return false, fmt.Errorf("no test named '%s'", name)
 }
@@ -1833,6 +1938,12 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 				return nil, errors.New("substring not found")
 			}
 			return int64(-1), nil
+		}
+		if r.dynamo && (name == "find" || name == "rfind") && len(a.pos) <= 1 {
+			// minijinja's find and rfind are Rust's str::find and rfind:
+			// the position is a byte offset in the UTF-8 text, not a
+			// character index ('ß.'.find('.') is 2).
+			return int64(i), nil
 		}
 		return off + int64(utf8.RuneCountInString(win[:i])), nil
 	case "join":
@@ -2648,7 +2759,8 @@ func mjRound(v any, prec int64, a argList) (any, error) {
 		return i, nil
 	}
 	f, ok := asNumber(v)
-	if !ok {
+	if _, isBool := v.(bool); !ok || isBool {
+		// A bool is no number in minijinja: rounding one is an error.
 		return nil, fmt.Errorf("cannot round value of type %s", typeName(v))
 	}
 	p := math.Pow(10, float64(prec))

@@ -12,161 +12,181 @@ import (
 // filter or test is actually applied, so that a template can guard one
 // with "is filter". A loop, macro, call, filter, with, set or block body
 // starts a new frame, where the check applies again.
-func checkNames(body []stmt) error {
-	return checkStmts(body, false)
+// With dynamo (WithDynamoFrontend) the names are minijinja's: it has
+// the filter split and the tests startingwith and endingwith as well.
+func checkNames(body []stmt, dynamo bool) error {
+	return nameCheck{dynamo: dynamo}.checkStmts(body, false)
 }
 
-func checkStmts(body []stmt, soft bool) error {
+// nameCheck walks a template for checkNames.
+type nameCheck struct{ dynamo bool }
+
+// mjOnlyFilters and mjOnlyTests are minijinja's built-in filters and tests
+// that Jinja lacks (and this engine implements in the Dynamo mode).
+var (
+	mjOnlyFilters = []string{"split"}
+	mjOnlyTests   = []string{"startingwith", "endingwith"}
+)
+
+func (nc nameCheck) knownFilter(name string) bool {
+	return slices.Contains(jinjaFilterNames, name) || nc.dynamo && slices.Contains(mjOnlyFilters, name)
+}
+
+func (nc nameCheck) knownTest(name string) bool {
+	return slices.Contains(jinjaTestNames, name) || nc.dynamo && slices.Contains(mjOnlyTests, name)
+}
+
+func (nc nameCheck) checkStmts(body []stmt, soft bool) error {
 	for _, st := range body {
-		if err := checkStmt(st, soft); err != nil {
+		if err := nc.checkStmt(st, soft); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkStmt(st stmt, soft bool) error {
+func (nc nameCheck) checkStmt(st stmt, soft bool) error {
 	switch n := st.(type) {
 	case *printStmt:
-		return checkExpr(n.x, soft)
+		return nc.checkExpr(n.x, soft)
 	case *ifStmt:
 		for i, c := range n.conds {
-			if err := checkExpr(c, true); err != nil {
+			if err := nc.checkExpr(c, true); err != nil {
 				return err
 			}
-			if err := checkStmts(n.bodies[i], true); err != nil {
+			if err := nc.checkStmts(n.bodies[i], true); err != nil {
 				return err
 			}
 		}
-		return checkStmts(n.els, true)
+		return nc.checkStmts(n.els, true)
 	case *forStmt:
 		// The iterable is evaluated in the enclosing frame; the filter
 		// condition, the body and the else block in frames of their own.
-		if err := checkExpr(n.iter, soft); err != nil {
+		if err := nc.checkExpr(n.iter, soft); err != nil {
 			return err
 		}
-		if err := checkExpr(n.cond, false); err != nil {
+		if err := nc.checkExpr(n.cond, false); err != nil {
 			return err
 		}
-		if err := checkStmts(n.body, false); err != nil {
+		if err := nc.checkStmts(n.body, false); err != nil {
 			return err
 		}
-		return checkStmts(n.els, false)
+		return nc.checkStmts(n.els, false)
 	case *setStmt:
-		return checkExpr(n.x, soft)
+		return nc.checkExpr(n.x, soft)
 	case *setBlockStmt:
-		if err := checkFilters(n.filters, false); err != nil {
+		if err := nc.checkFilters(n.filters, false); err != nil {
 			return err
 		}
-		return checkStmts(n.body, false)
+		return nc.checkStmts(n.body, false)
 	case *filterBlockStmt:
-		if err := checkFilters(n.filters, false); err != nil {
+		if err := nc.checkFilters(n.filters, false); err != nil {
 			return err
 		}
-		return checkStmts(n.body, false)
+		return nc.checkStmts(n.body, false)
 	case *macroStmt:
-		if err := checkExprs(n.m.defaults, false); err != nil {
+		if err := nc.checkExprs(n.m.defaults, false); err != nil {
 			return err
 		}
-		return checkStmts(n.m.body, false)
+		return nc.checkStmts(n.m.body, false)
 	case *withStmt:
-		if err := checkExprs(n.vals, soft); err != nil {
+		if err := nc.checkExprs(n.vals, soft); err != nil {
 			return err
 		}
-		return checkStmts(n.body, false)
+		return nc.checkStmts(n.body, false)
 	case *blockStmt:
-		return checkStmts(n.body, false)
+		return nc.checkStmts(n.body, false)
 	case *callBlockStmt:
-		if err := checkExpr(n.call, soft); err != nil {
+		if err := nc.checkExpr(n.call, soft); err != nil {
 			return err
 		}
-		if err := checkExprs(n.defs, false); err != nil {
+		if err := nc.checkExprs(n.defs, false); err != nil {
 			return err
 		}
-		return checkStmts(n.body, false)
+		return nc.checkStmts(n.body, false)
 	}
 	return nil
 }
 
-func checkFilters(fs []*filterExpr, soft bool) error {
+func (nc nameCheck) checkFilters(fs []*filterExpr, soft bool) error {
 	for _, f := range fs {
-		if err := checkExpr(f, soft); err != nil {
+		if err := nc.checkExpr(f, soft); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkExprs(xs []expr, soft bool) error {
+func (nc nameCheck) checkExprs(xs []expr, soft bool) error {
 	for _, x := range xs {
-		if err := checkExpr(x, soft); err != nil {
+		if err := nc.checkExpr(x, soft); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkExpr(x expr, soft bool) error {
+func (nc nameCheck) checkExpr(x expr, soft bool) error {
 	switch n := x.(type) {
 	case nil, *constExpr, *nameExpr:
 		return nil
 	case *attrExpr:
-		return checkExpr(n.obj, soft)
+		return nc.checkExpr(n.obj, soft)
 	case *itemExpr:
-		return checkExprs([]expr{n.obj, n.key}, soft)
+		return nc.checkExprs([]expr{n.obj, n.key}, soft)
 	case *sliceExpr:
-		return checkExprs([]expr{n.obj, n.start, n.stop, n.step}, soft)
+		return nc.checkExprs([]expr{n.obj, n.start, n.stop, n.step}, soft)
 	case *callExpr:
-		if err := checkExpr(n.fn, soft); err != nil {
+		if err := nc.checkExpr(n.fn, soft); err != nil {
 			return err
 		}
-		if err := checkExprs(n.args, soft); err != nil {
+		if err := nc.checkExprs(n.args, soft); err != nil {
 			return err
 		}
-		return checkExprs(n.kwVal, soft)
+		return nc.checkExprs(n.kwVal, soft)
 	case *filterExpr:
-		if !soft && !slices.Contains(jinjaFilterNames, n.name) {
+		if !soft && !nc.knownFilter(n.name) {
 			return fmt.Errorf("no filter named '%s'", n.name)
 		}
-		if err := checkExpr(n.node, soft); err != nil {
+		if err := nc.checkExpr(n.node, soft); err != nil {
 			return err
 		}
-		if err := checkExprs(n.args, soft); err != nil {
+		if err := nc.checkExprs(n.args, soft); err != nil {
 			return err
 		}
-		return checkExprs(n.kwVal, soft)
+		return nc.checkExprs(n.kwVal, soft)
 	case *testExpr:
-		if !soft && !slices.Contains(jinjaTestNames, n.name) {
+		if !soft && !nc.knownTest(n.name) {
 			return fmt.Errorf("no test named '%s'", n.name)
 		}
-		if err := checkExpr(n.node, soft); err != nil {
+		if err := nc.checkExpr(n.node, soft); err != nil {
 			return err
 		}
-		return checkExprs(n.args, soft)
+		return nc.checkExprs(n.args, soft)
 	case *binExpr:
-		return checkExprs([]expr{n.l, n.r}, soft)
+		return nc.checkExprs([]expr{n.l, n.r}, soft)
 	case *unaryExpr:
-		return checkExpr(n.x, soft)
+		return nc.checkExpr(n.x, soft)
 	case *cmpExpr:
-		if err := checkExpr(n.first, soft); err != nil {
+		if err := nc.checkExpr(n.first, soft); err != nil {
 			return err
 		}
-		return checkExprs(n.rest, soft)
+		return nc.checkExprs(n.rest, soft)
 	case *andExpr:
-		return checkExprs([]expr{n.l, n.r}, soft)
+		return nc.checkExprs([]expr{n.l, n.r}, soft)
 	case *orExpr:
-		return checkExprs([]expr{n.l, n.r}, soft)
+		return nc.checkExprs([]expr{n.l, n.r}, soft)
 	case *condExpr:
-		return checkExprs([]expr{n.test, n.a, n.b}, true)
+		return nc.checkExprs([]expr{n.test, n.a, n.b}, true)
 	case *listExpr:
-		return checkExprs(n.items, soft)
+		return nc.checkExprs(n.items, soft)
 	case *dictExpr:
-		if err := checkExprs(n.keys, soft); err != nil {
+		if err := nc.checkExprs(n.keys, soft); err != nil {
 			return err
 		}
-		return checkExprs(n.vals, soft)
+		return nc.checkExprs(n.vals, soft)
 	case *concatExpr:
-		return checkExprs(n.items, soft)
+		return nc.checkExprs(n.items, soft)
 	}
 	return nil
 }

@@ -724,25 +724,32 @@ func compareDepth(a, b any, depth int) (int, error) {
 }
 
 // mjKind ranks a value's kind as minijinja orders values of different
-// kinds: undefined, none, numbers (bools among them), strings, sequences,
-// maps, then anything else.
+// kinds (its ValueKind order): undefined, none, bools, numbers, strings,
+// sequences, maps, then anything else. A bool is a kind of its own, not
+// a number, so false < -2 and true < 0.5 are true (== still takes true
+// as 1).
 func mjKind(v any) int {
 	switch v.(type) {
 	case undefined:
 		return 0
 	case nil:
 		return 1
-	case bool, int64, float64, bigInt:
+	case bool:
 		return 2
-	case string:
+	case int64, float64, bigInt:
 		return 3
-	case *List:
+	case string:
 		return 4
-	case *Dict:
+	case *List:
 		return 5
+	case *Dict:
+		return 6
 	}
-	return 6
+	return mjKindOther
 }
+
+// mjKindOther is mjKind's rank of anything else (macros, namespaces, ...).
+const mjKindOther = 7
 
 // mjCompare is minijinja's ordering: within a kind as Python's (a tuple
 // and a list alike; maps by their items), across kinds by kind
@@ -778,7 +785,7 @@ func mjCompare(a, b any, depth int) (int, error) {
 	case undefined, nil:
 		return 0, nil
 	}
-	if ka == 6 {
+	if ka == mjKindOther {
 		return 0, nil
 	}
 	return compare(a, b)
