@@ -100,8 +100,11 @@ func startReloadWith(t *testing.T, file string, adjust func(*config.Config)) *re
 			t.Errorf("Run: %v", err)
 		}
 	})
+	// The readiness poll keeps no connection open: a test of
+	// server.max_connections counts the connections it opens itself.
+	poll := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	testutil.Eventually(t, 10*time.Second, "serving", func() bool {
-		resp, err := http.Get("http://" + f.d.Addr() + "/health")
+		resp, err := poll.Get("http://" + f.d.Addr() + "/health")
 		if err == nil {
 			_ = resp.Body.Close()
 		}
