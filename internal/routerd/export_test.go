@@ -49,3 +49,6 @@ func UnwatchCertificates() (restore func()) {
 	watchCertificate = func(*watchedFiles) (fileWatcher, error) { return nil, errors.New("inotify: out of watches (test)") }
 	return func() { watchCertificate = prev }
 }
+
+// ClientConns is the client connections the main listeners hold open.
+func ClientConns(d *Daemon) int64 { return d.clientConns.Load() }

@@ -913,6 +913,9 @@ func TestRebindKeepsTheConnectionLimit(t *testing.T) {
 	}
 	f := startReload(t, limited("127.0.0.1:0"))
 	oldAddr := f.d.Addr()
+	// The fixture's readiness poll has closed its connection; the server
+	// counts it until it reads the close.
+	testutil.Eventually(t, 5*time.Second, "no client connection open", func() bool { return routerd.ClientConns(f.d) == 0 })
 	// Two streams on the old listener: the limit, reached.
 	var streams []net.Conn
 	for range 2 {
