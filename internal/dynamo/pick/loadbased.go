@@ -290,7 +290,7 @@ func (p *LoadBased) choosePin(r load.ReadView) {
 	c.drain(r, &p.ledger)
 	dx.sync(r, &p.ledger, now, maxAge)
 	defer dx.exclude(&k.req)()
-	if p.scorer != nil && dx.pairedGroups > 1 && dx.selfGroups == 0 && !p.scoresDecode(dx) && p.prefillFirst(r) {
+	if dx.selfGroups == 0 && p.weighsPrefillFirst(dx) && p.prefillFirst(r) {
 		return
 	}
 	// A namespace whose prefill workers cannot take the request (all
@@ -353,7 +353,7 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 		k.pin.PrefillReason, k.pin.Bypass = ReasonConditional, true
 		return -1, nil
 	}
-	if p.scorer != nil && !p.scoresDecode(dx) && dx.pairedGroups > 1 && dx.selfGroups > 0 && p.prefillFirst(r) {
+	if dx.selfGroups > 0 && p.weighsPrefillFirst(dx) && p.prefillFirst(r) {
 		// The load rule gave the request to the namespaces that pair
 		// prefill and decode workers rather than to one whose workers
 		// prefill themselves; among those, prefill is weighed first.
@@ -378,6 +378,13 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 	k.pin.Prefill = &Target{Worker: pc.w, DPRank: pc.key.DPRank, SendRank: pc.w.DPDeclared}
 	k.pin.PrefillReason = preason
 	return -1, nil
+}
+
+// weighsPrefillFirst reports whether the scorer weighs the prefill
+// workers of dx's pairing namespaces together (prefillFirst): two or more
+// namespaces pair them, and the decode choice is the load rule's.
+func (p *LoadBased) weighsPrefillFirst(dx *index) bool {
+	return p.scorer != nil && dx.pairedGroups > 1 && !p.scoresDecode(dx)
 }
 
 // prefillFirst makes the choice of p.call for a scorer over several
