@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"strconv"
 	"strings"
 )
 
@@ -118,18 +117,20 @@ func (h *head) buildHeader() {
 // With build false the fields are checked and seen but no map is made
 // (the result is nil).
 func parseFields(s string, build bool, field func(key, value string) (keep, ok bool)) (http.Header, bool) {
-	// Count the lines first so that the header map and the slices of its
-	// values are allocated once.
-	if len(s) < 2 {
-		return nil, false
-	}
-	lines := strings.Count(s[:len(s)-1], "\n")
-	if lines == 0 {
+	// A head of no field lines is not one served here (nor is anything
+	// shorter than its empty line).
+	if len(s) < 2 || s == "\r\n" {
 		return nil, false
 	}
 	var header http.Header
 	var vals []string
 	if build {
+		// Count the lines first so that the header map and the slices
+		// of its values are allocated once.
+		lines := strings.Count(s[:len(s)-1], "\n")
+		if lines == 0 {
+			return nil, false // one line and no empty line after it
+		}
 		header = make(http.Header, lines)
 		vals = make([]string, lines)
 	}
@@ -384,13 +385,16 @@ func parseLength(s string) (int64, bool) {
 	if s == "" || len(s) > 18 {
 		return 0, false
 	}
+	// 18 digits cannot overflow an int64.
+	var n int64
 	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
+		d := s[i] - '0'
+		if d > 9 {
 			return 0, false
 		}
+		n = n*10 + int64(d)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil
+	return n, true
 }
 
 func asciiEqualFold(s, t string) bool {
@@ -436,19 +440,21 @@ var commonByLen = func() (t [33][]string) {
 // canonicalKey is textproto's canonical form of a valid token, without an
 // allocation for the common names in any case.
 func canonicalKey(name string) string {
-	// The common names first, as sent or in another case (comparing a
-	// few strings of the name's length costs less than reading its case
-	// byte by byte).
+	// A name sent in canonical form (what most clients send) is its own
+	// key: one pass over its bytes in registers. Looking it up among the
+	// common names first cost more on a request met with cold caches,
+	// each comparison a call that reads the table's strings from memory.
+	if isCanonical(name) {
+		return name
+	}
+	// Other cases of the common names (the lower case some SDKs send)
+	// come from the table, without an allocation.
 	if len(name) < len(commonByLen) {
-		exact := name != "" && name[0] >= 'A' && name[0] <= 'Z' // sent in canonical form, most likely
 		for _, k := range commonByLen[len(name)] {
-			if exact && name == k || foldEqual(name, k) {
+			if foldEqual(name, k) {
 				return k
 			}
 		}
-	}
-	if isCanonical(name) {
-		return name
 	}
 	return textproto.CanonicalMIMEHeaderKey(name)
 }

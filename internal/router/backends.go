@@ -51,7 +51,10 @@ type Backend struct {
 	// backend, read without a lock and replaced whole when a path is
 	// added. The paths are the router's routes, a handful.
 	targets atomic.Pointer[map[string]*target]
-	auth    atomic.Pointer[[]string]
+	// lastTarget is the target found last: the path of most requests is
+	// the last one's, met without hashing it and reading the map.
+	lastTarget atomic.Pointer[target]
+	auth       atomic.Pointer[[]string]
 }
 
 // authorization is the Authorization header the backend's requests carry
@@ -77,6 +80,7 @@ const maxTargets = 32
 // and Host line of a POST to it when writeOwnRequest may write them as
 // they are ("" when the request goes through writeRequest's checks).
 type target struct {
+	path  string // the request path it is made for
 	u     *url.URL
 	start string
 }
@@ -84,12 +88,16 @@ type target struct {
 // target is the target of path on the backend, made once per path: every
 // request to that path shares it, so nothing may write to it.
 func (b *Backend) target(path string) (*target, error) {
+	if t := b.lastTarget.Load(); t != nil && t.path == path {
+		return t, nil
+	}
 	cached := b.targets.Load()
 	var known map[string]*target
 	if cached != nil {
 		known = *cached
 	}
 	if t, ok := known[path]; ok {
+		b.lastTarget.Store(t)
 		return t, nil
 	}
 	u, err := url.Parse(b.URL() + path)
@@ -101,13 +109,14 @@ func (b *Backend) target(path string) (*target, error) {
 	if i := strings.LastIndexByte(u.Host, ':'); i >= 0 && i > strings.LastIndexByte(u.Host, ']') {
 		u.Host = strings.TrimSuffix(u.Host, ":")
 	}
-	t := &target{u: u, start: postStart(u)}
+	t := &target{path: path, u: u, start: postStart(u)}
 	if len(known) < maxTargets {
 		next := make(map[string]*target, len(known)+1)
 		maps.Copy(next, known)
 		next[path] = t
 		b.targets.CompareAndSwap(cached, &next) // losing a race loses only the cache entry
 	}
+	b.lastTarget.Store(t)
 	return t, nil
 }
 

@@ -213,7 +213,7 @@ func (x *exchange) route() {
 		x.served(&d.Pin)
 	}
 	v := plan.Verdict(res.outcome)
-	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load())) == 0 {
+	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load(), nil)) == 0 {
 		// Nothing to fall back to (the shim's frontend is the only
 		// backend of the model): the dispatch's own failure says more
 		// than "no backend", and a retry would not find one either.
@@ -249,7 +249,7 @@ func (x *exchange) route() {
 func (x *exchange) shimUnavailable() {
 	v := x.s.dispatch.Plan().Verdict(shim.Failed)
 	x.s.opts.Metrics.DisaggErrors.WithLabelValues(shim.PhaseDecode).Inc()
-	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load())) > 0 {
+	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load(), nil)) > 0 {
 		x.plain(shim.PathFallback)
 		return
 	}
@@ -405,7 +405,8 @@ func (x *exchange) plain(routingPath string) {
 	x.routingPath = routingPath
 	rt := x.s.routes.Load()
 	plan := rt.plan
-	cands := x.plainCandidates(rt)
+	var buf [4]*Backend // a router with a few backends lists them without an allocation
+	cands := x.plainCandidates(rt, buf[:0])
 	if len(cands) == 0 {
 		x.noPlainBackend(plan, routingPath)
 		return
@@ -419,10 +420,9 @@ func (x *exchange) plain(routingPath string) {
 }
 
 // plainCandidates lists the unified backends rt may route the request to
-// without pins, available now.
-func (x *exchange) plainCandidates(rt *routes) []*Backend {
+// without pins, available now, appended to cands.
+func (x *exchange) plainCandidates(rt *routes, cands []*Backend) []*Backend {
 	now := x.s.opts.Now()
-	var cands []*Backend
 	for _, b := range rt.backends {
 		if b.cfg.Internal || b.cfg.Role != config.RoleUnified || rt.plan.IsReplica(b) || !b.Serves(x.q.Model) || !x.takes(b) || !b.Available(now) {
 			continue
@@ -855,7 +855,9 @@ func (u *upRequest) bodyAgain() (io.ReadCloser, error) {
 // put gives u back for another request, holding no reference to this
 // one's data.
 func (u *upRequest) put() {
-	clear(u.h)
+	if len(u.h) > 0 {
+		clear(u.h) // (the plain path fills no map: clearing an empty one still walks it)
+	}
 	u.req = http.Request{}
 	u.fields = ""
 	u.own = ownHead{}
@@ -1114,17 +1116,30 @@ const ownFieldPrefix = "X-Continuum-"
 const revealHeader = "X-Backend"
 
 // routingPathHeader is x-continuum-routing-path, canonical, and
-// routingPathValues its values: one shared slice each, since every answer
+// routingPathValue its values: one shared slice each, since every answer
 // carries one and nothing changes a header's values once set.
 var (
 	routingPathHeader = http.CanonicalHeaderKey("x-continuum-routing-path")
-	routingPathValues = map[string][]string{}
+	disaggregatedPath = []string{shim.PathDisaggregated}
+	aggregatedPath    = []string{shim.PathAggregated}
+	unifiedPath       = []string{shim.PathUnified}
+	fallbackPath      = []string{shim.PathFallback}
 )
 
-func init() {
-	for _, p := range []string{shim.PathDisaggregated, shim.PathAggregated, shim.PathUnified, shim.PathFallback} {
-		routingPathValues[p] = []string{p}
+// routingPathValue is the value slice of a routing path (a switch: no map
+// read on every answer).
+func routingPathValue(path string) []string {
+	switch path {
+	case shim.PathDisaggregated:
+		return disaggregatedPath
+	case shim.PathAggregated:
+		return aggregatedPath
+	case shim.PathUnified:
+		return unifiedPath
+	case shim.PathFallback:
+		return fallbackPath
 	}
+	return []string{path}
 }
 
 // writeHeaders sets the upstream headers, without hop-by-hop or x-dynamo-*
@@ -1158,11 +1173,7 @@ func (x *exchange) writeOwnHeaders(b *Backend, pin *pick.Pin) {
 			path = shim.PathUnified
 		}
 	}
-	v, ok := routingPathValues[path]
-	if !ok {
-		v = []string{path}
-	}
-	setField(x.w, routingPathHeader, v)
+	setField(x.w, routingPathHeader, routingPathValue(path))
 	if !x.reveal {
 		return
 	}

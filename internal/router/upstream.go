@@ -35,9 +35,14 @@ type upstream struct {
 	// it once.)
 	noHTTPProxy bool
 
-	mu        sync.Mutex
-	idle      map[string][]*upConn // by host:port, most recently used last
-	n         int                  // idle connections in all
+	mu   sync.Mutex
+	idle map[string]*[]*upConn // by host:port, most recently used last
+	// lastAddr's list is idle[lastAddr] (nil: none kept): a router with
+	// one backend, or sending most requests to one, finds the list
+	// without hashing the address twice per request.
+	lastAddr  string
+	lastIdle  *[]*upConn
+	n         int // idle connections in all
 	lastSweep time.Time
 	// sweeper closes idle connections past their timeout while any are
 	// held, so that they do not outlive the traffic that left them.
@@ -62,7 +67,7 @@ const (
 )
 
 func newUpstream(fallback *http.Transport, dialer *net.Dialer) *upstream {
-	return &upstream{fallback: fallback, dialer: dialer, idle: map[string][]*upConn{}}
+	return &upstream{fallback: fallback, dialer: dialer, idle: map[string]*[]*upConn{}}
 }
 
 // upConn is one keep-alive connection to a backend.
@@ -398,6 +403,9 @@ func retryable(ctx context.Context, req *http.Request, fields string, c *upConn)
 
 // headerBytes is about what h takes on the wire.
 func headerBytes(h http.Header) int64 {
+	if len(h) == 0 {
+		return 0 // the plain path's: no iterator set up over an empty map
+	}
 	n := 0
 	for k, vs := range h {
 		for _, v := range vs {
@@ -458,17 +466,18 @@ func (u *upstream) get(ctx context.Context, deadline time.Time, addr string, idl
 	now := time.Now()
 	for idle {
 		u.mu.Lock()
-		list := u.idle[addr]
-		if len(list) == 0 {
+		lp := u.idleList(addr, false)
+		if lp == nil || len(*lp) == 0 {
 			u.mu.Unlock()
 			break
 		}
+		list := *lp
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
 		// An emptied list keeps its key and its array for the put that
 		// follows (a sweep drops the key of a backend gone from the
 		// configuration).
-		u.idle[addr] = list[:len(list)-1]
+		*lp = list[:len(list)-1]
 		u.n--
 		u.mu.Unlock()
 		if now.Sub(c.lastUsed) < upstreamIdleTimeout {
@@ -506,13 +515,13 @@ func (u *upstream) put(c *upConn) {
 	if c.lastUsed.Sub(u.lastSweep) > upstreamIdleTimeout/4 {
 		u.sweep(c.lastUsed)
 	}
-	list := u.idle[c.addr]
-	if len(list) >= maxIdleConnsPerBE || u.n >= maxIdleConns {
+	lp := u.idleList(c.addr, true)
+	if len(*lp) >= maxIdleConnsPerBE || u.n >= maxIdleConns {
 		u.mu.Unlock()
 		_ = c.conn.Close()
 		return
 	}
-	u.idle[c.addr] = append(list, c)
+	*lp = append(*lp, c)
 	u.n++
 	if u.sweeper == nil {
 		u.sweeper = time.AfterFunc(upstreamIdleTimeout/4, u.sweepIdle)
@@ -682,14 +691,15 @@ func (b *upBody) finish(ended bool, err error) bool {
 func (u *upstream) CloseIdleConnections() {
 	u.mu.Lock()
 	idle := u.idle
-	u.idle, u.n = map[string][]*upConn{}, 0
+	u.idle, u.n = map[string]*[]*upConn{}, 0
+	u.lastAddr, u.lastIdle = "", nil
 	if u.sweeper != nil {
 		u.sweeper.Stop()
 		u.sweeper = nil
 	}
 	u.mu.Unlock()
 	for _, list := range idle {
-		for _, c := range list {
+		for _, c := range *list {
 			_ = c.conn.Close()
 		}
 	}
@@ -701,7 +711,9 @@ func (u *upstream) CloseIdleConnections() {
 // held.
 func (u *upstream) sweep(now time.Time) {
 	u.lastSweep = now
-	for addr, list := range u.idle {
+	u.lastAddr, u.lastIdle = "", nil // lists may be dropped below
+	for addr, lp := range u.idle {
+		list := *lp
 		// Oldest first: keep from the first connection still fresh.
 		if len(list) == 0 {
 			delete(u.idle, addr)
@@ -722,8 +734,26 @@ func (u *upstream) sweep(now time.Time) {
 		}
 		n := copy(list, list[i:])
 		clear(list[n:])
-		u.idle[addr] = list[:n]
+		*lp = list[:n]
 	}
+}
+
+// idleList is the list of idle connections to addr, made when create is
+// set (else nil when there is none); u.mu is held.
+func (u *upstream) idleList(addr string, create bool) *[]*upConn {
+	if u.lastIdle != nil && u.lastAddr == addr {
+		return u.lastIdle
+	}
+	lp := u.idle[addr]
+	if lp == nil {
+		if !create {
+			return nil
+		}
+		lp = new([]*upConn)
+		u.idle[addr] = lp
+	}
+	u.lastAddr, u.lastIdle = addr, lp
+	return lp
 }
 
 // answerFields is the field lines of an answer whose header map the

@@ -108,7 +108,7 @@ func TestUpstreamBackendClosedIdle(t *testing.T) {
 	rt.mu.Lock()
 	var idle *upConn
 	for _, l := range rt.idle {
-		idle = l[0]
+		idle = (*l)[0]
 	}
 	rt.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
@@ -454,7 +454,8 @@ func TestUpstreamRetryUnsent(t *testing.T) {
 	}
 	mustRead(t, resp)
 	rt.mu.Lock()
-	for _, l := range rt.idle {
+	for _, lp := range rt.idle {
+		l := *lp
 		l[0].conn = failingWrites{l[0].conn}
 		l[0].rw = l[0].conn
 	}
@@ -534,7 +535,7 @@ func TestUpstreamPoolBound(t *testing.T) {
 		u.put(&upConn{conn: a, rw: a, addr: "be:80"})
 	}
 	u.mu.Lock()
-	n := len(u.idle["be:80"])
+	n := len(*u.idle["be:80"])
 	u.mu.Unlock()
 	if n != maxIdleConnsPerBE {
 		t.Fatalf("%d idle connections kept, want %d", n, maxIdleConnsPerBE)
@@ -647,7 +648,7 @@ func TestUpstreamIdleBookkeeping(t *testing.T) {
 	}
 	_ = c.conn.Close()
 	rt.mu.Lock()
-	keys, held := len(rt.idle), len(rt.idle[srv.Listener.Addr().String()])
+	keys, held := len(rt.idle), len(*rt.idle[srv.Listener.Addr().String()])
 	rt.sweep(time.Now())
 	swept := len(rt.idle)
 	rt.mu.Unlock()
@@ -777,7 +778,7 @@ func TestUpstreamCloseDuringRead(t *testing.T) {
 	}
 	rt.mu.Lock()
 	for _, list := range rt.idle {
-		for _, c := range list {
+		for _, c := range *list {
 			if !c.open() {
 				t.Error("a closed connection is in the pool")
 			}

@@ -79,14 +79,15 @@ const (
 // configuration: a client must never choose its worker. It does not
 // allocate.
 func IsPinHeader(name string) bool {
-	if len(name) < 9 || (name[0] != 'x' && name[0] != 'X') {
+	if len(name) < 9 || name[0]|0x20 != 'x' || name[1] != '-' {
 		return false
 	}
 	if strings.EqualFold(name[:9], "x-dynamo-") {
 		return true
 	}
 	for _, h := range legacyPinHeaders {
-		if strings.EqualFold(name, h) {
+		// Field names are ASCII tokens: one of another length is no match.
+		if len(name) == len(h) && strings.EqualFold(name, h) {
 			return true
 		}
 	}
