@@ -41,6 +41,9 @@ type index struct {
 	due              deadlines
 	// busy is the picker's busy rule and latches.
 	busy *busyState
+	// cursor is the round-robin cursor of this candidate set (see
+	// rotations), advanced by take under the picker's lock.
+	cursor *uint64
 
 	built bool
 	// dirty: candidates whose sample or ledger entries changed since the
@@ -110,9 +113,9 @@ type class struct {
 	tree      *segtree
 }
 
-func newIndex(phase int, cands []candidate, gs []group, busy *busyState) *index {
+func newIndex(phase int, cands []candidate, gs []group, busy *busyState, rr *rotations) *index {
 	x := &index{phase: phase, cands: make([]cand, len(cands)), st: make([]cstate, len(cands)), incl: newSegtree(len(cands)), groups: gs,
-		busy: busy}
+		busy: busy, cursor: rr.cursor(phase, cands)}
 	if phase == phaseDecode {
 		x.prefill = make([]*index, len(gs))
 	}
@@ -369,6 +372,14 @@ func (x *index) ban(out func(i int) bool) (restore func()) {
 			x.set(u.i, u.s)
 		}
 	}
+}
+
+// take returns the set's round-robin position and moves it on; the
+// caller holds the picker's lock.
+func (x *index) take() uint64 {
+	v := *x.cursor
+	*x.cursor++
+	return v
 }
 
 // rotate returns the candidate at the round-robin cursor among those the

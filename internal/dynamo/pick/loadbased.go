@@ -3,7 +3,6 @@ package pick
 import (
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -36,7 +35,9 @@ type Loads interface {
 type LoadBased struct {
 	loads Loads
 
-	cursors [2]atomic.Uint64 // decode, prefill
+	// rr holds the round-robin cursor of each candidate set (each
+	// index's, advanced under mu).
+	rr rotations
 
 	// mu guards the ledger with the indexes built from it, so that a pick
 	// and the dispatch it records are one step.
@@ -241,7 +242,7 @@ func (p *LoadBased) decodeIndex(snap *fleet.Snapshot, req Request) (*shapeCache,
 	if len(c.indexes) >= maxShapes {
 		*c = *newShapeCache(snap) // start over (the logs are read from scratch)
 	}
-	x := newIndex(phaseDecode, decode, gs, &p.busy)
+	x := newIndex(phaseDecode, decode, gs, &p.busy, &p.rr)
 	c.indexes[string(key)] = x
 	c.add(x)
 	return c, x
@@ -336,7 +337,7 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 		i, reason, scored = p.scored(PhaseDecode, dx)
 	}
 	if !scored {
-		if i, reason, err = dx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens); err != nil {
+		if i, reason, err = dx.choose(dx.take(), k.req.EstPromptTokens); err != nil {
 			return -1, err
 		}
 	}
@@ -361,7 +362,7 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 	}
 	px := dx.prefill[d.group]
 	if px == nil {
-		px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil, &p.busy)
+		px = newIndex(phasePrefill, appendRanks(nil, int(d.group), g.prefill), nil, &p.busy, &p.rr)
 		dx.prefill[d.group] = px
 		c.add(px)
 	}
@@ -369,7 +370,7 @@ func (p *LoadBased) choosePair(r load.ReadView, dx *index) (int, error) {
 	defer px.exclude(&k.req)()
 	j, preason, scored := p.scored(PhasePrefill, px)
 	if !scored {
-		if j, preason, err = px.choose(p.cursors[phasePrefill].Add(1)-1, k.req.EstPromptTokens); err != nil {
+		if j, preason, err = px.choose(px.take(), k.req.EstPromptTokens); err != nil {
 			k.pin = Pin{}
 			return int(d.group), err
 		}
@@ -418,7 +419,7 @@ func (p *LoadBased) prefillFirst(r load.ReadView) bool {
 				cands = appendRanks(cands, gi, g.prefill)
 			}
 		}
-		ax = newIndex(phasePrefill, cands, nil, &p.busy)
+		ax = newIndex(phasePrefill, cands, nil, &p.busy, &p.rr)
 		dx.allPrefill, dx.decodeOf = ax, make([]*index, len(dx.groups))
 		c.add(ax)
 	}
@@ -438,13 +439,13 @@ func (p *LoadBased) prefillFirst(r load.ReadView) bool {
 		g := &dx.groups[pc.group]
 		gx := dx.decodeOf[pc.group]
 		if gx == nil {
-			gx = newIndex(phaseDecode, appendRanks(nil, int(pc.group), g.decode), dx.groups, &p.busy)
+			gx = newIndex(phaseDecode, appendRanks(nil, int(pc.group), g.decode), dx.groups, &p.busy, &p.rr)
 			dx.decodeOf[pc.group] = gx
 			c.add(gx)
 		}
 		gx.sync(r, &p.ledger, now, maxAge)
 		unexclude := gx.exclude(&k.req)
-		i, reason, err := gx.choose(p.cursors[phaseDecode].Add(1)-1, k.req.EstPromptTokens)
+		i, reason, err := gx.choose(gx.take(), k.req.EstPromptTokens)
 		unexclude()
 		if err != nil {
 			group := pc.group

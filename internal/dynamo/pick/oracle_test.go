@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,9 +23,9 @@ import (
 // oracleRanks), so a fault in the picker's enumeration shows as a
 // difference instead of being shared.
 type oracle struct {
-	Loads   Loads
-	Ledger  *ledger
-	cursors [2]atomic.Uint64
+	Loads  Loads
+	Ledger *ledger
+	rr     rotations // a cursor per candidate set, as the picker's
 	// skipGroups: namespaces whose prefill choice failed for the request
 	// being picked, out of its decode choice.
 	skipGroups map[int]bool
@@ -284,7 +285,11 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 			}
 		}
 	})
-	cursor := p.cursors[phase].Add(1) - 1
+	set := make([]candidate, len(cands))
+	for i, c := range cands {
+		set[i] = candidate{w: c.w, group: c.group, rank: c.rank}
+	}
+	cursor := p.rr.next(p.rr.cursor(phase, set))
 	// rotate: the cursor over the candidates the request does not exclude.
 	rotate := func() (ocand, string, error) {
 		var left []ocand
@@ -693,14 +698,27 @@ func TestConcurrentUse(t *testing.T) {
 
 // TestRoundRobinDifferential: RoundRobin rotates through the oracle's
 // decode candidates, then through the chosen group's prefill candidates,
-// pinning absolute ranks, over random fleets and requests.
+// pinning absolute ranks, over random fleets and requests: each candidate
+// set (its members in any order) with its own turn, so that requests for
+// other models or namespaces in between take none of its turns.
 func TestRoundRobinDifferential(t *testing.T) {
 	t.Parallel()
 	for sc := range 100 {
 		rng := rand.New(rand.NewPCG(uint64(sc), 11))
 		snap := randomFleet(rng, 2+rng.IntN(24), time.Unix(1_800_000_000, 0))
 		p := &RoundRobin{}
-		var decodeTurn, prefillTurn int
+		turns := map[string]int{}
+		turn := func(phase string, cands []ocand) int {
+			var ks []string
+			for _, c := range cands {
+				ks = append(ks, fmt.Sprintf("%s/%d/%d", c.w.ID.Namespace, c.w.ID.InstanceID, c.rank))
+			}
+			slices.Sort(ks)
+			k := phase + ":" + strings.Join(ks, ",")
+			n := turns[k]
+			turns[k]++
+			return n
+		}
 		for step := range 100 {
 			var nss []string
 			for _, ns := range rng.Perm(3)[:1+rng.IntN(3)] {
@@ -725,14 +743,12 @@ func TestRoundRobinDifferential(t *testing.T) {
 			if err != nil {
 				t.Fatalf("scenario %d step %d %+v: %v", sc, step, r, err)
 			}
-			d := decode[decodeTurn%len(decode)]
-			decodeTurn++
+			d := decode[turn("decode", decode)%len(decode)]
 			g := gs[d.group]
 			want := Pin{Namespace: g.namespace, Decode: oracleTarget(d), DecodeReason: ReasonRoundRobinStale, PrefillReason: ReasonNoPrefillPool}
 			if d.w.Role != fleet.RoleAggregated && len(g.prefill) > 0 {
 				prefill := oracleRanks(nil, d.group, g.prefill)
-				pt := oracleTarget(prefill[prefillTurn%len(prefill)])
-				prefillTurn++
+				pt := oracleTarget(prefill[turn("prefill", prefill)%len(prefill)])
 				want.Prefill, want.PrefillReason = &pt, ReasonRoundRobinStale
 			}
 			if !samePin(want, got) {

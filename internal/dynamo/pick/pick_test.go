@@ -653,3 +653,74 @@ func pinString(p pick.Pin) string {
 	}
 	return s
 }
+
+// TestRotationPerCandidateSet: with no fresh sample to decide, each
+// candidate set rotates on its own cursor. Requests for two models
+// strictly alternating (a guard model's call before each main call), each
+// with two decode workers, or two prefill workers that publish no prefill
+// backlog (vLLM's), reach every worker: one cursor per phase shared by
+// both models gave each model every other position, always the same
+// worker of two. Both pickers, and the load-based one with samples that
+// leave prefill undecided.
+func TestRotationPerCandidateSet(t *testing.T) {
+	t.Parallel()
+	decodeFleet := []w{{component: "a", workerType: "Decode", id: 1, model: "ma"}, {component: "a", workerType: "Decode", id: 2, model: "ma"},
+		{component: "b", workerType: "Decode", id: 3, model: "mb"}, {component: "b", workerType: "Decode", id: 4, model: "mb"}}
+	prefillFleet := []w{{component: "pa", workerType: "Prefill", id: 1, model: "ma"}, {component: "pa", workerType: "Prefill", id: 2, model: "ma"},
+		{component: "da", workerType: "Decode", id: 5, model: "ma"},
+		{component: "pb", workerType: "Prefill", id: 3, model: "mb"}, {component: "pb", workerType: "Prefill", id: 4, model: "mb"},
+		{component: "db", workerType: "Decode", id: 6, model: "mb"}}
+	for _, tc := range []struct {
+		name    string
+		fleet   []w
+		prefill bool
+		rr      bool
+		samples bool
+	}{
+		{name: "decode, load-based", fleet: decodeFleet},
+		{name: "decode, round robin", fleet: decodeFleet, rr: true},
+		{name: "prefill, load-based, vLLM samples", fleet: prefillFleet, prefill: true, samples: true},
+		{name: "prefill, round robin", fleet: prefillFleet, prefill: true, rr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := snapshot(t, tc.fleet...)
+			var p pick.Picker
+			if tc.rr {
+				p = &pick.RoundRobin{}
+			} else {
+				l := newLoads(snap)
+				if tc.samples {
+					for _, x := range tc.fleet {
+						l.sample(x.id, 0, t0, nil, nil, u64(5)) // kv_used_blocks only
+					}
+				}
+				p = picker(l, t0)
+			}
+			got := map[uint64]int{}
+			for range 8 {
+				for _, m := range []string{"ma", "mb"} {
+					r := req()
+					r.Model = m
+					a, tk, err := p.Reserve(snap, r, t0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p.Release(tk)
+					if tc.prefill {
+						if a.Prefill == nil {
+							t.Fatalf("no prefill worker: %+v", a)
+						}
+						got[a.Prefill.Worker.ID.InstanceID]++
+					} else {
+						got[a.Decode.Worker.ID.InstanceID]++
+					}
+				}
+			}
+			for id := uint64(1); id <= 4; id++ {
+				if got[id] != 4 {
+					t.Fatalf("picks per worker %v: want 4 each of workers 1-4", got)
+				}
+			}
+		})
+	}
+}

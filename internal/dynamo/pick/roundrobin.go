@@ -2,7 +2,6 @@ package pick
 
 import (
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -14,7 +13,7 @@ import (
 // request excludes (it has no notion of busy). It is the baseline the
 // routing benchmark compares against.
 type RoundRobin struct {
-	cursors [2]atomic.Uint64
+	rr rotations
 }
 
 var _ Picker = (*RoundRobin)(nil)
@@ -30,22 +29,28 @@ func (p *RoundRobin) Release(Ticket) {}
 
 func (p *RoundRobin) pick(snap *fleet.Snapshot, req Request) (Pin, error) {
 	gs := groups(snap, req)
-	decode := without(appendDecodeCandidates(nil, gs), &req)
+	// A set's cursor is that of all its candidates, those the request
+	// excludes too (as the load-based picker's), taken before they go.
+	decode := appendDecodeCandidates(nil, gs)
+	cur := p.rr.cursor(phaseDecode, decode)
+	decode = without(decode, &req)
 	if len(decode) == 0 {
 		return Pin{}, ErrNoWorkers
 	}
-	d := decode[(p.cursors[phaseDecode].Add(1)-1)%uint64(len(decode))]
+	d := decode[p.rr.next(cur)%uint64(len(decode))]
 	g := gs[d.group]
 	pin := Pin{Namespace: g.namespace, Decode: target(d), DecodeReason: ReasonRoundRobinStale}
 	if d.w.Role == fleet.RoleAggregated || len(g.prefill) == 0 {
 		pin.PrefillReason = ReasonNoPrefillPool
 		return pin, nil
 	}
-	prefill := without(appendRanks(nil, d.group, g.prefill), &req)
+	prefill := appendRanks(nil, d.group, g.prefill)
+	cur = p.rr.cursor(phasePrefill, prefill)
+	prefill = without(prefill, &req)
 	if len(prefill) == 0 {
 		return Pin{}, ErrNoWorkers
 	}
-	pc := prefill[(p.cursors[phasePrefill].Add(1)-1)%uint64(len(prefill))]
+	pc := prefill[p.rr.next(cur)%uint64(len(prefill))]
 	t := target(pc)
 	pin.Prefill, pin.PrefillReason = &t, ReasonRoundRobinStale
 	return pin, nil

@@ -191,10 +191,6 @@ func (p *LoadBased) scored(phase Phase, x *index) (int, string, bool) {
 	if p.scorer == nil {
 		return 0, "", false
 	}
-	cur := &p.cursors[phaseDecode]
-	if phase == PhasePrefill {
-		cur = &p.cursors[phasePrefill]
-	}
 	cands := p.candidates(x)
 	// Candidates the request excludes, and busy ones while the phase has a
 	// fresh sample, do not compete: the scorer sees the others only.
@@ -213,7 +209,7 @@ func (p *LoadBased) scored(phase Phase, x *index) (int, string, bool) {
 		}
 		cands, pos = kept, at
 	}
-	i, reason, ok := p.scorer.Score(phase, cands, func() uint64 { return cur.Add(1) - 1 })
+	i, reason, ok := p.scorer.Score(phase, cands, x.take)
 	if !ok || i < 0 || i >= len(cands) {
 		return 0, "", false
 	}
