@@ -247,12 +247,21 @@ func parseChannelKey(full, rel string) (Key, error) {
 }
 
 // parseHexID parses an instance or publisher id written as lowercase hex
-// without 0x or padding (uppercase is accepted too).
+// without 0x or padding (uppercase is accepted too, and leading zeros of
+// any number, as an unsigned integer parse of the string reads them: the
+// same id, however it is padded).
 func parseHexID(s string) (uint64, error) {
-	if s == "" || len(s) > 16 {
+	digits := s
+	if len(digits) > 16 {
+		digits = strings.TrimLeft(digits, "0")
+	}
+	if s == "" || len(digits) > 16 {
 		return 0, fmt.Errorf("id %q is not 1 to 16 hex digits", clipID(s))
 	}
-	v, err := strconv.ParseUint(s, 16, 64)
+	if digits == "" {
+		return 0, nil // zeros only
+	}
+	v, err := strconv.ParseUint(digits, 16, 64)
 	if err != nil {
 		return 0, fmt.Errorf("id %q is not hex", clipID(s))
 	}

@@ -449,3 +449,24 @@ func TestParseModelLenientEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// TestPaddedHexIDs: a hex id padded with leading zeros past 16 digits is
+// the same id, as an unsigned parse of the string reads it, in a record
+// and in a key; 17 significant digits are still no id.
+func TestPaddedHexIDs(t *testing.T) {
+	for _, v := range []string{`{"instance_id":"1a"}`, `{"instance_id":"0000000000000001a"}`, `{"instance_id":"0x00000000000000000000001A"}`} {
+		if e, err := wire.ParseEndpoint([]byte(v)); err != nil || e.InstanceID.Value != 0x1a {
+			t.Errorf("%s: %+v %v", v, e, err)
+		}
+	}
+	if e, err := wire.ParseEndpoint([]byte(`{"instance_id":"00000000000000000"}`)); err != nil || e.InstanceID != (wire.ID{Value: 0, Set: true}) {
+		t.Errorf("zeros: %+v %v", e, err)
+	}
+	if _, err := wire.ParseEndpoint([]byte(`{"instance_id":"10000000000000000"}`)); err == nil {
+		t.Error("17 significant digits parsed")
+	}
+	k, err := wire.ParseKey("v1/instances/dynamo/decode/generate/000000000000000000ff")
+	if err != nil || k.InstanceID != 0xff {
+		t.Errorf("padded key: %+v %v", k, err)
+	}
+}
