@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"slices"
@@ -238,6 +239,9 @@ func discoveryReason(p string, oldCfg, newCfg *Config) string {
 		if nd.Source == SourceKubernetes {
 			return "" // the metadata source reads models from cards
 		}
+		if od.Kubernetes.Model == nd.Kubernetes.Model && sameModels(od.Kubernetes.Models, nd.Kubernetes.Models) {
+			return "" // reordered, not changed: a component is mapped once per namespace
+		}
 		if namespaceReason(od, nd) == ReasonNamespaces && keptModelsEqual(od, nd) {
 			return ReasonNamespaces
 		}
@@ -294,6 +298,22 @@ func keptModelsEqual(od, nd *Discovery) bool {
 		}
 	}
 	return true
+}
+
+// sameModels reports whether two models lists hold the same entries in
+// any order (validation refuses a component mapped twice in a namespace,
+// so the order of a valid list means nothing).
+func sameModels(a, b []ComponentModel) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	byKey := func(x, y ComponentModel) int {
+		return cmp.Or(cmp.Compare(x.DynamoNamespace, y.DynamoNamespace), cmp.Compare(x.Component, y.Component), cmp.Compare(x.Model, y.Model))
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, byKey)
+	slices.SortFunc(b, byKey)
+	return slices.Equal(a, b)
 }
 
 func sameSet(a, b []string) bool {

@@ -102,6 +102,10 @@ func TestDiffTiers(t *testing.T) {
 		{"kube namespace", podsBase, func(c *config.Config) { c.Dynamo.Discovery.Kubernetes.Namespace = "other" }, config.TierWatcherRestart, false, "namespace", true, false, nil},
 		{"kube dynamo_namespace", "dynamo: {enabled: true, discovery: {source: kubernetes, kubernetes: {namespace: d, dynamo_namespace: g}}}", func(c *config.Config) { c.Dynamo.Discovery.Kubernetes.DynamoNamespace = "h" }, config.TierWatcherRestart, false, "namespace", true, false, nil},
 		{"pods models", podsBase, func(c *config.Config) { c.Dynamo.Discovery.Kubernetes.Models[0].Model = "m9" }, config.TierWatcherRestart, false, "other", true, false, nil},
+		{"pods models reordered", podsBase, func(c *config.Config) {
+			m := c.Dynamo.Discovery.Kubernetes.Models
+			m[0], m[1] = m[1], m[0]
+		}, config.TierImmediate, false, "", false, false, nil},
 		{"pods namespaces pruned with models kept", podsBase, func(c *config.Config) {
 			c.Dynamo.Discovery.Kubernetes.DynamoNamespaces = []string{"a"}
 			c.Dynamo.Discovery.Kubernetes.Models = c.Dynamo.Discovery.Kubernetes.Models[:1]
