@@ -138,6 +138,11 @@ func ClassifyDWM(raw []byte, namespaces []string) DWM {
 				what := fmt.Sprintf("carries instance id %x", id)
 				if id&mismatchMark != 0 {
 					what = "names different instance ids in its key and its value"
+					if k, err := wire.ParseRelativeKey(m.space, mapKey); err == nil {
+						// The reported id is the two ids xored (and
+						// marked): the key's gives back the value's.
+						what = fmt.Sprintf("names instance id %x in its key and %x in its value", k.InstanceID, k.InstanceID^id&^mismatchMark)
+					}
 				}
 				d.Refusal = &wire.Refusal{Kind: "mismatch", Namespace: ns, Reason: fmt.Sprintf(
 					"DynamoWorkerMetadata %s: %s entry %q %s, but pod %s hashes to %x",

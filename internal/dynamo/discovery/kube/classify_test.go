@@ -308,3 +308,18 @@ func TestClassifyKeepsCardUnderBound(t *testing.T) {
 		}
 	}
 }
+
+// TestMismatchNamesBothIDs: a record whose key and value name different
+// instance ids is refused with both ids in the reason, so that an operator
+// sees which one is not the pod's.
+func TestMismatchNamesBothIDs(t *testing.T) {
+	t.Parallel()
+	const pod = "worker-0"
+	hex := wire.FormatID(kube.HashPodName(pod))
+	spec := fmt.Sprintf(`{"data":{"endpoints":{"dn/c/generate/%s":{"type":"Endpoint","namespace":"dn","component":"c","endpoint":"generate","instance_id":7,"transport":{"tcp":"x"}}}}}`, hex)
+	d := kube.ClassifyDWM(dwmJSON(pod, pod, spec), []string{"dn"})
+	want := fmt.Sprintf("names instance id %s in its key and 7 in its value, but pod %s hashes to %s", hex, pod, hex)
+	if d.Refusal == nil || d.Refusal.Kind != "mismatch" || !strings.Contains(d.Refusal.Reason, want) {
+		t.Fatalf("refusal %+v, want a mismatch saying %q", d.Refusal, want)
+	}
+}
