@@ -25,3 +25,13 @@ func (s *Supervisor) DepartForTest(p fleet.Publisher) (late func(frames [][]byte
 	s.pool.Stopped(p)
 	return h.Message
 }
+
+// PublisherKeys is the number of keys the store links to publisher pid.
+func (s *Store) PublisherKeys(pid uint64) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if pl := s.byPub[pid]; pl != nil {
+		return len(pl.keys)
+	}
+	return 0
+}

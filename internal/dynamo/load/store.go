@@ -145,7 +145,7 @@ type Observer interface {
 type Store struct {
 	mu      sync.RWMutex
 	samples map[Key]*Sample
-	byPub   map[uint64]map[Key]struct{}
+	byPub   map[uint64]*pubLinks
 	live    LiveSet
 	obs     Observer
 	// accounted holds the accounting instant of keys whose sample was
@@ -182,7 +182,7 @@ func (s *Store) changed(k Key) {
 // NewStore returns an empty store whose gate admits no worker until
 // SetLiveAndRetain is called.
 func NewStore(maxStaleness time.Duration, obs Observer) *Store {
-	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]map[Key]struct{}{}, live: LiveSet{}, obs: obs, now: time.Now,
+	s := &Store{samples: map[Key]*Sample{}, byPub: map[uint64]*pubLinks{}, live: LiveSet{}, obs: obs, now: time.Now,
 		accounted: map[Key]time.Time{}, joined: map[Worker]time.Time{}, ranks: map[Worker]int{}}
 	s.maxStaleness.Store(int64(maxStaleness))
 	return s
@@ -222,12 +222,15 @@ func (s *Store) Apply(smp Sample) string {
 	}
 	v := smp
 	s.samples[k] = &v
-	set := s.byPub[v.PublisherID]
-	if set == nil {
-		set = map[Key]struct{}{}
-		s.byPub[v.PublisherID] = set
+	pl := s.byPub[v.PublisherID]
+	if pl == nil {
+		pl = &pubLinks{keys: map[Key]struct{}{}, pruneAt: MaxRanksPerWorker}
+		s.byPub[v.PublisherID] = pl
 	}
-	set[k] = struct{}{}
+	if _, linked := pl.keys[k]; !linked && len(pl.keys) >= pl.pruneAt {
+		s.pruneLinks(v.PublisherID, pl)
+	}
+	pl.keys[k] = struct{}{}
 	s.changed(k)
 	if s.obs != nil {
 		s.obs.SampleSet(k, &v)
@@ -243,7 +246,11 @@ func (s *Store) Apply(smp Sample) string {
 func (s *Store) DropPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k := range s.byPub[publisherID] {
+	pl := s.byPub[publisherID]
+	if pl == nil {
+		return
+	}
+	for k := range pl.keys {
 		if smp := s.samples[k]; smp != nil && smp.PublisherID == publisherID {
 			s.account(k, smp.ReceivedAt)
 			s.dropLocked(k)
@@ -261,7 +268,11 @@ func (s *Store) ResetPublisher(publisherID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for k := range s.byPub[publisherID] {
+	pl := s.byPub[publisherID]
+	if pl == nil {
+		return
+	}
+	for k := range pl.keys {
 		if smp := s.samples[k]; smp != nil && smp.PublisherID != publisherID {
 			continue
 		}
@@ -303,10 +314,35 @@ func (s *Store) account(k Key, at time.Time) {
 	}
 }
 
+// pubLinks are the keys a publisher has sent samples for.
+type pubLinks struct {
+	keys map[Key]struct{}
+	// pruneAt is the size at which keys is pruned next (pruneLinks).
+	pruneAt int
+}
+
+// pruneLinks bounds a publisher's links: the keys of its samples dropped
+// after a gap stay linked (so that its leaving still reaches them,
+// ResetPublisher), and a publisher naming ever new ranks between gaps
+// would grow them without end. At pruneAt keys (MaxRanksPerWorker, the
+// ranks its worker may hold, or twice what the last prune kept, so that
+// pruning stays linear in the keys added) those without a sample of its
+// own go: what was dispatched to them then counts until a sample or the
+// in-flight window ends it, as for any key, not until its leaving. s.mu
+// is held.
+func (s *Store) pruneLinks(publisherID uint64, pl *pubLinks) {
+	for k := range pl.keys {
+		if smp := s.samples[k]; smp == nil || smp.PublisherID != publisherID {
+			delete(pl.keys, k)
+		}
+	}
+	pl.pruneAt = max(MaxRanksPerWorker, 2*len(pl.keys))
+}
+
 func (s *Store) unlink(publisherID uint64, k Key) {
-	if set := s.byPub[publisherID]; set != nil {
-		delete(set, k)
-		if len(set) == 0 {
+	if pl := s.byPub[publisherID]; pl != nil {
+		delete(pl.keys, k)
+		if len(pl.keys) == 0 {
 			delete(s.byPub, publisherID)
 		}
 	}

@@ -394,3 +394,33 @@ func TestStoreAccounting(t *testing.T) {
 	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 2}, {Namespace: "dynamo", InstanceID: 2}: {}})
 	check("back: it starts afresh", t0.Add(30*time.Second), 10)
 }
+
+// TestStorePublisherLinksBounded: a publisher that names new ranks of its
+// worker between sequence gaps (each gap drops its samples, whose keys stay
+// linked to it for its leaving) holds at most MaxRanksPerWorker links, not
+// one per rank it ever named; its leaving still forgets its samples.
+func TestStorePublisherLinksBounded(t *testing.T) {
+	t.Parallel()
+	s := load.NewStore(time.Hour, nil)
+	s.SetLiveAndRetain(map[fleet.WorkerID]load.LiveWorker{{Namespace: "dynamo", InstanceID: 1}: {DPSize: 1}})
+	rank := uint32(0)
+	for range 20 {
+		for range load.MaxRanksPerWorker / 2 {
+			if res := s.Apply(sample(1, rank, 7, uint64(rank)+1, 1)); res != "" {
+				t.Fatalf("rank %d: %q", rank, res)
+			}
+			rank++
+		}
+		s.DropPublisher(7) // a gap
+	}
+	if n := s.PublisherKeys(7); n > load.MaxRanksPerWorker {
+		t.Fatalf("publisher 7 links %d keys after naming %d ranks, want at most %d", n, rank, load.MaxRanksPerWorker)
+	}
+	if res := s.Apply(sample(1, rank, 7, uint64(rank)+1, 1)); res != "" || s.Len() != 1 {
+		t.Fatalf("a sample after the gaps: %q, %d held", res, s.Len())
+	}
+	s.ResetPublisher(7)
+	if s.Len() != 0 || s.PublisherKeys(7) != 0 {
+		t.Fatalf("after its leaving: %d samples, %d links", s.Len(), s.PublisherKeys(7))
+	}
+}
