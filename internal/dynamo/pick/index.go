@@ -92,7 +92,11 @@ type cstate struct {
 	busy, banned bool
 	// idle: quiet by its last sample, gone stale with this phase's
 	// backlog at 0 (a worker never heard from is quiet but not idle).
-	idle    bool
+	idle bool
+	// stalled: possibly stalled (a request it was sent long unanswered)
+	// and excluded for it alone, with a backlog to cost: it is chosen by
+	// that cost when no other candidate has one.
+	stalled bool
 	backlog float64
 	// other is the other phase's backlog, for scorers: the fresh sample's
 	// (decode blocks of a prefill candidate, prefill tokens of a decode
@@ -278,13 +282,14 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 		s.excluded = true // silent with a backlog, or no field for this phase
 	}
 	if stalled {
+		s.stalled = !s.excluded
 		s.excluded = true
 	}
 	if x.busy != nil && x.busy.on {
 		blocks, tokens := signals(smp, fresh, inPrefill, inDecode)
 		s.busy = x.busy.judge(c.key, c.w, blocks, tokens)
 	}
-	if !s.excluded {
+	if !s.excluded || s.stalled {
 		if x.phase == phaseDecode {
 			s.backlog += float64(inDecode)
 		} else {
@@ -405,6 +410,44 @@ func (x *index) rotate(cursor uint64) (int, string, error) {
 	return 0, "", ErrNoWorkers // not reached: n counts the candidates left
 }
 
+// cheapestStalled returns the cheapest candidate excluded only as possibly
+// stalled that has a cost (its class's capacity), not busy and not
+// excluded by the request, ties broken by the cursor in candidate order;
+// false when there is none. A scan: only a pick that finds no other
+// candidate with a cost comes here.
+func (x *index) cheapestStalled(cursor uint64, est int) (int, bool) {
+	best, ties := inf, 0
+	for i := range x.st {
+		s := &x.st[i]
+		ci := x.cands[i].class
+		if !s.stalled || s.busy || s.banned || ci < 0 {
+			continue
+		}
+		switch cost := x.classes[ci].cost(x.phase, s.backlog, est); {
+		case cost < best:
+			best, ties = cost, 1
+		case cost == best:
+			ties++
+		}
+	}
+	if ties == 0 {
+		return 0, false
+	}
+	k := int(cursor % uint64(ties))
+	for i := range x.st {
+		s := &x.st[i]
+		ci := x.cands[i].class
+		if !s.stalled || s.busy || s.banned || ci < 0 || x.classes[ci].cost(x.phase, s.backlog, est) != best {
+			continue
+		}
+		if k == 0 {
+			return i, true
+		}
+		k--
+	}
+	return 0, false // not reached: ties counts them
+}
+
 // choose returns the candidate the rules pick and the reason, given the
 // phase's round-robin cursor: ErrAllBusy when every candidate that could
 // be chosen is busy, ErrNoWorkers when the request excludes them all.
@@ -429,6 +472,12 @@ func (x *index) choose(cursor uint64, est int) (int, string, error) {
 		}
 	}
 	if first < 0 {
+		// No candidate that may be chosen has a cost. A possibly
+		// stalled one is passed over only while another has a cost: the
+		// cheapest of those that have one is chosen.
+		if i, ok := x.cheapestStalled(cursor, est); ok {
+			return i, ReasonLoad, nil
+		}
 		// Fresh samples exist but no candidate that may be chosen has
 		// every field a cost needs: rotate over those not excluded; when
 		// every one is excluded or busy, the request waits if any is busy,

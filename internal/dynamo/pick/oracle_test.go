@@ -46,6 +46,7 @@ type ocand struct {
 	excluded bool
 	busy     bool
 	banned   bool // excluded by the request
+	stalled  bool // excluded as possibly stalled alone: costed all the same
 }
 
 // ogroup is the workers of the request's model in one candidate namespace,
@@ -275,8 +276,7 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 				continue
 			}
 			if stalled {
-				c.excluded = true
-				continue
+				c.excluded, c.stalled = true, true
 			}
 			if phase == phaseDecode {
 				c.cost, c.defined = oracleDecodeCost(c.w, base+float64(inDecode), est)
@@ -319,6 +319,27 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 		}
 	}
 	if best < 0 {
+		// A possibly stalled candidate is passed over only while
+		// another has a cost: with none, the cheapest of them.
+		var stalled []ocand
+		for _, c := range cands {
+			if c.stalled && c.defined && !c.busy && !c.banned {
+				stalled = append(stalled, c)
+			}
+		}
+		if len(stalled) > 0 {
+			low := stalled[0].cost
+			for _, c := range stalled {
+				low = min(low, c.cost)
+			}
+			var tied []ocand
+			for _, c := range stalled {
+				if c.cost == low {
+					tied = append(tied, c)
+				}
+			}
+			return tied[cursor%uint64(len(tied))], ReasonLoad, nil
+		}
 		var ok, busy []ocand
 		for _, c := range cands {
 			if usable(c) {

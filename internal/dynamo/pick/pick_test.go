@@ -724,3 +724,26 @@ func TestRotationPerCandidateSet(t *testing.T) {
 		})
 	}
 }
+
+// TestStalledWithCostBeforeSilent: a worker possibly stalled is passed
+// over only while another worker has a cost. When the only other worker
+// went silent with a backlog (no cost), the stalled one, fresh and costed,
+// is chosen by its cost (reason load), not rotated with the silent one as
+// if no sample were fresh. (max_staleness 10 s lets a sample stay fresh
+// past the 5 s a request takes to count as stalled.)
+func TestStalledWithCostBeforeSilent(t *testing.T) {
+	t.Parallel()
+	snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
+	l := newLoads(snap)
+	l.store.SetMaxStaleness(10 * time.Second)
+	l.sample(2, 0, t0.Add(-time.Minute), u64(5), nil, nil) // stale with a backlog: silent
+	l.sample(1, 0, t0, u64(0), nil, nil)                   // fresh until t0+10s
+	p := picker(l, t0.Add(7*time.Second))
+	w1 := fleet.WorkerID{Namespace: "dynamo", InstanceID: 1}
+	p.Dispatched(pick.Pin{Decode: pick.Target{Worker: snap.Workers.Get(w1)}}, 160, t0.Add(time.Second)) // 10 blocks, 6 s unanswered
+	for i := range 4 {
+		if a := mustPick(t, p, snap, req()); a.Decode.Worker.ID.InstanceID != 1 || a.DecodeReason != pick.ReasonLoad {
+			t.Fatalf("pick %d: worker %d (%s), want worker 1 (load): the silent worker has no cost", i, a.Decode.Worker.ID.InstanceID, a.DecodeReason)
+		}
+	}
+}
