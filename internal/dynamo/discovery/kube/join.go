@@ -38,6 +38,9 @@ type join struct {
 	pending map[string]struct{}          // keys to hand on at the next flush
 	size    int                          // bytes of records held
 	overCap map[string]struct{}          // resources refused at the caps (at most MaxDWMs named)
+	// slicesCut: a new EndpointSlice was ignored at MaxSlices (logged
+	// once per join, as the list logs its cut).
+	slicesCut bool
 
 	// carried holds the previous pass's last valid records by resource
 	// name, taken by a resource of the same uid read malformed in this
@@ -321,6 +324,11 @@ func (j *join) applySlice(es *discoveryv1.EndpointSlice, deleted bool) {
 	var pods []podRef
 	if !deleted {
 		if _, known := j.slices[es.Name]; !known && len(j.slices) >= MaxSlices {
+			if !j.slicesCut {
+				j.slicesCut = true
+				j.logger.Warn("dynamo metadata discovery: too many EndpointSlices; new ones are ignored, and the pods ready only in them are not published",
+					"max", MaxSlices, "slice", es.Name)
+			}
 			return
 		}
 		for _, ep := range es.Endpoints {

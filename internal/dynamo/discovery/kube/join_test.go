@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -447,5 +448,28 @@ func TestShrunkCardReadAsDropped(t *testing.T) {
 	}
 	if !reported {
 		t.Errorf("no card_dropped problem: %+v", snap.Problems)
+	}
+}
+
+// TestJoinSliceCapLogged: an EndpointSlice past MaxSlices that the watch
+// brings is ignored with a warning (once), as the list's cut is, not in
+// silence.
+func TestJoinSliceCapLogged(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	j := newJoin([]string{"dn"}, slog.New(slog.NewTextHandler(&logs, nil)))
+	for i := range MaxSlices {
+		j.applySlice(slice(fmt.Sprintf("s%d", i)), false)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("logged within the cap: %s", logs.String())
+	}
+	j.applySlice(slice("over-1", ep{"p", "u", true}), false)
+	j.applySlice(slice("over-2", ep{"p", "u", true}), false)
+	if n := strings.Count(logs.String(), "too many EndpointSlices"); n != 1 || !strings.Contains(logs.String(), "slice=over-1") {
+		t.Fatalf("%d warnings: %s", n, logs.String())
+	}
+	if _, held := j.slices["over-1"]; held {
+		t.Fatal("a slice past the cap is held")
 	}
 }
