@@ -75,7 +75,7 @@ func (o *DiscoveryFlags) Register(cmd *cobra.Command) {
 	}
 	fl.StringArrayVar(&o.DynamoNamespaces, "dynamo-namespace", nil, dynHelp)
 	fl.StringVar(&o.Model, "model", "", "model served by every worker pod (kubernetes_pods)")
-	fl.StringArrayVar(&o.Models, "models", nil, "COMPONENT=MODEL: model of the pods with this nvidia.com/dynamo-component label (kubernetes_pods; repeatable)")
+	fl.StringArrayVar(&o.Models, "models", nil, "[DYNAMO_NAMESPACE/]COMPONENT=MODEL: model of the pods with this nvidia.com/dynamo-component label, in that Dynamo namespace when several are watched (kubernetes_pods; repeatable)")
 	fl.VisitAll(func(f *pflag.Flag) { o.names = append(o.names, f.Name) })
 	cmd.Flags().AddFlagSet(fl)
 	RegisterEnumCompletion(cmd, "source", []string{config.SourceEtcd, config.SourceFile, config.SourceKubernetes, config.SourceKubernetesPods})
@@ -302,11 +302,18 @@ func (o *DiscoveryFlags) applyKube(k *config.Kubernetes) error {
 	if len(o.Models) > 0 {
 		k.Model, k.Models = "", nil
 		for _, m := range o.Models {
+			// A component label value holds no '/': one before the '='
+			// ends the Dynamo namespace the component belongs to, which
+			// several watched namespaces need.
 			comp, model, ok := strings.Cut(m, "=")
-			if !ok || comp == "" || model == "" {
-				return FlagErrorf("--models %q: want COMPONENT=MODEL", m)
+			ns, c, scoped := strings.Cut(comp, "/")
+			if !scoped {
+				ns, c = "", comp
 			}
-			k.Models = append(k.Models, config.ComponentModel{Component: comp, Model: model})
+			if !ok || c == "" || model == "" || (scoped && ns == "") {
+				return FlagErrorf("--models %q: want [DYNAMO_NAMESPACE/]COMPONENT=MODEL", m)
+			}
+			k.Models = append(k.Models, config.ComponentModel{Component: c, Model: model, DynamoNamespace: ns})
 		}
 	}
 	return nil

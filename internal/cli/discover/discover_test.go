@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -438,6 +439,50 @@ func TestDiscoverKubernetesPods(t *testing.T) {
 		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn", "--models", "nope")
 	if code == 0 || !strings.Contains(errOut, "COMPONENT=MODEL") {
 		t.Fatalf("bad --models: exit %d: %s", code, errOut)
+	}
+}
+
+// TestDiscoverKubernetesPodsModelsByNamespace: with several Dynamo
+// namespaces watched, --models names each component's namespace before a
+// '/' (which a label value cannot hold), as the models entries of a file
+// must; the same component in two namespaces serves two models.
+func TestDiscoverKubernetesPodsModelsByNamespace(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	mk := func(name, dynNS string) kubefake.Object {
+		return kubefake.Object{
+			"metadata": kubefake.Object{"name": name, "namespace": "fleet", "labels": kubefake.Object{
+				"nvidia.com/dynamo-discovery-backend": "kubernetes", "nvidia.com/dynamo-discovery-enabled": "true",
+				"nvidia.com/dynamo-namespace": dynNS, "nvidia.com/dynamo-component": "W",
+				"nvidia.com/dynamo-component-type": "decode",
+			}},
+			"status": kubefake.Object{"phase": "Running", "conditions": []any{kubefake.Object{"type": "Ready", "status": "True"}}},
+		}
+	}
+	fake.Apply(kubefake.Pods, mk("worker-0", "a"))
+	fake.Apply(kubefake.Pods, mk("worker-1", "b"))
+	args := []string{"discover", "--source", "kubernetes_pods", "--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet",
+		"--dynamo-namespace", "a", "--dynamo-namespace", "b"}
+	code, out, errOut := runCLI(t, context.Background(), append(args, "--models", "a/W=m1", "--models", "b/W=m2", "-o", "json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep discover.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not the report: %v\n%s", err, out)
+	}
+	var got []string
+	for _, w := range rep.Workers {
+		got = append(got, w.Namespace+" "+w.Model)
+	}
+	slices.Sort(got)
+	if strings.Join(got, ",") != "a m1,b m2" {
+		t.Fatalf("workers %v, want a m1 and b m2", got)
+	}
+	for _, bad := range []string{"/W=m1", "a/=m1", "W"} {
+		if code, _, errOut := runCLI(t, context.Background(), append(args, "--models", bad)...); code == 0 || !strings.Contains(errOut, "[DYNAMO_NAMESPACE/]COMPONENT=MODEL") {
+			t.Errorf("--models %q: exit %d: %s", bad, code, errOut)
+		}
 	}
 }
 
