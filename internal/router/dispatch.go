@@ -646,9 +646,30 @@ func (x *exchange) roundTripWithTimeout(ur *upRequest, b *Backend) (*http.Respon
 		h1.AddFields(ur.req.Header, ur.fields, clientLine)
 		ur.fields = ""
 	}
+	if pinned(&ur.req) {
+		hideIdempotencyKeys(ur.req.Header)
+	}
 	ctx, cancel := context.WithTimeout(x.ctx, b.cfg.Timeout.D())
 	resp, err := x.s.client.Transport.RoundTrip(ur.req.WithContext(ctx))
 	return resp, cancel, err
+}
+
+// hideIdempotencyKeys keeps a pinned dispatch's idempotency keys from
+// net/http's transport, which reads a POST that names one (under the
+// canonical name) as one it may send again on its own, to the same
+// frontend, when a kept-alive connection breaks after the request went
+// out: a pinned dispatch that may have reached its worker runs again only
+// with the workers' consent (a card's migration_limit), which the dispatch
+// judges, and the frontend applies no idempotency key. The keys still go
+// to the frontend, under their lower-case names (field names are
+// case-insensitive).
+func hideIdempotencyKeys(h http.Header) {
+	for _, k := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := h[k]; ok {
+			delete(h, k)
+			h[strings.ToLower(k)] = v
+		}
+	}
 }
 
 // roundTripFailed is the outcome of an exchange that brought no answer.

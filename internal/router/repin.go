@@ -43,8 +43,8 @@ func (x *exchange) repin(req *shim.Request[*Backend], res sendResult, pin *pick.
 			x.s.opts.Metrics.Repins.WithLabelValues(res.repin).Inc()
 			return d
 		}
-		if !errors.Is(err, shim.ErrNotPinned) {
-			break
+		if !errors.Is(err, shim.ErrNotPinned) && !errors.Is(err, shim.ErrNoReplica) {
+			break // every candidate is busy
 		}
 	}
 	req.Exclude = req.Exclude[:base]

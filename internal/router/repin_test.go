@@ -335,19 +335,25 @@ func TestReplicaDroppingTheConnectionRetried(t *testing.T) {
 // HTTP client, whatever the client's Idempotency-Key says (the frontend
 // applies none) or a 408 closing the connection (a mesh's stream timeout
 // after the frontend ran it): a card without migration_limit does not
-// consent to a request running twice.
+// consent to a request running twice. The same with a prompt too large
+// for the router's own client, which net/http's transport sends: it would
+// send a POST again on its own when the request names an idempotency key.
 func TestPinnedNotResentByTheTransport(t *testing.T) {
 	t.Parallel()
 	const completion = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`
+	big := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, strings.Repeat("word ", 20000))
 	for _, tc := range []struct {
 		name   string
 		header map[string]string
 		fail   func(c net.Conn)
+		body   string
 	}{
-		{"idempotency-key dropped", map[string]string{"Idempotency-Key": "k-1"}, func(net.Conn) {}},
+		{"idempotency-key dropped", map[string]string{"Idempotency-Key": "k-1"}, func(net.Conn) {}, chat(false)},
 		{"408 closing", nil, func(c net.Conn) {
 			_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 15\r\n\r\nstream timeout\n")
-		}},
+		}, chat(false)},
+		{"large body, idempotency-key dropped", map[string]string{"Idempotency-Key": "k-1"}, func(net.Conn) {}, big},
+		{"large body, x-idempotency-key dropped", map[string]string{"X-Idempotency-Key": "k-1"}, func(net.Conn) {}, big},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -361,7 +367,7 @@ func TestPinnedNotResentByTheTransport(t *testing.T) {
 			})
 			h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.url })
 			for range 2 {
-				resp := h.post(t, chat(false), tc.header)
+				resp := h.post(t, tc.body, tc.header)
 				_ = readAll(t, resp)
 			}
 			if n := fe.requests.Load(); n != 2 {
@@ -379,14 +385,23 @@ func TestPinnedNotResentByTheTransport(t *testing.T) {
 // unified backend as if Dynamo did not serve the model.
 func TestOpenBreakerIsAShimFailure(t *testing.T) {
 	t.Parallel()
-	for _, fallback := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+	for _, tc := range []struct{ fallback, second bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		fallback := tc.fallback
+		// second: another namespace with a healthy replica and no worker
+		// of the model is watched too; the answer is the same.
+		t.Run(fmt.Sprintf("fallback=%v/second_namespace=%v", fallback, tc.second), func(t *testing.T) {
 			t.Parallel()
-			var hits atomic.Int32
+			var hits, hits2 atomic.Int32
 			fe := failingFrontend(t, http.StatusBadGateway, `{"error":{"message":"upstream connect error or disconnect/reset before headers"}}`, &hits)
+			fe2 := failingFrontend(t, http.StatusInternalServerError, `{"error":{"message":"another namespace's frontend"}}`, &hits2)
 			h := newHarness(t, func(c *config.Config) {
 				c.Backends[0].URL = fe.URL
 				c.DisaggregatedServing.FallbackToUnified = fallback
+				if tc.second {
+					c.Backends = append(c.Backends, config.Backend{Name: "fe2", Type: "openai", URL: fe2.URL, Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)})
+					c.Dynamo.Discovery.Etcd.Namespaces = []string{"dynamo", "other"}
+					c.Dynamo.Shim.Pools = []config.ShimPool{{Namespace: "dynamo", Backends: []string{"fe"}}, {Namespace: "other", Backends: []string{"fe2"}}}
+				}
 			})
 			const n = 8
 			for i := range n {
@@ -426,5 +441,34 @@ func TestDisabledReplicasGoPlain(t *testing.T) {
 	resp := h.post(t, chat(false), nil)
 	if body := readAll(t, resp); resp.StatusCode != http.StatusOK || len(*h.plain) != 1 {
 		t.Errorf("%d %s; %d at the plain backend", resp.StatusCode, body, len(*h.plain))
+	}
+}
+
+// TestPinnedIdempotencyKeyStillSent: the idempotency key of a pinned
+// dispatch that net/http's transport sends (a prompt too large for the
+// router's own client) still reaches the frontend, where only the
+// transport's own resending is kept from reading it.
+func TestPinnedIdempotencyKeyStillSent(t *testing.T) {
+	t.Parallel()
+	const completion = `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`
+	got := make(chan [2]string, 1)
+	fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case got <- [2]string{r.Header.Get("Idempotency-Key"), r.Header.Get("X-Idempotency-Key")}:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, completion)
+	}))
+	t.Cleanup(fe.Close)
+	h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.URL })
+	big := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, strings.Repeat("word ", 20000))
+	resp := h.post(t, big, map[string]string{"Idempotency-Key": "k-1", "X-Idempotency-Key": "k-2"})
+	if body := readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if keys := <-got; keys != [2]string{"k-1", "k-2"} {
+		t.Fatalf("the frontend got idempotency keys %q, want k-1 and k-2", keys)
 	}
 }

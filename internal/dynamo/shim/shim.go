@@ -305,12 +305,15 @@ type Dispatch[R comparable] struct {
 func (d *Dispatch[R]) Done() { d.picker.Release(d.ticket) }
 
 // servedBehind reports whether a worker of model is in a namespace with a
-// replica for which allowed holds.
-func (p *Plan[R]) servedBehind(snap *fleet.Snapshot, model string, allowed func(R) bool) bool {
+// replica for which allowed holds, other than those in skip.
+func (p *Plan[R]) servedBehind(snap *fleet.Snapshot, model string, allowed func(R) bool, skip []string) bool {
 	if snap == nil {
 		return false
 	}
 	for _, ns := range p.Candidates(allowed).Namespaces {
+		if slices.Contains(skip, ns) {
+			continue
+		}
 		for w := range snap.Workers.InNamespace(ns) {
 			if w.Model == model && w.Role != fleet.RoleUnknown {
 				return true
@@ -350,7 +353,7 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 	}
 	cands := plan.Candidates(req.Usable)
 	if len(cands.Namespaces) == 0 {
-		if req.Allowed != nil && plan.servedBehind(snap, plan.Model(req.Model), req.Allowed) {
+		if req.Allowed != nil && plan.servedBehind(snap, plan.Model(req.Model), req.Allowed, nil) {
 			return nil, ErrNoReplica
 		}
 		return nil, ErrNotPinned
@@ -362,6 +365,12 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 		return nil, err
 	}
 	if err != nil {
+		// No worker of the model in the namespaces with a usable replica:
+		// where its workers are behind replicas none of which is usable,
+		// that is a shim failure, whatever other namespaces are watched.
+		if req.Allowed != nil && plan.servedBehind(snap, plan.Model(req.Model), req.Allowed, cands.Namespaces) {
+			return nil, ErrNoReplica
+		}
 		return nil, ErrNotPinned
 	}
 	path := PathAggregated
