@@ -78,6 +78,11 @@ type exchange struct {
 	// event (data: [DONE]). A client that leaves after it has its whole
 	// answer: the request is served, not abandoned.
 	streamDone bool
+	// reruns counts the times a pinned request that may have run was
+	// sent again (a re-pin, or another replica after the connection broke
+	// once the request was out): at most the card's migration_limit in
+	// all.
+	reruns int
 }
 
 // fail answers the client with a router error, in its ingress's shape.
@@ -195,16 +200,17 @@ func (x *exchange) route() {
 		}
 	}
 	limit := shim.RepinLimit(d.Pin)
-	for repins := 0; ; repins++ {
+	for {
 		x.pinned(plainBody, &d.Pin)
 		res = x.send(d.Replicas, d.Header, &d.Pin, refresh)
-		if res.outcome != shim.Failed || res.repin == "" || repins >= limit || x.ctx.Err() != nil {
+		if res.outcome != shim.Failed || res.repin == "" || x.reruns >= limit || x.ctx.Err() != nil {
 			break
 		}
 		nd := x.repin(&req, res, &d.Pin)
 		if nd == nil {
 			break // nowhere else to go: the failure stands
 		}
+		x.reruns++
 		d.Done()
 		d = nd
 	}
@@ -479,6 +485,9 @@ type sendResult struct {
 	// viewBehind: the answer quotes the frontend's refusal for want of a
 	// prefill id; the frontend is up (its breaker counts no failure).
 	viewBehind bool
+	// mayHaveRun: the connection broke after the request went out, before
+	// an answer: a pinned request retried so runs again (see reruns).
+	mayHaveRun bool
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
@@ -504,6 +513,14 @@ func (x *exchange) send(replicas []*Backend, pinHdr http.Header, pin *pick.Pin, 
 		res, retry := x.sendOnce(b, pinHdr, pin)
 		if !retry {
 			return res
+		}
+		if res.mayHaveRun {
+			// Sent again after it may have run: the workers' consent,
+			// shared with the re-pins.
+			if x.reruns >= shim.RepinLimit(*pin) {
+				return res
+			}
+			x.reruns++
 		}
 		last = res
 		if refresh != nil && tried < maxReplicaAttempts {
@@ -700,7 +717,8 @@ func (x *exchange) roundTripFailed(b *Backend, pin *pick.Pin, err error) (sendRe
 	if dialFailed {
 		public = "the backend could not be reached"
 	}
-	return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + errText(err), public: public}, dialFailed || migrates
+	return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + errText(err), public: public,
+		mayHaveRun: migrates && !dialFailed}, dialFailed || migrates
 }
 
 // relayInspected relays an answer the router reads on its way: a pinned

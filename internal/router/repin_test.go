@@ -330,6 +330,48 @@ func TestReplicaDroppingTheConnectionRetried(t *testing.T) {
 	}
 }
 
+// TestDroppedConnectionRetriesWithinMigrationLimit: a pinned request sent
+// again to another replica after a connection broke once it was out may
+// have run: those sends count against the card's migration_limit with the
+// re-pins. With a limit of 1 and three replicas that each read the request
+// and drop the connection, it reaches two of them, then the failure stands.
+func TestDroppedConnectionRetriesWithinMigrationLimit(t *testing.T) {
+	t.Parallel()
+	var dropped atomic.Int32
+	dead := func() string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet {
+				_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+				return
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
+			dropped.Add(1)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+		}))
+		t.Cleanup(s.Close)
+		return s.URL
+	}
+	h := newHarness(t, func(c *config.Config) {
+		for _, n := range []string{"d1", "d2", "d3"} {
+			c.Backends = append(c.Backends, config.Backend{Name: n, Type: "openai", URL: dead(), Role: config.RoleUnified, Enabled: true, Timeout: config.Duration(10 * time.Second)})
+		}
+		c.Dynamo.Shim.Backends = []string{"d1", "d2", "d3"}
+	})
+	h.reducer = fleet.NewReducer()
+	repinWorker(h.reducer, "prefill", "Prefill", 10, 1)
+	repinWorker(h.reducer, "decode", "Decode", 20, 1)
+	h.reg.Publish(h.reducer.Build(t0))
+	resp := h.post(t, chat(false), nil)
+	if body := readAll(t, resp); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("%d %s, want the dispatch's failure", resp.StatusCode, body)
+	}
+	if n := dropped.Load(); n != 2 {
+		t.Fatalf("the pinned request was read by %d frontends; migration_limit 1 allows 2", n)
+	}
+}
+
 // TestPinnedNotResentByTheTransport: a pinned dispatch that went out on a
 // kept-alive connection is not sent to its frontend again by the router's
 // HTTP client, whatever the client's Idempotency-Key says (the frontend
