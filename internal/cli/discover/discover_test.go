@@ -387,28 +387,10 @@ func TestDiscoverFileStoreWatch(t *testing.T) {
 	}
 }
 
-// TestDiscoverKubernetesPods: `discover --source kubernetes_pods` against a
-// fake API server (real HTTP, real client-go) lists the ready worker pods
-// with their instance ids in hex and decimal, roles and models.
-func TestDiscoverKubernetesPods(t *testing.T) {
-	t.Parallel()
-	fake := kubefake.Start(t)
-	mk := func(name, component, ctype string) kubefake.Object {
-		return kubefake.Object{
-			"metadata": kubefake.Object{"name": name, "namespace": "fleet", "labels": kubefake.Object{
-				"nvidia.com/dynamo-discovery-backend": "kubernetes", "nvidia.com/dynamo-discovery-enabled": "true",
-				"nvidia.com/dynamo-namespace": "dyn", "nvidia.com/dynamo-component": component,
-				"nvidia.com/dynamo-component-type": ctype,
-			}},
-			"status": kubefake.Object{"phase": "Running", "conditions": []any{kubefake.Object{"type": "Ready", "status": "True"}}},
-		}
-	}
-	fake.Apply(kubefake.Pods, mk("worker-0", "VllmPrefillWorker", "prefill"))
-	fake.Apply(kubefake.Pods, mk("worker-1", "VllmDecodeWorker", "decode"))
-	fake.Apply(kubefake.Pods, mk("frontend-0", "Frontend", "frontend"))
-	code, out, errOut := runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
-		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn",
-		"--models", "VllmPrefillWorker=solar", "--models", "VllmDecodeWorker=solar", "-o", "json")
+// runReport runs the command (ending in -o json) and returns its report.
+func runReport(t *testing.T, args ...string) discover.Report {
+	t.Helper()
+	code, out, errOut := runCLI(t, context.Background(), args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -416,6 +398,35 @@ func TestDiscoverKubernetesPods(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("output is not the report: %v\n%s", err, out)
 	}
+	return rep
+}
+
+// readyPod is a ready worker pod of the fleet's Kubernetes namespace with
+// the discovery labels of Dynamo namespace dynNS.
+func readyPod(name, dynNS, component, ctype string) kubefake.Object {
+	return kubefake.Object{
+		"metadata": kubefake.Object{"name": name, "namespace": "fleet", "labels": kubefake.Object{
+			"nvidia.com/dynamo-discovery-backend": "kubernetes", "nvidia.com/dynamo-discovery-enabled": "true",
+			"nvidia.com/dynamo-namespace": dynNS, "nvidia.com/dynamo-component": component,
+			"nvidia.com/dynamo-component-type": ctype,
+		}},
+		"status": kubefake.Object{"phase": "Running", "conditions": []any{kubefake.Object{"type": "Ready", "status": "True"}}},
+	}
+}
+
+// TestDiscoverKubernetesPods: `discover --source kubernetes_pods` against a
+// fake API server (real HTTP, real client-go) lists the ready worker pods
+// with their instance ids in hex and decimal, roles and models.
+func TestDiscoverKubernetesPods(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	mk := func(name, component, ctype string) kubefake.Object { return readyPod(name, "dyn", component, ctype) }
+	fake.Apply(kubefake.Pods, mk("worker-0", "VllmPrefillWorker", "prefill"))
+	fake.Apply(kubefake.Pods, mk("worker-1", "VllmDecodeWorker", "decode"))
+	fake.Apply(kubefake.Pods, mk("frontend-0", "Frontend", "frontend"))
+	rep := runReport(t, "discover", "--source", "kubernetes_pods",
+		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn",
+		"--models", "VllmPrefillWorker=solar", "--models", "VllmDecodeWorker=solar", "-o", "json")
 	var got []string
 	for _, w := range rep.Workers {
 		got = append(got, fmt.Sprintf("%s %s %s %s %s", w.InstanceID, w.WorkerID, w.Role, w.Model, w.Component))
@@ -430,12 +441,12 @@ func TestDiscoverKubernetesPods(t *testing.T) {
 	if rep.Source != "kubernetes_pods" || len(rep.Namespaces) != 1 || rep.Namespaces[0] != "dyn" {
 		t.Errorf("header %+v", rep)
 	}
-	code, out, _ = runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
+	code, out, _ := runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
 		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn", "--model", "solar")
 	if code != 0 || !strings.Contains(out, "43710f49c0cff") || !strings.Contains(out, "1186445869714687") {
 		t.Fatalf("table exit %d:\n%s", code, out)
 	}
-	code, _, errOut = runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
+	code, _, errOut := runCLI(t, context.Background(), "discover", "--source", "kubernetes_pods",
 		"--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet", "--dynamo-namespace", "dyn", "--models", "nope")
 	if code == 0 || !strings.Contains(errOut, "COMPONENT=MODEL") {
 		t.Fatalf("bad --models: exit %d: %s", code, errOut)
@@ -449,28 +460,11 @@ func TestDiscoverKubernetesPods(t *testing.T) {
 func TestDiscoverKubernetesPodsModelsByNamespace(t *testing.T) {
 	t.Parallel()
 	fake := kubefake.Start(t)
-	mk := func(name, dynNS string) kubefake.Object {
-		return kubefake.Object{
-			"metadata": kubefake.Object{"name": name, "namespace": "fleet", "labels": kubefake.Object{
-				"nvidia.com/dynamo-discovery-backend": "kubernetes", "nvidia.com/dynamo-discovery-enabled": "true",
-				"nvidia.com/dynamo-namespace": dynNS, "nvidia.com/dynamo-component": "W",
-				"nvidia.com/dynamo-component-type": "decode",
-			}},
-			"status": kubefake.Object{"phase": "Running", "conditions": []any{kubefake.Object{"type": "Ready", "status": "True"}}},
-		}
-	}
-	fake.Apply(kubefake.Pods, mk("worker-0", "a"))
-	fake.Apply(kubefake.Pods, mk("worker-1", "b"))
+	fake.Apply(kubefake.Pods, readyPod("worker-0", "a", "W", "decode"))
+	fake.Apply(kubefake.Pods, readyPod("worker-1", "b", "W", "decode"))
 	args := []string{"discover", "--source", "kubernetes_pods", "--kubeconfig", fake.WriteKubeconfig(t), "--kube-namespace", "fleet",
 		"--dynamo-namespace", "a", "--dynamo-namespace", "b"}
-	code, out, errOut := runCLI(t, context.Background(), append(args, "--models", "a/W=m1", "--models", "b/W=m2", "-o", "json")...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	var rep discover.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("output is not the report: %v\n%s", err, out)
-	}
+	rep := runReport(t, append(args, "--models", "a/W=m1", "--models", "b/W=m2", "-o", "json")...)
 	var got []string
 	for _, w := range rep.Workers {
 		got = append(got, w.Namespace+" "+w.Model)
