@@ -433,6 +433,10 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 	if prev := d.dyn.watcher; prev != nil {
 		prev.Halt()
 	}
+	// Halted, the old watcher no longer reports: the gauge says what the
+	// admin view says (w's Connected), not connected until w is seeded,
+	// rather than the old watcher's last word until then.
+	d.dm.Connected.Set(0)
 	// Where the registry keeps the view, the new watcher keeps its
 	// workers' first_seen too: they are the same workers, still routed.
 	switch {
@@ -468,6 +472,12 @@ func (d *Daemon) replaceWatcher(cfg *config.Config, wr *config.WatcherRestart, w
 func (d *Daemon) stopDynamo() {
 	d.logger.Info("dynamo discovery watcher stopping", "reason", config.ReasonEnabled)
 	dp := d.dyn
+	if dp.watcher != nil {
+		// Handed over to no one: a pass still under way (its source
+		// returning within the stop grace) cannot set the gauge again.
+		dp.watcher.Halt()
+	}
+	d.dm.Connected.Set(0)
 	d.setDynamo(dynamoParts{})
 	d.settling.Store(nil)
 	d.setPicker()

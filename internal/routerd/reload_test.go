@@ -1010,3 +1010,57 @@ func TestReloadKeepsOpenStreams(t *testing.T) {
 		t.Fatal("the stream open before the reload stalled")
 	}
 }
+
+// TestConnectedGaugeAfterWatcherReplacement: a reload that replaces the
+// discovery watcher (the file source swapped for an etcd endpoint that
+// accepts connections and never answers, so the new watcher stays seeding)
+// leaves continuum_dynamo_discovery_connected saying what GET
+// /admin/dynamo/workers says, not connected, instead of the halted old
+// watcher's 1.
+func TestConnectedGaugeAfterWatcherReplacement(t *testing.T) {
+	t.Parallel()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 64) // accepted and held open, never answered
+	t.Cleanup(func() {
+		_ = silent.Close()
+		for len(held) > 0 {
+			_ = (<-held).Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case held <- c:
+			default:
+				_ = c.Close()
+			}
+		}
+	}()
+	text := configYAML("http://127.0.0.1:1", t.TempDir(), "")
+	f := startReload(t, text)
+	testutil.Eventually(t, 10*time.Second, "discovery connected", func() bool { return connected(t, f.metrics) == 1 })
+
+	f.write(strings.Replace(text, "    source: file\n",
+		"    source: etcd\n    etcd:\n      endpoints: [\""+silent.Addr().String()+"\"]\n      namespace: a\n", 1))
+	if r := f.waitReload(1); r.Result != admin.ReloadApplied {
+		t.Fatalf("reload %+v", r)
+	}
+	code, body := f.adminDo(http.MethodGet, "/admin/dynamo/workers", "")
+	var view admin.WorkersResponse
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &view) != nil {
+		t.Fatalf("workers: %d %s", code, body)
+	}
+	if view.Connected {
+		t.Fatalf("the new watcher reads as connected to an etcd that never answers: %s", body)
+	}
+	if g := connected(t, f.metrics); g != 0 {
+		t.Errorf("continuum_dynamo_discovery_connected = %v after the watcher was replaced; the new one is still seeding", g)
+	}
+}
