@@ -362,6 +362,67 @@ type busConn struct {
 	authed    atomic.Bool
 	authTimer *time.Timer
 	done      chan struct{}
+
+	// active counts the accepted requests under way on the connection (a
+	// session's control channel, a data stream); idle closes it a while
+	// after the last of them ended. Refused requests neither start nor
+	// stop it: a connection that authenticated once is not held open by
+	// requests the listener turns away (net/http's own idle timeout
+	// counts every request).
+	mu     sync.Mutex
+	active int
+	idle   *time.Timer
+}
+
+// accepted counts a request the listener accepted as under way.
+func (bc *busConn) accepted() {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	bc.active++
+	if bc.idle != nil {
+		bc.idle.Stop()
+	}
+}
+
+// finished ends an accepted request; after the last, the connection
+// closes in after unless another is accepted first.
+func (bc *busConn) finished(after time.Duration) {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	bc.active--
+	if bc.active > 0 {
+		return
+	}
+	if bc.idle == nil {
+		bc.idle = time.AfterFunc(after, bc.closeIdle)
+		return
+	}
+	bc.idle.Reset(after)
+}
+
+func (bc *busConn) closeIdle() {
+	bc.mu.Lock()
+	idle := bc.active == 0
+	bc.mu.Unlock()
+	if idle {
+		_ = bc.raw.Close()
+	}
+}
+
+// stopIdle stops the idle timer of a connection that is closing.
+func (bc *busConn) stopIdle() {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	if bc.idle != nil {
+		bc.idle.Stop()
+	}
+}
+
+// requestEnded ends an accepted request on bc: the connection closes
+// CloseAfterLastRequest after its last one, sooner when idle_timeout is
+// shorter.
+func (b *Bus) requestEnded(bc *busConn) {
+	bc.finished(min(b.t.idleConn, b.settings.Load().IdleTimeout))
 }
 
 // admit counts a new connection against the limit.

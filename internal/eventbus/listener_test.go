@@ -632,3 +632,41 @@ func TestIgnoredLinesLogSparingly(t *testing.T) {
 		t.Errorf("%d warnings for 50 invalid lines, want 1:\n%s", n, tb.logs.String())
 	}
 }
+
+// TestRefusedRequestsDoNotKeepConnection: a connection closes idle_timeout
+// (at most 30 s) after its last accepted request ended; requests the
+// listener refuses (here 401s) do not keep a connection that authenticated
+// once open, as net/http's idle timeout alone (re-armed by any request)
+// would.
+func TestRefusedRequestsDoNotKeepConnection(t *testing.T) {
+	t.Parallel()
+	const idle = 2 * time.Second
+	tb := startBus(t, func(s *eventbus.Settings, _ *eventbus.Timeouts) { s.IdleTimeout = idle })
+	cc := tb.dial(t, nil)
+	rs := openSession(t, cc, tokenA, hello(eventbus.RoleBroker, brokerA, []string{"dynamo"}, nil))
+	if rs.resp.StatusCode != http.StatusOK {
+		t.Fatal(rs.resp.StatusCode)
+	}
+	_ = rs.w.Close() // the session, the last accepted request, ends
+	_ = rs.resp.Body.Close()
+	ended := time.Now()
+	for time.Since(ended) < 4*idle {
+		req, _ := http.NewRequest(http.MethodPost, "https://127.0.0.1"+eventbus.PathSession, strings.NewReader(""))
+		req.Header.Set("Authorization", "Bearer not-a-token")
+		req.Header.Set(eventbus.HeaderVersion, "1")
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			if time.Since(ended) < idle {
+				t.Fatalf("closed %v after the last accepted request, before idle_timeout: %v", time.Since(ended), err)
+			}
+			return
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401", resp.StatusCode)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("the connection still serves %v after its last accepted request ended (idle_timeout %v): refused requests keep it open",
+		time.Since(ended).Round(time.Millisecond), idle)
+}

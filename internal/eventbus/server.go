@@ -154,6 +154,7 @@ func (b *Bus) connClosed(c net.Conn) {
 		return
 	}
 	bc.authTimer.Stop()
+	bc.stopIdle()
 	_ = bc.raw.Close()
 	b.releaseConn(bc)
 }

@@ -107,6 +107,8 @@ func (b *Bus) serveSession(bc *busConn, ent *entry, w http.ResponseWriter, r *ht
 		return
 	}
 	bc.authed.Store(true)
+	bc.accepted()
+	defer b.requestEnded(bc)
 	b.logger.Info("event bus session opened", "broker", ent.id, "role", s.role, "session", s.id,
 		"namespaces", s.namespaces, "sources", s.sources)
 	s.serve(rc, w, r, lr)

@@ -159,6 +159,8 @@ func (b *Bus) serveStream(bc *busConn, ent *entry, version int, id string, w htt
 	err := c.rc.Flush()
 	if err == nil {
 		bc.authed.Store(true)
+		bc.accepted()
+		defer b.requestEnded(bc)
 	}
 	// Always handed over, so that an opener that gave up meanwhile finds
 	// it and closes it.
