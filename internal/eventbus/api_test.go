@@ -530,3 +530,29 @@ func TestStreamEndNotATimeout(t *testing.T) {
 		t.Fatalf("the next read: %v", err)
 	}
 }
+
+// TestClosedStreamSlotReusable: a stream the router closed frees its slot
+// on both sides at once: the next stream placed on it (the session at its
+// limit of one) is not refused too_many_streams by a client still counting
+// the closed one's relay while it winds down.
+func TestClosedStreamSlotReusable(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, func(s *eventbus.Settings, _ *eventbus.Timeouts) { s.MaxStreamsPerSession = 1 })
+	pub := testutil.StartGoPublisher(t)
+	tb.brokerAgent(t, brokerA, tokenA, []string{"dynamo"}, nil)
+	testutil.Eventually(t, 10*time.Second, "namespace covered", func() bool { return tb.Covers("dynamo") })
+	target := targetOf(t, "dynamo", pub.Endpoint, "kv_metrics")
+	refused := 0
+	for i := range 20 {
+		c, err := tb.OpenStream(t.Context(), target)
+		if err != nil {
+			refused++
+			t.Logf("open %d: %v", i, err)
+			continue
+		}
+		_ = c.Close()
+	}
+	if refused > 0 {
+		t.Errorf("%d of 20 opens refused right after the previous stream was closed, with the session under its limit", refused)
+	}
+}

@@ -391,8 +391,13 @@ func (c *Client) session(ctx context.Context) error {
 // relayEnd reports a relay that ended.
 type relayEnd struct {
 	id   string
+	r    *relayRef
 	code string // "" when the router ended it
 }
+
+// relayRef is a relay under way, as the session counts it: from its
+// subscribe to its unsubscribe or its end, whichever comes first.
+type relayRef struct{ cancel context.CancelFunc }
 
 // serve runs the session: the writer, the reader, and the relays.
 func (s *conn) serve(ctx context.Context, pw *io.PipeWriter, lr *eventbus.LineReader, body io.Closer) error {
@@ -438,13 +443,13 @@ func (s *conn) serve(ctx context.Context, pw *io.PipeWriter, lr *eventbus.LineRe
 			}
 		}
 	})
-	relays := map[string]context.CancelFunc{}
+	relays := map[string]*relayRef{}
 	var relayWG sync.WaitGroup
 	// The relays end first (their requests ride the connection), then the
 	// writer and, with the control channel's response closed, the reader.
 	defer func() {
-		for _, cancel := range relays {
-			cancel()
+		for _, r := range relays {
+			r.cancel()
 		}
 		relayWG.Wait()
 		s.die(nil)
@@ -457,9 +462,14 @@ func (s *conn) serve(ctx context.Context, pw *io.PipeWriter, lr *eventbus.LineRe
 
 // loop handles the router's messages, heartbeats, relay ends and the
 // drain, until the session ends.
-func (s *conn) loop(ctx context.Context, msgs <-chan eventbus.Message, lastSeen <-chan struct{}, relays map[string]context.CancelFunc, relayWG *sync.WaitGroup) error {
+func (s *conn) loop(ctx context.Context, msgs <-chan eventbus.Message, lastSeen <-chan struct{}, relays map[string]*relayRef, relayWG *sync.WaitGroup) error {
 	c := s.c
 	ends := make(chan relayEnd, s.limits.MaxStreams+1)
+	// Relays the router unsubscribed no longer count, so more may be
+	// under way than ends holds: once the loop returns, theirs are not
+	// waited for.
+	quit := make(chan struct{})
+	defer close(quit)
 	interval := time.Duration(s.limits.HeartbeatIntervalMs) * time.Millisecond
 	idle := time.Duration(s.limits.IdleTimeoutMs) * time.Millisecond
 	hb := time.NewTicker(interval)
@@ -496,8 +506,8 @@ func (s *conn) loop(ctx context.Context, msgs <-chan eventbus.Message, lastSeen 
 			c.o.Logger.Warn("drain grace over; cutting the streams left", "streams", len(relays))
 			return nil
 		case e := <-ends:
-			if _, ok := relays[e.id]; !ok {
-				continue
+			if relays[e.id] != e.r {
+				continue // unsubscribed: the router knows it ended
 			}
 			delete(relays, e.id)
 			c.o.Metrics.Streams.Set(float64(len(relays)))
@@ -519,8 +529,16 @@ func (s *conn) loop(ctx context.Context, msgs <-chan eventbus.Message, lastSeen 
 			case eventbus.TypeError:
 				return &SessionError{Code: m.Code, Detail: m.Detail}
 			case eventbus.TypeUnsubscribe:
-				if cancel, ok := relays[m.StreamID]; ok {
-					cancel()
+				// The stream's slot is free at once, as the router counts
+				// it: a subscribe that follows may take it while the
+				// cancelled relay winds down.
+				if r, ok := relays[m.StreamID]; ok {
+					r.cancel()
+					delete(relays, m.StreamID)
+					c.o.Metrics.Streams.Set(float64(len(relays)))
+					if draining && len(relays) == 0 {
+						return nil
+					}
 				}
 			case eventbus.TypeSubscribe:
 				code := ""
@@ -538,12 +556,16 @@ func (s *conn) loop(ctx context.Context, msgs <-chan eventbus.Message, lastSeen 
 					continue
 				}
 				rctx, cancel := context.WithCancel(s.ctx)
-				relays[m.StreamID] = cancel
+				r := &relayRef{cancel: cancel}
+				relays[m.StreamID] = r
 				c.o.Metrics.Streams.Set(float64(len(relays)))
 				relayWG.Go(func() {
 					defer cancel()
 					code := s.relay(rctx, &m)
-					ends <- relayEnd{id: m.StreamID, code: code}
+					select {
+					case ends <- relayEnd{id: m.StreamID, r: r, code: code}:
+					case <-quit:
+					}
 				})
 			}
 		}
