@@ -720,11 +720,13 @@ func (v *validator) eventBus() {
 	} else if need := int64(b.MaxStreamsPerSession) * MinStreamBudgetBytes; b.MaxSessionBufferBytes < need {
 		v.errorf(p+".max_session_buffer_bytes", "%d bytes is below max_streams_per_session × 64 KiB = %d: raise it or lower max_streams_per_session", b.MaxSessionBufferBytes, need)
 	}
-	if b.HeartbeatInterval <= 0 || time.Duration(b.HeartbeatInterval) > MaxBusInterval {
-		v.errorf(p+".heartbeat_interval", "must be positive and at most %v, such as \"10s\"", MaxBusInterval)
+	// The welcome carries both in whole milliseconds, and clients refuse
+	// a zero.
+	if time.Duration(b.HeartbeatInterval) < time.Millisecond || time.Duration(b.HeartbeatInterval) > MaxBusInterval {
+		v.errorf(p+".heartbeat_interval", "must be from 1ms to %v, such as \"10s\"", MaxBusInterval)
 	}
-	if b.IdleTimeout <= 0 || time.Duration(b.IdleTimeout) > MaxBusInterval {
-		v.errorf(p+".idle_timeout", "must be positive and at most %v, such as \"30s\"", MaxBusInterval)
+	if time.Duration(b.IdleTimeout) < time.Millisecond || time.Duration(b.IdleTimeout) > MaxBusInterval {
+		v.errorf(p+".idle_timeout", "must be from 1ms to %v, such as \"30s\"", MaxBusInterval)
 	}
 	v.brokers()
 	v.busAdvisories()

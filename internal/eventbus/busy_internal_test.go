@@ -3,6 +3,7 @@ package eventbus
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 // TestOpenStreamBusy: a session whose control queue is full (its channel
@@ -11,7 +12,7 @@ import (
 func TestOpenStreamBusy(t *testing.T) {
 	t.Parallel()
 	b, err := New(Settings{MaxSessions: 1, MaxStreamsPerSession: 4, MaxSessionBufferBytes: 4 * MinSessionBudgetPerStream,
-		HeartbeatInterval: 1, IdleTimeout: 1}, nil, nil)
+		HeartbeatInterval: time.Millisecond, IdleTimeout: time.Millisecond}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,6 +166,18 @@ func TestStreamBudget(t *testing.T) {
 	if _, err := eventbus.New(s, nil, nil); err == nil || !strings.Contains(err.Error(), "64 KiB") {
 		t.Errorf("a budget under max_streams × 64 KiB: %v", err)
 	}
+	// The welcome carries the intervals in whole milliseconds, and clients
+	// refuse a zero: under a millisecond no session could open.
+	for _, sub := range []func(*eventbus.Settings){
+		func(s *eventbus.Settings) { s.HeartbeatInterval = 500 * time.Microsecond },
+		func(s *eventbus.Settings) { s.IdleTimeout = 999 * time.Microsecond },
+	} {
+		s := baseSettings(testutil.NewTestPKI(t))
+		sub(&s)
+		if _, err := eventbus.New(s, nil, nil); err == nil || !strings.Contains(err.Error(), "from 1ms") {
+			t.Errorf("heartbeat %v, idle %v: %v", s.HeartbeatInterval, s.IdleTimeout, err)
+		}
+	}
 }
 
 // TestTLSFilesRenewedInPlace: TLS files rewritten at the same paths (a

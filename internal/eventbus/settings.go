@@ -131,8 +131,10 @@ func (s *Settings) check() error {
 	} else if need := int64(s.MaxStreamsPerSession) * MinSessionBudgetPerStream; s.MaxSessionBufferBytes < need {
 		errs = append(errs, fmt.Errorf("max_session_buffer_bytes %d is below max_streams_per_session × 64 KiB = %d", s.MaxSessionBufferBytes, need))
 	}
-	if s.HeartbeatInterval <= 0 || s.IdleTimeout <= 0 || s.HeartbeatInterval > MaxWelcomeInterval || s.IdleTimeout > MaxWelcomeInterval {
-		errs = append(errs, fmt.Errorf("heartbeat_interval and idle_timeout must be positive and at most %v", MaxWelcomeInterval))
+	// The welcome carries both in whole milliseconds, and clients refuse
+	// a zero.
+	if s.HeartbeatInterval < time.Millisecond || s.IdleTimeout < time.Millisecond || s.HeartbeatInterval > MaxWelcomeInterval || s.IdleTimeout > MaxWelcomeInterval {
+		errs = append(errs, fmt.Errorf("heartbeat_interval and idle_timeout must be from 1ms to %v", MaxWelcomeInterval))
 	}
 	ids := map[string]bool{}
 	for _, e := range s.Entries {
