@@ -100,7 +100,9 @@ type declared struct {
 
 // NewPrompts returns prompt preparation over loader.
 func NewPrompts(loader *artifact.Loader) *Prompts {
-	n := min(max(runtime.NumCPU(), MinRenderPermits), MaxRenderPermits)
+	// One per core the router may use: GOMAXPROCS follows a container's
+	// CPU limit, where NumCPU counts the node's.
+	n := min(max(runtime.GOMAXPROCS(0), MinRenderPermits), MaxRenderPermits)
 	return &Prompts{loader: loader, permits: make(chan struct{}, n), budget: RenderBudget, byModel: map[string]declared{}}
 }
 
