@@ -49,6 +49,18 @@ type Policy struct {
 	pinned   map[Checksum]bool
 }
 
+// sourceSettings are what a policy says about where artifacts may come
+// from, apart from the pins.
+type sourceSettings struct {
+	allowHTTP, allowHF bool
+	cacheDir           string
+	hf                 HF
+}
+
+func (p *Policy) sources() sourceSettings {
+	return sourceSettings{allowHTTP: p.AllowHTTP, allowHF: p.AllowHF, cacheDir: p.CacheDir, hf: p.HF}
+}
+
 // NewPolicy returns a policy pinning the given checksums.
 func NewPolicy(pinned ...Checksum) Policy {
 	p := Policy{pinned: make(map[Checksum]bool, len(pinned)), HF: HF{Endpoint: DefaultHFEndpoint}}

@@ -136,10 +136,13 @@ func NewLoader(o LoaderOptions) (*Loader, error) {
 }
 
 // SetPolicy applies a new dynamo.kv policy at once: loaded artifacts whose
-// checksum is no longer pinned are dropped, and remembered failures are
-// forgotten (a changed source setting deserves a new try).
+// checksum is no longer pinned are dropped, and when a source setting
+// changed (allow_http, allow_hf, the cache, the Hub's endpoint or token)
+// remembered failures are forgotten: a changed source deserves a new try.
+// A policy whose sources are as they were (a reload that changed
+// something else, or only the pins) keeps them until RetryAfter.
 func (l *Loader) SetPolicy(p Policy) {
-	l.policy.Store(&p)
+	prev := l.policy.Swap(&p)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, e := range l.entries {
@@ -147,7 +150,9 @@ func (l *Loader) SetPolicy(p Policy) {
 			l.drop(k, e)
 		}
 	}
-	clear(l.failures)
+	if prev == nil || prev.sources() != p.sources() {
+		clear(l.failures)
+	}
 }
 
 // Get returns the built artifact, or why it is not available:

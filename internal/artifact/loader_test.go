@@ -413,3 +413,30 @@ func TestLoaderCacheCorrupt(t *testing.T) {
 		t.Errorf("blob %q", on)
 	}
 }
+
+// TestLoaderReloadKeepsRetryAfter: a failed artifact is tried again after
+// RetryAfter; a reload that leaves the sources as they were (the daemon
+// sets the policy on every reload while KV-aware selection is on) does not
+// make it try at once.
+func TestLoaderReloadKeepsRetryAfter(t *testing.T) {
+	data := []byte("tokenizer")
+	srv := serveFiles(t, map[string][]byte{"/t": data})
+	srv.status.Store(http.StatusInternalServerError)
+	pol := artifact.NewPolicy(artifact.Sum(data))
+	pol.AllowHTTP = true
+	h := startLoader(t, pol, localClient(t), buildText)
+	ref := refFor(t, artifact.SlotTokenizer, srv.srv.URL+"/t", data)
+	if _, err := h.waitReady(t, "m", ref); !errors.Is(err, artifact.ErrFetch) {
+		t.Fatalf("first load: %v", err)
+	}
+	hits := srv.hits.Load()
+	same := artifact.NewPolicy(artifact.Sum(data), artifact.Sum([]byte("another pin")))
+	same.AllowHTTP = true
+	h.loader.SetPolicy(same)
+	if _, err := h.loader.Get("m", ref); !errors.Is(err, artifact.ErrFetch) {
+		t.Errorf("right after a reload that left the sources alone, within RetryAfter: %v (want the remembered fetch failure)", err)
+	}
+	if srv.hits.Load() != hits {
+		t.Errorf("fetched again: %d requests, %d before the reload", srv.hits.Load(), hits)
+	}
+}
