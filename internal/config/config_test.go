@@ -738,3 +738,51 @@ backends:
 		}
 	}
 }
+
+// TestFindingsCapKeepsErrors: past MaxFindings a file that breaks no rule
+// stays valid (what is left out is warnings, summed up in a warning), and
+// an error found after the cap is full of warnings takes a warning's place
+// rather than hiding behind them.
+func TestFindingsCapKeepsErrors(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("backends:\n")
+	for i := range config.MaxFindings + 10 {
+		// role: decode is valid and warned about (never routed to).
+		fmt.Fprintf(&b, "  - {name: b%d, url: \"http://b%d:8000\", role: decode}\n", i, i)
+	}
+	warned := parse(t, b.String())
+	if n := warned.Findings.Errors(); n != 0 || warned.Findings.Warnings() != config.MaxFindings+1 {
+		t.Fatalf("%d errors and %d warnings in a file that breaks no rule; the last: %v",
+			n, warned.Findings.Warnings(), warned.Findings[len(warned.Findings)-1])
+	}
+	if last := warned.Findings[len(warned.Findings)-1]; !strings.Contains(last.Message, "10 more warnings are not shown") {
+		t.Errorf("summary %v", last)
+	}
+	b.WriteString("  - {name: bad, url: \"ftp://x\"}\n")
+	failed := parse(t, b.String())
+	if !hasFinding(failed, config.SeverityError, fmt.Sprintf("backends[%d].url", config.MaxFindings+10), "") {
+		t.Errorf("the error after %d warnings is not shown: %d errors", config.MaxFindings, failed.Findings.Errors())
+	}
+}
+
+// TestFindingsQuoteNoSecrets: a block that holds a secret written as a
+// single value is refused without quoting the value.
+func TestFindingsQuoteNoSecrets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yaml, secret string }{
+		{"api_keys: [\"sk-live-0123456789abcdef\"]\n", "sk-live-0123456789abcdef"},
+		{"dynamo:\n  discovery:\n    etcd:\n      auth: \"router:hunter2-secret\"\n", "hunter2-secret"},
+		{"admin: \"admin-token-s3cret\"\n", "admin-token-s3cret"},
+	} {
+		doc := parse(t, tc.yaml)
+		if doc.Findings.Errors() == 0 {
+			t.Fatalf("%q: no error", tc.yaml)
+		}
+		for _, f := range doc.Findings {
+			if strings.Contains(f.String(), tc.secret) {
+				t.Errorf("the finding quotes the secret: %s", f)
+			}
+		}
+	}
+}

@@ -26,6 +26,64 @@ func (s Severity) String() string {
 // MarshalText renders the severity as "error" or "warning".
 func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// droppedFindings counts the findings left out past MaxFindings, by
+// severity.
+type droppedFindings struct{ errors, warnings int }
+
+func (d *droppedFindings) add(o droppedFindings) {
+	d.errors += o.errors
+	d.warnings += o.warnings
+}
+
+// summary is the finding that stands for those left out, nil when none
+// was: an error when one of them is, so that a file with only warnings
+// left out stays valid.
+func (d droppedFindings) summary(file string) *Finding {
+	n := d.errors + d.warnings
+	if n == 0 {
+		return nil
+	}
+	f := &Finding{Severity: SeverityWarning, File: file, Line: 1, Column: 1,
+		Message: fmt.Sprintf("%d more warnings are not shown", n)}
+	if d.errors > 0 {
+		f.Severity = SeverityError
+		f.Message = fmt.Sprintf("%d more findings are not shown (%d errors, %d warnings); fix the ones above first", n, d.errors, d.warnings)
+	}
+	return f
+}
+
+// admit keeps f within MaxFindings, held counting the findings kept
+// elsewhere against the same bound: past it an error takes the place of
+// the last warning of list or, failing that, of spill (so errors are never
+// hidden behind warnings), and whatever is left out is counted in d.
+func (d *droppedFindings) admit(list *Findings, spill Findings, held int, f Finding) {
+	if len(*list)+held < MaxFindings {
+		*list = append(*list, f)
+		return
+	}
+	if f.Severity == SeverityError && (replaceWarning(*list, f) || replaceWarning(spill, f)) {
+		d.warnings++
+		return
+	}
+	if f.Severity == SeverityError {
+		d.errors++
+	} else {
+		d.warnings++
+	}
+}
+
+// replaceWarning puts f in the place of list's last warning, reporting
+// whether there was one.
+func replaceWarning(list Findings, f Finding) bool {
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].Severity != SeverityError {
+			list[i] = f
+			return true
+		}
+	}
+	return false
+}
+
 // Finding is one validation result, located in the file it came from.
 type Finding struct {
 	Severity Severity `json:"severity"`

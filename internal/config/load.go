@@ -114,9 +114,9 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 	more, dropped := validate(doc)
 	doc.Findings = append(doc.Findings, more...)
 	sortFindings(doc.Findings)
-	if dropped += dec.dropped; dropped > 0 {
-		doc.Findings = append(doc.Findings, Finding{Severity: SeverityError, File: name, Line: 1, Column: 1,
-			Message: fmt.Sprintf("%d more findings are not shown; fix the ones above first", dropped)})
+	dropped.add(dec.dropped)
+	if f := dropped.summary(name); f != nil {
+		doc.Findings = append(doc.Findings, *f)
 	}
 	return doc, nil
 }

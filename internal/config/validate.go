@@ -17,7 +17,7 @@ type validator struct {
 	out         Findings
 	suggestions int
 	// dropped counts findings past MaxFindings.
-	dropped int
+	dropped droppedFindings
 	// backends by name, for references from shim, api keys and pools.
 	backends map[string]*Backend
 }
@@ -26,12 +26,8 @@ func (v *validator) add(sev Severity, path, format string, args ...any) {
 	if v.doc.failed[path] {
 		return // the decoder has already said what is wrong with this value
 	}
-	if len(v.out)+len(v.doc.Findings) >= MaxFindings {
-		v.dropped++
-		return
-	}
 	p := v.doc.position(path)
-	v.out = append(v.out, Finding{
+	v.dropped.admit(&v.out, v.doc.Findings, len(v.doc.Findings), Finding{
 		Severity: sev, Path: clip(path), Message: clip(fmt.Sprintf(format, args...)),
 		File: v.doc.File, Line: p.line, Column: p.col,
 	})
@@ -45,7 +41,7 @@ func (v *validator) warnf(path, format string, args ...any) {
 }
 
 // validate applies every configuration rule to a decoded document.
-func validate(doc *Document) (Findings, int) {
+func validate(doc *Document) (Findings, droppedFindings) {
 	v := &validator{doc: doc, c: doc.Config, backends: map[string]*Backend{}}
 	v.server()
 	v.backendList()

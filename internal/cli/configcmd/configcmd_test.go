@@ -3,6 +3,7 @@ package configcmd_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,26 @@ func TestValidateUnsetEnv(t *testing.T) {
 	}
 	if r := run(t, nil, "config", "show", file); r.code != 1 || !strings.Contains(r.errOut, "ETCD_PASSWORD is not set") {
 		t.Errorf("show: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+}
+
+// TestValidateManyWarnings: a file with more warnings than are shown (CI
+// validating with 520 unset variables) breaks no rule: valid, exit 0.
+func TestValidateManyWarnings(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	var b strings.Builder
+	b.WriteString("backends:\n")
+	for i := range 520 {
+		fmt.Fprintf(&b, "  - {name: b%d, url: \"http://b%d:8000\", api_key: \"${B%d_KEY}\"}\n", i, i, i)
+	}
+	file := filepath.Join(t.TempDir(), "many.yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, nil, "config", "validate", file); r.code != 0 || !strings.Contains(r.out, "20 more warnings are not shown") ||
+		!strings.Contains(r.out, "valid (0 errors, 501 warnings)") {
+		lines := strings.Split(strings.TrimSpace(r.out), "\n")
+		t.Errorf("exit %d; last lines:\n%s%s", r.code, strings.Join(lines[max(0, len(lines)-2):], "\n"), r.errOut)
 	}
 }
 
