@@ -123,8 +123,14 @@ func checkHostPort(s string, listen bool) string {
 		return fmt.Sprintf("%q has no host", s)
 	}
 	if strings.HasPrefix(s, "[") {
-		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
+		a, err := netip.ParseAddr(host)
+		if err != nil || !strings.Contains(host, ":") {
 			return fmt.Sprintf("%q: %q in brackets is not an IPv6 address", s, host)
+		}
+		if a.Zone() != "" && !listen {
+			// An endpoint becomes a URL, where a zone would need escaping
+			// (%25) that the client's parse does not undo for it.
+			return fmt.Sprintf("%q: an IPv6 zone (%%%s) is not supported in an endpoint: use a global address or a host name", s, a.Zone())
 		}
 		return ""
 	}
@@ -135,8 +141,11 @@ func checkHostPort(s string, listen bool) string {
 }
 
 func checkPort(port string, listen bool) string {
+	// Digits only: Atoi also takes a sign ("+2379"), which no URL parse
+	// takes as a port.
+	digits := port != "" && len(port) <= 5 && strings.Trim(port, "0123456789") == ""
 	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 || (n == 0 && !listen) {
+	if !digits || err != nil || n > 65535 || (n == 0 && !listen) {
 		return fmt.Sprintf("port %q must be a number from 1 to 65535", port)
 	}
 	return ""
