@@ -367,7 +367,10 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	case errText != "" && q.Stream && inStream && errText == PrefillRequiredError:
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
-		fmt.Fprintf(w, "event: error\ndata: %s\n\n", mustJSON(map[string]any{"error": map[string]any{"message": errText, "code": 500}}))
+		// As Dynamo's frontend writes an error met inside an open stream:
+		// an event named error whose text is a comment line, no data;
+		// then the stream's end marker.
+		fmt.Fprintf(w, "event: error\n: %s\n\ndata: [DONE]\n\n", errText)
 	case errText != "":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)

@@ -422,9 +422,16 @@ func scanSSELines(data []byte, atEOF bool) (advance int, token []byte, err error
 
 // next returns the next event, io.EOF at the end of the stream, or the
 // reading error.
+//
+// An event without data is not one, with one exception: an event named
+// error whose text comes in comment lines, as Dynamo's frontend writes an
+// error met inside an open stream ("event: error" then ": <message>"). It
+// is returned with the comments as its data, so that the error reaches the
+// client rather than the bare end of the stream.
 func (r *sseReader) next() (sseEvent, error) {
 	var ev sseEvent
-	var data []byte // the data lines so far, joined by LF: what they cost is their size
+	var data []byte    // the data lines so far, joined by LF: what they cost is their size
+	var comment []byte // the comment lines so far, likewise
 	size := 0
 	seen := false
 	for r.sc.Scan() {
@@ -434,11 +441,26 @@ func (r *sseReader) next() (sseEvent, error) {
 				ev.data = data
 				return ev, nil
 			}
-			ev.name = "" // an event without data is not one: its name goes too
+			if ev.name == "error" && len(comment) > 0 {
+				ev.data = comment
+				return ev, nil
+			}
+			ev.name, comment, size = "", comment[:0], 0
 			continue
 		}
 		if line[0] == ':' {
-			continue // a comment
+			// A comment, kept only while no data came (for the error
+			// event above).
+			if !seen {
+				if size += len(line); size > maxSSEEvent {
+					return sseEvent{}, errSSEEventTooLarge
+				}
+				if len(comment) > 0 {
+					comment = append(comment, '\n')
+				}
+				comment = append(comment, bytes.TrimPrefix(line[1:], []byte(" "))...)
+			}
+			continue
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
 		value = bytes.TrimPrefix(value, []byte(" "))
@@ -461,6 +483,10 @@ func (r *sseReader) next() (sseEvent, error) {
 	}
 	if seen {
 		ev.data = data
+		return ev, nil
+	}
+	if ev.name == "error" && len(comment) > 0 {
+		ev.data = comment
 		return ev, nil
 	}
 	return sseEvent{}, io.EOF

@@ -20,6 +20,10 @@ import (
 //   - data fields join with LF; event names the event; a blank line ends
 //     an event that has data (one without data is no event, and its name
 //     goes with it); data pending at the end of the stream is an event;
+//   - except an event named error with no data and comment lines before
+//     its end: an event whose data are the comments' texts (one leading
+//     space dropped, the non-empty ones joined with LF from the first
+//     non-empty one on), as Dynamo's frontend writes an error in a stream;
 //   - then io.EOF, and io.EOF again on every later call.
 // It also bounds the output by the input: the events' data never hold
 // more bytes than the stream.
@@ -56,16 +60,24 @@ func refSSELines(b []byte) [][]byte {
 // refSSE reads a whole stream's events.
 func refSSE(b []byte) []sseRefEvent {
 	var out []sseRefEvent
-	name, data, seen := "", "", false
+	name, data, comment, seen := "", "", "", false
 	for _, line := range refSSELines(b) {
 		if len(line) == 0 {
 			if seen {
 				out = append(out, sseRefEvent{name, data})
+			} else if name == "error" && comment != "" {
+				out = append(out, sseRefEvent{name, comment})
 			}
-			name, data, seen = "", "", false
+			name, data, comment, seen = "", "", "", false
 			continue
 		}
 		if line[0] == ':' {
+			if !seen {
+				if comment != "" {
+					comment += "\n"
+				}
+				comment += string(bytes.TrimPrefix(line[1:], []byte(" ")))
+			}
 			continue
 		}
 		field, value := string(line), ""
@@ -88,6 +100,8 @@ func refSSE(b []byte) []sseRefEvent {
 	}
 	if seen {
 		out = append(out, sseRefEvent{name, data})
+	} else if name == "error" && comment != "" {
+		out = append(out, sseRefEvent{name, comment})
 	}
 	return out
 }
@@ -149,6 +163,8 @@ func FuzzSSEReader(f *testing.F) {
 		"data\n\ndata:\n\nevent\ndata: z",
 		"data: a\r", "data: a\r\n", "\r\n\r\n", "event: e\n\ndata: after a nameless blank\n\n",
 		"data: [DONE]\n\n",
+		"event: error\n: the worker failed\n\ndata: [DONE]\n\n", ":\n: a\n:b\nevent: error\n\n", "event: error\n: x\ndata: y\n\n",
+		": keep-alive\nevent: error", "event: error\n:\n\n",
 	} {
 		f.Add([]byte(s), []byte{0}, true)
 		f.Add([]byte(s), []byte{}, false)

@@ -171,10 +171,13 @@ func TestConvertedStreamBounded(t *testing.T) {
 
 // TestSSEReaderFraming: lines end in CR LF, LF or CR alone; an event
 // without data is none (its name does not carry over to the next); a
-// comment is skipped; the last event may end with the stream.
+// comment is skipped, but for an error event without data, which Dynamo's
+// frontend writes with its message as a comment; the last event may end
+// with the stream.
 func TestSSEReaderFraming(t *testing.T) {
 	t.Parallel()
-	body := "event: ping\n\n: keep-alive\r\n\r\ndata: {\"a\":1}\rdata: x\r\rdata: 2\r\n\r\nevent: e\ndata: 3\n\ndata: last"
+	body := "event: ping\n\n: keep-alive\r\n\r\ndata: {\"a\":1}\rdata: x\r\rdata: 2\r\n\r\nevent: e\ndata: 3\n\n" +
+		"event: error\n: the engine failed\n\ndata: last"
 	rd := newSSEReader(strings.NewReader(body))
 	var got []string
 	for {
@@ -187,7 +190,7 @@ func TestSSEReaderFraming(t *testing.T) {
 		}
 		got = append(got, ev.name+"|"+string(ev.data))
 	}
-	want := []string{"|{\"a\":1}\nx", "|2", "e|3", "|last"}
+	want := []string{"|{\"a\":1}\nx", "|2", "e|3", "error|the engine failed", "|last"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
