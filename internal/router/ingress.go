@@ -632,7 +632,7 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 			return nil
 		}
 		if err != nil {
-			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+err.Error(), false)
+			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+errText(err), false) // no addresses
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -846,5 +847,41 @@ func TestConvertedStreamFailuresLogBounded(t *testing.T) {
 	// One a second: ten requests take far less than ten seconds.
 	if lines := strings.Count(logs.String(), "the client was told in its stream"); lines < 1 || lines >= n {
 		t.Errorf("%d warnings for %d failed streams", lines, n)
+	}
+}
+
+// TestConvertedStreamErrorNamesNoAddress: a converted stream the backend
+// breaks off (a reset) ends with the ingress's error event, which names no
+// address of the backend's (any client reads it, not only one that asked
+// to see backends).
+func TestConvertedStreamErrorNamesNoAddress(t *testing.T) {
+	t.Parallel()
+	const ev = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	sb := newScriptBackend(t, func(c net.Conn, _, _ int) bool {
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(ev), ev)
+		time.Sleep(50 * time.Millisecond)
+		_ = c.(*net.TCPConn).SetLinger(0) // a reset, not a clean close
+		_ = c.Close()
+		return false
+	})
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(sb.url, "http://"))
+	rt := testutil.LeanServer(t, router.New(router.Options{Config: oneBackend(sb.url, time.Minute), Metrics: telemetry.NewRouterMetrics(nil)}).Handler())
+	for _, p := range []struct{ path, body, last string }{
+		{"/v1/messages", `{"model":"m","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, "event: error"},
+		{"/v1/responses", `{"model":"m","stream":true,"input":"x"}`, "event: response.failed"},
+	} {
+		resp, err := http.Post(rt+p.path, "application/json", strings.NewReader(p.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		i := strings.Index(string(body), p.last)
+		if i < 0 {
+			t.Fatalf("%s: no error event: %s", p.path, body)
+		}
+		if tail := string(body[i:]); strings.Contains(tail, "127.0.0.1") || strings.Contains(tail, ":"+port) || !strings.Contains(tail, "reading the upstream stream") {
+			t.Errorf("%s: %s", p.path, tail)
+		}
 	}
 }
