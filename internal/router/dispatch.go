@@ -75,7 +75,8 @@ type exchange struct {
 	// against the fleet as it is then.
 	freshPins bool
 	// streamDone: the stream relayed to the client ended with its final
-	// event (data: [DONE]). A client that leaves after it has its whole
+	// event (data: [DONE]; a Responses stream's response.completed,
+	// response.incomplete or response.failed). A client that leaves after it has its whole
 	// answer: the request is served, not abandoned.
 	streamDone bool
 	// reruns counts the times a pinned request that may have run was
@@ -1256,13 +1257,21 @@ func (x *exchange) relayStream(w http.ResponseWriter, body io.Reader) error {
 	defer streamBufPool.Put(bp)
 	buf := *bp
 	var tail doneTail
+	var final *finalEvents // a Responses stream ends with its own final events, not [DONE]
+	if x.path == "/v1/responses" {
+		final = new(finalEvents)
+	}
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			x.streamDone = tail.add(buf[:n])
+			if final != nil {
+				x.streamDone = final.add(buf[:n])
+			} else {
+				x.streamDone = tail.add(buf[:n])
+			}
 			if err == nil {
 				if ferr := flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 					return ferr
@@ -1298,6 +1307,92 @@ func (t *doneTail) add(p []byte) bool {
 	s := t.b[:t.n]
 	return bytes.HasSuffix(s, []byte("data: [DONE]\n\n")) || bytes.HasSuffix(s, []byte("data:[DONE]\n\n")) ||
 		bytes.HasSuffix(s, []byte("data: [DONE]\r\n\r\n"))
+}
+
+// finalEvents follows a Responses stream line by line, reading only each
+// line's first bytes, to tell whether what was written so far ends with a
+// final event (response.completed, response.incomplete or response.failed,
+// named by its event line or its data's type, or data: [DONE]) and its
+// blank line.
+type finalEvents struct {
+	line  [64]byte // the first bytes of the current line
+	n     int      // the current line's length so far
+	cr    bool     // the last byte was a CR (an LF after it ends no line)
+	final bool     // the current event is a final one
+	done  bool
+}
+
+func (f *finalEvents) add(p []byte) bool {
+	for _, c := range p {
+		switch {
+		case c == '\n' && f.cr:
+			f.cr = false
+		case c == '\n' || c == '\r':
+			f.cr = c == '\r'
+			f.endLine()
+		default:
+			f.cr = false
+			if f.n < len(f.line) {
+				f.line[f.n] = c
+			}
+			f.n++
+			f.done = false
+		}
+	}
+	return f.done
+}
+
+func (f *finalEvents) endLine() {
+	if f.n == 0 { // the event's end
+		if f.final {
+			f.done = true
+		}
+		f.final = false
+		return
+	}
+	if f.n <= len(f.line) && finalResponsesLine(f.line[:f.n]) ||
+		f.n > len(f.line) && finalResponsesData(f.line[:]) {
+		f.final = true
+	}
+	f.n = 0
+}
+
+// finalResponsesLine reports whether a whole line names a Responses
+// stream's final event or is its data.
+func finalResponsesLine(l []byte) bool {
+	if v, ok := bytes.CutPrefix(l, []byte("event:")); ok {
+		switch string(bytes.TrimPrefix(v, []byte(" "))) {
+		case "response.completed", "response.incomplete", "response.failed":
+			return true
+		}
+		return false
+	}
+	if v, ok := bytes.CutPrefix(l, []byte("data:")); ok && string(bytes.TrimSpace(v)) == "[DONE]" {
+		return true
+	}
+	return finalResponsesData(l)
+}
+
+// finalResponsesData reports whether a data line (its first bytes) holds
+// an object whose first member is a final event's type.
+func finalResponsesData(l []byte) bool {
+	v, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok {
+		return false
+	}
+	v = bytes.TrimLeft(v, " ")
+	for _, part := range []string{"{", `"type"`, ":"} {
+		if v, ok = bytes.CutPrefix(bytes.TrimLeft(v, " "), []byte(part)); !ok {
+			return false
+		}
+	}
+	v = bytes.TrimLeft(v, " ")
+	for _, name := range []string{`"response.completed"`, `"response.incomplete"`, `"response.failed"`} {
+		if bytes.HasPrefix(v, []byte(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // flusher returns w's flush, found once for a whole stream rather than

@@ -195,3 +195,44 @@ func TestSSEReaderFraming(t *testing.T) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
 }
+
+// TestFinalEvents: a Responses stream ends with its final event when its
+// last event is response.completed, response.incomplete or
+// response.failed (by its event line or its data's type, however long the
+// data) or data: [DONE], with the event's blank line written; in any line
+// ending and however the bytes are cut.
+func TestFinalEvents(t *testing.T) {
+	t.Parallel()
+	long := `{"type":"response.completed","response":{"output":"` + strings.Repeat("x", 300) + `"}}`
+	for _, tc := range []struct {
+		stream string
+		done   bool
+	}{
+		{"event: response.created\ndata: {}\n\nevent: response.completed\ndata: {}\n\n", true},
+		{"event: response.completed\r\ndata: {}\r\n\r\n", true},
+		{"event: response.failed\rdata: {}\r\r", true},
+		{"event:response.incomplete\ndata: {}\n\n", true},
+		{"data: " + long + "\n\n", true},
+		{`data: { "type" : "response.failed"}` + "\n\n", true},
+		{"event: response.completed\ndata: {}\n\ndata: [DONE]\n\n", true},
+		{"event: response.completed\ndata: {}\n\n\n", true},
+		{"event: response.completed\ndata: {}\n", false},
+		{"event: response.completed\ndata: {}\n\nevent: response.output_text.delta\ndata: {}\n\n", false},
+		{"event: response.completed.x\ndata: {}\n\n", false},
+		{`data: {"type":"response.output_text.delta","delta":"response.completed"}` + "\n\n", false},
+		{"event: response.created\ndata: {}\n\n", false},
+	} {
+		for _, cut := range []int{1, 3, 7, 1 << 20} {
+			var f finalEvents
+			done := false
+			for s := tc.stream; len(s) > 0; {
+				n := min(cut, len(s))
+				done = f.add([]byte(s[:n]))
+				s = s[n:]
+			}
+			if done != tc.done {
+				t.Errorf("%q in pieces of %d: done %v, want %v", tc.stream, cut, done, tc.done)
+			}
+		}
+	}
+}
