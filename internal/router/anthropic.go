@@ -825,7 +825,20 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 			"count_tokens needs KV-aware routing (dynamo.kv.enabled) with the model's tokenizer and chat template pinned and loaded; it is off here")
 		return
 	}
-	if reason != "" {
+	switch reason {
+	case "":
+	case countTokensTooLarge:
+		out.fail(w, http.StatusRequestEntityTooLarge, CodeBadRequest, "messages",
+			"the prompt is larger than the router renders and counts (1 MiB of text, 1,048,576 tokens)")
+		return
+	case countTokensRenderFailed:
+		// The render's permits were all taken, its time spent, or the
+		// template failed on this conversation: not a missing endpoint.
+		w.Header().Set("Retry-After", "1")
+		out.fail(w, http.StatusServiceUnavailable, CodeOverloaded, "",
+			"the prompt could not be rendered and counted now ("+reason+"): the router's renders are busy or the model's chat template failed on it")
+		return
+	default:
 		out.fail(w, http.StatusNotImplemented, CodeNotImplemented, "",
 			"the tokenizer and chat template of model "+strconvQuote(q.Model)+" are not loaded ("+reason+"): pin the artifacts its workers declare in dynamo.kv.pinned_artifacts")
 		return

@@ -412,7 +412,8 @@ func TestConvertedErrors(t *testing.T) {
 }
 
 // TestCountTokens: count_tokens renders the converted request for the
-// Dynamo model; without a counter, or without the model's artifacts, 501.
+// Dynamo model; without a counter, or without the model's artifacts, 501;
+// a render that failed 503, a prompt too large 413.
 func TestCountTokens(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
@@ -431,8 +432,13 @@ func TestCountTokens(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			gotModel, gotBody = m, b
-			if strings.Contains(string(b), "unloaded") {
+			switch {
+			case strings.Contains(string(b), "unloaded"):
 				return 0, "tokenizer_unavailable"
+			case strings.Contains(string(b), "busy"):
+				return 0, "render_unavailable"
+			case strings.Contains(string(b), "huge"):
+				return 0, "prompt_too_large"
 			}
 			return 42, ""
 		}
@@ -449,6 +455,17 @@ func TestCountTokens(t *testing.T) {
 	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"unloaded"}]}`, nil)
 	if resp.StatusCode != 501 || !strings.Contains(body, "tokenizer_unavailable") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	// A render that failed for this request or this moment is no missing
+	// endpoint: 503 overloaded (try again), 413 for a prompt past the
+	// render's bounds.
+	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"busy"}]}`, nil)
+	if resp.StatusCode != 503 || !strings.Contains(body, `"type":"overloaded_error"`) || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("render failed: %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"huge"}]}`, nil)
+	if resp.StatusCode != 413 || !strings.Contains(body, `"type":"request_too_large"`) {
+		t.Fatalf("too large: %d %s", resp.StatusCode, body)
 	}
 	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil)
 	if resp.StatusCode != 404 || !strings.Contains(body, "not_found_error") {

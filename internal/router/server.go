@@ -68,7 +68,9 @@ type Options struct {
 	// declare, as KV-aware routing loads them, and returns the prompt's
 	// size; without them it returns the reason (a KV selection result such
 	// as tokenizer_unavailable). POST /v1/messages/count_tokens answers
-	// 501 without it, or when it returns CountTokensOff.
+	// 501 without it, when it returns CountTokensOff and while the
+	// artifacts are missing; 413 for a prompt past the render's bounds and
+	// 503 for a render that failed (see countTokensAnswer).
 	CountTokens func(model string, body []byte) (tokens int, reason string)
 	// Transport overrides the upstream transport (tests, benchmarks).
 	Transport http.RoundTripper
@@ -79,6 +81,13 @@ type Options struct {
 // CountTokensOff is the reason CountTokens gives while KV-aware routing is
 // off (it may be turned on by a reload).
 const CountTokensOff = "kv_routing_off"
+
+// The reasons CountTokens gives (KV selection results) that are about the
+// request or the moment, not about the model's artifacts.
+const (
+	countTokensTooLarge     = "prompt_too_large"
+	countTokensRenderFailed = "render_unavailable"
+)
 
 // Server is the router.
 type Server struct {
