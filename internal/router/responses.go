@@ -612,8 +612,9 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 
 func (s *responsesStream) finished() bool { return s.finish != "" }
 
-// fail ends the stream with response.failed.
-func (s *responsesStream) fail(_ int, message string) error {
+// fail ends the stream with response.failed, its error's code the one the
+// Responses API gives the status.
+func (s *responsesStream) fail(status int, message string) error {
 	s.failed = true
 	s.close()
 	s.setArgs()
@@ -622,9 +623,22 @@ func (s *responsesStream) fail(_ int, message string) error {
 		output[i] = it
 	}
 	r := s.o.response("failed", output, s.usage, "")
-	r = r.set("error", object{{"code", "server_error"}, {"message", message}})
+	r = r.set("error", object{{"code", responsesErrorCode(status)}, {"message", message}})
 	s.event("response.failed", field{"response", r})
 	return s.sw.flush()
+}
+
+// responsesErrorCode is a failed response's error code for an HTTP
+// status: the Responses API's rate_limit_exceeded for 429, invalid_prompt
+// for another 4xx, server_error otherwise.
+func responsesErrorCode(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_exceeded"
+	case status >= 400 && status <= 499:
+		return "invalid_prompt"
+	}
+	return "server_error"
 }
 
 // setArgs sets each function call's arguments on its item, for the

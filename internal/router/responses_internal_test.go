@@ -485,3 +485,19 @@ func TestResponsesStreamArguments(t *testing.T) { // not parallel: it counts all
 		t.Errorf("%d deltas of 2 bytes allocated %d MiB", n, grew>>20)
 	}
 }
+
+// TestResponsesFailedCode: a converted stream's response.failed carries
+// the Responses API's error code for the status it failed with.
+func TestResponsesFailedCode(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]string{"429": "rate_limit_exceeded", "400": "invalid_prompt", "503": "server_error", "500": "server_error"} {
+		o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+		rec := httptest.NewRecorder()
+		_ = o.stream(rec, strings.NewReader(chunks(textChunk("Hi"))+"event: error\ndata: {\"error\":{\"message\":\"upstream says no\",\"code\":"+code+"}}\n\n"))
+		ev := events(t, rec.Body.String())
+		last := ev[len(ev)-1]
+		if !strings.HasPrefix(last, "response.failed ") || !strings.Contains(last, `"error":{"code":"`+want+`","message":"upstream says no"`) {
+			t.Errorf("status %s: %s; want error.code %s", code, last, want)
+		}
+	}
+}
