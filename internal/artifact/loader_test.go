@@ -200,16 +200,22 @@ func TestLoaderUnpinned(t *testing.T) {
 	}
 }
 
-// TestLoaderRetryAfterFailure: a failed load is reported until RetryAfter
-// has passed on the loader's clock, and not retried before.
-func TestLoaderRetryAfterFailure(t *testing.T) {
+// failingLoad starts a loader whose one pinned artifact (data, served by
+// srv over http) fails to fetch: srv answers 500 until told otherwise.
+func failingLoad(t *testing.T) ([]byte, *files, *harness, artifact.Ref) {
 	data := []byte("tokenizer")
 	srv := serveFiles(t, map[string][]byte{"/t": data})
 	srv.status.Store(http.StatusInternalServerError)
 	pol := artifact.NewPolicy(artifact.Sum(data))
 	pol.AllowHTTP = true
 	h := startLoader(t, pol, localClient(t), buildText)
-	ref := refFor(t, artifact.SlotTokenizer, srv.srv.URL+"/t", data)
+	return data, srv, h, refFor(t, artifact.SlotTokenizer, srv.srv.URL+"/t", data)
+}
+
+// TestLoaderRetryAfterFailure: a failed load is reported until RetryAfter
+// has passed on the loader's clock, and not retried before.
+func TestLoaderRetryAfterFailure(t *testing.T) {
+	_, srv, h, ref := failingLoad(t)
 	if _, err := h.waitReady(t, "m", ref); !errors.Is(err, artifact.ErrFetch) || !strings.Contains(err.Error(), "retry in 5m0s") {
 		t.Fatalf("first load: %v", err)
 	}
@@ -419,13 +425,7 @@ func TestLoaderCacheCorrupt(t *testing.T) {
 // sets the policy on every reload while KV-aware selection is on) does not
 // make it try at once.
 func TestLoaderReloadKeepsRetryAfter(t *testing.T) {
-	data := []byte("tokenizer")
-	srv := serveFiles(t, map[string][]byte{"/t": data})
-	srv.status.Store(http.StatusInternalServerError)
-	pol := artifact.NewPolicy(artifact.Sum(data))
-	pol.AllowHTTP = true
-	h := startLoader(t, pol, localClient(t), buildText)
-	ref := refFor(t, artifact.SlotTokenizer, srv.srv.URL+"/t", data)
+	data, srv, h, ref := failingLoad(t)
 	if _, err := h.waitReady(t, "m", ref); !errors.Is(err, artifact.ErrFetch) {
 		t.Fatalf("first load: %v", err)
 	}

@@ -1456,39 +1456,57 @@ func TestClientGoneWhileDiscoverySettles(t *testing.T) {
 }
 
 // TestStreamServedWhenTheClientLeavesAfterDone: a client that closes its
-// connection once it read data: [DONE], before the backend ended the
+// connection once it read the stream's final event (data: [DONE]; a native
+// Responses stream's response.completed), before the backend ended the
 // stream's body, was served: counted 2xx, not 499.
 func TestStreamServedWhenTheClientLeavesAfterDone(t *testing.T) {
 	t.Parallel()
-	be := streamBackend(t, func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done() // the body's end never comes before the cut
-	})
-	cfg := oneBackend(be, time.Minute)
-	metrics := telemetry.NewRouterMetrics(nil)
-	rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
-	resp, err := http.Post(rt+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("the stream ended before [DONE]: %v", err)
-		}
-		if strings.HasPrefix(line, "data: [DONE]") {
-			break
-		}
-	}
-	_ = resp.Body.Close() // leaves: the connection closes with the body unfinished
-	count := func(class string) float64 {
-		return promtest.ToFloat64(metrics.Requests.WithLabelValues("/v1/chat/completions", class))
-	}
-	testutil.Eventually(t, 10*time.Second, "the request counted", func() bool { return count("2xx")+count("4xx") > 0 })
-	if count("2xx") != 1 || count("4xx") != 0 {
-		t.Errorf("2xx %v, 4xx %v: a stream read to its end was counted as abandoned", count("2xx"), count("4xx"))
+	for _, tc := range []struct {
+		path, request, stream, final string
+		native                       bool
+	}{
+		{"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`,
+			"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n", "data: [DONE]", false},
+		{"/v1/responses", `{"model":"m","stream":true,"input":"hi"}`,
+			nativeResponsesEvents, "data: {\"type\":\"response.completed\"", true},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			be := streamBackend(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, tc.stream)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // the body's end never comes before the cut
+			})
+			cfg := oneBackend(be, time.Minute)
+			if tc.native {
+				cfg.Backends[0].ResponsesAPI = config.ResponsesAPINative
+			}
+			metrics := telemetry.NewRouterMetrics(nil)
+			rt := testutil.LeanServer(t, router.New(router.Options{Config: cfg, Metrics: metrics}).Handler())
+			resp, err := http.Post(rt+tc.path, "application/json", strings.NewReader(tc.request))
+			if err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatalf("the stream ended before its final event: %v", err)
+				}
+				if strings.HasPrefix(line, tc.final) {
+					_, _ = br.ReadString('\n') // its blank line
+					break
+				}
+			}
+			_ = resp.Body.Close() // leaves: the connection closes with the body unfinished
+			count := func(class string) float64 {
+				return promtest.ToFloat64(metrics.Requests.WithLabelValues(tc.path, class))
+			}
+			testutil.Eventually(t, 10*time.Second, "the request counted", func() bool { return count("2xx")+count("4xx") > 0 })
+			if count("2xx") != 1 || count("4xx") != 0 {
+				t.Errorf("2xx %v, 4xx %v: a stream read to its end was counted as abandoned", count("2xx"), count("4xx"))
+			}
+		})
 	}
 }
 
