@@ -223,6 +223,11 @@ func Run(ctx context.Context, o *Options) (err error) {
 	return nil
 }
 
+// maxFailedPublishers bounds what a fleet tail remembers of failed
+// connections (a fleet subscribes to at most 1024 publishers at a time,
+// but publishers come and go).
+const maxFailedPublishers = 4096
+
 // publisherFailed prints why a publisher's connection failed or ended,
 // when that differs from what was last printed for it. The reason names
 // no address: the fleet's addresses are never printed.
@@ -232,6 +237,9 @@ func (p *printer) publisherFailed(pid uint64, err error) {
 	defer p.mu.Unlock()
 	if p.failed[pid] == why {
 		return
+	}
+	if len(p.failed) >= maxFailedPublishers {
+		clear(p.failed) // publishers gone from the fleet: at worst a line again
 	}
 	p.failed[pid] = why
 	fmt.Fprintf(p.o.IO.ErrOut, "tail-load: publisher %d: %s\n", pid, why)
@@ -286,6 +294,10 @@ func (p *printer) observe(ev load.Event) {
 	} else {
 		p.seen++
 		p.results[ev.Result]++
+		if p.fleet {
+			// Its connection works again: its next failure is news.
+			delete(p.failed, ev.PublisherID)
+		}
 	}
 	if p.o.JSON {
 		p.writeJSON(ev)
