@@ -309,6 +309,14 @@ func (p *Pool) Running(id uint64) bool {
 	return ok
 }
 
+// Refused reports whether the last Reconcile left the publisher out for
+// the cap (MaxSubscriptions): it is still in the fleet, unsubscribed.
+func (p *Pool) Refused(id uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused[id]
+}
+
 // Subscriptions lists the running subscriptions in ascending publisher id.
 func (p *Pool) Subscriptions() []SubscriptionInfo {
 	p.mu.Lock()

@@ -57,6 +57,13 @@ func NewSupervisor(reg *fleet.Registry, store *Store, connector zmtp.Connector, 
 		// Its loop may still be delivering a sample it read: retired
 		// first, nothing of it outlives the reset.
 		r.retire()
+		if s.pool.Refused(p.PublisherID) {
+			// Left out by the subscription cap, not gone: its engine
+			// still runs what it was sent, which stays counted (its
+			// samples, no longer followed, go).
+			store.DropPublisher(p.PublisherID)
+			return
+		}
 		store.ResetPublisher(p.PublisherID)
 	}
 	if metrics != nil {

@@ -495,3 +495,71 @@ func TestSupervisorDepartedReaderAppliesNothing(t *testing.T) {
 		t.Error("a departed publisher's late sample was applied")
 	}
 }
+
+// holdConnector dials one real endpoint and holds every other attempt
+// until its context ends (a publisher that never answers).
+type holdConnector struct{ real string }
+
+func (c holdConnector) Transport() string { return "direct" }
+
+func (c holdConnector) Connect(ctx context.Context, t zmtp.Target) (net.Conn, error) {
+	if t.Endpoint == c.real {
+		return (&zmtp.Direct{}).Connect(ctx, t)
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestOverCapRefusalKeepsAccounting: a running subscription the
+// 1024-socket cap pushes out (lower publisher ids appeared) is no
+// publisher that left or restarted: its worker still runs what the router
+// sent it, which counts until a sample answers it (at most 30 s), so the
+// accounting instant stays at the last sample's arrival rather than moving
+// to the moment of the refusal.
+func TestOverCapRefusalKeepsAccounting(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(6, 1)
+	pub := testutil.StartGoPublisher(t)
+	const pid = 0x100000 // higher than every publisher added below
+	f.publisher(pid, pub.Endpoint)
+
+	m := telemetry.NewLoadMetrics(nil)
+	store := load.NewStore(time.Minute, load.Gauges{M: m})
+	sup := load.NewSupervisor(f.reg, store, holdConnector{real: pub.Endpoint}, m, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sup.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
+	final := uint64(0)
+	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
+		final = uint64(time.Now().UnixNano())
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, final, uint64(time.Now().UnixMilli()), payload))
+		smp, ok := store.Latest(key(6, 0))
+		return ok && smp.Sequence == final
+	})
+	last, _ := store.Latest(key(6, 0))
+
+	// 1024 publishers with lower ids: the cap now admits them, not pid.
+	for i := uint64(1); i <= load.MaxSubscriptions; i++ {
+		f.r.Put(channelKey(i), fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:9"}}}`, i), t0)
+	}
+	refusedAt := time.Now()
+	f.reg.Publish(f.r.Build(t0))
+	testutil.Eventually(t, 10*time.Second, "pid pushed out by the cap", func() bool {
+		for _, s := range sup.Subscriptions() {
+			if s.PublisherID == pid {
+				return false
+			}
+		}
+		return len(sup.Subscriptions()) == load.MaxSubscriptions
+	})
+	var since time.Time
+	store.Read(func(r load.ReadView) { since = r.Since(key(6, 0)) })
+	if !since.Equal(last.ReceivedAt) {
+		t.Fatalf("after the cap refused the still-running publisher: accounted from %v (refused at %v), want the last sample's arrival %v: the requests in flight on worker 6 were forgotten",
+			since.Format(time.RFC3339Nano), refusedAt.Format(time.RFC3339Nano), last.ReceivedAt.Format(time.RFC3339Nano))
+	}
+}
