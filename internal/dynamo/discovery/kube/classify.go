@@ -224,6 +224,13 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 				// the reducer: it must be the key's too.
 				return wire.PrefixInstances + mapKey, k.Namespace, keyedID(k.InstanceID, err == nil && e.InstanceID.Set, e.InstanceID.Value), true
 			}
+			if err == nil && e.InstanceID.Set && isPath {
+				// An older <ns>/<component>/<endpoint> key with a value
+				// short of a field: handed on under its map key (the
+				// reducer reads the rest from it), its id checked like
+				// any other's.
+				return wire.PrefixInstances + mapKey, pathNS, e.InstanceID.Value, true
+			}
 			return "", "", 0, false
 		}
 		id, ns = e.InstanceID.Value, e.Namespace
@@ -241,6 +248,9 @@ func recordKey(space wire.Keyspace, mapKey string, value []byte) (key, ns string
 		if err != nil || !m.InstanceID.Set || m.Namespace == "" || m.Component == "" || m.Endpoint == "" {
 			if kerr == nil {
 				return wire.PrefixModelCards + mapKey, k.Namespace, keyedID(k.InstanceID, err == nil && m.InstanceID.Set, m.InstanceID.Value), true
+			}
+			if err == nil && m.InstanceID.Set && isPath {
+				return wire.PrefixModelCards + mapKey, pathNS, m.InstanceID.Value, true // as an endpoint's, above
 			}
 			return "", "", 0, false
 		}

@@ -323,3 +323,28 @@ func TestMismatchNamesBothIDs(t *testing.T) {
 		t.Fatalf("refusal %+v, want a mismatch saying %q", d.Refusal, want)
 	}
 }
+
+// TestMismatchUnderAnOlderKey: a record under an older
+// <ns>/<component>/<endpoint> map key whose value leaves out a field (here
+// its namespace) still has its instance id checked: one that is not the
+// pod's hash refuses the resource, rather than reaching the reducer as a
+// worker under another pod's id. One that is the pod's goes on.
+func TestMismatchUnderAnOlderKey(t *testing.T) {
+	t.Parallel()
+	const pod = "worker-0"
+	for _, tc := range []struct {
+		space, value string
+		id           uint64
+		refused      bool
+	}{
+		{"endpoints", `{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d,"transport":{"nats_tcp":"x"}}`, 42, true},
+		{"model_cards", `{"type":"Model","component":"decode","endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m"}}`, 42, true},
+		{"endpoints", `{"type":"Endpoint","component":"decode","endpoint":"generate","instance_id":%d,"transport":{"nats_tcp":"x"}}`, kube.HashPodName(pod), false},
+	} {
+		spec := fmt.Sprintf(`{"data":{%q:{"dn/decode/generate":`+tc.value+`}}}`, tc.space, tc.id)
+		d := kube.ClassifyDWM(dwmJSON(pod, pod, spec), []string{"dn"})
+		if refused := d.Refusal != nil && d.Refusal.Kind == "mismatch"; refused != tc.refused || (refused && len(d.Records) != 0) {
+			t.Errorf("%s with id %x: refusal %+v, %d records; want refused %v", tc.space, tc.id, d.Refusal, len(d.Records), tc.refused)
+		}
+	}
+}
