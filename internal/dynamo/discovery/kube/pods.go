@@ -60,7 +60,8 @@ type PodsSource struct {
 	Logger     *slog.Logger
 
 	// unmapped remembers the ready pods already logged as unmapped, across
-	// passes, bounded by MaxPods.
+	// passes (a re-list logs none again), until they are unready, deleted
+	// or mapped; bounded by MaxPods.
 	unmapped map[string]struct{}
 	// calls bounds the requests of each pass's seed phase.
 	calls seedCalls
@@ -156,6 +157,7 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 			_, known := held[p.Name]
 			switch {
 			case typ == watch.Deleted:
+				delete(s.unmapped, p.Name) // a pod of that name made anew is logged anew
 			case !known && len(held) >= MaxPods:
 				continue // refused at the cap, as in the list
 			default:
@@ -222,6 +224,7 @@ func (s *PodsSource) classify(p *corev1.Pod) podEntry {
 	}
 	role := PodRole(p.Labels)
 	if role == "" || !PodReady(p) {
+		delete(s.unmapped, p.Name) // logged again when it is ready again
 		return podEntry{}
 	}
 	component := p.Labels[LabelComponent]
@@ -230,6 +233,7 @@ func (s *PodsSource) classify(p *corev1.Pod) podEntry {
 		s.logUnmapped(p.Name, dn, component)
 		return podEntry{}
 	}
+	delete(s.unmapped, p.Name)
 	// Only a pod that would otherwise be a worker is refused for the
 	// container mode: a frontend, an unready or an unmapped pod is no
 	// worker either way, and counting it would report a problem that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -503,5 +504,38 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 	}
 	if !waited {
 		t.Fatalf("pass errors %v: no later pass waited for the request given up on", h.passErrors())
+	}
+}
+
+// TestUnmappedLoggedAtEachReadiness: a ready pod whose component maps to no
+// model is logged (debug) when it becomes ready: once while it stays so
+// (not again at each re-list), and again when it becomes ready anew after
+// being unready, or after being deleted and made again under its name.
+func TestUnmappedLoggedAtEachReadiness(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	var logs tu.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	k := config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{{Component: "Mapped", Model: "m"}}}
+	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
+	src.Timing = fast
+	reg := fleet.NewRegistry(nil, nil)
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	logged := func() int { return strings.Count(logs.String(), "maps to no model") }
+
+	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true))
+	tu.Eventually(t, 10*time.Second, "the first readiness logged", func() bool { return logged() == 1 })
+	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", false))
+	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true))
+	fake.Delete(kubefake.Pods, k8sNS, "worker-0")
+	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true)) // made again, ready
+	fake.Apply(kubefake.Pods, pod("worker-1", "Mapped", "decode", "", true))   // the watch got this far
+	tu.Eventually(t, 10*time.Second, "the marker pod published", func() bool { return reg.Snapshot().Workers.Len() == 1 })
+	if got := logged(); got != 3 {
+		t.Fatalf("the unmapped pod was logged %d times over three readiness times, want 3:\n%s", got, logs.String())
 	}
 }
