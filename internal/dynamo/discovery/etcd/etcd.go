@@ -516,13 +516,18 @@ func probeRevision(ctx context.Context, client *clientv3.Client, prefix string, 
 			return
 		case <-t.C:
 		}
+		// The newest revision read before the read starts: a linearizable
+		// read sees at least that. One a watch delivers while the read
+		// runs may be newer than its answer (etcd tells watchers of a
+		// write before reads see it), which is no store gone back.
+		before := seen.Load()
 		pctx, cancel := context.WithTimeout(ctx, keepAliveTimeout)
 		resp, err := client.Get(pctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 		cancel()
 		if err != nil {
 			continue
 		}
-		if r, s := resp.Header.Revision, seen.Load(); r < s {
+		if r, s := resp.Header.Revision, before; r < s {
 			select {
 			case lost <- fmt.Errorf("etcd revision %d is below %d, read before: the store went back (wiped or restored)", r, s):
 			default:

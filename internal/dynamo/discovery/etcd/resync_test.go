@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,4 +84,35 @@ func TestStoreWentBack(t *testing.T) {
 		w := h.workers()
 		return w["dynamo/1"] == nil && w["dynamo/2"] != nil
 	})
+}
+
+// TestRevisionProbeUnderWrites: workers registering while a pass watches
+// move the store's revision forward only. A watch event for a write
+// applied while the probe's read ran may reach the pass before the read's
+// answer (etcd tells watchers of a write before reads see it), so an
+// answer below the newest revision the watch delivered is no store gone
+// back: the pass does not end and resync for it.
+func TestRevisionProbeUnderWrites(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartEtcd(t, testutil.EtcdOptions{})
+	c := srv.Client(t, clientv3.Config{})
+	src := newSource(t, config.Etcd{Endpoints: []string{srv.Endpoint}})
+	src.SetProbeEvery(5 * time.Millisecond)
+	var passes atomic.Int32
+	src.SetAfterSeed(func() { passes.Add(1) })
+	h := run(t, src)
+	testutil.Eventually(t, 10*time.Second, "seeded", func() bool { return passes.Load() == 1 })
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	for i := uint64(1); ctx.Err() == nil; i++ {
+		if _, err := c.Put(ctx, instanceKey("dynamo", "decode", i%32+1), endpointValue(i%32+1, "decode")); err != nil && ctx.Err() == nil {
+			t.Fatal(err)
+		}
+	}
+	if n := passes.Load(); n != 1 {
+		t.Fatalf("%d passes while the store only moved forward; want 1 (the probe read a concurrent write's watch event as the store going back)", n)
+	}
+	if len(h.workers()) != 32 {
+		t.Errorf("%d workers, want 32", len(h.workers()))
+	}
 }
