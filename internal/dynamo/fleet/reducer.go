@@ -923,6 +923,12 @@ func unsubscribedChannel(key string) bool {
 	return err == nil && !subscribedTopic(k.Topic)
 }
 
+// IgnoredChannel reports whether the reducer skips key unread and holds
+// nothing of it: an event channel of a topic the router does not subscribe
+// to. A source that counts keys against MaxRecordsPerKeyspace counts only
+// the others, as the reducer does.
+func IgnoredChannel(key string) bool { return unsubscribedChannel(key) }
+
 // unsupportedChannel says why a channel cannot be subscribed to directly,
 // or "" when it can.
 func unsupportedChannel(ch *wire.EventChannel) string {

@@ -89,7 +89,10 @@ func (s *Source) keyOf(bucket, name string) string {
 	if strings.HasPrefix(key, wire.PrefixEventChannels) {
 		// The scoped form and the Dynamo 1.2 form share the bucket: both
 		// are read, told apart by parsing.
-		if wire.WatchedChannelKey(key, s.namespaces) {
+		// A channel of a topic the router does not subscribe to is not
+		// held (the reducer would skip it): it does not use up the
+		// keyspace's cap.
+		if wire.WatchedChannelKey(key, s.namespaces) && !fleet.IgnoredChannel(key) {
 			return key
 		}
 		return ""

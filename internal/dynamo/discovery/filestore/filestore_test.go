@@ -291,3 +291,50 @@ func TestScanPastListLimit(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "every expired worker gone", func() bool { return len(ids(reg)) == 0 })
 }
+
+// TestCapCountsOnlyHeldChannels: channels of topics the router does not
+// subscribe to (active_sequences_events) are never held by the reducer, so
+// they must not use up the 16384 keys of the event-channel keyspace. With
+// that many of them in the bucket, kv_metrics channels written later are
+// still publishers, none is reported over capacity, and removing one
+// removes its publisher.
+func TestCapCountsOnlyHeldChannels(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "v1/event_channels")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	channel := func(topic string, id int) string {
+		return fmt.Sprintf(`{"type":"EventChannel","scope":{"kind":"namespace","name":"dynamo"},"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:5"}}}`, topic, id)
+	}
+	for i := range fleet.MaxRecordsPerKeyspace {
+		key := fmt.Sprintf("namespace/dynamo/topic/active_sequences_events/%x", i+1)
+		if err := os.WriteFile(filepath.Join(dir, wire.FileStoreName(key)), []byte(channel("active_sequences_events", i+1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := startScan(t, root, time.Hour, time.Hour)
+	testutil.Eventually(t, 30*time.Second, "seeded", func() bool { return reg.Generation() > 0 })
+
+	pubs := func() map[uint64]bool {
+		out := map[uint64]bool{}
+		for p := range reg.Snapshot().Publishers.All() {
+			out[p.PublisherID] = true
+		}
+		return out
+	}
+	a := write(t, root, "v1/event_channels", "namespace/dynamo/topic/kv_metrics/100001", channel("kv_metrics", 0x100001))
+	write(t, root, "v1/event_channels", "namespace/dynamo/topic/kv_metrics/100002", channel("kv_metrics", 0x100002))
+	testutil.Eventually(t, 10*time.Second, "both kv_metrics publishers", func() bool {
+		p := pubs()
+		return p[0x100001] && p[0x100002]
+	})
+	if probs := reg.Snapshot().Problems; len(probs) != 0 {
+		t.Errorf("problems %+v, want none: the reducer holds 2 channel keys", probs)
+	}
+	if err := os.Remove(a); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the removed channel's publisher gone", func() bool { return !pubs()[0x100001] })
+}
