@@ -2,15 +2,20 @@ package router_test
 
 import (
 	"encoding/json"
+	"io"
 	"maps"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/router"
 )
@@ -252,4 +257,97 @@ func TestAdminWorkersShape(t *testing.T) {
 
 func sortedWith(list []string, more ...string) []string {
 	return slices.Sorted(slices.Values(append(slices.Clone(list), more...)))
+}
+
+// adminCall sends method path to base with the admin token and returns the
+// status, the Allow field and the error code of a JSON error body ("" when
+// the body is not one).
+func adminCall(t *testing.T, base, method, path string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer admin-secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(b, &e)
+	return resp.StatusCode, resp.Header.Get("Allow"), e.Error.Code
+}
+
+// TestAdminListenerErrorShape: the admin listener (admin.bind_address)
+// answers a route asked with a method it does not take 405
+// method_not_allowed with Allow, and an unknown path 404 not_found, in the
+// router's JSON error shape, as the main listener does.
+func TestAdminListenerErrorShape(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	cfg.Admin.Token = "admin-secret"
+	cfg.Admin.BindAddress = "127.0.0.1:0"
+	srv := router.New(router.Options{Config: cfg, Registry: fleet.NewRegistry(nil, nil), Store: load.NewStore(time.Second, nil), Gatherer: prometheus.NewRegistry()})
+	adminSrv := serveRouter(t, srv.AdminHandler())
+	if code, _, ecode := adminCall(t, adminSrv.URL, http.MethodGet, "/admin/no-such-view"); code != http.StatusNotFound || ecode != "not_found" {
+		t.Errorf("unknown path on the admin listener: %d, error code %q; want 404 not_found", code, ecode)
+	}
+	if code, allow, ecode := adminCall(t, adminSrv.URL, http.MethodPost, "/admin/config"); code != http.StatusMethodNotAllowed || ecode != "method_not_allowed" || allow == "" {
+		t.Errorf("POST /admin/config on the admin listener: %d, Allow %q, error code %q; want 405 method_not_allowed", code, allow, ecode)
+	}
+}
+
+// TestAdminRoutesNotAdvertised: with the admin API off (no admin.token)
+// or moved to admin.bind_address, an admin path on the main listener is
+// 404 whatever the method: no 405 names the methods of a route that is not
+// served there (to anyone, without a token).
+func TestAdminRoutesNotAdvertised(t *testing.T) {
+	t.Parallel()
+	for name, edit := range map[string]func(*config.Config){
+		"moved": func(c *config.Config) { c.Admin.Token, c.Admin.BindAddress = "admin-secret", "127.0.0.1:0" },
+		"off":   func(c *config.Config) { c.Admin.Token = "" },
+	} {
+		cfg := config.Default()
+		edit(cfg)
+		srv := router.New(router.Options{Config: cfg, Registry: fleet.NewRegistry(nil, nil), Store: load.NewStore(time.Second, nil), Gatherer: prometheus.NewRegistry()})
+		mainSrv := serveRouter(t, srv.Handler())
+		getCode, _, _ := adminCall(t, mainSrv.URL, http.MethodGet, "/admin/config")
+		postCode, allow, _ := adminCall(t, mainSrv.URL, http.MethodPost, "/admin/config")
+		if getCode != http.StatusNotFound || postCode != http.StatusNotFound {
+			t.Errorf("%s: GET /admin/config %d, POST /admin/config %d (Allow %q); want 404 for both", name, getCode, postCode, allow)
+		}
+	}
+}
+
+// TestRetryAfterBounded: a key whose rate limit is slow enough
+// (validation takes any positive requests_per_second) still answers its
+// 429 with a Retry-After that is not negative (the wait once overflowed a
+// Duration).
+func TestRetryAfterBounded(t *testing.T) {
+	t.Parallel()
+	const key = "sk-client-slow"
+	h := newHarness(t, func(c *config.Config) {
+		c.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex(key), RateLimit: &config.RateLimit{RequestsPerSecond: 1e-12, Burst: 1}}}
+	})
+	// Such a limit passes validation.
+	valid := config.Default()
+	valid.APIKeys = []config.APIKey{{KeyHash: "sha256:" + sha256hex(key), RateLimit: &config.RateLimit{RequestsPerSecond: 1e-12, Burst: 1}}}
+	if fs := config.Validate("test", valid); fs.Errors() > 0 {
+		t.Fatalf("the configuration is refused: %v", fs)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + key}
+	if resp := h.post(t, chat(false), auth); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	resp := h.post(t, chat(false), auth)
+	ra := resp.Header.Get("Retry-After")
+	if resp.StatusCode != http.StatusTooManyRequests || ra == "" || strings.HasPrefix(ra, "-") {
+		t.Errorf("rate limited: %d, Retry-After %q; want 429 with a non-negative delay", resp.StatusCode, ra)
+	}
 }

@@ -143,5 +143,11 @@ func (b *tokenBucket) take(now time.Time) (bool, time.Duration) {
 		b.tokens--
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+	// In seconds first, bounded: a slow enough rate (validation takes any
+	// positive one) would overflow a Duration into a negative wait.
+	wait := min((1-b.tokens)/b.rate, maxRateWait.Seconds())
+	return false, time.Duration(wait * float64(time.Second))
 }
+
+// maxRateWait bounds the wait a rate-limited client is told (Retry-After).
+const maxRateWait = 24 * time.Hour

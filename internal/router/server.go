@@ -224,12 +224,27 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
 	s.mountAdmin(mux, true)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		// In the Messages API's error shape under its paths, where an
-		// Anthropic client reads the answer.
+	mux.HandleFunc("/", s.catchAll(mux, true))
+	return &front{s: s, mux: mux, chat: chat, completions: completions, chatAt: chatAt, completionsAt: completionsAt}
+}
+
+// catchAll answers what no route of mux takes: a known path asked with
+// another method 405 with Allow, anything else 404; in the Messages API's
+// error shape under its paths, where an Anthropic client reads the
+// answer. An admin path where the admin API is not served (no
+// admin.token, or, on the main listener, admin.bind_address set) is 404
+// whatever the method: its routes are not advertised.
+func (s *Server) catchAll(mux *http.ServeMux, onMain bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		fail := func(status int, code, message string) { writeError(w, status, code, message) }
 		if strings.HasPrefix(r.URL.Path, "/v1/messages") || strings.HasPrefix(r.URL.Path, "/anthropic/") {
 			fail = func(status int, code, message string) { (&anthropicOut{}).fail(w, status, code, "", message) }
+		}
+		if strings.HasPrefix(r.URL.Path, "/admin/") {
+			if a := s.cfg.Load().Admin; a.Token == "" || onMain && a.BindAddress != "" {
+				fail(http.StatusNotFound, CodeNotFound, "no such route")
+				return
+			}
 		}
 		if allow := allowedMethods(mux, r); allow != "" {
 			w.Header().Set("Allow", allow)
@@ -238,8 +253,7 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		fail(http.StatusNotFound, CodeNotFound, "no such route")
-	})
-	return &front{s: s, mux: mux, chat: chat, completions: completions, chatAt: chatAt, completionsAt: completionsAt}
+	}
 }
 
 // routeMethods are the methods the router's routes are registered with
@@ -308,6 +322,7 @@ func (s *Server) AdminHandler() http.Handler {
 	if s.opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
+	mux.HandleFunc("/", s.catchAll(mux, false))
 	return stripDynamoHeaders(mux)
 }
 
