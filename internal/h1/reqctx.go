@@ -2,6 +2,7 @@ package h1
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type EndNotifier interface {
 // they link to a cancelCtx and with no goroutine.
 type reqContext struct {
 	ended atomic.Bool // read without the lock by Err
+	// cut is the connection's mark that the server closed it at the end
+	// of its shutdown grace (Close), set for the request it was serving.
+	cut *atomic.Bool
 
 	mu     sync.Mutex
 	done   chan struct{} // made by the first Done; closed by end
@@ -68,6 +72,23 @@ func (r *reqContext) Done() <-chan struct{} {
 	return r.done
 }
 
+// ErrCut is the cause a server gives the contexts of the requests it
+// cuts at the end of its shutdown grace (the lean server's Cut reports
+// those; a net/http server's requests carry it when their base context is
+// cancelled with it).
+var ErrCut = errors.New("the server cut the request at the end of its shutdown grace")
+
+// Cut reports whether a request's context ended because its server cut it
+// at the end of a shutdown's grace, rather than because its client left:
+// the lean server's requests that its Close ended, or a context whose
+// cause is ErrCut.
+func Cut(ctx context.Context) bool {
+	if r, ok := ctx.Value(reqContextKey{}).(*reqContext); ok {
+		return r.cut != nil && r.cut.Load()
+	}
+	return errors.Is(context.Cause(ctx), ErrCut)
+}
+
 func (r *reqContext) Err() error {
 	if r.ended.Load() {
 		return context.Canceled
@@ -75,9 +96,18 @@ func (r *reqContext) Err() error {
 	return nil
 }
 
-// Value holds nothing: the lean server puts no values in a request's
-// context.
-func (r *reqContext) Value(any) any { return nil }
+// reqContextKey finds a request's reqContext from a context derived from
+// it (Cut).
+type reqContextKey struct{}
+
+// Value holds only the context itself, under reqContextKey: the lean
+// server puts no other values in a request's context.
+func (r *reqContext) Value(key any) any {
+	if key == (reqContextKey{}) {
+		return r
+	}
+	return nil
+}
 
 // AfterFunc runs f when the context ends, on the goroutine that ends it,
 // or now when it has ended; stop forgets f, false when f has run or is

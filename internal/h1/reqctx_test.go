@@ -139,3 +139,37 @@ func TestReqContextDerived(t *testing.T) {
 	default:
 	}
 }
+
+// TestCut: a request's context reads as cut by its server once its
+// connection is marked so, through contexts derived from it too; a context
+// of another kind, when its cause is ErrCut.
+func TestCut(t *testing.T) {
+	t.Parallel()
+	var mark atomic.Bool
+	r := &reqContext{cut: &mark}
+	derived, cancel := context.WithTimeout(r, time.Hour)
+	defer cancel()
+	if Cut(r) || Cut(derived) {
+		t.Fatal("cut before the mark")
+	}
+	mark.Store(true)
+	r.end()
+	if !Cut(r) || !Cut(derived) {
+		t.Error("not cut after the mark")
+	}
+	if Cut(&reqContext{}) {
+		t.Error("a request without a connection's mark read as cut")
+	}
+	base, cut := context.WithCancelCause(context.Background())
+	child, stop := context.WithCancel(base)
+	defer stop()
+	cut(ErrCut)
+	if !Cut(child) {
+		t.Error("a context whose cause is ErrCut not read as cut")
+	}
+	other, end := context.WithCancel(context.Background())
+	end()
+	if Cut(other) {
+		t.Error("a context a client's leaving ended read as cut")
+	}
+}

@@ -140,6 +140,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
+		c.cut.Store(true) // before the close its request's context may end by
 		_ = c.rwc.Close()
 	}
 	return nil
@@ -229,6 +230,9 @@ type conn struct {
 	// The current request's context; ended when the client leaves or a
 	// write fails.
 	rctx *reqContext
+	// cut: the server's Close closed the connection (the end of a
+	// shutdown's grace): the request it served was cut, not left.
+	cut atomic.Bool
 	// answered: the current request's declared body is all written and
 	// being sent. A client that leaves after that has its answer: the
 	// watch does not end the context (the handler's accounting after its
@@ -633,6 +637,7 @@ func (c *conn) serveRequest(h head) (keep bool) {
 	c.afterPost = h.method == http.MethodPost
 	w := &response{c: c, declared: -1, reqClose: h.close}
 	c.rctx = &w.rctx
+	w.rctx.cut = &c.cut
 	c.answered.Store(false)
 	defer w.rctx.end()
 	w.reqBody = body{c: c, remain: h.contentLength, armOnLastBytes: true}

@@ -800,8 +800,9 @@ func (s *Server) endpoint(path string) *endpoint {
 }
 
 // done accounts for a request that ended: its status (499 when the client
-// went away, 503 when the shutdown's grace ended it, 502 when its answer
-// was cut short), its duration, and a warning for a failure.
+// went away, 503 when the end of a grace cut it (a shutdown's, or a
+// replaced listener's drain), 502 when its answer was cut short), its
+// duration, and a warning for a failure.
 func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Time, id string, aborted bool) {
 	s := e.s
 	if rec.inFlight {
@@ -811,8 +812,10 @@ func (e *endpoint) done(rec *statusRecorder, ctx context.Context, start time.Tim
 	switch {
 	case ctx.Err() != nil && !rec.x.streamDone && !rec.ended:
 		status = 499 // the client went away (not once it had its whole stream)
-		if at := s.cutAt.Load(); at != 0 && time.Now().UnixNano() >= at {
-			status = http.StatusServiceUnavailable // cut at the end of the shutdown's grace
+		if at := s.cutAt.Load(); at != 0 && time.Now().UnixNano() >= at || h1.Cut(ctx) {
+			// Cut at the end of a grace: the shutdown's, or that of a
+			// listener a reload replaced.
+			status = http.StatusServiceUnavailable
 		}
 	case aborted:
 		status = http.StatusBadGateway // the answer was cut short

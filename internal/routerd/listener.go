@@ -77,6 +77,10 @@ type served struct {
 	lean  *h1.Server
 	srv   *http.Server
 	conns *h1.Handoff
+	// cut ends the contexts of net/http's requests with h1.ErrCut when the
+	// grace ends, so that they are accounted as cut by the router, not
+	// left by their clients (the lean server marks its own).
+	cut context.CancelCauseFunc
 }
 
 // bind listens on addr for the key's handler with cfg's settings and the
@@ -98,15 +102,17 @@ func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config
 // newServed builds a server with the listener's settings.
 func (l *listener) newServed() *served {
 	st := l.settings
+	base, cut := context.WithCancelCause(context.Background())
 	srv := &http.Server{Handler: streamWriteBound(l.handler, st.write), ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
-		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn)}
+		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return base }}
 	q := h1.NewHandoff(l.ln.Addr())
 	// net/http's own WriteTimeout would bound a whole answer, streams
 	// included: the connections it serves are bounded per write instead,
 	// as the lean server bounds its own.
 	lean := &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
 		WriteTimeout: st.write, Logger: l.logger, Fallback: func(c net.Conn) { q.Give(h1.WithWriteTimeout(c, st.write)) }}
-	return &served{lean: lean, srv: srv, conns: q}
+	return &served{lean: lean, srv: srv, conns: q, cut: cut}
 }
 
 // serve starts the accept loop and the current server. An accept failure
@@ -259,9 +265,11 @@ func (s *served) retire(ctx context.Context, logger *slog.Logger, addr string) {
 		err = derr
 	}
 	if serr := s.srv.Shutdown(ctx); serr != nil {
+		s.cut(h1.ErrCut)
 		_ = s.srv.Close()
 		err = serr
 	}
+	s.cut(nil) // nothing is left to end: its resources go
 	if err != nil {
 		logger.Warn("requests still in flight at the end of the grace period", "address", addr, "err", context.Cause(ctx))
 	}

@@ -1064,3 +1064,76 @@ func TestConnectedGaugeAfterWatcherReplacement(t *testing.T) {
 		t.Errorf("continuum_dynamo_discovery_connected = %v after the watcher was replaced; the new one is still seeding", g)
 	}
 }
+
+// TestRebindCutIsNotAClientGone: a rebind drains the old listener within
+// the shutdown grace; a stream still running at the drain's end is cut by
+// the router, as at shutdown, and counted as a 503, not as a client gone
+// (499): whether the lean server serves it (a body of declared length) or
+// net/http does (a chunked body, handed over).
+func TestRebindCutIsNotAClientGone(t *testing.T) {
+	t.Parallel()
+	for _, chunked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
+			t.Parallel()
+			backend := endlessStream(t, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n", nil)
+			text := func(bind string) string {
+				return fmt.Sprintf("server:\n  bind_address: %q\nbackends:\n  - name: plain\n    url: %q\n    timeout: 30s\n", bind, backend.URL)
+			}
+			file := filepath.Join(t.TempDir(), "continuum.yaml")
+			testutil.ReplaceFile(t, file, text("127.0.0.1:0"))
+			doc, err := config.Load(file, config.Options{})
+			if err != nil || doc.Findings.Errors() > 0 {
+				t.Fatalf("load: %v %v", err, doc.Findings)
+			}
+			metrics := prometheus.NewRegistry()
+			signal := make(chan struct{})
+			d, err := routerd.New(doc.Config, routerd.Deps{Metrics: metrics, ShutdownGrace: 300 * time.Millisecond,
+				Reload: routerd.Reload{File: file, Signal: signal}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx) }()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			oldAddr := d.Addr()
+			testutil.Eventually(t, 10*time.Second, "serving", func() bool {
+				resp, err := http.Get("http://" + oldAddr + "/health")
+				if err == nil {
+					_ = resp.Body.Close()
+				}
+				return err == nil
+			})
+			var body io.Reader = strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			if chunked {
+				body = io.MultiReader(body) // no length: sent chunked
+			}
+			resp, err := http.Post("http://"+oldAddr+"/v1/chat/completions", "application/json", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			read := make(chan struct{})
+			go func() { _, _ = io.Copy(io.Discard, resp.Body); close(read) }() // a client that reads to the end
+
+			testutil.ReplaceFile(t, file, text(unusedAddr(t)))
+			signal <- struct{}{}
+			select {
+			case <-read:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stream on the old listener was not cut at the end of the rebind's drain")
+			}
+			class := func(c string) float64 {
+				v, _ := series(t, metrics, "continuum_http_requests_total", map[string]string{"route": "/v1/chat/completions", "code": c})
+				return v
+			}
+			testutil.Eventually(t, 5*time.Second, "the cut stream accounted", func() bool { return class("5xx")+class("4xx") > 0 })
+			if fives, fours := class("5xx"), class("4xx"); fives != 1 || fours != 0 {
+				t.Errorf("the stream the rebind's drain cut: %v 5xx, %v 4xx; want a 5xx (the router cut it, no client left)", fives, fours)
+			}
+		})
+	}
+}
