@@ -583,6 +583,9 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return x.roundTripFailed(b, pin, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode < 100 || resp.StatusCode > 999 {
+		return x.invalidStatus(b, resp.StatusCode), false
+	}
 	if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusProxyAuthRequired) && b.authorization() != nil {
 		return x.credentialsRefused(b, resp), true
 	}
@@ -624,6 +627,17 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		return x.broken(b, resp.StatusCode, err), false
 	}
 	return sendResult{outcome: shim.Relayed, status: resp.StatusCode}, false
+}
+
+// invalidStatus is the outcome of an answer whose status line holds no
+// valid status code (HTTP's parsers take any three digits, "000" and
+// "099" too): no answer to relay, a failure of the backend's. Its body is
+// not read, so its connection is not kept.
+func (x *exchange) invalidStatus(b *Backend, code int) sendResult {
+	b.release(false, x.s.opts.Now())
+	return sendResult{outcome: shim.Failed, status: http.StatusBadGateway,
+		detail: "backend " + b.Name() + " answered with the invalid status code " + strconv.Itoa(code),
+		public: "the backend's answer was not valid HTTP"}
 }
 
 // credentialsRefused is the outcome of a 401 or 407 from a backend the

@@ -268,3 +268,27 @@ func TestUnaskedSwitchIsAnError(t *testing.T) {
 		t.Errorf("status %d: %s", resp.StatusCode, body)
 	}
 }
+
+// TestInvalidBackendStatus: a backend's status line whose code is no
+// valid status (below 100, which http.ReadResponse takes, or past 999) is
+// no answer to relay: the client gets a 502, not a connection closed by a
+// handler's panic.
+func TestInvalidBackendStatus(t *testing.T) {
+	t.Parallel()
+	for _, status := range []string{"099 Odd", "000 Zero", "1000 Big"} {
+		be := newScriptBackend(t, func(c net.Conn, _, _ int) bool {
+			_, _ = io.WriteString(c, "HTTP/1.1 "+status+"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+			return true
+		})
+		h := newHarness(t, onlyBackend(be.url, 5*time.Second))
+		client := &http.Client{Timeout: 5 * time.Second}
+		resp, err := client.Post(h.router.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat(false)))
+		if err != nil {
+			t.Errorf("backend status %q: no answer: %v", status, err)
+			continue
+		}
+		if body := readAll(t, resp); resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("backend status %q: status %d, want 502: %s", status, resp.StatusCode, body)
+		}
+	}
+}
