@@ -29,6 +29,8 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -427,12 +429,18 @@ func (c *conn) readHead() (head, error) {
 				ok = h.parseTarget()
 			}
 			if !ok {
+				if framingConflict(buf[:end]) {
+					return head{}, c.refuseFraming()
+				}
 				return head{}, c.handOff()
 			}
 			_, _ = c.br.Discard(end)
 			return h, nil
 		}
 		if len(buf) >= bufferSize {
+			if framingConflict(buf) {
+				return head{}, c.refuseFraming()
+			}
 			return head{}, c.handOff()
 		}
 		if !headerSet {
@@ -553,6 +561,52 @@ func (c *conn) setIdleDeadline(d time.Duration) {
 func idleSlack(d time.Duration) time.Duration {
 	return min(d/16, time.Second)
 }
+
+// framingConflict reports whether a request head (or its first bytes)
+// frames its body two ways: Transfer-Encoding beside Content-Length, or
+// Transfer-Encoding in an HTTP/1.0 request, whose framing RFC 9112 calls
+// faulty. net/http serves such a request (by its Transfer-Encoding, or on
+// HTTP/1.0 by its Content-Length) and keeps the connection, so a hop in
+// front that framed it the other way would have the bytes after it served
+// as a request of their own: it is refused here, and the connection
+// closed.
+func framingConflict(b []byte) bool {
+	s := string(b)
+	eol := indexCRLF(s)
+	if eol < 0 {
+		return false
+	}
+	http10 := strings.HasSuffix(s[:eol], " HTTP/1.0")
+	te, cl := false, false
+	for rest := s[eol+2:]; rest != ""; {
+		line := rest
+		if i := strings.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		name, _, found := strings.Cut(line, ":")
+		if !found {
+			continue
+		}
+		name = strings.TrimRight(name, " \t")
+		te = te || asciiEqualFold(name, "transfer-encoding")
+		cl = cl || asciiEqualFold(name, "content-length")
+	}
+	return te && (cl || http10)
+}
+
+// refuseFraming answers a request whose head frames its body two ways 400
+// and ends the connection (nothing after the head is read as a request).
+func (c *conn) refuseFraming() error {
+	const msg = "the request frames its body two ways: Transfer-Encoding with Content-Length, or in a version 1.0 request\n"
+	_, _ = c.write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: " +
+		strconv.Itoa(len(msg)) + "\r\n\r\n" + msg))
+	c.closeWithRead(true)
+	return errFramingRefused
+}
+
+var errFramingRefused = errors.New("a request that frames its body two ways")
 
 // handOff gives the connection to the fallback server with the bytes read
 // so far in front of it.

@@ -1369,3 +1369,41 @@ func TestLeavingAfterTheAnswer(t *testing.T) {
 		t.Error("a client leaving before its answer did not end the request's context")
 	}
 }
+
+// TestFramingConflictCloses: a request whose head frames its body two ways
+// (Transfer-Encoding beside Content-Length; Transfer-Encoding on HTTP/1.0,
+// whose framing RFC 9112 calls faulty) is answered 400 and its connection
+// closed: the bytes after it, which a hop in front that framed it the other
+// way would take for part of its body, are never served as a request of
+// their own (net/http, which the lean server hands what it does not serve,
+// would serve them).
+func TestFramingConflictCloses(t *testing.T) {
+	t.Parallel()
+	l := startLean(t, http.HandlerFunc(which), nil)
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n"
+	size := strconv.FormatInt(int64(len(smuggled)), 16) + "\r\n"
+	for name, in := range map[string]string{
+		"te and cl": "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(5+len(smuggled)) + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"0\r\n\r\n" + smuggled,
+		"cl and te, lower case": "POST /first HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\ncontent-length: " + strconv.Itoa(5+len(smuggled)) + "\r\n\r\n" +
+			"0\r\n\r\n" + smuggled,
+		"te on http/1.0": "POST /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: " + strconv.Itoa(len(size)) + "\r\n\r\n" +
+			size + smuggled + "\r\n0\r\n\r\n",
+		"past the lean buffer": "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: " + strconv.Itoa(5+len(smuggled)) + "\r\nTransfer-Encoding: chunked\r\nX-Pad: " +
+			strings.Repeat("p", 5000) + "\r\n\r\n0\r\n\r\n" + smuggled,
+	} {
+		conn := l.dial(t)
+		if _, err := io.WriteString(conn, in); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.(*net.TCPConn).CloseWrite()
+		out, err := io.ReadAll(conn)
+		_ = conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), "/smuggled") || !strings.HasPrefix(string(out), "HTTP/1.1 400 ") || strings.Count(string(out), "HTTP/1.") != 1 {
+			t.Errorf("%s: %q", name, out)
+		}
+	}
+}

@@ -69,6 +69,11 @@ func FuzzServerStream(f *testing.F) {
 		if len(in) > 8<<10 {
 			return
 		}
+		if mayFrameTwoWays(in) {
+			// The lean server refuses a request that frames its body two
+			// ways where net/http serves it (TestFramingConflictCloses).
+			return
+		}
 		got, gerr := exchangeRaw(lean.addr, in)
 		want, werr := exchangeRaw(refAddr, in)
 		switch {
@@ -81,6 +86,15 @@ func FuzzServerStream(f *testing.F) {
 			t.Fatalf("%q:\nlean     %q\nnet/http %q", in, got, want)
 		}
 	})
+}
+
+// mayFrameTwoWays reports whether a stream may hold a request head that
+// frames its body two ways (Transfer-Encoding beside Content-Length, or on
+// HTTP/1.0): any stream naming Transfer-Encoding and either of the others,
+// in any case.
+func mayFrameTwoWays(in []byte) bool {
+	s := strings.ToLower(string(in))
+	return strings.Contains(s, "transfer-encoding") && (strings.Contains(s, "content-length") || strings.Contains(s, "http/1.0"))
 }
 
 // dateField and closeField are left out of the comparison: the time, and
