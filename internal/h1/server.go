@@ -429,7 +429,7 @@ func (c *conn) readHead() (head, error) {
 				ok = h.parseTarget()
 			}
 			if !ok {
-				if framingConflict(buf[:end]) {
+				if FramesTwoWays(buf[:end]) {
 					return head{}, c.refuseFraming()
 				}
 				return head{}, c.handOff()
@@ -438,7 +438,7 @@ func (c *conn) readHead() (head, error) {
 			return h, nil
 		}
 		if len(buf) >= bufferSize {
-			if framingConflict(buf) {
+			if FramesTwoWays(buf) {
 				return head{}, c.refuseFraming()
 			}
 			return head{}, c.handOff()
@@ -562,21 +562,22 @@ func idleSlack(d time.Duration) time.Duration {
 	return min(d/16, time.Second)
 }
 
-// framingConflict reports whether a request head (or its first bytes)
+// FramesTwoWays reports whether a message head (or its first bytes)
 // frames its body two ways: Transfer-Encoding beside Content-Length, or
-// Transfer-Encoding in an HTTP/1.0 request, whose framing RFC 9112 calls
-// faulty. net/http serves such a request (by its Transfer-Encoding, or on
-// HTTP/1.0 by its Content-Length) and keeps the connection, so a hop in
-// front that framed it the other way would have the bytes after it served
-// as a request of their own: it is refused here, and the connection
-// closed.
-func framingConflict(b []byte) bool {
+// Transfer-Encoding in an HTTP/1.0 request or answer, whose framing RFC
+// 9112 calls faulty. net/http reads such a message (by its
+// Transfer-Encoding, or on HTTP/1.0 by its Content-Length) and keeps the
+// connection, so a hop that framed it the other way would have the bytes
+// after it read as a message of their own: the lean server refuses such a
+// request and closes its connection; the router's client does not keep
+// the connection of such an answer.
+func FramesTwoWays(b []byte) bool {
 	s := string(b)
 	eol := indexCRLF(s)
 	if eol < 0 {
 		return false
 	}
-	http10 := strings.HasSuffix(s[:eol], " HTTP/1.0")
+	http10 := strings.HasSuffix(s[:eol], " HTTP/1.0") || strings.HasPrefix(s, "HTTP/1.0 ")
 	te, cl := false, false
 	for rest := s[eol+2:]; rest != ""; {
 		line := rest

@@ -39,7 +39,15 @@ func readResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*http.Res
 	if resp, ok := readPlainResponse(br, req, pb); ok {
 		return resp, nil
 	}
-	return http.ReadResponse(br, req)
+	head, whole := peekHead(br)
+	twoWays := whole && h1.FramesTwoWays(head) // before the read reuses the buffer
+	resp, err := http.ReadResponse(br, req)
+	if err == nil && twoWays {
+		// Its framing is faulty (RFC 9112): what follows it on the
+		// connection may be part of it, so no other answer is read there.
+		resp.Close = true
+	}
+	return resp, err
 }
 
 // readPlainResponse reads the head at the start of br when it is plain (see

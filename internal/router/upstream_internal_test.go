@@ -991,3 +991,39 @@ func TestDeadlineMovesRarely(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultyFramingNotReused: an answer that frames its body two ways (an
+// HTTP/1.0 answer with Transfer-Encoding, whose framing RFC 9112 calls
+// faulty; Transfer-Encoding beside Content-Length) does not leave its
+// connection to carry the next request: what follows it there may be part
+// of it.
+func TestFaultyFramingNotReused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, answer string }{
+		{"http/1.0 with transfer-encoding", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\nok"},
+		{"http/1.1 with both framings", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n2\r\nok\r\n0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rb := newRawBackend(t, false, func(w io.Writer, _, _ int) bool {
+				_, _ = io.WriteString(w, tc.answer)
+				return true
+			})
+			rt := newTransport()
+			for range 2 {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, rb.url, strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					continue // refusing the answer is fine too
+				}
+				mustRead(t, resp)
+			}
+			if n := rb.conns.Load(); n != 2 {
+				t.Fatalf("%d connection(s) for two requests: the connection of an answer with faulty framing was reused", n)
+			}
+		})
+	}
+}
