@@ -856,3 +856,66 @@ func pairPicker(t *testing.T, prompts *kv.Prompts, fresh bool) (*kv.Picker, *kv.
 	ix.SetLive(live)
 	return kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil), ix
 }
+
+// TestFreshElsewhereStillExcludesTheSilent: when any rank has a fresh
+// sample carrying the phase's backlog, the fresh ranks and the quiet ones
+// compete and the rest are left out.
+// Prefill worker 10 has the only fresh sample but cannot take this request
+// (busy, or excluded by a re-pin); 11 went silent with a backlog of 4000
+// tokens (stale sample: possibly dead) but holds the prompt's prefix; 12
+// never published (quiet). The load rule picks 12; the KV-aware choice
+// must not hand the request to the silent 11 because the one fresh rank
+// was set aside before the scorer saw the candidates.
+func TestFreshElsewhereStillExcludesTheSilent(t *testing.T) {
+	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
+	store := load.NewStore(time.Minute, nil)
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	ids := map[uint64]fleet.WorkerID{}
+	for w := range snap.Workers.All() {
+		live[w.ID] = load.LiveWorker{DPSize: 1}
+		ids[w.ID.InstanceID] = w.ID
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	body := longChat(400)
+	hashes := prepared(t, prompts, snap, "/v1/chat/completions", body, 16).Hashes[16]
+	hold(t, ix, 1, ids[11], hashes, len(hashes))
+
+	zero, backlog, used := uint64(0), uint64(4000), uint64(9500)
+	now := time.Now()
+	apply := func(id uint64, l wire.ActiveLoad, at time.Time) {
+		t.Helper()
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS(ids[id].Namespace), PublisherID: id, Sequence: 1, ReceivedAt: at}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	// 10: fresh, idle prefill, but 9500 of its 10000 blocks in use.
+	apply(10, wire.ActiveLoad{WorkerID: 10, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero, KVUsedBlocks: &used}, now)
+	// 11: last heard from two minutes ago (max_staleness 1 m) with a backlog.
+	apply(11, wire.ActiveLoad{WorkerID: 11, ActivePrefillTokens: &backlog, ActiveDecodeBlocks: &zero}, now.Add(-2*time.Minute))
+	// 20: the decode worker, fresh and idle.
+	apply(20, wire.ActiveLoad{WorkerID: 20, ActivePrefillTokens: &zero, ActiveDecodeBlocks: &zero}, now)
+
+	base := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	busy := base
+	busy.Busy = &pick.BusyThreshold{KVBlocks: 0.9, Hysteresis: 0.05}
+	excl := base
+	excl.Exclude = []fleet.WorkerID{ids[10]}
+	for name, req := range map[string]pick.Request{"10 busy": busy, "10 excluded": excl} {
+		loadOnly, err := pick.NewLoadBased(store).Pick(snap, req, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := p.Explain(snap, req, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ex.Pin.Prefill.Worker.ID.InstanceID; got == 11 {
+			t.Errorf("%s: prefill 11 (silent with a backlog, left out while a fresh rank exists; the load rule picks %d), reason %q",
+				name, loadOnly.Prefill.Worker.ID.InstanceID, ex.Pin.PrefillReason)
+		}
+	}
+}

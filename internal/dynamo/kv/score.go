@@ -210,17 +210,15 @@ func (c *choice) Bypass(d pick.Candidate) bool {
 }
 
 // Score implements pick.Scorer. The freshness rules: when any candidate
-// has a fresh sample carrying the phase's backlog, those candidates and
-// the quiet ones (backlog 0 at their last sample, plus what was dispatched
-// to them since) compete with the whole formula and the rest
-// are left out; when none has, every candidate competes with the formula
+// of the phase has a fresh sample carrying its backlog (anyFresh, counted
+// before busy and excluded candidates were set aside, as the load rule
+// counts it), the fresh candidates and the quiet ones (backlog 0 at their
+// last sample, plus what was dispatched to them since) compete with the
+// whole formula and the rest are left out, also when the fresh ones were
+// all set aside; when none has, every candidate competes with the formula
 // without backlogs (the overlap and the request's size), and the
 // round-robin cursor decides only between equal costs.
-func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, cursor func() uint64) (int, string, bool) {
-	anyFresh := false
-	for i := range cands {
-		anyFresh = anyFresh || cands[i].Fresh
-	}
+func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, cursor func() uint64) (int, string, bool) {
 	c.costs = c.costs[:0]
 	c.details = append(c.details[:0], make([]Cost, len(cands))...)
 	details := c.details

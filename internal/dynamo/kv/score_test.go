@@ -72,7 +72,7 @@ func TestScoreFreshness(t *testing.T) {
 	b.Quiet = true
 	c.Excluded = true
 	ch := &choice{terms: terms, isl: 100, overlaps: overlapMap{{3, 0}: 6}}
-	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter())
+	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), counter())
 	if !ok || i != 1 || reason != pick.ReasonKVAware {
 		t.Errorf("fresh fleet: chose %d (%s, %v), want the quiet candidate 1; costs %v", i, reason, ok, ch.costs)
 	}
@@ -82,14 +82,14 @@ func TestScoreFreshness(t *testing.T) {
 	// A fresh candidate with enough overlap beats a quiet one.
 	a.PrefillTokens = 16
 	ch.overlaps = overlapMap{{1, 0}: 6}
-	if i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter()); i != 0 || ch.Chosen.Overlap != 6 {
+	if i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), counter()); i != 0 || ch.Chosen.Overlap != 6 {
 		t.Errorf("chose %d (%+v), want the holder 0; costs %v", i, ch.Chosen, ch.costs)
 	}
 
 	// Nothing fresh: backlogs do not count, the excluded compete too.
 	a.Fresh, b.Quiet, c.Excluded = false, false, true
 	ch.overlaps = overlapMap{{3, 0}: 4}
-	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, counter()); i != 2 || reason != pick.ReasonKVAware {
+	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), counter()); i != 2 || reason != pick.ReasonKVAware {
 		t.Errorf("stale fleet: chose %d (%s), want the holder 2; costs %v", i, reason, ch.costs)
 	}
 	// Nothing fresh, two holding the same: the cursor rotates between them,
@@ -97,7 +97,7 @@ func TestScoreFreshness(t *testing.T) {
 	ch.overlaps = overlapMap{{1, 0}: 4, {3, 0}: 4}
 	next2 := counter()
 	for _, want := range []int{0, 2, 0} {
-		if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next2); i != want || reason != pick.ReasonRoundRobinStale {
+		if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), next2); i != want || reason != pick.ReasonRoundRobinStale {
 			t.Fatalf("tied holders: chose %d (%s), want %d under round_robin_stale; costs %v", i, reason, want, ch.costs)
 		}
 	}
@@ -105,7 +105,7 @@ func TestScoreFreshness(t *testing.T) {
 	ch.overlaps = overlapMap{}
 	next := counter()
 	for want := range 6 {
-		if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next); i != want%3 || reason != pick.ReasonRoundRobinStale {
+		if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), next); i != want%3 || reason != pick.ReasonRoundRobinStale {
 			t.Fatalf("rotation %d: chose %d (%s)", want, i, reason)
 		}
 	}
@@ -125,7 +125,7 @@ func TestScoreTiesAndTemperature(t *testing.T) {
 	next := counter()
 	var got []int
 	for range 4 {
-		i, _, _ := ch.Score(pick.PhasePrefill, cands, next)
+		i, _, _ := ch.Score(pick.PhasePrefill, cands, freshIn(cands), next)
 		got = append(got, i)
 	}
 	if got[0] != 1 || got[1] != 3 || got[2] != 1 || got[3] != 3 {
@@ -142,7 +142,7 @@ func TestScoreTiesAndTemperature(t *testing.T) {
 		want int
 	}{{0, 0}, {(w - 1e-9) / total, 0}, {(w + 1e-9) / total, 1}, {(w + 1 + 1e-9) / total, 2}, {0.999999, 3}} {
 		ch.rng = func() float64 { return c.u }
-		if i, _, _ := ch.Score(pick.PhasePrefill, cands, next); i != c.want {
+		if i, _, _ := ch.Score(pick.PhasePrefill, cands, freshIn(cands), next); i != c.want {
 			t.Errorf("u=%g: drew %d, want %d", c.u, i, c.want)
 		}
 	}
@@ -160,7 +160,7 @@ func TestScoreTiesAndTemperature(t *testing.T) {
 		want int
 	}{{0, 0}, {0.34, 1}, {0.5, 1}, {0.67, 2}, {0.999999, 2}} {
 		ch.rng = func() float64 { return c.u }
-		i, reason, _ := ch.Score(pick.PhasePrefill, same, func() uint64 { return 0 })
+		i, reason, _ := ch.Score(pick.PhasePrefill, same, freshIn(same), func() uint64 { return 0 })
 		if i != c.want || reason != pick.ReasonRoundRobinStale {
 			t.Errorf("equal costs, u=%g: drew %d (%s), want %d (round_robin_stale)", c.u, i, reason, c.want)
 		}
@@ -175,7 +175,7 @@ func TestScoreNeedsBlockSizes(t *testing.T) {
 	b := cand(2, 8) // below the smallest supported size
 	b.Quiet = true
 	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
-	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); ok {
+	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter()); ok {
 		t.Error("scored candidates without block sizes")
 	}
 }
@@ -189,14 +189,14 @@ func TestScoreStaleTieAmongTheCostable(t *testing.T) {
 	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
 	next := counter()
 	for want := range 4 {
-		i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next)
+		i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), next)
 		if !ok || i != want%2 || reason != pick.ReasonRoundRobinStale {
 			t.Errorf("pick %d: chose %d (%s, %v), want %d under round_robin_stale; costs %v", want, i, reason, ok, want%2, ch.costs)
 		}
 	}
 	// An overlap tells them apart: kv_aware.
 	ch.overlaps = overlapMap{{2, 0}: 3}
-	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, next); i != 1 || reason != pick.ReasonKVAware {
+	if i, reason, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b, c}, freshIn([]pick.Candidate{a, b, c}), next); i != 1 || reason != pick.ReasonKVAware {
 		t.Errorf("with an overlap: chose %d (%s)", i, reason)
 	}
 }
@@ -213,11 +213,11 @@ func TestScoreStalledFresh(t *testing.T) {
 	a.Excluded = true
 	b.Fresh, b.HasPrefill, b.PrefillTokens = true, true, 800
 	ch := &choice{terms: terms, isl: 100, overlaps: overlapMap{{1, 0}: 6}}
-	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter())
+	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter())
 	if !ok || i != 1 || reason != pick.ReasonKVAware || !math.IsNaN(ch.costs[0]) {
 		t.Errorf("chose %d (%s, %v), costs %v: want 1, the stalled candidate left out", i, reason, ok, ch.costs)
 	}
-	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a}, counter()); ok {
+	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a}, freshIn([]pick.Candidate{a}), counter()); ok {
 		t.Errorf("the stalled candidate alone was costed: %v", ch.costs)
 	}
 }
@@ -237,7 +237,7 @@ func TestScoreInFlight(t *testing.T) {
 	b.Quiet = true
 	held := overlapMap{{1, 1 << 31}: 6}
 	ch := &choice{terms: terms, isl: 100, overlaps: held}
-	i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter())
+	i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter())
 	if i != 0 || ch.costs[0] != 11.25 || ch.Chosen.Overlap != 6 {
 		t.Errorf("chose %d (%+v), costs %v: want 0 at 11.25 with 6 blocks", i, ch.Chosen, ch.costs)
 	}
@@ -246,13 +246,24 @@ func TestScoreInFlight(t *testing.T) {
 	}
 	// The index holding more than is in flight: the larger counts.
 	held[[2]uint64{1, 0}] = 7
-	if ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); ch.details[0].Overlap != 7 {
+	if ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter()); ch.details[0].Overlap != 7 {
 		t.Errorf("overlap %d, want the index's 7", ch.details[0].Overlap)
 	}
 	delete(held, [2]uint64{1, 0})
 	held[[2]uint64{2, 0}] = 1
 	a.Fresh, a.HasPrefill, b.Quiet = false, false, false
-	if i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, counter()); i != 1 || ch.details[0].Overlap != 0 {
+	if i, _, _ := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter()); i != 1 || ch.details[0].Overlap != 0 {
 		t.Errorf("stale fleet: chose %d with overlaps %d/%d, want 1 (in-flight blocks not counted)", i, ch.details[0].Overlap, ch.details[1].Overlap)
 	}
+}
+
+// freshIn is what the picker tells the scorer of cands when it set none
+// aside: whether any has a fresh sample.
+func freshIn(cands []pick.Candidate) bool {
+	for _, c := range cands {
+		if c.Fresh {
+			return true
+		}
+	}
+	return false
 }

@@ -46,9 +46,13 @@ type Candidate struct {
 // selection gives one per request. Score runs under the picker's lock and
 // must not block. It returns the chosen index into cands and the reason
 // for the selection metric, or false to keep the load rule's choice.
-// cursor returns the phase's next deterministic tie-break position.
+// fresh says whether any of the phase's candidates has a fresh sample,
+// those cands leaves out included (busy ones, ones the request excludes):
+// the load rule's test for whether backlogs compete, which the scorer
+// follows rather than judging from cands alone. cursor returns the phase's
+// next deterministic tie-break position.
 type Scorer interface {
-	Score(phase Phase, cands []Candidate, cursor func() uint64) (int, string, bool)
+	Score(phase Phase, cands []Candidate, fresh bool, cursor func() uint64) (int, string, bool)
 }
 
 // Bypasser is a Scorer that may also make the decode choice when the
@@ -209,7 +213,7 @@ func (p *LoadBased) scored(phase Phase, x *index) (int, string, bool) {
 		}
 		cands, pos = kept, at
 	}
-	i, reason, ok := p.scorer.Score(phase, cands, x.take)
+	i, reason, ok := p.scorer.Score(phase, cands, x.fresh > 0, x.take)
 	if !ok || i < 0 || i >= len(cands) {
 		return 0, "", false
 	}
