@@ -74,6 +74,10 @@ type exchange struct {
 	// dispatch, while an ingress sends one per attempt, each chosen
 	// against the fleet as it is then.
 	freshPins bool
+	// pinnedStream: the stream relayed is a pinned dispatch's (a Dynamo
+	// frontend's), whose error events are followed; streamErrored: one
+	// came (relayStream).
+	pinnedStream, streamErrored bool
 	// streamDone: the stream relayed to the client ended with its final
 	// event (data: [DONE]; a Responses stream's response.completed,
 	// response.incomplete or response.failed). A client that leaves after it has its whole
@@ -815,7 +819,14 @@ func (x *exchange) relayStreamed(resp *http.Response, b *Backend, pin *pick.Pin)
 			return x.broken(b, resp.StatusCode, err)
 		}
 	}
+	x.pinnedStream = pin != nil
 	err := relay(x.w, resp.Body)
+	if x.streamErrored && x.ctx.Err() == nil {
+		// The frontend told the client of its failure in the stream,
+		// relayed as it came: a failure of the decode, as a converted
+		// stream's error event is.
+		err = toldInStream{status: http.StatusInternalServerError, message: "the frontend's stream carried an error event"}
+	}
 	var told toldInStream
 	if errors.As(err, &told) {
 		if x.ctx.Err() != nil {
@@ -1271,8 +1282,12 @@ func (x *exchange) relayStream(w http.ResponseWriter, body io.Reader) error {
 	defer streamBufPool.Put(bp)
 	buf := *bp
 	var tail doneTail
-	var final *finalEvents // a Responses stream ends with its own final events, not [DONE]
-	if x.path == "/v1/responses" {
+	// A Responses stream ends with its own final events, not [DONE]; a
+	// pinned stream may carry the frontend's error event (relayed as it
+	// is, and accounted as the decode's failure): both are followed line
+	// by line, other streams by their last bytes only.
+	var final *finalEvents
+	if x.path == "/v1/responses" || x.pinnedStream {
 		final = new(finalEvents)
 	}
 	for {
@@ -1283,6 +1298,7 @@ func (x *exchange) relayStream(w http.ResponseWriter, body io.Reader) error {
 			}
 			if final != nil {
 				x.streamDone = final.add(buf[:n])
+				x.streamErrored = x.streamErrored || final.errored
 			} else {
 				x.streamDone = tail.add(buf[:n])
 			}
@@ -1323,17 +1339,20 @@ func (t *doneTail) add(p []byte) bool {
 		bytes.HasSuffix(s, []byte("data: [DONE]\r\n\r\n"))
 }
 
-// finalEvents follows a Responses stream line by line, reading only each
-// line's first bytes, to tell whether what was written so far ends with a
-// final event (response.completed, response.incomplete or response.failed,
-// named by its event line or its data's type, or data: [DONE]) and its
-// blank line.
+// finalEvents follows a stream line by line, reading only each line's
+// first bytes, to tell whether what was written so far ends with a final
+// event (a Responses stream's response.completed, response.incomplete or
+// response.failed, named by its event line or its data's type, or data:
+// [DONE]) and its blank line; and whether an error event came (errored):
+// one named error (Dynamo's frontend's in-stream error, its message in a
+// comment), or data that is an object whose first member is "error".
 type finalEvents struct {
-	line  [64]byte // the first bytes of the current line
-	n     int      // the current line's length so far
-	cr    bool     // the last byte was a CR (an LF after it ends no line)
-	final bool     // the current event is a final one
-	done  bool
+	line    [64]byte // the first bytes of the current line
+	n       int      // the current line's length so far
+	cr      bool     // the last byte was a CR (an LF after it ends no line)
+	final   bool     // the current event is a final one
+	done    bool
+	errored bool
 }
 
 func (f *finalEvents) add(p []byte) bool {
@@ -1364,11 +1383,29 @@ func (f *finalEvents) endLine() {
 		f.final = false
 		return
 	}
-	if f.n <= len(f.line) && finalResponsesLine(f.line[:f.n]) ||
-		f.n > len(f.line) && finalResponsesData(f.line[:]) {
+	l := f.line[:min(f.n, len(f.line))]
+	if f.n <= len(f.line) && finalResponsesLine(l) || f.n > len(f.line) && finalResponsesData(l) {
 		f.final = true
 	}
+	if !f.errored && errorEventLine(l, f.n <= len(f.line)) {
+		f.errored = true
+	}
 	f.n = 0
+}
+
+// errorEventLine reports whether a line (its first bytes; whole when it is
+// all of it) opens an error event: event: error, or data holding an object
+// whose first member is "error".
+func errorEventLine(l []byte, whole bool) bool {
+	if v, ok := bytes.CutPrefix(l, []byte("event:")); ok {
+		return whole && string(bytes.TrimPrefix(v, []byte(" "))) == "error"
+	}
+	v, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok {
+		return false
+	}
+	v, ok = bytes.CutPrefix(bytes.TrimLeft(v, " "), []byte("{"))
+	return ok && bytes.HasPrefix(bytes.TrimLeft(v, " "), []byte(`"error"`))
 }
 
 // finalResponsesLine reports whether a whole line names a Responses

@@ -1825,3 +1825,45 @@ func TestTimedOutStreamsSpareTheBreaker(t *testing.T) {
 		t.Errorf("the backend got %d of 7 requests whose streams its timeout cut", n)
 	}
 }
+
+// TestInStreamErrorCounted: a pinned stream that carries the frontend's
+// error event (Dynamo 1.x: event: error with its message as a comment;
+// newer: data holding {"error":...}) is relayed as it came, and accounted
+// as the decode's failure (disaggregated_errors_total{phase="decode"}, a
+// 5xx), not as a served stream.
+func TestInStreamErrorCounted(t *testing.T) {
+	t.Parallel()
+	chunk := `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok0"}}]}` + "\n\n"
+	for name, errEvent := range map[string]string{
+		"comment": "event: error\n: Stream ended before generation completed\n\n",
+		"data":    `data: {"error":{"message":"Internal server error","type":"internal_server_error","code":500}}` + "\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			stream := chunk + errEvent + "data: [DONE]\n\n"
+			fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = w.Write([]byte(stream))
+			}))
+			t.Cleanup(fe.Close)
+			h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.URL })
+			resp := h.post(t, chat(true), nil)
+			if body := readAll(t, resp); body != stream {
+				t.Fatalf("%d, relayed %q, want %q", resp.StatusCode, body, stream)
+			}
+			if got := promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues("decode")); got != 1 {
+				t.Errorf("decode errors %v, want 1", got)
+			}
+			testutil.Eventually(t, 5*time.Second, "the request counted", func() bool {
+				return promtest.ToFloat64(h.metrics.Requests.WithLabelValues("/v1/chat/completions", "5xx")) == 1
+			})
+			if ok := promtest.ToFloat64(h.metrics.Requests.WithLabelValues("/v1/chat/completions", "2xx")); ok != 0 {
+				t.Errorf("counted %v 2xx", ok)
+			}
+		})
+	}
+}

@@ -236,3 +236,35 @@ func TestFinalEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorEvents: a stream followed line by line tells an error event
+// (named error, or data holding an object whose first member is "error")
+// from the rest, however the bytes are cut.
+func TestErrorEvents(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		stream  string
+		errored bool
+	}{
+		{"event: error\n: the engine failed\n\ndata: [DONE]\n\n", true},
+		{"event:error\r\n: x\r\n\r\n", true},
+		{`data: {"error":{"message":"Internal server error","code":500}}` + "\n\n", true},
+		{`data:{ "error" : "x"}` + "\r\r", true},
+		{`data: {"id":"c","choices":[{"delta":{"content":"{\"error\""}}]}` + "\n\n", false},
+		{"event: errors\ndata: {}\n\n", false},
+		{": error\n\n", false},
+		{`data: {"choices":[],"error":null}` + "\n\n", false},
+	} {
+		for _, cut := range []int{1, 5, 1 << 20} {
+			var f finalEvents
+			for s := tc.stream; len(s) > 0; {
+				n := min(cut, len(s))
+				f.add([]byte(s[:n]))
+				s = s[n:]
+			}
+			if f.errored != tc.errored {
+				t.Errorf("%q in pieces of %d: errored %v, want %v", tc.stream, cut, f.errored, tc.errored)
+			}
+		}
+	}
+}
