@@ -80,8 +80,8 @@ type exchange struct {
 	pinnedStream, streamErrored bool
 	// streamDone: the stream relayed to the client ended with its final
 	// event (data: [DONE]; a Responses stream's response.completed,
-	// response.incomplete or response.failed). A client that leaves after it has its whole
-	// answer: the request is served, not abandoned.
+	// response.incomplete or response.failed). A client that leaves after
+	// it has its whole answer: the request is served, not abandoned.
 	streamDone bool
 	// reruns counts the times a pinned request that may have run was
 	// sent again (a re-pin, or another replica after the connection broke
