@@ -349,20 +349,21 @@ func (m Model) buildRows() []Row {
 	if m.snap == nil {
 		return nil
 	}
+	// By namespace too: two graphs may reuse instance ids.
 	type key struct {
-		id   string
-		rank uint32
+		ns, id string
+		rank   uint32
 	}
 	samples := map[key]int{}
 	for i, s := range m.snap.Load.Samples {
-		samples[key{s.WorkerID, s.DPRank}] = i
+		samples[key{s.Namespace, s.WorkerID, s.DPRank}] = i
 	}
 	prevSel := map[key]uint64{}
 	var dt float64
 	if m.prev != nil {
 		dt = m.snap.At.Sub(m.prev.At).Seconds()
 		for _, s := range m.prev.Load.Samples {
-			prevSel[key{s.WorkerID, s.DPRank}] = s.Selections
+			prevSel[key{s.Namespace, s.WorkerID, s.DPRank}] = s.Selections
 		}
 	}
 	filter := strings.ToLower(strings.TrimSpace(m.filter))
@@ -374,11 +375,11 @@ func (m Model) buildRows() []Row {
 		for r := range min(max(w.DPSize, 1), maxRanksPerWorker) {
 			rank := w.DPStartRank + r
 			row := Row{Worker: w, Rank: rank, worker: wi, sample: -1}
-			if si, ok := samples[key{w.WorkerID, rank}]; ok {
+			if si, ok := samples[key{w.Namespace, w.WorkerID, rank}]; ok {
 				row.Load, row.sample = &m.snap.Load.Samples[si], si
 			}
 			if row.Load != nil && dt > 0 {
-				if p, ok := prevSel[key{w.WorkerID, rank}]; ok && row.Load.Selections >= p {
+				if p, ok := prevSel[key{w.Namespace, w.WorkerID, rank}]; ok && row.Load.Selections >= p {
 					row.SelRate = float64(row.Load.Selections-p) / dt
 				}
 			}

@@ -166,13 +166,16 @@ func once(ctx context.Context, o *Options, m tui.Model, client *tui.Client) erro
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return cmdutil.ErrInterrupted
 			case <-time.After(o.Interval):
 			}
 		}
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		snap, err := client.Fetch(pctx, time.Now())
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			return cmdutil.ErrInterrupted
+		}
 		if err != nil {
 			// The error may quote the router's answer (its status line):
 			// printed escaped, as the views draw it.
