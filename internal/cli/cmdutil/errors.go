@@ -1,8 +1,10 @@
 package cmdutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // Exit codes of the continuum binary. They are mapped in one place, cli.Main.
@@ -63,4 +65,27 @@ func ExitCode(err error) int {
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// ErrInputInterrupted ends a command that reads its standard input when a
+// signal came before the input ended.
+var ErrInputInterrupted = errors.New("interrupted while reading the standard input")
+
+// Interruptible is r read on a goroutine of its own, so that a read left
+// waiting on it (a pipe whose writer neither writes nor closes) ends with
+// ErrInputInterrupted when ctx ends: the first SIGINT or SIGTERM, which
+// only ends the command's context, then ends a command that reads its
+// standard input. The goroutine stays blocked in r until the process
+// ends; nothing else reads r after it.
+func Interruptible(ctx context.Context, r io.Reader) io.Reader {
+	if ctx == nil || ctx.Done() == nil {
+		return r
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(pw, r)
+		_ = pw.CloseWithError(err) // nil: the reader gets io.EOF
+	}()
+	context.AfterFunc(ctx, func() { _ = pw.CloseWithError(ErrInputInterrupted) })
+	return pr
 }

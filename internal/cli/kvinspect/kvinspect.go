@@ -43,6 +43,8 @@ const maxFile = 64 << 20
 // Options are the parsed flags of the kv-inspect subcommands.
 type Options struct {
 	IO *iostreams.IOStreams
+	// ctx is the command's: a signal ends it, and a read of stdin with it.
+	ctx context.Context
 
 	Tokenizer       string
 	TokenizerConfig string
@@ -91,7 +93,7 @@ With --text, prints the ids and token strings of that one text.`,
   continuum kv-inspect tokenize --tokenizer tokenizer.json --add-special-tokens --text "Hello"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.textSet = cmd.Flags().Changed("text")
+			o.textSet, o.ctx = cmd.Flags().Changed("text"), cmd.Context()
 			return runTokenize(o)
 		},
 	}
@@ -131,6 +133,7 @@ of the request (text parts joined, tool schemas completed, ...).`,
 			if (o.TokenizerConfig == "") == (o.Template == "") {
 				return cmdutil.FlagErrorf("give exactly one of --tokenizer-config and --template")
 			}
+			o.ctx = cmd.Context()
 			return runRender(o)
 		},
 	}
@@ -170,7 +173,7 @@ wins over --salt. The rendered prompt is encoded without added special tokens
   continuum kv-inspect hash --tokenizer tokenizer.json --block-size 64 --lora adapter-a --text "$(cat prompt.txt)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.textSet = cmd.Flags().Changed("text")
+			o.textSet, o.ctx = cmd.Flags().Changed("text"), cmd.Context()
 			if o.TokenizerConfig != "" && o.Template != "" {
 				return cmdutil.FlagErrorf("give at most one of --tokenizer-config and --template")
 			}
@@ -269,7 +272,7 @@ func eachLine(o *Options, fn func(line []byte) (any, error)) error {
 	if o.IO.IsStdinTTY() {
 		return cmdutil.FlagErrorf("pipe JSON lines on stdin, or give --text")
 	}
-	r := bufio.NewReaderSize(o.IO.In, 64<<10)
+	r := bufio.NewReaderSize(cmdutil.Interruptible(o.ctx, o.IO.In), 64<<10)
 	enc := json.NewEncoder(o.IO.Out)
 	enc.SetEscapeHTML(false)
 	failed := 0

@@ -200,7 +200,7 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 	if o.Completions {
 		path = pathCompletions
 	}
-	body, q, err := readRequest(o.IO.In, path)
+	body, q, err := readRequest(cmdutil.Interruptible(ctx, o.IO.In), path)
 	if err != nil {
 		return err
 	}

@@ -137,7 +137,7 @@ func runHash(ctx context.Context, o *Options) error {
 		var d Digest
 		var err error
 		if in == "-" {
-			d, err = hashStdin(o.IO.In)
+			d, err = hashStdin(cmdutil.Interruptible(ctx, o.IO.In))
 		} else {
 			d, err = hashOne(ctx, o.Client, in, hf, cmp.Or(o.Timeout, artifact.LoadTimeout))
 		}
