@@ -178,7 +178,7 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 			return nil, &ExitError{Code: ExitUsage, Err: err}
 		}
 		if n := doc.Findings.Errors(); n > 0 {
-			return nil, configErrors(configFile, doc.Findings, n)
+			return nil, ConfigErrors(configFile, doc.Findings, n)
 		}
 		cfg = doc.Config
 	}
@@ -319,10 +319,10 @@ func (o *DiscoveryFlags) applyKube(k *config.Kubernetes) error {
 	return nil
 }
 
-// configErrors says why a configuration is refused in one line: its first
+// ConfigErrors says why a configuration is refused in one line: its first
 // error finding (file:line:col, key and message), how many more there are,
 // and the command that lists them all.
-func configErrors(file string, fs config.Findings, n int) error {
+func ConfigErrors(file string, fs config.Findings, n int) error {
 	var first config.Finding
 	for _, f := range fs {
 		if f.Severity == config.SeverityError {

@@ -9,7 +9,6 @@ package serve
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -162,9 +161,11 @@ func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
 		if err != nil {
 			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
 		}
+		// Through the logger, as the warnings: in the log's format
+		// (--log-format json), which a log pipeline reads.
 		for _, f := range doc.Findings {
 			if f.Severity == config.SeverityError {
-				fmt.Fprintln(o.IO.ErrOut, f.String())
+				logger.Error("configuration error", "finding", f.String())
 			}
 		}
 		if doc.Findings.Errors() == 0 {
@@ -174,8 +175,8 @@ func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
 				}
 			}
 		}
-		if doc.Findings.Errors() > 0 {
-			return nil, fmt.Errorf("%s has %s; run continuum config validate %s", doc.File, doc.Findings.ErrorCount(), doc.File)
+		if n := doc.Findings.Errors(); n > 0 {
+			return nil, cmdutil.ConfigErrors(doc.File, doc.Findings, n) // the first error named
 		}
 		cfg = doc.Config
 	} else {

@@ -2,9 +2,11 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +54,43 @@ func TestSignalEndsStdinCommands(t *testing.T) {
 				<-done
 			}
 		})
+	}
+}
+
+// runCLIWithEnv is runCLI with the process environment (serve reads it).
+func runCLIWithEnv(args ...string) (int, string, string) {
+	ios, _, out, errOut := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Env: os.LookupEnv}
+	code := cli.Run(context.Background(), f, args)
+	return code, out.String(), errOut.String()
+}
+
+// TestServeConfigErrorsAsJSON: with --log-format json every line serve
+// writes about a refused configuration is a JSON log line, and one of them
+// names the refused key.
+func TestServeConfigErrorsAsJSON(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(file, []byte("server:\n  bind_port: \"127.0.0.1:0\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLIWithEnv("--log-format", "json", "serve", "--config", file)
+	if code != 1 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	sawCause := false
+	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Errorf("stderr line is not JSON under --log-format json: %q", line)
+			continue
+		}
+		b, _ := json.Marshal(v)
+		if strings.Contains(string(b), "bind_port") {
+			sawCause = true
+		}
+	}
+	if !sawCause {
+		t.Errorf("no JSON line names the refused key server.bind_port; stderr:\n%s", errOut)
 	}
 }
