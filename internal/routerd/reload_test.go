@@ -79,6 +79,13 @@ func startReloadAt(t *testing.T, file string) *reloadFixture {
 // sets it).
 func startReloadWith(t *testing.T, file string, adjust func(*config.Config)) *reloadFixture {
 	t.Helper()
+	return startReloadGrace(t, file, adjust, 5*time.Second)
+}
+
+// startReloadGrace is startReloadWith with grace as the shutdown grace
+// (and the drain of a listener a reload replaces).
+func startReloadGrace(t *testing.T, file string, adjust func(*config.Config), grace time.Duration) *reloadFixture {
+	t.Helper()
 	f := &reloadFixture{t: t, file: file, metrics: prometheus.NewRegistry(),
 		logs: &testutil.SyncBuffer{}, signal: make(chan struct{}), done: make(chan error, 1)}
 	doc, err := config.Load(f.file, config.Options{})
@@ -86,7 +93,7 @@ func startReloadWith(t *testing.T, file string, adjust func(*config.Config)) *re
 		t.Fatalf("load: %v %v", err, doc.Findings)
 	}
 	logger := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	f.d, err = routerd.New(doc.Config, routerd.Deps{Logger: logger, Metrics: f.metrics, ShutdownGrace: 5 * time.Second,
+	f.d, err = routerd.New(doc.Config, routerd.Deps{Logger: logger, Metrics: f.metrics, ShutdownGrace: grace,
 		Reload: routerd.Reload{File: f.file, Signal: f.signal, Adjust: adjust}})
 	if err != nil {
 		t.Fatal(err)
@@ -1081,37 +1088,12 @@ func TestRebindCutIsNotAClientGone(t *testing.T) {
 			}
 			file := filepath.Join(t.TempDir(), "continuum.yaml")
 			testutil.ReplaceFile(t, file, text("127.0.0.1:0"))
-			doc, err := config.Load(file, config.Options{})
-			if err != nil || doc.Findings.Errors() > 0 {
-				t.Fatalf("load: %v %v", err, doc.Findings)
-			}
-			metrics := prometheus.NewRegistry()
-			signal := make(chan struct{})
-			d, err := routerd.New(doc.Config, routerd.Deps{Metrics: metrics, ShutdownGrace: 300 * time.Millisecond,
-				Reload: routerd.Reload{File: file, Signal: signal}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() { done <- d.Run(ctx) }()
-			defer func() {
-				cancel()
-				<-done
-			}()
-			oldAddr := d.Addr()
-			testutil.Eventually(t, 10*time.Second, "serving", func() bool {
-				resp, err := http.Get("http://" + oldAddr + "/health")
-				if err == nil {
-					_ = resp.Body.Close()
-				}
-				return err == nil
-			})
+			f := startReloadGrace(t, file, nil, 300*time.Millisecond)
 			var body io.Reader = strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 			if chunked {
 				body = io.MultiReader(body) // no length: sent chunked
 			}
-			resp, err := http.Post("http://"+oldAddr+"/v1/chat/completions", "application/json", body)
+			resp, err := http.Post("http://"+f.d.Addr()+"/v1/chat/completions", "application/json", body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1119,15 +1101,15 @@ func TestRebindCutIsNotAClientGone(t *testing.T) {
 			read := make(chan struct{})
 			go func() { _, _ = io.Copy(io.Discard, resp.Body); close(read) }() // a client that reads to the end
 
-			testutil.ReplaceFile(t, file, text(unusedAddr(t)))
-			signal <- struct{}{}
+			f.write(text(unusedAddr(t)))
+			f.signal <- struct{}{}
 			select {
 			case <-read:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the stream on the old listener was not cut at the end of the rebind's drain")
 			}
 			class := func(c string) float64 {
-				v, _ := series(t, metrics, "continuum_http_requests_total", map[string]string{"route": "/v1/chat/completions", "code": c})
+				v, _ := series(t, f.metrics, "continuum_http_requests_total", map[string]string{"route": "/v1/chat/completions", "code": c})
 				return v
 			}
 			testutil.Eventually(t, 5*time.Second, "the cut stream accounted", func() bool { return class("5xx")+class("4xx") > 0 })

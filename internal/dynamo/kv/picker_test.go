@@ -354,18 +354,7 @@ func TestPickerScoresSelfPrefillingDecodeWorkers(t *testing.T) {
 func TestPickerExcludesAndSkipsBusy(t *testing.T) {
 	t.Parallel()
 	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
-	store := load.NewStore(time.Minute, nil)
-	live := map[fleet.WorkerID]load.LiveWorker{}
-	ids := map[uint64]fleet.WorkerID{}
-	for w := range snap.Workers.All() {
-		live[w.ID] = load.LiveWorker{DPSize: 1}
-		ids[w.ID.InstanceID] = w.ID
-	}
-	store.SetLiveAndRetain(live)
-	ix := kv.NewIndex()
-	ix.SetLive(live)
-	prompts := kv.NewPrompts(startLoader(t, pins...))
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	p, store, ix, prompts, ids := kvPickerOn(t, snap, pins)
 	body := longChat(400)
 	hashes := prepared(t, prompts, snap, "/v1/chat/completions", body, 16).Hashes[16]
 	hold(t, ix, 1, idOf(snap, 11), hashes, len(hashes)-2)
@@ -868,18 +857,7 @@ func pairPicker(t *testing.T, prompts *kv.Prompts, fresh bool) (*kv.Picker, *kv.
 // was set aside before the scorer saw the candidates.
 func TestFreshElsewhereStillExcludesTheSilent(t *testing.T) {
 	snap, pins := kvFleet(t, []uint64{10, 11, 12}, []uint64{20}, nil)
-	store := load.NewStore(time.Minute, nil)
-	live := map[fleet.WorkerID]load.LiveWorker{}
-	ids := map[uint64]fleet.WorkerID{}
-	for w := range snap.Workers.All() {
-		live[w.ID] = load.LiveWorker{DPSize: 1}
-		ids[w.ID.InstanceID] = w.ID
-	}
-	store.SetLiveAndRetain(live)
-	ix := kv.NewIndex()
-	ix.SetLive(live)
-	prompts := kv.NewPrompts(startLoader(t, pins...))
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	p, store, ix, prompts, ids := kvPickerOn(t, snap, pins)
 	body := longChat(400)
 	hashes := prepared(t, prompts, snap, "/v1/chat/completions", body, 16).Hashes[16]
 	hold(t, ix, 1, ids[11], hashes, len(hashes))
@@ -918,4 +896,25 @@ func TestFreshElsewhereStillExcludesTheSilent(t *testing.T) {
 				name, loadOnly.Prefill.Worker.ID.InstanceID, ex.Pin.PrefillReason)
 		}
 	}
+}
+
+// kvPickerOn is a KV-aware picker (overlap credit and prefill load scale 1)
+// over snap's workers, one rank each and all live, with the artifacts pins
+// names; with its load store, its index, its prompts and the workers' ids
+// by instance id.
+func kvPickerOn(t *testing.T, snap *fleet.Snapshot, pins []string) (*kv.Picker, *load.Store, *kv.Index, *kv.Prompts, map[uint64]fleet.WorkerID) {
+	t.Helper()
+	store := load.NewStore(time.Minute, nil)
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	ids := map[uint64]fleet.WorkerID{}
+	for w := range snap.Workers.All() {
+		live[w.ID] = load.LiveWorker{DPSize: 1}
+		ids[w.ID.InstanceID] = w.ID
+	}
+	store.SetLiveAndRetain(live)
+	ix := kv.NewIndex()
+	ix.SetLive(live)
+	prompts := kv.NewPrompts(startLoader(t, pins...))
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	return p, store, ix, prompts, ids
 }
