@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,7 +83,8 @@ func newLoads(snap *fleet.Snapshot) *loads {
 	return l
 }
 
-var seq uint64
+// seq numbers the samples of every test, parallel ones included.
+var seq atomic.Uint64
 
 // id is the live worker of instance id (ids are unique across the test
 // fleets' namespaces).
@@ -96,9 +98,8 @@ func (l *loads) id(worker uint64) fleet.WorkerID {
 // sample stores a sample received at 'at', as worker's namespace's
 // publisher would.
 func (l *loads) sample(worker uint64, rank uint32, at time.Time, decode, prefill, kvUsed *uint64) {
-	seq++
 	res := l.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: worker, DPRank: rank, ActiveDecodeBlocks: decode, ActivePrefillTokens: prefill, KVUsedBlocks: kvUsed},
-		Namespace: load.NS(l.id(worker).Namespace), PublisherID: worker, Sequence: seq, ReceivedAt: at})
+		Namespace: load.NS(l.id(worker).Namespace), PublisherID: worker, Sequence: seq.Add(1), ReceivedAt: at})
 	if res != "" {
 		panic(res)
 	}
