@@ -1286,9 +1286,9 @@ func (x *exchange) relayStream(w http.ResponseWriter, body io.Reader) error {
 	// pinned stream may carry the frontend's error event (relayed as it
 	// is, and accounted as the decode's failure): both are followed line
 	// by line, other streams by their last bytes only.
-	var final *finalEvents
+	var lines *streamLines
 	if x.path == "/v1/responses" || x.pinnedStream {
-		final = new(finalEvents)
+		lines = new(streamLines)
 	}
 	for {
 		n, err := body.Read(buf)
@@ -1296,9 +1296,9 @@ func (x *exchange) relayStream(w http.ResponseWriter, body io.Reader) error {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if final != nil {
-				x.streamDone = final.add(buf[:n])
-				x.streamErrored = x.streamErrored || final.errored
+			if lines != nil {
+				x.streamDone = lines.add(buf[:n])
+				x.streamErrored = x.streamErrored || lines.errored
 			} else {
 				x.streamDone = tail.add(buf[:n])
 			}
@@ -1339,14 +1339,14 @@ func (t *doneTail) add(p []byte) bool {
 		bytes.HasSuffix(s, []byte("data: [DONE]\r\n\r\n"))
 }
 
-// finalEvents follows a stream line by line, reading only each line's
+// streamLines follows a stream line by line, reading only each line's
 // first bytes, to tell whether what was written so far ends with a final
 // event (a Responses stream's response.completed, response.incomplete or
 // response.failed, named by its event line or its data's type, or data:
 // [DONE]) and its blank line; and whether an error event came (errored):
 // one named error (Dynamo's frontend's in-stream error, its message in a
 // comment), or data that is an object whose first member is "error".
-type finalEvents struct {
+type streamLines struct {
 	line    [64]byte // the first bytes of the current line
 	n       int      // the current line's length so far
 	cr      bool     // the last byte was a CR (an LF after it ends no line)
@@ -1355,7 +1355,7 @@ type finalEvents struct {
 	errored bool
 }
 
-func (f *finalEvents) add(p []byte) bool {
+func (f *streamLines) add(p []byte) bool {
 	for _, c := range p {
 		switch {
 		case c == '\n' && f.cr:
@@ -1375,7 +1375,7 @@ func (f *finalEvents) add(p []byte) bool {
 	return f.done
 }
 
-func (f *finalEvents) endLine() {
+func (f *streamLines) endLine() {
 	if f.n == 0 { // the event's end
 		if f.final {
 			f.done = true

@@ -223,7 +223,7 @@ func TestFinalEvents(t *testing.T) {
 		{"event: response.created\ndata: {}\n\n", false},
 	} {
 		for _, cut := range []int{1, 3, 7, 1 << 20} {
-			var f finalEvents
+			var f streamLines
 			done := false
 			for s := tc.stream; len(s) > 0; {
 				n := min(cut, len(s))
@@ -256,7 +256,7 @@ func TestErrorEvents(t *testing.T) {
 		{`data: {"choices":[],"error":null}` + "\n\n", false},
 	} {
 		for _, cut := range []int{1, 5, 1 << 20} {
-			var f finalEvents
+			var f streamLines
 			for s := tc.stream; len(s) > 0; {
 				n := min(cut, len(s))
 				f.add([]byte(s[:n]))
