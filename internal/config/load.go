@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"syscall"
 
 	"gopkg.in/yaml.v3"
 )
@@ -61,19 +62,46 @@ type Options struct {
 // (and wraps ErrUnreadable) only when the file cannot be read or is not YAML;
 // everything else is a finding in the returned document.
 func Load(path string, opts Options) (*Document, error) {
-	f, err := os.Open(path)
+	data, err := ReadFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: read %s: %w", ErrUnreadable, path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrUnreadable, path, MaxFileBytes)
-	}
 	return Parse(path, data, opts)
+}
+
+// ReadFile reads the regular file at path, at most limit bytes (a larger
+// file is an error, not cut short). The file is opened without blocking
+// and refused unless regular: a FIFO's open would otherwise wait for a
+// writer, past any signal a command handles, and a directory or device is
+// never a configuration, tokenizer or template. Errors name the path once.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		what := "not a regular file"
+		if st.IsDir() {
+			what = "a directory"
+		}
+		return nil, fmt.Errorf("%s is %s", path, what)
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return data, nil
 }
 
 // Parse decodes and validates YAML read from the named file.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -126,19 +124,7 @@ func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 
 // readConfig reads a configuration file, at most config.MaxFileBytes.
 func readConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, config.MaxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > config.MaxFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, config.MaxFileBytes)
-	}
-	return data, nil
+	return config.ReadFile(path, config.MaxFileBytes)
 }
 
 // adjusted applies the command line's overrides to a loaded configuration.

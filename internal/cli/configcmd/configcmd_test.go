@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/continuum-router/continuum/internal/cli"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
@@ -321,5 +323,34 @@ func TestShowValidates(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// A path that is no regular file is refused with its path named once, and
+// a FIFO's open does not wait for a writer (which would hold the command
+// past any signal).
+func TestValidateNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "config.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	done := make(chan result, 1)
+	go func() { done <- run(t, nil, "config", "validate", fifo) }()
+	select {
+	case r := <-done:
+		if r.code != 2 || !strings.Contains(r.out, "not a regular file") {
+			t.Errorf("FIFO: exit %d, stdout %q", r.code, r.out)
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the open so that the goroutine ends.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			_ = f.Close()
+		}
+		t.Fatal("validating a FIFO waited for a writer")
+	}
+	r := run(t, nil, "config", "validate", dir)
+	if r.code != 2 || strings.Count(r.out, dir) != 1 || !strings.Contains(r.out, "is a directory") {
+		t.Errorf("directory: exit %d, stdout %q", r.code, r.out)
 	}
 }

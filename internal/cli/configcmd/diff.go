@@ -99,7 +99,7 @@ func diffRun(opts *DiffOptions) error {
 		// config validate judges the file rather than this machine.
 		doc, err := config.Load(file, config.Options{Env: opts.Env, UnsetEnvWarns: true})
 		if err != nil {
-			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s", describeUnreadable(err))}
+			return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s: %s", file, describeUnreadable(file, err))}
 		}
 		return doc, nil
 	}

@@ -70,7 +70,7 @@ func showRun(opts *ShowOptions) error {
 	if opts.File != "" {
 		doc, err := config.Load(opts.File, config.Options{Env: opts.Env})
 		if err != nil {
-			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s", describeUnreadable(err))}
+			return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s: %s", opts.File, describeUnreadable(opts.File, err))}
 		}
 		if doc.Findings.Errors() > 0 {
 			for _, f := range doc.Findings {

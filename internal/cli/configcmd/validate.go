@@ -2,8 +2,10 @@ package configcmd
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -129,7 +131,7 @@ func writeText(ios *iostreams.IOStreams, results []fileResult, strict bool) erro
 	}
 	for _, r := range results {
 		if r.Err != nil {
-			if _, err := fmt.Fprintf(w, "%s: cannot load: %s\n", r.File, describeUnreadable(r.Err)); err != nil {
+			if _, err := fmt.Fprintf(w, "%s: cannot load: %s\n", r.File, describeUnreadable(r.File, r.Err)); err != nil {
 				return err
 			}
 			continue
@@ -146,8 +148,15 @@ func writeText(ios *iostreams.IOStreams, results []fileResult, strict bool) erro
 	return nil
 }
 
-func describeUnreadable(err error) string {
-	return strings.TrimPrefix(err.Error(), config.ErrUnreadable.Error()+": ")
+// describeUnreadable is why file could not be read, without the file's
+// name, which the line already starts with.
+func describeUnreadable(file string, err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == file {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	msg := strings.TrimPrefix(err.Error(), config.ErrUnreadable.Error()+": ")
+	return strings.TrimPrefix(strings.TrimPrefix(msg, file+": "), file+" ")
 }
 
 func summary(fs config.Findings, strict bool) string {
@@ -194,7 +203,7 @@ func writeJSON(w io.Writer, results []fileResult, strict bool) error {
 			jf.Findings = config.Findings{}
 		}
 		if r.Err != nil {
-			jf.Error = describeUnreadable(r.Err)
+			jf.Error = describeUnreadable(r.File, r.Err)
 		}
 		jf.Valid = r.Err == nil && jf.Errors == 0 && (!strict || jf.Warnings == 0)
 		rep.Files = append(rep.Files, jf)
@@ -209,7 +218,7 @@ func writeJSON(w io.Writer, results []fileResult, strict bool) error {
 func writeGitHub(w io.Writer, results []fileResult) error {
 	for _, r := range results {
 		if r.Err != nil {
-			if _, err := fmt.Fprintf(w, "::error file=%s::%s\n", ghProperty(r.File), ghData("cannot load: "+describeUnreadable(r.Err))); err != nil {
+			if _, err := fmt.Fprintf(w, "::error file=%s::%s\n", ghProperty(r.File), ghData("cannot load: "+describeUnreadable(r.File, r.Err))); err != nil {
 				return err
 			}
 			continue

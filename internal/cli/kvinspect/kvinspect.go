@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"text/tabwriter"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
+	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/iostreams"
@@ -69,8 +69,8 @@ from a Hugging Face tokenizer.json, prompts rendered from a chat template
 (tokenizer_config.json or a .jinja file), and the XXH3 block hashes (seed
 1337, LoRA and cache salt folded in) that a worker's KV events carry.
 tokenize, render and hash read JSON lines on stdin and write one JSON line per
-input line ({"error": "..."} for a line that fails; the exit status is then
-1); tokenize and hash also take --text for one prompt and print a table.
+input line, blank lines skipped ({"error": "..."} for a line that fails; the
+exit status is then 1); tokenize and hash also take --text for one prompt and print a table.
 
 Over a live fleet (--config or the discovery flags): workers prints the KV
 index the fleet's kv-events build, per worker rank (or a running router's,
@@ -207,17 +207,9 @@ func addTemplateFlags(cmd *cobra.Command, o *Options) {
 }
 
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	b, err := config.ReadFile(path, maxFile)
 	if err != nil {
 		return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: err}
-	}
-	defer func() { _ = f.Close() }()
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s: %w", path, err)}
-	}
-	if len(b) > maxFile {
-		return nil, &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: fmt.Errorf("%s: larger than %d bytes", path, maxFile)}
 	}
 	return b, nil
 }
