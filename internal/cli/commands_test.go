@@ -94,3 +94,24 @@ func TestServeConfigErrorsAsJSON(t *testing.T) {
 		t.Errorf("no JSON line names the refused key server.bind_port; stderr:\n%s", errOut)
 	}
 }
+
+// TestServeBindChecked: a --bind that is no listen address, or whose port
+// another listener of the file takes, is a usage error (exit 2) naming the
+// flag, before anything starts.
+func TestServeBindChecked(t *testing.T) {
+	t.Setenv("CONTINUUM_CONFIG", "")
+	file := filepath.Join(t.TempDir(), "admin.yaml")
+	if err := os.WriteFile(file, []byte("admin:\n  bind_address: 127.0.0.1:9\n  token: abcdefghijklmnopqrstuvwxyz012345\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"serve", "--bind", "nonsense"},
+		{"serve", "--demo", "--bind", "nonsense"},
+		{"serve", "--config", file, "--bind", "127.0.0.1:9"},
+	} {
+		code, _, errOut := runCLIWithEnv(args...)
+		if code != 2 || !strings.Contains(errOut, "--bind") {
+			t.Errorf("%v: exit %d, stderr:\n%s", args, code, errOut)
+		}
+	}
+}

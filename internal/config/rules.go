@@ -103,6 +103,11 @@ func etcdEndpointLooksExternal(endpoint string) bool {
 // sharedAddressSpace (100.64.0.0/10) carries pod networks in some clusters.
 var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")
 
+// ListenProblem says what is wrong with a listen address (host:port, the
+// host optional), or "" when nothing is: a command-line flag's check
+// before anything starts.
+func ListenProblem(s string) string { return checkHostPort(s, true) }
+
 // checkHostPort validates host:port with IPv6 hosts in brackets. With
 // allowEmptyHost, ":8080" (every address) is accepted and port 0 too.
 func checkHostPort(s string, listen bool) string {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,6 +109,13 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Bind != "" {
+		// A usage error before anything starts, not a failed listen after
+		// the configuration, discovery and artifacts were set up.
+		if p := config.ListenProblem(o.Bind); p != "" {
+			return cmdutil.FlagErrorf("--bind: %s", p)
+		}
+	}
 	reload := make(chan struct{})
 	if o.Demo {
 		// The demo has no file to reload: SIGHUP (its terminal closed)
@@ -185,6 +193,15 @@ func (o *Options) config(logger *slog.Logger) (*config.Config, error) {
 		logger.Warn("no configuration file (--config, CONTINUUM_CONFIG or ./continuum.yaml): serving the defaults, with no backends")
 	}
 	o.adjust(cfg)
+	if o.Bind != "" {
+		// The file's other listeners were judged against its own
+		// bind_address: judge them again against the flag's.
+		for _, f := range config.Validate("--bind", cfg) {
+			if f.Severity == config.SeverityError && (f.Path == "server.bind_address" || strings.Contains(f.Message, "server.bind_address")) {
+				return nil, cmdutil.FlagErrorf("--bind %s: %s: %s", o.Bind, f.Path, f.Message)
+			}
+		}
+	}
 	return cfg, nil
 }
 
