@@ -125,6 +125,16 @@ func Run(ctx context.Context, o *Options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := telemetry.NewBrokerMetrics(reg)
 
+	// Bound and serving before the fleet's first read, which may take up
+	// to --timeout: the liveness probe reads /healthz meanwhile.
+	ms, err := agent.StartMetrics(o.Bus.MetricsAddress, reg, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ms.Stop() }()
+	if o.Ready != nil && ms != nil {
+		o.Ready(ms.Addr())
+	}
 	fl, err := sources.Open(ctx, &cfg.Dynamo.Discovery, o.Discovery.KubeClient(), logger, o.Timeout)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -143,8 +153,8 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return cmdutil.FlagErrorf("%v", err)
 	}
-	return agent.RunProcess(ctx, client, agent.Process{MetricsAddress: o.Bus.MetricsAddress, Gatherer: reg, Logger: logger,
-		Ready: o.Ready, Follow: func(ctx context.Context) { followAdvertised(ctx, fl.Registry, declared, metrics) },
+	return agent.RunProcess(ctx, client, agent.Process{Metrics: ms, Logger: logger,
+		Follow: func(ctx context.Context) { followAdvertised(ctx, fl.Registry, declared, metrics) },
 		Started: func(metricsAddr string) {
 			logger.Info("broker started", "router", o.Bus.Router, "id", o.Bus.ID, "namespaces", declared, "source", fl.Source, "metrics", metricsAddr)
 		}})

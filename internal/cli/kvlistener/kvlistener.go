@@ -126,7 +126,14 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return cmdutil.FlagErrorf("%v", err)
 	}
-	return agent.RunProcess(ctx, client, agent.Process{MetricsAddress: o.Bus.MetricsAddress, Gatherer: reg, Logger: logger, Ready: o.Ready,
+	ms, err := agent.StartMetrics(o.Bus.MetricsAddress, reg, logger)
+	if err != nil {
+		return err
+	}
+	if o.Ready != nil && ms != nil {
+		o.Ready(ms.Addr())
+	}
+	return agent.RunProcess(ctx, client, agent.Process{Metrics: ms, Logger: logger,
 		Started: func(metricsAddr string) {
 			logger.Info("kv-listener started", "router", o.Bus.Router, "id", o.Bus.ID, "backends", names, "metrics", metricsAddr)
 		}})

@@ -51,59 +51,84 @@ func (m *MetricsServer) Run(ctx context.Context) error {
 	return nil
 }
 
+// ServingMetrics is a MetricsServer serving from the moment it was bound
+// (StartMetrics) until Stop.
+type ServingMetrics struct {
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// StartMetrics binds addr and serves /metrics and /healthz on it at once,
+// until Stop: a command that has slow work before its client starts (the
+// broker's first read of the fleet, up to its --timeout) answers its
+// probes meanwhile. An empty addr serves nothing (nil, nil).
+func StartMetrics(addr string, g prometheus.Gatherer, logger *slog.Logger) (*ServingMetrics, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ms, err := ListenMetrics(addr, g, logger)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sm := &ServingMetrics{addr: ms.Addr(), cancel: cancel, done: make(chan error, 1)}
+	go func() { sm.done <- ms.Run(ctx) }()
+	return sm, nil
+}
+
+// Addr is the bound address ("" for nil).
+func (m *ServingMetrics) Addr() string {
+	if m == nil {
+		return ""
+	}
+	return m.addr
+}
+
+// Stop stops serving (at most a second for requests in flight) and says
+// whether serving had failed; later calls return the same. Nil is a no-op.
+func (m *ServingMetrics) Stop() error {
+	if m == nil {
+		return nil
+	}
+	m.once.Do(func() {
+		m.cancel()
+		if err := <-m.done; err != nil {
+			m.err = fmt.Errorf("serving metrics: %w", err)
+		}
+	})
+	return m.err
+}
+
 // Process is how RunProcess runs a client.
 type Process struct {
-	// MetricsAddress is where /metrics and /healthz are served; nowhere
-	// when "".
-	MetricsAddress string
-	Gatherer       prometheus.Gatherer
-	Logger         *slog.Logger
-	// Ready, when set, is told the metrics address once bound.
-	Ready func(metricsAddr string)
-	// Started, when set, is called once the metrics are bound, before the
+	// Metrics serves /metrics and /healthz (StartMetrics); nowhere when
+	// nil. RunProcess stops it once the client has drained.
+	Metrics *ServingMetrics
+	Logger  *slog.Logger
+	// Started, when set, is called with the metrics address before the
 	// client starts.
 	Started func(metricsAddr string)
 	// Follow, when set, runs beside the client until it ends.
 	Follow func(ctx context.Context)
 }
 
-// RunProcess runs a client as its command does: its metrics served, Follow
-// beside it, until ctx ends and the client has drained.
+// RunProcess runs a client as its command does: its metrics served (until
+// it has drained), Follow beside it, until ctx ends.
 func RunProcess(ctx context.Context, c *Client, p Process) error {
-	if p.Logger == nil {
-		p.Logger = slog.New(slog.DiscardHandler)
-	}
-	var ms *MetricsServer
-	addr := ""
-	if p.MetricsAddress != "" {
-		var err error
-		if ms, err = ListenMetrics(p.MetricsAddress, p.Gatherer, p.Logger); err != nil {
-			return err
-		}
-		addr = ms.Addr()
-		if p.Ready != nil {
-			p.Ready(addr)
-		}
-	}
 	if p.Started != nil {
-		p.Started(addr)
+		p.Started(p.Metrics.Addr())
 	}
 	aux, stopAux := context.WithCancel(ctx)
 	defer stopAux()
 	var wg sync.WaitGroup
-	var metricsErr error
-	if ms != nil {
-		wg.Go(func() {
-			if err := ms.Run(aux); err != nil {
-				metricsErr = fmt.Errorf("serving metrics: %w", err)
-			}
-		})
-	}
 	if p.Follow != nil {
 		wg.Go(func() { p.Follow(aux) })
 	}
 	err := c.Run(ctx)
 	stopAux()
 	wg.Wait()
-	return errors.Join(err, metricsErr)
+	return errors.Join(err, p.Metrics.Stop())
 }
