@@ -198,6 +198,8 @@ func classify(path string, oldCfg, newCfg *Config) Change {
 		}
 	case path == "dynamo.enabled":
 		ch.Tier, ch.Reason = TierWatcherRestart, ReasonEnabled
+	case path == "dynamo.load.direct_allow_cidrs" && sameSet(oldCfg.Dynamo.Load.DirectAllowCIDRs, newCfg.Dynamo.Load.DirectAllowCIDRs):
+		// Reordered, not changed: the policy is the union of the ranges.
 	case path == "dynamo.load.transport", path == "dynamo.load.direct_allow_cidrs":
 		if oldCfg.Dynamo.Enabled || newCfg.Dynamo.Enabled {
 			ch.Tier = TierSubscriptionRestart
@@ -248,6 +250,8 @@ func discoveryReason(p string, oldCfg, newCfg *Config) string {
 		return ReasonOther
 	case section == "kubernetes":
 		return ReasonOther
+	case section == "etcd" && field == "endpoints" && sameEndpoints(od.Etcd.Endpoints, nd.Etcd.Endpoints):
+		return "" // the same servers, listed in another order or spelling
 	default:
 		return ReasonConnection // endpoints, tls, auth, root
 	}
@@ -314,6 +318,26 @@ func sameModels(a, b []ComponentModel) bool {
 	slices.SortFunc(a, byKey)
 	slices.SortFunc(b, byKey)
 	return slices.Equal(a, b)
+}
+
+// sameEndpoints reports whether two etcd endpoint lists name the same
+// servers the same way: the client balances over them (so their order
+// means nothing) and reaches each as host:port under one scheme for all,
+// https when any names it.
+func sameEndpoints(a, b []string) bool {
+	norm := func(l []string) (hosts []string, tls bool) {
+		for _, e := range l {
+			if scheme, host, ok := strings.Cut(e, "://"); ok {
+				tls = tls || strings.EqualFold(scheme, "https")
+				e = host
+			}
+			hosts = append(hosts, e)
+		}
+		return hosts, tls
+	}
+	ah, at := norm(a)
+	bh, bt := norm(b)
+	return at == bt && sameSet(ah, bh)
 }
 
 func sameSet(a, b []string) bool {
