@@ -197,6 +197,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.reducer, w.stopped, w.ctx = fleet.NewReducer(), false, ctx
 	w.reducer.KeepFirstSeen(w.Predecessor)
+	// The reducer took the first_seen times it needs; the old view (every
+	// worker and card of it) is not held for the watcher's life.
+	w.Predecessor = nil
 	w.mu.Unlock()
 	delay := backoff.Initial
 	defer w.stop()

@@ -102,6 +102,10 @@ func (r *Registry) Publish(snap *Snapshot) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.report(snap)
+	return r.storeLocked(snap)
+}
+
+func (r *Registry) storeLocked(snap *Snapshot) uint64 {
 	r.snap.Store(snap)
 	g := r.gen.Add(1)
 	close(r.changed)
@@ -109,8 +113,15 @@ func (r *Registry) Publish(snap *Snapshot) uint64 {
 	return g
 }
 
-// Reset empties the view (a watcher replaced by another), as a new generation.
-func (r *Registry) Reset() uint64 { return r.Publish(&Snapshot{}) }
+// Reset empties the view (a watcher replaced by another), as a new
+// generation. What was reported stays remembered: the next watcher reads
+// the same records again, and a conflict or a mixed namespace that never
+// left the store is not logged or counted a second time.
+func (r *Registry) Reset() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.storeLocked(&Snapshot{})
+}
 
 // problemKey is a problem's identity: a problem is logged and counted when
 // one of its identity appears, and not again while it lasts. A record
