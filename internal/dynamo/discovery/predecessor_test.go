@@ -33,10 +33,12 @@ func (oneRead) Run(ctx context.Context, sink discovery.Sink) error {
 func TestPredecessorNotPinned(t *testing.T) {
 	t.Parallel()
 	reg := fleet.NewRegistry(nil, nil)
-	prev := fleet.NewSnapshot([]*fleet.Worker{{ID: fleet.WorkerID{Namespace: "dynamo", InstanceID: 1}, Model: "m", FirstSeen: time.Unix(1, 0)}}, nil)
-	ref := weak.Make(prev)
-	w := &discovery.Watcher{Source: oneRead{}, Registry: reg, Backoff: discovery.Backoff{Initial: time.Millisecond, Max: time.Millisecond}, Predecessor: prev}
-	prev = nil
+	// The test keeps only a weak reference to the old view.
+	w, ref := func() (*discovery.Watcher, weak.Pointer[fleet.Snapshot]) {
+		prev := fleet.NewSnapshot([]*fleet.Worker{{ID: fleet.WorkerID{Namespace: "dynamo", InstanceID: 1}, Model: "m", FirstSeen: time.Unix(1, 0)}}, nil)
+		return &discovery.Watcher{Source: oneRead{}, Registry: reg, Backoff: discovery.Backoff{Initial: time.Millisecond, Max: time.Millisecond}, Predecessor: prev},
+			weak.Make(prev)
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
