@@ -338,7 +338,8 @@ type Input struct {
 // DecodeRequest reads an OpenAI-style chat request body keeping the key
 // order of every object, as tojson needs: messages, tools, documents,
 // add_generation_prompt, continue_final_message, and chat_template_kwargs
-// (an object whose entries become Extra, as vLLM passes them). Other keys
+// or its other name chat_template_args (an object whose entries become
+// Extra, as vLLM and Dynamo pass them). Other keys
 // (model, temperature, ...) are not template variables and are ignored. An
 // absent add_generation_prompt is false: OpenAI-style servers default it to
 // true, and the caller sets it as its server does.
@@ -359,6 +360,7 @@ func decodeRequest(data []byte, topLevelKwargs bool) (Input, error) {
 		return Input{}, errors.New("chattemplate: request is not a JSON object")
 	}
 	var in Input
+	kwargsSeen := false
 	for i, k := range d.keys {
 		key := k.(string)
 		val := d.vals[i]
@@ -395,10 +397,17 @@ func decodeRequest(data []byte, topLevelKwargs bool) (Input, error) {
 			} else {
 				in.ContinueFinalMessage = b
 			}
-		case "chat_template_kwargs":
+		case "chat_template_kwargs", "chat_template_args":
+			// Dynamo's frontend names the member chat_template_args and
+			// takes chat_template_kwargs (vLLM's name) as an alias of it;
+			// a request with both is one its decoder refuses.
+			if kwargsSeen {
+				return Input{}, errors.New("chattemplate: chat_template_args and chat_template_kwargs are one member, given twice")
+			}
+			kwargsSeen = true
 			kw, ok := val.(*Dict)
 			if !ok {
-				return Input{}, errors.New("chattemplate: chat_template_kwargs is not an object")
+				return Input{}, fmt.Errorf("chattemplate: %s is not an object", key)
 			}
 			for j, kk := range kw.keys {
 				if in.Extra == nil {

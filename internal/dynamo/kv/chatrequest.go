@@ -61,8 +61,9 @@ func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape)
 		return chattemplate.Input{}, "", err
 	}
 	var effort *string
-	var kwargs map[string]json.RawMessage
-	if err := errors.Join(top.decode("reasoning_effort", &effort), top.decode("chat_template_kwargs", &kwargs)); err != nil {
+	var kwargs, args map[string]json.RawMessage
+	if err := errors.Join(top.decode("reasoning_effort", &effort), top.decode("chat_template_kwargs", &kwargs),
+		top.decode("chat_template_args", &args)); err != nil {
 		return chattemplate.Input{}, "", err
 	}
 	salt, err := top.cacheSalt()
