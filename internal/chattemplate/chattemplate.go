@@ -437,6 +437,10 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 	defer func() {
 		// A bug in the interpreter must not take the router down with it.
 		if p := recover(); p != nil {
+			if a, ok := p.(abort); ok {
+				out, err = "", a.err
+				return
+			}
 			out, err = "", fmt.Errorf("%w: internal error: %v", ErrRenderUnavailable, p)
 		}
 	}()

@@ -1135,12 +1135,29 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	return &List{Items: out, Tuple: obj.(*List).Tuple}, nil
 }
 
+// containerLen is the number of items of a list or dict, 0 for anything
+// else.
+func containerLen(v any) int {
+	switch x := v.(type) {
+	case *List:
+		return len(x.Items)
+	case *Dict:
+		return x.Len()
+	}
+	return 0
+}
+
 func (r *renderer) cmpop(op string, l, rv any) (bool, error) {
 	switch op {
-	case "==":
-		return r.equal(l, rv), nil
-	case "!=":
-		return !r.equal(l, rv), nil
+	case "==", "!=":
+		// Comparing two lists or dicts walks them: paid by the size of
+		// the smaller (the walk stops at the first difference or its end).
+		if n := min(containerLen(l), containerLen(rv)); n > 0 {
+			if err := r.step(int64(n)); err != nil {
+				return false, err
+			}
+		}
+		return r.equal(l, rv) == (op == "=="), nil
 	case "in":
 		return r.contains(rv, l)
 	case "notin":

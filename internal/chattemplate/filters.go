@@ -214,6 +214,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := r.chargeItems(len(items)); err != nil {
+			return nil, err
+		}
 		return &List{Items: append([]any{}, items...)}, nil
 	case "items":
 		switch x := v.(type) {
@@ -329,6 +332,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "reverse":
 		switch x := v.(type) {
 		case string:
+			if err := r.chargeBytes(len(x)); err != nil {
+				return nil, err
+			}
 			rs := []rune(x)
 			for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
 				rs[i], rs[j] = rs[j], rs[i]
@@ -337,6 +343,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 		items, err := seqItems(v)
 		if err != nil {
+			return nil, err
+		}
+		if err := r.chargeItems(len(items)); err != nil {
 			return nil, err
 		}
 		out := make([]any, len(items))
@@ -414,6 +423,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := r.step(int64(len(items))); err != nil {
+			return nil, err
+		}
 		best := items[0]
 		for _, it := range items[1:] {
 			c, err := r.compare(key(it), key(best))
@@ -435,6 +447,9 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			total = st
 		}
 		attr, _ := a.str(0, "attribute", "")
+		if err := r.step(int64(len(items))); err != nil {
+			return nil, err
+		}
 		for _, it := range items {
 			if attr != "" {
 				if it, err = attrPath(it, attr); err != nil {
@@ -539,6 +554,17 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "urlencode":
 		return urlEncode(v)
 	case "pprint":
+		// pprint's text is its repr's plus, per item, a line break and an
+		// indent as deep as the item, and it builds the repr of every
+		// level it breaks: measured and paid for as such.
+		m := textMeasure{pretty: true}
+		m.walk(v, r.maxOutput, 0)
+		if m.bytes > r.maxOutput {
+			return nil, r.overflow()
+		}
+		if err := r.step(int64(m.items)*8 + int64(m.bytes>>3) + 1); err != nil {
+			return nil, err
+		}
 		return pformat(v), nil
 	case "wordwrap", "urlize", "random":
 		return nil, fmt.Errorf("filter '%s' is not supported", name)

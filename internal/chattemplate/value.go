@@ -295,18 +295,102 @@ func toStr(v any) string {
 	case undefined:
 		return ""
 	}
+	checkContainerText(v)
 	var b strings.Builder
 	writeRepr(&b, v, 0)
 	return b.String()
 }
 
 // str is how the template prints v: Python's str, or minijinja's Display
-// when the template renders as Dynamo's frontend does.
+// when the template renders as Dynamo's frontend does. The text of a list
+// or dict is measured before it is built: one over the output limit ends
+// the render (ErrOutputTooLarge), and the walk is paid for in fuel.
 func (r *renderer) str(v any) string {
+	switch v.(type) {
+	case *List, *Dict, *Namespace:
+		var m textMeasure
+		m.walk(v, r.maxOutput, 0)
+		if m.bytes > r.maxOutput {
+			panic(abort{r.overflow()})
+		}
+		if err := r.step(int64(m.items) + int64(m.bytes>>6) + 1); err != nil {
+			panic(abort{err})
+		}
+	}
 	if r.dynamo {
 		return minijinjaStr(v)
 	}
 	return toStr(v)
+}
+
+// abort carries a render's error out of code with no error result (a
+// value's text, built deep inside filters and operators): Render recovers
+// it and fails with its error.
+type abort struct{ err error }
+
+// maxContainerText bounds the text of a list or dict built anywhere (an
+// attribute name, a format argument) where the renderer's own limit is not
+// at hand: the default output limit, past which no render's output can go.
+const maxContainerText = DefaultMaxOutput
+
+// textMeasure is a lower bound of the bytes of a value's text (its
+// strings' bytes, one byte for any other scalar, two for each bracket pair
+// and separator) and the items it walked to find it. The walk stops once
+// the bytes pass the limit, so it visits at most about limit/2 items
+// whatever the value holds (a list repeated by *, which shares its items,
+// has text far larger than its memory).
+type textMeasure struct {
+	bytes, items int
+	// pretty counts, for each item, the line break and indent pprint
+	// may give it.
+	pretty bool
+}
+
+func (m *textMeasure) walk(v any, limit, depth int) {
+	if m.bytes > limit || depth > maxNesting {
+		return
+	}
+	m.items++
+	if m.pretty {
+		m.bytes += depth + 2
+	}
+	switch x := v.(type) {
+	case string:
+		m.bytes += len(x)
+	case *List:
+		m.bytes += 2
+		for _, it := range x.Items {
+			if m.bytes > limit {
+				return
+			}
+			m.bytes += 2
+			m.walk(it, limit, depth+1)
+		}
+	case *Dict:
+		m.bytes += 2
+		for i, k := range x.keys {
+			if m.bytes > limit {
+				return
+			}
+			m.bytes += 4
+			m.walk(k, limit, depth+1)
+			m.walk(x.vals[i], limit, depth+1)
+		}
+	case *Namespace:
+		m.walk(x.d, limit, depth+1)
+	default:
+		m.bytes++
+	}
+}
+
+// checkContainerText ends the render when v's text would pass
+// maxContainerText.
+func checkContainerText(v any) {
+	var m textMeasure
+	m.walk(v, maxContainerText, 0)
+	if m.bytes > maxContainerText {
+		panic(abort{fmt.Errorf("%w: %w: more than %d bytes", ErrRenderUnavailable, ErrOutputTooLarge, maxContainerText)})
+	}
 }
 
 // minijinjaStr is minijinja's Display of a value: none, true and false in
@@ -320,6 +404,7 @@ func minijinjaStr(v any) string {
 	case undefined:
 		return ""
 	case *List, *Dict:
+		checkContainerText(v)
 		var b strings.Builder
 		writeMinijinjaDebug(&b, v, 0)
 		return b.String()
