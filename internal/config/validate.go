@@ -723,6 +723,10 @@ func (v *validator) eventBus() {
 	}
 	if time.Duration(b.IdleTimeout) < time.Millisecond || time.Duration(b.IdleTimeout) > MaxBusInterval {
 		v.errorf(p+".idle_timeout", "must be from 1ms to %v, such as \"30s\"", MaxBusInterval)
+	} else if b.HeartbeatInterval >= b.IdleTimeout {
+		// Each side judges the other idle after idle_timeout without a
+		// line: heartbeats no more frequent end every session as idle.
+		v.errorf(p+".heartbeat_interval", "%v is not shorter than idle_timeout %v: every session would end as idle; heartbeat well within it, such as a third", time.Duration(b.HeartbeatInterval), time.Duration(b.IdleTimeout))
 	}
 	v.brokers()
 	v.busAdvisories()

@@ -12,7 +12,7 @@ import (
 func TestOpenStreamBusy(t *testing.T) {
 	t.Parallel()
 	b, err := New(Settings{MaxSessions: 1, MaxStreamsPerSession: 4, MaxSessionBufferBytes: 4 * MinSessionBudgetPerStream,
-		HeartbeatInterval: time.Millisecond, IdleTimeout: time.Millisecond}, nil, nil)
+		HeartbeatInterval: time.Millisecond, IdleTimeout: 2 * time.Millisecond}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,6 +135,10 @@ func (s *Settings) check() error {
 	// a zero.
 	if s.HeartbeatInterval < time.Millisecond || s.IdleTimeout < time.Millisecond || s.HeartbeatInterval > MaxWelcomeInterval || s.IdleTimeout > MaxWelcomeInterval {
 		errs = append(errs, fmt.Errorf("heartbeat_interval and idle_timeout must be from 1ms to %v", MaxWelcomeInterval))
+	} else if s.HeartbeatInterval >= s.IdleTimeout {
+		// Each side judges the other idle after idle_timeout without a
+		// line: heartbeats no more frequent end every session as idle.
+		errs = append(errs, fmt.Errorf("heartbeat_interval %v must be shorter than idle_timeout %v", s.HeartbeatInterval, s.IdleTimeout))
 	}
 	ids := map[string]bool{}
 	for _, e := range s.Entries {

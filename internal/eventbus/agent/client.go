@@ -103,6 +103,10 @@ type Client struct {
 	o    Options
 	base *url.URL
 	tr   *http.Transport
+	// welcomes counts the sessions the router welcomed (Run's goroutine
+	// only): an attempt is counted once, as welcomed or as what refused
+	// or failed it, never again when a welcomed session later ends.
+	welcomes uint64
 }
 
 // New checks the options and returns a client; nothing is dialled until
@@ -180,7 +184,7 @@ func (e *SessionError) Error() string {
 func (c *Client) Run(ctx context.Context) error {
 	backoff := ReconnectInitial
 	for {
-		started := time.Now()
+		started, welcomes := time.Now(), c.welcomes
 		err := c.session(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -188,7 +192,9 @@ func (c *Client) Run(ctx context.Context) error {
 		if time.Since(started) >= ResetAfter {
 			backoff = ReconnectInitial
 		}
-		c.o.Metrics.Sessions.WithLabelValues(sessionResult(err)).Inc()
+		if c.welcomes == welcomes {
+			c.o.Metrics.Sessions.WithLabelValues(sessionResult(err)).Inc()
+		}
 		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
 		if se := (*SessionError)(nil); errors.As(err, &se) && se.Code == eventbus.CodeSessionSuperseded {
 			// Another process holds this credential (a second replica
@@ -380,6 +386,7 @@ func (c *Client) session(ctx context.Context) error {
 	}
 	s := &conn{c: c, cc: cc, ctx: sctx, token: token, id: w.SessionID, limits: *w.Limits,
 		out: make(chan []byte, 2*w.Limits.MaxStreams+16), dead: make(chan struct{})}
+	c.welcomes++
 	c.o.Metrics.Sessions.WithLabelValues("welcomed").Inc()
 	c.o.Metrics.Connected.Set(1)
 	defer c.o.Metrics.Connected.Set(0)
