@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -348,41 +350,40 @@ func convertAnthropicMessage(m anthropicMessage, param string) ([]chatMessage, *
 		return []chatMessage{{Role: "assistant", Content: strings.Join(texts, "\n"), ToolCalls: calls}}, nil
 	case "user":
 		var out []chatMessage
-		// parts is the user content so far; toolParts the images of the
-		// tool results since, which follow the run of tool messages in
-		// one user message: a user message between two tool messages
-		// answering one assistant turn is refused by strict templates.
-		var parts, toolParts []chatPart
-		flush := func() {
-			if len(parts) > 0 {
-				out = append(out, chatMessage{Role: "user", Content: userContent(parts)})
-				parts = nil
-			}
-		}
-		endTools := func() {
-			if len(toolParts) > 0 {
-				parts = append(toolParts, parts...)
-				toolParts = nil
+		// parts is the user content before the first tool result; after
+		// it, the tool results' images and then the content that came
+		// among or after them (toolParts, later) follow the whole run of
+		// tool messages in one user message: a user message between two
+		// tool messages answering one assistant turn is refused by strict
+		// templates (the Messages API asks for tool results first).
+		var parts, toolParts, later []chatPart
+		tools := false
+		add := func(p chatPart) {
+			if tools {
+				later = append(later, p)
+			} else {
+				parts = append(parts, p)
 			}
 		}
 		for j, b := range list {
 			bp := fmt.Sprintf("%s.content.%d", param, j)
 			switch b.Type {
 			case "text":
-				endTools()
-				parts = append(parts, chatPart{Type: "text", Text: b.Text})
+				add(chatPart{Type: "text", Text: b.Text})
 			case "image":
 				p, err := imagePart(b.Source, bp)
 				if err != nil {
 					return nil, err
 				}
-				endTools()
-				parts = append(parts, p)
+				add(p)
 			case "tool_result":
 				if b.ToolUseID == "" {
 					return nil, badParam(bp+".tool_use_id", "Field required")
 				}
-				flush()
+				if !tools && len(parts) > 0 {
+					out = append(out, chatMessage{Role: "user", Content: userContent(parts)})
+				}
+				tools = true
 				text, images, err := toolResult(b.Content, bp+".content")
 				if err != nil {
 					return nil, err
@@ -394,8 +395,12 @@ func convertAnthropicMessage(m anthropicMessage, param string) ([]chatMessage, *
 				return nil, badParam(bp+".type", "%q blocks are not supported in a user message", b.Type)
 			}
 		}
-		endTools()
-		flush()
+		if tools {
+			parts = append(toolParts, later...)
+		}
+		if len(parts) > 0 {
+			out = append(out, chatMessage{Role: "user", Content: userContent(parts)})
+		}
 		if len(out) == 0 {
 			out = append(out, chatMessage{Role: "user", Content: ""})
 		}
@@ -613,6 +618,7 @@ type anthropicStream struct {
 	blocks    int    // blocks started
 	open      string // the open block's kind: "", text, thinking, tool
 	tools     map[int]int
+	args      map[int]*toolArgs // by block index, tool blocks' arguments while not ended
 	toolCalls bool
 	hold      *stopHold // text held back while it may be a stop sequence (nil: no stops)
 	finish    string
@@ -621,7 +627,7 @@ type anthropicStream struct {
 }
 
 func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
-	s := &anthropicStream{a: a, sw: newSSEWriter(w), tools: map[int]int{}}
+	s := &anthropicStream{a: a, sw: newSSEWriter(w), tools: map[int]int{}, args: map[int]*toolArgs{}}
 	s.hold = newStopHold(a.stops)
 	s.sw.event("message_start", object{{"type", "message_start"}, {"message", a.message([]any{}, nil, nil, anthropicUsage{})}})
 	s.sw.event("ping", object{{"type", "ping"}})
@@ -659,6 +665,9 @@ func (s *anthropicStream) start(kind string, block object) int {
 }
 
 func (s *anthropicStream) stop() {
+	if a := s.args[s.blocks-1]; a != nil {
+		s.endArgs(s.blocks-1, a)
+	}
 	if s.open != "" {
 		s.sw.event("content_block_stop", object{{"type", "content_block_stop"}, {"index", s.blocks - 1}})
 		s.open = ""
@@ -723,9 +732,18 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 				idx = s.start("tool", toolUseBlock(id, tc.Function.Name, json.RawMessage(`{}`)))
 				s.tools[tc.Index] = idx
 				s.toolCalls = true
+				s.args[idx] = &toolArgs{}
 			}
-			if tc.Function.Arguments != "" {
-				s.delta(idx, "input_json_delta", "partial_json", tc.Function.Arguments)
+			a := s.args[idx]
+			if tc.Function.Arguments == "" || a == nil {
+				continue
+			}
+			send, ok := a.add(tc.Function.Arguments)
+			if !ok {
+				return errAnswerTooLong
+			}
+			if send != "" {
+				s.delta(idx, "input_json_delta", "partial_json", send)
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
@@ -734,6 +752,100 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 		}
 	}
 	return ""
+}
+
+// toolArgs passes a tool call's streamed arguments on as input_json_delta
+// pieces, which a Messages client joins and parses as the tool_use
+// block's input: always a JSON object, as the buffered answer gives it
+// (parseArguments). Arguments that open an object stream as they come, and
+// whatever follows the object's close is dropped; arguments that open
+// anything else (a model's stray text, an array) are held, bounded, and
+// given at the block's end as the buffered answer would give them ("{}",
+// which the block's start already says, sends nothing).
+type toolArgs struct {
+	state     byte // 0 before the first non-space byte; 'o' in the object; 'h' holding; 'c' closed
+	depth     int
+	inString  bool
+	escaped   bool
+	held      strings.Builder
+	heldBytes int
+}
+
+// maxHeldArguments bounds the arguments held for one tool call.
+const maxHeldArguments = maxBufferedResponse
+
+// add takes the next piece of arguments and returns what to send now;
+// false when the held arguments pass their bound.
+func (a *toolArgs) add(p string) (string, bool) {
+	switch a.state {
+	case 'c':
+		return "", true
+	case 'h':
+		return "", a.hold(p)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if a.state == 0 {
+			switch c {
+			case ' ', '\t', '\n', '\r':
+				continue
+			case '{':
+				a.state, a.depth = 'o', 1
+				continue
+			}
+			a.state = 'h'
+			return p[:i], a.hold(p[i:])
+		}
+		switch {
+		case a.inString:
+			switch {
+			case a.escaped:
+				a.escaped = false
+			case c == '\\':
+				a.escaped = true
+			case c == '"':
+				a.inString = false
+			}
+		case c == '"':
+			a.inString = true
+		case c == '{' || c == '[':
+			a.depth++
+		case c == '}' || c == ']':
+			a.depth--
+			if a.depth == 0 {
+				a.state = 'c'
+				return p[:i+1], true
+			}
+		}
+	}
+	return p, true
+}
+
+func (a *toolArgs) hold(p string) bool {
+	if a.heldBytes += len(p); a.heldBytes > maxHeldArguments {
+		return false
+	}
+	a.held.WriteString(p)
+	return true
+}
+
+// end is what remains to send when the call's block closes.
+func (a *toolArgs) end() string {
+	if a.state != 'h' {
+		return ""
+	}
+	if in := parseArguments(a.held.String()); string(in) != "{}" {
+		return string(in)
+	}
+	return ""
+}
+
+// endArgs sends what a tool block's held arguments come to.
+func (s *anthropicStream) endArgs(idx int, a *toolArgs) {
+	if rest := a.end(); rest != "" {
+		s.delta(idx, "input_json_delta", "partial_json", rest)
+	}
+	delete(s.args, idx)
 }
 
 // end sends the held text (without the stop sequence that ended the
@@ -750,6 +862,11 @@ func (s *anthropicStream) end() {
 	}
 	s.text(text)
 	s.stop()
+	// A call's arguments that went on after another block closed its
+	// block (interleaved calls) are sent to it as they came.
+	for _, idx := range slices.Sorted(maps.Keys(s.args)) {
+		s.endArgs(idx, s.args[idx])
+	}
 	s.sw.event("message_delta", object{{"type", "message_delta"},
 		{"delta", object{{"stop_reason", stopReason(s.finish, s.toolCalls, matched)}, {"stop_sequence", seq}}},
 		{"usage", usageOf(s.usage)}})

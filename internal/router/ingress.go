@@ -616,7 +616,7 @@ type toldInStream struct {
 func (t toldInStream) Error() string { return t.message }
 
 // relayChunks feeds the frontend's chat completion stream to s chunk by
-// chunk, flushing sw after each, until [DONE] or the end of a finished
+// chunk, flushing sw after each, until [DONE] or the end (or break) of a finished
 // stream (nil). A stream that breaks, ends before a finish reason or
 // carries an error ends with s.fail, and the error is a toldInStream once
 // the client has the error event; any other error is the client's write
@@ -632,6 +632,13 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 			return nil
 		}
 		if err != nil {
+			if s.finished() {
+				// The answer was complete (a finish reason came): a
+				// connection that breaks before [DONE] or the usage
+				// chunk costs the client nothing but the usage not yet
+				// sent, and the answer ends in good order.
+				return nil
+			}
 			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+errText(err), false) // no addresses
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)

@@ -1,0 +1,173 @@
+package router
+
+import (
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestAnthropicStreamToolInputIsAnObject: a streamed tool_use block's
+// input, put together from its input_json_delta events as the Anthropic
+// SDKs do, is a JSON object, as the buffered answer's input is
+// (parseArguments): arguments the backend sent that are not one become {}
+// there, and a client's SDK (@anthropic-ai/sdk's partialParse) throws on
+// text that is not JSON.
+func TestAnthropicStreamToolInputIsAnObject(t *testing.T) {
+	t.Parallel()
+	for _, args := range []string{`not json`, `[1,2]`, `{"city":"Paris"}}`} {
+		t.Run(args, func(t *testing.T) {
+			call := func(a string) string {
+				b, _ := json.Marshal(a)
+				return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":` + string(b) + `}}]}}]}`
+			}
+			in := chunks(call(args), finishChunk("tool_calls"), usageChunk, "[DONE]")
+			a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
+			rec := httptest.NewRecorder()
+			if err := a.stream(rec, strings.NewReader(in)); err != nil {
+				t.Fatal(err)
+			}
+			var partial strings.Builder
+			for _, ev := range events(t, rec.Body.String()) {
+				name, data, _ := strings.Cut(ev, " ")
+				if name != "content_block_delta" {
+					continue
+				}
+				var d struct {
+					Delta struct {
+						Type        string `json:"type"`
+						PartialJSON string `json:"partial_json"`
+					} `json:"delta"`
+				}
+				_ = json.Unmarshal([]byte(data), &d)
+				if d.Delta.Type == "input_json_delta" {
+					partial.WriteString(d.Delta.PartialJSON)
+				}
+			}
+			input := partial.String()
+			if input == "" {
+				input = "{}" // the content_block_start's input
+			}
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(input), &obj); err != nil || obj == nil {
+				t.Errorf("streamed tool_use input %q is not a JSON object (%v); the buffered answer gives %s", input, err, parseArguments(args))
+			}
+		})
+	}
+}
+
+// TestConvertMessagesTextBetweenToolResults: the tool results answering
+// one assistant turn stay one run of tool messages, with no user message
+// between two of them (strict templates refuse that, as convertMessages'
+// own rule for a tool result's images says); the Messages API puts a user
+// message's text after its tool results.
+func TestConvertMessagesTextBetweenToolResults(t *testing.T) {
+	t.Parallel()
+	in := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"},
+	  {"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{}},{"type":"tool_use","id":"b","name":"f","input":{}}]},
+	  {"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"A"},{"type":"text","text":"and"},
+	    {"type":"tool_result","tool_use_id":"b","content":"B"}]}]}`
+	var q anthropicRequest
+	if err := json.Unmarshal([]byte(in), &q); err != nil {
+		t.Fatal(err)
+	}
+	c, rerr := convertMessages(&q, false)
+	if rerr != nil {
+		return // refused, as the Messages API refuses text before a tool result: fine
+	}
+	var roles []string
+	for _, m := range c.Messages {
+		roles = append(roles, m.Role)
+	}
+	for i := 1; i+1 < len(roles); i++ {
+		if roles[i] == "user" && roles[i-1] == "tool" && roles[i+1] == "tool" {
+			b, _ := json.Marshal(c.Messages)
+			t.Errorf("a user message between two tool messages of one turn (%v): %s", roles, b)
+		}
+	}
+}
+
+// brokenAfter reads data, then fails as a connection reset does.
+type brokenAfter struct {
+	r   *strings.Reader
+	err error
+}
+
+func (b *brokenAfter) Read(p []byte) (int, error) {
+	if b.r.Len() == 0 {
+		return 0, b.err
+	}
+	return b.r.Read(p)
+}
+
+// TestConvertedStreamBrokenAfterFinish: an upstream stream that gave its
+// finish reason (and usage) has the whole answer; a connection that breaks
+// before [DONE] ends it as complete, as an upstream that closes there
+// (io.EOF) does, rather than with an error event that makes the client's
+// SDK throw the answer away.
+func TestConvertedStreamBrokenAfterFinish(t *testing.T) {
+	t.Parallel()
+	in := chunks(textChunk("Hello"), finishChunk("stop"), usageChunk)
+	for _, upErr := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET} {
+		a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
+		rec := httptest.NewRecorder()
+		err := a.stream(rec, &brokenAfter{r: strings.NewReader(in), err: upErr})
+		ev := events(t, rec.Body.String())
+		if last := ev[len(ev)-1]; err != nil || !strings.HasPrefix(last, "message_stop ") {
+			t.Errorf("Messages, upstream %v after the finish: ended with %.90s (%v)", upErr, last, err)
+		}
+		o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+		rec = httptest.NewRecorder()
+		err = o.stream(rec, &brokenAfter{r: strings.NewReader(in), err: upErr})
+		ev = events(t, rec.Body.String())
+		if last := ev[len(ev)-1]; err != nil || !strings.HasPrefix(last, "response.completed ") {
+			t.Errorf("Responses, upstream %v after the finish: ended with %.90s (%v)", upErr, last, err)
+		}
+	}
+}
+
+// TestAnthropicStreamToolInputStreams: arguments that open a JSON object go
+// on piece by piece as they come (a brace or quote inside a string does not
+// end the object), and only what follows the object's close is dropped.
+func TestAnthropicStreamToolInputStreams(t *testing.T) {
+	t.Parallel()
+	call := func(first bool, a string) string {
+		b, _ := json.Marshal(a)
+		head := ""
+		if first {
+			head = `"id":"call_1","type":"function",`
+		}
+		return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,` + head + `"function":{` + map[bool]string{true: `"name":"f",`, false: ""}[first] + `"arguments":` + string(b) + `}}]}}]}`
+	}
+	pieces := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`, `}trailing`}
+	var in []string
+	for i, p := range pieces {
+		in = append(in, call(i == 0, p))
+	}
+	in = append(in, finishChunk("tool_calls"), usageChunk, "[DONE]")
+	a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
+	rec := httptest.NewRecorder()
+	if err := a.stream(rec, strings.NewReader(chunks(in...))); err != nil {
+		t.Fatal(err)
+	}
+	var sent []string
+	for _, ev := range events(t, rec.Body.String()) {
+		name, data, _ := strings.Cut(ev, " ")
+		if name != "content_block_delta" {
+			continue
+		}
+		var d struct {
+			Delta struct {
+				PartialJSON string `json:"partial_json"`
+			} `json:"delta"`
+		}
+		_ = json.Unmarshal([]byte(data), &d)
+		sent = append(sent, d.Delta.PartialJSON)
+	}
+	want := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`}
+	if strings.Join(sent, "|") != strings.Join(want, "|") {
+		t.Errorf("sent %q, want %q", sent, want)
+	}
+}
