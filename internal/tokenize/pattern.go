@@ -17,7 +17,10 @@ type matcher interface {
 }
 
 // regexTimeout bounds one regex match of the general (backtracking) engine.
-var regexTimeout = 2 * time.Second
+// A match past it fails the encode, whose context (the render's budget)
+// is looked at only between matches: it is kept far below that budget, and
+// far above what a match of any real tokenizer's pattern takes.
+var regexTimeout = 200 * time.Millisecond
 
 func compilePattern(p patternJSON) (matcher, error) {
 	switch {
@@ -139,6 +142,79 @@ func shorthandClass(c byte, inClass bool) string {
 //
 // ^ and $ are line anchors in the library's engine; the caller compiles
 // with the backtracking engine's Multiline for them.
+// optionGroup reports whether a group opening's text after "(?" sets
+// inline options ("i)", "m-x:"), rather than opening a non-capturing,
+// lookaround, named or atomic group.
+func optionGroup(opts string) bool {
+	return opts != "" && opts != ":" && (opts[0] == '-' || opts[0] >= 'a' && opts[0] <= 'z')
+}
+
+// engineOptions translates inline options of the library's engine
+// (Oniguruma, Ruby syntax) for the backtracking one, or refuses what the
+// two read differently: Ruby's m is dot-all (the backtracking engine's
+// s; its own m, line anchors, is always on here, as ^ and $ are line
+// anchors in Ruby syntax); i folds case by Unicode case folding, where
+// one letter may match two ("ss" matches ß) and \p{Lu} stays upper case,
+// which the backtracking engine does not do: refused where its scope
+// holds such letter pairs or case classes; x is the same in both; any
+// other letter the library refuses ("undefined group option"), so no
+// worker could serve the file.
+func engineOptions(pattern, scope, opts string) (string, error) {
+	out := make([]byte, 0, len(opts))
+	off := false // after '-': the letters turn options off
+	for i := 0; i < len(opts); i++ {
+		switch c := opts[i]; c {
+		case '-':
+			off = true
+			out = append(out, c)
+		case 'x':
+			out = append(out, c)
+		case 'm':
+			out = append(out, 's')
+		case 'i':
+			if off {
+				out = append(out, c)
+				continue
+			}
+			lower := strings.ToLower(scope)
+			for _, pair := range []string{`\p{lu}`, `\p{ll}`, `\p{lt}`, "ss", "st", "ff", "fi", "fl", "ſt"} {
+				if strings.Contains(lower, pair) {
+					return "", unsupported("regex %q: case-insensitive matching over %q, which the library folds otherwise", pattern, pair)
+				}
+			}
+			out = append(out, c)
+		default:
+			return "", unsupported("regex %q: inline option %q, which the library does not define", pattern, string(c))
+		}
+	}
+	return string(out), nil
+}
+
+// optionScope is the text inline options opened just before rest apply
+// to: up to the close of the group they are in (of their own group for
+// "(?i:", of the enclosing one for "(?i)"), or the pattern's end.
+func optionScope(rest string) string {
+	depth, inClass := 0, false
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case c == '\\':
+			i++
+		case inClass:
+			inClass = c != ']'
+		case c == '[':
+			inClass = true
+		case c == '(':
+			depth++
+		case c == ')':
+			if depth == 0 {
+				return rest[:i]
+			}
+			depth--
+		}
+	}
+	return rest
+}
+
 func enginePattern(p string) (string, error) {
 	b := make([]byte, 0, len(p)+16)
 	inClass := false
@@ -240,6 +316,24 @@ func enginePattern(p string) (string, error) {
 				}
 				if i+n < len(p) && p[i+n] != ')' {
 					n++
+				}
+				if opts := p[i+2 : i+n]; optionGroup(opts) {
+					// "(?i)" applies to the rest of its enclosing group
+					// (its own ")" is copied by the loop), "(?i:" to its own.
+					rest := p[i+n:]
+					if !strings.HasSuffix(opts, ":") {
+						rest = strings.TrimPrefix(rest, ")")
+					}
+					o, err := engineOptions(p, optionScope(rest), strings.TrimSuffix(opts, ":"))
+					if err != nil {
+						return "", err
+					}
+					b = append(b, "(?"+o...)
+					if strings.HasSuffix(opts, ":") {
+						b = append(b, ':')
+					}
+					i += n
+					continue
 				}
 			}
 			b = append(b, p[i:i+n]...)
