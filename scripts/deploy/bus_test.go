@@ -313,7 +313,7 @@ func TestHelmBusClients(t *testing.T) {
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t",
 			"--set", "eventBroker.drainGrace=1.5m"}, "give whole seconds or minutes"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=http://r:7443", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t"}, "want https://HOST:PORT"},
-		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b"}, "eventBroker.tokenSecret.name (or eventBroker.token) is required"},
+		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b"}, "eventBroker.tokenSecret.name (or eventBroker.token), or eventBroker.certSecret, is required"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.token=t"}, "eventBroker.id is required"},
 		{[]string{"--set", "kvListener.enabled=true", "--set", "kvListener.router=https://r:7443", "--set", "kvListener.id=k", "--set", "kvListener.token=t"}, "kvListener.backends is required"},
 		{[]string{"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://r:7443", "--set", "eventBroker.id=b", "--set", "eventBroker.token=t",

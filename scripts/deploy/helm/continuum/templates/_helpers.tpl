@@ -60,8 +60,16 @@ too (Sprig's merge takes those for unset). */}}
 {{- end -}}
 {{- $_ := set $cfg "admin" (merge $admin (default dict $cfg.admin)) -}}
 {{- if $d.enabled -}}
-{{- /* config's own keys win over routerConfig's defaults, a false or empty one included. */ -}}
-{{- $_ := include "continuum.fill" (dict "dst" $cfg "src" (default dict $d.routerConfig)) -}}
+{{- /* config's own keys win over routerConfig's defaults, a false or empty one included;
+shim.pools written in config replaces routerConfig's shim.backends (the two are exclusive). */ -}}
+{{- $defaults := deepCopy (default dict $d.routerConfig) -}}
+{{- if (($cfg.dynamo | default dict).shim | default dict).pools -}}
+{{- $_ := unset ((($defaults.dynamo | default dict).shim) | default dict) "backends" -}}
+{{- end -}}
+{{- $_ := include "continuum.fill" (dict "dst" $cfg "src" $defaults) -}}
+{{- if and (gt (len (default list $d.dynamoNamespaces)) 1) (not (($cfg.dynamo | default dict).shim | default dict).pools) -}}
+{{- fail "dynamoPodDiscovery.dynamoNamespaces lists several Dynamo namespaces: set config.dynamo.shim.pools, one pool per namespace (shim.backends serves one namespace only)" -}}
+{{- end -}}
 {{- $kube := dict "namespace" (include "continuum.fleetNamespace" .) -}}
 {{- if $d.dynamoNamespaces -}}
 {{- $_ := set $kube "dynamo_namespaces" $d.dynamoNamespaces -}}
@@ -84,6 +92,17 @@ too (Sprig's merge takes those for unset). */}}
 {{- $_ := set $cfg "dynamo" $dyn -}}
 {{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The port of the router's event bus listener (config.dynamo.event_bus.listen, HOST:PORT). */}}
+{{- define "continuum.busListenPort" -}}
+{{- $listen := default "0.0.0.0:7443" (((.Values.config | default dict).dynamo | default dict).event_bus | default dict).listen -}}
+{{- required (printf "config.dynamo.event_bus.listen %q: want HOST:PORT" $listen) (trimPrefix ":" (regexFind ":[0-9]+$" $listen)) -}}
+{{- end -}}
+
+{{/* Whether the router runs its event bus listener. */}}
+{{- define "continuum.busEnabled" -}}
+{{- if (((.Values.config | default dict).dynamo | default dict).event_bus | default dict).enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* The port of an event bus client's router URL (https://HOST:PORT). */}}
