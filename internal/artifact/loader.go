@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -132,17 +135,56 @@ func NewLoader(o LoaderOptions) (*Loader, error) {
 	}
 	p := o.Policy
 	l.policy.Store(&p)
+	l.pruneCache(&p)
 	return l, nil
 }
 
+// pruneCache removes from the policy's cache the blobs no pin names (a
+// reload that unpinned them, or a cache directory kept from an earlier
+// run) and temporary files a download left an hour or more ago: the cache
+// holds the pinned artifacts and nothing else, so its size is bounded by
+// the pins (each at most MaxArtifactBytes). Failures are logged.
+func (l *Loader) pruneCache(p *Policy) {
+	if p.CacheDir == "" {
+		return
+	}
+	dir := filepath.Join(p.CacheDir, "blobs")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			l.logger.Warn("artifact cache not pruned", "dir", dir, "error", err)
+		}
+		return
+	}
+	pinned := make(map[string]bool, len(p.pinned))
+	for c := range p.pinned {
+		pinned[c.Hex()] = true
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if pinned[name] || !e.Type().IsRegular() {
+			continue
+		}
+		if strings.HasPrefix(name, ".tmp-") {
+			if info, err := e.Info(); err != nil || l.now().Sub(info.ModTime()) < time.Hour {
+				continue // a download may be writing it
+			}
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			l.logger.Warn("artifact cache blob not removed", "blob", name, "error", err)
+		}
+	}
+}
+
 // SetPolicy applies a new dynamo.kv policy at once: loaded artifacts whose
-// checksum is no longer pinned are dropped, and when a source setting
+// checksum is no longer pinned are dropped (their cached blobs too), and when a source setting
 // changed (allow_http, allow_hf, the cache, the Hub's endpoint or token)
 // remembered failures are forgotten: a changed source deserves a new try.
 // A policy whose sources are as they were (a reload that changed
 // something else, or only the pins) keeps them until RetryAfter.
 func (l *Loader) SetPolicy(p Policy) {
 	prev := l.policy.Swap(&p)
+	l.pruneCache(&p)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, e := range l.entries {
