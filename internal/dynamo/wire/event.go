@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // Event-plane message layout: [topic][publisher_id u64 BE][sequence u64 BE]
@@ -176,13 +177,16 @@ func decodeEnvelope(b []byte) (Envelope, error) {
 }
 
 // decodeStruct decodes a msgpack map (string keys, unknown ones skipped) or
-// array (positional, extra elements skipped) into fields by index.
+// array (positional, extra elements skipped) into fields by index (at most
+// 64). A map naming a field twice is refused, as Dynamo's decoder (serde)
+// refuses it.
 func decodeStruct(b []byte, fields []string, set func(r *mpReader, i int) error) error {
 	r := &mpReader{b: b}
 	isMap, n, err := r.container()
 	if err != nil {
 		return err
 	}
+	var seen uint64
 	for i := range n {
 		idx := i
 		if isMap {
@@ -204,6 +208,10 @@ func decodeStruct(b []byte, fields []string, set func(r *mpReader, i int) error)
 			}
 			continue
 		}
+		if seen&(1<<idx) != 0 {
+			return mpErr("%s given twice", fields[idx])
+		}
+		seen |= 1 << idx
 		if err := set(r, idx); err != nil {
 			return fmt.Errorf("%s: %w", fields[idx], err)
 		}
@@ -236,6 +244,9 @@ type ActiveLoad struct {
 const maxActiveLoadArray = 6
 
 var activeLoadHead = [...]string{"worker_id", "dp_rank", "active_decode_blocks", "active_prefill_tokens"}
+
+// activeLoadFields are the fields DecodeActiveLoad reads.
+var activeLoadFields = [...]string{"worker_id", "dp_rank", "active_decode_blocks", "active_prefill_tokens", "kv_used_blocks", "scheduler_load_scope"}
 
 // activeLoadPlace names place i of an array of n elements.
 func activeLoadPlace(n, i int) string {
@@ -270,6 +281,7 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 	if !isMap && n > maxActiveLoadArray {
 		return l, mpErr("array of %d elements; the known layouts have at most %d", n, maxActiveLoadArray)
 	}
+	var seen uint8 // the known fields met, by their place in activeLoadFields
 	for i := range n {
 		name := ""
 		if isMap {
@@ -278,6 +290,14 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 				return l, err
 			}
 			name = string(key)
+			// A known field named twice is refused, as Dynamo's decoder
+			// (serde) refuses it.
+			if j := slices.Index(activeLoadFields[:], name); j >= 0 {
+				if seen&(1<<j) != 0 {
+					return ActiveLoad{}, mpErr("%s given twice", name)
+				}
+				seen |= 1 << j
+			}
 		} else {
 			name = activeLoadPlace(n, i)
 		}
@@ -286,10 +306,11 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 			l.WorkerID, err = r.uint()
 			haveWorker = err == nil
 		case "dp_rank":
+			// A u32 with a default when absent, not an option: a nil is
+			// refused, as Dynamo's decoder refuses it.
 			var v uint64
-			var isNil bool
-			v, isNil, err = r.optUint()
-			if err == nil && !isNil {
+			v, err = r.uint()
+			if err == nil {
 				if v > 1<<32-1 {
 					err = mpErr("dp_rank %d", v)
 				}

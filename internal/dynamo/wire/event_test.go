@@ -193,7 +193,8 @@ func TestActiveLoadLayouts(t *testing.T) {
 		err     string // a substring of the error; "" to decode
 	}{
 		{"4 fields", []byte{0x94, 0x01, 0x02, 0x03, 0x04}, wire.ActiveLoad{WorkerID: 1, DPRank: 2, ActiveDecodeBlocks: u64(3), ActivePrefillTokens: u64(4)}, ""},
-		{"4 fields, nil loads", []byte{0x94, 0x01, 0xc0, 0xc0, 0xc0}, wire.ActiveLoad{WorkerID: 1}, ""},
+		{"4 fields, nil loads", []byte{0x94, 0x01, 0x00, 0xc0, 0xc0}, wire.ActiveLoad{WorkerID: 1}, ""},
+		{"dp_rank nil: a u32, not an option", []byte{0x94, 0x01, 0xc0, 0xc0, 0xc0}, wire.ActiveLoad{}, "dp_rank"},
 		{"5 fields: kv_used_blocks last", []byte{0x95, 0x01, 0x00, 0xc0, 0xc0, 0x1e}, wire.ActiveLoad{WorkerID: 1, KVUsedBlocks: u64(30)}, ""},
 		{"5 fields, kv_used_blocks nil", []byte{0x95, 0x01, 0x00, 0x03, 0x04, 0xc0}, wire.ActiveLoad{WorkerID: 1, ActiveDecodeBlocks: u64(3), ActivePrefillTokens: u64(4)}, ""},
 		{"6 fields: scope, then kv_used_blocks", cat([]byte{0x96, 0x01, 0x00, 0x03, 0x04}, local, []byte{0x1e}),

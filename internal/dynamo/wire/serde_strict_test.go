@@ -1,0 +1,50 @@
+package wire_test
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+)
+
+// mpStr is a msgpack fixstr.
+func mpStr(s string) []byte { return append([]byte{0xa0 | byte(len(s))}, s...) }
+
+// TestActiveLoadAndEnvelopeRefuseWhatSerdeRefuses: Dynamo decodes the
+// envelope and the ActiveLoad with serde (rmp_serde::from_slice), whose
+// derived struct decoder refuses a field given twice ("duplicate field")
+// and a nil where a plain integer is declared (dp_rank is u32 with a
+// default for when it is absent, not Option). The design counts a payload
+// whose msgpack decoding fails as malformed, and the kv-events
+// decoder already refuses a field given twice "as serde does"; the
+// kv_metrics path takes the last copy instead, or reads nil as rank 0.
+func TestActiveLoadAndEnvelopeRefuseWhatSerdeRefuses(t *testing.T) {
+	// {"worker_id": 1, "worker_id": 2}
+	dup := append([]byte{0x82}, mpStr("worker_id")...)
+	dup = append(dup, 1)
+	dup = append(append(dup, mpStr("worker_id")...), 2)
+	if l, err := wire.DecodeActiveLoad(dup); err == nil {
+		t.Errorf("ActiveLoad with worker_id twice decoded as worker %d; serde refuses a duplicate field", l.WorkerID)
+	}
+	// {"worker_id": 1, "dp_rank": nil}
+	nilRank := append([]byte{0x82}, mpStr("worker_id")...)
+	nilRank = append(append(append(nilRank, 1), mpStr("dp_rank")...), 0xc0)
+	if l, err := wire.DecodeActiveLoad(nilRank); err == nil {
+		t.Errorf("ActiveLoad with dp_rank nil decoded as rank %d; dp_rank is a u32, not an Option", l.DPRank)
+	}
+
+	// An envelope naming its topic twice, another topic first.
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1})
+	env := []byte{0x86}
+	env = append(append(env, mpStr("topic")...), mpStr("kv-events")...)
+	env = append(append(env, mpStr("publisher_id")...), 7)
+	env = append(append(env, mpStr("sequence")...), 0)
+	env = append(append(env, mpStr("published_at")...), 1)
+	env = append(append(env, mpStr("payload")...), append([]byte{0xc4, byte(len(payload))}, payload...)...)
+	env = append(append(env, mpStr("topic")...), mpStr("kv_metrics")...)
+	frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
+	msg := [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 7), binary.BigEndian.AppendUint64(nil, 0), append(frame, env...)}
+	if _, rej := wire.DecodeEventMessage(msg, "kv_metrics", wire.MaxLoadPayloadBytes); rej == nil || rej.Result != wire.ResultMalformed {
+		t.Errorf("envelope with topic twice: %v, want malformed (serde refuses a duplicate field)", rej)
+	}
+}
