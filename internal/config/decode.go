@@ -50,6 +50,13 @@ func clip(s string) string {
 
 var errTooManyNodes = errors.New("document too large: more than 200000 YAML nodes after expanding aliases")
 
+// maxExpandedBytes bounds the text ${VAR} references (and $${ escapes)
+// produce in one document, aliases of one value counted once: variables'
+// values are not bounded by the file's size.
+const maxExpandedBytes = 4 * MaxFileBytes
+
+var errTooMuchExpanded = fmt.Errorf("document too large: its ${...} references expand to more than %d bytes", maxExpandedBytes)
+
 type position struct{ line, col int }
 
 // decoder walks a YAML node tree into the typed schema, recording the
@@ -64,6 +71,12 @@ type decoder struct {
 	dropped    droppedFindings // findings past MaxFindings
 	findings   Findings
 	visited    int
+	// expanded holds each interpolated scalar's text once, so that the
+	// aliases of one value share it; expandedBytes is their total, and
+	// fatal the error that ends the decode once it passes its bound.
+	expanded      map[*yaml.Node]string
+	expandedBytes int
+	fatal         error
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -102,6 +115,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 	d.visited++
 	if d.visited > maxNodes {
 		return errTooManyNodes
+	}
+	if d.fatal != nil {
+		return d.fatal
 	}
 	n = resolveAlias(n)
 	d.mark(n, path)
@@ -191,11 +207,25 @@ func (d *decoder) scalarText(n *yaml.Node, path, want string) (string, bool) {
 		d.errorf(n, path, "expected %s, found %s", want, kindName(n))
 		return "", false
 	}
+	if s, ok := d.expanded[n]; ok {
+		return s, true
+	}
 	env := d.env
 	if d.noRefs {
 		env = func(string) (string, bool) { return "", false }
 	}
 	s, err := interpolate(n.Value, env)
+	if err == nil && strings.Contains(n.Value, "${") {
+		// A new string: kept for the node's other aliases, and counted.
+		if d.expandedBytes += len(s); d.expandedBytes > maxExpandedBytes {
+			d.fatal = errTooMuchExpanded
+			return "", false
+		}
+		if d.expanded == nil {
+			d.expanded = map[*yaml.Node]string{}
+		}
+		d.expanded[n] = s
+	}
 	var unset *unsetVarError
 	if d.noRefs && errors.As(err, &unset) {
 		d.errorf(n, path, "${%s}: a document sent to the admin API reads no environment variables; give the value", unset.name)
@@ -236,6 +266,11 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) error
 	ps, err := d.pairs(n, path, map[*yaml.Node]bool{})
 	if err != nil {
 		return err
+	}
+	// Every pair counts, merged ones too: a mapping of many keys merged
+	// into many others is as large as the mappings it makes.
+	if d.visited += len(ps); d.visited > maxNodes {
+		return errTooManyNodes
 	}
 	seen := map[string]bool{}
 	for _, p := range ps {

@@ -131,7 +131,11 @@ func Parse(name string, data []byte, opts Options) (*Document, error) {
 		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 			top = root.Content[0]
 		}
-		if err := dec.decode(top, reflect.ValueOf(doc.Config).Elem(), ""); err != nil {
+		err := dec.decode(top, reflect.ValueOf(doc.Config).Elem(), "")
+		if err == nil {
+			err = dec.fatal // met on the last values, after which no decode looked
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrUnreadable, name, err)
 		}
 	}

@@ -422,6 +422,9 @@ func (v *validator) podModels() {
 	case k.Model == "" && len(k.Models) == 0:
 		v.errorf(p+".model", "source: kubernetes_pods needs model (the served model name) or models (per nvidia.com/dynamo-component)")
 		return
+	case k.Model != "" && strings.TrimSpace(k.Model) == "":
+		v.errorf(p+".model", "is blank: give the served model name, which every pod is published under")
+		return
 	}
 	// Counted and named once each and only when valid; an entry naming a
 	// listed namespace that is itself refused is not refused again.

@@ -150,6 +150,12 @@ func ParseCIDRs(cidrs []string) ([]netip.Prefix, error) {
 		if err != nil {
 			return nil, fmt.Errorf("direct_allow_cidrs: %w", err)
 		}
+		// An IPv4-mapped prefix (::ffff:10.0.0.0/104) is the IPv4 range
+		// it maps: dialled addresses are unmapped before they are
+		// checked, so the mapped form would never match.
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
 		out = append(out, p.Masked())
 	}
 	return out, nil
