@@ -785,7 +785,10 @@ func (c *conn) armWatch() {
 // pipelined) is kept for the next read.
 func (c *conn) watch() {
 	c.mu.Lock()
-	if c.watchSt != watchArmed || c.br.Buffered() > 0 || c.hasPeek {
+	// Bytes already read (a stray CRLF, the next request, pipelined) do
+	// not stop the watch: the buffer's bytes go first, then the watch's
+	// byte, so the order stays; and the client may still leave.
+	if c.watchSt != watchArmed || c.hasPeek {
 		c.mu.Unlock()
 		return
 	}
@@ -869,8 +872,13 @@ func (b *body) readLocked(p []byte) (int, error) {
 		if err == nil {
 			err = io.EOF
 		}
-	} else if errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
+	} else if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		// The client left (or stalled past the read timeout) inside its
+		// body: the request ends, as a client leaving ends it anywhere.
+		b.c.rctx.end()
 	}
 	return n, err
 }

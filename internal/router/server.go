@@ -508,6 +508,11 @@ func (s *Server) known(model string, policy *keyPolicy) bool {
 // readBody reads a request body of at most limit bytes, in one
 // allocation when the client declared its length.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		// Refused before a byte of it is read (or, with Expect:
+		// 100-continue, asked for).
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
 	if n := r.ContentLength; n > 0 && n <= limit {
 		// The declared length is the whole body (the server enforces
 		// it), within the limit: read as it is, with no bound to watch.
