@@ -3,6 +3,8 @@ package router
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -493,6 +495,9 @@ type sendResult struct {
 	// mayHaveRun: the connection broke after the request went out, before
 	// an answer: a pinned request retried so runs again (see reruns).
 	mayHaveRun bool
+	// unreached: a proxy in front of the replica answered that it could
+	// not reach it (shim.ProxyUnreachable): tried on another replica.
+	unreached bool
 }
 
 // send tries the replicas in turn (starting at a rotating offset) on
@@ -615,7 +620,8 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 	// as any reverse proxy does with a body of unknown length.
 	stream := isEventStream(answerContentType(resp)) || (x.q.Stream && resp.ContentLength < 0 && pin == nil && x.out == nil)
 	if pin != nil || stream || x.out != nil {
-		return x.relayInspected(resp, b, pin, stream), false
+		res := x.relayInspected(resp, b, pin, stream)
+		return res, res.unreached
 	}
 	// Plain routing has nothing to inspect: copy through, with the
 	// backend's length (the answer then goes out as its last byte is
@@ -731,13 +737,27 @@ func (x *exchange) roundTripFailed(b *Backend, pin *pick.Pin, err error) (sendRe
 	// reached the client yet. A timeout is never retried: the request may
 	// still be running.
 	var op *net.OpError
-	dialFailed := errors.As(err, &op) && op.Op == "dial"
+	dialFailed := errors.As(err, &op) && op.Op == "dial" || handshakeFailed(err)
 	migrates := pin != nil && shim.RepinLimit(*pin) > 0 && connectionBroken(err)
 	if dialFailed {
 		public = "the backend could not be reached"
 	}
 	return sendResult{outcome: shim.Failed, status: status, detail: "backend " + b.Name() + ": " + errText(err), public: public,
 		mayHaveRun: migrates && !dialFailed}, dialFailed || migrates
+}
+
+// handshakeFailed reports whether err is a TLS handshake's failure (the
+// replica's certificate refused, or the replica refusing the handshake):
+// the request was never sent, as when the connection is refused.
+func handshakeFailed(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &authority) ||
+		errors.As(err, &host) || errors.As(err, &invalid) || errors.As(err, &op) && op.Op == "remote error"
 }
 
 // relayInspected relays an answer the router reads on its way: a pinned
@@ -779,7 +799,7 @@ func (x *exchange) relayBuffered(resp *http.Response, b *Backend, pin *pick.Pin)
 	}
 	if pin != nil && shim.Failure(resp.StatusCode, x.q.Stream) {
 		res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
-			viewBehind: shim.MentionsPrefillRefusal(data)}
+			viewBehind: shim.MentionsPrefillRefusal(data), unreached: shim.ProxyUnreachable(resp.StatusCode, data)}
 		if msg := answerMessage(data); msg != "" {
 			// What the frontend said goes to the log and, when the client
 			// asked who served it, to the client; a 4xx's (about the

@@ -46,6 +46,22 @@ var unreachable = [][]byte{
 	[]byte("connectiontimeout"), []byte("engine shutdown"), []byte("engineshutdown"), []byte("shutting down"),
 }
 
+// ProxyUnreachable reports whether a 5xx answer is a proxy's in front of
+// the frontend (a service mesh's sidecar) saying it could not reach the
+// frontend at all: it found no healthy endpoint, or its connection to it
+// failed (as opposed to a connection that ended after the request went
+// out, which Envoy words "connection termination" or "reset"). The
+// request never reached the frontend: a failure to reach the replica,
+// retried on another with the same pins.
+func ProxyUnreachable(status int, body []byte) bool {
+	if status < 500 || status > 599 {
+		return false
+	}
+	b := bytes.ToLower(body[:min(len(body), repinScan)])
+	return bytes.Contains(b, []byte("no healthy upstream")) ||
+		bytes.Contains(b, []byte("upstream connect error")) && bytes.Contains(b, []byte("connection failure"))
+}
+
 // Repin says why a frontend's answer to a pinned dispatch calls for
 // pinning the request to other workers, or "" when it does not. Only a
 // 5xx answer does (any answer but one that refuses the pins themselves or
