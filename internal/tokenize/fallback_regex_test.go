@@ -51,7 +51,7 @@ func TestFallbackRegexRefusesOptions(t *testing.T) {
 // TestEncodeContextFallbackRegexDeadline: an encode under a context that
 // ends (the render's 2 s budget) ends soon after it, even inside one match
 // of the fallback engine, which looks at the context only between matches:
-// a match is bounded far below the budget (it was bounded by 2 s, the
+// a match is bounded well below the budget (it was bounded by 2 s, the
 // whole budget again).
 func TestEncodeContextFallbackRegexDeadline(t *testing.T) {
 	tk, err := tokenize.Load([]byte(fallbackRegexConfig(`(a|aa)+b|a`)))
@@ -62,7 +62,7 @@ func TestEncodeContextFallbackRegexDeadline(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = tk.EncodeContext(ctx, nil, strings.Repeat("a", 60), false)
-	if took := time.Since(start); took > 1500*time.Millisecond { // the match timeout is 200 ms; before it was 2 s
+	if took := time.Since(start); took > 1900*time.Millisecond { // the match timeout is 1 s; it was 2 s
 		t.Fatalf("EncodeContext with a 50ms deadline returned after %v (err %v)", took, err)
 	}
 }

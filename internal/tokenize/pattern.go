@@ -18,9 +18,11 @@ type matcher interface {
 
 // regexTimeout bounds one regex match of the general (backtracking) engine.
 // A match past it fails the encode, whose context (the render's budget)
-// is looked at only between matches: it is kept far below that budget, and
-// far above what a match of any real tokenizer's pattern takes.
-var regexTimeout = 200 * time.Millisecond
+// is looked at only between matches: it is kept well below that budget
+// (2 s), and far above what a match of any real tokenizer's pattern takes,
+// even on a machine slowed many times over (the race detector, a loaded
+// host).
+var regexTimeout = time.Second
 
 func compilePattern(p patternJSON) (matcher, error) {
 	switch {
