@@ -604,6 +604,17 @@ func TestDirectConnectorCIDRs(t *testing.T) {
 		}
 		_ = c.Close()
 	}
+	// An IPv4-mapped prefix allows the IPv4 range it maps: dialled
+	// addresses are unmapped before they are checked.
+	mapped, err := zmtp.ParseCIDRs([]string{"::ffff:127.0.0.0/104"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := (&zmtp.Direct{Allow: mapped}).Connect(ctxT(t), zmtp.Target{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port)})
+	if err != nil {
+		t.Fatalf("::ffff:127.0.0.0/104: %v", err)
+	}
+	_ = c.Close()
 	deny := &zmtp.Direct{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
 	if _, err := deny.Connect(ctxT(t), zmtp.Target{Endpoint: fmt.Sprintf("tcp://localhost:%d", port)}); !errors.Is(err, zmtp.ErrNotAllowed) {
 		t.Fatalf("err = %v, want ErrNotAllowed", err)
