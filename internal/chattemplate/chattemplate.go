@@ -159,7 +159,14 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     what they cannot test; the filter split and the tests startingwith
 //     and endingwith exist; map and select iterate a false value (an
 //     error unless none or undefined), a slice of undefined is [], and
-//     str.find and rfind give byte offsets.
+//     str.find and rfind give byte offsets;
+//   - a slice with a positive step takes minijinja's bounds: a negative one
+//     that runs past the start is past the end, so 'abc'[-5:] is "" and
+//     l[:-10] all of l (Python clamps both to 0);
+//   - the attr filter is the [] operator (a dict's key is found); indent
+//     drops one trailing newline of its input and of its output, splits at
+//     \n alone and indents every line but the empty ones (a line of
+//     spaces too).
 func WithDynamoFrontend() Option { return func(t *Template) { t.dynamo = true } }
 
 // Template is a compiled chat template; it is immutable and safe for
@@ -333,6 +340,11 @@ type Input struct {
 	Extra map[string]any
 	// SpecialTokens override the tokens read from the tokenizer config.
 	SpecialTokens map[string]string
+	// Bare renders with messages and add_generation_prompt alone, as
+	// Dynamo's frontend probes a template (whether it needs content as a
+	// list): no special tokens, no tools or documents (undefined, not
+	// none), Extra and SpecialTokens unused.
+	Bare bool
 }
 
 // DecodeRequest reads an OpenAI-style chat request body keeping the key
@@ -461,7 +473,11 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 		return "", errors.New("chattemplate: continue_final_message and add_generation_prompt exclude each other")
 	}
 	root := &scope{}
-	if !t.dynamo {
+	bare := in.Bare
+	if bare {
+		in = Input{Messages: in.Messages, AddGenerationPrompt: in.AddGenerationPrompt, ContinueFinalMessage: in.ContinueFinalMessage}
+	}
+	if !t.dynamo && !bare {
 		for _, k := range sortedKeys(t.tokens) {
 			root.set(k, t.tokens[k])
 		}
@@ -481,7 +497,7 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 		}
 		root.set(k, v)
 	}
-	if t.dynamo {
+	if t.dynamo && !bare {
 		// Dynamo's frontend passes bos_token, eos_token and unk_token, none
 		// when the config has no such token, and no other special token;
 		// they win over extra variables of the same name, as the rest of
@@ -501,17 +517,19 @@ func (t *Template) Render(ctx context.Context, in Input) (out string, err error)
 		return "", fmt.Errorf("chattemplate: messages: %w", err)
 	}
 	root.set("messages", msgs)
-	if in.Tools != nil {
+	switch {
+	case bare:
+	case in.Tools != nil:
 		tools, err := fromGo(in.Tools, 0)
 		if err != nil {
 			return "", fmt.Errorf("chattemplate: tools: %w", err)
 		}
 		root.set("tools", tools)
-	} else {
+	default:
 		root.set("tools", nil)
 	}
 	switch {
-	case t.dynamo:
+	case t.dynamo, bare:
 		// The frontend's context has no documents; only its
 		// chat_template_args may name some.
 	case in.Documents != nil:

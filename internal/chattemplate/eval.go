@@ -1083,6 +1083,27 @@ func sliceIndices(length int64, start, stop, step *int64) (int64, int64, int64, 
 	return clamp(start, upper), clamp(stop, lower), st, nil
 }
 
+// mjSliceBounds are minijinja's bounds of a slice with a positive step: a
+// negative bound counts from the end, and one that runs past the start
+// does not stop there (as Python's does) but past the end, so a start
+// before the beginning gives nothing and a stop before it everything
+// ('abc'[-5:] is "", l[:-10] is l).
+func mjSliceBounds(length int64, start, stop *int64) (b, e int64) {
+	bound := func(p *int64, def int64) int64 {
+		if p == nil {
+			return def
+		}
+		v := *p
+		if v < 0 {
+			if v += length; v < 0 {
+				return length
+			}
+		}
+		return min(v, length)
+	}
+	return bound(start, 0), bound(stop, length)
+}
+
 func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	if r.dynamo && step != nil && *step == 0 {
 		// minijinja checks the step before the value: slicing even none
@@ -1117,6 +1138,9 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	b, e, st, err := sliceIndices(length, start, stop, step)
 	if err != nil {
 		return nil, err
+	}
+	if r.dynamo && st > 0 {
+		b, e = mjSliceBounds(length, start, stop)
 	}
 	if err := r.step(length); err != nil {
 		return nil, err

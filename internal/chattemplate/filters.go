@@ -523,6 +523,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.dynamo {
+			// minijinja's attr is its [] operator.
+			return mjItem(v, n)
+		}
 		// The attr filter is Python's getattr alone: a dict's keys are
 		// not attributes.
 		if d, ok := v.(*Dict); ok && !isMethod(d, n) {
@@ -1366,6 +1370,9 @@ func (r *renderer) indent(v any, a argList) (any, error) {
 	}
 	first := a.boolean(1, "first", false)
 	blank := a.boolean(2, "blank", false)
+	if r.dynamo {
+		return r.mjIndent(s, width, first, blank)
+	}
 	nl := "\n"
 	s += nl
 	lines := strings.Split(s, "\n")
@@ -1388,6 +1395,29 @@ func (r *renderer) indent(v any, a argList) (any, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// mjIndent is minijinja's indent: one trailing "\n" (then "\r") taken off,
+// lines split at "\n" alone, every line after the first indented (the
+// first too with first) unless it is empty (blank indents those too), and
+// one trailing "\n" (then "\r") taken off what that gives.
+func (r *renderer) mjIndent(s, width string, first, blank bool) (any, error) {
+	trim := func(s string) string {
+		s = strings.TrimSuffix(s, "\n")
+		return strings.TrimSuffix(s, "\r")
+	}
+	var b strings.Builder
+	for i, l := range strings.Split(trim(s), "\n") {
+		if l != "" && (i > 0 || first) || l == "" && blank && (i > 0 || first) {
+			b.WriteString(width)
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+		if err := r.chargeBytes(b.Len()); err != nil {
+			return nil, err
+		}
+	}
+	return trim(b.String()), nil
 }
 
 // jinjaTitle is Jinja's title filter: each piece after a run of whitespace,

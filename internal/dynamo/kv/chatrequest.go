@@ -677,6 +677,10 @@ func RequiresContentArrays(t *chattemplate.Template) bool {
 		if err != nil {
 			return false
 		}
+		// The frontend's probe context: messages and
+		// add_generation_prompt alone (a template that reads bos_token or
+		// tools fails it there, and so here).
+		in.Bare = true
 		ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
 		defer cancel()
 		out, err := t.Render(ctx, in)

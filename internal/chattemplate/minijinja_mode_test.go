@@ -1,0 +1,74 @@
+package chattemplate_test
+
+import (
+	"testing"
+
+	"github.com/continuum-router/continuum/internal/chattemplate"
+)
+
+// renderDynamo renders src as Dynamo's frontend does, over vars (a JSON
+// object of template kwargs).
+func renderDynamo(t *testing.T, src, vars string) (string, error) {
+	t.Helper()
+	in, err := chattemplate.DecodeRequestKwargs([]byte(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := chattemplate.Compile(src, chattemplate.WithDynamoFrontend())
+	if err != nil {
+		return "", err
+	}
+	return tm.Render(t.Context(), in)
+}
+
+// TestDynamoSliceOutOfRange: minijinja adds a negative bound to the
+// length and casts it to an unsigned size, so with a positive step a
+// negative start past the beginning skips everything and a negative stop
+// past the beginning takes everything, where Python clamps both to 0
+// ("last N turns" as messages[-4:] renders nothing for a shorter
+// conversation). Expected outputs are minijinja-js 2.11.0's. Negative
+// steps keep Python's reading: no minijinja source for them was at hand.
+func TestDynamoSliceOutOfRange(t *testing.T) {
+	t.Parallel()
+	vars := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "l": [1, 2, 3]}`
+	for _, tc := range []struct{ src, want string }{
+		{`{{ 'abc'[-5:] }}|{{ 'abc'[-5:2] }}`, "|"},
+		{`{{ l[-4:] }}|{{ l[-5:-1] }}|{{ l[:-10] }}|{{ l[-2:] }}|{{ l[1:-1] }}`, "[]|[]|[1, 2, 3]|[2, 3]|[2]"},
+		// A template that keeps the last four turns renders none of a
+		// two-turn conversation in minijinja.
+		{`{% for m in messages[-4:] %}<{{ m.role }}>{{ m.content }}{% endfor %}`, ""},
+	} {
+		out, err := renderDynamo(t, tc.src, vars)
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
+
+// TestDynamoAttrFilterIsItem: minijinja's attr filter is its [] operator,
+// so a dict's key is found, where jinja2's getattr reads no keys.
+func TestDynamoAttrFilterIsItem(t *testing.T) {
+	t.Parallel()
+	vars := `{"messages": [{"role": "tool", "content": "ok"}]}`
+	out, err := renderDynamo(t, `{{ messages|last|attr('role') }}|{{ {'k': 'v'}|attr('k') }}`, vars)
+	if want := "tool|v"; err != nil || out != want {
+		t.Errorf("%q, %v; want %q (minijinja)", out, err, want)
+	}
+}
+
+// TestDynamoIndentAsMinijinja: minijinja's indent drops one trailing
+// newline (\n, then \r) of its input, splits at \n only and indents every
+// non-empty line (a line of spaces too).
+func TestDynamoIndentAsMinijinja(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want string }{
+		{"[{{ 'a\\nb\\n'|indent(2) }}]", "[a\n  b]"},
+		{"[{{ 'a\\r\\nb\\r\\n'|indent(2) }}]", "[a\r\n  b]"},
+		{"[{{ 'a\\n  \\nb'|indent(2) }}]", "[a\n    \n  b]"},
+	} {
+		out, err := renderDynamo(t, tc.src, `{"messages": []}`)
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
