@@ -104,6 +104,21 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
+// Empty reports whether data holds no configuration at all: nothing but
+// white space and comments, or a document that is null ("---", "~"). Such
+// a document is every default, which a reload never means: a file being
+// rewritten, a request sent without its body.
+func Empty(data []byte) bool {
+	var root yaml.Node
+	switch err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); {
+	case errors.Is(err, io.EOF):
+		return true
+	case err != nil:
+		return false
+	}
+	return len(root.Content) == 1 && root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null"
+}
+
 // Parse decodes and validates YAML read from the named file.
 func Parse(name string, data []byte, opts Options) (*Document, error) {
 	env := opts.Env

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,8 +49,13 @@ func (s *Server) adminImportConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, config.MaxFileBytes))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, CodeBadRequest, fmt.Sprintf("a configuration document is at most %d bytes", config.MaxFileBytes))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "could not read the request body")
 		return
 	}
 	res := s.opts.ImportConfig(data)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -92,7 +93,7 @@ func (d *Daemon) reloadFile(trigger string, prev []byte, initial bool) []byte {
 	if err == nil && prev != nil && bytes.Equal(data, prev) {
 		return prev
 	}
-	if err == nil && len(bytes.TrimSpace(data)) == 0 {
+	if err == nil && config.Empty(data) {
 		// A file rewritten in place is empty between its truncation and
 		// its write, and an empty file is a valid configuration (every
 		// default, the admin API off): a change waits for the write's own
@@ -141,6 +142,12 @@ func (d *Daemon) importConfig(data []byte) admin.Reload {
 	// ${VAR} references are refused: the router's environment holds
 	// secrets that the import's findings, or the values read back, would
 	// otherwise show the sender.
+	if config.Empty(data) {
+		// Every default (no listener beyond loopback, no backends, the
+		// admin API off) is never what an import means: a request sent
+		// without its document.
+		return d.apply(TriggerAdmin, nil, errors.New("the document is empty: send the whole configuration (GET /admin/config gives the running one)"), true)
+	}
 	doc, err := config.Parse("admin import", data, config.Options{Env: d.reload.Env, NoEnvRefs: true, MaskedSecrets: true})
 	return d.apply(TriggerAdmin, doc, err, true)
 }

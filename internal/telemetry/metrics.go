@@ -265,6 +265,9 @@ func NewRouterMetrics(reg prometheus.Registerer) *RouterMetrics {
 	for _, r := range []string{QueueDispatched, QueueTimeout, QueueCancelled, QueueUnpinned} {
 		m.QueueWaits.WithLabelValues(r)
 	}
+	for _, r := range []string{OverloadConnections, OverloadInFlight} {
+		m.Overloaded.WithLabelValues(r)
+	}
 	for role, reasons := range SelectionReasons {
 		for _, r := range reasons {
 			m.Selections.WithLabelValues(role, r)
