@@ -159,7 +159,13 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 			case typ == watch.Deleted:
 				delete(s.unmapped, p.Name) // a pod of that name made anew is logged anew
 			case !known && len(held) >= MaxPods:
-				continue // refused at the cap, as in the list
+				// Refused at the cap, as in the list; told once a pass
+				// (the list's cut told it already).
+				if !cut {
+					cut = true
+					s.Logger.Warn("dynamo pod discovery: too many pods; new ones are ignored", "namespace", s.Namespace, "max", MaxPods, "pod", p.Name)
+				}
+				continue
 			default:
 				next = s.classify(p)
 			}
