@@ -213,7 +213,9 @@ func decimalHeader(h http.Header, name string, bits int) *uint64 {
 }
 
 // pinHeader reads an instance id pin as the newest frontends do: the
-// x-dynamo-* header first, then its legacy aliases in order.
+// x-dynamo-* header when it is present, else its legacy aliases in order;
+// the one taken is then parsed, so a present but invalid header is no pin
+// whatever an alias says.
 func pinHeader(h http.Header, names ...string) *uint64 { return pinHeaderBits(h, 64, names...) }
 
 // rankHeader reads a rank pin (a u32) as pinHeader reads an id.
@@ -221,8 +223,8 @@ func rankHeader(h http.Header, names ...string) *uint64 { return pinHeaderBits(h
 
 func pinHeaderBits(h http.Header, bits int, names ...string) *uint64 {
 	for _, n := range names {
-		if v := decimalHeader(h, n, bits); v != nil {
-			return v
+		if len(h.Values(n)) > 0 {
+			return decimalHeader(h, n, bits)
 		}
 	}
 	return nil

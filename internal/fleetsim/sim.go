@@ -725,7 +725,10 @@ func (w *simWorker) publish(rank int) {
 		blocks += w.totalKV * saturatedShare / 100
 	}
 	if w.nilFields {
-		used := blocks + w.prefillTokens[rank]/16
+		// Blocks of the card's block size, a prompt's last one partly
+		// filled.
+		bs := uint64(max(w.blockSize, 1))
+		used := blocks + (w.prefillTokens[rank]+bs-1)/bs
 		l.KVUsedBlocks = &used
 	} else {
 		l.ActiveDecodeBlocks, l.ActivePrefillTokens = ptr(blocks), ptr(w.prefillTokens[rank])
