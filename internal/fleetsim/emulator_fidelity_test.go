@@ -120,3 +120,34 @@ func TestInvalidDynamoHeaderHidesAlias(t *testing.T) {
 		t.Fatalf("hex x-dynamo-worker-instance-id with a decimal alias was routed: %d %s", rec.Code, strings.TrimSpace(rec.Body.String()))
 	}
 }
+
+// TestErrorBodyShape: the frontend answers an error before a response
+// starts with Dynamo's ErrorMessage, {"message","type","code"} at the top
+// level with the status's canonical reason as type ("Model not found"
+// without the model's name), as its openai.rs writes it.
+func TestErrorBodyShape(t *testing.T) {
+	t.Parallel()
+	f := fleetsim.NewFrontend()
+	f.SetWorkers("m", []uint64{1}, []uint64{2})
+	for _, tc := range []struct {
+		model   string
+		pins    map[string]string
+		status  int
+		message string
+	}{
+		{"other", map[string]string{"x-dynamo-worker-instance-id": "2", "x-dynamo-prefill-instance-id": "1"}, 404, "Model not found"},
+		{"m", map[string]string{"x-dynamo-worker-instance-id": "9", "x-dynamo-prefill-instance-id": "1"}, 500, fleetsim.UnknownInstance(9)},
+	} {
+		rec := post(f, tc.model, tc.pins)
+		var e struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    int    `json:"code"`
+		}
+		if rec.Code != tc.status || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Message != tc.message ||
+			e.Type != http.StatusText(tc.status) || e.Code != tc.status {
+			t.Errorf("%d %s: want %d {\"message\":%q,\"type\":%q,\"code\":%d}", rec.Code, strings.TrimSpace(rec.Body.String()),
+				tc.status, tc.message, http.StatusText(tc.status), tc.status)
+		}
+	}
+}

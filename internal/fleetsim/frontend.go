@@ -374,9 +374,7 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		// then the stream's end marker.
 		fmt.Fprintf(w, "event: error\n: %s\n\ndata: [DONE]\n\n", errText)
 	case errText != "":
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = fmt.Fprintf(w, `{"error":{"message":%s,"type":"Internal Server Error","code":%d}}`, mustJSON(errText), status)
+		writeDynamoError(w, status, errText)
 	default:
 		f.answer(w, r.URL.Path, &q, tokens)
 	}
@@ -402,7 +400,7 @@ func (f *Frontend) decide(rec *Recorded) (int, string) {
 	}
 	mw, ok := f.models[rec.Model]
 	if !ok {
-		return http.StatusNotFound, fmt.Sprintf("Model not found: %s", rec.Model)
+		return http.StatusNotFound, "Model not found"
 	}
 	if rec.Worker == nil {
 		// No decimal worker id (none, or hex): the frontend refuses the
@@ -430,4 +428,13 @@ func (f *Frontend) decide(rec *Recorded) (int, string) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// writeDynamoError answers as Dynamo's frontend answers an error before a
+// response starts (its ErrorMessage): the message, the status's canonical
+// reason as its type, and the code, at the top level.
+func writeDynamoError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"message":%s,"type":%s,"code":%d}`, mustJSON(msg), mustJSON(http.StatusText(status)), status)
 }

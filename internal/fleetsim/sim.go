@@ -799,10 +799,10 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	}
 	switch {
 	case decodeW == nil || decodeW.isDead():
-		http.Error(w, UnknownInstance(*rec.Worker), http.StatusInternalServerError)
+		writeDynamoError(w, http.StatusInternalServerError, UnknownInstance(*rec.Worker))
 		return
 	case prefillW == nil || prefillW.isDead():
-		http.Error(w, UnknownInstance(*rec.Prefill), http.StatusInternalServerError)
+		writeDynamoError(w, http.StatusInternalServerError, UnknownInstance(*rec.Prefill))
 		return
 	}
 	// The request lives as long as its decode worker does, and through
@@ -837,7 +837,7 @@ func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 		if decodeW != prefillW && prefillW.isDead() {
 			id = *rec.Prefill
 		}
-		http.Error(w, UnknownInstance(id), http.StatusInternalServerError)
+		writeDynamoError(w, http.StatusInternalServerError, UnknownInstance(id))
 		return true
 	}
 	if err := decodeW.waitResumed(pctx); err != nil {
