@@ -755,6 +755,11 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 				if len(s.items) >= maxStreamBlocks {
 					return errTooManyBlocks
 				}
+				// The call's name and id are held for the closing events
+				// too, under the same bound as its arguments.
+				if s.held += len(tc.ID) + len(tc.Function.Name); s.held > s.o.heldLimit() {
+					return errAnswerTooLong
+				}
 				s.close()
 				callID := tc.ID
 				if callID == "" {
