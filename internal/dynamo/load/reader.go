@@ -160,6 +160,18 @@ func (r *reader) report(ev Event) {
 	}
 }
 
+// missed drops the publisher's samples at once when one of its messages
+// could not be read (malformed, over the size limit, of an unknown
+// version): it may have been the change that made them stale (a busy
+// worker going idle), and a publisher sends only on change, so waiting
+// for its next message to show the gap could keep the worker excluded
+// for as long as it stays quiet.
+func (r *reader) missed() {
+	if r.store != nil && (r.topic == "" || r.topic == fleet.TopicLoad) && (!r.anyPublisher || r.haveSeq) {
+		r.store.DropPublisher(r.pid)
+	}
+}
+
 func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, string) {
 	topic := r.topic
 	if topic == "" {
@@ -171,6 +183,7 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 	}
 	env, rej := wire.DecodeEventMessage(frames, topic, maxPayload)
 	if rej != nil {
+		r.missed()
 		return rej.Result, rej.Detail
 	}
 	ev.Envelope = env
@@ -194,15 +207,15 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 	}
 	// The cursor is the last sequence applied: a message that is not (its
 	// ActiveLoad unreadable, or refused by the store) leaves it, so that
-	// the next one shows the gap and the publisher's samples, which that
-	// change may have made stale, are dropped, as for a message over the
-	// size limit.
+	// the next one shows the gap; an unreadable one has dropped the
+	// publisher's samples already (missed).
 	if topic != fleet.TopicLoad {
 		r.lastSeq, r.haveSeq = env.Sequence, true
 		return telemetry.ResultAccepted, ""
 	}
 	l, err := wire.DecodeActiveLoad(env.Payload)
 	if err != nil {
+		r.missed()
 		return wire.ResultMalformed, "ActiveLoad: " + err.Error()
 	}
 	ev.Load = &l

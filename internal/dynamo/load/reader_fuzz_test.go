@@ -86,6 +86,7 @@ func (m *model) handle(frames [][]byte, now time.Time) string {
 	env, rej := wire.DecodeEventMessage(frames, "kv_metrics", wire.MaxLoadPayloadBytes)
 	switch {
 	case rej != nil:
+		m.dropAll() // an unreadable message may have been a change
 		return rej.Result
 	case env.PublisherID != fuzzPID:
 		return wire.ResultIdentityMismatch
@@ -96,6 +97,7 @@ func (m *model) handle(frames [][]byte, now time.Time) string {
 	}
 	l, err := wire.DecodeActiveLoad(env.Payload)
 	if err != nil {
+		m.dropAll()
 		return wire.ResultMalformed
 	}
 	k := load.Key{Namespace: load.NS("dynamo"), WorkerID: l.WorkerID, DPRank: l.DPRank}

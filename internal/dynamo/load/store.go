@@ -303,6 +303,9 @@ func (s *Store) dropLocked(k Key) {
 // MaxStoreKeys keys the instant is not kept (the key then counts from its
 // worker's joining).
 func (s *Store) account(k Key, at time.Time) {
+	if _, ok := s.live[k.Worker()]; !ok && s.live != nil {
+		return // a worker that left: nothing of it is kept
+	}
 	if old, ok := s.accounted[k]; ok {
 		if at.After(old) {
 			s.accounted[k] = at
@@ -365,6 +368,20 @@ func (s *Store) SetLiveAndRetain(byID map[fleet.WorkerID]LiveWorker) {
 		}
 		s.unlink(smp.PublisherID, k)
 		s.dropLocked(k)
+	}
+	// Keys of workers that left whose samples were dropped before (a
+	// reconnect, a publisher the subscription cap left out): their links
+	// go too, or a publisher that never leaves through a subscription of
+	// its own would keep them for the process's life.
+	for pid, pl := range s.byPub {
+		for k := range pl.keys {
+			if _, ok := live[k.Worker()]; !ok {
+				delete(pl.keys, k)
+			}
+		}
+		if len(pl.keys) == 0 {
+			delete(s.byPub, pid)
+		}
 	}
 	for k := range s.accounted {
 		if _, ok := live[k.Worker()]; !ok {

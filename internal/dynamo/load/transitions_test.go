@@ -1,0 +1,130 @@
+package load_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/telemetry"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// TestRefusedPublisherLeavingLeavesNothing: a publisher the 1,024
+// subscription cap left out (its samples dropped, its keys still linked)
+// that then leaves the fleet with its worker leaves nothing in the store:
+// no subscription of its own tells the store it left, so the worker's
+// leaving does.
+func TestRefusedPublisherLeavingLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(6, 1)
+	pub := testutil.StartGoPublisher(t)
+	const pid = 0x100000 // higher than every publisher added below
+	f.publisher(pid, pub.Endpoint)
+
+	m := telemetry.NewLoadMetrics(nil)
+	store := load.NewStore(time.Minute, load.Gauges{M: m})
+	sup := load.NewSupervisor(f.reg, store, holdConnector{real: pub.Endpoint}, m, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sup.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
+	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		_, ok := store.Latest(key(6, 0))
+		return ok
+	})
+	// 1024 publishers with lower ids push pid out of the cap.
+	for i := uint64(1); i <= load.MaxSubscriptions; i++ {
+		f.r.Put(channelKey(i), fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:9"}}}`, i), t0)
+	}
+	f.reg.Publish(f.r.Build(t0))
+	testutil.Eventually(t, 10*time.Second, "pid pushed out by the cap", func() bool {
+		_, ok := store.Latest(key(6, 0))
+		return !ok && len(sup.Subscriptions()) == load.MaxSubscriptions
+	})
+	// The refused publisher and its worker leave the fleet.
+	f.r.Delete(channelKey(pid))
+	f.removeWorker(6)
+	f.worker(7, 1) // one more generation after the departure
+	testutil.Eventually(t, 3*time.Second, "the departed refused publisher's links gone", func() bool {
+		return store.PublisherKeys(pid) == 0
+	})
+}
+
+// TestUnreadableSampleDropsAtOnce: a publisher's message the subscription
+// cannot read (here an ActiveLoad without worker_id, counted malformed)
+// may be a change the router missed, and drops the publisher's samples at
+// once: a publisher sends only on change, so one whose "went idle" sample
+// was unreadable may never send the next message that would show the gap,
+// and its busy sample would keep the worker out as silent with a backlog.
+func TestUnreadableSampleDropsAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(8, 1)
+	pub := testutil.StartGoPublisher(t)
+	const pid = 0xe8
+	f.publisher(pid, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	busy := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(40)})
+	testutil.Eventually(t, 10*time.Second, "the busy sample", func() bool {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, 0, uint64(time.Now().UnixMilli()), busy))
+		_, ok := s.store.Latest(key(8, 0))
+		return ok
+	})
+	malformed := func() float64 { return promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultMalformed)) }
+	before := malformed()
+	// The next change (the worker went idle) arrives unreadable: an
+	// ActiveLoad map without worker_id.
+	_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, 1, uint64(time.Now().UnixMilli()), []byte{0x80}))
+	testutil.Eventually(t, 10*time.Second, "the unreadable sample counted", func() bool { return malformed() > before })
+	if smp, ok := s.store.Latest(key(8, 0)); ok {
+		t.Fatalf("after an unreadable message (a missed change) the publisher's earlier sample still stands: %d active decode blocks, sequence %d",
+			*smp.Load.ActiveDecodeBlocks, smp.Sequence)
+	}
+}
+
+// TestDepartedWorkerKeepsNoAccounting: a worker and its publisher leave in
+// one generation after the publisher's session restarted (its samples
+// dropped, its keys still linked): the subscription's reset, which runs
+// after the worker's state went, writes no accounting for the departed
+// worker.
+func TestDepartedWorkerKeepsNoAccounting(t *testing.T) {
+	t.Parallel()
+	f := newFleet()
+	f.worker(9, 1)
+	pub := testutil.StartGoPublisher(t)
+	const pid = 0xe9
+	f.publisher(pid, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 9, ActiveDecodeBlocks: u64(3)})
+	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		_, ok := s.store.Latest(key(9, 0))
+		return ok
+	})
+	// The session restarts: the sample is dropped, the key stays linked.
+	pub.Close()
+	testutil.StartGoPublisherAt(t, pub.Endpoint)
+	testutil.Eventually(t, 20*time.Second, "reconnected, sample dropped", func() bool {
+		subs := s.sup.Subscriptions()
+		_, ok := s.store.Latest(key(9, 0))
+		return len(subs) == 1 && subs[0].State == load.StateConnected && !ok
+	})
+	// Worker and publisher leave together.
+	f.r.Delete(channelKey(pid))
+	f.removeWorker(9)
+	testutil.Eventually(t, 10*time.Second, "subscription gone", func() bool { return len(s.sup.Subscriptions()) == 0 })
+	var since time.Time
+	s.store.Read(func(r load.ReadView) { since = r.Since(key(9, 0)) })
+	if !since.IsZero() {
+		t.Fatalf("worker 9 left the fleet, but the store still holds an accounting instant for it (%v)", since.Format(time.RFC3339Nano))
+	}
+}
