@@ -136,6 +136,12 @@ func newAddedVocab(toks []addedTokenJSON, norm normalizer) (*addedVocab, error) 
 			content = norm.normalize(content)
 		}
 		if content == "" {
+			// The library keeps the empty pattern, which matches at every
+			// byte: it cuts all text into single bytes, and panics on a
+			// multi-byte character. No worker serves such a file well.
+			if a.Content != "" {
+				return nil, unsupported("added token %q normalizes to empty text", a.Content)
+			}
 			continue
 		}
 		av.norm.insert(content, tok)
