@@ -830,22 +830,27 @@ func (a *toolArgs) hold(p string) bool {
 }
 
 // end is what remains to send when the call's block closes.
+// Held arguments are given once: what comes after is dropped ('c').
 func (a *toolArgs) end() string {
 	if a.state != 'h' {
 		return ""
 	}
-	if in := parseArguments(a.held.String()); string(in) != "{}" {
+	a.state = 'c'
+	held := a.held.String()
+	a.held = strings.Builder{}
+	if in := parseArguments(held); string(in) != "{}" {
 		return string(in)
 	}
 	return ""
 }
 
-// endArgs sends what a tool block's held arguments come to.
+// endArgs sends what a tool block's held arguments come to. Arguments
+// that stream stay followed: pieces of a call that come after another
+// block closed its block (interleaved calls) are sent to it as they come.
 func (s *anthropicStream) endArgs(idx int, a *toolArgs) {
 	if rest := a.end(); rest != "" {
 		s.delta(idx, "input_json_delta", "partial_json", rest)
 	}
-	delete(s.args, idx)
 }
 
 // end sends the held text (without the stop sequence that ended the
@@ -862,8 +867,8 @@ func (s *anthropicStream) end() {
 	}
 	s.text(text)
 	s.stop()
-	// A call's arguments that went on after another block closed its
-	// block (interleaved calls) are sent to it as they came.
+	// Arguments still held (a call whose block another block closed
+	// before they ended) are given now.
 	for _, idx := range slices.Sorted(maps.Keys(s.args)) {
 		s.endArgs(idx, s.args[idx])
 	}

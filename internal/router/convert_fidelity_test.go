@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,5 +170,44 @@ func TestAnthropicStreamToolInputStreams(t *testing.T) {
 	want := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`}
 	if strings.Join(sent, "|") != strings.Join(want, "|") {
 		t.Errorf("sent %q, want %q", sent, want)
+	}
+}
+
+// TestAnthropicStreamInterleavedToolArguments: arguments of a call that
+// come after the next call's block opened (interleaved calls) still reach
+// the first call's block, so that each input joins into its whole object.
+func TestAnthropicStreamInterleavedToolArguments(t *testing.T) {
+	t.Parallel()
+	call := func(index int, head, args string) string {
+		b, _ := json.Marshal(args)
+		return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + strconv.Itoa(index) + `,` + head + `"function":{"arguments":` + string(b) + `}}]}}]}`
+	}
+	in := chunks(
+		call(0, `"id":"call_a","type":"function","function":{"name":"f"},`, `{"a":`),
+		call(1, `"id":"call_b","type":"function","function":{"name":"g"},`, `{"b":2}`),
+		call(0, ``, `1}`),
+		finishChunk("tool_calls"), usageChunk, "[DONE]")
+	a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
+	rec := httptest.NewRecorder()
+	if err := a.stream(rec, strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	inputs := map[int]string{}
+	for _, ev := range events(t, rec.Body.String()) {
+		name, data, _ := strings.Cut(ev, " ")
+		if name != "content_block_delta" {
+			continue
+		}
+		var d struct {
+			Index int `json:"index"`
+			Delta struct {
+				PartialJSON string `json:"partial_json"`
+			} `json:"delta"`
+		}
+		_ = json.Unmarshal([]byte(data), &d)
+		inputs[d.Index] += d.Delta.PartialJSON
+	}
+	if inputs[0] != `{"a":1}` || inputs[1] != `{"b":2}` {
+		t.Errorf("inputs %v, want {\"a\":1} and {\"b\":2}", inputs)
 	}
 }
