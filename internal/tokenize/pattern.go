@@ -121,29 +121,6 @@ func shorthandClass(c byte, inClass bool) string {
 	return ""
 }
 
-// enginePattern rewrites a pattern written for the library's regex engine
-// (Oniguruma, Ruby syntax) for the backtracking one, or says why it cannot.
-//
-// Classes: \p{X} and \P{X} gain what the library's newer Unicode tables
-// put in them: a pattern matching letters must take a letter Go's tables
-// do not know yet for one (Mistral's Tekken split, say, keeps such a letter
-// in the word it ends, where Go's tables alone would cut it off). Inside a
-// bracket class \p{X} gains the ranges; outside it becomes a bracket class
-// of its own. \d and \w are rewritten alike (the engine's \w, letters,
-// marks, most numbers and circled letters, is written out whole; its \s is
-// Go's), and so are \b and \B outside a bracket class (wordBoundary).
-// A \P{X}, \W or \D inside a bracket class cannot be widened this way and
-// is left as it is. A nested bracket (a nested set or a POSIX
-// class) and a class intersection (&&) mean something else to the
-// backtracking engine, which would read them without complaint: a pattern
-// with one is refused.
-//
-// Quantifiers: X?+, X*+ and X++ are possessive, written as atomic groups;
-// an interval followed by + repeats the interval (X{1,3}+ is (X{1,3})+ in
-// Ruby syntax, not a possessive interval), and {,m} is {0,m}.
-//
-// ^ and $ are line anchors in the library's engine; the caller compiles
-// with the backtracking engine's Multiline for them.
 // optionGroup reports whether a group opening's text after "(?" sets
 // inline options ("i)", "m-x:"), rather than opening a non-capturing,
 // lookaround, named or atomic group.
@@ -217,6 +194,31 @@ func optionScope(rest string) string {
 	return rest
 }
 
+// enginePattern rewrites a pattern written for the library's regex engine
+// (Oniguruma, Ruby syntax) for the backtracking one, or says why it cannot.
+//
+// Classes: \p{X} and \P{X} gain what the library's newer Unicode tables
+// put in them: a pattern matching letters must take a letter Go's tables
+// do not know yet for one (Mistral's Tekken split, say, keeps such a letter
+// in the word it ends, where Go's tables alone would cut it off). Inside a
+// bracket class \p{X} gains the ranges; outside it becomes a bracket class
+// of its own. \d and \w are rewritten alike (the engine's \w, letters,
+// marks, most numbers and circled letters, is written out whole; its \s is
+// Go's), and so are \b and \B outside a bracket class (wordBoundary).
+// A \P{X}, \W or \D inside a bracket class cannot be widened this way and
+// is left as it is. A nested bracket (a nested set or a POSIX
+// class) and a class intersection (&&) mean something else to the
+// backtracking engine, which would read them without complaint: a pattern
+// with one is refused.
+//
+// Quantifiers: X?+, X*+ and X++ are possessive, written as atomic groups;
+// an interval followed by + repeats the interval (X{1,3}+ is (X{1,3})+ in
+// Ruby syntax, not a possessive interval), and {,m} is {0,m}.
+//
+// ^ and $ are line anchors in the library's engine; the caller compiles
+// with the backtracking engine's Multiline for them.
+//
+// Inline options: see engineOptions.
 func enginePattern(p string) (string, error) {
 	b := make([]byte, 0, len(p)+16)
 	inClass := false
