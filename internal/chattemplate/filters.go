@@ -586,6 +586,11 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			maxs, _ := a.get(1, "maxsplits")
 			return r.strMethod(s, "split", argList{pos: []any{sep, maxs}})
 		}
+	case "bool":
+		if r.dynamo {
+			// minijinja's bool filter: the value's truth.
+			return truthy(v), nil
+		}
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
 }

@@ -72,3 +72,14 @@ func TestDynamoIndentAsMinijinja(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoBoolFilter: minijinja has a bool filter (the value's truth),
+// which Jinja lacks: a template using it compiles and renders in the
+// Dynamo mode.
+func TestDynamoBoolFilter(t *testing.T) {
+	t.Parallel()
+	out, err := renderDynamo(t, `{{ 1|bool }}|{{ ''|bool }}|{{ 'false'|bool }}|{{ n|bool }}`, `{"n": null}`)
+	if err != nil || out != "true|false|true|false" {
+		t.Fatalf("got %q, %v; want %q", out, err, "true|false|true|false")
+	}
+}

@@ -13,7 +13,8 @@ import (
 // with "is filter". A loop, macro, call, filter, with, set or block body
 // starts a new frame, where the check applies again.
 // With dynamo (WithDynamoFrontend) the names are minijinja's: it has
-// the filter split and the tests startingwith and endingwith as well.
+// the filters split and bool and the tests startingwith and endingwith as
+// well.
 func checkNames(body []stmt, dynamo bool) error {
 	return nameCheck{dynamo: dynamo}.checkStmts(body, false)
 }
@@ -24,7 +25,7 @@ type nameCheck struct{ dynamo bool }
 // mjOnlyFilters and mjOnlyTests are minijinja's built-in filters and tests
 // that Jinja lacks (and this engine implements in the Dynamo mode).
 var (
-	mjOnlyFilters = []string{"split"}
+	mjOnlyFilters = []string{"split", "bool"}
 	mjOnlyTests   = []string{"startingwith", "endingwith"}
 )
 
