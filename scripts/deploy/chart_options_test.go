@@ -70,7 +70,9 @@ func TestHelmBusClientCertificateCredential(t *testing.T) {
 	}
 	spec := b.deployments[0].Spec.Template.Spec
 	args := spec.Containers[0].Args
-	hasPrefix := func(p string) bool { return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, p) }) }
+	hasPrefix := func(p string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, p) })
+	}
 	if !hasPrefix("--cert=") || !hasPrefix("--key=") || hasPrefix("--token-file=") {
 		t.Errorf("broker args %q: want --cert and --key, no --token-file", args)
 	}
