@@ -17,6 +17,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // post sends a chat completion for model to f with the pin headers given.
@@ -81,27 +82,52 @@ func TestKVUsedBlocksUseTheCardBlockSize(t *testing.T) {
 				continue
 			}
 			if l, err := wire.DecodeActiveLoad(env.Payload); err == nil && l.KVUsedBlocks != nil {
-				loads <- *l.KVUsedBlocks
+				select {
+				case loads <- *l.KVUsedBlocks:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
-	time.Sleep(300 * time.Millisecond) // the subscription reaches the publisher
-	prompt := strings.Repeat("lorem ipsum dolor sit amet ", 40)
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
-		strings.NewReader(fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","max_tokens":1,"messages":[{"role":"user","content":%q}]}`, prompt)))
-	req.Header.Set("x-dynamo-worker-instance-id", fmt.Sprint(id))
-	rec := httptest.NewRecorder()
-	s.Frontend("dynamo").ServeHTTP(rec, req)
-	tokens, _ := strconv.Atoi(rec.Header().Get("x-sim-prompt-tokens"))
+	send := func(content string) int {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(fmt.Sprintf(`{"model":"Qwen/Qwen3-32B","max_tokens":1,"messages":[{"role":"user","content":%q}]}`, content)))
+		req.Header.Set("x-dynamo-worker-instance-id", fmt.Sprint(id))
+		rec := httptest.NewRecorder()
+		s.Frontend("dynamo").ServeHTTP(rec, req)
+		tokens, _ := strconv.Atoi(rec.Header().Get("x-sim-prompt-tokens"))
+		return tokens
+	}
+	// Requests until a sample arrives: the subscription has reached the
+	// publisher (a PUB socket drops what it sends before).
+	testutil.Eventually(t, 10*time.Second, "a kv_metrics sample", func() bool {
+		send("warm up")
+		select {
+		case <-loads:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+	for len(loads) > 0 {
+		<-loads
+	}
+	tokens := send(strings.Repeat("lorem ipsum dolor sit amet ", 40))
 	limit := uint64((tokens + blockSize - 1) / blockSize)
+	seen := false
 	deadline := time.After(2 * time.Second)
 	for {
 		select {
 		case n := <-loads:
+			seen = true
 			if n > limit+1 { // +1: the decode's own block
 				t.Fatalf("kv_used_blocks %d for a %d-token prompt in %d-token blocks (at most %d)", n, tokens, blockSize, limit+1)
 			}
 		case <-deadline:
+			if !seen {
+				t.Fatal("no kv_used_blocks sample for the prompt")
+			}
 			return
 		}
 	}

@@ -10,6 +10,57 @@ import (
 	"testing"
 )
 
+// toolCallChunk is a chat completion chunk carrying a piece of tool call
+// index's arguments; id and name open the call (its first piece) when set.
+func toolCallChunk(index int, id, name, args string) string {
+	a, _ := json.Marshal(args)
+	head := ""
+	if id != "" {
+		head = `"id":` + strconv.Quote(id) + `,"type":"function",`
+	}
+	fn := `"arguments":` + string(a)
+	if name != "" {
+		fn = `"name":` + strconv.Quote(name) + `,` + fn
+	}
+	return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + strconv.Itoa(index) + `,` + head + `"function":{` + fn + `}}]}}]}`
+}
+
+// toolDelta is an input_json_delta of a converted Messages stream.
+type toolDelta struct {
+	index   int
+	partial string
+}
+
+// toolInputDeltas converts a chat completion stream to a Messages stream
+// and returns its input_json_delta pieces in order.
+func toolInputDeltas(t *testing.T, in string) []toolDelta {
+	t.Helper()
+	a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
+	rec := httptest.NewRecorder()
+	if err := a.stream(rec, strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var out []toolDelta
+	for _, ev := range events(t, rec.Body.String()) {
+		name, data, _ := strings.Cut(ev, " ")
+		if name != "content_block_delta" {
+			continue
+		}
+		var d struct {
+			Index int `json:"index"`
+			Delta struct {
+				Type        string `json:"type"`
+				PartialJSON string `json:"partial_json"`
+			} `json:"delta"`
+		}
+		_ = json.Unmarshal([]byte(data), &d)
+		if d.Delta.Type == "input_json_delta" {
+			out = append(out, toolDelta{d.Index, d.Delta.PartialJSON})
+		}
+	}
+	return out
+}
+
 // TestAnthropicStreamToolInputIsAnObject: a streamed tool_use block's
 // input, put together from its input_json_delta events as the Anthropic
 // SDKs do, is a JSON object, as the buffered answer's input is
@@ -20,32 +71,9 @@ func TestAnthropicStreamToolInputIsAnObject(t *testing.T) {
 	t.Parallel()
 	for _, args := range []string{`not json`, `[1,2]`, `{"city":"Paris"}}`} {
 		t.Run(args, func(t *testing.T) {
-			call := func(a string) string {
-				b, _ := json.Marshal(a)
-				return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":` + string(b) + `}}]}}]}`
-			}
-			in := chunks(call(args), finishChunk("tool_calls"), usageChunk, "[DONE]")
-			a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
-			rec := httptest.NewRecorder()
-			if err := a.stream(rec, strings.NewReader(in)); err != nil {
-				t.Fatal(err)
-			}
 			var partial strings.Builder
-			for _, ev := range events(t, rec.Body.String()) {
-				name, data, _ := strings.Cut(ev, " ")
-				if name != "content_block_delta" {
-					continue
-				}
-				var d struct {
-					Delta struct {
-						Type        string `json:"type"`
-						PartialJSON string `json:"partial_json"`
-					} `json:"delta"`
-				}
-				_ = json.Unmarshal([]byte(data), &d)
-				if d.Delta.Type == "input_json_delta" {
-					partial.WriteString(d.Delta.PartialJSON)
-				}
+			for _, d := range toolInputDeltas(t, chunks(toolCallChunk(0, "call_1", "f", args), finishChunk("tool_calls"), usageChunk, "[DONE]")) {
+				partial.WriteString(d.partial)
 			}
 			input := partial.String()
 			if input == "" {
@@ -134,38 +162,15 @@ func TestConvertedStreamBrokenAfterFinish(t *testing.T) {
 // end the object), and only what follows the object's close is dropped.
 func TestAnthropicStreamToolInputStreams(t *testing.T) {
 	t.Parallel()
-	call := func(first bool, a string) string {
-		b, _ := json.Marshal(a)
-		head := ""
-		if first {
-			head = `"id":"call_1","type":"function",`
-		}
-		return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,` + head + `"function":{` + map[bool]string{true: `"name":"f",`, false: ""}[first] + `"arguments":` + string(b) + `}}]}}]}`
-	}
 	pieces := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`, `}trailing`}
-	var in []string
-	for i, p := range pieces {
-		in = append(in, call(i == 0, p))
+	in := []string{toolCallChunk(0, "call_1", "f", pieces[0])}
+	for _, p := range pieces[1:] {
+		in = append(in, toolCallChunk(0, "", "", p))
 	}
 	in = append(in, finishChunk("tool_calls"), usageChunk, "[DONE]")
-	a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
-	rec := httptest.NewRecorder()
-	if err := a.stream(rec, strings.NewReader(chunks(in...))); err != nil {
-		t.Fatal(err)
-	}
 	var sent []string
-	for _, ev := range events(t, rec.Body.String()) {
-		name, data, _ := strings.Cut(ev, " ")
-		if name != "content_block_delta" {
-			continue
-		}
-		var d struct {
-			Delta struct {
-				PartialJSON string `json:"partial_json"`
-			} `json:"delta"`
-		}
-		_ = json.Unmarshal([]byte(data), &d)
-		sent = append(sent, d.Delta.PartialJSON)
+	for _, d := range toolInputDeltas(t, chunks(in...)) {
+		sent = append(sent, d.partial)
 	}
 	want := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`}
 	if strings.Join(sent, "|") != strings.Join(want, "|") {
@@ -178,34 +183,14 @@ func TestAnthropicStreamToolInputStreams(t *testing.T) {
 // the first call's block, so that each input joins into its whole object.
 func TestAnthropicStreamInterleavedToolArguments(t *testing.T) {
 	t.Parallel()
-	call := func(index int, head, args string) string {
-		b, _ := json.Marshal(args)
-		return `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":` + strconv.Itoa(index) + `,` + head + `"function":{"arguments":` + string(b) + `}}]}}]}`
-	}
 	in := chunks(
-		call(0, `"id":"call_a","type":"function","function":{"name":"f"},`, `{"a":`),
-		call(1, `"id":"call_b","type":"function","function":{"name":"g"},`, `{"b":2}`),
-		call(0, ``, `1}`),
+		toolCallChunk(0, "call_a", "f", `{"a":`),
+		toolCallChunk(1, "call_b", "g", `{"b":2}`),
+		toolCallChunk(0, "", "", `1}`),
 		finishChunk("tool_calls"), usageChunk, "[DONE]")
-	a := &anthropicOut{model: "m", id: fixedIDs("msg_")}
-	rec := httptest.NewRecorder()
-	if err := a.stream(rec, strings.NewReader(in)); err != nil {
-		t.Fatal(err)
-	}
 	inputs := map[int]string{}
-	for _, ev := range events(t, rec.Body.String()) {
-		name, data, _ := strings.Cut(ev, " ")
-		if name != "content_block_delta" {
-			continue
-		}
-		var d struct {
-			Index int `json:"index"`
-			Delta struct {
-				PartialJSON string `json:"partial_json"`
-			} `json:"delta"`
-		}
-		_ = json.Unmarshal([]byte(data), &d)
-		inputs[d.Index] += d.Delta.PartialJSON
+	for _, d := range toolInputDeltas(t, in) {
+		inputs[d.index] += d.partial
 	}
 	if inputs[0] != `{"a":1}` || inputs[1] != `{"b":2}` {
 		t.Errorf("inputs %v, want {\"a\":1} and {\"b\":2}", inputs)

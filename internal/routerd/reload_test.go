@@ -1026,36 +1026,13 @@ func TestReloadKeepsOpenStreams(t *testing.T) {
 // watcher's 1.
 func TestConnectedGaugeAfterWatcherReplacement(t *testing.T) {
 	t.Parallel()
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := make(chan net.Conn, 64) // accepted and held open, never answered
-	t.Cleanup(func() {
-		_ = silent.Close()
-		for len(held) > 0 {
-			_ = (<-held).Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case held <- c:
-			default:
-				_ = c.Close()
-			}
-		}
-	}()
+	silent := testutil.SilentListener(t)
 	text := configYAML("http://127.0.0.1:1", t.TempDir(), "")
 	f := startReload(t, text)
 	testutil.Eventually(t, 10*time.Second, "discovery connected", func() bool { return connected(t, f.metrics) == 1 })
 
 	f.write(strings.Replace(text, "    source: file\n",
-		"    source: etcd\n    etcd:\n      endpoints: [\""+silent.Addr().String()+"\"]\n      namespace: a\n", 1))
+		"    source: etcd\n    etcd:\n      endpoints: [\""+silent+"\"]\n      namespace: a\n", 1))
 	if r := f.waitReload(1); r.Result != admin.ReloadApplied {
 		t.Fatalf("reload %+v", r)
 	}

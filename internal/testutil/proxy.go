@@ -87,3 +87,43 @@ func (p *Proxy) Close() {
 		p.wg.Wait()
 	})
 }
+
+// maxSilentConns bounds the connections a SilentListener holds; those past
+// it are closed at once.
+const maxSilentConns = 64
+
+// SilentListener listens on a loopback port, accepts connections and holds
+// them open without ever answering (a server that hangs: an etcd that
+// never completes a read, say), until the test ends; it returns the
+// address.
+func SilentListener(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, maxSilentConns)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case held <- c:
+			default:
+				_ = c.Close()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for len(held) > 0 {
+			_ = (<-held).Close()
+		}
+	})
+	return ln.Addr().String()
+}

@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/cli/broker"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // TestHealthzServedWhileDiscoverySeeds: the deployed broker's liveness and
@@ -22,20 +22,7 @@ import (
 func TestHealthzServedWhileDiscoverySeeds(t *testing.T) {
 	t.Parallel()
 	// An "etcd" that accepts and never answers: the seed waits its timeout.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	silent := testutil.SilentListener(t)
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -43,7 +30,7 @@ func TestHealthzServedWhileDiscoverySeeds(t *testing.T) {
 	var parsed *broker.Options
 	cmd := broker.NewCmdBroker(factory(), func(_ context.Context, po *broker.Options) error { parsed = po; return nil })
 	cmd.SetArgs([]string{"--router", "https://127.0.0.1:1", "--id", "broker-a.dynamo", "--token-file", tokenFile,
-		"--source", "etcd", "--etcd-endpoints", "http://" + ln.Addr().String(), "--dynamo-namespace", "dynamo",
+		"--source", "etcd", "--etcd-endpoints", "http://" + silent, "--dynamo-namespace", "dynamo",
 		"--metrics-address", "127.0.0.1:0", "--timeout", "8s"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)

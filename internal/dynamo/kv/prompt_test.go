@@ -617,7 +617,11 @@ func FuzzRealTemplates(f *testing.F) {
 // messages only, its context winning over chat_template_kwargs), whatever
 // add_generation_prompt or continue_final_message the request gives; thinking and
 // reasoning_effort become the template variables the frontend folds them
-// into.
+// into. The kwargs come under Dynamo's own member name, chat_template_args,
+// as under its alias chat_template_kwargs (gpt-oss's reasoning_effort,
+// Qwen3's enable_thinking change the prompt's tokens); both at once is a
+// request the frontend's decoder refuses (one member given twice), which
+// the router does not render either.
 func TestChatRequestGenerationPromptAndReasoning(t *testing.T) {
 	t.Parallel()
 	base := qwen3(t)
@@ -639,6 +643,8 @@ func TestChatRequestGenerationPromptAndReasoning(t *testing.T) {
 		{`{` + user + `,"thinking":null,"reasoning_effort":"none"}`, "true|||false|none"},
 		{`{` + user + `,"reasoning_effort":"high","chat_template_kwargs":{"enable_thinking":false}}`, "true|||false|high"},
 		{`{` + user + `,"reasoning_effort":"low","chat_template_kwargs":{"thinking":false}}`, "true|false||true|low"},
+		{`{` + user + `,"chat_template_kwargs":{"enable_thinking":false,"reasoning_effort":"high"}}`, "true|||false|high"},
+		{`{` + user + `,"chat_template_args":{"enable_thinking":false,"reasoning_effort":"high"}}`, "true|||false|high"},
 	} {
 		got, _, err := p.ChatRequest(context.Background(), []byte(tc.body))
 		if err != nil {
@@ -651,6 +657,10 @@ func TestChatRequestGenerationPromptAndReasoning(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: rendered ids %v, want the ids of %q", tc.body, got, tc.want)
 		}
+	}
+	both := `{` + user + `,"chat_template_args":{"enable_thinking":false},"chat_template_kwargs":{"enable_thinking":true}}`
+	if _, _, err := p.ChatRequest(context.Background(), []byte(both)); err == nil {
+		t.Errorf("%s: rendered", both)
 	}
 }
 

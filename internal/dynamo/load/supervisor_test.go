@@ -63,9 +63,15 @@ type runningSupervisor struct {
 
 func startSupervisor(t *testing.T, reg *fleet.Registry) *runningSupervisor {
 	t.Helper()
+	return startSupervisorWith(t, reg, &zmtp.Direct{})
+}
+
+// startSupervisorWith is startSupervisor dialling through c.
+func startSupervisorWith(t *testing.T, reg *fleet.Registry, c zmtp.Connector) *runningSupervisor {
+	t.Helper()
 	m := telemetry.NewLoadMetrics(nil)
 	store := load.NewStore(time.Minute, load.Gauges{M: m})
-	sup := load.NewSupervisor(reg, store, &zmtp.Direct{}, m, nil)
+	sup := load.NewSupervisor(reg, store, c, m, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sup.Run(ctx) }()
@@ -78,6 +84,27 @@ func startSupervisor(t *testing.T, reg *fleet.Registry) *runningSupervisor {
 		}
 	})
 	return &runningSupervisor{sup: sup, store: store, metrics: m}
+}
+
+// sendUntilSeen sends payload as publisher pid on pub, a fresh sequence
+// each time, until the store holds a sample for k.
+func sendUntilSeen(t *testing.T, pub *testutil.GoPublisher, store *load.Store, pid uint64, k load.Key, payload []byte) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
+		_, ok := store.Latest(k)
+		return ok
+	})
+}
+
+// pushOutByCap adds load.MaxSubscriptions publishers with ids from 1, below
+// any a cap test's own publisher has: the subscription cap then admits
+// them instead. Their dials never complete (holdConnector).
+func (f *fleetState) pushOutByCap() {
+	for i := uint64(1); i <= load.MaxSubscriptions; i++ {
+		f.r.Put(channelKey(i), fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:9"}}}`, i), t0)
+	}
+	f.reg.Publish(f.r.Build(t0))
 }
 
 // publishLoop sends a sample every few milliseconds until the test ends.
@@ -182,11 +209,7 @@ func TestSupervisorReconnectKeepsAccounting(t *testing.T) {
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
 	f.publisher(0xe6, pub.Endpoint)
 	s := startSupervisor(t, f.reg)
-	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
-		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(key(6, 0))
-		return ok
-	})
+	sendUntilSeen(t, pub, s.store, 0xe6, key(6, 0), payload)
 	pub.Close()
 	testutil.Eventually(t, 10*time.Second, "left connected", func() bool {
 		subs := s.sup.Subscriptions()
@@ -222,11 +245,7 @@ func TestSupervisorChangedRecordKeepsAccounting(t *testing.T) {
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
 	f.publisher(0xe6, a.Endpoint)
 	s := startSupervisor(t, f.reg)
-	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
-		_ = a.Send(wire.EncodeEventMessage("kv_metrics", 0xe6, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(key(6, 0))
-		return ok
-	})
+	sendUntilSeen(t, a, s.store, 0xe6, key(6, 0), payload)
 	since := func() (at time.Time) {
 		s.store.Read(func(r load.ReadView) { at = r.Since(load.Key{Namespace: load.NS("dynamo"), WorkerID: 6}) })
 		return at
@@ -524,13 +543,8 @@ func TestOverCapRefusalKeepsAccounting(t *testing.T) {
 	const pid = 0x100000 // higher than every publisher added below
 	f.publisher(pid, pub.Endpoint)
 
-	m := telemetry.NewLoadMetrics(nil)
-	store := load.NewStore(time.Minute, load.Gauges{M: m})
-	sup := load.NewSupervisor(f.reg, store, holdConnector{real: pub.Endpoint}, m, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sup.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := startSupervisorWith(t, f.reg, holdConnector{real: pub.Endpoint})
+	store, sup := s.store, s.sup
 
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
 	final := uint64(0)
@@ -543,11 +557,8 @@ func TestOverCapRefusalKeepsAccounting(t *testing.T) {
 	last, _ := store.Latest(key(6, 0))
 
 	// 1024 publishers with lower ids: the cap now admits them, not pid.
-	for i := uint64(1); i <= load.MaxSubscriptions; i++ {
-		f.r.Put(channelKey(i), fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:9"}}}`, i), t0)
-	}
 	refusedAt := time.Now()
-	f.reg.Publish(f.r.Build(t0))
+	f.pushOutByCap()
 	testutil.Eventually(t, 10*time.Second, "pid pushed out by the cap", func() bool {
 		for _, s := range sup.Subscriptions() {
 			if s.PublisherID == pid {

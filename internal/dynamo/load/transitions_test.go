@@ -1,8 +1,6 @@
 package load_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,7 +8,6 @@ import (
 
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
-	"github.com/continuum-router/continuum/internal/telemetry"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
@@ -27,35 +24,19 @@ func TestRefusedPublisherLeavingLeavesNothing(t *testing.T) {
 	const pid = 0x100000 // higher than every publisher added below
 	f.publisher(pid, pub.Endpoint)
 
-	m := telemetry.NewLoadMetrics(nil)
-	store := load.NewStore(time.Minute, load.Gauges{M: m})
-	sup := load.NewSupervisor(f.reg, store, holdConnector{real: pub.Endpoint}, m, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sup.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})
-	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
-		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := store.Latest(key(6, 0))
-		return ok
-	})
-	// 1024 publishers with lower ids push pid out of the cap.
-	for i := uint64(1); i <= load.MaxSubscriptions; i++ {
-		f.r.Put(channelKey(i), fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"endpoint","endpoint":{"namespace":"dynamo","component":"decode","name":"generate"}},"topic":"kv_metrics","instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://127.0.0.1:9"}}}`, i), t0)
-	}
-	f.reg.Publish(f.r.Build(t0))
+	s := startSupervisorWith(t, f.reg, holdConnector{real: pub.Endpoint})
+	sendUntilSeen(t, pub, s.store, pid, key(6, 0), wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)}))
+	f.pushOutByCap()
 	testutil.Eventually(t, 10*time.Second, "pid pushed out by the cap", func() bool {
-		_, ok := store.Latest(key(6, 0))
-		return !ok && len(sup.Subscriptions()) == load.MaxSubscriptions
+		_, ok := s.store.Latest(key(6, 0))
+		return !ok && len(s.sup.Subscriptions()) == load.MaxSubscriptions
 	})
 	// The refused publisher and its worker leave the fleet.
 	f.r.Delete(channelKey(pid))
 	f.removeWorker(6)
 	f.worker(7, 1) // one more generation after the departure
 	testutil.Eventually(t, 3*time.Second, "the departed refused publisher's links gone", func() bool {
-		return store.PublisherKeys(pid) == 0
+		return s.store.PublisherKeys(pid) == 0
 	})
 }
 
@@ -104,12 +85,7 @@ func TestDepartedWorkerKeepsNoAccounting(t *testing.T) {
 	const pid = 0xe9
 	f.publisher(pid, pub.Endpoint)
 	s := startSupervisor(t, f.reg)
-	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 9, ActiveDecodeBlocks: u64(3)})
-	testutil.Eventually(t, 10*time.Second, "a sample", func() bool {
-		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, uint64(time.Now().UnixNano()), uint64(time.Now().UnixMilli()), payload))
-		_, ok := s.store.Latest(key(9, 0))
-		return ok
-	})
+	sendUntilSeen(t, pub, s.store, pid, key(9, 0), wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 9, ActiveDecodeBlocks: u64(3)}))
 	// The session restarts: the sample is dropped, the key stays linked.
 	pub.Close()
 	testutil.StartGoPublisherAt(t, pub.Endpoint)

@@ -2,7 +2,6 @@ package etcd_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -26,20 +25,7 @@ func TestDiagnose(t *testing.T) {
 	plain := testutil.StartEtcd(t, testutil.EtcdOptions{})
 	secure := testutil.StartEtcd(t, testutil.EtcdOptions{TLS: &transport.TLSInfo{
 		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CAFile, ClientCertAuth: true}})
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = silent.Close() })
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
+	silent := testutil.SilentListener(t)
 	other := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(other.Close)
 	refused, err := loopport.FreeAddr()
@@ -56,7 +42,7 @@ func TestDiagnose(t *testing.T) {
 		{"etcd", plain.Endpoint, nil, ""},
 		{"etcd over TLS", secure.Endpoint, clientTLS, ""},
 		{"refused", "http://" + refused, nil, "connection refused"},
-		{"silent", "http://" + silent.Addr().String(), nil, "accepts connections but gave no answer within 2s: is it etcd, or does it expect TLS (https://)?"},
+		{"silent", "http://" + silent, nil, "accepts connections but gave no answer within 2s: is it etcd, or does it expect TLS (https://)?"},
 		{"TLS etcd asked in plain HTTP", strings.Replace(secure.Endpoint, "https://", "http://", 1), nil, "closed the connection without an answer: is it etcd, or does it expect TLS (https://)?"},
 		{"not etcd", other.URL, nil, "answers, but not as etcd (GET /version: 404 Not Found)"},
 	} {

@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
-	"github.com/continuum-router/continuum/internal/dynamo/discovery"
 	"github.com/continuum-router/continuum/internal/dynamo/discovery/kube"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	tu "github.com/continuum-router/continuum/internal/testutil"
@@ -30,11 +28,7 @@ func TestPodsWatchCapLogged(t *testing.T) {
 	src := kube.NewPods(config.Kubernetes{Namespace: k8sNS, Model: "m"}, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
 	src.Timing = kube.Timing{Seed: 60 * time.Second, WatchTimeout: time.Hour, IdleDeadline: time.Hour}
 	reg := fleet.NewRegistry(nil, nil)
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	w := runWatcher(t, src, reg)
 	tu.Eventually(t, 60*time.Second, "connected", w.Connected)
 	if strings.Contains(logs.String(), "too many pods") {
 		t.Fatalf("the list of exactly MaxPods pods was cut: %s", logs.String())

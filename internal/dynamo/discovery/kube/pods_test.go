@@ -92,6 +92,18 @@ func startPodsWith(t *testing.T, fake *kubefake.Server, kubeconfig string, k con
 	return h
 }
 
+// runWatcher runs src under a watcher that publishes to reg, until the
+// test ends.
+func runWatcher(t *testing.T, src discovery.Source, reg *fleet.Registry) *discovery.Watcher {
+	t.Helper()
+	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
 func (h *harness) passErrors() []error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -403,11 +415,7 @@ func TestPodsSourceSeveralNamespaces(t *testing.T) {
 		{Component: "D", Model: "elsewhere"},
 	}}, []string{"ns-a", "ns-b"}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, nil)
 	src.Timing = fast
-	w := &discovery.Watcher{Source: src, Registry: h.reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runWatcher(t, src, h.reg)
 	expect := want(
 		fmt.Sprintf("ns-a/%x decode for-a D", kube.HashPodName("a-0")),
 		fmt.Sprintf("ns-b/%x decode elsewhere D", kube.HashPodName("b-0")))
@@ -520,11 +528,7 @@ func TestUnmappedLoggedAtEachReadiness(t *testing.T) {
 	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
 	src.Timing = fast
 	reg := fleet.NewRegistry(nil, nil)
-	w := &discovery.Watcher{Source: src, Registry: reg, Backoff: discovery.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runWatcher(t, src, reg)
 	logged := func() int { return strings.Count(logs.String(), "maps to no model") }
 
 	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true))
