@@ -618,7 +618,8 @@ type anthropicStream struct {
 	blocks    int    // blocks started
 	open      string // the open block's kind: "", text, thinking, tool
 	tools     map[int]int
-	args      map[int]*toolArgs // by block index, tool blocks' arguments while not ended
+	args      map[int]*toolArgs // by block index, each tool block's arguments
+	heldArgs  int               // bytes of arguments held, every call's (toolArgs.budget)
 	toolCalls bool
 	hold      *stopHold // text held back while it may be a stop sequence (nil: no stops)
 	finish    string
@@ -732,7 +733,7 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 				idx = s.start("tool", toolUseBlock(id, tc.Function.Name, json.RawMessage(`{}`)))
 				s.tools[tc.Index] = idx
 				s.toolCalls = true
-				s.args[idx] = &toolArgs{}
+				s.args[idx] = &toolArgs{budget: &s.heldArgs}
 			}
 			a := s.args[idx]
 			if tc.Function.Arguments == "" || a == nil {
@@ -763,15 +764,17 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 // given at the block's end as the buffered answer would give them ("{}",
 // which the block's start already says, sends nothing).
 type toolArgs struct {
-	state     byte // 0 before the first non-space byte; 'o' in the object; 'h' holding; 'c' closed
-	depth     int
-	inString  bool
-	escaped   bool
-	held      strings.Builder
-	heldBytes int
+	state    byte // 0 before the first non-space byte; 'o' in the object; 'h' holding; 'c' closed
+	depth    int
+	inString bool
+	escaped  bool
+	held     strings.Builder
+	// budget counts the bytes held by every call of the stream.
+	budget *int
 }
 
-// maxHeldArguments bounds the arguments held for one tool call.
+// maxHeldArguments bounds the arguments a stream holds, all its calls
+// together.
 const maxHeldArguments = maxBufferedResponse
 
 // add takes the next piece of arguments and returns what to send now;
@@ -822,7 +825,7 @@ func (a *toolArgs) add(p string) (string, bool) {
 }
 
 func (a *toolArgs) hold(p string) bool {
-	if a.heldBytes += len(p); a.heldBytes > maxHeldArguments {
+	if *a.budget += len(p); *a.budget > maxHeldArguments {
 		return false
 	}
 	a.held.WriteString(p)
