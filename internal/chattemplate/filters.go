@@ -132,6 +132,10 @@ func pyLen(v any) (int64, error) {
 }
 
 func (r *renderer) filter(name string, v any, a argList) (any, error) {
+	if r.dynamo && !mjFilters[name] {
+		// minijinja looks a filter up when it applies it.
+		return nil, fmt.Errorf("no filter named '%s'", name)
+	}
 	if v == nil && r.dynamo {
 		switch name {
 		case "list", "unique", "min", "max", "sum", "batch", "slice", "join", "map", "select", "reject", "selectattr", "rejectattr",
@@ -591,8 +595,110 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			// minijinja's bool filter: the value's truth.
 			return truthy(v), nil
 		}
+	case "lines":
+		if r.dynamo {
+			return r.lines(r.str(v))
+		}
+	case "chain":
+		if r.dynamo {
+			return r.chain(append([]any{v}, a.pos...))
+		}
+	case "zip":
+		if r.dynamo {
+			return r.zip(append([]any{v}, a.pos...))
+		}
 	}
 	return nil, fmt.Errorf("no filter named '%s'", name)
+}
+
+// lines is minijinja's lines filter, Rust's str::lines: the text cut at
+// each \n, a \r before it dropped, and no empty line after a final \n.
+func (r *renderer) lines(s string) (any, error) {
+	out := &List{}
+	for s != "" {
+		line, rest, cut := strings.Cut(s, "\n")
+		if cut {
+			line = strings.TrimSuffix(line, "\r")
+		}
+		if err := r.step(1); err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, line)
+		s = rest
+	}
+	return out, nil
+}
+
+// chain is minijinja's chain filter: sequences give one sequence, maps a
+// map in which a key's value is that of the last map holding it, and
+// anything else the items of each value in turn. (minijinja keeps the maps
+// apart behind one view, so iterating one with a key repeated yields that
+// key twice; here it comes once, where its first map put it.)
+func (r *renderer) chain(vs []any) (any, error) {
+	dicts, n := true, 0
+	for _, v := range vs {
+		d, ok := v.(*Dict)
+		if !ok {
+			dicts = false
+			break
+		}
+		n += d.Len()
+	}
+	if dicts {
+		if err := r.step(int64(n) + 1); err != nil {
+			return nil, err
+		}
+		out := NewDict()
+		for _, v := range vs {
+			d := v.(*Dict)
+			for _, k := range d.keys {
+				val, _ := d.Get(k)
+				out.Set(k, val)
+			}
+		}
+		return out, nil
+	}
+	out := &List{}
+	for _, v := range vs {
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.step(int64(len(items)) + 1); err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, items...)
+	}
+	return out, nil
+}
+
+// zip is minijinja's zip filter, Python's zip: tuples of the values' items
+// in step, as many as the shortest has.
+func (r *renderer) zip(vs []any) (any, error) {
+	cols := make([][]any, len(vs))
+	n := -1
+	for i, v := range vs {
+		items, err := seqItems(v)
+		if err != nil {
+			return nil, err
+		}
+		cols[i] = items
+		if n < 0 || len(items) < n {
+			n = len(items)
+		}
+	}
+	if err := r.step(int64(n)*int64(len(vs)) + 1); err != nil {
+		return nil, err
+	}
+	out := &List{Items: make([]any, n)}
+	for j := range n {
+		t := &List{Tuple: true, Items: make([]any, len(vs))}
+		for i := range vs {
+			t.Items[i] = cols[i][j]
+		}
+		out.Items[j] = t
+	}
+	return out, nil
 }
 
 // batch is jinja2's batch filter: lists of linecount items, the last one
@@ -1498,6 +1604,10 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		}
 		return args[0], nil
 	}
+	if r.dynamo && !mjTests[name] {
+		// minijinja looks a test up when it performs it.
+		return false, fmt.Errorf("no test named '%s'", name)
+	}
 	switch name {
 	case "defined":
 		_, u := v.(undefined)
@@ -1541,7 +1651,7 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 			return !r.dynamo, nil // a bool is a number in Python, not in minijinja
 		}
 		return false, nil
-	case "integer":
+	case "integer", "int": // int: minijinja's alias (the name check keeps it from Jinja templates)
 		switch v.(type) {
 		case int64, bigInt:
 			return true, nil
@@ -1647,7 +1757,12 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		if !ok {
 			return false, nil
 		}
-		if name == "filter" {
+		switch {
+		case r.dynamo && name == "filter":
+			return mjFilters[s], nil
+		case r.dynamo:
+			return mjTests[s], nil
+		case name == "filter":
 			return slices.Contains(jinjaFilterNames, s), nil
 		}
 		return slices.Contains(jinjaTestNames, s), nil
@@ -1685,6 +1800,31 @@ var jinjaFilterNames = []string{
 	"random", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
 	"selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
 	"truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+}
+
+// mjFilters and mjTests are the filters and tests of the environment
+// Dynamo's frontend renders with: minijinja's built-in ones (2.24, with
+// its default features, json and urlencode among them; the contrib
+// crate's filters are not added, only its Python methods), tojson and
+// length being the frontend's own.
+var (
+	mjFilters = nameSet("abs", "attr", "batch", "bool", "capitalize", "chain", "count", "d", "default",
+		"dictsort", "e", "escape", "first", "float", "format", "groupby", "indent", "int", "items", "join",
+		"last", "length", "lines", "list", "lower", "map", "max", "min", "pprint", "reject", "rejectattr",
+		"replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "split", "string",
+		"sum", "title", "tojson", "trim", "unique", "upper", "urlencode", "zip")
+	mjTests = nameSet("!=", "<", "<=", "==", ">", ">=", "boolean", "defined", "divisibleby", "endingwith",
+		"eq", "equalto", "escaped", "even", "false", "filter", "float", "ge", "greaterthan", "gt", "in", "int",
+		"integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd",
+		"sameas", "sequence", "startingwith", "string", "test", "true", "undefined", "upper")
+)
+
+func nameSet(names ...string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }
 
 // jinjaTestNames are Jinja's built-in tests.

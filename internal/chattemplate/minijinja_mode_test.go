@@ -1,6 +1,7 @@
 package chattemplate_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/continuum-router/continuum/internal/chattemplate"
@@ -81,5 +82,54 @@ func TestDynamoBoolFilter(t *testing.T) {
 	out, err := renderDynamo(t, `{{ 1|bool }}|{{ ''|bool }}|{{ 'false'|bool }}|{{ n|bool }}`, `{"n": null}`)
 	if err != nil || out != "true|false|true|false" {
 		t.Fatalf("got %q, %v; want %q", out, err, "true|false|true|false")
+	}
+}
+
+// TestDynamoFilterSetIsMinijinjas: Dynamo's frontend renders with
+// minijinja's built-in filters and tests (2.24; minijinja-contrib adds
+// only its Python methods there): the filters Jinja has and minijinja
+// lacks fail when applied, minijinja's own (lines, chain, zip, the int
+// test) work, and "is filter" and "is test" answer for minijinja's set.
+func TestDynamoFilterSetIsMinijinjas(t *testing.T) {
+	t.Parallel()
+	vars := `{"messages": [], "tools": []}`
+	for _, src := range []string{
+		`{{ 'a b'|center(9) }}`, `{{ 'a b'|wordcount }}`, `{{ 'abcdef'|truncate(3) }}`, `{{ 100|filesizeformat }}`,
+		`{{ '<b>x</b>'|striptags }}`, `{{ {'a': 1}|xmlattr }}`, `{{ 'x'|forceescape }}`, `{{ 'a b'|wordwrap(1) }}`,
+		`{{ [1]|random }}`, `{{ 'x'|urlize }}`, `{{ none is callable }}`,
+	} {
+		if out, err := renderDynamo(t, src, vars); err == nil {
+			t.Errorf("%s: rendered %q; minijinja has no such filter or test", src, out)
+		}
+	}
+	for _, tc := range []struct{ src, want string }{
+		{`{% for l in 'a\r\nb\n\nc\n'|lines %}<{{ l }}>{% endfor %}|{{ 'x\r'|lines|length }}|{{ ''|lines|length }}`, "<a><b><><c>|1|0"},
+		{`{% for x in [1, 2]|chain([3], (4,)) %}{{ x }}{% endfor %}|{{ ([1]|chain([2]))[1] }}|{{ [1]|chain('ab')|list|length }}`, "1234|2|3"},
+		{`{% set d = {'a': 1}|chain({'b': 2, 'a': 3}) %}{{ d.a }}{{ d['b'] }}`, "32"},
+		{`{% for a, b in [1, 2, 3]|zip('xy') %}{{ a }}{{ b }};{% endfor %}|{{ [1, 2]|zip([3, 4], [5])|list|length }}`, "1x;2y;|1"},
+		{`{{ 1 is int }}{{ 'zip' is filter }}{{ 'truncate' is filter }}{{ 'int' is test }}{{ 'callable' is test }}`, "truetruefalsetruefalse"},
+	} {
+		out, err := renderDynamo(t, tc.src, vars)
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
+
+// TestDynamoNamesLookedUpWhenApplied: minijinja compiles a template
+// whatever filters and tests it names and fails only where one it lacks is
+// applied, so a template naming one on a path a request does not take
+// renders that request (Jinja refuses it at compile time).
+func TestDynamoNamesLookedUpWhenApplied(t *testing.T) {
+	t.Parallel()
+	src := `{% for t in tools %}{{ t|frobnicate }}{% if t is shiny %}!{% endif %}{% endfor %}ok`
+	if out, err := renderDynamo(t, src, `{"messages": [], "tools": []}`); err != nil || out != "ok" {
+		t.Errorf("no tools: %q, %v; want ok", out, err)
+	}
+	if _, err := renderDynamo(t, src, `{"messages": [], "tools": [1]}`); err == nil || !strings.Contains(err.Error(), "frobnicate") {
+		t.Errorf("a tool: %v; want the unknown filter named", err)
+	}
+	if _, err := chattemplate.Compile(src); err == nil {
+		t.Error("Jinja mode compiled a template naming an unknown filter")
 	}
 }

@@ -12,30 +12,22 @@ import (
 // filter or test is actually applied, so that a template can guard one
 // with "is filter". A loop, macro, call, filter, with, set or block body
 // starts a new frame, where the check applies again.
-// With dynamo (WithDynamoFrontend) the names are minijinja's: it has
-// the filters split and bool and the tests startingwith and endingwith as
-// well.
+// With dynamo (WithDynamoFrontend) nothing is checked here: minijinja
+// looks a filter or test up only when it applies it, so a template naming
+// one it lacks on a path a request does not take renders.
 func checkNames(body []stmt, dynamo bool) error {
-	return nameCheck{dynamo: dynamo}.checkStmts(body, false)
+	if dynamo {
+		return nil
+	}
+	return nameCheck{}.checkStmts(body, false)
 }
 
 // nameCheck walks a template for checkNames.
-type nameCheck struct{ dynamo bool }
+type nameCheck struct{}
 
-// mjOnlyFilters and mjOnlyTests are minijinja's built-in filters and tests
-// that Jinja lacks (and this engine implements in the Dynamo mode).
-var (
-	mjOnlyFilters = []string{"split", "bool"}
-	mjOnlyTests   = []string{"startingwith", "endingwith"}
-)
+func (nameCheck) knownFilter(name string) bool { return slices.Contains(jinjaFilterNames, name) }
 
-func (nc nameCheck) knownFilter(name string) bool {
-	return slices.Contains(jinjaFilterNames, name) || nc.dynamo && slices.Contains(mjOnlyFilters, name)
-}
-
-func (nc nameCheck) knownTest(name string) bool {
-	return slices.Contains(jinjaTestNames, name) || nc.dynamo && slices.Contains(mjOnlyTests, name)
-}
+func (nameCheck) knownTest(name string) bool { return slices.Contains(jinjaTestNames, name) }
 
 func (nc nameCheck) checkStmts(body []stmt, soft bool) error {
 	for _, st := range body {
