@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestMetricsServerIdleKeepAliveBounded: the broker's and kv-listener's
+// metrics port (every interface by default) is fed by whatever reaches
+// it: a client that sends one request and then keeps its connection idle
+// does not hold it (a goroutine and its buffers) for ever, and a request
+// has a time to arrive and to be answered in.
+func TestMetricsServerIdleKeepAliveBounded(t *testing.T) {
+	t.Parallel()
+	ms, err := ListenMetrics("127.0.0.1:0", prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.srv.IdleTimeout <= 0 || ms.srv.ReadTimeout <= 0 || ms.srv.WriteTimeout <= 0 {
+		t.Fatalf("metrics server unbounded: idle %v, read %v, write %v", ms.srv.IdleTimeout, ms.srv.ReadTimeout, ms.srv.WriteTimeout)
+	}
+	ms.srv.IdleTimeout = 200 * time.Millisecond // the same rule, sooner
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ms.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	c, err := net.Dial("tcp", ms.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle keep-alive connection not closed by the server: %v", err)
+	}
+}
