@@ -193,9 +193,16 @@ type LoadSample struct {
 }
 
 // LoadResponse is GET /admin/dynamo/load (used by continuum top).
+// MaxRanks bounds the (worker, rank) rows a view of the fleet's load
+// lists: as many as the router's load store holds.
+const MaxRanks = load.MaxStoreKeys
+
 type LoadResponse struct {
 	MaxStalenessMs int64        `json:"max_staleness_ms"`
 	Samples        []LoadSample `json:"samples"`
+	// OmittedRanks counts the ranks past the first MaxRanks, which the
+	// load store does not hold and the list leaves out.
+	OmittedRanks int64 `json:"omitted_ranks,omitempty"`
 }
 
 // ProblemsResponse is GET /admin/dynamo/problems (used by continuum top).

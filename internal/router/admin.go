@@ -11,6 +11,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 )
 
@@ -89,7 +90,9 @@ func (s *Server) adminKV(w http.ResponseWriter, _ *http.Request) {
 }
 
 // adminLoad lists every live worker rank with its latest sample (state
-// "none" before the first) and how often the router picked it.
+// "none" before the first) and how often the router picked it: at most
+// admin.MaxRanks of them, as many as the load store holds (cards may
+// declare up to 1,024 ranks each), the rest counted.
 func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 	resp := admin.LoadResponse{Samples: []admin.LoadSample{}}
 	if s.opts.Store != nil && s.opts.Registry != nil {
@@ -99,7 +102,12 @@ func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 		snap := s.opts.Registry.Snapshot()
 		picks := s.picks.snapshot(liveRanks(snap))
 		for wk := range snap.Workers.All() {
-			for r := range max(wk.DPSize, 1) {
+			size := max(wk.DPSize, 1)
+			if left := admin.MaxRanks - len(resp.Samples); int(size) > left {
+				resp.OmittedRanks += int64(int(size) - left)
+				size = uint32(left)
+			}
+			for r := range size {
 				rank := wk.DPStartRank + r
 				row := admin.LoadSample{WorkerID: wk.WorkerIDDecimal(), Namespace: wk.ID.Namespace, DPRank: rank,
 					Selections: picks[load.RankOf(wk, rank)], State: "none"}
@@ -111,11 +119,11 @@ func (s *Server) adminLoad(w http.ResponseWriter, _ *http.Request) {
 				age := now.Sub(smp.ReceivedAt)
 				state := "fresh"
 				if age > maxAge {
-					state = "quiet"
-					for _, v := range []*uint64{smp.Load.ActiveDecodeBlocks, smp.Load.ActivePrefillTokens, smp.Load.KVUsedBlocks} {
-						if v != nil && *v > 0 {
-							state = "stale"
-						}
+					// As the picker reads it: quiet when the backlog of
+					// the worker's phase was 0, else left out.
+					state = "stale"
+					if b := smp.Backlog(wk.Role == fleet.RolePrefill); b != nil && *b == 0 {
+						state = "quiet"
 					}
 				}
 				row.ActiveDecodeBlocks, row.ActivePrefillTokens, row.KVUsedBlocks = smp.Load.ActiveDecodeBlocks, smp.Load.ActivePrefillTokens, smp.Load.KVUsedBlocks

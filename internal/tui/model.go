@@ -143,6 +143,7 @@ type Model struct {
 	// document); all the views draw from snap.
 	snap, prev, raw *Snapshot
 	rows            []Row // filtered and sorted
+	omitted         int   // ranks past the rows' bound (admin.MaxRanks)
 	// hist holds per-series rates (selections by role/reason, errors by
 	// phase), oldest first, at most historyLen each.
 	hist map[string][]float64
@@ -243,7 +244,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.PasteMsg:
 		if m.filtering {
 			m.filter = addFilterText(m.filter, msg.Content)
-			m.rows = m.buildRows()
+			m.rows, m.omitted = m.buildRows()
 			m.cursor = 0
 			m.clampCursor()
 		}
@@ -315,7 +316,7 @@ func (m *Model) rebuildKeepingSelection() {
 	if m.departed != nil {
 		sel, had = *m.departed, true
 	}
-	m.rows = m.buildRows()
+	m.rows, m.omitted = m.buildRows()
 	found := false
 	if had {
 		for i := range m.rows {
@@ -344,10 +345,12 @@ func (m Model) detailRow() (Row, bool) {
 	return m.Selected()
 }
 
-// buildRows joins workers with their load rows, filters and sorts them.
-func (m Model) buildRows() []Row {
+// buildRows joins workers with their load rows, filters and sorts them:
+// at most admin.MaxRanks rows (a router lists no more), omitted counting
+// the ranks past them.
+func (m Model) buildRows() (rows []Row, omitted int) {
 	if m.snap == nil {
-		return nil
+		return nil, 0
 	}
 	// By namespace too: two graphs may reuse instance ids.
 	type key struct {
@@ -367,12 +370,16 @@ func (m Model) buildRows() []Row {
 		}
 	}
 	filter := strings.ToLower(strings.TrimSpace(m.filter))
-	var rows []Row
 	for wi, w := range m.snap.Workers.Workers {
 		if filter != "" && !matches(w, filter) {
 			continue
 		}
-		for r := range min(max(w.DPSize, 1), maxRanksPerWorker) {
+		size := min(max(w.DPSize, 1), maxRanksPerWorker)
+		if left := admin.MaxRanks - len(rows); int(size) > left {
+			omitted += int(size) - left
+			size = uint32(left)
+		}
+		for r := range size {
 			rank := w.DPStartRank + r
 			row := Row{Worker: w, Rank: rank, worker: wi, sample: -1}
 			if si, ok := samples[key{w.Namespace, w.WorkerID, rank}]; ok {
@@ -413,7 +420,7 @@ func (m Model) buildRows() []Row {
 		}
 		return a.Rank < b.Rank
 	})
-	return rows
+	return rows, omitted
 }
 
 // cmpHexID orders instance ids, unpadded hex, by value: the shorter is
@@ -498,7 +505,7 @@ func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		default:
 			m.filter = addFilterText(m.filter, k.Text)
 		}
-		m.rows = m.buildRows()
+		m.rows, m.omitted = m.buildRows()
 		m.cursor = 0
 		m.clampCursor()
 		return m, nil
@@ -520,7 +527,7 @@ func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	case m.keys.Back.Has(s):
 		if m.filter != "" {
 			m.filter = ""
-			m.rows = m.buildRows()
+			m.rows, m.omitted = m.buildRows()
 			m.clampCursor()
 		}
 	case m.keys.Up.Has(s):

@@ -12,6 +12,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/iostreams"
 )
 
@@ -77,6 +78,9 @@ func (m Model) title() string {
 			plural(len(s.Workers.Workers), "worker"),
 			fmtRate(m.rateSum("continuum_dynamo_selection_total", "role=decode"))+" req/s",
 			s.At.Format("15:04:05"))
+		if m.omitted > 0 {
+			parts = append(parts, m.styles.Bad.Render(fmt.Sprintf("%d ranks past %d not shown", m.omitted, admin.MaxRanks)))
+		}
 	}
 	return strings.Join(parts, " · ")
 }

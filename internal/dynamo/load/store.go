@@ -107,6 +107,22 @@ type Sample struct {
 	ReceivedAt  time.Time
 }
 
+// Backlog is the backlog the sample reports for a worker's phase: a
+// prefill worker's queued prompt tokens; a decode or aggregated worker's
+// active decode blocks, else its used KV blocks (what Dynamo 1.4.2 vLLM
+// workers publish alone). nil when the sample has no field for it. A
+// sample past the staleness bound leaves its worker out of the choice only
+// when this is above 0 or nil: at 0 the worker went quiet.
+func (s *Sample) Backlog(prefill bool) *uint64 {
+	if prefill {
+		return s.Load.ActivePrefillTokens
+	}
+	if s.Load.ActiveDecodeBlocks != nil {
+		return s.Load.ActiveDecodeBlocks
+	}
+	return s.Load.KVUsedBlocks
+}
+
 // LiveWorker is a worker of the current snapshot, with the ranks its card
 // declares.
 //

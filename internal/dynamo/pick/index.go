@@ -240,14 +240,7 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	var backlog *uint64
 	if smp != nil {
 		b.add(smp.ReceivedAt.Add(x.maxAge+1), now) // first instant it is stale
-		if x.phase == phaseDecode {
-			backlog = smp.Load.ActiveDecodeBlocks
-			if backlog == nil {
-				backlog = smp.Load.KVUsedBlocks
-			}
-		} else {
-			backlog = smp.Load.ActivePrefillTokens
-		}
+		backlog = smp.Backlog(x.phase == phasePrefill)
 	}
 	fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
 	s := cstate{fresh: fresh && backlog != nil, next: b.next}
