@@ -61,7 +61,8 @@ const (
 	DefaultLeaseTTL  = 10 * time.Second
 )
 
-func (o Options) withDefaults() Options {
+// WithDefaults is o with every field left zero set as a run sets it.
+func (o Options) WithDefaults() Options {
 	if o.Rate <= 0 {
 		o.Rate = DefaultRate
 	}
@@ -148,7 +149,7 @@ const expiryGrace = 250 * time.Millisecond
 // Run runs the scenarios one after another, each on a fresh fleet and
 // router.
 func Run(ctx context.Context, o Options) ([]Result, error) {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	var out []Result
 	for _, name := range o.Scenarios {
 		r, err := RunScenario(ctx, o, name)

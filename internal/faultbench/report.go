@@ -12,7 +12,7 @@ import (
 // WriteTable writes the results as a table, one scenario a row, with the
 // failures by cause under it.
 func WriteTable(w io.Writer, o Options, results []Result) error {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "fleet %d prefill + %d decode (etcd, lease TTL %v, 2 frontend replicas) at speed %g; %g req/s, half streamed, max_tokens %d; baseline %v, hold %v\n\n",
 		o.Prefill, o.Decode, o.LeaseTTL, o.Speed, o.Rate, o.MaxTokens, o.Baseline, o.Hold)

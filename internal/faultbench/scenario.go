@@ -48,7 +48,7 @@ var scenarios = []scenario{
 
 // RunScenario runs one scenario on a fresh fleet and router.
 func RunScenario(ctx context.Context, o Options, name string) (Result, error) {
-	o = o.withDefaults()
+	o = o.WithDefaults()
 	i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
 	if i < 0 {
 		return Result{}, fmt.Errorf("unknown scenario %q: want one of %s", name, strings.Join(Scenarios(), ", "))

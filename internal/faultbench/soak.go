@@ -69,7 +69,7 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 	if o.Sample <= 0 {
 		o.Sample = o.Churn
 	}
-	e, err := startEnv(ctx, Options{Binary: o.Binary, Prefill: 2, Decode: 4}.withDefaults(), "--standby", "2")
+	e, err := startEnv(ctx, Options{Binary: o.Binary, Prefill: 2, Decode: 4}.WithDefaults(), "--standby", "2")
 	if err != nil {
 		return rep, err
 	}

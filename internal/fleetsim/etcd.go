@@ -24,6 +24,12 @@ const etcdHandle = "etcd:"
 // DefaultLeaseTTL is the workers' lease, as Dynamo's runtime grants it.
 const DefaultLeaseTTL = 10 * time.Second
 
+// LeaseTTLValid reports whether d may be the workers' lease TTL: whole
+// seconds (etcd grants leases in seconds) from 2 s to an hour.
+func LeaseTTLValid(d time.Duration) bool {
+	return d >= 2*time.Second && d <= time.Hour && d%time.Second == 0
+}
+
 // simEtcd is the fleet's in-process etcd server and the workers' client.
 type simEtcd struct {
 	*etcdembed.Server

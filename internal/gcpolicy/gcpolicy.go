@@ -61,14 +61,20 @@ const (
 // previous settings.
 func Apply(env func(name string) (string, bool), logger *slog.Logger) (restore func()) {
 	prevPercent, prevLimit := -2, int64(-1)
-	if _, set := env("GOMEMLIMIT"); !set {
+	// An empty variable sets nothing: the runtime reads an empty GOGC as
+	// 100 and an empty GOMEMLIMIT as no limit, as it reads them unset.
+	setIn := func(name string) (string, bool) {
+		v, ok := env(name)
+		return v, ok && v != ""
+	}
+	if _, set := setIn("GOMEMLIMIT"); !set {
 		if limit, ok := cgroupMemoryLimit(); ok {
 			prevLimit = debug.SetMemoryLimit(int64(float64(limit) * memoryLimitShare))
 		}
 	}
 	// SetMemoryLimit with a negative value only reads the limit.
 	limit := debug.SetMemoryLimit(-1)
-	gogc, set := env("GOGC")
+	gogc, set := setIn("GOGC")
 	var f *floor
 	if !set {
 		prevPercent = debug.SetGCPercent(GCPercent)

@@ -199,6 +199,12 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 				if opts.Faults {
 					return cmdutil.FlagErrorf("--soak and --faults are separate runs")
 				}
+				if !opts.rateSet {
+					opts.Rate = soakRate
+				}
+				if err := checkLoadRate(opts.Rate); err != nil {
+					return err
+				}
 				return RunSoak(cmd.Context(), opts)
 			}
 			if opts.Faults {
@@ -210,8 +216,11 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 				if !opts.rateSet {
 					opts.Rate = faultbench.DefaultRate
 				}
-				if opts.Rate <= 0 || opts.Rate > 1000 {
-					return cmdutil.FlagErrorf("--rate must be above 0 and at most 1000 requests a second")
+				if err := checkLoadRate(opts.Rate); err != nil {
+					return err
+				}
+				if err := checkFaultFlags(opts); err != nil {
+					return err
 				}
 				return RunFaults(cmd.Context(), opts)
 			}
@@ -253,6 +262,37 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 	return cmd
 }
 
+// soakRate is the soak's load unless --rate says otherwise.
+const soakRate = 20
+
+// checkLoadRate refuses a steady load's rate its ticker cannot keep: the
+// fault and soak loads send one request per 1/rate.
+func checkLoadRate(rate float64) error {
+	if !(rate >= 0.01 && rate <= 1000) {
+		return cmdutil.FlagErrorf("--rate must be from 0.01 to 1000 requests a second")
+	}
+	return nil
+}
+
+// checkFaultFlags refuses --faults settings out of their range, which the
+// run would otherwise replace by its defaults (or fleet-sim refuse once
+// started).
+func checkFaultFlags(o *Options) error {
+	switch {
+	case o.prefillSet && o.Prefill < 1, o.decodeSet && o.Decode < 1:
+		return cmdutil.FlagErrorf("with --faults, --prefill and --decode must be at least 1")
+	case o.speedSet && o.Speed <= 0:
+		return cmdutil.FlagErrorf("--speed must be positive")
+	case o.MaxTokens < 1:
+		return cmdutil.FlagErrorf("--max-tokens must be at least 1")
+	case o.Baseline <= 0, o.Hold <= 0:
+		return cmdutil.FlagErrorf("--baseline and --hold must be positive")
+	case !fleetsim.LeaseTTLValid(o.LeaseTTL):
+		return cmdutil.FlagErrorf("--lease-ttl must be whole seconds from 2s to 1h (etcd grants leases in seconds)")
+	}
+	return nil
+}
+
 // binary is --binary, or this process's own executable.
 func (o *Options) binary() (string, error) {
 	if o.Binary != "" {
@@ -272,11 +312,7 @@ func RunSoak(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	rate := o.Rate
-	if !o.rateSet {
-		rate = 20
-	}
-	rep, err := faultbench.Soak(ctx, faultbench.SoakOptions{Binary: bin, Duration: o.Soak, Churn: o.Churn, Rate: rate, Progress: func(s faultbench.SoakSample) {
+	rep, err := faultbench.Soak(ctx, faultbench.SoakOptions{Binary: bin, Duration: o.Soak, Churn: o.Churn, Rate: o.Rate, Progress: func(s faultbench.SoakSample) {
 		fmt.Fprintf(o.IO.ErrOut, "soak %s: RSS %.1f MiB, heap in use %.1f MiB, %0.f goroutines, %.0f open fds, %d requests (%d failed)\n",
 			s.At, s.RSSBytes/(1<<20), s.HeapBytes/(1<<20), s.Goroutines, s.OpenFDs, s.Requests, s.Failed)
 	}})
@@ -297,20 +333,7 @@ func RunFaults(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	// The fault fleet has its own shape unless the flags say otherwise
-	// (zero: faultbench's 2 prefill and 4 decode workers).
-	fo := faultbench.Options{Binary: bin, Scenarios: o.Scenarios, Rate: o.Rate, Baseline: o.Baseline, Hold: o.Hold,
-		LeaseTTL: o.LeaseTTL, MaxTokens: o.MaxTokens}
-	if o.prefillSet {
-		fo.Prefill = o.Prefill
-	}
-	if o.decodeSet {
-		fo.Decode = o.Decode
-	}
-	fo.Speed = faultbench.DefaultSpeed
-	if o.speedSet {
-		fo.Speed = o.Speed
-	}
+	fo := o.faultOptions(bin)
 	results, err := faultbench.Run(ctx, fo)
 	if err != nil {
 		return err
@@ -318,10 +341,34 @@ func RunFaults(ctx context.Context, o *Options) error {
 	if o.Output == "json" {
 		enc := json.NewEncoder(o.IO.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"rate": o.Rate, "baseline_s": o.Baseline.Seconds(), "hold_s": o.Hold.Seconds(), "max_tokens": o.MaxTokens, "speed": fo.Speed,
-			"lease_ttl_s": o.LeaseTTL.Seconds(), "fleet": map[string]any{"prefill": fo.Prefill, "decode": fo.Decode, "frontend_replicas": 2}, "results": results})
+		return enc.Encode(faultsReport(fo, results))
 	}
 	return faultbench.WriteTable(o.IO.Out, fo, results)
+}
+
+// faultOptions are the fault run's settings, every one as the run uses
+// it: the fault fleet has its own shape unless the flags say otherwise
+// (faultbench's 2 prefill and 4 decode workers).
+func (o *Options) faultOptions(bin string) faultbench.Options {
+	fo := faultbench.Options{Binary: bin, Scenarios: o.Scenarios, Rate: o.Rate, Baseline: o.Baseline, Hold: o.Hold,
+		LeaseTTL: o.LeaseTTL, MaxTokens: o.MaxTokens, Speed: faultbench.DefaultSpeed}
+	if o.prefillSet {
+		fo.Prefill = o.Prefill
+	}
+	if o.decodeSet {
+		fo.Decode = o.Decode
+	}
+	if o.speedSet {
+		fo.Speed = o.Speed
+	}
+	return fo.WithDefaults()
+}
+
+// faultsReport is the JSON document of a fault run: the settings it used
+// (fo with its defaults) and its results.
+func faultsReport(fo faultbench.Options, results []faultbench.Result) map[string]any {
+	return map[string]any{"rate": fo.Rate, "baseline_s": fo.Baseline.Seconds(), "hold_s": fo.Hold.Seconds(), "max_tokens": fo.MaxTokens, "speed": fo.Speed,
+		"lease_ttl_s": fo.LeaseTTL.Seconds(), "fleet": map[string]any{"prefill": fo.Prefill, "decode": fo.Decode, "frontend_replicas": 2}, "results": results}
 }
 
 // Run replays the workload once per mode.

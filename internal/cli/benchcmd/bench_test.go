@@ -160,7 +160,7 @@ func TestBenchFaultFlags(t *testing.T) {
 		want string
 	}{
 		{"unknown scenario", []string{"--faults", "--scenarios", "decode-killed,meteor"}, `scenario "meteor" is not one of decode-killed`},
-		{"no rate", []string{"--faults", "--rate", "0"}, "--rate must be above 0"},
+		{"no rate", []string{"--faults", "--rate", "0"}, "--rate must be from 0.01 to 1000"},
 		{"soak and faults", []string{"--faults", "--soak", "1m"}, "--soak and --faults are separate runs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

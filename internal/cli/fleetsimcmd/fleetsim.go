@@ -106,7 +106,7 @@ frontend's "instance not found" 500, streams already started are cut.`,
 			if opts.MigrationLimit < 0 {
 				return cmdutil.FlagErrorf("--migration-limit must not be negative")
 			}
-			if opts.LeaseTTL < 2*time.Second || opts.LeaseTTL > time.Hour || opts.LeaseTTL%time.Second != 0 {
+			if !fleetsim.LeaseTTLValid(opts.LeaseTTL) {
 				return cmdutil.FlagErrorf("--lease-ttl must be whole seconds from 2s to 1h (etcd grants leases in seconds)")
 			}
 			if opts.Standby < 0 || (opts.Standby > 0 && opts.Store != fleetsim.StoreEtcd) {
