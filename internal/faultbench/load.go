@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/continuum-router/continuum/internal/workload"
 )
 
 // maxInFlight bounds the requests the load keeps open at once; a tick
@@ -151,12 +153,26 @@ func (l *load) one(ctx context.Context, i int, stream bool) (o outcome) {
 		}
 	case err != nil:
 		o.cause = "answer cut"
+	case stream && streamErrored(data):
+		o.cause = "error in stream"
 	case stream && !bytes.Contains(data, []byte("data: [DONE]")):
 		o.cause = "stream cut"
 	case !stream && !bytes.Contains(data, []byte(`"choices"`)):
 		o.cause = "answer without choices"
 	}
 	return o
+}
+
+// streamErrored reports whether a streamed answer carried an error event
+// (the frontend's in-stream failure, relayed by the router as it came,
+// ends with [DONE] all the same).
+func streamErrored(data []byte) bool {
+	for line := range strings.Lines(string(data)) {
+		if workload.StreamErrorLine(line) {
+			return true
+		}
+	}
+	return false
 }
 
 // stop stops sending and waits for the requests in flight.

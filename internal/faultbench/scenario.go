@@ -266,11 +266,15 @@ func (e *env) tally(res *Result, sc scenario, outcomes []outcome, ph phases, vic
 		}
 		res.Failed++
 		res.Causes[r.cause]++
-		inFlight := r.start.Before(ph.fault) || r.start.Before(ph.repair)
 		switch sc.kind {
 		case kindKill:
-			// A stream the killed worker was answering is cut with it.
-			if inFlight && r.cause == "stream cut" && (slices.Contains(victims, r.worker) || slices.Contains(victims, r.prefill)) {
+			// A stream the killed worker was answering when it died is cut
+			// with it: the router aborts the client's answer (read as cut
+			// before its end) or ends it without [DONE]. A request sent to
+			// the worker after it died is the router's failure.
+			inFlight := r.start.Before(ph.fault) && r.end.After(ph.fault)
+			if inFlight && r.stream && (r.cause == "stream cut" || r.cause == "answer cut") &&
+				(slices.Contains(victims, r.worker) || slices.Contains(victims, r.prefill)) {
 				res.InFlightOnKilled++
 			}
 		case kindFrontend:

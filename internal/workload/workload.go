@@ -326,8 +326,11 @@ func one(ctx context.Context, r Request, o Options) Result {
 		res.WorkerTTFT = time.Duration(us) * time.Microsecond
 	}
 	br := bufio.NewReader(resp.Body)
+	var done, errored bool
 	for {
 		line, err := br.ReadString('\n')
+		errored = errored || StreamErrorLine(line)
+		done = done || strings.TrimRight(line, "\r\n") == "data: [DONE]"
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
 			if res.TTFT == 0 {
 				res.TTFT = time.Since(start)
@@ -347,8 +350,33 @@ func one(ctx context.Context, r Request, o Options) Result {
 			return res
 		}
 	}
-	res.Latency = time.Since(start)
+	switch {
+	case errored:
+		res.Err = errors.New("the stream carried an error event")
+	case !done:
+		res.Err = errors.New("the stream ended before its [DONE]")
+	default:
+		res.Latency = time.Since(start)
+	}
 	return res
+}
+
+// StreamErrorLine reports whether a line of an OpenAI-style event stream
+// opens an error event: "event: error" (Dynamo's frontend reports a
+// failure inside an open stream so, before its [DONE]), or data holding an
+// object whose first member is "error" (OpenAI's and vLLM's in-stream
+// errors).
+func StreamErrorLine(line string) bool {
+	line = strings.TrimRight(line, "\r\n")
+	if v, ok := strings.CutPrefix(line, "event:"); ok {
+		return strings.TrimPrefix(v, " ") == "error"
+	}
+	v, ok := strings.CutPrefix(line, "data:")
+	if !ok {
+		return false
+	}
+	v, ok = strings.CutPrefix(strings.TrimLeft(v, " "), "{")
+	return ok && strings.HasPrefix(strings.TrimLeft(v, " "), `"error"`)
 }
 
 func percentile(ds []time.Duration, p float64) float64 {
