@@ -49,6 +49,8 @@ type Options struct {
 	Prefill, Decode int
 	// Logger reports progress (nil: none).
 	Logger *slog.Logger
+	// Progress, when set, receives each scenario's result as it ends.
+	Progress func(Result)
 }
 
 // Defaults of a full-size run.
@@ -157,6 +159,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			return out, fmt.Errorf("scenario %s: %w", name, err)
 		}
 		out = append(out, r)
+		if o.Progress != nil {
+			o.Progress(r)
+		}
 	}
 	return out, nil
 }

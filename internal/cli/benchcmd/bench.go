@@ -8,6 +8,7 @@ package benchcmd
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -316,15 +317,31 @@ func RunSoak(ctx context.Context, o *Options) error {
 		fmt.Fprintf(o.IO.ErrOut, "soak %s: RSS %.1f MiB, heap in use %.1f MiB, %0.f goroutines, %.0f open fds, %d requests (%d failed)\n",
 			s.At, s.RSSBytes/(1<<20), s.HeapBytes/(1<<20), s.Goroutines, s.OpenFDs, s.Requests, s.Failed)
 	}})
-	if err != nil {
+	if err != nil && len(rep.Samples) == 0 {
 		return err
 	}
+	// A soak cut short (interrupted, or its fleet failing) still prints
+	// the samples it took; the error then makes the exit status 1.
+	var werr error
 	if o.Output == "json" {
 		enc := json.NewEncoder(o.IO.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		werr = enc.Encode(struct {
+			faultbench.SoakReport
+			Error string `json:"error,omitempty"`
+		}{rep, errText(err)})
+	} else {
+		werr = faultbench.WriteSoak(o.IO.Out, rep)
 	}
-	return faultbench.WriteSoak(o.IO.Out, rep)
+	return cmp.Or(err, werr)
+}
+
+// errText is err's text, "" for none.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // RunFaults runs the fault-injection benchmark and prints its report.
@@ -334,16 +351,33 @@ func RunFaults(ctx context.Context, o *Options) error {
 		return err
 	}
 	fo := o.faultOptions(bin)
+	fo.Progress = func(r faultbench.Result) {
+		verdict := "OK"
+		if !r.OK {
+			verdict = "NO"
+		}
+		fmt.Fprintf(o.IO.ErrOut, "scenario %s: %s, %d sent, %d failed (%d unexpected)\n", r.Scenario, verdict, r.Sent, r.Failed, r.Unexpected)
+	}
 	results, err := faultbench.Run(ctx, fo)
-	if err != nil {
+	if err != nil && len(results) == 0 {
 		return err
 	}
+	// A run cut short (interrupted, or a later scenario's fleet failing)
+	// still prints the scenarios it finished; the error then makes the
+	// exit status 1.
+	var werr error
 	if o.Output == "json" {
 		enc := json.NewEncoder(o.IO.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(faultsReport(fo, results))
+		rep := faultsReport(fo, results)
+		if err != nil {
+			rep["error"] = err.Error()
+		}
+		werr = enc.Encode(rep)
+	} else {
+		werr = faultbench.WriteTable(o.IO.Out, fo, results)
 	}
-	return faultbench.WriteTable(o.IO.Out, fo, results)
+	return cmp.Or(err, werr)
 }
 
 // faultOptions are the fault run's settings, every one as the run uses
@@ -396,21 +430,30 @@ func Run(ctx context.Context, o *Options) error {
 		rate = float64(len(reqs)-1) / (float64(span) / 1000) * timeScale
 	}
 	var reports []workload.Report
+	var failed error // a mode that could not run, after others did
 	for _, mode := range o.Modes {
 		rep, err := runMode(ctx, o, mode, reqs, timeScale)
-		if err != nil {
+		if err != nil && len(reports) == 0 {
 			return err
+		}
+		if err != nil {
+			failed = fmt.Errorf("mode %s: %w", mode, err)
+			break
 		}
 		reports = append(reports, rep)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	// An interrupted run still prints what it measured, marked partial,
-	// and exits 1 so that a script does not take it for a finished one.
-	interrupted := ctx.Err() != nil
+	// An interrupted run, or one a later mode failed, still prints what it
+	// measured, marked partial, and exits 1 so that a script does not take
+	// it for a finished one.
+	interrupted := ctx.Err() != nil || failed != nil
 	partial := func(err error) error {
-		if err == nil && interrupted {
+		switch {
+		case failed != nil:
+			return cmp.Or(err, fmt.Errorf("%w: the results are partial", failed))
+		case err == nil && interrupted:
 			err = errors.New("interrupted before the run ended: the results are partial")
 		}
 		return err
