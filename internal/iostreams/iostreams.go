@@ -27,13 +27,19 @@ type IOStreams struct {
 // System returns the process's standard streams.
 func System() *IOStreams {
 	outTTY := isTerminal(os.Stdout)
-	_, noColor := os.LookupEnv("NO_COLOR")
 	return &IOStreams{
 		In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr,
 		stdinTTY:  isTerminal(os.Stdin),
 		stdoutTTY: outTTY,
-		color:     outTTY && !noColor && os.Getenv("TERM") != "dumb",
+		color:     colorFor(outTTY, os.Getenv),
 	}
+}
+
+// colorFor decides colour for a terminal or not: off when NO_COLOR is set
+// to anything but the empty string (the no-color.org convention) or TERM
+// is "dumb".
+func colorFor(tty bool, getenv func(string) string) bool {
+	return tty && getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"
 }
 
 // Test returns streams backed by buffers: no terminal, no colour. Writes are
@@ -62,7 +68,7 @@ func (s *IOStreams) IsStdinTTY() bool { return s.stdinTTY }
 func (s *IOStreams) IsStdoutTTY() bool { return s.stdoutTTY }
 
 // ColorEnabled reports whether output may carry ANSI colour: stdout is a
-// terminal, NO_COLOR is unset and TERM is not "dumb".
+// terminal, NO_COLOR is unset or empty and TERM is not "dumb".
 func (s *IOStreams) ColorEnabled() bool { return s.color }
 
 // SetTTY overrides terminal detection (tests).

@@ -69,7 +69,7 @@ them a light synthetic workload, and watches them.
 Keys: ↑/↓ or j/k move, / filters by model, namespace, role or id, s cycles the
 sort (load, id, age, selections), enter opens a worker's detail, tab and 1-4
 switch views, p pauses, ? shows help, q quits. Colour is off when NO_COLOR is
-set or stdout is not a terminal.`,
+set (not empty) or stdout is not a terminal.`,
 		Example: `  continuum top --demo
   continuum top --router http://router:8080 --token "$ADMIN_TOKEN"
   continuum top --router http://router:8080 --once -o json | jq '.workers[] | select(.load.state=="stale")'`,
