@@ -494,6 +494,10 @@ func TestOnce(t *testing.T) {
 	if len(doc.Workers) != 6 || doc.Source != "etcd" || doc.Generation != 42 || len(doc.Problems) != 1 || doc.At != "2026-11-30T14:00:01+00:00" {
 		t.Fatalf("%s", js.String())
 	}
+	// --once polls twice so that the rates between the polls are real.
+	if r := doc.Workers[1]; r.SelectionsPerSecond != 30 {
+		t.Errorf("selections a second %v, want 30 (%+v)", r.SelectionsPerSecond, r)
+	}
 	if err := m.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}

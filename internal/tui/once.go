@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 
 	"github.com/continuum-router/continuum/internal/admin"
@@ -11,16 +12,19 @@ import (
 
 // OnceRow is one (worker, rank) in `top --once -o json`.
 type OnceRow struct {
-	Namespace   string            `json:"namespace"`
-	Model       string            `json:"model"`
-	Role        string            `json:"role"`
-	InstanceID  string            `json:"instance_id"`
-	WorkerID    string            `json:"worker_id"`
-	DPRank      uint32            `json:"dp_rank"`
-	Capacity    admin.Capacity    `json:"capacity"`
-	Load        *admin.LoadSample `json:"load"`
-	FirstSeen   string            `json:"first_seen"`
-	LastUpdated string            `json:"last_updated"`
+	Namespace  string            `json:"namespace"`
+	Model      string            `json:"model"`
+	Role       string            `json:"role"`
+	InstanceID string            `json:"instance_id"`
+	WorkerID   string            `json:"worker_id"`
+	DPRank     uint32            `json:"dp_rank"`
+	Capacity   admin.Capacity    `json:"capacity"`
+	Load       *admin.LoadSample `json:"load"`
+	// SelectionsPerSecond is the router's picks of the rank a second
+	// over the interval between the last two polls.
+	SelectionsPerSecond float64 `json:"selections_per_s"`
+	FirstSeen           string  `json:"first_seen"`
+	LastUpdated         string  `json:"last_updated"`
 }
 
 // Once is the document `top --once -o json` prints.
@@ -67,7 +71,8 @@ func (m Model) document(s *Snapshot) (Once, error) {
 			load = &s.Load.Samples[r.sample]
 		}
 		o.Workers = append(o.Workers, OnceRow{Namespace: w.Namespace, Model: w.Model, Role: w.Role, InstanceID: w.InstanceID,
-			WorkerID: w.WorkerID, DPRank: r.Rank, Capacity: w.Capacity, Load: load, FirstSeen: w.FirstSeen, LastUpdated: w.LastUpdated})
+			WorkerID: w.WorkerID, DPRank: r.Rank, Capacity: w.Capacity, Load: load, SelectionsPerSecond: math.Round(r.SelRate*100) / 100,
+			FirstSeen: w.FirstSeen, LastUpdated: w.LastUpdated})
 	}
 	return o, nil
 }
@@ -91,11 +96,11 @@ func (m Model) WriteTable(w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tMODEL\tROLE\tINSTANCE\tRANK\tDECODE/KV\tPREFILL\tSTATE\tAGE\tSELECTIONS")
+	fmt.Fprintln(tw, "NAMESPACE\tMODEL\tROLE\tINSTANCE\tRANK\tDECODE/KV\tPREFILL\tSTATE\tAGE\tSELECTIONS\tSEL/S")
 	for _, r := range o.Workers {
-		kv, pf, state, age, sel := "-", "-", "-", "-", "-"
+		kv, pf, state, age, sel, rate := "-", "-", "-", "-", "-", "-"
 		if l := r.Load; l != nil {
-			sel = fmt.Sprint(l.Selections)
+			sel, rate = fmt.Sprint(l.Selections), fmtRate(r.SelectionsPerSecond)
 			state = l.State
 			if l.State != "none" {
 				age = fmt.Sprintf("%dms", l.AgeMs)
@@ -107,7 +112,7 @@ func (m Model) WriteTable(w io.Writer) error {
 				}
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Model, r.Role, r.InstanceID, r.DPRank, kv, pf, state, age, sel)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Model, r.Role, r.InstanceID, r.DPRank, kv, pf, state, age, sel, rate)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -107,7 +107,7 @@ set (not empty) or stdout is not a terminal.`,
 	cmd.Flags().StringVar(&opts.Token, "token", "", "admin bearer token (default $"+TokenEnv+")")
 	cmd.Flags().DurationVar(&opts.Interval, "interval", time.Second, "how often to poll")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 0, "bound on each poll (default: the interval, at least 2s)")
-	cmd.Flags().BoolVar(&opts.Once, "once", false, "print one snapshot and exit")
+	cmd.Flags().BoolVar(&opts.Once, "once", false, "print one snapshot and exit (two polls an --interval apart, for the selection rates)")
 	cmd.Flags().StringVarP(&opts.Output, "output", "o", "table", "with --once: table or json")
 	cmd.Flags().BoolVar(&opts.Demo, "demo", false, "start the simulated fleet and router in-process and watch them")
 	cmdutil.RegisterEnumCompletion(cmd, "output", outputs)
