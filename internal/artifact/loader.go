@@ -57,6 +57,10 @@ type LoaderOptions struct {
 	Metrics *telemetry.ArtifactMetrics
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// KeepCache leaves the cache's unpinned blobs where they are: a tool
+	// sharing a router's cache directory (kv-inspect) must not prune what
+	// the router's own pins name.
+	KeepCache bool
 }
 
 // Key identifies a loaded artifact: content-addressed, and per slot format
@@ -101,9 +105,11 @@ type Loader struct {
 	logger  *slog.Logger
 	metrics *telemetry.ArtifactMetrics
 	now     func() time.Time
-	policy  atomic.Pointer[Policy]
-	wake    chan struct{}
-	running atomic.Bool
+	// keepCache: the cache is not pruned (LoaderOptions.KeepCache).
+	keepCache bool
+	policy    atomic.Pointer[Policy]
+	wake      chan struct{}
+	running   atomic.Bool
 	// maxLoaded and maxBytes are MaxLoaded and MaxTotalBytes (tests narrow them).
 	maxLoaded int
 	maxBytes  int64
@@ -122,7 +128,7 @@ func NewLoader(o LoaderOptions) (*Loader, error) {
 	if o.Build == nil {
 		return nil, errors.New("artifact loader needs a Build function")
 	}
-	l := &Loader{client: o.Client, build: o.Build, logger: o.Logger, metrics: o.Metrics, now: o.Now,
+	l := &Loader{client: o.Client, build: o.Build, logger: o.Logger, metrics: o.Metrics, now: o.Now, keepCache: o.KeepCache,
 		wake: make(chan struct{}, 1), maxLoaded: MaxLoaded, maxBytes: MaxTotalBytes, entries: map[Key]*entry{}, failures: map[Key]failure{}, noted: map[string]bool{}}
 	if l.client == nil {
 		l.client = http.DefaultClient
@@ -145,7 +151,7 @@ func NewLoader(o LoaderOptions) (*Loader, error) {
 // holds the pinned artifacts and nothing else, so its size is bounded by
 // the pins (each at most MaxArtifactBytes). Failures are logged.
 func (l *Loader) pruneCache(p *Policy) {
-	if p.CacheDir == "" {
+	if p.CacheDir == "" || l.keepCache {
 		return
 	}
 	dir := filepath.Join(p.CacheDir, "blobs")

@@ -21,14 +21,7 @@ func busyThreshold(b *config.BusyThreshold) *pick.BusyThreshold {
 	if b == nil {
 		return nil
 	}
-	t := &pick.BusyThreshold{Hysteresis: b.Hysteresis}
-	if b.KVBlocks != nil {
-		t.KVBlocks = *b.KVBlocks
-	}
-	if b.PrefillTokens != nil {
-		t.PrefillTokens = *b.PrefillTokens
-	}
-	return t
+	return pick.NewBusyThreshold(b.KVBlocks, b.PrefillTokens, b.Hysteresis)
 }
 
 // reserve pins the request. It returns nil when the request is not

@@ -120,6 +120,13 @@ func diffRun(opts *DiffOptions) error {
 			out.Errors = append(out.Errors, f.String())
 		}
 	}
+	// A file that holds no configuration (blank, comments, a bare ---)
+	// loads as every default, but no reload applies it: the file watch
+	// waits for its write, SIGHUP and PUT /admin/config refuse it.
+	if data, err := config.ReadFile(opts.New, config.MaxFileBytes); err == nil && config.Empty(data) {
+		out.Applied = false
+		out.Errors = append(out.Errors, opts.New+": the file holds no configuration (a reload never applies an empty document as every default)")
+	}
 	plan := config.Diff(oldDoc.Config, newDoc.Config)
 	for _, tier := range []config.Tier{config.TierImmediate, config.TierSubscriptionRestart, config.TierWatcherRestart, config.TierRebind} {
 		t := jsonTier{Tier: tier.String()}

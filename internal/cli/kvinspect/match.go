@@ -215,7 +215,8 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 	}
 	namespaces := cfg.Dynamo.Discovery.Namespaces()
 	store := load.NewStore(cfg.Dynamo.Load.MaxStaleness.D(), nil)
-	st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: fl.Registry, Base: pick.NewLoadBased(store), Env: o.Env, Logger: logger})
+	st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: fl.Registry, Base: pick.NewLoadBased(store), Env: o.Env, Logger: logger,
+		KeepArtifactCache: true})
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,13 @@ func RunMatch(ctx context.Context, o *MatchOptions) error {
 	waitArtifacts(ctx, st.Prompts, fl.Registry, model, path, o.ArtifactTimeout)
 
 	snap = fl.Registry.Snapshot()
-	ex, err := st.Picker.Explain(snap, pick.Request{Model: model, Namespaces: namespaces, EstPromptTokens: q.PromptTokenEstimate, Path: path, Body: body}, time.Now())
+	// The router's own request: its busy rule keeps ranks over
+	// busy_threshold out of the choice whatever their overlap.
+	preq := pick.Request{Model: model, Namespaces: namespaces, EstPromptTokens: q.PromptTokenEstimate, Path: path, Body: body}
+	if b := cfg.Dynamo.Load.BusyThreshold; b != nil {
+		preq.Busy = pick.NewBusyThreshold(b.KVBlocks, b.PrefillTokens, b.Hysteresis)
+	}
+	ex, err := st.Picker.Explain(snap, preq, time.Now())
 	if errors.Is(err, pick.ErrNoWorkers) {
 		return fmt.Errorf("no worker of model %q in namespaces %s", model, strings.Join(namespaces, ", "))
 	}

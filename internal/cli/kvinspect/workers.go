@@ -210,7 +210,7 @@ func RunWorkers(ctx context.Context, o *WorkersOptions) error {
 		return err
 	}
 	defer fl.Close()
-	st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: fl.Registry, Env: o.Env, Logger: logger})
+	st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: fl.Registry, Env: o.Env, Logger: logger, KeepArtifactCache: true})
 	if err != nil {
 		return err
 	}
@@ -376,7 +376,11 @@ func bytesText(n int64) string {
 // workersFromRouter prints the router's GET /admin/dynamo/kv, once or
 // every --interval.
 func workersFromRouter(ctx context.Context, o *WorkersOptions) error {
-	client := &http.Client{Timeout: max(o.Timeout, time.Second)}
+	// No redirect is followed: Go keeps the Authorization field across
+	// one to the same host on another port or scheme, which would send
+	// the admin token in clear; a redirect shows as the error it is.
+	client := &http.Client{Timeout: max(o.Timeout, time.Second),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	view := func() (admin.KVResponse, error) { return fetchKV(ctx, client, o.Router, o.Token) }
 	if !o.Follow {
 		v, err := view()
@@ -415,6 +419,9 @@ func fetchKV(ctx context.Context, client *http.Client, base, token string) (admi
 		return v, fmt.Errorf("%s: %s (check --token or $%s)", path, status, TokenEnv)
 	case http.StatusNotFound:
 		return v, fmt.Errorf("%s: %s (the admin API is off without admin.token, or the router predates this view)", path, status)
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return v, fmt.Errorf("%s: %s to %s (not followed, so that the admin token goes only to --router: give the address it names)",
+			path, status, iostreams.Printable(resp.Header.Get("Location")))
 	default:
 		return v, fmt.Errorf("%s: %s", path, status)
 	}

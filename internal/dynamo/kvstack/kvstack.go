@@ -58,6 +58,9 @@ type Options struct {
 	Env func(name string) (string, bool)
 	// Logger receives the parts' logs; nil discards them.
 	Logger *slog.Logger
+	// KeepArtifactCache leaves the artifact cache's unpinned blobs alone
+	// (a tool beside a router sharing its cache directory).
+	KeepArtifactCache bool
 }
 
 // Stack is KV-aware selection's parts, built and not running until Run.
@@ -103,7 +106,8 @@ func New(o Options) (*Stack, error) {
 	for _, r := range kv.Results {
 		s.Metrics.Events.WithLabelValues(r)
 	}
-	s.Loader, err = artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: logger, Metrics: s.Artifacts})
+	s.Loader, err = artifact.NewLoader(artifact.LoaderOptions{Policy: policy, Build: kv.Build, Logger: logger, Metrics: s.Artifacts,
+		KeepCache: o.KeepArtifactCache})
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,19 @@ type BusyThreshold struct {
 	Hysteresis    float64
 }
 
+// NewBusyThreshold is the rule a dynamo.load.busy_threshold block sets: a
+// fraction it leaves unset is 0, a signal that never makes a rank busy.
+func NewBusyThreshold(kvBlocks, prefillTokens *float64, hysteresis float64) *BusyThreshold {
+	t := &BusyThreshold{Hysteresis: hysteresis}
+	if kvBlocks != nil {
+		t.KVBlocks = *kvBlocks
+	}
+	if prefillTokens != nil {
+		t.PrefillTokens = *prefillTokens
+	}
+	return t
+}
+
 // busyState is a picker's busy rule and the (worker, rank)s it holds busy
 // (the latches the hysteresis needs), shared by the picker's indexes and
 // guarded by the picker's lock.
