@@ -194,6 +194,11 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
+// CloseIdleConnections closes the router's idle connections to its
+// backends (the health checks' too): once nothing is in flight, a stopped
+// router holds none.
+func (s *Server) CloseIdleConnections() { s.client.CloseIdleConnections() }
+
 // SetReady sets readiness (false while draining).
 func (s *Server) SetReady(on bool) { s.ready.Store(on) }
 

@@ -154,6 +154,9 @@ type Daemon struct {
 	// requests of servers a reload replaced are cut then.
 	retireEnd   context.Context
 	endRetiring context.CancelCauseFunc
+	// graceEnd ends retireEnd at the shutdown grace's end (drain sets it,
+	// Run stops it once nothing is left to cut).
+	graceEnd *time.Timer
 	// cert is server.tls's certificate (nil for plain HTTP), reloaded by
 	// certRun when its files change; guarded by mu.
 	cert    *certificate
@@ -416,6 +419,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	stopParts(d.logger, d.dyn.watcherRun, d.dyn.loadRun, d.dyn.kv.part(), routerRun, d.certRun, d.busRun, d.coverageRun)
 	d.mu.Unlock()
 	d.retiring.Wait()
+	// Nothing is left in flight: no timer waits on, and the router's
+	// connections to its backends close now rather than at their idle
+	// timeout, in a process that may go on (the demo, an embedding one).
+	d.graceEnd.Stop()
+	d.endRetiring(errors.New("daemon stopped"))
+	d.router.CloseIdleConnections()
 	if err == nil {
 		// A part that failed while shutting down still says so.
 		select {
@@ -463,7 +472,7 @@ func (d *Daemon) drain() {
 	d.router.SetShutdownDeadline(time.Now().Add(d.grace))
 	d.logger.Info("shutting down", "grace", d.grace)
 	// Servers a reload replaced have the same grace.
-	time.AfterFunc(d.grace, func() { d.endRetiring(fmt.Errorf("shutdown grace of %s exceeded", d.grace)) })
+	d.graceEnd = time.AfterFunc(d.grace, func() { d.endRetiring(fmt.Errorf("shutdown grace of %s exceeded", d.grace)) })
 	d.lnMu.Lock()
 	d.draining = true
 	ls := []*listener{d.main, d.admin}
