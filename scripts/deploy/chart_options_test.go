@@ -23,6 +23,9 @@ func TestHelmRouterExposesEventBusListener(t *testing.T) {
 			`"event_bus":{"enabled":true,"listen":"0.0.0.0:7443","tls":{"cert":"/etc/bus/tls.crt","key":"/etc/bus/tls.key"},`+
 			`"brokers":[{"id":"broker-a.dynamo","token_hash":"sha256:`+strings.Repeat("0", 64)+`","namespaces":["dynamo"]}]}}`,
 		"--set", "config.disaggregated_serving.enabled=true",
+		// The fleet's API reached through a kubeconfig (the router's own
+		// cluster need not be the workers').
+		"--set", "extraEnv[0].name=KUBECONFIG", "--set", "extraEnv[0].value=/etc/kube/config",
 		"--set", "eventBroker.enabled=true", "--set", "eventBroker.router=https://c-continuum.routers.svc:7443",
 		"--set", "eventBroker.id=broker-a.dynamo", "--set", "eventBroker.token=t")
 	if err != nil {

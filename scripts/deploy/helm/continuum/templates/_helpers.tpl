@@ -156,3 +156,26 @@ so that the kubelet does not kill it within the drain it promised. */}}
 {{- fail (printf "drainGrace %q: give whole seconds or minutes, such as 10s or 1m" $g) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* continuum.routerChecks fails a render whose router could not work as
+configured: a router on the event bus runs as one process (each broker or
+kv-listener entry keeps one session, which lands on one pod: every other
+replica would route on load it never receives), and a Kubernetes source
+needs the API access dynamoPodDiscovery grants (or a KUBECONFIG). */}}
+{{- define "continuum.routerChecks" -}}
+{{- $cfg := include "continuum.config" . | fromYaml -}}
+{{- $dyn := default dict $cfg.dynamo -}}
+{{- if and (default dict $dyn.event_bus).enabled (gt (int .Values.replicaCount) 1) -}}
+{{- fail "replicaCount: a router with dynamo.event_bus enabled runs as one process (each broker or kv-listener entry keeps one session, on one pod; the other replicas would get no broker)" -}}
+{{- end -}}
+{{- $source := (default dict $dyn.discovery).source -}}
+{{- if and $dyn.enabled (has $source (list "kubernetes" "kubernetes_pods")) (not .Values.dynamoPodDiscovery.enabled) -}}
+{{- $kubeconfig := false -}}
+{{- range .Values.extraEnv -}}
+{{- if eq .name "KUBECONFIG" -}}{{- $kubeconfig = true -}}{{- end -}}
+{{- end -}}
+{{- if not $kubeconfig -}}
+{{- fail (printf "config.dynamo.discovery.source %s reads the Kubernetes API: set dynamoPodDiscovery.enabled (its Role, RoleBinding and token), or give a KUBECONFIG in extraEnv" $source) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
