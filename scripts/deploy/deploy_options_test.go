@@ -1,6 +1,9 @@
 package deploy
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -99,6 +102,15 @@ func TestConfigChangeReloadsInPlace(t *testing.T) {
 // of another release than the router.
 func TestKustomizeImagesPinned(t *testing.T) {
 	kustomize := tool(t, "kustomize")
+	chart, err := os.ReadFile(filepath.Join(deployDir(t, "helm", "continuum"), "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?$`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	release := string(m[1])
 	for _, dir := range []string{"base", "overlays/dynamo-pod-discovery", "overlays/dynamo-metadata-discovery", "event-broker", "kv-listener"} {
 		out, err := run(t, kustomize, "build", deployDir(t, "kustomize", dir))
 		if err != nil {
@@ -113,6 +125,8 @@ func TestKustomizeImagesPinned(t *testing.T) {
 				_, tag, ok := strings.Cut(ref, ":")
 				if !strings.Contains(c.Image, "@sha256:") && (!ok || tag == "latest") {
 					t.Errorf("%s: %s container %s runs image %q (pull policy %q): not pinned", dir, d.Name, c.Name, c.Image, c.ImagePullPolicy)
+				} else if tag != release {
+					t.Errorf("%s: %s container %s runs image %q, not the chart's release %s", dir, d.Name, c.Name, c.Image, release)
 				}
 			}
 		}
