@@ -295,7 +295,7 @@ func (w *response) commit(chunked bool, next []byte) {
 	// body before reading would otherwise block on a full socket while
 	// the answer waits for the body to be read. Beyond maxDrain the
 	// connection closes after the answer instead.
-	if w.reqClose || w.c.srv.shutting.Load() || !w.body.drain(false) {
+	if w.reqClose || w.c.srv.shutting.Load() || w.c.srv.noKeepAlive.Load() || !w.body.drain(false) {
 		w.closeAfter = true
 	} else {
 		// Read to its end for the handler, which then can read no more

@@ -80,7 +80,11 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	shutting atomic.Bool
-	watcher  watcher
+	// retiring: no new connection is taken (Retire); noKeepAlive: every
+	// answer closes its connection (EndKeepAlives).
+	retiring    atomic.Bool
+	noKeepAlive atomic.Bool
+	watcher     watcher
 }
 
 // Go serves c on a new goroutine until the client or the server closes
@@ -112,13 +116,45 @@ func (c *conn) serveConn() {
 // the answer they are writing; it returns when none is left, or closes
 // what is left when ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.CloseIdle()
+	return s.awaitNone(ctx, 5*time.Millisecond)
+}
+
+// CloseIdle stops serving without waiting: idle connections close at
+// once, busy ones after the answer they are writing (a server retiring
+// once its process shuts down).
+func (s *Server) CloseIdle() {
 	s.shutting.Store(true)
 	s.mu.Lock()
 	for c := range s.conns {
 		c.wakeIfIdle()
 	}
 	s.mu.Unlock()
-	tick := time.NewTicker(5 * time.Millisecond)
+}
+
+// EndKeepAlives makes every answer from now on close its connection
+// (Connection: close) and leaves idle connections be: a client's next
+// request on one is served, then the connection ends. Clients so move to
+// other connections without a request sent on one closed under it, which
+// no client may safely send again (a POST).
+func (s *Server) EndKeepAlives() { s.noKeepAlive.Store(true) }
+
+// Retire ends the server as another takes its place: it takes no new
+// connection, every answer closes its connection (EndKeepAlives), and idle
+// ones stay until their next request or their idle timeout, not closed
+// under a request. It returns when none is left, or closes what is left
+// when ctx ends.
+func (s *Server) Retire(ctx context.Context) error {
+	s.retiring.Store(true)
+	s.EndKeepAlives()
+	// Connections leave over seconds (an idle timeout): polled slowly.
+	return s.awaitNone(ctx, 100*time.Millisecond)
+}
+
+// awaitNone returns when no connection is left, or closes them all when
+// ctx ends.
+func (s *Server) awaitNone(ctx context.Context, every time.Duration) error {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		s.mu.Lock()
@@ -151,7 +187,7 @@ func (s *Server) Close() error {
 func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.shutting.Load() {
+	if s.shutting.Load() || s.retiring.Load() {
 		return false
 	}
 	if s.conns == nil {

@@ -77,6 +77,11 @@ type served struct {
 	lean  *h1.Server
 	srv   *http.Server
 	conns *h1.Handoff
+	// write is the write timeout of the connections it serves.
+	write time.Duration
+	// noKeepAlive: net/http's HTTP/1 answers close their connections
+	// (endKeepAlives), as the lean server's do.
+	noKeepAlive atomic.Bool
 	// cut ends the contexts of net/http's requests with h1.ErrCut when the
 	// grace ends, so that they are accounted as cut by the router, not
 	// left by their clients (the lean server marks its own).
@@ -103,16 +108,40 @@ func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config
 func (l *listener) newServed() *served {
 	st := l.settings
 	base, cut := context.WithCancelCause(context.Background())
-	srv := &http.Server{Handler: streamWriteBound(l.handler, st.write), ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
-		MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn),
+	s := &served{conns: h1.NewHandoff(l.ln.Addr()), write: st.write, cut: cut}
+	s.srv = &http.Server{Handler: s.keepAliveGate(streamWriteBound(l.handler, st.write)), ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read,
+		IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn),
 		BaseContext: func(net.Listener) context.Context { return base }}
-	q := h1.NewHandoff(l.ln.Addr())
 	// net/http's own WriteTimeout would bound a whole answer, streams
 	// included: the connections it serves are bounded per write instead,
-	// as the lean server bounds its own.
-	lean := &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
-		WriteTimeout: st.write, Logger: l.logger, Fallback: func(c net.Conn) { q.Give(h1.WithWriteTimeout(c, st.write)) }}
-	return &served{lean: lean, srv: srv, conns: q, cut: cut}
+	// as the lean server bounds its own. A request only net/http serves
+	// goes to the listener's current net/http server: one on a connection
+	// a server that a reload replaced still holds reaches a server that
+	// is not shutting down.
+	s.lean = &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
+		WriteTimeout: st.write, Logger: l.logger, Fallback: func(c net.Conn) {
+			cur := l.cur.Load()
+			cur.conns.Give(h1.WithWriteTimeout(c, cur.write))
+		}}
+	return s
+}
+
+// keepAliveGate closes net/http's HTTP/1 connections after their answer
+// once keep-alives end (an HTTP/2 client is sent a GOAWAY at the drain).
+func (s *served) keepAliveGate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && s.noKeepAlive.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// endKeepAlives makes every answer from now on close its connection,
+// idle connections left be (h1.Server.EndKeepAlives).
+func (s *served) endKeepAlives() {
+	s.noKeepAlive.Store(true)
+	s.lean.EndKeepAlives()
 }
 
 // serve starts the accept loop and the current server. An accept failure
@@ -214,7 +243,7 @@ func (l *listener) handOff(c net.Conn) {
 
 // reconfigure applies cfg to the connections that follow: the connection
 // limit at once, and a new server when its settings or TLS changed. It
-// returns the replaced server, to be shut down, or nil.
+// returns the replaced server, to be shut down, or nil. d.lnMu is held.
 func (d *Daemon) reconfigure(l *listener, cfg *config.Config, tlsCfg *tls.Config) *served {
 	l.limit.Store(int64(cfg.Server.MaxConnections))
 	st := settingsOf(cfg)
@@ -227,6 +256,9 @@ func (d *Daemon) reconfigure(l *listener, cfg *config.Config, tlsCfg *tls.Config
 	l.settings = st
 	l.tls.Store(tlsCfg)
 	next := l.newServed()
+	if d.noKeepAlive {
+		next.endKeepAlives() // the shutdown delay began
+	}
 	d.serveOne(l, next)
 	return l.cur.Swap(next)
 }
@@ -245,6 +277,35 @@ func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration)
 	ctx, cancel := context.WithTimeoutCause(context.Background(), grace, fmt.Errorf("shutdown grace of %s exceeded", grace))
 	defer cancel()
 	s.retire(ctx, logger, addr)
+}
+
+// replaced retires servers a reload replaced on the same listener: the
+// lean server's connections end after their next answer or at their idle
+// timeout, not closed idle under a request (h1.Server.Retire), while
+// net/http's retire as at a shutdown (its HTTP/2 clients get a GOAWAY).
+// Those left when ctx ends are cut.
+func (s *served) replaced(ctx context.Context, logger *slog.Logger) {
+	s.endKeepAlives()
+	var wg sync.WaitGroup
+	var leanErr error
+	wg.Go(func() { leanErr = s.lean.Retire(ctx) })
+	// The lean server hands what only net/http serves to the listener's
+	// current server now: only what it gave before is waited for here.
+	err := s.conns.Drain(ctx)
+	s.srv.SetKeepAlivesEnabled(false)
+	if serr := s.srv.Shutdown(ctx); serr != nil {
+		s.cut(h1.ErrCut)
+		_ = s.srv.Close()
+		err = serr
+	}
+	wg.Wait()
+	s.cut(nil)
+	if err == nil {
+		err = leanErr
+	}
+	if err != nil {
+		logger.Warn("requests still in flight at the end of the grace period", "err", context.Cause(ctx))
+	}
 }
 
 // retire lets the servers' requests finish until ctx ends, when those

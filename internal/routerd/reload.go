@@ -535,8 +535,17 @@ func (d *Daemon) swapListeners(old, cfg *config.Config, p prepared) {
 	// not by the shutdown's grace: a reload is no shutdown, and a long
 	// stream would be cut by it. The daemon's shutdown ends them with the
 	// rest, at the end of its grace.
+	if d.replaced == nil {
+		d.replaced = map[*served]struct{}{}
+	}
 	for _, s := range replaced {
-		d.retiring.Go(func() { s.retire(d.retireEnd, d.logger, "") })
+		d.replaced[s] = struct{}{}
+		d.retiring.Go(func() {
+			s.replaced(d.retireEnd, d.logger)
+			d.lnMu.Lock()
+			delete(d.replaced, s)
+			d.lnMu.Unlock()
+		})
 	}
 }
 

@@ -149,7 +149,13 @@ type Daemon struct {
 	main     *listener
 	admin    *listener
 	draining bool
-	retiring sync.WaitGroup // replaced listeners and servers finishing their requests
+	// replaced are the servers a reload replaced still serving their
+	// connections (guarded by lnMu): the drain closes their idle ones.
+	replaced map[*served]struct{}
+	// noKeepAlive: the shutdown delay began, and answers close their
+	// connections (guarded by lnMu).
+	noKeepAlive bool
+	retiring    sync.WaitGroup // replaced listeners and servers finishing their requests
 	// retireEnd ends at the end of the shutdown's grace (or at Close): the
 	// requests of servers a reload replaced are cut then.
 	retireEnd   context.Context
@@ -454,6 +460,18 @@ func (d *Daemon) holdUnready() error {
 		return nil
 	}
 	d.router.SetReady(false)
+	// Answers from now on close their connections: a client that keeps
+	// its connections (an ingress's pool) is not steered by readiness, and
+	// would otherwise reuse one until the drain closed it idle under its
+	// next request.
+	d.lnMu.Lock()
+	d.noKeepAlive = true
+	for _, l := range []*listener{d.main, d.admin} {
+		if l != nil {
+			l.cur.Load().endKeepAlives()
+		}
+	}
+	d.lnMu.Unlock()
 	d.logger.Info("shutting down: not ready, serving on for the shutdown delay", "delay", d.delay)
 	t := time.NewTimer(d.delay)
 	defer t.Stop()
@@ -476,6 +494,11 @@ func (d *Daemon) drain() {
 	d.lnMu.Lock()
 	d.draining = true
 	ls := []*listener{d.main, d.admin}
+	// Servers a reload replaced close their idle connections now, as the
+	// listeners' own do.
+	for s := range d.replaced {
+		s.lean.CloseIdle()
+	}
 	d.lnMu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range ls {
