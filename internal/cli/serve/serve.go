@@ -119,10 +119,18 @@ func Run(ctx context.Context, o *Options) error {
 	reload := make(chan struct{})
 	if o.Demo {
 		// The demo has no file to reload: SIGHUP (its terminal closed)
-		// stops it as SIGTERM does, rather than leaving it on its port.
+		// stops it as SIGTERM does, rather than leaving it on its port;
+		// and as after a first SIGTERM, a second signal then ends the
+		// process at once.
+		parent := ctx
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGHUP)
 		defer stop()
+		context.AfterFunc(ctx, func() {
+			if parent.Err() == nil {
+				signal.Reset(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+			}
+		})
 	} else {
 		// SIGHUP reloads the configuration file (and never ends the
 		// process).
