@@ -1769,6 +1769,10 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 	case "escaped":
 		// Strings here are never Markup.
 		return false, nil
+	case "safe":
+		if r.dynamo {
+			return false, nil // minijinja's alias of escaped
+		}
 	case "startingwith", "endingwith":
 		if r.dynamo {
 			// minijinja's tests of a string's prefix or suffix: false
@@ -1816,7 +1820,7 @@ var (
 	mjTests = nameSet("!=", "<", "<=", "==", ">", ">=", "boolean", "defined", "divisibleby", "endingwith",
 		"eq", "equalto", "escaped", "even", "false", "filter", "float", "ge", "greaterthan", "gt", "in", "int",
 		"integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd",
-		"sameas", "sequence", "startingwith", "string", "test", "true", "undefined", "upper")
+		"safe", "sameas", "sequence", "startingwith", "string", "test", "true", "undefined", "upper")
 )
 
 func nameSet(names ...string) map[string]bool {

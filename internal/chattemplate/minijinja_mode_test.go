@@ -108,6 +108,7 @@ func TestDynamoFilterSetIsMinijinjas(t *testing.T) {
 		{`{% set d = {'a': 1}|chain({'b': 2, 'a': 3}) %}{{ d.a }}{{ d['b'] }}`, "32"},
 		{`{% for a, b in [1, 2, 3]|zip('xy') %}{{ a }}{{ b }};{% endfor %}|{{ [1, 2]|zip([3, 4], [5])|list|length }}`, "1x;2y;|1"},
 		{`{{ 1 is int }}{{ 'zip' is filter }}{{ 'truncate' is filter }}{{ 'int' is test }}{{ 'callable' is test }}`, "truetruefalsetruefalse"},
+		{`{{ 'x' is safe }}|{{ 'safe' is test }}`, "false|true"},
 	} {
 		out, err := renderDynamo(t, tc.src, vars)
 		if err != nil || out != tc.want {

@@ -65,9 +65,16 @@ func TestAdminLoadStateIsThePhaseBacklog(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &l); err != nil {
 		t.Fatal(err)
 	}
+	found := false
 	for _, s := range l.Samples {
-		if s.WorkerID == "10" && s.State != "quiet" {
-			t.Fatalf("prefill worker 10, last seen with 0 prefill tokens 10 s ago: state %q, want quiet (%s)", s.State, body)
+		if s.WorkerID == "10" {
+			found = true
+			if s.State != "quiet" {
+				t.Fatalf("prefill worker 10, last seen with 0 prefill tokens 10 s ago: state %q, want quiet (%s)", s.State, body)
+			}
 		}
+	}
+	if !found {
+		t.Fatalf("worker 10 not listed: %s", body)
 	}
 }

@@ -17,72 +17,109 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// TestReloadKeepsIdleKeepAlives: a reload that changes server.* settings
-// (here server.idle_timeout) applies them to the connections that follow;
-// a kept-alive connection open before it finishes on the old settings. It
-// must not be closed by the reload itself: a client sending its next POST
-// on it at that moment loses the request (net/http's client does not
-// retry a POST on "server closed idle connection" or a reset).
-func TestReloadKeepsIdleKeepAlives(t *testing.T) {
-	t.Parallel()
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
-	}))
-	defer backend.Close()
-	root := t.TempDir()
-	f := startReload(t, configYAML(backend.URL, root, ""))
-	c, err := net.Dial("tcp", f.d.Addr())
+// keptAlive is a client's kept-alive HTTP/1.1 connection to the router.
+type keptAlive struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialKeptAlive(t *testing.T, addr string) *keptAlive {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = c.Close() }()
-	br := bufio.NewReader(c)
-	post := func() error {
-		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-		if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
-			return err
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
+	t.Cleanup(func() { _ = c.Close() })
+	return &keptAlive{c: c, br: bufio.NewReader(c)}
+}
+
+// post sends a chat completion, its body chunked (a request only net/http
+// serves: the lean server hands the connection off) or of declared length,
+// and reads the answer.
+func (k *keptAlive) post(chunked bool) (*http.Response, error) {
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	var err error
+	if chunked {
+		_, err = fmt.Fprintf(k.c, "%sTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", head, len(body), body)
+	} else {
+		_, err = fmt.Fprintf(k.c, "%sContent-Length: %d\r\n\r\n%s", head, len(body), body)
 	}
-	if err := post(); err != nil {
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return resp, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return resp, nil
+}
+
+func completionBackend(t *testing.T) *httptest.Server {
+	t.Helper()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
+	}))
+	t.Cleanup(backend.Close)
+	return backend
+}
+
+// TestReloadKeepsIdleKeepAlives: a reload that changes server.* settings
+// (here server.idle_timeout) applies them to the connections that follow;
+// a kept-alive connection open before it finishes on the old settings. It
+// is not closed by the reload itself, neither the lean server's nor one it
+// handed to net/http: a client sending its next POST on it at that moment
+// would lose the request (net/http's client does not retry a POST on
+// "server closed idle connection" or a reset). The next answer on it says
+// Connection: close.
+func TestReloadKeepsIdleKeepAlives(t *testing.T) {
+	t.Parallel()
+	backend := completionBackend(t)
+	root := t.TempDir()
+	f := startReload(t, configYAML(backend.URL, root, ""))
+	lean, handed := dialKeptAlive(t, f.d.Addr()), dialKeptAlive(t, f.d.Addr())
+	if _, err := lean.post(false); err != nil {
 		t.Fatal(err)
 	}
-	// The connection is idle, kept alive. A reload of a server setting.
+	if _, err := handed.post(true); err != nil {
+		t.Fatal(err)
+	}
+	// The connections are idle, kept alive. A reload of a server setting.
 	f.write(strings.Replace(configYAML(backend.URL, root, ""), "server:\n", "server:\n  idle_timeout: 90s\n", 1))
 	if r := f.waitReload(1); r.Result != "applied" {
 		t.Fatalf("reload: %+v", r)
 	}
-	if closedWithin(c, 2*time.Second) {
-		t.Fatal("the reload closed an idle kept-alive connection (a request sent on it now is lost)")
-	}
-	_ = c.SetReadDeadline(time.Time{})
-	if err := post(); err != nil {
-		t.Fatalf("the next request on the kept-alive connection: %v", err)
+	for name, k := range map[string]*keptAlive{"lean": lean, "handed off": handed} {
+		if closedWithin(k.c, 2*time.Second) {
+			t.Fatalf("%s: the reload closed an idle kept-alive connection (a request sent on it now is lost)", name)
+		}
+		_ = k.c.SetReadDeadline(time.Time{})
+		resp, err := k.post(name == "handed off")
+		if err != nil {
+			t.Fatalf("%s: the next request on the kept-alive connection: %v", name, err)
+		}
+		if !resp.Close {
+			t.Errorf("%s: the answer on a replaced server's connection does not close it", name)
+		}
 	}
 }
 
 // TestShutdownDelayEndsKeepAlives: during --shutdown-delay the router
 // serves on, not ready, so that clients move away before it stops
 // accepting. A client on a kept-alive connection (an ingress's or a load
-// balancer's pool) is not steered by readiness: unless the answers it gets
-// meanwhile say Connection: close, it goes on reusing the connection until
-// the drain closes it idle, racing its next POST (lost, not retried).
+// balancer's pool) is not steered by readiness: the answers it gets
+// meanwhile say Connection: close, so that it does not reuse the
+// connection until the drain closes it idle under its next POST.
 func TestShutdownDelayEndsKeepAlives(t *testing.T) {
 	t.Parallel()
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
-	}))
-	t.Cleanup(backend.Close)
-	d, err := routerd.New(plainCfg(backend.URL), routerd.Deps{ShutdownGrace: 5 * time.Second, ShutdownDelay: 3 * time.Second})
+	backend := completionBackend(t)
+	d, err := routerd.New(plainCfg(backend.URL), routerd.Deps{ShutdownGrace: 5 * time.Second, ShutdownDelay: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,34 +141,15 @@ func TestShutdownDelayEndsKeepAlives(t *testing.T) {
 		return resp.StatusCode
 	}
 	testutil.Eventually(t, 10*time.Second, "ready", func() bool { return ready() == http.StatusOK })
-	c, err := net.Dial("tcp", d.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	br := bufio.NewReader(c)
-	post := func() *http.Response {
-		t.Helper()
-		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-		if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp
-	}
-	if resp := post(); resp.StatusCode != http.StatusOK || resp.Close {
-		t.Fatalf("before the signal: %d, close %v", resp.StatusCode, resp.Close)
+	k := dialKeptAlive(t, d.Addr())
+	if resp, err := k.post(false); err != nil || resp.Close {
+		t.Fatalf("before the signal: %v, close %v", err, resp != nil && resp.Close)
 	}
 	cancel() // SIGTERM
 	testutil.Eventually(t, 10*time.Second, "not ready", func() bool { return ready() == http.StatusServiceUnavailable })
-	resp := post()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("during the shutdown delay: %d", resp.StatusCode)
+	resp, err := k.post(false)
+	if err != nil {
+		t.Fatalf("during the shutdown delay: %v", err)
 	}
 	if !resp.Close {
 		t.Error("an answer on a kept-alive connection during the shutdown delay does not say Connection: close: the client keeps the connection until the drain closes it under its next request")
@@ -144,29 +162,18 @@ func TestShutdownDelayEndsKeepAlives(t *testing.T) {
 // grace for a client that sends nothing.
 func TestShutdownClosesReplacedIdleConns(t *testing.T) {
 	t.Parallel()
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
-	}))
-	defer backend.Close()
+	backend := completionBackend(t)
 	root := t.TempDir()
 	file := filepath.Join(t.TempDir(), "continuum.yaml")
 	testutil.ReplaceFile(t, file, configYAML(backend.URL, root, ""))
 	f := startReloadGrace(t, file, nil, 20*time.Second)
-	c, err := net.Dial("tcp", f.d.Addr())
-	if err != nil {
+	lean, handed := dialKeptAlive(t, f.d.Addr()), dialKeptAlive(t, f.d.Addr())
+	if _, err := lean.post(false); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = c.Close() }()
-	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-	if _, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+	if _, err := handed.post(true); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
 	f.write(strings.Replace(configYAML(backend.URL, root, ""), "server:\n", "server:\n  idle_timeout: 90s\n", 1))
 	if r := f.waitReload(1); r.Result != "applied" {
 		t.Fatalf("reload: %+v", r)
@@ -180,6 +187,6 @@ func TestShutdownClosesReplacedIdleConns(t *testing.T) {
 		t.Fatal("the daemon did not stop")
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("the daemon took %v to stop: the replaced server's idle connection held it", d)
+		t.Errorf("the daemon took %v to stop: a replaced server's idle connection held it", d)
 	}
 }

@@ -82,6 +82,10 @@ type served struct {
 	// noKeepAlive: net/http's HTTP/1 answers close their connections
 	// (endKeepAlives), as the lean server's do.
 	noKeepAlive atomic.Bool
+	// secure: a TLS listener's (its connections are net/http's, HTTP/2
+	// ones among them); httpConns counts net/http's open connections.
+	secure    bool
+	httpConns atomic.Int64
 	// cut ends the contexts of net/http's requests with h1.ErrCut when the
 	// grace ends, so that they are accounted as cut by the router, not
 	// left by their clients (the lean server marks its own).
@@ -108,21 +112,23 @@ func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config
 func (l *listener) newServed() *served {
 	st := l.settings
 	base, cut := context.WithCancelCause(context.Background())
-	s := &served{conns: h1.NewHandoff(l.ln.Addr()), write: st.write, cut: cut}
+	s := &served{conns: h1.NewHandoff(l.ln.Addr()), write: st.write, cut: cut, secure: l.tls.Load() != nil}
 	s.srv = &http.Server{Handler: s.keepAliveGate(streamWriteBound(l.handler, st.write)), ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read,
 		IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeader, ErrorLog: slog.NewLogLogger(l.logger.Handler(), slog.LevelWarn),
-		BaseContext: func(net.Listener) context.Context { return base }}
+		BaseContext: func(net.Listener) context.Context { return base },
+		ConnState: func(_ net.Conn, cs http.ConnState) {
+			switch cs {
+			case http.StateNew:
+				s.httpConns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				s.httpConns.Add(-1)
+			}
+		}}
 	// net/http's own WriteTimeout would bound a whole answer, streams
 	// included: the connections it serves are bounded per write instead,
-	// as the lean server bounds its own. A request only net/http serves
-	// goes to the listener's current net/http server: one on a connection
-	// a server that a reload replaced still holds reaches a server that
-	// is not shutting down.
+	// as the lean server bounds its own.
 	s.lean = &h1.Server{Handler: l.handler, ReadHeaderTimeout: st.readHeader, ReadTimeout: st.read, IdleTimeout: st.idle,
-		WriteTimeout: st.write, Logger: l.logger, Fallback: func(c net.Conn) {
-			cur := l.cur.Load()
-			cur.conns.Give(h1.WithWriteTimeout(c, cur.write))
-		}}
+		WriteTimeout: st.write, Logger: l.logger, Fallback: func(c net.Conn) { s.conns.Give(h1.WithWriteTimeout(c, st.write)) }}
 	return s
 }
 
@@ -146,7 +152,11 @@ func (s *served) endKeepAlives() {
 
 // serve starts the accept loop and the current server. An accept failure
 // that is not temporary, or a server failure, ends the daemon.
+// d.lnMu is held.
 func (d *Daemon) serve(l *listener) {
+	if d.noKeepAlive {
+		l.cur.Load().endKeepAlives() // a listener a reload bound during the shutdown delay
+	}
 	d.serveOne(l, l.cur.Load())
 	go func() {
 		defer close(l.accepted)
@@ -279,32 +289,42 @@ func (s *served) shutdown(logger *slog.Logger, addr string, grace time.Duration)
 	s.retire(ctx, logger, addr)
 }
 
-// replaced retires servers a reload replaced on the same listener: the
-// lean server's connections end after their next answer or at their idle
-// timeout, not closed idle under a request (h1.Server.Retire), while
-// net/http's retire as at a shutdown (its HTTP/2 clients get a GOAWAY).
-// Those left when ctx ends are cut.
+// replaced retires servers a reload replaced on the same listener: on a
+// plain listener no idle kept-alive connection is closed under the
+// client's next request (a POST lost): each ends after its next answer
+// (Connection: close) or at its idle timeout, the lean server's
+// (h1.Server.Retire) and then those it handed to net/http. A TLS
+// listener's connections retire as at a shutdown: an HTTP/2 client gets a
+// GOAWAY, an idle HTTP/1.1 one is closed. Those left when ctx ends are
+// cut; the shutdown's drain closes the idle ones at once (closeIdle).
 func (s *served) replaced(ctx context.Context, logger *slog.Logger) {
 	s.endKeepAlives()
-	var wg sync.WaitGroup
-	var leanErr error
-	wg.Go(func() { leanErr = s.lean.Retire(ctx) })
-	// The lean server hands what only net/http serves to the listener's
-	// current server now: only what it gave before is waited for here.
-	err := s.conns.Drain(ctx)
+	// The lean server first: a connection it hands off meanwhile finds
+	// net/http's server open.
+	err := s.lean.Retire(ctx)
+	if !s.secure {
+		awaitZero(ctx, &s.httpConns)
+	}
+	s.stopNetHTTP(ctx, logger, "", err)
+}
+
+// closeIdle closes the idle connections of a server a reload replaced:
+// the shutdown's drain.
+func (s *served) closeIdle() {
+	s.lean.CloseIdle()
 	s.srv.SetKeepAlivesEnabled(false)
-	if serr := s.srv.Shutdown(ctx); serr != nil {
-		s.cut(h1.ErrCut)
-		_ = s.srv.Close()
-		err = serr
-	}
-	wg.Wait()
-	s.cut(nil)
-	if err == nil {
-		err = leanErr
-	}
-	if err != nil {
-		logger.Warn("requests still in flight at the end of the grace period", "err", context.Cause(ctx))
+}
+
+// awaitZero returns when n is 0 or ctx ends.
+func awaitZero(ctx context.Context, n *atomic.Int64) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for n.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 
@@ -321,10 +341,18 @@ func (s *served) retire(ctx context.Context, logger *slog.Logger, addr string) {
 	// request only net/http serves) still finds net/http's server open,
 	// and net/http's shutdown waits until that request has reached the
 	// handler (net/http drops one it reads after its shutdown began).
-	err := s.lean.Shutdown(ctx)
+	s.stopNetHTTP(ctx, logger, addr, s.lean.Shutdown(ctx))
+}
+
+// stopNetHTTP ends net/http's server once the lean one is done (err is
+// the lean server's outcome): what the lean one handed off has reached
+// its handler, then net/http's requests finish until ctx ends, when
+// those left are cut.
+func (s *served) stopNetHTTP(ctx context.Context, logger *slog.Logger, addr string, err error) {
 	if derr := s.conns.Drain(ctx); err == nil {
 		err = derr
 	}
+	s.srv.SetKeepAlivesEnabled(false)
 	if serr := s.srv.Shutdown(ctx); serr != nil {
 		s.cut(h1.ErrCut)
 		_ = s.srv.Close()

@@ -459,9 +459,9 @@ func (d *Daemon) holdUnready() error {
 	if d.delay <= 0 {
 		return nil
 	}
-	d.router.SetReady(false)
-	// Answers from now on close their connections: a client that keeps
-	// its connections (an ingress's pool) is not steered by readiness, and
+	// Answers from now on close their connections (before readiness goes,
+	// so that no answer after it keeps one): a client that keeps its
+	// connections (an ingress's pool) is not steered by readiness, and
 	// would otherwise reuse one until the drain closed it idle under its
 	// next request.
 	d.lnMu.Lock()
@@ -472,6 +472,7 @@ func (d *Daemon) holdUnready() error {
 		}
 	}
 	d.lnMu.Unlock()
+	d.router.SetReady(false)
 	d.logger.Info("shutting down: not ready, serving on for the shutdown delay", "delay", d.delay)
 	t := time.NewTimer(d.delay)
 	defer t.Stop()
@@ -497,7 +498,7 @@ func (d *Daemon) drain() {
 	// Servers a reload replaced close their idle connections now, as the
 	// listeners' own do.
 	for s := range d.replaced {
-		s.lean.CloseIdle()
+		s.closeIdle()
 	}
 	d.lnMu.Unlock()
 	var wg sync.WaitGroup

@@ -23,7 +23,6 @@ func TestRunLeavesNoTimer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond)
 	cancel()
 	select {
 	case err := <-done:
@@ -35,7 +34,10 @@ func TestRunLeavesNoTimer(t *testing.T) {
 	}
 	// Run returned within a second of an hour's grace: the grace timer
 	// must not still be pending (it fires endRetiring an hour from now).
-	if d.retireEnd.Err() == nil {
+	if d.graceEnd.Stop() {
 		t.Error("Run returned with the grace timer still pending: it holds the daemon, and ends retireEnd, for the whole grace after Run")
+	}
+	if d.retireEnd.Err() == nil {
+		t.Error("Run returned with the retiring servers' context still open")
 	}
 }

@@ -123,11 +123,15 @@ func diffRun(opts *DiffOptions) error {
 	// A file that holds no configuration (blank, comments, a bare ---)
 	// loads as every default, but no reload applies it: the file watch
 	// waits for its write, SIGHUP and PUT /admin/config refuse it.
+	empty := false
 	if data, err := config.ReadFile(opts.New, config.MaxFileBytes); err == nil && config.Empty(data) {
-		out.Applied = false
+		empty, out.Applied = true, false
 		out.Errors = append(out.Errors, opts.New+": the file holds no configuration (a reload never applies an empty document as every default)")
 	}
 	plan := config.Diff(oldDoc.Config, newDoc.Config)
+	if empty {
+		plan = config.Plan{} // no fix of an empty file reverts every key to its default
+	}
 	for _, tier := range []config.Tier{config.TierImmediate, config.TierSubscriptionRestart, config.TierWatcherRestart, config.TierRebind} {
 		t := jsonTier{Tier: tier.String()}
 		for _, ch := range plan.Changes {

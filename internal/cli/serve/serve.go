@@ -122,15 +122,20 @@ func Run(ctx context.Context, o *Options) error {
 		// stops it as SIGTERM does, rather than leaving it on its port;
 		// and as after a first SIGTERM, a second signal then ends the
 		// process at once.
+		// (A terminal's hangup often comes twice: the second SIGHUP is
+		// ignored, not taken as that second signal.)
 		parent := ctx
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGHUP)
 		defer stop()
-		context.AfterFunc(ctx, func() {
+		// Deferred after stop, so run before it: a return without a
+		// signal leaves the process's handlers as they are.
+		defer context.AfterFunc(ctx, func() {
 			if parent.Err() == nil {
-				signal.Reset(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+				signal.Ignore(syscall.SIGHUP)
+				signal.Reset(os.Interrupt, syscall.SIGTERM)
 			}
-		})
+		})()
 	} else {
 		// SIGHUP reloads the configuration file (and never ends the
 		// process).

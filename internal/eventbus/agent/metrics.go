@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 )
 
 // MetricsServer serves a client's /metrics and /healthz.
@@ -31,23 +30,24 @@ func ListenMetrics(addr string, g prometheus.Gatherer, logger *slog.Logger) (*Me
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	// The port is open to whatever reaches it: a scraper's connections
-	// are few and short, so a connection holds at most metricsConns of
-	// them, and a kept-alive one that sends nothing is closed.
-	return &MetricsServer{ln: netutil.LimitListener(ln, metricsConns), srv: &http.Server{Handler: mux,
+	// The port is open to whatever reaches it: a connection has a time
+	// to send its request and to take its answer, and a kept-alive one
+	// that sends nothing more is closed, so that none is held for ever.
+	// (No cap on connections at once: one that queued the rest would
+	// starve the liveness probe.)
+	return &MetricsServer{ln: ln, srv: &http.Server{Handler: mux,
 		ReadHeaderTimeout: metricsReadTimeout, ReadTimeout: metricsReadTimeout, WriteTimeout: metricsWriteTimeout,
 		IdleTimeout: metricsIdleTimeout, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}}, nil
 }
 
-// Bounds of the metrics listener: connections at once, the time a request
-// may take to arrive and its answer to leave (a scrape of a large registry
-// included), and the time a kept-alive connection may wait for its next
-// request (Prometheus scrapes every 15–60 s and reconnects at need).
+// Bounds of the metrics listener: the time a request may take to arrive
+// and its answer to leave (a scrape of a large registry included), and
+// the time a kept-alive connection may wait for its next request (a
+// scraper reconnects at need).
 const (
-	metricsConns        = 64
 	metricsReadTimeout  = 10 * time.Second
 	metricsWriteTimeout = 30 * time.Second
-	metricsIdleTimeout  = 90 * time.Second
+	metricsIdleTimeout  = 30 * time.Second
 )
 
 // Addr is the bound address.

@@ -53,3 +53,39 @@ func TestMetricsServerIdleKeepAliveBounded(t *testing.T) {
 		t.Fatalf("idle keep-alive connection not closed by the server: %v", err)
 	}
 }
+
+// TestMetricsHealthzNotStarvedByIdleConns: connections kept idle on the
+// metrics port do not keep the liveness probe out.
+func TestMetricsHealthzNotStarvedByIdleConns(t *testing.T) {
+	t.Parallel()
+	ms, err := ListenMetrics("127.0.0.1:0", prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ms.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 100 {
+		c, err := net.Dial("tcp", ms.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := probe.Get("http://" + ms.Addr() + "/healthz")
+	if err != nil {
+		t.Fatalf("liveness probe with 100 idle kept-alive connections open: %v", err)
+	}
+	_ = resp.Body.Close()
+}
