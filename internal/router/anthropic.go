@@ -956,6 +956,11 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 		out.fail(w, http.StatusRequestEntityTooLarge, CodeBadRequest, "messages",
 			"the prompt is larger than the router renders and counts (1 MiB of text, 1,048,576 tokens)")
 		return
+	case CountTokensLoading:
+		w.Header().Set("Retry-After", "1")
+		out.fail(w, http.StatusServiceUnavailable, CodeOverloaded, "",
+			"the tokenizer and chat template of model "+strconvQuote(q.Model)+" are still loading: try again in a moment")
+		return
 	case countTokensRenderFailed:
 		// The render's permits were all taken, its time spent, or the
 		// template failed on this conversation: not a missing endpoint.

@@ -437,6 +437,8 @@ func TestCountTokens(t *testing.T) {
 				return 0, "tokenizer_unavailable"
 			case strings.Contains(string(b), "busy"):
 				return 0, "render_unavailable"
+			case strings.Contains(string(b), "loading"):
+				return 0, router.CountTokensLoading
 			case strings.Contains(string(b), "huge"):
 				return 0, "prompt_too_large"
 			}
@@ -462,6 +464,11 @@ func TestCountTokens(t *testing.T) {
 	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"busy"}]}`, nil)
 	if resp.StatusCode != 503 || !strings.Contains(body, `"type":"overloaded_error"`) || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("render failed: %d %s", resp.StatusCode, body)
+	}
+	// Artifacts still loading: a moment's wait, not a missing artifact.
+	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"loading"}]}`, nil)
+	if resp.StatusCode != 503 || !strings.Contains(body, "still loading") || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("loading: %d %s", resp.StatusCode, body)
 	}
 	resp, body = h.postTo(t, "/v1/messages/count_tokens", `{"model":"qwen3","messages":[{"role":"user","content":"huge"}]}`, nil)
 	if resp.StatusCode != 413 || !strings.Contains(body, `"type":"request_too_large"`) {

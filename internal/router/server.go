@@ -87,6 +87,8 @@ const CountTokensOff = "kv_routing_off"
 const (
 	countTokensTooLarge     = "prompt_too_large"
 	countTokensRenderFailed = "render_unavailable"
+	// CountTokensLoading: the model's pinned artifacts are still loading.
+	CountTokensLoading = "artifacts_loading"
 )
 
 // Server is the router.

@@ -154,7 +154,7 @@ func (d *Daemon) newKV(cfg *config.Config, conn zmtp.Connector) (*kvParts, error
 		d.kvFamilies = kvstack.NewFamilies(d.promReg)
 	}
 	st, err := kvstack.New(kvstack.Options{Config: cfg, Registry: d.registry, Base: d.base, Families: d.kvFamilies,
-		Connector: conn, Env: os.LookupEnv, Logger: d.logger})
+		Connector: conn, Env: os.LookupEnv, Logger: d.logger, Prefetch: true})
 	if err != nil {
 		return nil, err
 	}

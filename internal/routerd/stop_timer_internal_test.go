@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/continuum-router/continuum/internal/config"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/router"
 )
 
 // TestRunLeavesNoTimer: once Run has returned, nothing of the daemon is
@@ -39,5 +41,14 @@ func TestRunLeavesNoTimer(t *testing.T) {
 	}
 	if d.retireEnd.Err() == nil {
 		t.Error("Run returned with the retiring servers' context still open")
+	}
+}
+
+// TestCountTokensLoadingReason: the router answers kv's reason for
+// artifacts still loading as the moment's wait it is.
+func TestCountTokensLoadingReason(t *testing.T) {
+	t.Parallel()
+	if router.CountTokensLoading != kv.CountLoading {
+		t.Fatalf("router.CountTokensLoading %q, kv.CountLoading %q", router.CountTokensLoading, kv.CountLoading)
 	}
 }

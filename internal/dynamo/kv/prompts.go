@@ -330,6 +330,27 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (Preparer, string
 	return pp, "", nil
 }
 
+// maxPrefetchModels bounds the models Prefetch asks for (as many as the
+// declarations it keeps).
+const maxPrefetchModels = 4096
+
+// Prefetch asks the loader for the pinned artifacts every model of snap
+// declares, so that their loads start when discovery shows the model, not
+// at its first request (routed by load alone while they load).
+func (p *Prompts) Prefetch(snap *fleet.Snapshot) {
+	seen := map[string]bool{}
+	for w := range snap.Workers.All() {
+		if seen[w.Model] || w.Role == fleet.RoleUnknown {
+			continue
+		}
+		if len(seen) >= maxPrefetchModels {
+			return
+		}
+		seen[w.Model] = true
+		_, _, _ = p.preparer(snap, w.Model)
+	}
+}
+
 // Diagnose says what Prepare would count, before rendering, for a request
 // of model on path in snap: "" and nil when the model's tokenizer (and,
 // for a chat request, its template) is loaded, else the result and why.
@@ -418,10 +439,19 @@ func (p *Prompts) Count(snap *fleet.Snapshot, model string, body []byte) (int, s
 		if result == "" {
 			result = ResultRenderUnavailable
 		}
+		if result == ResultTokenizerUnavailable {
+			if _, why := p.Diagnose(snap, model, "/v1/chat/completions"); errors.Is(why, artifact.ErrPending) {
+				return 0, CountLoading
+			}
+		}
 		return 0, result
 	}
 	return len(pr.IDs), ""
 }
+
+// CountLoading is the reason Count gives while the model's artifacts are
+// still loading (a moment's wait, not a missing artifact).
+const CountLoading = "artifacts_loading"
 
 func cmpOr(a, b string) string {
 	if a != "" {

@@ -204,6 +204,11 @@ func TestPromptsDiagnose(t *testing.T) {
 	if result, why := p.Diagnose(snap, "absent", "/v1/completions"); result != kv.ResultTokenizerUnavailable || !strings.Contains(why.Error(), "no worker serves") {
 		t.Errorf("absent model: %q %v", result, why)
 	}
+	// A count while the loads are pending says so (a moment's wait).
+	counting := kv.NewPrompts(startLoader(t, pins...))
+	if n, result := counting.Count(snap, "m", []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)); n != 0 || result != kv.CountLoading {
+		t.Errorf("count while loading: %d %q", n, result)
+	}
 	// The first look queues the loads: pending until they are done.
 	fresh := kv.NewPrompts(startLoader(t, pins...))
 	if result, why := fresh.Diagnose(snap, "m", "/v1/chat/completions"); result != kv.ResultTokenizerUnavailable || !errors.Is(why, artifact.ErrPending) {

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -61,6 +62,11 @@ type Options struct {
 	// KeepArtifactCache leaves the artifact cache's unpinned blobs alone
 	// (a tool beside a router sharing its cache directory).
 	KeepArtifactCache bool
+	// Prefetch starts loading the pinned artifacts a model's cards
+	// declare as soon as discovery shows the model (Run), rather than at
+	// its first request: a router's first request of each model is then
+	// KV-aware too.
+	Prefetch bool
 }
 
 // Stack is KV-aware selection's parts, built and not running until Run.
@@ -77,7 +83,8 @@ type Stack struct {
 	Metrics   *telemetry.KVMetrics
 	Artifacts *telemetry.ArtifactMetrics
 
-	reg *fleet.Registry
+	reg      *fleet.Registry
+	prefetch bool
 }
 
 // New builds the parts. An unparsable pin or CIDR is an error naming its
@@ -97,7 +104,7 @@ func New(o Options) (*Stack, error) {
 	if fam == nil {
 		fam = NewFamilies(o.Metrics)
 	}
-	s := &Stack{reg: o.Registry, Artifacts: fam.Artifacts, Metrics: fam.KV}
+	s := &Stack{reg: o.Registry, Artifacts: fam.Artifacts, Metrics: fam.KV, prefetch: o.Prefetch}
 	// Every result is exported from the start, at zero: a scraper (top)
 	// tells a router without KV-aware selection from one without traffic.
 	for _, r := range kv.SelectionResults {
@@ -157,8 +164,37 @@ func (s *Stack) Run(ctx context.Context) error {
 	if s.Subscriptions != nil {
 		wg.Go(func() { errs[1] = s.Subscriptions.Run(ctx) })
 	}
+	if s.prefetch && s.reg != nil {
+		wg.Go(func() { s.prefetchLoop(ctx) })
+	}
 	wg.Wait()
 	return cmp.Or(errs[0], errs[1])
+}
+
+// prefetchEvery spaces the prefetches a fleet's changes cause: each walks
+// every worker.
+const prefetchEvery = time.Second
+
+// prefetchLoop asks for the declared artifacts of every model the fleet
+// shows, again after each change (at most once every prefetchEvery), until
+// ctx ends.
+func (s *Stack) prefetchLoop(ctx context.Context) {
+	for {
+		changed := s.reg.Changed()
+		s.Prompts.Prefetch(s.reg.Snapshot())
+		t := time.NewTimer(prefetchEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // View is the index as GET /admin/dynamo/kv shows it: its size and
