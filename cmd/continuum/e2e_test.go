@@ -31,6 +31,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary the tests built (about 80 MB a run).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {

@@ -35,8 +35,14 @@ func UnknownInstance(id uint64) string {
 	return fmt.Sprintf("%s: instance_id=%d not found", UnknownInstanceError, id)
 }
 
-// maxRecorded bounds the requests a Frontend remembers.
-const maxRecorded = 10000
+// maxRecorded bounds the requests a Frontend remembers, and
+// maxRecordedBodies the bytes of their bodies it keeps (past them a
+// request is remembered without its body): a demo left running holds
+// neither without bound.
+const (
+	maxRecorded       = 10000
+	maxRecordedBodies = 16 << 20
+)
 
 // Recorded is one request the frontend saw.
 type Recorded struct {
@@ -72,6 +78,8 @@ type Frontend struct {
 	// namespace is the namespace of the records SetWorkers makes.
 	namespace string
 	recorded  []Recorded
+	// recordedBytes is the size of the bodies recorded keeps.
+	recordedBytes int
 	// RejectInStream answers a missing prefill id on a streaming request
 	// with a 200 SSE stream that carries the error, instead of a 500.
 	RejectInStream bool
@@ -194,7 +202,7 @@ func (f *Frontend) Requests() []Recorded {
 func (f *Frontend) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.recorded = nil
+	f.recorded, f.recordedBytes = nil, 0
 }
 
 // decimalHeader parses a pin header the way the frontend does: a decimal
@@ -357,6 +365,10 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	rec.RejectedWith, rec.RespondedStatus = errText, status
 	f.mu.Lock()
 	if len(f.recorded) < maxRecorded {
+		if f.recordedBytes+len(rec.Body) > maxRecordedBodies {
+			rec.Body = nil
+		}
+		f.recordedBytes += len(rec.Body)
 		f.recorded = append(f.recorded, rec)
 	}
 	tokens := f.Tokens
