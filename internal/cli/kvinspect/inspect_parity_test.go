@@ -15,7 +15,6 @@ import (
 
 	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/cli/kvinspect"
-	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/testutil"
@@ -57,23 +56,7 @@ func TestMatchHonoursBusyThreshold(t *testing.T) {
 	wg.Go(func() { keepAlive(ctx, files) })
 
 	body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}]}`, strings.Repeat("How do radix trees index cached prompt blocks? ", 30))
-	loader, err := artifact.NewLoader(artifact.LoaderOptions{Policy: artifact.NewPolicy(mustChecksums(t, pins)...), Build: kv.Build})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx, lcancel := context.WithCancel(context.Background())
-	var lwg sync.WaitGroup
-	lwg.Go(func() { _ = loader.Run(lctx) })
-	prompts := kv.NewPrompts(loader)
-	var prompt *kv.Prompt
-	testutil.Eventually(t, 30*time.Second, "the test's prompt", func() bool {
-		var result string
-		prompt, result = prompts.Prepare(snap, "m", "/v1/chat/completions", []byte(body), []int{16})
-		return result == ""
-	})
-	lcancel()
-	lwg.Wait()
-	hashes := prompt.Hashes[16]
+	hashes := preparedPrompt(t, snap, pins, body).Hashes[16]
 	ev := wire.RouterEvent{WorkerID: holder, Kind: wire.KVStored, EventID: 1}
 	for i, h := range hashes {
 		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: uint64(1000 + i), TokensHash: h})

@@ -439,22 +439,7 @@ func TestMatchOverALiveFleet(t *testing.T) {
 
 	body := fmt.Sprintf(`{"model":"qwen","messages":[{"role":"system","content":"You answer briefly."},{"role":"user","content":%q}]}`,
 		strings.Repeat("How do radix trees index cached prompt blocks? ", 30))
-	loader, err := artifact.NewLoader(artifact.LoaderOptions{Policy: artifact.NewPolicy(mustChecksums(t, pins)...), Build: kv.Build})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx, lcancel := context.WithCancel(context.Background())
-	var lwg sync.WaitGroup
-	lwg.Go(func() { _ = loader.Run(lctx) })
-	prompts := kv.NewPrompts(loader)
-	var prompt *kv.Prompt
-	testutil.Eventually(t, 30*time.Second, "the test's prompt", func() bool {
-		var result string
-		prompt, result = prompts.Prepare(snap, "m", "/v1/chat/completions", []byte(body), []int{16})
-		return result == ""
-	})
-	lcancel()
-	lwg.Wait()
+	prompt := preparedPrompt(t, snap, pins, body)
 	hashes := prompt.Hashes[16]
 	held := len(hashes) - 3
 	ev := wire.RouterEvent{WorkerID: holder, Kind: wire.KVStored, EventID: 1}
@@ -669,4 +654,26 @@ func TestWorkersRouterStatusEscaped(t *testing.T) {
 	if code != 1 || strings.ContainsAny(errOut, "\x1b\x07") || !strings.Contains(errOut, `500 bad\x1b]0;owned\x07`) {
 		t.Errorf("exit %d %q", code, errOut)
 	}
+}
+
+// preparedPrompt renders, encodes and hashes body (16-token blocks) as the
+// router will, with a loader of its own over the pinned artifacts.
+func preparedPrompt(t *testing.T, snap *fleet.Snapshot, pins []string, body string) *kv.Prompt {
+	t.Helper()
+	loader, err := artifact.NewLoader(artifact.LoaderOptions{Policy: artifact.NewPolicy(mustChecksums(t, pins)...), Build: kv.Build})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithCancel(context.Background())
+	var lwg sync.WaitGroup
+	lwg.Go(func() { _ = loader.Run(lctx) })
+	defer func() { lcancel(); lwg.Wait() }()
+	prompts := kv.NewPrompts(loader)
+	var prompt *kv.Prompt
+	testutil.Eventually(t, 30*time.Second, "the test's prompt", func() bool {
+		var result string
+		prompt, result = prompts.Prepare(snap, "m", "/v1/chat/completions", []byte(body), []int{16})
+		return result == ""
+	})
+	return prompt
 }
