@@ -117,14 +117,13 @@ func Run(ctx context.Context, o *Options) error {
 		}
 	}
 	reload := make(chan struct{})
+	var parent context.Context // the demo's context before SIGHUP's
 	if o.Demo {
 		// The demo has no file to reload: SIGHUP (its terminal closed)
-		// stops it as SIGTERM does, rather than leaving it on its port;
-		// and as after a first SIGTERM, a second signal then ends the
-		// process at once.
-		// (A terminal's hangup often comes twice: the second SIGHUP is
-		// ignored, not taken as that second signal.)
-		parent := ctx
+		// stops it as SIGTERM does, rather than leaving it on its port
+		// (a terminal's hangup often comes twice: the second SIGHUP is
+		// ignored, not taken as a second signal).
+		parent = ctx
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGHUP)
 		defer stop()
@@ -133,7 +132,6 @@ func Run(ctx context.Context, o *Options) error {
 		defer context.AfterFunc(ctx, func() {
 			if parent.Err() == nil {
 				signal.Ignore(syscall.SIGHUP)
-				signal.Reset(os.Interrupt, syscall.SIGTERM)
 			}
 		})()
 	} else {
@@ -152,6 +150,7 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		d.Banner(o.IO.Out)
 		o.ready(d.Daemon)
+		defer endOnSecondSignal(ctx, parent, d.Fleet.Root)()
 		return d.Run(ctx)
 	}
 	cfg, err := o.config(logger)
@@ -165,6 +164,46 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	o.ready(d)
 	return d.Run(ctx)
+}
+
+// endOnSecondSignal ends the demo's process at a signal that comes after
+// the one that stopped it (ctx ended; by SIGHUP when parent had not), as
+// a second signal ends serve, having first removed the demo fleet's
+// directory under root, which the stop it cuts short would have removed.
+// The returned function stops watching.
+func endOnSecondSignal(ctx, parent context.Context, root string) func() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		if parent.Err() != nil {
+			// Stopped by SIGINT or SIGTERM, which this channel got too
+			// (a signal reaches every channel before the stop it causes).
+			select {
+			case <-sigs:
+			default:
+			}
+		}
+		select {
+		case s := <-sigs:
+			_ = os.RemoveAll(root)
+			code := 130 // as a shell reports a process SIGINT ended
+			if s == syscall.SIGTERM {
+				code = 143
+			}
+			os.Exit(code)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 func (o *Options) ready(d *routerd.Daemon) {
