@@ -41,7 +41,9 @@ func TestDemoSecondSignalLeavesNoFileStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Process.Signal(os.Interrupt)
-	time.Sleep(200 * time.Millisecond)
+	// The second once the first is being served (the stream holds the
+	// drain open).
+	testutil.Eventually(t, 10*time.Second, "shutting down", func() bool { return shutdownRe.MatchString(stderr.String()) })
 	_ = cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-done:

@@ -25,14 +25,7 @@ func TestAdminLoadRanksBounded(t *testing.T) {
 		worker(h.reducer, "dynamo", "decode", "Decode", uint64(1000+i), wire.MaxDataParallelSize)
 	}
 	h.reg.Publish(h.reducer.Build(t0.Add(time.Second)))
-	status, body := adminGet(t, h, "/admin/dynamo/load", "Bearer admin-secret")
-	if status != http.StatusOK {
-		t.Fatalf("status %d", status)
-	}
-	var l admin.LoadResponse
-	if err := json.Unmarshal([]byte(body), &l); err != nil {
-		t.Fatal(err)
-	}
+	l, body := adminLoad(t, h)
 	if len(l.Samples) != load.MaxStoreKeys || l.OmittedRanks != int64(workers*wire.MaxDataParallelSize+3-load.MaxStoreKeys) {
 		t.Fatalf("/admin/dynamo/load lists %d rank rows (%d bytes) and omits %d, want the %d the load store can hold and the rest counted",
 			len(l.Samples), len(body), l.OmittedRanks, load.MaxStoreKeys)
@@ -57,14 +50,7 @@ func TestAdminLoadStateIsThePhaseBacklog(t *testing.T) {
 	if r := h.store.Apply(smp); r != "" {
 		t.Fatal(r)
 	}
-	status, body := adminGet(t, h, "/admin/dynamo/load", "Bearer admin-secret")
-	if status != http.StatusOK {
-		t.Fatalf("status %d", status)
-	}
-	var l admin.LoadResponse
-	if err := json.Unmarshal([]byte(body), &l); err != nil {
-		t.Fatal(err)
-	}
+	l, body := adminLoad(t, h)
 	found := false
 	for _, s := range l.Samples {
 		if s.WorkerID == "10" {
@@ -77,4 +63,18 @@ func TestAdminLoadStateIsThePhaseBacklog(t *testing.T) {
 	if !found {
 		t.Fatalf("worker 10 not listed: %s", body)
 	}
+}
+
+// adminLoad reads GET /admin/dynamo/load, and its body as text.
+func adminLoad(t *testing.T, h *harness) (admin.LoadResponse, string) {
+	t.Helper()
+	status, body := adminGet(t, h, "/admin/dynamo/load", "Bearer admin-secret")
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	var l admin.LoadResponse
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		t.Fatal(err)
+	}
+	return l, body
 }

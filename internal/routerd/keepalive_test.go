@@ -60,6 +60,26 @@ func (k *keptAlive) post(chunked bool) (*http.Response, error) {
 	return resp, nil
 }
 
+// idleAcrossReload leaves two kept-alive connections idle, one the lean
+// server serves and one it handed to net/http, each after an answer, then
+// reloads a server setting (server.idle_timeout), which replaces the
+// server.
+func idleAcrossReload(t *testing.T, f *reloadFixture, backendURL, root string) (lean, handed *keptAlive) {
+	t.Helper()
+	lean, handed = dialKeptAlive(t, f.d.Addr()), dialKeptAlive(t, f.d.Addr())
+	if _, err := lean.post(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handed.post(true); err != nil {
+		t.Fatal(err)
+	}
+	f.write(strings.Replace(configYAML(backendURL, root, ""), "server:\n", "server:\n  idle_timeout: 90s\n", 1))
+	if r := f.waitReload(1); r.Result != "applied" {
+		t.Fatalf("reload: %+v", r)
+	}
+	return lean, handed
+}
+
 func completionBackend(t *testing.T) *httptest.Server {
 	t.Helper()
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -83,18 +103,7 @@ func TestReloadKeepsIdleKeepAlives(t *testing.T) {
 	backend := completionBackend(t)
 	root := t.TempDir()
 	f := startReload(t, configYAML(backend.URL, root, ""))
-	lean, handed := dialKeptAlive(t, f.d.Addr()), dialKeptAlive(t, f.d.Addr())
-	if _, err := lean.post(false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handed.post(true); err != nil {
-		t.Fatal(err)
-	}
-	// The connections are idle, kept alive. A reload of a server setting.
-	f.write(strings.Replace(configYAML(backend.URL, root, ""), "server:\n", "server:\n  idle_timeout: 90s\n", 1))
-	if r := f.waitReload(1); r.Result != "applied" {
-		t.Fatalf("reload: %+v", r)
-	}
+	lean, handed := idleAcrossReload(t, f, backend.URL, root)
 	for name, k := range map[string]*keptAlive{"lean": lean, "handed off": handed} {
 		if closedWithin(k.c, 2*time.Second) {
 			t.Fatalf("%s: the reload closed an idle kept-alive connection (a request sent on it now is lost)", name)
@@ -167,17 +176,7 @@ func TestShutdownClosesReplacedIdleConns(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "continuum.yaml")
 	testutil.ReplaceFile(t, file, configYAML(backend.URL, root, ""))
 	f := startReloadGrace(t, file, nil, 20*time.Second)
-	lean, handed := dialKeptAlive(t, f.d.Addr()), dialKeptAlive(t, f.d.Addr())
-	if _, err := lean.post(false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handed.post(true); err != nil {
-		t.Fatal(err)
-	}
-	f.write(strings.Replace(configYAML(backend.URL, root, ""), "server:\n", "server:\n  idle_timeout: 90s\n", 1))
-	if r := f.waitReload(1); r.Result != "applied" {
-		t.Fatalf("reload: %+v", r)
-	}
+	idleAcrossReload(t, f, backend.URL, root)
 	start := time.Now()
 	f.cancel()
 	select {

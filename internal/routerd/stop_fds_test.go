@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/continuum-router/continuum/internal/routerd"
+	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // TestStopClosesBackendConnections: once Run has returned, the router holds
@@ -60,34 +61,31 @@ func TestStopClosesBackendConnections(t *testing.T) {
 		}
 	}()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	var resp *http.Response
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err = client.Post("http://"+d.Addr()+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`))
-		if err == nil || time.Now().After(deadline) {
-			break
+	post := func(content string) (int, error) {
+		resp, err := client.Post("http://"+d.Addr()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"`+content+`"}]}`))
+		if err != nil {
+			return 0, err
 		}
-		time.Sleep(50 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d", resp.StatusCode)
+	status := 0
+	testutil.Eventually(t, 10*time.Second, "the router answering", func() bool {
+		status, err = post("hello")
+		return err == nil
+	})
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
 	}
 	// A body over the router's inline bound (64 KiB) goes through
 	// http.Transport, which keeps two goroutines per idle connection.
-	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 100<<10) + `"}]}`
-	resp, err = client.Post("http://"+d.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(big))
-	if err != nil {
+	if status, err = post(strings.Repeat("x", 100<<10)); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d of the large request", resp.StatusCode)
+	if status != http.StatusOK {
+		t.Fatalf("status %d of the large request", status)
 	}
 	if open.Load() < 2 {
 		t.Fatalf("%d connections from the router to the backend", open.Load())

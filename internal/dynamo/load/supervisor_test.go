@@ -86,6 +86,22 @@ func startSupervisorWith(t *testing.T, reg *fleet.Registry, c zmtp.Connector) *r
 	return &runningSupervisor{sup: sup, store: store, metrics: m}
 }
 
+// cappedPID is cappedPublisher's publisher id: higher than every one
+// pushOutByCap adds, so that the cap then leaves it out.
+const cappedPID = 0x100000
+
+// cappedPublisher is a fleet with worker 6 and its publisher cappedPID, a
+// real one, under a supervisor that holds the subscriptions pushOutByCap
+// adds (holdConnector) without dialling them.
+func cappedPublisher(t *testing.T) (*fleetState, *testutil.GoPublisher, *runningSupervisor) {
+	t.Helper()
+	f := newFleet()
+	f.worker(6, 1)
+	pub := testutil.StartGoPublisher(t)
+	f.publisher(cappedPID, pub.Endpoint)
+	return f, pub, startSupervisorWith(t, f.reg, holdConnector{real: pub.Endpoint})
+}
+
 // sendUntilSeen sends payload as publisher pid on pub, a fresh sequence
 // each time, until the store holds a sample for k.
 func sendUntilSeen(t *testing.T, pub *testutil.GoPublisher, store *load.Store, pid uint64, k load.Key, payload []byte) {
@@ -537,13 +553,8 @@ func (c holdConnector) Connect(ctx context.Context, t zmtp.Target) (net.Conn, er
 // to the moment of the refusal.
 func TestOverCapRefusalKeepsAccounting(t *testing.T) {
 	t.Parallel()
-	f := newFleet()
-	f.worker(6, 1)
-	pub := testutil.StartGoPublisher(t)
-	const pid = 0x100000 // higher than every publisher added below
-	f.publisher(pid, pub.Endpoint)
-
-	s := startSupervisorWith(t, f.reg, holdConnector{real: pub.Endpoint})
+	f, pub, s := cappedPublisher(t)
+	const pid = cappedPID
 	store, sup := s.store, s.sup
 
 	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)})

@@ -18,13 +18,8 @@ import (
 // leaving does.
 func TestRefusedPublisherLeavingLeavesNothing(t *testing.T) {
 	t.Parallel()
-	f := newFleet()
-	f.worker(6, 1)
-	pub := testutil.StartGoPublisher(t)
-	const pid = 0x100000 // higher than every publisher added below
-	f.publisher(pid, pub.Endpoint)
-
-	s := startSupervisorWith(t, f.reg, holdConnector{real: pub.Endpoint})
+	f, pub, s := cappedPublisher(t)
+	const pid = cappedPID
 	sendUntilSeen(t, pub, s.store, pid, key(6, 0), wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 6, ActiveDecodeBlocks: u64(40)}))
 	f.pushOutByCap()
 	testutil.Eventually(t, 10*time.Second, "pid pushed out by the cap", func() bool {

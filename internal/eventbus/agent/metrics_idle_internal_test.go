@@ -33,21 +33,7 @@ func TestMetricsServerIdleKeepAliveBounded(t *testing.T) {
 	go func() { defer close(done); _ = ms.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	c, err := net.Dial("tcp", ms.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
+	c, br := healthzKeptAlive(t, ms.Addr())
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("idle keep-alive connection not closed by the server: %v", err)
@@ -67,20 +53,7 @@ func TestMetricsHealthzNotStarvedByIdleConns(t *testing.T) {
 	go func() { defer close(done); _ = ms.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	for range 100 {
-		c, err := net.Dial("tcp", ms.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = c.Close() }()
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
+		healthzKeptAlive(t, ms.Addr())
 	}
 	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := probe.Get("http://" + ms.Addr() + "/healthz")
@@ -88,4 +61,26 @@ func TestMetricsHealthzNotStarvedByIdleConns(t *testing.T) {
 		t.Fatalf("liveness probe with 100 idle kept-alive connections open: %v", err)
 	}
 	_ = resp.Body.Close()
+}
+
+// healthzKeptAlive asks addr for /healthz on a connection of its own and
+// leaves it open, kept alive, until the test ends.
+func healthzKeptAlive(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return c, br
 }
