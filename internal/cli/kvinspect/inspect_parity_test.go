@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/continuum-router/continuum/internal/artifact"
 	"github.com/continuum-router/continuum/internal/cli/kvinspect"
@@ -57,23 +56,13 @@ func TestMatchHonoursBusyThreshold(t *testing.T) {
 
 	body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}]}`, strings.Repeat("How do radix trees index cached prompt blocks? ", 30))
 	hashes := preparedPrompt(t, snap, pins, body).Hashes[16]
-	ev := wire.RouterEvent{WorkerID: holder, Kind: wire.KVStored, EventID: 1}
-	for i, h := range hashes {
-		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: uint64(1000 + i), TokensHash: h})
-	}
+	ev := storedEvent(holder, hashes)
 	wg.Go(func() {
 		resend(ctx, kvPub, wire.EncodeEventMessage("kv-events", events[1], 0, 0, wire.EncodeRouterEvent(ev)))
 	})
 	zero, full := uint64(0), total*95/100
 	publish := func(pub *testutil.GoPublisher, pid, worker uint64, used uint64) {
-		for seq := uint64(0); ctx.Err() == nil; seq++ {
-			_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, seq, 0,
-				wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: worker, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero, KVUsedBlocks: &used})))
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+		publishLoad(ctx, pub, pid, wire.ActiveLoad{WorkerID: worker, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero, KVUsedBlocks: &used})
 	}
 	wg.Go(func() { publish(holderLoad, loads[1], holder, full) })
 	wg.Go(func() { publish(otherLoad, loads[0], other, 0) })

@@ -442,23 +442,13 @@ func TestMatchOverALiveFleet(t *testing.T) {
 	prompt := preparedPrompt(t, snap, pins, body)
 	hashes := prompt.Hashes[16]
 	held := len(hashes) - 3
-	ev := wire.RouterEvent{WorkerID: holder, Kind: wire.KVStored, EventID: 1}
-	for i, h := range hashes[:held] {
-		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: uint64(1000 + i), TokensHash: h})
-	}
+	ev := storedEvent(holder, hashes[:held])
 	zero := uint64(0)
 	wg.Go(func() {
 		resend(ctx, kvPub, wire.EncodeEventMessage("kv-events", events[1], 0, 0, wire.EncodeRouterEvent(ev)))
 	})
 	wg.Go(func() {
-		for seq := uint64(0); ctx.Err() == nil; seq++ {
-			_ = loadPub.Send(wire.EncodeEventMessage("kv_metrics", loads[0], seq, 0,
-				wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: other, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero})))
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+		publishLoad(ctx, loadPub, loads[0], wire.ActiveLoad{WorkerID: other, ActiveDecodeBlocks: &zero, ActivePrefillTokens: &zero})
 	})
 
 	config := func(pinned []string) string {
@@ -676,4 +666,26 @@ func preparedPrompt(t *testing.T, snap *fleet.Snapshot, pins []string, body stri
 		return result == ""
 	})
 	return prompt
+}
+
+// storedEvent is a kv-events message storing hashes (16-token blocks) on
+// worker.
+func storedEvent(worker uint64, hashes []uint64) wire.RouterEvent {
+	ev := wire.RouterEvent{WorkerID: worker, Kind: wire.KVStored, EventID: 1}
+	for i, h := range hashes {
+		ev.Blocks = append(ev.Blocks, wire.StoredBlock{BlockHash: uint64(1000 + i), TokensHash: h})
+	}
+	return ev
+}
+
+// publishLoad sends l as publisher pid's kv_metrics every 10 ms until ctx
+// ends.
+func publishLoad(ctx context.Context, pub *testutil.GoPublisher, pid uint64, l wire.ActiveLoad) {
+	for seq := uint64(0); ctx.Err() == nil; seq++ {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, seq, 0, wire.EncodeActiveLoad(l)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
