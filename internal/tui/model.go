@@ -289,7 +289,7 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 			for key, v := range s.Metrics[fam] {
 				rate := 0.0
 				if dt > 0 {
-					rate = max(v-m.prev.Metrics[fam][key], 0) / dt
+					rate = counterIncrease(m.prev.Metrics[fam][key], v) / dt
 				}
 				id := fam + "{" + key + "}"
 				h := append(append([]float64(nil), m.hist[id]...), rate)
@@ -303,6 +303,18 @@ func (m Model) applySnapshot(s *Snapshot) Model {
 	}
 	m.rebuildKeepingSelection()
 	return m
+}
+
+// counterIncrease is how much a counter grew from prev to cur. A counter
+// that went down was reset (the router restarted, a worker's record came
+// back): it counted from zero since, so its whole value is the increase,
+// as Prometheus' rate() reads a reset, where a difference would show no
+// traffic for a poll that had some.
+func counterIncrease(prev, cur float64) float64 {
+	if cur < prev {
+		return cur
+	}
+	return cur - prev
 }
 
 // rebuildKeepingSelection rebuilds the fleet rows with the cursor on the
@@ -386,8 +398,8 @@ func (m Model) buildRows() (rows []Row, omitted int) {
 				row.Load, row.sample = &m.snap.Load.Samples[si], si
 			}
 			if row.Load != nil && dt > 0 {
-				if p, ok := prevSel[key{w.Namespace, w.WorkerID, rank}]; ok && row.Load.Selections >= p {
-					row.SelRate = float64(row.Load.Selections-p) / dt
+				if p, ok := prevSel[key{w.Namespace, w.WorkerID, rank}]; ok {
+					row.SelRate = counterIncrease(float64(p), float64(row.Load.Selections)) / dt
 				}
 			}
 			rows = append(rows, row)

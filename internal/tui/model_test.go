@@ -859,3 +859,24 @@ func TestClientFollowsNoRedirect(t *testing.T) {
 	default:
 	}
 }
+
+// TestRatesAcrossACounterReset: a counter lower than at the last poll was
+// reset (the router restarted): its value is what it counted since, as
+// Prometheus' rate() takes it, not a rate of 0 for a poll that saw traffic.
+func TestRatesAcrossACounterReset(t *testing.T) {
+	m := update(newModel(t, 80, 24, nil), tui.SnapshotMsg(fixture(t0, 10)), tui.SnapshotMsg(fixture(t0.Add(time.Second), 1)))
+	if !strings.Contains(m.Render(), "58 req/s") { // the decode selections counted since the reset
+		t.Errorf("after a reset:\n%s", m.Render())
+	}
+	var js strings.Builder
+	if err := m.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var doc tui.Once
+	if err := json.Unmarshal([]byte(js.String()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if r := doc.Workers[1]; r.SelectionsPerSecond != 30 {
+		t.Errorf("selections a second after a reset %v, want 30 (%+v)", r.SelectionsPerSecond, r)
+	}
+}
