@@ -424,7 +424,7 @@ func TestRestartedWorkerStartsClean(t *testing.T) {
 			l.store.SetLiveAndRetain(live)
 			l.store.SetLiveAndRetain(l.live)
 		}},
-		{"publisher session restarted", func(l *loads) { l.store.ResetPublisher(1) }},
+		{"publisher replaced", func(l *loads) { l.store.ResetPublisher(1) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := snapshot(t, w{component: "decode", workerType: "Decode", id: 1}, w{component: "decode", workerType: "Decode", id: 2})
