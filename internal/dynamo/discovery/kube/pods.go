@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/continuum-router/continuum/internal/config"
@@ -59,10 +60,12 @@ type PodsSource struct {
 	Timing     Timing
 	Logger     *slog.Logger
 
-	// unmapped remembers the ready pods already logged as unmapped, across
-	// passes (a re-list logs none again), until they are unready, deleted
-	// or mapped; bounded by MaxPods.
-	unmapped map[string]struct{}
+	// unmapped remembers the ready pods already logged as unmapped, by
+	// name and uid, across passes (a re-list logs none again), until they
+	// are unready, deleted, mapped, or missing from a list; a pod made
+	// anew under a name (another uid) is a new pod, logged at its
+	// readiness however it was seen. Bounded by MaxPods.
+	unmapped map[string]types.UID
 	// calls bounds the requests of each pass's seed phase.
 	calls seedCalls
 }
@@ -106,6 +109,12 @@ func (s *PodsSource) Run(ctx context.Context, sink discovery.Sink) error {
 	})
 	if err != nil {
 		return fmt.Errorf("listing pods in %s: %w", s.Namespace, err)
+	}
+	// Pods deleted while no watch was open are gone from the list.
+	for name := range s.unmapped {
+		if _, listed := held[name]; !listed {
+			delete(s.unmapped, name)
+		}
 	}
 	if cut {
 		s.Logger.Warn("dynamo pod discovery: too many pods; the rest are ignored", "namespace", s.Namespace, "max", MaxPods)
@@ -236,7 +245,7 @@ func (s *PodsSource) classify(p *corev1.Pod) podEntry {
 	component := p.Labels[LabelComponent]
 	model := s.modelOf(dn, component)
 	if model == "" {
-		s.logUnmapped(p.Name, dn, component)
+		s.logUnmapped(p, dn, component)
 		return podEntry{}
 	}
 	delete(s.unmapped, p.Name)
@@ -267,16 +276,16 @@ func (s *PodsSource) modelOf(dn, component string) string {
 	return ""
 }
 
-func (s *PodsSource) logUnmapped(pod, dn, component string) {
-	if _, done := s.unmapped[pod]; done {
+func (s *PodsSource) logUnmapped(p *corev1.Pod, dn, component string) {
+	if uid, done := s.unmapped[p.Name]; done && uid == p.UID {
 		return
 	}
 	if s.unmapped == nil || len(s.unmapped) >= MaxPods {
-		s.unmapped = map[string]struct{}{}
+		s.unmapped = map[string]types.UID{}
 	}
-	s.unmapped[pod] = struct{}{}
+	s.unmapped[p.Name] = p.UID
 	s.Logger.Debug("dynamo pod discovery: ready pod's component maps to no model; held, not published",
-		"pod", pod, "dynamo_namespace", dn, "component", component)
+		"pod", p.Name, "dynamo_namespace", dn, "component", component)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -543,3 +543,34 @@ func TestUnmappedLoggedAtEachReadiness(t *testing.T) {
 		t.Fatalf("the unmapped pod was logged %d times over three readiness times, want 3:\n%s", got, logs.String())
 	}
 }
+
+// TestUnmappedRecreatedDuringGapLogged: a pod deleted and made again under
+// its name while no watch was open (a new uid: a new pod, ready anew) is
+// seen by the re-list alone; it is logged at its readiness all the same.
+func TestUnmappedRecreatedDuringGapLogged(t *testing.T) {
+	t.Parallel()
+	fake := kubefake.Start(t)
+	var logs tu.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	k := config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{{Component: "Mapped", Model: "m"}}}
+	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
+	src.Timing = fast
+	reg := fleet.NewRegistry(nil, nil)
+	runWatcher(t, src, reg)
+	logged := func() int { return strings.Count(logs.String(), "maps to no model") }
+	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true))
+	tu.Eventually(t, 10*time.Second, "the first readiness logged", func() bool { return logged() == 1 })
+	tu.Eventually(t, 5*time.Second, "the watch open", func() bool { return fake.Watches() >= 1 })
+
+	fake.Hang(true)
+	fake.Delete(kubefake.Pods, k8sNS, "worker-0")
+	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true)) // a new pod, a new uid
+	fake.Apply(kubefake.Pods, pod("worker-1", "Mapped", "decode", "", true))   // the re-list got this far
+	fake.Compact()
+	fake.Hang(false)
+	fake.Gone()
+	tu.Eventually(t, 10*time.Second, "the marker published", func() bool { return reg.Snapshot().Workers.Len() == 1 })
+	if got := logged(); got != 2 {
+		t.Fatalf("logged %d times over two pods' readiness, want 2:\n%s", got, logs.String())
+	}
+}
