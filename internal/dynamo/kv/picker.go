@@ -306,8 +306,8 @@ func (p *Picker) noteUnsupported(model string, bs int) {
 		return
 	}
 	p.nnote.Add(1)
-	p.logger.Warn("kv-aware selection skips workers whose block size it cannot hash", "model", model, "block_size", bs,
-		"supported", "16..65536")
+	p.logger.Warn("kv-aware selection cannot hash prompts at a block size of the model's workers: they compete as holding none of the prompt",
+		"model", model, "block_size", bs, "supported", "16..65536")
 	if p.notes != nil {
 		p.notes.Artifacts.WithLabelValues(telemetry.ArtifactUnsupported).Inc()
 	}

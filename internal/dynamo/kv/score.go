@@ -89,6 +89,20 @@ func hashingOf(w *fleet.Worker) int {
 	return h
 }
 
+// hashable reports whether prompts are hashed at block size bs. A worker of
+// another block size (SGLang's page size 1, say) still competes, costed at
+// its own size as holding none of the prompt.
+func hashable(bs int) bool { return bs >= MinBlockSize && bs <= MaxBlockSize }
+
+// indexed is how many of the prompt's leading blocks the index says cd's
+// rank holds: none where the prompt is not hashed at its block size.
+func (c *choice) indexed(cd *pick.Candidate) int {
+	if b := cd.Worker.BlockSize; b == nil || !hashable(int(*b)) {
+		return 0
+	}
+	return c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), hashingOf(cd.Worker))
+}
+
 // hashingBlockSize is the block size of a hashing.
 func hashingBlockSize(h int) int { return h &^ eagleHashing }
 
@@ -190,7 +204,7 @@ func (c *choice) Bypass(d pick.Candidate) bool {
 		return false
 	}
 	bs := int(*d.Worker.BlockSize)
-	held := c.overlaps.Overlap(load.RankOf(d.Worker, d.DPRank), hashingOf(d.Worker))
+	held := c.indexed(&d)
 	lacks := max(0, c.isl-held*bs)
 	if lacks >= bypassMaxNewTokens || float64(lacks) >= bypassMaxNewShare*float64(max(c.isl, 1)) {
 		return false
@@ -233,8 +247,9 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, 
 		// one silent with a backlog, and one that took a request of two
 		// blocks or more and sent no sample for 5 s (possibly stalled),
 		// whose last sample may still be fresh under a max_staleness
-		// above that. Alone, it is the load rule's to pick or not.
-		if bs < MinBlockSize || bs > MaxBlockSize || (anyFresh && (cd.Excluded || !cd.Fresh && !cd.Quiet)) {
+		// above that. Alone, it is the load rule's to pick or not. A
+		// candidate without a block size cannot be costed at all.
+		if bs <= 0 || (anyFresh && (cd.Excluded || !cd.Fresh && !cd.Quiet)) {
 			c.costs = append(c.costs, math.NaN())
 			continue
 		}
@@ -252,9 +267,9 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, 
 			// dispatched to it since.
 			prefill, decode = cd.PrefillTokens, cd.DecodeBlocks
 		}
-		ov := c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), hashingOf(cd.Worker))
+		ov := c.indexed(cd)
 		inFlight := 0
-		if anyFresh {
+		if anyFresh && hashable(bs) {
 			// Where backlogs compete, the prefixes of the requests in
 			// flight on a rank count as held: the rank computes them
 			// before it gets to this request, and its backlog already
@@ -276,9 +291,7 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, 
 		for i := range cands {
 			cd := &cands[i]
 			e := Explained{Phase: phase, Worker: cd.Worker, DPRank: cd.DPRank, Competing: !math.IsNaN(c.costs[i]), Cost: details[i], Total: c.costs[i]}
-			if cd.Worker.BlockSize != nil {
-				e.Indexed = c.overlaps.Overlap(load.RankOf(cd.Worker, cd.DPRank), hashingOf(cd.Worker))
-			}
+			e.Indexed = c.indexed(cd)
 			switch {
 			case cd.Fresh:
 				e.State = "fresh"
@@ -308,7 +321,7 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, 
 		// Softmax sampling, as the upstream router samples: costs all
 		// equal make it a uniform draw.
 		chosen = c.sample(minCost, maxCost)
-		if !anyFresh && ties == competing {
+		if !anyFresh && ties == competing && competing > 1 {
 			reason = pick.ReasonRoundRobinStale
 		}
 	} else {
@@ -322,19 +335,15 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, 
 				k--
 			}
 		}
-		if !anyFresh && (ties > 1 || ties == competing) {
+		if !anyFresh && ties > 1 {
 			// Without backlogs, the cursor chose between candidates the
-			// formula could not tell apart (or there was one); those that
-			// could not be costed (an unsupported block size) were never
-			// in the running.
+			// formula could not tell apart. A lone candidate, or one the
+			// formula set apart, is the formula's choice.
 			reason = pick.ReasonRoundRobinStale
 		}
 	}
 	c.Chosen, c.Scored = details[chosen], true
-	c.ChosenIndexed = 0
-	if cands[chosen].Worker.BlockSize != nil {
-		c.ChosenIndexed = c.overlaps.Overlap(load.RankOf(cands[chosen].Worker, cands[chosen].DPRank), hashingOf(cands[chosen].Worker))
-	}
+	c.ChosenIndexed = c.indexed(&cands[chosen])
 	if int(phase) < len(c.cached) {
 		e := &c.cached[phase]
 		e.set, e.worker, e.rank, e.tokens = true, cands[chosen].Worker.ID, cands[chosen].DPRank, details[chosen].CachedTokens

@@ -167,25 +167,49 @@ func TestScoreTiesAndTemperature(t *testing.T) {
 	}
 }
 
-// TestScoreNeedsBlockSizes: a candidate without a usable block size cannot
-// be costed; with none costable the load rule decides.
+// TestScoreNeedsBlockSizes: a candidate without a block size cannot be
+// costed; with none costable the load rule decides. One whose block size
+// prompts are not hashed at (below 16) is costed at its own size as
+// holding none of the prompt, whatever the index says of its rank.
 func TestScoreNeedsBlockSizes(t *testing.T) {
 	t.Parallel()
 	a := pick.Candidate{Worker: &fleet.Worker{ID: fleet.WorkerID{InstanceID: 1}}, Quiet: true}
-	b := cand(2, 8) // below the smallest supported size
+	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{{2, 0}: 5}}
+	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a}, freshIn([]pick.Candidate{a}), counter()); ok {
+		t.Error("scored a candidate without a block size")
+	}
+	b := cand(2, 8) // below the smallest hashed size
 	b.Quiet = true
-	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
-	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter()); ok {
-		t.Error("scored candidates without block sizes")
+	i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, freshIn([]pick.Candidate{a, b}), counter())
+	if !ok || i != 1 || reason != pick.ReasonKVAware {
+		t.Fatalf("chose %d (%s, %v), want the block size 8 candidate by the formula", i, reason, ok)
+	}
+	// 100 tokens in blocks of 8: 12.5 to prefill, 13 to decode, nothing held.
+	if got := ch.Chosen; got.Overlap != 0 || got.Total != 25.5 || ch.ChosenIndexed != 0 {
+		t.Errorf("cost %+v (indexed %d), want 25.5 with no overlap", got, ch.ChosenIndexed)
+	}
+}
+
+// TestScoreLoneCandidateIsTheFormulas: without fresh backlogs,
+// round_robin_stale is a choice between equal costs; a lone candidate is
+// the formula's (kv_aware), at any temperature.
+func TestScoreLoneCandidateIsTheFormulas(t *testing.T) {
+	t.Parallel()
+	a := cand(1, 16)
+	for _, temp := range []float64{0, 1} {
+		ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1, Temperature: temp}, isl: 100, overlaps: overlapMap{}, rng: func() float64 { return 0.5 }}
+		if i, reason, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a}, false, counter()); !ok || i != 0 || reason != pick.ReasonKVAware {
+			t.Errorf("temperature %g: chose %d (%s, %v), want 0 as kv_aware", temp, i, reason, ok)
+		}
 	}
 }
 
 // TestScoreStaleTieAmongTheCostable: without fresh backlogs, a tie among
-// the candidates that can be costed rotates as round_robin_stale, however
-// many others could not be costed.
+// the cheapest candidates rotates as round_robin_stale, whatever the
+// others (here one of an unhashed block size, costed higher) cost.
 func TestScoreStaleTieAmongTheCostable(t *testing.T) {
 	t.Parallel()
-	a, b, c := cand(1, 16), cand(2, 16), cand(3, 8) // c's block size is unsupported
+	a, b, c := cand(1, 16), cand(2, 16), cand(3, 8) // c's block size is not hashed: 25.5 to their 13.25
 	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
 	next := counter()
 	for want := range 4 {

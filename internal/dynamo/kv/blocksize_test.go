@@ -1,0 +1,99 @@
+package kv_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/continuum-router/continuum/internal/artifact"
+	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/kv"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/pick"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
+	"github.com/continuum-router/continuum/internal/testutil"
+)
+
+// sizedWorker is a worker of sizedFleet: namespace, worker_type, id and
+// kv_cache_block_size.
+type sizedWorker struct {
+	ns, kind string
+	id       uint64
+	bs       int
+}
+
+// sizedFleet is kvFleetWith with each worker's block size given.
+func sizedFleet(t testing.TB, model string, ws []sizedWorker) (*fleet.Snapshot, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	tok := testutil.TokenizerJSON(t, "qwen3")
+	cfg, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/chattemplate/qwen3.tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokPath, cfgPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json")
+	if err := os.WriteFile(tokPath, tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pins := []string{artifact.Sum(tok).String(), artifact.Sum(cfg).String()}
+	r := fleet.NewReducer()
+	t0 := time.Unix(1_800_000_000, 0)
+	components := map[string]string{"Prefill": "prefill", "Decode": "decode", "Aggregated": "backend"}
+	for _, w := range ws {
+		component := components[w.kind]
+		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", w.ns, component, w.id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, w.id), t0)
+		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", w.ns, component, w.id), fmt.Appendf(nil,
+			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":%d,
+			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192},
+			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
+			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, w.id, model, w.kind, w.bs, tokPath, pins[0], cfgPath, pins[1]), t0)
+	}
+	return r.Build(t0), pins
+}
+
+// TestUnsupportedBlockSizeWorkerStillServed:
+// an out-of-range block size is logged and counted; the formula costs
+// each candidate rank with its block size bs. A worker whose size cannot
+// be hashed holds none of the prompt as far as the router can tell (as a
+// worker of a third supported size is costed), but it is still a
+// candidate: an idle such worker beside saturated ones gets requests.
+func TestUnsupportedBlockSizeWorkerStillServed(t *testing.T) {
+	t.Parallel()
+	snap, pins := sizedFleet(t, "m", []sizedWorker{
+		{"dynamo", "Aggregated", 30, 16},
+		{"dynamo", "Aggregated", 31, 16},
+		{"dynamo", "Aggregated", 32, 8},
+	})
+	store, ix, prompts := liveKV(t, snap, pins)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
+	heavy, zero := uint64(9000), uint64(0)
+	for i, id := range []uint64{30, 31, 32} {
+		l := wire.ActiveLoad{WorkerID: id, ActiveDecodeBlocks: &heavy, KVUsedBlocks: &heavy, ActivePrefillTokens: &zero}
+		if id == 32 {
+			l.ActiveDecodeBlocks, l.KVUsedBlocks = &zero, &zero
+		}
+		if res := store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: id, Sequence: uint64(i), ReceivedAt: time.Now()}); res != "" {
+			t.Fatal(res)
+		}
+	}
+	prepared(t, prompts, snap, "/v1/chat/completions", longChat(50), 16)
+	got := map[uint64]int{}
+	for i := range 4 {
+		body := strings.Replace(longChat(50), "You answer briefly.", fmt.Sprintf("Request %d.", i), 1)
+		pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(tk)
+		got[pin.Decode.Worker.ID.InstanceID]++
+	}
+	if got[32] == 0 {
+		t.Errorf("picks %v: the idle worker of block size 8 never chosen beside workers at 9000 of 10000 blocks", got)
+	}
+}
