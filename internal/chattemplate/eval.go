@@ -287,6 +287,17 @@ func (r *renderer) exec(st stmt, s *scope, o *output) (ctrl, error) {
 		}
 		_, err := r.execBody(n.body, &scope{parent: parent}, o)
 		return ctrlNone, err
+	case *loadStmt:
+		name, err := r.eval(n.name, s)
+		if err != nil {
+			return ctrlNone, lineErr(n.line, err)
+		}
+		if n.ignoreMissing && r.dynamo {
+			// minijinja finds no template without a loader, and an
+			// include told to ignore a missing one renders nothing.
+			return ctrlNone, nil
+		}
+		return ctrlNone, fmt.Errorf("line %d: %s of template %s: templates have no loader", n.line, n.tag, r.str(name))
 	case *withStmt:
 		inner := &scope{parent: s}
 		for i, name := range n.names {

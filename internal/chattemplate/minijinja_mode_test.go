@@ -134,3 +134,60 @@ func TestDynamoNamesLookedUpWhenApplied(t *testing.T) {
 		t.Error("Jinja mode compiled a template naming an unknown filter")
 	}
 }
+
+// TestLoadTagsFailWhereTheyRun: templates have no loader, so include,
+// import, from and extends fail where they run, not where they are written
+// (Jinja and minijinja both parse them): a template naming one on a path a
+// request does not take renders. An include told to ignore a missing
+// template renders nothing in minijinja, which finds none without a
+// loader; Jinja fails it (its error is not a missing template).
+func TestLoadTagsFailWhereTheyRun(t *testing.T) {
+	t.Parallel()
+	for _, tag := range []string{
+		`{% include 'tools.jinja' %}`,
+		`{% include ['a.jinja', 'b.jinja'] without context %}`,
+		`{% import 'macros.jinja' as m with context %}`,
+		`{% from 'macros.jinja' import a as b, c %}`,
+		`{% from 'macros.jinja' import a with context %}`,
+		`{% extends 'base.jinja' %}`,
+	} {
+		src := `{% for m in messages %}{{ m.content }}{% endfor %}{% if tools %}` + tag + `{% endif %}`
+		for _, dynamo := range []bool{false, true} {
+			var opts []chattemplate.Option
+			if dynamo {
+				opts = append(opts, chattemplate.WithDynamoFrontend())
+			}
+			tm, err := chattemplate.Compile(src, opts...)
+			if err != nil {
+				t.Errorf("%s (dynamo %v): compile: %v", tag, dynamo, err)
+				continue
+			}
+			in, err := chattemplate.DecodeRequestKwargs([]byte(`{"messages": [{"role": "user", "content": "hi"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := tm.Render(t.Context(), in); err != nil || out != "hi" {
+				t.Errorf("%s (dynamo %v), no tools: %q, %v; want hi", tag, dynamo, out, err)
+			}
+			in, err = chattemplate.DecodeRequestKwargs([]byte(`{"messages": [], "tools": [1]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tm.Render(t.Context(), in); err == nil || !strings.Contains(err.Error(), "no loader") {
+				t.Errorf("%s (dynamo %v), a tool: %v; want the load refused", tag, dynamo, err)
+			}
+		}
+	}
+	src := `a{% include 'x.jinja' ignore missing %}b`
+	if out, err := renderDynamo(t, src, `{"messages": []}`); err != nil || out != "ab" {
+		t.Errorf("ignore missing, Dynamo mode: %q, %v; want ab", out, err)
+	}
+	if out, err := render(src, chattemplate.Input{}); err == nil {
+		t.Errorf("ignore missing, Jinja mode: %q; want the load refused", out)
+	}
+	for _, bad := range []string{`{% include %}`, `{% import 'm' %}`, `{% from 'm' %}`, `{% include 'x' ignore %}`, `{% import 'm' as m with %}`} {
+		if _, err := chattemplate.Compile(bad); err == nil {
+			t.Errorf("%s compiled", bad)
+		}
+	}
+}

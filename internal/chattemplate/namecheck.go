@@ -89,6 +89,8 @@ func (nc nameCheck) checkStmt(st stmt, soft bool) error {
 		return nc.checkStmts(n.body, false)
 	case *blockStmt:
 		return nc.checkStmts(n.body, false)
+	case *loadStmt:
+		return nc.checkExpr(n.name, soft)
 	case *callBlockStmt:
 		if err := nc.checkExpr(n.call, soft); err != nil {
 			return err

@@ -127,6 +127,17 @@ type (
 		body     []stmt
 		line     int
 	}
+	// loadStmt is a tag that loads another template (include, import,
+	// from, extends). Templates have no loader, so it fails where it
+	// runs, not where it is written: a template naming one on a path no
+	// request takes renders, as in Jinja and minijinja, whose parsers take
+	// these tags and whose renderers fail at them.
+	loadStmt struct {
+		tag           string
+		name          expr
+		ignoreMissing bool
+		line          int
+	}
 	callBlockStmt struct {
 		call   *callExpr
 		params []string
@@ -392,9 +403,64 @@ func (p *parser) parseStatement() (stmt, error) {
 	case "block":
 		return p.parseBlock(t.line)
 	case "include", "import", "from", "extends":
-		return nil, fmt.Errorf("line %d: '%s' is not available: templates have no loader", t.line, t.val)
+		return p.parseLoad(t)
 	}
 	return nil, fmt.Errorf("line %d: encountered unknown tag '%s'", t.line, t.val)
+}
+
+// parseLoad parses the rest of an include, import, from or extends tag:
+// {% include NAME [ignore missing] [with context|without context] %},
+// {% import NAME as ALIAS [with context|without context] %},
+// {% from NAME import A [as B], ... [with context|without context] %},
+// {% extends NAME %}.
+func (p *parser) parseLoad(t token) (stmt, error) {
+	name, err := p.parseExpr()
+	if err != nil {
+		return nil, err
+	}
+	st := &loadStmt{tag: t.val, name: name, line: t.line}
+	switch t.val {
+	case "include":
+		if p.skipName("ignore") {
+			if !p.skipName("missing") {
+				return nil, p.errorf("expected 'missing' after 'ignore'")
+			}
+			st.ignoreMissing = true
+		}
+	case "import":
+		if !p.skipName("as") {
+			return nil, p.errorf("expected 'as' in import")
+		}
+		if _, err := p.expectName(); err != nil {
+			return nil, err
+		}
+	case "from":
+		if !p.skipName("import") {
+			return nil, p.errorf("expected 'import' in from")
+		}
+		for {
+			if p.isName("with") || p.isName("without") {
+				break
+			}
+			if _, err := p.expectName(); err != nil {
+				return nil, err
+			}
+			if p.skipName("as") {
+				if _, err := p.expectName(); err != nil {
+					return nil, err
+				}
+			}
+			if !p.skipOp(",") {
+				break
+			}
+		}
+	}
+	if t.val != "extends" && (p.skipName("with") || p.skipName("without")) {
+		if !p.skipName("context") {
+			return nil, p.errorf("expected 'context'")
+		}
+	}
+	return st, p.endTag()
 }
 
 func (p *parser) parseBlock(line int) (stmt, error) {
