@@ -438,10 +438,7 @@ func (p *parser) parseLoad(t token) (stmt, error) {
 		if !p.skipName("import") {
 			return nil, p.errorf("expected 'import' in from")
 		}
-		for {
-			if p.isName("with") || p.isName("without") {
-				break
-			}
+		for !p.isName("with") && !p.isName("without") {
 			if _, err := p.expectName(); err != nil {
 				return nil, err
 			}
