@@ -90,8 +90,8 @@ func hashingOf(w *fleet.Worker) int {
 }
 
 // hashable reports whether prompts are hashed at block size bs. A worker of
-// another block size (SGLang's page size 1, say) still competes, costed at
-// its own size as holding none of the prompt.
+// a smaller block size (SGLang's page size 1, say) still competes, costed
+// at its own size as holding none of the prompt.
 func hashable(bs int) bool { return bs >= MinBlockSize && bs <= MaxBlockSize }
 
 // indexed is how many of the prompt's leading blocks the index says cd's
@@ -248,8 +248,10 @@ func (c *choice) Score(phase pick.Phase, cands []pick.Candidate, anyFresh bool, 
 		// blocks or more and sent no sample for 5 s (possibly stalled),
 		// whose last sample may still be fresh under a max_staleness
 		// above that. Alone, it is the load rule's to pick or not. A
-		// candidate without a block size cannot be costed at all.
-		if bs <= 0 || (anyFresh && (cd.Excluded || !cd.Fresh && !cd.Quiet)) {
+		// candidate without a block size cannot be costed at all, nor one
+		// above MaxBlockSize: no engine uses such blocks, and costed in
+		// them a card claiming one would draw every request.
+		if bs <= 0 || bs > MaxBlockSize || (anyFresh && (cd.Excluded || !cd.Fresh && !cd.Quiet)) {
 			c.costs = append(c.costs, math.NaN())
 			continue
 		}

@@ -291,3 +291,20 @@ func freshIn(cands []pick.Candidate) bool {
 	}
 	return false
 }
+
+// TestScoreBlockSizeAboveTheRange: a candidate whose card claims blocks
+// above 65536 tokens (no engine uses them) is not costed beside others:
+// costed in blocks that large, it would draw every request.
+func TestScoreBlockSizeAboveTheRange(t *testing.T) {
+	t.Parallel()
+	a, b := cand(1, 16), cand(2, MaxBlockSize+1)
+	ch := &choice{terms: Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, isl: 100, overlaps: overlapMap{}}
+	for range 3 {
+		if i, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{a, b}, false, counter()); !ok || i != 0 {
+			t.Fatalf("chose %d (%v); costs %v", i, ok, ch.costs)
+		}
+	}
+	if _, _, ok := ch.Score(pick.PhasePrefill, []pick.Candidate{b}, false, counter()); ok {
+		t.Error("costed a lone candidate of blocks above the range (the load rule decides)")
+	}
+}
