@@ -600,6 +600,11 @@ func (r *Reducer) KeepFirstSeen(prev *Snapshot) {
 	r.carried = make(map[WorkerID]time.Time, prev.Workers.Len())
 	for w := range prev.Workers.All() {
 		r.carried[w.ID] = w.FirstSeen
+		// Its release was logged by the watcher before: the view is
+		// kept, not read anew.
+		if w.Card != nil && len(w.Card.Typed.Versions) > 0 {
+			r.released[w.ID] = struct{}{}
+		}
 	}
 	r.dropCarried = false
 }
@@ -632,6 +637,13 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 	}
 	r.dirtyW = emptied(r.dirtyW)
 	if r.dropCarried {
+		// Carried workers the first resync did not find are gone: one
+		// that comes back later is logged as new.
+		for id := range r.carried {
+			if _, found := r.workers[id]; !found {
+				delete(r.released, id)
+			}
+		}
 		r.carried, r.dropCarried = nil, false
 	}
 	for id := range r.dirtyP {

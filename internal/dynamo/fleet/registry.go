@@ -32,6 +32,10 @@ type Registry struct {
 	changed  chan struct{} // closed and replaced on every publish
 	problems map[string]bool
 	mixed    map[NamespaceModel]bool
+	// reset: the view was emptied (Reset) and the next publish is a new
+	// watcher's first; what it shows is compared with what was reported,
+	// whatever the empty snapshot between says.
+	reset bool
 }
 
 // NewRegistry returns a registry holding an empty snapshot at generation 0.
@@ -120,6 +124,7 @@ func (r *Registry) storeLocked(snap *Snapshot) uint64 {
 func (r *Registry) Reset() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.reset = true
 	return r.storeLocked(&Snapshot{})
 }
 
@@ -144,7 +149,13 @@ func problemKey(p Problem) string {
 // costs nothing for the parts of the view that did not change.
 func (r *Registry) report(snap *Snapshot) {
 	prev := r.snap.Load()
-	if snap.problemsGen != prev.problemsGen || len(snap.Problems) != len(prev.Problems) {
+	// After a reset, the new watcher's first view is compared with what
+	// was reported before it, even where it matches the empty snapshot:
+	// a conflict or mixed namespace it no longer shows has left, and is
+	// reported again if it comes back.
+	reset := r.reset
+	r.reset = false
+	if reset || snap.problemsGen != prev.problemsGen || len(snap.Problems) != len(prev.Problems) {
 		seen := make(map[string]bool, len(snap.Problems))
 		for _, p := range snap.Problems {
 			k := problemKey(p)
@@ -164,7 +175,7 @@ func (r *Registry) report(snap *Snapshot) {
 			r.logger.Debug("dynamo worker release", "namespace", w.ID.Namespace, "instance_id", w.InstanceHex(), "versions", w.Card.Typed.Versions)
 		}
 	}
-	if !sameList(snap.Mixed, prev.Mixed) {
+	if reset || !sameList(snap.Mixed, prev.Mixed) {
 		r.reportMixed(snap)
 	}
 }
