@@ -215,10 +215,21 @@ type subscription struct {
 // and a fingerprint of its content, and the gaps seen on the rank.
 type cursor struct {
 	id, fp uint64
-	// msg is the message the event at the cursor came in (ApplyInMessage).
-	msg  uint64
+	// more are the fingerprints of the other events taken under id (an
+	// older publisher's batch), at most maxSameID-1; nil while there is one.
+	more []uint64
 	gaps uint32
 }
+
+// maxSameID bounds the events one cursor remembers under one id: a
+// publisher that numbers an engine batch alike sends at most a batch's
+// events (wire.KVBatchEvents) under it. Past the bound, further events of
+// the id are taken, not checked for resends.
+const maxSameID = wire.KVBatchEvents
+
+// resent reports whether an event of fingerprint fp with the cursor's id was
+// taken before.
+func (c *cursor) resent(fp uint64) bool { return fp == c.fp || slices.Contains(c.more, fp) }
 
 // bigRankTable: a freed rank keeps its emptied table for reuse up to this
 // many slots; a larger one is dropped.
@@ -354,19 +365,13 @@ func admit(ev *wire.RouterEvent) string {
 // (replays skipped, a gap drops the rank's blocks first); then the event
 // itself, if it is about the device tier. The index keeps a subscription from its first event until
 // ClearSubscription; the caller bounds how many subscriptions it feeds.
+//
+// An event older than the cursor is a resend. One with the cursor's id is a
+// resend when its content is that of an event already taken under the id;
+// with other content it is the batch going on: an older worker-side
+// publisher numbers every event of one engine batch alike, each sent in a
+// message of its own.
 func (ix *Index) Apply(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.RouterEvent) Outcome {
-	return ix.ApplyInMessage(sub, ns, ev, 0)
-}
-
-// ApplyInMessage is Apply for an event of the subscription's message msg
-// (numbered from 1, one number per message received). An event whose id is
-// the cursor's is a resend, skipped, unless it came in the same message as
-// the cursor's event with other content: an older publisher numbers every
-// event of one engine batch alike, and such a batch is one message. The
-// same batch received again is skipped whole. msg 0 stands for no message
-// boundaries (Apply): an equal id with new content is then always taken as
-// the batch going on.
-func (ix *Index) ApplyInMessage(sub SubscriptionID, ns fleet.NamespaceID, ev *wire.RouterEvent, msg uint64) Outcome {
 	adm := admit(ev)
 	if adm == ResultMalformed {
 		return Outcome{Result: ResultMalformed}
@@ -392,10 +397,7 @@ func (ix *Index) ApplyInMessage(sub SubscriptionID, ns fleet.NamespaceID, ev *wi
 			return Outcome{Result: ResultOverCapacity}
 		}
 		ix.nCur++
-	case ev.EventID < c.id, ev.EventID == c.id && (fp == c.fp || msg != c.msg):
-		// An older publisher numbers every event of one engine batch
-		// alike, so an equal id with new content in the same message is
-		// the batch going on; in another message it is a resend.
+	case ev.EventID < c.id, ev.EventID == c.id && c.resent(fp):
 		return Outcome{Result: ResultReplay}
 	case ev.EventID-c.id > 1:
 		if r, ok := ix.rankOf[k]; ok {
@@ -405,7 +407,14 @@ func (ix *Index) ApplyInMessage(sub SubscriptionID, ns fleet.NamespaceID, ev *wi
 		c.gaps++
 		out.Gap = true
 	}
-	s.cursors[k] = cursor{id: ev.EventID, fp: fp, msg: msg, gaps: c.gaps}
+	if seen && ev.EventID == c.id {
+		if len(c.more) < maxSameID-1 {
+			c.more = append(c.more, fp)
+		}
+		s.cursors[k] = c
+	} else {
+		s.cursors[k] = cursor{id: ev.EventID, fp: fp, gaps: c.gaps}
+	}
 	if adm != "" {
 		out.Result = adm
 		return out

@@ -48,7 +48,7 @@ func FuzzIndexPayloads(f *testing.F) {
 				continue
 			}
 			for j := range dst {
-				ix.ApplyInMessage(kv.SubscriptionID(1+i%2), load.NS("d"), &dst[j], uint64(i+1))
+				ix.Apply(kv.SubscriptionID(1+i%2), load.NS("d"), &dst[j])
 				if s := ix.CheckInvariants(); s != "" {
 					t.Fatalf("payload %d event %d %+v: %s", i, j, dst[j], s)
 				}

@@ -587,35 +587,44 @@ func TestIndexClearRanks(t *testing.T) {
 	}
 }
 
-// TestIndexResendsAcrossMessages: an event whose id is the cursor's is a
-// resend when it comes in another message, whatever its content; within
-// one message, equal ids with other content are an older publisher's
-// batch, all applied; that batch received again is skipped whole.
-func TestIndexResendsAcrossMessages(t *testing.T) {
+// TestIndexBatchNumberedAlike: an older worker-side publisher numbers
+// every event of one engine batch alike and sends each in a message of its
+// own: an event with the cursor's id and new content is the batch going
+// on, taken; one whose content was taken under that id is a resend,
+// skipped, wherever it comes; an older id is a resend whatever its content.
+func TestIndexBatchNumberedAlike(t *testing.T) {
 	t.Parallel()
 	ix := kv.NewIndex()
 	ix.SetLive(liveWorkers(3, 2))
 	replay := kv.Outcome{Result: kv.ResultReplay}
 	a, b := withID(chain(1, nil, 10, 1, 2), 1), withID(chain(1, nil, 20, 5, 6), 1)
-	if got := ix.ApplyInMessage(1, load.NS("dynamo"), &a, 1); got != accepted {
-		t.Fatalf("first: %+v", got)
+	for _, ev := range []*wire.RouterEvent{&a, &b} {
+		if got := ix.Apply(1, load.NS("dynamo"), ev); got != accepted {
+			t.Fatalf("batch 1 event %+v: %+v, want accepted", ev, got)
+		}
 	}
-	if got := ix.ApplyInMessage(1, load.NS("dynamo"), &b, 2); got != replay {
-		t.Fatalf("id 1 again in another message, other content: %+v, want a replay", got)
+	for _, ev := range []*wire.RouterEvent{&a, &b} {
+		if got := ix.Apply(1, load.NS("dynamo"), ev); got != replay {
+			t.Fatalf("batch 1 event received again: %+v, want a replay", got)
+		}
 	}
 	parent := uint64(11)
 	batch := []wire.RouterEvent{withID(chain(1, &parent, 12, 3), 2), withID(chain(1, &parent, 14, 4), 2)}
 	for i := range batch {
-		if got := ix.ApplyInMessage(1, load.NS("dynamo"), &batch[i], 3); got != accepted {
-			t.Fatalf("batch event %d: %+v", i, got)
+		if got := ix.Apply(1, load.NS("dynamo"), &batch[i]); got != accepted {
+			t.Fatalf("batch 2 event %d: %+v", i, got)
 		}
 	}
 	for i := range batch {
-		if got := ix.ApplyInMessage(1, load.NS("dynamo"), &batch[i], 4); got != replay {
-			t.Fatalf("batch event %d received again: %+v, want a replay", i, got)
+		if got := ix.Apply(1, load.NS("dynamo"), &batch[i]); got != replay {
+			t.Fatalf("batch 2 event %d received again: %+v, want a replay", i, got)
 		}
 	}
-	checkIndex(t, ix, []query{q(map[load.Key]int{key(1, 0): 3}, 1, 2, 3)}, shape{4, 4, 1})
+	late := withID(chain(1, nil, 30, 7), 1)
+	if got := ix.Apply(1, load.NS("dynamo"), &late); got != replay {
+		t.Fatalf("an event of an older id: %+v, want a replay", got)
+	}
+	checkIndex(t, ix, []query{q(map[load.Key]int{key(1, 0): 3}, 1, 2, 3), q(map[load.Key]int{key(1, 0): 2}, 5, 6)}, shape{6, 6, 1})
 }
 
 func TestIndexCaps(t *testing.T) {

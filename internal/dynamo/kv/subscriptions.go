@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -38,11 +37,8 @@ func IsKVTopic(topic string) bool { return slices.Contains(kvTopics, topic) }
 // feeds the index, and keeps the index's live-identity gate in step with
 // the registry.
 type Subscriptions struct {
-	reg   *fleet.Registry
-	index *Index
-	// msgs numbers the messages received over every subscription (from
-	// 1), so that the index tells one message's events from another's.
-	msgs    atomic.Uint64
+	reg     *fleet.Registry
+	index   *Index
 	metrics *telemetry.KVMetrics
 	logger  *slog.Logger
 	pool    load.Pool
@@ -354,9 +350,8 @@ func (r *eventReader) Message(frames [][]byte, _ time.Time) {
 	r.buf = events
 	r.mu.Lock()
 	if !r.retired {
-		msg := r.s.msgs.Add(1)
 		for i := range events {
-			r.apply(&events[i], msg)
+			r.apply(&events[i])
 		}
 	}
 	r.mu.Unlock()
@@ -366,8 +361,8 @@ func (r *eventReader) Message(frames [][]byte, _ time.Time) {
 }
 
 // apply feeds one event to the index and counts what became of it.
-func (r *eventReader) apply(ev *wire.RouterEvent, msg uint64) {
-	out := r.s.index.ApplyInMessage(SubscriptionID(r.pid), r.ns, ev, msg)
+func (r *eventReader) apply(ev *wire.RouterEvent) {
+	out := r.s.index.Apply(SubscriptionID(r.pid), r.ns, ev)
 	if out.Result == ResultAccepted && slices.ContainsFunc(ev.Blocks, func(b wire.StoredBlock) bool { return b.Multimodal }) {
 		r.s.count(ResultMultimodal) // indexed up to its first multimodal block
 	}
