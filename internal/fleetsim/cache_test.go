@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"net/http"
 	"slices"
 	"testing"
 )
@@ -115,6 +116,23 @@ func TestEncodeGenerationPrompt(t *testing.T) {
 		cont, _, err := e.encode("/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"He"}]`+extra+`}`))
 		if err != nil || len(cont) < len(end) || !slices.Equal(cont[len(cont)-len(end):], end) {
 			t.Errorf("%q: a continuation opened a new assistant turn: %v (%v)", extra, cont, err)
+		}
+	}
+}
+
+// TestTenantSalt: the emulated frontend takes a non-empty x-tenant-id it
+// can read as text as the request's cache salt, as Dynamo's does.
+func TestTenantSalt(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ value, want string }{
+		{"tenant-a", "tenant-a"}, {"", ""}, {"a\tb c", "a\tb c"}, {"t\x80", ""}, {"t\x01", ""},
+	} {
+		h := http.Header{}
+		if c.value != "" {
+			h["X-Tenant-Id"] = []string{c.value}
+		}
+		if got := tenantSalt(h); got != c.want {
+			t.Errorf("x-tenant-id %q: salt %q, want %q", c.value, got, c.want)
 		}
 	}
 }

@@ -24,7 +24,8 @@ import (
 //     chat_template_kwargs, does not change it);
 //   - special tokens are never added: the template places them;
 //   - the block hashes take the seed of the request's cache salt
-//     (nvext.cache_salt, else cache_salt).
+//     (nvext.cache_salt, else cache_salt; a non-empty x-tenant-id header
+//     over both, which the caller applies).
 
 // errNoPrompt: the request has no prompt the rules can render.
 var errNoPrompt = errors.New("the request has no prompt to render")

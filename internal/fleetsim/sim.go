@@ -774,6 +774,9 @@ func (s *Sim) sleep(ctx context.Context, d time.Duration) error {
 func (s *Sim) execute(w http.ResponseWriter, r *http.Request, rec Recorded) {
 	q := parseRequest(rec.Body)
 	ids, seed := s.promptIDs(rec.Path, rec.Body, &q)
+	if salt := tenantSalt(r.Header); salt != "" {
+		seed = wire.BlockHashSeed("", salt)
+	}
 	prompt := len(ids)
 	// Without a limit the answer is defaultOutputTokens long; a limit up to
 	// maxOutputTokens is reached (finish reason length), a larger one is not.
@@ -902,6 +905,19 @@ func (s *Sim) promptIDs(path string, body []byte, q *openAIRequest) ([]uint32, u
 		return enc.fallbackIDs(q), wire.XXH3Seed
 	}
 	return ids, seed
+}
+
+// tenantSalt is a request's x-tenant-id as the frontend reads it: when not
+// empty and readable as text (visible ASCII, space and tab), the request's
+// cache salt, over the body's.
+func tenantSalt(h http.Header) string {
+	v := h.Get("X-Tenant-Id")
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c != '\t' && (c < ' ' || c > '~') {
+			return ""
+		}
+	}
+	return v
 }
 
 // prefill queues a prompt's prefill on a rank: the tokens its cache holds

@@ -160,6 +160,7 @@ func (x *exchange) route() {
 		BookTokens:   x.bookTokens,
 		Path:         x.path,
 		Body:         pinBody,
+		CacheSalt:    x.tenant(),
 		Usable:       func(b *Backend) bool { return x.takes(b) && b.Available(x.s.opts.Now()) },
 		// A disabled replica is no replica (the catalog's rule): a
 		// namespace whose replicas are all disabled goes the plain way.
@@ -251,6 +252,40 @@ func (x *exchange) route() {
 		x.abort(res)
 	}
 }
+
+// tenant is the client's x-tenant-id header, which Dynamo's frontend
+// takes, when not empty, as the request's cache salt over the body's: the
+// blocks the request leaves on its workers are hashed under it, and the
+// router hashes its prompt alike. A value the frontend cannot read as text
+// (bytes outside visible ASCII, space and tab) it ignores, and so does the
+// router.
+func (x *exchange) tenant() string {
+	var v string
+	if x.r != nil {
+		v = x.r.Header.Get(tenantHeader)
+	} else {
+		for fields := x.fields; ; {
+			name, line, rest, ok := h1.NextField(fields)
+			if !ok {
+				break
+			}
+			fields = rest
+			if name == tenantHeader {
+				v = h1.LineValue(line)
+				break
+			}
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c != '\t' && (c < ' ' || c > '~') {
+			return ""
+		}
+	}
+	return v
+}
+
+// tenantHeader is the header Dynamo's frontend reads a cache salt from.
+const tenantHeader = "X-Tenant-Id"
 
 // shimUnavailable answers a request for a model whose Dynamo workers are
 // behind frontend replicas the client may use, none of which is available

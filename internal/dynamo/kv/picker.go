@@ -143,7 +143,7 @@ func (b *matchBuf) InFlight(k load.Key, hashing int) int {
 func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) (pick.Pin, pick.Ticket, error) {
 	began := time.Now()
 	s := p.settings.Load()
-	prompt, result := p.prompts.Prepare(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req))
+	prompt, result := p.prompts.PrepareSalted(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req), req.CacheSalt)
 	// The dispatch is recorded as of when it is made, after the prompt's
 	// preparation (a long prompt takes milliseconds, more when permits are
 	// scarce): a load sample the rank sent meanwhile cannot count it, and
@@ -207,7 +207,7 @@ type Explanation struct {
 // overlap and cost, without recording a dispatch.
 func (p *Picker) Explain(snap *fleet.Snapshot, req pick.Request, now time.Time) (Explanation, error) {
 	s := p.settings.Load()
-	prompt, result := p.prompts.Prepare(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req))
+	prompt, result := p.prompts.PrepareSalted(snap, req.Model, req.Path, req.Body, p.blockSizes(snap, req), req.CacheSalt)
 	if prompt == nil {
 		pin, err := p.base.Pick(snap, req, now)
 		return Explanation{Pin: pin, Result: result}, err

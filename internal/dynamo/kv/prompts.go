@@ -376,6 +376,12 @@ func (p *Prompts) Diagnose(snap *fleet.Snapshot, model, path string) (string, er
 // A request without a body has no prompt to render (it is pinned by its
 // model alone): no prompt, and no result to count.
 func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte, blockSizes []int) (*Prompt, string) {
+	return p.PrepareSalted(snap, model, path, body, blockSizes, "")
+}
+
+// PrepareSalted is Prepare with the blocks hashed under salt, when not
+// empty, instead of the body's cache salt (pick.Request.CacheSalt).
+func (p *Prompts) PrepareSalted(snap *fleet.Snapshot, model, path string, body []byte, blockSizes []int, salt string) (*Prompt, string) {
 	if len(body) == 0 {
 		return nil, ""
 	}
@@ -395,16 +401,16 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 	defer func() { <-p.permits }()
 
 	var ids []uint32
-	var salt string
+	var bodySalt string
 	var err error
 	switch path {
 	case "/v1/completions":
-		ids, salt, err = pp.CompletionRequest(ctx, body)
+		ids, bodySalt, err = pp.CompletionRequest(ctx, body)
 	default:
 		if pp.Template == nil && pp.ToolUse == nil {
 			return nil, ResultTokenizerUnavailable
 		}
-		ids, salt, err = pp.ChatRequest(ctx, body)
+		ids, bodySalt, err = pp.ChatRequest(ctx, body)
 	}
 	switch {
 	case errors.Is(err, tokenize.ErrPromptTooLarge), errors.Is(err, chattemplate.ErrOutputTooLarge):
@@ -414,6 +420,9 @@ func (p *Prompts) Prepare(snap *fleet.Snapshot, model, path string, body []byte,
 		return nil, ResultPromptTooLarge
 	case err != nil: // out of time included
 		return nil, ResultRenderUnavailable
+	}
+	if salt == "" {
+		salt = bodySalt
 	}
 	seed := wire.BlockHashSeed("", salt)
 	pr := &Prompt{IDs: ids, Hashes: make(map[int][]uint64, len(blockSizes))}

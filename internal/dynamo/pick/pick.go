@@ -63,6 +63,10 @@ type Request struct {
 	// prompt the router does not render).
 	Path string
 	Body []byte
+	// CacheSalt, when not empty, is the request's cache salt over the
+	// body's: the client's x-tenant-id header, which Dynamo's frontend
+	// takes as the salt of the request's blocks.
+	CacheSalt string
 	// Exclude lists workers the request must not be pinned to: those an
 	// earlier attempt of it failed on because they were gone or refused.
 	Exclude []fleet.WorkerID

@@ -272,6 +272,8 @@ type Request[R comparable] struct {
 	// Path and Body are the endpoint and the body the frontend will get.
 	Path string
 	Body []byte
+	// CacheSalt overrides the body's cache salt (pick.Request.CacheSalt).
+	CacheSalt string
 	// Usable reports whether a replica may take this request now (the
 	// client's key allows it, it is healthy, its breaker lets it through).
 	Usable func(R) bool
@@ -360,7 +362,8 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 	}
 	picker := d.Picker()
 	pin, ticket, err := picker.Reserve(snap, pick.Request{Model: plan.Model(req.Model), Namespaces: cands.Namespaces,
-		EstPromptTokens: req.PromptTokens, BookTokens: req.BookTokens, Path: req.Path, Body: req.Body, Exclude: req.Exclude, Busy: plan.cfg.Busy}, now)
+		EstPromptTokens: req.PromptTokens, BookTokens: req.BookTokens, Path: req.Path, Body: req.Body, CacheSalt: req.CacheSalt,
+		Exclude: req.Exclude, Busy: plan.cfg.Busy}, now)
 	if errors.Is(err, pick.ErrAllBusy) {
 		return nil, err
 	}
