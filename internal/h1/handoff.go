@@ -93,6 +93,15 @@ func (h *Handoff) Serve(srv *http.Server) error {
 		if hc, ok := r.Context().Value(handedKey{}).(*handedConn); ok {
 			hc.settle()
 		}
+		if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+			// net/http reads a body framed two ways (a Content-Length
+			// beside the coding, which the lean server refuses when it
+			// reads the head) by its coding, dropping the length, and it
+			// does not tell: the connection ends after the answer, so that
+			// nothing after the chunked body is read as a request of its
+			// own (RFC 9112, section 6.1).
+			w.Header().Set("Connection", "close")
+		}
 		next.ServeHTTP(w, r)
 	})
 	connContext := srv.ConnContext

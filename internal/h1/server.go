@@ -649,7 +649,14 @@ var errFramingRefused = errors.New("a request that frames its body two ways")
 // so far in front of it.
 func (c *conn) handOff() error {
 	buf, _ := c.br.Peek(c.br.Buffered())
-	rc := &replayConn{Conn: c.rwc, pending: bytes.Clone(buf), headBy: c.headBy}
+	pending := bytes.Clone(buf)
+	if c.hasPeek {
+		// The byte a watch read off the socket comes after the buffer's
+		// (the order read keeps).
+		pending = append(pending, c.peek[0])
+		c.hasPeek = false
+	}
+	rc := &replayConn{Conn: c.rwc, pending: pending, headBy: c.headBy}
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.srv.watcher.remove(c)
 	// Counted until the fallback has it: a Shutdown meanwhile waits for

@@ -39,15 +39,40 @@ func readResponse(br *bufio.Reader, req *http.Request, pb *plainBody) (*http.Res
 	if resp, ok := readPlainResponse(br, req, pb); ok {
 		return resp, nil
 	}
-	head, whole := peekHead(br)
+	head, whole := wholeHead(br)
 	twoWays := whole && h1.FramesTwoWays(head) // before the read reuses the buffer
 	resp, err := http.ReadResponse(br, req)
-	if err == nil && twoWays {
+	if err == nil && (twoWays || !whole && resp.TransferEncoding != nil) {
 		// Its framing is faulty (RFC 9112): what follows it on the
 		// connection may be part of it, so no other answer is read there.
+		// A chunked answer whose head did not fit the buffer may have been
+		// framed two ways too (http.ReadResponse drops the length without
+		// a word): it is not trusted either.
 		resp.Close = true
 	}
 	return resp, err
+}
+
+// wholeHead reads until br holds an answer's whole head and returns it;
+// false when a line of it ends in a bare LF, the head does not fit br's
+// buffer, or the connection ends first (http.ReadResponse then reads it,
+// or fails).
+func wholeHead(br *bufio.Reader) ([]byte, bool) {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		end, plain := h1.HeadEnd(buf)
+		if end >= 0 {
+			return buf[:end], true
+		}
+		if !plain || br.Buffered() >= br.Size() {
+			// A line ending in a bare LF (which HeadEnd does not follow
+			// to the head's end), or a head longer than the buffer.
+			return nil, false
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			return nil, false
+		}
+	}
 }
 
 // readPlainResponse reads the head at the start of br when it is plain (see
