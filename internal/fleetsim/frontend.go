@@ -87,8 +87,11 @@ type Frontend struct {
 	// streamed) unless the request's max_tokens or max_completion_tokens is
 	// lower.
 	Tokens int
-	// Status, when set, answers every request with it (fault injection).
-	Status int
+	// Status, when set, answers every request with it (fault injection),
+	// with StatusMessage as its error's message when set, else the
+	// status's text.
+	Status        int
+	StatusMessage string
 	// TerseErrors answers a pin naming an unknown instance with the bare
 	// failure, without its cause (which instance), as a frontend that does
 	// not pass the cause on.
@@ -408,6 +411,9 @@ func (f *Frontend) decide(rec *Recorded) (int, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.Status != 0 {
+		if f.StatusMessage != "" {
+			return f.Status, f.StatusMessage
+		}
 		return f.Status, http.StatusText(f.Status)
 	}
 	mw, ok := f.models[rec.Model]

@@ -527,6 +527,9 @@ type sendResult struct {
 	// viewBehind: the answer quotes the frontend's refusal for want of a
 	// prefill id; the frontend is up (its breaker counts no failure).
 	viewBehind bool
+	// sanitized: the answer is a newer frontend's generic error
+	// (shim.Sanitized); the frontend is up (its breaker counts no failure).
+	sanitized bool
 	// mayHaveRun: the connection broke after the request went out, before
 	// an answer: a pinned request retried so runs again (see reruns).
 	mayHaveRun bool
@@ -642,7 +645,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		workerFault := false
 		defer func() { b.release(workerFault, x.s.opts.Now()) }()
 		defer func() {
-			workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused || res.viewBehind
+			workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused || res.viewBehind || res.sanitized
 		}()
 	} else if resp.StatusCode >= 500 {
 		b.release(false, x.s.opts.Now())
@@ -834,7 +837,8 @@ func (x *exchange) relayBuffered(resp *http.Response, b *Backend, pin *pick.Pin)
 	}
 	if pin != nil && shim.Failure(resp.StatusCode, x.q.Stream) {
 		res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
-			viewBehind: shim.MentionsPrefillRefusal(data), unreached: shim.ProxyUnreachable(resp.StatusCode, data)}
+			viewBehind: shim.MentionsPrefillRefusal(data), unreached: shim.ProxyUnreachable(resp.StatusCode, data),
+			sanitized: shim.Sanitized(resp.StatusCode, data)}
 		if msg := answerMessage(data); msg != "" {
 			// What the frontend said goes to the log and, when the client
 			// asked who served it, to the client; a 4xx's (about the

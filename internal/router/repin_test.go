@@ -268,6 +268,14 @@ func TestWorkerFaultsKeepTheReplica(t *testing.T) {
 	}{
 		{"instance not found", func(h *harness) { h.fe.SetWorkers(model, []uint64{10, 11}, nil) }, false},
 		{"any other 5xx", func(h *harness) { h.fe.Status = http.StatusInternalServerError }, true},
+		// A newer frontend's generic answers, in place of the failure's
+		// words: the frontend that words them is up.
+		{"generic failure", func(h *harness) {
+			h.fe.Status, h.fe.StatusMessage = http.StatusInternalServerError, "Failed to generate completions"
+		}, false},
+		{"generic unavailable", func(h *harness) {
+			h.fe.Status, h.fe.StatusMessage = http.StatusServiceUnavailable, "Service temporarily unavailable"
+		}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"net/http"
 	"strconv"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
@@ -60,6 +61,24 @@ func ProxyUnreachable(status int, body []byte) bool {
 	b := bytes.ToLower(body[:min(len(body), repinScan)])
 	return bytes.Contains(b, []byte("no healthy upstream")) ||
 		bytes.Contains(b, []byte("upstream connect error")) && bytes.Contains(b, []byte("connection failure"))
+}
+
+// Sanitized reports whether an answer is one of the generic errors newer
+// Dynamo frontends answer in place of the failure's own words (which they
+// log): 500 "Failed to generate completions" for a dispatch that failed,
+// 503 "Service temporarily unavailable" when no worker could take it. The
+// frontend that words them is up, and the failure is its workers': they do
+// not count against the replica's breaker. Which worker failed, or whether
+// the frontend wanted a prefill id the router's view lacks, they do not
+// say.
+func Sanitized(status int, body []byte) bool {
+	switch ErrorMessage(body) {
+	case "Failed to generate completions":
+		return status == http.StatusInternalServerError
+	case "Service temporarily unavailable":
+		return status == http.StatusServiceUnavailable
+	}
+	return false
 }
 
 // Repin says why a frontend's answer to a pinned dispatch calls for
