@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,14 @@ func (h *Handoff) Serve(srv *http.Server) error {
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hc, ok := r.Context().Value(handedKey{}).(*handedConn); ok {
 			hc.settle()
+		}
+		if strings.IndexByte(r.RequestURI, '#') >= 0 {
+			// A request target holds no fragment (RFC 9112, section
+			// 3.2): the request line is invalid, as the lean server
+			// judges it, not a path to look up.
+			w.Header().Set("Connection", "close")
+			http.Error(w, "400 Bad Request: the request target holds a fragment", http.StatusBadRequest)
+			return
 		}
 		if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
 			// net/http reads a body framed two ways (a Content-Length

@@ -359,3 +359,21 @@ func TestAnswerWithBareLFHead(t *testing.T) {
 		t.Fatalf("answer %q", got)
 	}
 }
+
+// TestFragmentTargetRefused: a request target holds no fragment (RFC 9112,
+// section 3.2): one that does is answered 400, on the lean path and on
+// net/http's, not looked up as a path.
+func TestFragmentTargetRefused(t *testing.T) {
+	t.Parallel()
+	ab, addr := startRawRouter(t, nil)
+	for _, extra := range []string{"", "Pragma: x\r\n"} { // the lean path, then net/http's
+		req := "POST /v1/chat/completions#frag HTTP/1.1\r\nHost: r\r\n" + extra + "Content-Type: application/json\r\n" + cl(chatBody) + "\r\n" + chatBody
+		got, closed := exchangeRaw(t, addr, req, 300*time.Millisecond)
+		if !strings.HasPrefix(got, "HTTP/1.1 400 ") || !closed {
+			t.Errorf("path %q: got %q (closed %v), want 400 and the connection closed", strings.TrimSpace(extra), statusLines(got), closed)
+		}
+	}
+	if _, posts, _ := ab.snapshot(); len(posts) != 0 {
+		t.Errorf("the backend got %d requests", len(posts))
+	}
+}
