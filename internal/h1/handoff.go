@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -31,10 +32,72 @@ type Handoff struct {
 
 // handedConn is a connection given by Give: settled once its first
 // request reached the handler or it closed.
+//
+// It also watches the bytes net/http reads for a Content-Length field
+// line: net/http serves a request framed two ways (Content-Length beside
+// Transfer-Encoding) by its coding and drops the length without a word,
+// keeping the connection, so that a hop in front framing by the length
+// would see the bytes after the chunked body as part of it where net/http
+// reads them as a request of its own. The lean server refuses such a head;
+// on a connection it handed off, the handler ends the connection after a
+// chunked request whose head may have held a length (sawLength, set by the
+// reads since the previous request reached the handler: that request's
+// body, this head, and what net/http buffered after it; a length named in
+// a body only costs a kept-alive connection).
 type handedConn struct {
 	net.Conn
 	h    *Handoff
 	once sync.Once
+	// sawLength: a line starting "Content-Length" (any case) was read
+	// since the last request reached the handler.
+	sawLength atomic.Bool
+	// tail holds the last bytes read, for a name cut across two reads.
+	tail  [len(lengthLine) - 1]byte
+	ntail int
+}
+
+// lengthLine is what starts a Content-Length field line, lower case.
+const lengthLine = "\ncontent-length"
+
+func (c *handedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.sawLength.Load() {
+		c.scan(p[:n])
+	}
+	return n, err
+}
+
+// scan looks for lengthLine in b and across the end of the bytes before it.
+func (c *handedConn) scan(b []byte) {
+	var joint [2 * (len(lengthLine) - 1)]byte
+	j := append(append(joint[:0], c.tail[:c.ntail]...), b[:min(len(b), len(lengthLine)-1)]...)
+	if hasLengthLine(j) || hasLengthLine(b) {
+		c.sawLength.Store(true)
+	}
+	if len(b) >= len(c.tail) {
+		c.ntail = copy(c.tail[:], b[len(b)-len(c.tail):])
+	} else {
+		keep := min(c.ntail, len(c.tail)-len(b))
+		copy(c.tail[:], c.tail[c.ntail-keep:c.ntail])
+		c.ntail = keep + copy(c.tail[keep:], b)
+	}
+}
+
+// hasLengthLine reports whether b holds lengthLine, in any case.
+func hasLengthLine(b []byte) bool {
+	for i := 0; ; {
+		k := bytes.IndexByte(b[i:], '\n')
+		if k < 0 {
+			return false
+		}
+		i += k + 1
+		if len(b)-i < len(lengthLine)-1 {
+			return false
+		}
+		if strings.EqualFold(string(b[i:i+len(lengthLine)-1]), lengthLine[1:]) {
+			return true
+		}
+	}
 }
 
 func (c *handedConn) settle() { c.once.Do(func() { c.h.pending.Add(-1) }) }
@@ -91,8 +154,11 @@ func (h *Handoff) Serve(srv *http.Server) error {
 		next = http.DefaultServeMux
 	}
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hc, ok := r.Context().Value(handedKey{}).(*handedConn); ok {
+		hc, handed := r.Context().Value(handedKey{}).(*handedConn)
+		sawLength := false
+		if handed {
 			hc.settle()
+			sawLength = hc.sawLength.Swap(false)
 		}
 		if strings.IndexByte(r.RequestURI, '#') >= 0 {
 			// A request target holds no fragment (RFC 9112, section
@@ -102,13 +168,10 @@ func (h *Handoff) Serve(srv *http.Server) error {
 			http.Error(w, "400 Bad Request: the request target holds a fragment", http.StatusBadRequest)
 			return
 		}
-		if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
-			// net/http reads a body framed two ways (a Content-Length
-			// beside the coding, which the lean server refuses when it
-			// reads the head) by its coding, dropping the length, and it
-			// does not tell: the connection ends after the answer, so that
-			// nothing after the chunked body is read as a request of its
-			// own (RFC 9112, section 6.1).
+		if sawLength && r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+			// Possibly framed two ways (see handedConn): the connection
+			// ends after the answer, so that nothing after the chunked
+			// body is read as a request of its own (RFC 9112, section 6.1).
 			w.Header().Set("Connection", "close")
 		}
 		next.ServeHTTP(w, r)
