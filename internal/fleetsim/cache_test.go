@@ -136,3 +136,26 @@ func TestTenantSalt(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeCompletionBatchOfOne: a completion prompt that is a batch of
+// one text or one list of ids is served as that prompt, as Dynamo's
+// frontend serves it.
+func TestEncodeCompletionBatchOfOne(t *testing.T) {
+	t.Parallel()
+	e, err := demoEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{
+		{`{"prompt":"Hello, world"}`, `{"prompt":["Hello, world"]}`},
+		{`{"prompt":[9707,11,1879]}`, `{"prompt":[[9707,11,1879]]}`},
+	} {
+		want, _, err := e.encode("/v1/completions", []byte(c[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err := e.encode("/v1/completions", []byte(c[1])); err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: ids %v (%v), want %v", c[1], got, err, want)
+		}
+	}
+}

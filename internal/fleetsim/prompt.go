@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,20 @@ type promptFields struct {
 	} `json:"nvext"`
 }
 
+// batchOfOne is the one prompt of a completion prompt that is a batch of
+// one (["text"] or [[ids]]), which the frontend serves as that prompt;
+// prompt itself otherwise.
+func batchOfOne(prompt json.RawMessage) json.RawMessage {
+	var items []json.RawMessage
+	if json.Unmarshal(prompt, &items) != nil || len(items) != 1 {
+		return prompt
+	}
+	if t := bytes.TrimLeft(items[0], " \t\r\n"); len(t) > 0 && (t[0] == '[' || t[0] == '"') {
+		return items[0]
+	}
+	return prompt
+}
+
 // encode returns a request's prompt token ids and the seed of its block
 // hashes.
 func (e *encoder) encode(path string, body []byte) ([]uint32, uint64, error) {
@@ -59,6 +74,7 @@ func (e *encoder) encode(path string, body []byte) ([]uint32, uint64, error) {
 		return q.Nvext.TokenData, seed, nil
 	}
 	if path == "/v1/completions" {
+		q.Prompt = batchOfOne(q.Prompt)
 		var text string
 		if json.Unmarshal(q.Prompt, &text) == nil {
 			ids, err := e.tk.Encode(text, false)

@@ -100,6 +100,39 @@ func chatInput(body []byte, keepTools bool, shape func(tools bool) requestShape)
 	return in, salt, nil
 }
 
+// generationPromptAgreed reports whether every Dynamo frontend release
+// renders a chat request's generation prompt alike (Prompt.Portable): its
+// last message is the user's, and neither the request nor its
+// chat_template_kwargs asks for no generation prompt or to continue the
+// final message.
+func generationPromptAgreed(body []byte) bool {
+	top, err := requestObject(body)
+	if err != nil {
+		return false
+	}
+	objects := []object{top}
+	if raw, ok := top.get("chat_template_kwargs"); ok {
+		if kwargs, ok := objectOf(raw); ok {
+			objects = append(objects, kwargs)
+		}
+	}
+	for _, o := range objects {
+		var add, cont *bool
+		if o.decode("add_generation_prompt", &add) != nil || o.decode("continue_final_message", &cont) != nil ||
+			add != nil && !*add || cont != nil && *cont {
+			return false
+		}
+	}
+	messages, err := top.list("messages")
+	if err != nil || len(messages) == 0 {
+		return false
+	}
+	last, _ := objectOf(messages[len(messages)-1])
+	v, _ := last.get("role")
+	role, _ := jsonscan.String(v)
+	return role == "user"
+}
+
 // foldReasoning sets the template variables the frontend derives from
 // OpenAI's thinking (true, false, or {"type": "enabled" | "disabled" |
 // "adaptive"}) and reasoning_effort. A value the frontend refuses (its

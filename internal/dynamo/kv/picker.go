@@ -185,7 +185,7 @@ func (p *Picker) Reserve(snap *fleet.Snapshot, req pick.Request, now time.Time) 
 	default:
 		p.count(ResultNoOverlap)
 	}
-	if s.SendTokenData {
+	if s.SendTokenData && prompt.Portable {
 		pin.TokenIDs = prompt.IDs
 	}
 	return pin, t, nil

@@ -918,3 +918,40 @@ func kvPickerOn(t *testing.T, snap *fleet.Snapshot, pins []string) (*kv.Picker, 
 	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}}, nil, nil, nil)
 	return p, store, ix, prompts, ids
 }
+
+// TestTokenDataOnlyWhereFrontendsAgree: Dynamo frontend releases differ on
+// a chat request's generation prompt (added unless the last message is
+// the assistant's, always, only after the user's, or as the request's
+// add_generation_prompt and continue_final_message say): with
+// send_token_data the rendered ids go as nvext.token_data only where they
+// all agree, so that no release runs another prompt than its own; the
+// request is still scored on them. A completion's ids always go.
+func TestTokenDataOnlyWhereFrontendsAgree(t *testing.T) {
+	t.Parallel()
+	snap, pins := kvFleet(t, []uint64{10}, []uint64{20}, nil)
+	store, ix, prompts := liveKV(t, snap, pins)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, SendTokenData: true}, nil, nil, nil)
+	user := `{"role":"user","content":"Tell me about the blocks a prefill worker holds for this prompt."}`
+	prepared(t, prompts, snap, "/v1/chat/completions", `{"model":"m","messages":[`+user+`]}`, 16) // the artifacts loaded
+	for _, c := range []struct {
+		path, body string
+		sent       bool
+	}{
+		{"/v1/chat/completions", `{"model":"m","messages":[` + user + `]}`, true},
+		{"/v1/chat/completions", `{"model":"m","messages":[` + user + `],"add_generation_prompt":true}`, true},
+		{"/v1/chat/completions", `{"model":"m","messages":[` + user + `,{"role":"assistant","content":"The blocks"}]}`, false},
+		{"/v1/chat/completions", `{"model":"m","messages":[` + user + `],"add_generation_prompt":false}`, false},
+		{"/v1/chat/completions", `{"model":"m","messages":[` + user + `],"chat_template_kwargs":{"continue_final_message":true}}`, false},
+		{"/v1/chat/completions", `{"model":"m","messages":[` + user + `,{"role":"tool","tool_call_id":"1","content":"42"}]}`, false},
+		{"/v1/completions", `{"model":"m","prompt":"Tell me about the blocks a prefill worker holds."}`, true},
+	} {
+		pin, tk, err := p.Reserve(snap, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: c.path, Body: []byte(c.body)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Release(tk)
+		if sent := pin.TokenIDs != nil; sent != c.sent || pin.PrefillReason != pick.ReasonKVAware {
+			t.Errorf("%s: token data sent %v, want %v (reason %s)", c.body, sent, c.sent, pin.PrefillReason)
+		}
+	}
+}

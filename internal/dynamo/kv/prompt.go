@@ -105,6 +105,7 @@ func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32
 		return nil, "", fmt.Errorf("completion request: %w", err)
 	}
 	prompt, _ := top.get("prompt")
+	prompt = BatchOfOne(prompt)
 	if ids, ok, err := tokenIDs(prompt); ok {
 		return ids, salt, err
 	}
@@ -114,6 +115,24 @@ func (p *Preparer) CompletionRequest(ctx context.Context, body []byte) ([]uint32
 	}
 	ids, err := p.Tokenizer.EncodeContext(ctx, idsFor(text), text, false)
 	return ids, salt, err
+}
+
+// BatchOfOne is the one prompt of a completion prompt that is a batch of
+// one (["text"] or [[ids]]), which Dynamo's frontend serves as that prompt;
+// prompt itself otherwise.
+func BatchOfOne(prompt []byte) []byte {
+	t := bytes.TrimLeft(prompt, " \t\r\n")
+	if len(t) < 2 || t[0] != '[' {
+		return prompt
+	}
+	if in := bytes.TrimLeft(t[1:], " \t\r\n"); len(in) == 0 || in[0] != '[' && in[0] != '"' {
+		return prompt // a list of ids, or not a batch
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(t, &items) != nil || len(items) != 1 {
+		return prompt
+	}
+	return items[0]
 }
 
 // tokenIDs reads a prompt that is one list of token ids (each an integer

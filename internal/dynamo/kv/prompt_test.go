@@ -469,6 +469,7 @@ func FuzzCompletionRequest(f *testing.F) {
 		`{"prompt":"x","cache_salt":"s","nvext":{"cache_salt":"inner"}}`,
 		`{"prompt":"x","cache_salt":"s","nvext":{"cache_salt":""}}`,
 		`{"prompt":["a","b"]}`, `{"prompt":[1,2,3]}`, `{"prompt":null,"cache_salt":7}`,
+		`{"prompt":["a"]}`, `{"prompt":[[1,2]]}`, `{"prompt":[[]]}`, `{"prompt":[null]}`,
 		`{"prompt":"\u00e9\ud83d\ude00","nvext":null,"cache_salt":null}`,
 	} {
 		f.Add([]byte(s))
@@ -496,6 +497,15 @@ func FuzzCompletionRequest(f *testing.F) {
 				t.Fatalf("%q: a salt encoding/json cannot read as a string was taken (%q)", body, salt)
 			}
 			return
+		}
+		// A batch of one text or one list of ids is that prompt.
+		var batch []json.RawMessage
+		if json.Unmarshal(orNull(top["prompt"]), &batch) == nil && len(batch) == 1 {
+			var l []uint32
+			var s string
+			if e := bytes.TrimLeft(batch[0], " \t\r\n"); len(e) > 0 && (e[0] == '[' && json.Unmarshal(e, &l) == nil || e[0] == '"' && json.Unmarshal(e, &s) == nil) {
+				top["prompt"] = batch[0]
+			}
 		}
 		var list []uint32
 		if v := bytes.TrimLeft(top["prompt"], " \t\r\n"); len(v) > 0 && v[0] == '[' && json.Unmarshal(v, &list) == nil {
@@ -720,5 +730,28 @@ func TestRequestCacheSalt(t *testing.T) {
 		if _, _, err := p.CompletionRequest(context.Background(), []byte(body)); err == nil {
 			t.Errorf("completion %s: no error", body)
 		}
+	}
+}
+
+// TestCompletionBatchOfOne: a completion prompt that is a batch of one (a
+// list of one list of token ids, or of one text) is read as that one
+// prompt, as Dynamo's frontend serves it; a batch of two is no prompt.
+func TestCompletionBatchOfOne(t *testing.T) {
+	t.Parallel()
+	p := qwen3(t)
+	ids, _, err := p.CompletionRequest(context.Background(), []byte(`{"model":"m","prompt":[[9707,11,1879]]}`))
+	if err != nil || !slices.Equal(ids, []uint32{9707, 11, 1879}) {
+		t.Errorf("prompt [[9707,11,1879]]: ids %v, err %v", ids, err)
+	}
+	want, err := p.Text("Hello, world", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err = p.CompletionRequest(context.Background(), []byte(`{"model":"m","prompt":[ "Hello, world" ]}`))
+	if err != nil || !slices.Equal(ids, want) {
+		t.Errorf(`prompt ["Hello, world"]: ids %v, err %v, want %v`, ids, err, want)
+	}
+	if _, _, err := p.CompletionRequest(context.Background(), []byte(`{"model":"m","prompt":["a","b"]}`)); !errors.Is(err, kv.ErrNotText) {
+		t.Errorf("a batch of two: %v, want ErrNotText", err)
 	}
 }

@@ -72,6 +72,15 @@ type Prompt struct {
 	// Hashes are the tokens_hash of each complete block, per hashing (a
 	// block size, with eagleHashing set for Eagle workers' windows).
 	Hashes map[int][]uint64
+	// Portable: every Dynamo frontend release encodes the request as IDs
+	// are, so they may stand in for its own encoding (nvext.token_data).
+	// Releases differ on a chat request's generation prompt: added unless
+	// the last message is the assistant's, always, only after a user's
+	// message, or as the request's add_generation_prompt and
+	// continue_final_message say. IDs follow the first rule; they are
+	// portable only where all agree (the last message is the user's and
+	// the request asks for no other).
+	Portable bool
 }
 
 // Prompts renders, encodes and hashes request prompts with the tokenizer
@@ -425,7 +434,7 @@ func (p *Prompts) PrepareSalted(snap *fleet.Snapshot, model, path string, body [
 		salt = bodySalt
 	}
 	seed := wire.BlockHashSeed("", salt)
-	pr := &Prompt{IDs: ids, Hashes: make(map[int][]uint64, len(blockSizes))}
+	pr := &Prompt{IDs: ids, Hashes: make(map[int][]uint64, len(blockSizes)), Portable: path == "/v1/completions" || generationPromptAgreed(body)}
 	for _, h := range blockSizes {
 		bs := hashingBlockSize(h)
 		switch {
