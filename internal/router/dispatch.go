@@ -527,9 +527,10 @@ type sendResult struct {
 	// viewBehind: the answer quotes the frontend's refusal for want of a
 	// prefill id; the frontend is up (its breaker counts no failure).
 	viewBehind bool
-	// sanitized: the answer is a newer frontend's generic error
-	// (shim.Sanitized); the frontend is up (its breaker counts no failure).
-	sanitized bool
+	// frontendUp: the answer is the frontend's own word about its workers
+	// or its load (shim.FrontendUp); it is up (its breaker counts no
+	// failure).
+	frontendUp bool
 	// mayHaveRun: the connection broke after the request went out, before
 	// an answer: a pinned request retried so runs again (see reruns).
 	mayHaveRun bool
@@ -645,7 +646,7 @@ func (x *exchange) sendOnce(b *Backend, pinHdr http.Header, pin *pick.Pin) (res 
 		workerFault := false
 		defer func() { b.release(workerFault, x.s.opts.Now()) }()
 		defer func() {
-			workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused || res.viewBehind || res.sanitized
+			workerFault = shim.WorkerFault(res.repin) || res.outcome == shim.PrefillRefused || res.viewBehind || res.frontendUp
 		}()
 	} else if resp.StatusCode >= 500 {
 		b.release(false, x.s.opts.Now())
@@ -838,7 +839,7 @@ func (x *exchange) relayBuffered(resp *http.Response, b *Backend, pin *pick.Pin)
 	if pin != nil && shim.Failure(resp.StatusCode, x.q.Stream) {
 		res := sendResult{outcome: shim.Failed, status: resp.StatusCode, detail: "backend " + b.Name() + " answered " + resp.Status, public: "the backend answered " + resp.Status,
 			viewBehind: shim.MentionsPrefillRefusal(data), unreached: shim.ProxyUnreachable(resp.StatusCode, data),
-			sanitized: shim.Sanitized(resp.StatusCode, data)}
+			frontendUp: shim.FrontendUp(resp.StatusCode, data)}
 		if msg := answerMessage(data); msg != "" {
 			// What the frontend said goes to the log and, when the client
 			// asked who served it, to the client; a 4xx's (about the

@@ -276,6 +276,13 @@ func TestWorkerFaultsKeepTheReplica(t *testing.T) {
 		{"generic unavailable", func(h *harness) {
 			h.fe.Status, h.fe.StatusMessage = http.StatusServiceUnavailable, "Service temporarily unavailable"
 		}, false},
+		// A frontend shedding load, or whose view lacks a role of the
+		// model's workers, is up too.
+		{"overloaded", func(h *harness) { h.fe.Status, h.fe.StatusMessage = 529, "Service temporarily overloaded" }, false},
+		{"model not ready", func(h *harness) {
+			h.fe.Status, h.fe.StatusMessage = http.StatusServiceUnavailable,
+				"Model `"+model+"` is not ready to serve requests yet. The deployment may still be starting up or is not fully provisioned. Please retry shortly."
+		}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

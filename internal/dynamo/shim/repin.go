@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
@@ -63,23 +64,36 @@ func ProxyUnreachable(status int, body []byte) bool {
 		bytes.Contains(b, []byte("upstream connect error")) && bytes.Contains(b, []byte("connection failure"))
 }
 
-// Sanitized reports whether an answer is one of the generic errors newer
-// Dynamo frontends answer in place of the failure's own words (which they
-// log): 500 "Failed to generate completions" for a dispatch that failed,
-// 503 "Service temporarily unavailable" when no worker could take it. The
-// frontend that words them is up, and the failure is its workers': they do
-// not count against the replica's breaker. Which worker failed, or whether
-// the frontend wanted a prefill id the router's view lacks, they do not
-// say.
-func Sanitized(status int, body []byte) bool {
-	switch ErrorMessage(body) {
-	case "Failed to generate completions":
+// FrontendUp reports whether a 5xx answer is a Dynamo frontend's own word
+// about its workers or its load, which says the frontend is up: such
+// answers do not count against the replica's breaker. They are the generic
+// errors newer frontends answer in place of the failure's words (which
+// they log): 500 "Failed to generate completions" for a dispatch that
+// failed, 503 "Service temporarily unavailable" when no worker could take
+// it; 503 "Model `m` is not ready to serve requests yet" while the
+// frontend's view lacks a role of the model's workers; and the frontend
+// shedding load, 529 (its default overload status) or 503 "Service
+// temporarily overloaded". Which worker failed, or whether the frontend
+// wanted a prefill id the router's view lacks, they do not say.
+func FrontendUp(status int, body []byte) bool {
+	if status == statusOverloaded {
+		return true
+	}
+	msg := ErrorMessage(body)
+	switch {
+	case msg == "Failed to generate completions":
 		return status == http.StatusInternalServerError
-	case "Service temporarily unavailable":
+	case msg == "Service temporarily unavailable", msg == "Service temporarily overloaded":
+		return status == http.StatusServiceUnavailable
+	case strings.HasPrefix(msg, "Model `") && strings.Contains(msg, "` is not ready to serve requests yet"):
 		return status == http.StatusServiceUnavailable
 	}
 	return false
 }
+
+// statusOverloaded is the status a Dynamo frontend sheds load with unless
+// configured otherwise.
+const statusOverloaded = 529
 
 // Repin says why a frontend's answer to a pinned dispatch calls for
 // pinning the request to other workers, or "" when it does not. Only a
