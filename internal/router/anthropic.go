@@ -578,8 +578,8 @@ func (a *anthropicOut) answer(data []byte) ([]byte, error) {
 	}
 	ch := c.Choices[0]
 	content := []any{}
-	if a.thinking && ch.Message.ReasoningContent != "" {
-		content = append(content, thinkingBlock(ch.Message.ReasoningContent))
+	if r := reasoningText(ch.Message.ReasoningContent, ch.Message.Reasoning); a.thinking && r != "" {
+		content = append(content, thinkingBlock(r))
 	}
 	text := contentText(ch.Message.Content)
 	var seq *string
@@ -699,7 +699,7 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 			continue
 		}
 		d := ch.Delta
-		if r := d.ReasoningContent; r != nil && *r != "" && s.a.thinking {
+		if r := reasoningDelta(d.ReasoningContent, d.Reasoning); r != nil && s.a.thinking {
 			if s.open != "thinking" {
 				if s.blocks >= maxStreamBlocks {
 					return errTooManyBlocks

@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -133,7 +134,11 @@ type chatCompletion struct {
 		Message struct {
 			Content          json.RawMessage `json:"content"`
 			ReasoningContent string          `json:"reasoning_content"`
-			ToolCalls        []chatToolCall  `json:"tool_calls"`
+			// Reasoning is the same under the name newer servers use
+			// (vLLM's, Dynamo's frontend with DYN_REASONING_FIELD_NAME):
+			// read when reasoning_content is empty.
+			Reasoning string         `json:"reasoning"`
+			ToolCalls []chatToolCall `json:"tool_calls"`
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 		// StopReason is vLLM's: the stop string that ended the answer (or
@@ -180,6 +185,7 @@ type chatChunk struct {
 		Delta struct {
 			Content          *string `json:"content"`
 			ReasoningContent *string `json:"reasoning_content"`
+			Reasoning        *string `json:"reasoning"` // as the message's
 			ToolCalls        []struct {
 				Index    int    `json:"index"`
 				ID       string `json:"id"`
@@ -194,6 +200,22 @@ type chatChunk struct {
 	} `json:"choices"`
 	Usage *chatUsage      `json:"usage"`
 	Error json.RawMessage `json:"error"`
+}
+
+// reasoningText is a message's or delta's reasoning: reasoning_content,
+// else reasoning.
+func reasoningText(content, reasoning string) string { return cmp.Or(content, reasoning) }
+
+// reasoningDelta is a delta's reasoning: reasoning_content, else
+// reasoning; nil when neither has any.
+func reasoningDelta(content, reasoning *string) *string {
+	if content != nil && *content != "" {
+		return content
+	}
+	if reasoning != nil && *reasoning != "" {
+		return reasoning
+	}
+	return nil
 }
 
 // text is a chat message content as text: a string, or the texts of a

@@ -521,7 +521,7 @@ func (o *responsesOut) answer(data []byte) ([]byte, error) {
 	}
 	ch := c.Choices[0]
 	output := []any{}
-	if r := ch.Message.ReasoningContent; r != "" {
+	if r := reasoningText(ch.Message.ReasoningContent, ch.Message.Reasoning); r != "" {
 		output = append(output, reasoningItem(o.id("rs_"), "completed", []any{reasoningTextPart(r)}))
 	}
 	if text := contentText(ch.Message.Content); text != "" {
@@ -739,7 +739,7 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 			continue
 		}
 		d := ch.Delta
-		if r := d.ReasoningContent; r != nil && *r != "" {
+		if r := reasoningDelta(d.ReasoningContent, d.Reasoning); r != nil {
 			if err := s.textDelta(*r, "reasoning", "response.reasoning_text.delta"); err != "" {
 				return err
 			}
