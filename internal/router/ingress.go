@@ -3,7 +3,6 @@ package router
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -136,9 +135,11 @@ type chatCompletion struct {
 			ReasoningContent string          `json:"reasoning_content"`
 			// Reasoning is the same under the name newer servers use
 			// (vLLM's, Dynamo's frontend with DYN_REASONING_FIELD_NAME):
-			// read when reasoning_content is empty.
-			Reasoning string         `json:"reasoning"`
-			ToolCalls []chatToolCall `json:"tool_calls"`
+			// read when reasoning_content is empty, and only when it is a
+			// string (another server's object there is not the answer's
+			// fault).
+			Reasoning json.RawMessage `json:"reasoning"`
+			ToolCalls []chatToolCall  `json:"tool_calls"`
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 		// StopReason is vLLM's: the stop string that ended the answer (or
@@ -183,9 +184,9 @@ type chatChunk struct {
 	Choices []struct {
 		Index int `json:"index"`
 		Delta struct {
-			Content          *string `json:"content"`
-			ReasoningContent *string `json:"reasoning_content"`
-			Reasoning        *string `json:"reasoning"` // as the message's
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			Reasoning        json.RawMessage `json:"reasoning"` // as the message's
 			ToolCalls        []struct {
 				Index    int    `json:"index"`
 				ID       string `json:"id"`
@@ -202,18 +203,28 @@ type chatChunk struct {
 	Error json.RawMessage `json:"error"`
 }
 
-// reasoningText is a message's or delta's reasoning: reasoning_content,
-// else reasoning.
-func reasoningText(content, reasoning string) string { return cmp.Or(content, reasoning) }
-
-// reasoningDelta is a delta's reasoning: reasoning_content, else
-// reasoning; nil when neither has any.
-func reasoningDelta(content, reasoning *string) *string {
-	if content != nil && *content != "" {
+// reasoningText is a message's reasoning: reasoning_content, else
+// reasoning when it is a string.
+func reasoningText(content string, reasoning json.RawMessage) string {
+	if content != "" {
 		return content
 	}
-	if reasoning != nil && *reasoning != "" {
-		return reasoning
+	var s string
+	if len(reasoning) > 0 && reasoning[0] == '"' && json.Unmarshal(reasoning, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// reasoningDelta is a delta's reasoning as reasoningText reads it; nil
+// when there is none.
+func reasoningDelta(content *string, reasoning json.RawMessage) *string {
+	var c string
+	if content != nil {
+		c = *content
+	}
+	if r := reasoningText(c, reasoning); r != "" {
+		return &r
 	}
 	return nil
 }
