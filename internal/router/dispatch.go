@@ -881,11 +881,17 @@ func (x *exchange) relayStreamed(resp *http.Response, b *Backend, pin *pick.Pin)
 	}
 	x.pinnedStream = pin != nil
 	err := relay(x.w, resp.Body)
-	if x.streamErrored && x.ctx.Err() == nil {
+	switch {
+	case x.streamErrored && x.ctx.Err() == nil:
 		// The frontend told the client of its failure in the stream,
 		// relayed as it came: a failure of the decode, as a converted
 		// stream's error event is.
 		err = toldInStream{status: http.StatusInternalServerError, message: "the frontend's stream carried an error event"}
+	case err == nil && x.pinnedStream && x.out == nil && !x.streamDone && x.ctx.Err() == nil:
+		// A frontend ends a stream it gave up on (its engine gone, its
+		// inactivity timeout) in good order but without its final event:
+		// the client's answer is cut short, a failure of the decode.
+		err = toldInStream{status: http.StatusBadGateway, message: "the frontend's stream ended before its final event"}
 	}
 	var told toldInStream
 	if errors.As(err, &told) {
@@ -1447,7 +1453,7 @@ func (f *streamLines) endLine() {
 	if f.n <= len(f.line) && finalResponsesLine(l) || f.n > len(f.line) && finalResponsesData(l) {
 		f.final = true
 	}
-	if !f.errored && errorEventLine(l, f.n <= len(f.line)) {
+	if !f.errored && (errorEventLine(l, f.n <= len(f.line)) || failedResponsesLine(l, f.n <= len(f.line))) {
 		f.errored = true
 	}
 	f.n = 0
@@ -1466,6 +1472,25 @@ func errorEventLine(l []byte, whole bool) bool {
 	}
 	v, ok = bytes.CutPrefix(bytes.TrimLeft(v, " "), []byte("{"))
 	return ok && bytes.HasPrefix(bytes.TrimLeft(v, " "), []byte(`"error"`))
+}
+
+// failedResponsesLine reports whether a line (its first bytes; whole when
+// it is all of it) opens a Responses stream's response.failed event: the
+// stream ends in good order, having failed.
+func failedResponsesLine(l []byte, whole bool) bool {
+	if v, ok := bytes.CutPrefix(l, []byte("event:")); ok {
+		return whole && string(bytes.TrimPrefix(v, []byte(" "))) == "response.failed"
+	}
+	v, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok {
+		return false
+	}
+	for _, part := range []string{"{", `"type"`, ":", `"response.failed"`} {
+		if v, ok = bytes.CutPrefix(bytes.TrimLeft(v, " "), []byte(part)); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // finalResponsesLine reports whether a whole line names a Responses
