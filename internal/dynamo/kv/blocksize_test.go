@@ -2,60 +2,15 @@ package kv_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/continuum-router/continuum/internal/artifact"
-	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/kv"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
 	"github.com/continuum-router/continuum/internal/dynamo/wire"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
-
-// sizedWorker is a worker of sizedFleet: namespace, worker_type, id and
-// kv_cache_block_size.
-type sizedWorker struct {
-	ns, kind string
-	id       uint64
-	bs       int
-}
-
-// sizedFleet is kvFleetWith with each worker's block size given.
-func sizedFleet(t testing.TB, model string, ws []sizedWorker) (*fleet.Snapshot, []string) {
-	t.Helper()
-	dir := t.TempDir()
-	tok := testutil.TokenizerJSON(t, "qwen3")
-	cfg, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata/chattemplate/qwen3.tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokPath, cfgPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer_config.json")
-	if err := os.WriteFile(tokPath, tok, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pins := []string{artifact.Sum(tok).String(), artifact.Sum(cfg).String()}
-	r := fleet.NewReducer()
-	t0 := time.Unix(1_800_000_000, 0)
-	components := map[string]string{"Prefill": "prefill", "Decode": "decode", "Aggregated": "backend"}
-	for _, w := range ws {
-		component := components[w.kind]
-		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", w.ns, component, w.id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, w.id), t0)
-		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", w.ns, component, w.id), fmt.Appendf(nil,
-			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":%d,
-			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192},
-			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
-			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, w.id, model, w.kind, w.bs, tokPath, pins[0], cfgPath, pins[1]), t0)
-	}
-	return r.Build(t0), pins
-}
 
 // TestUnsupportedBlockSizeWorkerStillServed:
 // an out-of-range block size is logged and counted; the formula costs

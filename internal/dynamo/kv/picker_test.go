@@ -54,6 +54,33 @@ func kvFleetOf(t testing.TB, ws []kvWorker) (*fleet.Snapshot, []string) {
 // card's runtime_config (`"enable_eagle":true`, say).
 func kvFleetWith(t testing.TB, ws []kvWorker, runtime string) (*fleet.Snapshot, []string) {
 	t.Helper()
+	sized := make([]sizedWorker, len(ws))
+	for i, w := range ws {
+		sized[i] = sizedWorker{w.ns, w.kind, w.id, 16}
+	}
+	return kvFleetCards(t, "m", sized, runtime)
+}
+
+// sizedWorker is a worker of sizedFleet: namespace, worker_type, id and
+// kv_cache_block_size.
+type sizedWorker struct {
+	ns, kind string
+	id       uint64
+	bs       int
+}
+
+// sizedFleet is kvFleetOf with the model named and each worker's block
+// size given.
+func sizedFleet(t testing.TB, model string, ws []sizedWorker) (*fleet.Snapshot, []string) {
+	t.Helper()
+	return kvFleetCards(t, model, ws, "")
+}
+
+// kvFleetCards builds the test fleets: each worker's endpoint and card,
+// serving model with the Qwen3 tokenizer and template pinned, runtime
+// added to every card's runtime_config when not empty.
+func kvFleetCards(t testing.TB, model string, ws []sizedWorker, runtime string) (*fleet.Snapshot, []string) {
+	t.Helper()
 	if runtime != "" {
 		runtime = "," + runtime
 	}
@@ -73,17 +100,15 @@ func kvFleetWith(t testing.TB, ws []kvWorker, runtime string) (*fleet.Snapshot, 
 	pins := []string{artifact.Sum(tok).String(), artifact.Sum(cfg).String()}
 	r := fleet.NewReducer()
 	t0 := time.Unix(1_800_000_000, 0)
-	put := func(ns, component, wt string, id uint64) {
-		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, id), t0)
-		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", ns, component, id), fmt.Appendf(nil,
-			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":"m","worker_type":%q,"kv_cache_block_size":16,
-			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192%s},
-			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
-			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, id, wt, runtime, tokPath, pins[0], cfgPath, pins[1]), t0)
-	}
 	components := map[string]string{"Prefill": "prefill", "Decode": "decode", "Aggregated": "backend"}
 	for _, w := range ws {
-		put(w.ns, components[w.kind], w.kind, w.id)
+		component := components[w.kind]
+		r.Put(fmt.Sprintf("v1/instances/%s/%s/generate/%x", w.ns, component, w.id), fmt.Appendf(nil, `{"component":%q,"endpoint":"generate","instance_id":%d}`, component, w.id), t0)
+		r.Put(fmt.Sprintf("v1/mdc/%s/%s/generate/%x", w.ns, component, w.id), fmt.Appendf(nil,
+			`{"component":%q,"endpoint":"generate","instance_id":%d,"card_json":{"display_name":%q,"worker_type":%q,"kv_cache_block_size":%d,
+			"runtime_config":{"total_kv_blocks":10000,"max_num_batched_tokens":8192%s},
+			"tokenizer":{"hf_tokenizer_json":{"path":%q,"checksum":%q}},
+			"prompt_formatter":{"hf_tokenizer_config_json":{"path":%q,"checksum":%q}}}}`, component, w.id, model, w.kind, w.bs, runtime, tokPath, pins[0], cfgPath, pins[1]), t0)
 	}
 	return r.Build(t0), pins
 }
