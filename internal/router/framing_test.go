@@ -18,17 +18,16 @@ import (
 	"github.com/continuum-router/continuum/internal/testutil"
 )
 
-// framingBackend is a raw TCP backend: it records every byte it reads and
-// every request (parsed by net/http's strict reader), and answers POSTs
-// with answer(n) (n counts the POSTs from 0), raw bytes as they are;
-// close says whether to close the connection after the answer.
+// framingBackend is a raw backend (scriptBackend) that records every
+// POST (method, target and body) and which connections carried
+// POSTs, and answers the n-th POST (from 0) with answer(n): raw bytes as
+// they are, written in two parts 30 ms apart around splitMark; close says
+// whether to close the connection after the answer.
 type framingBackend struct {
 	url       string
 	mu        sync.Mutex
-	raw       bytes.Buffer
-	posts     []string     // "METHOD URI" plus body, per POST
-	postConns map[int]bool // the connections (by accept order) that carried POSTs
-	heads     []http.Header
+	posts     []string
+	postConns map[int]bool
 }
 
 type framingAnswer struct {
@@ -36,99 +35,47 @@ type framingAnswer struct {
 	close bool
 }
 
-func newFramingBackend(t *testing.T, answer func(n int) framingAnswer) *framingBackend {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ab := &framingBackend{url: "http://" + ln.Addr().String()}
-	var wg sync.WaitGroup
-	var cmu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		cmu.Lock()
-		for _, c := range open {
-			_ = c.Close()
-		}
-		cmu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			cmu.Lock()
-			open = append(open, c)
-			connNo := len(open)
-			cmu.Unlock()
-			wg.Go(func() {
-				defer func() { _ = c.Close() }()
-				br := bufio.NewReader(readerFunc(func(p []byte) (int, error) {
-					n, err := c.Read(p)
-					ab.mu.Lock()
-					ab.raw.Write(p[:n])
-					ab.mu.Unlock()
-					return n, err
-				}))
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, _ := io.ReadAll(req.Body)
-					if req.Method == http.MethodGet {
-						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 27\r\n\r\n{\"object\":\"list\",\"data\":[]}")
-						continue
-					}
-					ab.mu.Lock()
-					n := len(ab.posts)
-					ab.posts = append(ab.posts, req.Method+" "+req.RequestURI+" "+string(body))
-					ab.heads = append(ab.heads, req.Header.Clone())
-					if ab.postConns == nil {
-						ab.postConns = map[int]bool{}
-					}
-					ab.postConns[connNo] = true
-					ab.mu.Unlock()
-					a := answer(n)
-					for i, part := range strings.Split(a.bytes, splitMark) {
-						if i > 0 {
-							time.Sleep(30 * time.Millisecond)
-						}
-						_, _ = io.WriteString(c, part)
-					}
-					if a.close {
-						return
-					}
-				}
-			})
-		}
-	})
-	return ab
-}
-
 // splitMark in an answer makes the backend write what is before and after
 // it in separate writes, 30 ms apart.
 const splitMark = "\x00SPLIT\x00"
 
-type readerFunc func([]byte) (int, error)
+func newFramingBackend(t *testing.T, answer func(n int) framingAnswer) *framingBackend {
+	t.Helper()
+	ab := &framingBackend{postConns: map[int]bool{}}
+	sb := newScriptBackend(t, func(c net.Conn, _, _ int) bool {
+		ab.mu.Lock()
+		n := len(ab.posts) - 1
+		ab.mu.Unlock()
+		a := answer(n)
+		for i, part := range strings.Split(a.bytes, splitMark) {
+			if i > 0 {
+				time.Sleep(30 * time.Millisecond)
+			}
+			_, _ = io.WriteString(c, part)
+		}
+		return !a.close
+	}, func(sb *scriptBackend) {
+		sb.seen = func(conn int, req *http.Request, body []byte) {
+			ab.mu.Lock()
+			defer ab.mu.Unlock()
+			ab.posts = append(ab.posts, req.Method+" "+req.RequestURI+" "+string(body))
+			ab.postConns[conn] = true
+		}
+	})
+	ab.url = sb.url
+	return ab
+}
 
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
-
-func (ab *framingBackend) snapshot() (string, []string, []http.Header) {
+func (ab *framingBackend) snapshot() []string {
 	ab.mu.Lock()
 	defer ab.mu.Unlock()
-	return ab.raw.String(), append([]string(nil), ab.posts...), append([]http.Header(nil), ab.heads...)
+	return append([]string(nil), ab.posts...)
 }
 
 func (ab *framingBackend) reset() {
 	ab.mu.Lock()
 	defer ab.mu.Unlock()
-	ab.raw.Reset()
-	ab.posts, ab.heads = nil, nil
+	ab.posts = nil
 }
 
 func (ab *framingBackend) connsWithPosts() int {
@@ -222,7 +169,7 @@ func TestFramedTwoWaysAfterHandOffRefused(t *testing.T) {
 	twoWays := "POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" +
 		"Content-Length: " + strconv.Itoa(len(chunked)+len(smuggled)) + "\r\n\r\n" + chunked + smuggled
 	got, closed := exchangeRaw(t, addr, handedOff+twoWays, time.Second)
-	_, posts, _ := ab.snapshot()
+	posts := ab.snapshot()
 	answers := strings.Count(got, "HTTP/1.1 ")
 	t.Logf("closed=%v answers=%d backend POSTs=%d\n%s", closed, answers, len(posts), got)
 	// Two requests as a Content-Length hop in front frames them: the
@@ -250,7 +197,7 @@ func TestLongHeadFramedTwoWaysRefused(t *testing.T) {
 			"X-Pad: " + strings.Repeat("a", pad) + "\r\n" +
 			"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body + smuggled
 		got, closed := exchangeRaw(t, addr, req, time.Second)
-		_, posts, _ := ab.snapshot()
+		posts := ab.snapshot()
 		t.Logf("pad %d: closed=%v statuses=%q backend POSTs so far=%d", pad, closed, statusLines(got), len(posts))
 		// One request as a Content-Length hop in front frames it: refused
 		// (400), or served by its chunked body with the connection closed
@@ -307,7 +254,7 @@ func TestPipelinedHandOffKeepsWatchedByte(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		statuses = append(statuses, resp.StatusCode)
 	}
-	_, posts, _ := ab.snapshot()
+	posts := ab.snapshot()
 	if len(statuses) != 2 || statuses[0] != 200 || statuses[1] != 200 || len(posts) != 2 || !strings.HasSuffix(posts[1], second) {
 		t.Fatalf("client answers %v; backend got %d POSTs %q\nwant two 200s and the second request's body whole at the backend", statuses, len(posts), posts)
 	}
@@ -335,7 +282,7 @@ func TestAnswerFramedTwoWaysNotReused(t *testing.T) {
 			t.Fatalf("answer %d: %q", i, got)
 		}
 	}
-	_, posts, _ := ab.snapshot()
+	posts := ab.snapshot()
 	if len(posts) != 2 {
 		t.Fatalf("backend POSTs %d", len(posts))
 	}
@@ -373,7 +320,7 @@ func TestFragmentTargetRefused(t *testing.T) {
 			t.Errorf("path %q: got %q (closed %v), want 400 and the connection closed", strings.TrimSpace(extra), statusLines(got), closed)
 		}
 	}
-	if _, posts, _ := ab.snapshot(); len(posts) != 0 {
+	if posts := ab.snapshot(); len(posts) != 0 {
 		t.Errorf("the backend got %d requests", len(posts))
 	}
 }

@@ -69,15 +69,21 @@ func waitClientGone(t *testing.T, metrics *telemetry.RouterMetrics, path string)
 type scriptBackend struct {
 	url             string
 	conns, requests atomic.Int32
+	// seen, when set, is told of every request but GETs (with its body)
+	// before it is answered.
+	seen func(conn int, req *http.Request, body []byte)
 }
 
-func newScriptBackend(t *testing.T, answer func(c net.Conn, conn, req int) bool) *scriptBackend {
+func newScriptBackend(t *testing.T, answer func(c net.Conn, conn, req int) bool, opts ...func(*scriptBackend)) *scriptBackend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := &scriptBackend{url: "http://" + ln.Addr().String()}
+	for _, o := range opts {
+		o(sb)
+	}
 	var mu sync.Mutex
 	var open []net.Conn
 	var wg sync.WaitGroup
@@ -108,13 +114,16 @@ func newScriptBackend(t *testing.T, answer func(c net.Conn, conn, req int) bool)
 					if err != nil {
 						return
 					}
-					_, _ = io.Copy(io.Discard, req.Body)
+					body, _ := io.ReadAll(req.Body)
 					if req.Method == http.MethodGet {
 						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 27\r\n\r\n{\"object\":\"list\",\"data\":[]}")
 						i--
 						continue
 					}
 					sb.requests.Add(1)
+					if sb.seen != nil {
+						sb.seen(n, req, body)
+					}
 					if !answer(c, n, i) {
 						return
 					}
