@@ -276,21 +276,7 @@ func TestSubscriptionsAgeOutOnTime(t *testing.T) {
 		time.Sleep(7 * time.Second)
 		kvRecords(r, reg, 8, 0x88, "kv-events", "tcp://127.0.0.1:2")
 		synctest.Wait() // its subscription started, the live gate is set
-		ev := wire.RouterEvent{WorkerID: 8, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
-		if out := ix.Apply(kv.SubscriptionID(0x88), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
-			t.Fatalf("stored: %+v", out)
-		}
-		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
-		time.Sleep(kv.StaleAfter - time.Second)
-		synctest.Wait()
-		if held() != 1 {
-			t.Fatal("dropped before StaleAfter")
-		}
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		if held() != 0 {
-			t.Error("still held a second past StaleAfter without a session")
-		}
+		storeAndAgeOut(t, ix, 0x88, 8)
 		cancel()
 		<-done
 	})
@@ -473,5 +459,27 @@ func TestSubscriptionsDepartedReaderAppliesNothing(t *testing.T) {
 		Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 4, TokensHash: 404}}})))
 	if len(ix.FindMatches([]uint64{404}, nil)) != 0 {
 		t.Error("a departed publisher's late message was applied")
+	}
+}
+
+// storeAndAgeOut stores a block of worker through subscription sub, which
+// has no session, and checks, inside a synctest bubble, that it is held
+// until kv.StaleAfter and gone a second past it.
+func storeAndAgeOut(t *testing.T, ix *kv.Index, sub kv.SubscriptionID, worker uint64) {
+	t.Helper()
+	ev := wire.RouterEvent{WorkerID: worker, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
+	if out := ix.Apply(sub, load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
+		t.Fatalf("stored: %+v", out)
+	}
+	held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
+	time.Sleep(kv.StaleAfter - time.Second)
+	synctest.Wait()
+	if held() != 1 {
+		t.Fatal("dropped before StaleAfter")
+	}
+	time.Sleep(2 * time.Second)
+	synctest.Wait()
+	if held() != 0 {
+		t.Error("still held a second past StaleAfter without a session")
 	}
 }

@@ -83,21 +83,7 @@ func TestKVPendingAgesOut(t *testing.T) {
 		if st := subs.Subscriptions(); len(st) != 1 || st[0].State != load.StatePending || st[0].Transport != "broker" {
 			t.Fatalf("subscriptions %+v, want one pending broker subscription", st)
 		}
-		ev := wire.RouterEvent{WorkerID: 7, EventID: 1, Kind: wire.KVStored, Blocks: []wire.StoredBlock{{BlockHash: 1, TokensHash: 101}}}
-		if out := ix.Apply(kv.SubscriptionID(0x77), load.NS("dynamo"), &ev); out.Result != kv.ResultAccepted {
-			t.Fatalf("stored: %+v", out)
-		}
-		held := func() int { return len(ix.FindMatches([]uint64{101}, nil)) }
-		time.Sleep(kv.StaleAfter - time.Second)
-		synctest.Wait()
-		if held() != 1 {
-			t.Fatal("dropped before StaleAfter")
-		}
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		if held() != 0 {
-			t.Error("a subscription pending for StaleAfter still holds its blocks")
-		}
+		storeAndAgeOut(t, ix, 0x77, 7)
 		cancel()
 		<-done
 	})
