@@ -2160,6 +2160,9 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 		var b strings.Builder
 		for i, it := range items {
 			is, ok := it.(string)
+			if !ok && r.dynamo {
+				is, ok = r.str(it), true // pycompat writes each item as it prints
+			}
 			if !ok {
 				return nil, fmt.Errorf("sequence item %d: expected str instance, %s found", i, typeName(it))
 			}
@@ -2175,11 +2178,16 @@ func (r *renderer) strMethod(s, name string, a argList) (any, error) {
 	case "splitlines":
 		if r.dynamo {
 			// Rust's lines(): only \n ends a line (a \r before it is
-			// dropped), and a final line break ends the last line.
+			// dropped), and a final line break ends the last line; with
+			// keepends, each line keeps its \n (and a \r before it).
+			keep := a.boolean(0, "keepends", false)
 			var out []any
 			for s != "" {
 				l, rest, nl := strings.Cut(s, "\n")
-				if nl {
+				switch {
+				case nl && keep:
+					l += "\n"
+				case nl:
 					l = strings.TrimSuffix(l, "\r")
 				}
 				out = append(out, l)

@@ -191,3 +191,23 @@ func TestLoadTagsFailWhereTheyRun(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoPycompatSplitlinesAndJoin: minijinja's pycompat keeps each
+// line's end with splitlines(true) (a \r\n whole), and its str.join writes
+// items that are not strings as they print, where Python refuses them.
+func TestDynamoPycompatSplitlinesAndJoin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want string }{
+		{`{{ 'a\nb\r\nc'.splitlines(true) }}`, `["a\n", "b\r\n", "c"]`},
+		{`{{ 'a\nb\n'.splitlines(true)|join('|') }}`, "a\n|b\n"},
+		{`{{ 'a\nb\r\nc'.splitlines() }}`, `["a", "b", "c"]`},
+		{`{{ '|'.join([1, none, true, 'a']) }}`, "1|none|true|a"},
+	} {
+		if out, err := renderDynamo(t, tc.src, `{}`); err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.src, out, err, tc.want)
+		}
+	}
+	if _, err := render(`{{ '|'.join([1, 'a']) }}`, chattemplate.Input{}); err == nil {
+		t.Error("Jinja mode joined an int (Python refuses it)")
+	}
+}
