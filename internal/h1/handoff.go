@@ -56,8 +56,11 @@ type handedConn struct {
 	ntail int
 }
 
-// lengthLine is what starts a Content-Length field line, lower case.
+// lengthLine is what starts a Content-Length field line, lower case, and
+// lengthName the field's name in it.
 const lengthLine = "\ncontent-length"
+
+var lengthName = []byte(lengthLine[1:])
 
 func (c *handedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -91,10 +94,10 @@ func hasLengthLine(b []byte) bool {
 			return false
 		}
 		i += k + 1
-		if len(b)-i < len(lengthLine)-1 {
+		if len(b)-i < len(lengthName) {
 			return false
 		}
-		if strings.EqualFold(string(b[i:i+len(lengthLine)-1]), lengthLine[1:]) {
+		if bytes.EqualFold(b[i:i+len(lengthName)], lengthName) {
 			return true
 		}
 	}

@@ -144,6 +144,22 @@ func onlyBackend(url string, timeout time.Duration) func(*config.Config) {
 	}
 }
 
+// fixedStreamFrontend answers every POST with stream, as a text/event-stream
+// body, and GET /v1/models with an empty list.
+func fixedStreamFrontend(t *testing.T, stream string) *httptest.Server {
+	t.Helper()
+	fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, stream)
+	}))
+	t.Cleanup(fe.Close)
+	return fe
+}
+
 // endlessStreamBackend answers every POST with an SSE stream of one
 // event every gap until its client leaves, counting the POSTs in hits.
 func endlessStreamBackend(t *testing.T, gap time.Duration) (url string, hits *atomic.Int32) {

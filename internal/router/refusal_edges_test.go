@@ -148,16 +148,7 @@ func TestStreamTransportFailureFallsBack(t *testing.T) {
 // into a 503.
 func TestNativeResponsesRefusalInsideStreamRelayed(t *testing.T) {
 	t.Parallel()
-	fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(200)
-		_, _ = io.WriteString(w, "event: error\ndata: {\"type\":\"error\",\"message\":\""+fleetsim.PrefillRequiredError+"\"}\n\n")
-	}))
-	t.Cleanup(fe.Close)
+	fe := fixedStreamFrontend(t, "event: error\ndata: {\"type\":\"error\",\"message\":\""+fleetsim.PrefillRequiredError+"\"}\n\n")
 	h := newHarness(t, func(c *config.Config) {
 		c.Backends[0].URL = fe.URL
 		c.Backends[0].ResponsesAPI = config.ResponsesAPINative

@@ -1841,15 +1841,7 @@ func TestInStreamErrorCounted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			stream := chunk + errEvent + "data: [DONE]\n\n"
-			fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodGet {
-					_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
-					return
-				}
-				w.Header().Set("Content-Type", "text/event-stream")
-				_, _ = w.Write([]byte(stream))
-			}))
-			t.Cleanup(fe.Close)
+			fe := fixedStreamFrontend(t, stream)
 			h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.URL })
 			resp := h.post(t, chat(true), nil)
 			if body := readAll(t, resp); body != stream {

@@ -3,7 +3,6 @@ package router_test
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +22,7 @@ import (
 func TestPinnedStreamEndedWithoutDone(t *testing.T) {
 	t.Parallel()
 	stream := `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok0"}}]}` + "\n\n"
-	fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = w.Write([]byte(stream))
-	}))
-	t.Cleanup(fe.Close)
+	fe := fixedStreamFrontend(t, stream)
 	h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.URL })
 	resp := h.post(t, chat(true), nil)
 	if body := readAll(t, resp); body != stream {

@@ -124,18 +124,12 @@ func TestPrefillBesideAggregatedIsAggregatedFleet(t *testing.T) {
 // rule.
 func TestConditionalScoresDecode(t *testing.T) {
 	t.Parallel()
-	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
-	store, ix, prompts := liveKV(t, snap, pins)
-	m := telemetry.NewKVMetrics(nil)
+	snap, ix, p, _, pr, req := conditionalPicker(t)
 	terms := kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: terms, Conditional: true}, m, nil, nil)
-	body := longChat(300)
-	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
 	if len(pr.Hashes[16]) < 40 {
 		t.Fatalf("prompt of %d blocks", len(pr.Hashes[16]))
 	}
 	hold(t, ix, 1, idOf(snap, 21), pr.Hashes[16], 10)
-	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
 	for range 4 {
 		pin, tk, err := p.Reserve(snap, req, time.Now())
 		if err != nil {

@@ -463,13 +463,7 @@ func TestPickerAggregatedAndFallback(t *testing.T) {
 // pool.
 func TestPickerConditionalLacksTooMuch(t *testing.T) {
 	t.Parallel()
-	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
-	store, ix, prompts := liveKV(t, snap, pins)
-	m := telemetry.NewKVMetrics(nil)
-	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, Conditional: true}, m, nil, nil)
-	body := longChat(300)
-	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
-	req := pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
+	snap, ix, p, m, pr, req := conditionalPicker(t)
 	check := func(what string) {
 		t.Helper()
 		for range 4 {
@@ -979,4 +973,18 @@ func TestTokenDataOnlyWhereFrontendsAgree(t *testing.T) {
 			t.Errorf("%s: token data sent %v, want %v (reason %s)", c.body, sent, c.sent, pin.PrefillReason)
 		}
 	}
+}
+
+// conditionalPicker is a fleet of prefill workers 10, 11 and decode
+// workers 20, 21 under a KV-aware picker with conditional disaggregation
+// on, its metrics, and a long chat request with its prompt prepared.
+func conditionalPicker(t *testing.T) (*fleet.Snapshot, *kv.Index, *kv.Picker, *telemetry.KVMetrics, *kv.Prompt, pick.Request) {
+	t.Helper()
+	snap, pins := kvFleet(t, []uint64{10, 11}, []uint64{20, 21}, nil)
+	store, ix, prompts := liveKV(t, snap, pins)
+	m := telemetry.NewKVMetrics(nil)
+	p := kv.NewPicker(pick.NewLoadBased(store), ix, prompts, kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, Conditional: true}, m, nil, nil)
+	body := longChat(300)
+	pr := prepared(t, prompts, snap, "/v1/chat/completions", body, 16)
+	return snap, ix, p, m, pr, pick.Request{Model: "m", Namespaces: []string{"dynamo"}, Path: "/v1/chat/completions", Body: []byte(body)}
 }

@@ -521,15 +521,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 // being unready, or after being deleted and made again under its name.
 func TestUnmappedLoggedAtEachReadiness(t *testing.T) {
 	t.Parallel()
-	fake := kubefake.Start(t)
-	var logs tu.SyncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	k := config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{{Component: "Mapped", Model: "m"}}}
-	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
-	src.Timing = fast
-	reg := fleet.NewRegistry(nil, nil)
-	runWatcher(t, src, reg)
-	logged := func() int { return strings.Count(logs.String(), "maps to no model") }
+	fake, reg, logs, logged := unmappedSource(t)
 
 	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true))
 	tu.Eventually(t, 10*time.Second, "the first readiness logged", func() bool { return logged() == 1 })
@@ -549,15 +541,7 @@ func TestUnmappedLoggedAtEachReadiness(t *testing.T) {
 // seen by the re-list alone; it is logged at its readiness all the same.
 func TestUnmappedRecreatedDuringGapLogged(t *testing.T) {
 	t.Parallel()
-	fake := kubefake.Start(t)
-	var logs tu.SyncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	k := config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{{Component: "Mapped", Model: "m"}}}
-	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
-	src.Timing = fast
-	reg := fleet.NewRegistry(nil, nil)
-	runWatcher(t, src, reg)
-	logged := func() int { return strings.Count(logs.String(), "maps to no model") }
+	fake, reg, logs, logged := unmappedSource(t)
 	fake.Apply(kubefake.Pods, pod("worker-0", "Unmapped", "decode", "", true))
 	tu.Eventually(t, 10*time.Second, "the first readiness logged", func() bool { return logged() == 1 })
 	tu.Eventually(t, 5*time.Second, "the watch open", func() bool { return fake.Watches() >= 1 })
@@ -573,4 +557,20 @@ func TestUnmappedRecreatedDuringGapLogged(t *testing.T) {
 	if got := logged(); got != 2 {
 		t.Fatalf("logged %d times over two pods' readiness, want 2:\n%s", got, logs.String())
 	}
+}
+
+// unmappedSource runs a pods source over a fake API server whose models map
+// only component "Mapped", logging at debug into logs; logged counts the
+// unmapped pods logged so far.
+func unmappedSource(t *testing.T) (fake *kubefake.Server, reg *fleet.Registry, logs *tu.SyncBuffer, logged func() int) {
+	t.Helper()
+	fake = kubefake.Start(t)
+	logs = new(tu.SyncBuffer)
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	k := config.Kubernetes{Namespace: k8sNS, Models: []config.ComponentModel{{Component: "Mapped", Model: "m"}}}
+	src := kube.NewPods(k, []string{dynNS}, kube.ClientOptions{Kubeconfig: fake.WriteKubeconfig(t)}, logger)
+	src.Timing = fast
+	reg = fleet.NewRegistry(nil, nil)
+	runWatcher(t, src, reg)
+	return fake, reg, logs, func() int { return strings.Count(logs.String(), "maps to no model") }
 }

@@ -281,12 +281,15 @@ func TestMetadataMalformedCountedOnce(t *testing.T) {
 		d["spec"] = spec
 		fake.Apply(kubefake.DWMs, d)
 	}
-	tu.Eventually(t, 5*time.Second, "malformed", func() bool { return problemKinds(h.reg.Snapshot())["malformed"] == 1 })
-	time.Sleep(500 * time.Millisecond)
+	// A second worker after the rewrites: once it is published, the
+	// watch has read every rewrite before it.
+	fake.Apply(kubefake.DWMs, workerDWM("worker-b"))
+	fake.Apply(kubefake.EndpointSlices, readySlice("s2", "worker-b"))
+	tu.Eventually(t, 5*time.Second, "the marker worker", func() bool { return h.reg.Snapshot().Workers.Len() == 2 })
 	if n := testutil.ToFloat64(h.metrics.Events.WithLabelValues("malformed")); n != 1 {
 		t.Errorf("malformed counted %v times for one resource", n)
 	}
-	if h.reg.Snapshot().Workers.Len() != 1 {
+	if h.reg.Snapshot().Workers.Len() != 2 { // worker-a's last valid records, and the marker
 		t.Errorf("the last valid records were not kept")
 	}
 }
