@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 )
 
@@ -542,7 +540,10 @@ func stopReason(finish string, toolCalls bool, matched bool) string {
 	switch {
 	case finish == "length":
 		return "max_tokens"
-	case toolCalls || finish == "tool_calls" || finish == "function_call":
+	case toolCalls:
+		// Only with a tool_use block: told to run a tool it was not
+		// given, a client has no turn to send back (a chat finish reason
+		// of tool_calls without calls is a tool parser that gave up).
 		return "tool_use"
 	case finish == "content_filter":
 		return "refusal"
@@ -615,20 +616,20 @@ type anthropicStream struct {
 	a  *anthropicOut
 	sw *sseWriter
 
-	blocks    int    // blocks started
-	open      string // the open block's kind: "", text, thinking, tool
-	tools     map[int]int
-	args      map[int]*toolArgs // by block index, each tool block's arguments
-	heldArgs  int               // bytes of arguments held, every call's (toolArgs.budget)
-	toolCalls bool
-	hold      *stopHold // text held back while it may be a stop sequence (nil: no stops)
+	blocks    int                 // blocks started
+	open      string              // the open block's kind: "", text, thinking, tool
+	calls     map[int]*streamCall // by the chunks' tool call index
+	pending   []*streamCall       // calls not yet sent, in the order they began
+	heldArgs  int                 // bytes held for calls, all of them together
+	toolCalls bool                // a tool_use block was sent
+	hold      *stopHold           // text held back while it may be a stop sequence (nil: no stops)
 	finish    string
 	stopRsn   json.RawMessage
 	usage     *chatUsage
 }
 
 func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
-	s := &anthropicStream{a: a, sw: newSSEWriter(w), tools: map[int]int{}, args: map[int]*toolArgs{}}
+	s := &anthropicStream{a: a, sw: newSSEWriter(w), calls: map[int]*streamCall{}}
 	s.hold = newStopHold(a.stops)
 	s.sw.event("message_start", object{{"type", "message_start"}, {"message", a.message([]any{}, nil, nil, anthropicUsage{})}})
 	s.sw.event("ping", object{{"type", "ping"}})
@@ -648,15 +649,24 @@ func (s *anthropicStream) finished() bool { return s.finish != "" }
 // a possible stop sequence (the answer it was part of is not ending at a
 // stop sequence now, and the client keeps what was generated).
 func (s *anthropicStream) fail(status int, message string) error {
-	if s.hold.holding() && (s.open == "text" || s.blocks < maxStreamBlocks) {
+	// Calls still held are dropped: the failure may have cut their
+	// arguments, and a tool_use block is an instruction to run the tool.
+	s.pending = s.pending[:0]
+	if s.hold.holding() && !s.opens("text", 1) {
 		s.text(s.hold.take())
 	}
 	s.sw.event("error", anthropicErrorObject(anthropicErrorType(status), message))
 	return s.sw.flush()
 }
 
-// start opens a block of kind, closing the open one.
+// start opens a block of kind, closing the open one; the calls still
+// held go first, since they began before it.
 func (s *anthropicStream) start(kind string, block object) int {
+	s.sendCalls()
+	return s.begin(kind, block)
+}
+
+func (s *anthropicStream) begin(kind string, block object) int {
 	s.stop()
 	idx := s.blocks
 	s.blocks++
@@ -666,9 +676,6 @@ func (s *anthropicStream) start(kind string, block object) int {
 }
 
 func (s *anthropicStream) stop() {
-	if a := s.args[s.blocks-1]; a != nil {
-		s.endArgs(s.blocks-1, a)
-	}
 	if s.open != "" {
 		s.sw.event("content_block_stop", object{{"type", "content_block_stop"}, {"index", s.blocks - 1}})
 		s.open = ""
@@ -679,12 +686,20 @@ func (s *anthropicStream) delta(idx int, typ, key, value string) {
 	s.sw.event("content_block_delta", object{{"type", "content_block_delta"}, {"index", idx}, {"delta", object{{"type", typ}, {key, value}}}})
 }
 
-// text sends text in the open text block, opening one if needed.
+// opens reports whether a block of kind would be started for the next
+// piece of its kind (none of that kind is open, or calls held must go
+// first) and that would take more than n blocks beyond those started.
+func (s *anthropicStream) opens(kind string, n int) bool {
+	return (s.open != kind || len(s.pending) > 0) && s.blocks+len(s.pending)+1 > n
+}
+
+// text sends text in the open text block, opening one if needed (after
+// the calls held, which began before it).
 func (s *anthropicStream) text(text string) {
 	if text == "" {
 		return
 	}
-	if s.open != "text" {
+	if s.open != "text" || len(s.pending) > 0 {
 		s.start("text", textBlock(""))
 	}
 	s.delta(s.blocks-1, "text_delta", "text", text)
@@ -700,25 +715,25 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 		}
 		d := ch.Delta
 		if r := reasoningDelta(d.ReasoningContent, d.Reasoning); r != nil && s.a.thinking {
-			if s.open != "thinking" {
-				if s.blocks >= maxStreamBlocks {
-					return errTooManyBlocks
-				}
+			if s.opens("thinking", maxStreamBlocks) {
+				return errTooManyBlocks
+			}
+			if s.open != "thinking" || len(s.pending) > 0 {
 				s.start("thinking", thinkingBlock(""))
 			}
 			s.delta(s.blocks-1, "thinking_delta", "thinking", *r)
 		}
 		if d.Content != nil && *d.Content != "" {
 			send := s.hold.add(*d.Content)
-			if send != "" && s.open != "text" && s.blocks >= maxStreamBlocks {
+			if send != "" && s.opens("text", maxStreamBlocks) {
 				return errTooManyBlocks
 			}
 			s.text(send)
 		}
 		for _, tc := range d.ToolCalls {
-			idx, ok := s.tools[tc.Index]
+			c, ok := s.calls[tc.Index]
 			if !ok {
-				need := 1
+				need := len(s.pending) + 1
 				if s.hold.holding() && s.open != "text" {
 					need++ // the held text opens a block before the call's
 				}
@@ -726,25 +741,12 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 					return errTooManyBlocks
 				}
 				s.text(s.hold.take()) // text before a tool call ends no answer
-				id := tc.ID
-				if id == "" {
-					id = newID("toolu_")
-				}
-				idx = s.start("tool", toolUseBlock(id, tc.Function.Name, json.RawMessage(`{}`)))
-				s.tools[tc.Index] = idx
-				s.toolCalls = true
-				s.args[idx] = &toolArgs{budget: &s.heldArgs}
+				c = &streamCall{}
+				s.calls[tc.Index] = c
+				s.pending = append(s.pending, c)
 			}
-			a := s.args[idx]
-			if tc.Function.Arguments == "" || a == nil {
-				continue
-			}
-			send, ok := a.add(tc.Function.Arguments)
-			if !ok {
+			if !s.holdCall(c, tc.ID, tc.Function.Name, tc.Function.Arguments) {
 				return errAnswerTooLong
-			}
-			if send != "" {
-				s.delta(idx, "input_json_delta", "partial_json", send)
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
@@ -755,126 +757,78 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 	return ""
 }
 
-// toolArgs passes a tool call's streamed arguments on as input_json_delta
-// pieces, which a Messages client joins and parses as the tool_use
-// block's input: always a JSON object, as the buffered answer gives it
-// (parseArguments). Arguments that open an object stream as they come, and
-// whatever follows the object's close is dropped; arguments that open
-// anything else (a model's stray text, an array) are held, bounded, and
-// given at the block's end as the buffered answer would give them ("{}",
-// which the block's start already says, sends nothing).
-type toolArgs struct {
-	state    byte // 0 before the first non-space byte; 'o' in the object; 'h' holding; 'c' closed
-	depth    int
-	inString bool
-	escaped  bool
-	held     strings.Builder
-	// budget counts the bytes held by every call of the stream.
-	budget *int
+// streamCall is a tool call of the chat stream, held until it is sent
+// whole as a tool_use block: its start (id and name), one input_json_delta
+// with its input, and its stop. A chat stream may give a call's arguments
+// before the chunk that names it, and a model's arguments need not be JSON:
+// sent as they came, a block could start without its name, and a client
+// that joins and parses the input_json_delta pieces could meet text that is
+// not a JSON object. Held whole, the block carries the call's name and id
+// whichever chunk brought them, and its input is what a buffered answer's
+// is (parseArguments: an object, or {}). A call is sent when a text or
+// thinking block starts after it, or at the end of the answer; what comes
+// for it after that is dropped.
+type streamCall struct {
+	id, name string
+	args     strings.Builder
+	sent     bool
 }
 
-// maxHeldArguments bounds the arguments a stream holds, all its calls
+// maxHeldArguments bounds what a stream holds for its calls, all of them
 // together.
 const maxHeldArguments = maxBufferedResponse
 
-// add takes the next piece of arguments and returns what to send now;
-// false when the held arguments pass their bound.
-func (a *toolArgs) add(p string) (string, bool) {
-	switch a.state {
-	case 'c':
-		return "", true
-	case 'h':
-		return "", a.hold(p)
+// holdCall adds a chunk's piece of c: its id and name when c has none yet,
+// and its arguments; false past the bound.
+func (s *anthropicStream) holdCall(c *streamCall, id, name, args string) bool {
+	if c.sent {
+		return true
 	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if a.state == 0 {
-			switch c {
-			case ' ', '\t', '\n', '\r':
-				continue
-			case '{':
-				a.state, a.depth = 'o', 1
-				continue
-			}
-			a.state = 'h'
-			return p[:i], a.hold(p[i:])
+	if c.id == "" && id != "" {
+		c.id = id
+		s.heldArgs += len(id)
+	}
+	if c.name == "" && name != "" {
+		c.name = name
+		s.heldArgs += len(name)
+	}
+	c.args.WriteString(args)
+	s.heldArgs += len(args)
+	return s.heldArgs <= maxHeldArguments
+}
+
+// sendCalls sends the calls held, in the order they began.
+func (s *anthropicStream) sendCalls() {
+	for _, c := range s.pending {
+		id := c.id
+		if id == "" {
+			id = newID("toolu_")
 		}
-		switch {
-		case a.inString:
-			switch {
-			case a.escaped:
-				a.escaped = false
-			case c == '\\':
-				a.escaped = true
-			case c == '"':
-				a.inString = false
-			}
-		case c == '"':
-			a.inString = true
-		case c == '{' || c == '[':
-			a.depth++
-		case c == '}' || c == ']':
-			a.depth--
-			if a.depth == 0 {
-				a.state = 'c'
-				return p[:i+1], true
-			}
+		idx := s.begin("tool", toolUseBlock(id, c.name, json.RawMessage(`{}`)))
+		if in := parseArguments(c.args.String()); string(in) != "{}" {
+			s.delta(idx, "input_json_delta", "partial_json", string(in))
 		}
+		c.sent, c.args = true, strings.Builder{}
+		s.toolCalls = true
 	}
-	return p, true
+	s.pending = s.pending[:0]
 }
 
-func (a *toolArgs) hold(p string) bool {
-	if *a.budget += len(p); *a.budget > maxHeldArguments {
-		return false
-	}
-	a.held.WriteString(p)
-	return true
-}
-
-// end is what remains to send when the call's block closes.
-// Held arguments are given once: what comes after is dropped ('c').
-func (a *toolArgs) end() string {
-	if a.state != 'h' {
-		return ""
-	}
-	a.state = 'c'
-	held := a.held.String()
-	a.held = strings.Builder{}
-	if in := parseArguments(held); string(in) != "{}" {
-		return string(in)
-	}
-	return ""
-}
-
-// endArgs sends what a tool block's held arguments come to. Arguments
-// that stream stay followed: pieces of a call that come after another
-// block closed its block (interleaved calls) are sent to it as they come.
-func (s *anthropicStream) endArgs(idx int, a *toolArgs) {
-	if rest := a.end(); rest != "" {
-		s.delta(idx, "input_json_delta", "partial_json", rest)
-	}
-}
-
-// end sends the held text (without the stop sequence that ended the
-// answer), closes the open block and ends the message.
+// end sends the calls and the text held (without the stop sequence that
+// ended the answer), closes the open block and ends the message.
 func (s *anthropicStream) end() {
 	var seq *string
 	matched := false
 	text := s.hold.take()
-	if s.finish == "stop" && len(s.a.stops) > 0 && !s.toolCalls {
+	if s.finish == "stop" && len(s.a.stops) > 0 && !s.toolCalls && len(s.pending) == 0 {
 		var m string
 		if text, m, matched = stopMatch(text, s.a.stops, s.stopRsn); matched {
 			seq = &m
 		}
 	}
+	s.sendCalls()
 	s.text(text)
 	s.stop()
-	// Arguments still held (a call whose block another block closed
-	// before they ended) are given now.
-	for _, idx := range slices.Sorted(maps.Keys(s.args)) {
-		s.endArgs(idx, s.args[idx])
-	}
 	s.sw.event("message_delta", object{{"type", "message_delta"},
 		{"delta", object{{"stop_reason", stopReason(s.finish, s.toolCalls, matched)}, {"stop_sequence", seq}}},
 		{"usage", usageOf(s.usage)}})

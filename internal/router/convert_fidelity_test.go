@@ -157,24 +157,32 @@ func TestConvertedStreamBrokenAfterFinish(t *testing.T) {
 	}
 }
 
-// TestAnthropicStreamToolInputStreams: arguments that open a JSON object go
-// on piece by piece as they come (a brace or quote inside a string does not
-// end the object), and only what follows the object's close is dropped.
-func TestAnthropicStreamToolInputStreams(t *testing.T) {
+// TestAnthropicStreamToolInputWhole: a call's arguments go out in one
+// input_json_delta once the call ends, as the buffered answer's input
+// (parseArguments): the pieces joined and compacted when they are one JSON
+// object (a brace or quote inside a string does not end it), and nothing
+// (the block's {} stands) when something follows the object.
+func TestAnthropicStreamToolInputWhole(t *testing.T) {
 	t.Parallel()
-	pieces := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`, `}trailing`}
-	in := []string{toolCallChunk(0, "call_1", "f", pieces[0])}
-	for _, p := range pieces[1:] {
-		in = append(in, toolCallChunk(0, "", "", p))
-	}
-	in = append(in, finishChunk("tool_calls"), usageChunk, "[DONE]")
-	var sent []string
-	for _, d := range toolInputDeltas(t, chunks(in...)) {
-		sent = append(sent, d.partial)
-	}
-	want := []string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`}
-	if strings.Join(sent, "|") != strings.Join(want, "|") {
-		t.Errorf("sent %q, want %q", sent, want)
+	for _, c := range []struct {
+		pieces []string
+		want   []string
+	}{
+		{[]string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`}, []string{`{"q":"a}b\"}","n":[1,{"x":2}]}`}},
+		{[]string{` {"q":"a}`, `b\"}"`, `,"n":[1,{"x":2}]}`, `}trailing`}, nil},
+	} {
+		in := []string{toolCallChunk(0, "call_1", "f", c.pieces[0])}
+		for _, p := range c.pieces[1:] {
+			in = append(in, toolCallChunk(0, "", "", p))
+		}
+		in = append(in, finishChunk("tool_calls"), usageChunk, "[DONE]")
+		var sent []string
+		for _, d := range toolInputDeltas(t, chunks(in...)) {
+			sent = append(sent, d.partial)
+		}
+		if strings.Join(sent, "|") != strings.Join(c.want, "|") {
+			t.Errorf("pieces %q: sent %q, want %q", c.pieces, sent, c.want)
+		}
 	}
 }
 

@@ -570,11 +570,16 @@ type responsesStream struct {
 	// args are the function calls' arguments as they came, by item
 	// index: set on their items when these are sent whole (appending
 	// each delta to the item's string copied it all, per delta).
-	args   map[int]*strings.Builder
-	held   int // bytes of text and arguments held in items
-	finish string
-	failed bool // the stream ends in response.failed
-	usage  *chatUsage
+	args map[int]*strings.Builder
+	// unnamed are the function calls whose item is not announced yet:
+	// a chat stream may give a call's arguments before the chunk that
+	// names it, and an item announced without its name (and call_id) is
+	// a call the client cannot run. Its arguments are held meanwhile.
+	unnamed map[int]bool
+	held    int // bytes of text and arguments held in items
+	finish  string
+	failed  bool // the stream ends in response.failed
+	usage   *chatUsage
 }
 
 // event sends an event of type name with the fields given.
@@ -586,7 +591,7 @@ func (s *responsesStream) event(name string, fields ...field) {
 }
 
 func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
-	s := &responsesStream{o: o, sw: newSSEWriter(w), open: -1, tools: map[int]int{}, args: map[int]*strings.Builder{}}
+	s := &responsesStream{o: o, sw: newSSEWriter(w), open: -1, tools: map[int]int{}, args: map[int]*strings.Builder{}, unnamed: map[int]bool{}}
 	s.event("response.created", field{"response", o.response("in_progress", []any{}, nil, "")})
 	s.event("response.in_progress", field{"response", o.response("in_progress", []any{}, nil, "")})
 	if err := s.sw.flush(); err != nil {
@@ -650,12 +655,31 @@ func (s *responsesStream) setArgs() {
 	}
 }
 
+// announce sends a function call's output_item.added, and the arguments
+// held while the call had no name in one delta. A call that never gets a
+// name is announced without one when its item closes.
+func (s *responsesStream) announce(i int) {
+	delete(s.unnamed, i)
+	it := s.items[i]
+	if it.get("call_id") == "" {
+		it.set("call_id", s.o.id("call_"))
+	}
+	s.event("response.output_item.added", field{"output_index", i}, field{"item", it.clone()})
+	if b := s.args[i]; b != nil && b.Len() > 0 {
+		s.event("response.function_call_arguments.delta", field{"item_id", it.get("id")}, field{"output_index", i},
+			field{"delta", b.String()})
+	}
+}
+
 // close ends the open item.
 func (s *responsesStream) close() {
 	if s.open < 0 {
 		return
 	}
 	i := s.open
+	if s.unnamed[i] {
+		s.announce(i)
+	}
 	it := s.items[i]
 	s.open = -1
 	id := it.get("id")
@@ -761,16 +785,24 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 					return errAnswerTooLong
 				}
 				s.close()
-				callID := tc.ID
-				if callID == "" {
-					callID = s.o.id("call_")
-				}
-				it := functionCallItem(s.o.id("fc_"), "in_progress", callID, tc.Function.Name, "")
+				it := functionCallItem(s.o.id("fc_"), "in_progress", tc.ID, tc.Function.Name, "")
 				s.items = append(s.items, it)
 				i = len(s.items) - 1
 				s.open = i
 				s.tools[tc.Index] = i
-				s.event("response.output_item.added", field{"output_index", i}, field{"item", it.clone()})
+				s.unnamed[i] = true
+			} else if s.unnamed[i] || s.items[i].get("name") == "" {
+				// The call's identity, from a chunk after its first.
+				if s.held += len(tc.ID) + len(tc.Function.Name); s.held > s.o.heldLimit() {
+					return errAnswerTooLong
+				}
+				it := s.items[i]
+				if it.get("call_id") == "" && tc.ID != "" {
+					it.set("call_id", tc.ID)
+				}
+				if it.get("name") == "" && tc.Function.Name != "" {
+					it.set("name", tc.Function.Name)
+				}
 			}
 			if tc.Function.Arguments != "" {
 				if s.held += len(tc.Function.Arguments); s.held > s.o.heldLimit() {
@@ -783,8 +815,13 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 					s.args[i] = b
 				}
 				b.WriteString(tc.Function.Arguments)
-				s.event("response.function_call_arguments.delta", field{"item_id", it.get("id")}, field{"output_index", i},
-					field{"delta", tc.Function.Arguments})
+				if !s.unnamed[i] {
+					s.event("response.function_call_arguments.delta", field{"item_id", it.get("id")}, field{"output_index", i},
+						field{"delta", tc.Function.Arguments})
+				}
+			}
+			if s.unnamed[i] && s.items[i].get("name") != "" {
+				s.announce(i)
 			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
