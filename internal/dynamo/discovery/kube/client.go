@@ -73,8 +73,10 @@ func finish(c *rest.Config) *rest.Config {
 	// A pass lists a few pages and opens watches; client-side throttling
 	// would only delay re-lists.
 	c.QPS, c.Burst = 50, 100
-	// A watch's stream learns through this whether its response ended
-	// cleanly or by a transport error.
+	// Answers are read within bounds (boundBodies); a watch's stream
+	// learns whether its response ended cleanly or by a transport error,
+	// a bound's included (trackWatchEnds, wrapped around it).
+	c.Wrap(boundBodies)
 	c.Wrap(trackWatchEnds)
 	return c
 }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -212,6 +213,66 @@ func (b *endBody) Read(p []byte) (int, error) {
 	if err != nil {
 		b.end.set(err)
 	}
+	return n, err
+}
+
+// maxListBytes bounds an answer of the API server other than a watch (a
+// list page): past what any page of the sizes asked for holds in practice
+// (500 pods of some 100 KiB at most), and half what a source may hold in
+// all.
+const maxListBytes = 128 << 20
+
+// boundBodies caps what one answer of the API server may make the client
+// hold: client-go reads a list page whole, and frames each watch event
+// whole before decoding it, so a page or an event of any size (from a
+// misbehaving server, or whatever answers at its address) would be held
+// in memory. A watch's events, one a line, are capped at
+// maxWatchEventBytes each (as the DWM watch reads them), any other answer
+// at maxListBytes in all; past the cap the read fails, and with it the
+// request.
+func boundBodies(rt http.RoundTripper) http.RoundTripper { return bodyBound{rt} }
+
+type bodyBound struct{ rt http.RoundTripper }
+
+func (t bodyBound) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	if err == nil {
+		b := &boundedBody{ReadCloser: resp.Body, limit: maxListBytes}
+		if req.URL.Query().Get("watch") == "true" {
+			b.perLine, b.limit = true, maxWatchEventBytes
+		}
+		resp.Body = b
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go see through the wrapper.
+func (t bodyBound) WrappedRoundTripper() http.RoundTripper { return t.rt }
+
+// boundedBody fails a read once more than limit bytes were read in all,
+// or, perLine, since the last newline.
+type boundedBody struct {
+	io.ReadCloser
+	perLine  bool
+	n, limit int
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.n >= b.limit {
+		if b.perLine {
+			return 0, fmt.Errorf("a watch event of the API server larger than %d bytes", b.limit)
+		}
+		return 0, fmt.Errorf("an answer of the API server larger than %d bytes", b.limit)
+	}
+	p = p[:min(len(p), b.limit-b.n)]
+	n, err := b.ReadCloser.Read(p)
+	if b.perLine {
+		if i := bytes.LastIndexByte(p[:n], '\n'); i >= 0 {
+			b.n = n - 1 - i
+			return n, err
+		}
+	}
+	b.n += n
 	return n, err
 }
 
