@@ -426,31 +426,45 @@ type sseReader struct {
 func newSSEReader(r io.Reader) *sseReader {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
-	sc.Split(scanSSELines)
+	sc.Split((&sseLines{}).split)
 	return &sseReader{sc: sc}
 }
 
-// scanSSELines splits at the line ends server-sent events allow: CR LF,
-// LF, or CR alone.
-func scanSSELines(data []byte, atEOF bool) (advance int, token []byte, err error) {
-	i := bytes.IndexAny(data, "\r\n")
+// sseLines splits at the line ends server-sent events allow: CR LF, LF,
+// or CR alone. The scanner hands split the whole unfinished line again
+// after each read; scanned is how much of it was searched already, so that
+// a long line (up to maxSSELine) arriving in small reads is searched once,
+// not once per read.
+type sseLines struct{ scanned int }
+
+func (l *sseLines) split(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	i := bytes.IndexAny(data[min(l.scanned, len(data)):], "\r\n")
+	if i >= 0 {
+		i += min(l.scanned, len(data))
+	}
 	switch {
 	case i < 0:
 		if atEOF && len(data) > 0 {
+			l.scanned = 0
 			return len(data), data, nil
 		}
+		l.scanned = len(data)
 		return 0, nil, nil
 	case data[i] == '\n':
+		l.scanned = 0
 		return i + 1, data[:i], nil
 	case i+1 < len(data):
+		l.scanned = 0
 		if data[i+1] == '\n' {
 			return i + 2, data[:i], nil
 		}
 		return i + 1, data[:i], nil
 	case atEOF:
+		l.scanned = 0
 		return i + 1, data[:i], nil
 	}
-	return 0, nil, nil // a CR last: an LF may follow
+	l.scanned = i // a CR last: an LF may follow
+	return 0, nil, nil
 }
 
 // next returns the next event, io.EOF at the end of the stream, or the

@@ -192,3 +192,30 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+// TestSSELineSearchedOnce: a long line that arrives in small reads is
+// searched for its end once, not once per read (the scanner hands the split
+// the whole unfinished line again after each read): the split resumes where
+// its last search stopped, and still finds a CR LF split across two reads.
+func TestSSELineSearchedOnce(t *testing.T) {
+	t.Parallel()
+	var l sseLines
+	line := bytes.Repeat([]byte("x"), 64<<10)
+	for n := 4 << 10; n <= len(line); n += 4 << 10 {
+		if adv, tok, _ := l.split(line[:n], false); adv != 0 || tok != nil {
+			t.Fatalf("%d bytes without a line end: advance %d", n, adv)
+		}
+		if l.scanned != n {
+			t.Fatalf("after %d bytes the search stands at %d, want %d", n, l.scanned, n)
+		}
+	}
+	data := append(append([]byte{}, line...), '\r')
+	if adv, tok, _ := l.split(data, false); adv != 0 || tok != nil || l.scanned != len(line) {
+		t.Fatalf("a CR last: advance %d, search at %d", adv, l.scanned)
+	}
+	data = append(data, '\n', 'y')
+	adv, tok, _ := l.split(data, false)
+	if adv != len(line)+2 || !bytes.Equal(tok, line) || l.scanned != 0 {
+		t.Fatalf("CR LF across reads: advance %d, token of %d bytes, search at %d", adv, len(tok), l.scanned)
+	}
+}
