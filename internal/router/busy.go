@@ -50,7 +50,7 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		case err == nil:
 			return d, false
 		case errors.Is(err, shim.ErrNoReplica):
-			x.shimUnavailable()
+			x.shimUnavailable(shim.NoReplicaPath(err))
 			return nil, true
 		case !errors.Is(err, pick.ErrAllBusy):
 			return nil, false
@@ -60,7 +60,7 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		}
 	}
 	m := x.s.opts.Metrics
-	unpinned, noReplica := false, false
+	unpinned, noReplica := false, ""
 	start := time.Now()
 	result := x.s.queue.wait(x.ctx, line, q.Size, q.MaxWait.D(), func() bool {
 		nd, err := x.s.dispatch.Reserve(x.s.opts.Registry.Snapshot(), *req, x.s.opts.Now())
@@ -70,7 +70,7 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 		case errors.Is(err, pick.ErrAllBusy):
 			return false
 		case errors.Is(err, shim.ErrNoReplica):
-			unpinned, noReplica = true, true
+			unpinned, noReplica = true, shim.NoReplicaPath(err)
 		default:
 			unpinned = true
 		}
@@ -89,8 +89,8 @@ func (x *exchange) reserve(req *shim.Request[*Backend]) (d *shim.Dispatch[*Backe
 	case telemetry.QueueDispatched:
 		return d, false
 	case telemetry.QueueUnpinned:
-		if noReplica {
-			x.shimUnavailable()
+		if noReplica != "" {
+			x.shimUnavailable(noReplica)
 			return nil, true
 		}
 		return nil, false

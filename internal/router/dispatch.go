@@ -292,15 +292,17 @@ const tenantHeader = "X-Tenant-Id"
 // (a breaker open, a failing health check): a shim failure like a failed
 // dispatch, counted in phase decode, then the unified fallback when it is
 // on and a backend other than the shim's frontends can take the request,
-// else 502 disaggregated_decode_failed. (No routing path was chosen: the
-// path is counted only by a fallback.)
-func (x *exchange) shimUnavailable() {
+// else 502 disaggregated_decode_failed, counted under path, the routing
+// path the request would have taken (a fallback counts under its own), as
+// a dispatch that failed is: each request is counted once.
+func (x *exchange) shimUnavailable(path string) {
 	v := x.s.dispatch.Plan().Verdict(shim.Failed)
 	x.s.opts.Metrics.DisaggErrors.WithLabelValues(shim.PhaseDecode).Inc()
 	if v.Action == shim.FallBack && len(x.plainCandidates(x.s.routes.Load(), nil)) > 0 {
 		x.plain(shim.PathFallback)
 		return
 	}
+	x.s.opts.Metrics.DisaggRequests.WithLabelValues(path).Inc()
 	x.fail(http.StatusBadGateway, CodeDisaggregatedDecodeFailed, "",
 		"no Dynamo frontend replica that serves model "+strconvQuote(x.q.Model)+" is available (circuit breaker open or failing its health check)")
 }

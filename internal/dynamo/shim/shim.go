@@ -307,22 +307,31 @@ type Dispatch[R comparable] struct {
 func (d *Dispatch[R]) Done() { d.picker.Release(d.ticket) }
 
 // servedBehind reports whether a worker of model is in a namespace with a
-// replica for which allowed holds, other than those in skip.
-func (p *Plan[R]) servedBehind(snap *fleet.Snapshot, model string, allowed func(R) bool, skip []string) bool {
+// replica for which allowed holds, other than those in skip; and the path
+// a dispatch to them would have taken: disaggregated where one of them is
+// a prefill worker, else aggregated.
+func (p *Plan[R]) servedBehind(snap *fleet.Snapshot, model string, allowed func(R) bool, skip []string) (served bool, path string) {
 	if snap == nil {
-		return false
+		return false, ""
 	}
+	path = PathAggregated
 	for _, ns := range p.Candidates(allowed).Namespaces {
 		if slices.Contains(skip, ns) {
 			continue
 		}
 		for w := range snap.Workers.InNamespace(ns) {
 			if w.Model == model && w.Role != fleet.RoleUnknown {
-				return true
+				served = true
+				if w.Role == fleet.RolePrefill {
+					path = PathDisaggregated
+				}
 			}
 		}
 	}
-	return false
+	if !served {
+		return false, ""
+	}
+	return true, path
 }
 
 // ErrNotPinned: the request goes the plain way: pinning is off, no replica
@@ -335,6 +344,23 @@ var ErrNotPinned = errors.New("not pinned")
 // a failing health check): a shim failure, not a model the shim does not
 // serve.
 var ErrNoReplica = errors.New("no frontend replica of the model's workers is available")
+
+// NoReplicaError is ErrNoReplica with the routing path the request would
+// have taken (PathDisaggregated or PathAggregated): the request is counted
+// under it, as a dispatch that failed is.
+type NoReplicaError struct{ Path string }
+
+func (e *NoReplicaError) Error() string        { return ErrNoReplica.Error() }
+func (e *NoReplicaError) Is(target error) bool { return target == ErrNoReplica }
+
+// NoReplicaPath is the routing path err (an ErrNoReplica) carries,
+// PathAggregated when it carries none.
+func NoReplicaPath(err error) string {
+	if e, ok := errors.AsType[*NoReplicaError](err); ok && e.Path != "" {
+		return e.Path
+	}
+	return PathAggregated
+}
 
 // Pin picks the workers of a request and the replicas to send it to. It
 // returns false when the request is not pinned, for whatever reason
@@ -355,8 +381,10 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 	}
 	cands := plan.Candidates(req.Usable)
 	if len(cands.Namespaces) == 0 {
-		if req.Allowed != nil && plan.servedBehind(snap, plan.Model(req.Model), req.Allowed, nil) {
-			return nil, ErrNoReplica
+		if req.Allowed != nil {
+			if served, path := plan.servedBehind(snap, plan.Model(req.Model), req.Allowed, nil); served {
+				return nil, &NoReplicaError{Path: path}
+			}
 		}
 		return nil, ErrNotPinned
 	}
@@ -371,8 +399,10 @@ func (d *Dispatcher[R]) Reserve(snap *fleet.Snapshot, req Request[R], now time.T
 		// No worker of the model in the namespaces with a usable replica:
 		// where its workers are behind replicas none of which is usable,
 		// that is a shim failure, whatever other namespaces are watched.
-		if req.Allowed != nil && plan.servedBehind(snap, plan.Model(req.Model), req.Allowed, cands.Namespaces) {
-			return nil, ErrNoReplica
+		if req.Allowed != nil {
+			if served, path := plan.servedBehind(snap, plan.Model(req.Model), req.Allowed, cands.Namespaces); served {
+				return nil, &NoReplicaError{Path: path}
+			}
 		}
 		return nil, ErrNotPinned
 	}
