@@ -19,7 +19,9 @@ const (
 	// that has sent no sample for this long may be stalled.
 	StallAfter  = 5 * time.Second
 	StallBlocks = 2
-	// maxEntriesPerKey bounds the ledger of one (worker, rank).
+	// maxEntriesPerKey bounds the ledger of one (worker, rank); past it the
+	// two oldest entries become one (see add), so the backlog keeps
+	// counting every dispatch of the window.
 	maxEntriesPerKey = 4096
 	// maxLedgerKeys bounds the (worker, rank) keys of the ledger.
 	maxLedgerKeys = load.MaxStoreKeys
@@ -121,6 +123,16 @@ func (l *ledger) dispatched(pin Pin, promptTokens, prefillTokens int, now time.T
 			return
 		}
 		if len(list) >= maxEntriesPerKey {
+			// The oldest entry's work goes into the next one's, which then
+			// stands for both: a worker sent more than this many requests
+			// within the window (with no sample since) is not shown less
+			// loaded than it is, which would draw still more to it. The
+			// oldest's work counts until the next one's time, a little
+			// longer than its own.
+			next := &list[1]
+			next.prefillTokens += list[0].prefillTokens
+			next.decodeBlocks += list[0].decodeBlocks
+			next.stallable = next.stallable || (list[0].stallable && !list[0].done)
 			list = list[1:]
 		}
 		e.ticket = t.id
