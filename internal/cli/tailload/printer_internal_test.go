@@ -17,7 +17,8 @@ func TestPublisherFailedOncePerChange(t *testing.T) {
 	t.Parallel()
 	var errOut bytes.Buffer
 	ios := &iostreams.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: &errOut}
-	p := &printer{o: &Options{IO: ios, JSON: true}, results: map[string]int{}, fleet: true, failed: map[uint64]string{}, stop: func() {}}
+	p := newPrinter(&Options{IO: ios, JSON: true}, func() {})
+	p.fleet, p.failed = true, map[uint64]string{}
 	p.publisherFailed(7, io.EOF)
 	p.publisherFailed(7, io.EOF)
 	if n := strings.Count(errOut.String(), "publisher 7:"); n != 1 {

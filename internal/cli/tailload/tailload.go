@@ -143,6 +143,31 @@ type printer struct {
 	// connection failing (a line when that changes, not one per retry).
 	fleet  bool
 	failed map[uint64]string
+	// out is the standard output, which remembers its first write error:
+	// the tail then stops and fails (what it printed did not reach its
+	// reader: a full disk, a closed pipe).
+	out *stickyWriter
+}
+
+func newPrinter(o *Options, stop context.CancelFunc) *printer {
+	return &printer{o: o, results: map[string]int{}, stop: stop, out: &stickyWriter{w: o.IO.Out}}
+}
+
+// stickyWriter writes to w until a write fails, and keeps that error.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(b []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(b)
+	if err != nil {
+		s.err = err
+	}
+	return n, err
 }
 
 // Run tails until interrupted or --count messages were printed. With
@@ -152,11 +177,15 @@ type printer struct {
 func Run(ctx context.Context, o *Options) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := &printer{o: o, results: map[string]int{}, stop: cancel}
+	p := newPrinter(o, cancel)
 	defer func() {
 		p.mu.Lock()
-		seen := p.seen
+		seen, outErr := p.seen, p.out.err
 		p.mu.Unlock()
+		if outErr != nil {
+			err = &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("writing the standard output: %w", outErr)}
+			return
+		}
 		if err == nil && o.Count > 0 && seen < o.Count {
 			err = &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("interrupted after %d of the %d messages --count asked for", seen, o.Count)}
 		}
@@ -304,7 +333,7 @@ func (p *printer) observe(ev load.Event) {
 	} else {
 		p.writeText(ev)
 	}
-	if p.o.Count > 0 && p.seen >= p.o.Count {
+	if p.out.err != nil || p.o.Count > 0 && p.seen >= p.o.Count {
 		p.stop()
 	}
 }
@@ -338,7 +367,7 @@ func (p *printer) writeJSON(ev load.Event) {
 	}
 	b, err := json.Marshal(v)
 	if err == nil {
-		fmt.Fprintf(p.o.IO.Out, "%s\n", b)
+		fmt.Fprintf(p.out, "%s\n", b)
 	}
 }
 
@@ -350,7 +379,7 @@ func opt(v *uint64) string {
 }
 
 func (p *printer) writeText(ev load.Event) {
-	w := p.o.IO.Out
+	w := p.out
 	now := time.Now().UTC().Format("15:04:05.000")
 	if ev.Result != telemetry.ResultAccepted {
 		// A detail may quote what the publisher sent (a field name of its
