@@ -2,6 +2,7 @@ package cmdutil
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -197,8 +198,17 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 		if len(o.Namespaces) > 1 {
 			one, many = config.DefaultNamespace, o.Namespaces
 		}
-		d.Etcd.Namespace, d.Etcd.Namespaces = one, many
-		d.File.Namespace, d.File.Namespaces = one, many
+		// Into the block of the source read: the other's would be judged
+		// too, and a mistake reported twice, once for a source not read.
+		switch d.Source {
+		case config.SourceEtcd:
+			d.Etcd.Namespace, d.Etcd.Namespaces = one, many
+		case config.SourceFile:
+			d.File.Namespace, d.File.Namespaces = one, many
+		default:
+			d.Etcd.Namespace, d.Etcd.Namespaces = one, many
+			d.File.Namespace, d.File.Namespaces = one, many
+		}
 	}
 	if err := o.checkApplies(d.Source); err != nil {
 		return nil, err
@@ -253,12 +263,22 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 	for _, f := range config.Validate("flags", cfg) {
 		switch {
 		case !strings.HasPrefix(f.Path, "dynamo.discovery."):
+		case f.Severity == config.SeverityError && len(o.Namespaces) > 0 &&
+			(strings.HasPrefix(f.Path, "dynamo.discovery.etcd.namespace") || strings.HasPrefix(f.Path, "dynamo.discovery.file.namespace")):
+			// What the flag set is told as the flag's.
+			problems = append(problems, "--namespace: "+f.Message+" ("+f.Path+")")
 		case f.Severity == config.SeverityError:
 			problems = append(problems, f.Path+": "+f.Message)
 		case o.cmd != nil:
 			// A warning (credentials over plaintext, an endpoint that looks
-			// outside the cluster) is told, as config validate tells it.
-			_, _ = fmt.Fprintf(o.cmd.ErrOrStderr(), "warning: %s: %s\n", f.Path, f.Message)
+			// outside the cluster) is told, as config validate tells it;
+			// under --log-format json as a JSON line, like every other line
+			// the process writes (a Kubernetes log pipeline reads them).
+			if fl := o.cmd.Flag("log-format"); fl != nil && fl.Value.String() == "json" {
+				slog.New(slog.NewJSONHandler(o.cmd.ErrOrStderr(), nil)).Warn("configuration warning", "finding", f.Path+": "+f.Message)
+			} else {
+				_, _ = fmt.Fprintf(o.cmd.ErrOrStderr(), "warning: %s: %s\n", f.Path, f.Message)
+			}
 		}
 	}
 	if len(problems) > 0 {
