@@ -150,8 +150,46 @@ load frames, inspect KV hashing, pin artifacts, and validate configuration.`,
 	root.Version = versioncmd.Format(f.Build)
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.InitDefaultCompletionCmd() // now, so that usageErrors sees it
+	root.SetHelpCommand(helpCommand(root))
 	usageErrors(root)
 	return root
+}
+
+// helpCommand is `help [command]`: cobra's own shows the root's help for a
+// topic it does not know and exits 0, so a typo in a scripted help lookup
+// (`continuum help config valdate`) would pass; here it is a usage error,
+// as the same words without help are.
+func helpCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help shows the help of any command: continuum help [path to command].",
+		ValidArgsFunction: func(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			cmd, _, err := root.Find(args)
+			if err != nil || cmd == nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []cobra.Completion
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err == nil && len(rest) > 0 {
+				err = fmt.Errorf("unknown command %q for %q", rest[0], cmd.CommandPath())
+			}
+			if err != nil || cmd == nil {
+				return &cmdutil.FlagError{Err: fmt.Errorf("unknown help topic %q: %w", strings.Join(args, " "), err)}
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	}
 }
 
 // durations refuses a duration flag set below zero (every duration a

@@ -375,6 +375,14 @@ func runRender(o *Options) error {
 		return err
 	}
 	return eachLine(o, func(line []byte) (any, error) {
+		// A line without messages (a misspelled member, a tokenize line)
+		// would render the empty conversation as if asked to.
+		var m struct {
+			Messages json.RawMessage `json:"messages"`
+		}
+		if json.Unmarshal(line, &m) == nil && (len(m.Messages) == 0 || string(m.Messages) == "null") {
+			return nil, errors.New(`want "messages"`)
+		}
 		in, err := chattemplate.DecodeRequestKwargs(line)
 		if err != nil {
 			return nil, err

@@ -158,6 +158,9 @@ $CONTINUUM_ADMIN_TOKEN). -o json prints the admin API's shape either way.`,
 			if o.Interval < 100*time.Millisecond {
 				return cmdutil.FlagErrorf("--interval %s: at least 100ms", o.Interval)
 			}
+			if cmd.Flags().Changed("interval") && !o.Follow {
+				return cmdutil.FlagErrorf("--interval is how often --follow prints: add --follow, or drop --interval")
+			}
 			if cmd.Flags().Changed("router") {
 				for _, n := range discoveryFlagNames {
 					if cmd.Flags().Changed(n) {

@@ -78,6 +78,11 @@ set (not empty) or stdout is not a terminal.`,
 			if err := cmdutil.OneOf("--output", opts.Output, outputs); err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("output") && !opts.Once {
+				// The full-screen program has no output format: a script
+				// asking for JSON must not get it.
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("-o/--output is the format of --once: add --once, or drop -o")}
+			}
 			if opts.Demo && cmd.Flags().Changed("router") {
 				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--demo starts its own router; drop --router")}
 			}
