@@ -652,7 +652,7 @@ func (s *anthropicStream) fail(status int, message string) error {
 	// Calls still held are dropped: the failure may have cut their
 	// arguments, and a tool_use block is an instruction to run the tool.
 	s.pending = s.pending[:0]
-	if s.hold.holding() && !s.opens("text", 1) {
+	if s.hold.holding() && !s.opens("text", maxStreamBlocks) {
 		s.text(s.hold.take())
 	}
 	s.sw.event("error", anthropicErrorObject(anthropicErrorType(status), message))
