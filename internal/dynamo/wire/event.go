@@ -235,8 +235,11 @@ type ActiveLoad struct {
 // shipped them: each revision added a field after the others.
 //   - 4: worker_id, dp_rank, active_decode_blocks, active_prefill_tokens
 //   - 5: those, then kv_used_blocks
-//   - 6: those four, then scheduler_load_scope (nil or a string), then
-//     kv_used_blocks
+//   - 6: those four, then either scheduler_load_scope (nil or a string)
+//     and kv_used_blocks, or (newer) kv_used_blocks and waiting_requests:
+//     a number in place 4 can only be kv_used_blocks, nil or a string
+//     only the scope (a nil there reads as the older layout, the bytes
+//     telling the two apart no further)
 //
 // A longer array is a layout not known here: which of its places holds
 // kv_used_blocks cannot be told, so it is malformed rather than guessed.
@@ -282,6 +285,7 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 		return l, mpErr("array of %d elements; the known layouts have at most %d", n, maxActiveLoadArray)
 	}
 	var seen uint8 // the known fields met, by their place in activeLoadFields
+	newer := false // a 6-element array in the newer layout (see above)
 	for i := range n {
 		name := ""
 		if isMap {
@@ -300,6 +304,12 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 			}
 		} else {
 			name = activeLoadPlace(n, i)
+			switch {
+			case n == 6 && i == 4 && !r.peekString() && !r.peekNil():
+				name, newer = "kv_used_blocks", true
+			case n == 6 && i == 5 && newer:
+				name = "waiting_requests"
+			}
 		}
 		switch name {
 		case "worker_id":
@@ -322,6 +332,8 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 			l.ActivePrefillTokens, err = opt(r)
 		case "kv_used_blocks":
 			l.KVUsedBlocks, err = opt(r)
+		case "waiting_requests":
+			_, err = opt(r) // not read, but held to its type as the rest
 		case "scheduler_load_scope":
 			if !isMap && !r.peekString() && !r.peekNil() {
 				err = mpErr("not nil or a string")

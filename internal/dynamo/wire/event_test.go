@@ -202,7 +202,9 @@ func TestActiveLoadLayouts(t *testing.T) {
 		{"6 fields, scope nil", []byte{0x96, 0x01, 0x00, 0xc0, 0xc0, 0xc0, 0x1e}, wire.ActiveLoad{WorkerID: 1, KVUsedBlocks: u64(30)}, ""},
 		{"fewer than 4: the first places", []byte{0x92, 0x01, 0x02}, wire.ActiveLoad{WorkerID: 1, DPRank: 2}, ""},
 		{"5 fields with a scope where kv_used_blocks goes", cat([]byte{0x95, 0x01, 0x00, 0xc0, 0xc0}, local), wire.ActiveLoad{}, "kv_used_blocks"},
-		{"6 fields with a number where the scope goes", []byte{0x96, 0x01, 0x00, 0xc0, 0xc0, 0x1e, 0x1f}, wire.ActiveLoad{}, "scheduler_load_scope"},
+		// The newer layout: kv_used_blocks, then waiting_requests.
+		{"6 fields with a number where the scope goes", []byte{0x96, 0x01, 0x00, 0xc0, 0xc0, 0x1e, 0x1f}, wire.ActiveLoad{WorkerID: 1, KVUsedBlocks: u64(30)}, ""},
+		{"6 fields, newer layout, a string for waiting_requests", cat([]byte{0x96, 0x01, 0x00, 0xc0, 0xc0, 0x1e}, local), wire.ActiveLoad{}, "waiting_requests"},
 		{"6 fields with a string where kv_used_blocks goes", cat([]byte{0x96, 0x01, 0x00, 0xc0, 0xc0}, local, local), wire.ActiveLoad{}, "kv_used_blocks"},
 		{"7 fields", cat([]byte{0x97, 0x01, 0x00, 0xc0, 0xc0}, local, []byte{0x1e, 0x05}), wire.ActiveLoad{}, "array of 7 elements"},
 		{"7 fields, all numbers", []byte{0x97, 0x01, 0x00, 0x03, 0x04, 0x05, 0x06, 0x07}, wire.ActiveLoad{}, "array of 7 elements"},
