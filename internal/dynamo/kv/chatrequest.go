@@ -31,6 +31,10 @@ type requestShape struct {
 	// parseArgs: tool calls' arguments strings holding JSON are given as
 	// that JSON (the legacy function_call's always are).
 	parseArgs bool
+	// thinkInContent: an assistant message's reasoning_content goes into
+	// its content as <think>…</think> (see thinkInContent), for a template
+	// that does not read reasoning_content itself.
+	thinkInContent bool
 }
 
 // chatInput reads a chat request as Dynamo's frontend renders it:
@@ -432,16 +436,11 @@ func (s requestShape) message(raw json.RawMessage) json.RawMessage {
 	case "system", "developer", "user":
 		return reshape(raw, []field{role, content, {name: "name", kind: optional}})
 	case "assistant":
-		content.kind = optional
 		calls := func(v json.RawMessage) json.RawMessage { return eachItem(v, s.toolCall) }
-		return reshape(raw, []field{role, content,
-			{name: "reasoning_content", kind: optional},
-			{name: "refusal", kind: optional},
-			{name: "name", kind: optional},
-			{name: "audio", kind: optional, fix: func(v json.RawMessage) json.RawMessage { return reshape(v, []field{{name: "id"}}) }},
-			{name: "tool_calls", kind: optional, fix: calls},
-			{name: "function_call", kind: optional, fix: func(v json.RawMessage) json.RawMessage { return functionCall(v, true) }},
-		})
+		if s.thinkInContent {
+			return thinkInContent(reshape(raw, s.assistantFields(role, content, calls)))
+		}
+		return reshape(raw, s.assistantFields(role, content, calls))
 	case "tool":
 		return reshape(raw, []field{role, content, {name: "tool_call_id"}})
 	case "function":
@@ -449,6 +448,94 @@ func (s requestShape) message(raw json.RawMessage) json.RawMessage {
 		return reshape(raw, []field{role, content, {name: "name"}})
 	}
 	return raw
+}
+
+// assistantFields are the fields of an assistant message, in the order
+// the frontend's struct writes them.
+func (s requestShape) assistantFields(role, content field, calls func(json.RawMessage) json.RawMessage) []field {
+	content.kind = optional
+	return []field{role, content,
+		{name: "reasoning_content", kind: optional},
+		{name: "refusal", kind: optional},
+		{name: "name", kind: optional},
+		{name: "audio", kind: optional, fix: func(v json.RawMessage) json.RawMessage { return reshape(v, []field{{name: "id"}}) }},
+		{name: "tool_calls", kind: optional, fix: calls},
+		{name: "function_call", kind: optional, fix: func(v json.RawMessage) json.RawMessage { return functionCall(v, true) }},
+	}
+}
+
+// thinkInContent moves an assistant message's reasoning into its content,
+// as the frontend does before rendering with a template that does not read
+// reasoning_content (its source does not name it): otherwise the model's
+// earlier reasoning would vanish from the prompt. The reasoning, a string
+// or a list of strings (each non-empty one), is wrapped in <think> and
+// </think> and put before a text content (or is the content when there is
+// none, or it is empty), or as a text part first in a list of parts; the
+// message then has no reasoning_content. A message whose reasoning is
+// empty, or whose content is of another type, is left as it is.
+func thinkInContent(raw json.RawMessage) json.RawMessage {
+	o, ok := objectOf(raw)
+	if !ok {
+		return raw
+	}
+	rv, ok := o.get("reasoning_content")
+	if !ok {
+		return raw
+	}
+	var think strings.Builder
+	if r, isText := jsonscan.String(rv); isText {
+		if r != "" {
+			think.WriteString("<think>" + r + "</think>")
+		}
+	} else if segs, isList := items(rv); isList {
+		for _, seg := range segs {
+			if r, isText := jsonscan.String(seg); isText && r != "" {
+				think.WriteString("<think>" + r + "</think>")
+			}
+		}
+	}
+	if think.Len() == 0 {
+		return raw
+	}
+	cv, hasContent := o.get("content")
+	var content json.RawMessage
+	text, isText := jsonscan.String(cv)
+	switch {
+	case !hasContent || bytes.Equal(cv, jsonNull) || isText:
+		content, _ = json.Marshal(think.String() + text)
+	case len(cv) > 0 && cv[0] == '[':
+		parts, _ := items(cv)
+		part, _ := json.Marshal(map[string]string{"type": "text", "text": think.String()})
+		content = appendList(nil, append([]json.RawMessage{json.RawMessage(part)}, parts...))
+	default:
+		return raw
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	written := 0
+	put := func(key []byte, v []byte) {
+		if written > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(key)
+		b.WriteByte(':')
+		b.Write(v)
+		written++
+	}
+	for _, m := range o.members {
+		switch {
+		case m.KeyIs(raw, "reasoning_content"):
+		case m.KeyIs(raw, "content"):
+			put(raw[m.Key:m.KeyEnd], content)
+		default:
+			put(raw[m.Key:m.KeyEnd], m.Value(raw))
+			if !hasContent && m.KeyIs(raw, "role") {
+				put([]byte(`"content"`), content)
+			}
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // content returns a message content as the frontend renders it (see
@@ -472,8 +559,8 @@ func (s requestShape) content(raw json.RawMessage) json.RawMessage {
 		typ, _ := jsonscan.String(v)
 		v, _ = part.get("text")
 		text, isText := jsonscan.String(v)
-		if typ == "image_url" {
-			parts[i] = json.RawMessage(`{"type":"image"}`)
+		if placeholder, ok := mediaPlaceholders[typ]; ok {
+			parts[i] = json.RawMessage(placeholder)
 		} else {
 			parts[i] = contentPart(p, typ)
 		}
@@ -491,6 +578,14 @@ func (s requestShape) content(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return appendList(nil, parts)
+}
+
+// mediaPlaceholders are the parts the frontend gives a template in place
+// of media parts (the media go to the engine, not into the prompt's text).
+var mediaPlaceholders = map[string]string{
+	"image_url": `{"type":"image"}`,
+	"video_url": `{"type":"video"}`,
+	"audio_url": `{"type":"audio"}`,
 }
 
 // contentPart returns a content part of type typ as the frontend's struct

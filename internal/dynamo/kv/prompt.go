@@ -177,7 +177,8 @@ func (p *Preparer) shape(tools bool) requestShape {
 	// strings as they are, and parses them for every other template (which
 	// would print an encoded string again).
 	t := p.template(tools)
-	return requestShape{contentArrays: p.ContentArrays, parseArgs: t != nil && !t.Mentions("arguments is string")}
+	return requestShape{contentArrays: p.ContentArrays, parseArgs: t != nil && !t.Mentions("arguments is string"),
+		thinkInContent: t != nil && !t.Mentions("reasoning_content")}
 }
 
 // template is the template a request with tools, or without, renders
