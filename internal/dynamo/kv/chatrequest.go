@@ -31,6 +31,12 @@ type requestShape struct {
 	// parseArgs: tool calls' arguments strings holding JSON are given as
 	// that JSON (the legacy function_call's always are).
 	parseArgs bool
+	// imagePlaceholder, when not empty, is how a template that renders a
+	// content only as text (not contentArrays) marks a media part: a list
+	// mixing text and media is given as one text, each media part
+	// replaced by it ({n} standing for its 1-based place among the
+	// message's media parts). See imagePlaceholder.
+	imagePlaceholder string
 	// thinkInContent: an assistant message's reasoning_content goes into
 	// its content as <think>…</think> (see thinkInContent), for a template
 	// that does not read reasoning_content itself.
@@ -574,10 +580,56 @@ func (s requestShape) content(raw json.RawMessage) json.RawMessage {
 	case onlyText && !s.contentArrays:
 		b, _ := json.Marshal(strings.Join(texts, "\n"))
 		return b
+	case !s.contentArrays && s.imagePlaceholder != "" && len(parts) > 0:
+		return flattenMedia(parts, s.imagePlaceholder)
 	case same:
 		return raw
 	}
 	return appendList(nil, parts)
+}
+
+// flattenMedia is a list of parts (media already placeholders) as one
+// text: each text part's text, and for every other typed part the
+// placeholder, {n} replaced by its 1-based place among them.
+func flattenMedia(parts []json.RawMessage, placeholder string) json.RawMessage {
+	var b strings.Builder
+	n := 1
+	for _, p := range parts {
+		part, _ := objectOf(p)
+		v, _ := part.get("type")
+		typ, _ := jsonscan.String(v)
+		switch typ {
+		case "text":
+			v, _ = part.get("text")
+			if text, ok := jsonscan.String(v); ok {
+				b.WriteString(text)
+			}
+		case "":
+		default:
+			b.WriteString(strings.ReplaceAll(placeholder, "{n}", strconv.Itoa(n)))
+			n++
+		}
+	}
+	out, _ := json.Marshal(b.String())
+	return out
+}
+
+// imagePlaceholder is how the frontend marks a media part in the text of a
+// template that cannot render a list of parts, told by the template's
+// source: Phi-3-vision's templates (they name <|end|> and <|assistant|>)
+// number them <|image_1|>, <|image_2|>, ...; LLaVA-1.5's (USER: and
+// ASSISTANT:) write <image>. Other templates have none, and a list mixing
+// text and media reaches them as it is.
+func imagePlaceholder(t *chattemplate.Template) string {
+	switch {
+	case t == nil:
+		return ""
+	case t.Mentions("<|end|>") && t.Mentions("<|assistant|>"):
+		return "<|image_{n}|>"
+	case t.Mentions("USER:") && t.Mentions("ASSISTANT:"):
+		return "<image>"
+	}
+	return ""
 }
 
 // mediaPlaceholders are the parts the frontend gives a template in place

@@ -98,3 +98,27 @@ func TestMidChainDottedIntegerLookup(t *testing.T) {
 	expectRender(t, p, `{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"http://x/i.png"}}]}]}`, `[hi]`)
 	expectRender(t, p, `{"messages":[{"role":"user","content":"hi"}]}`, `hi`)
 }
+
+// TestMixedContentFlattenedWithPlaceholders: a template that renders a
+// content only as text, and whose source marks it as Phi-3-vision's or
+// LLaVA-1.5's, gets a list mixing text and images as one text, each image
+// replaced by the family's placeholder; another such template gets the
+// list as it is.
+func TestMixedContentFlattenedWithPlaceholders(t *testing.T) {
+	t.Parallel()
+	phi3v := "{% for message in messages %}{{'<|' + message['role'] + '|>' + '\n' + message['content'] + '<|end|>\n' }}{% endfor %}" +
+		"{% if add_generation_prompt and messages[-1]['role'] != 'assistant' %}{{- '<|assistant|>\n' -}}{% endif %}"
+	expectRender(t, shapePreparer(t, phi3v),
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"http://x/i.png"}},{"type":"text","text":" And this?"},{"type":"image_url","image_url":{"url":"http://x/j.png"}}]}]}`,
+		"<|user|>\nWhat is this?<|image_1|> And this?<|image_2|><|end|>\n<|assistant|>\n")
+
+	llava := "{% for m in messages %}{% if m.role == 'user' %}USER: {{ m.content }}\n{% else %}ASSISTANT: {{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+	expectRender(t, shapePreparer(t, llava),
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/i.png"}},{"type":"text","text":"What is this?"}]}]}`,
+		"USER: <image>What is this?\nASSISTANT:")
+
+	other := `{% for m in messages %}{% for p in m.content %}{{ p.type }};{% endfor %}{% endfor %}`
+	expectRender(t, shapePreparer(t, other),
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/i.png"}},{"type":"text","text":"What is this?"}]}]}`,
+		"image;text;")
+}

@@ -178,7 +178,7 @@ func (p *Preparer) shape(tools bool) requestShape {
 	// would print an encoded string again).
 	t := p.template(tools)
 	return requestShape{contentArrays: p.ContentArrays, parseArgs: t != nil && !t.Mentions("arguments is string"),
-		thinkInContent: t != nil && !t.Mentions("reasoning_content")}
+		thinkInContent: t != nil && !t.Mentions("reasoning_content"), imagePlaceholder: imagePlaceholder(p.Template)}
 }
 
 // template is the template a request with tools, or without, renders
