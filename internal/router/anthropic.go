@@ -734,7 +734,7 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 			c, ok := s.calls[tc.Index]
 			if !ok {
 				need := len(s.pending) + 1
-				if s.hold.holding() && s.open != "text" {
+				if s.hold.holding() && (s.open != "text" || len(s.pending) > 0) {
 					need++ // the held text opens a block before the call's
 				}
 				if s.blocks+need > maxStreamBlocks {

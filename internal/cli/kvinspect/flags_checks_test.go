@@ -42,6 +42,7 @@ func TestRenderRequiresMessages(t *testing.T) {
 	for _, line := range []string{
 		`{"mesages": [{"role": "user", "content": "Hi"}]}`,
 		`{"text": "Hi"}`,
+		`{"Messages": [{"role": "user", "content": "Hi"}]}`, // members are read by their exact names
 	} {
 		code, out, errOut := runLive(t, nil, line+"\n", "kv-inspect", "render", "--template", tmpl)
 		if code != cmdutil.ExitFailure || !strings.Contains(out, `"error"`) {

@@ -376,11 +376,10 @@ func runRender(o *Options) error {
 	}
 	return eachLine(o, func(line []byte) (any, error) {
 		// A line without messages (a misspelled member, a tokenize line)
-		// would render the empty conversation as if asked to.
-		var m struct {
-			Messages json.RawMessage `json:"messages"`
-		}
-		if json.Unmarshal(line, &m) == nil && (len(m.Messages) == 0 || string(m.Messages) == "null") {
+		// would render the empty conversation as if asked to. Members
+		// are matched by their exact names, as the render reads them.
+		var m map[string]json.RawMessage
+		if json.Unmarshal(line, &m) == nil && (len(m["messages"]) == 0 || string(m["messages"]) == "null") {
 			return nil, errors.New(`want "messages"`)
 		}
 		in, err := chattemplate.DecodeRequestKwargs(line)

@@ -20,8 +20,9 @@ const (
 	StallAfter  = 5 * time.Second
 	StallBlocks = 2
 	// maxEntriesPerKey bounds the ledger of one (worker, rank); past it the
-	// two oldest entries become one (see add), so the backlog keeps
-	// counting every dispatch of the window.
+	// oldest entry goes when a sample has accounted for it, else the two
+	// oldest become one (see add), so the backlog keeps counting every
+	// dispatch of the window.
 	maxEntriesPerKey = 4096
 	// maxLedgerKeys bounds the (worker, rank) keys of the ledger.
 	maxLedgerKeys = load.MaxStoreKeys
@@ -49,6 +50,10 @@ type ledger struct {
 	// last changeLogSize of them, for pickers that keep costs up to date.
 	version   uint64
 	changeLog []load.Key
+	// since, when set, is the instant up to which the load store has
+	// accounted for a key's dispatches (load.ReadView.Since); read only
+	// when a key's entries reach their bound.
+	since func(load.Key) time.Time
 }
 
 // changeLogSize bounds the ledger's change log: a picker further behind
@@ -122,7 +127,11 @@ func (l *ledger) dispatched(pin Pin, promptTokens, prefillTokens int, now time.T
 		if list == nil && len(l.entries) >= maxLedgerKeys {
 			return
 		}
-		if len(list) >= maxEntriesPerKey {
+		if len(list) >= maxEntriesPerKey && l.since != nil && !list[0].at.After(l.since(k)) {
+			// A sample has accounted for the oldest entry: it counts no
+			// more (only its stall, which that sample ended too).
+			list = list[1:]
+		} else if len(list) >= maxEntriesPerKey {
 			// The oldest entry's work goes into the next one's, which then
 			// stands for both: a worker sent more than this many requests
 			// within the window (with no sample since) is not shown less

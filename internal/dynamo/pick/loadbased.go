@@ -61,7 +61,12 @@ type LoadBased struct {
 
 // NewLoadBased returns a load-based picker over loads.
 func NewLoadBased(loads Loads) *LoadBased {
-	return &LoadBased{loads: loads, ledger: newLedger(), busy: busyState{latched: map[load.Key]struct{}{}}}
+	p := &LoadBased{loads: loads, ledger: newLedger(), busy: busyState{latched: map[load.Key]struct{}{}}}
+	p.ledger.since = func(k load.Key) (t time.Time) {
+		loads.Read(func(r load.ReadView) { t = r.Since(k) })
+		return t
+	}
+	return p
 }
 
 var _ Picker = (*LoadBased)(nil)

@@ -94,20 +94,24 @@ func boundRunPass(t *testing.T, kubeconfig string) (uint64, *boundSink, error) {
 
 // client-go reads a list page whole and frames a watch event whole before
 // decoding it; the source caps an answer of the API server (a list page at
-// 128 MiB, a watch event at 64 MiB), so that one of any size is not held in
+// 320 MiB, what a source may hold and one resource more; a watch event at
+// 64 MiB), so that one of any size is not held in
 // memory: the read fails at the cap, and the pass with it. (Without a cap,
 // one pass allocates several times the answer: over 800 MiB for a 256 MiB
 // pod. The allocation is logged, not asserted: client-go may try a list
 // again, and the race detector changes what is allocated.)
 const hugePodBytes = 256 << 20
 
+// hugeListPodBytes passes the list page's cap.
+const hugeListPodBytes = 352 << 20
+
 // TestPodsListBodyBounded: an API server (or whatever answers at its
-// address) that answers the pods list with a page holding one 256 MiB pod
+// address) that answers the pods list with a page holding one 352 MiB pod
 // ends the pass with an error, having read no more than the cap.
 func TestPodsListBodyBounded(t *testing.T) { // not parallel: counts allocations
 	kc := boundAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"2"},"items":[`)
-		hugePod(w, hugePodBytes)
+		hugePod(w, hugeListPodBytes)
 		_, _ = io.WriteString(w, `]}`)
 	}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	alloc, sink, err := boundRunPass(t, kc)

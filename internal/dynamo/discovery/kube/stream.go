@@ -217,10 +217,9 @@ func (b *endBody) Read(p []byte) (int, error) {
 }
 
 // maxListBytes bounds an answer of the API server other than a watch (a
-// list page): past what any page of the sizes asked for holds in practice
-// (500 pods of some 100 KiB at most), and half what a source may hold in
-// all.
-const maxListBytes = 128 << 20
+// list page): what a source may hold in all, and one resource more (the
+// DWM list reads its pages within the same bound).
+const maxListBytes = MaxRecordBytes + maxWatchEventBytes
 
 // boundBodies caps what one answer of the API server may make the client
 // hold: client-go reads a list page whole, and frames each watch event
