@@ -475,22 +475,29 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 // the connection failing, or leaving READY at all (a connection closed and
 // made again at once goes through IDLE and CONNECTING, and the client
 // would resume its watches on the new one unnoticed).
+//
+// A change away from READY counts even when the connection is READY again
+// by the time its state is read: a blip can pass through IDLE and
+// CONNECTING back to READY before this goroutine runs again.
 func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- error) {
 	conn := client.ActiveConnection()
 	state := conn.GetState()
-	ready := false
+	report := func(err error) {
+		select {
+		case lost <- err:
+		default:
+		}
+	}
 	for {
-		switch {
-		case state == connectivity.Ready:
-			ready = true
-		case state == connectivity.TransientFailure || state == connectivity.Shutdown || ready:
-			select {
-			case lost <- fmt.Errorf("etcd connection %s", state):
-			default:
-			}
+		if state == connectivity.TransientFailure || state == connectivity.Shutdown {
+			report(fmt.Errorf("etcd connection %s", state))
 			return
 		}
 		if !conn.WaitForStateChange(ctx, state) {
+			return
+		}
+		if state == connectivity.Ready {
+			report(fmt.Errorf("etcd connection left READY (now %s)", conn.GetState()))
 			return
 		}
 		state = conn.GetState()
