@@ -148,13 +148,20 @@ func onlyBackend(url string, timeout time.Duration) func(*config.Config) {
 // body, and GET /v1/models with an empty list.
 func fixedStreamFrontend(t *testing.T, stream string) *httptest.Server {
 	t.Helper()
+	return fixedFrontend(t, "text/event-stream", stream)
+}
+
+// fixedFrontend answers every POST with body, of type contentType, and GET
+// /v1/models with an empty list.
+func fixedFrontend(t *testing.T, contentType, body string) *httptest.Server {
+	t.Helper()
 	fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
 			return
 		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, stream)
+		w.Header().Set("Content-Type", contentType)
+		_, _ = io.WriteString(w, body)
 	}))
 	t.Cleanup(fe.Close)
 	return fe

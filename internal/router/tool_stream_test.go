@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,21 +43,6 @@ func sdkToolChunk(index int, id, name, args string, withArgs bool) string {
 		head = `"id":` + strconv.Quote(id) + `,"type":"function",`
 	}
 	return sdkChunk(`{"tool_calls":[{"index":` + strconv.Itoa(index) + `,` + head + `"function":{` + strings.Join(fn, ",") + `}}]}`)
-}
-
-// sdkFixedAnswer answers every POST with body as application/json.
-func sdkFixedAnswer(t *testing.T, body string) *httptest.Server {
-	t.Helper()
-	fe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			_, _ = fmt.Fprint(w, `{"object":"list","data":[]}`)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprint(w, body)
-	}))
-	t.Cleanup(fe.Close)
-	return fe
 }
 
 // sdkBlock is a Messages content block as the Anthropic SDK's
@@ -248,7 +232,7 @@ func TestMessagesToolUseWithoutToolUseBlock(t *testing.T) {
 	t.Parallel()
 	t.Run("buffered", func(t *testing.T) {
 		t.Parallel()
-		fe := sdkFixedAnswer(t, `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,
+		fe := fixedFrontend(t, "application/json", `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,
 			"message":{"role":"assistant","content":"I will call it."},"finish_reason":"tool_calls"}],
 			"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
 		h := newHarness(t, func(c *config.Config) { c.Backends[0].URL = fe.URL })

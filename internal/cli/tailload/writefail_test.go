@@ -31,18 +31,12 @@ func (fullWriter) Write([]byte) (int, error) {
 // for the samples it asked for.
 func TestTailLoadWriteErrorFails(t *testing.T) {
 	pub := testutil.StartGoPublisher(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for seq := uint64(0); ctx.Err() == nil; seq++ {
-			m := wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)}))
-			_ = pub.Send(m)
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	defer func() { cancel(); wg.Wait() }()
+	seq := uint64(0)
+	publishUntilDone(t, func() {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)})))
+		seq++
+		time.Sleep(2 * time.Millisecond)
+	})
 	for _, args := range [][]string{
 		{"tail-load", "--json", "--count", "3", pub.Endpoint},
 		{"tail-load", "--count", "3", pub.Endpoint},
@@ -70,30 +64,23 @@ func TestTailLoadWriteErrorFails(t *testing.T) {
 // result name, and the summary counts them.
 func TestTailLoadChecks(t *testing.T) {
 	pub := testutil.StartGoPublisher(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			ok := func(seq uint64) [][]byte {
-				return wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)}))
-			}
-			_ = pub.Send(ok(1))
-			_ = pub.Send(ok(1)) // duplicate
-			_ = pub.Send(ok(0)) // older
-			m := ok(2)
-			m[1] = []byte{0, 0, 0, 0, 0, 0, 0, 8} // frame publisher id != envelope
-			_ = pub.Send(m)
-			m = wire.EncodeEventMessage("kv_metricsX", 9, 3, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3}))
-			m[0] = []byte("kv_metrics")
-			_ = pub.Send(m)
-			big := make([]byte, 17<<10)
-			_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, 4, 0, big))
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	defer func() { cancel(); wg.Wait() }()
+	ok := func(seq uint64) [][]byte {
+		return wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)}))
+	}
+	publishUntilDone(t, func() {
+		_ = pub.Send(ok(1))
+		_ = pub.Send(ok(1)) // duplicate
+		_ = pub.Send(ok(0)) // older
+		m := ok(2)
+		m[1] = []byte{0, 0, 0, 0, 0, 0, 0, 8} // frame publisher id != envelope
+		_ = pub.Send(m)
+		m = wire.EncodeEventMessage("kv_metricsX", 9, 3, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3}))
+		m[0] = []byte("kv_metrics")
+		_ = pub.Send(m)
+		big := make([]byte, 17<<10)
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, 4, 0, big))
+		time.Sleep(50 * time.Millisecond)
+	})
 	code, out, errOut := run(t, "tail-load", "--json", "--count", "6", pub.Endpoint)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -106,4 +93,20 @@ func TestTailLoadChecks(t *testing.T) {
 	if !strings.Contains(errOut, "6 messages: 1 accepted, 2 duplicate, 1 identity_mismatch, 1 oversized, 1 topic_mismatch") {
 		t.Errorf("summary: %q", errOut)
 	}
+}
+
+// publishUntilDone calls send over and over on a goroutine of its own
+// until the test ends.
+func publishUntilDone(t *testing.T, send func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			send()
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }
