@@ -94,24 +94,24 @@ func boundRunPass(t *testing.T, kubeconfig string) (uint64, *boundSink, error) {
 
 // client-go reads a list page whole and frames a watch event whole before
 // decoding it; the source caps an answer of the API server (a list page at
-// 320 MiB, what a source may hold and one resource more; a watch event at
-// 64 MiB), so that one of any size is not held in
-// memory: the read fails at the cap, and the pass with it. (Without a cap,
-// one pass allocates several times the answer: over 800 MiB for a 256 MiB
-// pod. The allocation is logged, not asserted: client-go may try a list
-// again, and the race detector changes what is allocated.)
-const hugePodBytes = 256 << 20
-
-// hugeListPodBytes passes the list page's cap.
-const hugeListPodBytes = 352 << 20
+// what a source may hold and one resource more, a watch event at 64 MiB),
+// so that one of any size is not held in memory: the read fails at the
+// cap, and the pass with it. The tests make the caps small (a few MiB) and
+// send a pod past them; the allocation is logged.
+const (
+	testListBound  = 8 << 20
+	testEventBound = 4 << 20
+	hugePodBytes   = 16 << 20
+)
 
 // TestPodsListBodyBounded: an API server (or whatever answers at its
-// address) that answers the pods list with a page holding one 352 MiB pod
-// ends the pass with an error, having read no more than the cap.
-func TestPodsListBodyBounded(t *testing.T) { // not parallel: counts allocations
+// address) that answers the pods list with a page holding a pod past the
+// list cap ends the pass with an error, having read no more than the cap.
+func TestPodsListBodyBounded(t *testing.T) { // not parallel: sets the bounds
+	defer kube.SetAnswerBounds(testListBound, testEventBound)()
 	kc := boundAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"2"},"items":[`)
-		hugePod(w, hugeListPodBytes)
+		hugePod(w, hugePodBytes)
 		_, _ = io.WriteString(w, `]}`)
 	}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	alloc, sink, err := boundRunPass(t, kc)
@@ -124,9 +124,10 @@ func TestPodsListBodyBounded(t *testing.T) { // not parallel: counts allocations
 	}
 }
 
-// TestPodsWatchEventBounded: a pods watch event of 256 MiB ends the pass
-// having read no more than the cap, as a DWM watch event does.
-func TestPodsWatchEventBounded(t *testing.T) { // not parallel: counts allocations
+// TestPodsWatchEventBounded: a pods watch event past the event cap ends the
+// pass having read no more than the cap, as a DWM watch event does.
+func TestPodsWatchEventBounded(t *testing.T) { // not parallel: sets the bounds
+	defer kube.SetAnswerBounds(testListBound, testEventBound)()
 	kc := boundAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`)
 	}, func(w http.ResponseWriter, r *http.Request) {

@@ -221,6 +221,10 @@ func (b *endBody) Read(p []byte) (int, error) {
 // DWM list reads its pages within the same bound).
 const maxListBytes = MaxRecordBytes + maxWatchEventBytes
 
+// answerBounds are the bounds boundBodies reads answers within (tests
+// make them small).
+var answerBounds = struct{ list, event int }{maxListBytes, maxWatchEventBytes}
+
 // boundBodies caps what one answer of the API server may make the client
 // hold: client-go reads a list page whole, and frames each watch event
 // whole before decoding it, so a page or an event of any size (from a
@@ -236,9 +240,9 @@ type bodyBound struct{ rt http.RoundTripper }
 func (t bodyBound) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.rt.RoundTrip(req)
 	if err == nil {
-		b := &boundedBody{ReadCloser: resp.Body, limit: maxListBytes}
+		b := &boundedBody{ReadCloser: resp.Body, limit: answerBounds.list}
 		if req.URL.Query().Get("watch") == "true" {
-			b.perLine, b.limit = true, maxWatchEventBytes
+			b.perLine, b.limit = true, answerBounds.event
 		}
 		resp.Body = b
 	}
