@@ -31,12 +31,9 @@ type requestShape struct {
 	// parseArgs: tool calls' arguments strings holding JSON are given as
 	// that JSON (the legacy function_call's always are).
 	parseArgs bool
-	// imagePlaceholder, when not empty, is how a template that renders a
-	// content only as text (not contentArrays) marks a media part: a list
-	// mixing text and media is given as one text, each media part
-	// replaced by it ({n} standing for its 1-based place among the
-	// message's media parts). See imagePlaceholder.
-	imagePlaceholder string
+	// media: how a template that renders a content only as text (not
+	// contentArrays) marks a media part; see MediaPlaceholder.
+	media Media
 	// thinkInContent: an assistant message's reasoning_content goes into
 	// its content as <think>…</think> (see thinkInContent), for a template
 	// that does not read reasoning_content itself.
@@ -580,8 +577,8 @@ func (s requestShape) content(raw json.RawMessage) json.RawMessage {
 	case onlyText && !s.contentArrays:
 		b, _ := json.Marshal(strings.Join(texts, "\n"))
 		return b
-	case !s.contentArrays && s.imagePlaceholder != "" && len(parts) > 0:
-		return flattenMedia(parts, s.imagePlaceholder)
+	case !s.contentArrays && s.media.Flatten && len(parts) > 0:
+		return flattenMedia(parts, s.media.Placeholder)
 	case same:
 		return raw
 	}
@@ -614,22 +611,52 @@ func flattenMedia(parts []json.RawMessage, placeholder string) json.RawMessage {
 	return out
 }
 
-// imagePlaceholder is how the frontend marks a media part in the text of a
-// template that cannot render a list of parts, told by the template's
-// source: Phi-3-vision's templates (they name <|end|> and <|assistant|>)
-// number them <|image_1|>, <|image_2|>, ...; LLaVA-1.5's (USER: and
-// ASSISTANT:) write <image>. Other templates have none, and a list mixing
-// text and media reaches them as it is.
-func imagePlaceholder(t *chattemplate.Template) string {
+// Media says how the frontend gives a template that renders a content only
+// as text a list mixing text and media parts: with Flatten, as one text,
+// each media part replaced by Placeholder ({n} standing for its 1-based
+// place among the message's media parts; an empty Placeholder drops them).
+type Media struct {
+	Flatten     bool
+	Placeholder string
+}
+
+// MediaPlaceholder is how the frontend marks media parts for template t,
+// told once per template: Phi-3-vision's templates (their source names
+// <|end|> and <|assistant|>) number them <|image_1|>, <|image_2|>, ...;
+// LLaVA-1.5's (USER: and ASSISTANT:) write <image>; a pass-through template
+// (a user's text content comes out as it went in, and a list of parts
+// comes out as the list printed) drops them, its model's encoder reading
+// the media beside the prompt. Other templates get such lists as they are.
+func MediaPlaceholder(t *chattemplate.Template) Media {
 	switch {
 	case t == nil:
-		return ""
+		return Media{}
 	case t.Mentions("<|end|>") && t.Mentions("<|assistant|>"):
-		return "<|image_{n}|>"
+		return Media{Flatten: true, Placeholder: "<|image_{n}|>"}
 	case t.Mentions("USER:") && t.Mentions("ASSISTANT:"):
-		return "<image>"
+		return Media{Flatten: true, Placeholder: "<image>"}
 	}
-	return ""
+	// The probe text holds control characters no template writes itself;
+	// in the request's JSON they are escaped.
+	const probe, probeJSON = "\x01dynamo_passthrough_probe\x01", `"\u0001dynamo_passthrough_probe\u0001"`
+	render := func(content string) (string, bool) {
+		in, err := chattemplate.DecodeRequest([]byte(`{"messages":[{"role":"user","content":` + content + `}]}`))
+		if err != nil {
+			return "", false
+		}
+		in.Bare = true // the frontend's probe context, as RequiresContentArrays'
+		ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
+		defer cancel()
+		out, err := t.Render(ctx, in)
+		return out, err == nil
+	}
+	if out, ok := render(probeJSON); !ok || strings.TrimSpace(out) != probe {
+		return Media{}
+	}
+	if out, ok := render(`[{"type":"text","text":` + probeJSON + `},{"type":"image"}]`); ok && strings.Contains(out, "[") && strings.Contains(out, "type") {
+		return Media{Flatten: true}
+	}
+	return Media{}
 }
 
 // mediaPlaceholders are the parts the frontend gives a template in place

@@ -23,7 +23,7 @@ func shapePreparer(t *testing.T, src string) *kv.Preparer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl, ContentArrays: kv.RequiresContentArrays(tmpl)}
+	return &kv.Preparer{Tokenizer: base.Tokenizer, Template: tmpl, ContentArrays: kv.RequiresContentArrays(tmpl), Media: kv.MediaPlaceholder(tmpl)}
 }
 
 // expectRender checks that the router's ids for body are the ids of want.
@@ -102,8 +102,8 @@ func TestMidChainDottedIntegerLookup(t *testing.T) {
 // TestMixedContentFlattenedWithPlaceholders: a template that renders a
 // content only as text, and whose source marks it as Phi-3-vision's or
 // LLaVA-1.5's, gets a list mixing text and images as one text, each image
-// replaced by the family's placeholder; another such template gets the
-// list as it is.
+// replaced by the family's placeholder; a pass-through template gets the
+// text alone; another template gets the list as it is.
 func TestMixedContentFlattenedWithPlaceholders(t *testing.T) {
 	t.Parallel()
 	phi3v := "{% for message in messages %}{{'<|' + message['role'] + '|>' + '\n' + message['content'] + '<|end|>\n' }}{% endfor %}" +
@@ -116,6 +116,12 @@ func TestMixedContentFlattenedWithPlaceholders(t *testing.T) {
 	expectRender(t, shapePreparer(t, llava),
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/i.png"}},{"type":"text","text":"What is this?"}]}]}`,
 		"USER: <image>What is this?\nASSISTANT:")
+
+	// A pass-through template (NVIDIA-Nemotron-Parse's): the text alone, the
+	// image read by the model's encoder beside the prompt.
+	expectRender(t, shapePreparer(t, `{% for message in messages %}{{ message['content'] }}{% endfor %}`),
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/i.png"}},{"type":"text","text":"<predict_bbox>"}]}]}`,
+		`<predict_bbox>`)
 
 	other := `{% for m in messages %}{% for p in m.content %}{{ p.type }};{% endfor %}{% endfor %}`
 	expectRender(t, shapePreparer(t, other),

@@ -53,6 +53,10 @@ type Preparer struct {
 	// request when the default template requires it (see
 	// RequiresContentArrays).
 	ContentArrays bool
+	// Media is how the default template marks media parts in a content
+	// it renders only as text (see MediaPlaceholder); the zero value
+	// leaves lists mixing text and media as they are.
+	Media Media
 	// SpecialTokens, when set, override the template's own (a chat
 	// template file renders with the special tokens its model's tokenizer
 	// config names).
@@ -178,7 +182,7 @@ func (p *Preparer) shape(tools bool) requestShape {
 	// would print an encoded string again).
 	t := p.template(tools)
 	return requestShape{contentArrays: p.ContentArrays, parseArgs: t != nil && !t.Mentions("arguments is string"),
-		thinkInContent: t != nil && !t.Mentions("reasoning_content"), imagePlaceholder: imagePlaceholder(p.Template)}
+		thinkInContent: t != nil && !t.Mentions("reasoning_content"), media: p.Media}
 }
 
 // template is the template a request with tools, or without, renders

@@ -128,13 +128,13 @@ func Build(ref artifact.Ref, data []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &templateArtifact{tmpl: t, contentArrays: RequiresContentArrays(t)}, nil
+		return newTemplateArtifact(t, nil, nil), nil
 	case artifact.FormatHFChatTemplateJSON:
 		t, toolUse, err := namedTemplates(data)
 		if err != nil {
 			return nil, err
 		}
-		return &templateArtifact{tmpl: t, toolUse: toolUse, contentArrays: RequiresContentArrays(t)}, nil
+		return newTemplateArtifact(t, toolUse, nil), nil
 	}
 	return nil, fmt.Errorf("%w: %s format %q", artifact.ErrUnsupported, ref.Slot, ref.Format)
 }
@@ -164,8 +164,14 @@ type templateArtifact struct {
 	toolUse *chattemplate.Template
 	tokens  map[string]string
 	// contentArrays: tmpl requires content lists (RequiresContentArrays),
-	// probed once when the artifact is built.
+	// probed once when the artifact is built; media how a text-only tmpl
+	// marks media parts (MediaPlaceholder), likewise.
 	contentArrays bool
+	media         Media
+}
+
+func newTemplateArtifact(t, toolUse *chattemplate.Template, tokens map[string]string) *templateArtifact {
+	return &templateArtifact{tmpl: t, toolUse: toolUse, tokens: tokens, contentArrays: RequiresContentArrays(t), media: MediaPlaceholder(t)}
 }
 
 // namedTemplates loads a tokenizer config's (or chat_template.json's)
@@ -203,7 +209,7 @@ func configTemplate(data []byte) (*templateArtifact, error) {
 	t, toolUse, err := namedTemplates(data)
 	if err == nil {
 		tokens := cmp.Or(t, toolUse).SpecialTokens()
-		return &templateArtifact{tmpl: t, toolUse: toolUse, tokens: tokens, contentArrays: RequiresContentArrays(t)}, nil
+		return newTemplateArtifact(t, toolUse, tokens), nil
 	}
 	// A config without a chat template still names the special tokens a
 	// separate chat_template_file renders with.
@@ -334,7 +340,7 @@ func (p *Prompts) preparer(snap *fleet.Snapshot, model string) (Preparer, string
 		tmpl = file
 	}
 	if tmpl != nil {
-		pp.Template, pp.ToolUse, pp.ContentArrays = tmpl.tmpl, tmpl.toolUse, tmpl.contentArrays
+		pp.Template, pp.ToolUse, pp.ContentArrays, pp.Media = tmpl.tmpl, tmpl.toolUse, tmpl.contentArrays, tmpl.media
 	}
 	return pp, "", nil
 }
