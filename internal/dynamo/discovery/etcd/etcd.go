@@ -478,7 +478,9 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 //
 // A change away from READY counts even when the connection is READY again
 // by the time its state is read: a blip can pass through IDLE and
-// CONNECTING back to READY before this goroutine runs again.
+// CONNECTING back to READY before this goroutine runs again. It starts once
+// the pass's watches are open, on a connection then READY: a first state
+// other than READY is a blip between the two.
 func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- error) {
 	conn := client.ActiveConnection()
 	state := conn.GetState()
@@ -487,6 +489,10 @@ func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- e
 		case lost <- err:
 		default:
 		}
+	}
+	if state != connectivity.Ready {
+		report(fmt.Errorf("etcd connection %s once the watches opened", state))
+		return
 	}
 	for {
 		if state == connectivity.TransientFailure || state == connectivity.Shutdown {
