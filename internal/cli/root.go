@@ -298,10 +298,7 @@ func Run(ctx context.Context, f *cmdutil.Factory, args []string) int {
 	}
 	var ee *cmdutil.ExitError
 	var fe *cmdutil.FlagError
-	jsonLogs := false
-	if fl := root.PersistentFlags().Lookup("log-format"); fl != nil {
-		jsonLogs = fl.Value.String() == "json"
-	}
+	jsonLogs := cmdutil.JSONLogs(root)
 	switch {
 	case errors.As(err, &ee) && ee.Err == nil:
 		// The command has reported already.

@@ -274,7 +274,7 @@ func (o *DiscoveryFlags) Resolve(configFile string, env config.LookupEnv) (*conf
 			// outside the cluster) is told, as config validate tells it;
 			// under --log-format json as a JSON line, like every other line
 			// the process writes (a Kubernetes log pipeline reads them).
-			if fl := o.cmd.Flag("log-format"); fl != nil && fl.Value.String() == "json" {
+			if JSONLogs(o.cmd) {
 				slog.New(slog.NewJSONHandler(o.cmd.ErrOrStderr(), nil)).Warn("configuration warning", "finding", f.Path+": "+f.Message)
 			} else {
 				_, _ = fmt.Fprintf(o.cmd.ErrOrStderr(), "warning: %s: %s\n", f.Path, f.Message)
@@ -358,4 +358,11 @@ func ConfigErrors(file string, fs config.Findings, n int) error {
 		more = fmt.Sprintf(" (and %d more errors)", n-1)
 	}
 	return fmt.Errorf("%s%s; run continuum config validate %s", first.String(), more, file)
+}
+
+// JSONLogs reports whether the command line asks for JSON logs
+// (--log-format json, the root's flag every command inherits).
+func JSONLogs(cmd *cobra.Command) bool {
+	fl := cmd.Flag("log-format")
+	return fl != nil && fl.Value.String() == "json"
 }

@@ -639,21 +639,10 @@ func MediaPlaceholder(t *chattemplate.Template) Media {
 	// The probe text holds control characters no template writes itself;
 	// in the request's JSON they are escaped.
 	const probe, probeJSON = "\x01dynamo_passthrough_probe\x01", `"\u0001dynamo_passthrough_probe\u0001"`
-	render := func(content string) (string, bool) {
-		in, err := chattemplate.DecodeRequest([]byte(`{"messages":[{"role":"user","content":` + content + `}]}`))
-		if err != nil {
-			return "", false
-		}
-		in.Bare = true // the frontend's probe context, as RequiresContentArrays'
-		ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
-		defer cancel()
-		out, err := t.Render(ctx, in)
-		return out, err == nil
-	}
-	if out, ok := render(probeJSON); !ok || strings.TrimSpace(out) != probe {
+	if out, ok := probeRender(t, probeJSON); !ok || strings.TrimSpace(out) != probe {
 		return Media{}
 	}
-	if out, ok := render(`[{"type":"text","text":` + probeJSON + `},{"type":"image"}]`); ok && strings.Contains(out, "[") && strings.Contains(out, "type") {
+	if out, ok := probeRender(t, `[{"type":"text","text":`+probeJSON+`},{"type":"image"}]`); ok && strings.Contains(out, "[") && strings.Contains(out, "type") {
 		return Media{Flatten: true}
 	}
 	return Media{}
@@ -880,18 +869,23 @@ func RequiresContentArrays(t *chattemplate.Template) bool {
 	}
 	const probe = "template_test"
 	shows := func(content string) bool {
-		in, err := chattemplate.DecodeRequest([]byte(`{"messages":[{"role":"user","content":` + content + `}]}`))
-		if err != nil {
-			return false
-		}
-		// The frontend's probe context: messages and
-		// add_generation_prompt alone (a template that reads bos_token or
-		// tools fails it there, and so here).
-		in.Bare = true
-		ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
-		defer cancel()
-		out, err := t.Render(ctx, in)
-		return err == nil && strings.Contains(out, probe)
+		out, ok := probeRender(t, content)
+		return ok && strings.Contains(out, probe)
 	}
 	return shows(`[{"type":"text","text":"`+probe+`"}]`) && !shows(`"`+probe+`"`)
+}
+
+// probeRender renders t for one user message of content (JSON) in the
+// frontend's probe context: messages and add_generation_prompt alone (a
+// template that reads bos_token or tools fails it there, and so here).
+func probeRender(t *chattemplate.Template, content string) (string, bool) {
+	in, err := chattemplate.DecodeRequest([]byte(`{"messages":[{"role":"user","content":` + content + `}]}`))
+	if err != nil {
+		return "", false
+	}
+	in.Bare = true
+	ctx, cancel := context.WithTimeout(context.Background(), RenderBudget)
+	defer cancel()
+	out, err := t.Render(ctx, in)
+	return out, err == nil
 }
