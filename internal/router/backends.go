@@ -11,6 +11,7 @@ package router
 
 import (
 	"context"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -28,11 +29,14 @@ import (
 
 // Breaker and health-check settings.
 const (
-	breakerFailures   = 5
-	breakerOpenFor    = 10 * time.Second
-	healthInterval    = 10 * time.Second
-	healthTimeout     = 3 * time.Second
-	healthFailures    = 2
+	breakerFailures = 5
+	breakerOpenFor  = 10 * time.Second
+	healthInterval  = 10 * time.Second
+	healthTimeout   = 3 * time.Second
+	healthFailures  = 2
+	// healthDrainBytes bounds what of a check's answer is read: a model
+	// list is a few KiB; a longer one costs its connection, not a wait.
+	healthDrainBytes  = 1 << 20
 	maxIdleConnsPerBE = 256
 )
 
@@ -329,6 +333,11 @@ func (bs *backends) check(ctx context.Context, b *Backend) {
 	resp, err := bs.client.Do(req)
 	ok := err == nil && resp.StatusCode < 500
 	if resp != nil {
+		// Read to its end (within a bound), the answer gives its keep-alive
+		// connection back to the pool; closed unread, it closes it, and a
+		// check taking the connection a request just left idle would cost
+		// the next request a dial every healthInterval.
+		_, _ = io.CopyN(io.Discard, resp.Body, healthDrainBytes)
 		_ = resp.Body.Close()
 	}
 	if ctx.Err() != nil {

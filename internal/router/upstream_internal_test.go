@@ -1027,3 +1027,27 @@ func TestFaultyFramingNotReused(t *testing.T) {
 		})
 	}
 }
+
+// TestHealthCheckKeepsItsConnection: a health check reads the model list
+// to its end, so its connection goes back to the pool; closed unread, it
+// was closed, and each check (taking the connection a request had just
+// left idle) cost the next request a new dial.
+func TestHealthCheckKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	srv, conns := countingBackend(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+	})
+	bs := newBackends([]config.Backend{{Name: "b", Type: "openai", URL: srv.URL, Enabled: true}},
+		&http.Client{Transport: newTransport()})
+	b := bs.get("b")
+	for range 3 {
+		bs.check(t.Context(), b)
+	}
+	if !b.healthy.Load() || b.lastHealthAt.Load() == 0 {
+		t.Fatal("the checks did not count")
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("three health checks dialed %d connections, want 1", n)
+	}
+}
