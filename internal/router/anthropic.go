@@ -645,6 +645,9 @@ func (a *anthropicOut) stream(w http.ResponseWriter, body io.Reader) error {
 
 func (s *anthropicStream) finished() bool { return s.finish != "" }
 
+// keepAlive is a ping event, the Messages API's own keep-alive.
+func (s *anthropicStream) keepAlive() { s.sw.event("ping", object{{"type", "ping"}}) }
+
 // fail ends the stream with an error event, after the text held back for
 // a possible stop sequence (the answer it was part of is not ending at a
 // stop sequence now, and the client keeps what was generated).

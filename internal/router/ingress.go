@@ -404,6 +404,9 @@ func newID(prefix string) string {
 type sseEvent struct {
 	name string // the event: field, "" when absent
 	data []byte // the data: lines joined
+	// keepAlive: a block of comment lines alone (an upstream's keep-alive,
+	// as Dynamo's frontend sends during a long silence), no event.
+	keepAlive bool
 }
 
 // maxSSELine bounds one line of an upstream stream, and maxSSEEvent the
@@ -468,7 +471,9 @@ func (l *sseLines) split(data []byte, atEOF bool) (advance int, token []byte, er
 }
 
 // next returns the next event, io.EOF at the end of the stream, or the
-// reading error.
+// reading error. A block of comments alone comes back as a keep-alive, so
+// that the client of a converted stream hears from the router as often as
+// the router hears from the upstream.
 //
 // An event without data is not one, with one exception: an event named
 // error whose text comes in comment lines, as Dynamo's frontend writes an
@@ -481,6 +486,7 @@ func (r *sseReader) next() (sseEvent, error) {
 	var comment []byte // the comment lines so far, likewise
 	size := 0
 	seen := false
+	commented := false // a comment line came in this block
 	for r.sc.Scan() {
 		line := r.sc.Bytes()
 		if len(line) == 0 {
@@ -492,10 +498,14 @@ func (r *sseReader) next() (sseEvent, error) {
 				ev.data = comment
 				return ev, nil
 			}
+			if commented {
+				return sseEvent{keepAlive: true}, nil
+			}
 			ev.name, comment, size = "", comment[:0], 0
 			continue
 		}
 		if line[0] == ':' {
+			commented = true
 			// A comment, kept only while no data came (for the error
 			// event above).
 			if !seen {
@@ -562,6 +572,14 @@ func (s *sseWriter) event(name string, v any) {
 	}
 	s.buf.WriteString("data: ")
 	s.buf.Write(data)
+	s.buf.WriteString("\n\n")
+}
+
+// comment buffers an SSE comment: a line every client's parser skips,
+// which keeps an idle stream's connection from timing out.
+func (s *sseWriter) comment(text string) {
+	s.buf.WriteString(": ")
+	s.buf.WriteString(text)
 	s.buf.WriteString("\n\n")
 }
 
@@ -644,6 +662,9 @@ type chunkSink interface {
 	// fail ends the client's stream with an error event; status is the
 	// HTTP status the error would have had (500 when none is known).
 	fail(status int, message string) error
+	// keepAlive tells the client the stream is alive, in its API's words,
+	// when the upstream sent a keep-alive.
+	keepAlive()
 }
 
 // toldInStream is how a converted stream that ended with its ingress's
@@ -687,6 +708,13 @@ func relayChunks(body io.Reader, sw *sseWriter, s chunkSink) error {
 				return nil
 			}
 			return tell(s, http.StatusBadGateway, "reading the upstream stream: "+errText(err), false) // no addresses
+		}
+		if ev.keepAlive {
+			s.keepAlive()
+			if err := sw.flush(); err != nil {
+				return err
+			}
+			continue
 		}
 		chunk, done, errMsg := chatStreamEvent(ev)
 		if errMsg != "" {

@@ -617,6 +617,10 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 
 func (s *responsesStream) finished() bool { return s.finish != "" }
 
+// keepAlive is an SSE comment: the Responses API has no event for it, and
+// a comment reaches no client's event handler.
+func (s *responsesStream) keepAlive() { s.sw.comment("keep-alive") }
+
 // fail ends the stream with response.failed, its error's code the one the
 // Responses API gives the status.
 func (s *responsesStream) fail(status int, message string) error {

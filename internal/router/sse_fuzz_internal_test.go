@@ -30,8 +30,9 @@ import (
 
 // sseRefEvent is one event as the reference reads it.
 type sseRefEvent struct {
-	name string
-	data string
+	name      string
+	data      string
+	keepAlive bool
 }
 
 // refSSELines splits a stream at CR LF, LF or CR.
@@ -60,18 +61,21 @@ func refSSELines(b []byte) [][]byte {
 // refSSE reads a whole stream's events.
 func refSSE(b []byte) []sseRefEvent {
 	var out []sseRefEvent
-	name, data, comment, seen := "", "", "", false
+	name, data, comment, seen, commented := "", "", "", false, false
 	for _, line := range refSSELines(b) {
 		if len(line) == 0 {
 			if seen {
-				out = append(out, sseRefEvent{name, data})
+				out = append(out, sseRefEvent{name: name, data: data})
 			} else if name == "error" && comment != "" {
-				out = append(out, sseRefEvent{name, comment})
+				out = append(out, sseRefEvent{name: name, data: comment})
+			} else if commented {
+				out = append(out, sseRefEvent{keepAlive: true})
 			}
-			name, data, comment, seen = "", "", "", false
+			name, data, comment, seen, commented = "", "", "", false, false
 			continue
 		}
 		if line[0] == ':' {
+			commented = true
 			if !seen {
 				if comment != "" {
 					comment += "\n"
@@ -99,9 +103,9 @@ func refSSE(b []byte) []sseRefEvent {
 		}
 	}
 	if seen {
-		out = append(out, sseRefEvent{name, data})
+		out = append(out, sseRefEvent{name: name, data: data})
 	} else if name == "error" && comment != "" {
-		out = append(out, sseRefEvent{name, comment})
+		out = append(out, sseRefEvent{name: name, data: comment})
 	}
 	return out
 }
@@ -146,7 +150,7 @@ func readAllSSE(t *testing.T, r io.Reader) ([]sseRefEvent, error) {
 			}
 			return out, err
 		}
-		out = append(out, sseRefEvent{ev.name, string(ev.data)})
+		out = append(out, sseRefEvent{ev.name, string(ev.data), ev.keepAlive})
 		if len(out) > 1<<16 {
 			t.Fatal("more events than the stream can hold")
 		}
@@ -183,11 +187,11 @@ func FuzzSSEReader(f *testing.F) {
 			t.Fatalf("stream %q: %d bytes of events from %d", stream, total, len(stream))
 		}
 		if len(got) != len(want) {
-			t.Fatalf("stream %q in pieces %v: events %q, want %q", stream, sizes, got, want)
+			t.Fatalf("stream %q in pieces %v: events %+v, want %+v", stream, sizes, got, want)
 		}
 		for i := range got {
 			if got[i] != want[i] {
-				t.Fatalf("stream %q in pieces %v: event %d is %q, want %q", stream, sizes, i, got[i], want[i])
+				t.Fatalf("stream %q in pieces %v: event %d is %+v, want %+v", stream, sizes, i, got[i], want[i])
 			}
 		}
 	})
