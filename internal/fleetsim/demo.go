@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -66,8 +69,13 @@ func StartDemo(o Options, bind string) (*Demo, error) {
 // StartDemoOn is StartDemo with the first frontend's listen address (the
 // others take free loopback ports).
 func StartDemoOn(o Options, bind, frontendBind string) (*Demo, error) {
-	root, err := os.MkdirTemp("", "continuum-demo-")
+	sweepDemoDirs(os.TempDir())
+	root, err := os.MkdirTemp("", demoDirPattern)
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(root, demoOwnerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		_ = os.RemoveAll(root)
 		return nil, err
 	}
 	o.Root = root
@@ -100,6 +108,36 @@ func StartDemoOn(o Options, bind, frontendBind string) (*Demo, error) {
 	}
 	d.Config = d.config(bind)
 	return d, nil
+}
+
+// A demo's directory is named by demoDirPattern and holds, in
+// demoOwnerFile, the process id that made it.
+const (
+	demoDirPattern = "continuum-demo-"
+	demoOwnerFile  = "owner.pid"
+)
+
+// sweepDemoDirs removes the directories earlier demos left in dir when
+// their process is gone: a demo ended by what it cannot catch (SIGKILL,
+// the OOM killer, SIGPIPE from a closed stdout) leaves its file store,
+// tokenizer files and etcd data behind. A directory without an owner, or
+// whose owner runs (or belongs to another user, who may still run it), is
+// kept.
+func sweepDemoDirs(dir string) {
+	matches, _ := filepath.Glob(filepath.Join(dir, demoDirPattern+"*"))
+	for _, m := range matches {
+		b, err := os.ReadFile(filepath.Join(m, demoOwnerFile))
+		if err != nil || len(b) > 32 {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(m)
+		}
+	}
 }
 
 // replicaName is the backend name of a namespace's replica n (from 0).
