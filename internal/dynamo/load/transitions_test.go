@@ -30,7 +30,7 @@ func TestRefusedPublisherLeavingLeavesNothing(t *testing.T) {
 	f.r.Delete(channelKey(pid))
 	f.removeWorker(6)
 	f.worker(7, 1) // one more generation after the departure
-	testutil.Eventually(t, 3*time.Second, "the departed refused publisher's links gone", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the departed refused publisher's links gone", func() bool {
 		return s.store.PublisherKeys(pid) == 0
 	})
 }
