@@ -74,7 +74,7 @@ func StartDemoOn(o Options, bind, frontendBind string) (*Demo, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, demoOwnerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, demoOwnerFile), []byte(demoOwner(os.Getpid())), 0o644); err != nil {
 		_ = os.RemoveAll(root)
 		return nil, err
 	}
@@ -111,27 +111,36 @@ func StartDemoOn(o Options, bind, frontendBind string) (*Demo, error) {
 }
 
 // A demo's directory is named by demoDirPattern and holds, in
-// demoOwnerFile, the process id that made it.
+// demoOwnerFile, the process that made it (demoOwner).
 const (
 	demoDirPattern = "continuum-demo-"
 	demoOwnerFile  = "owner.pid"
 )
 
+// demoOwner names process pid of this host: its id and the host's name,
+// since a process id means nothing in another container sharing the
+// temporary directory.
+func demoOwner(pid int) string {
+	host, _ := os.Hostname()
+	return strconv.Itoa(pid) + " " + host + "\n"
+}
+
 // sweepDemoDirs removes the directories earlier demos left in dir when
 // their process is gone: a demo ended by what it cannot catch (SIGKILL,
 // the OOM killer, SIGPIPE from a closed stdout) leaves its file store,
-// tokenizer files and etcd data behind. A directory without an owner, or
-// whose owner runs (or belongs to another user, who may still run it), is
-// kept.
+// tokenizer files and etcd data behind. A directory without an owner, of
+// another host, or whose owner runs (or belongs to another user, who may
+// still run it), is kept.
 func sweepDemoDirs(dir string) {
 	matches, _ := filepath.Glob(filepath.Join(dir, demoDirPattern+"*"))
 	for _, m := range matches {
 		b, err := os.ReadFile(filepath.Join(m, demoOwnerFile))
-		if err != nil || len(b) > 32 {
+		if err != nil || len(b) > 512 {
 			continue
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || pid == os.Getpid() {
+		id, _, _ := strings.Cut(string(b), " ")
+		pid, err := strconv.Atoi(id)
+		if err != nil || pid <= 0 || pid == os.Getpid() || string(b) != demoOwner(pid) {
 			continue
 		}
 		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
