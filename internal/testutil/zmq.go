@@ -66,6 +66,14 @@ func StartGoPublisherAt(t testing.TB, endpoint string) *GoPublisher {
 	return p
 }
 
+// Subscribed reports whether a subscriber's subscription has reached the
+// publisher: what it sends from then on reaches that subscriber (a message
+// sent before is dropped, as a PUB socket drops what no one asked for).
+func (p *GoPublisher) Subscribed() bool {
+	t, ok := p.sock.(zmq4.Topics)
+	return ok && len(t.Topics()) > 0
+}
+
 // Send publishes one multipart message.
 func (p *GoPublisher) Send(frames [][]byte) error { return p.sock.Send(zmq4.NewMsgFrom(frames...)) }
 

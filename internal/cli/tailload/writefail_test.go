@@ -67,7 +67,16 @@ func TestTailLoadChecks(t *testing.T) {
 	ok := func(seq uint64) [][]byte {
 		return wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)}))
 	}
+	// The batch goes out once, after tail-load's subscription reached the
+	// publisher: a subscription landing in the middle of a batch sent over
+	// and over would make the first six messages another mix.
+	sent := false
 	publishUntilDone(t, func() {
+		if sent || !pub.Subscribed() {
+			time.Sleep(5 * time.Millisecond)
+			return
+		}
+		sent = true
 		_ = pub.Send(ok(1))
 		_ = pub.Send(ok(1)) // duplicate
 		_ = pub.Send(ok(0)) // older
@@ -79,7 +88,6 @@ func TestTailLoadChecks(t *testing.T) {
 		_ = pub.Send(m)
 		big := make([]byte, 17<<10)
 		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, 4, 0, big))
-		time.Sleep(50 * time.Millisecond)
 	})
 	code, out, errOut := run(t, "tail-load", "--json", "--count", "6", pub.Endpoint)
 	if code != 0 {

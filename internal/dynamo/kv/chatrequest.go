@@ -439,11 +439,11 @@ func (s requestShape) message(raw json.RawMessage) json.RawMessage {
 	case "system", "developer", "user":
 		return reshape(raw, []field{role, content, {name: "name", kind: optional}})
 	case "assistant":
-		calls := func(v json.RawMessage) json.RawMessage { return eachItem(v, s.toolCall) }
+		msg := reshape(raw, s.assistantFields(role, content))
 		if s.thinkInContent {
-			return thinkInContent(reshape(raw, s.assistantFields(role, content, calls)))
+			msg = thinkInContent(msg)
 		}
-		return reshape(raw, s.assistantFields(role, content, calls))
+		return msg
 	case "tool":
 		return reshape(raw, []field{role, content, {name: "tool_call_id"}})
 	case "function":
@@ -455,8 +455,9 @@ func (s requestShape) message(raw json.RawMessage) json.RawMessage {
 
 // assistantFields are the fields of an assistant message, in the order
 // the frontend's struct writes them.
-func (s requestShape) assistantFields(role, content field, calls func(json.RawMessage) json.RawMessage) []field {
+func (s requestShape) assistantFields(role, content field) []field {
 	content.kind = optional
+	calls := func(v json.RawMessage) json.RawMessage { return eachItem(v, s.toolCall) }
 	return []field{role, content,
 		{name: "reasoning_content", kind: optional},
 		{name: "refusal", kind: optional},

@@ -127,21 +127,21 @@ func (l *ledger) dispatched(pin Pin, promptTokens, prefillTokens int, now time.T
 		if list == nil && len(l.entries) >= maxLedgerKeys {
 			return
 		}
-		if len(list) >= maxEntriesPerKey && l.since != nil && !list[0].at.After(l.since(k)) {
-			// A sample has accounted for the oldest entry: it counts no
-			// more (only its stall, which that sample ended too).
-			list = list[1:]
-		} else if len(list) >= maxEntriesPerKey {
-			// The oldest entry's work goes into the next one's, which then
+		if len(list) >= maxEntriesPerKey {
+			// The oldest entry goes. When a sample has accounted for it, it
+			// counts no more (only its stall, which that sample ended
+			// too). Else its work goes into the next one's, which then
 			// stands for both: a worker sent more than this many requests
 			// within the window (with no sample since) is not shown less
 			// loaded than it is, which would draw still more to it. The
-			// oldest's work counts until the next one's time, a little
-			// longer than its own.
-			next := &list[1]
-			next.prefillTokens += list[0].prefillTokens
-			next.decodeBlocks += list[0].decodeBlocks
-			next.stallable = next.stallable || (list[0].stallable && !list[0].done)
+			// oldest's work then counts until the next one's time, a
+			// little longer than its own.
+			if l.since == nil || list[0].at.After(l.since(k)) {
+				next := &list[1]
+				next.prefillTokens += list[0].prefillTokens
+				next.decodeBlocks += list[0].decodeBlocks
+				next.stallable = next.stallable || (list[0].stallable && !list[0].done)
+			}
 			list = list[1:]
 		}
 		e.ticket = t.id

@@ -483,30 +483,17 @@ func watchErr(resp clientv3.WatchResponse, ok bool) error {
 // other than READY is a blip between the two.
 func watchConnection(ctx context.Context, client *clientv3.Client, lost chan<- error) {
 	conn := client.ActiveConnection()
-	state := conn.GetState()
-	report := func(err error) {
-		select {
-		case lost <- err:
-		default:
-		}
+	var err error
+	if state := conn.GetState(); state != connectivity.Ready {
+		err = fmt.Errorf("etcd connection %s once the watches opened", state)
+	} else if conn.WaitForStateChange(ctx, connectivity.Ready) {
+		err = fmt.Errorf("etcd connection left READY (now %s)", conn.GetState())
+	} else {
+		return // the pass ended
 	}
-	if state != connectivity.Ready {
-		report(fmt.Errorf("etcd connection %s once the watches opened", state))
-		return
-	}
-	for {
-		if state == connectivity.TransientFailure || state == connectivity.Shutdown {
-			report(fmt.Errorf("etcd connection %s", state))
-			return
-		}
-		if !conn.WaitForStateChange(ctx, state) {
-			return
-		}
-		if state == connectivity.Ready {
-			report(fmt.Errorf("etcd connection left READY (now %s)", conn.GetState()))
-			return
-		}
-		state = conn.GetState()
+	select {
+	case lost <- err:
+	default:
 	}
 }
 
