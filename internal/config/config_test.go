@@ -464,6 +464,10 @@ func TestExternalEtcdEndpoint(t *testing.T) {
 		{"http://etcd.corp.internal:2379", "direct", false},
 		{"http://etcd.mycompany.io:2379", "direct", true},
 		{"http://etcd.example.co.uk:2379", "direct", true},
+		// A namespace named like a public top-level domain looks like one;
+		// its svc form does not (the warning says so).
+		{"http://etcd.prod:2379", "direct", true},
+		{"http://etcd.prod.svc:2379", "direct", false},
 	} {
 		doc := parse(t, fmt.Sprintf(`dynamo:
   enabled: true
@@ -473,6 +477,9 @@ func TestExternalEtcdEndpoint(t *testing.T) {
 `, tc.endpoint, tc.transport, tc.transport == "broker"))
 		if got := hasFinding(doc, config.SeverityWarning, path, "looks outside the cluster"); got != tc.warn {
 			t.Errorf("%s with %s transport: warned %v, want %v; findings %v", tc.endpoint, tc.transport, got, tc.warn, doc.Findings)
+		}
+		if tc.warn && !hasFinding(doc, config.SeverityWarning, path, "etcd.prod.svc") {
+			t.Errorf("%s: the warning does not say how to write an in-cluster name: %v", tc.endpoint, doc.Findings)
 		}
 	}
 }

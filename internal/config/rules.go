@@ -73,8 +73,11 @@ func checkEtcdEndpoint(s string) (scheme, problem string) {
 // ".internal". In-cluster short names, a Service and
 // its namespace ("etcd.dynamo") or a pod under a headless Service
 // ("etcd-0.etcd-headless.dynamo"), end in a namespace, not a public
-// domain. Direct load subscriptions need the workers' pod addresses, which
-// a router beside an external etcd usually cannot reach.
+// domain; but a namespace named like a public top-level domain ("prod",
+// "dev", "app") cannot be told from one by the name alone: "etcd.prod" is
+// warned as "etcd.io" is, and the warning says to write "etcd.prod.svc".
+// Direct load subscriptions need the workers' pod addresses, which a
+// router beside an external etcd usually cannot reach.
 func etcdEndpointLooksExternal(endpoint string) bool {
 	rest := endpoint
 	if i := strings.Index(endpoint, "://"); i >= 0 {

@@ -314,7 +314,7 @@ func (v *validator) etcd(active bool) {
 	if active && v.c.Dynamo.Load.Transport == TransportDirect {
 		for i, ep := range e.Endpoints {
 			if _, msg := checkEtcdEndpoint(ep); msg == "" && etcdEndpointLooksExternal(ep) {
-				v.warnf(fmt.Sprintf("%s.endpoints[%d]", p, i), "%q looks outside the cluster, but direct load subscriptions connect to the workers' pod addresses from here: if the router runs outside the cluster, use dynamo.load.transport: broker with the event bus", ep)
+				v.warnf(fmt.Sprintf("%s.endpoints[%d]", p, i), "%q looks outside the cluster, but direct load subscriptions connect to the workers' pod addresses from here: if the router runs outside the cluster, use dynamo.load.transport: broker with the event bus (a Service whose namespace is named like a public top-level domain, such as etcd.prod, is not taken for an outside name when written with its svc label: etcd.prod.svc)", ep)
 				break
 			}
 		}
