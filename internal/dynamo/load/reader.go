@@ -113,12 +113,18 @@ func (r *reader) OverLimit(frames [][]byte, over *zmtp.OverLimitError, now time.
 }
 
 func (r *reader) overLimit(frames [][]byte, over *zmtp.OverLimitError, now time.Time, ev *Event) (string, string) {
+	// A message refused here was not read, as one refused by apply's
+	// decoding: it may have been the publisher's change, so it drops the
+	// publisher's samples at once, as apply does (missed).
 	switch {
 	case over.Frames != 4 || len(frames) != 4:
+		r.missed()
 		return wire.ResultMalformed, fmt.Sprintf("%d frames, want 4", over.Frames)
 	case over.Cut(1) || over.Cut(2):
+		r.missed()
 		return wire.ResultMalformed, "publisher id or sequence frame is not 8 bytes"
 	case over.Cut(0):
+		r.missed()
 		return wire.ResultTopicMismatch, fmt.Sprintf("frame topic of %d bytes", over.Sizes[0])
 	}
 	res, detail := r.apply(frames, now, ev)

@@ -1,6 +1,7 @@
 package load_test
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -97,5 +98,51 @@ func TestDepartedWorkerKeepsNoAccounting(t *testing.T) {
 	s.store.Read(func(r load.ReadView) { since = r.Since(key(9, 0)) })
 	if !since.IsZero() {
 		t.Fatalf("worker 9 left the fleet, but the store still holds an accounting instant for it (%v)", since.Format(time.RFC3339Nano))
+	}
+}
+
+// TestOverLimitMessageDropsAtOnce: a message over the transport's limits
+// that is refused for its shape (five frames, an id frame or a topic frame
+// cut to the limits) was not read either, and may have been the
+// publisher's change, so it drops the publisher's samples at once, as the
+// same message within the limits (three frames, a short wrong topic) does.
+func TestOverLimitMessageDropsAtOnce(t *testing.T) {
+	t.Parallel()
+	long := bytes.Repeat([]byte{0xee}, 20<<10)
+	for _, tc := range []struct {
+		name   string
+		result string
+		mangle func(m [][]byte) [][]byte
+	}{
+		{"five frames", wire.ResultMalformed, func(m [][]byte) [][]byte { return append(m, []byte("fifth")) }},
+		{"long id frame", wire.ResultMalformed, func(m [][]byte) [][]byte { m[1] = long; return m }},
+		{"long topic frame", wire.ResultTopicMismatch, func(m [][]byte) [][]byte { m[0] = append([]byte("kv_metrics"), long...); return m }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFleet()
+			f.worker(8, 1)
+			pub := testutil.StartGoPublisher(t)
+			const pid = 0xe8
+			f.publisher(pid, pub.Endpoint)
+			s := startSupervisor(t, f.reg)
+			busy := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(40)})
+			testutil.Eventually(t, 10*time.Second, "the busy sample", func() bool {
+				_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, 0, uint64(time.Now().UnixMilli()), busy))
+				_, ok := s.store.Latest(key(8, 0))
+				return ok
+			})
+			counted := func() float64 { return promtest.ToFloat64(s.metrics.Events.WithLabelValues(tc.result)) }
+			before := counted()
+			idle := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(0)})
+			if err := pub.Send(tc.mangle(wire.EncodeEventMessage("kv_metrics", pid, 1, uint64(time.Now().UnixMilli()), idle))); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, 10*time.Second, "the refused message counted", func() bool { return counted() > before })
+			if smp, ok := s.store.Latest(key(8, 0)); ok {
+				t.Fatalf("after a message over the limits that could not be read (a missed change) the earlier sample still stands: %d active decode blocks",
+					*smp.Load.ActiveDecodeBlocks)
+			}
+		})
 	}
 }
