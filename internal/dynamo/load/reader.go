@@ -45,6 +45,13 @@ type reader struct {
 	logger  *slog.Logger
 	lastSeq uint64
 	haveSeq bool
+	// next is the sequence that follows the last message read whole:
+	// applied, or refused by the store for what it says (a worker not in
+	// the snapshot, a full store). Nothing of the stream was missed up to
+	// it, so only a sequence past it is a gap; lastSeq, the last applied,
+	// is what duplicates are judged by.
+	next     uint64
+	haveNext bool
 
 	// mu is held while a message is applied; retired (its publisher
 	// left) applies nothing more.
@@ -77,7 +84,7 @@ var _ OverLimitHandler = (*reader)(nil)
 // subscription keeps breaking is filled as much as the others rather than
 // looking empty after every reconnect and drawing every request.
 func (r *reader) Connected() {
-	r.haveSeq = false
+	r.haveSeq, r.haveNext = false, false
 	if r.store != nil {
 		r.store.DropPublisher(r.pid)
 	}
@@ -200,23 +207,25 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 		if !r.anyPublisher {
 			return wire.ResultIdentityMismatch, "publisher id differs from the discovery record's"
 		}
-		r.pid, r.haveSeq = env.PublisherID, false // a restarted publisher on this endpoint
+		r.pid, r.haveSeq, r.haveNext = env.PublisherID, false, false // a restarted publisher on this endpoint
 	}
 	ev.PublisherID = r.pid
-	if r.haveSeq {
-		if env.Sequence <= r.lastSeq {
-			return wire.ResultDuplicate, "sequence not after the last one applied"
-		}
-		if env.Sequence != r.lastSeq+1 && r.store != nil {
-			r.store.DropPublisher(r.pid) // a gap: a change may have been missed
-		}
+	if r.haveSeq && env.Sequence <= r.lastSeq {
+		return wire.ResultDuplicate, "sequence not after the last one applied"
 	}
-	// The cursor is the last sequence applied: a message that is not (its
-	// ActiveLoad unreadable, or refused by the store) leaves it, so that
-	// the next one shows the gap; an unreadable one has dropped the
-	// publisher's samples already (missed).
+	if r.haveNext && env.Sequence > r.next && r.store != nil {
+		r.store.DropPublisher(r.pid) // a gap: a change may have been missed
+	}
+	// The cursors: lastSeq is the last sequence applied, next follows the
+	// last message read whole. A message whose ActiveLoad is unreadable
+	// moves neither, so that the next one shows the gap (it has dropped
+	// the publisher's samples already, missed); one the store refuses for
+	// what it says moves next only: it was read, and the publisher's
+	// other samples missed nothing (a namespace-scoped publisher, as a
+	// frontend's router, sends samples of workers the snapshot may not
+	// hold between those of workers it does).
 	if topic != fleet.TopicLoad {
-		r.lastSeq, r.haveSeq = env.Sequence, true
+		r.applied(env.Sequence)
 		return telemetry.ResultAccepted, ""
 	}
 	l, err := wire.DecodeActiveLoad(env.Payload)
@@ -226,12 +235,26 @@ func (r *reader) apply(frames [][]byte, now time.Time, ev *Event) (string, strin
 	}
 	ev.Load = &l
 	if r.store == nil {
-		r.lastSeq, r.haveSeq = env.Sequence, true
+		r.applied(env.Sequence)
 		return telemetry.ResultAccepted, ""
 	}
 	if res := r.store.Apply(Sample{Load: l, Namespace: r.ns, PublisherID: r.pid, Sequence: env.Sequence, PublishedAt: env.PublishedAt, ReceivedAt: now}); res != "" {
+		r.read(env.Sequence)
 		return res, "refused by the load store"
 	}
-	r.lastSeq, r.haveSeq = env.Sequence, true
+	r.applied(env.Sequence)
 	return telemetry.ResultAccepted, ""
+}
+
+// applied moves both cursors past seq, a message applied.
+func (r *reader) applied(seq uint64) {
+	r.lastSeq, r.haveSeq = seq, true
+	r.read(seq)
+}
+
+// read moves next past seq, a message read whole.
+func (r *reader) read(seq uint64) {
+	if !r.haveNext || seq+1 > r.next {
+		r.next, r.haveNext = seq+1, true
+	}
 }

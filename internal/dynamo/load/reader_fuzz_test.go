@@ -18,9 +18,11 @@ import (
 // reader and store to a model of their documented rules after every step:
 //   - a message a frame or envelope check rejects, of another publisher,
 //     or not after the last sequence applied, changes nothing;
-//   - a sequence gap (or a new session) drops the publisher's samples
-//     before anything else, and an ActiveLoad that does not decode then
-//     leaves the store as it is and the cursor where it was;
+//   - a sequence gap (a sequence past the one after the last message read
+//     whole, applied or refused by the store; or a new session) drops the
+//     publisher's samples before anything else, and an ActiveLoad that
+//     does not decode then leaves the store as it is and the cursors
+//     where they were;
 //   - the store keeps only samples of live workers of the publisher's own
 //     namespace, at most MaxRanksPerWorker ranks a worker, and a kept
 //     sample is exactly what was sent;
@@ -62,10 +64,12 @@ type modelSample struct {
 
 // model is the reader's cursor and the store's samples as the rules say.
 type model struct {
-	haveSeq bool
-	lastSeq uint64
-	samples map[load.Key]modelSample
-	ranks   map[uint64]int
+	haveSeq  bool
+	lastSeq  uint64
+	haveNext bool
+	next     uint64
+	samples  map[load.Key]modelSample
+	ranks    map[uint64]int
 }
 
 // live is the store's gate: workers 1 and 2 of namespace dynamo (the
@@ -92,7 +96,7 @@ func (m *model) handle(frames [][]byte, now time.Time) string {
 		return wire.ResultIdentityMismatch
 	case m.haveSeq && env.Sequence <= m.lastSeq:
 		return wire.ResultDuplicate
-	case m.haveSeq && env.Sequence != m.lastSeq+1:
+	case m.haveNext && env.Sequence > m.next:
 		m.dropAll()
 	}
 	l, err := wire.DecodeActiveLoad(env.Payload)
@@ -101,6 +105,9 @@ func (m *model) handle(frames [][]byte, now time.Time) string {
 		return wire.ResultMalformed
 	}
 	k := load.Key{Namespace: load.NS("dynamo"), WorkerID: l.WorkerID, DPRank: l.DPRank}
+	if !m.haveNext || env.Sequence+1 > m.next {
+		m.next, m.haveNext = env.Sequence+1, true // read whole, applied or refused
+	}
 	if _, ok := live[fleet.WorkerID{Namespace: "dynamo", InstanceID: l.WorkerID}]; !ok {
 		return wire.ResultIdentityMismatch
 	}
@@ -207,7 +214,7 @@ func FuzzReaderStore(f *testing.F) {
 				}
 			case 5:
 				r.Connected()
-				m.haveSeq = false
+				m.haveSeq, m.haveNext = false, false
 				m.dropAll()
 				continue
 			}

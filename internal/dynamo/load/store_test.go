@@ -424,3 +424,35 @@ func TestStorePublisherLinksBounded(t *testing.T) {
 		t.Fatalf("after its leaving: %d samples, %d links", s.Len(), s.PublisherKeys(7))
 	}
 }
+
+// TestReaderRefusedIsNoGap: a message the store refuses for what it says
+// (a worker not in the snapshot, as a namespace-scoped publisher such as a
+// frontend's router sends about every worker it tracks) was read whole:
+// nothing of the stream was missed, so the next message is no gap and the
+// publisher's samples of live workers stand.
+func TestReaderRefusedIsNoGap(t *testing.T) {
+	t.Parallel()
+	s, r, results := worker1Reader()
+	msg := worker1Load(7)
+	r.Handle(msg(0, 0, 10), t0)
+	r.Handle(wire.EncodeEventMessage("kv_metrics", 7, 1, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 2, ActiveDecodeBlocks: u64(5)})), t0) // worker 2 is not live
+	r.Handle(msg(2, 1, 3), t0)
+	if results[wire.ResultIdentityMismatch] != 1 || results[telemetry.ResultAccepted] != 2 {
+		t.Fatalf("results %v", results)
+	}
+	if got, ok := s.Latest(key(1, 0)); !ok || *got.Load.ActiveDecodeBlocks != 10 {
+		t.Errorf("rank 0 = %+v, %v: a message refused by the store was taken for a gap", got, ok)
+	}
+	// A real gap still drops them.
+	r.Handle(msg(4, 1, 4), t0)
+	if _, ok := s.Latest(key(1, 0)); ok {
+		t.Error("a gap after a refused message kept the publisher's other samples")
+	}
+	// The refused message sent again is refused again, not a duplicate:
+	// it was never applied.
+	r.Handle(wire.EncodeEventMessage("kv_metrics", 7, 5, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 2})), t0)
+	r.Handle(wire.EncodeEventMessage("kv_metrics", 7, 5, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 2})), t0)
+	if results[wire.ResultIdentityMismatch] != 3 || results[wire.ResultDuplicate] != 0 {
+		t.Errorf("results %v", results)
+	}
+}
