@@ -204,3 +204,57 @@ func TestAnthropicStreamInterleavedToolArguments(t *testing.T) {
 		t.Errorf("inputs %v, want {\"a\":1} and {\"b\":2}", inputs)
 	}
 }
+
+// TestResponsesStreamInterleavedCallsDoneWhole: when a backend interleaves
+// two calls' arguments, each call's response.function_call_arguments.done
+// and response.output_item.done carry its whole arguments (clients such as
+// Codex run a function call from its output_item.done), and no event names
+// an item after its output_item.done.
+func TestResponsesStreamInterleavedCallsDoneWhole(t *testing.T) {
+	t.Parallel()
+	in := chunks(
+		toolCallChunk(0, "call_a", "f", `{"a":`),
+		toolCallChunk(1, "call_b", "g", `{"b":2}`),
+		toolCallChunk(0, "", "", `1}`),
+		finishChunk("tool_calls"), usageChunk, "[DONE]")
+	o := testResponsesOut(t, `{"model":"m","input":"x"}`)
+	rec := httptest.NewRecorder()
+	if err := o.stream(rec, strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	done := map[string]bool{}
+	args := map[string]string{}
+	for _, ev := range events(t, rec.Body.String()) {
+		name, data, _ := strings.Cut(ev, " ")
+		var e struct {
+			ItemID    string `json:"item_id"`
+			Arguments string `json:"arguments"`
+			Item      struct {
+				ID        string `json:"id"`
+				Arguments string `json:"arguments"`
+			} `json:"item"`
+		}
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			t.Fatal(err)
+		}
+		id := e.ItemID
+		if id == "" {
+			id = e.Item.ID
+		}
+		if id != "" && done[id] {
+			t.Errorf("%s for %s after its output_item.done", name, id)
+		}
+		switch name {
+		case "response.function_call_arguments.done":
+			args[id] = e.Arguments
+		case "response.output_item.done":
+			done[id] = true
+			if e.Item.Arguments != args[id] {
+				t.Errorf("%s: output_item.done arguments %q, arguments.done %q", id, e.Item.Arguments, args[id])
+			}
+		}
+	}
+	if args["fc_01"] != `{"a":1}` || args["fc_02"] != `{"b":2}` {
+		t.Errorf("done arguments %v, want fc_01 {\"a\":1} and fc_02 {\"b\":2}", args)
+	}
+}

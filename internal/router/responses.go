@@ -576,10 +576,17 @@ type responsesStream struct {
 	// names it, and an item announced without its name (and call_id) is
 	// a call the client cannot run. Its arguments are held meanwhile.
 	unnamed map[int]bool
-	held    int // bytes of text and arguments held in items
-	finish  string
-	failed  bool // the stream ends in response.failed
-	usage   *chatUsage
+	// calls are the function call items still open beside the open
+	// item, in the order they began: a call stays open while the calls
+	// after it stream, since a backend may interleave their arguments,
+	// and its done events, which clients run the call from, must carry
+	// its whole arguments. They are done when a message or reasoning
+	// item starts or the answer ends.
+	calls  []int
+	held   int // bytes of text and arguments held in items
+	finish string
+	failed bool // the stream ends in response.failed
+	usage  *chatUsage
 }
 
 // event sends an event of type name with the fields given.
@@ -601,7 +608,6 @@ func (o *responsesOut) stream(w http.ResponseWriter, body io.Reader) error {
 		return err
 	}
 	s.close()
-	s.setArgs()
 	status, incomplete := finishStatus(s.finish)
 	output := make([]any, len(s.items))
 	for i, it := range s.items {
@@ -626,7 +632,6 @@ func (s *responsesStream) keepAlive() { s.sw.comment("keep-alive") }
 func (s *responsesStream) fail(status int, message string) error {
 	s.failed = true
 	s.close()
-	s.setArgs()
 	output := make([]any, len(s.items))
 	for i, it := range s.items {
 		output[i] = it
@@ -650,15 +655,6 @@ func responsesErrorCode(status int) string {
 	return "server_error"
 }
 
-// setArgs sets each function call's arguments on its item, for the
-// response sent whole at the end (a call's arguments may come after its
-// item was closed, when the backend interleaves calls).
-func (s *responsesStream) setArgs() {
-	for i, b := range s.args {
-		s.items[i].set("arguments", b.String())
-	}
-}
-
 // announce sends a function call's output_item.added, and the arguments
 // held while the call had no name in one delta. A call that never gets a
 // name is announced without one when its item closes.
@@ -675,17 +671,27 @@ func (s *responsesStream) announce(i int) {
 	}
 }
 
-// close ends the open item.
+// close ends the open items: the calls still open, then the open item.
 func (s *responsesStream) close() {
+	for _, i := range s.calls {
+		s.closeItem(i, false)
+	}
+	s.calls = s.calls[:0]
 	if s.open < 0 {
 		return
 	}
 	i := s.open
+	s.open = -1
+	s.closeItem(i, true)
+}
+
+// closeItem ends item i: its done events, with its whole text or
+// arguments. last: i is the item the answer ended in.
+func (s *responsesStream) closeItem(i int, last bool) {
 	if s.unnamed[i] {
 		s.announce(i)
 	}
 	it := s.items[i]
-	s.open = -1
 	id := it.get("id")
 	switch it.get("type") {
 	case "reasoning":
@@ -718,9 +724,13 @@ func (s *responsesStream) close() {
 		s.event("response.function_call_arguments.done", field{"item_id", id}, field{"output_index", i},
 			field{"name", it.get("name")}, field{"arguments", it.get("arguments")})
 	}
-	// An item still open when the answer was cut (max_output_tokens, a
-	// content filter) is incomplete, as the response is.
-	status, _ := finishStatus(s.finish)
+	// The item the answer was cut in (max_output_tokens, a content
+	// filter) is incomplete, as the response is and as the buffered
+	// answer marks its last item.
+	status := "completed"
+	if last {
+		status, _ = finishStatus(s.finish)
+	}
 	if s.failed {
 		status = "incomplete" // cut by the failure
 	}
@@ -779,6 +789,13 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 		}
 		for _, tc := range d.ToolCalls {
 			i, ok := s.tools[tc.Index]
+			if ok && s.items[i].get("status") != "in_progress" {
+				// The call is done (a message or reasoning item began
+				// after it): its done events told its arguments, and
+				// what comes for it now is dropped, as the Messages
+				// stream drops it.
+				continue
+			}
 			if !ok {
 				if len(s.items) >= maxStreamBlocks {
 					return errTooManyBlocks
@@ -788,7 +805,17 @@ func (s *responsesStream) chunk(c *chatChunk) string {
 				if s.held += len(tc.ID) + len(tc.Function.Name); s.held > s.o.heldLimit() {
 					return errAnswerTooLong
 				}
-				s.close()
+				if s.open >= 0 && s.items[s.open].get("type") == "function_call" {
+					// The call before stays open (see calls), announced
+					// first: items are announced in their order.
+					if s.unnamed[s.open] {
+						s.announce(s.open)
+					}
+					s.calls = append(s.calls, s.open)
+					s.open = -1
+				} else {
+					s.close()
+				}
 				it := functionCallItem(s.o.id("fc_"), "in_progress", tc.ID, tc.Function.Name, "")
 				s.items = append(s.items, it)
 				i = len(s.items) - 1

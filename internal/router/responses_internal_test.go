@@ -427,7 +427,7 @@ func TestStopHoldAnyChunking(t *testing.T) {
 
 // TestResponsesStreamArguments: a function call's arguments are the
 // deltas as they came, also those of a call the backend interleaved with
-// another (after its item closed), and a call streamed in many small
+// another (after the other's item opened), and a call streamed in many small
 // deltas costs memory in proportion to its arguments, not their square.
 func TestResponsesStreamArguments(t *testing.T) { // not parallel: it counts allocations
 	call := func(index int, id, args string) string {
