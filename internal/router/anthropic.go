@@ -718,9 +718,26 @@ func (s *anthropicStream) chunk(c *chatChunk) string {
 		}
 		d := ch.Delta
 		if r := reasoningDelta(d.ReasoningContent, d.Reasoning); r != nil && s.a.thinking {
-			if s.opens("thinking", maxStreamBlocks) {
+			// Text held back for a stop sequence was written before this
+			// reasoning, and no stop sequence the answer ends at runs on
+			// through it: the text goes out first (after the calls held,
+			// in a text block of its own), so the blocks keep the model's
+			// order. Its block counts against the bound with the
+			// thinking block's.
+			need, pending, open := 0, len(s.pending), s.open
+			if s.hold.holding() {
+				if open != "text" || pending > 0 {
+					need += pending + 1
+				}
+				pending, open = 0, "text"
+			}
+			if open != "thinking" || pending > 0 {
+				need += pending + 1
+			}
+			if s.blocks+need > maxStreamBlocks {
 				return errTooManyBlocks
 			}
+			s.text(s.hold.take())
 			if s.open != "thinking" || len(s.pending) > 0 {
 				s.start("thinking", thinkingBlock(""))
 			}
