@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -175,6 +176,15 @@ func (s *stickyWriter) Write(b []byte) (int, error) {
 // script that bounds the tail (timeout 30 continuum tail-load --count 5)
 // learns that the messages it asked for did not come.
 func Run(ctx context.Context, o *Options) (err error) {
+	// A closed pipe (tail-load | head -1) is a failed write like a full
+	// disk: the tail stops, prints its summary and exits 1. Unless SIGPIPE
+	// is asked for, Go's runtime kills the process at the first write to a
+	// closed standard output instead (exit 141, no summary); asked for,
+	// the write fails with EPIPE, which the standard output's sticky
+	// writer keeps.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p := newPrinter(o, cancel)
