@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/continuum-router/continuum/internal/admin"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
@@ -193,6 +194,9 @@ bytes of text) or "synthetic": --tenants tenants with shared prefixes of
 			fs := cmd.Flags()
 			opts.rateSet, opts.speedSet = fs.Changed("rate"), fs.Changed("speed")
 			opts.prefillSet, opts.decodeSet = fs.Changed("prefill"), fs.Changed("decode")
+			if err := otherRunFlags(fs, opts); err != nil {
+				return err
+			}
 			if opts.Soak > 0 {
 				if opts.Churn < time.Second {
 					return cmdutil.FlagErrorf("--churn must be at least 1s")
@@ -290,6 +294,27 @@ func checkFaultFlags(o *Options) error {
 		return cmdutil.FlagErrorf("--baseline and --hold must be positive")
 	case !fleetsim.LeaseTTLValid(o.LeaseTTL):
 		return cmdutil.FlagErrorf("--lease-ttl must be whole seconds from 2s to 1h (etcd grants leases in seconds)")
+	}
+	return nil
+}
+
+// otherRunFlags refuses a flag of a run other than the one the command
+// line asks for, rather than ignore it: `bench --scenarios decode-killed`
+// without --faults would run the routing comparison for minutes and never
+// the scenario asked for.
+func otherRunFlags(fs *pflag.FlagSet, o *Options) error {
+	if !o.Faults {
+		for _, n := range []string{"scenarios", "baseline", "hold", "lease-ttl", "max-tokens"} {
+			if fs.Changed(n) {
+				return cmdutil.FlagErrorf("--%s is a flag of --faults: add --faults, or drop --%s", n, n)
+			}
+		}
+	}
+	switch {
+	case o.Soak == 0 && fs.Changed("churn"):
+		return cmdutil.FlagErrorf("--churn is a flag of --soak: add --soak, or drop --churn")
+	case !o.Faults && o.Soak == 0 && fs.Changed("binary"):
+		return cmdutil.FlagErrorf("--binary is a flag of --faults and --soak: add one, or drop --binary")
 	}
 	return nil
 }

@@ -162,11 +162,23 @@ func TestBenchFaultFlags(t *testing.T) {
 		{"unknown scenario", []string{"--faults", "--scenarios", "decode-killed,meteor"}, `scenario "meteor" is not one of decode-killed`},
 		{"no rate", []string{"--faults", "--rate", "0"}, "--rate must be from 0.01 to 1000"},
 		{"soak and faults", []string{"--faults", "--soak", "1m"}, "--soak and --faults are separate runs"},
+		// A flag of another run is refused, not ignored: without --faults
+		// the routing comparison would run for minutes and never the
+		// scenario asked for.
+		{"scenarios without faults", []string{"--scenarios", "decode-killed"}, "--scenarios is a flag of --faults"},
+		{"hold without faults", []string{"--hold", "5s"}, "--hold is a flag of --faults"},
+		{"scenarios with soak", []string{"--soak", "1m", "--scenarios", "decode-killed"}, "--scenarios is a flag of --faults"},
+		{"churn without soak", []string{"--churn", "30s"}, "--churn is a flag of --soak"},
+		{"binary alone", []string{"--binary", "/bin/true"}, "--binary is a flag of --faults and --soak"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			code, _, errOut := runBench(t.Context(), tc.args...)
-			if code == 0 || !strings.Contains(errOut, tc.want) {
+			// Cancelled: a run that starts instead of refusing its
+			// command line ends at once.
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			code, _, errOut := runBench(ctx, tc.args...)
+			if code != cmdutil.ExitUsage || !strings.Contains(errOut, tc.want) {
 				t.Fatalf("exit %d, stderr %q, want an error saying %q", code, errOut, tc.want)
 			}
 		})
