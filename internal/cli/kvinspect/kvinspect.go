@@ -133,6 +133,9 @@ of the request (text parts joined, tool schemas completed, ...).`,
 			if (o.TokenizerConfig == "") == (o.Template == "") {
 				return cmdutil.FlagErrorf("give exactly one of --tokenizer-config and --template")
 			}
+			if err := templateNameApplies(o); err != nil {
+				return err
+			}
 			o.ctx = cmd.Context()
 			return runRender(o)
 		},
@@ -177,6 +180,9 @@ wins over --salt. The rendered prompt is encoded without added special tokens
 			if o.TokenizerConfig != "" && o.Template != "" {
 				return cmdutil.FlagErrorf("give at most one of --tokenizer-config and --template")
 			}
+			if err := templateNameApplies(o); err != nil {
+				return err
+			}
 			if o.BlockSize < kv.MinBlockSize || o.BlockSize > kv.MaxBlockSize {
 				return cmdutil.FlagErrorf("--block-size %d: want %d..%d", o.BlockSize, kv.MinBlockSize, kv.MaxBlockSize)
 			}
@@ -195,6 +201,17 @@ wins over --salt. The rendered prompt is encoded without added special tokens
 	_ = cmd.MarkFlagFilename("tokenizer", "json")
 	addTemplateFlags(cmd, o)
 	return cmd
+}
+
+// templateNameApplies refuses --template-name without --tokenizer-config:
+// only a tokenizer_config.json holds named templates, so with a .jinja
+// file, or no template, the name would be ignored and the prompt rendered
+// with another template than the one asked for (or none).
+func templateNameApplies(o *Options) error {
+	if o.TemplateName != "" && o.TokenizerConfig == "" {
+		return cmdutil.FlagErrorf("--template-name picks a named template of --tokenizer-config: add --tokenizer-config, or drop --template-name")
+	}
+	return nil
 }
 
 func addTemplateFlags(cmd *cobra.Command, o *Options) {

@@ -274,3 +274,27 @@ func TestHash(t *testing.T) {
 		t.Fatalf("chat without a template: exit %d %s", code, out)
 	}
 }
+
+// TestTemplateNameNeedsTokenizerConfig: --template-name picks one of a
+// tokenizer_config.json's named templates; with a .jinja file, or with no
+// template at all, it would be ignored and the render or hash would not be
+// the template asked for, so it is refused as a usage error.
+func TestTemplateNameNeedsTokenizerConfig(t *testing.T) {
+	t.Parallel()
+	tok := tokenizerFile(t, "qwen3")
+	jinja := filepath.Join(t.TempDir(), "t.jinja")
+	if err := os.WriteFile(jinja, []byte("{% for m in messages %}{{ m.content }}{% endfor %}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req := `{"messages": [{"role": "user", "content": "Hi"}]}` + "\n"
+	for _, args := range [][]string{
+		{"kv-inspect", "render", "--template", jinja, "--template-name", "tool_use"},
+		{"kv-inspect", "hash", "--tokenizer", tok, "--block-size", "16", "--template", jinja, "--template-name", "tool_use"},
+		{"kv-inspect", "hash", "--tokenizer", tok, "--block-size", "16", "--template-name", "tool_use", "--text", "Hi"},
+	} {
+		code, _, errOut := run(t, req, args...)
+		if code != cmdutil.ExitUsage || !strings.Contains(errOut, "--template-name") {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error naming --template-name", args[1:], code, errOut)
+		}
+	}
+}
