@@ -86,6 +86,11 @@ set (not empty) or stdout is not a terminal.`,
 			if opts.Demo && cmd.Flags().Changed("router") {
 				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--demo starts its own router; drop --router")}
 			}
+			if opts.Demo && cmd.Flags().Changed("token") {
+				// The demo's router is polled with its own token: one
+				// given would be replaced without a word.
+				return &cmdutil.ExitError{Code: cmdutil.ExitUsage, Err: errors.New("--demo starts its own router, with its own token; drop --token")}
+			}
 			if !opts.Demo {
 				if err := cmdutil.HTTPBaseURL("--router", opts.Router); err != nil {
 					return err

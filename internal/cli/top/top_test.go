@@ -60,6 +60,9 @@ func TestOnceDemo(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"top", "--demo", "--router", "http://x"},
+		// The demo's router has its own token: one given would be
+		// replaced, not used.
+		{"top", "--demo", "--once", "--token", "x"},
 		{"top", "--once", "-o", "yaml"},
 		{"top", "--interval", "1ms"},
 		{"top", "--router", "http://127.0.0.1:1"}, // no terminal: only --once prints
