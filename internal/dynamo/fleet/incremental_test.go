@@ -66,6 +66,14 @@ func randomRecord(rng *rand.Rand, ids int) (key string, value []byte) {
 		key = fmt.Sprintf("v1/event_channels/namespace/%s/topic/%s/%x", ns, topic, pub+rng.IntN(2)*0x1000)
 		value = fmt.Appendf(nil, `{"type":"EventChannel","scope":{"kind":"namespace","name":%q},"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://h:%d"}}}`,
 			ns, topic, pub, rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			// A Dynamo 1.2 channel: the worker's id, one channel per topic
+			// (kv_events the older spelling of kv-events).
+			topic = []string{"kv_metrics", "kv-events", "kv_events"}[rng.IntN(3)]
+			key = fmt.Sprintf("v1/event_channels/%s/%s/%s/%x", ns, comp, topic, pub)
+			value = fmt.Appendf(nil, `{"type":"EventChannel","namespace":%q,"component":%q,"topic":%q,"instance_id":%d,"transport":{"kind":"Zmq","config":{"endpoint":"tcp://h:%d"}}}`,
+				ns, comp, topic, pub, rng.IntN(3))
+		}
 	default:
 		switch rng.IntN(3) {
 		case 0: // an endpoint under a key of another shape: its value names it

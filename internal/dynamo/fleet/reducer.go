@@ -81,8 +81,8 @@ type Reducer struct {
 	// Materialised state of the last Build.
 	workers   map[WorkerID]*Worker
 	wprobs    map[WorkerID][]Problem
-	pubs      map[pubID]*Publisher
-	pprobs    map[pubID]Problem
+	pubs      map[pubID][]*Publisher
+	pprobs    map[pubID][]Problem
 	firstSeen map[WorkerID]time.Time
 	// carried holds the first_seen of the workers of a view this reducer
 	// takes over (KeepFirstSeen), until its first full resync has been
@@ -145,7 +145,7 @@ func NewReducer() *Reducer {
 		chans: map[pubID]map[string]*record{}, bad: map[string]*record{},
 		dirtyW: map[WorkerID]struct{}{}, dirtyP: map[pubID]struct{}{},
 		workers: map[WorkerID]*Worker{}, wprobs: map[WorkerID][]Problem{},
-		pubs: map[pubID]*Publisher{}, pprobs: map[pubID]Problem{},
+		pubs: map[pubID][]*Publisher{}, pprobs: map[pubID][]Problem{},
 		firstSeen: map[WorkerID]time.Time{},
 		order:     newTree(compareWorkers), byID: newTree(comparePlaces), porder: newTree(comparePublishers),
 		mix:      map[NamespaceModel]*roleCount{},
@@ -585,7 +585,10 @@ func looseNamespace(key string, space wire.Keyspace) (string, bool) {
 // namespace its channel record sits. Subscriptions and the load samples
 // they feed are keyed by publisher id, so two channels that claim one id
 // are both rejected as duplicates even when their namespaces differ (one
-// subscription cannot follow both).
+// subscription cannot follow both). The one exception is a Dynamo 1.2
+// worker's legacy channels, one per topic family, which all carry the
+// worker's instance id (claimGroups): each feeds a subscription of its
+// own family.
 type pubID uint64
 
 // KeepFirstSeen makes the workers of prev that this reducer's first full
@@ -649,14 +652,16 @@ func (r *Reducer) Build(now time.Time) *Snapshot {
 	for id := range r.dirtyP {
 		old := r.pubs[id]
 		r.recomputePublisher(id)
-		p := r.pubs[id]
-		// The list is ordered by namespace and then id: a publisher id
-		// whose channel moved to another namespace takes another place,
-		// and its old one must go.
-		if old != nil && (p == nil || comparePublishers(old, p) != 0) {
-			r.porder.remove(old)
+		now := r.pubs[id]
+		// The list is ordered by namespace, id and topic: a publisher id
+		// whose channel moved to another namespace (or topic) takes
+		// another place, and its old one must go.
+		for _, o := range old {
+			if !slices.ContainsFunc(now, func(p *Publisher) bool { return comparePublishers(o, p) == 0 }) {
+				r.porder.remove(o)
+			}
 		}
-		if p != nil {
+		for _, p := range now {
 			r.porder.put(p)
 		}
 	}
@@ -880,32 +885,80 @@ func (r *Reducer) recomputeWorker(id WorkerID, now time.Time) {
 
 func (r *Reducer) recomputePublisher(id pubID) {
 	recs := values(r.chans[id])
-	_, hadProblem := r.pprobs[id]
+	hadProblem := len(r.pprobs[id]) > 0
 	delete(r.pprobs, id)
 	delete(r.pubs, id)
-	switch {
-	case len(recs) > 1:
-		r.pprobs[id] = dupProblem("event channel", recs, "publisher "+wire.FormatID(uint64(id)))
-	case len(recs) == 1:
-		rec := recs[0]
-		ch := rec.channel
-		if reason := unsupportedChannel(ch); reason != "" {
-			r.pprobs[id] = Problem{Kind: ProblemUnsupported, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
-			break
+	for _, group := range claimGroups(recs) {
+		if len(group) > 1 {
+			r.pprobs[id] = append(r.pprobs[id], dupProblem("event channel", group, "publisher "+wire.FormatID(uint64(id))))
+			continue
 		}
-		if reason := undialableEndpoint(ch.ZmqEndpoint); reason != "" {
-			r.pprobs[id] = Problem{Kind: ProblemMalformed, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1,
-				Reason: fmt.Sprintf("%s channel endpoint %s; its worker is treated as quiet", truncate(ch.Topic), reason)}
-			break
-		}
-		r.pubs[id] = &Publisher{
-			Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
-			PublisherID: uint64(id), TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
+		p, prob := publisherOf(group[0], id)
+		if prob != nil {
+			r.pprobs[id] = append(r.pprobs[id], *prob)
+		} else {
+			r.pubs[id] = append(r.pubs[id], p)
 		}
 	}
-	if _, has := r.pprobs[id]; has || hadProblem {
+	if len(r.pprobs[id]) > 0 || hadProblem {
 		r.problemsUp = true
 	}
+}
+
+// claimGroups splits the channels claiming one id into the sets that
+// claim one identity: a set of more than one is a duplicate. A scoped
+// channel's id is its publisher's own incarnation id, so channels with a
+// scoped one among them all claim one identity, whatever their topics. A
+// Dynamo 1.2 worker's legacy channels all carry the worker's instance id
+// instead, one channel per topic, and the key that makes each unique
+// upstream holds its topic: legacy channels alone claim one identity per
+// topic family (kv-events and its older spelling kv_events feed one
+// subscription).
+func claimGroups(recs []*record) [][]*record {
+	if len(recs) == 0 {
+		return nil
+	}
+	if len(recs) == 1 || slices.ContainsFunc(recs, func(rec *record) bool { return !rec.channel.Legacy }) {
+		return [][]*record{recs}
+	}
+	var groups [][]*record
+	at := map[string]int{}
+	for _, rec := range recs {
+		f := topicFamily(rec.channel.Topic)
+		i, ok := at[f]
+		if !ok {
+			i = len(groups)
+			at[f] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], rec)
+	}
+	return groups
+}
+
+// publisherOf is the publisher of one channel record, or why there is none.
+func publisherOf(rec *record, id pubID) (*Publisher, *Problem) {
+	ch := rec.channel
+	if reason := unsupportedChannel(ch); reason != "" {
+		return nil, &Problem{Kind: ProblemUnsupported, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1, Reason: reason}
+	}
+	if reason := undialableEndpoint(ch.ZmqEndpoint); reason != "" {
+		return nil, &Problem{Kind: ProblemMalformed, Namespace: rec.ns, Keys: []string{rec.key}, KeyCount: 1,
+			Reason: fmt.Sprintf("%s channel endpoint %s; its worker is treated as quiet", truncate(ch.Topic), reason)}
+	}
+	return &Publisher{
+		Namespace: rec.ns, Component: ch.Component, Endpoint: ch.Endpoint, Scope: ch.Scope, Topic: ch.Topic,
+		PublisherID: uint64(id), TransportKind: ch.TransportKind, Key: rec.key, zmqEndpoint: ch.ZmqEndpoint,
+	}, nil
+}
+
+// topicFamily is the subscription a subscribed topic feeds: load samples,
+// or kv-events under either spelling.
+func topicFamily(topic string) string {
+	if topic == TopicKVEvents2 {
+		return TopicKVEvents
+	}
+	return topic
 }
 
 // Event-plane topics the router subscribes to.
@@ -997,8 +1050,8 @@ func (r *Reducer) collectProblems() []Problem {
 	for _, ps := range r.wprobs {
 		out = append(out, ps...)
 	}
-	for _, p := range r.pprobs {
-		out = append(out, p)
+	for _, ps := range r.pprobs {
+		out = append(out, ps...)
 	}
 	for space, on := range r.refused {
 		if on {
@@ -1222,7 +1275,7 @@ func compareWorkers(a, b *Worker) int {
 }
 
 func comparePublishers(a, b *Publisher) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.PublisherID, b.PublisherID))
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.PublisherID, b.PublisherID), cmp.Compare(a.Topic, b.Topic))
 }
 
 func compareProblems(a, b Problem) int {

@@ -333,7 +333,7 @@ type Publishers struct {
 // Len returns the number of publishers.
 func (ps *Publishers) Len() int { return ps.byID.Len() }
 
-// All yields every publisher, ordered by namespace and publisher id.
+// All yields every publisher, ordered by namespace, publisher id and topic.
 func (ps *Publishers) All() iter.Seq[*Publisher] { return ps.byID.All() }
 
 // Advertises reports whether the snapshot holds a publisher of topic at
