@@ -322,7 +322,12 @@ func (o *Options) printChanges(gen uint64, before, after *fleet.Snapshot) error 
 			changes = append(changes, Change{Generation: gen, Event: "publisher_removed", Publisher: &v})
 		}
 	}
-	problemID := func(p fleet.Problem) string { return p.Kind + "\x00" + strings.Join(p.Keys, ",") + "\x00" + p.Reason }
+	// A problem is told apart by all it says and by its whole key set: a
+	// conflict whose keys change beyond the few it names is a new conflict
+	// (the registry logs and counts it again), and is printed as one.
+	problemID := func(p fleet.Problem) string {
+		return fmt.Sprintf("%s\x00%s\x00%d\x00%x\x00%s", p.Kind, strings.Join(p.Keys, ","), p.KeyCount, p.KeySet(), p.Reason)
+	}
 	oldProblems, newProblems := map[string]bool{}, map[string]bool{}
 	for _, p := range before.Problems {
 		oldProblems[problemID(p)] = true

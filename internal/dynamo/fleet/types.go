@@ -214,6 +214,11 @@ type Problem struct {
 	keySet uint64
 }
 
+// KeySet identifies every key a conflict involves, where Keys may name
+// only some: two conflicts with one KeySet have one key set. Zero for a
+// problem that is not a conflict of several claimants.
+func (p Problem) KeySet() uint64 { return p.keySet }
+
 // NamespaceModel names a model served in one Dynamo namespace.
 type NamespaceModel struct {
 	Namespace, Model string
