@@ -193,6 +193,16 @@ func (av *addedVocab) split(segs []segment, s string, raw, first bool) []segment
 		if startOffset < start {
 			segs = append(segs, segment{text: s[startOffset:start], first: first && startOffset == 0})
 		}
+		if start >= stop {
+			// An earlier match's rstrip consumed this whole match (its
+			// content is white space) and lstrip clamped its start to
+			// that match's end: the library's split drops every empty
+			// piece, this token with it. (start > stop, a match without
+			// rstrip inside such space after an lstrip clamp, makes the
+			// library panic; it gives no token here either.)
+			startOffset = max(startOffset, stop)
+			continue
+		}
 		segs = append(segs, segment{id: tok.id, isTok: true})
 		startOffset = stop
 	}

@@ -64,6 +64,12 @@ func TestMetaspaceFirstAfterRemovedStart(t *testing.T) { runHFRef(t, hfRefMetasp
 // entry's flags count, with the first entry's id.
 func TestDuplicateAddedTokens(t *testing.T) { runHFRef(t, hfRefDup) }
 
+// TestAddedTokenSwallowedByStrip: a match that an earlier match's rstrip
+// has already consumed is left with an empty span once its own lstrip is
+// clamped to the earlier match's end; the library drops every empty split,
+// so that match gives no token.
+func TestAddedTokenSwallowedByStrip(t *testing.T) { runHFRef(t, hfRefSwallowed) }
+
 // TestFallbackWordBoundary: \b and \B of a fallback regex use the library
 // engine's \w (², ½, circled letters and marks are word characters).
 func TestFallbackWordBoundary(t *testing.T) { runHFRef(t, hfRefBoundary) }
@@ -246,6 +252,20 @@ var hfRefBoundary = []hfRefCase{
 		config: `{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Split","pattern":{"Regex":"[\\b]|\\s"},"behavior":"Isolated","invert":false},"post_processor":null,"decoder":null,"model":{"type":"WordLevel","unk_token":"[UNK]","vocab":{"[UNK]":0,"x²":1,"x":2,"²":3," ":4,"y":5,"a_b":6,"ⓐ":7,"é":8,"e":9,"́":10,"1":11,"-":12,"½":13}}}`,
 		want: []hfRefText{
 			{"x² y", []uint32{1, 4, 5}},
+		},
+	},
+}
+
+var hfRefSwallowed = []hfRefCase{
+	{
+		name:   "ws_lstrip_rstrip", // "\n" with lstrip and rstrip; added tokens take ids after the vocab
+		config: `{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":5,"content":"\n","single_word":false,"lstrip":true,"rstrip":true,"normalized":false,"special":false}],"normalizer":null,"pre_tokenizer":{"type":"WhitespaceSplit"},"post_processor":null,"decoder":null,"model":{"type":"WordLevel","vocab":{"[UNK]":0,"a":1,"b":2},"unk_token":"[UNK]"}}`,
+		want: []hfRefText{
+			{"a\n\n", []uint32{1, 3}},
+			{"\n\n", []uint32{3}},
+			{"a\n \nb", []uint32{1, 3, 2}},
+			{"a \n\n b", []uint32{1, 3, 2}},
+			{"\n\n\n", []uint32{3}},
 		},
 	},
 }
