@@ -157,7 +157,8 @@ func writeJSON(b *strings.Builder, v any, indent string, hasIndent bool, itemSep
 		b.WriteByte('}')
 	case *Namespace:
 		if r != nil && r.dynamo {
-			return writeJSON(b, x.d, indent, hasIndent, itemSep, keySep, sortKeys, level, r) // a map to minijinja
+			// A map to minijinja, its attributes in key order.
+			return writeJSON(b, x.mjMap(), indent, hasIndent, itemSep, keySep, sortKeys, level, r)
 		}
 		return errors.New("object of type Namespace is not JSON serializable")
 	case undefined:

@@ -211,3 +211,21 @@ func TestDynamoPycompatSplitlinesAndJoin(t *testing.T) {
 		t.Error("Jinja mode joined an int (Python refuses it)")
 	}
 }
+
+// TestDynamoNamespaceIsSortedMap: minijinja's namespace object keeps its
+// attributes in a BTreeMap (minijinja/src/value/namespace_object.rs) and
+// is a map to the engine, so tojson writes its attributes in key order and
+// printing it prints that map ({"a": "x", "b": 1}), not Python's
+// <Namespace ...> repr. Expected outputs are minijinja-js 2.11.0's.
+func TestDynamoNamespaceIsSortedMap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want string }{
+		{"{% set ns = namespace(b=1, a='x') %}{% set ns.c = 3 %}{{ ns|tojson }}", `{"a":"x","b":1,"c":3}`},
+		{"{% set ns = namespace(b=1, a='x') %}{{ ns }}|{{ [ns] }}|{{ ns|string }}", `{"a": "x", "b": 1}|[{"a": "x", "b": 1}]|{"a": "x", "b": 1}`},
+	} {
+		out, err := renderDynamo(t, tc.src, `{"messages": []}`)
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}

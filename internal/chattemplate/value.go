@@ -184,6 +184,26 @@ func (d *Dict) Get(k any) (any, bool) {
 // with {% set ns.x = ... %}.
 type Namespace struct{ d *Dict }
 
+// mjMap is the namespace as minijinja holds it: a map whose attributes are
+// kept in a BTreeMap (namespace_object.rs), so in key order whatever order
+// they were set in. Dynamo's frontend prints it and writes its tojson as
+// that map.
+func (n *Namespace) mjMap() *Dict {
+	keys := make([]string, 0, n.d.Len())
+	for _, k := range n.d.keys {
+		if s, ok := k.(string); ok {
+			keys = append(keys, s)
+		}
+	}
+	sort.Strings(keys)
+	out := &Dict{}
+	for _, k := range keys {
+		v, _ := n.d.Get(k)
+		out.Set(k, v)
+	}
+	return out
+}
+
 // cycler is what the cycler global gives: a position over fixed items.
 // Each render makes its own, so the state is never shared.
 type cycler struct {
@@ -403,6 +423,8 @@ func minijinjaStr(v any) string {
 		return x
 	case undefined:
 		return ""
+	case *Namespace:
+		return minijinjaStr(x.mjMap())
 	case *List, *Dict:
 		checkContainerText(v)
 		var b strings.Builder
@@ -459,6 +481,8 @@ func writeMinijinjaDebug(b *strings.Builder, v any, depth int) {
 		b.WriteString("]")
 	case *Dict:
 		writeDict(b, x, depth, writeMinijinjaDebug)
+	case *Namespace:
+		writeDict(b, x.mjMap(), depth, writeMinijinjaDebug)
 	case float64:
 		b.WriteString(rustDebugFloat(x))
 	default:
