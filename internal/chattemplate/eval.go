@@ -1561,7 +1561,8 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 	// included) is an error unless the macro reads kwargs, which then holds
 	// them.
 	used := 0
-	for i, p := range d.params {
+	bind := func(i int) error {
+		p := d.params[i]
 		switch {
 		case i < len(args):
 			inner.set(p, args[i])
@@ -1569,16 +1570,47 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 			if v, ok := kw.Get(p); ok {
 				inner.set(p, v)
 				used++
-				continue
+				return nil
 			}
 			if d.defaults[i] != nil {
 				v, err := r.eval(d.defaults[i], inner)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				inner.set(p, v)
 			} else {
 				inner.set(p, undefined{name: "'" + p + "' is undefined"})
+			}
+		}
+		return nil
+	}
+	if r.dynamo {
+		// minijinja binds a macro's parameters from the last to the first
+		// (compile_macro_expression walks args.iter().rev()), evaluating
+		// each default when the parameters after it are bound and those
+		// before it are not: in m(a, b=a) b's default sees no a, in
+		// m(a=b, b=2) a's default sees b. A parameter is no closure
+		// variable to minijinja, so an unbound one reads as the render's
+		// variable of that name, else the global, else undefined; never a
+		// variable the template set.
+		for _, p := range d.params {
+			v, ok := r.top.parent.lookup(p)
+			if !ok {
+				if v, ok = globals[p]; !ok {
+					v = undefined{name: "'" + p + "' is undefined"}
+				}
+			}
+			inner.set(p, v)
+		}
+		for i := len(d.params) - 1; i >= 0; i-- {
+			if err := bind(i); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		for i := range d.params {
+			if err := bind(i); err != nil {
+				return nil, err
 			}
 		}
 	}

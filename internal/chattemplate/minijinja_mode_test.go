@@ -229,3 +229,27 @@ func TestDynamoNamespaceIsSortedMap(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoMacroDefaultsRightToLeft: minijinja binds a macro's parameters
+// from the last to the first (compile_macro_expression in
+// minijinja/src/compiler/codegen.rs iterates macro_decl.args.iter().rev()),
+// so a default sees the parameters after it and not those before it,
+// where Jinja evaluates defaults left to right. Expected outputs are
+// minijinja-js 2.11.0's.
+func TestDynamoMacroDefaultsRightToLeft(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want, vars string }{
+		{"{% macro m(a, b=a) %}[{{ a }}|{{ b }}]{% endmacro %}{{ m(1) }}{{ m(1, 2) }}", "[1|][1|2]", `{"messages": []}`},
+		{"{% macro m(a=b, b=2) %}[{{ a }}|{{ b }}]{% endmacro %}{{ m() }}", "[2|2]", `{"messages": []}`},
+		{"{% macro m(x, indent=x|length) %}{{ indent }}{% endmacro %}{{ m('abc') }}", "0", `{"messages": []}`},
+		{"{% set x = 5 %}{% macro m(a, b=x) %}[{{ a }}|{{ b }}]{% endmacro %}{{ m(1) }}", "[1|5]", `{"messages": []}`},
+		// An unbound parameter reads as the render's variable of its name,
+		// not as one the template set.
+		{"{% set a = 7 %}{% macro m(a, b=a) %}[{{ a }}|{{ b }}]{% endmacro %}{{ m(1) }}", "[1|9]", `{"messages": [], "a": 9}`},
+	} {
+		out, err := renderDynamo(t, tc.src, tc.vars)
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
