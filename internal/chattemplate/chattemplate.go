@@ -206,7 +206,7 @@ func Compile(src string, opts ...Option) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
-	if t.body, err = parse(toks); err != nil {
+	if t.body, err = parse(toks, t.dynamo); err != nil {
 		return nil, fmt.Errorf("chattemplate: %w", err)
 	}
 	if err := checkNames(t.body, t.dynamo); err != nil {

@@ -253,3 +253,30 @@ func TestDynamoMacroDefaultsRightToLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoUnaryOperators: minijinja's parser has one unary arithmetic
+// operator, "-" (parse_unary_only in minijinja/src/compiler/parser.rs),
+// and it binds to the primary before any postfix: -x.y is (-x).y, an
+// error for a map, where Jinja reads -(x.y); a unary "+" is a syntax
+// error. Expected outputs are minijinja-js 2.11.0's ("" for an error).
+func TestDynamoUnaryOperators(t *testing.T) {
+	t.Parallel()
+	vars := `{"messages": [], "x": {"y": 1}, "l": [1, 2], "n": 3}`
+	for _, tc := range []struct{ src, want string }{
+		{"{{ -x.y }}", ""},
+		{"{{ -l[0] }}", ""},
+		{"{{ +1 }}", ""},
+		{"{{ -n }}|{{ - -n }}|{{ -1|abs }}|{{ -l|length if false else 'k' }}|{{ n is divisibleby -3 }}|{{ l[-1] }}", "-3|3|1|k|true|2"},
+	} {
+		out, err := renderDynamo(t, tc.src, vars)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%s: %q; want an error (minijinja)", tc.src, out)
+			}
+			continue
+		}
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}

@@ -169,6 +169,9 @@ type parser struct {
 	loops int
 	// blocks holds the block names seen, which must be unique.
 	blocks map[string]bool
+	// minijinja parses unary operators as minijinja does (Dynamo's
+	// frontend): see parseUnary.
+	minijinja bool
 }
 
 func (p *parser) peek() token { return p.toks[p.pos] }
@@ -253,9 +256,10 @@ func (p *parser) chain(links *int) error {
 
 func (p *parser) done(links int) { p.depth -= links }
 
-// parse parses the whole template.
-func parse(toks []token) ([]stmt, error) {
-	p := &parser{toks: toks}
+// parse parses the whole template; minijinja parses unary operators as
+// minijinja does.
+func parse(toks []token, minijinja bool) ([]stmt, error) {
+	p := &parser{toks: toks, minijinja: minijinja}
 	body, end, err := p.subparse(nil)
 	if err != nil {
 		return nil, err
@@ -1090,6 +1094,14 @@ func (p *parser) parseUnary(withFilter bool) (expr, error) {
 	var x expr
 	var err error
 	switch {
+	case p.minijinja:
+		// minijinja's parse_unary_only: only "-" is a unary operator (a
+		// "+" is a syntax error) and it binds to the primary alone, so
+		// the postfix and filters below apply to the negation: -x.y is
+		// (-x).y, where Jinja reads -(x.y).
+		if x, err = p.parseMinijinjaNeg(); err != nil {
+			return nil, err
+		}
 	case p.isOp("-") || p.isOp("+"):
 		op := p.next().val
 		inner, err := p.parseUnary(false)
@@ -1109,6 +1121,24 @@ func (p *parser) parseUnary(withFilter bool) (expr, error) {
 		return p.parseFilterExpr(x)
 	}
 	return x, nil
+}
+
+// parseMinijinjaNeg is minijinja's parse_unary_only: any number of "-"
+// before a primary, without its postfix.
+func (p *parser) parseMinijinjaNeg() (expr, error) {
+	if !p.isOp("-") {
+		return p.parsePrimary()
+	}
+	p.next()
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
+	inner, err := p.parseMinijinjaNeg()
+	if err != nil {
+		return nil, err
+	}
+	return &unaryExpr{op: "-", x: inner}, nil
 }
 
 func (p *parser) parsePrimary() (expr, error) {
@@ -1395,8 +1425,17 @@ func (p *parser) parseFilterExpr(x expr) (expr, error) {
 				}
 				t.args = args
 			case nt.kind == tkString || nt.kind == tkInt || nt.kind == tkFloat || p.isOp("[") || p.isOp("{") ||
-				nt.kind == tkName && nt.val != "else" && nt.val != "or" && nt.val != "and" && nt.val != "if" && nt.val != "in" && nt.val != "not" && nt.val != "is":
-				a, err := p.parsePrimary()
+				nt.kind == tkName && nt.val != "else" && nt.val != "or" && nt.val != "and" && nt.val != "if" && nt.val != "in" && nt.val != "not" && nt.val != "is",
+				// minijinja also takes a bare argument that starts with a
+				// sign (x is divisibleby -3), through parse_unary_only.
+				p.minijinja && (p.isOp("-") || p.isOp("+")):
+				var a expr
+				var err error
+				if p.minijinja {
+					a, err = p.parseMinijinjaNeg()
+				} else {
+					a, err = p.parsePrimary()
+				}
 				if err != nil {
 					return nil, err
 				}
