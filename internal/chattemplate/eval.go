@@ -1552,7 +1552,12 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 		return nil, fmt.Errorf("%w: macro recursion deeper than %d", ErrRenderUnavailable, maxCallDepth)
 	}
 	d := m.def
-	if len(args) > len(d.params) && !d.varargs {
+	// Jinja gives a macro whose body reads varargs or kwargs the extra
+	// arguments there; minijinja has no such names (its macro call refuses
+	// extra positional arguments and unknown keywords: "too many
+	// arguments"), so in the Dynamo mode they are ordinary variables.
+	takesVarargs, takesKwargs := d.varargs && !r.dynamo, d.kwargs && !r.dynamo
+	if len(args) > len(d.params) && !takesVarargs {
 		return nil, fmt.Errorf("macro '%s' takes not more than %d argument(s)", m.name, len(d.params))
 	}
 	inner := &scope{parent: m.closure}
@@ -1621,18 +1626,18 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 			if ks == "caller" || slices.Index(d.params, ks) >= len(args) {
 				continue
 			}
-			if !d.kwargs {
+			if !takesKwargs {
 				return nil, fmt.Errorf("macro '%s' takes no keyword argument '%s'", m.name, ks)
 			}
 			extra.Set(k, kw.vals[i])
 		}
-		if d.kwargs {
+		if takesKwargs {
 			inner.set("kwargs", extra)
 		}
-	} else if d.kwargs {
+	} else if takesKwargs {
 		inner.set("kwargs", &Dict{})
 	}
-	if d.varargs {
+	if takesVarargs {
 		var rest []any
 		if len(args) > len(d.params) {
 			rest = append(rest, args[len(d.params):]...)

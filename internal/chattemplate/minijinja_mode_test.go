@@ -280,3 +280,28 @@ func TestDynamoUnaryOperators(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoMacroNoVarargs: minijinja's macros have no varargs or kwargs;
+// a call with more positional arguments than parameters or an unknown
+// keyword fails ("too many arguments"), and the names are ordinary
+// variables in the body. Expected outputs are minijinja-js 2.11.0's (""
+// for an error).
+func TestDynamoMacroNoVarargs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want string }{
+		{"{% macro m() %}{{ varargs }}{% endmacro %}{{ m(1) }}", ""},
+		{"{% macro m() %}{{ kwargs }}{% endmacro %}{{ m(a=1) }}", ""},
+		{"{% macro m(a) %}[{{ varargs }}|{{ kwargs }}|{{ a }}]{% endmacro %}{{ m(1) }}", "[||1]"},
+	} {
+		out, err := renderDynamo(t, tc.src, `{"messages": []}`)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%s: %q; want an error (minijinja)", tc.src, out)
+			}
+			continue
+		}
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
