@@ -496,6 +496,7 @@ func (b *Bus) serveConn(ctx context.Context, bc *busConn) {
 		if first[0] < 0x80 {
 			// A plaintext HTTP client is told why, in words it reads.
 			_, _ = raw.Write(plainRefusal(CodeTLSRequired, "the event bus listener speaks HTTP/2 over TLS 1.3 only"))
+			lingerClose(raw)
 		}
 		return
 	}
@@ -551,6 +552,28 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(p)
+}
+
+// A refused plaintext connection is read for at most plainLinger and
+// plainLingerBytes after its answer before it closes.
+const (
+	plainLinger      = 500 * time.Millisecond
+	plainLingerBytes = 64 << 10
+)
+
+// lingerClose half-closes a connection that was answered and reads what
+// the peer still sends, within plainLinger and plainLingerBytes. Only one
+// byte of the plaintext request was read: closing with the rest unread
+// makes TCP reset the connection, and a client still sending its request
+// gets "connection reset" instead of the answer written for it (some
+// stacks discard received data on a reset). The bounds keep a peer from
+// holding the connection slot.
+func lingerClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(plainLinger))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, plainLingerBytes))
 }
 
 // errorBody is the JSON body of a refusal.

@@ -39,6 +39,33 @@ func TestPlaintextRefused(t *testing.T) {
 	}
 }
 
+// TestPlaintextRefusedWhileSending: a plaintext client whose request
+// arrives in more than one segment is not reset. The listener reads one
+// byte of it: closing at once with the rest unread would reset the
+// connection, and the client would see its write fail (and, on some
+// stacks, lose the 403 written for it) instead of reading why.
+func TestPlaintextRefusedWhileSending(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	c, err := net.Dial("tcp", tb.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("POST /bus/v1/session HTTP/1.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := c.Write([]byte("Host: x\r\nContent-Length: 0\r\n\r\n")); err != nil {
+		t.Fatalf("the rest of the request: %v (the listener reset the connection)", err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(got), "HTTP/1.1 403 Forbidden\r\n") {
+		t.Fatalf("answer %q, %v", got, err)
+	}
+}
+
 // TestHTTP11OverTLSRefused: TLS 1.3 and h2 only. A client that did not
 // negotiate h2 (it offered only http/1.1, or no ALPN) is closed after the
 // handshake without an answer; TLS 1.2 fails the handshake. Each is a
