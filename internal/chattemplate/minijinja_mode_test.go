@@ -268,16 +268,7 @@ func TestDynamoUnaryOperators(t *testing.T) {
 		{"{{ +1 }}", ""},
 		{"{{ -n }}|{{ - -n }}|{{ -1|abs }}|{{ -l|length if false else 'k' }}|{{ n is divisibleby -3 }}|{{ l[-1] }}", "-3|3|1|k|true|2"},
 	} {
-		out, err := renderDynamo(t, tc.src, vars)
-		if tc.want == "" {
-			if err == nil {
-				t.Errorf("%s: %q; want an error (minijinja)", tc.src, out)
-			}
-			continue
-		}
-		if err != nil || out != tc.want {
-			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
-		}
+		expectDynamo(t, tc.src, vars, tc.want)
 	}
 }
 
@@ -293,15 +284,22 @@ func TestDynamoMacroNoVarargs(t *testing.T) {
 		{"{% macro m() %}{{ kwargs }}{% endmacro %}{{ m(a=1) }}", ""},
 		{"{% macro m(a) %}[{{ varargs }}|{{ kwargs }}|{{ a }}]{% endmacro %}{{ m(1) }}", "[||1]"},
 	} {
-		out, err := renderDynamo(t, tc.src, `{"messages": []}`)
-		if tc.want == "" {
-			if err == nil {
-				t.Errorf("%s: %q; want an error (minijinja)", tc.src, out)
-			}
-			continue
+		expectDynamo(t, tc.src, `{"messages": []}`, tc.want)
+	}
+}
+
+// expectDynamo renders src over vars in the Dynamo mode and wants out, or
+// an error when want is "" (minijinja refuses it).
+func expectDynamo(t *testing.T, src, vars, want string) {
+	t.Helper()
+	out, err := renderDynamo(t, src, vars)
+	if want == "" {
+		if err == nil {
+			t.Errorf("%s: %q; want an error (minijinja)", src, out)
 		}
-		if err != nil || out != tc.want {
-			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
-		}
+		return
+	}
+	if err != nil || out != want {
+		t.Errorf("%s: %q, %v; want %q (minijinja)", src, out, err, want)
 	}
 }

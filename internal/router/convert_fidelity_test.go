@@ -186,16 +186,22 @@ func TestAnthropicStreamToolInputWhole(t *testing.T) {
 	}
 }
 
+// interleavedCalls is a chat stream of two calls whose arguments
+// interleave: call 0's tail ("1}") comes after call 1 began.
+func interleavedCalls() string {
+	return chunks(
+		toolCallChunk(0, "call_a", "f", `{"a":`),
+		toolCallChunk(1, "call_b", "g", `{"b":2}`),
+		toolCallChunk(0, "", "", `1}`),
+		finishChunk("tool_calls"), usageChunk, "[DONE]")
+}
+
 // TestAnthropicStreamInterleavedToolArguments: arguments of a call that
 // come after the next call's block opened (interleaved calls) still reach
 // the first call's block, so that each input joins into its whole object.
 func TestAnthropicStreamInterleavedToolArguments(t *testing.T) {
 	t.Parallel()
-	in := chunks(
-		toolCallChunk(0, "call_a", "f", `{"a":`),
-		toolCallChunk(1, "call_b", "g", `{"b":2}`),
-		toolCallChunk(0, "", "", `1}`),
-		finishChunk("tool_calls"), usageChunk, "[DONE]")
+	in := interleavedCalls()
 	inputs := map[int]string{}
 	for _, d := range toolInputDeltas(t, in) {
 		inputs[d.index] += d.partial
@@ -212,11 +218,7 @@ func TestAnthropicStreamInterleavedToolArguments(t *testing.T) {
 // an item after its output_item.done.
 func TestResponsesStreamInterleavedCallsDoneWhole(t *testing.T) {
 	t.Parallel()
-	in := chunks(
-		toolCallChunk(0, "call_a", "f", `{"a":`),
-		toolCallChunk(1, "call_b", "g", `{"b":2}`),
-		toolCallChunk(0, "", "", `1}`),
-		finishChunk("tool_calls"), usageChunk, "[DONE]")
+	in := interleavedCalls()
 	o := testResponsesOut(t, `{"model":"m","input":"x"}`)
 	rec := httptest.NewRecorder()
 	if err := o.stream(rec, strings.NewReader(in)); err != nil {

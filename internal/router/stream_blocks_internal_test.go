@@ -26,13 +26,7 @@ func TestMessagesHeldTextAfterHeldCallsBounded(t *testing.T) {
 	in = append(in, finishChunk("tool_calls"), "[DONE]")
 	rec := httptest.NewRecorder()
 	_ = (&anthropicOut{model: "m", stops: []string{"STOP"}, id: fixedIDs("msg_")}).stream(rec, strings.NewReader(chunks(in...)))
-	starts := 0
-	for _, e := range events(t, rec.Body.String()) {
-		if strings.HasPrefix(e, "content_block_start ") {
-			starts++
-		}
-	}
-	if starts > maxStreamBlocks {
+	if starts := blockStarts(t, rec.Body.String()); starts > maxStreamBlocks {
 		t.Fatalf("%d content blocks sent, more than maxStreamBlocks (%d)", starts, maxStreamBlocks)
 	}
 }
@@ -84,13 +78,19 @@ func TestMessagesHeldTextBeforeThinking(t *testing.T) {
 	rec = httptest.NewRecorder()
 	a = &anthropicOut{model: "m", stops: []string{"STOP"}, thinking: true, id: fixedIDs("msg_")}
 	_ = a.stream(rec, strings.NewReader(chunks(many...)))
+	if starts := blockStarts(t, rec.Body.String()); starts > maxStreamBlocks {
+		t.Fatalf("%d content blocks sent, more than maxStreamBlocks (%d)", starts, maxStreamBlocks)
+	}
+}
+
+// blockStarts counts the content_block_start events of a Messages stream.
+func blockStarts(t *testing.T, body string) int {
+	t.Helper()
 	starts := 0
-	for _, e := range events(t, rec.Body.String()) {
+	for _, e := range events(t, body) {
 		if strings.HasPrefix(e, "content_block_start ") {
 			starts++
 		}
 	}
-	if starts > maxStreamBlocks {
-		t.Fatalf("%d content blocks sent, more than maxStreamBlocks (%d)", starts, maxStreamBlocks)
-	}
+	return starts
 }

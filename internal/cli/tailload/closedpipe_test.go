@@ -14,9 +14,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/cli"
 	"github.com/continuum-router/continuum/internal/cli/cmdutil"
-	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/iostreams"
-	"github.com/continuum-router/continuum/internal/testutil"
 )
 
 // closedPipeChild names the endpoint a re-executed test binary tails with
@@ -34,13 +32,7 @@ func TestTailLoadClosedPipeFails(t *testing.T) {
 		f := &cmdutil.Factory{IOStreams: iostreams.System(), Env: os.LookupEnv}
 		os.Exit(cli.Run(context.Background(), f, []string{"tail-load", ep}))
 	}
-	pub := testutil.StartGoPublisher(t)
-	seq := uint64(0)
-	publishUntilDone(t, func() {
-		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)})))
-		seq++
-		time.Sleep(2 * time.Millisecond)
-	})
+	pub := publishingSamples(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

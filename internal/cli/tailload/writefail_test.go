@@ -30,13 +30,7 @@ func (fullWriter) Write([]byte) (int, error) {
 // capturing samples to a file on a full disk must not take the empty file
 // for the samples it asked for.
 func TestTailLoadWriteErrorFails(t *testing.T) {
-	pub := testutil.StartGoPublisher(t)
-	seq := uint64(0)
-	publishUntilDone(t, func() {
-		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)})))
-		seq++
-		time.Sleep(2 * time.Millisecond)
-	})
+	pub := publishingSamples(t)
 	for _, args := range [][]string{
 		{"tail-load", "--json", "--count", "3", pub.Endpoint},
 		{"tail-load", "--count", "3", pub.Endpoint},
@@ -101,6 +95,21 @@ func TestTailLoadChecks(t *testing.T) {
 	if !strings.Contains(errOut, "6 messages: 1 accepted, 2 duplicate, 1 identity_mismatch, 1 oversized, 1 topic_mismatch") {
 		t.Errorf("summary: %q", errOut)
 	}
+}
+
+// publishingSamples starts a publisher that sends worker 3's samples
+// (publisher 9, sequence 0, 1, ...) every 2 ms until the test ends, so
+// that a tail subscribing at any moment has lines to write.
+func publishingSamples(t *testing.T) *testutil.GoPublisher {
+	t.Helper()
+	pub := testutil.StartGoPublisher(t)
+	seq := uint64(0)
+	publishUntilDone(t, func() {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", 9, seq, 0, wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 3, KVUsedBlocks: u64(seq)})))
+		seq++
+		time.Sleep(2 * time.Millisecond)
+	})
+	return pub
 }
 
 // publishUntilDone calls send over and over on a goroutine of its own

@@ -44,18 +44,8 @@ func TestRefusedPublisherLeavingLeavesNothing(t *testing.T) {
 // and its busy sample would keep the worker out as silent with a backlog.
 func TestUnreadableSampleDropsAtOnce(t *testing.T) {
 	t.Parallel()
-	f := newFleet()
-	f.worker(8, 1)
-	pub := testutil.StartGoPublisher(t)
 	const pid = 0xe8
-	f.publisher(pid, pub.Endpoint)
-	s := startSupervisor(t, f.reg)
-	busy := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(40)})
-	testutil.Eventually(t, 10*time.Second, "the busy sample", func() bool {
-		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, 0, uint64(time.Now().UnixMilli()), busy))
-		_, ok := s.store.Latest(key(8, 0))
-		return ok
-	})
+	pub, s := busyWorker8(t, pid)
 	malformed := func() float64 { return promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultMalformed)) }
 	before := malformed()
 	// The next change (the worker went idle) arrives unreadable: an
@@ -120,18 +110,8 @@ func TestOverLimitMessageDropsAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFleet()
-			f.worker(8, 1)
-			pub := testutil.StartGoPublisher(t)
 			const pid = 0xe8
-			f.publisher(pid, pub.Endpoint)
-			s := startSupervisor(t, f.reg)
-			busy := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(40)})
-			testutil.Eventually(t, 10*time.Second, "the busy sample", func() bool {
-				_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, 0, uint64(time.Now().UnixMilli()), busy))
-				_, ok := s.store.Latest(key(8, 0))
-				return ok
-			})
+			pub, s := busyWorker8(t, pid)
 			counted := func() float64 { return promtest.ToFloat64(s.metrics.Events.WithLabelValues(tc.result)) }
 			before := counted()
 			idle := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(0)})
@@ -145,4 +125,24 @@ func TestOverLimitMessageDropsAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// busyWorker8 starts a supervisor over a fleet of worker 8 and its
+// publisher pid, and waits until the publisher's busy sample (sequence 0,
+// 40 active decode blocks) stands in the store: the state a missed change
+// must clear. The test's next message is sequence 1.
+func busyWorker8(t *testing.T, pid uint64) (*testutil.GoPublisher, *runningSupervisor) {
+	t.Helper()
+	f := newFleet()
+	f.worker(8, 1)
+	pub := testutil.StartGoPublisher(t)
+	f.publisher(pid, pub.Endpoint)
+	s := startSupervisor(t, f.reg)
+	busy := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 8, ActiveDecodeBlocks: u64(40)})
+	testutil.Eventually(t, 10*time.Second, "the busy sample", func() bool {
+		_ = pub.Send(wire.EncodeEventMessage("kv_metrics", pid, 0, uint64(time.Now().UnixMilli()), busy))
+		_, ok := s.store.Latest(key(8, 0))
+		return ok
+	})
+	return pub, s
 }
