@@ -195,13 +195,18 @@ func (s *Source) Diagnose(ctx context.Context) error {
 		}
 		tr.TLSClientConfig = tc
 	}
-	// One bound for all the version probes: the command has given up
-	// already, and waits for this reason only.
-	vctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+	// One bound for all the version probes (the command waits for this
+	// reason only): diagnoseTimeout, or what is left of ctx when less (a
+	// command probing before its own timeout).
+	budget := diagnoseTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = min(budget, max(time.Until(dl), 0).Round(10*time.Millisecond))
+	}
+	vctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	hc := &http.Client{Transport: tr}
 	for _, ep := range s.endpoints {
-		if err := versionAnswer(vctx, hc, ep); err != nil {
+		if err := versionAnswer(vctx, hc, ep, budget); err != nil {
 			return err
 		}
 	}
@@ -213,8 +218,9 @@ func (s *Source) Diagnose(ctx context.Context) error {
 const diagnoseTimeout = 2 * time.Second
 
 // versionAnswer asks ep for etcd's GET /version (served on the client
-// port beside gRPC) and says how the answer is not etcd's, if it is not.
-func versionAnswer(ctx context.Context, hc *http.Client, ep string) error {
+// port beside gRPC) and says how the answer is not etcd's, if it is not;
+// budget is the time ctx gives it, for the message.
+func versionAnswer(ctx context.Context, hc *http.Client, ep string, budget time.Duration) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+"/version", nil)
 	if err != nil {
 		return fmt.Errorf("etcd endpoint %s: %w", ep, err)
@@ -228,7 +234,7 @@ func versionAnswer(ctx context.Context, hc *http.Client, ep string) error {
 		var ne net.Error
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-			return fmt.Errorf("etcd endpoint %s accepts connections but gave no answer within %s: %s", ep, diagnoseTimeout, hint)
+			return fmt.Errorf("etcd endpoint %s accepts connections but gave no answer within %s: %s", ep, budget, hint)
 		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			return fmt.Errorf("etcd endpoint %s closed the connection without an answer: %s", ep, hint)
 		}

@@ -104,7 +104,10 @@ func Open(ctx context.Context, d *config.Discovery, client kube.ClientOptions, l
 		defer close(f.done)
 		_ = w.Run(wctx) // nil on cancellation; the backoff is validated
 	}()
-	timed, cancelTimed := context.WithTimeout(waitCtx, timeout)
+	deadline := time.Now().Add(timeout)
+	diagnosis := diagnoseBefore(ctx, src, deadline, timeout)
+	defer diagnosis.stop()
+	timed, cancelTimed := context.WithDeadline(waitCtx, deadline)
 	f.Generation, err = reg.Wait(timed, 0)
 	cancelTimed()
 	cause := context.Cause(waitCtx)
@@ -122,11 +125,46 @@ func Open(ctx context.Context, d *config.Discovery, client kube.ClientOptions, l
 	mu.Lock()
 	reason := lastErr
 	mu.Unlock()
-	if d, ok := src.(interface{ Diagnose(context.Context) error }); ok && reason == nil {
-		reason = d.Diagnose(ctx)
+	if reason == nil && diagnosis.result != nil {
+		reason = <-diagnosis.result
 	}
 	if reason == nil {
 		reason = errors.New("no complete read yet")
 	}
 	return nil, fmt.Errorf("discovery source %s not reachable within %s: %w", src.Name(), timeout, reason)
+}
+
+// diagnoseLead is how long before a command's timeout a source that can
+// say why it does not answer (etcd's Diagnose) is asked: the probe then
+// ends with the timeout instead of running past it.
+const diagnoseLead = 2 * time.Second
+
+// diagnosis is a source's probe, run in the last stretch of Open's wait
+// (the last diagnoseLead, or the last half of a shorter timeout), bounded
+// by the wait's deadline. result is nil for a source that cannot say; it
+// gives the probe's answer (nil: the source answers) once the probe has
+// run, or nil at once when the wait ended before it began.
+type diagnosis struct {
+	result <-chan error
+	stop   context.CancelFunc
+}
+
+func diagnoseBefore(ctx context.Context, src discovery.Source, deadline time.Time, timeout time.Duration) diagnosis {
+	d, ok := src.(interface{ Diagnose(context.Context) error })
+	if !ok {
+		return diagnosis{stop: func() {}}
+	}
+	dctx, stop := context.WithDeadline(ctx, deadline)
+	result := make(chan error, 1)
+	go func() {
+		t := time.NewTimer(time.Until(deadline.Add(-min(diagnoseLead, timeout/2))))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			result <- d.Diagnose(dctx)
+		case <-dctx.Done():
+			result <- nil
+		}
+	}()
+	return diagnosis{result: result, stop: stop}
 }

@@ -133,3 +133,25 @@ func TestBackoffFloorAgrees(t *testing.T) {
 		t.Errorf("config warns of %s, the watcher waits %s", config.MinBackoffDelay, discovery.MinDelay)
 	}
 }
+
+// TestOpenSilentWithinTimeout: against an etcd endpoint that accepts
+// connections and never answers, Open gives up at its timeout, not a
+// diagnosis later, and still says what is wrong with the endpoint: a
+// command's --timeout bounds the whole wait.
+func TestOpenSilentWithinTimeout(t *testing.T) {
+	t.Parallel()
+	d := config.Default().Dynamo.Discovery
+	d.Source, d.Etcd.Endpoints = config.SourceEtcd, []string{"http://" + testutil.SilentListener(t)}
+	const timeout = time.Second
+	start := time.Now()
+	_, err := sources.Open(t.Context(), &d, kube.ClientOptions{}, nil, timeout)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "not reachable within 1s") || !strings.Contains(err.Error(), "accepts connections but gave no answer") {
+		t.Errorf("err = %v", err)
+	}
+	// The slack is the scheduler's, not a diagnosis's (which took two
+	// seconds more).
+	if took > timeout+500*time.Millisecond {
+		t.Errorf("Open took %s with a timeout of %s", took, timeout)
+	}
+}
