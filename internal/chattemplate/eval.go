@@ -1115,6 +1115,33 @@ func mjSliceBounds(length int64, start, stop *int64) (b, e int64) {
 	return bound(start, 0), bound(stop, length)
 }
 
+// mjNegSliceBounds are minijinja's bounds of a slice with a negative step:
+// a negative bound counts from the end, a start before the beginning is
+// the first item (not nothing, as in Python), and a stop that falls on or
+// before the first item includes it, so l[2:0:-1] and l[2:-len(l):-1]
+// end with l[0] where Python stops before it.
+func mjNegSliceBounds(length int64, start, stop *int64) (b, e int64) {
+	b, e = length-1, -1
+	if start != nil {
+		b = *start
+		if b < 0 {
+			b = max(b+length, 0)
+		}
+		b = min(b, length-1)
+	}
+	if stop != nil {
+		e = *stop
+		if e < 0 {
+			e += length
+		}
+		if e <= 0 {
+			e = -1
+		}
+		e = min(e, length-1)
+	}
+	return b, e
+}
+
 func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	if r.dynamo && step != nil && *step == 0 {
 		// minijinja checks the step before the value: slicing even none
@@ -1150,8 +1177,12 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.dynamo && st > 0 {
-		b, e = mjSliceBounds(length, start, stop)
+	if r.dynamo {
+		if st > 0 {
+			b, e = mjSliceBounds(length, start, stop)
+		} else {
+			b, e = mjNegSliceBounds(length, start, stop)
+		}
 	}
 	if err := r.step(length); err != nil {
 		return nil, err

@@ -27,8 +27,7 @@ func renderDynamo(t *testing.T, src, vars string) (string, error) {
 // negative start past the beginning skips everything and a negative stop
 // past the beginning takes everything, where Python clamps both to 0
 // ("last N turns" as messages[-4:] renders nothing for a shorter
-// conversation). Expected outputs are minijinja-js 2.11.0's. Negative
-// steps keep Python's reading: no minijinja source for them was at hand.
+// conversation). Expected outputs are minijinja-js 2.11.0's.
 func TestDynamoSliceOutOfRange(t *testing.T) {
 	t.Parallel()
 	vars := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "l": [1, 2, 3]}`
@@ -38,6 +37,27 @@ func TestDynamoSliceOutOfRange(t *testing.T) {
 		// A template that keeps the last four turns renders none of a
 		// two-turn conversation in minijinja.
 		{`{% for m in messages[-4:] %}<{{ m.role }}>{{ m.content }}{% endfor %}`, ""},
+	} {
+		out, err := renderDynamo(t, tc.src, vars)
+		if err != nil || out != tc.want {
+			t.Errorf("%s: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
+
+// TestDynamoSliceNegativeStep: with a negative step minijinja takes a
+// start before the beginning as the first item and a stop that falls on
+// the first item as running past it, so both keep l[0] where Python
+// drops it (l[3:0:-1] is [3, 2, 1, 0], not [3, 2, 1]). Expected outputs
+// are minijinja-js 2.11.0's.
+func TestDynamoSliceNegativeStep(t *testing.T) {
+	t.Parallel()
+	vars := `{"messages": [], "l": [0, 1, 2, 3, 4], "s": "abcde"}`
+	for _, tc := range []struct{ src, want string }{
+		{`{{ l[::-1] }}|{{ l[::-2] }}|{{ s[::-1] }}|{{ l[1::-1] }}|{{ l[:1:-1] }}`, "[4, 3, 2, 1, 0]|[4, 2, 0]|edcba|[1, 0]|[4, 3, 2]"},
+		{`{{ l[3:0:-1] }}|{{ l[:0:-1] }}|{{ l[:-5:-1] }}|{{ l[10:0:-2] }}|{{ s[3:0:-1] }}`, "[3, 2, 1, 0]|[4, 3, 2, 1, 0]|[4, 3, 2, 1, 0]|[4, 2, 0]|dcba"},
+		{`{{ l[-10::-1] }}|{{ l[-6:-10:-1] }}|{{ l[0:0:-1] }}|{{ l[1:1:-1] }}|{{ s[-10::-1] }}`, "[0]|[0]|[0]|[]|a"},
+		{`{% for m in l[2:0:-1] %}{{ m }}{% endfor %}`, "210"},
 	} {
 		out, err := renderDynamo(t, tc.src, vars)
 		if err != nil || out != tc.want {
