@@ -160,11 +160,10 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     and endingwith exist; map and select iterate a false value (an
 //     error unless none or undefined), a slice of undefined is [], and
 //     str.find and rfind give byte offsets;
-//   - a slice with a positive step takes minijinja's bounds: a negative one
-//     that runs past the start is past the end, so 'abc'[-5:] is "" and
-//     l[:-10] all of l (Python clamps both to 0); with a negative step a
-//     start before the beginning is the first item and a stop on the
-//     first item runs past it (l[2:0:-1] ends with l[0]);
+//   - a slice with a negative step takes minijinja's bounds: a start
+//     before the beginning is the first item and a stop on the first item
+//     runs past it (l[2:0:-1] ends with l[0]); with a positive step the
+//     bounds are Python's (minijinja clamps them since 2.12);
 //   - the attr filter is the [] operator (a dict's key is found); indent
 //     drops one trailing newline of its input and of its output, splits at
 //     \n alone and indents every line but the empty ones (a line of

@@ -1094,27 +1094,6 @@ func sliceIndices(length int64, start, stop, step *int64) (int64, int64, int64, 
 	return clamp(start, upper), clamp(stop, lower), st, nil
 }
 
-// mjSliceBounds are minijinja's bounds of a slice with a positive step: a
-// negative bound counts from the end, and one that runs past the start
-// does not stop there (as Python's does) but past the end, so a start
-// before the beginning gives nothing and a stop before it everything
-// ('abc'[-5:] is "", l[:-10] is l).
-func mjSliceBounds(length int64, start, stop *int64) (b, e int64) {
-	bound := func(p *int64, def int64) int64 {
-		if p == nil {
-			return def
-		}
-		v := *p
-		if v < 0 {
-			if v += length; v < 0 {
-				return length
-			}
-		}
-		return min(v, length)
-	}
-	return bound(start, 0), bound(stop, length)
-}
-
 // mjNegSliceBounds are minijinja's bounds of a slice with a negative step:
 // a negative bound counts from the end, a start before the beginning is
 // the first item (not nothing, as in Python), and a stop that falls on or
@@ -1177,12 +1156,10 @@ func (r *renderer) slice(obj any, start, stop, step *int64) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.dynamo {
-		if st > 0 {
-			b, e = mjSliceBounds(length, start, stop)
-		} else {
-			b, e = mjNegSliceBounds(length, start, stop)
-		}
+	// With a positive step minijinja (since 2.12) clamps its bounds as
+	// Python does; with a negative one it has bounds of its own.
+	if r.dynamo && st < 0 {
+		b, e = mjNegSliceBounds(length, start, stop)
 	}
 	if err := r.step(length); err != nil {
 		return nil, err
