@@ -559,6 +559,17 @@ func (r *renderer) bindTargets(n *forStmt, inner *scope, item any) error {
 	return nil
 }
 
+// global is the environment's global of that name. cycler and joiner are
+// Jinja's and minijinja-contrib's; Dynamo's frontend registers none of
+// contrib's globals (only its Python methods), so they are undefined there.
+func (r *renderer) global(name string) (any, bool) {
+	if r.dynamo && (name == "cycler" || name == "joiner") {
+		return nil, false
+	}
+	g, ok := globals[name]
+	return g, ok
+}
+
 func (r *renderer) eval(x expr, s *scope) (any, error) {
 	if err := r.step(1); err != nil {
 		return nil, err
@@ -570,7 +581,7 @@ func (r *renderer) eval(x expr, s *scope) (any, error) {
 		if v, ok := s.lookup(n.name); ok {
 			return v, nil
 		}
-		if g, ok := globals[n.name]; ok {
+		if g, ok := r.global(n.name); ok {
 			return g, nil
 		}
 		return undefined{name: "'" + n.name + "' is undefined"}, nil
@@ -1609,7 +1620,7 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 		for _, p := range d.params {
 			v, ok := r.top.parent.lookup(p)
 			if !ok {
-				if v, ok = globals[p]; !ok {
+				if v, ok = r.global(p); !ok {
 					v = undefined{name: "'" + p + "' is undefined"}
 				}
 			}

@@ -68,6 +68,22 @@ func TestDynamoSliceNegativeStep(t *testing.T) {
 	}
 }
 
+// TestDynamoNoContribGlobals: cycler and joiner are minijinja-contrib's
+// globals, which Dynamo's frontend does not register (it adds only
+// contrib's Python methods), so a template sees them undefined; range,
+// dict and namespace are minijinja's own.
+func TestDynamoNoContribGlobals(t *testing.T) {
+	t.Parallel()
+	src := `{{ cycler is defined }}|{{ joiner is defined }}|{{ range is defined }}|{{ dict is defined }}|{{ namespace is defined }}`
+	out, err := renderDynamo(t, src, `{"messages": []}`)
+	if want := "false|false|true|true|true"; err != nil || out != want {
+		t.Errorf("%q, %v; want %q", out, err, want)
+	}
+	if _, err := renderDynamo(t, `{% set j = joiner() %}{{ j() }}`, `{"messages": []}`); err == nil {
+		t.Error("joiner() rendered; want an error, as calling undefined is in minijinja")
+	}
+}
+
 // TestDynamoAttrFilterIsItem: minijinja's attr filter is its [] operator,
 // so a dict's key is found, where jinja2's getattr reads no keys.
 func TestDynamoAttrFilterIsItem(t *testing.T) {
