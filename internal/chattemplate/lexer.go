@@ -269,21 +269,24 @@ func (lx *lexer) isRaw(open int) bool {
 	s = s[3:]
 	s = s[pyLStripLen(s):]
 	// Jinja's raw rule takes "%}" or "-%}" only; "+%}" makes it an
-	// ordinary (unknown) tag.
-	return strings.HasPrefix(s, "%}") || strings.HasPrefix(s, "-%}")
+	// ordinary (unknown) tag. minijinja takes "+%}" as well.
+	return strings.HasPrefix(s, "%}") || strings.HasPrefix(s, "-%}") ||
+		lx.minijinja && strings.HasPrefix(s, "+%}")
 }
 
 func (lx *lexer) raw() error {
 	// consume "{% raw %}": no trim_blocks here, "-%}" strips what follows
 	i := strings.Index(lx.src[lx.pos:], "%}")
 	j := lx.pos + i
-	minus := lx.src[j-1] == '-'
+	minus, plus := lx.src[j-1] == '-', lx.src[j-1] == '+'
 	lx.advance(j + 2 - lx.pos)
 	switch {
 	case minus:
 		lx.advance(pyLStripLen(lx.src[lx.pos:]))
-	case lx.minijinja:
-		lx.trimBlock() // minijinja's trim_blocks applies to the raw tag too
+	case lx.minijinja && !plus:
+		// minijinja's trim_blocks applies to the raw tag too, unless
+		// "+%}" turns it off.
+		lx.trimBlock()
 	}
 	for k := lx.pos; ; {
 		i := strings.Index(lx.src[k:], "{%")

@@ -84,6 +84,23 @@ func TestDynamoNoContribGlobals(t *testing.T) {
 	}
 }
 
+// TestDynamoRawPlus: minijinja takes "{% raw +%}" (Jinja's raw rule does
+// not), the "+" keeping the line break trim_blocks would drop. Expected
+// outputs are minijinja-js 2.11.0's.
+func TestDynamoRawPlus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want string }{
+		{"a\n{% raw +%}\n{{ x }}\n{% endraw %}\nb", "a\n\n{{ x }}\nb"},
+		{"a\n  {%+ raw +%}\n{{ x }}{%+ endraw +%}\nb", "a\n  \n{{ x }}\nb"},
+		{"{% raw -%}\n {{ x }}{% endraw +%}\nb", "{{ x }}\nb"},
+	} {
+		out, err := renderDynamo(t, tc.src, `{"messages": []}`)
+		if err != nil || out != tc.want {
+			t.Errorf("%q: %q, %v; want %q (minijinja)", tc.src, out, err, tc.want)
+		}
+	}
+}
+
 // TestDynamoAttrFilterIsItem: minijinja's attr filter is its [] operator,
 // so a dict's key is found, where jinja2's getattr reads no keys.
 func TestDynamoAttrFilterIsItem(t *testing.T) {
