@@ -85,7 +85,7 @@ func loadTemplate(t testing.TB, name string) *chattemplate.Template {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := chattemplate.Compile(string(src), chattemplate.WithClock(func() time.Time { return fixedNow }))
+	tmpl, err := chattemplate.Compile(string(src), chattemplate.WithClock(func() time.Time { return fixedNow }), chattemplate.WithTimeout(0))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -199,7 +199,7 @@ func TestGoldenTemplatesAsDynamoFrontend(t *testing.T) {
 			t.Fatal(err)
 		}
 		tmpl := loadTemplate(t, name)
-		dyn, err := chattemplate.Compile(string(src), chattemplate.WithClock(func() time.Time { return fixedNow }), chattemplate.WithDynamoFrontend())
+		dyn, err := chattemplate.Compile(string(src), chattemplate.WithClock(func() time.Time { return fixedNow }), chattemplate.WithDynamoFrontend(), chattemplate.WithTimeout(0))
 		if err != nil {
 			t.Fatal(err)
 		}
