@@ -430,8 +430,11 @@ func (s *Sub) readReady() error {
 	case name != "READY":
 		return protocolErr("expected READY, got %q", name)
 	}
-	st, ok := property(props, "Socket-Type")
-	if !ok {
+	st, ok, err := property(props, "Socket-Type")
+	switch {
+	case err != nil:
+		return err
+	case !ok:
 		return protocolErr("READY without Socket-Type")
 	}
 	if st != "PUB" && st != "XPUB" {
@@ -455,25 +458,29 @@ func errorReason(b []byte) string {
 	return string(b[1 : 1+int(b[0])])
 }
 
-// property finds a metadata property in a READY body (case-insensitive name).
-func property(b []byte, name string) (string, bool) {
+// property finds a metadata property in a READY body (case-insensitive
+// name). The metadata must parse to its end: a property cut short or bytes
+// left over are a protocol error wherever they are, as libzmq treats them,
+// since a peer whose metadata does not parse cannot be trusted to have
+// meant the Socket-Type it did send.
+func property(b []byte, name string) (string, bool, error) {
+	val, found := "", false
 	for len(b) > 0 {
 		n := int(b[0])
 		if 1+n+4 > len(b) {
-			return "", false
+			return "", false, protocolErr("malformed READY metadata")
 		}
-		key := string(b[1 : 1+n])
+		key := b[1 : 1+n]
 		vlen := binary.BigEndian.Uint32(b[1+n : 5+n])
 		if uint64(5+n)+uint64(vlen) > uint64(len(b)) {
-			return "", false
+			return "", false, protocolErr("malformed READY metadata")
 		}
-		val := string(b[5+n : 5+n+int(vlen)])
-		if bytes.EqualFold([]byte(key), []byte(name)) {
-			return val, true
+		if !found && bytes.EqualFold(key, []byte(name)) {
+			val, found = string(b[5+n:5+n+int(vlen)]), true
 		}
 		b = b[5+n+int(vlen):]
 	}
-	return "", false
+	return val, found, nil
 }
 
 // Next returns the next message. Its frames are valid until the next call.

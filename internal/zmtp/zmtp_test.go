@@ -222,6 +222,12 @@ func readyFrame(socketType string) []byte {
 	return append([]byte{0x04, byte(len(body))}, body...)
 }
 
+// readyWithTrailer is a PUB's READY with trailer after its metadata.
+func readyWithTrailer(trailer []byte) []byte {
+	body := append(readyFrame("PUB")[2:], trailer...)
+	return append([]byte{0x04, byte(len(body))}, body...)
+}
+
 func shortFrame(more bool, body []byte) []byte {
 	f := byte(0)
 	if more {
@@ -487,6 +493,11 @@ func TestProtocolViolations(t *testing.T) {
 		{"error command", pubGreeting(), append([]byte{0x04, 10, 5}, "ERROR\x03bad"...), func(io.Writer) {}},
 		{"reserved flags", pubGreeting(), readyFrame("PUB"), func(w io.Writer) { _, _ = w.Write([]byte{0x80, 1, 0}) }},
 		{"huge command", pubGreeting(), readyFrame("PUB"), func(w io.Writer) { _, _ = w.Write(binary.BigEndian.AppendUint64([]byte{0x06}, 1<<40)) }},
+		// Metadata that does not parse to its end, after a good Socket-Type:
+		// libzmq 4.3.4 (Debian python3-zmq 24.0.1) closes the connection on
+		// both.
+		{"READY with a cut property", pubGreeting(), readyWithTrailer([]byte{5, 'a', 'b'}), func(io.Writer) {}},
+		{"READY with a stray byte", pubGreeting(), readyWithTrailer([]byte{0}), func(io.Writer) {}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
