@@ -332,7 +332,10 @@ func admit(ev *wire.RouterEvent) string {
 	default:
 		return ResultMalformed
 	}
-	if ev.StorageTier != "" && ev.StorageTier != "device" {
+	// A clear resets the rank in every tier, whatever tier it names: Dynamo's
+	// indexer applies it to the device tier as well as the lower ones, so
+	// the blocks the engine dropped are not left in the index.
+	if ev.Kind != wire.KVCleared && ev.StorageTier != "" && ev.StorageTier != "device" {
 		return ResultOtherTier
 	}
 	// A cache owner's domain (a shared cache) is not a worker's cache.

@@ -90,7 +90,7 @@ func (m *model) apply(sub kv.SubscriptionID, ns string, ev wire.RouterEvent) kv.
 		}
 	}
 	cs[k] = modelCursor{ev.EventID, ev}
-	if ev.StorageTier != "" && ev.StorageTier != "device" {
+	if ev.Kind != wire.KVCleared && ev.StorageTier != "" && ev.StorageTier != "device" {
 		out.Result = kv.ResultOtherTier
 		return out
 	}

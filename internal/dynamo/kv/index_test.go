@@ -256,13 +256,24 @@ func TestIndexStoredRemovedCleared(t *testing.T) {
 			func() wire.RouterEvent { e := chain(1, nil, 10, 1); e.StorageTier = "host_pinned"; return e }(),
 			func() wire.RouterEvent { e := chain(2, nil, 20, 1); e.StorageTier = "device"; return e }(),
 			func() wire.RouterEvent { e := removed(2, 20); e.StorageTier = "disk"; return e }(),
-			func() wire.RouterEvent { e := cleared(2); e.StorageTier = "external"; return e }(),
 		},
-		want: []kv.Outcome{{Result: kv.ResultOtherTier}, accepted, {Result: kv.ResultOtherTier}, {Result: kv.ResultOtherTier}},
+		want: []kv.Outcome{{Result: kv.ResultOtherTier}, accepted, {Result: kv.ResultOtherTier}},
 		queries: []query{
 			q(map[load.Key]int{w2: 1}, 1),
 		},
 		shape: shape{1, 1, 1},
+	}, {
+		// Dynamo's indexer applies a clear to the device tier whatever
+		// tier the event names (a clear resets the rank in every tier).
+		name: "a clear of another tier clears the device tier too",
+		events: []wire.RouterEvent{
+			chain(1, nil, 10, 1, 2),
+			chain(2, nil, 20, 1),
+			func() wire.RouterEvent { e := cleared(1); e.StorageTier = "host_pinned"; return e }(),
+			func() wire.RouterEvent { e := cleared(2); e.StorageTier = "disk"; return e }(),
+		},
+		queries: []query{q(nil, 1, 2)},
+		shape:   shape{0, 0, 0},
 	}, {
 		name: "malformed events",
 		events: []wire.RouterEvent{
