@@ -92,6 +92,16 @@ type state struct {
 	a, b []piece
 	word wordScratch
 	stop stopper
+	// units, when non-nil, receives the end (in dst) of every added token
+	// and every model word of the encode, for truncateWords.
+	units *[]unit
+}
+
+// unit is one added token or one word the model encoded, ending at end in
+// the encoding.
+type unit struct {
+	end   int
+	model bool
 }
 
 // stopper lets a long encode observe the end of its context. Encoding is
@@ -206,13 +216,22 @@ func (t *Tokenizer) encode(ctx context.Context, dst []uint32, text string, addSp
 		added = t.post.added()
 	}
 	seq := len(dst)
+	var units []unit
+	byWords := t.trunc != nil && !t.trunc.onlySecond && added > 0 && t.trunc.maxLen < added
+	if byWords {
+		st.units = &units
+	}
 	dst, err = t.encodeText(st, dst, text, base)
+	st.units = nil
 	if err != nil {
 		return dst[:base], err
 	}
 	// The library truncates the sequence before the post-processor adds
 	// its tokens, and pads the result.
-	if t.trunc != nil {
+	switch {
+	case byWords:
+		dst = t.trunc.truncateWords(dst, seq, units)
+	case t.trunc != nil:
 		if dst, err = t.trunc.apply(dst, seq, added); err != nil {
 			return dst[:base], err
 		}
@@ -238,9 +257,10 @@ func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) (
 		seg := st.segs[i]
 		if seg.isTok {
 			dst = append(dst, seg.id)
+			st.addUnit(len(dst), false)
 			continue
 		}
-		cacheable := t.segs != nil && len(seg.text) >= segCacheMinBytes
+		cacheable := t.segs != nil && st.units == nil && len(seg.text) >= segCacheMinBytes
 		if cacheable {
 			if ids, ok := t.segs.get(seg.text, seg.first); ok {
 				dst = append(dst, ids...)
@@ -274,6 +294,7 @@ func (t *Tokenizer) encodeText(st *state, dst []uint32, text string, base int) (
 			sub := st.segs[i]
 			if sub.isTok {
 				dst = append(dst, sub.id)
+				st.addUnit(len(dst), false)
 				continue
 			}
 			var err error
@@ -305,11 +326,18 @@ func (t *Tokenizer) encodeNormalized(st *state, dst []uint32, s string, first bo
 		}
 		st.stop.tick()
 		dst = t.model.encodeWord(dst, w.s, &st.word)
+		st.addUnit(len(dst), true)
 		if len(dst)-base > MaxTokens {
 			return dst, ErrPromptTooLarge
 		}
 	}
 	return dst, nil
+}
+
+func (st *state) addUnit(end int, model bool) {
+	if st.units != nil {
+		*st.units = append(*st.units, unit{end: end, model: model})
+	}
 }
 
 // IDToToken returns the vocabulary string of id (as the file spells it, so

@@ -370,3 +370,47 @@ func TestMergesVersionLine(t *testing.T) {
 		t.Fatalf("abc: %v, %v", ids, err)
 	}
 }
+
+// TestTruncationBelowSpecialTokens: with max_length below the number of
+// special tokens the post-processor adds, the library keeps whole
+// pre-tokenized words (and the added tokens between them) from the kept end
+// until the model's tokens reach max_length; OnlySecond cuts nothing. The
+// expected ids come from the Hugging Face tokenizers Rust core, npm
+// `tokenizers` 0.23.2 (encode(text, null, {addSpecialTokens: true})).
+func TestTruncationBelowSpecialTokens(t *testing.T) {
+	t.Parallel()
+	const config = `{"version":"1.0","truncation":{"direction":%q,"max_length":%d,"strategy":%q,"stride":0},"padding":null,` +
+		`"added_tokens":[{"id":5,"content":"[SEP]","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],` +
+		`"normalizer":null,"pre_tokenizer":{"type":"WhitespaceSplit"},` +
+		`"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"[CLS]","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"[SEP]","type_id":0}}],"pair":[{"Sequence":{"id":"A","type_id":0}}],` +
+		`"special_tokens":{"[CLS]":{"id":"[CLS]","ids":[4],"tokens":["[CLS]"]},"[SEP]":{"id":"[SEP]","ids":[5],"tokens":["[SEP]"]}}},` +
+		`"decoder":null,"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,"vocab":{"a":0,"b":1,"c":2,"d":3,"[CLS]":4,"[SEP]":5},"merges":[]}}`
+	for _, c := range []struct {
+		dir, strategy string
+		maxLen        int
+		text          string
+		want          []uint32
+	}{
+		{"Right", "LongestFirst", 1, "a b c", []uint32{4, 0, 5}},
+		{"Right", "LongestFirst", 1, "abc d", []uint32{4, 0, 1, 2, 5}},
+		{"Right", "LongestFirst", 0, "ab cd", []uint32{4, 0, 1, 5}},
+		{"Right", "OnlyFirst", 1, "[SEP]a b", []uint32{4, 5, 0, 5}},
+		{"Right", "LongestFirst", 1, "a[SEP] b c", []uint32{4, 0, 5}},
+		{"Left", "LongestFirst", 1, "a b c", []uint32{4, 2, 5}},
+		{"Left", "OnlyFirst", 0, "a bcd", []uint32{4, 1, 2, 3, 5}},
+		{"Left", "LongestFirst", 1, "[SEP]a b", []uint32{4, 1, 5}},
+		{"Left", "LongestFirst", 1, "a b[SEP]", []uint32{4, 1, 5, 5}},
+		{"Left", "LongestFirst", 1, "abc[SEP]", []uint32{4, 0, 1, 2, 5, 5}},
+		{"Right", "OnlySecond", 1, "a", []uint32{4, 0, 5}},
+		{"Right", "OnlySecond", 0, "a b c", []uint32{4, 0, 1, 2, 5}},
+	} {
+		tk, err := tokenize.Load([]byte(fmt.Sprintf(config, c.dir, c.maxLen, c.strategy)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tk.Encode(c.text, true)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%s %s max %d %q: got %v, %v; want %v (tokenizers 0.23.2)", c.dir, c.strategy, c.maxLen, c.text, got, err, c.want)
+		}
+	}
+}

@@ -74,7 +74,8 @@ func (t *truncation) apply(dst []uint32, seq, added int) ([]uint32, error) {
 	if added > 0 {
 		if limit < added {
 			// The library subtracts in unsigned arithmetic, which wraps:
-			// no limit at all.
+			// no token-level cut (Encode cuts whole words with
+			// truncateWords, except for OnlySecond).
 			return dst, nil
 		}
 		limit -= added
@@ -91,6 +92,45 @@ func (t *truncation) apply(dst []uint32, seq, added int) ([]uint32, error) {
 		copy(dst[seq:], dst[len(dst)-limit:])
 	}
 	return dst[:seq+limit], nil
+}
+
+// truncateWords cuts the sequence dst[seq:] when max_length is below the
+// number of special tokens the post-processor adds (strategy LongestFirst or
+// OnlyFirst). The library's subtraction then wraps, so no token-level cut
+// happens, but it has already stopped encoding whole words once max_length
+// tokens were reached: from the start (Right) or the end (Left) it keeps
+// added tokens and words up to and including the word that brings the
+// model's tokens to max_length (at least one word). units lists the ends of the added tokens and model words of
+// dst[seq:] in order.
+func (t *truncation) truncateWords(dst []uint32, seq int, units []unit) []uint32 {
+	count := 0
+	if !t.left {
+		start := seq
+		for _, u := range units {
+			if u.model {
+				count += u.end - start
+				if count >= t.maxLen {
+					return dst[:u.end]
+				}
+			}
+			start = u.end
+		}
+		return dst
+	}
+	for i := len(units) - 1; i >= 0; i-- {
+		start := seq
+		if i > 0 {
+			start = units[i-1].end
+		}
+		if units[i].model {
+			count += units[i].end - start
+			if count >= t.maxLen {
+				n := copy(dst[seq:], dst[start:])
+				return dst[:seq+n]
+			}
+		}
+	}
+	return dst
 }
 
 // padding is a file's padding setting, which the library applies to every
