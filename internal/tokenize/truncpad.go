@@ -100,8 +100,8 @@ func (t *truncation) apply(dst []uint32, seq, added int) ([]uint32, error) {
 // happens, but it has already stopped encoding whole words once max_length
 // tokens were reached: from the start (Right) or the end (Left) it keeps
 // added tokens and words up to and including the word that brings the
-// model's tokens to max_length (at least one word). units lists the ends of the added tokens and model words of
-// dst[seq:] in order.
+// model's tokens to max_length (at least one word). units lists the ends
+// of the added tokens and model words of dst[seq:] in order.
 func (t *truncation) truncateWords(dst []uint32, seq int, units []unit) []uint32 {
 	count := 0
 	if !t.left {
