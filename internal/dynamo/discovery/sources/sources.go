@@ -74,7 +74,9 @@ func (f *Fleet) Close() {
 
 // Open starts watching the source d configures (with the Kubernetes
 // credentials client names) and waits up to timeout for its first complete
-// read. An unreachable source's error carries the last reason a pass ended;
+// read. An unreachable source's error carries the last reason a pass ended,
+// or else what a probe of the source found in the wait's last stretch (an
+// etcd that refuses, never answers, or is not etcd), within the timeout;
 // a configuration mistake (discovery.ConfigError: a file store root that is
 // a file, a kubeconfig that cannot be read) ends the wait at once with it.
 // When ctx ends first, the error is ctx's.
