@@ -200,6 +200,13 @@ func convertMessages(q *anthropicRequest, count bool) (*chatRequest, *requestErr
 			c.ParallelToolCalls = &f
 		}
 	}
+	for _, s := range q.StopSequences {
+		// As the Messages API refuses it: an engine given an empty stop
+		// string refuses the request in its own words or stops at once.
+		if s == "" {
+			return nil, badParam("stop_sequences", "each stop sequence must be non-empty")
+		}
+	}
 	if len(q.StopSequences) > 0 {
 		c.Stop = q.StopSequences
 		t := true

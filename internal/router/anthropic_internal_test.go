@@ -164,6 +164,10 @@ func TestConvertMessagesRefusals(t *testing.T) {
 		{`{"model":"m","max_tokens":5,"thinking":{"type":"maybe"},"messages":[{"role":"user","content":"x"}]}`, "thinking.type", "not one of"},
 		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"regex"}},"messages":[{"role":"user","content":"x"}]}`, "output_config.format.type", "not json_schema"},
 		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema"}},"messages":[{"role":"user","content":"x"}]}`, "output_config.format.schema", "Field required"},
+		// The Messages API refuses an empty stop sequence (400 "each stop
+		// sequence must be non-empty"); sent on as stop, an engine either
+		// refuses it in its own words or matches it at once.
+		{`{"model":"m","max_tokens":5,"stop_sequences":["END",""],"messages":[{"role":"user","content":"x"}]}`, "stop_sequences", "non-empty"},
 	} {
 		var q anthropicRequest
 		if err := json.Unmarshal([]byte(tt.in), &q); err != nil {
