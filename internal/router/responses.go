@@ -118,6 +118,12 @@ func convertResponses(q *responsesRequest) (*chatRequest, *requestError) {
 	if p := statefulParam(q); p != "" {
 		return nil, badParam(p, "this router keeps no conversation state: send the whole conversation as input (and store: false)")
 	}
+	if q.MaxOutputTokens != nil && *q.MaxOutputTokens < 1 {
+		// An engine asked for no tokens, or fewer, refuses in its own
+		// words or answers nothing: refused as the Messages ingress
+		// refuses such a max_tokens.
+		return nil, badParam("max_output_tokens", "must be at least 1")
+	}
 	c := &chatRequest{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP,
 		ParallelToolCalls: q.ParallelToolCalls}
 	if !parsesAsUUID(q.User) {

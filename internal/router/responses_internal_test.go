@@ -114,6 +114,10 @@ func TestConvertResponsesRefusals(t *testing.T) {
 		{`{"model":"m"}`, "input", "Field required"},
 		{`{"model":"m","input":[{"role":"tool","content":"x"}]}`, "input[0].role", "not one of"},
 		{`{"model":"m","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id", "Field required"},
+		// A budget of no tokens is refused here, as the Messages ingress
+		// refuses max_tokens 0, rather than sent on as max_tokens 0.
+		{`{"model":"m","input":"x","max_output_tokens":0}`, "max_output_tokens", "at least 1"},
+		{`{"model":"m","input":"x","max_output_tokens":-5}`, "max_output_tokens", "at least 1"},
 	} {
 		var q responsesRequest
 		if err := json.Unmarshal([]byte(tt.in), &q); err != nil {
