@@ -33,6 +33,8 @@ type index struct {
 
 	st    []cstate
 	fresh int // candidates with a fresh sample for this phase
+	// sampled counts the candidates with a fresh sample of any fields.
+	sampled int
 	// busyN counts the busy candidates the request does not exclude, and
 	// excludedN those it excludes (see exclude).
 	busyN, excludedN int
@@ -85,7 +87,12 @@ type cand struct {
 }
 
 type cstate struct {
-	fresh    bool
+	fresh bool
+	// sampled: the candidate has a fresh sample, whatever fields it
+	// carries; its busyness can then be judged from its blocks in use even
+	// when the sample has no backlog for this phase (dynamo.vllm's prefill
+	// workers publish no active_prefill_tokens).
+	sampled  bool
 	excluded bool
 	// busy: over the busy threshold (see BusyThreshold); banned: excluded
 	// by the request being picked (set only during its pick).
@@ -243,7 +250,7 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 		backlog = smp.Backlog(x.phase == phasePrefill)
 	}
 	fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
-	s := cstate{fresh: fresh && backlog != nil, next: b.next}
+	s := cstate{fresh: fresh && backlog != nil, sampled: fresh, next: b.next}
 	if smp != nil {
 		other := smp.Load.ActivePrefillTokens
 		if x.phase == phasePrefill {
@@ -304,6 +311,7 @@ func (x *index) set(i int, s cstate) {
 			x.fresh--
 		}
 	}
+	x.sampled += b2i(s.sampled) - b2i(old.sampled)
 	x.busyN += b2i(s.busy && !s.banned) - b2i(old.busy && !old.banned)
 	x.excludedN += b2i(s.banned) - b2i(old.banned)
 	key := 0.0
@@ -381,18 +389,26 @@ func (x *index) take() uint64 {
 }
 
 // rotate returns the candidate at the round-robin cursor among those the
-// request does not exclude.
+// request does not exclude and, while busyness can be judged, that are
+// not busy: ErrAllBusy when every one left is busy.
 func (x *index) rotate(cursor uint64) (int, string, error) {
+	skipBusy := x.judgesBusy()
 	n := len(x.cands) - x.excludedN
+	if skipBusy {
+		n -= x.busyN
+	}
 	if n <= 0 {
+		if skipBusy && x.busyN > 0 {
+			return 0, "", ErrAllBusy
+		}
 		return 0, "", ErrNoWorkers
 	}
 	k := int(cursor % uint64(n))
-	if x.excludedN == 0 {
+	if x.excludedN == 0 && (!skipBusy || x.busyN == 0) {
 		return k, ReasonRoundRobinStale, nil
 	}
 	for i := range x.cands {
-		if x.st[i].banned {
+		if s := &x.st[i]; s.banned || skipBusy && s.busy {
 			continue
 		}
 		if k == 0 {
@@ -402,6 +418,12 @@ func (x *index) rotate(cursor uint64) (int, string, error) {
 	}
 	return 0, "", ErrNoWorkers // not reached: n counts the candidates left
 }
+
+// judgesBusy reports whether busy candidates are passed over: while any
+// candidate has a fresh sample, which tells its blocks in use. With none
+// (the load stream silent or cut) nothing can be judged, and the
+// round-robin rule ignores busyness as it ignores load.
+func (x *index) judgesBusy() bool { return x.sampled > 0 }
 
 // cheapestStalled returns the cheapest candidate excluded only as possibly
 // stalled that has a cost (its class's capacity), not busy and not
@@ -446,6 +468,9 @@ func (x *index) cheapestStalled(cursor uint64, est int) (int, bool) {
 // be chosen is busy, ErrNoWorkers when the request excludes them all.
 func (x *index) choose(cursor uint64, est int) (int, string, error) {
 	if x.fresh == 0 {
+		// No candidate has a cost: rotate. Busy candidates are passed
+		// over still while any has a fresh sample at all (its blocks in
+		// use are known though this phase's backlog is not).
 		return x.rotate(cursor)
 	}
 	best, ties, tied := inf, 0, 0

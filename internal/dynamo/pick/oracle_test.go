@@ -238,7 +238,7 @@ func (p *oracle) oracleBusy(k load.Key, w *fleet.Worker, smp *load.Sample, fresh
 func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (ocand, string, error) {
 	est := req.EstPromptTokens
 	maxAge := p.Loads.MaxStaleness()
-	anyFresh := false
+	anyFresh, anySampled := false, false
 	p.Loads.Read(func(r load.ReadView) {
 		for i := range cands {
 			c := &cands[i]
@@ -264,6 +264,7 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 				}
 			}
 			fresh := smp != nil && now.Sub(smp.ReceivedAt) <= maxAge
+			anySampled = anySampled || fresh
 			var base float64
 			switch {
 			case fresh && backlog != nil:
@@ -290,13 +291,22 @@ func (p *oracle) choose(cands []ocand, phase int, req *Request, now time.Time) (
 		set[i] = candidate{w: c.w, group: c.group, rank: c.rank}
 	}
 	cursor := p.rr.next(p.rr.cursor(phase, set))
-	// rotate: the cursor over the candidates the request does not exclude.
+	// rotate: the cursor over the candidates the request does not exclude
+	// and, while any candidate has a fresh sample, that are not busy.
 	rotate := func() (ocand, string, error) {
 		var left []ocand
+		busy := false
 		for _, c := range cands {
-			if !c.banned {
+			switch {
+			case c.banned:
+			case anySampled && c.busy:
+				busy = true
+			default:
 				left = append(left, c)
 			}
+		}
+		if len(left) == 0 && busy {
+			return ocand{}, "", ErrAllBusy
 		}
 		if len(left) == 0 {
 			return ocand{}, "", ErrNoWorkers

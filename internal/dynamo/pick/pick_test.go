@@ -748,3 +748,40 @@ func TestStalledWithCostBeforeSilent(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyPrefillWithoutPrefillBacklog: dynamo.vllm prefill workers
+// publish kv_used_blocks but no active_prefill_tokens, so the prefill
+// phase has no cost and rotates; a prefill worker whose KV blocks in use
+// are over the threshold is still busy (its sample is fresh) and the
+// rotation passes it over, and with every one busy the request is busy.
+func TestBusyPrefillWithoutPrefillBacklog(t *testing.T) {
+	t.Parallel()
+	snap := snapshot(t, w{component: "prefill", workerType: "Prefill", id: 10}, w{component: "prefill", workerType: "Prefill", id: 11},
+		w{component: "decode", workerType: "Decode", id: 20})
+	l := newLoads(snap)
+	l.sample(20, 0, t0, nil, nil, u64(10))
+	l.sample(10, 0, t0, nil, nil, u64(950)) // over 90 % of 1000 blocks
+	l.sample(11, 0, t0, nil, nil, u64(10))
+	p := picker(l, t0.Add(time.Second))
+	r := req()
+	r.Busy = &pick.BusyThreshold{KVBlocks: 0.9, Hysteresis: 0.05}
+	for i := range 4 {
+		pin, _, err := p.Reserve(snap, r, p.Now())
+		if err != nil {
+			t.Fatalf("pick %d: %v", i, err)
+		}
+		if pin.Prefill == nil || pin.Prefill.Worker.ID.InstanceID != 11 {
+			t.Fatalf("pick %d: %s, want prefill 11 (10 is over the threshold)", i, pinString(pin))
+		}
+	}
+	l.sample(11, 0, t0.Add(time.Second), nil, nil, u64(990))
+	if pin, err := p.Pick(snap, r); !errors.Is(err, pick.ErrAllBusy) {
+		t.Fatalf("every prefill worker busy: %s, %v; want all busy", pinString(pin), err)
+	}
+	// Once no prefill sample is fresh, nothing can be judged: rotation.
+	p.Now = func() time.Time { return t0.Add(time.Minute) }
+	l.sample(20, 0, t0.Add(time.Minute), nil, nil, u64(10))
+	if _, err := p.Pick(snap, r); err != nil {
+		t.Fatalf("no fresh prefill sample: %v", err)
+	}
+}

@@ -196,13 +196,15 @@ func (p *LoadBased) scored(phase Phase, x *index) (int, string, bool) {
 		return 0, "", false
 	}
 	cands := p.candidates(x)
-	// Candidates the request excludes, and busy ones while the phase has a
-	// fresh sample, do not compete: the scorer sees the others only.
+	// Candidates the request excludes, and busy ones while busyness can
+	// be judged (index.judgesBusy), do not compete: the scorer sees the
+	// others only.
 	var pos []int
-	if x.excludedN > 0 || (x.fresh > 0 && x.busyN > 0) {
+	judge := x.judgesBusy()
+	if x.excludedN > 0 || (judge && x.busyN > 0) {
 		kept, at := p.scoredBuf[:0], p.posBuf[:0]
 		for i := range cands {
-			if st := &x.st[i]; st.banned || (x.fresh > 0 && st.busy) {
+			if st := &x.st[i]; st.banned || (judge && st.busy) {
 				continue
 			}
 			kept, at = append(kept, cands[i]), append(at, i)
