@@ -1,8 +1,6 @@
 package router
 
 import (
-	"errors"
-
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
 	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/pick"
@@ -19,8 +17,9 @@ import (
 // the failed worker, or an aggregated pin, says which. One that does not,
 // for a prefill/decode pair, blames the worker of the pair that served a
 // pinned request less recently (a worker that has just served is alive);
-// when neither has, both, unless that leaves no prefill worker, in which
-// case only the decode worker.
+// when neither has, both, unless that leaves no prefill worker that can
+// take it (none left, or every one busy), in which case only the decode
+// worker.
 func (x *exchange) repin(req *shim.Request[*Backend], res sendResult, pin *pick.Pin) *shim.Dispatch[*Backend] {
 	tries := [][]fleet.WorkerID{res.blame}
 	if !res.named && pin.Prefill != nil && len(res.blame) == 2 {
@@ -43,9 +42,8 @@ func (x *exchange) repin(req *shim.Request[*Backend], res sendResult, pin *pick.
 			x.s.opts.Metrics.Repins.WithLabelValues(res.repin).Inc()
 			return d
 		}
-		if !errors.Is(err, shim.ErrNotPinned) && !errors.Is(err, shim.ErrNoReplica) {
-			break // every candidate is busy
-		}
+		// No pair without both (none left, or every one left busy): the
+		// next try keeps the prefill worker, which may be the free one.
 	}
 	req.Exclude = req.Exclude[:base]
 	return nil

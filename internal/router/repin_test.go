@@ -16,7 +16,9 @@ import (
 
 	"github.com/continuum-router/continuum/internal/config"
 	"github.com/continuum-router/continuum/internal/dynamo/fleet"
+	"github.com/continuum-router/continuum/internal/dynamo/load"
 	"github.com/continuum-router/continuum/internal/dynamo/shim"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/fleetsim"
 	"github.com/continuum-router/continuum/internal/testutil"
 )
@@ -527,5 +529,46 @@ func TestPinnedIdempotencyKeyStillSent(t *testing.T) {
 	}
 	if keys := <-got; keys != [2]string{"k-1", "k-2"} {
 		t.Fatalf("the frontend got idempotency keys %q, want k-1 and k-2", keys)
+	}
+}
+
+// TestRepinPastBusyPrefill: a pinned pair fails with an answer that does
+// not say which of the two is gone, and neither has served yet, so the
+// re-pin first leaves both out; when the only other prefill worker is
+// busy, that leaves no pair, and the re-pin tries again without the
+// decode worker alone, keeping the first prefill worker: the client is
+// served by the free pair rather than failed.
+func TestRepinPastBusyPrefill(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *config.Config) {
+		kv := 0.9
+		c.Dynamo.Load.BusyThreshold = &config.BusyThreshold{KVBlocks: &kv, Hysteresis: 0.05}
+	})
+	h.reducer = fleet.NewReducer()
+	live := map[fleet.WorkerID]load.LiveWorker{}
+	for _, w := range []struct {
+		component, kind string
+		id              uint64
+	}{{"prefill", "Prefill", 10}, {"prefill", "Prefill", 11}, {"decode", "Decode", 20}, {"decode", "Decode", 21}} {
+		repinWorker(h.reducer, w.component, w.kind, w.id, 1)
+		live[fleet.WorkerID{Namespace: "dynamo", InstanceID: w.id}] = load.LiveWorker{DPSize: 1}
+	}
+	h.reg.Publish(h.reducer.Build(t0))
+	h.store.SetLiveAndRetain(live)
+	for i, s := range []struct{ id, decode, used uint64 }{{20, 10, 10}, {21, 100, 100}, {10, 0, 10}, {11, 0, 950}} {
+		zero, decode, used := uint64(0), s.decode, s.used
+		if r := h.store.Apply(load.Sample{Load: wire.ActiveLoad{WorkerID: s.id, ActiveDecodeBlocks: &decode, ActivePrefillTokens: &zero, KVUsedBlocks: &used},
+			Namespace: load.NS("dynamo"), PublisherID: s.id, Sequence: uint64(i + 1), ReceivedAt: time.Now()}); r != "" {
+			t.Fatal(r)
+		}
+	}
+	h.fe.TerseErrors = true                                // the answer does not say which worker failed
+	h.fe.SetWorkers(model, []uint64{10, 11}, []uint64{21}) // 20 is gone; the router does not know yet
+	resp := h.post(t, chat(false), map[string]string{"x-backend": ""})
+	if body := readAll(t, resp); resp.StatusCode != 200 || resp.Header.Get("x-continuum-worker") != "21" || resp.Header.Get("x-continuum-prefill-worker") != "10" {
+		t.Fatalf("%d (decode %s, prefill %s): %s", resp.StatusCode, resp.Header.Get("x-continuum-worker"), resp.Header.Get("x-continuum-prefill-worker"), body)
+	}
+	if h.allRepins() != 1 {
+		t.Fatalf("%v re-pins, want 1", h.allRepins())
 	}
 }
