@@ -243,8 +243,14 @@ type ActiveLoad struct {
 //
 // A longer array is a layout not known here: which of its places holds
 // kv_used_blocks cannot be told, so it is malformed rather than guessed.
-// A shorter one holds the first fields, which no revision has moved.
-const maxActiveLoadArray = 6
+// One shorter than 4 is malformed too: of the four first places only
+// dp_rank has a default, and a positional decoder cannot leave out a place
+// before one it reads, so every revision's decoder requires all four and
+// no Dynamo reader would take a shorter array as a sample.
+const (
+	minActiveLoadArray = len(activeLoadHead)
+	maxActiveLoadArray = 6
+)
 
 var activeLoadHead = [...]string{"worker_id", "dp_rank", "active_decode_blocks", "active_prefill_tokens"}
 
@@ -283,6 +289,9 @@ func DecodeActiveLoad(b []byte) (ActiveLoad, error) {
 	}
 	if !isMap && n > maxActiveLoadArray {
 		return l, mpErr("array of %d elements; the known layouts have at most %d", n, maxActiveLoadArray)
+	}
+	if !isMap && n < minActiveLoadArray {
+		return l, mpErr("array of %d elements; the known layouts have at least %d", n, minActiveLoadArray)
 	}
 	var seen uint8 // the known fields met, by their place in activeLoadFields
 	newer := false // a 6-element array in the newer layout (see above)
