@@ -672,11 +672,13 @@ func TestPickerCountsWhatQuietWorkersWereSent(t *testing.T) {
 // TestPickerAggregatedCountsWhatItPrefills: an aggregated worker prefills
 // the requests it is sent, so until its next sample the prompt tokens it
 // was sent count in its prefill term as they will in that sample, whether
-// its last sample is fresh or went stale idle; a worker just sent a prompt
-// does not look as cheap as an idle one for the next.
+// its last sample is fresh or went stale idle, or it never published one
+// (quiet, like an idle worker); a worker just sent a prompt does not look
+// as cheap as an idle one for the next.
 func TestPickerAggregatedCountsWhatItPrefills(t *testing.T) {
 	t.Parallel()
-	for _, age := range []time.Duration{time.Millisecond, 10 * time.Minute} {
+	const never = -1 // 30 and 31 never published
+	for _, age := range []time.Duration{time.Millisecond, 10 * time.Minute, never} {
 		// 32 is fresh and busy: backlogs compete (with no fresh sample
 		// about, none would count), and it is never the cheapest.
 		snap, pins := kvFleet(t, nil, nil, []uint64{30, 31, 32})
@@ -692,6 +694,8 @@ func TestPickerAggregatedCountsWhatItPrefills(t *testing.T) {
 			at := now.Add(-age)
 			if id == 32 {
 				l.ActiveDecodeBlocks, at = &busy, now
+			} else if age == never {
+				continue
 			}
 			if res := store.Apply(load.Sample{Load: l, Namespace: load.NS("dynamo"), PublisherID: id, Sequence: uint64(i), ReceivedAt: at}); res != "" {
 				t.Fatal(res)

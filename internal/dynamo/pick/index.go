@@ -109,7 +109,7 @@ type cstate struct {
 	// (decode blocks of a prefill candidate, prefill tokens of a decode
 	// one; 0 for a worker that went idle), and for a decode candidate the
 	// prompt tokens it was sent since to prefill itself. hasOther: the
-	// sample carries the field.
+	// sample carries the field, or the decode candidate never published.
 	other    float64
 	hasOther bool
 	next     time.Time // when the state may change; zero: never by time alone
@@ -251,6 +251,14 @@ func (x *index) update(i int, r load.ReadView, l *ledger, now time.Time) {
 	}
 	fresh := smp != nil && now.Sub(smp.ReceivedAt) <= x.maxAge
 	s := cstate{fresh: fresh && backlog != nil, sampled: fresh, next: b.next}
+	if smp == nil && x.phase == phaseDecode {
+		// Never heard from: quiet, an idle worker with no backlog of
+		// either kind, so the prompt tokens it was sent since to prefill
+		// itself are its prefill backlog, as for a worker that went idle.
+		// Left out, a worker that never publishes would look half as
+		// loaded per request as the others and draw the most requests.
+		s.other, s.hasOther = float64(inPrefill), true
+	}
 	if smp != nil {
 		other := smp.Load.ActivePrefillTokens
 		if x.phase == phasePrefill {
