@@ -323,7 +323,20 @@ func ParseHF(loc string) (HFRef, error) {
 		owner, parts = parts[0], parts[1:]
 	}
 	repo, rev, hasRev := strings.Cut(parts[0], "@")
-	r := HFRef{Repo: repo, Revision: "main", Path: strings.Join(parts[1:], "/")}
+	// The file path is a URL path: each segment is percent-decoded here
+	// (and encoded once again by ResolveURL), so "a%20b.json" names the
+	// file "a b.json" rather than "a%20b.json". A '%' that starts no
+	// escape is kept as itself, as URL parsers keep it.
+	file := parts[1:]
+	for i, seg := range file {
+		if dec, err := url.PathUnescape(seg); err == nil {
+			if strings.ContainsAny(dec, "/\\") || strings.ContainsRune(dec, 0) {
+				return HFRef{}, fmt.Errorf("%w: %q has an escaped separator in its path", ErrMalformed, trunc(loc))
+			}
+			file[i] = dec
+		}
+	}
+	r := HFRef{Repo: repo, Revision: "main", Path: strings.Join(file, "/")}
 	if hasOwner {
 		r.Repo = owner + "/" + repo
 	}
@@ -334,7 +347,7 @@ func ParseHF(loc string) (HFRef, error) {
 		}
 		r.Revision = dec
 	}
-	segs := append(strings.Split(r.Repo, "/"), parts[1:]...)
+	segs := append(strings.Split(r.Repo, "/"), file...)
 	for _, seg := range segs {
 		if seg == "" || seg == "." || seg == ".." || strings.ContainsAny(seg, "?#\\") {
 			return HFRef{}, fmt.Errorf("%w: %q has an empty, dot or escaping path segment", ErrMalformed, trunc(loc))
@@ -393,7 +406,9 @@ func CardSlots(hfSource string, tokenizer, promptFormatter, chatTemplateFile jso
 		}
 		ref, err := ParseSlot(s.slot, s.raw)
 		if err == nil && ref.Kind.Local() && !ref.Custom && hfSource != "" {
-			fb := "hf://" + hfSource + "/" + ref.Name()
+			// The name is a literal file name: escaped, so that a '%' in
+			// it is not read as an escape of the hf:// path.
+			fb := "hf://" + hfSource + "/" + url.PathEscape(ref.Name())
 			if _, perr := ParseHF(fb); perr == nil {
 				ref.HFFallback = fb
 			}

@@ -134,6 +134,12 @@ func TestParseHF(t *testing.T) {
 		{"hf://o/r/dir name/t.json", "https://hub.example/o/r/resolve/main/dir%20name/t.json"},
 		{"hf://gpt2/tokenizer.json", "https://hub.example/gpt2/resolve/main/tokenizer.json"},
 		{"hf://gpt2@v1/tokenizer.json", "https://hub.example/gpt2/resolve/v1/tokenizer.json"},
+		// The file path is a URL path, as the revision is: an escape names
+		// the byte it encodes and is sent once encoded, not escaped again.
+		{"hf://o/r/dir%20name/t.json", "https://hub.example/o/r/resolve/main/dir%20name/t.json"},
+		{"hf://o/r/100%25.json", "https://hub.example/o/r/resolve/main/100%25.json"},
+		// A lone '%' is no escape: the character itself.
+		{"hf://o/r/100%.json", "https://hub.example/o/r/resolve/main/100%25.json"},
 	}
 	for _, tc := range tests {
 		r, err := artifact.ParseHF(tc.in)
@@ -145,7 +151,7 @@ func TestParseHF(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.in, got, tc.url)
 		}
 	}
-	for _, bad := range []string{"hf://o", "hf://o/", "hf:///t", "hf://@v/t", "hf://o/r/../x", "hf:///r/t", "hf://o/r@/t", "hf://spaces/o/r/t", "hf://o/r/a?b", "https://o/r/t"} {
+	for _, bad := range []string{"hf://o", "hf://o/", "hf:///t", "hf://@v/t", "hf://o/r/../x", "hf://o/r/%2e%2e/x", "hf://o/r/a%2Fb", "hf:///r/t", "hf://o/r@/t", "hf://spaces/o/r/t", "hf://o/r/a?b", "https://o/r/t"} {
 		if _, err := artifact.ParseHF(bad); err == nil {
 			t.Errorf("ParseHF(%q) accepted", bad)
 		}
@@ -176,6 +182,12 @@ func TestCardSlots(t *testing.T) {
 	}
 	if !errors.Is(got[2].Err, artifact.ErrUnsupported) || got[2].Slot != artifact.SlotChatTemplateFile {
 		t.Errorf("chat_template_file %+v", got[2])
+	}
+	// A local file's name is literal: its fallback names the same file
+	// on the Hub, a '%' included.
+	odd := artifact.CardSlots("o/r", []byte(`{"hf_tokenizer_json":`+cf("/m/a b%41.json")+`}`), nil, nil)
+	if hr, err := artifact.ParseHF(odd[0].HFFallback); err != nil || hr.Path != "a b%41.json" {
+		t.Errorf("fallback %q: %+v %v", odd[0].HFFallback, hr, err)
 	}
 	if n := len(artifact.CardSlots("", nil, nil, []byte("null"))); n != 0 {
 		t.Errorf("empty card has %d slots", n)
