@@ -270,6 +270,14 @@ func locationKind(loc string) (Kind, error) {
 	return KindOther, fmt.Errorf("%w: URI scheme %q", ErrUnsupported, trunc(m[1]))
 }
 
+// LocationKind is how loc is reached, classified as a card's path is:
+// text that parses as an absolute URL (its scheme in any case) is a URL,
+// anything else a local path.
+func LocationKind(loc string) Kind {
+	k, _ := locationKind(loc)
+	return k
+}
+
 func checkHTTPURL(loc string) error {
 	u, err := url.Parse(loc)
 	if err != nil || u.Host == "" {

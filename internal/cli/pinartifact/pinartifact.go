@@ -189,7 +189,7 @@ func hashOne(ctx context.Context, client *http.Client, in string, hf artifact.HF
 	}
 	defer func() { _ = rc.Close() }()
 	var r io.Reader = rc
-	remote := !strings.HasPrefix(in, "file:") && strings.Contains(in, "://")
+	remote := !artifact.LocationKind(in).Local()
 	if remote {
 		r = io.LimitReader(rc, artifact.MaxArtifactBytes+1)
 	}

@@ -393,3 +393,28 @@ func TestFetchErrorEscaped(t *testing.T) {
 		t.Errorf("exit %d %q", code, errOut)
 	}
 }
+
+// TestHashLocalOverLimit: a local file past the 64 MiB limit is hashed
+// whole with a warning however its location is spelled; a URL scheme is
+// case-insensitive, so FILE:// is as local as file://.
+func TestHashLocalOverLimit(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.bin")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64<<20 + 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// b3sum 1.2.0 (Debian) of 64 MiB + 1 zero bytes.
+	const sum = "blake3:3077cccdc36a58fae51b00c551d1f82d26712b1519b6a5efd90c9a86ab057ec4"
+	for _, in := range []string{p, "file://" + p, "FILE://" + p} {
+		code, out, errOut := run(t, nil, "pin-artifact", in)
+		if code != 0 || out != sum+"  "+in+"\n" || !strings.Contains(errOut, "over the 64 MiB artifact limit") {
+			t.Errorf("%s: exit %d, out %q, stderr %q", in, code, out, errOut)
+		}
+	}
+}
