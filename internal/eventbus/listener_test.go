@@ -1,7 +1,9 @@
 package eventbus_test
 
 import (
+	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -240,6 +242,32 @@ func TestHelloRefusals(t *testing.T) {
 	rs := openSession(t, tb.dial(t, nil), tokenKV, hello(eventbus.RoleKVListener, kvID, nil, []string{"vllm-2"}))
 	if rs.resp.StatusCode != 200 {
 		t.Error(refusalOf(t, rs.resp))
+	}
+}
+
+// TestHelloTooLong: a hello line past the line bound is refused as an
+// invalid hello that says so, not as a channel that ended: the client's
+// operator is told what to fix.
+func TestHelloTooLong(t *testing.T) {
+	t.Parallel()
+	tb := startBus(t, nil)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	cc := tb.dial(t, nil)
+	// A first request, so that the listener's SETTINGS (its 16 KiB stream
+	// window) are known before a long body is sent.
+	_ = post(t, cc, eventbus.PathSession, "", http.NoBody, nil).Body.Close()
+	go func() { _, _ = pw.Write(bytes.Repeat([]byte("a"), eventbus.MaxLineBytes+8<<10)) }()
+	resp := post(t, cc, eventbus.PathSession, tokenA, pr, nil)
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(data, &body); err != nil {
+		t.Fatalf("%d: body %q: %v", resp.StatusCode, data, err)
+	}
+	if resp.StatusCode != 400 || body.Error.Code != eventbus.CodeInvalidHello || !strings.Contains(body.Error.Message, "longer than") {
+		t.Errorf("got %d %+v, want 400 invalid_hello naming the line bound", resp.StatusCode, body.Error)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -121,6 +122,11 @@ func (b *Bus) readHello(rc *http.ResponseController, lr *LineReader) (m Message,
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return m, http.StatusRequestTimeout, CodeHelloTimeout, "no hello within the hello timeout"
+		}
+		if errors.Is(err, ErrLineTooLong) {
+			// The channel is still open: saying it ended would send the
+			// client's operator after the wrong fault.
+			return m, http.StatusBadRequest, CodeInvalidHello, fmt.Sprintf("the hello line is longer than %d bytes", MaxLineBytes)
 		}
 		return m, http.StatusBadRequest, CodeInvalidHello, "the control channel ended before a hello line"
 	}
