@@ -96,7 +96,7 @@ type served struct {
 // TLS configuration tlsCfg (nil for plain HTTP); nothing is served until
 // serve.
 func (d *Daemon) bind(key, addr string, h http.Handler, capped bool, cfg *config.Config, tlsCfg *tls.Config) (*listener, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenTCP(addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
 	}
