@@ -130,8 +130,10 @@ func startContinuum(dir, name, bin, backendAddr string) (*proc, string, error) {
 		return nil, "", err
 	}
 	cfg := fmt.Sprintf(`# One plain OpenAI backend, no Dynamo: the router as a reverse proxy.
+# Idle client connections are kept as long as nginx keeps them here.
 server:
   bind_address: %q
+  idle_timeout: 300s
 backends:
   - name: bench
     url: "http://%s"
@@ -149,7 +151,11 @@ backends:
 // Connection header cleared, a pool of idle connections), responses and
 // request bodies passed through unbuffered so SSE events leave as they
 // arrive, no access log (continuum logs no line per request either), and
-// keep-alive limits high enough that neither side reconnects during a run.
+// the same idle limits as continuum's: a client connection kept 300 s
+// (continuum's server.idle_timeout is set to that too), an idle upstream
+// connection 90 s (continuum's fixed limit). A connection the generator or
+// a proxy opens in a burst and then leaves idle is closed by both proxies
+// or by neither, so neither pays for reconnecting where the other does not.
 const nginxConf = `worker_processes auto;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
@@ -169,7 +175,7 @@ http {
         server %[2]s;
         keepalive 256;
         keepalive_requests 10000000;
-        keepalive_timeout 300s;
+        keepalive_timeout 90s;
     }
     server {
         listen %[3]s backlog=4096;
