@@ -347,10 +347,12 @@ func runCell(ctx context.Context, o options, rep *report, m *meter, order []*tar
 			if err != nil {
 				return nil, err
 			}
+			stealBefore := hostSteal()
 			res, err := attack(ctx, t, mode, rate, length, want)
 			if err != nil {
 				return nil, err
 			}
+			res.stealMS = float64(hostSteal()-stealBefore) / m.tick * 1000
 			after, err := usageOf(m.watched)
 			if err != nil {
 				return nil, err
@@ -442,6 +444,9 @@ type attackResult struct {
 	errors    int
 	firstErr  string
 	span      time.Duration // first request sent to one interval past the last
+	// stealMS is the host's steal time during the path's slices (see
+	// hostSteal), ms over all vCPUs.
+	stealMS float64
 }
 
 // attack drives t at rate req/s for d and collects every answer; an answer
@@ -495,6 +500,7 @@ func (r *attackResult) merge(o attackResult) {
 	}
 	r.errors += o.errors
 	r.span += o.span
+	r.stealMS += o.stealMS
 }
 
 func (r *attackResult) fail(why string) {

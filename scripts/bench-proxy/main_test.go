@@ -29,6 +29,39 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
+func TestStealOf(t *testing.T) {
+	stat := "cpu  2557334 0 726977 2469983 9991 0 61661 9254 0 0\ncpu0 1261721 0 357003 1261587 2409 0 29384 4577 0 0\n"
+	if got := stealOf(stat); got != 9254 {
+		t.Fatalf("stealOf = %d, want 9254 (the eighth number of the first line)", got)
+	}
+	// A kernel that counts no steal (or a line cut short) gives 0.
+	if got := stealOf("cpu  1 2 3 4\n"); got != 0 {
+		t.Fatalf("stealOf of a short line = %d, want 0", got)
+	}
+}
+
+// TestWriteStealNamesRounds: a round whose slices met the host's steal
+// time is named with its p99, so a stall of the host is told from one of
+// the proxy's.
+func TestWriteStealNamesRounds(t *testing.T) {
+	r := &report{Cells: []*cell{
+		{Mode: modeBuffered, Rate: 2000, Path: pathContinuum, RoundP99: []float64{900, 55570.8, 1000}, RoundStealMS: []float64{0, 340, 10}},
+		{Mode: modeBuffered, Rate: 2000, Path: pathNginx, RoundP99: []float64{800, 900, 1000}, RoundStealMS: []float64{0, 0, 0}},
+	}}
+	var b strings.Builder
+	r.writeSteal(&b)
+	want := "continuum buffered/2000 round 2: 340 ms (p99 55571 µs)"
+	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "nginx") || strings.Contains(b.String(), "round 3") {
+		t.Fatalf("writeSteal wrote %q, want only %q named", b.String(), want)
+	}
+	r.Cells[0].RoundStealMS = []float64{0, 0, 0}
+	b.Reset()
+	r.writeSteal(&b)
+	if !strings.Contains(b.String(), "no path's slices met 20 ms") {
+		t.Fatalf("writeSteal without steal wrote %q", b.String())
+	}
+}
+
 func TestQuantilesNearestRank(t *testing.T) {
 	var d []time.Duration
 	for i := 1000; i >= 1; i-- {

@@ -370,6 +370,31 @@ func waitServing(ctx context.Context, client *http.Client, url string, body stri
 	}
 }
 
+// hostSteal is the machine's steal time so far in clock ticks, summed over
+// its CPUs (/proc/stat): time a virtual CPU had work but the hypervisor
+// ran something else. A proxy cannot cause it, so a slice that met much of
+// it met a stall of the host, whichever path ran then. 0 where the kernel
+// does not count it.
+func hostSteal() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	return stealOf(string(b))
+}
+
+// stealOf reads the steal field of /proc/stat's first line, the sum over
+// the CPUs.
+func stealOf(procStat string) int64 {
+	line, _, _ := strings.Cut(procStat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	v, _ := strconv.ParseInt(f[8], 10, 64)
+	return v
+}
+
 // loadAvg is /proc/loadavg's three averages.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")

@@ -98,7 +98,11 @@ type cell struct {
 	// milliseconds lands in one path's window of one round and sets the
 	// pooled p99 of that path alone; the median over the rounds is not
 	// moved by one such round.
-	RoundP99             []float64 `json:"p99_by_round_us"`
+	RoundP99 []float64 `json:"p99_by_round_us"`
+	// The host's steal time during the path's slices of each round, ms
+	// over all vCPUs (hostSteal): a round whose p99 stands out and that
+	// met tens of milliseconds of it met a stall of the host.
+	RoundStealMS         []float64 `json:"host_steal_ms_by_round"`
 	AddedP99RoundsMedian *float64  `json:"added_p99_round_median_us,omitempty"`
 
 	lat, fb []time.Duration
@@ -189,6 +193,7 @@ func (c *cell) add(res attackResult, load string) {
 		c.FirstError = res.firstErr
 	}
 	c.RoundP99 = append(c.RoundP99, quantilesOf(res.latency).P99)
+	c.RoundStealMS = append(c.RoundStealMS, res.stealMS)
 	c.sent += len(res.latency) + res.errors
 	c.span += res.span
 	c.Load = append(c.Load, load)
@@ -380,6 +385,7 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "p99 continuum ÷ nginx taken round by round, median of the rounds per cell: median %.2f, worst %.2f (%s) over the cells; targets: %s\n",
 		sm.RoundMedianP99Ratio, sm.RoundWorstP99Ratio, sm.RoundWorstP99Cell, roundVerdict)
 	fmt.Fprintf(w, "added p99 continuum ÷ nginx: median %.2f over %d cells where nginx adds a positive p99\n", sm.MedianAddedP99Ratio, len(sm.AddedP99Ratios))
+	r.writeSteal(w)
 	var bad []string
 	for _, c := range r.Cells {
 		if c.Errors > 0 {
@@ -467,4 +473,26 @@ func (r *report) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644) //nolint:gosec // a results file meant to be read
+}
+
+// stealNoted is the host steal time in one path's slices of one round
+// that the table names beside that round's p99.
+const stealNoted = 20.0 // ms
+
+// writeSteal names the rounds of a path whose slices met stealNoted or
+// more of the host's steal time, with the p99 of each.
+func (r *report) writeSteal(w io.Writer) {
+	var noted []string
+	for _, c := range r.Cells {
+		for i, ms := range c.RoundStealMS {
+			if ms >= stealNoted && i < len(c.RoundP99) {
+				noted = append(noted, fmt.Sprintf("%s %s/%d round %d: %.0f ms (p99 %.0f µs)", c.Path, c.Mode, c.Rate, i+1, ms, c.RoundP99[i]))
+			}
+		}
+	}
+	if len(noted) == 0 {
+		fmt.Fprintf(w, "host steal time (the hypervisor running something else): no path's slices met %.0f ms of it in a round\n", stealNoted)
+		return
+	}
+	fmt.Fprintf(w, "host steal time (the hypervisor running something else) of %.0f ms or more in a path's slices of a round: %s\n", stealNoted, strings.Join(noted, "; "))
 }
