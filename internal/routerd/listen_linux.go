@@ -8,8 +8,8 @@ import (
 	"syscall"
 )
 
-// Keep-alive probing of client connections, as net/http's listeners set
-// it: the first probe after 15 s of silence, then every 15 s, the
+// Keep-alive probing of client connections, Go's default for accepted
+// connections: the first probe after 15 s of silence, then every 15 s, the
 // connection given up after 9 unanswered.
 const (
 	keepAliveIdle     = 15
