@@ -98,12 +98,12 @@ type cell struct {
 	// milliseconds lands in one path's window of one round and sets the
 	// pooled p99 of that path alone; the median over the rounds is not
 	// moved by one such round.
-	RoundP99 []float64 `json:"p99_by_round_us"`
+	RoundP99             []float64 `json:"p99_by_round_us"`
+	AddedP99RoundsMedian *float64  `json:"added_p99_round_median_us,omitempty"`
 	// The host's steal time during the path's slices of each round, ms
 	// over all vCPUs (hostSteal): a round whose p99 stands out and that
 	// met tens of milliseconds of it met a stall of the host.
-	RoundStealMS         []float64 `json:"host_steal_ms_by_round"`
-	AddedP99RoundsMedian *float64  `json:"added_p99_round_median_us,omitempty"`
+	RoundStealMS []float64 `json:"host_steal_ms_by_round"`
 
 	lat, fb []time.Duration
 	sent    int
