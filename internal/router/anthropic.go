@@ -884,7 +884,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	var q anthropicRequest
 	if err := json.Unmarshal(body, &q); err != nil {
-		out.fail(w, http.StatusBadRequest, CodeBadRequest, "", "the body is not a valid Messages request: "+err.Error())
+		param, problem := bodyProblem(err)
+		out.fail(w, http.StatusBadRequest, CodeBadRequest, param, "the body is not a valid Messages request: "+problem)
 		return
 	}
 	c, rerr := convertMessages(&q, false)
@@ -909,7 +910,8 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	var q anthropicRequest
 	if err := json.Unmarshal(body, &q); err != nil {
-		out.fail(w, http.StatusBadRequest, CodeBadRequest, "", "the body is not a valid count_tokens request: "+err.Error())
+		param, problem := bodyProblem(err)
+		out.fail(w, http.StatusBadRequest, CodeBadRequest, param, "the body is not a valid count_tokens request: "+problem)
 		return
 	}
 	c, rerr := convertMessages(&q, true)

@@ -939,3 +939,25 @@ func TestNativeResponsesStreamBrokenAfterFinal(t *testing.T) {
 		t.Errorf("a stream whole to its final event was cut for the client: %v (%d bytes)", err, len(body))
 	}
 }
+
+// TestConvertedBodyTypeErrors: a Messages or Responses body whose member
+// has the wrong JSON type is refused naming the member and the type it
+// must have, not the router's Go types.
+func TestConvertedBodyTypeErrors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/messages", `{"model":"m","max_tokens":"5","messages":[]}`, "max_tokens must be an integer, not a string"},
+		{"/v1/messages", `{"model":"m","max_tokens":5,"messages":{}}`, "messages must be an array, not an object"},
+		{"/v1/messages/count_tokens", `{"model":"m","messages":[],"stop_sequences":"x"}`, "stop_sequences must be an array, not a string"},
+		{"/v1/messages", `[1,2]`, "not a valid Messages request: it must be a JSON object, not an array"},
+		{"/v1/messages", `{"model":`, "not a valid Messages request: it is not valid JSON: unexpected end of JSON input"},
+		{"/v1/responses", `{"model":"m","input":"hi","max_output_tokens":1.5}`, "max_output_tokens must be an integer, not the number 1.5"},
+		{"/v1/responses", `{"model":"m","input":"hi","stream":"yes"}`, "stream must be a boolean, not a string"},
+	} {
+		resp, body := h.postTo(t, c.path, c.body, nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, c.want) || strings.Contains(body, "Go ") {
+			t.Errorf("%s %s: %d %s, want 400 saying %q", c.path, c.body, resp.StatusCode, body, c.want)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -411,4 +413,67 @@ func (d *plainDecoder) literal(word string) bool {
 		return true
 	}
 	return false
+}
+
+// bodyProblem says what is wrong with a body encoding/json refused for a
+// request type, in the request's own terms: the member at fault and the
+// JSON type it must have ("max_tokens must be an integer, not a
+// string"), rather than encoding/json's message, which names the
+// router's Go types; the caller puts what the body should have been
+// before it. param is the member's path ("" for the body as a whole).
+func bodyProblem(err error) (param, message string) {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return "", "it is not valid JSON: " + se.Error()
+		}
+		return "", err.Error()
+	}
+	if te.Field == "" {
+		return "", "it must be a JSON object, not " + jsonValueName(te.Value)
+	}
+	return te.Field, te.Field + " must be " + jsonTypeName(te.Type) + ", not " + jsonValueName(te.Value)
+}
+
+// jsonTypeName is the JSON type a Go type decodes from.
+func jsonTypeName(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another type"
+}
+
+// jsonValueName names what encoding/json found ("string", "number",
+// "number 1.5", "bool", "array", "object").
+func jsonValueName(v string) string {
+	switch {
+	case v == "bool":
+		return "a boolean"
+	case v == "array" || v == "object":
+		return "an " + v
+	case strings.HasPrefix(v, "number "):
+		return "the number " + strings.TrimPrefix(v, "number ")
+	case v == "":
+		return "that"
+	}
+	return "a " + v
 }

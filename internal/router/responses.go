@@ -961,7 +961,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	var q responsesRequest
 	if err := json.Unmarshal(body, &q); err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "the body is not a valid Responses request: "+err.Error())
+		param, problem := bodyProblem(err)
+		writeParamError(w, http.StatusBadRequest, CodeBadRequest, param, "the body is not a valid Responses request: "+problem)
 		return
 	}
 	// The model and stream members by their exact names, as the backends
