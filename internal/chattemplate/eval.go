@@ -1342,8 +1342,11 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 			}
 			return x + y, nil
 		case *List:
+			// Python adds a list to a list and a tuple to a tuple only;
+			// minijinja has no tuples (a tuple literal is a list), so
+			// there any two sequences concatenate.
 			y, ok := rv.(*List)
-			if !ok || x.Tuple != y.Tuple {
+			if !ok || x.Tuple != y.Tuple && !r.dynamo {
 				return nil, bad()
 			}
 			if err := r.chargeItems(len(x.Items) + len(y.Items)); err != nil {
@@ -1352,7 +1355,7 @@ func (r *renderer) binop(op string, l, rv any) (any, error) {
 			out := make([]any, 0, len(x.Items)+len(y.Items))
 			out = append(out, x.Items...)
 			out = append(out, y.Items...)
-			return &List{Items: out, Tuple: x.Tuple}, nil
+			return &List{Items: out, Tuple: x.Tuple && y.Tuple}, nil
 		}
 		return nil, bad()
 	case "-":

@@ -349,3 +349,12 @@ func expectDynamo(t *testing.T, src, vars, want string) {
 		t.Errorf("%s: %q, %v; want %q (minijinja)", src, out, err, want)
 	}
 }
+
+// TestDynamoTupleConcat: minijinja has no tuple type (a tuple literal is a
+// list), so + joins a list and a tuple where Python refuses to. Expected
+// outputs are minijinja-js 2.11.0's.
+func TestDynamoTupleConcat(t *testing.T) {
+	t.Parallel()
+	expectDynamo(t, `{{ [[1], [2]] + ([3],) }}|{{ (1, 2) + [3] }}|{{ (1,) + (2,) }}|{{ ([1] + (2,))|length }}`,
+		`{"messages": []}`, `[[1], [2], [3]]|[1, 2, 3]|[1, 2]|2`)
+}
