@@ -164,6 +164,9 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     before the beginning is the first item and a stop on the first item
 //     runs past it (l[2:0:-1] ends with l[0]); with a positive step the
 //     bounds are Python's (minijinja clamps them since 2.12);
+//   - a built-in filter or test given more positional arguments than it
+//     takes is an error ("too many arguments"), as is a keyword argument
+//     to one that takes none (upper, first, list, odd, ...);
 //   - the attr filter is the [] operator (a dict's key is found); indent
 //     drops one trailing newline of its input and of its output, splits at
 //     \n alone and indents every line but the empty ones (a line of

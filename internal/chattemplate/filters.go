@@ -136,6 +136,15 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		// minijinja looks a filter up when it applies it.
 		return nil, fmt.Errorf("no filter named '%s'", name)
 	}
+	if max, fixed := mjFilterArgs[name]; fixed && r.dynamo {
+		// minijinja's built-in filters take a fixed number of arguments:
+		// one more fails; a filter without parameters takes no keyword
+		// arguments either.
+		kw := a.kw != nil && a.kw.Len() > 0
+		if len(a.pos) > max || max == 0 && kw {
+			return nil, errors.New("too many arguments")
+		}
+	}
 	if v == nil && r.dynamo {
 		switch name {
 		case "list", "unique", "min", "max", "sum", "batch", "slice", "join", "map", "select", "reject", "selectattr", "rejectattr",
@@ -1608,6 +1617,9 @@ func (r *renderer) applyTest(name string, v any, args []any) (bool, error) {
 		// minijinja looks a test up when it performs it.
 		return false, fmt.Errorf("no test named '%s'", name)
 	}
+	if max, fixed := mjTestArgs[name]; fixed && r.dynamo && len(args) > max {
+		return false, errors.New("too many arguments")
+	}
 	switch name {
 	case "defined":
 		_, u := v.(undefined)
@@ -1822,6 +1834,31 @@ var (
 		"integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd",
 		"safe", "sameas", "sequence", "startingwith", "string", "test", "true", "undefined", "upper")
 )
+
+// mjFilterArgs: how many positional arguments (after the value)
+// minijinja's built-in filters take at most. Filters whose arguments
+// minijinja reads by keyword (sort, map, tojson, ...) or which are the
+// frontend's own (length) are not listed.
+var mjFilterArgs = map[string]int{
+	"abs": 0, "bool": 0, "capitalize": 0, "e": 0, "escape": 0, "first": 0, "items": 0,
+	"last": 0, "lines": 0, "list": 0, "lower": 0, "pprint": 0, "reverse": 0, "safe": 0, "string": 0,
+	"title": 0, "upper": 0,
+	"attr": 1, "trim": 1,
+	"batch": 2, "d": 2, "default": 2, "slice": 2, "split": 2,
+	// Jinja2's number of parameters bounds these (minijinja takes fewer
+	// or reads them by keyword).
+	"join": 2, "max": 2, "min": 2, "sum": 2, "unique": 2, "replace": 3,
+}
+
+// mjTestArgs: how many arguments (after the value) minijinja's tests take.
+var mjTestArgs = map[string]int{
+	"boolean": 0, "defined": 0, "escaped": 0, "even": 0, "false": 0, "float": 0, "integer": 0,
+	"iterable": 0, "lower": 0, "mapping": 0, "none": 0, "number": 0, "odd": 0, "safe": 0,
+	"sequence": 0, "string": 0, "true": 0, "undefined": 0, "upper": 0,
+	"!=": 1, "<": 1, "<=": 1, "==": 1, ">": 1, ">=": 1, "divisibleby": 1, "endingwith": 1,
+	"eq": 1, "equalto": 1, "ge": 1, "greaterthan": 1, "gt": 1, "in": 1, "le": 1, "lessthan": 1,
+	"lt": 1, "ne": 1, "sameas": 1, "startingwith": 1,
+}
 
 func nameSet(names ...string) map[string]bool {
 	m := make(map[string]bool, len(names))

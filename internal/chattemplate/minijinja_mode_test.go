@@ -358,3 +358,43 @@ func TestDynamoTupleConcat(t *testing.T) {
 	expectDynamo(t, `{{ [[1], [2]] + ([3],) }}|{{ (1, 2) + [3] }}|{{ (1,) + (2,) }}|{{ ([1] + (2,))|length }}`,
 		`{"messages": []}`, `[[1], [2], [3]]|[1, 2, 3]|[1, 2]|2`)
 }
+
+// TestDynamoTooManyArguments: minijinja's filters and tests are functions
+// of fixed arity, so an argument beyond their parameters fails the render
+// ("too many arguments"), and a filter without parameters takes no
+// keyword argument either; Continuum must refuse these templates as the
+// frontend does. Expected outputs are minijinja-js 2.11.0's ("" for an
+// error).
+func TestDynamoTooManyArguments(t *testing.T) {
+	t.Parallel()
+	vars := `{"l": [3, 1, 2], "s": "Hi", "d": {"a": 1}}`
+	for _, tc := range []struct{ src, want string }{
+		{`{{ s|upper(1) }}`, ""},
+		{`{{ s|lower(x=1) }}`, ""},
+		{`{{ s|title(1) }}`, ""},
+		{`{{ l|first(1) }}`, ""},
+		{`{{ l|list(1) }}`, ""},
+		{`{{ l|reverse(1) }}`, ""},
+		{`{{ d|items(1) }}`, ""},
+		{`{{ 1|abs(1) }}`, ""},
+		{`{{ s|escape(1) }}`, ""},
+		{`{{ l|pprint('odd') }}`, ""},
+		{`{{ s|trim(' ', 2) }}`, ""},
+		{`{{ d|attr('a', 1) }}`, ""},
+		{`{{ s|default('y', true, 1) }}`, ""},
+		{`{{ l|batch(1, 2, 3) }}`, ""},
+		{`{{ l|slice(2, 0, 1) }}`, ""},
+		{`{{ s|split(' ', 1, 2)|list }}`, ""},
+		{`{{ l|join(1, 2, 3) }}`, ""},
+		{`{{ l|map('string', 1)|list }}`, ""},
+		{`{{ 3 is odd(1) }}`, ""},
+		{`{{ 3 is defined(1) }}`, ""},
+		{`{{ 1 is divisibleby(2, 3) }}`, ""},
+		{`{{ 1 is eq(1, 2) }}`, ""},
+		{`{{ 'a' is startingwith('a', 1) }}`, ""},
+		{`{{ s|upper }}|{{ l|first }}|{{ s|trim('H') }}|{{ d|attr('a') }}|{{ n|default('y', true) }}|{{ l|batch(2, 0)|list }}|{{ l|join('-') }}|{{ l|map('string')|join }}|{{ 3 is odd }}|{{ 4 is divisibleby(2) }}`,
+			"HI|3|i|1|y|[[3, 1], [2, 0]]|3-1-2|312|true|true"},
+	} {
+		expectDynamo(t, tc.src, vars, tc.want)
+	}
+}
