@@ -234,6 +234,11 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 	case "items":
 		switch x := v.(type) {
 		case undefined:
+			if r.dynamo {
+				// minijinja takes pairs of a mapping only; Jinja2 gives
+				// an undefined value no pairs.
+				return nil, errors.New("cannot convert value into pairs")
+			}
 			return &List{Items: []any{}}, nil
 		case *Dict:
 			out := make([]any, x.Len())

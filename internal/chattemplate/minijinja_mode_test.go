@@ -398,3 +398,20 @@ func TestDynamoTooManyArguments(t *testing.T) {
 		expectDynamo(t, tc.src, vars, tc.want)
 	}
 }
+
+// TestDynamoItemsOfUndefined: minijinja's items filter takes a mapping
+// only, so items of a missing attribute fails the render where Jinja2
+// iterates no pairs. Expected outputs are minijinja-js 2.11.0's ("" for
+// an error); minijinja's items refuses any value that is not a map through
+// 2.24.
+func TestDynamoItemsOfUndefined(t *testing.T) {
+	t.Parallel()
+	vars := `{"t": {"parameters": {"properties": {"a": 1}}}}`
+	for _, tc := range []struct{ src, want string }{
+		{`{% for k, v in t.parameters.properties|items %}{{ k }}={{ v }}{% endfor %}`, "a=1"},
+		{`{% for k, v in t.parameters.missing|items %}{{ k }}{% endfor %}ok`, ""},
+		{`{{ undef|items }}`, ""},
+	} {
+		expectDynamo(t, tc.src, vars, tc.want)
+	}
+}
