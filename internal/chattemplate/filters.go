@@ -611,7 +611,13 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 		}
 	case "lines":
 		if r.dynamo {
-			return r.lines(r.str(v))
+			// As split, minijinja's lines takes a string only (anything
+			// else, undefined included, is an error).
+			s, ok := v.(string)
+			if !ok {
+				return nil, errors.New("value is not a string")
+			}
+			return r.lines(s)
 		}
 	case "chain":
 		if r.dynamo {

@@ -415,3 +415,21 @@ func TestDynamoItemsOfUndefined(t *testing.T) {
 		expectDynamo(t, tc.src, vars, tc.want)
 	}
 }
+
+// TestDynamoLinesOfNonString: minijinja's lines filter takes a string
+// only, as its split does: a number, none or an undefined value fails the
+// render instead of being printed and split. Expected outputs are
+// minijinja-js 2.11.0's ("" for an error).
+func TestDynamoLinesOfNonString(t *testing.T) {
+	t.Parallel()
+	vars := `{"n": null, "s": "a\nb"}`
+	for _, tc := range []struct{ src, want string }{
+		{`{{ 5|lines }}`, ""},
+		{`{{ n|lines }}`, ""},
+		{`{{ undef|lines }}`, ""},
+		{`{{ [1]|lines }}`, ""},
+		{`{{ s|lines }}`, `["a", "b"]`},
+	} {
+		expectDynamo(t, tc.src, vars, tc.want)
+	}
+}
