@@ -154,6 +154,10 @@ func (r *renderer) filter(name string, v any, a argList) (any, error) {
 			return nil, nil // and gives none back reversed
 		}
 	}
+	if _, undef := v.(undefined); undef && r.dynamo && name == "reverse" {
+		// minijinja gives an undefined value back reversed, as none.
+		return v, nil
+	}
 	if _, undef := v.(undefined); undef && r.dynamo && (name == "first" || name == "last") {
 		// minijinja: an undefined value has no first or last item.
 		return nil, fmt.Errorf("cannot get %s item from value", name)

@@ -433,3 +433,14 @@ func TestDynamoLinesOfNonString(t *testing.T) {
 		expectDynamo(t, tc.src, vars, tc.want)
 	}
 }
+
+// TestDynamoReverseOfUndefined: minijinja's reverse gives an undefined
+// value back unchanged (as it does none), so it prints as nothing and is
+// not defined; Jinja2's gives an empty list. Expected outputs are
+// minijinja-js 2.11.0's; minijinja's Value::reverse keeps undefined and
+// none unchanged through 2.24.
+func TestDynamoReverseOfUndefined(t *testing.T) {
+	t.Parallel()
+	expectDynamo(t, `[{{ undef|reverse }}]|{{ (undef|reverse) is defined }}|{% for x in undef|reverse %}x{% endfor %}|{{ [1, 2]|reverse }}`,
+		`{"messages": []}`, `[]|false||[2, 1]`)
+}
