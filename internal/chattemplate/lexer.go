@@ -210,8 +210,10 @@ func (lx *lexer) endTag(c byte) bool {
 	if len(s) < 2 || s[0] != c || s[1] != '}' {
 		return false
 	}
-	if sign == '+' && c == '}' {
-		return false // "+}}" is not a variable end
+	if sign == '+' && c == '}' && !lx.minijinja {
+		// "+}}" is not a variable end for Jinja2 (the + is an operator);
+		// minijinja's lexer takes it as one, the + changing nothing.
+		return false
 	}
 	n := 2
 	if sign != 0 {

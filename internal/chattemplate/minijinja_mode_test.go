@@ -444,3 +444,20 @@ func TestDynamoReverseOfUndefined(t *testing.T) {
 	expectDynamo(t, `[{{ undef|reverse }}]|{{ (undef|reverse) is defined }}|{% for x in undef|reverse %}x{% endfor %}|{{ [1, 2]|reverse }}`,
 		`{"messages": []}`, `[]|false||[2, 1]`)
 }
+
+// TestDynamoPlusVariableEnd: minijinja's lexer ends a variable tag at
+// "+}}" as at "}}" (a + before any tag's end is a whitespace marker, and a
+// variable tag's end trims nothing), where Jinja2 reads the + as an
+// operator and fails. Expected outputs are minijinja-js 2.11.0's; the
+// lexer is unchanged there through 2.24.
+func TestDynamoPlusVariableEnd(t *testing.T) {
+	t.Parallel()
+	vars := `{"x": "X"}`
+	for _, tc := range []struct{ src, want string }{
+		{"a  {{ x +}}  b", "a  X  b"},
+		{"a\n  {{+ x +}}\n  b", "a\n  X\n  b"},
+		{"{{ x +}}\n{{- x -}}\n", "XX"},
+	} {
+		expectDynamo(t, tc.src, vars, tc.want)
+	}
+}
