@@ -154,6 +154,9 @@ func WithClock(now func() time.Time) Option { return func(t *Template) { t.now =
 //     (undefined's is "", found in every string); a bool is a kind of its
 //     own there, before the numbers (false < -2), and no number to abs,
 //     round or sum;
+//   - a name set in a for loop's iteration stays set in the next ones
+//     (minijinja keeps one frame for the whole loop), and a recursive
+//     loop(...) sees the names of the iteration that called it;
 //   - a set block's or filter block's body assigns in the enclosing scope;
 //     odd, even, divisibleby, startingwith and endingwith are false of
 //     what they cannot test; the filter split and the tests startingwith

@@ -427,18 +427,30 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 		return ctrlNone, err
 	}
 	li := &loopInfo{items: items, depth: depth}
+	// One frame serves every iteration. Jinja2 empties it before each, so
+	// nothing set in one iteration is seen by the next; minijinja keeps
+	// it, so a name set in one iteration is still set in the next until
+	// assigned again.
+	inner := &scope{parent: s, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
 	if n.recursive {
+		// Jinja2's loop(items) runs the loop again in the scope around
+		// it; minijinja's pushes the new loop's frame over the current
+		// iteration's, whose names it then sees.
+		outer := s
+		if r.dynamo {
+			outer = inner
+		}
 		li.recurse = func(sub any) (any, error) {
 			r.depth++
 			defer func() { r.depth-- }()
 			if r.depth > maxCallDepth {
 				return nil, fmt.Errorf("%w: loop recursion deeper than %d", ErrRenderUnavailable, maxCallDepth)
 			}
-			inner := &output{}
-			if _, err := r.runLoop(n, s, inner, sub, depth+1); err != nil {
+			buf := &output{}
+			if _, err := r.runLoop(n, outer, buf, sub, depth+1); err != nil {
 				return nil, err
 			}
-			return inner.b.String(), nil
+			return buf.b.String(), nil
 		}
 	}
 	if n.cond != nil {
@@ -459,9 +471,6 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 	// an empty loop, or one whose every iteration ended in break or
 	// continue.
 	completed := false
-	// One frame serves every iteration: it is emptied before each, so
-	// nothing set in one iteration is seen by the next.
-	inner := &scope{parent: s, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
 	for i := 0; ; i++ {
 		if err := li.fill(i); err != nil {
 			return ctrlNone, err
@@ -473,8 +482,10 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 			return ctrlNone, err
 		}
 		li.i = i
-		clear(inner.vals)
-		inner.names, inner.vals = inner.names[:0], inner.vals[:0]
+		if !r.dynamo {
+			clear(inner.vals)
+			inner.names, inner.vals = inner.names[:0], inner.vals[:0]
+		}
 		inner.set("loop", li)
 		if err := r.bindTargets(n, inner, li.items[i]); err != nil {
 			return ctrlNone, err

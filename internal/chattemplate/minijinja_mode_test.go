@@ -461,3 +461,25 @@ func TestDynamoPlusVariableEnd(t *testing.T) {
 		expectDynamo(t, tc.src, vars, tc.want)
 	}
 }
+
+// TestDynamoLoopFrameKept: minijinja runs every iteration of a for loop
+// in one frame and does not empty it, so a name set in one iteration is
+// still set in the next (Jinja2 starts each iteration afresh), and a
+// recursive loop(...) pushes its frame over the current iteration's.
+// Expected outputs are minijinja-js 2.11.0's; the VM's loop frame is kept
+// across iterations through 2.24.
+func TestDynamoLoopFrameKept(t *testing.T) {
+	t.Parallel()
+	vars := `{"l": [3, 1, 2]}`
+	for _, tc := range []struct{ src, want string }{
+		{`{% for i in l %}[{{ y }}]{% set y = i %}{% endfor %}`, "[][3][1]"},
+		{`{% for i in l %}[{{ y }}]{% set y %}{{ i }}{% endset %}{% endfor %}`, "[][3][1]"},
+		{`{% for i in l %}[{{ y is defined }}]{% if true %}{% set y = i %}{% endif %}{% endfor %}`, "[false][true][true]"},
+		{`{% for i in l %}{% for j in [1, 2] %}[{{ z }}]{% set z = i ~ j %}{% endfor %}{% endfor %}`, "[][31][][11][][21]"},
+		{`{% set y = 'top' %}{% for i in l %}[{{ y }}]{% set y = i %}{% endfor %}{{ y }}`, "[top][3][1]top"},
+		{`{% for x in [[1, [2, 3]]] recursive %}[{{ w }}]{% set w = x %}{% if x is sequence %}{{ loop(x) }}{% endif %}{% endfor %}`,
+			"[][[1, [2, 3]]][1][[2, 3]][2]"},
+	} {
+		expectDynamo(t, tc.src, vars, tc.want)
+	}
+}
