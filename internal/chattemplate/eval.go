@@ -1601,24 +1601,31 @@ func (r *renderer) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any
 	used := 0
 	bind := func(i int) error {
 		p := d.params[i]
-		switch {
-		case i < len(args):
-			inner.set(p, args[i])
-		default:
-			if v, ok := kw.Get(p); ok {
-				inner.set(p, v)
-				used++
+		var given any
+		isGiven := false
+		if i < len(args) {
+			given, isGiven = args[i], true
+		} else if v, ok := kw.Get(p); ok {
+			given, isGiven = v, true
+			used++
+		}
+		if isGiven {
+			// minijinja evaluates a parameter's default whenever its
+			// value is undefined, an undefined argument included;
+			// Jinja2 only when no argument is given.
+			if _, undef := given.(undefined); !undef || !r.dynamo || d.defaults[i] == nil {
+				inner.set(p, given)
 				return nil
 			}
-			if d.defaults[i] != nil {
-				v, err := r.eval(d.defaults[i], inner)
-				if err != nil {
-					return err
-				}
-				inner.set(p, v)
-			} else {
-				inner.set(p, undefined{name: "'" + p + "' is undefined"})
+		}
+		if d.defaults[i] != nil {
+			v, err := r.eval(d.defaults[i], inner)
+			if err != nil {
+				return err
 			}
+			inner.set(p, v)
+		} else {
+			inner.set(p, undefined{name: "'" + p + "' is undefined"})
 		}
 		return nil
 	}

@@ -483,3 +483,21 @@ func TestDynamoLoopFrameKept(t *testing.T) {
 		expectDynamo(t, tc.src, vars, tc.want)
 	}
 }
+
+// TestDynamoMacroDefaultForUndefined: minijinja evaluates a macro
+// parameter's default whenever the parameter's value is undefined, so an
+// argument that is an undefined variable (by position or keyword) takes
+// the default, where Jinja2 binds the undefined value. Expected outputs
+// are minijinja-js 2.11.0's; minijinja's macro prologue tests each value
+// with IsUndefined through 2.24.
+func TestDynamoMacroDefaultForUndefined(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ src, want string }{
+		{`{% macro m(a=0, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ m(nope) }}|{{ m(nope, nada) }}|{{ m(b=nada) }}|{{ m(none) }}|{{ m(1, 2) }}`,
+			"<0B>|<0B>|<0B>|<noneB>|<12>"},
+		{`{% macro render(m, tools=none) %}{{ tools is none }}{% endmacro %}{{ render(1, tools) }}`, "true"},
+		{`{% macro m(a) %}{{ a is defined }}{% endmacro %}{{ m(nope) }}`, "false"},
+	} {
+		expectDynamo(t, tc.src, `{"messages": []}`, tc.want)
+	}
+}
