@@ -453,10 +453,13 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 			return buf.b.String(), nil
 		}
 	}
-	if n.cond != nil {
+	if n.cond != nil && (!r.dynamo || depth == 1) {
 		// Jinja filters lazily, interleaved with the body (and ahead of it
 		// only as far as loop.last, loop.length and the like need): the
-		// condition sees what earlier iterations changed.
+		// condition sees what earlier iterations changed. minijinja
+		// filters every item in a loop of its own before the body runs
+		// once, and a recursive loop(...) call iterates its items
+		// unfiltered.
 		li.items, li.src = nil, items
 		li.accept = func(item any) (bool, error) {
 			probe := &scope{parent: s}
@@ -465,6 +468,11 @@ func (r *renderer) runLoop(n *forStmt, s *scope, o *output, it any, depth int) (
 			}
 			c, err := r.eval(n.cond, probe)
 			return truthy(c), err
+		}
+		if r.dynamo {
+			if err := li.fill(-1); err != nil {
+				return ctrlNone, err
+			}
 		}
 	}
 	// Jinja runs the else block unless some iteration finished its body:

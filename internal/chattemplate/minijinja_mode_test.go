@@ -501,3 +501,21 @@ func TestDynamoMacroDefaultForUndefined(t *testing.T) {
 		expectDynamo(t, tc.src, `{"messages": []}`, tc.want)
 	}
 }
+
+// TestDynamoLoopFilterFirst: minijinja filters a for loop's items (its
+// if clause) in a loop of its own before the body first runs, so the
+// condition does not see what the body changes (Jinja2 filters lazily,
+// between iterations), and a recursive loop(...) iterates its items
+// unfiltered. Expected outputs are minijinja-js 2.11.0's; the compiler
+// builds the filtered list first through 2.24.
+func TestDynamoLoopFilterFirst(t *testing.T) {
+	t.Parallel()
+	vars := `{"l": [3, 1, 2]}`
+	for _, tc := range []struct{ src, want string }{
+		{`{% set ns = namespace(c=0) %}{% for x in l if ns.c < 1 %}{% set ns.c = ns.c + 1 %}{{ x }}{% endfor %}`, "312"},
+		{`{% for x in [[1, 0], 0, 2] if x recursive %}{% if x is sequence %}[{{ loop(x) }}]{% else %}{{ x }}{% endif %}{% endfor %}`, "[10]2"},
+		{`{% for x in l if x > 1 %}{{ loop.index }}/{{ loop.length }}{% endfor %}`, "1/22/2"},
+	} {
+		expectDynamo(t, tc.src, vars, tc.want)
+	}
+}
