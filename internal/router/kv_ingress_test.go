@@ -38,6 +38,8 @@ type kvRouter struct {
 	index   *kv.Index
 	metrics *telemetry.KVMetrics
 	reg     *fleet.Registry
+	picker  *kv.Picker
+	rm      *telemetry.RouterMetrics
 }
 
 func newKVRouter(t *testing.T, edit func(*config.Config)) *kvRouter {
@@ -95,6 +97,7 @@ func newKVRouter(t *testing.T, edit func(*config.Config)) *kvRouter {
 	picker := kv.NewPicker(pick.NewLoadBased(store), k.index, k.prompts,
 		kv.Settings{Terms: kv.Terms{OverlapScoreCredit: 1, PrefillLoadScale: 1}, SendTokenData: true}, k.metrics, nil, nil)
 
+	k.picker = picker
 	k.fe.SetWorkers("m", []uint64{10, 11, 12}, []uint64{20})
 	feSrv := httptest.NewServer(k.fe)
 	t.Cleanup(feSrv.Close)
@@ -106,7 +109,8 @@ func newKVRouter(t *testing.T, edit func(*config.Config)) *kvRouter {
 	if edit != nil {
 		edit(cfg)
 	}
-	srv := router.New(router.Options{Config: cfg, Registry: k.reg, Store: store, Picker: picker,
+	k.rm = telemetry.NewRouterMetrics(nil)
+	srv := router.New(router.Options{Config: cfg, Registry: k.reg, Store: store, Picker: picker, Metrics: k.rm,
 		CountTokens: func(model string, body []byte) (int, string) { return k.prompts.Count(k.reg.Snapshot(), model, body) }})
 	srv.SetReady(true)
 	k.router = serveRouter(t, srv.Handler())
