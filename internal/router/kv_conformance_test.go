@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,6 +272,42 @@ func TestPinHeadersOneWayOnEveryIngress(t *testing.T) {
 					t.Errorf("native=%v %s: %s not sent", native, c.path, k)
 				}
 			}
+		}
+	}
+}
+
+// TestIngressWrappedRefusalIsDecodeFailure: on the Messages and Responses
+// ingresses, buffered or streamed, the direct-mode refusal quoted inside a
+// generic 500 is a failed dispatch: counted in phase decode and fallen
+// back from (fallback_to_unified on), not the 503 of a refusal.
+func TestIngressWrappedRefusalIsDecodeFailure(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/messages", "/v1/responses"} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s stream=%v", path, stream), func(t *testing.T) {
+				t.Parallel()
+				var hits atomic.Int32
+				fe := failingFrontend(t, http.StatusInternalServerError,
+					`{"message":"Failed to generate completions: `+fleetsim.PrefillRequiredError+`","type":"Internal Server Error","code":500}`, &hits)
+				h := newHarness(t, func(c *config.Config) {
+					c.Backends[0].URL = fe.URL
+					c.Backends[0].ResponsesAPI = config.ResponsesAPIChat
+					c.Backends[1].ResponsesAPI = config.ResponsesAPIChat
+					c.DisaggregatedServing.FallbackToUnified = true
+				})
+				body := messagesBody(stream)
+				if path == "/v1/responses" {
+					body = responsesBody(stream)
+				}
+				resp, got := h.postTo(t, path, body, nil)
+				if resp.StatusCode != 200 || len(*h.plain) != 1 {
+					t.Fatalf("status %d, %d fallbacks: %s", resp.StatusCode, len(*h.plain), got)
+				}
+				if promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues(shim.PhaseDecode)) != 1 ||
+					promtest.ToFloat64(h.metrics.DisaggErrors.WithLabelValues(shim.PhaseOrchestration)) != 0 {
+					t.Error("not counted as a decode failure")
+				}
+			})
 		}
 	}
 }
