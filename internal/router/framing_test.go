@@ -110,6 +110,9 @@ func startRawRouter(t *testing.T, answer func(n int) framingAnswer) (*framingBac
 
 // exchangeRaw writes req to addr in one write and reads all it gets until
 // the connection closes (closed true) or wait passes with nothing more.
+// The first byte may take up to firstByteWait however short wait is: a
+// machine loaded by other tests may take longer than wait to answer at
+// all, and every caller expects an answer.
 func exchangeRaw(t *testing.T, addr, req string, wait time.Duration) (got string, closed bool) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -123,7 +126,11 @@ func exchangeRaw(t *testing.T, addr, req string, wait time.Duration) (got string
 	var buf bytes.Buffer
 	p := make([]byte, 4096)
 	for {
-		_ = c.SetReadDeadline(time.Now().Add(wait))
+		d := wait
+		if buf.Len() == 0 {
+			d = max(wait, firstByteWait)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(d))
 		n, err := c.Read(p)
 		buf.Write(p[:n])
 		if err != nil {
@@ -135,6 +142,9 @@ func exchangeRaw(t *testing.T, addr, req string, wait time.Duration) (got string
 		}
 	}
 }
+
+// firstByteWait bounds exchangeRaw's wait for an answer's first byte.
+const firstByteWait = 5 * time.Second
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 
