@@ -483,6 +483,53 @@ func TestH2PeerDataStream(t *testing.T) {
 
 }
 
+// TestH2PeerStreamEndsCleanly: a data stream the router is done with
+// ends as a finished response (END_STREAM, then at most RST_STREAM
+// NO_ERROR for the request half it no longer reads), never reset with
+// INTERNAL_ERROR, which a client takes for a fault of the router: when the
+// router closes it (after an unsubscribe), and when its session ends.
+func TestH2PeerStreamEndsCleanly(t *testing.T) {
+	tb := startBus(t, nil)
+	p := startH2Peer(t, tb)
+	id, _ := openH2Session(t, p, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}))
+	st, ds, streamID := openH2Stream(t, tb, p, id, tokenA)
+	if _, err := st.Write([]byte("to the publisher")); err != nil {
+		t.Fatal(err)
+	}
+	p.do(h2Cmd{"op": "data", "stream": ds, "body": []byte("from the publisher")})
+	got := make([]byte, len("from the publisher"))
+	if _, err := io.ReadFull(st, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := p.line(id, "an unsubscribe", ofType(eventbus.TypeUnsubscribe)); m["stream_id"] != streamID {
+		t.Errorf("unsubscribe %v, want stream %s", m, streamID)
+	}
+	end := p.expect("the data stream's end", func(ev h2Event) bool {
+		return ev.Stream == ds && (ev.Ev == "ended" || ev.Ev == "reset")
+	})
+	if end.Ev == "reset" {
+		t.Errorf("the router's close reset the data stream with %#x; a client takes that as a server fault", end.Code)
+	}
+	// After the response ends, the router may reset the request half it
+	// no longer reads, with NO_ERROR only.
+	if ev, ok := p.await(500*time.Millisecond, func(ev h2Event) bool { return ev.Stream == ds && ev.Ev == "reset" }); ok && ev.Code != h2NoError {
+		t.Errorf("the ended data stream was then reset with %#x", ev.Code)
+	}
+	// A stream whose session ends (here: the client ends the control
+	// channel) ends so too.
+	_, ds2, _ := openH2Stream(t, tb, p, id, tokenA)
+	p.do(h2Cmd{"op": "reset", "stream": id, "code": 8})
+	end = p.expect("the data stream's end", func(ev h2Event) bool {
+		return ev.Stream == ds2 && (ev.Ev == "ended" || ev.Ev == "reset")
+	})
+	if end.Ev == "reset" {
+		t.Errorf("the session's end reset its data stream with %#x", end.Code)
+	}
+}
+
 // TestH2PeerStreamWindow: a peer that sends past the window the listener
 // advertised is refused on that stream alone (RST_STREAM
 // FLOW_CONTROL_ERROR): the listener buffers no more than the stream's

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,6 +237,8 @@ type Stream struct {
 	closeOnce sync.Once
 	torn      chan struct{}
 	closed    atomic.Bool
+	// writing counts the writes under way (each holds mu shared).
+	writing atomic.Int32
 
 	// rmu serializes reads and guards timed, tbuf, left and leftErr.
 	rmu sync.Mutex
@@ -395,19 +398,29 @@ func stopTimer(t *time.Timer) {
 
 // Write implements net.Conn.
 func (c *Stream) Write(p []byte) (int, error) {
+	n, err := c.write(p)
+	if err != nil {
+		// Told outside c.mu: why may wait for the carrier's fate.
+		return n, c.why(err)
+	}
+	return n, nil
+}
+
+// write writes p to the client, holding c.mu shared and counted in
+// writing while it does.
+func (c *Stream) write(p []byte) (int, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.done {
-		return 0, c.why(net.ErrClosed)
+		return 0, net.ErrClosed
 	}
+	c.writing.Add(1)
+	defer c.writing.Add(-1)
 	n, err := c.w.Write(p)
 	if err == nil {
 		err = c.rc.Flush()
 	}
-	if err != nil {
-		return n, c.why(err)
-	}
-	return n, nil
+	return n, err
 }
 
 // why turns a stream error into what happened to the stream: closed here,
@@ -474,11 +487,25 @@ func (c *Stream) shut() { c.shutOnce.Do(func() { close(c.closing) }) }
 
 // teardown ends the stream's reads and writes (a blocked write returns)
 // and retires the response writer. It runs on the handler's goroutine.
+//
+// A write deadline that passes makes the HTTP/2 server reset the stream
+// with INTERNAL_ERROR, which a client takes for a fault of the router, not
+// for the stream's end. So it is used only to free a write under way
+// (which may wait for the client's window as long as the client wants);
+// with none, the handler returns and the response ends as any does: with
+// END_STREAM, then RST_STREAM NO_ERROR when the client still sends (RFC
+// 9113 section 8.1), which tells a relay to stop. Deadline changes hold
+// c.mu shared only for a moment, so teardown waits them out.
 func (c *Stream) teardown() {
-	past := time.Unix(1, 0)
-	_ = c.rc.SetReadDeadline(past)
-	_ = c.rc.SetWriteDeadline(past)
-	c.mu.Lock()
+	_ = c.rc.SetReadDeadline(time.Unix(1, 0))
+	for !c.mu.TryLock() {
+		if c.writing.Load() > 0 {
+			_ = c.rc.SetWriteDeadline(time.Unix(1, 0))
+			c.mu.Lock()
+			break
+		}
+		runtime.Gosched()
+	}
 	c.done = true
 	c.mu.Unlock()
 	close(c.torn)
