@@ -602,3 +602,83 @@ func TestH2PeerEagerHello(t *testing.T) {
 		t.Fatalf("welcome %v", w)
 	}
 }
+
+// TestH2PeerSessionLifecycle: a control channel whose hello does not come
+// is refused with 408 hello_timeout; while one credential's hello is
+// awaited, a second is refused with 429 too_many_sessions; a newer session
+// of a credential ends the older with an error line session_superseded
+// and the end of its stream; and a data stream may come on another
+// connection of the same credential.
+func TestH2PeerSessionLifecycle(t *testing.T) {
+	tb := startBus(t, func(_ *eventbus.Settings, to *eventbus.Timeouts) { to.Hello = time.Second })
+	p := startH2Peer(t, tb)
+	waiting := p.request(eventbus.PathSession, tokenA, nil, false)
+	second := p.request(eventbus.PathSession, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}), false)
+	if status, code, _ := p.refusal(second); status != "429" || code != eventbus.CodeTooManySessions {
+		t.Errorf("a second hello while one is awaited: %s %s, want 429 %s", status, code, eventbus.CodeTooManySessions)
+	}
+	if status, code, _ := p.refusal(waiting); status != "408" || code != eventbus.CodeHelloTimeout {
+		t.Errorf("no hello: %s %s, want 408 %s", status, code, eventbus.CodeHelloTimeout)
+	}
+
+	old, _ := openH2Session(t, p, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}))
+	q := startH2Peer(t, tb)
+	id, _ := openH2Session(t, q, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}))
+	if m := p.line(old, "the superseded session's error", ofType(eventbus.TypeError)); m["code"] != eventbus.CodeSessionSuperseded {
+		t.Errorf("older session told %v, want %s", m, eventbus.CodeSessionSuperseded)
+	}
+	if ev := p.expect("the superseded control stream's end", func(ev h2Event) bool {
+		return ev.Stream == old && (ev.Ev == "ended" || ev.Ev == "reset" || ev.Ev == "data" && ev.Ended)
+	}); ev.Ev == "reset" && ev.Code != h2NoError {
+		t.Errorf("superseded control stream reset with %#x", ev.Code)
+	}
+
+	// The subscribe comes on q's session; p's connection carries the data
+	// stream.
+	type opened struct {
+		s   *eventbus.Stream
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		s, err := tb.OpenStream(context.Background(), eventbus.Target{Namespace: "dynamo", Host: "10.1.2.3", Port: 5557, Topic: "kv_metrics"})
+		ch <- opened{s, err}
+	}()
+	sub := q.line(id, "a subscribe", ofType(eventbus.TypeSubscribe))
+	ds := p.request(eventbus.PathStreams+sub["stream_id"].(string), tokenA, []byte("relayed"), false)
+	if r := p.response(ds); r.Headers[":status"] != "200" {
+		t.Fatalf("data stream on another connection: %v", r.Headers)
+	}
+	o := <-ch
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	got := make([]byte, len("relayed"))
+	if _, err := io.ReadFull(o.s, got); err != nil || string(got) != "relayed" {
+		t.Fatalf("read %q: %v", got, err)
+	}
+
+	// A write waiting for the peer's window (the peer reads nothing) is
+	// freed by Close, within its bound.
+	p.do(h2Cmd{"op": "hold", "stream": ds})
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := o.s.Write(make([]byte, 256<<10))
+		wrote <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	_ = o.s.Close()
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Error("a write past the peer's window returned no error after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write blocked on the peer's window outlived Close")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close took %v with a write blocked", d)
+	}
+	p.expect("the blocked stream's end", func(ev h2Event) bool { return ev.Stream == ds && (ev.Ev == "reset" || ev.Ev == "ended") })
+}
