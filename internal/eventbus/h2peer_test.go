@@ -80,12 +80,25 @@ type h2Peer struct {
 // included).
 func startH2Peer(t testing.TB, tb *testBus, first ...h2Cmd) *h2Peer {
 	t.Helper()
+	return startH2PeerArgs(t, tb, []string{tb.addr, tb.pki.CAFile}, first...)
+}
+
+// startH2PeerCert is startH2Peer presenting a client certificate naming
+// ids (by DNS SAN).
+func startH2PeerCert(t testing.TB, tb *testBus, ids ...string) *h2Peer {
+	t.Helper()
+	cf, kf := tb.pki.ClientForNames(t, ids...)
+	return startH2PeerArgs(t, tb, []string{tb.addr, tb.pki.CAFile, cf, kf})
+}
+
+func startH2PeerArgs(t testing.TB, tb *testBus, args []string, first ...h2Cmd) *h2Peer {
+	t.Helper()
 	requireH2(t)
 	script, err := os.ReadFile("testdata/h2peer.py")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, in, out := testutil.StartPython(t, string(script), tb.addr, tb.pki.CAFile)
+	_, in, out := testutil.StartPython(t, string(script), args...)
 	p := &h2Peer{t: t, in: in, events: make(chan h2Event, 1024), pending: map[int][]byte{}}
 	go func() {
 		defer close(p.events)
@@ -681,4 +694,25 @@ func TestH2PeerSessionLifecycle(t *testing.T) {
 		t.Errorf("Close took %v with a write blocked", d)
 	}
 	p.expect("the blocked stream's end", func(ev h2Event) bool { return ev.Stream == ds && (ev.Ev == "reset" || ev.Ev == "ended") })
+}
+
+// TestH2PeerClientCertificate: an OpenSSL client's certificate, verified
+// by tls.client_ca, authenticates by its DNS SAN; a token naming another
+// broker than the certificate is forbidden; a certificate naming no
+// configured broker is unauthenticated.
+func TestH2PeerClientCertificate(t *testing.T) {
+	tb := startBus(t, nil)
+	p := startH2PeerCert(t, tb, brokerB)
+	if _, w := openH2Session(t, p, "", helloLine(eventbus.RoleBroker, brokerB, []string{"dynamo"})); w["session_id"] == nil {
+		t.Fatalf("welcome %v", w)
+	}
+	id := p.request(eventbus.PathSession, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}), true)
+	if status, code, _ := p.refusal(id); status != "403" || code != eventbus.CodeForbidden {
+		t.Errorf("token of %s with a certificate of %s: %s %s, want 403 %s", brokerA, brokerB, status, code, eventbus.CodeForbidden)
+	}
+	q := startH2PeerCert(t, tb, "nobody.dynamo")
+	id = q.request(eventbus.PathSession, "", helloLine(eventbus.RoleBroker, brokerB, []string{"dynamo"}), true)
+	if status, code, _ := q.refusal(id); status != "401" || code != eventbus.CodeUnauthenticated {
+		t.Errorf("a certificate naming no broker: %s %s, want 401 %s", status, code, eventbus.CodeUnauthenticated)
+	}
 }

@@ -3,7 +3,7 @@
 # it with one JSON command a line on stdin and reads one JSON event a line on
 # stdout: every frame-level event h2 reports, as the peer saw it.
 #
-# usage: h2peer.py HOST:PORT CA_FILE
+# usage: h2peer.py HOST:PORT CA_FILE [CLIENT_CERT CLIENT_KEY]
 import base64, json, select, socket, ssl, sys, threading, time
 import h2.config, h2.connection, h2.events, h2.exceptions
 
@@ -21,6 +21,8 @@ def emit(**ev):
 ctx = ssl.create_default_context(cafile=cafile)
 ctx.minimum_version = ssl.TLSVersion.TLSv1_3
 ctx.set_alpn_protocols(["h2"])
+if len(sys.argv) > 4:
+    ctx.load_cert_chain(sys.argv[3], sys.argv[4])
 sock = ctx.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
 emit(ev="tls", version=sock.version(), alpn=sock.selected_alpn_protocol())
 
