@@ -716,3 +716,33 @@ func TestH2PeerClientCertificate(t *testing.T) {
 		t.Errorf("a certificate naming no broker: %s %s, want 401 %s", status, code, eventbus.CodeUnauthenticated)
 	}
 }
+
+// TestH2PeerIdleCloseSaysGoaway: a connection the listener closes as idle
+// (idle_timeout after its last accepted request) is first told so with
+// GOAWAY NO_ERROR (RFC 9113 sections 6.8 and 9.1), so that a client knows
+// the streams it may have opened meanwhile were not processed and opens
+// them again elsewhere, whichever way the last request ended: the
+// listener ending the session (here at idle_timeout) or the client
+// ending the control channel.
+func TestH2PeerIdleCloseSaysGoaway(t *testing.T) {
+	const idle = time.Second
+	tb := startBus(t, func(s *eventbus.Settings, _ *eventbus.Timeouts) {
+		s.HeartbeatInterval, s.IdleTimeout = 200*time.Millisecond, idle
+	})
+	for i := range 6 {
+		p := startH2Peer(t, tb)
+		id, _ := openH2Session(t, p, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}))
+		if i%2 == 1 {
+			p.do(h2Cmd{"op": "reset", "stream": id, "code": 8})
+		}
+		ev, ok := p.await(4*idle+2*time.Second, func(ev h2Event) bool { return ev.Ev == "goaway" || ev.Ev == "eof" })
+		switch {
+		case !ok:
+			t.Fatalf("connection %d still open %v after its last request; saw %s", i, 4*idle+2*time.Second, p.trace())
+		case ev.Ev == "eof":
+			t.Fatalf("connection %d closed without a GOAWAY; saw %s", i, p.trace())
+		case ev.Code != h2NoError:
+			t.Fatalf("connection %d: GOAWAY %#x, want NO_ERROR", i, ev.Code)
+		}
+	}
+}

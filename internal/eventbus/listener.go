@@ -421,9 +421,22 @@ func (bc *busConn) stopIdle() {
 // requestEnded ends an accepted request on bc: the connection closes
 // CloseAfterLastRequest after its last one, sooner when idle_timeout is
 // shorter.
+//
+// The HTTP/2 server closes such a connection itself at that time, with
+// GOAWAY first (RFC 9113 section 9.1: a client then knows that a stream it
+// opened meanwhile was not processed, and opens it again elsewhere), unless
+// a request it counts and the listener refused came since. This timer,
+// which refused requests do not re-arm, closes the connection outright,
+// so it fires idleCloseGrace later: it ends only the connections the
+// server keeps open, and never races the server's GOAWAY.
 func (b *Bus) requestEnded(bc *busConn) {
-	bc.finished(min(b.t.idleConn, b.settings.Load().IdleTimeout))
+	bc.finished(min(b.t.idleConn, b.settings.Load().IdleTimeout) + idleCloseGrace)
 }
+
+// idleCloseGrace is how much later than the HTTP/2 server's idle close
+// the listener's own closes a connection: the server writes its GOAWAY at
+// once and closes a second later.
+const idleCloseGrace = time.Second
 
 // admit counts a new connection against the limit.
 func (b *Bus) admit(raw net.Conn) (*busConn, bool) {
