@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/continuum-router/continuum/internal/eventbus"
 	"github.com/continuum-router/continuum/internal/testutil"
+	"github.com/continuum-router/continuum/internal/zmtp"
 )
 
 // The listener's real clients are not built on Go's HTTP/2 stack (a Rust
@@ -744,5 +746,59 @@ func TestH2PeerIdleCloseSaysGoaway(t *testing.T) {
 		case ev.Code != h2NoError:
 			t.Fatalf("connection %d: GOAWAY %#x, want NO_ERROR", i, ev.Code)
 		}
+	}
+}
+
+// TestH2PeerClientReports: what a non-Go client reports on its control
+// channel reaches the router: stream_closed with a code refuses the
+// stream being opened with that code (a data stream opened for it after
+// is unknown_stream); draining ends the session's open streams as a lost
+// carrier and takes it out of placement, the session going on. And a
+// kv_listener's subscribe names its announced backend and where its SSE
+// stream resumes.
+func TestH2PeerClientReports(t *testing.T) {
+	tb := startBus(t, nil)
+	p := startH2Peer(t, tb)
+	id, _ := openH2Session(t, p, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}))
+
+	refused := make(chan error, 1)
+	go func() {
+		_, err := tb.OpenStream(context.Background(), eventbus.Target{Namespace: "dynamo", Host: "10.1.2.3", Port: 5558, Topic: "kv_events"})
+		refused <- err
+	}()
+	sub := p.line(id, "a subscribe", ofType(eventbus.TypeSubscribe))
+	p.do(h2Cmd{"op": "data", "stream": id, "body": []byte(`{"type":"stream_closed","stream_id":"` + sub["stream_id"].(string) + `","code":"connect_failed"}` + "\n")})
+	var re *eventbus.RefusedError
+	if err := <-refused; !errors.As(err, &re) || re.Code != eventbus.CodeConnectFailed {
+		t.Fatalf("OpenStream after stream_closed connect_failed: %v", err)
+	}
+	late := p.request(eventbus.PathStreams+sub["stream_id"].(string), tokenA, nil, true)
+	if status, code, _ := p.refusal(late); status != "404" || code != eventbus.CodeUnknownStream {
+		t.Errorf("data stream of a refused stream: %s %s, want 404 %s", status, code, eventbus.CodeUnknownStream)
+	}
+
+	st, _, _ := openH2Stream(t, tb, p, id, tokenA)
+	p.do(h2Cmd{"op": "data", "stream": id, "body": []byte(`{"type":"draining"}` + "\n")})
+	if _, err := io.ReadAll(st); !errors.Is(err, zmtp.ErrCarrierLost) {
+		t.Errorf("a stream of a draining session read %v, want a lost carrier", err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the draining session out of placement", func() bool { return !tb.Covers("dynamo") })
+	if _, err := tb.OpenStream(context.Background(), eventbus.Target{Namespace: "dynamo", Host: "10.1.2.3", Port: 5559, Topic: "kv_events"}); !errors.Is(err, eventbus.ErrNoSession) {
+		t.Errorf("OpenStream with only a draining session: %v, want ErrNoSession", err)
+	}
+	p.line(id, "a heartbeat to the draining session", ofType(eventbus.TypeHeartbeat))
+
+	kv := startH2Peer(t, tb)
+	kid, _ := openH2Session(t, kv, tokenKV, eventbus.Encode(hello(eventbus.RoleKVListener, kvID, nil, []string{"vllm-2"})))
+	last := uint64(41)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, _ = tb.OpenAnnouncedStream(ctx, "vllm-2", &last)
+	}()
+	ksub := kv.line(kid, "a kv_listener's subscribe", ofType(eventbus.TypeSubscribe))
+	ann, _ := ksub["announced"].(map[string]any)
+	if ann["backend"] != "vllm-2" || ann["last_event_id"] != 41.0 || ksub["target"] != nil {
+		t.Errorf("kv_listener subscribe %v", ksub)
 	}
 }
