@@ -95,6 +95,16 @@ func RequireLibzmq(t testing.TB) {
 	}
 }
 
+// RequirePythonModule skips the test when module cannot be imported by
+// Python, except in CI, where .ci/run installs the Debian package pkg that
+// holds it and a skip would hide a failure.
+func RequirePythonModule(t testing.TB, module, pkg string) {
+	t.Helper()
+	if err := exec.Command(Python, "-c", "import "+module).Run(); err != nil {
+		SkipOrFailInCI(t, "python3 module %s is not installed (apt-get install %s): %v", module, pkg, err)
+	}
+}
+
 const libzmqPublisher = `
 import sys, time, zmq
 msgs = [[bytes.fromhex(f) for f in line.split(",")] for line in open(sys.argv[1]).read().split("\n") if line]
