@@ -3,12 +3,17 @@ package load_test
 import (
 	"context"
 	"encoding/json"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/continuum-router/continuum/internal/dynamo/load"
+	"github.com/continuum-router/continuum/internal/dynamo/wire"
 	"github.com/continuum-router/continuum/internal/telemetry"
 	"github.com/continuum-router/continuum/internal/testutil"
 	"github.com/continuum-router/continuum/internal/zmtp"
@@ -173,5 +178,84 @@ func TestPythonMsgpackPublisher(t *testing.T) {
 		if ev.Load != nil && ev.Load.WorkerID != 1186445869714687 {
 			t.Errorf("%s: worker_id %d", c.Name, ev.Load.WorkerID)
 		}
+	}
+}
+
+// liveWorkerScript is a worker's kv_metrics publisher as a process: a
+// libzmq PUB bound at argv[4] (or a free loopback port) that publishes an
+// ActiveLoad of worker argv[2] with kv_used_blocks argv[3] every 10 ms
+// under publisher id argv[1], its sequence counting from 0, enveloped and
+// framed with Python's msgpack as Dynamo does.
+const liveWorkerScript = `
+import struct, sys, threading, time, msgpack, zmq
+pid, worker, used = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+ctx = zmq.Context()
+pub = ctx.socket(zmq.PUB)
+pub.setsockopt(zmq.LINGER, 0)
+if sys.argv[4]:
+    pub.bind(sys.argv[4])
+    port = sys.argv[4].rsplit(":", 1)[1]
+else:
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+threading.Thread(target=lambda: (sys.stdin.readline(), __import__("os")._exit(0)), daemon=True).start()
+seq = 0
+while True:
+    load = msgpack.packb({"worker_id": worker, "dp_rank": 0, "active_decode_blocks": None,
+                          "active_prefill_tokens": None, "kv_used_blocks": used})
+    env = msgpack.packb({"topic": "kv_metrics", "publisher_id": pid, "sequence": seq,
+                         "published_at": int(time.time() * 1000), "payload": load})
+    pub.send_multipart([b"kv_metrics", struct.pack(">Q", pid), struct.pack(">Q", seq),
+                        b"\x01" + struct.pack(">I", len(env)) + env])
+    seq += 1
+    time.sleep(0.01)
+`
+
+// TestWorkerRestartOnSameEndpoint: a worker restarts as Dynamo's do: a new
+// process, a new publisher id, its sequence from 0, here on the address
+// the old one had. While discovery still holds the old record, the new
+// process's samples are refused (identity_mismatch: not the publisher the
+// record names) and the old process's sample is gone (its session ended);
+// once discovery names the new publisher, its samples are applied from
+// sequence 0 on, not taken for replays of the old life's higher sequences.
+func TestWorkerRestartOnSameEndpoint(t *testing.T) {
+	t.Parallel()
+	testutil.RequireLibzmq(t)
+	testutil.RequirePythonModule(t, "msgpack", "python3-msgpack")
+	const worker, oldPID, newPID = 1186445869714687, 0x1f3a4b, 0x2b4c5d
+	start := func(pid, used uint64, endpoint string) (*exec.Cmd, string) {
+		cmd, _, out := testutil.StartPython(t, liveWorkerScript, strconv.FormatUint(pid, 10), strconv.FormatUint(worker, 10), strconv.FormatUint(used, 10), endpoint)
+		port, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("publisher: %v", err)
+		}
+		return cmd, "tcp://127.0.0.1:" + strings.TrimSpace(port)
+	}
+	old, endpoint := start(oldPID, 10, "")
+	f := newFleet()
+	f.worker(worker, 1)
+	f.publisher(oldPID, endpoint)
+	s := startSupervisor(t, f.reg)
+	testutil.Eventually(t, 10*time.Second, "the old life's sample", func() bool {
+		smp, ok := s.store.Latest(key(worker, 0))
+		return ok && smp.PublisherID == oldPID && *smp.Load.KVUsedBlocks == 10 && smp.Sequence > 20
+	})
+	_ = old.Process.Kill()
+	_ = old.Wait()
+	start(newPID, 20, endpoint)
+	testutil.Eventually(t, 20*time.Second, "the new process's samples refused under the old record", func() bool {
+		return promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultIdentityMismatch)) >= 3
+	})
+	if smp, ok := s.store.Latest(key(worker, 0)); ok {
+		t.Fatalf("a sample kept under the old record after its process went: %+v", smp)
+	}
+	f.removePublisher(oldPID)
+	f.publisher(newPID, endpoint)
+	testutil.Eventually(t, 20*time.Second, "the new life's sample", func() bool {
+		smp, ok := s.store.Latest(key(worker, 0))
+		return ok && smp.PublisherID == newPID && *smp.Load.KVUsedBlocks == 20
+	})
+	if n := promtest.ToFloat64(s.metrics.Events.WithLabelValues(wire.ResultDuplicate)); n != 0 {
+		t.Errorf("%v samples of the restarted worker counted duplicate", n)
 	}
 }
