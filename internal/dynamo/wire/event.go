@@ -48,7 +48,8 @@ type Envelope struct {
 	Topic       string
 	PublisherID uint64
 	Sequence    uint64
-	// PublishedAt is Unix milliseconds; zero when absent.
+	// PublishedAt is Unix milliseconds; zero when absent (a nil is
+	// refused).
 	PublishedAt uint64
 	// Payload aliases the message's bytes; copy it to keep it.
 	Payload []byte
@@ -154,8 +155,10 @@ func decodeEnvelope(b []byte) (Envelope, error) {
 			seen[2] = true
 			env.Sequence, err = r.uint()
 		case "published_at":
+			// A plain u64 in every revision of the envelope: its decoder
+			// refuses a nil here, so a message carrying one is malformed.
 			seen[3] = true
-			env.PublishedAt, _, err = r.optUint()
+			env.PublishedAt, err = r.uint()
 		case "payload":
 			seen[4] = true
 			env.Payload, err = r.raw()

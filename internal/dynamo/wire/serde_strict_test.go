@@ -48,3 +48,22 @@ func TestActiveLoadAndEnvelopeRefuseWhatSerdeRefuses(t *testing.T) {
 		t.Errorf("envelope with topic twice: %v, want malformed (serde refuses a duplicate field)", rej)
 	}
 }
+
+// TestEnvelopePublishedAtNilRefused: published_at is a plain u64 in every
+// revision of Dynamo's envelope, so its decoder (serde) refuses a nil
+// there, as it refuses a nil dp_rank; the message is malformed rather than
+// read as published at time zero.
+func TestEnvelopePublishedAtNilRefused(t *testing.T) {
+	payload := wire.EncodeActiveLoad(wire.ActiveLoad{WorkerID: 1})
+	env := []byte{0x85}
+	env = append(append(env, mpStr("topic")...), mpStr("kv_metrics")...)
+	env = append(append(env, mpStr("publisher_id")...), 7)
+	env = append(append(env, mpStr("sequence")...), 0)
+	env = append(append(env, mpStr("published_at")...), 0xc0)
+	env = append(append(env, mpStr("payload")...), append([]byte{0xc4, byte(len(payload))}, payload...)...)
+	frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
+	msg := [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 7), binary.BigEndian.AppendUint64(nil, 0), append(frame, env...)}
+	if _, rej := wire.DecodeEventMessage(msg, "kv_metrics", wire.MaxLoadPayloadBytes); rej == nil || rej.Result != wire.ResultMalformed {
+		t.Errorf("envelope with published_at nil: %v, want malformed (a u64, not an Option)", rej)
+	}
+}
