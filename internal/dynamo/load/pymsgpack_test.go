@@ -73,6 +73,8 @@ case("dp_rank absent", "accepted", frames(envelope(nxt(), load(dp_rank=..., kv_u
 case("dp_rank nil", "malformed", frames(envelope(nxt(), load(dp_rank=None))))
 case("worker_id absent", "malformed", frames(envelope(nxt(), load(worker_id=...))))
 case("extra keys", "accepted", frames(envelope(nxt(), load(kv_used_blocks=8, scheduler_load_scope="local", waiting_requests=2, future={"a": [1, 2.5]}), published_at_ns=1700000000000000000)), 8)
+case("published_at nil", "malformed", frames(envelope(nxt(), load(), published_at=None)))
+case("published_at absent", "accepted", frames({k: v for k, v in envelope(nxt(), load(kv_used_blocks=14)).items() if k != "published_at"}), 14)
 case("positional ActiveLoad", "accepted", frames(envelope(nxt(), [WORKER, 0, None, None, 9])), 9)
 s = nxt()
 case("positional envelope", "accepted", frames([], seq=s)[:3] + [b""], 10)
