@@ -18,11 +18,14 @@ import (
 // re-listed at every idle deadline.
 func TestWatchBookmarksKeepStreamsAlive(t *testing.T) {
 	t.Parallel()
-	timing := kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: 400 * time.Millisecond}
+	timing := kube.Timing{Seed: 5 * time.Second, WatchTimeout: time.Hour, IdleDeadline: time.Second}
 	churn := func(fake *kubefake.Server, res kubefake.Resource, make func(i int) kubefake.Object) {
 		// Changes to objects the watch does not select move the store's
-		// resourceVersion on, so the server sends the watch bookmarks.
-		for i := range 15 {
+		// resourceVersion on, so the server sends the watch bookmarks:
+		// one every 100 ms for three idle deadlines, a tenth of the
+		// deadline apart so that a loaded machine's stall is not taken
+		// for a quiet watch.
+		for i := range 30 {
 			fake.Apply(res, make(i))
 			time.Sleep(100 * time.Millisecond)
 		}
