@@ -42,6 +42,7 @@ type h2Event struct {
 	Version    string            `json:"version"`
 	ALPN       string            `json:"alpn"`
 	Send       int               `json:"send"`
+	Recv       int               `json:"recv"`
 	Early      bool              `json:"early"`
 	Err        string            `json:"err"`
 }
@@ -688,7 +689,12 @@ func TestH2PeerSessionLifecycle(t *testing.T) {
 		_, err := o.s.Write(make([]byte, 256<<10))
 		wrote <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// The write is blocked once the router may send the peer nothing more
+	// on the stream (its window, or the connection's, used up).
+	testutil.Eventually(t, 10*time.Second, "the peer's window used up", func() bool {
+		p.do(h2Cmd{"op": "windows", "stream": ds})
+		return p.expect("its windows", func(ev h2Event) bool { return ev.Ev == "windows" }).Recv == 0
+	})
 	start := time.Now()
 	_ = o.s.Close()
 	select {

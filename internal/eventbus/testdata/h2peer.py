@@ -118,7 +118,8 @@ def run(cmd):
         conn.ping(bytes.fromhex(cmd["data"]))
     elif op == "windows":
         sid = cmd["stream"]
-        emit(ev="windows", stream=sid, send=conn.local_flow_control_window(sid), conn=conn.outbound_flow_control_window)
+        emit(ev="windows", stream=sid, send=conn.local_flow_control_window(sid), conn=conn.outbound_flow_control_window,
+             recv=conn.remote_flow_control_window(sid))
     flush()
 
 

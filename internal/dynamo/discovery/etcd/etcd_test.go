@@ -144,20 +144,7 @@ func TestCompactionResync(t *testing.T) {
 	var passes atomic.Int32
 	src.SetAfterSeed(func() {
 		passes.Add(1)
-		once.Do(func() {
-			ctx := context.Background()
-			if _, err := c.Delete(ctx, instanceKey("dynamo", "decode", 1)); err != nil {
-				t.Error(err)
-			}
-			resp, err := c.Put(ctx, "unrelated", "x")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-				t.Error(err)
-			}
-		})
+		once.Do(func() { deleteThenCompact(t, c, instanceKey("dynamo", "decode", 1)) })
 	})
 	h := run(t, src)
 	testutil.Eventually(t, 15*time.Second, "resynced view", func() bool {
@@ -522,4 +509,23 @@ func TestDiscoveryEventsCounted(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "duplicate again", func() bool { return h.workers()["dynamo/1"] == nil })
 	want[fleet.ProblemDuplicate] = 2
 	check("duplicate again")
+}
+
+// deleteThenCompact deletes key, then compacts the store past a later
+// write, so that a watch started at the revision before the delete is
+// told its start was compacted and never sees the delete.
+func deleteThenCompact(t *testing.T, c *clientv3.Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Delete(ctx, key); err != nil {
+		t.Error(err)
+	}
+	resp, err := c.Put(ctx, "unrelated", "x")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Error(err)
+	}
 }

@@ -404,18 +404,7 @@ func TestCompactionResyncKeepsFirstSeen(t *testing.T) {
 		if n != compactOn.Load() {
 			return
 		}
-		ctx := context.Background()
-		if _, err := c.Delete(ctx, instanceKey("dynamo", "decode", 1)); err != nil {
-			t.Error(err)
-		}
-		resp, err := c.Put(ctx, "unrelated", "x")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-			t.Error(err)
-		}
+		deleteThenCompact(t, c, instanceKey("dynamo", "decode", 1))
 	})
 	h := run(t, src)
 	testutil.Eventually(t, 10*time.Second, "seeded", func() bool { return len(h.workers()) == 2 })

@@ -19,10 +19,7 @@ import (
 // tokens) and a fleet's readiness split across two EndpointSlices, one per
 // half of the pods, give every worker.
 func TestRealAPIServerMetadataPages(t *testing.T) {
-	s := kubeapi.Start(t)
-	var crd string
-	readRaw(t, "testdata/kube/dynamoworkermetadata-crd.yaml", &crd)
-	s.ApplyYAML(t, crd, overlayFile(t, "dynamo-metadata-discovery", "role.yaml"), roleBinding())
+	s := startMetadataAPIServer(t)
 	const n = 70
 	var docs []string
 	var halves [2][]string

@@ -28,10 +28,7 @@ import (
 // the same resource; while the EndpointSlice still names the old pod the
 // records are held back, and they return once it names the new one.
 func TestRealAPIServerMetadataPodRecreated(t *testing.T) {
-	s := kubeapi.Start(t)
-	var crd string
-	readRaw(t, "testdata/kube/dynamoworkermetadata-crd.yaml", &crd)
-	s.ApplyYAML(t, crd, overlayFile(t, "dynamo-metadata-discovery", "role.yaml"), roleBinding())
+	s := startMetadataAPIServer(t)
 	var dwms, slices []map[string]any
 	readFixture(t, "dynamoworkermetadatas.json", &dwms)
 	readFixture(t, "endpointslices.json", &slices)

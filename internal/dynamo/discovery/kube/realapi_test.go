@@ -142,10 +142,7 @@ func TestRealAPIServerPodsSource(t *testing.T) {
 // resources and EndpointSlice in a real kube-apiserver give the view its
 // etcd equivalent gives, as the service account holding the metadata Role.
 func TestRealAPIServerMetadataSource(t *testing.T) {
-	s := kubeapi.Start(t)
-	var crd string
-	readRaw(t, "testdata/kube/dynamoworkermetadata-crd.yaml", &crd)
-	s.ApplyYAML(t, crd, overlayFile(t, "dynamo-metadata-discovery", "role.yaml"), roleBinding())
+	s := startMetadataAPIServer(t)
 	var dwms, slices []map[string]any
 	readFixture(t, "dynamoworkermetadatas.json", &dwms)
 	readFixture(t, "endpointslices.json", &slices)
@@ -206,4 +203,16 @@ func TestRealAPIServerMetadataSource(t *testing.T) {
 	if f := s.Forbidden(t); len(f) != 0 {
 		t.Fatalf("the source asked for more than its Role: %v", f)
 	}
+}
+
+// startMetadataAPIServer starts a real kube-apiserver holding the
+// DynamoWorkerMetadata CRD and the metadata source's Role, bound to the
+// service account the source runs as.
+func startMetadataAPIServer(t *testing.T) *kubeapi.Server {
+	t.Helper()
+	s := kubeapi.Start(t)
+	var crd string
+	readRaw(t, "testdata/kube/dynamoworkermetadata-crd.yaml", &crd)
+	s.ApplyYAML(t, crd, overlayFile(t, "dynamo-metadata-discovery", "role.yaml"), roleBinding())
+	return s
 }
