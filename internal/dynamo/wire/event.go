@@ -51,7 +51,8 @@ type Envelope struct {
 	// PublishedAt is Unix milliseconds; zero when absent (a nil is
 	// refused).
 	PublishedAt uint64
-	// Payload aliases the message's bytes; copy it to keep it.
+	// Payload aliases the message's bytes (it is a copy only when it came
+	// as an array of byte values); copy it to keep it.
 	Payload []byte
 }
 
@@ -161,7 +162,7 @@ func decodeEnvelope(b []byte) (Envelope, error) {
 			env.PublishedAt, err = r.uint()
 		case "payload":
 			seen[4] = true
-			env.Payload, err = r.raw()
+			env.Payload, err = r.bytesValue()
 		}
 		return err
 	})

@@ -160,6 +160,33 @@ func (r *mpReader) raw() ([]byte, error) {
 	return r.take(int(n))
 }
 
+// bytesValue reads a byte string: a str or bin value, or an array of
+// integers 0-255. The array is how a serializer writes a byte vector it
+// was not told to write as bytes, and a decoder of a byte vector (serde's)
+// takes it as that vector. The array's bytes are copied; the count is
+// bounded by the bytes left (container), one byte at least per element.
+func (r *mpReader) bytesValue() ([]byte, error) {
+	if c, ok := r.peek(); !ok || !isArrayByte(c) {
+		return r.raw()
+	}
+	_, n, err := r.container()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, n)
+	for i := range out {
+		v, err := r.uint()
+		if err != nil {
+			return nil, fmt.Errorf("byte %d: %w", i, err)
+		}
+		if v > 0xff {
+			return nil, mpErr("byte %d is %d", i, v)
+		}
+		out[i] = byte(v)
+	}
+	return out, nil
+}
+
 // peekString reports whether the next value is a string.
 func (r *mpReader) peekString() bool {
 	if r.i >= len(r.b) {
