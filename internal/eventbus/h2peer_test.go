@@ -815,3 +815,42 @@ func TestH2PeerClientReports(t *testing.T) {
 		t.Errorf("kv_listener subscribe %v", ksub)
 	}
 }
+
+// TestH2PeerShutdownSaysGoaway: when the router shuts down, a session is
+// told why on its control stream (shutting_down) and the connection says
+// GOAWAY with NO_ERROR before it closes (RFC 9113 section 6.8: a graceful
+// close, after which the client knows no stream it opens is served), rather
+// than ending with the socket alone.
+func TestH2PeerShutdownSaysGoaway(t *testing.T) {
+	tb := startBus(t, nil)
+	p := startH2Peer(t, tb)
+	id, _ := openH2Session(t, p, tokenA, helloLine(eventbus.RoleBroker, brokerA, []string{"dynamo"}))
+	idle := startH2Peer(t, tb) // a connection with no request on it
+	idle.expect("the router's SETTINGS", func(ev h2Event) bool { return ev.Ev == "settings" })
+	idle.expect("the router's SETTINGS ack", func(ev h2Event) bool { return ev.Ev == "settings_ack" })
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); tb.stop() }()
+	line := p.line(id, "the reason the session ended", ofType(eventbus.TypeError))
+	if line["code"] != eventbus.CodeShuttingDown {
+		t.Errorf("the session ended with %v, want %s", line, eventbus.CodeShuttingDown)
+	}
+	for name, peer := range map[string]*h2Peer{"a session's": p, "an idle": idle} {
+		ev, ok := peer.await(10*time.Second, func(ev h2Event) bool { return ev.Ev == "goaway" || ev.Ev == "eof" })
+		switch {
+		case !ok:
+			t.Fatalf("%s connection still open 10 s after the shutdown began; saw %s", name, peer.trace())
+		case ev.Ev == "eof":
+			t.Fatalf("%s connection closed without a GOAWAY; saw %s\nlogs:\n%s", name, peer.trace(), tb.logs.String())
+		case ev.Code != h2NoError:
+			t.Fatalf("%s connection: GOAWAY %#x, want NO_ERROR", name, ev.Code)
+		}
+		if _, ok := peer.await(10*time.Second, func(ev h2Event) bool { return ev.Ev == "eof" }); !ok {
+			t.Errorf("%s connection still open 10 s after its GOAWAY; saw %s", name, peer.trace())
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bus did not stop within 10 s")
+	}
+}

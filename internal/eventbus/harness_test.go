@@ -42,6 +42,8 @@ type testBus struct {
 	metrics  *telemetry.EventBusMetrics
 	logs     *testutil.SyncBuffer
 	addr     string
+	// stop ends the bus's Run (the test's cleanup calls it too).
+	stop func()
 }
 
 func baseSettings(pki *testutil.TestPKI) eventbus.Settings {
@@ -77,7 +79,8 @@ func startBus(t testing.TB, edit func(*eventbus.Settings, *eventbus.Timeouts)) *
 	}
 	b.SetTimeouts(to)
 	tb.Bus = b
-	t.Cleanup(run(t, b))
+	tb.stop = run(t, b)
+	t.Cleanup(tb.stop)
 	testutil.Eventually(t, 10*time.Second, "the bus listening", func() bool { return b.LocalAddr() != nil })
 	tb.addr = b.LocalAddr().String()
 	return tb

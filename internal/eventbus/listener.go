@@ -71,6 +71,9 @@ type Bus struct {
 	stopped  bool
 	// kick asks Run to start the listener again with the settings of now.
 	kick chan struct{}
+	// quieter is told when a connection's last HTTP/2 stream closed or the
+	// connection did (awaitQuiet).
+	quieter chan struct{}
 }
 
 // tlsState is one generation of the listener's TLS settings; caGen names
@@ -98,7 +101,7 @@ func New(s Settings, metrics *telemetry.EventBusMetrics, logger *slog.Logger) (*
 	}
 	b := &Bus{logger: logger, metrics: metrics, t: defaultTiming,
 		sessions: map[string]*session{}, byEntry: map[string]*session{}, preHello: map[string]bool{},
-		revoked: newRevokedSet(), conns: map[*busConn]struct{}{}, byTLS: map[net.Conn]*busConn{}, changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+		revoked: newRevokedSet(), conns: map[*busConn]struct{}{}, byTLS: map[net.Conn]*busConn{}, changed: make(chan struct{}), kick: make(chan struct{}, 1), quieter: make(chan struct{}, 1)}
 	for _, c := range RefusalCodes {
 		metrics.Refusals.WithLabelValues(c)
 	}
@@ -372,6 +375,10 @@ type busConn struct {
 	mu     sync.Mutex
 	active int
 	idle   *time.Timer
+
+	// streaming: the HTTP/2 server has a stream open on the connection
+	// (its ConnState active), the last frame of one not yet written.
+	streaming atomic.Bool
 }
 
 // accepted counts a request the listener accepted as under way.
@@ -461,6 +468,10 @@ func (b *Bus) releaseConn(bc *busConn) {
 		delete(b.byTLS, bc.tls)
 	}
 	close(bc.done)
+	select {
+	case b.quieter <- struct{}{}:
+	default:
+	}
 }
 
 // refused counts a refusal.
@@ -763,6 +774,25 @@ func (b *Bus) shutdown() {
 			b.logger.Warn("event bus handlers did not end within their grace", "grace", b.t.stopGrace)
 		}
 	}
+	// Each HTTP/2 connection left says GOAWAY (NO_ERROR), a graceful
+	// close: its client knows that a stream it opens from here on is not
+	// served. It goes once the connection's streams have ended on the
+	// wire, since the server writes a GOAWAY ahead of frames still queued
+	// and some clients (hyper-h2) read nothing more once one came. The
+	// server closes each connection after its GOAWAY; one still open after
+	// idleCloseGrace closes here.
+	grace, endGrace := context.WithTimeout(context.Background(), idleCloseGrace)
+	defer endGrace()
+	b.awaitQuiet(conns, grace.Done())
+	for _, sv := range servers {
+		go func() { _ = sv.srv.Shutdown(grace) }()
+	}
+	for _, bc := range conns {
+		select {
+		case <-bc.done:
+		case <-grace.Done():
+		}
+	}
 	for _, bc := range conns {
 		_ = bc.raw.Close()
 	}
@@ -785,6 +815,33 @@ func (b *Bus) shutdown() {
 		}
 	}
 	b.handlers.close()
+}
+
+// awaitQuiet waits until no connection of conns has an HTTP/2 stream
+// open, or until expired is closed.
+func (b *Bus) awaitQuiet(conns []*busConn, expired <-chan struct{}) {
+	for {
+		quiet := true
+		for _, bc := range conns {
+			select {
+			case <-bc.done:
+				continue
+			default:
+			}
+			if bc.streaming.Load() {
+				quiet = false
+				break
+			}
+		}
+		if quiet {
+			return
+		}
+		select {
+		case <-b.quieter:
+		case <-expired:
+			return
+		}
+	}
 }
 
 // tracker counts running handlers; after close no new one starts.

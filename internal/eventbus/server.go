@@ -122,7 +122,10 @@ func (b *Bus) server() *server {
 			return context.WithValue(ctx, connKey{}, b.byTLS[c])
 		},
 		ConnState: func(c net.Conn, st http.ConnState) {
-			if st == http.StateClosed || st == http.StateHijacked {
+			switch st {
+			case http.StateActive, http.StateIdle:
+				b.connStreaming(c, st == http.StateActive)
+			case http.StateClosed, http.StateHijacked:
 				b.connClosed(c)
 			}
 		},
@@ -143,6 +146,25 @@ func (b *Bus) server() *server {
 		_ = sv.srv.Serve(sv.ln)
 	}()
 	return sv
+}
+
+// connStreaming records whether the server has a stream open on c: it
+// reports a connection active at its first open stream and idle when its
+// last has closed (the stream's last frame written).
+func (b *Bus) connStreaming(c net.Conn, streaming bool) {
+	b.mu.Lock()
+	bc := b.byTLS[c]
+	b.mu.Unlock()
+	if bc == nil {
+		return
+	}
+	bc.streaming.Store(streaming)
+	if !streaming {
+		select {
+		case b.quieter <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // connClosed releases a connection the server is done with.
