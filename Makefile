@@ -25,7 +25,7 @@ COMMIT                 ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown
 LDFLAGS                := -s -w -X $(MODULE)/internal/cli.version=$(VERSION) -X $(MODULE)/internal/cli.commit=$(COMMIT)
 FUZZTIME               ?= 30s
 
-.PHONY: help build test test-kube lint bench bench-cold bench-instr bench-proxy faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
+.PHONY: help build test test-kube lint bench bench-cold bench-instr bench-proxy bench-perf faults soak fuzz completions man docs release-check tools clean demo top-e2e deploy-check tokenizer-ref
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -83,6 +83,10 @@ bench-instr: ## instructions, instruction cache misses and cold lines of code an
 
 bench-proxy: ## continuum serve against nginx, the floor and the direct path, as processes under vegeta (installs nginx via apt if missing)
 	scripts/bench-proxy.sh $(BENCH_PROXY_FLAGS)
+
+BENCH_PERF_FLAGS ?= -rates 2000
+bench-perf: ## where continuum's, nginx's and the floor's CPU goes under bench-proxy's load (perf record over one round; needs root or perf_event_paranoid -1)
+	scripts/bench-perf.sh $(BENCH_PERF_FLAGS)
 
 faults: build ## the fault-injection benchmark at full size (every scenario, about 4 minutes)
 	bin/continuum bench --faults

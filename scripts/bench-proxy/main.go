@@ -6,6 +6,7 @@
 //	bench-proxy run -continuum PATH -nginx PATH [-rates 500,1000,2000] [-duration 6s] [-slice 1s] [-rounds 3] [-json FILE] [-baseline PATH] [-floor [-floor-work 20us] [-floor-touch 8192]]
 //	bench-proxy backend [-addr 127.0.0.1:0] [-tokens 8] [-gap 0s]
 //	bench-proxy floor [-addr 127.0.0.1:0] -upstream HOST:PORT [-work 0s] [-touch 0]
+//	perf script -F comm,pid,ip,sym | bench-proxy split [-hz 1999] [-top 25]
 //
 // run starts the fast backend (this program's backend command, a process of
 // its own), continuum serve and nginx in front of it, then drives each of
@@ -30,7 +31,9 @@
 // shows apart from what any Go proxy pays on the machine. -floor-work and
 // -floor-touch add work of a known size to the floor's requests (CPU spun,
 // fresh memory written), to see how a proxy's figures, its p99 above all,
-// move with its own work per request.
+// move with its own work per request. split reads the call stacks perf
+// sampled over a run and tells where each proxy's CPU went
+// (scripts/bench-perf.sh runs the two together).
 package main
 
 import (
@@ -80,6 +83,12 @@ func main() {
 			break
 		}
 		err = serveFloor(*addr, *upstream, floorWork(*work, *touch))
+	case "split":
+		fs := flag.NewFlagSet("split", flag.ExitOnError)
+		hz := fs.Float64("hz", 1999, "the sampling frequency perf record was given (-F)")
+		top := fs.Int("top", 25, "continuum functions to list")
+		_ = fs.Parse(os.Args[2:])
+		err = runSplit(os.Stdin, os.Stdout, *hz, *top)
 	case "run":
 		var o options
 		if o, err = parseRun(os.Args[2:]); err == nil {
@@ -97,7 +106,7 @@ func main() {
 }
 
 func printUsage() {
-	fmt.Fprintln(os.Stderr, "usage: bench-proxy run -continuum PATH -nginx PATH [flags] | bench-proxy backend [flags] | bench-proxy floor -upstream HOST:PORT [flags]")
+	fmt.Fprintln(os.Stderr, "usage: bench-proxy run -continuum PATH -nginx PATH [flags] | bench-proxy backend [flags] | bench-proxy floor -upstream HOST:PORT [flags] | bench-proxy split [-hz N] < PERF_SCRIPT_OUTPUT")
 	os.Exit(2)
 }
 
