@@ -19,8 +19,8 @@ import (
 // rest (the proxy's own code and the libraries it calls), with the
 // functions of continuum that cost most outside system calls. It is how
 // to see what separates continuum from the floor and nginx under the
-// benchmark's own load, where an in-process benchmark runs with warm
-// caches.
+// benchmark's own load, with the generator and the backend taking turns
+// on the cores, rather than in an in-process benchmark.
 
 // splitMaxLine bounds one line of perf's output (a symbol name).
 const splitMaxLine = 1 << 16
