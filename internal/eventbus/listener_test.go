@@ -577,8 +577,14 @@ func TestReloadDuringHello(t *testing.T) {
 			pending := postAsync(dial(), eventbus.PathSession, tc.token, pr)
 			// The credential's one pre-hello slot is taken: the request is
 			// authenticated and its hello awaited.
+			// Each probe closes its connection: on a loaded machine the
+			// wait takes many probes, and connections left open would
+			// reach the listener's connection limit, which refuses the
+			// next one outright.
 			testutil.Eventually(t, 10*time.Second, "the hello awaited", func() bool {
-				st, code := refusalOf(t, post(t, dial(), eventbus.PathSession, tc.token, strings.NewReader(""), nil))
+				probe := dial()
+				defer func() { _ = probe.Close() }()
+				st, code := refusalOf(t, post(t, probe, eventbus.PathSession, tc.token, strings.NewReader(""), nil))
 				return st == 429 && code == eventbus.CodeTooManySessions
 			})
 			s := tb.settings
