@@ -10,6 +10,13 @@ import (
 // mpStr is a msgpack fixstr.
 func mpStr(s string) []byte { return append([]byte{0xa0 | byte(len(s))}, s...) }
 
+// kvMetricsMessage is the four frames of a kv_metrics message from
+// publisher 7 at sequence 0 whose version-1 frame holds env.
+func kvMetricsMessage(env []byte) [][]byte {
+	frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
+	return [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 7), binary.BigEndian.AppendUint64(nil, 0), append(frame, env...)}
+}
+
 // TestActiveLoadAndEnvelopeRefuseWhatSerdeRefuses: Dynamo decodes the
 // envelope and the ActiveLoad with serde (rmp_serde::from_slice), whose
 // derived struct decoder refuses a field given twice ("duplicate field")
@@ -42,8 +49,7 @@ func TestActiveLoadAndEnvelopeRefuseWhatSerdeRefuses(t *testing.T) {
 	env = append(append(env, mpStr("published_at")...), 1)
 	env = append(append(env, mpStr("payload")...), append([]byte{0xc4, byte(len(payload))}, payload...)...)
 	env = append(append(env, mpStr("topic")...), mpStr("kv_metrics")...)
-	frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
-	msg := [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 7), binary.BigEndian.AppendUint64(nil, 0), append(frame, env...)}
+	msg := kvMetricsMessage(env)
 	if _, rej := wire.DecodeEventMessage(msg, "kv_metrics", wire.MaxLoadPayloadBytes); rej == nil || rej.Result != wire.ResultMalformed {
 		t.Errorf("envelope with topic twice: %v, want malformed (serde refuses a duplicate field)", rej)
 	}
@@ -61,8 +67,7 @@ func TestEnvelopePublishedAtNilRefused(t *testing.T) {
 	env = append(append(env, mpStr("sequence")...), 0)
 	env = append(append(env, mpStr("published_at")...), 0xc0)
 	env = append(append(env, mpStr("payload")...), append([]byte{0xc4, byte(len(payload))}, payload...)...)
-	frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
-	msg := [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 7), binary.BigEndian.AppendUint64(nil, 0), append(frame, env...)}
+	msg := kvMetricsMessage(env)
 	if _, rej := wire.DecodeEventMessage(msg, "kv_metrics", wire.MaxLoadPayloadBytes); rej == nil || rej.Result != wire.ResultMalformed {
 		t.Errorf("envelope with published_at nil: %v, want malformed (a u64, not an Option)", rej)
 	}
@@ -83,8 +88,7 @@ func TestEnvelopePayloadAsByteArray(t *testing.T) {
 		env = append(append(env, mpStr("sequence")...), 0)
 		env = append(append(env, mpStr("published_at")...), 0xcd, 0x01, 0x00)
 		env = append(append(env, mpStr("payload")...), payloadValue...)
-		frame := binary.BigEndian.AppendUint32([]byte{1}, uint32(len(env)))
-		return [][]byte{[]byte("kv_metrics"), binary.BigEndian.AppendUint64(nil, 7), binary.BigEndian.AppendUint64(nil, 0), append(frame, env...)}
+		return kvMetricsMessage(env)
 	}
 	// Each byte in the most compact integer form (as rmp-serde writes it),
 	// then in wider forms a decoder takes as well.
