@@ -468,6 +468,12 @@ func (b *Bus) releaseConn(bc *busConn) {
 		delete(b.byTLS, bc.tls)
 	}
 	close(bc.done)
+	b.quieterNow()
+}
+
+// quieterNow tells awaitQuiet that a connection's last stream, or the
+// connection, closed; a signal already pending covers this one.
+func (b *Bus) quieterNow() {
 	select {
 	case b.quieter <- struct{}{}:
 	default:

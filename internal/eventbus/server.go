@@ -160,10 +160,7 @@ func (b *Bus) connStreaming(c net.Conn, streaming bool) {
 	}
 	bc.streaming.Store(streaming)
 	if !streaming {
-		select {
-		case b.quieter <- struct{}{}:
-		default:
-		}
+		b.quieterNow()
 	}
 }
 
